@@ -1,0 +1,43 @@
+/* common/common.h — internal helpers every ct module uses: error reporting, logging, clocks.
+ *
+ * Not public API: embedders include only the headers under include/ct/. Prefix ct__ marks internal symbols. */
+#ifndef CT_COMMON_H
+#define CT_COMMON_H
+
+#include <stdint.h>
+#include <stdarg.h>
+#include "ct/error.h"
+
+/* Records a detailed message for ct_last_error() on this thread and returns code, so that
+ * `return ct__error(CT_EINVAL, "field %s: ...", name);` both reports and fails. */
+int ct__error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Clears this thread's last error message. */
+void ct__clear_error(void);
+
+/* Logging. Levels: 0 error, 1 warn, 2 info, 3 debug. CT_LOG_LEVEL=error|warn|info|debug
+ * (default warn). The level is checked before the arguments are evaluated. Lines go to stderr
+ * as "TIMESTAMP LEVEL component[who]: message"; who is set per process by ct__log_set_who. */
+enum { CT_LOG_ERROR = 0, CT_LOG_WARN = 1, CT_LOG_INFO = 2, CT_LOG_DEBUG = 3 };
+extern int ct__log_level;
+void ct__log_init(void);
+void ct__log_set_who(const char *who);
+void ct__log(int level, const char *component, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define CT_LOG(level, component, ...)                                                          \
+    do {                                                                                       \
+        if ((level) <= ct__log_level)                                                          \
+            ct__log((level), (component), __VA_ARGS__);                                        \
+    } while (0)
+
+/* Monotonic clock in nanoseconds / milliseconds. */
+int64_t ct__now_ns(void);
+int64_t ct__now_ms(void);
+
+/* Defensive branches (SQLite's ALWAYS/NEVER): conditions believed always/never true. */
+#define CT_ALWAYS(x) (__builtin_expect(!!(x), 1))
+#define CT_NEVER(x) (__builtin_expect(!!(x), 0))
+
+#define CT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ct needs to build, test and benchmark; silent when all are present.
+# Uses sudo when not root. Does nothing else: no downloads outside the package manager.
+set -eu
+# With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
+pkgs=(build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
+      libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist iproute2 procps)
+if [ "${1:-}" = bench ]; then
+    pkgs+=(python3 python3-torch libopenblas0-pthread)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

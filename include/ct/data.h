@@ -1,0 +1,228 @@
+/* ct/data.h — datasets, readers, transforms and the batch loader of ct's trainer.
+ *
+ * Plain C with no dependency on the tensor library: a batch is a contiguous float array
+ * (N, C, H, W) for images or (N, F) for tabular data, int64 labels (N), and the sample shape.
+ *
+ * A worked example (Fashion-MNIST, 2 replicas, this is rank 1):
+ *
+ *     ct_dataset *train = NULL;
+ *     if (ct_dataset_open_mnist(NULL, true, &train) < 0)       // NULL: CT_FASHION_MNIST_DIR
+ *         fprintf(stderr, "%s\n", ct_last_error());
+ *     const float mean[] = {0.2860f}, stdv[] = {0.3530f};
+ *     ct_loader *ld = NULL;
+ *     ct_loader_new(train, &(ct_loader_opts){.batch_size = 64, .shuffle = true, .seed = 42,
+ *                                           .rank = 1, .world_size = 2, .prefetch = 4,
+ *                                           .transform = {.mean = mean, .std = stdv}}, &ld);
+ *     for (int64_t epoch = 0; epoch < 10; epoch++) {
+ *         ct_loader_set_epoch(ld, epoch);                   // like DistributedSampler.set_epoch
+ *         ct_batch b;
+ *         while (ct_loader_next(ld, &b) > 0)
+ *             train_step(b.x, b.y, b.n);                    // b.x: (b.n, 1, 28, 28)
+ *     }
+ *     ct_loader_destroy(&ld);
+ *     ct_dataset_destroy(&train);
+ *
+ * Errors: every int-returning function returns 0 (or a count) on success and a negative CT_E*
+ * code on failure, with ct_last_error() naming the file, line, column or field. Malformed
+ * content (wrong magic, bad counts, bad sizes, unparsable CSV) is CT_EINVAL; a file that ends
+ * early or a corrupt gzip stream is CT_EIO; a missing file is CT_ENOENT.
+ *
+ * Threads: a ct_dataset's built-in readers are read-only after opening, so ct_dataset_get on
+ * them is thread-safe. A ct_loader is used by one thread at a time; with prefetch > 0 it runs
+ * its own background thread that calls ct_dataset_get (one call at a time). */
+#ifndef CT_DATA_H
+#define CT_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "ct/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CT_DATA_MAX_DIMS 4
+#define CT_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/* ---------------------------------------------------------------------------------------------
+ * Datasets
+ * ------------------------------------------------------------------------------------------ */
+
+/* A dataset: a length, a sample shape (without the batch dimension) and a way to fetch sample
+ * i as float32 values plus an int64 label. Opaque; made by the readers below or from a vtable. */
+typedef struct ct_dataset ct_dataset;
+
+/* Write your own dataset in C: fill this table and call ct_dataset_new.
+ *   get:     writes sample i (0 <= i < length) as sample_numel floats into x (C-contiguous in
+ *            the sample shape) and its label into *label; returns 0 or a negative CT_E* code
+ *            (set a message with ct_last_error's producer if you have one). May be called from
+ *            a loader's prefetch thread, never by two threads at once for one loader.
+ *   destroy: optional; called once by ct_dataset_destroy with the self pointer. */
+typedef struct ct_dataset_ops {
+    int (*get)(void *self, int64_t i, float *x, int64_t *label);
+    void (*destroy)(void *self);
+} ct_dataset_ops;
+
+/* Makes a dataset of `length` samples of the given shape (ndim 1..CT_DATA_MAX_DIMS) served by
+ * ops (copied) and self (owned from now on: passed to ops->destroy). On failure *out is NULL and
+ * ops->destroy is NOT called: the caller still owns self. Caller owns *out. */
+int ct_dataset_new(const ct_dataset_ops *ops, void *self, int64_t length, int ndim,
+                   const int64_t *shape, ct_dataset **out);
+
+/* In-memory datasets; both copy their inputs (the caller keeps x and labels).
+ * x is (length, *shape); u8 values are multiplied by `scale` on get (1/255.0f: pixels in [0,1]). */
+int ct_dataset_from_f32(const float *x, const int64_t *labels, int64_t length, int ndim,
+                        const int64_t *shape, ct_dataset **out);
+int ct_dataset_from_u8(const uint8_t *x, const int64_t *labels, int64_t length, int ndim,
+                       const int64_t *shape, float scale, ct_dataset **out);
+
+/* Frees the dataset (and its vtable self) and sets *ds to NULL; accepts NULL and *ds == NULL.
+ * Destroy every loader of a dataset before the dataset. */
+void ct_dataset_destroy(ct_dataset **ds);
+
+int64_t ct_dataset_length(const ct_dataset *ds);
+/* Writes the sample shape into shape[CT_DATA_MAX_DIMS] (may be NULL) and returns ndim. */
+int ct_dataset_shape(const ct_dataset *ds, int64_t *shape);
+/* Number of floats per sample (product of the shape). */
+int64_t ct_dataset_sample_numel(const ct_dataset *ds);
+/* Fetches sample i into x (sample_numel floats) and *label. CT_ERANGE if i is out of range. */
+int ct_dataset_get(ct_dataset *ds, int64_t i, float *x, int64_t *label);
+
+/* ---------------------------------------------------------------------------------------------
+ * Readers. Each reads its files fully into memory once (gzip is inflated in one pass) and keeps
+ * the pixels as u8, scaled to [0,1] floats on get. Caller owns *out; on failure *out is NULL.
+ * ------------------------------------------------------------------------------------------ */
+
+/* IDX (MNIST, Fashion-MNIST), gzip or raw (detected by the 1f 8b magic). Images: magic
+ * 0x00000803, dims N, H, W (u32 big-endian), N*H*W u8 pixels; sample shape (1, H, W).
+ * Labels: magic 0x00000801, dim N, N u8 labels. The two counts must match. */
+int ct_dataset_open_idx(const char *images_path, const char *labels_path, ct_dataset **out);
+
+/* {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] in dir (NULL: CT_FASHION_MNIST_DIR);
+ * train selects the 60000-sample training split, else the 10000-sample test split. */
+int ct_dataset_open_mnist(const char *dir, bool train, ct_dataset **out);
+
+/* CIFAR-10 binary: records of 1 label byte (0..9) + 3072 bytes (R, G, B planes of 32x32),
+ * the files concatenated in the order given (e.g. data_batch_1.bin .. data_batch_5.bin).
+ * Sample shape (3, 32, 32). A file whose size is not a multiple of 3073 is rejected. */
+int ct_dataset_open_cifar10(const char *const *paths, int n_paths, ct_dataset **out);
+/* data_batch_1..5.bin (train) or test_batch.bin in dir. */
+int ct_dataset_open_cifar10_dir(const char *dir, bool train, ct_dataset **out);
+
+/* CSV: one sample a line; one column is the integer label, all others float features; sample
+ * shape (F). Fields are separated by `delimiter` (0: ','), surrounding blanks are ignored, blank
+ * lines are skipped, quoting is not supported. */
+typedef struct ct_csv_opts {
+    int header;             /* 0: auto (first line has a non-numeric field), 1: yes, -1: no */
+    const char *label_name; /* label column by header name (needs a header); overrides index */
+    int label_column;       /* label column by index; negative counts from the end (-1: last) */
+    char delimiter;         /* 0: ',' */
+} ct_csv_opts;
+int ct_dataset_open_csv(const char *path, const ct_csv_opts *opts, ct_dataset **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Distributed sampler: torch.utils.data.DistributedSampler's semantics exactly.
+ *   num_samples = drop_last && n % world ? ceil((n - world) / world) : ceil(n / world)
+ *   total = num_samples * world
+ *   indices = shuffle ? permutation(seed + epoch) : 0..n-1   (same on every rank)
+ *   not drop_last: pad to total by repeating from the start; drop_last: truncate to total
+ *   shard = indices[rank : total : world]
+ * The permutation comes from ct's own RNG (not torch's randperm), deterministic in seed + epoch.
+ * ------------------------------------------------------------------------------------------ */
+typedef struct ct_sampler_opts {
+    int rank;       /* 0 <= rank < world_size */
+    int world_size; /* 0: 1 */
+    bool shuffle;
+    bool drop_last; /* drop the tail so that n divides evenly, instead of padding */
+    uint64_t seed;
+    int64_t epoch;
+} ct_sampler_opts;
+
+/* Samples per rank for a dataset of n (same on every rank); negative CT_E* on bad options. */
+int64_t ct_sampler_num_samples(int64_t n, const ct_sampler_opts *opts);
+/* Writes this rank's ct_sampler_num_samples indices into out; scratch holds at least
+ * max(n, 1) int64 (the full permutation). Returns the count written or a negative CT_E*. */
+int64_t ct_sampler_indices(int64_t n, const ct_sampler_opts *opts, int64_t *out,
+                           int64_t *scratch);
+/* A random permutation of 0..n-1 from seed (Fisher-Yates, splitmix64). */
+void ct_sampler_permutation(int64_t n, uint64_t seed, int64_t *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Transforms, applied per sample in this order (as torchvision's RandomCrop, RandomHorizontal-
+ * Flip, then Normalize on a ToTensor image): crop with zero padding, horizontal flip,
+ * normalise. Random choices depend only on (seed, epoch, dataset index), so batches reproduce
+ * across runs, ranks, prefetch on or off.
+ * ------------------------------------------------------------------------------------------ */
+typedef struct ct_transform_opts {
+    const float *mean; /* per channel (shape[0] of a (C,H,W) sample) or one value for all; */
+    const float *std;  /*   NULL: no normalisation. Both are copied by ct_loader_new. */
+    int n_mean;        /* length of mean/std; 0: the channel count C (1 for (F) samples) */
+    float hflip_p;     /* probability of a horizontal flip (0: never; needs (C,H,W)) */
+    int crop_h, crop_w; /* random crop to crop_h x crop_w (0: no crop; needs (C,H,W)) */
+    int crop_pad;       /* zero padding on each side before cropping (RandomCrop's padding) */
+} ct_transform_opts;
+
+/* The random choices for one sample: crop offsets into the padded image and the flip. */
+typedef struct ct_transform_draw {
+    int top, left;
+    bool flip;
+} ct_transform_draw;
+ct_transform_draw ct_transform_draw_for(const ct_transform_opts *t, int in_h, int in_w,
+                                        uint64_t seed, int64_t epoch, int64_t index);
+
+/* out (C, oh, ow) = crop of in (C, h, w) zero-padded by pad, window at (top, left) of the
+ * padded image, mirrored left-right if flip. oh = h, ow = w when crop is off. */
+void ct_transform_crop_flip(const float *in, int c, int h, int w, int pad, int top, int left,
+                            bool flip, float *out, int oh, int ow);
+/* x (numel) = (x - mean[ch]) / std[ch] with ch = i / (numel / n) (n = 1: one value for all). */
+void ct_transform_normalize(float *x, int64_t numel, const float *mean, const float *std, int n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Loader
+ * ------------------------------------------------------------------------------------------ */
+typedef struct ct_loader ct_loader;
+
+typedef struct ct_loader_opts {
+    int64_t batch_size; /* 0: 1 */
+    bool shuffle;       /* shuffle each epoch (permutation from seed + epoch) */
+    bool drop_last;     /* drop this rank's last incomplete batch */
+    int rank, world_size; /* distributed sampler (world_size 0: 1, no sharding) */
+    bool sampler_drop_last; /* DistributedSampler's drop_last: truncate instead of pad */
+    uint64_t seed;          /* shuffling and random transforms */
+    int prefetch;           /* batches built ahead by a background thread; 0: no thread */
+    ct_transform_opts transform;
+} ct_loader_opts;
+
+/* A batch, borrowed from the loader until the next ct_loader_next / set_epoch / destroy. */
+typedef struct ct_batch {
+    const float *x;       /* (n, shape...) contiguous */
+    const int64_t *y;     /* (n) */
+    const int64_t *index; /* (n) dataset index of each sample */
+    int64_t n;            /* samples in this batch (<= batch_size) */
+    int ndim;             /* sample dims (shape excludes n) */
+    int64_t shape[CT_DATA_MAX_DIMS];
+    int64_t batch;        /* batch number within the epoch */
+} ct_batch;
+
+/* Makes a loader over ds (borrowed: ds must outlive the loader). All buffers (prefetch ring,
+ * indices) are allocated here: no allocation per batch. The epoch starts at 0. */
+int ct_loader_new(ct_dataset *ds, const ct_loader_opts *opts, ct_loader **out);
+/* Stops the prefetch thread (safe while it is mid-batch), frees everything, sets *ld NULL. */
+void ct_loader_destroy(ct_loader **ld);
+
+/* Starts (or restarts) iterating over epoch `epoch` from its first batch; with prefetch the
+ * background thread begins building batches at once. Returns 0 or a negative CT_E*. */
+int ct_loader_set_epoch(ct_loader *ld, int64_t epoch);
+/* Next batch of the current epoch: returns 1 and fills *b, 0 at the end of the epoch (call
+ * ct_loader_set_epoch to go on), or a negative CT_E* (e.g. a dataset get failed). */
+int ct_loader_next(ct_loader *ld, ct_batch *b);
+
+int64_t ct_loader_num_batches(const ct_loader *ld); /* per epoch, on this rank */
+int64_t ct_loader_num_samples(const ct_loader *ld); /* per epoch, on this rank */
+/* Batch sample shape (after the crop) into shape[CT_DATA_MAX_DIMS]; returns ndim. */
+int ct_loader_shape(const ct_loader *ld, int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,227 @@
+/* trainer/data/dataset.c — the ct_dataset object: a length, a sample shape and a get function,
+ * plus the in-memory datasets (u8 scaled, or f32) that every reader produces.
+ *
+ * Not here: file formats (idx.c, cifar.c, csv.c), batching (loader.c). */
+#include <stdlib.h>
+#include <string.h>
+#include "common/common.h"
+#include "trainer/data/data_internal.h"
+
+struct ct_dataset {
+    ct_dataset_ops ops;
+    void *self;
+    int64_t length;
+    int ndim;
+    int64_t shape[CT_DATA_MAX_DIMS];
+    int64_t numel; /* floats per sample */
+};
+
+int ct_dataset_new(const ct_dataset_ops *ops, void *self, int64_t length, int ndim,
+                   const int64_t *shape, ct_dataset **out)
+{
+    if (!out)
+        return ct__error(CT_EINVAL, "ct_dataset_new: out is NULL");
+    *out = NULL;
+    if (!ops || !ops->get)
+        return ct__error(CT_EINVAL, "ct_dataset_new: ops->get is NULL");
+    if (length < 0)
+        return ct__error(CT_EINVAL, "ct_dataset_new: length %lld < 0", (long long)length);
+    if (ndim < 1 || ndim > CT_DATA_MAX_DIMS || !shape)
+        return ct__error(CT_EINVAL, "ct_dataset_new: ndim %d not in 1..%d", ndim,
+                         CT_DATA_MAX_DIMS);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] <= 0)
+            return ct__error(CT_EINVAL, "ct_dataset_new: shape[%d] = %lld must be > 0", d,
+                             (long long)shape[d]);
+        numel *= shape[d];
+    }
+    ct_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        return ct__error(CT_ENOMEM, "ct_dataset_new: out of memory");
+    ds->ops = *ops;
+    ds->self = self;
+    ds->length = length;
+    ds->ndim = ndim;
+    memcpy(ds->shape, shape, (size_t)ndim * sizeof *shape);
+    ds->numel = numel;
+    *out = ds;
+    return 0;
+}
+
+void ct_dataset_destroy(ct_dataset **ds)
+{
+    if (!ds || !*ds)
+        return;
+    if ((*ds)->ops.destroy)
+        (*ds)->ops.destroy((*ds)->self);
+    free(*ds);
+    *ds = NULL;
+}
+
+int64_t ct_dataset_length(const ct_dataset *ds)
+{
+    return ds ? ds->length : 0;
+}
+
+int ct_dataset_shape(const ct_dataset *ds, int64_t *shape)
+{
+    if (!ds)
+        return 0;
+    if (shape)
+        memcpy(shape, ds->shape, (size_t)ds->ndim * sizeof *shape);
+    return ds->ndim;
+}
+
+int64_t ct_dataset_sample_numel(const ct_dataset *ds)
+{
+    return ds ? ds->numel : 0;
+}
+
+int ct_dataset_get(ct_dataset *ds, int64_t i, float *x, int64_t *label)
+{
+    if (!ds || !x || !label)
+        return ct__error(CT_EINVAL, "ct_dataset_get: NULL argument");
+    if (i < 0 || i >= ds->length)
+        return ct__error(CT_ERANGE, "ct_dataset_get: index %lld not in [0, %lld)", (long long)i,
+                         (long long)ds->length);
+    return ds->ops.get(ds->self, i, x, label);
+}
+
+/* ---- in-memory datasets ------------------------------------------------------------------ */
+
+typedef struct mem_ds {
+    uint8_t *u8;    /* (length, numel) or NULL */
+    float *f32;     /* (length, numel) or NULL */
+    int64_t *labels; /* (length) */
+    int64_t numel;
+    float scale;
+} mem_ds;
+
+static void mem_destroy(void *self)
+{
+    mem_ds *m = self;
+    free(m->u8);
+    free(m->f32);
+    free(m->labels);
+    free(m);
+}
+
+static int mem_get_u8(void *self, int64_t i, float *x, int64_t *label)
+{
+    const mem_ds *m = self;
+    const uint8_t *src = m->u8 + i * m->numel;
+    const float s = m->scale;
+    for (int64_t k = 0; k < m->numel; k++)
+        x[k] = (float)src[k] * s;
+    *label = m->labels[i];
+    return 0;
+}
+
+static int mem_get_f32(void *self, int64_t i, float *x, int64_t *label)
+{
+    const mem_ds *m = self;
+    memcpy(x, m->f32 + i * m->numel, (size_t)m->numel * sizeof *x);
+    *label = m->labels[i];
+    return 0;
+}
+
+static int64_t shape_numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim && shape; d++)
+        n *= shape[d] > 0 ? shape[d] : 0;
+    return n;
+}
+
+/* Takes ownership of u8 or f32 and labels; frees them on failure. */
+static int mem_new(uint8_t *u8, float *f32, int64_t *labels, int64_t length, int ndim,
+                   const int64_t *shape, float scale, ct_dataset **out)
+{
+    static const ct_dataset_ops u8_ops = {mem_get_u8, mem_destroy};
+    static const ct_dataset_ops f32_ops = {mem_get_f32, mem_destroy};
+    int rc = CT_ENOMEM;
+    mem_ds *m = calloc(1, sizeof *m);
+    if (!m) {
+        rc = ct__error(CT_ENOMEM, "dataset: out of memory");
+        goto err;
+    }
+    m->u8 = u8;
+    m->f32 = f32;
+    m->labels = labels;
+    m->numel = shape_numel(ndim, shape);
+    m->scale = scale;
+    rc = ct_dataset_new(u8 ? &u8_ops : &f32_ops, m, length, ndim, shape, out);
+    if (rc < 0)
+        goto err;
+    return 0;
+err:
+    if (m)
+        free(m);
+    free(u8);
+    free(f32);
+    free(labels);
+    return rc;
+}
+
+int ct__dataset_u8_take(uint8_t *x, int64_t *labels, int64_t length, int ndim,
+                        const int64_t *shape, float scale, ct_dataset **out)
+{
+    return mem_new(x, NULL, labels, length, ndim, shape, scale, out);
+}
+
+/* Copies (length, numel) elements of size elt and the labels; shared by both public makers. */
+static int mem_copy(const void *x, size_t elt, const int64_t *labels, int64_t length, int ndim,
+                    const int64_t *shape, void **xc, int64_t **lc)
+{
+    *xc = NULL;
+    *lc = NULL;
+    if (length < 0 || ndim < 1 || ndim > CT_DATA_MAX_DIMS || !shape)
+        return ct__error(CT_EINVAL, "dataset: bad length %lld or ndim %d", (long long)length,
+                         ndim);
+    if ((length > 0 && (!x || !labels)))
+        return ct__error(CT_EINVAL, "dataset: x or labels is NULL");
+    size_t nx = (size_t)length * (size_t)shape_numel(ndim, shape) * elt;
+    *xc = malloc(nx ? nx : 1);
+    *lc = malloc(length ? (size_t)length * sizeof **lc : 1);
+    if (!*xc || !*lc) {
+        free(*xc);
+        free(*lc);
+        *xc = NULL;
+        *lc = NULL;
+        return ct__error(CT_ENOMEM, "dataset: out of memory copying %zu bytes", nx);
+    }
+    if (nx)
+        memcpy(*xc, x, nx);
+    if (length)
+        memcpy(*lc, labels, (size_t)length * sizeof **lc);
+    return 0;
+}
+
+int ct_dataset_from_f32(const float *x, const int64_t *labels, int64_t length, int ndim,
+                        const int64_t *shape, ct_dataset **out)
+{
+    if (!out)
+        return ct__error(CT_EINVAL, "ct_dataset_from_f32: out is NULL");
+    *out = NULL;
+    void *xc;
+    int64_t *lc;
+    int rc = mem_copy(x, sizeof(float), labels, length, ndim, shape, &xc, &lc);
+    if (rc < 0)
+        return rc;
+    return mem_new(NULL, xc, lc, length, ndim, shape, 1.0f, out);
+}
+
+int ct_dataset_from_u8(const uint8_t *x, const int64_t *labels, int64_t length, int ndim,
+                       const int64_t *shape, float scale, ct_dataset **out)
+{
+    if (!out)
+        return ct__error(CT_EINVAL, "ct_dataset_from_u8: out is NULL");
+    *out = NULL;
+    void *xc;
+    int64_t *lc;
+    int rc = mem_copy(x, 1, labels, length, ndim, shape, &xc, &lc);
+    if (rc < 0)
+        return rc;
+    return mem_new(xc, NULL, lc, length, ndim, shape, scale, out);
+}

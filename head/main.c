@@ -1,0 +1,78 @@
+/* head/main.c — ct-head: the command-line front of ct__head_run (head/head.c).
+ * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
+ * prints exactly "listening on H:P" once it serves. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/common.h"
+#include "head/head.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]\n"
+               "  --port P           port to listen on (0: pick a free one)\n"
+               "  --host H           address to bind (default 127.0.0.1; 0.0.0.0 for all)\n"
+               "  --heartbeat-ms N   period nodes heartbeat at (default 100)\n"
+               "  --dead-after-ms N  a node is dead after N ms without heartbeat (default 1000)\n"
+               "prints \"listening on H:P\" once it serves.\n");
+}
+
+static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    if (!v) {
+        fprintf(stderr, "ct-head: %s needs a value\n", flag);
+        return -1;
+    }
+    long x = strtol(v, &end, 10);
+    if (*v == 0 || *end || x < lo || x > hi) {
+        fprintf(stderr, "ct-head: %s: '%s' is not an integer in [%d, %d]\n", flag, v, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    ct_head_opts o = {.port = -1, .ready_fd = -1, .watch_fd = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--port")) {
+            if (parse_int(a, v, 0, 65535, &o.port))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--host")) {
+            if (!v) {
+                fprintf(stderr, "ct-head: --host needs a value\n");
+                return 2;
+            }
+            o.host = v;
+            i++;
+        } else if (!strcmp(a, "--heartbeat-ms")) {
+            if (parse_int(a, v, 1, 60000, &o.heartbeat_ms))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--dead-after-ms")) {
+            if (parse_int(a, v, 1, 3600000, &o.dead_after_ms))
+                return 2;
+            i++;
+        } else {
+            fprintf(stderr, "ct-head: unknown argument '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (o.port < 0) {
+        fprintf(stderr, "ct-head: --port is required (0 picks a free port; see --help)\n");
+        return 2;
+    }
+    int rc = ct__head_run(&o);
+    if (rc) {
+        fprintf(stderr, "ct-head: %s\n", ct_last_error());
+        return 1;
+    }
+    return 0;
+}

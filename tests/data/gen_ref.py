@@ -30,7 +30,7 @@ mean = torch.tensor([0.4914, 0.2023])
 std = torch.tensor([0.2470, 0.3530])
 cases = [(0, 0, 0, 3, 4, False), (0, 0, 0, 3, 4, True), (1, 0, 0, 3, 4, False),
          (1, 2, 2, 3, 4, True), (2, 1, 3, 2, 3, False), (2, 4, 0, 3, 2, True),
-         (1, 0, 2, 5, 6, True)]
+         (1, 0, 0, 5, 6, True)]
 with open("tests/data/transform_ref.txt", "w") as f:
     f.write("in :%s\n" % "".join(" %.9g" % v for v in img.flatten().tolist()))
     f.write("mean :%s\n" % "".join(" %.9g" % v for v in mean.tolist()))

@@ -1,0 +1,797 @@
+/* trainer/optim/optim.c — SGD, Adam and AdamW over borrowed f32 parameter arrays, with PyTorch
+ * 1.13's exact update rules (torch.optim.*, single-tensor path) and a named state dict.
+ *
+ * Not here: schedulers (sched.c), tensors, CUDA, foreach/fused variants.
+ *
+ * Layout: params[] in group order (group g owns params[first .. first+count)); per parameter
+ * state arrays of numel floats, allocated on the parameter's first step:
+ *   SGD:  buf = momentum_buffer (momentum != 0 only)
+ *   Adam: buf = exp_avg, sq = exp_avg_sq, mx = max_exp_avg_sq (amsgrad only), step.
+ * Arithmetic mirrors ATen's float kernels: hyper-parameters are doubles (Python floats) that are
+ * rounded to float where ATen rounds them, and each tensor op is rounded as ATen rounds it. */
+#define _GNU_SOURCE /* asprintf */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "ct/optim.h"
+#include "trainer/optim/optim_internal.h"
+
+enum kind { K_SGD, K_ADAM, K_ADAMW };
+
+typedef struct group {
+    double lr, momentum, dampening, weight_decay, beta1, beta2, eps;
+    bool nesterov, amsgrad, maximize;
+    bool has_initial_lr;
+    double initial_lr;
+    int first, count;
+} group;
+
+typedef struct pstate {
+    char *name;
+    float *value, *grad;
+    int64_t numel;
+    int group;
+    bool has_state;
+    double step;
+    float *buf; /* momentum_buffer (SGD) or exp_avg (Adam) */
+    float *sq;  /* exp_avg_sq */
+    float *mx;  /* max_exp_avg_sq */
+} pstate;
+
+struct ct_optim {
+    enum kind kind;
+    group *groups;
+    int ngroups;
+    pstate *p;
+    int nparams;
+    /* the last state dict: entries and the names they point at */
+    ct_state_entry *entries;
+    char **names;
+    int nentries;
+};
+
+static const char *kind_name[] = {"sgd", "adam", "adamw"};
+
+/* Resolves a "zero means default" field: 0.0 -> def, -0.0 (CT_ZERO) -> 0.0, else v. */
+static double dflt(double v, double def)
+{
+    if (v == 0.0)
+        return signbit(v) ? 0.0 : def;
+    return v;
+}
+
+int ct_sgd_opts_check(const ct_sgd_opts *opts)
+{
+    if (!opts)
+        return 0;
+    if (!(opts->lr >= 0.0))
+        return ct__error(CT_EINVAL, "sgd: lr = %g: must be >= 0", opts->lr);
+    if (!(opts->momentum >= 0.0))
+        return ct__error(CT_EINVAL, "sgd: momentum = %g: must be >= 0", opts->momentum);
+    if (!(opts->dampening >= 0.0))
+        return ct__error(CT_EINVAL, "sgd: dampening = %g: must be >= 0", opts->dampening);
+    if (!(opts->weight_decay >= 0.0))
+        return ct__error(CT_EINVAL, "sgd: weight_decay = %g: must be >= 0", opts->weight_decay);
+    if (opts->nesterov && (opts->momentum <= 0.0 || opts->dampening != 0.0))
+        return ct__error(CT_EINVAL,
+                         "sgd: nesterov needs momentum > 0 and dampening = 0 "
+                         "(momentum = %g, dampening = %g)",
+                         opts->momentum, opts->dampening);
+    return 0;
+}
+
+int ct_adam_opts_check(const ct_adam_opts *opts)
+{
+    if (!opts)
+        return 0;
+    if (!(opts->lr >= 0.0))
+        return ct__error(CT_EINVAL, "adam: lr = %g: must be >= 0", opts->lr);
+    if (!(opts->eps >= 0.0))
+        return ct__error(CT_EINVAL, "adam: eps = %g: must be >= 0", opts->eps);
+    if (!(opts->beta1 >= 0.0 && opts->beta1 < 1.0))
+        return ct__error(CT_EINVAL, "adam: beta1 = %g: must be in [0, 1)", opts->beta1);
+    if (!(opts->beta2 >= 0.0 && opts->beta2 < 1.0))
+        return ct__error(CT_EINVAL, "adam: beta2 = %g: must be in [0, 1)", opts->beta2);
+    if (!(opts->weight_decay >= 0.0))
+        return ct__error(CT_EINVAL, "adam: weight_decay = %g: must be >= 0", opts->weight_decay);
+    return 0;
+}
+
+/* Fills g's hyper-parameters from opts (NULL: defaults); checks them. */
+static int group_from_opts(enum kind kind, const void *opts, group *g)
+{
+    memset(g, 0, sizeof *g);
+    if (kind == K_SGD) {
+        ct_sgd_opts d = {0};
+        const ct_sgd_opts *s = opts ? opts : &d;
+        int rc = ct_sgd_opts_check(s);
+        if (rc)
+            return rc;
+        g->lr = dflt(s->lr, 1e-3);
+        g->momentum = s->momentum;
+        g->dampening = s->dampening;
+        g->nesterov = s->nesterov;
+        g->weight_decay = s->weight_decay;
+        g->maximize = s->maximize;
+    } else {
+        ct_adam_opts d = {0};
+        const ct_adam_opts *a = opts ? opts : &d;
+        int rc = ct_adam_opts_check(a);
+        if (rc)
+            return rc;
+        g->lr = dflt(a->lr, 1e-3);
+        g->beta1 = dflt(a->beta1, 0.9);
+        g->beta2 = dflt(a->beta2, 0.999);
+        g->eps = dflt(a->eps, 1e-8);
+        g->weight_decay = dflt(a->weight_decay, kind == K_ADAMW ? 1e-2 : 0.0);
+        g->amsgrad = a->amsgrad;
+        g->maximize = a->maximize;
+    }
+    return 0;
+}
+
+static int check_params(const ct_optim *o, const ct_param_ref *params, int n)
+{
+    if (n < 0 || (n > 0 && !params))
+        return ct__error(CT_EINVAL, "optim: params: %d parameters at %p", n, (void *)params);
+    for (int i = 0; i < n; i++) {
+        const ct_param_ref *r = &params[i];
+        if (!r->name || !r->name[0])
+            return ct__error(CT_EINVAL, "optim: params[%d].name is empty", i);
+        if (r->numel < 0 || (r->numel > 0 && !r->value))
+            return ct__error(CT_EINVAL, "optim: params[%d] '%s': numel %lld with value %p", i,
+                             r->name, (long long)r->numel, (void *)r->value);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(params[j].name, r->name))
+                return ct__error(CT_EINVAL, "optim: params[%d].name '%s' is not unique", i,
+                                 r->name);
+        for (int j = 0; o && j < o->nparams; j++)
+            if (!strcmp(o->p[j].name, r->name))
+                return ct__error(CT_EINVAL,
+                                 "optim: params[%d].name '%s' is already in the optimizer", i,
+                                 r->name);
+    }
+    return 0;
+}
+
+static int add_group(ct_optim *o, const ct_param_ref *params, int n, const void *opts)
+{
+    group g;
+    int rc = group_from_opts(o->kind, opts, &g);
+    if (rc)
+        return rc;
+    if ((rc = check_params(o, params, n)))
+        return rc;
+    group *ng = realloc(o->groups, (size_t)(o->ngroups + 1) * sizeof *ng);
+    if (!ng)
+        return ct__error(CT_ENOMEM, "optim: out of memory");
+    o->groups = ng;
+    pstate *np = realloc(o->p, (size_t)(o->nparams + n + 1) * sizeof *np);
+    if (!np)
+        return ct__error(CT_ENOMEM, "optim: out of memory");
+    o->p = np;
+    int first = o->nparams;
+    for (int i = 0; i < n; i++) {
+        pstate *p = &o->p[first + i];
+        memset(p, 0, sizeof *p);
+        p->name = strdup(params[i].name);
+        if (!p->name) {
+            for (int j = 0; j < i; j++)
+                free(o->p[first + j].name);
+            return ct__error(CT_ENOMEM, "optim: out of memory");
+        }
+        p->value = params[i].value;
+        p->grad = params[i].grad;
+        p->numel = params[i].numel;
+        p->group = o->ngroups;
+    }
+    g.first = first;
+    g.count = n;
+    o->groups[o->ngroups++] = g;
+    o->nparams += n;
+    return o->ngroups - 1;
+}
+
+static ct_optim *optim_new(enum kind kind, const ct_param_ref *params, int n, const void *opts)
+{
+    ct_optim *o = calloc(1, sizeof *o);
+    if (!o) {
+        ct__error(CT_ENOMEM, "optim: out of memory");
+        return NULL;
+    }
+    o->kind = kind;
+    if (add_group(o, params, n, opts) < 0)
+        goto err;
+    return o;
+err:
+    ct_optim_destroy(&o);
+    return NULL;
+}
+
+ct_optim *ct_optim_sgd_new(const ct_param_ref *params, int n, const ct_sgd_opts *opts)
+{
+    return optim_new(K_SGD, params, n, opts);
+}
+
+ct_optim *ct_optim_adam_new(const ct_param_ref *params, int n, const ct_adam_opts *opts)
+{
+    return optim_new(K_ADAM, params, n, opts);
+}
+
+ct_optim *ct_optim_adamw_new(const ct_param_ref *params, int n, const ct_adam_opts *opts)
+{
+    return optim_new(K_ADAMW, params, n, opts);
+}
+
+int ct_optim_add_group(ct_optim *o, const ct_param_ref *params, int n, const void *opts)
+{
+    if (!o)
+        return ct__error(CT_EINVAL, "optim_add_group: optimizer is NULL");
+    return add_group(o, params, n, opts);
+}
+
+static void free_entries(ct_optim *o)
+{
+    for (int i = 0; i < o->nentries; i++)
+        free(o->names[i]);
+    free(o->names);
+    free(o->entries);
+    o->names = NULL;
+    o->entries = NULL;
+    o->nentries = 0;
+}
+
+static void free_state(pstate *p)
+{
+    free(p->buf);
+    free(p->sq);
+    free(p->mx);
+    p->buf = p->sq = p->mx = NULL;
+    p->has_state = false;
+    p->step = 0;
+}
+
+void ct_optim_destroy(ct_optim **op)
+{
+    if (!op || !*op)
+        return;
+    ct_optim *o = *op;
+    for (int i = 0; i < o->nparams; i++) {
+        free_state(&o->p[i]);
+        free(o->p[i].name);
+    }
+    free(o->p);
+    free(o->groups);
+    free_entries(o);
+    free(o);
+    *op = NULL;
+}
+
+/* ---- update kernels ------------------------------------------------------------------------
+ * Flags are loop-invariant: at -O3 the compiler unswitches and vectorises each variant. */
+
+static void sgd_update(float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
+                       const group *gr, bool first)
+{
+    const float wd = (float)gr->weight_decay, mom = (float)gr->momentum;
+    const float damp1 = (float)(1.0 - gr->dampening), neg_lr = (float)(-gr->lr);
+    const bool use_wd = gr->weight_decay != 0.0, use_mom = gr->momentum != 0.0;
+    const bool nesterov = gr->nesterov, maximize = gr->maximize;
+    for (int64_t i = 0; i < n; i++) {
+        float d = maximize ? -g[i] : g[i];
+        if (use_wd)
+            d = d + wd * p[i];
+        if (use_mom) {
+            float b = first ? d : buf[i] * mom + damp1 * d;
+            buf[i] = b;
+            d = nesterov ? d + mom * b : b;
+        }
+        p[i] = p[i] + neg_lr * d;
+    }
+}
+
+static void adam_update(float *restrict p, const float *restrict g, float *restrict m,
+                        float *restrict v, float *restrict mx, int64_t n, const group *gr,
+                        bool decoupled, double step)
+{
+    const float b1 = (float)gr->beta1, b2 = (float)gr->beta2;
+    const float omb1 = (float)(1.0 - gr->beta1), omb2 = (float)(1.0 - gr->beta2);
+    const double bc1 = 1.0 - pow(gr->beta1, step), bc2 = 1.0 - pow(gr->beta2, step);
+    const float neg_step_size = (float)(-(gr->lr / bc1));
+    const float bc2_sqrt = (float)sqrt(bc2), eps = (float)gr->eps;
+    const bool maximize = gr->maximize, amsgrad = gr->amsgrad;
+    const bool l2 = !decoupled && gr->weight_decay != 0.0;
+    const float wd = (float)gr->weight_decay;
+    /* AdamW's decay p *= 1 - lr*wd comes first; decay is 1 for Adam. */
+    const float decay = decoupled ? (float)(1.0 - gr->lr * gr->weight_decay) : 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float d = maximize ? -g[i] : g[i];
+        float pi = p[i] * decay;
+        if (l2)
+            d = d + wd * pi;
+        float mi = m[i] * b1 + omb1 * d;
+        float vi = v[i] * b2 + omb2 * d * d;
+        m[i] = mi;
+        v[i] = vi;
+        if (amsgrad) {
+            vi = mx[i] > vi ? mx[i] : vi;
+            mx[i] = vi;
+        }
+        float den = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = pi + neg_step_size * mi / den;
+    }
+}
+
+/* Allocates p's state arrays for the current hyper-parameters (zeroed). */
+static int alloc_state(ct_optim *o, pstate *p)
+{
+    const group *gr = &o->groups[p->group];
+    size_t bytes = (size_t)(p->numel ? p->numel : 1) * sizeof(float);
+    if (o->kind == K_SGD) {
+        if (gr->momentum != 0.0 && !p->buf && !(p->buf = calloc(1, bytes)))
+            goto err;
+    } else {
+        if (!p->buf && !(p->buf = calloc(1, bytes)))
+            goto err;
+        if (!p->sq && !(p->sq = calloc(1, bytes)))
+            goto err;
+        if (gr->amsgrad && !p->mx && !(p->mx = calloc(1, bytes)))
+            goto err;
+    }
+    return 0;
+err:
+    return ct__error(CT_ENOMEM, "optim: out of memory for the state of '%s' (%lld floats)", p->name,
+                     (long long)p->numel);
+}
+
+int ct_optim_step(ct_optim *o)
+{
+    if (!o)
+        return ct__error(CT_EINVAL, "optim_step: optimizer is NULL");
+    for (int i = 0; i < o->nparams; i++) {
+        pstate *p = &o->p[i];
+        const group *gr = &o->groups[p->group];
+        if (!p->grad)
+            continue;
+        int rc = alloc_state(o, p);
+        if (rc)
+            return rc;
+        if (o->kind == K_SGD) {
+            /* torch creates the momentum buffer from the gradient on the first step with
+             * momentum; a buffer restored from a state dict counts as existing. */
+            bool first = !p->has_state;
+            sgd_update(p->value, p->grad, p->buf, p->numel, gr, first);
+            if (gr->momentum != 0.0)
+                p->has_state = true;
+        } else {
+            if (gr->amsgrad && !p->mx)
+                return ct__error(CT_EINVAL, "optim: '%s' has no max_exp_avg_sq", p->name);
+            p->step += 1.0;
+            adam_update(p->value, p->grad, p->buf, p->sq, p->mx, p->numel, gr, o->kind == K_ADAMW,
+                        p->step);
+            p->has_state = true;
+        }
+    }
+    return 0;
+}
+
+void ct_optim_zero_grad(ct_optim *o)
+{
+    if (!o)
+        return;
+    for (int i = 0; i < o->nparams; i++)
+        if (o->p[i].grad && o->p[i].numel)
+            memset(o->p[i].grad, 0, (size_t)o->p[i].numel * sizeof(float));
+}
+
+int ct_optim_set_param_ptrs(ct_optim *o, int i, float *value, float *grad)
+{
+    if (!o || i < 0 || i >= o->nparams)
+        return ct__error(CT_EINVAL, "optim_set_param_ptrs: index %d out of range", i);
+    if (o->p[i].numel > 0 && !value)
+        return ct__error(CT_EINVAL, "optim_set_param_ptrs: '%s': value is NULL", o->p[i].name);
+    o->p[i].value = value;
+    o->p[i].grad = grad;
+    return 0;
+}
+
+int ct_optim_num_params(const ct_optim *o)
+{
+    return o ? o->nparams : 0;
+}
+
+int ct_optim_num_groups(const ct_optim *o)
+{
+    return o ? o->ngroups : 0;
+}
+
+const char *ct_optim_kind(const ct_optim *o)
+{
+    return o ? kind_name[o->kind] : "";
+}
+
+double ct_optim_get_lr(const ct_optim *o, int g)
+{
+    if (!o || g < 0 || g >= o->ngroups)
+        return NAN;
+    return o->groups[g].lr;
+}
+
+int ct_optim_set_lr(ct_optim *o, int g, double lr)
+{
+    if (!o || g >= o->ngroups)
+        return ct__error(CT_EINVAL, "optim_set_lr: group %d out of range", g);
+    if (!(lr >= 0.0))
+        return ct__error(CT_EINVAL, "optim_set_lr: lr = %g: must be >= 0", lr);
+    for (int i = 0; i < o->ngroups; i++)
+        if (g < 0 || i == g)
+            o->groups[i].lr = lr;
+    return 0;
+}
+
+double ct__optim_initial_lr(ct_optim *o, int g)
+{
+    group *gr = &o->groups[g];
+    if (!gr->has_initial_lr) {
+        gr->has_initial_lr = true;
+        gr->initial_lr = gr->lr;
+    }
+    return gr->initial_lr;
+}
+
+/* ---- state dict ----------------------------------------------------------------------------- */
+
+/* Group hyper-parameters by name: which kinds have them, and where they live. */
+typedef struct hyper {
+    const char *name;
+    unsigned kinds; /* bit per enum kind */
+    size_t off;     /* offset of a double, or of a bool when is_bool */
+    bool is_bool;
+} hyper;
+
+#define SGD_ (1u << K_SGD)
+#define ADAM_ ((1u << K_ADAM) | (1u << K_ADAMW))
+static const hyper hypers[] = {
+    {"lr", SGD_ | ADAM_, offsetof(group, lr), false},
+    {"momentum", SGD_, offsetof(group, momentum), false},
+    {"dampening", SGD_, offsetof(group, dampening), false},
+    {"nesterov", SGD_, offsetof(group, nesterov), true},
+    {"weight_decay", SGD_ | ADAM_, offsetof(group, weight_decay), false},
+    {"beta1", ADAM_, offsetof(group, beta1), false},
+    {"beta2", ADAM_, offsetof(group, beta2), false},
+    {"eps", ADAM_, offsetof(group, eps), false},
+    {"amsgrad", ADAM_, offsetof(group, amsgrad), true},
+    {"maximize", SGD_ | ADAM_, offsetof(group, maximize), true},
+    {"initial_lr", SGD_ | ADAM_, offsetof(group, initial_lr), false},
+};
+#define INITIAL_LR_IDX 10
+
+static double hyper_get(const group *g, const hyper *h)
+{
+    const char *base = (const char *)g + h->off;
+    return h->is_bool ? (double)*(const bool *)base : *(const double *)base;
+}
+
+static void hyper_set(group *g, const hyper *h, double v)
+{
+    if (h == &hypers[INITIAL_LR_IDX])
+        g->has_initial_lr = true;
+    char *base = (char *)g + h->off;
+    if (h->is_bool)
+        *(bool *)base = v != 0.0;
+    else
+        *(double *)base = v;
+}
+
+/* Per-parameter state pieces. */
+enum { PS_MOM = 1, PS_STEP = 2, PS_AVG = 4, PS_SQ = 8, PS_MX = 16 };
+static const struct {
+    const char *suffix;
+    int bit;
+    bool tensor;
+} pieces[] = {
+    {".momentum_buffer", PS_MOM, true}, {".step", PS_STEP, false},
+    {".exp_avg", PS_AVG, true},         {".exp_avg_sq", PS_SQ, true},
+    {".max_exp_avg_sq", PS_MX, true},
+};
+
+static int push(ct_optim *o, int *cap, char *name, ct_state_entry e)
+{
+    if (!name)
+        return ct__error(CT_ENOMEM, "optim_state_dict: out of memory");
+    if (o->nentries == *cap) {
+        int nc = *cap ? *cap * 2 : 16;
+        ct_state_entry *ne = realloc(o->entries, (size_t)nc * sizeof *ne);
+        if (ne)
+            o->entries = ne;
+        char **nn = realloc(o->names, (size_t)nc * sizeof *nn);
+        if (nn)
+            o->names = nn;
+        if (!ne || !nn) {
+            free(name);
+            return ct__error(CT_ENOMEM, "optim_state_dict: out of memory");
+        }
+        *cap = nc;
+    }
+    e.name = name;
+    o->names[o->nentries] = name;
+    o->entries[o->nentries++] = e;
+    return 0;
+}
+
+int ct_optim_state_dict(ct_optim *o, const ct_state_entry **entries, int *n)
+{
+    if (!o || !entries || !n)
+        return ct__error(CT_EINVAL, "optim_state_dict: NULL argument");
+    free_entries(o);
+    int cap = 0, rc;
+    if ((rc = push(o, &cap, strdup("type"),
+                   (ct_state_entry){.kind = CT_STATE_STRING, .str = kind_name[o->kind]})))
+        goto err;
+    for (int g = 0; g < o->ngroups; g++) {
+        for (size_t h = 0; h < CT_ARRAY_LEN(hypers); h++) {
+            if (!(hypers[h].kinds & (1u << o->kind)))
+                continue;
+            if (h == INITIAL_LR_IDX && !o->groups[g].has_initial_lr)
+                continue;
+            char *name = NULL;
+            if (asprintf(&name, "param_groups.%d.%s", g, hypers[h].name) < 0)
+                name = NULL;
+            if ((rc = push(o, &cap, name,
+                           (ct_state_entry){.kind = CT_STATE_SCALAR,
+                                            .scalar = hyper_get(&o->groups[g], &hypers[h])})))
+                goto err;
+        }
+    }
+    for (int i = 0; i < o->nparams; i++) {
+        pstate *p = &o->p[i];
+        if (!p->has_state)
+            continue;
+        const float *data[] = {p->buf, NULL, p->buf, p->sq, p->mx};
+        for (size_t k = 0; k < CT_ARRAY_LEN(pieces); k++) {
+            bool is_sgd_piece = pieces[k].bit == PS_MOM;
+            if (is_sgd_piece != (o->kind == K_SGD) || (pieces[k].tensor && !data[k]))
+                continue;
+            char *name = NULL;
+            if (asprintf(&name, "%s%s", p->name, pieces[k].suffix) < 0)
+                name = NULL;
+            ct_state_entry e = {.kind = pieces[k].tensor ? CT_STATE_TENSOR : CT_STATE_SCALAR};
+            if (pieces[k].tensor) {
+                e.data = data[k];
+                e.numel = p->numel;
+            } else {
+                e.scalar = p->step;
+            }
+            if ((rc = push(o, &cap, name, e)))
+                goto err;
+        }
+    }
+    *entries = o->entries;
+    *n = o->nentries;
+    return 0;
+err:
+    free_entries(o);
+    return rc;
+}
+
+static int find_param(const ct_optim *o, const char *name, size_t len)
+{
+    for (int i = 0; i < o->nparams; i++)
+        if (strlen(o->p[i].name) == len && !strncmp(o->p[i].name, name, len))
+            return i;
+    return -1;
+}
+
+int ct_optim_load_state_dict(ct_optim *o, const ct_state_entry *entries, int n)
+{
+    int rc = 0;
+    int *mask = NULL;
+    group *ng = NULL;
+    float **fresh = NULL; /* newly allocated arrays: 3 per parameter */
+    if (!o || n < 0 || (n > 0 && !entries))
+        return ct__error(CT_EINVAL, "optim_load_state_dict: NULL argument");
+    mask = calloc((size_t)o->nparams + 1, sizeof *mask);
+    ng = malloc((size_t)o->ngroups * sizeof *ng + 1);
+    fresh = calloc((size_t)o->nparams * 3 + 1, sizeof *fresh);
+    if (!mask || !ng || !fresh) {
+        rc = ct__error(CT_ENOMEM, "optim_load_state_dict: out of memory");
+        goto out;
+    }
+    memcpy(ng, o->groups, (size_t)o->ngroups * sizeof *ng);
+    bool have_type = false;
+    unsigned char *have_lr = (unsigned char *)calloc((size_t)o->ngroups + 1, 1);
+    if (!have_lr) {
+        rc = ct__error(CT_ENOMEM, "optim_load_state_dict: out of memory");
+        goto out;
+    }
+    /* Pass 1: validate every entry, collect hyper-parameters into ng. */
+    for (int e = 0; e < n && !rc; e++) {
+        const ct_state_entry *en = &entries[e];
+        const char *name = en->name ? en->name : "";
+        if (!strcmp(name, "type")) {
+            if (en->kind != CT_STATE_STRING || !en->str || strcmp(en->str, kind_name[o->kind]))
+                rc = ct__error(CT_EINVAL, "optim state 'type' is '%s', this optimizer is '%s'",
+                               en->kind == CT_STATE_STRING && en->str ? en->str : "?",
+                               kind_name[o->kind]);
+            have_type = true;
+            continue;
+        }
+        int g, off = 0;
+        if (sscanf(name, "param_groups.%d.%n", &g, &off) == 1 && off > 0) {
+            const char *hn = name + off;
+            if (g < 0 || g >= o->ngroups) {
+                rc = ct__error(CT_EINVAL,
+                               "optim state '%s': group %d, this optimizer has %d group(s)", name,
+                               g, o->ngroups);
+                break;
+            }
+            size_t h = 0;
+            for (; h < CT_ARRAY_LEN(hypers); h++)
+                if ((hypers[h].kinds & (1u << o->kind)) && !strcmp(hypers[h].name, hn))
+                    break;
+            if (h == CT_ARRAY_LEN(hypers)) {
+                rc = ct__error(CT_EINVAL, "optim state '%s': unknown hyper-parameter '%s' for %s",
+                               name, hn, kind_name[o->kind]);
+                break;
+            }
+            if (en->kind != CT_STATE_SCALAR) {
+                rc = ct__error(CT_EINVAL, "optim state '%s': expected a scalar", name);
+                break;
+            }
+            if (h == 0)
+                have_lr[g] = 1;
+            hyper_set(&ng[g], &hypers[h], en->scalar);
+            continue;
+        }
+        /* "<param><suffix>": try each suffix (longest match wins: exp_avg vs exp_avg_sq). */
+        size_t len = strlen(name);
+        int pi = -1, k = -1;
+        for (size_t s = 0; s < CT_ARRAY_LEN(pieces); s++) {
+            size_t sl = strlen(pieces[s].suffix);
+            if (len > sl && !strcmp(name + len - sl, pieces[s].suffix)) {
+                int cand = find_param(o, name, len - sl);
+                if (cand >= 0) {
+                    pi = cand;
+                    k = (int)s;
+                }
+            }
+        }
+        bool valid_piece =
+            k >= 0 && (o->kind == K_SGD ? pieces[k].bit == PS_MOM : pieces[k].bit != PS_MOM);
+        if (pi < 0 || !valid_piece) {
+            rc = ct__error(CT_EINVAL,
+                           "optim state '%s': unexpected entry (no such parameter "
+                           "state in this %s optimizer)",
+                           name, kind_name[o->kind]);
+            break;
+        }
+        if (mask[pi] & pieces[k].bit) {
+            rc = ct__error(CT_EINVAL, "optim state '%s': duplicate entry", name);
+            break;
+        }
+        mask[pi] |= pieces[k].bit;
+        if (pieces[k].tensor) {
+            if (en->kind != CT_STATE_TENSOR || (en->numel > 0 && !en->data)) {
+                rc = ct__error(CT_EINVAL, "optim state '%s': expected an f32 tensor", name);
+                break;
+            }
+            if (en->numel != o->p[pi].numel) {
+                rc = ct__error(CT_ERANGE, "optim state '%s': %lld elements, parameter has %lld",
+                               name, (long long)en->numel, (long long)o->p[pi].numel);
+                break;
+            }
+        } else if (en->kind != CT_STATE_SCALAR || !(en->scalar >= 0.0)) {
+            rc = ct__error(CT_EINVAL, "optim state '%s': expected a scalar >= 0", name);
+            break;
+        }
+    }
+    if (!rc && !have_type)
+        rc = ct__error(CT_EINVAL, "optim state: missing entry 'type'");
+    for (int g = 0; !rc && g < o->ngroups; g++)
+        if (!have_lr[g])
+            rc = ct__error(CT_EINVAL, "optim state: missing entry 'param_groups.%d.lr'", g);
+    free(have_lr);
+    for (int g = 0; !rc && g < o->ngroups; g++) {
+        if (!(ng[g].lr >= 0.0))
+            rc = ct__error(CT_EINVAL, "optim state 'param_groups.%d.lr' = %g: must be >= 0", g,
+                           ng[g].lr);
+        else if (o->kind != K_SGD &&
+                 !(ng[g].beta1 >= 0 && ng[g].beta1 < 1 && ng[g].beta2 >= 0 && ng[g].beta2 < 1))
+            rc = ct__error(CT_EINVAL, "optim state 'param_groups.%d': betas out of [0, 1)", g);
+    }
+    /* Completeness: a parameter's state is all there or absent. */
+    for (int i = 0; !rc && i < o->nparams; i++) {
+        if (!mask[i])
+            continue;
+        const pstate *p = &o->p[i];
+        if (o->kind == K_SGD)
+            continue; /* only one piece */
+        int need = PS_STEP | PS_AVG | PS_SQ | (ng[p->group].amsgrad ? PS_MX : 0);
+        int miss = need & ~mask[i];
+        if (miss) {
+            const char *what = "";
+            for (size_t s = 0; s < CT_ARRAY_LEN(pieces); s++)
+                if (miss & pieces[s].bit) {
+                    what = pieces[s].suffix;
+                    break;
+                }
+            rc = ct__error(CT_EINVAL, "optim state: missing entry '%s%s'", p->name, what);
+        }
+    }
+    if (rc)
+        goto out;
+    /* Pass 2: allocate what is missing (nothing changed yet if this fails). */
+    for (int i = 0; i < o->nparams; i++) {
+        pstate *p = &o->p[i];
+        size_t bytes = (size_t)(p->numel ? p->numel : 1) * sizeof(float);
+        bool need[3] = {(mask[i] & (PS_MOM | PS_AVG)) && !p->buf, (mask[i] & PS_SQ) && !p->sq,
+                        (mask[i] & PS_MX) && !p->mx};
+        for (int k = 0; k < 3; k++)
+            if (need[k] && !(fresh[i * 3 + k] = calloc(1, bytes))) {
+                rc = ct__error(CT_ENOMEM, "optim_load_state_dict: out of memory");
+                goto out;
+            }
+    }
+    /* Pass 3: commit. */
+    memcpy(o->groups, ng, (size_t)o->ngroups * sizeof *ng);
+    for (int i = 0; i < o->nparams; i++) {
+        pstate *p = &o->p[i];
+        if (!mask[i]) {
+            free_state(p);
+            continue;
+        }
+        if (fresh[i * 3])
+            p->buf = fresh[i * 3];
+        if (fresh[i * 3 + 1])
+            p->sq = fresh[i * 3 + 1];
+        if (fresh[i * 3 + 2])
+            p->mx = fresh[i * 3 + 2];
+        fresh[i * 3] = fresh[i * 3 + 1] = fresh[i * 3 + 2] = NULL;
+        p->has_state = true;
+    }
+    for (int e = 0; e < n; e++) {
+        const ct_state_entry *en = &entries[e];
+        const char *name = en->name;
+        size_t len = strlen(name);
+        for (size_t s = 0; s < CT_ARRAY_LEN(pieces); s++) {
+            size_t sl = strlen(pieces[s].suffix);
+            if (len <= sl || strcmp(name + len - sl, pieces[s].suffix))
+                continue;
+            int pi = find_param(o, name, len - sl);
+            if (pi < 0)
+                continue;
+            pstate *p = &o->p[pi];
+            size_t bytes = (size_t)p->numel * sizeof(float);
+            switch (pieces[s].bit) {
+            case PS_MOM:
+            case PS_AVG:
+                if (bytes)
+                    memcpy(p->buf, en->data, bytes);
+                break;
+            case PS_SQ:
+                if (bytes)
+                    memcpy(p->sq, en->data, bytes);
+                break;
+            case PS_MX:
+                if (bytes)
+                    memcpy(p->mx, en->data, bytes);
+                break;
+            case PS_STEP:
+                p->step = en->scalar;
+                break;
+            }
+        }
+    }
+out:
+    if (fresh)
+        for (int i = 0; i < o->nparams * 3; i++)
+            free(fresh[i]);
+    free(fresh);
+    free(mask);
+    free(ng);
+    return rc;
+}

@@ -79,10 +79,12 @@ static int build(ct_loader *ld, int64_t b, slot *s, bool threaded)
             return CT_ECANCELED;
         int64_t idx = ld->shard[start + k];
         float *dst = s->x + k * ld->out_numel;
+        ct__clear_error(); /* so a user get that sets no message leaves no stale one */
         int rc = ct_dataset_get(ld->ds, idx, ld->crop_flip ? ld->scratch : dst, &s->y[k]);
         if (rc < 0) {
+            const char *why = *ct_last_error() ? ct_last_error() : ct_strerror(rc);
             snprintf(s->msg, sizeof s->msg, "loader: sample %lld of epoch %lld: %s",
-                     (long long)idx, (long long)ld->epoch, ct_last_error());
+                     (long long)idx, (long long)ld->epoch, why);
             s->err = rc;
             return rc;
         }

@@ -1,0 +1,166 @@
+/* ct/collective.h — collective communication between the replicas of a training group.
+ *
+ * A communicator (ct_comm) joins `world_size` processes that each call ct_comm_new() with the
+ * same group id and their own rank. Ranks meet through a pluggable rendezvous (a key-value
+ * store: the head's KV in a cluster, a directory for standalone use and tests). Backends:
+ *   - CT_COMM_RING (CPU, f32): shared memory between ranks with the same node id, TCP between
+ *     nodes; hierarchical (reduce inside the node, ring across node leaders, then broadcast).
+ *   - CT_COMM_NCCL (CUDA buffers; f32, f16, bf16): built only when CUDA and NCCL are found,
+ *     otherwise ct_comm_new() returns CT_ENOSYS.
+ *
+ * Worked example (two processes, one per rank):
+ *
+ *     ct_rendezvous *rdv = ct_rendezvous_file_new("/tmp/rdv");      // same dir on all ranks
+ *     ct_comm *c = NULL;
+ *     int rc = ct_comm_new(&(ct_comm_opts){.rendezvous = rdv, .group_id = "job1-try0",
+ *                                          .rank = r, .world_size = 2, .node_id = "hostA"}, &c);
+ *     float g[1000];  ...
+ *     rc = ct_comm_allreduce(c, g, 1000, CT_F32, CT_COMM_AVG, 0);   // 0: default timeout
+ *     ct_comm_destroy(&c);
+ *     ct_rendezvous_file_destroy(&rdv);
+ *
+ * Failure model: every call has a deadline. When a peer dies (its TCP socket closes, or its
+ * process is gone from the shared-memory group) the call fails promptly with CT_ECONNRESET;
+ * when a peer hangs, it fails with CT_ETIMEDOUT at the deadline; ct_comm_abort() (from any
+ * thread) makes pending and future calls fail with CT_ECANCELED at once. After any failure the
+ * communicator is broken: every later call returns the same error. Destroy it and create a new
+ * one with a new group id among the survivors.
+ *
+ * Threads: collective calls on one communicator must come from one thread at a time (as with
+ * NCCL/Gloo, all ranks must issue the same calls in the same order). ct_comm_abort() is
+ * thread-safe and async-signal-unsafe. ct_comm_destroy() must not race a pending call (abort
+ * first, let the call return, then destroy). Different communicators are independent.
+ */
+#ifndef CT_COLLECTIVE_H
+#define CT_COLLECTIVE_H
+
+#include <stddef.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- rendezvous ------------------------------------------------------------------------ */
+
+/* A key-value store the ranks meet through. put() stores a copy of value under key (keys are
+ * written once); get() waits until the key exists or timeout_ms passes (CT_ETIMEDOUT) and
+ * returns a malloc'ed copy the caller frees. Both return 0 or a negative CT_E* code and must
+ * be callable from any thread. */
+typedef struct ct_rendezvous {
+    int (*put)(void *ctx, const char *key, const void *value, size_t len);
+    int (*get)(void *ctx, const char *key, void **value, size_t *len, int timeout_ms);
+    void *ctx;
+} ct_rendezvous;
+
+/* A rendezvous over a directory shared by the ranks (like torch's FileStore): each key is a
+ * file written atomically (temporary file + rename). The directory is created if missing.
+ * Returns an owned object or NULL (ct_last_error() says why). Thread-safe. */
+ct_rendezvous *ct_rendezvous_file_new(const char *dir);
+void ct_rendezvous_file_destroy(ct_rendezvous **rdv);
+
+/* ---- communicator ---------------------------------------------------------------------- */
+
+typedef struct ct_comm ct_comm;
+
+typedef enum { CT_COMM_RING = 0, CT_COMM_NCCL = 1 } ct_comm_backend;
+typedef enum { CT_F32 = 0, CT_F16 = 1, CT_BF16 = 2 } ct_dtype;
+typedef enum { CT_COMM_SUM = 0, CT_COMM_AVG = 1 } ct_comm_op;
+
+typedef struct ct_comm_opts {
+    const ct_rendezvous *rendezvous; /* required; borrowed during ct_comm_new() only */
+    const char *group_id;    /* required; unique per communicator incarnation (e.g. "job-try3") */
+    int rank;                /* 0 .. world_size-1 */
+    int world_size;          /* >= 1 */
+    const char *node_id;     /* ranks with equal node ids use shared memory; NULL: own node */
+    ct_comm_backend backend; /* default CT_COMM_RING */
+    int timeout_ms;          /* default for calls given timeout 0, and for setup; 0: 60000 */
+    const char *host;        /* ring: address peers reach this rank at; NULL: $CT_COMM_HOST, else
+                                the first non-loopback IPv4 address, else 127.0.0.1 */
+    int device;              /* nccl: CUDA device ordinal */
+    void *stream;            /* nccl: cudaStream_t to run on; NULL: the communicator's own */
+} ct_comm_opts;
+
+/* Joins the group; blocks until all world_size ranks have joined or opts->timeout_ms passes.
+ * On success *out is an owned communicator; on failure *out is NULL and a CT_E* code is
+ * returned (CT_EINVAL naming the bad field, CT_ETIMEDOUT, CT_ENOSYS for nccl without CUDA). */
+int ct_comm_new(const ct_comm_opts *opts, ct_comm **out);
+
+/* Frees everything (sockets, shared memory, CUDA objects). Accepts NULL; nulls the pointer. */
+void ct_comm_destroy(ct_comm **comm);
+
+/* In-place allreduce of count elements of buf (host memory for ring, device memory for nccl).
+ * timeout_ms 0: the communicator's default. Every rank gets bit-identical results. */
+int ct_comm_allreduce(ct_comm *comm, void *buf, size_t count, ct_dtype dtype, ct_comm_op op,
+                      int timeout_ms);
+
+/* Copies root's count elements of buf to every rank's buf. */
+int ct_comm_broadcast(ct_comm *comm, void *buf, size_t count, ct_dtype dtype, int root,
+                      int timeout_ms);
+
+/* recv (world_size * count elements) gets rank r's send (count elements) at r * count.
+ * send may not overlap recv, except send == recv + rank * count (in place). */
+int ct_comm_allgather(ct_comm *comm, const void *send, void *recv, size_t count, ct_dtype dtype,
+                      int timeout_ms);
+
+/* Returns when every rank has entered the barrier. */
+int ct_comm_barrier(ct_comm *comm, int timeout_ms);
+
+/* Thread-safe, from any thread: makes every pending and future call on comm return
+ * CT_ECANCELED promptly (within milliseconds). Peers blocked on this rank see it as a dead
+ * peer (CT_ECONNRESET). */
+void ct_comm_abort(ct_comm *comm);
+
+int ct_comm_rank(const ct_comm *comm);
+int ct_comm_world_size(const ct_comm *comm);
+
+/* 0 while usable; else the error that broke it (CT_ECANCELED after abort). Thread-safe. */
+int ct_comm_status(const ct_comm *comm);
+
+/* Bytes per element of dtype. */
+size_t ct_dtype_size(ct_dtype dtype);
+
+/* ---- gradient bucketing (DDP-style) ----------------------------------------------------- */
+
+/* A bucketer packs gradients into buckets and allreduces (AVG) each full bucket on its own
+ * communication thread while the caller's backward pass continues.
+ *   grads[i] / counts[i]: the gradient arrays in the order backward produces them (reverse
+ *   parameter order). The arrays are borrowed for the bucketer's lifetime; the caller must
+ *   not touch a gradient between ct_bucketer_mark_ready() and ct_bucketer_finish().
+ * Buckets: the first holds ~first_bucket_bytes, the rest ~bucket_bytes; a gradient is never
+ * split. All ranks must build the same bucketer. The communicator is borrowed; the bucketer's
+ * thread is the only one issuing calls on it between the first mark_ready and finish. */
+typedef struct ct_bucketer ct_bucketer;
+
+typedef struct ct_bucketer_opts {
+    size_t first_bucket_bytes; /* 0: 1 MiB */
+    size_t bucket_bytes;       /* 0: 25 MB (25 * 1024 * 1024 bytes) */
+    int timeout_ms;            /* per allreduce; 0: the communicator's default */
+} ct_bucketer_opts;
+
+int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, int ngrads,
+                    const ct_bucketer_opts *opts, ct_bucketer **out);
+void ct_bucketer_destroy(ct_bucketer **b);
+
+/* Marks gradient i final for this step. When every gradient of a bucket (and of all earlier
+ * buckets) is ready, the bucket is queued for allreduce. Returns 0, CT_EINVAL for a bad or
+ * repeated index, or the error of an earlier failed bucket. No-op in no_sync mode. */
+int ct_bucketer_mark_ready(ct_bucketer *b, int i);
+
+/* Waits until every bucket of this step is reduced and written back (gradients not marked
+ * ready are marked now), then resets for the next step. Returns 0 or the first error. */
+int ct_bucketer_finish(ct_bucketer *b);
+
+/* no_sync on: gradients just accumulate locally (mark_ready and finish do nothing), as in
+ * DDP's no_sync() for gradient accumulation; the next synced step reduces the accumulated
+ * sum. Only between steps. */
+void ct_bucketer_set_no_sync(ct_bucketer *b, bool no_sync);
+
+/* Number of buckets, and the gradient range [first, first + n) of bucket k (for tests). */
+int ct_bucketer_num_buckets(const ct_bucketer *b);
+void ct_bucketer_bucket_range(const ct_bucketer *b, int k, int *first, int *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,280 @@
+/* trainer/collective/bucket.c — DDP-style gradient bucketing on raw f32 arrays.
+ *
+ * Gradients, in the order backward finishes them, are grouped into buckets (the first about
+ * first_bucket_bytes, the others about bucket_bytes; a bucket closes once it reaches its size,
+ * a gradient is never split). When all gradients of a bucket are marked ready, and all earlier
+ * buckets have been queued (so every rank issues the same allreduces in the same order), the
+ * bucket is queued for the communication thread, which packs it into one contiguous buffer
+ * (or reduces in place when it holds one gradient), allreduces it (AVG) and copies the result
+ * back. The caller's backward keeps running meanwhile. Not a tensor library: plain pointers. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "ct/collective.h"
+
+struct bucket {
+    int first, n; /* gradients [first, first + n) */
+    size_t count; /* floats */
+    int pending;  /* gradients not yet ready this step */
+    float *pack;  /* NULL when n == 1 (reduced in place) */
+};
+
+struct ct_bucketer {
+    ct_comm *comm;
+    float **grads;
+    size_t *counts;
+    int ngrads;
+    int *bucket_of;
+    char *ready;
+    struct bucket *b;
+    int nb;
+    int timeout_ms;
+    bool no_sync;
+    int next_launch; /* caller thread only */
+
+    pthread_t thread;
+    int thread_up;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int queued, done; /* buckets [0, queued) handed to the thread, [0, done) finished */
+    int err;
+    int stop;
+};
+
+static int reduce_bucket(ct_bucketer *t, struct bucket *b)
+{
+    if (!b->pack)
+        return ct_comm_allreduce(t->comm, t->grads[b->first], b->count, CT_F32, CT_COMM_AVG,
+                                 t->timeout_ms);
+    size_t off = 0;
+    for (int i = b->first; i < b->first + b->n; i++) {
+        memcpy(b->pack + off, t->grads[i], t->counts[i] * sizeof(float));
+        off += t->counts[i];
+    }
+    int rc = ct_comm_allreduce(t->comm, b->pack, b->count, CT_F32, CT_COMM_AVG, t->timeout_ms);
+    if (rc < 0)
+        return rc;
+    off = 0;
+    for (int i = b->first; i < b->first + b->n; i++) {
+        memcpy(t->grads[i], b->pack + off, t->counts[i] * sizeof(float));
+        off += t->counts[i];
+    }
+    return 0;
+}
+
+static void *comm_thread(void *arg)
+{
+    ct_bucketer *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (t->done == t->queued && !t->stop)
+            pthread_cond_wait(&t->cv, &t->mu);
+        if (t->stop)
+            break;
+        int k = t->done, failed = t->err;
+        pthread_mutex_unlock(&t->mu);
+        int rc = failed ? 0 : reduce_bucket(t, &t->b[k]);
+        pthread_mutex_lock(&t->mu);
+        if (rc < 0 && !t->err)
+            t->err = rc;
+        t->done++;
+        pthread_cond_broadcast(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static void reset_step(ct_bucketer *t)
+{
+    memset(t->ready, 0, (size_t)t->ngrads);
+    for (int k = 0; k < t->nb; k++)
+        t->b[k].pending = t->b[k].n;
+    t->next_launch = 0;
+    pthread_mutex_lock(&t->mu);
+    t->queued = t->done = 0;
+    t->err = 0;
+    pthread_mutex_unlock(&t->mu);
+}
+
+int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, int ngrads,
+                    const ct_bucketer_opts *opts, ct_bucketer **out)
+{
+    int rc = 0;
+    if (!out)
+        return ct__error(CT_EINVAL, "ct_bucketer_new: out is NULL");
+    *out = NULL;
+    if (!comm || !grads || !counts || ngrads < 1)
+        return ct__error(CT_EINVAL,
+                         "ct_bucketer_new: comm, grads or counts missing, or "
+                         "ngrads %d < 1",
+                         ngrads);
+    for (int i = 0; i < ngrads; i++)
+        if (!grads[i] && counts[i])
+            return ct__error(CT_EINVAL, "ct_bucketer_new: grads[%d] is NULL", i);
+    ct_bucketer_opts o = opts ? *opts : (ct_bucketer_opts){0};
+    size_t first = o.first_bucket_bytes ? o.first_bucket_bytes : 1024 * 1024;
+    size_t rest = o.bucket_bytes ? o.bucket_bytes : 25 * 1024 * 1024;
+
+    ct_bucketer *t = calloc(1, sizeof *t);
+    if (!t)
+        return ct__error(CT_ENOMEM, "ct_bucketer_new");
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->comm = comm;
+    t->ngrads = ngrads;
+    t->timeout_ms = o.timeout_ms;
+    t->grads = malloc(sizeof *t->grads * (size_t)ngrads);
+    t->counts = malloc(sizeof *t->counts * (size_t)ngrads);
+    t->bucket_of = malloc(sizeof *t->bucket_of * (size_t)ngrads);
+    t->ready = calloc((size_t)ngrads, 1);
+    t->b = calloc((size_t)ngrads, sizeof *t->b);
+    if (!t->grads || !t->counts || !t->bucket_of || !t->ready || !t->b) {
+        rc = ct__error(CT_ENOMEM, "ct_bucketer_new: tables");
+        goto err;
+    }
+    memcpy(t->grads, grads, sizeof *t->grads * (size_t)ngrads);
+    memcpy(t->counts, counts, sizeof *t->counts * (size_t)ngrads);
+    size_t cap = first, bytes = 0;
+    for (int i = 0; i < ngrads; i++) {
+        struct bucket *b = &t->b[t->nb];
+        if (b->n == 0)
+            b->first = i;
+        b->n++;
+        b->count += counts[i];
+        t->bucket_of[i] = t->nb;
+        bytes += counts[i] * sizeof(float);
+        if (bytes >= cap || i == ngrads - 1) {
+            t->nb++;
+            cap = rest;
+            bytes = 0;
+        }
+    }
+    for (int k = 0; k < t->nb; k++)
+        if (t->b[k].n > 1 && t->b[k].count > 0) {
+            t->b[k].pack = malloc(t->b[k].count * sizeof(float));
+            if (!t->b[k].pack) {
+                rc = ct__error(CT_ENOMEM, "ct_bucketer_new: bucket %d of %zu floats", k,
+                               t->b[k].count);
+                goto err;
+            }
+        }
+    reset_step(t);
+    if (pthread_create(&t->thread, NULL, comm_thread, t) != 0) {
+        rc = ct__error(CT_ENOMEM, "ct_bucketer_new: pthread_create");
+        goto err;
+    }
+    t->thread_up = 1;
+    *out = t;
+    return 0;
+err:
+    ct_bucketer_destroy(&t);
+    return rc;
+}
+
+void ct_bucketer_destroy(ct_bucketer **pt)
+{
+    if (!pt || !*pt)
+        return;
+    ct_bucketer *t = *pt;
+    if (t->thread_up) {
+        pthread_mutex_lock(&t->mu);
+        t->stop = 1;
+        pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->thread, NULL);
+    }
+    if (t->b)
+        for (int k = 0; k < t->nb; k++)
+            free(t->b[k].pack);
+    free(t->b);
+    free(t->ready);
+    free(t->bucket_of);
+    free(t->counts);
+    free(t->grads);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+    *pt = NULL;
+}
+
+/* queues every consecutive complete bucket from next_launch on */
+static void launch(ct_bucketer *t)
+{
+    int k = t->next_launch;
+    while (k < t->nb && t->b[k].pending == 0)
+        k++;
+    if (k == t->next_launch)
+        return;
+    t->next_launch = k;
+    pthread_mutex_lock(&t->mu);
+    t->queued = k;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+int ct_bucketer_mark_ready(ct_bucketer *t, int i)
+{
+    if (!t)
+        return ct__error(CT_EINVAL, "ct_bucketer_mark_ready: bucketer is NULL");
+    if (t->no_sync)
+        return 0;
+    if (i < 0 || i >= t->ngrads)
+        return ct__error(CT_EINVAL, "ct_bucketer_mark_ready: index %d not in [0, %d)", i,
+                         t->ngrads);
+    if (t->ready[i])
+        return ct__error(CT_EINVAL, "ct_bucketer_mark_ready: gradient %d marked twice", i);
+    t->ready[i] = 1;
+    t->b[t->bucket_of[i]].pending--;
+    launch(t);
+    pthread_mutex_lock(&t->mu);
+    int err = t->err;
+    pthread_mutex_unlock(&t->mu);
+    return err;
+}
+
+int ct_bucketer_finish(ct_bucketer *t)
+{
+    if (!t)
+        return ct__error(CT_EINVAL, "ct_bucketer_finish: bucketer is NULL");
+    if (t->no_sync)
+        return 0;
+    for (int i = 0; i < t->ngrads; i++)
+        if (!t->ready[i]) {
+            t->ready[i] = 1;
+            t->b[t->bucket_of[i]].pending--;
+        }
+    launch(t);
+    pthread_mutex_lock(&t->mu);
+    while (t->done < t->nb)
+        pthread_cond_wait(&t->cv, &t->mu);
+    int err = t->err;
+    pthread_mutex_unlock(&t->mu);
+    reset_step(t);
+    if (err < 0)
+        return ct__error(err, "ct_bucketer_finish: a bucket's allreduce failed: %s",
+                         ct_strerror(err));
+    return 0;
+}
+
+void ct_bucketer_set_no_sync(ct_bucketer *t, bool no_sync)
+{
+    if (t)
+        t->no_sync = no_sync;
+}
+
+int ct_bucketer_num_buckets(const ct_bucketer *t)
+{
+    return t ? t->nb : 0;
+}
+
+void ct_bucketer_bucket_range(const ct_bucketer *t, int k, int *first, int *n)
+{
+    *first = 0;
+    *n = 0;
+    if (t && k >= 0 && k < t->nb) {
+        *first = t->b[k].first;
+        *n = t->b[k].n;
+    }
+}

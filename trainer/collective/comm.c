@@ -1,0 +1,431 @@
+/* trainer/collective/comm.c — the communicator: argument checks, topology (which ranks share
+ * a node), and the hierarchical composition of the ring backend's transports:
+ *
+ *   allreduce = shm reduce inside each node -> TCP ring across node leaders -> shm broadcast
+ *
+ * with each stage skipped when it has one participant. Failure bookkeeping (status, abort)
+ * lives here too. It is not a transport: bytes move in shm.c and tcp.c (and nccl.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include "common/common.h"
+#include "internal.h"
+
+#define DEFAULT_TIMEOUT_MS 60000
+
+uint64_t ct__hash64(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+int64_t ct__comm_deadline(const ct_comm *c, int timeout_ms)
+{
+    int t = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
+    return ct__now_ns() + (int64_t)t * 1000000;
+}
+
+size_t ct_dtype_size(ct_dtype dtype)
+{
+    return dtype == CT_F32 ? 4 : 2;
+}
+
+int ct__rdv_get_str(const ct_rendezvous *rdv, const char *key, char **out, int64_t deadline)
+{
+    int64_t left = (deadline - ct__now_ns()) / 1000000;
+    void *v = NULL;
+    size_t len = 0;
+    *out = NULL;
+    int rc = rdv->get(rdv->ctx, key, &v, &len, left > 0 ? (int)left : 1);
+    if (rc < 0)
+        return rc;
+    char *s = malloc(len + 1);
+    if (!s) {
+        free(v);
+        return ct__error(CT_ENOMEM, "collective: rendezvous value of %zu bytes", len);
+    }
+    memcpy(s, v, len);
+    s[len] = 0;
+    free(v);
+    *out = s;
+    return 0;
+}
+
+int ct__comm_fail(ct_comm *c, int err)
+{
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&c->status, &expected, err)) {
+        /* first failure: make peers notice at once instead of at their deadline */
+        if (c->shm)
+            ct__shm_mark_failed(c);
+        if (c->fd_next >= 0)
+            shutdown(c->fd_next, SHUT_RDWR);
+        if (c->fd_prev >= 0)
+            shutdown(c->fd_prev, SHUT_RDWR);
+        CT_LOG(CT_LOG_INFO, "collective", "rank %d: group %s broken: %s", c->rank, c->group,
+               ct_strerror(err));
+        return err;
+    }
+    return expected;
+}
+
+/* Finishes a call: a failure breaks the communicator; the returned code is the first error
+ * (so a call that saw a shut-down socket after an abort reports CT_ECANCELED). */
+static int finish(ct_comm *c, int rc)
+{
+    if (rc >= 0)
+        return 0;
+    int st = ct__comm_fail(c, rc);
+    if (st != rc)
+        ct__error(st, "collective: communicator %s is broken (%s)", c->group, ct_strerror(st));
+    return st;
+}
+
+static int check_usable(ct_comm *c)
+{
+    int st = ct__comm_aborted(c);
+    if (st)
+        return ct__error(st, "collective: communicator %s is %s", c->group,
+                         st == CT_ECANCELED ? "aborted" : "broken by an earlier failure");
+    return 0;
+}
+
+/* ---- topology --------------------------------------------------------------------------- */
+
+static int exchange_nodes(ct_comm *c, const ct_comm_opts *o, int64_t deadline)
+{
+    int rc = 0;
+    char key[512], self[256];
+    char **ids = calloc((size_t)c->world, sizeof *ids);
+    c->node_of = calloc((size_t)c->world, sizeof *c->node_of);
+    c->leader_of = calloc((size_t)c->world, sizeof *c->leader_of);
+    c->local_ranks = calloc((size_t)c->world, sizeof *c->local_ranks);
+    if (!ids || !c->node_of || !c->leader_of || !c->local_ranks) {
+        rc = ct__error(CT_ENOMEM, "collective: topology tables");
+        goto out;
+    }
+    if (o->node_id)
+        snprintf(self, sizeof self, "n:%s", o->node_id);
+    else
+        snprintf(self, sizeof self, "rank:%d", c->rank);
+    snprintf(key, sizeof key, "%s/node/%d", c->group, c->rank);
+    rc = o->rendezvous->put(o->rendezvous->ctx, key, self, strlen(self));
+    if (rc < 0)
+        goto out;
+    for (int r = 0; r < c->world; r++) {
+        snprintf(key, sizeof key, "%s/node/%d", c->group, r);
+        rc = ct__rdv_get_str(o->rendezvous, key, &ids[r], deadline);
+        if (rc < 0) {
+            ct__error(rc, "collective: rank %d waiting for rank %d of group %s (key %s): %s",
+                      c->rank, r, c->group, key, ct_strerror(rc));
+            goto out;
+        }
+    }
+    c->nnodes = 0;
+    for (int r = 0; r < c->world; r++) {
+        int n = -1;
+        for (int q = 0; q < r; q++)
+            if (strcmp(ids[q], ids[r]) == 0) {
+                n = c->node_of[q];
+                break;
+            }
+        if (n < 0) {
+            n = c->nnodes++;
+            c->leader_of[n] = r;
+        }
+        c->node_of[r] = n;
+    }
+    c->node = c->node_of[c->rank];
+    c->local_size = 0;
+    for (int r = 0; r < c->world; r++)
+        if (c->node_of[r] == c->node) {
+            if (r == c->rank)
+                c->local_rank = c->local_size;
+            c->local_ranks[c->local_size++] = r;
+        }
+out:
+    if (ids)
+        for (int r = 0; r < c->world; r++)
+            free(ids[r]);
+    free(ids);
+    return rc;
+}
+
+int ct_comm_new(const ct_comm_opts *o, ct_comm **out)
+{
+    int rc = 0;
+    ct_comm *c = NULL;
+    if (!out)
+        return ct__error(CT_EINVAL, "ct_comm_new: out is NULL");
+    *out = NULL;
+    if (!o || !o->rendezvous || !o->rendezvous->put || !o->rendezvous->get)
+        return ct__error(CT_EINVAL, "ct_comm_new: opts.rendezvous is missing");
+    if (!o->group_id || !*o->group_id || strlen(o->group_id) > 200)
+        return ct__error(CT_EINVAL, "ct_comm_new: opts.group_id must be 1..200 characters");
+    if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
+        return ct__error(CT_EINVAL, "ct_comm_new: opts.rank %d not in [0, world_size %d)", o->rank,
+                         o->world_size);
+    if (o->backend != CT_COMM_RING && o->backend != CT_COMM_NCCL)
+        return ct__error(CT_EINVAL, "ct_comm_new: opts.backend %d unknown", (int)o->backend);
+    if (o->timeout_ms < 0)
+        return ct__error(CT_EINVAL, "ct_comm_new: opts.timeout_ms %d < 0", o->timeout_ms);
+    if (o->node_id && strlen(o->node_id) > 200)
+        return ct__error(CT_EINVAL, "ct_comm_new: opts.node_id longer than 200 characters");
+
+    c = calloc(1, sizeof *c);
+    if (!c)
+        return ct__error(CT_ENOMEM, "ct_comm_new: communicator");
+    c->rank = o->rank;
+    c->world = o->world_size;
+    c->backend = o->backend;
+    c->timeout_ms = o->timeout_ms ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
+    c->fd_next = c->fd_prev = c->abort_fd = -1;
+    c->group = strdup(o->group_id);
+    if (!c->group) {
+        rc = ct__error(CT_ENOMEM, "ct_comm_new: group id");
+        goto err;
+    }
+    c->group_hash = ct__hash64(c->group);
+    c->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->abort_fd < 0) {
+        rc = ct__error(-errno, "ct_comm_new: eventfd: %s", strerror(errno));
+        goto err;
+    }
+    int64_t deadline = ct__comm_deadline(c, 0);
+
+    if (o->backend == CT_COMM_NCCL) {
+#ifdef CT_HAVE_CUDA
+        rc = ct__nccl_setup(c, o, deadline);
+        if (rc < 0)
+            goto err;
+#else
+        rc = ct__error(CT_ENOSYS, "ct_comm_new: backend nccl: ct was built without CUDA/NCCL");
+        goto err;
+#endif
+    } else {
+        rc = exchange_nodes(c, o, deadline);
+        if (rc < 0)
+            goto err;
+        if (c->local_size > 1) {
+            rc = ct__shm_setup(c, o->rendezvous, deadline);
+            if (rc < 0)
+                goto err;
+        }
+        if (c->nnodes > 1 && c->local_rank == 0) {
+            rc = ct__tcp_setup(c, o->rendezvous, o->host, deadline);
+            if (rc < 0)
+                goto err;
+        }
+    }
+    CT_LOG(CT_LOG_DEBUG, "collective", "rank %d/%d: group %s up: %d node(s), %d local", c->rank,
+           c->world, c->group, c->nnodes, c->local_size);
+    *out = c;
+    return 0;
+err:
+    ct_comm_destroy(&c);
+    return rc;
+}
+
+void ct_comm_destroy(ct_comm **pc)
+{
+    if (!pc || !*pc)
+        return;
+    ct_comm *c = *pc;
+#ifdef CT_HAVE_CUDA
+    if (c->nccl)
+        ct__nccl_destroy(c);
+#endif
+    ct__tcp_destroy(c);
+    ct__shm_destroy(c);
+    if (c->abort_fd >= 0)
+        close(c->abort_fd);
+    free(c->tmp);
+    free(c->node_of);
+    free(c->leader_of);
+    free(c->local_ranks);
+    free(c->group);
+    free(c);
+    *pc = NULL;
+}
+
+void ct_comm_abort(ct_comm *c)
+{
+    if (!c)
+        return;
+    ct__comm_fail(c, CT_ECANCELED);
+    uint64_t one = 1;
+    ssize_t n = write(c->abort_fd, &one, sizeof one); /* wakes a poll() in progress */
+    (void)n;
+}
+
+int ct_comm_rank(const ct_comm *c)
+{
+    return c ? c->rank : -1;
+}
+
+int ct_comm_world_size(const ct_comm *c)
+{
+    return c ? c->world : 0;
+}
+
+int ct_comm_status(const ct_comm *c)
+{
+    return c ? ct__comm_aborted(c) : CT_EINVAL;
+}
+
+/* ---- collectives ----------------------------------------------------------------------- */
+
+static int ring_allreduce(ct_comm *c, float *buf, size_t count, float scale, int64_t dl)
+{
+    int rc = 0;
+    if (c->nnodes == 1)
+        return ct__shm_allreduce(c, buf, count, scale, 0, dl);
+    if (c->local_size > 1) {
+        rc = ct__shm_allreduce(c, buf, count, 1.0f, 1, dl);
+        if (rc < 0)
+            return rc;
+    }
+    if (c->local_rank == 0) {
+        rc = ct__tcp_allreduce(c, buf, count, scale, dl);
+        if (rc < 0)
+            return rc;
+    }
+    if (c->local_size > 1)
+        rc = ct__shm_broadcast(c, buf, count * sizeof(float), 0, dl);
+    return rc;
+}
+
+int ct_comm_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_op op,
+                      int timeout_ms)
+{
+    if (!c || (!buf && count))
+        return ct__error(CT_EINVAL, "ct_comm_allreduce: comm or buf is NULL");
+    if (op != CT_COMM_SUM && op != CT_COMM_AVG)
+        return ct__error(CT_EINVAL, "ct_comm_allreduce: op %d unknown", (int)op);
+    if (dt != CT_F32 && dt != CT_F16 && dt != CT_BF16)
+        return ct__error(CT_EINVAL, "ct_comm_allreduce: dtype %d unknown", (int)dt);
+    int rc = check_usable(c);
+    if (rc < 0)
+        return rc;
+    int64_t dl = ct__comm_deadline(c, timeout_ms);
+#ifdef CT_HAVE_CUDA
+    if (c->backend == CT_COMM_NCCL)
+        return finish(c, ct__nccl_allreduce(c, buf, count, dt, op, dl));
+#endif
+    if (dt != CT_F32)
+        return ct__error(CT_EINVAL, "ct_comm_allreduce: dtype %s needs the nccl backend",
+                         dt == CT_F16 ? "f16" : "bf16");
+    if (count == 0 || c->world == 1) {
+        if (op == CT_COMM_AVG && c->world > 1)
+            ct__scale(buf, count, 1.0f / (float)c->world);
+        return 0;
+    }
+    float scale = op == CT_COMM_AVG ? 1.0f / (float)c->world : 1.0f;
+    return finish(c, ring_allreduce(c, buf, count, scale, dl));
+}
+
+static int local_index(const ct_comm *c, int rank)
+{
+    for (int i = 0; i < c->local_size; i++)
+        if (c->local_ranks[i] == rank)
+            return i;
+    return -1;
+}
+
+int ct_comm_broadcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root, int timeout_ms)
+{
+    if (!c || (!buf && count))
+        return ct__error(CT_EINVAL, "ct_comm_broadcast: comm or buf is NULL");
+    if (root < 0 || root >= c->world)
+        return ct__error(CT_EINVAL, "ct_comm_broadcast: root %d not in [0, %d)", root, c->world);
+    int rc = check_usable(c);
+    if (rc < 0)
+        return rc;
+    int64_t dl = ct__comm_deadline(c, timeout_ms);
+#ifdef CT_HAVE_CUDA
+    if (c->backend == CT_COMM_NCCL)
+        return finish(c, ct__nccl_broadcast(c, buf, count, dt, root, dl));
+#endif
+    size_t bytes = count * ct_dtype_size(dt);
+    if (bytes == 0 || c->world == 1)
+        return 0;
+    int rn = c->node_of[root];
+    int root_is_leader = c->leader_of[rn] == root;
+    if (c->node == rn && c->local_size > 1 && !root_is_leader) {
+        rc = ct__shm_broadcast(c, buf, bytes, local_index(c, root), dl);
+        if (rc < 0)
+            return finish(c, rc);
+    }
+    if (c->nnodes > 1 && c->local_rank == 0) {
+        rc = ct__tcp_broadcast(c, buf, bytes, rn, dl);
+        if (rc < 0)
+            return finish(c, rc);
+    }
+    if (c->local_size > 1 && !(c->node == rn && !root_is_leader))
+        rc = ct__shm_broadcast(c, buf, bytes, 0, dl);
+    return finish(c, rc);
+}
+
+int ct_comm_allgather(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
+                      int timeout_ms)
+{
+    if (!c || ((!send || !recv) && count))
+        return ct__error(CT_EINVAL, "ct_comm_allgather: comm, send or recv is NULL");
+    int rc = check_usable(c);
+    if (rc < 0)
+        return rc;
+    int64_t dl = ct__comm_deadline(c, timeout_ms);
+#ifdef CT_HAVE_CUDA
+    if (c->backend == CT_COMM_NCCL)
+        return finish(c, ct__nccl_allgather(c, send, recv, count, dt, dl));
+#endif
+    size_t bytes = count * ct_dtype_size(dt);
+    char *mine = (char *)recv + (size_t)c->rank * bytes;
+    if (bytes == 0)
+        return 0;
+    if (c->local_size > 1) {
+        rc = ct__shm_allgather(c, send, recv, bytes, dl);
+        if (rc < 0)
+            return finish(c, rc);
+    } else if (send != mine) {
+        memmove(mine, send, bytes);
+    }
+    if (c->nnodes > 1) {
+        if (c->local_rank == 0) {
+            rc = ct__tcp_allgather(c, recv, bytes, dl);
+            if (rc < 0)
+                return finish(c, rc);
+        }
+        if (c->local_size > 1)
+            rc = ct__shm_broadcast(c, recv, bytes * (size_t)c->world, 0, dl);
+    }
+    return finish(c, rc);
+}
+
+int ct_comm_barrier(ct_comm *c, int timeout_ms)
+{
+    if (!c)
+        return ct__error(CT_EINVAL, "ct_comm_barrier: comm is NULL");
+    int rc = check_usable(c);
+    if (rc < 0)
+        return rc;
+    int64_t dl = ct__comm_deadline(c, timeout_ms);
+#ifdef CT_HAVE_CUDA
+    if (c->backend == CT_COMM_NCCL)
+        return finish(c, ct__nccl_barrier(c, dl));
+#endif
+    if (c->world == 1)
+        return 0;
+    if (c->nnodes == 1)
+        return finish(c, ct__shm_barrier(c, dl));
+    float one = 1.0f;
+    return finish(c, ring_allreduce(c, &one, 1, 1.0f, dl));
+}

@@ -1,0 +1,99 @@
+/* trainer/collective/internal.h — what the communicator's files share: the ct_comm struct, the
+ * shared-memory and TCP transports of the ring backend, and the NCCL backend's entry points.
+ *
+ * Not public: users include ct/collective.h only. */
+#ifndef CT_COLLECTIVE_INTERNAL_H
+#define CT_COLLECTIVE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stddef.h>
+#include "ct/collective.h"
+
+struct ct__shm;  /* shm.c: one node's shared segment, mapped by each of its ranks */
+struct ct__nccl; /* nccl.c */
+
+struct ct_comm {
+    int rank, world;
+    ct_comm_backend backend;
+    int timeout_ms;
+    char *group;
+    uint64_t group_hash;
+
+    _Atomic int status; /* 0, or the error that broke the comm (CT_ECANCELED on abort) */
+    int abort_fd;       /* eventfd, readable after abort: wakes poll() */
+
+    /* topology: nodes numbered in order of their lowest rank */
+    int nnodes, node; /* node count, this rank's node */
+    int *node_of;     /* [world] node of each rank */
+    int *leader_of;   /* [nnodes] lowest rank of each node */
+    int local_rank, local_size;
+    int *local_ranks; /* [local_size] ranks on this node, ascending */
+
+    struct ct__shm *shm;  /* NULL when local_size == 1 */
+    int fd_next, fd_prev; /* leaders only, nnodes > 1: TCP links to next/prev node leader */
+
+    float *tmp; /* receive staging for reductions */
+    size_t tmp_cap;
+
+    struct ct__nccl *nccl;
+};
+
+/* deadline in ct__now_ns() time for a call with timeout_ms (0: the comm's default) */
+int64_t ct__comm_deadline(const ct_comm *c, int timeout_ms);
+
+/* Marks the comm broken with err (first error wins) and returns the stored status. */
+int ct__comm_fail(ct_comm *c, int err);
+
+static inline int ct__comm_aborted(const ct_comm *c)
+{
+    return atomic_load_explicit(&c->status, memory_order_acquire);
+}
+
+/* ---- shm.c: shared memory among the ranks of one node -------------------------------- */
+int ct__shm_setup(ct_comm *c, const ct_rendezvous *rdv, int64_t deadline);
+void ct__shm_destroy(ct_comm *c);
+/* Marks this rank gone so peers waiting on it fail at once. */
+void ct__shm_mark_failed(ct_comm *c);
+/* allreduce among local ranks; result scaled by scale; only_leader: only local rank 0 needs
+ * the result (others skip the copy out) */
+int ct__shm_allreduce(ct_comm *c, float *buf, size_t count, float scale, int only_leader,
+                      int64_t deadline);
+int ct__shm_broadcast(ct_comm *c, void *buf, size_t bytes, int root_local, int64_t deadline);
+/* each local rank's block (bytes) goes to recv + rank * bytes on every local rank */
+int ct__shm_allgather(ct_comm *c, const void *send, void *recv, size_t bytes, int64_t deadline);
+int ct__shm_barrier(ct_comm *c, int64_t deadline);
+
+/* ---- tcp.c: ring among node leaders -------------------------------------------------- */
+int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_t deadline);
+void ct__tcp_destroy(ct_comm *c);
+int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float scale, int64_t deadline);
+int ct__tcp_broadcast(ct_comm *c, void *buf, size_t bytes, int root_node, int64_t deadline);
+/* node blocks: recv + r * bytes for every rank r; this node's blocks are filled already */
+int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline);
+
+/* ---- reduce.c ----------------------------------------------------------------------------- */
+/* dst[i] = scale * sum_k srcs[k][i] in the order of srcs (dst may alias srcs[k]) */
+void ct__reduce_sum(float *dst, const float *const *srcs, int nsrc, size_t n, float scale);
+/* dst[i] += src[i] */
+void ct__reduce_add(float *dst, const float *src, size_t n);
+void ct__scale(float *dst, size_t n, float scale);
+
+/* ---- nccl.c (only with CT_HAVE_CUDA) ------------------------------------------------------ */
+int ct__nccl_setup(ct_comm *c, const ct_comm_opts *o, int64_t deadline);
+void ct__nccl_destroy(ct_comm *c);
+void ct__nccl_abort(ct_comm *c);
+int ct__nccl_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_op op,
+                       int64_t deadline);
+int ct__nccl_broadcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root,
+                       int64_t deadline);
+int ct__nccl_allgather(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
+                       int64_t deadline);
+int ct__nccl_barrier(ct_comm *c, int64_t deadline);
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+uint64_t ct__hash64(const char *s);
+/* rendezvous get of a NUL-terminated string value; caller frees *out */
+int ct__rdv_get_str(const ct_rendezvous *rdv, const char *key, char **out, int64_t deadline);
+
+#endif

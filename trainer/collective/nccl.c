@@ -1,0 +1,223 @@
+/* trainer/collective/nccl.c — the NCCL backend (built only when CT_HAVE_CUDA).
+ *
+ * Rank 0 creates the unique id and publishes it under <group>/nccl/id; every rank builds a
+ * non-blocking communicator (ncclConfig_t.blocking = 0). Each call enqueues the NCCL op on the
+ * stream and then acts as its own watchdog: it polls cudaStreamQuery and
+ * ncclCommGetAsyncError until the op completes, an async error appears, the deadline passes
+ * or ct_comm_abort() is called, and in the last three cases calls ncclCommAbort and breaks
+ * the communicator. Recovery is a new communicator from a new group id (a new unique id).
+ * Buffers are device memory. Not thread-safe beyond what ct/collective.h promises. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "common/common.h"
+#include "internal.h"
+
+struct ct__nccl {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    int own_stream;
+    int device;
+};
+
+static int nccl_err(ncclResult_t r, const char *what)
+{
+    return ct__error(CT_ENCCL, "collective: %s: %s", what, ncclGetErrorString(r));
+}
+
+/* Waits for the communicator's pending work (init or op) with the watchdog rules above. */
+static int watch(ct_comm *c, int op_on_stream, int64_t deadline, const char *what)
+{
+    struct ct__nccl *g = c->nccl;
+    for (unsigned spins = 0;; spins++) {
+        ncclResult_t ar = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(g->comm, &ar);
+        if (r != ncclSuccess)
+            ar = r;
+        if (ar != ncclSuccess && ar != ncclInProgress) {
+            ncclCommAbort(g->comm);
+            g->comm = NULL;
+            return nccl_err(ar, what);
+        }
+        if (ar == ncclSuccess) {
+            if (!op_on_stream)
+                return 0;
+            cudaError_t ce = cudaStreamQuery(g->stream);
+            if (ce == cudaSuccess)
+                return 0;
+            if (ce != cudaErrorNotReady) {
+                ncclCommAbort(g->comm);
+                g->comm = NULL;
+                return ct__error(CT_ECUDA, "collective: %s: %s", what, cudaGetErrorString(ce));
+            }
+        }
+        int st = ct__comm_aborted(c);
+        if (st || ct__now_ns() >= deadline) {
+            ncclCommAbort(g->comm);
+            g->comm = NULL;
+            if (st)
+                return ct__error(st, "collective: %s: aborted", what);
+            return ct__error(CT_ETIMEDOUT, "collective: %s: timed out; communicator aborted", what);
+        }
+        if (spins > 1000)
+            usleep(50);
+    }
+}
+
+int ct__nccl_setup(ct_comm *c, const ct_comm_opts *o, int64_t deadline)
+{
+    int rc = 0;
+    char key[512];
+    ncclUniqueId id;
+    void *v = NULL;
+    size_t len = 0;
+    struct ct__nccl *g = calloc(1, sizeof *g);
+    if (!g)
+        return ct__error(CT_ENOMEM, "collective: nccl state");
+    c->nccl = g;
+    g->device = o->device;
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
+        return ct__error(CT_ENOSYS, "collective: nccl backend: no CUDA device");
+    if (o->device < 0 || o->device >= ndev)
+        return ct__error(CT_EINVAL, "collective: opts.device %d not in [0, %d)", o->device, ndev);
+    if (cudaSetDevice(o->device) != cudaSuccess)
+        return ct__error(CT_ECUDA, "collective: cudaSetDevice(%d)", o->device);
+    if (o->stream) {
+        g->stream = (cudaStream_t)o->stream;
+    } else {
+        if (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess)
+            return ct__error(CT_ECUDA, "collective: cudaStreamCreate");
+        g->own_stream = 1;
+    }
+    snprintf(key, sizeof key, "%s/nccl/id", c->group);
+    if (c->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess)
+            return nccl_err(r, "ncclGetUniqueId");
+        if ((rc = o->rendezvous->put(o->rendezvous->ctx, key, &id, sizeof id)) < 0)
+            return rc;
+    } else {
+        int64_t left = (deadline - ct__now_ns()) / 1000000;
+        rc = o->rendezvous->get(o->rendezvous->ctx, key, &v, &len, left > 0 ? (int)left : 1);
+        if (rc < 0)
+            return rc;
+        if (len != sizeof id) {
+            free(v);
+            return ct__error(CT_EPROTO, "collective: %s holds %zu bytes, not %zu", key, len,
+                             sizeof id);
+        }
+        memcpy(&id, v, sizeof id);
+        free(v);
+    }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&g->comm, c->world, id, c->rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_err(r, "ncclCommInitRankConfig");
+    return watch(c, 0, deadline, "ncclCommInitRankConfig");
+}
+
+void ct__nccl_destroy(ct_comm *c)
+{
+    struct ct__nccl *g = c->nccl;
+    if (!g)
+        return;
+    if (g->comm) {
+        /* a healthy comm could be finalized; abort is safe in every state and never hangs */
+        ncclCommAbort(g->comm);
+    }
+    if (g->own_stream && g->stream)
+        cudaStreamDestroy(g->stream);
+    free(g);
+    c->nccl = NULL;
+}
+
+void ct__nccl_abort(ct_comm *c)
+{
+    (void)c; /* the watchdog in the calling thread sees the status and aborts NCCL */
+}
+
+static int dtype_of(ct_dtype dt, ncclDataType_t *out)
+{
+    switch (dt) {
+    case CT_F32:
+        *out = ncclFloat32;
+        return 0;
+    case CT_F16:
+        *out = ncclFloat16;
+        return 0;
+    case CT_BF16:
+        *out = ncclBfloat16;
+        return 0;
+    }
+    return ct__error(CT_EINVAL, "collective: dtype %d unknown", (int)dt);
+}
+
+static int issued(ct_comm *c, ncclResult_t r, int64_t deadline, const char *what)
+{
+    if (!c->nccl->comm)
+        return ct__error(CT_ENCCL, "collective: %s: communicator was aborted", what);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        ncclCommAbort(c->nccl->comm);
+        c->nccl->comm = NULL;
+        return nccl_err(r, what);
+    }
+    return watch(c, 1, deadline, what);
+}
+
+int ct__nccl_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_op op,
+                       int64_t deadline)
+{
+    ncclDataType_t t = ncclFloat32;
+    int rc = dtype_of(dt, &t);
+    if (rc < 0)
+        return rc;
+    if (!c->nccl->comm)
+        return ct__error(CT_ENCCL, "collective: communicator was aborted");
+    ncclResult_t r = ncclAllReduce(buf, buf, count, t, op == CT_COMM_AVG ? ncclAvg : ncclSum,
+                                   c->nccl->comm, c->nccl->stream);
+    return issued(c, r, deadline, "ncclAllReduce");
+}
+
+int ct__nccl_broadcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root, int64_t deadline)
+{
+    ncclDataType_t t = ncclFloat32;
+    int rc = dtype_of(dt, &t);
+    if (rc < 0)
+        return rc;
+    if (!c->nccl->comm)
+        return ct__error(CT_ENCCL, "collective: communicator was aborted");
+    ncclResult_t r = ncclBroadcast(buf, buf, count, t, root, c->nccl->comm, c->nccl->stream);
+    return issued(c, r, deadline, "ncclBroadcast");
+}
+
+int ct__nccl_allgather(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
+                       int64_t deadline)
+{
+    ncclDataType_t t = ncclFloat32;
+    int rc = dtype_of(dt, &t);
+    if (rc < 0)
+        return rc;
+    if (!c->nccl->comm)
+        return ct__error(CT_ENCCL, "collective: communicator was aborted");
+    ncclResult_t r = ncclAllGather(send, recv, count, t, c->nccl->comm, c->nccl->stream);
+    return issued(c, r, deadline, "ncclAllGather");
+}
+
+int ct__nccl_barrier(ct_comm *c, int64_t deadline)
+{
+    /* a one-element allreduce on a scratch device float */
+    float *d = NULL;
+    if (cudaMalloc((void **)&d, sizeof(float)) != cudaSuccess)
+        return ct__error(CT_ECUDA, "collective: barrier scratch");
+    cudaMemsetAsync(d, 0, sizeof(float), c->nccl->stream);
+    int rc = ct__nccl_allreduce(c, d, 1, CT_F32, CT_COMM_SUM, deadline);
+    cudaFree(d);
+    return rc;
+}

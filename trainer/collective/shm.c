@@ -1,0 +1,402 @@
+/* trainer/collective/shm.c — shared-memory transport among the ranks of one node.
+ *
+ * One POSIX shm segment per (group, node), created by local rank 0 and named through the
+ * rendezvous, unlinked once everyone has mapped it. Layout:
+ *
+ *   [header][ctl 0]...[ctl L-1][pad to 4 KiB][buffer 0: slot 0..L-1][buffer 1: slot 0..L-1]
+ *
+ * ctl i holds rank i's progress counter `seq` (a futex word), how many ranks sleep on it, its
+ * pid, and a `failed` flag. Collectives run in rounds that alternate between the two
+ * buffers. Inside a round a rank writes only its own slot, then signals (seq++) and waits for
+ * every other local rank's seq to reach its own; a rank's first signal of round r+1 comes after
+ * all its reads of round r, so double buffering needs no extra sync. Allreduce of a large
+ * buffer: copy in, sync, reduce my 1/L slice of all slots into my slot, sync, copy every
+ * slice out. Small messages (<= 16 KiB): copy in, sync, every rank sums all slots itself: one
+ * sync, no syscall when the peers are running.
+ *
+ * Waiting spins, then yields, then sleeps on the futex with a short timeout; while waiting it
+ * checks the deadline, the abort flag, the peer's failed flag and (every 10 ms) whether the
+ * peer process still exists (pidfd). Not a general allocator; not used across machines. */
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include "common/common.h"
+#include "internal.h"
+
+#define SHM_MAGIC 0x6374636f6c6c3031ull /* "ctcoll01" */
+#define CTL_BYTES 128
+#define SMALL_BYTES (16 * 1024)
+#define DEFAULT_SLOT (256 * 1024)
+
+struct hdr {
+    uint64_t magic;
+    uint32_t nlocal;
+    uint32_t pad;
+    uint64_t slot_bytes;
+    _Atomic uint32_t attached;
+};
+
+struct ctl {
+    _Atomic uint32_t seq;
+    _Atomic uint32_t waiters;
+    _Atomic int32_t pid;
+    _Atomic uint32_t failed;
+};
+
+struct ct__shm {
+    char name[96];
+    void *base;
+    size_t size;
+    struct hdr *h;
+    char *data;
+    size_t slot;
+    int n, me;
+    uint32_t seq;   /* my signals so far */
+    uint32_t round; /* rounds so far: buffer = round & 1 */
+    int *pidfd;     /* [n] -1 for me or when pidfd_open is unavailable */
+    int *pid;       /* [n] */
+    int spin;       /* spins before yielding */
+    int unlinked;
+    int64_t next_live_check;
+};
+
+static struct ctl *ctl(struct ct__shm *s, int i)
+{
+    return (struct ctl *)((char *)s->base + CTL_BYTES * (size_t)(i + 1));
+}
+
+static char *slot(struct ct__shm *s, uint32_t round, int i)
+{
+    return s->data + ((size_t)(round & 1) * (size_t)s->n + (size_t)i) * s->slot;
+}
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static int peer_dead(struct ct__shm *s, int i)
+{
+    if (s->pidfd[i] >= 0) {
+        struct pollfd p = {.fd = s->pidfd[i], .events = POLLIN};
+        return poll(&p, 1, 0) > 0;
+    }
+    return s->pid[i] > 0 && kill(s->pid[i], 0) < 0 && errno == ESRCH;
+}
+
+/* Waits until local rank i's seq reaches target. */
+static int wait_peer(ct_comm *c, int i, uint32_t target, int64_t deadline)
+{
+    struct ct__shm *s = c->shm;
+    struct ctl *p = ctl(s, i);
+    int64_t yield_start = 0;
+    for (int spins = 0;; spins++) {
+        uint32_t v = atomic_load_explicit(&p->seq, memory_order_acquire);
+        if ((int32_t)(v - target) >= 0)
+            return 0;
+        if (spins < s->spin) {
+            cpu_relax();
+            continue;
+        }
+        int st = ct__comm_aborted(c);
+        if (st)
+            return ct__error(st, "collective: rank %d: %s while waiting for rank %d", c->rank,
+                             st == CT_ECANCELED ? "aborted" : "failed", c->local_ranks[i]);
+        if (atomic_load(&p->failed))
+            return ct__error(CT_ECONNRESET, "collective: rank %d (pid %d) left group %s",
+                             c->local_ranks[i], s->pid[i], c->group);
+        int64_t now = ct__now_ns();
+        if (now >= deadline)
+            return ct__error(CT_ETIMEDOUT, "collective: rank %d timed out waiting for rank %d",
+                             c->rank, c->local_ranks[i]);
+        if (now >= s->next_live_check) {
+            s->next_live_check = now + 10 * 1000000;
+            if (peer_dead(s, i))
+                return ct__error(CT_ECONNRESET, "collective: rank %d (pid %d) died",
+                                 c->local_ranks[i], s->pid[i]);
+        }
+        if (!yield_start)
+            yield_start = now;
+        if (now - yield_start < 2 * 1000000) {
+            sched_yield();
+            continue;
+        }
+        atomic_fetch_add(&p->waiters, 1);
+        v = atomic_load(&p->seq);
+        if ((int32_t)(v - target) < 0) {
+            struct timespec ts = {0, 5 * 1000000};
+            futex(&p->seq, FUTEX_WAIT, v, &ts);
+        }
+        atomic_fetch_sub(&p->waiters, 1);
+    }
+}
+
+/* Signals my progress and waits for every other local rank to reach it. */
+static int sync_all(ct_comm *c, int64_t deadline)
+{
+    struct ct__shm *s = c->shm;
+    struct ctl *me = ctl(s, s->me);
+    uint32_t target = ++s->seq;
+    atomic_store(&me->seq, target); /* seq_cst: ordered before the waiters load */
+    if (atomic_load(&me->waiters))
+        futex(&me->seq, FUTEX_WAKE, INT_MAX, NULL);
+    for (int k = 1; k < s->n; k++) {
+        int i = (s->me + k) % s->n;
+        int rc = wait_peer(c, i, target, deadline);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+void ct__shm_mark_failed(ct_comm *c)
+{
+    if (c->shm && c->shm->base) {
+        struct ctl *me = ctl(c->shm, c->shm->me);
+        atomic_store(&me->failed, 1);
+        futex(&me->seq, FUTEX_WAKE, INT_MAX, NULL);
+    }
+}
+
+int ct__shm_setup(ct_comm *c, const ct_rendezvous *rdv, int64_t deadline)
+{
+    int rc = 0, fd = -1;
+    char key[512], *name = NULL;
+    struct ct__shm *s = calloc(1, sizeof *s);
+    if (!s)
+        return ct__error(CT_ENOMEM, "collective: shm state");
+    c->shm = s;
+    s->n = c->local_size;
+    s->me = c->local_rank;
+    s->pidfd = malloc(sizeof(int) * (size_t)s->n);
+    s->pid = calloc((size_t)s->n, sizeof(int));
+    if (!s->pidfd || !s->pid)
+        return ct__error(CT_ENOMEM, "collective: shm state");
+    for (int i = 0; i < s->n; i++)
+        s->pidfd[i] = -1;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s->spin = s->n <= ncpu ? 20000 : 50;
+    const char *env = getenv("CT_COLL_SHM_SLOT_KB");
+    s->slot = env && atoi(env) > 0 ? (size_t)atoi(env) * 1024 : DEFAULT_SLOT;
+    size_t data_off = ((size_t)CTL_BYTES * (size_t)(s->n + 1) + 4095) & ~(size_t)4095;
+    s->size = data_off + 2 * (size_t)s->n * s->slot;
+    snprintf(key, sizeof key, "%s/shm/%d", c->group, c->node);
+
+    if (s->me == 0) {
+        snprintf(s->name, sizeof s->name, "/ct-coll-%016llx-%d-%d",
+                 (unsigned long long)c->group_hash, c->node, (int)getpid());
+        fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return ct__error(-errno, "collective: shm_open %s: %s", s->name, strerror(errno));
+        if (ftruncate(fd, (off_t)s->size) < 0) {
+            rc = ct__error(-errno, "collective: ftruncate %s to %zu: %s", s->name, s->size,
+                           strerror(errno));
+            goto out;
+        }
+    } else {
+        rc = ct__rdv_get_str(rdv, key, &name, deadline);
+        if (rc < 0) {
+            ct__error(rc, "collective: rank %d waiting for shm key %s: %s", c->rank, key,
+                      ct_strerror(rc));
+            goto out;
+        }
+        snprintf(s->name, sizeof s->name, "%s", name);
+        s->unlinked = 1; /* only the creator unlinks */
+        fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            rc = ct__error(-errno, "collective: shm_open %s: %s", s->name, strerror(errno));
+            goto out;
+        }
+        struct stat st;
+        if (fstat(fd, &st) < 0 || (size_t)st.st_size != s->size) {
+            rc = ct__error(CT_EPROTO, "collective: shm %s has %lld bytes, expected %zu", s->name,
+                           (long long)st.st_size, s->size);
+            goto out;
+        }
+    }
+    s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        rc = ct__error(-errno, "collective: mmap %s: %s", s->name, strerror(errno));
+        goto out;
+    }
+    s->h = s->base;
+    s->data = (char *)s->base + data_off;
+    if (s->me == 0) {
+        s->h->nlocal = (uint32_t)s->n;
+        s->h->slot_bytes = s->slot;
+        atomic_store(&s->h->attached, 0);
+        __atomic_store_n(&s->h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+        rc = rdv->put(rdv->ctx, key, s->name, strlen(s->name));
+        if (rc < 0)
+            goto out;
+    } else if (__atomic_load_n(&s->h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC ||
+               s->h->nlocal != (uint32_t)s->n || s->h->slot_bytes != s->slot) {
+        rc = ct__error(CT_EPROTO,
+                       "collective: shm %s: bad header (local size or slot size "
+                       "differ between ranks?)",
+                       s->name);
+        goto out;
+    }
+    atomic_store(&ctl(s, s->me)->pid, (int32_t)getpid());
+    atomic_fetch_add(&s->h->attached, 1);
+    while (atomic_load(&s->h->attached) < (uint32_t)s->n) {
+        if (ct__now_ns() >= deadline) {
+            rc = ct__error(CT_ETIMEDOUT,
+                           "collective: rank %d: only %u of %d local ranks "
+                           "attached to %s",
+                           c->rank, atomic_load(&s->h->attached), s->n, s->name);
+            goto out;
+        }
+        usleep(200);
+    }
+    if (s->me == 0) {
+        shm_unlink(s->name);
+        s->unlinked = 1;
+    }
+    for (int i = 0; i < s->n; i++) {
+        s->pid[i] = atomic_load(&ctl(s, i)->pid);
+        if (i != s->me)
+            s->pidfd[i] = (int)syscall(SYS_pidfd_open, s->pid[i], 0);
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    free(name);
+    return rc;
+}
+
+void ct__shm_destroy(ct_comm *c)
+{
+    struct ct__shm *s = c->shm;
+    if (!s)
+        return;
+    if (s->base) {
+        ct__shm_mark_failed(c); /* "gone": a peer still waiting on me fails at once */
+        munmap(s->base, s->size);
+    }
+    if (!s->unlinked && s->name[0])
+        shm_unlink(s->name);
+    if (s->pidfd)
+        for (int i = 0; i < s->n; i++)
+            if (s->pidfd[i] >= 0)
+                close(s->pidfd[i]);
+    free(s->pidfd);
+    free(s->pid);
+    free(s);
+    c->shm = NULL;
+}
+
+/* balanced split of n items among k parts: part i is [lo, lo + len) */
+static void split(size_t n, int k, int i, size_t *lo, size_t *len)
+{
+    size_t base = n / (size_t)k, rem = n % (size_t)k;
+    *lo = (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
+    *len = base + ((size_t)i < rem);
+}
+
+int ct__shm_allreduce(ct_comm *c, float *buf, size_t count, float scale, int only_leader,
+                      int64_t deadline)
+{
+    struct ct__shm *s = c->shm;
+    const float *srcs[s->n];
+    int want = !only_leader || s->me == 0;
+    int rc;
+    if (count * sizeof(float) <= SMALL_BYTES && count * sizeof(float) <= s->slot) {
+        uint32_t r = s->round++;
+        memcpy(slot(s, r, s->me), buf, count * sizeof(float));
+        if ((rc = sync_all(c, deadline)) < 0)
+            return rc;
+        if (want) {
+            for (int i = 0; i < s->n; i++)
+                srcs[i] = (const float *)slot(s, r, i);
+            ct__reduce_sum(buf, srcs, s->n, count, scale);
+        }
+        return 0;
+    }
+    size_t chunk = s->slot / sizeof(float);
+    for (size_t off = 0; off < count; off += chunk) {
+        size_t n = count - off < chunk ? count - off : chunk;
+        uint32_t r = s->round++;
+        if (ct__comm_aborted(c))
+            return ct__error(ct__comm_aborted(c), "collective: aborted");
+        memcpy(slot(s, r, s->me), buf + off, n * sizeof(float));
+        if ((rc = sync_all(c, deadline)) < 0)
+            return rc;
+        size_t lo, len;
+        split(n, s->n, s->me, &lo, &len);
+        for (int i = 0; i < s->n; i++)
+            srcs[i] = (const float *)slot(s, r, i) + lo;
+        ct__reduce_sum((float *)slot(s, r, s->me) + lo, srcs, s->n, len, scale);
+        if ((rc = sync_all(c, deadline)) < 0)
+            return rc;
+        if (want)
+            for (int i = 0; i < s->n; i++) {
+                split(n, s->n, i, &lo, &len);
+                memcpy(buf + off + lo, (const float *)slot(s, r, i) + lo, len * sizeof(float));
+            }
+    }
+    return 0;
+}
+
+int ct__shm_broadcast(ct_comm *c, void *buf, size_t bytes, int root_local, int64_t deadline)
+{
+    struct ct__shm *s = c->shm;
+    char *b = buf;
+    for (size_t off = 0; off < bytes; off += s->slot) {
+        size_t n = bytes - off < s->slot ? bytes - off : s->slot;
+        uint32_t r = s->round++;
+        if (s->me == root_local)
+            memcpy(slot(s, r, s->me), b + off, n);
+        int rc = sync_all(c, deadline);
+        if (rc < 0)
+            return rc;
+        if (s->me != root_local)
+            memcpy(b + off, slot(s, r, root_local), n);
+    }
+    return 0;
+}
+
+int ct__shm_allgather(ct_comm *c, const void *send, void *recv, size_t bytes, int64_t deadline)
+{
+    struct ct__shm *s = c->shm;
+    const char *in = send;
+    char *outp = recv;
+    for (size_t off = 0; off < bytes; off += s->slot) {
+        size_t n = bytes - off < s->slot ? bytes - off : s->slot;
+        uint32_t r = s->round++;
+        memcpy(slot(s, r, s->me), in + off, n);
+        int rc = sync_all(c, deadline);
+        if (rc < 0)
+            return rc;
+        for (int i = 0; i < s->n; i++)
+            memcpy(outp + (size_t)c->local_ranks[i] * bytes + off, slot(s, r, i), n);
+    }
+    return 0;
+}
+
+int ct__shm_barrier(ct_comm *c, int64_t deadline)
+{
+    c->shm->round++;
+    return sync_all(c, deadline);
+}

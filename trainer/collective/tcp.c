@@ -1,0 +1,428 @@
+/* trainer/collective/tcp.c — the TCP ring among node leaders (one rank per node).
+ *
+ * Each leader listens on an ephemeral port, publishes "host:port" under <group>/tcp/<node>,
+ * connects to the next node's leader and accepts the previous one (a hello carrying the group
+ * hash and node index rejects strays). Sockets are non-blocking with TCP_NODELAY and 4 MiB
+ * buffers; every transfer is one loop that sends to next and receives from prev at once,
+ * sleeping in poll() (with the abort eventfd) only when neither can move, until the deadline.
+ *
+ * allreduce: ring reduce-scatter (N-1 steps; received bytes are added in as they arrive, so
+ * receiving and reducing overlap) then ring allgather (N-1 steps), N = number of nodes, buffer
+ * split into N near-equal segments (any length works; segments may be empty).
+ * broadcast: a pipelined chain from the root's node (each leader forwards bytes as they come).
+ * Not for ranks on the same node: those use shm.c. */
+#define _GNU_SOURCE /* accept4 */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "common/common.h"
+#include "internal.h"
+
+#define HELLO_MAGIC 0x63745243u /* "ctRC" */
+#define SOCK_BUF (4 * 1024 * 1024)
+#define REDUCE_GRAIN (64 * 1024) /* bytes received before adding them in */
+#define MAX_IOV 64
+
+struct hello {
+    uint32_t magic;
+    int32_t node;
+    uint64_t group_hash;
+};
+
+static void tune(int fd)
+{
+    int one = 1, sz = SOCK_BUF;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+static int ms_left(int64_t deadline)
+{
+    int64_t ms = (deadline - ct__now_ns() + 999999) / 1000000;
+    return ms < 0 ? 0 : ms > 100 ? 100 : (int)ms;
+}
+
+/* Blocking-with-deadline exact read/write on a non-blocking socket (setup only). */
+static int io_all(int fd, void *p, size_t n, int writing, int64_t deadline)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = writing ? send(fd, (char *)p + done, n - done, MSG_NOSIGNAL)
+                            : recv(fd, (char *)p + done, n - done, 0);
+        if (k > 0) {
+            done += (size_t)k;
+            continue;
+        }
+        if (k == 0)
+            return CT_ECONNRESET;
+        if (errno != EAGAIN && errno != EINTR)
+            return -errno;
+        if (ct__now_ns() >= deadline)
+            return CT_ETIMEDOUT;
+        struct pollfd pf = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
+        poll(&pf, 1, ms_left(deadline));
+    }
+    return 0;
+}
+
+static void default_host(char *out, size_t cap)
+{
+    const char *env = getenv("CT_COMM_HOST");
+    snprintf(out, cap, "127.0.0.1");
+    if (env && *env) {
+        snprintf(out, cap, "%s", env);
+        return;
+    }
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) < 0)
+        return;
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+            !(i->ifa_flags & IFF_LOOPBACK)) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)cap);
+            break;
+        }
+    freeifaddrs(ifs);
+}
+
+static int connect_to(const char *hostport, int64_t deadline, int *out)
+{
+    char host[256];
+    snprintf(host, sizeof host, "%s", hostport);
+    char *colon = strrchr(host, ':');
+    if (!colon)
+        return ct__error(CT_EPROTO, "collective: bad address '%s'", hostport);
+    *colon = 0;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int g = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (g != 0)
+        return ct__error(CT_EIO, "collective: resolve %s: %s", hostport, gai_strerror(g));
+    int rc = 0, fd = -1;
+    for (;;) {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            rc = ct__error(-errno, "collective: socket: %s", strerror(errno));
+            break;
+        }
+        tune(fd);
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+            break;
+        if (errno == EINPROGRESS) {
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            int err = 0;
+            socklen_t el = sizeof err;
+            while (poll(&pf, 1, ms_left(deadline)) == 0 && ct__now_ns() < deadline)
+                ;
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+            if (pf.revents && err == 0)
+                break;
+            errno = err ? err : ETIMEDOUT;
+        }
+        int e = errno;
+        close(fd);
+        fd = -1;
+        if (ct__now_ns() >= deadline) {
+            rc = ct__error(CT_ETIMEDOUT, "collective: connect %s: %s", hostport, strerror(e));
+            break;
+        }
+        usleep(2000); /* refused: the listener may not be up yet */
+    }
+    freeaddrinfo(ai);
+    *out = fd;
+    return rc;
+}
+
+int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_t deadline)
+{
+    int rc = 0, lfd = -1;
+    char key[512], addr[320], myhost[256], *peer = NULL;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t sl = sizeof sa;
+    int n = c->nnodes, next = (c->node + 1) % n, prev = (c->node + n - 1) % n;
+
+    if (host && *host)
+        snprintf(myhost, sizeof myhost, "%s", host);
+    else
+        default_host(myhost, sizeof myhost);
+    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0)
+        return ct__error(-errno, "collective: socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 64) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) < 0) {
+        rc = ct__error(-errno, "collective: listen: %s", strerror(errno));
+        goto out;
+    }
+    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
+    snprintf(addr, sizeof addr, "%s:%d", myhost, ntohs(sa.sin_port));
+    snprintf(key, sizeof key, "%s/tcp/%d", c->group, c->node);
+    if ((rc = rdv->put(rdv->ctx, key, addr, strlen(addr))) < 0)
+        goto out;
+
+    snprintf(key, sizeof key, "%s/tcp/%d", c->group, next);
+    if ((rc = ct__rdv_get_str(rdv, key, &peer, deadline)) < 0) {
+        ct__error(rc, "collective: rank %d waiting for key %s: %s", c->rank, key, ct_strerror(rc));
+        goto out;
+    }
+    if ((rc = connect_to(peer, deadline, &c->fd_next)) < 0)
+        goto out;
+    struct hello h = {HELLO_MAGIC, c->node, c->group_hash};
+    if ((rc = io_all(c->fd_next, &h, sizeof h, 1, deadline)) < 0) {
+        ct__error(rc, "collective: hello to %s: %s", peer, ct_strerror(rc));
+        goto out;
+    }
+    while (c->fd_prev < 0) {
+        struct pollfd pf = {.fd = lfd, .events = POLLIN};
+        if (ct__now_ns() >= deadline) {
+            rc = ct__error(CT_ETIMEDOUT, "collective: rank %d: node %d's leader never connected",
+                           c->rank, prev);
+            goto out;
+        }
+        if (poll(&pf, 1, ms_left(deadline)) <= 0)
+            continue;
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        tune(fd);
+        struct hello in;
+        int64_t hd =
+            ct__now_ns() + 2000000000ll < deadline ? ct__now_ns() + 2000000000ll : deadline;
+        if (io_all(fd, &in, sizeof in, 0, hd) == 0 && in.magic == HELLO_MAGIC &&
+            in.group_hash == c->group_hash && in.node == prev) {
+            c->fd_prev = fd;
+        } else {
+            CT_LOG(CT_LOG_WARN, "collective", "rank %d: refused a stray connection", c->rank);
+            close(fd);
+        }
+    }
+out:
+    if (lfd >= 0)
+        close(lfd);
+    free(peer);
+    return rc;
+}
+
+void ct__tcp_destroy(ct_comm *c)
+{
+    if (c->fd_next >= 0)
+        close(c->fd_next);
+    if (c->fd_prev >= 0)
+        close(c->fd_prev);
+    c->fd_next = c->fd_prev = -1;
+}
+
+/* One transfer step: send siov (to next) while receiving riov (from prev).
+ * fwd: send no further than received so far (siov and riov describe the same bytes).
+ * red: received floats (riov is one staging buffer) are added into red as they arrive. */
+struct xfer {
+    const struct iovec *siov, *riov;
+    int sn, rn;
+    int fwd;
+    float *red;
+};
+
+static size_t iov_total(const struct iovec *v, int n)
+{
+    size_t t = 0;
+    for (int i = 0; i < n; i++)
+        t += v[i].iov_len;
+    return t;
+}
+
+/* the part of v from byte off to byte end, as at most MAX_IOV entries in out */
+static int iov_window(const struct iovec *v, int n, size_t off, size_t end, struct iovec *out)
+{
+    int k = 0;
+    size_t pos = 0;
+    for (int i = 0; i < n && k < MAX_IOV && pos < end; i++) {
+        size_t a = pos, b = pos + v[i].iov_len;
+        pos = b;
+        if (b <= off)
+            continue;
+        size_t s = off > a ? off - a : 0;
+        size_t e = (end < b ? end : b) - a;
+        if (e > s) {
+            out[k].iov_base = (char *)v[i].iov_base + s;
+            out[k].iov_len = e - s;
+            k++;
+        }
+    }
+    return k;
+}
+
+static int peer_error(ct_comm *c, const char *what, int err)
+{
+    int st = ct__comm_aborted(c);
+    if (st)
+        return ct__error(st, "collective: rank %d: %s", c->rank,
+                         st == CT_ECANCELED ? "aborted" : "failed");
+    return ct__error(CT_ECONNRESET, "collective: rank %d: %s %s node: %s", c->rank, what,
+                     what[0] == 's' ? "next" : "previous", err ? strerror(err) : "closed");
+}
+
+static int run_xfer(ct_comm *c, const struct xfer *x, int64_t deadline)
+{
+    size_t slen = iov_total(x->siov, x->sn), rlen = iov_total(x->riov, x->rn);
+    size_t sdone = 0, rdone = 0, red_done = 0;
+    struct iovec w[MAX_IOV];
+    while (sdone < slen || rdone < rlen || (x->red && red_done < rlen)) {
+        int progress = 0;
+        size_t limit = x->fwd ? rdone : slen;
+        if (sdone < limit) {
+            struct msghdr m = {.msg_iov = w};
+            m.msg_iovlen = (size_t)iov_window(x->siov, x->sn, sdone, limit, w);
+            ssize_t k = sendmsg(c->fd_next, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (k > 0) {
+                sdone += (size_t)k;
+                progress = 1;
+            } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
+                return peer_error(c, "send to", errno);
+            }
+        }
+        if (rdone < rlen) {
+            struct msghdr m = {.msg_iov = w};
+            m.msg_iovlen = (size_t)iov_window(x->riov, x->rn, rdone, rlen, w);
+            ssize_t k = recvmsg(c->fd_prev, &m, MSG_DONTWAIT);
+            if (k > 0) {
+                rdone += (size_t)k;
+                progress = 1;
+            } else if (k == 0) {
+                return peer_error(c, "receive from", 0);
+            } else if (errno != EAGAIN && errno != EINTR) {
+                return peer_error(c, "receive from", errno);
+            }
+        }
+        if (x->red) {
+            size_t avail = rdone / sizeof(float) * sizeof(float);
+            if (avail - red_done >= REDUCE_GRAIN || (avail == rlen && avail > red_done)) {
+                const float *src = (const float *)((char *)x->riov[0].iov_base + red_done);
+                ct__reduce_add(x->red + red_done / sizeof(float), src,
+                               (avail - red_done) / sizeof(float));
+                red_done = avail;
+                progress = 1;
+            }
+        }
+        if (progress)
+            continue;
+        int st = ct__comm_aborted(c);
+        if (st)
+            return ct__error(st, "collective: rank %d: %s", c->rank,
+                             st == CT_ECANCELED ? "aborted" : "failed");
+        if (ct__now_ns() >= deadline)
+            return ct__error(CT_ETIMEDOUT,
+                             "collective: rank %d: TCP step timed out (sent "
+                             "%zu/%zu, received %zu/%zu bytes)",
+                             c->rank, sdone, slen, rdone, rlen);
+        struct pollfd pf[3];
+        int np = 0;
+        pf[np++] = (struct pollfd){.fd = c->abort_fd, .events = POLLIN};
+        if (sdone < limit)
+            pf[np++] = (struct pollfd){.fd = c->fd_next, .events = POLLOUT};
+        if (rdone < rlen)
+            pf[np++] = (struct pollfd){.fd = c->fd_prev, .events = POLLIN};
+        poll(pf, (nfds_t)np, ms_left(deadline));
+    }
+    return 0;
+}
+
+static int ensure_tmp(ct_comm *c, size_t n)
+{
+    if (c->tmp_cap >= n)
+        return 0;
+    float *t = realloc(c->tmp, n * sizeof(float));
+    if (!t)
+        return ct__error(CT_ENOMEM, "collective: %zu-float staging buffer", n);
+    c->tmp = t;
+    c->tmp_cap = n;
+    return 0;
+}
+
+static void seg(size_t count, int n, int i, size_t *off, size_t *len)
+{
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    *off = (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
+    *len = base + ((size_t)i < rem);
+}
+
+int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float scale, int64_t deadline)
+{
+    int n = c->nnodes, j = c->node, rc;
+    size_t so, sl, ro, rl;
+    if ((rc = ensure_tmp(c, count / (size_t)n + 1)) < 0)
+        return rc;
+    for (int s = 0; s < n - 1; s++) {
+        seg(count, n, (j - s + n) % n, &so, &sl);
+        seg(count, n, (j - s - 1 + 2 * n) % n, &ro, &rl);
+        struct iovec sv = {buf + so, sl * sizeof(float)}, rv = {c->tmp, rl * sizeof(float)};
+        struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1, .red = buf + ro};
+        if ((rc = run_xfer(c, &x, deadline)) < 0)
+            return rc;
+    }
+    if (scale != 1.0f) {
+        seg(count, n, (j + 1) % n, &so, &sl);
+        ct__scale(buf + so, sl, scale);
+    }
+    for (int s = 0; s < n - 1; s++) {
+        seg(count, n, (j + 1 - s + n) % n, &so, &sl);
+        seg(count, n, (j - s + n) % n, &ro, &rl);
+        struct iovec sv = {buf + so, sl * sizeof(float)}, rv = {buf + ro, rl * sizeof(float)};
+        struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1};
+        if ((rc = run_xfer(c, &x, deadline)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int ct__tcp_broadcast(ct_comm *c, void *buf, size_t bytes, int root_node, int64_t deadline)
+{
+    int n = c->nnodes, p = (c->node - root_node + n) % n;
+    struct iovec v = {buf, bytes};
+    struct xfer x = {.siov = &v, .riov = &v, .fwd = 1};
+    x.sn = p < n - 1;
+    x.rn = p > 0;
+    if (p == 0)
+        x.fwd = 0;
+    return run_xfer(c, &x, deadline);
+}
+
+int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline)
+{
+    int n = c->nnodes, j = c->node, rc = 0;
+    struct iovec *sv = malloc(sizeof *sv * (size_t)c->world);
+    struct iovec *rv = malloc(sizeof *rv * (size_t)c->world);
+    if (!sv || !rv) {
+        rc = ct__error(CT_ENOMEM, "collective: iovecs");
+        goto out;
+    }
+    for (int s = 0; s < n - 1 && rc == 0; s++) {
+        int sg = (j - s + n) % n, rg = (j - s - 1 + n) % n, ns = 0, nr = 0;
+        for (int r = 0; r < c->world; r++) {
+            struct iovec v = {(char *)recv + (size_t)r * bytes, bytes};
+            if (c->node_of[r] == sg)
+                sv[ns++] = v;
+            if (c->node_of[r] == rg)
+                rv[nr++] = v;
+        }
+        struct xfer x = {.siov = sv, .sn = ns, .riov = rv, .rn = nr};
+        rc = run_xfer(c, &x, deadline);
+    }
+out:
+    free(sv);
+    free(rv);
+    return rc;
+}

@@ -142,8 +142,7 @@ typedef struct ct_sampler_opts {
 int64_t ct_sampler_num_samples(int64_t n, const ct_sampler_opts *opts);
 /* Writes this rank's ct_sampler_num_samples indices into out; scratch holds at least
  * max(n, 1) int64 (the full permutation). Returns the count written or a negative CT_E*. */
-int64_t ct_sampler_indices(int64_t n, const ct_sampler_opts *opts, int64_t *out,
-                           int64_t *scratch);
+int64_t ct_sampler_indices(int64_t n, const ct_sampler_opts *opts, int64_t *out, int64_t *scratch);
 /* A random permutation of 0..n-1 from seed (Fisher-Yates, splitmix64). */
 void ct_sampler_permutation(int64_t n, uint64_t seed, int64_t *out);
 
@@ -154,10 +153,10 @@ void ct_sampler_permutation(int64_t n, uint64_t seed, int64_t *out);
  * across runs, ranks, prefetch on or off.
  * ------------------------------------------------------------------------------------------ */
 typedef struct ct_transform_opts {
-    const float *mean; /* per channel (shape[0] of a (C,H,W) sample) or one value for all; */
-    const float *std;  /*   NULL: no normalisation. Both are copied by ct_loader_new. */
-    int n_mean;        /* length of mean/std; 0: the channel count C (1 for (F) samples) */
-    float hflip_p;     /* probability of a horizontal flip (0: never; needs (C,H,W)) */
+    const float *mean;  /* per channel (shape[0] of a (C,H,W) sample) or one value for all; */
+    const float *std;   /*   NULL: no normalisation. Both are copied by ct_loader_new. */
+    int n_mean;         /* length of mean/std; 0: the channel count C (1 for (F) samples) */
+    float hflip_p;      /* probability of a horizontal flip (0: never; needs (C,H,W)) */
     int crop_h, crop_w; /* random crop to crop_h x crop_w (0: no crop; needs (C,H,W)) */
     int crop_pad;       /* zero padding on each side before cropping (RandomCrop's padding) */
 } ct_transform_opts;
@@ -183,10 +182,10 @@ void ct_transform_normalize(float *x, int64_t numel, const float *mean, const fl
 typedef struct ct_loader ct_loader;
 
 typedef struct ct_loader_opts {
-    int64_t batch_size; /* 0: 1 */
-    bool shuffle;       /* shuffle each epoch (permutation from seed + epoch) */
-    bool drop_last;     /* drop this rank's last incomplete batch */
-    int rank, world_size; /* distributed sampler (world_size 0: 1, no sharding) */
+    int64_t batch_size;     /* 0: 1 */
+    bool shuffle;           /* shuffle each epoch (permutation from seed + epoch) */
+    bool drop_last;         /* drop this rank's last incomplete batch */
+    int rank, world_size;   /* distributed sampler (world_size 0: 1, no sharding) */
     bool sampler_drop_last; /* DistributedSampler's drop_last: truncate instead of pad */
     uint64_t seed;          /* shuffling and random transforms */
     int prefetch;           /* batches built ahead by a background thread; 0: no thread */
@@ -201,7 +200,7 @@ typedef struct ct_batch {
     int64_t n;            /* samples in this batch (<= batch_size) */
     int ndim;             /* sample dims (shape excludes n) */
     int64_t shape[CT_DATA_MAX_DIMS];
-    int64_t batch;        /* batch number within the epoch */
+    int64_t batch; /* batch number within the epoch */
 } ct_batch;
 
 /* Makes a loader over ds (borrowed: ds must outlive the loader). All buffers (prefetch ring,

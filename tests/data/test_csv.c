@@ -86,7 +86,8 @@ int main(void)
               "bad1.csv:4: column 3 (b): cannot parse 'oops' as a number");
     CHECK(ds == NULL);
     p = put("bad2.csv", "1,2,3\n4,5\n");
-    CHECK_ERR(ct_dataset_open_csv(p, NULL, &ds), CT_EINVAL, "bad2.csv:2: expected 3 columns, got 2");
+    CHECK_ERR(ct_dataset_open_csv(p, NULL, &ds), CT_EINVAL,
+              "bad2.csv:2: expected 3 columns, got 2");
     p = put("bad3.csv", "1,2,3\n4.5,5,6\n");
     CHECK_ERR(ct_dataset_open_csv(p, NULL, &ds), CT_EINVAL,
               "bad3.csv:2: column 1 (label): '4.5' is not an integer");
@@ -94,7 +95,8 @@ int main(void)
     CHECK_ERR(ct_dataset_open_csv(p, &(ct_csv_opts){.label_name = "y"}, &ds), CT_EINVAL,
               "bad4.csv:1: no column named 'y'");
     p = put("bad5.csv", "1,2\n3,\n");
-    CHECK_ERR(ct_dataset_open_csv(p, NULL, &ds), CT_EINVAL, "bad5.csv:2: column 2: cannot parse ''");
+    CHECK_ERR(ct_dataset_open_csv(p, NULL, &ds), CT_EINVAL,
+              "bad5.csv:2: column 2: cannot parse ''");
     p = put("bad6.csv", "1,2\n");
     CHECK_ERR(ct_dataset_open_csv(p, &(ct_csv_opts){.label_column = 5}, &ds), CT_EINVAL,
               "label_column 5 out of range for 2 columns");

@@ -83,7 +83,8 @@ static void real_split(bool train, int64_t n_expect, const int64_t *first_labels
     }
     CHECK_EQ(bad_labels, 0);
     CHECK_EQ(bad_pix, 0);
-    if (train) { /* a few values read off `od` of the file: image 0, file offsets 115, 116, 143 = pixels 99, 100, 127 */
+    if (train) { /* a few values read off `od` of the file: image 0, file offsets 115, 116, 143 =
+                    pixels 99, 100, 127 */
         CHECK_OK(ct_dataset_get(ds, 0, x, &y));
         CHECK_NEAR(x[99], 13 / 255.0, 1e-7);
         CHECK_NEAR(x[100], 73 / 255.0, 1e-7);

@@ -80,7 +80,8 @@ static void expect_sample(const ct_loader_opts *o, int64_t epoch, int64_t idx, f
     else
         memcpy(out, data + idx * NUMEL, NUMEL * sizeof *out);
     if (t->mean)
-        ct_transform_normalize(out, (int64_t)C * oh * ow, t->mean, t->std, t->n_mean ? t->n_mean : C);
+        ct_transform_normalize(out, (int64_t)C * oh * ow, t->mean, t->std,
+                               t->n_mean ? t->n_mean : C);
 }
 
 /* One epoch's batches against the sampler and the transforms, done independently. */
@@ -91,8 +92,12 @@ static void check_epoch(ct_dataset *ds, const ct_loader_opts *o, int64_t epoch)
     if (!ld)
         return;
     CHECK_OK(ct_loader_set_epoch(ld, epoch));
-    ct_sampler_opts so = {.rank = o->rank, .world_size = o->world_size, .shuffle = o->shuffle,
-                          .drop_last = o->sampler_drop_last, .seed = o->seed, .epoch = epoch};
+    ct_sampler_opts so = {.rank = o->rank,
+                          .world_size = o->world_size,
+                          .shuffle = o->shuffle,
+                          .drop_last = o->sampler_drop_last,
+                          .seed = o->seed,
+                          .epoch = epoch};
     int64_t ns = ct_sampler_num_samples(N, &so);
     int64_t *shard = calloc((size_t)ns + 1, 8), *scr = calloc(N, 8);
     CHECK_EQ(ct_sampler_indices(N, &so, shard, scr), ns);
@@ -194,13 +199,16 @@ static void start_stop(ct_dataset *ds)
     const float m[2] = {0.5f, 0.1f}, s[2] = {0.3f, 0.2f};
     for (int i = 0; i < 300; i++) {
         ct_loader *ld = NULL;
-        CHECK_OK(ct_loader_new(ds,
-                               &(ct_loader_opts){.batch_size = 1 + i % 7, .shuffle = true,
-                                                 .prefetch = 1 + i % 4, .seed = (uint64_t)i,
-                                                 .world_size = 1 + i % 3, .rank = i % (1 + i % 3),
-                                                 .transform = {.mean = m, .std = s,
-                                                               .hflip_p = 0.5f}},
-                               &ld));
+        CHECK_OK(
+            ct_loader_new(ds,
+                          &(ct_loader_opts){.batch_size = 1 + i % 7,
+                                            .shuffle = true,
+                                            .prefetch = 1 + i % 4,
+                                            .seed = (uint64_t)i,
+                                            .world_size = 1 + i % 3,
+                                            .rank = i % (1 + i % 3),
+                                            .transform = {.mean = m, .std = s, .hflip_p = 0.5f}},
+                          &ld));
         if (!ld)
             return;
         for (int e = 0; e < i % 3; e++)
@@ -266,12 +274,13 @@ static void bad_options(ct_dataset *img)
     const float z[2] = {0, 0}, one[2] = {1, 1};
     CHECK_ERR(ct_loader_new(img, &(ct_loader_opts){.transform = {.mean = z, .std = z}}, &ld),
               CT_EINVAL, "transform.std[0] is 0");
-    CHECK_ERR(ct_loader_new(img, &(ct_loader_opts){.transform = {.mean = z, .std = one,
-                                                                  .n_mean = 3}}, &ld),
+    CHECK_ERR(ct_loader_new(
+                  img, &(ct_loader_opts){.transform = {.mean = z, .std = one, .n_mean = 3}}, &ld),
               CT_EINVAL, "transform.n_mean 3");
-    CHECK_ERR(ct_loader_new(img, &(ct_loader_opts){.transform = {.crop_h = 9, .crop_w = 9,
-                                                                  .crop_pad = 1}}, &ld),
-              CT_EINVAL, "larger than the padded image");
+    CHECK_ERR(
+        ct_loader_new(
+            img, &(ct_loader_opts){.transform = {.crop_h = 9, .crop_w = 9, .crop_pad = 1}}, &ld),
+        CT_EINVAL, "larger than the padded image");
     CHECK_ERR(ct_loader_new(img, &(ct_loader_opts){.rank = 3, .world_size = 2}, &ld), CT_EINVAL,
               "rank 3");
     CHECK_ERR(ct_loader_new(img, &(ct_loader_opts){.batch_size = -1}, &ld), CT_EINVAL,
@@ -280,12 +289,13 @@ static void bad_options(ct_dataset *img)
     int64_t y[2] = {0, 1}, s1[1] = {2};
     ct_dataset *tab = NULL;
     CHECK_OK(ct_dataset_from_f32(f, y, 2, 1, s1, &tab));
-    CHECK_ERR(ct_loader_new(tab, &(ct_loader_opts){.transform = {.hflip_p = 0.5f}}, &ld),
-              CT_EINVAL, "needs (C,H,W)");
+    CHECK_ERR(ct_loader_new(tab, &(ct_loader_opts){.transform = {.hflip_p = 0.5f}}, &ld), CT_EINVAL,
+              "needs (C,H,W)");
     /* (F) data: per-feature normalisation with n_mean = F */
     const float fm[2] = {1, 2}, fs[2] = {2, 4};
-    CHECK_OK(ct_loader_new(tab, &(ct_loader_opts){.batch_size = 2, .transform = {.mean = fm,
-                           .std = fs, .n_mean = 2}}, &ld));
+    CHECK_OK(ct_loader_new(
+        tab, &(ct_loader_opts){.batch_size = 2, .transform = {.mean = fm, .std = fs, .n_mean = 2}},
+        &ld));
     ct_batch b;
     CHECK_EQ(ct_loader_next(ld, &b), 1);
     CHECK_EQ(b.ndim, 1);
@@ -309,12 +319,17 @@ int main(void)
     CHECK_OK(ct_dataset_from_f32(data, labels, N, 3, shape, &ds));
     const float mean[2] = {0.3f, 0.6f}, stdv[2] = {0.2f, 0.5f};
     ct_loader_opts plain = {.batch_size = 10};
-    ct_loader_opts dist = {.batch_size = 8, .shuffle = true, .seed = 99, .rank = 2,
-                           .world_size = 3};
-    ct_loader_opts aug = {.batch_size = 7, .shuffle = true, .seed = 5, .rank = 1, .world_size = 4,
-                          .drop_last = true,
-                          .transform = {.mean = mean, .std = stdv, .hflip_p = 0.5f, .crop_h = 4,
-                                        .crop_w = 6, .crop_pad = 2}};
+    ct_loader_opts dist = {
+        .batch_size = 8, .shuffle = true, .seed = 99, .rank = 2, .world_size = 3};
+    ct_loader_opts aug = {
+        .batch_size = 7,
+        .shuffle = true,
+        .seed = 5,
+        .rank = 1,
+        .world_size = 4,
+        .drop_last = true,
+        .transform = {
+            .mean = mean, .std = stdv, .hflip_p = 0.5f, .crop_h = 4, .crop_w = 6, .crop_pad = 2}};
     ct_loader_opts sdl = aug;
     sdl.sampler_drop_last = true;
     sdl.drop_last = false;

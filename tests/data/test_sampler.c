@@ -21,8 +21,11 @@ static void check_torch_ref(const char *path)
         if (sscanf(line, "%lld %lld %lld %lld %lld :%n", &n, &world, &dl, &rank, &ns, &used) != 5)
             continue;
         lines++;
-        ct_sampler_opts o = {.rank = (int)rank, .world_size = (int)world, .drop_last = dl != 0,
-                             .seed = 7, .epoch = 3};
+        ct_sampler_opts o = {.rank = (int)rank,
+                             .world_size = (int)world,
+                             .drop_last = dl != 0,
+                             .seed = 7,
+                             .epoch = 3};
         CHECK_EQ(ct_sampler_num_samples(n, &o), ns);
         int64_t *out = calloc((size_t)ns + 1, sizeof *out), *scr = calloc((size_t)n + 1, 8);
         int64_t k = ct_sampler_indices(n, &o, out, scr);
@@ -31,8 +34,10 @@ static void check_torch_ref(const char *path)
         for (int64_t i = 0; i < ns; i++) {
             long long v = strtoll(p, &p, 10);
             if (out[i] != v) {
-                fprintf(stderr, "n=%lld world=%lld drop_last=%lld rank=%lld: index %lld: ct %lld "
-                        "torch %lld\n", n, world, dl, rank, (long long)i, (long long)out[i], v);
+                fprintf(stderr,
+                        "n=%lld world=%lld drop_last=%lld rank=%lld: index %lld: ct %lld "
+                        "torch %lld\n",
+                        n, world, dl, rank, (long long)i, (long long)out[i], v);
                 check_failures++;
             }
         }
@@ -46,8 +51,8 @@ static void check_torch_ref(const char *path)
 /* Shuffled shards for (n, world): sizes, disjointness / coverage, per-epoch permutation. */
 static void check_shuffled(int64_t n, int world, bool drop_last)
 {
-    int64_t ns = ct_sampler_num_samples(n, &(ct_sampler_opts){.world_size = world,
-                                                             .drop_last = drop_last});
+    int64_t ns =
+        ct_sampler_num_samples(n, &(ct_sampler_opts){.world_size = world, .drop_last = drop_last});
     int64_t *shard = calloc((size_t)(ns * world + 1), sizeof *shard);
     int64_t *scr = calloc((size_t)n + 1, sizeof *scr);
     int64_t *perm = calloc((size_t)n + 1, sizeof *perm);
@@ -56,8 +61,12 @@ static void check_shuffled(int64_t n, int world, bool drop_last)
     for (int64_t epoch = 0; epoch < 3; epoch++) {
         memset(seen, 0, (size_t)(n + 1) * sizeof *seen);
         for (int r = 0; r < world; r++) {
-            ct_sampler_opts o = {.rank = r, .world_size = world, .shuffle = true,
-                                 .drop_last = drop_last, .seed = 1234, .epoch = epoch};
+            ct_sampler_opts o = {.rank = r,
+                                 .world_size = world,
+                                 .shuffle = true,
+                                 .drop_last = drop_last,
+                                 .seed = 1234,
+                                 .epoch = epoch};
             CHECK_EQ(ct_sampler_num_samples(n, &o), ns); /* equal on every rank */
             CHECK_EQ(ct_sampler_indices(n, &o, shard + r * ns, scr), ns);
             for (int64_t i = 0; i < ns; i++) {
@@ -104,8 +113,12 @@ static void check_shuffled(int64_t n, int world, bool drop_last)
         }
     }
     /* Reproducible: the same (seed, epoch) gives the same shard again. */
-    ct_sampler_opts o = {.rank = world - 1, .world_size = world, .shuffle = true,
-                         .drop_last = drop_last, .seed = 1234, .epoch = 2};
+    ct_sampler_opts o = {.rank = world - 1,
+                         .world_size = world,
+                         .shuffle = true,
+                         .drop_last = drop_last,
+                         .seed = 1234,
+                         .epoch = 2};
     int64_t *again = calloc((size_t)ns + 1, sizeof *again);
     ct_sampler_indices(n, &o, again, scr);
     CHECK(memcmp(again, shard + (world - 1) * ns, (size_t)ns * sizeof *again) == 0);
@@ -137,12 +150,10 @@ static void check_perm(void)
 static void check_errors(void)
 {
     int64_t o[4], s[4];
-    CHECK_EQ(ct_sampler_num_samples(10, &(ct_sampler_opts){.rank = 2, .world_size = 2}),
-             CT_EINVAL);
+    CHECK_EQ(ct_sampler_num_samples(10, &(ct_sampler_opts){.rank = 2, .world_size = 2}), CT_EINVAL);
     CHECK(strstr(ct_last_error(), "rank 2") != NULL);
     CHECK_EQ(ct_sampler_indices(4, &(ct_sampler_opts){.world_size = -1}, o, s), CT_EINVAL);
-    CHECK_EQ(ct_sampler_num_samples(3, &(ct_sampler_opts){.world_size = 5, .drop_last = true}),
-             0);
+    CHECK_EQ(ct_sampler_num_samples(3, &(ct_sampler_opts){.world_size = 5, .drop_last = true}), 0);
 }
 
 /* The loader's drop_last: floor vs ceil of this rank's samples / batch size. */
@@ -174,8 +185,10 @@ static void check_loader_counts(void)
                                    &(ct_loader_opts){.batch_size = cases[c].bs,
                                                      .drop_last = cases[c].dl,
                                                      .sampler_drop_last = cases[c].sdl,
-                                                     .rank = r, .world_size = cases[c].world,
-                                                     .shuffle = true, .seed = 3},
+                                                     .rank = r,
+                                                     .world_size = cases[c].world,
+                                                     .shuffle = true,
+                                                     .seed = 3},
                                    &ld));
             CHECK_EQ(ct_loader_num_samples(ld), cases[c].samples);
             CHECK_EQ(ct_loader_num_batches(ld), cases[c].batches);

@@ -55,8 +55,10 @@ static void torch_ref(const char *path)
             ct_transform_crop_flip(in, 2, 3, 4, pad, top, left, flip != 0, out, oh, ow);
             for (int i = 0; i < n; i++)
                 if (out[i] != ref[i]) {
-                    fprintf(stderr, "case pad %d top %d left %d %dx%d flip %d: [%d] ct %.9g torch "
-                            "%.9g\n", pad, top, left, oh, ow, flip, i, out[i], ref[i]);
+                    fprintf(stderr,
+                            "case pad %d top %d left %d %dx%d flip %d: [%d] ct %.9g torch "
+                            "%.9g\n",
+                            pad, top, left, oh, ow, flip, i, out[i], ref[i]);
                     check_failures++;
                 }
             ct_transform_normalize(out, n, mean, stdv, 2);

@@ -140,8 +140,10 @@ int ct_dataset_open_csv(const char *path, const ct_csv_opts *opts, ct_dataset **
             }
             if (o.label_name) {
                 if (!header) {
-                    rc = ct__error(CT_EINVAL, "%s: label column '%s' asked by name but the file "
-                                   "has no header line", path, o.label_name);
+                    rc = ct__error(CT_EINVAL,
+                                   "%s: label column '%s' asked by name but the file "
+                                   "has no header line",
+                                   path, o.label_name);
                     goto out;
                 }
                 for (int c = 0; c < nf && lcol < 0; c++)
@@ -166,8 +168,7 @@ int ct_dataset_open_csv(const char *path, const ct_csv_opts *opts, ct_dataset **
             }
         }
         if (nf != ncols) {
-            rc = ct__error(CT_EINVAL, "%s:%d: expected %d columns, got %d", path, line, ncols,
-                           nf);
+            rc = ct__error(CT_EINVAL, "%s:%d: expected %d columns, got %d", path, line, ncols, nf);
             goto out;
         }
         if (n == cap) {
@@ -196,8 +197,7 @@ int ct_dataset_open_csv(const char *path, const ct_csv_opts *opts, ct_dataset **
             if (c == lcol) {
                 if (v != floor(v) || fabs(v) > 9.0e15) {
                     rc = ct__error(CT_EINVAL, "%s:%d: column %d (label): '%.*s' is not an integer",
-                                   path, line, c + 1, (int)(f[c].len > 40 ? 40 : f[c].len),
-                                   f[c].s);
+                                   path, line, c + 1, (int)(f[c].len > 40 ? 40 : f[c].len), f[c].s);
                     goto out;
                 }
                 labels[n] = (int64_t)v;

@@ -13,8 +13,8 @@ int ct__read_file(const char *path, uint8_t **buf, size_t *len);
 
 /* Makes a dataset over u8 samples x (length * numel) and labels, taking ownership of both
  * malloc'd buffers (freed on failure too). */
-int ct__dataset_u8_take(uint8_t *x, int64_t *labels, int64_t length, int ndim,
-                        const int64_t *shape, float scale, ct_dataset **out);
+int ct__dataset_u8_take(uint8_t *x, int64_t *labels, int64_t length, int ndim, const int64_t *shape,
+                        float scale, ct_dataset **out);
 
 /* The last path component, for error messages. */
 const char *ct__basename(const char *path);

@@ -27,8 +27,7 @@ int ct_dataset_new(const ct_dataset_ops *ops, void *self, int64_t length, int nd
     if (length < 0)
         return ct__error(CT_EINVAL, "ct_dataset_new: length %lld < 0", (long long)length);
     if (ndim < 1 || ndim > CT_DATA_MAX_DIMS || !shape)
-        return ct__error(CT_EINVAL, "ct_dataset_new: ndim %d not in 1..%d", ndim,
-                         CT_DATA_MAX_DIMS);
+        return ct__error(CT_EINVAL, "ct_dataset_new: ndim %d not in 1..%d", ndim, CT_DATA_MAX_DIMS);
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] <= 0)
@@ -91,8 +90,8 @@ int ct_dataset_get(ct_dataset *ds, int64_t i, float *x, int64_t *label)
 /* ---- in-memory datasets ------------------------------------------------------------------ */
 
 typedef struct mem_ds {
-    uint8_t *u8;    /* (length, numel) or NULL */
-    float *f32;     /* (length, numel) or NULL */
+    uint8_t *u8;     /* (length, numel) or NULL */
+    float *f32;      /* (length, numel) or NULL */
     int64_t *labels; /* (length) */
     int64_t numel;
     float scale;
@@ -164,8 +163,8 @@ err:
     return rc;
 }
 
-int ct__dataset_u8_take(uint8_t *x, int64_t *labels, int64_t length, int ndim,
-                        const int64_t *shape, float scale, ct_dataset **out)
+int ct__dataset_u8_take(uint8_t *x, int64_t *labels, int64_t length, int ndim, const int64_t *shape,
+                        float scale, ct_dataset **out)
 {
     return mem_new(x, NULL, labels, length, ndim, shape, scale, out);
 }
@@ -177,8 +176,7 @@ static int mem_copy(const void *x, size_t elt, const int64_t *labels, int64_t le
     *xc = NULL;
     *lc = NULL;
     if (length < 0 || ndim < 1 || ndim > CT_DATA_MAX_DIMS || !shape)
-        return ct__error(CT_EINVAL, "dataset: bad length %lld or ndim %d", (long long)length,
-                         ndim);
+        return ct__error(CT_EINVAL, "dataset: bad length %lld or ndim %d", (long long)length, ndim);
     if ((length > 0 && (!x || !labels)))
         return ct__error(CT_EINVAL, "dataset: x or labels is NULL");
     size_t nx = (size_t)length * (size_t)shape_numel(ndim, shape) * elt;

@@ -23,15 +23,12 @@ static int idx_header(const char *path, const uint8_t *b, size_t len, uint32_t m
 {
     size_t hdr = 4 + 4 * (size_t)ndims;
     if (len < 4)
-        return ct__error(CT_EIO, "%s: truncated: %zu bytes, too short for an IDX magic", path,
-                         len);
+        return ct__error(CT_EIO, "%s: truncated: %zu bytes, too short for an IDX magic", path, len);
     if (be32(b) != magic)
-        return ct__error(CT_EINVAL,
-                         "%s: wrong magic 0x%08x, expected 0x%08x (IDX %s, u8, %d dims)", path,
-                         be32(b), magic, what, ndims);
+        return ct__error(CT_EINVAL, "%s: wrong magic 0x%08x, expected 0x%08x (IDX %s, u8, %d dims)",
+                         path, be32(b), magic, what, ndims);
     if (len < hdr)
-        return ct__error(CT_EIO, "%s: truncated: header needs %zu bytes, got %zu", path, hdr,
-                         len);
+        return ct__error(CT_EIO, "%s: truncated: header needs %zu bytes, got %zu", path, hdr, len);
     for (int d = 0; d < ndims; d++)
         dims[d] = be32(b + 4 + 4 * d);
     return (int)hdr;

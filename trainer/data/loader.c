@@ -29,7 +29,7 @@ typedef struct slot {
     int64_t n;
     int64_t batch;
     int state;
-    int err;        /* a failed get: the error to hand to the consumer */
+    int err; /* a failed get: the error to hand to the consumer */
     char msg[512];
 } slot;
 
@@ -83,8 +83,8 @@ static int build(ct_loader *ld, int64_t b, slot *s, bool threaded)
         int rc = ct_dataset_get(ld->ds, idx, ld->crop_flip ? ld->scratch : dst, &s->y[k]);
         if (rc < 0) {
             const char *why = *ct_last_error() ? ct_last_error() : ct_strerror(rc);
-            snprintf(s->msg, sizeof s->msg, "loader: sample %lld of epoch %lld: %s",
-                     (long long)idx, (long long)ld->epoch, why);
+            snprintf(s->msg, sizeof s->msg, "loader: sample %lld of epoch %lld: %s", (long long)idx,
+                     (long long)ld->epoch, why);
             s->err = rc;
             return rc;
         }
@@ -179,26 +179,34 @@ static int check_transform(const ct_transform_opts *t, int ndim, const int64_t *
         return ct__error(CT_EINVAL, "loader: transform.hflip_p %g not in [0, 1]",
                          (double)t->hflip_p);
     if (spatial && ndim != 3)
-        return ct__error(CT_EINVAL, "loader: transform flip/crop needs (C,H,W) samples, not %d "
-                         "dims", ndim);
+        return ct__error(CT_EINVAL,
+                         "loader: transform flip/crop needs (C,H,W) samples, not %d "
+                         "dims",
+                         ndim);
     if (t->crop_h < 0 || t->crop_w < 0 || t->crop_pad < 0 || ((t->crop_h > 0) != (t->crop_w > 0)))
-        return ct__error(CT_EINVAL, "loader: transform crop %dx%d pad %d: both sizes > 0, pad "
-                         ">= 0", t->crop_h, t->crop_w, t->crop_pad);
+        return ct__error(CT_EINVAL,
+                         "loader: transform crop %dx%d pad %d: both sizes > 0, pad "
+                         ">= 0",
+                         t->crop_h, t->crop_w, t->crop_pad);
     if (t->crop_pad > 0 && t->crop_h == 0)
         return ct__error(CT_EINVAL, "loader: transform.crop_pad %d without crop_h/crop_w",
                          t->crop_pad);
-    if (t->crop_h > 0 && (t->crop_h > shape[1] + 2 * t->crop_pad ||
-                          t->crop_w > shape[2] + 2 * t->crop_pad))
-        return ct__error(CT_EINVAL, "loader: transform crop %dx%d larger than the padded image "
-                         "%lldx%lld", t->crop_h, t->crop_w, (long long)(shape[1] + 2 * t->crop_pad),
+    if (t->crop_h > 0 &&
+        (t->crop_h > shape[1] + 2 * t->crop_pad || t->crop_w > shape[2] + 2 * t->crop_pad))
+        return ct__error(CT_EINVAL,
+                         "loader: transform crop %dx%d larger than the padded image "
+                         "%lldx%lld",
+                         t->crop_h, t->crop_w, (long long)(shape[1] + 2 * t->crop_pad),
                          (long long)(shape[2] + 2 * t->crop_pad));
     if ((t->mean == NULL) != (t->std == NULL))
         return ct__error(CT_EINVAL, "loader: transform.mean and transform.std go together");
     if (t->mean) {
         int n = t->n_mean ? t->n_mean : (ndim == 3 ? (int)shape[0] : 1);
         if (n != 1 && n != shape[0])
-            return ct__error(CT_EINVAL, "loader: transform.n_mean %d: must be 1 or the channel "
-                             "count %lld", n, (long long)shape[0]);
+            return ct__error(CT_EINVAL,
+                             "loader: transform.n_mean %d: must be 1 or the channel "
+                             "count %lld",
+                             n, (long long)shape[0]);
         for (int i = 0; i < n; i++)
             if (!(t->std[i] != 0))
                 return ct__error(CT_EINVAL, "loader: transform.std[%d] is %g", i,
@@ -224,8 +232,8 @@ int ct_loader_new(ct_dataset *ds, const ct_loader_opts *opts, ct_loader **out)
     int rc = check_transform(&o.transform, in_ndim, in_shape);
     if (rc < 0)
         return rc;
-    ct_sampler_opts so = {.rank = o.rank, .world_size = o.world_size,
-                          .drop_last = o.sampler_drop_last};
+    ct_sampler_opts so = {
+        .rank = o.rank, .world_size = o.world_size, .drop_last = o.sampler_drop_last};
     int64_t ns = ct_sampler_num_samples(ct_dataset_length(ds), &so);
     if (ns < 0)
         return (int)ns;
@@ -242,7 +250,8 @@ int ct_loader_new(ct_dataset *ds, const ct_loader_opts *opts, ct_loader **out)
     ld->n = ct_dataset_length(ds);
     ld->batch_size = o.batch_size ? o.batch_size : 1;
     ld->num_samples = ns;
-    ld->num_batches = o.drop_last ? ns / ld->batch_size : (ns + ld->batch_size - 1) / ld->batch_size;
+    ld->num_batches =
+        o.drop_last ? ns / ld->batch_size : (ns + ld->batch_size - 1) / ld->batch_size;
     ld->in_ndim = ld->out_ndim = in_ndim;
     memcpy(ld->in_shape, in_shape, sizeof in_shape);
     memcpy(ld->out_shape, in_shape, sizeof in_shape);

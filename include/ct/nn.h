@@ -1,0 +1,173 @@
+/* ct/nn.h — differentiable ops and PyTorch-style modules on the CPU.
+ *
+ * Ops (ct_nn_<op>) take contiguous f32 tensors in PyTorch layouts — activations (N,C,H,W) or
+ * (N,F), conv weights (out,in,kh,kw), ConvTranspose weights (in,out,kh,kw), linear weights
+ * (out,in) — and return a new tensor (caller owns it; NULL on error, see ct_last_error()).
+ * When an input requires a gradient and grad mode is on, the op records itself on the tape
+ * (ct/tensor.h) and ct_tensor_backward() accumulates into the inputs' gradients.
+ *
+ * Modules mirror torch.nn: parameters and buffers have PyTorch's dotted names ("0.weight",
+ * "3.0.bn.running_mean") and default initialisations (kaiming_uniform(a=sqrt(5)) weights,
+ * uniform(+-1/sqrt(fan_in)) biases, BatchNorm weight 1 / bias 0), drawn from a per-thread
+ * generator seeded with ct_nn_manual_seed().
+ *
+ * Example:
+ *     ct_nn_manual_seed(0);
+ *     ct_module *net = CT_SEQUENTIAL(ct_nn_linear_new(784, 256, true), ct_nn_relu_new(),
+ *                                    ct_nn_linear_new(256, 10, true));
+ *     const ct_param_ref *ps; int np;
+ *     ct_module_params(net, &ps, &np);              // flat value + grad buffers, for ct/optim.h
+ *     ct_tensor *logits = ct_module_forward(net, x);  // x (N,784)
+ *     ct_tensor *loss = ct_nn_cross_entropy(logits, labels, 0.0f);
+ *     ct_tensor_backward(loss, NULL);
+ *     ...; ct_module_destroy(&net);
+ *
+ * Ownership: constructors return an owned module; containers TAKE OWNERSHIP of their children
+ * (also when they fail). Tensors and arrays returned by ct_module_* accessors are borrowed
+ * until the module is destroyed. Threads: a module is used by one thread at a time. */
+#ifndef CT_NN_H
+#define CT_NN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ct/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Declared in ct/optim.h: { const char *name; float *value; float *grad; int64_t numel; }. */
+typedef struct ct_param_ref ct_param_ref;
+
+/* ---------------- ops ---------------- */
+
+/* Convolution options; zero = PyTorch default (stride 1, padding 0, dilation 1, out pad 0). */
+typedef struct ct_conv_opts {
+    int stride[2], padding[2], dilation[2];
+    int output_padding[2]; /* transposed convolution only */
+} ct_conv_opts;
+
+/* y (N,out) = x (N,in) @ w (out,in)^T + b (out); b may be NULL. */
+ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b);
+/* c (m,n) = a (m,k) @ b (k,n). */
+ct_tensor *ct_nn_matmul(ct_tensor *a, ct_tensor *b);
+/* x (N,C,H,W), w (O,C,kh,kw), b (O) or NULL -> (N,O,OH,OW). o may be NULL. */
+ct_tensor *ct_nn_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *b, const ct_conv_opts *o);
+/* x (N,C,H,W), w (C,O,kh,kw), b (O) or NULL -> (N,O,OH,OW),
+ * OH = (H-1)*stride - 2*pad + dil*(kh-1) + output_padding + 1. */
+ct_tensor *ct_nn_conv_transpose2d(ct_tensor *x, ct_tensor *w, ct_tensor *b,
+                                  const ct_conv_opts *o);
+/* Batch norm over (N,C) or (N,C,H,W). training: batch statistics, and running_mean/var (may be
+ * NULL) are updated in place as PyTorch does (unbiased variance, momentum); else running stats
+ * are used. weight/bias may be NULL (1 and 0). */
+ct_tensor *ct_nn_batch_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
+                            ct_tensor *running_mean, ct_tensor *running_var, bool training,
+                            float momentum, float eps);
+/* Pooling (N,C,H,W), square windows, floor mode. stride 0 = kernel. */
+ct_tensor *ct_nn_max_pool2d(ct_tensor *x, int kernel, int stride, int padding);
+ct_tensor *ct_nn_avg_pool2d(ct_tensor *x, int kernel, int stride, int padding,
+                            bool count_include_pad);
+ct_tensor *ct_nn_adaptive_avg_pool2d(ct_tensor *x, int out_h, int out_w);
+/* Elementwise. */
+ct_tensor *ct_nn_relu(ct_tensor *x);
+ct_tensor *ct_nn_leaky_relu(ct_tensor *x, float negative_slope);
+ct_tensor *ct_nn_elu(ct_tensor *x, float alpha);
+ct_tensor *ct_nn_tanh(ct_tensor *x);
+ct_tensor *ct_nn_sigmoid(ct_tensor *x);
+/* (Log-)softmax over the last dimension. */
+ct_tensor *ct_nn_softmax(ct_tensor *x);
+ct_tensor *ct_nn_log_softmax(ct_tensor *x);
+/* a + b, same shape (residual connections). */
+ct_tensor *ct_nn_add(ct_tensor *a, ct_tensor *b);
+/* Sum of all elements -> shape (). */
+ct_tensor *ct_nn_sum(ct_tensor *x);
+/* Inverted dropout: zeroes with probability p, scales the rest by 1/(1-p); identity (a new
+ * reference to x) when !training or p == 0. */
+ct_tensor *ct_nn_dropout(ct_tensor *x, float p, bool training);
+/* (N, ...) -> (N, prod(...)); reshape keeps the element count. Both share x's storage. */
+ct_tensor *ct_nn_flatten(ct_tensor *x);
+ct_tensor *ct_nn_reshape(ct_tensor *x, int ndim, const int64_t *shape);
+
+/* Losses (kernels from ct/loss.h, wrapped for autograd; mean reduction) -> shape ().
+ * target: i64 class indices (N) for cross entropy / NLL; f32 of input's shape for the rest. */
+ct_tensor *ct_nn_cross_entropy(ct_tensor *logits, ct_tensor *target, float label_smoothing);
+ct_tensor *ct_nn_nll_loss(ct_tensor *log_probs, ct_tensor *target);
+ct_tensor *ct_nn_mse_loss(ct_tensor *input, ct_tensor *target);
+ct_tensor *ct_nn_l1_loss(ct_tensor *input, ct_tensor *target);
+ct_tensor *ct_nn_bce_loss(ct_tensor *probs, ct_tensor *target);
+ct_tensor *ct_nn_bce_with_logits_loss(ct_tensor *logits, ct_tensor *target);
+
+/* Seeds this thread's generator used by module initialisation and dropout. */
+void ct_nn_manual_seed(uint64_t seed);
+/* OpenMP threads for oneDNN and the C loops (<= 0: OMP_NUM_THREADS or all cores). */
+void ct_nn_set_threads(int n);
+
+/* ---------------- modules ---------------- */
+
+typedef struct ct_module ct_module;
+
+ct_module *ct_nn_linear_new(int64_t in, int64_t out, bool bias);
+ct_module *ct_nn_conv2d_new(int64_t in, int64_t out, int kernel, const ct_conv_opts *o,
+                            bool bias);
+ct_module *ct_nn_conv_transpose2d_new(int64_t in, int64_t out, int kernel,
+                                      const ct_conv_opts *o, bool bias);
+/* eps 1e-5, momentum 0.1; buffers running_mean, running_var, num_batches_tracked (i64). */
+ct_module *ct_nn_batchnorm1d_new(int64_t features);
+ct_module *ct_nn_batchnorm2d_new(int64_t channels);
+ct_module *ct_nn_relu_new(void);
+ct_module *ct_nn_leaky_relu_new(float negative_slope);
+ct_module *ct_nn_elu_new(float alpha);
+ct_module *ct_nn_tanh_new(void);
+ct_module *ct_nn_sigmoid_new(void);
+ct_module *ct_nn_maxpool2d_new(int kernel, int stride, int padding);
+ct_module *ct_nn_avgpool2d_new(int kernel, int stride, int padding);
+ct_module *ct_nn_adaptive_avgpool2d_new(int out_h, int out_w);
+ct_module *ct_nn_dropout_new(float p);
+ct_module *ct_nn_flatten_new(void);
+/* Containers; take ownership of children (all of them, also on failure; NULL children make
+ * the constructor fail). Residual: y = x + sequential(children)(x). */
+ct_module *ct_nn_sequential_new(int n, ct_module *const *children);
+ct_module *ct_nn_residual_new(int n, ct_module *const *children);
+#define CT_SEQUENTIAL(...)                                                                      \
+    ct_nn_sequential_new((int)(sizeof((ct_module *[]){__VA_ARGS__}) / sizeof(ct_module *)),    \
+                         (ct_module *[]){__VA_ARGS__})
+#define CT_RESIDUAL(...)                                                                        \
+    ct_nn_residual_new((int)(sizeof((ct_module *[]){__VA_ARGS__}) / sizeof(ct_module *)),      \
+                       (ct_module *[]){__VA_ARGS__})
+
+void ct_module_destroy(ct_module **m);
+/* Name of m inside its parent ("bn"); default is its index. Returns m (for chaining). */
+ct_module *ct_module_set_name(ct_module *m, const char *name);
+/* Forward pass; returns a new tensor or NULL. */
+ct_tensor *ct_module_forward(ct_module *m, ct_tensor *x);
+/* Train (default) / eval mode, recursively. */
+void ct_module_train(ct_module *m, bool training);
+bool ct_module_is_training(const ct_module *m);
+
+/* Parameters in PyTorch's named_parameters() order, as refs for ct/optim.h. The first call
+ * packs every parameter of the tree into one flat value buffer and one flat gradient buffer
+ * (module order, 64-byte aligned offsets) so they can be all-reduced as byte ranges. */
+int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n);
+/* The flat buffers (after packing): numel floats each, including alignment gaps (kept 0). */
+int ct_module_flat(ct_module *m, float **values, float **grads, int64_t *numel);
+int64_t ct_module_num_params(ct_module *m);
+void ct_module_zero_grad(ct_module *m);
+
+/* State dict: parameters and buffers by dotted name, PyTorch's state_dict() order. */
+typedef struct ct_named_tensor {
+    const char *name;
+    ct_tensor *tensor;
+} ct_named_tensor;
+int ct_module_state_dict(ct_module *m, const ct_named_tensor **entries, int *n);
+/* Copies values in. strict: every module key must be present and no unknown key given.
+ * Shape / dtype mismatches are always errors naming the key. */
+int ct_module_load_state_dict(ct_module *m, const ct_named_tensor *entries, int n, bool strict);
+/* safetensors file of the state dict (readable by Python's safetensors). */
+int ct_module_save(ct_module *m, const char *path);
+int ct_module_load(ct_module *m, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

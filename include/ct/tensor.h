@@ -1,0 +1,113 @@
+/* ct/tensor.h — n-dimensional tensors with reverse-mode autograd.
+ *
+ * A tensor is a view (dtype, shape, strides, offset) on ref-counted storage that lives on a
+ * device (CPU today; CUDA is a field, not yet a backend). Many tensors may share one storage:
+ * a model's parameters are carved out of one flat value buffer and one flat gradient buffer
+ * (see ct_arena below and ct_module_params in ct/nn.h), so gradient allreduce buckets are
+ * plain byte ranges.
+ *
+ * Autograd: every op in ct/nn.h whose input requires a gradient records a node on the calling
+ * thread's tape. ct_tensor_backward(loss, NULL) walks the tape in reverse, ACCUMULATES into
+ * each leaf's .grad (as PyTorch does; ct_tensor_zero_grad clears) and then clears the tape.
+ * ct_autograd_set_enabled(false) is no-grad mode (evaluation): nothing is recorded.
+ *
+ * Example:
+ *     int64_t shape[2] = {4, 3};
+ *     ct_tensor *w = ct_tensor_new(CT_F32, 2, shape);      // caller owns one reference
+ *     ct_tensor_set_requires_grad(w, true);
+ *     ct_tensor *y = ct_nn_relu(w);                         // ct/nn.h op, records a node
+ *     ct_tensor *l = ct_nn_sum(y);
+ *     ct_tensor_backward(l, NULL);                          // w's grad = (w > 0)
+ *     ct_tensor_release(&l); ct_tensor_release(&y); ct_tensor_release(&w);
+ *
+ * Ownership: functions returning ct_tensor * give the caller one new reference; release it
+ * with ct_tensor_release(&t) (accepts NULL, nulls the pointer). Accessors return borrowed
+ * pointers valid while the tensor lives.
+ * Threads: a tensor may be read from many threads; writes and refcount changes on one tensor
+ * must not race. The tape and the no-grad flag are per thread. */
+#ifndef CT_TENSOR_H
+#define CT_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CT_MAX_DIMS 5
+
+typedef enum ct_dtype { CT_F32 = 0, CT_F16, CT_BF16, CT_I32, CT_I64, CT_U8 } ct_dtype;
+typedef enum ct_device { CT_CPU = 0, CT_CUDA = 1 } ct_device;
+
+typedef struct ct_tensor ct_tensor;
+
+/* Bytes per element of a dtype; its safetensors name ("F32", "I64", ...). */
+size_t ct_dtype_size(ct_dtype dt);
+const char *ct_dtype_name(ct_dtype dt);
+
+/* New contiguous CPU tensor, zero-filled. NULL on bad shape / out of memory (ct_last_error). */
+ct_tensor *ct_tensor_new(ct_dtype dt, int ndim, const int64_t *shape);
+/* New contiguous f32 tensor holding a copy of data (numel floats). */
+ct_tensor *ct_tensor_from_f32(int ndim, const int64_t *shape, const float *data);
+/* New tensor over memory the caller keeps alive and frees (no copy, not freed by ct). */
+ct_tensor *ct_tensor_wrap(ct_dtype dt, int ndim, const int64_t *shape, void *data);
+/* Adds / drops a reference. */
+ct_tensor *ct_tensor_retain(ct_tensor *t);
+void ct_tensor_release(ct_tensor **t);
+
+/* A view sharing t's storage: new shape with the same number of elements (t contiguous). */
+ct_tensor *ct_tensor_view(ct_tensor *t, int ndim, const int64_t *shape);
+/* A view of rows [start, start+len) along dim 0 (a batch slice). */
+ct_tensor *ct_tensor_narrow0(ct_tensor *t, int64_t start, int64_t len);
+/* A contiguous copy (no autograd). */
+ct_tensor *ct_tensor_clone(const ct_tensor *t);
+
+ct_dtype ct_tensor_dtype(const ct_tensor *t);
+ct_device ct_tensor_device(const ct_tensor *t);
+int ct_tensor_ndim(const ct_tensor *t);
+int64_t ct_tensor_dim(const ct_tensor *t, int i); /* negative i counts from the end */
+const int64_t *ct_tensor_shape(const ct_tensor *t);
+const int64_t *ct_tensor_strides(const ct_tensor *t); /* in elements */
+int64_t ct_tensor_numel(const ct_tensor *t);
+bool ct_tensor_is_contiguous(const ct_tensor *t);
+/* First element (storage data + offset). Borrowed. */
+void *ct_tensor_data(const ct_tensor *t);
+float *ct_tensor_f32(const ct_tensor *t); /* NULL unless dtype is CT_F32 */
+/* Copies numel elements in / out (same dtype, t contiguous). */
+int ct_tensor_copy_from(ct_tensor *t, const void *src, size_t nbytes);
+int ct_tensor_fill_f32(ct_tensor *t, float v);
+/* Scalar value of a one-element f32 tensor. */
+float ct_tensor_item(const ct_tensor *t);
+
+/* ---- autograd ---- */
+void ct_tensor_set_requires_grad(ct_tensor *t, bool on);
+bool ct_tensor_requires_grad(const ct_tensor *t);
+/* The accumulated gradient (same shape, f32, contiguous) or NULL if none yet. Borrowed. */
+ct_tensor *ct_tensor_grad(const ct_tensor *t);
+/* Zeroes the gradient (keeps the buffer). */
+void ct_tensor_zero_grad(ct_tensor *t);
+/* Reverse pass from t. grad_out: upstream gradient of t's shape, or NULL for ones (scalar
+ * loss). Accumulates into every leaf that requires a gradient; clears the tape. */
+int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out);
+/* No-grad mode for this thread; returns the previous setting. */
+bool ct_autograd_set_enabled(bool on);
+bool ct_autograd_enabled(void);
+/* Drops every recorded node of this thread (e.g. after a forward you will not back-prop). */
+void ct_autograd_clear_tape(void);
+
+/* ---- arenas: one allocation carved into many tensors ----
+ * ct_arena_new(bytes) then ct_arena_alloc(a, dt, ndim, shape) returns views into it, each
+ * aligned to 64 bytes. The arena's storage lives until its last tensor is released. */
+typedef struct ct_arena ct_arena;
+ct_arena *ct_arena_new(size_t bytes);
+ct_tensor *ct_arena_alloc(ct_arena *a, ct_dtype dt, int ndim, const int64_t *shape);
+void *ct_arena_data(const ct_arena *a);
+size_t ct_arena_used(const ct_arena *a);
+void ct_arena_destroy(ct_arena **a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,101 @@
+/* trainer/cpu/cpu.h — the engine's CPU kernels on raw f32 arrays, plain row-major layouts
+ * (NCHW activations, PyTorch weight layouts). Internal: used by trainer/nn/.
+ *
+ * Every oneDNN call lives in dnnl.c behind these functions (oneDNN 3 changed the API: only that
+ * file has to change). Each distinct (op, shape) creates its primitive once and caches it; later
+ * calls only set data pointers and execute. Kernels OVERWRITE their outputs; the autograd layer
+ * handles accumulation. loops.c holds the plain C kernels oneDNN has no primitive for.
+ *
+ * Return 0 or a negative CT_E* code (CT_EDNNL with the failing call in ct_last_error()).
+ * Thread-safety: the primitive cache is locked; executing from several threads is allowed. */
+#ifndef CT_CPU_H
+#define CT_CPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Convolution / transposed convolution, 2-D.
+ * conv:   x (n,ic,ih,iw), w (oc,ic,kh,kw), b (oc), y (n,oc,oh,ow)
+ * deconv: x (n,ic,ih,iw), w (ic,oc,kh,kw) (PyTorch ConvTranspose2d layout), y (n,oc,oh,ow)
+ * Dilation as PyTorch (1 = dense). Output sizes must be consistent (caller computes them). */
+typedef struct ct__conv_p {
+    int64_t n, ic, ih, iw, oc, oh, ow, kh, kw;
+    int64_t sh, sw, ph, pw, dh, dw;
+    int bias;       /* 0/1 */
+    int transposed; /* 0 conv, 1 deconv */
+} ct__conv_p;
+int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b,
+                     float *y);
+int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx);
+/* db may be NULL when p->bias is 0. */
+int ct__cpu_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *dy, float *dw,
+                             float *db);
+
+/* Inner product (Linear): x (n,ic), w (oc,ic), b (oc) or NULL, y (n,oc). */
+int ct__cpu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
+                   const float *b, float *y);
+int ct__cpu_ip_bwd_data(int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy,
+                        float *dx);
+int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
+                           float *dw, float *db);
+
+/* c (m,n) = op(a) @ op(b) [+ c when accumulate]; op(a) is (m,k): a stored (m,k), or (k,m) when
+ * ta; op(b) is (k,n): b stored (k,n), or (n,k) when tb. */
+int ct__cpu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
+                   bool tb, float *c, bool accumulate);
+
+/* Batch norm over (n,c,hw) (hw = 1 for BatchNorm1d). mean/var are the batch statistics
+ * (var biased) written by training forward and read by backward. */
+typedef struct ct__bn_p {
+    int64_t n, c, hw;
+    float eps;
+} ct__bn_p;
+int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale,
+                         const float *shift, float *y, float *mean, float *var);
+int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale,
+                         const float *shift, const float *mean, const float *var, float *y);
+int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
+                   const float *mean, const float *var, float *dx, float *dscale, float *dshift);
+
+/* Pooling 2-D: x (n,c,ih,iw) -> y (n,c,oh,ow). Max pooling keeps a workspace for backward
+ * (ct__cpu_pool_ws_bytes bytes; 0 for average pooling). */
+enum { CT__POOL_MAX = 0, CT__POOL_AVG_INCL = 1, CT__POOL_AVG_EXCL = 2 };
+typedef struct ct__pool_p {
+    int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw;
+    int alg;
+} ct__pool_p;
+size_t ct__cpu_pool_ws_bytes(const ct__pool_p *p);
+int ct__cpu_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *ws, bool training);
+int ct__cpu_pool_bwd(const ct__pool_p *p, const float *dy, const void *ws, float *dx);
+
+/* Elementwise on n floats. Backward reads the forward OUTPUT y. alpha: negative slope (relu)
+ * or ELU alpha. */
+enum { CT__ELT_RELU = 0, CT__ELT_ELU, CT__ELT_TANH, CT__ELT_SIGMOID };
+int ct__cpu_eltwise_fwd(int alg, float alpha, int64_t n, const float *x, float *y);
+int ct__cpu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const float *dy,
+                        float *dx);
+
+/* (Log-)softmax over the last axis of (rows, cols). Backward reads the forward output. */
+int ct__cpu_softmax_fwd(bool log, int64_t rows, int64_t cols, const float *x, float *y);
+int ct__cpu_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
+                        float *dx);
+
+/* Sets the OpenMP thread count used by oneDNN and the C loops (<= 0: leave the default). */
+void ct__cpu_set_threads(int n);
+int ct__cpu_threads(void);
+/* Drops every cached primitive (tests, shutdown). */
+void ct__cpu_cache_clear(void);
+/* Number of primitives created so far (tests check caching). */
+int64_t ct__cpu_primitives_created(void);
+
+/* ---- plain C kernels (loops.c) ---- */
+void ct__cpu_add(int64_t n, const float *a, const float *b, float *y); /* y = a + b */
+void ct__cpu_axpy(int64_t n, float alpha, const float *x, float *y);   /* y += alpha x */
+/* Adaptive average pooling, PyTorch's window rule; backward accumulates into dx when acc. */
+void ct__cpu_adaptive_avg_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                              const float *x, float *y);
+void ct__cpu_adaptive_avg_bwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                              const float *dy, float *dx, bool acc);
+
+#endif

@@ -1,0 +1,1087 @@
+/* trainer/cpu/dnnl.c — the only file that calls oneDNN (2.x C API, dnnl.h).
+ *
+ * Each kernel builds a key (op kind + every shape number), looks it up in a hash-table cache,
+ * and on a miss creates the primitive descriptor (backward ones with a forward pd as hint),
+ * the primitive and one dnnl_memory per argument (created with no data; pointers are set per
+ * call). Convolutions may run in blocked layouts chosen by oneDNN (format_tag_any, env
+ * CT_DNNL_BLOCKED=1): the entry then owns an internal buffer and a reorder for each argument
+ * whose layout differs from the caller's plain one, and reorders in/out around the primitive.
+ *
+ * Not here: autograd bookkeeping (trainer/nn/ops.c), C-loop kernels (loops.c). */
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "common/common.h"
+#include "trainer/cpu/cpu.h"
+
+enum {
+    K_CONV_FWD = 1,
+    K_CONV_BWD_D,
+    K_CONV_BWD_W,
+    K_IP_FWD,
+    K_IP_BWD_D,
+    K_IP_BWD_W,
+    K_MATMUL,
+    K_BN_FWD_TRAIN,
+    K_BN_FWD_INFER,
+    K_BN_BWD,
+    K_POOL_FWD,
+    K_POOL_BWD,
+    K_ELT_FWD,
+    K_ELT_BWD,
+    K_SM_FWD,
+    K_SM_BWD,
+};
+
+typedef struct key {
+    int kind;
+    int pad_;
+    int64_t v[20];
+    float f[2];
+} key;
+
+#define MAX_ARGS 10
+typedef struct arg {
+    int id;
+    int out;
+    dnnl_memory_t user;       /* caller's layout, handle set per call */
+    dnnl_memory_t inner;      /* primitive's layout when it differs (owns a buffer), or NULL */
+    dnnl_primitive_t reorder; /* user->inner for inputs, inner->user for outputs */
+} arg;
+
+typedef struct entry {
+    key k;
+    uint64_t hash;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    int nargs;
+    arg a[MAX_ARGS];
+    size_t ws_bytes;
+    struct entry *next;
+} entry;
+
+#define NBUCKETS 512
+static struct {
+    pthread_mutex_t mu;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    entry *buckets[NBUCKETS];
+    int64_t created;
+    int blocked; /* -1 unknown */
+} G = {.mu = PTHREAD_MUTEX_INITIALIZER, .blocked = -1};
+
+#define DN(call)                                                                                \
+    do {                                                                                        \
+        dnnl_status_t st_ = (call);                                                             \
+        if (st_ != dnnl_success) {                                                              \
+            rc = ct__error(CT_EDNNL, "oneDNN %s failed (status %d) at %s:%d", #call, (int)st_, \
+                           __FILE__, __LINE__);                                                 \
+            goto err;                                                                           \
+        }                                                                                       \
+    } while (0)
+
+static uint64_t key_hash(const key *k)
+{
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < sizeof(*k); i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int ensure_engine(void)
+{
+    int rc = 0;
+    if (G.engine)
+        return 0;
+    DN(dnnl_engine_create(&G.engine, dnnl_cpu, 0));
+    DN(dnnl_stream_create(&G.stream, G.engine, dnnl_stream_default_flags));
+    if (G.blocked < 0) {
+        const char *e = getenv("CT_DNNL_BLOCKED");
+        G.blocked = e ? atoi(e) != 0 : 1;
+    }
+    return 0;
+err:
+    return rc;
+}
+
+static void entry_free(entry *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->nargs; i++) {
+        if (e->a[i].reorder)
+            dnnl_primitive_destroy(e->a[i].reorder);
+        if (e->a[i].inner)
+            dnnl_memory_destroy(e->a[i].inner);
+        if (e->a[i].user)
+            dnnl_memory_destroy(e->a[i].user);
+    }
+    if (e->prim)
+        dnnl_primitive_destroy(e->prim);
+    if (e->pd)
+        dnnl_primitive_desc_destroy(e->pd);
+    free(e);
+}
+
+static entry *lookup(const key *k, uint64_t *hash)
+{
+    uint64_t h = key_hash(k);
+    *hash = h;
+    for (entry *e = G.buckets[h % NBUCKETS]; e; e = e->next)
+        if (e->hash == h && memcmp(&e->k, k, sizeof(*k)) == 0)
+            return e;
+    return NULL;
+}
+
+static void insert(entry *e)
+{
+    entry **b = &G.buckets[e->hash % NBUCKETS];
+    e->next = *b;
+    *b = e;
+    G.created++;
+}
+
+/* Argument spec for entry_make: md NULL means "use the primitive's own md" (workspace, stats). */
+typedef struct aspec {
+    int id;
+    const dnnl_memory_desc_t *md;
+    int out;
+} aspec;
+
+/* Creates pd from op_desc, the primitive and the argument memories. Takes nothing; on failure
+ * everything created here is freed. */
+static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_desc,
+                      const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
+                      int nargs, const aspec *as)
+{
+    int rc = 0;
+    entry *e = calloc(1, sizeof(*e));
+    if (!e)
+        return ct__error(CT_ENOMEM, "dnnl: out of memory");
+    e->k = *k;
+    e->hash = hash;
+    DN(dnnl_primitive_desc_create(&e->pd, op_desc, attr, G.engine, hint));
+    DN(dnnl_primitive_create(&e->prim, e->pd));
+    for (int i = 0; i < nargs; i++) {
+        arg *a = &e->a[e->nargs++];
+        a->id = as[i].id;
+        a->out = as[i].out;
+        const dnnl_memory_desc_t *pmd =
+            dnnl_primitive_desc_query_md(e->pd, dnnl_query_exec_arg_md, as[i].id);
+        if (!pmd) {
+            rc = ct__error(CT_EDNNL, "dnnl: no memory desc for argument %d", as[i].id);
+            goto err;
+        }
+        if (as[i].id == DNNL_ARG_WORKSPACE)
+            e->ws_bytes = dnnl_memory_desc_get_size(pmd);
+        const dnnl_memory_desc_t *umd = as[i].md ? as[i].md : pmd;
+        DN(dnnl_memory_create(&a->user, umd, G.engine, DNNL_MEMORY_NONE));
+        if (as[i].md && !dnnl_memory_desc_equal(umd, pmd)) {
+            dnnl_primitive_desc_t rpd = NULL;
+            DN(dnnl_memory_create(&a->inner, pmd, G.engine, DNNL_MEMORY_ALLOCATE));
+            if (a->out)
+                DN(dnnl_reorder_primitive_desc_create(&rpd, pmd, G.engine, umd, G.engine, NULL));
+            else
+                DN(dnnl_reorder_primitive_desc_create(&rpd, umd, G.engine, pmd, G.engine, NULL));
+            dnnl_status_t st = dnnl_primitive_create(&a->reorder, rpd);
+            dnnl_primitive_desc_destroy(rpd);
+            DN(st);
+        }
+    }
+    *out = e;
+    return 0;
+err:
+    entry_free(e);
+    return rc;
+}
+
+/* Runs e with ptrs[i] as the data of argument i. Caller holds G.mu. */
+static int entry_run(entry *e, void *const *ptrs)
+{
+    int rc = 0;
+    dnnl_exec_arg_t args[MAX_ARGS];
+    for (int i = 0; i < e->nargs; i++) {
+        arg *a = &e->a[i];
+        DN(dnnl_memory_set_data_handle_v2(a->user, ptrs[i], G.stream));
+        if (a->reorder && !a->out) {
+            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->inner}};
+            DN(dnnl_primitive_execute(a->reorder, G.stream, 2, ra));
+        }
+        args[i].arg = a->id;
+        args[i].memory = a->inner ? a->inner : a->user;
+    }
+    DN(dnnl_primitive_execute(e->prim, G.stream, e->nargs, args));
+    for (int i = 0; i < e->nargs; i++) {
+        arg *a = &e->a[i];
+        if (a->reorder && a->out) {
+            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, a->inner}, {DNNL_ARG_TO, a->user}};
+            DN(dnnl_primitive_execute(a->reorder, G.stream, 2, ra));
+        }
+    }
+    DN(dnnl_stream_wait(G.stream));
+    return 0;
+err:
+    return rc;
+}
+
+static dnnl_memory_desc_t md_tag(int nd, const int64_t *dims, dnnl_format_tag_t tag)
+{
+    dnnl_memory_desc_t md;
+    dnnl_dims_t d;
+    for (int i = 0; i < nd; i++)
+        d[i] = dims[i];
+    dnnl_memory_desc_init_by_tag(&md, nd, d, dnnl_f32, tag);
+    return md;
+}
+
+static dnnl_format_tag_t plain_tag(int nd)
+{
+    static const dnnl_format_tag_t t[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc,
+                                          dnnl_abcd, dnnl_abcde};
+    return t[nd];
+}
+
+static dnnl_memory_desc_t md_plain(int nd, const int64_t *dims)
+{
+    return md_tag(nd, dims, plain_tag(nd));
+}
+
+/* ---------------- convolution / deconvolution ---------------- */
+
+static void conv_key(key *k, int kind, const ct__conv_p *p)
+{
+    memset(k, 0, sizeof(*k));
+    k->kind = kind;
+    int64_t v[17] = {p->n,  p->ic, p->ih, p->iw, p->oc, p->oh, p->ow, p->kh,  p->kw,
+                     p->sh, p->sw, p->ph, p->pw, p->dh, p->dw, p->bias, p->transposed};
+    memcpy(k->v, v, sizeof(v));
+}
+
+typedef struct conv_mds {
+    dnnl_memory_desc_t src, wei, bia, dst;       /* user (plain) */
+    dnnl_memory_desc_t src_a, wei_a, bia_a, dst_a; /* for the op desc (any when blocked) */
+    dnnl_dims_t strides, dil, padl, padr;
+} conv_mds;
+
+static void conv_mds_init(conv_mds *m, const ct__conv_p *p)
+{
+    int64_t src[4] = {p->n, p->ic, p->ih, p->iw}, dst[4] = {p->n, p->oc, p->oh, p->ow};
+    int64_t wei[4] = {p->oc, p->ic, p->kh, p->kw}, bia[1] = {p->oc};
+    m->src = md_plain(4, src);
+    m->dst = md_plain(4, dst);
+    m->wei = md_tag(4, wei, p->transposed ? dnnl_iohw : dnnl_oihw);
+    m->bia = md_plain(1, bia);
+    if (G.blocked) {
+        m->src_a = md_tag(4, src, dnnl_format_tag_any);
+        m->dst_a = md_tag(4, dst, dnnl_format_tag_any);
+        m->wei_a = md_tag(4, wei, dnnl_format_tag_any);
+    } else {
+        m->src_a = m->src;
+        m->dst_a = m->dst;
+        m->wei_a = m->wei;
+    }
+    m->bia_a = m->bia;
+    int64_t ekh = (p->kh - 1) * p->dh + 1, ekw = (p->kw - 1) * p->dw + 1;
+    m->strides[0] = p->sh;
+    m->strides[1] = p->sw;
+    m->dil[0] = p->dh - 1;
+    m->dil[1] = p->dw - 1;
+    m->padl[0] = p->ph;
+    m->padl[1] = p->pw;
+    if (!p->transposed) {
+        m->padr[0] = (p->oh - 1) * p->sh + ekh - p->ih - p->ph;
+        m->padr[1] = (p->ow - 1) * p->sw + ekw - p->iw - p->pw;
+    } else {
+        m->padr[0] = (p->ih - 1) * p->sh + ekh - p->oh - p->ph;
+        m->padr[1] = (p->iw - 1) * p->sw + ekw - p->ow - p->pw;
+    }
+}
+
+static int conv_fwd_pd(dnnl_primitive_desc_t *pd, const ct__conv_p *p, conv_mds *m)
+{
+    int rc = 0;
+    dnnl_convolution_desc_t cd;
+    dnnl_deconvolution_desc_t dd;
+    if (!p->transposed) {
+        DN(dnnl_dilated_convolution_forward_desc_init(
+            &cd, dnnl_forward_training, dnnl_convolution_direct, &m->src_a, &m->wei_a,
+            p->bias ? &m->bia_a : NULL, &m->dst_a, m->strides, m->dil, m->padl, m->padr));
+        DN(dnnl_primitive_desc_create(pd, &cd, NULL, G.engine, NULL));
+    } else {
+        DN(dnnl_dilated_deconvolution_forward_desc_init(
+            &dd, dnnl_forward_training, dnnl_deconvolution_direct, &m->src_a, &m->wei_a,
+            p->bias ? &m->bia_a : NULL, &m->dst_a, m->strides, m->dil, m->padl, m->padr));
+        DN(dnnl_primitive_desc_create(pd, &dd, NULL, G.engine, NULL));
+    }
+    return 0;
+err:
+    return rc;
+}
+
+int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b,
+                     float *y)
+{
+    int rc = 0;
+    key k;
+    uint64_t h;
+    conv_key(&k, K_CONV_FWD, p);
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        conv_mds m;
+        conv_mds_init(&m, p);
+        dnnl_convolution_desc_t cd;
+        dnnl_deconvolution_desc_t dd;
+        const void *desc;
+        if (!p->transposed) {
+            DN(dnnl_dilated_convolution_forward_desc_init(
+                &cd, dnnl_forward_training, dnnl_convolution_direct, &m.src_a, &m.wei_a,
+                p->bias ? &m.bia_a : NULL, &m.dst_a, m.strides, m.dil, m.padl, m.padr));
+            desc = &cd;
+        } else {
+            DN(dnnl_dilated_deconvolution_forward_desc_init(
+                &dd, dnnl_forward_training, dnnl_deconvolution_direct, &m.src_a, &m.wei_a,
+                p->bias ? &m.bia_a : NULL, &m.dst_a, m.strides, m.dil, m.padl, m.padr));
+            desc = &dd;
+        }
+        aspec as[4] = {{DNNL_ARG_SRC, &m.src, 0},
+                       {DNNL_ARG_WEIGHTS, &m.wei, 0},
+                       {DNNL_ARG_DST, &m.dst, 1},
+                       {DNNL_ARG_BIAS, &m.bia, 0}};
+        if ((rc = entry_make(&e, &k, h, desc, NULL, NULL, p->bias ? 4 : 3, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[4] = {(void *)x, (void *)w, y, (void *)b};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx)
+{
+    int rc = 0;
+    key k;
+    uint64_t h;
+    dnnl_primitive_desc_t hint = NULL;
+    conv_key(&k, K_CONV_BWD_D, p);
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        conv_mds m;
+        conv_mds_init(&m, p);
+        if ((rc = conv_fwd_pd(&hint, p, &m)) < 0)
+            goto err;
+        dnnl_convolution_desc_t cd;
+        dnnl_deconvolution_desc_t dd;
+        const void *desc;
+        if (!p->transposed) {
+            DN(dnnl_dilated_convolution_backward_data_desc_init(
+                &cd, dnnl_convolution_direct, &m.src_a, &m.wei_a, &m.dst_a, m.strides, m.dil,
+                m.padl, m.padr));
+            desc = &cd;
+        } else {
+            DN(dnnl_dilated_deconvolution_backward_data_desc_init(
+                &dd, dnnl_deconvolution_direct, &m.src_a, &m.wei_a, &m.dst_a, m.strides, m.dil,
+                m.padl, m.padr));
+            desc = &dd;
+        }
+        aspec as[3] = {{DNNL_ARG_WEIGHTS, &m.wei, 0},
+                       {DNNL_ARG_DIFF_DST, &m.dst, 0},
+                       {DNNL_ARG_DIFF_SRC, &m.src, 1}};
+        if ((rc = entry_make(&e, &k, h, desc, NULL, hint, 3, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[3] = {(void *)w, (void *)dy, dx};
+    rc = entry_run(e, ptrs);
+err:
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+int ct__cpu_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *dy, float *dw,
+                             float *db)
+{
+    int rc = 0;
+    key k;
+    uint64_t h;
+    dnnl_primitive_desc_t hint = NULL;
+    conv_key(&k, K_CONV_BWD_W, p);
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        conv_mds m;
+        conv_mds_init(&m, p);
+        if ((rc = conv_fwd_pd(&hint, p, &m)) < 0)
+            goto err;
+        dnnl_convolution_desc_t cd;
+        dnnl_deconvolution_desc_t dd;
+        const void *desc;
+        if (!p->transposed) {
+            DN(dnnl_dilated_convolution_backward_weights_desc_init(
+                &cd, dnnl_convolution_direct, &m.src_a, &m.wei_a, p->bias ? &m.bia_a : NULL,
+                &m.dst_a, m.strides, m.dil, m.padl, m.padr));
+            desc = &cd;
+        } else {
+            DN(dnnl_dilated_deconvolution_backward_weights_desc_init(
+                &dd, dnnl_deconvolution_direct, &m.src_a, &m.wei_a, p->bias ? &m.bia_a : NULL,
+                &m.dst_a, m.strides, m.dil, m.padl, m.padr));
+            desc = &dd;
+        }
+        aspec as[4] = {{DNNL_ARG_SRC, &m.src, 0},
+                       {DNNL_ARG_DIFF_DST, &m.dst, 0},
+                       {DNNL_ARG_DIFF_WEIGHTS, &m.wei, 1},
+                       {DNNL_ARG_DIFF_BIAS, &m.bia, 1}};
+        if ((rc = entry_make(&e, &k, h, desc, NULL, hint, p->bias ? 4 : 3, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[4] = {(void *)x, (void *)dy, dw, db};
+    rc = entry_run(e, ptrs);
+err:
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* ---------------- inner product ---------------- */
+
+typedef struct ip_mds {
+    dnnl_memory_desc_t src, wei, bia, dst;
+} ip_mds;
+
+static void ip_mds_init(ip_mds *m, int64_t n, int64_t ic, int64_t oc)
+{
+    int64_t s[2] = {n, ic}, w[2] = {oc, ic}, d[2] = {n, oc}, b[1] = {oc};
+    m->src = md_plain(2, s);
+    m->wei = md_plain(2, w);
+    m->dst = md_plain(2, d);
+    m->bia = md_plain(1, b);
+}
+
+static int ip_fwd_pd(dnnl_primitive_desc_t *pd, ip_mds *m, bool bias)
+{
+    int rc = 0;
+    dnnl_inner_product_desc_t d;
+    DN(dnnl_inner_product_forward_desc_init(&d, dnnl_forward_training, &m->src, &m->wei,
+                                            bias ? &m->bia : NULL, &m->dst));
+    DN(dnnl_primitive_desc_create(pd, &d, NULL, G.engine, NULL));
+    return 0;
+err:
+    return rc;
+}
+
+int ct__cpu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
+                   const float *b, float *y)
+{
+    int rc = 0;
+    key k = {.kind = K_IP_FWD, .v = {n, ic, oc, b != NULL}};
+    uint64_t h;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        ip_mds m;
+        ip_mds_init(&m, n, ic, oc);
+        dnnl_inner_product_desc_t d;
+        DN(dnnl_inner_product_forward_desc_init(&d, dnnl_forward_training, &m.src, &m.wei,
+                                                b ? &m.bia : NULL, &m.dst));
+        aspec as[4] = {{DNNL_ARG_SRC, &m.src, 0},
+                       {DNNL_ARG_WEIGHTS, &m.wei, 0},
+                       {DNNL_ARG_DST, &m.dst, 1},
+                       {DNNL_ARG_BIAS, &m.bia, 0}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, b ? 4 : 3, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[4] = {(void *)x, (void *)w, y, (void *)b};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+int ct__cpu_ip_bwd_data(int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy,
+                        float *dx)
+{
+    int rc = 0;
+    key k = {.kind = K_IP_BWD_D, .v = {n, ic, oc}};
+    uint64_t h;
+    dnnl_primitive_desc_t hint = NULL;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        ip_mds m;
+        ip_mds_init(&m, n, ic, oc);
+        if ((rc = ip_fwd_pd(&hint, &m, true)) < 0)
+            goto err;
+        dnnl_inner_product_desc_t d;
+        DN(dnnl_inner_product_backward_data_desc_init(&d, &m.src, &m.wei, &m.dst));
+        aspec as[3] = {{DNNL_ARG_WEIGHTS, &m.wei, 0},
+                       {DNNL_ARG_DIFF_DST, &m.dst, 0},
+                       {DNNL_ARG_DIFF_SRC, &m.src, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 3, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[3] = {(void *)w, (void *)dy, dx};
+    rc = entry_run(e, ptrs);
+err:
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
+                           float *dw, float *db)
+{
+    int rc = 0;
+    key k = {.kind = K_IP_BWD_W, .v = {n, ic, oc, db != NULL}};
+    uint64_t h;
+    dnnl_primitive_desc_t hint = NULL;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        ip_mds m;
+        ip_mds_init(&m, n, ic, oc);
+        if ((rc = ip_fwd_pd(&hint, &m, db != NULL)) < 0)
+            goto err;
+        dnnl_inner_product_desc_t d;
+        DN(dnnl_inner_product_backward_weights_desc_init(&d, &m.src, &m.wei,
+                                                         db ? &m.bia : NULL, &m.dst));
+        aspec as[4] = {{DNNL_ARG_SRC, &m.src, 0},
+                       {DNNL_ARG_DIFF_DST, &m.dst, 0},
+                       {DNNL_ARG_DIFF_WEIGHTS, &m.wei, 1},
+                       {DNNL_ARG_DIFF_BIAS, &m.bia, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, db ? 4 : 3, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[4] = {(void *)x, (void *)dy, dw, db};
+    rc = entry_run(e, ptrs);
+err:
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* ---------------- matmul ---------------- */
+
+int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, const float *b,
+                   bool tb, float *c, bool accumulate)
+{
+    int rc = 0;
+    key k = {.kind = K_MATMUL, .v = {m, kk, n, ta, tb, accumulate}};
+    uint64_t h;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        dnnl_memory_desc_t am, bm, cm;
+        dnnl_dims_t ad = {m, kk}, bd = {kk, n}, cd = {m, n};
+        dnnl_dims_t as_ = {ta ? 1 : kk, ta ? m : 1}, bs = {tb ? 1 : n, tb ? kk : 1},
+                    cs = {n, 1};
+        DN(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_f32, as_));
+        DN(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_f32, bs));
+        DN(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs));
+        DN(dnnl_primitive_attr_create(&attr));
+        if (accumulate) {
+            DN(dnnl_post_ops_create(&po));
+            DN(dnnl_post_ops_append_sum(po, 1.0f));
+            DN(dnnl_primitive_attr_set_post_ops(attr, po));
+        }
+        dnnl_matmul_desc_t d;
+        DN(dnnl_matmul_desc_init(&d, &am, &bm, NULL, &cm));
+        aspec as[3] = {{DNNL_ARG_SRC, &am, 0}, {DNNL_ARG_WEIGHTS, &bm, 0}, {DNNL_ARG_DST, &cm, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, attr, NULL, 3, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[3] = {(void *)a, (void *)b, c};
+    rc = entry_run(e, ptrs);
+err:
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* ---------------- batch norm ---------------- */
+
+static void bn_mds(const ct__bn_p *p, dnnl_memory_desc_t *data, dnnl_memory_desc_t *vec)
+{
+    int64_t d[4] = {p->n, p->c, p->hw, 1}, c[1] = {p->c};
+    *data = md_plain(4, d);
+    *vec = md_plain(1, c);
+}
+
+static void bn_key(key *k, int kind, const ct__bn_p *p)
+{
+    memset(k, 0, sizeof(*k));
+    k->kind = kind;
+    k->v[0] = p->n;
+    k->v[1] = p->c;
+    k->v[2] = p->hw;
+    k->f[0] = p->eps;
+}
+
+static const unsigned BN_FLAGS = dnnl_use_scale | dnnl_use_shift;
+
+static int bn_train_pd(dnnl_primitive_desc_t *pd, const ct__bn_p *p, dnnl_memory_desc_t *data)
+{
+    int rc = 0;
+    dnnl_batch_normalization_desc_t d;
+    DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_training, data, p->eps,
+                                                  BN_FLAGS));
+    DN(dnnl_primitive_desc_create(pd, &d, NULL, G.engine, NULL));
+    return 0;
+err:
+    return rc;
+}
+
+int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale,
+                         const float *shift, float *y, float *mean, float *var)
+{
+    int rc = 0;
+    key k;
+    uint64_t h;
+    bn_key(&k, K_BN_FWD_TRAIN, p);
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        dnnl_memory_desc_t data, vec;
+        bn_mds(p, &data, &vec);
+        dnnl_batch_normalization_desc_t d;
+        DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_training, &data, p->eps,
+                                                      BN_FLAGS));
+        aspec as[6] = {{DNNL_ARG_SRC, &data, 0},   {DNNL_ARG_SCALE, &vec, 0},
+                       {DNNL_ARG_SHIFT, &vec, 0},  {DNNL_ARG_DST, &data, 1},
+                       {DNNL_ARG_MEAN, &vec, 1},   {DNNL_ARG_VARIANCE, &vec, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[6] = {(void *)x, (void *)scale, (void *)shift, y, mean, var};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale,
+                         const float *shift, const float *mean, const float *var, float *y)
+{
+    int rc = 0;
+    key k;
+    uint64_t h;
+    bn_key(&k, K_BN_FWD_INFER, p);
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        dnnl_memory_desc_t data, vec;
+        bn_mds(p, &data, &vec);
+        dnnl_batch_normalization_desc_t d;
+        DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_inference, &data, p->eps,
+                                                      BN_FLAGS | dnnl_use_global_stats));
+        aspec as[6] = {{DNNL_ARG_SRC, &data, 0},  {DNNL_ARG_SCALE, &vec, 0},
+                       {DNNL_ARG_SHIFT, &vec, 0}, {DNNL_ARG_MEAN, &vec, 0},
+                       {DNNL_ARG_VARIANCE, &vec, 0}, {DNNL_ARG_DST, &data, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[6] = {(void *)x, (void *)scale, (void *)shift, (void *)mean, (void *)var, y};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
+                   const float *mean, const float *var, float *dx, float *dscale, float *dshift)
+{
+    int rc = 0;
+    key k;
+    uint64_t h;
+    dnnl_primitive_desc_t hint = NULL;
+    bn_key(&k, K_BN_BWD, p);
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        dnnl_memory_desc_t data, vec;
+        bn_mds(p, &data, &vec);
+        if ((rc = bn_train_pd(&hint, p, &data)) < 0)
+            goto err;
+        dnnl_batch_normalization_desc_t d;
+        DN(dnnl_batch_normalization_backward_desc_init(&d, dnnl_backward, &data, &data, p->eps,
+                                                       BN_FLAGS));
+        aspec as[8] = {{DNNL_ARG_SRC, &data, 0},        {DNNL_ARG_DIFF_DST, &data, 0},
+                       {DNNL_ARG_SCALE, &vec, 0},       {DNNL_ARG_MEAN, &vec, 0},
+                       {DNNL_ARG_VARIANCE, &vec, 0},    {DNNL_ARG_DIFF_SRC, &data, 1},
+                       {DNNL_ARG_DIFF_SCALE, &vec, 1},  {DNNL_ARG_DIFF_SHIFT, &vec, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 8, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[8] = {(void *)x, (void *)dy, (void *)scale, (void *)mean, (void *)var,
+                     dx,        dscale,     dshift};
+    rc = entry_run(e, ptrs);
+err:
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* ---------------- pooling ---------------- */
+
+typedef struct pool_mds {
+    dnnl_memory_desc_t src, dst;
+    dnnl_dims_t strides, kernel, dil, padl, padr;
+    dnnl_alg_kind_t alg;
+} pool_mds;
+
+static void pool_mds_init(pool_mds *m, const ct__pool_p *p)
+{
+    int64_t s[4] = {p->n, p->c, p->ih, p->iw}, d[4] = {p->n, p->c, p->oh, p->ow};
+    m->src = md_plain(4, s);
+    m->dst = md_plain(4, d);
+    m->strides[0] = p->sh;
+    m->strides[1] = p->sw;
+    m->kernel[0] = p->kh;
+    m->kernel[1] = p->kw;
+    m->dil[0] = m->dil[1] = 0;
+    m->padl[0] = p->ph;
+    m->padl[1] = p->pw;
+    m->padr[0] = (p->oh - 1) * p->sh + p->kh - p->ih - p->ph;
+    m->padr[1] = (p->ow - 1) * p->sw + p->kw - p->iw - p->pw;
+    m->alg = p->alg == CT__POOL_MAX        ? dnnl_pooling_max
+             : p->alg == CT__POOL_AVG_INCL ? dnnl_pooling_avg_include_padding
+                                           : dnnl_pooling_avg_exclude_padding;
+}
+
+static void pool_key(key *k, int kind, const ct__pool_p *p, bool training)
+{
+    memset(k, 0, sizeof(*k));
+    k->kind = kind;
+    /* field by field: the struct's tail padding is not guaranteed to be zero */
+    int64_t v[13] = {p->n,  p->c,  p->ih, p->iw, p->oh, p->ow, p->kh,
+                     p->kw, p->sh, p->sw, p->ph, p->pw, p->alg};
+    memcpy(k->v, v, sizeof(v));
+    k->f[0] = training ? 1.0f : 0.0f;
+}
+
+static int pool_get_fwd(entry **out, const ct__pool_p *p, bool training)
+{
+    int rc = 0;
+    key k;
+    uint64_t h;
+    pool_key(&k, K_POOL_FWD, p, training);
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        pool_mds m;
+        pool_mds_init(&m, p);
+        dnnl_pooling_v2_desc_t d;
+        DN(dnnl_pooling_v2_forward_desc_init(
+            &d, training ? dnnl_forward_training : dnnl_forward_inference, m.alg, &m.src, &m.dst,
+            m.strides, m.kernel, m.dil, m.padl, m.padr));
+        bool ws = training && p->alg == CT__POOL_MAX;
+        aspec as[3] = {{DNNL_ARG_SRC, &m.src, 0}, {DNNL_ARG_DST, &m.dst, 1},
+                       {DNNL_ARG_WORKSPACE, NULL, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, ws ? 3 : 2, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    *out = e;
+    return 0;
+err:
+    return rc;
+}
+
+size_t ct__cpu_pool_ws_bytes(const ct__pool_p *p)
+{
+    entry *e = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&G.mu);
+    if (ensure_engine() == 0 && pool_get_fwd(&e, p, true) == 0)
+        n = e->ws_bytes;
+    pthread_mutex_unlock(&G.mu);
+    return n;
+}
+
+int ct__cpu_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *ws, bool training)
+{
+    int rc = 0;
+    entry *e;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0 || (rc = pool_get_fwd(&e, p, training)) < 0)
+        goto err;
+    void *ptrs[3] = {(void *)x, y, ws};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+int ct__cpu_pool_bwd(const ct__pool_p *p, const float *dy, const void *ws, float *dx)
+{
+    int rc = 0;
+    key k;
+    uint64_t h;
+    entry *fwd;
+    pool_key(&k, K_POOL_BWD, p, true);
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        if ((rc = pool_get_fwd(&fwd, p, true)) < 0)
+            goto err;
+        pool_mds m;
+        pool_mds_init(&m, p);
+        dnnl_pooling_v2_desc_t d;
+        DN(dnnl_pooling_v2_backward_desc_init(&d, m.alg, &m.src, &m.dst, m.strides, m.kernel,
+                                              m.dil, m.padl, m.padr));
+        bool w = p->alg == CT__POOL_MAX;
+        aspec as[3] = {{DNNL_ARG_DIFF_DST, &m.dst, 0}, {DNNL_ARG_DIFF_SRC, &m.src, 1},
+                       {DNNL_ARG_WORKSPACE, NULL, 0}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, w ? 3 : 2, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[3] = {(void *)dy, dx, (void *)ws};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* ---------------- eltwise ---------------- */
+
+static dnnl_alg_kind_t elt_alg(int alg)
+{
+    switch (alg) {
+    case CT__ELT_RELU:
+        return dnnl_eltwise_relu_use_dst_for_bwd;
+    case CT__ELT_ELU:
+        return dnnl_eltwise_elu_use_dst_for_bwd;
+    case CT__ELT_TANH:
+        return dnnl_eltwise_tanh_use_dst_for_bwd;
+    default:
+        return dnnl_eltwise_logistic_use_dst_for_bwd;
+    }
+}
+
+static int elt_get_fwd(entry **out, int alg, float alpha, int64_t n)
+{
+    int rc = 0;
+    key k = {.kind = K_ELT_FWD, .v = {alg, n}, .f = {alpha}};
+    uint64_t h;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        dnnl_memory_desc_t md = md_plain(1, &n);
+        dnnl_eltwise_desc_t d;
+        DN(dnnl_eltwise_forward_desc_init(&d, dnnl_forward_training, elt_alg(alg), &md, alpha,
+                                          0.0f));
+        aspec as[2] = {{DNNL_ARG_SRC, &md, 0}, {DNNL_ARG_DST, &md, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 2, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    *out = e;
+    return 0;
+err:
+    return rc;
+}
+
+int ct__cpu_eltwise_fwd(int alg, float alpha, int64_t n, const float *x, float *y)
+{
+    int rc = 0;
+    entry *e;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0 || (rc = elt_get_fwd(&e, alg, alpha, n)) < 0)
+        goto err;
+    void *ptrs[2] = {(void *)x, y};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+int ct__cpu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const float *dy,
+                        float *dx)
+{
+    int rc = 0;
+    key k = {.kind = K_ELT_BWD, .v = {alg, n}, .f = {alpha}};
+    uint64_t h;
+    entry *fwd;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        if ((rc = elt_get_fwd(&fwd, alg, alpha, n)) < 0)
+            goto err;
+        dnnl_memory_desc_t md = md_plain(1, &n);
+        dnnl_eltwise_desc_t d;
+        DN(dnnl_eltwise_backward_desc_init(&d, elt_alg(alg), &md, &md, alpha, 0.0f));
+        aspec as[3] = {{DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0},
+                       {DNNL_ARG_DIFF_SRC, &md, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[3] = {(void *)y, (void *)dy, dx};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* ---------------- softmax ---------------- */
+
+static int sm_get_fwd(entry **out, bool log, int64_t rows, int64_t cols)
+{
+    int rc = 0;
+    key k = {.kind = K_SM_FWD, .v = {log, rows, cols}};
+    uint64_t h;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        int64_t dims[2] = {rows, cols};
+        dnnl_memory_desc_t md = md_plain(2, dims);
+        dnnl_softmax_v2_desc_t d;
+        DN(dnnl_softmax_v2_forward_desc_init(&d, dnnl_forward_training,
+                                             log ? dnnl_softmax_log : dnnl_softmax_accurate, &md,
+                                             &md, 1));
+        aspec as[2] = {{DNNL_ARG_SRC, &md, 0}, {DNNL_ARG_DST, &md, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 2, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    *out = e;
+    return 0;
+err:
+    return rc;
+}
+
+int ct__cpu_softmax_fwd(bool log, int64_t rows, int64_t cols, const float *x, float *y)
+{
+    int rc = 0;
+    entry *e;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0 || (rc = sm_get_fwd(&e, log, rows, cols)) < 0)
+        goto err;
+    void *ptrs[2] = {(void *)x, y};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+int ct__cpu_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
+                        float *dx)
+{
+    int rc = 0;
+    key k = {.kind = K_SM_BWD, .v = {log, rows, cols}};
+    uint64_t h;
+    entry *fwd;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        if ((rc = sm_get_fwd(&fwd, log, rows, cols)) < 0)
+            goto err;
+        int64_t dims[2] = {rows, cols};
+        dnnl_memory_desc_t md = md_plain(2, dims);
+        dnnl_softmax_v2_desc_t d;
+        DN(dnnl_softmax_v2_backward_desc_init(
+            &d, log ? dnnl_softmax_log : dnnl_softmax_accurate, &md, &md, &md, 1));
+        aspec as[3] = {{DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0},
+                       {DNNL_ARG_DIFF_SRC, &md, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[3] = {(void *)y, (void *)dy, dx};
+    rc = entry_run(e, ptrs);
+err:
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* ---------------- misc ---------------- */
+
+void ct__cpu_set_threads(int n)
+{
+    if (n > 0)
+        omp_set_num_threads(n);
+}
+
+int ct__cpu_threads(void)
+{
+    return omp_get_max_threads();
+}
+
+void ct__cpu_cache_clear(void)
+{
+    pthread_mutex_lock(&G.mu);
+    for (int i = 0; i < NBUCKETS; i++) {
+        entry *e = G.buckets[i];
+        while (e) {
+            entry *nx = e->next;
+            entry_free(e);
+            e = nx;
+        }
+        G.buckets[i] = NULL;
+    }
+    if (G.stream)
+        dnnl_stream_destroy(G.stream);
+    if (G.engine)
+        dnnl_engine_destroy(G.engine);
+    G.stream = NULL;
+    G.engine = NULL;
+    pthread_mutex_unlock(&G.mu);
+}
+
+int64_t ct__cpu_primitives_created(void)
+{
+    pthread_mutex_lock(&G.mu);
+    int64_t n = G.created;
+    pthread_mutex_unlock(&G.mu);
+    return n;
+}

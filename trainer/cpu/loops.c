@@ -1,0 +1,74 @@
+/* trainer/cpu/loops.c — the few CPU kernels oneDNN has no primitive for, as plain C loops
+ * (OpenMP over the outer dimension when the work is large). Not here: anything oneDNN does. */
+#include <string.h>
+
+#include "trainer/cpu/cpu.h"
+
+#define PAR_MIN 32768
+
+void ct__cpu_add(int64_t n, const float *a, const float *b, float *y)
+{
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+void ct__cpu_axpy(int64_t n, float alpha, const float *x, float *y)
+{
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        y[i] += alpha * x[i];
+}
+
+/* PyTorch's adaptive pooling window: [floor(i*in/out), ceil((i+1)*in/out)). */
+static inline int64_t win_start(int64_t i, int64_t in, int64_t out)
+{
+    return (i * in) / out;
+}
+static inline int64_t win_end(int64_t i, int64_t in, int64_t out)
+{
+    return ((i + 1) * in + out - 1) / out;
+}
+
+void ct__cpu_adaptive_avg_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                              const float *x, float *y)
+{
+#pragma omp parallel for if (nc * ih * iw > PAR_MIN) schedule(static)
+    for (int64_t c = 0; c < nc; c++) {
+        const float *xp = x + c * ih * iw;
+        float *yp = y + c * oh * ow;
+        for (int64_t i = 0; i < oh; i++) {
+            int64_t h0 = win_start(i, ih, oh), h1 = win_end(i, ih, oh);
+            for (int64_t j = 0; j < ow; j++) {
+                int64_t w0 = win_start(j, iw, ow), w1 = win_end(j, iw, ow);
+                float s = 0.0f;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++)
+                        s += xp[h * iw + w];
+                yp[i * ow + j] = s / (float)((h1 - h0) * (w1 - w0));
+            }
+        }
+    }
+}
+
+void ct__cpu_adaptive_avg_bwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                              const float *dy, float *dx, bool acc)
+{
+    if (!acc)
+        memset(dx, 0, (size_t)(nc * ih * iw) * sizeof(float));
+#pragma omp parallel for if (nc * ih * iw > PAR_MIN) schedule(static)
+    for (int64_t c = 0; c < nc; c++) {
+        float *xp = dx + c * ih * iw;
+        const float *yp = dy + c * oh * ow;
+        for (int64_t i = 0; i < oh; i++) {
+            int64_t h0 = win_start(i, ih, oh), h1 = win_end(i, ih, oh);
+            for (int64_t j = 0; j < ow; j++) {
+                int64_t w0 = win_start(j, iw, ow), w1 = win_end(j, iw, ow);
+                float g = yp[i * ow + j] / (float)((h1 - h0) * (w1 - w0));
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++)
+                        xp[h * iw + w] += g;
+            }
+        }
+    }
+}

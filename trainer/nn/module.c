@@ -1,0 +1,953 @@
+/* trainer/nn/module.c — torch.nn-style modules: construction with PyTorch's default
+ * initialisation, forward, train/eval, dotted names, flat parameter/gradient buffers, the state
+ * dict and its safetensors file.
+ *
+ * A module is a tagged struct: its own parameters (weight, bias), buffers (BatchNorm's running
+ * stats), children, and the hyper-parameters of its kind. Not here: op math (ops.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "ct/nn.h"
+#include "ct/optim.h"
+#include "trainer/nn/nn_impl.h"
+#include "trainer/tensor/tensor_impl.h"
+
+typedef enum kind {
+    M_LINEAR,
+    M_CONV,
+    M_CONVT,
+    M_BN,
+    M_RELU,
+    M_LRELU,
+    M_ELU,
+    M_TANH,
+    M_SIGMOID,
+    M_MAXPOOL,
+    M_AVGPOOL,
+    M_APOOL,
+    M_DROPOUT,
+    M_FLATTEN,
+    M_SEQ,
+    M_RES,
+} kind;
+
+struct ct_module {
+    kind kind;
+    char name[32];
+    bool training;
+    ct_module **children;
+    int nchildren;
+    ct_tensor *params[2];
+    const char *pnames[2];
+    int nparams;
+    ct_tensor *buffers[3];
+    const char *bnames[3];
+    int nbuffers;
+    /* hyper-parameters */
+    ct_conv_opts conv;
+    int k, s, pad, oh, ow;
+    float alpha, p, eps, momentum;
+    /* built on demand (owned) */
+    ct_param_ref *refs;
+    char **ref_names;
+    int nrefs;
+    ct_named_tensor *sd;
+    char **sd_names;
+    int nsd;
+    ct__storage *flat_v, *flat_g;
+    int64_t flat_n;
+};
+
+/* ---------------- generator (xoshiro256**, per thread) ---------------- */
+
+static __thread uint64_t rng_s[4] = {0x9E3779B97F4A7C15ULL, 0xBF58476D1CE4E5B9ULL,
+                                     0x94D049BB133111EBULL, 0x2545F4914F6CDD1DULL};
+
+static inline uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(void)
+{
+    uint64_t r = rotl(rng_s[1] * 5, 7) * 9, t = rng_s[1] << 17;
+    rng_s[2] ^= rng_s[0];
+    rng_s[3] ^= rng_s[1];
+    rng_s[1] ^= rng_s[2];
+    rng_s[0] ^= rng_s[3];
+    rng_s[2] ^= t;
+    rng_s[3] = rotl(rng_s[3], 45);
+    return r;
+}
+
+void ct_nn_manual_seed(uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) { /* splitmix64 */
+        uint64_t z = (seed += 0x9E3779B97F4A7C15ULL);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        rng_s[i] = z ^ (z >> 31);
+    }
+}
+
+float ct__rng_uniform(void)
+{
+    return (float)(rng_next() >> 40) * (1.0f / 16777216.0f);
+}
+
+float ct__rng_range(float lo, float hi)
+{
+    return lo + (hi - lo) * ct__rng_uniform();
+}
+
+/* ---------------- construction ---------------- */
+
+static ct_module *mod_new(kind k)
+{
+    ct_module *m = calloc(1, sizeof(*m));
+    if (!m) {
+        ct__error(CT_ENOMEM, "module: out of memory");
+        return NULL;
+    }
+    m->kind = k;
+    m->training = true;
+    return m;
+}
+
+static int add_param(ct_module *m, const char *name, int ndim, const int64_t *shape, float bound)
+{
+    ct_tensor *t = ct_tensor_new(CT_F32, ndim, shape);
+    if (!t)
+        return CT_ENOMEM;
+    float *p = ct__f32(t);
+    int64_t n = ct_tensor_numel(t);
+    if (bound >= 0)
+        for (int64_t i = 0; i < n; i++)
+            p[i] = ct__rng_range(-bound, bound);
+    ct_tensor_set_requires_grad(t, true);
+    m->pnames[m->nparams] = name;
+    m->params[m->nparams++] = t;
+    return 0;
+}
+
+static int add_buffer(ct_module *m, const char *name, ct_dtype dt, int64_t n, float v)
+{
+    ct_tensor *t = ct_tensor_new(dt, 1, &n);
+    if (!t)
+        return CT_ENOMEM;
+    if (dt == CT_F32)
+        ct_tensor_fill_f32(t, v);
+    if (dt == CT_I64)
+        t->ndim = 0; /* num_batches_tracked is a scalar */
+    m->bnames[m->nbuffers] = name;
+    m->buffers[m->nbuffers++] = t;
+    return 0;
+}
+
+ct_module *ct_nn_linear_new(int64_t in, int64_t out, bool bias)
+{
+    if (in <= 0 || out <= 0) {
+        ct__error(CT_EINVAL, "Linear: in_features %lld / out_features %lld must be > 0",
+                  (long long)in, (long long)out);
+        return NULL;
+    }
+    ct_module *m = mod_new(M_LINEAR);
+    if (!m)
+        return NULL;
+    float bound = 1.0f / sqrtf((float)in); /* kaiming_uniform(a=sqrt(5)) == 1/sqrt(fan_in) */
+    int64_t ws[2] = {out, in};
+    if (add_param(m, "weight", 2, ws, bound) < 0 ||
+        (bias && add_param(m, "bias", 1, &out, bound) < 0))
+        goto err;
+    return m;
+err:
+    ct_module_destroy(&m);
+    return NULL;
+}
+
+static ct_module *conv_new(kind k, int64_t in, int64_t out, int kernel, const ct_conv_opts *o,
+                           bool bias)
+{
+    if (in <= 0 || out <= 0 || kernel <= 0) {
+        ct__error(CT_EINVAL, "%s: in %lld, out %lld, kernel %d must be > 0",
+                  k == M_CONV ? "Conv2d" : "ConvTranspose2d", (long long)in, (long long)out,
+                  kernel);
+        return NULL;
+    }
+    ct_module *m = mod_new(k);
+    if (!m)
+        return NULL;
+    if (o)
+        m->conv = *o;
+    /* PyTorch: fan_in = weight.size(1) * kh * kw, for both Conv2d (in) and ConvTranspose (out) */
+    int64_t fan_in = (k == M_CONV ? in : out) * kernel * kernel;
+    float bound = 1.0f / sqrtf((float)fan_in);
+    int64_t ws[4] = {k == M_CONV ? out : in, k == M_CONV ? in : out, kernel, kernel};
+    if (add_param(m, "weight", 4, ws, bound) < 0 ||
+        (bias && add_param(m, "bias", 1, &out, bound) < 0))
+        goto err;
+    return m;
+err:
+    ct_module_destroy(&m);
+    return NULL;
+}
+
+ct_module *ct_nn_conv2d_new(int64_t in, int64_t out, int kernel, const ct_conv_opts *o,
+                            bool bias)
+{
+    return conv_new(M_CONV, in, out, kernel, o, bias);
+}
+
+ct_module *ct_nn_conv_transpose2d_new(int64_t in, int64_t out, int kernel,
+                                      const ct_conv_opts *o, bool bias)
+{
+    return conv_new(M_CONVT, in, out, kernel, o, bias);
+}
+
+static ct_module *bn_new(int64_t c)
+{
+    if (c <= 0) {
+        ct__error(CT_EINVAL, "BatchNorm: num_features %lld must be > 0", (long long)c);
+        return NULL;
+    }
+    ct_module *m = mod_new(M_BN);
+    if (!m)
+        return NULL;
+    m->eps = 1e-5f;
+    m->momentum = 0.1f;
+    if (add_param(m, "weight", 1, &c, -1) < 0 || add_param(m, "bias", 1, &c, -1) < 0 ||
+        add_buffer(m, "running_mean", CT_F32, c, 0.0f) < 0 ||
+        add_buffer(m, "running_var", CT_F32, c, 1.0f) < 0 ||
+        add_buffer(m, "num_batches_tracked", CT_I64, 1, 0) < 0)
+        goto err;
+    ct_tensor_fill_f32(m->params[0], 1.0f);
+    return m;
+err:
+    ct_module_destroy(&m);
+    return NULL;
+}
+
+ct_module *ct_nn_batchnorm1d_new(int64_t features)
+{
+    return bn_new(features);
+}
+ct_module *ct_nn_batchnorm2d_new(int64_t channels)
+{
+    return bn_new(channels);
+}
+
+ct_module *ct_nn_relu_new(void)
+{
+    return mod_new(M_RELU);
+}
+ct_module *ct_nn_leaky_relu_new(float negative_slope)
+{
+    ct_module *m = mod_new(M_LRELU);
+    if (m)
+        m->alpha = negative_slope;
+    return m;
+}
+ct_module *ct_nn_elu_new(float alpha)
+{
+    ct_module *m = mod_new(M_ELU);
+    if (m)
+        m->alpha = alpha;
+    return m;
+}
+ct_module *ct_nn_tanh_new(void)
+{
+    return mod_new(M_TANH);
+}
+ct_module *ct_nn_sigmoid_new(void)
+{
+    return mod_new(M_SIGMOID);
+}
+
+static ct_module *pool_new(kind k, int kernel, int stride, int padding)
+{
+    if (kernel <= 0 || stride < 0 || padding < 0) {
+        ct__error(CT_EINVAL, "pool: kernel %d, stride %d, padding %d invalid", kernel, stride,
+                  padding);
+        return NULL;
+    }
+    ct_module *m = mod_new(k);
+    if (m) {
+        m->k = kernel;
+        m->s = stride ? stride : kernel;
+        m->pad = padding;
+    }
+    return m;
+}
+
+ct_module *ct_nn_maxpool2d_new(int kernel, int stride, int padding)
+{
+    return pool_new(M_MAXPOOL, kernel, stride, padding);
+}
+ct_module *ct_nn_avgpool2d_new(int kernel, int stride, int padding)
+{
+    return pool_new(M_AVGPOOL, kernel, stride, padding);
+}
+ct_module *ct_nn_adaptive_avgpool2d_new(int out_h, int out_w)
+{
+    if (out_h <= 0 || out_w <= 0) {
+        ct__error(CT_EINVAL, "AdaptiveAvgPool2d: output size %dx%d", out_h, out_w);
+        return NULL;
+    }
+    ct_module *m = mod_new(M_APOOL);
+    if (m) {
+        m->oh = out_h;
+        m->ow = out_w;
+    }
+    return m;
+}
+ct_module *ct_nn_dropout_new(float p)
+{
+    if (!(p >= 0.0f && p <= 1.0f)) {
+        ct__error(CT_EINVAL, "Dropout: p = %g not in [0, 1]", p);
+        return NULL;
+    }
+    ct_module *m = mod_new(M_DROPOUT);
+    if (m)
+        m->p = p;
+    return m;
+}
+ct_module *ct_nn_flatten_new(void)
+{
+    return mod_new(M_FLATTEN);
+}
+
+static ct_module *container_new(kind k, int n, ct_module *const *children)
+{
+    ct_module *m = NULL;
+    int i;
+    for (i = 0; i < n; i++)
+        if (!children[i])
+            break;
+    if (n < 0 || i < n) {
+        ct__error(CT_EINVAL, "%s: child %d is NULL (its constructor failed?)",
+                  k == M_SEQ ? "Sequential" : "Residual", i);
+        goto err;
+    }
+    m = mod_new(k);
+    if (!m)
+        goto err;
+    m->children = calloc(n ? (size_t)n : 1, sizeof(*m->children));
+    if (!m->children) {
+        ct__error(CT_ENOMEM, "module: out of memory");
+        goto err;
+    }
+    memcpy(m->children, children, (size_t)n * sizeof(*children));
+    m->nchildren = n;
+    return m;
+err:
+    if (m)
+        free(m);
+    for (i = 0; i < n; i++) {
+        ct_module *c = children[i];
+        ct_module_destroy(&c);
+    }
+    return NULL;
+}
+
+ct_module *ct_nn_sequential_new(int n, ct_module *const *children)
+{
+    return container_new(M_SEQ, n, children);
+}
+ct_module *ct_nn_residual_new(int n, ct_module *const *children)
+{
+    return container_new(M_RES, n, children);
+}
+
+static void free_views(ct_module *m)
+{
+    for (int i = 0; i < m->nrefs; i++)
+        free(m->ref_names[i]);
+    free(m->ref_names);
+    free(m->refs);
+    m->refs = NULL;
+    m->ref_names = NULL;
+    m->nrefs = 0;
+    for (int i = 0; i < m->nsd; i++)
+        free(m->sd_names[i]);
+    free(m->sd_names);
+    free(m->sd);
+    m->sd = NULL;
+    m->sd_names = NULL;
+    m->nsd = 0;
+}
+
+void ct_module_destroy(ct_module **mp)
+{
+    if (!mp || !*mp)
+        return;
+    ct_module *m = *mp;
+    *mp = NULL;
+    for (int i = 0; i < m->nchildren; i++)
+        ct_module_destroy(&m->children[i]);
+    free(m->children);
+    for (int i = 0; i < m->nparams; i++)
+        ct_tensor_release(&m->params[i]);
+    for (int i = 0; i < m->nbuffers; i++)
+        ct_tensor_release(&m->buffers[i]);
+    free_views(m);
+    ct__storage_release(&m->flat_v);
+    ct__storage_release(&m->flat_g);
+    free(m);
+}
+
+ct_module *ct_module_set_name(ct_module *m, const char *name)
+{
+    if (m && name)
+        snprintf(m->name, sizeof(m->name), "%s", name);
+    return m;
+}
+
+/* ---------------- forward ---------------- */
+
+static ct_tensor *seq_forward(ct_module *m, ct_tensor *x)
+{
+    ct_tensor *h = ct_tensor_retain(x);
+    for (int i = 0; i < m->nchildren && h; i++) {
+        ct_tensor *nh = ct_module_forward(m->children[i], h);
+        ct_tensor_release(&h);
+        h = nh;
+    }
+    return h;
+}
+
+ct_tensor *ct_module_forward(ct_module *m, ct_tensor *x)
+{
+    if (!m || !x) {
+        ct__error(CT_EINVAL, "module_forward: NULL %s", m ? "input" : "module");
+        return NULL;
+    }
+    ct_tensor *w = m->nparams > 0 ? m->params[0] : NULL;
+    ct_tensor *b = m->nparams > 1 ? m->params[1] : NULL;
+    switch (m->kind) {
+    case M_LINEAR:
+        return ct_nn_linear(x, w, b);
+    case M_CONV:
+        return ct_nn_conv2d(x, w, b, &m->conv);
+    case M_CONVT:
+        return ct_nn_conv_transpose2d(x, w, b, &m->conv);
+    case M_BN: {
+        ct_tensor *y = ct_nn_batch_norm(x, w, b, m->buffers[0], m->buffers[1], m->training,
+                                        m->momentum, m->eps);
+        if (y && m->training)
+            (*(int64_t *)ct_tensor_data(m->buffers[2]))++;
+        return y;
+    }
+    case M_RELU:
+        return ct_nn_relu(x);
+    case M_LRELU:
+        return ct_nn_leaky_relu(x, m->alpha);
+    case M_ELU:
+        return ct_nn_elu(x, m->alpha);
+    case M_TANH:
+        return ct_nn_tanh(x);
+    case M_SIGMOID:
+        return ct_nn_sigmoid(x);
+    case M_MAXPOOL:
+        return ct_nn_max_pool2d(x, m->k, m->s, m->pad);
+    case M_AVGPOOL:
+        return ct_nn_avg_pool2d(x, m->k, m->s, m->pad, true);
+    case M_APOOL:
+        return ct_nn_adaptive_avg_pool2d(x, m->oh, m->ow);
+    case M_DROPOUT:
+        return ct_nn_dropout(x, m->p, m->training);
+    case M_FLATTEN:
+        return ct_nn_flatten(x);
+    case M_SEQ:
+        return seq_forward(m, x);
+    case M_RES: {
+        ct_tensor *h = seq_forward(m, x);
+        if (!h)
+            return NULL;
+        ct_tensor *y = ct_nn_add(x, h);
+        ct_tensor_release(&h);
+        return y;
+    }
+    }
+    ct__error(CT_EINVAL, "module_forward: unknown module kind %d", (int)m->kind);
+    return NULL;
+}
+
+void ct_module_train(ct_module *m, bool training)
+{
+    if (!m)
+        return;
+    m->training = training;
+    for (int i = 0; i < m->nchildren; i++)
+        ct_module_train(m->children[i], training);
+}
+
+bool ct_module_is_training(const ct_module *m)
+{
+    return m && m->training;
+}
+
+/* ---------------- traversal ---------------- */
+
+typedef struct item {
+    char name[256];
+    ct_tensor *t;
+    bool is_param;
+} item;
+
+typedef struct walk {
+    item *v;
+    int n, cap;
+    bool buffers; /* include buffers (state dict) */
+} walk;
+
+static int walk_push(walk *w, const char *prefix, const char *name, ct_tensor *t, bool param)
+{
+    if (w->n == w->cap) {
+        int cap = w->cap ? w->cap * 2 : 32;
+        item *nv = realloc(w->v, (size_t)cap * sizeof(*nv));
+        if (!nv)
+            return ct__error(CT_ENOMEM, "module: out of memory");
+        w->v = nv;
+        w->cap = cap;
+    }
+    item *it = &w->v[w->n++];
+    snprintf(it->name, sizeof(it->name), "%s%s", prefix, name);
+    it->t = t;
+    it->is_param = param;
+    return 0;
+}
+
+/* PyTorch order: own parameters, own buffers, then children (recursively). */
+static int walk_module(walk *w, ct_module *m, const char *prefix)
+{
+    int rc;
+    for (int i = 0; i < m->nparams; i++)
+        if ((rc = walk_push(w, prefix, m->pnames[i], m->params[i], true)) < 0)
+            return rc;
+    if (w->buffers)
+        for (int i = 0; i < m->nbuffers; i++)
+            if ((rc = walk_push(w, prefix, m->bnames[i], m->buffers[i], false)) < 0)
+                return rc;
+    for (int i = 0; i < m->nchildren; i++) {
+        char p[256];
+        ct_module *c = m->children[i];
+        if (c->name[0])
+            snprintf(p, sizeof(p), "%s%s.", prefix, c->name);
+        else
+            snprintf(p, sizeof(p), "%s%d.", prefix, i);
+        if ((rc = walk_module(w, c, p)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
+{
+    int rc = 0;
+    walk w = {0};
+    if (!m || !refs || !n)
+        return ct__error(CT_EINVAL, "module_params: NULL argument");
+    if (m->refs) {
+        *refs = m->refs;
+        *n = m->nrefs;
+        return 0;
+    }
+    if ((rc = walk_module(&w, m, "")) < 0)
+        goto out;
+    /* carve: 64-byte aligned offsets in one value and one gradient buffer */
+    int64_t total = 0;
+    for (int i = 0; i < w.n; i++)
+        total = ((total + 15) & ~(int64_t)15) + ct_tensor_numel(w.v[i].t);
+    total = (total + 15) & ~(int64_t)15;
+    ct__storage *sv = ct__storage_new((size_t)(total ? total : 16) * sizeof(float), true);
+    ct__storage *sg = ct__storage_new((size_t)(total ? total : 16) * sizeof(float), true);
+    m->refs = calloc(w.n ? (size_t)w.n : 1, sizeof(*m->refs));
+    m->ref_names = calloc(w.n ? (size_t)w.n : 1, sizeof(char *));
+    if (!sv || !sg || !m->refs || !m->ref_names) {
+        ct__storage_release(&sv);
+        ct__storage_release(&sg);
+        rc = ct__error(CT_ENOMEM, "module_params: out of memory for %lld floats",
+                       (long long)total);
+        goto out;
+    }
+    int64_t off = 0;
+    for (int i = 0; i < w.n; i++) {
+        ct_tensor *t = w.v[i].t;
+        int64_t numel = ct_tensor_numel(t);
+        off = (off + 15) & ~(int64_t)15;
+        memcpy((float *)sv->data + off, ct__f32(t), (size_t)numel * sizeof(float));
+        ct__tensor_rebind(t, sv, off);
+        if ((rc = ct__tensor_bind_grad(t, sg, off)) < 0)
+            goto out;
+        t->grad_empty = true;
+        m->ref_names[i] = strdup(w.v[i].name);
+        if (!m->ref_names[i]) {
+            rc = ct__error(CT_ENOMEM, "module_params: out of memory");
+            goto out;
+        }
+        m->refs[i] = (ct_param_ref){m->ref_names[i], ct__f32(t), ct__f32(t->grad), numel};
+        m->nrefs = i + 1;
+        off += numel;
+    }
+    ct__storage_release(&m->flat_v);
+    ct__storage_release(&m->flat_g);
+    m->flat_v = sv;
+    m->flat_g = sg;
+    m->flat_n = total;
+    *refs = m->refs;
+    *n = m->nrefs;
+out:
+    if (rc < 0)
+        free_views(m);
+    free(w.v);
+    return rc;
+}
+
+int ct_module_flat(ct_module *m, float **values, float **grads, int64_t *numel)
+{
+    const ct_param_ref *r;
+    int n, rc = ct_module_params(m, &r, &n);
+    if (rc < 0)
+        return rc;
+    if (values)
+        *values = m->flat_v->data;
+    if (grads)
+        *grads = m->flat_g->data;
+    if (numel)
+        *numel = m->flat_n;
+    return 0;
+}
+
+int64_t ct_module_num_params(ct_module *m)
+{
+    walk w = {0};
+    int64_t n = 0;
+    if (m && walk_module(&w, m, "") == 0)
+        for (int i = 0; i < w.n; i++)
+            n += ct_tensor_numel(w.v[i].t);
+    free(w.v);
+    return n;
+}
+
+static void mark_empty(ct_module *m)
+{
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i]->grad)
+            m->params[i]->grad_empty = true;
+    for (int i = 0; i < m->nchildren; i++)
+        mark_empty(m->children[i]);
+}
+
+void ct_module_zero_grad(ct_module *m)
+{
+    if (!m)
+        return;
+    if (m->flat_g) { /* one memset, then mark every parameter's gradient empty */
+        memset(m->flat_g->data, 0, (size_t)m->flat_n * sizeof(float));
+        mark_empty(m);
+        return;
+    }
+    for (int i = 0; i < m->nparams; i++)
+        ct_tensor_zero_grad(m->params[i]);
+    for (int i = 0; i < m->nchildren; i++)
+        ct_module_zero_grad(m->children[i]);
+}
+
+/* ---------------- state dict ---------------- */
+
+int ct_module_state_dict(ct_module *m, const ct_named_tensor **entries, int *n)
+{
+    int rc = 0;
+    walk w = {.buffers = true};
+    if (!m || !entries || !n)
+        return ct__error(CT_EINVAL, "module_state_dict: NULL argument");
+    if (m->sd) { /* the tree does not change after construction: built once */
+        *entries = m->sd;
+        *n = m->nsd;
+        return 0;
+    }
+    if ((rc = walk_module(&w, m, "")) < 0)
+        goto out;
+    m->sd = calloc(w.n ? (size_t)w.n : 1, sizeof(*m->sd));
+    m->sd_names = calloc(w.n ? (size_t)w.n : 1, sizeof(char *));
+    if (!m->sd || !m->sd_names) {
+        rc = ct__error(CT_ENOMEM, "module_state_dict: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < w.n; i++) {
+        m->sd_names[i] = strdup(w.v[i].name);
+        if (!m->sd_names[i]) {
+            rc = ct__error(CT_ENOMEM, "module_state_dict: out of memory");
+            goto out;
+        }
+        m->sd[i] = (ct_named_tensor){m->sd_names[i], w.v[i].t};
+        m->nsd = i + 1;
+    }
+    *entries = m->sd;
+    *n = m->nsd;
+out:
+    if (rc < 0)
+        free_views(m);
+    free(w.v);
+    return rc;
+}
+
+static bool same_shape(const ct_tensor *a, const ct_tensor *b)
+{
+    return ct_tensor_numel(a) == ct_tensor_numel(b) &&
+           (a->ndim == b->ndim || ct_tensor_numel(a) == 1) &&
+           (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim) == 0);
+}
+
+int ct_module_load_state_dict(ct_module *m, const ct_named_tensor *entries, int n, bool strict)
+{
+    const ct_named_tensor *sd;
+    int nsd, rc;
+    if (!m || (n > 0 && !entries))
+        return ct__error(CT_EINVAL, "module_load_state_dict: NULL argument");
+    if ((rc = ct_module_state_dict(m, &sd, &nsd)) < 0)
+        return rc;
+    /* check everything first, so a failed load changes nothing */
+    for (int i = 0; i < nsd; i++) {
+        const ct_named_tensor *src = NULL;
+        for (int j = 0; j < n && !src; j++)
+            if (entries[j].name && strcmp(entries[j].name, sd[i].name) == 0)
+                src = &entries[j];
+        if (!src) {
+            if (strict)
+                return ct__error(CT_ENOENT, "load_state_dict: missing key \"%s\"", sd[i].name);
+            continue;
+        }
+        if (!src->tensor || src->tensor->dtype != sd[i].tensor->dtype)
+            return ct__error(CT_EINVAL, "load_state_dict: key \"%s\": dtype %s, expected %s",
+                             sd[i].name, src->tensor ? ct_dtype_name(src->tensor->dtype) : "NULL",
+                             ct_dtype_name(sd[i].tensor->dtype));
+        if (!same_shape(src->tensor, sd[i].tensor))
+            return ct__error(CT_ERANGE,
+                             "load_state_dict: key \"%s\": %lld elements (%d dims), model has "
+                             "%lld (%d dims)",
+                             sd[i].name, (long long)ct_tensor_numel(src->tensor),
+                             src->tensor->ndim, (long long)ct_tensor_numel(sd[i].tensor),
+                             sd[i].tensor->ndim);
+    }
+    if (strict) {
+        for (int j = 0; j < n; j++) {
+            bool found = false;
+            for (int i = 0; i < nsd && !found; i++)
+                found = entries[j].name && strcmp(entries[j].name, sd[i].name) == 0;
+            if (!found)
+                return ct__error(CT_ENOENT, "load_state_dict: unexpected key \"%s\"",
+                                 entries[j].name ? entries[j].name : "(null)");
+        }
+    }
+    for (int i = 0; i < nsd; i++) {
+        for (int j = 0; j < n; j++) {
+            if (strcmp(entries[j].name, sd[i].name) != 0)
+                continue;
+            ct_tensor *c = ct_tensor_clone(entries[j].tensor);
+            if (!c)
+                return CT_ENOMEM;
+            memcpy(ct_tensor_data(sd[i].tensor), ct_tensor_data(c),
+                   (size_t)ct_tensor_numel(c) * ct_dtype_size(c->dtype));
+            ct_tensor_release(&c);
+            break;
+        }
+    }
+    return 0;
+}
+
+/* ---------------- safetensors ---------------- */
+
+int ct_module_save(ct_module *m, const char *path)
+{
+    const ct_named_tensor *sd;
+    int n, rc = 0;
+    char *hdr = NULL;
+    FILE *f = NULL;
+    if (!m || !path)
+        return ct__error(CT_EINVAL, "module_save: NULL argument");
+    if ((rc = ct_module_state_dict(m, &sd, &n)) < 0)
+        return rc;
+    size_t cap = 256 + (size_t)n * 512, len = 0;
+    hdr = malloc(cap);
+    if (!hdr)
+        return ct__error(CT_ENOMEM, "module_save: out of memory");
+    len += (size_t)snprintf(hdr + len, cap - len, "{");
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        ct_tensor *t = sd[i].tensor;
+        uint64_t bytes = (uint64_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
+        len += (size_t)snprintf(hdr + len, cap - len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[",
+                                i ? "," : "", sd[i].name, ct_dtype_name(t->dtype));
+        for (int d = 0; d < t->ndim; d++)
+            len += (size_t)snprintf(hdr + len, cap - len, "%s%lld", d ? "," : "",
+                                    (long long)t->shape[d]);
+        len += (size_t)snprintf(hdr + len, cap - len, "],\"data_offsets\":[%llu,%llu]}",
+                                (unsigned long long)off, (unsigned long long)(off + bytes));
+        off += bytes;
+    }
+    len += (size_t)snprintf(hdr + len, cap - len, "}");
+    while (len % 8)
+        hdr[len++] = ' ';
+    f = fopen(path, "wb");
+    if (!f) {
+        rc = ct__error(CT_EIO, "module_save: cannot open %s for writing", path);
+        goto out;
+    }
+    uint64_t hl = len; /* little-endian host assumed (x86-64 / aarch64) */
+    if (fwrite(&hl, 8, 1, f) != 1 || fwrite(hdr, 1, len, f) != len)
+        goto ioerr;
+    for (int i = 0; i < n; i++) {
+        ct_tensor *c = ct_tensor_clone(sd[i].tensor);
+        if (!c) {
+            rc = CT_ENOMEM;
+            goto out;
+        }
+        size_t bytes = (size_t)ct_tensor_numel(c) * ct_dtype_size(c->dtype);
+        size_t wr = fwrite(ct_tensor_data(c), 1, bytes, f);
+        ct_tensor_release(&c);
+        if (wr != bytes)
+            goto ioerr;
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        goto ioerr;
+    }
+    f = NULL;
+    goto out;
+ioerr:
+    rc = ct__error(CT_EIO, "module_save: write to %s failed", path);
+out:
+    if (f)
+        fclose(f);
+    free(hdr);
+    return rc;
+}
+
+/* Finds "key":{...} in a safetensors header and parses dtype, shape and offsets. */
+static int st_find(const char *hdr, const char *key, char *dtype, int *ndim, int64_t *shape,
+                   uint64_t *b, uint64_t *e)
+{
+    char pat[300];
+    snprintf(pat, sizeof(pat), "\"%s\"", key);
+    const char *p = hdr;
+    while ((p = strstr(p, pat)) != NULL) {
+        const char *q = p + strlen(pat);
+        while (*q == ' ')
+            q++;
+        if (*q == ':')
+            break;
+        p = q;
+    }
+    if (!p)
+        return CT_ENOENT;
+    const char *obj_end = strchr(p, '}');
+    const char *d = strstr(p, "\"dtype\"");
+    const char *s = strstr(p, "\"shape\"");
+    const char *o = strstr(p, "\"data_offsets\"");
+    if (!obj_end || !d || !s || !o || d > obj_end || s > obj_end || o > obj_end)
+        return CT_EINVAL;
+    if (sscanf(strchr(d + 7, '"') + 1, "%7[A-Z0-9]", dtype) != 1)
+        return CT_EINVAL;
+    const char *sp = strchr(s, '[');
+    *ndim = 0;
+    if (!sp)
+        return CT_EINVAL;
+    sp++;
+    while (*sp && *sp != ']') {
+        while (*sp == ' ' || *sp == ',')
+            sp++;
+        if (*sp == ']')
+            break;
+        if (*ndim >= CT_MAX_DIMS)
+            return CT_EINVAL;
+        shape[(*ndim)++] = strtoll(sp, (char **)&sp, 10);
+    }
+    unsigned long long ub, ue;
+    const char *op = strchr(o, '[');
+    if (!op || sscanf(op, "[%llu , %llu]", &ub, &ue) != 2)
+        return CT_EINVAL;
+    *b = ub;
+    *e = ue;
+    return 0;
+}
+
+int ct_module_load(ct_module *m, const char *path)
+{
+    const ct_named_tensor *sd;
+    int n, rc = 0;
+    FILE *f = NULL;
+    char *hdr = NULL;
+    ct_named_tensor *in = NULL;
+    int nin = 0;
+    if (!m || !path)
+        return ct__error(CT_EINVAL, "module_load: NULL argument");
+    if ((rc = ct_module_state_dict(m, &sd, &n)) < 0)
+        return rc;
+    f = fopen(path, "rb");
+    if (!f)
+        return ct__error(CT_ENOENT, "module_load: cannot open %s", path);
+    uint64_t hl;
+    if (fread(&hl, 8, 1, f) != 1 || hl > (64u << 20)) {
+        rc = ct__error(CT_EIO, "module_load: %s: bad or truncated header length", path);
+        goto out;
+    }
+    hdr = calloc(1, hl + 1);
+    in = calloc(n ? (size_t)n : 1, sizeof(*in));
+    if (!hdr || !in) {
+        rc = ct__error(CT_ENOMEM, "module_load: out of memory");
+        goto out;
+    }
+    if (fread(hdr, 1, hl, f) != hl) {
+        rc = ct__error(CT_EIO, "module_load: %s: truncated header", path);
+        goto out;
+    }
+    long data0 = 8 + (long)hl;
+    for (int i = 0; i < n; i++) {
+        char dt[8] = {0};
+        int nd;
+        int64_t shape[CT_MAX_DIMS];
+        uint64_t b, e;
+        int r = st_find(hdr, sd[i].name, dt, &nd, shape, &b, &e);
+        if (r == CT_ENOENT) {
+            rc = ct__error(CT_ENOENT, "module_load: %s: missing key \"%s\"", path, sd[i].name);
+            goto out;
+        }
+        if (r < 0) {
+            rc = ct__error(CT_EINVAL, "module_load: %s: malformed entry \"%s\"", path,
+                           sd[i].name);
+            goto out;
+        }
+        ct_dtype want = sd[i].tensor->dtype;
+        if (strcmp(dt, ct_dtype_name(want)) != 0) {
+            rc = ct__error(CT_EINVAL, "module_load: %s: key \"%s\" has dtype %s, model %s", path,
+                           sd[i].name, dt, ct_dtype_name(want));
+            goto out;
+        }
+        ct_tensor *t = ct_tensor_new(want, nd, shape);
+        if (!t) {
+            rc = CT_EINVAL;
+            goto out;
+        }
+        in[nin++] = (ct_named_tensor){sd[i].name, t};
+        size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(want);
+        if (e - b != bytes || fseek(f, data0 + (long)b, SEEK_SET) != 0 ||
+            fread(ct_tensor_data(t), 1, bytes, f) != bytes) {
+            rc = ct__error(CT_EIO, "module_load: %s: key \"%s\": data truncated or size wrong",
+                           path, sd[i].name);
+            goto out;
+        }
+    }
+    rc = ct_module_load_state_dict(m, in, nin, false);
+out:
+    for (int i = 0; i < nin; i++)
+        ct_tensor_release(&in[i].tensor);
+    free(in);
+    free(hdr);
+    if (f)
+        fclose(f);
+    return rc;
+}

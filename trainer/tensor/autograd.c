@@ -1,0 +1,222 @@
+/* trainer/tensor/autograd.c — the per-thread tape and the reverse pass.
+ *
+ * Ops append nodes in execution order, so the tape is already a topological order: backward
+ * walks it from the end. A node runs when its output has received a gradient. Non-leaf
+ * gradients die with their tensors when the tape is cleared. Not here: op math (trainer/nn/). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "trainer/tensor/tensor_impl.h"
+
+static __thread struct {
+    ct__node **nodes;
+    int n, cap;
+} tape;
+static __thread bool grad_disabled;
+
+bool ct_autograd_set_enabled(bool on)
+{
+    bool prev = !grad_disabled;
+    grad_disabled = !on;
+    return prev;
+}
+
+bool ct_autograd_enabled(void)
+{
+    return !grad_disabled;
+}
+
+bool ct__needs_grad(int nin, ct_tensor *const *in)
+{
+    if (grad_disabled)
+        return false;
+    for (int i = 0; i < nin; i++)
+        if (in[i] && in[i]->requires_grad)
+            return true;
+    return false;
+}
+
+static void node_free(ct__node *n)
+{
+    if (!n)
+        return;
+    if (n->out && n->out->node == n)
+        n->out->node = NULL;
+    ct_tensor_release(&n->out);
+    for (int i = 0; i < n->nin; i++)
+        ct_tensor_release(&n->in[i]);
+    for (int i = 0; i < 4; i++)
+        ct_tensor_release(&n->saved[i]);
+    if (n->free_ctx)
+        n->free_ctx(n->ctx);
+    else
+        free(n->ctx);
+    free(n);
+}
+
+ct__node *ct__node_record(const char *name, int (*backward)(ct__node *), ct_tensor *out,
+                          int nin, ct_tensor *const *in, void *ctx, void (*free_ctx)(void *))
+{
+    ct__node *n = NULL;
+    if (!ct__needs_grad(nin, in) || nin > CT__NODE_MAX_IN)
+        goto drop;
+    if (tape.n == tape.cap) {
+        int cap = tape.cap ? tape.cap * 2 : 64;
+        ct__node **nn = realloc(tape.nodes, (size_t)cap * sizeof(*nn));
+        if (!nn)
+            goto drop;
+        tape.nodes = nn;
+        tape.cap = cap;
+    }
+    n = calloc(1, sizeof(*n));
+    if (!n)
+        goto drop;
+    n->name = name;
+    n->backward = backward;
+    n->free_ctx = free_ctx;
+    n->ctx = ctx;
+    n->out = ct_tensor_retain(out);
+    n->nin = nin;
+    for (int i = 0; i < nin; i++)
+        n->in[i] = ct_tensor_retain(in[i]);
+    out->requires_grad = true;
+    out->node = n;
+    tape.nodes[tape.n++] = n;
+    return n;
+drop:
+    if (free_ctx)
+        free_ctx(ctx);
+    else
+        free(ctx);
+    return NULL;
+}
+
+void ct_autograd_clear_tape(void)
+{
+    for (int i = tape.n - 1; i >= 0; i--)
+        node_free(tape.nodes[i]);
+    tape.n = 0;
+    if (tape.cap > 4096) {
+        free(tape.nodes);
+        tape.nodes = NULL;
+        tape.cap = 0;
+    }
+}
+
+float *ct__grad_dst(ct_tensor *t, bool *acc)
+{
+    if (!t->grad) {
+        ct_tensor *g = ct__tensor_empty(CT_F32, t->ndim, t->shape);
+        if (!g)
+            return NULL;
+        t->grad = g;
+        t->grad_empty = true;
+    }
+    *acc = !t->grad_empty;
+    t->grad_empty = false;
+    return ct__f32(t->grad);
+}
+
+void ct__grad_add(float *dst, const float *src, int64_t n, bool acc)
+{
+    if (dst == src)
+        return;
+    if (acc) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] += src[i];
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+static __thread struct {
+    float *p;
+    int64_t n;
+} scratch[4];
+
+float *ct__scratch(int slot, int64_t n)
+{
+    if (scratch[slot].n < n) {
+        free(scratch[slot].p);
+        scratch[slot].p = aligned_alloc(64, (((size_t)n * sizeof(float)) + 63) & ~(size_t)63);
+        scratch[slot].n = scratch[slot].p ? n : 0;
+    }
+    return scratch[slot].p;
+}
+
+void ct_tensor_set_requires_grad(ct_tensor *t, bool on)
+{
+    if (t)
+        t->requires_grad = on;
+}
+
+bool ct_tensor_requires_grad(const ct_tensor *t)
+{
+    return t && t->requires_grad;
+}
+
+ct_tensor *ct_tensor_grad(const ct_tensor *t)
+{
+    return t ? t->grad : NULL;
+}
+
+void ct_tensor_zero_grad(ct_tensor *t)
+{
+    if (!t || !t->grad)
+        return;
+    memset(ct__f32(t->grad), 0, (size_t)ct_tensor_numel(t) * sizeof(float));
+    t->grad_empty = true;
+}
+
+int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out)
+{
+    int rc = 0;
+    if (!t) {
+        rc = ct__error(CT_EINVAL, "backward: NULL tensor");
+        goto out;
+    }
+    if (!t->requires_grad) {
+        rc = ct__error(CT_EINVAL, "backward: tensor does not require grad (no op recorded)");
+        goto out;
+    }
+    int64_t n = ct_tensor_numel(t);
+    if (grad_out && ct_tensor_numel(grad_out) != n) {
+        rc = ct__error(CT_ERANGE, "backward: grad_out has %lld elements, tensor %lld",
+                       (long long)ct_tensor_numel(grad_out), (long long)n);
+        goto out;
+    }
+    if (!grad_out && n != 1) {
+        rc = ct__error(CT_EINVAL, "backward: grad_out may be NULL only for a scalar (%lld elems)",
+                       (long long)n);
+        goto out;
+    }
+    bool acc;
+    float *g = ct__grad_dst(t, &acc);
+    if (!g) {
+        rc = ct__error(CT_ENOMEM, "backward: out of memory");
+        goto out;
+    }
+    if (grad_out) {
+        ct_tensor *c = ct_tensor_clone(grad_out);
+        if (!c) {
+            rc = CT_ENOMEM;
+            goto out;
+        }
+        ct__grad_add(g, ct__f32(c), n, acc);
+        ct_tensor_release(&c);
+    } else {
+        g[0] = acc ? g[0] + 1.0f : 1.0f;
+    }
+    for (int i = tape.n - 1; i >= 0; i--) {
+        ct__node *nd = tape.nodes[i];
+        if (!nd->out->grad || nd->out->grad_empty)
+            continue; /* not on the path from t */
+        rc = nd->backward(nd);
+        if (rc < 0)
+            goto out;
+    }
+out:
+    ct_autograd_clear_tape();
+    return rc;
+}

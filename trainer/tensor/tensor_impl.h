@@ -1,0 +1,85 @@
+/* trainer/tensor/tensor_impl.h — the tensor, storage and autograd-node structs, shared by the
+ * engine's own modules (tensor/, nn/). Not public API: users see only ct/tensor.h.
+ *
+ * Grad protocol for op backward functions: ct__grad_dst(t, &acc) returns t's gradient buffer
+ * (allocating it if needed) and sets acc=false when the buffer holds nothing yet (the kernel may
+ * overwrite it) or acc=true when the kernel must add into it. ct__grad_add() does the add for
+ * kernels (oneDNN) that can only overwrite: they write into a scratch buffer first. */
+#ifndef CT_TENSOR_IMPL_H
+#define CT_TENSOR_IMPL_H
+
+#include "ct/tensor.h"
+
+typedef struct ct__storage {
+    int refcount;
+    ct_device device;
+    void *data;
+    size_t nbytes;
+    bool owned; /* free(data) when the last reference goes */
+} ct__storage;
+
+typedef struct ct__node ct__node;
+
+struct ct_tensor {
+    int refcount;
+    ct_dtype dtype;
+    int ndim;
+    int64_t shape[CT_MAX_DIMS];
+    int64_t strides[CT_MAX_DIMS];
+    int64_t offset; /* elements */
+    ct__storage *storage;
+    /* autograd */
+    bool requires_grad;
+    bool grad_empty; /* grad buffer content is logically zero: next writer may overwrite */
+    ct_tensor *grad;
+    ct__node *node; /* producing op on the tape (weak: the tape owns nodes), NULL for leaves */
+};
+
+#define CT__NODE_MAX_IN 6
+
+/* One recorded op. The tape owns nodes; a node owns references to its inputs, its output and
+ * any saved tensors; ctx is freed with free_ctx (or free() when free_ctx is NULL). */
+struct ct__node {
+    const char *name;
+    int (*backward)(ct__node *n); /* reads n->out->grad, accumulates into inputs' grads */
+    void (*free_ctx)(void *ctx);
+    ct_tensor *out;
+    ct_tensor *in[CT__NODE_MAX_IN];
+    int nin;
+    ct_tensor *saved[4];
+    void *ctx;
+};
+
+/* Records a node for out = op(in...) when grad mode is on and some input requires grad. Takes
+ * ownership of ctx (freed even on failure / when nothing is recorded). Returns the node or NULL
+ * (nothing recorded; not an error unless ct__node_record_failed()). */
+ct__node *ct__node_record(const char *name, int (*backward)(ct__node *), ct_tensor *out,
+                          int nin, ct_tensor *const *in, void *ctx, void (*free_ctx)(void *));
+/* True when some input requires grad and grad mode is on. */
+bool ct__needs_grad(int nin, ct_tensor *const *in);
+
+/* Gradient buffer of t (f32, contiguous, t's numel) for a backward kernel; see header. NULL on
+ * out of memory. */
+float *ct__grad_dst(ct_tensor *t, bool *acc);
+/* dst[i] += src[i] or dst[i] = src[i] when !acc. */
+void ct__grad_add(float *dst, const float *src, int64_t n, bool acc);
+/* A per-thread scratch buffer of at least n floats (valid until the next call on this thread
+ * with the same slot). slot 0..3. */
+float *ct__scratch(int slot, int64_t n);
+
+/* Contiguous float data of t (asserts f32). */
+static inline float *ct__f32(const ct_tensor *t)
+{
+    return (float *)t->storage->data + t->offset;
+}
+
+ct_tensor *ct__tensor_empty(ct_dtype dt, int ndim, const int64_t *shape); /* uninitialised */
+ct_tensor *ct__tensor_empty_like(const ct_tensor *t);
+/* Re-points t at (storage, offset), dropping its old storage. Used to carve flat buffers. */
+void ct__tensor_rebind(ct_tensor *t, ct__storage *s, int64_t offset);
+ct__storage *ct__storage_new(size_t nbytes, bool zero);
+void ct__storage_release(ct__storage **s);
+/* Points t's gradient at a view of (storage, offset) (flat gradient buffers). */
+int ct__tensor_bind_grad(ct_tensor *t, ct__storage *s, int64_t offset);
+
+#endif

@@ -1,0 +1,157 @@
+/* tests/collective/test_bucket.c — the gradient bucketer among 3 forked ranks (two on one
+ * node, one on another, so both transports run): bucket layout (first bucket small, then
+ * large, gradients never split), results bit-identical to a plain per-tensor allreduce (AVG)
+ * of integer-valued data, buckets reduced while the "backward" loop is still marking, two
+ * steps in a row, no_sync accumulation, and argument errors. */
+#include <math.h>
+
+#include "harness.h"
+
+#define NG 24
+
+static size_t counts[NG];
+
+static void fill(float *g, size_t n, int rank, int i, int step)
+{
+    for (size_t j = 0; j < n; j++)
+        g[j] = (float)((rank + 1) * (int)((j + (size_t)i) % 17) + step);
+}
+
+static int rank_main(int rank, int world, void *arg)
+{
+    (void)arg;
+    ct_rendezvous *rdv = ct_rendezvous_file_new(t_rdv_dir);
+    CHECK(rdv);
+    ct_comm *c = NULL;
+    CHECK_RC(ct_comm_new(&(ct_comm_opts){.rendezvous = rdv,
+                                         .group_id = "bucket",
+                                         .rank = rank,
+                                         .world_size = world,
+                                         .node_id = rank < 2 ? "a" : "b",
+                                         .host = "127.0.0.1",
+                                         .timeout_ms = 20000},
+                         &c));
+    float *g[NG], *ref[NG];
+    for (int i = 0; i < NG; i++) {
+        g[i] = malloc(counts[i] * sizeof(float));
+        ref[i] = malloc(counts[i] * sizeof(float));
+        CHECK(g[i] && ref[i]);
+    }
+    ct_bucketer *b = NULL;
+    ct_bucketer_opts bo = {.first_bucket_bytes = 64 * 1024, .bucket_bytes = 1024 * 1024};
+    CHECK(ct_bucketer_new(c, g, counts, 0, &bo, &b) == CT_EINVAL && b == NULL);
+    CHECK_RC(ct_bucketer_new(c, g, counts, NG, &bo, &b));
+
+    /* layout: contiguous, in order, each bucket reaches its size unless it is the last */
+    int nb = ct_bucketer_num_buckets(b), next = 0;
+    CHECK(nb >= 3);
+    for (int k = 0; k < nb; k++) {
+        int first, n;
+        ct_bucketer_bucket_range(b, k, &first, &n);
+        CHECK(first == next && n >= 1);
+        size_t bytes = 0;
+        for (int i = first; i < first + n; i++)
+            bytes += counts[i] * sizeof(float);
+        if (k < nb - 1)
+            CHECK(bytes >= (k == 0 ? bo.first_bucket_bytes : bo.bucket_bytes));
+        if (n > 1) /* closed as soon as it reached its size */
+            CHECK(bytes - counts[first + n - 1] * sizeof(float) <
+                  (k == 0 ? bo.first_bucket_bytes : bo.bucket_bytes));
+        next = first + n;
+    }
+    CHECK(next == NG);
+
+    for (int step = 0; step < 2; step++) {
+        /* reference: plain allreduce per tensor */
+        for (int i = 0; i < NG; i++) {
+            fill(ref[i], counts[i], rank, i, step);
+            CHECK_RC(ct_comm_allreduce(c, ref[i], counts[i], CT_F32, CT_COMM_AVG, 0));
+        }
+        /* "backward": gradients become ready one after another, with work in between */
+        for (int i = 0; i < NG; i++) {
+            fill(g[i], counts[i], rank, i, step);
+            usleep(1000);
+            CHECK_RC(ct_bucketer_mark_ready(b, i));
+        }
+        CHECK(ct_bucketer_mark_ready(b, NG - 1) == CT_EINVAL); /* twice */
+        CHECK(ct_bucketer_mark_ready(b, NG) == CT_EINVAL);
+        CHECK_RC(ct_bucketer_finish(b));
+        for (int i = 0; i < NG; i++)
+            for (size_t j = 0; j < counts[i]; j++)
+                if (g[i][j] != ref[i][j]) {
+                    fprintf(stderr, "rank %d step %d: grad %d[%zu] = %.9g, allreduce %.9g\n", rank,
+                            step, i, j, g[i][j], ref[i][j]);
+                    return 1;
+                }
+    }
+
+    /* no_sync: two local micro-batches accumulate, then one synced step reduces the sum */
+    ct_bucketer_set_no_sync(b, true);
+    for (int i = 0; i < NG; i++)
+        fill(g[i], counts[i], rank, i, 5);
+    for (int i = 0; i < NG; i++)
+        CHECK_RC(ct_bucketer_mark_ready(b, i));
+    CHECK_RC(ct_bucketer_finish(b));
+    for (int i = 0; i < NG; i++) /* untouched: still this rank's values */
+        for (size_t j = 0; j < counts[i]; j++) {
+            float want = (float)((rank + 1) * (int)((j + (size_t)i) % 17) + 5);
+            if (g[i][j] != want) {
+                fprintf(stderr, "rank %d no_sync: grad %d[%zu] = %g, want local %g\n", rank, i, j,
+                        g[i][j], want);
+                return 1;
+            }
+        }
+    ct_bucketer_set_no_sync(b, false);
+    for (int i = 0; i < NG; i++) {
+        for (size_t j = 0; j < counts[i]; j++)
+            g[i][j] += (float)((rank + 1) * (int)((j + (size_t)i) % 17) + 6);
+        CHECK_RC(ct_bucketer_mark_ready(b, i));
+    }
+    CHECK_RC(ct_bucketer_finish(b));
+    for (int i = 0; i < NG; i++)
+        for (size_t j = 0; j < counts[i]; j++) {
+            int m = (int)((j + (size_t)i) % 17);
+            /* sum over ranks of (r+1)*m*2 + 11, divided by world */
+            double want = (double)(world * (world + 1) * m + 11 * world) / world;
+            if (fabs(g[i][j] - want) > 1e-6 * (1 + want)) {
+                fprintf(stderr, "rank %d accumulated: grad %d[%zu] = %.9g, want %.9g\n", rank, i, j,
+                        g[i][j], want);
+                return 1;
+            }
+        }
+    /* finish with nothing marked marks everything: still a full, correct step */
+    for (int i = 0; i < NG; i++)
+        fill(g[i], counts[i], rank, i, 0);
+    CHECK_RC(ct_bucketer_finish(b));
+    for (int i = 0; i < NG; i++) {
+        fill(ref[i], counts[i], rank, i, 0);
+        CHECK_RC(ct_comm_allreduce(c, ref[i], counts[i], CT_F32, CT_COMM_AVG, 0));
+        CHECK(memcmp(g[i], ref[i], counts[i] * sizeof(float)) == 0);
+    }
+    ct_bucketer_destroy(&b);
+    CHECK(b == NULL);
+    ct_bucketer_destroy(&b);
+    for (int i = 0; i < NG; i++) {
+        free(g[i]);
+        free(ref[i]);
+    }
+    ct_comm_destroy(&c);
+    ct_rendezvous_file_destroy(&rdv);
+    return 0;
+}
+
+int main(void)
+{
+    /* a mix of sizes, like a small CNN's gradients in reverse order: biases and big weights */
+    for (int i = 0; i < NG; i++)
+        counts[i] = i % 3 == 0 ? 10 + (size_t)i : i % 3 == 1 ? 3000 * (size_t)(i + 1) : 70000;
+    counts[3] = 400000; /* starts bucket 1 and fills it alone: reduced in place */
+    counts[7] = 1;
+    if (t_rdv_init() < 0)
+        return 1;
+    int bad = t_run(3, rank_main, NULL, 60000, "bucket");
+    t_rdv_cleanup();
+    if (!bad)
+        fprintf(stderr, "bucket: ok\n");
+    return bad;
+}

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ct/error.h"
+#include "common/common.h"
 
 #define CHECK(c)                                                                                   \
     do {                                                                                           \

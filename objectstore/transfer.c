@@ -1,0 +1,756 @@
+/* objectstore/transfer.c — chunk server (ROUTER thread) and pull client (DEALER, pipelined).
+ *
+ * Server: one thread, one ROUTER socket, plus an inproc PAIR on which destroy says "stop".
+ * Each chunk request pins the object (ct_store_get), computes the chunk's CRC-32C from shared
+ * memory, and sends the bytes with zmq_msg_init_data: ZeroMQ calls chunk_free from its I/O
+ * thread once the bytes are on the wire, which unpins. Nothing is copied in user space.
+ *
+ * Client: see transfer.h for the protocol. Per chunk it keeps a state (missing, in flight,
+ * done) and the req_id of its outstanding request; a reply is accepted only if its req_id and
+ * offset match, so stale replies from an earlier holder or a re-request are ignored. Bytes go
+ * from the ZeroMQ message into the unsealed object with one pass that copies and checksums.
+ *
+ * Not here: holder discovery, retries across pulls, replication. */
+#define _GNU_SOURCE
+#include "objectstore/transfer.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/common.h"
+#include "objectstore/crc32c.h"
+#include "proto/msg.h"
+
+#define MAX_REQUEST_BYTES 65536
+
+struct ct_xfer_server {
+    ct_store *store;
+    void *ctx;
+    int own_ctx;
+    void *router;
+    void *pipe_main, *pipe_thread;
+    pthread_t thread;
+    int thread_started;
+    char endpoint[256];
+    char sender[128];
+    int delay_ms;
+    ct_xfer_server_stats st; /* updated with __atomic */
+};
+
+typedef struct pinned_chunk {
+    ct_store *store;
+    ct_store_view view;
+} pinned_chunk;
+
+static void chunk_free(void *data, void *hint)
+{
+    pinned_chunk *pc = hint;
+    ct_store_release(pc->store, &pc->view);
+    free(pc);
+}
+
+static void stat_add(uint64_t *c, uint64_t v)
+{
+    __atomic_fetch_add(c, v, __ATOMIC_RELAXED);
+}
+
+/* Sends [rid][packed header][data?]. data_msg (may be NULL) is consumed. */
+static int send_reply(ct_xfer_server *srv, zmq_msg_t *rid, const Ct__ObjXfer *h,
+                      zmq_msg_t *data_msg)
+{
+    size_t n = ct__obj_xfer__get_packed_size(h);
+    zmq_msg_t hm;
+    int rc = 0;
+    if (zmq_msg_init_size(&hm, n) != 0) {
+        if (data_msg)
+            zmq_msg_close(data_msg);
+        return CT_ENOMEM;
+    }
+    ct__obj_xfer__pack(h, zmq_msg_data(&hm));
+    zmq_msg_t r;
+    zmq_msg_init(&r);
+    zmq_msg_copy(&r, rid);
+    if (zmq_msg_send(&r, srv->router, ZMQ_SNDMORE) < 0 ||
+        zmq_msg_send(&hm, srv->router, data_msg ? ZMQ_SNDMORE : 0) < 0 ||
+        (data_msg && zmq_msg_send(data_msg, srv->router, 0) < 0)) {
+        rc = CT_EZMQ;
+        CT_LOG(CT_LOG_WARN, "xfer", "%s: reply not sent: %s", srv->sender,
+               zmq_strerror(zmq_errno()));
+    }
+    zmq_msg_close(&r);
+    zmq_msg_close(&hm);
+    if (data_msg)
+        zmq_msg_close(data_msg);
+    return rc;
+}
+
+static void reply_error(ct_xfer_server *srv, zmq_msg_t *rid, uint64_t req_id, int code,
+                        const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static void reply_error(ct_xfer_server *srv, zmq_msg_t *rid, uint64_t req_id, int code,
+                        const char *field, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    Ct__Error err = CT__ERROR__INIT;
+    err.code = code;
+    err.message = msg;
+    err.field = (char *)field;
+    Ct__ObjXfer h = CT__OBJ_XFER__INIT;
+    h.major = CT_PROTO_MAJOR;
+    h.minor = CT_PROTO_MINOR;
+    h.req_id = req_id;
+    h.sender = srv->sender;
+    h.body_case = CT__OBJ_XFER__BODY_ERROR;
+    h.error = &err;
+    stat_add(&srv->st.errors, 1);
+    CT_LOG(CT_LOG_DEBUG, "xfer", "%s: error reply %d: %s", srv->sender, code, msg);
+    send_reply(srv, rid, &h, NULL);
+}
+
+static void serve_one(ct_xfer_server *srv, zmq_msg_t *rid, zmq_msg_t *body, int extra_frames)
+{
+    char hex[2 * CT_OBJECT_ID_LEN + 1];
+    Ct__ObjXfer *rq =
+        ct__obj_xfer__unpack(NULL, zmq_msg_size(body), (const uint8_t *)zmq_msg_data(body));
+    if (!rq) {
+        reply_error(srv, rid, 0, CT_EPROTO, "", "undecodable ObjXfer request (%zu bytes)",
+                    zmq_msg_size(body));
+        return;
+    }
+    uint64_t req_id = rq->req_id;
+    const ProtobufCBinaryData *oid = NULL;
+    if (rq->major != CT_PROTO_MAJOR) {
+        reply_error(srv, rid, req_id, CT_EPROTO, "major",
+                    "protocol version %u.x from %s, this node speaks %d.x", rq->major,
+                    rq->sender ? rq->sender : "?", CT_PROTO_MAJOR);
+        goto out;
+    }
+    if (extra_frames) {
+        reply_error(srv, rid, req_id, CT_EPROTO, "", "request with %d unexpected extra frames",
+                    extra_frames);
+        goto out;
+    }
+    if (rq->body_case == CT__OBJ_XFER__BODY_STAT)
+        oid = &rq->stat->object_id;
+    else if (rq->body_case == CT__OBJ_XFER__BODY_CHUNK)
+        oid = &rq->chunk->object_id;
+    else {
+        reply_error(srv, rid, req_id, CT_EPROTO, "body",
+                    "unexpected request body %d (want stat or chunk)", (int)rq->body_case);
+        goto out;
+    }
+    if (oid->len != CT_OBJECT_ID_LEN) {
+        reply_error(srv, rid, req_id, CT_EINVAL, "object_id", "object_id of %zu bytes, want %d",
+                    oid->len, CT_OBJECT_ID_LEN);
+        goto out;
+    }
+    ct_object_id id;
+    memcpy(id.b, oid->data, CT_OBJECT_ID_LEN);
+    ct_object_id_hex(&id, hex);
+
+    Ct__ObjXfer h = CT__OBJ_XFER__INIT;
+    h.major = CT_PROTO_MAJOR;
+    h.minor = CT_PROTO_MINOR;
+    h.req_id = req_id;
+    h.sender = srv->sender;
+    if (rq->body_case == CT__OBJ_XFER__BODY_STAT) {
+        uint64_t size;
+        if (ct_store_size(srv->store, &id, &size)) {
+            reply_error(srv, rid, req_id, CT_ENOENT, "object_id", "%s has no object %s",
+                        srv->sender, hex);
+            goto out;
+        }
+        Ct__ObjStatReply sr = CT__OBJ_STAT_REPLY__INIT;
+        sr.size = size;
+        h.body_case = CT__OBJ_XFER__BODY_STAT_REPLY;
+        h.stat_reply = &sr;
+        send_reply(srv, rid, &h, NULL);
+        goto out;
+    }
+
+    /* Chunk. */
+    uint64_t off = rq->chunk->offset, len = rq->chunk->size;
+    pinned_chunk *pc = calloc(1, sizeof *pc);
+    if (!pc) {
+        reply_error(srv, rid, req_id, CT_ENOMEM, "", "%s: out of memory", srv->sender);
+        goto out;
+    }
+    pc->store = srv->store;
+    if (ct_store_get(srv->store, &id, &pc->view)) {
+        free(pc);
+        reply_error(srv, rid, req_id, CT_ENOENT, "object_id", "%s has no object %s", srv->sender,
+                    hex);
+        goto out;
+    }
+    uint64_t osize = pc->view.size;
+    if (off > osize || len > osize - off || len > CT_XFER_MAX_CHUNK || (!len && osize)) {
+        ct_store_release(srv->store, &pc->view);
+        free(pc);
+        reply_error(srv, rid, req_id, CT_ERANGE, "offset",
+                    "chunk [%llu, +%llu) out of range for object %s of %llu bytes (max chunk "
+                    "%llu)",
+                    (unsigned long long)off, (unsigned long long)len, hex,
+                    (unsigned long long)osize, (unsigned long long)CT_XFER_MAX_CHUNK);
+        goto out;
+    }
+    if (srv->delay_ms)
+        usleep((useconds_t)srv->delay_ms * 1000);
+    const unsigned char *data = (const unsigned char *)pc->view.data + off;
+    Ct__ObjChunkReply cr = CT__OBJ_CHUNK_REPLY__INIT;
+    cr.offset = off;
+    cr.size = len;
+    cr.crc32c = ct__crc32c(0, data, len);
+    cr.object_size = osize;
+    h.body_case = CT__OBJ_XFER__BODY_CHUNK_REPLY;
+    h.chunk_reply = &cr;
+    zmq_msg_t dm;
+    if (zmq_msg_init_data(&dm, (void *)data, len, chunk_free, pc) != 0) {
+        ct_store_release(srv->store, &pc->view);
+        free(pc);
+        reply_error(srv, rid, req_id, CT_ENOMEM, "", "%s: out of memory", srv->sender);
+        goto out;
+    }
+    /* From here ZeroMQ owns pc: chunk_free unpins once the bytes are sent (or dropped). */
+    if (send_reply(srv, rid, &h, &dm) == 0) {
+        stat_add(&srv->st.chunks, 1);
+        stat_add(&srv->st.bytes, len);
+    }
+out:
+    ct__obj_xfer__free_unpacked(rq, NULL);
+}
+
+static void *server_thread(void *arg)
+{
+    ct_xfer_server *srv = arg;
+    ct__log_set_who(srv->sender);
+    zmq_pollitem_t items[2] = {{srv->router, 0, ZMQ_POLLIN, 0},
+                               {srv->pipe_thread, 0, ZMQ_POLLIN, 0}};
+    for (;;) {
+        if (zmq_poll(items, 2, -1) < 0) {
+            if (zmq_errno() == EINTR)
+                continue;
+            break;
+        }
+        if (items[1].revents)
+            break;
+        if (!(items[0].revents & ZMQ_POLLIN))
+            continue;
+        /* One message: [rid][body][extra...]. */
+        for (int burst = 0; burst < 64; burst++) {
+            zmq_msg_t rid, body, extra;
+            zmq_msg_init(&rid);
+            if (zmq_msg_recv(&rid, srv->router, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&rid);
+                break;
+            }
+            stat_add(&srv->st.requests, 1);
+            zmq_msg_init(&body);
+            int nextra = 0, have_body = 0;
+            if (zmq_msg_more(&rid) && zmq_msg_recv(&body, srv->router, 0) >= 0) {
+                have_body = 1;
+                int more = zmq_msg_more(&body);
+                while (more) {
+                    zmq_msg_init(&extra);
+                    if (zmq_msg_recv(&extra, srv->router, 0) < 0) {
+                        zmq_msg_close(&extra);
+                        break;
+                    }
+                    more = zmq_msg_more(&extra);
+                    zmq_msg_close(&extra);
+                    nextra++;
+                }
+            }
+            if (have_body)
+                serve_one(srv, &rid, &body, nextra);
+            else
+                reply_error(srv, &rid, 0, CT_EPROTO, "", "empty request");
+            zmq_msg_close(&body);
+            zmq_msg_close(&rid);
+        }
+    }
+    return NULL;
+}
+
+ct_xfer_server *ct_xfer_server_new(ct_store *store, const ct_xfer_server_opts *opts)
+{
+    static const ct_xfer_server_opts defaults;
+    if (!store) {
+        ct__error(CT_EINVAL, "ct_xfer_server_new: NULL store");
+        return NULL;
+    }
+    if (!opts)
+        opts = &defaults;
+    ct_xfer_server *srv = calloc(1, sizeof *srv);
+    if (!srv) {
+        ct__error(CT_ENOMEM, "ct_xfer_server_new: out of memory");
+        return NULL;
+    }
+    srv->store = store;
+    srv->delay_ms = opts->delay_ms;
+    snprintf(srv->sender, sizeof srv->sender, "%s",
+             opts->sender ? opts->sender : ct_store_name(store));
+    const char *bind = opts->bind ? opts->bind : "tcp://127.0.0.1:*";
+    srv->ctx = opts->zmq_ctx;
+    if (!srv->ctx) {
+        srv->ctx = zmq_ctx_new();
+        srv->own_ctx = 1;
+        if (!srv->ctx) {
+            ct__error(CT_EZMQ, "xfer server: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+            goto err;
+        }
+    }
+    srv->router = zmq_socket(srv->ctx, ZMQ_ROUTER);
+    int64_t maxmsg = MAX_REQUEST_BYTES;
+    int zero = 0, hwm = 0;
+    if (!srv->router || zmq_setsockopt(srv->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
+        zmq_setsockopt(srv->router, ZMQ_LINGER, &zero, sizeof zero) ||
+        zmq_setsockopt(srv->router, ZMQ_SNDHWM, &hwm, sizeof hwm) ||
+        zmq_bind(srv->router, bind) != 0) {
+        ct__error(CT_EZMQ, "xfer server: bind %s: %s", bind, zmq_strerror(zmq_errno()));
+        goto err;
+    }
+    size_t eplen = sizeof srv->endpoint;
+    zmq_getsockopt(srv->router, ZMQ_LAST_ENDPOINT, srv->endpoint, &eplen);
+    char pipe_ep[64];
+    snprintf(pipe_ep, sizeof pipe_ep, "inproc://ct-xfer-stop-%p", (void *)srv);
+    srv->pipe_thread = zmq_socket(srv->ctx, ZMQ_PAIR);
+    srv->pipe_main = zmq_socket(srv->ctx, ZMQ_PAIR);
+    if (!srv->pipe_thread || !srv->pipe_main || zmq_bind(srv->pipe_thread, pipe_ep) ||
+        zmq_connect(srv->pipe_main, pipe_ep)) {
+        ct__error(CT_EZMQ, "xfer server: stop pipe: %s", zmq_strerror(zmq_errno()));
+        goto err;
+    }
+    zmq_setsockopt(srv->pipe_main, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(srv->pipe_thread, ZMQ_LINGER, &zero, sizeof zero);
+    if (pthread_create(&srv->thread, NULL, server_thread, srv) != 0) {
+        ct__error(CT_ENOMEM, "xfer server: cannot start thread");
+        goto err;
+    }
+    srv->thread_started = 1;
+    CT_LOG(CT_LOG_INFO, "xfer", "%s: serving store %s on %s", srv->sender, ct_store_name(store),
+           srv->endpoint);
+    return srv;
+err:
+    ct_xfer_server_destroy(&srv);
+    return NULL;
+}
+
+const char *ct_xfer_server_endpoint(const ct_xfer_server *srv)
+{
+    return srv ? srv->endpoint : "";
+}
+
+void ct_xfer_server_get_stats(ct_xfer_server *srv, ct_xfer_server_stats *st)
+{
+    if (!srv || !st)
+        return;
+    st->requests = __atomic_load_n(&srv->st.requests, __ATOMIC_RELAXED);
+    st->chunks = __atomic_load_n(&srv->st.chunks, __ATOMIC_RELAXED);
+    st->bytes = __atomic_load_n(&srv->st.bytes, __ATOMIC_RELAXED);
+    st->errors = __atomic_load_n(&srv->st.errors, __ATOMIC_RELAXED);
+}
+
+void ct_xfer_server_destroy(ct_xfer_server **sp)
+{
+    if (!sp || !*sp)
+        return;
+    ct_xfer_server *srv = *sp;
+    if (srv->thread_started) {
+        zmq_send(srv->pipe_main, "", 0, 0);
+        pthread_join(srv->thread, NULL);
+    }
+    if (srv->pipe_main)
+        zmq_close(srv->pipe_main);
+    if (srv->pipe_thread)
+        zmq_close(srv->pipe_thread);
+    if (srv->router)
+        zmq_close(srv->router);
+    /* zmq_ctx_term waits until queued zero-copy chunks are released (linger 0 drops them). */
+    if (srv->own_ctx && srv->ctx)
+        zmq_ctx_term(srv->ctx);
+    free(srv);
+    *sp = NULL;
+}
+
+/* ---- pull ---- */
+
+enum { CH_MISSING = 0, CH_INFLIGHT = 1, CH_DONE = 2 };
+
+typedef struct pull {
+    ct_store *dst;
+    const ct_object_id *id;
+    const ct_xfer_pull_opts *o;
+    ct_xfer_pull_stats *st;
+    void *ctx;
+    uint64_t chunk;
+    int window, timeout_ms, max_retries, corrupt_chunk;
+    uint64_t size, nchunks, ndone;
+    unsigned char *buf; /* the unsealed object in dst */
+    int created;
+    uint8_t *state;
+    uint64_t *req_of; /* outstanding req_id per chunk */
+    uint8_t *retries;
+    uint64_t next_req, received, inflight;
+    char why[1024];
+} pull;
+
+static void why_add(pull *p, int h, const char *holder, const char *msg)
+{
+    size_t n = strlen(p->why);
+    snprintf(p->why + n, sizeof p->why - n, "%s[%d] %s: %s", n ? "; " : "", h, holder, msg);
+}
+
+static int send_req(pull *p, void *sock, Ct__ObjXfer *h)
+{
+    uint8_t buf[128];
+    size_t n = ct__obj_xfer__get_packed_size(h);
+    if (n > sizeof buf)
+        return CT_EINVAL;
+    ct__obj_xfer__pack(h, buf);
+    return zmq_send(sock, buf, n, ZMQ_DONTWAIT) == (int)n ? 0 : CT_EZMQ;
+}
+
+static void req_init(pull *p, Ct__ObjXfer *h, uint64_t req_id)
+{
+    ct__obj_xfer__init(h);
+    h->major = CT_PROTO_MAJOR;
+    h->minor = CT_PROTO_MINOR;
+    h->req_id = req_id;
+    h->sender = "pull";
+}
+
+static int request_chunk(pull *p, void *sock, uint64_t c)
+{
+    Ct__ObjXfer h;
+    Ct__ObjChunk ch = CT__OBJ_CHUNK__INIT;
+    uint64_t req = ++p->next_req;
+    req_init(p, &h, req);
+    ch.object_id.data = (uint8_t *)p->id->b;
+    ch.object_id.len = CT_OBJECT_ID_LEN;
+    ch.offset = c * p->chunk;
+    ch.size = p->size - ch.offset < p->chunk ? p->size - ch.offset : p->chunk;
+    h.body_case = CT__OBJ_XFER__BODY_CHUNK;
+    h.chunk = &ch;
+    int rc = send_req(p, sock, &h);
+    if (!rc) {
+        p->state[c] = CH_INFLIGHT;
+        p->req_of[c] = req;
+        p->inflight++;
+    }
+    return rc;
+}
+
+/* Fills the window with the lowest missing chunks. */
+static int refill(pull *p, void *sock, uint64_t *cursor)
+{
+    for (uint64_t c = *cursor; c < p->nchunks && p->inflight < (uint64_t)p->window; c++) {
+        if (p->state[c] != CH_MISSING)
+            continue;
+        int rc = request_chunk(p, sock, c);
+        if (rc)
+            return rc;
+    }
+    while (*cursor < p->nchunks && p->state[*cursor] == CH_DONE)
+        (*cursor)++;
+    return 0;
+}
+
+/* Receives one message: the header frame (unpacked) and, if any, the data frame. Returns 0,
+ * CT_ETIMEDOUT, or CT_EPROTO (garbage: ignored by the caller). */
+static int recv_reply(pull *p, void *sock, int timeout_ms, Ct__ObjXfer **hdr, zmq_msg_t *data,
+                      int *have_data)
+{
+    *hdr = NULL;
+    *have_data = 0;
+    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+    int r = zmq_poll(&it, 1, timeout_ms);
+    if (r < 0)
+        return ct__error(CT_EZMQ, "poll: %s", zmq_strerror(zmq_errno()));
+    if (r == 0)
+        return CT_ETIMEDOUT;
+    zmq_msg_t hm;
+    zmq_msg_init(&hm);
+    if (zmq_msg_recv(&hm, sock, 0) < 0) {
+        zmq_msg_close(&hm);
+        return CT_EZMQ;
+    }
+    int more = zmq_msg_more(&hm);
+    if (more) {
+        zmq_msg_recv(data, sock, 0);
+        *have_data = 1;
+        more = zmq_msg_more(data);
+        while (more) { /* drain anything unexpected */
+            zmq_msg_t x;
+            zmq_msg_init(&x);
+            zmq_msg_recv(&x, sock, 0);
+            more = zmq_msg_more(&x);
+            zmq_msg_close(&x);
+        }
+    }
+    *hdr = ct__obj_xfer__unpack(NULL, zmq_msg_size(&hm), zmq_msg_data(&hm));
+    zmq_msg_close(&hm);
+    return *hdr ? 0 : CT_EPROTO;
+}
+
+/* Asks holder h for the size; creates the object in dst on the first success. Returns 0,
+ * CT_ENOENT (holder does not have it), or another error (holder failed). */
+static int stat_holder(pull *p, void *sock, int h, const char *holder)
+{
+    Ct__ObjXfer rq;
+    Ct__ObjStat sq = CT__OBJ_STAT__INIT;
+    uint64_t req = ++p->next_req;
+    req_init(p, &rq, req);
+    sq.object_id.data = (uint8_t *)p->id->b;
+    sq.object_id.len = CT_OBJECT_ID_LEN;
+    rq.body_case = CT__OBJ_XFER__BODY_STAT;
+    rq.stat = &sq;
+    if (send_req(p, sock, &rq)) {
+        why_add(p, h, holder, "cannot send");
+        return CT_EZMQ;
+    }
+    int64_t deadline = ct__now_ms() + p->timeout_ms;
+    for (;;) {
+        int64_t left = deadline - ct__now_ms();
+        Ct__ObjXfer *rep;
+        zmq_msg_t data;
+        int have_data;
+        zmq_msg_init(&data);
+        int rc = recv_reply(p, sock, left > 0 ? (int)left : 0, &rep, &data, &have_data);
+        zmq_msg_close(&data);
+        if (rc == CT_ETIMEDOUT || rc == CT_EZMQ) {
+            why_add(p, h, holder, "no answer to stat");
+            return CT_ETIMEDOUT;
+        }
+        if (rc || rep->req_id != req) {
+            if (rep)
+                ct__obj_xfer__free_unpacked(rep, NULL);
+            continue;
+        }
+        if (rep->body_case == CT__OBJ_XFER__BODY_ERROR) {
+            rc = rep->error->code ? rep->error->code : CT_EPROTO;
+            why_add(p, h, holder, rep->error->message ? rep->error->message : "error");
+            ct__obj_xfer__free_unpacked(rep, NULL);
+            return rc == CT_ENOENT ? CT_ENOENT : CT_EPROTO;
+        }
+        if (rep->body_case != CT__OBJ_XFER__BODY_STAT_REPLY) {
+            ct__obj_xfer__free_unpacked(rep, NULL);
+            why_add(p, h, holder, "unexpected reply to stat");
+            return CT_EPROTO;
+        }
+        uint64_t size = rep->stat_reply->size;
+        ct__obj_xfer__free_unpacked(rep, NULL);
+        if (p->created) {
+            if (size != p->size) {
+                why_add(p, h, holder, "object size differs from the first holder's");
+                return CT_EPROTO;
+            }
+            return 0;
+        }
+        p->size = size;
+        p->nchunks = (size + p->chunk - 1) / p->chunk;
+        p->state = calloc(p->nchunks ? p->nchunks : 1, 1);
+        p->retries = calloc(p->nchunks ? p->nchunks : 1, 1);
+        p->req_of = calloc(p->nchunks ? p->nchunks : 1, sizeof *p->req_of);
+        if (!p->state || !p->retries || !p->req_of)
+            return ct__error(CT_ENOMEM, "pull: out of memory");
+        void *buf;
+        rc = ct_store_create(p->dst, p->id, size, &buf);
+        if (rc)
+            return rc; /* the shard's error (no space, being written) ends the pull */
+        p->buf = buf;
+        p->created = 1;
+        if (p->st) {
+            p->st->size = size;
+            p->st->chunks = p->nchunks;
+        }
+        return 0;
+    }
+}
+
+/* Fetches the missing chunks from holder h. 0 when all chunks are done, else the holder
+ * failed (reason appended to p->why). */
+static int pull_from(pull *p, void *sock, int h, const char *holder)
+{
+    uint64_t cursor = 0;
+    for (uint64_t c = 0; c < p->nchunks; c++)
+        if (p->state[c] == CH_INFLIGHT)
+            p->state[c] = CH_MISSING;
+    p->inflight = 0;
+    if (refill(p, sock, &cursor)) {
+        why_add(p, h, holder, "cannot send");
+        return CT_EZMQ;
+    }
+    while (p->ndone < p->nchunks) {
+        Ct__ObjXfer *rep;
+        zmq_msg_t data;
+        int have_data;
+        zmq_msg_init(&data);
+        int rc = recv_reply(p, sock, p->timeout_ms, &rep, &data, &have_data);
+        if (rc == CT_ETIMEDOUT || rc == CT_EZMQ) {
+            zmq_msg_close(&data);
+            char m[128];
+            snprintf(m, sizeof m, "no reply for %d ms (%llu of %llu chunks done)", p->timeout_ms,
+                     (unsigned long long)p->ndone, (unsigned long long)p->nchunks);
+            why_add(p, h, holder, m);
+            return CT_ETIMEDOUT;
+        }
+        if (rc) { /* undecodable reply: ignore it, the timeout covers a lost chunk */
+            zmq_msg_close(&data);
+            continue;
+        }
+        if (rep->body_case == CT__OBJ_XFER__BODY_ERROR) {
+            why_add(p, h, holder, rep->error->message ? rep->error->message : "error");
+            ct__obj_xfer__free_unpacked(rep, NULL);
+            zmq_msg_close(&data);
+            return CT_EPROTO;
+        }
+        uint64_t c = 0;
+        int ok = rep->body_case == CT__OBJ_XFER__BODY_CHUNK_REPLY && have_data;
+        if (ok) {
+            Ct__ObjChunkReply *cr = rep->chunk_reply;
+            c = cr->offset / p->chunk;
+            uint64_t want =
+                c < p->nchunks
+                    ? (p->size - c * p->chunk < p->chunk ? p->size - c * p->chunk : p->chunk)
+                    : 0;
+            ok = c < p->nchunks && cr->offset == c * p->chunk && p->state[c] == CH_INFLIGHT &&
+                 p->req_of[c] == rep->req_id && cr->size == want && zmq_msg_size(&data) == want;
+        }
+        if (!ok) { /* stale or mismatched: drop */
+            ct__obj_xfer__free_unpacked(rep, NULL);
+            zmq_msg_close(&data);
+            continue;
+        }
+        uint32_t want_crc = rep->chunk_reply->crc32c;
+        ct__obj_xfer__free_unpacked(rep, NULL);
+        p->inflight--;
+        unsigned char *src = zmq_msg_data(&data);
+        size_t len = zmq_msg_size(&data);
+        if (++p->received == (uint64_t)p->corrupt_chunk && len) {
+            src[len / 2] ^= 0x01; /* test hook: damage in transit */
+            CT_LOG(CT_LOG_INFO, "xfer", "pull: test hook flipped a byte of chunk %llu",
+                   (unsigned long long)c);
+        }
+        uint32_t crc = ct__crc32c_copy(0, p->buf + c * p->chunk, src, len);
+        zmq_msg_close(&data);
+        if (crc != want_crc) {
+            if (p->st)
+                p->st->crc_failures++;
+            CT_LOG(CT_LOG_WARN, "xfer", "pull: chunk %llu from %s: crc %08x, want %08x; again",
+                   (unsigned long long)c, holder, crc, want_crc);
+            p->state[c] = CH_MISSING;
+            if (++p->retries[c] > p->max_retries) {
+                why_add(p, h, holder, "too many checksum failures");
+                return CT_EIO;
+            }
+        } else {
+            p->state[c] = CH_DONE;
+            p->ndone++;
+            if (p->st) {
+                p->st->last_holder = h;
+                if (h < 8)
+                    p->st->chunks_from[h]++;
+            }
+            if (p->o->on_chunk)
+                p->o->on_chunk(p->o->arg, h, p->ndone, p->nchunks);
+        }
+        if (refill(p, sock, &cursor)) {
+            why_add(p, h, holder, "cannot send");
+            return CT_EZMQ;
+        }
+    }
+    return 0;
+}
+
+int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holders, int nholders,
+                 const ct_xfer_pull_opts *opts, ct_xfer_pull_stats *stats)
+{
+    static const ct_xfer_pull_opts defaults;
+    if (!dst || !id || (nholders > 0 && !holders) || nholders < 0)
+        return ct__error(CT_EINVAL, "ct_xfer_pull: NULL argument");
+    if (!opts)
+        opts = &defaults;
+    if (opts->chunk_size > CT_XFER_MAX_CHUNK)
+        return ct__error(CT_EINVAL, "ct_xfer_pull opts.chunk_size %llu > %llu",
+                         (unsigned long long)opts->chunk_size,
+                         (unsigned long long)CT_XFER_MAX_CHUNK);
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->last_holder = -1;
+    }
+    if (ct_store_contains(dst, id))
+        return 0;
+    pull p = {.dst = dst, .id = id, .o = opts, .st = stats};
+    p.chunk = opts->chunk_size ? opts->chunk_size : CT_XFER_DEFAULT_CHUNK;
+    p.window = opts->window > 0 ? opts->window : 8;
+    p.timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
+    p.max_retries = opts->max_retries > 0 ? opts->max_retries : 3;
+    p.corrupt_chunk = opts->corrupt_chunk;
+    if (!p.corrupt_chunk && getenv("CT_XFER_CORRUPT_CHUNK"))
+        p.corrupt_chunk = atoi(getenv("CT_XFER_CORRUPT_CHUNK"));
+    int own_ctx = !opts->zmq_ctx;
+    p.ctx = own_ctx ? zmq_ctx_new() : opts->zmq_ctx;
+    int rc = CT_ERETRY, enoent = 0;
+    char hex[2 * CT_OBJECT_ID_LEN + 1];
+    ct_object_id_hex(id, hex);
+    if (!p.ctx)
+        return ct__error(CT_EZMQ, "pull: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+
+    for (int h = 0; h < nholders; h++) {
+        const char *holder = holders[h] ? holders[h] : "";
+        void *sock = zmq_socket(p.ctx, ZMQ_DEALER);
+        int zero = 0;
+        if (!sock) {
+            rc = ct__error(CT_EZMQ, "pull: socket: %s", zmq_strerror(zmq_errno()));
+            goto out;
+        }
+        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
+        if (zmq_connect(sock, holder) != 0) {
+            why_add(&p, h, holder, zmq_strerror(zmq_errno()));
+            zmq_close(sock);
+            continue;
+        }
+        int r = stat_holder(&p, sock, h, holder);
+        if (r == 0)
+            r = pull_from(&p, sock, h, holder);
+        zmq_close(sock);
+        if (r == 0) {
+            rc = ct_store_seal(dst, id);
+            goto out;
+        }
+        if (r == CT_ENOENT)
+            enoent++;
+        else if (stats)
+            stats->holder_failures++;
+        if (!p.created && r != CT_ENOENT && r != CT_ETIMEDOUT && r != CT_EPROTO && r != CT_EZMQ) {
+            rc = r; /* the local shard refused: no other holder helps */
+            goto out;
+        }
+        CT_LOG(CT_LOG_INFO, "xfer", "pull %s: holder %s failed, %llu of %llu chunks done", hex,
+               holder, (unsigned long long)p.ndone, (unsigned long long)p.nchunks);
+    }
+    if (enoent == nholders)
+        rc = ct__error(CT_ENOENT, "pull %s: no holder has it (%s)", hex,
+                       nholders ? p.why : "no holders given");
+    else
+        rc = ct__error(CT_ERETRY, "pull %s: every holder failed: %s", hex, p.why);
+out:
+    if (rc && p.created)
+        ct_store_abort(dst, id);
+    free(p.state);
+    free(p.retries);
+    free(p.req_of);
+    if (own_ctx)
+        zmq_ctx_term(p.ctx);
+    return rc;
+}

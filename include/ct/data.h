@@ -54,9 +54,10 @@ typedef struct ct_dataset ct_dataset;
 
 /* Write your own dataset in C: fill this table and call ct_dataset_new.
  *   get:     writes sample i (0 <= i < length) as sample_numel floats into x (C-contiguous in
- *            the sample shape) and its label into *label; returns 0 or a negative CT_E* code
- *            (set a message with ct_last_error's producer if you have one). May be called from
- *            a loader's prefetch thread, never by two threads at once for one loader.
+ *            the sample shape) and its label into *label; returns 0 or a negative CT_E* code,
+ *            which a loader hands to its consumer with the sample index and epoch. May be
+ *            called from a loader's prefetch thread, never by two threads at once for one
+ *            loader.
  *   destroy: optional; called once by ct_dataset_destroy with the self pointer. */
 typedef struct ct_dataset_ops {
     int (*get)(void *self, int64_t i, float *x, int64_t *label);
@@ -75,6 +76,10 @@ int ct_dataset_from_f32(const float *x, const int64_t *labels, int64_t length, i
                         const int64_t *shape, ct_dataset **out);
 int ct_dataset_from_u8(const uint8_t *x, const int64_t *labels, int64_t length, int ndim,
                        const int64_t *shape, float scale, ct_dataset **out);
+
+/* A view of samples [start, start + count) of base (borrowed: base must outlive the view), e.g.
+ * a train/validation split or a short run. Same shape; get is as thread-safe as base's. */
+int ct_dataset_subset(ct_dataset *base, int64_t start, int64_t count, ct_dataset **out);
 
 /* Frees the dataset (and its vtable self) and sets *ds to NULL; accepts NULL and *ds == NULL.
  * Destroy every loader of a dataset before the dataset. */

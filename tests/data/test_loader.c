@@ -367,6 +367,20 @@ int main(void)
     get_error(0);
     get_error(2);
     bad_options(ds);
+    { /* a subset view: indices shift by start, bounds are checked */
+        ct_dataset *sub = NULL;
+        CHECK_OK(ct_dataset_subset(ds, 90, 13, &sub));
+        CHECK_EQ(ct_dataset_length(sub), 13);
+        float x[NUMEL];
+        int64_t y;
+        CHECK_OK(ct_dataset_get(sub, 4, x, &y));
+        CHECK_EQ(y, labels[94]);
+        CHECK(memcmp(x, data + 94 * NUMEL, sizeof x) == 0);
+        CHECK_EQ(ct_dataset_get(sub, 13, x, &y), CT_ERANGE);
+        ct_dataset_destroy(&sub);
+        CHECK_ERR(ct_dataset_subset(ds, 90, 14, &sub), CT_ERANGE, "[90, 104) not within [0, 103)");
+        CHECK(sub == NULL);
+    }
     ct_dataset_destroy(&ds);
     ct_loader_destroy(NULL);
     ct_dataset_destroy(&ds); /* NULL-safe */

@@ -223,3 +223,38 @@ int ct_dataset_from_u8(const uint8_t *x, const int64_t *labels, int64_t length, 
         return rc;
     return mem_new(xc, NULL, lc, length, ndim, shape, scale, out);
 }
+
+/* ---- subsets ------------------------------------------------------------------------------ */
+
+typedef struct subset_ds {
+    ct_dataset *base; /* borrowed */
+    int64_t start;
+} subset_ds;
+
+static int subset_get(void *self, int64_t i, float *x, int64_t *label)
+{
+    const subset_ds *s = self;
+    return s->base->ops.get(s->base->self, s->start + i, x, label);
+}
+
+int ct_dataset_subset(ct_dataset *base, int64_t start, int64_t count, ct_dataset **out)
+{
+    static const ct_dataset_ops ops = {subset_get, free};
+    if (!out)
+        return ct__error(CT_EINVAL, "ct_dataset_subset: out is NULL");
+    *out = NULL;
+    if (!base)
+        return ct__error(CT_EINVAL, "ct_dataset_subset: base is NULL");
+    if (start < 0 || count < 0 || start > base->length || count > base->length - start)
+        return ct__error(CT_ERANGE, "ct_dataset_subset: [%lld, %lld) not within [0, %lld)",
+                         (long long)start, (long long)(start + count), (long long)base->length);
+    subset_ds *s = malloc(sizeof *s);
+    if (!s)
+        return ct__error(CT_ENOMEM, "ct_dataset_subset: out of memory");
+    s->base = base;
+    s->start = start;
+    int rc = ct_dataset_new(&ops, s, count, base->ndim, base->shape, out);
+    if (rc < 0)
+        free(s);
+    return rc;
+}

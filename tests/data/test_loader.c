@@ -224,18 +224,20 @@ static void start_stop(ct_dataset *ds)
 static void destroy_mid_batch(void)
 {
     int destroyed = 0;
-    ct_dataset *ds = user_new(-1, 2000, &destroyed);
+    ct_dataset *ds = user_new(-1, 3000, &destroyed);
     ct_loader *ld = NULL;
-    CHECK_OK(ct_loader_new(ds, &(ct_loader_opts){.batch_size = 16, .prefetch = 3}, &ld));
+    CHECK_OK(ct_loader_new(ds, &(ct_loader_opts){.batch_size = 48, .prefetch = 3}, &ld));
     ct_batch b;
-    CHECK_EQ(ct_loader_next(ld, &b), 1); /* waits ~32 ms for batch 0 */
-    CHECK_EQ(b.n, 16);
+    CHECK_EQ(ct_loader_next(ld, &b), 1); /* waits ~150 ms for batch 0 */
+    CHECK_EQ(b.n, 48);
     CHECK_EQ(b.y[5], labels[5]);
-    usleep(5000); /* the thread is now in batch 1 or 2 */
+    usleep(10000); /* the thread is now inside batch 1 */
     double t0 = now_s();
     ct_loader_destroy(&ld);
     double dt = now_s() - t0;
-    CHECK(dt < 0.05); /* one sample is 2 ms; a whole batch would be 32 ms, the rest 150 ms */
+    if (!(dt < 0.1)) /* one sample is 3 ms; finishing batch 1 would take ~130 ms more */
+        fprintf(stderr, "destroy mid-batch took %.3f s, expected < 0.1 s\n", dt);
+    CHECK(dt < 0.1);
     CHECK(ld == NULL);
     for (int i = 0; i < 20; i++) { /* again, right after creation and after set_epoch */
         CHECK_OK(ct_loader_new(ds, &(ct_loader_opts){.batch_size = 16, .prefetch = 2}, &ld));

@@ -216,7 +216,7 @@ static void reply_ok(head *h, const ct__rid *rid, uint64_t req)
     send_env(h, rid, &e);
 }
 
-#define REPLY_ERR(h, rid, req, code, field, ...)                                               \
+#define REPLY_ERR(h, rid, req, code, field, ...)                                                   \
     ct__msg_send_error((h)->sock, (rid), (req), "head", (code), (field), __VA_ARGS__)
 
 /* ---- events ---- */
@@ -791,8 +791,11 @@ static void on_kv_get(head *h, const ct__rid *rid, Ct__Envelope *e)
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "kv_get.key", "kv_get.key: no key %s", g->key);
         return;
     }
-    waiter w = {.kind = W_KV, .rid = *rid, .req_id = e->req_id,
-                .deadline = ct__now_ms() + g->wait_ms, .key = strdup(g->key)};
+    waiter w = {.kind = W_KV,
+                .rid = *rid,
+                .req_id = e->req_id,
+                .deadline = ct__now_ms() + g->wait_ms,
+                .key = strdup(g->key)};
     if (!w.key || add_waiter(h, &w)) {
         free(w.key);
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
@@ -897,8 +900,11 @@ static void on_pg_wait(head *h, const ct__rid *rid, Ct__Envelope *e)
                   h->pgs[i].id);
         return;
     }
-    waiter w = {.kind = W_PG, .rid = *rid, .req_id = e->req_id,
-                .deadline = ct__now_ms() + e->pg_wait->wait_ms, .pg = i};
+    waiter w = {.kind = W_PG,
+                .rid = *rid,
+                .req_id = e->req_id,
+                .deadline = ct__now_ms() + e->pg_wait->wait_ms,
+                .pg = i};
     if (add_waiter(h, &w))
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
 }
@@ -995,7 +1001,9 @@ static void on_status(head *h, const ct__rid *rid, Ct__Envelope *e)
         pgroup *g = &h->pgs[i];
         ct__pg_info__init(&pi[i]);
         pi[i].pg_id = g->id;
-        pi[i].state = g->state == PG_READY ? "READY" : g->state == PG_PENDING ? "PENDING" : "REMOVED";
+        pi[i].state = g->state == PG_READY     ? "READY"
+                      : g->state == PG_PENDING ? "PENDING"
+                                               : "REMOVED";
         pi[i].bundle_nodes = &bn[k];
         for (int b = 0; b < g->nb; b++)
             bn[k++] = g->state == PG_READY ? h->nodes[g->b[b].node].id : "";
@@ -1029,9 +1037,11 @@ out:
 /* Handles one received envelope; sets *keep when the handler took ownership of e. */
 static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep)
 {
+    CT_LOG(CT_LOG_DEBUG, "head", "%s #%llu from %s", ct__msg_body_name(e->body_case),
+           (unsigned long long)e->req_id, e->sender);
     if (e->deadline_ms && ct__deadline_left(e->deadline_ms) < 0) {
-        CT_LOG(CT_LOG_DEBUG, "head", "dropped expired %s from %s",
-               ct__msg_body_name(e->body_case), e->sender);
+        CT_LOG(CT_LOG_DEBUG, "head", "dropped expired %s from %s", ct__msg_body_name(e->body_case),
+               e->sender);
         return;
     }
     switch (e->body_case) {
@@ -1226,8 +1236,8 @@ int ct__head_run(const ct_head_opts *o)
             if (mr == CT_EPROTO) {
                 CT_LOG(CT_LOG_WARN, "head", "refused a message: %s", ct_last_error());
                 if (rid.len)
-                    ct__msg_send_error(h.sock, &rid, e ? e->req_id : 0, "head", CT_EPROTO, "",
-                                       "%s", ct_last_error());
+                    ct__msg_send_error(h.sock, &rid, e ? e->req_id : 0, "head", CT_EPROTO, "", "%s",
+                                       ct_last_error());
                 ct__msg_free(e);
                 continue;
             }

@@ -130,9 +130,9 @@ int ct__msg_recv(void *sock, ct__rid *rid, Ct__Envelope **out, int flags, const 
     }
     *out = e;
     if (e->major != CT_PROTO_MAJOR) {
-        rc = ct__error(CT_EPROTO, "protocol version %u.x from %s, this %s speaks %d.x", e->major,
-                       e->sender && *e->sender ? e->sender : "(unnamed peer)", role,
-                       CT_PROTO_MAJOR);
+        rc =
+            ct__error(CT_EPROTO, "protocol version %u.x from %s, this %s speaks %d.x", e->major,
+                      e->sender && *e->sender ? e->sender : "(unnamed peer)", role, CT_PROTO_MAJOR);
         goto out;
     }
 out:

@@ -1,0 +1,1153 @@
+/* actor/api.c — libct's public runtime API (include/ct/ct.h): init and the embedded cluster,
+ * the class registry, actor handles, direct calls and futures, events, placement groups, KV.
+ *
+ * One process-wide client: a DEALER to the head (requests, replies by request id, pushed
+ * events) and one DEALER per actor handle (calls go straight to the actor). No background
+ * thread: whoever waits (a future, an event, a head request) polls both kinds of socket, so a
+ * death event reaches a pending call at once. One mutex serializes the API.
+ * Not in here: the head (head/), node (node.c), the actor's serve loop (worker.c). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "actor/runtime.h"
+#include "common/common.h"
+#include "head/head.h"
+#include "proto/msg.h"
+
+/* ---- class registry (written before ct_init, read-only after) ---- */
+
+#define MAX_CLASSES 128
+static struct {
+    char name[64];
+    ct_actor_class cls;
+} classes[MAX_CLASSES];
+static int nclasses;
+
+int ct_actor_class_register(const char *name, const ct_actor_class *cls)
+{
+    if (!name || !*name || strlen(name) >= sizeof classes[0].name)
+        return ct__error(CT_EINVAL, "ct_actor_class_register: name empty or longer than 63");
+    if (!cls)
+        return ct__error(CT_EINVAL, "ct_actor_class_register(%s): cls is NULL", name);
+    if (ct__class_find(name))
+        return ct__error(CT_EEXIST, "ct_actor_class_register: %s already registered", name);
+    if (nclasses == MAX_CLASSES)
+        return ct__error(CT_ENOSPC, "ct_actor_class_register: more than %d classes", MAX_CLASSES);
+    snprintf(classes[nclasses].name, sizeof classes[0].name, "%s", name);
+    classes[nclasses++].cls = *cls;
+    return 0;
+}
+
+const ct_actor_class *ct__class_find(const char *name)
+{
+    for (int i = 0; i < nclasses; i++)
+        if (!strcmp(classes[i].name, name))
+            return &classes[i].cls;
+    return NULL;
+}
+
+/* ---- client state ---- */
+
+struct ct_future {
+    ct_actor *a;
+    uint64_t req;
+    bool done;
+    int rc;
+    void *res;
+    size_t len;
+    char err[256];
+    ct_future *next, *prev;
+};
+
+struct ct_actor {
+    char id[32], node[32], addr[160];
+    int pid;
+    void *sock;
+    bool dead;
+    ct_future *pending;
+    ct_actor *next, *prev;
+};
+
+struct ct_placement_group {
+    char id[32];
+};
+
+#define EVQ 1024
+static struct {
+    pthread_mutex_t mu;
+    bool inited;
+    void *ctx, *head;
+    char addr[160];
+    char sender[64];
+    char self_actor[32], self_node[32];
+    uint64_t next_req;
+    unsigned sub_mask;
+    pid_t head_pid, node_pid;
+    int watch_wr;
+    ct_event q[EVQ];
+    int qh, qn;
+    ct_actor *actors;
+    char exe[PATH_MAX];
+    char *cmdline;
+    size_t cmdline_len;
+} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .watch_wr = -1};
+
+#define LOCK() pthread_mutex_lock(&C.mu)
+#define UNLOCK() pthread_mutex_unlock(&C.mu)
+
+static void set_opts(void *s)
+{
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
+}
+
+static int connect_head(const char *addr, const char *sender)
+{
+    snprintf(C.addr, sizeof C.addr, "%s", addr);
+    snprintf(C.sender, sizeof C.sender, "%s", sender);
+    C.ctx = zmq_ctx_new();
+    if (!C.ctx)
+        return ct__error(CT_EZMQ, "ct_init: zmq_ctx_new: %s", zmq_strerror(errno));
+    C.head = zmq_socket(C.ctx, ZMQ_DEALER);
+    set_opts(C.head);
+    char ep[200];
+    snprintf(ep, sizeof ep, "tcp://%s", addr);
+    if (zmq_connect(C.head, ep) != 0)
+        return ct__error(CT_EINVAL, "ct_init: head address '%s': %s", addr, zmq_strerror(errno));
+    return 0;
+}
+
+static void close_all(void)
+{
+    if (C.head)
+        zmq_close(C.head);
+    C.head = NULL;
+    if (C.ctx)
+        zmq_ctx_term(C.ctx);
+    C.ctx = NULL;
+}
+
+/* ---- incoming messages ---- */
+
+static void complete(ct_future *f, int rc, const void *res, size_t len, const char *err)
+{
+    if (f->done)
+        return;
+    f->done = true;
+    f->rc = rc;
+    if (!rc && len) {
+        f->res = malloc(len);
+        if (f->res) {
+            memcpy(f->res, res, len);
+            f->len = len;
+        } else {
+            f->rc = CT_ENOMEM;
+        }
+    }
+    if (err)
+        snprintf(f->err, sizeof f->err, "%s", err);
+    if (f->a) {
+        if (f->prev)
+            f->prev->next = f->next;
+        else
+            f->a->pending = f->next;
+        if (f->next)
+            f->next->prev = f->prev;
+        f->next = f->prev = NULL;
+    }
+}
+
+static void mark_dead(ct_actor *a, const char *why)
+{
+    a->dead = true;
+    char msg[256];
+    snprintf(msg, sizeof msg, "actor %s died: %s", a->id, why);
+    while (a->pending)
+        complete(a->pending, CT_EDEAD, NULL, 0, msg);
+}
+
+static void on_event(Ct__Event *ev)
+{
+    ct_event e = {0};
+    e.type = (ct_event_type)ev->type;
+    snprintf(e.node_id, sizeof e.node_id, "%s", ev->node_id ? ev->node_id : "");
+    snprintf(e.actor_id, sizeof e.actor_id, "%s", ev->actor_id ? ev->actor_id : "");
+    snprintf(e.reason, sizeof e.reason, "%s", ev->reason ? ev->reason : "");
+    e.pid = ev->pid;
+    e.exit_status = ev->exit_status;
+    e.term_signal = ev->term_signal;
+    e.received_ns = ct__now_ns();
+    bool mine = false;
+    if (e.type == CT_EVENT_ACTOR_DEAD)
+        for (ct_actor *a = C.actors; a; a = a->next)
+            if (!strcmp(a->id, e.actor_id)) {
+                mine = true;
+                if (!a->dead)
+                    mark_dead(a, e.reason);
+            }
+    if (!mine && !(C.sub_mask & (1u << e.type)))
+        return;
+    if (C.qn == EVQ) { /* full: drop the oldest */
+        C.qh = (C.qh + 1) % EVQ;
+        C.qn--;
+    }
+    C.q[(C.qh + C.qn) % EVQ] = e;
+    C.qn++;
+}
+
+/* Reads everything waiting on the head socket. A reply to `want` is returned in *out (caller
+ * frees); events are handled; stale replies dropped. */
+static void drain_head(uint64_t want, Ct__Envelope **out)
+{
+    for (;;) {
+        Ct__Envelope *e;
+        int rc = ct__msg_recv(C.head, NULL, &e, ZMQ_DONTWAIT, "driver");
+        if (rc == CT_ETIMEDOUT || rc == CT_EZMQ)
+            return;
+        if (rc) {
+            CT_LOG(CT_LOG_WARN, "client", "%s", ct_last_error());
+            ct__msg_free(e);
+            continue;
+        }
+        if (e->body_case == CT__ENVELOPE__BODY_EVENT && e->req_id == 0) {
+            on_event(e->event);
+            ct__msg_free(e);
+        } else if (want && e->req_id == want && out && !*out) {
+            *out = e;
+        } else {
+            ct__msg_free(e);
+        }
+    }
+}
+
+static void drain_actor(ct_actor *a)
+{
+    for (;;) {
+        Ct__Envelope *e;
+        int rc = ct__msg_recv(a->sock, NULL, &e, ZMQ_DONTWAIT, "driver");
+        if (rc == CT_ETIMEDOUT || rc == CT_EZMQ)
+            return;
+        if (rc) {
+            ct__msg_free(e);
+            continue;
+        }
+        for (ct_future *f = a->pending; f; f = f->next) {
+            if (f->req != e->req_id)
+                continue;
+            if (e->body_case == CT__ENVELOPE__BODY_CALL_REPLY)
+                complete(f, 0, e->call_reply->result.data, e->call_reply->result.len, NULL);
+            else if (e->body_case == CT__ENVELOPE__BODY_ERROR)
+                complete(f, e->error->code < 0 ? e->error->code : CT_EPROTO, NULL, 0,
+                         e->error->message);
+            else
+                complete(f, CT_EPROTO, NULL, 0, "unexpected reply body");
+            break;
+        }
+        ct__msg_free(e);
+    }
+}
+
+/* Sends req to the head and waits for its reply (timeout_ms <= 0: forever). Caller holds the
+ * lock and frees *rep. */
+static int head_request(Ct__Envelope *req, Ct__Envelope **rep, int timeout_ms)
+{
+    *rep = NULL;
+    if (!C.head)
+        return ct__error(CT_EINVAL, "ct: not initialized (call ct_init first)");
+    req->req_id = ++C.next_req;
+    int rc = ct__msg_send(C.head, NULL, req, 0);
+    if (rc)
+        return rc;
+    int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
+    for (;;) {
+        drain_head(req->req_id, rep);
+        if (*rep)
+            return 0;
+        int64_t left = until - ct__now_ms();
+        if (left <= 0)
+            return ct__error(CT_ETIMEDOUT, "head %s did not answer %s within %d ms", C.addr,
+                             ct__msg_body_name(req->body_case), timeout_ms);
+        zmq_pollitem_t it = {C.head, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, left > 1000 ? 1000 : left);
+    }
+}
+
+/* ---- init / shutdown ---- */
+
+static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    size_t n = 0;
+    int64_t until = ct__now_ms() + timeout_ms;
+    while (n + 1 < cap) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int64_t left = until - ct__now_ms();
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+            return CT_ETIMEDOUT;
+        ssize_t r = read(fd, buf + n, 1);
+        if (r <= 0)
+            return CT_EIO;
+        if (buf[n] == '\n')
+            break;
+        n++;
+    }
+    buf[n] = 0;
+    return 0;
+}
+
+/* Starts the embedded head and node as forked children that die with this process. */
+static int start_embedded(const ct_init_opts *o, int timeout_ms, char *addr, size_t cap)
+{
+    int watch[2], ready[2], rc = 0;
+    char line[150];
+    if (pipe2(watch, O_CLOEXEC) || pipe2(ready, O_CLOEXEC))
+        return ct__error(-errno, "ct_init: pipe: %s", strerror(errno));
+    pid_t me = getpid();
+    for (int which = 0; which < 2; which++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            rc = ct__error(-errno, "ct_init: fork: %s", strerror(errno));
+            goto out;
+        }
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != me)
+                _exit(1);
+            close(watch[1]);
+            close(ready[0]);
+            int r;
+            if (which == 0) {
+                ct_head_opts ho = {.host = "127.0.0.1",
+                                   .heartbeat_ms = o->heartbeat_ms,
+                                   .dead_after_ms = o->dead_after_ms,
+                                   .ready_fd = ready[1],
+                                   .watch_fd = watch[0]};
+                r = ct__head_run(&ho);
+            } else {
+                ct_node_opts no = {.head = addr,
+                                   .cpus = o->cpus > 0 ? o->cpus : -1,
+                                   .gpus = o->gpus > 0 ? o->gpus : 0,
+                                   .resources = o->resources,
+                                   .watch_fd = watch[0],
+                                   .ready_fd = ready[1]};
+                r = ct__node_run(&no);
+            }
+            if (r)
+                CT_LOG(CT_LOG_ERROR, which ? "node" : "head", "%s", ct_last_error());
+            _exit(r ? 1 : 0);
+        }
+        if (which == 0)
+            C.head_pid = pid;
+        else
+            C.node_pid = pid;
+        if ((rc = read_line(ready[0], line, sizeof line, timeout_ms))) {
+            rc = ct__error(rc, "ct_init: the embedded %s did not start", which ? "node" : "head");
+            goto out;
+        }
+        if (which == 0) {
+            if (strncmp(line, "listening on ", 13)) {
+                rc = ct__error(CT_EPROTO, "ct_init: embedded head said '%s'", line);
+                goto out;
+            }
+            snprintf(addr, cap, "%s", line + 13);
+        }
+    }
+out:
+    close(watch[0]);
+    close(ready[0]);
+    close(ready[1]);
+    C.watch_wr = watch[1];
+    return rc;
+}
+
+static void stop_embedded(void)
+{
+    pid_t pids[2] = {C.node_pid, C.head_pid};
+    for (int i = 0; i < 2; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+        }
+    C.node_pid = C.head_pid = 0;
+    if (C.watch_wr >= 0)
+        close(C.watch_wr);
+    C.watch_wr = -1;
+}
+
+void ct_serve_if_worker(void)
+{
+    const char *mode = getenv("CT_MODE");
+    if (!mode || strcmp(mode, "zygote"))
+        return;
+    const char *fd = getenv("CT_ZYGOTE_FD");
+    ct__zygote_main(fd ? atoi(fd) : -1);
+}
+
+static int read_self(void)
+{
+    ssize_t n = readlink("/proc/self/exe", C.exe, sizeof C.exe - 1);
+    if (n <= 0)
+        return ct__error(CT_EIO, "ct_init: readlink /proc/self/exe: %s", strerror(errno));
+    C.exe[n] = 0;
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f)
+        return ct__error(CT_EIO, "ct_init: /proc/self/cmdline: %s", strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += r;
+        if (len == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return ct__error(CT_ENOMEM, "ct_init: out of memory");
+    C.cmdline = buf;
+    C.cmdline_len = len;
+    return 0;
+}
+
+int ct_init(const ct_init_opts *opts)
+{
+    ct_serve_if_worker();
+    ct_init_opts o = opts ? *opts : (ct_init_opts){0};
+    int timeout = o.timeout_ms > 0 ? o.timeout_ms : 10000;
+    LOCK();
+    int rc = 0;
+    if (C.inited) {
+        rc = ct__error(CT_EEXIST, "ct_init: already initialized (call ct_shutdown first)");
+        goto out;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if ((rc = read_self()))
+        goto out;
+    const char *addr = o.address && *o.address ? o.address : getenv("CT_ADDRESS");
+    char buf[160];
+    if (!addr || !*addr) {
+        if ((rc = start_embedded(&o, timeout, buf, sizeof buf)))
+            goto fail;
+        addr = buf;
+    }
+    char sender[64];
+    snprintf(sender, sizeof sender, "driver-%d", (int)getpid());
+    if ((rc = connect_head(addr, sender)))
+        goto fail;
+    /* the head must answer a ping: fails fast on a wrong address */
+    Ct__Envelope e, *rep;
+    Ct__Ping ping = CT__PING__INIT;
+    ct__env_init(&e, 0, C.sender, timeout);
+    e.body_case = CT__ENVELOPE__BODY_PING;
+    e.ping = &ping;
+    if ((rc = head_request(&e, &rep, timeout)))
+        goto fail;
+    rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "ping");
+    ct__msg_free(rep);
+    if (rc)
+        goto fail;
+    C.inited = true;
+    goto out;
+fail:
+    close_all();
+    stop_embedded();
+    free(C.cmdline);
+    C.cmdline = NULL;
+out:
+    UNLOCK();
+    return rc;
+}
+
+int ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
+                      const char *node_id)
+{
+    LOCK();
+    snprintf(C.self_actor, sizeof C.self_actor, "%s", actor_id ? actor_id : "");
+    snprintf(C.self_node, sizeof C.self_node, "%s", node_id ? node_id : "");
+    int rc = connect_head(head_addr, sender);
+    if (!rc)
+        C.inited = true;
+    UNLOCK();
+    return rc;
+}
+
+int ct__client_send_head(Ct__Envelope *e)
+{
+    LOCK();
+    int rc = C.head ? ct__msg_send(C.head, NULL, e, 0) : CT_EINVAL;
+    UNLOCK();
+    return rc;
+}
+
+const char *ct_head_address(void)
+{
+    return C.addr;
+}
+
+const char *ct_self_actor_id(void)
+{
+    return C.self_actor;
+}
+
+const char *ct_self_node_id(void)
+{
+    return C.self_node;
+}
+
+static void free_actor(ct_actor *a)
+{
+    while (a->pending) {
+        ct_future *f = a->pending;
+        complete(f, CT_ECANCELED, NULL, 0, "actor handle released");
+        f->a = NULL;
+    }
+    if (a->prev)
+        a->prev->next = a->next;
+    else if (C.actors == a)
+        C.actors = a->next;
+    if (a->next)
+        a->next->prev = a->prev;
+    if (a->sock)
+        zmq_close(a->sock);
+    free(a);
+}
+
+static int kill_request(const char *id, uint64_t *req)
+{
+    Ct__Envelope e;
+    Ct__KillActor k = CT__KILL_ACTOR__INIT;
+    ct__env_init(&e, ++C.next_req, C.sender, 5000);
+    k.actor_id = (char *)id;
+    e.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
+    e.kill_actor = &k;
+    *req = e.req_id;
+    return ct__msg_send(C.head, NULL, &e, 0);
+}
+
+void ct_shutdown(void)
+{
+    LOCK();
+    if (C.inited && C.head) {
+        /* kill what this driver created; wait a moment for the head to take the orders */
+        uint64_t last = 0;
+        for (ct_actor *a = C.actors; a; a = a->next)
+            if (!a->dead)
+                kill_request(a->id, &last);
+        if (last) {
+            Ct__Envelope *rep = NULL;
+            int64_t until = ct__now_ms() + 1000;
+            while (!rep && ct__now_ms() < until) {
+                zmq_pollitem_t it = {C.head, 0, ZMQ_POLLIN, 0};
+                zmq_poll(&it, 1, 50);
+                drain_head(last, &rep);
+            }
+            ct__msg_free(rep);
+        }
+    }
+    while (C.actors)
+        free_actor(C.actors);
+    close_all();
+    stop_embedded();
+    free(C.cmdline);
+    C.cmdline = NULL;
+    C.inited = false;
+    C.qn = C.qh = 0;
+    C.sub_mask = 0;
+    C.addr[0] = 0;
+    UNLOCK();
+}
+
+/* ---- actors ---- */
+
+static int fill_res(Ct__Resource *r, Ct__Resource **rp, double cpu, double gpu,
+                    const ct_resource *custom, int ncustom)
+{
+    int n = 0;
+    if (cpu > 0) {
+        ct__resource__init(&r[n]);
+        r[n].name = "CPU";
+        r[n].amount = cpu;
+        rp[n] = &r[n];
+        n++;
+    }
+    if (gpu > 0) {
+        ct__resource__init(&r[n]);
+        r[n].name = "GPU";
+        r[n].amount = gpu;
+        rp[n] = &r[n];
+        n++;
+    }
+    for (int i = 0; i < ncustom && custom[i].name; i++) {
+        ct__resource__init(&r[n]);
+        r[n].name = (char *)custom[i].name;
+        r[n].amount = custom[i].amount;
+        rp[n] = &r[n];
+        n++;
+    }
+    return n;
+}
+
+int ct_actor_create(const char *cls, const ct_resources *res, const void *args, size_t len,
+                    ct_actor **out)
+{
+    if (!out)
+        return ct__error(CT_EINVAL, "ct_actor_create: out is NULL");
+    *out = NULL;
+    if (!cls || !*cls)
+        return ct__error(CT_EINVAL, "ct_actor_create: class name is empty");
+    if (!ct__class_find(cls))
+        return ct__error(CT_ENOENT, "ct_actor_create: class %s is not registered", cls);
+    if (len && !args)
+        return ct__error(CT_EINVAL, "ct_actor_create: args is NULL with len %zu", len);
+    if (len > CT_ZYGOTE_MAX_ARGS)
+        return ct__error(CT_EINVAL, "ct_actor_create: args of %zu bytes, at most %d", len,
+                         CT_ZYGOTE_MAX_ARGS);
+    ct_resources r = res ? *res : (ct_resources){.bundle = -1};
+    if (r.cpu < 0 || r.gpu < 0)
+        return ct__error(CT_EINVAL, "ct_actor_create: negative cpu or gpu");
+    int timeout = r.timeout_ms > 0 ? r.timeout_ms : 30000;
+    Ct__Resource rr[10];
+    Ct__Resource *rp[10];
+    int nr = fill_res(rr, rp, r.cpu, r.gpu, r.custom, 8);
+    LOCK();
+    int rc = 0;
+    ct_actor *a = NULL;
+    Ct__Envelope *rep = NULL;
+    if (!C.inited) {
+        rc = ct__error(CT_EINVAL, "ct_actor_create: call ct_init first");
+        goto out;
+    }
+    /* argv from /proc/self/cmdline: NUL-separated */
+    char *argv[256];
+    size_t nargv = 0;
+    for (size_t off = 0; off < C.cmdline_len && nargv < 256; off += strlen(C.cmdline + off) + 1)
+        argv[nargv++] = C.cmdline + off;
+    Ct__Envelope e;
+    Ct__CreateActor c = CT__CREATE_ACTOR__INIT;
+    ct__env_init(&e, 0, C.sender, timeout);
+    c.class_name = (char *)cls;
+    c.n_resources = nr;
+    c.resources = rp;
+    c.args.data = (uint8_t *)args;
+    c.args.len = len;
+    c.exe_path = C.exe;
+    c.n_argv = nargv;
+    c.argv = argv;
+    c.strategy = r.strategy == CT_SPREAD ? CT__STRATEGY__SPREAD : CT__STRATEGY__PACK;
+    c.pg_id = r.pg ? r.pg->id : "";
+    c.bundle_index = r.pg ? r.bundle : -1;
+    e.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR;
+    e.create_actor = &c;
+    if ((rc = head_request(&e, &rep, timeout + 1000)))
+        goto out;
+    if ((rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY, "create_actor")))
+        goto out;
+    a = calloc(1, sizeof *a);
+    if (!a) {
+        rc = ct__error(CT_ENOMEM, "ct_actor_create: out of memory");
+        goto out;
+    }
+    Ct__CreateActorReply *cr = rep->create_actor_reply;
+    snprintf(a->id, sizeof a->id, "%s", cr->actor_id);
+    snprintf(a->node, sizeof a->node, "%s", cr->node_id);
+    snprintf(a->addr, sizeof a->addr, "%s", cr->address);
+    a->pid = cr->pid;
+    a->sock = zmq_socket(C.ctx, ZMQ_DEALER);
+    if (!a->sock) {
+        rc = ct__error(CT_EZMQ, "ct_actor_create: socket: %s", zmq_strerror(errno));
+        free(a);
+        a = NULL;
+        goto out;
+    }
+    set_opts(a->sock);
+    if (zmq_connect(a->sock, a->addr) != 0) {
+        rc = ct__error(CT_EZMQ, "ct_actor_create: connect %s: %s", a->addr, zmq_strerror(errno));
+        zmq_close(a->sock);
+        free(a);
+        a = NULL;
+        goto out;
+    }
+    a->next = C.actors;
+    if (C.actors)
+        C.actors->prev = a;
+    C.actors = a;
+    *out = a;
+out:
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+static int send_call(ct_actor *a, const char *method, const void *args, size_t len, ct_future *f)
+{
+    Ct__Envelope e;
+    Ct__Call c = CT__CALL__INIT;
+    ct__env_init(&e, ++C.next_req, C.sender, 0);
+    c.method = (char *)method;
+    c.args.data = (uint8_t *)args;
+    c.args.len = len;
+    e.body_case = CT__ENVELOPE__BODY_CALL;
+    e.call = &c;
+    memset(f, 0, sizeof *f);
+    f->a = a;
+    f->req = e.req_id;
+    int rc = ct__msg_send(a->sock, NULL, &e, 0);
+    if (rc)
+        return rc;
+    f->next = a->pending;
+    if (a->pending)
+        a->pending->prev = f;
+    a->pending = f;
+    return 0;
+}
+
+/* Waits for f with the lock held. */
+static int wait_locked(ct_future *f, int timeout_ms, void **result, size_t *result_len)
+{
+    int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
+    while (!f->done) {
+        if (!f->a)
+            return ct__error(CT_ECANCELED, "ct_future_wait: the actor handle was released");
+        zmq_pollitem_t it[2] = {{f->a->sock, 0, ZMQ_POLLIN, 0}, {C.head, 0, ZMQ_POLLIN, 0}};
+        drain_actor(f->a);
+        if (f->done)
+            break;
+        drain_head(0, NULL);
+        if (f->done)
+            break;
+        int64_t left = until - ct__now_ms();
+        if (left <= 0)
+            return ct__error(CT_ETIMEDOUT, "actor %s: no reply within %d ms", f->a->id, timeout_ms);
+        zmq_poll(it, 2, left > 1000 ? 1000 : left);
+    }
+    if (f->rc)
+        return ct__error(f->rc, "%s", f->err[0] ? f->err : ct_strerror(f->rc));
+    if (result) {
+        *result = f->res;
+        f->res = NULL;
+    }
+    if (result_len)
+        *result_len = f->len;
+    return 0;
+}
+
+int ct_actor_call(ct_actor *a, const char *method, const void *args, size_t len, void **result,
+                  size_t *result_len, int timeout_ms)
+{
+    if (result)
+        *result = NULL;
+    if (result_len)
+        *result_len = 0;
+    if (!a || !method || (len && !args))
+        return ct__error(CT_EINVAL, "ct_actor_call: %s is NULL",
+                         !a        ? "actor"
+                         : !method ? "method"
+                                   : "args");
+    LOCK();
+    int rc;
+    ct_future f;
+    if (a->dead) {
+        rc = ct__error(CT_EDEAD, "ct_actor_call(%s): actor %s is dead", method, a->id);
+        goto out;
+    }
+    if ((rc = send_call(a, method, args, len, &f)))
+        goto out;
+    rc = wait_locked(&f, timeout_ms, result, result_len);
+    if (!f.done)
+        complete(&f, CT_ECANCELED, NULL, 0, NULL); /* unlink */
+    free(f.res);
+out:
+    UNLOCK();
+    return rc;
+}
+
+int ct_actor_call_async(ct_actor *a, const char *method, const void *args, size_t len,
+                        ct_future **out)
+{
+    if (!out)
+        return ct__error(CT_EINVAL, "ct_actor_call_async: out is NULL");
+    *out = NULL;
+    if (!a || !method || (len && !args))
+        return ct__error(CT_EINVAL, "ct_actor_call_async: %s is NULL",
+                         !a        ? "actor"
+                         : !method ? "method"
+                                   : "args");
+    ct_future *f = malloc(sizeof *f);
+    if (!f)
+        return ct__error(CT_ENOMEM, "ct_actor_call_async: out of memory");
+    LOCK();
+    int rc = 0;
+    if (a->dead) {
+        rc = ct__error(CT_EDEAD, "ct_actor_call_async(%s): actor %s is dead", method, a->id);
+        free(f);
+        goto out;
+    }
+    if ((rc = send_call(a, method, args, len, f))) {
+        free(f);
+        goto out;
+    }
+    *out = f;
+out:
+    UNLOCK();
+    return rc;
+}
+
+int ct_future_wait(ct_future *f, int timeout_ms, void **result, size_t *result_len)
+{
+    if (result)
+        *result = NULL;
+    if (result_len)
+        *result_len = 0;
+    if (!f)
+        return ct__error(CT_EINVAL, "ct_future_wait: future is NULL");
+    LOCK();
+    int rc = wait_locked(f, timeout_ms, result, result_len);
+    UNLOCK();
+    return rc;
+}
+
+void ct_future_destroy(ct_future **pf)
+{
+    if (!pf || !*pf)
+        return;
+    ct_future *f = *pf;
+    LOCK();
+    if (!f->done)
+        complete(f, CT_ECANCELED, NULL, 0, NULL);
+    UNLOCK();
+    free(f->res);
+    free(f);
+    *pf = NULL;
+}
+
+int ct_actor_kill(ct_actor *a)
+{
+    if (!a)
+        return ct__error(CT_EINVAL, "ct_actor_kill: actor is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__KillActor k = CT__KILL_ACTOR__INIT;
+    ct__env_init(&e, 0, C.sender, 5000);
+    k.actor_id = a->id;
+    e.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
+    e.kill_actor = &k;
+    int rc = head_request(&e, &rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "kill_actor");
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+void ct_actor_release(ct_actor **pa)
+{
+    if (!pa || !*pa)
+        return;
+    LOCK();
+    free_actor(*pa);
+    UNLOCK();
+    *pa = NULL;
+}
+
+const char *ct_actor_id(const ct_actor *a)
+{
+    return a ? a->id : "";
+}
+
+const char *ct_actor_node(const ct_actor *a)
+{
+    return a ? a->node : "";
+}
+
+int ct_actor_pid(const ct_actor *a)
+{
+    return a ? a->pid : 0;
+}
+
+int ct_actor_is_dead(const ct_actor *a)
+{
+    if (!a)
+        return 0;
+    LOCK();
+    if (C.head)
+        drain_head(0, NULL);
+    int d = a->dead;
+    UNLOCK();
+    return d;
+}
+
+/* ---- events ---- */
+
+int ct_events_subscribe(unsigned mask)
+{
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__Subscribe s = CT__SUBSCRIBE__INIT;
+    ct__env_init(&e, 0, C.sender, 5000);
+    s.mask = mask;
+    e.body_case = CT__ENVELOPE__BODY_SUBSCRIBE;
+    e.subscribe = &s;
+    int rc = head_request(&e, &rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "subscribe");
+    if (!rc)
+        C.sub_mask = mask;
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_events_next(ct_event *ev, int timeout_ms)
+{
+    if (!ev)
+        return ct__error(CT_EINVAL, "ct_events_next: ev is NULL");
+    LOCK();
+    int rc = 0;
+    int64_t until = ct__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        if (C.head)
+            drain_head(0, NULL);
+        if (C.qn) {
+            *ev = C.q[C.qh];
+            C.qh = (C.qh + 1) % EVQ;
+            C.qn--;
+            break;
+        }
+        int64_t left = until - ct__now_ms();
+        if (left <= 0 || !C.head) {
+            rc = ct__error(CT_ETIMEDOUT, "ct_events_next: no event within %d ms", timeout_ms);
+            break;
+        }
+        zmq_pollitem_t it = {C.head, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, left);
+    }
+    UNLOCK();
+    return rc;
+}
+
+/* ---- KV ---- */
+
+int ct_kv_put(const char *key, const void *value, size_t len)
+{
+    if (!key || !*key || (len && !value))
+        return ct__error(CT_EINVAL, "ct_kv_put: %s",
+                         !key || !*key ? "key is empty" : "value is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__KvPut p = CT__KV_PUT__INIT;
+    ct__env_init(&e, 0, C.sender, 10000);
+    p.key = (char *)key;
+    p.value.data = (uint8_t *)value;
+    p.value.len = len;
+    e.body_case = CT__ENVELOPE__BODY_KV_PUT;
+    e.kv_put = &p;
+    int rc = head_request(&e, &rep, 10000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "kv_put");
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_kv_get(const char *key, void **value, size_t *len, int timeout_ms)
+{
+    if (!key || !*key || !value || !len)
+        return ct__error(CT_EINVAL, "ct_kv_get: %s",
+                         !key || !*key ? "key is empty" : "value or len is NULL");
+    *value = NULL;
+    *len = 0;
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__KvGet g = CT__KV_GET__INIT;
+    ct__env_init(&e, 0, C.sender, 0);
+    g.key = (char *)key;
+    g.wait_ms = timeout_ms > 0 ? timeout_ms : 0;
+    e.body_case = CT__ENVELOPE__BODY_KV_GET;
+    e.kv_get = &g;
+    int rc = head_request(&e, &rep, (timeout_ms > 0 ? timeout_ms : 0) + 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_KV_GET_REPLY, "kv_get");
+    if (rc == CT_ENOENT && timeout_ms > 0)
+        rc = CT_ETIMEDOUT;
+    if (!rc) {
+        size_t n = rep->kv_get_reply->value.len;
+        *value = malloc(n ? n : 1);
+        if (!*value) {
+            rc = ct__error(CT_ENOMEM, "ct_kv_get: out of memory");
+        } else {
+            memcpy(*value, rep->kv_get_reply->value.data, n);
+            *len = n;
+        }
+    }
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_kv_del(const char *key)
+{
+    if (!key || !*key)
+        return ct__error(CT_EINVAL, "ct_kv_del: key is empty");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__KvDel d = CT__KV_DEL__INIT;
+    ct__env_init(&e, 0, C.sender, 10000);
+    d.key = (char *)key;
+    e.body_case = CT__ENVELOPE__BODY_KV_DEL;
+    e.kv_del = &d;
+    int rc = head_request(&e, &rep, 10000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "kv_del");
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+/* ---- placement groups and cluster view ---- */
+
+int ct_placement_group_create(const ct_bundle *bundles, int n, ct_strategy strategy,
+                              ct_placement_group **out)
+{
+    if (!out || !bundles || n <= 0 || n > 4096)
+        return ct__error(CT_EINVAL, "ct_placement_group_create: need 1..4096 bundles and out");
+    *out = NULL;
+    Ct__Bundle *b = calloc(n, sizeof *b);
+    Ct__Bundle **bp = calloc(n, sizeof *bp);
+    Ct__Resource *r = calloc((size_t)n * 10, sizeof *r);
+    Ct__Resource **rp = calloc((size_t)n * 10, sizeof *rp);
+    ct_placement_group *pg = calloc(1, sizeof *pg);
+    Ct__Envelope *rep = NULL;
+    int rc = 0;
+    LOCK();
+    if (!b || !bp || !r || !rp || !pg) {
+        rc = ct__error(CT_ENOMEM, "ct_placement_group_create: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        ct__bundle__init(&b[i]);
+        b[i].n_resources =
+            fill_res(r + 10 * i, rp + 10 * i, bundles[i].cpu, bundles[i].gpu, bundles[i].custom, 8);
+        b[i].resources = rp + 10 * i;
+        bp[i] = &b[i];
+    }
+    Ct__Envelope e;
+    Ct__PgCreate p = CT__PG_CREATE__INIT;
+    ct__env_init(&e, 0, C.sender, 10000);
+    p.n_bundles = n;
+    p.bundles = bp;
+    p.strategy = strategy == CT_SPREAD ? CT__STRATEGY__SPREAD : CT__STRATEGY__PACK;
+    e.body_case = CT__ENVELOPE__BODY_PG_CREATE;
+    e.pg_create = &p;
+    if ((rc = head_request(&e, &rep, 10000)))
+        goto out;
+    if ((rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_PG_CREATE_REPLY, "pg_create")))
+        goto out;
+    snprintf(pg->id, sizeof pg->id, "%s", rep->pg_create_reply->pg_id);
+    *out = pg;
+    pg = NULL;
+out:
+    UNLOCK();
+    ct__msg_free(rep);
+    free(b);
+    free(bp);
+    free(r);
+    free(rp);
+    free(pg);
+    return rc;
+}
+
+int ct_placement_group_wait(ct_placement_group *pg, int timeout_ms)
+{
+    if (!pg)
+        return ct__error(CT_EINVAL, "ct_placement_group_wait: pg is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__PgWait w = CT__PG_WAIT__INIT;
+    ct__env_init(&e, 0, C.sender, 0);
+    w.pg_id = pg->id;
+    w.wait_ms = timeout_ms > 0 ? timeout_ms : 0;
+    e.body_case = CT__ENVELOPE__BODY_PG_WAIT;
+    e.pg_wait = &w;
+    int rc = head_request(&e, &rep, (timeout_ms > 0 ? timeout_ms : 0) + 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "pg_wait");
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_placement_group_remove(ct_placement_group **ppg)
+{
+    if (!ppg || !*ppg)
+        return ct__error(CT_EINVAL, "ct_placement_group_remove: pg is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__PgRemove r = CT__PG_REMOVE__INIT;
+    ct__env_init(&e, 0, C.sender, 5000);
+    r.pg_id = (*ppg)->id;
+    e.body_case = CT__ENVELOPE__BODY_PG_REMOVE;
+    e.pg_remove = &r;
+    int rc = head_request(&e, &rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "pg_remove");
+    ct__msg_free(rep);
+    UNLOCK();
+    free(*ppg);
+    *ppg = NULL;
+    return rc;
+}
+
+const char *ct_placement_group_id(const ct_placement_group *pg)
+{
+    return pg ? pg->id : "";
+}
+
+int ct_cluster_resources(const char *name, double *total, double *free_amount)
+{
+    if (!name)
+        return ct__error(CT_EINVAL, "ct_cluster_resources: name is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__Status s = CT__STATUS__INIT;
+    ct__env_init(&e, 0, C.sender, 5000);
+    e.body_case = CT__ENVELOPE__BODY_STATUS;
+    e.status = &s;
+    int rc = head_request(&e, &rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_STATUS_REPLY, "status");
+    if (!rc) {
+        double t = 0, f = 0;
+        for (size_t i = 0; i < rep->status_reply->n_nodes; i++) {
+            Ct__NodeInfo *n = rep->status_reply->nodes[i];
+            if (!n->alive)
+                continue;
+            t += ct__res_get(n->total, n->n_total, name);
+            f += ct__res_get(n->free, n->n_free, name);
+        }
+        if (total)
+            *total = t;
+        if (free_amount)
+            *free_amount = f;
+    }
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}

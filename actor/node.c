@@ -1,0 +1,653 @@
+/* actor/node.c — the node daemon: registers its resources with the head, heartbeats, starts
+ * actor processes through a per-executable zygote, reaps them (SIGCHLD via signalfd, waitpid)
+ * and reports every exit to the head at once.
+ *
+ * Process tree: node -> zygote (the driver's executable exec'd in zygote mode, once per
+ * executable+argv) -> actor. The zygote double-forks, so each actor is reparented to the node
+ * (PR_SET_CHILD_SUBREAPER): the node is the one that reaps actors and sees their exit status,
+ * and an actor's PR_SET_PDEATHSIG fires when the node dies. Not in here: the zygote and actor
+ * loops (worker.c), scheduling (head). */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "actor/runtime.h"
+#include "common/common.h"
+#include "proto/msg.h"
+
+extern char **environ;
+
+#define MAX_ZYG 16
+#define MAX_EARLY 256
+
+typedef struct zygote {
+    char *key; /* exe path + NUL-joined argv */
+    pid_t pid;
+    int fd;
+} zygote;
+
+typedef struct nactor {
+    char id[32];
+    pid_t pid; /* 0 until the zygote tells */
+    int zyg_pid;
+    bool kill_pending;
+} nactor;
+
+typedef struct early {
+    pid_t pid;
+    int status;
+} early;
+
+typedef struct nodest {
+    const ct_node_opts *o;
+    void *ctx, *sock;
+    char id[32];
+    char host[64];
+    char head[128];
+    zygote z[MAX_ZYG];
+    int nz;
+    nactor *a;
+    int na, cap;
+    early early[MAX_EARLY];
+    int nearly;
+    uint64_t req;
+} nodest;
+
+static volatile sig_atomic_t node_stop;
+static void on_term(int sig)
+{
+    (void)sig;
+    node_stop = 1;
+}
+
+int ct__parse_resources(const char *s, ct_resource *out, int cap, int *n, char **store)
+{
+    *n = 0;
+    *store = NULL;
+    if (!s || !*s)
+        return 0;
+    char *copy = strdup(s);
+    if (!copy)
+        return ct__error(CT_ENOMEM, "resources: out of memory");
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        char *end = NULL;
+        double v = eq ? strtod(eq + 1, &end) : 0;
+        if (!eq || eq == tok || !end || *end || end == eq + 1 || v < 0) {
+            int rc = ct__error(CT_EINVAL, "resources: '%s' is not name=number (>= 0)", tok);
+            free(copy);
+            return rc;
+        }
+        if (*n == cap) {
+            free(copy);
+            return ct__error(CT_EINVAL, "resources: more than %d entries", cap);
+        }
+        *eq = 0;
+        out[*n].name = tok;
+        out[(*n)++].amount = v;
+    }
+    *store = copy;
+    return 0;
+}
+
+static int detect_gpus(void)
+{
+    int n = 0;
+    DIR *d = opendir("/dev");
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *p = de->d_name;
+        if (!strncmp(p, "nvidia", 6) && p[6] >= '0' && p[6] <= '9')
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The local address that routes to the head's host. */
+static void detect_host(const char *head, char *out, size_t cap)
+{
+    snprintf(out, cap, "127.0.0.1");
+    char h[128];
+    snprintf(h, sizeof h, "%s", head);
+    char *colon = strrchr(h, ':');
+    if (!colon)
+        return;
+    *colon = 0;
+    if (!strncmp(h, "127.", 4) || !strcmp(h, "localhost"))
+        return;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+    if (getaddrinfo(h, colon + 1, &hints, &ai) || !ai)
+        return;
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    if (s >= 0 && !connect(s, ai->ai_addr, ai->ai_addrlen) &&
+        !getsockname(s, (struct sockaddr *)&me, &len))
+        inet_ntop(AF_INET, &me.sin_addr, out, cap);
+    if (s >= 0)
+        close(s);
+    freeaddrinfo(ai);
+}
+
+static int send_head(nodest *n, Ct__Envelope *e)
+{
+    int rc = ct__msg_send(n->sock, NULL, e, ZMQ_DONTWAIT);
+    if (rc)
+        CT_LOG(CT_LOG_WARN, "node", "send %s: %s", ct__msg_body_name(e->body_case),
+               ct_last_error());
+    return rc;
+}
+
+static void report_exit(nodest *n, const char *actor_id, pid_t pid, int status)
+{
+    Ct__Envelope e;
+    Ct__ActorExited x = CT__ACTOR_EXITED__INIT;
+    ct__env_init(&e, 0, n->id, 0);
+    x.actor_id = (char *)actor_id;
+    x.pid = pid;
+    if (WIFSIGNALED(status))
+        x.term_signal = WTERMSIG(status);
+    else
+        x.exit_status = WEXITSTATUS(status);
+    e.body_case = CT__ENVELOPE__BODY_ACTOR_EXITED;
+    e.actor_exited = &x;
+    send_head(n, &e);
+    CT_LOG(CT_LOG_INFO, "node", "actor %s (pid %d) ended: status %d signal %d", actor_id, (int)pid,
+           x.exit_status, x.term_signal);
+}
+
+static void report_start_failed(nodest *n, const char *actor_id, const char *reason)
+{
+    Ct__Envelope e;
+    Ct__StartFailed f = CT__START_FAILED__INIT;
+    ct__env_init(&e, 0, n->id, 0);
+    f.actor_id = (char *)actor_id;
+    f.reason = (char *)reason;
+    e.body_case = CT__ENVELOPE__BODY_START_FAILED;
+    e.start_failed = &f;
+    send_head(n, &e);
+}
+
+static void remove_actor(nodest *n, int i)
+{
+    n->a[i] = n->a[--n->na];
+}
+
+static void zygote_gone(nodest *n, int zi)
+{
+    zygote *z = &n->z[zi];
+    for (int i = 0; i < n->na; i++)
+        if (n->a[i].pid == 0 && n->a[i].zyg_pid == z->pid) {
+            report_start_failed(n, n->a[i].id, "the zygote process died");
+            remove_actor(n, i--);
+        }
+    close(z->fd);
+    free(z->key);
+    n->z[zi] = n->z[--n->nz];
+}
+
+static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *key, size_t keylen)
+{
+    if (n->nz == MAX_ZYG)
+        return ct__error(CT_ENOSPC, "node: more than %d distinct executables", MAX_ZYG);
+    if (access(s->exe_path, X_OK) != 0)
+        return ct__error(CT_ENOENT, "start_actor.exe_path: %s: %s", s->exe_path, strerror(errno));
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return ct__error(-errno, "node: socketpair: %s", strerror(errno));
+    int big = 1 << 20;
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+    setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    /* everything the child needs is built before fork: the node has threads */
+    size_t nenv = 0;
+    while (environ[nenv])
+        nenv++;
+    char **env = calloc(nenv + 8, sizeof *env);
+    char **argv = calloc(s->n_argv + 2, sizeof *argv);
+    char vars[6][300];
+    if (!env || !argv) {
+        free(env);
+        free(argv);
+        close(sv[0]);
+        close(sv[1]);
+        return ct__error(CT_ENOMEM, "node: out of memory");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < nenv; i++)
+        if (strncmp(environ[i], "CT_", 3) || !strncmp(environ[i], "CT_LOG_LEVEL=", 13))
+            env[k++] = environ[i];
+    snprintf(vars[0], sizeof vars[0], "CT_MODE=zygote");
+    snprintf(vars[1], sizeof vars[1], "CT_ZYGOTE_FD=%d", sv[1]);
+    snprintf(vars[2], sizeof vars[2], "CT_HEAD=%s", n->head);
+    snprintf(vars[3], sizeof vars[3], "CT_NODE_ID=%s", n->id);
+    snprintf(vars[4], sizeof vars[4], "CT_NODE_HOST=%s", n->host);
+    snprintf(vars[5], sizeof vars[5], "CT_NODE_PID=%d", (int)getpid());
+    for (int i = 0; i < 6; i++)
+        env[k++] = vars[i];
+    env[k] = NULL;
+    for (size_t i = 0; i < s->n_argv; i++)
+        argv[i] = s->argv[i];
+    if (!s->n_argv)
+        argv[0] = s->exe_path;
+    pid_t me = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != me)
+            _exit(1);
+        sigset_t all;
+        sigemptyset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        fcntl(sv[1], F_SETFD, 0); /* keep the zygote's end across exec */
+        execve(s->exe_path, argv, env);
+        _exit(127);
+    }
+    free(env);
+    free(argv);
+    close(sv[1]);
+    if (pid < 0) {
+        close(sv[0]);
+        return ct__error(-errno, "node: fork: %s", strerror(errno));
+    }
+    zygote *z = &n->z[n->nz];
+    z->key = malloc(keylen);
+    if (!z->key) {
+        kill(pid, SIGKILL);
+        close(sv[0]);
+        return ct__error(CT_ENOMEM, "node: out of memory");
+    }
+    memcpy(z->key, key, keylen);
+    z->pid = pid;
+    z->fd = sv[0];
+    n->nz++;
+    CT_LOG(CT_LOG_INFO, "node", "zygote %d for %s", (int)pid, s->exe_path);
+    return n->nz - 1;
+}
+
+static void on_start_actor(nodest *n, Ct__StartActor *s)
+{
+    char key[4096];
+    size_t kl = 0;
+    int rc = 0;
+    char why[512];
+    kl += snprintf(key, sizeof key, "%s", s->exe_path ? s->exe_path : "") + 1;
+    for (size_t i = 0; i < s->n_argv && kl < sizeof key; i++)
+        kl += snprintf(key + kl, sizeof key - kl, "%s", s->argv[i]) + 1;
+    if (kl > sizeof key)
+        kl = sizeof key;
+    if (!s->actor_id || strlen(s->actor_id) >= 32 || !s->class_name ||
+        strlen(s->class_name) >= 64) {
+        rc = ct__error(CT_EINVAL, "start_actor: bad actor_id or class_name");
+        goto fail;
+    }
+    if (s->args.len > CT_ZYGOTE_MAX_ARGS) {
+        rc = ct__error(CT_EINVAL, "start_actor.args: %zu bytes, at most %d", s->args.len,
+                       CT_ZYGOTE_MAX_ARGS);
+        goto fail;
+    }
+    int zi = -1;
+    for (int i = 0; i < n->nz; i++)
+        if (!memcmp(n->z[i].key, key, kl))
+            zi = i;
+    if (zi < 0 && (zi = spawn_zygote(n, s, key, kl)) < 0) {
+        rc = zi;
+        goto fail;
+    }
+    if (n->na == n->cap) {
+        int cap = n->cap ? 2 * n->cap : 64;
+        nactor *na = realloc(n->a, cap * sizeof *na);
+        if (!na) {
+            rc = ct__error(CT_ENOMEM, "node: out of memory");
+            goto fail;
+        }
+        n->a = na;
+        n->cap = cap;
+    }
+    size_t len = sizeof(ct__zreq) + s->args.len;
+    char *buf = malloc(len);
+    if (!buf) {
+        rc = ct__error(CT_ENOMEM, "node: out of memory");
+        goto fail;
+    }
+    ct__zreq *r = (ct__zreq *)buf;
+    memset(r, 0, sizeof *r);
+    snprintf(r->actor_id, sizeof r->actor_id, "%s", s->actor_id);
+    snprintf(r->cls, sizeof r->cls, "%s", s->class_name);
+    r->args_len = (unsigned)s->args.len;
+    if (s->args.len)
+        memcpy(buf + sizeof *r, s->args.data, s->args.len);
+    ssize_t w = send(n->z[zi].fd, buf, len, MSG_NOSIGNAL);
+    free(buf);
+    if (w != (ssize_t)len) {
+        rc = ct__error(CT_EIO, "node: zygote %d: %s", (int)n->z[zi].pid, strerror(errno));
+        goto fail;
+    }
+    nactor *a = &n->a[n->na++];
+    memset(a, 0, sizeof *a);
+    snprintf(a->id, sizeof a->id, "%s", s->actor_id);
+    a->zyg_pid = n->z[zi].pid;
+    return;
+fail:
+    snprintf(why, sizeof why, "%s", ct_last_error());
+    (void)rc;
+    report_start_failed(n, s->actor_id ? s->actor_id : "", why);
+}
+
+static void on_zygote_reply(nodest *n, int zi)
+{
+    ct__zrep r;
+    ssize_t got = recv(n->z[zi].fd, &r, sizeof r, MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+        zygote_gone(n, zi);
+        return;
+    }
+    if (got != sizeof r)
+        return;
+    r.actor_id[sizeof r.actor_id - 1] = 0;
+    for (int i = 0; i < n->na; i++) {
+        nactor *a = &n->a[i];
+        if (strcmp(a->id, r.actor_id) || a->pid)
+            continue;
+        if (r.pid <= 0) {
+            report_start_failed(n, a->id, "zygote could not fork");
+            remove_actor(n, i);
+            return;
+        }
+        a->pid = r.pid;
+        for (int j = 0; j < n->nearly; j++)
+            if (n->early[j].pid == r.pid) {
+                report_exit(n, a->id, r.pid, n->early[j].status);
+                n->early[j] = n->early[--n->nearly];
+                remove_actor(n, i);
+                return;
+            }
+        if (a->kill_pending)
+            kill(a->pid, SIGKILL);
+        return;
+    }
+}
+
+static void reap(nodest *n)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        bool found = false;
+        for (int i = 0; i < n->nz && !found; i++)
+            if (n->z[i].pid == pid) {
+                CT_LOG(CT_LOG_WARN, "node", "zygote %d ended (status 0x%x)", (int)pid, status);
+                zygote_gone(n, i);
+                found = true;
+            }
+        for (int i = 0; i < n->na && !found; i++)
+            if (n->a[i].pid == pid) {
+                report_exit(n, n->a[i].id, pid, status);
+                remove_actor(n, i);
+                found = true;
+            }
+        if (!found) {
+            /* an actor whose pid the zygote has not told yet, or an orphan of an actor */
+            if (n->nearly == MAX_EARLY)
+                n->nearly--;
+            n->early[n->nearly].pid = pid;
+            n->early[n->nearly++].status = status;
+        }
+    }
+}
+
+static void on_kill_actor(nodest *n, Ct__KillActor *k)
+{
+    for (int i = 0; i < n->na; i++)
+        if (k->actor_id && !strcmp(n->a[i].id, k->actor_id)) {
+            if (n->a[i].pid > 0)
+                kill(n->a[i].pid, SIGKILL);
+            else
+                n->a[i].kill_pending = true;
+        }
+}
+
+static void heartbeat(nodest *n)
+{
+    Ct__Envelope e;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__env_init(&e, 0, n->id, 0);
+    hb.node_id = n->id;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    send_head(n, &e);
+}
+
+static int do_register(nodest *n, int *hb_ms)
+{
+    const ct_node_opts *o = n->o;
+    ct_resource custom[32];
+    int nc = 0;
+    char *store = NULL;
+    int rc = ct__parse_resources(o->resources, custom, 32, &nc, &store);
+    if (rc)
+        return rc;
+    Ct__Resource r[34];
+    Ct__Resource *rp[34];
+    int nr = 0;
+    double cpus = o->cpus >= 0 ? o->cpus : (double)sysconf(_SC_NPROCESSORS_ONLN);
+    double gpus = o->gpus >= 0 ? o->gpus : (double)detect_gpus();
+    const char *names[2] = {"CPU", "GPU"};
+    double amts[2] = {cpus, gpus};
+    for (int i = 0; i < 2; i++) {
+        ct__resource__init(&r[nr]);
+        r[nr].name = (char *)names[i];
+        r[nr].amount = amts[i];
+        rp[nr] = &r[nr];
+        nr++;
+    }
+    for (int i = 0; i < nc; i++) {
+        ct__resource__init(&r[nr]);
+        r[nr].name = (char *)custom[i].name;
+        r[nr].amount = custom[i].amount;
+        rp[nr] = &r[nr];
+        nr++;
+    }
+    Ct__Envelope e;
+    Ct__RegisterNode reg = CT__REGISTER_NODE__INIT;
+    ct__env_init(&e, ++n->req, "node", 10000);
+    reg.host = n->host;
+    reg.n_resources = nr;
+    reg.resources = rp;
+    reg.pid = getpid();
+    e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
+    e.register_node = &reg;
+    rc = ct__msg_send(n->sock, NULL, &e, 0);
+    free(store);
+    if (rc)
+        return rc;
+    int64_t until = ct__now_ms() + 10000;
+    for (;;) {
+        int64_t left = until - ct__now_ms();
+        zmq_pollitem_t it = {n->sock, 0, ZMQ_POLLIN, 0};
+        if (left <= 0 || node_stop)
+            return ct__error(CT_ETIMEDOUT, "node: head %s did not answer registration", n->head);
+        if (zmq_poll(&it, 1, left) <= 0)
+            continue;
+        Ct__Envelope *rep;
+        rc = ct__msg_recv(n->sock, NULL, &rep, 0, "node");
+        if (rc) {
+            ct__msg_free(rep);
+            return rc;
+        }
+        if (rep->req_id != n->req) {
+            ct__msg_free(rep);
+            continue;
+        }
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_REGISTER_NODE_REPLY, "register_node");
+        if (!rc) {
+            snprintf(n->id, sizeof n->id, "%s", rep->register_node_reply->node_id);
+            *hb_ms = rep->register_node_reply->heartbeat_ms;
+        }
+        ct__msg_free(rep);
+        return rc;
+    }
+}
+
+int ct__node_run(const ct_node_opts *o)
+{
+    nodest n = {0};
+    int rc = 0, sfd = -1;
+    n.o = o;
+    if (!o->head || !strchr(o->head, ':'))
+        return ct__error(CT_EINVAL, "node: head address '%s' is not host:port",
+                         o->head ? o->head : "");
+    snprintf(n.head, sizeof n.head, "%s", o->head);
+    if (o->host && *o->host)
+        snprintf(n.host, sizeof n.host, "%s", o->host);
+    else
+        detect_host(o->head, n.host, sizeof n.host);
+    ct__log_set_who("node");
+    struct sigaction sa = {0};
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* SIGCHLD arrives through a signalfd; block it before any thread exists */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    sfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    n.ctx = zmq_ctx_new();
+    n.sock = n.ctx ? zmq_socket(n.ctx, ZMQ_DEALER) : NULL;
+    if (!n.sock || sfd < 0) {
+        rc = ct__error(CT_EZMQ, "node: cannot create socket: %s", zmq_strerror(errno));
+        goto out;
+    }
+    int zero = 0;
+    zmq_setsockopt(n.sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(n.sock, ZMQ_SNDHWM, &zero, sizeof zero);
+    zmq_setsockopt(n.sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    char ep[160];
+    snprintf(ep, sizeof ep, "tcp://%s", o->head);
+    if (zmq_connect(n.sock, ep) != 0) {
+        rc = ct__error(CT_EINVAL, "node: head address %s: %s", o->head, zmq_strerror(errno));
+        goto out;
+    }
+    int hb_ms = 100;
+    if ((rc = do_register(&n, &hb_ms)))
+        goto out;
+    if (hb_ms <= 0)
+        hb_ms = 100;
+    ct__log_set_who(n.id);
+    CT_LOG(CT_LOG_INFO, "node", "registered as %s, actors bind %s", n.id, n.host);
+    if (o->ready_fd >= 0) {
+        char line[64];
+        int len = snprintf(line, sizeof line, "registered %s\n", n.id);
+        if (write(o->ready_fd, line, len) != len)
+            CT_LOG(CT_LOG_WARN, "node", "cannot report readiness");
+    }
+    int64_t next_hb = ct__now_ms() + hb_ms;
+    while (!node_stop) {
+        zmq_pollitem_t it[3 + MAX_ZYG];
+        int ni = 0;
+        it[ni++] = (zmq_pollitem_t){n.sock, 0, ZMQ_POLLIN, 0};
+        it[ni++] = (zmq_pollitem_t){NULL, sfd, ZMQ_POLLIN, 0};
+        int watch_i = -1;
+        if (o->watch_fd >= 0) {
+            watch_i = ni;
+            it[ni++] = (zmq_pollitem_t){NULL, o->watch_fd, ZMQ_POLLIN, 0};
+        }
+        int z0 = ni, nz = n.nz;
+        for (int i = 0; i < nz; i++)
+            it[ni++] = (zmq_pollitem_t){NULL, n.z[i].fd, ZMQ_POLLIN, 0};
+        int64_t wait = next_hb - ct__now_ms();
+        int r = zmq_poll(it, ni, wait < 0 ? 0 : wait);
+        if (r < 0 && errno != EINTR) {
+            rc = ct__error(CT_EZMQ, "node: poll: %s", zmq_strerror(errno));
+            break;
+        }
+        if (ct__now_ms() >= next_hb) {
+            heartbeat(&n);
+            next_hb = ct__now_ms() + hb_ms;
+        }
+        if (r <= 0)
+            continue;
+        if (watch_i >= 0 && it[watch_i].revents) {
+            CT_LOG(CT_LOG_INFO, "node", "parent gone, exiting");
+            break;
+        }
+        /* zygote replies before reaping, so that pids are known when exits are read */
+        for (int i = nz - 1; i >= 0; i--)
+            if (it[z0 + i].revents)
+                on_zygote_reply(&n, i);
+        if (it[1].revents) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == sizeof si)
+                ;
+            reap(&n);
+        }
+        for (int k = 0; k < 1000; k++) {
+            Ct__Envelope *e;
+            int mr = ct__msg_recv(n.sock, NULL, &e, ZMQ_DONTWAIT, "node");
+            if (mr == CT_ETIMEDOUT)
+                break;
+            if (mr) {
+                CT_LOG(CT_LOG_WARN, "node", "%s", ct_last_error());
+                ct__msg_free(e);
+                if (mr == CT_EZMQ)
+                    break;
+                continue;
+            }
+            switch (e->body_case) {
+            case CT__ENVELOPE__BODY_START_ACTOR:
+                on_start_actor(&n, e->start_actor);
+                break;
+            case CT__ENVELOPE__BODY_KILL_ACTOR:
+                on_kill_actor(&n, e->kill_actor);
+                break;
+            case CT__ENVELOPE__BODY_ERROR:
+                CT_LOG(CT_LOG_WARN, "node", "head: %s", e->error->message);
+                if (e->error->field && !strcmp(e->error->field, "heartbeat.node_id")) {
+                    rc = ct__error(CT_EDEAD, "node: the head declared %s dead", n.id);
+                    node_stop = 1;
+                }
+                break;
+            default:
+                break;
+            }
+            ct__msg_free(e);
+        }
+    }
+out:
+    for (int i = 0; i < n.na; i++)
+        if (n.a[i].pid > 0)
+            kill(n.a[i].pid, SIGKILL);
+    for (int i = 0; i < n.nz; i++) {
+        kill(n.z[i].pid, SIGKILL);
+        close(n.z[i].fd);
+        free(n.z[i].key);
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
+    free(n.a);
+    if (sfd >= 0)
+        close(sfd);
+    if (n.sock)
+        zmq_close(n.sock);
+    if (n.ctx)
+        zmq_ctx_term(n.ctx);
+    return rc;
+}

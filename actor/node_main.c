@@ -1,0 +1,93 @@
+/* actor/node_main.c — ct-node: the command-line front of ct__node_run (actor/node.c).
+ * Contract (stable): ct-node --head H:P [--cpus N] [--gpus N] [--resources name=n,...]
+ * [--host ADDR]. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "actor/runtime.h"
+#include "common/common.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ct-node --head H:P [--cpus N] [--gpus N] [--resources name=n,...] "
+               "[--host ADDR]\n"
+               "  --head H:P            the head's address (as ct-head printed it)\n"
+               "  --cpus N              CPUs to offer (default: detected)\n"
+               "  --gpus N              GPUs to offer (default: detected /dev/nvidiaN)\n"
+               "  --resources n=v,...   custom resources, e.g. disk=2,tpu=1\n"
+               "  --host ADDR           address actors bind to (default: the one that reaches "
+               "the head)\n");
+}
+
+static int parse_num(const char *flag, const char *v, double *out)
+{
+    char *end;
+    if (!v) {
+        fprintf(stderr, "ct-node: %s needs a value\n", flag);
+        return -1;
+    }
+    double x = strtod(v, &end);
+    if (!*v || *end || x < 0) {
+        fprintf(stderr, "ct-node: %s: '%s' is not a number >= 0\n", flag, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    ct_node_opts o = {.cpus = -1, .gpus = -1, .watch_fd = -1, .ready_fd = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--head") || !strcmp(a, "--host") || !strcmp(a, "--resources")) {
+            if (!v) {
+                fprintf(stderr, "ct-node: %s needs a value\n", a);
+                return 2;
+            }
+            if (!strcmp(a, "--head"))
+                o.head = v;
+            else if (!strcmp(a, "--host"))
+                o.host = v;
+            else
+                o.resources = v;
+            i++;
+        } else if (!strcmp(a, "--cpus")) {
+            if (parse_num(a, v, &o.cpus))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--gpus")) {
+            if (parse_num(a, v, &o.gpus))
+                return 2;
+            i++;
+        } else {
+            fprintf(stderr, "ct-node: unknown argument '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!o.head) {
+        fprintf(stderr, "ct-node: --head H:P is required (see --help)\n");
+        return 2;
+    }
+    if (!strchr(o.head, ':')) {
+        fprintf(stderr, "ct-node: --head: '%s' is not host:port\n", o.head);
+        return 2;
+    }
+    ct_resource res[32];
+    int n;
+    char *store;
+    if (ct__parse_resources(o.resources, res, 32, &n, &store)) {
+        fprintf(stderr, "ct-node: --%s\n", ct_last_error());
+        return 2;
+    }
+    free(store);
+    int rc = ct__node_run(&o);
+    if (rc) {
+        fprintf(stderr, "ct-node: %s\n", ct_last_error());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* actor/runtime.h — internals shared by the node (node.c), the zygote and actor processes
+ * (worker.c) and the driver API (api.c). Not public API; see include/ct/ct.h. */
+#ifndef CT_ACTOR_RUNTIME_H
+#define CT_ACTOR_RUNTIME_H
+
+#include <stddef.h>
+#include "ct/ct.h"
+
+typedef struct ct_node_opts {
+    const char *head;      /* "host:port" of the head */
+    const char *host;      /* address actors bind to; NULL: the one that reaches the head */
+    double cpus;           /* < 0: detected */
+    double gpus;           /* < 0: detected (/dev/nvidiaN) */
+    const char *resources; /* "name=n,..." or NULL */
+    int watch_fd;          /* exit when it reaches EOF; -1 none */
+    int ready_fd;          /* "registered <node-id>\n" written here once registered; -1 none */
+} ct_node_opts;
+
+/* Registers with the head and serves (spawns, reaps, heartbeats) until SIGTERM/SIGINT,
+ * watch_fd EOF, or the head declaring it dead. Returns 0 or a CT_E* code (message set). */
+int ct__node_run(const ct_node_opts *opts);
+
+/* Parses "name=n,name=n" into out[0..*n) (names point into a copy the caller frees: *store).
+ * Returns 0 or CT_EINVAL naming the bad entry. */
+int ct__parse_resources(const char *s, ct_resource *out, int cap, int *n, char **store);
+
+/* The zygote: reads start requests from fd, forks one actor per request; never returns. */
+void ct__zygote_main(int fd) __attribute__((noreturn));
+
+/* Class registry (api.c). NULL when unknown. */
+const ct_actor_class *ct__class_find(const char *name);
+
+/* Client side used inside actor processes (api.c): connects the process-wide client to the
+ * head as `sender`, with self ids for ct_self_*. */
+int ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
+                      const char *node_id);
+/* Sends an envelope to the head without waiting (actor: ActorReady / StartFailed). */
+struct Ct__Envelope;
+int ct__client_send_head(struct Ct__Envelope *e);
+
+/* Zygote <-> node records over a SOCK_SEQPACKET socketpair. */
+#define CT_ZYGOTE_MAX_ARGS (64 * 1024)
+typedef struct ct__zreq {
+    char actor_id[32];
+    char cls[64];
+    unsigned args_len; /* args follow */
+} ct__zreq;
+typedef struct ct__zrep {
+    char actor_id[32];
+    int pid; /* > 0, or a negative CT_E* */
+} ct__zrep;
+
+#endif

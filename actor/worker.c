@@ -1,0 +1,263 @@
+/* actor/worker.c — the zygote and the actor process.
+ *
+ * The zygote is the driver's executable exec'd by a node with CT_MODE=zygote: main() runs up to
+ * ct_init()/ct_serve_if_worker() (so every class is registered), then it loops here reading
+ * start requests and forking one actor per request (double fork: the actor is reparented to
+ * the node, which reaps it). The zygote stays single-threaded and never touches ZeroMQ, so
+ * fork is safe and cheap.
+ *
+ * An actor binds its own ROUTER on an ephemeral port of the node's host, tells the head it
+ * serves (ActorReady with its address), then answers Call envelopes in order on one thread.
+ * Not in here: spawning policy (node.c), the driver side of calls (api.c). */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "actor/runtime.h"
+#include "common/common.h"
+#include "proto/msg.h"
+
+typedef struct actor_env {
+    const char *head, *node_id, *host;
+    pid_t node_pid;
+} actor_env;
+
+static void start_failed(const char *actor_id, const char *reason)
+{
+    Ct__Envelope e;
+    Ct__StartFailed f = CT__START_FAILED__INIT;
+    ct__env_init(&e, 0, actor_id, 0);
+    f.actor_id = (char *)actor_id;
+    f.reason = (char *)reason;
+    e.body_case = CT__ENVELOPE__BODY_START_FAILED;
+    e.start_failed = &f;
+    ct__client_send_head(&e);
+}
+
+static void reply_error(void *sock, const ct__rid *rid, uint64_t req, const char *who, int code,
+                        const char *msg)
+{
+    ct__msg_send_error(sock, rid, req, who, code, "", "%s", msg);
+}
+
+/* Serves one actor; never returns. */
+static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
+                       const void *args, size_t len) __attribute__((noreturn));
+static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
+                       const void *args, size_t len)
+{
+    char who[64];
+    snprintf(who, sizeof who, "%s", actor_id);
+    ct__log_set_who(who);
+    if (ct__client_attach(env->head, who, actor_id, env->node_id)) {
+        CT_LOG(CT_LOG_ERROR, "actor", "cannot reach head %s: %s", env->head, ct_last_error());
+        _exit(3);
+    }
+    const ct_actor_class *cls = ct__class_find(cls_name);
+    if (!cls) {
+        char why[160];
+        snprintf(why, sizeof why, "class %s is not registered in this executable", cls_name);
+        start_failed(actor_id, why);
+        usleep(100000); /* let the message leave (linger) */
+        _exit(2);
+    }
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_ROUTER);
+    int zero = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    char ep[200];
+    snprintf(ep, sizeof ep, "tcp://%s:*", env->host);
+    if (zmq_bind(sock, ep) != 0) {
+        char why[300];
+        snprintf(why, sizeof why, "cannot bind %s: %s", ep, zmq_strerror(errno));
+        start_failed(actor_id, why);
+        usleep(100000);
+        _exit(2);
+    }
+    size_t eplen = sizeof ep;
+    zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &eplen);
+    void *state = NULL;
+    if (cls->create) {
+        int rc = cls->create(args, len, &state);
+        if (rc) {
+            char why[600];
+            snprintf(why, sizeof why, "%s.create failed: %s: %s", cls_name, ct_strerror(rc),
+                     ct_last_error());
+            start_failed(actor_id, why);
+            usleep(100000);
+            _exit(2);
+        }
+    }
+    Ct__Envelope e;
+    Ct__ActorReady r = CT__ACTOR_READY__INIT;
+    ct__env_init(&e, 0, who, 0);
+    r.actor_id = (char *)actor_id;
+    r.address = ep;
+    r.pid = getpid();
+    e.body_case = CT__ENVELOPE__BODY_ACTOR_READY;
+    e.actor_ready = &r;
+    if (ct__client_send_head(&e)) {
+        CT_LOG(CT_LOG_ERROR, "actor", "cannot tell the head: %s", ct_last_error());
+        _exit(3);
+    }
+    CT_LOG(CT_LOG_INFO, "actor", "%s serving %s at %s", actor_id, cls_name, ep);
+    for (;;) {
+        ct__rid rid;
+        Ct__Envelope *in;
+        int rc = ct__msg_recv(sock, &rid, &in, 0, "actor");
+        if (rc == CT_EZMQ) {
+            if (errno == EINTR)
+                continue;
+            CT_LOG(CT_LOG_ERROR, "actor", "%s", ct_last_error());
+            break;
+        }
+        if (rc) {
+            if (rid.len)
+                reply_error(sock, &rid, in ? in->req_id : 0, who, rc, ct_last_error());
+            ct__msg_free(in);
+            continue;
+        }
+        if (in->body_case != CT__ENVELOPE__BODY_CALL) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "an actor does not handle %s",
+                     ct__msg_body_name(in->body_case));
+            reply_error(sock, &rid, in->req_id, who, CT_EPROTO, msg);
+            ct__msg_free(in);
+            continue;
+        }
+        const char *m = in->call->method ? in->call->method : "";
+        ct_method_fn fn = NULL;
+        for (int i = 0; i < CT_MAX_METHODS && cls->methods[i].name; i++)
+            if (!strcmp(cls->methods[i].name, m)) {
+                fn = cls->methods[i].fn;
+                break;
+            }
+        if (!fn) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "call.method: %s has no method '%s'", cls_name, m);
+            reply_error(sock, &rid, in->req_id, who, CT_ENOENT, msg);
+            ct__msg_free(in);
+            continue;
+        }
+        void *res = NULL;
+        size_t rlen = 0;
+        ct__clear_error();
+        rc = fn(state, in->call->args.data, in->call->args.len, &res, &rlen);
+        if (rc) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "%s.%s: %s", cls_name, m,
+                     *ct_last_error() ? ct_last_error() : ct_strerror(rc));
+            reply_error(sock, &rid, in->req_id, who, rc < 0 ? rc : CT_EIO, msg);
+        } else {
+            Ct__Envelope o;
+            Ct__CallReply cr = CT__CALL_REPLY__INIT;
+            ct__env_init(&o, in->req_id, who, 0);
+            cr.result.data = res;
+            cr.result.len = res ? rlen : 0;
+            o.body_case = CT__ENVELOPE__BODY_CALL_REPLY;
+            o.call_reply = &cr;
+            ct__msg_send(sock, &rid, &o, 0);
+        }
+        free(res);
+        ct__msg_free(in);
+    }
+    if (cls->destroy)
+        cls->destroy(state);
+    _exit(0);
+}
+
+void ct__zygote_main(int fd)
+{
+    actor_env env;
+    const char *s;
+    env.head = getenv("CT_HEAD");
+    env.node_id = getenv("CT_NODE_ID");
+    env.host = getenv("CT_NODE_HOST");
+    s = getenv("CT_NODE_PID");
+    env.node_pid = s ? atoi(s) : getppid();
+    if (!env.head || !env.node_id || !env.host)
+        _exit(2);
+    /* private copies: the environment is cleaned for the actors' own children */
+    char head[160], node_id[40], host[80];
+    snprintf(head, sizeof head, "%s", env.head);
+    snprintf(node_id, sizeof node_id, "%s", env.node_id);
+    snprintf(host, sizeof host, "%s", env.host);
+    env.head = head;
+    env.node_id = node_id;
+    env.host = host;
+    unsetenv("CT_MODE");
+    unsetenv("CT_ZYGOTE_FD");
+    unsetenv("CT_HEAD");
+    unsetenv("CT_NODE_HOST");
+    unsetenv("CT_NODE_PID");
+    ct__log_set_who("zygote");
+    size_t cap = sizeof(ct__zreq) + CT_ZYGOTE_MAX_ARGS;
+    char *buf = malloc(cap);
+    if (!buf)
+        _exit(2);
+    for (;;) {
+        ssize_t n = recv(fd, buf, cap, 0);
+        if (n == 0)
+            _exit(0); /* the node closed its end */
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(2);
+        }
+        if ((size_t)n < sizeof(ct__zreq))
+            continue;
+        ct__zreq *r = (ct__zreq *)buf;
+        r->actor_id[sizeof r->actor_id - 1] = 0;
+        r->cls[sizeof r->cls - 1] = 0;
+        if (r->args_len > (size_t)n - sizeof *r)
+            continue;
+        int p[2];
+        ct__zrep rep;
+        memset(&rep, 0, sizeof rep);
+        memcpy(rep.actor_id, r->actor_id, sizeof rep.actor_id);
+        rep.pid = CT_EIO;
+        if (pipe(p) == 0) {
+            pid_t mid = fork();
+            if (mid == 0) {
+                pid_t middle = getpid();
+                pid_t a = fork();
+                if (a == 0) {
+                    close(p[0]);
+                    close(p[1]);
+                    close(fd);
+                    /* wait until the middle process is gone and we belong to the node,
+                     * then die with the node */
+                    while (getppid() == middle)
+                        sched_yield();
+                    prctl(PR_SET_PDEATHSIG, SIGKILL);
+                    if (getppid() != env.node_pid)
+                        _exit(1);
+                    actor_main(&env, r->actor_id, r->cls, buf + sizeof *r, r->args_len);
+                }
+                int v = a > 0 ? a : CT_EIO;
+                if (write(p[1], &v, sizeof v) != sizeof v)
+                    _exit(1);
+                _exit(0);
+            }
+            close(p[1]);
+            if (mid > 0) {
+                int v;
+                if (read(p[0], &v, sizeof v) == sizeof v)
+                    rep.pid = v;
+                waitpid(mid, NULL, 0);
+            }
+            close(p[0]);
+        }
+        if (send(fd, &rep, sizeof rep, MSG_NOSIGNAL) < 0)
+            _exit(0);
+    }
+}

@@ -1,0 +1,222 @@
+/* ct/ct.h — the ct runtime: a cluster of nodes under one head, actors (processes that serve
+ * named methods), events, placement groups and a KV for rendezvous.
+ *
+ * A complete program:
+ *
+ *     static int counter_new(const void *args, size_t len, void **state)
+ *     { *state = calloc(1, sizeof(long)); return *state ? 0 : CT_ENOMEM; }
+ *     static int counter_add(void *state, const void *args, size_t len, void **res, size_t *rlen)
+ *     {
+ *         long *c = state;  *c += *(const long *)args;
+ *         *res = malloc(sizeof *c);  memcpy(*res, c, sizeof *c);  *rlen = sizeof *c;
+ *         return 0;
+ *     }
+ *     int main(void)
+ *     {
+ *         ct_actor_class_register("Counter", &(ct_actor_class){
+ *             .create = counter_new, .destroy = free, .methods = {{"add", counter_add}}});
+ *         ct_init(NULL);                 // embedded head + node; in an actor: serves, never
+ * returns ct_actor *a; ct_actor_create("Counter", &(ct_resources){.cpu = 1}, NULL, 0, &a); long one
+ * = 1, *v;  size_t n; ct_actor_call(a, "add", &one, sizeof one, (void **)&v, &n, 1000);  // *v == 1
+ *         free(v);  ct_actor_kill(a);  ct_actor_release(&a);  ct_shutdown();
+ *     }
+ *
+ * How it runs. An actor is this same executable started again in actor mode: everything before
+ * ct_init() (class registration) runs in every process, and in an actor process ct_init() (or
+ * ct_serve_if_worker()) serves and never returns, so do nothing before it that must happen once.
+ * Method calls go from the caller straight to the actor's own socket, never through the head.
+ *
+ * Threads. Every function here may be called from any thread; calls are serialized by one
+ * process-wide lock (a long ct_future_wait or ct_kv_get blocks other ct calls meanwhile).
+ * Ownership is stated per function; byte results are malloc'd and freed by the caller.
+ * Errors: 0 or a negative CT_E* code; ct_last_error() says what failed. */
+#ifndef CT_CT_H
+#define CT_CT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ct/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- init ---- */
+
+typedef struct ct_init_opts {
+    const char *address; /* "host:port" of a head; NULL: $CT_ADDRESS, else an embedded cluster */
+    int timeout_ms;      /* connecting / starting the embedded cluster; 0: 10000 */
+    /* embedded cluster only (0 = default): */
+    double cpus;           /* CPUs of the embedded node; 0: detected */
+    double gpus;           /* GPUs of the embedded node; 0: none */
+    const char *resources; /* custom resources "name=n,..." of the embedded node */
+    int heartbeat_ms;      /* 0: 100 */
+    int dead_after_ms;     /* 0: 1000 */
+} ct_init_opts;
+
+/* In a process started as a ct worker (actor, head or node of an embedded cluster) this
+ * serves and exits the process; elsewhere it returns at once. ct_init calls it first; call it
+ * yourself right after registration when main does other work before ct_init. */
+void ct_serve_if_worker(void);
+
+/* Connects this driver to a cluster (opts may be NULL). With no address starts an embedded
+ * head and node on 127.0.0.1 ephemeral ports; they end with this process, also when it
+ * crashes. Not reentrant: a second ct_init without ct_shutdown returns CT_EEXIST. */
+int ct_init(const ct_init_opts *opts);
+
+/* Kills the actors this driver created, ends an embedded cluster, closes sockets. Safe to call
+ * when not initialized. */
+void ct_shutdown(void);
+
+/* "host:port" of the head this process talks to; "" before ct_init. Borrowed. */
+const char *ct_head_address(void);
+
+/* ---- actor classes ---- */
+
+#define CT_MAX_METHODS 32
+
+/* create: builds the actor's state from the creation args (borrowed); returns 0 or a CT_E*.
+ * method: runs on the actor's thread with the args (borrowed) and sets *result to a malloc'd
+ * buffer (or NULL) of *result_len bytes that the runtime frees; returns 0 or a CT_E* code,
+ * which the caller of the method receives (with the actor's ct_last_error() message).
+ * destroy: frees the state (may be NULL). */
+typedef int (*ct_actor_create_fn)(const void *args, size_t len, void **state);
+typedef int (*ct_method_fn)(void *state, const void *args, size_t len, void **result,
+                            size_t *result_len);
+typedef struct ct_method {
+    const char *name;
+    ct_method_fn fn;
+} ct_method;
+typedef struct ct_actor_class {
+    ct_actor_create_fn create; /* NULL: state is NULL */
+    void (*destroy)(void *state);
+    ct_method methods[CT_MAX_METHODS]; /* ends at the first NULL name */
+} ct_actor_class;
+
+/* Registers class `name` (copied; the method names must stay valid: string literals). Call
+ * before ct_init, identically in every process. CT_EEXIST if the name is taken. */
+int ct_actor_class_register(const char *name, const ct_actor_class *cls);
+
+/* ---- resources and placement ---- */
+
+typedef enum ct_strategy { CT_PACK = 0, CT_SPREAD = 1 } ct_strategy;
+
+typedef struct ct_resource {
+    const char *name; /* NULL ends the list */
+    double amount;
+} ct_resource;
+
+typedef struct ct_placement_group ct_placement_group;
+
+/* What an actor needs (all zero: nothing) and where it goes. */
+typedef struct ct_resources {
+    double cpu, gpu;
+    ct_resource custom[8];
+    ct_strategy strategy;   /* PACK (default) fills nodes; SPREAD balances actors over them */
+    ct_placement_group *pg; /* place inside this group's reservation (borrowed) */
+    int bundle;             /* bundle index in pg; -1 any */
+    int timeout_ms;         /* creation (including waiting for room); 0: 30000 */
+} ct_resources;
+
+typedef struct ct_bundle {
+    double cpu, gpu;
+    ct_resource custom[8];
+} ct_bundle;
+
+/* Reserves n bundles all-or-nothing. Returns at once; the group may stay pending until nodes
+ * with room join. *out is owned by the caller (ct_placement_group_remove). */
+int ct_placement_group_create(const ct_bundle *bundles, int n, ct_strategy strategy,
+                              ct_placement_group **out);
+/* 0 once every bundle is reserved; CT_ETIMEDOUT if still pending after timeout_ms. */
+int ct_placement_group_wait(ct_placement_group *pg, int timeout_ms);
+/* Releases the reservation (its actors are killed) and frees *pg, nulling it. */
+int ct_placement_group_remove(ct_placement_group **pg);
+const char *ct_placement_group_id(const ct_placement_group *pg);
+
+/* Sum over live nodes of a resource ("CPU", "GPU", custom): total and currently free. */
+int ct_cluster_resources(const char *name, double *total, double *free_amount);
+
+/* ---- actors ---- */
+
+typedef struct ct_actor ct_actor;
+typedef struct ct_future ct_future;
+
+/* Creates an actor of class cls with creation args (copied) where res fits (res may be NULL),
+ * waiting for it to serve. *out is owned by the caller: ct_actor_release. CT_ETIMEDOUT when
+ * nothing had room within res->timeout_ms; CT_EDEAD when it died while starting. */
+int ct_actor_create(const char *cls, const ct_resources *res, const void *args, size_t len,
+                    ct_actor **out);
+
+/* Calls method with args (copied) and waits up to timeout_ms (<= 0: forever) for the result
+ * (*result malloc'd, caller frees; may be NULL when *result_len is 0). CT_EDEAD at once when the
+ * actor dies; CT_ETIMEDOUT; or the method's own error code. */
+int ct_actor_call(ct_actor *a, const char *method, const void *args, size_t len, void **result,
+                  size_t *result_len, int timeout_ms);
+
+/* Sends a call and returns at once; *f is owned by the caller (ct_future_destroy). Calls on
+ * one actor run in the order sent. */
+int ct_actor_call_async(ct_actor *a, const char *method, const void *args, size_t len,
+                        ct_future **f);
+/* Waits for f up to timeout_ms (<= 0: forever). On 0, *result (malloc'd, caller frees) and
+ * *result_len hold the result (either pointer may be NULL to drop it). A future can be waited
+ * again after CT_ETIMEDOUT. */
+int ct_future_wait(ct_future *f, int timeout_ms, void **result, size_t *result_len);
+/* Frees f (a pending call's reply is then ignored); accepts NULL, nulls *f. */
+void ct_future_destroy(ct_future **f);
+
+/* Kills the actor's process (SIGKILL by its node); its death event follows. */
+int ct_actor_kill(ct_actor *a);
+/* Frees the handle (the actor keeps running); accepts NULL, nulls *a. */
+void ct_actor_release(ct_actor **a);
+
+/* Facts about a handle; strings borrowed while the handle lives. */
+const char *ct_actor_id(const ct_actor *a);
+const char *ct_actor_node(const ct_actor *a);
+int ct_actor_pid(const ct_actor *a);
+/* 1 once the runtime knows the actor died, else 0. */
+int ct_actor_is_dead(const ct_actor *a);
+
+/* In an actor process: its own actor id and node id; in a driver: "" and "". Borrowed. */
+const char *ct_self_actor_id(void);
+const char *ct_self_node_id(void);
+
+/* ---- events ---- */
+
+typedef enum ct_event_type {
+    CT_EVENT_NODE_JOINED = 1,
+    CT_EVENT_NODE_DEAD = 2,
+    CT_EVENT_ACTOR_DEAD = 3,
+} ct_event_type;
+
+#define CT_EVENTS_ALL                                                                              \
+    ((1u << CT_EVENT_NODE_JOINED) | (1u << CT_EVENT_NODE_DEAD) | (1u << CT_EVENT_ACTOR_DEAD))
+
+typedef struct ct_event {
+    ct_event_type type;
+    char node_id[32];
+    char actor_id[32];
+    int pid;         /* the actor's (or node's) pid */
+    int exit_status; /* when term_signal == 0 */
+    int term_signal;
+    char reason[128];
+    int64_t received_ns; /* CLOCK_MONOTONIC when this process received it */
+} ct_event;
+
+/* Subscribes to event types (mask of 1u << ct_event_type; CT_EVENTS_ALL). Without a
+ * subscription a driver still receives the death events of the actors it created. */
+int ct_events_subscribe(unsigned mask);
+/* Next event, waiting up to timeout_ms (0: poll once). 0 or CT_ETIMEDOUT. */
+int ct_events_next(ct_event *ev, int timeout_ms);
+
+/* ---- KV (rendezvous) ---- */
+
+int ct_kv_put(const char *key, const void *value, size_t len); /* overwrite */
+int ct_kv_get(const char *key, void **value, size_t *len,
+              int timeout_ms); /* waits until the key exists or timeout (CT_ETIMEDOUT); caller frees
+                                  *value with free() */
+int ct_kv_del(const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

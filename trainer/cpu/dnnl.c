@@ -749,16 +749,18 @@ int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const flo
         dnnl_batch_normalization_desc_t d;
         DN(dnnl_batch_normalization_backward_desc_init(&d, dnnl_backward, &data, &data, p->eps,
                                                        BN_FLAGS));
-        aspec as[8] = {{DNNL_ARG_SRC, &data, 0},        {DNNL_ARG_DIFF_DST, &data, 0},
+        aspec as[9] = {{DNNL_ARG_SRC, &data, 0},        {DNNL_ARG_DIFF_DST, &data, 0},
                        {DNNL_ARG_SCALE, &vec, 0},       {DNNL_ARG_MEAN, &vec, 0},
                        {DNNL_ARG_VARIANCE, &vec, 0},    {DNNL_ARG_DIFF_SRC, &data, 1},
-                       {DNNL_ARG_DIFF_SCALE, &vec, 1},  {DNNL_ARG_DIFF_SHIFT, &vec, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 8, as)) < 0)
+                       {DNNL_ARG_DIFF_SCALE, &vec, 1},  {DNNL_ARG_DIFF_SHIFT, &vec, 1},
+                       {DNNL_ARG_SHIFT, &vec, 0}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 9, as)) < 0)
             goto err;
         insert(e);
     }
-    void *ptrs[8] = {(void *)x, (void *)dy, (void *)scale, (void *)mean, (void *)var,
-                     dx,        dscale,     dshift};
+    /* shift is not read by the backward pass, but oneDNN 2.6 wants the argument */
+    void *ptrs[9] = {(void *)x, (void *)dy, (void *)scale, (void *)mean, (void *)var,
+                     dx,        dscale,     dshift,        (void *)scale};
     rc = entry_run(e, ptrs);
 err:
     if (hint)

@@ -1,0 +1,243 @@
+/* tests/runtime/harness.h — helpers for the runtime's multi-process tests: start ct-head /
+ * ct-node from the build's bin/, read their output, assert with both values printed, and kill
+ * and reap every process started, by pid, also when a test fails (atexit + fatal signals).
+ * Header-only: each test is one executable. */
+#ifndef CT_TESTS_RUNTIME_HARNESS_H
+#define CT_TESTS_RUNTIME_HARNESS_H
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int h_failures;
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            h_failures++;                                                                          \
+        }                                                                                          \
+    } while (0)
+#define CHECK_EQ_INT(a, b)                                                                         \
+    do {                                                                                           \
+        long long _a = (long long)(a), _b = (long long)(b);                                        \
+        if (_a != _b) {                                                                            \
+            fprintf(stderr, "%s:%d: %s == %s failed: %lld vs %lld\n", __FILE__, __LINE__, #a, #b,  \
+                    _a, _b);                                                                       \
+            h_failures++;                                                                          \
+        }                                                                                          \
+    } while (0)
+#define CHECK_STR(a, b)                                                                            \
+    do {                                                                                           \
+        const char *_a = (a), *_b = (b);                                                           \
+        if (strcmp(_a ? _a : "(null)", _b ? _b : "(null)")) {                                      \
+            fprintf(stderr, "%s:%d: %s == %s failed: '%s' vs '%s'\n", __FILE__, __LINE__, #a, #b,  \
+                    _a, _b);                                                                       \
+            h_failures++;                                                                          \
+        }                                                                                          \
+    } while (0)
+#define CHECK_OK(call)                                                                             \
+    do {                                                                                           \
+        int _rc = (call);                                                                          \
+        if (_rc) {                                                                                 \
+            fprintf(stderr, "%s:%d: %s returned %d (%s): %s\n", __FILE__, __LINE__, #call, _rc,    \
+                    ct_strerror(_rc), ct_last_error());                                            \
+            h_failures++;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+#define H_MAX_PROCS 64
+static pid_t h_procs[H_MAX_PROCS];
+static int h_nprocs;
+static pid_t h_owner;
+
+static double h_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Kills and reaps every process this test started (those still running). */
+static void h_kill_all(void)
+{
+    if (getpid() != h_owner)
+        return;
+    for (int i = 0; i < h_nprocs; i++)
+        if (h_procs[i] > 0) {
+            kill(h_procs[i], SIGKILL);
+            waitpid(h_procs[i], NULL, 0);
+            h_procs[i] = 0;
+        }
+}
+
+static void h_on_signal(int sig)
+{
+    h_kill_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void h_init(void)
+{
+    h_owner = getpid();
+    atexit(h_kill_all);
+    signal(SIGSEGV, h_on_signal);
+    signal(SIGABRT, h_on_signal);
+    signal(SIGTERM, h_on_signal);
+    signal(SIGINT, h_on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    alarm(120); /* a hung test still cleans up (SIGALRM -> handler) */
+    signal(SIGALRM, h_on_signal);
+}
+
+/* Path of a program next to this test binary (build/bin). */
+static const char *h_bin(const char *name)
+{
+    static char out[8][PATH_MAX];
+    static int k;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = 0;
+    char *p = out[k++ % 8];
+    snprintf(p, PATH_MAX, "%s/%s", dirname(self), name);
+    return p;
+}
+
+/* Starts argv with stdout on a pipe (*out_fd, or /dev/null when out_fd is NULL); the child
+ * dies with this process. Returns the pid. */
+static pid_t h_spawn(char *const argv[], int *out_fd)
+{
+    int p[2] = {-1, -1};
+    if (out_fd && pipe2(p, O_CLOEXEC))
+        return -1;
+    pid_t me = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != me)
+            _exit(1);
+        if (out_fd)
+            dup2(p[1], 1);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    if (out_fd) {
+        close(p[1]);
+        *out_fd = p[0];
+    }
+    if (pid > 0 && h_nprocs < H_MAX_PROCS)
+        h_procs[h_nprocs++] = pid;
+    return pid;
+}
+
+static int h_read_line(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    size_t n = 0;
+    double until = h_now_ms() + timeout_ms;
+    while (n + 1 < cap) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int left = (int)(until - h_now_ms());
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            return -1;
+        if (read(fd, buf + n, 1) != 1)
+            return -1;
+        if (buf[n] == '\n')
+            break;
+        n++;
+    }
+    buf[n] = 0;
+    return 0;
+}
+
+/* Starts ct-head on an ephemeral port; fills addr ("127.0.0.1:P"). */
+static pid_t h_start_head(char *addr, size_t cap, const char *hb, const char *dead)
+{
+    char *argv[] = {(char *)h_bin("ct-head"), "--port",     "0", "--heartbeat-ms", (char *)hb,
+                    "--dead-after-ms",        (char *)dead, NULL};
+    int fd;
+    pid_t pid = h_spawn(argv, &fd);
+    char line[120];
+    if (pid < 0 || h_read_line(fd, line, sizeof line, 5000) || strncmp(line, "listening on ", 13)) {
+        fprintf(stderr, "ct-head did not start\n");
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    snprintf(addr, cap, "%s", line + 13);
+    return pid;
+}
+
+/* Starts ct-node with extra args (NULL-terminated list). */
+static pid_t h_start_node(const char *addr, const char *a1, const char *a2, const char *a3,
+                          const char *a4, const char *a5, const char *a6)
+{
+    char *argv[] = {(char *)h_bin("ct-node"),
+                    "--head",
+                    (char *)addr,
+                    (char *)a1,
+                    (char *)a2,
+                    (char *)a3,
+                    (char *)a4,
+                    (char *)a5,
+                    (char *)a6,
+                    NULL};
+    return h_spawn(argv, NULL);
+}
+
+/* 1 when pid no longer runs (gone or a zombie). */
+static int h_gone(pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/* Waits up to timeout_ms for pid to be gone; 1 if gone. */
+static int h_wait_gone(pid_t pid, int timeout_ms)
+{
+    double until = h_now_ms() + timeout_ms;
+    while (!h_gone(pid)) {
+        if (h_now_ms() > until)
+            return 0;
+        usleep(5000);
+    }
+    return 1;
+}
+
+/* Runs a command, returns its stdout (malloc'd). */
+static char *h_capture(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - 1 - n, p)) > 0)
+        n += r;
+    buf[n] = 0;
+    pclose(p);
+    return buf;
+}
+
+#endif

@@ -20,7 +20,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,11 +61,11 @@ struct ct__shm {
     char *data;
     size_t slot;
     int n, me;
-    uint32_t seq;   /* my signals so far */
-    uint32_t round; /* rounds so far: buffer = round & 1 */
-    int *pidfd;     /* [n] -1 for me or when pidfd_open is unavailable */
-    int *pid;       /* [n] */
-    int spin;       /* spins before yielding */
+    uint32_t seq;    /* my signals so far */
+    uint32_t round;  /* rounds so far: buffer = round & 1 */
+    int *pidfd;      /* [n] -1 for me or when pidfd_open is unavailable */
+    int *pid;        /* [n] */
+    int64_t spin_ns; /* spin this long before sleeping on the futex */
     int unlinked;
     int64_t next_live_check;
 };
@@ -104,17 +103,26 @@ static int peer_dead(struct ct__shm *s, int i)
     return s->pid[i] > 0 && kill(s->pid[i], 0) < 0 && errno == ESRCH;
 }
 
-/* Waits until local rank i's seq reaches target. */
+/* Waits until local rank i's seq reaches target: spins for up to spin_ns (the peer is
+ * usually running on another core), then sleeps on the peer's futex word in short slices so
+ * that an oversubscribed machine runs the peer instead of this spinner. */
 static int wait_peer(ct_comm *c, int i, uint32_t target, int64_t deadline)
 {
     struct ct__shm *s = c->shm;
     struct ctl *p = ctl(s, i);
-    int64_t yield_start = 0;
-    for (int spins = 0;; spins++) {
+    int64_t start = 0;
+    for (unsigned spins = 0;; spins++) {
         uint32_t v = atomic_load_explicit(&p->seq, memory_order_acquire);
         if ((int32_t)(v - target) >= 0)
             return 0;
-        if (spins < s->spin) {
+        if (spins & 63) {
+            cpu_relax();
+            continue;
+        }
+        int64_t now = ct__now_ns();
+        if (!start)
+            start = now;
+        if (now - start < s->spin_ns) {
             cpu_relax();
             continue;
         }
@@ -125,7 +133,6 @@ static int wait_peer(ct_comm *c, int i, uint32_t target, int64_t deadline)
         if (atomic_load(&p->failed))
             return ct__error(CT_ECONNRESET, "collective: rank %d (pid %d) left group %s",
                              c->local_ranks[i], s->pid[i], c->group);
-        int64_t now = ct__now_ns();
         if (now >= deadline)
             return ct__error(CT_ETIMEDOUT, "collective: rank %d timed out waiting for rank %d",
                              c->rank, c->local_ranks[i]);
@@ -134,12 +141,6 @@ static int wait_peer(ct_comm *c, int i, uint32_t target, int64_t deadline)
             if (peer_dead(s, i))
                 return ct__error(CT_ECONNRESET, "collective: rank %d (pid %d) died",
                                  c->local_ranks[i], s->pid[i]);
-        }
-        if (!yield_start)
-            yield_start = now;
-        if (now - yield_start < 2 * 1000000) {
-            sched_yield();
-            continue;
         }
         atomic_fetch_add(&p->waiters, 1);
         v = atomic_load(&p->seq);
@@ -195,7 +196,8 @@ int ct__shm_setup(ct_comm *c, const ct_rendezvous *rdv, int64_t deadline)
     for (int i = 0; i < s->n; i++)
         s->pidfd[i] = -1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    s->spin = s->n <= ncpu ? 20000 : 50;
+    const char *spin = getenv("CT_COLL_SHM_SPIN_US");
+    s->spin_ns = spin ? atoll(spin) * 1000 : s->n <= ncpu ? 50000 : 2000;
     const char *env = getenv("CT_COLL_SHM_SLOT_KB");
     s->slot = env && atoi(env) > 0 ? (size_t)atoi(env) * 1024 : DEFAULT_SLOT;
     size_t data_off = ((size_t)CTL_BYTES * (size_t)(s->n + 1) + 4095) & ~(size_t)4095;

@@ -61,7 +61,7 @@ static pid_t h_procs[H_MAX_PROCS];
 static int h_nprocs;
 static pid_t h_owner;
 
-static double h_now_ms(void)
+__attribute__((unused)) static double h_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -69,7 +69,7 @@ static double h_now_ms(void)
 }
 
 /* Kills and reaps every process this test started (those still running). */
-static void h_kill_all(void)
+__attribute__((unused)) static void h_kill_all(void)
 {
     if (getpid() != h_owner)
         return;
@@ -81,14 +81,14 @@ static void h_kill_all(void)
         }
 }
 
-static void h_on_signal(int sig)
+__attribute__((unused)) static void h_on_signal(int sig)
 {
     h_kill_all();
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
-static void h_init(void)
+__attribute__((unused)) static void h_init(void)
 {
     h_owner = getpid();
     atexit(h_kill_all);
@@ -116,7 +116,7 @@ static const char *h_bin(const char *name)
 
 /* Starts argv with stdout on a pipe (*out_fd, or /dev/null when out_fd is NULL); the child
  * dies with this process. Returns the pid. */
-static pid_t h_spawn(char *const argv[], int *out_fd)
+__attribute__((unused)) static pid_t h_spawn(char *const argv[], int *out_fd)
 {
     int p[2] = {-1, -1};
     if (out_fd && pipe2(p, O_CLOEXEC))
@@ -141,7 +141,7 @@ static pid_t h_spawn(char *const argv[], int *out_fd)
     return pid;
 }
 
-static int h_read_line(int fd, char *buf, size_t cap, int timeout_ms)
+__attribute__((unused)) static int h_read_line(int fd, char *buf, size_t cap, int timeout_ms)
 {
     size_t n = 0;
     double until = h_now_ms() + timeout_ms;
@@ -161,11 +161,12 @@ static int h_read_line(int fd, char *buf, size_t cap, int timeout_ms)
 }
 
 /* Starts ct-head on an ephemeral port; fills addr ("127.0.0.1:P"). */
-static pid_t h_start_head(char *addr, size_t cap, const char *hb, const char *dead)
+__attribute__((unused)) static pid_t h_start_head(char *addr, size_t cap, const char *hb,
+                                                  const char *dead)
 {
     char *argv[] = {(char *)h_bin("ct-head"), "--port",     "0", "--heartbeat-ms", (char *)hb,
                     "--dead-after-ms",        (char *)dead, NULL};
-    int fd;
+    int fd = -1;
     pid_t pid = h_spawn(argv, &fd);
     char line[120];
     if (pid < 0 || h_read_line(fd, line, sizeof line, 5000) || strncmp(line, "listening on ", 13)) {
@@ -179,8 +180,9 @@ static pid_t h_start_head(char *addr, size_t cap, const char *hb, const char *de
 }
 
 /* Starts ct-node with extra args (NULL-terminated list). */
-static pid_t h_start_node(const char *addr, const char *a1, const char *a2, const char *a3,
-                          const char *a4, const char *a5, const char *a6)
+__attribute__((unused)) static pid_t h_start_node(const char *addr, const char *a1, const char *a2,
+                                                  const char *a3, const char *a4, const char *a5,
+                                                  const char *a6)
 {
     char *argv[] = {(char *)h_bin("ct-node"),
                     "--head",
@@ -196,7 +198,7 @@ static pid_t h_start_node(const char *addr, const char *a1, const char *a2, cons
 }
 
 /* 1 when pid no longer runs (gone or a zombie). */
-static int h_gone(pid_t pid)
+__attribute__((unused)) static int h_gone(pid_t pid)
 {
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return 1;
@@ -213,7 +215,7 @@ static int h_gone(pid_t pid)
 }
 
 /* Waits up to timeout_ms for pid to be gone; 1 if gone. */
-static int h_wait_gone(pid_t pid, int timeout_ms)
+__attribute__((unused)) static int h_wait_gone(pid_t pid, int timeout_ms)
 {
     double until = h_now_ms() + timeout_ms;
     while (!h_gone(pid)) {
@@ -225,7 +227,7 @@ static int h_wait_gone(pid_t pid, int timeout_ms)
 }
 
 /* Runs a command, returns its stdout (malloc'd). */
-static char *h_capture(const char *cmd)
+__attribute__((unused)) static char *h_capture(const char *cmd)
 {
     FILE *p = popen(cmd, "r");
     if (!p)

@@ -1,0 +1,151 @@
+/* tests/runtime/test_failure.c — failure detection and death notification:
+ * - kill -9 of an actor process: the driver's ACTOR_DEAD event arrives within 200 ms, and a
+ *   call pending on it fails with CT_EDEAD promptly (not at its timeout);
+ * - kill -9 of a node: NODE_DEAD within 1.5 s (heartbeat 100 ms, dead after 1 s), its actors
+ *   are reported dead and their processes are gone;
+ * - nothing this test started is left running. */
+#include "harness.h"
+#include "classes.h"
+#include "ct/ct.h"
+
+static int next_event(ct_event_type type, const char *actor, ct_event *ev, int timeout_ms)
+{
+    double until = h_now_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(until - h_now_ms());
+        if (left <= 0 || ct_events_next(ev, left))
+            return -1;
+        if (ev->type == type && (!actor || !strcmp(ev->actor_id, actor)))
+            return 0;
+    }
+}
+
+int main(void)
+{
+    register_test_classes();
+    ct_serve_if_worker();
+    h_init();
+    char addr[128];
+    pid_t head = h_start_head(addr, sizeof addr, "100", "1000");
+    if (head < 0)
+        return 1;
+    ct_init_opts io = {.address = addr};
+    CHECK_OK(ct_init(&io));
+    CHECK_OK(ct_events_subscribe(CT_EVENTS_ALL));
+    pid_t n1 = h_start_node(addr, "--cpus", "4", "--resources", "left=10", NULL, NULL);
+    pid_t n2 = h_start_node(addr, "--cpus", "4", "--resources", "right=10", NULL, NULL);
+    ct_event ev;
+    CHECK_OK(next_event(CT_EVENT_NODE_JOINED, NULL, &ev, 5000));
+    CHECK_OK(next_event(CT_EVENT_NODE_JOINED, NULL, &ev, 5000));
+    (void)n1;
+
+    ct_actor *x = NULL, *y = NULL, *z = NULL;
+    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.custom = {{"left", 1}}}, NULL, 0, &x));
+    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.custom = {{"right", 1}}}, NULL, 0, &y));
+    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.custom = {{"right", 1}}}, NULL, 0, &z));
+    if (!x || !y || !z)
+        goto done;
+    long *pv = NULL;
+    size_t n;
+    CHECK_OK(ct_actor_call(x, "pid", NULL, 0, (void **)&pv, &n, 3000));
+    CHECK_EQ_INT(pv ? *pv : -1, ct_actor_pid(x));
+    free(pv);
+
+    /* a call that is still running when its actor is killed */
+    ct_future *f = NULL;
+    int ms = 5000;
+    CHECK_OK(ct_actor_call_async(x, "sleep", &ms, sizeof ms, &f));
+    usleep(50000);
+    double t0 = h_now_ms();
+    int64_t k0 = 0;
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        k0 = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    }
+    CHECK_OK(kill(ct_actor_pid(x), SIGKILL));
+    CHECK_EQ_INT(ct_future_wait(f, 10000, NULL, NULL), CT_EDEAD);
+    double call_ms = h_now_ms() - t0;
+    printf("pending call failed %.1f ms after kill -9\n", call_ms);
+    CHECK(call_ms < 200);
+    ct_future_destroy(&f);
+    CHECK_OK(next_event(CT_EVENT_ACTOR_DEAD, ct_actor_id(x), &ev, 2000));
+    double ev_ms = (ev.received_ns - k0) / 1e6;
+    printf("actor death event %.1f ms after kill -9\n", ev_ms);
+    CHECK(ev_ms < 200);
+    CHECK_EQ_INT(ev.term_signal, SIGKILL);
+    CHECK_EQ_INT(ev.pid, ct_actor_pid(x));
+    CHECK(ct_actor_is_dead(x));
+    CHECK_EQ_INT(ct_actor_call(x, "add", NULL, 0, NULL, NULL, 1000), CT_EDEAD);
+
+    /* the same without a pending call, a few times, to see the spread */
+    double worst = 0;
+    for (int i = 0; i < 5; i++) {
+        ct_actor *v = NULL;
+        CHECK_OK(ct_actor_create("Counter", &(ct_resources){.custom = {{"left", 1}}}, NULL, 0, &v));
+        if (!v)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        k0 = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        kill(ct_actor_pid(v), SIGKILL);
+        CHECK_OK(next_event(CT_EVENT_ACTOR_DEAD, ct_actor_id(v), &ev, 2000));
+        double d = (ev.received_ns - k0) / 1e6;
+        worst = d > worst ? d : worst;
+        ct_actor_release(&v);
+    }
+    printf("worst of 5 actor death events: %.1f ms\n", worst);
+    CHECK(worst < 200);
+
+    /* kill -9 a node: declared dead within 1.5 s, its actors dead and gone */
+    pid_t ypid = ct_actor_pid(y), zpid = ct_actor_pid(z);
+    ct_future *fy = NULL;
+    CHECK_OK(ct_actor_call_async(y, "sleep", &ms, sizeof ms, &fy));
+    t0 = h_now_ms();
+    CHECK_OK(kill(n2, SIGKILL));
+    CHECK_OK(next_event(CT_EVENT_NODE_DEAD, NULL, &ev, 3000));
+    double node_ms = h_now_ms() - t0;
+    printf("node declared dead %.1f ms after kill -9\n", node_ms);
+    CHECK(node_ms < 1500);
+    CHECK_STR(ev.node_id, "node-2");
+    CHECK(ct_actor_is_dead(y));
+    CHECK(ct_actor_is_dead(z));
+    CHECK_EQ_INT(ct_future_wait(fy, 1000, NULL, NULL), CT_EDEAD);
+    ct_future_destroy(&fy);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s status --address %s", h_bin("ctup"), addr);
+    char *out = h_capture(cmd);
+    CHECK(out && strstr(out, "2 nodes (1 alive)"));
+    if (out) {
+        char line[200];
+        snprintf(line, sizeof line, "%-10s %-16s %-10s %-8d %s", ct_actor_id(y), "Counter",
+                 "node-2", (int)ypid, "DEAD");
+        CHECK(strstr(out, line) != NULL);
+        snprintf(line, sizeof line, "%-10s %-6s", "node-2", "127.0.0.1");
+        CHECK(strstr(out, "DEAD") != NULL);
+    }
+    free(out);
+    CHECK(h_wait_gone(ypid, 1000));
+    CHECK(h_wait_gone(zpid, 1000));
+    /* the surviving node still serves */
+    ct_actor *w = NULL;
+    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 1}, NULL, 0, &w));
+    if (w) {
+        char *nd = NULL;
+        CHECK_OK(ct_actor_call(w, "where", NULL, 0, (void **)&nd, &n, 3000));
+        CHECK_STR(nd, "node-1");
+        free(nd);
+    }
+    ct_actor_release(&w);
+
+done:
+    ct_actor_release(&x);
+    ct_actor_release(&y);
+    ct_actor_release(&z);
+    ct_shutdown();
+    h_kill_all();
+    CHECK(h_gone(head));
+    if (h_failures)
+        fprintf(stderr, "test_failure: %d failure(s)\n", h_failures);
+    return h_failures ? 1 : 0;
+}

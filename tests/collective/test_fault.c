@@ -1,5 +1,5 @@
 /* tests/collective/test_fault.c — a rank dies (kill -9) or hangs (SIGSTOP) in the middle of a
- * 64 MiB allreduce among 3 ranks, over shared memory and over TCP:
+ * 64 MiB allreduce among 3 ranks, over shared memory, over TCP, and mixed (kill only):
  *   - with abort: each survivor has a watcher thread that calls ct_comm_abort() when the test
  *     (standing in for the head's death notice) writes to its pipe; the pending call must
  *     return an error within 1 s of the notice;
@@ -79,7 +79,12 @@ static int rank_main(int rank, int world, void *arg)
     CHECK(rdv);
     snprintf(group, sizeof group, "fault-%s-%s-%s", sc.transport, sc.stop ? "stop" : "kill",
              sc.use_abort ? "abort" : "noabort");
-    snprintf(node, sizeof node, "n%d", strcmp(sc.transport, "shm") == 0 ? 0 : rank);
+    /* mixed: the victim shares node "n0" with rank 0 (its leader), rank 2 is on "n2": the
+     * death is seen over shm by rank 0, whose failure reaches rank 2 over TCP */
+    int nd = strcmp(sc.transport, "shm") == 0   ? 0
+             : strcmp(sc.transport, "tcp") == 0 ? rank
+                                                : rank / 2 * 2;
+    snprintf(node, sizeof node, "n%d", nd);
     ct_comm *c = NULL;
     CHECK_RC(ct_comm_new(&(ct_comm_opts){.rendezvous = rdv,
                                          .group_id = group,
@@ -217,12 +222,12 @@ int main(int argc, char **argv)
     if (sh == MAP_FAILED || t_rdv_init() < 0)
         return 1;
     const char *only = argc > 1 ? argv[1] : NULL;
-    const char *tr[2] = {"shm", "tcp"};
+    const char *tr[3] = {"shm", "tcp", "mixed"};
     int bad = 0;
-    for (int t = 0; t < 2 && !bad; t++) {
+    for (int t = 0; t < 3 && !bad; t++) {
         if (only && strcmp(only, tr[t]))
             continue;
-        for (int k = 0; k < 4 && !bad; k++) {
+        for (int k = 0; k < (t == 2 ? 2 : 4) && !bad; k++) { /* mixed: kill -9 only */
             sc = (struct scenario){tr[t], k >> 1, k & 1};
             bad = run_scenario();
         }

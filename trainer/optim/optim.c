@@ -272,44 +272,86 @@ void ct_optim_destroy(ct_optim **op)
 }
 
 /* ---- update kernels ------------------------------------------------------------------------
- * Flags are loop-invariant: at -O3 the compiler unswitches and vectorises each variant. */
+ * Each body is an always-inline function of constant flags: the dispatchers below call it with
+ * literal flags, so every variant is its own branch-free loop the compiler vectorises.
+ * maximize multiplies the gradient by -1 (exact), and Adam's decay factor is 1 (exact). */
 
-static void sgd_update(float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
-                       const group *gr, bool first)
+#define CT_INLINE static inline __attribute__((always_inline))
+/* One clone per ISA level, picked at load time (glibc ifunc): the binary still runs anywhere. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__)
+#define CT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CT_CLONES
+#endif
+
+enum { MOM_NONE, MOM_FIRST, MOM_PLAIN, MOM_FIRST_NESTEROV, MOM_NESTEROV };
+
+CT_INLINE void sgd_body(float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
+                        float sign, float wd, float mom, float damp1, float neg_lr,
+                        const bool use_wd, const int mode)
 {
-    const float wd = (float)gr->weight_decay, mom = (float)gr->momentum;
-    const float damp1 = (float)(1.0 - gr->dampening), neg_lr = (float)(-gr->lr);
-    const bool use_wd = gr->weight_decay != 0.0, use_mom = gr->momentum != 0.0;
-    const bool nesterov = gr->nesterov, maximize = gr->maximize;
     for (int64_t i = 0; i < n; i++) {
-        float d = maximize ? -g[i] : g[i];
+        float d = sign * g[i];
         if (use_wd)
             d = d + wd * p[i];
-        if (use_mom) {
-            float b = first ? d : buf[i] * mom + damp1 * d;
+        if (mode != MOM_NONE) {
+            /* torch: buf = clone(d) on the first step, else buf*mom + (1-dampening)*d */
+            float b =
+                (mode == MOM_FIRST || mode == MOM_FIRST_NESTEROV) ? d : buf[i] * mom + damp1 * d;
             buf[i] = b;
-            d = nesterov ? d + mom * b : b;
+            d = (mode == MOM_FIRST_NESTEROV || mode == MOM_NESTEROV) ? d + mom * b : b;
         }
         p[i] = p[i] + neg_lr * d;
     }
 }
 
-static void adam_update(float *restrict p, const float *restrict g, float *restrict m,
-                        float *restrict v, float *restrict mx, int64_t n, const group *gr,
-                        bool decoupled, double step)
+CT_CLONES static void sgd_update(float *restrict p, const float *restrict g, float *restrict buf,
+                                 int64_t n, const group *gr, bool first)
 {
-    const float b1 = (float)gr->beta1, b2 = (float)gr->beta2;
-    const float omb1 = (float)(1.0 - gr->beta1), omb2 = (float)(1.0 - gr->beta2);
-    const double bc1 = 1.0 - pow(gr->beta1, step), bc2 = 1.0 - pow(gr->beta2, step);
-    const float neg_step_size = (float)(-(gr->lr / bc1));
-    const float bc2_sqrt = (float)sqrt(bc2), eps = (float)gr->eps;
-    const bool maximize = gr->maximize, amsgrad = gr->amsgrad;
-    const bool l2 = !decoupled && gr->weight_decay != 0.0;
-    const float wd = (float)gr->weight_decay;
-    /* AdamW's decay p *= 1 - lr*wd comes first; decay is 1 for Adam. */
-    const float decay = decoupled ? (float)(1.0 - gr->lr * gr->weight_decay) : 1.0f;
+    const float wd = (float)gr->weight_decay, mom = (float)gr->momentum;
+    const float damp1 = (float)(1.0 - gr->dampening), neg_lr = (float)(-gr->lr);
+    const float sign = gr->maximize ? -1.0f : 1.0f;
+    const bool use_wd = gr->weight_decay != 0.0;
+    int mode = MOM_NONE;
+    if (gr->momentum != 0.0)
+        mode = gr->nesterov ? (first ? MOM_FIRST_NESTEROV : MOM_NESTEROV)
+                            : (first ? MOM_FIRST : MOM_PLAIN);
+#define SGD_CASE(WD, MODE)                                                                         \
+    sgd_body(p, g, buf, n, sign, wd, mom, damp1, neg_lr, WD, MODE);                                \
+    break
+    switch (mode * 2 + use_wd) {
+    case MOM_NONE * 2:
+        SGD_CASE(false, MOM_NONE);
+    case MOM_NONE * 2 + 1:
+        SGD_CASE(true, MOM_NONE);
+    case MOM_FIRST * 2:
+        SGD_CASE(false, MOM_FIRST);
+    case MOM_FIRST * 2 + 1:
+        SGD_CASE(true, MOM_FIRST);
+    case MOM_PLAIN * 2:
+        SGD_CASE(false, MOM_PLAIN);
+    case MOM_PLAIN * 2 + 1:
+        SGD_CASE(true, MOM_PLAIN);
+    case MOM_FIRST_NESTEROV * 2:
+        SGD_CASE(false, MOM_FIRST_NESTEROV);
+    case MOM_FIRST_NESTEROV * 2 + 1:
+        SGD_CASE(true, MOM_FIRST_NESTEROV);
+    case MOM_NESTEROV * 2:
+        SGD_CASE(false, MOM_NESTEROV);
+    default:
+        SGD_CASE(true, MOM_NESTEROV);
+    }
+#undef SGD_CASE
+}
+
+CT_INLINE void adam_body(float *restrict p, const float *restrict g, float *restrict m,
+                         float *restrict v, float *restrict mx, int64_t n, float sign, float decay,
+                         float wd, float b1, float omb1, float b2, float omb2, float bc2_sqrt,
+                         float eps, float neg_step_size, const bool l2, const bool amsgrad)
+{
     for (int64_t i = 0; i < n; i++) {
-        float d = maximize ? -g[i] : g[i];
+        float d = sign * g[i];
         float pi = p[i] * decay;
         if (l2)
             d = d + wd * pi;
@@ -324,6 +366,37 @@ static void adam_update(float *restrict p, const float *restrict g, float *restr
         float den = sqrtf(vi) / bc2_sqrt + eps;
         p[i] = pi + neg_step_size * mi / den;
     }
+}
+
+CT_CLONES static void adam_update(float *restrict p, const float *restrict g, float *restrict m,
+                                  float *restrict v, float *restrict mx, int64_t n, const group *gr,
+                                  bool decoupled, double step)
+{
+    const float b1 = (float)gr->beta1, b2 = (float)gr->beta2;
+    const float omb1 = (float)(1.0 - gr->beta1), omb2 = (float)(1.0 - gr->beta2);
+    const double bc1 = 1.0 - pow(gr->beta1, step), bc2 = 1.0 - pow(gr->beta2, step);
+    const float neg_step_size = (float)(-(gr->lr / bc1));
+    const float bc2_sqrt = (float)sqrt(bc2), eps = (float)gr->eps;
+    const float sign = gr->maximize ? -1.0f : 1.0f;
+    const bool l2 = !decoupled && gr->weight_decay != 0.0;
+    const float wd = (float)gr->weight_decay;
+    /* AdamW's decay p *= 1 - lr*wd comes first; decay is 1 for Adam. */
+    const float decay = decoupled ? (float)(1.0 - gr->lr * gr->weight_decay) : 1.0f;
+#define ADAM_CASE(L2, AMS)                                                                         \
+    adam_body(p, g, m, v, mx, n, sign, decay, wd, b1, omb1, b2, omb2, bc2_sqrt, eps,               \
+              neg_step_size, L2, AMS);                                                             \
+    break
+    switch (l2 * 2 + gr->amsgrad) {
+    case 0:
+        ADAM_CASE(false, false);
+    case 1:
+        ADAM_CASE(false, true);
+    case 2:
+        ADAM_CASE(true, false);
+    default:
+        ADAM_CASE(true, true);
+    }
+#undef ADAM_CASE
 }
 
 /* Allocates p's state arrays for the current hyper-parameters (zeroed). */

@@ -97,13 +97,15 @@ static int rank_main(int rank, int world, void *arg)
     ct_rendezvous *rdv = ct_rendezvous_file_new(t_rdv_dir);
     CHECK(rdv);
     snprintf(group, sizeof group, "ops-%s-%d", mode, world);
+    /* mixed: the default address (the first non-loopback IPv4 address) */
+    const char *host = strcmp(mode, "mixed") ? "127.0.0.1" : NULL;
     ct_comm *c = NULL;
     CHECK_RC(ct_comm_new(&(ct_comm_opts){.rendezvous = rdv,
                                          .group_id = group,
                                          .rank = rank,
                                          .world_size = world,
                                          .node_id = node_of(rank, nb),
-                                         .host = "127.0.0.1",
+                                         .host = host,
                                          .timeout_ms = 20000},
                          &c));
     CHECK(ct_comm_rank(c) == rank && ct_comm_world_size(c) == world);

@@ -82,7 +82,6 @@ void ct__scale(float *dst, size_t n, float scale);
 /* ---- nccl.c (only with CT_HAVE_CUDA) ------------------------------------------------------ */
 int ct__nccl_setup(ct_comm *c, const ct_comm_opts *o, int64_t deadline);
 void ct__nccl_destroy(ct_comm *c);
-void ct__nccl_abort(ct_comm *c);
 int ct__nccl_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_op op,
                        int64_t deadline);
 int ct__nccl_broadcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root,

@@ -138,9 +138,14 @@ void ct__nccl_destroy(ct_comm *c)
     c->nccl = NULL;
 }
 
-void ct__nccl_abort(ct_comm *c)
+/* the calling thread may not be the one that built the comm (e.g. a bucketer thread) */
+static int use_device(ct_comm *c)
 {
-    (void)c; /* the watchdog in the calling thread sees the status and aborts NCCL */
+    if (!c->nccl->comm)
+        return ct__error(CT_ENCCL, "collective: communicator was aborted");
+    if (cudaSetDevice(c->nccl->device) != cudaSuccess)
+        return ct__error(CT_ECUDA, "collective: cudaSetDevice(%d)", c->nccl->device);
+    return 0;
 }
 
 static int dtype_of(ct_dtype dt, ncclDataType_t *out)
@@ -176,10 +181,8 @@ int ct__nccl_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm
 {
     ncclDataType_t t = ncclFloat32;
     int rc = dtype_of(dt, &t);
-    if (rc < 0)
+    if (rc < 0 || (rc = use_device(c)) < 0)
         return rc;
-    if (!c->nccl->comm)
-        return ct__error(CT_ENCCL, "collective: communicator was aborted");
     ncclResult_t r = ncclAllReduce(buf, buf, count, t, op == CT_COMM_AVG ? ncclAvg : ncclSum,
                                    c->nccl->comm, c->nccl->stream);
     return issued(c, r, deadline, "ncclAllReduce");
@@ -189,10 +192,8 @@ int ct__nccl_broadcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int roo
 {
     ncclDataType_t t = ncclFloat32;
     int rc = dtype_of(dt, &t);
-    if (rc < 0)
+    if (rc < 0 || (rc = use_device(c)) < 0)
         return rc;
-    if (!c->nccl->comm)
-        return ct__error(CT_ENCCL, "collective: communicator was aborted");
     ncclResult_t r = ncclBroadcast(buf, buf, count, t, root, c->nccl->comm, c->nccl->stream);
     return issued(c, r, deadline, "ncclBroadcast");
 }
@@ -202,10 +203,8 @@ int ct__nccl_allgather(ct_comm *c, const void *send, void *recv, size_t count, c
 {
     ncclDataType_t t = ncclFloat32;
     int rc = dtype_of(dt, &t);
-    if (rc < 0)
+    if (rc < 0 || (rc = use_device(c)) < 0)
         return rc;
-    if (!c->nccl->comm)
-        return ct__error(CT_ENCCL, "collective: communicator was aborted");
     ncclResult_t r = ncclAllGather(send, recv, count, t, c->nccl->comm, c->nccl->stream);
     return issued(c, r, deadline, "ncclAllGather");
 }
@@ -214,10 +213,13 @@ int ct__nccl_barrier(ct_comm *c, int64_t deadline)
 {
     /* a one-element allreduce on a scratch device float */
     float *d = NULL;
+    int rc = use_device(c);
+    if (rc < 0)
+        return rc;
     if (cudaMalloc((void **)&d, sizeof(float)) != cudaSuccess)
         return ct__error(CT_ECUDA, "collective: barrier scratch");
     cudaMemsetAsync(d, 0, sizeof(float), c->nccl->stream);
-    int rc = ct__nccl_allreduce(c, d, 1, CT_F32, CT_COMM_SUM, deadline);
+    rc = ct__nccl_allreduce(c, d, 1, CT_F32, CT_COMM_SUM, deadline);
     cudaFree(d);
     return rc;
 }

@@ -209,9 +209,9 @@ static void on_event(Ct__Event *ev)
     C.qn++;
 }
 
-/* Reads everything waiting on the head socket. A reply to `want` is returned in *out (caller
- * frees); events are handled; stale replies dropped. */
-static void drain_head(uint64_t want, Ct__Envelope **out)
+/* Reads everything waiting on the head socket. Replies to request ids lo..hi land in
+ * slots[id - lo] (caller frees); events are handled; stale replies dropped. */
+static void drain_head(uint64_t lo, uint64_t hi, Ct__Envelope **slots)
 {
     for (;;) {
         Ct__Envelope *e;
@@ -226,8 +226,8 @@ static void drain_head(uint64_t want, Ct__Envelope **out)
         if (e->body_case == CT__ENVELOPE__BODY_EVENT && e->req_id == 0) {
             on_event(e->event);
             ct__msg_free(e);
-        } else if (want && e->req_id == want && out && !*out) {
-            *out = e;
+        } else if (slots && lo && e->req_id >= lo && e->req_id <= hi && !slots[e->req_id - lo]) {
+            slots[e->req_id - lo] = e;
         } else {
             ct__msg_free(e);
         }
@@ -274,7 +274,7 @@ static int head_request(Ct__Envelope *req, Ct__Envelope **rep, int timeout_ms)
         return rc;
     int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
     for (;;) {
-        drain_head(req->req_id, rep);
+        drain_head(req->req_id, req->req_id, rep);
         if (*rep)
             return 0;
         int64_t left = until - ct__now_ms();
@@ -557,7 +557,7 @@ void ct_shutdown(void)
             while (!rep && ct__now_ms() < until) {
                 zmq_pollitem_t it = {C.head, 0, ZMQ_POLLIN, 0};
                 zmq_poll(&it, 1, 50);
-                drain_head(last, &rep);
+                drain_head(last, last, &rep);
             }
             ct__msg_free(rep);
         }
@@ -605,12 +605,10 @@ static int fill_res(Ct__Resource *r, Ct__Resource **rp, double cpu, double gpu,
     return n;
 }
 
-int ct_actor_create(const char *cls, const ct_resources *res, const void *args, size_t len,
-                    ct_actor **out)
+/* Checks create arguments; fills the resource list. */
+static int create_check(const char *cls, const ct_resources *res, const void *args, size_t len,
+                        ct_resources *r)
 {
-    if (!out)
-        return ct__error(CT_EINVAL, "ct_actor_create: out is NULL");
-    *out = NULL;
     if (!cls || !*cls)
         return ct__error(CT_EINVAL, "ct_actor_create: class name is empty");
     if (!ct__class_find(cls))
@@ -620,21 +618,23 @@ int ct_actor_create(const char *cls, const ct_resources *res, const void *args, 
     if (len > CT_ZYGOTE_MAX_ARGS)
         return ct__error(CT_EINVAL, "ct_actor_create: args of %zu bytes, at most %d", len,
                          CT_ZYGOTE_MAX_ARGS);
-    ct_resources r = res ? *res : (ct_resources){.bundle = -1};
-    if (r.cpu < 0 || r.gpu < 0)
+    *r = res ? *res : (ct_resources){.bundle = -1};
+    if (r->cpu < 0 || r->gpu < 0)
         return ct__error(CT_EINVAL, "ct_actor_create: negative cpu or gpu");
-    int timeout = r.timeout_ms > 0 ? r.timeout_ms : 30000;
+    for (int i = 0; i < 8 && r->custom[i].name; i++)
+        if (r->custom[i].amount < 0 || !*r->custom[i].name)
+            return ct__error(CT_EINVAL, "ct_actor_create: custom[%d] (%s): empty or negative",
+                             i, r->custom[i].name);
+    return 0;
+}
+
+/* Sends one CreateActor; its request id in *req. Lock held. */
+static int create_send(const char *cls, const ct_resources *r, const void *args, size_t len,
+                       int timeout, uint64_t *req)
+{
     Ct__Resource rr[10];
     Ct__Resource *rp[10];
-    int nr = fill_res(rr, rp, r.cpu, r.gpu, r.custom, 8);
-    LOCK();
-    int rc = 0;
-    ct_actor *a = NULL;
-    Ct__Envelope *rep = NULL;
-    if (!C.inited) {
-        rc = ct__error(CT_EINVAL, "ct_actor_create: call ct_init first");
-        goto out;
-    }
+    int nr = fill_res(rr, rp, r->cpu, r->gpu, r->custom, 8);
     /* argv from /proc/self/cmdline: NUL-separated */
     char *argv[256];
     size_t nargv = 0;
@@ -642,7 +642,7 @@ int ct_actor_create(const char *cls, const ct_resources *res, const void *args, 
         argv[nargv++] = C.cmdline + off;
     Ct__Envelope e;
     Ct__CreateActor c = CT__CREATE_ACTOR__INIT;
-    ct__env_init(&e, 0, C.sender, timeout);
+    ct__env_init(&e, ++C.next_req, C.sender, timeout);
     c.class_name = (char *)cls;
     c.n_resources = nr;
     c.resources = rp;
@@ -651,20 +651,24 @@ int ct_actor_create(const char *cls, const ct_resources *res, const void *args, 
     c.exe_path = C.exe;
     c.n_argv = nargv;
     c.argv = argv;
-    c.strategy = r.strategy == CT_SPREAD ? CT__STRATEGY__SPREAD : CT__STRATEGY__PACK;
-    c.pg_id = r.pg ? r.pg->id : "";
-    c.bundle_index = r.pg ? r.bundle : -1;
+    c.strategy = r->strategy == CT_SPREAD ? CT__STRATEGY__SPREAD : CT__STRATEGY__PACK;
+    c.pg_id = r->pg ? r->pg->id : "";
+    c.bundle_index = r->pg ? r->bundle : -1;
     e.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR;
     e.create_actor = &c;
-    if ((rc = head_request(&e, &rep, timeout + 1000)))
-        goto out;
-    if ((rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY, "create_actor")))
-        goto out;
-    a = calloc(1, sizeof *a);
-    if (!a) {
-        rc = ct__error(CT_ENOMEM, "ct_actor_create: out of memory");
-        goto out;
-    }
+    *req = e.req_id;
+    return ct__msg_send(C.head, NULL, &e, 0);
+}
+
+/* Turns a CreateActor reply into a connected handle. Lock held. */
+static int create_finish(Ct__Envelope *rep, ct_actor **out)
+{
+    int rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY, "create_actor");
+    if (rc)
+        return rc;
+    ct_actor *a = calloc(1, sizeof *a);
+    if (!a)
+        return ct__error(CT_ENOMEM, "ct_actor_create: out of memory");
     Ct__CreateActorReply *cr = rep->create_actor_reply;
     snprintf(a->id, sizeof a->id, "%s", cr->actor_id);
     snprintf(a->node, sizeof a->node, "%s", cr->node_id);
@@ -672,28 +676,88 @@ int ct_actor_create(const char *cls, const ct_resources *res, const void *args, 
     a->pid = cr->pid;
     a->sock = zmq_socket(C.ctx, ZMQ_DEALER);
     if (!a->sock) {
-        rc = ct__error(CT_EZMQ, "ct_actor_create: socket: %s", zmq_strerror(errno));
         free(a);
-        a = NULL;
-        goto out;
+        return ct__error(CT_EZMQ, "ct_actor_create: socket: %s", zmq_strerror(errno));
     }
     set_opts(a->sock);
     if (zmq_connect(a->sock, a->addr) != 0) {
-        rc = ct__error(CT_EZMQ, "ct_actor_create: connect %s: %s", a->addr, zmq_strerror(errno));
+        rc = ct__error(CT_EZMQ, "ct_actor_create: connect %s: %s", a->addr,
+                       zmq_strerror(errno));
         zmq_close(a->sock);
         free(a);
-        a = NULL;
-        goto out;
+        return rc;
     }
     a->next = C.actors;
     if (C.actors)
         C.actors->prev = a;
     C.actors = a;
     *out = a;
+    return 0;
+}
+
+int ct_actor_create_many(const char *cls, const ct_resources *res, const void *args, size_t len,
+                         int n, ct_actor **out)
+{
+    if (!out || n <= 0)
+        return ct__error(CT_EINVAL, "ct_actor_create: out is NULL or n <= 0");
+    memset(out, 0, n * sizeof *out);
+    ct_resources r;
+    int rc = create_check(cls, res, args, len, &r);
+    if (rc)
+        return rc;
+    int timeout = r.timeout_ms > 0 ? r.timeout_ms : 30000;
+    Ct__Envelope **reps = calloc(n, sizeof *reps);
+    if (!reps)
+        return ct__error(CT_ENOMEM, "ct_actor_create: out of memory");
+    LOCK();
+    uint64_t first = 0, req = 0;
+    if (!C.inited) {
+        rc = ct__error(CT_EINVAL, "ct_actor_create: call ct_init first");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        if ((rc = create_send(cls, &r, args, len, timeout, &req)))
+            goto out;
+        if (i == 0)
+            first = req;
+    }
+    int got = 0;
+    int64_t until = ct__now_ms() + timeout + 1000;
+    while (got < n) {
+        drain_head(first, req, reps);
+        got = 0;
+        for (int i = 0; i < n; i++)
+            got += reps[i] != NULL;
+        if (got == n)
+            break;
+        int64_t left = until - ct__now_ms();
+        if (left <= 0) {
+            rc = ct__error(CT_ETIMEDOUT, "ct_actor_create: %d of %d actors not created in %d ms",
+                           n - got, n, timeout);
+            goto out;
+        }
+        zmq_pollitem_t it = {C.head, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, left > 1000 ? 1000 : left);
+    }
+    for (int i = 0; i < n; i++) {
+        int r1 = create_finish(reps[i], &out[i]);
+        if (r1 && !rc)
+            rc = r1;
+    }
 out:
-    ct__msg_free(rep);
+    for (int i = 0; i < n; i++)
+        ct__msg_free(reps[i]);
+    free(reps);
     UNLOCK();
     return rc;
+}
+
+int ct_actor_create(const char *cls, const ct_resources *res, const void *args, size_t len,
+                    ct_actor **out)
+{
+    if (!out)
+        return ct__error(CT_EINVAL, "ct_actor_create: out is NULL");
+    return ct_actor_create_many(cls, res, args, len, 1, out);
 }
 
 static int send_call(ct_actor *a, const char *method, const void *args, size_t len, ct_future *f)
@@ -730,7 +794,7 @@ static int wait_locked(ct_future *f, int timeout_ms, void **result, size_t *resu
         drain_actor(f->a);
         if (f->done)
             break;
-        drain_head(0, NULL);
+        drain_head(0, 0, NULL);
         if (f->done)
             break;
         int64_t left = until - ct__now_ms();
@@ -888,7 +952,7 @@ int ct_actor_is_dead(const ct_actor *a)
         return 0;
     LOCK();
     if (C.head)
-        drain_head(0, NULL);
+        drain_head(0, 0, NULL);
     int d = a->dead;
     UNLOCK();
     return d;
@@ -924,7 +988,7 @@ int ct_events_next(ct_event *ev, int timeout_ms)
     int64_t until = ct__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
         if (C.head)
-            drain_head(0, NULL);
+            drain_head(0, 0, NULL);
         if (C.qn) {
             *ev = C.q[C.qh];
             C.qh = (C.qh + 1) % EVQ;

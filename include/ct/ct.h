@@ -147,6 +147,12 @@ typedef struct ct_future ct_future;
 int ct_actor_create(const char *cls, const ct_resources *res, const void *args, size_t len,
                     ct_actor **out);
 
+/* Creates n actors alike at once (requests pipelined: far faster than n ct_actor_create).
+ * out[0..n) receives the handles; on error the first error is returned and the slots of the
+ * actors that were created are still filled (the caller releases them). */
+int ct_actor_create_many(const char *cls, const ct_resources *res, const void *args, size_t len,
+                         int n, ct_actor **out);
+
 /* Calls method with args (copied) and waits up to timeout_ms (<= 0: forever) for the result
  * (*result malloc'd, caller frees; may be NULL when *result_len is 0). CT_EDEAD at once when the
  * actor dies; CT_ETIMEDOUT; or the method's own error code. */

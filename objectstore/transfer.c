@@ -192,7 +192,12 @@ static void serve_one(ct_xfer_server *srv, zmq_msg_t *rid, zmq_msg_t *body, int 
         goto out;
     }
     uint64_t osize = pc->view.size;
-    if (off > osize || len > osize - off || len > CT_XFER_MAX_CHUNK || (!len && osize)) {
+    int clip = rq->chunk->clip;
+    if (clip && len && len <= CT_XFER_MAX_CHUNK)
+        len = off >= osize ? 0 : len < osize - off ? len : osize - off;
+    if (len > CT_XFER_MAX_CHUNK ||
+        (!clip && (off > osize || len > osize - off || (!len && osize))) ||
+        (clip && !rq->chunk->size)) {
         ct_store_release(srv->store, &pc->view);
         free(pc);
         reply_error(srv, rid, req_id, CT_ERANGE, "offset",
@@ -204,7 +209,7 @@ static void serve_one(ct_xfer_server *srv, zmq_msg_t *rid, zmq_msg_t *body, int 
     }
     if (srv->delay_ms)
         usleep((useconds_t)srv->delay_ms * 1000);
-    const unsigned char *data = (const unsigned char *)pc->view.data + off;
+    const unsigned char *data = (const unsigned char *)pc->view.data + (len ? off : 0);
     Ct__ObjChunkReply cr = CT__OBJ_CHUNK_REPLY__INIT;
     cr.offset = off;
     cr.size = len;
@@ -390,16 +395,16 @@ typedef struct pull {
     const ct_object_id *id;
     const ct_xfer_pull_opts *o;
     ct_xfer_pull_stats *st;
-    void *ctx;
     uint64_t chunk;
     int window, timeout_ms, max_retries, corrupt_chunk;
+    int sized; /* size known, object created in dst */
     uint64_t size, nchunks, ndone;
     unsigned char *buf; /* the unsealed object in dst */
-    int created;
-    uint8_t *state;
-    uint64_t *req_of; /* outstanding req_id per chunk */
-    uint8_t *retries;
+    uint8_t *state;     /* per chunk */
+    uint64_t *req_of;   /* outstanding req_id per chunk */
+    uint8_t *retries;   /* CRC failures per chunk */
     uint64_t next_req, received, inflight;
+    uint64_t probe_first, probe_n; /* req_ids of the clip probes sent before the size is known */
     char why[1024];
 } pull;
 
@@ -409,64 +414,59 @@ static void why_add(pull *p, int h, const char *holder, const char *msg)
     snprintf(p->why + n, sizeof p->why - n, "%s[%d] %s: %s", n ? "; " : "", h, holder, msg);
 }
 
-static int send_req(pull *p, void *sock, Ct__ObjXfer *h)
+static uint64_t chunk_len(const pull *p, uint64_t c)
 {
-    uint8_t buf[128];
-    size_t n = ct__obj_xfer__get_packed_size(h);
-    if (n > sizeof buf)
-        return CT_EINVAL;
-    ct__obj_xfer__pack(h, buf);
-    return zmq_send(sock, buf, n, ZMQ_DONTWAIT) == (int)n ? 0 : CT_EZMQ;
+    uint64_t off = c * p->chunk;
+    return p->size - off < p->chunk ? p->size - off : p->chunk;
 }
 
-static void req_init(pull *p, Ct__ObjXfer *h, uint64_t req_id)
+static int send_chunk_req(pull *p, void *sock, uint64_t c, int clip, uint64_t *req_out)
 {
-    ct__obj_xfer__init(h);
-    h->major = CT_PROTO_MAJOR;
-    h->minor = CT_PROTO_MINOR;
-    h->req_id = req_id;
-    h->sender = "pull";
-}
-
-static int request_chunk(pull *p, void *sock, uint64_t c)
-{
-    Ct__ObjXfer h;
+    Ct__ObjXfer h = CT__OBJ_XFER__INIT;
     Ct__ObjChunk ch = CT__OBJ_CHUNK__INIT;
     uint64_t req = ++p->next_req;
-    req_init(p, &h, req);
+    h.major = CT_PROTO_MAJOR;
+    h.minor = CT_PROTO_MINOR;
+    h.req_id = req;
+    h.sender = "pull";
     ch.object_id.data = (uint8_t *)p->id->b;
     ch.object_id.len = CT_OBJECT_ID_LEN;
     ch.offset = c * p->chunk;
-    ch.size = p->size - ch.offset < p->chunk ? p->size - ch.offset : p->chunk;
+    ch.size = clip ? p->chunk : chunk_len(p, c);
+    ch.clip = clip;
     h.body_case = CT__OBJ_XFER__BODY_CHUNK;
     h.chunk = &ch;
-    int rc = send_req(p, sock, &h);
-    if (!rc) {
-        p->state[c] = CH_INFLIGHT;
-        p->req_of[c] = req;
-        p->inflight++;
-    }
-    return rc;
+    uint8_t buf[128];
+    size_t n = ct__obj_xfer__get_packed_size(&h);
+    if (n > sizeof buf)
+        return CT_EINVAL;
+    ct__obj_xfer__pack(&h, buf);
+    if (zmq_send(sock, buf, n, 0) != (int)n)
+        return CT_EZMQ;
+    *req_out = req;
+    return 0;
 }
 
 /* Fills the window with the lowest missing chunks. */
 static int refill(pull *p, void *sock, uint64_t *cursor)
 {
+    while (*cursor < p->nchunks && p->state[*cursor] == CH_DONE)
+        (*cursor)++;
     for (uint64_t c = *cursor; c < p->nchunks && p->inflight < (uint64_t)p->window; c++) {
         if (p->state[c] != CH_MISSING)
             continue;
-        int rc = request_chunk(p, sock, c);
+        int rc = send_chunk_req(p, sock, c, 0, &p->req_of[c]);
         if (rc)
             return rc;
+        p->state[c] = CH_INFLIGHT;
+        p->inflight++;
     }
-    while (*cursor < p->nchunks && p->state[*cursor] == CH_DONE)
-        (*cursor)++;
     return 0;
 }
 
-/* Receives one message: the header frame (unpacked) and, if any, the data frame. Returns 0,
- * CT_ETIMEDOUT, or CT_EPROTO (garbage: ignored by the caller). */
-static int recv_reply(pull *p, void *sock, int timeout_ms, Ct__ObjXfer **hdr, zmq_msg_t *data,
+/* Receives one message: the header frame (unpacked) and the data frame, if any. Returns 0,
+ * CT_ETIMEDOUT, CT_EZMQ, or CT_EPROTO (undecodable: the caller ignores it). */
+static int recv_reply(void *sock, int timeout_ms, Ct__ObjXfer **hdr, zmq_msg_t *data,
                       int *have_data)
 {
     *hdr = NULL;
@@ -474,7 +474,7 @@ static int recv_reply(pull *p, void *sock, int timeout_ms, Ct__ObjXfer **hdr, zm
     zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
     int r = zmq_poll(&it, 1, timeout_ms);
     if (r < 0)
-        return ct__error(CT_EZMQ, "poll: %s", zmq_strerror(zmq_errno()));
+        return CT_EZMQ;
     if (r == 0)
         return CT_ETIMEDOUT;
     zmq_msg_t hm;
@@ -501,137 +501,121 @@ static int recv_reply(pull *p, void *sock, int timeout_ms, Ct__ObjXfer **hdr, zm
     return *hdr ? 0 : CT_EPROTO;
 }
 
-/* Asks holder h for the size; creates the object in dst on the first success. Returns 0,
- * CT_ENOENT (holder does not have it), or another error (holder failed). */
-static int stat_holder(pull *p, void *sock, int h, const char *holder)
+/* First reply with the object's size: create the object in dst and the chunk tables, and
+ * adopt the probes in flight as requests for their chunks. */
+static int on_size(pull *p, uint64_t size)
 {
-    Ct__ObjXfer rq;
-    Ct__ObjStat sq = CT__OBJ_STAT__INIT;
-    uint64_t req = ++p->next_req;
-    req_init(p, &rq, req);
-    sq.object_id.data = (uint8_t *)p->id->b;
-    sq.object_id.len = CT_OBJECT_ID_LEN;
-    rq.body_case = CT__OBJ_XFER__BODY_STAT;
-    rq.stat = &sq;
-    if (send_req(p, sock, &rq)) {
-        why_add(p, h, holder, "cannot send");
-        return CT_EZMQ;
+    p->size = size;
+    p->nchunks = (size + p->chunk - 1) / p->chunk;
+    size_t n = p->nchunks ? p->nchunks : 1;
+    p->state = calloc(n, 1);
+    p->retries = calloc(n, 1);
+    p->req_of = calloc(n, sizeof *p->req_of);
+    if (!p->state || !p->retries || !p->req_of)
+        return ct__error(CT_ENOMEM, "pull: out of memory");
+    void *buf;
+    int rc = ct_store_create(p->dst, p->id, size, &buf);
+    if (rc)
+        return rc;
+    p->buf = buf;
+    p->sized = 1;
+    p->inflight = 0;
+    for (uint64_t c = 0; c < p->probe_n && c < p->nchunks; c++) {
+        p->state[c] = CH_INFLIGHT;
+        p->req_of[c] = p->probe_first + c;
+        p->inflight++;
     }
-    int64_t deadline = ct__now_ms() + p->timeout_ms;
-    for (;;) {
-        int64_t left = deadline - ct__now_ms();
-        Ct__ObjXfer *rep;
-        zmq_msg_t data;
-        int have_data;
-        zmq_msg_init(&data);
-        int rc = recv_reply(p, sock, left > 0 ? (int)left : 0, &rep, &data, &have_data);
-        zmq_msg_close(&data);
-        if (rc == CT_ETIMEDOUT || rc == CT_EZMQ) {
-            why_add(p, h, holder, "no answer to stat");
-            return CT_ETIMEDOUT;
-        }
-        if (rc || rep->req_id != req) {
-            if (rep)
-                ct__obj_xfer__free_unpacked(rep, NULL);
-            continue;
-        }
-        if (rep->body_case == CT__OBJ_XFER__BODY_ERROR) {
-            rc = rep->error->code ? rep->error->code : CT_EPROTO;
-            why_add(p, h, holder, rep->error->message ? rep->error->message : "error");
-            ct__obj_xfer__free_unpacked(rep, NULL);
-            return rc == CT_ENOENT ? CT_ENOENT : CT_EPROTO;
-        }
-        if (rep->body_case != CT__OBJ_XFER__BODY_STAT_REPLY) {
-            ct__obj_xfer__free_unpacked(rep, NULL);
-            why_add(p, h, holder, "unexpected reply to stat");
-            return CT_EPROTO;
-        }
-        uint64_t size = rep->stat_reply->size;
-        ct__obj_xfer__free_unpacked(rep, NULL);
-        if (p->created) {
-            if (size != p->size) {
-                why_add(p, h, holder, "object size differs from the first holder's");
-                return CT_EPROTO;
-            }
-            return 0;
-        }
-        p->size = size;
-        p->nchunks = (size + p->chunk - 1) / p->chunk;
-        p->state = calloc(p->nchunks ? p->nchunks : 1, 1);
-        p->retries = calloc(p->nchunks ? p->nchunks : 1, 1);
-        p->req_of = calloc(p->nchunks ? p->nchunks : 1, sizeof *p->req_of);
-        if (!p->state || !p->retries || !p->req_of)
-            return ct__error(CT_ENOMEM, "pull: out of memory");
-        void *buf;
-        rc = ct_store_create(p->dst, p->id, size, &buf);
-        if (rc)
-            return rc; /* the shard's error (no space, being written) ends the pull */
-        p->buf = buf;
-        p->created = 1;
-        if (p->st) {
-            p->st->size = size;
-            p->st->chunks = p->nchunks;
-        }
-        return 0;
+    if (p->st) {
+        p->st->size = size;
+        p->st->chunks = p->nchunks;
     }
+    return 0;
 }
 
-/* Fetches the missing chunks from holder h. 0 when all chunks are done, else the holder
- * failed (reason appended to p->why). */
+/* Fetches the missing chunks from holder h. Returns 0 when every chunk is done; CT_ENOENT if
+ * the holder lacks the object; an error of the local shard (stop); else the holder failed
+ * (reason appended to p->why) and the next one may go on. */
 static int pull_from(pull *p, void *sock, int h, const char *holder)
 {
     uint64_t cursor = 0;
-    for (uint64_t c = 0; c < p->nchunks; c++)
-        if (p->state[c] == CH_INFLIGHT)
-            p->state[c] = CH_MISSING;
+    char m[160];
     p->inflight = 0;
-    if (refill(p, sock, &cursor)) {
-        why_add(p, h, holder, "cannot send");
-        return CT_EZMQ;
+    if (!p->sized) {
+        /* Size unknown: probe the first window of chunks, clipped to the object's end. */
+        p->probe_first = p->next_req + 1;
+        p->probe_n = 0;
+        for (int i = 0; i < p->window; i++, p->probe_n++) {
+            uint64_t req;
+            if (send_chunk_req(p, sock, (uint64_t)i, 1, &req)) {
+                why_add(p, h, holder, "cannot send");
+                return CT_EZMQ;
+            }
+        }
+    } else {
+        for (uint64_t c = 0; c < p->nchunks; c++)
+            if (p->state[c] == CH_INFLIGHT)
+                p->state[c] = CH_MISSING;
+        if (refill(p, sock, &cursor)) {
+            why_add(p, h, holder, "cannot send");
+            return CT_EZMQ;
+        }
     }
-    while (p->ndone < p->nchunks) {
+    while (!p->sized || p->ndone < p->nchunks) {
         Ct__ObjXfer *rep;
         zmq_msg_t data;
         int have_data;
         zmq_msg_init(&data);
-        int rc = recv_reply(p, sock, p->timeout_ms, &rep, &data, &have_data);
+        int rc = recv_reply(sock, p->timeout_ms, &rep, &data, &have_data);
         if (rc == CT_ETIMEDOUT || rc == CT_EZMQ) {
             zmq_msg_close(&data);
-            char m[128];
             snprintf(m, sizeof m, "no reply for %d ms (%llu of %llu chunks done)", p->timeout_ms,
                      (unsigned long long)p->ndone, (unsigned long long)p->nchunks);
             why_add(p, h, holder, m);
             return CT_ETIMEDOUT;
         }
-        if (rc) { /* undecodable reply: ignore it, the timeout covers a lost chunk */
+        if (rc) { /* undecodable: ignore, the timeout covers a lost chunk */
             zmq_msg_close(&data);
             continue;
         }
         if (rep->body_case == CT__OBJ_XFER__BODY_ERROR) {
+            int code = rep->error->code;
             why_add(p, h, holder, rep->error->message ? rep->error->message : "error");
             ct__obj_xfer__free_unpacked(rep, NULL);
             zmq_msg_close(&data);
-            return CT_EPROTO;
+            return code == CT_ENOENT ? CT_ENOENT : CT_EPROTO;
         }
-        uint64_t c = 0;
-        int ok = rep->body_case == CT__OBJ_XFER__BODY_CHUNK_REPLY && have_data;
-        if (ok) {
-            Ct__ObjChunkReply *cr = rep->chunk_reply;
-            c = cr->offset / p->chunk;
-            uint64_t want =
-                c < p->nchunks
-                    ? (p->size - c * p->chunk < p->chunk ? p->size - c * p->chunk : p->chunk)
-                    : 0;
-            ok = c < p->nchunks && cr->offset == c * p->chunk && p->state[c] == CH_INFLIGHT &&
-                 p->req_of[c] == rep->req_id && cr->size == want && zmq_msg_size(&data) == want;
-        }
-        if (!ok) { /* stale or mismatched: drop */
+        if (rep->body_case != CT__OBJ_XFER__BODY_CHUNK_REPLY || !have_data) {
             ct__obj_xfer__free_unpacked(rep, NULL);
             zmq_msg_close(&data);
             continue;
         }
-        uint32_t want_crc = rep->chunk_reply->crc32c;
+        Ct__ObjChunkReply cr = *rep->chunk_reply;
+        uint64_t req_id = rep->req_id;
         ct__obj_xfer__free_unpacked(rep, NULL);
+        if (!p->sized) {
+            if (req_id < p->probe_first || req_id >= p->probe_first + p->probe_n) {
+                zmq_msg_close(&data);
+                continue;
+            }
+            rc = on_size(p, cr.object_size);
+            if (rc) {
+                zmq_msg_close(&data);
+                return rc;
+            }
+        } else if (cr.object_size != p->size) {
+            zmq_msg_close(&data);
+            snprintf(m, sizeof m, "object size %llu differs from %llu",
+                     (unsigned long long)cr.object_size, (unsigned long long)p->size);
+            why_add(p, h, holder, m);
+            return CT_EPROTO;
+        }
+        uint64_t c = cr.offset / p->chunk;
+        if (c >= p->nchunks || cr.offset != c * p->chunk || p->state[c] != CH_INFLIGHT ||
+            p->req_of[c] != req_id || cr.size != chunk_len(p, c) ||
+            zmq_msg_size(&data) != cr.size) {
+            zmq_msg_close(&data); /* stale, a probe past the end, or mismatched: drop */
+            continue;
+        }
         p->inflight--;
         unsigned char *src = zmq_msg_data(&data);
         size_t len = zmq_msg_size(&data);
@@ -642,11 +626,11 @@ static int pull_from(pull *p, void *sock, int h, const char *holder)
         }
         uint32_t crc = ct__crc32c_copy(0, p->buf + c * p->chunk, src, len);
         zmq_msg_close(&data);
-        if (crc != want_crc) {
+        if (crc != cr.crc32c) {
             if (p->st)
                 p->st->crc_failures++;
             CT_LOG(CT_LOG_WARN, "xfer", "pull: chunk %llu from %s: crc %08x, want %08x; again",
-                   (unsigned long long)c, holder, crc, want_crc);
+                   (unsigned long long)c, holder, crc, cr.crc32c);
             p->state[c] = CH_MISSING;
             if (++p->retries[c] > p->max_retries) {
                 why_add(p, h, holder, "too many checksum failures");
@@ -697,17 +681,16 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
     p.corrupt_chunk = opts->corrupt_chunk;
     if (!p.corrupt_chunk && getenv("CT_XFER_CORRUPT_CHUNK"))
         p.corrupt_chunk = atoi(getenv("CT_XFER_CORRUPT_CHUNK"));
-    int own_ctx = !opts->zmq_ctx;
-    p.ctx = own_ctx ? zmq_ctx_new() : opts->zmq_ctx;
-    int rc = CT_ERETRY, enoent = 0;
     char hex[2 * CT_OBJECT_ID_LEN + 1];
     ct_object_id_hex(id, hex);
-    if (!p.ctx)
+    int rc = 0, enoent = 0;
+    void *ctx = opts->zmq_ctx ? opts->zmq_ctx : zmq_ctx_new();
+    if (!ctx)
         return ct__error(CT_EZMQ, "pull: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
 
     for (int h = 0; h < nholders; h++) {
         const char *holder = holders[h] ? holders[h] : "";
-        void *sock = zmq_socket(p.ctx, ZMQ_DEALER);
+        void *sock = zmq_socket(ctx, ZMQ_DEALER);
         int zero = 0;
         if (!sock) {
             rc = ct__error(CT_EZMQ, "pull: socket: %s", zmq_strerror(zmq_errno()));
@@ -715,27 +698,28 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
         }
         zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
         zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
-        if (zmq_connect(sock, holder) != 0) {
+        int r = zmq_connect(sock, holder);
+        if (r != 0) {
             why_add(&p, h, holder, zmq_strerror(zmq_errno()));
-            zmq_close(sock);
-            continue;
-        }
-        int r = stat_holder(&p, sock, h, holder);
-        if (r == 0)
+            r = CT_EZMQ;
+        } else {
             r = pull_from(&p, sock, h, holder);
+        }
         zmq_close(sock);
         if (r == 0) {
             rc = ct_store_seal(dst, id);
             goto out;
         }
-        if (r == CT_ENOENT)
+        if (r == CT_ENOENT) {
             enoent++;
-        else if (stats)
-            stats->holder_failures++;
-        if (!p.created && r != CT_ENOENT && r != CT_ETIMEDOUT && r != CT_EPROTO && r != CT_EZMQ) {
-            rc = r; /* the local shard refused: no other holder helps */
+            continue;
+        }
+        if (r != CT_ETIMEDOUT && r != CT_EPROTO && r != CT_EZMQ && r != CT_EIO) {
+            rc = r; /* the local shard refused (no space, being written): no holder helps */
             goto out;
         }
+        if (stats)
+            stats->holder_failures++;
         CT_LOG(CT_LOG_INFO, "xfer", "pull %s: holder %s failed, %llu of %llu chunks done", hex,
                holder, (unsigned long long)p.ndone, (unsigned long long)p.nchunks);
     }
@@ -745,12 +729,12 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
     else
         rc = ct__error(CT_ERETRY, "pull %s: every holder failed: %s", hex, p.why);
 out:
-    if (rc && p.created)
+    if (rc && p.sized)
         ct_store_abort(dst, id);
     free(p.state);
     free(p.retries);
     free(p.req_of);
-    if (own_ctx)
-        zmq_ctx_term(p.ctx);
+    if (!opts->zmq_ctx)
+        zmq_ctx_term(ctx);
     return rc;
 }

@@ -15,8 +15,10 @@
  * CT_EPROTO undecodable request or another major version. The server keeps serving after
  * any input; messages over 64 KiB are dropped by ZeroMQ (requests are a few dozen bytes).
  *
- * The pull asks the first holder for the size, creates the object unsealed in the local
- * shard, then keeps `window` chunk requests in flight; each reply's bytes are checked against
+ * The pull starts with `window` "clipped" chunk requests (ObjChunk.clip: valid before the size
+ * is known; the replies say the object's size), creates the object unsealed in the local shard
+ * on the first reply, then keeps `window` chunk requests in flight; a small object thus takes
+ * one round trip (ObjStat is served for size queries). Each reply's bytes are checked against
  * its CRC while being copied straight into the shard's shared memory. A chunk whose CRC fails
  * is requested again. If a holder answers an error, or nothing for timeout_ms, the pull moves
  * to the next holder and fetches only the chunks still missing. It seals on completion and

@@ -179,9 +179,14 @@ int main(int argc, char **argv)
         const char *holders[] = {ep};
         int preps = reps > 20 ? 20 : reps;
         void *zctx = NULL;
+        ct_xfer_pull_opts po = {.zmq_ctx = zctx};
+        if (getenv("OS_BENCH_CHUNK_MB"))
+            po.chunk_size = strtoull(getenv("OS_BENCH_CHUNK_MB"), NULL, 10) * MB;
+        if (getenv("OS_BENCH_WINDOW"))
+            po.window = atoi(getenv("OS_BENCH_WINDOW"));
         for (int r = 0; r <= preps; r++) {
             t0 = ct__now_ns();
-            int rc = ct_xfer_pull(s, &hid, holders, 1, &(ct_xfer_pull_opts){.zmq_ctx = zctx}, NULL);
+            int rc = ct_xfer_pull(s, &hid, holders, 1, &po, NULL);
             if (rc)
                 return fprintf(stderr, "pull: %s\n", ct_last_error()), 1;
             if (r)

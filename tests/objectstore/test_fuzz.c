@@ -144,6 +144,20 @@ int main(void)
     CHECK_EQ(ask_msg(&x, msg, sizeof msg), CT_ERANGE);
     x = chunk_req(&ch, &id, 20, UINT64_MAX - 10, 100);
     CHECK_EQ(ask_msg(&x, msg, sizeof msg), CT_ERANGE);
+    /* Clipped probes (sent before the size is known): past the end is an empty reply, a
+     * zero size is still an error. */
+    x = chunk_req(&ch, &id, 20, 5 * MB - 100, 4 * MB);
+    ch.clip = 1;
+    CHECK_EQ(ask_msg(&x, msg, sizeof msg), 0);
+    x = chunk_req(&ch, &id, 20, 100 * MB, 4 * MB);
+    ch.clip = 1;
+    CHECK_EQ(ask_msg(&x, msg, sizeof msg), 0);
+    x = chunk_req(&ch, &id, 20, 0, 0);
+    ch.clip = 1;
+    CHECK_EQ(ask_msg(&x, msg, sizeof msg), CT_ERANGE);
+    x = chunk_req(&ch, &id, 20, 0, 65 * MB);
+    ch.clip = 1;
+    CHECK_EQ(ask_msg(&x, msg, sizeof msg), CT_ERANGE);
     /* Wrong id length. */
     x = chunk_req(&ch, &id, 5, 0, 100);
     CHECK_EQ(ask_msg(&x, msg, sizeof msg), CT_EINVAL);

@@ -87,7 +87,7 @@ int main(void)
     os_id(&id, 78);
     CHECK_EQ(ct_xfer_pull(c, &id, hdead, 1, &(ct_xfer_pull_opts){.timeout_ms = 100}, &st),
              CT_ERETRY);
-    CHECK(strstr(ct_last_error(), "no answer"));
+    CHECK(strstr(ct_last_error(), "no reply for 100 ms"));
     CHECK_EQ(ct_xfer_pull(c, &id, NULL, 0, NULL, NULL), CT_ENOENT);
 
     /* 6. C serves what it pulled: B pulls... we act as a 4th client against C's server. */

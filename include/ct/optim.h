@@ -121,6 +121,14 @@ int ct_optim_step(ct_optim *o);
 /* Sets every gradient to zero (torch's zero_grad(set_to_none=False)). */
 void ct_optim_zero_grad(ct_optim *o);
 
+/* torch.nn.utils.clip_grad_norm_ over the optimizer's parameters that have gradients: the
+ * norm_type-norm of all gradients together (norm_type 0 -> 2; INFINITY for the max norm; > 0)
+ * into *total_norm (may be NULL); if max_norm / (total + 1e-6) < 1 every gradient is scaled by
+ * it. CT_EINVAL for max_norm < 0 or a bad norm_type. */
+int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, double *total_norm);
+/* torch.nn.utils.clip_grad_value_: clamps every gradient element into [-clip, clip]. */
+int ct_optim_clip_grad_value(ct_optim *o, double clip);
+
 /* Re-points parameter i (in creation/group order) to new value/grad arrays of the same numel. */
 int ct_optim_set_param_ptrs(ct_optim *o, int i, float *value, float *grad);
 

@@ -85,6 +85,28 @@ def make_optim():
     w.close()
 
 
+def make_clip():
+    w = Writer("clip.txt")
+    for name, max_norm, norm_type in [("l2", 1.0, 2.0), ("l2_noclip", 100.0, 2.0),
+                                      ("l1", 2.0, 1.0), ("inf", 0.5, math.inf),
+                                      ("p3", 1.5, 3.0)]:
+        pw = torch.randn(3, 4, requires_grad=True)
+        pb = torch.randn(5, requires_grad=True)
+        pw.grad = torch.randn(3, 4)
+        pb.grad = torch.randn(5) * 3
+        g0 = torch.cat([pw.grad.reshape(-1), pb.grad.reshape(-1)])
+        total = torch.nn.utils.clip_grad_norm_([pw, pb], max_norm, norm_type)
+        w.put(name + ".grad", g0)
+        w.put(name + ".total", [float(total)])
+        w.put(name + ".after", torch.cat([pw.grad.reshape(-1), pb.grad.reshape(-1)]))
+    pw = torch.randn(3, 4, requires_grad=True)
+    pw.grad = torch.randn(3, 4)
+    w.put("value.grad", pw.grad)
+    torch.nn.utils.clip_grad_value_([pw], 0.5)
+    w.put("value.after", pw.grad)
+    w.close()
+
+
 # ---- schedulers ---------------------------------------------------------------------------
 SCHED_STEPS = 30
 PLATEAU_METRICS = [1.0, 0.9, 0.85, 0.85, 0.86, 0.849, 0.84, 0.84, 0.84, 0.7, 0.7, 0.7, 0.7,
@@ -219,6 +241,7 @@ def make_loss():
 if __name__ == "__main__":
     assert torch.__version__.startswith("1.13"), torch.__version__
     make_optim()
+    make_clip()
     make_sched()
     make_loss()
     print("wrote", OUT)

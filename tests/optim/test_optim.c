@@ -203,9 +203,58 @@ static void test_defaults_lr_zero_grad(void)
     ct_optim_destroy(&o);
 }
 
+/* clip_grad_norm_ / clip_grad_value_ against PyTorch (ref/clip.txt). */
+static void test_clip(void)
+{
+    ref_file *r = ref_load("clip.txt");
+    const struct {
+        const char *name;
+        double max_norm, norm_type;
+    } cs[] = {{"l2", 1.0, 2.0},
+              {"l2_noclip", 100.0, 0.0 /* default: 2 */},
+              {"l1", 2.0, 1.0},
+              {"inf", 0.5, INFINITY},
+              {"p3", 1.5, 3.0}};
+    float v[NP] = {0}, g[NP];
+    ct_param_ref ps[2] = {{"w", v, g, NW}, {"b", v + NW, g + NW, NB}};
+    ct_optim *o = ct_optim_sgd_new(ps, 2, NULL);
+    char key[64];
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int before = g_failures;
+        snprintf(key, sizeof key, "%s.grad", cs[c].name);
+        const double *g0 = ref_get(r, key, NP);
+        for (int i = 0; i < NP; i++)
+            g[i] = (float)g0[i];
+        double total = 0;
+        CHECK_EQ_INT(ct_optim_clip_grad_norm(o, cs[c].max_norm, cs[c].norm_type, &total), 0);
+        snprintf(key, sizeof key, "%s.total", cs[c].name);
+        check_close(key, 0, total, ref_get(r, key, 1)[0], 1e-6, 0);
+        snprintf(key, sizeof key, "%s.after", cs[c].name);
+        const double *want = ref_get(r, key, NP);
+        for (int i = 0; i < NP; i++)
+            check_close(key, i, g[i], want[i], 1e-6, 1e-7);
+        if (g_failures == before)
+            printf("ok clip_grad_norm %s matches PyTorch\n", cs[c].name);
+    }
+    const double *g0 = ref_get(r, "value.grad", NW), *want = ref_get(r, "value.after", NW);
+    for (int i = 0; i < NP; i++)
+        g[i] = i < NW ? (float)g0[i] : 0.0f;
+    CHECK_EQ_INT(ct_optim_clip_grad_value(o, 0.5), 0);
+    for (int i = 0; i < NW; i++)
+        check_close("clip_grad_value", i, g[i], (float)want[i], 0, 0);
+    CHECK_EQ_INT(ct_optim_clip_grad_norm(o, -1, 2, NULL), CT_EINVAL);
+    CHECK_MSG("max_norm");
+    CHECK_EQ_INT(ct_optim_clip_grad_norm(o, 1, -2, NULL), CT_EINVAL);
+    CHECK_MSG("norm_type");
+    CHECK_EQ_INT(ct_optim_clip_grad_value(o, -1), CT_EINVAL);
+    ct_optim_destroy(&o);
+    ref_free(r);
+}
+
 int main(void)
 {
     test_reference();
+    test_clip();
     test_options();
     test_defaults_lr_zero_grad();
     if (g_failures) {

@@ -461,6 +461,80 @@ void ct_optim_zero_grad(ct_optim *o)
             memset(o->p[i].grad, 0, (size_t)o->p[i].numel * sizeof(float));
 }
 
+int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, double *total_norm)
+{
+    if (!o)
+        return ct__error(CT_EINVAL, "optim_clip_grad_norm: optimizer is NULL");
+    if (norm_type == 0.0)
+        norm_type = 2.0;
+    if (!(max_norm >= 0.0))
+        return ct__error(CT_EINVAL, "optim_clip_grad_norm: max_norm = %g: must be >= 0", max_norm);
+    if (!(norm_type > 0.0))
+        return ct__error(CT_EINVAL, "optim_clip_grad_norm: norm_type = %g: must be > 0", norm_type);
+    /* torch: norm of the per-parameter norms; in double, rounded to float as torch's f32 */
+    const bool inf = isinf(norm_type);
+    double acc = 0.0;
+    for (int i = 0; i < o->nparams; i++) {
+        const float *g = o->p[i].grad;
+        if (!g)
+            continue;
+        double pn = 0.0;
+        for (int64_t k = 0; k < o->p[i].numel; k++) {
+            double a = fabs((double)g[k]);
+            if (inf)
+                pn = a > pn ? a : pn;
+            else if (norm_type == 2.0)
+                pn += a * a;
+            else if (norm_type == 1.0)
+                pn += a;
+            else
+                pn += pow(a, norm_type);
+        }
+        if (inf) {
+            acc = pn > acc ? pn : acc;
+        } else {
+            /* each parameter's norm is a float tensor in torch, then the norms are normed */
+            float pnf = (float)(norm_type == 2.0   ? sqrt(pn)
+                                : norm_type == 1.0 ? pn
+                                                   : pow(pn, 1.0 / norm_type));
+            acc += norm_type == 2.0   ? (double)pnf * pnf
+                   : norm_type == 1.0 ? pnf
+                                      : pow(pnf, norm_type);
+        }
+    }
+    float total = (float)(inf                ? acc
+                          : norm_type == 2.0 ? sqrt(acc)
+                          : norm_type == 1.0 ? acc
+                                             : pow(acc, 1.0 / norm_type));
+    if (total_norm)
+        *total_norm = total;
+    float coef = (float)max_norm / (total + 1e-6f);
+    if (coef < 1.0f)
+        for (int i = 0; i < o->nparams; i++) {
+            float *restrict g = o->p[i].grad;
+            if (!g)
+                continue;
+            for (int64_t k = 0; k < o->p[i].numel; k++)
+                g[k] *= coef;
+        }
+    return 0;
+}
+
+int ct_optim_clip_grad_value(ct_optim *o, double clip)
+{
+    if (!o || !(clip >= 0.0))
+        return ct__error(CT_EINVAL, "optim_clip_grad_value: clip = %g: must be >= 0", clip);
+    const float c = (float)clip;
+    for (int i = 0; i < o->nparams; i++) {
+        float *restrict g = o->p[i].grad;
+        if (!g)
+            continue;
+        for (int64_t k = 0; k < o->p[i].numel; k++)
+            g[k] = g[k] < -c ? -c : g[k] > c ? c : g[k];
+    }
+    return 0;
+}
+
 int ct_optim_set_param_ptrs(ct_optim *o, int i, float *value, float *grad)
 {
     if (!o || i < 0 || i >= o->nparams)

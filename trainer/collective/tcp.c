@@ -174,6 +174,9 @@ int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_
     if ((rc = rdv->put(rdv->ctx, key, addr, strlen(addr))) < 0)
         goto out;
 
+    const char *delay = getenv("CT_COLL_TEST_CONNECT_DELAY_MS"); /* fault injection (tests) */
+    if (delay && atoi(delay) > 0)
+        usleep((useconds_t)atoi(delay) * 1000);
     snprintf(key, sizeof key, "%s/tcp/%d", c->group, next);
     if ((rc = ct__rdv_get_str(rdv, key, &peer, deadline)) < 0) {
         ct__error(rc, "collective: rank %d waiting for key %s: %s", c->rank, key, ct_strerror(rc));

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <zmq.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -38,6 +40,24 @@ static int reps_for(uint64_t size)
 }
 
 static volatile uint64_t sink;
+
+/* CPU seconds (user + system) used so far by process pid (all its threads). */
+static double cpu_of(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / sysconf(_SC_CLK_TCK);
+}
 
 static uint64_t read_all(const void *p, uint64_t n)
 {
@@ -119,6 +139,7 @@ int main(int argc, char **argv)
     }
 
     double t[256];
+    void *zctx = zmq_ctx_new(); /* one per process, as ct-node would keep */
     for (int k = 0; k < nsizes; k++) {
         uint64_t sz = sizes[k];
         int reps = reps_for(sz);
@@ -178,7 +199,7 @@ int main(int argc, char **argv)
         hid.b[0] = (uint8_t)(k + 1);
         const char *holders[] = {ep};
         int preps = reps > 20 ? 20 : reps;
-        void *zctx = NULL;
+        double cpu0 = 0, wall0 = 0;
         ct_xfer_pull_opts po = {.zmq_ctx = zctx};
         if (getenv("OS_BENCH_CHUNK_MB"))
             po.chunk_size = strtoull(getenv("OS_BENCH_CHUNK_MB"), NULL, 10) * MB;
@@ -192,13 +213,21 @@ int main(int argc, char **argv)
             if (r)
                 t[r - 1] = sz / ((ct__now_ns() - t0) / 1e9) / 1e9;
             ct_store_delete(s, &hid);
+            if (r == 0) {
+                cpu0 = cpu_of(getpid()) + cpu_of(holder);
+                wall0 = ct__now_ns() / 1e9;
+            }
         }
+        double cpu = cpu_of(getpid()) + cpu_of(holder) - cpu0, wall = ct__now_ns() / 1e9 - wall0;
         printf("pull_%llu%s=%.2f GB/s\n", (unsigned long long)shown, unit, median(t, preps));
+        printf("pull_cpu_%llu%s=%.3f cpu-s/GB (both processes, %.2f cores busy)\n",
+               (unsigned long long)shown, unit, cpu / (preps * sz / 1e9), cpu / wall);
         fflush(stdout);
     }
     kill(holder, SIGKILL);
     waitpid(holder, NULL, 0);
     ct_store_purge(hname);
+    zmq_ctx_term(zctx);
     ct_store_destroy(&s);
     free(src);
     free(dst);

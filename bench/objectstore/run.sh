@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# bench/objectstore/run.sh — object store throughput: local put (create + copy + seal), local
+# get (zero-copy pin + read every byte), node-to-node pull over loopback TCP from a holder
+# process, for 1 MiB, 64 MiB and 1 GiB objects, with this machine's memcpy as the physical
+# limit. Reference: Ray's published single-client put, 19.9 GB/s
+# (release/perf_metrics/microbenchmark.json; Ray is not installed here).
+# Last line: "objectstore: ct=<local put GB/s at 64 MiB> ref=19.9 GB/s ratio=<ct/ref>".
+set -euo pipefail
+build=${CT_BUILD:-$(cd "$(dirname "$0")/../.." && pwd)/build}
+bin=$build/bin/bench_objectstore
+[ -x "$bin" ] || { echo "objectstore: $bin not built" >&2; exit 1; }
+sizes="1 64 1024"
+# 1 GiB objects need ~5 GiB (two stores, two source buffers); drop them on small machines.
+avail_kb=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
+[ "$avail_kb" -lt $((8 * 1024 * 1024)) ] && sizes="1 64"
+out=$("$bin" $sizes)
+echo "$out"
+get() { printf '%s\n' "$out" | awk -F'[= ]' -v k="$1" '$1 == k {print $2}'; }
+put=$(get put_64MiB)
+mcp=$(get memcpy_64MiB)
+pull=$(get pull_64MiB)
+awk -v p="$put" -v m="$mcp" -v l="$pull" 'BEGIN {
+    printf "local put at 64 MiB = %.0f%% of memcpy (target >= 70%%)\n", 100 * p / m;
+    printf "pull at 64 MiB = %.2f GB/s (target >= 3 GB/s on loopback)\n", l }'
+awk -v p="$put" 'BEGIN { printf "objectstore: ct=%.2f ref=19.9 GB/s ratio=%.2f\n", p, p / 19.9 }'

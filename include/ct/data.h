@@ -71,11 +71,12 @@ int ct_dataset_new(const ct_dataset_ops *ops, void *self, int64_t length, int nd
                    const int64_t *shape, ct_dataset **out);
 
 /* In-memory datasets; both copy their inputs (the caller keeps x and labels).
- * x is (length, *shape); u8 values are multiplied by `scale` on get (1/255.0f: pixels in [0,1]). */
+ * x is (length, *shape); u8 values are divided by `div` on get (255: pixels in [0,1] exactly as
+ * torchvision's ToTensor, x / 255.0f; 0 or 1: the raw values). */
 int ct_dataset_from_f32(const float *x, const int64_t *labels, int64_t length, int ndim,
                         const int64_t *shape, ct_dataset **out);
 int ct_dataset_from_u8(const uint8_t *x, const int64_t *labels, int64_t length, int ndim,
-                       const int64_t *shape, float scale, ct_dataset **out);
+                       const int64_t *shape, float div, ct_dataset **out);
 
 /* A view of samples [start, start + count) of base (borrowed: base must outlive the view), e.g.
  * a train/validation split or a short run. Same shape; get is as thread-safe as base's. */
@@ -95,7 +96,8 @@ int ct_dataset_get(ct_dataset *ds, int64_t i, float *x, int64_t *label);
 
 /* ---------------------------------------------------------------------------------------------
  * Readers. Each reads its files fully into memory once (gzip is inflated in one pass) and keeps
- * the pixels as u8, scaled to [0,1] floats on get. Caller owns *out; on failure *out is NULL.
+ * the pixels as u8, turned into [0,1] floats on get (x / 255.0f, as ToTensor). Caller owns *out; on
+ * failure *out is NULL.
  * ------------------------------------------------------------------------------------------ */
 
 /* IDX (MNIST, Fashion-MNIST), gzip or raw (detected by the 1f 8b magic). Images: magic

@@ -65,7 +65,7 @@ int main(void)
         for (int c = 0; c < 3; c++)
             for (int r = 0; r < 32; r++)
                 for (int q = 0; q < 32; q++)
-                    bad += x[c * 1024 + r * 32 + q] != (float)pv(i, c, r, q) * (1.0f / 255.0f);
+                    bad += x[c * 1024 + r * 32 + q] != (float)pv(i, c, r, q) / 255.0f;
     }
     CHECK_EQ(bad, 0);
     /* spot values: image 5 (second file), green plane, row 2, column 9 */

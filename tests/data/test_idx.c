@@ -79,7 +79,7 @@ static void real_split(bool train, int64_t n_expect, const int64_t *first_labels
         CHECK_OK(ct_dataset_get(ds, i, x, &y));
         bad_labels += y != lab[8 + i];
         for (int k = 0; k < 784 && full; k++)
-            bad_pix += x[k] != (float)img[16 + i * 784 + k] * (1.0f / 255.0f);
+            bad_pix += x[k] != (float)img[16 + i * 784 + k] / 255.0f;
     }
     CHECK_EQ(bad_labels, 0);
     CHECK_EQ(bad_pix, 0);

@@ -311,6 +311,49 @@ static void bad_options(ct_dataset *img)
     CHECK(ld == NULL);
 }
 
+/* u8 datasets take a fused table path (convert + normalise in one pass): bit-identical to
+ * ct_dataset_get followed by ct_transform_normalize, per channel and with one value. */
+static void u8_fast_path(void)
+{
+    static uint8_t px[N * NUMEL];
+    for (int i = 0; i < N * NUMEL; i++)
+        px[i] = (uint8_t)((i * 13 + i / 7) & 255);
+    ct_dataset *ds = NULL;
+    CHECK_OK(ct_dataset_from_u8(px, labels, N, 3, shape, 255.0f, &ds));
+    float x[NUMEL];
+    int64_t y;
+    CHECK_OK(ct_dataset_get(ds, 3, x, &y));
+    CHECK_EQ(x[5], (float)px[3 * NUMEL + 5] / 255.0f); /* exactly ToTensor's x / 255 */
+    const float m2[2] = {0.2860f, 0.5f}, s2[2] = {0.3530f, 0.25f};
+    for (int v = 0; v < 4; v++) {
+        ct_loader_opts o = {
+            .batch_size = 9, .shuffle = true, .seed = 11, .prefetch = v % 2 ? 2 : 0};
+        if (v >= 2) {
+            o.transform.mean = m2;
+            o.transform.std = s2;
+            o.transform.n_mean = v == 2 ? 1 : 2;
+        }
+        ct_loader *ld = NULL;
+        CHECK_OK(ct_loader_new(ds, &o, &ld));
+        if (!ld)
+            break;
+        ct_batch b;
+        int64_t bad = 0, seen = 0;
+        while (ct_loader_next(ld, &b) > 0)
+            for (int64_t k = 0; k < b.n; k++, seen++) {
+                CHECK_OK(ct_dataset_get(ds, b.index[k], x, &y));
+                CHECK_EQ(b.y[k], y);
+                if (o.transform.mean)
+                    ct_transform_normalize(x, NUMEL, m2, s2, o.transform.n_mean);
+                bad += memcmp(b.x + k * NUMEL, x, sizeof x) != 0;
+            }
+        CHECK_EQ(seen, N);
+        CHECK_EQ(bad, 0);
+        ct_loader_destroy(&ld);
+    }
+    ct_dataset_destroy(&ds);
+}
+
 int main(void)
 {
     for (int i = 0; i < N * NUMEL; i++)
@@ -369,6 +412,7 @@ int main(void)
     get_error(0);
     get_error(2);
     bad_options(ds);
+    u8_fast_path();
     { /* a subset view: indices shift by start, bounds are checked */
         ct_dataset *sub = NULL;
         CHECK_OK(ct_dataset_subset(ds, 90, 13, &sub));

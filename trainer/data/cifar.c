@@ -70,7 +70,7 @@ int ct_dataset_open_cifar10(const char *const *paths, int n_paths, ct_dataset **
         bufs[f] = NULL;
     }
     const int64_t shape[3] = {3, 32, 32};
-    rc = ct__dataset_u8_take(pix, labels, (int64_t)total, 3, shape, 1.0f / 255.0f, out);
+    rc = ct__dataset_u8_take(pix, labels, (int64_t)total, 3, shape, 255.0f, out);
     pix = NULL;
     labels = NULL;
 out:

@@ -14,7 +14,12 @@ int ct__read_file(const char *path, uint8_t **buf, size_t *len);
 /* Makes a dataset over u8 samples x (length * numel) and labels, taking ownership of both
  * malloc'd buffers (freed on failure too). */
 int ct__dataset_u8_take(uint8_t *x, int64_t *labels, int64_t length, int ndim, const int64_t *shape,
-                        float scale, ct_dataset **out);
+                        float div, ct_dataset **out);
+
+/* If ds is an in-memory u8 dataset, returns its samples (length, numel) and sets *lut to its
+ * u8 -> float table (256) and *labels (length); else NULL. Lets the loader fuse conversion
+ * and normalisation. */
+const uint8_t *ct__dataset_u8(const ct_dataset *ds, const float **lut, const int64_t **labels);
 
 /* The last path component, for error messages. */
 const char *ct__basename(const char *path);

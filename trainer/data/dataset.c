@@ -1,5 +1,6 @@
 /* trainer/data/dataset.c — the ct_dataset object: a length, a sample shape and a get function,
- * plus the in-memory datasets (u8 scaled, or f32) that every reader produces.
+ * plus the in-memory datasets (u8 divided by 255 through a lookup table, or f32) that every reader
+ * produces.
  *
  * Not here: file formats (idx.c, cifar.c, csv.c), batching (loader.c). */
 #include <stdlib.h>
@@ -94,7 +95,7 @@ typedef struct mem_ds {
     float *f32;      /* (length, numel) or NULL */
     int64_t *labels; /* (length) */
     int64_t numel;
-    float scale;
+    float lut[256]; /* u8 value -> float, exact (k / div) */
 } mem_ds;
 
 static void mem_destroy(void *self)
@@ -110,9 +111,8 @@ static int mem_get_u8(void *self, int64_t i, float *x, int64_t *label)
 {
     const mem_ds *m = self;
     const uint8_t *src = m->u8 + i * m->numel;
-    const float s = m->scale;
     for (int64_t k = 0; k < m->numel; k++)
-        x[k] = (float)src[k] * s;
+        x[k] = m->lut[src[k]];
     *label = m->labels[i];
     return 0;
 }
@@ -135,7 +135,7 @@ static int64_t shape_numel(int ndim, const int64_t *shape)
 
 /* Takes ownership of u8 or f32 and labels; frees them on failure. */
 static int mem_new(uint8_t *u8, float *f32, int64_t *labels, int64_t length, int ndim,
-                   const int64_t *shape, float scale, ct_dataset **out)
+                   const int64_t *shape, float div, ct_dataset **out)
 {
     static const ct_dataset_ops u8_ops = {mem_get_u8, mem_destroy};
     static const ct_dataset_ops f32_ops = {mem_get_f32, mem_destroy};
@@ -149,7 +149,8 @@ static int mem_new(uint8_t *u8, float *f32, int64_t *labels, int64_t length, int
     m->f32 = f32;
     m->labels = labels;
     m->numel = shape_numel(ndim, shape);
-    m->scale = scale;
+    for (int k = 0; k < 256; k++)
+        m->lut[k] = (div == 0.0f || div == 1.0f) ? (float)k : (float)k / div;
     rc = ct_dataset_new(u8 ? &u8_ops : &f32_ops, m, length, ndim, shape, out);
     if (rc < 0)
         goto err;
@@ -164,9 +165,9 @@ err:
 }
 
 int ct__dataset_u8_take(uint8_t *x, int64_t *labels, int64_t length, int ndim, const int64_t *shape,
-                        float scale, ct_dataset **out)
+                        float div, ct_dataset **out)
 {
-    return mem_new(x, NULL, labels, length, ndim, shape, scale, out);
+    return mem_new(x, NULL, labels, length, ndim, shape, div, out);
 }
 
 /* Copies (length, numel) elements of size elt and the labels; shared by both public makers. */
@@ -211,7 +212,7 @@ int ct_dataset_from_f32(const float *x, const int64_t *labels, int64_t length, i
 }
 
 int ct_dataset_from_u8(const uint8_t *x, const int64_t *labels, int64_t length, int ndim,
-                       const int64_t *shape, float scale, ct_dataset **out)
+                       const int64_t *shape, float div, ct_dataset **out)
 {
     if (!out)
         return ct__error(CT_EINVAL, "ct_dataset_from_u8: out is NULL");
@@ -221,7 +222,17 @@ int ct_dataset_from_u8(const uint8_t *x, const int64_t *labels, int64_t length, 
     int rc = mem_copy(x, 1, labels, length, ndim, shape, &xc, &lc);
     if (rc < 0)
         return rc;
-    return mem_new(xc, NULL, lc, length, ndim, shape, scale, out);
+    return mem_new(xc, NULL, lc, length, ndim, shape, div, out);
+}
+
+const uint8_t *ct__dataset_u8(const ct_dataset *ds, const float **lut, const int64_t **labels)
+{
+    if (!ds || ds->ops.get != mem_get_u8)
+        return NULL;
+    const mem_ds *m = ds->self;
+    *lut = m->lut;
+    *labels = m->labels;
+    return m->u8;
 }
 
 /* ---- subsets ------------------------------------------------------------------------------ */

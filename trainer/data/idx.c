@@ -112,7 +112,7 @@ int ct_dataset_open_idx(const char *images_path, const char *labels_path, ct_dat
     free(lb);
     lb = NULL;
     const int64_t shape[3] = {1, (int64_t)h, (int64_t)w};
-    return ct__dataset_u8_take(pix, labels, (int64_t)n, 3, shape, 1.0f / 255.0f, out);
+    return ct__dataset_u8_take(pix, labels, (int64_t)n, 3, shape, 255.0f, out);
 err:
     free(ib);
     free(lb);

@@ -41,8 +41,11 @@ struct ct_loader {
     int in_ndim, out_ndim;
     int64_t in_shape[CT_DATA_MAX_DIMS], out_shape[CT_DATA_MAX_DIMS];
     int64_t in_numel, out_numel;
-    bool crop_flip; /* samples go through scratch */
-    float *scratch; /* (in_numel) */
+    bool crop_flip;           /* samples go through scratch */
+    float *scratch;           /* (in_numel) */
+    const uint8_t *u8;        /* fast path: the dataset's u8 samples (length, in_numel), or NULL */
+    const int64_t *u8_labels; /* (length) with u8 */
+    float *lut;               /* (max(n_norm, 1), 256): u8 -> converted and normalised float */
     int64_t n, batch_size, num_samples, num_batches;
     int64_t *shard; /* (num_samples) this epoch's indices */
     int64_t *perm;  /* (n) scratch for the sampler */
@@ -79,6 +82,19 @@ static int build(ct_loader *ld, int64_t b, slot *s, bool threaded)
             return CT_ECANCELED;
         int64_t idx = ld->shard[start + k];
         float *dst = s->x + k * ld->out_numel;
+        if (ld->u8) { /* one pass through a table: the same bits as get + normalise */
+            const uint8_t *src = ld->u8 + idx * ld->in_numel;
+            int nt = ld->n_norm ? ld->n_norm : 1;
+            int64_t per = ld->in_numel / nt;
+            for (int t = 0; t < nt; t++) {
+                const float *lut = ld->lut + t * 256;
+                for (int64_t i = 0; i < per; i++)
+                    dst[t * per + i] = lut[src[t * per + i]];
+            }
+            s->y[k] = ld->u8_labels[idx];
+            s->index[k] = idx;
+            continue;
+        }
         ct__clear_error(); /* so a user get that sets no message leaves no stale one */
         int rc = ct_dataset_get(ld->ds, idx, ld->crop_flip ? ld->scratch : dst, &s->y[k]);
         if (rc < 0) {
@@ -277,6 +293,19 @@ int ct_loader_new(ct_dataset *ds, const ct_loader_opts *opts, ct_loader **out)
     }
     ld->o.transform.mean = ld->mean; /* never point at the caller's arrays */
     ld->o.transform.std = ld->std;
+    const float *dlut = NULL;
+    ld->u8 = ld->crop_flip ? NULL : ct__dataset_u8(ds, &dlut, &ld->u8_labels);
+    if (ld->u8) {
+        int nt = ld->n_norm ? ld->n_norm : 1;
+        ld->lut = malloc((size_t)nt * 256 * sizeof *ld->lut);
+        if (!ld->lut)
+            goto nomem;
+        for (int t = 0; t < nt; t++) {
+            memcpy(ld->lut + t * 256, dlut, 256 * sizeof *dlut);
+            if (ld->n_norm)
+                ct_transform_normalize(ld->lut + t * 256, 256, ld->mean + t, ld->std + t, 1);
+        }
+    }
     ld->scratch = malloc((size_t)ld->in_numel * sizeof *ld->scratch);
     ld->shard = malloc((size_t)(ns ? ns : 1) * sizeof *ld->shard);
     ld->perm = malloc((size_t)(ld->n ? ld->n : 1) * sizeof *ld->perm);
@@ -320,6 +349,7 @@ void ct_loader_destroy(ct_loader **pld)
         }
     free(ld->slots);
     free(ld->scratch);
+    free(ld->lut);
     free(ld->shard);
     free(ld->perm);
     free(ld->mean);

@@ -230,6 +230,13 @@ ct_sched *ct_sched_cosine_new(ct_optim *o, const ct_cosine_opts *opts);
 ct_sched *ct_sched_linear_new(ct_optim *o, const ct_linear_opts *opts);
 ct_sched *ct_sched_plateau_new(ct_optim *o, const ct_plateau_opts *opts);
 
+/* SequentialLR: scheds[0] until milestones[0], then scheds[1] (restarted at its epoch 0 with its
+ * closed form), ... (e.g. a LinearLR warm-up, then cosine). milestones has n-1 sorted entries.
+ * Takes ownership of scheds[0..n) (also on failure; the entries are set to NULL); they must be
+ * distinct non-plateau schedulers over o, created just before, as in PyTorch. Creation resets
+ * the lr to initial_lr and re-does only scheds[0]'s initial step. */
+ct_sched *ct_sched_sequential_new(ct_optim *o, ct_sched **scheds, int n, const int *milestones);
+
 /* Accepts NULL; nulls *s. */
 void ct_sched_destroy(ct_sched **s);
 
@@ -241,15 +248,16 @@ int ct_sched_step_metric(ct_sched *s, double metric);
 
 /* The lr of group g that the last step set (torch's get_last_lr()); NaN if g is out of range. */
 double ct_sched_get_last_lr(const ct_sched *s, int g);
-/* "steplr", "multistep", "exponential", "cosine", "linear" or "plateau". */
+/* "steplr", "multistep", "exponential", "cosine", "linear", "plateau" or "sequential". */
 const char *ct_sched_kind(const ct_sched *s);
 int ct_sched_last_epoch(const ct_sched *s);
 
 /* State dict: "type" (string), "last_epoch", "step_count", "base_lrs.<g>", "last_lr.<g>", the
  * hyper-parameters by PyTorch's names ("step_size", "gamma", "T_max", "eta_min", ...,
  * "milestones" as a string "5,12,12"), and for plateau "best", "num_bad_epochs",
- * "cooldown_counter", "min_lrs.<g>", "mode", "threshold_mode". All scalars/strings. *entries is
- * borrowed until the next call on s. */
+ * "cooldown_counter", "min_lrs.<g>", "mode", "threshold_mode"; for sequential "last_epoch",
+ * "milestones", "last_lr.<g>" and each child's entries under "schedulers.<i>.". All
+ * scalars/strings. *entries is borrowed until the next call on s. */
 int ct_sched_state_dict(ct_sched *s, const ct_state_entry **entries, int *n);
 /* Restores a state saved from a scheduler of the same type over as many groups. Every entry the
  * scheduler saves must be present and no other. Does not touch the optimizer's lr: restore the

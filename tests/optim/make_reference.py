@@ -125,6 +125,13 @@ SCHED_CASES = [
     ("linear", lambda o: S.LinearLR(o, start_factor=0.25, end_factor=1.0, total_iters=8), None),
     ("linear_down", lambda o: S.LinearLR(o, start_factor=1.0, end_factor=0.1, total_iters=10),
      None),
+    ("seq_warm_cos", lambda o: S.SequentialLR(
+        o, [S.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=5),
+            S.CosineAnnealingLR(o, T_max=20, eta_min=1e-4)], milestones=[5]), None),
+    ("seq4", lambda o: S.SequentialLR(
+        o, [S.ExponentialLR(o, gamma=0.9), S.StepLR(o, step_size=3, gamma=0.5),
+            S.MultiStepLR(o, milestones=[2, 4], gamma=0.5),
+            S.LinearLR(o, start_factor=0.5, total_iters=4)], milestones=[4, 10, 16]), None),
     ("plateau_min", lambda o: S.ReduceLROnPlateau(o, mode="min", factor=0.5, patience=2,
                                                   cooldown=1, min_lr=0.004), PLATEAU_METRICS),
     ("plateau_max_abs", lambda o: S.ReduceLROnPlateau(o, mode="max", factor=0.3, patience=0,

@@ -18,9 +18,9 @@
 #include "ct/optim.h"
 #include "trainer/optim/optim_internal.h"
 
-enum skind { S_STEP, S_MULTI, S_EXP, S_COS, S_LIN, S_PLAT };
-static const char *skind_name[] = {"steplr", "multistep", "exponential",
-                                   "cosine", "linear",    "plateau"};
+enum skind { S_STEP, S_MULTI, S_EXP, S_COS, S_LIN, S_PLAT, S_SEQ };
+static const char *skind_name[] = {"steplr", "multistep", "exponential", "cosine",
+                                   "linear", "plateau",   "sequential"};
 
 /* Everything but the per-group arrays is plain data, so a struct copy is a snapshot. */
 typedef struct sched_vals {
@@ -42,6 +42,8 @@ struct ct_sched {
     int ngroups;
     sched_vals v;
     double *base_lrs, *last_lr, *min_lrs; /* (ngroups) each, one allocation */
+    ct_sched **children;                  /* sequential: owned, v.nmilestones + 1 of them */
+    int nchildren;
     /* the last state dict */
     ct_state_entry *entries;
     char **names;
@@ -124,6 +126,7 @@ static double get_lr(const ct_sched *s, int g, double lr)
                               (v->total_iters * v->start_factor +
                                (e - 1) * (v->end_factor - v->start_factor)));
     case S_PLAT:
+    case S_SEQ:
         break;
     }
     return lr;
@@ -141,6 +144,51 @@ static void lr_step(ct_sched *s)
     for (int g = 0; g < ng; g++) {
         /* a schedule can only go negative through a bad option; keep lr legal */
         double lr = vals[g] >= 0.0 ? vals[g] : 0.0;
+        ct_optim_set_lr(s->o, g, lr);
+        s->last_lr[g] = lr;
+    }
+}
+
+/* torch's _get_closed_form_lr(): the lr of group g at s->v.last_epoch from base_lrs. */
+static double closed_form_lr(const ct_sched *s, int g)
+{
+    const sched_vals *v = &s->v;
+    int e = v->last_epoch;
+    double base = s->base_lrs[g];
+    switch (s->kind) {
+    case S_STEP: {
+        int q = e / v->step_size; /* Python's // floors */
+        if (e % v->step_size != 0 && e < 0)
+            q--;
+        return base * pow(v->gamma, q);
+    }
+    case S_MULTI: {
+        int count = 0; /* bisect_right over the sorted milestones: how many are <= e */
+        for (int i = 0; i < v->nmilestones; i++)
+            count += v->milestones[i] <= e;
+        return base * pow(v->gamma, count);
+    }
+    case S_EXP:
+        return base * pow(v->gamma, e);
+    case S_COS:
+        return v->eta_min + (base - v->eta_min) * (1 + cos(M_PI * e / v->t_max)) / 2;
+    case S_LIN:
+        return base *
+               (v->start_factor + (v->end_factor - v->start_factor) *
+                                      (e < v->total_iters ? e : v->total_iters) / v->total_iters);
+    default:
+        return ct_optim_get_lr(s->o, g);
+    }
+}
+
+/* _LRScheduler.step(epoch): jumps to epoch with the closed form (SequentialLR uses epoch 0). */
+static void lr_step_epoch(ct_sched *s, int epoch)
+{
+    s->v.step_count++;
+    s->v.last_epoch = epoch;
+    for (int g = 0; g < s->ngroups; g++) {
+        double lr = closed_form_lr(s, g);
+        lr = lr >= 0.0 ? lr : 0.0;
         ct_optim_set_lr(s->o, g, lr);
         s->last_lr[g] = lr;
     }
@@ -309,10 +357,91 @@ void ct_sched_destroy(ct_sched **sp)
 {
     if (!sp || !*sp)
         return;
+    for (int i = 0; i < (*sp)->nchildren; i++)
+        ct_sched_destroy(&(*sp)->children[i]);
+    free((*sp)->children);
     free_entries(*sp);
     free((*sp)->base_lrs);
     free(*sp);
     *sp = NULL;
+}
+
+ct_sched *ct_sched_sequential_new(ct_optim *o, ct_sched **scheds, int n, const int *milestones)
+{
+    ct_sched *s = NULL;
+    if (!scheds || n < 1 || n > CT_SCHED_MAX_MILESTONES + 1 || (n > 1 && !milestones)) {
+        ct__error(CT_EINVAL, "sched sequential: %d schedulers (need 1 to %d, and n-1 milestones)",
+                  n, CT_SCHED_MAX_MILESTONES + 1);
+        goto err;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!scheds[i] || scheds[i]->o != o) {
+            ct__error(CT_EINVAL, "sched sequential: schedulers[%d] is %s", i,
+                      scheds[i] ? "over another optimizer" : "NULL");
+            goto err;
+        }
+        if (scheds[i]->kind == S_PLAT || scheds[i]->kind == S_SEQ) {
+            ct__error(CT_EINVAL, "sched sequential: schedulers[%d] is a %s scheduler", i,
+                      skind_name[scheds[i]->kind]);
+            goto err;
+        }
+        for (int j = 0; j < i; j++)
+            if (scheds[j] == scheds[i]) {
+                ct__error(CT_EINVAL, "sched sequential: schedulers[%d] is schedulers[%d]", i, j);
+                goto err;
+            }
+    }
+    for (int i = 1; i < n - 1; i++)
+        if (milestones[i] < milestones[i - 1]) {
+            ct__error(CT_EINVAL, "sched sequential: milestones[%d] = %d: not sorted", i,
+                      milestones[i]);
+            goto err;
+        }
+    if (!(s = sched_alloc(S_SEQ, o)) || !(s->children = calloc((size_t)n, sizeof *s->children))) {
+        ct__error(CT_ENOMEM, "sched sequential: out of memory");
+        goto err;
+    }
+    s->nchildren = n;
+    s->v.nmilestones = n - 1;
+    for (int i = 0; i < n; i++) {
+        s->children[i] = scheds[i];
+        scheds[i] = NULL;
+        if (i < n - 1)
+            s->v.milestones[i] = milestones[i];
+    }
+    /* SequentialLR.__init__: lr back to initial_lr, undo each child's initial step, then the
+     * first child's initial step alone */
+    for (int g = 0; g < s->ngroups; g++)
+        ct_optim_set_lr(o, g, ct__optim_initial_lr(o, g));
+    for (int i = 0; i < n; i++)
+        s->children[i]->v.last_epoch--;
+    s->children[0]->v.step_count = 0;
+    lr_step(s->children[0]);
+    s->v.last_epoch = 0;
+    memcpy(s->last_lr, s->children[0]->last_lr, (size_t)s->ngroups * sizeof(double));
+    return s;
+err:
+    if (s) {
+        free(s->children);
+        s->children = NULL;
+        ct_sched_destroy(&s);
+    }
+    for (int i = 0; scheds && i < n; i++)
+        ct_sched_destroy(&scheds[i]);
+    return NULL;
+}
+
+static void seq_step(ct_sched *s)
+{
+    int e = ++s->v.last_epoch, idx = 0;
+    while (idx < s->v.nmilestones && s->v.milestones[idx] <= e)
+        idx++; /* bisect_right */
+    ct_sched *c = s->children[idx];
+    if (idx > 0 && s->v.milestones[idx - 1] == e)
+        lr_step_epoch(c, 0);
+    else
+        lr_step(c);
+    memcpy(s->last_lr, c->last_lr, (size_t)s->ngroups * sizeof(double));
 }
 
 int ct_sched_step(ct_sched *s)
@@ -322,7 +451,10 @@ int ct_sched_step(ct_sched *s)
     if (s->kind == S_PLAT)
         return ct__error(CT_EINVAL, "sched_step: a plateau scheduler needs "
                                     "ct_sched_step_metric()");
-    lr_step(s);
+    if (s->kind == S_SEQ)
+        seq_step(s);
+    else
+        lr_step(s);
     return 0;
 }
 
@@ -441,6 +573,9 @@ static int build_fields(enum skind kind, sched_vals *v, field *f)
         add_field(f, &n, "end_factor", F_DBL, &v->end_factor);
         add_field(f, &n, "total_iters", F_INT, &v->total_iters);
         break;
+    case S_SEQ:
+        add_field(f, &n, "milestones", F_MILESTONES, v);
+        break;
     case S_PLAT:
         add_field(f, &n, "mode", F_MODE, &v->mode);
         add_field(f, &n, "threshold_mode", F_TMODE, &v->threshold_mode);
@@ -454,7 +589,7 @@ static int build_fields(enum skind kind, sched_vals *v, field *f)
         add_field(f, &n, "eps", F_DBL, &v->eps);
         break;
     }
-    if (kind != S_PLAT)
+    if (kind != S_PLAT && kind != S_SEQ)
         add_field(f, &n, "step_count", F_INT, &v->step_count);
     return n;
 }
@@ -464,6 +599,8 @@ static const char *group_arrays[] = {"base_lrs", "last_lr", "min_lrs"};
 /* Which per-group arrays a kind saves: base_lrs + last_lr, or (plateau) last_lr + min_lrs. */
 static bool saves_array(enum skind kind, int a)
 {
+    if (kind == S_SEQ)
+        return a == 1;
     return kind == S_PLAT ? a != 0 : a != 2;
 }
 
@@ -568,6 +705,20 @@ int ct_sched_state_dict(ct_sched *s, const ct_state_entry **entries, int *n)
                 goto err;
         }
     }
+    /* sequential: each child's entries under "schedulers.<i>." (their strings stay valid: the
+     * children are only reached through s) */
+    for (int i = 0; i < s->nchildren; i++) {
+        const ct_state_entry *ce;
+        int cn;
+        if ((rc = ct_sched_state_dict(s->children[i], &ce, &cn)))
+            goto err;
+        for (int k = 0; k < cn; k++) {
+            char name[96];
+            snprintf(name, sizeof name, "schedulers.%d.%s", i, ce[k].name);
+            if ((rc = push(s, &cap, name, ce[k])))
+                goto err;
+        }
+    }
     *entries = s->entries;
     *n = s->nentries;
     return 0;
@@ -584,10 +735,9 @@ static const ct_state_entry *find_entry(const ct_state_entry *e, int n, const ch
     return NULL;
 }
 
-int ct_sched_load_state_dict(ct_sched *s, const ct_state_entry *entries, int n)
+/* Loads s's own entries (all of entries[0..n), nothing else allowed); unchanged on error. */
+static int load_own(ct_sched *s, const ct_state_entry *entries, int n)
 {
-    if (!s || n < 0 || (n > 0 && !entries))
-        return ct__error(CT_EINVAL, "sched_load_state_dict: NULL argument");
     sched_vals v = s->v;
     int ng = s->ngroups;
     double arr[3][ng > 0 ? ng : 1];
@@ -673,7 +823,8 @@ int ct_sched_load_state_dict(ct_sched *s, const ct_state_entry *entries, int n)
                          expected);
     }
     if ((s->kind == S_STEP && v.step_size < 1) || (s->kind == S_COS && v.t_max < 1) ||
-        (s->kind == S_LIN && v.total_iters < 1) || v.last_epoch < -1)
+        (s->kind == S_LIN && v.total_iters < 1) || v.last_epoch < -1 ||
+        (s->kind == S_SEQ && v.nmilestones != s->nchildren - 1))
         return ct__error(CT_EINVAL, "sched state: bad values for a %s scheduler",
                          skind_name[s->kind]);
     s->v = v;
@@ -682,4 +833,90 @@ int ct_sched_load_state_dict(ct_sched *s, const ct_state_entry *entries, int n)
         if (saves_array(s->kind, a))
             memcpy(arrays[a], arr[a], (size_t)ng * sizeof(double));
     return 0;
+}
+
+typedef struct snapshot {
+    sched_vals v;
+    double *arr; /* 3 * ngroups */
+} snapshot;
+
+static void snap_take(const ct_sched *s, snapshot *sn)
+{
+    sn->v = s->v;
+    memcpy(sn->arr, s->base_lrs, (size_t)(3 * s->ngroups) * sizeof(double));
+}
+
+static void snap_restore(ct_sched *s, const snapshot *sn)
+{
+    s->v = sn->v;
+    memcpy(s->base_lrs, sn->arr, (size_t)(3 * s->ngroups) * sizeof(double));
+}
+
+int ct_sched_load_state_dict(ct_sched *s, const ct_state_entry *entries, int n)
+{
+    if (!s || n < 0 || (n > 0 && !entries))
+        return ct__error(CT_EINVAL, "sched_load_state_dict: NULL argument");
+    if (s->kind != S_SEQ)
+        return load_own(s, entries, n);
+    /* sequential: split entries into its own and each child's (prefix stripped), load all,
+     * and put everything back if any part fails */
+    int rc = 0, nc = s->nchildren, nown = 0, ng = s->ngroups;
+    ct_state_entry *split = calloc((size_t)n + 1, sizeof *split);
+    int *owner = calloc((size_t)n + 1, sizeof *owner);
+    snapshot *snaps = calloc((size_t)nc + 1, sizeof *snaps);
+    double *arrs = calloc((size_t)(3 * ng * (nc + 1)) + 1, sizeof *arrs);
+    ct_state_entry *part = calloc((size_t)n + 1, sizeof *part);
+    if (!split || !owner || !snaps || !arrs || !part) {
+        rc = ct__error(CT_ENOMEM, "sched_load_state_dict: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *name = entries[i].name ? entries[i].name : "";
+        int idx, off = 0;
+        split[i] = entries[i];
+        owner[i] = -1;
+        if (sscanf(name, "schedulers.%d.%n", &idx, &off) == 1 && off > 0) {
+            if (idx < 0 || idx >= nc) {
+                rc = ct__error(CT_EINVAL,
+                               "sched state '%s': this sequential scheduler has %d "
+                               "schedulers",
+                               name, nc);
+                goto out;
+            }
+            owner[i] = idx;
+            split[i].name = name + off;
+        } else {
+            nown++;
+        }
+    }
+    for (int c = -1; c < nc; c++) {
+        ct_sched *t = c < 0 ? s : s->children[c];
+        snaps[c + 1].arr = arrs + (size_t)(3 * ng * (c + 1));
+        snap_take(t, &snaps[c + 1]);
+    }
+    for (int c = -1; c < nc && !rc; c++) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (owner[i] == c)
+                part[m++] = split[i];
+        if (c < 0 && m != nown)
+            rc = ct__error(CT_EINVAL, "sched state: internal split error");
+        else
+            rc = load_own(c < 0 ? s : s->children[c], part, m);
+        if (rc && c >= 0) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", ct_last_error());
+            ct__error(rc, "sched state 'schedulers.%d': %s", c, msg);
+        }
+    }
+    if (rc)
+        for (int c = -1; c < nc; c++)
+            snap_restore(c < 0 ? s : s->children[c], &snaps[c + 1]);
+out:
+    free(split);
+    free(owner);
+    free(snaps);
+    free(arrs);
+    free(part);
+    return rc;
 }

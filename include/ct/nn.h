@@ -56,8 +56,7 @@ ct_tensor *ct_nn_matmul(ct_tensor *a, ct_tensor *b);
 ct_tensor *ct_nn_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *b, const ct_conv_opts *o);
 /* x (N,C,H,W), w (C,O,kh,kw), b (O) or NULL -> (N,O,OH,OW),
  * OH = (H-1)*stride - 2*pad + dil*(kh-1) + output_padding + 1. */
-ct_tensor *ct_nn_conv_transpose2d(ct_tensor *x, ct_tensor *w, ct_tensor *b,
-                                  const ct_conv_opts *o);
+ct_tensor *ct_nn_conv_transpose2d(ct_tensor *x, ct_tensor *w, ct_tensor *b, const ct_conv_opts *o);
 /* Batch norm over (N,C) or (N,C,H,W). training: batch statistics, and running_mean/var (may be
  * NULL) are updated in place as PyTorch does (unbiased variance, momentum); else running stats
  * are used. weight/bias may be NULL (1 and 0). */
@@ -108,10 +107,9 @@ void ct_nn_set_threads(int n);
 typedef struct ct_module ct_module;
 
 ct_module *ct_nn_linear_new(int64_t in, int64_t out, bool bias);
-ct_module *ct_nn_conv2d_new(int64_t in, int64_t out, int kernel, const ct_conv_opts *o,
-                            bool bias);
-ct_module *ct_nn_conv_transpose2d_new(int64_t in, int64_t out, int kernel,
-                                      const ct_conv_opts *o, bool bias);
+ct_module *ct_nn_conv2d_new(int64_t in, int64_t out, int kernel, const ct_conv_opts *o, bool bias);
+ct_module *ct_nn_conv_transpose2d_new(int64_t in, int64_t out, int kernel, const ct_conv_opts *o,
+                                      bool bias);
 /* eps 1e-5, momentum 0.1; buffers running_mean, running_var, num_batches_tracked (i64). */
 ct_module *ct_nn_batchnorm1d_new(int64_t features);
 ct_module *ct_nn_batchnorm2d_new(int64_t channels);
@@ -129,11 +127,11 @@ ct_module *ct_nn_flatten_new(void);
  * the constructor fail). Residual: y = x + sequential(children)(x). */
 ct_module *ct_nn_sequential_new(int n, ct_module *const *children);
 ct_module *ct_nn_residual_new(int n, ct_module *const *children);
-#define CT_SEQUENTIAL(...)                                                                      \
-    ct_nn_sequential_new((int)(sizeof((ct_module *[]){__VA_ARGS__}) / sizeof(ct_module *)),    \
+#define CT_SEQUENTIAL(...)                                                                         \
+    ct_nn_sequential_new((int)(sizeof((ct_module *[]){__VA_ARGS__}) / sizeof(ct_module *)),        \
                          (ct_module *[]){__VA_ARGS__})
-#define CT_RESIDUAL(...)                                                                        \
-    ct_nn_residual_new((int)(sizeof((ct_module *[]){__VA_ARGS__}) / sizeof(ct_module *)),      \
+#define CT_RESIDUAL(...)                                                                           \
+    ct_nn_residual_new((int)(sizeof((ct_module *[]){__VA_ARGS__}) / sizeof(ct_module *)),          \
                        (ct_module *[]){__VA_ARGS__})
 
 void ct_module_destroy(ct_module **m);

@@ -20,14 +20,13 @@ static ct_module *composite(void)
 {
     ct_conv_opts p1 = {.padding = {1, 1}};
     ct_conv_opts tr = {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}};
-    return CT_SEQUENTIAL(ct_nn_conv2d_new(2, 4, 3, &p1, true), ct_nn_batchnorm2d_new(4),
-                         ct_nn_leaky_relu_new(0.1f), CT_RESIDUAL(conv_bn(4, 4), conv_bn(4, 4)),
-                         ct_nn_maxpool2d_new(2, 0, 0),
-                         ct_nn_conv_transpose2d_new(4, 3, 3, &tr, true), ct_nn_elu_new(1.0f),
-                         ct_nn_avgpool2d_new(2, 0, 0), ct_nn_adaptive_avgpool2d_new(2, 2),
-                         ct_nn_flatten_new(), ct_nn_linear_new(12, 8, true),
-                         ct_nn_batchnorm1d_new(8), ct_nn_tanh_new(), ct_nn_dropout_new(0.0f),
-                         ct_nn_linear_new(8, 5, true), ct_nn_sigmoid_new());
+    return CT_SEQUENTIAL(
+        ct_nn_conv2d_new(2, 4, 3, &p1, true), ct_nn_batchnorm2d_new(4), ct_nn_leaky_relu_new(0.1f),
+        CT_RESIDUAL(conv_bn(4, 4), conv_bn(4, 4)), ct_nn_maxpool2d_new(2, 0, 0),
+        ct_nn_conv_transpose2d_new(4, 3, 3, &tr, true), ct_nn_elu_new(1.0f),
+        ct_nn_avgpool2d_new(2, 0, 0), ct_nn_adaptive_avgpool2d_new(2, 2), ct_nn_flatten_new(),
+        ct_nn_linear_new(12, 8, true), ct_nn_batchnorm1d_new(8), ct_nn_tanh_new(),
+        ct_nn_dropout_new(0.0f), ct_nn_linear_new(8, 5, true), ct_nn_sigmoid_new());
 }
 
 /* The reference state dict as entries named without the "sd." prefix. */
@@ -182,8 +181,7 @@ static void test_init_and_params(void)
 
     /* a failed child makes the container fail (and frees the others) */
     ct_module *f = CT_SEQUENTIAL(ct_nn_relu_new(), ct_nn_linear_new(0, 3, true));
-    CHECK(f == NULL && strstr(ct_last_error(), "NULL"), "NULL child refused: %s",
-          ct_last_error());
+    CHECK(f == NULL && strstr(ct_last_error(), "NULL"), "NULL child refused: %s", ct_last_error());
 }
 
 int main(int argc, char **argv)

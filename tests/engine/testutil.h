@@ -16,14 +16,14 @@
 
 static int g_fail;
 
-#define CHECK(cond, ...)                                                                        \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                      \
-            fprintf(stderr, __VA_ARGS__);                                                       \
-            fprintf(stderr, " (last error: %s)\n", ct_last_error());                            \
-            g_fail++;                                                                           \
-        }                                                                                       \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, " (last error: %s)\n", ct_last_error());                               \
+            g_fail++;                                                                              \
+        }                                                                                          \
     } while (0)
 
 /* ---- reference file ---- */
@@ -53,8 +53,8 @@ static ref_file ref_load(const char *dir, const char *file)
         if (fread(&nl, 4, 1, f) != 1)
             break;
         ref_rec rec = {0};
-        if (nl >= sizeof(rec.name) || fread(rec.name, 1, nl, f) != nl ||
-            fread(&dt, 4, 1, f) != 1 || fread(&nd, 4, 1, f) != 1 || nd > CT_MAX_DIMS) {
+        if (nl >= sizeof(rec.name) || fread(rec.name, 1, nl, f) != nl || fread(&dt, 4, 1, f) != 1 ||
+            fread(&nd, 4, 1, f) != 1 || nd > CT_MAX_DIMS) {
             fprintf(stderr, "%s: corrupt record\n", path);
             exit(1);
         }
@@ -136,8 +136,8 @@ static int close_f32(const char *what, const float *a, const float *b, int64_t n
         }
     }
     if (!(worst <= tol)) {
-        fprintf(stderr, "FAIL %s: rel err %.3g > %.1g at [%lld]: got %.8g want %.8g\n", what,
-                worst, tol, (long long)wi, n ? a[wi] : 0.0f, n ? b[wi] : 0.0f);
+        fprintf(stderr, "FAIL %s: rel err %.3g > %.1g at [%lld]: got %.8g want %.8g\n", what, worst,
+                tol, (long long)wi, n ? a[wi] : 0.0f, n ? b[wi] : 0.0f);
         g_fail++;
         return -1;
     }
@@ -190,8 +190,8 @@ static double fd_loss(fd_fn fn, ct_tensor **in, void *ctx, const float *R)
 
 /* Central differences (step eps) for every element of the inputs flagged in check (bitmask),
  * against the autograd gradient of L = sum(y * R). |fd - an| <= atol + rtol * |an|. */
-static int fd_check(const char *what, fd_fn fn, ct_tensor **in, int nin, unsigned check,
-                    void *ctx, double eps, double atol, double rtol)
+static int fd_check(const char *what, fd_fn fn, ct_tensor **in, int nin, unsigned check, void *ctx,
+                    double eps, double atol, double rtol)
 {
     int bad = 0;
     for (int i = 0; i < nin; i++)
@@ -238,8 +238,8 @@ static int fd_check(const char *what, fd_fn fn, ct_tensor **in, int nin, unsigne
             x[j] = v;
             double fd = (lp - lm) / (2 * eps);
             if (!(fabs(fd - an[j]) <= atol + rtol * fabs(an[j]))) {
-                fprintf(stderr, "FAIL %s: d/d in%d[%lld]: finite diff %.6g, autograd %.6g\n",
-                        what, i, (long long)j, fd, an[j]);
+                fprintf(stderr, "FAIL %s: d/d in%d[%lld]: finite diff %.6g, autograd %.6g\n", what,
+                        i, (long long)j, fd, an[j]);
                 g_fail++;
                 bad = 1;
                 break;

@@ -25,8 +25,7 @@ typedef struct ct__conv_p {
     int bias;       /* 0/1 */
     int transposed; /* 0 conv, 1 deconv */
 } ct__conv_p;
-int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b,
-                     float *y);
+int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y);
 int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx);
 /* db may be NULL when p->bias is 0. */
 int ct__cpu_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *dy, float *dw,
@@ -51,10 +50,10 @@ typedef struct ct__bn_p {
     int64_t n, c, hw;
     float eps;
 } ct__bn_p;
-int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale,
-                         const float *shift, float *y, float *mean, float *var);
-int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale,
-                         const float *shift, const float *mean, const float *var, float *y);
+int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                         float *y, float *mean, float *var);
+int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                         const float *mean, const float *var, float *y);
 int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
                    const float *mean, const float *var, float *dx, float *dscale, float *dshift);
 

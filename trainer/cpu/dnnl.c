@@ -74,14 +74,14 @@ static struct {
     int blocked; /* -1 unknown */
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .blocked = -1};
 
-#define DN(call)                                                                                \
-    do {                                                                                        \
-        dnnl_status_t st_ = (call);                                                             \
-        if (st_ != dnnl_success) {                                                              \
-            rc = ct__error(CT_EDNNL, "oneDNN %s failed (status %d) at %s:%d", #call, (int)st_, \
-                           __FILE__, __LINE__);                                                 \
-            goto err;                                                                           \
-        }                                                                                       \
+#define DN(call)                                                                                   \
+    do {                                                                                           \
+        dnnl_status_t st_ = (call);                                                                \
+        if (st_ != dnnl_success) {                                                                 \
+            rc = ct__error(CT_EDNNL, "oneDNN %s failed (status %d) at %s:%d", #call, (int)st_,     \
+                           __FILE__, __LINE__);                                                    \
+            goto err;                                                                              \
+        }                                                                                          \
     } while (0)
 
 static uint64_t key_hash(const key *k)
@@ -156,8 +156,8 @@ typedef struct aspec {
 /* Creates pd from op_desc, the primitive and the argument memories. Takes nothing; on failure
  * everything created here is freed. */
 static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_desc,
-                      const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
-                      int nargs, const aspec *as)
+                      const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint, int nargs,
+                      const aspec *as)
 {
     int rc = 0;
     entry *e = calloc(1, sizeof(*e));
@@ -241,8 +241,8 @@ static dnnl_memory_desc_t md_tag(int nd, const int64_t *dims, dnnl_format_tag_t 
 
 static dnnl_format_tag_t plain_tag(int nd)
 {
-    static const dnnl_format_tag_t t[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc,
-                                          dnnl_abcd, dnnl_abcde};
+    static const dnnl_format_tag_t t[] = {
+        dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde};
     return t[nd];
 }
 
@@ -257,13 +257,13 @@ static void conv_key(key *k, int kind, const ct__conv_p *p)
 {
     memset(k, 0, sizeof(*k));
     k->kind = kind;
-    int64_t v[17] = {p->n,  p->ic, p->ih, p->iw, p->oc, p->oh, p->ow, p->kh,  p->kw,
+    int64_t v[17] = {p->n,  p->ic, p->ih, p->iw, p->oc, p->oh, p->ow,   p->kh,        p->kw,
                      p->sh, p->sw, p->ph, p->pw, p->dh, p->dw, p->bias, p->transposed};
     memcpy(k->v, v, sizeof(v));
 }
 
 typedef struct conv_mds {
-    dnnl_memory_desc_t src, wei, bia, dst;       /* user (plain) */
+    dnnl_memory_desc_t src, wei, bia, dst;         /* user (plain) */
     dnnl_memory_desc_t src_a, wei_a, bia_a, dst_a; /* for the op desc (any when blocked) */
     dnnl_dims_t strides, dil, padl, padr;
 } conv_mds;
@@ -323,8 +323,7 @@ err:
     return rc;
 }
 
-int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b,
-                     float *y)
+int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y)
 {
     int rc = 0;
     key k;
@@ -386,9 +385,9 @@ int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, 
         dnnl_deconvolution_desc_t dd;
         const void *desc;
         if (!p->transposed) {
-            DN(dnnl_dilated_convolution_backward_data_desc_init(
-                &cd, dnnl_convolution_direct, &m.src_a, &m.wei_a, &m.dst_a, m.strides, m.dil,
-                m.padl, m.padr));
+            DN(dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
+                                                                &m.src_a, &m.wei_a, &m.dst_a,
+                                                                m.strides, m.dil, m.padl, m.padr));
             desc = &cd;
         } else {
             DN(dnnl_dilated_deconvolution_backward_data_desc_init(
@@ -569,8 +568,8 @@ int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, co
         if ((rc = ip_fwd_pd(&hint, &m, db != NULL)) < 0)
             goto err;
         dnnl_inner_product_desc_t d;
-        DN(dnnl_inner_product_backward_weights_desc_init(&d, &m.src, &m.wei,
-                                                         db ? &m.bia : NULL, &m.dst));
+        DN(dnnl_inner_product_backward_weights_desc_init(&d, &m.src, &m.wei, db ? &m.bia : NULL,
+                                                         &m.dst));
         aspec as[4] = {{DNNL_ARG_SRC, &m.src, 0},
                        {DNNL_ARG_DIFF_DST, &m.dst, 0},
                        {DNNL_ARG_DIFF_WEIGHTS, &m.wei, 1},
@@ -605,8 +604,7 @@ int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, co
     if (!e) {
         dnnl_memory_desc_t am, bm, cm;
         dnnl_dims_t ad = {m, kk}, bd = {kk, n}, cd = {m, n};
-        dnnl_dims_t as_ = {ta ? 1 : kk, ta ? m : 1}, bs = {tb ? 1 : n, tb ? kk : 1},
-                    cs = {n, 1};
+        dnnl_dims_t as_ = {ta ? 1 : kk, ta ? m : 1}, bs = {tb ? 1 : n, tb ? kk : 1}, cs = {n, 1};
         DN(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_f32, as_));
         DN(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_f32, bs));
         DN(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs));
@@ -667,8 +665,8 @@ err:
     return rc;
 }
 
-int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale,
-                         const float *shift, float *y, float *mean, float *var)
+int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                         float *y, float *mean, float *var)
 {
     int rc = 0;
     key k;
@@ -684,9 +682,9 @@ int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale,
         dnnl_batch_normalization_desc_t d;
         DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_training, &data, p->eps,
                                                       BN_FLAGS));
-        aspec as[6] = {{DNNL_ARG_SRC, &data, 0},   {DNNL_ARG_SCALE, &vec, 0},
-                       {DNNL_ARG_SHIFT, &vec, 0},  {DNNL_ARG_DST, &data, 1},
-                       {DNNL_ARG_MEAN, &vec, 1},   {DNNL_ARG_VARIANCE, &vec, 1}};
+        aspec as[6] = {{DNNL_ARG_SRC, &data, 0},  {DNNL_ARG_SCALE, &vec, 0},
+                       {DNNL_ARG_SHIFT, &vec, 0}, {DNNL_ARG_DST, &data, 1},
+                       {DNNL_ARG_MEAN, &vec, 1},  {DNNL_ARG_VARIANCE, &vec, 1}};
         if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as)) < 0)
             goto err;
         insert(e);
@@ -698,8 +696,8 @@ err:
     return rc;
 }
 
-int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale,
-                         const float *shift, const float *mean, const float *var, float *y)
+int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                         const float *mean, const float *var, float *y)
 {
     int rc = 0;
     key k;
@@ -715,8 +713,8 @@ int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale,
         dnnl_batch_normalization_desc_t d;
         DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_inference, &data, p->eps,
                                                       BN_FLAGS | dnnl_use_global_stats));
-        aspec as[6] = {{DNNL_ARG_SRC, &data, 0},  {DNNL_ARG_SCALE, &vec, 0},
-                       {DNNL_ARG_SHIFT, &vec, 0}, {DNNL_ARG_MEAN, &vec, 0},
+        aspec as[6] = {{DNNL_ARG_SRC, &data, 0},     {DNNL_ARG_SCALE, &vec, 0},
+                       {DNNL_ARG_SHIFT, &vec, 0},    {DNNL_ARG_MEAN, &vec, 0},
                        {DNNL_ARG_VARIANCE, &vec, 0}, {DNNL_ARG_DST, &data, 1}};
         if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as)) < 0)
             goto err;
@@ -749,10 +747,10 @@ int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const flo
         dnnl_batch_normalization_desc_t d;
         DN(dnnl_batch_normalization_backward_desc_init(&d, dnnl_backward, &data, &data, p->eps,
                                                        BN_FLAGS));
-        aspec as[9] = {{DNNL_ARG_SRC, &data, 0},        {DNNL_ARG_DIFF_DST, &data, 0},
-                       {DNNL_ARG_SCALE, &vec, 0},       {DNNL_ARG_MEAN, &vec, 0},
-                       {DNNL_ARG_VARIANCE, &vec, 0},    {DNNL_ARG_DIFF_SRC, &data, 1},
-                       {DNNL_ARG_DIFF_SCALE, &vec, 1},  {DNNL_ARG_DIFF_SHIFT, &vec, 1},
+        aspec as[9] = {{DNNL_ARG_SRC, &data, 0},       {DNNL_ARG_DIFF_DST, &data, 0},
+                       {DNNL_ARG_SCALE, &vec, 0},      {DNNL_ARG_MEAN, &vec, 0},
+                       {DNNL_ARG_VARIANCE, &vec, 0},   {DNNL_ARG_DIFF_SRC, &data, 1},
+                       {DNNL_ARG_DIFF_SCALE, &vec, 1}, {DNNL_ARG_DIFF_SHIFT, &vec, 1},
                        {DNNL_ARG_SHIFT, &vec, 0}};
         if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 9, as)) < 0)
             goto err;
@@ -822,8 +820,8 @@ static int pool_get_fwd(entry **out, const ct__pool_p *p, bool training)
             &d, training ? dnnl_forward_training : dnnl_forward_inference, m.alg, &m.src, &m.dst,
             m.strides, m.kernel, m.dil, m.padl, m.padr));
         bool ws = training && p->alg == CT__POOL_MAX;
-        aspec as[3] = {{DNNL_ARG_SRC, &m.src, 0}, {DNNL_ARG_DST, &m.dst, 1},
-                       {DNNL_ARG_WORKSPACE, NULL, 1}};
+        aspec as[3] = {
+            {DNNL_ARG_SRC, &m.src, 0}, {DNNL_ARG_DST, &m.dst, 1}, {DNNL_ARG_WORKSPACE, NULL, 1}};
         if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, ws ? 3 : 2, as)) < 0)
             goto err;
         insert(e);
@@ -876,10 +874,11 @@ int ct__cpu_pool_bwd(const ct__pool_p *p, const float *dy, const void *ws, float
         pool_mds m;
         pool_mds_init(&m, p);
         dnnl_pooling_v2_desc_t d;
-        DN(dnnl_pooling_v2_backward_desc_init(&d, m.alg, &m.src, &m.dst, m.strides, m.kernel,
-                                              m.dil, m.padl, m.padr));
+        DN(dnnl_pooling_v2_backward_desc_init(&d, m.alg, &m.src, &m.dst, m.strides, m.kernel, m.dil,
+                                              m.padl, m.padr));
         bool w = p->alg == CT__POOL_MAX;
-        aspec as[3] = {{DNNL_ARG_DIFF_DST, &m.dst, 0}, {DNNL_ARG_DIFF_SRC, &m.src, 1},
+        aspec as[3] = {{DNNL_ARG_DIFF_DST, &m.dst, 0},
+                       {DNNL_ARG_DIFF_SRC, &m.src, 1},
                        {DNNL_ARG_WORKSPACE, NULL, 0}};
         if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, w ? 3 : 2, as)) < 0)
             goto err;
@@ -944,8 +943,7 @@ err:
     return rc;
 }
 
-int ct__cpu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const float *dy,
-                        float *dx)
+int ct__cpu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const float *dy, float *dx)
 {
     int rc = 0;
     key k = {.kind = K_ELT_BWD, .v = {alg, n}, .f = {alpha}};
@@ -961,8 +959,8 @@ int ct__cpu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const f
         dnnl_memory_desc_t md = md_plain(1, &n);
         dnnl_eltwise_desc_t d;
         DN(dnnl_eltwise_backward_desc_init(&d, elt_alg(alg), &md, &md, alpha, 0.0f));
-        aspec as[3] = {{DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0},
-                       {DNNL_ARG_DIFF_SRC, &md, 1}};
+        aspec as[3] = {
+            {DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0}, {DNNL_ARG_DIFF_SRC, &md, 1}};
         if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as)) < 0)
             goto err;
         insert(e);
@@ -1031,10 +1029,10 @@ int ct__cpu_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, co
         int64_t dims[2] = {rows, cols};
         dnnl_memory_desc_t md = md_plain(2, dims);
         dnnl_softmax_v2_desc_t d;
-        DN(dnnl_softmax_v2_backward_desc_init(
-            &d, log ? dnnl_softmax_log : dnnl_softmax_accurate, &md, &md, &md, 1));
-        aspec as[3] = {{DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0},
-                       {DNNL_ARG_DIFF_SRC, &md, 1}};
+        DN(dnnl_softmax_v2_backward_desc_init(&d, log ? dnnl_softmax_log : dnnl_softmax_accurate,
+                                              &md, &md, &md, 1));
+        aspec as[3] = {
+            {DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0}, {DNNL_ARG_DIFF_SRC, &md, 1}};
         if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as)) < 0)
             goto err;
         insert(e);

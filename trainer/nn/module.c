@@ -195,14 +195,13 @@ err:
     return NULL;
 }
 
-ct_module *ct_nn_conv2d_new(int64_t in, int64_t out, int kernel, const ct_conv_opts *o,
-                            bool bias)
+ct_module *ct_nn_conv2d_new(int64_t in, int64_t out, int kernel, const ct_conv_opts *o, bool bias)
 {
     return conv_new(M_CONV, in, out, kernel, o, bias);
 }
 
-ct_module *ct_nn_conv_transpose2d_new(int64_t in, int64_t out, int kernel,
-                                      const ct_conv_opts *o, bool bias)
+ct_module *ct_nn_conv_transpose2d_new(int64_t in, int64_t out, int kernel, const ct_conv_opts *o,
+                                      bool bias)
 {
     return conv_new(M_CONVT, in, out, kernel, o, bias);
 }
@@ -569,8 +568,7 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
     if (!sv || !sg || !m->refs || !m->ref_names) {
         ct__storage_release(&sv);
         ct__storage_release(&sg);
-        rc = ct__error(CT_ENOMEM, "module_params: out of memory for %lld floats",
-                       (long long)total);
+        rc = ct__error(CT_ENOMEM, "module_params: out of memory for %lld floats", (long long)total);
         goto out;
     }
     int64_t off = 0;
@@ -729,9 +727,8 @@ int ct_module_load_state_dict(ct_module *m, const ct_named_tensor *entries, int 
             return ct__error(CT_ERANGE,
                              "load_state_dict: key \"%s\": %lld elements (%d dims), model has "
                              "%lld (%d dims)",
-                             sd[i].name, (long long)ct_tensor_numel(src->tensor),
-                             src->tensor->ndim, (long long)ct_tensor_numel(sd[i].tensor),
-                             sd[i].tensor->ndim);
+                             sd[i].name, (long long)ct_tensor_numel(src->tensor), src->tensor->ndim,
+                             (long long)ct_tensor_numel(sd[i].tensor), sd[i].tensor->ndim);
     }
     if (strict) {
         for (int j = 0; j < n; j++) {
@@ -917,8 +914,7 @@ int ct_module_load(ct_module *m, const char *path)
             goto out;
         }
         if (r < 0) {
-            rc = ct__error(CT_EINVAL, "module_load: %s: malformed entry \"%s\"", path,
-                           sd[i].name);
+            rc = ct__error(CT_EINVAL, "module_load: %s: malformed entry \"%s\"", path, sd[i].name);
             goto out;
         }
         ct_dtype want = sd[i].tensor->dtype;

@@ -20,11 +20,10 @@ static int check_f32(const ct_tensor *t, const char *op, const char *arg, int mi
     if (!t)
         return ct__error(CT_EINVAL, "%s: %s is NULL", op, arg);
     if (t->dtype != CT_F32)
-        return ct__error(CT_EINVAL, "%s: %s must be f32 (is %s)", op, arg,
-                         ct_dtype_name(t->dtype));
+        return ct__error(CT_EINVAL, "%s: %s must be f32 (is %s)", op, arg, ct_dtype_name(t->dtype));
     if (t->ndim < min_nd || t->ndim > max_nd)
-        return ct__error(CT_EINVAL, "%s: %s has %d dims, expected %d..%d", op, arg, t->ndim,
-                         min_nd, max_nd);
+        return ct__error(CT_EINVAL, "%s: %s has %d dims, expected %d..%d", op, arg, t->ndim, min_nd,
+                         max_nd);
     if (!ct_tensor_is_contiguous(t))
         return ct__error(CT_EINVAL, "%s: %s must be contiguous", op, arg);
     return 0;
@@ -92,10 +91,10 @@ static int record(const char *name, int (*bw)(ct__node *), ct_tensor *out, int n
     return 0;
 }
 
-#define OUT_OR_FAIL(t)                                                                          \
-    do {                                                                                        \
-        if (!(t))                                                                               \
-            goto err;                                                                           \
+#define OUT_OR_FAIL(t)                                                                             \
+    do {                                                                                           \
+        if (!(t))                                                                                  \
+            goto err;                                                                              \
     } while (0)
 
 /* ---------------- linear / matmul ---------------- */
@@ -146,16 +145,16 @@ ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b)
         return NULL;
     lin_ctx c = {x->shape[0], x->shape[1], w->shape[0]};
     if (w->shape[1] != c.ic || (b && b->shape[0] != c.oc)) {
-        ct__error(CT_ERANGE, "linear: x (%lld,%lld) vs weight (%lld,%lld)%s",
-                  (long long)c.n, (long long)c.ic, (long long)w->shape[0],
-                  (long long)w->shape[1], b ? " / bias" : "");
+        ct__error(CT_ERANGE, "linear: x (%lld,%lld) vs weight (%lld,%lld)%s", (long long)c.n,
+                  (long long)c.ic, (long long)w->shape[0], (long long)w->shape[1],
+                  b ? " / bias" : "");
         return NULL;
     }
     int64_t shape[2] = {c.n, c.oc};
     y = new_out(2, shape);
     OUT_OR_FAIL(y);
-    if (ct__cpu_ip_fwd(c.n, c.ic, c.oc, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL,
-                       ct__f32(y)) < 0)
+    if (ct__cpu_ip_fwd(c.n, c.ic, c.oc, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL, ct__f32(y)) <
+        0)
         goto err;
     ct_tensor *in[3] = {x, w, b};
     if (record("linear", linear_bw, y, b ? 3 : 2, in, &c, sizeof(c), NULL) < 0)
@@ -208,8 +207,7 @@ ct_tensor *ct_nn_matmul(ct_tensor *a, ct_tensor *b)
     int64_t shape[2] = {c.m, c.n};
     y = new_out(2, shape);
     OUT_OR_FAIL(y);
-    if (ct__cpu_matmul(c.m, c.k, c.n, ct__f32(a), false, ct__f32(b), false, ct__f32(y), false) <
-        0)
+    if (ct__cpu_matmul(c.m, c.k, c.n, ct__f32(a), false, ct__f32(b), false, ct__f32(y), false) < 0)
         goto err;
     ct_tensor *in[2] = {a, b};
     if (record("matmul", matmul_bw, y, 2, in, &c, sizeof(c), NULL) < 0)
@@ -295,9 +293,11 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
         p.ow = (p.iw - 1) * p.sw - 2 * p.pw + ekw + o->output_padding[1];
     }
     if (p.oh <= 0 || p.ow <= 0 || p.ph < 0 || p.pw < 0) {
-        ct__error(CT_ERANGE, "%s: input %lldx%lld with kernel %lldx%lld, padding %lld gives no "
-                  "output", op, (long long)p.ih, (long long)p.iw, (long long)p.kh,
-                  (long long)p.kw, (long long)p.ph);
+        ct__error(CT_ERANGE,
+                  "%s: input %lldx%lld with kernel %lldx%lld, padding %lld gives no "
+                  "output",
+                  op, (long long)p.ih, (long long)p.iw, (long long)p.kh, (long long)p.kw,
+                  (long long)p.ph);
         return NULL;
     }
     int64_t shape[4] = {p.n, p.oc, p.oh, p.ow};
@@ -319,8 +319,7 @@ ct_tensor *ct_nn_conv2d(ct_tensor *x, ct_tensor *w, ct_tensor *b, const ct_conv_
     return conv_common("conv2d", x, w, b, o, false);
 }
 
-ct_tensor *ct_nn_conv_transpose2d(ct_tensor *x, ct_tensor *w, ct_tensor *b,
-                                  const ct_conv_opts *o)
+ct_tensor *ct_nn_conv_transpose2d(ct_tensor *x, ct_tensor *w, ct_tensor *b, const ct_conv_opts *o)
 {
     return conv_common("conv_transpose2d", x, w, b, o, true);
 }
@@ -415,8 +414,8 @@ ct_tensor *ct_nn_batch_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
         if (check_f32(vecs[i], "batch_norm", names[i], 1, 1) < 0)
             return NULL;
         if (vecs[i]->shape[0] != C) {
-            ct__error(CT_ERANGE, "batch_norm: %s has %lld elements, x has %lld channels",
-                      names[i], (long long)vecs[i]->shape[0], (long long)C);
+            ct__error(CT_ERANGE, "batch_norm: %s has %lld elements, x has %lld channels", names[i],
+                      (long long)vecs[i]->shape[0], (long long)C);
             return NULL;
         }
     }
@@ -513,8 +512,17 @@ static ct_tensor *pool_common(const char *op, ct_tensor *x, int k, int s, int pa
         return NULL;
     if (s <= 0)
         s = k;
-    ct__pool_p p = {.n = x->shape[0], .c = x->shape[1], .ih = x->shape[2], .iw = x->shape[3],
-                    .kh = k, .kw = k, .sh = s, .sw = s, .ph = pad, .pw = pad, .alg = alg};
+    ct__pool_p p = {.n = x->shape[0],
+                    .c = x->shape[1],
+                    .ih = x->shape[2],
+                    .iw = x->shape[3],
+                    .kh = k,
+                    .kw = k,
+                    .sh = s,
+                    .sw = s,
+                    .ph = pad,
+                    .pw = pad,
+                    .alg = alg};
     if (k <= 0 || pad < 0 || 2 * pad > k) {
         ct__error(CT_EINVAL, "%s: kernel %d / padding %d invalid (padding <= kernel/2)", op, k,
                   pad);
@@ -621,8 +629,8 @@ static int elt_bw(ct__node *nd)
     int rc = 0;
     if ((rc = gbegin(&sx, nd->in[0], 0)) < 0)
         return rc;
-    if ((rc = ct__cpu_eltwise_bwd(c->alg, c->alpha, sx.n, ct__f32(nd->out),
-                                  ct__f32(nd->out->grad), sx.dst)) < 0)
+    if ((rc = ct__cpu_eltwise_bwd(c->alg, c->alpha, sx.n, ct__f32(nd->out), ct__f32(nd->out->grad),
+                                  sx.dst)) < 0)
         return rc;
     gend(&sx);
     return 0;

@@ -55,8 +55,8 @@ static void node_free(ct__node *n)
     free(n);
 }
 
-ct__node *ct__node_record(const char *name, int (*backward)(ct__node *), ct_tensor *out,
-                          int nin, ct_tensor *const *in, void *ctx, void (*free_ctx)(void *))
+ct__node *ct__node_record(const char *name, int (*backward)(ct__node *), ct_tensor *out, int nin,
+                          ct_tensor *const *in, void *ctx, void (*free_ctx)(void *))
 {
     ct__node *n = NULL;
     if (!ct__needs_grad(nin, in) || nin > CT__NODE_MAX_IN)

@@ -265,7 +265,7 @@ ct_tensor *ct_tensor_view(ct_tensor *t, int ndim, const int64_t *shape)
     if (check_shape(ndim, shape, &n) < 0)
         return NULL;
     if (n != ct_tensor_numel(t)) {
-        ct__error(CT_ERANGE, "tensor_view: %lld elements cannot be viewed as %lld", 
+        ct__error(CT_ERANGE, "tensor_view: %lld elements cannot be viewed as %lld",
                   (long long)ct_tensor_numel(t), (long long)n);
         return NULL;
     }
@@ -389,8 +389,8 @@ int ct_tensor_copy_from(ct_tensor *t, const void *src, size_t nbytes)
         return ct__error(CT_EINVAL, "tensor_copy_from: NULL argument");
     size_t want = (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
     if (nbytes != want)
-        return ct__error(CT_ERANGE, "tensor_copy_from: %zu bytes given, tensor holds %zu",
-                         nbytes, want);
+        return ct__error(CT_ERANGE, "tensor_copy_from: %zu bytes given, tensor holds %zu", nbytes,
+                         want);
     if (!ct_tensor_is_contiguous(t))
         return ct__error(CT_EINVAL, "tensor_copy_from: tensor is not contiguous");
     memcpy(ct_tensor_data(t), src, nbytes);

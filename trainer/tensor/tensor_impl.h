@@ -53,8 +53,8 @@ struct ct__node {
 /* Records a node for out = op(in...) when grad mode is on and some input requires grad. Takes
  * ownership of ctx (freed even on failure / when nothing is recorded). Returns the node or NULL
  * (nothing recorded; not an error unless ct__node_record_failed()). */
-ct__node *ct__node_record(const char *name, int (*backward)(ct__node *), ct_tensor *out,
-                          int nin, ct_tensor *const *in, void *ctx, void (*free_ctx)(void *));
+ct__node *ct__node_record(const char *name, int (*backward)(ct__node *), ct_tensor *out, int nin,
+                          ct_tensor *const *in, void *ctx, void (*free_ctx)(void *));
 /* True when some input requires grad and grad mode is on. */
 bool ct__needs_grad(int nin, ct_tensor *const *in);
 

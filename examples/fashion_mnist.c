@@ -1,0 +1,283 @@
+/* examples/fashion_mnist.c — single-process training on Fashion-MNIST with ct's engine.
+ *
+ * The CNN: Conv2d(1,32,3,pad 1)-BatchNorm2d-ReLU-MaxPool2d(2), Conv2d(32,64,3,pad 1)-
+ * BatchNorm2d-ReLU-MaxPool2d(2), Flatten, Linear(3136,128)-ReLU-Dropout(0.25), Linear(128,10);
+ * or `--model mlp`: MLP 784-256-128-10. Pixels are scaled to [0,1] and normalised with mean
+ * 0.2860, std 0.3530. Adam (lr 1e-3) by default, `--optim sgd` for SGD with momentum 0.9.
+ *
+ *   fashion_mnist [--model cnn|mlp] [--epochs 3] [--batch 64] [--lr 1e-3] [--optim adam|sgd]
+ *                 [--threads N] [--limit N] [--seed 0] [--data DIR] [--bench-steps N]
+ *
+ * Prints one line per epoch and last `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>`
+ * (samples_per_s: training samples per second of training time, evaluation excluded).
+ * --bench-steps N: time N training steps after 5 warm-up steps and print only the final line
+ * with test_accuracy=0 (used by bench/train_throughput). Not here: distributed training
+ * (see the trainer examples). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ct/data.h"
+#include "ct/error.h"
+#include "ct/nn.h"
+#include "ct/optim.h"
+#include "ct/tensor.h"
+
+typedef struct args {
+    const char *model, *optim, *data;
+    int epochs, threads, bench_steps;
+    int64_t batch, limit;
+    double lr;
+    uint64_t seed;
+} args;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int usage(const char *prog)
+{
+    fprintf(stderr,
+            "usage: %s [--model cnn|mlp] [--epochs N] [--batch N] [--lr X] [--optim adam|sgd]\n"
+            "          [--threads N] [--limit N] [--seed N] [--data DIR] [--bench-steps N]\n",
+            prog);
+    return 2;
+}
+
+static int parse(int argc, char **argv, args *a)
+{
+    *a = (args){.model = "cnn", .optim = "adam", .epochs = 3, .batch = 64, .lr = 1e-3};
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            return usage(argv[0]);
+        if (!strcmp(k, "--model"))
+            a->model = v;
+        else if (!strcmp(k, "--optim"))
+            a->optim = v;
+        else if (!strcmp(k, "--data"))
+            a->data = v;
+        else if (!strcmp(k, "--epochs"))
+            a->epochs = atoi(v);
+        else if (!strcmp(k, "--batch"))
+            a->batch = atoll(v);
+        else if (!strcmp(k, "--lr"))
+            a->lr = atof(v);
+        else if (!strcmp(k, "--threads"))
+            a->threads = atoi(v);
+        else if (!strcmp(k, "--limit"))
+            a->limit = atoll(v);
+        else if (!strcmp(k, "--seed"))
+            a->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--bench-steps"))
+            a->bench_steps = atoi(v);
+        else
+            return usage(argv[0]);
+        i++;
+    }
+    if (strcmp(a->model, "cnn") && strcmp(a->model, "mlp"))
+        return usage(argv[0]);
+    if (a->batch <= 0 || a->epochs < 0)
+        return usage(argv[0]);
+    return 0;
+}
+
+static ct_module *make_model(const char *name)
+{
+    if (!strcmp(name, "mlp"))
+        return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(784, 256, true),
+                             ct_nn_relu_new(), ct_nn_linear_new(256, 128, true), ct_nn_relu_new(),
+                             ct_nn_linear_new(128, 10, true));
+    ct_conv_opts p1 = {.padding = {1, 1}};
+    return CT_SEQUENTIAL(ct_nn_conv2d_new(1, 32, 3, &p1, true), ct_nn_batchnorm2d_new(32),
+                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0),
+                         ct_nn_conv2d_new(32, 64, 3, &p1, true), ct_nn_batchnorm2d_new(64),
+                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0), ct_nn_flatten_new(),
+                         ct_nn_linear_new(3136, 128, true), ct_nn_relu_new(),
+                         ct_nn_dropout_new(0.25f), ct_nn_linear_new(128, 10, true));
+}
+
+/* One training step on a borrowed batch; returns the loss or NAN on error. */
+static float train_step(ct_module *net, ct_optim *o, const ct_batch *b)
+{
+    int64_t xs[4] = {b->n, b->shape[0], b->shape[1], b->shape[2]}, ys[1] = {b->n};
+    ct_tensor *x = ct_tensor_wrap(CT_F32, 4, xs, (void *)b->x);
+    ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b->y);
+    ct_tensor *logits = NULL, *loss = NULL;
+    float lv = NAN;
+    ct_optim_zero_grad(o);
+    logits = ct_module_forward(net, x);
+    if (logits)
+        loss = ct_nn_cross_entropy(logits, y, 0.0f);
+    if (loss && ct_tensor_backward(loss, NULL) == 0 && ct_optim_step(o) == 0)
+        lv = ct_tensor_item(loss);
+    ct_tensor_release(&loss);
+    ct_tensor_release(&logits);
+    ct_tensor_release(&x);
+    ct_tensor_release(&y);
+    return lv;
+}
+
+static double evaluate(ct_module *net, ct_dataset *test)
+{
+    ct_loader *ld = NULL;
+    const float mean[] = {0.2860f}, stdv[] = {0.3530f};
+    if (ct_loader_new(test,
+                      &(ct_loader_opts){.batch_size = 500,
+                                        .prefetch = 2,
+                                        .transform = {.mean = mean, .std = stdv}},
+                      &ld) < 0)
+        return -1;
+    ct_module_train(net, false);
+    bool prev = ct_autograd_set_enabled(false);
+    int64_t correct = 0, total = 0;
+    ct_batch b;
+    while (ct_loader_next(ld, &b) > 0) {
+        int64_t xs[4] = {b.n, b.shape[0], b.shape[1], b.shape[2]};
+        ct_tensor *x = ct_tensor_wrap(CT_F32, 4, xs, (void *)b.x);
+        ct_tensor *logits = ct_module_forward(net, x);
+        if (logits) {
+            const float *l = ct_tensor_f32(logits);
+            for (int64_t i = 0; i < b.n; i++) {
+                int best = 0;
+                for (int c = 1; c < 10; c++)
+                    if (l[i * 10 + c] > l[i * 10 + best])
+                        best = c;
+                correct += best == b.y[i];
+            }
+            total += b.n;
+        }
+        ct_tensor_release(&logits);
+        ct_tensor_release(&x);
+    }
+    ct_autograd_set_enabled(prev);
+    ct_module_train(net, true);
+    ct_loader_destroy(&ld);
+    return total ? (double)correct / (double)total : 0.0;
+}
+
+int main(int argc, char **argv)
+{
+    args a;
+    int rc = parse(argc, argv, &a), status = 1;
+    if (rc)
+        return rc;
+    ct_dataset *train_full = NULL, *train = NULL, *test = NULL;
+    ct_loader *ld = NULL;
+    ct_module *net = NULL;
+    ct_optim *o = NULL;
+    if (a.threads > 0)
+        ct_nn_set_threads(a.threads);
+    ct_nn_manual_seed(a.seed);
+    if (ct_dataset_open_mnist(a.data, true, &train_full) < 0 ||
+        ct_dataset_open_mnist(a.data, false, &test) < 0) {
+        fprintf(stderr, "fashion_mnist: %s\n", ct_last_error());
+        goto out;
+    }
+    int64_t n = ct_dataset_length(train_full);
+    if (a.limit > 0 && a.limit < n)
+        n = a.limit;
+    if (ct_dataset_subset(train_full, 0, n, &train) < 0)
+        goto fail;
+    const float mean[] = {0.2860f}, stdv[] = {0.3530f};
+    if (ct_loader_new(train,
+                      &(ct_loader_opts){.batch_size = a.batch,
+                                        .shuffle = true,
+                                        .seed = a.seed,
+                                        .prefetch = 4,
+                                        .transform = {.mean = mean, .std = stdv}},
+                      &ld) < 0)
+        goto fail;
+    net = make_model(a.model);
+    if (!net)
+        goto fail;
+    const ct_param_ref *ps;
+    int np;
+    if (ct_module_params(net, &ps, &np) < 0)
+        goto fail;
+    if (!strcmp(a.optim, "sgd"))
+        o = ct_optim_sgd_new(ps, np, &(ct_sgd_opts){.lr = a.lr, .momentum = 0.9});
+    else
+        o = ct_optim_adam_new(ps, np, &(ct_adam_opts){.lr = a.lr});
+    if (!o)
+        goto fail;
+
+    if (a.bench_steps > 0) {
+        /* throughput only: warm up, then time bench_steps steps (epochs wrap around) */
+        ct_batch b;
+        int64_t epoch = 0, samples = 0;
+        double t0 = 0, last = NAN;
+        ct_loader_set_epoch(ld, epoch);
+        for (int s = 0; s < a.bench_steps + 5; s++) {
+            if (s == 5) {
+                t0 = now_s();
+                samples = 0;
+            }
+            int r = ct_loader_next(ld, &b);
+            if (r == 0) {
+                ct_loader_set_epoch(ld, ++epoch);
+                r = ct_loader_next(ld, &b);
+            }
+            if (r < 0)
+                goto fail;
+            last = train_step(net, o, &b);
+            if (last != last)
+                goto fail;
+            samples += b.n;
+        }
+        double dt = now_s() - t0;
+        printf("final: test_accuracy=0 train_loss=%.4f samples_per_s=%.1f\n", last,
+               (double)samples / dt);
+        status = 0;
+        goto out;
+    }
+
+    double train_time = 0, loss_sum = 0, acc = 0;
+    int64_t train_samples = 0, loss_n = 0;
+    for (int epoch = 0; epoch < a.epochs; epoch++) {
+        ct_batch b;
+        loss_sum = 0;
+        loss_n = 0;
+        double t0 = now_s();
+        if (ct_loader_set_epoch(ld, epoch) < 0)
+            goto fail;
+        while ((rc = ct_loader_next(ld, &b)) > 0) {
+            float l = train_step(net, o, &b);
+            if (l != l)
+                goto fail;
+            loss_sum += l * (double)b.n;
+            loss_n += b.n;
+        }
+        if (rc < 0)
+            goto fail;
+        double dt = now_s() - t0;
+        train_time += dt;
+        train_samples += loss_n;
+        acc = evaluate(net, test);
+        if (acc < 0)
+            goto fail;
+        printf("epoch %d: train_loss=%.4f test_accuracy=%.4f samples_per_s=%.1f time=%.1fs\n",
+               epoch + 1, loss_sum / (double)(loss_n ? loss_n : 1), acc, (double)loss_n / dt, dt);
+        fflush(stdout);
+    }
+    printf("final: test_accuracy=%.4f train_loss=%.4f samples_per_s=%.1f\n", acc,
+           loss_sum / (double)(loss_n ? loss_n : 1),
+           train_time > 0 ? (double)train_samples / train_time : 0.0);
+    status = 0;
+    goto out;
+fail:
+    fprintf(stderr, "fashion_mnist: %s\n", ct_last_error());
+out:
+    ct_optim_destroy(&o);
+    ct_module_destroy(&net);
+    ct_loader_destroy(&ld);
+    ct_dataset_destroy(&train);
+    ct_dataset_destroy(&test);
+    ct_dataset_destroy(&train_full);
+    return status;
+}

@@ -123,7 +123,7 @@ int main(void)
     CHECK(ct_store_contains(s, &mine));
     os_kill(c2);
     int pins = -1;
-    for (int i = 0; i < 200 && (pins = pins_of(s, &id)) != 0; i++)
+    for (int i = 0; i < 1000 && (pins = pins_of(s, &id)) != 0; i++)
         usleep(5000);
     CHECK_EQ(pins, 0);
     CHECK(!ct_store_contains(s, &missing));

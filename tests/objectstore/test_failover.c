@@ -42,7 +42,7 @@ int main(void)
     CHECK_EQ(ct_xfer_pull(c, &id, holders, 2,
                           &(ct_xfer_pull_opts){.chunk_size = 2 * MB,
                                                .window = 4,
-                                               .timeout_ms = 300,
+                                               .timeout_ms = 1000,
                                                .on_chunk = on_chunk,
                                                .arg = &k},
                           &st),

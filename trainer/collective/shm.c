@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,9 +104,9 @@ static int peer_dead(struct ct__shm *s, int i)
     return s->pid[i] > 0 && kill(s->pid[i], 0) < 0 && errno == ESRCH;
 }
 
-/* Waits until local rank i's seq reaches target: spins for up to spin_ns (the peer is
- * usually running on another core), then sleeps on the peer's futex word in short slices so
- * that an oversubscribed machine runs the peer instead of this spinner. */
+/* Waits until local rank i's seq reaches target: spins (then spins with sched_yield) for up to
+ * spin_ns (the peer is usually running on another core), then sleeps on the peer's futex word in
+ * short slices so that an oversubscribed machine runs the peer instead of this spinner. */
 static int wait_peer(ct_comm *c, int i, uint32_t target, int64_t deadline)
 {
     struct ct__shm *s = c->shm;
@@ -123,7 +124,12 @@ static int wait_peer(ct_comm *c, int i, uint32_t target, int64_t deadline)
         if (!start)
             start = now;
         if (now - start < s->spin_ns) {
-            cpu_relax();
+            /* after a few microseconds, yield: on a busy machine the peer may be queued
+             * behind this process on the same core */
+            if (now - start > 5000)
+                sched_yield();
+            else
+                cpu_relax();
             continue;
         }
         int st = ct__comm_aborted(c);

@@ -33,6 +33,7 @@
 #define HELLO_MAGIC 0x63745243u /* "ctRC" */
 #define SOCK_BUF (4 * 1024 * 1024)
 #define REDUCE_GRAIN (64 * 1024) /* bytes received before adding them in */
+#define STAGE (256 * 1024)       /* receive staging for reductions: stays in cache */
 #define MAX_IOV 64
 
 struct hello {
@@ -44,9 +45,14 @@ struct hello {
 static void tune(int fd)
 {
     int one = 1, sz = SOCK_BUF;
+    const char *env = getenv("CT_COLL_TCP_BUF_KB"); /* 0: leave the kernel's autotuning */
+    if (env)
+        sz = atoi(env) * 1024;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+    if (sz > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+    }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
@@ -231,12 +237,14 @@ void ct__tcp_destroy(ct_comm *c)
 
 /* One transfer step: send siov (to next) while receiving riov (from prev).
  * fwd: send no further than received so far (siov and riov describe the same bytes).
- * red: received floats (riov is one staging buffer) are added into red as they arrive. */
+ * red: instead of riov, red_len bytes are received into the small staging buffer c->tmp
+ *      (STAGE bytes, stays in cache) and added into red as they arrive. */
 struct xfer {
     const struct iovec *siov, *riov;
     int sn, rn;
     int fwd;
     float *red;
+    size_t red_len;
 };
 
 static size_t iov_total(const struct iovec *v, int n)
@@ -280,10 +288,12 @@ static int peer_error(ct_comm *c, const char *what, int err)
 
 static int run_xfer(ct_comm *c, const struct xfer *x, int64_t deadline)
 {
-    size_t slen = iov_total(x->siov, x->sn), rlen = iov_total(x->riov, x->rn);
+    size_t slen = iov_total(x->siov, x->sn);
+    size_t rlen = x->red ? x->red_len : iov_total(x->riov, x->rn);
     size_t sdone = 0, rdone = 0, red_done = 0;
+    char *stage = (char *)c->tmp;
     struct iovec w[MAX_IOV];
-    while (sdone < slen || rdone < rlen || (x->red && red_done < rlen)) {
+    while (sdone < slen || rdone < rlen) {
         int progress = 0;
         size_t limit = x->fwd ? rdone : slen;
         if (sdone < limit) {
@@ -299,7 +309,14 @@ static int run_xfer(ct_comm *c, const struct xfer *x, int64_t deadline)
         }
         if (rdone < rlen) {
             struct msghdr m = {.msg_iov = w};
-            m.msg_iovlen = (size_t)iov_window(x->riov, x->rn, rdone, rlen, w);
+            if (x->red) { /* into the stage, after what is waiting to be added */
+                size_t used = rdone - red_done, room = STAGE - used;
+                w[0].iov_base = stage + used;
+                w[0].iov_len = rlen - rdone < room ? rlen - rdone : room;
+                m.msg_iovlen = 1;
+            } else {
+                m.msg_iovlen = (size_t)iov_window(x->riov, x->rn, rdone, rlen, w);
+            }
             ssize_t k = recvmsg(c->fd_prev, &m, MSG_DONTWAIT);
             if (k > 0) {
                 rdone += (size_t)k;
@@ -309,15 +326,15 @@ static int run_xfer(ct_comm *c, const struct xfer *x, int64_t deadline)
             } else if (errno != EAGAIN && errno != EINTR) {
                 return peer_error(c, "receive from", errno);
             }
-        }
-        if (x->red) {
-            size_t avail = rdone / sizeof(float) * sizeof(float);
-            if (avail - red_done >= REDUCE_GRAIN || (avail == rlen && avail > red_done)) {
-                const float *src = (const float *)((char *)x->riov[0].iov_base + red_done);
-                ct__reduce_add(x->red + red_done / sizeof(float), src,
-                               (avail - red_done) / sizeof(float));
-                red_done = avail;
-                progress = 1;
+            if (x->red) {
+                size_t used = rdone - red_done, whole = used / sizeof(float) * sizeof(float);
+                if (whole >= REDUCE_GRAIN || rdone == rlen || used == STAGE) {
+                    ct__reduce_add(x->red + red_done / sizeof(float), (const float *)stage,
+                                   whole / sizeof(float));
+                    red_done += whole;
+                    if (used > whole) /* a float split across two reads */
+                        memmove(stage, stage + whole, used - whole);
+                }
             }
         }
         if (progress)
@@ -366,13 +383,13 @@ int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float scale, int64_t
 {
     int n = c->nnodes, j = c->node, rc;
     size_t so, sl, ro, rl;
-    if ((rc = ensure_tmp(c, count / (size_t)n + 1)) < 0)
+    if ((rc = ensure_tmp(c, STAGE / sizeof(float))) < 0)
         return rc;
     for (int s = 0; s < n - 1; s++) {
         seg(count, n, (j - s + n) % n, &so, &sl);
         seg(count, n, (j - s - 1 + 2 * n) % n, &ro, &rl);
-        struct iovec sv = {buf + so, sl * sizeof(float)}, rv = {c->tmp, rl * sizeof(float)};
-        struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1, .red = buf + ro};
+        struct iovec sv = {buf + so, sl * sizeof(float)};
+        struct xfer x = {.siov = &sv, .sn = 1, .red = buf + ro, .red_len = rl * sizeof(float)};
         if ((rc = run_xfer(c, &x, deadline)) < 0)
             return rc;
     }

@@ -88,6 +88,7 @@ struct ct_placement_group {
 static struct {
     pthread_mutex_t mu;
     bool inited;
+    bool ctx_borrowed; /* an actor's context, owned by its serve loop */
     void *ctx, *head;
     char addr[160];
     char sender[64];
@@ -110,16 +111,19 @@ static struct {
 static void set_opts(void *s)
 {
     int zero = 0;
+    int64_t maxmsg = 1LL << 30; /* never trust a peer's claimed frame size */
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
 }
 
 static int connect_head(const char *addr, const char *sender)
 {
     snprintf(C.addr, sizeof C.addr, "%s", addr);
     snprintf(C.sender, sizeof C.sender, "%s", sender);
-    C.ctx = zmq_ctx_new();
+    if (!C.ctx)
+        C.ctx = zmq_ctx_new();
     if (!C.ctx)
         return ct__error(CT_EZMQ, "ct_init: zmq_ctx_new: %s", zmq_strerror(errno));
     C.head = zmq_socket(C.ctx, ZMQ_DEALER);
@@ -136,7 +140,7 @@ static void close_all(void)
     if (C.head)
         zmq_close(C.head);
     C.head = NULL;
-    if (C.ctx)
+    if (C.ctx && !C.ctx_borrowed)
         zmq_ctx_term(C.ctx);
     C.ctx = NULL;
 }
@@ -261,15 +265,32 @@ static void drain_actor(ct_actor *a)
     }
 }
 
+/* The head connection; an actor makes it on first use. Lock held. */
+static int ensure_head(void)
+{
+    if (!C.head && C.inited && C.ctx_borrowed) {
+        char addr[sizeof C.addr], sender[sizeof C.sender];
+        snprintf(addr, sizeof addr, "%s", C.addr);
+        snprintf(sender, sizeof sender, "%s", C.sender);
+        int rc = connect_head(addr, sender);
+        if (rc)
+            return rc;
+    }
+    if (!C.head)
+        return ct__error(CT_EINVAL, "ct: not initialized (call ct_init first)");
+    return 0;
+}
+
 /* Sends req to the head and waits for its reply (timeout_ms <= 0: forever). Caller holds the
  * lock and frees *rep. */
 static int head_request(Ct__Envelope *req, Ct__Envelope **rep, int timeout_ms)
 {
     *rep = NULL;
-    if (!C.head)
-        return ct__error(CT_EINVAL, "ct: not initialized (call ct_init first)");
+    int rc = ensure_head();
+    if (rc)
+        return rc;
     req->req_id = ++C.next_req;
-    int rc = ct__msg_send(C.head, NULL, req, 0);
+    rc = ct__msg_send(C.head, NULL, req, 0);
     if (rc)
         return rc;
     int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
@@ -476,25 +497,19 @@ out:
     return rc;
 }
 
-int ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
-                      const char *node_id)
+void ct__client_attach(void *ctx, const char *head_addr, const char *sender, const char *actor_id,
+                       const char *node_id)
 {
     LOCK();
     snprintf(C.self_actor, sizeof C.self_actor, "%s", actor_id ? actor_id : "");
     snprintf(C.self_node, sizeof C.self_node, "%s", node_id ? node_id : "");
-    int rc = connect_head(head_addr, sender);
-    if (!rc)
-        C.inited = true;
+    snprintf(C.addr, sizeof C.addr, "%s", head_addr);
+    snprintf(C.sender, sizeof C.sender, "%s", sender);
+    C.ctx = ctx;
+    C.ctx_borrowed = true;
+    C.inited = true;
+    read_self();
     UNLOCK();
-    return rc;
-}
-
-int ct__client_send_head(Ct__Envelope *e)
-{
-    LOCK();
-    int rc = C.head ? ct__msg_send(C.head, NULL, e, 0) : CT_EINVAL;
-    UNLOCK();
-    return rc;
 }
 
 const char *ct_head_address(void)
@@ -623,8 +638,8 @@ static int create_check(const char *cls, const ct_resources *res, const void *ar
         return ct__error(CT_EINVAL, "ct_actor_create: negative cpu or gpu");
     for (int i = 0; i < 8 && r->custom[i].name; i++)
         if (r->custom[i].amount < 0 || !*r->custom[i].name)
-            return ct__error(CT_EINVAL, "ct_actor_create: custom[%d] (%s): empty or negative",
-                             i, r->custom[i].name);
+            return ct__error(CT_EINVAL, "ct_actor_create: custom[%d] (%s): empty or negative", i,
+                             r->custom[i].name);
     return 0;
 }
 
@@ -681,8 +696,7 @@ static int create_finish(Ct__Envelope *rep, ct_actor **out)
     }
     set_opts(a->sock);
     if (zmq_connect(a->sock, a->addr) != 0) {
-        rc = ct__error(CT_EZMQ, "ct_actor_create: connect %s: %s", a->addr,
-                       zmq_strerror(errno));
+        rc = ct__error(CT_EZMQ, "ct_actor_create: connect %s: %s", a->addr, zmq_strerror(errno));
         zmq_close(a->sock);
         free(a);
         return rc;
@@ -711,10 +725,8 @@ int ct_actor_create_many(const char *cls, const ct_resources *res, const void *a
         return ct__error(CT_ENOMEM, "ct_actor_create: out of memory");
     LOCK();
     uint64_t first = 0, req = 0;
-    if (!C.inited) {
-        rc = ct__error(CT_EINVAL, "ct_actor_create: call ct_init first");
+    if ((rc = ensure_head()))
         goto out;
-    }
     for (int i = 0; i < n; i++) {
         if ((rc = create_send(cls, &r, args, len, timeout, &req)))
             goto out;

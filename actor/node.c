@@ -3,10 +3,11 @@
  * and reports every exit to the head at once.
  *
  * Process tree: node -> zygote (the driver's executable exec'd in zygote mode, once per
- * executable+argv) -> actor. The zygote double-forks, so each actor is reparented to the node
- * (PR_SET_CHILD_SUBREAPER): the node is the one that reaps actors and sees their exit status,
- * and an actor's PR_SET_PDEATHSIG fires when the node dies. Not in here: the zygote and actor
- * loops (worker.c), scheduling (head). */
+ * executable+argv) -> actor. The zygote clones each actor with CLONE_PARENT, so actors are the
+ * node's children: the node reaps them and sees their exit status, and an actor's PR_SET_PDEATHSIG
+ * fires when the node dies. Actors report ready/failed over the zygote's socketpair and the
+ * node forwards that to the head (so an actor needs no head connection to start). Not in here: the
+ * zygote and actor loops (worker.c), scheduling (head). */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -349,37 +350,63 @@ fail:
     report_start_failed(n, s->actor_id ? s->actor_id : "", why);
 }
 
+static void forward_ready(nodest *n, const ct__zrep *r)
+{
+    Ct__Envelope e;
+    Ct__ActorReady a = CT__ACTOR_READY__INIT;
+    ct__env_init(&e, 0, n->id, 0);
+    a.actor_id = (char *)r->actor_id;
+    a.address = (char *)r->text;
+    a.pid = r->pid;
+    e.body_case = CT__ENVELOPE__BODY_ACTOR_READY;
+    e.actor_ready = &a;
+    send_head(n, &e);
+}
+
 static void on_zygote_reply(nodest *n, int zi)
 {
-    ct__zrep r;
-    ssize_t got = recv(n->z[zi].fd, &r, sizeof r, MSG_DONTWAIT);
-    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-        zygote_gone(n, zi);
-        return;
-    }
-    if (got != sizeof r)
-        return;
-    r.actor_id[sizeof r.actor_id - 1] = 0;
-    for (int i = 0; i < n->na; i++) {
-        nactor *a = &n->a[i];
-        if (strcmp(a->id, r.actor_id) || a->pid)
-            continue;
-        if (r.pid <= 0) {
-            report_start_failed(n, a->id, "zygote could not fork");
-            remove_actor(n, i);
+    for (int k = 0; k < 256; k++) {
+        ct__zrep r;
+        ssize_t got = recv(n->z[zi].fd, &r, sizeof r, MSG_DONTWAIT);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+            zygote_gone(n, zi);
             return;
         }
+        if (got != sizeof r)
+            return;
+        r.actor_id[sizeof r.actor_id - 1] = 0;
+        r.text[sizeof r.text - 1] = 0;
+        int i;
+        for (i = 0; i < n->na; i++)
+            if (!strcmp(n->a[i].id, r.actor_id))
+                break;
+        if (i == n->na)
+            continue;
+        nactor *a = &n->a[i];
+        if (r.kind == CT_ZREP_READY) {
+            forward_ready(n, &r);
+        } else if (r.kind == CT_ZREP_FAILED) {
+            report_start_failed(n, a->id, r.text);
+        } else if (r.pid <= 0) {
+            report_start_failed(n, a->id, "the zygote could not fork");
+            remove_actor(n, i);
+            continue;
+        }
+        if (a->pid)
+            continue;
         a->pid = r.pid;
-        for (int j = 0; j < n->nearly; j++)
-            if (n->early[j].pid == r.pid) {
-                report_exit(n, a->id, r.pid, n->early[j].status);
-                n->early[j] = n->early[--n->nearly];
-                remove_actor(n, i);
-                return;
-            }
+        int j;
+        for (j = 0; j < n->nearly; j++)
+            if (n->early[j].pid == r.pid)
+                break;
+        if (j < n->nearly) {
+            report_exit(n, a->id, r.pid, n->early[j].status);
+            n->early[j] = n->early[--n->nearly];
+            remove_actor(n, i);
+            continue;
+        }
         if (a->kill_pending)
             kill(a->pid, SIGKILL);
-        return;
     }
 }
 

@@ -30,13 +30,11 @@ void ct__zygote_main(int fd) __attribute__((noreturn));
 /* Class registry (api.c). NULL when unknown. */
 const ct_actor_class *ct__class_find(const char *name);
 
-/* Client side used inside actor processes (api.c): connects the process-wide client to the
- * head as `sender`, with self ids for ct_self_*. */
-int ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
-                      const char *node_id);
-/* Sends an envelope to the head without waiting (actor: ActorReady / StartFailed). */
-struct Ct__Envelope;
-int ct__client_send_head(struct Ct__Envelope *e);
+/* Client side inside an actor process (api.c): records the head's address, this process's
+ * ZeroMQ context (shared, borrowed) and self ids; the head connection is made on first use
+ * (ct_kv_*, creating actors from an actor), so an actor that never needs it costs nothing. */
+void ct__client_attach(void *ctx, const char *head_addr, const char *sender, const char *actor_id,
+                       const char *node_id);
 
 /* Zygote <-> node records over a SOCK_SEQPACKET socketpair. */
 #define CT_ZYGOTE_MAX_ARGS (64 * 1024)
@@ -45,9 +43,14 @@ typedef struct ct__zreq {
     char cls[64];
     unsigned args_len; /* args follow */
 } ct__zreq;
+/* Records to the node over the same socketpair: the zygote reports each spawn, and each actor
+ * reports once, ready (text = its address) or failed (text = why), then closes its copy. */
+enum { CT_ZREP_SPAWNED = 0, CT_ZREP_READY = 1, CT_ZREP_FAILED = 2 };
 typedef struct ct__zrep {
     char actor_id[32];
-    int pid; /* > 0, or a negative CT_E* */
+    int pid; /* > 0, or a negative CT_E* when the spawn failed */
+    int kind;
+    char text[400];
 } ct__zrep;
 
 #endif

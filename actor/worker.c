@@ -2,15 +2,17 @@
  *
  * The zygote is the driver's executable exec'd by a node with CT_MODE=zygote: main() runs up to
  * ct_init()/ct_serve_if_worker() (so every class is registered), then it loops here reading
- * start requests and forking one actor per request (double fork: the actor is reparented to
- * the node, which reaps it). The zygote stays single-threaded and never touches ZeroMQ, so
- * fork is safe and cheap.
+ * start requests and creating one actor per request with clone(CLONE_PARENT), so the actor is
+ * the node's child: the node reaps it and sees its exit status. The zygote stays single-threaded
+ * and never touches ZeroMQ, so fork is safe and cheap.
  *
  * An actor binds its own ROUTER on an ephemeral port of the node's host, tells the head it
  * serves (ActorReady with its address), then answers Call envelopes in order on one thread.
  * Not in here: spawning policy (node.c), the driver side of calls (api.c). */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,18 +29,26 @@
 typedef struct actor_env {
     const char *head, *node_id, *host;
     pid_t node_pid;
+    int fd; /* the node's socketpair, for the one readiness record */
 } actor_env;
 
-static void start_failed(const char *actor_id, const char *reason)
+/* Sends this actor's one record to the node and closes the socketpair. */
+static void report(const actor_env *env, const char *actor_id, int kind, const char *text)
 {
-    Ct__Envelope e;
-    Ct__StartFailed f = CT__START_FAILED__INIT;
-    ct__env_init(&e, 0, actor_id, 0);
-    f.actor_id = (char *)actor_id;
-    f.reason = (char *)reason;
-    e.body_case = CT__ENVELOPE__BODY_START_FAILED;
-    e.start_failed = &f;
-    ct__client_send_head(&e);
+    ct__zrep r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.actor_id, sizeof r.actor_id, "%s", actor_id);
+    r.pid = getpid();
+    r.kind = kind;
+    snprintf(r.text, sizeof r.text, "%s", text);
+    if (send(env->fd, &r, sizeof r, MSG_NOSIGNAL) != sizeof r)
+        CT_LOG(CT_LOG_ERROR, "actor", "cannot report to the node: %s", strerror(errno));
+    close(env->fd);
+}
+
+static void start_failed(const actor_env *env, const char *actor_id, const char *reason)
+{
+    report(env, actor_id, CT_ZREP_FAILED, reason);
 }
 
 static void reply_error(void *sock, const ct__rid *rid, uint64_t req, const char *who, int code,
@@ -47,7 +57,8 @@ static void reply_error(void *sock, const ct__rid *rid, uint64_t req, const char
     ct__msg_send_error(sock, rid, req, who, code, "", "%s", msg);
 }
 
-/* Serves one actor; never returns. */
+/* Serves one actor; never returns. It reports to the node (ready with its address, or why it
+ * failed) over the zygote's socketpair; the node tells the head. */
 static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
                        const void *args, size_t len) __attribute__((noreturn));
 static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
@@ -56,31 +67,32 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
     char who[64];
     snprintf(who, sizeof who, "%s", actor_id);
     ct__log_set_who(who);
-    if (ct__client_attach(env->head, who, actor_id, env->node_id)) {
-        CT_LOG(CT_LOG_ERROR, "actor", "cannot reach head %s: %s", env->head, ct_last_error());
-        _exit(3);
-    }
     const ct_actor_class *cls = ct__class_find(cls_name);
     if (!cls) {
         char why[160];
         snprintf(why, sizeof why, "class %s is not registered in this executable", cls_name);
-        start_failed(actor_id, why);
-        usleep(100000); /* let the message leave (linger) */
+        start_failed(env, actor_id, why);
         _exit(2);
     }
     void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_ROUTER);
+    void *sock = ctx ? zmq_socket(ctx, ZMQ_ROUTER) : NULL;
+    if (!sock) {
+        start_failed(env, actor_id, "cannot create a ZeroMQ socket");
+        _exit(2);
+    }
+    ct__client_attach(ctx, env->head, who, actor_id, env->node_id);
     int zero = 0;
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    int64_t maxmsg = 1LL << 30; /* see head.c: never trust a claimed frame size */
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     char ep[200];
     snprintf(ep, sizeof ep, "tcp://%s:*", env->host);
     if (zmq_bind(sock, ep) != 0) {
         char why[300];
         snprintf(why, sizeof why, "cannot bind %s: %s", ep, zmq_strerror(errno));
-        start_failed(actor_id, why);
-        usleep(100000);
+        start_failed(env, actor_id, why);
         _exit(2);
     }
     size_t eplen = sizeof ep;
@@ -92,23 +104,11 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
             char why[600];
             snprintf(why, sizeof why, "%s.create failed: %s: %s", cls_name, ct_strerror(rc),
                      ct_last_error());
-            start_failed(actor_id, why);
-            usleep(100000);
+            start_failed(env, actor_id, why);
             _exit(2);
         }
     }
-    Ct__Envelope e;
-    Ct__ActorReady r = CT__ACTOR_READY__INIT;
-    ct__env_init(&e, 0, who, 0);
-    r.actor_id = (char *)actor_id;
-    r.address = ep;
-    r.pid = getpid();
-    e.body_case = CT__ENVELOPE__BODY_ACTOR_READY;
-    e.actor_ready = &r;
-    if (ct__client_send_head(&e)) {
-        CT_LOG(CT_LOG_ERROR, "actor", "cannot tell the head: %s", ct_last_error());
-        _exit(3);
-    }
+    report(env, actor_id, CT_ZREP_READY, ep);
     CT_LOG(CT_LOG_INFO, "actor", "%s serving %s at %s", actor_id, cls_name, ep);
     for (;;) {
         ct__rid rid;
@@ -220,43 +220,22 @@ void ct__zygote_main(int fd)
         r->cls[sizeof r->cls - 1] = 0;
         if (r->args_len > (size_t)n - sizeof *r)
             continue;
-        int p[2];
         ct__zrep rep;
         memset(&rep, 0, sizeof rep);
         memcpy(rep.actor_id, r->actor_id, sizeof rep.actor_id);
-        rep.pid = CT_EIO;
-        if (pipe(p) == 0) {
-            pid_t mid = fork();
-            if (mid == 0) {
-                pid_t middle = getpid();
-                pid_t a = fork();
-                if (a == 0) {
-                    close(p[0]);
-                    close(p[1]);
-                    close(fd);
-                    /* wait until the middle process is gone and we belong to the node,
-                     * then die with the node */
-                    while (getppid() == middle)
-                        sched_yield();
-                    prctl(PR_SET_PDEATHSIG, SIGKILL);
-                    if (getppid() != env.node_pid)
-                        _exit(1);
-                    actor_main(&env, r->actor_id, r->cls, buf + sizeof *r, r->args_len);
-                }
-                int v = a > 0 ? a : CT_EIO;
-                if (write(p[1], &v, sizeof v) != sizeof v)
-                    _exit(1);
-                _exit(0);
-            }
-            close(p[1]);
-            if (mid > 0) {
-                int v;
-                if (read(p[0], &v, sizeof v) == sizeof v)
-                    rep.pid = v;
-                waitpid(mid, NULL, 0);
-            }
-            close(p[0]);
+        rep.kind = CT_ZREP_SPAWNED;
+        /* CLONE_PARENT: the actor is the node's child, not ours, so the node reaps it and its
+         * PDEATHSIG follows the node; one fork instead of a double fork. The zygote is
+         * single-threaded, so skipping glibc's fork handlers is safe. */
+        pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != env.node_pid)
+                _exit(1);
+            env.fd = fd;
+            actor_main(&env, r->actor_id, r->cls, buf + sizeof *r, r->args_len);
         }
+        rep.pid = pid > 0 ? pid : CT_EIO;
         if (send(fd, &rep, sizeof rep, MSG_NOSIGNAL) < 0)
             _exit(0);
     }

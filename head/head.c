@@ -1175,6 +1175,10 @@ int ct__head_run(const ct_head_opts *o)
     zmq_setsockopt(h.sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(h.sock, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt(h.sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    /* a peer's claimed frame size is not trusted: garbage on the port must not make libzmq
+     * allocate terabytes (found by tests/runtime/test_fuzz.c under ASan) */
+    int64_t maxmsg = 64LL << 20;
+    zmq_setsockopt(h.sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     char ep[300];
     if (o->port)
         snprintf(ep, sizeof ep, "tcp://%s:%d", host, o->port);

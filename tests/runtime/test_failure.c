@@ -32,11 +32,14 @@ int main(void)
     ct_init_opts io = {.address = addr};
     CHECK_OK(ct_init(&io));
     CHECK_OK(ct_events_subscribe(CT_EVENTS_ALL));
-    pid_t n1 = h_start_node(addr, "--cpus", "4", "--resources", "left=10", NULL, NULL);
-    pid_t n2 = h_start_node(addr, "--cpus", "4", "--resources", "right=10", NULL, NULL);
+    /* one at a time, so that node ids are known: node-1 then node-2 */
     ct_event ev;
+    pid_t n1 = h_start_node(addr, "--cpus", "4", "--resources", "left=10", NULL, NULL);
     CHECK_OK(next_event(CT_EVENT_NODE_JOINED, NULL, &ev, 5000));
+    CHECK_EQ_INT(ev.pid, n1);
+    pid_t n2 = h_start_node(addr, "--cpus", "4", "--resources", "right=10", NULL, NULL);
     CHECK_OK(next_event(CT_EVENT_NODE_JOINED, NULL, &ev, 5000));
+    CHECK_EQ_INT(ev.pid, n2);
     (void)n1;
 
     ct_actor *x = NULL, *y = NULL, *z = NULL;

@@ -100,6 +100,8 @@ static struct {
     ct_event q[EVQ];
     int qh, qn;
     ct_actor *actors;
+    char (*owned)[32]; /* ids of the actors this process created and not yet seen dead */
+    int nowned, capowned;
     char exe[PATH_MAX];
     char *cmdline;
     size_t cmdline_len;
@@ -196,6 +198,12 @@ static void on_event(Ct__Event *ev)
     e.term_signal = ev->term_signal;
     e.received_ns = ct__now_ns();
     bool mine = false;
+    if (e.type == CT_EVENT_ACTOR_DEAD)
+        for (int i = 0; i < C.nowned; i++)
+            if (!strcmp(C.owned[i], e.actor_id)) {
+                memcpy(C.owned[i], C.owned[--C.nowned], sizeof C.owned[0]);
+                break;
+            }
     if (e.type == CT_EVENT_ACTOR_DEAD)
         for (ct_actor *a = C.actors; a; a = a->next)
             if (!strcmp(a->id, e.actor_id)) {
@@ -563,9 +571,9 @@ void ct_shutdown(void)
     if (C.inited && C.head) {
         /* kill what this driver created; wait a moment for the head to take the orders */
         uint64_t last = 0;
-        for (ct_actor *a = C.actors; a; a = a->next)
-            if (!a->dead)
-                kill_request(a->id, &last);
+        drain_head(0, 0, NULL);
+        for (int i = 0; i < C.nowned; i++)
+            kill_request(C.owned[i], &last);
         if (last) {
             Ct__Envelope *rep = NULL;
             int64_t until = ct__now_ms() + 1000;
@@ -583,6 +591,9 @@ void ct_shutdown(void)
     stop_embedded();
     free(C.cmdline);
     C.cmdline = NULL;
+    free(C.owned);
+    C.owned = NULL;
+    C.nowned = C.capowned = 0;
     C.inited = false;
     C.qn = C.qh = 0;
     C.sub_mask = 0;
@@ -685,6 +696,17 @@ static int create_finish(Ct__Envelope *rep, ct_actor **out)
     if (!a)
         return ct__error(CT_ENOMEM, "ct_actor_create: out of memory");
     Ct__CreateActorReply *cr = rep->create_actor_reply;
+    if (C.nowned == C.capowned) {
+        int cap = C.capowned ? 2 * C.capowned : 64;
+        char(*no)[32] = realloc(C.owned, cap * sizeof *no);
+        if (!no) {
+            free(a);
+            return ct__error(CT_ENOMEM, "ct_actor_create: out of memory");
+        }
+        C.owned = no;
+        C.capowned = cap;
+    }
+    snprintf(C.owned[C.nowned++], sizeof C.owned[0], "%s", cr->actor_id);
     snprintf(a->id, sizeof a->id, "%s", cr->actor_id);
     snprintf(a->node, sizeof a->node, "%s", cr->node_id);
     snprintf(a->addr, sizeof a->addr, "%s", cr->address);

@@ -64,8 +64,8 @@ void ct_serve_if_worker(void);
  * crashes. Not reentrant: a second ct_init without ct_shutdown returns CT_EEXIST. */
 int ct_init(const ct_init_opts *opts);
 
-/* Kills the actors this driver created, ends an embedded cluster, closes sockets. Safe to call
- * when not initialized. */
+/* Kills the actors this process created (released handles included), ends an embedded cluster,
+ * closes sockets. Safe to call when not initialized. */
 void ct_shutdown(void);
 
 /* "host:port" of the head this process talks to; "" before ct_init. Borrowed. */
@@ -219,7 +219,7 @@ int ct_events_next(ct_event *ev, int timeout_ms);
 int ct_kv_put(const char *key, const void *value, size_t len); /* overwrite */
 int ct_kv_get(const char *key, void **value, size_t *len,
               int timeout_ms); /* waits until the key exists or timeout (CT_ETIMEDOUT); caller frees
-                                  *value with free() */
+                                *value with free() */
 int ct_kv_del(const char *key);
 
 #ifdef __cplusplus

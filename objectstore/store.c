@@ -516,7 +516,8 @@ static int do_create(ct_store *s, const ct_object_id *id, uint64_t size, int own
     return 0;
 }
 
-static int do_seal_abort(ct_store *s, const ct_object_id *id, int seal)
+/* conn: the client connection asking (it must be the writer), or 0 for the local API. */
+static int do_seal_abort(ct_store *s, const ct_object_id *id, int seal, int conn)
 {
     char hex[2 * CT_OBJECT_ID_LEN + 1];
     obj *o = find(s, id);
@@ -526,6 +527,9 @@ static int do_seal_abort(ct_store *s, const ct_object_id *id, int seal)
     if (o->sealed)
         return ct__error(CT_EINVAL, "store %s: object %s is already sealed", s->name,
                          ct_object_id_hex(id, hex));
+    if (conn && o->owner != conn)
+        return ct__error(CT_EBUSY, "store %s: object %s is being written by another process",
+                         s->name, ct_object_id_hex(id, hex));
     if (seal) {
         o->sealed = 1;
         o->owner = 0;
@@ -565,6 +569,10 @@ static int do_delete(ct_store *s, const ct_object_id *id)
     if (!o)
         return ct__error(CT_ENOENT, "store %s: no object %s to delete", s->name,
                          ct_object_id_hex(id, hex));
+    /* Its writer still holds a pointer into the arena: only the writer may drop it (abort). */
+    if (!o->sealed)
+        return ct__error(CT_EBUSY, "store %s: object %s is being written (not sealed)", s->name,
+                         hex);
     index_remove(s, o);
     lru_remove(o);
     o->deleted = 1;
@@ -593,7 +601,7 @@ int ct_store_seal(ct_store *s, const ct_object_id *id)
     if (!s || !id)
         return ct__error(CT_EINVAL, "ct_store_seal: NULL argument");
     pthread_mutex_lock(&s->mu);
-    int rc = do_seal_abort(s, id, 1);
+    int rc = do_seal_abort(s, id, 1, 0);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -603,7 +611,7 @@ int ct_store_abort(ct_store *s, const ct_object_id *id)
     if (!s || !id)
         return ct__error(CT_EINVAL, "ct_store_abort: NULL argument");
     pthread_mutex_lock(&s->mu);
-    int rc = do_seal_abort(s, id, 0);
+    int rc = do_seal_abort(s, id, 0, 0);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -856,7 +864,7 @@ static void handle(ct_store *s, conn *c, const ct__store_req *rq, ct__store_rep 
     case CT__STORE_OP_SEAL:
     case CT__STORE_OP_ABORT:
         pthread_mutex_lock(&s->mu);
-        rp->status = do_seal_abort(s, &rq->id, rq->op == CT__STORE_OP_SEAL);
+        rp->status = do_seal_abort(s, &rq->id, rq->op == CT__STORE_OP_SEAL, c->id);
         pthread_mutex_unlock(&s->mu);
         break;
     case CT__STORE_OP_DELETE:

@@ -118,8 +118,9 @@ int ct_store_get(ct_store *s, const ct_object_id *id, ct_store_view *view);
 /* Unpins a view from ct_store_get and zeroes it. Accepts an empty view. */
 void ct_store_release(ct_store *s, ct_store_view *view);
 
-/* Deletes an object (sealed or not). It disappears from get/contains/list at once; its memory
- * or spill file is freed when the last pin is released. CT_ENOENT if absent. */
+/* Deletes a sealed object. It disappears from get/contains/list at once; its memory or spill
+ * file is freed when the last pin is released. CT_ENOENT if absent, CT_EBUSY if not sealed yet
+ * (its writer still writes into it: only the writer drops it, with abort). */
 int ct_store_delete(ct_store *s, const ct_object_id *id);
 
 /* True if a sealed object with this id is present (in memory or spilled). */

@@ -35,6 +35,7 @@ int main(void)
     CHECK_EQ(ct_store_get(s, &id, &v), CT_ENOENT);
     CHECK(!ct_store_contains(s, &id));
     CHECK_EQ(ct_store_create(s, &id, 10, &p), CT_EEXIST);
+    CHECK_EQ(ct_store_delete(s, &id), CT_EBUSY); /* only its writer may drop it */
     memcpy((char *)p + (3 << 20) / 2, src + (3 << 20) / 2, (3 << 20) - (3 << 20) / 2);
     CHECK_EQ(ct_store_seal(s, &id), 0);
     CHECK_EQ(ct_store_seal(s, &id), CT_EINVAL);

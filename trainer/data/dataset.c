@@ -225,8 +225,23 @@ int ct_dataset_from_u8(const uint8_t *x, const int64_t *labels, int64_t length, 
     return mem_new(xc, NULL, lc, length, ndim, shape, div, out);
 }
 
+struct subset_view {
+    ct_dataset *base; /* borrowed */
+    int64_t start;
+};
+
+static int subset_get(void *self, int64_t i, float *x, int64_t *label);
+
 const uint8_t *ct__dataset_u8(const ct_dataset *ds, const float **lut, const int64_t **labels)
 {
+    if (ds && ds->ops.get == subset_get) { /* a window of a u8 dataset is one too */
+        const struct subset_view *v = ds->self;
+        const uint8_t *u8 = ct__dataset_u8(v->base, lut, labels);
+        if (!u8)
+            return NULL;
+        *labels += v->start;
+        return u8 + v->start * v->base->numel;
+    }
     if (!ds || ds->ops.get != mem_get_u8)
         return NULL;
     const mem_ds *m = ds->self;
@@ -237,10 +252,7 @@ const uint8_t *ct__dataset_u8(const ct_dataset *ds, const float **lut, const int
 
 /* ---- subsets ------------------------------------------------------------------------------ */
 
-typedef struct subset_ds {
-    ct_dataset *base; /* borrowed */
-    int64_t start;
-} subset_ds;
+typedef struct subset_view subset_ds;
 
 static int subset_get(void *self, int64_t i, float *x, int64_t *label)
 {

@@ -2,12 +2,15 @@
  *
  * The idea: an optimizer updates parameters it does not own. The engine hands it an array of
  * ct_param_ref (name, value, grad, numel) and calls ct_optim_step() after backward; the update
- * is exactly PyTorch 1.13's torch.optim.SGD / Adam / AdamW (single-tensor, foreach=False path),
- * one plain vectorisable loop per parameter. A scheduler changes the optimizer's learning rate
+ * is PyTorch 1.13's torch.optim.SGD / Adam / AdamW (single-tensor, foreach=False path) to
+ * float rounding (<= ~2e-7 relative after 10 steps in the tests): one branch-free vectorised loop
+ * per parameter, with AVX2/AVX-512 clones chosen at load time and no FMA contraction, so every
+ * machine computes bit-identical updates. A scheduler changes the optimizer's learning rate
  * exactly as torch.optim.lr_scheduler does (recursive "chainable" forms). Both expose their
  * state as named entries (ct_state_entry) that a checkpoint writer stores and gives back.
  *
- * Not here: tensors, autograd, devices (CPU f32 only), sparse gradients, gradient clipping.
+ * Also: gradient clipping by norm or value (torch.nn.utils.clip_grad_*), SequentialLR.
+ * Not here: tensors, autograd, devices (CPU f32 only), sparse gradients, foreach/fused paths.
  *
  * Worked example:
  *
@@ -72,8 +75,8 @@ typedef struct ct_state_entry {
 
 typedef struct ct_optim ct_optim;
 
-/* torch.optim.SGD. lr 0 -> 1e-3. Checks: lr >= 0, momentum >= 0, weight_decay >= 0,
- * dampening >= 0; nesterov needs momentum > 0 and dampening == 0. */
+/* torch.optim.SGD. lr 0 -> 1e-3 (torch has no default). Checks: lr >= 0, momentum >= 0,
+ * weight_decay >= 0, dampening >= 0; nesterov needs momentum > 0 and dampening == 0. */
 typedef struct ct_sgd_opts {
     double lr;
     double momentum;

@@ -88,7 +88,7 @@ struct ct_placement_group {
 static struct {
     pthread_mutex_t mu;
     bool inited;
-    bool ctx_borrowed; /* an actor's context, owned by its serve loop */
+    bool lazy; /* an actor: connect to the head on first use */
     void *ctx, *head;
     char addr[160];
     char sender[64];
@@ -142,7 +142,7 @@ static void close_all(void)
     if (C.head)
         zmq_close(C.head);
     C.head = NULL;
-    if (C.ctx && !C.ctx_borrowed)
+    if (C.ctx)
         zmq_ctx_term(C.ctx);
     C.ctx = NULL;
 }
@@ -276,7 +276,7 @@ static void drain_actor(ct_actor *a)
 /* The head connection; an actor makes it on first use. Lock held. */
 static int ensure_head(void)
 {
-    if (!C.head && C.inited && C.ctx_borrowed) {
+    if (!C.head && C.inited && C.lazy) {
         char addr[sizeof C.addr], sender[sizeof C.sender];
         snprintf(addr, sizeof addr, "%s", C.addr);
         snprintf(sender, sizeof sender, "%s", C.sender);
@@ -505,7 +505,7 @@ out:
     return rc;
 }
 
-void ct__client_attach(void *ctx, const char *head_addr, const char *sender, const char *actor_id,
+void ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
                        const char *node_id)
 {
     LOCK();
@@ -513,8 +513,7 @@ void ct__client_attach(void *ctx, const char *head_addr, const char *sender, con
     snprintf(C.self_node, sizeof C.self_node, "%s", node_id ? node_id : "");
     snprintf(C.addr, sizeof C.addr, "%s", head_addr);
     snprintf(C.sender, sizeof C.sender, "%s", sender);
-    C.ctx = ctx;
-    C.ctx_borrowed = true;
+    C.lazy = true;
     C.inited = true;
     read_self();
     UNLOCK();

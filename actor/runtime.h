@@ -30,10 +30,10 @@ void ct__zygote_main(int fd) __attribute__((noreturn));
 /* Class registry (api.c). NULL when unknown. */
 const ct_actor_class *ct__class_find(const char *name);
 
-/* Client side inside an actor process (api.c): records the head's address, this process's
- * ZeroMQ context (shared, borrowed) and self ids; the head connection is made on first use
- * (ct_kv_*, creating actors from an actor), so an actor that never needs it costs nothing. */
-void ct__client_attach(void *ctx, const char *head_addr, const char *sender, const char *actor_id,
+/* Client side inside an actor process (api.c): records the head's address and self ids; the
+ * ZeroMQ context and head connection are made on first use (ct_kv_*, creating actors from an
+ * actor), so an actor that never needs them costs no threads. */
+void ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
                        const char *node_id);
 
 /* Zygote <-> node records over a SOCK_SEQPACKET socketpair. */

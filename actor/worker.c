@@ -21,8 +21,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zmq.h>
 #include "actor/runtime.h"
+#include "actor/zmtp.h"
 #include "common/common.h"
 #include "proto/msg.h"
 
@@ -51,14 +51,39 @@ static void start_failed(const actor_env *env, const char *actor_id, const char 
     report(env, actor_id, CT_ZREP_FAILED, reason);
 }
 
-static void reply_error(void *sock, const ct__rid *rid, uint64_t req, const char *who, int code,
+/* Packs e and sends it to conn. */
+static void send_env(ct__zmtp *z, int conn, const Ct__Envelope *e)
+{
+    size_t n = ct__envelope__get_packed_size(e);
+    uint8_t stack[4096];
+    uint8_t *buf = n <= sizeof stack ? stack : malloc(n);
+    if (!buf) {
+        CT_LOG(CT_LOG_ERROR, "actor", "out of memory packing a %zu-byte reply", n);
+        return;
+    }
+    ct__envelope__pack(e, buf);
+    ct__zmtp_send(z, conn, buf, n);
+    if (buf != stack)
+        free(buf);
+}
+
+static void reply_error(ct__zmtp *z, int conn, uint64_t req, const char *who, int code,
                         const char *msg)
 {
-    ct__msg_send_error(sock, rid, req, who, code, "", "%s", msg);
+    Ct__Envelope e;
+    Ct__Error er = CT__ERROR__INIT;
+    ct__env_init(&e, req, who, 0);
+    er.code = code;
+    er.message = (char *)msg;
+    er.field = "";
+    e.body_case = CT__ENVELOPE__BODY_ERROR;
+    e.error = &er;
+    send_env(z, conn, &e);
 }
 
 /* Serves one actor; never returns. It reports to the node (ready with its address, or why it
- * failed) over the zygote's socketpair; the node tells the head. */
+ * failed) over the zygote's socketpair; the node tells the head. Calls arrive on a ZMTP
+ * listener (zmtp.c) and run one at a time, in arrival order per caller. */
 static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
                        const void *args, size_t len) __attribute__((noreturn));
 static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
@@ -74,29 +99,13 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
         start_failed(env, actor_id, why);
         _exit(2);
     }
-    void *ctx = zmq_ctx_new();
-    void *sock = ctx ? zmq_socket(ctx, ZMQ_ROUTER) : NULL;
-    if (!sock) {
-        start_failed(env, actor_id, "cannot create a ZeroMQ socket");
-        _exit(2);
-    }
-    ct__client_attach(ctx, env->head, who, actor_id, env->node_id);
-    int zero = 0;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
-    int64_t maxmsg = 1LL << 30; /* see head.c: never trust a claimed frame size */
-    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    ct__client_attach(env->head, who, actor_id, env->node_id);
     char ep[200];
-    snprintf(ep, sizeof ep, "tcp://%s:*", env->host);
-    if (zmq_bind(sock, ep) != 0) {
-        char why[300];
-        snprintf(why, sizeof why, "cannot bind %s: %s", ep, zmq_strerror(errno));
-        start_failed(env, actor_id, why);
+    ct__zmtp *z = NULL;
+    if (ct__zmtp_listen(env->host, ep, sizeof ep, &z)) {
+        start_failed(env, actor_id, ct_last_error());
         _exit(2);
     }
-    size_t eplen = sizeof ep;
-    zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &eplen);
     void *state = NULL;
     if (cls->create) {
         int rc = cls->create(args, len, &state);
@@ -111,18 +120,21 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
     report(env, actor_id, CT_ZREP_READY, ep);
     CT_LOG(CT_LOG_INFO, "actor", "%s serving %s at %s", actor_id, cls_name, ep);
     for (;;) {
-        ct__rid rid;
-        Ct__Envelope *in;
-        int rc = ct__msg_recv(sock, &rid, &in, 0, "actor");
-        if (rc == CT_EZMQ) {
-            if (errno == EINTR)
-                continue;
+        int conn;
+        const uint8_t *data;
+        size_t dlen;
+        int rc = ct__zmtp_next(z, &conn, &data, &dlen);
+        if (rc == CT_EPROTO) {
+            reply_error(z, conn, 0, who, CT_EPROTO, "an actor takes one-frame messages");
+            continue;
+        }
+        if (rc) {
             CT_LOG(CT_LOG_ERROR, "actor", "%s", ct_last_error());
             break;
         }
-        if (rc) {
-            if (rid.len)
-                reply_error(sock, &rid, in ? in->req_id : 0, who, rc, ct_last_error());
+        Ct__Envelope *in;
+        if ((rc = ct__msg_decode(data, dlen, &in, "actor"))) {
+            reply_error(z, conn, in ? in->req_id : 0, who, rc, ct_last_error());
             ct__msg_free(in);
             continue;
         }
@@ -130,7 +142,7 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
             char msg[128];
             snprintf(msg, sizeof msg, "an actor does not handle %s",
                      ct__msg_body_name(in->body_case));
-            reply_error(sock, &rid, in->req_id, who, CT_EPROTO, msg);
+            reply_error(z, conn, in->req_id, who, CT_EPROTO, msg);
             ct__msg_free(in);
             continue;
         }
@@ -144,7 +156,7 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
         if (!fn) {
             char msg[200];
             snprintf(msg, sizeof msg, "call.method: %s has no method '%s'", cls_name, m);
-            reply_error(sock, &rid, in->req_id, who, CT_ENOENT, msg);
+            reply_error(z, conn, in->req_id, who, CT_ENOENT, msg);
             ct__msg_free(in);
             continue;
         }
@@ -156,7 +168,7 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
             char msg[600];
             snprintf(msg, sizeof msg, "%s.%s: %s", cls_name, m,
                      *ct_last_error() ? ct_last_error() : ct_strerror(rc));
-            reply_error(sock, &rid, in->req_id, who, rc < 0 ? rc : CT_EIO, msg);
+            reply_error(z, conn, in->req_id, who, rc < 0 ? rc : CT_EIO, msg);
         } else {
             Ct__Envelope o;
             Ct__CallReply cr = CT__CALL_REPLY__INIT;
@@ -165,13 +177,14 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
             cr.result.len = res ? rlen : 0;
             o.body_case = CT__ENVELOPE__BODY_CALL_REPLY;
             o.call_reply = &cr;
-            ct__msg_send(sock, &rid, &o, 0);
+            send_env(z, conn, &o);
         }
         free(res);
         ct__msg_free(in);
     }
     if (cls->destroy)
         cls->destroy(state);
+    ct__zmtp_destroy(&z);
     _exit(0);
 }
 

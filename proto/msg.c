@@ -122,22 +122,25 @@ int ct__msg_recv(void *sock, ct__rid *rid, Ct__Envelope **out, int flags, const 
         rc = ct__error(CT_EPROTO, "msg: %s got a message with more than one payload frame", role);
         goto out;
     }
-    Ct__Envelope *e = ct__envelope__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
-    if (!e) {
-        rc = ct__error(CT_EPROTO, "msg: %s got %zu bytes that do not decode as an Envelope", role,
-                       zmq_msg_size(&m));
-        goto out;
-    }
-    *out = e;
-    if (e->major != CT_PROTO_MAJOR) {
-        rc =
-            ct__error(CT_EPROTO, "protocol version %u.x from %s, this %s speaks %d.x", e->major,
-                      e->sender && *e->sender ? e->sender : "(unnamed peer)", role, CT_PROTO_MAJOR);
-        goto out;
-    }
+    rc = ct__msg_decode(zmq_msg_data(&m), zmq_msg_size(&m), out, role);
 out:
     zmq_msg_close(&m);
     return rc;
+}
+
+int ct__msg_decode(const void *data, size_t len, Ct__Envelope **out, const char *role)
+{
+    *out = NULL;
+    Ct__Envelope *e = ct__envelope__unpack(NULL, len, data);
+    if (!e)
+        return ct__error(CT_EPROTO, "msg: %s got %zu bytes that do not decode as an Envelope", role,
+                         len);
+    *out = e;
+    if (e->major != CT_PROTO_MAJOR)
+        return ct__error(CT_EPROTO, "protocol version %u.x from %s, this %s speaks %d.x", e->major,
+                         e->sender && *e->sender ? e->sender : "(unnamed peer)", role,
+                         CT_PROTO_MAJOR);
+    return 0;
 }
 
 void ct__msg_free(Ct__Envelope *e)

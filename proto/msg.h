@@ -46,6 +46,10 @@ int ct__msg_send(void *sock, const ct__rid *rid, const Ct__Envelope *e, int flag
  *   CT_EZMQ        socket error. */
 int ct__msg_recv(void *sock, ct__rid *rid, Ct__Envelope **out, int flags, const char *role);
 
+/* Decodes and version-checks one payload (what ct__msg_recv does after framing); same errors
+ * and *out rules as ct__msg_recv. */
+int ct__msg_decode(const void *data, size_t len, Ct__Envelope **out, const char *role);
+
 void ct__msg_free(Ct__Envelope *e);
 
 /* Sends an Error reply (code, field, formatted message) for request req_id. */

@@ -1,0 +1,356 @@
+/* actor/zmtp.c — a minimal ZMTP 3.0 ROUTER-side server (see zmtp.h).
+ *
+ * Wire (RFC 23/ZMTP): a 64-byte greeting each way (signature FF 00*8 7F, version 3.0,
+ * mechanism "NULL", as-server, filler), then each side sends a READY command with its
+ * Socket-Type, then frames: flags (bit0 MORE, bit1 LONG, bit2 COMMAND), size (1 byte, or
+ * 8 bytes big-endian when LONG), body. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "actor/zmtp.h"
+#include "common/common.h"
+
+#define MAX_FRAME (1ULL << 30)
+
+enum { S_GREETING, S_HANDSHAKE, S_READY };
+
+typedef struct conn {
+    int fd;
+    int state;
+    uint8_t *buf;
+    size_t len, cap;
+    size_t consumed; /* bytes of buf handed out by the last ct__zmtp_next */
+    bool multi;      /* inside a multi-frame message */
+    uint8_t *out;    /* replies not yet written: flushed before waiting for input */
+    size_t olen, ocap;
+} conn;
+
+struct ct__zmtp {
+    int lfd;
+    conn *c;
+    int nc, capc;
+    int next; /* round-robin start */
+};
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    while (len) {
+        ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            len -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            if (poll(&pf, 1, 10000) <= 0)
+                return CT_EIO;
+            continue;
+        }
+        return CT_EIO;
+    }
+    return 0;
+}
+
+static void drop(ct__zmtp *s, int i)
+{
+    close(s->c[i].fd);
+    free(s->c[i].buf);
+    free(s->c[i].out);
+    s->c[i] = s->c[--s->nc];
+}
+
+static int hello(int fd)
+{
+    uint8_t g[64] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 0, 'N', 'U', 'L', 'L'};
+    g[32] = 1; /* as-server: ignored by NULL */
+    static const uint8_t ready[] = {0x04, 28,  5,   'R', 'E', 'A', 'D', 'Y', 11,  'S',
+                                    'o',  'c', 'k', 'e', 't', '-', 'T', 'y', 'p', 'e',
+                                    0,    0,   0,   6,   'R', 'O', 'U', 'T', 'E', 'R'};
+    if (write_all(fd, g, sizeof g) || write_all(fd, ready, sizeof ready))
+        return CT_EIO;
+    return 0;
+}
+
+int ct__zmtp_listen(const char *host, char *endpoint, size_t cap, ct__zmtp **out)
+{
+    *out = NULL;
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return ct__error(CT_EINVAL, "zmtp: host '%s' is not an IPv4 address", host);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return ct__error(-errno, "zmtp: socket: %s", strerror(errno));
+    socklen_t sl = sizeof sa;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 1024) ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl)) {
+        int rc = ct__error(-errno, "zmtp: cannot listen on %s: %s", host, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    ct__zmtp *s = calloc(1, sizeof *s);
+    if (!s) {
+        close(fd);
+        return ct__error(CT_ENOMEM, "zmtp: out of memory");
+    }
+    s->lfd = fd;
+    snprintf(endpoint, cap, "tcp://%s:%d", host, ntohs(sa.sin_port));
+    *out = s;
+    return 0;
+}
+
+static void accept_all(ct__zmtp *s)
+{
+    for (;;) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            return;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (hello(fd)) {
+            close(fd);
+            continue;
+        }
+        if (s->nc == s->capc) {
+            int capc = s->capc ? 2 * s->capc : 8;
+            conn *nc = realloc(s->c, capc * sizeof *nc);
+            if (!nc) {
+                close(fd);
+                continue;
+            }
+            s->c = nc;
+            s->capc = capc;
+        }
+        s->c[s->nc++] = (conn){.fd = fd, .state = S_GREETING};
+    }
+}
+
+/* Reads what is there; false when the peer closed or failed. */
+static bool fill(conn *c)
+{
+    for (;;) {
+        if (c->cap - c->len < 4096) {
+            size_t cap = c->cap ? 2 * c->cap : 8192;
+            uint8_t *nb = realloc(c->buf, cap);
+            if (!nb)
+                return false;
+            c->buf = nb;
+            c->cap = cap;
+        }
+        ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        if (r > 0) {
+            c->len += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r < 0 && errno == EAGAIN;
+    }
+}
+
+/* Parses one frame at buf[off]; 0 when incomplete, -1 when malformed, else the frame's total
+ * size with *flags, *body, *blen. */
+static long long frame(const uint8_t *b, size_t n, int *flags, const uint8_t **body, size_t *blen)
+{
+    if (n < 2)
+        return 0;
+    *flags = b[0];
+    if (b[0] & 0xF8)
+        return -1;
+    size_t hdr = 2, sz = b[1];
+    if (b[0] & 2) {
+        if (n < 9)
+            return 0;
+        uint64_t v = 0;
+        for (int i = 1; i <= 8; i++)
+            v = v << 8 | b[i];
+        if (v > MAX_FRAME)
+            return -1;
+        hdr = 9;
+        sz = (size_t)v;
+    }
+    if (n - hdr < sz)
+        return 0;
+    *body = b + hdr;
+    *blen = sz;
+    return (long long)(hdr + sz);
+}
+
+/* Advances c's state machine; returns 1 with a message, 2 for a multi-frame message, 0 for
+ * needing more bytes, -1 to drop the connection. */
+static int parse(conn *c, const uint8_t **data, size_t *len)
+{
+    for (;;) {
+        uint8_t *b = c->buf + c->consumed;
+        size_t n = c->len - c->consumed;
+        if (c->state == S_GREETING) {
+            if (n < 64)
+                return n >= 1 && b[0] != 0xFF ? -1 : 0;
+            if (b[9] != 0x7F || b[10] < 3 || memcmp(b + 12, "NULL", 5))
+                return -1;
+            c->consumed += 64;
+            c->state = S_HANDSHAKE;
+            continue;
+        }
+        int flags;
+        const uint8_t *body;
+        size_t blen;
+        long long t = frame(b, n, &flags, &body, &blen);
+        if (t <= 0)
+            return (int)t;
+        c->consumed += (size_t)t;
+        if (flags & 4) { /* command */
+            if (c->state == S_HANDSHAKE) {
+                if (blen < 6 || body[0] != 5 || memcmp(body + 1, "READY", 5))
+                    return -1;
+                c->state = S_READY;
+            } else if (blen >= 5 && body[0] == 4 && !memcmp(body + 1, "PING", 4)) {
+                /* PING ttl(2) context: answer PONG context */
+                uint8_t pong[2 + 5 + 16] = {0x04, 0, 4, 'P', 'O', 'N', 'G'};
+                size_t ctx = blen > 7 ? blen - 7 : 0;
+                ctx = ctx > 16 ? 16 : ctx;
+                memcpy(pong + 7, body + 7, ctx);
+                pong[1] = (uint8_t)(5 + ctx);
+                write_all(c->fd, pong, 7 + ctx);
+            }
+            continue;
+        }
+        if (c->state != S_READY)
+            return -1;
+        if (flags & 1) {
+            c->multi = true;
+            continue;
+        }
+        if (c->multi) {
+            c->multi = false;
+            return 2;
+        }
+        *data = body;
+        *len = blen;
+        return 1;
+    }
+}
+
+static void compact(conn *c)
+{
+    if (c->consumed) {
+        memmove(c->buf, c->buf + c->consumed, c->len - c->consumed);
+        c->len -= c->consumed;
+        c->consumed = 0;
+    }
+}
+
+int ct__zmtp_next(ct__zmtp *s, int *connp, const uint8_t **data, size_t *len)
+{
+    for (;;) {
+        /* complete messages already buffered, fairly across connections */
+        for (int k = 0; k < s->nc; k++) {
+            int i = (s->next + k) % s->nc;
+            int r = parse(&s->c[i], data, len);
+            if (r < 0) {
+                drop(s, i);
+                k--;
+                continue;
+            }
+            if (r > 0) {
+                s->next = i + 1;
+                *connp = s->c[i].fd;
+                return r == 1 ? 0 : CT_EPROTO;
+            }
+            compact(&s->c[i]);
+        }
+        /* everything answered so far leaves in one write per connection */
+        for (int i = s->nc - 1; i >= 0; i--)
+            if (s->c[i].olen) {
+                int bad = write_all(s->c[i].fd, s->c[i].out, s->c[i].olen);
+                s->c[i].olen = 0;
+                if (bad)
+                    drop(s, i);
+            }
+        struct pollfd pf[1 + s->nc];
+        pf[0] = (struct pollfd){s->lfd, POLLIN, 0};
+        for (int i = 0; i < s->nc; i++)
+            pf[1 + i] = (struct pollfd){s->c[i].fd, POLLIN, 0};
+        int nfd = 1 + s->nc;
+        if (poll(pf, nfd, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return ct__error(CT_EIO, "zmtp: poll: %s", strerror(errno));
+        }
+        for (int i = nfd - 2; i >= 0; i--)
+            if (pf[1 + i].revents && !fill(&s->c[i]))
+                drop(s, i);
+        if (pf[0].revents)
+            accept_all(s);
+    }
+}
+
+int ct__zmtp_send(ct__zmtp *s, int fd, const void *data, size_t len)
+{
+    conn *c = NULL;
+    for (int i = 0; i < s->nc; i++)
+        if (s->c[i].fd == fd)
+            c = &s->c[i];
+    if (!c)
+        return 0; /* the peer is gone */
+    size_t need = c->olen + 9 + len;
+    if (need > c->ocap) {
+        size_t cap = c->ocap ? c->ocap : 16384;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *no = realloc(c->out, cap);
+        if (!no)
+            return ct__error(CT_ENOMEM, "zmtp: out of memory for a %zu-byte reply", len);
+        c->out = no;
+        c->ocap = cap;
+    }
+    uint8_t *p = c->out + c->olen;
+    if (len <= 255) {
+        *p++ = 0;
+        *p++ = (uint8_t)len;
+    } else {
+        *p++ = 2;
+        uint64_t v = len;
+        for (int i = 7; i >= 0; i--, v >>= 8)
+            p[i] = (uint8_t)v;
+        p += 8;
+    }
+    memcpy(p, data, len);
+    c->olen = (size_t)(p - c->out) + len;
+    if (c->olen >= (1 << 16)) { /* large backlog: write now */
+        int bad = write_all(c->fd, c->out, c->olen);
+        c->olen = 0;
+        if (bad)
+            return CT_EIO;
+    }
+    return 0;
+}
+
+void ct__zmtp_destroy(ct__zmtp **ps)
+{
+    if (!ps || !*ps)
+        return;
+    ct__zmtp *s = *ps;
+    for (int i = 0; i < s->nc; i++) {
+        close(s->c[i].fd);
+        free(s->c[i].buf);
+        free(s->c[i].out);
+    }
+    free(s->c);
+    close(s->lfd);
+    free(s);
+    *ps = NULL;
+}

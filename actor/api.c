@@ -974,6 +974,11 @@ const char *ct_actor_node(const ct_actor *a)
     return a ? a->node : "";
 }
 
+const char *ct_actor_address(const ct_actor *a)
+{
+    return a ? a->addr : "";
+}
+
 int ct_actor_pid(const ct_actor *a)
 {
     return a ? a->pid : 0;

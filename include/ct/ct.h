@@ -178,6 +178,7 @@ void ct_actor_release(ct_actor **a);
 /* Facts about a handle; strings borrowed while the handle lives. */
 const char *ct_actor_id(const ct_actor *a);
 const char *ct_actor_node(const ct_actor *a);
+const char *ct_actor_address(const ct_actor *a); /* "tcp://host:port" it serves calls on */
 int ct_actor_pid(const ct_actor *a);
 /* 1 once the runtime knows the actor died, else 0. */
 int ct_actor_is_dead(const ct_actor *a);

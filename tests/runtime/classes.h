@@ -68,6 +68,20 @@ static int failer_fail(void *state, const void *args, size_t len, void **res, si
     return CT_ERANGE;
 }
 
+static int echo_bytes(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    (void)state;
+    *res = NULL;
+    *rlen = 0;
+    if (!len)
+        return 0;
+    if (!(*res = malloc(len)))
+        return CT_ENOMEM;
+    memcpy(*res, args, len);
+    *rlen = len;
+    return 0;
+}
+
 static int failer_new(const void *args, size_t len, void **state)
 {
     (void)args, (void)len, (void)state;
@@ -98,7 +112,8 @@ static void register_test_classes(void)
                                                                      {"pid", counter_pid},
                                                                      {"sleep", sleeper_sleep},
                                                                      {"fail", failer_fail},
-                                                                     {"kv", kv_put_get}}});
+                                                                     {"kv", kv_put_get},
+                                                                     {"echo", echo_bytes}}});
     ct_actor_class_register("Broken", &(ct_actor_class){.create = failer_new});
 }
 

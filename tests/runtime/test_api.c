@@ -4,6 +4,9 @@
  * driver that crashes takes its embedded head, node and actors with it; ct_shutdown leaves no
  * process behind. */
 #include "harness.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include "classes.h"
 #include "ct/ct.h"
 
@@ -128,6 +131,42 @@ int main(void)
     CHECK_EQ_INT(v ? *v : -1, 43);
     free(v);
     CHECK_EQ_INT(ct_actor_call(NULL, "add", NULL, 0, NULL, NULL, 10), CT_EINVAL);
+
+    /* large arguments and results (long ZMTP frames both ways) */
+    {
+        size_t big = 3 << 20;
+        unsigned char *buf = malloc(big), *back = NULL;
+        for (size_t i = 0; i < big; i++)
+            buf[i] = (unsigned char)(i * 7 + 3);
+        CHECK_OK(ct_actor_call(a, "echo", buf, big, (void **)&back, &n, 10000));
+        CHECK_EQ_INT(n, big);
+        CHECK(back && !memcmp(buf, back, big));
+        free(back);
+        free(buf);
+    }
+    /* garbage on the actor's own port: that connection is dropped, the actor keeps serving */
+    {
+        int port = atoi(strrchr(ct_actor_address(a), ':') + 1);
+        unsigned char junk[3000];
+        for (size_t i = 0; i < sizeof junk; i++)
+            junk[i] = (unsigned char)(i * 131 + 17);
+        for (int round = 0; round < 5; round++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+            inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+            if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+                if (round == 1) /* a valid greeting, then a frame claiming 2^60 bytes */
+                    memcpy(junk, "\xff\0\0\0\0\0\0\0\x01\x7f\x03\x00NULL", 16);
+                ssize_t w = send(fd, junk, sizeof junk - round * 500, MSG_NOSIGNAL);
+                (void)w;
+            }
+            close(fd);
+        }
+        v = NULL;
+        CHECK_OK(ct_actor_call(a, "add", NULL, 0, (void **)&v, &n, 2000));
+        CHECK_EQ_INT(v ? *v : -1, 44);
+        free(v);
+    }
 
     /* KV */
     void *val = NULL;

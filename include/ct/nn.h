@@ -84,6 +84,11 @@ ct_tensor *ct_nn_sum(ct_tensor *x);
 /* Inverted dropout: zeroes with probability p, scales the rest by 1/(1-p); identity (a new
  * reference to x) when !training or p == 0. */
 ct_tensor *ct_nn_dropout(ct_tensor *x, float p, bool training);
+/* x in plain row-major layout (a new reference to x when it already is). Conv2d outputs with
+ * out_channels % 16 == 0, and the batch norm / pooling / eltwise ops after them, keep oneDNN's
+ * blocked layout (nChw16c) to avoid a reorder per op; every op accepts either layout, ops that
+ * need plain data convert themselves. Call this before reading such a tensor's data. */
+ct_tensor *ct_nn_to_plain(ct_tensor *x);
 /* (N, ...) -> (N, prod(...)); reshape keeps the element count. Both share x's storage. */
 ct_tensor *ct_nn_flatten(ct_tensor *x);
 ct_tensor *ct_nn_reshape(ct_tensor *x, int ndim, const int64_t *shape);

@@ -125,6 +125,17 @@ def ops(path):
             [0])
     op_case(w, "bce_logits", F.binary_cross_entropy_with_logits, [r(4, 5), torch.rand(4, 5)],
             [0])
+    # 16-channel chain: ct keeps these activations in oneDNN's blocked layout (nChw16c)
+    rmb, rvb = torch.zeros(16), torch.ones(16)
+
+    def chain(x, w1, b1, g, bb, w2):
+        h = F.relu(F.batch_norm(F.conv2d(x, w1, b1, padding=1), rmb, rvb, g, bb, True, 0.1, 1e-5))
+        h = h + F.conv2d(h, w2, None, padding=1)
+        h = F.max_pool2d(F.avg_pool2d(torch.tanh(h), 1), 2)
+        return torch.flatten(h, 1)
+
+    op_case(w, "blk_chain", chain, [r(2, 3, 6, 6), r(16, 3, 3, 3) * 0.3, r(16), r(16), r(16),
+                                    r(16, 16, 3, 3) * 0.1])
     w.close()
 
 

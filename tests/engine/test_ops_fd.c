@@ -126,6 +126,23 @@ static ct_tensor *f_bcel(ct_tensor **in, void *c)
     return ct_nn_bce_with_logits_loss(in[0], ((cfg *)c)->target);
 }
 
+/* 16 channels: the blocked-layout path (conv -> bn -> relu -> +conv -> max pool -> flatten) */
+static ct_tensor *f_blk(ct_tensor **in, void *c)
+{
+    ct_conv_opts p1 = {.padding = {1, 1}};
+    ct_tensor *c1 = ct_nn_conv2d(in[0], in[1], NULL, &p1);
+    ct_tensor *bn = ct_nn_batch_norm(c1, NULL, NULL, NULL, NULL, true, 0.1f, 1e-5f);
+    ct_tensor *h = ct_nn_elu(bn, 1.0f);
+    ct_tensor *c2 = ct_nn_conv2d(h, in[2], NULL, &p1);
+    ct_tensor *s = ct_nn_add(h, c2);
+    ct_tensor *m = ct_nn_avg_pool2d(s, 2, 0, 0, true);
+    ct_tensor *y = ct_nn_flatten(m);
+    ct_tensor *all[] = {c1, bn, h, c2, s, m};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        ct_tensor_release(&all[i]);
+    return y;
+}
+
 /* Moves values away from 0 by at least 0.05 (relu, leaky relu, elu kinks, l1). */
 static void away_from_zero(ct_tensor *t)
 {
@@ -219,6 +236,11 @@ int main(void)
     in[0] = RAND(2, 3, 2, 2);
     fd_check("flatten", f_flatten, in, 1, 1, &c, EPS, ATOL, RTOL);
     release_all(in, 1);
+
+    in[0] = RAND(2, 2, 4, 4), in[1] = RAND(16, 2, 3, 3), in[2] = RAND(16, 16, 3, 3);
+    /* 512 outputs through batch norm: f32 rounding of L is larger, so a larger step */
+    fd_check("blocked chain (16 channels)", f_blk, in, 3, 7, &c, 1e-2, 3e-3, RTOL);
+    release_all(in, 3);
 
     /* losses: targets */
     c.target = ct_tensor_new(CT_I64, 1, S(4));

@@ -5,6 +5,8 @@
 
 #define TOL 1e-4
 
+bool ct__cpu_blocked_enabled(void); /* trainer/cpu/cpu.h (internal) */
+
 typedef ct_tensor *(*op_fn)(ct_tensor **in);
 
 static ref_file R;
@@ -142,6 +144,26 @@ static ct_tensor *f_bce_logits(ct_tensor **in)
     return ct_nn_bce_with_logits_loss(in[0], in[1]);
 }
 
+static ct_tensor *f_blk_chain(ct_tensor **in)
+{
+    ct_conv_opts p1 = {.padding = {1, 1}};
+    ct_tensor *c1 = ct_nn_conv2d(in[0], in[1], in[2], &p1);
+    ct_tensor *bn = ct_nn_batch_norm(c1, in[3], in[4], NULL, NULL, true, 0.1f, 1e-5f);
+    ct_tensor *h = ct_nn_relu(bn);
+    ct_tensor *c2 = ct_nn_conv2d(h, in[5], NULL, &p1);
+    ct_tensor *s = ct_nn_add(h, c2);
+    ct_tensor *t = ct_nn_tanh(s);
+    ct_tensor *a = ct_nn_avg_pool2d(t, 1, 1, 0, true);
+    ct_tensor *m = ct_nn_max_pool2d(a, 2, 0, 0);
+    CHECK(m && !ct_tensor_is_plain(m) == ct__cpu_blocked_enabled(),
+          "16-channel activations blocked unless CT_DNNL_BLOCKED=0");
+    ct_tensor *y = ct_nn_flatten(m);
+    ct_tensor *all[] = {c1, bn, h, c2, s, t, a, m};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        ct_tensor_release(&all[i]);
+    return y;
+}
+
 /* Runs one case: inputs name.in0.., output name.out, upstream name.gy, grads name.g<i>. */
 static void run_case(const char *name, op_fn fn)
 {
@@ -235,6 +257,7 @@ int main(int argc, char **argv)
     run_case("l1", f_l1);
     run_case("bce", f_bce);
     run_case("bce_logits", f_bce_logits);
+    run_case("blk_chain", f_blk_chain);
     ref_free(&R);
     if (g_fail) {
         fprintf(stderr, "%d check(s) failed\n", g_fail);

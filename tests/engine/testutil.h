@@ -37,7 +37,7 @@ typedef struct ref_file {
     int n;
 } ref_file;
 
-static ref_file ref_load(const char *dir, const char *file)
+static __attribute__((unused)) ref_file ref_load(const char *dir, const char *file)
 {
     ref_file r = {0};
     char path[1024];
@@ -75,7 +75,7 @@ static ref_file ref_load(const char *dir, const char *file)
 }
 
 /* Borrowed; NULL if absent. */
-static ct_tensor *ref_get(ref_file *r, const char *name)
+static __attribute__((unused)) ct_tensor *ref_get(ref_file *r, const char *name)
 {
     for (int i = 0; i < r->n; i++)
         if (strcmp(r->v[i].name, name) == 0)
@@ -83,7 +83,7 @@ static ct_tensor *ref_get(ref_file *r, const char *name)
     return NULL;
 }
 
-static ct_tensor *ref_must(ref_file *r, const char *name)
+static __attribute__((unused)) ct_tensor *ref_must(ref_file *r, const char *name)
 {
     ct_tensor *t = ref_get(r, name);
     if (!t) {
@@ -93,7 +93,7 @@ static ct_tensor *ref_must(ref_file *r, const char *name)
     return t;
 }
 
-static void ref_free(ref_file *r)
+static __attribute__((unused)) void ref_free(ref_file *r)
 {
     for (int i = 0; i < r->n; i++)
         ct_tensor_release(&r->v[i].t);
@@ -102,7 +102,7 @@ static void ref_free(ref_file *r)
     r->n = 0;
 }
 
-static const char *ref_dir(int argc, char **argv)
+static __attribute__((unused)) const char *ref_dir(int argc, char **argv)
 {
     return argc > 1 ? argv[1] : "tests/engine/ref";
 }
@@ -111,7 +111,8 @@ static const char *ref_dir(int argc, char **argv)
 
 /* Max relative error max|a-b| / max(max|b|, 1e-3) must be <= tol (relative to the tensor's
  * scale, so near-zero elements do not blow it up). Prints both values at the worst index. */
-static int close_f32(const char *what, const float *a, const float *b, int64_t n, double tol)
+static __attribute__((unused)) int close_f32(const char *what, const float *a, const float *b,
+                                             int64_t n, double tol)
 {
     double maxb = 0, worst = 0;
     int64_t wi = 0;
@@ -144,7 +145,8 @@ static int close_f32(const char *what, const float *a, const float *b, int64_t n
     return 0;
 }
 
-static int close_t(const char *what, const ct_tensor *got, const ct_tensor *want, double tol)
+static __attribute__((unused)) int close_t(const char *what, const ct_tensor *got,
+                                           const ct_tensor *want, double tol)
 {
     if (!got || !want) {
         fprintf(stderr, "FAIL %s: missing tensor (got %p want %p): %s\n", what, (void *)got,
@@ -166,7 +168,7 @@ static int close_t(const char *what, const ct_tensor *got, const ct_tensor *want
 typedef ct_tensor *(*fd_fn)(ct_tensor **in, void *ctx);
 
 static uint64_t fd_rng = 88172645463325252ULL;
-static float fd_rand(void)
+static __attribute__((unused)) float fd_rand(void)
 {
     fd_rng ^= fd_rng << 13;
     fd_rng ^= fd_rng >> 7;
@@ -175,7 +177,7 @@ static float fd_rand(void)
 }
 
 /* L = sum(fn(in) * R) in double. */
-static double fd_loss(fd_fn fn, ct_tensor **in, void *ctx, const float *R)
+static __attribute__((unused)) double fd_loss(fd_fn fn, ct_tensor **in, void *ctx, const float *R)
 {
     ct_tensor *y = fn(in, ctx);
     if (!y)
@@ -190,8 +192,9 @@ static double fd_loss(fd_fn fn, ct_tensor **in, void *ctx, const float *R)
 
 /* Central differences (step eps) for every element of the inputs flagged in check (bitmask),
  * against the autograd gradient of L = sum(y * R). |fd - an| <= atol + rtol * |an|. */
-static int fd_check(const char *what, fd_fn fn, ct_tensor **in, int nin, unsigned check, void *ctx,
-                    double eps, double atol, double rtol)
+static __attribute__((unused)) int fd_check(const char *what, fd_fn fn, ct_tensor **in, int nin,
+                                            unsigned check, void *ctx, double eps, double atol,
+                                            double rtol)
 {
     int bad = 0;
     for (int i = 0; i < nin; i++)
@@ -255,7 +258,7 @@ static int fd_check(const char *what, fd_fn fn, ct_tensor **in, int nin, unsigne
 }
 
 /* A new f32 tensor of uniform values in [-1, 1). */
-static ct_tensor *rand_t(int ndim, const int64_t *shape)
+static __attribute__((unused)) ct_tensor *rand_t(int ndim, const int64_t *shape)
 {
     ct_tensor *t = ct_tensor_new(CT_F32, ndim, shape);
     float *p = ct_tensor_f32(t);

@@ -15,6 +15,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Activation layouts of 4-D (N,C,H,W) tensors. BLK16 is oneDNN's nChw16c (channels in blocks of
+ * 16 innermost), used only when C % 16 == 0, so it has no padding: same byte size as NCHW. */
+enum { CT__FMT_PLAIN = 0, CT__FMT_BLK16 = 1 };
+/* Whether ops may produce BLK16 outputs (env CT_DNNL_BLOCKED, default 1). */
+bool ct__cpu_blocked_enabled(void);
+/* dst = src converted between layouts, (n,c,h,w). */
+int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
+                    float *dst, int dfmt);
+
 /* Convolution / transposed convolution, 2-D.
  * conv:   x (n,ic,ih,iw), w (oc,ic,kh,kw), b (oc), y (n,oc,oh,ow)
  * deconv: x (n,ic,ih,iw), w (ic,oc,kh,kw) (PyTorch ConvTranspose2d layout), y (n,oc,oh,ow)
@@ -24,6 +33,7 @@ typedef struct ct__conv_p {
     int64_t sh, sw, ph, pw, dh, dw;
     int bias;       /* 0/1 */
     int transposed; /* 0 conv, 1 deconv */
+    int xfmt, yfmt; /* CT__FMT_* of x / dx and y / dy */
 } ct__conv_p;
 int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y);
 int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx);
@@ -48,6 +58,8 @@ int ct__cpu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, con
  * (var biased) written by training forward and read by backward. */
 typedef struct ct__bn_p {
     int64_t n, c, hw;
+    int64_t h, w; /* used with fmt BLK16 (hw = h * w) */
+    int fmt;
     float eps;
 } ct__bn_p;
 int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
@@ -63,6 +75,7 @@ enum { CT__POOL_MAX = 0, CT__POOL_AVG_INCL = 1, CT__POOL_AVG_EXCL = 2 };
 typedef struct ct__pool_p {
     int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw;
     int alg;
+    int fmt; /* layout of x and y */
 } ct__pool_p;
 size_t ct__cpu_pool_ws_bytes(const ct__pool_p *p);
 int ct__cpu_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *ws, bool training);

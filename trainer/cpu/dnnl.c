@@ -35,6 +35,7 @@ enum {
     K_ELT_BWD,
     K_SM_FWD,
     K_SM_BWD,
+    K_REORDER,
 };
 
 typedef struct key {
@@ -251,6 +252,72 @@ static dnnl_memory_desc_t md_plain(int nd, const int64_t *dims)
     return md_tag(nd, dims, plain_tag(nd));
 }
 
+/* (n,c,h,w) activation in layout fmt. */
+static dnnl_memory_desc_t md_act(const int64_t *dims, int fmt)
+{
+    return md_tag(4, dims, fmt == CT__FMT_BLK16 ? dnnl_nChw16c : dnnl_nchw);
+}
+
+bool ct__cpu_blocked_enabled(void)
+{
+    pthread_mutex_lock(&G.mu);
+    if (G.blocked < 0) {
+        const char *e = getenv("CT_DNNL_BLOCKED");
+        G.blocked = e ? atoi(e) != 0 : 1;
+    }
+    bool b = G.blocked != 0;
+    pthread_mutex_unlock(&G.mu);
+    return b;
+}
+
+int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
+                    float *dst, int dfmt)
+{
+    int rc = 0;
+    key k = {.kind = K_REORDER, .v = {n, c, h, w, sfmt, dfmt}};
+    uint64_t hh;
+    dnnl_primitive_desc_t rpd = NULL;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &hh);
+    if (!e) {
+        int64_t dims[4] = {n, c, h, w};
+        dnnl_memory_desc_t sm = md_act(dims, sfmt), dm = md_act(dims, dfmt);
+        e = calloc(1, sizeof(*e));
+        if (!e) {
+            rc = ct__error(CT_ENOMEM, "dnnl: out of memory");
+            goto err;
+        }
+        e->k = k;
+        e->hash = hh;
+        e->nargs = 2;
+        e->a[0].id = DNNL_ARG_FROM;
+        e->a[1].id = DNNL_ARG_TO;
+        e->a[1].out = 1;
+        if (dnnl_reorder_primitive_desc_create(&rpd, &sm, G.engine, &dm, G.engine, NULL) !=
+                dnnl_success ||
+            dnnl_primitive_create(&e->prim, rpd) != dnnl_success ||
+            dnnl_memory_create(&e->a[0].user, &sm, G.engine, DNNL_MEMORY_NONE) != dnnl_success ||
+            dnnl_memory_create(&e->a[1].user, &dm, G.engine, DNNL_MEMORY_NONE) != dnnl_success) {
+            entry_free(e);
+            rc = ct__error(CT_EDNNL, "dnnl: creating a reorder from layout %d to %d failed", sfmt,
+                           dfmt);
+            goto err;
+        }
+        e->pd = rpd;
+        rpd = NULL;
+        insert(e);
+    }
+    void *ptrs[2] = {(void *)src, dst};
+    rc = entry_run(e, ptrs);
+err:
+    if (rpd)
+        dnnl_primitive_desc_destroy(rpd);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
 /* ---------------- convolution / deconvolution ---------------- */
 
 static void conv_key(key *k, int kind, const ct__conv_p *p)
@@ -272,8 +339,8 @@ static void conv_mds_init(conv_mds *m, const ct__conv_p *p)
 {
     int64_t src[4] = {p->n, p->ic, p->ih, p->iw}, dst[4] = {p->n, p->oc, p->oh, p->ow};
     int64_t wei[4] = {p->oc, p->ic, p->kh, p->kw}, bia[1] = {p->oc};
-    m->src = md_plain(4, src);
-    m->dst = md_plain(4, dst);
+    m->src = md_act(src, p->xfmt);
+    m->dst = md_act(dst, p->yfmt);
     m->wei = md_tag(4, wei, p->transposed ? dnnl_iohw : dnnl_oihw);
     m->bia = md_plain(1, bia);
     if (G.blocked) {
@@ -636,8 +703,14 @@ err:
 
 static void bn_mds(const ct__bn_p *p, dnnl_memory_desc_t *data, dnnl_memory_desc_t *vec)
 {
-    int64_t d[4] = {p->n, p->c, p->hw, 1}, c[1] = {p->c};
-    *data = md_plain(4, d);
+    int64_t c[1] = {p->c};
+    if (p->fmt == CT__FMT_BLK16) {
+        int64_t d[4] = {p->n, p->c, p->h, p->w};
+        *data = md_act(d, CT__FMT_BLK16);
+    } else {
+        int64_t d[4] = {p->n, p->c, p->hw, 1};
+        *data = md_plain(4, d);
+    }
     *vec = md_plain(1, c);
 }
 
@@ -648,6 +721,9 @@ static void bn_key(key *k, int kind, const ct__bn_p *p)
     k->v[0] = p->n;
     k->v[1] = p->c;
     k->v[2] = p->hw;
+    k->v[3] = p->h;
+    k->v[4] = p->w;
+    k->v[5] = p->fmt;
     k->f[0] = p->eps;
 }
 
@@ -778,8 +854,8 @@ typedef struct pool_mds {
 static void pool_mds_init(pool_mds *m, const ct__pool_p *p)
 {
     int64_t s[4] = {p->n, p->c, p->ih, p->iw}, d[4] = {p->n, p->c, p->oh, p->ow};
-    m->src = md_plain(4, s);
-    m->dst = md_plain(4, d);
+    m->src = md_act(s, p->fmt);
+    m->dst = md_act(d, p->fmt);
     m->strides[0] = p->sh;
     m->strides[1] = p->sw;
     m->kernel[0] = p->kh;
@@ -799,8 +875,8 @@ static void pool_key(key *k, int kind, const ct__pool_p *p, bool training)
     memset(k, 0, sizeof(*k));
     k->kind = kind;
     /* field by field: the struct's tail padding is not guaranteed to be zero */
-    int64_t v[13] = {p->n,  p->c,  p->ih, p->iw, p->oh, p->ow, p->kh,
-                     p->kw, p->sh, p->sw, p->ph, p->pw, p->alg};
+    int64_t v[14] = {p->n,  p->c,  p->ih, p->iw, p->oh, p->ow,  p->kh,
+                     p->kw, p->sh, p->sw, p->ph, p->pw, p->alg, p->fmt};
     memcpy(k->v, v, sizeof(v));
     k->f[0] = training ? 1.0f : 0.0f;
 }

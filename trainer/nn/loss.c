@@ -56,7 +56,18 @@ static int loss_bw(ct__node *nd)
     }
 }
 
+static ct_tensor *loss_plain(const char *op, int kind, ct_tensor *x, ct_tensor *t, float smoothing);
+
 static ct_tensor *loss_op(const char *op, int kind, ct_tensor *x, ct_tensor *t, float smoothing)
+{
+    ct_tensor *xp = ct_nn_to_plain(x), *tp = ct_nn_to_plain(t);
+    ct_tensor *y = xp && tp ? loss_plain(op, kind, xp, tp, smoothing) : NULL;
+    ct_tensor_release(&xp);
+    ct_tensor_release(&tp);
+    return y;
+}
+
+static ct_tensor *loss_plain(const char *op, int kind, ct_tensor *x, ct_tensor *t, float smoothing)
 {
     ct_tensor *y = NULL;
     if (!x || !t || x->dtype != CT_F32 || !ct_tensor_is_contiguous(x) ||

@@ -91,6 +91,40 @@ static int record(const char *name, int (*bw)(ct__node *), ct_tensor *out, int n
     return 0;
 }
 
+/* ---------------- layouts ---------------- */
+
+static int to_plain_bw(ct__node *nd)
+{
+    ct_tensor *x = nd->in[0];
+    gslot sx;
+    int rc = 0;
+    if ((rc = gbegin(&sx, x, 0)) < 0)
+        return rc;
+    if ((rc = ct__cpu_reorder(x->shape[0], x->shape[1], x->shape[2], x->shape[3],
+                              ct__f32(nd->out->grad), CT__FMT_PLAIN, sx.dst, x->fmt)) < 0)
+        return rc;
+    gend(&sx);
+    return 0;
+}
+
+ct_tensor *ct_nn_to_plain(ct_tensor *x)
+{
+    if (!x) {
+        ct__error(CT_EINVAL, "to_plain: NULL tensor");
+        return NULL;
+    }
+    if (x->fmt == CT__FMT_PLAIN)
+        return ct_tensor_retain(x);
+    ct_tensor *y = new_out(4, x->shape);
+    if (!y)
+        return NULL;
+    if (ct__cpu_reorder(x->shape[0], x->shape[1], x->shape[2], x->shape[3], ct__f32(x), x->fmt,
+                        ct__f32(y), CT__FMT_PLAIN) < 0 ||
+        record("to_plain", to_plain_bw, y, 1, &x, NULL, 0, NULL) < 0)
+        ct_tensor_release(&y);
+    return y;
+}
+
 #define OUT_OR_FAIL(t)                                                                             \
     do {                                                                                           \
         if (!(t))                                                                                  \
@@ -278,6 +312,10 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
     p.dw = o->dilation[1] > 0 ? o->dilation[1] : 1;
     p.bias = b != NULL;
     p.transposed = transposed;
+    /* outputs with channels in whole blocks of 16 stay in oneDNN's blocked layout */
+    p.xfmt = x->fmt;
+    p.yfmt = (!transposed && p.oc % 16 == 0 && ct__cpu_blocked_enabled()) ? CT__FMT_BLK16
+                                                                          : CT__FMT_PLAIN;
     if (wic != p.ic || (b && b->shape[0] != p.oc)) {
         ct__error(CT_ERANGE, "%s: x has %lld channels, weight expects %lld (bias %lld, out %lld)",
                   op, (long long)p.ic, (long long)wic, b ? (long long)b->shape[0] : -1LL,
@@ -303,6 +341,7 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
     int64_t shape[4] = {p.n, p.oc, p.oh, p.ow};
     y = new_out(4, shape);
     OUT_OR_FAIL(y);
+    y->fmt = p.yfmt;
     if (ct__cpu_conv_fwd(&p, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL, ct__f32(y)) < 0)
         goto err;
     ct_tensor *in[3] = {x, w, b};
@@ -405,6 +444,16 @@ ct_tensor *ct_nn_batch_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
     bn_ctx *c = NULL;
     if (check_f32(x, "batch_norm", "x", 2, 4) < 0 || x->ndim == 3)
         goto bad;
+    ct_tensor *gin[3] = {x, weight, bias};
+    if (!training && x->fmt != CT__FMT_PLAIN && ct__needs_grad(3, gin)) {
+        /* the frozen-statistics backward is a plain C loop: give it plain data */
+        ct_tensor *xp = ct_nn_to_plain(x);
+        y = xp ? ct_nn_batch_norm(xp, weight, bias, running_mean, running_var, training, momentum,
+                                  eps)
+               : NULL;
+        ct_tensor_release(&xp);
+        return y;
+    }
     int64_t C = x->shape[1];
     ct_tensor *vecs[4] = {weight, bias, running_mean, running_var};
     const char *names[4] = {"weight", "bias", "running_mean", "running_var"};
@@ -431,12 +480,16 @@ ct_tensor *ct_nn_batch_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
     c->p.n = x->shape[0];
     c->p.c = C;
     c->p.hw = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
+    c->p.h = x->ndim == 4 ? x->shape[2] : 1;
+    c->p.w = x->ndim == 4 ? x->shape[3] : 1;
+    c->p.fmt = x->fmt;
     c->p.eps = eps;
     c->training = training;
     float *mean = (float *)(c + 1), *var = mean + C;
     y = new_out(x->ndim, x->shape);
     if (!y)
         goto err;
+    y->fmt = x->fmt;
     const float *scale = weight ? ct__f32(weight) : bn_ones(C, 0, 1.0f);
     const float *shift = bias ? ct__f32(bias) : bn_ones(C, 1, 0.0f);
     if (training) {
@@ -522,7 +575,8 @@ static ct_tensor *pool_common(const char *op, ct_tensor *x, int k, int s, int pa
                     .sw = s,
                     .ph = pad,
                     .pw = pad,
-                    .alg = alg};
+                    .alg = alg,
+                    .fmt = x->fmt};
     if (k <= 0 || pad < 0 || 2 * pad > k) {
         ct__error(CT_EINVAL, "%s: kernel %d / padding %d invalid (padding <= kernel/2)", op, k,
                   pad);
@@ -548,6 +602,7 @@ static ct_tensor *pool_common(const char *op, ct_tensor *x, int k, int s, int pa
     y = new_out(4, shape);
     if (!y)
         goto err;
+    y->fmt = x->fmt;
     if (ct__cpu_pool_fwd(&p, ct__f32(x), ct__f32(y), c + 1, grad) < 0)
         goto err;
     if (grad) {
@@ -593,7 +648,17 @@ static int apool_bw(ct__node *nd)
     return 0;
 }
 
+static ct_tensor *apool_plain(ct_tensor *x, int out_h, int out_w);
+
 ct_tensor *ct_nn_adaptive_avg_pool2d(ct_tensor *x, int out_h, int out_w)
+{
+    ct_tensor *xp = ct_nn_to_plain(x);
+    ct_tensor *y = xp ? apool_plain(xp, out_h, out_w) : NULL;
+    ct_tensor_release(&xp);
+    return y;
+}
+
+static ct_tensor *apool_plain(ct_tensor *x, int out_h, int out_w)
 {
     ct_tensor *y = NULL;
     if (check_f32(x, "adaptive_avg_pool2d", "x", 4, 4) < 0)
@@ -644,6 +709,7 @@ static ct_tensor *elt(const char *op, ct_tensor *x, int alg, float alpha)
     elt_ctx c = {alg, alpha};
     y = new_out(x->ndim, x->shape);
     OUT_OR_FAIL(y);
+    y->fmt = x->fmt; /* elementwise: any layout */
     if (ct__cpu_eltwise_fwd(alg, alpha, ct_tensor_numel(x), ct__f32(x), ct__f32(y)) < 0)
         goto err;
     if (record(op, elt_bw, y, 1, &x, &c, sizeof(c), NULL) < 0)
@@ -714,13 +780,21 @@ err:
     return NULL;
 }
 
+static ct_tensor *softmax_plain(const char *op, ct_tensor *x, bool log)
+{
+    ct_tensor *xp = ct_nn_to_plain(x);
+    ct_tensor *y = xp ? softmax_common(op, xp, log) : NULL;
+    ct_tensor_release(&xp);
+    return y;
+}
+
 ct_tensor *ct_nn_softmax(ct_tensor *x)
 {
-    return softmax_common("softmax", x, false);
+    return softmax_plain("softmax", x, false);
 }
 ct_tensor *ct_nn_log_softmax(ct_tensor *x)
 {
-    return softmax_common("log_softmax", x, true);
+    return softmax_plain("log_softmax", x, true);
 }
 
 /* ---------------- add, sum, dropout, reshape ---------------- */
@@ -745,12 +819,26 @@ static int add_bw(ct__node *nd)
     return 0;
 }
 
+static ct_tensor *add_same_fmt(ct_tensor *a, ct_tensor *b);
+
 ct_tensor *ct_nn_add(ct_tensor *a, ct_tensor *b)
 {
-    ct_tensor *y = NULL;
     if (check_f32(a, "add", "a", 0, CT_MAX_DIMS) < 0 ||
         check_f32(b, "add", "b", 0, CT_MAX_DIMS) < 0)
         return NULL;
+    if (a->fmt == b->fmt)
+        return add_same_fmt(a, b);
+    ct_tensor *pa = ct_nn_to_plain(a), *pb = ct_nn_to_plain(b), *y = NULL;
+    if (pa && pb)
+        y = add_same_fmt(pa, pb);
+    ct_tensor_release(&pa);
+    ct_tensor_release(&pb);
+    return y;
+}
+
+static ct_tensor *add_same_fmt(ct_tensor *a, ct_tensor *b)
+{
+    ct_tensor *y = NULL;
     if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim) != 0) {
         ct__error(CT_ERANGE, "add: shapes differ (%lld vs %lld elements, %d vs %d dims)",
                   (long long)ct_tensor_numel(a), (long long)ct_tensor_numel(b), a->ndim, b->ndim);
@@ -758,6 +846,7 @@ ct_tensor *ct_nn_add(ct_tensor *a, ct_tensor *b)
     }
     y = new_out(a->ndim, a->shape);
     OUT_OR_FAIL(y);
+    y->fmt = a->fmt;
     ct__cpu_add(ct_tensor_numel(a), ct__f32(a), ct__f32(b), ct__f32(y));
     ct_tensor *in[2] = {a, b};
     if (record("add", add_bw, y, 2, in, NULL, 0, NULL) < 0)
@@ -833,6 +922,7 @@ ct_tensor *ct_nn_dropout(ct_tensor *x, float p, bool training)
     mask = new_out(x->ndim, x->shape);
     if (!y || !mask)
         goto err;
+    y->fmt = mask->fmt = x->fmt;
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     float *m = ct__f32(mask), *yp = ct__f32(y);
     const float *xp = ct__f32(x);
@@ -867,11 +957,11 @@ static int reshape_bw(ct__node *nd)
 
 ct_tensor *ct_nn_reshape(ct_tensor *x, int ndim, const int64_t *shape)
 {
-    ct_tensor *y = ct_tensor_view(x, ndim, shape);
-    if (!y)
-        return NULL;
-    if (record("reshape", reshape_bw, y, 1, &x, NULL, 0, NULL) < 0)
+    ct_tensor *xp = ct_nn_to_plain(x);
+    ct_tensor *y = xp ? ct_tensor_view(xp, ndim, shape) : NULL;
+    if (y && record("reshape", reshape_bw, y, 1, &xp, NULL, 0, NULL) < 0)
         ct_tensor_release(&y);
+    ct_tensor_release(&xp);
     return y;
 }
 

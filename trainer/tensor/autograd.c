@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "trainer/cpu/cpu.h"
 #include "trainer/tensor/tensor_impl.h"
 
 static __thread struct {
@@ -110,6 +111,7 @@ float *ct__grad_dst(ct_tensor *t, bool *acc)
         ct_tensor *g = ct__tensor_empty(CT_F32, t->ndim, t->shape);
         if (!g)
             return NULL;
+        g->fmt = t->fmt; /* a gradient has its tensor's layout */
         t->grad = g;
         t->grad_empty = true;
     }
@@ -203,7 +205,19 @@ int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out)
             rc = CT_ENOMEM;
             goto out;
         }
-        ct__grad_add(g, ct__f32(c), n, acc);
+        if (c->fmt != t->fmt) { /* e.g. a plain upstream gradient for a blocked output */
+            float *tmp = ct__scratch(0, n);
+            if (!tmp || t->ndim != 4 ||
+                ct__cpu_reorder(t->shape[0], t->shape[1], t->shape[2], t->shape[3], ct__f32(c),
+                                c->fmt, tmp, t->fmt) < 0) {
+                ct_tensor_release(&c);
+                rc = ct__error(CT_EINVAL, "backward: cannot convert grad_out's layout");
+                goto out;
+            }
+            ct__grad_add(g, tmp, n, acc);
+        } else {
+            ct__grad_add(g, ct__f32(c), n, acc);
+        }
         ct_tensor_release(&c);
     } else {
         g[0] = acc ? g[0] + 1.0f : 1.0f;

@@ -229,6 +229,11 @@ void ct_tensor_release(ct_tensor **tp)
     free(t);
 }
 
+bool ct_tensor_is_plain(const ct_tensor *t)
+{
+    return t && t->fmt == 0;
+}
+
 bool ct_tensor_is_contiguous(const ct_tensor *t)
 {
     int64_t st = 1;
@@ -269,8 +274,9 @@ ct_tensor *ct_tensor_view(ct_tensor *t, int ndim, const int64_t *shape)
                   (long long)ct_tensor_numel(t), (long long)n);
         return NULL;
     }
-    if (!ct_tensor_is_contiguous(t)) {
-        ct__error(CT_EINVAL, "tensor_view: tensor is not contiguous");
+    if (!ct_tensor_is_contiguous(t) || t->fmt != 0) {
+        ct__error(CT_EINVAL, "tensor_view: tensor is not contiguous in plain layout (use "
+                             "ct_nn_to_plain)");
         return NULL;
     }
     ct_tensor *v = view_of(t);
@@ -293,7 +299,8 @@ ct_tensor *ct_tensor_narrow0(ct_tensor *t, int64_t start, int64_t len)
     memcpy(v->shape, t->shape, sizeof(v->shape));
     memcpy(v->strides, t->strides, sizeof(v->strides));
     v->shape[0] = len;
-    v->offset = t->offset + start * t->strides[0];
+    v->offset = t->offset + start * t->strides[0]; /* also right for nChw16c: N outermost */
+    v->fmt = t->fmt;
     return v;
 }
 
@@ -328,8 +335,10 @@ ct_tensor *ct_tensor_clone(const ct_tensor *t)
         return NULL;
     }
     ct_tensor *c = tensor_alloc(t->dtype, t->ndim, t->shape, false);
-    if (c)
+    if (c) {
         gather(t, c->storage->data);
+        c->fmt = t->fmt; /* a blocked tensor is copied as is */
+    }
     return c;
 }
 

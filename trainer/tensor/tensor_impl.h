@@ -27,6 +27,7 @@ struct ct_tensor {
     int64_t shape[CT_MAX_DIMS];
     int64_t strides[CT_MAX_DIMS];
     int64_t offset; /* elements */
+    int fmt;        /* physical layout, CT__FMT_* of trainer/cpu/cpu.h (0: plain row-major) */
     ct__storage *storage;
     /* autograd */
     bool requires_grad;

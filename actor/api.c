@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "actor/runtime.h"
+#include "actor/zmtp.h"
 #include "common/common.h"
 #include "head/head.h"
 #include "proto/msg.h"
@@ -74,7 +75,7 @@ struct ct_future {
 struct ct_actor {
     char id[32], node[32], addr[160];
     int pid;
-    void *sock;
+    ct__zconn zc; /* ZMTP connection to the actor (zmtp.c), no libzmq involved */
     bool dead;
     ct_future *pending;
     ct_actor *next, *prev;
@@ -248,12 +249,23 @@ static void drain_head(uint64_t lo, uint64_t hi, Ct__Envelope **slots)
 
 static void drain_actor(ct_actor *a)
 {
+    if (a->dead || a->zc.fd < 0)
+        return;
+    bool lost = ct__zconn_fill(&a->zc) != 0;
     for (;;) {
+        const uint8_t *data;
+        size_t len;
+        int r = ct__zconn_parse(&a->zc, &data, &len);
+        if (r == 0)
+            break;
+        if (r < 0) {
+            lost = true;
+            break;
+        }
+        if (r == 2)
+            continue;
         Ct__Envelope *e;
-        int rc = ct__msg_recv(a->sock, NULL, &e, ZMQ_DONTWAIT, "driver");
-        if (rc == CT_ETIMEDOUT || rc == CT_EZMQ)
-            return;
-        if (rc) {
+        if (ct__msg_decode(data, len, &e, "driver")) {
             ct__msg_free(e);
             continue;
         }
@@ -271,6 +283,9 @@ static void drain_actor(ct_actor *a)
         }
         ct__msg_free(e);
     }
+    ct__zconn_compact(&a->zc);
+    if (lost) /* the actor's process is gone: its socket closed */
+        mark_dead(a, "connection to the actor lost");
 }
 
 /* The head connection; an actor makes it on first use. Lock held. */
@@ -547,8 +562,7 @@ static void free_actor(ct_actor *a)
         C.actors = a->next;
     if (a->next)
         a->next->prev = a->prev;
-    if (a->sock)
-        zmq_close(a->sock);
+    ct__zconn_close(&a->zc);
     free(a);
 }
 
@@ -710,17 +724,10 @@ static int create_finish(Ct__Envelope *rep, ct_actor **out)
     snprintf(a->node, sizeof a->node, "%s", cr->node_id);
     snprintf(a->addr, sizeof a->addr, "%s", cr->address);
     a->pid = cr->pid;
-    a->sock = zmq_socket(C.ctx, ZMQ_DEALER);
-    if (!a->sock) {
+    if ((rc = ct__zconn_connect(&a->zc, a->addr))) {
         free(a);
-        return ct__error(CT_EZMQ, "ct_actor_create: socket: %s", zmq_strerror(errno));
-    }
-    set_opts(a->sock);
-    if (zmq_connect(a->sock, a->addr) != 0) {
-        rc = ct__error(CT_EZMQ, "ct_actor_create: connect %s: %s", a->addr, zmq_strerror(errno));
-        zmq_close(a->sock);
-        free(a);
-        return rc;
+        return ct__error(CT_EDEAD, "ct_actor_create: actor %s at %s: %s", cr->actor_id, cr->address,
+                         ct_last_error());
     }
     a->next = C.actors;
     if (C.actors)
@@ -806,9 +813,19 @@ static int send_call(ct_actor *a, const char *method, const void *args, size_t l
     memset(f, 0, sizeof *f);
     f->a = a;
     f->req = e.req_id;
-    int rc = ct__msg_send(a->sock, NULL, &e, 0);
-    if (rc)
-        return rc;
+    size_t n = ct__envelope__get_packed_size(&e);
+    uint8_t stack[2048];
+    uint8_t *buf = n <= sizeof stack ? stack : malloc(n);
+    if (!buf)
+        return ct__error(CT_ENOMEM, "ct_actor_call(%s): out of memory for %zu bytes", method, n);
+    ct__envelope__pack(&e, buf);
+    int rc = ct__zconn_send(&a->zc, buf, n, true);
+    if (buf != stack)
+        free(buf);
+    if (rc) {
+        mark_dead(a, "connection to the actor lost");
+        return ct__error(CT_EDEAD, "ct_actor_call(%s): actor %s is gone", method, a->id);
+    }
     f->next = a->pending;
     if (a->pending)
         a->pending->prev = f;
@@ -823,7 +840,7 @@ static int wait_locked(ct_future *f, int timeout_ms, void **result, size_t *resu
     while (!f->done) {
         if (!f->a)
             return ct__error(CT_ECANCELED, "ct_future_wait: the actor handle was released");
-        zmq_pollitem_t it[2] = {{f->a->sock, 0, ZMQ_POLLIN, 0}, {C.head, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t it[2] = {{NULL, f->a->zc.fd, ZMQ_POLLIN, 0}, {C.head, 0, ZMQ_POLLIN, 0}};
         drain_actor(f->a);
         if (f->done)
             break;

@@ -1,4 +1,4 @@
-/* actor/zmtp.c — a minimal ZMTP 3.0 ROUTER-side server (see zmtp.h).
+/* actor/zmtp.c — a minimal ZMTP 3.0 peer (see zmtp.h).
  *
  * Wire (RFC 23/ZMTP): a 64-byte greeting each way (signature FF 00*8 7F, version 3.0,
  * mechanism "NULL", as-server, filler), then each side sends a READY command with its
@@ -8,10 +8,10 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,20 +24,9 @@
 
 enum { S_GREETING, S_HANDSHAKE, S_READY };
 
-typedef struct conn {
-    int fd;
-    int state;
-    uint8_t *buf;
-    size_t len, cap;
-    size_t consumed; /* bytes of buf handed out by the last ct__zmtp_next */
-    bool multi;      /* inside a multi-frame message */
-    uint8_t *out;    /* replies not yet written: flushed before waiting for input */
-    size_t olen, ocap;
-} conn;
-
 struct ct__zmtp {
     int lfd;
-    conn *c;
+    ct__zconn *c;
     int nc, capc;
     int next; /* round-robin start */
 };
@@ -57,32 +46,230 @@ static int write_all(int fd, const void *data, size_t len)
         if (w < 0 && errno == EAGAIN) {
             struct pollfd pf = {fd, POLLOUT, 0};
             if (poll(&pf, 1, 10000) <= 0)
-                return CT_EIO;
+                return CT_ECONNRESET;
             continue;
         }
-        return CT_EIO;
+        return CT_ECONNRESET;
     }
     return 0;
 }
 
-static void drop(ct__zmtp *s, int i)
+/* Greeting and READY for socket type "ROUTER" or "DEALER" (both 6 letters). */
+static int hello(int fd, const char *type)
 {
-    close(s->c[i].fd);
-    free(s->c[i].buf);
-    free(s->c[i].out);
-    s->c[i] = s->c[--s->nc];
+    uint8_t g[64 + 30] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 0, 'N', 'U', 'L', 'L'};
+    static const uint8_t ready[] = {0x04, 28,  5,   'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c',
+                                    'k',  'e', 't', '-', 'T', 'y', 'p', 'e', 0,  0,   0,   6};
+    memcpy(g + 64, ready, sizeof ready);
+    memcpy(g + 64 + sizeof ready, type, 6);
+    return write_all(fd, g, sizeof g);
 }
 
-static int hello(int fd)
+int ct__zconn_connect(ct__zconn *c, const char *endpoint)
 {
-    uint8_t g[64] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 0, 'N', 'U', 'L', 'L'};
-    g[32] = 1; /* as-server: ignored by NULL */
-    static const uint8_t ready[] = {0x04, 28,  5,   'R', 'E', 'A', 'D', 'Y', 11,  'S',
-                                    'o',  'c', 'k', 'e', 't', '-', 'T', 'y', 'p', 'e',
-                                    0,    0,   0,   6,   'R', 'O', 'U', 'T', 'E', 'R'};
-    if (write_all(fd, g, sizeof g) || write_all(fd, ready, sizeof ready))
-        return CT_EIO;
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+    char host[128];
+    const char *p = strncmp(endpoint, "tcp://", 6) ? endpoint : endpoint + 6;
+    const char *colon = strrchr(p, ':');
+    if (!colon || (size_t)(colon - p) >= sizeof host)
+        return ct__error(CT_EINVAL, "zmtp: endpoint '%s' is not tcp://host:port", endpoint);
+    memcpy(host, p, colon - p);
+    host[colon - p] = 0;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) || !ai)
+        return ct__error(CT_EINVAL, "zmtp: cannot resolve %s", endpoint);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = 0;
+    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        rc = ct__error(CT_ECONNRESET, "zmtp: connect %s: %s", endpoint, strerror(errno));
+        goto out;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if ((rc = hello(fd, "DEALER"))) {
+        rc = ct__error(rc, "zmtp: greeting to %s failed", endpoint);
+        goto out;
+    }
+    c->fd = fd;
+    fd = -1;
+out:
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return rc;
+}
+
+int ct__zconn_fill(ct__zconn *c)
+{
+    for (;;) {
+        if (c->cap - c->len < 4096) {
+            size_t cap = c->cap ? 2 * c->cap : 8192;
+            uint8_t *nb = realloc(c->buf, cap);
+            if (!nb)
+                return CT_ECONNRESET;
+            c->buf = nb;
+            c->cap = cap;
+        }
+        ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        if (r > 0) {
+            c->len += (size_t)r;
+            if (c->len < c->cap)
+                return 0; /* short read: the socket is drained */
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r < 0 && errno == EAGAIN ? 0 : CT_ECONNRESET;
+    }
+}
+
+/* Parses one frame; 0 when incomplete, -1 when malformed, else the frame's total size. */
+static long long frame(const uint8_t *b, size_t n, int *flags, const uint8_t **body, size_t *blen)
+{
+    if (n < 2)
+        return 0;
+    *flags = b[0];
+    if (b[0] & 0xF8)
+        return -1;
+    size_t hdr = 2, sz = b[1];
+    if (b[0] & 2) {
+        if (n < 9)
+            return 0;
+        uint64_t v = 0;
+        for (int i = 1; i <= 8; i++)
+            v = v << 8 | b[i];
+        if (v > MAX_FRAME)
+            return -1;
+        hdr = 9;
+        sz = (size_t)v;
+    }
+    if (n - hdr < sz)
+        return 0;
+    *body = b + hdr;
+    *blen = sz;
+    return (long long)(hdr + sz);
+}
+
+int ct__zconn_parse(ct__zconn *c, const uint8_t **data, size_t *len)
+{
+    for (;;) {
+        uint8_t *b = c->buf + c->consumed;
+        size_t n = c->len - c->consumed;
+        if (c->state == S_GREETING) {
+            if (n < 64)
+                return n >= 1 && b[0] != 0xFF ? -1 : 0;
+            if (b[9] != 0x7F || b[10] < 3 || memcmp(b + 12, "NULL", 5))
+                return -1;
+            c->consumed += 64;
+            c->state = S_HANDSHAKE;
+            continue;
+        }
+        int flags;
+        const uint8_t *body;
+        size_t blen;
+        long long t = frame(b, n, &flags, &body, &blen);
+        if (t <= 0)
+            return (int)t;
+        c->consumed += (size_t)t;
+        if (flags & 4) { /* command */
+            if (c->state == S_HANDSHAKE) {
+                if (blen < 6 || body[0] != 5 || memcmp(body + 1, "READY", 5))
+                    return -1;
+                c->state = S_READY;
+            } else if (blen >= 5 && body[0] == 4 && !memcmp(body + 1, "PING", 4)) {
+                /* PING ttl(2) context: answer PONG context */
+                uint8_t pong[7 + 16] = {0x04, 0, 4, 'P', 'O', 'N', 'G'};
+                size_t ctx = blen > 7 ? blen - 7 : 0;
+                ctx = ctx > 16 ? 16 : ctx;
+                memcpy(pong + 7, body + 7, ctx);
+                pong[1] = (uint8_t)(5 + ctx);
+                write_all(c->fd, pong, 7 + ctx);
+            }
+            continue;
+        }
+        if (c->state != S_READY)
+            return -1;
+        if (flags & 1) {
+            c->multi = true;
+            continue;
+        }
+        if (c->multi) {
+            c->multi = false;
+            return 2;
+        }
+        *data = body;
+        *len = blen;
+        return 1;
+    }
+}
+
+void ct__zconn_compact(ct__zconn *c)
+{
+    if (c->consumed) {
+        memmove(c->buf, c->buf + c->consumed, c->len - c->consumed);
+        c->len -= c->consumed;
+        c->consumed = 0;
+    }
+}
+
+int ct__zconn_flush(ct__zconn *c)
+{
+    if (!c->olen)
+        return 0;
+    int rc = write_all(c->fd, c->out, c->olen);
+    c->olen = 0;
+    return rc;
+}
+
+int ct__zconn_send(ct__zconn *c, const void *data, size_t len, bool flush)
+{
+    size_t need = c->olen + 9 + len;
+    if (need > c->ocap) {
+        size_t cap = c->ocap ? c->ocap : 16384;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *no = realloc(c->out, cap);
+        if (!no)
+            return ct__error(CT_ENOMEM, "zmtp: out of memory for a %zu-byte message", len);
+        c->out = no;
+        c->ocap = cap;
+    }
+    uint8_t *p = c->out + c->olen;
+    if (len <= 255) {
+        *p++ = 0;
+        *p++ = (uint8_t)len;
+    } else {
+        *p++ = 2;
+        uint64_t v = len;
+        for (int i = 7; i >= 0; i--, v >>= 8)
+            p[i] = (uint8_t)v;
+        p += 8;
+    }
+    memcpy(p, data, len);
+    c->olen = (size_t)(p - c->out) + len;
+    if (flush || c->olen >= (1 << 16))
+        return ct__zconn_flush(c);
     return 0;
+}
+
+void ct__zconn_close(ct__zconn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->buf);
+    free(c->out);
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+}
+
+/* ---- server ---- */
+
+static void drop(ct__zmtp *s, int i)
+{
+    ct__zconn_close(&s->c[i]);
+    s->c[i] = s->c[--s->nc];
 }
 
 int ct__zmtp_listen(const char *host, char *endpoint, size_t cap, ct__zmtp **out)
@@ -120,13 +307,13 @@ static void accept_all(ct__zmtp *s)
             return;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (hello(fd)) {
+        if (hello(fd, "ROUTER")) {
             close(fd);
             continue;
         }
         if (s->nc == s->capc) {
             int capc = s->capc ? 2 * s->capc : 8;
-            conn *nc = realloc(s->c, capc * sizeof *nc);
+            ct__zconn *nc = realloc(s->c, capc * sizeof *nc);
             if (!nc) {
                 close(fd);
                 continue;
@@ -134,122 +321,7 @@ static void accept_all(ct__zmtp *s)
             s->c = nc;
             s->capc = capc;
         }
-        s->c[s->nc++] = (conn){.fd = fd, .state = S_GREETING};
-    }
-}
-
-/* Reads what is there; false when the peer closed or failed. */
-static bool fill(conn *c)
-{
-    for (;;) {
-        if (c->cap - c->len < 4096) {
-            size_t cap = c->cap ? 2 * c->cap : 8192;
-            uint8_t *nb = realloc(c->buf, cap);
-            if (!nb)
-                return false;
-            c->buf = nb;
-            c->cap = cap;
-        }
-        ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
-        if (r > 0) {
-            c->len += (size_t)r;
-            continue;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        return r < 0 && errno == EAGAIN;
-    }
-}
-
-/* Parses one frame at buf[off]; 0 when incomplete, -1 when malformed, else the frame's total
- * size with *flags, *body, *blen. */
-static long long frame(const uint8_t *b, size_t n, int *flags, const uint8_t **body, size_t *blen)
-{
-    if (n < 2)
-        return 0;
-    *flags = b[0];
-    if (b[0] & 0xF8)
-        return -1;
-    size_t hdr = 2, sz = b[1];
-    if (b[0] & 2) {
-        if (n < 9)
-            return 0;
-        uint64_t v = 0;
-        for (int i = 1; i <= 8; i++)
-            v = v << 8 | b[i];
-        if (v > MAX_FRAME)
-            return -1;
-        hdr = 9;
-        sz = (size_t)v;
-    }
-    if (n - hdr < sz)
-        return 0;
-    *body = b + hdr;
-    *blen = sz;
-    return (long long)(hdr + sz);
-}
-
-/* Advances c's state machine; returns 1 with a message, 2 for a multi-frame message, 0 for
- * needing more bytes, -1 to drop the connection. */
-static int parse(conn *c, const uint8_t **data, size_t *len)
-{
-    for (;;) {
-        uint8_t *b = c->buf + c->consumed;
-        size_t n = c->len - c->consumed;
-        if (c->state == S_GREETING) {
-            if (n < 64)
-                return n >= 1 && b[0] != 0xFF ? -1 : 0;
-            if (b[9] != 0x7F || b[10] < 3 || memcmp(b + 12, "NULL", 5))
-                return -1;
-            c->consumed += 64;
-            c->state = S_HANDSHAKE;
-            continue;
-        }
-        int flags;
-        const uint8_t *body;
-        size_t blen;
-        long long t = frame(b, n, &flags, &body, &blen);
-        if (t <= 0)
-            return (int)t;
-        c->consumed += (size_t)t;
-        if (flags & 4) { /* command */
-            if (c->state == S_HANDSHAKE) {
-                if (blen < 6 || body[0] != 5 || memcmp(body + 1, "READY", 5))
-                    return -1;
-                c->state = S_READY;
-            } else if (blen >= 5 && body[0] == 4 && !memcmp(body + 1, "PING", 4)) {
-                /* PING ttl(2) context: answer PONG context */
-                uint8_t pong[2 + 5 + 16] = {0x04, 0, 4, 'P', 'O', 'N', 'G'};
-                size_t ctx = blen > 7 ? blen - 7 : 0;
-                ctx = ctx > 16 ? 16 : ctx;
-                memcpy(pong + 7, body + 7, ctx);
-                pong[1] = (uint8_t)(5 + ctx);
-                write_all(c->fd, pong, 7 + ctx);
-            }
-            continue;
-        }
-        if (c->state != S_READY)
-            return -1;
-        if (flags & 1) {
-            c->multi = true;
-            continue;
-        }
-        if (c->multi) {
-            c->multi = false;
-            return 2;
-        }
-        *data = body;
-        *len = blen;
-        return 1;
-    }
-}
-
-static void compact(conn *c)
-{
-    if (c->consumed) {
-        memmove(c->buf, c->buf + c->consumed, c->len - c->consumed);
-        c->len -= c->consumed;
-        c->consumed = 0;
+        s->c[s->nc++] = (ct__zconn){.fd = fd, .state = S_GREETING};
     }
 }
 
@@ -259,10 +331,10 @@ int ct__zmtp_next(ct__zmtp *s, int *connp, const uint8_t **data, size_t *len)
         /* complete messages already buffered, fairly across connections */
         for (int k = 0; k < s->nc; k++) {
             int i = (s->next + k) % s->nc;
-            int r = parse(&s->c[i], data, len);
+            int r = ct__zconn_parse(&s->c[i], data, len);
             if (r < 0) {
                 drop(s, i);
-                k--;
+                k = -1; /* indices moved: rescan */
                 continue;
             }
             if (r > 0) {
@@ -270,16 +342,12 @@ int ct__zmtp_next(ct__zmtp *s, int *connp, const uint8_t **data, size_t *len)
                 *connp = s->c[i].fd;
                 return r == 1 ? 0 : CT_EPROTO;
             }
-            compact(&s->c[i]);
+            ct__zconn_compact(&s->c[i]);
         }
         /* everything answered so far leaves in one write per connection */
         for (int i = s->nc - 1; i >= 0; i--)
-            if (s->c[i].olen) {
-                int bad = write_all(s->c[i].fd, s->c[i].out, s->c[i].olen);
-                s->c[i].olen = 0;
-                if (bad)
-                    drop(s, i);
-            }
+            if (ct__zconn_flush(&s->c[i]))
+                drop(s, i);
         struct pollfd pf[1 + s->nc];
         pf[0] = (struct pollfd){s->lfd, POLLIN, 0};
         for (int i = 0; i < s->nc; i++)
@@ -291,7 +359,7 @@ int ct__zmtp_next(ct__zmtp *s, int *connp, const uint8_t **data, size_t *len)
             return ct__error(CT_EIO, "zmtp: poll: %s", strerror(errno));
         }
         for (int i = nfd - 2; i >= 0; i--)
-            if (pf[1 + i].revents && !fill(&s->c[i]))
+            if (pf[1 + i].revents && ct__zconn_fill(&s->c[i]))
                 drop(s, i);
         if (pf[0].revents)
             accept_all(s);
@@ -300,43 +368,10 @@ int ct__zmtp_next(ct__zmtp *s, int *connp, const uint8_t **data, size_t *len)
 
 int ct__zmtp_send(ct__zmtp *s, int fd, const void *data, size_t len)
 {
-    conn *c = NULL;
     for (int i = 0; i < s->nc; i++)
         if (s->c[i].fd == fd)
-            c = &s->c[i];
-    if (!c)
-        return 0; /* the peer is gone */
-    size_t need = c->olen + 9 + len;
-    if (need > c->ocap) {
-        size_t cap = c->ocap ? c->ocap : 16384;
-        while (cap < need)
-            cap *= 2;
-        uint8_t *no = realloc(c->out, cap);
-        if (!no)
-            return ct__error(CT_ENOMEM, "zmtp: out of memory for a %zu-byte reply", len);
-        c->out = no;
-        c->ocap = cap;
-    }
-    uint8_t *p = c->out + c->olen;
-    if (len <= 255) {
-        *p++ = 0;
-        *p++ = (uint8_t)len;
-    } else {
-        *p++ = 2;
-        uint64_t v = len;
-        for (int i = 7; i >= 0; i--, v >>= 8)
-            p[i] = (uint8_t)v;
-        p += 8;
-    }
-    memcpy(p, data, len);
-    c->olen = (size_t)(p - c->out) + len;
-    if (c->olen >= (1 << 16)) { /* large backlog: write now */
-        int bad = write_all(c->fd, c->out, c->olen);
-        c->olen = 0;
-        if (bad)
-            return CT_EIO;
-    }
-    return 0;
+            return ct__zconn_send(&s->c[i], data, len, false);
+    return 0; /* the peer is gone */
 }
 
 void ct__zmtp_destroy(ct__zmtp **ps)
@@ -344,11 +379,8 @@ void ct__zmtp_destroy(ct__zmtp **ps)
     if (!ps || !*ps)
         return;
     ct__zmtp *s = *ps;
-    for (int i = 0; i < s->nc; i++) {
-        close(s->c[i].fd);
-        free(s->c[i].buf);
-        free(s->c[i].out);
-    }
+    for (int i = 0; i < s->nc; i++)
+        ct__zconn_close(&s->c[i]);
     free(s->c);
     close(s->lfd);
     free(s);

@@ -1,31 +1,60 @@
-/* actor/zmtp.h — a minimal single-threaded ZMTP 3.0 server (NULL mechanism, ROUTER socket
- * type) for the actor's call socket: drivers keep using libzmq DEALER sockets, while the actor
- * reads and answers calls with plain syscalls on its own thread. That removes libzmq's two
- * threads from every actor (faster creation) and the I/O-thread hand-offs from each call
- * (lower latency).
+/* actor/zmtp.h — a minimal ZMTP 3.0 peer (NULL mechanism) for actor calls, both ends:
+ * - the actor's server side (ROUTER semantics: one reply per request, per connection);
+ * - the driver's client side (DEALER semantics), one connection per actor handle.
+ * Both run on the caller's thread with plain syscalls: no libzmq threads per actor (faster
+ * creation) and no I/O-thread hand-offs per call (lower latency). The wire is real ZMTP, so
+ * a libzmq DEALER can still talk to an actor.
  *
- * Not a general ZeroMQ peer: no security mechanisms, no heartbeats (PING is answered), one
- * peer per connection, messages of exactly one frame (others are reported as CT_EPROTO).
- * Not thread-safe: one thread owns a server. */
+ * Not a general ZeroMQ peer: no security mechanisms, no heartbeats (a PING is answered),
+ * messages of exactly one frame (a multi-frame message is reported as such). Not thread-safe:
+ * each connection and server belongs to one thread at a time. */
 #ifndef CT_ACTOR_ZMTP_H
 #define CT_ACTOR_ZMTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* One connection: read buffer with a greeting/handshake/frames state machine, and a write
+ * buffer. Plain struct so it can be embedded; zero-init then ct__zconn_* it. */
+typedef struct ct__zconn {
+    int fd;
+    int state;
+    uint8_t *buf;
+    size_t len, cap, consumed;
+    bool multi;
+    uint8_t *out;
+    size_t olen, ocap;
+} ct__zconn;
+
+/* Connects to "tcp://host:port" as a DEALER and sends the greeting; fd is non-blocking. */
+int ct__zconn_connect(ct__zconn *c, const char *endpoint);
+/* Reads what the socket has. 0, or CT_ECONNRESET when the peer closed or failed. */
+int ct__zconn_fill(ct__zconn *c);
+/* Next complete message: 1 with *data and *len (borrowed until the next fill/compact), 2 for a
+ * multi-frame message (dropped), 0 when more bytes are needed, -1 for a protocol violation. */
+int ct__zconn_parse(ct__zconn *c, const uint8_t **data, size_t *len);
+/* Moves unparsed bytes to the front (invalidates what parse returned). */
+void ct__zconn_compact(ct__zconn *c);
+/* Queues one frame; writes everything queued when flush is true or past 64 KiB. 0 or
+ * CT_ECONNRESET / CT_ENOMEM. */
+int ct__zconn_send(ct__zconn *c, const void *data, size_t len, bool flush);
+int ct__zconn_flush(ct__zconn *c);
+void ct__zconn_close(ct__zconn *c);
 
 typedef struct ct__zmtp ct__zmtp;
 
 /* Listens on host, an ephemeral port; *endpoint gets "tcp://host:port". */
 int ct__zmtp_listen(const char *host, char *endpoint, size_t cap, ct__zmtp **out);
 
-/* Blocks until a complete message arrives. Returns 0 with *data and *len (borrowed until the next
- * call) and *conn for the reply; CT_EPROTO with *conn when a peer sent a multi-frame message
- * (answer it with an error); never returns for other failures of one peer (it drops that
- * connection). CT_EIO when polling itself fails. */
+/* Blocks until a complete message arrives. Returns 0 with *data and *len (borrowed until the
+ * next call) and *conn for the reply; CT_EPROTO with *conn when a peer sent a multi-frame
+ * message (answer it with an error). A peer that breaks the protocol is disconnected. CT_EIO
+ * when polling itself fails. Queued replies are written before it waits. */
 int ct__zmtp_next(ct__zmtp *s, int *conn, const uint8_t **data, size_t *len);
 
-/* Queues one single-frame message for conn; queued replies are written in one go before
- * ct__zmtp_next waits for input (or at once past 64 KiB). A vanished peer is ignored. */
+/* Queues one single-frame message for conn (written before the next wait, or at once past
+ * 64 KiB). A vanished peer is ignored. */
 int ct__zmtp_send(ct__zmtp *s, int conn, const void *data, size_t len);
 
 void ct__zmtp_destroy(ct__zmtp **s);

@@ -72,6 +72,12 @@ int main(void)
     h_init();
     crash_case();
 
+    /* no head at the address: a clear timeout, and ct_init can be called again */
+    double t_bad = h_now_ms();
+    CHECK_EQ_INT(ct_init(&(ct_init_opts){.address = "127.0.0.1:1", .timeout_ms = 300}),
+                 CT_ETIMEDOUT);
+    CHECK(strstr(ct_last_error(), "127.0.0.1:1") != NULL);
+    CHECK(h_now_ms() - t_bad < 2000);
     unsetenv("CT_ADDRESS");
     CHECK_OK(ct_init(&(ct_init_opts){.cpus = 4, .resources = "special=2"}));
     CHECK_EQ_INT(ct_init(NULL), CT_EEXIST);

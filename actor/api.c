@@ -530,7 +530,6 @@ void ct__client_attach(const char *head_addr, const char *sender, const char *ac
     snprintf(C.sender, sizeof C.sender, "%s", sender);
     C.lazy = true;
     C.inited = true;
-    read_self();
     UNLOCK();
 }
 
@@ -674,6 +673,11 @@ static int create_send(const char *cls, const ct_resources *r, const void *args,
     Ct__Resource rr[10];
     Ct__Resource *rp[10];
     int nr = fill_res(rr, rp, r->cpu, r->gpu, r->custom, 8);
+    if (!C.cmdline) { /* an actor creating actors: learn its own executable now */
+        int rc = read_self();
+        if (rc)
+            return rc;
+    }
     /* argv from /proc/self/cmdline: NUL-separated */
     char *argv[256];
     size_t nargv = 0;

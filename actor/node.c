@@ -35,8 +35,10 @@ extern char **environ;
 
 typedef struct zygote {
     char *key; /* exe path + NUL-joined argv */
+    size_t keylen;
     pid_t pid;
     int fd;
+    int outstanding; /* start requests sent, spawn not yet reported */
 } zygote;
 
 typedef struct nactor {
@@ -274,6 +276,8 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *key, size_t ke
         return ct__error(CT_ENOMEM, "node: out of memory");
     }
     memcpy(z->key, key, keylen);
+    z->keylen = keylen;
+    z->outstanding = 0;
     z->pid = pid;
     z->fd = sv[0];
     n->nz++;
@@ -302,13 +306,25 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
                        CT_ZYGOTE_MAX_ARGS);
         goto fail;
     }
-    int zi = -1;
+    /* the least busy zygote of this executable; another one (up to one per CPU, at most 4)
+     * when all are busy, so that bursts of creations fork in parallel */
+    int zi = -1, same = 0;
     for (int i = 0; i < n->nz; i++)
-        if (!memcmp(n->z[i].key, key, kl))
-            zi = i;
-    if (zi < 0 && (zi = spawn_zygote(n, s, key, kl)) < 0) {
-        rc = zi;
-        goto fail;
+        if (n->z[i].keylen == kl && !memcmp(n->z[i].key, key, kl)) {
+            same++;
+            if (zi < 0 || n->z[i].outstanding < n->z[zi].outstanding)
+                zi = i;
+        }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int max_same = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
+    if (zi < 0 || (n->z[zi].outstanding > 0 && same < max_same && n->nz < MAX_ZYG)) {
+        int nzi = spawn_zygote(n, s, key, kl);
+        if (nzi >= 0)
+            zi = nzi;
+        else if (zi < 0) {
+            rc = nzi;
+            goto fail;
+        }
     }
     if (n->na == n->cap) {
         int cap = n->cap ? 2 * n->cap : 64;
@@ -339,6 +355,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
         rc = ct__error(CT_EIO, "node: zygote %d: %s", (int)n->z[zi].pid, strerror(errno));
         goto fail;
     }
+    n->z[zi].outstanding++;
     nactor *a = &n->a[n->na++];
     memset(a, 0, sizeof *a);
     snprintf(a->id, sizeof a->id, "%s", s->actor_id);
@@ -376,6 +393,8 @@ static void on_zygote_reply(nodest *n, int zi)
             return;
         r.actor_id[sizeof r.actor_id - 1] = 0;
         r.text[sizeof r.text - 1] = 0;
+        if (r.kind == CT_ZREP_SPAWNED && n->z[zi].outstanding > 0)
+            n->z[zi].outstanding--;
         int i;
         for (i = 0; i < n->na; i++)
             if (!strcmp(n->a[i].id, r.actor_id))

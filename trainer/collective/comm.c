@@ -283,18 +283,18 @@ int ct_comm_status(const ct_comm *c)
 
 /* ---- collectives ----------------------------------------------------------------------- */
 
-static int ring_allreduce(ct_comm *c, float *buf, size_t count, float scale, int64_t dl)
+static int ring_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t dl)
 {
     int rc = 0;
     if (c->nnodes == 1)
-        return ct__shm_allreduce(c, buf, count, scale, 0, dl);
+        return ct__shm_allreduce(c, buf, count, div, 0, dl);
     if (c->local_size > 1) {
         rc = ct__shm_allreduce(c, buf, count, 1.0f, 1, dl);
         if (rc < 0)
             return rc;
     }
     if (c->local_rank == 0) {
-        rc = ct__tcp_allreduce(c, buf, count, scale, dl);
+        rc = ct__tcp_allreduce(c, buf, count, div, dl);
         if (rc < 0)
             return rc;
     }
@@ -325,11 +325,11 @@ int ct_comm_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_
                          dt == CT_F16 ? "f16" : "bf16");
     if (count == 0 || c->world == 1) {
         if (op == CT_COMM_AVG && c->world > 1)
-            ct__scale(buf, count, 1.0f / (float)c->world);
+            ct__divide(buf, count, (float)c->world);
         return 0;
     }
-    float scale = op == CT_COMM_AVG ? 1.0f / (float)c->world : 1.0f;
-    return finish(c, ring_allreduce(c, buf, count, scale, dl));
+    float div = op == CT_COMM_AVG ? (float)c->world : 1.0f; /* AVG divides, as DDP does */
+    return finish(c, ring_allreduce(c, buf, count, div, dl));
 }
 
 static int local_index(const ct_comm *c, int rank)

@@ -55,9 +55,9 @@ int ct__shm_setup(ct_comm *c, const ct_rendezvous *rdv, int64_t deadline);
 void ct__shm_destroy(ct_comm *c);
 /* Marks this rank gone so peers waiting on it fail at once. */
 void ct__shm_mark_failed(ct_comm *c);
-/* allreduce among local ranks; result scaled by scale; only_leader: only local rank 0 needs
+/* allreduce among local ranks; result divided by div; only_leader: only local rank 0 needs
  * the result (others skip the copy out) */
-int ct__shm_allreduce(ct_comm *c, float *buf, size_t count, float scale, int only_leader,
+int ct__shm_allreduce(ct_comm *c, float *buf, size_t count, float div, int only_leader,
                       int64_t deadline);
 int ct__shm_broadcast(ct_comm *c, void *buf, size_t bytes, int root_local, int64_t deadline);
 /* each local rank's block (bytes) goes to recv + rank * bytes on every local rank */
@@ -67,17 +67,17 @@ int ct__shm_barrier(ct_comm *c, int64_t deadline);
 /* ---- tcp.c: ring among node leaders -------------------------------------------------- */
 int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_t deadline);
 void ct__tcp_destroy(ct_comm *c);
-int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float scale, int64_t deadline);
+int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t deadline);
 int ct__tcp_broadcast(ct_comm *c, void *buf, size_t bytes, int root_node, int64_t deadline);
 /* node blocks: recv + r * bytes for every rank r; this node's blocks are filled already */
 int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline);
 
 /* ---- reduce.c ----------------------------------------------------------------------------- */
-/* dst[i] = scale * sum_k srcs[k][i] in the order of srcs (dst may alias srcs[k]) */
-void ct__reduce_sum(float *dst, const float *const *srcs, int nsrc, size_t n, float scale);
+/* dst[i] = (sum_k srcs[k][i]) / div in the order of srcs (dst may alias srcs[k]) */
+void ct__reduce_sum(float *dst, const float *const *srcs, int nsrc, size_t n, float div);
 /* dst[i] += src[i] */
 void ct__reduce_add(float *dst, const float *src, size_t n);
-void ct__scale(float *dst, size_t n, float scale);
+void ct__divide(float *dst, size_t n, float div);
 
 /* ---- nccl.c (only with CT_HAVE_CUDA) ------------------------------------------------------ */
 int ct__nccl_setup(ct_comm *c, const ct_comm_opts *o, int64_t deadline);

@@ -1,7 +1,7 @@
 /* trainer/collective/reduce.c — the arithmetic of the CPU collectives: elementwise sums of
  * f32 arrays, written so the compiler vectorizes them (built with -O3).
  *
- * Summation order is fixed (srcs[0] + srcs[1] + ... then * scale) so every rank that computes
+ * Summation order is fixed (srcs[0] + srcs[1] + ... then / div) so every rank that computes
  * the same element gets the same bits. Not a general BLAS. */
 #include <string.h>
 
@@ -9,7 +9,7 @@
 
 #define BLOCK 512 /* floats per stack block: 2 KiB, stays in L1 */
 
-void ct__reduce_sum(float *dst, const float *const *srcs, int nsrc, size_t n, float scale)
+void ct__reduce_sum(float *dst, const float *const *srcs, int nsrc, size_t n, float div)
 {
     float t[BLOCK];
     for (size_t off = 0; off < n; off += BLOCK) {
@@ -28,9 +28,9 @@ void ct__reduce_sum(float *dst, const float *const *srcs, int nsrc, size_t n, fl
             for (size_t i = 0; i < m; i++)
                 t[i] += s[i];
         }
-        if (scale != 1.0f)
+        if (div != 1.0f)
             for (size_t i = 0; i < m; i++)
-                t[i] *= scale;
+                t[i] /= div;
         memcpy(dst + off, t, m * sizeof(float));
     }
 }
@@ -41,8 +41,8 @@ void ct__reduce_add(float *restrict dst, const float *restrict src, size_t n)
         dst[i] += src[i];
 }
 
-void ct__scale(float *dst, size_t n, float scale)
+void ct__divide(float *dst, size_t n, float div)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] *= scale;
+        dst[i] /= div;
 }

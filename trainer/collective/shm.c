@@ -323,7 +323,7 @@ static void split(size_t n, int k, int i, size_t *lo, size_t *len)
     *len = base + ((size_t)i < rem);
 }
 
-int ct__shm_allreduce(ct_comm *c, float *buf, size_t count, float scale, int only_leader,
+int ct__shm_allreduce(ct_comm *c, float *buf, size_t count, float div, int only_leader,
                       int64_t deadline)
 {
     struct ct__shm *s = c->shm;
@@ -338,7 +338,7 @@ int ct__shm_allreduce(ct_comm *c, float *buf, size_t count, float scale, int onl
         if (want) {
             for (int i = 0; i < s->n; i++)
                 srcs[i] = (const float *)slot(s, r, i);
-            ct__reduce_sum(buf, srcs, s->n, count, scale);
+            ct__reduce_sum(buf, srcs, s->n, count, div);
         }
         return 0;
     }
@@ -355,7 +355,7 @@ int ct__shm_allreduce(ct_comm *c, float *buf, size_t count, float scale, int onl
         split(n, s->n, s->me, &lo, &len);
         for (int i = 0; i < s->n; i++)
             srcs[i] = (const float *)slot(s, r, i) + lo;
-        ct__reduce_sum((float *)slot(s, r, s->me) + lo, srcs, s->n, len, scale);
+        ct__reduce_sum((float *)slot(s, r, s->me) + lo, srcs, s->n, len, div);
         if ((rc = sync_all(c, deadline)) < 0)
             return rc;
         if (want)

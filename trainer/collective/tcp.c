@@ -379,7 +379,7 @@ static void seg(size_t count, int n, int i, size_t *off, size_t *len)
     *len = base + ((size_t)i < rem);
 }
 
-int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float scale, int64_t deadline)
+int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t deadline)
 {
     int n = c->nnodes, j = c->node, rc;
     size_t so, sl, ro, rl;
@@ -393,9 +393,9 @@ int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float scale, int64_t
         if ((rc = run_xfer(c, &x, deadline)) < 0)
             return rc;
     }
-    if (scale != 1.0f) {
+    if (div != 1.0f) {
         seg(count, n, (j + 1) % n, &so, &sl);
-        ct__scale(buf + so, sl, scale);
+        ct__divide(buf + so, sl, div);
     }
     for (int s = 0; s < n - 1; s++) {
         seg(count, n, (j + 1 - s + n) % n, &so, &sl);

@@ -226,6 +226,43 @@ __attribute__((unused)) static int h_wait_gone(pid_t pid, int timeout_ms)
     return 1;
 }
 
+/* Counts live processes (zombies excluded) other than this one that run this test's own
+ * executable: zygotes and actors are this executable started again. Waits up to timeout_ms
+ * for them to go; returns how many are left (and names them). */
+__attribute__((unused)) static int h_leftovers(int timeout_ms)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = 0;
+    double until = h_now_ms() + timeout_ms;
+    for (;;) {
+        int left = 0;
+        FILE *ls = popen("ls /proc", "r");
+        char name[64];
+        while (ls && fscanf(ls, "%63s", name) == 1) {
+            int pid = atoi(name);
+            if (pid <= 0 || pid == getpid())
+                continue;
+            char path[96], exe[PATH_MAX];
+            snprintf(path, sizeof path, "/proc/%d/exe", pid);
+            ssize_t k = readlink(path, exe, sizeof exe - 1);
+            if (k <= 0)
+                continue;
+            exe[k] = 0;
+            if (!strcmp(exe, self) && !h_gone(pid)) {
+                left++;
+                if (h_now_ms() > until)
+                    fprintf(stderr, "left behind: pid %d (%s)\n", pid, exe);
+            }
+        }
+        if (ls)
+            pclose(ls);
+        if (!left || h_now_ms() > until)
+            return left;
+        usleep(20000);
+    }
+}
+
 /* Runs a command, returns its stdout (malloc'd). */
 __attribute__((unused)) static char *h_capture(const char *cmd)
 {

@@ -229,6 +229,8 @@ done:;
     int nk = my_children(kids, 8);
     CHECK_EQ_INT(nk, 2); /* embedded head and node */
     pid_t bpid = b ? ct_actor_pid(b) : 0;
+    if (b)
+        CHECK(h_leftovers(0) >= 2); /* the detector sees the zygote and actor b while they run */
     ct_actor_release(&a);
     ct_actor_release(&b);
     ct_shutdown();
@@ -237,6 +239,7 @@ done:;
         CHECK(h_wait_gone(kids[i], 2000));
     if (bpid)
         CHECK(h_wait_gone(bpid, 2000));
+    CHECK_EQ_INT(h_leftovers(3000), 0);
     if (h_failures)
         fprintf(stderr, "test_api: %d failure(s)\n", h_failures);
     return h_failures ? 1 : 0;

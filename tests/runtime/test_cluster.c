@@ -160,6 +160,7 @@ done:;
             fprintf(stderr, "actor pid %d still running\n", (int)pids[i]);
             h_failures++;
         }
+    CHECK_EQ_INT(h_leftovers(3000), 0);
     if (h_failures)
         fprintf(stderr, "test_cluster: %d failure(s)\n", h_failures);
     return h_failures ? 1 : 0;

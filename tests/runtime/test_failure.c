@@ -148,6 +148,7 @@ done:
     ct_shutdown();
     h_kill_all();
     CHECK(h_gone(head));
+    CHECK_EQ_INT(h_leftovers(3000), 0);
     if (h_failures)
         fprintf(stderr, "test_failure: %d failure(s)\n", h_failures);
     return h_failures ? 1 : 0;

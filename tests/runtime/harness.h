@@ -251,7 +251,7 @@ __attribute__((unused)) static int h_leftovers(int timeout_ms)
             exe[k] = 0;
             if (!strcmp(exe, self) && !h_gone(pid)) {
                 left++;
-                if (h_now_ms() > until)
+                if (timeout_ms > 0 && h_now_ms() > until)
                     fprintf(stderr, "left behind: pid %d (%s)\n", pid, exe);
             }
         }

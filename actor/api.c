@@ -98,6 +98,9 @@ static struct {
     unsigned sub_mask;
     pid_t head_pid, node_pid;
     int watch_wr;
+    pthread_t hb_thread; /* driver liveness heartbeats (own socket: sockets are per thread) */
+    int hb_stop[2];      /* pipe: closing [1] stops the thread */
+    bool hb_running;
     ct_event q[EVQ];
     int qh, qn;
     ct_actor *actors;
@@ -106,7 +109,7 @@ static struct {
     char exe[PATH_MAX];
     char *cmdline;
     size_t cmdline_len;
-} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .watch_wr = -1};
+} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .watch_wr = -1, .hb_stop = {-1, -1}};
 
 #define LOCK() pthread_mutex_lock(&C.mu)
 #define UNLOCK() pthread_mutex_unlock(&C.mu)
@@ -417,6 +420,65 @@ out:
     return rc;
 }
 
+/* Heartbeats this driver to the head every 100 ms, so that the head kills its actors when
+ * the driver dies (also with an external cluster). Runs until hb_stop[1] is closed. */
+static void *hb_main(void *arg)
+{
+    (void)arg;
+    void *s = zmq_socket(C.ctx, ZMQ_DEALER);
+    if (!s)
+        return NULL;
+    set_opts(s);
+    char ep[200];
+    snprintf(ep, sizeof ep, "tcp://%s", C.addr);
+    zmq_connect(s, ep);
+    for (;;) {
+        Ct__Envelope e;
+        Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+        ct__env_init(&e, 0, C.sender, 0);
+        hb.driver = 1;
+        e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+        e.heartbeat = &hb;
+        ct__msg_send(s, NULL, &e, ZMQ_DONTWAIT);
+        /* replies (errors only) are not awaited; drop whatever came */
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        while (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) >= 0)
+            ;
+        zmq_msg_close(&m);
+        struct pollfd p = {C.hb_stop[0], POLLIN, 0};
+        if (poll(&p, 1, 100) != 0)
+            break;
+    }
+    zmq_close(s);
+    return NULL;
+}
+
+static int start_heartbeats(void)
+{
+    if (pipe2(C.hb_stop, O_CLOEXEC))
+        return ct__error(-errno, "ct_init: pipe: %s", strerror(errno));
+    if (pthread_create(&C.hb_thread, NULL, hb_main, NULL)) {
+        close(C.hb_stop[0]);
+        close(C.hb_stop[1]);
+        C.hb_stop[0] = C.hb_stop[1] = -1;
+        return ct__error(CT_ENOMEM, "ct_init: cannot start the heartbeat thread");
+    }
+    C.hb_running = true;
+    return 0;
+}
+
+static void stop_heartbeats(void)
+{
+    if (!C.hb_running)
+        return;
+    close(C.hb_stop[1]);
+    pthread_join(C.hb_thread, NULL);
+    close(C.hb_stop[0]);
+    C.hb_stop[0] = C.hb_stop[1] = -1;
+    C.hb_running = false;
+}
+
 static void stop_embedded(void)
 {
     pid_t pids[2] = {C.node_pid, C.head_pid};
@@ -492,8 +554,9 @@ int ct_init(const ct_init_opts *opts)
             goto fail;
         addr = buf;
     }
-    char sender[64];
-    snprintf(sender, sizeof sender, "driver-%d", (int)getpid());
+    char sender[64], host[40] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(sender, sizeof sender, "driver-%s-%d", host, (int)getpid());
     if ((rc = connect_head(addr, sender)))
         goto fail;
     /* the head must answer a ping: fails fast on a wrong address */
@@ -507,6 +570,8 @@ int ct_init(const ct_init_opts *opts)
     rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "ping");
     ct__msg_free(rep);
     if (rc)
+        goto fail;
+    if ((rc = start_heartbeats()))
         goto fail;
     C.inited = true;
     goto out;
@@ -599,6 +664,7 @@ void ct_shutdown(void)
     }
     while (C.actors)
         free_actor(C.actors);
+    stop_heartbeats();
     close_all();
     stop_embedded();
     free(C.cmdline);

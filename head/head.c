@@ -96,8 +96,15 @@ typedef struct sub {
     uint32_t mask;
 } sub;
 
+typedef struct driver {
+    char name[64];
+    int64_t last_hb;
+} driver;
+
 typedef struct head {
     void *ctx, *sock;
+    driver *drivers;
+    int ndrivers;
     int hb_ms, dead_ms;
     node *nodes;
     int nnodes;
@@ -474,9 +481,14 @@ static void node_dead(head *h, int ni, const char *reason)
     push_event(h, &ev, NULL);
 }
 
+static void driver_gone(head *h, int di);
+
 static void check_heartbeats(head *h)
 {
     int64_t now = ct__now_ms();
+    for (int i = h->ndrivers - 1; i >= 0; i--)
+        if (now - h->drivers[i].last_hb > h->dead_ms)
+            driver_gone(h, i);
     for (int i = 0; i < h->nnodes; i++)
         if (h->nodes[i].alive && now - h->nodes[i].last_hb > h->dead_ms) {
             char why[96];
@@ -538,8 +550,61 @@ static void on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     schedule(h);
 }
 
+static void on_driver_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e)
+{
+    const char *name = e->sender ? e->sender : "";
+    if (!*name || strlen(name) >= sizeof h->drivers[0].name) {
+        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "sender", "driver heartbeat: bad sender name");
+        return;
+    }
+    for (int i = 0; i < h->ndrivers; i++)
+        if (!strcmp(h->drivers[i].name, name)) {
+            h->drivers[i].last_hb = ct__now_ms();
+            return;
+        }
+    driver *nd = realloc(h->drivers, (h->ndrivers + 1) * sizeof *nd);
+    if (!nd)
+        return;
+    h->drivers = nd;
+    snprintf(h->drivers[h->ndrivers].name, sizeof nd->name, "%s", name);
+    h->drivers[h->ndrivers++].last_hb = ct__now_ms();
+    CT_LOG(CT_LOG_INFO, "head", "driver %s attached", name);
+}
+
+static void kill_on_node(head *h, actor *a)
+{
+    Ct__Envelope o;
+    Ct__KillActor k = CT__KILL_ACTOR__INIT;
+    ct__env_init(&o, 0, "head", 0);
+    k.actor_id = a->id;
+    o.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
+    o.kill_actor = &k;
+    send_env(h, &h->nodes[a->node].rid, &o);
+}
+
+/* A driver stopped heartbeating: its actors go with it (as in Ray, actors die with their
+ * owner), so a crashed driver leaves nothing running on the cluster. */
+static void driver_gone(head *h, int di)
+{
+    CT_LOG(CT_LOG_WARN, "head", "driver %s gone: killing its actors", h->drivers[di].name);
+    for (int i = 0; i < h->nactors; i++) {
+        actor *a = &h->actors[i];
+        if (strcmp(a->owner_name, h->drivers[di].name) || a->state == A_DEAD)
+            continue;
+        if (a->state == A_PENDING)
+            actor_dead(h, a, 0, 0, 0, "its driver is gone");
+        else
+            kill_on_node(h, a);
+    }
+    h->drivers[di] = h->drivers[--h->ndrivers];
+}
+
 static void on_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
+    if (e->heartbeat->driver) {
+        on_driver_heartbeat(h, rid, e);
+        return;
+    }
     int i = find_node(h, e->heartbeat->node_id ? e->heartbeat->node_id : "");
     if (i < 0 || !h->nodes[i].alive) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "heartbeat.node_id",
@@ -1145,6 +1210,7 @@ static void head_free(head *h)
         free(h->kv[i].key);
         free(h->kv[i].val);
     }
+    free(h->drivers);
     free(h->nodes);
     free(h->actors);
     free(h->pgs);

@@ -20,10 +20,25 @@ static int next_event(ct_event_type type, const char *actor, ct_event *ev, int t
     }
 }
 
-int main(void)
+/* A driver that creates an actor on the cluster at addr, prints its pid and dies by SIGKILL. */
+static int crashing_driver(const char *addr)
+{
+    ct_init_opts io = {.address = addr};
+    ct_actor *a = NULL;
+    if (ct_init(&io) || ct_actor_create("Counter", NULL, NULL, 0, &a))
+        return 1;
+    printf("%d\n", ct_actor_pid(a));
+    fflush(stdout);
+    raise(SIGKILL);
+    return 1;
+}
+
+int main(int argc, char **argv)
 {
     register_test_classes();
     ct_serve_if_worker();
+    if (argc == 3 && !strcmp(argv[1], "--crashing-driver"))
+        return crashing_driver(argv[2]);
     h_init();
     char addr[128];
     pid_t head = h_start_head(addr, sizeof addr, "100", "1000");
@@ -130,6 +145,23 @@ int main(void)
     free(out);
     CHECK(h_wait_gone(ypid, 1000));
     CHECK(h_wait_gone(zpid, 1000));
+    /* a driver that crashes takes its actors with it (the head misses its heartbeats) */
+    {
+        char self[PATH_MAX];
+        ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[k > 0 ? k : 0] = 0;
+        char *dargv[] = {self, "--crashing-driver", addr, NULL};
+        int fd = -1;
+        pid_t d = h_spawn(dargv, &fd);
+        char line[64];
+        CHECK(d > 0 && h_read_line(fd, line, sizeof line, 10000) == 0);
+        close(fd);
+        pid_t orphan = atoi(line);
+        CHECK(orphan > 0);
+        t0 = h_now_ms();
+        CHECK(orphan > 0 && h_wait_gone(orphan, 3000));
+        printf("actor of a crashed driver gone %.0f ms after the crash\n", h_now_ms() - t0);
+    }
     /* the surviving node still serves */
     ct_actor *w = NULL;
     CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 1}, NULL, 0, &w));

@@ -121,6 +121,43 @@ typedef struct head {
     uint64_t seq;
 } head;
 
+/* extension handlers (head.h), registered before serving */
+#define MAX_EXT 32
+static struct {
+    int body_case;
+    ct__head_handler fn;
+    void *user;
+} ext[MAX_EXT];
+static int next_ext;
+static struct {
+    ct__head_node_hook fn;
+    void *user;
+} node_hooks[MAX_EXT];
+static int nnode_hooks;
+
+int ct__head_add_handler(int body_case, ct__head_handler fn, void *user)
+{
+    for (int i = 0; i < next_ext; i++)
+        if (ext[i].body_case == body_case)
+            return ct__error(CT_EEXIST, "head: body case %d already has a handler", body_case);
+    if (next_ext == MAX_EXT || !fn)
+        return ct__error(next_ext == MAX_EXT ? CT_ENOSPC : CT_EINVAL,
+                         "head: cannot add a handler for body case %d", body_case);
+    ext[next_ext].body_case = body_case;
+    ext[next_ext].fn = fn;
+    ext[next_ext++].user = user;
+    return 0;
+}
+
+int ct__head_add_node_dead_hook(ct__head_node_hook fn, void *user)
+{
+    if (nnode_hooks == MAX_EXT || !fn)
+        return ct__error(CT_EINVAL, "head: cannot add a node-dead hook");
+    node_hooks[nnode_hooks].fn = fn;
+    node_hooks[nnode_hooks++].user = user;
+    return 0;
+}
+
 static volatile sig_atomic_t head_stop;
 static void on_term(int sig)
 {
@@ -473,6 +510,8 @@ static void node_dead(head *h, int ni, const char *reason)
             actor_dead(h, a, 0, 0, 0, why);
         }
     }
+    for (int i = 0; i < nnode_hooks; i++)
+        node_hooks[i].fn(h, n->id, node_hooks[i].user);
     Ct__Event ev = CT__EVENT__INIT;
     ev.type = CT__EVENT_TYPE__NODE_DEAD;
     ev.node_id = n->id;
@@ -1163,10 +1202,20 @@ static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep)
                e->error->message ? e->error->message : "");
         break;
     default:
+        for (int i = 0; i < next_ext; i++)
+            if (ext[i].body_case == (int)e->body_case) {
+                ext[i].fn(h, rid, e, ext[i].user);
+                return;
+            }
         REPLY_ERR(h, rid, e->req_id, CT_EPROTO, "body", "the head does not handle %s",
                   ct__msg_body_name(e->body_case));
         break;
     }
+}
+
+int ct__head_send(ct__head *h, const ct__rid *rid, Ct__Envelope *e)
+{
+    return send_env(h, rid, e);
 }
 
 static void expire(head *h)

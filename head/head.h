@@ -12,6 +12,23 @@ typedef struct ct_head_opts {
     int watch_fd;      /* the head exits when this fd reaches EOF (its parent died); -1: none */
 } ct_head_opts;
 
+/* ---- extension point for other modules' messages (e.g. the object directory) ----
+ * A module registers, before ct__head_run, a handler for envelope body cases the head does not
+ * handle itself, and optionally a hook told when a node is declared dead. Handlers run on the
+ * head's thread, must not block, answer with ct__head_send, and borrow e (freed after).
+ * Registration is process-wide and not thread-safe (call it from main before serving). */
+struct ct__rid;
+struct Ct__Envelope;
+typedef struct head ct__head;
+typedef void (*ct__head_handler)(ct__head *h, const struct ct__rid *rid, struct Ct__Envelope *e,
+                                 void *user);
+typedef void (*ct__head_node_hook)(ct__head *h, const char *node_id, void *user);
+/* body_case: a Ct__Envelope__BodyCase value. CT_EEXIST if taken, CT_ENOSPC past 32. */
+int ct__head_add_handler(int body_case, ct__head_handler fn, void *user);
+int ct__head_add_node_dead_hook(ct__head_node_hook fn, void *user);
+/* Sends e to the peer rid (a reply: set e->req_id to the request's). 0 or a CT_E* code. */
+int ct__head_send(ct__head *h, const struct ct__rid *rid, struct Ct__Envelope *e);
+
 /* Serves until SIGTERM/SIGINT or watch_fd EOF. Returns 0, or a negative CT_E* code when it
  * cannot start (bad host, port in use), with the reason in ct_last_error(). */
 int ct__head_run(const ct_head_opts *opts);

@@ -28,6 +28,14 @@
  *
  * Threads. Every function here may be called from any thread; calls are serialized by one
  * process-wide lock (a long ct_future_wait or ct_kv_get blocks other ct calls meanwhile).
+ * ct_init starts one small thread that heartbeats this driver to the head: when a driver stops
+ * (crash, kill -9), the head kills the actors it created. Call ct_init from the main thread:
+ * the embedded cluster's processes die with the thread that started them (PR_SET_PDEATHSIG).
+ *
+ * Failure semantics. A call pending on an actor that dies fails with CT_EDEAD as soon as the
+ * actor's connection closes (well under a millisecond on one host); the ACTOR_DEAD event with
+ * the exit status or signal follows from the head. A node is declared dead after dead_after_ms
+ * without heartbeats; its actors are then reported dead.
  * Ownership is stated per function; byte results are malloc'd and freed by the caller.
  * Errors: 0 or a negative CT_E* code; ct_last_error() says what failed. */
 #ifndef CT_CT_H

@@ -289,9 +289,12 @@ static void release_actor_resources(head *h, actor *a)
 {
     if (a->node < 0 || a->state == A_PENDING)
         return;
-    if (a->pg >= 0 && a->bundle >= 0 && h->pgs[a->pg].state == PG_READY)
-        res_sub(&h->pgs[a->pg].b[a->bundle].free, &a->need, -1);
-    else if (a->pg < 0)
+    if (a->pg >= 0 && a->bundle >= 0) {
+        /* back into its bundle, if the bundle is still reserved where the actor ran */
+        pgroup *g = &h->pgs[a->pg];
+        if (g->state != PG_REMOVED && g->b[a->bundle].node == a->node)
+            res_sub(&g->b[a->bundle].free, &a->need, -1);
+    } else if (a->pg < 0)
         res_sub(&h->nodes[a->node].free, &a->need, -1);
     h->nodes[a->node].nactors--;
 }
@@ -412,12 +415,12 @@ static bool place_actor(head *h, actor *a)
             actor_dead(h, a, 0, 0, 0, "placement group removed");
             return false;
         }
-        if (g->state != PG_READY)
-            return false;
+        /* any reserved bundle will do, even while others of the group are being re-placed */
         for (int b = 0; b < g->nb; b++) {
             if (a->want_bundle >= 0 && b != a->want_bundle)
                 continue;
-            if (!h->nodes[g->b[b].node].alive || !res_fits(&g->b[b].free, &a->need))
+            if (g->b[b].node < 0 || !h->nodes[g->b[b].node].alive ||
+                !res_fits(&g->b[b].free, &a->need))
                 continue;
             res_sub(&g->b[b].free, &a->need, 1);
             a->bundle = b;
@@ -444,7 +447,8 @@ static bool place_actor(head *h, actor *a)
 
 /* ---- placement groups ---- */
 
-/* Reserves every bundle or none. */
+/* Reserves every unplaced bundle or none of them (all of a new group; after a node died,
+ * the bundles that were on it). */
 static bool place_pg(head *h, pgroup *g)
 {
     if (g->state != PG_PENDING)
@@ -456,7 +460,13 @@ static bool place_pg(head *h, pgroup *g)
         load[i] = 0;
     }
     int where[g->nb];
+    for (int b = 0; b < g->nb; b++)
+        if (g->b[b].node >= 0)
+            load[g->b[b].node]++;
     for (int b = 0; b < g->nb; b++) {
+        where[b] = g->b[b].node;
+        if (where[b] >= 0)
+            continue;
         int n = pick_node(h, &g->b[b].need, g->strategy, frees, load);
         if (n < 0)
             return false;
@@ -465,6 +475,8 @@ static bool place_pg(head *h, pgroup *g)
         where[b] = n;
     }
     for (int b = 0; b < g->nb; b++) {
+        if (g->b[b].node >= 0)
+            continue;
         g->b[b].node = where[b];
         g->b[b].free = g->b[b].need;
         res_sub(&h->nodes[where[b]].free, &g->b[b].need, 1);
@@ -510,6 +522,20 @@ static void node_dead(head *h, int ni, const char *reason)
             actor_dead(h, a, 0, 0, 0, why);
         }
     }
+    /* bundles reserved there are lost: their groups go back to pending and get those bundles
+     * re-placed (all together) when room appears; the other bundles stay where they are */
+    for (int i = 0; i < h->npgs; i++) {
+        pgroup *g = &h->pgs[i];
+        if (g->state == PG_REMOVED)
+            continue;
+        for (int b = 0; b < g->nb; b++)
+            if (g->b[b].node == ni) {
+                g->b[b].node = -1;
+                g->state = PG_PENDING;
+            }
+        if (g->state == PG_PENDING)
+            CT_LOG(CT_LOG_INFO, "head", "placement group %s lost bundles on %s", g->id, n->id);
+    }
     for (int i = 0; i < nnode_hooks; i++)
         node_hooks[i].fn(h, n->id, node_hooks[i].user);
     Ct__Event ev = CT__EVENT__INIT;
@@ -518,6 +544,7 @@ static void node_dead(head *h, int ni, const char *reason)
     ev.pid = n->pid;
     ev.reason = (char *)reason;
     push_event(h, &ev, NULL);
+    schedule(h);
 }
 
 static void driver_gone(head *h, int di);
@@ -1040,8 +1067,8 @@ static void on_pg_remove(head *h, const ct__rid *rid, Ct__Envelope *e)
         o.kill_actor = &k;
         send_env(h, &h->nodes[a->node].rid, &o);
     }
-    if (g->state == PG_READY)
-        for (int b = 0; b < g->nb; b++)
+    for (int b = 0; b < g->nb; b++)
+        if (g->b[b].node >= 0)
             res_sub(&h->nodes[g->b[b].node].free, &g->b[b].need, -1);
     g->state = PG_REMOVED;
     for (int j = 0; j < h->nw; j++)
@@ -1110,7 +1137,7 @@ static void on_status(head *h, const ct__rid *rid, Ct__Envelope *e)
                                                : "REMOVED";
         pi[i].bundle_nodes = &bn[k];
         for (int b = 0; b < g->nb; b++)
-            bn[k++] = g->state == PG_READY ? h->nodes[g->b[b].node].id : "";
+            bn[k++] = g->state != PG_REMOVED && g->b[b].node >= 0 ? h->nodes[g->b[b].node].id : "";
         pi[i].n_bundle_nodes = g->nb;
         pip[i] = &pi[i];
     }

@@ -115,6 +115,12 @@ int main(int argc, char **argv)
     printf("worst of 5 actor death events: %.1f ms\n", worst);
     CHECK(worst < 200);
 
+    /* a placement group with a bundle on each node; node-2's bundle is re-placed later */
+    ct_placement_group *pg = NULL;
+    ct_bundle pb[2] = {{.custom = {{"left", 1}}}, {.custom = {{"right", 1}}}};
+    CHECK_OK(ct_placement_group_create(pb, 2, CT_SPREAD, &pg));
+    CHECK_OK(ct_placement_group_wait(pg, 3000));
+
     /* kill -9 a node: declared dead within 1.5 s, its actors dead and gone */
     pid_t ypid = ct_actor_pid(y), zpid = ct_actor_pid(z);
     ct_future *fy = NULL;
@@ -143,6 +149,21 @@ int main(int argc, char **argv)
         CHECK(strstr(out, "DEAD") != NULL);
     }
     free(out);
+    /* the group lost its bundle on node-2: pending until a node with "right" joins */
+    CHECK_EQ_INT(ct_placement_group_wait(pg, 100), CT_ETIMEDOUT);
+    pid_t n3 = h_start_node(addr, "--cpus", "2", "--resources", "right=1", NULL, NULL);
+    CHECK(n3 > 0);
+    CHECK_OK(ct_placement_group_wait(pg, 5000));
+    out = h_capture(cmd);
+    CHECK(out && strstr(out, "pg-1       READY    node-1,node-3"));
+    if (out && !strstr(out, "pg-1       READY    node-1,node-3"))
+        fprintf(stderr, "%s", out);
+    free(out);
+    ct_actor *inpg = NULL;
+    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.pg = pg, .bundle = 1}, NULL, 0, &inpg));
+    CHECK_STR(ct_actor_node(inpg), "node-3");
+    ct_actor_release(&inpg);
+    CHECK_OK(ct_placement_group_remove(&pg));
     CHECK(h_wait_gone(ypid, 1000));
     CHECK(h_wait_gone(zpid, 1000));
     /* a driver that crashes takes its actors with it (the head misses its heartbeats) */
@@ -164,7 +185,7 @@ int main(int argc, char **argv)
     }
     /* the surviving node still serves */
     ct_actor *w = NULL;
-    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 1}, NULL, 0, &w));
+    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.custom = {{"left", 1}}}, NULL, 0, &w));
     if (w) {
         char *nd = NULL;
         CHECK_OK(ct_actor_call(w, "where", NULL, 0, (void **)&nd, &n, 3000));

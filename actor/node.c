@@ -39,6 +39,7 @@ typedef struct zygote {
     pid_t pid;
     int fd;
     int outstanding; /* start requests sent, spawn not yet reported */
+    int64_t last_used;
 } zygote;
 
 typedef struct nactor {
@@ -46,6 +47,7 @@ typedef struct nactor {
     pid_t pid; /* 0 until the zygote tells */
     int zyg_pid;
     bool kill_pending;
+    bool reported; /* its ready/failed record came (so its zygote may go) */
 } nactor;
 
 typedef struct early {
@@ -60,7 +62,7 @@ typedef struct nodest {
     char host[64];
     char head[128];
     zygote z[MAX_ZYG];
-    int nz;
+    int nz, max_zyg;
     nactor *a;
     int na, cap;
     early early[MAX_EARLY];
@@ -205,12 +207,40 @@ static void zygote_gone(nodest *n, int zi)
     n->z[zi] = n->z[--n->nz];
 }
 
-static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *key, size_t keylen)
+/* Ends the least recently used zygote that nothing waits on (no spawn outstanding, every actor
+ * it made has reported); its actors are the node's children and live on. */
+static int evict_zygote(nodest *n)
 {
-    if (n->nz == MAX_ZYG)
-        return ct__error(CT_ENOSPC, "node: more than %d distinct executables", MAX_ZYG);
+    int best = -1;
+    for (int i = 0; i < n->nz; i++) {
+        if (n->z[i].outstanding)
+            continue;
+        bool waiting = false;
+        for (int j = 0; j < n->na && !waiting; j++)
+            waiting = n->a[j].zyg_pid == n->z[i].pid && !n->a[j].reported;
+        if (!waiting && (best < 0 || n->z[i].last_used < n->z[best].last_used))
+            best = i;
+    }
+    if (best < 0)
+        return ct__error(CT_EBUSY, "node: all %d zygotes are busy", n->nz);
+    CT_LOG(CT_LOG_INFO, "node", "retiring zygote %d", (int)n->z[best].pid);
+    kill(n->z[best].pid, SIGKILL);
+    close(n->z[best].fd);
+    free(n->z[best].key);
+    n->z[best] = n->z[--n->nz];
+    return 0;
+}
+
+static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *key, size_t keylen,
+                        bool may_evict)
+{
     if (access(s->exe_path, X_OK) != 0)
         return ct__error(CT_ENOENT, "start_actor.exe_path: %s: %s", s->exe_path, strerror(errno));
+    if (n->nz >= n->max_zyg) {
+        int rc = may_evict ? evict_zygote(n) : CT_EBUSY;
+        if (rc)
+            return rc;
+    }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return ct__error(-errno, "node: socketpair: %s", strerror(errno));
@@ -317,8 +347,8 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
         }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int max_same = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
-    if (zi < 0 || (n->z[zi].outstanding > 0 && same < max_same && n->nz < MAX_ZYG)) {
-        int nzi = spawn_zygote(n, s, key, kl);
+    if (zi < 0 || (n->z[zi].outstanding > 0 && same < max_same && n->nz < n->max_zyg)) {
+        int nzi = spawn_zygote(n, s, key, kl, zi < 0);
         if (nzi >= 0)
             zi = nzi;
         else if (zi < 0) {
@@ -356,6 +386,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
         goto fail;
     }
     n->z[zi].outstanding++;
+    n->z[zi].last_used = ct__now_ms();
     nactor *a = &n->a[n->na++];
     memset(a, 0, sizeof *a);
     snprintf(a->id, sizeof a->id, "%s", s->actor_id);
@@ -403,8 +434,10 @@ static void on_zygote_reply(nodest *n, int zi)
             continue;
         nactor *a = &n->a[i];
         if (r.kind == CT_ZREP_READY) {
+            a->reported = true;
             forward_ready(n, &r);
         } else if (r.kind == CT_ZREP_FAILED) {
+            a->reported = true;
             report_start_failed(n, a->id, r.text);
         } else if (r.pid <= 0) {
             report_start_failed(n, a->id, "the zygote could not fork");
@@ -559,6 +592,10 @@ int ct__node_run(const ct_node_opts *o)
         return ct__error(CT_EINVAL, "node: head address '%s' is not host:port",
                          o->head ? o->head : "");
     snprintf(n.head, sizeof n.head, "%s", o->head);
+    /* zygotes kept at once (one per executable, up to one per CPU each); CT_MAX_ZYGOTES lowers
+     * it (tests) */
+    const char *mz = getenv("CT_MAX_ZYGOTES");
+    n.max_zyg = mz && atoi(mz) > 0 && atoi(mz) < MAX_ZYG ? atoi(mz) : MAX_ZYG;
     if (o->host && *o->host)
         snprintf(n.host, sizeof n.host, "%s", o->host);
     else

@@ -25,7 +25,8 @@ static int crashing_driver(const char *addr)
 {
     ct_init_opts io = {.address = addr};
     ct_actor *a = NULL;
-    if (ct_init(&io) || ct_actor_create("Counter", NULL, NULL, 0, &a))
+    if (ct_init(&io) ||
+        ct_actor_create("Counter", &(ct_resources){.custom = {{"left", 1}}}, NULL, 0, &a))
         return 1;
     printf("%d\n", ct_actor_pid(a));
     fflush(stdout);
@@ -49,7 +50,10 @@ int main(int argc, char **argv)
     CHECK_OK(ct_events_subscribe(CT_EVENTS_ALL));
     /* one at a time, so that node ids are known: node-1 then node-2 */
     ct_event ev;
+    /* node-1 keeps one zygote at a time: a second driver's executable retires the first */
+    setenv("CT_MAX_ZYGOTES", "1", 1);
     pid_t n1 = h_start_node(addr, "--cpus", "4", "--resources", "left=10", NULL, NULL);
+    unsetenv("CT_MAX_ZYGOTES");
     CHECK_OK(next_event(CT_EVENT_NODE_JOINED, NULL, &ev, 5000));
     CHECK_EQ_INT(ev.pid, n1);
     pid_t n2 = h_start_node(addr, "--cpus", "4", "--resources", "right=10", NULL, NULL);

@@ -82,6 +82,29 @@ static int echo_bytes(void *state, const void *args, size_t len, void **res, siz
     return 0;
 }
 
+/* Subscribes this actor to actor-death events (what a replica does to abort collectives). */
+static int watch_deaths(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    (void)state, (void)args, (void)len, (void)res, (void)rlen;
+    return ct_events_subscribe(1u << CT_EVENT_ACTOR_DEAD);
+}
+
+/* Waits (args: int ms) for the next event; returns the dead actor's id. */
+static int next_death(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    (void)state;
+    int ms = 1000;
+    if (len == sizeof ms)
+        memcpy(&ms, args, sizeof ms);
+    ct_event ev;
+    int rc = ct_events_next(&ev, ms);
+    if (rc)
+        return rc;
+    *res = strdup(ev.actor_id);
+    *rlen = strlen(ev.actor_id) + 1;
+    return *res ? 0 : CT_ENOMEM;
+}
+
 static int failer_new(const void *args, size_t len, void **state)
 {
     (void)args, (void)len, (void)state;
@@ -113,7 +136,9 @@ static void register_test_classes(void)
                                                                      {"sleep", sleeper_sleep},
                                                                      {"fail", failer_fail},
                                                                      {"kv", kv_put_get},
-                                                                     {"echo", echo_bytes}}});
+                                                                     {"echo", echo_bytes},
+                                                                     {"watch", watch_deaths},
+                                                                     {"next_death", next_death}}});
     ct_actor_class_register("Broken", &(ct_actor_class){.create = failer_new});
 }
 

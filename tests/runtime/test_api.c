@@ -210,7 +210,9 @@ int main(void)
     free(val);
     ct_future_destroy(&kvf);
 
-    /* kill: the actor's death reaches us, calls fail with CT_EDEAD */
+    /* kill: the actor's death reaches us, calls fail with CT_EDEAD; another actor that
+     * subscribed to deaths (as replicas do to abort collectives) sees it too */
+    CHECK_OK(ct_actor_call(b, "watch", NULL, 0, NULL, NULL, 3000));
     pid_t apid = ct_actor_pid(a);
     CHECK_OK(ct_actor_kill(a));
     ct_event ev;
@@ -220,6 +222,14 @@ int main(void)
     CHECK_EQ_INT(ev.term_signal, SIGKILL);
     CHECK_EQ_INT(ct_actor_call(a, "add", NULL, 0, NULL, NULL, 1000), CT_EDEAD);
     CHECK(h_wait_gone(apid, 1000));
+    {
+        char *dead_id = NULL;
+        int wait_ms = 2000;
+        CHECK_OK(
+            ct_actor_call(b, "next_death", &wait_ms, sizeof wait_ms, (void **)&dead_id, &n, 5000));
+        CHECK_STR(dead_id, ct_actor_id(a));
+        free(dead_id);
+    }
     /* its CPU came back */
     CHECK_OK(ct_cluster_resources("CPU", &tot, &fr));
     CHECK_EQ_INT((int)fr, 4);

@@ -62,8 +62,12 @@ typedef struct entry {
     int nargs;
     arg a[MAX_ARGS];
     size_t ws_bytes;
+    int single; /* small problem: create and run on one thread (fork/join costs more) */
     struct entry *next;
 } entry;
+
+/* Below this many multiply-adds (or element operations) a primitive runs single-threaded. */
+#define SMALL_WORK (1 << 20)
 
 #define NBUCKETS 512
 static struct {
@@ -158,14 +162,17 @@ typedef struct aspec {
  * everything created here is freed. */
 static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_desc,
                       const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint, int nargs,
-                      const aspec *as)
+                      const aspec *as, int64_t work)
 {
-    int rc = 0;
+    int rc = 0, prev_thr = omp_get_max_threads();
     entry *e = calloc(1, sizeof(*e));
     if (!e)
         return ct__error(CT_ENOMEM, "dnnl: out of memory");
     e->k = *k;
     e->hash = hash;
+    e->single = work < SMALL_WORK && prev_thr > 1;
+    if (e->single)
+        omp_set_num_threads(1);
     DN(dnnl_primitive_desc_create(&e->pd, op_desc, attr, G.engine, hint));
     DN(dnnl_primitive_create(&e->prim, e->pd));
     for (int i = 0; i < nargs; i++) {
@@ -194,9 +201,13 @@ static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_d
             DN(st);
         }
     }
+    if (e->single)
+        omp_set_num_threads(prev_thr);
     *out = e;
     return 0;
 err:
+    if (e->single)
+        omp_set_num_threads(prev_thr);
     entry_free(e);
     return rc;
 }
@@ -204,7 +215,11 @@ err:
 /* Runs e with ptrs[i] as the data of argument i. Caller holds G.mu. */
 static int entry_run(entry *e, void *const *ptrs)
 {
-    int rc = 0;
+    int rc = 0, prev_thr = 0;
+    if (e->single) {
+        prev_thr = omp_get_max_threads();
+        omp_set_num_threads(1);
+    }
     dnnl_exec_arg_t args[MAX_ARGS];
     for (int i = 0; i < e->nargs; i++) {
         arg *a = &e->a[i];
@@ -225,8 +240,9 @@ static int entry_run(entry *e, void *const *ptrs)
         }
     }
     DN(dnnl_stream_wait(G.stream));
-    return 0;
 err:
+    if (e->single)
+        omp_set_num_threads(prev_thr);
     return rc;
 }
 
@@ -292,6 +308,7 @@ int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src
         e->k = k;
         e->hash = hh;
         e->nargs = 2;
+        e->single = n * c * h * w < SMALL_WORK / 8 && omp_get_max_threads() > 1;
         e->a[0].id = DNNL_ARG_FROM;
         e->a[1].id = DNNL_ARG_TO;
         e->a[1].out = 1;
@@ -319,6 +336,11 @@ err:
 }
 
 /* ---------------- convolution / deconvolution ---------------- */
+
+static int64_t conv_work(const ct__conv_p *p)
+{
+    return p->n * p->oc * p->oh * p->ow * p->ic * p->kh * p->kw;
+}
 
 static void conv_key(key *k, int kind, const ct__conv_p *p)
 {
@@ -421,7 +443,7 @@ int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const 
                        {DNNL_ARG_WEIGHTS, &m.wei, 0},
                        {DNNL_ARG_DST, &m.dst, 1},
                        {DNNL_ARG_BIAS, &m.bia, 0}};
-        if ((rc = entry_make(&e, &k, h, desc, NULL, NULL, p->bias ? 4 : 3, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, desc, NULL, NULL, p->bias ? 4 : 3, as, conv_work(p))) < 0)
             goto err;
         insert(e);
     }
@@ -465,7 +487,7 @@ int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, 
         aspec as[3] = {{DNNL_ARG_WEIGHTS, &m.wei, 0},
                        {DNNL_ARG_DIFF_DST, &m.dst, 0},
                        {DNNL_ARG_DIFF_SRC, &m.src, 1}};
-        if ((rc = entry_make(&e, &k, h, desc, NULL, hint, 3, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, desc, NULL, hint, 3, as, conv_work(p))) < 0)
             goto err;
         insert(e);
     }
@@ -513,7 +535,7 @@ int ct__cpu_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *d
                        {DNNL_ARG_DIFF_DST, &m.dst, 0},
                        {DNNL_ARG_DIFF_WEIGHTS, &m.wei, 1},
                        {DNNL_ARG_DIFF_BIAS, &m.bia, 1}};
-        if ((rc = entry_make(&e, &k, h, desc, NULL, hint, p->bias ? 4 : 3, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, desc, NULL, hint, p->bias ? 4 : 3, as, conv_work(p))) < 0)
             goto err;
         insert(e);
     }
@@ -573,7 +595,7 @@ int ct__cpu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const floa
                        {DNNL_ARG_WEIGHTS, &m.wei, 0},
                        {DNNL_ARG_DST, &m.dst, 1},
                        {DNNL_ARG_BIAS, &m.bia, 0}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, b ? 4 : 3, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, b ? 4 : 3, as, n * ic * oc)) < 0)
             goto err;
         insert(e);
     }
@@ -605,7 +627,7 @@ int ct__cpu_ip_bwd_data(int64_t n, int64_t ic, int64_t oc, const float *w, const
         aspec as[3] = {{DNNL_ARG_WEIGHTS, &m.wei, 0},
                        {DNNL_ARG_DIFF_DST, &m.dst, 0},
                        {DNNL_ARG_DIFF_SRC, &m.src, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 3, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 3, as, n * ic * oc)) < 0)
             goto err;
         insert(e);
     }
@@ -641,7 +663,7 @@ int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, co
                        {DNNL_ARG_DIFF_DST, &m.dst, 0},
                        {DNNL_ARG_DIFF_WEIGHTS, &m.wei, 1},
                        {DNNL_ARG_DIFF_BIAS, &m.bia, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, db ? 4 : 3, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, db ? 4 : 3, as, n * ic * oc)) < 0)
             goto err;
         insert(e);
     }
@@ -684,7 +706,7 @@ int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, co
         dnnl_matmul_desc_t d;
         DN(dnnl_matmul_desc_init(&d, &am, &bm, NULL, &cm));
         aspec as[3] = {{DNNL_ARG_SRC, &am, 0}, {DNNL_ARG_WEIGHTS, &bm, 0}, {DNNL_ARG_DST, &cm, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, attr, NULL, 3, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, attr, NULL, 3, as, m * kk * n)) < 0)
             goto err;
         insert(e);
     }
@@ -761,7 +783,7 @@ int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, 
         aspec as[6] = {{DNNL_ARG_SRC, &data, 0},  {DNNL_ARG_SCALE, &vec, 0},
                        {DNNL_ARG_SHIFT, &vec, 0}, {DNNL_ARG_DST, &data, 1},
                        {DNNL_ARG_MEAN, &vec, 1},  {DNNL_ARG_VARIANCE, &vec, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as, 4 * p->n * p->c * p->hw)) < 0)
             goto err;
         insert(e);
     }
@@ -792,7 +814,7 @@ int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale, 
         aspec as[6] = {{DNNL_ARG_SRC, &data, 0},     {DNNL_ARG_SCALE, &vec, 0},
                        {DNNL_ARG_SHIFT, &vec, 0},    {DNNL_ARG_MEAN, &vec, 0},
                        {DNNL_ARG_VARIANCE, &vec, 0}, {DNNL_ARG_DST, &data, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as, 4 * p->n * p->c * p->hw)) < 0)
             goto err;
         insert(e);
     }
@@ -828,7 +850,7 @@ int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const flo
                        {DNNL_ARG_VARIANCE, &vec, 0},   {DNNL_ARG_DIFF_SRC, &data, 1},
                        {DNNL_ARG_DIFF_SCALE, &vec, 1}, {DNNL_ARG_DIFF_SHIFT, &vec, 1},
                        {DNNL_ARG_SHIFT, &vec, 0}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 9, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 9, as, 6 * p->n * p->c * p->hw)) < 0)
             goto err;
         insert(e);
     }
@@ -870,6 +892,11 @@ static void pool_mds_init(pool_mds *m, const ct__pool_p *p)
                                            : dnnl_pooling_avg_exclude_padding;
 }
 
+static int64_t pool_work(const ct__pool_p *p)
+{
+    return p->n * p->c * p->oh * p->ow * p->kh * p->kw;
+}
+
 static void pool_key(key *k, int kind, const ct__pool_p *p, bool training)
 {
     memset(k, 0, sizeof(*k));
@@ -898,7 +925,7 @@ static int pool_get_fwd(entry **out, const ct__pool_p *p, bool training)
         bool ws = training && p->alg == CT__POOL_MAX;
         aspec as[3] = {
             {DNNL_ARG_SRC, &m.src, 0}, {DNNL_ARG_DST, &m.dst, 1}, {DNNL_ARG_WORKSPACE, NULL, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, ws ? 3 : 2, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, ws ? 3 : 2, as, pool_work(p))) < 0)
             goto err;
         insert(e);
     }
@@ -956,7 +983,7 @@ int ct__cpu_pool_bwd(const ct__pool_p *p, const float *dy, const void *ws, float
         aspec as[3] = {{DNNL_ARG_DIFF_DST, &m.dst, 0},
                        {DNNL_ARG_DIFF_SRC, &m.src, 1},
                        {DNNL_ARG_WORKSPACE, NULL, 0}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, w ? 3 : 2, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, w ? 3 : 2, as, pool_work(p))) < 0)
             goto err;
         insert(e);
     }
@@ -995,7 +1022,7 @@ static int elt_get_fwd(entry **out, int alg, float alpha, int64_t n)
         DN(dnnl_eltwise_forward_desc_init(&d, dnnl_forward_training, elt_alg(alg), &md, alpha,
                                           0.0f));
         aspec as[2] = {{DNNL_ARG_SRC, &md, 0}, {DNNL_ARG_DST, &md, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 2, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 2, as, 8 * n)) < 0)
             goto err;
         insert(e);
     }
@@ -1037,7 +1064,7 @@ int ct__cpu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const f
         DN(dnnl_eltwise_backward_desc_init(&d, elt_alg(alg), &md, &md, alpha, 0.0f));
         aspec as[3] = {
             {DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0}, {DNNL_ARG_DIFF_SRC, &md, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as, 8 * n)) < 0)
             goto err;
         insert(e);
     }
@@ -1064,7 +1091,7 @@ static int sm_get_fwd(entry **out, bool log, int64_t rows, int64_t cols)
                                              log ? dnnl_softmax_log : dnnl_softmax_accurate, &md,
                                              &md, 1));
         aspec as[2] = {{DNNL_ARG_SRC, &md, 0}, {DNNL_ARG_DST, &md, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 2, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 2, as, 8 * rows * cols)) < 0)
             goto err;
         insert(e);
     }
@@ -1109,7 +1136,7 @@ int ct__cpu_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, co
                                               &md, &md, &md, 1));
         aspec as[3] = {
             {DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0}, {DNNL_ARG_DIFF_SRC, &md, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as)) < 0)
+        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as, 8 * rows * cols)) < 0)
             goto err;
         insert(e);
     }

@@ -70,6 +70,52 @@ typedef struct nodest {
     uint64_t req;
 } nodest;
 
+/* extension point (runtime.h) */
+#define MAX_EXT 16
+static struct {
+    ct__node_hook on_start, on_stop;
+    void *user;
+} hooks[MAX_EXT];
+static int nhooks;
+static struct {
+    int body_case;
+    ct__node_handler fn;
+    void *user;
+} handlers[MAX_EXT];
+static int nhandlers;
+static nodest *current; /* the node this process runs, for ct__node_send_head */
+
+int ct__node_add_hooks(ct__node_hook on_start, ct__node_hook on_stop, void *user)
+{
+    if (nhooks == MAX_EXT)
+        return ct__error(CT_ENOSPC, "node: more than %d hooks", MAX_EXT);
+    hooks[nhooks].on_start = on_start;
+    hooks[nhooks].on_stop = on_stop;
+    hooks[nhooks++].user = user;
+    return 0;
+}
+
+int ct__node_add_handler(int body_case, ct__node_handler fn, void *user)
+{
+    for (int i = 0; i < nhandlers; i++)
+        if (handlers[i].body_case == body_case)
+            return ct__error(CT_EEXIST, "node: body case %d already has a handler", body_case);
+    if (nhandlers == MAX_EXT || !fn)
+        return ct__error(CT_EINVAL, "node: cannot add a handler for body case %d", body_case);
+    handlers[nhandlers].body_case = body_case;
+    handlers[nhandlers].fn = fn;
+    handlers[nhandlers++].user = user;
+    return 0;
+}
+
+static int send_head(nodest *n, Ct__Envelope *e);
+int ct__node_send_head(Ct__Envelope *e)
+{
+    if (!current)
+        return ct__error(CT_EINVAL, "ct__node_send_head: no node runs in this process");
+    return send_head(current, e);
+}
+
 static volatile sig_atomic_t node_stop;
 static void on_term(int sig)
 {
@@ -636,6 +682,10 @@ int ct__node_run(const ct_node_opts *o)
         hb_ms = 100;
     ct__log_set_who(n.id);
     CT_LOG(CT_LOG_INFO, "node", "registered as %s, actors bind %s", n.id, n.host);
+    current = &n;
+    for (int i = 0; i < nhooks; i++)
+        if (hooks[i].on_start)
+            hooks[i].on_start(n.id, n.head, n.host, hooks[i].user);
     if (o->ready_fd >= 0) {
         char line[64];
         int len = snprintf(line, sizeof line, "registered %s\n", n.id);
@@ -709,12 +759,20 @@ int ct__node_run(const ct_node_opts *o)
                 }
                 break;
             default:
+                for (int i = 0; i < nhandlers; i++)
+                    if (handlers[i].body_case == (int)e->body_case)
+                        handlers[i].fn(e, handlers[i].user);
                 break;
             }
             ct__msg_free(e);
         }
     }
 out:
+    if (current == &n)
+        for (int i = 0; i < nhooks; i++)
+            if (hooks[i].on_stop)
+                hooks[i].on_stop(n.id, n.head, n.host, hooks[i].user);
+    current = NULL;
     for (int i = 0; i < n.na; i++)
         if (n.a[i].pid > 0)
             kill(n.a[i].pid, SIGKILL);

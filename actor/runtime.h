@@ -20,6 +20,19 @@ typedef struct ct_node_opts {
  * watch_fd EOF, or the head declaring it dead. Returns 0 or a CT_E* code (message set). */
 int ct__node_run(const ct_node_opts *opts);
 
+/* ---- node extension point (e.g. the object-store shard a node hosts) ----
+ * Registered before ct__node_run (process-wide, not thread-safe). on_start runs on the node's
+ * thread once it is registered (start the module's own threads there), on_stop before it
+ * exits. A handler gets envelopes from the head whose body the node does not handle itself
+ * (borrowed; freed after). ct__node_send_head is for hooks and handlers, on the node's thread. */
+struct Ct__Envelope;
+typedef void (*ct__node_hook)(const char *node_id, const char *head_addr, const char *host,
+                              void *user);
+typedef void (*ct__node_handler)(struct Ct__Envelope *e, void *user);
+int ct__node_add_hooks(ct__node_hook on_start, ct__node_hook on_stop, void *user);
+int ct__node_add_handler(int body_case, ct__node_handler fn, void *user);
+int ct__node_send_head(struct Ct__Envelope *e);
+
 /* Parses "name=n,name=n" into out[0..*n) (names point into a copy the caller frees: *store).
  * Returns 0 or CT_EINVAL naming the bad entry. */
 int ct__parse_resources(const char *s, ct_resource *out, int cap, int *n, char **store);

@@ -7,11 +7,13 @@
  *
  *   fashion_mnist [--model cnn|mlp] [--epochs 3] [--batch 64] [--lr 1e-3] [--optim adam|sgd]
  *                 [--threads N] [--limit N] [--seed 0] [--data DIR] [--bench-steps N]
+ *                 [--min-accuracy X]
  *
  * Prints one line per epoch and last `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>`
  * (samples_per_s: training samples per second of training time, evaluation excluded).
  * --bench-steps N: time N training steps after 5 warm-up steps and print only the final line
- * with test_accuracy=0 (used by bench/train_throughput). Not here: distributed training
+ * with test_accuracy=0. --min-accuracy X: exit 1 when the final test accuracy is below X (the
+ * slow test engine_fashion_mnist_accuracy). Not here: distributed training
  * (see the trainer examples). */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@
 typedef struct args {
     const char *model, *optim, *data;
     int epochs, threads, bench_steps;
+    double min_accuracy;
     int64_t batch, limit;
     double lr;
     uint64_t seed;
@@ -44,7 +47,8 @@ static int usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s [--model cnn|mlp] [--epochs N] [--batch N] [--lr X] [--optim adam|sgd]\n"
-            "          [--threads N] [--limit N] [--seed N] [--data DIR] [--bench-steps N]\n",
+            "          [--threads N] [--limit N] [--seed N] [--data DIR] [--bench-steps N]\n"
+            "          [--min-accuracy X]\n",
             prog);
     return 2;
 }
@@ -76,6 +80,8 @@ static int parse(int argc, char **argv, args *a)
             a->seed = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--bench-steps"))
             a->bench_steps = atoi(v);
+        else if (!strcmp(k, "--min-accuracy"))
+            a->min_accuracy = atof(v);
         else
             return usage(argv[0]);
         i++;
@@ -268,7 +274,10 @@ int main(int argc, char **argv)
     printf("final: test_accuracy=%.4f train_loss=%.4f samples_per_s=%.1f\n", acc,
            loss_sum / (double)(loss_n ? loss_n : 1),
            train_time > 0 ? (double)train_samples / train_time : 0.0);
-    status = 0;
+    status = acc >= a.min_accuracy ? 0 : 1;
+    if (status)
+        fprintf(stderr, "fashion_mnist: test accuracy %.4f below --min-accuracy %.4f\n", acc,
+                a.min_accuracy);
     goto out;
 fail:
     fprintf(stderr, "fashion_mnist: %s\n", ct_last_error());

@@ -32,11 +32,11 @@ static int echo(void *state, const void *args, size_t len, void **res, size_t *r
     return 0;
 }
 
-#define DIE(what)                                                                              \
-    do {                                                                                       \
-        fprintf(stderr, "bench_actor_calls: %s: %s\n", what, ct_last_error());                \
-        ct_shutdown();                                                                         \
-        return 1;                                                                              \
+#define DIE(what)                                                                                  \
+    do {                                                                                           \
+        fprintf(stderr, "bench_actor_calls: %s: %s\n", what, ct_last_error());                     \
+        ct_shutdown();                                                                             \
+        return 1;                                                                                  \
     } while (0)
 
 int main(int argc, char **argv)

@@ -206,6 +206,7 @@ static void on_event(Ct__Event *ev)
         for (int i = 0; i < C.nowned; i++)
             if (!strcmp(C.owned[i], e.actor_id)) {
                 memcpy(C.owned[i], C.owned[--C.nowned], sizeof C.owned[0]);
+                mine = true; /* created here, even if its handle was released */
                 break;
             }
     if (e.type == CT_EVENT_ACTOR_DEAD)

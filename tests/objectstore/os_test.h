@@ -7,6 +7,7 @@
 
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -104,6 +105,30 @@ static inline int os_shm_count(const char *prefix)
         n += !strncmp(e->d_name, prefix, strlen(prefix));
     closedir(d);
     return n;
+}
+
+/* Removes /dev/shm segments that earlier runs of these tests left behind when they were
+ * killed (names "ct.ostest-<tag>-<pid>.arena" whose pid is gone). */
+static inline void os_purge_stale(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "ct.ostest-", 10))
+            continue;
+        const char *dot = strrchr(e->d_name, '.'), *dash = NULL;
+        for (const char *q = e->d_name; q < dot; q++)
+            if (*q == '-')
+                dash = q;
+        int pid = dash ? atoi(dash + 1) : 0;
+        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+            char path[512];
+            snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+            unlink(path);
+        }
+    }
+    if (d)
+        closedir(d);
 }
 
 /* Deterministic bytes of object `seed`: a xorshift stream. */

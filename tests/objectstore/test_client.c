@@ -84,6 +84,7 @@ static int pins_of(ct_store *s, const ct_object_id *id)
 
 int main(void)
 {
+    os_purge_stale();
     char name[64], prefix[96];
     snprintf(name, sizeof name, "ostest-client-%d", (int)getpid());
     snprintf(prefix, sizeof prefix, "ct.%s.", name);

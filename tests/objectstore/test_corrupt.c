@@ -7,6 +7,7 @@
 
 int main(void)
 {
+    os_purge_stale();
     os_node a = {0};
     ct_store *c = NULL;
     ct_store_view v = {0};

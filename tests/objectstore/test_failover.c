@@ -23,6 +23,7 @@ static void on_chunk(void *arg, int holder, uint64_t done, uint64_t n)
 
 int main(void)
 {
+    os_purge_stale();
     os_node a = {0}, b = {0};
     ct_store *c = NULL;
     ct_store_view v = {0};

@@ -97,6 +97,7 @@ static int raw_tcp_garbage(const char *endpoint, const unsigned char *bytes, siz
 
 int main(void)
 {
+    os_purge_stale();
     os_node a = {0};
     ct_store *c = NULL;
     void *ctx = zmq_ctx_new();

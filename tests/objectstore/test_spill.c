@@ -34,6 +34,7 @@ static int count_files(const char *dir)
 
 int main(void)
 {
+    os_purge_stale();
     char name[64], prefix[96];
     snprintf(name, sizeof name, "ostest-spill-%d", (int)getpid());
     snprintf(prefix, sizeof prefix, "ct.%s.", name);

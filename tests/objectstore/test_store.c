@@ -5,6 +5,7 @@
 
 int main(void)
 {
+    os_purge_stale();
     char name[64], prefix[96];
     snprintf(name, sizeof name, "ostest-store-%d", (int)getpid());
     snprintf(prefix, sizeof prefix, "ct.%s.", name);

@@ -101,6 +101,7 @@ static void *client_reader(void *arg)
 
 int main(void)
 {
+    os_purge_stale();
     char prefix[96];
     snprintf(store_name, sizeof store_name, "ostest-stress-%d", (int)getpid());
     snprintf(prefix, sizeof prefix, "ct.%s.", store_name);

@@ -8,6 +8,7 @@
 
 int main(void)
 {
+    os_purge_stale();
     os_node a = {0}, b = {0};
     ct_store *c = NULL;
     ct_xfer_server *csrv = NULL;

@@ -92,6 +92,7 @@ int main(void)
     ct_store *s = ct_store_new(&(ct_store_opts){.name = name, .memory_cap = 32 * MB});
     ct_store_view v = {0};
     int pfd[2] = {-1, -1};
+    char *dir = NULL;
     ct_object_id id, mine, missing;
     os_id(&id, 1);
     os_id(&mine, 2);
@@ -131,7 +132,44 @@ int main(void)
     void *p;
     CHECK_EQ(ct_store_create(s, &missing, 10, &p), 0); /* the id is free again */
 
-    /* 3. A shard that went away: the client reports it. */
+    /* 3. A spilled object that cannot come back into memory (everything else is pinned) is
+     * read by the client from its spill file. */
+    {
+        ct_store_destroy(&s);
+        dir = os_tmpdir("client");
+        CHECK(dir);
+        s = ct_store_new(&(ct_store_opts){.name = name, .memory_cap = 2 * MB, .spill_dir = dir});
+        CHECK(s);
+        ct_object_id k[3];
+        ct_store_view pin[2];
+        for (int i = 0; i < 3; i++) {
+            os_id(&k[i], 10 + i);
+            os_fill(buf, MB, 10 + i);
+            CHECK_EQ(ct_store_put(s, &k[i], buf, MB), 0); /* k[0] spills at the third */
+        }
+        CHECK_EQ(ct_store_get(s, &k[1], &pin[0]), 0);
+        CHECK_EQ(ct_store_get(s, &k[2], &pin[1]), 0);
+        pid_t c3 = os_fork();
+        CHECK(c3 >= 0);
+        if (c3 == 0) {
+            ct_store_client *cc = ct_store_client_new(name);
+            ct_store_view cv;
+            if (!cc || ct_store_client_get(cc, &k[0], &cv))
+                _exit(20);
+            if (cv.size != MB || !os_verify(cv.data, cv.size, 10))
+                _exit(21);
+            if (mapped_from(cv.data, "arena")) /* must be the spill file */
+                _exit(22);
+            ct_store_client_release(cc, &cv);
+            ct_store_client_destroy(&cc);
+            _exit(0);
+        }
+        CHECK_EQ(os_wait(c3), 0);
+        ct_store_release(s, &pin[0]);
+        ct_store_release(s, &pin[1]);
+    }
+
+    /* 4. A shard that went away: the client reports it. */
     ct_store_client *c = ct_store_client_new(name);
     CHECK(c);
     ct_store_destroy(&s);
@@ -139,6 +177,7 @@ int main(void)
     ct_store_client_destroy(&c);
 
     CHECK_EQ(os_shm_count(prefix), 0);
+    os_rmdir(dir);
     close(pfd[0]);
     close(pfd[1]);
     free(buf);
@@ -147,6 +186,7 @@ int main(void)
 fail:
     os_kill_all();
     ct_store_destroy(&s);
+    os_rmdir(dir);
     free(buf);
     return 1;
 }

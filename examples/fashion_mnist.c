@@ -116,7 +116,7 @@ static float train_step(ct_module *net, ct_optim *o, const ct_batch *b)
     ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b->y);
     ct_tensor *logits = NULL, *loss = NULL;
     float lv = NAN;
-    ct_optim_zero_grad(o);
+    ct_module_zero_grad(net);
     logits = ct_module_forward(net, x);
     if (logits)
         loss = ct_nn_cross_entropy(logits, y, 0.0f);

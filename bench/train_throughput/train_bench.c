@@ -142,7 +142,7 @@ int main(int argc, char **argv)
         int64_t xshape[4] = {batch, in_shape[0], in_shape[1], in_shape[2]}, yshape[1] = {batch};
         ct_tensor *x = ct_tensor_wrap(CT_F32, in_nd + 1, xshape, xs + b * batch * per);
         ct_tensor *y = ct_tensor_wrap(CT_I64, 1, yshape, ys + b * batch);
-        ct_optim_zero_grad(o);
+        ct_module_zero_grad(net);
         ct_tensor *logits = ct_module_forward(net, x);
         ct_tensor *loss = logits ? ct_nn_cross_entropy(logits, y, 0.0f) : NULL;
         int rc = loss ? ct_tensor_backward(loss, NULL) : -1;

@@ -155,6 +155,9 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n);
 /* The flat buffers (after packing): numel floats each, including alignment gaps (kept 0). */
 int ct_module_flat(ct_module *m, float **values, float **grads, int64_t *numel);
 int64_t ct_module_num_params(ct_module *m);
+/* Zeroes every parameter gradient and marks it empty, so the next backward's kernels write the
+ * gradients directly instead of accumulating through a scratch buffer: prefer it to
+ * ct_optim_zero_grad, which only zeroes the arrays. */
 void ct_module_zero_grad(ct_module *m);
 
 /* State dict: parameters and buffers by dotted name, PyTorch's state_dict() order. */

@@ -572,7 +572,7 @@ static int do_delete(ct_store *s, const ct_object_id *id)
     /* Its writer still holds a pointer into the arena: only the writer may drop it (abort). */
     if (!o->sealed)
         return ct__error(CT_EBUSY, "store %s: object %s is being written (not sealed)", s->name,
-                         hex);
+                         ct_object_id_hex(id, hex));
     index_remove(s, o);
     lru_remove(o);
     o->deleted = 1;

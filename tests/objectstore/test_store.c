@@ -37,6 +37,7 @@ int main(void)
     CHECK(!ct_store_contains(s, &id));
     CHECK_EQ(ct_store_create(s, &id, 10, &p), CT_EEXIST);
     CHECK_EQ(ct_store_delete(s, &id), CT_EBUSY); /* only its writer may drop it */
+    CHECK(strstr(ct_last_error(), "010000000000000000000000000000000000005a is being written"));
     memcpy((char *)p + (3 << 20) / 2, src + (3 << 20) / 2, (3 << 20) - (3 << 20) / 2);
     CHECK_EQ(ct_store_seal(s, &id), 0);
     CHECK_EQ(ct_store_seal(s, &id), CT_EINVAL);

@@ -925,11 +925,21 @@ static void *client_thread(void *arg)
                 if (rq.op == CT__STORE_OP_RELEASE)
                     continue;
             }
-            if (send(s->conns[i].fd, &rp, sizeof rp, MSG_NOSIGNAL) != sizeof rp)
+            /* A client that does not read its replies is cut off rather than block others. */
+            if (send(s->conns[i].fd, &rp, sizeof rp, MSG_NOSIGNAL | MSG_DONTWAIT) != sizeof rp)
                 conn_close(s, i);
         }
         if (p[1].revents & POLLIN) {
             int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            /* Abstract sockets have no file permissions: admit only this user's processes. */
+            struct ucred cred;
+            socklen_t cl = sizeof cred;
+            if (fd >= 0 && (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
+                            (cred.uid != geteuid() && cred.uid != 0))) {
+                CT_LOG(CT_LOG_WARN, "store", "%s: refused a client of another user", s->name);
+                close(fd);
+                fd = -1;
+            }
             if (fd >= 0) {
                 conn *nc = realloc(s->conns, (s->nconns + 1) * sizeof *nc);
                 if (!nc) {

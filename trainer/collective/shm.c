@@ -37,7 +37,9 @@
 #define SHM_MAGIC 0x6374636f6c6c3031ull /* "ctcoll01" */
 #define CTL_BYTES 128
 #define SMALL_BYTES (16 * 1024)
-#define DEFAULT_SLOT (256 * 1024)
+#define DEFAULT_SLOT (4 * 1024 * 1024) /* slot capacity; mapped lazily */
+#define MIN_CHUNK (256 * 1024)         /* cache-friendly rounds for mid-size messages */
+#define MAX_ROUNDS 128                 /* big messages: fewer, larger rounds = fewer syncs */
 
 struct hdr {
     uint64_t magic;
@@ -315,6 +317,22 @@ void ct__shm_destroy(ct_comm *c)
     c->shm = NULL;
 }
 
+/* bytes per round for a message of `bytes`: every rank computes the same value. Small
+ * rounds keep the slots in cache; on a busy machine each sync may cost a context switch, so
+ * big messages use at most MAX_ROUNDS rounds. */
+static size_t round_bytes(const struct ct__shm *s, size_t bytes)
+{
+    static size_t fixed = (size_t)-1;
+    if (fixed == (size_t)-1) {
+        const char *env = getenv("CT_COLL_SHM_CHUNK_KB");
+        fixed = env && atoi(env) > 0 ? (size_t)atoi(env) * 1024 : 0;
+    }
+    size_t r = fixed ? fixed : (bytes / MAX_ROUNDS + 4095) & ~(size_t)4095;
+    if (r < MIN_CHUNK)
+        r = MIN_CHUNK;
+    return r < s->slot ? r : s->slot;
+}
+
 /* balanced split of n items among k parts: part i is [lo, lo + len) */
 static void split(size_t n, int k, int i, size_t *lo, size_t *len)
 {
@@ -342,7 +360,7 @@ int ct__shm_allreduce(ct_comm *c, float *buf, size_t count, float div, int only_
         }
         return 0;
     }
-    size_t chunk = s->slot / sizeof(float);
+    size_t chunk = round_bytes(s, count * sizeof(float)) / sizeof(float);
     for (size_t off = 0; off < count; off += chunk) {
         size_t n = count - off < chunk ? count - off : chunk;
         uint32_t r = s->round++;
@@ -371,8 +389,9 @@ int ct__shm_broadcast(ct_comm *c, void *buf, size_t bytes, int root_local, int64
 {
     struct ct__shm *s = c->shm;
     char *b = buf;
-    for (size_t off = 0; off < bytes; off += s->slot) {
-        size_t n = bytes - off < s->slot ? bytes - off : s->slot;
+    size_t rb = round_bytes(s, bytes);
+    for (size_t off = 0; off < bytes; off += rb) {
+        size_t n = bytes - off < rb ? bytes - off : rb;
         uint32_t r = s->round++;
         if (s->me == root_local)
             memcpy(slot(s, r, s->me), b + off, n);
@@ -390,8 +409,9 @@ int ct__shm_allgather(ct_comm *c, const void *send, void *recv, size_t bytes, in
     struct ct__shm *s = c->shm;
     const char *in = send;
     char *outp = recv;
-    for (size_t off = 0; off < bytes; off += s->slot) {
-        size_t n = bytes - off < s->slot ? bytes - off : s->slot;
+    size_t rb = round_bytes(s, bytes);
+    for (size_t off = 0; off < bytes; off += rb) {
+        size_t n = bytes - off < rb ? bytes - off : rb;
         uint32_t r = s->round++;
         memcpy(slot(s, r, s->me), in + off, n);
         int rc = sync_all(c, deadline);

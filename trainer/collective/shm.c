@@ -1,7 +1,8 @@
 /* trainer/collective/shm.c — shared-memory transport among the ranks of one node.
  *
  * One POSIX shm segment per (group, node), created by local rank 0 and named through the
- * rendezvous, unlinked once everyone has mapped it. Layout:
+ * rendezvous, unlinked once everyone has mapped it. Layout (a slot holds up to 4 MiB, mapped
+ * lazily; a round uses 256 KiB .. bytes/128 of it):
  *
  *   [header][ctl 0]...[ctl L-1][pad to 4 KiB][buffer 0: slot 0..L-1][buffer 1: slot 0..L-1]
  *

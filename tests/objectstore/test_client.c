@@ -1,8 +1,14 @@
 /* tests/objectstore/test_client.c — another process maps objects zero-copy: a forked child
  * opens the shard by name, reads an object through the shared arena (checked to be a mapping
  * of /dev/shm, not a copy), writes one back; a killed child's pins are dropped. */
+#include <poll.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include "tests/objectstore/os_test.h"
 #include "objectstore/store.h"
+#include "objectstore/store_wire.h"
 
 #define MB (1u << 20)
 
@@ -131,6 +137,46 @@ int main(void)
     CHECK(!ct_store_contains(s, &missing));
     void *p;
     CHECK_EQ(ct_store_create(s, &missing, 10, &p), 0); /* the id is free again */
+
+    /* 2b. Random datagrams on the shard's socket: answered or dropped, the shard keeps
+     * serving and keeps every object; what the garbage created is discarded on disconnect. */
+    {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int len = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "ct-store.%s", name);
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        CHECK(fd >= 0);
+        CHECK_EQ(connect(fd, (struct sockaddr *)&sa,
+                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)),
+                 0);
+        unsigned char junk[700], rep[1024];
+        for (int i = 0; i < 3000; i++) {
+            os_fill(junk, sizeof junk, 5000 + i);
+            size_t n = (size_t)(i * 131) % sizeof junk;
+            if (i % 3 == 0) { /* a well-sized request with a random op, id and size */
+                ct__store_req rq;
+                memcpy(&rq, junk, sizeof rq);
+                rq.op = (uint32_t)(i % 12);
+                rq.size = i % 2 ? 0 : rq.size >> 24; /* 0 .. or at most 1 TiB */
+                if (i % 5 == 0 && rq.op != CT__STORE_OP_DELETE)
+                    rq.id = id; /* sometimes the real object */
+                memcpy(junk, &rq, sizeof rq);
+                n = sizeof rq;
+            }
+            if (send(fd, junk, n, MSG_NOSIGNAL) < 0)
+                break;
+            struct pollfd pp = {.fd = fd, .events = POLLIN};
+            while (poll(&pp, 1, 0) > 0 && recv(fd, rep, sizeof rep, 0) > 0)
+                ;
+        }
+        close(fd);
+        CHECK_EQ(ct_store_get(s, &id, &v), 0);
+        CHECK(os_verify(v.data, v.size, 1));
+        ct_store_release(s, &v);
+        ct_store_client *cc = ct_store_client_new(name);
+        CHECK(cc);
+        CHECK_EQ(ct_store_client_contains(cc, &id), 1);
+        ct_store_client_destroy(&cc);
+    }
 
     /* 3. A spilled object that cannot come back into memory (everything else is pinned) is
      * read by the client from its spill file. */

@@ -80,6 +80,7 @@ struct ct_store {
     ct_store_stats st;
 
     int listen_fd;
+    int bound; /* listen_fd holds the name: this shard owns its shm and spill names */
     int wake[2];
     pthread_t thread;
     int thread_started;
@@ -957,6 +958,27 @@ static void *client_thread(void *arg)
 
 /* ---- lifecycle ---- */
 
+/* Removes the files in a shard's own spill directory (a predecessor's spills are useless: the
+ * index that knew them is gone), and the directory itself if rm_dir. */
+static int clean_spill_dir(const char *dir, int rm_dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0 : -1;
+    struct dirent *e;
+    char path[4200];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    if (rm_dir)
+        rmdir(dir);
+    return 0;
+}
+
 ct_store *ct_store_new(const ct_store_opts *opts)
 {
     if (!opts) {
@@ -992,12 +1014,14 @@ ct_store *ct_store_new(const ct_store_opts *opts)
             ct__error(CT_ENOENT, "store opts.spill_dir '%s': not a directory", opts->spill_dir);
             goto err;
         }
-        if (strlen(opts->spill_dir) + 2 * CT_OBJECT_ID_LEN + 8 >=
+        if (strlen(opts->spill_dir) + strlen(s->name) + 2 * CT_OBJECT_ID_LEN + 16 >=
             sizeof(((ct__store_rep *)0)->path)) {
             ct__error(CT_EINVAL, "store opts.spill_dir '%s': path too long", opts->spill_dir);
             goto err;
         }
-        s->spill_dir = strdup(opts->spill_dir);
+        /* Each shard spills into its own subdirectory, so shards may share a spill_dir. */
+        if (asprintf(&s->spill_dir, "%s/ct.%s", opts->spill_dir, s->name) < 0)
+            s->spill_dir = NULL;
         if (!s->spill_dir) {
             ct__error(CT_ENOMEM, "ct_store_new: out of memory");
             goto err;
@@ -1014,7 +1038,14 @@ ct_store *ct_store_new(const ct_store_opts *opts)
                   strerror(errno), errno == EADDRINUSE ? " (a live store has this name)" : "");
         goto err;
     }
+    s->bound = 1;
     shm_unlink(s->shm_name); /* left behind by a killed predecessor */
+    if (s->spill_dir && (clean_spill_dir(s->spill_dir, 0) != 0 ||
+                         (mkdir(s->spill_dir, 0700) != 0 && errno != EEXIST))) {
+        ct__error(CT_EIO, "store '%s': spill directory %s: %s", s->name, s->spill_dir,
+                  strerror(errno));
+        goto err;
+    }
     s->arena_fd = shm_open(s->shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (s->arena_fd < 0) {
         ct__error(-errno, "store '%s': shm_open %s: %s", s->name, s->shm_name, strerror(errno));
@@ -1091,6 +1122,8 @@ void ct_store_destroy(ct_store **sp)
         close(s->arena_fd);
         shm_unlink(s->shm_name);
     }
+    if (s->spill_dir && s->bound)
+        clean_spill_dir(s->spill_dir, 1); /* before the name is released */
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     if (s->wake[0] >= 0)

@@ -12,8 +12,10 @@
  *     ct_store_delete(s, &id)             gone (freed when the last pin goes)
  *
  * Memory cap: a create (or a restore) that does not fit evicts sealed, unpinned objects, least
- * recently used first, by spilling them to opts.spill_dir (file "<40 hex id>", written to
- * "<hex>.tmp", fsync'd, renamed). A get of a spilled object copies it back into the arena; if
+ * recently used first, by spilling them to the shard's own directory "<spill_dir>/ct.<name>"
+ * (file "<40 hex id>", written to "<hex>.tmp", fsync'd, renamed; the directory is emptied when
+ * a shard of that name starts and removed when it is destroyed, so shards may share a
+ * spill_dir). A get of a spilled object copies it back into the arena; if
  * it cannot fit, the view maps the spill file read-only instead. Pinned and unsealed objects
  * are never evicted; if not enough can be evicted, create fails with CT_ENOSPC and nothing
  * stored is lost. Placement is first-fit in the arena, so pinned objects can fragment it.

@@ -189,23 +189,30 @@ static inline char *os_tmpdir(const char *tag)
     return p;
 }
 
-static inline void os_rmdir(char *dir)
+/* Removes dir with its files and the files of its subdirectories (a shard's spill dir). */
+static inline void os_rmtree(const char *dir, int depth)
 {
-    if (!dir)
-        return;
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;
-        char path[512];
+        char path[1024];
         while ((e = readdir(d))) {
-            if (e->d_name[0] == '.')
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
                 continue;
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
+            if (unlink(path) != 0 && depth > 0)
+                os_rmtree(path, depth - 1);
         }
         closedir(d);
     }
     rmdir(dir);
+}
+
+static inline void os_rmdir(char *dir)
+{
+    if (!dir)
+        return;
+    os_rmtree(dir, 1);
     free(dir);
 }
 

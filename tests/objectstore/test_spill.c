@@ -1,6 +1,8 @@
 /* tests/objectstore/test_spill.c — the memory cap: over-cap puts spill LRU objects to disk and
  * every object reads back identical; pinned objects are never evicted; CT_ENOSPC when all is
  * pinned, with nothing lost; a spilled object that cannot be restored is read from its file. */
+#include <sys/stat.h>
+
 #include "tests/objectstore/os_test.h"
 #include "objectstore/store.h"
 
@@ -39,13 +41,22 @@ int main(void)
     snprintf(name, sizeof name, "ostest-spill-%d", (int)getpid());
     snprintf(prefix, sizeof prefix, "ct.%s.", name);
     char *dir = os_tmpdir("spill");
+    char sub[512], stale[600];
     ct_store *s = NULL, *ns = NULL;
     ct_store_view pin[4] = {{0}}, v = {0};
     unsigned char *buf = malloc(MB);
     ct_object_id id[20];
     CHECK(dir && buf);
+    /* A stale file from a killed predecessor of the same name is cleared at start. */
+    snprintf(sub, sizeof sub, "%s/ct.%s", dir, name);
+    CHECK_EQ(mkdir(sub, 0700), 0);
+    snprintf(stale, sizeof stale, "%s/0123456789012345678901234567890123456789", sub);
+    FILE *f = fopen(stale, "w");
+    CHECK(f);
+    fclose(f);
     s = ct_store_new(&(ct_store_opts){.name = name, .memory_cap = 8 * MB, .spill_dir = dir});
     CHECK(s);
+    CHECK_EQ(count_files(sub), 0);
 
     /* 1. 20 MiB of objects into an 8 MiB store: spills, all read back identical. */
     for (int i = 0; i < 20; i++) {
@@ -60,7 +71,7 @@ int main(void)
     CHECK_EQ(st.objects, 20);
     CHECK_EQ(entry_spilled(s, &id[0]), 1);  /* oldest went first */
     CHECK_EQ(entry_spilled(s, &id[19]), 0); /* newest stays */
-    CHECK_EQ(count_files(dir), (int)st.spilled);
+    CHECK_EQ(count_files(sub), (int)st.spilled);
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < 20; i++) {
             CHECK_EQ(ct_store_get(s, &id[i], &v), 0);
@@ -95,7 +106,7 @@ int main(void)
     for (int k = 0; k < 2; k++)
         ct_store_release(s, &pin[k]);
     ct_store_destroy(&s);
-    CHECK_EQ(count_files(dir), 0); /* destroy removes its spill files */
+    CHECK_EQ(count_files(dir), 0); /* destroy removes its spill files and directory */
 
     /* 3. Everything pinned: create fails with CT_ENOSPC and nothing is lost. */
     s = ct_store_new(&(ct_store_opts){.name = name, .memory_cap = 4 * MB, .spill_dir = dir});
@@ -127,7 +138,7 @@ int main(void)
     /* Delete of a spilled object removes its file. */
     CHECK_EQ(ct_store_delete(s, &id[0]), 0);
     ct_store_get_stats(s, &st);
-    CHECK_EQ(count_files(dir), (int)st.spilled);
+    CHECK_EQ(count_files(sub), (int)st.spilled);
     ct_store_destroy(&s);
 
     /* 4. No spill dir: over-cap create fails, nothing evicted. */

@@ -199,7 +199,8 @@ static inline void os_rmtree(const char *dir, int depth)
         while ((e = readdir(d))) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
                 continue;
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path)
+                continue;
             if (unlink(path) != 0 && depth > 0)
                 os_rmtree(path, depth - 1);
         }

@@ -405,6 +405,8 @@ typedef struct pull {
     uint8_t *retries;   /* CRC failures per chunk */
     uint64_t next_req, received, inflight;
     uint64_t probe_first, probe_n; /* req_ids of the clip probes sent before the size is known */
+    int64_t deadline;              /* ct__now_ms() limit for the whole pull, 0 = none */
+    int expired;
     char why[1024];
 } pull;
 
@@ -565,7 +567,21 @@ static int pull_from(pull *p, void *sock, int h, const char *holder)
         zmq_msg_t data;
         int have_data;
         zmq_msg_init(&data);
-        int rc = recv_reply(sock, p->timeout_ms, &rep, &data, &have_data);
+        int wait = p->timeout_ms;
+        if (p->deadline) {
+            int64_t left = p->deadline - ct__now_ms();
+            if (left <= 0) {
+                zmq_msg_close(&data);
+                p->expired = 1;
+                return CT_ETIMEDOUT;
+            }
+            wait = left < wait ? (int)left : wait;
+        }
+        int rc = recv_reply(sock, wait, &rep, &data, &have_data);
+        if (rc == CT_ETIMEDOUT && wait < p->timeout_ms) {
+            zmq_msg_close(&data);
+            continue; /* the deadline check above ends the pull */
+        }
         if (rc == CT_ETIMEDOUT || rc == CT_EZMQ) {
             zmq_msg_close(&data);
             snprintf(m, sizeof m, "no reply for %d ms (%llu of %llu chunks done)", p->timeout_ms,
@@ -644,8 +660,8 @@ static int pull_from(pull *p, void *sock, int h, const char *holder)
                 if (h < 8)
                     p->st->chunks_from[h]++;
             }
-            if (p->o->on_chunk)
-                p->o->on_chunk(p->o->arg, h, p->ndone, p->nchunks);
+            if (p->o->on_chunk && p->o->on_chunk(p->o->arg, h, p->ndone, p->nchunks))
+                return CT_ECANCELED;
         }
         if (refill(p, sock, &cursor)) {
             why_add(p, h, holder, "cannot send");
@@ -681,6 +697,8 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
     p.corrupt_chunk = opts->corrupt_chunk;
     if (!p.corrupt_chunk && getenv("CT_XFER_CORRUPT_CHUNK"))
         p.corrupt_chunk = atoi(getenv("CT_XFER_CORRUPT_CHUNK"));
+    if (opts->total_timeout_ms > 0)
+        p.deadline = ct__now_ms() + opts->total_timeout_ms;
     char hex[2 * CT_OBJECT_ID_LEN + 1];
     ct_object_id_hex(id, hex);
     int rc = 0, enoent = 0;
@@ -713,6 +731,17 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
         if (r == CT_ENOENT) {
             enoent++;
             continue;
+        }
+        if (p.expired) {
+            rc = ct__error(CT_ETIMEDOUT, "pull %s: not done after %d ms (%llu of %llu chunks)", hex,
+                           opts->total_timeout_ms, (unsigned long long)p.ndone,
+                           (unsigned long long)p.nchunks);
+            goto out;
+        }
+        if (r == CT_ECANCELED) {
+            rc = ct__error(CT_ECANCELED, "pull %s: cancelled after %llu of %llu chunks", hex,
+                           (unsigned long long)p.ndone, (unsigned long long)p.nchunks);
+            goto out;
         }
         if (r != CT_ETIMEDOUT && r != CT_EPROTO && r != CT_EZMQ && r != CT_EIO) {
             rc = r; /* the local shard refused (no space, being written): no holder helps */

@@ -76,8 +76,10 @@ typedef struct ct_xfer_pull_opts {
     /* Test hook: flip one byte of the corrupt_chunk-th chunk received (1-based) before it is
      * checked. 0 = off; when 0, the environment variable CT_XFER_CORRUPT_CHUNK is used. */
     int corrupt_chunk;
-    /* Called after each good chunk, on the calling thread (holder is an index in holders). */
-    void (*on_chunk)(void *arg, int holder, uint64_t chunks_done, uint64_t nchunks);
+    int total_timeout_ms; /* the whole pull, all holders; 0 = no limit (CT_ETIMEDOUT) */
+    /* Called after each good chunk, on the calling thread (holder is an index in holders).
+     * Returning nonzero cancels the pull: CT_ECANCELED, the partial object is removed. */
+    int (*on_chunk)(void *arg, int holder, uint64_t chunks_done, uint64_t nchunks);
     void *arg;
 } ct_xfer_pull_opts;
 
@@ -92,8 +94,10 @@ typedef struct ct_xfer_pull_stats {
 
 /* Pulls object id from the first holder that has it into dst and seals it there. Returns 0
  * (also when dst already has it sealed), CT_ENOENT if no holder has it, CT_ERETRY if every
- * holder failed (ct_last_error() lists why), CT_ENOSPC / CT_EEXIST (an unsealed object of
- * that id is being written) from the shard, CT_EINVAL for bad arguments. stats may be NULL. */
+ * holder failed (ct_last_error() lists why), CT_ETIMEDOUT past total_timeout_ms, CT_ECANCELED
+ * when on_chunk asked, CT_ENOSPC / CT_EEXIST (an unsealed object of that id is being written:
+ * a concurrent pull; callers dedupe pulls per id) from the shard, CT_EINVAL for bad arguments.
+ * stats may be NULL. */
 int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holders, int nholders,
                  const ct_xfer_pull_opts *opts, ct_xfer_pull_stats *stats);
 

@@ -12,13 +12,19 @@ typedef struct kill_ctx {
     uint64_t killed_at;
 } kill_ctx;
 
-static void on_chunk(void *arg, int holder, uint64_t done, uint64_t n)
+static int on_chunk(void *arg, int holder, uint64_t done, uint64_t n)
 {
     kill_ctx *k = arg;
     if (holder == 0 && done == k->at && k->victim->pid > 0) {
         os_node_stop(k->victim); /* SIGKILL + reap + purge its shm */
         k->killed_at = done;
     }
+    return 0;
+}
+
+static int cancel_at_2(void *arg, int holder, uint64_t done, uint64_t n)
+{
+    return done == 2;
 }
 
 int main(void)
@@ -38,8 +44,25 @@ int main(void)
     ct_object_id id;
     os_id(&id, 1);
     const char *holders[] = {a.endpoint, b.endpoint};
-    kill_ctx k = {.victim = &a, .at = 4};
     ct_xfer_pull_stats st;
+
+    /* The whole pull has a deadline (A serves a chunk per 20 ms: 33 chunks take > 600 ms). */
+    int64_t t0 = ct__now_ms();
+    CHECK_EQ(ct_xfer_pull(c, &id, holders, 1,
+                          &(ct_xfer_pull_opts){.chunk_size = 2 * MB, .total_timeout_ms = 150}, &st),
+             CT_ETIMEDOUT);
+    CHECK(ct__now_ms() - t0 < 1000);
+    CHECK(strstr(ct_last_error(), "not done after 150 ms"));
+    CHECK(!ct_store_contains(c, &id));
+    /* The progress callback cancels. */
+    CHECK_EQ(ct_xfer_pull(c, &id, holders, 2,
+                          &(ct_xfer_pull_opts){.chunk_size = 2 * MB, .on_chunk = cancel_at_2}, &st),
+             CT_ECANCELED);
+    CHECK(!ct_store_contains(c, &id));
+    uint64_t sz;
+    CHECK_EQ(ct_store_size(c, &id, &sz), CT_ENOENT);
+
+    kill_ctx k = {.victim = &a, .at = 4};
     CHECK_EQ(ct_xfer_pull(c, &id, holders, 2,
                           &(ct_xfer_pull_opts){.chunk_size = 2 * MB,
                                                .window = 4,

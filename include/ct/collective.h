@@ -128,7 +128,9 @@ size_t ct_dtype_size(ct_dtype dtype);
  *   parameter order). The arrays are borrowed for the bucketer's lifetime; the caller must
  *   not touch a gradient between ct_bucketer_mark_ready() and ct_bucketer_finish().
  * Buckets: the first holds ~first_bucket_bytes, the rest ~bucket_bytes; a gradient is never
- * split. All ranks must build the same bucketer. The communicator is borrowed; the bucketer's
+ * split. With the ring backend gradients are host arrays (a bucket is packed into one buffer,
+ * reduced, unpacked); with nccl they are device arrays (a bucket is one grouped NCCL allreduce).
+ * All ranks must build the same bucketer. The communicator is borrowed; the bucketer's
  * thread is the only one issuing calls on it between the first mark_ready and finish. */
 typedef struct ct_bucketer ct_bucketer;
 

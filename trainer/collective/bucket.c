@@ -6,13 +6,15 @@
  * buckets have been queued (so every rank issues the same allreduces in the same order), the
  * bucket is queued for the communication thread, which packs it into one contiguous buffer
  * (or reduces in place when it holds one gradient), allreduces it (AVG) and copies the result
- * back. The caller's backward keeps running meanwhile. Not a tensor library: plain pointers. */
+ * back. The caller's backward keeps running meanwhile. With the nccl backend the gradients are
+ * device pointers: a bucket is one grouped NCCL allreduce of its gradients (no packing; this
+ * path has not run on a GPU yet). Not a tensor library: plain pointers. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
-#include "ct/collective.h"
+#include "internal.h"
 
 struct bucket {
     int first, n; /* gradients [first, first + n) */
@@ -45,6 +47,9 @@ struct ct_bucketer {
 
 static int reduce_bucket(ct_bucketer *t, struct bucket *b)
 {
+    if (t->comm->backend == CT_COMM_NCCL) /* device gradients: one NCCL group, no packing */
+        return ct__comm_allreduce_many(t->comm, t->grads + b->first, t->counts + b->first, b->n,
+                                       t->timeout_ms);
     if (!b->pack)
         return ct_comm_allreduce(t->comm, t->grads[b->first], b->count, CT_F32, CT_COMM_AVG,
                                  t->timeout_ms);
@@ -152,7 +157,7 @@ int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, in
         }
     }
     for (int k = 0; k < t->nb; k++)
-        if (t->b[k].n > 1 && t->b[k].count > 0) {
+        if (t->b[k].n > 1 && t->b[k].count > 0 && comm->backend == CT_COMM_RING) {
             t->b[k].pack = malloc(t->b[k].count * sizeof(float));
             if (!t->b[k].pack) {
                 rc = ct__error(CT_ENOMEM, "ct_bucketer_new: bucket %d of %zu floats", k,

@@ -429,3 +429,20 @@ int ct_comm_barrier(ct_comm *c, int timeout_ms)
     float one = 1.0f;
     return finish(c, ring_allreduce(c, &one, 1, 1.0f, dl));
 }
+
+int ct__comm_allreduce_many(ct_comm *c, float *const *bufs, const size_t *counts, int n,
+                            int timeout_ms)
+{
+    int rc = check_usable(c);
+    if (rc < 0)
+        return rc;
+#ifdef CT_HAVE_CUDA
+    if (c->backend == CT_COMM_NCCL)
+        return finish(
+            c, ct__nccl_allreduce_many(c, bufs, counts, n, ct__comm_deadline(c, timeout_ms)));
+#endif
+    (void)bufs;
+    (void)counts;
+    (void)n;
+    return ct__error(CT_ENOSYS, "collective: grouped allreduce needs the nccl backend");
+}

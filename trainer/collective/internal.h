@@ -84,11 +84,18 @@ int ct__nccl_setup(ct_comm *c, const ct_comm_opts *o, int64_t deadline);
 void ct__nccl_destroy(ct_comm *c);
 int ct__nccl_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_op op,
                        int64_t deadline);
+/* AVG allreduce of n device f32 buffers as one NCCL group (the bucketer's GPU path) */
+int ct__nccl_allreduce_many(ct_comm *c, float *const *bufs, const size_t *counts, int n,
+                            int64_t deadline);
 int ct__nccl_broadcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root,
                        int64_t deadline);
 int ct__nccl_allgather(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
                        int64_t deadline);
 int ct__nccl_barrier(ct_comm *c, int64_t deadline);
+
+/* comm.c: AVG allreduce of n buffers in one call; the nccl backend only (CT_ENOSYS else) */
+int ct__comm_allreduce_many(ct_comm *c, float *const *bufs, const size_t *counts, int n,
+                            int timeout_ms);
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 uint64_t ct__hash64(const char *s);

@@ -188,6 +188,23 @@ int ct__nccl_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm
     return issued(c, r, deadline, "ncclAllReduce");
 }
 
+int ct__nccl_allreduce_many(ct_comm *c, float *const *bufs, const size_t *counts, int n,
+                            int64_t deadline)
+{
+    int rc = use_device(c);
+    if (rc < 0)
+        return rc;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++)
+        if (counts[i])
+            r = ncclAllReduce(bufs[i], bufs[i], counts[i], ncclFloat32, ncclAvg, c->nccl->comm,
+                              c->nccl->stream);
+    ncclResult_t e = ncclGroupEnd();
+    if (r == ncclSuccess || r == ncclInProgress)
+        r = e;
+    return issued(c, r, deadline, "grouped ncclAllReduce");
+}
+
 int ct__nccl_broadcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root, int64_t deadline)
 {
     ncclDataType_t t = ncclFloat32;

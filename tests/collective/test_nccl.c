@@ -1,8 +1,8 @@
 /* tests/collective/test_nccl.c — the NCCL backend on one GPU (world size 1: NCCL refuses two
  * ranks on one device): allreduce f32 (sum, avg), f16 and bf16 sums, broadcast, allgather,
- * barrier on device buffers; abort makes the next call return CT_ECANCELED; a communicator
- * rebuilt from a new group id (new unique id) works. Exits 77 without a GPU, and checks that a
- * CPU-only build refuses the backend with CT_ENOSYS. */
+ * barrier on device buffers; the bucketer on device gradients; abort makes the next call return
+ * CT_ECANCELED; a communicator rebuilt from a new group id (new unique id) works. Exits 77 without
+ * a GPU, and checks that a CPU-only build refuses the backend with CT_ENOSYS. */
 #include <stdint.h>
 
 #include "harness.h"
@@ -84,6 +84,21 @@ static int gpu_main(ct_rendezvous *rdv)
     CHECK(cudaMemcpy(back, d2, sizeof back, cudaMemcpyDeviceToHost) == cudaSuccess);
     CHECK(memcmp(back, h, sizeof h) == 0);
     CHECK_RC(ct_comm_barrier(c, 0));
+    /* bucketer over device gradients: one grouped NCCL allreduce per bucket */
+    {
+        float *gr[2] = {(float *)d, (float *)d2};
+        size_t cnt[2] = {N, N};
+        ct_bucketer *b = NULL;
+        CHECK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice) == cudaSuccess);
+        CHECK_RC(ct_bucketer_new(c, gr, cnt, 2, &(ct_bucketer_opts){.first_bucket_bytes = 1}, &b));
+        CHECK(ct_bucketer_num_buckets(b) == 2);
+        CHECK_RC(ct_bucketer_mark_ready(b, 0));
+        CHECK_RC(ct_bucketer_mark_ready(b, 1));
+        CHECK_RC(ct_bucketer_finish(b));
+        ct_bucketer_destroy(&b);
+        CHECK(cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK(memcmp(back, h, sizeof h) == 0); /* world size 1: the average is the value */
+    }
     ct_comm_abort(c);
     CHECK(ct_comm_allreduce(c, d, N, CT_F32, CT_COMM_SUM, 0) == CT_ECANCELED);
     ct_comm_destroy(&c);

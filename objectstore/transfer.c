@@ -38,18 +38,22 @@ struct ct_xfer_server {
     char endpoint[256];
     char sender[128];
     int delay_ms;
+    int outstanding;         /* zero-copy chunks not yet released by ZeroMQ (__atomic) */
     ct_xfer_server_stats st; /* updated with __atomic */
 };
 
 typedef struct pinned_chunk {
     ct_store *store;
     ct_store_view view;
+    int *outstanding; /* the server's count of chunks ZeroMQ still holds */
 } pinned_chunk;
 
+/* Called by ZeroMQ (its I/O thread, or zmq_close) when a chunk's bytes are no longer needed. */
 static void chunk_free(void *data, void *hint)
 {
     pinned_chunk *pc = hint;
     ct_store_release(pc->store, &pc->view);
+    __atomic_fetch_sub(pc->outstanding, 1, __ATOMIC_RELEASE);
     free(pc);
 }
 
@@ -185,6 +189,7 @@ static void serve_one(ct_xfer_server *srv, zmq_msg_t *rid, zmq_msg_t *body, int 
         goto out;
     }
     pc->store = srv->store;
+    pc->outstanding = &srv->outstanding;
     if (ct_store_get(srv->store, &id, &pc->view)) {
         free(pc);
         reply_error(srv, rid, req_id, CT_ENOENT, "object_id", "%s has no object %s", srv->sender,
@@ -225,6 +230,7 @@ static void serve_one(ct_xfer_server *srv, zmq_msg_t *rid, zmq_msg_t *body, int 
         goto out;
     }
     /* From here ZeroMQ owns pc: chunk_free unpins once the bytes are sent (or dropped). */
+    __atomic_fetch_add(&srv->outstanding, 1, __ATOMIC_RELAXED);
     if (send_reply(srv, rid, &h, &dm) == 0) {
         stat_add(&srv->st.chunks, 1);
         stat_add(&srv->st.bytes, len);
@@ -379,9 +385,19 @@ void ct_xfer_server_destroy(ct_xfer_server **sp)
         zmq_close(srv->pipe_thread);
     if (srv->router)
         zmq_close(srv->router);
-    /* zmq_ctx_term waits until queued zero-copy chunks are released (linger 0 drops them). */
+    /* zmq_ctx_term waits until queued zero-copy chunks are released (linger 0 drops them);
+     * with a shared context, wait for them here: they pin objects of srv->store. */
     if (srv->own_ctx && srv->ctx)
         zmq_ctx_term(srv->ctx);
+    for (int i = 0; i < 10000 && __atomic_load_n(&srv->outstanding, __ATOMIC_ACQUIRE); i++)
+        usleep(1000);
+    if (__atomic_load_n(&srv->outstanding, __ATOMIC_ACQUIRE)) {
+        /* ZeroMQ still holds chunks after 10 s: leak srv rather than free what they point to. */
+        CT_LOG(CT_LOG_ERROR, "xfer", "%s: %d chunks still queued at destroy", srv->sender,
+               srv->outstanding);
+        *sp = NULL;
+        return;
+    }
     free(srv);
     *sp = NULL;
 }

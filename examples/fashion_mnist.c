@@ -3,9 +3,11 @@
  * The CNN: Conv2d(1,32,3,pad 1)-BatchNorm2d-ReLU-MaxPool2d(2), Conv2d(32,64,3,pad 1)-
  * BatchNorm2d-ReLU-MaxPool2d(2), Flatten, Linear(3136,128)-ReLU-Dropout(0.25), Linear(128,10);
  * or `--model mlp`: MLP 784-256-128-10. Pixels are scaled to [0,1] and normalised with mean
- * 0.2860, std 0.3530. Adam (lr 1e-3) by default, `--optim sgd` for SGD with momentum 0.9.
+ * 0.2860, std 0.3530. Adam (lr 1e-3) by default, `--optim sgd` for SGD with momentum 0.9; the
+ * learning rate is multiplied by --gamma (0.5) after every epoch (StepLR; 1 turns it off).
  *
- *   fashion_mnist [--model cnn|mlp] [--epochs 3] [--batch 64] [--lr 1e-3] [--optim adam|sgd]
+ *   fashion_mnist [--model cnn|mlp] [--epochs 4] [--batch 64] [--lr 1e-3] [--gamma 0.5]
+ *                 [--optim adam|sgd]
  *                 [--threads N] [--limit N] [--seed 0] [--data DIR] [--bench-steps N]
  *                 [--min-accuracy X]
  *
@@ -32,7 +34,7 @@ typedef struct args {
     int epochs, threads, bench_steps;
     double min_accuracy;
     int64_t batch, limit;
-    double lr;
+    double lr, gamma;
     uint64_t seed;
 } args;
 
@@ -46,7 +48,8 @@ static double now_s(void)
 static int usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: %s [--model cnn|mlp] [--epochs N] [--batch N] [--lr X] [--optim adam|sgd]\n"
+            "usage: %s [--model cnn|mlp] [--epochs N] [--batch N] [--lr X] [--gamma X]\n"
+            "          [--optim adam|sgd]\n"
             "          [--threads N] [--limit N] [--seed N] [--data DIR] [--bench-steps N]\n"
             "          [--min-accuracy X]\n",
             prog);
@@ -55,7 +58,8 @@ static int usage(const char *prog)
 
 static int parse(int argc, char **argv, args *a)
 {
-    *a = (args){.model = "cnn", .optim = "adam", .epochs = 3, .batch = 64, .lr = 1e-3};
+    *a =
+        (args){.model = "cnn", .optim = "adam", .epochs = 4, .batch = 64, .lr = 1e-3, .gamma = 0.5};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -72,6 +76,8 @@ static int parse(int argc, char **argv, args *a)
             a->batch = atoll(v);
         else if (!strcmp(k, "--lr"))
             a->lr = atof(v);
+        else if (!strcmp(k, "--gamma"))
+            a->gamma = atof(v);
         else if (!strcmp(k, "--threads"))
             a->threads = atoi(v);
         else if (!strcmp(k, "--limit"))
@@ -177,6 +183,7 @@ int main(int argc, char **argv)
     ct_loader *ld = NULL;
     ct_module *net = NULL;
     ct_optim *o = NULL;
+    ct_sched *sched = NULL;
     if (a.threads > 0)
         ct_nn_set_threads(a.threads);
     ct_nn_manual_seed(a.seed);
@@ -211,6 +218,10 @@ int main(int argc, char **argv)
     else
         o = ct_optim_adam_new(ps, np, &(ct_adam_opts){.lr = a.lr});
     if (!o)
+        goto fail;
+    /* StepLR(step_size=1, gamma): the learning rate shrinks every epoch */
+    if (a.gamma > 0 && a.gamma != 1.0 &&
+        !(sched = ct_sched_steplr_new(o, &(ct_steplr_opts){.step_size = 1, .gamma = a.gamma})))
         goto fail;
 
     if (a.bench_steps > 0) {
@@ -267,6 +278,8 @@ int main(int argc, char **argv)
         acc = evaluate(net, test);
         if (acc < 0)
             goto fail;
+        if (sched && ct_sched_step(sched) < 0)
+            goto fail;
         printf("epoch %d: train_loss=%.4f test_accuracy=%.4f samples_per_s=%.1f time=%.1fs\n",
                epoch + 1, loss_sum / (double)(loss_n ? loss_n : 1), acc, (double)loss_n / dt, dt);
         fflush(stdout);
@@ -282,6 +295,7 @@ int main(int argc, char **argv)
 fail:
     fprintf(stderr, "fashion_mnist: %s\n", ct_last_error());
 out:
+    ct_sched_destroy(&sched);
     ct_optim_destroy(&o);
     ct_module_destroy(&net);
     ct_loader_destroy(&ld);

@@ -2,9 +2,13 @@
  * shard and transfer server: a 256 MiB object created on A is pulled to C with identical
  * bytes; then odd sizes and chunk sizes, an object C already has, an id nobody has, and a
  * holder that is not there at all. */
+#include <zmq.h>
+
 #include "tests/objectstore/os_node.h"
 
 #define MB (1ull << 20)
+
+static unsigned char buf_small[300000];
 
 int main(void)
 {
@@ -106,6 +110,30 @@ int main(void)
     }
     ct_store_destroy(&d);
     CHECK_EQ(r, 0);
+
+    /* 7. Server and pull sharing one ZeroMQ context (as ct-node would): destroying the server
+     * right after a pull must not leave chunks pointing into a destroyed store. */
+    {
+        void *zctx = zmq_ctx_new();
+        ct_store *e = ct_store_new(&(ct_store_opts){.name = dname, .memory_cap = 8 * MB});
+        CHECK(zctx && e);
+        os_fill(buf_small, sizeof buf_small, 55);
+        os_id(&id, 55);
+        CHECK_EQ(ct_store_put(e, &id, buf_small, sizeof buf_small), 0);
+        ct_xfer_server *esrv = ct_xfer_server_new(e, &(ct_xfer_server_opts){.zmq_ctx = zctx});
+        CHECK(esrv);
+        const char *he[] = {ct_xfer_server_endpoint(esrv)};
+        r = ct_xfer_pull(c, &id, he, 1,
+                         &(ct_xfer_pull_opts){.zmq_ctx = zctx, .chunk_size = 4096, .window = 64},
+                         &st);
+        ct_xfer_server_destroy(&esrv);
+        ct_store_destroy(&e);
+        zmq_ctx_term(zctx);
+        CHECK_EQ(r, 0);
+        CHECK_EQ(ct_store_get(c, &id, &v), 0);
+        CHECK(os_verify(v.data, v.size, 55));
+        ct_store_release(c, &v);
+    }
 
     ct_xfer_server_destroy(&csrv);
     ct_store_destroy(&c);

@@ -23,8 +23,12 @@
  * process is gone from the shared-memory group) the call fails promptly with CT_ECONNRESET;
  * when a peer hangs, it fails with CT_ETIMEDOUT at the deadline; ct_comm_abort() (from any
  * thread) makes pending and future calls fail with CT_ECANCELED at once. After any failure the
- * communicator is broken: every later call returns the same error. Destroy it and create a new
- * one with a new group id among the survivors.
+ * communicator is broken: every later call returns the same error, and its peers see it leave
+ * (CT_ECONNRESET) instead of waiting for their own deadlines. Destroy it and create a new one
+ * with a new group id among the survivors.
+ *
+ * Rendezvous keys written per group: <group>/node/<rank> (node id), <group>/shm/<node> (shm
+ * segment name), <group>/tcp/<node> ("host:port" of the node leader), <group>/nccl/id.
  *
  * Threads: collective calls on one communicator must come from one thread at a time (as with
  * NCCL/Gloo, all ranks must issue the same calls in the same order). ct_comm_abort() is

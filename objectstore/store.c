@@ -87,6 +87,8 @@ struct ct_store {
     conn *conns;
     size_t nconns;
     int next_conn_id;
+    void (*on_event)(void *arg, int event, const ct_object_id *id, uint64_t size);
+    void *event_arg;
 };
 
 /* ---- ids ---- */
@@ -154,6 +156,13 @@ socklen_t ct__store_sockaddr(struct sockaddr_un *sa, const char *name)
     sa->sun_family = AF_UNIX;
     int len = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "ct-store.%s", name);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
+}
+
+/* Tells the embedder (ct-node) that an object appeared or went; called without the lock. */
+static void notify(ct_store *s, int event, const ct_object_id *id, uint64_t size)
+{
+    if (s->on_event)
+        s->on_event(s->event_arg, event, id, size);
 }
 
 /* ---- index ---- */
@@ -518,7 +527,7 @@ static int do_create(ct_store *s, const ct_object_id *id, uint64_t size, int own
 }
 
 /* conn: the client connection asking (it must be the writer), or 0 for the local API. */
-static int do_seal_abort(ct_store *s, const ct_object_id *id, int seal, int conn)
+static int do_seal_abort(ct_store *s, const ct_object_id *id, int seal, int conn, uint64_t *size)
 {
     char hex[2 * CT_OBJECT_ID_LEN + 1];
     obj *o = find(s, id);
@@ -531,6 +540,7 @@ static int do_seal_abort(ct_store *s, const ct_object_id *id, int seal, int conn
     if (conn && o->owner != conn)
         return ct__error(CT_EBUSY, "store %s: object %s is being written by another process",
                          s->name, ct_object_id_hex(id, hex));
+    *size = o->size;
     if (seal) {
         o->sealed = 1;
         o->owner = 0;
@@ -563,7 +573,7 @@ static int do_pin(ct_store *s, const ct_object_id *id, obj **out)
     return 0;
 }
 
-static int do_delete(ct_store *s, const ct_object_id *id)
+static int do_delete(ct_store *s, const ct_object_id *id, uint64_t *size)
 {
     char hex[2 * CT_OBJECT_ID_LEN + 1];
     obj *o = find(s, id);
@@ -574,6 +584,7 @@ static int do_delete(ct_store *s, const ct_object_id *id)
     if (!o->sealed)
         return ct__error(CT_EBUSY, "store %s: object %s is being written (not sealed)", s->name,
                          ct_object_id_hex(id, hex));
+    *size = o->size;
     index_remove(s, o);
     lru_remove(o);
     o->deleted = 1;
@@ -601,9 +612,12 @@ int ct_store_seal(ct_store *s, const ct_object_id *id)
 {
     if (!s || !id)
         return ct__error(CT_EINVAL, "ct_store_seal: NULL argument");
+    uint64_t size = 0;
     pthread_mutex_lock(&s->mu);
-    int rc = do_seal_abort(s, id, 1, 0);
+    int rc = do_seal_abort(s, id, 1, 0, &size);
     pthread_mutex_unlock(&s->mu);
+    if (!rc)
+        notify(s, CT_STORE_SEALED, id, size);
     return rc;
 }
 
@@ -611,8 +625,9 @@ int ct_store_abort(ct_store *s, const ct_object_id *id)
 {
     if (!s || !id)
         return ct__error(CT_EINVAL, "ct_store_abort: NULL argument");
+    uint64_t size;
     pthread_mutex_lock(&s->mu);
-    int rc = do_seal_abort(s, id, 0, 0);
+    int rc = do_seal_abort(s, id, 0, 0, &size);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -696,9 +711,12 @@ int ct_store_delete(ct_store *s, const ct_object_id *id)
 {
     if (!s || !id)
         return ct__error(CT_EINVAL, "ct_store_delete: NULL argument");
+    uint64_t size = 0;
     pthread_mutex_lock(&s->mu);
-    int rc = do_delete(s, id);
+    int rc = do_delete(s, id, &size);
     pthread_mutex_unlock(&s->mu);
+    if (!rc)
+        notify(s, CT_STORE_DELETED, id, size);
     return rc;
 }
 
@@ -865,13 +883,17 @@ static void handle(ct_store *s, conn *c, const ct__store_req *rq, ct__store_rep 
     case CT__STORE_OP_SEAL:
     case CT__STORE_OP_ABORT:
         pthread_mutex_lock(&s->mu);
-        rp->status = do_seal_abort(s, &rq->id, rq->op == CT__STORE_OP_SEAL, c->id);
+        rp->status = do_seal_abort(s, &rq->id, rq->op == CT__STORE_OP_SEAL, c->id, &rp->size);
         pthread_mutex_unlock(&s->mu);
+        if (!rp->status && rq->op == CT__STORE_OP_SEAL)
+            notify(s, CT_STORE_SEALED, &rq->id, rp->size);
         break;
     case CT__STORE_OP_DELETE:
         pthread_mutex_lock(&s->mu);
-        rp->status = do_delete(s, &rq->id);
+        rp->status = do_delete(s, &rq->id, &rp->size);
         pthread_mutex_unlock(&s->mu);
+        if (!rp->status)
+            notify(s, CT_STORE_DELETED, &rq->id, rp->size);
         break;
     default:
         rp->status = ct__error(CT_EPROTO, "store %s: unknown request op %u", s->name, rq->op);
@@ -997,6 +1019,8 @@ ct_store *ct_store_new(const ct_store_opts *opts)
     snprintf(s->name, sizeof s->name, "%s", opts->name);
     ct__store_shm_name(s->shm_name, sizeof s->shm_name, s->name);
     s->cap = opts->memory_cap ? opts->memory_cap : DEFAULT_CAP;
+    s->on_event = opts->on_event;
+    s->event_arg = opts->event_arg;
     s->cap = (s->cap + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
     s->lru.prev = s->lru.next = &s->lru;
     pthread_mutex_init(&s->mu, NULL);

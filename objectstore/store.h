@@ -58,7 +58,15 @@ typedef struct ct_store_opts {
     uint64_t memory_cap;   /* bytes of shared memory for objects; 0 = 1 GiB */
     const char *spill_dir; /* where evicted objects go; NULL or "" = no spilling (ENOSPC) */
     bool prefault;         /* fault in the whole arena at start (put at memcpy speed at once) */
+    /* Called when an object is sealed (by this process, a client or a pull) or deleted, so
+     * the node can tell the head's directory. Runs on the thread that sealed/deleted (the
+     * shard's client thread for clients), without the shard's lock: it may call ct_store_*,
+     * and must be quick. event: CT_STORE_SEALED or CT_STORE_DELETED. NULL = none. */
+    void (*on_event)(void *arg, int event, const ct_object_id *id, uint64_t size);
+    void *event_arg;
 } ct_store_opts;
+
+enum { CT_STORE_SEALED = 1, CT_STORE_DELETED = 2 };
 
 /* A pinned, read-only view of a sealed object. data stays valid until the view is released.
  * Fields after size are private. A zeroed view is "empty"; release of an empty view is a no-op. */

@@ -74,6 +74,14 @@ static int child_reader(const char *name, int hold_pipe)
     return 0;
 }
 
+static int n_sealed, n_deleted;
+
+static void on_event(void *arg, int event, const ct_object_id *id, uint64_t size)
+{
+    __atomic_fetch_add(&n_sealed, event == CT_STORE_SEALED, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&n_deleted, event == CT_STORE_DELETED, __ATOMIC_SEQ_CST);
+}
+
 static int pins_of(ct_store *s, const ct_object_id *id)
 {
     ct_store_entry *e = NULL;
@@ -95,7 +103,8 @@ int main(void)
     snprintf(name, sizeof name, "ostest-client-%d", (int)getpid());
     snprintf(prefix, sizeof prefix, "ct.%s.", name);
     unsigned char *buf = malloc(5 * MB);
-    ct_store *s = ct_store_new(&(ct_store_opts){.name = name, .memory_cap = 32 * MB});
+    ct_store *s =
+        ct_store_new(&(ct_store_opts){.name = name, .memory_cap = 32 * MB, .on_event = on_event});
     ct_store_view v = {0};
     int pfd[2] = {-1, -1};
     char *dir = NULL;
@@ -114,6 +123,7 @@ int main(void)
     if (c1 == 0)
         _exit(child_reader(name, -1));
     CHECK_EQ(os_wait(c1), 0);
+    CHECK_EQ(__atomic_load_n(&n_sealed, __ATOMIC_SEQ_CST), 2); /* the parent's put and the child's object */
     CHECK_EQ(ct_store_get(s, &mine, &v), 0);
     CHECK(os_verify(v.data, v.size, 2));
     ct_store_release(s, &v);

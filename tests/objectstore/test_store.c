@@ -3,13 +3,27 @@
 #include "tests/objectstore/os_test.h"
 #include "objectstore/store.h"
 
+static int n_sealed, n_deleted;
+static uint64_t last_size;
+
+static void on_event(void *arg, int event, const ct_object_id *id, uint64_t size)
+{
+    ct_store *s = *(ct_store **)arg;
+    n_sealed += event == CT_STORE_SEALED;
+    n_deleted += event == CT_STORE_DELETED;
+    last_size = size;
+    (void)ct_store_contains(s, id); /* the callback may call back into the store */
+}
+
 int main(void)
 {
     os_purge_stale();
     char name[64], prefix[96];
     snprintf(name, sizeof name, "ostest-store-%d", (int)getpid());
     snprintf(prefix, sizeof prefix, "ct.%s.", name);
-    ct_store *s = ct_store_new(&(ct_store_opts){.name = name, .memory_cap = 64 << 20});
+    ct_store *s = NULL;
+    s = ct_store_new(&(ct_store_opts){
+        .name = name, .memory_cap = 64 << 20, .on_event = on_event, .event_arg = &s});
     ct_store_view v = {0}, v2 = {0};
     unsigned char *src = malloc(3 << 20);
     CHECK(s && src);
@@ -39,8 +53,12 @@ int main(void)
     CHECK_EQ(ct_store_delete(s, &id), CT_EBUSY); /* only its writer may drop it */
     CHECK(strstr(ct_last_error(), "010000000000000000000000000000000000005a is being written"));
     memcpy((char *)p + (3 << 20) / 2, src + (3 << 20) / 2, (3 << 20) - (3 << 20) / 2);
+    CHECK_EQ(n_sealed, 0);
     CHECK_EQ(ct_store_seal(s, &id), 0);
+    CHECK_EQ(n_sealed, 1);
+    CHECK_EQ(last_size, 3 << 20);
     CHECK_EQ(ct_store_seal(s, &id), CT_EINVAL);
+    CHECK_EQ(n_sealed, 1);
     CHECK(ct_store_contains(s, &id));
     CHECK_EQ(ct_store_get(s, &id, &v), 0);
     CHECK_EQ(v.size, 3 << 20);
@@ -97,7 +115,9 @@ int main(void)
     ct_store_stats st;
     ct_store_get_stats(s, &st);
     uint64_t used = st.memory_used;
+    CHECK_EQ(n_deleted, 0);
     CHECK_EQ(ct_store_delete(s, &id), 0);
+    CHECK_EQ(n_deleted, 1);
     CHECK(!ct_store_contains(s, &id));
     CHECK_EQ(ct_store_get(s, &id, &v2), CT_ENOENT);
     CHECK(os_verify(v.data, v.size, 1));

@@ -2,7 +2,8 @@
  * node, one on another, so both transports run): bucket layout (first bucket small, then
  * large, gradients never split), results bit-identical to a plain per-tensor allreduce (AVG)
  * of integer-valued data, buckets reduced while the "backward" loop is still marking, two
- * steps in a row, no_sync accumulation, and argument errors. */
+ * steps in a row, no_sync accumulation, argument errors, and a step on an aborted
+ * communicator (fails with CT_ECANCELED, no hang). */
 #include <math.h>
 
 #include "harness.h"
@@ -128,6 +129,18 @@ static int rank_main(int rank, int world, void *arg)
         CHECK_RC(ct_comm_allreduce(c, ref[i], counts[i], CT_F32, CT_COMM_AVG, 0));
         CHECK(memcmp(g[i], ref[i], counts[i] * sizeof(float)) == 0);
     }
+    /* an aborted communicator: the step fails with CT_ECANCELED instead of hanging, the
+     * thread is joined by destroy */
+    for (int i = 0; i < NG / 2; i++)
+        CHECK_RC(ct_bucketer_mark_ready(b, i));
+    ct_comm_abort(c);
+    for (int i = NG / 2; i < NG; i++) {
+        int rc = ct_bucketer_mark_ready(b, i);
+        CHECK(rc == 0 || rc == CT_ECANCELED || rc == CT_ECONNRESET);
+    }
+    /* own abort, or a peer that aborted first while a bucket was in flight */
+    int frc = ct_bucketer_finish(b);
+    CHECK(frc == CT_ECANCELED || frc == CT_ECONNRESET);
     ct_bucketer_destroy(&b);
     CHECK(b == NULL);
     ct_bucketer_destroy(&b);

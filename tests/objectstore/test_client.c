@@ -123,7 +123,8 @@ int main(void)
     if (c1 == 0)
         _exit(child_reader(name, -1));
     CHECK_EQ(os_wait(c1), 0);
-    CHECK_EQ(__atomic_load_n(&n_sealed, __ATOMIC_SEQ_CST), 2); /* the parent's put and the child's object */
+    CHECK_EQ(__atomic_load_n(&n_sealed, __ATOMIC_SEQ_CST),
+             2); /* the parent's put and the child's object */
     CHECK_EQ(ct_store_get(s, &mine, &v), 0);
     CHECK(os_verify(v.data, v.size, 2));
     ct_store_release(s, &v);

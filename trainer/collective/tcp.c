@@ -6,11 +6,12 @@
  * buffers; every transfer is one loop that sends to next and receives from prev at once,
  * sleeping in poll() (with the abort eventfd) only when neither can move, until the deadline.
  *
- * allreduce: ring reduce-scatter (N-1 steps; received bytes are added in as they arrive, so
- * receiving and reducing overlap) then ring allgather (N-1 steps), N = number of nodes, buffer
- * split into N near-equal segments (any length works; segments may be empty).
- * broadcast: a pipelined chain from the root's node (each leader forwards bytes as they come).
- * Not for ranks on the same node: those use shm.c. */
+ * allreduce <= 16 KiB: ring allgather of the whole buffers, then each leader sums them in node
+ * order (N-1 steps: one round trip for two nodes). Larger: ring reduce-scatter (N-1 steps; received
+ * bytes are added in as they arrive, so receiving and reducing overlap) then ring allgather (N-1
+ * steps), N = number of nodes, buffer split into N near-equal segments (any length works; segments
+ * may be empty). broadcast: a pipelined chain from the root's node (each leader forwards bytes as
+ * they come). Not for ranks on the same node: those use shm.c. */
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -35,6 +36,7 @@
 #define REDUCE_GRAIN (64 * 1024) /* bytes received before adding them in */
 #define STAGE (256 * 1024)       /* receive staging for reductions: stays in cache */
 #define MAX_IOV 64
+#define SMALL_BYTES (16 * 1024) /* allreduce up to this size: allgather, then sum locally */
 
 struct hello {
     uint32_t magic;
@@ -379,10 +381,36 @@ static void seg(size_t count, int n, int i, size_t *off, size_t *len)
     *len = base + ((size_t)i < rem);
 }
 
+/* Small messages: a ring allgather of the whole buffers (N-1 steps instead of 2(N-1): one
+ * round trip for two nodes), then every leader sums the N copies in node order itself, so all
+ * get identical bits. */
+static int small_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t deadline)
+{
+    int n = c->nnodes, j = c->node, rc;
+    if ((rc = ensure_tmp(c, count * (size_t)n)) < 0)
+        return rc;
+    const float *srcs[n];
+    for (int i = 0; i < n; i++)
+        srcs[i] = c->tmp + (size_t)i * count;
+    memcpy(c->tmp + (size_t)j * count, buf, count * sizeof(float));
+    for (int s = 0; s < n - 1; s++) {
+        int sb = (j - s + n) % n, rb = (j - s - 1 + n) % n;
+        struct iovec sv = {(void *)srcs[sb], count * sizeof(float)};
+        struct iovec rv = {(void *)srcs[rb], count * sizeof(float)};
+        struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1};
+        if ((rc = run_xfer(c, &x, deadline)) < 0)
+            return rc;
+    }
+    ct__reduce_sum(buf, srcs, n, count, div);
+    return 0;
+}
+
 int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t deadline)
 {
     int n = c->nnodes, j = c->node, rc;
     size_t so, sl, ro, rl;
+    if (count * sizeof(float) <= SMALL_BYTES)
+        return small_allreduce(c, buf, count, div, deadline);
     if ((rc = ensure_tmp(c, STAGE / sizeof(float))) < 0)
         return rc;
     for (int s = 0; s < n - 1; s++) {

@@ -6,7 +6,7 @@
  * buffers; every transfer is one loop that sends to next and receives from prev at once,
  * sleeping in poll() (with the abort eventfd) only when neither can move, until the deadline.
  *
- * allreduce <= 16 KiB: ring allgather of the whole buffers, then each leader sums them in node
+ * allreduce <= 64 KiB: ring allgather of the whole buffers, then each leader sums them in node
  * order (N-1 steps: one round trip for two nodes). Larger: ring reduce-scatter (N-1 steps; received
  * bytes are added in as they arrive, so receiving and reducing overlap) then ring allgather (N-1
  * steps), N = number of nodes, buffer split into N near-equal segments (any length works; segments
@@ -36,7 +36,7 @@
 #define REDUCE_GRAIN (64 * 1024) /* bytes received before adding them in */
 #define STAGE (256 * 1024)       /* receive staging for reductions: stays in cache */
 #define MAX_IOV 64
-#define SMALL_BYTES (16 * 1024) /* allreduce up to this size: allgather, then sum locally */
+#define SMALL_BYTES (64 * 1024) /* allreduce up to this size: allgather, then sum locally */
 
 struct hello {
     uint32_t magic;

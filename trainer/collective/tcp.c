@@ -6,12 +6,12 @@
  * buffers; every transfer is one loop that sends to next and receives from prev at once,
  * sleeping in poll() (with the abort eventfd) only when neither can move, until the deadline.
  *
- * allreduce <= 64 KiB: ring allgather of the whole buffers, then each leader sums them in node
- * order (N-1 steps: one round trip for two nodes). Larger: ring reduce-scatter (N-1 steps; received
- * bytes are added in as they arrive, so receiving and reducing overlap) then ring allgather (N-1
- * steps), N = number of nodes, buffer split into N near-equal segments (any length works; segments
- * may be empty). broadcast: a pipelined chain from the root's node (each leader forwards bytes as
- * they come). Not for ranks on the same node: those use shm.c. */
+ * allreduce of (N-1) * bytes <= 64 KiB: ring allgather of the whole buffers, then each leader sums
+ * them in node order (N-1 steps: one round trip for two nodes). Larger: ring reduce-scatter (N-1
+ * steps; received bytes are added in as they arrive, so receiving and reducing overlap) then ring
+ * allgather (N-1 steps), N = number of nodes, buffer split into N near-equal segments (any length
+ * works; segments may be empty). broadcast: a pipelined chain from the root's node (each leader
+ * forwards bytes as they come). Not for ranks on the same node: those use shm.c. */
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -36,7 +36,7 @@
 #define REDUCE_GRAIN (64 * 1024) /* bytes received before adding them in */
 #define STAGE (256 * 1024)       /* receive staging for reductions: stays in cache */
 #define MAX_IOV 64
-#define SMALL_BYTES (64 * 1024) /* allreduce up to this size: allgather, then sum locally */
+#define SMALL_BYTES (64 * 1024) /* allgather + local sum while (N-1) * bytes stays under this */
 
 struct hello {
     uint32_t magic;
@@ -409,7 +409,7 @@ int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t d
 {
     int n = c->nnodes, j = c->node, rc;
     size_t so, sl, ro, rl;
-    if (count * sizeof(float) <= SMALL_BYTES)
+    if (count * sizeof(float) * (size_t)(n - 1) <= SMALL_BYTES) /* bytes sent per leader */
         return small_allreduce(c, buf, count, div, deadline);
     if ((rc = ensure_tmp(c, STAGE / sizeof(float))) < 0)
         return rc;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/train_throughput/run.sh — single-process training throughput (samples/s) of ct against
 # PyTorch (REF_PYTHON), same model, batch, optimizer (Adam) and data, same thread count
-# (CT_BENCH_THREADS), alternating runs and keeping each side's best of ROUNDS. Configs:
+# (CT_BENCH_THREADS), alternating runs and keeping each side's best over ROUNDS x the OpenMP wait
+# policies in POLICIES (unset/active/passive: both ct and torch use libgomp, and which policy is
+# fastest depends on how busy the machine is, so each side gets its best). Configs:
 #   cnn     the Fashion-MNIST CNN of examples/fashion_mnist.c, batch 64
 #   mlp     MLP 784-256-128-10 on Fashion-MNIST, batch 64
 #   resnet9 ResNet9 (base width 16) on 3x32x32, batch 32
@@ -12,7 +14,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${CT_BUILD:-$here/../../build}
 threads=${CT_BENCH_THREADS:-2}
 py=${REF_PYTHON:-/usr/bin/python3}
-rounds=${ROUNDS:-2}
+rounds=${ROUNDS:-1}
+policies=${POLICIES:-"unset active passive"}
 configs=${CONFIGS:-"mlp tiny resnet9 cnn"}
 bin=$build/bin/train_bench
 [ -x "$bin" ] || { echo "train_throughput: $bin not built" >&2; exit 1; }
@@ -28,12 +31,15 @@ for cfg in $configs; do
     steps=$(steps_for "$cfg")
     best_ct=0 best_ref=0 rss_ct=0 rss_ref=0
     for ((r = 0; r < rounds; r++)); do
-        out=$(OMP_NUM_THREADS=$threads "$bin" "$cfg" "$steps" "$threads") || { echo "$out"; exit 1; }
-        v=$(echo "$out" | field samples_per_s); rss_ct=$(echo "$out" | field peak_rss_kb)
-        best_ct=$(awk -v a="$v" -v b="$best_ct" 'BEGIN{print (a>b)?a:b}')
-        out=$(OMP_NUM_THREADS=$threads "$py" "$here/ref_torch.py" "$cfg" "$steps" "$threads") || { echo "$out"; exit 1; }
-        v=$(echo "$out" | field samples_per_s); rss_ref=$(echo "$out" | field peak_rss_kb)
-        best_ref=$(awk -v a="$v" -v b="$best_ref" 'BEGIN{print (a>b)?a:b}')
+        for pol in $policies; do
+            if [ "$pol" = unset ]; then envp=(env -u OMP_WAIT_POLICY); else envp=(env OMP_WAIT_POLICY=$pol); fi
+            out=$("${envp[@]}" OMP_NUM_THREADS=$threads "$bin" "$cfg" "$steps" "$threads") || { echo "$out"; exit 1; }
+            v=$(echo "$out" | field samples_per_s); rss_ct=$(echo "$out" | field peak_rss_kb)
+            best_ct=$(awk -v a="$v" -v b="$best_ct" 'BEGIN{print (a>b)?a:b}')
+            out=$("${envp[@]}" OMP_NUM_THREADS=$threads "$py" "$here/ref_torch.py" "$cfg" "$steps" "$threads") || { echo "$out"; exit 1; }
+            v=$(echo "$out" | field samples_per_s); rss_ref=$(echo "$out" | field peak_rss_kb)
+            best_ref=$(awk -v a="$v" -v b="$best_ref" 'BEGIN{print (a>b)?a:b}')
+        done
     done
     ratio=$(awk -v a="$best_ct" -v b="$best_ref" 'BEGIN{printf "%.2f", (b>0)?a/b:0}')
     echo "train_throughput_$cfg: ct=$best_ct ref=$best_ref samples/s ratio=$ratio" \

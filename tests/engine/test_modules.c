@@ -184,11 +184,50 @@ static void test_init_and_params(void)
     CHECK(f == NULL && strstr(ct_last_error(), "NULL"), "NULL child refused: %s", ct_last_error());
 }
 
+/* Dropout: train mode zeroes about p of the values and scales the rest by 1/(1-p); the gradient
+ * uses the same mask; eval mode is the identity. */
+static void test_dropout(void)
+{
+    ct_nn_manual_seed(11);
+    int64_t s[2] = {100, 1000};
+    ct_tensor *x = ct_tensor_new(CT_F32, 2, s);
+    ct_tensor_fill_f32(x, 2.0f);
+    ct_tensor_set_requires_grad(x, true);
+    ct_module *d = ct_nn_dropout_new(0.25f);
+    ct_tensor *y = ct_module_forward(d, x);
+    ct_tensor *l = ct_nn_sum(y);
+    CHECK(ct_tensor_backward(l, NULL) == 0, "dropout backward");
+    const float *yp = ct_tensor_f32(y), *g = ct_tensor_f32(ct_tensor_grad(x));
+    int64_t zeros = 0, bad = 0;
+    for (int64_t i = 0; i < 100000; i++) {
+        if (yp[i] == 0.0f)
+            zeros++;
+        else if (fabsf(yp[i] - 2.0f / 0.75f) > 1e-6f)
+            bad++;
+        if (fabsf(g[i] * 2.0f - yp[i]) > 1e-6f) /* grad = mask * scale = y / x */
+            bad++;
+    }
+    double frac = (double)zeros / 100000.0;
+    CHECK(fabs(frac - 0.25) < 0.01, "dropped fraction %.4f, want 0.25", frac);
+    CHECK(bad == 0, "%lld values / gradients off the mask", (long long)bad);
+    ct_tensor_release(&l);
+    ct_tensor_release(&y);
+    ct_module_train(d, false);
+    CHECK(!ct_module_is_training(d), "eval mode");
+    y = ct_module_forward(d, x);
+    CHECK(y && ct_tensor_f32(y)[7] == 2.0f, "eval dropout is the identity");
+    ct_tensor_release(&y);
+    ct_autograd_clear_tape();
+    ct_module_destroy(&d);
+    ct_tensor_release(&x);
+}
+
 int main(int argc, char **argv)
 {
     ref_file r = ref_load(ref_dir(argc, argv), "modules.bin");
     test_vs_torch(&r);
     test_init_and_params();
+    test_dropout();
     ref_free(&r);
     if (g_fail) {
         fprintf(stderr, "%d check(s) failed\n", g_fail);

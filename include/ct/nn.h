@@ -63,6 +63,10 @@ ct_tensor *ct_nn_conv_transpose2d(ct_tensor *x, ct_tensor *w, ct_tensor *b, cons
 ct_tensor *ct_nn_batch_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
                             ct_tensor *running_mean, ct_tensor *running_var, bool training,
                             float momentum, float eps);
+/* relu(batch_norm(...)) in one oneDNN pass (Sequential fuses BatchNorm + ReLU modules). */
+ct_tensor *ct_nn_batch_norm_relu(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
+                                 ct_tensor *running_mean, ct_tensor *running_var, bool training,
+                                 float momentum, float eps);
 /* Pooling (N,C,H,W), square windows, floor mode. stride 0 = kernel. */
 ct_tensor *ct_nn_max_pool2d(ct_tensor *x, int kernel, int stride, int padding);
 ct_tensor *ct_nn_avg_pool2d(ct_tensor *x, int kernel, int stride, int padding,

@@ -41,6 +41,11 @@ static ct_tensor *f_bn(ct_tensor **in, void *c)
     cfg *g = c;
     return ct_nn_batch_norm(in[0], in[1], in[2], g->rm, g->rv, g->training, 0.1f, 1e-5f);
 }
+static ct_tensor *f_bn_relu(ct_tensor **in, void *c)
+{
+    cfg *g = c;
+    return ct_nn_batch_norm_relu(in[0], in[1], in[2], g->rm, g->rv, g->training, 0.1f, 1e-5f);
+}
 static ct_tensor *f_maxpool(ct_tensor **in, void *c)
 {
     cfg *g = c;
@@ -197,6 +202,10 @@ int main(void)
     rv[0] = 1.5f, rv[1] = 0.7f;
     in[0] = RAND(3, 2, 3, 3), in[1] = RAND(2), in[2] = RAND(2);
     fd_check("batch_norm eval", f_bn, in, 3, 7, &c, EPS, ATOL, RTOL);
+    fd_check("batch_norm_relu eval", f_bn_relu, in, 3, 7, &c, EPS, ATOL, RTOL);
+    c.training = true;
+    fd_check("batch_norm_relu train", f_bn_relu, in, 3, 7, &c, EPS, ATOL, RTOL);
+    c.training = false;
     release_all(in, 3);
     ct_tensor_release(&c.rm);
     ct_tensor_release(&c.rv);

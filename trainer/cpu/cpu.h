@@ -60,14 +60,18 @@ typedef struct ct__bn_p {
     int64_t n, c, hw;
     int64_t h, w; /* used with fmt BLK16 (hw = h * w) */
     int fmt;
+    int relu; /* fused ReLU on the output (y = max(bn(x), 0)); training keeps a workspace */
     float eps;
 } ct__bn_p;
+/* Bytes of the fused-ReLU workspace written by training forward, read by backward (0 if !relu). */
+size_t ct__cpu_bn_ws_bytes(const ct__bn_p *p);
 int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
-                         float *y, float *mean, float *var);
+                         float *y, float *mean, float *var, void *ws);
 int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
                          const float *mean, const float *var, float *y);
 int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
-                   const float *mean, const float *var, float *dx, float *dscale, float *dshift);
+                   const float *mean, const float *var, const void *ws, float *dx, float *dscale,
+                   float *dshift);
 
 /* Pooling 2-D: x (n,c,ih,iw) -> y (n,c,oh,ow). Max pooling keeps a workspace for backward
  * (ct__cpu_pool_ws_bytes bytes; 0 for average pooling). */

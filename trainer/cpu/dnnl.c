@@ -746,48 +746,77 @@ static void bn_key(key *k, int kind, const ct__bn_p *p)
     k->v[3] = p->h;
     k->v[4] = p->w;
     k->v[5] = p->fmt;
+    k->v[6] = p->relu;
     k->f[0] = p->eps;
 }
 
 static const unsigned BN_FLAGS = dnnl_use_scale | dnnl_use_shift;
+
+static unsigned bn_flags(const ct__bn_p *p)
+{
+    return BN_FLAGS | (p->relu ? dnnl_fuse_norm_relu : 0);
+}
 
 static int bn_train_pd(dnnl_primitive_desc_t *pd, const ct__bn_p *p, dnnl_memory_desc_t *data)
 {
     int rc = 0;
     dnnl_batch_normalization_desc_t d;
     DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_training, data, p->eps,
-                                                  BN_FLAGS));
+                                                  bn_flags(p)));
     DN(dnnl_primitive_desc_create(pd, &d, NULL, G.engine, NULL));
     return 0;
 err:
     return rc;
 }
 
-int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
-                         float *y, float *mean, float *var)
+static int bn_get_train(entry **out, const ct__bn_p *p)
 {
     int rc = 0;
     key k;
     uint64_t h;
     bn_key(&k, K_BN_FWD_TRAIN, p);
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
     entry *e = lookup(&k, &h);
     if (!e) {
         dnnl_memory_desc_t data, vec;
         bn_mds(p, &data, &vec);
         dnnl_batch_normalization_desc_t d;
         DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_training, &data, p->eps,
-                                                      BN_FLAGS));
-        aspec as[6] = {{DNNL_ARG_SRC, &data, 0},  {DNNL_ARG_SCALE, &vec, 0},
-                       {DNNL_ARG_SHIFT, &vec, 0}, {DNNL_ARG_DST, &data, 1},
-                       {DNNL_ARG_MEAN, &vec, 1},  {DNNL_ARG_VARIANCE, &vec, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as, 4 * p->n * p->c * p->hw)) < 0)
+                                                      bn_flags(p)));
+        aspec as[7] = {{DNNL_ARG_SRC, &data, 0},     {DNNL_ARG_SCALE, &vec, 0},
+                       {DNNL_ARG_SHIFT, &vec, 0},    {DNNL_ARG_DST, &data, 1},
+                       {DNNL_ARG_MEAN, &vec, 1},     {DNNL_ARG_VARIANCE, &vec, 1},
+                       {DNNL_ARG_WORKSPACE, NULL, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, p->relu ? 7 : 6, as,
+                             4 * p->n * p->c * p->hw)) < 0)
             goto err;
         insert(e);
     }
-    void *ptrs[6] = {(void *)x, (void *)scale, (void *)shift, y, mean, var};
+    *out = e;
+    return 0;
+err:
+    return rc;
+}
+
+size_t ct__cpu_bn_ws_bytes(const ct__bn_p *p)
+{
+    entry *e = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&G.mu);
+    if (ensure_engine() == 0 && bn_get_train(&e, p) == 0)
+        n = e->ws_bytes;
+    pthread_mutex_unlock(&G.mu);
+    return n;
+}
+
+int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                         float *y, float *mean, float *var, void *ws)
+{
+    int rc = 0;
+    entry *e;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0 || (rc = bn_get_train(&e, p)) < 0)
+        goto err;
+    void *ptrs[7] = {(void *)x, (void *)scale, (void *)shift, y, mean, var, ws};
     rc = entry_run(e, ptrs);
 err:
     pthread_mutex_unlock(&G.mu);
@@ -810,7 +839,7 @@ int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale, 
         bn_mds(p, &data, &vec);
         dnnl_batch_normalization_desc_t d;
         DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_inference, &data, p->eps,
-                                                      BN_FLAGS | dnnl_use_global_stats));
+                                                      bn_flags(p) | dnnl_use_global_stats));
         aspec as[6] = {{DNNL_ARG_SRC, &data, 0},     {DNNL_ARG_SCALE, &vec, 0},
                        {DNNL_ARG_SHIFT, &vec, 0},    {DNNL_ARG_MEAN, &vec, 0},
                        {DNNL_ARG_VARIANCE, &vec, 0}, {DNNL_ARG_DST, &data, 1}};
@@ -826,7 +855,8 @@ err:
 }
 
 int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
-                   const float *mean, const float *var, float *dx, float *dscale, float *dshift)
+                   const float *mean, const float *var, const void *ws, float *dx, float *dscale,
+                   float *dshift)
 {
     int rc = 0;
     key k;
@@ -844,19 +874,20 @@ int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const flo
             goto err;
         dnnl_batch_normalization_desc_t d;
         DN(dnnl_batch_normalization_backward_desc_init(&d, dnnl_backward, &data, &data, p->eps,
-                                                       BN_FLAGS));
-        aspec as[9] = {{DNNL_ARG_SRC, &data, 0},       {DNNL_ARG_DIFF_DST, &data, 0},
-                       {DNNL_ARG_SCALE, &vec, 0},      {DNNL_ARG_MEAN, &vec, 0},
-                       {DNNL_ARG_VARIANCE, &vec, 0},   {DNNL_ARG_DIFF_SRC, &data, 1},
-                       {DNNL_ARG_DIFF_SCALE, &vec, 1}, {DNNL_ARG_DIFF_SHIFT, &vec, 1},
-                       {DNNL_ARG_SHIFT, &vec, 0}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 9, as, 6 * p->n * p->c * p->hw)) < 0)
+                                                       bn_flags(p)));
+        aspec as[10] = {{DNNL_ARG_SRC, &data, 0},       {DNNL_ARG_DIFF_DST, &data, 0},
+                        {DNNL_ARG_SCALE, &vec, 0},      {DNNL_ARG_MEAN, &vec, 0},
+                        {DNNL_ARG_VARIANCE, &vec, 0},   {DNNL_ARG_DIFF_SRC, &data, 1},
+                        {DNNL_ARG_DIFF_SCALE, &vec, 1}, {DNNL_ARG_DIFF_SHIFT, &vec, 1},
+                        {DNNL_ARG_SHIFT, &vec, 0},      {DNNL_ARG_WORKSPACE, NULL, 0}};
+        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, p->relu ? 10 : 9, as,
+                             6 * p->n * p->c * p->hw)) < 0)
             goto err;
         insert(e);
     }
     /* shift is not read by the backward pass, but oneDNN 2.6 wants the argument */
-    void *ptrs[9] = {(void *)x, (void *)dy, (void *)scale, (void *)mean, (void *)var,
-                     dx,        dscale,     dshift,        (void *)scale};
+    void *ptrs[10] = {(void *)x, (void *)dy, (void *)scale, (void *)mean,  (void *)var,
+                      dx,        dscale,     dshift,        (void *)scale, (void *)ws};
     rc = entry_run(e, ptrs);
 err:
     if (hint)

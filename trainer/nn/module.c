@@ -406,11 +406,28 @@ ct_module *ct_module_set_name(ct_module *m, const char *name)
 
 /* ---------------- forward ---------------- */
 
+/* BatchNorm followed by ReLU runs as one fused op (one pass over the activations each way). */
+static ct_tensor *bn_relu_forward(ct_module *bn, ct_tensor *x)
+{
+    ct_tensor *y = ct_nn_batch_norm_relu(x, bn->params[0], bn->params[1], bn->buffers[0],
+                                         bn->buffers[1], bn->training, bn->momentum, bn->eps);
+    if (y && bn->training)
+        (*(int64_t *)ct_tensor_data(bn->buffers[2]))++;
+    return y;
+}
+
 static ct_tensor *seq_forward(ct_module *m, ct_tensor *x)
 {
     ct_tensor *h = ct_tensor_retain(x);
     for (int i = 0; i < m->nchildren && h; i++) {
-        ct_tensor *nh = ct_module_forward(m->children[i], h);
+        ct_module *c = m->children[i];
+        ct_tensor *nh;
+        if (c->kind == M_BN && i + 1 < m->nchildren && m->children[i + 1]->kind == M_RELU) {
+            nh = bn_relu_forward(c, h);
+            i++;
+        } else {
+            nh = ct_module_forward(c, h);
+        }
         ct_tensor_release(&h);
         h = nh;
     }

@@ -368,7 +368,9 @@ ct_tensor *ct_nn_conv_transpose2d(ct_tensor *x, ct_tensor *w, ct_tensor *b, cons
 typedef struct bn_ctx {
     ct__bn_p p;
     bool training;
-    /* followed by mean[c], var[c] (batch stats in training, running stats in eval) */
+    size_t ws_bytes; /* fused ReLU workspace (training) */
+    /* followed by mean[c], var[c] (batch stats in training, running stats in eval), then the
+     * workspace */
 } bn_ctx;
 
 static float *bn_ones(int64_t c, int slot, float v)
@@ -403,22 +405,24 @@ static int bn_bw(ct__node *nd)
         float *dx = wx ? sx.dst : ct__scratch(0, ct_tensor_numel(x));
         float *dsc = ww ? sw.dst : ct__scratch(1, C);
         float *dsh = wb ? sb.dst : ct__scratch(2, C);
-        if ((rc = ct__cpu_bn_bwd(p, ct__f32(x), dy, scale, mean, var, dx, dsc, dsh)) < 0)
+        if ((rc = ct__cpu_bn_bwd(p, ct__f32(x), dy, scale, mean, var, var + C, dx, dsc, dsh)) < 0)
             return rc;
     } else {
-        /* frozen statistics: y = (x - rm) * rstd * w + b */
-        const float *xp = ct__f32(x);
+        /* frozen statistics: y = (x - rm) * rstd * w + b (then relu: dy masked by y > 0) */
+        const float *xp = ct__f32(x), *yp = ct__f32(nd->out);
         for (int64_t ch = 0; ch < C; ch++) {
             float rstd = 1.0f / sqrtf(var[ch] + p->eps);
             double sdy = 0, sdyx = 0;
             for (int64_t i = 0; i < N; i++) {
                 const float *g = dy + (i * C + ch) * hw, *xx = xp + (i * C + ch) * hw;
                 float *dx = wx ? sx.dst + (i * C + ch) * hw : NULL;
+                const float *yy = yp + (i * C + ch) * hw;
                 for (int64_t j = 0; j < hw; j++) {
-                    sdy += g[j];
-                    sdyx += g[j] * (xx[j] - mean[ch]) * rstd;
+                    float gj = (p->relu && !(yy[j] > 0.0f)) ? 0.0f : g[j];
+                    sdy += gj;
+                    sdyx += gj * (xx[j] - mean[ch]) * rstd;
                     if (dx)
-                        dx[j] = g[j] * rstd * scale[ch];
+                        dx[j] = gj * rstd * scale[ch];
                 }
             }
             if (ww)
@@ -436,9 +440,27 @@ static int bn_bw(ct__node *nd)
     return 0;
 }
 
+static ct_tensor *bn_common(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
+                            ct_tensor *running_mean, ct_tensor *running_var, bool training,
+                            float momentum, float eps, bool relu);
+
 ct_tensor *ct_nn_batch_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
                             ct_tensor *running_mean, ct_tensor *running_var, bool training,
                             float momentum, float eps)
+{
+    return bn_common(x, weight, bias, running_mean, running_var, training, momentum, eps, false);
+}
+
+ct_tensor *ct_nn_batch_norm_relu(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
+                                 ct_tensor *running_mean, ct_tensor *running_var, bool training,
+                                 float momentum, float eps)
+{
+    return bn_common(x, weight, bias, running_mean, running_var, training, momentum, eps, true);
+}
+
+static ct_tensor *bn_common(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
+                            ct_tensor *running_mean, ct_tensor *running_var, bool training,
+                            float momentum, float eps, bool relu)
 {
     ct_tensor *y = NULL;
     bn_ctx *c = NULL;
@@ -448,8 +470,8 @@ ct_tensor *ct_nn_batch_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
     if (!training && x->fmt != CT__FMT_PLAIN && ct__needs_grad(3, gin)) {
         /* the frozen-statistics backward is a plain C loop: give it plain data */
         ct_tensor *xp = ct_nn_to_plain(x);
-        y = xp ? ct_nn_batch_norm(xp, weight, bias, running_mean, running_var, training, momentum,
-                                  eps)
+        y = xp ? bn_common(xp, weight, bias, running_mean, running_var, training, momentum, eps,
+                           relu)
                : NULL;
         ct_tensor_release(&xp);
         return y;
@@ -472,11 +494,22 @@ ct_tensor *ct_nn_batch_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
         ct__error(CT_EINVAL, "batch_norm: eval mode needs running_mean and running_var");
         return NULL;
     }
-    c = calloc(1, sizeof(*c) + 2 * (size_t)C * sizeof(float));
+    ct__bn_p bp = {.n = x->shape[0],
+                   .c = C,
+                   .hw = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1,
+                   .h = x->ndim == 4 ? x->shape[2] : 1,
+                   .w = x->ndim == 4 ? x->shape[3] : 1,
+                   .fmt = x->fmt,
+                   .relu = relu,
+                   .eps = eps};
+    size_t ws = training && relu ? ct__cpu_bn_ws_bytes(&bp) : 0;
+    c = calloc(1, sizeof(*c) + 2 * (size_t)C * sizeof(float) + ws);
     if (!c) {
         ct__error(CT_ENOMEM, "batch_norm: out of memory");
         return NULL;
     }
+    c->ws_bytes = ws;
+    c->p.relu = relu;
     c->p.n = x->shape[0];
     c->p.c = C;
     c->p.hw = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
@@ -498,7 +531,8 @@ ct_tensor *ct_nn_batch_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
             ct__error(CT_EINVAL, "batch_norm: training needs more than one value per channel");
             goto err;
         }
-        if (ct__cpu_bn_fwd_train(&c->p, ct__f32(x), scale, shift, ct__f32(y), mean, var) < 0)
+        if (ct__cpu_bn_fwd_train(&c->p, ct__f32(x), scale, shift, ct__f32(y), mean, var, var + C) <
+            0)
             goto err;
         if (running_mean && running_var) {
             float *rm = ct__f32(running_mean), *rv = ct__f32(running_var);

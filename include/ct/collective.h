@@ -63,6 +63,13 @@ typedef struct ct_rendezvous {
 ct_rendezvous *ct_rendezvous_file_new(const char *dir);
 void ct_rendezvous_file_destroy(ct_rendezvous **rdv);
 
+/* A rendezvous over the head's KV (ct_kv_put / ct_kv_get of ct/ct.h): what replicas in a
+ * cluster use. Keys are stored as prefix + key (prefix may be NULL). Needs ct_init() in the
+ * calling process. Returns an owned object or NULL (ct_last_error() says why). Thread-safe
+ * as far as the runtime's KV calls are. */
+ct_rendezvous *ct_rendezvous_kv_new(const char *prefix);
+void ct_rendezvous_kv_destroy(ct_rendezvous **rdv);
+
 /* ---- communicator ---------------------------------------------------------------------- */
 
 typedef struct ct_comm ct_comm;

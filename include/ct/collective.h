@@ -40,6 +40,7 @@
 
 #include <stddef.h>
 #include <stdbool.h>
+#include "ct/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -75,7 +76,6 @@ void ct_rendezvous_kv_destroy(ct_rendezvous **rdv);
 typedef struct ct_comm ct_comm;
 
 typedef enum { CT_COMM_RING = 0, CT_COMM_NCCL = 1 } ct_comm_backend;
-typedef enum { CT_F32 = 0, CT_F16 = 1, CT_BF16 = 2 } ct_dtype;
 typedef enum { CT_COMM_SUM = 0, CT_COMM_AVG = 1 } ct_comm_op;
 
 typedef struct ct_comm_opts {
@@ -128,8 +128,6 @@ int ct_comm_world_size(const ct_comm *comm);
 /* 0 while usable; else the error that broke it (CT_ECANCELED after abort). Thread-safe. */
 int ct_comm_status(const ct_comm *comm);
 
-/* Bytes per element of dtype. */
-size_t ct_dtype_size(ct_dtype dtype);
 
 /* ---- gradient bucketing (DDP-style) ----------------------------------------------------- */
 

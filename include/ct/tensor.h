@@ -28,6 +28,7 @@
 #ifndef CT_TENSOR_H
 #define CT_TENSOR_H
 
+#include "ct/dtype.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,14 +39,11 @@ extern "C" {
 
 #define CT_MAX_DIMS 5
 
-typedef enum ct_dtype { CT_F32 = 0, CT_F16, CT_BF16, CT_I32, CT_I64, CT_U8 } ct_dtype;
 typedef enum ct_device { CT_CPU = 0, CT_CUDA = 1 } ct_device;
 
 typedef struct ct_tensor ct_tensor;
 
-/* Bytes per element of a dtype; its safetensors name ("F32", "I64", ...). */
-size_t ct_dtype_size(ct_dtype dt);
-const char *ct_dtype_name(ct_dtype dt);
+/* ct_dtype, ct_dtype_size() and ct_dtype_name() come from ct/dtype.h. */
 
 /* New contiguous CPU tensor, zero-filled. NULL on bad shape / out of memory (ct_last_error). */
 ct_tensor *ct_tensor_new(ct_dtype dt, int ndim, const int64_t *shape);

@@ -33,11 +33,6 @@ int64_t ct__comm_deadline(const ct_comm *c, int timeout_ms)
     return ct__now_ns() + (int64_t)t * 1000000;
 }
 
-size_t ct_dtype_size(ct_dtype dtype)
-{
-    return dtype == CT_F32 ? 4 : 2;
-}
-
 int ct__rdv_get_str(const ct_rendezvous *rdv, const char *key, char **out, int64_t deadline)
 {
     int64_t left = (deadline - ct__now_ns()) / 1000000;

@@ -160,6 +160,15 @@ static int dtype_of(ct_dtype dt, ncclDataType_t *out)
     case CT_BF16:
         *out = ncclBfloat16;
         return 0;
+    case CT_I32:
+        *out = ncclInt32;
+        return 0;
+    case CT_I64:
+        *out = ncclInt64;
+        return 0;
+    case CT_U8:
+        *out = ncclUint8;
+        return 0;
     }
     return ct__error(CT_EINVAL, "collective: dtype %d unknown", (int)dt);
 }

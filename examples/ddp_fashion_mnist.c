@@ -1,0 +1,438 @@
+/* examples/ddp_fashion_mnist.c — data-parallel training of the Fashion-MNIST CNN on a ct
+ * cluster: the main job of `make run`.
+ *
+ * The driver starts an embedded cluster (ct_init(NULL): a head and a node as child processes),
+ * or joins the one in $CT_ADDRESS, and creates --replicas replica actors. Each replica is this
+ * same program in actor mode: it builds the same model from the same seed, reads its shard of
+ * the training set (distributed sampler: rank, world size, per-epoch permutation), and after
+ * every backward pass averages the flat gradient buffer with the other replicas (ring allreduce
+ * over shared memory or TCP, the group found through the head's KV) before its optimizer step,
+ * so every replica holds identical weights, as with PyTorch DDP. The driver collects each
+ * epoch's loss and throughput from the replicas and has replica 0 evaluate the test set.
+ *
+ *   ddp_fashion_mnist [--replicas 2] [--epochs 2] [--batch 64] [--lr 1e-3] [--limit N]
+ *                     [--model cnn|mlp] [--seed 0] [--data DIR] [--min-accuracy X]
+ *
+ * --batch is per replica. Prints a line per epoch and last
+ * `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>` (all replicas together).
+ * Not here: checkpoints and retry after a replica dies (the trainer's job). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ct/collective.h"
+#include "ct/ct.h"
+#include "ct/data.h"
+#include "ct/nn.h"
+#include "ct/optim.h"
+#include "ct/tensor.h"
+
+/* What the driver tells each replica when it creates it. */
+typedef struct replica_config {
+    int rank, world, threads;
+    int64_t batch, limit;
+    double lr;
+    uint64_t seed;
+    char model[8];
+    char data[256];
+    char group[64];
+} replica_config;
+
+/* What a replica reports after an epoch. */
+typedef struct epoch_report {
+    double loss_sum; /* sum over samples of the loss */
+    int64_t samples;
+    double seconds;
+    int64_t weights_hash; /* of the flat weights, to show the replicas agree */
+} epoch_report;
+
+typedef struct replica {
+    replica_config cfg;
+    ct_dataset *train_full, *train, *test;
+    ct_loader *loader;
+    ct_module *net;
+    ct_optim *optim;
+    ct_rendezvous *rdv;
+    ct_comm *comm;
+    float *grads; /* the model's flat gradient buffer (borrowed from net) */
+    int64_t numel;
+} replica;
+
+static const float pixel_mean[] = {0.2860f}, pixel_std[] = {0.3530f};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static ct_module *make_model(const char *name)
+{
+    if (!strcmp(name, "mlp"))
+        return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(784, 256, true),
+                             ct_nn_relu_new(), ct_nn_linear_new(256, 128, true), ct_nn_relu_new(),
+                             ct_nn_linear_new(128, 10, true));
+    ct_conv_opts p1 = {.padding = {1, 1}};
+    return CT_SEQUENTIAL(ct_nn_conv2d_new(1, 32, 3, &p1, true), ct_nn_batchnorm2d_new(32),
+                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0),
+                         ct_nn_conv2d_new(32, 64, 3, &p1, true), ct_nn_batchnorm2d_new(64),
+                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0), ct_nn_flatten_new(),
+                         ct_nn_linear_new(3136, 128, true), ct_nn_relu_new(),
+                         ct_nn_dropout_new(0.25f), ct_nn_linear_new(128, 10, true));
+}
+
+static void replica_free(void *state)
+{
+    replica *r = state;
+    if (!r)
+        return;
+    ct_comm_destroy(&r->comm);
+    ct_rendezvous_kv_destroy(&r->rdv);
+    ct_optim_destroy(&r->optim);
+    ct_module_destroy(&r->net);
+    ct_loader_destroy(&r->loader);
+    ct_dataset_destroy(&r->train);
+    ct_dataset_destroy(&r->train_full);
+    ct_dataset_destroy(&r->test);
+    free(r);
+}
+
+/* Builds the replica: data shard, model (same seed everywhere: same initial weights),
+ * optimizer. Joining the gradient group is a separate call (it waits for every replica). */
+static int replica_new(const void *args, size_t len, void **state)
+{
+    if (len != sizeof(replica_config))
+        return CT_EINVAL;
+    replica *r = calloc(1, sizeof *r);
+    if (!r)
+        return CT_ENOMEM;
+    memcpy(&r->cfg, args, sizeof r->cfg);
+    const replica_config *c = &r->cfg;
+    const ct_param_ref *ps;
+    float *values;
+    int np, rc;
+    ct_nn_set_threads(c->threads);
+    ct_nn_manual_seed(c->seed);
+    const char *dir = c->data[0] ? c->data : NULL;
+    if ((rc = ct_dataset_open_mnist(dir, true, &r->train_full)) < 0 ||
+        (rc = ct_dataset_open_mnist(dir, false, &r->test)) < 0)
+        goto fail;
+    int64_t n = ct_dataset_length(r->train_full);
+    if (c->limit > 0 && c->limit < n)
+        n = c->limit;
+    if ((rc = ct_dataset_subset(r->train_full, 0, n, &r->train)) < 0)
+        goto fail;
+    rc = ct_loader_new(r->train,
+                       &(ct_loader_opts){.batch_size = c->batch,
+                                         .shuffle = true,
+                                         .seed = c->seed,
+                                         .rank = c->rank,
+                                         .world_size = c->world,
+                                         .prefetch = 2,
+                                         .transform = {.mean = pixel_mean, .std = pixel_std}},
+                       &r->loader);
+    if (rc < 0)
+        goto fail;
+    rc = CT_ENOMEM;
+    if (!(r->net = make_model(c->model)))
+        goto fail;
+    if ((rc = ct_module_params(r->net, &ps, &np)) < 0 ||
+        (rc = ct_module_flat(r->net, &values, &r->grads, &r->numel)) < 0)
+        goto fail;
+    rc = CT_EINVAL;
+    if (!(r->optim = ct_optim_adam_new(ps, np, &(ct_adam_opts){.lr = c->lr})))
+        goto fail;
+    rc = CT_ENOMEM;
+    if (!(r->rdv = ct_rendezvous_kv_new("ddp_fashion_mnist/")))
+        goto fail;
+    *state = r;
+    return 0;
+fail:
+    replica_free(r);
+    return rc;
+}
+
+/* Joins the gradient group (blocks until every replica has joined). */
+static int replica_join(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    return ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
+                                       .group_id = r->cfg.group,
+                                       .rank = r->cfg.rank,
+                                       .world_size = r->cfg.world,
+                                       .node_id = ct_self_node_id()},
+                       &r->comm);
+}
+
+static int64_t hash_floats(const float *x, int64_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)x;
+    for (int64_t i = 0; i < n * (int64_t)sizeof(float); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return (int64_t)(h >> 1);
+}
+
+/* One epoch over this replica's shard: forward, backward, average the gradients over the
+ * group, step. Result: an epoch_report. */
+static int replica_train_epoch(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    int64_t epoch = *(const int64_t *)args;
+    epoch_report rep = {0};
+    int rc = ct_loader_set_epoch(r->loader, epoch);
+    double t0 = now_s();
+    ct_batch b;
+    while (rc == 0 && (rc = ct_loader_next(r->loader, &b)) > 0) {
+        int64_t xs[4] = {b.n, b.shape[0], b.shape[1], b.shape[2]}, ys[1] = {b.n};
+        ct_tensor *x = ct_tensor_wrap(CT_F32, 4, xs, (void *)b.x);
+        ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b.y);
+        ct_tensor *logits = NULL, *loss = NULL;
+        ct_module_zero_grad(r->net);
+        rc = CT_EINVAL;
+        if ((logits = ct_module_forward(r->net, x)) &&
+            (loss = ct_nn_cross_entropy(logits, y, 0.0f)) &&
+            (rc = ct_tensor_backward(loss, NULL)) == 0 &&
+            (rc = ct_comm_allreduce(r->comm, r->grads, (size_t)r->numel, CT_F32, CT_COMM_AVG, 0)) ==
+                0 &&
+            (rc = ct_optim_step(r->optim)) == 0) {
+            rep.loss_sum += ct_tensor_item(loss) * (double)b.n;
+            rep.samples += b.n;
+        }
+        ct_tensor_release(&loss);
+        ct_tensor_release(&logits);
+        ct_tensor_release(&x);
+        ct_tensor_release(&y);
+    }
+    if (rc < 0)
+        return rc;
+    rep.seconds = now_s() - t0;
+    float *values, *grads;
+    int64_t numel;
+    ct_module_flat(r->net, &values, &grads, &numel);
+    rep.weights_hash = hash_floats(values, numel);
+    if (!(*res = malloc(sizeof rep)))
+        return CT_ENOMEM;
+    memcpy(*res, &rep, sizeof rep);
+    *rlen = sizeof rep;
+    return 0;
+}
+
+/* Test-set accuracy of this replica's model (a double). */
+static int replica_evaluate(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    ct_loader *ld = NULL;
+    int rc = ct_loader_new(
+        r->test,
+        &(ct_loader_opts){.batch_size = 500, .transform = {.mean = pixel_mean, .std = pixel_std}},
+        &ld);
+    if (rc < 0)
+        return rc;
+    ct_module_train(r->net, false);
+    bool was_enabled = ct_autograd_set_enabled(false);
+    int64_t correct = 0, total = 0;
+    ct_batch b;
+    while ((rc = ct_loader_next(ld, &b)) > 0) {
+        int64_t xs[4] = {b.n, b.shape[0], b.shape[1], b.shape[2]};
+        ct_tensor *x = ct_tensor_wrap(CT_F32, 4, xs, (void *)b.x);
+        ct_tensor *logits = ct_module_forward(r->net, x);
+        if (!logits) {
+            ct_tensor_release(&x);
+            rc = CT_EINVAL;
+            break;
+        }
+        const float *l = ct_tensor_f32(logits);
+        for (int64_t i = 0; i < b.n; i++) {
+            int best = 0;
+            for (int k = 1; k < 10; k++)
+                best = l[i * 10 + k] > l[i * 10 + best] ? k : best;
+            correct += best == b.y[i];
+        }
+        total += b.n;
+        ct_tensor_release(&logits);
+        ct_tensor_release(&x);
+    }
+    ct_autograd_set_enabled(was_enabled);
+    ct_module_train(r->net, true);
+    ct_loader_destroy(&ld);
+    if (rc < 0)
+        return rc;
+    double acc = total ? (double)correct / (double)total : 0.0;
+    if (!(*res = malloc(sizeof acc)))
+        return CT_ENOMEM;
+    memcpy(*res, &acc, sizeof acc);
+    *rlen = sizeof acc;
+    return 0;
+}
+
+/* ---- driver ---- */
+
+typedef struct options {
+    int replicas, epochs;
+    int64_t batch, limit;
+    double lr, min_accuracy;
+    uint64_t seed;
+    const char *model, *data;
+} options;
+
+static int parse(int argc, char **argv, options *o)
+{
+    *o = (options){.replicas = 2, .epochs = 2, .batch = 64, .lr = 1e-3, .model = "cnn"};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--replicas"))
+            o->replicas = atoi(v);
+        else if (!strcmp(k, "--epochs"))
+            o->epochs = atoi(v);
+        else if (!strcmp(k, "--batch"))
+            o->batch = atoll(v);
+        else if (!strcmp(k, "--lr"))
+            o->lr = atof(v);
+        else if (!strcmp(k, "--limit"))
+            o->limit = atoll(v);
+        else if (!strcmp(k, "--seed"))
+            o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--model"))
+            o->model = v;
+        else if (!strcmp(k, "--data"))
+            o->data = v;
+        else if (!strcmp(k, "--min-accuracy"))
+            o->min_accuracy = atof(v);
+        else {
+            fprintf(stderr, "ddp_fashion_mnist: unknown option %s\n", k);
+            return 2;
+        }
+    }
+    if (argc % 2 == 0) {
+        fprintf(stderr, "ddp_fashion_mnist: option %s needs a value\n", argv[argc - 1]);
+        return 2;
+    }
+    if (o->replicas < 1 || o->replicas > 64 || o->batch < 1 || o->epochs < 0 ||
+        (strcmp(o->model, "cnn") && strcmp(o->model, "mlp"))) {
+        fprintf(stderr, "ddp_fashion_mnist: bad --replicas, --batch, --epochs or --model\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Calls method with args on every replica at once; results[i] gets each result (malloc'd). */
+static int call_all(ct_actor **actors, int n, const char *method, const void *args, size_t len,
+                    void **results)
+{
+    ct_future **f = calloc((size_t)n, sizeof *f);
+    int rc = f ? 0 : CT_ENOMEM;
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = ct_actor_call_async(actors[i], method, args, len, &f[i]);
+    for (int i = 0; f && i < n; i++) {
+        int w = f[i] ? ct_future_wait(f[i], -1, results ? &results[i] : NULL, NULL) : 0;
+        if (w && !rc) {
+            fprintf(stderr, "ddp_fashion_mnist: %s on replica %d: %s: %s\n", method, i,
+                    ct_strerror(w), ct_last_error());
+            rc = w;
+        }
+        ct_future_destroy(&f[i]);
+    }
+    free(f);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    ct_actor_class_register("Replica",
+                            &(ct_actor_class){.create = replica_new,
+                                              .destroy = replica_free,
+                                              .methods = {{"join", replica_join},
+                                                          {"train_epoch", replica_train_epoch},
+                                                          {"evaluate", replica_evaluate}}});
+    options o;
+    int rc = parse(argc, argv, &o), status = 1;
+    if (rc)
+        return rc;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = (int)(cores / o.replicas) > 0 ? (int)(cores / o.replicas) : 1;
+    if ((rc = ct_init(&(ct_init_opts){.cpus = o.replicas > cores ? o.replicas : cores})) < 0) {
+        fprintf(stderr, "ddp_fashion_mnist: ct_init: %s\n", ct_last_error());
+        return 1;
+    }
+    ct_actor **actors = calloc((size_t)o.replicas, sizeof *actors);
+    void **results = calloc((size_t)o.replicas, sizeof *results);
+    if (!actors || !results)
+        goto out;
+    printf("ddp_fashion_mnist: %d replicas of the %s, %d thread(s) each, cluster at %s\n",
+           o.replicas, o.model, threads, ct_head_address());
+    double t_start = now_s();
+    for (int i = 0; i < o.replicas; i++) {
+        replica_config c = {.rank = i,
+                            .world = o.replicas,
+                            .threads = threads,
+                            .batch = o.batch,
+                            .limit = o.limit,
+                            .lr = o.lr,
+                            .seed = o.seed};
+        snprintf(c.model, sizeof c.model, "%s", o.model);
+        snprintf(c.data, sizeof c.data, "%s", o.data ? o.data : "");
+        snprintf(c.group, sizeof c.group, "ddp-%d-%lld", (int)getpid(), (long long)now_s());
+        if ((rc = ct_actor_create("Replica", &(ct_resources){.cpu = 1}, &c, sizeof c, &actors[i])) <
+            0) {
+            fprintf(stderr, "ddp_fashion_mnist: creating replica %d: %s: %s\n", i, ct_strerror(rc),
+                    ct_last_error());
+            goto out;
+        }
+    }
+    if (call_all(actors, o.replicas, "join", NULL, 0, NULL) < 0)
+        goto out;
+    printf("replicas ready in %.2f s\n", now_s() - t_start);
+    double acc = 0, loss = 0, train_time = 0;
+    int64_t train_samples = 0;
+    for (int64_t epoch = 0; epoch < o.epochs; epoch++) {
+        if (call_all(actors, o.replicas, "train_epoch", &epoch, sizeof epoch, results) < 0)
+            goto out;
+        double loss_sum = 0, slowest = 0;
+        int64_t samples = 0, agree = 1;
+        for (int i = 0; i < o.replicas; i++) {
+            epoch_report *rep = results[i];
+            loss_sum += rep->loss_sum;
+            samples += rep->samples;
+            slowest = rep->seconds > slowest ? rep->seconds : slowest;
+            agree &= rep->weights_hash == ((epoch_report *)results[0])->weights_hash;
+        }
+        for (int i = 0; i < o.replicas; i++) {
+            free(results[i]);
+            results[i] = NULL;
+        }
+        if (!agree) {
+            fprintf(stderr, "ddp_fashion_mnist: replicas' weights differ after epoch %lld\n",
+                    (long long)epoch + 1);
+            goto out;
+        }
+        if (call_all(actors, 1, "evaluate", NULL, 0, results) < 0)
+            goto out;
+        acc = *(double *)results[0];
+        free(results[0]);
+        results[0] = NULL;
+        loss = loss_sum / (double)(samples ? samples : 1);
+        train_time += slowest;
+        train_samples += samples;
+        printf("epoch %lld: train_loss=%.4f test_accuracy=%.4f samples_per_s=%.1f "
+               "time=%.1fs (replicas' weights identical)\n",
+               (long long)epoch + 1, loss, acc, (double)samples / slowest, slowest);
+        fflush(stdout);
+    }
+    printf("final: test_accuracy=%.4f train_loss=%.4f samples_per_s=%.1f\n", acc, loss,
+           train_time > 0 ? (double)train_samples / train_time : 0.0);
+    status = acc >= o.min_accuracy ? 0 : 1;
+    if (status)
+        fprintf(stderr, "ddp_fashion_mnist: test accuracy %.4f below --min-accuracy %.4f\n", acc,
+                o.min_accuracy);
+out:
+    for (int i = 0; actors && i < o.replicas; i++)
+        ct_actor_release(&actors[i]);
+    free(actors);
+    free(results);
+    ct_shutdown();
+    return status;
+}

@@ -17,7 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -25,6 +28,7 @@
 #include "actor/zmtp.h"
 #include "common/common.h"
 #include "head/head.h"
+#include "objectstore/store.h"
 #include "proto/msg.h"
 
 /* ---- class registry (written before ct_init, read-only after) ---- */
@@ -109,6 +113,12 @@ static struct {
     char exe[PATH_MAX];
     char *cmdline;
     size_t cmdline_len;
+    /* object store: this process's node shard, found on first use */
+    ct_store_client *store;
+    char store_node[32];
+    char emb_node[32];   /* the embedded node's id */
+    ct_object_id exe_id; /* code shipping: SHA-1 of /proc/self/exe */
+    int exe_state;       /* 0 not tried, 1 in the store, -1 could not */
 } C = {.mu = PTHREAD_MUTEX_INITIALIZER, .watch_wr = -1, .hb_stop = {-1, -1}};
 
 #define LOCK() pthread_mutex_lock(&C.mu)
@@ -389,6 +399,7 @@ static int start_embedded(const ct_init_opts *o, int timeout_ms, char *addr, siz
                                    .cpus = o->cpus > 0 ? o->cpus : -1,
                                    .gpus = o->gpus > 0 ? o->gpus : 0,
                                    .resources = o->resources,
+                                   .store_memory = o->store_memory,
                                    .watch_fd = watch[0],
                                    .ready_fd = ready[1]};
                 r = ct__node_run(&no);
@@ -405,6 +416,8 @@ static int start_embedded(const ct_init_opts *o, int timeout_ms, char *addr, siz
             rc = ct__error(rc, "ct_init: the embedded %s did not start", which ? "node" : "head");
             goto out;
         }
+        if (which == 1 && !strncmp(line, "registered ", 11))
+            snprintf(C.emb_node, sizeof C.emb_node, "%.31s", line + 11);
         if (which == 0) {
             if (strncmp(line, "listening on ", 13)) {
                 rc = ct__error(CT_EPROTO, "ct_init: embedded head said '%s'", line);
@@ -480,18 +493,32 @@ static void stop_heartbeats(void)
     C.hb_running = false;
 }
 
+/* Ends the embedded head and node: closing the watch pipe makes them exit cleanly (the node
+ * removes its shard and directory); SIGKILL after 2 s, and whatever a killed node left is
+ * purged. */
 static void stop_embedded(void)
 {
     pid_t pids[2] = {C.node_pid, C.head_pid};
-    for (int i = 0; i < 2; i++)
-        if (pids[i] > 0) {
-            kill(pids[i], SIGKILL);
-            waitpid(pids[i], NULL, 0);
-        }
-    C.node_pid = C.head_pid = 0;
     if (C.watch_wr >= 0)
         close(C.watch_wr);
     C.watch_wr = -1;
+    int64_t until = ct__now_ms() + 2000;
+    for (int i = 0; i < 2; i++) {
+        if (pids[i] <= 0)
+            continue;
+        while (waitpid(pids[i], NULL, WNOHANG) == 0) {
+            if (ct__now_ms() > until) {
+                kill(pids[i], SIGKILL);
+                waitpid(pids[i], NULL, 0);
+                break;
+            }
+            usleep(2000);
+        }
+    }
+    if (C.node_pid > 0)
+        ct__objnode_purge_pid(C.node_pid);
+    C.node_pid = C.head_pid = 0;
+    C.emb_node[0] = 0;
 }
 
 void ct_serve_if_worker(void)
@@ -665,6 +692,9 @@ void ct_shutdown(void)
     }
     while (C.actors)
         free_actor(C.actors);
+    ct_store_client_destroy(&C.store);
+    C.store_node[0] = 0;
+    C.exe_state = 0;
     stop_heartbeats();
     close_all();
     stop_embedded();
@@ -733,6 +763,8 @@ static int create_check(const char *cls, const ct_resources *res, const void *ar
     return 0;
 }
 
+static void ship_exe(void);
+
 /* Sends one CreateActor; its request id in *req. Lock held. */
 static int create_send(const char *cls, const ct_resources *r, const void *args, size_t len,
                        int timeout, uint64_t *req)
@@ -764,6 +796,10 @@ static int create_send(const char *cls, const ct_resources *r, const void *args,
     c.strategy = r->strategy == CT_SPREAD ? CT__STRATEGY__SPREAD : CT__STRATEGY__PACK;
     c.pg_id = r->pg ? r->pg->id : "";
     c.bundle_index = r->pg ? r->bundle : -1;
+    if (C.exe_state == 1) {
+        c.exe_object_id.data = C.exe_id.b;
+        c.exe_object_id.len = CT_OBJECT_ID_LEN;
+    }
     e.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR;
     e.create_actor = &c;
     *req = e.req_id;
@@ -826,6 +862,8 @@ int ct_actor_create_many(const char *cls, const ct_resources *res, const void *a
     uint64_t first = 0, req = 0;
     if ((rc = ensure_head()))
         goto out;
+    if (!C.exe_state)
+        ship_exe();
     for (int i = 0; i < n; i++) {
         if ((rc = create_send(cls, &r, args, len, timeout, &req)))
             goto out;
@@ -1340,4 +1378,357 @@ int ct_cluster_resources(const char *name, double *total, double *free_amount)
     ct__msg_free(rep);
     UNLOCK();
     return rc;
+}
+
+/* ---- objects ---- */
+
+/* Connects to this process's node shard (see ct.h for which node). Lock held. */
+static int ensure_store(void)
+{
+    if (C.store)
+        return 0;
+    int rc = ensure_head();
+    if (rc)
+        return rc;
+    Ct__Envelope e, *rep = NULL;
+    Ct__ObjNodes q = CT__OBJ_NODES__INIT;
+    ct__env_init(&e, 0, C.sender, 5000);
+    e.body_case = CT__ENVELOPE__BODY_OBJ_NODES;
+    e.obj_nodes = &q;
+    if ((rc = head_request(&e, &rep, 5000)))
+        return rc;
+    if ((rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OBJ_NODES_REPLY, "obj_nodes")))
+        goto out;
+    Ct__ObjNodesReply *r = rep->obj_nodes_reply;
+    const char *want = C.self_node[0] ? C.self_node : C.emb_node[0] ? C.emb_node : NULL;
+    for (size_t i = 0; i < r->n_nodes && !C.store; i++) {
+        Ct__ObjNodeInfo *ni = r->nodes[i];
+        if (want && strcmp(ni->node_id, want))
+            continue;
+        C.store = ct_store_client_new(ni->store_name);
+        if (C.store)
+            snprintf(C.store_node, sizeof C.store_node, "%s", ni->node_id);
+    }
+    if (!C.store)
+        rc = ct__error(CT_ENOENT,
+                       want ? "object store: node %s has no shard this process can reach"
+                            : "object store: no ct-node with an object store runs on this host%s "
+                              "(start one, or put from a process on a node)",
+                       want ? want : "");
+out:
+    ct__msg_free(rep);
+    return rc;
+}
+
+static int put_done(const ct_object_id *id, uint64_t size, const ct_put_opts *o)
+{
+    int wait = o && o->timeout_ms > 0 ? o->timeout_ms : 60000;
+    Ct__Envelope e, *rep = NULL;
+    Ct__ObjPutDone d = CT__OBJ_PUT_DONE__INIT;
+    ct__env_init(&e, 0, C.sender, 0);
+    d.object_id.data = (uint8_t *)id->b;
+    d.object_id.len = CT_OBJECT_ID_LEN;
+    d.size = size;
+    d.node_id = C.store_node;
+    d.replicas = o && o->replicas > 0 ? o->replicas : 1;
+    d.preferred_node = (char *)(o && o->node ? o->node : "");
+    d.wait_ms = wait;
+    e.body_case = CT__ENVELOPE__BODY_OBJ_PUT_DONE;
+    e.obj_put_done = &d;
+    int rc = head_request(&e, &rep, wait + 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "obj_put_done");
+    ct__msg_free(rep);
+    return rc;
+}
+
+/* create + copy + seal in this node's shard, then register (and replicate). Lock held.
+ * CT_EEXIST from the shard is success when exist_ok (content-addressed ids). */
+static int put_id(const ct_object_id *id, const void *data, size_t len, const ct_put_opts *o,
+                  bool exist_ok)
+{
+    int rc = ensure_store();
+    if (rc)
+        return rc;
+    void *p = NULL;
+    rc = ct_store_client_create(C.store, id, len, &p);
+    if (rc == CT_ECONNRESET) { /* the node went away: use another one */
+        ct_store_client_destroy(&C.store);
+        if ((rc = ensure_store()))
+            return rc;
+        rc = ct_store_client_create(C.store, id, len, &p);
+    }
+    if (rc == CT_EEXIST && exist_ok) {
+        rc = 0;
+    } else if (!rc) {
+        if (len)
+            memcpy(p, data, len);
+        rc = ct_store_client_seal(C.store, id);
+        if (rc)
+            ct_store_client_abort(C.store, id);
+    }
+    if (!rc)
+        rc = put_done(id, len, o);
+    return rc;
+}
+
+int ct_put(const void *data, size_t len, const ct_put_opts *opts, ct_object_id *id)
+{
+    if (!id || (len && !data))
+        return ct__error(CT_EINVAL, "ct_put: %s is NULL", !id ? "id" : "data");
+    if (opts && opts->replicas < 0)
+        return ct__error(CT_EINVAL, "ct_put: opts.replicas %d < 0", opts->replicas);
+    if (getrandom(id->b, sizeof id->b, 0) != (ssize_t)sizeof id->b)
+        return ct__error(CT_EIO, "ct_put: getrandom: %s", strerror(errno));
+    LOCK();
+    int rc = put_id(id, data, len, opts, false);
+    UNLOCK();
+    return rc;
+}
+
+int ct_put_file(const char *path, const ct_put_opts *opts, ct_object_id *id)
+{
+    if (!path || !id)
+        return ct__error(CT_EINVAL, "ct_put_file: %s is NULL", !path ? "path" : "id");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ct__error(-errno, "ct_put_file: %s: %s", path, strerror(errno));
+    struct stat st;
+    void *m = NULL;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = ct__error(-errno, "ct_put_file: %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (st.st_size > 0) {
+        m = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            m = NULL;
+            rc = ct__error(-errno, "ct_put_file: mmap %s: %s", path, strerror(errno));
+            goto out;
+        }
+    }
+    rc = ct_put(m, (size_t)st.st_size, opts, id);
+out:
+    if (m)
+        munmap(m, st.st_size);
+    close(fd);
+    return rc;
+}
+
+static void to_view(const ct_store_view *sv, ct_object_view *v)
+{
+    v->data = sv->data;
+    v->size = sv->size;
+    v->id = sv->id;
+    v->priv_[0] = sv->obj_;
+    v->priv_[1] = sv->map_;
+    v->priv_[2] = (void *)(uintptr_t)sv->maplen_;
+}
+
+int ct_get(const ct_object_id *id, int timeout_ms, ct_object_view *view)
+{
+    if (!id || !view)
+        return ct__error(CT_EINVAL, "ct_get: %s is NULL", !id ? "id" : "view");
+    memset(view, 0, sizeof *view);
+    char hx[41];
+    ct_object_id_hex(id, hx);
+    LOCK();
+    ct_store_view sv = {0};
+    Ct__Envelope *rep = NULL;
+    int rc = ensure_store();
+    if (rc)
+        goto out;
+    rc = ct_store_client_get(C.store, id, &sv);
+    if (rc == CT_ECONNRESET) { /* the node went away: use another one */
+        ct_store_client_destroy(&C.store);
+        if ((rc = ensure_store()))
+            goto out;
+        rc = ct_store_client_get(C.store, id, &sv);
+    }
+    if (rc != CT_ENOENT)
+        goto out;
+    /* not here: the head has this node pull it, then it is local */
+    Ct__Envelope e;
+    Ct__ObjFetch f = CT__OBJ_FETCH__INIT;
+    ct__env_init(&e, 0, C.sender, 0);
+    f.object_id.data = (uint8_t *)id->b;
+    f.object_id.len = CT_OBJECT_ID_LEN;
+    f.node_id = C.store_node;
+    f.wait_ms = timeout_ms > 0 ? timeout_ms : 0;
+    e.body_case = CT__ENVELOPE__BODY_OBJ_FETCH;
+    e.obj_fetch = &f;
+    rc = head_request(&e, &rep, (timeout_ms > 0 ? timeout_ms : 60000) + 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OBJ_LOCATE_REPLY, "obj_fetch");
+    if (rc)
+        goto out;
+    rc = ct_store_client_get(C.store, id, &sv);
+    if (rc == CT_ENOENT)
+        rc = ct__error(CT_ENOENT, "ct_get: object %s vanished from node %s (freed?)", hx,
+                       C.store_node);
+out:
+    ct__msg_free(rep);
+    if (!rc)
+        to_view(&sv, view);
+    UNLOCK();
+    return rc;
+}
+
+void ct_object_release(ct_object_view *v)
+{
+    if (!v || !v->priv_[0])
+        return;
+    ct_store_view sv = {0};
+    sv.data = v->data;
+    sv.size = v->size;
+    sv.id = v->id;
+    sv.obj_ = v->priv_[0];
+    sv.map_ = v->priv_[1];
+    sv.maplen_ = (uint64_t)(uintptr_t)v->priv_[2];
+    LOCK();
+    if (C.store && sv.obj_ == (void *)C.store)
+        ct_store_client_release(C.store, &sv);
+    UNLOCK();
+    memset(v, 0, sizeof *v);
+}
+
+static int locate(const ct_object_id *ids, int n, Ct__Envelope **rep)
+{
+    ProtobufCBinaryData *b = calloc(n ? n : 1, sizeof *b);
+    if (!b)
+        return ct__error(CT_ENOMEM, "ct_wait: out of memory");
+    for (int i = 0; i < n; i++) {
+        b[i].data = (uint8_t *)ids[i].b;
+        b[i].len = CT_OBJECT_ID_LEN;
+    }
+    Ct__Envelope e;
+    Ct__ObjLocate l = CT__OBJ_LOCATE__INIT;
+    ct__env_init(&e, 0, C.sender, 5000);
+    l.n_object_ids = n;
+    l.object_ids = b;
+    e.body_case = CT__ENVELOPE__BODY_OBJ_LOCATE;
+    e.obj_locate = &l;
+    int rc = head_request(&e, rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(*rep, CT__ENVELOPE__BODY_OBJ_LOCATE_REPLY, "obj_locate");
+    if (!rc && (*rep)->obj_locate_reply->n_objects != (size_t)n)
+        rc = ct__error(CT_EPROTO, "obj_locate: %zu answers for %d ids",
+                       (*rep)->obj_locate_reply->n_objects, n);
+    free(b);
+    return rc;
+}
+
+int ct_wait(const ct_object_id *ids, int n, int num_ready, int timeout_ms)
+{
+    if (!ids || n <= 0 || num_ready < 0 || num_ready > n)
+        return ct__error(CT_EINVAL, "ct_wait: need ids, n > 0 and 0 <= num_ready <= n");
+    int64_t until = ct__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        Ct__Envelope *rep = NULL;
+        LOCK();
+        int rc = locate(ids, n, &rep);
+        UNLOCK();
+        int ready = 0;
+        for (int i = 0; !rc && i < n; i++)
+            ready += rep->obj_locate_reply->objects[i]->found;
+        ct__msg_free(rep);
+        if (rc)
+            return rc;
+        if (ready >= num_ready)
+            return ready;
+        if (ct__now_ms() >= until)
+            return ct__error(CT_ETIMEDOUT, "ct_wait: %d of %d objects ready, %d wanted", ready, n,
+                             num_ready);
+        usleep(2000);
+    }
+}
+
+int ct_free(const ct_object_id *id)
+{
+    if (!id)
+        return ct__error(CT_EINVAL, "ct_free: id is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__ObjFree f = CT__OBJ_FREE__INIT;
+    ct__env_init(&e, 0, C.sender, 5000);
+    f.object_id.data = (uint8_t *)id->b;
+    f.object_id.len = CT_OBJECT_ID_LEN;
+    e.body_case = CT__ENVELOPE__BODY_OBJ_FREE;
+    e.obj_free = &f;
+    int rc = head_request(&e, &rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "obj_free");
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_object_nodes(const ct_object_id *id, char (*nodes)[32], int cap, int *n, uint64_t *size)
+{
+    if (!id)
+        return ct__error(CT_EINVAL, "ct_object_nodes: id is NULL");
+    if (n)
+        *n = 0;
+    LOCK();
+    Ct__Envelope *rep = NULL;
+    int rc = locate(id, 1, &rep);
+    if (!rc) {
+        Ct__ObjLocation *l = rep->obj_locate_reply->objects[0];
+        if (!l->found) {
+            char hx[41];
+            rc = ct__error(CT_ENOENT, "object %s: no node holds it", ct_object_id_hex(id, hx));
+        }
+        for (size_t i = 0; !rc && i < l->n_node_ids && (int)i < cap && nodes; i++)
+            snprintf(nodes[i], 32, "%s", l->node_ids[i]);
+        if (!rc && n)
+            *n = (int)l->n_node_ids;
+        if (!rc && size)
+            *size = l->size;
+    }
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+const char *ct_object_node(void)
+{
+    return C.store_node;
+}
+
+int ct_object_id_from_args(const void *args, size_t len, int i, ct_object_id *id)
+{
+    if (!args || !id || i < 0 || (size_t)(i + 1) * CT_OBJECT_ID_LEN > len)
+        return ct__error(CT_EINVAL, "ct_object_id_from_args: args of %zu bytes hold no id #%d", len,
+                         i);
+    memcpy(id->b, (const uint8_t *)args + (size_t)i * CT_OBJECT_ID_LEN, CT_OBJECT_ID_LEN);
+    return 0;
+}
+
+/* Code shipping: puts /proc/self/exe into this node's shard under its SHA-1 (once per
+ * process), so nodes start actors from their cached copy. On failure (no shard reachable)
+ * actors are started from the executable's path as before. Lock held. */
+static void ship_exe(void)
+{
+    C.exe_state = -1;
+    int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0)
+        goto out;
+    m = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED)
+        goto out;
+    ct__sha1(m, st.st_size, C.exe_id.b);
+    if (put_id(&C.exe_id, m, st.st_size, NULL, true)) {
+        CT_LOG(CT_LOG_WARN, "client", "cannot ship the executable (actors start from %s): %s",
+               C.exe, ct_last_error());
+        goto out;
+    }
+    C.exe_state = 1;
+out:
+    if (m != MAP_FAILED)
+        munmap(m, st.st_size);
+    if (fd >= 0)
+        close(fd);
 }

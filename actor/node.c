@@ -277,11 +277,11 @@ static int evict_zygote(nodest *n)
     return 0;
 }
 
-static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *key, size_t keylen,
-                        bool may_evict)
+static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const char *key,
+                        size_t keylen, bool may_evict)
 {
-    if (access(s->exe_path, X_OK) != 0)
-        return ct__error(CT_ENOENT, "start_actor.exe_path: %s: %s", s->exe_path, strerror(errno));
+    if (access(exe, X_OK) != 0)
+        return ct__error(CT_ENOENT, "start_actor.exe_path: %s: %s", exe, strerror(errno));
     if (n->nz >= n->max_zyg) {
         int rc = may_evict ? evict_zygote(n) : CT_EBUSY;
         if (rc)
@@ -323,7 +323,7 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *key, size_t ke
     for (size_t i = 0; i < s->n_argv; i++)
         argv[i] = s->argv[i];
     if (!s->n_argv)
-        argv[0] = s->exe_path;
+        argv[0] = (char *)exe;
     pid_t me = getpid();
     pid_t pid = fork();
     if (pid == 0) {
@@ -334,7 +334,7 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *key, size_t ke
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
         fcntl(sv[1], F_SETFD, 0); /* keep the zygote's end across exec */
-        execve(s->exe_path, argv, env);
+        execve(exe, argv, env);
         _exit(127);
     }
     free(env);
@@ -357,7 +357,7 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *key, size_t ke
     z->pid = pid;
     z->fd = sv[0];
     n->nz++;
-    CT_LOG(CT_LOG_INFO, "node", "zygote %d for %s", (int)pid, s->exe_path);
+    CT_LOG(CT_LOG_INFO, "node", "zygote %d for %s", (int)pid, exe);
     return n->nz - 1;
 }
 
@@ -367,7 +367,17 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     size_t kl = 0;
     int rc = 0;
     char why[512];
-    kl += snprintf(key, sizeof key, "%s", s->exe_path ? s->exe_path : "") + 1;
+    char cached[512];
+    const char *exe = s->exe_path ? s->exe_path : "";
+    if (s->exe_object_id.len) {
+        /* code shipping: run the node's cached copy of the driver's executable */
+        rc = ct__objnode_exe(s->exe_object_id.data, s->exe_object_id.len, s->exe_holders,
+                             s->n_exe_holders, cached, sizeof cached);
+        if (rc)
+            goto fail;
+        exe = cached;
+    }
+    kl += snprintf(key, sizeof key, "%s", exe) + 1;
     for (size_t i = 0; i < s->n_argv && kl < sizeof key; i++)
         kl += snprintf(key + kl, sizeof key - kl, "%s", s->argv[i]) + 1;
     if (kl > sizeof key)
@@ -394,7 +404,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int max_same = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
     if (zi < 0 || (n->z[zi].outstanding > 0 && same < max_same && n->nz < n->max_zyg)) {
-        int nzi = spawn_zygote(n, s, key, kl, zi < 0);
+        int nzi = spawn_zygote(n, s, exe, key, kl, zi < 0);
         if (nzi >= 0)
             zi = nzi;
         else if (zi < 0) {
@@ -683,6 +693,8 @@ int ct__node_run(const ct_node_opts *o)
     ct__log_set_who(n.id);
     CT_LOG(CT_LOG_INFO, "node", "registered as %s, actors bind %s", n.id, n.host);
     current = &n;
+    if ((rc = ct__objnode_start(n.id, n.head, n.host, o->store_memory, o->spill_dir)))
+        goto out;
     for (int i = 0; i < nhooks; i++)
         if (hooks[i].on_start)
             hooks[i].on_start(n.id, n.head, n.host, hooks[i].user);
@@ -783,6 +795,7 @@ out:
     }
     while (waitpid(-1, NULL, WNOHANG) > 0)
         ;
+    ct__objnode_stop();
     free(n.a);
     if (sfd >= 0)
         close(sfd);

@@ -4,6 +4,7 @@
 #define CT_ACTOR_RUNTIME_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "ct/ct.h"
 
 typedef struct ct_node_opts {
@@ -14,6 +15,8 @@ typedef struct ct_node_opts {
     const char *resources; /* "name=n,..." or NULL */
     int watch_fd;          /* exit when it reaches EOF; -1 none */
     int ready_fd;          /* "registered <node-id>\n" written here once registered; -1 none */
+    uint64_t store_memory; /* object store shard bytes; 0: RAM/4, at most 2 GiB */
+    const char *spill_dir; /* NULL: the node's own /tmp/ct-node.<pid> */
 } ct_node_opts;
 
 /* Registers with the head and serves (spawns, reaps, heartbeats) until SIGTERM/SIGINT,
@@ -32,6 +35,26 @@ typedef void (*ct__node_handler)(struct Ct__Envelope *e, void *user);
 int ct__node_add_hooks(ct__node_hook on_start, ct__node_hook on_stop, void *user);
 int ct__node_add_handler(int body_case, ct__node_handler fn, void *user);
 int ct__node_send_head(struct Ct__Envelope *e);
+
+/* ---- the node's object store (objnode.c) ----
+ * start: creates the shard "node.<pid>" and its transfer server, tells the head (on the node's
+ * thread, after registration). stop: ends pulls, removes the shard and /tmp/ct-node.<pid>.
+ * exe: the path of the cached copy of executable object id (pulled from holders first when
+ * the shard lacks it). purge_leftovers: removes shards and dirs of dead nodes on this host;
+ * purge_pid: those of one (killed) node. */
+int ct__objnode_start(const char *node_id, const char *head, const char *host, uint64_t memory,
+                      const char *spill_dir);
+void ct__objnode_stop(void);
+int ct__objnode_exe(const uint8_t *id, size_t idlen, char *const *holders, size_t nh, char *path,
+                    size_t cap);
+void ct__objnode_purge_leftovers(void);
+void ct__objnode_purge_pid(int pid);
+const char *ct__objnode_store_name(void);
+/* Default store memory: a quarter of RAM, at most 2 GiB and half of /dev/shm's free space. */
+uint64_t ct__objnode_default_memory(void);
+
+/* SHA-1 of len bytes (sha1.c): the content address of a shipped executable. */
+void ct__sha1(const void *p, size_t len, uint8_t out[20]);
 
 /* Parses "name=n,name=n" into out[0..*n) (names point into a copy the caller frees: *store).
  * Returns 0 or CT_EINVAL naming the bad entry. */

@@ -149,6 +149,21 @@ int ct__head_add_handler(int body_case, ct__head_handler fn, void *user)
     return 0;
 }
 
+static struct {
+    ct__head_tick_hook fn;
+    void *user;
+} tick_hooks[MAX_EXT];
+static int ntick_hooks;
+
+int ct__head_add_tick_hook(ct__head_tick_hook fn, void *user)
+{
+    if (ntick_hooks == MAX_EXT || !fn)
+        return ct__error(CT_ENOSPC, "head: cannot add a tick hook");
+    tick_hooks[ntick_hooks].fn = fn;
+    tick_hooks[ntick_hooks++].user = user;
+    return 0;
+}
+
 int ct__head_add_node_dead_hook(ct__head_node_hook fn, void *user)
 {
     if (nnode_hooks == MAX_EXT || !fn)
@@ -396,6 +411,13 @@ static void start_on_node(head *h, actor *a)
     s.exe_path = c->exe_path;
     s.n_argv = c->n_argv;
     s.argv = c->argv;
+    char *holders[16];
+    if (c->exe_object_id.len) {
+        s.exe_object_id = c->exe_object_id;
+        s.n_exe_holders =
+            ct__objdir_holders(c->exe_object_id.data, c->exe_object_id.len, holders, 16);
+        s.exe_holders = holders;
+    }
     e.body_case = CT__ENVELOPE__BODY_START_ACTOR;
     e.start_actor = &s;
     send_env(h, &n->rid, &e);
@@ -1293,6 +1315,7 @@ static void head_free(head *h)
     free(h->w);
     free(h->kv);
     free(h->subs);
+    ct__objdir_reset();
     if (h->sock)
         zmq_close(h->sock);
     if (h->ctx)
@@ -1307,6 +1330,8 @@ int ct__head_run(const ct_head_opts *o)
     h.hb_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms : 100;
     h.dead_ms = o->dead_after_ms > 0 ? o->dead_after_ms : 1000;
     ct__log_set_who("head");
+    if ((rc = ct__objdir_install()))
+        goto out;
     h.ctx = zmq_ctx_new();
     h.sock = h.ctx ? zmq_socket(h.ctx, ZMQ_ROUTER) : NULL;
     if (!h.sock) {
@@ -1395,6 +1420,8 @@ int ct__head_run(const ct_head_opts *o)
         if (ct__now_ms() >= next_tick) {
             check_heartbeats(&h);
             expire(&h);
+            for (int i = 0; i < ntick_hooks; i++)
+                tick_hooks[i].fn(&h, tick_hooks[i].user);
             next_tick = ct__now_ms() + tick;
         }
     }

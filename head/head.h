@@ -3,6 +3,9 @@
 #ifndef CT_HEAD_HEAD_H
 #define CT_HEAD_HEAD_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 typedef struct ct_head_opts {
     const char *host;  /* bind address; NULL: 127.0.0.1 */
     int port;          /* 0: ephemeral */
@@ -26,8 +29,18 @@ typedef void (*ct__head_node_hook)(ct__head *h, const char *node_id, void *user)
 /* body_case: a Ct__Envelope__BodyCase value. CT_EEXIST if taken, CT_ENOSPC past 32. */
 int ct__head_add_handler(int body_case, ct__head_handler fn, void *user);
 int ct__head_add_node_dead_hook(ct__head_node_hook fn, void *user);
+/* fn runs on the head's thread every tick (a few ms to 20 ms), for a module's timeouts. */
+typedef void (*ct__head_tick_hook)(ct__head *h, void *user);
+int ct__head_add_tick_hook(ct__head_tick_hook fn, void *user);
 /* Sends e to the peer rid (a reply: set e->req_id to the request's). 0 or a CT_E* code. */
 int ct__head_send(ct__head *h, const struct ct__rid *rid, struct Ct__Envelope *e);
+
+/* The object directory (objdir.c): registers its handlers and hooks (idempotent; ct__head_run
+ * calls it). ct__objdir_holders fills addrs with up to cap transfer addresses of live nodes
+ * holding id (borrowed until the next message is handled) and returns how many. */
+int ct__objdir_install(void);
+int ct__objdir_holders(const uint8_t *id, size_t len, char **addrs, int cap);
+void ct__objdir_reset(void);
 
 /* Serves until SIGTERM/SIGINT or watch_fd EOF. Returns 0, or a negative CT_E* code when it
  * cannot start (bad host, port in use), with the reason in ct_last_error(). */

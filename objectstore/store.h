@@ -39,12 +39,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* An object id: 20 opaque bytes (typically a content hash or a random id). Also defined by
+ * include/ct/ct.h, identically. */
+#ifndef CT_OBJECT_ID_DEFINED
+#define CT_OBJECT_ID_DEFINED
 #define CT_OBJECT_ID_LEN 20
-
-/* An object id: 20 opaque bytes (typically a content hash or a random id). */
 typedef struct ct_object_id {
     uint8_t b[CT_OBJECT_ID_LEN];
 } ct_object_id;
+#endif
 
 /* Writes the 40 lower-case hex digits and a NUL into out (41 bytes); returns out. */
 char *ct_object_id_hex(const ct_object_id *id, char out[2 * CT_OBJECT_ID_LEN + 1]);

@@ -60,6 +60,7 @@ typedef struct ct_init_opts {
     const char *resources; /* custom resources "name=n,..." of the embedded node */
     int heartbeat_ms;      /* 0: 100 */
     int dead_after_ms;     /* 0: 1000 */
+    uint64_t store_memory; /* object store of the embedded node, bytes; 0: RAM/4, <= 2 GiB */
 } ct_init_opts;
 
 /* In a process started as a ct worker (actor, head or node of an embedded cluster) this
@@ -222,6 +223,85 @@ typedef struct ct_event {
 int ct_events_subscribe(unsigned mask);
 /* Next event, waiting up to timeout_ms (0: poll once). 0 or CT_ETIMEDOUT. */
 int ct_events_next(ct_event *ev, int timeout_ms);
+
+/* ---- objects (the distributed object store) ----
+ *
+ * Immutable blobs addressed by 20-byte ids, held in the shared-memory shards of the nodes.
+ * A process uses the shard of "its" node: an actor the node it runs on; a driver the embedded
+ * node (ct_init(NULL)), else the first node of the cluster whose shard runs on this host. A
+ * driver attached with CT_ADDRESS to a cluster with no node on its host gets CT_ENOENT from
+ * ct_put/ct_get ("no ct-node with an object store runs on this host"): start a node there.
+ *
+ *     ct_object_id id;
+ *     ct_put(buf, len, &(ct_put_opts){.replicas = 2}, &id);   // copies on 2 nodes
+ *     ct_actor_call(a, "consume", &id, sizeof id, ...);       // ids travel as 20 raw bytes
+ *     ...in the actor: ct_object_view v; ct_get(&id, 5000, &v); use v.data, v.size;
+ *     ct_object_release(&v);
+ *     ct_free(&id);                                           // gone from every node
+ *
+ * Passing objects to actors: an id is a plain 20-byte value; put it (or several, back to back)
+ * in the call's args and memcpy it out in the method (ct_object_id_from_args helps).
+ * Threads: all functions are thread-safe; a view may be used from any thread of the process. */
+#ifndef CT_OBJECT_ID_DEFINED
+#define CT_OBJECT_ID_DEFINED
+#define CT_OBJECT_ID_LEN 20
+typedef struct ct_object_id {
+    uint8_t b[CT_OBJECT_ID_LEN];
+} ct_object_id;
+#endif
+
+typedef struct ct_put_opts {
+    int replicas;     /* copies on distinct nodes, this node's included; 0: 1. More than the
+                         live nodes with a store: one per node (best effort) */
+    const char *node; /* preferred node id: it gets a copy (in addition); NULL: none */
+    int timeout_ms;   /* waiting for the copies; 0: 60000 */
+} ct_put_opts;
+
+/* A pinned, read-only, zero-copy view of an object in this node's shard. Fields after id are
+ * private. Valid until ct_object_release (or ct_shutdown). */
+typedef struct ct_object_view {
+    const void *data;
+    uint64_t size;
+    ct_object_id id;
+    void *priv_[3];
+} ct_object_view;
+
+/* Stores len bytes (copied) under a new random id (*id) in this node's shard and registers it
+ * with the head; with opts->replicas = k returns once k nodes hold it (CT_ETIMEDOUT past
+ * opts->timeout_ms; the object then exists with fewer copies). opts may be NULL. CT_ENOSPC when
+ * the shard cannot make room (nothing stored is lost). */
+int ct_put(const void *data, size_t len, const ct_put_opts *opts, ct_object_id *id);
+/* Same with a file's contents. */
+int ct_put_file(const char *path, const ct_put_opts *opts, ct_object_id *id);
+
+/* Pins the object and fills *view. When this node's shard lacks it, the node pulls it from a
+ * holder first (chunked, checksummed, failing over to other holders). timeout_ms > 0: wait up
+ * to that long for an id no node holds yet, and for the pull; <= 0: an unknown id fails at
+ * once with CT_ENOENT, a pull may take up to 60 s. CT_EDEAD when every holder died. */
+int ct_get(const ct_object_id *id, int timeout_ms, ct_object_view *view);
+/* Unpins and zeroes the view; accepts an empty (zeroed) view. */
+void ct_object_release(ct_object_view *view);
+
+/* Waits until at least num_ready of the n ids exist somewhere in the cluster. Returns how many
+ * are ready (>= num_ready), or CT_ETIMEDOUT after timeout_ms (<= 0: poll once). */
+int ct_wait(const ct_object_id *ids, int n, int num_ready, int timeout_ms);
+
+/* Deletes the object from every node and the directory (readers holding views keep their
+ * bytes until they release them). CT_ENOENT for an unknown id. */
+int ct_free(const ct_object_id *id);
+
+/* The directory's view: up to cap holder node ids into nodes[], their count in *n, the size in
+ * *size (either may be NULL). CT_ENOENT when no node holds the id. */
+int ct_object_nodes(const ct_object_id *id, char (*nodes)[32], int cap, int *n, uint64_t *size);
+
+/* The node whose shard this process uses ("" before the first object call). Borrowed. */
+const char *ct_object_node(void);
+
+/* The i-th id (0-based) of args holding ids back to back. CT_EINVAL if args is too short. */
+int ct_object_id_from_args(const void *args, size_t len, int i, ct_object_id *id);
+/* 40 lower-case hex digits + NUL into out; returns out. Parse: 0 or CT_EINVAL. */
+char *ct_object_id_hex(const ct_object_id *id, char out[2 * CT_OBJECT_ID_LEN + 1]);
+int ct_object_id_parse(ct_object_id *id, const char *hex);
 
 /* ---- KV (rendezvous) ---- */
 

@@ -68,7 +68,11 @@ __attribute__((unused)) static double h_now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* Kills and reaps every process this test started (those still running). */
+/* actor/objnode.c: removes the store shards and /tmp/ct-node.<pid> dirs of dead nodes. */
+void ct__objnode_purge_leftovers(void);
+
+/* Kills and reaps every process this test started (those still running), then removes what
+ * killed nodes left in /dev/shm and /tmp. */
 __attribute__((unused)) static void h_kill_all(void)
 {
     if (getpid() != h_owner)
@@ -79,6 +83,7 @@ __attribute__((unused)) static void h_kill_all(void)
             waitpid(h_procs[i], NULL, 0);
             h_procs[i] = 0;
         }
+    ct__objnode_purge_leftovers();
 }
 
 __attribute__((unused)) static void h_on_signal(int sig)

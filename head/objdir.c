@@ -1,0 +1,704 @@
+/* head/objdir.c — the head's object directory: object id -> holder nodes + size, the nodes'
+ * shards (store name, transfer address), and the requests that wait on objects (a fetch waits
+ * until its node holds the object; a replicated put waits until k nodes do).
+ *
+ * Fed by the nodes (ObjNodeInfo once registered, ObjAdded/ObjRemoved from their shards'
+ * on_event hook, ObjPullDone when a pull the head asked for ends) and by clients (ObjPutDone,
+ * ObjFetch, ObjLocate, ObjFree, ObjNodes). A node declared dead loses its holdings; an object
+ * with no holder left is forgotten. The head never touches object bytes: it only tells a node
+ * to pull (ObjPull with the holders' transfer addresses) or to delete (ObjDelete).
+ *
+ * Not in here: the bytes (objectstore/), the node's side (actor/objnode.c). Objects and waiters
+ * are kept in flat arrays scanned linearly: fine for thousands of objects, not for millions.
+ * Threads: everything runs on the head's thread (handlers and the tick hook). */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/common.h"
+#include "head/head.h"
+#include "proto/msg.h"
+
+#define IDLEN 20
+
+typedef struct dnode {
+    char id[32];
+    ct__rid rid;
+    char store[96];
+    char addr[160];
+    char host[64];
+    uint64_t cap;
+    bool alive;
+} dnode;
+
+typedef struct dobj {
+    uint8_t id[IDLEN];
+    uint64_t size;
+    int *h; /* holder node indexes */
+    int nh, caph;
+} dobj;
+
+typedef struct dpull {
+    uint8_t id[IDLEN];
+    int node;
+} dpull;
+
+enum { W_FETCH, W_PUT };
+typedef struct dwait {
+    int kind;
+    ct__rid rid;
+    uint64_t req;
+    uint8_t id[IDLEN];
+    int node; /* W_FETCH: the node that must hold it */
+    int need; /* W_PUT: holders wanted */
+    int64_t deadline;
+} dwait;
+
+static struct {
+    dnode *n;
+    int nn;
+    dobj *o;
+    int no, capo;
+    dpull *p;
+    int np, capp;
+    dwait *w;
+    int nw, capw;
+    int rr; /* round-robin start for replica placement */
+} D;
+
+static bool installed;
+
+#define REPLY_ERR(h, rid, req, code, field, ...)                                                   \
+    do {                                                                                           \
+        char _m[300];                                                                              \
+        snprintf(_m, sizeof _m, __VA_ARGS__);                                                      \
+        send_error((h), (rid), (req), (code), (field), _m);                                        \
+    } while (0)
+
+static void send_error(ct__head *h, const ct__rid *rid, uint64_t req, int code, const char *field,
+                       const char *msg)
+{
+    Ct__Envelope e;
+    Ct__Error er = CT__ERROR__INIT;
+    ct__env_init(&e, req, "head", 0);
+    er.code = code;
+    er.message = (char *)msg;
+    er.field = (char *)field;
+    e.body_case = CT__ENVELOPE__BODY_ERROR;
+    e.error = &er;
+    ct__head_send(h, rid, &e);
+}
+
+static void reply_ok(ct__head *h, const ct__rid *rid, uint64_t req)
+{
+    Ct__Envelope e;
+    Ct__Ok ok = CT__OK__INIT;
+    ct__env_init(&e, req, "head", 0);
+    e.body_case = CT__ENVELOPE__BODY_OK;
+    e.ok = &ok;
+    ct__head_send(h, rid, &e);
+}
+
+static void hex(const uint8_t *id, char out[2 * IDLEN + 1])
+{
+    for (int i = 0; i < IDLEN; i++)
+        snprintf(out + 2 * i, 3, "%02x", id[i]);
+}
+
+static int find_node(const char *id)
+{
+    for (int i = 0; i < D.nn; i++)
+        if (id && !strcmp(D.n[i].id, id))
+            return i;
+    return -1;
+}
+
+static int find_obj(const uint8_t *id)
+{
+    for (int i = 0; i < D.no; i++)
+        if (!memcmp(D.o[i].id, id, IDLEN))
+            return i;
+    return -1;
+}
+
+static bool holds(const dobj *o, int ni)
+{
+    for (int i = 0; i < o->nh; i++)
+        if (o->h[i] == ni)
+            return true;
+    return false;
+}
+
+static void drop_obj(int oi)
+{
+    free(D.o[oi].h);
+    D.o[oi] = D.o[--D.no];
+}
+
+static int add_holder(const uint8_t *id, uint64_t size, int ni)
+{
+    int oi = find_obj(id);
+    if (oi < 0) {
+        if (D.no == D.capo) {
+            int cap = D.capo ? 2 * D.capo : 64;
+            dobj *no = realloc(D.o, cap * sizeof *no);
+            if (!no)
+                return CT_ENOMEM;
+            D.o = no;
+            D.capo = cap;
+        }
+        oi = D.no++;
+        memset(&D.o[oi], 0, sizeof D.o[oi]);
+        memcpy(D.o[oi].id, id, IDLEN);
+        D.o[oi].size = size;
+    }
+    dobj *o = &D.o[oi];
+    if (holds(o, ni))
+        return 0;
+    if (o->nh == o->caph) {
+        int cap = o->caph ? 2 * o->caph : 4;
+        int *nh = realloc(o->h, cap * sizeof *nh);
+        if (!nh)
+            return CT_ENOMEM;
+        o->h = nh;
+        o->caph = cap;
+    }
+    o->h[o->nh++] = ni;
+    return 0;
+}
+
+static void remove_holder(int oi, int ni)
+{
+    dobj *o = &D.o[oi];
+    for (int i = 0; i < o->nh; i++)
+        if (o->h[i] == ni) {
+            o->h[i--] = o->h[--o->nh];
+        }
+    if (!o->nh)
+        drop_obj(oi);
+}
+
+static int find_pull(const uint8_t *id, int ni)
+{
+    for (int i = 0; i < D.np; i++)
+        if (D.p[i].node == ni && !memcmp(D.p[i].id, id, IDLEN))
+            return i;
+    return -1;
+}
+
+/* Asks node ni to pull object oi from its live holders (once per node and id). */
+static int request_pull(ct__head *h, int oi, int ni)
+{
+    dobj *o = &D.o[oi];
+    if (holds(o, ni) || find_pull(o->id, ni) >= 0)
+        return 0;
+    char *addrs[64];
+    size_t na = 0;
+    for (int i = 0; i < o->nh && na < 64; i++)
+        if (D.n[o->h[i]].alive && D.n[o->h[i]].addr[0])
+            addrs[na++] = D.n[o->h[i]].addr;
+    if (!na)
+        return CT_EDEAD;
+    if (D.np == D.capp) {
+        int cap = D.capp ? 2 * D.capp : 16;
+        dpull *np = realloc(D.p, cap * sizeof *np);
+        if (!np)
+            return CT_ENOMEM;
+        D.p = np;
+        D.capp = cap;
+    }
+    memcpy(D.p[D.np].id, o->id, IDLEN);
+    D.p[D.np++].node = ni;
+    Ct__Envelope e;
+    Ct__ObjPull p = CT__OBJ_PULL__INIT;
+    ct__env_init(&e, 0, "head", 0);
+    p.object_id.data = o->id;
+    p.object_id.len = IDLEN;
+    p.n_holders = na;
+    p.holders = addrs;
+    e.body_case = CT__ENVELOPE__BODY_OBJ_PULL;
+    e.obj_pull = &p;
+    return ct__head_send(h, &D.n[ni].rid, &e);
+}
+
+static void fill_location(Ct__ObjLocation *l, const uint8_t *id, char **ids, char **addrs)
+{
+    ct__obj_location__init(l);
+    l->object_id.data = (uint8_t *)id;
+    l->object_id.len = IDLEN;
+    int oi = find_obj(id);
+    if (oi < 0)
+        return;
+    dobj *o = &D.o[oi];
+    l->found = 1;
+    l->size = o->size;
+    for (int i = 0; i < o->nh && i < 64; i++) {
+        ids[l->n_node_ids++] = D.n[o->h[i]].id;
+        addrs[l->n_addresses++] = D.n[o->h[i]].addr;
+    }
+    l->node_ids = ids;
+    l->addresses = addrs;
+}
+
+static void reply_location(ct__head *h, const ct__rid *rid, uint64_t req, const uint8_t *id)
+{
+    char *ids[64], *addrs[64];
+    Ct__ObjLocation l, *lp = &l;
+    fill_location(&l, id, ids, addrs);
+    Ct__Envelope e;
+    Ct__ObjLocateReply r = CT__OBJ_LOCATE_REPLY__INIT;
+    ct__env_init(&e, req, "head", 0);
+    r.n_objects = 1;
+    r.objects = &lp;
+    e.body_case = CT__ENVELOPE__BODY_OBJ_LOCATE_REPLY;
+    e.obj_locate_reply = &r;
+    ct__head_send(h, rid, &e);
+}
+
+static void drop_wait(int i)
+{
+    D.w[i] = D.w[--D.nw];
+}
+
+static int add_wait(const dwait *w)
+{
+    if (D.nw == D.capw) {
+        int cap = D.capw ? 2 * D.capw : 16;
+        dwait *nw = realloc(D.w, cap * sizeof *nw);
+        if (!nw)
+            return CT_ENOMEM;
+        D.w = nw;
+        D.capw = cap;
+    }
+    D.w[D.nw++] = *w;
+    return 0;
+}
+
+static int live_holders(const dobj *o)
+{
+    int k = 0;
+    for (int i = 0; i < o->nh; i++)
+        k += D.n[o->h[i]].alive;
+    return k;
+}
+
+/* Answers the waiters on id that are satisfied now; starts the pulls fetches need. */
+static void progress(ct__head *h, const uint8_t *id)
+{
+    int oi = find_obj(id);
+    for (int i = 0; i < D.nw; i++) {
+        dwait *w = &D.w[i];
+        if (memcmp(w->id, id, IDLEN))
+            continue;
+        if (oi < 0)
+            continue;
+        if (w->kind == W_FETCH) {
+            if (holds(&D.o[oi], w->node)) {
+                reply_location(h, &w->rid, w->req, id);
+                drop_wait(i--);
+            } else if (request_pull(h, oi, w->node)) {
+                REPLY_ERR(h, &w->rid, w->req, CT_EDEAD, "obj_fetch.object_id",
+                          "object fetch: no live holder to pull from");
+                drop_wait(i--);
+            }
+        } else if (live_holders(&D.o[oi]) >= w->need) {
+            reply_ok(h, &w->rid, w->req);
+            drop_wait(i--);
+        }
+    }
+}
+
+static int check_id(ct__head *h, const ct__rid *rid, uint64_t req, ProtobufCBinaryData *b,
+                    const char *field)
+{
+    if (b->len == IDLEN)
+        return 0;
+    REPLY_ERR(h, rid, req, CT_EINVAL, field, "%s: %zu bytes, an object id has %d", field, b->len,
+              IDLEN);
+    return CT_EINVAL;
+}
+
+/* ---- handlers ---- */
+
+static void on_node_info(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+{
+    (void)user;
+    Ct__ObjNodeInfo *m = e->obj_node_info;
+    if (!m->node_id || !*m->node_id || strlen(m->node_id) >= 32) {
+        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "obj_node_info.node_id",
+                  "obj_node_info.node_id: "
+                  "empty or too long");
+        return;
+    }
+    int ni = find_node(m->node_id);
+    if (ni < 0) {
+        dnode *nn = realloc(D.n, (D.nn + 1) * sizeof *nn);
+        if (!nn)
+            return;
+        D.n = nn;
+        ni = D.nn++;
+    }
+    dnode *n = &D.n[ni];
+    memset(n, 0, sizeof *n);
+    snprintf(n->id, sizeof n->id, "%s", m->node_id);
+    snprintf(n->store, sizeof n->store, "%s", m->store_name ? m->store_name : "");
+    snprintf(n->addr, sizeof n->addr, "%s", m->xfer_address ? m->xfer_address : "");
+    snprintf(n->host, sizeof n->host, "%s", m->host ? m->host : "");
+    n->cap = m->memory_cap;
+    n->rid = *rid;
+    n->alive = true;
+    CT_LOG(CT_LOG_INFO, "objdir", "node %s: store %s, transfer %s", n->id, n->store, n->addr);
+}
+
+static void on_added(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+{
+    (void)user, (void)rid;
+    Ct__ObjAdded *m = e->obj_added;
+    int ni = find_node(m->node_id);
+    if (ni < 0 || m->object_id.len != IDLEN || !D.n[ni].alive)
+        return;
+    add_holder(m->object_id.data, m->size, ni);
+    progress(h, m->object_id.data);
+}
+
+static void on_removed(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+{
+    (void)user, (void)rid, (void)h;
+    Ct__ObjRemoved *m = e->obj_removed;
+    int ni = find_node(m->node_id);
+    if (ni < 0 || m->object_id.len != IDLEN)
+        return;
+    int oi = find_obj(m->object_id.data);
+    if (oi >= 0)
+        remove_holder(oi, ni);
+}
+
+static void on_pull_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+{
+    (void)user, (void)rid;
+    Ct__ObjPullDone *m = e->obj_pull_done;
+    int ni = find_node(m->node_id);
+    if (ni < 0 || m->object_id.len != IDLEN)
+        return;
+    const uint8_t *id = m->object_id.data;
+    int pi = find_pull(id, ni);
+    if (pi >= 0)
+        D.p[pi] = D.p[--D.np];
+    if (m->code == 0 && D.n[ni].alive) {
+        add_holder(id, m->size, ni);
+        progress(h, id);
+        return;
+    }
+    char hx[2 * IDLEN + 1];
+    hex(id, hx);
+    CT_LOG(CT_LOG_WARN, "objdir", "pull of %s on %s failed: %s", hx, m->node_id,
+           m->message ? m->message : "");
+    for (int i = 0; i < D.nw; i++) {
+        dwait *w = &D.w[i];
+        if (memcmp(w->id, id, IDLEN) || (w->kind == W_FETCH && w->node != ni))
+            continue;
+        REPLY_ERR(h, &w->rid, w->req, m->code < 0 ? m->code : CT_EIO, "obj_fetch",
+                  "object %s: pull on node %s failed: %s", hx, m->node_id,
+                  m->message ? m->message : "");
+        drop_wait(i--);
+    }
+}
+
+static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+{
+    (void)user;
+    Ct__ObjPutDone *m = e->obj_put_done;
+    if (check_id(h, rid, e->req_id, &m->object_id, "obj_put_done.object_id"))
+        return;
+    int ni = find_node(m->node_id);
+    if (ni < 0 || !D.n[ni].alive) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_put_done.node_id",
+                  "obj_put_done.node_id: no live node %s with a store", m->node_id);
+        return;
+    }
+    if (add_holder(m->object_id.data, m->size, ni)) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        return;
+    }
+    int oi = find_obj(m->object_id.data);
+    int alive = 0;
+    for (int i = 0; i < D.nn; i++)
+        alive += D.n[i].alive && D.n[i].addr[0];
+    int need = m->replicas < 1 ? 1 : m->replicas;
+    if (need > alive)
+        need = alive; /* best effort: one copy per live node at most */
+    int have = live_holders(&D.o[oi]);
+    int pref = find_node(m->preferred_node);
+    if (pref >= 0 && D.n[pref].alive && D.n[pref].addr[0] && !holds(&D.o[oi], pref)) {
+        if (need < have + 1)
+            need = have + 1;
+        request_pull(h, oi, pref);
+    }
+    int asked = have;
+    for (int i = 0; i < D.np; i++)
+        asked += !memcmp(D.p[i].id, D.o[oi].id, IDLEN) && D.n[D.p[i].node].alive;
+    for (int k = 0; k < D.nn && asked < need; k++) {
+        int j = (D.rr + k) % D.nn;
+        if (!D.n[j].alive || !D.n[j].addr[0] || holds(&D.o[oi], j) || find_pull(D.o[oi].id, j) >= 0)
+            continue;
+        if (!request_pull(h, oi, j))
+            asked++;
+        D.rr = j + 1;
+    }
+    if (live_holders(&D.o[oi]) >= need) {
+        reply_ok(h, rid, e->req_id);
+        return;
+    }
+    dwait w = {.kind = W_PUT,
+               .rid = *rid,
+               .req = e->req_id,
+               .need = need,
+               .deadline = ct__now_ms() + (m->wait_ms > 0 ? m->wait_ms : 60000)};
+    memcpy(w.id, m->object_id.data, IDLEN);
+    if (add_wait(&w))
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+}
+
+static void on_fetch(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+{
+    (void)user;
+    Ct__ObjFetch *m = e->obj_fetch;
+    if (check_id(h, rid, e->req_id, &m->object_id, "obj_fetch.object_id"))
+        return;
+    int ni = find_node(m->node_id);
+    if (ni < 0 || !D.n[ni].alive) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_fetch.node_id",
+                  "obj_fetch.node_id: no live node %s with a store", m->node_id);
+        return;
+    }
+    int oi = find_obj(m->object_id.data);
+    char hx[2 * IDLEN + 1];
+    hex(m->object_id.data, hx);
+    if (oi < 0 && m->wait_ms <= 0) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_fetch.object_id",
+                  "object %s: unknown id (no node holds it)", hx);
+        return;
+    }
+    if (oi >= 0 && holds(&D.o[oi], ni)) {
+        reply_location(h, rid, e->req_id, m->object_id.data);
+        return;
+    }
+    if (oi >= 0 && request_pull(h, oi, ni)) {
+        REPLY_ERR(h, rid, e->req_id, CT_EDEAD, "obj_fetch.object_id",
+                  "object %s: no live holder to pull from", hx);
+        return;
+    }
+    dwait w = {.kind = W_FETCH,
+               .rid = *rid,
+               .req = e->req_id,
+               .node = ni,
+               .deadline = ct__now_ms() + (m->wait_ms > 0 ? m->wait_ms : 60000)};
+    memcpy(w.id, m->object_id.data, IDLEN);
+    if (add_wait(&w))
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+}
+
+static void on_locate(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+{
+    (void)user;
+    Ct__ObjLocate *m = e->obj_locate;
+    size_t n = m->n_object_ids;
+    for (size_t i = 0; i < n; i++)
+        if (check_id(h, rid, e->req_id, &m->object_ids[i], "obj_locate.object_ids"))
+            return;
+    Ct__ObjLocation *l = calloc(n ? n : 1, sizeof *l);
+    Ct__ObjLocation **lp = calloc(n ? n : 1, sizeof *lp);
+    char **ids = calloc(n ? 128 * n : 1, sizeof *ids);
+    if (!l || !lp || !ids) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        fill_location(&l[i], m->object_ids[i].data, ids + 128 * i, ids + 128 * i + 64);
+        lp[i] = &l[i];
+    }
+    Ct__Envelope o;
+    Ct__ObjLocateReply r = CT__OBJ_LOCATE_REPLY__INIT;
+    ct__env_init(&o, e->req_id, "head", 0);
+    r.n_objects = n;
+    r.objects = lp;
+    o.body_case = CT__ENVELOPE__BODY_OBJ_LOCATE_REPLY;
+    o.obj_locate_reply = &r;
+    ct__head_send(h, rid, &o);
+out:
+    free(l);
+    free(lp);
+    free(ids);
+}
+
+static void on_free(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+{
+    (void)user;
+    Ct__ObjFree *m = e->obj_free;
+    if (check_id(h, rid, e->req_id, &m->object_id, "obj_free.object_id"))
+        return;
+    int oi = find_obj(m->object_id.data);
+    char hx[2 * IDLEN + 1];
+    hex(m->object_id.data, hx);
+    if (oi < 0) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_free.object_id", "object %s: unknown id", hx);
+        return;
+    }
+    Ct__Envelope d;
+    Ct__ObjDelete del = CT__OBJ_DELETE__INIT;
+    ct__env_init(&d, 0, "head", 0);
+    del.object_id = m->object_id;
+    d.body_case = CT__ENVELOPE__BODY_OBJ_DELETE;
+    d.obj_delete = &del;
+    dobj *o = &D.o[oi];
+    for (int i = 0; i < o->nh; i++)
+        if (D.n[o->h[i]].alive)
+            ct__head_send(h, &D.n[o->h[i]].rid, &d);
+    /* pulls in flight: the node deletes what arrives for a freed id only if told again, so
+     * tell every node that is pulling it too */
+    for (int i = 0; i < D.np; i++)
+        if (!memcmp(D.p[i].id, o->id, IDLEN) && D.n[D.p[i].node].alive)
+            ct__head_send(h, &D.n[D.p[i].node].rid, &d);
+    drop_obj(oi);
+    for (int i = 0; i < D.nw; i++)
+        if (!memcmp(D.w[i].id, m->object_id.data, IDLEN)) {
+            REPLY_ERR(h, &D.w[i].rid, D.w[i].req, CT_ENOENT, "object_id", "object %s was freed",
+                      hx);
+            drop_wait(i--);
+        }
+    reply_ok(h, rid, e->req_id);
+}
+
+static void on_nodes(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+{
+    (void)user;
+    Ct__ObjNodeInfo *ni = calloc(D.nn ? D.nn : 1, sizeof *ni);
+    Ct__ObjNodeInfo **np = calloc(D.nn ? D.nn : 1, sizeof *np);
+    size_t k = 0;
+    if (!ni || !np) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        goto out;
+    }
+    for (int i = 0; i < D.nn; i++) {
+        if (!D.n[i].alive)
+            continue;
+        ct__obj_node_info__init(&ni[k]);
+        ni[k].node_id = D.n[i].id;
+        ni[k].store_name = D.n[i].store;
+        ni[k].xfer_address = D.n[i].addr;
+        ni[k].host = D.n[i].host;
+        ni[k].memory_cap = D.n[i].cap;
+        np[k] = &ni[k];
+        k++;
+    }
+    Ct__Envelope o;
+    Ct__ObjNodesReply r = CT__OBJ_NODES_REPLY__INIT;
+    ct__env_init(&o, e->req_id, "head", 0);
+    r.n_nodes = k;
+    r.nodes = np;
+    o.body_case = CT__ENVELOPE__BODY_OBJ_NODES_REPLY;
+    o.obj_nodes_reply = &r;
+    ct__head_send(h, rid, &o);
+out:
+    free(ni);
+    free(np);
+}
+
+static void on_node_dead(ct__head *h, const char *node_id, void *user)
+{
+    (void)user;
+    int ni = find_node(node_id);
+    if (ni < 0)
+        return;
+    D.n[ni].alive = false;
+    for (int i = 0; i < D.no; i++) {
+        int before = D.no;
+        remove_holder(i, ni);
+        if (D.no < before)
+            i--;
+    }
+    for (int i = 0; i < D.np; i++)
+        if (D.p[i].node == ni)
+            D.p[i--] = D.p[--D.np];
+    for (int i = 0; i < D.nw; i++) {
+        dwait *w = &D.w[i];
+        if (w->kind == W_FETCH && w->node == ni) {
+            REPLY_ERR(h, &w->rid, w->req, CT_EDEAD, "obj_fetch.node_id", "node %s died", node_id);
+            drop_wait(i--);
+        }
+    }
+}
+
+static void on_tick(ct__head *h, void *user)
+{
+    (void)user;
+    int64_t now = ct__now_ms();
+    for (int i = 0; i < D.nw; i++) {
+        dwait *w = &D.w[i];
+        if (w->deadline > now)
+            continue;
+        char hx[2 * IDLEN + 1];
+        hex(w->id, hx);
+        if (w->kind == W_FETCH)
+            REPLY_ERR(h, &w->rid, w->req, CT_ETIMEDOUT, "obj_fetch",
+                      "object %s: not on node %s in time (%s)", hx, D.n[w->node].id,
+                      find_obj(w->id) < 0 ? "no node holds it" : "pull still running");
+        else
+            REPLY_ERR(h, &w->rid, w->req, CT_ETIMEDOUT, "obj_put_done.replicas",
+                      "object %s: fewer than %d copies in time", hx, w->need);
+        drop_wait(i--);
+    }
+}
+
+int ct__objdir_holders(const uint8_t *id, size_t len, char **addrs, int cap)
+{
+    if (len != IDLEN)
+        return 0;
+    int oi = find_obj(id), k = 0;
+    for (int i = 0; oi >= 0 && i < D.o[oi].nh && k < cap; i++)
+        if (D.n[D.o[oi].h[i]].alive && D.n[D.o[oi].h[i]].addr[0])
+            addrs[k++] = D.n[D.o[oi].h[i]].addr;
+    return k;
+}
+
+void ct__objdir_reset(void)
+{
+    for (int i = 0; i < D.no; i++)
+        free(D.o[i].h);
+    free(D.n);
+    free(D.o);
+    free(D.p);
+    free(D.w);
+    memset(&D, 0, sizeof D);
+}
+
+int ct__objdir_install(void)
+{
+    if (installed)
+        return 0;
+    static const struct {
+        int bc;
+        ct__head_handler fn;
+    } hs[] = {
+        {CT__ENVELOPE__BODY_OBJ_NODE_INFO, on_node_info},
+        {CT__ENVELOPE__BODY_OBJ_ADDED, on_added},
+        {CT__ENVELOPE__BODY_OBJ_REMOVED, on_removed},
+        {CT__ENVELOPE__BODY_OBJ_PULL_DONE, on_pull_done},
+        {CT__ENVELOPE__BODY_OBJ_PUT_DONE, on_put_done},
+        {CT__ENVELOPE__BODY_OBJ_FETCH, on_fetch},
+        {CT__ENVELOPE__BODY_OBJ_LOCATE, on_locate},
+        {CT__ENVELOPE__BODY_OBJ_FREE, on_free},
+        {CT__ENVELOPE__BODY_OBJ_NODES, on_nodes},
+    };
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+        int rc = ct__head_add_handler(hs[i].bc, hs[i].fn, NULL);
+        if (rc)
+            return rc;
+    }
+    int rc = ct__head_add_node_dead_hook(on_node_dead, NULL);
+    if (!rc)
+        rc = ct__head_add_tick_hook(on_tick, NULL);
+    if (!rc)
+        installed = true;
+    return rc;
+}

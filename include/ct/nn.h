@@ -108,7 +108,11 @@ ct_tensor *ct_nn_bce_with_logits_loss(ct_tensor *logits, ct_tensor *target);
 
 /* Seeds this thread's generator used by module initialisation and dropout. */
 void ct_nn_manual_seed(uint64_t seed);
-/* OpenMP threads for oneDNN and the C loops (<= 0: OMP_NUM_THREADS or all cores). */
+/* OpenMP threads for oneDNN and the C loops (<= 0: OMP_NUM_THREADS or all cores). OpenMP keeps
+ * this per thread: call it from the thread that trains. Primitives smaller than about 1M
+ * multiply-adds run on one thread whatever the setting (fork/join would cost more). For
+ * throughput on a dedicated machine, OMP_WAIT_POLICY=active keeps the workers spinning between
+ * primitives (an environment variable: libgomp reads it at start-up). */
 void ct_nn_set_threads(int n);
 
 /* ---------------- modules ---------------- */

@@ -4,6 +4,8 @@
 # process, for 1 MiB, 64 MiB and 1 GiB objects, with this machine's memcpy as the physical
 # limit. Reference: Ray's published single-client put, 19.9 GB/s
 # (release/perf_metrics/microbenchmark.json; Ray is not installed here).
+# Then the same through the runtime API (bench_objectstore_rt: ct_put / ct_get on the driver's
+# node, and a node-to-node ct_get between two ct-node processes on loopback).
 # Last line: "objectstore: ct=<local put GB/s at 64 MiB> ref=19.9 GB/s ratio=<ct/ref>".
 set -euo pipefail
 build=${CT_BUILD:-$(cd "$(dirname "$0")/../.." && pwd)/build}
@@ -15,6 +17,13 @@ avail_kb=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
 [ "$avail_kb" -lt $((8 * 1024 * 1024)) ] && sizes="1 64"
 out=$("$bin" $sizes)
 echo "$out"
+rt=$build/bin/bench_objectstore_rt
+if [ -x "$rt" ]; then
+    rtout=$("$rt" 1 64) || { echo "objectstore: $rt failed" >&2; exit 1; }
+    echo "$rtout"
+    out="$out
+$rtout"
+fi
 get() { printf '%s\n' "$out" | awk -F'[= ]' -v k="$1" '$1 == k {print $2}'; }
 put=$(get put_64MiB)
 mcp=$(get memcpy_64MiB)
@@ -22,4 +31,8 @@ pull=$(get pull_64MiB)
 awk -v p="$put" -v m="$mcp" -v l="$pull" 'BEGIN {
     printf "local put at 64 MiB = %.0f%% of memcpy (target >= 70%%)\n", 100 * p / m;
     printf "pull at 64 MiB = %.2f GB/s (target >= 3 GB/s on loopback)\n", l }'
+rp=$(get rt_put_64MiB)
+rr=$(get rt_remote_get_64MiB)
+[ -n "$rp" ] && awk -v p="$rp" -v m="$mcp" -v r="$rr" 'BEGIN {
+    printf "runtime ct_put at 64 MiB = %.2f GB/s (%.0f%% of memcpy); node-to-node ct_get = %.2f GB/s\n", p, 100 * p / m, r }'
 awk -v p="$put" 'BEGIN { printf "objectstore: ct=%.2f ref=19.9 GB/s ratio=%.2f\n", p, p / 19.9 }'

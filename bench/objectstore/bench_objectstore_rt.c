@@ -1,0 +1,212 @@
+/* bench/objectstore/bench_objectstore_rt.c — the object store through the runtime API (ct.h) on
+ * a ctup-less cluster this program starts itself: ct-head and two ct-node processes on loopback
+ * (from the directory of this binary). Measures, per object size: local ct_put (copy into the
+ * driver's node shard + directory registration), local ct_get (pin + read every byte +
+ * release), and node-to-node ct_get: an actor on the second node gets an object the driver put
+ * on the first (directory lookup, pull into its shard, pin), timed inside the actor.
+ *
+ * Usage: bench_objectstore_rt [sizes in MiB, default "1 64"]. Medians; one "key=value" line per
+ * figure. Not a test: no assertions beyond failing on errors. Kills what it starts. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "common/common.h"
+#include "ct/ct.h"
+
+#define MB (1ull << 20)
+
+static pid_t procs[3];
+static int nprocs;
+
+void ct__objnode_purge_leftovers(void);
+
+static void kill_all(void)
+{
+    for (int i = 0; i < nprocs; i++)
+        if (procs[i] > 0) {
+            kill(procs[i], SIGTERM);
+            waitpid(procs[i], NULL, 0);
+        }
+    nprocs = 0;
+    ct__objnode_purge_leftovers();
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static uint64_t read_all(const void *p, uint64_t n)
+{
+    const uint64_t *q = p;
+    uint64_t s0 = 0, s1 = 0;
+    for (uint64_t i = 0; i + 2 <= n / 8; i += 2) {
+        s0 += q[i];
+        s1 += q[i + 1];
+    }
+    return s0 ^ s1;
+}
+
+static volatile uint64_t sink;
+
+/* Actor method: ct_get of the id in args, timed; returns the ns as int64. */
+static int fetch(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    (void)state;
+    ct_object_id id;
+    if (ct_object_id_from_args(args, len, 0, &id))
+        return CT_EINVAL;
+    int64_t t0 = ct__now_ns();
+    ct_object_view v;
+    int rc = ct_get(&id, 30000, &v);
+    int64_t dt = ct__now_ns() - t0;
+    if (rc)
+        return rc;
+    ct_object_release(&v);
+    int64_t *r = malloc(sizeof *r);
+    if (!r)
+        return CT_ENOMEM;
+    *r = dt;
+    *res = r;
+    *rlen = sizeof *r;
+    return 0;
+}
+
+static pid_t spawn(char *const argv[], int *out)
+{
+    int p[2] = {-1, -1};
+    if (out && pipe(p))
+        return -1;
+    pid_t me = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != me)
+            _exit(1);
+        if (out)
+            dup2(p[1], 1);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    if (out) {
+        close(p[1]);
+        *out = p[0];
+    }
+    procs[nprocs++] = pid;
+    return pid;
+}
+
+int main(int argc, char **argv)
+{
+    ct_actor_class cls = {.methods = {{"fetch", fetch}}};
+    ct_actor_class_register("Fetcher", &cls);
+    ct_serve_if_worker();
+    uint64_t sizes[8] = {1 * MB, 64 * MB};
+    int nsizes = 2;
+    if (argc > 1) {
+        nsizes = 0;
+        for (int i = 1; i < argc && nsizes < 8; i++)
+            sizes[nsizes++] = strtoull(argv[i], NULL, 10) * MB;
+    }
+    char self[PATH_MAX], bin[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = 0;
+    snprintf(bin, sizeof bin, "%s", dirname(self));
+    char headp[PATH_MAX + 16], nodep[PATH_MAX + 16];
+    snprintf(headp, sizeof headp, "%s/ct-head", bin);
+    snprintf(nodep, sizeof nodep, "%s/ct-node", bin);
+    atexit(kill_all);
+    char *hargv[] = {headp, "--port", "0", NULL};
+    int fd;
+    if (spawn(hargv, &fd) < 0)
+        return 1;
+    char line[160] = "";
+    size_t k = 0;
+    struct pollfd pfd = {fd, POLLIN, 0};
+    while (k + 1 < sizeof line && poll(&pfd, 1, 5000) > 0 && read(fd, line + k, 1) == 1 &&
+           line[k] != '\n')
+        k++;
+    line[k] = 0;
+    close(fd);
+    if (strncmp(line, "listening on ", 13))
+        return fprintf(stderr, "ct-head did not start\n"), 1;
+    char addr[128];
+    snprintf(addr, sizeof addr, "%.127s", line + 13);
+    if (ct_init(&(ct_init_opts){.address = addr}))
+        return fprintf(stderr, "ct_init: %s\n", ct_last_error()), 1;
+    ct_events_subscribe(1u << CT_EVENT_NODE_JOINED);
+    const char *tags[2] = {"first=1", "second=1"};
+    for (int i = 0; i < 2; i++) {
+        char *nargv[] = {nodep, "--head", addr, "--resources", (char *)tags[i], NULL};
+        spawn(nargv, NULL);
+        ct_event ev;
+        if (ct_events_next(&ev, 5000))
+            return fprintf(stderr, "node %d did not join\n", i), 1;
+    }
+    ct_resources r = {.bundle = -1, .custom = {{"second", 1}}};
+    ct_actor *a = NULL;
+    if (ct_actor_create("Fetcher", &r, NULL, 0, &a))
+        return fprintf(stderr, "actor: %s\n", ct_last_error()), 1;
+    uint64_t maxsz = 0;
+    for (int i = 0; i < nsizes; i++)
+        maxsz = sizes[i] > maxsz ? sizes[i] : maxsz;
+    unsigned char *src = malloc(maxsz);
+    for (uint64_t i = 0; i < maxsz; i++)
+        src[i] = (unsigned char)(i * 131 + (i >> 12));
+    double t[64], tg[64], tp[64];
+    for (int s = 0; s < nsizes; s++) {
+        uint64_t sz = sizes[s];
+        int reps = sz >= 64 * MB ? 10 : 40;
+        for (int rep = 0; rep <= reps; rep++) {
+            ct_object_id id;
+            int64_t t0 = ct__now_ns();
+            if (ct_put(src, sz, NULL, &id))
+                return fprintf(stderr, "ct_put: %s\n", ct_last_error()), 1;
+            int64_t t1 = ct__now_ns();
+            ct_object_view v;
+            if (ct_get(&id, 0, &v))
+                return fprintf(stderr, "ct_get: %s\n", ct_last_error()), 1;
+            sink += read_all(v.data, v.size);
+            ct_object_release(&v);
+            int64_t t2 = ct__now_ns();
+            int64_t *ns = NULL;
+            size_t len = 0;
+            if (ct_actor_call(a, "fetch", &id, sizeof id, (void **)&ns, &len, 60000) ||
+                len != sizeof *ns)
+                return fprintf(stderr, "fetch: %s\n", ct_last_error()), 1;
+            if (rep) {
+                t[rep - 1] = sz / ((t1 - t0) / 1e9) / 1e9;
+                tg[rep - 1] = sz / ((t2 - t1) / 1e9) / 1e9;
+                tp[rep - 1] = sz / (*ns / 1e9) / 1e9;
+            }
+            free(ns);
+            ct_free(&id);
+        }
+        printf("rt_put_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB), median(t, reps));
+        printf("rt_get_read_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB), median(tg, reps));
+        printf("rt_remote_get_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB),
+               median(tp, reps));
+        fflush(stdout);
+    }
+    free(src);
+    ct_actor_release(&a);
+    ct_shutdown();
+    kill_all();
+    return 0;
+}

@@ -163,6 +163,18 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n);
 /* The flat buffers (after packing): numel floats each, including alignment gaps (kept 0). */
 int ct_module_flat(ct_module *m, float **values, float **grads, int64_t *numel);
 int64_t ct_module_num_params(ct_module *m);
+/* Gradient-ready hook on every parameter of m's tree (the DDP reducer's entry point):
+ * fn(i, user) runs on the thread in ct_tensor_backward() as soon as parameter i (index in
+ * ct_module_params() order) has its final gradient for that pass; the gradient is then plain,
+ * contiguous f32 in its slice of the flat gradient buffer and backward does not write it
+ * again. For a Sequential model the indices come in exactly decreasing order (PyTorch DDP's
+ * reverse parameter order); in general, see ct_tensor_on_grad_ready() in ct/tensor.h for the
+ * ordering and once-per-pass guarantees. Parameters the pass does not use do not fire. Packs
+ * the parameters (as ct_module_params) when not done yet. Replaces any hook set on these
+ * parameters before (also by ct_module_on_grad_ready on a child); fn NULL removes them.
+ * user is borrowed until the hooks are removed or m is destroyed. */
+typedef int (*ct_param_ready_fn)(int param_index, void *user);
+int ct_module_on_grad_ready(ct_module *m, ct_param_ready_fn fn, void *user);
 /* Zeroes every parameter gradient and marks it empty, so the next backward's kernels write the
  * gradients directly instead of accumulating through a scratch buffer: prefer it to
  * ct_optim_zero_grad, which only zeroes the arrays. */

@@ -92,6 +92,30 @@ void ct_tensor_zero_grad(ct_tensor *t);
 /* Reverse pass from t. grad_out: upstream gradient of t's shape, or NULL for ones (scalar
  * loss). Accumulates into every leaf that requires a gradient; clears the tape. */
 int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out);
+/* Gradient-ready hook (PyTorch DDP's autograd hook): fn(t, user) runs on the thread calling
+ * ct_tensor_backward() as soon as leaf t's gradient is final for that pass, i.e. right after
+ * the last recorded node that takes t as an input has run its backward (or was skipped for
+ * being off the path from the loss), while the rest of backward is still to come.
+ * Guarantees, per ct_tensor_backward() call that succeeds:
+ *   - fires exactly once for each hooked leaf that requires a gradient and is an input of some
+ *     node on the tape; never for a leaf the tape does not use;
+ *   - fires before backward returns, in the order the reverse walk finishes the leaves: a leaf
+ *     used last in the forward pass fires first (for a Sequential model: exactly reverse
+ *     parameter registration order; leaves of one node fire in reverse input order);
+ *   - when it fires, ct_tensor_grad(t) is complete, contiguous f32 and is not written again
+ *     by this pass, so another thread may read or reduce it in place until the next backward
+ *     (the layout is plain row-major for every tensor in plain layout, which module
+ *     parameters always are). A gradient left logically empty (no path from the loss) is
+ *     zero-filled first. A leaf without a gradient buffer fires with ct_tensor_grad() NULL.
+ * If backward fails half-way, leaves not yet finished do not fire. A negative return from
+ * fn does not stop backward: the remaining nodes and hooks still run and ct_tensor_backward()
+ * returns the first such code. One hook per tensor: registering replaces the previous one;
+ * fn NULL removes it. t must be a leaf (not produced by a recorded op): else CT_EINVAL. user
+ * is borrowed until the hook is replaced or t is released. Costs nothing while no hook was
+ * ever registered in the process; otherwise one pass over the tape's inputs per backward. */
+typedef int (*ct_grad_ready_fn)(ct_tensor *t, void *user);
+int ct_tensor_on_grad_ready(ct_tensor *t, ct_grad_ready_fn fn, void *user);
+
 /* No-grad mode for this thread; returns the previous setting. */
 bool ct_autograd_set_enabled(bool on);
 bool ct_autograd_enabled(void);

@@ -59,7 +59,15 @@ struct ct_module {
     int nsd;
     ct__storage *flat_v, *flat_g;
     int64_t flat_n;
+    struct param_hook *hooks; /* nrefs entries while gradient-ready hooks are set (owned) */
 };
+
+/* What a parameter's tensor-level hook points at: the module-level callback and its index. */
+typedef struct param_hook {
+    ct_param_ready_fn fn;
+    void *user;
+    int index;
+} param_hook;
 
 /* ---------------- generator (xoshiro256**, per thread) ---------------- */
 
@@ -392,6 +400,7 @@ void ct_module_destroy(ct_module **mp)
     for (int i = 0; i < m->nbuffers; i++)
         ct_tensor_release(&m->buffers[i]);
     free_views(m);
+    free(m->hooks);
     ct__storage_release(&m->flat_v);
     ct__storage_release(&m->flat_g);
     free(m);
@@ -645,6 +654,46 @@ int64_t ct_module_num_params(ct_module *m)
             n += ct_tensor_numel(w.v[i].t);
     free(w.v);
     return n;
+}
+
+static int param_ready(ct_tensor *t, void *user)
+{
+    (void)t;
+    param_hook *h = user;
+    return h->fn(h->index, h->user);
+}
+
+int ct_module_on_grad_ready(ct_module *m, ct_param_ready_fn fn, void *user)
+{
+    const ct_param_ref *refs;
+    int n, rc = 0;
+    walk w = {0};
+    param_hook *hooks = NULL;
+    if (!m)
+        return ct__error(CT_EINVAL, "module_on_grad_ready: NULL module");
+    if ((rc = ct_module_params(m, &refs, &n)) < 0)
+        return rc;
+    if ((rc = walk_module(&w, m, "")) < 0)
+        goto out;
+    if (w.n != n) {
+        rc = ct__error(CT_EINVAL, "module_on_grad_ready: %d parameters, %d packed", w.n, n);
+        goto out;
+    }
+    if (fn && !(hooks = calloc(n ? (size_t)n : 1, sizeof(*hooks)))) {
+        rc = ct__error(CT_ENOMEM, "module_on_grad_ready: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        if (hooks)
+            hooks[i] = (param_hook){fn, user, i};
+        /* parameters are leaves: cannot fail */
+        ct_tensor_on_grad_ready(w.v[i].t, fn ? param_ready : NULL, hooks ? &hooks[i] : NULL);
+    }
+    free(m->hooks);
+    m->hooks = hooks;
+out:
+    free(w.v);
+    return rc;
 }
 
 static void mark_empty(ct_module *m)

@@ -2,7 +2,10 @@
  *
  * Ops append nodes in execution order, so the tape is already a topological order: backward
  * walks it from the end. A node runs when its output has received a gradient. Non-leaf
- * gradients die with their tensors when the tape is cleared. Not here: op math (trainer/nn/). */
+ * gradients die with their tensors when the tape is cleared. Gradient-ready hooks of leaves
+ * fire during the walk, right after the last node that takes the leaf as an input (found by
+ * one pre-pass over the tape). Not here: op math (trainer/nn/). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +18,8 @@ static __thread struct {
     int n, cap;
 } tape;
 static __thread bool grad_disabled;
+/* set once any gradient-ready hook is registered: until then backward skips the hook pass */
+static atomic_bool hooks_used;
 
 bool ct_autograd_set_enabled(bool on)
 {
@@ -171,9 +176,68 @@ void ct_tensor_zero_grad(ct_tensor *t)
     t->grad_empty = true;
 }
 
+int ct_tensor_on_grad_ready(ct_tensor *t, ct_grad_ready_fn fn, void *user)
+{
+    if (!t)
+        return ct__error(CT_EINVAL, "on_grad_ready: NULL tensor");
+    if (t->node)
+        return ct__error(CT_EINVAL, "on_grad_ready: tensor is produced by op \"%s\", not a leaf",
+                         t->node->name);
+    t->hook_fn = fn;
+    t->hook_user = fn ? user : NULL;
+    if (fn)
+        atomic_store_explicit(&hooks_used, true, memory_order_relaxed);
+    return 0;
+}
+
+static inline bool hooked(const ct_tensor *x)
+{
+    return x && x->hook_fn && !x->node && x->requires_grad;
+}
+
+/* hook_at of every hooked leaf := the lowest tape index of a node using it (the last node the
+ * reverse walk runs that can add to its gradient). Returns whether any hooked leaf is used. */
+static bool hooks_prepare(void)
+{
+    bool any = false;
+    for (int i = tape.n - 1; i >= 0; i--) {
+        ct__node *nd = tape.nodes[i];
+        for (int j = 0; j < nd->nin; j++)
+            if (hooked(nd->in[j])) {
+                nd->in[j]->hook_at = i;
+                any = true;
+            }
+    }
+    return any;
+}
+
+/* Fires the hooks of node i's leaves whose gradient is now final, in reverse input order. */
+static void hooks_fire(int i, int *first_err)
+{
+    ct__node *nd = tape.nodes[i];
+    for (int j = nd->nin - 1; j >= 0; j--) {
+        ct_tensor *x = nd->in[j];
+        if (!hooked(x) || x->hook_at != i)
+            continue;
+        bool dup = false; /* the same leaf twice in one node: fire once */
+        for (int k = j + 1; k < nd->nin && !dup; k++)
+            dup = nd->in[k] == x;
+        if (dup)
+            continue;
+        if (x->grad && x->grad_empty) { /* logically zero: make the buffer say so */
+            memset(ct__f32(x->grad), 0, (size_t)ct_tensor_numel(x) * sizeof(float));
+            x->grad_empty = false;
+        }
+        int rc = x->hook_fn(x, x->hook_user);
+        if (rc < 0 && *first_err == 0)
+            *first_err = rc;
+    }
+}
+
 int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out)
 {
-    int rc = 0;
+    int rc = 0, hook_err = 0;
+    bool hooks = false;
     if (!t) {
         rc = ct__error(CT_EINVAL, "backward: NULL tensor");
         goto out;
@@ -222,14 +286,19 @@ int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out)
     } else {
         g[0] = acc ? g[0] + 1.0f : 1.0f;
     }
+    if (atomic_load_explicit(&hooks_used, memory_order_relaxed))
+        hooks = hooks_prepare();
     for (int i = tape.n - 1; i >= 0; i--) {
         ct__node *nd = tape.nodes[i];
-        if (!nd->out->grad || nd->out->grad_empty)
-            continue; /* not on the path from t */
-        rc = nd->backward(nd);
-        if (rc < 0)
-            goto out;
+        if (nd->out->grad && !nd->out->grad_empty) { /* else: not on the path from t */
+            rc = nd->backward(nd);
+            if (rc < 0)
+                goto out;
+        }
+        if (hooks)
+            hooks_fire(i, &hook_err);
     }
+    rc = hook_err;
 out:
     ct_autograd_clear_tape();
     return rc;

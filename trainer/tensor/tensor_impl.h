@@ -34,6 +34,11 @@ struct ct_tensor {
     bool grad_empty; /* grad buffer content is logically zero: next writer may overwrite */
     ct_tensor *grad;
     ct__node *node; /* producing op on the tape (weak: the tape owns nodes), NULL for leaves */
+    /* gradient-ready hook (leaves; ct_tensor_on_grad_ready). hook_at is scratch of the
+     * backward pass that is running: the tape index of the last node that may add to grad. */
+    ct_grad_ready_fn hook_fn;
+    void *hook_user;
+    int hook_at;
 };
 
 #define CT__NODE_MAX_IN 6

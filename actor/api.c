@@ -4,12 +4,15 @@
  * One process-wide client: a DEALER to the head (requests, replies by request id, pushed
  * events) and one DEALER per actor handle (calls go straight to the actor). No background
  * thread: whoever waits (a future, an event, a head request) polls both kinds of socket, so a
- * death event reaches a pending call at once. One mutex serializes the API.
+ * death event reaches a pending call at once. One mutex serializes the API's state, but waiting
+ * calls release it while they sleep (sleep_unlocked), and head replies are filed by request id
+ * into whichever thread waits for them (hwait): several threads may wait at once.
  * Not in here: the head (head/), node (node.c), the actor's serve loop (worker.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -105,6 +109,8 @@ static struct {
     pthread_t hb_thread; /* driver liveness heartbeats (own socket: sockets are per thread) */
     int hb_stop[2];      /* pipe: closing [1] stops the thread */
     bool hb_running;
+    int head_fd;         /* ZMQ_FD of head (edge-triggered), for waiting without the lock */
+    struct hwait *waits; /* requests waiting for head replies (any thread) */
     ct_event q[EVQ];
     int qh, qn;
     ct_actor *actors;
@@ -119,10 +125,111 @@ static struct {
     char emb_node[32];   /* the embedded node's id */
     ct_object_id exe_id; /* code shipping: SHA-1 of /proc/self/exe */
     int exe_state;       /* 0 not tried, 1 in the store, -1 could not */
-} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .watch_wr = -1, .hb_stop = {-1, -1}};
+} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .watch_wr = -1, .hb_stop = {-1, -1}, .head_fd = -1};
 
 #define LOCK() pthread_mutex_lock(&C.mu)
 #define UNLOCK() pthread_mutex_unlock(&C.mu)
+
+/* A thread waiting for head replies to request ids lo..hi (into slots[id - lo]). Whichever
+ * thread reads the head socket files replies into the waiter they belong to. */
+typedef struct hwait {
+    uint64_t lo, hi;
+    Ct__Envelope **slots;
+    struct hwait *next;
+} hwait;
+
+static void waits_add(hwait *w)
+{
+    w->next = C.waits;
+    C.waits = w;
+}
+
+static void waits_remove(hwait *w)
+{
+    for (hwait **p = &C.waits; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+}
+
+/* Threads sleeping in sleep_unlocked, each with its own eventfd: a thread that files a reply,
+ * completes a future or queues an event for others kicks them (kick_sleepers). */
+typedef struct sleeper {
+    int fd;
+    struct sleeper *next;
+} sleeper;
+static sleeper *sleepers;
+static pthread_key_t kick_key;
+static pthread_once_t kick_once = PTHREAD_ONCE_INIT;
+
+static void kick_close(void *p)
+{
+    close((int)(intptr_t)p - 1);
+}
+
+static void kick_init(void)
+{
+    pthread_key_create(&kick_key, kick_close);
+}
+
+static int my_kick_fd(void)
+{
+    pthread_once(&kick_once, kick_init);
+    intptr_t v = (intptr_t)pthread_getspecific(kick_key);
+    if (v)
+        return (int)v - 1;
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd >= 0)
+        pthread_setspecific(kick_key, (void *)(intptr_t)(fd + 1));
+    return fd;
+}
+
+static void kick_sleepers(void)
+{
+    uint64_t one = 1;
+    for (sleeper *s = sleepers; s; s = s->next)
+        if (write(s->fd, &one, sizeof one) < 0) {
+            /* full counter: it is readable anyway */
+        }
+}
+
+/* Called with the lock held; releases it while sleeping until the head socket (or fd, when
+ * >= 0) may have input or another thread kicks this one, at most ms. The head socket's ZMQ_FD
+ * is edge-triggered and another thread may consume an edge, so sleeps are sliced to 10 ms; fd
+ * (an actor's plain TCP socket) and the kick wake at once. This is what lets long waits
+ * (futures, KV, events, object fetches) run in several threads at once. */
+static void sleep_unlocked(int fd, int64_t ms)
+{
+    struct pollfd p[3];
+    int n = 0;
+    sleeper me = {.fd = my_kick_fd()};
+    if (C.head_fd >= 0)
+        p[n++] = (struct pollfd){C.head_fd, POLLIN, 0};
+    if (fd >= 0)
+        p[n++] = (struct pollfd){fd, POLLIN, 0};
+    int ki = -1;
+    if (me.fd >= 0) {
+        ki = n;
+        p[n++] = (struct pollfd){me.fd, POLLIN, 0};
+        me.next = sleepers;
+        sleepers = &me;
+    }
+    UNLOCK();
+    poll(p, n, ms > 10 ? 10 : ms < 0 ? 0 : (int)ms);
+    LOCK();
+    if (ki >= 0) {
+        for (sleeper **q = &sleepers; *q; q = &(*q)->next)
+            if (*q == &me) {
+                *q = me.next;
+                break;
+            }
+        uint64_t v;
+        if (p[ki].revents && read(me.fd, &v, sizeof v) < 0) {
+            /* kicked and reset by nobody else: nothing to do */
+        }
+    }
+}
 
 static void set_opts(void *s)
 {
@@ -148,6 +255,9 @@ static int connect_head(const char *addr, const char *sender)
     snprintf(ep, sizeof ep, "tcp://%s", addr);
     if (zmq_connect(C.head, ep) != 0)
         return ct__error(CT_EINVAL, "ct_init: head address '%s': %s", addr, zmq_strerror(errno));
+    size_t fl = sizeof C.head_fd;
+    if (zmq_getsockopt(C.head, ZMQ_FD, &C.head_fd, &fl) != 0)
+        C.head_fd = -1;
     return 0;
 }
 
@@ -156,6 +266,7 @@ static void close_all(void)
     if (C.head)
         zmq_close(C.head);
     C.head = NULL;
+    C.head_fd = -1;
     if (C.ctx)
         zmq_ctx_term(C.ctx);
     C.ctx = NULL;
@@ -168,6 +279,7 @@ static void complete(ct_future *f, int rc, const void *res, size_t len, const ch
     if (f->done)
         return;
     f->done = true;
+    kick_sleepers();
     f->rc = rc;
     if (!rc && len) {
         f->res = malloc(len);
@@ -234,6 +346,7 @@ static void on_event(Ct__Event *ev)
     }
     C.q[(C.qh + C.qn) % EVQ] = e;
     C.qn++;
+    kick_sleepers();
 }
 
 /* Reads everything waiting on the head socket. Replies to request ids lo..hi land in
@@ -256,7 +369,15 @@ static void drain_head(uint64_t lo, uint64_t hi, Ct__Envelope **slots)
         } else if (slots && lo && e->req_id >= lo && e->req_id <= hi && !slots[e->req_id - lo]) {
             slots[e->req_id - lo] = e;
         } else {
-            ct__msg_free(e);
+            hwait *w = C.waits;
+            while (w && !(e->req_id >= w->lo && e->req_id <= w->hi && !w->slots[e->req_id - w->lo]))
+                w = w->next;
+            if (w) {
+                w->slots[e->req_id - w->lo] = e;
+                kick_sleepers();
+            } else {
+                ct__msg_free(e);
+            }
         }
     }
 }
@@ -319,7 +440,7 @@ static int ensure_head(void)
 }
 
 /* Sends req to the head and waits for its reply (timeout_ms <= 0: forever). Caller holds the
- * lock and frees *rep. */
+ * lock, which is released while waiting (other threads' calls go on), and frees *rep. */
 static int head_request(Ct__Envelope *req, Ct__Envelope **rep, int timeout_ms)
 {
     *rep = NULL;
@@ -330,18 +451,27 @@ static int head_request(Ct__Envelope *req, Ct__Envelope **rep, int timeout_ms)
     rc = ct__msg_send(C.head, NULL, req, 0);
     if (rc)
         return rc;
+    hwait w = {.lo = req->req_id, .hi = req->req_id, .slots = rep};
+    waits_add(&w);
     int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
     for (;;) {
-        drain_head(req->req_id, req->req_id, rep);
+        if (!C.head) {
+            rc = ct__error(CT_ECANCELED, "ct_shutdown while waiting for the head");
+            break;
+        }
+        drain_head(0, 0, NULL);
         if (*rep)
-            return 0;
+            break;
         int64_t left = until - ct__now_ms();
-        if (left <= 0)
-            return ct__error(CT_ETIMEDOUT, "head %s did not answer %s within %d ms", C.addr,
-                             ct__msg_body_name(req->body_case), timeout_ms);
-        zmq_pollitem_t it = {C.head, 0, ZMQ_POLLIN, 0};
-        zmq_poll(&it, 1, left > 1000 ? 1000 : left);
+        if (left <= 0) {
+            rc = ct__error(CT_ETIMEDOUT, "head %s did not answer %s within %d ms", C.addr,
+                           ct__msg_body_name(req->body_case), timeout_ms);
+            break;
+        }
+        sleep_unlocked(-1, left);
     }
+    waits_remove(&w);
+    return rc;
 }
 
 /* ---- init / shutdown ---- */
@@ -864,6 +994,8 @@ int ct_actor_create_many(const char *cls, const ct_resources *res, const void *a
         goto out;
     if (!C.exe_state)
         ship_exe();
+    while (C.exe_state == 2) /* another thread is shipping it */
+        sleep_unlocked(-1, 5);
     for (int i = 0; i < n; i++) {
         if ((rc = create_send(cls, &r, args, len, timeout, &req)))
             goto out;
@@ -872,22 +1004,25 @@ int ct_actor_create_many(const char *cls, const ct_resources *res, const void *a
     }
     int got = 0;
     int64_t until = ct__now_ms() + timeout + 1000;
+    hwait w = {.lo = first, .hi = req, .slots = reps};
+    waits_add(&w);
     while (got < n) {
-        drain_head(first, req, reps);
+        drain_head(0, 0, NULL);
         got = 0;
         for (int i = 0; i < n; i++)
             got += reps[i] != NULL;
         if (got == n)
             break;
         int64_t left = until - ct__now_ms();
-        if (left <= 0) {
+        if (left <= 0 || !C.head) {
+            waits_remove(&w);
             rc = ct__error(CT_ETIMEDOUT, "ct_actor_create: %d of %d actors not created in %d ms",
                            n - got, n, timeout);
             goto out;
         }
-        zmq_pollitem_t it = {C.head, 0, ZMQ_POLLIN, 0};
-        zmq_poll(&it, 1, left > 1000 ? 1000 : left);
+        sleep_unlocked(-1, left);
     }
+    waits_remove(&w);
     for (int i = 0; i < n; i++) {
         int r1 = create_finish(reps[i], &out[i]);
         if (r1 && !rc)
@@ -942,24 +1077,25 @@ static int send_call(ct_actor *a, const char *method, const void *args, size_t l
     return 0;
 }
 
-/* Waits for f with the lock held. */
+/* Waits for f; the lock is held on entry and exit and released while sleeping. f must not be
+ * destroyed meanwhile by another thread. */
 static int wait_locked(ct_future *f, int timeout_ms, void **result, size_t *result_len)
 {
     int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
     while (!f->done) {
         if (!f->a)
             return ct__error(CT_ECANCELED, "ct_future_wait: the actor handle was released");
-        zmq_pollitem_t it[2] = {{NULL, f->a->zc.fd, ZMQ_POLLIN, 0}, {C.head, 0, ZMQ_POLLIN, 0}};
         drain_actor(f->a);
         if (f->done)
             break;
-        drain_head(0, 0, NULL);
+        if (C.head)
+            drain_head(0, 0, NULL);
         if (f->done)
             break;
         int64_t left = until - ct__now_ms();
         if (left <= 0)
             return ct__error(CT_ETIMEDOUT, "actor %s: no reply within %d ms", f->a->id, timeout_ms);
-        zmq_poll(it, 2, left > 1000 ? 1000 : left);
+        sleep_unlocked(f->a->zc.fd, left);
     }
     if (f->rc)
         return ct__error(f->rc, "%s", f->err[0] ? f->err : ct_strerror(f->rc));
@@ -1164,8 +1300,7 @@ int ct_events_next(ct_event *ev, int timeout_ms)
             rc = ct__error(CT_ETIMEDOUT, "ct_events_next: no event within %d ms", timeout_ms);
             break;
         }
-        zmq_pollitem_t it = {C.head, 0, ZMQ_POLLIN, 0};
-        zmq_poll(&it, 1, left);
+        sleep_unlocked(-1, left);
     }
     UNLOCK();
     return rc;
@@ -1398,6 +1533,8 @@ static int ensure_store(void)
     if ((rc = head_request(&e, &rep, 5000)))
         return rc;
     if ((rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OBJ_NODES_REPLY, "obj_nodes")))
+        goto out;
+    if (C.store) /* another thread connected while the lock was released */
         goto out;
     Ct__ObjNodesReply *r = rep->obj_nodes_reply;
     const char *want = C.self_node[0] ? C.self_node : C.emb_node[0] ? C.emb_node : NULL;
@@ -1710,7 +1847,7 @@ int ct_object_id_from_args(const void *args, size_t len, int i, ct_object_id *id
  * actors are started from the executable's path as before. Lock held. */
 static void ship_exe(void)
 {
-    C.exe_state = -1;
+    C.exe_state = 2; /* in progress: head_request releases the lock */
     int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
     struct stat st;
     void *m = MAP_FAILED;
@@ -1727,6 +1864,8 @@ static void ship_exe(void)
     }
     C.exe_state = 1;
 out:
+    if (C.exe_state == 2)
+        C.exe_state = -1;
     if (m != MAP_FAILED)
         munmap(m, st.st_size);
     if (fd >= 0)

@@ -4,7 +4,8 @@
  * is detected and fetched again); an object put on A with replicas=2 (copy on B) is still
  * readable from C after A is killed with SIGKILL; the directory follows; unknown ids, wrong id
  * sizes and malformed requests get clear errors and the nodes keep serving; freed objects are
- * gone from every node; nodes leave nothing in /dev/shm or /tmp. */
+ * gone from every node; two actors on C getting one object at once cause one pull; nodes leave
+ * nothing in /dev/shm or /tmp. */
 #include "harness.h"
 #include "classes.h"
 #include "objclasses.h"
@@ -254,15 +255,15 @@ int main(void)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
     CHECK_OK(ct_events_subscribe((1u << CT_EVENT_NODE_JOINED) | (1u << CT_EVENT_NODE_DEAD)));
-    const char *res[3] = {"nodeA=1", "nodeB=1", "nodeC=1"};
+    const char *res[3] = {"nodeA=1", "nodeB=1", "nodeC=2"};
     pid_t np[3];
     char ids[3][32];
     for (int i = 0; i < 3; i++) {
         np[i] = start_node_env(addr, res[i], i == 2 ? log : NULL);
         CHECK_EQ_INT(wait_event(CT_EVENT_NODE_JOINED, ids[i], 5000), 0);
     }
-    ct_actor *a = actor_on("nodeA"), *c = actor_on("nodeC");
-    if (!a || !c)
+    ct_actor *a = actor_on("nodeA"), *c = actor_on("nodeC"), *c2 = actor_on("nodeC");
+    if (!a || !c || !c2)
         return 1;
 
     /* 256 MiB put on A, read on C */
@@ -290,8 +291,34 @@ int main(void)
     char cmd[200];
     snprintf(cmd, sizeof cmd, "grep -c 'bad chunks' %s", log);
     char *out = h_capture(cmd);
-    CHECK(out && atoi(out) >= 1);
+    int pulls0 = out ? atoi(out) : 0;
+    CHECK(pulls0 >= 1);
     free(out);
+
+    /* two actors on C get one object at once: one pull (each pull on C logs its bad chunk) */
+    ct_object_id dup;
+    CHECK_OK(put_on(a, 64ull << 20, 1, 33, NULL, &dup));
+    obj_get_args ga = {.id = dup, .seed = 33, .timeout_ms = 30000};
+    ct_future *f1 = NULL, *f2 = NULL;
+    CHECK_OK(ct_actor_call_async(c, "get", &ga, sizeof ga, &f1));
+    CHECK_OK(ct_actor_call_async(c2, "get", &ga, sizeof ga, &f2));
+    ct_future *fs[2] = {f1, f2};
+    for (int i = 0; i < 2; i++) {
+        void *res = NULL;
+        size_t n = 0;
+        CHECK_OK(ct_future_wait(fs[i], 60000, &res, &n));
+        obj_get_reply gr = {.rc = CT_EPROTO};
+        if (n == sizeof gr)
+            memcpy(&gr, res, sizeof gr);
+        CHECK_EQ_INT(gr.rc, 0);
+        CHECK_EQ_INT(gr.mismatch, -1);
+        free(res);
+        ct_future_destroy(&fs[i]);
+    }
+    out = h_capture(cmd);
+    CHECK_EQ_INT(out ? atoi(out) : 0, pulls0 + 1);
+    free(out);
+    CHECK_OK(ct_free(&dup));
 
     /* replicated put: copies on A and B */
     CHECK_OK(put_on(a, 32ull << 20, 2, 22, ids[1], &rep2));
@@ -343,6 +370,7 @@ int main(void)
 
     ct_actor_release(&a);
     ct_actor_release(&c);
+    ct_actor_release(&c2);
     ct_shutdown();
     /* B and C end cleanly and remove their shards; A's leftovers go with the purge */
     kill(np[1], SIGTERM);

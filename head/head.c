@@ -1262,6 +1262,12 @@ static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep)
     }
 }
 
+bool ct__head_is_node(ct__head *h, const char *node_id, const ct__rid *rid)
+{
+    int i = node_id ? find_node(h, node_id) : -1;
+    return i >= 0 && h->nodes[i].alive && (!rid || rid_eq(rid, &h->nodes[i].rid));
+}
+
 int ct__head_send(ct__head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     return send_env(h, rid, e);

@@ -3,6 +3,7 @@
 #ifndef CT_HEAD_HEAD_H
 #define CT_HEAD_HEAD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,9 @@ typedef void (*ct__head_node_hook)(ct__head *h, const char *node_id, void *user)
 /* body_case: a Ct__Envelope__BodyCase value. CT_EEXIST if taken, CT_ENOSPC past 32. */
 int ct__head_add_handler(int body_case, ct__head_handler fn, void *user);
 int ct__head_add_node_dead_hook(ct__head_node_hook fn, void *user);
+/* True when node_id is a live registered node (and, when rid is not NULL, rid is the routing id
+ * of its connection). */
+bool ct__head_is_node(ct__head *h, const char *node_id, const struct ct__rid *rid);
 /* fn runs on the head's thread every tick (a few ms to 20 ms), for a module's timeouts. */
 typedef void (*ct__head_tick_hook)(ct__head *h, void *user);
 int ct__head_add_tick_hook(ct__head_tick_hook fn, void *user);

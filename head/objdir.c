@@ -330,6 +330,11 @@ static void on_node_info(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
                   "empty or too long");
         return;
     }
+    if (!ct__head_is_node(h, m->node_id, rid)) {
+        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "obj_node_info.node_id",
+                  "obj_node_info: %s is not a live node on this connection", m->node_id);
+        return;
+    }
     int ni = find_node(m->node_id);
     if (ni < 0) {
         dnode *nn = realloc(D.n, (D.nn + 1) * sizeof *nn);
@@ -355,7 +360,7 @@ static void on_added(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
     (void)user, (void)rid;
     Ct__ObjAdded *m = e->obj_added;
     int ni = find_node(m->node_id);
-    if (ni < 0 || m->object_id.len != IDLEN || !D.n[ni].alive)
+    if (ni < 0 || !ct__head_is_node(h, m->node_id, NULL) || m->object_id.len != IDLEN || !D.n[ni].alive)
         return;
     add_holder(m->object_id.data, m->size, ni);
     progress(h, m->object_id.data);
@@ -378,7 +383,7 @@ static void on_pull_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
     (void)user, (void)rid;
     Ct__ObjPullDone *m = e->obj_pull_done;
     int ni = find_node(m->node_id);
-    if (ni < 0 || m->object_id.len != IDLEN)
+    if (ni < 0 || !ct__head_is_node(h, m->node_id, NULL) || m->object_id.len != IDLEN)
         return;
     const uint8_t *id = m->object_id.data;
     int pi = find_pull(id, ni);

@@ -373,9 +373,14 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
         /* code shipping: run the node's cached copy of the driver's executable */
         rc = ct__objnode_exe(s->exe_object_id.data, s->exe_object_id.len, s->exe_holders,
                              s->n_exe_holders, cached, sizeof cached);
-        if (rc)
+        if (!rc)
+            exe = cached;
+        else if (access(exe, X_OK) == 0) /* e.g. every holder died: the path may still do */
+            CT_LOG(CT_LOG_WARN, "node", "shipped executable unavailable (%s); running %s",
+                   ct_last_error(), exe);
+        else
             goto fail;
-        exe = cached;
+        rc = 0;
     }
     kl += snprintf(key, sizeof key, "%s", exe) + 1;
     for (size_t i = 0; i < s->n_argv && kl < sizeof key; i++)

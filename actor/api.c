@@ -121,6 +121,9 @@ static struct {
     size_t cmdline_len;
     /* object store: this process's node shard, found on first use */
     ct_store_client *store;
+    ct_store_client *old_stores[8]; /* clients of nodes that went away: kept mapped (views and
+                                       buffers of other threads may still point into them) */
+    int nold;
     char store_node[32];
     char emb_node[32];   /* the embedded node's id */
     ct_object_id exe_id; /* code shipping: SHA-1 of /proc/self/exe */
@@ -823,6 +826,9 @@ void ct_shutdown(void)
     while (C.actors)
         free_actor(C.actors);
     ct_store_client_destroy(&C.store);
+    for (int i = 0; i < C.nold; i++)
+        ct_store_client_destroy(&C.old_stores[i]);
+    C.nold = 0;
     C.store_node[0] = 0;
     C.exe_state = 0;
     stop_heartbeats();
@@ -1517,6 +1523,18 @@ int ct_cluster_resources(const char *name, double *total, double *free_amount)
 
 /* ---- objects ---- */
 
+/* The shard's node went away: keep the client mapped (until ct_shutdown) and find another. */
+static void retire_store(void)
+{
+    if (C.nold == (int)(sizeof C.old_stores / sizeof C.old_stores[0]))
+        ct_store_client_destroy(&C.old_stores[--C.nold]);
+    memmove(C.old_stores + 1, C.old_stores, C.nold * sizeof C.old_stores[0]);
+    C.old_stores[0] = C.store;
+    C.nold++;
+    C.store = NULL;
+    C.store_node[0] = 0;
+}
+
 /* Connects to this process's node shard (see ct.h for which node). Lock held. */
 static int ensure_store(void)
 {
@@ -1590,7 +1608,7 @@ static int put_id(const ct_object_id *id, const void *data, size_t len, const ct
     void *p = NULL;
     rc = ct_store_client_create(C.store, id, len, &p);
     if (rc == CT_ECONNRESET) { /* the node went away: use another one */
-        ct_store_client_destroy(&C.store);
+        retire_store();
         if ((rc = ensure_store()))
             return rc;
         rc = ct_store_client_create(C.store, id, len, &p);
@@ -1653,6 +1671,58 @@ out:
     return rc;
 }
 
+int ct_object_create(size_t len, ct_object_id *id, void **data)
+{
+    if (!id || !data)
+        return ct__error(CT_EINVAL, "ct_object_create: %s is NULL", !id ? "id" : "data");
+    *data = NULL;
+    if (getrandom(id->b, sizeof id->b, 0) != (ssize_t)sizeof id->b)
+        return ct__error(CT_EIO, "ct_object_create: getrandom: %s", strerror(errno));
+    LOCK();
+    int rc = ensure_store();
+    if (!rc)
+        rc = ct_store_client_create(C.store, id, len, data);
+    if (rc == CT_ECONNRESET) {
+        retire_store();
+        if (!(rc = ensure_store()))
+            rc = ct_store_client_create(C.store, id, len, data);
+    }
+    UNLOCK();
+    return rc;
+}
+
+int ct_object_seal(const ct_object_id *id, const ct_put_opts *opts)
+{
+    if (!id)
+        return ct__error(CT_EINVAL, "ct_object_seal: id is NULL");
+    LOCK();
+    uint64_t size = 0;
+    int rc = C.store ? ct_store_client_seal(C.store, id)
+                     : ct__error(CT_ENOENT, "ct_object_seal: no object being created");
+    if (!rc) {
+        ct_store_view sv = {0};
+        if (!(rc = ct_store_client_get(C.store, id, &sv))) {
+            size = sv.size;
+            ct_store_client_release(C.store, &sv);
+        }
+    }
+    if (!rc)
+        rc = put_done(id, size, opts);
+    UNLOCK();
+    return rc;
+}
+
+int ct_object_abort(const ct_object_id *id)
+{
+    if (!id)
+        return ct__error(CT_EINVAL, "ct_object_abort: id is NULL");
+    LOCK();
+    int rc = C.store ? ct_store_client_abort(C.store, id)
+                     : ct__error(CT_ENOENT, "ct_object_abort: no object being created");
+    UNLOCK();
+    return rc;
+}
+
 static void to_view(const ct_store_view *sv, ct_object_view *v)
 {
     v->data = sv->data;
@@ -1678,7 +1748,7 @@ int ct_get(const ct_object_id *id, int timeout_ms, ct_object_view *view)
         goto out;
     rc = ct_store_client_get(C.store, id, &sv);
     if (rc == CT_ECONNRESET) { /* the node went away: use another one */
-        ct_store_client_destroy(&C.store);
+        retire_store();
         if ((rc = ensure_store()))
             goto out;
         rc = ct_store_client_get(C.store, id, &sv);
@@ -1726,6 +1796,9 @@ void ct_object_release(ct_object_view *v)
     LOCK();
     if (C.store && sv.obj_ == (void *)C.store)
         ct_store_client_release(C.store, &sv);
+    for (int i = 0; i < C.nold; i++)
+        if (sv.obj_ == (void *)C.old_stores[i])
+            ct_store_client_release(C.old_stores[i], &sv);
     UNLOCK();
     memset(v, 0, sizeof *v);
 }

@@ -274,6 +274,14 @@ int ct_put(const void *data, size_t len, const ct_put_opts *opts, ct_object_id *
 /* Same with a file's contents. */
 int ct_put_file(const char *path, const ct_put_opts *opts, ct_object_id *id);
 
+/* Zero-copy put: ct_object_create gives a writable buffer of len bytes in this node's shard
+ * under a new id (invisible to everyone until sealed; *data valid until seal/abort); write it,
+ * then ct_object_seal publishes it like ct_put (opts as there, may be NULL) or ct_object_abort
+ * drops it. Serialize a checkpoint straight into shared memory this way. */
+int ct_object_create(size_t len, ct_object_id *id, void **data);
+int ct_object_seal(const ct_object_id *id, const ct_put_opts *opts);
+int ct_object_abort(const ct_object_id *id);
+
 /* Pins the object and fills *view. When this node's shard lacks it, the node pulls it from a
  * holder first (chunked, checksummed, failing over to other holders). timeout_ms > 0: wait up
  * to that long for an id no node holds yet, and for the pull; <= 0: an unknown id fails at

@@ -1136,6 +1136,10 @@ static void on_status(head *h, const ct__rid *rid, Ct__Envelope *e)
         ni[i].total = tot[i].p;
         ni[i].n_free = n->free.n;
         ni[i].free = fre[i].p;
+        const char *xa = "";
+        ct__objdir_node_usage(n->id, &xa, &ni[i].store_capacity, &ni[i].store_objects,
+                              &ni[i].store_bytes);
+        ni[i].xfer_address = (char *)xa;
         nip[i] = &ni[i];
     }
     for (int i = 0; i < na; i++) {

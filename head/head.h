@@ -45,6 +45,9 @@ int ct__head_send(ct__head *h, const struct ct__rid *rid, struct Ct__Envelope *e
 int ct__objdir_install(void);
 int ct__objdir_holders(const uint8_t *id, size_t len, char **addrs, int cap);
 void ct__objdir_reset(void);
+/* Store facts of a node for the status reply (zeros and "" when it has no shard). */
+void ct__objdir_node_usage(const char *node_id, const char **xfer_address, uint64_t *capacity,
+                           uint64_t *objects, uint64_t *bytes);
 
 /* Serves until SIGTERM/SIGINT or watch_fd EOF. Returns 0, or a negative CT_E* code when it
  * cannot start (bad host, port in use), with the reason in ct_last_error(). */

@@ -360,7 +360,8 @@ static void on_added(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
     (void)user, (void)rid;
     Ct__ObjAdded *m = e->obj_added;
     int ni = find_node(m->node_id);
-    if (ni < 0 || !ct__head_is_node(h, m->node_id, NULL) || m->object_id.len != IDLEN || !D.n[ni].alive)
+    if (ni < 0 || !ct__head_is_node(h, m->node_id, NULL) || m->object_id.len != IDLEN ||
+        !D.n[ni].alive)
         return;
     add_holder(m->object_id.data, m->size, ni);
     progress(h, m->object_id.data);
@@ -664,6 +665,23 @@ int ct__objdir_holders(const uint8_t *id, size_t len, char **addrs, int cap)
         if (D.n[D.o[oi].h[i]].alive && D.n[D.o[oi].h[i]].addr[0])
             addrs[k++] = D.n[D.o[oi].h[i]].addr;
     return k;
+}
+
+void ct__objdir_node_usage(const char *node_id, const char **xfer_address, uint64_t *capacity,
+                           uint64_t *objects, uint64_t *bytes)
+{
+    *objects = *bytes = *capacity = 0;
+    *xfer_address = "";
+    int ni = find_node(node_id);
+    if (ni < 0)
+        return;
+    *xfer_address = D.n[ni].addr;
+    *capacity = D.n[ni].cap;
+    for (int i = 0; i < D.no; i++)
+        if (holds(&D.o[i], ni)) {
+            (*objects)++;
+            *bytes += D.o[i].size;
+        }
 }
 
 void ct__objdir_reset(void)

@@ -112,6 +112,24 @@ static bool pid_dead(int pid)
     return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+/* A node with its own --spill-dir notes it in /tmp/ct-node.<pid>/spill_dir, so that the
+ * shard's spill files can be removed after the node is killed. */
+static void purge_spill_note(int pid)
+{
+    char note[96], dir[4096];
+    snprintf(note, sizeof note, "/tmp/ct-node.%d/spill_dir", pid);
+    FILE *f = fopen(note, "r");
+    if (!f)
+        return;
+    if (fgets(dir, sizeof dir - 64, f) && dir[0] == '/') {
+        dir[strcspn(dir, "\n")] = 0;
+        size_t n = strlen(dir);
+        snprintf(dir + n, sizeof dir - n, "/ct.node.%d", pid);
+        rm_rf(dir);
+    }
+    fclose(f);
+}
+
 void ct__objnode_purge_leftovers(void)
 {
     DIR *d = opendir("/dev/shm");
@@ -135,6 +153,7 @@ void ct__objnode_purge_leftovers(void)
         char extra;
         if (sscanf(de->d_name, "ct-node.%d%c", &pid, &extra) == 1 && pid_dead(pid)) {
             char path[300];
+            purge_spill_note(pid);
             snprintf(path, sizeof path, "/tmp/%s", de->d_name);
             rm_rf(path);
         }
@@ -146,6 +165,7 @@ void ct__objnode_purge_leftovers(void)
 void ct__objnode_purge_pid(int pid)
 {
     char name[64], path[64];
+    purge_spill_note(pid);
     snprintf(name, sizeof name, "node.%d", pid);
     ct_store_purge(name);
     snprintf(path, sizeof path, "/tmp/ct-node.%d", pid);
@@ -388,6 +408,15 @@ int ct__objnode_start(const char *node_id, const char *head, const char *host, u
         return ct__error(-errno, "node: mkdir %s: %s", O.dir, strerror(errno));
     char name[64];
     snprintf(name, sizeof name, "node.%d", (int)getpid());
+    if (spill_dir && *spill_dir) {
+        char note[300], abs[4096];
+        snprintf(note, sizeof note, "%s/spill_dir", O.dir);
+        FILE *f = fopen(note, "w");
+        if (f && realpath(spill_dir, abs))
+            fprintf(f, "%s\n", abs);
+        if (f)
+            fclose(f);
+    }
     ct_store_opts so = {.name = name,
                         .memory_cap = memory ? memory : ct__objnode_default_memory(),
                         .spill_dir = spill_dir && *spill_dir ? spill_dir : O.dir,

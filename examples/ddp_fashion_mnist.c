@@ -4,14 +4,21 @@
  * The driver starts an embedded cluster (ct_init(NULL): a head and a node as child processes),
  * or joins the one in $CT_ADDRESS, and creates --replicas replica actors. Each replica is this
  * same program in actor mode: it builds the same model from the same seed, reads its shard of
- * the training set (distributed sampler: rank, world size, per-epoch permutation), and after
- * every backward pass averages the flat gradient buffer with the other replicas (ring allreduce
- * over shared memory or TCP, the group found through the head's KV) before its optimizer step,
- * so every replica holds identical weights, as with PyTorch DDP. The driver collects each
- * epoch's loss and throughput from the replicas and has replica 0 evaluate the test set.
+ * the training set (distributed sampler: rank, world size, per-epoch permutation), and averages
+ * its gradients with the other replicas (ring allreduce over shared memory or TCP, the group
+ * found through the head's KV) before its optimizer step, so every replica holds identical
+ * weights, as with PyTorch DDP. As in DDP, the averaging overlaps backward: parameters are
+ * grouped into buckets in reverse order (the first ~1 MiB, the rest --bucket-mb), a
+ * gradient-ready hook (ct_module_on_grad_ready) marks each parameter's gradient as soon as
+ * backward has finished it, and a full bucket is all-reduced on the bucketer's communication
+ * thread while backward goes on; ct_bucketer_finish() waits before the step. --no-overlap
+ * instead averages the whole flat gradient buffer with one allreduce after backward. The
+ * driver collects each epoch's loss and throughput from the replicas and has replica 0
+ * evaluate the test set.
  *
  *   ddp_fashion_mnist [--replicas 2] [--epochs 2] [--batch 64] [--lr 1e-3] [--limit N]
  *                     [--model cnn|mlp] [--seed 0] [--data DIR] [--min-accuracy X]
+ *                     [--bucket-mb 25] [--no-overlap]
  *
  * --batch is per replica. Prints a line per epoch and last
  * `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>` (all replicas together).
@@ -35,6 +42,8 @@ typedef struct replica_config {
     int64_t batch, limit;
     double lr;
     uint64_t seed;
+    int overlap;      /* gradients reduced in buckets during backward */
+    double bucket_mb; /* bucket size after the first (MiB) */
     char model[8];
     char data[256];
     char group[64];
@@ -56,6 +65,8 @@ typedef struct replica {
     ct_optim *optim;
     ct_rendezvous *rdv;
     ct_comm *comm;
+    ct_bucketer *bucketer; /* overlap mode: the gradients in reverse parameter order */
+    int nparams;
     float *grads; /* the model's flat gradient buffer (borrowed from net) */
     int64_t numel;
 } replica;
@@ -89,6 +100,9 @@ static void replica_free(void *state)
     replica *r = state;
     if (!r)
         return;
+    if (r->net)
+        ct_module_on_grad_ready(r->net, NULL, NULL);
+    ct_bucketer_destroy(&r->bucketer); /* before the communicator it uses */
     ct_comm_destroy(&r->comm);
     ct_rendezvous_kv_destroy(&r->rdv);
     ct_optim_destroy(&r->optim);
@@ -155,16 +169,71 @@ fail:
     return rc;
 }
 
+/* The gradient-ready hook: parameter i's gradient is final, so is the bucketer's gradient
+ * nparams-1-i (DDP's reverse order); a full bucket starts its allreduce at once. */
+static int grad_ready(int i, void *user)
+{
+    replica *r = user;
+    return ct_bucketer_mark_ready(r->bucketer, r->nparams - 1 - i);
+}
+
+/* Overlap mode: a bucketer over the parameters' slices of the flat gradient buffer, in reverse
+ * parameter order (the order backward finishes them), driven by the gradient-ready hook. */
+static int replica_bucketer_new(replica *r)
+{
+    const ct_param_ref *ps;
+    int np, rc;
+    float **grads = NULL;
+    size_t *counts = NULL;
+    if ((rc = ct_module_params(r->net, &ps, &np)) < 0)
+        return rc;
+    grads = malloc(sizeof *grads * (size_t)np);
+    counts = malloc(sizeof *counts * (size_t)np);
+    if (!grads || !counts) {
+        rc = CT_ENOMEM;
+        goto out;
+    }
+    for (int k = 0; k < np; k++) {
+        grads[k] = ps[np - 1 - k].grad;
+        counts[k] = (size_t)ps[np - 1 - k].numel;
+    }
+    size_t bucket = (size_t)(r->cfg.bucket_mb * 1024 * 1024);
+    size_t first = bucket < (1u << 20) ? bucket : (1u << 20);
+    r->nparams = np;
+    if ((rc = ct_bucketer_new(
+             r->comm, grads, counts, np,
+             &(ct_bucketer_opts){.first_bucket_bytes = first, .bucket_bytes = bucket},
+             &r->bucketer)) < 0)
+        goto out;
+    rc = ct_module_on_grad_ready(r->net, grad_ready, r);
+out:
+    free(grads);
+    free(counts);
+    return rc;
+}
+
 /* Joins the gradient group (blocks until every replica has joined). */
 static int replica_join(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
-    return ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
-                                       .group_id = r->cfg.group,
-                                       .rank = r->cfg.rank,
-                                       .world_size = r->cfg.world,
-                                       .node_id = ct_self_node_id()},
-                       &r->comm);
+    int rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
+                                         .group_id = r->cfg.group,
+                                         .rank = r->cfg.rank,
+                                         .world_size = r->cfg.world,
+                                         .node_id = ct_self_node_id()},
+                         &r->comm);
+    if (rc == 0 && r->cfg.overlap)
+        rc = replica_bucketer_new(r);
+    return rc;
+}
+
+/* Averages this step's gradients over the group: the buckets still in flight (overlap), or
+ * the whole flat buffer at once. */
+static int replica_sync_grads(replica *r)
+{
+    if (r->bucketer)
+        return ct_bucketer_finish(r->bucketer);
+    return ct_comm_allreduce(r->comm, r->grads, (size_t)r->numel, CT_F32, CT_COMM_AVG, 0);
 }
 
 static int64_t hash_floats(const float *x, int64_t n)
@@ -176,8 +245,8 @@ static int64_t hash_floats(const float *x, int64_t n)
     return (int64_t)(h >> 1);
 }
 
-/* One epoch over this replica's shard: forward, backward, average the gradients over the
- * group, step. Result: an epoch_report. */
+/* One epoch over this replica's shard: forward, backward (buckets reduced meanwhile in
+ * overlap mode), average the gradients over the group, step. Result: an epoch_report. */
 static int replica_train_epoch(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
@@ -195,9 +264,7 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
         rc = CT_EINVAL;
         if ((logits = ct_module_forward(r->net, x)) &&
             (loss = ct_nn_cross_entropy(logits, y, 0.0f)) &&
-            (rc = ct_tensor_backward(loss, NULL)) == 0 &&
-            (rc = ct_comm_allreduce(r->comm, r->grads, (size_t)r->numel, CT_F32, CT_COMM_AVG, 0)) ==
-                0 &&
+            (rc = ct_tensor_backward(loss, NULL)) == 0 && (rc = replica_sync_grads(r)) == 0 &&
             (rc = ct_optim_step(r->optim)) == 0) {
             rep.loss_sum += ct_tensor_item(loss) * (double)b.n;
             rep.samples += b.n;
@@ -272,18 +339,32 @@ static int replica_evaluate(void *state, const void *args, size_t len, void **re
 /* ---- driver ---- */
 
 typedef struct options {
-    int replicas, epochs;
+    int replicas, epochs, overlap;
     int64_t batch, limit;
-    double lr, min_accuracy;
+    double lr, min_accuracy, bucket_mb;
     uint64_t seed;
     const char *model, *data;
 } options;
 
 static int parse(int argc, char **argv, options *o)
 {
-    *o = (options){.replicas = 2, .epochs = 2, .batch = 64, .lr = 1e-3, .model = "cnn"};
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *k = argv[i], *v = argv[i + 1];
+    *o = (options){.replicas = 2,
+                   .epochs = 2,
+                   .batch = 64,
+                   .lr = 1e-3,
+                   .model = "cnn",
+                   .overlap = 1,
+                   .bucket_mb = 25};
+    int i;
+    for (i = 1; i < argc; i += 2) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "--no-overlap")) { /* the one option without a value */
+            o->overlap = 0;
+            i--;
+            continue;
+        }
+        if (!v)
+            break;
         if (!strcmp(k, "--replicas"))
             o->replicas = atoi(v);
         else if (!strcmp(k, "--epochs"))
@@ -302,18 +383,22 @@ static int parse(int argc, char **argv, options *o)
             o->data = v;
         else if (!strcmp(k, "--min-accuracy"))
             o->min_accuracy = atof(v);
+        else if (!strcmp(k, "--bucket-mb"))
+            o->bucket_mb = atof(v);
         else {
             fprintf(stderr, "ddp_fashion_mnist: unknown option %s\n", k);
             return 2;
         }
     }
-    if (argc % 2 == 0) {
-        fprintf(stderr, "ddp_fashion_mnist: option %s needs a value\n", argv[argc - 1]);
+    if (i < argc) {
+        fprintf(stderr, "ddp_fashion_mnist: option %s needs a value\n", argv[i]);
         return 2;
     }
     if (o->replicas < 1 || o->replicas > 64 || o->batch < 1 || o->epochs < 0 ||
+        !(o->bucket_mb > 0 && o->bucket_mb <= 1024) ||
         (strcmp(o->model, "cnn") && strcmp(o->model, "mlp"))) {
-        fprintf(stderr, "ddp_fashion_mnist: bad --replicas, --batch, --epochs or --model\n");
+        fprintf(stderr,
+                "ddp_fashion_mnist: bad --replicas, --batch, --epochs, --bucket-mb or --model\n");
         return 2;
     }
     return 0;
@@ -364,7 +449,16 @@ int main(int argc, char **argv)
         goto out;
     printf("ddp_fashion_mnist: %d replicas of the %s, %d thread(s) each, cluster at %s\n",
            o.replicas, o.model, threads, ct_head_address());
+    if (o.overlap)
+        printf("gradients: buckets of %g MiB (first <= 1 MiB) reduced during backward\n",
+               o.bucket_mb);
+    else
+        printf("gradients: one flat allreduce after backward (--no-overlap)\n");
     double t_start = now_s();
+    /* one group id for all replicas (computed once: a second boundary between two replicas'
+     * creation must not split the group) */
+    char group[64];
+    snprintf(group, sizeof group, "ddp-%d-%lld", (int)getpid(), (long long)t_start);
     for (int i = 0; i < o.replicas; i++) {
         replica_config c = {.rank = i,
                             .world = o.replicas,
@@ -372,10 +466,12 @@ int main(int argc, char **argv)
                             .batch = o.batch,
                             .limit = o.limit,
                             .lr = o.lr,
-                            .seed = o.seed};
+                            .seed = o.seed,
+                            .overlap = o.overlap,
+                            .bucket_mb = o.bucket_mb};
         snprintf(c.model, sizeof c.model, "%s", o.model);
         snprintf(c.data, sizeof c.data, "%s", o.data ? o.data : "");
-        snprintf(c.group, sizeof c.group, "ddp-%d-%lld", (int)getpid(), (long long)now_s());
+        memcpy(c.group, group, sizeof c.group);
         if ((rc = ct_actor_create("Replica", &(ct_resources){.cpu = 1}, &c, sizeof c, &actors[i])) <
             0) {
             fprintf(stderr, "ddp_fashion_mnist: creating replica %d: %s: %s\n", i, ct_strerror(rc),

@@ -1,6 +1,7 @@
 /* cluster/ctup.c — ctup, the cluster launcher. Only `ctup status --address H:P` exists so
- * far: it asks the head for its tables and prints the nodes (resources free/total, state)
- * and the actors (class, node, pid, state). Not in here yet: up/down/submit/exec. */
+ * far: it asks the head for its tables and prints the nodes (resources free/total, state),
+ * each live node's object store (transfer address, objects, bytes used, capacity), the
+ * actors (class, node, pid, state) and placement groups. Not in here yet: up/down/submit/exec. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,9 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ctup status --address H:P [--timeout-ms N]\n"
-               "  status   print the cluster's nodes, actors and placement groups\n");
+    fprintf(f,
+            "usage: ctup status --address H:P [--timeout-ms N]\n"
+            "  status   print the cluster's nodes, object stores, actors and placement groups\n");
 }
 
 static int status(const char *addr, int timeout_ms)
@@ -60,6 +62,16 @@ static int status(const char *addr, int timeout_ms)
             printf(" %s=%g/%g", n->total[j]->name,
                    ct__res_get(n->free, n->n_free, n->total[j]->name), n->total[j]->amount);
         printf("\n");
+    }
+    printf("%-10s %-24s %-10s %-12s %s\n", "STORE", "TRANSFER", "OBJECTS", "USED MiB",
+           "CAPACITY MiB");
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        Ct__NodeInfo *n = r->nodes[i];
+        if (!n->alive || !*n->xfer_address)
+            continue;
+        printf("%-10s %-24s %-10llu %-12.1f %.1f\n", n->node_id, n->xfer_address,
+               (unsigned long long)n->store_objects, (double)n->store_bytes / (1 << 20),
+               (double)n->store_capacity / (1 << 20));
     }
     printf("%-10s %-16s %-10s %-8s %s\n", "ACTOR", "CLASS", "NODE", "PID", "STATE");
     for (size_t i = 0; i < r->n_actors; i++) {

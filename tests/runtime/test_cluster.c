@@ -132,6 +132,12 @@ int main(void)
             }
         }
         CHECK(strstr(out, "DEAD") != NULL); /* the timed-out creations */
+        /* each live node's object store: transfer address, no objects yet */
+        for (int i = 1; i <= 4; i++) {
+            char line[64];
+            snprintf(line, sizeof line, "\nnode-%-5d tcp://", i);
+            CHECK(strstr(out, line) != NULL);
+        }
     }
     free(out);
     /* bad arguments are refused with the field named */

@@ -4,21 +4,34 @@
  * A complete program:
  *
  *     static int counter_new(const void *args, size_t len, void **state)
- *     { *state = calloc(1, sizeof(long)); return *state ? 0 : CT_ENOMEM; }
- *     static int counter_add(void *state, const void *args, size_t len, void **res, size_t *rlen)
  *     {
- *         long *c = state;  *c += *(const long *)args;
- *         *res = malloc(sizeof *c);  memcpy(*res, c, sizeof *c);  *rlen = sizeof *c;
+ *         *state = calloc(1, sizeof(long));
+ *         return *state ? 0 : CT_ENOMEM;
+ *     }
+ *     static int counter_add(void *state, const void *args, size_t len, void **res,
+ *                            size_t *rlen)
+ *     {
+ *         long *c = state;
+ *         *c += *(const long *)args;
+ *         *res = malloc(sizeof *c);
+ *         memcpy(*res, c, sizeof *c);
+ *         *rlen = sizeof *c;
  *         return 0;
  *     }
  *     int main(void)
  *     {
  *         ct_actor_class_register("Counter", &(ct_actor_class){
  *             .create = counter_new, .destroy = free, .methods = {{"add", counter_add}}});
- *         ct_init(NULL);                 // embedded head + node; in an actor: serves, never
- * returns ct_actor *a; ct_actor_create("Counter", &(ct_resources){.cpu = 1}, NULL, 0, &a); long one
- * = 1, *v;  size_t n; ct_actor_call(a, "add", &one, sizeof one, (void **)&v, &n, 1000);  // *v == 1
- *         free(v);  ct_actor_kill(a);  ct_actor_release(&a);  ct_shutdown();
+ *         ct_init(NULL);   // embedded head + node; in an actor process: serves, never returns
+ *         ct_actor *a;
+ *         ct_actor_create("Counter", &(ct_resources){.cpu = 1}, NULL, 0, &a);
+ *         long one = 1, *v;
+ *         size_t n;
+ *         ct_actor_call(a, "add", &one, sizeof one, (void **)&v, &n, 1000);  // *v == 1
+ *         free(v);
+ *         ct_actor_kill(a);
+ *         ct_actor_release(&a);
+ *         ct_shutdown();
  *     }
  *
  * How it runs. An actor is this same executable started again in actor mode: everything before
@@ -313,10 +326,12 @@ int ct_object_id_parse(ct_object_id *id, const char *hex);
 
 /* ---- KV (rendezvous) ---- */
 
-int ct_kv_put(const char *key, const void *value, size_t len); /* overwrite */
-int ct_kv_get(const char *key, void **value, size_t *len,
-              int timeout_ms); /* waits until the key exists or timeout (CT_ETIMEDOUT); caller frees
-                                *value with free() */
+/* Stores a copy of value under key, overwriting. */
+int ct_kv_put(const char *key, const void *value, size_t len);
+/* Waits until key exists or timeout_ms passes (CT_ETIMEDOUT); *value is malloc'd, the caller
+ * frees it. */
+int ct_kv_get(const char *key, void **value, size_t *len, int timeout_ms);
+/* Removes key; CT_ENOENT if absent. */
 int ct_kv_del(const char *key);
 
 #ifdef __cplusplus

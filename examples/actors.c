@@ -1,6 +1,6 @@
 /* examples/actors.c — a small runnable actor demo: an embedded cluster (ct_init(NULL)), two
  * Counter actors, sync and async calls, a KV round trip, then kill one and watch its death
- * event. Not a test: it prints what happens. Run: build/bin/example_actors */
+ * event. Not a test: it prints what happens. Run: build/bin/actors */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -263,9 +263,13 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
         ct_module_zero_grad(r->net);
         rc = CT_EINVAL;
         if ((logits = ct_module_forward(r->net, x)) &&
-            (loss = ct_nn_cross_entropy(logits, y, 0.0f)) &&
-            (rc = ct_tensor_backward(loss, NULL)) == 0 && (rc = replica_sync_grads(r)) == 0 &&
-            (rc = ct_optim_step(r->optim)) == 0) {
+            (loss = ct_nn_cross_entropy(logits, y, 0.0f))) {
+            rc = ct_tensor_backward(loss, NULL);
+            /* always: in overlap mode this also drains the buckets a failed backward queued */
+            int src = replica_sync_grads(r);
+            rc = rc < 0 ? rc : src;
+        }
+        if (rc == 0 && (rc = ct_optim_step(r->optim)) == 0) {
             rep.loss_sum += ct_tensor_item(loss) * (double)b.n;
             rep.samples += b.n;
         }

@@ -131,8 +131,10 @@ static int rank_main(int rank, int world, void *arg)
     }
     /* an aborted communicator: the step fails with CT_ECANCELED instead of hanging, the
      * thread is joined by destroy */
-    for (int i = 0; i < NG / 2; i++)
-        CHECK_RC(ct_bucketer_mark_ready(b, i));
+    for (int i = 0; i < NG / 2; i++) { /* a faster peer may have aborted already */
+        int rc = ct_bucketer_mark_ready(b, i);
+        CHECK(rc == 0 || rc == CT_ECONNRESET);
+    }
     ct_comm_abort(c);
     for (int i = NG / 2; i < NG; i++) {
         int rc = ct_bucketer_mark_ready(b, i);

@@ -8,7 +8,10 @@
  * (or reduces in place when it holds one gradient), allreduces it (AVG) and copies the result
  * back. The caller's backward keeps running meanwhile. With the nccl backend the gradients are
  * device pointers: a bucket is one grouped NCCL allreduce of its gradients (no packing; this
- * path has not run on a GPU yet). Not a tensor library: plain pointers. */
+ * path has not run on a GPU yet). The engine drives it from gradient-ready hooks
+ * (ct_module_on_grad_ready: parameter i final -> mark gradient nparams-1-i), so buckets are
+ * reduced while the rest of backward runs; see examples/ddp_fashion_mnist.c and
+ * tests/collective/test_overlap.c. Not a tensor library: plain pointers. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,7 +239,10 @@ int ct_bucketer_mark_ready(ct_bucketer *t, int i)
     pthread_mutex_lock(&t->mu);
     int err = t->err;
     pthread_mutex_unlock(&t->mu);
-    return err;
+    if (err < 0)
+        return ct__error(err, "ct_bucketer_mark_ready: an earlier bucket's allreduce failed: %s",
+                         ct_strerror(err));
+    return 0;
 }
 
 int ct_bucketer_finish(ct_bucketer *t)

@@ -18,8 +18,10 @@
  *
  *   ddp_fashion_mnist [--replicas 2] [--epochs 2] [--batch 64] [--lr 1e-3] [--limit N]
  *                     [--model cnn|mlp] [--seed 0] [--data DIR] [--min-accuracy X]
- *                     [--bucket-mb 25] [--no-overlap]
+ *                     [--bucket-mb 25] [--no-overlap] [--timing]
  *
+ * --timing adds a line per epoch: milliseconds per step in backward and in the gradient sync
+ * after it (overlap: ct_bucketer_finish; --no-overlap: the flat allreduce).
  * --batch is per replica. Prints a line per epoch and last
  * `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>` (all replicas together).
  * Not here: checkpoints and retry after a replica dies (the trainer's job). */
@@ -55,6 +57,9 @@ typedef struct epoch_report {
     int64_t samples;
     double seconds;
     int64_t weights_hash; /* of the flat weights, to show the replicas agree */
+    int64_t steps;
+    double backward_seconds; /* in ct_tensor_backward (overlap: includes marking buckets) */
+    double sync_seconds;     /* after backward, until the gradients are averaged */
 } epoch_report;
 
 typedef struct replica {
@@ -264,10 +269,15 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
         rc = CT_EINVAL;
         if ((logits = ct_module_forward(r->net, x)) &&
             (loss = ct_nn_cross_entropy(logits, y, 0.0f))) {
+            double tb = now_s();
             rc = ct_tensor_backward(loss, NULL);
+            double ts = now_s();
             /* always: in overlap mode this also drains the buckets a failed backward queued */
             int src = replica_sync_grads(r);
             rc = rc < 0 ? rc : src;
+            rep.backward_seconds += ts - tb;
+            rep.sync_seconds += now_s() - ts;
+            rep.steps++;
         }
         if (rc == 0 && (rc = ct_optim_step(r->optim)) == 0) {
             rep.loss_sum += ct_tensor_item(loss) * (double)b.n;
@@ -343,7 +353,7 @@ static int replica_evaluate(void *state, const void *args, size_t len, void **re
 /* ---- driver ---- */
 
 typedef struct options {
-    int replicas, epochs, overlap;
+    int replicas, epochs, overlap, timing;
     int64_t batch, limit;
     double lr, min_accuracy, bucket_mb;
     uint64_t seed;
@@ -362,8 +372,11 @@ static int parse(int argc, char **argv, options *o)
     int i;
     for (i = 1; i < argc; i += 2) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(k, "--no-overlap")) { /* the one option without a value */
-            o->overlap = 0;
+        if (!strcmp(k, "--no-overlap") || !strcmp(k, "--timing")) {
+            if (!strcmp(k, "--timing"))
+                o->timing = 1;
+            else
+                o->overlap = 0;
             i--;
             continue;
         }
@@ -491,10 +504,13 @@ int main(int argc, char **argv)
     for (int64_t epoch = 0; epoch < o.epochs; epoch++) {
         if (call_all(actors, o.replicas, "train_epoch", &epoch, sizeof epoch, results) < 0)
             goto out;
-        double loss_sum = 0, slowest = 0;
+        double loss_sum = 0, slowest = 0, bw_ms = 0, sync_ms = 0;
         int64_t samples = 0, agree = 1;
         for (int i = 0; i < o.replicas; i++) {
             epoch_report *rep = results[i];
+            int64_t st = rep->steps ? rep->steps : 1;
+            bw_ms += 1e3 * rep->backward_seconds / (double)st / o.replicas;
+            sync_ms += 1e3 * rep->sync_seconds / (double)st / o.replicas;
             loss_sum += rep->loss_sum;
             samples += rep->samples;
             slowest = rep->seconds > slowest ? rep->seconds : slowest;
@@ -520,6 +536,10 @@ int main(int argc, char **argv)
         printf("epoch %lld: train_loss=%.4f test_accuracy=%.4f samples_per_s=%.1f "
                "time=%.1fs (replicas' weights identical)\n",
                (long long)epoch + 1, loss, acc, (double)samples / slowest, slowest);
+        if (o.timing)
+            printf("  per step, mean over replicas: backward=%.2fms gradient_sync_after_backward="
+                   "%.2fms\n",
+                   bw_ms, sync_ms);
         fflush(stdout);
     }
     printf("final: test_accuracy=%.4f train_loss=%.4f samples_per_s=%.1f\n", acc, loss,

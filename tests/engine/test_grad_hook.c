@@ -135,9 +135,18 @@ static void test_module(void)
     r.n = 0;
     CHECK(step(net, x, y) == 0, "backward after removal");
     CHECK(r.n == 0, "%d hooks fired after removal", r.n);
+    /* a parameter that outlives its module keeps no hook into the freed module */
+    CHECK(ct_module_on_grad_ready(net, on_param, &r) == 0, "register again");
+    ct_tensor *w0 = ct_tensor_retain(sd[0].tensor);
+    ct_module_destroy(&net);
+    r.n = 0;
+    ct_tensor *s0 = ct_nn_sum(w0);
+    CHECK(s0 && ct_tensor_backward(s0, NULL) == 0, "backward on a surviving parameter");
+    CHECK(r.n == 0, "%d hooks fired after the module was destroyed", r.n);
+    ct_tensor_release(&s0);
+    ct_tensor_release(&w0);
     free(plain);
     free(snap);
-    ct_module_destroy(&net);
     ct_tensor_release(&x);
     ct_tensor_release(&y);
 }

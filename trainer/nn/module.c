@@ -59,7 +59,8 @@ struct ct_module {
     int nsd;
     ct__storage *flat_v, *flat_g;
     int64_t flat_n;
-    struct param_hook *hooks; /* nrefs entries while gradient-ready hooks are set (owned) */
+    struct param_hook *hooks; /* nhooks entries while gradient-ready hooks are set (owned) */
+    int nhooks;
 };
 
 /* What a parameter's tensor-level hook points at: the module-level callback and its index. */
@@ -67,7 +68,19 @@ typedef struct param_hook {
     ct_param_ready_fn fn;
     void *user;
     int index;
+    ct_tensor *t; /* the parameter (borrowed) */
 } param_hook;
+
+/* Unhooks the parameters that still point at m's hook table, then frees it. */
+static void drop_hooks(ct_module *m)
+{
+    for (int i = 0; i < m->nhooks; i++)
+        if (m->hooks[i].t->hook_user == &m->hooks[i])
+            ct_tensor_on_grad_ready(m->hooks[i].t, NULL, NULL);
+    free(m->hooks);
+    m->hooks = NULL;
+    m->nhooks = 0;
+}
 
 /* ---------------- generator (xoshiro256**, per thread) ---------------- */
 
@@ -392,6 +405,7 @@ void ct_module_destroy(ct_module **mp)
         return;
     ct_module *m = *mp;
     *mp = NULL;
+    drop_hooks(m); /* first: a parameter someone else still holds must not keep a stale hook */
     for (int i = 0; i < m->nchildren; i++)
         ct_module_destroy(&m->children[i]);
     free(m->children);
@@ -400,7 +414,6 @@ void ct_module_destroy(ct_module **mp)
     for (int i = 0; i < m->nbuffers; i++)
         ct_tensor_release(&m->buffers[i]);
     free_views(m);
-    free(m->hooks);
     ct__storage_release(&m->flat_v);
     ct__storage_release(&m->flat_g);
     free(m);
@@ -683,14 +696,15 @@ int ct_module_on_grad_ready(ct_module *m, ct_param_ready_fn fn, void *user)
         rc = ct__error(CT_ENOMEM, "module_on_grad_ready: out of memory");
         goto out;
     }
+    drop_hooks(m);
     for (int i = 0; i < n; i++) {
         if (hooks)
-            hooks[i] = (param_hook){fn, user, i};
+            hooks[i] = (param_hook){fn, user, i, w.v[i].t};
         /* parameters are leaves: cannot fail */
         ct_tensor_on_grad_ready(w.v[i].t, fn ? param_ready : NULL, hooks ? &hooks[i] : NULL);
     }
-    free(m->hooks);
     m->hooks = hooks;
+    m->nhooks = hooks ? n : 0;
 out:
     free(w.v);
     return rc;

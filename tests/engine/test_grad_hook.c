@@ -4,7 +4,8 @@
  *     in exactly decreasing parameter order; the gradient seen at fire time is final (equal,
  *     bit for bit, to the gradient after backward) and plain contiguous f32 in the flat
  *     buffer; gradients are bit-identical to a backward without hooks; a second pass fires
- *     again; hooks removed: nothing fires;
+ *     again; hooks removed: nothing fires; a parameter that outlives its destroyed module
+ *     fires nothing (no stale pointer into the module);
  *   - tensor level: a leaf used by two ops fires once, after the second use's backward; a leaf
  *     off the loss path fires with a zero-filled gradient; an unused leaf never fires; a
  *     non-leaf is refused; a failing hook's code comes back from backward after every other

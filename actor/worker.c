@@ -212,6 +212,11 @@ void ct__zygote_main(int fd)
     unsetenv("CT_HEAD");
     unsetenv("CT_NODE_HOST");
     unsetenv("CT_NODE_PID");
+    /* set by the node for the zygote only (node.c), not for what actors exec */
+    const char *bn = getenv("CT_ZYGOTE_BIND_NOW");
+    if (bn && *bn == '1')
+        unsetenv("LD_BIND_NOW");
+    unsetenv("CT_ZYGOTE_BIND_NOW");
     ct__log_set_who("zygote");
     size_t cap = sizeof(ct__zreq) + CT_ZYGOTE_MAX_ARGS;
     char *buf = malloc(cap);

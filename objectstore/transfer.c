@@ -14,15 +14,19 @@
 #define _GNU_SOURCE
 #include "objectstore/transfer.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "common/common.h"
 #include "objectstore/crc32c.h"
+#include "objectstore/xfer_data.h"
 #include "proto/msg.h"
 
 #define MAX_REQUEST_BYTES 65536
@@ -39,6 +43,7 @@ struct ct_xfer_server {
     char sender[128];
     int delay_ms;
     int outstanding;         /* zero-copy chunks not yet released by ZeroMQ (__atomic) */
+    ct__xdata_server *xd;    /* the plain-TCP data port, or NULL (ZeroMQ chunks only) */
     ct_xfer_server_stats st; /* updated with __atomic */
 };
 
@@ -175,6 +180,20 @@ static void serve_one(ct_xfer_server *srv, zmq_msg_t *rid, zmq_msg_t *body, int 
         }
         Ct__ObjStatReply sr = CT__OBJ_STAT_REPLY__INIT;
         sr.size = size;
+        /* The data port, as field 2 (see xfer_data.h) until ct.proto declares it. */
+        uint8_t vb[4];
+        ProtobufCMessageUnknownField uf = {
+            .tag = CT_XD_STAT_PORT_FIELD, .wire_type = PROTOBUF_C_WIRE_TYPE_VARINT, .data = vb};
+        uint32_t port = ct__xdata_server_port(srv->xd);
+        if (port) {
+            while (port >= 0x80) {
+                vb[uf.len++] = (uint8_t)(port | 0x80);
+                port >>= 7;
+            }
+            vb[uf.len++] = (uint8_t)port;
+            sr.base.n_unknown_fields = 1;
+            sr.base.unknown_fields = &uf;
+        }
         h.body_case = CT__OBJ_XFER__BODY_STAT_REPLY;
         h.stat_reply = &sr;
         send_reply(srv, rid, &h, NULL);
@@ -243,16 +262,20 @@ static void *server_thread(void *arg)
 {
     ct_xfer_server *srv = arg;
     ct__log_set_who(srv->sender);
-    zmq_pollitem_t items[2] = {{srv->router, 0, ZMQ_POLLIN, 0},
-                               {srv->pipe_thread, 0, ZMQ_POLLIN, 0}};
+    zmq_pollitem_t items[3] = {{srv->router, 0, ZMQ_POLLIN, 0},
+                               {srv->pipe_thread, 0, ZMQ_POLLIN, 0},
+                               {NULL, ct__xdata_server_fd(srv->xd), ZMQ_POLLIN, 0}};
+    int nitems = srv->xd ? 3 : 2;
     for (;;) {
-        if (zmq_poll(items, 2, -1) < 0) {
+        if (zmq_poll(items, nitems, -1) < 0) {
             if (zmq_errno() == EINTR)
                 continue;
             break;
         }
         if (items[1].revents)
             break;
+        if (nitems == 3 && (items[2].revents & ZMQ_POLLIN))
+            ct__xdata_server_accept(srv->xd);
         if (!(items[0].revents & ZMQ_POLLIN))
             continue;
         /* One message: [rid][body][extra...]. */
@@ -342,6 +365,7 @@ ct_xfer_server *ct_xfer_server_new(ct_store *store, const ct_xfer_server_opts *o
     }
     zmq_setsockopt(srv->pipe_main, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(srv->pipe_thread, ZMQ_LINGER, &zero, sizeof zero);
+    srv->xd = ct__xdata_server_new(store, srv->endpoint, srv->sender, srv->delay_ms, &srv->st);
     if (pthread_create(&srv->thread, NULL, server_thread, srv) != 0) {
         ct__error(CT_ENOMEM, "xfer server: cannot start thread");
         goto err;
@@ -379,6 +403,7 @@ void ct_xfer_server_destroy(ct_xfer_server **sp)
         zmq_send(srv->pipe_main, "", 0, 0);
         pthread_join(srv->thread, NULL);
     }
+    ct__xdata_server_destroy(&srv->xd); /* cuts data connections, joins them, unpins */
     if (srv->pipe_main)
         zmq_close(srv->pipe_main);
     if (srv->pipe_thread)
@@ -423,6 +448,7 @@ typedef struct pull {
     uint64_t probe_first, probe_n; /* req_ids of the clip probes sent before the size is known */
     int64_t deadline;              /* ct__now_ms() limit for the whole pull, 0 = none */
     int expired;
+    int zmq_only; /* chunks over ZeroMQ, never the data port */
     char why[1024];
 } pull;
 
@@ -550,14 +576,312 @@ static int on_size(pull *p, uint64_t size)
     return 0;
 }
 
+/* How long the next wait on holder may last: timeout_ms, cut to what is left of the whole
+ * pull's deadline. 0 when the deadline has passed (p->expired is then set). */
+static int next_wait(pull *p)
+{
+    int wait = p->timeout_ms;
+    if (p->deadline) {
+        int64_t left = p->deadline - ct__now_ms();
+        if (left <= 0) {
+            p->expired = 1;
+            return 0;
+        }
+        wait = left < wait ? (int)left : wait;
+    }
+    return wait;
+}
+
+/* ObjStat over ZeroMQ: the object's size and the holder's data port (0: none advertised).
+ * Returns 0, or as pull_from when the holder fails. */
+static int stat_holder(pull *p, void *sock, int h, const char *holder, uint64_t *size,
+                       uint16_t *port)
+{
+    Ct__ObjXfer q = CT__OBJ_XFER__INIT;
+    Ct__ObjStat sq = CT__OBJ_STAT__INIT;
+    uint64_t req = ++p->next_req;
+    q.major = CT_PROTO_MAJOR;
+    q.minor = CT_PROTO_MINOR;
+    q.req_id = req;
+    q.sender = "pull";
+    sq.object_id.data = (uint8_t *)p->id->b;
+    sq.object_id.len = CT_OBJECT_ID_LEN;
+    q.body_case = CT__OBJ_XFER__BODY_STAT;
+    q.stat = &sq;
+    uint8_t buf[128];
+    size_t n = ct__obj_xfer__get_packed_size(&q);
+    ct__obj_xfer__pack(&q, buf);
+    if (n > sizeof buf || zmq_send(sock, buf, n, 0) != (int)n) {
+        why_add(p, h, holder, "cannot send");
+        return CT_EZMQ;
+    }
+    for (;;) {
+        Ct__ObjXfer *rep;
+        zmq_msg_t data;
+        int have_data;
+        char m[160];
+        int wait = next_wait(p);
+        if (!wait)
+            return CT_ETIMEDOUT;
+        zmq_msg_init(&data);
+        int rc = recv_reply(sock, wait, &rep, &data, &have_data);
+        zmq_msg_close(&data);
+        if (rc == CT_ETIMEDOUT && wait < p->timeout_ms)
+            continue; /* next_wait ends the pull */
+        if (rc == CT_ETIMEDOUT || rc == CT_EZMQ) {
+            snprintf(m, sizeof m, "no reply for %d ms (size query)", p->timeout_ms);
+            why_add(p, h, holder, m);
+            return CT_ETIMEDOUT;
+        }
+        if (rc)
+            continue;
+        if (rep->req_id != req) {
+            ct__obj_xfer__free_unpacked(rep, NULL);
+            continue;
+        }
+        if (rep->body_case == CT__OBJ_XFER__BODY_ERROR) {
+            int code = rep->error->code;
+            why_add(p, h, holder, rep->error->message ? rep->error->message : "error");
+            ct__obj_xfer__free_unpacked(rep, NULL);
+            return code == CT_ENOENT ? CT_ENOENT : CT_EPROTO;
+        }
+        if (rep->body_case != CT__OBJ_XFER__BODY_STAT_REPLY) {
+            ct__obj_xfer__free_unpacked(rep, NULL);
+            why_add(p, h, holder, "unexpected reply to a size query");
+            return CT_EPROTO;
+        }
+        const Ct__ObjStatReply *sr = rep->stat_reply;
+        *size = sr->size;
+        *port = 0;
+        for (unsigned i = 0; i < sr->base.n_unknown_fields; i++) {
+            const ProtobufCMessageUnknownField *u = &sr->base.unknown_fields[i];
+            if (u->tag != CT_XD_STAT_PORT_FIELD || u->wire_type != PROTOBUF_C_WIRE_TYPE_VARINT)
+                continue;
+            uint32_t v = 0;
+            for (size_t k = 0; k < u->len && k < 3; k++)
+                v |= (uint32_t)(u->data[k] & 0x7f) << (7 * k);
+            *port = v <= 65535 ? (uint16_t)v : 0;
+        }
+        ct__obj_xfer__free_unpacked(rep, NULL);
+        return 0;
+    }
+}
+
+/* Reads exactly n bytes from the data connection within its SO_RCVTIMEO: 0, CT_ETIMEDOUT,
+ * or CT_EIO (closed or reset). */
+static int data_recv(int fd, void *buf, size_t n)
+{
+    char *b = buf;
+    while (n) {
+        ssize_t k = recv(fd, b, n, MSG_WAITALL);
+        if (k == 0)
+            return CT_EIO;
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? CT_ETIMEDOUT : CT_EIO;
+        }
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Fetches the missing chunks over the holder's data connection fd: keeps `window` requests
+ * queued at the holder, receives each chunk straight into the unsealed object, checksums it
+ * piece by piece as it lands. Returns like pull_from. */
+static int pull_data(pull *p, int fd, int h, const char *holder)
+{
+    char m[200];
+    uint64_t W = (uint64_t)p->window, qh = 0, qn = 0, cursor = 0;
+    uint64_t *q = malloc(W * sizeof *q);
+    ct_xd_req *reqs = malloc(W * sizeof *reqs);
+    int rc = 0, cur_wait = -1;
+    if (!q || !reqs) {
+        rc = ct__error(CT_ENOMEM, "pull: out of memory");
+        goto out;
+    }
+    while (p->ndone < p->nchunks) {
+        /* Queue requests for the lowest missing chunks, in one send. */
+        while (cursor < p->nchunks && p->state[cursor] == CH_DONE)
+            cursor++;
+        size_t nr = 0;
+        for (uint64_t c = cursor; c < p->nchunks && qn < W; c++) {
+            if (p->state[c] != CH_MISSING)
+                continue;
+            ct_xd_req *r = &reqs[nr++];
+            memset(r, 0, sizeof *r);
+            r->magic = CT_XD_REQ_MAGIC;
+            memcpy(r->id, p->id->b, CT_OBJECT_ID_LEN);
+            r->offset = c * p->chunk;
+            r->size = chunk_len(p, c);
+            p->state[c] = CH_INFLIGHT;
+            q[(qh + qn++) % W] = c;
+        }
+        for (size_t off = 0, len = nr * sizeof *reqs; off < len;) {
+            ssize_t k = send(fd, (char *)reqs + off, len - off, MSG_NOSIGNAL);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0) {
+                snprintf(m, sizeof m, "data port: send: %s", strerror(errno));
+                why_add(p, h, holder, m);
+                rc = CT_EIO;
+                goto out;
+            }
+            off += (size_t)k;
+        }
+        if (!qn) { /* cannot happen: a missing chunk is always requested */
+            why_add(p, h, holder, "data port: nothing in flight");
+            rc = CT_EPROTO;
+            goto out;
+        }
+        int wait = next_wait(p);
+        if (!wait) {
+            rc = CT_ETIMEDOUT;
+            goto out;
+        }
+        if (wait != cur_wait) {
+            struct timeval tv = {wait / 1000, (wait % 1000) * 1000};
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            cur_wait = wait;
+        }
+        uint64_t c = q[qh];
+        qh = (qh + 1) % W;
+        qn--;
+        ct_xd_rep r;
+        uint32_t end[2];
+        uint64_t off = c * p->chunk, len = chunk_len(p, c);
+        rc = data_recv(fd, &r, sizeof r);
+        if (!rc && r.magic != CT_XD_REP_MAGIC) {
+            why_add(p, h, holder, "data port: bad reply header");
+            rc = CT_EPROTO;
+            goto out;
+        }
+        if (!rc && r.status) {
+            snprintf(m, sizeof m, "data port: %s for chunk at %llu", ct_strerror(r.status),
+                     (unsigned long long)off);
+            why_add(p, h, holder, m);
+            rc = r.status == CT_ENOENT ? CT_ENOENT : CT_EPROTO;
+            goto out;
+        }
+        if (!rc && (r.offset != off || r.size != len || r.object_size != p->size)) {
+            snprintf(m, sizeof m,
+                     "data port: reply [%llu, +%llu) of %llu, want [%llu, +%llu) of %llu",
+                     (unsigned long long)r.offset, (unsigned long long)r.size,
+                     (unsigned long long)r.object_size, (unsigned long long)off,
+                     (unsigned long long)len, (unsigned long long)p->size);
+            why_add(p, h, holder, m);
+            rc = CT_EPROTO;
+            goto out;
+        }
+        int corrupt = ++p->received == (uint64_t)p->corrupt_chunk && len;
+        uint32_t crc = 0;
+        unsigned char *dst = p->buf + off;
+        for (uint64_t done = 0; !rc && done < len;) {
+            size_t n = len - done < CT_XD_PIECE ? (size_t)(len - done) : CT_XD_PIECE;
+            rc = data_recv(fd, dst + done, n);
+            if (rc)
+                break;
+            if (corrupt && len / 2 >= done && len / 2 < done + n) {
+                dst[len / 2] ^= 0x01; /* test hook: damage in transit */
+                CT_LOG(CT_LOG_INFO, "xfer", "pull: test hook flipped a byte of chunk %llu",
+                       (unsigned long long)c);
+            }
+            crc = ct__crc32c(crc, dst + done, n);
+            done += n;
+        }
+        if (!rc)
+            rc = data_recv(fd, end, sizeof end);
+        if (rc) {
+            if (rc == CT_ETIMEDOUT && p->deadline && ct__now_ms() >= p->deadline) {
+                p->expired = 1;
+                goto out;
+            }
+            if (rc == CT_ETIMEDOUT)
+                snprintf(m, sizeof m, "no reply for %d ms (%llu of %llu chunks done)",
+                         p->timeout_ms, (unsigned long long)p->ndone,
+                         (unsigned long long)p->nchunks);
+            else
+                snprintf(m, sizeof m, "data connection lost (%llu of %llu chunks done)",
+                         (unsigned long long)p->ndone, (unsigned long long)p->nchunks);
+            why_add(p, h, holder, m);
+            goto out;
+        }
+        if (end[1] != CT_XD_END_MAGIC) {
+            why_add(p, h, holder, "data port: bad trailer");
+            rc = CT_EPROTO;
+            goto out;
+        }
+        if (crc != end[0]) {
+            if (p->st)
+                p->st->crc_failures++;
+            CT_LOG(CT_LOG_WARN, "xfer", "pull: chunk %llu from %s: crc %08x, want %08x; again",
+                   (unsigned long long)c, holder, crc, end[0]);
+            p->state[c] = CH_MISSING;
+            if (++p->retries[c] > p->max_retries) {
+                why_add(p, h, holder, "too many checksum failures");
+                rc = CT_EIO;
+                goto out;
+            }
+            continue;
+        }
+        p->state[c] = CH_DONE;
+        p->ndone++;
+        if (p->st) {
+            p->st->last_holder = h;
+            if (h < 8)
+                p->st->chunks_from[h]++;
+        }
+        if (p->o->on_chunk && p->o->on_chunk(p->o->arg, h, p->ndone, p->nchunks)) {
+            rc = CT_ECANCELED;
+            goto out;
+        }
+    }
+out:
+    free(q);
+    free(reqs);
+    return rc;
+}
+
 /* Fetches the missing chunks from holder h. Returns 0 when every chunk is done; CT_ENOENT if
  * the holder lacks the object; an error of the local shard (stop); else the holder failed
- * (reason appended to p->why) and the next one may go on. */
+ * (reason appended to p->why) and the next one may go on. Over the holder's data port when it
+ * has one (size asked first with ObjStat), else with ZeroMQ chunk requests. */
 static int pull_from(pull *p, void *sock, int h, const char *holder)
 {
     uint64_t cursor = 0;
     char m[160];
     p->inflight = 0;
+    if (!p->zmq_only) {
+        uint64_t size;
+        uint16_t port;
+        int r = stat_holder(p, sock, h, holder, &size, &port);
+        if (r)
+            return r;
+        if (!p->sized) {
+            if ((r = on_size(p, size)))
+                return r;
+        } else if (size != p->size) {
+            snprintf(m, sizeof m, "object size %llu differs from %llu", (unsigned long long)size,
+                     (unsigned long long)p->size);
+            why_add(p, h, holder, m);
+            return CT_EPROTO;
+        }
+        if (p->ndone == p->nchunks)
+            return 0;
+        for (uint64_t c = 0; c < p->nchunks; c++)
+            if (p->state[c] == CH_INFLIGHT)
+                p->state[c] = CH_MISSING;
+        if (port) {
+            int fd = ct__xdata_connect(holder, port, p->timeout_ms);
+            if (fd >= 0) {
+                r = pull_data(p, fd, h, holder);
+                close(fd);
+                return r;
+            }
+            CT_LOG(CT_LOG_WARN, "xfer", "pull: %s; chunks over ZeroMQ instead", ct_last_error());
+        }
+    }
     if (!p->sized) {
         /* Size unknown: probe the first window of chunks, clipped to the object's end. */
         p->probe_first = p->next_req + 1;
@@ -711,6 +1035,7 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
     p.timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
     p.max_retries = opts->max_retries > 0 ? opts->max_retries : 3;
     p.corrupt_chunk = opts->corrupt_chunk;
+    p.zmq_only = opts->zmq_only;
     if (!p.corrupt_chunk && getenv("CT_XFER_CORRUPT_CHUNK"))
         p.corrupt_chunk = atoi(getenv("CT_XFER_CORRUPT_CHUNK"));
     if (opts->total_timeout_ms > 0)

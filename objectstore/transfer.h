@@ -81,6 +81,9 @@ typedef struct ct_xfer_pull_opts {
      * Returning nonzero cancels the pull: CT_ECANCELED, the partial object is removed. */
     int (*on_chunk)(void *arg, int holder, uint64_t chunks_done, uint64_t nchunks);
     void *arg;
+    /* Chunks as ZeroMQ messages even when the holder has a data port (the older, slower
+     * path; kept for holders without one, and tested). */
+    int zmq_only;
 } ct_xfer_pull_opts;
 
 typedef struct ct_xfer_pull_stats {

@@ -138,7 +138,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    double t[256];
+    static double t[4096];
     void *zctx = zmq_ctx_new(); /* one per process, as ct-node would keep */
     for (int k = 0; k < nsizes; k++) {
         uint64_t sz = sizes[k];
@@ -202,10 +202,14 @@ int main(int argc, char **argv)
         hid.b[0] = (uint8_t)(k + 1);
         const char *holders[] = {ep};
         int preps = reps > 20 ? 20 : reps;
+        if (getenv("OS_BENCH_PULL_REPS")) /* more pulls, e.g. to profile them */
+            preps = atoi(getenv("OS_BENCH_PULL_REPS")) > 0 ? atoi(getenv("OS_BENCH_PULL_REPS")) : 1;
         double cpu0 = 0, wall0 = 0;
         ct_xfer_pull_opts po = {.zmq_ctx = zctx};
         if (getenv("OS_BENCH_CHUNK_MB"))
             po.chunk_size = strtoull(getenv("OS_BENCH_CHUNK_MB"), NULL, 10) * MB;
+        if (getenv("OS_BENCH_ZMQ_ONLY")) /* the chunks-over-ZeroMQ path, for comparison */
+            po.zmq_only = 1;
         if (getenv("OS_BENCH_WINDOW"))
             po.window = atoi(getenv("OS_BENCH_WINDOW"));
         for (int r = 0; r <= preps; r++) {

@@ -1,0 +1,287 @@
+/* tests/objectstore/test_dataport.c — the transfer server's plain-TCP data port (wire in
+ * objectstore/xfer_data.h): ObjStat advertises it; good requests, pipelined, get their bytes
+ * and a CRC-32C trailer in order; an unknown id, out-of-range offsets and sizes, a chunk over
+ * the maximum, bad magic, random bytes, a half request and more connections than the server
+ * takes each get the right error or a closed connection, and the holder keeps serving; a pull
+ * over the data port and one over ZeroMQ chunks (zmq_only) give identical objects, also with a
+ * chunk damaged in transit (detected by its CRC, fetched again); a holder
+ * that answers chunks too slowly on the data port times out and the next holder serves. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <zmq.h>
+
+#include "ct.pb-c.h"
+#include "objectstore/crc32c.h"
+#include "objectstore/xfer_data.h"
+#include "proto/msg.h"
+#include "tests/objectstore/os_node.h"
+
+#define MB (1ull << 20)
+#define OSIZE (5 * MB + 7)
+
+/* ObjStat over ZeroMQ; returns the advertised data port (0 if none, -1 on no reply). */
+static int stat_port(void *ctx, const char *ep, const ct_object_id *id, uint64_t *size)
+{
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0, port = -1;
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_connect(d, ep);
+    Ct__ObjXfer x = CT__OBJ_XFER__INIT;
+    Ct__ObjStat st = CT__OBJ_STAT__INIT;
+    st.object_id.data = (uint8_t *)id->b;
+    st.object_id.len = CT_OBJECT_ID_LEN;
+    x.major = CT_PROTO_MAJOR;
+    x.req_id = 1;
+    x.sender = "test";
+    x.body_case = CT__OBJ_XFER__BODY_STAT;
+    x.stat = &st;
+    uint8_t buf[128];
+    size_t n = ct__obj_xfer__pack(&x, buf);
+    zmq_send(d, buf, n, 0);
+    zmq_pollitem_t it = {d, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, 2000) == 1) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        zmq_msg_recv(&m, d, 0);
+        Ct__ObjXfer *r = ct__obj_xfer__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
+        zmq_msg_close(&m);
+        if (r && r->body_case == CT__OBJ_XFER__BODY_STAT_REPLY) {
+            *size = r->stat_reply->size;
+            port = 0;
+            const ProtobufCMessage *b = &r->stat_reply->base;
+            for (unsigned i = 0; i < b->n_unknown_fields; i++)
+                if (b->unknown_fields[i].tag == CT_XD_STAT_PORT_FIELD) {
+                    const uint8_t *v = b->unknown_fields[i].data;
+                    for (size_t k = 0; k < b->unknown_fields[i].len; k++)
+                        port |= (v[k] & 0x7f) << (7 * k);
+                }
+        }
+        if (r)
+            ct__obj_xfer__free_unpacked(r, NULL);
+    }
+    zmq_close(d);
+    return port;
+}
+
+static int dial(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static int rd(int fd, void *buf, size_t n) /* 0, or -1 on EOF/error/timeout */
+{
+    char *p = buf;
+    while (n) {
+        ssize_t k = recv(fd, p, n, 0);
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static ct_xd_req req(const ct_object_id *id, uint64_t off, uint64_t size)
+{
+    ct_xd_req r = {.magic = CT_XD_REQ_MAGIC, .offset = off, .size = size};
+    memcpy(r.id, id->b, CT_OBJECT_ID_LEN);
+    return r;
+}
+
+/* Sends one request on a fresh connection, returns the reply status (1 = no reply). The
+ * connection is closed by the server after an error: *closed says whether it was. */
+static int ask_one(int port, const void *rq, size_t n, int *closed)
+{
+    int fd = dial(port);
+    if (fd < 0)
+        return 2;
+    send(fd, rq, n, MSG_NOSIGNAL);
+    ct_xd_rep r;
+    int st = rd(fd, &r, sizeof r) || r.magic != CT_XD_REP_MAGIC ? 1 : r.status;
+    char b;
+    *closed = recv(fd, &b, 1, 0) == 0;
+    close(fd);
+    return st;
+}
+
+int main(void)
+{
+    os_purge_stale();
+    os_node a = {0}, slow = {0};
+    ct_store *c = NULL;
+    void *ctx = zmq_ctx_new();
+    unsigned char *want = malloc(OSIZE), *got = malloc(4 * MB);
+    int fds[CT_XD_MAX_CONNS + 8];
+    int nfds = 0;
+    char cname[64];
+    snprintf(cname, sizeof cname, "ostest-dC-%d", (int)getpid());
+    os_obj obj[] = {{1, 3, OSIZE}};
+    CHECK(ctx && want && got);
+    os_fill(want, OSIZE, 3);
+    CHECK_EQ(os_node_start(&a, "dA", obj, 1, 16 * MB, 0), 0);
+    ct_object_id id, unknown;
+    os_id(&id, 1);
+    os_id(&unknown, 999);
+
+    /* ObjStat advertises the port. */
+    uint64_t size = 0;
+    int port = stat_port(ctx, a.endpoint, &id, &size);
+    CHECK(port > 0);
+    CHECK_EQ(size, OSIZE);
+
+    /* Three pipelined requests in one send; replies in order, bytes and CRCs right. */
+    int fd = dial(port);
+    CHECK(fd >= 0);
+    ct_xd_req three[3] = {req(&id, 4 * MB, OSIZE - 4 * MB), req(&id, 0, 1 * MB),
+                          req(&id, 1 * MB, 3 * MB)};
+    CHECK_EQ(send(fd, three, sizeof three, MSG_NOSIGNAL), (ssize_t)sizeof three);
+    for (int i = 0; i < 3; i++) {
+        ct_xd_rep r;
+        uint32_t end[2];
+        CHECK_EQ(rd(fd, &r, sizeof r), 0);
+        CHECK_EQ(r.magic, CT_XD_REP_MAGIC);
+        CHECK_EQ(r.status, 0);
+        CHECK_EQ(r.offset, three[i].offset);
+        CHECK_EQ(r.size, three[i].size);
+        CHECK_EQ(r.object_size, OSIZE);
+        CHECK_EQ(rd(fd, got, r.size), 0);
+        CHECK_EQ(rd(fd, end, sizeof end), 0);
+        CHECK_EQ(end[1], CT_XD_END_MAGIC);
+        CHECK_EQ(end[0], ct__crc32c(0, want + r.offset, r.size));
+        CHECK(memcmp(got, want + r.offset, r.size) == 0);
+    }
+    close(fd);
+
+    /* Bad requests: each gets its error, then the connection is closed. */
+    int closed;
+    ct_xd_req r = req(&unknown, 0, 1 * MB);
+    CHECK_EQ(ask_one(port, &r, sizeof r, &closed), CT_ENOENT);
+    CHECK(closed);
+    r = req(&id, OSIZE - 10, 11); /* past the end */
+    CHECK_EQ(ask_one(port, &r, sizeof r, &closed), CT_ERANGE);
+    CHECK(closed);
+    r = req(&id, OSIZE + 1, 0); /* offset past the end */
+    CHECK_EQ(ask_one(port, &r, sizeof r, &closed), CT_ERANGE);
+    r = req(&id, UINT64_MAX - 5, 10); /* wraps */
+    CHECK_EQ(ask_one(port, &r, sizeof r, &closed), CT_ERANGE);
+    r = req(&id, 0, 0); /* empty chunk of a non-empty object */
+    CHECK_EQ(ask_one(port, &r, sizeof r, &closed), CT_ERANGE);
+    r = req(&id, 0, CT_XFER_MAX_CHUNK + 1);
+    CHECK_EQ(ask_one(port, &r, sizeof r, &closed), CT_ERANGE);
+    r = req(&id, 0, 1 * MB);
+    r.magic ^= 1;
+    CHECK_EQ(ask_one(port, &r, sizeof r, &closed), CT_EPROTO);
+    CHECK(closed);
+    r = req(&id, 0, 1 * MB);
+    r.pad = 7;
+    CHECK_EQ(ask_one(port, &r, sizeof r, &closed), CT_EPROTO);
+
+    /* Random bytes: CT_EPROTO; a half request, a connection closed at once: still serving. */
+    unsigned char *rnd = malloc(1 << 17);
+    CHECK(rnd);
+    os_fill(rnd, 1 << 17, 77);
+    CHECK_EQ(ask_one(port, rnd, 1 << 17, &closed), CT_EPROTO);
+    CHECK(closed);
+    free(rnd);
+    fd = dial(port);
+    CHECK(fd >= 0);
+    send(fd, &r, 20, MSG_NOSIGNAL);
+    close(fd);
+    fd = dial(port);
+    CHECK(fd >= 0);
+    close(fd);
+
+    /* More connections than the server takes: the extra ones are closed; the rest work. */
+    for (nfds = 0; nfds < CT_XD_MAX_CONNS + 8; nfds++) {
+        fds[nfds] = dial(port);
+        CHECK(fds[nfds] >= 0);
+    }
+    usleep(200 * 1000);
+    int refused = 0;
+    for (int i = 0; i < nfds; i++) {
+        char b;
+        struct timeval tv = {0, 1000};
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        refused += recv(fds[i], &b, 1, 0) == 0;
+    }
+    CHECK(refused >= 8);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    nfds = 0;
+    usleep(100 * 1000);
+
+    /* Pulls over the data port and over ZeroMQ chunks give the same object. */
+    c = ct_store_new(&(ct_store_opts){.name = cname, .memory_cap = 64 * MB});
+    CHECK(c);
+    const char *ha[] = {a.endpoint};
+    ct_xfer_pull_stats st;
+    ct_store_view v = {0};
+    for (int k = 0; k < 4; k++) { /* each path, then each with a chunk damaged in transit */
+        int zmq_only = k & 1, corrupt = k >> 1 ? 2 : 0;
+        CHECK_EQ(ct_xfer_pull(c, &id, ha, 1,
+                              &(ct_xfer_pull_opts){.chunk_size = 1 * MB,
+                                                   .window = 3,
+                                                   .zmq_only = zmq_only,
+                                                   .corrupt_chunk = corrupt},
+                              &st),
+                 0);
+        CHECK_EQ(st.crc_failures, corrupt ? 1 : 0);
+        CHECK_EQ(st.chunks, 6);
+        CHECK_EQ(st.chunks_from[0], 6);
+        CHECK_EQ(ct_store_get(c, &id, &v), 0);
+        CHECK_EQ(v.size, OSIZE);
+        CHECK(memcmp(v.data, want, OSIZE) == 0);
+        ct_store_release(c, &v);
+        CHECK_EQ(ct_store_delete(c, &id), 0);
+    }
+
+    /* A holder whose chunks come too slowly (its size answer is quick): the data connection
+     * times out after timeout_ms and the next holder serves the rest. */
+    CHECK_EQ(os_node_start(&slow, "dS", obj, 1, 16 * MB, 1500), 0);
+    const char *hsa[] = {slow.endpoint, a.endpoint};
+    int64_t t0 = ct__now_ms();
+    CHECK_EQ(ct_xfer_pull(c, &id, hsa, 2, &(ct_xfer_pull_opts){.timeout_ms = 300}, &st), 0);
+    CHECK(ct__now_ms() - t0 < 1400);
+    CHECK_EQ(st.holder_failures, 1);
+    CHECK_EQ(st.last_holder, 1);
+    CHECK_EQ(ct_store_get(c, &id, &v), 0);
+    CHECK(memcmp(v.data, want, OSIZE) == 0);
+    ct_store_release(c, &v);
+    CHECK_EQ(ct_store_delete(c, &id), 0);
+    /* Alone, the slow holder fails the pull with the reason, and nothing partial is left. */
+    CHECK_EQ(ct_xfer_pull(c, &id, hsa, 1, &(ct_xfer_pull_opts){.timeout_ms = 300}, &st), CT_ERETRY);
+    CHECK(strstr(ct_last_error(), "no reply for 300 ms"));
+    CHECK(!ct_store_contains(c, &id));
+
+    ct_store_destroy(&c);
+    os_node_stop(&slow);
+    os_node_stop(&a);
+    zmq_ctx_term(ctx);
+    free(want);
+    free(got);
+    printf("ok\n");
+    return 0;
+fail:
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    os_kill_all();
+    ct_store_destroy(&c);
+    ct_store_purge(a.name);
+    ct_store_purge(slow.name);
+    if (ctx)
+        zmq_ctx_term(ctx);
+    free(want);
+    free(got);
+    return 1;
+}

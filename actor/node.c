@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -55,6 +56,18 @@ typedef struct early {
     int status;
 } early;
 
+/* A start request not yet handed to a zygote: a zygote gets at most ZYG_INFLIGHT at once and
+ * the node never blocks on its socket, so a burst of thousands of creations neither deadlocks
+ * node and zygote (both sending into full socket buffers) nor starves the heartbeat. */
+#define ZYG_INFLIGHT 32
+typedef struct qreq {
+    char *buf; /* ct__zreq + args */
+    size_t len;
+    char *key; /* the zygote key it needs */
+    size_t keylen;
+    char id[32];
+} qreq;
+
 typedef struct nodest {
     const ct_node_opts *o;
     void *ctx, *sock;
@@ -65,6 +78,10 @@ typedef struct nodest {
     int nz, max_zyg;
     nactor *a;
     int na, cap;
+    int *ix; /* open-addressing index actor id -> 1 + position in a; 0 empty */
+    int ixcap;
+    qreq *q; /* FIFO q[qh..qn) */
+    int qh, qn, qcap;
     early early[MAX_EARLY];
     int nearly;
     uint64_t req;
@@ -235,9 +252,87 @@ static void report_start_failed(nodest *n, const char *actor_id, const char *rea
     send_head(n, &e);
 }
 
+/* ---- the actor index (thousands of actors start at once: no linear scans per record) ---- */
+
+static unsigned id_hash(const char *id)
+{
+    unsigned h = 2166136261u;
+    for (; *id; id++)
+        h = (h ^ (unsigned char)*id) * 16777619u;
+    return h;
+}
+
+static int ix_find(nodest *n, const char *id)
+{
+    if (!n->ixcap)
+        return -1;
+    for (unsigned h = id_hash(id) & (n->ixcap - 1);; h = (h + 1) & (n->ixcap - 1)) {
+        int v = n->ix[h];
+        if (!v)
+            return -1;
+        if (!strcmp(n->a[v - 1].id, id))
+            return v - 1;
+    }
+}
+
+static void ix_set(nodest *n, int i)
+{
+    unsigned h = id_hash(n->a[i].id) & (n->ixcap - 1);
+    while (n->ix[h] && strcmp(n->a[n->ix[h] - 1].id, n->a[i].id))
+        h = (h + 1) & (n->ixcap - 1);
+    n->ix[h] = i + 1;
+}
+
+/* Removes a[i]'s slot (backward-shift deletion keeps probe chains whole). */
+static void ix_del(nodest *n, int i)
+{
+    unsigned m = n->ixcap - 1, h = id_hash(n->a[i].id) & m;
+    while (n->ix[h] != i + 1)
+        h = (h + 1) & m;
+    for (unsigned j = (h + 1) & m; n->ix[j]; j = (j + 1) & m) {
+        unsigned home = id_hash(n->a[n->ix[j] - 1].id) & m;
+        /* move j back into the hole h unless its home lies cyclically in (h, j] */
+        if ((j > h && (home <= h || home > j)) || (j < h && home <= h && home > j)) {
+            n->ix[h] = n->ix[j];
+            h = j;
+        }
+    }
+    n->ix[h] = 0;
+}
+
+/* Room for one more actor in a and its index. */
+static int grow_actors(nodest *n)
+{
+    if (n->na == n->cap) {
+        int cap = n->cap ? 2 * n->cap : 64;
+        nactor *na = realloc(n->a, cap * sizeof *na);
+        if (!na)
+            return ct__error(CT_ENOMEM, "node: out of memory");
+        n->a = na;
+        n->cap = cap;
+    }
+    if (2 * (n->na + 1) > n->ixcap) {
+        int cap = n->ixcap ? 2 * n->ixcap : 128;
+        int *ix = calloc(cap, sizeof *ix);
+        if (!ix)
+            return ct__error(CT_ENOMEM, "node: out of memory");
+        free(n->ix);
+        n->ix = ix;
+        n->ixcap = cap;
+        for (int i = 0; i < n->na; i++)
+            ix_set(n, i);
+    }
+    return 0;
+}
+
 static void remove_actor(nodest *n, int i)
 {
-    n->a[i] = n->a[--n->na];
+    ix_del(n, i);
+    if (i != --n->na) {
+        ix_del(n, n->na);
+        n->a[i] = n->a[n->na];
+        ix_set(n, i);
+    }
 }
 
 static void zygote_gone(nodest *n, int zi)
@@ -368,6 +463,65 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
     return n->nz - 1;
 }
 
+static void qreq_pop(nodest *n)
+{
+    free(n->q[n->qh].buf);
+    free(n->q[n->qh].key);
+    if (++n->qh == n->qn)
+        n->qh = n->qn = 0;
+}
+
+/* Hands queued start requests, oldest first, to the least busy zygote of their executable
+ * while one has fewer than ZYG_INFLIGHT outstanding and its socket takes them without
+ * blocking. A request whose executable has no zygote left fails. */
+static void dispatch(nodest *n)
+{
+    while (n->qh < n->qn) {
+        qreq *qr = &n->q[n->qh];
+        int ai = ix_find(n, qr->id);
+        if (ai < 0) { /* gone meanwhile */
+            qreq_pop(n);
+            continue;
+        }
+        int zi = -1;
+        for (int i = 0; i < n->nz; i++)
+            if (n->z[i].keylen == qr->keylen && !memcmp(n->z[i].key, qr->key, qr->keylen) &&
+                (zi < 0 || n->z[i].outstanding < n->z[zi].outstanding))
+                zi = i;
+        if (zi < 0) {
+            report_start_failed(n, qr->id, "the zygote process died");
+            remove_actor(n, ai);
+            qreq_pop(n);
+            continue;
+        }
+        zygote *z = &n->z[zi];
+        if (z->outstanding >= ZYG_INFLIGHT)
+            return; /* its SPAWNED records call again */
+        ssize_t w = send(z->fd, qr->buf, qr->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            if (z->outstanding > 0)
+                return;
+            /* nothing of ours in its buffer: wait briefly for room rather than spin */
+            struct pollfd pf = {z->fd, POLLOUT, 0};
+            poll(&pf, 1, 10);
+            continue;
+        }
+        if (w != (ssize_t)qr->len) {
+            char why[200];
+            snprintf(why, sizeof why, "node: zygote %d: %s", (int)z->pid,
+                     w < 0 ? strerror(errno) : "short send");
+            report_start_failed(n, qr->id, why);
+            remove_actor(n, ai);
+            qreq_pop(n);
+            continue;
+        }
+        z->outstanding++;
+        z->last_used = ct__now_ms();
+        n->a[ai].zyg_pid = z->pid;
+        qreq_pop(n);
+    }
+}
+
 static void on_start_actor(nodest *n, Ct__StartActor *s)
 {
     char key[4096];
@@ -432,19 +586,30 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
             if (spawn_zygote(n, s, exe, key, kl, false) < 0)
                 break;
     }
-    if (n->na == n->cap) {
-        int cap = n->cap ? 2 * n->cap : 64;
-        nactor *na = realloc(n->a, cap * sizeof *na);
-        if (!na) {
-            rc = ct__error(CT_ENOMEM, "node: out of memory");
-            goto fail;
+    if ((rc = grow_actors(n)))
+        goto fail;
+    if (n->qn == n->qcap) {
+        if (n->qh > 0) { /* compact before growing */
+            memmove(n->q, n->q + n->qh, (n->qn - n->qh) * sizeof *n->q);
+            n->qn -= n->qh;
+            n->qh = 0;
+        } else {
+            int cap = n->qcap ? 2 * n->qcap : 64;
+            qreq *nq = realloc(n->q, cap * sizeof *nq);
+            if (!nq) {
+                rc = ct__error(CT_ENOMEM, "node: out of memory");
+                goto fail;
+            }
+            n->q = nq;
+            n->qcap = cap;
         }
-        n->a = na;
-        n->cap = cap;
     }
     size_t len = sizeof(ct__zreq) + s->args.len;
     char *buf = malloc(len);
-    if (!buf) {
+    char *kcopy = malloc(kl);
+    if (!buf || !kcopy) {
+        free(buf);
+        free(kcopy);
         rc = ct__error(CT_ENOMEM, "node: out of memory");
         goto fail;
     }
@@ -455,18 +620,17 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     r->args_len = (unsigned)s->args.len;
     if (s->args.len)
         memcpy(buf + sizeof *r, s->args.data, s->args.len);
-    ssize_t w = send(n->z[zi].fd, buf, len, MSG_NOSIGNAL);
-    free(buf);
-    if (w != (ssize_t)len) {
-        rc = ct__error(CT_EIO, "node: zygote %d: %s", (int)n->z[zi].pid, strerror(errno));
-        goto fail;
-    }
-    n->z[zi].outstanding++;
-    n->z[zi].last_used = ct__now_ms();
+    memcpy(kcopy, key, kl);
+    qreq *qr = &n->q[n->qn++];
+    qr->buf = buf;
+    qr->len = len;
+    qr->key = kcopy;
+    qr->keylen = kl;
+    snprintf(qr->id, sizeof qr->id, "%s", s->actor_id);
     nactor *a = &n->a[n->na++];
     memset(a, 0, sizeof *a);
     snprintf(a->id, sizeof a->id, "%s", s->actor_id);
-    a->zyg_pid = n->z[zi].pid;
+    ix_set(n, n->na - 1);
     return;
 fail:
     snprintf(why, sizeof why, "%s", ct_last_error());
@@ -502,11 +666,8 @@ static void on_zygote_reply(nodest *n, int zi)
         r.text[sizeof r.text - 1] = 0;
         if (r.kind == CT_ZREP_SPAWNED && n->z[zi].outstanding > 0)
             n->z[zi].outstanding--;
-        int i;
-        for (i = 0; i < n->na; i++)
-            if (!strcmp(n->a[i].id, r.actor_id))
-                break;
-        if (i == n->na)
+        int i = ix_find(n, r.actor_id);
+        if (i < 0)
             continue;
         nactor *a = &n->a[i];
         if (r.kind == CT_ZREP_READY) {
@@ -568,13 +729,13 @@ static void reap(nodest *n)
 
 static void on_kill_actor(nodest *n, Ct__KillActor *k)
 {
-    for (int i = 0; i < n->na; i++)
-        if (k->actor_id && !strcmp(n->a[i].id, k->actor_id)) {
-            if (n->a[i].pid > 0)
-                kill(n->a[i].pid, SIGKILL);
-            else
-                n->a[i].kill_pending = true;
-        }
+    int i = k->actor_id ? ix_find(n, k->actor_id) : -1;
+    if (i >= 0) {
+        if (n->a[i].pid > 0)
+            kill(n->a[i].pid, SIGKILL);
+        else
+            n->a[i].kill_pending = true;
+    }
 }
 
 static void heartbeat(nodest *n)
@@ -758,6 +919,7 @@ int ct__node_run(const ct_node_opts *o)
         for (int i = nz - 1; i >= 0; i--)
             if (it[z0 + i].revents)
                 on_zygote_reply(&n, i);
+        dispatch(&n);
         if (it[1].revents) {
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof si) == sizeof si)
@@ -798,6 +960,7 @@ int ct__node_run(const ct_node_opts *o)
             }
             ct__msg_free(e);
         }
+        dispatch(&n);
     }
 out:
     if (current == &n)
@@ -816,6 +979,10 @@ out:
     while (waitpid(-1, NULL, WNOHANG) > 0)
         ;
     ct__objnode_stop();
+    while (n.qh < n.qn)
+        qreq_pop(&n);
+    free(n.q);
+    free(n.ix);
     free(n.a);
     if (sfd >= 0)
         close(sfd);

@@ -1008,15 +1008,24 @@ int ct_actor_create_many(const char *cls, const ct_resources *res, const void *a
         if (i == 0)
             first = req;
     }
-    int got = 0;
+    /* each actor is connected as soon as its reply is in, while later ones still start, so
+     * that the connects overlap the forks instead of trailing them */
+    int got = 0, first_err = 0;
     int64_t until = ct__now_ms() + timeout + 1000;
     hwait w = {.lo = first, .hi = req, .slots = reps};
     waits_add(&w);
-    while (got < n) {
+    for (int scan = 0; got < n;) {
         drain_head(0, 0, NULL);
-        got = 0;
-        for (int i = 0; i < n; i++)
-            got += reps[i] != NULL;
+        for (int i = scan; i < n; i++)
+            if (reps[i] && reps[i]->req_id) {
+                int r1 = create_finish(reps[i], &out[i]);
+                if (r1 && !first_err)
+                    first_err = r1;
+                reps[i]->req_id = 0; /* finished (out[i] stays NULL on failure) */
+                got++;
+            }
+        while (scan < n && reps[scan]) /* everything before scan is finished */
+            scan++;
         if (got == n)
             break;
         int64_t left = until - ct__now_ms();
@@ -1029,11 +1038,7 @@ int ct_actor_create_many(const char *cls, const ct_resources *res, const void *a
         sleep_unlocked(-1, left);
     }
     waits_remove(&w);
-    for (int i = 0; i < n; i++) {
-        int r1 = create_finish(reps[i], &out[i]);
-        if (r1 && !rc)
-            rc = r1;
-    }
+    rc = first_err;
 out:
     for (int i = 0; i < n; i++)
         ct__msg_free(reps[i]);

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -356,6 +355,12 @@ static int evict_zygote(nodest *n)
     for (int i = 0; i < n->nz; i++) {
         if (n->z[i].outstanding)
             continue;
+        bool queued = false; /* start requests wait for this executable */
+        for (int j = n->qh; j < n->qn && !queued; j++)
+            queued = n->q[j].keylen == n->z[i].keylen &&
+                     !memcmp(n->q[j].key, n->z[i].key, n->z[i].keylen);
+        if (queued)
+            continue;
         bool waiting = false;
         for (int j = 0; j < n->na && !waiting; j++)
             waiting = n->a[j].zyg_pid == n->z[i].pid && !n->a[j].reported;
@@ -498,14 +503,8 @@ static void dispatch(nodest *n)
         if (z->outstanding >= ZYG_INFLIGHT)
             return; /* its SPAWNED records call again */
         ssize_t w = send(z->fd, qr->buf, qr->len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            if (z->outstanding > 0)
-                return;
-            /* nothing of ours in its buffer: wait briefly for room rather than spin */
-            struct pollfd pf = {z->fd, POLLOUT, 0};
-            poll(&pf, 1, 10);
-            continue;
-        }
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return; /* its SPAWNED records, or the next turn of the loop, call again */
         if (w != (ssize_t)qr->len) {
             char why[200];
             snprintf(why, sizeof why, "node: zygote %d: %s", (int)z->pid,
@@ -909,8 +908,10 @@ int ct__node_run(const ct_node_opts *o)
             heartbeat(&n);
             next_hb = ct__now_ms() + hb_ms;
         }
-        if (r <= 0)
+        if (r <= 0) {
+            dispatch(&n);
             continue;
+        }
         if (watch_i >= 0 && it[watch_i].revents) {
             CT_LOG(CT_LOG_INFO, "node", "parent gone, exiting");
             break;

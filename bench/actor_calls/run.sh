@@ -9,6 +9,11 @@ secs=${BENCH_SECONDS:-2}
 ncreate=${BENCH_ACTORS:-500}
 out=$("$build/bin/bench_actor_calls" "$secs" "$ncreate")
 echo "$out" >&2
+# the floor under the creation row: bare forks of a process with the same libraries, from as
+# many forkers as CPUs, with no runtime at all (fork_floor.c); informational, on stderr
+if [ -x "$build/bin/fork_floor" ]; then
+    "$build/bin/fork_floor" "$ncreate" >&2 || true
+fi
 val() { echo "$out" | awk -v k="$1" '$1 == k {print $2}'; }
 row() { # name value ref unit
     awk -v n="$1" -v c="$2" -v r="$3" -v u="$4" \

@@ -695,6 +695,18 @@ out:
     return rc;
 }
 
+int ct__store_view_file(ct_store *s, const ct_store_view *v, int *fd, uint64_t *off)
+{
+    if (!s || !v || !v->obj_ || v->map_ || !v->size)
+        return CT_EINVAL;
+    const unsigned char *p = v->data;
+    if (p < s->arena || p + v->size > s->arena + s->cap)
+        return CT_EINVAL;
+    *fd = s->arena_fd;
+    *off = (uint64_t)(p - s->arena);
+    return 0;
+}
+
 void ct_store_release(ct_store *s, ct_store_view *view)
 {
     if (!s || !view || !view->obj_)

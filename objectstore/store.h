@@ -152,6 +152,11 @@ const char *ct_store_name(const ct_store *s); /* borrowed while s lives */
  * Refuses with CT_EBUSY while a live shard holds the name. Returns 0 if nothing was left. */
 int ct_store_purge(const char *name);
 
+/* Internal (objectstore/transfer): the arena's shm file and the offset of a view's bytes in it,
+ * so the transfer server can sendfile() them. The fd is borrowed while s lives. CT_EINVAL for
+ * a view that is not in the arena (mapped from a spill file) or empty. Thread-safe. */
+int ct__store_view_file(ct_store *s, const ct_store_view *v, int *fd, uint64_t *off);
+
 /* ---- same-node client (another process) ---- */
 typedef struct ct_store_client ct_store_client;
 

@@ -15,6 +15,14 @@
  * CT_EPROTO undecodable request or another major version. The server keeps serving after
  * any input; messages over 64 KiB are dropped by ZeroMQ (requests are a few dozen bytes).
  *
+ * Data port (the fast path, objectstore/xfer_data.h): the server also listens on a plain TCP
+ * port, advertised in its ObjStat replies. A pull asks the size with ObjStat, creates the
+ * object unsealed in the local shard, opens one TCP connection to the holder's data port and
+ * keeps `window` chunk requests queued on it; each chunk is recv()d straight into the shard's
+ * shared memory and checksummed per 256 KiB piece as it lands; the holder sendfile()s from its
+ * arena. CRC failures, holder errors, timeouts and failover work as below. A holder that
+ * advertises no port (or whose port cannot be reached) is served with ZeroMQ chunks:
+ *
  * The pull starts with `window` "clipped" chunk requests (ObjChunk.clip: valid before the size
  * is known; the replies say the object's size), creates the object unsealed in the local shard
  * on the first reply, then keeps `window` chunk requests in flight; a small object thus takes

@@ -3,9 +3,12 @@
  * serves chunk requests in order straight from the pinned arena, and the puller's connect.
  *
  * Per request the connection thread pins the object (ct_store_get), sends the reply header,
- * then for each 256 KiB piece computes the CRC-32C and send()s the piece (the checksum pass
- * leaves it in cache for the kernel's copy), then the trailer, and unpins. Nothing is copied in
- * user space. A peer that vanishes makes send() fail (MSG_NOSIGNAL) and the thread ends.
+ * then for each 256 KiB piece computes the CRC-32C and sendfile()s the piece from the arena's
+ * shm file (pages go by reference; a spilled object, mapped from its file, is send()'t
+ * instead; CT_XFER_NO_SENDFILE=1 forces send()), then the trailer. The pin is kept until the
+ * socket's queue no longer holds the chunk's bytes (SIOCOUTQ), so they cannot change while the
+ * kernel still reads them. A peer that vanishes makes the send fail (EPIPE; SIGPIPE is
+ * blocked in these threads) and the thread ends, dropping its pins.
  *
  * Not here: the puller's receive loop (transfer.c) and the ZeroMQ control requests. */
 #define _GNU_SOURCE
@@ -18,9 +21,13 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -42,6 +49,7 @@ struct ct__xdata_server {
     int lfd;
     uint16_t port;
     int delay_ms;
+    int no_sendfile; /* CT_XFER_NO_SENDFILE set: copy with send() instead */
     char sender[128];
     ct_xfer_server_stats *st;
     pthread_mutex_t mu;
@@ -117,8 +125,48 @@ static int send_status(int fd, int status, uint64_t off, uint64_t size, uint64_t
     return send_all(fd, &r, sizeof r, 0);
 }
 
+/* Chunks sent with sendfile() stay pinned until the socket has no unacknowledged bytes of
+ * theirs: the kernel sends the arena's pages by reference, so the bytes must not change under
+ * it (a delete + a new object in the same range would). Kept per connection, oldest first. */
+#define MAX_HELD 32
+typedef struct held {
+    ct_store_view v[MAX_HELD];
+    uint64_t end[MAX_HELD]; /* bytes written to the socket when the chunk's send finished */
+    int n;
+    uint64_t written; /* bytes written to the socket so far */
+} held;
+
+/* Releases the pins whose bytes have left the socket (all of them when force). */
+static void held_release(ct__xdata_server *xs, int fd, held *h, int force)
+{
+    int outq = 0;
+    if (!force && ioctl(fd, SIOCOUTQ, &outq) != 0)
+        outq = 0;
+    uint64_t gone = h->written - (uint64_t)outq;
+    int k = 0;
+    while (k < h->n && (force || h->end[k] <= gone))
+        ct_store_release(xs->store, &h->v[k++]);
+    memmove(h->v, h->v + k, (size_t)(h->n - k) * sizeof h->v[0]);
+    memmove(h->end, h->end + k, (size_t)(h->n - k) * sizeof h->end[0]);
+    h->n -= k;
+}
+
+static int sendfile_all(int fd, int in, uint64_t off, size_t n)
+{
+    off_t o = (off_t)off;
+    while (n) {
+        ssize_t k = sendfile(fd, in, &o, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
 /* Serves one request. 0 to go on, -1 to close the connection. */
-static int serve_req(ct__xdata_server *xs, int fd, const ct_xd_req *rq)
+static int serve_req(ct__xdata_server *xs, int fd, const ct_xd_req *rq, held *h)
 {
     stat_add(&xs->st->requests, 1);
     if (rq->magic != CT_XD_REQ_MAGIC || rq->flags || rq->pad) {
@@ -135,7 +183,8 @@ static int serve_req(ct__xdata_server *xs, int fd, const ct_xd_req *rq)
         return -1;
     }
     uint64_t off = rq->offset, len = rq->size, osize = v.size;
-    int rc = -1;
+    int rc = -1, afd = -1;
+    uint64_t aoff = 0;
     if (len > CT_XFER_MAX_CHUNK || off > osize || len > osize - off || (!len && osize)) {
         stat_add(&xs->st->errors, 1);
         send_status(fd, CT_ERANGE, off, len, osize);
@@ -145,21 +194,32 @@ static int serve_req(ct__xdata_server *xs, int fd, const ct_xd_req *rq)
         usleep((useconds_t)xs->delay_ms * 1000);
     if (send_status(fd, 0, off, len, osize))
         goto out;
+    h->written += sizeof(ct_xd_rep);
+    int use_file = len && !xs->no_sendfile && !ct__store_view_file(xs->store, &v, &afd, &aoff);
     const unsigned char *p = (const unsigned char *)v.data + (len ? off : 0);
     uint32_t crc = 0;
     for (uint64_t done = 0; done < len;) {
         size_t n = len - done < CT_XD_PIECE ? (size_t)(len - done) : CT_XD_PIECE;
         crc = ct__crc32c(crc, p + done, n);
-        if (send_all(fd, p + done, n, 1))
+        if (use_file ? sendfile_all(fd, afd, aoff + off + done, n) : send_all(fd, p + done, n, 1))
             goto out;
         done += n;
     }
     uint32_t end[2] = {crc, CT_XD_END_MAGIC};
     if (send_all(fd, end, sizeof end, 0))
         goto out;
+    h->written += len + sizeof end;
     stat_add(&xs->st->chunks, 1);
     stat_add(&xs->st->bytes, len);
     rc = 0;
+    if (use_file) {
+        if (h->n == MAX_HELD)
+            held_release(xs, fd, h, 1);
+        h->v[h->n] = v;
+        h->end[h->n++] = h->written;
+        held_release(xs, fd, h, 0);
+        return rc;
+    }
 out:
     ct_store_release(xs->store, &v);
     return rc;
@@ -168,21 +228,37 @@ out:
 static void *conn_thread(void *arg)
 {
     dconn *c = arg;
+    held h = {0};
+    int idle = 0;
     ct__log_set_who(c->xs->sender);
+    /* sendfile() has no MSG_NOSIGNAL: a reader that went away would raise SIGPIPE and kill
+     * the node. Blocked here, it stays pending on this thread (dropped when it exits) and
+     * sendfile() fails with EPIPE instead. */
+    sigset_t pipe_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
     for (;;) {
+        /* While pins wait for their bytes to leave, look again every millisecond. */
         struct pollfd pfd = {c->fd, POLLIN, 0};
-        int r = poll(&pfd, 1, IDLE_MS);
+        int r = poll(&pfd, 1, h.n ? 1 : IDLE_MS);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
+        if (r < 0 || (r == 0 && !h.n) || (r == 0 && (idle += 1) >= IDLE_MS))
             break; /* idle or error */
+        if (r == 0) {
+            held_release(c->xs, c->fd, &h, 0);
+            continue;
+        }
+        idle = 0;
         ct_xd_req rq;
         if (recv_all(c->fd, &rq, sizeof rq))
             break; /* EOF, a cut connection, or a partial request that stalled */
-        if (serve_req(c->xs, c->fd, &rq))
+        if (serve_req(c->xs, c->fd, &rq, &h))
             break;
     }
     shutdown(c->fd, SHUT_RDWR);
+    held_release(c->xs, c->fd, &h, 1); /* cut: whatever was queued is dropped */
     __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -289,6 +365,7 @@ ct__xdata_server *ct__xdata_server_new(ct_store *store, const char *zmq_endpoint
     xs->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
                                               : ((struct sockaddr_in *)&sa)->sin_port);
     xs->delay_ms = delay_ms;
+    xs->no_sendfile = getenv("CT_XFER_NO_SENDFILE") != NULL;
     xs->st = stats;
     snprintf(xs->sender, sizeof xs->sender, "%s", sender);
     pthread_mutex_init(&xs->mu, NULL);

@@ -4,9 +4,10 @@
  *
  * Why a second port: through ZeroMQ every chunk is received by ZeroMQ's I/O thread into a
  * fresh buffer, handed to the application thread and copied again into shared memory. On the
- * data port the puller recv()s straight into the destination shard's shared memory (one kernel
- * copy) and checksums each 256 KiB piece while it is hot in cache; the holder checksums each
- * piece just before send() copies it out of its arena.
+ * data port the puller recv()s straight into the destination shard's shared memory and
+ * checksums each 256 KiB piece while it is hot in cache; the holder checksums each piece and
+ * sendfile()s it from the arena's shm file, so the kernel sends the arena pages by reference:
+ * on loopback the bytes are copied once in all (into the puller's shard).
  *
  * Wire (little-endian, fixed sizes; one connection per pull, requests pipelined):
  *   request  (48 bytes): u32 magic CT_XD_REQ_MAGIC, u32 flags (0), u8 id[20], u32 pad (0),

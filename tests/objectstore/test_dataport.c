@@ -2,10 +2,11 @@
  * objectstore/xfer_data.h): ObjStat advertises it; good requests, pipelined, get their bytes
  * and a CRC-32C trailer in order; an unknown id, out-of-range offsets and sizes, a chunk over
  * the maximum, bad magic, random bytes, a half request and more connections than the server
- * takes each get the right error or a closed connection, and the holder keeps serving; a pull
- * over the data port and one over ZeroMQ chunks (zmq_only) give identical objects, also with a
- * chunk damaged in transit (detected by its CRC, fetched again); a holder
- * that answers chunks too slowly on the data port times out and the next holder serves. */
+ * takes each get the right error or a closed connection, readers that vanish mid-chunk do
+ * not kill the holder, and it keeps serving; a pull over the data port and one over ZeroMQ
+ * chunks (zmq_only) give identical objects, also with a chunk damaged in transit (detected by
+ * its CRC, fetched again); a holder that answers chunks too slowly on the data port times out
+ * and the next holder serves. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -201,6 +202,20 @@ int main(void)
     fd = dial(port);
     CHECK(fd >= 0);
     close(fd);
+
+    /* Readers that go away mid-chunk (the holder's sendfile() then meets a closed socket, which
+     * must not raise SIGPIPE in it): the holder keeps serving. */
+    for (int i = 0; i < 3; i++) {
+        fd = dial(port);
+        CHECK(fd >= 0);
+        r = req(&id, 0, 4 * MB);
+        send(fd, &r, sizeof r, MSG_NOSIGNAL);
+        ct_xd_rep rr;
+        CHECK_EQ(rd(fd, &rr, sizeof rr), 0);
+        close(fd);
+    }
+    usleep(50 * 1000);
+    CHECK_EQ(stat_port(ctx, a.endpoint, &id, &size), port);
 
     /* More connections than the server takes: the extra ones are closed; the rest work. */
     for (nfds = 0; nfds < CT_XD_MAX_CONNS + 8; nfds++) {

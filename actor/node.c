@@ -679,6 +679,11 @@ static void on_zygote_reply(nodest *n, int zi)
             report_start_failed(n, a->id, "the zygote could not fork");
             remove_actor(n, i);
             continue;
+        } else if (r.text[0] && !a->reported) {
+            /* SPAWNED with an address: a class without create serves as soon as it runs
+             * (its listener was made by the zygote): this record is its readiness too */
+            a->reported = true;
+            forward_ready(n, &r);
         }
         if (a->pid)
             continue;

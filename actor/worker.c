@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <sys/syscall.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,9 +86,13 @@ static void reply_error(ct__zmtp *z, int conn, uint64_t req, const char *who, in
  * failed) over the zygote's socketpair; the node tells the head. Calls arrive on a ZMTP
  * listener (zmtp.c) and run one at a time, in arrival order per caller. */
 static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
-                       const void *args, size_t len) __attribute__((noreturn));
+                       const void *args, size_t len, ct__zmtp *z, const char *zep, bool announced)
+    __attribute__((noreturn));
+/* z/zep: the listener the zygote made for this actor (NULL: make one here). announced: the
+ * zygote already told the node this actor serves (a class without create), so no record is
+ * sent and the node's socketpair is closed at once. */
 static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
-                       const void *args, size_t len)
+                       const void *args, size_t len, ct__zmtp *z, const char *zep, bool announced)
 {
     char who[64];
     snprintf(who, sizeof who, "%s", actor_id);
@@ -101,8 +106,11 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
     }
     ct__client_attach(env->head, who, actor_id, env->node_id);
     char ep[200];
-    ct__zmtp *z = NULL;
-    if (ct__zmtp_listen(env->host, ep, sizeof ep, &z)) {
+    if (announced) {
+        close(env->fd);
+    } else if (z) {
+        snprintf(ep, sizeof ep, "%s", zep);
+    } else if (ct__zmtp_listen(env->host, ep, sizeof ep, &z)) {
         start_failed(env, actor_id, ct_last_error());
         _exit(2);
     }
@@ -117,8 +125,10 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
             _exit(2);
         }
     }
-    report(env, actor_id, CT_ZREP_READY, ep);
-    CT_LOG(CT_LOG_INFO, "actor", "%s serving %s at %s", actor_id, cls_name, ep);
+    if (!announced) {
+        report(env, actor_id, CT_ZREP_READY, ep);
+        CT_LOG(CT_LOG_INFO, "actor", "%s serving %s at %s", actor_id, cls_name, ep);
+    }
     for (;;) {
         int conn;
         const uint8_t *data;
@@ -242,6 +252,15 @@ void ct__zygote_main(int fd)
         memset(&rep, 0, sizeof rep);
         memcpy(rep.actor_id, r->actor_id, sizeof rep.actor_id);
         rep.kind = CT_ZREP_SPAWNED;
+        /* The actor's listener is made here, before the fork: the zygote then knows the
+         * address, and for a class without create the SPAWNED record (pid + address) is also
+         * its readiness, which spares the actor a record and the node a wake-up. */
+        const ct_actor_class *cls = ct__class_find(r->cls);
+        ct__zmtp *z = NULL;
+        char ep[200] = "";
+        if (cls && ct__zmtp_listen(env.host, ep, sizeof ep, &z))
+            z = NULL; /* the actor tries again and reports why it cannot */
+        bool announce = z && !cls->create && strlen(ep) < sizeof rep.text;
         /* CLONE_PARENT: the actor is the node's child, not ours, so the node reaps it and its
          * PDEATHSIG follows the node; one fork instead of a double fork. The zygote is
          * single-threaded, so skipping glibc's fork handlers is safe. */
@@ -251,9 +270,12 @@ void ct__zygote_main(int fd)
             if (getppid() != env.node_pid)
                 _exit(1);
             env.fd = fd;
-            actor_main(&env, r->actor_id, r->cls, buf + sizeof *r, r->args_len);
+            actor_main(&env, r->actor_id, r->cls, buf + sizeof *r, r->args_len, z, ep, announce);
         }
+        ct__zmtp_destroy(&z); /* the actor has its own copy of the listener */
         rep.pid = pid > 0 ? pid : CT_EIO;
+        if (pid > 0 && announce)
+            memcpy(rep.text, ep, strlen(ep) + 1);
         if (send(fd, &rep, sizeof rep, MSG_NOSIGNAL) < 0)
             _exit(0);
     }

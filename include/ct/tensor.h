@@ -9,7 +9,9 @@
  * Autograd: every op in ct/nn.h whose input requires a gradient records a node on the calling
  * thread's tape. ct_tensor_backward(loss, NULL) walks the tape in reverse, ACCUMULATES into
  * each leaf's .grad (as PyTorch does; ct_tensor_zero_grad clears) and then clears the tape.
- * ct_autograd_set_enabled(false) is no-grad mode (evaluation): nothing is recorded.
+ * ct_autograd_set_enabled(false) is no-grad mode (evaluation): nothing is recorded. A
+ * gradient-ready hook (ct_tensor_on_grad_ready) lets a reducer take a leaf's gradient while
+ * backward is still running (DDP-style overlap; see ct_module_on_grad_ready in ct/nn.h).
  *
  * Example:
  *     int64_t shape[2] = {4, 3};

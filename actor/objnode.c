@@ -209,7 +209,9 @@ static void *pull_main(void *arg)
     pulljob *j = arg;
     ct_xfer_pull_opts po = {.zmq_ctx = O.ctx, .total_timeout_ms = 300000, .on_chunk = cancel_cb};
     ct_xfer_pull_stats st = {0};
+    int64_t t0 = ct__now_ns();
     int rc = ct_xfer_pull(O.store, &j->id, (const char *const *)j->holders, j->nh, &po, &st);
+    double ms = (ct__now_ns() - t0) / 1e6;
     char hx[41];
     ct_object_id_hex(&j->id, hx);
     uint64_t size = 0;
@@ -222,8 +224,8 @@ static void *pull_main(void *arg)
                "pulled %s (%llu bytes): %llu bad chunks (checksum) were fetched again", hx,
                (unsigned long long)size, (unsigned long long)st.crc_failures);
     else
-        CT_LOG(CT_LOG_DEBUG, "objnode", "pulled %s (%llu bytes, %llu bad chunks)", hx,
-               (unsigned long long)size, (unsigned long long)st.crc_failures);
+        CT_LOG(CT_LOG_DEBUG, "objnode", "pulled %s (%llu bytes) in %.2f ms", hx,
+               (unsigned long long)size, ms);
     pull_done(&j->id, rc, rc ? ct_last_error() : "", size);
     pthread_mutex_lock(&O.mu);
     for (int i = 0; i < O.npulling; i++)

@@ -6,8 +6,15 @@
  * executable+argv) -> actor. The zygote clones each actor with CLONE_PARENT, so actors are the
  * node's children: the node reaps them and sees their exit status, and an actor's PR_SET_PDEATHSIG
  * fires when the node dies. Actors report ready/failed over the zygote's socketpair and the
- * node forwards that to the head (so an actor needs no head connection to start). Not in here: the
- * zygote and actor loops (worker.c), scheduling (head). */
+ * node forwards that to the head (so an actor needs no head connection to start).
+ *
+ * Creation is the hot path (thousands of actors at once): a new executable gets one zygote per
+ * CPU (at most 4) at once, so bursts fork on every core; start requests wait in a FIFO and go to
+ * the least busy zygote, at most ZYG_INFLIGHT each, never blocking on its socket (a node blocked
+ * there deadlocked with a zygote blocked sending back, and missed its heartbeats); actors are
+ * found by id through a hash index. The floor under all this is fork itself (page tables and
+ * VMAs of every mapped library: bench/actor_calls/fork_floor.c). Not in here: the zygote and
+ * actor loops (worker.c), scheduling (head). */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>

@@ -6,9 +6,13 @@
  * the node's child: the node reaps it and sees its exit status. The zygote stays single-threaded
  * and never touches ZeroMQ, so fork is safe and cheap.
  *
- * An actor binds its own ROUTER on an ephemeral port of the node's host, tells the head it
- * serves (ActorReady with its address), then answers Call envelopes in order on one thread.
- * Not in here: spawning policy (node.c), the driver side of calls (api.c). */
+ * Each actor's listener (a ZMTP ROUTER on an ephemeral port of the node's host) is made by the
+ * zygote just before the fork, so the zygote knows the address: for a class without create the
+ * zygote's SPAWNED record (pid + address) tells the node the actor serves; otherwise the actor
+ * reports ready (or why it failed) after create. The node tells the head (ActorReady). The
+ * actor then answers Call envelopes in order on one thread. The node execs the zygote with
+ * LD_BIND_NOW (unless set already), so actors do not resolve symbols lazily, one COW'd GOT page
+ * at a time. Not in here: spawning policy (node.c), the driver side of calls (api.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>

@@ -37,6 +37,7 @@
 #include "ct/nn.h"
 #include "ct/optim.h"
 #include "ct/tensor.h"
+#include "fashion_mnist_model.h"
 
 /* What the driver tells each replica when it creates it. */
 typedef struct replica_config {
@@ -76,28 +77,11 @@ typedef struct replica {
     int64_t numel;
 } replica;
 
-static const float pixel_mean[] = {0.2860f}, pixel_std[] = {0.3530f};
-
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static ct_module *make_model(const char *name)
-{
-    if (!strcmp(name, "mlp"))
-        return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(784, 256, true),
-                             ct_nn_relu_new(), ct_nn_linear_new(256, 128, true), ct_nn_relu_new(),
-                             ct_nn_linear_new(128, 10, true));
-    ct_conv_opts p1 = {.padding = {1, 1}};
-    return CT_SEQUENTIAL(ct_nn_conv2d_new(1, 32, 3, &p1, true), ct_nn_batchnorm2d_new(32),
-                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0),
-                         ct_nn_conv2d_new(32, 64, 3, &p1, true), ct_nn_batchnorm2d_new(64),
-                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0), ct_nn_flatten_new(),
-                         ct_nn_linear_new(3136, 128, true), ct_nn_relu_new(),
-                         ct_nn_dropout_new(0.25f), ct_nn_linear_new(128, 10, true));
 }
 
 static void replica_free(void *state)
@@ -151,12 +135,12 @@ static int replica_new(const void *args, size_t len, void **state)
                                          .rank = c->rank,
                                          .world_size = c->world,
                                          .prefetch = 2,
-                                         .transform = {.mean = pixel_mean, .std = pixel_std}},
+                                         .transform = {.mean = fmnist_mean, .std = fmnist_std}},
                        &r->loader);
     if (rc < 0)
         goto fail;
     rc = CT_ENOMEM;
-    if (!(r->net = make_model(c->model)))
+    if (!(r->net = fmnist_make_model(c->model)))
         goto fail;
     if ((rc = ct_module_params(r->net, &ps, &np)) < 0 ||
         (rc = ct_module_flat(r->net, &values, &r->grads, &r->numel)) < 0)
@@ -306,43 +290,10 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
 static int replica_evaluate(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
-    ct_loader *ld = NULL;
-    int rc = ct_loader_new(
-        r->test,
-        &(ct_loader_opts){.batch_size = 500, .transform = {.mean = pixel_mean, .std = pixel_std}},
-        &ld);
+    double acc;
+    int rc = fmnist_test_accuracy(r->net, r->test, &acc);
     if (rc < 0)
         return rc;
-    ct_module_train(r->net, false);
-    bool was_enabled = ct_autograd_set_enabled(false);
-    int64_t correct = 0, total = 0;
-    ct_batch b;
-    while ((rc = ct_loader_next(ld, &b)) > 0) {
-        int64_t xs[4] = {b.n, b.shape[0], b.shape[1], b.shape[2]};
-        ct_tensor *x = ct_tensor_wrap(CT_F32, 4, xs, (void *)b.x);
-        ct_tensor *logits = ct_module_forward(r->net, x);
-        if (!logits) {
-            ct_tensor_release(&x);
-            rc = CT_EINVAL;
-            break;
-        }
-        const float *l = ct_tensor_f32(logits);
-        for (int64_t i = 0; i < b.n; i++) {
-            int best = 0;
-            for (int k = 1; k < 10; k++)
-                best = l[i * 10 + k] > l[i * 10 + best] ? k : best;
-            correct += best == b.y[i];
-        }
-        total += b.n;
-        ct_tensor_release(&logits);
-        ct_tensor_release(&x);
-    }
-    ct_autograd_set_enabled(was_enabled);
-    ct_module_train(r->net, true);
-    ct_loader_destroy(&ld);
-    if (rc < 0)
-        return rc;
-    double acc = total ? (double)correct / (double)total : 0.0;
     if (!(*res = malloc(sizeof acc)))
         return CT_ENOMEM;
     memcpy(*res, &acc, sizeof acc);

@@ -28,6 +28,7 @@
 #include "ct/nn.h"
 #include "ct/optim.h"
 #include "ct/tensor.h"
+#include "fashion_mnist_model.h"
 
 typedef struct args {
     const char *model, *optim, *data;
@@ -99,21 +100,6 @@ static int parse(int argc, char **argv, args *a)
     return 0;
 }
 
-static ct_module *make_model(const char *name)
-{
-    if (!strcmp(name, "mlp"))
-        return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(784, 256, true),
-                             ct_nn_relu_new(), ct_nn_linear_new(256, 128, true), ct_nn_relu_new(),
-                             ct_nn_linear_new(128, 10, true));
-    ct_conv_opts p1 = {.padding = {1, 1}};
-    return CT_SEQUENTIAL(ct_nn_conv2d_new(1, 32, 3, &p1, true), ct_nn_batchnorm2d_new(32),
-                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0),
-                         ct_nn_conv2d_new(32, 64, 3, &p1, true), ct_nn_batchnorm2d_new(64),
-                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0), ct_nn_flatten_new(),
-                         ct_nn_linear_new(3136, 128, true), ct_nn_relu_new(),
-                         ct_nn_dropout_new(0.25f), ct_nn_linear_new(128, 10, true));
-}
-
 /* One training step on a borrowed batch; returns the loss or NAN on error. */
 static float train_step(ct_module *net, ct_optim *o, const ct_batch *b)
 {
@@ -133,44 +119,6 @@ static float train_step(ct_module *net, ct_optim *o, const ct_batch *b)
     ct_tensor_release(&x);
     ct_tensor_release(&y);
     return lv;
-}
-
-static double evaluate(ct_module *net, ct_dataset *test)
-{
-    ct_loader *ld = NULL;
-    const float mean[] = {0.2860f}, stdv[] = {0.3530f};
-    if (ct_loader_new(test,
-                      &(ct_loader_opts){.batch_size = 500,
-                                        .prefetch = 2,
-                                        .transform = {.mean = mean, .std = stdv}},
-                      &ld) < 0)
-        return -1;
-    ct_module_train(net, false);
-    bool prev = ct_autograd_set_enabled(false);
-    int64_t correct = 0, total = 0;
-    ct_batch b;
-    while (ct_loader_next(ld, &b) > 0) {
-        int64_t xs[4] = {b.n, b.shape[0], b.shape[1], b.shape[2]};
-        ct_tensor *x = ct_tensor_wrap(CT_F32, 4, xs, (void *)b.x);
-        ct_tensor *logits = ct_module_forward(net, x);
-        if (logits) {
-            const float *l = ct_tensor_f32(logits);
-            for (int64_t i = 0; i < b.n; i++) {
-                int best = 0;
-                for (int c = 1; c < 10; c++)
-                    if (l[i * 10 + c] > l[i * 10 + best])
-                        best = c;
-                correct += best == b.y[i];
-            }
-            total += b.n;
-        }
-        ct_tensor_release(&logits);
-        ct_tensor_release(&x);
-    }
-    ct_autograd_set_enabled(prev);
-    ct_module_train(net, true);
-    ct_loader_destroy(&ld);
-    return total ? (double)correct / (double)total : 0.0;
 }
 
 int main(int argc, char **argv)
@@ -197,16 +145,15 @@ int main(int argc, char **argv)
         n = a.limit;
     if (ct_dataset_subset(train_full, 0, n, &train) < 0)
         goto fail;
-    const float mean[] = {0.2860f}, stdv[] = {0.3530f};
     if (ct_loader_new(train,
                       &(ct_loader_opts){.batch_size = a.batch,
                                         .shuffle = true,
                                         .seed = a.seed,
                                         .prefetch = 4,
-                                        .transform = {.mean = mean, .std = stdv}},
+                                        .transform = {.mean = fmnist_mean, .std = fmnist_std}},
                       &ld) < 0)
         goto fail;
-    net = make_model(a.model);
+    net = fmnist_make_model(a.model);
     if (!net)
         goto fail;
     const ct_param_ref *ps;
@@ -275,8 +222,7 @@ int main(int argc, char **argv)
         double dt = now_s() - t0;
         train_time += dt;
         train_samples += loss_n;
-        acc = evaluate(net, test);
-        if (acc < 0)
+        if (fmnist_test_accuracy(net, test, &acc) < 0)
             goto fail;
         if (sched && ct_sched_step(sched) < 0)
             goto fail;

@@ -133,6 +133,9 @@ int ct_comm_status(const ct_comm *comm);
 
 /* A bucketer packs gradients into buckets and allreduces (AVG) each full bucket on its own
  * communication thread while the caller's backward pass continues.
+ * Drive it from the engine's gradient-ready hooks (ct_module_on_grad_ready in ct/nn.h: mark
+ * gradient np-1-i ready when parameter i fires), then call ct_bucketer_finish() before the
+ * optimizer step; examples/ddp_fashion_mnist.c shows the dozen lines.
  *   grads[i] / counts[i]: the gradient arrays in the order backward produces them (reverse
  *   parameter order). The arrays are borrowed for the bucketer's lifetime; the caller must
  *   not touch a gradient between ct_bucketer_mark_ready() and ct_bucketer_finish().

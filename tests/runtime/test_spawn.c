@@ -3,7 +3,8 @@
  * start requests fill the node -> zygote socket buffers: a node that blocked on them used to
  * deadlock with its zygotes and miss its heartbeats). Checks: every actor serves and answers with
  * its own state, pids are distinct, a kill -9 of one in the crowd still gives its death event
- * within 200 ms, a second burst after the first works, and ct_shutdown leaves no process behind.
+ * within 200 ms, a second burst after the first works, a burst of a class without create
+ * (readiness told by the zygote) serves, and ct_shutdown leaves no process behind.
  * Not here: placement and resources (test_cluster.c), failure detection (test_failure.c). */
 #include "harness.h"
 #include "classes.h"
@@ -28,9 +29,51 @@ static int burst(int n, ct_actor **out)
     return rc;
 }
 
+/* A class without create: the zygote's SPAWNED record is its readiness (worker.c). Each of n
+ * answers "pid" with its own pid; a kill -9 of one gives its death event within 200 ms. */
+static void plain_burst(int n)
+{
+    ct_actor **p = calloc(n, sizeof *p);
+    if (!p)
+        return;
+    CHECK_OK(ct_actor_create_many("Plain", NULL, NULL, 0, n, p));
+    int bad = 0;
+    for (int i = 0; i < n && p[i]; i++) {
+        void *res = NULL;
+        size_t len = 0;
+        long v = -1;
+        int rc = ct_actor_call(p[i], "pid", NULL, 0, &res, &len, 10000);
+        if (!rc && len == sizeof v)
+            memcpy(&v, res, sizeof v);
+        if (rc || v != ct_actor_pid(p[i])) {
+            if (bad++ < 5)
+                fprintf(stderr, "test_spawn: Plain %d: rc %d pid %ld, handle says %d\n", i, rc, v,
+                        ct_actor_pid(p[i]));
+        }
+        free(res);
+    }
+    CHECK_EQ_INT(bad, 0);
+    if (p[n - 1]) {
+        pid_t vp = ct_actor_pid(p[n - 1]);
+        double t0 = h_now_ms();
+        CHECK_EQ_INT(kill(vp, SIGKILL), 0);
+        ct_event ev;
+        int got = 0;
+        while (!got && h_now_ms() - t0 < 2000)
+            if (!ct_events_next(&ev, 100))
+                got = ev.type == CT_EVENT_ACTOR_DEAD && ev.pid == vp;
+        CHECK(got);
+        CHECK(h_now_ms() - t0 <= 200);
+    }
+    for (int i = 0; i < n; i++)
+        ct_actor_release(&p[i]);
+    free(p);
+}
+
 int main(void)
 {
     register_test_classes();
+    ct_actor_class_register("Plain", &(ct_actor_class){.methods = {{"pid", counter_pid}}});
     ct_serve_if_worker();
     h_init();
     CHECK_OK(ct_init(NULL));
@@ -100,6 +143,7 @@ int main(void)
         CHECK_EQ_INT(v, 5);
         free(res);
     }
+    plain_burst(BURST / 4);
     pid_t some = a[0] ? ct_actor_pid(a[0]) : 0;
     for (int i = 0; i < BURST; i++)
         ct_actor_release(&a[i]);

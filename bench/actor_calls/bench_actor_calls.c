@@ -3,8 +3,11 @@
  *   sync   1 caller, 1 actor, one call in flight (round trips/s)
  *   async  1 caller, 1 actor, calls pipelined in windows of W, results collected (calls/s)
  *   create actors created (and serving) per second, N at a time in flight
+ *          (the handle connected, as ct_actor_create_many returns; the zygotes are warm: one
+ *          actor was created before, as in Ray's benchmark where workers are prestarted)
  * Prints "<row> <value>" lines; run.sh turns them into the bench's summary lines.
- * Usage: bench_actor_calls [seconds_per_row] [actors_to_create] */
+ * Usage: bench_actor_calls [seconds_per_row] [actors_to_create]; seconds 0: the create row only.
+ * BENCH_WINDOW=1 prints the create window (CLOCK_MONOTONIC) on stderr, for perf --time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

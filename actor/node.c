@@ -293,8 +293,11 @@ static void ix_set(nodest *n, int i)
 static void ix_del(nodest *n, int i)
 {
     unsigned m = n->ixcap - 1, h = id_hash(n->a[i].id) & m;
-    while (n->ix[h] != i + 1)
+    while (n->ix[h] != i + 1) {
+        if (!n->ix[h])
+            return; /* not indexed (a duplicate id took its slot) */
         h = (h + 1) & m;
+    }
     for (unsigned j = (h + 1) & m; n->ix[j]; j = (j + 1) & m) {
         unsigned home = id_hash(n->a[n->ix[j] - 1].id) & m;
         /* move j back into the hole h unless its home lies cyclically in (h, j] */

@@ -130,6 +130,24 @@ int main(void)
         CHECK(dt <= 200);
         CHECK_EQ_INT(ev.term_signal, SIGKILL);
     }
+    /* many deaths at once: each is found (the node's index survives removals) and reported */
+    int nk = 0, seen = 0;
+    pid_t killed[BURST / 12 + 1];
+    for (int i = 1; i < BURST; i += 12)
+        if (a[i] && i != victim && kill(ct_actor_pid(a[i]), SIGKILL) == 0)
+            killed[nk++] = ct_actor_pid(a[i]);
+    double tk = h_now_ms();
+    while (seen < nk && h_now_ms() - tk < 5000) {
+        ct_event ev;
+        if (ct_events_next(&ev, 100) || ev.type != CT_EVENT_ACTOR_DEAD)
+            continue;
+        for (int j = 0; j < nk; j++)
+            if (killed[j] == ev.pid) {
+                killed[j] = -1;
+                seen++;
+            }
+    }
+    CHECK_EQ_INT(seen, nk);
     /* a second burst, while the first lives */
     ct_actor **b = calloc(BURST / 4, sizeof *b);
     CHECK_OK(burst(BURST / 4, b));

@@ -5,10 +5,15 @@
  * memory, and sends the bytes with zmq_msg_init_data: ZeroMQ calls chunk_free from its I/O
  * thread once the bytes are on the wire, which unpins. Nothing is copied in user space.
  *
- * Client: see transfer.h for the protocol. Per chunk it keeps a state (missing, in flight,
- * done) and the req_id of its outstanding request; a reply is accepted only if its req_id and
- * offset match, so stale replies from an earlier holder or a re-request are ignored. Bytes go
- * from the ZeroMQ message into the unsealed object with one pass that copies and checksums.
+ * Data port: a plain-TCP listener (xfer_data.c) polled by the same thread; its connections
+ * run on threads of their own. The ObjStat reply advertises its port.
+ *
+ * Client: see transfer.h for the protocol. With a data port, pull_data() receives chunks
+ * straight into the unsealed object; otherwise (or with opts.zmq_only) the ZeroMQ path below. Per
+ * chunk it keeps a state (missing, in flight, done) and the req_id of its outstanding request; a
+ * reply is accepted only if its req_id and offset match, so stale replies from an earlier holder or
+ * a re-request are ignored. Bytes go from the ZeroMQ message into the unsealed object with one pass
+ * that copies and checksums.
  *
  * Not here: holder discovery, retries across pulls, replication. */
 #define _GNU_SOURCE

@@ -2,6 +2,12 @@
  * local put (create + copy + seal) and get (pin + read every byte + release), and node-to-node
  * pull over loopback TCP from a holder process, for several object sizes.
  *
+ * Pulls go over the holder's data port (objectstore/xfer_data.h); OS_BENCH_ZMQ_ONLY=1 pulls with
+ * ZeroMQ chunk messages instead (the older path), CT_XFER_NO_SENDFILE=1 (seen by the holder)
+ * makes it send() instead of sendfile(). OS_BENCH_PULL_ONLY=1 skips the local figures,
+ * OS_BENCH_PULL_REPS=n sets the number of pulls, OS_BENCH_CHUNK_MB / OS_BENCH_WINDOW the
+ * pull's chunk size and window.
+ *
  * Usage: bench_objectstore [sizes in MiB, default "1 64 1024"]. Each figure is the median of
  * several runs after one warm-up run; the warm-up of a put also faults in the arena pages, as a
  * long-running node's store would have them. Prints one "key=value" line per measurement. */

@@ -3,7 +3,9 @@
  * (from the directory of this binary). Measures, per object size: local ct_put (copy into the
  * driver's node shard + directory registration), local ct_get (pin + read every byte +
  * release), and node-to-node ct_get: an actor on the second node gets an object the driver put
- * on the first (directory lookup, pull into its shard, pin), timed inside the actor.
+ * on the first (directory lookup, pull into its shard, pin), timed inside the actor; and a
+ * memcpy of the same size right after each put, so the put can be compared with memcpy
+ * measured under the same load.
  *
  * Usage: bench_objectstore_rt [sizes in MiB, default "1 64"]. Medians; one "key=value" line per
  * figure. Not a test: no assertions beyond failing on errors. Kills what it starts. */
@@ -166,10 +168,13 @@ int main(int argc, char **argv)
     uint64_t maxsz = 0;
     for (int i = 0; i < nsizes; i++)
         maxsz = sizes[i] > maxsz ? sizes[i] : maxsz;
-    unsigned char *src = malloc(maxsz);
+    unsigned char *src = malloc(maxsz), *dst = malloc(maxsz);
+    if (!src || !dst)
+        return fprintf(stderr, "out of memory\n"), 1;
     for (uint64_t i = 0; i < maxsz; i++)
         src[i] = (unsigned char)(i * 131 + (i >> 12));
-    double t[64], tg[64], tp[64];
+    memset(dst, 1, maxsz);
+    double t[64], tg[64], tp[64], tm[64];
     for (int s = 0; s < nsizes; s++) {
         uint64_t sz = sizes[s];
         int reps = sz >= 64 * MB ? 10 : 40;
@@ -185,6 +190,11 @@ int main(int argc, char **argv)
             sink += read_all(v.data, v.size);
             ct_object_release(&v);
             int64_t t2 = ct__now_ns();
+            /* memcpy of the same size right after, in this process: the put's physical limit
+             * under the same machine load (the machine is shared, its speed drifts). */
+            memcpy(dst, src, sz);
+            int64_t t3 = ct__now_ns();
+            sink += dst[sz / 2];
             int64_t *ns = NULL;
             size_t len = 0;
             if (ct_actor_call(a, "fetch", &id, sizeof id, (void **)&ns, &len, 60000) ||
@@ -194,6 +204,7 @@ int main(int argc, char **argv)
                 t[rep - 1] = sz / ((t1 - t0) / 1e9) / 1e9;
                 tg[rep - 1] = sz / ((t2 - t1) / 1e9) / 1e9;
                 tp[rep - 1] = sz / (*ns / 1e9) / 1e9;
+                tm[rep - 1] = sz / ((t3 - t2) / 1e9) / 1e9;
             }
             free(ns);
             ct_free(&id);
@@ -202,9 +213,11 @@ int main(int argc, char **argv)
         printf("rt_get_read_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB), median(tg, reps));
         printf("rt_remote_get_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB),
                median(tp, reps));
+        printf("rt_memcpy_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB), median(tm, reps));
         fflush(stdout);
     }
     free(src);
+    free(dst);
     ct_actor_release(&a);
     ct_shutdown();
     kill_all();

@@ -185,20 +185,7 @@ static void serve_one(ct_xfer_server *srv, zmq_msg_t *rid, zmq_msg_t *body, int 
         }
         Ct__ObjStatReply sr = CT__OBJ_STAT_REPLY__INIT;
         sr.size = size;
-        /* The data port, as field 2 (see xfer_data.h) until ct.proto declares it. */
-        uint8_t vb[4];
-        ProtobufCMessageUnknownField uf = {
-            .tag = CT_XD_STAT_PORT_FIELD, .wire_type = PROTOBUF_C_WIRE_TYPE_VARINT, .data = vb};
-        uint32_t port = ct__xdata_server_port(srv->xd);
-        if (port) {
-            while (port >= 0x80) {
-                vb[uf.len++] = (uint8_t)(port | 0x80);
-                port >>= 7;
-            }
-            vb[uf.len++] = (uint8_t)port;
-            sr.base.n_unknown_fields = 1;
-            sr.base.unknown_fields = &uf;
-        }
+        sr.data_port = ct__xdata_server_port(srv->xd);
         h.body_case = CT__OBJ_XFER__BODY_STAT_REPLY;
         h.stat_reply = &sr;
         send_reply(srv, rid, &h, NULL);
@@ -657,16 +644,7 @@ static int stat_holder(pull *p, void *sock, int h, const char *holder, uint64_t 
         }
         const Ct__ObjStatReply *sr = rep->stat_reply;
         *size = sr->size;
-        *port = 0;
-        for (unsigned i = 0; i < sr->base.n_unknown_fields; i++) {
-            const ProtobufCMessageUnknownField *u = &sr->base.unknown_fields[i];
-            if (u->tag != CT_XD_STAT_PORT_FIELD || u->wire_type != PROTOBUF_C_WIRE_TYPE_VARINT)
-                continue;
-            uint32_t v = 0;
-            for (size_t k = 0; k < u->len && k < 3; k++)
-                v |= (uint32_t)(u->data[k] & 0x7f) << (7 * k);
-            *port = v <= 65535 ? (uint16_t)v : 0;
-        }
+        *port = sr->data_port <= 65535 ? (uint16_t)sr->data_port : 0;
         ct__obj_xfer__free_unpacked(rep, NULL);
         return 0;
     }

@@ -21,9 +21,8 @@
  * chunk over CT_XFER_MAX_CHUNK: CT_ERANGE; bad magic/flags/pad: CT_EPROTO), closes idle
  * connections after 60 s and keeps serving after any input.
  *
- * The port is advertised in ObjStatReply as field 2 (varint), sent as a protobuf unknown field
- * until proto/ct.proto declares it (`uint32 data_port = 2;`): older pullers ignore it, and a
- * puller that finds no port uses ZeroMQ chunk requests. */
+ * The port is advertised in ObjStatReply.data_port; a puller that finds none (0) uses ZeroMQ
+ * chunk requests. */
 #ifndef CT_OBJECTSTORE_XFER_DATA_H
 #define CT_OBJECTSTORE_XFER_DATA_H
 
@@ -39,7 +38,6 @@
 #define CT_XD_REP_LEN 32
 #define CT_XD_END_LEN 8
 #define CT_XD_PIECE (256u << 10) /* checksum granularity: fits in L2 */
-#define CT_XD_STAT_PORT_FIELD 2  /* ObjStatReply field number of the data port */
 /* Socket buffers of a data connection (capped by net.core.[rw]mem_max): on loopback, 4 MiB
  * cut CPU per byte by ~15% against autotuning (fewer wake-ups and ACKs per chunk). */
 #define CT_XD_SOCKBUF (4 << 20)

@@ -49,14 +49,7 @@ static int stat_port(void *ctx, const char *ep, const ct_object_id *id, uint64_t
         zmq_msg_close(&m);
         if (r && r->body_case == CT__OBJ_XFER__BODY_STAT_REPLY) {
             *size = r->stat_reply->size;
-            port = 0;
-            const ProtobufCMessage *b = &r->stat_reply->base;
-            for (unsigned i = 0; i < b->n_unknown_fields; i++)
-                if (b->unknown_fields[i].tag == CT_XD_STAT_PORT_FIELD) {
-                    const uint8_t *v = b->unknown_fields[i].data;
-                    for (size_t k = 0; k < b->unknown_fields[i].len; k++)
-                        port |= (v[k] & 0x7f) << (7 * k);
-                }
+            port = (int)r->stat_reply->data_port;
         }
         if (r)
             ct__obj_xfer__free_unpacked(r, NULL);

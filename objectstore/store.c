@@ -6,7 +6,10 @@
  * `populated` have been allocated by tmpfs and mapped here; a create that reaches past it
  * fallocates and pre-faults the new range (one syscall each, instead of a fault per page, and a
  * clean CT_ENOSPC instead of SIGBUS when /dev/shm is full). Freed ranges keep their pages, so
- * the next object written there is copied at memcpy speed.
+ * the next object written there is copied at memcpy speed. With opts.populate_ahead, a warming
+ * thread (nice 19) keeps `populated` that far past the highest range ever allocated (`high`),
+ * a few MiB per step without the lock, so creates into fresh space rarely populate themselves;
+ * a create that does anyway just repeats part of that work (both are idempotent).
  *
  * Index: a chained hash table of objects. An object that is deleted while pinned leaves the
  * index at once and is freed by its last unpin. The LRU list holds sealed, in-memory objects
@@ -25,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -70,6 +75,11 @@ struct ct_store {
     int arena_fd;
     unsigned char *arena;
     uint64_t populated;
+    uint64_t high;     /* end of the highest range ever allocated */
+    uint64_t ahead;    /* opts.populate_ahead */
+    pthread_t warm_th; /* the warming thread, when ahead */
+    pthread_cond_t warm_cv;
+    int warm_started, warm_stop, warm_failed;
 
     pthread_mutex_t mu;
     obj **buckets;
@@ -439,9 +449,52 @@ static int make_room(ct_store *s, uint64_t len, uint64_t *off)
                      s->name, (unsigned long long)len);
 got:;
     int rc = populate(s, *off + len);
-    if (rc)
+    if (rc) {
         arena_free(s, *off, len);
-    return rc;
+        return rc;
+    }
+    if (*off + len > s->high) {
+        s->high = *off + len;
+        if (s->warm_started)
+            pthread_cond_signal(&s->warm_cv);
+    }
+    return 0;
+}
+
+/* The warming thread (opts.populate_ahead): populates [populated, high + ahead) in steps,
+ * without the lock during the work. Stops for good if /dev/shm is full (creates then report
+ * CT_ENOSPC themselves). */
+#define WARM_STEP (4ull << 20)
+static void *warm_thread(void *arg)
+{
+    ct_store *s = arg;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* per thread on Linux */
+    pthread_mutex_lock(&s->mu);
+    while (!s->warm_stop) {
+        uint64_t want = s->high + s->ahead < s->cap ? s->high + s->ahead : s->cap;
+        if (s->warm_failed || s->populated >= want) {
+            pthread_cond_wait(&s->warm_cv, &s->mu);
+            continue;
+        }
+        uint64_t from = s->populated, end = want - from > WARM_STEP ? from + WARM_STEP : want;
+        pthread_mutex_unlock(&s->mu);
+        int ok =
+            fallocate(s->arena_fd, 0, (off_t)from, (off_t)(end - from)) == 0 || errno == EOPNOTSUPP;
+#ifdef MADV_POPULATE_WRITE
+        if (ok)
+            (void)madvise(s->arena + from, end - from, MADV_POPULATE_WRITE);
+#endif
+        pthread_mutex_lock(&s->mu);
+        if (!ok) {
+            s->warm_failed = 1;
+            CT_LOG(CT_LOG_INFO, "store", "%s: populating ahead stopped at %llu bytes: %s", s->name,
+                   (unsigned long long)from, strerror(errno));
+        } else if (s->populated < end) {
+            s->populated = end; /* [from, end) is done; below from was done before */
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
 }
 
 /* Copies a spilled, unpinned object back into the arena and removes its file. */
@@ -1036,6 +1089,7 @@ ct_store *ct_store_new(const ct_store_opts *opts)
     s->cap = (s->cap + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
     s->lru.prev = s->lru.next = &s->lru;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->warm_cv, NULL);
     s->nbuckets = 1024;
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
     s->free_list = calloc(1, sizeof *s->free_list);
@@ -1100,6 +1154,9 @@ ct_store *ct_store_new(const ct_store_opts *opts)
     }
     if (opts->prefault && populate(s, s->cap) != 0)
         goto err;
+    s->ahead = opts->prefault ? 0 : opts->populate_ahead;
+    if (s->ahead && pthread_create(&s->warm_th, NULL, warm_thread, s) == 0)
+        s->warm_started = 1; /* without it, creates populate for themselves */
     if (pipe2(s->wake, O_CLOEXEC) != 0) {
         ct__error(-errno, "store '%s': pipe: %s", s->name, strerror(errno));
         goto err;
@@ -1122,6 +1179,14 @@ void ct_store_destroy(ct_store **sp)
     if (!sp || !*sp)
         return;
     ct_store *s = *sp;
+    if (s->warm_started) {
+        pthread_mutex_lock(&s->mu);
+        s->warm_stop = 1;
+        pthread_cond_signal(&s->warm_cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->warm_th, NULL);
+        s->warm_started = 0;
+    }
     if (s->thread_started) {
         char b = 1;
         ssize_t w = write(s->wake[1], &b, 1);
@@ -1167,6 +1232,7 @@ void ct_store_destroy(ct_store **sp)
     if (s->wake[1] >= 0)
         close(s->wake[1]);
     pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->warm_cv);
     free(s->spill_dir);
     free(s);
     *sp = NULL;

@@ -7,6 +7,13 @@
  * memcpy of the same size right after each put, so the put can be compared with memcpy
  * measured under the same load.
  *
+ * Two node-to-node rows per size, because they differ by 2x and more: "cold" gets pull into a
+ * range of the destination's arena that it never used (the kernel must allocate and zero
+ * fresh shared-memory pages, ~1.5 GB/s here; the objects are kept until the cold round ends so
+ * each lands in a new range), measured first; then the "warm" steady state
+ * (rt_remote_get_<n>MiB, labelled warm): each object is freed after its get, so the next pull
+ * reuses pages the destination already has, as in a node that keeps receiving objects.
+ *
  * Usage: bench_objectstore_rt [sizes in MiB, default "1 64"]. Medians; one "key=value" line per
  * figure. Not a test: no assertions beyond failing on errors. Kills what it starts. */
 #define _GNU_SOURCE
@@ -174,10 +181,29 @@ int main(int argc, char **argv)
     for (uint64_t i = 0; i < maxsz; i++)
         src[i] = (unsigned char)(i * 131 + (i >> 12));
     memset(dst, 1, maxsz);
-    double t[64], tg[64], tp[64], tm[64];
+    double t[64], tg[64], tp[64], tm[64], tc[64];
     for (int s = 0; s < nsizes; s++) {
         uint64_t sz = sizes[s];
         int reps = sz >= 64 * MB ? 10 : 40;
+        /* Cold round: every get pulls into a never-used range of the destination (objects
+         * kept until the round ends). The first get is not counted (actor warm-up). */
+        int creps = sz >= 64 * MB ? 4 : 8;
+        ct_object_id cold[16];
+        for (int rep = 0; rep <= creps; rep++) {
+            if (ct_put(src, sz, NULL, &cold[rep]))
+                return fprintf(stderr, "ct_put: %s\n", ct_last_error()), 1;
+            int64_t *ns = NULL;
+            size_t len = 0;
+            if (ct_actor_call(a, "fetch", &cold[rep], sizeof cold[rep], (void **)&ns, &len,
+                              60000) ||
+                len != sizeof *ns)
+                return fprintf(stderr, "fetch: %s\n", ct_last_error()), 1;
+            if (rep)
+                tc[rep - 1] = sz / (*ns / 1e9) / 1e9;
+            free(ns);
+        }
+        for (int rep = 0; rep <= creps; rep++)
+            ct_free(&cold[rep]);
         for (int rep = 0; rep <= reps; rep++) {
             ct_object_id id;
             int64_t t0 = ct__now_ns();
@@ -211,8 +237,10 @@ int main(int argc, char **argv)
         }
         printf("rt_put_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB), median(t, reps));
         printf("rt_get_read_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB), median(tg, reps));
-        printf("rt_remote_get_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB),
-               median(tp, reps));
+        printf("rt_remote_get_cold_%lluMiB=%.2f GB/s (first use of the destination's pages)\n",
+               (unsigned long long)(sz / MB), median(tc, creps));
+        printf("rt_remote_get_%lluMiB=%.2f GB/s (warm: destination pages reused)\n",
+               (unsigned long long)(sz / MB), median(tp, reps));
         printf("rt_memcpy_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB), median(tm, reps));
         fflush(stdout);
     }

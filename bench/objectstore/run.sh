@@ -33,9 +33,10 @@ awk -v p="$put" -v m="$mcp" -v l="$pull" 'BEGIN {
     printf "pull at 64 MiB = %.2f GB/s (target >= 3 GB/s on loopback)\n", l }'
 rp=$(get rt_put_64MiB)
 rr=$(get rt_remote_get_64MiB)
+rc=$(get rt_remote_get_cold_64MiB)
 # ct_put against the memcpy timed next to each put (same process, same moment), if reported.
 rm=$(get rt_memcpy_64MiB)
 [ -n "$rm" ] || rm=$mcp
-[ -n "$rp" ] && awk -v p="$rp" -v m="$rm" -v r="$rr" 'BEGIN {
-    printf "runtime ct_put at 64 MiB = %.2f GB/s (%.0f%% of memcpy %.2f GB/s, target >= 70%%); node-to-node ct_get = %.2f GB/s\n", p, 100 * p / m, m, r }'
+[ -n "$rp" ] && awk -v p="$rp" -v m="$rm" -v r="$rr" -v c="${rc:-0}" 'BEGIN {
+    printf "runtime ct_put at 64 MiB = %.2f GB/s (%.0f%% of memcpy %.2f GB/s, target >= 70%%); node-to-node ct_get = %.2f GB/s warm, %.2f GB/s cold (never-used destination pages)\n", p, 100 * p / m, m, r, c }'
 awk -v p="$put" 'BEGIN { printf "objectstore: ct=%.2f ref=19.9 GB/s ratio=%.2f\n", p, p / 19.9 }'

@@ -13,13 +13,16 @@ export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824
 export REF_PYTHON=/usr/bin/python3 # Debian's python3-torch belongs to this interpreter
 status=0
 summary=()
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 for dir in bench/*/; do
     name=$(basename "$dir")
     [ -n "$only" ] && [ "$name" != "$only" ] && continue
     [ -x "$dir/run.sh" ] || continue
     echo "== bench $name"
-    out=$("$dir/run.sh" 2>&1 | tee /dev/stderr) || status=1
-    summary+=("$(printf '%s\n' "$out" | tail -n 1)")
+    "$dir/run.sh" > "$log" 2>&1 || status=1
+    cat "$log"
+    summary+=("$(tail -n 1 "$log")")
 done
 echo "== summary"
 printf '%s\n' "${summary[@]}"

@@ -423,10 +423,14 @@ int ct__objnode_start(const char *node_id, const char *head, const char *host, u
     /* Pages for incoming pulls and puts ready ahead of need: a pull into never-used arena
      * pages measured 2-2.5x slower than into reused ones (the kernel allocating and
      * zeroing them); a quarter of the shard, at most 256 MiB, is kept populated past use. */
+    uint64_t ahead = cap / 4 < (256ull << 20) ? cap / 4 : (256ull << 20);
+    const char *ev = getenv("CT_STORE_POPULATE_AHEAD_MB"); /* override; 0 = off */
+    if (ev && *ev)
+        ahead = strtoull(ev, NULL, 10) << 20;
     ct_store_opts so = {.name = name,
                         .memory_cap = cap,
                         .spill_dir = spill_dir && *spill_dir ? spill_dir : O.dir,
-                        .populate_ahead = cap / 4 < (256ull << 20) ? cap / 4 : (256ull << 20),
+                        .populate_ahead = ahead,
                         .on_event = on_store_event};
     O.ctx = zmq_ctx_new();
     if (!O.ctx)

@@ -7,12 +7,15 @@
  * memcpy of the same size right after each put, so the put can be compared with memcpy
  * measured under the same load.
  *
- * Two node-to-node rows per size, because they differ by 2x and more: "cold" gets pull into a
- * range of the destination's arena that it never used (the kernel must allocate and zero
- * fresh shared-memory pages, ~1.5 GB/s here; the objects are kept until the cold round ends so
- * each lands in a new range), measured first; then the "warm" steady state
- * (rt_remote_get_<n>MiB, labelled warm): each object is freed after its get, so the next pull
- * reuses pages the destination already has, as in a node that keeps receiving objects.
+ * Two node-to-node rows per size, because they can differ by 2x: "cold" gets pull into a
+ * range of the destination's arena that it never used before (the objects are kept until the
+ * cold round ends, so each lands in a new range), measured first. Fresh shared-memory pages
+ * must be allocated and zeroed by the kernel (~1.5 GB/s here); ct-node keeps up to 256 MiB of
+ * them populated ahead of use by a background thread (CT_STORE_POPULATE_AHEAD_MB=0 turns that
+ * off, to see the raw first-touch cost), so the cold row shows what a burst of new objects
+ * gets. Then the "warm" steady state (rt_remote_get_<n>MiB, labelled warm): each object is
+ * freed after its get, so the next pull reuses pages the destination already has, as in a
+ * node that keeps receiving objects.
  *
  * Usage: bench_objectstore_rt [sizes in MiB, default "1 64"]. Medians; one "key=value" line per
  * figure. Not a test: no assertions beyond failing on errors. Kills what it starts. */
@@ -237,7 +240,7 @@ int main(int argc, char **argv)
         }
         printf("rt_put_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB), median(t, reps));
         printf("rt_get_read_%lluMiB=%.2f GB/s\n", (unsigned long long)(sz / MB), median(tg, reps));
-        printf("rt_remote_get_cold_%lluMiB=%.2f GB/s (first use of the destination's pages)\n",
+        printf("rt_remote_get_cold_%lluMiB=%.2f GB/s (cold: never-used destination range)\n",
                (unsigned long long)(sz / MB), median(tc, creps));
         printf("rt_remote_get_%lluMiB=%.2f GB/s (warm: destination pages reused)\n",
                (unsigned long long)(sz / MB), median(tp, reps));

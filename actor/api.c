@@ -1097,8 +1097,8 @@ static int wait_locked(ct_future *f, int timeout_ms, void **result, size_t *resu
     int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
     /* A warm actor answers in tens of microseconds, less than a sleep and wake-up costs when
      * the CPUs are idle: read its socket for a moment before sleeping. */
-    for (int64_t spin_end = ct__now_ns() + CALL_SPIN_NS; !f->done && f->a && !f->a->dead &&
-                                                         ct__now_ns() < spin_end;)
+    for (int64_t spin_end = ct__now_ns() + CALL_SPIN_NS;
+         !f->done && f->a && !f->a->dead && ct__now_ns() < spin_end;)
         drain_actor(f->a);
     while (!f->done) {
         if (!f->a)

@@ -1,6 +1,7 @@
 /* common/common.h — internal helpers every ct module uses: error reporting, logging, clocks.
  *
- * Not public API: embedders include only the headers under include/ct/. Prefix ct__ marks internal symbols. */
+ * Not public API: embedders include only the headers under include/ct/. Prefix ct__ marks internal
+ * symbols. */
 #ifndef CT_COMMON_H
 #define CT_COMMON_H
 
@@ -24,10 +25,10 @@ void ct__log_init(void);
 void ct__log_set_who(const char *who);
 void ct__log(int level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-#define CT_LOG(level, component, ...)                                                          \
-    do {                                                                                       \
-        if ((level) <= ct__log_level)                                                          \
-            ct__log((level), (component), __VA_ARGS__);                                        \
+#define CT_LOG(level, component, ...)                                                              \
+    do {                                                                                           \
+        if ((level) <= ct__log_level)                                                              \
+            ct__log((level), (component), __VA_ARGS__);                                            \
     } while (0)
 
 /* Monotonic clock in nanoseconds / milliseconds. */

@@ -27,14 +27,22 @@ const char *ct_last_error(void)
 const char *ct_strerror(int err)
 {
     switch (err) {
-    case CT_OK: return "ok";
-    case CT_EDEAD: return "peer died";
-    case CT_EDNNL: return "oneDNN error";
-    case CT_ECUDA: return "CUDA error";
-    case CT_ENCCL: return "NCCL error";
-    case CT_EZMQ: return "ZeroMQ error";
-    case CT_ERETRY: return "retries exhausted";
-    default: break;
+    case CT_OK:
+        return "ok";
+    case CT_EDEAD:
+        return "peer died";
+    case CT_EDNNL:
+        return "oneDNN error";
+    case CT_ECUDA:
+        return "CUDA error";
+    case CT_ENCCL:
+        return "NCCL error";
+    case CT_EZMQ:
+        return "ZeroMQ error";
+    case CT_ERETRY:
+        return "retries exhausted";
+    default:
+        break;
     }
     if (err < 0 && err > -4096)
         return strerror(-err); /* glibc returns a static string for known codes */

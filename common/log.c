@@ -13,10 +13,14 @@ void ct__log_init(void)
     const char *s = getenv("CT_LOG_LEVEL");
     if (!s)
         return;
-    if (!strcmp(s, "error")) ct__log_level = CT_LOG_ERROR;
-    else if (!strcmp(s, "warn")) ct__log_level = CT_LOG_WARN;
-    else if (!strcmp(s, "info")) ct__log_level = CT_LOG_INFO;
-    else if (!strcmp(s, "debug")) ct__log_level = CT_LOG_DEBUG;
+    if (!strcmp(s, "error"))
+        ct__log_level = CT_LOG_ERROR;
+    else if (!strcmp(s, "warn"))
+        ct__log_level = CT_LOG_WARN;
+    else if (!strcmp(s, "info"))
+        ct__log_level = CT_LOG_INFO;
+    else if (!strcmp(s, "debug"))
+        ct__log_level = CT_LOG_DEBUG;
 }
 
 /* Reads CT_LOG_LEVEL before main() so that every process honours it without a call. */
@@ -43,8 +47,11 @@ void ct__log(int level, const char *component, const char *fmt, ...)
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
     fprintf(stderr, "%02d:%02d:%02d.%03ld %s %s[%s]: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
-            ts.tv_nsec / 1000000, names[level < 0 ? 0 : level > 3 ? 3 : level], component,
-            log_who, msg);
+            ts.tv_nsec / 1000000,
+            names[level < 0   ? 0
+                  : level > 3 ? 3
+                              : level],
+            component, log_who, msg);
 }
 
 int64_t ct__now_ns(void)

@@ -28,7 +28,10 @@ int main(int argc, char **argv)
     const int pfs[2] = {0, 4};
     for (int p = 0; p < 2; p++) {
         ct_loader *ld = NULL;
-        ct_loader_opts o = {.batch_size = 64, .shuffle = true, .seed = 1, .prefetch = pfs[p],
+        ct_loader_opts o = {.batch_size = 64,
+                            .shuffle = true,
+                            .seed = 1,
+                            .prefetch = pfs[p],
                             .transform = {.mean = &mean, .std = &stdv}};
         if (ct_loader_new(ds, &o, &ld) < 0) {
             fprintf(stderr, "bench_data_loader: %s\n", ct_last_error());

@@ -128,7 +128,6 @@ int ct_comm_world_size(const ct_comm *comm);
 /* 0 while usable; else the error that broke it (CT_ECANCELED after abort). Thread-safe. */
 int ct_comm_status(const ct_comm *comm);
 
-
 /* ---- gradient bucketing (DDP-style) ----------------------------------------------------- */
 
 /* A bucketer packs gradients into buckets and allreduces (AVG) each full bucket on its own

@@ -16,12 +16,13 @@
  * driver collects each epoch's loss and throughput from the replicas and has replica 0
  * evaluate the test set.
  *
- *   ddp_fashion_mnist [--replicas 2] [--epochs 2] [--batch 64] [--lr 1e-3] [--limit N]
- *                     [--model cnn|mlp] [--seed 0] [--data DIR] [--min-accuracy X]
+ *   ddp_fashion_mnist [--replicas 2] [--epochs 2] [--batch 64] [--lr 1e-3] [--gamma 0.5]
+ *                     [--limit N] [--model cnn|mlp] [--seed 0] [--data DIR] [--min-accuracy X]
  *                     [--bucket-mb 25] [--no-overlap] [--timing]
  *
  * --timing adds a line per epoch: milliseconds per step in backward and in the gradient sync
  * after it (overlap: ct_bucketer_finish; --no-overlap: the flat allreduce).
+ * Adam's learning rate is multiplied by --gamma after every epoch (1 turns that off).
  * --batch is per replica. Prints a line per epoch and last
  * `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>` (all replicas together).
  * Not here: checkpoints and retry after a replica dies (the trainer's job). */
@@ -43,7 +44,7 @@
 typedef struct replica_config {
     int rank, world, threads;
     int64_t batch, limit;
-    double lr;
+    double lr, gamma; /* Adam's lr, multiplied by gamma after every epoch (StepLR) */
     uint64_t seed;
     int overlap;      /* gradients reduced in buckets during backward */
     double bucket_mb; /* bucket size after the first (MiB) */
@@ -69,6 +70,7 @@ typedef struct replica {
     ct_loader *loader;
     ct_module *net;
     ct_optim *optim;
+    ct_sched *sched; /* NULL when gamma is 1 */
     ct_rendezvous *rdv;
     ct_comm *comm;
     ct_bucketer *bucketer; /* overlap mode: the gradients in reverse parameter order */
@@ -94,6 +96,7 @@ static void replica_free(void *state)
     ct_bucketer_destroy(&r->bucketer); /* before the communicator it uses */
     ct_comm_destroy(&r->comm);
     ct_rendezvous_kv_destroy(&r->rdv);
+    ct_sched_destroy(&r->sched);
     ct_optim_destroy(&r->optim);
     ct_module_destroy(&r->net);
     ct_loader_destroy(&r->loader);
@@ -147,6 +150,10 @@ static int replica_new(const void *args, size_t len, void **state)
         goto fail;
     rc = CT_EINVAL;
     if (!(r->optim = ct_optim_adam_new(ps, np, &(ct_adam_opts){.lr = c->lr})))
+        goto fail;
+    if (c->gamma > 0 && c->gamma != 1.0 &&
+        !(r->sched =
+              ct_sched_steplr_new(r->optim, &(ct_steplr_opts){.step_size = 1, .gamma = c->gamma})))
         goto fail;
     rc = CT_ENOMEM;
     if (!(r->rdv = ct_rendezvous_kv_new("ddp_fashion_mnist/")))
@@ -272,6 +279,8 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
         ct_tensor_release(&x);
         ct_tensor_release(&y);
     }
+    if (rc == 0 && r->sched)
+        rc = ct_sched_step(r->sched); /* StepLR: one step per epoch */
     if (rc < 0)
         return rc;
     rep.seconds = now_s() - t0;
@@ -306,7 +315,7 @@ static int replica_evaluate(void *state, const void *args, size_t len, void **re
 typedef struct options {
     int replicas, epochs, overlap, timing;
     int64_t batch, limit;
-    double lr, min_accuracy, bucket_mb;
+    double lr, gamma, min_accuracy, bucket_mb;
     uint64_t seed;
     const char *model, *data;
 } options;
@@ -317,6 +326,7 @@ static int parse(int argc, char **argv, options *o)
                    .epochs = 2,
                    .batch = 64,
                    .lr = 1e-3,
+                   .gamma = 0.5,
                    .model = "cnn",
                    .overlap = 1,
                    .bucket_mb = 25};
@@ -341,6 +351,8 @@ static int parse(int argc, char **argv, options *o)
             o->batch = atoll(v);
         else if (!strcmp(k, "--lr"))
             o->lr = atof(v);
+        else if (!strcmp(k, "--gamma"))
+            o->gamma = atof(v);
         else if (!strcmp(k, "--limit"))
             o->limit = atoll(v);
         else if (!strcmp(k, "--seed"))
@@ -434,6 +446,7 @@ int main(int argc, char **argv)
                             .batch = o.batch,
                             .limit = o.limit,
                             .lr = o.lr,
+                            .gamma = o.gamma,
                             .seed = o.seed,
                             .overlap = o.overlap,
                             .bucket_mb = o.bucket_mb};

@@ -650,26 +650,6 @@ static int stat_holder(pull *p, void *sock, int h, const char *holder, uint64_t 
     }
 }
 
-/* Reads exactly n bytes from the data connection within its SO_RCVTIMEO: 0, CT_ETIMEDOUT,
- * or CT_EIO (closed or reset). */
-static int data_recv(int fd, void *buf, size_t n)
-{
-    char *b = buf;
-    while (n) {
-        ssize_t k = recv(fd, b, n, MSG_WAITALL);
-        if (k == 0)
-            return CT_EIO;
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno == EAGAIN || errno == EWOULDBLOCK ? CT_ETIMEDOUT : CT_EIO;
-        }
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* Fetches the missing chunks over the holder's data connection fd: keeps `window` requests
  * queued at the holder, receives each chunk straight into the unsealed object, checksums it
  * piece by piece as it lands. Returns like pull_from. */
@@ -701,17 +681,11 @@ static int pull_data(pull *p, int fd, int h, const char *holder)
             p->state[c] = CH_INFLIGHT;
             q[(qh + qn++) % W] = c;
         }
-        for (size_t off = 0, len = nr * sizeof *reqs; off < len;) {
-            ssize_t k = send(fd, (char *)reqs + off, len - off, MSG_NOSIGNAL);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k < 0) {
-                snprintf(m, sizeof m, "data port: send: %s", strerror(errno));
-                why_add(p, h, holder, m);
-                rc = CT_EIO;
-                goto out;
-            }
-            off += (size_t)k;
+        if (ct__xdata_send_all(fd, reqs, nr * sizeof *reqs, 0)) {
+            snprintf(m, sizeof m, "data port: send: %s", strerror(errno));
+            why_add(p, h, holder, m);
+            rc = CT_EIO;
+            goto out;
         }
         if (!qn) { /* cannot happen: a missing chunk is always requested */
             why_add(p, h, holder, "data port: nothing in flight");
@@ -734,7 +708,7 @@ static int pull_data(pull *p, int fd, int h, const char *holder)
         ct_xd_rep r;
         uint32_t end[2];
         uint64_t off = c * p->chunk, len = chunk_len(p, c);
-        rc = data_recv(fd, &r, sizeof r);
+        rc = ct__xdata_recv_all(fd, &r, sizeof r);
         if (!rc && r.magic != CT_XD_REP_MAGIC) {
             why_add(p, h, holder, "data port: bad reply header");
             rc = CT_EPROTO;
@@ -762,7 +736,7 @@ static int pull_data(pull *p, int fd, int h, const char *holder)
         unsigned char *dst = p->buf + off;
         for (uint64_t done = 0; !rc && done < len;) {
             size_t n = len - done < CT_XD_PIECE ? (size_t)(len - done) : CT_XD_PIECE;
-            rc = data_recv(fd, dst + done, n);
+            rc = ct__xdata_recv_all(fd, dst + done, n);
             if (rc)
                 break;
             if (corrupt && len / 2 >= done && len / 2 < done + n) {
@@ -774,7 +748,7 @@ static int pull_data(pull *p, int fd, int h, const char *holder)
             done += n;
         }
         if (!rc)
-            rc = data_recv(fd, end, sizeof end);
+            rc = ct__xdata_recv_all(fd, end, sizeof end);
         if (rc) {
             if (rc == CT_ETIMEDOUT && p->deadline && ct__now_ms() >= p->deadline) {
                 p->expired = 1;

@@ -85,7 +85,7 @@ static int endpoint_host(const char *ep, char *host, size_t hostlen)
     return 0;
 }
 
-static int send_all(int fd, const void *buf, size_t n, int more)
+int ct__xdata_send_all(int fd, const void *buf, size_t n, int more)
 {
     const char *p = buf;
     while (n) {
@@ -93,7 +93,7 @@ static int send_all(int fd, const void *buf, size_t n, int more)
         if (k < 0) {
             if (errno == EINTR)
                 continue;
-            return -1;
+            return CT_EIO;
         }
         p += k;
         n -= (size_t)k;
@@ -101,18 +101,17 @@ static int send_all(int fd, const void *buf, size_t n, int more)
     return 0;
 }
 
-/* Reads exactly n bytes. 0, or -1 on EOF, error or SO_RCVTIMEO expiry. */
-static int recv_all(int fd, void *buf, size_t n)
+int ct__xdata_recv_all(int fd, void *buf, size_t n)
 {
     char *p = buf;
     while (n) {
         ssize_t k = recv(fd, p, n, MSG_WAITALL);
         if (k == 0)
-            return -1;
+            return CT_EIO;
         if (k < 0) {
             if (errno == EINTR)
                 continue;
-            return -1;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? CT_ETIMEDOUT : CT_EIO;
         }
         p += k;
         n -= (size_t)k;
@@ -123,7 +122,7 @@ static int recv_all(int fd, void *buf, size_t n)
 static int send_status(int fd, int status, uint64_t off, uint64_t size, uint64_t osize)
 {
     ct_xd_rep r = {CT_XD_REP_MAGIC, status, off, size, osize};
-    return send_all(fd, &r, sizeof r, 0);
+    return ct__xdata_send_all(fd, &r, sizeof r, 0);
 }
 
 /* Chunks sent with sendfile() stay pinned until the socket has no unacknowledged bytes of
@@ -207,12 +206,13 @@ static int serve_req(ct__xdata_server *xs, int fd, const ct_xd_req *rq, held *h)
     for (uint64_t done = 0; done < len;) {
         size_t n = len - done < piece ? (size_t)(len - done) : piece;
         crc = ct__crc32c(crc, p + done, n);
-        if (use_file ? sendfile_all(fd, afd, aoff + off + done, n) : send_all(fd, p + done, n, 1))
+        if (use_file ? sendfile_all(fd, afd, aoff + off + done, n)
+                     : ct__xdata_send_all(fd, p + done, n, 1))
             goto out;
         done += n;
     }
     uint32_t end[2] = {crc, CT_XD_END_MAGIC};
-    if (send_all(fd, end, sizeof end, 0))
+    if (ct__xdata_send_all(fd, end, sizeof end, 0))
         goto out;
     h->written += len + sizeof end;
     stat_add(&xs->st->chunks, 1);
@@ -258,7 +258,7 @@ static void *conn_thread(void *arg)
         }
         idle = 0;
         ct_xd_req rq;
-        if (recv_all(c->fd, &rq, sizeof rq))
+        if (ct__xdata_recv_all(c->fd, &rq, sizeof rq))
             break; /* EOF, a cut connection, or a partial request that stalled */
         if (serve_req(c->xs, c->fd, &rq, &h))
             break;

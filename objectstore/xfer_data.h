@@ -79,4 +79,10 @@ void ct__xdata_server_destroy(ct__xdata_server **xs);
  * blocking, connected socket or a negative CT_E* code (message in ct_last_error()). */
 int ct__xdata_connect(const char *zmq_endpoint, uint16_t port, int timeout_ms);
 
+/* Blocking I/O on a data connection, both ends. send_all writes all n bytes (more: MSG_MORE,
+ * another write follows); recv_all reads exactly n. 0, CT_EIO (closed, reset, error), or for
+ * recv_all CT_ETIMEDOUT when the socket's SO_RCVTIMEO expired. */
+int ct__xdata_send_all(int fd, const void *buf, size_t n, int more);
+int ct__xdata_recv_all(int fd, void *buf, size_t n);
+
 #endif

@@ -19,7 +19,7 @@
 static const float fmnist_mean[] = {0.2860f}, fmnist_std[] = {0.3530f};
 
 /* "cnn" or "mlp"; an owned module or NULL. */
-static ct_module *fmnist_make_model(const char *name)
+__attribute__((unused)) static ct_module *fmnist_make_model(const char *name)
 {
     if (!strcmp(name, "mlp"))
         return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(784, 256, true),
@@ -36,7 +36,8 @@ static ct_module *fmnist_make_model(const char *name)
 
 /* Top-1 accuracy of net on test (eval mode, no grad; train mode restored after) into *acc.
  * Returns 0 or a CT_E* code. */
-static int fmnist_test_accuracy(ct_module *net, ct_dataset *test, double *acc)
+__attribute__((unused)) static int fmnist_test_accuracy(ct_module *net, ct_dataset *test,
+                                                        double *acc)
 {
     ct_loader *ld = NULL;
     int rc = ct_loader_new(test,

@@ -17,6 +17,7 @@
 #include "ct/nn.h"
 #include "ct/optim.h"
 #include "ct/tensor.h"
+#include "examples/fashion_mnist_model.h"
 
 static double now_s(void)
 {
@@ -38,25 +39,11 @@ static ct_module *conv_bn(int cin, int cout, bool pool)
 
 static ct_module *make_model(const char *cfg, int64_t *batch, int64_t *in_shape, int *in_nd)
 {
-    ct_conv_opts p1 = {.padding = {1, 1}};
-    if (!strcmp(cfg, "cnn")) {
+    if (!strcmp(cfg, "cnn") || !strcmp(cfg, "mlp")) {
         *batch = 64;
         *in_nd = 3;
         in_shape[0] = 1, in_shape[1] = 28, in_shape[2] = 28;
-        return CT_SEQUENTIAL(ct_nn_conv2d_new(1, 32, 3, &p1, true), ct_nn_batchnorm2d_new(32),
-                             ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0),
-                             ct_nn_conv2d_new(32, 64, 3, &p1, true), ct_nn_batchnorm2d_new(64),
-                             ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0), ct_nn_flatten_new(),
-                             ct_nn_linear_new(3136, 128, true), ct_nn_relu_new(),
-                             ct_nn_dropout_new(0.25f), ct_nn_linear_new(128, 10, true));
-    }
-    if (!strcmp(cfg, "mlp")) {
-        *batch = 64;
-        *in_nd = 3;
-        in_shape[0] = 1, in_shape[1] = 28, in_shape[2] = 28;
-        return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(784, 256, true),
-                             ct_nn_relu_new(), ct_nn_linear_new(256, 128, true), ct_nn_relu_new(),
-                             ct_nn_linear_new(128, 10, true));
+        return fmnist_make_model(cfg); /* exactly the examples' models */
     }
     if (!strcmp(cfg, "resnet9")) {
         *batch = 32;

@@ -38,6 +38,9 @@
 /* ---- class registry (written before ct_init, read-only after) ---- */
 
 #define MAX_CLASSES 128
+/* Longest single sleep in sleep_unlocked: a backstop only, wake-ups come from fds and kicks. */
+#define SLEEP_BACKSTOP_MS 100
+
 /* How long a waiting call reads its actor's socket before it sleeps (see wait_locked). */
 #define CALL_SPIN_NS 50000
 static struct {
@@ -201,9 +204,12 @@ static void kick_sleepers(void)
 
 /* Called with the lock held; releases it while sleeping until the head socket (or fd, when
  * >= 0) may have input or another thread kicks this one, at most ms. The head socket's ZMQ_FD
- * is edge-triggered and another thread may consume an edge, so sleeps are sliced to 10 ms; fd
- * (an actor's plain TCP socket) and the kick wake at once. This is what lets long waits
- * (futures, KV, events, object fetches) run in several threads at once. */
+ * is edge-triggered: a thread that touches the socket while another sleeps may consume the
+ * edge of a message meant for the sleeper. Every such touch is followed by a kick when input is
+ * left (drain_head files replies and kicks; head_send checks ZMQ_EVENTS and kicks), so the
+ * sleep needs no short slices; it is still cut at SLEEP_BACKSTOP_MS in case an edge is lost
+ * some other way. fd (an actor's plain TCP socket) and the kick wake at once. This is what
+ * lets long waits (futures, KV, events, object fetches) run in several threads at once. */
 static void sleep_unlocked(int fd, int64_t ms)
 {
     struct pollfd p[3];
@@ -221,7 +227,7 @@ static void sleep_unlocked(int fd, int64_t ms)
         sleepers = &me;
     }
     UNLOCK();
-    poll(p, n, ms > 10 ? 10 : ms < 0 ? 0 : (int)ms);
+    poll(p, n, ms > SLEEP_BACKSTOP_MS ? SLEEP_BACKSTOP_MS : ms < 0 ? 0 : (int)ms);
     LOCK();
     if (ki >= 0) {
         for (sleeper **q = &sleepers; *q; q = &(*q)->next)
@@ -234,6 +240,19 @@ static void sleep_unlocked(int fd, int64_t ms)
             /* kicked and reset by nobody else: nothing to do */
         }
     }
+}
+
+/* Sends e on the head socket (lock held). zmq_send also processes the socket's pending
+ * commands, which can consume the ZMQ_FD edge of a reply that arrived for a thread asleep in
+ * sleep_unlocked; when input is left waiting, kick the sleepers so they drain it. */
+static int head_send(Ct__Envelope *e)
+{
+    int rc = ct__msg_send(C.head, NULL, e, 0);
+    int ev = 0;
+    size_t el = sizeof ev;
+    if (sleepers && zmq_getsockopt(C.head, ZMQ_EVENTS, &ev, &el) == 0 && (ev & ZMQ_POLLIN))
+        kick_sleepers();
+    return rc;
 }
 
 static void set_opts(void *s)
@@ -453,7 +472,7 @@ static int head_request(Ct__Envelope *req, Ct__Envelope **rep, int timeout_ms)
     if (rc)
         return rc;
     req->req_id = ++C.next_req;
-    rc = ct__msg_send(C.head, NULL, req, 0);
+    rc = head_send(req);
     if (rc)
         return rc;
     hwait w = {.lo = req->req_id, .hi = req->req_id, .slots = rep};
@@ -802,7 +821,7 @@ static int kill_request(const char *id, uint64_t *req)
     e.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
     e.kill_actor = &k;
     *req = e.req_id;
-    return ct__msg_send(C.head, NULL, &e, 0);
+    return head_send(&e);
 }
 
 void ct_shutdown(void)
@@ -941,7 +960,7 @@ static int create_send(const char *cls, const ct_resources *r, const void *args,
     e.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR;
     e.create_actor = &c;
     *req = e.req_id;
-    return ct__msg_send(C.head, NULL, &e, 0);
+    return head_send(&e);
 }
 
 /* Turns a CreateActor reply into a connected handle. Lock held. */

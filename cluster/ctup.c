@@ -1,55 +1,86 @@
-/* cluster/ctup.c — ctup, the cluster launcher. Only `ctup status --address H:P` exists so
- * far: it asks the head for its tables and prints the nodes (resources free/total, state),
- * each live node's object store (transfer address, objects, bytes used, capacity), the
- * actors (class, node, pid, state) and placement groups. Not in here yet: up/down/submit/exec. */
+/* cluster/ctup.c — ctup, the cluster launcher (the CLI; the work is in the other cluster/
+ * files):
+ *   ctup up CLUSTER.yaml          start the head and the nodes, wait until every node has
+ *                                 registered, print the address (export CT_ADDRESS=...)
+ *   ctup down CLUSTER.yaml        stop every process `up` started (by recorded pid + start time)
+ *   ctup status CLUSTER.yaml      the head's tables (nodes, stores, actors, placement groups)
+ *   ctup status --address H:P     the same for any head
+ *   ctup submit CLUSTER.yaml PROGRAM [ARGS]   run a driver here with CT_ADDRESS set
+ *   ctup exec CLUSTER.yaml CMD...             run a shell command on the head's host
+ * Exit codes: 0 ok, 1 failed, 2 usage or configuration error; submit and exec forward the
+ * program's. Not in here: YAML parsing, providers, the state file. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zmq.h>
+#include "cluster/cluster.h"
 #include "common/common.h"
 #include "proto/msg.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: ctup status --address H:P [--timeout-ms N]\n"
-            "  status   print the cluster's nodes, object stores, actors and placement groups\n");
+            "usage: ctup status [CLUSTER.yaml | --address H:P] [--timeout-ms N]\n"
+            "       ctup up CLUSTER.yaml\n"
+            "       ctup down CLUSTER.yaml\n"
+            "       ctup submit CLUSTER.yaml PROGRAM [ARGS...]\n"
+            "       ctup exec CLUSTER.yaml CMD...\n"
+            "  up       start the cluster the file describes (head, then one ct-node per worker),\n"
+            "           wait until every node has registered, print its address\n"
+            "  down     stop every process of the cluster (idempotent)\n"
+            "  status   print the cluster's nodes, object stores, actors and placement groups\n"
+            "  submit   run a driver program here with CT_ADDRESS set; exits with its code\n"
+            "  exec     run a shell command on the head's host with CT_ADDRESS set\n"
+            "State: $CT_STATE_DIR or ~/.ct/clusters/<cluster_name>.state (logs beside it).\n");
 }
 
-static int status(const char *addr, int timeout_ms)
+/* Asks the head at addr for its tables; *rep owned by the caller (ct__msg_free). */
+static int query_status(const char *addr, int timeout_ms, Ct__Envelope **rep)
 {
-    int rc = 1;
+    int rc = 0;
+    *rep = NULL;
     void *ctx = zmq_ctx_new();
     void *s = zmq_socket(ctx, ZMQ_DEALER);
     int zero = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    char ep[300];
+    char ep[320];
     snprintf(ep, sizeof ep, "tcp://%s", addr);
-    Ct__Envelope e, *rep = NULL;
+    Ct__Envelope e;
     Ct__Status st = CT__STATUS__INIT;
     if (zmq_connect(s, ep) != 0) {
-        fprintf(stderr, "ctup: --address: '%s' is not host:port (%s)\n", addr,
-                zmq_strerror(zmq_errno()));
+        rc = ct__error(CT_EINVAL, "--address: '%s' is not host:port (%s)", addr,
+                       zmq_strerror(zmq_errno()));
         goto out;
     }
     ct__env_init(&e, 1, "ctup", timeout_ms);
     e.body_case = CT__ENVELOPE__BODY_STATUS;
     e.status = &st;
-    if (ct__msg_send(s, NULL, &e, 0)) {
-        fprintf(stderr, "ctup: %s\n", ct_last_error());
+    if ((rc = ct__msg_send(s, NULL, &e, 0)))
         goto out;
-    }
     zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&it, 1, timeout_ms) <= 0) {
-        fprintf(stderr, "ctup: no answer from a head at %s within %d ms\n", addr, timeout_ms);
+        rc = ct__error(CT_ETIMEDOUT, "no answer from a head at %s within %d ms", addr, timeout_ms);
         goto out;
     }
-    if (ct__msg_recv(s, NULL, &rep, 0, "ctup") ||
-        ct__msg_expect(rep, CT__ENVELOPE__BODY_STATUS_REPLY, "status")) {
-        fprintf(stderr, "ctup: %s\n", ct_last_error());
-        goto out;
+    if ((rc = ct__msg_recv(s, NULL, rep, 0, "ctup")) ||
+        (rc = ct__msg_expect(*rep, CT__ENVELOPE__BODY_STATUS_REPLY, "status"))) {
+        ct__msg_free(*rep);
+        *rep = NULL;
     }
-    Ct__StatusReply *r = rep->status_reply;
+out:
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    return rc;
+}
+
+static void print_status(const char *addr, const Ct__StatusReply *r)
+{
     size_t alive = 0;
     for (size_t i = 0; i < r->n_nodes; i++)
         alive += r->nodes[i]->alive;
@@ -89,25 +120,184 @@ static int status(const char *addr, int timeout_ms)
             printf("\n");
         }
     }
-    rc = 0;
-out:
-    ct__msg_free(rep);
-    zmq_close(s);
-    zmq_ctx_term(ctx);
-    return rc;
 }
 
-int main(int argc, char **argv)
+static int status_at(const char *addr, int timeout_ms)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    Ct__Envelope *rep = NULL;
+    if (query_status(addr, timeout_ms, &rep)) {
+        fprintf(stderr, "ctup: %s\n", ct_last_error());
+        return 1;
     }
-    if (strcmp(argv[1], "status")) {
-        fprintf(stderr, "ctup: unknown command '%s' (only 'status' exists so far)\n", argv[1]);
+    print_status(addr, rep->status_reply);
+    ct__msg_free(rep);
+    return 0;
+}
+
+/* Loads the config and the state of its cluster. need_state: a missing state is an error
+ * (exit 1) rather than *have_state = false. Returns 0 or the exit code. */
+static int load(const char *path, ct_cluster_config **cfg, ct_cluster_state *st, bool need_state,
+                bool *have_state)
+{
+    if (ct_cluster_config_load(path, cfg)) {
+        fprintf(stderr, "ctup: %s\n", ct_last_error());
         return 2;
     }
-    const char *addr = getenv("CT_ADDRESS");
+    int rc = ct_cluster_state_read((*cfg)->cluster_name, st);
+    if (have_state)
+        *have_state = rc == 0;
+    if (rc == CT_ENOENT && !need_state)
+        return 0;
+    if (rc) {
+        if (rc == CT_ENOENT)
+            fprintf(stderr, "ctup: cluster '%s' is not up (run 'ctup up %s')\n",
+                    (*cfg)->cluster_name, path);
+        else
+            fprintf(stderr, "ctup: %s\n", ct_last_error());
+        ct_cluster_config_destroy(cfg);
+        return 1;
+    }
+    if (need_state && !st->address[0]) {
+        fprintf(stderr, "ctup: cluster '%s' has no head address in its state (a failed up?); "
+                        "run 'ctup down %s'\n",
+                (*cfg)->cluster_name, path);
+        ct_cluster_config_destroy(cfg);
+        return 1;
+    }
+    return 0;
+}
+
+/* Waits until every node st lists is registered and alive at the head (matched by pid), a
+ * recorded process is gone, or the start timeout passes. */
+static int wait_registered(const ct_cluster_config *cfg, const ct_cluster_state *st)
+{
+    int64_t t0 = ct__now_ms(), deadline = t0 + cfg->start_timeout_s * 1000LL, next_check = t0 + 500;
+    int want = st->n_procs - 1, have = 0;
+    for (;;) {
+        Ct__Envelope *rep = NULL;
+        if (!query_status(st->address, 1000, &rep)) {
+            Ct__StatusReply *r = rep->status_reply;
+            have = 0;
+            for (int i = 1; i < st->n_procs; i++)
+                for (size_t j = 0; j < r->n_nodes; j++)
+                    if (r->nodes[j]->alive && r->nodes[j]->pid == st->procs[i].pid) {
+                        have++;
+                        break;
+                    }
+            ct__msg_free(rep);
+            if (have == want)
+                return 0;
+        }
+        int64_t now = ct__now_ms();
+        if (now >= next_check) {
+            next_check = now + 1000;
+            for (int i = 0; i < st->n_procs; i++)
+                if (ct_cluster_proc_alive(cfg, &st->procs[i]) == 0)
+                    return ct__error(CT_EDEAD, "%s (pid %d on %s) exited during start; see its "
+                                               "log (%s.log)",
+                                     st->procs[i].role, (int)st->procs[i].pid, st->procs[i].host,
+                                     st->procs[i].role);
+        }
+        if (now >= deadline)
+            return ct__error(CT_ETIMEDOUT, "%d of %d nodes registered with the head within %d s "
+                                           "(ct.start_timeout_s)",
+                             have, want, cfg->start_timeout_s);
+        usleep(20000);
+    }
+}
+
+static int cmd_up(const char *path)
+{
+    ct_cluster_config *cfg = NULL;
+    ct_cluster_state st;
+    bool have;
+    int64_t t0 = ct__now_ms();
+    int rc = load(path, &cfg, &st, false, &have);
+    if (rc)
+        return rc;
+    if (have) {
+        int alive = 0;
+        for (int i = 0; i < st.n_procs; i++)
+            if (ct_cluster_proc_alive(cfg, &st.procs[i]) == 1) {
+                if (!alive++)
+                    fprintf(stderr,
+                            "ctup: cluster '%s' is already up (head %s; %s pid %d on %s "
+                            "runs); run 'ctup down %s' first\n",
+                            cfg->cluster_name, st.address[0] ? st.address : "?", st.procs[i].role,
+                            (int)st.procs[i].pid, st.procs[i].host, path);
+            }
+        if (alive) {
+            ct_cluster_config_destroy(&cfg);
+            return 1;
+        }
+        fprintf(stderr, "ctup: cluster '%s': no process of its last start runs; starting anew\n",
+                cfg->cluster_name);
+    }
+    memset(&st, 0, sizeof st);
+    snprintf(st.cluster_name, sizeof st.cluster_name, "%s", cfg->cluster_name);
+    char abs[PATH_MAX];
+    snprintf(st.config_path, sizeof st.config_path, "%s", realpath(path, abs) ? abs : path);
+    snprintf(st.provider, sizeof st.provider, "%s",
+             cfg->provider == CT_PROVIDER_SSH ? "ssh" : "local");
+    if ((rc = ct_cluster_state_write(&st)) || (rc = ct_cluster_start(cfg, &st)) ||
+        (rc = wait_registered(cfg, &st))) {
+        fprintf(stderr, "ctup: up failed: %s\n", ct_last_error());
+        int n;
+        if (st.n_procs) {
+            fprintf(stderr, "ctup: stopping what was started\n");
+            ct_cluster_stop(cfg, &st, &n);
+        }
+        ct_cluster_state_remove(cfg->cluster_name);
+        ct_cluster_config_destroy(&cfg);
+        return 1;
+    }
+    char logs[4096] = "";
+    if (cfg->provider == CT_PROVIDER_LOCAL)
+        ct_cluster_log_dir(cfg->cluster_name, logs, sizeof logs);
+    else
+        ct__cluster_remote_log_dir(cfg, logs, sizeof logs);
+    printf("cluster '%s' is up: head %s, %d node%s registered (%.2f s)\n", cfg->cluster_name,
+           st.address, st.n_procs - 1, st.n_procs == 2 ? "" : "s",
+           (ct__now_ms() - t0) / 1000.0);
+    printf("  export CT_ADDRESS=%s\n", st.address);
+    printf("  ctup status %s    ctup submit %s PROGRAM    ctup down %s\n", path, path, path);
+    printf("  logs: %s%s\n", cfg->provider == CT_PROVIDER_SSH ? "(on each host) " : "", logs);
+    ct_cluster_config_destroy(&cfg);
+    return 0;
+}
+
+static int cmd_down(const char *path)
+{
+    ct_cluster_config *cfg = NULL;
+    ct_cluster_state st;
+    bool have;
+    int rc = load(path, &cfg, &st, false, &have);
+    if (rc)
+        return rc;
+    if (!have) {
+        printf("cluster '%s' is not running (no state): nothing to stop\n", cfg->cluster_name);
+        ct_cluster_config_destroy(&cfg);
+        return 0;
+    }
+    int n = 0;
+    rc = ct_cluster_stop(cfg, &st, &n);
+    if (rc) {
+        fprintf(stderr, "ctup: down: some processes could not be stopped; the state is kept (run "
+                        "'ctup down %s' again)\n",
+                path);
+        ct_cluster_config_destroy(&cfg);
+        return 1;
+    }
+    ct_cluster_state_remove(cfg->cluster_name);
+    printf("cluster '%s' is down (%d of %d processes were running and are stopped)\n",
+           cfg->cluster_name, n, st.n_procs);
+    ct_cluster_config_destroy(&cfg);
+    return 0;
+}
+
+static int cmd_status(int argc, char **argv)
+{
+    const char *addr = getenv("CT_ADDRESS"), *file = NULL;
     int timeout = 3000;
     for (int i = 2; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -120,14 +310,132 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
+        } else if (argv[i][0] != '-' && !file) {
+            file = argv[i];
         } else {
             fprintf(stderr, "ctup status: bad argument '%s' (see --help)\n", argv[i]);
             return 2;
         }
     }
+    if (file) {
+        ct_cluster_config *cfg = NULL;
+        ct_cluster_state st;
+        int rc = load(file, &cfg, &st, true, NULL);
+        if (rc)
+            return rc;
+        printf("cluster '%s' (%s provider, %d processes started by ctup)\n", cfg->cluster_name,
+               st.provider, st.n_procs);
+        ct_cluster_config_destroy(&cfg);
+        return status_at(st.address, timeout);
+    }
     if (!addr || !strchr(addr, ':')) {
-        fprintf(stderr, "ctup status: --address H:P is required (or CT_ADDRESS)\n");
+        fprintf(stderr, "ctup status: --address H:P is required (or CT_ADDRESS, or a "
+                        "CLUSTER.yaml)\n");
         return 2;
     }
-    return status(addr, timeout);
+    return status_at(addr, timeout);
+}
+
+static int cmd_submit(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "ctup submit: usage: ctup submit CLUSTER.yaml PROGRAM [ARGS...]\n");
+        return 2;
+    }
+    ct_cluster_config *cfg = NULL;
+    ct_cluster_state st;
+    int rc = load(argv[2], &cfg, &st, true, NULL);
+    if (rc)
+        return rc;
+    ct_cluster_config_destroy(&cfg);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "ctup submit: fork: %s\n", strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        setenv("CT_ADDRESS", st.address, 1);
+        signal(SIGPIPE, SIG_DFL);
+        execvp(argv[3], argv + 3);
+        fprintf(stderr, "ctup submit: cannot run %s: %s\n", argv[3], strerror(errno));
+        _exit(127);
+    }
+    /* ^C goes to the driver (same process group); ctup waits for it */
+    signal(SIGINT, SIG_IGN);
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return 1;
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    fprintf(stderr, "ctup submit: %s killed by signal %d\n", argv[3], WTERMSIG(status));
+    return 128 + WTERMSIG(status);
+}
+
+static int cmd_exec(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "ctup exec: usage: ctup exec CLUSTER.yaml CMD...\n");
+        return 2;
+    }
+    ct_cluster_config *cfg = NULL;
+    ct_cluster_state st;
+    int rc = load(argv[2], &cfg, &st, true, NULL);
+    if (rc)
+        return rc;
+    /* the words are joined like ssh joins them: `ctup exec c.yaml 'echo $CT_ADDRESS'` */
+    size_t len = 1;
+    for (int i = 3; i < argc; i++)
+        len += strlen(argv[i]) + 1;
+    char *cmd = calloc(1, len);
+    if (!cmd) {
+        ct_cluster_config_destroy(&cfg);
+        return 1;
+    }
+    for (int i = 3; i < argc; i++) {
+        strcat(cmd, argv[i]);
+        if (i + 1 < argc)
+            strcat(cmd, " ");
+    }
+    fflush(stdout);
+    rc = ct_cluster_exec_on_head(cfg, st.address, cmd);
+    free(cmd);
+    ct_cluster_config_destroy(&cfg);
+    if (rc < 0) {
+        fprintf(stderr, "ctup exec: %s\n", ct_last_error());
+        return 1;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    ct__log_init();
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    const char *c = argv[1];
+    if (!strcmp(c, "status"))
+        return cmd_status(argc, argv);
+    if (!strcmp(c, "submit"))
+        return cmd_submit(argc, argv);
+    if (!strcmp(c, "exec"))
+        return cmd_exec(argc, argv);
+    if (!strcmp(c, "up") || !strcmp(c, "down")) {
+        if (argc != 3 || argv[2][0] == '-') {
+            if (argc == 3 && !strcmp(argv[2], "--help")) {
+                usage(stdout);
+                return 0;
+            }
+            fprintf(stderr, "ctup %s: usage: ctup %s CLUSTER.yaml\n", c, c);
+            return 2;
+        }
+        return !strcmp(c, "up") ? cmd_up(argv[2]) : cmd_down(argv[2]);
+    }
+    fprintf(stderr, "ctup: unknown command '%s' (up, down, status, submit, exec; see --help)\n",
+            c);
+    return 2;
 }

@@ -1,0 +1,169 @@
+/* cluster/cluster.h — ctup's pieces: the cluster YAML (yaml_config.c), the state file of a
+ * running cluster (state.c) and the providers that start and stop its processes
+ * (provider.c: shared code; provider_local.c: this host; provider_ssh.c: remote hosts).
+ *
+ * Not public API (no include/ct/ header): only ctup links these. Nothing here is thread-safe;
+ * ctup is single-threaded. Errors: functions return 0 or a negative CT_E* code and leave the
+ * message for ct_last_error(); configuration errors read "FILE:LINE:COL: message".
+ *
+ * The YAML (keys follow Ray's cluster YAML where the meaning is the same; `ct:` holds ct's own):
+ *
+ *   cluster_name: demo                 # required; [A-Za-z0-9_.-]
+ *   max_workers: 2                     # optional upper bound on the worker count
+ *   provider:
+ *     type: local                      # required: local | ssh
+ *     head_ip: 127.0.0.1               # ssh: required; local: default 127.0.0.1
+ *     worker_ips: [127.0.0.1, ...]     # one node per entry (ssh: required)
+ *     num_workers: 2                   # local only: node count when worker_ips is absent
+ *   auth: {ssh_user: u, ssh_private_key: ~/.ssh/id, ssh_port: 22}      # ssh only
+ *   setup_commands: [..]               # on every host before start (head_/worker_ variants)
+ *   head_start_ray_commands: [..]      # or head_start_commands; the last one becomes the head
+ *   worker_start_ray_commands: [..]    # or worker_start_commands; the last one becomes the node
+ *   head_node_type: head               # names an entry of available_node_types
+ *   available_node_types:
+ *     worker: {resources: {CPU: 2, GPU: 0, disk: 1}, min_workers: 2, max_workers: 2,
+ *              store_memory: 256M, spill_dir: /tmp/spill}
+ *   ct: {head_port: 0, heartbeat_ms: 100, dead_after_ms: 1000, store_memory: 256M,
+ *        spill_dir: DIR, bin_dir: DIR, remote_dir: ~/.ct, copy_binaries: true,
+ *        head_runs_node: false, start_timeout_s: 30, head_bind: 127.0.0.1} */
+#ifndef CT_CLUSTER_H
+#define CT_CLUSTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define CT_CLUSTER_MAX_NODES 256
+#define CT_CLUSTER_MAX_RES 16
+
+typedef enum { CT_PROVIDER_LOCAL = 0, CT_PROVIDER_SSH = 1 } ct_provider_type;
+
+/* One node to start: where, and what it offers (-1: let ct-node detect). */
+typedef struct {
+    char *host;      /* IP or host name (local: 127.0.0.1) */
+    char *type_name; /* the available_node_types entry, or NULL */
+    double cpus, gpus;
+    int n_custom;
+    char *custom_name[CT_CLUSTER_MAX_RES];
+    double custom_amount[CT_CLUSTER_MAX_RES];
+    char *store_memory; /* "256M" or NULL */
+    char *spill_dir;    /* per-node directory (already made unique), or NULL */
+} ct_cluster_node;
+
+/* A parsed cluster file. Owns every string; free with ct_cluster_config_destroy. */
+typedef struct {
+    char *path; /* as given */
+    char *cluster_name;
+    ct_provider_type provider;
+    char *head_ip;
+    int max_workers; /* -1: unset */
+    char *ssh_user, *ssh_key;
+    int ssh_port;
+    char **setup, **head_setup, **worker_setup;
+    int n_setup, n_head_setup, n_worker_setup;
+    char **head_start, **worker_start; /* NULL: the default command */
+    int n_head_start, n_worker_start;
+    int head_port, heartbeat_ms, dead_after_ms, start_timeout_s;
+    char *head_bind; /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
+    char *bin_dir;   /* where ct-head/ct-node are here (default: next to ctup) */
+    char *remote_dir; /* ssh: where binaries and logs go on a host (default ~/.ct) */
+    bool copy_binaries;
+    bool head_runs_node;
+    ct_cluster_node nodes[CT_CLUSTER_MAX_NODES]; /* the worker nodes, then the head's if any */
+    int n_nodes;
+} ct_cluster_config;
+
+/* Parses and checks the file at path. On success *out is an owned config. On failure *out is
+ * NULL and ct_last_error() reads "path:line:col: what is wrong". */
+int ct_cluster_config_load(const char *path, ct_cluster_config **out);
+/* Same from a string (name is used in messages). */
+int ct_cluster_config_parse(const char *name, const char *text, size_t len,
+                            ct_cluster_config **out);
+void ct_cluster_config_destroy(ct_cluster_config **cfg);
+
+/* ---- state of a started cluster: $CT_STATE_DIR or ~/.ct/clusters, file <name>.state ---- */
+
+#define CT_CLUSTER_MAX_PROCS (CT_CLUSTER_MAX_NODES + 1)
+
+typedef struct {
+    char role[32];  /* "head", "node-1", ... */
+    char host[256]; /* where it runs */
+    pid_t pid;
+    unsigned long long start_time; /* /proc/PID/stat field 22: tells a reused pid apart */
+} ct_cluster_proc;
+
+typedef struct {
+    char cluster_name[128];
+    char config_path[4096];
+    char provider[16];
+    char address[300]; /* head H:P, "" until known */
+    ct_cluster_proc procs[CT_CLUSTER_MAX_PROCS];
+    int n_procs;
+} ct_cluster_state;
+
+/* Directory of state files (created on demand); returns 0 or CT_E*. */
+int ct_cluster_state_dir(char *out, size_t cap);
+/* Path of the state file and of the per-cluster log directory. */
+int ct_cluster_state_path(const char *cluster_name, char *out, size_t cap);
+int ct_cluster_log_dir(const char *cluster_name, char *out, size_t cap);
+/* Reads the state; CT_ENOENT when there is none. */
+int ct_cluster_state_read(const char *cluster_name, ct_cluster_state *st);
+/* Writes it atomically (temp file + rename). */
+int ct_cluster_state_write(const ct_cluster_state *st);
+int ct_cluster_state_remove(const char *cluster_name);
+
+/* ---- providers: start/stop processes; they print progress to stderr (ctup is the CLI) ---- */
+
+/* Runs setup commands and starts the head then every node, appending each process to st and
+ * rewriting the state file after each; fills st->address. Does not wait for registration and
+ * does not clean up on failure (ctup calls ct_cluster_stop on what st lists). */
+int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st);
+/* Stops every process st lists (nodes first, then the head): SIGTERM, up to 3 s, then SIGKILL,
+ * each only when /proc/PID/stat still shows the recorded start time. *n_stopped counts those
+ * that were running. Returns 0 or the first error. */
+int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, int *n_stopped);
+/* 1 when the recorded process still runs (same pid, same start time), 0 when not, < 0 error. */
+int ct_cluster_proc_alive(const ct_cluster_config *cfg, const ct_cluster_proc *p);
+/* Runs a shell command line on the head's host with CT_ADDRESS=address; returns its exit
+ * status (0-255, 128+signal) or < 0. */
+int ct_cluster_exec_on_head(const ct_cluster_config *cfg, const char *address, const char *cmd);
+
+/* ---- shared by the providers (provider.c) ---- */
+
+/* Runs argv, stdout captured into out (NUL-terminated, may be NULL), stderr passed through.
+ * Returns the exit status (0-255, 128+signal) or < 0 when it could not run. */
+int ct__cluster_run(char *const argv[], char *out, size_t cap);
+/* Appends s to buf (cap bytes) single-quoted for sh. Returns 0 or CT_ERANGE. */
+int ct__shell_quote(char *buf, size_t cap, const char *s);
+/* Builds the shell script that starts one daemon detached on its host (setsid + nohup, log
+ * file, stdin from /dev/null) and prints "PID STARTTIME". cmds are the user's start commands
+ * (the last one is exec'd) or NULL for default_cmd. env_assign is prepended ("A=1 B=2 "). */
+int ct__cluster_start_script(char *buf, size_t cap, const char *log_path, const char *env_assign,
+                             char *const *cmds, int n_cmds, const char *default_cmd);
+/* Shell script that stops pid if its start time still is start_time; prints "stopped",
+ * "gone" or "other". */
+int ct__cluster_stop_script(char *buf, size_t cap, pid_t pid, unsigned long long start_time);
+/* Shell script that prints "alive" or "gone" for pid + start time. */
+int ct__cluster_alive_script(char *buf, size_t cap, pid_t pid, unsigned long long start_time);
+
+/* Transport: the argv that runs the shell script `script` on host (local: sh -c; ssh:
+ * ssh -i KEY -p PORT USER@HOST SCRIPT). argv points into store (cap bytes). */
+int ct__cluster_argv(const ct_cluster_config *cfg, const char *host, const char *script,
+                     char **argv, int max_argv, char *store, size_t cap);
+/* provider_local.c: argv = {"/bin/sh", "-c", script}; bin dir = ct.bin_dir or ctup's own. */
+int ct__local_argv(const char *script, char **argv, int max_argv);
+int ct__local_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap);
+/* provider_ssh.c: argv = ssh -o BatchMode=yes ... [-i KEY] -p PORT USER@HOST script; bin dir
+ * = REMOTE_DIR/bin when ct copies the binaries, else ct.bin_dir. */
+int ct__ssh_argv(const ct_cluster_config *cfg, const char *host, const char *script, char **argv,
+                 int max_argv, char *store, size_t cap);
+int ct__ssh_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap);
+/* ssh only: copies ct-head and ct-node from ct.bin_dir (default: next to ctup) to
+ * REMOTE_DIR/bin on each of hosts[0..n) (scp into bin/.incoming, then mv: a running binary is
+ * replaced, not overwritten). */
+int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *const *hosts, int n);
+/* Where the daemons' binaries are on host, and where their logs go. */
+int ct__cluster_remote_bin(const ct_cluster_config *cfg, char *out, size_t cap);
+int ct__cluster_remote_log_dir(const ct_cluster_config *cfg, char *out, size_t cap);
+
+#endif

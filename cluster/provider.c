@@ -1,0 +1,502 @@
+/* cluster/provider.c — what both providers share: every action on a host is a small POSIX sh
+ * script, run through the provider's transport (local: /bin/sh -c SCRIPT; ssh: ssh ... SCRIPT,
+ * see provider_local.c / provider_ssh.c). So the local provider and the ssh provider run the
+ * same scripts, and a test with a fake `ssh` on PATH exercises the ssh path on this host.
+ *
+ * A daemon (ct-head, ct-node, or the user's start commands, the last of which is exec'd) is
+ * started detached: `nohup setsid sh -c CMDS >LOG 2>&1 </dev/null &`, then the script prints
+ * "PID STARTTIME" (STARTTIME: field 22 of /proc/PID/stat, which tells a reused pid apart).
+ * Stopping checks that start time again before each signal.
+ *
+ * Not in here: YAML (yaml_config.c), the state file (state.c), the CLI (ctup.c). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "cluster/cluster.h"
+#include "common/common.h"
+
+/* Appends printf output to buf (cap). Returns 0 or CT_ERANGE. */
+static int cat(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int cat(char *buf, size_t cap, const char *fmt, ...)
+{
+    size_t n = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= cap - n)
+        return ct__error(CT_ERANGE, "command line longer than %zu bytes", cap);
+    return 0;
+}
+
+int ct__shell_quote(char *buf, size_t cap, const char *s)
+{
+    int rc = cat(buf, cap, "'");
+    for (const char *c = s; !rc && *c; c++)
+        rc = *c == '\'' ? cat(buf, cap, "'\\''") : cat(buf, cap, "%c", *c);
+    return rc ? rc : cat(buf, cap, "'");
+}
+
+/* A path for the remote shell: "~/x" becomes "$HOME"/'x' so that the shell expands it. */
+static int shell_path(char *buf, size_t cap, const char *path)
+{
+    if (!strcmp(path, "~"))
+        return cat(buf, cap, "\"$HOME\"");
+    if (!strncmp(path, "~/", 2)) {
+        int rc = cat(buf, cap, "\"$HOME\"/");
+        return rc ? rc : ct__shell_quote(buf, cap, path + 2);
+    }
+    return ct__shell_quote(buf, cap, path);
+}
+
+int ct__cluster_run(char *const argv[], char *out, size_t cap)
+{
+    int p[2] = {-1, -1};
+    if (out && pipe2(p, O_CLOEXEC))
+        return ct__error(-errno, "pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        if (out)
+            close(p[0]), close(p[1]);
+        return ct__error(-e, "fork: %s", strerror(e));
+    }
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY);
+        if (null >= 0)
+            dup2(null, 0);
+        dup2(out ? p[1] : 2, 1);
+        /* no descriptor of ctup (or of whoever started ctup) leaks into a daemon */
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+        signal(SIGPIPE, SIG_DFL);
+        execvp(argv[0], argv);
+        fprintf(stderr, "ctup: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    size_t n = 0;
+    if (out) {
+        close(p[1]);
+        ssize_t r;
+        char sink[512];
+        while ((r = read(p[0], n + 1 < cap ? out + n : sink,
+                         n + 1 < cap ? cap - 1 - n : sizeof sink)) != 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0)
+                break;
+            if (n + 1 < cap)
+                n += (size_t)r;
+        }
+        out[n] = 0;
+        close(p[0]);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return ct__error(-errno, "waitpid: %s", strerror(errno));
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    return 128 + WTERMSIG(status);
+}
+
+/* `st VAR` sets VAR to the fields of /proc/$p/stat after the command name (state first). */
+#define STAT_FN "st() { sed 's/.*) //' /proc/$p/stat 2>/dev/null; }; "
+
+int ct__cluster_start_script(char *buf, size_t cap, const char *log_path, const char *env_assign,
+                             char *const *cmds, int n_cmds, const char *default_cmd)
+{
+    char inner[16384] = "";
+    int rc = 0;
+    if (cmds && n_cmds > 0) {
+        for (int i = 0; i < n_cmds - 1 && !rc; i++)
+            rc = cat(inner, sizeof inner, "%s\n", cmds[i]);
+        if (!rc)
+            rc = cat(inner, sizeof inner, "exec %s\n", cmds[n_cmds - 1]);
+    } else {
+        rc = cat(inner, sizeof inner, "exec %s\n", default_cmd);
+    }
+    buf[0] = 0;
+    if (!rc)
+        rc = cat(buf, cap, "%snohup setsid sh -c ", env_assign ? env_assign : "");
+    if (!rc)
+        rc = ct__shell_quote(buf, cap, inner);
+    if (!rc)
+        rc = cat(buf, cap, " >");
+    if (!rc)
+        rc = shell_path(buf, cap, log_path);
+    if (!rc)
+        rc = cat(buf, cap, " 2>&1 </dev/null & p=$!; " STAT_FN
+                           "echo \"$p $(st | cut -d' ' -f20)\"\n");
+    return rc;
+}
+
+int ct__cluster_stop_script(char *buf, size_t cap, pid_t pid, unsigned long long start_time)
+{
+    buf[0] = 0;
+    return cat(buf, cap,
+               "p=%d; s=%llu; " STAT_FN
+               "same() { f=$(st); [ -n \"$f\" ] && [ \"${f%%%% *}\" != Z ] && "
+               "[ \"$(echo \"$f\" | cut -d' ' -f20)\" = \"$s\" ]; }; "
+               "f=$(st); if [ -z \"$f\" ] || [ \"${f%%%% *}\" = Z ]; then echo gone; exit 0; fi; "
+               "if ! same; then echo other; exit 0; fi; "
+               "kill -TERM $p 2>/dev/null; i=0; "
+               "while [ $i -lt 60 ]; do same || { echo stopped; exit 0; }; sleep 0.05; "
+               "i=$((i+1)); done; "
+               "same && kill -KILL $p 2>/dev/null; echo killed\n",
+               (int)pid, start_time);
+}
+
+int ct__cluster_alive_script(char *buf, size_t cap, pid_t pid, unsigned long long start_time)
+{
+    buf[0] = 0;
+    return cat(buf, cap,
+               "p=%d; s=%llu; " STAT_FN "f=$(st); "
+               "if [ -n \"$f\" ] && [ \"${f%%%% *}\" != Z ] && "
+               "[ \"$(echo \"$f\" | cut -d' ' -f20)\" = \"$s\" ]; then echo alive; "
+               "else echo gone; fi\n",
+               (int)pid, start_time);
+}
+
+/* Runs script on host through the provider's transport; stdout into out (may be NULL: then
+ * it goes to stderr). Returns the exit status or < 0. */
+static int run_on(const ct_cluster_config *cfg, const char *host, const char *script, char *out,
+                  size_t cap)
+{
+    char *argv[32];
+    char store[32768];
+    int rc = ct__cluster_argv(cfg, host, script, argv, 32, store, sizeof store);
+    if (rc)
+        return rc;
+    CT_LOG(CT_LOG_DEBUG, "ctup", "on %s: %s", host, script);
+    return ct__cluster_run(argv, out, cap);
+}
+
+/* Hosts in the order they are first named: the head's, then the workers'. Local: one. */
+static int distinct_hosts(const ct_cluster_config *cfg, const char **hosts, int cap)
+{
+    int n = 0;
+    hosts[n++] = cfg->head_ip;
+    if (cfg->provider == CT_PROVIDER_LOCAL)
+        return n;
+    for (int i = 0; i < cfg->n_nodes && n < cap; i++) {
+        bool seen = false;
+        for (int j = 0; j < n && !seen; j++)
+            seen = !strcmp(hosts[j], cfg->nodes[i].host);
+        if (!seen)
+            hosts[n++] = cfg->nodes[i].host;
+    }
+    return n;
+}
+
+static int run_setup(const ct_cluster_config *cfg, const char *host, char **cmds, int n,
+                     const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        char script[16384] = "CT_CLUSTER_NAME=";
+        int rc = ct__shell_quote(script, sizeof script, cfg->cluster_name);
+        if (!rc)
+            rc = cat(script, sizeof script, "; export CT_CLUSTER_NAME; cd; %s\n", cmds[i]);
+        if (rc)
+            return rc;
+        fprintf(stderr, "ctup: %s on %s: %s\n", what, host, cmds[i]);
+        rc = run_on(cfg, host, script, NULL, 0);
+        if (rc < 0)
+            return rc;
+        if (rc > 0)
+            return ct__error(CT_EIO, "%s[%d] on %s exited with %d: %s", what, i, host, rc,
+                             cmds[i]);
+    }
+    return 0;
+}
+
+/* Is s an IPv4/IPv6 literal (ct-node --host takes an address, not a name)? */
+static bool is_ip(const char *s)
+{
+    unsigned char b[16];
+    return inet_pton(AF_INET, s, b) == 1 || inet_pton(AF_INET6, s, b) == 1;
+}
+
+/* Starts one daemon on host; fills proc (pid, start time). When want_listen, waits (on the
+ * host) up to the start timeout for "listening on H:P" in the log and copies H:P to listen. */
+static int start_daemon(const ct_cluster_config *cfg, const char *host, const char *role,
+                        const char *env_assign, char *const *cmds, int n_cmds,
+                        const char *default_cmd, ct_cluster_proc *proc, char *listen,
+                        size_t listen_cap)
+{
+    char logdir[4096], log[4300], script[40000], out[4096];
+    int rc = ct__cluster_remote_log_dir(cfg, logdir, sizeof logdir);
+    if (rc)
+        return rc;
+    snprintf(log, sizeof log, "%s/%s.log", logdir, role);
+    script[0] = 0;
+    if ((rc = cat(script, sizeof script, "mkdir -p ")) ||
+        (rc = shell_path(script, sizeof script, logdir)) ||
+        (rc = cat(script, sizeof script, " && cd && ")))
+        return rc;
+    size_t head_len = strlen(script);
+    if ((rc = ct__cluster_start_script(script + head_len, sizeof script - head_len, log,
+                                       env_assign, cmds, n_cmds, default_cmd)))
+        return rc;
+    if (listen) {
+        char wait[2048] = "";
+        int tries = cfg->start_timeout_s * 20;
+        if ((rc = cat(wait, sizeof wait, "i=0; while [ $i -lt %d ]; do grep -q '^listening on ' ",
+                      tries)) ||
+            (rc = shell_path(wait, sizeof wait, log)) ||
+            (rc = cat(wait, sizeof wait, " && break; [ -e /proc/$p ] || break; sleep 0.05; "
+                                         "i=$((i+1)); done; grep -m1 '^listening on ' ")) ||
+            (rc = shell_path(wait, sizeof wait, log)) ||
+            (rc = cat(wait, sizeof wait, " || true\n")) ||
+            (rc = cat(script, sizeof script, "%s", wait)))
+            return rc;
+    }
+    rc = run_on(cfg, host, script, out, sizeof out);
+    if (rc < 0)
+        return rc;
+    int pid = 0;
+    unsigned long long start = 0;
+    if (rc != 0 || sscanf(out, "%d %llu", &pid, &start) != 2 || pid <= 0)
+        return ct__error(CT_EIO, "%s on %s did not start (exit %d, output '%.200s'); see %s", role,
+                         host, rc, out, log);
+    snprintf(proc->role, sizeof proc->role, "%s", role);
+    snprintf(proc->host, sizeof proc->host, "%s", host);
+    proc->pid = pid;
+    proc->start_time = start;
+    if (listen) {
+        const char *l = strstr(out, "listening on ");
+        if (!l) {
+            char tail[1024] = "";
+            char t[4400] = "tail -n 5 ";
+            if (!shell_path(t, sizeof t, log))
+                run_on(cfg, host, t, tail, sizeof tail);
+            return ct__error(CT_EIO, "%s on %s (pid %d) did not print 'listening on' within %d s; "
+                                     "%s says:\n%s",
+                             role, host, pid, cfg->start_timeout_s, log, tail);
+        }
+        l += strlen("listening on ");
+        size_t n = strcspn(l, "\r\n");
+        snprintf(listen, listen_cap, "%.*s", (int)n, l);
+    }
+    return 0;
+}
+
+int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
+{
+    const char *hosts[CT_CLUSTER_MAX_NODES + 1];
+    int nh = distinct_hosts(cfg, hosts, CT_CLUSTER_MAX_NODES + 1), rc = 0;
+    char bin[4096], cmd[8192], env[8192], listen[300];
+
+    /* 1. setup commands (and the binaries for ssh) */
+    for (int i = 0; i < nh; i++) {
+        if ((rc = run_setup(cfg, hosts[i], cfg->setup, cfg->n_setup, "setup_commands")))
+            return rc;
+        bool is_head = !strcmp(hosts[i], cfg->head_ip), is_worker = false;
+        for (int j = 0; j < cfg->n_nodes; j++)
+            is_worker |= !strcmp(hosts[i], cfg->nodes[j].host);
+        if (is_head && (rc = run_setup(cfg, hosts[i], cfg->head_setup, cfg->n_head_setup,
+                                       "head_setup_commands")))
+            return rc;
+        if ((is_worker || cfg->provider == CT_PROVIDER_LOCAL) &&
+            (rc = run_setup(cfg, hosts[i], cfg->worker_setup, cfg->n_worker_setup,
+                            "worker_setup_commands")))
+            return rc;
+    }
+    if (cfg->provider == CT_PROVIDER_SSH && cfg->copy_binaries &&
+        (rc = ct__cluster_ssh_copy_binaries(cfg, hosts, nh)))
+        return rc;
+    if ((rc = ct__cluster_remote_bin(cfg, bin, sizeof bin)))
+        return rc;
+
+    /* 2. the head */
+    char head_args[512];
+    snprintf(head_args, sizeof head_args, "--host %s --port %d --heartbeat-ms %d --dead-after-ms %d",
+             cfg->head_bind, cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms);
+    env[0] = cmd[0] = 0;
+    if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
+        (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||
+        (rc = cat(env, sizeof env, " CT_BIN_DIR=")) || (rc = shell_path(env, sizeof env, bin)) ||
+        (rc = cat(env, sizeof env, " CT_HEAD_PORT=%d CT_HEAD_ARGS='%s' ", cfg->head_port,
+                  head_args)) ||
+        (rc = shell_path(cmd, sizeof cmd, bin)) ||
+        (rc = cat(cmd, sizeof cmd, "/ct-head %s", head_args)))
+        return rc;
+    ct_cluster_proc *hp = &st->procs[st->n_procs];
+    fprintf(stderr, "ctup: starting the head on %s\n", cfg->head_ip);
+    if ((rc = start_daemon(cfg, cfg->head_ip, "head", env, cfg->head_start, cfg->n_head_start,
+                           cmd, hp, listen, sizeof listen)))
+        return rc;
+    st->n_procs++;
+    /* the head may print its bind address (0.0.0.0): others reach it at head_ip */
+    const char *colon = strrchr(listen, ':');
+    int port = colon ? atoi(colon + 1) : 0;
+    if (port <= 0) {
+        rc = ct__error(CT_EIO, "the head printed 'listening on %s': no port", listen);
+        goto out;
+    }
+    if (strchr(cfg->head_ip, ':'))
+        snprintf(st->address, sizeof st->address, "[%s]:%d", cfg->head_ip, port);
+    else
+        snprintf(st->address, sizeof st->address, "%s:%d", cfg->head_ip, port);
+    if ((rc = ct_cluster_state_write(st)))
+        goto out;
+
+    /* 3. the nodes */
+    for (int i = 0; i < cfg->n_nodes; i++) {
+        const ct_cluster_node *n = &cfg->nodes[i];
+        char args[4096] = "", role[32];
+        snprintf(role, sizeof role, "node-%d", i + 1);
+        if (is_ip(n->host) && (rc = cat(args, sizeof args, " --host %s", n->host)))
+            goto out;
+        if (n->cpus >= 0 && (rc = cat(args, sizeof args, " --cpus %g", n->cpus)))
+            goto out;
+        if (n->gpus >= 0 && (rc = cat(args, sizeof args, " --gpus %g", n->gpus)))
+            goto out;
+        for (int j = 0; j < n->n_custom && !rc; j++)
+            rc = cat(args, sizeof args, "%s%s=%g", j ? "," : " --resources ", n->custom_name[j],
+                     n->custom_amount[j]);
+        if (rc)
+            goto out;
+        if (n->store_memory && (rc = cat(args, sizeof args, " --store-memory %s", n->store_memory)))
+            goto out;
+        if (n->spill_dir && strpbrk(n->spill_dir, " \t'\"\\$`")) {
+            rc = ct__error(CT_EINVAL, "spill_dir '%s': no blanks or quotes, please", n->spill_dir);
+            goto out;
+        }
+        if (n->spill_dir && (rc = cat(args, sizeof args, " --spill-dir %s", n->spill_dir)))
+            goto out;
+        env[0] = cmd[0] = 0;
+        if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
+            (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||
+            (rc = cat(env, sizeof env, " CT_BIN_DIR=")) ||
+            (rc = shell_path(env, sizeof env, bin)) ||
+            (rc = cat(env, sizeof env, " CT_HEAD_ADDRESS=%s CT_NODE_ARGS='%s' ", st->address,
+                      args + (args[0] == ' '))) ||
+            (rc = shell_path(cmd, sizeof cmd, bin)) ||
+            (rc = cat(cmd, sizeof cmd, "/ct-node --head %s%s", st->address, args)))
+            goto out;
+        fprintf(stderr, "ctup: starting %s on %s:%s\n", role, n->host, args);
+        if ((rc = start_daemon(cfg, n->host, role, env, cfg->worker_start, cfg->n_worker_start,
+                               cmd, &st->procs[st->n_procs], NULL, 0)))
+            goto out;
+        st->n_procs++;
+        if ((rc = ct_cluster_state_write(st)))
+            goto out;
+    }
+out:
+    return rc;
+}
+
+int ct_cluster_proc_alive(const ct_cluster_config *cfg, const ct_cluster_proc *p)
+{
+    char script[1024], out[64];
+    int rc = ct__cluster_alive_script(script, sizeof script, p->pid, p->start_time);
+    if (!rc)
+        rc = run_on(cfg, p->host, script, out, sizeof out);
+    if (rc)
+        return rc < 0 ? rc : ct__error(CT_EIO, "cannot ask %s about pid %d (exit %d)", p->host,
+                                       (int)p->pid, rc);
+    return !strncmp(out, "alive", 5);
+}
+
+int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, int *n_stopped)
+{
+    int first = 0;
+    *n_stopped = 0;
+    /* nodes first (they would report the head gone), head last */
+    for (int i = st->n_procs - 1; i >= 0; i--) {
+        const ct_cluster_proc *p = &st->procs[i];
+        char script[2048], out[64] = "";
+        int rc = ct__cluster_stop_script(script, sizeof script, p->pid, p->start_time);
+        if (!rc)
+            rc = run_on(cfg, p->host, script, out, sizeof out);
+        if (rc) {
+            if (rc > 0)
+                rc = ct__error(CT_EIO, "cannot stop %s (pid %d on %s): exit %d", p->role,
+                               (int)p->pid, p->host, rc);
+            fprintf(stderr, "ctup: %s\n", ct_last_error());
+            if (!first)
+                first = rc;
+            continue;
+        }
+        out[strcspn(out, "\n")] = 0;
+        if (!strcmp(out, "stopped") || !strcmp(out, "killed")) {
+            (*n_stopped)++;
+            fprintf(stderr, "ctup: %s (pid %d on %s) %s\n", p->role, (int)p->pid, p->host, out);
+        } else if (!strcmp(out, "other")) {
+            fprintf(stderr, "ctup: %s: pid %d on %s is now another process; left alone\n",
+                    p->role, (int)p->pid, p->host);
+        } else {
+            fprintf(stderr, "ctup: %s (pid %d on %s) was not running\n", p->role, (int)p->pid,
+                    p->host);
+        }
+    }
+    return first;
+}
+
+int ct_cluster_exec_on_head(const ct_cluster_config *cfg, const char *address, const char *cmd)
+{
+    char script[32768] = "CT_ADDRESS=";
+    int rc = ct__shell_quote(script, sizeof script, address);
+    if (!rc)
+        rc = cat(script, sizeof script, "; export CT_ADDRESS; ");
+    if (!rc && cfg->provider == CT_PROVIDER_SSH)
+        rc = cat(script, sizeof script, "cd; ");
+    if (!rc)
+        rc = cat(script, sizeof script, "%s", cmd);
+    if (rc)
+        return rc;
+    char *argv[32];
+    char store[40000];
+    if ((rc = ct__cluster_argv(cfg, cfg->head_ip, script, argv, 32, store, sizeof store)))
+        return rc;
+    /* the command's stdout is the user's: let it through */
+    pid_t pid = fork();
+    if (pid < 0)
+        return ct__error(-errno, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL);
+        execvp(argv[0], argv);
+        fprintf(stderr, "ctup: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return ct__error(-errno, "waitpid: %s", strerror(errno));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ---- transport dispatch ---- */
+
+int ct__cluster_argv(const ct_cluster_config *cfg, const char *host, const char *script,
+                     char **argv, int max_argv, char *store, size_t cap)
+{
+    if (cfg->provider == CT_PROVIDER_SSH)
+        return ct__ssh_argv(cfg, host, script, argv, max_argv, store, cap);
+    return ct__local_argv(script, argv, max_argv);
+}
+
+int ct__cluster_remote_bin(const ct_cluster_config *cfg, char *out, size_t cap)
+{
+    if (cfg->provider == CT_PROVIDER_SSH)
+        return ct__ssh_bin_dir(cfg, out, cap);
+    return ct__local_bin_dir(cfg, out, cap);
+}
+
+int ct__cluster_remote_log_dir(const ct_cluster_config *cfg, char *out, size_t cap)
+{
+    if (cfg->provider == CT_PROVIDER_SSH) {
+        int n = snprintf(out, cap, "%s/logs/%s", cfg->remote_dir, cfg->cluster_name);
+        return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "log path too long") : 0;
+    }
+    return ct_cluster_log_dir(cfg->cluster_name, out, cap);
+}

@@ -1,0 +1,153 @@
+/* cluster/provider_ssh.c — the `ssh` provider's transport: a host's script runs as
+ *   ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o ConnectTimeout=10
+ *       -p PORT [-i KEY] USER@HOST SCRIPT
+ * and the binaries go over with
+ *   scp -q -o BatchMode=yes ... -P PORT [-i KEY] BIN/ct-head BIN/ct-node USER@HOST:DIR/bin/.incoming/
+ * `ssh` and `scp` are looked up on PATH (a test puts fakes there). The remote hosts need the
+ * same shared libraries as this one (libzmq, libprotobuf-c, ...): the binaries are copied, not
+ * the libraries.
+ *
+ * Not in here: the scripts (provider.c), the local transport (provider_local.c). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cluster/cluster.h"
+#include "common/common.h"
+
+/* Copies s into store at *used; returns the copy or NULL when store is full. */
+static char *keep(char *store, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static char *keep(char *store, size_t cap, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(store + *used, cap - *used, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= cap - *used)
+        return NULL;
+    char *s = store + *used;
+    *used += (size_t)n + 1;
+    return s;
+}
+
+/* ~/x -> $HOME/x for the local key path (ssh -i does not see a shell). */
+static void expand_home(char *out, size_t cap, const char *p)
+{
+    const char *home = getenv("HOME");
+    if (p[0] == '~' && p[1] == '/' && home)
+        snprintf(out, cap, "%s/%s", home, p + 2);
+    else
+        snprintf(out, cap, "%s", p);
+}
+
+/* The common options of ssh (port_flag "-p") and scp ("-P"). Returns argc or < 0. */
+static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char **argv, int max,
+                       char *store, size_t cap, size_t *used)
+{
+    static const char *const opts[] = {"BatchMode=yes", "StrictHostKeyChecking=accept-new",
+                                       "ConnectTimeout=10"};
+    int n = 0;
+    for (size_t i = 0; i < CT_ARRAY_LEN(opts); i++) {
+        argv[n++] = "-o";
+        argv[n++] = (char *)opts[i];
+    }
+    argv[n++] = (char *)port_flag;
+    if (!(argv[n++] = keep(store, cap, used, "%d", cfg->ssh_port)))
+        return ct__error(CT_ERANGE, "ssh command line too long");
+    if (cfg->ssh_key) {
+        char k[4096];
+        expand_home(k, sizeof k, cfg->ssh_key);
+        argv[n++] = "-i";
+        if (!(argv[n++] = keep(store, cap, used, "%s", k)))
+            return ct__error(CT_ERANGE, "ssh command line too long");
+    }
+    return n < max ? n : ct__error(CT_ERANGE, "ssh: too many arguments");
+}
+
+int ct__ssh_argv(const ct_cluster_config *cfg, const char *host, const char *script, char **argv,
+                 int max_argv, char *store, size_t cap)
+{
+    size_t used = 0;
+    if (max_argv < 16)
+        return ct__error(CT_EINVAL, "ct__ssh_argv: argv too small");
+    argv[0] = "ssh";
+    int n = common_opts(cfg, "-p", argv + 1, max_argv - 4, store, cap, &used);
+    if (n < 0)
+        return n;
+    n++;
+    if (!(argv[n++] = keep(store, cap, &used, "%s@%s", cfg->ssh_user, host)))
+        return ct__error(CT_ERANGE, "ssh command line too long");
+    argv[n++] = (char *)script;
+    argv[n] = NULL;
+    return 0;
+}
+
+int ct__ssh_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap)
+{
+    int n = cfg->copy_binaries || !cfg->bin_dir ? snprintf(out, cap, "%s/bin", cfg->remote_dir)
+                                                : snprintf(out, cap, "%s", cfg->bin_dir);
+    return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "bin_dir path too long") : 0;
+}
+
+int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *const *hosts, int nh)
+{
+    char local[4096], remote[4096], script[8192], store[8192];
+    /* the local binaries: ct.bin_dir or next to ctup */
+    ct_cluster_config tmp = *cfg;
+    tmp.provider = CT_PROVIDER_LOCAL;
+    int rc = ct__local_bin_dir(&tmp, local, sizeof local);
+    if (rc)
+        return rc;
+    snprintf(remote, sizeof remote, "%s/bin", cfg->remote_dir);
+    /* scp resolves a relative remote path against the home directory */
+    const char *scp_dir = !strncmp(remote, "~/", 2) ? remote + 2 : remote;
+    for (int h = 0; h < nh; h++) {
+        char q[4200] = "";
+        if (!strncmp(remote, "~/", 2)) {
+            snprintf(q, sizeof q, "\"$HOME\"/");
+            rc = ct__shell_quote(q, sizeof q, remote + 2);
+        } else {
+            rc = ct__shell_quote(q, sizeof q, remote);
+        }
+        if (rc)
+            return rc;
+        snprintf(script, sizeof script, "mkdir -p %s/.incoming", q);
+        char *argv[40];
+        if ((rc = ct__ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
+            return rc;
+        fprintf(stderr, "ctup: copying ct-head, ct-node to %s:%s\n", hosts[h], remote);
+        if ((rc = ct__cluster_run(argv, NULL, 0)))
+            return rc < 0 ? rc : ct__error(CT_EIO, "ssh %s: mkdir %s failed (exit %d)", hosts[h],
+                                           remote, rc);
+        size_t used = 0;
+        argv[0] = "scp";
+        argv[1] = "-q";
+        int n = common_opts(cfg, "-P", argv + 2, 30, store, sizeof store, &used);
+        if (n < 0)
+            return n;
+        n += 2;
+        if (!(argv[n++] = keep(store, sizeof store, &used, "%s/ct-head", local)) ||
+            !(argv[n++] = keep(store, sizeof store, &used, "%s/ct-node", local)) ||
+            !(argv[n++] = keep(store, sizeof store, &used, strchr(hosts[h], ':') ? "%s@[%s]:%s/.incoming/"
+                                                                         : "%s@%s:%s/.incoming/",
+                               cfg->ssh_user, hosts[h], scp_dir)))
+            return ct__error(CT_ERANGE, "scp command line too long");
+        argv[n] = NULL;
+        if ((rc = ct__cluster_run(argv, NULL, 0)))
+            return rc < 0 ? rc : ct__error(CT_EIO, "scp to %s failed (exit %d)", hosts[h], rc);
+        snprintf(script, sizeof script,
+                 "mv -f %s/.incoming/ct-head %s/.incoming/ct-node %s/ && chmod 755 %s/ct-head "
+                 "%s/ct-node",
+                 q, q, q, q, q);
+        if ((rc = ct__ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
+            return rc;
+        if ((rc = ct__cluster_run(argv, NULL, 0)))
+            return rc < 0 ? rc : ct__error(CT_EIO, "ssh %s: installing the binaries failed "
+                                                   "(exit %d)",
+                                           hosts[h], rc);
+    }
+    return 0;
+}

@@ -1,0 +1,178 @@
+/* cluster/state.c — the state file of a started cluster: which config, which provider, the
+ * head's address, and every process ctup started (role, host, pid, start time). One text file
+ * per cluster name under $CT_STATE_DIR or ~/.ct/clusters, written atomically (temp + rename),
+ * e.g.
+ *
+ *   # ctup state (do not edit)
+ *   cluster_name demo
+ *   config /home/u/demo.yaml
+ *   provider local
+ *   address 127.0.0.1:40211
+ *   proc head 127.0.0.1 4242 123456
+ *   proc node-1 127.0.0.1 4250 123460
+ *
+ * Not in here: starting or stopping anything (provider*.c). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "cluster/cluster.h"
+#include "common/common.h"
+
+static int mkdir_p(const char *path)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
+        return ct__error(CT_ERANGE, "%s: path too long", path);
+    for (char *c = tmp + 1;; c++) {
+        if (*c == '/' || !*c) {
+            char save = *c;
+            *c = 0;
+            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+                return ct__error(-errno, "cannot create %s: %s", tmp, strerror(errno));
+            if (!(*c = save))
+                break;
+        }
+    }
+    return 0;
+}
+
+int ct_cluster_state_dir(char *out, size_t cap)
+{
+    const char *d = getenv("CT_STATE_DIR");
+    int n;
+    if (d && *d) {
+        n = snprintf(out, cap, "%s", d);
+    } else {
+        const char *home = getenv("HOME");
+        if (!home || !*home)
+            return ct__error(CT_EINVAL, "neither CT_STATE_DIR nor HOME is set: no place for the "
+                                        "cluster state");
+        n = snprintf(out, cap, "%s/.ct/clusters", home);
+    }
+    if (n < 0 || (size_t)n >= cap)
+        return ct__error(CT_ERANGE, "state directory path too long");
+    return mkdir_p(out);
+}
+
+int ct_cluster_state_path(const char *cluster_name, char *out, size_t cap)
+{
+    char dir[3800];
+    int rc = ct_cluster_state_dir(dir, sizeof dir);
+    if (rc)
+        return rc;
+    int n = snprintf(out, cap, "%s/%s.state", dir, cluster_name);
+    return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "state file path too long") : 0;
+}
+
+int ct_cluster_log_dir(const char *cluster_name, char *out, size_t cap)
+{
+    char dir[3800];
+    int rc = ct_cluster_state_dir(dir, sizeof dir);
+    if (rc)
+        return rc;
+    int n = snprintf(out, cap, "%s/%s", dir, cluster_name);
+    if (n < 0 || (size_t)n >= cap)
+        return ct__error(CT_ERANGE, "log directory path too long");
+    return mkdir_p(out);
+}
+
+int ct_cluster_state_read(const char *cluster_name, ct_cluster_state *st)
+{
+    char path[4096], line[5000];
+    int rc = ct_cluster_state_path(cluster_name, path, sizeof path);
+    if (rc)
+        return rc;
+    memset(st, 0, sizeof *st);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT)
+            return ct__error(CT_ENOENT, "%s: no state (cluster '%s' is not up)", path,
+                             cluster_name);
+        return ct__error(-errno, "%s: %s", path, strerror(errno));
+    }
+    int ln = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        line[strcspn(line, "\n")] = 0;
+        char *sp = strchr(line, ' ');
+        if (line[0] == '#' || !line[0])
+            continue;
+        if (!sp)
+            goto bad;
+        *sp = 0;
+        const char *v = sp + 1;
+        if (!strcmp(line, "cluster_name"))
+            snprintf(st->cluster_name, sizeof st->cluster_name, "%s", v);
+        else if (!strcmp(line, "config"))
+            snprintf(st->config_path, sizeof st->config_path, "%s", v);
+        else if (!strcmp(line, "provider"))
+            snprintf(st->provider, sizeof st->provider, "%s", v);
+        else if (!strcmp(line, "address"))
+            snprintf(st->address, sizeof st->address, "%s", v);
+        else if (!strcmp(line, "proc")) {
+            if (st->n_procs == CT_CLUSTER_MAX_PROCS)
+                goto bad;
+            ct_cluster_proc *p = &st->procs[st->n_procs];
+            int pid;
+            if (sscanf(v, "%31s %255s %d %llu", p->role, p->host, &pid, &p->start_time) != 4 ||
+                pid <= 0)
+                goto bad;
+            p->pid = pid;
+            st->n_procs++;
+        } else
+            goto bad;
+    }
+    fclose(f);
+    return 0;
+bad:
+    fclose(f);
+    return ct__error(CT_EINVAL, "%s:%d: not a ctup state line (remove the file if no process of "
+                                "the cluster runs)",
+                     path, ln);
+}
+
+int ct_cluster_state_write(const ct_cluster_state *st)
+{
+    char path[4096], tmp[4200];
+    int rc = ct_cluster_state_path(st->cluster_name, path, sizeof path);
+    if (rc)
+        return rc;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return ct__error(-errno, "%s: %s", tmp, strerror(errno));
+    fprintf(f, "# ctup state (do not edit)\ncluster_name %s\nconfig %s\nprovider %s\n",
+            st->cluster_name, st->config_path, st->provider);
+    if (st->address[0])
+        fprintf(f, "address %s\n", st->address);
+    for (int i = 0; i < st->n_procs; i++)
+        fprintf(f, "proc %s %s %d %llu\n", st->procs[i].role, st->procs[i].host,
+                (int)st->procs[i].pid, st->procs[i].start_time);
+    if (fflush(f) || fsync(fileno(f))) {
+        rc = ct__error(-errno, "%s: %s", tmp, strerror(errno));
+        fclose(f);
+        unlink(tmp);
+        return rc;
+    }
+    fclose(f);
+    if (rename(tmp, path)) {
+        rc = ct__error(-errno, "rename %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    return rc;
+}
+
+int ct_cluster_state_remove(const char *cluster_name)
+{
+    char path[4096];
+    int rc = ct_cluster_state_path(cluster_name, path, sizeof path);
+    if (rc)
+        return rc;
+    if (unlink(path) && errno != ENOENT)
+        return ct__error(-errno, "cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}

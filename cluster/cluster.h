@@ -64,8 +64,8 @@ typedef struct {
     char **head_start, **worker_start; /* NULL: the default command */
     int n_head_start, n_worker_start;
     int head_port, heartbeat_ms, dead_after_ms, start_timeout_s;
-    char *head_bind; /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
-    char *bin_dir;   /* where ct-head/ct-node are here (default: next to ctup) */
+    char *head_bind;  /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
+    char *bin_dir;    /* where ct-head/ct-node are here (default: next to ctup) */
     char *remote_dir; /* ssh: where binaries and logs go on a host (default ~/.ct) */
     bool copy_binaries;
     bool head_runs_node;

@@ -158,8 +158,9 @@ static int load(const char *path, ct_cluster_config **cfg, ct_cluster_state *st,
         return 1;
     }
     if (need_state && !st->address[0]) {
-        fprintf(stderr, "ctup: cluster '%s' has no head address in its state (a failed up?); "
-                        "run 'ctup down %s'\n",
+        fprintf(stderr,
+                "ctup: cluster '%s' has no head address in its state (a failed up?); "
+                "run 'ctup down %s'\n",
                 (*cfg)->cluster_name, path);
         ct_cluster_config_destroy(cfg);
         return 1;
@@ -193,14 +194,16 @@ static int wait_registered(const ct_cluster_config *cfg, const ct_cluster_state 
             next_check = now + 1000;
             for (int i = 0; i < st->n_procs; i++)
                 if (ct_cluster_proc_alive(cfg, &st->procs[i]) == 0)
-                    return ct__error(CT_EDEAD, "%s (pid %d on %s) exited during start; see its "
-                                               "log (%s.log)",
+                    return ct__error(CT_EDEAD,
+                                     "%s (pid %d on %s) exited during start; see its "
+                                     "log (%s.log)",
                                      st->procs[i].role, (int)st->procs[i].pid, st->procs[i].host,
                                      st->procs[i].role);
         }
         if (now >= deadline)
-            return ct__error(CT_ETIMEDOUT, "%d of %d nodes registered with the head within %d s "
-                                           "(ct.start_timeout_s)",
+            return ct__error(CT_ETIMEDOUT,
+                             "%d of %d nodes registered with the head within %d s "
+                             "(ct.start_timeout_s)",
                              have, want, cfg->start_timeout_s);
         usleep(20000);
     }
@@ -257,8 +260,7 @@ static int cmd_up(const char *path)
     else
         ct__cluster_remote_log_dir(cfg, logs, sizeof logs);
     printf("cluster '%s' is up: head %s, %d node%s registered (%.2f s)\n", cfg->cluster_name,
-           st.address, st.n_procs - 1, st.n_procs == 2 ? "" : "s",
-           (ct__now_ms() - t0) / 1000.0);
+           st.address, st.n_procs - 1, st.n_procs == 2 ? "" : "s", (ct__now_ms() - t0) / 1000.0);
     printf("  export CT_ADDRESS=%s\n", st.address);
     printf("  ctup status %s    ctup submit %s PROGRAM    ctup down %s\n", path, path, path);
     printf("  logs: %s%s\n", cfg->provider == CT_PROVIDER_SSH ? "(on each host) " : "", logs);
@@ -282,8 +284,9 @@ static int cmd_down(const char *path)
     int n = 0;
     rc = ct_cluster_stop(cfg, &st, &n);
     if (rc) {
-        fprintf(stderr, "ctup: down: some processes could not be stopped; the state is kept (run "
-                        "'ctup down %s' again)\n",
+        fprintf(stderr,
+                "ctup: down: some processes could not be stopped; the state is kept (run "
+                "'ctup down %s' again)\n",
                 path);
         ct_cluster_config_destroy(&cfg);
         return 1;
@@ -435,7 +438,6 @@ int main(int argc, char **argv)
         }
         return !strcmp(c, "up") ? cmd_up(argv[2]) : cmd_down(argv[2]);
     }
-    fprintf(stderr, "ctup: unknown command '%s' (up, down, status, submit, exec; see --help)\n",
-            c);
+    fprintf(stderr, "ctup: unknown command '%s' (up, down, status, submit, exec; see --help)\n", c);
     return 2;
 }

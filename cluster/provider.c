@@ -134,8 +134,8 @@ int ct__cluster_start_script(char *buf, size_t cap, const char *log_path, const 
     if (!rc)
         rc = shell_path(buf, cap, log_path);
     if (!rc)
-        rc = cat(buf, cap, " 2>&1 </dev/null & p=$!; " STAT_FN
-                           "echo \"$p $(st | cut -d' ' -f20)\"\n");
+        rc = cat(buf, cap,
+                 " 2>&1 </dev/null & p=$!; " STAT_FN "echo \"$p $(st | cut -d' ' -f20)\"\n");
     return rc;
 }
 
@@ -212,8 +212,7 @@ static int run_setup(const ct_cluster_config *cfg, const char *host, char **cmds
         if (rc < 0)
             return rc;
         if (rc > 0)
-            return ct__error(CT_EIO, "%s[%d] on %s exited with %d: %s", what, i, host, rc,
-                             cmds[i]);
+            return ct__error(CT_EIO, "%s[%d] on %s exited with %d: %s", what, i, host, rc, cmds[i]);
     }
     return 0;
 }
@@ -243,8 +242,8 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
         (rc = cat(script, sizeof script, " && cd && ")))
         return rc;
     size_t head_len = strlen(script);
-    if ((rc = ct__cluster_start_script(script + head_len, sizeof script - head_len, log,
-                                       env_assign, cmds, n_cmds, default_cmd)))
+    if ((rc = ct__cluster_start_script(script + head_len, sizeof script - head_len, log, env_assign,
+                                       cmds, n_cmds, default_cmd)))
         return rc;
     if (listen) {
         char wait[2048] = "";
@@ -252,8 +251,9 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
         if ((rc = cat(wait, sizeof wait, "i=0; while [ $i -lt %d ]; do grep -q '^listening on ' ",
                       tries)) ||
             (rc = shell_path(wait, sizeof wait, log)) ||
-            (rc = cat(wait, sizeof wait, " && break; [ -e /proc/$p ] || break; sleep 0.05; "
-                                         "i=$((i+1)); done; grep -m1 '^listening on ' ")) ||
+            (rc = cat(wait, sizeof wait,
+                      " && break; [ -e /proc/$p ] || break; sleep 0.05; "
+                      "i=$((i+1)); done; grep -m1 '^listening on ' ")) ||
             (rc = shell_path(wait, sizeof wait, log)) ||
             (rc = cat(wait, sizeof wait, " || true\n")) ||
             (rc = cat(script, sizeof script, "%s", wait)))
@@ -278,8 +278,9 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
             char t[4400] = "tail -n 5 ";
             if (!shell_path(t, sizeof t, log))
                 run_on(cfg, host, t, tail, sizeof tail);
-            return ct__error(CT_EIO, "%s on %s (pid %d) did not print 'listening on' within %d s; "
-                                     "%s says:\n%s",
+            return ct__error(CT_EIO,
+                             "%s on %s (pid %d) did not print 'listening on' within %d s; "
+                             "%s says:\n%s",
                              role, host, pid, cfg->start_timeout_s, log, tail);
         }
         l += strlen("listening on ");
@@ -318,8 +319,9 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
 
     /* 2. the head */
     char head_args[512];
-    snprintf(head_args, sizeof head_args, "--host %s --port %d --heartbeat-ms %d --dead-after-ms %d",
-             cfg->head_bind, cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms);
+    snprintf(head_args, sizeof head_args,
+             "--host %s --port %d --heartbeat-ms %d --dead-after-ms %d", cfg->head_bind,
+             cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms);
     env[0] = cmd[0] = 0;
     if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
         (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||
@@ -331,8 +333,8 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         return rc;
     ct_cluster_proc *hp = &st->procs[st->n_procs];
     fprintf(stderr, "ctup: starting the head on %s\n", cfg->head_ip);
-    if ((rc = start_daemon(cfg, cfg->head_ip, "head", env, cfg->head_start, cfg->n_head_start,
-                           cmd, hp, listen, sizeof listen)))
+    if ((rc = start_daemon(cfg, cfg->head_ip, "head", env, cfg->head_start, cfg->n_head_start, cmd,
+                           hp, listen, sizeof listen)))
         return rc;
     st->n_procs++;
     /* the head may print its bind address (0.0.0.0): others reach it at head_ip */
@@ -384,8 +386,8 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
             (rc = cat(cmd, sizeof cmd, "/ct-node --head %s%s", st->address, args)))
             goto out;
         fprintf(stderr, "ctup: starting %s on %s:%s\n", role, n->host, args);
-        if ((rc = start_daemon(cfg, n->host, role, env, cfg->worker_start, cfg->n_worker_start,
-                               cmd, &st->procs[st->n_procs], NULL, 0)))
+        if ((rc = start_daemon(cfg, n->host, role, env, cfg->worker_start, cfg->n_worker_start, cmd,
+                               &st->procs[st->n_procs], NULL, 0)))
             goto out;
         st->n_procs++;
         if ((rc = ct_cluster_state_write(st)))
@@ -402,8 +404,9 @@ int ct_cluster_proc_alive(const ct_cluster_config *cfg, const ct_cluster_proc *p
     if (!rc)
         rc = run_on(cfg, p->host, script, out, sizeof out);
     if (rc)
-        return rc < 0 ? rc : ct__error(CT_EIO, "cannot ask %s about pid %d (exit %d)", p->host,
-                                       (int)p->pid, rc);
+        return rc < 0 ? rc
+                      : ct__error(CT_EIO, "cannot ask %s about pid %d (exit %d)", p->host,
+                                  (int)p->pid, rc);
     return !strncmp(out, "alive", 5);
 }
 
@@ -432,8 +435,8 @@ int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, in
             (*n_stopped)++;
             fprintf(stderr, "ctup: %s (pid %d on %s) %s\n", p->role, (int)p->pid, p->host, out);
         } else if (!strcmp(out, "other")) {
-            fprintf(stderr, "ctup: %s: pid %d on %s is now another process; left alone\n",
-                    p->role, (int)p->pid, p->host);
+            fprintf(stderr, "ctup: %s: pid %d on %s is now another process; left alone\n", p->role,
+                    (int)p->pid, p->host);
         } else {
             fprintf(stderr, "ctup: %s (pid %d on %s) was not running\n", p->role, (int)p->pid,
                     p->host);

@@ -44,8 +44,9 @@ int ct__local_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap)
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", out, i ? "ct-node" : "ct-head");
         if (access(p, X_OK))
-            return ct__error(CT_ENOENT, "%s: %s (set ct.bin_dir to the folder with ct-head and "
-                                        "ct-node)",
+            return ct__error(CT_ENOENT,
+                             "%s: %s (set ct.bin_dir to the folder with ct-head and "
+                             "ct-node)",
                              p, strerror(errno));
     }
     return 0;

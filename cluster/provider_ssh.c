@@ -2,10 +2,10 @@
  *   ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o ConnectTimeout=10
  *       -p PORT [-i KEY] USER@HOST SCRIPT
  * and the binaries go over with
- *   scp -q -o BatchMode=yes ... -P PORT [-i KEY] BIN/ct-head BIN/ct-node USER@HOST:DIR/bin/.incoming/
- * `ssh` and `scp` are looked up on PATH (a test puts fakes there). The remote hosts need the
- * same shared libraries as this one (libzmq, libprotobuf-c, ...): the binaries are copied, not
- * the libraries.
+ *   scp -q -o BatchMode=yes ... -P PORT [-i KEY] BIN/ct-head BIN/ct-node
+ * USER@HOST:DIR/bin/.incoming/ `ssh` and `scp` are looked up on PATH (a test puts fakes there). The
+ * remote hosts need the same shared libraries as this one (libzmq, libprotobuf-c, ...): the
+ * binaries are copied, not the libraries.
  *
  * Not in here: the scripts (provider.c), the local transport (provider_local.c). */
 #define _GNU_SOURCE
@@ -120,8 +120,9 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
             return rc;
         fprintf(stderr, "ctup: copying ct-head, ct-node to %s:%s\n", hosts[h], remote);
         if ((rc = ct__cluster_run(argv, NULL, 0)))
-            return rc < 0 ? rc : ct__error(CT_EIO, "ssh %s: mkdir %s failed (exit %d)", hosts[h],
-                                           remote, rc);
+            return rc < 0 ? rc
+                          : ct__error(CT_EIO, "ssh %s: mkdir %s failed (exit %d)", hosts[h], remote,
+                                      rc);
         size_t used = 0;
         argv[0] = "scp";
         argv[1] = "-q";
@@ -131,9 +132,10 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
         n += 2;
         if (!(argv[n++] = keep(store, sizeof store, &used, "%s/ct-head", local)) ||
             !(argv[n++] = keep(store, sizeof store, &used, "%s/ct-node", local)) ||
-            !(argv[n++] = keep(store, sizeof store, &used, strchr(hosts[h], ':') ? "%s@[%s]:%s/.incoming/"
-                                                                         : "%s@%s:%s/.incoming/",
-                               cfg->ssh_user, hosts[h], scp_dir)))
+            !(argv[n++] =
+                  keep(store, sizeof store, &used,
+                       strchr(hosts[h], ':') ? "%s@[%s]:%s/.incoming/" : "%s@%s:%s/.incoming/",
+                       cfg->ssh_user, hosts[h], scp_dir)))
             return ct__error(CT_ERANGE, "scp command line too long");
         argv[n] = NULL;
         if ((rc = ct__cluster_run(argv, NULL, 0)))
@@ -145,9 +147,11 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
         if ((rc = ct__ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
             return rc;
         if ((rc = ct__cluster_run(argv, NULL, 0)))
-            return rc < 0 ? rc : ct__error(CT_EIO, "ssh %s: installing the binaries failed "
-                                                   "(exit %d)",
-                                           hosts[h], rc);
+            return rc < 0 ? rc
+                          : ct__error(CT_EIO,
+                                      "ssh %s: installing the binaries failed "
+                                      "(exit %d)",
+                                      hosts[h], rc);
     }
     return 0;
 }

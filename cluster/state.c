@@ -130,8 +130,9 @@ int ct_cluster_state_read(const char *cluster_name, ct_cluster_state *st)
     return 0;
 bad:
     fclose(f);
-    return ct__error(CT_EINVAL, "%s:%d: not a ctup state line (remove the file if no process of "
-                                "the cluster runs)",
+    return ct__error(CT_EINVAL,
+                     "%s:%d: not a ctup state line (remove the file if no process of "
+                     "the cluster runs)",
                      path, ln);
 }
 

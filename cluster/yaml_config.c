@@ -50,14 +50,17 @@ static const char *kind_name(const yaml_node_t *n)
     }
 }
 
-static yaml_node_t *node_at(parser *p, int id) { return yaml_document_get_node(p->doc, id); }
+static yaml_node_t *node_at(parser *p, int id)
+{
+    return yaml_document_get_node(p->doc, id);
+}
 
 static const char *scalar(const yaml_node_t *n)
 {
     return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
 }
 
-/* Levenshtein distance of two short strings (keys), capped at 99. */
+/* Edit distance (optimal string alignment) of two short strings (keys), capped at 99. */
 static int edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
@@ -70,10 +73,13 @@ static int edit_distance(const char *a, const char *b)
         d[0][j] = (int)j;
     for (size_t i = 1; i <= la; i++)
         for (size_t j = 1; j <= lb; j++) {
-            int c = d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) !=
-                                       tolower((unsigned char)b[j - 1]));
+            int c = d[i - 1][j - 1] +
+                    (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
             int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
             d[i][j] = c < del ? (c < ins ? c : ins) : (del < ins ? del : ins);
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < d[i][j])
+                d[i][j] = d[i - 2][j - 2] + 1; /* a transposition counts as one edit */
         }
     return d[la][lb];
 }
@@ -312,8 +318,7 @@ static int parse_resources(parser *p, yaml_node_t *v, const char *type, ct_clust
     snprintf(sect, sizeof sect, "available_node_types.%s.resources", type);
     if (v->type != YAML_MAPPING_NODE)
         return perr(p, v, "%s must be a mapping, not %s", sect, kind_name(v));
-    for (yaml_node_pair_t *kv = v->data.mapping.pairs.start; kv < v->data.mapping.pairs.top;
-         kv++) {
+    for (yaml_node_pair_t *kv = v->data.mapping.pairs.start; kv < v->data.mapping.pairs.top; kv++) {
         yaml_node_t *k = node_at(p, kv->key), *val = node_at(p, kv->value);
         const char *ks = scalar(k);
         if (!ks || !valid_name(ks))
@@ -356,9 +361,9 @@ static void node_free(ct_cluster_node *n)
 
 static int parse_type(parser *p, node_type *t)
 {
-    static const char *const keys[] = {"resources",    "min_workers", "max_workers",
-                                       "node_config",  "store_memory", "spill_dir",
-                                       "worker_setup_commands", NULL};
+    static const char *const keys[] = {
+        "resources",    "min_workers", "max_workers",           "node_config",
+        "store_memory", "spill_dir",   "worker_setup_commands", NULL};
     char sect[160];
     snprintf(sect, sizeof sect, "available_node_types.%s", t->name);
     int rc = check_keys(p, t->val, sect, keys);
@@ -436,9 +441,8 @@ static int parse_root(parser *p, yaml_node_t *root)
     static const char *const prov_keys[] = {"type", "head_ip", "worker_ips", "num_workers", NULL};
     static const char *const auth_keys[] = {"ssh_user", "ssh_private_key", "ssh_port", NULL};
     static const char *const ct_keys[] = {
-        "head_port", "heartbeat_ms",  "dead_after_ms",  "store_memory",    "spill_dir",
-        "bin_dir",   "remote_dir",    "copy_binaries",  "head_runs_node",  "start_timeout_s",
-        "head_bind", NULL};
+        "head_port",  "heartbeat_ms",  "dead_after_ms",  "store_memory",    "spill_dir", "bin_dir",
+        "remote_dir", "copy_binaries", "head_runs_node", "start_timeout_s", "head_bind", NULL};
     node_type types[32];
     int n_types = 0, rc = 0;
     char **worker_ips = NULL;
@@ -503,6 +507,10 @@ static int parse_root(parser *p, yaml_node_t *root)
         rc = ct__error(CT_ENOMEM, "out of memory");
         goto out;
     }
+    if (ssh && get(p, prov, "num_workers", &k)) {
+        rc = perr(p, k, "provider.num_workers is for type local; list the hosts in worker_ips");
+        goto out;
+    }
     yaml_node_t *wips = get(p, prov, "worker_ips", NULL);
     if (wips) {
         if ((rc = get_str_list(p, wips, "provider.worker_ips", &worker_ips, &n_worker_ips)))
@@ -524,17 +532,12 @@ static int parse_root(parser *p, yaml_node_t *root)
         goto out;
     }
     if ((v = get(p, prov, "num_workers", &k))) {
-        if (ssh) {
-            rc = perr(p, k, "provider.num_workers is for type local; list the hosts in "
-                            "worker_ips");
-            goto out;
-        }
         if (wips) {
             rc = perr(p, k, "provider: give worker_ips or num_workers, not both");
             goto out;
         }
-        if ((rc = get_int(p, v, "provider.num_workers", 0, CT_CLUSTER_MAX_NODES - 1,
-                          &n_worker_ips)))
+        if ((rc =
+                 get_int(p, v, "provider.num_workers", 0, CT_CLUSTER_MAX_NODES - 1, &n_worker_ips)))
             goto out;
     }
 
@@ -544,7 +547,8 @@ static int parse_root(parser *p, yaml_node_t *root)
         if ((rc = check_keys(p, v, "auth", auth_keys)))
             goto out;
         yaml_node_t *a = v;
-        if ((v = get(p, a, "ssh_user", NULL)) && (rc = get_str(p, v, "auth.ssh_user", &c->ssh_user)))
+        if ((v = get(p, a, "ssh_user", NULL)) &&
+            (rc = get_str(p, v, "auth.ssh_user", &c->ssh_user)))
             goto out;
         if ((v = get(p, a, "ssh_private_key", NULL)) &&
             (rc = get_str(p, v, "auth.ssh_private_key", &c->ssh_key)))
@@ -579,16 +583,16 @@ static int parse_root(parser *p, yaml_node_t *root)
         if (!(v = get(p, root, lists[i].key, &k)))
             continue;
         if (*lists[i].dst) {
-            rc = perr(p, k, "%s: the start commands are already given (ray and ct names are "
-                            "the same key)",
+            rc = perr(p, k,
+                      "%s: the start commands are already given (ray and ct names are "
+                      "the same key)",
                       lists[i].key);
             goto out;
         }
         if ((rc = get_str_list(p, v, lists[i].key, lists[i].dst, lists[i].n)))
             goto out;
         if (i >= 3 && *lists[i].n == 0) {
-            rc = perr(p, v, "%s: empty (leave the key out for the default command)",
-                      lists[i].key);
+            rc = perr(p, v, "%s: empty (leave the key out for the default command)", lists[i].key);
             goto out;
         }
     }
@@ -621,7 +625,8 @@ static int parse_root(parser *p, yaml_node_t *root)
         if ((v = get(p, ctn, "store_memory", NULL)) &&
             (rc = get_size(p, v, "ct.store_memory", &store_memory)))
             goto out;
-        if ((v = get(p, ctn, "spill_dir", NULL)) && (rc = get_str(p, v, "ct.spill_dir", &spill_root)))
+        if ((v = get(p, ctn, "spill_dir", NULL)) &&
+            (rc = get_str(p, v, "ct.spill_dir", &spill_root)))
             goto out;
         if ((v = get(p, ctn, "bin_dir", NULL)) && (rc = get_str(p, v, "ct.bin_dir", &c->bin_dir)))
             goto out;
@@ -657,8 +662,8 @@ static int parse_root(parser *p, yaml_node_t *root)
             rc = perr(p, ant, "available_node_types must be a mapping, not %s", kind_name(ant));
             goto out;
         }
-        for (yaml_node_pair_t *kv = ant->data.mapping.pairs.start;
-             kv < ant->data.mapping.pairs.top; kv++) {
+        for (yaml_node_pair_t *kv = ant->data.mapping.pairs.start; kv < ant->data.mapping.pairs.top;
+             kv++) {
             yaml_node_t *tk = node_at(p, kv->key);
             const char *tn = scalar(tk);
             if (!tn || !valid_name(tn)) {
@@ -702,8 +707,8 @@ static int parse_root(parser *p, yaml_node_t *root)
     int n_workers = n_worker_ips >= 0 ? n_worker_ips : sum_min;
     if (n_workers < sum_min) {
         rc = perr(p, wips ? wips : prov,
-                  "the node types ask for %d workers (min_workers), the provider gives %d",
-                  sum_min, n_workers);
+                  "the node types ask for %d workers (min_workers), the provider gives %d", sum_min,
+                  n_workers);
         goto out;
     }
     if (c->max_workers >= 0 && n_workers > c->max_workers) {
@@ -712,8 +717,9 @@ static int parse_root(parser *p, yaml_node_t *root)
         goto out;
     }
     if (n_workers == 0 && !c->head_runs_node) {
-        rc = perr(p, prov, "no nodes to start: give provider.worker_ips%s, min_workers, or "
-                           "ct.head_runs_node: true",
+        rc = perr(p, prov,
+                  "no nodes to start: give provider.worker_ips%s, min_workers, or "
+                  "ct.head_runs_node: true",
                   ssh ? "" : ", provider.num_workers");
         goto out;
     }
@@ -731,8 +737,9 @@ static int parse_root(parser *p, yaml_node_t *root)
     for (int j = 0; j < n_types; j++)
         any_worker_type |= &types[j] != head_t;
     if (left > 0 && any_worker_type) {
-        rc = perr(p, ant, "the provider gives %d workers but the node types' max_workers allow "
-                          "%d",
+        rc = perr(p, ant,
+                  "the provider gives %d workers but the node types' max_workers allow "
+                  "%d",
                   n_workers, n_workers - left);
         goto out;
     }
@@ -768,8 +775,7 @@ out:
     return rc;
 }
 
-int ct_cluster_config_parse(const char *name, const char *text, size_t len,
-                            ct_cluster_config **out)
+int ct_cluster_config_parse(const char *name, const char *text, size_t len, ct_cluster_config **out)
 {
     if (!name || !text || !out)
         return ct__error(CT_EINVAL, "ct_cluster_config_parse: NULL argument");

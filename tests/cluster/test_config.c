@@ -1,0 +1,214 @@
+/* tests/cluster/test_config.c — the cluster YAML reader (cluster/yaml_config.c): every kind of
+ * mistake gives its exact "file:line:col: message", and good files give the nodes, resources
+ * and defaults they describe (including the committed example files in cluster/examples). No
+ * processes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cluster/cluster.h"
+#include "common/common.h"
+
+static int failures;
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+#define CHECK_EQ_NUM(a, b)                                                                         \
+    do {                                                                                           \
+        double _a = (a), _b = (b);                                                                 \
+        if (_a != _b) {                                                                            \
+            fprintf(stderr, "%s:%d: %s == %s failed: %g vs %g\n", __FILE__, __LINE__, #a, #b, _a,  \
+                    _b);                                                                           \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+#define CHECK_STR(a, b)                                                                            \
+    do {                                                                                           \
+        const char *_a = (a), *_b = (b);                                                           \
+        if (strcmp(_a ? _a : "(null)", _b ? _b : "(null)")) {                                      \
+            fprintf(stderr, "%s:%d: %s == %s failed: '%s' vs '%s'\n", __FILE__, __LINE__, #a, #b,  \
+                    _a, _b);                                                                       \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* The file must fail with exactly msg (prefix match when msg ends with '*'). */
+static void bad(const char *yaml, const char *msg)
+{
+    ct_cluster_config *c = (ct_cluster_config *)1;
+    int rc = ct_cluster_config_parse("cluster.yaml", yaml, strlen(yaml), &c);
+    const char *got = ct_last_error();
+    size_t n = strlen(msg);
+    bool prefix = n && msg[n - 1] == '*';
+    bool same = prefix ? !strncmp(got, msg, n - 1) : !strcmp(got, msg);
+    if (rc != CT_EINVAL || c != NULL || !same) {
+        fprintf(stderr, "---- for:\n%s---- want rc %d and '%s'\n     got  rc %d and '%s'\n", yaml,
+                CT_EINVAL, msg, rc, got);
+        failures++;
+    }
+    ct_cluster_config_destroy(&c);
+}
+
+static ct_cluster_config *good(const char *yaml)
+{
+    ct_cluster_config *c = NULL;
+    if (ct_cluster_config_parse("cluster.yaml", yaml, strlen(yaml), &c)) {
+        fprintf(stderr, "---- for:\n%s---- unexpected error: %s\n", yaml, ct_last_error());
+        failures++;
+    }
+    return c;
+}
+
+#define LOCAL2 "provider:\n  type: local\n  worker_ips: [127.0.0.1, 127.0.0.1]\n"
+
+int main(int argc, char **argv)
+{
+    /* ---- mistakes, each at its place ---- */
+    bad("cluster_name: a\nprovdier:\n  type: local\n",
+        "cluster.yaml:2:1: unknown key 'provdier' (did you mean 'provider'?)");
+    bad("cluster_name: a\nprovider:\n  type: local\n  tpye: x\n",
+        "cluster.yaml:4:3: unknown key 'tpye' in provider (did you mean 'type'?)");
+    bad("cluster_name: a\n" LOCAL2 "frobnicate: 1\n", "cluster.yaml:5:1: unknown key 'frobnicate'");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  store_mem: 1G\n",
+        "cluster.yaml:6:3: unknown key 'store_mem' in ct (did you mean 'store_memory'?)");
+    bad("cluster_name: a\n" LOCAL2 "docker:\n  image: x\n",
+        "cluster.yaml:5:1: key 'docker' (Ray) is not supported by ctup");
+    bad("cluster_name: a\nmax_workers: two\n" LOCAL2,
+        "cluster.yaml:2:14: max_workers must be an integer in [0, 256], got 'two'");
+    bad("cluster_name: a\nmax_workers: [1]\n" LOCAL2,
+        "cluster.yaml:2:14: max_workers must be an integer in [0, 256], not a list");
+    bad(LOCAL2, "cluster.yaml:1:1: missing required key 'cluster_name'");
+    bad("cluster_name: a\n", "cluster.yaml:1:1: missing required key 'provider'");
+    bad("cluster_name: a\nprovider:\n  head_ip: 127.0.0.1\n",
+        "cluster.yaml:3:3: provider: missing required key 'type' (local or ssh)");
+    bad("cluster_name: a\nprovider: local\n",
+        "cluster.yaml:2:11: provider must be a mapping, not a scalar");
+    bad("cluster_name: a\nprovider:\n  type: kubernetes\n",
+        "cluster.yaml:3:9: provider.type must be 'local' or 'ssh', got 'kubernetes'");
+    bad("cluster_name: a\nprovider:\n  type: local\n  worker_ips: [10.0.0.1, 10.0.0.300]\n",
+        "cluster.yaml:4:26: provider.worker_ips[1]: '10.0.0.300' is not an IP address or host "
+        "name");
+    bad("cluster_name: a\nprovider:\n  type: local\n  head_ip: 'my host'\n  num_workers: 1\n",
+        "cluster.yaml:4:12: provider.head_ip: 'my host' is not an IP address or host name");
+    bad("cluster_name: a\nprovider:\n  type: local\n  worker_ips: 127.0.0.1\n",
+        "cluster.yaml:4:15: provider.worker_ips must be a list of strings, not a scalar");
+    bad("cluster_name: a\n" LOCAL2 "cluster_name: b\n",
+        "cluster.yaml:5:1: duplicate key 'cluster_name' (first at line 1)");
+    bad("cluster_name: a\nprovider:\n  type: local\n  type: ssh\n",
+        "cluster.yaml:4:3: duplicate key 'type' (first at line 3)");
+    bad("cluster_name: a\nprovider:\n  type: ssh\n  worker_ips: [10.0.0.2]\nauth: {ssh_user: u}\n",
+        "cluster.yaml:3:3: provider: missing required key 'head_ip' (type ssh)");
+    bad("cluster_name: a\nprovider:\n  type: ssh\n  head_ip: 10.0.0.1\n  worker_ips: [10.0.0.2]\n"
+        "auth:\n  ssh_private_key: ~/.ssh/id\n",
+        "cluster.yaml:7:3: auth: missing required key 'ssh_user' (type ssh)");
+    bad("cluster_name: a\nprovider:\n  type: ssh\n  head_ip: 10.0.0.1\n  worker_ips: [10.0.0.2]\n",
+        "cluster.yaml:1:1: missing required key 'auth' (type ssh needs auth.ssh_user)");
+    bad("cluster_name: a\nprovider:\n  type: ssh\n  head_ip: 10.0.0.1\n  num_workers: 2\n"
+        "auth: {ssh_user: u}\n",
+        "cluster.yaml:5:3: provider.num_workers is for type local; list the hosts in worker_ips");
+    bad("cluster_name: a\nmax_workers: 1\n" LOCAL2,
+        "cluster.yaml:2:14: max_workers is 1 but the provider gives 2 workers");
+    bad("cluster_name: a\n" LOCAL2 "available_node_types:\n  w:\n    resources: {CPU: many}\n",
+        "cluster.yaml:7:22: available_node_types.w.resources.CPU must be a number >= 0, got "
+        "'many'");
+    bad("cluster_name: a\n" LOCAL2 "available_node_types:\n  w:\n    min_workers: 3\n",
+        "cluster.yaml:4:15: the node types ask for 3 workers (min_workers), the provider gives 2");
+    bad("cluster_name: a\n" LOCAL2 "head_node_type: hd\navailable_node_types:\n  w: {}\n",
+        "cluster.yaml:5:17: head_node_type: 'hd' is not in available_node_types");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  store_memory: 10K\n",
+        "cluster.yaml:6:17: ct.store_memory must be a size of at least 1M (e.g. 512M), got '10K'");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  head_runs_node: maybe\n",
+        "cluster.yaml:6:19: ct.head_runs_node must be true or false, got 'maybe'");
+    bad("cluster_name: a\n" LOCAL2 "setup_commands: echo hi\n",
+        "cluster.yaml:5:17: setup_commands must be a list of strings, not a scalar");
+    bad("cluster_name: a\n" LOCAL2 "head_start_ray_commands: [x]\nhead_start_commands: [y]\n",
+        "cluster.yaml:6:1: head_start_commands: the start commands are already given (ray and ct "
+        "names are the same key)");
+    bad("cluster_name: a/b\n" LOCAL2,
+        "cluster.yaml:1:15: cluster_name: 'a/b' must be 1-100 of [A-Za-z0-9_.-], not starting "
+        "with '.'");
+    bad("cluster_name: a\nprovider:\n  type: local\n",
+        "cluster.yaml:3:3: no nodes to start: give provider.worker_ips, provider.num_workers, "
+        "min_workers, or ct.head_runs_node: true");
+    bad("cluster_name: [a\n", "cluster.yaml:2:1: YAML syntax error: did not find expected*");
+    bad("", "cluster.yaml:1:1: empty file (expected a mapping with cluster_name and provider)");
+    bad("- a\n- b\n", "cluster.yaml:1:1: the file must be a mapping (cluster_name, provider, ...), "
+                      "not a list");
+
+    /* ---- good files ---- */
+    ct_cluster_config *c = good("cluster_name: t\n" LOCAL2);
+    if (c) {
+        CHECK_EQ_NUM(c->provider, CT_PROVIDER_LOCAL);
+        CHECK_EQ_NUM(c->n_nodes, 2);
+        CHECK_EQ_NUM(c->nodes[0].cpus, -1); /* detected by ct-node */
+        CHECK_STR(c->head_ip, "127.0.0.1");
+        CHECK_STR(c->head_bind, "127.0.0.1");
+        CHECK_EQ_NUM(c->head_port, 0);
+        CHECK_EQ_NUM(c->dead_after_ms, 1000);
+        CHECK(!c->head_start && !c->worker_start);
+    }
+    ct_cluster_config_destroy(&c);
+    CHECK(c == NULL);
+    /* types: min_workers first, the rest fill types in order up to their max_workers */
+    c = good("cluster_name: t\nprovider: {type: local, num_workers: 4}\n"
+             "head_node_type: hd\n"
+             "available_node_types:\n"
+             "  hd: {resources: {CPU: 1}}\n"
+             "  big: {resources: {CPU: 8, GPU: 1, disk: 2}, min_workers: 1, max_workers: 2}\n"
+             "  small: {resources: {cpus: 1}, store_memory: 64M}\n"
+             "ct: {spill_dir: /tmp/sp, head_runs_node: yes}\n"
+             "worker_start_ray_commands:\n  - echo start\n  - $CT_BIN_DIR/ct-node --head "
+             "$CT_HEAD_ADDRESS $CT_NODE_ARGS\n");
+    if (c) {
+        CHECK_EQ_NUM(c->n_nodes, 5);
+        for (int i = 0; i < 2; i++) {
+            CHECK_STR(c->nodes[i].type_name, "big");
+            CHECK_EQ_NUM(c->nodes[i].cpus, 8);
+            CHECK_EQ_NUM(c->nodes[i].gpus, 1);
+            CHECK_EQ_NUM(c->nodes[i].n_custom, 1);
+            CHECK_STR(c->nodes[i].custom_name[0], "disk");
+            CHECK_EQ_NUM(c->nodes[i].custom_amount[0], 2);
+        }
+        CHECK_STR(c->nodes[2].type_name, "small");
+        CHECK_EQ_NUM(c->nodes[3].cpus, 1);
+        CHECK_STR(c->nodes[3].store_memory, "67108864");
+        CHECK_STR(c->nodes[3].spill_dir, "/tmp/sp/t-4");
+        CHECK_STR(c->nodes[4].type_name, "hd"); /* the head's own node */
+        CHECK_EQ_NUM(c->n_worker_start, 2);
+        CHECK_STR(c->worker_start[0], "echo start");
+    }
+    ct_cluster_config_destroy(&c);
+    c = good("cluster_name: s\nprovider:\n  type: ssh\n  head_ip: 10.0.0.1\n"
+             "  worker_ips: [10.0.0.2, node-3.example.com, 'fe80::1']\n"
+             "auth: {ssh_user: ubuntu, ssh_private_key: ~/.ssh/k, ssh_port: 2222}\n");
+    if (c) {
+        CHECK_EQ_NUM(c->provider, CT_PROVIDER_SSH);
+        CHECK_EQ_NUM(c->n_nodes, 3);
+        CHECK_STR(c->nodes[1].host, "node-3.example.com");
+        CHECK_STR(c->head_bind, "0.0.0.0");
+        CHECK_EQ_NUM(c->head_port, 6380);
+        CHECK_EQ_NUM(c->ssh_port, 2222);
+        CHECK_STR(c->ssh_user, "ubuntu");
+        CHECK_STR(c->remote_dir, "~/.ct");
+    }
+    ct_cluster_config_destroy(&c);
+
+    /* the committed examples (argv: their paths) */
+    for (int i = 1; i < argc; i++) {
+        if (ct_cluster_config_load(argv[i], &c)) {
+            fprintf(stderr, "%s: %s\n", argv[i], ct_last_error());
+            failures++;
+            continue;
+        }
+        CHECK(c->n_nodes >= 2);
+        ct_cluster_config_destroy(&c);
+    }
+    CHECK(ct_cluster_config_load("/nonexistent/c.yaml", &c) == CT_ENOENT && c == NULL);
+    CHECK_STR(ct_last_error(), "/nonexistent/c.yaml: cannot open: No such file or directory");
+    if (failures)
+        fprintf(stderr, "test_config: %d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}

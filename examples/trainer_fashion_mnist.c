@@ -1,0 +1,123 @@
+/* examples/trainer_fashion_mnist.c — the Fashion-MNIST CNN trained through the trainer API
+ * (include/ct/trainer.h): what examples/ddp_fashion_mnist.c does by hand, in a page, plus
+ * checkpoints in the object store and recovery from lost replicas.
+ *
+ *   trainer_fashion_mnist [--replicas 2] [--epochs 3] [--limit N] [--batch 64] [--lr 1e-3]
+ *                         [--gamma 0.5] [--model cnn|mlp] [--max-retries 3]
+ *                         [--min-accuracy X] [--save FILE]
+ *
+ * Prints a line per epoch and last `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>`;
+ * exits 1 when the test accuracy is below --min-accuracy. Not here: a cluster file (with no
+ * CT_ADDRESS, ct_init(NULL) starts an embedded one on this machine). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ct/ct.h"
+#include "ct/trainer.h"
+#include "fashion_mnist_model.h"
+
+static ct_module *make_model(trainer_ctx *ctx)
+{
+    return fmnist_make_model(trainer_config_str(ctx, "model", "cnn"));
+}
+
+static int print_epoch(trainer *t, const trainer_stats *st, void *user)
+{
+    (void)t;
+    (void)user;
+    printf("epoch %lld: train_loss=%.4f test_accuracy=%.4f samples_per_s=%.1f time=%.1fs "
+           "replicas=%d retries=%d\n",
+           (long long)st->epoch, st->train_loss, st->val_accuracy, st->samples_per_s,
+           st->epoch_seconds, st->replicas, st->retries_used);
+    fflush(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    trainer_register_model("fmnist", make_model);
+    int replicas = 2, epochs = 3, retries = 3;
+    long long limit = 0, batch = 64;
+    double lr = 1e-3, gamma = 0.5, min_acc = 0;
+    const char *model = "cnn", *save = NULL;
+    for (int i = 1; i + 1 < argc + 1; i += 2) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "trainer_fashion_mnist: %s needs a value\n", k);
+            return 2;
+        }
+        if (!strcmp(k, "--replicas"))
+            replicas = atoi(v);
+        else if (!strcmp(k, "--epochs"))
+            epochs = atoi(v);
+        else if (!strcmp(k, "--limit"))
+            limit = atoll(v);
+        else if (!strcmp(k, "--batch"))
+            batch = atoll(v);
+        else if (!strcmp(k, "--lr"))
+            lr = atof(v);
+        else if (!strcmp(k, "--gamma"))
+            gamma = atof(v);
+        else if (!strcmp(k, "--model"))
+            model = v;
+        else if (!strcmp(k, "--max-retries"))
+            retries = atoi(v);
+        else if (!strcmp(k, "--min-accuracy"))
+            min_acc = atof(v);
+        else if (!strcmp(k, "--save"))
+            save = v;
+        else {
+            fprintf(stderr, "trainer_fashion_mnist: unknown option %s\n", k);
+            return 2;
+        }
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ct_init(&(ct_init_opts){.cpus = replicas > cores ? replicas : cores}) < 0) {
+        fprintf(stderr, "trainer_fashion_mnist: ct_init: %s\n", ct_last_error());
+        return 1;
+    }
+    char config[256];
+    snprintf(config, sizeof config, "model=%s,lr=%g,gamma=%g,step_size=1,limit=%lld", model, lr,
+             gamma, limit);
+    trainer *t = NULL;
+    trainer_stats st = {0};
+    int status = 1;
+    int rc = trainer_create(&(trainer_opts){.model = "fmnist",
+                                            .data = "fashion_mnist",
+                                            .optimizer = "adam",
+                                            .loss = "cross_entropy",
+                                            .scheduler = "steplr",
+                                            .config = config,
+                                            .num_replicas = replicas,
+                                            .batch_size = batch,
+                                            .epochs = epochs},
+                            &t);
+    if (rc < 0) {
+        fprintf(stderr, "trainer_fashion_mnist: %s\n", ct_last_error());
+        goto out;
+    }
+    printf("trainer_fashion_mnist: %d replicas of the %s, cluster at %s\n", replicas, model,
+           ct_head_address());
+    rc = trainer_train(t, .max_retries = retries, .checkpoint = TRAINER_CHECKPOINT_AUTO,
+                       .validate_every_epoch = true, .on_epoch = print_epoch, .stats = &st);
+    if (rc < 0) {
+        fprintf(stderr, "trainer_fashion_mnist: training failed: %s\n", ct_last_error());
+        goto out;
+    }
+    if (save && trainer_save(t, save) < 0) {
+        fprintf(stderr, "trainer_fashion_mnist: %s\n", ct_last_error());
+        goto out;
+    }
+    printf("final: test_accuracy=%.4f train_loss=%.4f samples_per_s=%.1f\n", st.val_accuracy,
+           st.train_loss, st.samples_per_s);
+    status = st.val_accuracy >= min_acc ? 0 : 1;
+    if (status)
+        fprintf(stderr, "trainer_fashion_mnist: test accuracy %.4f below --min-accuracy %.4f\n",
+                st.val_accuracy, min_acc);
+out:
+    trainer_shutdown(&t);
+    ct_shutdown();
+    return status;
+}

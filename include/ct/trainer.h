@@ -1,0 +1,263 @@
+/* ct/trainer.h — the trainer: data-parallel training of a model on a ct cluster, with
+ * checkpoints in the object store and recovery from lost replicas and nodes.
+ *
+ * A complete program (the Fashion-MNIST CNN on 2 replicas of an embedded cluster):
+ *
+ *     static ct_module *make_cnn(trainer_ctx *ctx) { return fmnist_make_model("cnn"); }
+ *
+ *     int main(void)
+ *     {
+ *         trainer_register_model("cnn", make_cnn);   // before ct_init: runs in every process
+ *         ct_init(NULL);                             // in a replica process: serves, never returns
+ *         trainer *t = NULL;
+ *         int rc = trainer_create(&(trainer_opts){
+ *             .model = "cnn", .data = "fashion_mnist", .optimizer = "adam",
+ *             .loss = "cross_entropy", .scheduler = "steplr",
+ *             .config = "lr=1e-3,step_size=1,gamma=0.5", .num_replicas = 2,
+ *             .batch_size = 64, .epochs = 3}, &t);
+ *         trainer_stats st;
+ *         rc = trainer_train(t, .max_retries = 3, .checkpoint = TRAINER_CHECKPOINT_AUTO,
+ *                            .stats = &st);
+ *         trainer_validate(t, &st);                  // st.val_accuracy over all replicas
+ *         trainer_save(t, "model.safetensors");
+ *         trainer_shutdown(&t);
+ *         ct_shutdown();
+ *     }
+ *
+ * Creators. Models, data, optimizers, losses, schedulers and initialization hooks are C
+ * functions registered by name in a process-wide registry before ct_init(): a replica is this
+ * same executable started again in actor mode, so the registrations run there too, and the
+ * trainer only passes names. Each creator gets a trainer_ctx (rank, world size, seed, epoch the
+ * replica starts at, and the user config, a "key=value,key=value" string read with
+ * trainer_config_*). Built-ins: optimizer "adam", "adamw", "sgd"; loss "cross_entropy", "nll";
+ * scheduler "steplr", "multistep", "exponential", "cosine"; data "fashion_mnist". The keys each
+ * built-in reads are listed at trainer_register_builtins below.
+ *
+ * How it runs. trainer_create runs every creator once in the driver (checks names, config and
+ * shapes before anything is started; the driver's copy of the model is what trainer_get_model
+ * returns). trainer_train starts num_replicas replica actors (a class the library registers),
+ * each with cpus_per_replica CPUs; they meet through the head's KV under a fresh group id per
+ * attempt, broadcast rank 0's weights, and train: each replica reads its shard of the training
+ * set (DistributedSampler semantics, reshuffled per epoch from the seed), gradients are averaged
+ * in buckets while backward runs (DDP-style), so every replica keeps identical weights. Dropout
+ * and other random draws are reseeded at every epoch from (seed, epoch, rank), which is what
+ * makes a resumed epoch repeat bit for bit. Buffers (BatchNorm statistics) are broadcast from
+ * rank 0 at the end of each epoch. Statistics are summed over all replicas by the driver.
+ *
+ * Checkpoints. With TRAINER_CHECKPOINT_AUTO, rank 0 writes one at the end of every epoch
+ * straight into the object store (ct_object_create/seal, 2 copies on distinct nodes when there
+ * are 2), the driver pulls a copy to its own node, loads it into its model, and only then frees
+ * the previous checkpoint: there is always one complete checkpoint, never a partial one. The
+ * bytes are a safetensors file (see DESIGN.md "Checkpoint format"): model parameters and buffers
+ * by dotted name; optimizer tensors as "optim.<name>"; __metadata__ strings "format"
+ * ("ct-checkpoint"), "format_version" ("1"), "epoch" (epochs completed), "step" (optimizer
+ * steps per replica), "world_size", "seed", "rng" (how random draws are seeded), "model",
+ * "data", "optimizer", "loss", "scheduler" (creator names), "config", and "optimizer_state" /
+ * "scheduler_state" (JSON objects of the non-tensor state entries). trainer_save writes it.
+ *
+ * Fault tolerance (the RaySGD protocol). When a replica's process exits or its node is
+ * declared dead, the survivors' collectives fail within milliseconds; the driver ends the
+ * whole group, waits for the head to report the deaths, asks the head for free resources,
+ * starts as many replicas as fit (at most num_replicas; none: exponential backoff and retry),
+ * each restoring the last checkpoint from the store, and continues from that epoch. A smaller
+ * group grows back at an epoch boundary when resources return. Every failure spends one of
+ * max_retries; past them trainer_train returns CT_ERETRY and ct_last_error() says what failed
+ * (replica, pid, node, signal or exit status). The driver's node is assumed not to fail.
+ *
+ * Ownership: trainer_create gives an owned trainer (trainer_shutdown). Strings in options are
+ * copied. Threads: a trainer is used by one thread at a time; while trainer_train or
+ * trainer_validate runs, it consumes this process's ct events (ct_events_next). The registry
+ * functions are not thread-safe: call them from main before ct_init. */
+#ifndef CT_TRAINER_H
+#define CT_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ct/ct.h"
+#include "ct/data.h"
+#include "ct/nn.h"
+#include "ct/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- creators and the registry ---- */
+
+/* What a creator knows about where it runs. Opaque; borrowed during the creator call. */
+typedef struct trainer_ctx trainer_ctx;
+
+int trainer_ctx_rank(const trainer_ctx *ctx);       /* 0 .. world_size-1; 0 in the driver */
+int trainer_ctx_world_size(const trainer_ctx *ctx); /* replicas in this group; 1 in the driver */
+uint64_t trainer_ctx_seed(const trainer_ctx *ctx);
+int64_t trainer_ctx_start_epoch(const trainer_ctx *ctx); /* epoch this replica starts at */
+bool trainer_ctx_is_driver(const trainer_ctx *ctx);      /* the driver's own check-run */
+const char *trainer_ctx_config(const trainer_ctx *ctx);  /* the whole config string */
+
+/* Config values by key (the config is "key=value,key=value"; blanks around keys and values are
+ * ignored). Each returns the value, or def when the key is absent. A value that does not parse
+ * (e.g. "lr=fast" read as a double) is recorded in ctx: the creation then fails with an error
+ * naming the key. A key no creator reads is an error too (a typo must not be ignored). */
+double trainer_config_double(trainer_ctx *ctx, const char *key, double def);
+int64_t trainer_config_int(trainer_ctx *ctx, const char *key, int64_t def);
+bool trainer_config_bool(trainer_ctx *ctx, const char *key, bool def); /* 1/0/true/false */
+/* Borrowed until the ctx ends; copy it. */
+const char *trainer_config_str(trainer_ctx *ctx, const char *key, const char *def);
+/* Records a creator's own error (also naming a key); the creator then returns NULL / < 0. */
+void trainer_ctx_fail(trainer_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* What a data creator fills. The trainer takes ownership of train, val and keep[] (keep: the
+ * datasets train / val borrow from, e.g. a subset's base; destroyed after them). transform's
+ * mean/std must point at static storage (they are copied by the loaders). val may be NULL. */
+typedef struct trainer_data {
+    ct_dataset *train, *val;
+    ct_dataset *keep[4];
+    ct_transform_opts transform;
+    int num_classes; /* for accuracy; 0: the model's output width */
+} trainer_data;
+
+/* A loss: mean over the batch of loss(output (N,C), target (N) i64 labels), shape ().
+ * Returns a new tensor recorded on the tape, or NULL. */
+typedef ct_tensor *(*trainer_loss_fn)(ct_tensor *output, ct_tensor *target);
+
+/* Creator signatures. Return an owned object, or NULL / a negative CT_E* code (with
+ * trainer_ctx_fail or ct__error's message). */
+typedef ct_module *(*trainer_model_creator)(trainer_ctx *ctx);
+typedef int (*trainer_data_creator)(trainer_ctx *ctx, trainer_data *out);
+typedef ct_optim *(*trainer_optimizer_creator)(trainer_ctx *ctx, ct_module *model);
+typedef trainer_loss_fn (*trainer_loss_creator)(trainer_ctx *ctx);
+typedef ct_sched *(*trainer_scheduler_creator)(trainer_ctx *ctx, ct_optim *optim);
+/* Runs first in every replica (and in the driver's check-run); returns 0 or a CT_E* code. */
+typedef int (*trainer_hook)(trainer_ctx *ctx);
+
+/* Register a creator under name (copied, <= 63 bytes). CT_EEXIST when the name is taken for
+ * that kind; CT_EINVAL for a NULL or empty argument. Call before ct_init, in the same order in
+ * every process (main does that). Built-in names may be replaced by registering them first. */
+int trainer_register_model(const char *name, trainer_model_creator fn);
+int trainer_register_data(const char *name, trainer_data_creator fn);
+int trainer_register_optimizer(const char *name, trainer_optimizer_creator fn);
+int trainer_register_loss(const char *name, trainer_loss_creator fn);
+int trainer_register_scheduler(const char *name, trainer_scheduler_creator fn);
+int trainer_register_hook(const char *name, trainer_hook fn);
+
+/* The built-ins and the config keys they read (defaults in brackets):
+ *   optimizer "adam"/"adamw": lr [1e-3], beta1 [0.9], beta2 [0.999], eps [1e-8],
+ *             weight_decay [0 / 1e-2]; "sgd": lr [1e-2], momentum [0], weight_decay [0],
+ *             nesterov [false]
+ *   loss "cross_entropy": label_smoothing [0]; "nll"
+ *   scheduler "steplr": step_size [1], gamma [0.1]; "multistep": milestones ["" e.g. "5:10"],
+ *             gamma [0.1]; "exponential": gamma [0.9]; "cosine": t_max [epochs], eta_min [0]
+ *   data "fashion_mnist": data_dir [CT_FASHION_MNIST_DIR], limit [all 60000 training samples],
+ *             val_limit [all 10000 test samples]; pixels normalised (mean 0.2860, std 0.3530)
+ * They are registered on first use; registering the same name yourself first overrides one. */
+
+/* ---- the trainer ---- */
+
+typedef struct trainer trainer;
+
+typedef struct trainer_opts {
+    const char *model, *data, *optimizer; /* required: registered names */
+    const char *loss;                     /* NULL: "cross_entropy" */
+    const char *scheduler;                /* NULL: none */
+    const char *initialization_hook;      /* NULL: none; a trainer_register_hook name */
+    const char *config;                   /* "key=value,..." read by creators; NULL: "" */
+    int num_replicas;                     /* 0: 1 */
+    bool use_gpu;                         /* not built yet: CT_ENOSYS */
+    double cpus_per_replica;              /* resources per replica; 0: 1 (also its threads) */
+    ct_strategy placement;                /* CT_PACK (default) or CT_SPREAD over nodes */
+    int64_t batch_size;                   /* per replica; 0: 64 */
+    int64_t epochs;                       /* total epochs trainer_train runs to; 0: 1 */
+    uint64_t seed;                        /* model init, shuffling, dropout */
+    double bucket_mb;                     /* gradient bucket size after the first; 0: 25 */
+    int comm_timeout_ms;                  /* backstop for a hung peer; 0: 60000 */
+} trainer_opts;
+
+/* Checks the options, runs every creator once in this process and keeps the driver's model.
+ * Starts nothing. Needs ct_init() first. On error *out is NULL and the message names the bad
+ * option, creator name or config key. */
+int trainer_create(const trainer_opts *opts, trainer **out);
+
+/* Statistics of the last epoch, all replicas together. */
+typedef struct trainer_stats {
+    int64_t epoch;        /* epochs completed */
+    int64_t steps;        /* optimizer steps so far (per replica) */
+    double train_loss;    /* mean over the last epoch's samples of all replicas */
+    double samples_per_s; /* last epoch: samples of all replicas / slowest replica's time */
+    double epoch_seconds; /* last epoch, slowest replica */
+    double val_loss;      /* last validation (trainer_validate or validate_every_epoch) */
+    double val_accuracy;  /* top-1 */
+    int64_t val_samples;  /* validation samples counted (all replicas) */
+    int retries_used;     /* failures recovered so far (all trainer_train calls) */
+    int replicas;         /* replicas in the current group */
+    bool weights_agree;   /* the replicas' weight hashes were equal after the last epoch */
+    /* timing, CLOCK_MONOTONIC ns (comparable across processes of one host): */
+    int64_t train_start_ns;      /* trainer_train entered */
+    int64_t group_start_ns;      /* the current group's creation began */
+    int64_t group_first_step_ns; /* the current group's first completed step (slowest rank) */
+    int64_t failure_seen_ns;     /* the driver saw the last failure */
+} trainer_stats;
+
+#define TRAINER_CHECKPOINT_AUTO 0 /* rank 0 writes one at the end of every epoch */
+#define TRAINER_CHECKPOINT_NONE 1 /* none: a failure restarts from the last restored one or 0 */
+
+/* Called by the driver after every epoch with the stats (borrowed); a negative return stops
+ * training with that code. */
+typedef int (*trainer_epoch_fn)(trainer *t, const trainer_stats *st, void *user);
+
+typedef struct trainer_train_opts {
+    int max_retries;           /* failures tolerated; 0: none */
+    int checkpoint;            /* TRAINER_CHECKPOINT_AUTO (0) or _NONE */
+    trainer_stats *stats;      /* filled at the end (may be NULL) */
+    int64_t epochs;            /* 0: trainer_opts.epochs */
+    bool validate_every_epoch; /* fill val_* after each epoch */
+    trainer_epoch_fn on_epoch;
+    void *user;
+    /* backoff while no replica fits: base_ms * factor^k, at most cap_ms, +- jitter fraction */
+    int backoff_base_ms;   /* 0: 100 */
+    double backoff_factor; /* 0: 2 */
+    int backoff_cap_ms;    /* 0: 5000 */
+    double backoff_jitter; /* 0: 0.1; CT_ZERO for none */
+    int create_timeout_ms; /* starting a group (actors + rendezvous); 0: 30000 */
+} trainer_train_opts;
+
+/* Trains from the current epoch up to the epoch count. Returns 0, CT_ERETRY when more than
+ * max_retries failures happened (ct_last_error() names the last one), or another CT_E* code
+ * (a creator's error in every replica, an on_epoch stop). The group stays up afterwards for
+ * trainer_validate; trainer_shutdown ends it. */
+int trainer_train_with(trainer *t, const trainer_train_opts *opts);
+#define trainer_train(t, ...) trainer_train_with((t), &(trainer_train_opts){__VA_ARGS__})
+
+/* Loss and top-1 accuracy on the validation set, split over the replicas (a group is started
+ * from the last checkpoint when none runs). Fills st's val_* fields (other fields as of the
+ * last epoch). */
+int trainer_validate(trainer *t, trainer_stats *st);
+
+/* Writes the current state (the last checkpoint, as loaded in the driver) as a safetensors file
+ * on the driver's disk. trainer_restore reads one (written by trainer_save, same creators and
+ * shapes) into the driver's state and makes it the checkpoint the next group starts from; the
+ * running group, if any, is ended. CT_EINVAL naming the key or field on a mismatch. */
+int trainer_save(trainer *t, const char *path);
+int trainer_restore(trainer *t, const char *path);
+
+/* The driver's model holding the last checkpoint's weights. Borrowed until trainer_shutdown. */
+ct_module *trainer_get_model(trainer *t);
+
+/* Facts about replica i (0 .. replicas-1) of the running group, for tests and tools. */
+typedef struct trainer_replica_info {
+    int pid;
+    char node_id[32];
+    char actor_id[32];
+} trainer_replica_info;
+int trainer_replica_info_get(trainer *t, int i, trainer_replica_info *info);
+/* The state stats of trainer_train report, any time. */
+int trainer_get_stats(trainer *t, trainer_stats *st);
+
+/* Ends the group (kills the replicas, waits for them to be reported gone), frees the last
+ * checkpoint from the store and the trainer. Accepts NULL; nulls *t. */
+void trainer_shutdown(trainer **t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

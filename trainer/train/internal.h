@@ -1,0 +1,126 @@
+/* trainer/train/internal.h — what the trainer's files share: the creator registry, the
+ * creator context, the state a replica (or the driver) builds from the creators, the spec the
+ * driver sends to replicas, and the checkpoint codec. Not a public header. */
+#ifndef CT_TRAINER_TRAIN_INTERNAL_H
+#define CT_TRAINER_TRAIN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ct/trainer.h"
+
+#define TR_NAME_MAX 64
+#define TR_CONFIG_MAX 2048
+#define TR_MAX_KEYS 64
+#define TR_REPLICA_CLASS "ct.trainer.Replica"
+
+typedef enum tr_kind { TR_MODEL, TR_DATA, TR_OPTIM, TR_LOSS, TR_SCHED, TR_HOOK, TR_NKINDS } tr_kind;
+
+/* The registered (or built-in) creator of that kind and name, or NULL. */
+void *ct__trainer_lookup(tr_kind kind, const char *name);
+const char *ct__trainer_kind_name(tr_kind kind);
+/* Built-ins (builtins.c): the function of that kind and name, or NULL. */
+void *ct__trainer_builtin(tr_kind kind, const char *name);
+
+/* What the driver sends every replica when it creates it: plain bytes, same in every replica. */
+typedef struct tr_spec {
+    char model[TR_NAME_MAX], data[TR_NAME_MAX], optimizer[TR_NAME_MAX], loss[TR_NAME_MAX],
+        scheduler[TR_NAME_MAX], hook[TR_NAME_MAX];
+    char config[TR_CONFIG_MAX];
+    uint64_t seed;
+    int64_t batch, epochs;
+    double bucket_mb;
+    int threads, comm_timeout_ms;
+} tr_spec;
+
+struct trainer_ctx {
+    int rank, world;
+    uint64_t seed;
+    int64_t start_epoch, epochs;
+    bool driver;
+    const char *config;
+    int nkeys;
+    char keys[TR_MAX_KEYS][TR_NAME_MAX];
+    char *vals[TR_MAX_KEYS];
+    bool used[TR_MAX_KEYS];
+    char err[512]; /* first error recorded (a bad value, a creator's message) */
+};
+
+/* Parses config into ctx (other fields as given). CT_EINVAL naming the bad pair. */
+int ct__trainer_ctx_init(trainer_ctx *ctx, const char *config, int rank, int world, uint64_t seed,
+                         int64_t start_epoch, int64_t epochs, bool driver);
+void ct__trainer_ctx_free(trainer_ctx *ctx);
+/* 0, or CT_EINVAL for a recorded error or (check_unused) a key no creator read. */
+int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
+
+/* The objects built from the creators. epoch: epochs completed; step: optimizer steps. */
+typedef struct tr_state {
+    trainer_data data;
+    bool has_data;
+    ct_module *model;
+    ct_optim *optim;
+    ct_sched *sched;
+    trainer_loss_fn loss;
+    int64_t epoch, step;
+} tr_state;
+
+/* Runs the hook and the creators of spec (data only if with_data) in this thread, seeding the
+ * module generator with spec->seed first. On error the state is freed and the message names
+ * the creator (or the config key). */
+int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_data, tr_state *st);
+void ct__trainer_state_free(tr_state *st);
+
+/* ---- checkpoint codec (ckpt.c) ---- */
+
+/* A checkpoint being written: the header is built first, then the bytes are copied into a
+ * buffer of ct__ckpt_size() bytes (e.g. an object-store allocation). */
+typedef struct tr_ckpt_plan tr_ckpt_plan;
+int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_plan **out);
+size_t ct__ckpt_size(const tr_ckpt_plan *p);
+void ct__ckpt_write(const tr_ckpt_plan *p, void *dst);
+void ct__ckpt_plan_free(tr_ckpt_plan **p);
+/* Loads checkpoint bytes into st (model, optimizer, scheduler, epoch, step), after checking
+ * the format, the creator names and every entry. CT_EINVAL naming what is wrong; st unchanged
+ * as far as the model goes when the header is bad. */
+int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len);
+
+/* ---- the replica actor (replica.c) ---- */
+
+/* Per-rank arguments of the "setup" call. */
+typedef struct tr_setup_args {
+    int rank, world;
+    char group[64];
+    int64_t start_epoch;
+    int has_ckpt;
+    ct_object_id ckpt;
+    char driver_node[32];
+} tr_setup_args;
+
+typedef struct tr_epoch_args {
+    int64_t epoch;
+    int checkpoint; /* rank 0 writes one after the epoch */
+} tr_epoch_args;
+
+/* What a replica reports after an epoch. */
+typedef struct tr_report {
+    double loss_sum;
+    int64_t samples, steps;
+    double seconds;
+    int64_t first_step_ns; /* CLOCK_MONOTONIC of this replica's first step in its group, or 0 */
+    uint64_t weights_hash;
+    int has_ckpt;
+    ct_object_id ckpt;
+} tr_report;
+
+typedef struct tr_val_report {
+    double loss_sum;
+    int64_t correct, total;
+} tr_val_report;
+
+/* Registers the replica class (idempotent); the library does it from a constructor. */
+int ct__trainer_register_replica_class(void);
+
+uint64_t ct__trainer_hash(const void *p, size_t n);
+
+#endif

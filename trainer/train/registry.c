@@ -1,0 +1,356 @@
+/* trainer/train/registry.c — the process-wide creator registry, the creator context with its
+ * "key=value,..." config, and building a replica's objects (hook, data, model, optimizer,
+ * loss, scheduler) from registered names. Not here: the actor, the driver, checkpoints. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "internal.h"
+
+#define TR_MAX_ENTRIES 64
+
+typedef struct entry {
+    char name[TR_NAME_MAX];
+    void *fn;
+} entry;
+
+/* The registry: one of the two mutable globals STYLE.md allows. Written before ct_init. */
+static entry reg[TR_NKINDS][TR_MAX_ENTRIES];
+static int nreg[TR_NKINDS];
+
+static const char *kind_names[TR_NKINDS] = {"model", "data",      "optimizer",
+                                            "loss",  "scheduler", "initialization_hook"};
+
+const char *ct__trainer_kind_name(tr_kind kind)
+{
+    return kind >= 0 && kind < TR_NKINDS ? kind_names[kind] : "?";
+}
+
+static int reg_add(tr_kind kind, const char *name, void *fn)
+{
+    if (!name || !*name || !fn)
+        return ct__error(CT_EINVAL, "trainer_register_%s: %s is NULL or empty",
+                         ct__trainer_kind_name(kind), !fn ? "fn" : "name");
+    if (strlen(name) >= TR_NAME_MAX)
+        return ct__error(CT_EINVAL, "trainer_register_%s: name \"%s\" longer than %d bytes",
+                         ct__trainer_kind_name(kind), name, TR_NAME_MAX - 1);
+    for (int i = 0; i < nreg[kind]; i++)
+        if (!strcmp(reg[kind][i].name, name))
+            return ct__error(CT_EEXIST, "trainer_register_%s: \"%s\" is already registered",
+                             ct__trainer_kind_name(kind), name);
+    if (nreg[kind] == TR_MAX_ENTRIES)
+        return ct__error(CT_ENOSPC, "trainer_register_%s: more than %d names",
+                         ct__trainer_kind_name(kind), TR_MAX_ENTRIES);
+    snprintf(reg[kind][nreg[kind]].name, TR_NAME_MAX, "%s", name);
+    reg[kind][nreg[kind]++].fn = fn;
+    return 0;
+}
+
+void *ct__trainer_lookup(tr_kind kind, const char *name)
+{
+    if (!name || kind < 0 || kind >= TR_NKINDS)
+        return NULL;
+    for (int i = 0; i < nreg[kind]; i++)
+        if (!strcmp(reg[kind][i].name, name))
+            return reg[kind][i].fn;
+    return ct__trainer_builtin(kind, name);
+}
+
+int trainer_register_model(const char *name, trainer_model_creator fn)
+{
+    return reg_add(TR_MODEL, name, (void *)fn);
+}
+int trainer_register_data(const char *name, trainer_data_creator fn)
+{
+    return reg_add(TR_DATA, name, (void *)fn);
+}
+int trainer_register_optimizer(const char *name, trainer_optimizer_creator fn)
+{
+    return reg_add(TR_OPTIM, name, (void *)fn);
+}
+int trainer_register_loss(const char *name, trainer_loss_creator fn)
+{
+    return reg_add(TR_LOSS, name, (void *)fn);
+}
+int trainer_register_scheduler(const char *name, trainer_scheduler_creator fn)
+{
+    return reg_add(TR_SCHED, name, (void *)fn);
+}
+int trainer_register_hook(const char *name, trainer_hook fn)
+{
+    return reg_add(TR_HOOK, name, (void *)fn);
+}
+
+/* ---- the context and its config ---- */
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        s[--n] = 0;
+    return s;
+}
+
+int ct__trainer_ctx_init(trainer_ctx *ctx, const char *config, int rank, int world, uint64_t seed,
+                         int64_t start_epoch, int64_t epochs, bool driver)
+{
+    memset(ctx, 0, sizeof *ctx);
+    ctx->rank = rank;
+    ctx->world = world;
+    ctx->seed = seed;
+    ctx->start_epoch = start_epoch;
+    ctx->epochs = epochs;
+    ctx->driver = driver;
+    ctx->config = config ? config : "";
+    char *copy = strdup(ctx->config), *save = NULL;
+    int rc = 0;
+    if (!copy)
+        return ct__error(CT_ENOMEM, "trainer config: out of memory");
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *pair = trim(tok);
+        if (!*pair)
+            continue;
+        char *eq = strchr(pair, '=');
+        if (!eq) {
+            rc = ct__error(CT_EINVAL, "trainer config: \"%s\" is not key=value", pair);
+            goto out;
+        }
+        *eq = 0;
+        char *k = trim(pair), *v = trim(eq + 1);
+        if (!*k || strlen(k) >= TR_NAME_MAX) {
+            rc = ct__error(CT_EINVAL, "trainer config: empty or too long key in \"%s=%s\"", k, v);
+            goto out;
+        }
+        for (int i = 0; i < ctx->nkeys; i++)
+            if (!strcmp(ctx->keys[i], k)) {
+                rc = ct__error(CT_EINVAL, "trainer config: key \"%s\" given twice", k);
+                goto out;
+            }
+        if (ctx->nkeys == TR_MAX_KEYS) {
+            rc = ct__error(CT_EINVAL, "trainer config: more than %d keys", TR_MAX_KEYS);
+            goto out;
+        }
+        snprintf(ctx->keys[ctx->nkeys], TR_NAME_MAX, "%s", k);
+        if (!(ctx->vals[ctx->nkeys++] = strdup(v))) {
+            rc = ct__error(CT_ENOMEM, "trainer config: out of memory");
+            goto out;
+        }
+    }
+out:
+    free(copy);
+    if (rc)
+        ct__trainer_ctx_free(ctx);
+    return rc;
+}
+
+void ct__trainer_ctx_free(trainer_ctx *ctx)
+{
+    for (int i = 0; i < ctx->nkeys; i++)
+        free(ctx->vals[i]);
+    ctx->nkeys = 0;
+}
+
+int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused)
+{
+    if (ctx->err[0])
+        return ct__error(CT_EINVAL, "%s", ctx->err);
+    for (int i = 0; check_unused && i < ctx->nkeys; i++)
+        if (!ctx->used[i])
+            return ct__error(CT_EINVAL,
+                             "trainer config: key \"%s\" is not read by any creator (a typo?)",
+                             ctx->keys[i]);
+    return 0;
+}
+
+void trainer_ctx_fail(trainer_ctx *ctx, const char *fmt, ...)
+{
+    if (!ctx || ctx->err[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+}
+
+static const char *find(trainer_ctx *ctx, const char *key)
+{
+    for (int i = 0; ctx && key && i < ctx->nkeys; i++)
+        if (!strcmp(ctx->keys[i], key)) {
+            ctx->used[i] = true;
+            return ctx->vals[i];
+        }
+    return NULL;
+}
+
+double trainer_config_double(trainer_ctx *ctx, const char *key, double def)
+{
+    const char *v = find(ctx, key);
+    if (!v)
+        return def;
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || *end || errno) {
+        trainer_ctx_fail(ctx, "trainer config: key \"%s\": \"%s\" is not a number", key, v);
+        return def;
+    }
+    return d;
+}
+
+int64_t trainer_config_int(trainer_ctx *ctx, const char *key, int64_t def)
+{
+    const char *v = find(ctx, key);
+    if (!v)
+        return def;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || errno) {
+        trainer_ctx_fail(ctx, "trainer config: key \"%s\": \"%s\" is not an integer", key, v);
+        return def;
+    }
+    return x;
+}
+
+bool trainer_config_bool(trainer_ctx *ctx, const char *key, bool def)
+{
+    const char *v = find(ctx, key);
+    if (!v)
+        return def;
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes"))
+        return true;
+    if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no"))
+        return false;
+    trainer_ctx_fail(ctx, "trainer config: key \"%s\": \"%s\" is not a boolean", key, v);
+    return def;
+}
+
+const char *trainer_config_str(trainer_ctx *ctx, const char *key, const char *def)
+{
+    const char *v = find(ctx, key);
+    return v ? v : def;
+}
+
+int trainer_ctx_rank(const trainer_ctx *ctx)
+{
+    return ctx ? ctx->rank : 0;
+}
+int trainer_ctx_world_size(const trainer_ctx *ctx)
+{
+    return ctx ? ctx->world : 1;
+}
+uint64_t trainer_ctx_seed(const trainer_ctx *ctx)
+{
+    return ctx ? ctx->seed : 0;
+}
+int64_t trainer_ctx_start_epoch(const trainer_ctx *ctx)
+{
+    return ctx ? ctx->start_epoch : 0;
+}
+bool trainer_ctx_is_driver(const trainer_ctx *ctx)
+{
+    return ctx && ctx->driver;
+}
+const char *trainer_ctx_config(const trainer_ctx *ctx)
+{
+    return ctx ? ctx->config : "";
+}
+
+/* ---- building the objects ---- */
+
+void ct__trainer_state_free(tr_state *st)
+{
+    if (!st)
+        return;
+    ct_sched_destroy(&st->sched);
+    ct_optim_destroy(&st->optim);
+    if (st->model)
+        ct_module_on_grad_ready(st->model, NULL, NULL);
+    ct_module_destroy(&st->model);
+    if (st->has_data) {
+        ct_dataset_destroy(&st->data.train);
+        ct_dataset_destroy(&st->data.val);
+        for (int i = 0; i < 4; i++)
+            ct_dataset_destroy(&st->data.keep[i]);
+    }
+    memset(st, 0, sizeof *st);
+}
+
+/* The creator's message when it left one, else ct_last_error(). */
+static int creator_failed(trainer_ctx *ctx, tr_kind kind, const char *name, int rc)
+{
+    const char *why = ctx->err[0] ? ctx->err : ct_last_error();
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s", why && *why ? why : "no message");
+    return ct__error(rc < 0 ? rc : CT_EINVAL, "trainer: %s creator \"%s\" failed: %s",
+                     ct__trainer_kind_name(kind), name, msg);
+}
+
+int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_data, tr_state *st)
+{
+    memset(st, 0, sizeof *st);
+    int rc = 0;
+    if (spec->hook[0]) {
+        trainer_hook h = (trainer_hook)ct__trainer_lookup(TR_HOOK, spec->hook);
+        if ((rc = h(ctx)) < 0 || ctx->err[0]) {
+            rc = creator_failed(ctx, TR_HOOK, spec->hook, rc);
+            goto fail;
+        }
+    }
+    if (with_data) {
+        trainer_data_creator dc = (trainer_data_creator)ct__trainer_lookup(TR_DATA, spec->data);
+        st->has_data = true;
+        if ((rc = dc(ctx, &st->data)) < 0 || ctx->err[0] || !st->data.train) {
+            rc = creator_failed(ctx, TR_DATA, spec->data, rc < 0 ? rc : CT_EINVAL);
+            goto fail;
+        }
+    }
+    ct_nn_manual_seed(spec->seed);
+    trainer_model_creator mc = (trainer_model_creator)ct__trainer_lookup(TR_MODEL, spec->model);
+    if (!(st->model = mc(ctx)) || ctx->err[0]) {
+        rc = creator_failed(ctx, TR_MODEL, spec->model, CT_EINVAL);
+        goto fail;
+    }
+    const ct_param_ref *ps;
+    int np;
+    if ((rc = ct_module_params(st->model, &ps, &np)) < 0)
+        goto fail;
+    trainer_optimizer_creator oc =
+        (trainer_optimizer_creator)ct__trainer_lookup(TR_OPTIM, spec->optimizer);
+    if (!(st->optim = oc(ctx, st->model)) || ctx->err[0]) {
+        rc = creator_failed(ctx, TR_OPTIM, spec->optimizer, CT_EINVAL);
+        goto fail;
+    }
+    trainer_loss_creator lc = (trainer_loss_creator)ct__trainer_lookup(TR_LOSS, spec->loss);
+    if (!(st->loss = lc(ctx)) || ctx->err[0]) {
+        rc = creator_failed(ctx, TR_LOSS, spec->loss, CT_EINVAL);
+        goto fail;
+    }
+    if (spec->scheduler[0]) {
+        trainer_scheduler_creator sc =
+            (trainer_scheduler_creator)ct__trainer_lookup(TR_SCHED, spec->scheduler);
+        if (!(st->sched = sc(ctx, st->optim)) || ctx->err[0]) {
+            rc = creator_failed(ctx, TR_SCHED, spec->scheduler, CT_EINVAL);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    ct__trainer_state_free(st);
+    return rc;
+}
+
+uint64_t ct__trainer_hash(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}

@@ -1,0 +1,385 @@
+/* trainer/train/replica.c — the replica actor: one process of a training group. It builds the
+ * model, data, optimizer, loss and scheduler from the registered creators, joins the group's
+ * communicator (head KV rendezvous), restores the checkpoint it is given from the object
+ * store, and trains epochs: forward, backward with gradients averaged in buckets while
+ * backward runs (ct_bucketer driven by gradient-ready hooks), optimizer step; scheduler step
+ * and rank 0's buffers broadcast at the end of each epoch; rank 0 then writes the checkpoint
+ * straight into the store. Also evaluates its slice of the validation set.
+ * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/common.h"
+#include "ct/collective.h"
+#include "ct/metrics.h"
+#include "internal.h"
+
+typedef struct replica {
+    tr_spec spec;
+    tr_setup_args setup;
+    trainer_ctx ctx;
+    tr_state st;
+    ct_loader *loader;
+    ct_rendezvous *rdv;
+    ct_comm *comm;
+    ct_bucketer *bucketer;
+    int nparams;
+    bool first_step_done;
+} replica;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void replica_free(void *state)
+{
+    replica *r = state;
+    if (!r)
+        return;
+    if (r->st.model)
+        ct_module_on_grad_ready(r->st.model, NULL, NULL);
+    ct_bucketer_destroy(&r->bucketer); /* before the communicator it uses */
+    ct_comm_destroy(&r->comm);
+    ct_rendezvous_kv_destroy(&r->rdv);
+    ct_loader_destroy(&r->loader); /* before the datasets */
+    ct__trainer_state_free(&r->st);
+    ct__trainer_ctx_free(&r->ctx);
+    free(r);
+}
+
+static int replica_new(const void *args, size_t len, void **state)
+{
+    if (len != sizeof(tr_spec))
+        return ct__error(CT_EINVAL, "trainer replica: creation args of %zu bytes, expected %zu",
+                         len, sizeof(tr_spec));
+    replica *r = calloc(1, sizeof *r);
+    if (!r)
+        return CT_ENOMEM;
+    memcpy(&r->spec, args, sizeof r->spec);
+    *state = r;
+    return 0;
+}
+
+static int grad_ready(int i, void *user)
+{
+    replica *r = user;
+    return ct_bucketer_mark_ready(r->bucketer, r->nparams - 1 - i);
+}
+
+/* Buckets over the parameters' gradients in reverse order, driven by the gradient-ready hook. */
+static int bucketer_new(replica *r)
+{
+    const ct_param_ref *ps;
+    int np, rc;
+    if ((rc = ct_module_params(r->st.model, &ps, &np)) < 0)
+        return rc;
+    float **grads = malloc(sizeof *grads * (size_t)(np ? np : 1));
+    size_t *counts = malloc(sizeof *counts * (size_t)(np ? np : 1));
+    if (!grads || !counts) {
+        rc = CT_ENOMEM;
+        goto out;
+    }
+    for (int k = 0; k < np; k++) {
+        grads[k] = ps[np - 1 - k].grad;
+        counts[k] = (size_t)ps[np - 1 - k].numel;
+    }
+    size_t bucket = (size_t)((r->spec.bucket_mb > 0 ? r->spec.bucket_mb : 25) * 1024 * 1024);
+    size_t first = bucket < (1u << 20) ? bucket : (1u << 20);
+    r->nparams = np;
+    if ((rc = ct_bucketer_new(
+             r->comm, grads, counts, np,
+             &(ct_bucketer_opts){.first_bucket_bytes = first, .bucket_bytes = bucket},
+             &r->bucketer)) < 0)
+        goto out;
+    rc = ct_module_on_grad_ready(r->st.model, grad_ready, r);
+out:
+    free(grads);
+    free(counts);
+    return rc;
+}
+
+/* Rank 0's parameters (flat buffer) or buffers to every rank. */
+static int broadcast_params(replica *r)
+{
+    float *values, *grads;
+    int64_t numel;
+    int rc = ct_module_flat(r->st.model, &values, &grads, &numel);
+    if (rc < 0)
+        return rc;
+    return ct_comm_broadcast(r->comm, values, (size_t)numel, CT_F32, 0, 0);
+}
+
+static int broadcast_buffers(replica *r)
+{
+    const ct_named_tensor *sd;
+    const ct_param_ref *ps;
+    int n, np, rc;
+    if ((rc = ct_module_state_dict(r->st.model, &sd, &n)) < 0 ||
+        (rc = ct_module_params(r->st.model, &ps, &np)) < 0)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        bool is_param = false;
+        for (int k = 0; k < np && !is_param; k++)
+            is_param = !strcmp(ps[k].name, sd[i].name);
+        if (is_param)
+            continue;
+        ct_tensor *t = sd[i].tensor;
+        size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(ct_tensor_dtype(t));
+        if ((rc = ct_comm_broadcast(r->comm, ct_tensor_data(t), bytes, CT_U8, 0, 0)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Builds everything, joins the group, restores the checkpoint. Blocks until every rank has
+ * joined (the rendezvous). */
+static int replica_setup(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    (void)res;
+    (void)rlen;
+    if (len != sizeof(tr_setup_args))
+        return ct__error(CT_EINVAL, "trainer replica: setup args of %zu bytes", len);
+    if (r->st.model)
+        return ct__error(CT_EINVAL, "trainer replica: setup called twice");
+    memcpy(&r->setup, args, sizeof r->setup);
+    const tr_setup_args *a = &r->setup;
+    int rc;
+    ct_nn_set_threads(r->spec.threads > 0 ? r->spec.threads : 1);
+    if ((rc = ct__trainer_ctx_init(&r->ctx, r->spec.config, a->rank, a->world, r->spec.seed,
+                                   a->start_epoch, r->spec.epochs, false)) < 0)
+        return rc;
+    if ((rc = ct__trainer_state_build(&r->spec, &r->ctx, true, &r->st)) < 0)
+        return rc;
+    rc = ct_loader_new(r->st.data.train,
+                       &(ct_loader_opts){.batch_size = r->spec.batch,
+                                         .shuffle = true,
+                                         .seed = r->spec.seed,
+                                         .rank = a->rank,
+                                         .world_size = a->world,
+                                         .prefetch = 2,
+                                         .transform = r->st.data.transform},
+                       &r->loader);
+    if (rc < 0)
+        return rc;
+    if (!(r->rdv = ct_rendezvous_kv_new("trainer/")))
+        return CT_ENOMEM;
+    if ((rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
+                                          .group_id = a->group,
+                                          .rank = a->rank,
+                                          .world_size = a->world,
+                                          .node_id = ct_self_node_id(),
+                                          .timeout_ms = r->spec.comm_timeout_ms},
+                          &r->comm)) < 0)
+        return rc;
+    if (a->has_ckpt) {
+        ct_object_view v = {0};
+        if ((rc = ct_get(&a->ckpt, 30000, &v)) < 0)
+            return ct__error(rc, "trainer replica %d: fetching the checkpoint: %s", a->rank,
+                             ct_last_error());
+        rc = ct__ckpt_load(&r->st, &r->spec, v.data, v.size);
+        ct_object_release(&v);
+        if (rc < 0)
+            return rc;
+    }
+    r->st.epoch = a->start_epoch;
+    if ((rc = broadcast_params(r)) < 0 || (rc = broadcast_buffers(r)) < 0)
+        return rc;
+    return bucketer_new(r);
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Rank 0 writes the checkpoint straight into the store and seals it with two copies. */
+static int write_checkpoint(replica *r, ct_object_id *id)
+{
+    tr_ckpt_plan *p = NULL;
+    void *dst = NULL;
+    int rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, &p);
+    if (rc < 0)
+        return rc;
+    size_t size = ct__ckpt_size(p);
+    if ((rc = ct_object_create(size, id, &dst)) < 0)
+        goto out;
+    ct__ckpt_write(p, dst);
+    const char *dn = r->setup.driver_node[0] ? r->setup.driver_node : NULL;
+    if ((rc = ct_object_seal(id, &(ct_put_opts){.replicas = 2, .node = dn})) < 0) {
+        ct_object_abort(id);
+        goto out;
+    }
+out:
+    ct__ckpt_plan_free(&p);
+    return rc;
+}
+
+static int replica_train_epoch(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    if (len != sizeof(tr_epoch_args) || !r->bucketer)
+        return ct__error(CT_EINVAL, "trainer replica: train_epoch before setup or bad args");
+    tr_epoch_args ea;
+    memcpy(&ea, args, sizeof ea);
+    tr_report rep = {0};
+    ct_nn_manual_seed(
+        mix(r->spec.seed ^ mix((uint64_t)ea.epoch * 1000003u + (uint64_t)r->setup.rank)));
+    int rc = ct_loader_set_epoch(r->loader, ea.epoch);
+    int64_t t0 = mono_ns();
+    ct_batch b;
+    while (rc == 0 && (rc = ct_loader_next(r->loader, &b)) > 0) {
+        int64_t xs[CT_DATA_MAX_DIMS + 1] = {b.n}, ys[1] = {b.n};
+        for (int d = 0; d < b.ndim; d++)
+            xs[d + 1] = b.shape[d];
+        ct_tensor *x = ct_tensor_wrap(CT_F32, b.ndim + 1, xs, (void *)b.x);
+        ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b.y);
+        ct_tensor *out = NULL, *loss = NULL;
+        ct_module_zero_grad(r->st.model);
+        rc = CT_EINVAL;
+        if (x && y && (out = ct_module_forward(r->st.model, x)) && (loss = r->st.loss(out, y))) {
+            rc = ct_tensor_backward(loss, NULL);
+            /* always: this also drains buckets a failed backward queued */
+            int src = ct_bucketer_finish(r->bucketer);
+            rc = rc < 0 ? rc : src;
+        } else {
+            ct_autograd_clear_tape();
+            ct_bucketer_finish(r->bucketer);
+        }
+        if (rc == 0 && (rc = ct_optim_step(r->st.optim)) == 0) {
+            rep.loss_sum += ct_tensor_item(loss) * (double)b.n;
+            rep.samples += b.n;
+            rep.steps++;
+            r->st.step++;
+            if (!r->first_step_done) {
+                r->first_step_done = true;
+                rep.first_step_ns = mono_ns();
+            }
+        }
+        ct_tensor_release(&loss);
+        ct_tensor_release(&out);
+        ct_tensor_release(&x);
+        ct_tensor_release(&y);
+    }
+    if (rc == 0 && r->st.sched)
+        rc = ct_sched_step(r->st.sched);
+    if (rc == 0)
+        rc = broadcast_buffers(r);
+    if (rc < 0)
+        return rc;
+    r->st.epoch = ea.epoch + 1;
+    rep.seconds = (double)(mono_ns() - t0) * 1e-9;
+    float *values, *grads;
+    int64_t numel;
+    if ((rc = ct_module_flat(r->st.model, &values, &grads, &numel)) < 0)
+        return rc;
+    rep.weights_hash = ct__trainer_hash(values, (size_t)numel * sizeof(float));
+    if (ea.checkpoint && r->setup.rank == 0) {
+        if ((rc = write_checkpoint(r, &rep.ckpt)) < 0)
+            return rc;
+        rep.has_ckpt = 1;
+    }
+    if (!(*res = malloc(sizeof rep)))
+        return CT_ENOMEM;
+    memcpy(*res, &rep, sizeof rep);
+    *rlen = sizeof rep;
+    return 0;
+}
+
+/* Loss and top-1 hits on this rank's contiguous slice of the validation set. */
+static int replica_validate(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    (void)args;
+    (void)len;
+    tr_val_report rep = {0};
+    ct_dataset *slice = NULL;
+    ct_loader *ld = NULL;
+    int rc = 0;
+    if (!r->st.model)
+        return ct__error(CT_EINVAL, "trainer replica: validate before setup");
+    if (r->st.data.val) {
+        int64_t n = ct_dataset_length(r->st.data.val), w = r->setup.world, k = r->setup.rank;
+        int64_t lo = n * k / w, hi = n * (k + 1) / w;
+        if ((rc = ct_dataset_subset(r->st.data.val, lo, hi - lo, &slice)) < 0 ||
+            (rc = ct_loader_new(slice,
+                                &(ct_loader_opts){.batch_size = 500,
+                                                  .prefetch = 2,
+                                                  .transform = r->st.data.transform},
+                                &ld)) < 0)
+            goto out;
+        ct_module_train(r->st.model, false);
+        bool was = ct_autograd_set_enabled(false);
+        ct_batch b;
+        while ((rc = ct_loader_next(ld, &b)) > 0) {
+            int64_t xs[CT_DATA_MAX_DIMS + 1] = {b.n}, ys[1] = {b.n}, hits = 0;
+            for (int d = 0; d < b.ndim; d++)
+                xs[d + 1] = b.shape[d];
+            ct_tensor *x = ct_tensor_wrap(CT_F32, b.ndim + 1, xs, (void *)b.x);
+            ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b.y);
+            ct_tensor *out = x ? ct_module_forward(r->st.model, x) : NULL;
+            ct_tensor *plain = out ? ct_nn_to_plain(out) : NULL;
+            ct_tensor *loss = plain && y ? r->st.loss(plain, y) : NULL;
+            rc = loss ? ct_metrics_topk_correct(ct_tensor_f32(plain), b.y, b.n,
+                                                ct_tensor_dim(plain, 1), 1, &hits)
+                      : CT_EINVAL;
+            if (rc == 0) {
+                rep.loss_sum += ct_tensor_item(loss) * (double)b.n;
+                rep.correct += hits;
+                rep.total += b.n;
+            }
+            ct_tensor_release(&loss);
+            ct_tensor_release(&plain);
+            ct_tensor_release(&out);
+            ct_tensor_release(&x);
+            ct_tensor_release(&y);
+            if (rc < 0)
+                break;
+        }
+        ct_autograd_set_enabled(was);
+        ct_module_train(r->st.model, true);
+        if (rc < 0)
+            goto out;
+        rc = 0;
+    }
+    if (!(*res = malloc(sizeof rep))) {
+        rc = CT_ENOMEM;
+        goto out;
+    }
+    memcpy(*res, &rep, sizeof rep);
+    *rlen = sizeof rep;
+out:
+    ct_loader_destroy(&ld);
+    ct_dataset_destroy(&slice);
+    return rc;
+}
+
+int ct__trainer_register_replica_class(void)
+{
+    static int done;
+    if (done)
+        return 0;
+    int rc = ct_actor_class_register(
+        TR_REPLICA_CLASS, &(ct_actor_class){.create = replica_new,
+                                            .destroy = replica_free,
+                                            .methods = {{"setup", replica_setup},
+                                                        {"train_epoch", replica_train_epoch},
+                                                        {"validate", replica_validate}}});
+    done = rc == 0;
+    return rc;
+}
+
+/* Every process that links the trainer registers the class before main, so replica processes
+ * (this executable again) know it without the user doing anything. */
+__attribute__((constructor)) static void register_at_load(void)
+{
+    ct__trainer_register_replica_class();
+}

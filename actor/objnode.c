@@ -178,6 +178,10 @@ typedef struct pulljob {
     ct_object_id id;
     int nh;
     char **holders;
+    /* from the head's directory when it sent them: the size and each holder's data port */
+    int size_known;
+    uint64_t size;
+    uint16_t *data_ports;
 } pulljob;
 
 static int cancel_cb(void *arg, int holder, uint64_t done, uint64_t n)
@@ -207,7 +211,12 @@ static void pull_done(const ct_object_id *id, int rc, const char *msg, uint64_t 
 static void *pull_main(void *arg)
 {
     pulljob *j = arg;
-    ct_xfer_pull_opts po = {.zmq_ctx = O.ctx, .total_timeout_ms = 300000, .on_chunk = cancel_cb};
+    ct_xfer_pull_opts po = {.zmq_ctx = O.ctx,
+                            .total_timeout_ms = 300000,
+                            .on_chunk = cancel_cb,
+                            .size_known = j->size_known,
+                            .size = j->size,
+                            .data_ports = j->data_ports};
     ct_xfer_pull_stats st = {0};
     int64_t t0 = ct__now_ns();
     int rc = ct_xfer_pull(O.store, &j->id, (const char *const *)j->holders, j->nh, &po, &st);
@@ -239,6 +248,7 @@ static void *pull_main(void *arg)
     for (int i = 0; i < j->nh; i++)
         free(j->holders[i]);
     free(j->holders);
+    free(j->data_ports);
     free(j);
     return NULL;
 }
@@ -277,9 +287,16 @@ static void on_pull(Ct__Envelope *e, void *user)
         return;
     }
     j->id = id;
+    if (p->n_data_ports == p->n_holders && (j->data_ports = calloc(p->n_holders, 2))) {
+        j->size_known = 1;
+        j->size = p->size;
+    }
     for (size_t i = 0; i < p->n_holders; i++)
-        if ((j->holders[j->nh] = strdup(p->holders[i] ? p->holders[i] : "")))
+        if ((j->holders[j->nh] = strdup(p->holders[i] ? p->holders[i] : ""))) {
+            if (j->data_ports)
+                j->data_ports[j->nh] = p->data_ports[i] <= 65535 ? (uint16_t)p->data_ports[i] : 0;
             j->nh++;
+        }
     pthread_t t;
     pthread_attr_t at;
     pthread_attr_init(&at);
@@ -290,6 +307,7 @@ static void on_pull(Ct__Envelope *e, void *user)
         for (int i = 0; i < j->nh; i++)
             free(j->holders[i]);
         free(j->holders);
+        free(j->data_ports);
         free(j);
         pull_done(&id, CT_ENOMEM, "cannot start a pull thread", 0);
         return;
@@ -468,6 +486,7 @@ int ct__objnode_start(const char *node_id, const char *head, const char *host, u
     ni.node_id = O.node_id;
     ni.store_name = name;
     ni.xfer_address = (char *)ct_xfer_server_endpoint(O.srv);
+    ni.data_port = ct_xfer_server_data_port(O.srv);
     ni.memory_cap = st.memory_cap;
     ni.host = (char *)host;
     e.body_case = CT__ENVELOPE__BODY_OBJ_NODE_INFO;

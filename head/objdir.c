@@ -28,6 +28,7 @@ typedef struct dnode {
     char addr[160];
     char host[64];
     uint64_t cap;
+    uint32_t data_port; /* its transfer server's raw TCP port, 0: none */
     bool alive;
 } dnode;
 
@@ -193,10 +194,13 @@ static int request_pull(ct__head *h, int oi, int ni)
     if (holds(o, ni) || find_pull(o->id, ni) >= 0)
         return 0;
     char *addrs[64];
+    uint32_t ports[64];
     size_t na = 0;
     for (int i = 0; i < o->nh && na < 64; i++)
-        if (D.n[o->h[i]].alive && D.n[o->h[i]].addr[0])
+        if (D.n[o->h[i]].alive && D.n[o->h[i]].addr[0]) {
+            ports[na] = D.n[o->h[i]].data_port;
             addrs[na++] = D.n[o->h[i]].addr;
+        }
     if (!na)
         return CT_EDEAD;
     if (D.np == D.capp) {
@@ -216,6 +220,9 @@ static int request_pull(ct__head *h, int oi, int ni)
     p.object_id.len = IDLEN;
     p.n_holders = na;
     p.holders = addrs;
+    p.size = o->size; /* with the ports: the node skips asking the holder */
+    p.n_data_ports = na;
+    p.data_ports = ports;
     e.body_case = CT__ENVELOPE__BODY_OBJ_PULL;
     e.obj_pull = &p;
     return ct__head_send(h, &D.n[ni].rid, &e);
@@ -350,6 +357,7 @@ static void on_node_info(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
     snprintf(n->addr, sizeof n->addr, "%s", m->xfer_address ? m->xfer_address : "");
     snprintf(n->host, sizeof n->host, "%s", m->host ? m->host : "");
     n->cap = m->memory_cap;
+    n->data_port = m->data_port <= 65535 ? m->data_port : 0;
     n->rid = *rid;
     n->alive = true;
     CT_LOG(CT_LOG_INFO, "objdir", "node %s: store %s, transfer %s", n->id, n->store, n->addr);

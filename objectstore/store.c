@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -80,6 +82,10 @@ struct ct_store {
     pthread_t warm_th; /* the warming thread, when ahead */
     pthread_cond_t warm_cv;
     int warm_started, warm_stop, warm_failed;
+    /* The warming thread only works while the store is quiet: no object being written and no
+     * create, seal, pin or release for WARM_QUIET_NS. */
+    int writing;        /* objects created and not yet sealed or dropped */
+    int64_t last_op_ns; /* ct__now_ns() of the last create/seal/pin/release */
 
     pthread_mutex_t mu;
     obj **buckets;
@@ -462,18 +468,38 @@ got:;
 }
 
 /* The warming thread (opts.populate_ahead): populates [populated, high + ahead) in steps,
- * without the lock during the work. Stops for good if /dev/shm is full (creates then report
- * CT_ENOSPC themselves). */
-#define WARM_STEP (4ull << 20)
+ * without the lock during the work, and only while the store is quiet (nothing being
+ * written, no operation for WARM_QUIET_NS): zeroing pages competes for CPU and for the shm
+ * file with the transfers and copies it is meant to speed up. Measured with the store never
+ * quiet-gated: 1 MiB node-to-node gets went from 1.1 ms to a median of 3-4 ms while it ran.
+ * SCHED_IDLE, so that any other thread that wakes up preempts it at once. Stops for good if
+ * /dev/shm is full (creates then report CT_ENOSPC themselves). */
+#define WARM_STEP (1ull << 20)
+#define WARM_QUIET_NS 2000000
 static void *warm_thread(void *arg)
 {
     ct_store *s = arg;
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* per thread on Linux */
+    struct sched_param sp = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* per thread on Linux */
     pthread_mutex_lock(&s->mu);
     while (!s->warm_stop) {
         uint64_t want = s->high + s->ahead < s->cap ? s->high + s->ahead : s->cap;
         if (s->warm_failed || s->populated >= want) {
             pthread_cond_wait(&s->warm_cv, &s->mu);
+            continue;
+        }
+        int64_t quiet_at = s->last_op_ns + WARM_QUIET_NS;
+        if (s->writing || ct__now_ns() < quiet_at) {
+            /* busy: look again after the quiet time (the clock of timedwait is realtime) */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += WARM_QUIET_NS;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&s->warm_cv, &s->mu, &ts);
             continue;
         }
         uint64_t from = s->populated, end = want - from > WARM_STEP ? from + WARM_STEP : want;
@@ -575,6 +601,8 @@ static int do_create(ct_store *s, const ct_object_id *id, uint64_t size, int own
     o->in_mem = 1;
     o->owner = owner;
     index_insert(s, o);
+    s->writing++;
+    s->last_op_ns = ct__now_ns();
     *out = o;
     return 0;
 }
@@ -594,6 +622,8 @@ static int do_seal_abort(ct_store *s, const ct_object_id *id, int seal, int conn
         return ct__error(CT_EBUSY, "store %s: object %s is being written by another process",
                          s->name, ct_object_id_hex(id, hex));
     *size = o->size;
+    s->writing--;
+    s->last_op_ns = ct__now_ns();
     if (seal) {
         o->sealed = 1;
         o->owner = 0;
@@ -622,6 +652,7 @@ static int do_pin(ct_store *s, const ct_object_id *id, obj **out)
     o->pins++;
     if (o->in_mem)
         lru_push(s, o);
+    s->last_op_ns = ct__now_ns();
     *out = o;
     return 0;
 }
@@ -768,6 +799,7 @@ void ct_store_release(ct_store *s, ct_store_view *view)
         munmap(view->map_, view->maplen_);
     pthread_mutex_lock(&s->mu);
     unpin(s, view->obj_);
+    s->last_op_ns = ct__now_ns();
     pthread_mutex_unlock(&s->mu);
     memset(view, 0, sizeof *view);
 }
@@ -869,6 +901,7 @@ static void conn_close(ct_store *s, size_t i)
         for (obj *o = s->buckets[b], *nx; o; o = nx) {
             nx = o->hnext;
             if (!o->sealed && o->owner == c->id) {
+                s->writing--;
                 index_remove(s, o);
                 o->deleted = 1;
                 if (!o->pins)

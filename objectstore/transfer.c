@@ -376,6 +376,11 @@ const char *ct_xfer_server_endpoint(const ct_xfer_server *srv)
     return srv ? srv->endpoint : "";
 }
 
+uint16_t ct_xfer_server_data_port(const ct_xfer_server *srv)
+{
+    return srv && srv->xd ? ct__xdata_server_port(srv->xd) : 0;
+}
+
 void ct_xfer_server_get_stats(ct_xfer_server *srv, ct_xfer_server_stats *st)
 {
     if (!srv || !st)
@@ -422,6 +427,9 @@ void ct_xfer_server_destroy(ct_xfer_server **sp)
 /* ---- pull ---- */
 
 enum { CH_MISSING = 0, CH_INFLIGHT = 1, CH_DONE = 2 };
+
+/* pull_direct could not reach the data port: go the ZeroMQ way (not an error code). */
+#define PULL_VIA_ZMQ 1
 
 typedef struct pull {
     ct_store *dst;
@@ -800,6 +808,29 @@ out:
     return rc;
 }
 
+/* The direct path, when the caller knows the size and holder h's data port: no ZeroMQ, no
+ * ObjStat. Returns PULL_VIA_ZMQ when the port cannot be reached (the caller goes the ZeroMQ
+ * way), else what pull_data returns. */
+static int pull_direct(pull *p, int h, const char *holder, uint16_t port)
+{
+    int r;
+    if (!p->sized && (r = on_size(p, p->o->size)))
+        return r;
+    if (p->ndone == p->nchunks)
+        return 0;
+    for (uint64_t c = 0; c < p->nchunks; c++)
+        if (p->state[c] == CH_INFLIGHT)
+            p->state[c] = CH_MISSING;
+    int fd = ct__xdata_connect(holder, port, p->timeout_ms);
+    if (fd < 0) {
+        CT_LOG(CT_LOG_INFO, "xfer", "pull: %s; asking %s over ZeroMQ", ct_last_error(), holder);
+        return PULL_VIA_ZMQ;
+    }
+    r = pull_data(p, fd, h, holder);
+    close(fd);
+    return r;
+}
+
 /* Fetches the missing chunks from holder h. Returns 0 when every chunk is done; CT_ENOENT if
  * the holder lacks the object; an error of the local shard (stop); else the holder failed
  * (reason appended to p->why) and the next one may go on. Over the holder's data port when it
@@ -1006,22 +1037,26 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
 
     for (int h = 0; h < nholders; h++) {
         const char *holder = holders[h] ? holders[h] : "";
-        void *sock = zmq_socket(ctx, ZMQ_DEALER);
-        int zero = 0;
-        if (!sock) {
-            rc = ct__error(CT_EZMQ, "pull: socket: %s", zmq_strerror(zmq_errno()));
-            goto out;
+        int r = PULL_VIA_ZMQ;
+        if (opts->size_known && opts->data_ports && opts->data_ports[h] && !p.zmq_only)
+            r = pull_direct(&p, h, holder, opts->data_ports[h]);
+        if (r == PULL_VIA_ZMQ) {
+            void *sock = zmq_socket(ctx, ZMQ_DEALER);
+            int zero = 0;
+            if (!sock) {
+                rc = ct__error(CT_EZMQ, "pull: socket: %s", zmq_strerror(zmq_errno()));
+                goto out;
+            }
+            zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+            zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
+            if (zmq_connect(sock, holder) != 0) {
+                why_add(&p, h, holder, zmq_strerror(zmq_errno()));
+                r = CT_EZMQ;
+            } else {
+                r = pull_from(&p, sock, h, holder);
+            }
+            zmq_close(sock);
         }
-        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
-        int r = zmq_connect(sock, holder);
-        if (r != 0) {
-            why_add(&p, h, holder, zmq_strerror(zmq_errno()));
-            r = CT_EZMQ;
-        } else {
-            r = pull_from(&p, sock, h, holder);
-        }
-        zmq_close(sock);
         if (r == 0) {
             rc = ct_store_seal(dst, id);
             goto out;

@@ -5,8 +5,10 @@
  * takes each get the right error or a closed connection, readers that vanish mid-chunk do
  * not kill the holder, and it keeps serving; a pull over the data port and one over ZeroMQ
  * chunks (zmq_only) give identical objects, also with a chunk damaged in transit (detected by
- * its CRC, fetched again); a holder that answers chunks too slowly on the data port times out
- * and the next holder serves; a server destroyed with a connection open cuts and joins it. */
+ * its CRC, fetched again); a pull told the size and data port beforehand never uses ZeroMQ, a
+ * wrong size fails cleanly and an unreachable data port falls back to ZeroMQ; a holder that answers
+ * chunks too slowly on the data port times out and the next holder serves; a server destroyed with
+ * a connection open cuts and joins it. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -20,6 +22,18 @@
 
 #define MB (1ull << 20)
 #define OSIZE (5 * MB + 7)
+
+/* A loopback TCP port nobody listens on (bound, then closed). */
+static int dead_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
 
 /* ObjStat over ZeroMQ; returns the advertised data port (0 if none, -1 on no reply). */
 static int stat_port(void *ctx, const char *ep, const ct_object_id *id, uint64_t *size)
@@ -254,6 +268,51 @@ int main(void)
         ct_store_release(c, &v);
         CHECK_EQ(ct_store_delete(c, &id), 0);
     }
+
+    /* Direct pulls, with the size and data port known beforehand (what the head's pull order
+     * carries): the ZeroMQ endpoint is never used (a dead one is given and the pull works);
+     * a wrong size fails that holder and leaves nothing; an unreachable data port falls back
+     * to ZeroMQ. */
+    uint64_t dsize = 0;
+    int dport = stat_port(ctx, a.endpoint, &id, &dsize);
+    CHECK(dport > 0);
+    CHECK_EQ(dsize, OSIZE);
+    char deadzmq[64];
+    snprintf(deadzmq, sizeof deadzmq, "tcp://127.0.0.1:%d", dead_port());
+    const char *hd[] = {deadzmq};
+    uint16_t dports[] = {(uint16_t)dport};
+    CHECK_EQ(ct_xfer_pull(c, &id, hd, 1,
+                          &(ct_xfer_pull_opts){.chunk_size = 1 * MB,
+                                               .timeout_ms = 500,
+                                               .size_known = 1,
+                                               .size = OSIZE,
+                                               .data_ports = dports},
+                          &st),
+             0);
+    CHECK_EQ(st.chunks, 6);
+    CHECK_EQ(ct_store_get(c, &id, &v), 0);
+    CHECK(memcmp(v.data, want, OSIZE) == 0);
+    ct_store_release(c, &v);
+    CHECK_EQ(ct_store_delete(c, &id), 0);
+    CHECK_EQ(ct_xfer_pull(
+                 c, &id, hd, 1,
+                 &(ct_xfer_pull_opts){
+                     .timeout_ms = 500, .size_known = 1, .size = OSIZE + 1, .data_ports = dports},
+                 &st),
+             CT_ERETRY);
+    CHECK(strstr(ct_last_error(), "want"));
+    CHECK(!ct_store_contains(c, &id));
+    uint16_t noports[] = {(uint16_t)dead_port()};
+    CHECK_EQ(
+        ct_xfer_pull(c, &id, ha, 1,
+                     &(ct_xfer_pull_opts){
+                         .timeout_ms = 500, .size_known = 1, .size = OSIZE, .data_ports = noports},
+                     &st),
+        0);
+    CHECK_EQ(ct_store_get(c, &id, &v), 0);
+    CHECK(memcmp(v.data, want, OSIZE) == 0);
+    ct_store_release(c, &v);
+    CHECK_EQ(ct_store_delete(c, &id), 0);
 
     /* A holder whose chunks come too slowly (its size answer is quick): the data connection
      * times out after timeout_ms and the next holder serves the rest. */

@@ -1,0 +1,137 @@
+/* tests/cluster/test_local.c — a local cluster's life cycle through the ctup binary:
+ * up (head + 2 nodes, detached, recorded in the state file) -> status lists 2 nodes alive ->
+ * submit of build/bin/actors exits 0, exit codes forwarded -> exec -> a second up is refused ->
+ * a node killed shows DEAD -> down stops every recorded pid -> down again is fine; then an up
+ * whose node cannot start fails and stops the head it had started; and a YAML mistake on the
+ * command line names file:line:col. */
+#include "ctup_test.h"
+
+int main(void)
+{
+    t_init();
+    char yaml[1024], name[64], *out = NULL;
+    snprintf(name, sizeof name, "t-local-%d", (int)getpid());
+    snprintf(yaml, sizeof yaml,
+             "cluster_name: %s\n"
+             "provider:\n  type: local\n  worker_ips: [127.0.0.1, 127.0.0.1]\n"
+             "available_node_types:\n  w:\n    resources: {CPU: 2, disk: 1}\n"
+             "    store_memory: 64M\n"
+             "ct: {heartbeat_ms: 50, dead_after_ms: 500, start_timeout_s: 15}\n",
+             name);
+    const char *cfg = t_write("c.yaml", yaml);
+
+    /* up */
+    double t0 = h_now_ms();
+    int rc = t_ctup(&out, "up %s", cfg);
+    double up_ms = h_now_ms() - t0;
+    char want[256], addr[128] = "";
+    snprintf(want, sizeof want, "cluster '%s' is up: head 127.0.0.1:", name);
+    const char *a = out ? strstr(out, "export CT_ADDRESS=") : NULL;
+    if (rc != 0 || !strstr(out, want) || !a) {
+        fprintf(stderr, "up: exit %d, output:\n%s\n", rc, out ? out : "");
+        free(out);
+        return 1;
+    }
+    sscanf(a, "export CT_ADDRESS=%127s", addr);
+    free(out);
+    printf("up in %.0f ms, head %s\n", up_ms, addr);
+    CHECK(strncmp(addr, "127.0.0.1:", 10) == 0 && atoi(addr + 10) > 0);
+
+    ct_cluster_state st;
+    CHECK_OK(ct_cluster_state_read(name, &st));
+    CHECK_EQ_INT(st.n_procs, 3);
+    CHECK_STR(st.address, addr);
+    CHECK_STR(st.provider, "local");
+    const char *comm[3] = {"ct-head", "ct-node", "ct-node"};
+    for (int i = 0; i < st.n_procs && i < 3; i++) {
+        CHECK_STR(t_comm(st.procs[i].pid), comm[i]);
+        CHECK_EQ_INT(t_start_time(st.procs[i].pid), st.procs[i].start_time);
+        CHECK_EQ_INT(getsid(st.procs[i].pid), st.procs[i].pid); /* detached: own session */
+    }
+    CHECK_STR(st.procs[1].role, "node-1");
+
+    /* status (from the file and by address) */
+    T_EXPECT(0, NEEDLES("2 nodes (2 alive)", "CPU=2/2 disk=1/1", "64.0"), "status %s",
+             cfg);
+    T_EXPECT(0, NEEDLES("2 nodes (2 alive)"), "status --address %s", addr);
+
+    /* submit: a driver joins the cluster; exit codes are forwarded */
+    snprintf(want, sizeof want, "head at %s", addr);
+    T_EXPECT(0, NEEDLES(want, "a.add(5) = 105", "b after 10 async adds = 10"), "submit %s %s",
+             cfg, h_bin("actors"));
+    T_EXPECT(7, NEEDLES("rc=7"), "submit %s /bin/sh -c 'exit 7'", cfg);
+    T_EXPECT(127, NEEDLES("cannot run /nonexistent/prog"), "submit %s /nonexistent/prog", cfg);
+    snprintf(want, sizeof want, "addr=%s", addr);
+    T_EXPECT(3, NEEDLES(want), "exec %s 'echo \"addr=$CT_ADDRESS\"; exit 3'", cfg);
+
+    /* a second up of the same name is refused, and nothing changes */
+    snprintf(want, sizeof want, "cluster '%s' is already up (head %s;", name, addr);
+    T_EXPECT(1, NEEDLES(want, "run 'ctup down"), "up %s", cfg);
+    ct_cluster_state st2;
+    CHECK_OK(ct_cluster_state_read(name, &st2));
+    CHECK_EQ_INT(st2.procs[2].pid, st.procs[2].pid);
+
+    /* a node killed: the head declares it dead and status shows it */
+    kill(st.procs[2].pid, SIGKILL);
+    CHECK(h_wait_gone(st.procs[2].pid, 2000));
+    char dead_line[128];
+    snprintf(dead_line, sizeof dead_line, "DEAD   %-8d", (int)st.procs[2].pid);
+    bool seen = false;
+    for (double until = h_now_ms() + 5000; !seen && h_now_ms() < until; usleep(100000)) {
+        t_ctup(&out, "status %s", cfg);
+        seen = out && strstr(out, "2 nodes (1 alive)") && strstr(out, dead_line);
+        if (!seen && h_now_ms() + 100 >= until)
+            fprintf(stderr, "status never showed '%s':\n%s\n", dead_line, out ? out : "");
+        free(out);
+    }
+    CHECK(seen);
+
+    /* down: every recorded process goes, the state too; down again is fine */
+    T_EXPECT(0, NEEDLES("is down (2 of 3 processes were running and are stopped)",
+                        "node-2 (pid", "was not running"),
+             "down %s", cfg);
+    for (int i = 0; i < st.n_procs; i++)
+        CHECK(h_wait_gone(st.procs[i].pid, 3000));
+    CHECK_EQ_INT(ct_cluster_state_read(name, &st2), CT_ENOENT);
+    snprintf(want, sizeof want, "cluster '%s' is not running (no state): nothing to stop", name);
+    T_EXPECT(0, NEEDLES(want), "down %s", cfg);
+    snprintf(want, sizeof want, "cluster '%s' is not up (run 'ctup up", name);
+    T_EXPECT(1, NEEDLES(want), "status %s", cfg);
+    T_EXPECT(1, NEEDLES(want), "submit %s /bin/true", cfg);
+
+    /* an up that fails (the node exits at once) stops the head it started */
+    snprintf(yaml, sizeof yaml,
+             "cluster_name: %s-bad\n"
+             "provider: {type: local, num_workers: 1}\n"
+             "worker_start_commands: ['$CT_BIN_DIR/ct-node --head $CT_HEAD_ADDRESS --bogus']\n"
+             "ct: {start_timeout_s: 10}\n",
+             name);
+    const char *bad = t_write("bad.yaml", yaml);
+    t_ctup(&out, "up %s", bad);
+    const char *hp = out ? strstr(out, "head (pid ") : NULL;
+    int head_pid = hp ? atoi(hp + 10) : 0;
+    if (head_pid > 0 && t_nextra < 32)
+        t_extra[t_nextra++] = head_pid;
+    if (!out || !strstr(out, "ctup: up failed: node-1 (pid") ||
+        !strstr(out, "exited during start") || !strstr(out, "stopping what was started") ||
+        head_pid <= 0 || !strstr(hp, ") stopped")) {
+        fprintf(stderr, "failed up: output:\n%s\n", out ? out : "");
+        h_failures++;
+    }
+    free(out);
+    if (head_pid > 0)
+        CHECK(h_wait_gone(head_pid, 3000));
+    snprintf(want, sizeof want, "%s-bad", name);
+    CHECK_EQ_INT(ct_cluster_state_read(want, &st2), CT_ENOENT);
+
+    /* configuration mistakes: exit 2, file:line:col */
+    const char *typo = t_write("typo.yaml", "cluster_name: x\nprovdier:\n  type: local\n");
+    snprintf(want, sizeof want, "%s:2:1: unknown key 'provdier' (did you mean 'provider'?)", typo);
+    T_EXPECT(2, NEEDLES(want), "up %s", typo);
+    T_EXPECT(2, NEEDLES("cannot open"), "down %s/none.yaml", t_dir);
+    T_EXPECT(2, NEEDLES("usage: ctup up CLUSTER.yaml"), "up");
+
+    if (h_failures)
+        fprintf(stderr, "test_local: %d failure(s)\n", h_failures);
+    return h_failures ? 1 : 0;
+}

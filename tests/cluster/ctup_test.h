@@ -133,7 +133,7 @@ static int t_ctup(char **out, const char *fmt, ...)
                     _rc, (rc_want));                                                               \
             for (int _i = 0; _n && _n[_i]; _i++)                                                   \
                 fprintf(stderr, " '%s'", _n[_i]);                                                  \
-            fprintf(stderr, "\n---- output:\n%s----\n", _out ? _out : "");                        \
+            fprintf(stderr, "\n---- output:\n%s----\n", _out ? _out : "");                         \
             h_failures++;                                                                          \
         }                                                                                          \
         free(_out);                                                                                \

@@ -51,14 +51,13 @@ int main(void)
     CHECK_STR(st.procs[1].role, "node-1");
 
     /* status (from the file and by address) */
-    T_EXPECT(0, NEEDLES("2 nodes (2 alive)", "CPU=2/2 disk=1/1", "64.0"), "status %s",
-             cfg);
+    T_EXPECT(0, NEEDLES("2 nodes (2 alive)", "CPU=2/2 disk=1/1", "64.0"), "status %s", cfg);
     T_EXPECT(0, NEEDLES("2 nodes (2 alive)"), "status --address %s", addr);
 
     /* submit: a driver joins the cluster; exit codes are forwarded */
     snprintf(want, sizeof want, "head at %s", addr);
-    T_EXPECT(0, NEEDLES(want, "a.add(5) = 105", "b after 10 async adds = 10"), "submit %s %s",
-             cfg, h_bin("actors"));
+    T_EXPECT(0, NEEDLES(want, "a.add(5) = 105", "b after 10 async adds = 10"), "submit %s %s", cfg,
+             h_bin("actors"));
     T_EXPECT(7, NEEDLES("rc=7"), "submit %s /bin/sh -c 'exit 7'", cfg);
     T_EXPECT(127, NEEDLES("cannot run /nonexistent/prog"), "submit %s /nonexistent/prog", cfg);
     snprintf(want, sizeof want, "addr=%s", addr);
@@ -87,8 +86,9 @@ int main(void)
     CHECK(seen);
 
     /* down: every recorded process goes, the state too; down again is fine */
-    T_EXPECT(0, NEEDLES("is down (2 of 3 processes were running and are stopped)",
-                        "node-2 (pid", "was not running"),
+    T_EXPECT(0,
+             NEEDLES("is down (2 of 3 processes were running and are stopped)", "node-2 (pid",
+                     "was not running"),
              "down %s", cfg);
     for (int i = 0; i < st.n_procs; i++)
         CHECK(h_wait_gone(st.procs[i].pid, 3000));

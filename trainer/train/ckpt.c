@@ -671,15 +671,15 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
         goto out;
     /* model first (checked fully before anything is copied), then optimizer, scheduler */
     if ((rc = ct_module_load_state_dict(st->model, model_in, nmodel, true)) < 0) {
-        rc = ct__error(rc, "checkpoint: %s", ct_last_error());
+        rc = ct__trainer_error_prefix(rc, "checkpoint");
         goto out;
     }
     if ((rc = ct_optim_load_state_dict(st->optim, oe, noe)) < 0) {
-        rc = ct__error(rc, "checkpoint: optimizer: %s", ct_last_error());
+        rc = ct__trainer_error_prefix(rc, "checkpoint: optimizer");
         goto out;
     }
     if (st->sched && (rc = ct_sched_load_state_dict(st->sched, se, nse)) < 0) {
-        rc = ct__error(rc, "checkpoint: scheduler: %s", ct_last_error());
+        rc = ct__trainer_error_prefix(rc, "checkpoint: scheduler");
         goto out;
     }
     st->epoch = strtoll(ep, NULL, 10);

@@ -122,5 +122,9 @@ typedef struct tr_val_report {
 int ct__trainer_register_replica_class(void);
 
 uint64_t ct__trainer_hash(const void *p, size_t n);
+/* Prefixes the calling thread's ct_last_error() message with the formatted text ("<text>:
+ * <old message>") and returns rc. (ct__error cannot take ct_last_error() as an argument:
+ * both are the same buffer.) */
+int ct__trainer_error_prefix(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -354,3 +354,14 @@ uint64_t ct__trainer_hash(const void *p, size_t n)
         h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
+
+int ct__trainer_error_prefix(int rc, const char *fmt, ...)
+{
+    char old[700], prefix[400];
+    snprintf(old, sizeof old, "%s", ct_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    return ct__error(rc, "%s: %s", prefix, old);
+}

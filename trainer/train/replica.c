@@ -180,8 +180,8 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     if (a->has_ckpt) {
         ct_object_view v = {0};
         if ((rc = ct_get(&a->ckpt, 30000, &v)) < 0)
-            return ct__error(rc, "trainer replica %d: fetching the checkpoint: %s", a->rank,
-                             ct_last_error());
+            return ct__trainer_error_prefix(rc, "trainer replica %d: fetching the checkpoint",
+                                            a->rank);
         rc = ct__ckpt_load(&r->st, &r->spec, v.data, v.size);
         ct_object_release(&v);
         if (rc < 0)

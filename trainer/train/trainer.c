@@ -337,7 +337,7 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
     ct_object_view v = {0};
     int rc = ct_get(id, 30000, &v);
     if (rc < 0)
-        return ct__error(rc, "trainer: fetching the new checkpoint: %s", ct_last_error());
+        return ct__trainer_error_prefix(rc, "trainer: fetching the new checkpoint");
     rc = ct__ckpt_load(&t->local, &t->spec, v.data, v.size);
     ct_object_release(&v);
     if (rc < 0)
@@ -479,8 +479,8 @@ static int spend_retry(trainer *t, int max_retries, const char *why)
 {
     snprintf(t->last_failure, sizeof t->last_failure, "%s", why);
     if (t->stats.retries_used >= max_retries)
-        return ct__error(CT_ERETRY, "trainer: %d retr%s spent; last failure: %s", max_retries,
-                         max_retries == 1 ? "y" : "ies", why);
+        return ct__error(CT_ERETRY, "trainer: failure with all %d retr%s used; it was: %s",
+                         max_retries, max_retries == 1 ? "y" : "ies", why);
     t->stats.retries_used++;
     CT_LOG(CT_LOG_WARN, "trainer", "failure %d of %d allowed: %s", t->stats.retries_used,
            max_retries, why);
@@ -658,13 +658,16 @@ int trainer_restore(trainer *t, const char *path)
     }
     /* check it fully (into the driver's state) before it becomes the checkpoint */
     if ((rc = ct__ckpt_load(&t->local, &t->spec, buf, len)) < 0) {
-        rc = ct__error(rc, "trainer_restore: %s: %s", path, ct_last_error());
-        rewind_to_checkpoint(t);
+        rc = ct__trainer_error_prefix(rc, "trainer_restore: %s", path);
+        char msg[800];
+        snprintf(msg, sizeof msg, "%s", ct_last_error());
+        rewind_to_checkpoint(t); /* a load that failed half-way must not leave a mix */
+        ct__error(rc, "%s", msg);
         goto out;
     }
     ct_object_id id;
     if ((rc = ct_put(buf, len, &(ct_put_opts){.replicas = 2}, &id)) < 0) {
-        rc = ct__error(rc, "trainer_restore: storing %s: %s", path, ct_last_error());
+        rc = ct__trainer_error_prefix(rc, "trainer_restore: storing %s", path);
         goto out;
     }
     end_group(t, NULL, 0, -1, 0, NULL); /* its state is not the restored one */

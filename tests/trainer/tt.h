@@ -1,0 +1,85 @@
+/* tests/trainer/tt.h — what the trainer tests share: the runtime tests' process harness
+ * (tests/runtime/harness.h: CHECK macros, start / kill / reap by pid), a small MLP creator,
+ * and a probe loss that lets a test stop or kill a replica at a chosen step.
+ * Header-only: each test is one executable. */
+#ifndef CT_TESTS_TRAINER_TT_H
+#define CT_TESTS_TRAINER_TT_H
+
+#include "tests/runtime/harness.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#include "ct/ct.h"
+#include "ct/trainer.h"
+
+/* 784-64-10 MLP: fast enough for tests that train several epochs on 2 cores. */
+__attribute__((unused)) static ct_module *tt_mlp(trainer_ctx *ctx)
+{
+    (void)ctx;
+    return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(784, 64, true), ct_nn_relu_new(),
+                         ct_nn_linear_new(64, 10, true));
+}
+
+/* The probe loss: cross entropy that counts this process's calls. Config keys:
+ *   probe_step  (0: off) the step (1-based, counted in this replica process) at which
+ *   probe_rank  (1) this rank acts, only when
+ *   probe_epoch0 (1: only in a group that started at epoch 0; 0: in every group), by
+ *   probe_action ("wait": put its pid under KV key "tt/probe" and sleep until killed;
+ *                 "die": put its pid under "tt/probe/<pid>" and SIGKILL itself). */
+static int64_t tt_probe_step, tt_calls;
+static int tt_probe_action; /* 1 wait, 2 die */
+
+__attribute__((unused)) static ct_tensor *tt_probe_loss(ct_tensor *out, ct_tensor *target)
+{
+    if (tt_probe_step > 0 && ++tt_calls == tt_probe_step) {
+        char pid[32], key[64];
+        snprintf(pid, sizeof pid, "%d", (int)getpid());
+        if (tt_probe_action == 1) {
+            ct_kv_put("tt/probe", pid, strlen(pid) + 1);
+            for (int i = 0; i < 300; i++)
+                usleep(100000); /* until killed (30 s at most) */
+        } else {
+            snprintf(key, sizeof key, "tt/probe/%s", pid);
+            ct_kv_put(key, pid, strlen(pid) + 1);
+            raise(SIGKILL);
+        }
+    }
+    return ct_nn_cross_entropy(out, target, 0.0f);
+}
+
+__attribute__((unused)) static trainer_loss_fn tt_probe_creator(trainer_ctx *ctx)
+{
+    int64_t step = trainer_config_int(ctx, "probe_step", 0);
+    int64_t rank = trainer_config_int(ctx, "probe_rank", 1);
+    bool epoch0 = trainer_config_bool(ctx, "probe_epoch0", true);
+    const char *action = trainer_config_str(ctx, "probe_action", "wait");
+    tt_probe_action = !strcmp(action, "die") ? 2 : 1;
+    tt_calls = 0;
+    tt_probe_step = 0;
+    if (!trainer_ctx_is_driver(ctx) && trainer_ctx_rank(ctx) == rank &&
+        (!epoch0 || trainer_ctx_start_epoch(ctx) == 0))
+        tt_probe_step = step;
+    return tt_probe_loss;
+}
+
+/* Registers the test creators ("mlp" model, "probe" loss). Call first thing in main. */
+__attribute__((unused)) static void tt_register(void)
+{
+    trainer_register_model("mlp", tt_mlp);
+    trainer_register_loss("probe", tt_probe_creator);
+}
+
+/* A copy of the model's flat weights (caller frees) and its length. */
+__attribute__((unused)) static float *tt_weights(ct_module *m, int64_t *n)
+{
+    float *v, *g;
+    if (!m || ct_module_flat(m, &v, &g, n) < 0)
+        return NULL;
+    float *c = malloc((size_t)*n * sizeof(float));
+    if (c)
+        memcpy(c, v, (size_t)*n * sizeof(float));
+    return c;
+}
+
+#endif

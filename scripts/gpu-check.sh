@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh — runs ct's GPU tests on a lent GPU machine (the `device` tool of the
+# workplace; CI never has a GPU). Two steps:
+#
+#   here (no GPU needed):  bash scripts/gpu-check.sh prepare
+#       builds the GPU test programs into build-gpu/ (CUDA found under /usr/local/cuda) and
+#       downloads the runtime .debs they need (ZeroMQ, protobuf-c, libyaml, oneDNN and their
+#       dependencies) into .gpu/debs; both folders are git-ignored.
+#   on the device (carry build-gpu and .gpu):  bash scripts/gpu-check.sh run
+#       unpacks the .debs into .gpu/root (never into /), finds the CUDA runtime and NCCL that
+#       the device's image ships (its Python packages nvidia-*), and runs each GPU test program
+#       directly (ctest files hold this machine's absolute paths). Logs go to $OUT/gpu-check.log
+#       when $OUT is set. Exit status: nonzero when a test failed; 77 from a test means it saw
+#       no GPU and counts as a failure here.
+#
+# The programs: collective_nccl (tests/collective/test_nccl.c). NCCL refuses two ranks on one
+# GPU, so with one GPU only world size 1 runs.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+gpu_tests="collective_nccl"
+debs="libzmq5 libprotobuf-c1 libyaml-0-2 libdnnl2 libsodium23 libpgm-5.3-0 libnorm1 libbsd0
+      libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libmd0"
+
+prepare() {
+    [ -x /usr/local/cuda/bin/nvcc ] || { echo "gpu-check: no CUDA toolkit here" >&2; exit 1; }
+    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release | grep 'CUDA/cuDNN/NCCL backends: ON' >/dev/null ||
+        { echo "gpu-check: CMake did not enable CUDA (CT_HAVE_CUDA)" >&2; exit 1; }
+    # shellcheck disable=SC2086
+    cmake --build build-gpu -j"$(nproc)" --target $gpu_tests
+    mkdir -p .gpu/debs
+    (cd .gpu/debs && apt-get download $debs 2>/dev/null)
+    du -sh build-gpu/bin .gpu/debs
+}
+
+run() {
+    log=${OUT:-/tmp}/gpu-check.log
+    : >"$log"
+    exec > >(tee -a "$log") 2>&1
+    nvidia-smi -L || { echo "gpu-check: no GPU on this machine"; exit 1; }
+    mkdir -p .gpu/root
+    for f in .gpu/debs/*.deb; do dpkg -x "$f" .gpu/root; done
+    libs="$root/.gpu/root/usr/lib/x86_64-linux-gnu"
+    for so in libcudart.so.13 libnccl.so.2; do
+        d=$(find /opt /usr/local /usr/lib -name "$so" -print -quit 2>/dev/null | xargs -r dirname)
+        [ -n "$d" ] || { echo "gpu-check: $so not found on this machine"; exit 1; }
+        libs="$libs:$d"
+    done
+    export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    failed=0
+    for t in $gpu_tests; do
+        echo "== $t"
+        set +e
+        timeout 300 "build-gpu/bin/$t"
+        rc=$?
+        set -e
+        echo "== $t: exit $rc"
+        [ "$rc" -eq 0 ] || failed=1
+    done
+    exit $failed
+}
+
+case "${1:-}" in
+prepare) prepare ;;
+run) run ;;
+*) echo "usage: $0 prepare|run" >&2; exit 2 ;;
+esac

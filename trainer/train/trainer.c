@@ -147,7 +147,9 @@ static void describe_death(char *buf, size_t cap, int rank, const ct_actor *a, c
         snprintf(how, sizeof how, "died (no death event from the head yet)");
     else if (ev->term_signal)
         snprintf(how, sizeof how, "killed by signal %d (%s)%s%s", ev->term_signal,
-                 strsignal(ev->term_signal), ev->reason[0] ? ": " : "", ev->reason);
+                 strsignal(ev->term_signal),
+                 ev->reason[0] && !strstr(ev->reason, "signal") ? ": " : "",
+                 ev->reason[0] && !strstr(ev->reason, "signal") ? ev->reason : "");
     else
         snprintf(how, sizeof how, "exited with status %d%s%s", ev->exit_status,
                  ev->reason[0] ? ": " : "", ev->reason);

@@ -93,6 +93,9 @@ void ct_shutdown(void);
 /* "host:port" of the head this process talks to; "" before ct_init. Borrowed. */
 const char *ct_head_address(void);
 
+/* The version of ct this program runs with, "major.minor.patch". Static, borrowed. */
+const char *ct_version(void);
+
 /* ---- actor classes ---- */
 
 #define CT_MAX_METHODS 32

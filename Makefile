@@ -5,8 +5,9 @@ TYPE      ?= RelWithDebInfo
 CMAKE_ARGS ?=
 JOBS      ?= $(shell nproc)
 NAME      ?=
+PREFIX    ?= /usr/local
 
-.PHONY: all deps build run test test-slow bench sanitize format clean
+.PHONY: all deps build run test test-slow bench sanitize install format clean
 
 all: build
 
@@ -41,6 +42,11 @@ sanitize:
 bench: build
 	@scripts/install-deps.sh bench
 	scripts/run-bench.sh $(BUILD) $(NAME)
+
+# libct.so, the public headers, ct.pc and ct-head/ct-node/ctup under PREFIX; applications then
+# build with `cc app.c $$(pkg-config --cflags --libs ct)`.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')

@@ -150,6 +150,8 @@ static void describe_death(char *buf, size_t cap, int rank, const ct_actor *a, c
                  strsignal(ev->term_signal),
                  ev->reason[0] && !strstr(ev->reason, "signal") ? ": " : "",
                  ev->reason[0] && !strstr(ev->reason, "signal") ? ev->reason : "");
+    else if (strstr(ev->reason, "node") && strstr(ev->reason, "dead"))
+        snprintf(how, sizeof how, "was lost with its node (%s)", ev->reason);
     else
         snprintf(how, sizeof how, "exited with status %d%s%s", ev->exit_status,
                  ev->reason[0] ? ": " : "", ev->reason);

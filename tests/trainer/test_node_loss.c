@@ -1,0 +1,130 @@
+/* tests/trainer/test_node_loss.c — losing a node, shrinking, growing back.
+ * The test starts a ct-head (heartbeat 100 ms, dead after 1 s) and two ct-nodes with one CPU
+ * each, so the 2 replicas run one per node. After epoch 1 it kills (SIGKILL, by pid) the node
+ * that is not the driver's: the replica there dies with it, the survivor's collective fails,
+ * the head declares the node dead, and the trainer restarts with the 1 replica that fits, from
+ * the epoch-1 checkpoint (its copy on the driver's node survived). After the next epoch the
+ * test starts a third node; at the following epoch boundary the group grows back to 2.
+ * Expected: replicas per completed epoch 2, 1, 2, 2; one retry used; training completes. */
+#include "tt.h"
+
+typedef struct scenario {
+    pid_t node_pid[3];
+    char node_id[3][32];
+    int nodes;
+    const char *addr;
+    bool killed, grew;
+    int replicas[16], n;
+    double kill_ms, seen_ms;
+} scenario;
+
+static int start_node(scenario *s)
+{
+    ct_event ev;
+    pid_t pid = h_start_node(s->addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
+    double until = h_now_ms() + 5000;
+    while (pid > 0 && h_now_ms() < until) {
+        if (ct_events_next(&ev, 200) == 0 && ev.type == CT_EVENT_NODE_JOINED && ev.pid == pid) {
+            s->node_pid[s->nodes] = pid;
+            snprintf(s->node_id[s->nodes], sizeof s->node_id[0], "%s", ev.node_id);
+            s->nodes++;
+            return 0;
+        }
+    }
+    fprintf(stderr, "node %d did not join\n", (int)pid);
+    return -1;
+}
+
+static int on_epoch(trainer *t, const trainer_stats *st, void *user)
+{
+    scenario *s = user;
+    if (s->n < 16)
+        s->replicas[s->n++] = st->replicas;
+    printf("epoch %lld: replicas=%d retries=%d train_loss=%.4f\n", (long long)st->epoch,
+           st->replicas, st->retries_used, st->train_loss);
+    if (st->epoch == 1 && !s->killed) {
+        const char *mine = ct_object_node();
+        for (int i = 0; i < st->replicas; i++) {
+            trainer_replica_info info;
+            if (trainer_replica_info_get(t, i, &info) < 0 || !strcmp(info.node_id, mine))
+                continue;
+            for (int k = 0; k < s->nodes; k++)
+                if (!strcmp(s->node_id[k], info.node_id)) {
+                    printf("killing %s (pid %d), which runs replica %d; the driver uses %s\n",
+                           info.node_id, (int)s->node_pid[k], i, mine);
+                    s->kill_ms = h_now_ms();
+                    kill(s->node_pid[k], SIGKILL);
+                    s->killed = true;
+                }
+        }
+        if (!s->killed) {
+            fprintf(stderr, "no replica on a node other than the driver's (%s)\n", mine);
+            return CT_EINVAL;
+        }
+    } else if (s->killed && !s->grew && st->replicas == 1) {
+        if (start_node(s) < 0)
+            return CT_EIO;
+        double total = 0, free_cpu = 0, until = h_now_ms() + 5000;
+        while (h_now_ms() < until && ct_cluster_resources("CPU", &total, &free_cpu) == 0 &&
+               free_cpu < 1)
+            usleep(10000);
+        printf("started %s: %g CPUs, %g free\n", s->node_id[s->nodes - 1], total, free_cpu);
+        s->grew = true;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    tt_register();
+    ct_serve_if_worker();
+    h_init();
+    char addr[128];
+    scenario s = {.addr = addr};
+    trainer *t = NULL;
+    if (h_start_head(addr, sizeof addr, "100", "1000") < 0)
+        return 1;
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
+    if (start_node(&s) < 0 || start_node(&s) < 0) {
+        h_failures++;
+        goto out;
+    }
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                            .data = "fashion_mnist",
+                                            .optimizer = "adam",
+                                            .scheduler = "steplr",
+                                            .config = "limit=2048,val_limit=500,gamma=0.5",
+                                            .num_replicas = 2,
+                                            .epochs = 4,
+                                            .seed = 3},
+                            &t));
+    if (!t)
+        goto out;
+    trainer_stats st = {0};
+    CHECK_OK(trainer_train(t, .max_retries = 2, .on_epoch = on_epoch, .user = &s, .stats = &st));
+    CHECK(s.killed);
+    CHECK(s.grew);
+    CHECK_EQ_INT(st.epoch, 4);
+    CHECK_EQ_INT(st.retries_used, 1);
+    CHECK_EQ_INT(st.replicas, 2);
+    CHECK_EQ_INT(s.n, 4);
+    int want[4] = {2, 1, 2, 2};
+    for (int i = 0; i < 4 && i < s.n; i++)
+        CHECK_EQ_INT(s.replicas[i], want[i]);
+    if (st.failure_seen_ns)
+        printf("node killed -> new group's first step: %.0f ms\n",
+               st.group_first_step_ns / 1e6 - s.kill_ms);
+    CHECK_OK(trainer_validate(t, &st));
+    CHECK(st.val_samples == 500);
+    CHECK(st.val_accuracy > 0.5);
+    printf("validation: accuracy %.4f loss %.4f over %lld samples\n", st.val_accuracy, st.val_loss,
+           (long long)st.val_samples);
+out:
+    trainer_shutdown(&t);
+    ct_shutdown();
+    h_kill_all();
+    if (h_failures)
+        fprintf(stderr, "test_node_loss: %d failure(s)\n", h_failures);
+    return h_failures ? 1 : 0;
+}

@@ -35,7 +35,8 @@ typedef struct dnode {
 typedef struct dobj {
     uint8_t id[IDLEN];
     uint64_t size;
-    int *h; /* holder node indexes */
+    int want; /* copies its owner asked for (ObjPutDone.replicas); kept up when holders die */
+    int *h;   /* holder node indexes */
     int nh, caph;
 } dobj;
 
@@ -418,6 +419,23 @@ static void on_pull_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
     }
 }
 
+/* Asks live nodes without a copy to pull object oi until holders and pulls in flight reach
+ * need (round robin over the nodes, so copies spread). */
+static void replicate(ct__head *h, int oi, int need)
+{
+    int asked = live_holders(&D.o[oi]);
+    for (int i = 0; i < D.np; i++)
+        asked += !memcmp(D.p[i].id, D.o[oi].id, IDLEN) && D.n[D.p[i].node].alive;
+    for (int k = 0; k < D.nn && asked < need; k++) {
+        int j = (D.rr + k) % D.nn;
+        if (!D.n[j].alive || !D.n[j].addr[0] || holds(&D.o[oi], j) || find_pull(D.o[oi].id, j) >= 0)
+            continue;
+        if (!request_pull(h, oi, j))
+            asked++;
+        D.rr = j + 1;
+    }
+}
+
 static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
 {
     (void)user;
@@ -448,17 +466,9 @@ static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *
             need = have + 1;
         request_pull(h, oi, pref);
     }
-    int asked = have;
-    for (int i = 0; i < D.np; i++)
-        asked += !memcmp(D.p[i].id, D.o[oi].id, IDLEN) && D.n[D.p[i].node].alive;
-    for (int k = 0; k < D.nn && asked < need; k++) {
-        int j = (D.rr + k) % D.nn;
-        if (!D.n[j].alive || !D.n[j].addr[0] || holds(&D.o[oi], j) || find_pull(D.o[oi].id, j) >= 0)
-            continue;
-        if (!request_pull(h, oi, j))
-            asked++;
-        D.rr = j + 1;
-    }
+    if (D.o[oi].want < (m->replicas < 1 ? 1 : m->replicas))
+        D.o[oi].want = m->replicas < 1 ? 1 : m->replicas;
+    replicate(h, oi, need);
     if (live_holders(&D.o[oi]) >= need) {
         reply_ok(h, rid, e->req_id);
         return;
@@ -639,6 +649,24 @@ static void on_node_dead(ct__head *h, const char *node_id, void *user)
         if (w->kind == W_FETCH && w->node == ni) {
             REPLY_ERR(h, &w->rid, w->req, CT_EDEAD, "obj_fetch.node_id", "node %s died", node_id);
             drop_wait(i--);
+        }
+    }
+    /* Objects put with replicas=k that lost a copy get it back on another live node (from a
+     * surviving holder), so a second failure does not lose them. */
+    int alive = 0;
+    for (int i = 0; i < D.nn; i++)
+        alive += D.n[i].alive && D.n[i].addr[0];
+    for (int i = 0; i < D.no; i++) {
+        dobj *o = &D.o[i];
+        int need = o->want < alive ? o->want : alive;
+        if (o->want > 1 && live_holders(o) && live_holders(o) < need) {
+            char hx[2 * IDLEN + 1];
+            hex(o->id, hx);
+            CT_LOG(CT_LOG_INFO, "objdir",
+                   "object %s: %d of %d copies left after node %s died; "
+                   "copying it again",
+                   hx, live_holders(o), need, node_id);
+            replicate(h, i, need);
         }
     }
 }

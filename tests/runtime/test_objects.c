@@ -2,7 +2,8 @@
  * processes (A, B, C), each with its own shard. A 256 MiB object put on A is read on C with
  * identical bytes (C pulls it; C's pulls run with a corrupted chunk, CT_XFER_CORRUPT_CHUNK=2, that
  * is detected and fetched again); an object put on A with replicas=2 (copy on B) is still
- * readable from C after A is killed with SIGKILL; the directory follows; unknown ids, wrong id
+ * readable from C after A is killed with SIGKILL, and the head has C make the lost second copy
+ * without being asked; the directory follows; unknown ids, wrong id
  * sizes and malformed requests get clear errors and the nodes keep serving; freed objects are
  * gone from every node; two actors on C getting one object at once cause one pull; nodes leave
  * nothing in /dev/shm or /tmp. */
@@ -334,9 +335,14 @@ int main(void)
     char dead[32] = "";
     CHECK_EQ_INT(wait_event(CT_EVENT_NODE_DEAD, dead, 5000), 0);
     CHECK_STR(dead, ids[0]);
+    /* rep2 asked for 2 copies and lost one: the head has C copy it from B, unasked */
+    double until = h_now_ms() + 5000;
+    while (h_now_ms() < until && !store_has(np[2], &rep2))
+        usleep(10000);
+    CHECK_EQ_INT(store_has(np[2], &rep2), 1);
     nh = holders(&rep2, nodes);
-    CHECK_EQ_INT(nh, 1);
-    CHECK(has(nodes, nh, ids[1]));
+    CHECK_EQ_INT(nh, 2);
+    CHECK(has(nodes, nh, ids[1]) && has(nodes, nh, ids[2]));
     r = get_on(c, &rep2, 22);
     CHECK_EQ_INT(r.rc, 0);
     CHECK_EQ_INT(r.size, 32ull << 20);
@@ -359,7 +365,7 @@ int main(void)
     CHECK_OK(ct_free(&big));
     CHECK_OK(ct_free(&rep2));
     CHECK_EQ_INT(ct_object_nodes(&big, NULL, 0, NULL, NULL), CT_ENOENT);
-    double until = h_now_ms() + 3000;
+    until = h_now_ms() + 3000;
     while (h_now_ms() < until &&
            (store_has(np[1], &rep2) || store_has(np[2], &rep2) || store_has(np[2], &big)))
         usleep(10000);

@@ -1567,6 +1567,11 @@ static void retire_store(void)
 }
 
 /* Connects to this process's node shard (see ct.h for which node). Lock held. */
+/* Connects this process to a store shard on its host: its own node's (actors), the embedded
+ * node's, else the first the head lists that it can reach. A node that has just joined
+ * registers its shard a moment later, so an empty answer is asked again for up to
+ * STORE_WAIT_MS before it is an error. */
+#define STORE_WAIT_MS 2000
 static int ensure_store(void)
 {
     if (C.store)
@@ -1574,36 +1579,41 @@ static int ensure_store(void)
     int rc = ensure_head();
     if (rc)
         return rc;
-    Ct__Envelope e, *rep = NULL;
-    Ct__ObjNodes q = CT__OBJ_NODES__INIT;
-    ct__env_init(&e, 0, C.sender, 5000);
-    e.body_case = CT__ENVELOPE__BODY_OBJ_NODES;
-    e.obj_nodes = &q;
-    if ((rc = head_request(&e, &rep, 5000)))
-        return rc;
-    if ((rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OBJ_NODES_REPLY, "obj_nodes")))
-        goto out;
-    if (C.store) /* another thread connected while the lock was released */
-        goto out;
-    Ct__ObjNodesReply *r = rep->obj_nodes_reply;
-    const char *want = C.self_node[0] ? C.self_node : C.emb_node[0] ? C.emb_node : NULL;
-    for (size_t i = 0; i < r->n_nodes && !C.store; i++) {
-        Ct__ObjNodeInfo *ni = r->nodes[i];
-        if (want && strcmp(ni->node_id, want))
-            continue;
-        C.store = ct_store_client_new(ni->store_name);
-        if (C.store)
-            snprintf(C.store_node, sizeof C.store_node, "%s", ni->node_id);
+    int64_t until = ct__now_ms() + STORE_WAIT_MS;
+    for (;;) {
+        Ct__Envelope e, *rep = NULL;
+        Ct__ObjNodes q = CT__OBJ_NODES__INIT;
+        ct__env_init(&e, 0, C.sender, 5000);
+        e.body_case = CT__ENVELOPE__BODY_OBJ_NODES;
+        e.obj_nodes = &q;
+        if ((rc = head_request(&e, &rep, 5000)))
+            return rc;
+        if ((rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OBJ_NODES_REPLY, "obj_nodes"))) {
+            ct__msg_free(rep);
+            return rc;
+        }
+        Ct__ObjNodesReply *r = rep->obj_nodes_reply;
+        const char *want = C.self_node[0] ? C.self_node : C.emb_node[0] ? C.emb_node : NULL;
+        for (size_t i = 0; i < r->n_nodes && !C.store; i++) {
+            Ct__ObjNodeInfo *ni = r->nodes[i];
+            if (want && strcmp(ni->node_id, want))
+                continue;
+            C.store = ct_store_client_new(ni->store_name);
+            if (C.store)
+                snprintf(C.store_node, sizeof C.store_node, "%s", ni->node_id);
+        }
+        ct__msg_free(rep);
+        if (C.store) /* ours, or another thread's while the lock was released */
+            return 0;
+        if (ct__now_ms() >= until)
+            return ct__error(
+                CT_ENOENT,
+                want ? "object store: node %s has no shard this process can reach"
+                     : "object store: no ct-node with an object store runs on this host%s "
+                       "(start one, or put from a process on a node)",
+                want ? want : "");
+        sleep_unlocked(-1, 20);
     }
-    if (!C.store)
-        rc = ct__error(CT_ENOENT,
-                       want ? "object store: node %s has no shard this process can reach"
-                            : "object store: no ct-node with an object store runs on this host%s "
-                              "(start one, or put from a process on a node)",
-                       want ? want : "");
-out:
-    ct__msg_free(rep);
-    return rc;
 }
 
 static int put_done(const ct_object_id *id, uint64_t size, const ct_put_opts *o)

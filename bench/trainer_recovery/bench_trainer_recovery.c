@@ -1,0 +1,166 @@
+/* bench/trainer_recovery/bench_trainer_recovery.c — ct's side of the recovery benchmark.
+ * On an embedded cluster (2 CPUs), trains the Fashion-MNIST MLP (784-256-128-10, Adam lr 1e-3,
+ * batch 64 per replica, --limit samples) with 2 replicas through trainer_train, --runs times.
+ * In each run replica 1 parks at its step (limit / 2 / 64) + 10 (mid epoch 2) and publishes
+ * its pid in the KV; this program kills it with SIGKILL. Measured per run, CLOCK_MONOTONIC:
+ *   startup_ms:  trainer_train entered -> first completed step of the first group (slowest rank)
+ *   recovery_ms: kill -> first completed step of the new group (restored from the epoch-1
+ *                checkpoint in the object store)
+ * Prints one line per run and `ct: startup_ms <median> recovery_ms <median>` last.
+ * Not here: the reference (ref_torch.py) and the comparison (run.sh). */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ct/ct.h"
+#include "ct/trainer.h"
+#include "examples/fashion_mnist_model.h"
+
+static int64_t probe_step, calls;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static ct_module *make_mlp(trainer_ctx *ctx)
+{
+    (void)ctx;
+    return fmnist_make_model("mlp");
+}
+
+/* Cross entropy; replica 1 of the first group parks at probe_step until it is killed. */
+static ct_tensor *probe_loss(ct_tensor *out, ct_tensor *target)
+{
+    if (probe_step > 0 && ++calls == probe_step) {
+        char pid[32];
+        snprintf(pid, sizeof pid, "%d", (int)getpid());
+        ct_kv_put("bench/victim", pid, strlen(pid) + 1);
+        for (int i = 0; i < 600; i++)
+            usleep(100000);
+    }
+    return ct_nn_cross_entropy(out, target, 0.0f);
+}
+
+static trainer_loss_fn make_probe(trainer_ctx *ctx)
+{
+    int64_t step = trainer_config_int(ctx, "victim_step", 0);
+    calls = 0;
+    probe_step = !trainer_ctx_is_driver(ctx) && trainer_ctx_rank(ctx) == 1 &&
+                         trainer_ctx_start_epoch(ctx) == 0
+                     ? step
+                     : 0;
+    return probe_loss;
+}
+
+typedef struct run_state {
+    int64_t kill_ns, startup_ns;
+    int run;
+} run_state;
+
+static void *killer(void *arg)
+{
+    run_state *rs = arg;
+    char key[64];
+    snprintf(key, sizeof key, "bench/victim");
+    void *v = NULL;
+    size_t n;
+    if (ct_kv_get(key, &v, &n, 120000) < 0)
+        return NULL;
+    ct_kv_del(key);
+    int pid = atoi(v);
+    free(v);
+    rs->kill_ns = now_ns();
+    kill(pid, SIGKILL);
+    return NULL;
+}
+
+static int on_epoch(trainer *t, const trainer_stats *st, void *user)
+{
+    (void)t;
+    run_state *rs = user;
+    if (st->epoch == 1 && st->retries_used == 0)
+        rs->startup_ns = st->group_first_step_ns - st->train_start_ns;
+    return 0;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    trainer_register_model("mlp", make_mlp);
+    trainer_register_loss("probe", make_probe);
+    int runs = 3;
+    long limit = 8192;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--runs"))
+            runs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--limit"))
+            limit = atol(argv[i + 1]);
+    }
+    if (runs < 1 || runs > 20 || limit < 2048)
+        return 2;
+    if (ct_init(&(ct_init_opts){.cpus = 2}) < 0) {
+        fprintf(stderr, "bench_trainer_recovery: ct_init: %s\n", ct_last_error());
+        return 1;
+    }
+    double startup[20], recovery[20];
+    int ok = 0, status = 0;
+    for (int r = 0; r < runs; r++) {
+        char cfg[200];
+        snprintf(cfg, sizeof cfg, "limit=%ld,val_limit=100,victim_step=%ld", limit,
+                 limit / 2 / 64 + 10);
+        trainer *t = NULL;
+        run_state rs = {.run = r};
+        trainer_stats st = {0};
+        if (trainer_create(&(trainer_opts){.model = "mlp",
+                                           .data = "fashion_mnist",
+                                           .optimizer = "adam",
+                                           .loss = "probe",
+                                           .config = cfg,
+                                           .num_replicas = 2,
+                                           .batch_size = 64,
+                                           .epochs = 3},
+                           &t) < 0) {
+            fprintf(stderr, "bench_trainer_recovery: %s\n", ct_last_error());
+            status = 1;
+            break;
+        }
+        pthread_t th;
+        pthread_create(&th, NULL, killer, &rs);
+        int rc =
+            trainer_train(t, .max_retries = 1, .on_epoch = on_epoch, .user = &rs, .stats = &st);
+        pthread_join(th, NULL);
+        if (rc < 0 || st.retries_used != 1 || !rs.kill_ns) {
+            fprintf(stderr, "bench_trainer_recovery: run %d: rc %d retries %d: %s\n", r, rc,
+                    st.retries_used, ct_last_error());
+            status = 1;
+            trainer_shutdown(&t);
+            break;
+        }
+        startup[ok] = rs.startup_ns / 1e6;
+        recovery[ok] = (st.group_first_step_ns - rs.kill_ns) / 1e6;
+        printf("run %d: startup_ms %.1f recovery_ms %.1f (failure seen after %.1f ms)\n", r,
+               startup[ok], recovery[ok], (st.failure_seen_ns - rs.kill_ns) / 1e6);
+        fflush(stdout);
+        ok++;
+        trainer_shutdown(&t);
+    }
+    if (ok) {
+        qsort(startup, (size_t)ok, sizeof(double), cmp);
+        qsort(recovery, (size_t)ok, sizeof(double), cmp);
+        printf("ct: startup_ms %.1f recovery_ms %.1f\n", startup[ok / 2], recovery[ok / 2]);
+    }
+    ct_shutdown();
+    return status;
+}

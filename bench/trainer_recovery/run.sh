@@ -1,0 +1,43 @@
+#!/bin/sh
+# bench/trainer_recovery/run.sh — how fast training resumes after a replica is killed, and how
+# fast it starts: ct's trainer vs PyTorch 1.13 DDP (gloo, 2 CPU processes), same MLP, data and
+# batch (Fashion-MNIST, first 8192 samples, batch 64 per rank, Adam).
+#   ct:  bench_trainer_recovery: embedded cluster, 2 replicas through trainer_train; replica 1 is
+#        killed with SIGKILL mid epoch 2; recovery = kill -> first step of the new group (restored
+#        from the epoch-1 checkpoint in the object store); startup = trainer_train -> first step.
+#   ref: ref_torch.py: recovery under torchrun (the elastic agent, --max_restarts 1,
+#        --monitor_interval 0.1 instead of the default 5 s: its best case), checkpoint saved by
+#        rank 0 with torch.save each epoch and loaded from disk by the restarted workers;
+#        startup = torch.multiprocessing.spawn of 2 workers -> init_process_group -> first step.
+# Medians of RUNS (default 3) runs each. Last line: recovery, ratio = ref / ct (> 1: ct faster).
+set -eu
+BUILD=${CT_BUILD:-build}
+PY=${REF_PYTHON:-/usr/bin/python3}
+RUNS=${RUNS:-3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN="$BUILD/bin/bench_trainer_recovery"
+[ -x "$BIN" ] || { echo "trainer_recovery: $BIN not built" >&2; exit 1; }
+OUT=$(mktemp)
+TMP=$(mktemp -d)
+trap 'rm -rf "$OUT" "$TMP"' EXIT
+"$BIN" --runs "$RUNS" --limit 8192 2>/dev/null | tee -a "$OUT"
+i=0
+while [ "$i" -lt "$RUNS" ]; do
+    mkdir -p "$TMP/s$i" "$TMP/r$i"
+    "$PY" "$HERE/ref_torch.py" startup "$TMP/s$i" 2>/dev/null | sed "s/^/ref run $i: /" | tee -a "$OUT"
+    "$PY" "$HERE/ref_torch.py" recovery "$TMP/r$i" 2>/dev/null | sed "s/^/ref run $i: /" | tee -a "$OUT"
+    i=$((i + 1))
+done
+awk '
+function median(a, n,    i, j, t) {
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+/^ct: / { ct_s = $3; ct_r = $5 }
+/^ref run .*startup_ms/ { s[++ns] = $5 }
+/^ref run .*recovery_ms/ { r[++nr] = $5 }
+END {
+    ref_s = median(s, ns); ref_r = median(r, nr)
+    printf "trainer_startup: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_s, ref_s, (ct_s > 0 ? ref_s / ct_s : 0)
+    printf "trainer_recovery: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_r, ref_r, (ct_r > 0 ? ref_r / ct_r : 0)
+}' "$OUT"

@@ -1,10 +1,13 @@
 /* trainer/train/builtins.c — the creators every program has without registering them:
  * optimizers "adam", "adamw", "sgd"; losses "cross_entropy", "nll"; schedulers "steplr",
- * "multistep", "exponential", "cosine"; data "fashion_mnist". Each reads its hyper-parameters
- * from the config (keys listed in ct/trainer.h). Not here: models (the user's). */
+ * "multistep", "exponential", "cosine"; data "fashion_mnist" (decoded once per cluster and
+ * shared through the object store). Each reads its hyper-parameters from the config (keys
+ * listed in ct/trainer.h). Not here: models (the user's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
 
 #include "common/common.h"
 #include "internal.h"
@@ -133,18 +136,206 @@ static ct_sched *make_cosine(trainer_ctx *ctx, ct_optim *o)
 
 static const float fmnist_mean[] = {0.2860f}, fmnist_std[] = {0.3530f};
 
+/* ---- Fashion-MNIST, decoded once per cluster ----
+ * Inflating the gzip'd IDX files costs ~250 ms, paid by every replica a group starts (after a
+ * failure too). So the first process that decodes a split (the driver's check-run) stores the
+ * decoded bytes in the object store ("CTFM", u32 n, h, w, n labels, n*h*w pixels) and names the
+ * object in the head's KV under the file's path, size and mtime; replicas find it there and
+ * read the pixels zero-copy from their node's shard (pulled once per node). Without a store
+ * (no ct-node on this host) a process decodes for itself. The object lives until the cluster
+ * ends. Samples are x / 255.0f, as ct_dataset_open_mnist. */
+
+typedef struct fm_data {
+    ct_object_view view; /* pinned while the dataset lives, or */
+    uint8_t *own;        /* a private copy */
+    const uint8_t *labels, *pixels;
+    int64_t hw;
+} fm_data;
+
+static int fm_get(void *self, int64_t i, float *x, int64_t *label)
+{
+    fm_data *d = self;
+    const uint8_t *p = d->pixels + i * d->hw;
+    for (int64_t k = 0; k < d->hw; k++)
+        x[k] = p[k] / 255.0f;
+    *label = d->labels[i];
+    return 0;
+}
+
+static void fm_destroy(void *self)
+{
+    fm_data *d = self;
+    ct_object_release(&d->view);
+    free(d->own);
+    free(d);
+}
+
+static int fm_wrap(fm_data *d, const uint8_t *buf, size_t len, ct_dataset **out)
+{
+    uint32_t hdr[4];
+    if (len < 16 || (memcpy(hdr, buf, 16), memcmp(hdr, "CTFM", 4)))
+        return ct__error(CT_EINVAL, "fashion_mnist cache: bad object");
+    int64_t n = hdr[1], h = hdr[2], w = hdr[3];
+    if ((size_t)(16 + n + n * h * w) != len)
+        return ct__error(CT_EINVAL, "fashion_mnist cache: %zu bytes for %lld x %lld x %lld", len,
+                         (long long)n, (long long)h, (long long)w);
+    d->labels = buf + 16;
+    d->pixels = buf + 16 + n;
+    d->hw = h * w;
+    int64_t shape[3] = {1, h, w};
+    return ct_dataset_new(&(ct_dataset_ops){.get = fm_get, .destroy = fm_destroy}, d, n, 3, shape,
+                          out);
+}
+
+/* Reads a whole IDX file (gzip or raw) with its expected magic; *dims filled, data malloc'd. */
+static int idx_read(const char *path, uint32_t magic, uint32_t *dims, int ndims, uint8_t **data,
+                    size_t *len)
+{
+    gzFile f = gzopen(path, "rb");
+    if (!f)
+        return ct__error(CT_ENOENT, "fashion_mnist: cannot open %s", path);
+    unsigned char h[16];
+    int rc = 0, want = 4 + 4 * ndims;
+    *data = NULL;
+    if (gzread(f, h, (unsigned)want) != want) {
+        rc = ct__error(CT_EIO, "fashion_mnist: %s: truncated header", path);
+        goto out;
+    }
+    uint32_t m = (uint32_t)h[0] << 24 | h[1] << 16 | h[2] << 8 | h[3];
+    if (m != magic) {
+        rc = ct__error(CT_EINVAL, "fashion_mnist: %s: magic 0x%08x, expected 0x%08x", path, m,
+                       magic);
+        goto out;
+    }
+    size_t n = 1;
+    for (int i = 0; i < ndims; i++) {
+        const unsigned char *q = h + 4 + 4 * i;
+        dims[i] = (uint32_t)q[0] << 24 | q[1] << 16 | q[2] << 8 | q[3];
+        n *= dims[i];
+    }
+    if (n > ((size_t)1 << 32) || !(*data = malloc(n ? n : 1))) {
+        rc = ct__error(CT_ENOMEM, "fashion_mnist: %s: %zu bytes", path, n);
+        goto out;
+    }
+    if ((size_t)gzread(f, *data, (unsigned)n) != n) {
+        rc = ct__error(CT_EIO, "fashion_mnist: %s: data ends early", path);
+        goto out;
+    }
+    *len = n;
+out:
+    if (rc < 0) {
+        free(*data);
+        *data = NULL;
+    }
+    gzclose(f);
+    return rc;
+}
+
+/* path of a split's file, .gz preferred */
+static int split_path(const char *dir, const char *stem, char *out, size_t cap, struct stat *st)
+{
+    snprintf(out, cap, "%s/%s.gz", dir, stem);
+    if (stat(out, st) == 0)
+        return 0;
+    snprintf(out, cap, "%s/%s", dir, stem);
+    if (stat(out, st) == 0)
+        return 0;
+    return ct__error(CT_ENOENT, "fashion_mnist: no %s[.gz] in %s", stem, dir);
+}
+
+static int fm_open(const char *dir, bool train, ct_dataset **out)
+{
+    char ip[600], lp[600], key[1400];
+    struct stat si, sl;
+    const char *pre = train ? "train" : "t10k";
+    char stem[64];
+    int rc;
+    snprintf(stem, sizeof stem, "%s-images-idx3-ubyte", pre);
+    if ((rc = split_path(dir, stem, ip, sizeof ip, &si)) < 0)
+        return rc;
+    snprintf(stem, sizeof stem, "%s-labels-idx1-ubyte", pre);
+    if ((rc = split_path(dir, stem, lp, sizeof lp, &sl)) < 0)
+        return rc;
+    snprintf(key, sizeof key, "trainer/fmnist/%s/%lld.%lld/%s/%lld.%lld", ip, (long long)si.st_size,
+             (long long)si.st_mtime, lp, (long long)sl.st_size, (long long)sl.st_mtime);
+    fm_data *d = calloc(1, sizeof *d);
+    if (!d)
+        return CT_ENOMEM;
+    /* cached by another process of the cluster? */
+    void *v = NULL;
+    size_t vlen = 0;
+    ct_object_id id;
+    if (ct_kv_get(key, &v, &vlen, 0) == 0 && vlen == sizeof id) {
+        memcpy(&id, v, sizeof id);
+        if (ct_get(&id, 0, &d->view) == 0) {
+            free(v);
+            if ((rc = fm_wrap(d, d->view.data, d->view.size, out)) < 0)
+                fm_destroy(d);
+            return rc;
+        }
+    }
+    free(v);
+    /* decode */
+    uint32_t idims[3], ldims[1];
+    uint8_t *px = NULL, *lab = NULL;
+    size_t npx, nlab;
+    if ((rc = idx_read(ip, 0x00000803u, idims, 3, &px, &npx)) < 0 ||
+        (rc = idx_read(lp, 0x00000801u, ldims, 1, &lab, &nlab)) < 0)
+        goto fail;
+    if (idims[0] != ldims[0]) {
+        rc = ct__error(CT_EINVAL, "fashion_mnist: %u images but %u labels", idims[0], ldims[0]);
+        goto fail;
+    }
+    size_t len = 16 + nlab + npx;
+    uint32_t hdr[4] = {0, idims[0], idims[1], idims[2]};
+    memcpy(hdr, "CTFM", 4);
+    void *dst = NULL;
+    if (ct_object_create(len, &id, &dst) == 0) {
+        memcpy(dst, hdr, 16);
+        memcpy((char *)dst + 16, lab, nlab);
+        memcpy((char *)dst + 16 + nlab, px, npx);
+        if (ct_object_seal(&id, NULL) == 0 && ct_get(&id, 0, &d->view) == 0) {
+            ct_kv_put(key, &id, sizeof id);
+            free(px);
+            free(lab);
+            if ((rc = fm_wrap(d, d->view.data, d->view.size, out)) < 0)
+                fm_destroy(d);
+            return rc;
+        }
+        ct_object_abort(&id);
+    }
+    /* no store: a private copy */
+    if (!(d->own = malloc(len))) {
+        rc = CT_ENOMEM;
+        goto fail;
+    }
+    memcpy(d->own, hdr, 16);
+    memcpy(d->own + 16, lab, nlab);
+    memcpy(d->own + 16 + nlab, px, npx);
+    free(px);
+    free(lab);
+    if ((rc = fm_wrap(d, d->own, len, out)) < 0)
+        fm_destroy(d);
+    return rc;
+fail:
+    free(px);
+    free(lab);
+    fm_destroy(d);
+    return rc;
+}
+
 static int make_fashion_mnist(trainer_ctx *ctx, trainer_data *d)
 {
-    const char *dir = trainer_config_str(ctx, "data_dir", NULL);
+    const char *dir = trainer_config_str(ctx, "data_dir", CT_FASHION_MNIST_DIR);
     int64_t limit = trainer_config_int(ctx, "limit", 0);
     int64_t val_limit = trainer_config_int(ctx, "val_limit", 0);
     if (ctx->err[0])
         return CT_EINVAL;
     ct_dataset *train = NULL, *test = NULL;
     int rc;
-    if ((rc = ct_dataset_open_mnist(dir, true, &train)) < 0)
+    if ((rc = fm_open(dir, true, &train)) < 0)
         return rc;
-    if ((rc = ct_dataset_open_mnist(dir, false, &test)) < 0) {
+    if ((rc = fm_open(dir, false, &test)) < 0) {
         ct_dataset_destroy(&train);
         return rc;
     }

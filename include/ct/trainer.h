@@ -199,7 +199,9 @@ typedef struct trainer_stats {
 } trainer_stats;
 
 #define TRAINER_CHECKPOINT_AUTO 0 /* rank 0 writes one at the end of every epoch */
-#define TRAINER_CHECKPOINT_NONE 1 /* none: a failure restarts from the last restored one or 0 */
+#define TRAINER_CHECKPOINT_NONE                                                                    \
+    1 /* only after the last epoch: a failure restarts from the                                    \
+         last checkpoint (restored or earlier), else from epoch 0 */
 
 /* Called by the driver after every epoch with the stats (borrowed); a negative return stops
  * training with that code. */

@@ -357,8 +357,11 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
  * checkpoints off, or to undo nothing: the state is already the checkpoint's). */
 static int rewind_to_checkpoint(trainer *t)
 {
-    if (!t->has_ckpt)
-        return 0; /* replicas start from the creators' state, as the driver's own */
+    if (!t->has_ckpt) { /* replicas start over from the creators' state, as the driver's own */
+        t->local.epoch = 0;
+        t->local.step = 0;
+        return 0;
+    }
     ct_object_view v = {0};
     int rc = ct_get(&t->ckpt, 30000, &v);
     if (rc < 0)
@@ -551,7 +554,10 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
             break;
         why[0] = 0;
         int64_t epoch = t->local.epoch;
-        rc = run_epoch(t, epoch, o->checkpoint == TRAINER_CHECKPOINT_AUTO, why, sizeof why);
+        /* with checkpoints off, still one after the last epoch: the driver's model and
+         * trainer_save then hold the trained weights */
+        bool ckpt = o->checkpoint == TRAINER_CHECKPOINT_AUTO || epoch + 1 == epochs;
+        rc = run_epoch(t, epoch, ckpt, why, sizeof why);
         if (rc < 0) {
             if ((rc = spend_retry(t, max_retries, why)) < 0)
                 break;

@@ -1,5 +1,6 @@
 /* tests/trainer/test_determinism.c — recovery from a killed replica is exact.
- * Trains 3 epochs of a small MLP with 2 replicas undisturbed; then again with replica 1
+ * Trains 3 epochs of a small MLP (argument "cnn": a small CNN with BatchNorm and Dropout) with
+ * 2 replicas undisturbed; then again with replica 1
  * stopped in the middle of epoch 2 (the probe loss parks it at its 22nd step and puts its pid
  * in the KV) and killed by this test with SIGKILL, by pid (checked against the trainer's
  * replica pid). Training must complete with retries_used == 1, the group restarted from the
@@ -12,12 +13,14 @@
 
 #define CFG "limit=2048,val_limit=500,lr=2e-3,step_size=1,gamma=0.5,probe_step=%d"
 
+static const char *model = "mlp";
+
 static trainer *make(int probe_step)
 {
     char cfg[200];
     snprintf(cfg, sizeof cfg, CFG, probe_step);
     trainer *t = NULL;
-    if (trainer_create(&(trainer_opts){.model = "mlp",
+    if (trainer_create(&(trainer_opts){.model = model,
                                        .data = "fashion_mnist",
                                        .optimizer = "adam",
                                        .loss = "probe",
@@ -60,8 +63,10 @@ static void *kill_probe(void *arg)
     return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        model = argv[1];
     tt_register();
     ct_serve_if_worker();
     h_init();

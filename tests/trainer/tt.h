@@ -21,6 +21,18 @@ __attribute__((unused)) static ct_module *tt_mlp(trainer_ctx *ctx)
                          ct_nn_linear_new(64, 10, true));
 }
 
+/* A small CNN with BatchNorm (blocked oneDNN layout: 16 channels) and Dropout, so that
+ * buffers and random draws are part of what must survive a restart. */
+__attribute__((unused)) static ct_module *tt_cnn(trainer_ctx *ctx)
+{
+    (void)ctx;
+    ct_conv_opts p1 = {.padding = {1, 1}};
+    return CT_SEQUENTIAL(ct_nn_conv2d_new(1, 16, 3, &p1, true), ct_nn_batchnorm2d_new(16),
+                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0), ct_nn_flatten_new(),
+                         ct_nn_linear_new(16 * 14 * 14, 32, true), ct_nn_relu_new(),
+                         ct_nn_dropout_new(0.25f), ct_nn_linear_new(32, 10, true));
+}
+
 /* The probe loss: cross entropy that counts this process's calls. Config keys:
  *   probe_step  (0: off) the step (1-based, counted in this replica process) at which
  *   probe_rank  (1) this rank acts, only when
@@ -63,10 +75,11 @@ __attribute__((unused)) static trainer_loss_fn tt_probe_creator(trainer_ctx *ctx
     return tt_probe_loss;
 }
 
-/* Registers the test creators ("mlp" model, "probe" loss). Call first thing in main. */
+/* Registers the test creators ("mlp" and "cnn" models, "probe" loss). Call first in main. */
 __attribute__((unused)) static void tt_register(void)
 {
     trainer_register_model("mlp", tt_mlp);
+    trainer_register_model("cnn", tt_cnn);
     trainer_register_loss("probe", tt_probe_creator);
 }
 

@@ -2,7 +2,8 @@
  * it, and starts nothing: an unknown creator name, a missing required option, a config key no
  * creator reads, a value that does not parse, a malformed pair, a creator that fails, use_gpu
  * without a CUDA backend, a name registered twice, NULL arguments. After each, *out is NULL
- * and every CPU of the embedded cluster is still free. */
+ * and every CPU of the embedded cluster is still free. Last, the good options work, with a
+ * user-written data creator and an initialization hook that runs in every replica. */
 #include "tt.h"
 
 /* OPTS(...) overrides defaults with designated initializers, on purpose */
@@ -81,6 +82,32 @@ int main(void)
     CHECK(t && trainer_get_model(t));
     trainer_shutdown(&t);
     CHECK(t == NULL);
+
+    /* a user-written data creator and an initialization hook, run in every replica first */
+    CHECK_OK(trainer_create(OPTS(.data = "synthetic", .config = "n=1000,lr=1e-3", .epochs = 2,
+                                 .batch_size = 32, .initialization_hook = "tt_hook"),
+                            &t));
+    CHECK_EQ_INT(tt_hook_runs, 1); /* the driver's check-run */
+    trainer_stats st = {0};
+    if (t) {
+        CHECK_OK(trainer_train(t, .validate_every_epoch = true, .stats = &st));
+        CHECK_EQ_INT(st.epoch, 2);
+        CHECK_EQ_INT(st.val_samples, 200);
+        CHECK(st.val_accuracy > 0.9);
+        printf("synthetic: val_accuracy %.3f train_loss %.4f\n", st.val_accuracy, st.train_loss);
+        for (int r = 0; r < 2; r++) {
+            char key[32];
+            void *v = NULL;
+            size_t n = 0;
+            trainer_replica_info info;
+            snprintf(key, sizeof key, "tt/hook/%d", r);
+            CHECK_OK(ct_kv_get(key, &v, &n, 1000));
+            CHECK_OK(trainer_replica_info_get(t, r, &info));
+            CHECK_EQ_INT(v ? atoi(v) : -1, info.pid);
+            free(v);
+        }
+    }
+    trainer_shutdown(&t);
     ct_shutdown();
     if (h_failures)
         fprintf(stderr, "test_bad_input: %d failure(s)\n", h_failures);

@@ -75,11 +75,60 @@ __attribute__((unused)) static trainer_loss_fn tt_probe_creator(trainer_ctx *ctx
     return tt_probe_loss;
 }
 
+/* The initialization hook: counts its runs in this process; in a replica it also leaves
+ * "tt/hook/<rank>" = its pid in the KV. */
+static int tt_hook_runs;
+__attribute__((unused)) static int tt_hook(trainer_ctx *ctx)
+{
+    tt_hook_runs++;
+    if (!trainer_ctx_is_driver(ctx)) {
+        char key[32], pid[32];
+        snprintf(key, sizeof key, "tt/hook/%d", trainer_ctx_rank(ctx));
+        snprintf(pid, sizeof pid, "%d", (int)getpid());
+        return ct_kv_put(key, pid, strlen(pid) + 1);
+    }
+    return 0;
+}
+
+/* "synthetic" data: 10 well-separated Gaussian blobs in 784 dimensions (n = config "n", 1000),
+ * 20% of them as validation; a user-written data creator. */
+static uint64_t tt_rng(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 11;
+}
+__attribute__((unused)) static int tt_synthetic(trainer_ctx *ctx, trainer_data *d)
+{
+    int64_t n = trainer_config_int(ctx, "n", 1000), f = 784;
+    float *x = malloc(sizeof(float) * (size_t)(n * f));
+    int64_t *y = malloc(sizeof(int64_t) * (size_t)n);
+    uint64_t s = 42;
+    int rc = x && y ? 0 : CT_ENOMEM;
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
+        y[i] = (int64_t)(tt_rng(&s) % 10);
+        for (int64_t k = 0; k < f; k++)
+            x[i * f + k] =
+                (float)((tt_rng(&s) % 1000) / 1000.0 - 0.5) + (k % 10 == y[i] ? 2.0f : 0.0f);
+    }
+    int64_t shape[1] = {f}, nv = n / 5;
+    if (rc == 0)
+        rc = ct_dataset_from_f32(x, y, n, 1, shape, &d->keep[0]);
+    if (rc == 0)
+        rc = ct_dataset_subset(d->keep[0], 0, n - nv, &d->train);
+    if (rc == 0)
+        rc = ct_dataset_subset(d->keep[0], n - nv, nv, &d->val);
+    free(x);
+    free(y);
+    return rc;
+}
+
 /* Registers the test creators ("mlp" and "cnn" models, "probe" loss). Call first in main. */
 __attribute__((unused)) static void tt_register(void)
 {
     trainer_register_model("mlp", tt_mlp);
     trainer_register_model("cnn", tt_cnn);
+    trainer_register_hook("tt_hook", tt_hook);
+    trainer_register_data("synthetic", tt_synthetic);
     trainer_register_loss("probe", tt_probe_creator);
 }
 

@@ -31,7 +31,7 @@
  * replica starts at, and the user config, a "key=value,key=value" string read with
  * trainer_config_*). Built-ins: optimizer "adam", "adamw", "sgd"; loss "cross_entropy", "nll";
  * scheduler "steplr", "multistep", "exponential", "cosine"; data "fashion_mnist". The keys each
- * built-in reads are listed at trainer_register_builtins below.
+ * built-in reads are listed after the trainer_register_* functions below.
  *
  * How it runs. trainer_create runs every creator once in the driver (checks names, config and
  * shapes before anything is started; the driver's copy of the model is what trainer_get_model
@@ -149,8 +149,10 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  *   scheduler "steplr": step_size [1], gamma [0.1]; "multistep": milestones ["" e.g. "5:10"],
  *             gamma [0.1]; "exponential": gamma [0.9]; "cosine": t_max [epochs], eta_min [0]
  *   data "fashion_mnist": data_dir [CT_FASHION_MNIST_DIR], limit [all 60000 training samples],
- *             val_limit [all 10000 test samples]; pixels normalised (mean 0.2860, std 0.3530)
- * They are registered on first use; registering the same name yourself first overrides one. */
+ *             val_limit [all 10000 test samples]; pixels normalised (mean 0.2860, std 0.3530).
+ *             Decoded once per cluster (by the driver's check-run) and shared through the
+ *             object store, so a replica starts without inflating the files again.
+ * They need no registration; a name you register yourself is found first (it overrides). */
 
 /* ---- the trainer ---- */
 

@@ -200,8 +200,11 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
             dead_before[i] = ct_actor_is_dead(t->actors[i]);
         ct_actor_kill(t->actors[i]);
     }
+    int64_t t0 = mono_ns();
     if (got && evs)
         wait_deaths(t, evs, got, 10000);
+    CT_LOG(CT_LOG_DEBUG, "trainer", "group ended: deaths reported in %.1f ms",
+           (mono_ns() - t0) / 1e6);
     if (why) {
         int first = -1;
         for (int i = 0; i < t->world && first < 0; i++)
@@ -294,7 +297,9 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
         return ct__error(CT_ENOMEM, "trainer: out of memory");
     t->world = n;
     ct_resources res = {.cpu = t->cpus, .strategy = t->placement, .timeout_ms = timeout_ms};
+    int64_t t0 = mono_ns();
     rc = ct_actor_create_many(TR_REPLICA_CLASS, &res, &t->spec, sizeof t->spec, n, t->actors);
+    int64_t t1 = mono_ns();
     if (rc < 0) {
         snprintf(msg, sizeof msg, "starting %d replicas: %s: %s", n, ct_strerror(rc),
                  ct_last_error());
@@ -321,8 +326,10 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
     free(sa);
     t->group_fresh = true;
     t->stats.replicas = n;
-    CT_LOG(CT_LOG_INFO, "trainer", "group %s: %d replicas from epoch %lld (%s)", group, n,
-           (long long)t->local.epoch, t->has_ckpt ? "checkpoint" : "initial state");
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "group %s: %d replicas from epoch %lld (%s): created in %.1f ms, set up in %.1f ms",
+           group, n, (long long)t->local.epoch, t->has_ckpt ? "checkpoint" : "initial state",
+           (t1 - t0) / 1e6, (mono_ns() - t1) / 1e6);
     return 0;
 fail:
     free(sa);

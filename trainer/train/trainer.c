@@ -255,8 +255,8 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
     int rc = f ? 0 : CT_ENOMEM;
     *failed = -1;
     for (int i = 0; i < t->world && rc == 0; i++) {
-        rc = ct_actor_call_async(t->actors[i], method, (const char *)args + (size_t)i * stride, len,
-                                 &f[i]);
+        const void *a = args ? (const char *)args + (size_t)i * stride : NULL;
+        rc = ct_actor_call_async(t->actors[i], method, a, len, &f[i]);
         if (rc < 0) {
             *failed = i;
             snprintf(msg, msgcap, "%s", ct_last_error());

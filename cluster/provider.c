@@ -125,6 +125,17 @@ int ct__cluster_start_script(char *buf, size_t cap, const char *log_path, const 
         rc = cat(inner, sizeof inner, "exec %s\n", default_cmd);
     }
     buf[0] = 0;
+    /* the last run's log moves aside first: the wait for "listening on" must not read it */
+    if (!rc)
+        rc = cat(buf, cap, "mv -f ");
+    if (!rc)
+        rc = shell_path(buf, cap, log_path);
+    if (!rc)
+        rc = cat(buf, cap, " ");
+    if (!rc)
+        rc = shell_path(buf, cap, log_path);
+    if (!rc)
+        rc = cat(buf, cap, ".1 2>/dev/null; ");
     if (!rc)
         rc = cat(buf, cap, "%snohup setsid sh -c ", env_assign ? env_assign : "");
     if (!rc)
@@ -332,11 +343,14 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         (rc = cat(cmd, sizeof cmd, "/ct-head %s", head_args)))
         return rc;
     ct_cluster_proc *hp = &st->procs[st->n_procs];
+    memset(hp, 0, sizeof *hp);
     fprintf(stderr, "ctup: starting the head on %s\n", cfg->head_ip);
-    if ((rc = start_daemon(cfg, cfg->head_ip, "head", env, cfg->head_start, cfg->n_head_start, cmd,
-                           hp, listen, sizeof listen)))
+    rc = start_daemon(cfg, cfg->head_ip, "head", env, cfg->head_start, cfg->n_head_start, cmd, hp,
+                      listen, sizeof listen);
+    if (hp->pid > 0) /* started, even if it then failed: it is ctup's to stop */
+        st->n_procs++;
+    if (rc)
         return rc;
-    st->n_procs++;
     /* the head may print its bind address (0.0.0.0): others reach it at head_ip */
     const char *colon = strrchr(listen, ':');
     int port = colon ? atoi(colon + 1) : 0;
@@ -386,10 +400,13 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
             (rc = cat(cmd, sizeof cmd, "/ct-node --head %s%s", st->address, args)))
             goto out;
         fprintf(stderr, "ctup: starting %s on %s:%s\n", role, n->host, args);
-        if ((rc = start_daemon(cfg, n->host, role, env, cfg->worker_start, cfg->n_worker_start, cmd,
-                               &st->procs[st->n_procs], NULL, 0)))
+        memset(&st->procs[st->n_procs], 0, sizeof st->procs[0]);
+        rc = start_daemon(cfg, n->host, role, env, cfg->worker_start, cfg->n_worker_start, cmd,
+                          &st->procs[st->n_procs], NULL, 0);
+        if (st->procs[st->n_procs].pid > 0)
+            st->n_procs++;
+        if (rc)
             goto out;
-        st->n_procs++;
         if ((rc = ct_cluster_state_write(st)))
             goto out;
     }

@@ -124,6 +124,41 @@ int main(void)
     snprintf(want, sizeof want, "%s-bad", name);
     CHECK_EQ_INT(ct_cluster_state_read(want, &st2), CT_ENOENT);
 
+    /* a head that never says "listening on" is stopped when up gives up on it */
+    snprintf(yaml, sizeof yaml,
+             "cluster_name: %s-mute\n"
+             "provider: {type: local, num_workers: 1}\n"
+             "head_start_commands: ['echo preparing', 'sleep 30']\n"
+             "ct: {start_timeout_s: 1}\n",
+             name);
+    const char *mute = t_write("mute.yaml", yaml);
+    t_ctup(&out, "up %s", mute);
+    hp = out ? strstr(out, "head on 127.0.0.1 (pid ") : NULL;
+    head_pid = hp ? atoi(hp + 23) : 0;
+    if (head_pid > 0 && t_nextra < 32)
+        t_extra[t_nextra++] = head_pid;
+    if (head_pid <= 0 || !strstr(hp, "did not print 'listening on' within 1 s") ||
+        !strstr(out, "head.log says:\npreparing\n") || !strstr(out, ") stopped")) {
+        fprintf(stderr, "mute head: output:\n%s\n", out ? out : "");
+        h_failures++;
+    }
+    free(out);
+    if (head_pid > 0)
+        CHECK(h_wait_gone(head_pid, 3000));
+
+    /* a state whose processes all died (a reboot, kill -9) does not block the next up */
+    const char *once = t_write("once.yaml", "cluster_name: once\n"
+                                            "provider: {type: local, num_workers: 1}\n");
+    T_EXPECT(0, NEEDLES("cluster 'once' is up"), "up %s", once);
+    CHECK_OK(ct_cluster_state_read("once", &st2));
+    for (int i = 0; i < st2.n_procs; i++) {
+        kill(st2.procs[i].pid, SIGKILL);
+        CHECK(h_wait_gone(st2.procs[i].pid, 2000));
+    }
+    T_EXPECT(0, NEEDLES("no process of its last start runs; starting anew", "cluster 'once' is up"),
+             "up %s", once);
+    T_EXPECT(0, NEEDLES("is down (2 of 2 processes"), "down %s", once);
+
     /* configuration mistakes: exit 2, file:line:col */
     const char *typo = t_write("typo.yaml", "cluster_name: x\nprovdier:\n  type: local\n");
     snprintf(want, sizeof want, "%s:2:1: unknown key 'provdier' (did you mean 'provider'?)", typo);

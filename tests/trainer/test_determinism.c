@@ -6,7 +6,8 @@
  * replica pid). Training must complete with retries_used == 1, the group restarted from the
  * epoch-1 checkpoint with the same world size, and the final weights must be bit-identical to
  * the undisturbed run's (same data order from seed + epoch, dropout reseeded per epoch, the
- * optimizer and scheduler state restored exactly). */
+ * optimizer and scheduler state restored exactly). Last, the same kill with checkpoints off:
+ * the group starts over from epoch 0 and still ends with the same weights. */
 #include "tt.h"
 
 #include <pthread.h>
@@ -52,6 +53,7 @@ static void *kill_probe(void *arg)
     }
     int pid = atoi(v);
     free(v);
+    ct_kv_del("tt/probe"); /* the next run's probe writes it anew */
     trainer_replica_info info;
     if (trainer_replica_info_get(k->t, 1, &info) == 0)
         k->replica_pid = info.pid;
@@ -124,6 +126,26 @@ int main(int argc, char **argv)
         printf("kill -> failure seen %.1f ms, -> first step of the new group %.1f ms\n",
                (st2.failure_seen_ns - k.kill_ns) / 1e6,
                (st2.group_first_step_ns - k.kill_ns) / 1e6);
+    trainer_shutdown(&t);
+
+    /* checkpoints off: the same kill restarts from epoch 0, and still ends bit-identical */
+    t = make(16 + 6);
+    CHECK(t != NULL);
+    if (!t)
+        goto out;
+    killer k2 = {.t = t};
+    trainer_stats st3 = {0};
+    pthread_create(&th, NULL, kill_probe, &k2);
+    CHECK_OK(
+        trainer_train(t, .max_retries = 1, .checkpoint = TRAINER_CHECKPOINT_NONE, .stats = &st3));
+    pthread_join(th, NULL);
+    CHECK(k2.killed_pid > 0);
+    CHECK_EQ_INT(st3.retries_used, 1);
+    CHECK_EQ_INT(st3.epoch, 3);
+    CHECK_EQ_INT(st3.steps, st1.steps);
+    free(w2);
+    w2 = tt_weights(trainer_get_model(t), &n2);
+    CHECK(w1 && w2 && n1 == n2 && memcmp(w1, w2, sizeof(float) * (size_t)n1) == 0);
     trainer_shutdown(&t);
 out:
     free(w1);

@@ -124,6 +124,9 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st);
 int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, int *n_stopped);
 /* 1 when the recorded process still runs (same pid, same start time), 0 when not, < 0 error. */
 int ct_cluster_proc_alive(const ct_cluster_config *cfg, const ct_cluster_proc *p);
+/* The last `lines` lines of p's log on its host, into out ("" when there is none). */
+int ct_cluster_log_tail(const ct_cluster_config *cfg, const ct_cluster_proc *p, int lines,
+                        char *out, size_t cap);
 /* Runs a shell command line on the head's host with CT_ADDRESS=address; returns its exit
  * status (0-255, 128+signal) or < 0. */
 int ct_cluster_exec_on_head(const ct_cluster_config *cfg, const char *address, const char *cmd);

@@ -193,12 +193,16 @@ static int wait_registered(const ct_cluster_config *cfg, const ct_cluster_state 
         if (now >= next_check) {
             next_check = now + 1000;
             for (int i = 0; i < st->n_procs; i++)
-                if (ct_cluster_proc_alive(cfg, &st->procs[i]) == 0)
+                if (ct_cluster_proc_alive(cfg, &st->procs[i]) == 0) {
+                    char tail[2048], dir[4096] = "";
+                    ct_cluster_log_tail(cfg, &st->procs[i], 5, tail, sizeof tail);
+                    ct__cluster_remote_log_dir(cfg, dir, sizeof dir);
                     return ct__error(CT_EDEAD,
-                                     "%s (pid %d on %s) exited during start; see its "
-                                     "log (%s.log)",
+                                     "%s (pid %d on %s) exited during start; %s/%s.log "
+                                     "says:\n%s",
                                      st->procs[i].role, (int)st->procs[i].pid, st->procs[i].host,
-                                     st->procs[i].role);
+                                     dir, st->procs[i].role, tail);
+                }
         }
         if (now >= deadline)
             return ct__error(CT_ETIMEDOUT,
@@ -328,8 +332,20 @@ static int cmd_status(int argc, char **argv)
             return rc;
         printf("cluster '%s' (%s provider, %d processes started by ctup)\n", cfg->cluster_name,
                st.provider, st.n_procs);
+        rc = status_at(st.address, timeout);
+        if (rc) { /* no head: say what still runs of what ctup started */
+            printf("%-10s %-16s %-8s %s\n", "PROCESS", "HOST", "PID", "STATE");
+            for (int i = 0; i < st.n_procs; i++) {
+                int alive = ct_cluster_proc_alive(cfg, &st.procs[i]);
+                printf("%-10s %-16s %-8d %s\n", st.procs[i].role, st.procs[i].host,
+                       (int)st.procs[i].pid,
+                       alive == 1   ? "running"
+                       : alive == 0 ? "gone"
+                                    : "?");
+            }
+        }
         ct_cluster_config_destroy(&cfg);
-        return status_at(st.address, timeout);
+        return rc;
     }
     if (!addr || !strchr(addr, ':')) {
         fprintf(stderr, "ctup status: --address H:P is required (or CT_ADDRESS, or a "
@@ -415,6 +431,7 @@ static int cmd_exec(int argc, char **argv)
 int main(int argc, char **argv)
 {
     ct__log_init();
+    ct__log_set_who("ctup");
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

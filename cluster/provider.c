@@ -520,3 +520,21 @@ int ct__cluster_remote_log_dir(const ct_cluster_config *cfg, char *out, size_t c
     }
     return ct_cluster_log_dir(cfg->cluster_name, out, cap);
 }
+
+int ct_cluster_log_tail(const ct_cluster_config *cfg, const ct_cluster_proc *p, int lines,
+                        char *out, size_t cap)
+{
+    char dir[4096], script[8400];
+    out[0] = 0;
+    int rc = ct__cluster_remote_log_dir(cfg, dir, sizeof dir);
+    if (rc)
+        return rc;
+    snprintf(script, sizeof script, "tail -n %d ", lines);
+    char log[4400];
+    snprintf(log, sizeof log, "%s/%s.log", dir, p->role);
+    if ((rc = shell_path(script, sizeof script, log)) ||
+        (rc = cat(script, sizeof script, " 2>/dev/null")))
+        return rc;
+    rc = run_on(cfg, p->host, script, out, cap);
+    return rc < 0 ? rc : 0;
+}

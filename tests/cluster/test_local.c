@@ -113,8 +113,9 @@ int main(void)
     if (head_pid > 0 && t_nextra < 32)
         t_extra[t_nextra++] = head_pid;
     if (!out || !strstr(out, "ctup: up failed: node-1 (pid") ||
-        !strstr(out, "exited during start") || !strstr(out, "stopping what was started") ||
-        head_pid <= 0 || !strstr(hp, ") stopped")) {
+        !strstr(out, "exited during start; ") ||
+        !strstr(out, "node-1.log says:\nct-node: unknown argument '--bogus'") ||
+        !strstr(out, "stopping what was started") || head_pid <= 0 || !strstr(hp, ") stopped")) {
         fprintf(stderr, "failed up: output:\n%s\n", out ? out : "");
         h_failures++;
     }
@@ -155,6 +156,9 @@ int main(void)
         kill(st2.procs[i].pid, SIGKILL);
         CHECK(h_wait_gone(st2.procs[i].pid, 2000));
     }
+    snprintf(want, sizeof want, "head       127.0.0.1        %-8d gone", (int)st2.procs[0].pid);
+    T_EXPECT(1, NEEDLES("no answer from a head at", "PROCESS    HOST", want),
+             "status %s --timeout-ms 300", once);
     T_EXPECT(0, NEEDLES("no process of its last start runs; starting anew", "cluster 'once' is up"),
              "up %s", once);
     T_EXPECT(0, NEEDLES("is down (2 of 2 processes"), "down %s", once);

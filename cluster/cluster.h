@@ -112,6 +112,12 @@ int ct_cluster_state_read(const char *cluster_name, ct_cluster_state *st);
 int ct_cluster_state_write(const ct_cluster_state *st);
 int ct_cluster_state_remove(const char *cluster_name);
 
+/* Takes <state dir>/<name>.lock (flock, not blocking) for the length of an up or down, so
+ * two ctups cannot start or stop the same cluster at once: CT_EBUSY when another holds it.
+ * *fd is the descriptor to hand to ct_cluster_unlock (the lock also ends with the process). */
+int ct_cluster_lock(const char *cluster_name, int *fd);
+void ct_cluster_unlock(int *fd);
+
 /* ---- providers: start/stop processes; they print progress to stderr (ctup is the CLI) ---- */
 
 /* Runs setup commands and starts the head then every node, appending each process to st and

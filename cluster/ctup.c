@@ -219,9 +219,16 @@ static int cmd_up(const char *path)
     ct_cluster_state st;
     bool have;
     int64_t t0 = ct__now_ms();
-    int rc = load(path, &cfg, &st, false, &have);
+    int rc = load(path, &cfg, &st, false, &have), lock = -1;
     if (rc)
         return rc;
+    if (ct_cluster_lock(cfg->cluster_name, &lock)) {
+        fprintf(stderr, "ctup: %s\n", ct_last_error());
+        ct_cluster_config_destroy(&cfg);
+        return 1;
+    }
+    /* read again under the lock: another up may have finished meanwhile */
+    have = ct_cluster_state_read(cfg->cluster_name, &st) == 0;
     if (have) {
         int alive = 0;
         for (int i = 0; i < st.n_procs; i++)
@@ -234,6 +241,7 @@ static int cmd_up(const char *path)
                             (int)st.procs[i].pid, st.procs[i].host, path);
             }
         if (alive) {
+            ct_cluster_unlock(&lock);
             ct_cluster_config_destroy(&cfg);
             return 1;
         }
@@ -255,9 +263,11 @@ static int cmd_up(const char *path)
             ct_cluster_stop(cfg, &st, &n);
         }
         ct_cluster_state_remove(cfg->cluster_name);
+        ct_cluster_unlock(&lock);
         ct_cluster_config_destroy(&cfg);
         return 1;
     }
+    ct_cluster_unlock(&lock);
     char logs[4096] = "";
     if (cfg->provider == CT_PROVIDER_LOCAL)
         ct_cluster_log_dir(cfg->cluster_name, logs, sizeof logs);
@@ -277,9 +287,15 @@ static int cmd_down(const char *path)
     ct_cluster_config *cfg = NULL;
     ct_cluster_state st;
     bool have;
-    int rc = load(path, &cfg, &st, false, &have);
+    int rc = load(path, &cfg, &st, false, &have), lock = -1;
     if (rc)
         return rc;
+    if (ct_cluster_lock(cfg->cluster_name, &lock)) {
+        fprintf(stderr, "ctup: %s\n", ct_last_error());
+        ct_cluster_config_destroy(&cfg);
+        return 1;
+    }
+    have = ct_cluster_state_read(cfg->cluster_name, &st) == 0;
     if (!have) {
         printf("cluster '%s' is not running (no state): nothing to stop\n", cfg->cluster_name);
         ct_cluster_config_destroy(&cfg);

@@ -14,6 +14,8 @@
  * Not in here: starting or stopping anything (provider*.c). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,4 +178,34 @@ int ct_cluster_state_remove(const char *cluster_name)
     if (unlink(path) && errno != ENOENT)
         return ct__error(-errno, "cannot remove %s: %s", path, strerror(errno));
     return 0;
+}
+
+int ct_cluster_lock(const char *cluster_name, int *fd)
+{
+    char dir[3800], path[4096];
+    *fd = -1;
+    int rc = ct_cluster_state_dir(dir, sizeof dir);
+    if (rc)
+        return rc;
+    snprintf(path, sizeof path, "%s/%s.lock", dir, cluster_name);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (f < 0)
+        return ct__error(-errno, "%s: %s", path, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        rc = errno == EWOULDBLOCK
+                 ? ct__error(CT_EBUSY, "another ctup is starting or stopping cluster '%s' (%s)",
+                             cluster_name, path)
+                 : ct__error(-errno, "flock %s: %s", path, strerror(errno));
+        close(f);
+        return rc;
+    }
+    *fd = f;
+    return 0;
+}
+
+void ct_cluster_unlock(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd); /* closing drops the flock; the file stays (removing it would race) */
+    *fd = -1;
 }

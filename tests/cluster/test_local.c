@@ -163,6 +163,15 @@ int main(void)
              "up %s", once);
     T_EXPECT(0, NEEDLES("is down (2 of 2 processes"), "down %s", once);
 
+    /* two ctups never start or stop one cluster at once */
+    int lock = -1;
+    CHECK_OK(ct_cluster_lock("once", &lock));
+    T_EXPECT(1, NEEDLES("another ctup is starting or stopping cluster 'once'"), "up %s", once);
+    T_EXPECT(1, NEEDLES("another ctup is starting or stopping cluster 'once'"), "down %s", once);
+    ct_cluster_unlock(&lock);
+    CHECK_EQ_INT(lock, -1);
+    T_EXPECT(0, NEEDLES("nothing to stop"), "down %s", once);
+
     /* configuration mistakes: exit 2, file:line:col */
     const char *typo = t_write("typo.yaml", "cluster_name: x\nprovdier:\n  type: local\n");
     snprintf(want, sizeof want, "%s:2:1: unknown key 'provdier' (did you mean 'provider'?)", typo);

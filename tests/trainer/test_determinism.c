@@ -92,6 +92,7 @@ int main(int argc, char **argv)
     CHECK(t != NULL);
     if (!t)
         goto out;
+    ct_kv_put("tt/probe/armed", "1", 1);
     killer k = {.t = t};
     pthread_t th;
     pthread_create(&th, NULL, kill_probe, &k);
@@ -133,6 +134,7 @@ int main(int argc, char **argv)
     CHECK(t != NULL);
     if (!t)
         goto out;
+    ct_kv_put("tt/probe/armed", "1", 1);
     killer k2 = {.t = t};
     trainer_stats st3 = {0};
     pthread_create(&th, NULL, kill_probe, &k2);

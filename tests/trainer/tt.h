@@ -37,7 +37,9 @@ __attribute__((unused)) static ct_module *tt_cnn(trainer_ctx *ctx)
  *   probe_step  (0: off) the step (1-based, counted in this replica process) at which
  *   probe_rank  (1) this rank acts, only when
  *   probe_epoch0 (1: only in a group that started at epoch 0; 0: in every group), by
- *   probe_action ("wait": put its pid under KV key "tt/probe" and sleep until killed;
+ *   probe_action ("wait": once per arming (the test puts KV key "tt/probe/armed"; the probe
+ *                 takes it, so a group restarted from the same epoch does not wait again),
+ *                 put its pid under KV key "tt/probe" and sleep until killed;
  *                 "die": put its pid under "tt/probe/<pid>" and SIGKILL itself). */
 static int64_t tt_probe_step, tt_calls;
 static int tt_probe_action; /* 1 wait, 2 die */
@@ -48,6 +50,8 @@ __attribute__((unused)) static ct_tensor *tt_probe_loss(ct_tensor *out, ct_tenso
         char pid[32], key[64];
         snprintf(pid, sizeof pid, "%d", (int)getpid());
         if (tt_probe_action == 1) {
+            if (ct_kv_del("tt/probe/armed") != 0)
+                return ct_nn_cross_entropy(out, target, 0.0f); /* fired already */
             ct_kv_put("tt/probe", pid, strlen(pid) + 1);
             for (int i = 0; i < 300; i++)
                 usleep(100000); /* until killed (30 s at most) */

@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -539,6 +541,11 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     char why[512];
     char cached[512];
     const char *exe = s->exe_path ? s->exe_path : "";
+    /* Test hook: a main loop busy this long per start (as a slow code fetch would keep it);
+     * the liveness thread must keep the node alive meanwhile. */
+    const char *stall = getenv("CT_NODE_TEST_STALL_MS");
+    if (stall && atoi(stall) > 0)
+        usleep((useconds_t)atoi(stall) * 1000);
     if (s->exe_object_id.len) {
         /* code shipping: run the node's cached copy of the driver's executable */
         rc = ct__objnode_exe(s->exe_object_id.data, s->exe_object_id.len, s->exe_holders,
@@ -763,6 +770,51 @@ static void heartbeat(nodest *n)
     send_head(n, &e);
 }
 
+/* The liveness thread: heartbeats the head from a socket of its own every hb_ms, so that a
+ * main loop busy for a while (fetching the shipped executable, forking a zygote, a machine
+ * starved of CPU) does not get the node declared dead. The main loop heartbeats too, which
+ * keeps the head's route to it. Ends when live_stop[1] is closed. */
+typedef struct liveness {
+    void *ctx;
+    char head[128], id[32];
+    int hb_ms;
+    int stop_fd;
+} liveness;
+
+static void *liveness_main(void *arg)
+{
+    liveness *l = arg;
+    ct__log_set_who("node");
+    void *s = zmq_socket(l->ctx, ZMQ_DEALER);
+    if (!s)
+        return NULL;
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    char ep[160];
+    snprintf(ep, sizeof ep, "tcp://%s", l->head);
+    zmq_connect(s, ep);
+    for (;;) {
+        Ct__Envelope e;
+        Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+        ct__env_init(&e, 0, l->id, 0);
+        hb.node_id = l->id;
+        hb.liveness_only = 1;
+        e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+        e.heartbeat = &hb;
+        ct__msg_send(s, NULL, &e, ZMQ_DONTWAIT);
+        zmq_msg_t m; /* replies (errors only) are the main loop's business: drop them */
+        zmq_msg_init(&m);
+        while (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) >= 0)
+            ;
+        zmq_msg_close(&m);
+        struct pollfd p = {l->stop_fd, POLLIN, 0};
+        if (poll(&p, 1, l->hb_ms) != 0)
+            break;
+    }
+    zmq_close(s);
+    return NULL;
+}
+
 static int do_register(nodest *n, int *hb_ms)
 {
     const ct_node_opts *o = n->o;
@@ -899,6 +951,18 @@ int ct__node_run(const ct_node_opts *o)
         if (write(o->ready_fd, line, len) != len)
             CT_LOG(CT_LOG_WARN, "node", "cannot report readiness");
     }
+    liveness live = {.ctx = n.ctx, .hb_ms = hb_ms, .stop_fd = -1};
+    snprintf(live.head, sizeof live.head, "%s", n.head);
+    snprintf(live.id, sizeof live.id, "%s", n.id);
+    int live_stop[2] = {-1, -1};
+    pthread_t live_th;
+    bool live_on = false;
+    if (pipe(live_stop) == 0) {
+        fcntl(live_stop[0], F_SETFD, FD_CLOEXEC);
+        fcntl(live_stop[1], F_SETFD, FD_CLOEXEC);
+        live.stop_fd = live_stop[0];
+        live_on = pthread_create(&live_th, NULL, liveness_main, &live) == 0;
+    }
     int64_t next_hb = ct__now_ms() + hb_ms;
     while (!node_stop) {
         zmq_pollitem_t it[3 + MAX_ZYG];
@@ -978,6 +1042,12 @@ int ct__node_run(const ct_node_opts *o)
         }
         dispatch(&n);
     }
+    if (live_stop[1] >= 0)
+        close(live_stop[1]);
+    if (live_on)
+        pthread_join(live_th, NULL);
+    if (live_stop[0] >= 0)
+        close(live_stop[0]);
 out:
     if (current == &n)
         for (int i = 0; i < nhooks; i++)

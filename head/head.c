@@ -700,7 +700,8 @@ static void on_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e)
         return;
     }
     h->nodes[i].last_hb = ct__now_ms();
-    h->nodes[i].rid = *rid;
+    if (!e->heartbeat->liveness_only)
+        h->nodes[i].rid = *rid; /* the node's main socket: where its orders go */
 }
 
 static void on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep)

@@ -24,7 +24,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,16 +471,17 @@ got:;
  * written, no operation for WARM_QUIET_NS): zeroing pages competes for CPU and for the shm
  * file with the transfers and copies it is meant to speed up. Measured with the store never
  * quiet-gated: 1 MiB node-to-node gets went from 1.1 ms to a median of 3-4 ms while it ran.
- * SCHED_IDLE, so that any other thread that wakes up preempts it at once. Stops for good if
+ * Each step is 1 MiB, so it holds the shm file and the mmap lock only briefly. Stops for good if
  * /dev/shm is full (creates then report CT_ENOSPC themselves). */
 #define WARM_STEP (1ull << 20)
 #define WARM_QUIET_NS 2000000
 static void *warm_thread(void *arg)
 {
     ct_store *s = arg;
-    struct sched_param sp = {0};
-    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
-        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* per thread on Linux */
+    /* nice 19, not SCHED_IDLE: under load a SCHED_IDLE thread may get no CPU for seconds while
+     * it holds the process's mmap lock (madvise), stalling every other thread of the node
+     * (heartbeats included: nodes were declared dead). nice 19 still gets a small share. */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* per thread on Linux */
     pthread_mutex_lock(&s->mu);
     while (!s->warm_stop) {
         uint64_t want = s->high + s->ahead < s->cap ? s->high + s->ahead : s->cap;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ct needs to build, test and benchmark; silent when all are present.
-# Uses sudo when not root. Does nothing else: no downloads outside the package manager.
+# Uses sudo when not root. With "bench", also Ray through pip (the reference of bench/cluster_up;
+# best effort: without it that benchmark reports no reference).
 set -eu
 # With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
 pkgs=(build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
@@ -12,10 +13,16 @@ missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "install-deps: installing ${missing[*]}"
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ "${1:-}" = bench ] && ! python3 -c 'import ray' 2>/dev/null; then
+    echo "install-deps: pip install ray (reference of bench/cluster_up)"
+    python3 -m pip install -q ray >/dev/null 2>&1 ||
+        echo "install-deps: pip install ray failed; bench/cluster_up runs without its reference"
+fi

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `make run`: the main job. Trains the Fashion-MNIST CNN data-parallel with 2 replica actors on
-# an embedded local cluster (ct_init(NULL) starts a head and a node as child processes that end
-# with the driver), gradients averaged by the ring allreduce over shared memory.
+# `make run`: the main job. Trains the Fashion-MNIST CNN through the trainer API
+# (trainer_train) with 2 replica actors on an embedded local cluster (ct_init(NULL) starts a
+# head and a node as child processes that end with the driver): gradients averaged in buckets
+# during backward by the ring allreduce over shared memory, a checkpoint in the object store
+# after every epoch, up to 3 retries from the last checkpoint if a replica dies.
 set -eu
 build=${1:-build}
-exec "$build/bin/ddp_fashion_mnist" --replicas 2 --epochs 3 "${@:2}"
+exec "$build/bin/trainer_fashion_mnist" --replicas 2 --epochs 3 --max-retries 3 "${@:2}"

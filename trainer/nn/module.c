@@ -13,6 +13,7 @@
 #include "ct/nn.h"
 #include "ct/optim.h"
 #include "trainer/nn/nn_impl.h"
+#include "trainer/nn/safetensors.h"
 #include "trainer/tensor/tensor_impl.h"
 
 typedef enum kind {
@@ -836,49 +837,42 @@ int ct_module_load_state_dict(ct_module *m, const ct_named_tensor *entries, int 
     return 0;
 }
 
-/* ---------------- safetensors ---------------- */
+/* ---------------- safetensors (codec: trainer/nn/safetensors.c) ---------------- */
 
 int ct_module_save(ct_module *m, const char *path)
 {
     const ct_named_tensor *sd;
     int n, rc = 0;
-    char *hdr = NULL;
+    ct__sbuf hdr = {0};
     FILE *f = NULL;
     if (!m || !path)
         return ct__error(CT_EINVAL, "module_save: NULL argument");
     if ((rc = ct_module_state_dict(m, &sd, &n)) < 0)
         return rc;
-    size_t cap = 256 + (size_t)n * 512, len = 0;
-    hdr = malloc(cap);
-    if (!hdr)
-        return ct__error(CT_ENOMEM, "module_save: out of memory");
-    len += (size_t)snprintf(hdr + len, cap - len, "{");
-    uint64_t off = 0;
+    ct__sb_add(&hdr, "{", 1);
+    size_t off = 0;
     for (int i = 0; i < n; i++) {
         ct_tensor *t = sd[i].tensor;
-        uint64_t bytes = (uint64_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
-        len += (size_t)snprintf(hdr + len, cap - len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[",
-                                i ? "," : "", sd[i].name, ct_dtype_name(t->dtype));
-        for (int d = 0; d < t->ndim; d++)
-            len += (size_t)snprintf(hdr + len, cap - len, "%s%lld", d ? "," : "",
-                                    (long long)t->shape[d]);
-        len += (size_t)snprintf(hdr + len, cap - len, "],\"data_offsets\":[%llu,%llu]}",
-                                (unsigned long long)off, (unsigned long long)(off + bytes));
+        size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
+        ct__st_add_tensor(&hdr, i == 0, sd[i].name, t->dtype, t->ndim, t->shape, off, bytes);
         off += bytes;
     }
-    len += (size_t)snprintf(hdr + len, cap - len, "}");
-    while (len % 8)
-        hdr[len++] = ' ';
+    ct__sb_add(&hdr, "}", 1);
+    ct__st_pad(&hdr);
+    if (hdr.oom) {
+        rc = ct__error(CT_ENOMEM, "module_save: out of memory");
+        goto out;
+    }
     f = fopen(path, "wb");
     if (!f) {
         rc = ct__error(CT_EIO, "module_save: cannot open %s for writing", path);
         goto out;
     }
-    uint64_t hl = len; /* little-endian host assumed (x86-64 / aarch64) */
-    if (fwrite(&hl, 8, 1, f) != 1 || fwrite(hdr, 1, len, f) != len)
+    uint64_t hl = hdr.len; /* little-endian host assumed (x86-64 / aarch64) */
+    if (fwrite(&hl, 8, 1, f) != 1 || fwrite(hdr.s, 1, hdr.len, f) != hdr.len)
         goto ioerr;
     for (int i = 0; i < n; i++) {
-        ct_tensor *c = ct_tensor_clone(sd[i].tensor);
+        ct_tensor *c = ct_tensor_clone(sd[i].tensor); /* plain, contiguous bytes */
         if (!c) {
             rc = CT_ENOMEM;
             goto out;
@@ -900,66 +894,18 @@ ioerr:
 out:
     if (f)
         fclose(f);
-    free(hdr);
+    free(hdr.s);
     return rc;
-}
-
-/* Finds "key":{...} in a safetensors header and parses dtype, shape and offsets. */
-static int st_find(const char *hdr, const char *key, char *dtype, int *ndim, int64_t *shape,
-                   uint64_t *b, uint64_t *e)
-{
-    char pat[300];
-    snprintf(pat, sizeof(pat), "\"%s\"", key);
-    const char *p = hdr;
-    while ((p = strstr(p, pat)) != NULL) {
-        const char *q = p + strlen(pat);
-        while (*q == ' ')
-            q++;
-        if (*q == ':')
-            break;
-        p = q;
-    }
-    if (!p)
-        return CT_ENOENT;
-    const char *obj_end = strchr(p, '}');
-    const char *d = strstr(p, "\"dtype\"");
-    const char *s = strstr(p, "\"shape\"");
-    const char *o = strstr(p, "\"data_offsets\"");
-    if (!obj_end || !d || !s || !o || d > obj_end || s > obj_end || o > obj_end)
-        return CT_EINVAL;
-    if (sscanf(strchr(d + 7, '"') + 1, "%7[A-Z0-9]", dtype) != 1)
-        return CT_EINVAL;
-    const char *sp = strchr(s, '[');
-    *ndim = 0;
-    if (!sp)
-        return CT_EINVAL;
-    sp++;
-    while (*sp && *sp != ']') {
-        while (*sp == ' ' || *sp == ',')
-            sp++;
-        if (*sp == ']')
-            break;
-        if (*ndim >= CT_MAX_DIMS)
-            return CT_EINVAL;
-        shape[(*ndim)++] = strtoll(sp, (char **)&sp, 10);
-    }
-    unsigned long long ub, ue;
-    const char *op = strchr(o, '[');
-    if (!op || sscanf(op, "[%llu , %llu]", &ub, &ue) != 2)
-        return CT_EINVAL;
-    *b = ub;
-    *e = ue;
-    return 0;
 }
 
 int ct_module_load(ct_module *m, const char *path)
 {
     const ct_named_tensor *sd;
-    int n, rc = 0;
-    FILE *f = NULL;
-    char *hdr = NULL;
+    int n, rc = 0, nin = 0;
+    unsigned char *buf = NULL;
     ct_named_tensor *in = NULL;
-    int nin = 0;
+    ct__jval root = {0};
+    FILE *f = NULL;
     if (!m || !path)
         return ct__error(CT_EINVAL, "module_load: NULL argument");
     if ((rc = ct_module_state_dict(m, &sd, &n)) < 0)
@@ -967,62 +913,61 @@ int ct_module_load(ct_module *m, const char *path)
     f = fopen(path, "rb");
     if (!f)
         return ct__error(CT_ENOENT, "module_load: cannot open %s", path);
-    uint64_t hl;
-    if (fread(&hl, 8, 1, f) != 1 || hl > (64u << 20)) {
-        rc = ct__error(CT_EIO, "module_load: %s: bad or truncated header length", path);
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        rc = ct__error(CT_EIO, "module_load: %s: cannot size the file", path);
         goto out;
     }
-    hdr = calloc(1, hl + 1);
+    buf = malloc((size_t)len + 1);
     in = calloc(n ? (size_t)n : 1, sizeof(*in));
-    if (!hdr || !in) {
+    if (!buf || !in) {
         rc = ct__error(CT_ENOMEM, "module_load: out of memory");
         goto out;
     }
-    if (fread(hdr, 1, hl, f) != hl) {
-        rc = ct__error(CT_EIO, "module_load: %s: truncated header", path);
+    if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        rc = ct__error(CT_EIO, "module_load: %s: read failed", path);
         goto out;
     }
-    long data0 = 8 + (long)hl;
+    const unsigned char *data;
+    size_t data_len;
+    if ((rc = ct__st_parse(buf, (size_t)len, path, &root, &data, &data_len)) < 0)
+        goto out;
     for (int i = 0; i < n; i++) {
-        char dt[8] = {0};
-        int nd;
-        int64_t shape[CT_MAX_DIMS];
-        uint64_t b, e;
-        int r = st_find(hdr, sd[i].name, dt, &nd, shape, &b, &e);
-        if (r == CT_ENOENT) {
+        int k = 0;
+        while (k < root.n && strcmp(root.keys[k], sd[i].name))
+            k++;
+        if (k == root.n) {
             rc = ct__error(CT_ENOENT, "module_load: %s: missing key \"%s\"", path, sd[i].name);
             goto out;
         }
-        if (r < 0) {
-            rc = ct__error(CT_EINVAL, "module_load: %s: malformed entry \"%s\"", path, sd[i].name);
+        ct__st_entry e;
+        if ((rc = ct__st_entry_at(&root, k, data, data_len, path, &e)) != 0) {
+            rc = rc < 0 ? rc
+                        : ct__error(CT_EINVAL, "module_load: %s: key \"%s\" is metadata", path,
+                                    sd[i].name);
             goto out;
         }
         ct_dtype want = sd[i].tensor->dtype;
-        if (strcmp(dt, ct_dtype_name(want)) != 0) {
+        if (e.dtype != want) {
             rc = ct__error(CT_EINVAL, "module_load: %s: key \"%s\" has dtype %s, model %s", path,
-                           sd[i].name, dt, ct_dtype_name(want));
+                           sd[i].name, ct_dtype_name(e.dtype), ct_dtype_name(want));
             goto out;
         }
-        ct_tensor *t = ct_tensor_new(want, nd, shape);
+        ct_tensor *t = ct_tensor_new(want, e.ndim, e.shape);
         if (!t) {
-            rc = CT_EINVAL;
+            rc = ct__error(CT_EINVAL, "module_load: %s: key \"%s\": bad shape", path, sd[i].name);
             goto out;
         }
+        memcpy(ct_tensor_data(t), e.data, e.bytes);
         in[nin++] = (ct_named_tensor){sd[i].name, t};
-        size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(want);
-        if (e - b != bytes || fseek(f, data0 + (long)b, SEEK_SET) != 0 ||
-            fread(ct_tensor_data(t), 1, bytes, f) != bytes) {
-            rc = ct__error(CT_EIO, "module_load: %s: key \"%s\": data truncated or size wrong",
-                           path, sd[i].name);
-            goto out;
-        }
     }
     rc = ct_module_load_state_dict(m, in, nin, false);
 out:
     for (int i = 0; i < nin; i++)
         ct_tensor_release(&in[i].tensor);
     free(in);
-    free(hdr);
+    free(buf);
+    ct__json_free(&root);
     if (f)
         fclose(f);
     return rc;

@@ -1,6 +1,7 @@
 /* trainer/train/ckpt.c — the checkpoint codec: a replica's state (model parameters and
  * buffers, optimizer and scheduler state, epoch, step, creator names, config) to and from the
- * bytes of a safetensors file, with a small JSON writer and parser for its header.
+ * bytes of a safetensors file (the codec itself is trainer/nn/safetensors.c, shared with
+ * ct_module_save/load).
  *
  * Layout: u64 little-endian header length N (a multiple of 8: padded with spaces), N bytes of
  * JSON {"__metadata__": {string: string}, "<name>": {"dtype", "shape", "data_offsets"}, ...},
@@ -8,331 +9,16 @@
  * "optim.<entry>" tensors). Non-tensor optimizer / scheduler entries go into the metadata
  * strings "optimizer_state" / "scheduler_state" as JSON objects (numbers printed with 17
  * significant digits: exact round trip). Not here: where the bytes are stored. */
-#include <ctype.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "internal.h"
+#include "trainer/nn/safetensors.h"
 
 #define CKPT_FORMAT "ct-checkpoint"
 #define CKPT_VERSION "1"
-
-/* ---- a growing string ---- */
-
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *p, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, p, n);
-    b->len += n;
-    b->s[b->len] = 0;
-}
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n < sizeof tmp) {
-        sb_add(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = 1;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_add(b, big, (size_t)n);
-    free(big);
-}
-
-/* A JSON string literal of s. */
-static void sb_json_str(sbuf *b, const char *s)
-{
-    sb_add(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            sb_add(b, e, 2);
-        } else if (c < 0x20) {
-            sb_printf(b, "\\u%04x", c);
-        } else {
-            sb_add(b, (const char *)&c, 1);
-        }
-    }
-    sb_add(b, "\"", 1);
-}
-
-/* A JSON number, exact for doubles; non-finite values as Python's json writes them. */
-static void sb_json_num(sbuf *b, double v)
-{
-    if (isnan(v))
-        sb_add(b, "NaN", 3);
-    else if (isinf(v))
-        sb_printf(b, "%sInfinity", v < 0 ? "-" : "");
-    else
-        sb_printf(b, "%.17g", v);
-}
-
-/* ---- a small JSON parser (objects, arrays, strings, numbers, true/false/null) ---- */
-
-typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } jtype;
-
-typedef struct jval {
-    jtype type;
-    double num;
-    char *str;          /* J_STR */
-    int n;              /* J_ARR, J_OBJ: items */
-    char **keys;        /* J_OBJ */
-    struct jval *items; /* J_ARR, J_OBJ */
-} jval;
-
-typedef struct jparser {
-    const char *p, *end;
-    int depth;
-    char err[160];
-} jparser;
-
-static void jfree(jval *v)
-{
-    if (!v)
-        return;
-    free(v->str);
-    for (int i = 0; i < v->n; i++) {
-        if (v->keys)
-            free(v->keys[i]);
-        jfree(&v->items[i]);
-    }
-    free(v->keys);
-    free(v->items);
-    memset(v, 0, sizeof *v);
-}
-
-static void jws(jparser *j)
-{
-    while (j->p < j->end && isspace((unsigned char)*j->p))
-        j->p++;
-}
-
-static int jfail(jparser *j, const char *what)
-{
-    if (!j->err[0])
-        snprintf(j->err, sizeof j->err, "%s at byte %ld", what, (long)(j->end - j->p));
-    return -1;
-}
-
-static int jparse(jparser *j, jval *v);
-
-static int jstring(jparser *j, char **out)
-{
-    if (j->p >= j->end || *j->p != '"')
-        return jfail(j, "expected a string");
-    j->p++;
-    sbuf b = {0};
-    while (j->p < j->end && *j->p != '"') {
-        char c = *j->p++;
-        if (c == '\\') {
-            if (j->p >= j->end)
-                break;
-            char e = *j->p++;
-            const char *map = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
-            const char *m = strchr(map, e);
-            if (e == 'u') {
-                if (j->end - j->p < 4) {
-                    free(b.s);
-                    return jfail(j, "bad \\u escape");
-                }
-                char hex[5] = {j->p[0], j->p[1], j->p[2], j->p[3], 0};
-                unsigned u = (unsigned)strtoul(hex, NULL, 16);
-                j->p += 4;
-                if (u < 0x80) {
-                    char ch = (char)u;
-                    sb_add(&b, &ch, 1);
-                } else if (u < 0x800) {
-                    char ch[2] = {(char)(0xc0 | (u >> 6)), (char)(0x80 | (u & 0x3f))};
-                    sb_add(&b, ch, 2);
-                } else {
-                    char ch[3] = {(char)(0xe0 | (u >> 12)), (char)(0x80 | ((u >> 6) & 0x3f)),
-                                  (char)(0x80 | (u & 0x3f))};
-                    sb_add(&b, ch, 3);
-                }
-            } else if (m && e) {
-                sb_add(&b, &to[m - map], 1);
-            } else {
-                free(b.s);
-                return jfail(j, "bad escape");
-            }
-        } else {
-            sb_add(&b, &c, 1);
-        }
-    }
-    if (j->p >= j->end || b.oom) {
-        free(b.s);
-        return jfail(j, "unterminated string");
-    }
-    j->p++;
-    *out = b.s ? b.s : strdup("");
-    return *out ? 0 : jfail(j, "out of memory");
-}
-
-static int jpush(jval *v, char *key, jval *item)
-{
-    jval *items = realloc(v->items, sizeof *items * (size_t)(v->n + 1));
-    if (!items)
-        return -1;
-    v->items = items;
-    if (v->type == J_OBJ) {
-        char **keys = realloc(v->keys, sizeof *keys * (size_t)(v->n + 1));
-        if (!keys)
-            return -1;
-        v->keys = keys;
-        keys[v->n] = key;
-    }
-    items[v->n++] = *item;
-    return 0;
-}
-
-static int jparse(jparser *j, jval *v)
-{
-    memset(v, 0, sizeof *v);
-    if (++j->depth > 32)
-        return jfail(j, "nested too deeply");
-    jws(j);
-    int rc = 0;
-    if (j->p >= j->end) {
-        rc = jfail(j, "unexpected end");
-    } else if (*j->p == '{' || *j->p == '[') {
-        bool obj = *j->p == '{';
-        v->type = obj ? J_OBJ : J_ARR;
-        j->p++;
-        jws(j);
-        if (j->p < j->end && *j->p == (obj ? '}' : ']')) {
-            j->p++;
-        } else {
-            for (;;) {
-                char *key = NULL;
-                jval item;
-                jws(j);
-                if (obj) {
-                    if (jstring(j, &key) < 0) {
-                        rc = -1;
-                        break;
-                    }
-                    jws(j);
-                    if (j->p >= j->end || *j->p != ':') {
-                        free(key);
-                        rc = jfail(j, "expected ':'");
-                        break;
-                    }
-                    j->p++;
-                }
-                if (jparse(j, &item) < 0) {
-                    free(key);
-                    jfree(&item);
-                    rc = -1;
-                    break;
-                }
-                if (jpush(v, key, &item) < 0) {
-                    free(key);
-                    jfree(&item);
-                    rc = jfail(j, "out of memory");
-                    break;
-                }
-                jws(j);
-                if (j->p < j->end && *j->p == ',') {
-                    j->p++;
-                    continue;
-                }
-                if (j->p < j->end && *j->p == (obj ? '}' : ']')) {
-                    j->p++;
-                    break;
-                }
-                rc = jfail(j, obj ? "expected ',' or '}'" : "expected ',' or ']'");
-                break;
-            }
-        }
-    } else if (*j->p == '"') {
-        v->type = J_STR;
-        rc = jstring(j, &v->str);
-    } else if (j->end - j->p >= 4 && !strncmp(j->p, "true", 4)) {
-        v->type = J_BOOL;
-        v->num = 1;
-        j->p += 4;
-    } else if (j->end - j->p >= 5 && !strncmp(j->p, "false", 5)) {
-        v->type = J_BOOL;
-        j->p += 5;
-    } else if (j->end - j->p >= 4 && !strncmp(j->p, "null", 4)) {
-        j->p += 4;
-    } else if (j->end - j->p >= 3 && !strncmp(j->p, "NaN", 3)) {
-        v->type = J_NUM;
-        v->num = NAN;
-        j->p += 3;
-    } else if (j->end - j->p >= 8 && !strncmp(j->p, "Infinity", 8)) {
-        v->type = J_NUM;
-        v->num = INFINITY;
-        j->p += 8;
-    } else if (j->end - j->p >= 9 && !strncmp(j->p, "-Infinity", 9)) {
-        v->type = J_NUM;
-        v->num = -INFINITY;
-        j->p += 9;
-    } else {
-        char tmp[64];
-        size_t n = 0;
-        while (j->p + n < j->end && n < sizeof tmp - 1 && strchr("+-.eE0123456789", j->p[n]))
-            n++;
-        memcpy(tmp, j->p, n);
-        tmp[n] = 0;
-        char *end;
-        v->type = J_NUM;
-        v->num = strtod(tmp, &end);
-        if (!n || *end)
-            rc = jfail(j, "bad value");
-        else
-            j->p += n;
-    }
-    j->depth--;
-    if (rc < 0)
-        jfree(v);
-    return rc;
-}
-
-static const jval *jget(const jval *obj, const char *key)
-{
-    for (int i = 0; obj && obj->type == J_OBJ && i < obj->n; i++)
-        if (!strcmp(obj->keys[i], key))
-            return &obj->items[i];
-    return NULL;
-}
 
 /* ---- writing ---- */
 
@@ -342,50 +28,39 @@ typedef struct piece {
 } piece;
 
 struct tr_ckpt_plan {
-    sbuf hdr; /* padded to a multiple of 8 */
+    ct__sbuf hdr; /* padded to a multiple of 8 */
     piece *pieces;
     int npieces;
     size_t data_bytes;
 };
 
-static void add_tensor_hdr(sbuf *b, const char *name, const char *dtype, int ndim,
-                           const int64_t *shape, size_t off, size_t bytes)
-{
-    sb_add(b, ",", 1);
-    sb_json_str(b, name);
-    sb_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", dtype);
-    for (int d = 0; d < ndim; d++)
-        sb_printf(b, "%s%lld", d ? "," : "", (long long)shape[d]);
-    sb_printf(b, "],\"data_offsets\":[%zu,%zu]}", off, off + bytes);
-}
-
 /* {"name": number-or-string, ...} of the non-tensor entries. */
-static void state_json(sbuf *b, const ct_state_entry *e, int n)
+static void state_json(ct__sbuf *b, const ct_state_entry *e, int n)
 {
-    sb_add(b, "{", 1);
+    ct__sb_add(b, "{", 1);
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (e[i].kind == CT_STATE_TENSOR)
             continue;
         if (k++)
-            sb_add(b, ",", 1);
-        sb_json_str(b, e[i].name);
-        sb_add(b, ":", 1);
+            ct__sb_add(b, ",", 1);
+        ct__sb_json_str(b, e[i].name);
+        ct__sb_add(b, ":", 1);
         if (e[i].kind == CT_STATE_SCALAR)
-            sb_json_num(b, e[i].scalar);
+            ct__sb_json_num(b, e[i].scalar);
         else
-            sb_json_str(b, e[i].str ? e[i].str : "");
+            ct__sb_json_str(b, e[i].str ? e[i].str : "");
     }
-    sb_add(b, "}", 1);
+    ct__sb_add(b, "}", 1);
 }
 
-static void meta_kv(sbuf *b, const char *k, const char *v, bool first)
+static void meta_kv(ct__sbuf *b, const char *k, const char *v, bool first)
 {
     if (!first)
-        sb_add(b, ",", 1);
-    sb_json_str(b, k);
-    sb_add(b, ":", 1);
-    sb_json_str(b, v);
+        ct__sb_add(b, ",", 1);
+    ct__sb_json_str(b, k);
+    ct__sb_add(b, ":", 1);
+    ct__sb_json_str(b, v);
 }
 
 int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_plan **out)
@@ -405,9 +80,9 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
         free(p);
         return ct__error(CT_ENOMEM, "checkpoint: out of memory");
     }
-    sbuf *b = &p->hdr, js = {0};
+    ct__sbuf *b = &p->hdr, js = {0};
     char num[32];
-    sb_add(b, "{\"__metadata__\":{", 17);
+    ct__sb_add(b, "{\"__metadata__\":{", 17);
     meta_kv(b, "format", CKPT_FORMAT, true);
     meta_kv(b, "format_version", CKPT_VERSION, false);
     snprintf(num, sizeof num, "%lld", (long long)st->epoch);
@@ -438,7 +113,7 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
     if (js.oom)
         b->oom = 1;
     free(js.s);
-    sb_add(b, "}", 1);
+    ct__sb_add(b, "}", 1);
     size_t off = 0;
     for (int i = 0; i < nsd; i++) {
         ct_tensor *t = sd[i].tensor;
@@ -450,8 +125,8 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
             goto fail;
         }
         size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(dt);
-        add_tensor_hdr(b, sd[i].name, dt == CT_F32 ? "F32" : "I64", ct_tensor_ndim(t),
-                       ct_tensor_shape(t), off, bytes);
+        ct__st_add_tensor(b, false, sd[i].name, dt, ct_tensor_ndim(t), ct_tensor_shape(t), off,
+                          bytes);
         p->pieces[p->npieces++] = (piece){ct_tensor_data(t), bytes};
         off += bytes;
     }
@@ -462,13 +137,12 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
         snprintf(name, sizeof name, "optim.%s", oe[i].name);
         size_t bytes = (size_t)oe[i].numel * sizeof(float);
         int64_t shape[1] = {oe[i].numel};
-        add_tensor_hdr(b, name, "F32", 1, shape, off, bytes);
+        ct__st_add_tensor(b, false, name, CT_F32, 1, shape, off, bytes);
         p->pieces[p->npieces++] = (piece){oe[i].data, bytes};
         off += bytes;
     }
-    sb_add(b, "}", 1);
-    while (!b->oom && b->len % 8)
-        sb_add(b, " ", 1);
+    ct__sb_add(b, "}", 1);
+    ct__st_pad(b);
     if (b->oom) {
         rc = ct__error(CT_ENOMEM, "checkpoint: out of memory");
         goto fail;
@@ -511,28 +185,22 @@ void ct__ckpt_plan_free(tr_ckpt_plan **pp)
 
 /* ---- reading ---- */
 
-static const char *meta_str(const jval *meta, const char *key)
-{
-    const jval *v = jget(meta, key);
-    return v && v->type == J_STR ? v->str : NULL;
-}
-
 /* Entries of a state JSON object (scalars and strings), appended to e[*n]. */
 static int state_entries(const char *json, const char *what, ct_state_entry *e, int *n, int cap,
-                         jval *keep)
+                         ct__jval *keep)
 {
-    jparser j = {.p = json, .end = json + strlen(json)};
-    if (jparse(&j, keep) < 0 || keep->type != J_OBJ)
+    char err[160] = "";
+    if (ct__json_parse(json, strlen(json), keep, err, sizeof err) < 0 || keep->type != CT__J_OBJ)
         return ct__error(CT_EINVAL, "checkpoint: metadata \"%s\" is not a JSON object: %s", what,
-                         j.err);
+                         err);
     for (int i = 0; i < keep->n; i++) {
-        const jval *v = &keep->items[i];
+        const ct__jval *v = &keep->items[i];
         if (*n == cap)
             return ct__error(CT_EINVAL, "checkpoint: \"%s\" has too many entries", what);
-        if (v->type == J_NUM || v->type == J_BOOL)
+        if (v->type == CT__J_NUM || v->type == CT__J_BOOL)
             e[(*n)++] =
                 (ct_state_entry){.name = keep->keys[i], .kind = CT_STATE_SCALAR, .scalar = v->num};
-        else if (v->type == J_STR)
+        else if (v->type == CT__J_STR)
             e[(*n)++] =
                 (ct_state_entry){.name = keep->keys[i], .kind = CT_STATE_STRING, .str = v->str};
         else
@@ -542,9 +210,9 @@ static int state_entries(const char *json, const char *what, ct_state_entry *e, 
     return 0;
 }
 
-static int check_name(const jval *meta, const char *key, const char *want)
+static int check_name(const ct__jval *meta, const char *key, const char *want)
 {
-    const char *got = meta_str(meta, key);
+    const char *got = ct__json_get_str(meta, key);
     if (!got)
         return ct__error(CT_EINVAL, "checkpoint: metadata \"%s\" missing", key);
     if (strcmp(got, want))
@@ -555,29 +223,18 @@ static int check_name(const jval *meta, const char *key, const char *want)
 
 int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len)
 {
-    const unsigned char *bytes = buf;
-    jval root = {0}, ojs = {0}, sjs = {0};
+    ct__jval root = {0}, ojs = {0}, sjs = {0};
     ct_named_tensor *model_in = NULL;
     ct_state_entry *oe = NULL, *se = NULL;
     float **ocopies = NULL;
     int nmodel = 0, noe = 0, nse = 0, rc = 0, ncopies = 0;
-    uint64_t hl;
-    if (len < 8)
-        return ct__error(CT_EINVAL, "checkpoint: %zu bytes, shorter than the 8-byte header length",
-                         len);
-    memcpy(&hl, bytes, 8);
-    if (hl > len - 8)
-        return ct__error(CT_EINVAL, "checkpoint: header length %llu past the end (%zu bytes)",
-                         (unsigned long long)hl, len);
-    jparser j = {.p = (const char *)bytes + 8, .end = (const char *)bytes + 8 + hl};
-    if (jparse(&j, &root) < 0 || root.type != J_OBJ) {
-        rc = ct__error(CT_EINVAL, "checkpoint: header is not a JSON object: %s", j.err);
-        goto out;
-    }
-    const unsigned char *data = bytes + 8 + hl;
-    size_t data_len = len - 8 - hl;
-    const jval *meta = jget(&root, "__metadata__");
-    const char *fmt = meta_str(meta, "format"), *ver = meta_str(meta, "format_version");
+    const unsigned char *data;
+    size_t data_len;
+    if ((rc = ct__st_parse(buf, len, "checkpoint", &root, &data, &data_len)) < 0)
+        return rc;
+    const ct__jval *meta = ct__json_get(&root, "__metadata__");
+    const char *fmt = ct__json_get_str(meta, "format"),
+               *ver = ct__json_get_str(meta, "format_version");
     if (!fmt || strcmp(fmt, CKPT_FORMAT) || !ver || strcmp(ver, CKPT_VERSION)) {
         rc = ct__error(CT_EINVAL,
                        "checkpoint: metadata format \"%s\" version \"%s\", expected \"%s\" \"%s\"",
@@ -588,7 +245,7 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
         (rc = check_name(meta, "optimizer", spec->optimizer)) < 0 ||
         (rc = check_name(meta, "scheduler", spec->scheduler)) < 0)
         goto out;
-    const char *ep = meta_str(meta, "epoch"), *sp = meta_str(meta, "step");
+    const char *ep = ct__json_get_str(meta, "epoch"), *sp = ct__json_get_str(meta, "step");
     if (!ep || !sp) {
         rc = ct__error(CT_EINVAL, "checkpoint: metadata \"%s\" missing", !ep ? "epoch" : "step");
         goto out;
@@ -603,34 +260,22 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
     }
     for (int i = 0; i < root.n; i++) {
         const char *name = root.keys[i];
-        if (!strcmp(name, "__metadata__"))
+        ct__st_entry e;
+        int r = ct__st_entry_at(&root, i, data, data_len, "checkpoint", &e);
+        if (r == 1)
             continue;
-        const jval *e = &root.items[i];
-        const jval *dt = jget(e, "dtype"), *shape = jget(e, "shape"),
-                   *offs = jget(e, "data_offsets");
-        if (!dt || dt->type != J_STR || !shape || shape->type != J_ARR || shape->n > CT_MAX_DIMS ||
-            !offs || offs->type != J_ARR || offs->n != 2) {
-            rc = ct__error(CT_EINVAL, "checkpoint: entry \"%s\": bad dtype, shape or data_offsets",
-                           name);
+        if (r < 0) {
+            rc = r;
             goto out;
         }
-        ct_dtype dtype = !strcmp(dt->str, "F32") ? CT_F32 : !strcmp(dt->str, "I64") ? CT_I64 : -1;
-        int64_t sh[CT_MAX_DIMS], numel = 1;
-        for (int d = 0; d < shape->n; d++) {
-            sh[d] = (int64_t)shape->items[d].num;
-            numel *= sh[d];
-        }
-        double b0 = offs->items[0].num, b1 = offs->items[1].num;
-        if ((int)dtype < 0 || b0 < 0 || b1 < b0 || b1 > (double)data_len ||
-            (size_t)(b1 - b0) != (size_t)numel * ct_dtype_size(dtype)) {
-            rc =
-                ct__error(CT_EINVAL,
-                          "checkpoint: entry \"%s\": dtype %s, %lld elements, offsets [%.0f, %.0f] "
-                          "of %zu data bytes do not agree",
-                          name, dt->str, (long long)numel, b0, b1, data_len);
+        ct_dtype dtype = e.dtype;
+        int64_t numel = (int64_t)(e.bytes / ct_dtype_size(dtype));
+        if (dtype != CT_F32 && dtype != CT_I64) {
+            rc = ct__error(CT_EINVAL, "checkpoint: entry \"%s\" is %s, not F32 or I64", name,
+                           ct_dtype_name(dtype));
             goto out;
         }
-        const void *src = data + (size_t)b0;
+        const void *src = e.data;
         if (!strncmp(name, "optim.", 6)) {
             if (dtype != CT_F32) {
                 rc = ct__error(CT_EINVAL, "checkpoint: entry \"%s\" is not F32", name);
@@ -646,7 +291,7 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
             oe[noe++] = (ct_state_entry){
                 .name = name + 6, .kind = CT_STATE_TENSOR, .data = c, .numel = numel};
         } else {
-            ct_tensor *t = ct_tensor_new(dtype, shape->n, sh);
+            ct_tensor *t = ct_tensor_new(dtype, e.ndim, e.shape);
             if (!t) {
                 rc = ct__error(CT_EINVAL, "checkpoint: entry \"%s\": bad shape", name);
                 goto out;
@@ -655,7 +300,8 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
             model_in[nmodel++] = (ct_named_tensor){name, t};
         }
     }
-    const char *os = meta_str(meta, "optimizer_state"), *ss = meta_str(meta, "scheduler_state");
+    const char *os = ct__json_get_str(meta, "optimizer_state"),
+               *ss = ct__json_get_str(meta, "scheduler_state");
     if (!os) {
         rc = ct__error(CT_EINVAL, "checkpoint: metadata \"optimizer_state\" missing");
         goto out;
@@ -693,8 +339,8 @@ out:
     free(model_in);
     free(oe);
     free(se);
-    jfree(&root);
-    jfree(&ojs);
-    jfree(&sjs);
+    ct__json_free(&root);
+    ct__json_free(&ojs);
+    ct__json_free(&sjs);
     return rc;
 }

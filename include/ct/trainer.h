@@ -154,6 +154,118 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  *             object store, so a replica starts without inflating the files again.
  * They need no registration; a name you register yourself is found first (it overrides). */
 
+/* ---- custom training and validation steps ----
+ *
+ * What one batch does is a step function, registered by name like a creator and selected with
+ * trainer_opts.train_step / .validate_step (NULL: the built-in steps below, which are
+ * themselves step functions: the trainer has one code path). As RaySGD's TrainingOperator
+ * train_batch / validate_batch overrides. A train step that re-implements the built-in:
+ *
+ *     static int my_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+ *     {
+ *         ct_tensor *y = ct_module_forward(trainer_step_model(s), b->x);    // (N,C)
+ *         ct_tensor *loss = y ? trainer_step_loss(s)(y, b->y) : NULL;       // ()
+ *         int rc = loss ? trainer_step_backward(s, loss) : CT_EINVAL;      // synced grads
+ *         if (rc == 0)
+ *             rc = trainer_step_optimizer(s);                             // step + zero grad
+ *         if (rc == 0) {
+ *             out->loss_sum = ct_tensor_item(loss) * (double)b->n;
+ *             out->samples = b->n;
+ *         }
+ *         ct_tensor_release(&loss);
+ *         ct_tensor_release(&y);
+ *         return rc;
+ *     }
+ *     trainer_register_train_step("mine", my_step);    // before ct_init, like every creator
+ *
+ * Who calls what. A replica calls the train step once per batch of its shard, in its actor
+ * thread, with gradients zeroed and autograd on; the validate step once per batch of its slice
+ * of the validation set, with the model in eval mode and autograd off. Steps run only in
+ * replicas (never in the driver's check-run). Everything a step gets is borrowed for the call.
+ *
+ * The one-backward-per-step rule. Gradients are averaged across replicas by collectives that
+ * every rank must issue in the same order, so a train step must call trainer_step_backward
+ * exactly once, on every rank, for every batch (it runs backward, reducing gradient buckets
+ * while backward runs, and returns when the averaged gradients are written back: the only way
+ * to get synced gradients). Between it and trainer_step_optimizer (at most once, after it) the
+ * step may read and change the gradients (clipping, trainer_step_clip_grad_norm), and several
+ * forward passes or a combination of losses may go into the one loss tensor given to backward.
+ * To skip an update (e.g. a non-finite gradient norm, which every rank sees alike because the
+ * gradients are synced), still call backward and just do not call trainer_step_optimizer: the
+ * gradients are zeroed before the next batch. A step that returns without calling backward, or
+ * calls it twice, fails with CT_EINVAL naming the step: that rank's epoch fails, the driver ends
+ * the group within seconds (not after comm_timeout_ms) and counts a failure, which repeats on
+ * retry and ends in CT_ERETRY with the message. A step that calls backward on some ranks only
+ * (a rank-dependent branch) cannot be detected: the gradient collectives of different batches
+ * would pair up, and the epoch ends in a collective error or timeout at its last batch.
+ *
+ * Metrics. A step fills out (sums over its batch) and may add up to TRAINER_MAX_METRICS named
+ * scalars per batch with trainer_step_metric (e.g. "grad_norm"); the driver averages each over
+ * the batches of all replicas weighted by the batch size, and reports them in trainer_stats
+ * .metrics (training, last epoch) and .val_metrics (last validation). The first use of a name
+ * in a step fixes its slot; every rank must use the same names in the same order. */
+
+#define TRAINER_MAX_METRICS 4
+#define TRAINER_METRIC_NAME_MAX 24
+
+/* One batch: x (N, ...) f32 (the loader's transform applied), y (N) i64 labels. Borrowed. */
+typedef struct trainer_batch {
+    ct_tensor *x, *y;
+    int64_t n;
+} trainer_batch;
+
+/* What a step reports for its batch; zeroed before the call. */
+typedef struct trainer_step_out {
+    double loss_sum; /* sum over the batch's samples of the loss (mean loss * n) */
+    int64_t correct; /* top-1 hits (validation accuracy counts these) */
+    int64_t samples; /* samples counted in loss_sum / correct (0: the batch is not counted) */
+} trainer_step_out;
+
+/* The context of one step call. Opaque; borrowed during the call. */
+typedef struct trainer_step trainer_step;
+
+/* Returns 0 or a negative CT_E* code (the replica's epoch / validation then fails with it). */
+typedef int (*trainer_step_fn)(trainer_step *s, const trainer_batch *b, trainer_step_out *out);
+
+/* Register a step under name (rules as for creators: copied, <= 63 bytes, CT_EEXIST, before
+ * ct_init in every process). The built-ins need no name: leave the opts fields NULL. */
+int trainer_register_train_step(const char *name, trainer_step_fn fn);
+int trainer_register_validate_step(const char *name, trainer_step_fn fn);
+
+/* What a step works with (all borrowed for the call). trainer_step_ctx gives the rank, world
+ * size, seed and the user config (trainer_config_*): a key a step reads must also be read by a
+ * creator or the initialization_hook (they run in the driver's check-run, where an unread key
+ * is refused); the hook is the natural place, as RaySGD's TrainingOperator.setup(config). */
+trainer_ctx *trainer_step_ctx(trainer_step *s);
+ct_module *trainer_step_model(trainer_step *s);
+ct_optim *trainer_step_optim(trainer_step *s);
+trainer_loss_fn trainer_step_loss(trainer_step *s); /* the loss creator's function */
+int64_t trainer_step_epoch(const trainer_step *s);  /* 0-based epoch being run */
+int64_t trainer_step_index(const trainer_step *s);  /* batch index in this epoch */
+int64_t trainer_step_count(const trainer_step *s);  /* optimizer steps done before this one */
+bool trainer_step_training(const trainer_step *s);  /* train step (true) or validate step */
+
+/* Train steps only. Backward of loss (shape ()) with the gradient buckets reduced while it
+ * runs, then waits until every gradient holds the average over replicas. Exactly once per
+ * step (see the rule above); CT_EINVAL on a second call or from a validate step. */
+int trainer_step_backward(trainer_step *s, ct_tensor *loss);
+/* Optimizer step, then zero grad. After trainer_step_backward, at most once per step. */
+int trainer_step_optimizer(trainer_step *s);
+/* The L2 norm of all gradients together (computed in double); when max_norm > 0 and the norm
+ * exceeds it, scales every gradient by max_norm / (norm + 1e-6) (torch's clip_grad_norm_).
+ * After trainer_step_backward. *norm (may be NULL) gets the norm before clipping. */
+int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm);
+
+/* Adds value (one scalar for this batch) to the named metric; see "Metrics" above. CT_ENOSPC
+ * past TRAINER_MAX_METRICS names, CT_EINVAL for a bad name. */
+int trainer_step_metric(trainer_step *s, const char *name, double value);
+
+/* The built-in steps, callable from a custom step (e.g. to add a metric around them).
+ * train: forward, loss, backward, optimizer; out: loss_sum, samples.
+ * validate: forward, loss, top-1; out: loss_sum, correct, samples. */
+int trainer_builtin_train_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out);
+int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out);
+
 /* ---- the trainer ---- */
 
 typedef struct trainer trainer;
@@ -173,12 +285,20 @@ typedef struct trainer_opts {
     uint64_t seed;                        /* model init, shuffling, dropout */
     double bucket_mb;                     /* gradient bucket size after the first; 0: 25 */
     int comm_timeout_ms;                  /* backstop for a hung peer; 0: 60000 */
+    const char *train_step;    /* NULL: the built-in; a trainer_register_train_step name */
+    const char *validate_step; /* NULL: the built-in; ..._validate_step name */
 } trainer_opts;
 
 /* Checks the options, runs every creator once in this process and keeps the driver's model.
  * Starts nothing. Needs ct_init() first. On error *out is NULL and the message names the bad
  * option, creator name or config key. */
 int trainer_create(const trainer_opts *opts, trainer **out);
+
+/* A named metric of the steps (see trainer_step_metric). */
+typedef struct trainer_metric {
+    char name[TRAINER_METRIC_NAME_MAX];
+    double value;
+} trainer_metric;
 
 /* Statistics of the last epoch, all replicas together. */
 typedef struct trainer_stats {
@@ -198,7 +318,15 @@ typedef struct trainer_stats {
     int64_t group_start_ns;      /* the current group's creation began */
     int64_t group_first_step_ns; /* the current group's first completed step (slowest rank) */
     int64_t failure_seen_ns;     /* the driver saw the last failure */
+    /* the steps' named metrics (trainer_step_metric), averaged over all replicas' batches: */
+    int nmetrics; /* last epoch */
+    trainer_metric metrics[TRAINER_MAX_METRICS];
+    int val_nmetrics; /* last validation */
+    trainer_metric val_metrics[TRAINER_MAX_METRICS];
 } trainer_stats;
+
+/* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */
+double trainer_stats_metric(const trainer_stats *st, bool val, const char *name, double def);
 
 #define TRAINER_CHECKPOINT_AUTO 0 /* rank 0 writes one at the end of every epoch */
 #define TRAINER_CHECKPOINT_NONE                                                                    \

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ct/collective.h"
 #include "ct/trainer.h"
 
 #define TR_NAME_MAX 64
@@ -15,7 +16,17 @@
 #define TR_MAX_KEYS 64
 #define TR_REPLICA_CLASS "ct.trainer.Replica"
 
-typedef enum tr_kind { TR_MODEL, TR_DATA, TR_OPTIM, TR_LOSS, TR_SCHED, TR_HOOK, TR_NKINDS } tr_kind;
+typedef enum tr_kind {
+    TR_MODEL,
+    TR_DATA,
+    TR_OPTIM,
+    TR_LOSS,
+    TR_SCHED,
+    TR_HOOK,
+    TR_TRAIN_STEP,
+    TR_VAL_STEP,
+    TR_NKINDS
+} tr_kind;
 
 /* The registered (or built-in) creator of that kind and name, or NULL. */
 void *ct__trainer_lookup(tr_kind kind, const char *name);
@@ -27,6 +38,7 @@ void *ct__trainer_builtin(tr_kind kind, const char *name);
 typedef struct tr_spec {
     char model[TR_NAME_MAX], data[TR_NAME_MAX], optimizer[TR_NAME_MAX], loss[TR_NAME_MAX],
         scheduler[TR_NAME_MAX], hook[TR_NAME_MAX];
+    char train_step[TR_NAME_MAX], validate_step[TR_NAME_MAX]; /* "": the built-ins */
     char config[TR_CONFIG_MAX];
     uint64_t seed;
     int64_t batch, epochs;
@@ -102,8 +114,23 @@ typedef struct tr_epoch_args {
     int checkpoint; /* rank 0 writes one after the epoch */
 } tr_epoch_args;
 
+/* The steps' named metrics of one replica: sums of value * batch size and of batch sizes. */
+typedef struct tr_metrics {
+    int n;
+    char names[TRAINER_MAX_METRICS][TRAINER_METRIC_NAME_MAX];
+    double sum[TRAINER_MAX_METRICS], weight[TRAINER_MAX_METRICS];
+} tr_metrics;
+
+#define TR_REPORT_MAGIC 0x43545250u     /* "CTRP": a tr_report */
+#define TR_VAL_REPORT_MAGIC 0x43545256u /* "CTRV": a tr_val_report */
+
 /* What a replica reports after an epoch. */
 typedef struct tr_report {
+    uint32_t magic; /* TR_REPORT_MAGIC */
+    int rank, world;
+    int64_t epoch;
+    char group[64];
+    tr_metrics metrics;
     double loss_sum;
     int64_t samples, steps;
     double seconds;
@@ -114,9 +141,63 @@ typedef struct tr_report {
 } tr_report;
 
 typedef struct tr_val_report {
+    uint32_t magic; /* TR_VAL_REPORT_MAGIC */
+    int rank, world;
+    char group[64];
+    uint64_t seq; /* validations this replica ran (tells two sets of one group apart) */
+    tr_metrics metrics;
     double loss_sum;
     int64_t correct, total;
 } tr_val_report;
+
+/* ---- steps (step.c) ---- */
+
+/* What a step call works with; a trainer_step is this struct (step.c's accessors read it). */
+struct trainer_step {
+    trainer_ctx *ctx;
+    tr_state *st;
+    ct_bucketer *bucketer; /* NULL in a validate step */
+    const char *name;      /* the step's registered name, for messages */
+    bool training;
+    int64_t epoch, index;
+    int backwards, optimizer_steps; /* calls in this step */
+    tr_metrics *metrics;            /* the replica's sums for this epoch / validation */
+    int64_t batch_n;
+};
+
+/* The step function of spec (the built-in for ""). */
+trainer_step_fn ct__trainer_step_fn(const tr_spec *spec, bool training);
+/* Runs one step: s->backwards etc. reset; after the call, checks the one-backward rule for a
+ * train step (CT_EINVAL naming the step). Clears the tape and drains the bucketer when the
+ * step failed half-way. */
+int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batch *b,
+                         trainer_step_out *out);
+
+/* Driver side: checks opts->train_step / validate_step (CT_ENOENT naming the field and the
+ * name) and copies them into spec. */
+int ct__trainer_steps_from_opts(const trainer_opts *o, tr_spec *spec);
+/* Driver side: the metrics of n replicas' reports summed and averaged into out / nout. */
+void ct__trainer_metrics_average(const tr_metrics *const *ms, int n, trainer_metric *out,
+                                 int *nout);
+
+/* A bridge until trainer.c calls the two functions above itself (its owner's change):
+ * trainer.c's trainer_create, trainer_train_with and trainer_validate are compiled under
+ * ct__*_core names and step.c defines the public ones around them; step.c also sees the
+ * replicas' reports through ct__trainer_future_wait (trainer.c's ct_future_wait calls) to
+ * fill the stats' metrics. step.c and registry.c see the real names. */
+#ifdef CT__TRAINER_BRIDGE
+#define trainer_create ct__trainer_create_core
+#define trainer_train_with ct__trainer_train_with_core
+#define trainer_validate ct__trainer_validate_core
+#define ct_future_wait ct__trainer_future_wait
+#endif
+int ct__trainer_create_core(const trainer_opts *o, trainer **out);
+int ct__trainer_train_with_core(trainer *t, const trainer_train_opts *o);
+int ct__trainer_validate_core(trainer *t, trainer_stats *st);
+int ct__trainer_future_wait(ct_future *f, int timeout_ms, void **result, size_t *len);
+/* The step names trainer_create (step.c) hands to the driver's ct__trainer_state_build (set
+ * only during that call, in this thread). */
+extern _Thread_local const char *ct__trainer_pending_steps[2];
 
 /* Registers the replica class (idempotent); the library does it from a constructor. */
 int ct__trainer_register_replica_class(void);

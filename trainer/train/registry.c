@@ -22,8 +22,9 @@ typedef struct entry {
 static entry reg[TR_NKINDS][TR_MAX_ENTRIES];
 static int nreg[TR_NKINDS];
 
-static const char *kind_names[TR_NKINDS] = {"model", "data",      "optimizer",
-                                            "loss",  "scheduler", "initialization_hook"};
+static const char *kind_names[TR_NKINDS] = {"model",      "data",         "optimizer",
+                                            "loss",       "scheduler",    "initialization_hook",
+                                            "train_step", "validate_step"};
 
 const char *ct__trainer_kind_name(tr_kind kind)
 {
@@ -83,6 +84,14 @@ int trainer_register_scheduler(const char *name, trainer_scheduler_creator fn)
 int trainer_register_hook(const char *name, trainer_hook fn)
 {
     return reg_add(TR_HOOK, name, (void *)fn);
+}
+int trainer_register_train_step(const char *name, trainer_step_fn fn)
+{
+    return reg_add(TR_TRAIN_STEP, name, (void *)fn);
+}
+int trainer_register_validate_step(const char *name, trainer_step_fn fn)
+{
+    return reg_add(TR_VAL_STEP, name, (void *)fn);
 }
 
 /* ---- the context and its config ---- */
@@ -296,6 +305,15 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
 {
     memset(st, 0, sizeof *st);
     int rc = 0;
+    if (ctx->driver && (ct__trainer_pending_steps[0] || ct__trainer_pending_steps[1])) {
+        /* trainer_create's check-run (the bridge in internal.h): the step names, checked by
+         * step.c's trainer_create already, go into the trainer's own spec (not const there) */
+        tr_spec *w = (tr_spec *)spec;
+        snprintf(w->train_step, sizeof w->train_step, "%s",
+                 ct__trainer_pending_steps[0] ? ct__trainer_pending_steps[0] : "");
+        snprintf(w->validate_step, sizeof w->validate_step, "%s",
+                 ct__trainer_pending_steps[1] ? ct__trainer_pending_steps[1] : "");
+    }
     if (spec->hook[0]) {
         trainer_hook h = (trainer_hook)ct__trainer_lookup(TR_HOOK, spec->hook);
         if ((rc = h(ctx)) < 0 || ctx->err[0]) {

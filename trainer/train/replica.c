@@ -1,8 +1,9 @@
 /* trainer/train/replica.c — the replica actor: one process of a training group. It builds the
  * model, data, optimizer, loss and scheduler from the registered creators, joins the group's
  * communicator (head KV rendezvous), restores the checkpoint it is given from the object
- * store, and trains epochs: forward, backward with gradients averaged in buckets while
- * backward runs (ct_bucketer driven by gradient-ready hooks), optimizer step; scheduler step
+ * store, and trains epochs: per batch the train step (step.c; the built-in one or the user's:
+ * forward, backward with gradients averaged in buckets while backward runs (ct_bucketer
+ * driven by gradient-ready hooks), optimizer step); scheduler step
  * and rank 0's buffers broadcast at the end of each epoch; rank 0 then writes the checkpoint
  * straight into the store. Also evaluates its slice of the validation set.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
@@ -27,6 +28,8 @@ typedef struct replica {
     ct_bucketer *bucketer;
     int nparams;
     bool first_step_done;
+    trainer_step_fn train_step, validate_step;
+    uint64_t validations;
 } replica;
 
 static int64_t mono_ns(void)
@@ -188,6 +191,8 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
             return rc;
     }
     r->st.epoch = a->start_epoch;
+    r->train_step = ct__trainer_step_fn(&r->spec, true);
+    r->validate_step = ct__trainer_step_fn(&r->spec, false);
     if ((rc = broadcast_params(r)) < 0 || (rc = broadcast_buffers(r)) < 0)
         return rc;
     return bucketer_new(r);
@@ -230,7 +235,18 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
         return ct__error(CT_EINVAL, "trainer replica: train_epoch before setup or bad args");
     tr_epoch_args ea;
     memcpy(&ea, args, sizeof ea);
-    tr_report rep = {0};
+    tr_report rep = {.magic = TR_REPORT_MAGIC,
+                     .rank = r->setup.rank,
+                     .world = r->setup.world,
+                     .epoch = ea.epoch};
+    snprintf(rep.group, sizeof rep.group, "%s", r->setup.group);
+    trainer_step s = {.ctx = &r->ctx,
+                      .st = &r->st,
+                      .bucketer = r->bucketer,
+                      .name = r->spec.train_step[0] ? r->spec.train_step : "(built-in)",
+                      .training = true,
+                      .epoch = ea.epoch,
+                      .metrics = &rep.metrics};
     ct_nn_manual_seed(
         mix(r->spec.seed ^ mix((uint64_t)ea.epoch * 1000003u + (uint64_t)r->setup.rank)));
     int rc = ct_loader_set_epoch(r->loader, ea.epoch);
@@ -242,30 +258,24 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
             xs[d + 1] = b.shape[d];
         ct_tensor *x = ct_tensor_wrap(CT_F32, b.ndim + 1, xs, (void *)b.x);
         ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b.y);
-        ct_tensor *out = NULL, *loss = NULL;
+        trainer_step_out so;
         ct_module_zero_grad(r->st.model);
-        rc = CT_EINVAL;
-        if (x && y && (out = ct_module_forward(r->st.model, x)) && (loss = r->st.loss(out, y))) {
-            rc = ct_tensor_backward(loss, NULL);
-            /* always: this also drains buckets a failed backward queued */
-            int src = ct_bucketer_finish(r->bucketer);
-            rc = rc < 0 ? rc : src;
-        } else {
-            ct_autograd_clear_tape();
-            ct_bucketer_finish(r->bucketer);
-        }
-        if (rc == 0 && (rc = ct_optim_step(r->st.optim)) == 0) {
-            rep.loss_sum += ct_tensor_item(loss) * (double)b.n;
-            rep.samples += b.n;
-            rep.steps++;
-            r->st.step++;
+        rc = CT_ENOMEM;
+        if (x && y)
+            rc = ct__trainer_step_run(&s, r->train_step, &(trainer_batch){x, y, b.n}, &so);
+        s.index++;
+        if (rc == 0) {
+            rep.loss_sum += so.loss_sum;
+            rep.samples += so.samples;
+            if (s.optimizer_steps) {
+                rep.steps++;
+                r->st.step++;
+            }
             if (!r->first_step_done) {
                 r->first_step_done = true;
                 rep.first_step_ns = mono_ns();
             }
         }
-        ct_tensor_release(&loss);
-        ct_tensor_release(&out);
         ct_tensor_release(&x);
         ct_tensor_release(&y);
     }
@@ -300,7 +310,17 @@ static int replica_validate(void *state, const void *args, size_t len, void **re
     replica *r = state;
     (void)args;
     (void)len;
-    tr_val_report rep = {0};
+    tr_val_report rep = {.magic = TR_VAL_REPORT_MAGIC,
+                         .rank = r->setup.rank,
+                         .world = r->setup.world,
+                         .seq = ++r->validations};
+    snprintf(rep.group, sizeof rep.group, "%s", r->setup.group);
+    trainer_step s = {.ctx = &r->ctx,
+                      .st = &r->st,
+                      .name = r->spec.validate_step[0] ? r->spec.validate_step : "(built-in)",
+                      .training = false,
+                      .epoch = r->st.epoch,
+                      .metrics = &rep.metrics};
     ct_dataset *slice = NULL;
     ct_loader *ld = NULL;
     int rc = 0;
@@ -320,25 +340,21 @@ static int replica_validate(void *state, const void *args, size_t len, void **re
         bool was = ct_autograd_set_enabled(false);
         ct_batch b;
         while ((rc = ct_loader_next(ld, &b)) > 0) {
-            int64_t xs[CT_DATA_MAX_DIMS + 1] = {b.n}, ys[1] = {b.n}, hits = 0;
+            int64_t xs[CT_DATA_MAX_DIMS + 1] = {b.n}, ys[1] = {b.n};
             for (int d = 0; d < b.ndim; d++)
                 xs[d + 1] = b.shape[d];
             ct_tensor *x = ct_tensor_wrap(CT_F32, b.ndim + 1, xs, (void *)b.x);
             ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b.y);
-            ct_tensor *out = x ? ct_module_forward(r->st.model, x) : NULL;
-            ct_tensor *plain = out ? ct_nn_to_plain(out) : NULL;
-            ct_tensor *loss = plain && y ? r->st.loss(plain, y) : NULL;
-            rc = loss ? ct_metrics_topk_correct(ct_tensor_f32(plain), b.y, b.n,
-                                                ct_tensor_dim(plain, 1), 1, &hits)
-                      : CT_EINVAL;
+            trainer_step_out so;
+            rc = x && y
+                     ? ct__trainer_step_run(&s, r->validate_step, &(trainer_batch){x, y, b.n}, &so)
+                     : CT_ENOMEM;
+            s.index++;
             if (rc == 0) {
-                rep.loss_sum += ct_tensor_item(loss) * (double)b.n;
-                rep.correct += hits;
-                rep.total += b.n;
+                rep.loss_sum += so.loss_sum;
+                rep.correct += so.correct;
+                rep.total += so.samples;
             }
-            ct_tensor_release(&loss);
-            ct_tensor_release(&plain);
-            ct_tensor_release(&out);
             ct_tensor_release(&x);
             ct_tensor_release(&y);
             if (rc < 0)

@@ -1,0 +1,405 @@
+/* trainer/train/step.c — custom training and validation steps: the step context and its
+ * helpers (backward with the gradient bucketer, optimizer step, gradient-norm clipping, named
+ * metrics), the built-in steps (the replica runs them through the same interface as a user's),
+ * the one-backward-per-step check, and the driver's side: step names from the options and
+ * the metrics averaged over replicas.
+ * Also, for now, the bridge described in internal.h (public trainer_create / trainer_train_with
+ * / trainer_validate around trainer.c's, and the reports seen through ct_future_wait), until
+ * trainer.c calls ct__trainer_steps_from_opts and ct__trainer_metrics_average itself.
+ * Not here: the epoch loop (replica.c), the registry (registry.c), the driver (trainer.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "ct/metrics.h"
+#include "internal.h"
+
+/* ---- the context ---- */
+
+trainer_ctx *trainer_step_ctx(trainer_step *s)
+{
+    return s ? s->ctx : NULL;
+}
+ct_module *trainer_step_model(trainer_step *s)
+{
+    return s ? s->st->model : NULL;
+}
+ct_optim *trainer_step_optim(trainer_step *s)
+{
+    return s ? s->st->optim : NULL;
+}
+trainer_loss_fn trainer_step_loss(trainer_step *s)
+{
+    return s ? s->st->loss : NULL;
+}
+int64_t trainer_step_epoch(const trainer_step *s)
+{
+    return s ? s->epoch : 0;
+}
+int64_t trainer_step_index(const trainer_step *s)
+{
+    return s ? s->index : 0;
+}
+int64_t trainer_step_count(const trainer_step *s)
+{
+    return s ? s->st->step : 0;
+}
+bool trainer_step_training(const trainer_step *s)
+{
+    return s && s->training;
+}
+
+/* ---- the helpers ---- */
+
+int trainer_step_backward(trainer_step *s, ct_tensor *loss)
+{
+    if (!s || !loss)
+        return ct__error(CT_EINVAL, "trainer_step_backward: %s is NULL", !s ? "s" : "loss");
+    if (!s->training)
+        return ct__error(CT_EINVAL, "trainer_step_backward: called from validate step \"%s\"",
+                         s->name);
+    if (s->backwards++)
+        return ct__error(CT_EINVAL,
+                         "trainer_step_backward: called twice in one step of train step \"%s\" "
+                         "(every rank must run exactly one backward per step)",
+                         s->name);
+    int rc = ct_tensor_backward(loss, NULL);
+    /* always: this also drains buckets a failed backward queued */
+    int src = ct_bucketer_finish(s->bucketer);
+    return rc < 0 ? rc : src;
+}
+
+int trainer_step_optimizer(trainer_step *s)
+{
+    if (!s)
+        return ct__error(CT_EINVAL, "trainer_step_optimizer: s is NULL");
+    if (!s->training || s->backwards != 1 || s->optimizer_steps)
+        return ct__error(CT_EINVAL, "trainer_step_optimizer: in %s step \"%s\": %s",
+                         s->training ? "train" : "validate", s->name,
+                         !s->training        ? "not a train step"
+                         : s->backwards != 1 ? "before trainer_step_backward"
+                                             : "called twice in one step");
+    s->optimizer_steps++;
+    int rc = ct_optim_step(s->st->optim);
+    if (rc == 0)
+        ct_module_zero_grad(s->st->model);
+    return rc;
+}
+
+int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm)
+{
+    const ct_param_ref *ps;
+    int np, rc;
+    if (!s || !s->training || s->backwards != 1)
+        return ct__error(CT_EINVAL, "trainer_step_clip_grad_norm: only in a train step, after "
+                                    "trainer_step_backward");
+    if ((rc = ct_module_params(s->st->model, &ps, &np)) < 0)
+        return rc;
+    double sq = 0;
+    for (int i = 0; i < np; i++)
+        for (int64_t k = 0; ps[i].grad && k < ps[i].numel; k++)
+            sq += (double)ps[i].grad[k] * ps[i].grad[k];
+    double total = sqrt(sq);
+    if (norm)
+        *norm = total;
+    if (max_norm > 0 && total > max_norm) {
+        float coef = (float)(max_norm / (total + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
+        for (int i = 0; i < np; i++)
+            for (int64_t k = 0; ps[i].grad && k < ps[i].numel; k++)
+                ps[i].grad[k] *= coef;
+    }
+    return 0;
+}
+
+int trainer_step_metric(trainer_step *s, const char *name, double value)
+{
+    if (!s || !name || !*name || strlen(name) >= TRAINER_METRIC_NAME_MAX)
+        return ct__error(CT_EINVAL, "trainer_step_metric: bad name \"%s\" (1..%d bytes)",
+                         name ? name : "(null)", TRAINER_METRIC_NAME_MAX - 1);
+    tr_metrics *m = s->metrics;
+    int i = 0;
+    while (i < m->n && strcmp(m->names[i], name))
+        i++;
+    if (i == m->n) {
+        if (m->n == TRAINER_MAX_METRICS)
+            return ct__error(CT_ENOSPC, "trainer_step_metric: \"%s\": more than %d metrics", name,
+                             TRAINER_MAX_METRICS);
+        snprintf(m->names[m->n++], TRAINER_METRIC_NAME_MAX, "%s", name);
+    }
+    m->sum[i] += value * (double)s->batch_n;
+    m->weight[i] += (double)s->batch_n;
+    return 0;
+}
+
+/* ---- the built-in steps ---- */
+
+int trainer_builtin_train_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+{
+    ct_tensor *y = ct_module_forward(s->st->model, b->x); /* (N,C) */
+    ct_tensor *loss = y ? s->st->loss(y, b->y) : NULL;    /* () */
+    int rc = loss ? trainer_step_backward(s, loss) : CT_EINVAL;
+    if (rc == 0)
+        rc = trainer_step_optimizer(s);
+    if (rc == 0) {
+        out->loss_sum = ct_tensor_item(loss) * (double)b->n;
+        out->samples = b->n;
+    }
+    ct_tensor_release(&loss);
+    ct_tensor_release(&y);
+    return rc;
+}
+
+int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+{
+    int64_t hits = 0;
+    ct_tensor *y = ct_module_forward(s->st->model, b->x);
+    ct_tensor *plain = y ? ct_nn_to_plain(y) : NULL; /* (N,C) in plain layout */
+    ct_tensor *loss = plain ? s->st->loss(plain, b->y) : NULL;
+    int rc = loss ? ct_metrics_topk_correct(ct_tensor_f32(plain), ct_tensor_data(b->y), b->n,
+                                            ct_tensor_dim(plain, 1), 1, &hits)
+                  : CT_EINVAL;
+    if (rc == 0) {
+        out->loss_sum = ct_tensor_item(loss) * (double)b->n;
+        out->correct = hits;
+        out->samples = b->n;
+    }
+    ct_tensor_release(&loss);
+    ct_tensor_release(&plain);
+    ct_tensor_release(&y);
+    return rc;
+}
+
+trainer_step_fn ct__trainer_step_fn(const tr_spec *spec, bool training)
+{
+    const char *name = training ? spec->train_step : spec->validate_step;
+    if (!name[0])
+        return training ? trainer_builtin_train_step : trainer_builtin_validate_step;
+    return (trainer_step_fn)ct__trainer_lookup(training ? TR_TRAIN_STEP : TR_VAL_STEP, name);
+}
+
+int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batch *b,
+                         trainer_step_out *out)
+{
+    memset(out, 0, sizeof *out);
+    s->backwards = 0;
+    s->optimizer_steps = 0;
+    s->batch_n = b->n;
+    if (!fn)
+        return ct__error(CT_ENOENT, "trainer replica: %s step \"%s\" is not registered here",
+                         s->training ? "train" : "validate", s->name);
+    int rc = fn(s, b, out);
+    if (s->training && s->backwards == 0) {
+        ct_autograd_clear_tape(); /* a forward without backward leaves its tape */
+        if (rc == 0)
+            rc = ct__error(CT_EINVAL,
+                           "trainer: train step \"%s\" returned without calling "
+                           "trainer_step_backward (every rank must run exactly one backward "
+                           "per step, also to skip an update)",
+                           s->name);
+    } else if (s->training && s->backwards > 1 && rc == 0) {
+        rc = ct__error(CT_EINVAL,
+                       "trainer: train step \"%s\" called trainer_step_backward %d "
+                       "times in one step",
+                       s->name, s->backwards);
+    }
+    if (rc < 0 && !s->training)
+        ct_autograd_clear_tape();
+    return rc;
+}
+
+/* ---- the driver's side ---- */
+
+static int step_name(char *dst, const char *src, const char *field, tr_kind kind)
+{
+    dst[0] = 0;
+    if (!src || !*src)
+        return 0;
+    if (strlen(src) >= TR_NAME_MAX)
+        return ct__error(CT_EINVAL, "trainer_create: opts.%s \"%s\" longer than %d bytes", field,
+                         src, TR_NAME_MAX - 1);
+    if (!ct__trainer_lookup(kind, src))
+        return ct__error(CT_ENOENT, "trainer_create: opts.%s: no %s named \"%s\" is registered",
+                         field, ct__trainer_kind_name(kind), src);
+    snprintf(dst, TR_NAME_MAX, "%s", src);
+    return 0;
+}
+
+int ct__trainer_steps_from_opts(const trainer_opts *o, tr_spec *spec)
+{
+    int rc = step_name(spec->train_step, o->train_step, "train_step", TR_TRAIN_STEP);
+    if (rc == 0)
+        rc = step_name(spec->validate_step, o->validate_step, "validate_step", TR_VAL_STEP);
+    return rc;
+}
+
+void ct__trainer_metrics_average(const tr_metrics *const *ms, int n, trainer_metric *out, int *nout)
+{
+    double sum[TRAINER_MAX_METRICS] = {0}, weight[TRAINER_MAX_METRICS] = {0};
+    int k = 0;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; ms[r] && i < ms[r]->n && i < TRAINER_MAX_METRICS; i++) {
+            int j = 0;
+            while (j < k && strcmp(out[j].name, ms[r]->names[i]))
+                j++;
+            if (j == k) {
+                if (k == TRAINER_MAX_METRICS)
+                    continue;
+                snprintf(out[k++].name, TRAINER_METRIC_NAME_MAX, "%s", ms[r]->names[i]);
+            }
+            sum[j] += ms[r]->sum[i];
+            weight[j] += ms[r]->weight[i];
+        }
+    for (int j = 0; j < k; j++)
+        out[j].value = weight[j] > 0 ? sum[j] / weight[j] : 0;
+    *nout = k;
+}
+
+double trainer_stats_metric(const trainer_stats *st, bool val, const char *name, double def)
+{
+    if (!st || !name)
+        return def;
+    int n = val ? st->val_nmetrics : st->nmetrics;
+    const trainer_metric *m = val ? st->val_metrics : st->metrics;
+    for (int i = 0; i < n && i < TRAINER_MAX_METRICS; i++)
+        if (!strcmp(m[i].name, name))
+            return m[i].value;
+    return def;
+}
+
+/* ---- the bridge (see internal.h) ---- */
+
+_Thread_local const char *ct__trainer_pending_steps[2];
+
+/* The replicas' reports of the calls in progress, per thread (a trainer is used by one thread
+ * at a time). A set is one group's reports of one epoch (or one validation); a report of
+ * another set starts a new one; a set that has all world reports becomes the "done" one. */
+typedef struct collect {
+    char group[64];
+    int64_t key; /* epoch, or validation seq */
+    int world, got;
+    tr_metrics acc;
+    bool done;
+    int ndone;
+    trainer_metric out[TRAINER_MAX_METRICS];
+} collect;
+static _Thread_local collect col_train, col_val;
+
+static void collect_add(collect *c, const char *group, int64_t key, int world, const tr_metrics *m)
+{
+    if (strcmp(c->group, group) || c->key != key || c->world != world) {
+        snprintf(c->group, sizeof c->group, "%s", group);
+        c->key = key;
+        c->world = world;
+        c->got = 0;
+        memset(&c->acc, 0, sizeof c->acc);
+    }
+    /* sums, not averages: merged into acc by name */
+    for (int i = 0; i < m->n && i < TRAINER_MAX_METRICS; i++) {
+        int j = 0;
+        while (j < c->acc.n && strcmp(c->acc.names[j], m->names[i]))
+            j++;
+        if (j == c->acc.n) {
+            if (j == TRAINER_MAX_METRICS)
+                continue;
+            snprintf(c->acc.names[c->acc.n++], TRAINER_METRIC_NAME_MAX, "%s", m->names[i]);
+        }
+        c->acc.sum[j] += m->sum[i];
+        c->acc.weight[j] += m->weight[i];
+    }
+    if (++c->got == c->world) {
+        const tr_metrics *one[1] = {&c->acc};
+        ct__trainer_metrics_average(one, 1, c->out, &c->ndone);
+        c->done = true;
+    }
+}
+
+int ct__trainer_future_wait(ct_future *f, int timeout_ms, void **result, size_t *len)
+{
+    size_t n = 0;
+    int rc = ct_future_wait(f, timeout_ms, result, &n);
+    if (len)
+        *len = n;
+    if (rc < 0 || !result || !*result || n < sizeof(uint32_t))
+        return rc;
+    uint32_t magic;
+    memcpy(&magic, *result, sizeof magic);
+    if (magic == TR_REPORT_MAGIC && n == sizeof(tr_report)) {
+        const tr_report *r = *result;
+        collect_add(&col_train, r->group, r->epoch, r->world, &r->metrics);
+    } else if (magic == TR_VAL_REPORT_MAGIC && n == sizeof(tr_val_report)) {
+        const tr_val_report *r = *result;
+        collect_add(&col_val, r->group, (int64_t)r->seq, r->world, &r->metrics);
+    }
+    return rc;
+}
+
+static void fill_stats(trainer_stats *st)
+{
+    if (col_train.done) {
+        st->nmetrics = col_train.ndone;
+        memcpy(st->metrics, col_train.out, sizeof st->metrics);
+    }
+    if (col_val.done) {
+        st->val_nmetrics = col_val.ndone;
+        memcpy(st->val_metrics, col_val.out, sizeof st->val_metrics);
+    }
+}
+
+int trainer_create(const trainer_opts *o, trainer **out)
+{
+    if (o && out) {
+        tr_spec names;
+        *out = NULL;
+        int rc = ct__trainer_steps_from_opts(o, &names);
+        if (rc < 0)
+            return rc;
+        ct__trainer_pending_steps[0] = names.train_step;
+        ct__trainer_pending_steps[1] = names.validate_step;
+        rc = ct__trainer_create_core(o, out);
+        ct__trainer_pending_steps[0] = ct__trainer_pending_steps[1] = NULL;
+        return rc;
+    }
+    return ct__trainer_create_core(o, out);
+}
+
+typedef struct epoch_wrap {
+    trainer_epoch_fn fn;
+    void *user;
+} epoch_wrap;
+
+static int on_epoch_wrap(trainer *t, const trainer_stats *st, void *user)
+{
+    epoch_wrap *w = user;
+    trainer_stats copy = *st;
+    fill_stats(&copy);
+    return w->fn(t, &copy, w->user);
+}
+
+int trainer_train_with(trainer *t, const trainer_train_opts *o)
+{
+    trainer_train_opts mine = o ? *o : (trainer_train_opts){0};
+    epoch_wrap w = {mine.on_epoch, mine.user};
+    if (mine.on_epoch) {
+        mine.on_epoch = on_epoch_wrap;
+        mine.user = &w;
+    }
+    memset(&col_train, 0, sizeof col_train);
+    memset(&col_val, 0, sizeof col_val);
+    int rc = ct__trainer_train_with_core(t, &mine);
+    if (mine.stats)
+        fill_stats(mine.stats);
+    return rc;
+}
+
+int trainer_validate(trainer *t, trainer_stats *st)
+{
+    collect keep = col_train; /* the training metrics of the last trainer_train stay */
+    memset(&col_val, 0, sizeof col_val);
+    int rc = ct__trainer_validate_core(t, st);
+    col_train = keep;
+    if (rc == 0 && st)
+        fill_stats(st);
+    return rc;
+}

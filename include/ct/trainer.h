@@ -192,12 +192,19 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  * forward passes or a combination of losses may go into the one loss tensor given to backward.
  * To skip an update (e.g. a non-finite gradient norm, which every rank sees alike because the
  * gradients are synced), still call backward and just do not call trainer_step_optimizer: the
- * gradients are zeroed before the next batch. A step that returns without calling backward, or
- * calls it twice, fails with CT_EINVAL naming the step: that rank's epoch fails, the driver ends
- * the group within seconds (not after comm_timeout_ms) and counts a failure, which repeats on
- * retry and ends in CT_ERETRY with the message. A step that calls backward on some ranks only
- * (a rank-dependent branch) cannot be detected: the gradient collectives of different batches
- * would pair up, and the epoch ends in a collective error or timeout at its last batch.
+ * gradients are zeroed before the next batch. Gradient accumulation over several batches
+ * (DDP's no_sync) is not offered: every batch is one synced backward. The rule is checked in
+ * every rank at every step: a step that returns without calling backward, or calls it twice,
+ * fails with CT_EINVAL naming the step. Every rank runs the same number of steps (equal
+ * shards), so a rank that breaks the rule (also in a rank-dependent branch) is caught at that
+ * very step; its peers, blocked in the gradient collective it will never join, are ended by the
+ * driver within seconds (not after comm_timeout_ms). The failure spends a retry, repeats on
+ * the retry and ends in CT_ERETRY with the message. A step that returns an error fails the
+ * same way. A loss that does not reach every parameter is fine (those gradients are reduced
+ * as they are, zero).
+ *
+ * Threads. The trainer_step_* functions are valid only during the step call and from its
+ * thread (the replica's actor thread); a step may use threads of its own between them.
  *
  * Metrics. A step fills out (sums over its batch) and may add up to TRAINER_MAX_METRICS named
  * scalars per batch with trainer_step_metric (e.g. "grad_norm"); the driver averages each over

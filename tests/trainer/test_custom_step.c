@@ -12,8 +12,10 @@
  *       val_metrics "top2" and val_accuracy, over both replicas' halves (500 samples), equal
  *       the values this test computes on the driver's model over the whole validation set;
  *   (d) unknown step names are refused by trainer_create naming the field and the name, with
- *       nothing started; a step that never calls trainer_step_backward fails the training
- *       with a message that says so (within seconds, no hang);
+ *       nothing started; a step that never calls trainer_step_backward, or calls it twice,
+ *       fails the training with a message that says so (within seconds, no hang), also when only
+ *       rank 1 breaks the rule while rank 0 waits in the gradient collective; a step that
+ *       skips the optimizer on odd batches makes half the optimizer steps, replicas agreeing;
  *   (e) kill -9 of replica 1 in the middle of epoch 2 (the probe loss of tt.h) with the custom
  *       step: retries_used 1 and final weights bit-identical to the undisturbed custom run. */
 #include "tt.h"
@@ -125,6 +127,45 @@ static int no_backward_step(trainer_step *s, const trainer_batch *b, trainer_ste
     (void)out;
     ct_tensor_release(&y);
     return 0;
+}
+
+/* (d): breaks the rule the other way */
+static int twice_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+{
+    ct_tensor *y = ct_module_forward(trainer_step_model(s), b->x);
+    ct_tensor *loss = y ? trainer_step_loss(s)(y, b->y) : NULL;
+    int rc = loss ? trainer_step_backward(s, loss) : CT_EINVAL;
+    if (rc == 0)
+        rc = trainer_step_backward(s, loss);
+    (void)out;
+    ct_tensor_release(&loss);
+    ct_tensor_release(&y);
+    return rc;
+}
+
+/* a rank-dependent branch: rank 1 skips backward at its 3rd batch, rank 0 does not */
+static int rank1_skips_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+{
+    if (trainer_ctx_rank(trainer_step_ctx(s)) == 1 && trainer_step_index(s) == 2)
+        return no_backward_step(s, b, out);
+    return reimpl_step(s, b, out);
+}
+
+/* skips the update on odd batches (backward still runs: gradients stay synced) */
+static int skip_odd_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+{
+    ct_tensor *y = ct_module_forward(trainer_step_model(s), b->x);
+    ct_tensor *loss = y ? trainer_step_loss(s)(y, b->y) : NULL;
+    int rc = loss ? trainer_step_backward(s, loss) : CT_EINVAL;
+    if (rc == 0 && trainer_step_index(s) % 2 == 0)
+        rc = trainer_step_optimizer(s);
+    if (rc == 0) {
+        out->loss_sum = ct_tensor_item(loss) * (double)b->n;
+        out->samples = b->n;
+    }
+    ct_tensor_release(&loss);
+    ct_tensor_release(&y);
+    return rc;
 }
 
 static trainer *make(const char *train_step, const char *validate_step, const char *hook,
@@ -279,6 +320,9 @@ int main(void)
     trainer_register_train_step("reimpl", reimpl_step);
     trainer_register_train_step("clip", clip_step);
     trainer_register_train_step("no_backward", no_backward_step);
+    trainer_register_train_step("twice", twice_step);
+    trainer_register_train_step("rank1_skips", rank1_skips_step);
+    trainer_register_train_step("skip_odd", skip_odd_step);
     trainer_register_validate_step("top2", top2_step);
     trainer_register_hook("clip_setup", clip_setup);
     ct_serve_if_worker();
@@ -312,6 +356,41 @@ int main(void)
         CHECK(ms < 20000);
         trainer_shutdown(&t);
     }
+
+    t = make("rank1_skips", NULL, NULL, cfg);
+    CHECK(t != NULL);
+    if (t) {
+        struct timespec a, z;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        CHECK_EQ_INT(trainer_train(t, .max_retries = 0), CT_ERETRY);
+        clock_gettime(CLOCK_MONOTONIC, &z);
+        int64_t ms = (z.tv_sec - a.tv_sec) * 1000 + (z.tv_nsec - a.tv_nsec) / 1000000;
+        if (!strstr(ct_last_error(), "replica 1") ||
+            !strstr(ct_last_error(), "without calling trainer_step_backward")) {
+            fprintf(stderr, "message \"%s\" does not name replica 1 and the rule\n",
+                    ct_last_error());
+            h_failures++;
+        }
+        printf("(d) rank 1 skips backward: refused in %lld ms: %s\n", (long long)ms,
+               ct_last_error());
+        CHECK(ms < 20000); /* not comm_timeout_ms (60 s) */
+        trainer_shutdown(&t);
+    }
+    t = make("twice", NULL, NULL, cfg);
+    CHECK(t != NULL);
+    if (t) {
+        CHECK_EQ_INT(trainer_train(t, .max_retries = 0), CT_ERETRY);
+        if (!strstr(ct_last_error(), "trainer_step_backward: called twice")) {
+            fprintf(stderr, "message \"%s\" does not name the rule\n", ct_last_error());
+            h_failures++;
+        }
+        trainer_shutdown(&t);
+    }
+    trainer_stats st_s = {0};
+    int64_t n_s = 0;
+    float *w_s = run("skip_odd", NULL, NULL, cfg, &st_s, &n_s, NULL);
+    CHECK_EQ_INT(st_s.steps, 16); /* 2 epochs x 16 batches, every other one updates */
+    free(w_s);
 
     /* (a) the built-in vs the same written as a custom step */
     float *w_a = run(NULL, NULL, NULL, cfg, &st_a, &n_a, NULL);

@@ -193,6 +193,12 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     r->st.epoch = a->start_epoch;
     r->train_step = ct__trainer_step_fn(&r->spec, true);
     r->validate_step = ct__trainer_step_fn(&r->spec, false);
+    if (!r->train_step || !r->validate_step)
+        return ct__error(CT_ENOENT,
+                         "trainer replica %d: %s step \"%s\" is not registered in this process "
+                         "(register steps before ct_init, in every process)",
+                         a->rank, !r->train_step ? "train" : "validate",
+                         !r->train_step ? r->spec.train_step : r->spec.validate_step);
     if ((rc = broadcast_params(r)) < 0 || (rc = broadcast_buffers(r)) < 0)
         return rc;
     return bucketer_new(r);
@@ -228,6 +234,35 @@ out:
     return rc;
 }
 
+static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *rlen);
+
+/* A failed epoch. When this rank failed by itself (a step's error, e.g. the one-backward rule;
+ * its communicator still fine), its reason goes to the KV under the group, then the
+ * communicator is aborted: the peers blocked in a collective this rank will never join see it
+ * leave at once instead of waiting for comm_timeout_ms, and report the reason they find. */
+static int epoch_failed(replica *r, int rc)
+{
+    char key[128], msg[720], here[600];
+    snprintf(here, sizeof here, "%s", ct_last_error());
+    snprintf(key, sizeof key, "trainer/%s/error", r->setup.group);
+    if (ct_comm_status(r->comm) == 0) {
+        snprintf(msg, sizeof msg, "replica %d: %s", r->setup.rank, here);
+        ct_kv_put(key, msg, strlen(msg) + 1);
+        ct_comm_abort(r->comm);
+        return ct__error(rc, "%s", msg);
+    }
+    void *v = NULL;
+    size_t n = 0;
+    if (ct_kv_get(key, &v, &n, 0) == 0 && v && n > 0) {
+        snprintf(msg, sizeof msg, "%.*s", (int)n, (const char *)v);
+        free(v);
+        return ct__error(rc, "trainer replica %d: a peer failed first: %s (here: %s)",
+                         r->setup.rank, msg, here);
+    }
+    free(v);
+    return rc;
+}
+
 static int replica_train_epoch(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
@@ -235,6 +270,15 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
         return ct__error(CT_EINVAL, "trainer replica: train_epoch before setup or bad args");
     tr_epoch_args ea;
     memcpy(&ea, args, sizeof ea);
+    int rc = train_epoch(r, &ea, res, rlen);
+    return rc < 0 ? epoch_failed(r, rc) : rc;
+}
+
+/* The epoch: per batch the train step; then the scheduler, rank 0's buffers to all, the
+ * weights' hash and (rank 0) the checkpoint. */
+static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *rlen)
+{
+    tr_epoch_args ea = *a;
     tr_report rep = {.magic = TR_REPORT_MAGIC,
                      .rank = r->setup.rank,
                      .world = r->setup.world,

@@ -176,11 +176,12 @@ int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batc
 /* Driver side: checks opts->train_step / validate_step (CT_ENOENT naming the field and the
  * name) and copies them into spec. */
 int ct__trainer_steps_from_opts(const trainer_opts *o, tr_spec *spec);
-/* Driver side: the metrics of n replicas' reports summed and averaged into out / nout. */
-void ct__trainer_metrics_average(const tr_metrics *const *ms, int n, trainer_metric *out,
-                                 int *nout);
+/* Driver side: adds a replica's metric sums into acc (by name); then out / nout get the
+ * averages (sum / weight) of acc: e.g. trainer_stats.metrics / .nmetrics. */
+void ct__trainer_metrics_add(tr_metrics *acc, const tr_metrics *m);
+void ct__trainer_metrics_out(const tr_metrics *acc, trainer_metric *out, int *nout);
 
-/* A bridge until trainer.c calls the two functions above itself (its owner's change):
+/* A bridge until trainer.c calls the functions above itself (its owner's change):
  * trainer.c's trainer_create, trainer_train_with and trainer_validate are compiled under
  * ct__*_core names and step.c defines the public ones around them; step.c also sees the
  * replicas' reports through ct__trainer_future_wait (trainer.c's ct_future_wait calls) to

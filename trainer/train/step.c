@@ -5,7 +5,7 @@
  * the metrics averaged over replicas.
  * Also, for now, the bridge described in internal.h (public trainer_create / trainer_train_with
  * / trainer_validate around trainer.c's, and the reports seen through ct_future_wait), until
- * trainer.c calls ct__trainer_steps_from_opts and ct__trainer_metrics_average itself.
+ * trainer.c calls ct__trainer_steps_from_opts and ct__trainer_metrics_add / _out itself.
  * Not here: the epoch loop (replica.c), the registry (registry.c), the driver (trainer.c). */
 #include <math.h>
 #include <stdio.h>
@@ -234,26 +234,29 @@ int ct__trainer_steps_from_opts(const trainer_opts *o, tr_spec *spec)
     return rc;
 }
 
-void ct__trainer_metrics_average(const tr_metrics *const *ms, int n, trainer_metric *out, int *nout)
+void ct__trainer_metrics_add(tr_metrics *acc, const tr_metrics *m)
 {
-    double sum[TRAINER_MAX_METRICS] = {0}, weight[TRAINER_MAX_METRICS] = {0};
-    int k = 0;
-    for (int r = 0; r < n; r++)
-        for (int i = 0; ms[r] && i < ms[r]->n && i < TRAINER_MAX_METRICS; i++) {
-            int j = 0;
-            while (j < k && strcmp(out[j].name, ms[r]->names[i]))
-                j++;
-            if (j == k) {
-                if (k == TRAINER_MAX_METRICS)
-                    continue;
-                snprintf(out[k++].name, TRAINER_METRIC_NAME_MAX, "%s", ms[r]->names[i]);
-            }
-            sum[j] += ms[r]->sum[i];
-            weight[j] += ms[r]->weight[i];
+    for (int i = 0; i < m->n && i < TRAINER_MAX_METRICS; i++) {
+        int j = 0;
+        while (j < acc->n && strcmp(acc->names[j], m->names[i]))
+            j++;
+        if (j == acc->n) {
+            if (j == TRAINER_MAX_METRICS)
+                continue;
+            snprintf(acc->names[acc->n++], TRAINER_METRIC_NAME_MAX, "%s", m->names[i]);
         }
-    for (int j = 0; j < k; j++)
-        out[j].value = weight[j] > 0 ? sum[j] / weight[j] : 0;
-    *nout = k;
+        acc->sum[j] += m->sum[i];
+        acc->weight[j] += m->weight[i];
+    }
+}
+
+void ct__trainer_metrics_out(const tr_metrics *acc, trainer_metric *out, int *nout)
+{
+    for (int j = 0; j < acc->n; j++) {
+        snprintf(out[j].name, TRAINER_METRIC_NAME_MAX, "%s", acc->names[j]);
+        out[j].value = acc->weight[j] > 0 ? acc->sum[j] / acc->weight[j] : 0;
+    }
+    *nout = acc->n;
 }
 
 double trainer_stats_metric(const trainer_stats *st, bool val, const char *name, double def)
@@ -295,22 +298,9 @@ static void collect_add(collect *c, const char *group, int64_t key, int world, c
         c->got = 0;
         memset(&c->acc, 0, sizeof c->acc);
     }
-    /* sums, not averages: merged into acc by name */
-    for (int i = 0; i < m->n && i < TRAINER_MAX_METRICS; i++) {
-        int j = 0;
-        while (j < c->acc.n && strcmp(c->acc.names[j], m->names[i]))
-            j++;
-        if (j == c->acc.n) {
-            if (j == TRAINER_MAX_METRICS)
-                continue;
-            snprintf(c->acc.names[c->acc.n++], TRAINER_METRIC_NAME_MAX, "%s", m->names[i]);
-        }
-        c->acc.sum[j] += m->sum[i];
-        c->acc.weight[j] += m->weight[i];
-    }
+    ct__trainer_metrics_add(&c->acc, m);
     if (++c->got == c->world) {
-        const tr_metrics *one[1] = {&c->acc};
-        ct__trainer_metrics_average(one, 1, c->out, &c->ndone);
+        ct__trainer_metrics_out(&c->acc, c->out, &c->ndone);
         c->done = true;
     }
 }

@@ -181,25 +181,6 @@ int ct__trainer_steps_from_opts(const trainer_opts *o, tr_spec *spec);
 void ct__trainer_metrics_add(tr_metrics *acc, const tr_metrics *m);
 void ct__trainer_metrics_out(const tr_metrics *acc, trainer_metric *out, int *nout);
 
-/* A bridge until trainer.c calls the functions above itself (its owner's change):
- * trainer.c's trainer_create, trainer_train_with and trainer_validate are compiled under
- * ct__*_core names and step.c defines the public ones around them; step.c also sees the
- * replicas' reports through ct__trainer_future_wait (trainer.c's ct_future_wait calls) to
- * fill the stats' metrics. step.c and registry.c see the real names. */
-#ifdef CT__TRAINER_BRIDGE
-#define trainer_create ct__trainer_create_core
-#define trainer_train_with ct__trainer_train_with_core
-#define trainer_validate ct__trainer_validate_core
-#define ct_future_wait ct__trainer_future_wait
-#endif
-int ct__trainer_create_core(const trainer_opts *o, trainer **out);
-int ct__trainer_train_with_core(trainer *t, const trainer_train_opts *o);
-int ct__trainer_validate_core(trainer *t, trainer_stats *st);
-int ct__trainer_future_wait(ct_future *f, int timeout_ms, void **result, size_t *len);
-/* The step names trainer_create (step.c) hands to the driver's ct__trainer_state_build (set
- * only during that call, in this thread). */
-extern _Thread_local const char *ct__trainer_pending_steps[2];
-
 /* Registers the replica class (idempotent); the library does it from a constructor. */
 int ct__trainer_register_replica_class(void);
 

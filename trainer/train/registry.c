@@ -305,15 +305,6 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
 {
     memset(st, 0, sizeof *st);
     int rc = 0;
-    if (ctx->driver && (ct__trainer_pending_steps[0] || ct__trainer_pending_steps[1])) {
-        /* trainer_create's check-run (the bridge in internal.h): the step names, checked by
-         * step.c's trainer_create already, go into the trainer's own spec (not const there) */
-        tr_spec *w = (tr_spec *)spec;
-        snprintf(w->train_step, sizeof w->train_step, "%s",
-                 ct__trainer_pending_steps[0] ? ct__trainer_pending_steps[0] : "");
-        snprintf(w->validate_step, sizeof w->validate_step, "%s",
-                 ct__trainer_pending_steps[1] ? ct__trainer_pending_steps[1] : "");
-    }
     if (spec->hook[0]) {
         trainer_hook h = (trainer_hook)ct__trainer_lookup(TR_HOOK, spec->hook);
         if ((rc = h(ctx)) < 0 || ctx->err[0]) {

@@ -99,7 +99,8 @@ int trainer_create(const trainer_opts *o, trainer **out)
         (rc = copy_name(s->loss, o->loss ? o->loss : "cross_entropy", "loss", TR_LOSS, true)) < 0 ||
         (rc = copy_name(s->scheduler, o->scheduler, "scheduler", TR_SCHED, false)) < 0 ||
         (rc = copy_name(s->hook, o->initialization_hook, "initialization_hook", TR_HOOK, false)) <
-            0)
+            0 ||
+        (rc = ct__trainer_steps_from_opts(o, s)) < 0)
         goto fail;
     snprintf(s->config, sizeof s->config, "%s", o->config ? o->config : "");
     s->seed = o->seed;
@@ -389,12 +390,15 @@ static int run_validation(trainer *t, char *why, size_t cap)
     if (rc == 0) {
         double loss = 0;
         int64_t correct = 0, total = 0;
+        tr_metrics m = {0};
         for (int i = 0; i < t->world; i++) {
             tr_val_report *r = res[i];
             loss += r->loss_sum;
             correct += r->correct;
             total += r->total;
+            ct__trainer_metrics_add(&m, &r->metrics);
         }
+        ct__trainer_metrics_out(&m, t->stats.val_metrics, &t->stats.val_nmetrics);
         t->stats.val_loss = total ? loss / (double)total : 0;
         t->stats.val_accuracy = total ? (double)correct / (double)total : 0;
         t->stats.val_samples = total;
@@ -430,8 +434,10 @@ static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size
     double loss = 0, slowest = 0;
     int64_t samples = 0, first_step = 0;
     bool agree = true;
+    tr_metrics m = {0};
     for (int i = 0; i < t->world; i++) {
         tr_report *r = res[i];
+        ct__trainer_metrics_add(&m, &r->metrics);
         loss += r->loss_sum;
         samples += r->samples;
         slowest = r->seconds > slowest ? r->seconds : slowest;
@@ -446,6 +452,7 @@ static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size
     t->stats.samples_per_s = slowest > 0 ? (double)samples / slowest : 0;
     t->stats.epoch_seconds = slowest;
     t->stats.weights_agree = agree;
+    ct__trainer_metrics_out(&m, t->stats.metrics, &t->stats.nmetrics);
     if (r0->has_ckpt) {
         if ((rc = adopt_checkpoint(t, &r0->ckpt)) < 0) {
             snprintf(why, cap, "adopting the checkpoint of epoch %lld: %s", (long long)epoch + 1,

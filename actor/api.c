@@ -210,15 +210,17 @@ static void kick_sleepers(void)
  * sleep needs no short slices; it is still cut at SLEEP_BACKSTOP_MS in case an edge is lost
  * some other way. fd (an actor's plain TCP socket) and the kick wake at once. This is what
  * lets long waits (futures, KV, events, object fetches) run in several threads at once. */
-static void sleep_unlocked(int fd, int64_t ms)
+#define SLEEP_MAX_FDS 64
+static void sleep_unlocked_fds(const int *fds, int nfds, int64_t ms)
 {
-    struct pollfd p[3];
+    struct pollfd p[SLEEP_MAX_FDS + 2];
     int n = 0;
     sleeper me = {.fd = my_kick_fd()};
     if (C.head_fd >= 0)
         p[n++] = (struct pollfd){C.head_fd, POLLIN, 0};
-    if (fd >= 0)
-        p[n++] = (struct pollfd){fd, POLLIN, 0};
+    for (int i = 0; i < nfds && i < SLEEP_MAX_FDS; i++)
+        if (fds[i] >= 0)
+            p[n++] = (struct pollfd){fds[i], POLLIN, 0};
     int ki = -1;
     if (me.fd >= 0) {
         ki = n;
@@ -240,6 +242,11 @@ static void sleep_unlocked(int fd, int64_t ms)
             /* kicked and reset by nobody else: nothing to do */
         }
     }
+}
+
+static void sleep_unlocked(int fd, int64_t ms)
+{
+    sleep_unlocked_fds(&fd, 1, ms);
 }
 
 /* Sends e on the head socket (lock held). zmq_send also processes the socket's pending
@@ -1143,6 +1150,56 @@ static int wait_locked(ct_future *f, int timeout_ms, void **result, size_t *resu
     if (result_len)
         *result_len = f->len;
     return 0;
+}
+
+int ct_future_wait_any(ct_future *const *fs, int n, int timeout_ms)
+{
+    if (!fs || n < 0)
+        return ct__error(CT_EINVAL, "ct_future_wait_any: %s", !fs ? "fs is NULL" : "n < 0");
+    int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
+    int rc = CT_ENOENT;
+    LOCK();
+    for (;;) {
+        int fds[SLEEP_MAX_FDS], nfds = 0, pending = 0;
+        for (int i = 0; i < n; i++) {
+            ct_future *f = fs[i];
+            if (!f)
+                continue;
+            if (f->a && !f->done)
+                drain_actor(f->a);
+            if (f->done || !f->a) {
+                rc = i;
+                goto out;
+            }
+            pending++;
+            if (nfds < SLEEP_MAX_FDS)
+                fds[nfds++] = f->a->zc.fd;
+        }
+        if (!pending) {
+            rc = ct__error(CT_ENOENT, "ct_future_wait_any: no future given");
+            goto out;
+        }
+        if (C.head)
+            drain_head(0, 0, NULL); /* death events complete futures too */
+        int done = 0;
+        for (int i = 0; i < n && !done; i++)
+            if (fs[i] && (fs[i]->done || !fs[i]->a)) {
+                rc = i;
+                done = 1;
+            }
+        if (done)
+            goto out;
+        int64_t left = until - ct__now_ms();
+        if (left <= 0) {
+            rc = ct__error(CT_ETIMEDOUT, "ct_future_wait_any: none of %d calls done within %d ms",
+                           pending, timeout_ms);
+            goto out;
+        }
+        sleep_unlocked_fds(fds, nfds, left);
+    }
+out:
+    UNLOCK();
+    return rc;
 }
 
 int ct_actor_call(ct_actor *a, const char *method, const void *args, size_t len, void **result,

@@ -656,6 +656,24 @@ static void on_node_dead(ct__head *h, const char *node_id, void *user)
     int alive = 0;
     for (int i = 0; i < D.nn; i++)
         alive += D.n[i].alive && D.n[i].addr[0];
+    /* A put waiting for k copies cannot count on the dead node's: it wants at most one copy per
+     * live node now, asks the live ones, and is answered at once when that is met (it waited
+     * for the whole deadline before: a trainer checkpoint stalled 60 s when the node holding
+     * its second copy died). */
+    for (int i = 0; i < D.nw; i++) {
+        dwait *w = &D.w[i];
+        if (w->kind != W_PUT)
+            continue;
+        int oi = find_obj(w->id);
+        if (w->need > alive)
+            w->need = alive > 0 ? alive : 1;
+        if (oi >= 0)
+            replicate(h, oi, w->need);
+        if (oi >= 0 && live_holders(&D.o[oi]) >= w->need) {
+            reply_ok(h, &w->rid, w->req);
+            drop_wait(i--);
+        }
+    }
     for (int i = 0; i < D.no; i++) {
         dobj *o = &D.o[i];
         int need = o->want < alive ? o->want : alive;

@@ -192,6 +192,12 @@ int ct_actor_call_async(ct_actor *a, const char *method, const void *args, size_
  * *result_len hold the result (either pointer may be NULL to drop it). A future can be waited
  * again after CT_ETIMEDOUT. */
 int ct_future_wait(ct_future *f, int timeout_ms, void **result, size_t *result_len);
+/* Waits until one of the n futures (NULL entries skipped) is done, with a result or an error
+ * (a call to an actor that dies fails at once), up to timeout_ms (<= 0: forever). Returns the
+ * index of a done future, to be collected with ct_future_wait (it returns at once), or
+ * CT_ETIMEDOUT. Lets a caller of many actors react to the first failure instead of waiting on
+ * a live actor that is itself blocked on the dead one. */
+int ct_future_wait_any(ct_future *const *fs, int n, int timeout_ms);
 /* Frees f (a pending call's reply is then ignored); accepts NULL, nulls *f. */
 void ct_future_destroy(ct_future **f);
 

@@ -249,6 +249,8 @@ static int replicas_that_fit(trainer *t, int *out)
  * get the replies (malloc'd). On failure returns the first error and *failed its rank; once a
  * call has failed the others get at most 3 s more (a replica that hangs outside a collective
  * must not hang the driver). */
+#define FAIL_GRACE_MS 1500
+
 static int call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,
                     void **results, int *failed, char *msg, size_t msgcap)
 {
@@ -263,19 +265,32 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
             snprintf(msg, msgcap, "%s", ct_last_error());
         }
     }
-    /* wait in completion order as far as it matters: first a dead replica's call, at once */
-    for (int i = 0; f && i < t->world; i++) {
-        if (!f[i])
-            continue;
-        int w = ct_future_wait(f[i], rc < 0 ? 3000 : -1, results ? &results[i] : NULL, NULL);
-        if (w < 0 && rc == 0) {
-            rc = w;
-            *failed = i;
-            snprintf(msg, msgcap, "%s", ct_last_error());
+    /* Completion order: the first failure ends the wait (a live replica blocked in a
+     * collective with a dead one may not return for the communicator's whole timeout). After
+     * it, up to FAIL_GRACE_MS more for a dead replica's report, which explains the others'
+     * collective errors (a dead node's replicas are reported about a second after its death). */
+    int64_t grace_until = 0;
+    for (int left = f ? t->world : 0; left > 0;) {
+        int wait_ms = -1;
+        if (rc < 0) {
+            int64_t now = mono_ns() / 1000000;
+            if (!grace_until)
+                grace_until = now + FAIL_GRACE_MS;
+            if (now >= grace_until || (*failed >= 0 && ct_actor_is_dead(t->actors[*failed])))
+                break;
+            wait_ms = (int)(grace_until - now);
         }
-        if (w < 0 && ct_actor_is_dead(t->actors[i]) && *failed >= 0 &&
-            !ct_actor_is_dead(t->actors[*failed])) {
-            *failed = i; /* a dead replica explains the others' collective errors */
+        int i = ct_future_wait_any(f, t->world, wait_ms);
+        if (i < 0)
+            break; /* grace over */
+        int w = ct_future_wait(f[i], -1, results ? &results[i] : NULL, NULL);
+        ct_future_destroy(&f[i]);
+        left--;
+        if (w < 0 && (rc == 0 || (ct_actor_is_dead(t->actors[i]) && *failed >= 0 &&
+                                  !ct_actor_is_dead(t->actors[*failed])))) {
+            if (rc == 0)
+                rc = w;
+            *failed = i;
             snprintf(msg, msgcap, "%s", ct_last_error());
         }
     }

@@ -93,6 +93,38 @@ int main(void)
     long start = 40;
     CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 1}, &start, sizeof start, &a));
     CHECK_OK(ct_actor_create("Counter", &(ct_resources){.custom = {{"special", 2}}}, NULL, 0, &b));
+    /* ct_future_wait_any: the first done call, not the first given; a dead actor's call counts
+     * as done at once; a timeout when none is done; NULL entries skipped. */
+    {
+        ct_actor *s1 = NULL, *s2 = NULL;
+        CHECK_OK(ct_actor_create("Counter", NULL, NULL, 0, &s1));
+        CHECK_OK(ct_actor_create("Counter", NULL, NULL, 0, &s2));
+        int slow = 10000, fast = 50;
+        ct_future *fs[3] = {NULL, NULL, NULL};
+        CHECK_OK(ct_actor_call_async(s1, "sleep", &slow, sizeof slow, &fs[0]));
+        CHECK_OK(ct_actor_call_async(s2, "sleep", &fast, sizeof fast, &fs[2]));
+        double t0 = h_now_ms();
+        CHECK_EQ_INT(ct_future_wait_any(fs, 3, 5000), 2);
+        CHECK_OK(ct_future_wait(fs[2], 0, NULL, NULL));
+        ct_future_destroy(&fs[2]);
+        CHECK_EQ_INT(ct_future_wait_any(fs, 3, 100), CT_ETIMEDOUT);
+        ct_actor_kill(s1);
+        CHECK_EQ_INT(ct_future_wait_any(fs, 3, 5000), 0);
+        CHECK_EQ_INT(ct_future_wait(fs[0], 0, NULL, NULL), CT_EDEAD);
+        CHECK(h_now_ms() - t0 < 5000); /* not the 10 s sleep */
+        ct_future_destroy(&fs[0]);
+        CHECK(ct_future_wait_any(fs, 3, 100) == CT_ENOENT);
+        /* take s1's death event, so the checks below see only their own */
+        char s1id[32];
+        snprintf(s1id, sizeof s1id, "%s", ct_actor_id(s1));
+        ct_event ev1;
+        for (double until = h_now_ms() + 3000; h_now_ms() < until;)
+            if (ct_events_next(&ev1, 100) == 0 && ev1.type == CT_EVENT_ACTOR_DEAD &&
+                !strcmp(ev1.actor_id, s1id))
+                break;
+        ct_actor_release(&s1);
+        ct_actor_release(&s2);
+    }
     if (!a || !b)
         goto done;
     CHECK_OK(ct_cluster_resources("special", &tot, &fr));

@@ -15,6 +15,7 @@
  * found by id through a hash index. The floor under all this is fork itself (page tables and
  * VMAs of every mapped library: bench/actor_calls/fork_floor.c). Not in here: the zygote and
  * actor loops (worker.c), scheduling (head). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -827,7 +829,12 @@ static int do_register(nodest *n, int *hb_ms)
     Ct__Resource r[34];
     Ct__Resource *rp[34];
     int nr = 0;
-    double cpus = o->cpus >= 0 ? o->cpus : (double)sysconf(_SC_NPROCESSORS_ONLN);
+    /* detected: the CPUs this process may run on (a cpuset, --cpuset, taskset), else online */
+    cpu_set_t mine;
+    double cpus = o->cpus >= 0 ? o->cpus
+                  : sched_getaffinity(0, sizeof mine, &mine) == 0
+                      ? (double)CPU_COUNT(&mine)
+                      : (double)sysconf(_SC_NPROCESSORS_ONLN);
     double gpus = o->gpus >= 0 ? o->gpus : (double)detect_gpus();
     const char *names[2] = {"CPU", "GPU"};
     double amts[2] = {cpus, gpus};

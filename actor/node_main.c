@@ -1,13 +1,47 @@
 /* actor/node_main.c — ct-node: the command-line front of ct__node_run (actor/node.c).
  * Contract (stable): ct-node --head H:P [--cpus N] [--gpus N] [--resources name=n,...]
- * [--host ADDR] [--store-memory BYTES[K|M|G]] [--spill-dir DIR]. */
+ * [--host ADDR] [--store-memory BYTES[K|M|G]] [--spill-dir DIR] [--cpuset LIST]. */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
+#include <errno.h>
 #include <malloc.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "actor/runtime.h"
 #include "common/common.h"
+
+/* "0-3,6" -> a CPU set; 0, or -1 with the reason on stderr. */
+static int parse_cpuset(const char *v, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    const char *p = v;
+    while (p && *p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p || a < 0 || a >= CPU_SETSIZE)
+            goto bad;
+        if (*end == '-') {
+            p = end + 1;
+            b = strtol(p, &end, 10);
+            if (end == p || b < a || b >= CPU_SETSIZE)
+                goto bad;
+        }
+        for (long c = a; c <= b; c++)
+            CPU_SET((int)c, set);
+        if (*end == ',')
+            end++;
+        else if (*end)
+            goto bad;
+        p = end;
+    }
+    if (CPU_COUNT(set))
+        return 0;
+bad:
+    fprintf(stderr, "ct-node: --cpuset: '%s' is not a CPU list such as 0-3,6\n", v ? v : "");
+    return -1;
+}
 
 static void usage(FILE *f)
 {
@@ -22,6 +56,8 @@ static void usage(FILE *f)
             "the head)\n"
             "  --store-memory B      object store memory, suffix K/M/G allowed (default: RAM/4,\n"
             "                        at most 2G)\n"
+            "  --cpuset LIST         run the node and its actors on these CPUs only, e.g. 0-3,6\n"
+            "                        (then --cpus defaults to their count)\n"
             "  --spill-dir DIR       where the store spills (default /tmp/ct-node.<pid>, removed "
             "at exit)\n");
 }
@@ -101,6 +137,15 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.spill_dir = v;
+            i++;
+        } else if (!strcmp(a, "--cpuset")) {
+            cpu_set_t set;
+            if (parse_cpuset(v, &set))
+                return 2;
+            if (sched_setaffinity(0, sizeof set, &set) != 0) {
+                fprintf(stderr, "ct-node: --cpuset %s: %s\n", v, strerror(errno));
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--cpus")) {
             if (parse_num(a, v, &o.cpus))

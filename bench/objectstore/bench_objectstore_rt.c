@@ -17,6 +17,10 @@
  * freed after its get, so the next pull reuses pages the destination already has, as in a
  * node that keeps receiving objects.
  *
+ * With BENCH_NODE_CPUSETS="0:1" each node runs on its own CPU (ct-node --cpuset), like two
+ * machines; by default the two nodes, the driver and the actor share every CPU, and on 2 vCPUs
+ * the scheduler then often puts a transfer's sender and receiver on one CPU (half the speed).
+ *
  * Usage: bench_objectstore_rt [sizes in MiB, default "1 64"]. Medians; one "key=value" line per
  * figure. Not a test: no assertions beyond failing on errors. Kills what it starts. */
 #define _GNU_SOURCE
@@ -165,7 +169,19 @@ int main(int argc, char **argv)
     ct_events_subscribe(1u << CT_EVENT_NODE_JOINED);
     const char *tags[2] = {"first=1", "second=1"};
     for (int i = 0; i < 2; i++) {
-        char *nargv[] = {nodep, "--head", addr, "--resources", (char *)tags[i], NULL};
+        /* BENCH_NODE_CPUSETS="0:1": node i runs on the i-th CPU list (ct-node --cpuset), as
+         * two machines would each have their own CPUs; unset: both share every CPU. */
+        char sets[64] = "", *set = NULL;
+        const char *env = getenv("BENCH_NODE_CPUSETS");
+        if (env) {
+            snprintf(sets, sizeof sets, "%s", env);
+            set = strtok(sets, ":");
+            for (int k = 0; k < i && set; k++)
+                set = strtok(NULL, ":");
+        }
+        char *nargv[] = {
+            nodep, "--head", addr, "--resources", (char *)tags[i], set ? "--cpuset" : NULL,
+            set,   NULL};
         spawn(nargv, NULL);
         ct_event ev;
         if (ct_events_next(&ev, 5000))

@@ -35,6 +35,20 @@ static int start_node(scenario *s)
     return -1;
 }
 
+/* Whether pid runs (not gone, not a zombie). */
+static bool replica_alive(int pid)
+{
+    char path[64], line[256] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    bool ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    const char *rp = strrchr(line, ')');
+    return ok && rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+}
+
 static int on_epoch(trainer *t, const trainer_stats *st, void *user)
 {
     scenario *s = user;
@@ -55,6 +69,12 @@ static int on_epoch(trainer *t, const trainer_stats *st, void *user)
                     s->kill_ms = h_now_ms();
                     kill(s->node_pid[k], SIGKILL);
                     s->killed = true;
+                    /* A node with a large shard takes tens of ms to die, and its actors die
+                     * only then: wait until the replica is gone, so that epoch 2 surely runs
+                     * into the loss (it could finish first: ~1 in 3 runs did). */
+                    for (double until = h_now_ms() + 3000; h_now_ms() < until; usleep(2000))
+                        if (!replica_alive(info.pid))
+                            break;
                 }
         }
         if (!s->killed) {

@@ -173,9 +173,6 @@ trainer_step_fn ct__trainer_step_fn(const tr_spec *spec, bool training);
 int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batch *b,
                          trainer_step_out *out);
 
-/* Driver side: checks opts->train_step / validate_step (CT_ENOENT naming the field and the
- * name) and copies them into spec. */
-int ct__trainer_steps_from_opts(const trainer_opts *o, tr_spec *spec);
 /* Driver side: adds a replica's metric sums into acc (by name); then out / nout get the
  * averages (sum / weight) of acc: e.g. trainer_stats.metrics / .nmetrics. */
 void ct__trainer_metrics_add(tr_metrics *acc, const tr_metrics *m);

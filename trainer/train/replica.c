@@ -263,6 +263,21 @@ static int epoch_failed(replica *r, int rc)
     return rc;
 }
 
+/* Wraps a loader batch as tensors (x: n × sample shape, f32; y: n, i64; borrowed from the
+ * loader) and runs step fn on it. */
+static int run_batch(trainer_step *s, trainer_step_fn fn, const ct_batch *b, trainer_step_out *so)
+{
+    int64_t xs[CT_DATA_MAX_DIMS + 1] = {b->n}, ys[1] = {b->n};
+    for (int d = 0; d < b->ndim; d++)
+        xs[d + 1] = b->shape[d];
+    ct_tensor *x = ct_tensor_wrap(CT_F32, b->ndim + 1, xs, (void *)b->x);
+    ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b->y);
+    int rc = x && y ? ct__trainer_step_run(s, fn, &(trainer_batch){x, y, b->n}, so) : CT_ENOMEM;
+    ct_tensor_release(&x);
+    ct_tensor_release(&y);
+    return rc;
+}
+
 static int replica_train_epoch(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
@@ -297,16 +312,9 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     int64_t t0 = mono_ns();
     ct_batch b;
     while (rc == 0 && (rc = ct_loader_next(r->loader, &b)) > 0) {
-        int64_t xs[CT_DATA_MAX_DIMS + 1] = {b.n}, ys[1] = {b.n};
-        for (int d = 0; d < b.ndim; d++)
-            xs[d + 1] = b.shape[d];
-        ct_tensor *x = ct_tensor_wrap(CT_F32, b.ndim + 1, xs, (void *)b.x);
-        ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b.y);
         trainer_step_out so;
         ct_module_zero_grad(r->st.model);
-        rc = CT_ENOMEM;
-        if (x && y)
-            rc = ct__trainer_step_run(&s, r->train_step, &(trainer_batch){x, y, b.n}, &so);
+        rc = run_batch(&s, r->train_step, &b, &so);
         s.index++;
         if (rc == 0) {
             rep.loss_sum += so.loss_sum;
@@ -320,8 +328,6 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                 rep.first_step_ns = mono_ns();
             }
         }
-        ct_tensor_release(&x);
-        ct_tensor_release(&y);
     }
     if (rc == 0 && r->st.sched)
         rc = ct_sched_step(r->st.sched);
@@ -384,23 +390,14 @@ static int replica_validate(void *state, const void *args, size_t len, void **re
         bool was = ct_autograd_set_enabled(false);
         ct_batch b;
         while ((rc = ct_loader_next(ld, &b)) > 0) {
-            int64_t xs[CT_DATA_MAX_DIMS + 1] = {b.n}, ys[1] = {b.n};
-            for (int d = 0; d < b.ndim; d++)
-                xs[d + 1] = b.shape[d];
-            ct_tensor *x = ct_tensor_wrap(CT_F32, b.ndim + 1, xs, (void *)b.x);
-            ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b.y);
             trainer_step_out so;
-            rc = x && y
-                     ? ct__trainer_step_run(&s, r->validate_step, &(trainer_batch){x, y, b.n}, &so)
-                     : CT_ENOMEM;
+            rc = run_batch(&s, r->validate_step, &b, &so);
             s.index++;
             if (rc == 0) {
                 rep.loss_sum += so.loss_sum;
                 rep.correct += so.correct;
                 rep.total += so.samples;
             }
-            ct_tensor_release(&x);
-            ct_tensor_release(&y);
             if (rc < 0)
                 break;
         }

@@ -1,8 +1,8 @@
 /* trainer/train/step.c — custom training and validation steps: the step context and its
  * helpers (backward with the gradient bucketer, optimizer step, gradient-norm clipping, named
  * metrics), the built-in steps (the replica runs them through the same interface as a user's),
- * the one-backward-per-step check, and the driver's side: step names from the options and
- * the metrics averaged over replicas.
+ * the one-backward-per-step check, and the driver's side: the metrics averaged over
+ * replicas (the step names are checked with the creators' in trainer.c).
  * Not here: the epoch loop (replica.c), the registry (registry.c), the driver (trainer.c). */
 #include <math.h>
 #include <stdio.h>
@@ -207,29 +207,6 @@ int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batc
 }
 
 /* ---- the driver's side ---- */
-
-static int step_name(char *dst, const char *src, const char *field, tr_kind kind)
-{
-    dst[0] = 0;
-    if (!src || !*src)
-        return 0;
-    if (strlen(src) >= TR_NAME_MAX)
-        return ct__error(CT_EINVAL, "trainer_create: opts.%s \"%s\" longer than %d bytes", field,
-                         src, TR_NAME_MAX - 1);
-    if (!ct__trainer_lookup(kind, src))
-        return ct__error(CT_ENOENT, "trainer_create: opts.%s: no %s named \"%s\" is registered",
-                         field, ct__trainer_kind_name(kind), src);
-    snprintf(dst, TR_NAME_MAX, "%s", src);
-    return 0;
-}
-
-int ct__trainer_steps_from_opts(const trainer_opts *o, tr_spec *spec)
-{
-    int rc = step_name(spec->train_step, o->train_step, "train_step", TR_TRAIN_STEP);
-    if (rc == 0)
-        rc = step_name(spec->validate_step, o->validate_step, "validate_step", TR_VAL_STEP);
-    return rc;
-}
 
 void ct__trainer_metrics_add(tr_metrics *acc, const tr_metrics *m)
 {

@@ -100,7 +100,9 @@ int trainer_create(const trainer_opts *o, trainer **out)
         (rc = copy_name(s->scheduler, o->scheduler, "scheduler", TR_SCHED, false)) < 0 ||
         (rc = copy_name(s->hook, o->initialization_hook, "initialization_hook", TR_HOOK, false)) <
             0 ||
-        (rc = ct__trainer_steps_from_opts(o, s)) < 0)
+        (rc = copy_name(s->train_step, o->train_step, "train_step", TR_TRAIN_STEP, false)) < 0 ||
+        (rc = copy_name(s->validate_step, o->validate_step, "validate_step", TR_VAL_STEP, false)) <
+            0)
         goto fail;
     snprintf(s->config, sizeof s->config, "%s", o->config ? o->config : "");
     s->seed = o->seed;

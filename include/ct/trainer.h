@@ -258,9 +258,11 @@ bool trainer_step_training(const trainer_step *s);  /* train step (true) or vali
 int trainer_step_backward(trainer_step *s, ct_tensor *loss);
 /* Optimizer step, then zero grad. After trainer_step_backward, at most once per step. */
 int trainer_step_optimizer(trainer_step *s);
-/* The L2 norm of all gradients together (computed in double); when max_norm > 0 and the norm
- * exceeds it, scales every gradient by max_norm / (norm + 1e-6) (torch's clip_grad_norm_).
- * After trainer_step_backward. *norm (may be NULL) gets the norm before clipping. */
+/* torch.nn.utils.clip_grad_norm_ (L2) over the optimizer's parameters (all the model's with
+ * the built-in optimizers), through ct_optim_clip_grad_norm: the norm of all gradients together
+ * and, when max_norm > 0 and the norm exceeds it, every gradient scaled by
+ * max_norm / (norm + 1e-6). After trainer_step_backward. *norm (may be NULL) gets the norm
+ * before clipping. */
 int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm);
 
 /* Adds value (one scalar for this batch) to the named metric; see "Metrics" above. CT_ENOSPC

@@ -6,8 +6,9 @@
  *   (b) a step with global gradient-norm clipping (max_norm from the config, read by the
  *       initialization hook) keeps the replicas' weights equal, ends with weights different
  *       from the unclipped run, and its "grad_norm" metric in trainer_stats equals the mean
- *       the step's own independent norm computation (double sum of squares over the synced
- *       gradients, before clipping) left in the KV for each rank;
+ *       the step's own independent norm computation (torch's: per-parameter norms rounded to
+ *       f32, then their norm, over the synced gradients before clipping) left in the KV for
+ *       each rank;
  *   (c) a validate step with a "top2" metric (ct_metrics_topk_correct): trainer_validate's
  *       val_metrics "top2" and val_accuracy, over both replicas' halves (500 samples), equal
  *       the values this test computes on the driver's model over the whole validation set;
@@ -64,10 +65,14 @@ static int clip_step(trainer_step *s, const trainer_batch *b, trainer_step_out *
         const ct_param_ref *ps;
         int np;
         rc = ct_module_params(trainer_step_model(s), &ps, &np);
-        for (int i = 0; rc == 0 && i < np; i++)
+        for (int i = 0; rc == 0 && i < np; i++) { /* torch: the norm of per-parameter f32 norms */
+            double pn = 0;
             for (int64_t k = 0; k < ps[i].numel; k++)
-                mine += (double)ps[i].grad[k] * (double)ps[i].grad[k];
-        mine = sqrt(mine);
+                pn += (double)ps[i].grad[k] * (double)ps[i].grad[k];
+            float pnf = (float)sqrt(pn);
+            mine += (double)pnf * pnf;
+        }
+        mine = (float)sqrt(mine);
     }
     if (rc == 0)
         rc = trainer_step_clip_grad_norm(s, max_norm, &norm);

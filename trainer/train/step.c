@@ -87,27 +87,11 @@ int trainer_step_optimizer(trainer_step *s)
 
 int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm)
 {
-    const ct_param_ref *ps;
-    int np, rc;
     if (!s || !s->training || s->backwards != 1)
         return ct__error(CT_EINVAL, "trainer_step_clip_grad_norm: only in a train step, after "
                                     "trainer_step_backward");
-    if ((rc = ct_module_params(s->st->model, &ps, &np)) < 0)
-        return rc;
-    double sq = 0;
-    for (int i = 0; i < np; i++)
-        for (int64_t k = 0; ps[i].grad && k < ps[i].numel; k++)
-            sq += (double)ps[i].grad[k] * ps[i].grad[k];
-    double total = sqrt(sq);
-    if (norm)
-        *norm = total;
-    if (max_norm > 0 && total > max_norm) {
-        float coef = (float)(max_norm / (total + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
-        for (int i = 0; i < np; i++)
-            for (int64_t k = 0; ps[i].grad && k < ps[i].numel; k++)
-                ps[i].grad[k] *= coef;
-    }
-    return 0;
+    /* max_norm <= 0: the norm only (an infinite bound never scales) */
+    return ct_optim_clip_grad_norm(s->st->optim, max_norm > 0 ? max_norm : INFINITY, 2.0, norm);
 }
 
 int trainer_step_metric(trainer_step *s, const char *name, double value)

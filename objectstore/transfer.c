@@ -428,7 +428,7 @@ void ct_xfer_server_destroy(ct_xfer_server **sp)
 
 enum { CH_MISSING = 0, CH_INFLIGHT = 1, CH_DONE = 2 };
 
-/* pull_direct could not reach the data port: go the ZeroMQ way (not an error code). */
+/* pull_over_port has no data port to use: go the ZeroMQ way (not an error code). */
 #define PULL_VIA_ZMQ 1
 
 typedef struct pull {
@@ -808,22 +808,34 @@ out:
     return rc;
 }
 
-/* The direct path, when the caller knows the size and holder h's data port: no ZeroMQ, no
- * ObjStat. Returns PULL_VIA_ZMQ when the port cannot be reached (the caller goes the ZeroMQ
- * way), else what pull_data returns. */
-static int pull_direct(pull *p, int h, const char *holder, uint16_t port)
+/* Pulls over holder h's data port once the object's size is known (from the caller, or from
+ * the holder's ObjStat): creates the object for the first holder, else checks the size is the
+ * same; fetches what is missing. Returns PULL_VIA_ZMQ when there is no port or it cannot be
+ * reached (the caller goes on over ZeroMQ), else like pull_from. */
+static int pull_over_port(pull *p, int h, const char *holder, uint64_t size, uint16_t port)
 {
     int r;
-    if (!p->sized && (r = on_size(p, p->o->size)))
-        return r;
+    if (!p->sized) {
+        if ((r = on_size(p, size)))
+            return r;
+    } else if (size != p->size) {
+        char m[160];
+        snprintf(m, sizeof m, "object size %llu differs from %llu", (unsigned long long)size,
+                 (unsigned long long)p->size);
+        why_add(p, h, holder, m);
+        return CT_EPROTO;
+    }
     if (p->ndone == p->nchunks)
         return 0;
     for (uint64_t c = 0; c < p->nchunks; c++)
         if (p->state[c] == CH_INFLIGHT)
             p->state[c] = CH_MISSING;
+    if (!port)
+        return PULL_VIA_ZMQ;
     int fd = ct__xdata_connect(holder, port, p->timeout_ms);
     if (fd < 0) {
-        CT_LOG(CT_LOG_INFO, "xfer", "pull: %s; asking %s over ZeroMQ", ct_last_error(), holder);
+        CT_LOG(CT_LOG_WARN, "xfer", "pull: %s; chunks from %s over ZeroMQ instead", ct_last_error(),
+               holder);
         return PULL_VIA_ZMQ;
     }
     r = pull_data(p, fd, h, holder);
@@ -846,29 +858,8 @@ static int pull_from(pull *p, void *sock, int h, const char *holder)
         int r = stat_holder(p, sock, h, holder, &size, &port);
         if (r)
             return r;
-        if (!p->sized) {
-            if ((r = on_size(p, size)))
-                return r;
-        } else if (size != p->size) {
-            snprintf(m, sizeof m, "object size %llu differs from %llu", (unsigned long long)size,
-                     (unsigned long long)p->size);
-            why_add(p, h, holder, m);
-            return CT_EPROTO;
-        }
-        if (p->ndone == p->nchunks)
-            return 0;
-        for (uint64_t c = 0; c < p->nchunks; c++)
-            if (p->state[c] == CH_INFLIGHT)
-                p->state[c] = CH_MISSING;
-        if (port) {
-            int fd = ct__xdata_connect(holder, port, p->timeout_ms);
-            if (fd >= 0) {
-                r = pull_data(p, fd, h, holder);
-                close(fd);
-                return r;
-            }
-            CT_LOG(CT_LOG_WARN, "xfer", "pull: %s; chunks over ZeroMQ instead", ct_last_error());
-        }
+        if ((r = pull_over_port(p, h, holder, size, port)) != PULL_VIA_ZMQ)
+            return r;
     }
     if (!p->sized) {
         /* Size unknown: probe the first window of chunks, clipped to the object's end. */
@@ -1039,7 +1030,7 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
         const char *holder = holders[h] ? holders[h] : "";
         int r = PULL_VIA_ZMQ;
         if (opts->size_known && opts->data_ports && opts->data_ports[h] && !p.zmq_only)
-            r = pull_direct(&p, h, holder, opts->data_ports[h]);
+            r = pull_over_port(&p, h, holder, opts->size, opts->data_ports[h]);
         if (r == PULL_VIA_ZMQ) {
             void *sock = zmq_socket(ctx, ZMQ_DEALER);
             int zero = 0;

@@ -282,6 +282,15 @@ static int add_wait(const dwait *w)
     return 0;
 }
 
+/* Live nodes with a store (each can hold one copy of an object). */
+static int live_stores(void)
+{
+    int k = 0;
+    for (int i = 0; i < D.nn; i++)
+        k += D.n[i].alive && D.n[i].addr[0];
+    return k;
+}
+
 static int live_holders(const dobj *o)
 {
     int k = 0;
@@ -453,12 +462,9 @@ static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *
         return;
     }
     int oi = find_obj(m->object_id.data);
-    int alive = 0;
-    for (int i = 0; i < D.nn; i++)
-        alive += D.n[i].alive && D.n[i].addr[0];
-    int need = m->replicas < 1 ? 1 : m->replicas;
-    if (need > alive)
-        need = alive; /* best effort: one copy per live node at most */
+    int asked = m->replicas < 1 ? 1 : m->replicas; /* remembered: copies are made again */
+    int alive = live_stores();
+    int need = asked < alive ? asked : alive; /* best effort: one copy per live node at most */
     int have = live_holders(&D.o[oi]);
     int pref = find_node(m->preferred_node);
     if (pref >= 0 && D.n[pref].alive && D.n[pref].addr[0] && !holds(&D.o[oi], pref)) {
@@ -466,8 +472,8 @@ static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *
             need = have + 1;
         request_pull(h, oi, pref);
     }
-    if (D.o[oi].want < (m->replicas < 1 ? 1 : m->replicas))
-        D.o[oi].want = m->replicas < 1 ? 1 : m->replicas;
+    if (D.o[oi].want < asked)
+        D.o[oi].want = asked;
     replicate(h, oi, need);
     if (live_holders(&D.o[oi]) >= need) {
         reply_ok(h, rid, e->req_id);
@@ -653,9 +659,7 @@ static void on_node_dead(ct__head *h, const char *node_id, void *user)
     }
     /* Objects put with replicas=k that lost a copy get it back on another live node (from a
      * surviving holder), so a second failure does not lose them. */
-    int alive = 0;
-    for (int i = 0; i < D.nn; i++)
-        alive += D.n[i].alive && D.n[i].addr[0];
+    int alive = live_stores();
     /* A put waiting for k copies cannot count on the dead node's: it wants at most one copy per
      * live node now, asks the live ones, and is answered at once when that is met (it waited
      * for the whole deadline before: a trainer checkpoint stalled 60 s when the node holding

@@ -1152,52 +1152,47 @@ static int wait_locked(ct_future *f, int timeout_ms, void **result, size_t *resu
     return 0;
 }
 
+/* The first of fs[0, n) that is done (a NULL handle counts as done), -1 when none. */
+static int first_done(ct_future *const *fs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fs[i] && (fs[i]->done || !fs[i]->a))
+            return i;
+    return -1;
+}
+
 int ct_future_wait_any(ct_future *const *fs, int n, int timeout_ms)
 {
     if (!fs || n < 0)
         return ct__error(CT_EINVAL, "ct_future_wait_any: %s", !fs ? "fs is NULL" : "n < 0");
     int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
-    int rc = CT_ENOENT;
+    int rc;
     LOCK();
     for (;;) {
         int fds[SLEEP_MAX_FDS], nfds = 0, pending = 0;
-        for (int i = 0; i < n; i++) {
-            ct_future *f = fs[i];
-            if (!f)
-                continue;
-            if (f->a && !f->done)
-                drain_actor(f->a);
-            if (f->done || !f->a) {
-                rc = i;
-                goto out;
+        for (int i = 0; i < n; i++)
+            if (fs[i] && fs[i]->a && !fs[i]->done) {
+                drain_actor(fs[i]->a);
+                pending++;
+                if (nfds < SLEEP_MAX_FDS)
+                    fds[nfds++] = fs[i]->a->zc.fd;
             }
-            pending++;
-            if (nfds < SLEEP_MAX_FDS)
-                fds[nfds++] = f->a->zc.fd;
-        }
-        if (!pending) {
-            rc = ct__error(CT_ENOENT, "ct_future_wait_any: no future given");
-            goto out;
-        }
         if (C.head)
             drain_head(0, 0, NULL); /* death events complete futures too */
-        int done = 0;
-        for (int i = 0; i < n && !done; i++)
-            if (fs[i] && (fs[i]->done || !fs[i]->a)) {
-                rc = i;
-                done = 1;
-            }
-        if (done)
-            goto out;
+        if ((rc = first_done(fs, n)) >= 0)
+            break;
+        if (!pending) {
+            rc = ct__error(CT_ENOENT, "ct_future_wait_any: no future given");
+            break;
+        }
         int64_t left = until - ct__now_ms();
         if (left <= 0) {
             rc = ct__error(CT_ETIMEDOUT, "ct_future_wait_any: none of %d calls done within %d ms",
                            pending, timeout_ms);
-            goto out;
+            break;
         }
         sleep_unlocked_fds(fds, nfds, left);
     }
-out:
     UNLOCK();
     return rc;
 }

@@ -184,6 +184,15 @@ typedef struct pulljob {
     uint16_t *data_ports;
 } pulljob;
 
+static void pulljob_free(pulljob *j)
+{
+    for (int i = 0; i < j->nh; i++)
+        free(j->holders[i]);
+    free(j->holders);
+    free(j->data_ports);
+    free(j);
+}
+
 static int cancel_cb(void *arg, int holder, uint64_t done, uint64_t n)
 {
     (void)arg, (void)holder, (void)done, (void)n;
@@ -245,11 +254,7 @@ static void *pull_main(void *arg)
     O.running--;
     pthread_cond_broadcast(&O.cv);
     pthread_mutex_unlock(&O.mu);
-    for (int i = 0; i < j->nh; i++)
-        free(j->holders[i]);
-    free(j->holders);
-    free(j->data_ports);
-    free(j);
+    pulljob_free(j);
     return NULL;
 }
 
@@ -287,7 +292,8 @@ static void on_pull(Ct__Envelope *e, void *user)
         return;
     }
     j->id = id;
-    if (p->n_data_ports == p->n_holders && (j->data_ports = calloc(p->n_holders, 2))) {
+    if (p->n_data_ports == p->n_holders &&
+        (j->data_ports = calloc(p->n_holders, sizeof *j->data_ports))) {
         j->size_known = 1;
         j->size = p->size;
     }
@@ -304,11 +310,7 @@ static void on_pull(Ct__Envelope *e, void *user)
     if (pthread_create(&t, &at, pull_main, j)) {
         pthread_attr_destroy(&at);
         pthread_mutex_unlock(&O.mu);
-        for (int i = 0; i < j->nh; i++)
-            free(j->holders[i]);
-        free(j->holders);
-        free(j->data_ports);
-        free(j);
+        pulljob_free(j);
         pull_done(&id, CT_ENOMEM, "cannot start a pull thread", 0);
         return;
     }

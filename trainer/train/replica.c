@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/common.h"
 #include "ct/collective.h"
@@ -31,13 +30,6 @@ typedef struct replica {
     trainer_step_fn train_step, validate_step;
     uint64_t validations;
 } replica;
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void replica_free(void *state)
 {
@@ -309,7 +301,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     ct_nn_manual_seed(
         mix(r->spec.seed ^ mix((uint64_t)ea.epoch * 1000003u + (uint64_t)r->setup.rank)));
     int rc = ct_loader_set_epoch(r->loader, ea.epoch);
-    int64_t t0 = mono_ns();
+    int64_t t0 = ct__now_ns();
     ct_batch b;
     while (rc == 0 && (rc = ct_loader_next(r->loader, &b)) > 0) {
         trainer_step_out so;
@@ -325,7 +317,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             }
             if (!r->first_step_done) {
                 r->first_step_done = true;
-                rep.first_step_ns = mono_ns();
+                rep.first_step_ns = ct__now_ns();
             }
         }
     }
@@ -336,7 +328,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     if (rc < 0)
         return rc;
     r->st.epoch = ea.epoch + 1;
-    rep.seconds = (double)(mono_ns() - t0) * 1e-9;
+    rep.seconds = (double)(ct__now_ns() - t0) * 1e-9;
     float *values, *grads;
     int64_t numel;
     if ((rc = ct_module_flat(r->st.model, &values, &grads, &numel)) < 0)

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -33,13 +32,6 @@ struct trainer {
     trainer_stats stats;
     char last_failure[600];
 };
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
 {
@@ -203,11 +195,11 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
             dead_before[i] = ct_actor_is_dead(t->actors[i]);
         ct_actor_kill(t->actors[i]);
     }
-    int64_t t0 = mono_ns();
+    int64_t t0 = ct__now_ns();
     if (got && evs)
         wait_deaths(t, evs, got, 10000);
     CT_LOG(CT_LOG_DEBUG, "trainer", "group ended: deaths reported in %.1f ms",
-           (mono_ns() - t0) / 1e6);
+           (ct__now_ns() - t0) / 1e6);
     if (why) {
         int first = -1;
         for (int i = 0; i < t->world && first < 0; i++)
@@ -275,7 +267,7 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
     for (int left = f ? t->world : 0; left > 0;) {
         int wait_ms = -1;
         if (rc < 0) {
-            int64_t now = mono_ns() / 1000000;
+            int64_t now = ct__now_ms();
             if (!grace_until)
                 grace_until = now + FAIL_GRACE_MS;
             if (now >= grace_until || (*failed >= 0 && ct_actor_is_dead(t->actors[*failed])))
@@ -309,15 +301,15 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
     int rc, failed = -1;
     char msg[600] = "";
     tr_setup_args *sa = NULL;
-    t->stats.group_start_ns = mono_ns();
+    t->stats.group_start_ns = ct__now_ns();
     t->stats.group_first_step_ns = 0;
     if (!(t->actors = calloc((size_t)n, sizeof *t->actors)))
         return ct__error(CT_ENOMEM, "trainer: out of memory");
     t->world = n;
     ct_resources res = {.cpu = t->cpus, .strategy = t->placement, .timeout_ms = timeout_ms};
-    int64_t t0 = mono_ns();
+    int64_t t0 = ct__now_ns();
     rc = ct_actor_create_many(TR_REPLICA_CLASS, &res, &t->spec, sizeof t->spec, n, t->actors);
-    int64_t t1 = mono_ns();
+    int64_t t1 = ct__now_ns();
     if (rc < 0) {
         snprintf(msg, sizeof msg, "starting %d replicas: %s: %s", n, ct_strerror(rc),
                  ct_last_error());
@@ -329,7 +321,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
     }
     char group[64];
     snprintf(group, sizeof group, "g%d-%d-%lld", (int)getpid(), ++t->groups,
-             (long long)(mono_ns() / 1000));
+             (long long)(ct__now_ns() / 1000));
     for (int i = 0; i < n; i++) {
         sa[i].rank = i;
         sa[i].world = n;
@@ -347,7 +339,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
     CT_LOG(CT_LOG_INFO, "trainer",
            "group %s: %d replicas from epoch %lld (%s): created in %.1f ms, set up in %.1f ms",
            group, n, (long long)t->local.epoch, t->has_ckpt ? "checkpoint" : "initial state",
-           (t1 - t0) / 1e6, (mono_ns() - t1) / 1e6);
+           (t1 - t0) / 1e6, (ct__now_ns() - t1) / 1e6);
     return 0;
 fail:
     free(sa);
@@ -444,7 +436,7 @@ static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size
         ea[i] = (tr_epoch_args){.epoch = epoch, .checkpoint = checkpoint};
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
     if (rc < 0) {
-        t->stats.failure_seen_ns = mono_ns();
+        t->stats.failure_seen_ns = ct__now_ns();
         end_group(t, why, cap, failed, rc, msg);
         goto out;
     }
@@ -570,7 +562,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     int max_retries = t->stats.retries_used + o->max_retries; /* per call */
     int rc = 0;
     char why[600];
-    t->stats.train_start_ns = mono_ns();
+    t->stats.train_start_ns = ct__now_ns();
     while (t->local.epoch < epochs) {
         /* at an epoch boundary with fewer replicas than asked: grow back when they fit now */
         if (t->actors && t->world < t->num_replicas && !t->group_fresh &&

@@ -80,27 +80,15 @@ static int parse_num(const char *flag, const char *v, double *out)
 
 static int parse_bytes(const char *v, uint64_t *out)
 {
-    char *end;
     if (!v || !*v) {
         fprintf(stderr, "ct-node: --store-memory needs a value\n");
         return -1;
     }
-    double x = strtod(v, &end);
-    double mul = 1;
-    if (*end == 'K' || *end == 'k')
-        mul = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm')
-        mul = 1024.0 * 1024, end++;
-    else if (*end == 'G' || *end == 'g')
-        mul = 1024.0 * 1024 * 1024, end++;
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (end == v || *end || x <= 0 || x * mul < 1 << 20 || x * mul > 1e15) {
+    if (ct__parse_size(v, out)) {
         fprintf(stderr, "ct-node: --store-memory: '%s' is not a size of at least 1M (e.g. 512M)\n",
                 v);
         return -1;
     }
-    *out = (uint64_t)(x * mul);
     return 0;
 }
 

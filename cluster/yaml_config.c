@@ -221,21 +221,12 @@ static int get_bool(parser *p, yaml_node_t *v, const char *name, bool *out)
 static int get_size(parser *p, yaml_node_t *v, const char *name, char **out)
 {
     const char *s = scalar(v);
-    char *end = NULL;
-    double x = s ? strtod(s, &end) : 0, mul = 1;
-    if (end && (*end == 'K' || *end == 'k'))
-        mul = 1024.0, end++;
-    else if (end && (*end == 'M' || *end == 'm'))
-        mul = 1024.0 * 1024, end++;
-    else if (end && (*end == 'G' || *end == 'g'))
-        mul = 1024.0 * 1024 * 1024, end++;
-    if (end && (*end == 'B' || *end == 'b' || *end == 'i'))
-        end += (end[0] == 'i' && end[1] == 'B') ? 2 : 1;
-    if (!s || end == s || *end || !(x * mul >= 1 << 20) || x * mul > 1e15)
+    uint64_t bytes;
+    if (!s || ct__parse_size(s, &bytes))
         return perr(p, v, "%s must be a size of at least 1M (e.g. 512M), got %s%s%s", name,
                     s ? "'" : "", s ? s : kind_name(v), s ? "'" : "");
     char buf[32];
-    snprintf(buf, sizeof buf, "%.0f", x * mul);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)bytes);
     free(*out);
     return (*out = strdup(buf)) ? 0 : ct__error(CT_ENOMEM, "out of memory");
 }

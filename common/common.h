@@ -35,6 +35,11 @@ void ct__log(int level, const char *component, const char *fmt, ...)
 int64_t ct__now_ns(void);
 int64_t ct__now_ms(void);
 
+/* A memory size such as "512M": a number of bytes, or a number with K/M/G (binary units,
+ * optionally followed by B or iB), at least 1 MiB and at most 1e15 bytes. 0 and *bytes set,
+ * or CT_EINVAL (no message: the caller names the option or key). */
+int ct__parse_size(const char *s, uint64_t *bytes);
+
 /* Defensive branches (SQLite's ALWAYS/NEVER): conditions believed always/never true. */
 #define CT_ALWAYS(x) (__builtin_expect(!!(x), 1))
 #define CT_NEVER(x) (__builtin_expect(!!(x), 0))

@@ -72,8 +72,9 @@ const int64_t *ct_tensor_shape(const ct_tensor *t);
 const int64_t *ct_tensor_strides(const ct_tensor *t); /* in elements */
 int64_t ct_tensor_numel(const ct_tensor *t);
 bool ct_tensor_is_contiguous(const ct_tensor *t);
-/* False when ops left t in an internal blocked layout (4-D activations with C % 16 == 0 coming
- * out of conv / batch norm / pooling / eltwise): read its data through ct_nn_to_plain(). */
+/* False when ops left t in an internal blocked layout (4-D activations whose C is a multiple of
+ * the CPU's channel block, 8 or 16, coming out of conv / batch norm / pooling / eltwise): read
+ * its data through ct_nn_to_plain(). */
 bool ct_tensor_is_plain(const ct_tensor *t);
 /* First element (storage data + offset). Borrowed. */
 void *ct_tensor_data(const ct_tensor *t);

@@ -15,11 +15,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Activation layouts of 4-D (N,C,H,W) tensors. BLK16 is oneDNN's nChw16c (channels in blocks of
- * 16 innermost), used only when C % 16 == 0, so it has no padding: same byte size as NCHW. */
-enum { CT__FMT_PLAIN = 0, CT__FMT_BLK16 = 1 };
-/* Whether ops may produce BLK16 outputs (env CT_DNNL_BLOCKED, default 1). */
-bool ct__cpu_blocked_enabled(void);
+/* Activation layouts of 4-D (N,C,H,W) tensors: plain NCHW, or oneDNN's nChw8c / nChw16c
+ * (channels in blocks of 8 or 16 innermost; the value is the block). A blocked layout is used
+ * only when C is a multiple of the block, so it has no padding: same byte size as NCHW. */
+enum { CT__FMT_PLAIN = 0, CT__FMT_BLK8 = 8, CT__FMT_BLK16 = 16 };
+/* The blocked layout ops produce on this CPU: the one oneDNN's convolution picks for its ISA
+ * (nChw16c with AVX-512, nChw8c with AVX2), provided batch norm and pooling have JIT kernels
+ * for it; CT__FMT_PLAIN when they do not. Env CT_DNNL_BLOCKED=0, 8 or 16 forces a layout. */
+int ct__cpu_blocked_fmt(void);
+/* Calls fn(op, impl, arg) for every cached primitive, with oneDNN's implementation name
+ * (impl_info_str, e.g. "jit:avx2", "bnorm_ref:any"); returns how many there were. */
+int ct__cpu_each_impl(void (*fn)(const char *op, const char *impl, void *arg), void *arg);
+/* Whether an implementation name is one of oneDNN's reference (unoptimised) kernels. */
+bool ct__cpu_impl_is_ref(const char *impl);
 /* dst = src converted between layouts, (n,c,h,w). */
 int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
                     float *dst, int dfmt);
@@ -58,7 +66,7 @@ int ct__cpu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, con
  * (var biased) written by training forward and read by backward. */
 typedef struct ct__bn_p {
     int64_t n, c, hw;
-    int64_t h, w; /* used with fmt BLK16 (hw = h * w) */
+    int64_t h, w; /* used with a blocked fmt (hw = h * w) */
     int fmt;
     int relu; /* fused ReLU on the output (y = max(bn(x), 0)); training keeps a workspace */
     float eps;

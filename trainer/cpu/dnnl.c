@@ -3,9 +3,17 @@
  * Each kernel builds a key (op kind + every shape number), looks it up in a hash-table cache,
  * and on a miss creates the primitive descriptor (backward ones with a forward pd as hint),
  * the primitive and one dnnl_memory per argument (created with no data; pointers are set per
- * call). Convolutions may run in blocked layouts chosen by oneDNN (format_tag_any, env
- * CT_DNNL_BLOCKED=1): the entry then owns an internal buffer and a reorder for each argument
- * whose layout differs from the caller's plain one, and reorders in/out around the primitive.
+ * call). Convolutions let oneDNN choose their layouts (format_tag_any): the entry then owns an
+ * internal buffer and a reorder for each argument whose layout differs from the caller's, and
+ * reorders in/out around the primitive.
+ *
+ * Activation layout. The blocked layout a convolution picks depends on the ISA (nChw16c with
+ * AVX-512, nChw8c with AVX2), and oneDNN has JIT batch norm and pooling kernels only for the
+ * layout of its own ISA: on another it falls back to reference kernels, 7-30x slower. So the
+ * layout is not fixed here: detect_blocked_fmt() asks a convolution which one it picks and
+ * keeps it when batch norm and pooling have JIT kernels for it, else activations stay plain.
+ * Every primitive's implementation name is kept (ct__cpu_each_impl) so tests can assert that
+ * no reference kernel runs in a training step.
  *
  * Not here: autograd bookkeeping (trainer/nn/ops.c), C-loop kernels (loops.c). */
 #include <omp.h>
@@ -14,6 +22,7 @@
 #include <string.h>
 
 #include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
 
 #include "common/common.h"
 #include "trainer/cpu/cpu.h"
@@ -62,6 +71,7 @@ typedef struct entry {
     int nargs;
     arg a[MAX_ARGS];
     size_t ws_bytes;
+    const char *impl; /* oneDNN's implementation name, owned by pd */
     int single; /* small problem: create and run on one thread (fork/join costs more) */
     struct entry *next;
 } entry;
@@ -76,8 +86,8 @@ static struct {
     dnnl_stream_t stream;
     entry *buckets[NBUCKETS];
     int64_t created;
-    int blocked; /* -1 unknown */
-} G = {.mu = PTHREAD_MUTEX_INITIALIZER, .blocked = -1};
+    int blocked_fmt; /* CT__FMT_*, -1 before detect_blocked_fmt */
+} G = {.mu = PTHREAD_MUTEX_INITIALIZER, .blocked_fmt = -1};
 
 #define DN(call)                                                                                   \
     do {                                                                                           \
@@ -98,6 +108,100 @@ static uint64_t key_hash(const key *k)
     return h;
 }
 
+static const char *pd_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *s = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s) != dnnl_success || !s)
+        return "?";
+    return s;
+}
+
+bool ct__cpu_impl_is_ref(const char *impl)
+{
+    /* "ref:any", "bnorm_ref:any", "gemm:ref": a token "ref" between ':' and '_' separators */
+    for (const char *p = impl; (p = strstr(p, "ref")) != NULL; p += 3) {
+        bool start = p == impl || p[-1] == ':' || p[-1] == '_';
+        bool end = p[3] == '\0' || p[3] == ':' || p[3] == '_';
+        if (start && end)
+            return true;
+    }
+    return false;
+}
+
+/* Creates op_desc's primitive descriptor (hint may be NULL) and tells whether its
+ * implementation is a JIT one, i.e. not a reference kernel. */
+static bool pd_is_fast(const void *op_desc, const_dnnl_primitive_desc_t hint,
+                       dnnl_primitive_desc_t *out)
+{
+    *out = NULL;
+    if (dnnl_primitive_desc_create(out, op_desc, NULL, G.engine, hint) != dnnl_success)
+        return false;
+    return !ct__cpu_impl_is_ref(pd_impl(*out));
+}
+
+/* See the file comment. The probe is a 3x3 convolution to 32 channels; the blocked layout is
+ * kept only if training batch norm (fused ReLU) and max pooling, forward and backward, have
+ * fast kernels for it. */
+static int detect_blocked_fmt(void)
+{
+    /* CT_DNNL_BLOCKED=0 keeps activations plain; =8 or =16 forces that block (to measure) */
+    const char *env = getenv("CT_DNNL_BLOCKED");
+    if (env && (atoi(env) == 0 || atoi(env) == CT__FMT_BLK8 || atoi(env) == CT__FMT_BLK16))
+        return atoi(env);
+    int fmt = CT__FMT_PLAIN;
+    dnnl_primitive_desc_t conv = NULL, bnf = NULL, bnb = NULL, plf = NULL, plb = NULL;
+    dnnl_dims_t act = {2, 32, 8, 8}, wei = {32, 32, 3, 3}, pooled = {2, 32, 4, 4};
+    dnnl_dims_t one = {1, 1}, two = {2, 2}, pad1 = {1, 1}, pad0 = {0, 0};
+    dnnl_memory_desc_t src_any, wei_any, dst_any;
+    dnnl_memory_desc_init_by_tag(&src_any, 4, act, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wei_any, 4, wei, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dst_any, 4, act, dnnl_f32, dnnl_format_tag_any);
+    dnnl_convolution_desc_t cd;
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
+                                           &src_any, &wei_any, NULL, &dst_any, one, pad1,
+                                           pad1) != dnnl_success ||
+        dnnl_primitive_desc_create(&conv, &cd, NULL, G.engine, NULL) != dnnl_success)
+        goto out;
+    const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(conv, dnnl_query_dst_md, 0);
+    const dnnl_blocking_desc_t *b = &dst->format_desc.blocking;
+    if (dst->format_kind != dnnl_blocked || b->inner_nblks != 1 || b->inner_idxs[0] != 1 ||
+        (b->inner_blks[0] != CT__FMT_BLK8 && b->inner_blks[0] != CT__FMT_BLK16))
+        goto out;
+    int cand = (int)b->inner_blks[0];
+    dnnl_memory_desc_t data, small;
+    dnnl_memory_desc_init_by_tag(&data, 4, act, dnnl_f32,
+                                 cand == CT__FMT_BLK16 ? dnnl_nChw16c : dnnl_nChw8c);
+    dnnl_memory_desc_init_by_tag(&small, 4, pooled, dnnl_f32,
+                                 cand == CT__FMT_BLK16 ? dnnl_nChw16c : dnnl_nChw8c);
+    unsigned flags = dnnl_use_scale | dnnl_use_shift | dnnl_fuse_norm_relu;
+    dnnl_batch_normalization_desc_t bf, bb;
+    dnnl_pooling_v2_desc_t pf, pb;
+    dnnl_dims_t nodil = {0, 0};
+    if (dnnl_batch_normalization_forward_desc_init(&bf, dnnl_forward_training, &data, 1e-5f,
+                                                   flags) != dnnl_success ||
+        !pd_is_fast(&bf, NULL, &bnf) ||
+        dnnl_batch_normalization_backward_desc_init(&bb, dnnl_backward, &data, &data, 1e-5f,
+                                                    flags) != dnnl_success ||
+        !pd_is_fast(&bb, bnf, &bnb))
+        goto out;
+    if (dnnl_pooling_v2_forward_desc_init(&pf, dnnl_forward_training, dnnl_pooling_max, &data,
+                                          &small, two, two, nodil, pad0, pad0) != dnnl_success ||
+        !pd_is_fast(&pf, NULL, &plf) ||
+        dnnl_pooling_v2_backward_desc_init(&pb, dnnl_pooling_max, &data, &small, two, two, nodil,
+                                           pad0, pad0) != dnnl_success ||
+        !pd_is_fast(&pb, plf, &plb))
+        goto out;
+    fmt = cand;
+out:
+    if (fmt == CT__FMT_PLAIN)
+        CT_LOG(CT_LOG_DEBUG, "dnnl", "activations stay plain NCHW (no fast blocked kernels)");
+    dnnl_primitive_desc_t all[] = {conv, bnf, bnb, plf, plb};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i])
+            dnnl_primitive_desc_destroy(all[i]);
+    return fmt;
+}
+
 static int ensure_engine(void)
 {
     int rc = 0;
@@ -105,10 +209,8 @@ static int ensure_engine(void)
         return 0;
     DN(dnnl_engine_create(&G.engine, dnnl_cpu, 0));
     DN(dnnl_stream_create(&G.stream, G.engine, dnnl_stream_default_flags));
-    if (G.blocked < 0) {
-        const char *e = getenv("CT_DNNL_BLOCKED");
-        G.blocked = e ? atoi(e) != 0 : 1;
-    }
+    if (G.blocked_fmt < 0)
+        G.blocked_fmt = detect_blocked_fmt();
     return 0;
 err:
     return rc;
@@ -175,6 +277,7 @@ static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_d
         omp_set_num_threads(1);
     DN(dnnl_primitive_desc_create(&e->pd, op_desc, attr, G.engine, hint));
     DN(dnnl_primitive_create(&e->prim, e->pd));
+    e->impl = pd_impl(e->pd);
     for (int i = 0; i < nargs; i++) {
         arg *a = &e->a[e->nargs++];
         a->id = as[i].id;
@@ -271,19 +374,38 @@ static dnnl_memory_desc_t md_plain(int nd, const int64_t *dims)
 /* (n,c,h,w) activation in layout fmt. */
 static dnnl_memory_desc_t md_act(const int64_t *dims, int fmt)
 {
-    return md_tag(4, dims, fmt == CT__FMT_BLK16 ? dnnl_nChw16c : dnnl_nchw);
+    return md_tag(4, dims,
+                  fmt == CT__FMT_BLK16  ? dnnl_nChw16c
+                  : fmt == CT__FMT_BLK8 ? dnnl_nChw8c
+                                        : dnnl_nchw);
 }
 
-bool ct__cpu_blocked_enabled(void)
+int ct__cpu_blocked_fmt(void)
 {
     pthread_mutex_lock(&G.mu);
-    if (G.blocked < 0) {
-        const char *e = getenv("CT_DNNL_BLOCKED");
-        G.blocked = e ? atoi(e) != 0 : 1;
-    }
-    bool b = G.blocked != 0;
+    int fmt = ensure_engine() == 0 ? G.blocked_fmt : CT__FMT_PLAIN;
     pthread_mutex_unlock(&G.mu);
-    return b;
+    return fmt;
+}
+
+int ct__cpu_each_impl(void (*fn)(const char *op, const char *impl, void *arg), void *arg)
+{
+    int n = 0;
+    pthread_mutex_lock(&G.mu);
+    for (int i = 0; i < NBUCKETS; i++)
+        for (entry *e = G.buckets[i]; e; e = e->next, n++) {
+            dnnl_primitive_kind_t kind = dnnl_undefined_primitive;
+            dnnl_primitive_desc_query(e->pd, dnnl_query_primitive_kind, 0, &kind);
+            fn(dnnl_prim_kind2str(kind), e->impl, arg);
+            for (int a = 0; a < e->nargs; a++) /* the layout reorders around the primitive */
+                if (e->a[a].reorder) {
+                    const_dnnl_primitive_desc_t rpd = NULL;
+                    dnnl_primitive_get_primitive_desc(e->a[a].reorder, &rpd);
+                    fn("reorder", rpd ? pd_impl(rpd) : "?", arg);
+                }
+        }
+    pthread_mutex_unlock(&G.mu);
+    return n;
 }
 
 int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
@@ -323,6 +445,7 @@ int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src
             goto err;
         }
         e->pd = rpd;
+        e->impl = pd_impl(rpd);
         rpd = NULL;
         insert(e);
     }
@@ -365,7 +488,7 @@ static void conv_mds_init(conv_mds *m, const ct__conv_p *p)
     m->dst = md_act(dst, p->yfmt);
     m->wei = md_tag(4, wei, p->transposed ? dnnl_iohw : dnnl_oihw);
     m->bia = md_plain(1, bia);
-    if (G.blocked) {
+    if (G.blocked_fmt != CT__FMT_PLAIN) {
         m->src_a = md_tag(4, src, dnnl_format_tag_any);
         m->dst_a = md_tag(4, dst, dnnl_format_tag_any);
         m->wei_a = md_tag(4, wei, dnnl_format_tag_any);
@@ -726,9 +849,9 @@ err:
 static void bn_mds(const ct__bn_p *p, dnnl_memory_desc_t *data, dnnl_memory_desc_t *vec)
 {
     int64_t c[1] = {p->c};
-    if (p->fmt == CT__FMT_BLK16) {
+    if (p->fmt != CT__FMT_PLAIN) {
         int64_t d[4] = {p->n, p->c, p->h, p->w};
-        *data = md_act(d, CT__FMT_BLK16);
+        *data = md_act(d, p->fmt);
     } else {
         int64_t d[4] = {p->n, p->c, p->hw, 1};
         *data = md_plain(4, d);

@@ -312,10 +312,10 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
     p.dw = o->dilation[1] > 0 ? o->dilation[1] : 1;
     p.bias = b != NULL;
     p.transposed = transposed;
-    /* outputs with channels in whole blocks of 16 stay in oneDNN's blocked layout */
+    /* outputs with channels in whole blocks stay in oneDNN's blocked layout for this CPU */
+    int blk = ct__cpu_blocked_fmt();
     p.xfmt = x->fmt;
-    p.yfmt = (!transposed && p.oc % 16 == 0 && ct__cpu_blocked_enabled()) ? CT__FMT_BLK16
-                                                                          : CT__FMT_PLAIN;
+    p.yfmt = (!transposed && blk != CT__FMT_PLAIN && p.oc % blk == 0) ? blk : CT__FMT_PLAIN;
     if (wic != p.ic || (b && b->shape[0] != p.oc)) {
         ct__error(CT_ERANGE, "%s: x has %lld channels, weight expects %lld (bias %lld, out %lld)",
                   op, (long long)p.ic, (long long)wic, b ? (long long)b->shape[0] : -1LL,

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ct needs to build, test and benchmark; silent when all are present.
-# Uses sudo when not root. With "bench", also Ray through pip (the reference of bench/cluster_up;
-# best effort: without it that benchmark reports no reference).
+# Uses sudo when not root. With "bench", also Ray and numpy through pip (the reference of
+# bench/cluster_up, actor_calls and objectstore; best effort: without them those benchmarks
+# report no reference).
 set -eu
+# python3 (json and struct only, no PyTorch): tests/trainer/check_safetensors.py, which
+# trainer_ckpt runs to read a checkpoint as another tool would.
 # With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
 pkgs=(build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
-      libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist iproute2 procps)
+      libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist iproute2 procps python3)
 if [ "${1:-}" = bench ]; then
-    pkgs+=(python3 python3-torch libopenblas0-pthread)
+    pkgs+=(python3-torch libopenblas0-pthread)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
@@ -21,8 +24,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if [ "${1:-}" = bench ] && ! python3 -c 'import ray' 2>/dev/null; then
-    echo "install-deps: pip install ray (reference of bench/cluster_up)"
-    python3 -m pip install -q ray >/dev/null 2>&1 ||
-        echo "install-deps: pip install ray failed; bench/cluster_up runs without its reference"
+if [ "${1:-}" = bench ] && ! python3 -c 'import ray, numpy' 2>/dev/null; then
+    echo "install-deps: pip install ray numpy (the reference of the Ray benchmarks)"
+    python3 -m pip install -q ray numpy >/dev/null 2>&1 ||
+        echo "install-deps: pip install ray numpy failed; the Ray benchmarks report no reference"
 fi

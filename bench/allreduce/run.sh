@@ -1,8 +1,12 @@
 #!/bin/sh
-# bench/allreduce/run.sh — 2-rank f32 allreduce of 4 KiB .. 64 MiB: ct over shared memory,
-# ct over TCP (loopback), torch.distributed gloo (the reference, same sizes, warm-up, median),
-# and memcpy bandwidth as the limit. Prints a table; the last line compares bus bandwidth at
-# 64 MiB: ct shm vs gloo.
+# bench/allreduce/run.sh — 2-rank f32 allreduce of 4 KiB .. 64 MiB: ct over TCP (loopback),
+# ct over shared memory, torch.distributed gloo over TCP (the reference: same sizes, warm-up,
+# median, one thread), and memcpy bandwidth as the limit. Every size is checked on both sides
+# (every element of an allreduce of a known pattern, before and after the timed calls); a wrong
+# sum or any failure prints "allreduce: FAILED ..." and exits 1. Prints a table, then bus
+# bandwidth at 64 MiB: ct shared memory vs gloo TCP on its own line (allreduce_shm), and last
+# the headline, TCP against TCP:
+#   allreduce: ct=<ct tcp GB/s> ref=<gloo GB/s> GB/s ratio=<ct/ref>
 set -eu
 BUILD=${CT_BUILD:-build}
 PY=${REF_PYTHON:-/usr/bin/python3}
@@ -11,10 +15,11 @@ BIN="$BUILD/bin/bench_allreduce"
 [ -x "$BIN" ] || { echo "allreduce: $BIN not built" >&2; exit 1; }
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
-"$BIN" memcpy >>"$OUT"
-"$BIN" shm >>"$OUT"
-"$BIN" tcp >>"$OUT"
-"$PY" "$HERE/ref_gloo.py" >>"$OUT"
+fail() { echo "allreduce: FAILED: $1 (wrong sum or error, above)" >&2; exit 1; }
+"$BIN" memcpy >>"$OUT" || fail "memcpy"
+"$BIN" shm >>"$OUT" || fail "ct over shared memory"
+"$BIN" tcp >>"$OUT" || fail "ct over TCP"
+"$PY" "$HERE/ref_gloo.py" >>"$OUT" || fail "gloo (the reference)"
 awk '
 /^RESULT/ { lat[$2 " " $3] = $4; bw[$2 " " $3] = $5; if ($2 == "memcpy") mc = $5 }
 END {
@@ -32,6 +37,10 @@ END {
     printf "4 KiB latency: ct shm %.2f us, ct tcp %.2f us, gloo %.2f us (gloo/ct shm = %.1fx)\n",
            lat["ct_shm 4096"], lat["ct_tcp 4096"], lat["gloo 4096"],
            (lat["ct_shm 4096"] > 0 ? lat["gloo 4096"] / lat["ct_shm 4096"] : 0)
-    ct = bw["ct_shm 67108864"]; ref = bw["gloo 67108864"]
+    ref = bw["gloo 67108864"]
+    shm = bw["ct_shm 67108864"]
+    printf "allreduce_shm: ct=%.3f ref=%.3f GB/s ratio=%.2f %s\n", shm, ref,
+           (ref > 0 ? shm / ref : 0), "(ct over shared memory vs gloo over TCP)"
+    ct = bw["ct_tcp 67108864"]
     printf "allreduce: ct=%.3f ref=%.3f GB/s ratio=%.2f\n", ct, ref, (ref > 0 ? ct / ref : 0)
 }' "$OUT"

@@ -3,11 +3,15 @@ host launcher (ray.cluster_utils.Cluster, what Ray's tests use) starts a head an
 of 2 CPUs each and waits until all 3 are registered (Cluster.wait_for_nodes); the dashboard is
 off (Ray's best case). Prints one time in ms per repetition: 'ray_up_ms <ms>'. Ray's head is
 also a node (raylet), so this is 3 raylets + GCS against ct's head + 2 nodes."""
+import os
 import sys
 import time
 
-import ray
-from ray.cluster_utils import Cluster
+# Ray's single-host mode (its default on macOS): every address is 127.0.0.1, not this host's
+# interface address.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+import ray  # noqa: E402 (reads the variable above on import)
+from ray.cluster_utils import Cluster  # noqa: E402
 
 reps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 for _ in range(reps):

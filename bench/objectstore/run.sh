@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# bench/objectstore/run.sh — object store throughput: local put (create + copy + seal), local
-# get (zero-copy pin + read every byte), node-to-node pull over loopback TCP from a holder
-# process, for 1 MiB, 64 MiB and 1 GiB objects, with this machine's memcpy as the physical
-# limit. Reference: Ray's published single-client put, 19.9 GB/s
-# (release/perf_metrics/microbenchmark.json; Ray is not installed here).
-# Then the same through the runtime API (bench_objectstore_rt: ct_put / ct_get on the driver's
-# node, and a node-to-node ct_get between two ct-node processes on loopback).
-# Last line: "objectstore: ct=<local put GB/s at 64 MiB> ref=19.9 GB/s ratio=<ct/ref>".
+# bench/objectstore/run.sh — object store throughput, ct against Ray measured in the same run.
+# ct, store level (bench_objectstore): local put (create + copy + seal), local get (zero-copy
+# pin + read every byte), node-to-node pull over loopback TCP from a holder process, for 1 MiB,
+# 64 MiB and 1 GiB objects, with this machine's memcpy as the physical limit. Then the same
+# through the runtime API (bench_objectstore_rt: ct_put / ct_get on the driver's node, and a
+# node-to-node ct_get between two ct-node processes on loopback).
+# Ray (ray_ref.py, run by RAY_PYTHON, default the python3 on PATH): ray.put / ray.get of a
+# 64 MiB numpy array on the head of a 2-node ray.cluster_utils.Cluster, and ray.get of it in an
+# actor on the other node. Without Ray the rows say so and report ref=0 ratio=0.
+# Rows, at 64 MiB, API against API: objectstore_get (get + read every byte),
+# objectstore_remote_get (node to node, warm), and last the put:
+#   objectstore: ct=<ct_put GB/s> ref=<ray.put GB/s> GB/s ratio=<ct/ref>
 set -euo pipefail
-build=${CT_BUILD:-$(cd "$(dirname "$0")/../.." && pwd)/build}
+here=$(cd "$(dirname "$0")" && pwd)
+build=${CT_BUILD:-$here/../../build}
 bin=$build/bin/bench_objectstore
 [ -x "$bin" ] || { echo "objectstore: $bin not built" >&2; exit 1; }
 sizes="1 64 1024"
@@ -18,19 +23,18 @@ avail_kb=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
 out=$("$bin" $sizes)
 echo "$out"
 rt=$build/bin/bench_objectstore_rt
-if [ -x "$rt" ]; then
-    rtout=$("$rt" 1 64) || { echo "objectstore: $rt failed" >&2; exit 1; }
-    echo "$rtout"
-    out="$out
+[ -x "$rt" ] || { echo "objectstore: $rt not built" >&2; exit 1; }
+rtout=$("$rt" 1 64) || { echo "objectstore: $rt failed" >&2; exit 1; }
+echo "$rtout"
+out="$out
 $rtout"
-    # The same with each node on its own CPU (ct-node --cpuset), as on two machines.
-    if [ "$(nproc)" -ge 2 ]; then
-        pin=$(BENCH_NODE_CPUSETS=0:1 "$rt" 64 | sed 's/^rt_/rt_pinned_/') ||
-            { echo "objectstore: $rt (pinned) failed" >&2; exit 1; }
-        echo "$pin"
-        out="$out
+# The same with each node on its own CPU (ct-node --cpuset), as on two machines.
+if [ "$(nproc)" -ge 2 ]; then
+    pin=$(BENCH_NODE_CPUSETS=0:1 "$rt" 64 | sed 's/^rt_/rt_pinned_/') ||
+        { echo "objectstore: $rt (pinned) failed" >&2; exit 1; }
+    echo "$pin"
+    out="$out
 $pin"
-    fi
 fi
 get() { printf '%s\n' "$out" | awk -F'[= ]' -v k="$1" '$1 == k {print $2}'; }
 put=$(get put_64MiB)
@@ -40,6 +44,7 @@ awk -v p="$put" -v m="$mcp" -v l="$pull" 'BEGIN {
     printf "local put at 64 MiB = %.0f%% of memcpy (target >= 70%%)\n", 100 * p / m;
     printf "pull at 64 MiB = %.2f GB/s (target >= 3 GB/s on loopback)\n", l }'
 rp=$(get rt_put_64MiB)
+rp_get=$(get rt_get_read_64MiB)
 rr=$(get rt_remote_get_64MiB)
 rc=$(get rt_remote_get_cold_64MiB)
 # ct_put against the memcpy timed next to each put (same process, same moment), if reported.
@@ -51,4 +56,25 @@ pc=$(get rt_pinned_remote_get_cold_64MiB)
     printf "runtime ct_put at 64 MiB = %.2f GB/s (%.0f%% of memcpy %.2f GB/s, target >= 70%%); node-to-node ct_get = %.2f GB/s warm, %.2f GB/s cold (never-used destination pages), nodes sharing the CPUs\n", p, 100 * p / m, m, r, c }'
 [ -n "$pr" ] && awk -v r="$pr" -v c="${pc:-0}" 'BEGIN {
     printf "node-to-node ct_get at 64 MiB with a CPU per node = %.2f GB/s warm, %.2f GB/s cold (target >= 3 GB/s on loopback)\n", r, c }'
-awk -v p="$put" 'BEGIN { printf "objectstore: ct=%.2f ref=19.9 GB/s ratio=%.2f\n", p, p / 19.9 }'
+ray=""
+rpy=${RAY_PYTHON:-python3}
+if "$rpy" -c 'import ray, numpy' 2>/dev/null; then
+    ray_err=$(mktemp)
+    trap 'rm -f "$ray_err"' EXIT
+    ray=$("$rpy" "$here/ray_ref.py" "${BENCH_RAY_REPS:-10}" "$(nproc)" 2>"$ray_err" |
+        awk '$1 ~ /^(put|get_read|remote_get)$/ { print "ray_" $1 "=" $2 }') ||
+        { tail -n 20 "$ray_err" >&2; echo "objectstore: the Ray reference failed (above)" >&2; }
+    grep '^ray ' "$ray_err" || true # Ray's per-round figures
+    echo "$ray"
+    out="$out
+$ray"
+else
+    echo "objectstore: Ray or numpy is not importable by $rpy (pip install ray numpy): ref=0"
+fi
+row() { # name ct ref
+    awk -v n="$1" -v c="${2:-0}" -v r="${3:-0}" \
+        'BEGIN { printf "%s: ct=%.2f ref=%.2f GB/s ratio=%.2f\n", n, c, r, (r > 0 ? c / r : 0) }'
+}
+row objectstore_get "$rp_get" "$(get ray_get_read)"
+row objectstore_remote_get "$rr" "$(get ray_remote_get)"
+row objectstore "$rp" "$(get ray_put)"

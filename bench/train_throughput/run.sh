@@ -8,7 +8,9 @@
 #   mlp     MLP 784-256-128-10 on Fashion-MNIST, batch 64
 #   resnet9 ResNet9 (base width 16) on 3x32x32, batch 32
 #   tiny    MLP 64-128-64-10, batch 32 (framework overhead)
-# Prints one line per config with peak RSS of both, and last the CNN headline line.
+# Prints one line per config with peak RSS of both, and last the CNN headline line. BENCH_TAG
+# (scripts/run-bench.sh sets "[avx2]" for its pass with ONEDNN_MAX_CPU_ISA=AVX2 and
+# ATEN_CPU_CAPABILITY=avx2) is appended to every row's name: train_throughput_cnn[avx2]: ...
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${CT_BUILD:-$here/../../build}
@@ -17,6 +19,7 @@ py=${REF_PYTHON:-/usr/bin/python3}
 rounds=${ROUNDS:-1}
 policies=${POLICIES:-"unset active passive"}
 configs=${CONFIGS:-"mlp tiny resnet9 cnn"}
+tag=${BENCH_TAG:-}
 bin=$build/bin/train_bench
 [ -x "$bin" ] || { echo "train_throughput: $bin not built" >&2; exit 1; }
 
@@ -42,8 +45,8 @@ for cfg in $configs; do
         done
     done
     ratio=$(awk -v a="$best_ct" -v b="$best_ref" 'BEGIN{printf "%.2f", (b>0)?a/b:0}')
-    echo "train_throughput_$cfg: ct=$best_ct ref=$best_ref samples/s ratio=$ratio" \
+    echo "train_throughput_$cfg$tag: ct=$best_ct ref=$best_ref samples/s ratio=$ratio" \
          "(peak RSS ct=${rss_ct}kB torch=${rss_ref}kB, threads=$threads)"
-    last="train_throughput: ct=$best_ct ref=$best_ref samples/s ratio=$ratio"
+    last="train_throughput$tag: ct=$best_ct ref=$best_ref samples/s ratio=$ratio"
 done
 echo "$last"

@@ -18,23 +18,13 @@
 #include "ct/optim.h"
 #include "ct/tensor.h"
 #include "examples/fashion_mnist_model.h"
+#include "examples/resnet9_model.h"
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static ct_module *conv_bn(int cin, int cout, bool pool)
-{
-    ct_conv_opts p1 = {.padding = {1, 1}};
-    if (pool)
-        return CT_SEQUENTIAL(ct_nn_conv2d_new(cin, cout, 3, &p1, false),
-                             ct_nn_batchnorm2d_new(cout), ct_nn_relu_new(),
-                             ct_nn_maxpool2d_new(2, 0, 0));
-    return CT_SEQUENTIAL(ct_nn_conv2d_new(cin, cout, 3, &p1, false), ct_nn_batchnorm2d_new(cout),
-                         ct_nn_relu_new());
 }
 
 static ct_module *make_model(const char *cfg, int64_t *batch, int64_t *in_shape, int *in_nd)
@@ -49,12 +39,7 @@ static ct_module *make_model(const char *cfg, int64_t *batch, int64_t *in_shape,
         *batch = 32;
         *in_nd = 3;
         in_shape[0] = 3, in_shape[1] = 32, in_shape[2] = 32;
-        return CT_SEQUENTIAL(conv_bn(3, 16, false), conv_bn(16, 32, true),
-                             CT_RESIDUAL(conv_bn(32, 32, false), conv_bn(32, 32, false)),
-                             conv_bn(32, 64, true), conv_bn(64, 128, true),
-                             CT_RESIDUAL(conv_bn(128, 128, false), conv_bn(128, 128, false)),
-                             ct_nn_maxpool2d_new(4, 0, 0), ct_nn_flatten_new(),
-                             ct_nn_dropout_new(0.2f), ct_nn_linear_new(128, 10, true));
+        return resnet9_make_model();
     }
     *batch = 32;
     *in_nd = 1;

@@ -103,7 +103,7 @@ static const char *t_write(const char *name, const char *text)
 
 /* Runs `ctup ARGS` (a shell fragment), stderr folded in; returns the exit status, output in
  * *out (malloc'd). */
-static int t_ctup(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int t_ctup(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3), unused));
 static int t_ctup(char **out, const char *fmt, ...)
 {
     char args[2048], cmd[3000];

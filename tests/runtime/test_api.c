@@ -32,8 +32,12 @@ static void crash_case(void)
     int p[2];
     if (pipe(p))
         return;
+    pid_t me = getpid();
     pid_t child = fork();
     if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test, also when the test is killed */
+        if (getppid() != me)
+            _exit(1);
         close(p[0]);
         if (ct_init(NULL))
             _exit(1);

@@ -1,0 +1,156 @@
+/* tests/harness/test_timeout_cleanup.c — a test that is killed leaves no process behind.
+ * harness_timeout_sleeper (timeout_sleeper.c) starts real clusters the ways the tests do (its
+ * own head and nodes, an embedded cluster, `ctup up` + `ctup submit`), each with actors, lists
+ * every process it started and sleeps. It runs under ct_test_guard, as ctest runs every test
+ * that starts processes (tests/CMakeLists.txt), and is killed twice:
+ *   1. by ctest at its TIMEOUT: a one-test CTestTestfile.cmake run with the real ctest, which
+ *      must report the timeout;
+ *   2. by a SIGKILL of the test process alone (timeout -s KILL, the OOM killer).
+ * After each, every listed process must end within 10 s; one that does not is named, killed by
+ * pid (only while it is still the listed process: same start time), and the test fails. The
+ * killed sleeper's directory is removed here; what its nodes left is purged at exit (h_kill_all).
+ *   test_harness_timeout CTEST GUARD SLEEPER */
+#define _GNU_SOURCE
+#include <sys/stat.h>
+#include "tests/cluster/ctup_test.h"
+
+#define SLEEPER_TIMEOUT_S 15 /* the sleeper's ctest TIMEOUT: it is ready in about 3 s unloaded */
+#define GONE_MS 10000
+
+typedef struct {
+    pid_t pid;
+    unsigned long long start;
+    char comm[32];
+} listed;
+
+/* Checks the sleeper's list (path) after it was killed: waits up to GONE_MS for every listed
+ * process to end; kills and names those that do not. Returns how many were left behind, or -1
+ * when the list is missing or incomplete. */
+static int check_gone(const char *path, const char *label)
+{
+    static listed p[512];
+    int n = 0, heads = 0, nodes = 0, ended = 0;
+    char line[256], dir[256] = "";
+    FILE *f = fopen(path, "r");
+    while (f && n < 512 && fgets(line, sizeof line, f)) {
+        if (!strcmp(line, "end\n")) {
+            ended = 1;
+            break;
+        }
+        if (sscanf(line, "dir %255s", dir) == 1)
+            continue;
+        if (sscanf(line, "%d %llu %31s", &p[n].pid, &p[n].start, p[n].comm) == 3) {
+            heads += !strcmp(p[n].comm, "ct-head");
+            nodes += !strcmp(p[n].comm, "ct-node");
+            n++;
+        }
+    }
+    if (f)
+        fclose(f);
+    printf("%s: the sleeper had started %d processes (ct-head %d, ct-node %d, zygotes, actors, "
+           "drivers and ctup %d)\n",
+           label, n, heads, nodes, n - heads - nodes);
+    if (!ended || heads != 2 || nodes != 4) {
+        fprintf(stderr, "%s: list %s incomplete (want 2 ct-head and 4 ct-node, then end)\n", label,
+                path);
+        return -1;
+    }
+    int left = 0;
+    double until = h_now_ms() + GONE_MS;
+    for (int i = 0; i < n; i++) {
+        while (t_start_time(p[i].pid) == p[i].start && !h_gone(p[i].pid) && h_now_ms() < until)
+            usleep(20000);
+        if (t_start_time(p[i].pid) == p[i].start && !h_gone(p[i].pid)) {
+            fprintf(stderr, "%s: left behind: pid %d (%s); killing it\n", label, (int)p[i].pid,
+                    p[i].comm);
+            kill(p[i].pid, SIGKILL);
+            left++;
+        }
+    }
+    printf("%s: %d of %d still running %d s after the kill\n", label, left, n, GONE_MS / 1000);
+    if (!strncmp(dir, "/tmp/ctup-test.", 15)) { /* t_init's mkdtemp pattern, nothing else */
+        snprintf(line, sizeof line, "rm -rf '%s'", dir);
+        if (system(line) != 0)
+            fprintf(stderr, "%s: cannot remove %s\n", label, dir);
+    }
+    return left;
+}
+
+/* 1. ctest runs the sleeper with a TIMEOUT and kills it. */
+static void killed_by_ctest(const char *ctest, const char *guard, const char *sleeper)
+{
+    char dir[400], text[2048];
+    snprintf(dir, sizeof dir, "%s/ctest", t_dir);
+    mkdir(dir, 0700);
+    snprintf(text, sizeof text,
+             "add_test(harness_timeout_sleeper \"%s\" \"%s\" \"%s/pids\")\n"
+             "set_tests_properties(harness_timeout_sleeper PROPERTIES TIMEOUT %d)\n",
+             guard, sleeper, dir, SLEEPER_TIMEOUT_S);
+    t_write("ctest/CTestTestfile.cmake", text);
+    if (chdir(dir)) {
+        perror(dir);
+        h_failures++;
+        return;
+    }
+    char *argv[] = {(char *)ctest, "--output-on-failure", NULL};
+    int fd = -1;
+    pid_t pid = h_spawn(argv, &fd);
+    char out[16384];
+    size_t n = 0;
+    ssize_t r;
+    while (fd >= 0 && n < sizeof out - 1 && (r = read(fd, out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = 0;
+    close(fd);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    h_procs[h_nprocs - 1] = 0; /* reaped: never to be signalled again */
+    printf("---- ctest output:\n%s----\n", out);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    CHECK(strstr(out, "(Timeout)") != NULL);
+    snprintf(text, sizeof text, "%s/pids", dir);
+    int left = check_gone(text, "killed by ctest");
+    CHECK_EQ_INT(left, 0);
+}
+
+/* 2. The sleeper's process alone gets SIGKILL, nothing else. */
+static void killed_alone(const char *guard, const char *sleeper)
+{
+    char pids[400];
+    snprintf(pids, sizeof pids, "%s/pids2", t_dir);
+    char *argv[] = {(char *)guard, (char *)sleeper, pids, NULL};
+    int fd = -1;
+    pid_t pid = h_spawn(argv, &fd);
+    char line[512] = "";
+    double until = h_now_ms() + 60000;
+    while (h_now_ms() < until && strncmp(line, "ready", 5))
+        if (h_read_line(fd, line, sizeof line, (int)(until - h_now_ms())))
+            break;
+    close(fd);
+    CHECK(strncmp(line, "ready", 5) == 0);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    h_procs[h_nprocs - 1] = 0;
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    int left = check_gone(pids, "SIGKILL");
+    CHECK_EQ_INT(left, 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: test_harness_timeout CTEST GUARD SLEEPER\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* in order with stderr in the log */
+    t_init();
+    alarm(2 * SLEEPER_TIMEOUT_S + 60);
+    killed_by_ctest(argv[1], argv[2], argv[3]);
+    killed_alone(argv[2], argv[3]);
+    if (h_failures)
+        fprintf(stderr, "%d check(s) failed\n", h_failures);
+    else
+        printf("PASS\n");
+    return h_failures ? 1 : 0;
+}

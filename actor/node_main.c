@@ -128,6 +128,10 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--cpuset")) {
             cpu_set_t set;
+            if (!v) {
+                fprintf(stderr, "ct-node: --cpuset needs a value\n");
+                return 2;
+            }
             if (parse_cpuset(v, &set))
                 return 2;
             if (sched_setaffinity(0, sizeof set, &set) != 0) {

@@ -2,6 +2,7 @@
  * files):
  *   ctup up CLUSTER.yaml          start the head and the nodes, wait until every node has
  *                                 registered, print the address (export CT_ADDRESS=...)
+ *   ctup CLUSTER.yaml             the same as `ctup up CLUSTER.yaml` (like `ray up`)
  *   ctup down CLUSTER.yaml        stop every process `up` started (by recorded pid + start time)
  *   ctup status CLUSTER.yaml      the head's tables (nodes, stores, actors, placement groups)
  *   ctup status --address H:P     the same for any head
@@ -23,21 +24,71 @@
 #include "common/common.h"
 #include "proto/msg.h"
 
+/* The commands: how each is called and what it does (for --help and usage errors). */
+static const struct {
+    const char *name, *args, *what;
+} cmds[] = {
+    {"status", "[CLUSTER.yaml | --address H:P] [--timeout-ms N]",
+     "print the cluster's nodes, object stores, actors and placement groups\n"
+     "           (--address: any head; default $CT_ADDRESS; --timeout-ms: default 3000)"},
+    {"up", "CLUSTER.yaml",
+     "start the cluster the file describes (head, then one ct-node per worker),\n"
+     "           wait until every node has registered, print its address"},
+    {"down", "CLUSTER.yaml", "stop every process of the cluster (idempotent)"},
+    {"submit", "CLUSTER.yaml PROGRAM [ARGS...]",
+     "run a driver program here with CT_ADDRESS set; exits with its code"},
+    {"exec", "CLUSTER.yaml CMD...", "run a shell command on the head's host with CT_ADDRESS set"},
+};
+#define N_CMDS (int)(sizeof cmds / sizeof cmds[0])
+static const char state_note[] =
+    "State: $CT_STATE_DIR or ~/.ct/clusters/<cluster_name>.state (logs beside it).\n";
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ctup status [CLUSTER.yaml | --address H:P] [--timeout-ms N]\n"
-            "       ctup up CLUSTER.yaml\n"
-            "       ctup down CLUSTER.yaml\n"
-            "       ctup submit CLUSTER.yaml PROGRAM [ARGS...]\n"
-            "       ctup exec CLUSTER.yaml CMD...\n"
-            "  up       start the cluster the file describes (head, then one ct-node per worker),\n"
-            "           wait until every node has registered, print its address\n"
-            "  down     stop every process of the cluster (idempotent)\n"
-            "  status   print the cluster's nodes, object stores, actors and placement groups\n"
-            "  submit   run a driver program here with CT_ADDRESS set; exits with its code\n"
-            "  exec     run a shell command on the head's host with CT_ADDRESS set\n"
-            "State: $CT_STATE_DIR or ~/.ct/clusters/<cluster_name>.state (logs beside it).\n");
+    for (int i = 0; i < N_CMDS; i++)
+        fprintf(f, "%s ctup %s %s\n", i ? "      " : "usage:", cmds[i].name, cmds[i].args);
+    fprintf(f, "       ctup CLUSTER.yaml   (the same as ctup up CLUSTER.yaml)\n");
+    for (int i = 0; i < N_CMDS; i++)
+        fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].what);
+    fprintf(f, "'ctup COMMAND --help' shows one command.\n%s", state_note);
+}
+
+/* Usage of command c alone: to stdout for --help, to stderr after a usage error. */
+static void cmd_usage(const char *c, FILE *f)
+{
+    for (int i = 0; i < N_CMDS; i++)
+        if (!strcmp(cmds[i].name, c))
+            fprintf(f, "usage: ctup %s %s\n  %-8s %s\n%s", c, cmds[i].args, c, cmds[i].what,
+                    state_note);
+}
+
+static bool is_help(const char *a)
+{
+    return !strcmp(a, "--help") || !strcmp(a, "-h");
+}
+
+/* Checks the arguments of up/down/submit/exec: argv[2] is --help (prints the command's usage,
+ * *rc = 0), an option (none are known: *rc = 2), or missing (*rc = 2). Returns true when the
+ * command should not run, with its exit code in *rc. */
+static bool cmd_args_done(const char *c, int argc, char **argv, int min_argc, int *rc)
+{
+    if (argc > 2 && is_help(argv[2])) {
+        cmd_usage(c, stdout);
+        *rc = 0;
+        return true;
+    }
+    if (argc > 2 && argv[2][0] == '-') {
+        fprintf(stderr, "ctup %s: unknown option '%s' (see ctup %s --help)\n", c, argv[2], c);
+        *rc = 2;
+        return true;
+    }
+    if (argc < min_argc) {
+        fprintf(stderr, "ctup %s: ", c);
+        cmd_usage(c, stderr);
+        *rc = 2;
+        return true;
+    }
+    return false;
 }
 
 /* Asks the head at addr for its tables; *rep owned by the caller (ct__msg_free). */
@@ -323,20 +374,29 @@ static int cmd_status(int argc, char **argv)
     const char *addr = getenv("CT_ADDRESS"), *file = NULL;
     int timeout = 3000;
     for (int i = 2; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--address") && v) {
-            addr = v;
-            i++;
-        } else if (!strcmp(argv[i], "--timeout-ms") && v && atoi(v) > 0) {
-            timeout = atoi(v);
-            i++;
-        } else if (!strcmp(argv[i], "--help")) {
-            usage(stdout);
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (is_help(a)) {
+            cmd_usage("status", stdout);
             return 0;
-        } else if (argv[i][0] != '-' && !file) {
-            file = argv[i];
+        } else if (!strcmp(a, "--address") || !strcmp(a, "--timeout-ms")) {
+            if (!v) {
+                fprintf(stderr, "ctup status: %s needs a value\n", a);
+                return 2;
+            }
+            if (!strcmp(a, "--address")) {
+                addr = v;
+            } else if ((timeout = atoi(v)) <= 0) {
+                fprintf(stderr, "ctup status: --timeout-ms: '%s' is not a positive integer\n", v);
+                return 2;
+            }
+            i++;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "ctup status: unknown option '%s' (see ctup status --help)\n", a);
+            return 2;
+        } else if (!file) {
+            file = a;
         } else {
-            fprintf(stderr, "ctup status: bad argument '%s' (see --help)\n", argv[i]);
+            fprintf(stderr, "ctup status: one CLUSTER.yaml only ('%s' and '%s')\n", file, a);
             return 2;
         }
     }
@@ -373,13 +433,12 @@ static int cmd_status(int argc, char **argv)
 
 static int cmd_submit(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "ctup submit: usage: ctup submit CLUSTER.yaml PROGRAM [ARGS...]\n");
-        return 2;
-    }
+    int rc;
+    if (cmd_args_done("submit", argc, argv, 4, &rc))
+        return rc;
     ct_cluster_config *cfg = NULL;
     ct_cluster_state st;
-    int rc = load(argv[2], &cfg, &st, true, NULL);
+    rc = load(argv[2], &cfg, &st, true, NULL);
     if (rc)
         return rc;
     ct_cluster_config_destroy(&cfg);
@@ -410,13 +469,12 @@ static int cmd_submit(int argc, char **argv)
 
 static int cmd_exec(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "ctup exec: usage: ctup exec CLUSTER.yaml CMD...\n");
-        return 2;
-    }
+    int rc;
+    if (cmd_args_done("exec", argc, argv, 4, &rc))
+        return rc;
     ct_cluster_config *cfg = NULL;
     ct_cluster_state st;
-    int rc = load(argv[2], &cfg, &st, true, NULL);
+    rc = load(argv[2], &cfg, &st, true, NULL);
     if (rc)
         return rc;
     /* the words are joined like ssh joins them: `ctup exec c.yaml 'echo $CT_ADDRESS'` */
@@ -444,16 +502,31 @@ static int cmd_exec(int argc, char **argv)
     return rc;
 }
 
+/* Is a a cluster file rather than a command (a .yaml/.yml name, or a file that exists)?
+ * `ctup CLUSTER.yaml` means `ctup up CLUSTER.yaml`, as `ray up` does. */
+static bool is_cluster_file(const char *a)
+{
+    size_t n = strlen(a);
+    if ((n > 5 && !strcmp(a + n - 5, ".yaml")) || (n > 4 && !strcmp(a + n - 4, ".yml")))
+        return true;
+    return access(a, R_OK) == 0;
+}
+
 int main(int argc, char **argv)
 {
     ct__log_init();
     ct__log_set_who("ctup");
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (is_help(argv[1])) {
+        usage(stdout);
+        return 0;
     }
     signal(SIGPIPE, SIG_IGN);
     const char *c = argv[1];
+    int rc;
     if (!strcmp(c, "status"))
         return cmd_status(argc, argv);
     if (!strcmp(c, "submit"))
@@ -461,16 +534,31 @@ int main(int argc, char **argv)
     if (!strcmp(c, "exec"))
         return cmd_exec(argc, argv);
     if (!strcmp(c, "up") || !strcmp(c, "down")) {
-        if (argc != 3 || argv[2][0] == '-') {
-            if (argc == 3 && !strcmp(argv[2], "--help")) {
-                usage(stdout);
-                return 0;
-            }
-            fprintf(stderr, "ctup %s: usage: ctup %s CLUSTER.yaml\n", c, c);
+        if (cmd_args_done(c, argc, argv, 3, &rc))
+            return rc;
+        if (argc > 3) {
+            fprintf(stderr, "ctup %s: unexpected argument '%s' (one CLUSTER.yaml only)\n", c,
+                    argv[3]);
             return 2;
         }
         return !strcmp(c, "up") ? cmd_up(argv[2]) : cmd_down(argv[2]);
     }
-    fprintf(stderr, "ctup: unknown command '%s' (up, down, status, submit, exec; see --help)\n", c);
+    if (c[0] != '-' && is_cluster_file(c)) {
+        if (argc > 2) {
+            fprintf(stderr,
+                    "ctup: unexpected argument '%s' after %s (ctup CLUSTER.yaml is "
+                    "ctup up CLUSTER.yaml)\n",
+                    argv[2], c);
+            return 2;
+        }
+        return cmd_up(c);
+    }
+    if (c[0] == '-')
+        fprintf(stderr, "ctup: unknown option '%s' (see --help)\n", c);
+    else
+        fprintf(stderr,
+                "ctup: unknown command '%s' (up, down, status, submit, exec, or a CLUSTER.yaml "
+                "to start; see --help)\n",
+                c);
     return 2;
 }

@@ -39,8 +39,18 @@ static int counter_where(void *state, const void *args, size_t len, void **res, 
     return *res ? 0 : CT_ENOMEM;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: actors\n"
+               "  starts an embedded cluster (or joins $CT_ADDRESS), two Counter actors, calls\n"
+               "  them, kills one and prints its death event; takes no options\n");
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "actors: unknown option '%s' (it takes none; see --help)\n", argv[1]);
+        return 2;
+    }
     ct_actor_class_register("Counter",
                             &(ct_actor_class){
                                 .create = counter_new,

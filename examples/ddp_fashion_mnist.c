@@ -320,6 +320,31 @@ typedef struct options {
     const char *model, *data;
 } options;
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ddp_fashion_mnist [--replicas N] [--epochs N] [--batch N] [--lr X] "
+               "[--gamma X]\n"
+               "                         [--limit N] [--model cnn|mlp] [--seed N] [--data DIR]\n"
+               "                         [--min-accuracy X] [--bucket-mb X] [--no-overlap] "
+               "[--timing]\n"
+               "  --replicas N       replica actors (default 2)\n"
+               "  --epochs N         epochs (default 2)\n"
+               "  --batch N          batch size per replica (default 64)\n"
+               "  --lr X             Adam's learning rate (default 1e-3)\n"
+               "  --gamma X          learning rate factor after each epoch (default 0.5; 1: off)\n"
+               "  --limit N          use only the first N training samples (default: all)\n"
+               "  --model cnn|mlp    the model (default cnn)\n"
+               "  --seed N           seed of the initialisation and the shuffle (default 0)\n"
+               "  --data DIR         the IDX files (default /usr/share/datasets/fashion-mnist)\n"
+               "  --min-accuracy X   exit 1 when the final test accuracy is below X\n"
+               "  --bucket-mb X      gradient bucket size in MiB (default 25)\n"
+               "  --no-overlap       one flat allreduce after backward instead of buckets\n"
+               "  --timing           print backward and gradient sync times per step\n"
+               "Joins the cluster in $CT_ADDRESS, or starts an embedded one on this machine.\n");
+}
+
+/* Fills *o from the command line. Returns 0, -1 after --help (usage printed), or 2 after a
+ * usage error (said on stderr). */
 static int parse(int argc, char **argv, options *o)
 {
     *o = (options){.replicas = 2,
@@ -330,49 +355,47 @@ static int parse(int argc, char **argv, options *o)
                    .model = "cnn",
                    .overlap = 1,
                    .bucket_mb = 25};
-    int i;
-    for (i = 1; i < argc; i += 2) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(k, "--no-overlap") || !strcmp(k, "--timing")) {
-            if (!strcmp(k, "--timing"))
-                o->timing = 1;
-            else
-                o->overlap = 0;
-            i--;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            usage(stdout);
+            return -1;
+        } else if (!strcmp(k, "--no-overlap")) {
+            o->overlap = 0;
             continue;
-        }
-        if (!v)
-            break;
-        if (!strcmp(k, "--replicas"))
+        } else if (!strcmp(k, "--timing")) {
+            o->timing = 1;
+            continue;
+        } else if (!strcmp(k, "--replicas")) {
             o->replicas = atoi(v);
-        else if (!strcmp(k, "--epochs"))
+        } else if (!strcmp(k, "--epochs")) {
             o->epochs = atoi(v);
-        else if (!strcmp(k, "--batch"))
+        } else if (!strcmp(k, "--batch")) {
             o->batch = atoll(v);
-        else if (!strcmp(k, "--lr"))
+        } else if (!strcmp(k, "--lr")) {
             o->lr = atof(v);
-        else if (!strcmp(k, "--gamma"))
+        } else if (!strcmp(k, "--gamma")) {
             o->gamma = atof(v);
-        else if (!strcmp(k, "--limit"))
+        } else if (!strcmp(k, "--limit")) {
             o->limit = atoll(v);
-        else if (!strcmp(k, "--seed"))
+        } else if (!strcmp(k, "--seed")) {
             o->seed = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "--model"))
+        } else if (!strcmp(k, "--model")) {
             o->model = v;
-        else if (!strcmp(k, "--data"))
+        } else if (!strcmp(k, "--data")) {
             o->data = v;
-        else if (!strcmp(k, "--min-accuracy"))
+        } else if (!strcmp(k, "--min-accuracy")) {
             o->min_accuracy = atof(v);
-        else if (!strcmp(k, "--bucket-mb"))
+        } else if (!strcmp(k, "--bucket-mb")) {
             o->bucket_mb = atof(v);
-        else {
-            fprintf(stderr, "ddp_fashion_mnist: unknown option %s\n", k);
+        } else {
+            fprintf(stderr, "ddp_fashion_mnist: unknown option '%s' (see --help)\n", k);
             return 2;
         }
-    }
-    if (i < argc) {
-        fprintf(stderr, "ddp_fashion_mnist: option %s needs a value\n", argv[i]);
-        return 2;
+        if (++i == argc) { /* every option from --replicas on takes a value */
+            fprintf(stderr, "ddp_fashion_mnist: %s needs a value\n", k);
+            return 2;
+        }
     }
     if (o->replicas < 1 || o->replicas > 64 || o->batch < 1 || o->epochs < 0 ||
         !(o->bucket_mb > 0 && o->bucket_mb <= 1024) ||
@@ -416,7 +439,7 @@ int main(int argc, char **argv)
     options o;
     int rc = parse(argc, argv, &o), status = 1;
     if (rc)
-        return rc;
+        return rc < 0 ? 0 : rc;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = (int)(cores / o.replicas) > 0 ? (int)(cores / o.replicas) : 1;
     if ((rc = ct_init(&(ct_init_opts){.cpus = o.replicas > cores ? o.replicas : cores})) < 0) {

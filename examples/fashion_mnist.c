@@ -46,57 +46,78 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int usage(const char *prog)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
-            "usage: %s [--model cnn|mlp] [--epochs N] [--batch N] [--lr X] [--gamma X]\n"
-            "          [--optim adam|sgd]\n"
-            "          [--threads N] [--limit N] [--seed N] [--data DIR] [--bench-steps N]\n"
-            "          [--min-accuracy X]\n",
-            prog);
-    return 2;
+    fprintf(f, "usage: fashion_mnist [--model cnn|mlp] [--epochs N] [--batch N] [--lr X] "
+               "[--gamma X]\n"
+               "                     [--optim adam|sgd] [--threads N] [--limit N] [--seed N]\n"
+               "                     [--data DIR] [--bench-steps N] [--min-accuracy X]\n"
+               "  --model cnn|mlp    the model (default cnn)\n"
+               "  --epochs N         epochs (default 4)\n"
+               "  --batch N          batch size (default 64)\n"
+               "  --lr X             learning rate (default 1e-3)\n"
+               "  --gamma X          learning rate factor after each epoch (default 0.5; 1: off)\n"
+               "  --optim adam|sgd   the optimizer (default adam; sgd: momentum 0.9)\n"
+               "  --threads N        engine threads (default: all CPUs)\n"
+               "  --limit N          use only the first N training samples (default: all)\n"
+               "  --seed N           seed of the initialisation and the shuffle (default 0)\n"
+               "  --data DIR         the IDX files (default /usr/share/datasets/fashion-mnist)\n"
+               "  --bench-steps N    time N training steps and print only the final line\n"
+               "  --min-accuracy X   exit 1 when the final test accuracy is below X\n");
 }
 
+/* Fills *a from the command line. Returns 0, -1 after --help (usage printed), or 2 after a
+ * usage error (said on stderr). */
 static int parse(int argc, char **argv, args *a)
 {
     *a =
         (args){.model = "cnn", .optim = "adam", .epochs = 4, .batch = 64, .lr = 1e-3, .gamma = 0.5};
     for (int i = 1; i < argc; i++) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v)
-            return usage(argv[0]);
-        if (!strcmp(k, "--model"))
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            usage(stdout);
+            return -1;
+        } else if (!strcmp(k, "--model")) {
             a->model = v;
-        else if (!strcmp(k, "--optim"))
+        } else if (!strcmp(k, "--optim")) {
             a->optim = v;
-        else if (!strcmp(k, "--data"))
+        } else if (!strcmp(k, "--data")) {
             a->data = v;
-        else if (!strcmp(k, "--epochs"))
+        } else if (!strcmp(k, "--epochs")) {
             a->epochs = atoi(v);
-        else if (!strcmp(k, "--batch"))
+        } else if (!strcmp(k, "--batch")) {
             a->batch = atoll(v);
-        else if (!strcmp(k, "--lr"))
+        } else if (!strcmp(k, "--lr")) {
             a->lr = atof(v);
-        else if (!strcmp(k, "--gamma"))
+        } else if (!strcmp(k, "--gamma")) {
             a->gamma = atof(v);
-        else if (!strcmp(k, "--threads"))
+        } else if (!strcmp(k, "--threads")) {
             a->threads = atoi(v);
-        else if (!strcmp(k, "--limit"))
+        } else if (!strcmp(k, "--limit")) {
             a->limit = atoll(v);
-        else if (!strcmp(k, "--seed"))
+        } else if (!strcmp(k, "--seed")) {
             a->seed = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "--bench-steps"))
+        } else if (!strcmp(k, "--bench-steps")) {
             a->bench_steps = atoi(v);
-        else if (!strcmp(k, "--min-accuracy"))
+        } else if (!strcmp(k, "--min-accuracy")) {
             a->min_accuracy = atof(v);
-        else
-            return usage(argv[0]);
-        i++;
+        } else {
+            fprintf(stderr, "fashion_mnist: unknown option '%s' (see --help)\n", k);
+            return 2;
+        }
+        if (++i == argc) { /* every option but --help takes a value */
+            fprintf(stderr, "fashion_mnist: %s needs a value\n", k);
+            return 2;
+        }
     }
-    if (strcmp(a->model, "cnn") && strcmp(a->model, "mlp"))
-        return usage(argv[0]);
-    if (a->batch <= 0 || a->epochs < 0)
-        return usage(argv[0]);
+    if (strcmp(a->model, "cnn") && strcmp(a->model, "mlp")) {
+        fprintf(stderr, "fashion_mnist: --model: '%s' is not cnn or mlp\n", a->model);
+        return 2;
+    }
+    if (a->batch <= 0 || a->epochs < 0) {
+        fprintf(stderr, "fashion_mnist: --batch must be > 0 and --epochs >= 0\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -126,7 +147,7 @@ int main(int argc, char **argv)
     args a;
     int rc = parse(argc, argv, &a), status = 1;
     if (rc)
-        return rc;
+        return rc < 0 ? 0 : rc;
     ct_dataset *train_full = NULL, *train = NULL, *test = NULL;
     ct_loader *ld = NULL;
     ct_module *net = NULL;

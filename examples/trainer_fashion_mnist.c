@@ -35,6 +35,26 @@ static int print_epoch(trainer *t, const trainer_stats *st, void *user)
     return 0;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: trainer_fashion_mnist [--replicas N] [--epochs N] [--limit N] [--batch N]\n"
+               "                             [--lr X] [--gamma X] [--model cnn|mlp] "
+               "[--max-retries N]\n"
+               "                             [--min-accuracy X] [--save FILE]\n"
+               "  --replicas N       replica actors (default 2)\n"
+               "  --epochs N         epochs (default 3)\n"
+               "  --limit N          use only the first N training samples (default: all)\n"
+               "  --batch N          batch size per replica (default 64)\n"
+               "  --lr X             Adam's learning rate (default 1e-3)\n"
+               "  --gamma X          learning rate factor after each epoch (default 0.5)\n"
+               "  --model cnn|mlp    the model (default cnn)\n"
+               "  --max-retries N    restarts from the last checkpoint when replicas die "
+               "(default 3)\n"
+               "  --min-accuracy X   exit 1 when the final test accuracy is below X\n"
+               "  --save FILE        save the trained model (safetensors)\n"
+               "Joins the cluster in $CT_ADDRESS, or starts an embedded one on this machine.\n");
+}
+
 int main(int argc, char **argv)
 {
     trainer_register_model("fmnist", make_model);
@@ -42,34 +62,37 @@ int main(int argc, char **argv)
     long long limit = 0, batch = 64;
     double lr = 1e-3, gamma = 0.5, min_acc = 0;
     const char *model = "cnn", *save = NULL;
-    for (int i = 1; i + 1 < argc + 1; i += 2) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) {
-            fprintf(stderr, "trainer_fashion_mnist: %s needs a value\n", k);
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(k, "--replicas")) {
+            replicas = atoi(v);
+        } else if (!strcmp(k, "--epochs")) {
+            epochs = atoi(v);
+        } else if (!strcmp(k, "--limit")) {
+            limit = atoll(v);
+        } else if (!strcmp(k, "--batch")) {
+            batch = atoll(v);
+        } else if (!strcmp(k, "--lr")) {
+            lr = atof(v);
+        } else if (!strcmp(k, "--gamma")) {
+            gamma = atof(v);
+        } else if (!strcmp(k, "--model")) {
+            model = v;
+        } else if (!strcmp(k, "--max-retries")) {
+            retries = atoi(v);
+        } else if (!strcmp(k, "--min-accuracy")) {
+            min_acc = atof(v);
+        } else if (!strcmp(k, "--save")) {
+            save = v;
+        } else {
+            fprintf(stderr, "trainer_fashion_mnist: unknown option '%s' (see --help)\n", k);
             return 2;
         }
-        if (!strcmp(k, "--replicas"))
-            replicas = atoi(v);
-        else if (!strcmp(k, "--epochs"))
-            epochs = atoi(v);
-        else if (!strcmp(k, "--limit"))
-            limit = atoll(v);
-        else if (!strcmp(k, "--batch"))
-            batch = atoll(v);
-        else if (!strcmp(k, "--lr"))
-            lr = atof(v);
-        else if (!strcmp(k, "--gamma"))
-            gamma = atof(v);
-        else if (!strcmp(k, "--model"))
-            model = v;
-        else if (!strcmp(k, "--max-retries"))
-            retries = atoi(v);
-        else if (!strcmp(k, "--min-accuracy"))
-            min_acc = atof(v);
-        else if (!strcmp(k, "--save"))
-            save = v;
-        else {
-            fprintf(stderr, "trainer_fashion_mnist: unknown option %s\n", k);
+        if (++i == argc) { /* every option but --help takes a value */
+            fprintf(stderr, "trainer_fashion_mnist: %s needs a value\n", k);
             return 2;
         }
     }

@@ -24,7 +24,7 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	scripts/run-main.sh $(BUILD)
 
-# Every test but those labelled slow-only; tests clean up every process they start.
+# Every test (test-slow: only those labelled slow); tests clean up every process they start.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 

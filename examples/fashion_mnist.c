@@ -9,13 +9,14 @@
  *   fashion_mnist [--model cnn|mlp] [--epochs 4] [--batch 64] [--lr 1e-3] [--gamma 0.5]
  *                 [--optim adam|sgd]
  *                 [--threads N] [--limit N] [--seed 0] [--data DIR] [--bench-steps N]
- *                 [--min-accuracy X]
+ *                 [--min-accuracy X] [--stop-at X]
  *
  * Prints one line per epoch and last `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>`
  * (samples_per_s: training samples per second of training time, evaluation excluded).
  * --bench-steps N: time N training steps after 5 warm-up steps and print only the final line
  * with test_accuracy=0. --min-accuracy X: exit 1 when the final test accuracy is below X (the
- * slow test engine_fashion_mnist_accuracy). Not here: distributed training
+ * test engine_fashion_mnist_accuracy). --stop-at X: stop after the first epoch whose test
+ * accuracy reaches X (early stopping). Not here: distributed training
  * (see the trainer examples). */
 #include <math.h>
 #include <stdio.h>
@@ -33,7 +34,7 @@
 typedef struct args {
     const char *model, *optim, *data;
     int epochs, threads, bench_steps;
-    double min_accuracy;
+    double min_accuracy, stop_at;
     int64_t batch, limit;
     double lr, gamma;
     uint64_t seed;
@@ -52,6 +53,7 @@ static void usage(FILE *f)
                "[--gamma X]\n"
                "                     [--optim adam|sgd] [--threads N] [--limit N] [--seed N]\n"
                "                     [--data DIR] [--bench-steps N] [--min-accuracy X]\n"
+               "                     [--stop-at X]\n"
                "  --model cnn|mlp    the model (default cnn)\n"
                "  --epochs N         epochs (default 4)\n"
                "  --batch N          batch size (default 64)\n"
@@ -63,7 +65,8 @@ static void usage(FILE *f)
                "  --seed N           seed of the initialisation and the shuffle (default 0)\n"
                "  --data DIR         the IDX files (default /usr/share/datasets/fashion-mnist)\n"
                "  --bench-steps N    time N training steps and print only the final line\n"
-               "  --min-accuracy X   exit 1 when the final test accuracy is below X\n");
+               "  --min-accuracy X   exit 1 when the final test accuracy is below X\n"
+               "  --stop-at X        stop after the first epoch with test accuracy >= X\n");
 }
 
 /* Fills *a from the command line. Returns 0, -1 after --help (usage printed), or 2 after a
@@ -101,6 +104,8 @@ static int parse(int argc, char **argv, args *a)
             a->bench_steps = atoi(v);
         } else if (!strcmp(k, "--min-accuracy")) {
             a->min_accuracy = atof(v);
+        } else if (!strcmp(k, "--stop-at")) {
+            a->stop_at = atof(v);
         } else {
             fprintf(stderr, "fashion_mnist: unknown option '%s' (see --help)\n", k);
             return 2;
@@ -250,6 +255,8 @@ int main(int argc, char **argv)
         printf("epoch %d: train_loss=%.4f test_accuracy=%.4f samples_per_s=%.1f time=%.1fs\n",
                epoch + 1, loss_sum / (double)(loss_n ? loss_n : 1), acc, (double)loss_n / dt, dt);
         fflush(stdout);
+        if (a.stop_at > 0 && acc >= a.stop_at)
+            break;
     }
     printf("final: test_accuracy=%.4f train_loss=%.4f samples_per_s=%.1f\n", acc,
            loss_sum / (double)(loss_n ? loss_n : 1),

@@ -25,7 +25,12 @@
  *              store_memory: 256M, spill_dir: /tmp/spill}
  *   ct: {head_port: 0, heartbeat_ms: 100, dead_after_ms: 1000, store_memory: 256M,
  *        spill_dir: DIR, bin_dir: DIR, remote_dir: ~/.ct, copy_binaries: true,
- *        head_runs_node: false, start_timeout_s: 30, head_bind: 127.0.0.1} */
+ *        head_runs_node: false, start_timeout_s: 30, head_bind: 127.0.0.1}
+ *
+ * Values that reach a script or an argv are data and are checked at parse time: hosts are IPs
+ * or DNS names, ssh_user is [a-z_][a-z0-9_-]*, paths are absolute (key, bin_dir, remote_dir
+ * also ~/...) of CT_CLUSTER_SAFE_CHARS. Each node's spill directory (SPILL_ROOT/NAME-N) is made
+ * by its start script. Only setup and start commands are shell code. */
 #ifndef CT_CLUSTER_H
 #define CT_CLUSTER_H
 
@@ -142,13 +147,24 @@ int ct_cluster_exec_on_head(const ct_cluster_config *cfg, const char *address, c
 /* Runs argv, stdout captured into out (NUL-terminated, may be NULL), stderr passed through.
  * Returns the exit status (0-255, 128+signal) or < 0 when it could not run. */
 int ct__cluster_run(char *const argv[], char *out, size_t cap);
-/* Appends s to buf (cap bytes) single-quoted for sh. Returns 0 or CT_ERANGE. */
+/* Appends s to buf (cap bytes) single-quoted for sh ('it'\''s'): the one quoting function for
+ * a data value in a script. Returns 0 or CT_ERANGE. */
 int ct__shell_quote(char *buf, size_t cap, const char *s);
+/* The characters a data value may have where it is pasted into a script or argv unquoted (node
+ * arguments, which $CT_NODE_ARGS word-splits): letters, digits and _ . , / + : @ = -. */
+#define CT_CLUSTER_SAFE_CHARS                                                                      \
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.,/+:@=-"
+/* true when s is not empty, does not start with '-' and has only CT_CLUSTER_SAFE_CHARS: sh reads
+ * it as one word, and no tool reads it as an option. */
+bool ct__shell_safe_word(const char *s);
 /* Builds the shell script that starts one daemon detached on its host (setsid + nohup, log
  * file, stdin from /dev/null) and prints "PID STARTTIME". cmds are the user's start commands
- * (the last one is exec'd) or NULL for default_cmd. env_assign is prepended ("A=1 B=2 "). */
+ * (the last one is exec'd) or NULL for default_cmd. env_assign is prepended ("A=1 B=2 ", values
+ * quoted by the caller). make_dir (a node's spill directory, or NULL) is created first
+ * (mkdir -p -m 700); when that fails the script exits 1 and starts nothing. */
 int ct__cluster_start_script(char *buf, size_t cap, const char *log_path, const char *env_assign,
-                             char *const *cmds, int n_cmds, const char *default_cmd);
+                             char *const *cmds, int n_cmds, const char *default_cmd,
+                             const char *make_dir);
 /* Shell script that stops pid if its start time still is start_time; prints "stopped",
  * "gone" or "other". */
 int ct__cluster_stop_script(char *buf, size_t cap, pid_t pid, unsigned long long start_time);

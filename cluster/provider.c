@@ -8,6 +8,11 @@
  * "PID STARTTIME" (STARTTIME: field 22 of /proc/PID/stat, which tells a reused pid apart).
  * Stopping checks that start time again before each signal.
  *
+ * Values from the YAML are data, never code: each one reaches a script either single-quoted
+ * (ct__shell_quote) or, where it must stay one unquoted word (a ct-node argument, which
+ * $CT_NODE_ARGS word-splits), checked here again with ct__shell_safe_word after yaml_config.c
+ * checked it at parse time. Only setup and start commands are shell code, by design.
+ *
  * Not in here: YAML (yaml_config.c), the state file (state.c), the CLI (ctup.c). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -43,6 +48,23 @@ int ct__shell_quote(char *buf, size_t cap, const char *s)
     for (const char *c = s; !rc && *c; c++)
         rc = *c == '\'' ? cat(buf, cap, "'\\''") : cat(buf, cap, "%c", *c);
     return rc ? rc : cat(buf, cap, "'");
+}
+
+bool ct__shell_safe_word(const char *s)
+{
+    return s && *s && *s != '-' && strspn(s, CT_CLUSTER_SAFE_CHARS) == strlen(s);
+}
+
+/* Appends " flag value" to a ct-node/ct-head argument string, value checked to be one safe
+ * word (see the file comment). Returns 0, CT_EINVAL or CT_ERANGE. */
+static int arg_word(char *buf, size_t cap, const char *flag, const char *value)
+{
+    if (!ct__shell_safe_word(value))
+        return ct__error(CT_EINVAL,
+                         "%s '%s': only letters, digits and _ . , / + : @ = - "
+                         "(not starting with '-')",
+                         flag, value);
+    return cat(buf, cap, " %s %s", flag, value);
 }
 
 /* A path for the remote shell: "~/x" becomes "$HOME"/'x' so that the shell expands it. */
@@ -112,7 +134,8 @@ int ct__cluster_run(char *const argv[], char *out, size_t cap)
 #define STAT_FN "st() { sed 's/.*) //' /proc/$p/stat 2>/dev/null; }; "
 
 int ct__cluster_start_script(char *buf, size_t cap, const char *log_path, const char *env_assign,
-                             char *const *cmds, int n_cmds, const char *default_cmd)
+                             char *const *cmds, int n_cmds, const char *default_cmd,
+                             const char *make_dir)
 {
     char inner[16384] = "";
     int rc = 0;
@@ -125,9 +148,16 @@ int ct__cluster_start_script(char *buf, size_t cap, const char *log_path, const 
         rc = cat(inner, sizeof inner, "exec %s\n", default_cmd);
     }
     buf[0] = 0;
+    if (!rc && make_dir) {
+        rc = cat(buf, cap, "mkdir -p -m 700 -- ");
+        if (!rc)
+            rc = ct__shell_quote(buf, cap, make_dir);
+        if (!rc)
+            rc = cat(buf, cap, " || exit 1; ");
+    }
     /* the last run's log moves aside first: the wait for "listening on" must not read it */
     if (!rc)
-        rc = cat(buf, cap, "mv -f ");
+        rc = cat(buf, cap, "mv -f -- ");
     if (!rc)
         rc = shell_path(buf, cap, log_path);
     if (!rc)
@@ -235,12 +265,13 @@ static bool is_ip(const char *s)
     return inet_pton(AF_INET, s, b) == 1 || inet_pton(AF_INET6, s, b) == 1;
 }
 
-/* Starts one daemon on host; fills proc (pid, start time). When want_listen, waits (on the
- * host) up to the start timeout for "listening on H:P" in the log and copies H:P to listen. */
+/* Starts one daemon on host (first creating make_dir when not NULL); fills proc (pid, start
+ * time). When listen is not NULL, waits (on the host) up to the start timeout for
+ * "listening on H:P" in the log and copies H:P to listen. */
 static int start_daemon(const ct_cluster_config *cfg, const char *host, const char *role,
                         const char *env_assign, char *const *cmds, int n_cmds,
-                        const char *default_cmd, ct_cluster_proc *proc, char *listen,
-                        size_t listen_cap)
+                        const char *default_cmd, const char *make_dir, ct_cluster_proc *proc,
+                        char *listen, size_t listen_cap)
 {
     char logdir[4096], log[4300], script[40000], out[4096];
     int rc = ct__cluster_remote_log_dir(cfg, logdir, sizeof logdir);
@@ -248,13 +279,13 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
         return rc;
     snprintf(log, sizeof log, "%s/%s.log", logdir, role);
     script[0] = 0;
-    if ((rc = cat(script, sizeof script, "mkdir -p ")) ||
+    if ((rc = cat(script, sizeof script, "mkdir -p -- ")) ||
         (rc = shell_path(script, sizeof script, logdir)) ||
         (rc = cat(script, sizeof script, " && cd && ")))
         return rc;
     size_t head_len = strlen(script);
     if ((rc = ct__cluster_start_script(script + head_len, sizeof script - head_len, log, env_assign,
-                                       cmds, n_cmds, default_cmd)))
+                                       cmds, n_cmds, default_cmd, make_dir)))
         return rc;
     if (listen) {
         char wait[2048] = "";
@@ -329,24 +360,25 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         return rc;
 
     /* 2. the head */
-    char head_args[512];
-    snprintf(head_args, sizeof head_args,
-             "--host %s --port %d --heartbeat-ms %d --dead-after-ms %d", cfg->head_bind,
-             cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms);
+    char head_args[512] = "";
+    if ((rc = arg_word(head_args, sizeof head_args, "--host", cfg->head_bind)) ||
+        (rc = cat(head_args, sizeof head_args, " --port %d --heartbeat-ms %d --dead-after-ms %d",
+                  cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms)))
+        return rc;
     env[0] = cmd[0] = 0;
     if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
         (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||
         (rc = cat(env, sizeof env, " CT_BIN_DIR=")) || (rc = shell_path(env, sizeof env, bin)) ||
-        (rc = cat(env, sizeof env, " CT_HEAD_PORT=%d CT_HEAD_ARGS='%s' ", cfg->head_port,
-                  head_args)) ||
-        (rc = shell_path(cmd, sizeof cmd, bin)) ||
-        (rc = cat(cmd, sizeof cmd, "/ct-head %s", head_args)))
+        (rc = cat(env, sizeof env, " CT_HEAD_PORT=%d CT_HEAD_ARGS=", cfg->head_port)) ||
+        (rc = ct__shell_quote(env, sizeof env, head_args + 1)) ||
+        (rc = cat(env, sizeof env, " ")) || (rc = shell_path(cmd, sizeof cmd, bin)) ||
+        (rc = cat(cmd, sizeof cmd, "/ct-head%s", head_args)))
         return rc;
     ct_cluster_proc *hp = &st->procs[st->n_procs];
     memset(hp, 0, sizeof *hp);
     fprintf(stderr, "ctup: starting the head on %s\n", cfg->head_ip);
-    rc = start_daemon(cfg, cfg->head_ip, "head", env, cfg->head_start, cfg->n_head_start, cmd, hp,
-                      listen, sizeof listen);
+    rc = start_daemon(cfg, cfg->head_ip, "head", env, cfg->head_start, cfg->n_head_start, cmd, NULL,
+                      hp, listen, sizeof listen);
     if (hp->pid > 0) /* started, even if it then failed: it is ctup's to stop */
         st->n_procs++;
     if (rc)
@@ -370,39 +402,44 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         const ct_cluster_node *n = &cfg->nodes[i];
         char args[4096] = "", role[32];
         snprintf(role, sizeof role, "node-%d", i + 1);
-        if (is_ip(n->host) && (rc = cat(args, sizeof args, " --host %s", n->host)))
+        if (is_ip(n->host) && (rc = arg_word(args, sizeof args, "--host", n->host)))
             goto out;
         if (n->cpus >= 0 && (rc = cat(args, sizeof args, " --cpus %g", n->cpus)))
             goto out;
         if (n->gpus >= 0 && (rc = cat(args, sizeof args, " --gpus %g", n->gpus)))
             goto out;
-        for (int j = 0; j < n->n_custom && !rc; j++)
-            rc = cat(args, sizeof args, "%s%s=%g", j ? "," : " --resources ", n->custom_name[j],
-                     n->custom_amount[j]);
+        for (int j = 0; j < n->n_custom && !rc; j++) {
+            if (!ct__shell_safe_word(n->custom_name[j]) || strpbrk(n->custom_name[j], ",="))
+                rc = ct__error(CT_EINVAL, "resource name '%s': not a name", n->custom_name[j]);
+            else
+                rc = cat(args, sizeof args, "%s%s=%g", j ? "," : " --resources ", n->custom_name[j],
+                         n->custom_amount[j]);
+        }
         if (rc)
             goto out;
-        if (n->store_memory && (rc = cat(args, sizeof args, " --store-memory %s", n->store_memory)))
+        if (n->store_memory &&
+            (rc = arg_word(args, sizeof args, "--store-memory", n->store_memory)))
             goto out;
-        if (n->spill_dir && strpbrk(n->spill_dir, " \t'\"\\$`")) {
-            rc = ct__error(CT_EINVAL, "spill_dir '%s': no blanks or quotes, please", n->spill_dir);
-            goto out;
-        }
-        if (n->spill_dir && (rc = cat(args, sizeof args, " --spill-dir %s", n->spill_dir)))
+        if (n->spill_dir && (rc = arg_word(args, sizeof args, "--spill-dir", n->spill_dir)))
             goto out;
         env[0] = cmd[0] = 0;
         if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
             (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||
             (rc = cat(env, sizeof env, " CT_BIN_DIR=")) ||
             (rc = shell_path(env, sizeof env, bin)) ||
-            (rc = cat(env, sizeof env, " CT_HEAD_ADDRESS=%s CT_NODE_ARGS='%s' ", st->address,
-                      args + (args[0] == ' '))) ||
-            (rc = shell_path(cmd, sizeof cmd, bin)) ||
-            (rc = cat(cmd, sizeof cmd, "/ct-node --head %s%s", st->address, args)))
+            (rc = cat(env, sizeof env, " CT_HEAD_ADDRESS=")) ||
+            (rc = ct__shell_quote(env, sizeof env, st->address)) ||
+            (rc = cat(env, sizeof env, " CT_NODE_ARGS=")) ||
+            (rc = ct__shell_quote(env, sizeof env, args + (args[0] == ' '))) ||
+            (rc = cat(env, sizeof env, " ")) || (rc = shell_path(cmd, sizeof cmd, bin)) ||
+            (rc = cat(cmd, sizeof cmd, "/ct-node --head ")) ||
+            (rc = ct__shell_quote(cmd, sizeof cmd, st->address)) || /* "[::1]:P" is a glob */
+            (rc = cat(cmd, sizeof cmd, "%s", args)))
             goto out;
         fprintf(stderr, "ctup: starting %s on %s:%s\n", role, n->host, args);
         memset(&st->procs[st->n_procs], 0, sizeof st->procs[0]);
         rc = start_daemon(cfg, n->host, role, env, cfg->worker_start, cfg->n_worker_start, cmd,
-                          &st->procs[st->n_procs], NULL, 0);
+                          n->spill_dir, &st->procs[st->n_procs], NULL, 0);
         if (st->procs[st->n_procs].pid > 0)
             st->n_procs++;
         if (rc)

@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "cluster/cluster.h"
@@ -28,7 +29,10 @@ int ct__local_argv(const char *script, char **argv, int max_argv)
 int ct__local_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap)
 {
     int n;
-    if (cfg->bin_dir) {
+    const char *home = getenv("HOME");
+    if (cfg->bin_dir && !strncmp(cfg->bin_dir, "~/", 2) && home) {
+        n = snprintf(out, cap, "%s/%s", home, cfg->bin_dir + 2); /* no shell to expand ~ here */
+    } else if (cfg->bin_dir) {
         n = snprintf(out, cap, "%s", cfg->bin_dir);
     } else {
         char self[PATH_MAX];

@@ -1,11 +1,17 @@
 /* cluster/provider_ssh.c — the `ssh` provider's transport: a host's script runs as
  *   ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o ConnectTimeout=10
- *       -p PORT [-i KEY] USER@HOST SCRIPT
+ *       -p PORT [-i KEY] -- USER@HOST SCRIPT
  * and the binaries go over with
- *   scp -q -o BatchMode=yes ... -P PORT [-i KEY] BIN/ct-head BIN/ct-node
- * USER@HOST:DIR/bin/.incoming/ `ssh` and `scp` are looked up on PATH (a test puts fakes there). The
- * remote hosts need the same shared libraries as this one (libzmq, libprotobuf-c, ...): the
- * binaries are copied, not the libraries.
+ *   scp -q -o BatchMode=yes ... -P PORT [-i KEY] -- BIN/ct-head BIN/ct-node
+ *       USER@HOST:DIR/bin/.incoming/
+ * `ssh` and `scp` are looked up on PATH (a test puts fakes there). The remote hosts need the same
+ * shared libraries as this one (libzmq, libprotobuf-c, ...): the binaries are copied, not the
+ * libraries.
+ *
+ * No value from the YAML can become an ssh/scp option: `--` ends the options before the host
+ * and file arguments, the key is the argument of -i, and user, host and paths were checked at
+ * parse time (yaml_config.c; user and host are checked again here, the host may come from a
+ * state file).
  *
  * Not in here: the scripts (provider.c), the local transport (provider_local.c). */
 #define _GNU_SOURCE
@@ -67,17 +73,32 @@ static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char
     return n < max ? n : ct__error(CT_ERANGE, "ssh: too many arguments");
 }
 
+/* USER@HOST must name a login and a host, nothing an ssh or scp could read otherwise. */
+static int check_login(const ct_cluster_config *cfg, const char *host)
+{
+    if (!cfg->ssh_user || !ct__shell_safe_word(cfg->ssh_user) || strchr(cfg->ssh_user, '@'))
+        return ct__error(CT_EINVAL, "ssh user '%s': not a user name",
+                         cfg->ssh_user ? cfg->ssh_user : "(none)");
+    if (!ct__shell_safe_word(host) || strpbrk(host, "@/"))
+        return ct__error(CT_EINVAL, "ssh host '%s': not a host name or address", host);
+    return 0;
+}
+
 int ct__ssh_argv(const ct_cluster_config *cfg, const char *host, const char *script, char **argv,
                  int max_argv, char *store, size_t cap)
 {
     size_t used = 0;
     if (max_argv < 16)
         return ct__error(CT_EINVAL, "ct__ssh_argv: argv too small");
+    int rc = check_login(cfg, host);
+    if (rc)
+        return rc;
     argv[0] = "ssh";
-    int n = common_opts(cfg, "-p", argv + 1, max_argv - 4, store, cap, &used);
+    int n = common_opts(cfg, "-p", argv + 1, max_argv - 5, store, cap, &used);
     if (n < 0)
         return n;
     n++;
+    argv[n++] = "--";
     if (!(argv[n++] = keep(store, cap, &used, "%s@%s", cfg->ssh_user, host)))
         return ct__error(CT_ERANGE, "ssh command line too long");
     argv[n++] = (char *)script;
@@ -114,7 +135,7 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
         }
         if (rc)
             return rc;
-        snprintf(script, sizeof script, "mkdir -p %s/.incoming", q);
+        snprintf(script, sizeof script, "mkdir -p -- %s/.incoming", q);
         char *argv[40];
         if ((rc = ct__ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
             return rc;
@@ -130,6 +151,7 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
         if (n < 0)
             return n;
         n += 2;
+        argv[n++] = "--";
         if (!(argv[n++] = keep(store, sizeof store, &used, "%s/ct-head", local)) ||
             !(argv[n++] = keep(store, sizeof store, &used, "%s/ct-node", local)) ||
             !(argv[n++] =
@@ -141,8 +163,8 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
         if ((rc = ct__cluster_run(argv, NULL, 0)))
             return rc < 0 ? rc : ct__error(CT_EIO, "scp to %s failed (exit %d)", hosts[h], rc);
         snprintf(script, sizeof script,
-                 "mv -f %s/.incoming/ct-head %s/.incoming/ct-node %s/ && chmod 755 %s/ct-head "
-                 "%s/ct-node",
+                 "mv -f -- %s/.incoming/ct-head %s/.incoming/ct-node %s/ && chmod 755 -- "
+                 "%s/ct-head %s/ct-node",
                  q, q, q, q, q);
         if ((rc = ct__ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
             return rc;

@@ -3,6 +3,12 @@
  * types, missing required keys, bad IPs, counts that do not add up. Every message names the
  * file, line and column (1-based) of the offending node: "c.yaml:7:3: unknown key ...".
  *
+ * Every value that reaches a shell script or an ssh/scp/ct-node argv is data and is checked here
+ * against a strict pattern, so that it can be neither code nor an option: hosts (IP or DNS
+ * name), the ssh user ([a-z_][a-z0-9_-]*), paths (absolute, or ~/ where a shell or ctup expands
+ * it, of CT_CLUSTER_SAFE_CHARS), names, numbers and sizes. provider.c quotes them as well. Only
+ * setup_commands and the start commands are shell code, written by the cluster's owner.
+ *
  * Not in here: starting anything (provider*.c), the state file (state.c). The accepted keys
  * are listed in cluster.h. */
 #define _GNU_SOURCE
@@ -288,6 +294,45 @@ static int get_host(parser *p, yaml_node_t *v, const char *name, char **out)
     return rc;
 }
 
+/* A login name as useradd takes it: [a-z_][a-z0-9_-]*, at most 32 characters. */
+static bool valid_user(const char *s)
+{
+    size_t n = strlen(s);
+    return n >= 1 && n <= 32 && (islower((unsigned char)s[0]) || s[0] == '_') &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_-") == n;
+}
+
+static int get_user(parser *p, yaml_node_t *v, const char *name, char **out)
+{
+    int rc = get_str(p, v, name, out);
+    if (!rc && !valid_user(*out))
+        rc = perr(p, v, "%s: '%s' is not a user name ([a-z_][a-z0-9_-]*, at most 32 characters)",
+                  name, *out);
+    return rc;
+}
+
+/* A path that is one word for sh and never an option: absolute, or "~" / "~/..." when home is
+ * true, of CT_CLUSTER_SAFE_CHARS, at most 1024 characters. */
+static bool valid_path(const char *s, bool home)
+{
+    if (strlen(s) > 1024)
+        return false;
+    if (home && (!strcmp(s, "~") || !strncmp(s, "~/", 2)))
+        s++;
+    return !*s || (s[0] == '/' && ct__shell_safe_word(s));
+}
+
+static int get_path(parser *p, yaml_node_t *v, const char *name, bool home, char **out)
+{
+    int rc = get_str(p, v, name, out);
+    if (!rc && !valid_path(*out, home))
+        rc = perr(p, v,
+                  "%s: '%s' must be an absolute path%s of letters, digits and _ . , / + : @ = - "
+                  "(at most 1024)",
+                  name, *out, home ? " (or ~/path)" : "");
+    return rc;
+}
+
 /* ---- node types ---- */
 
 typedef struct {
@@ -312,9 +357,10 @@ static int parse_resources(parser *p, yaml_node_t *v, const char *type, ct_clust
     for (yaml_node_pair_t *kv = v->data.mapping.pairs.start; kv < v->data.mapping.pairs.top; kv++) {
         yaml_node_t *k = node_at(p, kv->key), *val = node_at(p, kv->value);
         const char *ks = scalar(k);
-        if (!ks || !valid_name(ks))
-            return perr(p, k, "%s: resource names are [A-Za-z0-9_.:-], got %s", sect,
-                        ks ? ks : kind_name(k));
+        if (!ks || !valid_name(ks) || ks[0] == '-')
+            return perr(p, k,
+                        "%s: resource names are [A-Za-z0-9_.:-], not starting with '-', got %s",
+                        sect, ks ? ks : kind_name(k));
         for (yaml_node_pair_t *prev = v->data.mapping.pairs.start; prev < kv; prev++)
             if (scalar(node_at(p, prev->key)) && !strcmp(scalar(node_at(p, prev->key)), ks))
                 return perr(p, k, "duplicate key '%s' (first at line %zu)", ks,
@@ -382,7 +428,8 @@ static int parse_type(parser *p, node_type *t)
         (rc = get_size(p, v, what, &t->res.store_memory)))
         return rc;
     snprintf(what, sizeof what, "%s.spill_dir", sect);
-    if ((v = get(p, t->val, "spill_dir", NULL)) && (rc = get_str(p, v, what, &t->res.spill_dir)))
+    if ((v = get(p, t->val, "spill_dir", NULL)) &&
+        (rc = get_path(p, v, what, false, &t->res.spill_dir)))
         return rc;
     if ((v = get(p, t->val, "node_config", NULL)) && v->type != YAML_MAPPING_NODE)
         return perr(p, v, "%s.node_config must be a mapping, not %s", sect, kind_name(v));
@@ -456,8 +503,10 @@ static int parse_root(parser *p, yaml_node_t *root)
     if ((rc = get_str(p, v, "cluster_name", &c->cluster_name)))
         goto out;
     if (!valid_name(c->cluster_name) || strchr(c->cluster_name, ':') || c->cluster_name[0] == '.' ||
-        strlen(c->cluster_name) > 100) {
-        rc = perr(p, v, "cluster_name: '%s' must be 1-100 of [A-Za-z0-9_.-], not starting with '.'",
+        c->cluster_name[0] == '-' || strlen(c->cluster_name) > 100) {
+        rc = perr(p, v,
+                  "cluster_name: '%s' must be 1-100 of [A-Za-z0-9_.-], not starting with '.' or "
+                  "'-'",
                   c->cluster_name);
         goto out;
     }
@@ -539,10 +588,10 @@ static int parse_root(parser *p, yaml_node_t *root)
             goto out;
         yaml_node_t *a = v;
         if ((v = get(p, a, "ssh_user", NULL)) &&
-            (rc = get_str(p, v, "auth.ssh_user", &c->ssh_user)))
+            (rc = get_user(p, v, "auth.ssh_user", &c->ssh_user)))
             goto out;
         if ((v = get(p, a, "ssh_private_key", NULL)) &&
-            (rc = get_str(p, v, "auth.ssh_private_key", &c->ssh_key)))
+            (rc = get_path(p, v, "auth.ssh_private_key", true, &c->ssh_key)))
             goto out;
         if ((v = get(p, a, "ssh_port", NULL)) &&
             (rc = get_int(p, v, "auth.ssh_port", 1, 65535, &c->ssh_port)))
@@ -617,12 +666,13 @@ static int parse_root(parser *p, yaml_node_t *root)
             (rc = get_size(p, v, "ct.store_memory", &store_memory)))
             goto out;
         if ((v = get(p, ctn, "spill_dir", NULL)) &&
-            (rc = get_str(p, v, "ct.spill_dir", &spill_root)))
+            (rc = get_path(p, v, "ct.spill_dir", false, &spill_root)))
             goto out;
-        if ((v = get(p, ctn, "bin_dir", NULL)) && (rc = get_str(p, v, "ct.bin_dir", &c->bin_dir)))
+        if ((v = get(p, ctn, "bin_dir", NULL)) &&
+            (rc = get_path(p, v, "ct.bin_dir", true, &c->bin_dir)))
             goto out;
         if ((v = get(p, ctn, "remote_dir", NULL)) &&
-            (rc = get_str(p, v, "ct.remote_dir", &c->remote_dir)))
+            (rc = get_path(p, v, "ct.remote_dir", true, &c->remote_dir)))
             goto out;
         if ((v = get(p, ctn, "head_bind", NULL)) &&
             (rc = get_host(p, v, "ct.head_bind", &c->head_bind)))

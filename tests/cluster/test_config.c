@@ -63,6 +63,8 @@ static ct_cluster_config *good(const char *yaml)
 }
 
 #define LOCAL2 "provider:\n  type: local\n  worker_ips: [127.0.0.1, 127.0.0.1]\n"
+#define SSH1                                                                                       \
+    "cluster_name: a\nprovider:\n  type: ssh\n  head_ip: 10.0.0.1\n  worker_ips: [10.0.0.2]\n"
 
 int main(int argc, char **argv)
 {
@@ -129,7 +131,10 @@ int main(int argc, char **argv)
         "names are the same key)");
     bad("cluster_name: a/b\n" LOCAL2,
         "cluster.yaml:1:15: cluster_name: 'a/b' must be 1-100 of [A-Za-z0-9_.-], not starting "
-        "with '.'");
+        "with '.' or '-'");
+    bad("cluster_name: -rf\n" LOCAL2,
+        "cluster.yaml:1:15: cluster_name: '-rf' must be 1-100 of [A-Za-z0-9_.-], not starting "
+        "with '.' or '-'");
     bad("cluster_name: a\nprovider:\n  type: local\n",
         "cluster.yaml:3:3: no nodes to start: give provider.worker_ips, provider.num_workers, "
         "min_workers, or ct.head_runs_node: true");
@@ -137,6 +142,69 @@ int main(int argc, char **argv)
     bad("", "cluster.yaml:1:1: empty file (expected a mapping with cluster_name and provider)");
     bad("- a\n- b\n", "cluster.yaml:1:1: the file must be a mapping (cluster_name, provider, ...), "
                       "not a list");
+
+    /* ---- values that reach a shell or an argv are data: strict patterns at parse time ---- */
+    bad(SSH1 "auth:\n  ssh_user: '-oProxyCommand=touch /tmp/pwned-1'\n",
+        "cluster.yaml:7:13: auth.ssh_user: '-oProxyCommand=touch /tmp/pwned-1' is not a user name "
+        "([a-z_][a-z0-9_-]*, at most 32 characters)");
+    bad(SSH1 "auth: {ssh_user: 'u@evil'}\n",
+        "cluster.yaml:6:18: auth.ssh_user: 'u@evil' is not a*");
+    bad(SSH1 "auth: {ssh_user: Ubuntu}\n", "cluster.yaml:6:18: auth.ssh_user: 'Ubuntu' is not a*");
+    bad(SSH1 "auth: {ssh_user: u, ssh_private_key: '-oProxyCommand=x'}\n",
+        "cluster.yaml:6:38: auth.ssh_private_key: '-oProxyCommand=x' must be an absolute path (or "
+        "~/path) of letters, digits and _ . , / + : @ = - (at most 1024)");
+    bad(SSH1 "auth: {ssh_user: u, ssh_private_key: id_rsa}\n",
+        "cluster.yaml:6:38: auth.ssh_private_key: 'id_rsa' must be an absolute path*");
+    bad(SSH1 "auth: {ssh_user: u, ssh_private_key: '~/.ssh/my key'}\n",
+        "cluster.yaml:6:38: auth.ssh_private_key: '~/.ssh/my key' must be an absolute path*");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  spill_dir: '/tmp/x; touch /tmp/pwned-2'\n",
+        "cluster.yaml:6:14: ct.spill_dir: '/tmp/x; touch /tmp/pwned-2' must be an absolute path of "
+        "letters, digits and _ . , / + : @ = - (at most 1024)");
+    bad("cluster_name: a\n" LOCAL2 "ct: {spill_dir: '/tmp/x&>/tmp/pwned-3&#'}\n",
+        "cluster.yaml:5:17: ct.spill_dir: '/tmp/x&>/tmp/pwned-3&#' must be an absolute path of*");
+    bad("cluster_name: a\n" LOCAL2 "ct: {spill_dir: \"/tmp/x\\n/tmp/y\"}\n",
+        "cluster.yaml:5:17: ct.spill_dir: '/tmp/x\n/tmp/y' must be an absolute path of*");
+    bad("cluster_name: a\n" LOCAL2 "ct: {spill_dir: spill}\n",
+        "cluster.yaml:5:17: ct.spill_dir: 'spill' must be an absolute path of*");
+    bad("cluster_name: a\n" LOCAL2 "ct: {spill_dir: ~/spill}\n",
+        "cluster.yaml:5:17: ct.spill_dir: '~/spill' must be an absolute path of*");
+    bad("cluster_name: a\n" LOCAL2 "available_node_types:\n  w: {spill_dir: '/tmp/$(id)'}\n",
+        "cluster.yaml:6:18: available_node_types.w.spill_dir: '/tmp/$(id)' must be an absolute "
+        "path of*");
+    bad("cluster_name: a\n" LOCAL2 "ct: {bin_dir: '-oProxyCommand=x'}\n",
+        "cluster.yaml:5:15: ct.bin_dir: '-oProxyCommand=x' must be an absolute path (or ~/path)*");
+    bad("cluster_name: a\n" LOCAL2 "ct: {remote_dir: '~/.ct; rm -rf ~'}\n",
+        "cluster.yaml:5:18: ct.remote_dir: '~/.ct; rm -rf ~' must be an absolute path (or "
+        "~/path)*");
+    bad("cluster_name: a\n" LOCAL2 "ct: {remote_dir: '~root/.ct'}\n",
+        "cluster.yaml:5:18: ct.remote_dir: '~root/.ct' must be an absolute path (or ~/path)*");
+    bad("cluster_name: a\n" LOCAL2 "available_node_types:\n  w: {resources: {-x: 1}}\n",
+        "cluster.yaml:6:19: available_node_types.w.resources: resource names are [A-Za-z0-9_.:-], "
+        "not starting with '-', got -x");
+    bad("cluster_name: a\nprovider:\n  type: local\n  worker_ips: ['-oProxyCommand=x']\n",
+        "cluster.yaml:4:16: provider.worker_ips[0]: '-oProxyCommand=x' is not an IP address or "
+        "host name");
+    bad("cluster_name: a\nprovider: {type: local, head_ip: '127.0.0.1;id', num_workers: 1}\n",
+        "cluster.yaml:2:34: provider.head_ip: '127.0.0.1;id' is not an IP address or host name");
+    bad("cluster_name: a\n" LOCAL2 "ct: {head_bind: '-0'}\n",
+        "cluster.yaml:5:17: ct.head_bind: '-0' is not an IP address or host name");
+
+    /* the one quoting function, and the unquoted-word check behind the node arguments */
+    char q[128] = "x=";
+    CHECK(ct__shell_quote(q, sizeof q, "it's $(id) `id` \"a b\"") == 0);
+    CHECK_STR(q, "x='it'\\''s $(id) `id` \"a b\"'");
+    q[0] = 0;
+    CHECK(ct__shell_quote(q, sizeof q, "") == 0);
+    CHECK_STR(q, "''");
+    q[0] = 0;
+    CHECK(ct__shell_quote(q, 6, "abcdef") == CT_ERANGE);
+    CHECK(ct__shell_safe_word("/tmp/ct-spill/demo-1"));
+    CHECK(ct__shell_safe_word("fe80::1"));
+    CHECK(!ct__shell_safe_word("-oProxyCommand=x"));
+    CHECK(!ct__shell_safe_word("/tmp/x;id"));
+    CHECK(!ct__shell_safe_word("/tmp/a b"));
+    CHECK(!ct__shell_safe_word("/tmp/*"));
+    CHECK(!ct__shell_safe_word(""));
 
     /* ---- good files ---- */
     ct_cluster_config *c = good("cluster_name: t\n" LOCAL2);
@@ -193,6 +261,18 @@ int main(int argc, char **argv)
         CHECK_EQ_NUM(c->ssh_port, 2222);
         CHECK_STR(c->ssh_user, "ubuntu");
         CHECK_STR(c->remote_dir, "~/.ct");
+    }
+    ct_cluster_config_destroy(&c);
+    c = good("cluster_name: s\nprovider:\n  type: ssh\n  head_ip: 10.0.0.1\n  worker_ips: [h-2]\n"
+             "auth: {ssh_user: _svc-ct2, ssh_private_key: /home/u/.ssh/id_ed25519}\n"
+             "available_node_types:\n  w: {spill_dir: /data/ct_spill.v2, min_workers: 1}\n"
+             "ct: {bin_dir: ~/ct/bin, remote_dir: /opt/ct, copy_binaries: false}\n");
+    if (c) {
+        CHECK_STR(c->ssh_user, "_svc-ct2");
+        CHECK_STR(c->ssh_key, "/home/u/.ssh/id_ed25519");
+        CHECK_STR(c->nodes[0].spill_dir, "/data/ct_spill.v2/s-1");
+        CHECK_STR(c->bin_dir, "~/ct/bin");
+        CHECK_STR(c->remote_dir, "/opt/ct");
     }
     ct_cluster_config_destroy(&c);
 

@@ -1,7 +1,8 @@
 /* tests/cluster/test_ssh.c — the ssh provider, end to end on this host: a fake `ssh` and `scp`
  * on PATH log their argv and run the remote command here (HOME is a private directory, as a
- * remote home would be). Checks the exact ssh/scp command lines (options, port, key, user@host),
- * that the copied binaries are what runs, exec on the head, and down by recorded pid. */
+ * remote home would be). Checks the exact ssh/scp command lines (options, port, key, `--`, then
+ * user@host), that the copied binaries are what runs, that each node's spill directory is made
+ * (mode 700) by its start script, exec on the head, and down by recorded pid. */
 #define _GNU_SOURCE
 #include <sys/stat.h>
 #include "ctup_test.h"
@@ -71,8 +72,9 @@ int main(void)
              "auth: {ssh_user: tester, ssh_private_key: %s, ssh_port: 2222}\n"
              "setup_commands: ['echo setup-ran >> setup.txt']\n"
              "available_node_types:\n  w: {resources: {CPU: 1}, min_workers: 2}\n"
-             "ct: {head_port: 0, head_bind: 127.0.0.1, heartbeat_ms: 50, dead_after_ms: 500}\n",
-             name, key);
+             "ct: {head_port: 0, head_bind: 127.0.0.1, heartbeat_ms: 50, dead_after_ms: 500,\n"
+             "     spill_dir: %s/spill}\n",
+             name, key, t_dir);
     const char *cfg = t_write("s.yaml", yaml);
 
     int rc = t_ctup(&out, "up %s", cfg);
@@ -95,11 +97,11 @@ int main(void)
                        "[ConnectTimeout=10]";
     /* setup on each distinct host, in $HOME */
     snprintf(want, sizeof want,
-             "ssh %s [-p] [2222] [-i] [%s] [tester@127.0.0.1] [CT_CLUSTER_NAME='%s'; export "
+             "ssh %s [-p] [2222] [-i] [%s] [--] [tester@127.0.0.1] [CT_CLUSTER_NAME='%s'; export "
              "CT_CLUSTER_NAME; cd; echo setup-ran >> setup.txt\n]",
              opts, key, name);
     expect_in(l, want, "setup on the head host");
-    snprintf(want, sizeof want, "[tester@localhost] [CT_CLUSTER_NAME='%s'; export", name);
+    snprintf(want, sizeof want, "[--] [tester@localhost] [CT_CLUSTER_NAME='%s'; export", name);
     expect_in(l, want, "setup on the second host");
     char *setup = NULL;
     snprintf(path, sizeof path, "%s/setup.txt", home);
@@ -108,7 +110,7 @@ int main(void)
     free(setup);
     /* binaries: mkdir, scp into .incoming, mv into place, per host */
     snprintf(want, sizeof want,
-             "ssh %s [-p] [2222] [-i] [%s] [tester@127.0.0.1] [mkdir -p "
+             "ssh %s [-p] [2222] [-i] [%s] [--] [tester@127.0.0.1] [mkdir -p -- "
              "\"$HOME\"/'.ct/bin'/.incoming]",
              opts, key);
     expect_in(l, want, "mkdir of the binaries' folder");
@@ -116,27 +118,46 @@ int main(void)
     snprintf(bindir, sizeof bindir, "%s", h_bin("ctup"));
     *strrchr(bindir, '/') = 0;
     snprintf(want, sizeof want,
-             "scp [-q] %s [-P] [2222] [-i] [%s] [%s/ct-head] [%s/ct-node] "
+             "scp [-q] %s [-P] [2222] [-i] [%s] [--] [%s/ct-head] [%s/ct-node] "
              "[tester@127.0.0.1:.ct/bin/.incoming/]",
              opts, key, bindir, bindir);
     expect_in(l, want, "scp to the head host");
     snprintf(want, sizeof want, "[%s/ct-node] [tester@localhost:.ct/bin/.incoming/]", bindir);
     expect_in(l, want, "scp to the second host");
-    expect_in(l, "[mv -f \"$HOME\"/'.ct/bin'/.incoming/ct-head", "install step");
+    expect_in(l, "[mv -f -- \"$HOME\"/'.ct/bin'/.incoming/ct-head", "install step");
     /* the head and the nodes */
     expect_in(l,
               "nohup setsid sh -c 'exec \"$HOME\"/'\\''.ct/bin'\\''/ct-head --host 127.0.0.1 "
               "--port 0 --heartbeat-ms 50 --dead-after-ms 500",
               "head start");
+    /* the spill directory is made before the node starts; data values are single-quoted */
     snprintf(want, sizeof want,
-             "/ct-node --head %s --host 127.0.0.1 --cpus 1\n' >\"$HOME\"/'.ct/"
-             "logs/%s/node-1.log' 2>&1 </dev/null &",
-             addr, name);
+             "[--] [tester@127.0.0.1] [mkdir -p -- \"$HOME\"/'.ct/logs/%s' && cd && "
+             "mkdir -p -m 700 -- '%s/spill/%s-1' || exit 1; mv -f -- ",
+             name, t_dir, name);
+    expect_in(l, want, "node-1 spill directory");
+    snprintf(want, sizeof want,
+             "CT_HEAD_ADDRESS='%s' CT_NODE_ARGS='--host 127.0.0.1 --cpus 1 --spill-dir "
+             "%s/spill/%s-1' nohup setsid sh -c ",
+             addr, t_dir, name);
+    expect_in(l, want, "node-1 environment");
+    snprintf(want, sizeof want,
+             "/ct-node --head '\\''%s'\\'' --host 127.0.0.1 --cpus 1 --spill-dir %s/spill/%s-1\n' "
+             ">\"$HOME\"/'.ct/logs/%s/node-1.log' 2>&1 </dev/null &",
+             addr, t_dir, name, name);
     expect_in(l, want, "node-1 start (with --host: an IP)");
     snprintf(want, sizeof want,
-             "/ct-node --head %s --cpus 1\n' >\"$HOME\"/'.ct/logs/%s/node-2.log'", addr, name);
+             "/ct-node --head '\\''%s'\\'' --cpus 1 --spill-dir %s/spill/%s-2\n' "
+             ">\"$HOME\"/'.ct/logs/%s/node-2.log'",
+             addr, t_dir, name, name);
     expect_in(l, want, "node-2 start (no --host: a host name)");
     free(l);
+    for (int i = 1; i <= 2; i++) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/spill/%s-%d", t_dir, name, i);
+        CHECK(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+        CHECK_EQ_INT(sb.st_mode & 0777, 0700);
+    }
 
     /* what runs is the copy */
     ct_cluster_state st;
@@ -161,7 +182,7 @@ int main(void)
     T_EXPECT(4, NEEDLES(want), "exec %s 'echo \"on head: $CT_ADDRESS in $(pwd)\"; exit 4'", cfg);
     l = slurp(log);
     snprintf(want, sizeof want,
-             "[tester@127.0.0.1] [CT_ADDRESS='%s'; export CT_ADDRESS; cd; echo \"on head: "
+             "[--] [tester@127.0.0.1] [CT_ADDRESS='%s'; export CT_ADDRESS; cd; echo \"on head: "
              "$CT_ADDRESS in $(pwd)\"; exit 4]",
              addr);
     expect_in(l, want, "exec over ssh");
@@ -173,7 +194,7 @@ int main(void)
     for (int i = 0; i < st.n_procs; i++)
         CHECK(h_wait_gone(st.procs[i].pid, 3000));
     l = slurp(log);
-    snprintf(want, sizeof want, "[tester@localhost] [p=%d; s=%llu; ", (int)st.procs[2].pid,
+    snprintf(want, sizeof want, "[--] [tester@localhost] [p=%d; s=%llu; ", (int)st.procs[2].pid,
              st.procs[2].start_time);
     expect_in(l, want, "stop of node-2 on its host");
     free(l);

@@ -106,6 +106,7 @@ static struct {
     void *ctx, *head;
     char addr[160];
     char sender[64];
+    char job[CT_TOKEN_LEN + 1]; /* this job's token: every message to the head carries it */
     char self_actor[32], self_node[32];
     uint64_t next_req;
     unsigned sub_mask;
@@ -254,6 +255,7 @@ static void sleep_unlocked(int fd, int64_t ms)
  * sleep_unlocked; when input is left waiting, kick the sleepers so they drain it. */
 static int head_send(Ct__Envelope *e)
 {
+    e->token = C.job;
     int rc = ct__msg_send(C.head, NULL, e, 0);
     int ev = 0;
     size_t el = sizeof ev;
@@ -612,6 +614,7 @@ static void *hb_main(void *arg)
         Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
         ct__env_init(&e, 0, C.sender, 0);
         hb.driver = 1;
+        e.token = C.job;
         e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
         e.heartbeat = &hb;
         ct__msg_send(s, NULL, &e, ZMQ_DONTWAIT);
@@ -746,6 +749,8 @@ int ct_init(const ct_init_opts *opts)
     char sender[64], host[40] = "";
     gethostname(host, sizeof host - 1);
     snprintf(sender, sizeof sender, "driver-%s-%d", host, (int)getpid());
+    if ((rc = ct__token_new(C.job))) /* a new job: its actors inherit the token */
+        goto fail;
     if ((rc = connect_head(addr, sender)))
         goto fail;
     /* the head must answer a ping: fails fast on a wrong address */
@@ -782,6 +787,10 @@ void ct__client_attach(const char *head_addr, const char *sender, const char *ac
     snprintf(C.self_node, sizeof C.self_node, "%s", node_id ? node_id : "");
     snprintf(C.addr, sizeof C.addr, "%s", head_addr);
     snprintf(C.sender, sizeof C.sender, "%s", sender);
+    /* the job token, from the zygote's environment (node.c); not passed on to children */
+    const char *job = getenv("CT_JOB_TOKEN");
+    snprintf(C.job, sizeof C.job, "%s", ct__token_valid(job) ? job : "");
+    unsetenv("CT_JOB_TOKEN");
     C.lazy = true;
     C.inited = true;
     UNLOCK();

@@ -13,8 +13,18 @@
  * the least busy zygote, at most ZYG_INFLIGHT each, never blocking on its socket (a node blocked
  * there deadlocked with a zygote blocked sending back, and missed its heartbeats); actors are
  * found by id through a hash index. The floor under all this is fork itself (page tables and
- * VMAs of every mapped library: bench/actor_calls/fork_floor.c). Not in here: the zygote and
- * actor loops (worker.c), scheduling (head). */
+ * VMAs of every mapped library: bench/actor_calls/fork_floor.c).
+ *
+ * Head loss: a node whose head is gone kills its actors and exits; it does not keep them and
+ * rejoin a later head (that head knows none of them, and their driver's job is lost with the old
+ * one anyway). The main loop counts the head as heard when anything arrives on its socket, and
+ * pings it when it was silent for a heartbeat period (the head answers every Ping). Silent for
+ * longer than the head-dead time (--head-dead-after-ms; default 30 heartbeat periods, 3 s at
+ * the head's 100 ms), checked only after the socket was drained, so that a node that was itself
+ * stalled reads the answers queued meanwhile first: the node logs it, SIGKILLs its actors and
+ * zygotes by pid, and ct__node_run returns CT_EDEAD (ct-node exits 1).
+ *
+ * Not in here: the zygote and actor loops (worker.c), scheduling (head). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -82,6 +92,7 @@ typedef struct nodest {
     const ct_node_opts *o;
     void *ctx, *sock;
     char id[32];
+    char token[CT_TOKEN_LEN + 1]; /* from the head: every message that speaks for id carries it */
     char host[64];
     char head[128];
     zygote z[MAX_ZYG];
@@ -141,6 +152,12 @@ int ct__node_send_head(Ct__Envelope *e)
     if (!current)
         return ct__error(CT_EINVAL, "ct__node_send_head: no node runs in this process");
     return send_head(current, e);
+}
+
+/* The token the head gave this node ("" before it registered), for objnode.c's connection. */
+const char *ct__node_token(void)
+{
+    return current ? current->token : "";
 }
 
 static volatile sig_atomic_t node_stop;
@@ -225,6 +242,7 @@ static void detect_host(const char *head, char *out, size_t cap)
 
 static int send_head(nodest *n, Ct__Envelope *e)
 {
+    e->token = n->token;
     int rc = ct__msg_send(n->sock, NULL, e, ZMQ_DONTWAIT);
     if (rc)
         CT_LOG(CT_LOG_WARN, "node", "send %s: %s", ct__msg_body_name(e->body_case),
@@ -413,7 +431,7 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
         nenv++;
     char **env = calloc(nenv + 10, sizeof *env);
     char **argv = calloc(s->n_argv + 2, sizeof *argv);
-    char vars[8][300];
+    char vars[9][300];
     if (!env || !argv) {
         free(env);
         free(argv);
@@ -431,9 +449,12 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
     snprintf(vars[3], sizeof vars[3], "CT_NODE_ID=%s", n->id);
     snprintf(vars[4], sizeof vars[4], "CT_NODE_HOST=%s", n->host);
     snprintf(vars[5], sizeof vars[5], "CT_NODE_PID=%d", (int)getpid());
+    /* the job's token, which its actors present to the head (one zygote per job: the key) */
+    snprintf(vars[6], sizeof vars[6], "CT_JOB_TOKEN=%s",
+             ct__token_valid(s->job_token) ? s->job_token : "");
     /* every symbol bound once in the zygote: otherwise each actor resolves (and dirties the GOT
      * pages of) every function it calls for the first time, ~25% of an actor's start */
-    int nv = 6;
+    int nv = 7;
     if (!getenv("LD_BIND_NOW")) {
         snprintf(vars[nv++], sizeof vars[0], "LD_BIND_NOW=1");
         snprintf(vars[nv++], sizeof vars[0], "CT_ZYGOTE_BIND_NOW=1");
@@ -554,14 +575,16 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
                              s->n_exe_holders, cached, sizeof cached);
         if (!rc)
             exe = cached;
-        else if (access(exe, X_OK) == 0) /* e.g. every holder died: the path may still do */
+        else if (rc != CT_EPROTO && access(exe, X_OK) == 0) /* e.g. every holder died */
             CT_LOG(CT_LOG_WARN, "node", "shipped executable unavailable (%s); running %s",
                    ct_last_error(), exe);
         else
             goto fail;
         rc = 0;
     }
-    kl += snprintf(key, sizeof key, "%s", exe) + 1;
+    /* the job token first (a long argv may be cut off the key): jobs never share a zygote */
+    kl += snprintf(key, sizeof key, "%s", s->job_token ? s->job_token : "") + 1;
+    kl += snprintf(key + kl, sizeof key - kl, "%s", exe) + 1;
     for (size_t i = 0; i < s->n_argv && kl < sizeof key; i++)
         kl += snprintf(key + kl, sizeof key - kl, "%s", s->argv[i]) + 1;
     if (kl > sizeof key)
@@ -761,6 +784,31 @@ static void on_kill_actor(nodest *n, Ct__KillActor *k)
     }
 }
 
+/* Asks the head for an answer (Ok), so that a quiet head is heard from. */
+static void ping_head(nodest *n)
+{
+    Ct__Envelope e;
+    Ct__Ping pg = CT__PING__INIT;
+    ct__env_init(&e, 0, n->id, 0);
+    e.body_case = CT__ENVELOPE__BODY_PING;
+    e.ping = &pg;
+    send_head(n, &e);
+}
+
+/* Whether the head has been silent for longer than dead_ms (the caller drained the socket). */
+static bool head_lost(nodest *n, int64_t last_heard, int dead_ms)
+{
+    int64_t silent = ct__now_ms() - last_heard;
+    if (silent <= dead_ms)
+        return false;
+    ct__error(CT_EDEAD,
+              "node: the head %s did not answer for %lld ms (head-dead time %d ms): "
+              "killing the node's actors and exiting",
+              n->head, (long long)silent, dead_ms);
+    CT_LOG(CT_LOG_ERROR, "node", "%s", ct_last_error());
+    return true;
+}
+
 static void heartbeat(nodest *n)
 {
     Ct__Envelope e;
@@ -778,7 +826,7 @@ static void heartbeat(nodest *n)
  * keeps the head's route to it. Ends when live_stop[1] is closed. */
 typedef struct liveness {
     void *ctx;
-    char head[128], id[32];
+    char head[128], id[32], token[CT_TOKEN_LEN + 1];
     int hb_ms;
     int stop_fd;
 } liveness;
@@ -801,6 +849,7 @@ static void *liveness_main(void *arg)
         ct__env_init(&e, 0, l->id, 0);
         hb.node_id = l->id;
         hb.liveness_only = 1;
+        e.token = l->token;
         e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
         e.heartbeat = &hb;
         ct__msg_send(s, NULL, &e, ZMQ_DONTWAIT);
@@ -886,6 +935,7 @@ static int do_register(nodest *n, int *hb_ms)
         rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_REGISTER_NODE_REPLY, "register_node");
         if (!rc) {
             snprintf(n->id, sizeof n->id, "%s", rep->register_node_reply->node_id);
+            snprintf(n->token, sizeof n->token, "%s", rep->register_node_reply->token);
             *hb_ms = rep->register_node_reply->heartbeat_ms;
         }
         ct__msg_free(rep);
@@ -902,6 +952,9 @@ int ct__node_run(const ct_node_opts *o)
         return ct__error(CT_EINVAL, "node: head address '%s' is not host:port",
                          o->head ? o->head : "");
     snprintf(n.head, sizeof n.head, "%s", o->head);
+    /* a spill dir the node may not trust: refused before it registers */
+    if (o->spill_dir && *o->spill_dir && (rc = ct__objnode_check_dir(o->spill_dir)))
+        return rc;
     /* zygotes kept at once (one per executable, up to one per CPU each); CT_MAX_ZYGOTES lowers
      * it (tests) */
     const char *mz = getenv("CT_MAX_ZYGOTES");
@@ -961,6 +1014,7 @@ int ct__node_run(const ct_node_opts *o)
     liveness live = {.ctx = n.ctx, .hb_ms = hb_ms, .stop_fd = -1};
     snprintf(live.head, sizeof live.head, "%s", n.head);
     snprintf(live.id, sizeof live.id, "%s", n.id);
+    snprintf(live.token, sizeof live.token, "%s", n.token);
     int live_stop[2] = {-1, -1};
     pthread_t live_th;
     bool live_on = false;
@@ -971,6 +1025,8 @@ int ct__node_run(const ct_node_opts *o)
         live_on = pthread_create(&live_th, NULL, liveness_main, &live) == 0;
     }
     int64_t next_hb = ct__now_ms() + hb_ms;
+    int64_t last_heard = ct__now_ms(); /* anything from the head on n.sock */
+    int dead_ms = o->head_dead_ms > 0 ? o->head_dead_ms : 30 * hb_ms;
     while (!node_stop) {
         zmq_pollitem_t it[3 + MAX_ZYG];
         int ni = 0;
@@ -992,10 +1048,16 @@ int ct__node_run(const ct_node_opts *o)
         }
         if (ct__now_ms() >= next_hb) {
             heartbeat(&n);
+            if (ct__now_ms() - last_heard >= hb_ms)
+                ping_head(&n);
             next_hb = ct__now_ms() + hb_ms;
         }
         if (r <= 0) {
             dispatch(&n);
+            if (head_lost(&n, last_heard, dead_ms)) { /* nothing was queued: poll said so */
+                rc = CT_EDEAD;
+                break;
+            }
             continue;
         }
         if (watch_i >= 0 && it[watch_i].revents) {
@@ -1018,6 +1080,7 @@ int ct__node_run(const ct_node_opts *o)
             int mr = ct__msg_recv(n.sock, NULL, &e, ZMQ_DONTWAIT, "node");
             if (mr == CT_ETIMEDOUT)
                 break;
+            last_heard = ct__now_ms();
             if (mr) {
                 CT_LOG(CT_LOG_WARN, "node", "%s", ct_last_error());
                 ct__msg_free(e);
@@ -1048,6 +1111,10 @@ int ct__node_run(const ct_node_opts *o)
             ct__msg_free(e);
         }
         dispatch(&n);
+        if (!node_stop && head_lost(&n, last_heard, dead_ms)) {
+            rc = CT_EDEAD;
+            break;
+        }
     }
     if (live_stop[1] >= 0)
         close(live_stop[1]);
@@ -1055,7 +1122,10 @@ int ct__node_run(const ct_node_opts *o)
         pthread_join(live_th, NULL);
     if (live_stop[0] >= 0)
         close(live_stop[0]);
-out:
+out:;
+    char why[512] = ""; /* the cleanup below may set other errors */
+    if (rc)
+        snprintf(why, sizeof why, "%s", ct_last_error());
     if (current == &n)
         for (int i = 0; i < nhooks; i++)
             if (hooks[i].on_stop)
@@ -1083,5 +1153,5 @@ out:
         zmq_close(n.sock);
     if (n.ctx)
         zmq_ctx_term(n.ctx);
-    return rc;
+    return rc ? ct__error(rc, "%s", why) : 0;
 }

@@ -1,6 +1,7 @@
 /* actor/node_main.c — ct-node: the command-line front of ct__node_run (actor/node.c).
  * Contract (stable): ct-node --head H:P [--cpus N] [--gpus N] [--resources name=n,...]
- * [--host ADDR] [--store-memory BYTES[K|M|G]] [--spill-dir DIR] [--cpuset LIST]. */
+ * [--host ADDR] [--store-memory BYTES[K|M|G]] [--spill-dir DIR] [--cpuset LIST]
+ * [--head-dead-after-ms MS]. */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include <errno.h>
 #include <malloc.h>
@@ -58,8 +59,12 @@ static void usage(FILE *f)
             "                        at most 2G)\n"
             "  --cpuset LIST         run the node and its actors on these CPUs only, e.g. 0-3,6\n"
             "                        (then --cpus defaults to their count)\n"
-            "  --spill-dir DIR       where the store spills (default /tmp/ct-node.<pid>, removed "
-            "at exit)\n");
+            "  --head-dead-after-ms MS  head silent this long: kill the actors and exit 1\n"
+            "                        (default: 30 heartbeat periods, 3000 at 100 ms)\n"
+            "  --spill-dir DIR       where the store spills (made 0700 when missing; refused "
+            "when\n"
+            "                        not this user's or group/other-writable; default\n"
+            "                        /tmp/ct-node.<pid>.XXXXXX, removed at exit)\n");
 }
 
 static int parse_num(const char *flag, const char *v, double *out)
@@ -125,6 +130,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.spill_dir = v;
+            i++;
+        } else if (!strcmp(a, "--head-dead-after-ms")) {
+            double ms = 0;
+            if (parse_num(a, v, &ms))
+                return 2;
+            if (ms < 1 || ms > 3600e3) {
+                fprintf(stderr, "ct-node: --head-dead-after-ms: %s is not in [1, 3600000]\n", v);
+                return 2;
+            }
+            o.head_dead_ms = (int)ms;
             i++;
         } else if (!strcmp(a, "--cpuset")) {
             cpu_set_t set;

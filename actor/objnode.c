@@ -3,10 +3,14 @@
  * shipping, and the cleanup of what killed nodes left behind.
  *
  * Names: the shard is "node.<pid>" (shm "/dev/shm/ct.node.<pid>.arena"), so nodes on one host
- * never clash; the node's own directory is "/tmp/ct-node.<pid>" (default spill dir, and exe/
- * for cached executables), removed at exit. A node killed with SIGKILL leaves both behind: the
- * next node started on the host (ct__objnode_purge_leftovers) or the driver that embedded it
- * removes them.
+ * never clash; the node's own directory is "/tmp/ct-node.<pid>.XXXXXX", made by mkdtemp (0700,
+ * so a directory planted by another user is never taken for it; default spill dir, and exe/
+ * for cached executables), removed at exit. A --spill-dir is made 0700 when missing, and
+ * refused when it is a symlink, not the node's uid's, or group/other-writable. A node killed
+ * with SIGKILL leaves both behind: the next node started on the host
+ * (ct__objnode_purge_leftovers) or the driver that embedded it removes them, and only
+ * directories of its own uid. A cached executable runs only when its SHA-1 is its id (checked
+ * when pulled and again when its file changed since).
  *
  * Messages: ObjNodeInfo to the head once registered (on the node's own head socket, so the
  * head learns its routing id); ObjAdded/ObjRemoved (from the shard's on_event hook, on any
@@ -28,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -40,9 +45,13 @@
 
 #define MAX_PULLS 256
 
+/* node.c: the token the head gave this node (runtime.h would be its place) */
+const char *ct__node_token(void);
+
 static struct {
     bool on;
     char node_id[32];
+    char token[CT_TOKEN_LEN + 1]; /* the node's: its reports carry it */
     char dir[256];
     void *ctx;
     void *sock; /* second head connection, guarded by mu */
@@ -59,6 +68,7 @@ static struct {
 
 static void send_locked(Ct__Envelope *e)
 {
+    e->token = O.token;
     if (O.sock)
         ct__msg_send(O.sock, NULL, e, ZMQ_DONTWAIT);
     /* replies (errors only) are dropped */
@@ -112,12 +122,12 @@ static bool pid_dead(int pid)
     return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
 }
 
-/* A node with its own --spill-dir notes it in /tmp/ct-node.<pid>/spill_dir, so that the
- * shard's spill files can be removed after the node is killed. */
-static void purge_spill_note(int pid)
+/* A node with its own --spill-dir notes it in <its dir>/spill_dir, so that the shard's spill
+ * files can be removed after the node is killed. */
+static void purge_spill_note(const char *nodedir, int pid)
 {
-    char note[96], dir[4096];
-    snprintf(note, sizeof note, "/tmp/ct-node.%d/spill_dir", pid);
+    char note[320], dir[4096];
+    snprintf(note, sizeof note, "%s/spill_dir", nodedir);
     FILE *f = fopen(note, "r");
     if (!f)
         return;
@@ -128,6 +138,40 @@ static void purge_spill_note(int pid)
         rm_rf(dir);
     }
     fclose(f);
+}
+
+/* The pid of a node directory's name in /tmp ("ct-node.<pid>.XXXXXX", or the older
+ * "ct-node.<pid>"); 0 when name is not one. */
+static int nodedir_pid(const char *name)
+{
+    int pid = 0, len = 0;
+    if (sscanf(name, "ct-node.%d%n", &pid, &len) != 1 || pid <= 0)
+        return 0;
+    if (name[len] == 0 || (name[len] == '.' && strlen(name + len + 1) == 6))
+        return pid;
+    return 0;
+}
+
+/* Removes the node directories in /tmp of dead nodes (only of pid when pid > 0): only real
+ * directories (lstat: no symlink) of this process's uid; another user's are left alone. */
+static void purge_dirs(int only_pid)
+{
+    DIR *d = opendir("/tmp");
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        int pid = nodedir_pid(de->d_name);
+        if (!pid || (only_pid > 0 && pid != only_pid) || (only_pid <= 0 && !pid_dead(pid)))
+            continue;
+        char path[300];
+        struct stat sb;
+        snprintf(path, sizeof path, "/tmp/%s", de->d_name);
+        if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid())
+            continue;
+        purge_spill_note(path, pid);
+        rm_rf(path);
+    }
+    if (d)
+        closedir(d);
 }
 
 void ct__objnode_purge_leftovers(void)
@@ -147,29 +191,44 @@ void ct__objnode_purge_leftovers(void)
     }
     if (d)
         closedir(d);
-    d = opendir("/tmp");
-    while (d && (de = readdir(d))) {
-        int pid = 0;
-        char extra;
-        if (sscanf(de->d_name, "ct-node.%d%c", &pid, &extra) == 1 && pid_dead(pid)) {
-            char path[300];
-            purge_spill_note(pid);
-            snprintf(path, sizeof path, "/tmp/%s", de->d_name);
-            rm_rf(path);
-        }
-    }
-    if (d)
-        closedir(d);
+    purge_dirs(0);
 }
 
 void ct__objnode_purge_pid(int pid)
 {
-    char name[64], path[64];
-    purge_spill_note(pid);
+    char name[64];
     snprintf(name, sizeof name, "node.%d", pid);
     ct_store_purge(name);
-    snprintf(path, sizeof path, "/tmp/ct-node.%d", pid);
-    rm_rf(path);
+    if (pid > 0)
+        purge_dirs(pid);
+}
+
+/* runtime.h. Makes dir 0700 when missing, then accepts it only as a real directory (lstat: not a
+ * symlink) owned by this uid and writable by nobody else: another user could otherwise plant
+ * or read the files the node keeps there. 0 or CT_EINVAL naming the reason. */
+int ct__objnode_check_dir(const char *dir)
+{
+    struct stat sb;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return ct__error(CT_EINVAL, "node: spill dir %s: cannot create it: %s", dir,
+                         strerror(errno));
+    if (lstat(dir, &sb) != 0)
+        return ct__error(CT_EINVAL, "node: spill dir %s: %s", dir, strerror(errno));
+    if (S_ISLNK(sb.st_mode))
+        return ct__error(CT_EINVAL, "node: spill dir %s is a symlink; refused", dir);
+    if (!S_ISDIR(sb.st_mode))
+        return ct__error(CT_EINVAL, "node: spill dir %s is not a directory; refused", dir);
+    if (sb.st_uid != geteuid())
+        return ct__error(CT_EINVAL,
+                         "node: spill dir %s belongs to uid %d, not this node's %d; "
+                         "refused",
+                         dir, (int)sb.st_uid, (int)geteuid());
+    if (sb.st_mode & (S_IWGRP | S_IWOTH))
+        return ct__error(CT_EINVAL,
+                         "node: spill dir %s is group/other-writable (mode %03o); "
+                         "refused",
+                         dir, (int)(sb.st_mode & 0777));
+    return 0;
 }
 
 /* ---- pulls ---- */
@@ -333,6 +392,64 @@ static void on_delete(Ct__Envelope *e, void *user)
 
 /* ---- code shipping ---- */
 
+/* Cached executables whose SHA-1 was checked, with the file's identity then: a file that
+ * changed since (another inode, size or ctime) is hashed again before it runs. The node's
+ * thread only. */
+#define MAX_VERIFIED 16
+static struct verified {
+    ct_object_id id;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec ctime;
+} verified[MAX_VERIFIED];
+static int nverified;
+
+static bool same_file(const struct verified *v, const ct_object_id *id, const struct stat *sb)
+{
+    return !memcmp(v->id.b, id->b, CT_OBJECT_ID_LEN) && v->dev == sb->st_dev &&
+           v->ino == sb->st_ino && v->size == sb->st_size &&
+           v->ctime.tv_sec == sb->st_ctim.tv_sec && v->ctime.tv_nsec == sb->st_ctim.tv_nsec;
+}
+
+/* Whether the cached file path holds executable id: 1 yes, 0 no file, or CT_EPROTO (file
+ * removed) when it is not a regular file or its SHA-1 is not id. */
+static int check_cached(const char *path, const ct_object_id *id, const char *hx)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return 0;
+    for (int i = 0; i < nverified; i++)
+        if (same_file(&verified[i], id, &sb))
+            return 1;
+    int fd = S_ISREG(sb.st_mode) ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+    void *m = fd >= 0 && sb.st_size > 0 ? mmap(NULL, sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
+                                        : MAP_FAILED;
+    uint8_t sum[20];
+    bool ok = false;
+    if (m != MAP_FAILED) {
+        ct__sha1(m, sb.st_size, sum);
+        ok = !memcmp(sum, id->b, CT_OBJECT_ID_LEN);
+        munmap(m, sb.st_size);
+    }
+    if (fd >= 0)
+        close(fd);
+    if (!ok) {
+        unlink(path);
+        return ct__error(CT_EPROTO,
+                         "start_actor: cached executable %s does not match its SHA-1 %s; removed "
+                         "it, refused to run it",
+                         path, hx);
+    }
+    struct verified *v = &verified[nverified < MAX_VERIFIED ? nverified++ : 0];
+    v->id = *id;
+    v->dev = sb.st_dev;
+    v->ino = sb.st_ino;
+    v->size = sb.st_size;
+    v->ctime = sb.st_ctim;
+    return 1;
+}
+
 int ct__objnode_exe(const uint8_t *idb, size_t idlen, char *const *holders, size_t nh, char *path,
                     size_t cap)
 {
@@ -346,10 +463,12 @@ int ct__objnode_exe(const uint8_t *idb, size_t idlen, char *const *holders, size
     char hx[41];
     ct_object_id_hex(&id, hx);
     snprintf(path, cap, "%s/exe/%s", O.dir, hx);
-    if (access(path, X_OK) == 0)
-        return 0;
-    int rc = 0, fd = -1;
+    int rc = check_cached(path, &id, hx);
+    if (rc)
+        return rc < 0 ? rc : 0;
+    int fd = -1;
     char tmp[320];
+    uint8_t sum[20];
     ct_store_view v = {0};
     if (!ct_store_contains(O.store, &id)) {
         ct_xfer_pull_opts po = {.zmq_ctx = O.ctx, .total_timeout_ms = 60000};
@@ -363,11 +482,23 @@ int ct__objnode_exe(const uint8_t *idb, size_t idlen, char *const *holders, size
     }
     if ((rc = ct_store_get(O.store, &id, &v)))
         goto out;
+    /* the id is the SHA-1 of the bytes: anything else is not the driver's executable */
+    ct__sha1(v.data, v.size, sum);
+    if (memcmp(sum, id.b, CT_OBJECT_ID_LEN)) {
+        ct_store_release(O.store, &v);
+        memset(&v, 0, sizeof v);
+        ct_store_delete(O.store, &id);
+        rc = ct__error(CT_EPROTO,
+                       "start_actor: executable %s: the bytes pulled do not match their SHA-1; "
+                       "refused to run them",
+                       hx);
+        goto out;
+    }
     char dir[300];
     snprintf(dir, sizeof dir, "%s/exe", O.dir);
     mkdir(dir, 0700);
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0700);
     if (fd < 0) {
         rc = ct__error(-errno, "node: %s: %s", tmp, strerror(errno));
         goto out;
@@ -424,10 +555,16 @@ int ct__objnode_start(const char *node_id, const char *head, const char *host, u
     int rc = 0;
     ct__objnode_purge_leftovers();
     snprintf(O.node_id, sizeof O.node_id, "%s", node_id);
-    snprintf(O.dir, sizeof O.dir, "/tmp/ct-node.%d", (int)getpid());
-    rm_rf(O.dir);
-    if (mkdir(O.dir, 0700) != 0 && errno != EEXIST)
-        return ct__error(-errno, "node: mkdir %s: %s", O.dir, strerror(errno));
+    snprintf(O.token, sizeof O.token, "%s", ct__node_token());
+    if (spill_dir && *spill_dir && (rc = ct__objnode_check_dir(spill_dir)))
+        return rc;
+    /* a fresh directory of the node's own (mkdtemp: 0700, a name nobody could plant) */
+    snprintf(O.dir, sizeof O.dir, "/tmp/ct-node.%d.XXXXXX", (int)getpid());
+    if (!mkdtemp(O.dir)) {
+        rc = ct__error(-errno, "node: mkdtemp %s: %s", O.dir, strerror(errno));
+        O.dir[0] = 0;
+        return rc;
+    }
     char name[64];
     snprintf(name, sizeof name, "node.%d", (int)getpid());
     if (spill_dir && *spill_dir) {

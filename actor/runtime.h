@@ -16,11 +16,13 @@ typedef struct ct_node_opts {
     int watch_fd;          /* exit when it reaches EOF; -1 none */
     int ready_fd;          /* "registered <node-id>\n" written here once registered; -1 none */
     uint64_t store_memory; /* object store shard bytes; 0: RAM/4, at most 2 GiB */
-    const char *spill_dir; /* NULL: the node's own /tmp/ct-node.<pid> */
+    const char *spill_dir; /* NULL: the node's own /tmp/ct-node.<pid>.XXXXXX (mkdtemp) */
+    int head_dead_ms;      /* head silent this long: kill the actors, exit; 0: 30 heartbeats */
 } ct_node_opts;
 
 /* Registers with the head and serves (spawns, reaps, heartbeats) until SIGTERM/SIGINT,
- * watch_fd EOF, or the head declaring it dead. Returns 0 or a CT_E* code (message set). */
+ * watch_fd EOF, the head declaring it dead, or the head silent for head_dead_ms (CT_EDEAD;
+ * its actors killed). Returns 0 or a CT_E* code (message set). */
 int ct__node_run(const ct_node_opts *opts);
 
 /* ---- node extension point (e.g. the object-store shard a node hosts) ----
@@ -38,10 +40,13 @@ int ct__node_send_head(struct Ct__Envelope *e);
 
 /* ---- the node's object store (objnode.c) ----
  * start: creates the shard "node.<pid>" and its transfer server, tells the head (on the node's
- * thread, after registration). stop: ends pulls, removes the shard and /tmp/ct-node.<pid>.
- * exe: the path of the cached copy of executable object id (pulled from holders first when
- * the shard lacks it). purge_leftovers: removes shards and dirs of dead nodes on this host;
- * purge_pid: those of one (killed) node. */
+ * thread, after registration); CT_EINVAL when spill_dir is a symlink, not this uid's, or
+ * group/other-writable. stop: ends pulls, removes the shard and the node's directory
+ * /tmp/ct-node.<pid>.XXXXXX. exe: the path of the cached copy of executable object id (pulled
+ * from holders first when the shard lacks it); CT_EPROTO (and the bad copy removed) when the
+ * bytes' SHA-1 is not id: never run them, nor anything in their place. purge_leftovers:
+ * removes shards and dirs (this uid's) of dead nodes on this host; purge_pid: those of one
+ * (killed) node. */
 int ct__objnode_start(const char *node_id, const char *head, const char *host, uint64_t memory,
                       const char *spill_dir);
 void ct__objnode_stop(void);
@@ -49,6 +54,9 @@ int ct__objnode_exe(const uint8_t *id, size_t idlen, char *const *holders, size_
                     size_t cap);
 void ct__objnode_purge_leftovers(void);
 void ct__objnode_purge_pid(int pid);
+/* A --spill-dir: made 0700 when missing; 0, or CT_EINVAL (message says why, "refused") when
+ * it is a symlink, not a directory, not this uid's, or group/other-writable. */
+int ct__objnode_check_dir(const char *dir);
 const char *ct__objnode_store_name(void);
 /* Default store memory: a quarter of RAM, at most 2 GiB and half of /dev/shm's free space. */
 uint64_t ct__objnode_default_memory(void);

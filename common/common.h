@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include "ct/error.h"
 
 /* Records a detailed message for ct_last_error() on this thread and returns code, so that
@@ -39,6 +40,14 @@ int64_t ct__now_ms(void);
  * optionally followed by B or iB), at least 1 MiB and at most 1e15 bytes. 0 and *bytes set,
  * or CT_EINVAL (no message: the caller names the option or key). */
 int ct__parse_size(const char *s, uint64_t *bytes);
+
+/* Secrets (token.c): 128-bit random tokens as CT_TOKEN_LEN lower-case hex digits + NUL.
+ * new: 0, or a negative errno when getrandom fails (message set). valid: exactly that format.
+ * eq: both valid and equal, compared in constant time (a token is a credential). */
+#define CT_TOKEN_LEN 32
+int ct__token_new(char out[CT_TOKEN_LEN + 1]);
+bool ct__token_valid(const char *t);
+bool ct__token_eq(const char *a, const char *b);
 
 /* Defensive branches (SQLite's ALWAYS/NEVER): conditions believed always/never true. */
 #define CT_ALWAYS(x) (__builtin_expect(!!(x), 1))

@@ -2,10 +2,31 @@
  * while nothing fits), placement groups (all-or-nothing bundles), KV with waiting gets,
  * heartbeat failure detection and event pushes, all in one single-threaded ZeroMQ ROUTER loop.
  *
+ * Authority. Anyone who can reach the port can send anything (CURVE authentication is a later
+ * piece), so what a message may do rests on the token it carries (Envelope.token):
+ * - Nodes. RegisterNode gives the node a random secret with its id. A message that speaks for
+ *   node N (heartbeat; actor ready, start failed, exited; the object directory's node reports)
+ *   must carry N's token, from whichever of N's connections it comes. Orders go to the routing
+ *   id that registered N, moved only by a main-socket heartbeat with the token (a reconnect).
+ *   One node per connection.
+ * - Jobs. A job is a driver and the actors it created (and theirs): the driver draws a token at
+ *   ct_init and its actors inherit it (StartActor.job_token). Messages that create or change
+ *   shared state (actors, placement groups, KV, objects, driver heartbeats) must carry one.
+ *   An actor is killed by its job or reported (ready, failed, exited) by the node hosting it;
+ *   a placement group is used and removed by its job; a KV key is changed by the job that wrote
+ *   it (the rule at on_kv_put); an object is freed by its job (objdir.c). Reads (status, KV
+ *   gets, object locations and fetches, events) are open to every peer.
+ * Bounded input. A message is at most HEAD_MAX_MSG bytes and may cost at most DECODE_MAX
+ * bytes when decoded (less when small); a peer has at most HEAD_RCVHWM messages queued;
+ * every table has a limit (MAX_*); resource amounts are finite and in [0, MAX_AMOUNT]; dead
+ * nodes and actors are forgotten GONE_AFTER_MS after they died. A refusal is an Error to the
+ * sender naming the field, and a log line (ct__head_refuse: a flood is counted, not logged).
+ *
  * Not in here: method calls (drivers talk to actors directly), process spawning (actor/node.c),
  * bulk data. Tables are plain arrays scanned linearly: clusters have tens of nodes and
  * thousands of actors, and every scan is O(n) in memory. */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -20,6 +41,38 @@
 
 #define MAX_RES 16
 #define ID_LEN 32
+#define TOK_SIZE (CT_TOKEN_LEN + 1)
+/* "not yours": a negated errno like ct/error.h's codes (which has no CT_EPERM yet) */
+#define HEAD_EPERM (-EPERM)
+
+/* Limits on what peers can make the head hold, generous for real clusters (tens of nodes,
+ * thousands of actors) and small enough that no flood exhausts the head: every table full
+ * (objdir.c's included) takes about 500 MB. Each is refused with an Error naming the field. */
+#define HEAD_MAX_MSG (2 << 20)      /* bytes in one message (ZMQ_MAXMSGSIZE: the peer is cut off) */
+#define HEAD_RCVHWM 100             /* messages queued per peer; then TCP pushes back (no loss) */
+#define HEAD_SNDHWM 100000          /* messages queued to one peer; then they are dropped */
+#define DECODE_FLOOR (256 << 10)    /* what decoding a message of n bytes may allocate: */
+#define DECODE_MULT 8               /* min(DECODE_MAX, DECODE_FLOOR + DECODE_MULT * n) bytes */
+#define DECODE_MAX (1 << 20)        /* (proto/msg.h); room for the largest KV value */
+#define MAX_NODES 1024              /* live, and dead ones not yet forgotten */
+#define MAX_ACTORS 65536            /* live, and dead ones not yet forgotten */
+#define MAX_PENDING 16384           /* creations waiting for room (each keeps its request) */
+#define MAX_PENDING_MEM (128 << 20) /* their requests' memory */
+#define MAX_ARGV 1024               /* create_actor.argv entries */
+#define MAX_PATH 4096               /* create_actor.exe_path bytes */
+#define MAX_PGS 4096                /* placement groups, removed ones included until freed */
+#define MAX_BUNDLES 4096            /* bundles in one group */
+#define MAX_BUNDLES_ALL 16384       /* bundles in all groups */
+#define MAX_KV 65536                /* keys */
+#define MAX_KV_KEY 4096             /* bytes in a key */
+#define MAX_KV_VALUE (512 << 10)    /* bytes in a value */
+#define MAX_KV_BYTES (128 << 20)    /* keys and values in all */
+#define MAX_WAITERS 16384           /* KV gets and placement group waits waiting */
+#define MAX_SUBS 4096               /* event subscribers */
+#define MAX_DRIVERS 4096            /* heartbeating drivers */
+#define MAX_AMOUNT 1e9              /* largest amount of one resource */
+#define GONE_AFTER_MS 60000         /* dead nodes and actors are listed this long */
+#define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
 
 /* A resource vector: name -> amount. */
 typedef struct res {
@@ -30,21 +83,26 @@ typedef struct res {
 
 enum { A_PENDING, A_STARTING, A_ALIVE, A_DEAD };
 static const char *actor_state_names[] = {"PENDING", "STARTING", "ALIVE", "DEAD"};
-enum { PG_PENDING, PG_READY, PG_REMOVED };
+/* PG_FREE: an unused slot (a removed group no actor refers to any more) */
+enum { PG_PENDING, PG_READY, PG_REMOVED, PG_FREE };
 
 typedef struct node {
     char id[ID_LEN];
-    ct__rid rid;
+    char token[TOK_SIZE]; /* its secret: a message that speaks for it carries it */
+    ct__rid rid;          /* its main connection: where its orders go */
     char host[64];
     int pid;
     res total, free;
     int64_t last_hb; /* ct__now_ms */
+    int64_t dead_at; /* when it was declared dead */
+    bool used;       /* the slot holds a node, alive or dead but not yet forgotten */
     bool alive;
     int nactors;
 } node;
 
 typedef struct actor {
     char id[ID_LEN];
+    uint64_t seq; /* N of its id "actor-N"; the table is kept sorted by it */
     char cls[64];
     int node; /* -1 until placed */
     int pid;
@@ -56,19 +114,24 @@ typedef struct actor {
     int want_bundle;
     ct__rid owner;
     char owner_name[64];
+    char job[TOK_SIZE];  /* the job that created it: it may kill it */
     uint64_t create_req; /* 0 once answered */
     int64_t create_deadline;
     Ct__Envelope *req; /* the create request, kept until the node is asked to start it */
+    size_t req_bytes;  /* its memory (estimated), counted in pending_bytes */
     int exit_status, term_signal;
+    int64_t dead_at;
 } actor;
 
 typedef struct bundle {
     res need, free;
     int node;
+    int pick; /* place_pg's choice, before it commits */
 } bundle;
 
 typedef struct pgroup {
     char id[ID_LEN];
+    char job[TOK_SIZE]; /* the job that created it: it may use and remove it */
     int strategy;
     int state;
     int nb;
@@ -89,15 +152,18 @@ typedef struct kv {
     char *key;
     void *val;
     size_t len;
+    char job[TOK_SIZE]; /* the job that may change it; "" released (on_kv_put) */
 } kv;
 
 typedef struct sub {
     ct__rid rid;
     uint32_t mask;
+    char job[TOK_SIZE]; /* the subscriber's job ("" none): dropped when its driver is gone */
 } sub;
 
 typedef struct driver {
     char name[64];
+    char job[TOK_SIZE];
     int64_t last_hb;
 } driver;
 
@@ -108,18 +174,27 @@ typedef struct head {
     int hb_ms, dead_ms;
     int64_t last_check_ms; /* when check_heartbeats last ran */
     node *nodes;
-    int nnodes;
+    int nnodes, cap_nodes; /* slots ever used (free ones: !used), allocated */
+    res *frees;            /* place_pg's scratch, cap_nodes each */
+    int *load;
     actor *actors;
     int nactors, cap_actors;
+    int npending;         /* actors waiting for room (holding their request) */
+    size_t pending_bytes; /* those requests' memory */
     pgroup *pgs;
-    int npgs;
+    int npgs, cap_pgs;
+    int nbundles; /* in all group slots */
     waiter *w;
-    int nw;
+    int nw, cap_w;
     kv *kv;
-    int nkv;
+    int nkv, cap_kv;
+    size_t kv_bytes; /* keys and values */
     sub *subs;
     int nsubs;
-    uint64_t seq;
+    uint64_t node_seq, actor_seq, pg_seq; /* the N of the next "node-N", "actor-N", "pg-N" */
+    int64_t last_gc;
+    int64_t refuse_window;              /* ct__head_refuse's rate limit: this second's start, */
+    int refuse_logged, refuse_unlogged; /* lines logged in it, refusals not logged */
 } head;
 
 /* extension handlers (head.h), registered before serving */
@@ -188,6 +263,45 @@ static bool rid_eq(const ct__rid *a, const ct__rid *b)
     return a->len == b->len && !memcmp(a->id, b->id, a->len);
 }
 
+/* Checks a resource list from a peer, named list in messages: at most MAX_RES entries, names
+ * of 1..31 bytes, each once, amounts finite and in [0, MAX_AMOUNT] (NaN passes every `< 0`
+ * test and stays in the tables for good; a negative amount adds free capacity). Returns 0, or
+ * CT_EINVAL with the offending field in field[] and why in msg[]. */
+static int res_check(Ct__Resource **r, size_t n, const char *list, char *field, size_t fcap,
+                     char *msg, size_t mcap)
+{
+    if (n > MAX_RES) {
+        snprintf(field, fcap, "%s", list);
+        snprintf(msg, mcap, "%s: %zu entries, at most %d", list, n, MAX_RES);
+        return CT_EINVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *name = r[i]->name ? r[i]->name : "";
+        double v = r[i]->amount;
+        size_t len = strlen(name);
+        if (!len || len >= sizeof((res *)0)->name[0]) {
+            snprintf(field, fcap, "%s[%zu].name", list, i);
+            snprintf(msg, mcap, "%s: empty or longer than %zu bytes", field,
+                     sizeof((res *)0)->name[0] - 1);
+            return CT_EINVAL;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(name, r[j]->name)) {
+                snprintf(field, fcap, "%s[%zu].name", list, i);
+                snprintf(msg, mcap, "%s: %s is listed twice", field, name);
+                return CT_EINVAL;
+            }
+        if (!isfinite(v) || v < 0 || v > MAX_AMOUNT) {
+            snprintf(field, fcap, "%s[%zu].amount", list, i);
+            snprintf(msg, mcap, "%s (%s): %g is not a finite number in [0, %g]", field, name, v,
+                     MAX_AMOUNT);
+            return CT_EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* r must have passed res_check. */
 static void res_from_pb(res *r, Ct__Resource **pb, size_t n)
 {
     memset(r, 0, sizeof *r);
@@ -279,6 +393,73 @@ static void reply_ok(head *h, const ct__rid *rid, uint64_t req)
 #define REPLY_ERR(h, rid, req, code, field, ...)                                                   \
     ct__msg_send_error((h)->sock, (rid), (req), "head", (code), (field), __VA_ARGS__)
 
+/* A peer's string made fit for a log line: printable ASCII, at most cap - 1 bytes. */
+static const char *printable(const char *s, char *buf, size_t cap)
+{
+    size_t i = 0;
+    for (; s && s[i] && i + 1 < cap; i++)
+        buf[i] = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f ? s[i] : '?';
+    buf[i] = 0;
+    return buf;
+}
+
+/* Logs how many refusals the last second did not log. */
+static void flush_refusals(head *h)
+{
+    if (h->refuse_unlogged)
+        CT_LOG(CT_LOG_WARN, "head", "refused %d more messages (not logged one by one)",
+               h->refuse_unlogged);
+    h->refuse_window = ct__now_ms();
+    h->refuse_logged = h->refuse_unlogged = 0;
+}
+
+void ct__head_refuse(ct__head *h, const ct__rid *rid, const Ct__Envelope *e, int code,
+                     const char *field, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (rid && rid->len)
+        ct__msg_send_error(h->sock, rid, e ? e->req_id : 0, "head", code, field ? field : "", "%s",
+                           msg);
+    if (ct__now_ms() - h->refuse_window >= 1000)
+        flush_refusals(h);
+    if (h->refuse_logged == REFUSALS_LOGGED) {
+        h->refuse_unlogged++;
+        return;
+    }
+    h->refuse_logged++;
+    char who[80], text[600];
+    CT_LOG(CT_LOG_WARN, "head", "refused %s from %s: %s",
+           e ? ct__msg_body_name(e->body_case) : "a message",
+           printable(e && e->sender && *e->sender ? e->sender : "(unnamed peer)", who, sizeof who),
+           printable(msg, text, sizeof text));
+}
+
+const char *ct__head_job(ct__head *h, const ct__rid *rid, const Ct__Envelope *e)
+{
+    if (ct__token_valid(e->token))
+        return e->token;
+    ct__head_refuse(h, rid, e, HEAD_EPERM, "token",
+                    "token: %s creates or changes shared state and needs a job token",
+                    ct__msg_body_name(e->body_case));
+    return NULL;
+}
+
+bool ct__head_may_change(const char *owner, const char *job)
+{
+    return !owner[0] || ct__token_eq(owner, job);
+}
+
+/* Whether e speaks for node slot ni: a live node, and e carries its token. */
+static bool node_speaks(head *h, int ni, const Ct__Envelope *e)
+{
+    return ni >= 0 && ni < h->nnodes && h->nodes[ni].used && h->nodes[ni].alive &&
+           ct__token_eq(e->token, h->nodes[ni].token);
+}
+
 /* ---- events ---- */
 
 static void push_event(head *h, Ct__Event *ev, const ct__rid *owner)
@@ -300,6 +481,17 @@ static void push_event(head *h, Ct__Event *ev, const ct__rid *owner)
 }
 
 /* ---- actors ---- */
+
+/* Frees a's create request (placed, or dead) and takes it off the pending count. */
+static void drop_req(head *h, actor *a)
+{
+    if (!a->req)
+        return;
+    ct__msg_free(a->req);
+    a->req = NULL;
+    h->npending--;
+    h->pending_bytes -= a->req_bytes;
+}
 
 static void release_actor_resources(head *h, actor *a)
 {
@@ -341,8 +533,8 @@ static void actor_dead(head *h, actor *a, int pid, int status, int sig, const ch
     a->term_signal = sig;
     if (pid)
         a->pid = pid;
-    ct__msg_free(a->req);
-    a->req = NULL;
+    a->dead_at = ct__now_ms();
+    drop_req(h, a);
     answer_create_error(h, a, CT_EDEAD, "actor %s (%s) died while starting: %s", a->id, a->cls,
                         reason);
     Ct__Event ev = CT__EVENT__INIT;
@@ -357,43 +549,63 @@ static void actor_dead(head *h, actor *a, int pid, int status, int sig, const ch
     CT_LOG(CT_LOG_INFO, "head", "actor %s dead: %s", a->id, reason);
 }
 
+/* ids are "actor-N" with N = seq, and the table is sorted by seq (appended in creation order,
+ * forget_dead keeps the order): a binary search. */
 static actor *find_actor(head *h, const char *id)
 {
-    /* ids are "actor-N": index N-1 */
-    if (id && !strncmp(id, "actor-", 6)) {
-        long i = strtol(id + 6, NULL, 10) - 1;
-        if (i >= 0 && i < h->nactors && !strcmp(h->actors[i].id, id))
-            return &h->actors[i];
+    if (!id || strncmp(id, "actor-", 6) || id[6] < '1' || id[6] > '9')
+        return NULL;
+    char *end;
+    unsigned long long seq = strtoull(id + 6, &end, 10);
+    if (*end)
+        return NULL;
+    int lo = 0, hi = h->nactors - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (h->actors[mid].seq == seq)
+            return !strcmp(h->actors[mid].id, id) ? &h->actors[mid] : NULL;
+        if (h->actors[mid].seq < seq)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return NULL;
 }
 
 static int find_node(head *h, const char *id)
 {
-    for (int i = 0; i < h->nnodes; i++)
-        if (!strcmp(h->nodes[i].id, id))
+    for (int i = 0; id && i < h->nnodes; i++)
+        if (h->nodes[i].used && !strcmp(h->nodes[i].id, id))
             return i;
     return -1;
 }
 
+/* Whether e comes from the node hosting a (which alone reports its start and end). */
+static bool from_host(head *h, const actor *a, const Ct__Envelope *e)
+{
+    return a->node >= 0 && node_speaks(h, a->node, e);
+}
+
 /* Picks a node for need: PACK takes the fitting node with the least free capacity left,
- * SPREAD the one with the fewest actors (then the most free). -1 when none fits. */
+ * SPREAD the one with the fewest actors (then the most free). frees / load: a tentative view
+ * (place_pg), NULL for the nodes' own. -1 when none fits. */
 static int pick_node(head *h, const res *need, int strategy, const res *frees, const int *load)
 {
-    int best = -1;
+    int best = -1, best_load = 0;
+    double best_sum = 0;
     for (int i = 0; i < h->nnodes; i++) {
-        if (!h->nodes[i].alive || !res_fits(&frees[i], need))
+        const res *f = frees ? &frees[i] : &h->nodes[i].free;
+        int l = load ? load[i] : h->nodes[i].nactors;
+        if (!h->nodes[i].alive || !res_fits(f, need))
             continue;
-        if (best < 0) {
+        double sum = res_sum(f);
+        bool better = best < 0 || (strategy == CT__STRATEGY__SPREAD
+                                       ? l < best_load || (l == best_load && sum > best_sum)
+                                       : sum < best_sum);
+        if (better) {
             best = i;
-            continue;
-        }
-        if (strategy == CT__STRATEGY__SPREAD) {
-            if (load[i] < load[best] ||
-                (load[i] == load[best] && res_sum(&frees[i]) > res_sum(&frees[best])))
-                best = i;
-        } else if (res_sum(&frees[i]) < res_sum(&frees[best])) {
-            best = i;
+            best_load = l;
+            best_sum = sum;
         }
     }
     return best;
@@ -419,13 +631,13 @@ static void start_on_node(head *h, actor *a)
             ct__objdir_holders(c->exe_object_id.data, c->exe_object_id.len, holders, 16);
         s.exe_holders = holders;
     }
+    s.job_token = a->job;
     e.body_case = CT__ENVELOPE__BODY_START_ACTOR;
     e.start_actor = &s;
     send_env(h, &n->rid, &e);
     a->state = A_STARTING;
     n->nactors++;
-    ct__msg_free(a->req);
-    a->req = NULL;
+    drop_req(h, a);
 }
 
 /* Tries to place one pending actor. Returns true when placed. */
@@ -453,13 +665,7 @@ static bool place_actor(head *h, actor *a)
         }
         return false;
     }
-    res frees[h->nnodes ? h->nnodes : 1];
-    int load[h->nnodes ? h->nnodes : 1];
-    for (int i = 0; i < h->nnodes; i++) {
-        frees[i] = h->nodes[i].free;
-        load[i] = h->nodes[i].nactors;
-    }
-    int n = pick_node(h, &a->need, a->strategy, frees, load);
+    int n = pick_node(h, &a->need, a->strategy, NULL, NULL);
     if (n < 0)
         return false;
     res_sub(&h->nodes[n].free, &a->need, 1);
@@ -474,35 +680,36 @@ static bool place_actor(head *h, actor *a)
  * the bundles that were on it). */
 static bool place_pg(head *h, pgroup *g)
 {
-    if (g->state != PG_PENDING)
+    if (g->state != PG_PENDING || !h->nnodes)
         return false;
-    res frees[h->nnodes ? h->nnodes : 1];
-    int load[h->nnodes ? h->nnodes : 1];
+    /* a tentative copy of the nodes' free resources (scratch sized with the node table: no
+     * stack arrays sized by what peers send) */
+    res *frees = h->frees;
+    int *load = h->load;
     for (int i = 0; i < h->nnodes; i++) {
         frees[i] = h->nodes[i].free;
         load[i] = 0;
     }
-    int where[g->nb];
     for (int b = 0; b < g->nb; b++)
         if (g->b[b].node >= 0)
             load[g->b[b].node]++;
     for (int b = 0; b < g->nb; b++) {
-        where[b] = g->b[b].node;
-        if (where[b] >= 0)
+        g->b[b].pick = g->b[b].node;
+        if (g->b[b].pick >= 0)
             continue;
         int n = pick_node(h, &g->b[b].need, g->strategy, frees, load);
         if (n < 0)
             return false;
         res_sub(&frees[n], &g->b[b].need, 1);
         load[n]++;
-        where[b] = n;
+        g->b[b].pick = n;
     }
     for (int b = 0; b < g->nb; b++) {
         if (g->b[b].node >= 0)
             continue;
-        g->b[b].node = where[b];
+        g->b[b].node = g->b[b].pick;
         g->b[b].free = g->b[b].need;
-        res_sub(&h->nodes[where[b]].free, &g->b[b].need, 1);
+        res_sub(&h->nodes[g->b[b].node].free, &g->b[b].need, 1);
     }
     g->state = PG_READY;
     CT_LOG(CT_LOG_INFO, "head", "placement group %s ready", g->id);
@@ -536,6 +743,7 @@ static void node_dead(head *h, int ni, const char *reason)
     if (!n->alive)
         return;
     n->alive = false;
+    n->dead_at = ct__now_ms();
     CT_LOG(CT_LOG_WARN, "head", "node %s dead: %s", n->id, reason);
     for (int i = 0; i < h->nactors; i++) {
         actor *a = &h->actors[i];
@@ -570,16 +778,111 @@ static void node_dead(head *h, int ni, const char *reason)
     schedule(h);
 }
 
+/* Forgets dead node ni (its slot serves a new node): dead actors it hosted keep no node. */
+static void forget_node(head *h, int ni)
+{
+    for (int i = 0; i < h->nactors; i++)
+        if (h->actors[i].node == ni)
+            h->actors[i].node = -1;
+    for (int i = 0; i < h->npgs; i++)
+        for (int b = 0; b < h->pgs[i].nb; b++)
+            if (h->pgs[i].b[b].node == ni)
+                h->pgs[i].b[b].node = -1;
+    CT_LOG(CT_LOG_INFO, "head", "forgot dead node %s", h->nodes[ni].id);
+    memset(&h->nodes[ni], 0, sizeof h->nodes[ni]);
+}
+
+/* A slot for a new node: a free one, a new one, or (all MAX_NODES taken) the slot of the node
+ * dead the longest, forgotten early. The slot index, or CT_ENOSPC (all alive) / CT_ENOMEM. */
+static int node_slot(head *h)
+{
+    for (int i = 0; i < h->nnodes; i++)
+        if (!h->nodes[i].used)
+            return i;
+    if (h->nnodes < MAX_NODES) {
+        if (h->nnodes == h->cap_nodes) {
+            int cap = h->cap_nodes ? 2 * h->cap_nodes : 16;
+            cap = cap < MAX_NODES ? cap : MAX_NODES;
+            node *nn = realloc(h->nodes, cap * sizeof *nn);
+            if (!nn)
+                return CT_ENOMEM;
+            h->nodes = nn;
+            res *nf = realloc(h->frees, cap * sizeof *nf);
+            if (!nf)
+                return CT_ENOMEM;
+            h->frees = nf;
+            int *nl = realloc(h->load, cap * sizeof *nl);
+            if (!nl)
+                return CT_ENOMEM;
+            h->load = nl;
+            h->cap_nodes = cap;
+        }
+        memset(&h->nodes[h->nnodes], 0, sizeof h->nodes[0]);
+        return h->nnodes++;
+    }
+    int old = -1;
+    for (int i = 0; i < h->nnodes; i++)
+        if (!h->nodes[i].alive && (old < 0 || h->nodes[i].dead_at < h->nodes[old].dead_at))
+            old = i;
+    if (old < 0)
+        return CT_ENOSPC;
+    forget_node(h, old);
+    return old;
+}
+
+/* Frees the slots of removed placement groups no actor refers to any more. */
+static void free_removed_pgs(head *h)
+{
+    unsigned char *used = calloc(h->npgs ? h->npgs : 1, 1);
+    if (!used)
+        return;
+    for (int i = 0; i < h->nactors; i++)
+        if (h->actors[i].pg >= 0)
+            used[h->actors[i].pg] = 1;
+    for (int i = 0; i < h->npgs; i++) {
+        pgroup *g = &h->pgs[i];
+        if (g->state != PG_REMOVED || used[i])
+            continue;
+        h->nbundles -= g->nb;
+        free(g->b);
+        memset(g, 0, sizeof *g);
+        g->state = PG_FREE;
+    }
+    free(used);
+}
+
+/* Forgets the actors and nodes dead for max_age ms or longer (GONE_AFTER_MS each second; 0
+ * when the actor table is full), then frees what only they kept: removed groups. */
+static void forget_dead(head *h, int64_t max_age)
+{
+    int64_t now = ct__now_ms();
+    int k = 0;
+    for (int i = 0; i < h->nactors; i++) {
+        if (h->actors[i].state == A_DEAD && now - h->actors[i].dead_at >= max_age)
+            continue;
+        if (k != i)
+            h->actors[k] = h->actors[i];
+        k++;
+    }
+    h->nactors = k;
+    for (int i = 0; i < h->nnodes; i++)
+        if (h->nodes[i].used && !h->nodes[i].alive && now - h->nodes[i].dead_at >= max_age)
+            forget_node(h, i);
+    free_removed_pgs(h);
+}
+
 static void driver_gone(head *h, int di);
 static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep);
 
 /* Handles what is waiting on the head socket, at most 1000 messages (so timers still run). */
 static void drain(head *h)
 {
+    static const ct__msg_limits lim = {DECODE_FLOOR, DECODE_MULT, DECODE_MAX};
     for (int k = 0; k < 1000; k++) {
         ct__rid rid;
+        rid.len = 0;
         Ct__Envelope *e = NULL;
-        int mr = ct__msg_recv(h->sock, &rid, &e, ZMQ_DONTWAIT, "head");
+        int mr = ct__msg_recv_lim(h->sock, &rid, &e, ZMQ_DONTWAIT, "head", &lim);
         if (mr == CT_ETIMEDOUT)
             break;
         if (mr == CT_EZMQ) {
@@ -587,10 +890,7 @@ static void drain(head *h)
             break;
         }
         if (mr == CT_EPROTO) {
-            CT_LOG(CT_LOG_WARN, "head", "refused a message: %s", ct_last_error());
-            if (rid.len)
-                ct__msg_send_error(h->sock, &rid, e ? e->req_id : 0, "head", CT_EPROTO, "", "%s",
-                                   ct_last_error());
+            ct__head_refuse(h, &rid, e, CT_EPROTO, "envelope", "%s", ct_last_error());
             ct__msg_free(e);
             continue;
         }
@@ -658,28 +958,47 @@ static void check_heartbeats(head *h)
 
 /* ---- handlers ---- */
 
+/* Node ids stay "node-N" (N counts registrations, never reused): ids are public (status,
+ * events, locations), so they are no credential; the token is. */
 static void on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     Ct__RegisterNode *r = e->register_node;
-    if (!r->host || !*r->host) {
-        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "register_node.host", "register_node.host: empty");
+    char field[96], msg[300];
+    if (!r->host || !*r->host || strlen(r->host) >= sizeof h->nodes[0].host) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "register_node.host",
+                        "register_node.host: empty or longer than %zu bytes",
+                        sizeof h->nodes[0].host - 1);
         return;
     }
-    for (size_t i = 0; i < r->n_resources; i++)
-        if (r->resources[i]->amount < 0 || !r->resources[i]->name || !*r->resources[i]->name) {
-            REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "register_node.resources",
-                      "register_node.resources[%zu]: empty name or negative amount", i);
+    if (res_check(r->resources, r->n_resources, "register_node.resources", field, sizeof field, msg,
+                  sizeof msg)) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, field, "%s", msg);
+        return;
+    }
+    for (int i = 0; i < h->nnodes; i++)
+        if (h->nodes[i].alive && rid_eq(&h->nodes[i].rid, rid)) {
+            ct__head_refuse(h, rid, e, CT_EEXIST, "register_node",
+                            "register_node: this connection registered %s already (one node "
+                            "per connection)",
+                            h->nodes[i].id);
             return;
         }
-    node *nn = realloc(h->nodes, (h->nnodes + 1) * sizeof *nn);
-    if (!nn) {
-        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+    int ni = node_slot(h);
+    if (ni < 0) {
+        ct__head_refuse(h, rid, e, ni, "register_node",
+                        ni == CT_ENOSPC ? "register_node: the head has %d live nodes, its limit"
+                                        : "register_node: head out of memory (%d nodes)",
+                        MAX_NODES);
         return;
     }
-    h->nodes = nn;
-    node *n = &h->nodes[h->nnodes++];
+    node *n = &h->nodes[ni];
     memset(n, 0, sizeof *n);
-    snprintf(n->id, sizeof n->id, "node-%d", h->nnodes);
+    if (ct__token_new(n->token)) {
+        REPLY_ERR(h, rid, e->req_id, CT_EIO, "", "head: %s", ct_last_error());
+        return;
+    }
+    n->used = true;
+    snprintf(n->id, sizeof n->id, "node-%llu", (unsigned long long)++h->node_seq);
     n->rid = *rid;
     snprintf(n->host, sizeof n->host, "%s", r->host);
     n->pid = r->pid;
@@ -693,6 +1012,7 @@ static void on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     ct__env_init(&o, e->req_id, "head", 0);
     rr.node_id = n->id;
     rr.heartbeat_ms = h->hb_ms;
+    rr.token = n->token;
     o.body_case = CT__ENVELOPE__BODY_REGISTER_NODE_REPLY;
     o.register_node_reply = &rr;
     send_env(h, rid, &o);
@@ -708,23 +1028,35 @@ static void on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     schedule(h);
 }
 
+/* A driver is its sender name and its job token: a heartbeat under another job's name is
+ * another driver (one that stops would otherwise take that job's actors with it). */
 static void on_driver_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     const char *name = e->sender ? e->sender : "";
     if (!*name || strlen(name) >= sizeof h->drivers[0].name) {
-        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "sender", "driver heartbeat: bad sender name");
+        ct__head_refuse(h, rid, e, CT_EINVAL, "sender",
+                        "driver heartbeat: sender name empty or longer than 63 bytes");
         return;
     }
+    const char *job = ct__head_job(h, rid, e);
+    if (!job)
+        return;
     for (int i = 0; i < h->ndrivers; i++)
-        if (!strcmp(h->drivers[i].name, name)) {
+        if (!strcmp(h->drivers[i].name, name) && ct__token_eq(h->drivers[i].job, job)) {
             h->drivers[i].last_hb = ct__now_ms();
             return;
         }
+    if (h->ndrivers == MAX_DRIVERS) {
+        ct__head_refuse(h, rid, e, CT_ENOSPC, "heartbeat.driver",
+                        "driver heartbeat: the head follows %d drivers, its limit", MAX_DRIVERS);
+        return;
+    }
     driver *nd = realloc(h->drivers, (h->ndrivers + 1) * sizeof *nd);
     if (!nd)
         return;
     h->drivers = nd;
     snprintf(h->drivers[h->ndrivers].name, sizeof nd->name, "%s", name);
+    snprintf(h->drivers[h->ndrivers].job, sizeof nd->job, "%s", job);
     h->drivers[h->ndrivers++].last_hb = ct__now_ms();
     CT_LOG(CT_LOG_INFO, "head", "driver %s attached", name);
 }
@@ -740,20 +1072,29 @@ static void kill_on_node(head *h, actor *a)
     send_env(h, &h->nodes[a->node].rid, &o);
 }
 
-/* A driver stopped heartbeating: its actors go with it (as in Ray, actors die with their
- * owner), so a crashed driver leaves nothing running on the cluster. */
+/* A driver stopped heartbeating: its job's actors go with it (as in Ray, actors die with their
+ * owner), those it created and those they created in turn (all carry the job's token), so a
+ * crashed driver leaves nothing running on the cluster. */
 static void driver_gone(head *h, int di)
 {
-    CT_LOG(CT_LOG_WARN, "head", "driver %s gone: killing its actors", h->drivers[di].name);
+    driver *d = &h->drivers[di];
+    CT_LOG(CT_LOG_WARN, "head", "driver %s gone: killing its job's actors", d->name);
     for (int i = 0; i < h->nactors; i++) {
         actor *a = &h->actors[i];
-        if (strcmp(a->owner_name, h->drivers[di].name) || a->state == A_DEAD)
+        if (!ct__token_eq(a->job, d->job) || a->state == A_DEAD)
             continue;
         if (a->state == A_PENDING)
             actor_dead(h, a, 0, 0, 0, "its driver is gone");
         else
             kill_on_node(h, a);
     }
+    /* its KV keys are released (on_kv_put), its subscriptions dropped */
+    for (int i = 0; i < h->nkv; i++)
+        if (ct__token_eq(h->kv[i].job, d->job))
+            h->kv[i].job[0] = 0;
+    for (int i = 0; i < h->nsubs; i++)
+        if (ct__token_eq(h->subs[i].job, d->job))
+            h->subs[i--] = h->subs[--h->nsubs];
     h->drivers[di] = h->drivers[--h->ndrivers];
 }
 
@@ -763,46 +1104,85 @@ static void on_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e)
         on_driver_heartbeat(h, rid, e);
         return;
     }
-    int i = find_node(h, e->heartbeat->node_id ? e->heartbeat->node_id : "");
+    int i = find_node(h, e->heartbeat->node_id);
     if (i < 0 || !h->nodes[i].alive) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "heartbeat.node_id",
                   "heartbeat.node_id: %s is not a live node", e->heartbeat->node_id);
         return;
     }
-    h->nodes[i].last_hb = ct__now_ms();
-    if (!e->heartbeat->liveness_only)
-        h->nodes[i].rid = *rid; /* the node's main socket: where its orders go */
+    node *n = &h->nodes[i];
+    if (!node_speaks(h, i, e)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "heartbeat.node_id",
+                        "heartbeat.node_id: %s: the message does not carry that node's token",
+                        n->id);
+        return;
+    }
+    n->last_hb = ct__now_ms();
+    if (!e->heartbeat->liveness_only && !rid_eq(&n->rid, rid)) {
+        n->rid = *rid; /* the node's main socket reconnected: its orders go there now */
+        CT_LOG(CT_LOG_INFO, "head", "node %s: new connection", n->id);
+    }
 }
 
 static void on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep)
 {
     Ct__CreateActor *c = e->create_actor;
+    char field[96], msg[300];
     const char *bad = NULL;
     if (!c->class_name || !*c->class_name)
         bad = "create_actor.class_name";
     else if (strlen(c->class_name) >= sizeof h->actors[0].cls)
         bad = "create_actor.class_name";
-    else if (!c->exe_path || !*c->exe_path)
+    else if (!c->exe_path || !*c->exe_path || strlen(c->exe_path) >= MAX_PATH)
         bad = "create_actor.exe_path";
     if (bad) {
-        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, bad, "%s: empty or too long", bad);
+        ct__head_refuse(h, rid, e, CT_EINVAL, bad, "%s: empty or too long", bad);
         return;
     }
-    for (size_t i = 0; i < c->n_resources; i++)
-        if (c->resources[i]->amount < 0) {
-            REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "create_actor.resources",
-                      "create_actor.resources[%zu] (%s): negative amount", i,
-                      c->resources[i]->name);
-            return;
-        }
+    if (c->n_argv > MAX_ARGV) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "create_actor.argv",
+                        "create_actor.argv: %zu entries, at most %d", c->n_argv, MAX_ARGV);
+        return;
+    }
+    if (c->exe_object_id.len && c->exe_object_id.len != 20) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "create_actor.exe_object_id",
+                        "create_actor.exe_object_id: %zu bytes, an object id has 20",
+                        c->exe_object_id.len);
+        return;
+    }
+    if (c->strategy != CT__STRATEGY__PACK && c->strategy != CT__STRATEGY__SPREAD) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "create_actor.strategy",
+                        "create_actor.strategy: %d is neither PACK nor SPREAD", (int)c->strategy);
+        return;
+    }
+    if (c->bundle_index < -1) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "create_actor.bundle_index",
+                        "create_actor.bundle_index: %d (want -1 for any, or a bundle)",
+                        c->bundle_index);
+        return;
+    }
+    if (res_check(c->resources, c->n_resources, "create_actor.resources", field, sizeof field, msg,
+                  sizeof msg)) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, field, "%s", msg);
+        return;
+    }
+    const char *job = ct__head_job(h, rid, e);
+    if (!job)
+        return;
     int pg = -1;
     if (c->pg_id && *c->pg_id) {
         for (int i = 0; i < h->npgs; i++)
-            if (!strcmp(h->pgs[i].id, c->pg_id))
+            if (h->pgs[i].state != PG_FREE && !strcmp(h->pgs[i].id, c->pg_id))
                 pg = i;
         if (pg < 0 || h->pgs[pg].state == PG_REMOVED) {
             REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "create_actor.pg_id",
                       "create_actor.pg_id: no placement group %s", c->pg_id);
+            return;
+        }
+        if (!ct__head_may_change(h->pgs[pg].job, job)) {
+            ct__head_refuse(h, rid, e, HEAD_EPERM, "create_actor.pg_id",
+                            "create_actor.pg_id: placement group %s belongs to another job",
+                            c->pg_id);
             return;
         }
         if (c->bundle_index >= h->pgs[pg].nb) {
@@ -812,8 +1192,26 @@ static void on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, bool *
             return;
         }
     }
+    /* what the kept request holds: its bytes, and per string and resource a pointer and a
+     * heap block (an empty argv entry is 2 bytes on the wire, ~40 on the heap) */
+    size_t bytes = ct__envelope__get_packed_size(e) + 1024 + 48 * c->n_argv + 128 * c->n_resources;
+    if (h->npending >= MAX_PENDING || h->pending_bytes + bytes > MAX_PENDING_MEM) {
+        ct__head_refuse(h, rid, e, CT_ENOSPC, "create_actor",
+                        "create_actor: %d creations (%zu bytes) wait for room already, the "
+                        "head's limit",
+                        h->npending, h->pending_bytes);
+        return;
+    }
+    if (h->nactors == MAX_ACTORS)
+        forget_dead(h, 0);
+    if (h->nactors == MAX_ACTORS) {
+        ct__head_refuse(h, rid, e, CT_ENOSPC, "create_actor",
+                        "create_actor: the head has %d live actors, its limit", MAX_ACTORS);
+        return;
+    }
     if (h->nactors == h->cap_actors) {
         int cap = h->cap_actors ? h->cap_actors * 2 : 256;
+        cap = cap < MAX_ACTORS ? cap : MAX_ACTORS;
         actor *na = realloc(h->actors, cap * sizeof *na);
         if (!na) {
             REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
@@ -824,7 +1222,8 @@ static void on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, bool *
     }
     actor *a = &h->actors[h->nactors++];
     memset(a, 0, sizeof *a);
-    snprintf(a->id, sizeof a->id, "actor-%d", h->nactors);
+    a->seq = ++h->actor_seq;
+    snprintf(a->id, sizeof a->id, "actor-%llu", (unsigned long long)a->seq);
     snprintf(a->cls, sizeof a->cls, "%s", c->class_name);
     a->node = -1;
     a->pg = pg;
@@ -834,9 +1233,13 @@ static void on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, bool *
     res_from_pb(&a->need, c->resources, c->n_resources);
     a->owner = *rid;
     snprintf(a->owner_name, sizeof a->owner_name, "%s", e->sender);
+    snprintf(a->job, sizeof a->job, "%s", job);
     a->create_req = e->req_id;
     a->create_deadline = e->deadline_ms;
     a->req = e;
+    a->req_bytes = bytes;
+    h->npending++;
+    h->pending_bytes += bytes;
     *keep = true;
     a->state = A_PENDING;
     if (!place_actor(h, a)) {
@@ -854,6 +1257,11 @@ static void on_actor_ready(head *h, const ct__rid *rid, Ct__Envelope *e)
     if (!a) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "actor_ready.actor_id",
                   "actor_ready.actor_id: no actor %s", r->actor_id);
+        return;
+    }
+    if (!from_host(h, a, e)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "actor_ready.actor_id",
+                        "actor_ready.actor_id: only the node hosting %s reports it ready", a->id);
         return;
     }
     if (a->state != A_STARTING)
@@ -876,23 +1284,33 @@ static void on_actor_ready(head *h, const ct__rid *rid, Ct__Envelope *e)
     }
 }
 
-static void on_start_failed(head *h, Ct__Envelope *e)
+static void on_start_failed(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     actor *a = find_actor(h, e->start_failed->actor_id);
     if (!a)
         return;
+    if (!from_host(h, a, e)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "start_failed.actor_id",
+                        "start_failed.actor_id: only the node hosting %s reports its start", a->id);
+        return;
+    }
     char why[600];
     snprintf(why, sizeof why, "start failed: %s", e->start_failed->reason);
     answer_create_error(h, a, CT_EINVAL, "actor %s (%s): %s", a->id, a->cls, why);
     actor_dead(h, a, 0, 0, 0, why);
 }
 
-static void on_actor_exited(head *h, Ct__Envelope *e)
+static void on_actor_exited(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     Ct__ActorExited *x = e->actor_exited;
     actor *a = find_actor(h, x->actor_id);
     if (!a)
         return;
+    if (!from_host(h, a, e)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "actor_exited.actor_id",
+                        "actor_exited.actor_id: only the node hosting %s reports its end", a->id);
+        return;
+    }
     char why[96];
     if (x->term_signal)
         snprintf(why, sizeof why, "killed by signal %d", x->term_signal);
@@ -909,6 +1327,16 @@ static void on_kill_actor(head *h, const ct__rid *rid, Ct__Envelope *e)
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "kill_actor.actor_id",
                   "kill_actor.actor_id: no actor %s", e->kill_actor->actor_id);
         return;
+    }
+    if (!from_host(h, a, e)) { /* else its job */
+        const char *job = ct__head_job(h, rid, e);
+        if (!job)
+            return;
+        if (!ct__head_may_change(a->job, job)) {
+            ct__head_refuse(h, rid, e, HEAD_EPERM, "kill_actor.actor_id",
+                            "kill_actor.actor_id: actor %s belongs to another job", a->id);
+            return;
+        }
     }
     if (a->state == A_PENDING) {
         answer_create_error(h, a, CT_ECANCELED, "actor %s killed before it started", a->id);
@@ -945,14 +1373,50 @@ static void reply_kv(head *h, const ct__rid *rid, uint64_t req, kv *k)
     send_env(h, rid, &o);
 }
 
+static void kv_remove(head *h, kv *k)
+{
+    h->kv_bytes -= strlen(k->key) + 1 + k->len;
+    free(k->key);
+    free(k->val);
+    *k = h->kv[--h->nkv];
+}
+
+/* KV ownership. A key belongs to the job that created it (Envelope.token: a driver's token,
+ * which the actors it created share). Every peer may read any key and wait for it; only the
+ * owning job may overwrite or delete it, so one job cannot move another's rendezvous addresses
+ * or error reports. When the owning job's driver is gone (its heartbeats stopped, driver_gone)
+ * its keys are released: they stay readable, any job may change them, and the next job that
+ * writes one owns it. */
 static void on_kv_put(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     Ct__KvPut *p = e->kv_put;
-    if (!p->key || !*p->key) {
-        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "kv_put.key", "kv_put.key: empty");
+    if (!p->key || !*p->key || strlen(p->key) >= MAX_KV_KEY) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "kv_put.key",
+                        "kv_put.key: empty or longer than %d bytes", MAX_KV_KEY - 1);
         return;
     }
+    if (p->value.len > MAX_KV_VALUE) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "kv_put.value", "kv_put.value: %zu bytes, at most %d",
+                        p->value.len, MAX_KV_VALUE);
+        return;
+    }
+    const char *job = ct__head_job(h, rid, e);
+    if (!job)
+        return;
     kv *k = kv_find(h, p->key);
+    if (k && !ct__head_may_change(k->job, job)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "kv_put.key",
+                        "kv_put.key: %.200s belongs to another job", p->key);
+        return;
+    }
+    size_t klen = strlen(p->key) + 1;
+    size_t after = h->kv_bytes + p->value.len + (k ? 0 : klen) - (k ? k->len : 0);
+    if ((!k && h->nkv == MAX_KV) || after > MAX_KV_BYTES) {
+        ct__head_refuse(h, rid, e, CT_ENOSPC, "kv_put",
+                        "kv_put: the KV holds %d keys and %zu bytes (at most %d and %d)", h->nkv,
+                        h->kv_bytes, MAX_KV, MAX_KV_BYTES);
+        return;
+    }
     void *val = malloc(p->value.len ? p->value.len : 1);
     if (!val) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "kv_put.value", "kv_put.value: out of memory");
@@ -960,24 +1424,31 @@ static void on_kv_put(head *h, const ct__rid *rid, Ct__Envelope *e)
     }
     memcpy(val, p->value.data, p->value.len);
     if (!k) {
-        kv *nk = realloc(h->kv, (h->nkv + 1) * sizeof *nk);
-        char *key = strdup(p->key);
-        if (!nk || !key) {
-            if (nk)
+        if (h->nkv == h->cap_kv) {
+            int cap = h->cap_kv ? 2 * h->cap_kv : 64;
+            kv *nk = realloc(h->kv, cap * sizeof *nk);
+            if (nk) {
                 h->kv = nk;
-            free(key);
+                h->cap_kv = cap;
+            }
+        }
+        char *key = h->nkv < h->cap_kv ? strdup(p->key) : NULL;
+        if (!key) {
             free(val);
             REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "kv_put", "kv_put: out of memory");
             return;
         }
-        h->kv = nk;
         k = &h->kv[h->nkv++];
         k->key = key;
         k->val = NULL;
+        k->len = 0;
+        h->kv_bytes += klen;
     }
     free(k->val);
+    h->kv_bytes += p->value.len - k->len;
     k->val = val;
     k->len = p->value.len;
+    snprintf(k->job, sizeof k->job, "%s", job); /* a released key is taken over */
     reply_ok(h, rid, e->req_id);
     for (int i = 0; i < h->nw; i++) {
         if (h->w[i].kind == W_KV && !strcmp(h->w[i].key, k->key)) {
@@ -989,21 +1460,38 @@ static void on_kv_put(head *h, const ct__rid *rid, Ct__Envelope *e)
     }
 }
 
+/* CT_ENOSPC when MAX_WAITERS wait already, CT_ENOMEM. */
 static int add_waiter(head *h, waiter *w)
 {
-    waiter *nw = realloc(h->w, (h->nw + 1) * sizeof *nw);
-    if (!nw)
-        return CT_ENOMEM;
-    h->w = nw;
+    if (h->nw == MAX_WAITERS)
+        return CT_ENOSPC;
+    if (h->nw == h->cap_w) {
+        int cap = h->cap_w ? 2 * h->cap_w : 64;
+        waiter *nw = realloc(h->w, cap * sizeof *nw);
+        if (!nw)
+            return CT_ENOMEM;
+        h->w = nw;
+        h->cap_w = cap;
+    }
     h->w[h->nw++] = *w;
     return 0;
+}
+
+static void refuse_waiter(head *h, const ct__rid *rid, Ct__Envelope *e, int rc, const char *field)
+{
+    if (rc == CT_ENOSPC)
+        ct__head_refuse(h, rid, e, rc, field, "%s: %d requests wait already, the head's limit",
+                        field, MAX_WAITERS);
+    else
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
 }
 
 static void on_kv_get(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     Ct__KvGet *g = e->kv_get;
-    if (!g->key || !*g->key) {
-        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "kv_get.key", "kv_get.key: empty");
+    if (!g->key || !*g->key || strlen(g->key) >= MAX_KV_KEY) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "kv_get.key",
+                        "kv_get.key: empty or longer than %d bytes", MAX_KV_KEY - 1);
         return;
     }
     kv *k = kv_find(h, g->key);
@@ -1020,9 +1508,10 @@ static void on_kv_get(head *h, const ct__rid *rid, Ct__Envelope *e)
                 .req_id = e->req_id,
                 .deadline = ct__now_ms() + g->wait_ms,
                 .key = strdup(g->key)};
-    if (!w.key || add_waiter(h, &w)) {
+    int rc = w.key ? add_waiter(h, &w) : CT_ENOMEM;
+    if (rc) {
         free(w.key);
-        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        refuse_waiter(h, rid, e, rc, "kv_get.wait_ms");
     }
 }
 
@@ -1030,13 +1519,19 @@ static void on_kv_del(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     kv *k = kv_find(h, e->kv_del->key ? e->kv_del->key : "");
     if (!k) {
-        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "kv_del.key", "kv_del.key: no key %s",
+        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "kv_del.key", "kv_del.key: no key %.200s",
                   e->kv_del->key);
         return;
     }
-    free(k->key);
-    free(k->val);
-    *k = h->kv[--h->nkv];
+    const char *job = ct__head_job(h, rid, e);
+    if (!job)
+        return;
+    if (!ct__head_may_change(k->job, job)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "kv_del.key",
+                        "kv_del.key: %.200s belongs to another job", k->key);
+        return;
+    }
+    kv_remove(h, k);
     reply_ok(h, rid, e->req_id);
 }
 
@@ -1048,6 +1543,11 @@ static void on_subscribe(head *h, const ct__rid *rid, Ct__Envelope *e)
             reply_ok(h, rid, e->req_id);
             return;
         }
+    if (h->nsubs == MAX_SUBS) {
+        ct__head_refuse(h, rid, e, CT_ENOSPC, "subscribe",
+                        "subscribe: %d peers subscribe already, the head's limit", MAX_SUBS);
+        return;
+    }
     sub *ns = realloc(h->subs, (h->nsubs + 1) * sizeof *ns);
     if (!ns) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
@@ -1055,34 +1555,84 @@ static void on_subscribe(head *h, const ct__rid *rid, Ct__Envelope *e)
     }
     h->subs = ns;
     h->subs[h->nsubs].rid = *rid;
+    snprintf(h->subs[h->nsubs].job, sizeof ns->job, "%s",
+             ct__token_valid(e->token) ? e->token : "");
     h->subs[h->nsubs++].mask = e->subscribe->mask;
     reply_ok(h, rid, e->req_id);
+}
+
+/* A slot for a new group of nb bundles: a free one or a new one, after freeing removed groups
+ * when MAX_PGS or MAX_BUNDLES_ALL would be passed. The slot, CT_ENOSPC or CT_ENOMEM. */
+static int pg_slot(head *h, int nb)
+{
+    if (h->nbundles + nb > MAX_BUNDLES_ALL || h->npgs == MAX_PGS)
+        free_removed_pgs(h);
+    if (h->nbundles + nb > MAX_BUNDLES_ALL)
+        return CT_ENOSPC;
+    for (int i = 0; i < h->npgs; i++)
+        if (h->pgs[i].state == PG_FREE)
+            return i;
+    if (h->npgs == MAX_PGS)
+        return CT_ENOSPC;
+    if (h->npgs == h->cap_pgs) {
+        int cap = h->cap_pgs ? 2 * h->cap_pgs : 16;
+        cap = cap < MAX_PGS ? cap : MAX_PGS;
+        pgroup *ng = realloc(h->pgs, cap * sizeof *ng);
+        if (!ng)
+            return CT_ENOMEM;
+        h->pgs = ng;
+        h->cap_pgs = cap;
+    }
+    h->pgs[h->npgs].state = PG_FREE;
+    return h->npgs++;
 }
 
 static void on_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     Ct__PgCreate *p = e->pg_create;
-    if (p->n_bundles == 0 || p->n_bundles > 4096) {
-        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "pg_create.bundles",
-                  "pg_create.bundles: %zu bundles (want 1..4096)", p->n_bundles);
+    char field[96], msg[300];
+    if (p->n_bundles == 0 || p->n_bundles > MAX_BUNDLES) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "pg_create.bundles",
+                        "pg_create.bundles: %zu bundles (want 1..%d)", p->n_bundles, MAX_BUNDLES);
         return;
     }
-    pgroup *ng = realloc(h->pgs, (h->npgs + 1) * sizeof *ng);
-    bundle *b = calloc(p->n_bundles, sizeof *b);
-    if (!ng || !b) {
-        if (ng)
-            h->pgs = ng;
-        free(b);
-        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+    if (p->strategy != CT__STRATEGY__PACK && p->strategy != CT__STRATEGY__SPREAD) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "pg_create.strategy",
+                        "pg_create.strategy: %d is neither PACK nor SPREAD", (int)p->strategy);
         return;
     }
-    h->pgs = ng;
-    pgroup *g = &h->pgs[h->npgs++];
+    for (size_t i = 0; i < p->n_bundles; i++) {
+        char list[64];
+        snprintf(list, sizeof list, "pg_create.bundles[%zu].resources", i);
+        if (res_check(p->bundles[i]->resources, p->bundles[i]->n_resources, list, field,
+                      sizeof field, msg, sizeof msg)) {
+            ct__head_refuse(h, rid, e, CT_EINVAL, field, "%s", msg);
+            return;
+        }
+    }
+    const char *job = ct__head_job(h, rid, e);
+    if (!job)
+        return;
+    int gi = pg_slot(h, (int)p->n_bundles);
+    bundle *b = gi >= 0 ? calloc(p->n_bundles, sizeof *b) : NULL;
+    if (!b) {
+        if (gi == CT_ENOSPC)
+            ct__head_refuse(h, rid, e, CT_ENOSPC, "pg_create",
+                            "pg_create: the head has %d groups and %d bundles (at most %d and "
+                            "%d)",
+                            h->npgs, h->nbundles, MAX_PGS, MAX_BUNDLES_ALL);
+        else
+            REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        return;
+    }
+    pgroup *g = &h->pgs[gi];
     memset(g, 0, sizeof *g);
-    snprintf(g->id, sizeof g->id, "pg-%d", h->npgs);
+    snprintf(g->id, sizeof g->id, "pg-%llu", (unsigned long long)++h->pg_seq);
+    snprintf(g->job, sizeof g->job, "%s", job);
     g->strategy = p->strategy;
     g->nb = (int)p->n_bundles;
     g->b = b;
+    h->nbundles += g->nb;
     for (int i = 0; i < g->nb; i++) {
         res_from_pb(&b[i].need, p->bundles[i]->resources, p->bundles[i]->n_resources);
         b[i].node = -1;
@@ -1102,7 +1652,8 @@ static void on_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e)
 static int find_pg(head *h, const char *id)
 {
     for (int i = 0; i < h->npgs; i++)
-        if (id && !strcmp(h->pgs[i].id, id) && h->pgs[i].state != PG_REMOVED)
+        if (id && (h->pgs[i].state == PG_PENDING || h->pgs[i].state == PG_READY) &&
+            !strcmp(h->pgs[i].id, id))
             return i;
     return -1;
 }
@@ -1129,8 +1680,9 @@ static void on_pg_wait(head *h, const ct__rid *rid, Ct__Envelope *e)
                 .req_id = e->req_id,
                 .deadline = ct__now_ms() + e->pg_wait->wait_ms,
                 .pg = i};
-    if (add_waiter(h, &w))
-        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+    int rc = add_waiter(h, &w);
+    if (rc)
+        refuse_waiter(h, rid, e, rc, "pg_wait.wait_ms");
 }
 
 static void on_pg_remove(head *h, const ct__rid *rid, Ct__Envelope *e)
@@ -1142,6 +1694,14 @@ static void on_pg_remove(head *h, const ct__rid *rid, Ct__Envelope *e)
         return;
     }
     pgroup *g = &h->pgs[i];
+    const char *job = ct__head_job(h, rid, e);
+    if (!job)
+        return;
+    if (!ct__head_may_change(g->job, job)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "pg_remove.pg_id",
+                        "pg_remove.pg_id: placement group %s belongs to another job", g->id);
+        return;
+    }
     /* actors inside the group go with it (as in Ray) */
     for (int j = 0; j < h->nactors; j++) {
         actor *a = &h->actors[j];
@@ -1188,14 +1748,18 @@ static void on_status(head *h, const ct__rid *rid, Ct__Envelope *e)
     char **bn = NULL;
     size_t nbn = 0;
     for (int i = 0; i < np; i++)
-        nbn += h->pgs[i].nb;
+        nbn += h->pgs[i].state != PG_FREE ? h->pgs[i].nb : 0;
     bn = calloc(nbn + 1, sizeof *bn);
     if (!ni || !nip || !tot || !fre || !ai || !aip || !pi || !pip || !bn) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         goto out;
     }
-    for (int i = 0; i < nn; i++) {
-        node *n = &h->nodes[i];
+    size_t k = 0;
+    for (int j = 0; j < nn; j++) {
+        node *n = &h->nodes[j];
+        if (!n->used)
+            continue;
+        size_t i = k++;
         ct__node_info__init(&ni[i]);
         ni[i].node_id = n->id;
         ni[i].host = n->host;
@@ -1224,9 +1788,14 @@ static void on_status(head *h, const ct__rid *rid, Ct__Envelope *e)
         ai[i].address = a->addr;
         aip[i] = &ai[i];
     }
-    size_t k = 0;
-    for (int i = 0; i < np; i++) {
-        pgroup *g = &h->pgs[i];
+    nn = (int)k;
+    k = 0;
+    size_t kp = 0;
+    for (int j = 0; j < np; j++) {
+        pgroup *g = &h->pgs[j];
+        if (g->state == PG_FREE)
+            continue;
+        size_t i = kp++;
         ct__pg_info__init(&pi[i]);
         pi[i].pg_id = g->id;
         pi[i].state = g->state == PG_READY     ? "READY"
@@ -1245,7 +1814,7 @@ static void on_status(head *h, const ct__rid *rid, Ct__Envelope *e)
     sr.nodes = nip;
     sr.n_actors = na;
     sr.actors = aip;
-    sr.n_pgs = np;
+    sr.n_pgs = kp;
     sr.pgs = pip;
     o.body_case = CT__ENVELOPE__BODY_STATUS_REPLY;
     o.status_reply = &sr;
@@ -1265,8 +1834,13 @@ out:
 /* Handles one received envelope; sets *keep when the handler took ownership of e. */
 static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep)
 {
-    CT_LOG(CT_LOG_DEBUG, "head", "%s #%llu from %s", ct__msg_body_name(e->body_case),
+    CT_LOG(CT_LOG_DEBUG, "head", "%s #%llu from %.64s", ct__msg_body_name(e->body_case),
            (unsigned long long)e->req_id, e->sender);
+    if (e->token && *e->token && !ct__token_valid(e->token)) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "token", "token: not %d lower-case hex digits",
+                        CT_TOKEN_LEN);
+        return;
+    }
     if (e->deadline_ms && ct__deadline_left(e->deadline_ms) < 0) {
         CT_LOG(CT_LOG_DEBUG, "head", "dropped expired %s from %s", ct__msg_body_name(e->body_case),
                e->sender);
@@ -1289,10 +1863,10 @@ static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep)
         on_actor_ready(h, rid, e);
         break;
     case CT__ENVELOPE__BODY_START_FAILED:
-        on_start_failed(h, e);
+        on_start_failed(h, rid, e);
         break;
     case CT__ENVELOPE__BODY_ACTOR_EXITED:
-        on_actor_exited(h, e);
+        on_actor_exited(h, rid, e);
         break;
     case CT__ENVELOPE__BODY_KILL_ACTOR:
         on_kill_actor(h, rid, e);
@@ -1337,10 +1911,9 @@ static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep)
     }
 }
 
-bool ct__head_is_node(ct__head *h, const char *node_id, const ct__rid *rid)
+bool ct__head_node_speaks(ct__head *h, const char *node_id, const Ct__Envelope *e)
 {
-    int i = node_id ? find_node(h, node_id) : -1;
-    return i >= 0 && h->nodes[i].alive && (!rid || rid_eq(rid, &h->nodes[i].rid));
+    return node_speaks(h, find_node(h, node_id), e);
 }
 
 int ct__head_send(ct__head *h, const ct__rid *rid, Ct__Envelope *e)
@@ -1380,7 +1953,7 @@ static void expire(head *h)
 static void head_free(head *h)
 {
     for (int i = 0; i < h->nactors; i++)
-        ct__msg_free(h->actors[i].req);
+        drop_req(h, &h->actors[i]);
     for (int i = 0; i < h->npgs; i++)
         free(h->pgs[i].b);
     for (int i = 0; i < h->nw; i++)
@@ -1391,6 +1964,8 @@ static void head_free(head *h)
     }
     free(h->drivers);
     free(h->nodes);
+    free(h->frees);
+    free(h->load);
     free(h->actors);
     free(h->pgs);
     free(h->w);
@@ -1419,13 +1994,15 @@ int ct__head_run(const ct_head_opts *o)
         rc = ct__error(CT_EZMQ, "head: cannot create socket: %s", zmq_strerror(errno));
         goto out;
     }
-    int zero = 0;
+    /* bounded input: a peer's claimed frame size is not trusted (garbage on the port made
+     * libzmq allocate terabytes, found by tests/runtime/test_fuzz.c under ASan), and a peer
+     * that sends faster than the head handles is no longer read (TCP pushes back) once
+     * HEAD_RCVHWM of its messages wait */
+    int zero = 0, rcvhwm = HEAD_RCVHWM, sndhwm = HEAD_SNDHWM;
+    int64_t maxmsg = HEAD_MAX_MSG;
     zmq_setsockopt(h.sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(h.sock, ZMQ_SNDHWM, &zero, sizeof zero);
-    zmq_setsockopt(h.sock, ZMQ_RCVHWM, &zero, sizeof zero);
-    /* a peer's claimed frame size is not trusted: garbage on the port must not make libzmq
-     * allocate terabytes (found by tests/runtime/test_fuzz.c under ASan) */
-    int64_t maxmsg = 64LL << 20;
+    zmq_setsockopt(h.sock, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm);
+    zmq_setsockopt(h.sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
     zmq_setsockopt(h.sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     char ep[300];
     if (o->port)
@@ -1478,6 +2055,11 @@ int ct__head_run(const ct_head_opts *o)
         if (ct__now_ms() >= next_tick) {
             check_heartbeats(&h);
             expire(&h);
+            if (ct__now_ms() - h.last_gc >= 1000) {
+                forget_dead(&h, GONE_AFTER_MS);
+                flush_refusals(&h);
+                h.last_gc = ct__now_ms();
+            }
             for (int i = 0; i < ntick_hooks; i++)
                 tick_hooks[i].fn(&h, tick_hooks[i].user);
             next_tick = ct__now_ms() + tick;

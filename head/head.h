@@ -30,9 +30,19 @@ typedef void (*ct__head_node_hook)(ct__head *h, const char *node_id, void *user)
 /* body_case: a Ct__Envelope__BodyCase value. CT_EEXIST if taken, CT_ENOSPC past 32. */
 int ct__head_add_handler(int body_case, ct__head_handler fn, void *user);
 int ct__head_add_node_dead_hook(ct__head_node_hook fn, void *user);
-/* True when node_id is a live registered node (and, when rid is not NULL, rid is the routing id
- * of its connection). */
-bool ct__head_is_node(ct__head *h, const char *node_id, const struct ct__rid *rid);
+/* ---- authority (head.c's header says who may say what) ----
+ * node_speaks: node_id is a live registered node and e carries its token, so e speaks for it
+ * (the head gave that token to the node alone). head_job: the job token e acts for; a message
+ * that creates or changes shared state must carry one, and when e has none the sender is
+ * refused (field "token") and NULL returned. may_change: whether job may change what owner
+ * (a job token; "" for no job) owns. refuse: an Error (code, field, message) to the sender,
+ * and a log line (at most a few a second: a flood is counted, not logged line by line);
+ * e may be NULL. */
+bool ct__head_node_speaks(ct__head *h, const char *node_id, const struct Ct__Envelope *e);
+const char *ct__head_job(ct__head *h, const struct ct__rid *rid, const struct Ct__Envelope *e);
+bool ct__head_may_change(const char *owner, const char *job);
+void ct__head_refuse(ct__head *h, const struct ct__rid *rid, const struct Ct__Envelope *e, int code,
+                     const char *field, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* fn runs on the head's thread every tick (a few ms to 20 ms), for a module's timeouts. */
 typedef void (*ct__head_tick_hook)(ct__head *h, void *user);
 int ct__head_add_tick_hook(ct__head_tick_hook fn, void *user);

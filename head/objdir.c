@@ -8,9 +8,15 @@
  * with no holder left is forgotten. The head never touches object bytes: it only tells a node
  * to pull (ObjPull with the holders' transfer addresses) or to delete (ObjDelete).
  *
+ * Authority (head.c's header): a node's reports (ObjNodeInfo, ObjAdded, ObjRemoved,
+ * ObjPullDone) must carry that node's token, so a node reports only its own shard; an object
+ * belongs to the job whose ObjPutDone registered it first, and only that job may free it.
+ * Locations and fetches are open to every peer. Tables are bounded (MAX_*), like the head's.
+ *
  * Not in here: the bytes (objectstore/), the node's side (actor/objnode.c). Objects and waiters
  * are kept in flat arrays scanned linearly: fine for thousands of objects, not for millions.
  * Threads: everything runs on the head's thread (handlers and the tick hook). */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +26,11 @@
 #include "proto/msg.h"
 
 #define IDLEN 20
+#define HEAD_EPERM (-EPERM) /* as in head.c */
+#define MAX_OBJECTS 262144  /* objects listed */
+#define MAX_DPULLS 65536    /* pulls the head asked for and waits on */
+#define MAX_DWAITS 16384    /* fetches and replicated puts waiting */
+#define MAX_LOCATE 4096     /* ids in one ObjLocate */
 
 typedef struct dnode {
     char id[32];
@@ -36,7 +47,8 @@ typedef struct dobj {
     uint8_t id[IDLEN];
     uint64_t size;
     int want; /* copies its owner asked for (ObjPutDone.replicas); kept up when holders die */
-    int *h;   /* holder node indexes */
+    char job[CT_TOKEN_LEN + 1]; /* its owner: the job that put it ("" until its put is done) */
+    int *h;                     /* holder node indexes */
     int nh, caph;
 } dobj;
 
@@ -137,10 +149,13 @@ static void drop_obj(int oi)
     D.o[oi] = D.o[--D.no];
 }
 
+/* 0, CT_ENOSPC (MAX_OBJECTS listed) or CT_ENOMEM. */
 static int add_holder(const uint8_t *id, uint64_t size, int ni)
 {
     int oi = find_obj(id);
     if (oi < 0) {
+        if (D.no == MAX_OBJECTS)
+            return CT_ENOSPC;
         if (D.no == D.capo) {
             int cap = D.capo ? 2 * D.capo : 64;
             dobj *no = realloc(D.o, cap * sizeof *no);
@@ -204,6 +219,8 @@ static int request_pull(ct__head *h, int oi, int ni)
         }
     if (!na)
         return CT_EDEAD;
+    if (D.np == MAX_DPULLS)
+        return CT_ENOSPC;
     if (D.np == D.capp) {
         int cap = D.capp ? 2 * D.capp : 16;
         dpull *np = realloc(D.p, cap * sizeof *np);
@@ -270,6 +287,8 @@ static void drop_wait(int i)
 
 static int add_wait(const dwait *w)
 {
+    if (D.nw == MAX_DWAITS)
+        return CT_ENOSPC;
     if (D.nw == D.capw) {
         int cap = D.capw ? 2 * D.capw : 16;
         dwait *nw = realloc(D.w, cap * sizeof *nw);
@@ -325,6 +344,17 @@ static void progress(ct__head *h, const uint8_t *id)
     }
 }
 
+/* Answers a request whose wait could not be added (rc 0: nothing to do). */
+static void refuse_wait(ct__head *h, const ct__rid *rid, Ct__Envelope *e, int rc)
+{
+    if (rc == CT_ENOSPC)
+        ct__head_refuse(h, rid, e, rc, ct__msg_body_name(e->body_case),
+                        "%s: %d requests wait on objects already, the head's limit",
+                        ct__msg_body_name(e->body_case), MAX_DWAITS);
+    else if (rc)
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+}
+
 static int check_id(ct__head *h, const ct__rid *rid, uint64_t req, ProtobufCBinaryData *b,
                     const char *field)
 {
@@ -347,12 +377,17 @@ static void on_node_info(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
                   "empty or too long");
         return;
     }
-    if (!ct__head_is_node(h, m->node_id, rid)) {
-        REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "obj_node_info.node_id",
-                  "obj_node_info: %s is not a live node on this connection", m->node_id);
+    if (!ct__head_node_speaks(h, m->node_id, e)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "obj_node_info.node_id",
+                        "obj_node_info.node_id: %s: the message does not carry that live node's "
+                        "token",
+                        m->node_id);
         return;
     }
     int ni = find_node(m->node_id);
+    for (int i = 0; ni < 0 && i < D.nn; i++)
+        if (!D.n[i].alive) /* a dead node's slot: nothing refers to it (on_node_dead) */
+            ni = i;
     if (ni < 0) {
         dnode *nn = realloc(D.n, (D.nn + 1) * sizeof *nn);
         if (!nn)
@@ -373,36 +408,58 @@ static void on_node_info(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
     CT_LOG(CT_LOG_INFO, "objdir", "node %s: store %s, transfer %s", n->id, n->store, n->addr);
 }
 
+/* Whether a node report speaks for its node_id (field names it when refused). */
+static bool node_report(ct__head *h, const ct__rid *rid, Ct__Envelope *e, const char *node_id,
+                        const char *field)
+{
+    if (ct__head_node_speaks(h, node_id, e))
+        return true;
+    ct__head_refuse(h, rid, e, HEAD_EPERM, field,
+                    "%s: %.64s: the message does not carry that live node's token", field,
+                    node_id ? node_id : "");
+    return false;
+}
+
 static void on_added(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
 {
-    (void)user, (void)rid;
+    (void)user;
     Ct__ObjAdded *m = e->obj_added;
-    int ni = find_node(m->node_id);
-    if (ni < 0 || !ct__head_is_node(h, m->node_id, NULL) || m->object_id.len != IDLEN ||
-        !D.n[ni].alive)
+    if (!node_report(h, rid, e, m->node_id, "obj_added.node_id") ||
+        check_id(h, rid, e->req_id, &m->object_id, "obj_added.object_id"))
         return;
-    add_holder(m->object_id.data, m->size, ni);
+    int ni = find_node(m->node_id);
+    if (ni < 0 || !D.n[ni].alive)
+        return;
+    if (add_holder(m->object_id.data, m->size, ni)) {
+        ct__head_refuse(h, rid, e, CT_ENOSPC, "obj_added",
+                        "obj_added: the directory lists %d objects, its limit", D.no);
+        return;
+    }
     progress(h, m->object_id.data);
 }
 
 static void on_removed(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
 {
-    (void)user, (void)rid, (void)h;
+    (void)user;
     Ct__ObjRemoved *m = e->obj_removed;
-    int ni = find_node(m->node_id);
-    if (ni < 0 || m->object_id.len != IDLEN)
+    if (!node_report(h, rid, e, m->node_id, "obj_removed.node_id") ||
+        check_id(h, rid, e->req_id, &m->object_id, "obj_removed.object_id"))
         return;
-    int oi = find_obj(m->object_id.data);
+    int ni = find_node(m->node_id);
+    int oi = ni >= 0 ? find_obj(m->object_id.data) : -1;
     if (oi >= 0)
         remove_holder(oi, ni);
 }
 
 static void on_pull_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
 {
-    (void)user, (void)rid;
+    (void)user;
     Ct__ObjPullDone *m = e->obj_pull_done;
+    if (!node_report(h, rid, e, m->node_id, "obj_pull_done.node_id") ||
+        check_id(h, rid, e->req_id, &m->object_id, "obj_pull_done.object_id"))
+        return;
     int ni = find_node(m->node_id);
-    if (ni < 0 || !ct__head_is_node(h, m->node_id, NULL) || m->object_id.len != IDLEN)
+    if (ni < 0)
         return;
     const uint8_t *id = m->object_id.data;
     int pi = find_pull(id, ni);
@@ -457,11 +514,25 @@ static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *
                   "obj_put_done.node_id: no live node %s with a store", m->node_id);
         return;
     }
-    if (add_holder(m->object_id.data, m->size, ni)) {
+    const char *job = ct__head_job(h, rid, e);
+    if (!job)
+        return;
+    int rc = add_holder(m->object_id.data, m->size, ni);
+    if (rc == CT_ENOSPC) {
+        ct__head_refuse(h, rid, e, rc, "obj_put_done",
+                        "obj_put_done: the directory lists %d objects, its limit", D.no);
+        return;
+    }
+    if (rc) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         return;
     }
     int oi = find_obj(m->object_id.data);
+    /* the first put makes its job the owner; another job putting the same (content-addressed)
+     * id adds its copy but changes neither the owner nor the copies wanted */
+    if (!D.o[oi].job[0])
+        snprintf(D.o[oi].job, sizeof D.o[oi].job, "%s", job);
+    bool mine = ct__token_eq(D.o[oi].job, job);
     int asked = m->replicas < 1 ? 1 : m->replicas; /* remembered: copies are made again */
     int alive = live_stores();
     int need = asked < alive ? asked : alive; /* best effort: one copy per live node at most */
@@ -472,7 +543,7 @@ static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *
             need = have + 1;
         request_pull(h, oi, pref);
     }
-    if (D.o[oi].want < asked)
+    if (mine && D.o[oi].want < asked)
         D.o[oi].want = asked;
     replicate(h, oi, need);
     if (live_holders(&D.o[oi]) >= need) {
@@ -485,8 +556,7 @@ static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *
                .need = need,
                .deadline = ct__now_ms() + (m->wait_ms > 0 ? m->wait_ms : 60000)};
     memcpy(w.id, m->object_id.data, IDLEN);
-    if (add_wait(&w))
-        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+    refuse_wait(h, rid, e, add_wait(&w));
 }
 
 static void on_fetch(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
@@ -524,27 +594,35 @@ static void on_fetch(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
                .node = ni,
                .deadline = ct__now_ms() + (m->wait_ms > 0 ? m->wait_ms : 60000)};
     memcpy(w.id, m->object_id.data, IDLEN);
-    if (add_wait(&w))
-        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+    refuse_wait(h, rid, e, add_wait(&w));
 }
 
 static void on_locate(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
 {
     (void)user;
     Ct__ObjLocate *m = e->obj_locate;
-    size_t n = m->n_object_ids;
-    for (size_t i = 0; i < n; i++)
+    size_t n = m->n_object_ids, nh = 0;
+    if (n > MAX_LOCATE) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "obj_locate.object_ids",
+                        "obj_locate.object_ids: %zu ids, at most %d", n, MAX_LOCATE);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
         if (check_id(h, rid, e->req_id, &m->object_ids[i], "obj_locate.object_ids"))
             return;
+        int oi = find_obj(m->object_ids[i].data);
+        nh += oi < 0 ? 0 : D.o[oi].nh < 64 ? D.o[oi].nh : 64; /* fill_location lists <= 64 */
+    }
     Ct__ObjLocation *l = calloc(n ? n : 1, sizeof *l);
     Ct__ObjLocation **lp = calloc(n ? n : 1, sizeof *lp);
-    char **ids = calloc(n ? 128 * n : 1, sizeof *ids);
+    char **ids = calloc(2 * nh + 1, sizeof *ids); /* node ids, then addresses */
     if (!l || !lp || !ids) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        fill_location(&l[i], m->object_ids[i].data, ids + 128 * i, ids + 128 * i + 64);
+    for (size_t i = 0, k = 0; i < n; i++) {
+        fill_location(&l[i], m->object_ids[i].data, ids + k, ids + nh + k);
+        k += l[i].n_node_ids;
         lp[i] = &l[i];
     }
     Ct__Envelope o;
@@ -572,6 +650,14 @@ static void on_free(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user
     hex(m->object_id.data, hx);
     if (oi < 0) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_free.object_id", "object %s: unknown id", hx);
+        return;
+    }
+    const char *job = ct__head_job(h, rid, e);
+    if (!job)
+        return;
+    if (!ct__token_eq(D.o[oi].job, job)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "obj_free.object_id",
+                        "obj_free.object_id: object %s belongs to another job", hx);
         return;
     }
     Ct__Envelope d;

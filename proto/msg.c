@@ -1,6 +1,8 @@
 /* proto/msg.c — framing, version check and error replies over ZeroMQ (see msg.h).
  * Not in here: any socket's lifetime or any handler. */
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +93,12 @@ static void drain(void *sock)
 
 int ct__msg_recv(void *sock, ct__rid *rid, Ct__Envelope **out, int flags, const char *role)
 {
+    return ct__msg_recv_lim(sock, rid, out, flags, role, NULL);
+}
+
+int ct__msg_recv_lim(void *sock, ct__rid *rid, Ct__Envelope **out, int flags, const char *role,
+                     const ct__msg_limits *lim)
+{
     *out = NULL;
     if (rid) {
         int n = zmq_recv(sock, rid->id, sizeof rid->id, flags);
@@ -122,16 +130,63 @@ int ct__msg_recv(void *sock, ct__rid *rid, Ct__Envelope **out, int flags, const 
         rc = ct__error(CT_EPROTO, "msg: %s got a message with more than one payload frame", role);
         goto out;
     }
-    rc = ct__msg_decode(zmq_msg_data(&m), zmq_msg_size(&m), out, role);
+    rc = ct__msg_decode_lim(zmq_msg_data(&m), zmq_msg_size(&m), out, role, lim);
 out:
     zmq_msg_close(&m);
     return rc;
 }
 
+/* protobuf-c's allocator for one decode: malloc, up to cap bytes in all (never freed back
+ * during a decode, so used only grows). Plain malloc/free underneath: what it returns is freed
+ * by ct__msg_free like any unpacked envelope. */
+typedef struct capped {
+    size_t used, cap;
+    bool over;
+} capped;
+
+static void *capped_alloc(void *data, size_t n)
+{
+    capped *c = data;
+    if (n > c->cap - c->used) {
+        c->over = true;
+        return NULL;
+    }
+    c->used += n;
+    return malloc(n ? n : 1);
+}
+
+static void capped_free(void *data, void *p)
+{
+    (void)data;
+    free(p);
+}
+
 int ct__msg_decode(const void *data, size_t len, Ct__Envelope **out, const char *role)
 {
+    return ct__msg_decode_lim(data, len, out, role, NULL);
+}
+
+int ct__msg_decode_lim(const void *data, size_t len, Ct__Envelope **out, const char *role,
+                       const ct__msg_limits *lim)
+{
+    static const ct__msg_limits def = {CT_MSG_DECODE_FLOOR, CT_MSG_DECODE_MULT, 0};
     *out = NULL;
-    Ct__Envelope *e = ct__envelope__unpack(NULL, len, data);
+    if (!lim)
+        lim = &def;
+    capped c = {.cap = lim->floor};
+    if (lim->mult && len > (SIZE_MAX - c.cap) / lim->mult)
+        c.cap = SIZE_MAX;
+    else
+        c.cap += lim->mult * len;
+    if (lim->max && c.cap > lim->max)
+        c.cap = lim->max;
+    ProtobufCAllocator a = {.alloc = capped_alloc, .free = capped_free, .allocator_data = &c};
+    Ct__Envelope *e = ct__envelope__unpack(&a, len, data);
+    if (!e && c.over)
+        return ct__error(CT_EPROTO,
+                         "msg: %s refused %zu bytes: decoding them would take more than %zu "
+                         "bytes of memory",
+                         role, len, c.cap);
     if (!e)
         return ct__error(CT_EPROTO, "msg: %s got %zu bytes that do not decode as an Envelope", role,
                          len);

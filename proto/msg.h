@@ -14,7 +14,7 @@
 #include "ct.pb-c.h"
 
 #define CT_PROTO_MAJOR 1
-#define CT_PROTO_MINOR 0
+#define CT_PROTO_MINOR 1 /* 1.1: Envelope.token (the head refuses what lacks the right one) */
 
 /* The routing id a ROUTER prefixes to each message (ZeroMQ allows up to 255 bytes). */
 typedef struct ct__rid {
@@ -49,6 +49,25 @@ int ct__msg_recv(void *sock, ct__rid *rid, Ct__Envelope **out, int flags, const 
 /* Decodes and version-checks one payload (what ct__msg_recv does after framing); same errors
  * and *out rules as ct__msg_recv. */
 int ct__msg_decode(const void *data, size_t len, Ct__Envelope **out, const char *role);
+
+/* Memory a payload may cost when decoded: unpacking len bytes may allocate at most
+ * min(max, floor + mult * len) bytes, else it is refused (CT_EPROTO, "... decoding them would
+ * take ..."). protobuf-c allocates per element (and 32 bytes per field while it scans), so
+ * without a cap 2 wire bytes of an empty sub-message become ~80 bytes of heap.
+ * ct__msg_recv / ct__msg_decode use the defaults below, generous for clients (no max); the
+ * head passes tighter limits. */
+#define CT_MSG_DECODE_FLOOR ((size_t)64 << 20)
+#define CT_MSG_DECODE_MULT 8
+typedef struct ct__msg_limits {
+    size_t floor;
+    size_t mult;
+    size_t max; /* 0: none */
+} ct__msg_limits;
+/* ct__msg_recv / ct__msg_decode with limits lim (NULL: the defaults). */
+int ct__msg_recv_lim(void *sock, ct__rid *rid, Ct__Envelope **out, int flags, const char *role,
+                     const ct__msg_limits *lim);
+int ct__msg_decode_lim(const void *data, size_t len, Ct__Envelope **out, const char *role,
+                       const ct__msg_limits *lim);
 
 void ct__msg_free(Ct__Envelope *e);
 

@@ -8,10 +8,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <libgen.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,8 +70,21 @@ __attribute__((unused)) static double h_now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* actor/objnode.c: removes the store shards and /tmp/ct-node.<pid> dirs of dead nodes. */
+/* actor/objnode.c: removes the store shards and /tmp/ct-node.<pid>.* dirs of dead nodes. */
 void ct__objnode_purge_leftovers(void);
+
+/* Whether node pid's default directory (/tmp/ct-node.<pid>.XXXXXX, made by mkdtemp; or the
+ * older /tmp/ct-node.<pid>) still exists. */
+__attribute__((unused)) static bool h_node_dir_exists(pid_t pid)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "/tmp/ct-node.%d.*", (int)pid);
+    glob_t g;
+    bool found = glob(pat, GLOB_NOSORT, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    snprintf(pat, sizeof pat, "/tmp/ct-node.%d", (int)pid);
+    return found || access(pat, F_OK) == 0;
+}
 
 /* Kills and reaps every process this test started (those still running), then removes what
  * killed nodes left in /dev/shm and /tmp. */

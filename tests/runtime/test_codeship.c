@@ -135,8 +135,7 @@ int main(int argc, char **argv)
         CHECK(h_wait_gone(nodes[i], 5000));
         waitpid(nodes[i], NULL, 0);
         char p[64];
-        snprintf(p, sizeof p, "/tmp/ct-node.%d", (int)nodes[i]);
-        CHECK(stat(p, &st) != 0);
+        CHECK(!h_node_dir_exists(nodes[i]));
         snprintf(p, sizeof p, "/dev/shm/ct.node.%d.arena", (int)nodes[i]);
         CHECK(stat(p, &st) != 0);
     }

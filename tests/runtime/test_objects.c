@@ -129,9 +129,7 @@ static int shm_exists(pid_t pid)
     char p[96];
     snprintf(p, sizeof p, "/dev/shm/ct.node.%d.arena", (int)pid);
     struct stat st;
-    int a = stat(p, &st) == 0;
-    snprintf(p, sizeof p, "/tmp/ct-node.%d", (int)pid);
-    return a || stat(p, &st) == 0;
+    return stat(p, &st) == 0 || h_node_dir_exists(pid);
 }
 
 /* One raw request to the head; returns the reply (caller frees) or NULL. */

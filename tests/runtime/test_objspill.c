@@ -136,8 +136,7 @@ int main(void)
     /* the node removed its shard and directory */
     char p[96];
     struct stat st;
-    snprintf(p, sizeof p, "/tmp/ct-node.%d", node_pid);
-    CHECK(node_pid > 0 && stat(p, &st) != 0);
+    CHECK(node_pid > 0 && !h_node_dir_exists(node_pid));
     snprintf(p, sizeof p, "/dev/shm/ct.node.%d.arena", node_pid);
     CHECK(stat(p, &st) != 0);
     if (h_failures)

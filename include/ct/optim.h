@@ -240,6 +240,21 @@ ct_sched *ct_sched_plateau_new(ct_optim *o, const ct_plateau_opts *opts);
  * the lr to initial_lr and re-does only scheds[0]'s initial step. */
 ct_sched *ct_sched_sequential_new(ct_optim *o, ct_sched **scheds, int n, const int *milestones);
 
+/* Warm-up then cosine, as torch's SequentialLR(o, [LinearLR(o, start_factor, 1.0,
+ * warmup_steps), CosineAnnealingLR(o, T_max = total_steps - warmup_steps, eta_min)],
+ * milestones = [warmup_steps]) (and built from those three here, so ct_sched_kind says
+ * "sequential"): the lr rises linearly from start_factor * lr to lr over warmup_steps steps,
+ * then falls along a cosine to eta_min at total_steps (past it, torch's recursive cosine goes
+ * on). Defaults: start_factor 1/3 (LinearLR's), eta_min 0. Checks: warmup_steps >= 1,
+ * total_steps > warmup_steps, 0 < start_factor <= 1, eta_min >= 0. */
+typedef struct ct_warmup_cosine_opts {
+    int warmup_steps;
+    int total_steps;
+    double start_factor;
+    double eta_min;
+} ct_warmup_cosine_opts;
+ct_sched *ct_sched_warmup_cosine_new(ct_optim *o, const ct_warmup_cosine_opts *opts);
+
 /* Accepts NULL; nulls *s. */
 void ct_sched_destroy(ct_sched **s);
 

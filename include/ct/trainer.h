@@ -30,8 +30,9 @@
  * trainer only passes names. Each creator gets a trainer_ctx (rank, world size, seed, epoch the
  * replica starts at, and the user config, a "key=value,key=value" string read with
  * trainer_config_*). Built-ins: optimizer "adam", "adamw", "sgd"; loss "cross_entropy", "nll";
- * scheduler "steplr", "multistep", "exponential", "cosine"; data "fashion_mnist". The keys each
- * built-in reads are listed after the trainer_register_* functions below.
+ * scheduler "steplr", "multistep", "exponential", "cosine", "warmup_cosine"; data
+ * "fashion_mnist". The keys each built-in reads are listed after the trainer_register_*
+ * functions below.
  *
  * How it runs. trainer_create runs every creator once in the driver (checks names, config and
  * shapes before anything is started; the driver's copy of the model is what trainer_get_model
@@ -147,7 +148,10 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  *             nesterov [false]
  *   loss "cross_entropy": label_smoothing [0]; "nll"
  *   scheduler "steplr": step_size [1], gamma [0.1]; "multistep": milestones ["" e.g. "5:10"],
- *             gamma [0.1]; "exponential": gamma [0.9]; "cosine": t_max [epochs], eta_min [0]
+ *             gamma [0.1]; "exponential": gamma [0.9]; "cosine": t_max [epochs], eta_min [0];
+ *             "warmup_cosine" (ct_sched_warmup_cosine_new; steps are scheduler steps, so
+ *             with scheduler_step "batch" they count optimizer steps): warmup_steps [1],
+ *             total_steps [epochs], start_factor [1/3], eta_min [0]
  *   data "fashion_mnist": data_dir [CT_FASHION_MNIST_DIR], limit [all 60000 training samples],
  *             val_limit [all 10000 test samples]; pixels normalised (mean 0.2860, std 0.3530).
  *             Decoded once per cluster (by the driver's check-run) and shared through the
@@ -192,8 +196,7 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  * forward passes or a combination of losses may go into the one loss tensor given to backward.
  * To skip an update (e.g. a non-finite gradient norm, which every rank sees alike because the
  * gradients are synced), still call backward and just do not call trainer_step_optimizer: the
- * gradients are zeroed before the next batch. Gradient accumulation over several batches
- * (DDP's no_sync) is not offered: every batch is one synced backward. The rule is checked in
+ * gradients are zeroed before the next batch. The rule is checked in
  * every rank at every step: a step that returns without calling backward, or calls it twice,
  * fails with CT_EINVAL naming the step. Every rank runs the same number of steps (equal
  * shards), so a rank that breaks the rule (also in a rank-dependent branch) is caught at that
@@ -202,6 +205,18 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  * the retry and ends in CT_ERETRY with the message. A step that returns an error fails the
  * same way. A loss that does not reach every parameter is fine (those gradients are reduced
  * as they are, zero).
+ *
+ * Gradient accumulation (trainer_opts.accumulate = k > 1, DDP's no_sync). A replica's batches
+ * of an epoch form groups of k (the last group may be shorter). Gradients are zeroed before a
+ * group's first batch only; in every batch but the group's last, trainer_step_backward does
+ * not reduce (the gradients add up locally in each rank), trainer_step_optimizer does nothing
+ * and trainer_step_clip_grad_norm neither clips nor measures (*norm = 0). In the group's last
+ * batch (trainer_step_sync() true) backward reduces the summed gradients as usual and then
+ * divides them by the group's batch count, so that for a mean-reduced loss k batches of n
+ * give the gradient of one batch of k*n (no need to divide the loss by k); then clipping and
+ * the optimizer step work on the averaged gradient. Still one backward per batch on every
+ * rank. trainer_stats.steps and trainer_step_count count optimizer steps, not batches, and so
+ * does a scheduler stepped per "batch" (trainer_opts.scheduler_step).
  *
  * Threads. The trainer_step_* functions are valid only during the step call and from its
  * thread (the replica's actor thread); a step may use threads of its own between them.
@@ -247,10 +262,14 @@ trainer_ctx *trainer_step_ctx(trainer_step *s);
 ct_module *trainer_step_model(trainer_step *s);
 ct_optim *trainer_step_optim(trainer_step *s);
 trainer_loss_fn trainer_step_loss(trainer_step *s); /* the loss creator's function */
+ct_sched *trainer_step_scheduler(trainer_step *s);  /* NULL when there is none */
 int64_t trainer_step_epoch(const trainer_step *s);  /* 0-based epoch being run */
 int64_t trainer_step_index(const trainer_step *s);  /* batch index in this epoch */
 int64_t trainer_step_count(const trainer_step *s);  /* optimizer steps done before this one */
 bool trainer_step_training(const trainer_step *s);  /* train step (true) or validate step */
+/* True when this batch's backward reduces the gradients and the optimizer steps: always without
+ * accumulation, else the last batch of each accumulation group (see above). */
+bool trainer_step_sync(const trainer_step *s);
 
 /* Train steps only. Backward of loss (shape ()) with the gradient buckets reduced while it
  * runs, then waits until every gradient holds the average over replicas. Exactly once per
@@ -296,6 +315,12 @@ typedef struct trainer_opts {
     int comm_timeout_ms;                  /* backstop for a hung peer; 0: 60000 */
     const char *train_step;    /* NULL: the built-in; a trainer_register_train_step name */
     const char *validate_step; /* NULL: the built-in; ..._validate_step name */
+    int accumulate; /* batches per optimizer step (gradient accumulation); 0 or 1: every batch */
+    /* when the scheduler steps (RaySGD's scheduler_step_freq): "epoch" (NULL: after every
+     * epoch), "batch" (after every optimizer step: every batch, or every accumulate batches),
+     * "manual" (never by the trainer: a custom step calls ct_sched_step on
+     * trainer_step_scheduler) */
+    const char *scheduler_step;
 } trainer_opts;
 
 /* Checks the options, runs every creator once in this process and keeps the driver's model.

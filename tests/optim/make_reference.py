@@ -160,6 +160,34 @@ def make_sched():
     w.close()
 
 
+# warmup_cosine (ct_sched_warmup_cosine_new): LinearLR + CosineAnnealingLR in SequentialLR.
+# name, warmup_steps, total_steps, start_factor, eta_min; 40 steps (past total_steps too).
+WARMUP_STEPS = 40
+WARMUP_CASES = [
+    ("wc_4_20", 4, 20, 0.2, 1e-3),
+    ("wc_1_10", 1, 10, 1.0 / 3, 0.0),
+    ("wc_10_35", 10, 35, 0.01, 0.02),
+]
+
+
+def make_warmup_cosine():
+    w = Writer("sched_warmup.txt")
+    for name, warm, total, sf, eta_min in WARMUP_CASES:
+        p0 = torch.zeros(2, requires_grad=True)
+        p1 = torch.zeros(2, requires_grad=True)
+        opt = torch.optim.SGD([{"params": [p0]}, {"params": [p1], "lr": 0.05}], lr=0.1)
+        s = S.SequentialLR(opt, [S.LinearLR(opt, start_factor=sf, end_factor=1.0,
+                                            total_iters=warm),
+                                 S.CosineAnnealingLR(opt, T_max=total - warm, eta_min=eta_min)],
+                           milestones=[warm])
+        w.put(name + ".lr.0", [g["lr"] for g in opt.param_groups], "%.17g")
+        for k in range(1, WARMUP_STEPS + 1):
+            opt.step()
+            s.step()
+            w.put("%s.lr.%d" % (name, k), [g["lr"] for g in opt.param_groups], "%.17g")
+    w.close()
+
+
 # ---- losses -------------------------------------------------------------------------------
 RED = ["mean", "sum", "none"]
 
@@ -250,5 +278,6 @@ if __name__ == "__main__":
     make_optim()
     make_clip()
     make_sched()
+    make_warmup_cosine()
     make_loss()
     print("wrote", OUT)

@@ -313,9 +313,59 @@ static void test_defaults(void)
     ct_optim_destroy(&o);
 }
 
+/* warmup_cosine against ref/sched_warmup.txt (torch's LinearLR + CosineAnnealingLR in a
+ * SequentialLR; cases as make_reference.py's WARMUP_CASES): every step's lr of both groups,
+ * 40 steps (past total_steps too), within 1e-12; then its option errors. */
+static void test_warmup_cosine(void)
+{
+    static const struct {
+        const char *name;
+        ct_warmup_cosine_opts opts;
+    } wc[] = {
+        {"wc_4_20", {.warmup_steps = 4, .total_steps = 20, .start_factor = 0.2, .eta_min = 1e-3}},
+        {"wc_1_10", {.warmup_steps = 1, .total_steps = 10}}, /* defaults: 1/3, 0 */
+        {"wc_10_35",
+         {.warmup_steps = 10, .total_steps = 35, .start_factor = 0.01, .eta_min = 0.02}},
+    };
+    ref_file *r = ref_load("sched_warmup.txt");
+    for (size_t ci = 0; ci < sizeof wc / sizeof wc[0]; ci++) {
+        int before = g_failures;
+        ct_optim *o = mk_optim();
+        ct_sched *s = ct_sched_warmup_cosine_new(o, &wc[ci].opts);
+        CHECK(s != NULL);
+        for (int k = 0; s && k <= 40; k++) {
+            char key[128];
+            if (k > 0) {
+                ct_optim_step(o);
+                CHECK_EQ_INT(ct_sched_step(s), 0);
+            }
+            snprintf(key, sizeof key, "%s.lr.%d", wc[ci].name, k);
+            const double *want = ref_get(r, key, 2);
+            for (int g = 0; g < 2; g++) {
+                check_close(key, g, ct_optim_get_lr(o, g), want[g], 0, 1e-12);
+                check_close(key, g, ct_sched_get_last_lr(s, g), want[g], 0, 1e-12);
+            }
+        }
+        ct_sched_destroy(&s);
+        ct_optim_destroy(&o);
+        if (g_failures == before)
+            printf("ok %s: 40 steps match PyTorch\n", wc[ci].name);
+    }
+    ref_free(r);
+    ct_optim *o = mk_optim();
+    CHECK(!ct_sched_warmup_cosine_new(o, NULL));
+    CHECK(!ct_sched_warmup_cosine_new(o, &(ct_warmup_cosine_opts){.total_steps = 10}));
+    CHECK(!ct_sched_warmup_cosine_new(o, &(ct_warmup_cosine_opts){5, 5, 0, 0}));
+    CHECK(!ct_sched_warmup_cosine_new(o, &(ct_warmup_cosine_opts){2, 5, 1.5, 0}));
+    CHECK(!ct_sched_warmup_cosine_new(o, &(ct_warmup_cosine_opts){2, 5, 0, -1}));
+    CHECK(strstr(ct_last_error(), "eta_min") != NULL);
+    ct_optim_destroy(&o);
+}
+
 int main(void)
 {
     ref_file *r = ref_load("sched.txt");
+    test_warmup_cosine();
     test_reference(r);
     test_round_trip(r);
     test_errors();

@@ -431,6 +431,31 @@ err:
     return NULL;
 }
 
+ct_sched *ct_sched_warmup_cosine_new(ct_optim *o, const ct_warmup_cosine_opts *opts)
+{
+    if (!opts || opts->warmup_steps < 1)
+        return fail(NULL, CT_EINVAL, "sched %s: warmup_steps = %g: must be >= 1", "warmup_cosine",
+                    opts ? opts->warmup_steps : 0);
+    if (opts->total_steps <= opts->warmup_steps)
+        return fail(NULL, CT_EINVAL, "sched %s: total_steps = %g: must be > warmup_steps",
+                    "warmup_cosine", opts->total_steps);
+    /* in torch's order: both children created (each steps once), then the sequence; each
+     * child checks its own options; sequential_new takes them, also on failure */
+    ct_sched *c[2];
+    c[0] = ct_sched_linear_new(o, &(ct_linear_opts){.start_factor = opts->start_factor,
+                                                    .end_factor = 1.0,
+                                                    .total_iters = opts->warmup_steps});
+    c[1] = c[0] ? ct_sched_cosine_new(
+                      o, &(ct_cosine_opts){.t_max = opts->total_steps - opts->warmup_steps,
+                                           .eta_min = opts->eta_min})
+                : NULL;
+    if (!c[1]) {
+        ct_sched_destroy(&c[0]);
+        return NULL;
+    }
+    return ct_sched_sequential_new(o, c, 2, &opts->warmup_steps);
+}
+
 static void seq_step(ct_sched *s)
 {
     int e = ++s->v.last_epoch, idx = 0;

@@ -1,8 +1,8 @@
 /* trainer/train/builtins.c — the creators every program has without registering them:
  * optimizers "adam", "adamw", "sgd"; losses "cross_entropy", "nll"; schedulers "steplr",
- * "multistep", "exponential", "cosine"; data "fashion_mnist" (decoded once per cluster and
- * shared through the object store). Each reads its hyper-parameters from the config (keys
- * listed in ct/trainer.h). Not here: models (the user's). */
+ * "multistep", "exponential", "cosine", "warmup_cosine"; data "fashion_mnist" (decoded once
+ * per cluster and shared through the object store). Each reads its hyper-parameters from the config
+ * (keys listed in ct/trainer.h). Not here: models (the user's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +132,16 @@ static ct_sched *make_cosine(trainer_ctx *ctx, ct_optim *o)
         .t_max = (int)trainer_config_int(ctx, "t_max", ctx->epochs > 0 ? ctx->epochs : 1),
         .eta_min = trainer_config_double(ctx, "eta_min", 0)};
     return ct_sched_cosine_new(o, &co);
+}
+
+static ct_sched *make_warmup_cosine(trainer_ctx *ctx, ct_optim *o)
+{
+    ct_warmup_cosine_opts wo = {.warmup_steps = (int)trainer_config_int(ctx, "warmup_steps", 1),
+                                .total_steps = (int)trainer_config_int(
+                                    ctx, "total_steps", ctx->epochs > 0 ? ctx->epochs : 1),
+                                .start_factor = trainer_config_double(ctx, "start_factor", 0),
+                                .eta_min = trainer_config_double(ctx, "eta_min", 0)};
+    return ct_sched_warmup_cosine_new(o, &wo);
 }
 
 static const float fmnist_mean[] = {0.2860f}, fmnist_std[] = {0.3530f};
@@ -370,6 +380,7 @@ static const builtin builtins[] = {
     {TR_SCHED, "multistep", (void *)make_multistep},
     {TR_SCHED, "exponential", (void *)make_exponential},
     {TR_SCHED, "cosine", (void *)make_cosine},
+    {TR_SCHED, "warmup_cosine", (void *)make_warmup_cosine},
     {TR_DATA, "fashion_mnist", (void *)make_fashion_mnist},
 };
 

@@ -44,7 +44,11 @@ typedef struct tr_spec {
     int64_t batch, epochs;
     double bucket_mb;
     int threads, comm_timeout_ms;
+    int accumulate; /* batches per optimizer step, >= 1 */
+    int sched_every; /* when the scheduler steps: TR_SCHED_EPOCH, _BATCH or _MANUAL */
 } tr_spec;
+
+enum { TR_SCHED_EPOCH, TR_SCHED_BATCH, TR_SCHED_MANUAL };
 
 struct trainer_ctx {
     int rank, world;
@@ -161,6 +165,8 @@ struct trainer_step {
     bool training;
     int64_t epoch, index;
     int backwards, optimizer_steps; /* calls in this step */
+    int updates;                    /* optimizer steps really taken in this step (0 or 1) */
+    int accum_pos, accum_len;       /* batch's place in its accumulation group; group size */
     tr_metrics *metrics;            /* the replica's sums for this epoch / validation */
     int64_t batch_n;
 };

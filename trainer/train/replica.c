@@ -3,8 +3,10 @@
  * communicator (head KV rendezvous), restores the checkpoint it is given from the object
  * store, and trains epochs: per batch the train step (step.c; the built-in one or the user's:
  * forward, backward with gradients averaged in buckets while backward runs (ct_bucketer
- * driven by gradient-ready hooks), optimizer step); scheduler step
- * and rank 0's buffers broadcast at the end of each epoch; rank 0 then writes the checkpoint
+ * driven by gradient-ready hooks), optimizer step; with accumulation, groups of batches whose
+ * last one reduces and steps); the scheduler's step after each epoch (or after each optimizer
+ * step, or never: trainer_opts.scheduler_step), rank 0's buffers broadcast at the end of each
+ * epoch; rank 0 then writes the checkpoint
  * straight into the store. Also evaluates its slice of the validation set.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
 #include <stdio.h>
@@ -302,18 +304,30 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         mix(r->spec.seed ^ mix((uint64_t)ea.epoch * 1000003u + (uint64_t)r->setup.rank)));
     int rc = ct_loader_set_epoch(r->loader, ea.epoch);
     int64_t t0 = ct__now_ns();
+    /* accumulation groups of k batches (the epoch's last one may be shorter; every rank has as
+     * many batches, so all agree on which batch reduces) */
+    int64_t k = r->spec.accumulate > 1 ? r->spec.accumulate : 1;
+    int64_t nb = ct_loader_num_batches(r->loader);
     ct_batch b;
     while (rc == 0 && (rc = ct_loader_next(r->loader, &b)) > 0) {
         trainer_step_out so;
-        ct_module_zero_grad(r->st.model);
+        int64_t g0 = s.index - s.index % k, left = nb - g0;
+        s.accum_pos = (int)(s.index - g0);
+        s.accum_len = (int)(left < k ? left : k);
+        if (s.accum_len <= s.accum_pos) /* defensive: more batches than the loader said */
+            s.accum_len = s.accum_pos + 1;
+        if (s.accum_pos == 0)
+            ct_module_zero_grad(r->st.model);
         rc = run_batch(&s, r->train_step, &b, &so);
         s.index++;
         if (rc == 0) {
             rep.loss_sum += so.loss_sum;
             rep.samples += so.samples;
-            if (s.optimizer_steps) {
+            if (s.updates) {
                 rep.steps++;
                 r->st.step++;
+                if (r->st.sched && r->spec.sched_every == TR_SCHED_BATCH)
+                    rc = ct_sched_step(r->st.sched);
             }
             if (!r->first_step_done) {
                 r->first_step_done = true;
@@ -321,7 +335,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             }
         }
     }
-    if (rc == 0 && r->st.sched)
+    if (rc == 0 && r->st.sched && r->spec.sched_every == TR_SCHED_EPOCH)
         rc = ct_sched_step(r->st.sched);
     if (rc == 0)
         rc = broadcast_buffers(r);

@@ -31,6 +31,10 @@ trainer_loss_fn trainer_step_loss(trainer_step *s)
 {
     return s ? s->st->loss : NULL;
 }
+ct_sched *trainer_step_scheduler(trainer_step *s)
+{
+    return s ? s->st->sched : NULL;
+}
 int64_t trainer_step_epoch(const trainer_step *s)
 {
     return s ? s->epoch : 0;
@@ -47,6 +51,25 @@ bool trainer_step_training(const trainer_step *s)
 {
     return s && s->training;
 }
+bool trainer_step_sync(const trainer_step *s)
+{
+    return s && s->training && s->accum_pos + 1 >= s->accum_len;
+}
+
+/* The gradients of the model divided by the accumulation group's batch count: backward summed
+ * them over the group, and the average is what a single batch of the group's size gives. */
+static int average_accumulated(trainer_step *s)
+{
+    float *values, *grads;
+    int64_t numel;
+    int rc = ct_module_flat(s->st->model, &values, &grads, &numel);
+    if (rc < 0)
+        return rc;
+    float scale = (float)(1.0 / (double)s->accum_len);
+    for (int64_t i = 0; i < numel; i++)
+        grads[i] *= scale;
+    return 0;
+}
 
 /* ---- the helpers ---- */
 
@@ -62,9 +85,15 @@ int trainer_step_backward(trainer_step *s, ct_tensor *loss)
                          "trainer_step_backward: called twice in one step of train step \"%s\" "
                          "(every rank must run exactly one backward per step)",
                          s->name);
+    /* not the accumulation group's last batch: gradients add up locally, nothing is reduced */
+    bool sync = trainer_step_sync(s);
+    ct_bucketer_set_no_sync(s->bucketer, !sync);
     int rc = ct_tensor_backward(loss, NULL);
     /* always: this also drains buckets a failed backward queued */
     int src = ct_bucketer_finish(s->bucketer);
+    ct_bucketer_set_no_sync(s->bucketer, false);
+    if (rc == 0 && src == 0 && sync && s->accum_len > 1)
+        src = average_accumulated(s);
     return rc < 0 ? rc : src;
 }
 
@@ -79,9 +108,13 @@ int trainer_step_optimizer(trainer_step *s)
                          : s->backwards != 1 ? "before trainer_step_backward"
                                              : "called twice in one step");
     s->optimizer_steps++;
+    if (!trainer_step_sync(s))
+        return 0; /* accumulating: the group's last batch steps */
     int rc = ct_optim_step(s->st->optim);
-    if (rc == 0)
+    if (rc == 0) {
+        s->updates++;
         ct_module_zero_grad(s->st->model);
+    }
     return rc;
 }
 
@@ -90,6 +123,11 @@ int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm)
     if (!s || !s->training || s->backwards != 1)
         return ct__error(CT_EINVAL, "trainer_step_clip_grad_norm: only in a train step, after "
                                     "trainer_step_backward");
+    if (!trainer_step_sync(s)) { /* accumulating: the local partial sums mean nothing yet */
+        if (norm)
+            *norm = 0;
+        return 0;
+    }
     /* max_norm <= 0: the norm only (an infinite bound never scales) */
     return ct_optim_clip_grad_norm(s->st->optim, max_norm > 0 ? max_norm : INFINITY, 2.0, norm);
 }
@@ -166,6 +204,7 @@ int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batc
     memset(out, 0, sizeof *out);
     s->backwards = 0;
     s->optimizer_steps = 0;
+    s->updates = 0;
     s->batch_n = b->n;
     if (!fn)
         return ct__error(CT_ENOENT, "trainer replica: %s step \"%s\" is not registered here",

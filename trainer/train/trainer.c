@@ -72,12 +72,13 @@ int trainer_create(const trainer_opts *o, trainer **out)
         return ct__error(CT_EINVAL, "trainer_create: opts.num_replicas %d not in [0, 1024]",
                          o->num_replicas);
     if (o->batch_size < 0 || o->epochs < 0 || o->cpus_per_replica < 0 || o->bucket_mb < 0 ||
-        o->comm_timeout_ms < 0)
+        o->comm_timeout_ms < 0 || o->accumulate < 0)
         return ct__error(CT_EINVAL, "trainer_create: opts.%s is negative",
                          o->batch_size < 0         ? "batch_size"
                          : o->epochs < 0           ? "epochs"
                          : o->cpus_per_replica < 0 ? "cpus_per_replica"
                          : o->bucket_mb < 0        ? "bucket_mb"
+                         : o->accumulate < 0       ? "accumulate"
                                                    : "comm_timeout_ms");
     if (o->config && strlen(o->config) >= TR_CONFIG_MAX)
         return ct__error(CT_EINVAL, "trainer_create: opts.config longer than %d bytes",
@@ -104,6 +105,20 @@ int trainer_create(const trainer_opts *o, trainer **out)
     t->cpus = o->cpus_per_replica > 0 ? o->cpus_per_replica : 1;
     s->threads = (int)t->cpus > 0 ? (int)t->cpus : 1;
     s->comm_timeout_ms = o->comm_timeout_ms ? o->comm_timeout_ms : 60000;
+    s->accumulate = o->accumulate > 1 ? o->accumulate : 1;
+    if (!o->scheduler_step || !strcmp(o->scheduler_step, "epoch")) {
+        s->sched_every = TR_SCHED_EPOCH;
+    } else if (!strcmp(o->scheduler_step, "batch")) {
+        s->sched_every = TR_SCHED_BATCH;
+    } else if (!strcmp(o->scheduler_step, "manual")) {
+        s->sched_every = TR_SCHED_MANUAL;
+    } else {
+        rc = ct__error(CT_EINVAL,
+                       "trainer_create: opts.scheduler_step \"%s\": not \"epoch\", \"batch\" "
+                       "or \"manual\"",
+                       o->scheduler_step);
+        goto fail;
+    }
     t->num_replicas = o->num_replicas ? o->num_replicas : 1;
     t->placement = o->placement;
     /* the check-run: every creator once, here, before anything is started */

@@ -6,8 +6,10 @@ CMAKE_ARGS ?=
 JOBS      ?= $(shell nproc)
 NAME      ?=
 PREFIX    ?= /usr/local
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS = fuzz_safetensors fuzz_yaml_config fuzz_envelope fuzz_zmtp
 
-.PHONY: all deps build run test test-slow bench sanitize install format clean
+.PHONY: all deps build run test test-slow bench sanitize tsan fuzz install format clean
 
 all: build
 
@@ -38,6 +40,29 @@ sanitize:
 	cmake --build build-sanitize -j $(JOBS)
 	cd build-sanitize && ctest --output-on-failure -j $(JOBS) -LE slow --timeout 900
 
+# The runtime, object store and collective tests under ThreadSanitizer (gcc), in build-tsan/.
+# The collective tests carry no label, so the three are picked by name. setarch -R turns off
+# ASLR, which on newer kernels makes TSan fail with "unexpected memory mapping"; die_after_fork=0
+# lets the tests' forked nodes start threads (they fork a process that already has some);
+# tests/tsan.supp holds the suppressions for uninstrumented libraries, none for ct's own code.
+TSAN_TESTS = ^(runtime|objectstore|collective)_
+TSAN_RUN_OPTIONS = suppressions=$(CURDIR)/tests/tsan.supp die_after_fork=0 $(TSAN_OPTIONS)
+tsan:
+	@scripts/install-deps.sh
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCT_TSAN=ON $(CMAKE_ARGS)
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS="$(TSAN_RUN_OPTIONS)" setarch $$(uname -m) -R \
+		ctest -R '$(TSAN_TESTS)' --output-on-failure -j $(JOBS) --timeout 900
+
+# libFuzzer targets (fuzz/) built with clang in build-fuzz/, each run FUZZ_SECONDS on a copy of
+# its seed corpus; fails when one crashes (the input is left in build-fuzz/fuzz-crashes/).
+fuzz:
+	@scripts/install-deps.sh fuzz
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCT_FUZZ=ON \
+		-DCT_WITH_CUDA=OFF $(CMAKE_ARGS)
+	cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+	scripts/run-fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 # Benchmarks against the reference systems; `make bench NAME=x` runs bench/x only.
 bench: build
 	@scripts/install-deps.sh bench
@@ -52,4 +77,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) build-sanitize
+	rm -rf $(BUILD) build-sanitize build-tsan build-fuzz

@@ -874,30 +874,38 @@ static void forget_dead(head *h, int64_t max_age)
 static void driver_gone(head *h, int di);
 static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep);
 
+static const ct__msg_limits decode_lim = {DECODE_FLOOR, DECODE_MULT, DECODE_MAX};
+
+/* One received message from rid: mr is its decode's result (0 or CT_EPROTO, e possibly set
+ * either way). Refused or dispatched; takes e. */
+static void handle(head *h, const ct__rid *rid, int mr, Ct__Envelope *e)
+{
+    if (mr == CT_EPROTO) {
+        ct__head_refuse(h, rid, e, CT_EPROTO, "envelope", "%s", ct_last_error());
+        ct__msg_free(e);
+        return;
+    }
+    bool keep = false;
+    dispatch(h, rid, e, &keep);
+    if (!keep)
+        ct__msg_free(e);
+}
+
 /* Handles what is waiting on the head socket, at most 1000 messages (so timers still run). */
 static void drain(head *h)
 {
-    static const ct__msg_limits lim = {DECODE_FLOOR, DECODE_MULT, DECODE_MAX};
     for (int k = 0; k < 1000; k++) {
         ct__rid rid;
         rid.len = 0;
         Ct__Envelope *e = NULL;
-        int mr = ct__msg_recv_lim(h->sock, &rid, &e, ZMQ_DONTWAIT, "head", &lim);
+        int mr = ct__msg_recv_lim(h->sock, &rid, &e, ZMQ_DONTWAIT, "head", &decode_lim);
         if (mr == CT_ETIMEDOUT)
             break;
         if (mr == CT_EZMQ) {
             CT_LOG(CT_LOG_WARN, "head", "%s", ct_last_error());
             break;
         }
-        if (mr == CT_EPROTO) {
-            ct__head_refuse(h, &rid, e, CT_EPROTO, "envelope", "%s", ct_last_error());
-            ct__msg_free(e);
-            continue;
-        }
-        bool keep = false;
-        dispatch(h, &rid, e, &keep);
-        if (!keep)
-            ct__msg_free(e);
+        handle(h, &rid, mr, e);
     }
 }
 
@@ -1422,7 +1430,8 @@ static void on_kv_put(head *h, const ct__rid *rid, Ct__Envelope *e)
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "kv_put.value", "kv_put.value: out of memory");
         return;
     }
-    memcpy(val, p->value.data, p->value.len);
+    if (p->value.len) /* an empty value has data NULL (found by fuzz/fuzz_envelope.c) */
+        memcpy(val, p->value.data, p->value.len);
     if (!k) {
         if (h->nkv == h->cap_kv) {
             int cap = h->cap_kv ? 2 * h->cap_kv : 64;
@@ -1976,6 +1985,37 @@ static void head_free(head *h)
         zmq_close(h->sock);
     if (h->ctx)
         zmq_ctx_term(h->ctx);
+}
+
+ct__head *ct__head_new_detached(void *sock)
+{
+    if (ct__objdir_install())
+        return NULL;
+    head *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->sock = sock;
+    h->hb_ms = 100;
+    h->dead_ms = 1000;
+    return h;
+}
+
+int ct__head_handle_bytes(ct__head *h, const ct__rid *rid, const void *data, size_t len)
+{
+    Ct__Envelope *e = NULL;
+    int mr = ct__msg_decode_lim(data, len, &e, "head", &decode_lim);
+    handle(h, rid, mr, e);
+    return mr;
+}
+
+void ct__head_destroy_detached(ct__head **hp)
+{
+    if (!hp || !*hp)
+        return;
+    (*hp)->sock = NULL; /* borrowed */
+    head_free(*hp);
+    free(*hp);
+    *hp = NULL;
 }
 
 int ct__head_run(const ct_head_opts *o)

@@ -59,6 +59,16 @@ void ct__objdir_reset(void);
 void ct__objdir_node_usage(const char *node_id, const char **xfer_address, uint64_t *capacity,
                            uint64_t *objects, uint64_t *bytes);
 
+/* ---- a head without a loop, for the fuzz targets (fuzz/fuzz_envelope.c) ----
+ * new_detached: a head whose replies go to sock (borrowed; a ROUTER bound nowhere drops them),
+ * with the object directory installed; NULL when out of memory. handle_bytes: the bytes of one
+ * message from rid, decoded with the serving loop's caps and refused or dispatched as the
+ * loop does; returns the decode's result (0 or CT_EPROTO). destroy_detached: frees the tables
+ * (not sock) and clears *h. Not thread-safe (the object directory is process-wide). */
+ct__head *ct__head_new_detached(void *sock);
+int ct__head_handle_bytes(ct__head *h, const struct ct__rid *rid, const void *data, size_t len);
+void ct__head_destroy_detached(ct__head **h);
+
 /* Serves until SIGTERM/SIGINT or watch_fd EOF. Returns 0, or a negative CT_E* code when it
  * cannot start (bad host, port in use), with the reason in ct_last_error(). */
 int ct__head_run(const ct_head_opts *opts);

@@ -62,6 +62,7 @@ typedef struct pinned_chunk {
 static void chunk_free(void *data, void *hint)
 {
     pinned_chunk *pc = hint;
+    CT__TSAN_ACQUIRE(pc); /* filled by the server thread, freed here by ZeroMQ's I/O thread */
     ct_store_release(pc->store, &pc->view);
     __atomic_fetch_sub(pc->outstanding, 1, __ATOMIC_RELEASE);
     free(pc);
@@ -234,6 +235,7 @@ static void serve_one(ct_xfer_server *srv, zmq_msg_t *rid, zmq_msg_t *body, int 
     h.body_case = CT__OBJ_XFER__BODY_CHUNK_REPLY;
     h.chunk_reply = &cr;
     zmq_msg_t dm;
+    CT__TSAN_RELEASE(pc);
     if (zmq_msg_init_data(&dm, (void *)data, len, chunk_free, pc) != 0) {
         ct_store_release(srv->store, &pc->view);
         free(pc);

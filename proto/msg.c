@@ -42,6 +42,7 @@ void ct__env_init(Ct__Envelope *e, uint64_t req_id, const char *sender, int time
 static void free_zmsg(void *data, void *hint)
 {
     (void)hint;
+    CT__TSAN_ACQUIRE(data); /* ZeroMQ's I/O thread frees what the sender packed */
     free(data);
 }
 
@@ -58,6 +59,7 @@ int ct__msg_send(void *sock, const ct__rid *rid, const Ct__Envelope *e, int flag
         if (!buf)
             return ct__error(CT_ENOMEM, "msg: out of memory packing %zu bytes", n);
         ct__envelope__pack(e, buf);
+        CT__TSAN_RELEASE(buf);
         zmq_msg_init_data(&m, buf, n, free_zmsg, NULL);
     }
     if (rid && zmq_send(sock, rid->id, rid->len, ZMQ_SNDMORE | flags) < 0) {

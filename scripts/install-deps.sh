@@ -12,6 +12,10 @@ pkgs=(build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-
 if [ "${1:-}" = bench ]; then
     pkgs+=(python3-torch libopenblas0-pthread)
 fi
+# With "fuzz", clang and its libFuzzer/sanitizer runtimes (`make fuzz`).
+if [ "${1:-}" = fuzz ]; then
+    pkgs+=(clang libclang-rt-14-dev)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

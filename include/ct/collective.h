@@ -172,6 +172,9 @@ void ct_bucketer_set_no_sync(ct_bucketer *b, bool no_sync);
 /* Number of buckets, and the gradient range [first, first + n) of bucket k (for tests). */
 int ct_bucketer_num_buckets(const ct_bucketer *b);
 void ct_bucketer_bucket_range(const ct_bucketer *b, int k, int *first, int *n);
+/* Buckets of this step reduced and written back so far, [0, done). Thread-safe: once it
+ * returns k, the gradients of buckets [0, k) may be read (for tests and progress). */
+int ct_bucketer_buckets_done(ct_bucketer *b);
 
 #ifdef __cplusplus
 }

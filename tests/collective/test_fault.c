@@ -136,8 +136,13 @@ static int rank_main(int rank, int world, void *arg)
     CHECK(ct_comm_barrier(c, 100) == rc);
     ct_comm_destroy(&c);
     free(buf);
-    int nt = thread_count();
-    if (nt != 1) {
+    int nt = thread_count(), most = 1;
+#if defined(__SANITIZE_THREAD__)
+    /* `make tsan`: ThreadSanitizer keeps up to 2 threads of its own in a forked rank once it
+     * has created one (the watcher above), so only more than 3 is a leak there */
+    most = 3;
+#endif
+    if (nt < 1 || nt > most) {
         fprintf(stderr, "rank %d: %d threads left\n", rank, nt);
         return 1;
     }

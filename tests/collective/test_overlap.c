@@ -47,30 +47,27 @@ static ct_module *small_cnn(void)
                          ct_nn_relu_new(), ct_nn_linear_new(32, 10, true));
 }
 
-/* waits (up to 10 s) until the gradients of bucket 0 equal expect; 1 when they do */
+/* waits (up to 10 s) until the communication thread has written bucket 0 back, then checks its
+ * gradients equal expect; 1 when they do. ct_bucketer_buckets_done() takes the bucketer's
+ * lock, so the reads below are ordered after the thread's writes (no peeking while it writes). */
 static int wait_bucket0(ddp *d)
 {
     int first, n;
     ct_bucketer_bucket_range(d->b, 0, &first, &n);
     long long end = t_now_ms() + 10000;
-    while (t_now_ms() < end) {
-        int same = 1;
-        for (int k = first; k < first + n && same; k++) {
-            const ct_param_ref *p = &d->refs[d->np - 1 - k];
-            const float *e = d->expect + (p->grad - d->flat_g);
-            for (int64_t j = 0; j < p->numel && same; j++) {
-                /* written by the communication thread: read through an atomic load */
-                uint32_t bits = __atomic_load_n((const uint32_t *)&p->grad[j], __ATOMIC_ACQUIRE);
-                float v;
-                memcpy(&v, &bits, sizeof v);
-                same = fabsf(v - e[j]) <= 1e-6f;
-            }
-        }
-        if (same)
-            return 1;
+    while (ct_bucketer_buckets_done(d->b) < 1) {
+        if (t_now_ms() >= end)
+            return 0;
         usleep(200);
     }
-    return 0;
+    for (int k = first; k < first + n; k++) {
+        const ct_param_ref *p = &d->refs[d->np - 1 - k];
+        const float *e = d->expect + (p->grad - d->flat_g);
+        for (int64_t j = 0; j < p->numel; j++)
+            if (!(fabsf(p->grad[j] - e[j]) <= 1e-6f))
+                return 0;
+    }
+    return 1;
 }
 
 static int on_param(int i, void *user)

@@ -289,3 +289,13 @@ void ct_bucketer_bucket_range(const ct_bucketer *t, int k, int *first, int *n)
         *n = t->b[k].n;
     }
 }
+
+int ct_bucketer_buckets_done(ct_bucketer *t)
+{
+    if (!t)
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    int done = t->done;
+    pthread_mutex_unlock(&t->mu);
+    return done;
+}

@@ -376,6 +376,14 @@ static int dtype_of(const char *name)
     return -1;
 }
 
+/* Whether v is a whole number in [0, max]: not NaN, an infinity or a fraction (the JSON
+ * parser accepts those, and casting them to an integer is undefined: found by
+ * fuzz/fuzz_safetensors.c). */
+static bool whole(const ct__jval *v, double max)
+{
+    return v->type == CT__J_NUM && v->num >= 0 && v->num <= max && v->num == floor(v->num);
+}
+
 int ct__st_entry_at(const ct__jval *root, int i, const unsigned char *data, size_t data_len,
                     const char *what, ct__st_entry *out)
 {
@@ -390,20 +398,23 @@ int ct__st_entry_at(const ct__jval *root, int i, const unsigned char *data, size
         return ct__error(CT_EINVAL, "%s: entry \"%s\": bad dtype, shape or data_offsets", what,
                          name);
     int dtype = dtype_of(dt->str);
-    int64_t numel = 1;
+    /* in doubles: dimensions up to 2^53 are exact, and a product past 2^53 (rounded or not)
+     * cannot equal a byte count of the buffer, so it needs no overflow check */
+    double numel = 1;
     for (int d = 0; d < shape->n; d++) {
-        if (shape->items[d].type != CT__J_NUM || shape->items[d].num < 0)
+        if (!whole(&shape->items[d], 9007199254740992.0))
             return ct__error(CT_EINVAL, "%s: entry \"%s\": bad shape", what, name);
         out->shape[d] = (int64_t)shape->items[d].num;
-        numel *= out->shape[d];
+        numel *= shape->items[d].num;
     }
     double b0 = offs->items[0].num, b1 = offs->items[1].num;
-    if (dtype < 0 || b0 < 0 || b1 < b0 || b1 > (double)data_len ||
-        (size_t)(b1 - b0) != (size_t)numel * ct_dtype_size((ct_dtype)dtype))
+    if (dtype < 0 || !whole(&offs->items[0], (double)data_len) ||
+        !whole(&offs->items[1], (double)data_len) || b1 < b0 ||
+        b1 - b0 != numel * (double)ct_dtype_size((ct_dtype)dtype))
         return ct__error(CT_EINVAL,
-                         "%s: entry \"%s\": dtype %s, %lld elements, offsets [%.0f, %.0f] of %zu "
+                         "%s: entry \"%s\": dtype %s, %.0f elements, offsets [%.0f, %.0f] of %zu "
                          "data bytes do not agree",
-                         what, name, dt->str, (long long)numel, b0, b1, data_len);
+                         what, name, dt->str, numel, b0, b1, data_len);
     out->name = name;
     out->dtype = (ct_dtype)dtype;
     out->ndim = shape->n;

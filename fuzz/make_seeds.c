@@ -1,0 +1,193 @@
+/* fuzz/make_seeds.c — writes the generated part of the seed corpus (fuzz/corpus/): packed
+ * envelopes of a few message kinds as fuzz_envelope records, a ZMTP stream carrying a Call for
+ * fuzz_zmtp, and a small safetensors file for fuzz_safetensors. Run by hand when ct.proto
+ * changes: `build/bin/fuzz_make_seeds fuzz/corpus`. Not part of any test. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/msg.h"
+
+#define TOKEN "0123456789abcdef0123456789abcdef"
+
+static int write_out(const char *dir, const char *name, const void *b, size_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(b, 1, n, f) != n) {
+        fprintf(stderr, "make_seeds: cannot write %s\n", path);
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    return fclose(f);
+}
+
+/* Appends e as one fuzz_envelope record from peer to buf at *n (capacity cap). */
+static void add_record(uint8_t *buf, size_t *n, size_t cap, int peer, Ct__Envelope *e)
+{
+    size_t len = ct__envelope__get_packed_size(e);
+    if (*n + 3 + len > cap || len > 0xFFFF)
+        return;
+    buf[*n] = (uint8_t)peer;
+    buf[*n + 1] = (uint8_t)len;
+    buf[*n + 2] = (uint8_t)(len >> 8);
+    ct__envelope__pack(e, buf + *n + 3);
+    *n += 3 + len;
+}
+
+static void env(Ct__Envelope *e, uint64_t req)
+{
+    ct__env_init(e, req, "driver", 0);
+    e->token = TOKEN;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s CORPUS_DIR (writes CORPUS_DIR/fuzz_*/gen-*)\n", argv[0]);
+        return 2;
+    }
+    const char *root = argv[1];
+    static uint8_t buf[1 << 16];
+    size_t n = 0;
+    int rc = 0;
+
+    /* fuzz_envelope: a driver's session */
+    Ct__Envelope e;
+    Ct__Ping ping = CT__PING__INIT;
+    env(&e, 1);
+    e.body_case = CT__ENVELOPE__BODY_PING;
+    e.ping = &ping;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    hb.driver = 1;
+    env(&e, 2);
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    Ct__KvPut put = CT__KV_PUT__INIT;
+    put.key = "rendezvous/0";
+    put.value.data = (uint8_t *)"127.0.0.1:5000";
+    put.value.len = 14;
+    env(&e, 3);
+    e.body_case = CT__ENVELOPE__BODY_KV_PUT;
+    e.kv_put = &put;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    Ct__KvGet get = CT__KV_GET__INIT;
+    get.key = "rendezvous/0";
+    env(&e, 4);
+    e.body_case = CT__ENVELOPE__BODY_KV_GET;
+    e.kv_get = &get;
+    add_record(buf, &n, sizeof buf, 2, &e);
+    Ct__Resource cpu = CT__RESOURCE__INIT, *res[1] = {&cpu};
+    cpu.name = "CPU";
+    cpu.amount = 1;
+    Ct__Bundle b = CT__BUNDLE__INIT, *bundles[1] = {&b};
+    b.n_resources = 1;
+    b.resources = res;
+    Ct__PgCreate pg = CT__PG_CREATE__INIT;
+    pg.n_bundles = 1;
+    pg.bundles = bundles;
+    env(&e, 5);
+    e.body_case = CT__ENVELOPE__BODY_PG_CREATE;
+    e.pg_create = &pg;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    Ct__CreateActor ca = CT__CREATE_ACTOR__INIT;
+    ca.class_name = "Worker";
+    ca.n_resources = 1;
+    ca.resources = res;
+    ca.exe_path = "/bin/true";
+    ca.bundle_index = -1;
+    env(&e, 6);
+    e.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR;
+    e.create_actor = &ca;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    Ct__Status st = CT__STATUS__INIT;
+    env(&e, 7);
+    e.body_case = CT__ENVELOPE__BODY_STATUS;
+    e.status = &st;
+    add_record(buf, &n, sizeof buf, 3, &e);
+    rc |= write_out(root, "fuzz_envelope/gen-driver", buf, n);
+
+    /* fuzz_envelope: a node registers, then object-directory messages */
+    n = 0;
+    Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
+    rn.host = "127.0.0.1";
+    rn.n_resources = 1;
+    rn.resources = res;
+    rn.pid = 1234;
+    env(&e, 1);
+    e.sender = "node";
+    e.token = "";
+    e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
+    e.register_node = &rn;
+    add_record(buf, &n, sizeof buf, 9, &e);
+    uint8_t oid[20] = {1, 2, 3};
+    ProtobufCBinaryData ids[1] = {{sizeof oid, oid}};
+    Ct__ObjLocate loc = CT__OBJ_LOCATE__INIT;
+    loc.n_object_ids = 1;
+    loc.object_ids = ids;
+    env(&e, 2);
+    e.body_case = CT__ENVELOPE__BODY_OBJ_LOCATE;
+    e.obj_locate = &loc;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    Ct__ObjFree of = CT__OBJ_FREE__INIT;
+    of.object_id = ids[0];
+    env(&e, 3);
+    e.body_case = CT__ENVELOPE__BODY_OBJ_FREE;
+    e.obj_free = &of;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    Ct__KvDel del = CT__KV_DEL__INIT;
+    del.key = "rendezvous/0";
+    env(&e, 4);
+    e.body_case = CT__ENVELOPE__BODY_KV_DEL;
+    e.kv_del = &del;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    rc |= write_out(root, "fuzz_envelope/gen-node", buf, n);
+
+    /* fuzz_zmtp: greeting, READY, one Call envelope */
+    n = 0;
+    static const uint8_t greet[64] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 0, 'N', 'U', 'L', 'L'};
+    memcpy(buf, greet, sizeof greet);
+    n = sizeof greet;
+    static const uint8_t ready[] = {0x04, 28,  5,   'R', 'E', 'A', 'D', 'Y', 11,  'S',
+                                    'o',  'c', 'k', 'e', 't', '-', 'T', 'y', 'p', 'e',
+                                    0,    0,   0,   6,   'D', 'E', 'A', 'L', 'E', 'R'};
+    memcpy(buf + n, ready, sizeof ready);
+    n += sizeof ready;
+    static const uint8_t pingcmd[] = {0x04, 9, 4, 'P', 'I', 'N', 'G', 0, 10, 'a', 'b'};
+    memcpy(buf + n, pingcmd, sizeof pingcmd);
+    n += sizeof pingcmd;
+    Ct__Call call = CT__CALL__INIT;
+    call.method = "step";
+    call.args.data = (uint8_t *)"\x01\x02\x03";
+    call.args.len = 3;
+    env(&e, 8);
+    e.body_case = CT__ENVELOPE__BODY_CALL;
+    e.call = &call;
+    size_t len = ct__envelope__get_packed_size(&e);
+    buf[n++] = 0;
+    buf[n++] = (uint8_t)len;
+    ct__envelope__pack(&e, buf + n);
+    n += len;
+    rc |= write_out(root, "fuzz_zmtp/gen-call", buf, n);
+
+    /* fuzz_safetensors: {"w": F32 [2], "b": I64 [1]} with metadata */
+    static const char hdr[] = "{\"__metadata__\":{\"format\":\"pt\"},"
+                              "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                              "\"b\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[8,16]}}";
+    uint64_t hl = sizeof hdr - 1;
+    n = 0;
+    memcpy(buf, &hl, 8);
+    memcpy(buf + 8, hdr, hl);
+    n = 8 + hl;
+    float w[2] = {1.5f, -2};
+    int64_t bias = 7;
+    memcpy(buf + n, w, sizeof w);
+    memcpy(buf + n + sizeof w, &bias, sizeof bias);
+    n += sizeof w + sizeof bias;
+    rc |= write_out(root, "fuzz_safetensors/gen-small", buf, n);
+    return rc ? 1 : 0;
+}

@@ -246,6 +246,25 @@ __attribute__((unused)) static int h_wait_gone(pid_t pid, int timeout_ms)
     return 1;
 }
 
+/* Sends sig to child pid (0: none), waits up to timeout_ms for it to exit, reaps it and
+ * forgets it (h_procs); its wait status, or -1 when it still runs (h_kill_all ends it). */
+__attribute__((unused)) static int h_reap(pid_t pid, int sig, int timeout_ms)
+{
+    if (sig)
+        kill(pid, sig);
+    double until = h_now_ms() + timeout_ms;
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (h_now_ms() > until)
+            return -1;
+        usleep(10000);
+    }
+    for (int i = 0; i < h_nprocs; i++)
+        if (h_procs[i] == pid)
+            h_procs[i] = 0;
+    return st;
+}
+
 /* Counts live processes (zombies excluded) other than this one that run this test's own
  * executable: zygotes and actors are this executable started again. Waits up to timeout_ms
  * for them to go; returns how many are left (and names them). */

@@ -149,6 +149,29 @@ __attribute__((unused)) static void res_list(Ct__Resource *r, Ct__Resource **rp,
     }
 }
 
+/* A CreateActor of class cls asking for one resource (res=amount), built in m (the returned
+ * envelope is valid while m is). */
+typedef struct create_msg {
+    Ct__Envelope e;
+    Ct__CreateActor c;
+    Ct__Resource r, *rp;
+} create_msg;
+__attribute__((unused)) static Ct__Envelope *create_actor_msg(create_msg *m, const char *cls,
+                                                              const char *res, double amount)
+{
+    ct__create_actor__init(&m->c);
+    res_list(&m->r, &m->rp, 1, &res, &amount);
+    ct__envelope__init(&m->e);
+    m->c.class_name = (char *)cls;
+    m->c.exe_path = "/bin/true";
+    m->c.n_resources = 1;
+    m->c.resources = &m->rp;
+    m->c.bundle_index = -1;
+    m->e.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR;
+    m->e.create_actor = &m->c;
+    return &m->e;
+}
+
 /* Sends RegisterNode (one resource name=amount) and returns the reply. */
 __attribute__((unused)) static Ct__Envelope *register_node(peer *p, const char *name, double amount)
 {

@@ -12,20 +12,9 @@
 /* CreateActor with one resource; the reply. */
 static Ct__Envelope *create(peer *drv, const char *name, double amount)
 {
-    Ct__Envelope e;
-    Ct__CreateActor c = CT__CREATE_ACTOR__INIT;
-    Ct__Resource r, *rp;
-    res_list(&r, &rp, 1, &name, &amount);
-    ct__envelope__init(&e);
-    c.class_name = "Bad";
-    c.exe_path = "/bin/true";
-    c.n_resources = 1;
-    c.resources = &rp;
-    c.bundle_index = -1;
-    e.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR;
-    e.create_actor = &c;
+    create_msg m;
     /* a valid request is placed on the fake node, which never answers: no reply then */
-    return peer_call(drv, &e, 500);
+    return peer_call(drv, create_actor_msg(&m, "Bad", name, amount), 500);
 }
 
 /* PgCreate of nb bundles, bundle `odd` holding CPU=amount, the others CPU=1; the reply. */

@@ -19,22 +19,10 @@
  * timeout_ms. */
 static Ct__Envelope *create(peer *drv, int deadline_ms, int timeout_ms)
 {
-    Ct__Envelope e;
-    Ct__CreateActor c = CT__CREATE_ACTOR__INIT;
-    Ct__Resource r, *rp;
-    const char *cpu = "CPU";
-    double one = 1;
-    res_list(&r, &rp, 1, &cpu, &one);
-    ct__envelope__init(&e);
-    c.class_name = "Flood";
-    c.exe_path = "/bin/true";
-    c.n_resources = 1;
-    c.resources = &rp;
-    c.bundle_index = -1;
-    e.deadline_ms = ct__deadline_ms(deadline_ms);
-    e.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR;
-    e.create_actor = &c;
-    return peer_call(drv, &e, timeout_ms);
+    create_msg m;
+    Ct__Envelope *e = create_actor_msg(&m, "Flood", "CPU", 1);
+    e->deadline_ms = ct__deadline_ms(deadline_ms);
+    return peer_call(drv, e, timeout_ms);
 }
 
 /* Counts what came back on p: registrations, refusals with CT_EEXIST / CT_ENOSPC naming

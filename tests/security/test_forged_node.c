@@ -13,21 +13,8 @@
 /* CreateActor of 1 CPU from drv; its request id. */
 static uint64_t create(peer *drv)
 {
-    Ct__Envelope e;
-    Ct__CreateActor c = CT__CREATE_ACTOR__INIT;
-    Ct__Resource r, *rp;
-    const char *cpu = "CPU";
-    double one = 1;
-    res_list(&r, &rp, 1, &cpu, &one);
-    ct__envelope__init(&e);
-    c.class_name = "Forged";
-    c.exe_path = "/bin/true";
-    c.n_resources = 1;
-    c.resources = &rp;
-    c.bundle_index = -1;
-    e.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR;
-    e.create_actor = &c;
-    return peer_send(drv, &e);
+    create_msg m;
+    return peer_send(drv, create_actor_msg(&m, "Forged", "CPU", 1));
 }
 
 static Ct__Envelope *heartbeat(peer *p, const char *node_id, int liveness_only)

@@ -65,23 +65,6 @@ static pid_t start_node(const char *addr, const char *a1, const char *a2, int pl
     return pid;
 }
 
-/* Waits up to timeout_ms for child pid to exit, reaps it and forgets it (h_procs); its wait
- * status, or -1 when it still runs (it is killed and reaped by h_kill_all). */
-static int reap_child(pid_t pid, int timeout_ms)
-{
-    double until = h_now_ms() + timeout_ms;
-    int st = 0;
-    while (waitpid(pid, &st, WNOHANG) == 0) {
-        if (h_now_ms() > until)
-            return -1;
-        usleep(10000);
-    }
-    for (int i = 0; i < h_nprocs; i++)
-        if (h_procs[i] == pid)
-            h_procs[i] = 0;
-    return st;
-}
-
 /* All of fd's output until EOF or timeout_ms, into buf. */
 static void read_all(int fd, char *buf, size_t cap, int timeout_ms)
 {
@@ -111,7 +94,7 @@ static void expect_refused(const char *addr, const char *dir, const char *what)
         return;
     read_all(fd, out, sizeof out, 5000);
     close(fd);
-    int st = reap_child(pid, 5000);
+    int st = h_reap(pid, 0, 5000);
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) == 0 || !strstr(out, "refused")) {
         fprintf(stderr, "%s: node with --spill-dir %s: status 0x%x, output:\n%s\n", what, dir, st,
                 out);
@@ -192,7 +175,7 @@ int main(void)
     CHECK(lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700 &&
           sb.st_uid == geteuid());
     kill(made, SIGTERM);
-    CHECK_EQ_INT(reap_child(made, 5000), 0);
+    CHECK_EQ_INT(h_reap(made, 0, 5000), 0);
     close(fd);
     CHECK_OK(wait_node_count(&obs, 0));
 
@@ -266,7 +249,7 @@ int main(void)
 
     /* the purge after a SIGKILL: the node's own dir goes, another user's planted one stays */
     kill(node, SIGKILL);
-    reap_child(node, 5000);
+    h_reap(node, 0, 5000);
     close(fd);
     ct__objnode_purge_leftovers();
     CHECK(access(own, F_OK) != 0);

@@ -80,24 +80,6 @@ static pid_t start_driver(const char *addr, pid_t *pa, pid_t *pb)
     return pid;
 }
 
-/* Kills child pid, reaps it and forgets it (h_procs); its wait status, -1 if not reaped. */
-static int reap_child(pid_t pid, int sig, int timeout_ms)
-{
-    if (sig)
-        kill(pid, sig);
-    double until = h_now_ms() + timeout_ms;
-    int st = 0;
-    while (waitpid(pid, &st, WNOHANG) == 0) {
-        if (h_now_ms() > until)
-            return -1;
-        usleep(10000);
-    }
-    for (int i = 0; i < h_nprocs; i++)
-        if (h_procs[i] == pid)
-            h_procs[i] = 0;
-    return st;
-}
-
 int main(void)
 {
     register_test_classes();
@@ -118,7 +100,7 @@ int main(void)
     pid_t drv = start_driver(addr, &pa, &pb);
     if (drv > 0) {
         CHECK(!h_gone(pa) && !h_gone(pb));
-        reap_child(drv, SIGKILL, 5000);
+        h_reap(drv, SIGKILL, 5000);
         double t0 = h_now_ms();
         CHECK(h_wait_gone(pa, 5000));
         CHECK(h_wait_gone(pb, 5000));
@@ -130,9 +112,9 @@ int main(void)
     if (drv > 0) {
         CHECK(!h_gone(pa) && !h_gone(pb));
         double t0 = h_now_ms();
-        reap_child(head, SIGKILL, 5000);
+        h_reap(head, SIGKILL, 5000);
         head = -1;
-        int st = reap_child(node, 0, 5000);
+        int st = h_reap(node, 0, 5000);
         CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1);
         if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 1)
             fprintf(stderr, "node: wait status 0x%x\n", st);
@@ -140,7 +122,7 @@ int main(void)
         CHECK(h_wait_gone(pb, 2000));
         printf("head loss: node and actors gone %.0f ms after the head was killed\n",
                h_now_ms() - t0);
-        reap_child(drv, SIGKILL, 5000);
+        h_reap(drv, SIGKILL, 5000);
     }
     CHECK_EQ_INT(h_leftovers(2000), 0);
     return sec_finish("security_node_liveness", head);

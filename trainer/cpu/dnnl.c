@@ -72,7 +72,7 @@ typedef struct entry {
     arg a[MAX_ARGS];
     size_t ws_bytes;
     const char *impl; /* oneDNN's implementation name, owned by pd */
-    int single; /* small problem: create and run on one thread (fork/join costs more) */
+    int single;       /* small problem: create and run on one thread (fork/join costs more) */
     struct entry *next;
 } entry;
 

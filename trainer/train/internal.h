@@ -44,7 +44,7 @@ typedef struct tr_spec {
     int64_t batch, epochs;
     double bucket_mb;
     int threads, comm_timeout_ms;
-    int accumulate; /* batches per optimizer step, >= 1 */
+    int accumulate;  /* batches per optimizer step, >= 1 */
     int sched_every; /* when the scheduler steps: TR_SCHED_EPOCH, _BATCH or _MANUAL */
 } tr_spec;
 

@@ -30,6 +30,7 @@
 #include <zmq.h>
 #include "actor/runtime.h"
 #include "actor/zmtp.h"
+#include "common/auth.h"
 #include "common/common.h"
 #include "head/head.h"
 #include "objectstore/store.h"
@@ -43,6 +44,7 @@
 
 /* How long a waiting call reads its actor's socket before it sleeps (see wait_locked). */
 #define CALL_SPIN_NS 50000
+#define HANDSHAKE_MS 60000 /* an actor's create may run this long before it answers */
 static struct {
     char name[64];
     ct_actor_class cls;
@@ -264,7 +266,9 @@ static int head_send(Ct__Envelope *e)
     return rc;
 }
 
-static void set_opts(void *s)
+/* A head socket's options: unbounded queues (replies are awaited), a bounded frame size, and
+ * the cluster's CURVE client keys. */
+static int set_opts(void *s)
 {
     int zero = 0;
     int64_t maxmsg = 1LL << 30; /* never trust a peer's claimed frame size */
@@ -272,6 +276,7 @@ static void set_opts(void *s)
     zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    return ct__auth_zmq_client(s);
 }
 
 static int connect_head(const char *addr, const char *sender)
@@ -283,7 +288,11 @@ static int connect_head(const char *addr, const char *sender)
     if (!C.ctx)
         return ct__error(CT_EZMQ, "ct_init: zmq_ctx_new: %s", zmq_strerror(errno));
     C.head = zmq_socket(C.ctx, ZMQ_DEALER);
-    set_opts(C.head);
+    if (!C.head)
+        return ct__error(CT_EZMQ, "ct_init: zmq_socket: %s", zmq_strerror(errno));
+    int rc = set_opts(C.head);
+    if (rc)
+        return rc;
     char ep[200];
     snprintf(ep, sizeof ep, "tcp://%s", addr);
     if (zmq_connect(C.head, ep) != 0)
@@ -605,7 +614,11 @@ static void *hb_main(void *arg)
     void *s = zmq_socket(C.ctx, ZMQ_DEALER);
     if (!s)
         return NULL;
-    set_opts(s);
+    if (set_opts(s)) {
+        CT_LOG(CT_LOG_ERROR, "driver", "heartbeats: %s", ct_last_error());
+        zmq_close(s);
+        return NULL;
+    }
     char ep[200];
     snprintf(ep, sizeof ep, "tcp://%s", C.addr);
     zmq_connect(s, ep);
@@ -740,7 +753,23 @@ int ct_init(const ct_init_opts *opts)
     if ((rc = read_self()))
         goto out;
     const char *addr = o.address && *o.address ? o.address : getenv("CT_ADDRESS");
+    const char *secret_file =
+        o.secret_file && *o.secret_file ? o.secret_file : getenv("CT_SECRET_FILE");
     char buf[160];
+    if (ct__auth_off()) {
+        CT_LOG(CT_LOG_WARN, "driver", "CT_AUTH=off: connections are not authenticated");
+    } else if (secret_file && *secret_file) {
+        if ((rc = ct__auth_load(secret_file)))
+            goto fail;
+    } else if (addr && *addr && !ct__auth_has_secret()) {
+        rc = ct__error(CT_EACCES,
+                       "ct_init: the cluster at %s needs its secret: set "
+                       "CT_SECRET_FILE or ct_init_opts.secret_file",
+                       addr);
+        goto fail;
+    } else if ((rc = ct__auth_ensure())) { /* an embedded cluster: a secret of its own */
+        goto fail;
+    }
     if (!addr || !*addr) {
         if ((rc = start_embedded(&o, timeout, buf, sizeof buf)))
             goto fail;
@@ -759,8 +788,14 @@ int ct_init(const ct_init_opts *opts)
     ct__env_init(&e, 0, C.sender, timeout);
     e.body_case = CT__ENVELOPE__BODY_PING;
     e.ping = &ping;
-    if ((rc = head_request(&e, &rep, timeout)))
+    if ((rc = head_request(&e, &rep, timeout))) {
+        if (rc == CT_ETIMEDOUT)
+            rc = ct__error(rc,
+                           "ct_init: the head at %s did not answer in %d ms (is it up, and "
+                           "is this its cluster's secret?)",
+                           addr, timeout);
         goto fail;
+    }
     rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "ping");
     ct__msg_free(rep);
     if (rc)
@@ -1092,6 +1127,28 @@ int ct_actor_create(const char *cls, const ct_resources *res, const void *args, 
     return ct_actor_create_many(cls, res, args, len, 1, out);
 }
 
+/* Completes the connection's challenge-response (zmtp.c) so that the held-back call leaves now:
+ * a caller may send to several actors before it waits on any. The actor answers once its
+ * create ran (its serve loop is not running before). Lock held; released while polling. */
+static int finish_handshake(ct_actor *a, const char *method)
+{
+    int64_t until = ct__now_ms() + HANDSHAKE_MS;
+    while (ct__zconn_held(&a->zc) && !a->dead) {
+        int64_t left = until - ct__now_ms();
+        if (left <= 0)
+            return ct__error(CT_ETIMEDOUT,
+                             "ct_actor_call(%s): actor %s did not answer the handshake in %d ms",
+                             method, a->id, HANDSHAKE_MS);
+        int fd = a->zc.fd;
+        UNLOCK();
+        struct pollfd p = {fd, POLLIN, 0};
+        poll(&p, 1, left > 100 ? 100 : (int)left);
+        LOCK();
+        drain_actor(a);
+    }
+    return a->dead ? CT_EDEAD : 0;
+}
+
 static int send_call(ct_actor *a, const char *method, const void *args, size_t len, ct_future *f)
 {
     Ct__Envelope e;
@@ -1114,6 +1171,8 @@ static int send_call(ct_actor *a, const char *method, const void *args, size_t l
     int rc = ct__zconn_send(&a->zc, buf, n, true);
     if (buf != stack)
         free(buf);
+    if (!rc && ct__zconn_held(&a->zc) && (rc = finish_handshake(a, method)) == CT_ETIMEDOUT)
+        return rc;
     if (rc) {
         mark_dead(a, "connection to the actor lost");
         return ct__error(CT_EDEAD, "ct_actor_call(%s): actor %s is gone", method, a->id);

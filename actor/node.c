@@ -46,6 +46,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "actor/runtime.h"
+#include "common/auth.h"
 #include "common/common.h"
 #include "proto/msg.h"
 
@@ -431,7 +432,7 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
         nenv++;
     char **env = calloc(nenv + 10, sizeof *env);
     char **argv = calloc(s->n_argv + 2, sizeof *argv);
-    char vars[9][300];
+    char vars[10][300];
     if (!env || !argv) {
         free(env);
         free(argv);
@@ -455,6 +456,22 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
     /* every symbol bound once in the zygote: otherwise each actor resolves (and dirties the GOT
      * pages of) every function it calls for the first time, ~25% of an actor's start */
     int nv = 7;
+    /* the cluster secret through a pipe the zygote inherits, never in the environment (which
+     * any process of this user can read in /proc) */
+    int secret_fd = -1;
+    if (ct__auth_off()) {
+        snprintf(vars[nv++], sizeof vars[0], "CT_AUTH=off");
+    } else {
+        secret_fd = ct__auth_secret_pipe();
+        if (secret_fd < 0) {
+            free(env);
+            free(argv);
+            close(sv[0]);
+            close(sv[1]);
+            return secret_fd;
+        }
+        snprintf(vars[nv++], sizeof vars[0], "CT_SECRET_FD=%d", secret_fd);
+    }
     if (!getenv("LD_BIND_NOW")) {
         snprintf(vars[nv++], sizeof vars[0], "LD_BIND_NOW=1");
         snprintf(vars[nv++], sizeof vars[0], "CT_ZYGOTE_BIND_NOW=1");
@@ -476,12 +493,16 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
         fcntl(sv[1], F_SETFD, 0); /* keep the zygote's end across exec */
+        if (secret_fd >= 0)
+            fcntl(secret_fd, F_SETFD, 0);
         execve(exe, argv, env);
         _exit(127);
     }
     free(env);
     free(argv);
     close(sv[1]);
+    if (secret_fd >= 0)
+        close(secret_fd);
     if (pid < 0) {
         close(sv[0]);
         return ct__error(-errno, "node: fork: %s", strerror(errno));
@@ -840,6 +861,11 @@ static void *liveness_main(void *arg)
         return NULL;
     int zero = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    if (ct__auth_zmq_client(s)) {
+        CT_LOG(CT_LOG_ERROR, "node", "liveness thread: %s", ct_last_error());
+        zmq_close(s);
+        return NULL;
+    }
     char ep[160];
     snprintf(ep, sizeof ep, "tcp://%s", l->head);
     zmq_connect(s, ep);
@@ -919,7 +945,10 @@ static int do_register(nodest *n, int *hb_ms)
         int64_t left = until - ct__now_ms();
         zmq_pollitem_t it = {n->sock, 0, ZMQ_POLLIN, 0};
         if (left <= 0 || node_stop)
-            return ct__error(CT_ETIMEDOUT, "node: head %s did not answer registration", n->head);
+            return ct__error(CT_ETIMEDOUT,
+                             "node: head %s did not answer registration (is it up, and does "
+                             "it hold this node's cluster secret?)",
+                             n->head);
         if (zmq_poll(&it, 1, left) <= 0)
             continue;
         Ct__Envelope *rep;
@@ -986,6 +1015,8 @@ int ct__node_run(const ct_node_opts *o)
     zmq_setsockopt(n.sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(n.sock, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt(n.sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    if ((rc = ct__auth_zmq_client(n.sock)))
+        goto out;
     char ep[160];
     snprintf(ep, sizeof ep, "tcp://%s", o->head);
     if (zmq_connect(n.sock, ep) != 0) {

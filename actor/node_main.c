@@ -1,7 +1,7 @@
 /* actor/node_main.c — ct-node: the command-line front of ct__node_run (actor/node.c).
  * Contract (stable): ct-node --head H:P [--cpus N] [--gpus N] [--resources name=n,...]
  * [--host ADDR] [--store-memory BYTES[K|M|G]] [--spill-dir DIR] [--cpuset LIST]
- * [--head-dead-after-ms MS]. */
+ * [--head-dead-after-ms MS] [--secret-file F] (or CT_SECRET_FILE; required). */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include <errno.h>
 #include <malloc.h>
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "actor/runtime.h"
+#include "common/auth.h"
 #include "common/common.h"
 
 /* "0-3,6" -> a CPU set; 0, or -1 with the reason on stderr. */
@@ -59,6 +60,7 @@ static void usage(FILE *f)
             "                        at most 2G)\n"
             "  --cpuset LIST         run the node and its actors on these CPUs only, e.g. 0-3,6\n"
             "                        (then --cpus defaults to their count)\n"
+            "  --secret-file F       the cluster secret (default $CT_SECRET_FILE; required)\n"
             "  --head-dead-after-ms MS  head silent this long: kill the actors and exit 1\n"
             "                        (default: 30 heartbeat periods, 3000 at 100 ms)\n"
             "  --spill-dir DIR       where the store spills (made 0700 when missing; refused "
@@ -103,6 +105,7 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
     ct_node_opts o = {.cpus = -1, .gpus = -1, .watch_fd = -1, .ready_fd = -1};
+    const char *secret_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -123,6 +126,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--store-memory")) {
             if (parse_bytes(v, &o.store_memory))
                 return 2;
+            i++;
+        } else if (!strcmp(a, "--secret-file")) {
+            if (!v || !*v) {
+                fprintf(stderr, "ct-node: --secret-file needs a value\n");
+                return 2;
+            }
+            secret_file = v;
             i++;
         } else if (!strcmp(a, "--spill-dir")) {
             if (!v || !*v) {
@@ -183,6 +193,10 @@ int main(int argc, char **argv)
         return 2;
     }
     free(store);
+    if (!ct__auth_off() && ct__auth_load(secret_file)) {
+        fprintf(stderr, "ct-node: %s\n", ct_last_error());
+        return 2;
+    }
     int rc = ct__node_run(&o);
     if (rc) {
         fprintf(stderr, "ct-node: %s\n", ct_last_error());

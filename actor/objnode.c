@@ -38,6 +38,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "actor/runtime.h"
+#include "common/auth.h"
 #include "common/common.h"
 #include "objectstore/store.h"
 #include "objectstore/transfer.h"
@@ -596,6 +597,8 @@ int ct__objnode_start(const char *node_id, const char *head, const char *host, u
     int zero = 0;
     zmq_setsockopt(O.sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(O.sock, ZMQ_SNDHWM, &zero, sizeof zero);
+    if ((rc = ct__auth_zmq_client(O.sock)))
+        goto fail;
     char ep[200];
     snprintf(ep, sizeof ep, "tcp://%s", head);
     if (zmq_connect(O.sock, ep) != 0) {

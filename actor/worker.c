@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include "actor/runtime.h"
 #include "actor/zmtp.h"
+#include "common/auth.h"
 #include "common/common.h"
 #include "proto/msg.h"
 
@@ -232,6 +233,13 @@ void ct__zygote_main(int fd)
         unsetenv("LD_BIND_NOW");
     unsetenv("CT_ZYGOTE_BIND_NOW");
     ct__log_set_who("zygote");
+    /* the cluster secret, from the node's pipe (node.c); the actors forked from here share it */
+    const char *sfd = getenv("CT_SECRET_FD");
+    if (!ct__auth_off() && (!sfd || ct__auth_load_fd(atoi(sfd)))) {
+        CT_LOG(CT_LOG_ERROR, "zygote", "no cluster secret from the node: %s", ct_last_error());
+        _exit(2);
+    }
+    unsetenv("CT_SECRET_FD");
     size_t cap = sizeof(ct__zreq) + CT_ZYGOTE_MAX_ARGS;
     char *buf = malloc(cap);
     if (!buf)

@@ -3,7 +3,13 @@
  * Wire (RFC 23/ZMTP): a 64-byte greeting each way (signature FF 00*8 7F, version 3.0,
  * mechanism "NULL", as-server, filler), then each side sends a READY command with its
  * Socket-Type, then frames: flags (bit0 MORE, bit1 LONG, bit2 COMMAND), size (1 byte, or
- * 8 bytes big-endian when LONG), body. */
+ * 8 bytes big-endian when LONG), body.
+ *
+ * Before the greeting, both sides prove that they hold the cluster secret (common/auth.h's
+ * C1/S1/C2): the client sends C1 at connect; the server answers S1; the client checks it and
+ * sends C2 and its greeting; the server checks C2 and sends its greeting. The client holds back
+ * what it queued (the first calls) until S1 checked out. Both ends run it inside the same
+ * event-driven parser, so a busy actor never blocks its caller's connect. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,11 +24,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include "actor/zmtp.h"
+#include "common/auth.h"
 #include "common/common.h"
 
 #define MAX_FRAME (1ULL << 30)
 
-enum { S_GREETING, S_HANDSHAKE, S_READY };
+/* S_GREETING must stay 0 (a zeroed connection expects the greeting). S_SAUTH1 / S_SAUTH2: a
+ * server waiting for C1 / C2; S_CWAIT: a client waiting for S1 (its output held back). */
+enum { S_GREETING, S_HANDSHAKE, S_READY, S_SAUTH1, S_SAUTH2, S_CWAIT };
 
 struct ct__zmtp {
     int lfd;
@@ -88,7 +97,14 @@ int ct__zconn_connect(ct__zconn *c, const char *endpoint)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    if ((rc = hello(fd, "DEALER"))) {
+    if (!ct__auth_off()) {
+        uint8_t c1[CT_AUTH_C1_LEN];
+        if ((rc = ct__auth_client_start(c1, c->auth)) || (rc = write_all(fd, c1, sizeof c1))) {
+            rc = ct__error(rc, "zmtp: handshake with %s failed", endpoint);
+            goto out;
+        }
+        c->state = S_CWAIT; /* the greeting follows the server's answer (parse) */
+    } else if ((rc = hello(fd, "DEALER"))) {
         rc = ct__error(rc, "zmtp: greeting to %s failed", endpoint);
         goto out;
     }
@@ -152,11 +168,57 @@ static long long frame(const uint8_t *b, size_t n, int *flags, const uint8_t **b
     return (long long)(hdr + sz);
 }
 
+/* One step of the challenge-response (auth.h) on the n bytes at b: 1 when it moved on, 0 when
+ * more bytes are needed, -1 when the peer failed it. */
+static int auth_step(ct__zconn *c, const uint8_t *b, size_t n)
+{
+    uint8_t out[CT_AUTH_S1_LEN];
+    if (c->state == S_SAUTH1) {
+        if (n < CT_AUTH_C1_LEN)
+            return 0;
+        if (ct__auth_server_answer(b, out, c->auth)) {
+            CT_LOG(CT_LOG_WARN, "zmtp", "refused a caller that does not speak ct's handshake");
+            return -1;
+        }
+        c->consumed += CT_AUTH_C1_LEN;
+        c->state = S_SAUTH2;
+        return write_all(c->fd, out, CT_AUTH_S1_LEN) ? -1 : 1;
+    }
+    if (c->state == S_SAUTH2) {
+        if (n < CT_AUTH_C2_LEN)
+            return 0;
+        if (ct__auth_server_check(c->auth, b)) {
+            CT_LOG(CT_LOG_WARN, "zmtp", "refused a caller without this cluster's secret");
+            return -1;
+        }
+        c->consumed += CT_AUTH_C2_LEN;
+        c->state = S_GREETING;
+        return hello(c->fd, "ROUTER") ? -1 : 1;
+    }
+    if (n < CT_AUTH_S1_LEN) /* S_CWAIT */
+        return 0;
+    if (ct__auth_client_finish(c->auth, b, out)) {
+        CT_LOG(CT_LOG_WARN, "zmtp", "the actor does not hold this cluster's secret");
+        return -1;
+    }
+    c->consumed += CT_AUTH_S1_LEN;
+    c->state = S_GREETING;
+    if (write_all(c->fd, out, CT_AUTH_C2_LEN) || hello(c->fd, "DEALER"))
+        return -1;
+    return ct__zconn_flush(c) ? -1 : 1; /* the calls held back */
+}
+
 int ct__zconn_parse(ct__zconn *c, const uint8_t **data, size_t *len)
 {
     for (;;) {
         uint8_t *b = c->buf + c->consumed;
         size_t n = c->len - c->consumed;
+        if (c->state >= S_SAUTH1) {
+            int r = auth_step(c, b, n);
+            if (r <= 0)
+                return r;
+            continue;
+        }
         if (c->state == S_GREETING) {
             if (n < 64)
                 return n >= 1 && b[0] != 0xFF ? -1 : 0;
@@ -214,10 +276,15 @@ void ct__zconn_compact(ct__zconn *c)
     }
 }
 
+bool ct__zconn_held(const ct__zconn *c)
+{
+    return c->state == S_CWAIT;
+}
+
 int ct__zconn_flush(ct__zconn *c)
 {
-    if (!c->olen)
-        return 0;
+    if (!c->olen || ct__zconn_held(c))
+        return 0; /* nothing, or held back until the server proved itself */
     int rc = write_all(c->fd, c->out, c->olen);
     c->olen = 0;
     return rc;
@@ -307,7 +374,10 @@ static void accept_all(ct__zmtp *s)
             return;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (hello(fd, "ROUTER")) {
+        int state = S_GREETING;
+        if (!ct__auth_off()) {
+            state = S_SAUTH1; /* the greeting follows C2 (parse) */
+        } else if (hello(fd, "ROUTER")) {
             close(fd);
             continue;
         }
@@ -321,7 +391,7 @@ static void accept_all(ct__zmtp *s)
             s->c = nc;
             s->capc = capc;
         }
-        s->c[s->nc++] = (ct__zconn){.fd = fd, .state = S_GREETING};
+        s->c[s->nc++] = (ct__zconn){.fd = fd, .state = state};
     }
 }
 

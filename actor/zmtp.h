@@ -2,10 +2,11 @@
  * - the actor's server side (ROUTER semantics: one reply per request, per connection);
  * - the driver's client side (DEALER semantics), one connection per actor handle.
  * Both run on the caller's thread with plain syscalls: no libzmq threads per actor (faster
- * creation) and no I/O-thread hand-offs per call (lower latency). The wire is real ZMTP, so
- * a libzmq DEALER can still talk to an actor.
+ * creation) and no I/O-thread hand-offs per call (lower latency). The wire is real ZMTP.
  *
- * Not a general ZeroMQ peer: no security mechanisms, no heartbeats (a PING is answered),
+ * Before the ZMTP greeting, both ends prove that they hold the cluster secret (auth.h's
+ * challenge-response), so a plain libzmq DEALER can no longer call an actor (CT_AUTH=off aside).
+ * Not a general ZeroMQ peer: no ZeroMQ security mechanisms, no heartbeats (a PING is answered),
  * messages of exactly one frame (a multi-frame message is reported as such). Not thread-safe:
  * each connection and server belongs to one thread at a time. */
 #ifndef CT_ACTOR_ZMTP_H
@@ -23,11 +24,13 @@ typedef struct ct__zconn {
     uint8_t *buf;
     size_t len, cap, consumed;
     bool multi;
+    uint8_t auth[64]; /* the challenge-response's state (CT_AUTH_STATE_LEN) */
     uint8_t *out;
     size_t olen, ocap;
 } ct__zconn;
 
-/* Connects to "tcp://host:port" as a DEALER and sends the greeting; fd is non-blocking. */
+/* Connects to "tcp://host:port" as a DEALER; fd is non-blocking. The challenge-response and the
+ * greeting run as the caller fills and parses (what it sends meanwhile is held back). */
 int ct__zconn_connect(ct__zconn *c, const char *endpoint);
 /* Reads what the socket has. 0, or CT_ECONNRESET when the peer closed or failed. */
 int ct__zconn_fill(ct__zconn *c);
@@ -40,6 +43,8 @@ void ct__zconn_compact(ct__zconn *c);
  * CT_ECONNRESET / CT_ENOMEM. */
 int ct__zconn_send(ct__zconn *c, const void *data, size_t len, bool flush);
 int ct__zconn_flush(ct__zconn *c);
+/* True while the client's output is held back by the challenge-response. */
+bool ct__zconn_held(const ct__zconn *c);
 void ct__zconn_close(ct__zconn *c);
 
 typedef struct ct__zmtp ct__zmtp;

@@ -111,6 +111,9 @@ int ct_cluster_state_dir(char *out, size_t cap);
 /* Path of the state file and of the per-cluster log directory. */
 int ct_cluster_state_path(const char *cluster_name, char *out, size_t cap);
 int ct_cluster_log_dir(const char *cluster_name, char *out, size_t cap);
+/* The cluster secret's file on this host, beside the state: <state dir>/<name>.secret (0600;
+ * `ctup up` writes a new one for every start, `ctup down` removes it). */
+int ct_cluster_secret_path(const char *cluster_name, char *out, size_t cap);
 /* Reads the state; CT_ENOENT when there is none. */
 int ct_cluster_state_read(const char *cluster_name, ct_cluster_state *st);
 /* Writes it atomically (temp file + rename). */
@@ -190,5 +193,10 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
 /* Where the daemons' binaries are on host, and where their logs go. */
 int ct__cluster_remote_bin(const ct_cluster_config *cfg, char *out, size_t cap);
 int ct__cluster_remote_log_dir(const ct_cluster_config *cfg, char *out, size_t cap);
+/* Where the daemons of the cluster read its secret: the local file (local provider), or
+ * <remote_dir>/secrets/<name>.secret on each host (ssh provider, copied there by scp). */
+int ct__cluster_daemon_secret(const ct_cluster_config *cfg, char *out, size_t cap);
+int ct__cluster_ssh_copy_secret(const ct_cluster_config *cfg, const char *const *hosts, int n,
+                                const char *local_secret);
 
 #endif

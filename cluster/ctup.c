@@ -6,8 +6,12 @@
  *   ctup down CLUSTER.yaml        stop every process `up` started (by recorded pid + start time)
  *   ctup status CLUSTER.yaml      the head's tables (nodes, stores, actors, placement groups)
  *   ctup status --address H:P     the same for any head
- *   ctup submit CLUSTER.yaml PROGRAM [ARGS]   run a driver here with CT_ADDRESS set
+ *   ctup submit CLUSTER.yaml PROGRAM [ARGS]   run a driver here with CT_ADDRESS and
+ *                                             CT_SECRET_FILE set
  *   ctup exec CLUSTER.yaml CMD...             run a shell command on the head's host
+ *   ctup secret FILE              write a new cluster secret (for hand-started ct-head/ct-node)
+ * `up` writes a new cluster secret beside the state (ssh: copied to every host) for every start;
+ * `down` removes it.
  * Exit codes: 0 ok, 1 failed, 2 usage or configuration error; submit and exec forward the
  * program's. Not in here: YAML parsing, providers, the state file. */
 #define _GNU_SOURCE
@@ -21,6 +25,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "cluster/cluster.h"
+#include "common/auth.h"
 #include "common/common.h"
 #include "proto/msg.h"
 
@@ -38,10 +43,14 @@ static const struct {
     {"submit", "CLUSTER.yaml PROGRAM [ARGS...]",
      "run a driver program here with CT_ADDRESS set; exits with its code"},
     {"exec", "CLUSTER.yaml CMD...", "run a shell command on the head's host with CT_ADDRESS set"},
+    {"secret", "FILE",
+     "write a new random cluster secret to FILE (mode 0600; for ct-head/ct-node\n"
+     "           --secret-file and CT_SECRET_FILE; ctup up makes its own)"},
 };
 #define N_CMDS (int)(sizeof cmds / sizeof cmds[0])
 static const char state_note[] =
-    "State: $CT_STATE_DIR or ~/.ct/clusters/<cluster_name>.state (logs beside it).\n";
+    "State: $CT_STATE_DIR or ~/.ct/clusters/<cluster_name>.state (logs and the cluster's\n"
+    "secret, <cluster_name>.secret, beside it; a new secret at every up).\n";
 
 static void usage(FILE *f)
 {
@@ -104,6 +113,8 @@ static int query_status(const char *addr, int timeout_ms, Ct__Envelope **rep)
     snprintf(ep, sizeof ep, "tcp://%s", addr);
     Ct__Envelope e;
     Ct__Status st = CT__STATUS__INIT;
+    if ((rc = ct__auth_zmq_client(s)))
+        goto out;
     if (zmq_connect(s, ep) != 0) {
         rc = ct__error(CT_EINVAL, "--address: '%s' is not host:port (%s)", addr,
                        zmq_strerror(zmq_errno()));
@@ -116,7 +127,10 @@ static int query_status(const char *addr, int timeout_ms, Ct__Envelope **rep)
         goto out;
     zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&it, 1, timeout_ms) <= 0) {
-        rc = ct__error(CT_ETIMEDOUT, "no answer from a head at %s within %d ms", addr, timeout_ms);
+        rc = ct__error(CT_ETIMEDOUT,
+                       "no answer from a head at %s within %d ms (is it up, and is this its "
+                       "cluster's secret?)",
+                       addr, timeout_ms);
         goto out;
     }
     if ((rc = ct__msg_recv(s, NULL, rep, 0, "ctup")) ||
@@ -264,6 +278,29 @@ static int wait_registered(const ct_cluster_config *cfg, const ct_cluster_state 
     }
 }
 
+/* A fresh secret for a cluster being started (the last start's is replaced: restarting is how
+ * a secret is rotated), loaded in this process too for the registration wait. */
+static int new_secret(const char *cluster_name)
+{
+    char path[4096];
+    int rc = ct_cluster_secret_path(cluster_name, path, sizeof path);
+    if (rc)
+        return rc;
+    if (unlink(path) != 0 && errno != ENOENT)
+        return ct__error(-errno, "cannot replace the old secret %s: %s", path, strerror(errno));
+    if ((rc = ct__secret_file_create(path)))
+        return rc;
+    return ct__auth_off() ? 0 : ct__auth_load(path);
+}
+
+/* Loads the secret of a started cluster (for status). */
+static int cluster_secret(const char *cluster_name)
+{
+    char path[4096];
+    int rc = ct_cluster_secret_path(cluster_name, path, sizeof path);
+    return rc ? rc : ct__auth_off() ? 0 : ct__auth_load(path);
+}
+
 static int cmd_up(const char *path)
 {
     ct_cluster_config *cfg = NULL;
@@ -305,8 +342,8 @@ static int cmd_up(const char *path)
     snprintf(st.config_path, sizeof st.config_path, "%s", realpath(path, abs) ? abs : path);
     snprintf(st.provider, sizeof st.provider, "%s",
              cfg->provider == CT_PROVIDER_SSH ? "ssh" : "local");
-    if ((rc = ct_cluster_state_write(&st)) || (rc = ct_cluster_start(cfg, &st)) ||
-        (rc = wait_registered(cfg, &st))) {
+    if ((rc = ct_cluster_state_write(&st)) || (rc = new_secret(cfg->cluster_name)) ||
+        (rc = ct_cluster_start(cfg, &st)) || (rc = wait_registered(cfg, &st))) {
         fprintf(stderr, "ctup: up failed: %s\n", ct_last_error());
         int n;
         if (st.n_procs) {
@@ -363,6 +400,9 @@ static int cmd_down(const char *path)
         return 1;
     }
     ct_cluster_state_remove(cfg->cluster_name);
+    char secret[4096];
+    if (!ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret))
+        unlink(secret);
     printf("cluster '%s' is down (%d of %d processes were running and are stopped)\n",
            cfg->cluster_name, n, st.n_procs);
     ct_cluster_config_destroy(&cfg);
@@ -408,7 +448,11 @@ static int cmd_status(int argc, char **argv)
             return rc;
         printf("cluster '%s' (%s provider, %d processes started by ctup)\n", cfg->cluster_name,
                st.provider, st.n_procs);
-        rc = status_at(st.address, timeout);
+        rc = cluster_secret(cfg->cluster_name);
+        if (rc)
+            fprintf(stderr, "ctup status: %s\n", ct_last_error());
+        else
+            rc = status_at(st.address, timeout);
         if (rc) { /* no head: say what still runs of what ctup started */
             printf("%-10s %-16s %-8s %s\n", "PROCESS", "HOST", "PID", "STATE");
             for (int i = 0; i < st.n_procs; i++) {
@@ -428,6 +472,10 @@ static int cmd_status(int argc, char **argv)
                         "CLUSTER.yaml)\n");
         return 2;
     }
+    if (!ct__auth_off() && ct__auth_load(NULL)) {
+        fprintf(stderr, "ctup status: %s\n", ct_last_error());
+        return 2;
+    }
     return status_at(addr, timeout);
 }
 
@@ -441,7 +489,13 @@ static int cmd_submit(int argc, char **argv)
     rc = load(argv[2], &cfg, &st, true, NULL);
     if (rc)
         return rc;
+    char secret[4096];
+    rc = ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret);
     ct_cluster_config_destroy(&cfg);
+    if (rc) {
+        fprintf(stderr, "ctup submit: %s\n", ct_last_error());
+        return 1;
+    }
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) {
@@ -450,6 +504,7 @@ static int cmd_submit(int argc, char **argv)
     }
     if (pid == 0) {
         setenv("CT_ADDRESS", st.address, 1);
+        setenv("CT_SECRET_FILE", secret, 1);
         signal(SIGPIPE, SIG_DFL);
         execvp(argv[3], argv + 3);
         fprintf(stderr, "ctup submit: cannot run %s: %s\n", argv[3], strerror(errno));
@@ -502,6 +557,22 @@ static int cmd_exec(int argc, char **argv)
     return rc;
 }
 
+static int cmd_secret(int argc, char **argv)
+{
+    int rc;
+    if (cmd_args_done("secret", argc, argv, 3, &rc))
+        return rc;
+    if (argc > 3) {
+        fprintf(stderr, "ctup secret: unexpected argument '%s' (one FILE only)\n", argv[3]);
+        return 2;
+    }
+    if (ct__secret_file_create(argv[2])) {
+        fprintf(stderr, "ctup secret: %s\n", ct_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 /* Is a a cluster file rather than a command (a .yaml/.yml name, or a file that exists)?
  * `ctup CLUSTER.yaml` means `ctup up CLUSTER.yaml`, as `ray up` does. */
 static bool is_cluster_file(const char *a)
@@ -533,6 +604,8 @@ int main(int argc, char **argv)
         return cmd_submit(argc, argv);
     if (!strcmp(c, "exec"))
         return cmd_exec(argc, argv);
+    if (!strcmp(c, "secret"))
+        return cmd_secret(argc, argv);
     if (!strcmp(c, "up") || !strcmp(c, "down")) {
         if (cmd_args_done(c, argc, argv, 3, &rc))
             return rc;
@@ -557,7 +630,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "ctup: unknown option '%s' (see --help)\n", c);
     else
         fprintf(stderr,
-                "ctup: unknown command '%s' (up, down, status, submit, exec, or a CLUSTER.yaml "
+                "ctup: unknown command '%s' (up, down, status, submit, exec, secret, or a "
+                "CLUSTER.yaml "
                 "to start; see --help)\n",
                 c);
     return 2;

@@ -358,6 +358,14 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         return rc;
     if ((rc = ct__cluster_remote_bin(cfg, bin, sizeof bin)))
         return rc;
+    /* the cluster secret, where the daemons read it (CT_SECRET_FILE in their environment) */
+    char secret[4096], local_secret[4096];
+    if ((rc = ct__cluster_daemon_secret(cfg, secret, sizeof secret)) ||
+        (rc = ct_cluster_secret_path(cfg->cluster_name, local_secret, sizeof local_secret)))
+        return rc;
+    if (cfg->provider == CT_PROVIDER_SSH &&
+        (rc = ct__cluster_ssh_copy_secret(cfg, hosts, nh, local_secret)))
+        return rc;
 
     /* 2. the head */
     char head_args[512] = "";
@@ -368,7 +376,9 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
     env[0] = cmd[0] = 0;
     if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
         (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||
-        (rc = cat(env, sizeof env, " CT_BIN_DIR=")) || (rc = shell_path(env, sizeof env, bin)) ||
+        (rc = cat(env, sizeof env, " CT_SECRET_FILE=")) ||
+        (rc = shell_path(env, sizeof env, secret)) || (rc = cat(env, sizeof env, " CT_BIN_DIR=")) ||
+        (rc = shell_path(env, sizeof env, bin)) ||
         (rc = cat(env, sizeof env, " CT_HEAD_PORT=%d CT_HEAD_ARGS=", cfg->head_port)) ||
         (rc = ct__shell_quote(env, sizeof env, head_args + 1)) ||
         (rc = cat(env, sizeof env, " ")) || (rc = shell_path(cmd, sizeof cmd, bin)) ||
@@ -425,6 +435,8 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         env[0] = cmd[0] = 0;
         if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
             (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||
+            (rc = cat(env, sizeof env, " CT_SECRET_FILE=")) ||
+            (rc = shell_path(env, sizeof env, secret)) ||
             (rc = cat(env, sizeof env, " CT_BIN_DIR=")) ||
             (rc = shell_path(env, sizeof env, bin)) ||
             (rc = cat(env, sizeof env, " CT_HEAD_ADDRESS=")) ||
@@ -501,10 +513,16 @@ int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, in
 
 int ct_cluster_exec_on_head(const ct_cluster_config *cfg, const char *address, const char *cmd)
 {
-    char script[32768] = "CT_ADDRESS=";
+    char script[32768] = "CT_ADDRESS=", secret[4096];
     int rc = ct__shell_quote(script, sizeof script, address);
     if (!rc)
-        rc = cat(script, sizeof script, "; export CT_ADDRESS; ");
+        rc = ct__cluster_daemon_secret(cfg, secret, sizeof secret);
+    if (!rc)
+        rc = cat(script, sizeof script, "; CT_SECRET_FILE=");
+    if (!rc)
+        rc = shell_path(script, sizeof script, secret);
+    if (!rc)
+        rc = cat(script, sizeof script, "; export CT_ADDRESS CT_SECRET_FILE; ");
     if (!rc && cfg->provider == CT_PROVIDER_SSH)
         rc = cat(script, sizeof script, "cd; ");
     if (!rc)
@@ -547,6 +565,15 @@ int ct__cluster_remote_bin(const ct_cluster_config *cfg, char *out, size_t cap)
     if (cfg->provider == CT_PROVIDER_SSH)
         return ct__ssh_bin_dir(cfg, out, cap);
     return ct__local_bin_dir(cfg, out, cap);
+}
+
+int ct__cluster_daemon_secret(const ct_cluster_config *cfg, char *out, size_t cap)
+{
+    if (cfg->provider == CT_PROVIDER_SSH) {
+        int n = snprintf(out, cap, "%s/secrets/%s.secret", cfg->remote_dir, cfg->cluster_name);
+        return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "secret path too long") : 0;
+    }
+    return ct_cluster_secret_path(cfg->cluster_name, out, cap);
 }
 
 int ct__cluster_remote_log_dir(const ct_cluster_config *cfg, char *out, size_t cap)

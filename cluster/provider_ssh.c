@@ -177,3 +177,57 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
     }
     return 0;
 }
+
+int ct__cluster_ssh_copy_secret(const ct_cluster_config *cfg, const char *const *hosts, int nh,
+                                const char *local_secret)
+{
+    char dir[4096], q[4200], file[4400], script[9000], store[8192];
+    int n = snprintf(dir, sizeof dir, "%s/secrets", cfg->remote_dir);
+    if (n < 0 || (size_t)n >= sizeof dir)
+        return ct__error(CT_ERANGE, "remote_dir path too long");
+    const char *scp_dir = !strncmp(dir, "~/", 2) ? dir + 2 : dir; /* scp: relative to home */
+    q[0] = 0;
+    int rc = !strncmp(dir, "~/", 2)
+                 ? (snprintf(q, sizeof q, "\"$HOME\"/"), ct__shell_quote(q, sizeof q, dir + 2))
+                 : ct__shell_quote(q, sizeof q, dir);
+    if (rc)
+        return rc;
+    snprintf(file, sizeof file, "%s/", q);
+    if ((rc = ct__shell_quote(file, sizeof file, cfg->cluster_name)))
+        return rc;
+    for (int h = 0; h < nh; h++) {
+        /* a directory only this user can enter, and no old file whose mode scp would keep */
+        snprintf(script, sizeof script,
+                 "umask 077 && mkdir -p -- %s && chmod 700 -- %s && rm -f -- %s.secret", q, q,
+                 file);
+        char *argv[40];
+        if ((rc = ct__ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
+            return rc;
+        fprintf(stderr, "ctup: copying the cluster secret to %s:%s\n", hosts[h], dir);
+        if ((rc = ct__cluster_run(argv, NULL, 0)))
+            return rc < 0
+                       ? rc
+                       : ct__error(CT_EIO, "ssh %s: mkdir %s failed (exit %d)", hosts[h], dir, rc);
+        size_t used = 0;
+        argv[0] = "scp";
+        argv[1] = "-q";
+        argv[2] = "-p"; /* keeps 0600 */
+        int k = common_opts(cfg, "-P", argv + 3, 30, store, sizeof store, &used);
+        if (k < 0)
+            return k;
+        k += 3;
+        argv[k++] = "--";
+        argv[k++] = (char *)local_secret;
+        if (!(argv[k++] =
+                  keep(store, sizeof store, &used,
+                       strchr(hosts[h], ':') ? "%s@[%s]:%s/%s.secret" : "%s@%s:%s/%s.secret",
+                       cfg->ssh_user, hosts[h], scp_dir, cfg->cluster_name)))
+            return ct__error(CT_ERANGE, "scp command line too long");
+        argv[k] = NULL;
+        if ((rc = ct__cluster_run(argv, NULL, 0)))
+            return rc < 0 ? rc
+                          : ct__error(CT_EIO, "scp of the secret to %s failed (exit %d)", hosts[h],
+                                      rc);
+    }
+    return 0;
+}

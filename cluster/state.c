@@ -70,6 +70,16 @@ int ct_cluster_state_path(const char *cluster_name, char *out, size_t cap)
     return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "state file path too long") : 0;
 }
 
+int ct_cluster_secret_path(const char *cluster_name, char *out, size_t cap)
+{
+    char dir[3800];
+    int rc = ct_cluster_state_dir(dir, sizeof dir);
+    if (rc)
+        return rc;
+    int n = snprintf(out, cap, "%s/%s.secret", dir, cluster_name);
+    return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "secret file path too long") : 0;
+}
+
 int ct_cluster_log_dir(const char *cluster_name, char *out, size_t cap)
 {
     char dir[3800];

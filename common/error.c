@@ -7,10 +7,13 @@ static _Thread_local char last_error[1024];
 
 int ct__error(int code, const char *fmt, ...)
 {
+    /* through a copy: callers wrap the last message, ct__error(rc, "x: %s", ct_last_error()) */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return code;
 }
 

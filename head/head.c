@@ -35,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <zmq.h>
+#include "common/auth.h"
 #include "common/common.h"
 #include "head/head.h"
 #include "proto/msg.h"
@@ -169,6 +170,7 @@ typedef struct driver {
 
 typedef struct head {
     void *ctx, *sock;
+    bool zap; /* a ZAP handler runs in ctx (stopped before ctx ends) */
     driver *drivers;
     int ndrivers;
     int hb_ms, dead_ms;
@@ -1983,6 +1985,8 @@ static void head_free(head *h)
     ct__objdir_reset();
     if (h->sock)
         zmq_close(h->sock);
+    if (h->zap)
+        ct__auth_zap_stop(h->ctx);
     if (h->ctx)
         zmq_ctx_term(h->ctx);
 }
@@ -2034,6 +2038,10 @@ int ct__head_run(const ct_head_opts *o)
         rc = ct__error(CT_EZMQ, "head: cannot create socket: %s", zmq_strerror(errno));
         goto out;
     }
+    /* only holders of the cluster secret get through the handshake (common/auth.h) */
+    if ((rc = ct__auth_zmq_server(h.sock)) || (rc = ct__auth_zap_start(h.ctx)))
+        goto out;
+    h.zap = true;
     /* bounded input: a peer's claimed frame size is not trusted (garbage on the port made
      * libzmq allocate terabytes, found by tests/runtime/test_fuzz.c under ASan), and a peer
      * that sends faster than the head handles is no longer read (TCP pushes back) once

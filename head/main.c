@@ -1,19 +1,23 @@
 /* head/main.c — ct-head: the command-line front of ct__head_run (head/head.c).
  * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
- * prints exactly "listening on H:P" once it serves. */
+ * [--secret-file F] prints exactly "listening on H:P" once it serves. The cluster secret comes
+ * from --secret-file or CT_SECRET_FILE; without one it refuses to start. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/auth.h"
 #include "common/common.h"
 #include "head/head.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]\n"
+               "               [--secret-file F]\n"
                "  --port P           port to listen on (0: pick a free one)\n"
                "  --host H           address to bind (default 127.0.0.1; 0.0.0.0 for all)\n"
                "  --heartbeat-ms N   period nodes heartbeat at (default 100)\n"
                "  --dead-after-ms N  a node is dead after N ms without heartbeat (default 1000)\n"
+               "  --secret-file F    the cluster secret (default $CT_SECRET_FILE; required)\n"
                "prints \"listening on H:P\" once it serves.\n");
 }
 
@@ -36,6 +40,7 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
 int main(int argc, char **argv)
 {
     ct_head_opts o = {.port = -1, .ready_fd = -1, .watch_fd = -1};
+    const char *secret_file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -52,6 +57,13 @@ int main(int argc, char **argv)
             }
             o.host = v;
             i++;
+        } else if (!strcmp(a, "--secret-file")) {
+            if (!v || !*v) {
+                fprintf(stderr, "ct-head: --secret-file needs a value\n");
+                return 2;
+            }
+            secret_file = v;
+            i++;
         } else if (!strcmp(a, "--heartbeat-ms")) {
             if (parse_int(a, v, 1, 60000, &o.heartbeat_ms))
                 return 2;
@@ -67,6 +79,10 @@ int main(int argc, char **argv)
     }
     if (o.port < 0) {
         fprintf(stderr, "ct-head: --port is required (0 picks a free port; see --help)\n");
+        return 2;
+    }
+    if (!ct__auth_off() && ct__auth_load(secret_file)) {
+        fprintf(stderr, "ct-head: %s\n", ct_last_error());
         return 2;
     }
     int rc = ct__head_run(&o);

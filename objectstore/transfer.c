@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/auth.h"
 #include "common/common.h"
 #include "objectstore/crc32c.h"
 #include "objectstore/xfer_data.h"
@@ -40,6 +41,7 @@ struct ct_xfer_server {
     ct_store *store;
     void *ctx;
     int own_ctx;
+    int zap; /* a ZAP handler reference on ctx (auth.h) */
     void *router;
     void *pipe_main, *pipe_thread;
     pthread_t thread;
@@ -339,7 +341,11 @@ ct_xfer_server *ct_xfer_server_new(ct_store *store, const ct_xfer_server_opts *o
     srv->router = zmq_socket(srv->ctx, ZMQ_ROUTER);
     int64_t maxmsg = MAX_REQUEST_BYTES;
     int zero = 0, hwm = 0;
-    if (!srv->router || zmq_setsockopt(srv->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
+    /* only holders of the cluster secret get through the handshake (common/auth.h) */
+    if (!srv->router || ct__auth_zmq_server(srv->router) || ct__auth_zap_start(srv->ctx))
+        goto err;
+    srv->zap = 1;
+    if (zmq_setsockopt(srv->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
         zmq_setsockopt(srv->router, ZMQ_LINGER, &zero, sizeof zero) ||
         zmq_setsockopt(srv->router, ZMQ_SNDHWM, &hwm, sizeof hwm) ||
         zmq_bind(srv->router, bind) != 0) {
@@ -409,6 +415,8 @@ void ct_xfer_server_destroy(ct_xfer_server **sp)
         zmq_close(srv->pipe_thread);
     if (srv->router)
         zmq_close(srv->router);
+    if (srv->zap)
+        ct__auth_zap_stop(srv->ctx);
     /* zmq_ctx_term waits until queued zero-copy chunks are released (linger 0 drops them);
      * with a shared context, wait for them here: they pin objects of srv->store. */
     if (srv->own_ctx && srv->ctx)
@@ -1042,7 +1050,10 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
             }
             zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
             zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
-            if (zmq_connect(sock, holder) != 0) {
+            if (ct__auth_zmq_client(sock)) {
+                why_add(&p, h, holder, ct_last_error());
+                r = CT_EACCES;
+            } else if (zmq_connect(sock, holder) != 0) {
                 why_add(&p, h, holder, zmq_strerror(zmq_errno()));
                 r = CT_EZMQ;
             } else {

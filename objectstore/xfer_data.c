@@ -32,10 +32,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/common.h"
 #include "objectstore/crc32c.h"
 
 #define IDLE_MS 60000 /* a connection with no request for this long is closed */
+#define AUTH_MS 10000 /* a new connection's challenge-response must be done by then */
 
 typedef struct dconn {
     struct ct__xdata_server *xs;
@@ -244,6 +246,12 @@ static void *conn_thread(void *arg)
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
+    /* nothing is read from a peer that has not proved it holds the cluster secret */
+    if (ct__auth_accept(c->fd, AUTH_MS)) {
+        CT_LOG(CT_LOG_WARN, "xfer", "%s: data port: %s", c->xs->sender, ct_last_error());
+        stat_add(&c->xs->st->errors, 1);
+        goto out;
+    }
     for (;;) {
         /* While pins wait for their bytes to leave, look again every millisecond. */
         struct pollfd pfd = {c->fd, POLLIN, 0};
@@ -263,6 +271,7 @@ static void *conn_thread(void *arg)
         if (serve_req(c->xs, c->fd, &rq, &h))
             break;
     }
+out:
     shutdown(c->fd, SHUT_RDWR);
     held_release(c->xs, c->fd, &h, 1); /* cut: whatever was queued is dropped */
     __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
@@ -444,6 +453,10 @@ int ct__xdata_connect(const char *zmq_endpoint, uint16_t port, int timeout_ms)
     fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if ((rc = ct__auth_connect(fd, timeout_ms))) {
+        rc = ct__error(rc, "data port %s:%s: %s", host, ps, ct_last_error());
+        goto err;
+    }
     freeaddrinfo(ai);
     return fd;
 err:

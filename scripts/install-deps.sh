@@ -7,7 +7,7 @@ set -eu
 # python3 (json and struct only, no PyTorch): tests/trainer/check_safetensors.py, which
 # trainer_ckpt runs to read a checkpoint as another tool would.
 # With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
-pkgs=(build-essential cmake pkg-config libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
+pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler
       libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist iproute2 procps python3)
 if [ "${1:-}" = bench ]; then
     pkgs+=(python3-torch libopenblas0-pthread)

@@ -17,6 +17,8 @@
 #include "ct/collective.h"
 #include "ct/error.h"
 
+int ct__auth_ensure(void); /* common/auth.h: one secret for the forked ranks */
+
 static double now_us(void)
 {
     struct timespec ts;
@@ -146,7 +148,7 @@ int main(int argc, char **argv)
         return 2;
     }
     char dir[] = "/tmp/ct-bench-allreduce-XXXXXX";
-    if (!mkdtemp(dir))
+    if (ct__auth_ensure() || !mkdtemp(dir))
         return 1;
     pid_t pids[2], parent = getpid();
     fflush(stdout);

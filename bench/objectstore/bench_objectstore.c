@@ -22,6 +22,7 @@
 #include <zmq.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/common.h"
 #include "objectstore/store.h"
 #include "objectstore/transfer.h"
@@ -82,6 +83,8 @@ int main(int argc, char **argv)
 {
     uint64_t sizes[8] = {1 * MB, 64 * MB, 1024 * MB};
     int nsizes = 3;
+    if (ct__auth_ensure()) /* one secret for both processes: the transfers check it */
+        return 1;
     if (argc > 1) {
         nsizes = 0;
         for (int i = 1; i < argc && nsizes < 8; i++)

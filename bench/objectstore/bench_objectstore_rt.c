@@ -24,6 +24,7 @@
  * Usage: bench_objectstore_rt [sizes in MiB, default "1 64"]. Medians; one "key=value" line per
  * figure. Not a test: no assertions beyond failing on errors. Kills what it starts. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
@@ -35,6 +36,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "common/auth.h"
 #include "common/common.h"
 #include "ct/ct.h"
 
@@ -45,6 +47,9 @@ static int nprocs;
 
 void ct__objnode_purge_leftovers(void);
 
+/* The cluster's secret, for the head and nodes this starts (CT_SECRET_FILE, inherited). */
+static char secret_dir[] = "/tmp/ct-bench-secret.XXXXXX", secret_file[64];
+
 static void kill_all(void)
 {
     for (int i = 0; i < nprocs; i++)
@@ -54,6 +59,11 @@ static void kill_all(void)
         }
     nprocs = 0;
     ct__objnode_purge_leftovers();
+    if (secret_file[0]) {
+        unlink(secret_file);
+        rmdir(secret_dir);
+        secret_file[0] = 0;
+    }
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -148,6 +158,14 @@ int main(int argc, char **argv)
     snprintf(headp, sizeof headp, "%s/ct-head", bin);
     snprintf(nodep, sizeof nodep, "%s/ct-node", bin);
     atexit(kill_all);
+    if (!ct__auth_off()) {
+        if (!mkdtemp(secret_dir))
+            return fprintf(stderr, "mkdtemp: %s\n", strerror(errno)), 1;
+        snprintf(secret_file, sizeof secret_file, "%s/secret", secret_dir);
+        if (ct__secret_file_create(secret_file))
+            return fprintf(stderr, "%s\n", ct_last_error()), 1;
+        setenv("CT_SECRET_FILE", secret_file, 1);
+    }
     char *hargv[] = {headp, "--port", "0", NULL};
     int fd;
     if (spawn(hargv, &fd) < 0)

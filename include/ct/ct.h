@@ -67,6 +67,9 @@ extern "C" {
 typedef struct ct_init_opts {
     const char *address; /* "host:port" of a head; NULL: $CT_ADDRESS, else an embedded cluster */
     int timeout_ms;      /* connecting / starting the embedded cluster; 0: 10000 */
+    /* the cluster secret file (docs/SECURITY.md) for a cluster at an address; NULL:
+     * $CT_SECRET_FILE. An embedded cluster draws its own secret in memory. */
+    const char *secret_file;
     /* embedded cluster only (0 = default): */
     double cpus;           /* CPUs of the embedded node; 0: detected */
     double gpus;           /* GPUs of the embedded node; 0: none */
@@ -83,7 +86,10 @@ void ct_serve_if_worker(void);
 
 /* Connects this driver to a cluster (opts may be NULL). With no address starts an embedded
  * head and node on 127.0.0.1 ephemeral ports; they end with this process, also when it
- * crashes. Not reentrant: a second ct_init without ct_shutdown returns CT_EEXIST. */
+ * crashes. Every connection proves that both ends hold the cluster's secret: with an address,
+ * the secret file must be given (CT_EACCES naming what is missing; a wrong secret makes the
+ * head's ping time out, CT_ETIMEDOUT saying so). Not reentrant: a second ct_init without
+ * ct_shutdown returns CT_EEXIST. */
 int ct_init(const ct_init_opts *opts);
 
 /* Kills the actors this process created (released handles included), ends an embedded cluster,

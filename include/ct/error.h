@@ -29,6 +29,7 @@ enum {
     CT_ENOSPC = -ENOSPC,         /* out of space (store memory, spill dir) */
     CT_ENOSYS = -ENOSYS,         /* not built in (e.g. CUDA backend in a CPU-only build) */
     CT_ERANGE = -ERANGE,         /* value out of range, shape mismatch */
+    CT_EACCES = -EACCES,         /* authentication failed: no or another cluster's secret */
     /* ct-specific codes, below every errno */
     CT_EDEAD = -10001,  /* an actor, replica or node died */
     CT_EDNNL = -10002,  /* oneDNN call failed */

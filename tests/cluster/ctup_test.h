@@ -8,6 +8,7 @@
 
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include "ct/error.h"

@@ -52,6 +52,14 @@ int main(void)
 
     /* status (from the file and by address) */
     T_EXPECT(0, NEEDLES("2 nodes (2 alive)", "CPU=2/2 disk=1/1", "64.0"), "status %s", cfg);
+    /* the cluster's secret: this user's alone; a head asked with another secret is silent */
+    char secret[PATH_MAX];
+    struct stat sst;
+    CHECK_OK(ct_cluster_secret_path(name, secret, sizeof secret));
+    CHECK(stat(secret, &sst) == 0 && (sst.st_mode & 0777) == 0600 && sst.st_uid == getuid());
+    T_EXPECT(1, NEEDLES("is this its cluster's secret?"), "status --address %s --timeout-ms 500",
+             addr);
+    setenv("CT_SECRET_FILE", secret, 1);
     T_EXPECT(0, NEEDLES("2 nodes (2 alive)"), "status --address %s", addr);
 
     /* submit: a driver joins the cluster; exit codes are forwarded */
@@ -93,6 +101,7 @@ int main(void)
     for (int i = 0; i < st.n_procs; i++)
         CHECK(h_wait_gone(st.procs[i].pid, 3000));
     CHECK_EQ_INT(ct_cluster_state_read(name, &st2), CT_ENOENT);
+    CHECK(access(secret, F_OK) != 0); /* the secret goes with the cluster */
     snprintf(want, sizeof want, "cluster '%s' is not running (no state): nothing to stop", name);
     T_EXPECT(0, NEEDLES(want), "down %s", cfg);
     snprintf(want, sizeof want, "cluster '%s' is not up (run 'ctup up", name);

@@ -125,6 +125,15 @@ int main(void)
     snprintf(want, sizeof want, "[%s/ct-node] [tester@localhost:.ct/bin/.incoming/]", bindir);
     expect_in(l, want, "scp to the second host");
     expect_in(l, "[mv -f -- \"$HOME\"/'.ct/bin'/.incoming/ct-head", "install step");
+    /* the cluster secret: a private folder, then scp -p of the 0600 file */
+    expect_in(l, "[umask 077 && mkdir -p -- \"$HOME\"/'.ct/secrets'", "secret folder");
+    char secret[PATH_MAX];
+    CHECK_OK(ct_cluster_secret_path(name, secret, sizeof secret));
+    snprintf(want, sizeof want,
+             "scp [-q] [-p] %s [-P] [2222] [-i] [%s] [--] [%s] "
+             "[tester@127.0.0.1:.ct/secrets/%s.secret]",
+             opts, key, secret, name);
+    expect_in(l, want, "scp of the secret");
     /* the head and the nodes */
     expect_in(l,
               "nohup setsid sh -c 'exec \"$HOME\"/'\\''.ct/bin'\\''/ct-head --host 127.0.0.1 "
@@ -182,9 +191,10 @@ int main(void)
     T_EXPECT(4, NEEDLES(want), "exec %s 'echo \"on head: $CT_ADDRESS in $(pwd)\"; exit 4'", cfg);
     l = slurp(log);
     snprintf(want, sizeof want,
-             "[--] [tester@127.0.0.1] [CT_ADDRESS='%s'; export CT_ADDRESS; cd; echo \"on head: "
-             "$CT_ADDRESS in $(pwd)\"; exit 4]",
-             addr);
+             "[--] [tester@127.0.0.1] [CT_ADDRESS='%s'; CT_SECRET_FILE=\"$HOME\"/'.ct/secrets/"
+             "%s.secret'; export CT_ADDRESS CT_SECRET_FILE; cd; echo \"on head: $CT_ADDRESS in "
+             "$(pwd)\"; exit 4]",
+             addr, name);
     expect_in(l, want, "exec over ssh");
     free(l);
 

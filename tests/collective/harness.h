@@ -18,6 +18,8 @@
 #include "ct/collective.h"
 #include "ct/error.h"
 
+int ct__auth_ensure(void); /* common/auth.h */
+
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
@@ -68,6 +70,7 @@ typedef int (*t_rank_fn)(int rank, int world, void *arg);
 static inline int t_spawn(int world, t_rank_fn fn, void *arg, pid_t *pids)
 {
     pid_t parent = getpid();
+    ct__auth_ensure(); /* one secret for all ranks: the TCP ring checks it (common/auth.h) */
     fflush(stdout);
     fflush(stderr);
     for (int r = 0; r < world; r++) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ct/error.h"
+#include "common/auth.h"
 #include "common/common.h"
 
 #define CHECK(c)                                                                                   \
@@ -41,6 +42,13 @@
 
 static pid_t os_children[16];
 static int os_nchildren;
+
+/* One cluster secret for the test and the "nodes" it forks: transfer servers and data ports
+ * check it (common/auth.h). */
+__attribute__((constructor)) static void os_auth_init(void)
+{
+    ct__auth_ensure();
+}
 
 /* fork() whose child dies with the parent; the parent records it for os_kill_all. */
 static inline pid_t os_fork(void)

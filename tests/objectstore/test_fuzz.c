@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <zmq.h>
 
+#include "common/auth.h"
 #include "ct.pb-c.h"
 #include "proto/msg.h"
 #include "tests/objectstore/os_node.h"
@@ -108,6 +109,7 @@ int main(void)
     os_fill(rnd, 1 << 17, 1234);
     CHECK_EQ(os_node_start(&a, "zA", obj, 1, 16 * MB, 0), 0);
     dealer = zmq_socket(ctx, ZMQ_DEALER);
+    ct__auth_zmq_client(dealer); /* the cluster's CURVE keys (common/auth.h) */
     int zero = 0;
     zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof zero);
     CHECK_EQ(zmq_connect(dealer, a.endpoint), 0);
@@ -202,6 +204,7 @@ int main(void)
     /* An oversized message: ZeroMQ drops it and closes that connection. */
     {
         void *big = zmq_socket(ctx, ZMQ_DEALER);
+        ct__auth_zmq_client(big); /* the cluster's CURVE keys (common/auth.h) */
         zmq_setsockopt(big, ZMQ_LINGER, &zero, sizeof zero);
         zmq_connect(big, a.endpoint);
         zmq_send(big, rnd, 1 << 17, 0);

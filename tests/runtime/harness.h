@@ -86,6 +86,35 @@ __attribute__((unused)) static bool h_node_dir_exists(pid_t pid)
     return found || access(pat, F_OK) == 0;
 }
 
+/* The test's cluster secret (common/auth.h): a file in a private directory, made by h_init and
+ * given to every process through CT_SECRET_FILE; removed at exit. */
+int ct__secret_file_create(const char *path);
+int ct__auth_load(const char *path);
+static char h_secret_dir[64], h_secret_file[96];
+
+__attribute__((unused)) static void h_secret_remove(void)
+{
+    if (getpid() != h_owner)
+        return;
+    if (h_secret_file[0])
+        unlink(h_secret_file);
+    if (h_secret_dir[0])
+        rmdir(h_secret_dir);
+    h_secret_file[0] = h_secret_dir[0] = 0;
+}
+
+__attribute__((unused)) static void h_secret_make(void)
+{
+    snprintf(h_secret_dir, sizeof h_secret_dir, "/tmp/ct-test-secret.XXXXXX");
+    if (!mkdtemp(h_secret_dir)) {
+        h_secret_dir[0] = 0;
+        return;
+    }
+    snprintf(h_secret_file, sizeof h_secret_file, "%s/secret", h_secret_dir);
+    if (ct__secret_file_create(h_secret_file) == 0 && ct__auth_load(h_secret_file) == 0)
+        setenv("CT_SECRET_FILE", h_secret_file, 1);
+}
+
 /* Kills and reaps every process this test started (those still running), then removes what
  * killed nodes left in /dev/shm and /tmp. */
 __attribute__((unused)) static void h_kill_all(void)
@@ -104,6 +133,7 @@ __attribute__((unused)) static void h_kill_all(void)
 __attribute__((unused)) static void h_on_signal(int sig)
 {
     h_kill_all();
+    h_secret_remove();
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -111,7 +141,9 @@ __attribute__((unused)) static void h_on_signal(int sig)
 __attribute__((unused)) static void h_init(void)
 {
     h_owner = getpid();
+    atexit(h_secret_remove); /* runs after h_kill_all (atexit order is reversed) */
     atexit(h_kill_all);
+    h_secret_make();
     signal(SIGSEGV, h_on_signal);
     signal(SIGABRT, h_on_signal);
     signal(SIGTERM, h_on_signal);

@@ -3,6 +3,7 @@
  * Each gets an error reply or is dropped, and the head keeps serving (a ping is answered after
  * every round, and its process is alive at the end). */
 #include "harness.h"
+#include "common/auth.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -71,6 +72,7 @@ int main(void)
     int port = atoi(strrchr(addr, ':') + 1);
     void *ctx = zmq_ctx_new();
     void *s = zmq_socket(ctx, ZMQ_DEALER);
+    ct__auth_zmq_client(s); /* the cluster's CURVE keys (common/auth.h) */
     int zero = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     char ep[160];

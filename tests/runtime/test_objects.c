@@ -8,6 +8,7 @@
  * gone from every node; two actors on C getting one object at once cause one pull; nodes leave
  * nothing in /dev/shm or /tmp. */
 #include "harness.h"
+#include "common/auth.h"
 #include "classes.h"
 #include "objclasses.h"
 #include <sys/stat.h>
@@ -136,6 +137,7 @@ static int shm_exists(pid_t pid)
 static Ct__Envelope *raw_head(void *ctx, const char *addr, Ct__Envelope *e)
 {
     void *s = zmq_socket(ctx, ZMQ_DEALER);
+    ct__auth_zmq_client(s); /* the cluster's CURVE keys (common/auth.h) */
     int zero = 0, to = 3000;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof to);
@@ -200,6 +202,7 @@ static void error_cases(const char *addr, ct_actor *c, const ct_object_id *known
     CHECK(xfer != NULL);
     if (xfer) {
         void *s = zmq_socket(ctx, ZMQ_DEALER);
+        ct__auth_zmq_client(s); /* the cluster's CURVE keys (common/auth.h) */
         int zero = 0, to = 3000;
         zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
         zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof to);

@@ -10,6 +10,7 @@
 #define CT_TESTS_SECURITY_SEC_H
 
 #include "../runtime/harness.h"
+#include "common/auth.h"
 #include <zmq.h>
 #include "common/common.h"
 #include "proto/msg.h"
@@ -25,10 +26,16 @@ typedef struct peer {
 
 static void *s_ctx;
 
-/* Connects a DEALER to addr ("host:port"); token NULL: none, "job": a fresh random job token,
- * else that string as is. */
-__attribute__((unused)) static int peer_open(peer *p, const char *addr, const char *name,
-                                             const char *token)
+/* Which CURVE keys a peer uses: the cluster's (this process's secret), none (plain ZMTP), or
+ * those of another cluster's secret (KEYS_OTHER: s_other, then this process's is reloaded from
+ * $CT_SECRET_FILE). */
+enum { KEYS_CLUSTER, KEYS_NONE, KEYS_OTHER };
+static const uint8_t s_other[CT_SECRET_LEN] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+/* Connects a DEALER to addr ("host:port") with keys; token NULL: none, "job": a fresh random
+ * job token, else that string as is. */
+__attribute__((unused)) static int peer_open_keys(peer *p, const char *addr, const char *name,
+                                                  const char *token, int keys)
 {
     memset(p, 0, sizeof *p);
     if (!s_ctx) {
@@ -37,6 +44,12 @@ __attribute__((unused)) static int peer_open(peer *p, const char *addr, const ch
     }
     p->s = zmq_socket(s_ctx, ZMQ_DEALER);
     if (!p->s)
+        return -1;
+    if (keys == KEYS_OTHER)
+        ct__auth_set(s_other);
+    if (keys != KEYS_NONE)
+        ct__auth_zmq_client(p->s); /* copies the keys: the secret may change after */
+    if (keys == KEYS_OTHER && ct__auth_load(NULL))
         return -1;
     int zero = 0;
     zmq_setsockopt(p->s, ZMQ_LINGER, &zero, sizeof zero);
@@ -50,6 +63,12 @@ __attribute__((unused)) static int peer_open(peer *p, const char *addr, const ch
     char ep[160];
     snprintf(ep, sizeof ep, "tcp://%s", addr);
     return zmq_connect(p->s, ep);
+}
+
+__attribute__((unused)) static int peer_open(peer *p, const char *addr, const char *name,
+                                             const char *token)
+{
+    return peer_open_keys(p, addr, name, token, KEYS_CLUSTER);
 }
 
 __attribute__((unused)) static void peer_close(peer *p)

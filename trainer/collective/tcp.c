@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "common/auth.h"
 #include "common/common.h"
 #include "internal.h"
 
@@ -154,11 +155,21 @@ static int connect_to(const char *hostport, int64_t deadline, int *out)
     return rc;
 }
 
+/* The ring's own hello to next: which node and group this connection is. */
+static int send_hello(ct_comm *c, const char *peer, int64_t deadline)
+{
+    struct hello h = {HELLO_MAGIC, c->node, c->group_hash};
+    int rc = io_all(c->fd_next, &h, sizeof h, 1, deadline);
+    if (rc < 0)
+        ct__error(rc, "collective: hello to %s: %s", peer, ct_strerror(rc));
+    return rc;
+}
+
 int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_t deadline)
 {
     int rc = 0, lfd = -1;
     char key[512], addr[320], myhost[256], *peer = NULL;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t sl = sizeof sa;
     int n = c->nnodes, next = (c->node + 1) % n, prev = (c->node + n - 1) % n;
 
@@ -166,6 +177,12 @@ int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_
         snprintf(myhost, sizeof myhost, "%s", host);
     else
         default_host(myhost, sizeof myhost);
+    /* listen on the address peers are told, not on every interface */
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(myhost, NULL, &hints, &ai) || !ai)
+        return ct__error(CT_EINVAL, "collective: host '%s' has no IPv4 address", myhost);
+    sa.sin_addr = ((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+    freeaddrinfo(ai);
     lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0)
         return ct__error(-errno, "collective: socket: %s", strerror(errno));
@@ -192,11 +209,20 @@ int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_
     }
     if ((rc = connect_to(peer, deadline, &c->fd_next)) < 0)
         goto out;
-    struct hello h = {HELLO_MAGIC, c->node, c->group_hash};
-    if ((rc = io_all(c->fd_next, &h, sizeof h, 1, deadline)) < 0) {
-        ct__error(rc, "collective: hello to %s: %s", peer, ct_strerror(rc));
+    /* Both ends of each link prove that they hold the cluster secret (common/auth.h). Every
+     * rank is the client of next and the server of prev, and the ring is a circle: so each step
+     * only waits for what a peer sends without waiting itself. C1 to next now; then, per
+     * accepted connection, C1 in and S1 out; S1 from next, C2 and the ring hello to next (once);
+     * C2 and the ring hello from prev. */
+    uint8_t c1[CT_AUTH_C1_LEN], cst[CT_AUTH_STATE_LEN];
+    bool client_done = ct__auth_off();
+    if (!client_done && ((rc = ct__auth_client_start(c1, cst)) ||
+                         (rc = io_all(c->fd_next, c1, sizeof c1, 1, deadline)) < 0)) {
+        ct__error(rc, "collective: handshake with %s: %s", peer, ct_strerror(rc));
         goto out;
     }
+    if (client_done && (rc = send_hello(c, peer, deadline)) < 0)
+        goto out;
     while (c->fd_prev < 0) {
         struct pollfd pf = {.fd = lfd, .events = POLLIN};
         if (ct__now_ns() >= deadline) {
@@ -213,6 +239,45 @@ int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_
         struct hello in;
         int64_t hd =
             ct__now_ns() + 2000000000ll < deadline ? ct__now_ns() + 2000000000ll : deadline;
+        uint8_t c1in[CT_AUTH_C1_LEN], s1out[CT_AUTH_S1_LEN], sst[CT_AUTH_STATE_LEN];
+        if (!ct__auth_off() &&
+            (io_all(fd, c1in, sizeof c1in, 0, hd) || ct__auth_server_answer(c1in, s1out, sst) ||
+             io_all(fd, s1out, sizeof s1out, 1, hd))) {
+            CT_LOG(CT_LOG_WARN, "collective",
+                   "rank %d: refused a connection that failed the "
+                   "handshake",
+                   c->rank);
+            close(fd);
+            continue;
+        }
+        if (!client_done) {
+            uint8_t s1[CT_AUTH_S1_LEN], c2[CT_AUTH_C2_LEN];
+            if ((rc = io_all(c->fd_next, s1, sizeof s1, 0, deadline)) < 0 ||
+                (rc = ct__auth_client_finish(cst, s1, c2)) ||
+                (rc = io_all(c->fd_next, c2, sizeof c2, 1, deadline)) < 0) {
+                ct__error(rc,
+                          "collective: rank %d: %s failed the handshake (%s): not this "
+                          "cluster's secret?",
+                          c->rank, peer, ct_strerror(rc));
+                close(fd);
+                goto out;
+            }
+            client_done = true;
+            if ((rc = send_hello(c, peer, deadline)) < 0) {
+                close(fd);
+                goto out;
+            }
+        }
+        uint8_t c2in[CT_AUTH_C2_LEN];
+        if (!ct__auth_off() &&
+            (io_all(fd, c2in, sizeof c2in, 0, hd) || ct__auth_server_check(sst, c2in))) {
+            CT_LOG(CT_LOG_WARN, "collective",
+                   "rank %d: refused a peer without this cluster's "
+                   "secret",
+                   c->rank);
+            close(fd);
+            continue;
+        }
         if (io_all(fd, &in, sizeof in, 0, hd) == 0 && in.magic == HELLO_MAGIC &&
             in.group_hash == c->group_hash && in.node == prev) {
             c->fd_prev = fd;

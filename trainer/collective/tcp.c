@@ -166,6 +166,10 @@ int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_
         snprintf(myhost, sizeof myhost, "%s", host);
     else
         default_host(myhost, sizeof myhost);
+    /* listen where peers are told to connect, not on every address: an IPv4 literal is bound
+     * as is; a host name (CT_COMM_HOST=name) keeps INADDR_ANY */
+    if (inet_pton(AF_INET, myhost, &sa.sin_addr) != 1)
+        sa.sin_addr.s_addr = htonl(INADDR_ANY);
     lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (lfd < 0)
         return ct__error(-errno, "collective: socket: %s", strerror(errno));

@@ -98,10 +98,10 @@ cleanup() {
         done
         kill -9 "${hold[$h]}" 2>/dev/null || true
     done
-    # what killed nodes of this run left: their shards and node directories (by recorded pid)
+    # what killed nodes of this run left (shards, node directories); --purge refuses a pid
+    # that runs again, as another process
     for p in $nodes $(node_pids); do
-        rm -f "/dev/shm/ct.node.$p.arena"
-        rm -rf /tmp/ct-node."$p".??????
+        "$bin/ct-node" --purge "$p" >/dev/null 2>&1 || true
     done
     rm -rf "$tmp"
 }

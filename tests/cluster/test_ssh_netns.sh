@@ -254,6 +254,9 @@ done
 
 # the victim: a worker host (h2 or h3) that runs a live replica, from `ctup status`
 ctup status "$cfg" >"$tmp/status.out" 2>&1 || { cat "$tmp/status.out"; fail "ctup status"; }
+spread=$(awk '$2 == "ct.trainer.Replica" && $5 == "ALIVE" {print $3}' "$tmp/status.out" |
+    sort -u | wc -l)
+[ "$spread" -eq 2 ] || { cat "$tmp/status.out"; fail "the 2 replicas are not on 2 nodes"; }
 victim=""
 for node in $(awk '$2 == "ct.trainer.Replica" && $5 == "ALIVE" {print $3}' "$tmp/status.out"); do
     host=$(awk -v n="$node" '$1 == n && $3 ~ /^(ALIVE|DEAD)$/ {print $2; exit}' "$tmp/status.out")

@@ -1,15 +1,20 @@
 /* actor/node_main.c — ct-node: the command-line front of ct__node_run (actor/node.c).
  * Contract (stable): ct-node --head H:P [--cpus N] [--gpus N] [--resources name=n,...]
  * [--host ADDR] [--store-memory BYTES[K|M|G]] [--spill-dir DIR] [--cpuset LIST]
- * [--head-dead-after-ms MS] [--secret-file F] (or CT_SECRET_FILE; required). */
+ * [--head-dead-after-ms MS] [--secret-file F] (or CT_SECRET_FILE; required); ct-node --purge
+ * PID (what `ctup down` runs on a node's host: the shard, node directory and spill files that
+ * node PID left when it was killed; needs no secret). */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include <errno.h>
 #include <malloc.h>
+#include <signal.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "actor/runtime.h"
 #include "common/auth.h"
 #include "common/common.h"
@@ -66,7 +71,46 @@ static void usage(FILE *f)
             "  --spill-dir DIR       where the store spills (made 0700 when missing; refused "
             "when\n"
             "                        not this user's or group/other-writable; default\n"
-            "                        /tmp/ct-node.<pid>.XXXXXX, removed at exit)\n");
+            "                        /tmp/ct-node.<pid>.XXXXXX, removed at exit)\n"
+            "       ct-node --purge PID\n"
+            "  removes what node PID, killed, left on this host (its shard, node directory and\n"
+            "  spill files); refuses while PID runs\n");
+}
+
+/* 1 while pid runs (a zombie does not: it has closed its sockets, its shard is unused). */
+static bool runs(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+/* ct-node --purge PID. A node killed with SIGKILL leaves its shard and directory behind until
+ * the next node starts on the host, which may be never: ctup down runs this for each node it
+ * stopped or found gone. Waits up to 2 s for PID to end (down may have just sent SIGKILL). */
+static int purge(const char *v)
+{
+    char *end;
+    long pid = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || pid <= 0 || pid > INT32_MAX) {
+        fprintf(stderr, "ct-node: --purge: '%s' is not a pid\n", v ? v : "");
+        return 2;
+    }
+    for (int i = 0; i < 40 && runs((int)pid); i++)
+        usleep(50000);
+    if (runs((int)pid)) {
+        fprintf(stderr, "ct-node: --purge: pid %ld still runs; nothing removed\n", pid);
+        return 1;
+    }
+    ct__objnode_purge_pid((int)pid);
+    return 0;
 }
 
 static int parse_num(const char *flag, const char *v, double *out)
@@ -111,6 +155,12 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--purge")) {
+            if (argc != 3) {
+                fprintf(stderr, "ct-node: --purge PID takes no other argument\n");
+                return 2;
+            }
+            return purge(v);
         } else if (!strcmp(a, "--head") || !strcmp(a, "--host") || !strcmp(a, "--resources")) {
             if (!v) {
                 fprintf(stderr, "ct-node: %s needs a value\n", a);

@@ -15,7 +15,8 @@
  *     head_ip: 127.0.0.1               # ssh: required; local: default 127.0.0.1
  *     worker_ips: [127.0.0.1, ...]     # one node per entry (ssh: required)
  *     num_workers: 2                   # local only: node count when worker_ips is absent
- *   auth: {ssh_user: u, ssh_private_key: ~/.ssh/id, ssh_port: 22}      # ssh only
+ *   auth: {ssh_user: u, ssh_private_key: ~/.ssh/id, ssh_port: 22,      # ssh only
+ *          ssh_known_hosts: ~/.ssh/known_hosts}   # ssh's UserKnownHostsFile (default: ssh's)
  *   setup_commands: [..]               # on every host before start (head_/worker_ variants)
  *   head_start_ray_commands: [..]      # or head_start_commands; the last one becomes the head
  *   worker_start_ray_commands: [..]    # or worker_start_commands; the last one becomes the node
@@ -28,9 +29,9 @@
  *        head_runs_node: false, start_timeout_s: 30, head_bind: 127.0.0.1}
  *
  * Values that reach a script or an argv are data and are checked at parse time: hosts are IPs
- * or DNS names, ssh_user is [a-z_][a-z0-9_-]*, paths are absolute (key, bin_dir, remote_dir
- * also ~/...) of CT_CLUSTER_SAFE_CHARS. Each node's spill directory (SPILL_ROOT/NAME-N) is made
- * by its start script. Only setup and start commands are shell code. */
+ * or DNS names, ssh_user is [a-z_][a-z0-9_-]*, paths are absolute (key, known_hosts, bin_dir,
+ * remote_dir also ~/...) of CT_CLUSTER_SAFE_CHARS. Each node's spill directory (SPILL_ROOT/NAME-N)
+ * is made by its start script. Only setup and start commands are shell code. */
 #ifndef CT_CLUSTER_H
 #define CT_CLUSTER_H
 
@@ -63,6 +64,7 @@ typedef struct {
     char *head_ip;
     int max_workers; /* -1: unset */
     char *ssh_user, *ssh_key;
+    char *ssh_known_hosts; /* ssh -o UserKnownHostsFile=, or NULL: ssh's default */
     int ssh_port;
     char **setup, **head_setup, **worker_setup;
     int n_setup, n_head_setup, n_worker_setup;

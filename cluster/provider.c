@@ -476,6 +476,36 @@ int ct_cluster_proc_alive(const ct_cluster_config *cfg, const ct_cluster_proc *p
     return !strncmp(out, "alive", 5);
 }
 
+/* After a node has stopped (or was found gone): on its host, `ct-node --purge PID` removes
+ * what a killed node leaves (shard in /dev/shm, node directory, spill files: else they stay
+ * until the next node starts there), and the spill directory its start script made is removed
+ * when empty. Best effort: down is about processes, and an older ct-node lacks --purge. */
+static void cleanup_node(const ct_cluster_config *cfg, const ct_cluster_proc *p)
+{
+    int idx = 0;
+    if (sscanf(p->role, "node-%d", &idx) != 1)
+        return;
+    char bin[4096], script[8192] = "";
+    int rc = ct__cluster_remote_bin(cfg, bin, sizeof bin);
+    if (!rc)
+        rc = shell_path(script, sizeof script, bin);
+    if (!rc)
+        rc = cat(script, sizeof script, "/ct-node --purge %d >/dev/null 2>&1", (int)p->pid);
+    /* the node's spill directory, from the file (its nodes are in the order up started them) */
+    const char *spill = idx >= 1 && idx <= cfg->n_nodes ? cfg->nodes[idx - 1].spill_dir : NULL;
+    if (!rc && spill && !strcmp(cfg->nodes[idx - 1].host, p->host)) {
+        rc = cat(script, sizeof script, "; rmdir -- ");
+        if (!rc)
+            rc = ct__shell_quote(script, sizeof script, spill);
+        if (!rc)
+            rc = cat(script, sizeof script, " 2>/dev/null");
+    }
+    if (!rc)
+        rc = cat(script, sizeof script, "; true\n");
+    if (!rc)
+        run_on(cfg, p->host, script, NULL, 0);
+}
+
 int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, int *n_stopped)
 {
     int first = 0;
@@ -497,6 +527,8 @@ int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, in
             continue;
         }
         out[strcspn(out, "\n")] = 0;
+        if (strcmp(out, "other"))
+            cleanup_node(cfg, p);
         if (!strcmp(out, "stopped") || !strcmp(out, "killed")) {
             (*n_stopped)++;
             fprintf(stderr, "ctup: %s (pid %d on %s) %s\n", p->role, (int)p->pid, p->host, out);

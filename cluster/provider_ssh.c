@@ -1,6 +1,6 @@
 /* cluster/provider_ssh.c — the `ssh` provider's transport: a host's script runs as
  *   ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o ConnectTimeout=10
- *       -p PORT [-i KEY] -- USER@HOST SCRIPT
+ *       -p PORT [-o UserKnownHostsFile=FILE] [-o IdentitiesOnly=yes -i KEY] -- USER@HOST SCRIPT
  * and the binaries go over with
  *   scp -q -o BatchMode=yes ... -P PORT [-i KEY] -- BIN/ct-head BIN/ct-node
  *       USER@HOST:DIR/bin/.incoming/
@@ -49,13 +49,17 @@ static void expand_home(char *out, size_t cap, const char *p)
         snprintf(out, cap, "%s", p);
 }
 
-/* The common options of ssh (port_flag "-p") and scp ("-P"). Returns argc or < 0. */
+/* The common options of ssh (port_flag "-p") and scp ("-P"), at most COMMON_OPTS_MAX entries
+ * (max must be at least that). Returns argc or < 0. */
+#define COMMON_OPTS_MAX 14
 static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char **argv, int max,
                        char *store, size_t cap, size_t *used)
 {
     static const char *const opts[] = {"BatchMode=yes", "StrictHostKeyChecking=accept-new",
                                        "ConnectTimeout=10"};
     int n = 0;
+    if (max < COMMON_OPTS_MAX)
+        return ct__error(CT_EINVAL, "ssh: argv too small");
     for (size_t i = 0; i < CT_ARRAY_LEN(opts); i++) {
         argv[n++] = "-o";
         argv[n++] = (char *)opts[i];
@@ -63,14 +67,25 @@ static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char
     argv[n++] = (char *)port_flag;
     if (!(argv[n++] = keep(store, cap, used, "%d", cfg->ssh_port)))
         return ct__error(CT_ERANGE, "ssh command line too long");
+    if (cfg->ssh_known_hosts) {
+        char k[4096];
+        expand_home(k, sizeof k, cfg->ssh_known_hosts);
+        argv[n++] = "-o";
+        if (!(argv[n++] = keep(store, cap, used, "UserKnownHostsFile=%s", k)))
+            return ct__error(CT_ERANGE, "ssh command line too long");
+    }
     if (cfg->ssh_key) {
         char k[4096];
         expand_home(k, sizeof k, cfg->ssh_key);
+        /* only this key: an agent's or ~/.ssh's other keys would be offered first, and a
+         * server stops after MaxAuthTries (6) failed ones */
+        argv[n++] = "-o";
+        argv[n++] = "IdentitiesOnly=yes";
         argv[n++] = "-i";
         if (!(argv[n++] = keep(store, cap, used, "%s", k)))
             return ct__error(CT_ERANGE, "ssh command line too long");
     }
-    return n < max ? n : ct__error(CT_ERANGE, "ssh: too many arguments");
+    return n;
 }
 
 /* USER@HOST must name a login and a host, nothing an ssh or scp could read otherwise. */
@@ -88,7 +103,7 @@ int ct__ssh_argv(const ct_cluster_config *cfg, const char *host, const char *scr
                  int max_argv, char *store, size_t cap)
 {
     size_t used = 0;
-    if (max_argv < 16)
+    if (max_argv < COMMON_OPTS_MAX + 5) /* ssh, the options, --, USER@HOST, SCRIPT, NULL */
         return ct__error(CT_EINVAL, "ct__ssh_argv: argv too small");
     int rc = check_login(cfg, host);
     if (rc)

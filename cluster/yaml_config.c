@@ -477,7 +477,8 @@ static int parse_root(parser *p, yaml_node_t *root)
                                       "ct",
                                       NULL};
     static const char *const prov_keys[] = {"type", "head_ip", "worker_ips", "num_workers", NULL};
-    static const char *const auth_keys[] = {"ssh_user", "ssh_private_key", "ssh_port", NULL};
+    static const char *const auth_keys[] = {"ssh_user", "ssh_private_key", "ssh_known_hosts",
+                                            "ssh_port", NULL};
     static const char *const ct_keys[] = {
         "head_port",  "heartbeat_ms",  "dead_after_ms",  "store_memory",    "spill_dir", "bin_dir",
         "remote_dir", "copy_binaries", "head_runs_node", "start_timeout_s", "head_bind", NULL};
@@ -592,6 +593,9 @@ static int parse_root(parser *p, yaml_node_t *root)
             goto out;
         if ((v = get(p, a, "ssh_private_key", NULL)) &&
             (rc = get_path(p, v, "auth.ssh_private_key", true, &c->ssh_key)))
+            goto out;
+        if ((v = get(p, a, "ssh_known_hosts", NULL)) &&
+            (rc = get_path(p, v, "auth.ssh_known_hosts", true, &c->ssh_known_hosts)))
             goto out;
         if ((v = get(p, a, "ssh_port", NULL)) &&
             (rc = get_int(p, v, "auth.ssh_port", 1, 65535, &c->ssh_port)))
@@ -913,6 +917,7 @@ void ct_cluster_config_destroy(ct_cluster_config **cfg)
     free(c->head_ip);
     free(c->ssh_user);
     free(c->ssh_key);
+    free(c->ssh_known_hosts);
     free(c->head_bind);
     free(c->bin_dir);
     free(c->remote_dir);

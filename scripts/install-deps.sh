@@ -5,10 +5,12 @@
 # report no reference).
 set -eu
 # python3 (json and struct only, no PyTorch): tests/trainer/check_safetensors.py, which
-# trainer_ckpt runs to read a checkpoint as another tool would.
+# trainer_ckpt runs to read a checkpoint as another tool would. openssh-server/-client and
+# iproute2 (ip netns, tc): cluster_ssh_netns runs a real sshd on each of its test hosts.
 # With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
-pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler
-      libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist iproute2 procps python3)
+pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev
+      protobuf-c-compiler libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist iproute2 procps
+      python3 openssh-client openssh-server)
 if [ "${1:-}" = bench ]; then
     pkgs+=(python3-torch libopenblas0-pthread)
 fi
@@ -25,8 +27,23 @@ if [ ${#missing[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # openssh-server's postinst starts a system sshd through invoke-rc.d unless policy-rc.d
+    # says no (exit 101). Docker-style images ship such a policy-rc.d, and a chroot without
+    # /sbin/init blocks it too, but a machine with an init system would keep an sshd running on
+    # port 22: the tests start their own sshd, so block the start for this install.
+    policy=/usr/sbin/policy-rc.d
+    made_policy=""
+    if [ ! -e "$policy" ] && [[ " ${missing[*]} " == *" openssh-server "* ]]; then
+        printf '#!/bin/sh\n# install-deps.sh: no service starts during this install\nexit 101\n' |
+            $sudo tee "$policy" >/dev/null
+        $sudo chmod 755 "$policy"
+        made_policy=1
+    fi
+    rc=0
+    $sudo apt-get update -qq &&
+        $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+    [ -z "$made_policy" ] || $sudo rm -f "$policy"
+    [ "$rc" -eq 0 ] || exit "$rc"
 fi
 if [ "${1:-}" = bench ] && ! python3 -c 'import ray, numpy' 2>/dev/null; then
     echo "install-deps: pip install ray numpy (the reference of the Ray benchmarks)"

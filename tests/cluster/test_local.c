@@ -100,6 +100,12 @@ int main(void)
              "down %s", cfg);
     for (int i = 0; i < st.n_procs; i++)
         CHECK(h_wait_gone(st.procs[i].pid, 3000));
+    /* and what the killed node left (its shard, its directory) is gone: down ran
+     * `ct-node --purge` on its host (any node started on this host meanwhile purges it too) */
+    char shard[64];
+    snprintf(shard, sizeof shard, "/dev/shm/ct.node.%d.arena", (int)st.procs[2].pid);
+    CHECK(access(shard, F_OK) != 0);
+    CHECK(!h_node_dir_exists(st.procs[2].pid));
     CHECK_EQ_INT(ct_cluster_state_read(name, &st2), CT_ENOENT);
     CHECK(access(secret, F_OK) != 0); /* the secret goes with the cluster */
     snprintf(want, sizeof want, "cluster '%s' is not running (no state): nothing to stop", name);

@@ -64,17 +64,20 @@ int main(void)
     snprintf(log, sizeof log, "%s/ssh.log", t_dir);
     setenv("FAKE_SSH_LOG", log, 1);
     const char *key = t_write("id_test", "not a key\n");
+    char known[512];
+    snprintf(known, sizeof known, "%s/known_hosts", t_dir);
 
     snprintf(name, sizeof name, "t-ssh-%d", (int)getpid());
     snprintf(yaml, sizeof yaml,
              "cluster_name: %s\n"
              "provider:\n  type: ssh\n  head_ip: 127.0.0.1\n  worker_ips: [127.0.0.1, localhost]\n"
-             "auth: {ssh_user: tester, ssh_private_key: %s, ssh_port: 2222}\n"
+             "auth: {ssh_user: tester, ssh_private_key: %s, ssh_port: 2222,\n"
+             "       ssh_known_hosts: %s}\n"
              "setup_commands: ['echo setup-ran >> setup.txt']\n"
              "available_node_types:\n  w: {resources: {CPU: 1}, min_workers: 2}\n"
              "ct: {head_port: 0, head_bind: 127.0.0.1, heartbeat_ms: 50, dead_after_ms: 500,\n"
              "     spill_dir: %s/spill}\n",
-             name, key, t_dir);
+             name, key, known, t_dir);
     const char *cfg = t_write("s.yaml", yaml);
 
     int rc = t_ctup(&out, "up %s", cfg);
@@ -97,9 +100,10 @@ int main(void)
                        "[ConnectTimeout=10]";
     /* setup on each distinct host, in $HOME */
     snprintf(want, sizeof want,
-             "ssh %s [-p] [2222] [-i] [%s] [--] [tester@127.0.0.1] [CT_CLUSTER_NAME='%s'; export "
+             "ssh %s [-p] [2222] [-o] [UserKnownHostsFile=%s] [-o] [IdentitiesOnly=yes] [-i] [%s] "
+             "[--] [tester@127.0.0.1] [CT_CLUSTER_NAME='%s'; export "
              "CT_CLUSTER_NAME; cd; echo setup-ran >> setup.txt\n]",
-             opts, key, name);
+             opts, known, key, name);
     expect_in(l, want, "setup on the head host");
     snprintf(want, sizeof want, "[--] [tester@localhost] [CT_CLUSTER_NAME='%s'; export", name);
     expect_in(l, want, "setup on the second host");
@@ -110,17 +114,19 @@ int main(void)
     free(setup);
     /* binaries: mkdir, scp into .incoming, mv into place, per host */
     snprintf(want, sizeof want,
-             "ssh %s [-p] [2222] [-i] [%s] [--] [tester@127.0.0.1] [mkdir -p -- "
+             "ssh %s [-p] [2222] [-o] [UserKnownHostsFile=%s] [-o] [IdentitiesOnly=yes] [-i] [%s] "
+             "[--] [tester@127.0.0.1] [mkdir -p -- "
              "\"$HOME\"/'.ct/bin'/.incoming]",
-             opts, key);
+             opts, known, key);
     expect_in(l, want, "mkdir of the binaries' folder");
     char bindir[PATH_MAX];
     snprintf(bindir, sizeof bindir, "%s", h_bin("ctup"));
     *strrchr(bindir, '/') = 0;
     snprintf(want, sizeof want,
-             "scp [-q] %s [-P] [2222] [-i] [%s] [--] [%s/ct-head] [%s/ct-node] "
+             "scp [-q] %s [-P] [2222] [-o] [UserKnownHostsFile=%s] [-o] [IdentitiesOnly=yes] [-i] "
+             "[%s] [--] [%s/ct-head] [%s/ct-node] "
              "[tester@127.0.0.1:.ct/bin/.incoming/]",
-             opts, key, bindir, bindir);
+             opts, known, key, bindir, bindir);
     expect_in(l, want, "scp to the head host");
     snprintf(want, sizeof want, "[%s/ct-node] [tester@localhost:.ct/bin/.incoming/]", bindir);
     expect_in(l, want, "scp to the second host");
@@ -130,9 +136,9 @@ int main(void)
     char secret[PATH_MAX];
     CHECK_OK(ct_cluster_secret_path(name, secret, sizeof secret));
     snprintf(want, sizeof want,
-             "scp [-q] [-p] %s [-P] [2222] [-i] [%s] [--] [%s] "
-             "[tester@127.0.0.1:.ct/secrets/%s.secret]",
-             opts, key, secret, name);
+             "scp [-q] [-p] %s [-P] [2222] [-o] [UserKnownHostsFile=%s] [-o] [IdentitiesOnly=yes] "
+             "[-i] [%s] [--] [%s] [tester@127.0.0.1:.ct/secrets/%s.secret]",
+             opts, known, key, secret, name);
     expect_in(l, want, "scp of the secret");
     /* the head and the nodes */
     expect_in(l,

@@ -18,7 +18,7 @@ for r in $(seq "$rounds"); do
     for mode in on off; do
         env=()
         [ "$mode" = off ] && env=(CT_AUTH=off)
-        calls=$(env "${env[@]}" "$build/bin/bench_actor_calls" "$secs" 0 | awk '$1 == "sync" {print $2}')
+        calls=$(env "${env[@]}" "$build/bin/bench_actor_calls" "$secs" 1 | awk '$1 == "sync" {print $2}')
         get=$(env "${env[@]}" "$build/bin/bench_objectstore_rt" 64 |
             awk -F'[= ]' '$1 == "rt_remote_get_64MiB" {print $2}')
         echo "round $r auth $mode: sync calls/s $calls, remote get 64 MiB $get GB/s" >&2
@@ -28,6 +28,6 @@ for r in $(seq "$rounds"); do
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 row() { awk -v n="$1" -v c="$2" -v r="$3" -v u="$4" -v d="$5" 'BEGIN {
-    printf "%s: ct=%.*f ref=%.*f %s ratio=%.3f\n", n, d, c, d, r, u, r > 0 ? c / r : 0 }'; }
+    printf "%s: ct=%.*f ref=%.*f %s ratio=%.3f\n", n, d, c, d, r, u, (r > 0 ? c / r : 0) }'; }
 row auth_cost_actor_calls "$(median "${on_calls[@]}")" "$(median "${off_calls[@]}")" calls/s 0
 row auth_cost "$(median "${on_get[@]}")" "$(median "${off_get[@]}")" GB/s 3

@@ -219,6 +219,10 @@ void ct_loader_destroy(ct_loader **ld);
 /* Starts (or restarts) iterating over epoch `epoch` from its first batch; with prefetch the
  * background thread begins building batches at once. Returns 0 or a negative CT_E*. */
 int ct_loader_set_epoch(ct_loader *ld, int64_t epoch);
+/* The same, starting at batch `batch` (0 .. ct_loader_num_batches; the number of batches makes
+ * the epoch empty): the batches then returned are exactly those a full pass returns from
+ * there on (to resume an epoch part way through). CT_EINVAL out of range. */
+int ct_loader_seek(ct_loader *ld, int64_t epoch, int64_t batch);
 /* Next batch of the current epoch: returns 1 and fills *b, 0 at the end of the epoch (call
  * ct_loader_set_epoch to go on), or a negative CT_E* (e.g. a dataset get failed). */
 int ct_loader_next(ct_loader *ld, ct_batch *b);

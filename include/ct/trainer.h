@@ -41,8 +41,8 @@
  * attempt, broadcast rank 0's weights, and train: each replica reads its shard of the training
  * set (DistributedSampler semantics, reshuffled per epoch from the seed), gradients are averaged
  * in buckets while backward runs (DDP-style), so every replica keeps identical weights. Dropout
- * and other random draws are reseeded at every epoch from (seed, epoch, rank), which is what
- * makes a resumed epoch repeat bit for bit. Buffers (BatchNorm statistics) are broadcast from
+ * and other random draws are reseeded before every batch from (seed, epoch, rank, batch index),
+ * which is what makes a resumed epoch repeat bit for bit, from its start or from any batch. Buffers (BatchNorm statistics) are broadcast from
  * rank 0 at the end of each epoch. Statistics are summed over all replicas by the driver.
  *
  * Checkpoints. With TRAINER_CHECKPOINT_AUTO, rank 0 writes one at the end of every epoch
@@ -55,6 +55,14 @@
  * steps per replica), "world_size", "seed", "rng" (how random draws are seeded), "model",
  * "data", "optimizer", "loss", "scheduler" (creator names), "config", and "optimizer_state" /
  * "scheduler_state" (JSON objects of the non-tensor state entries). trainer_save writes it.
+ * format_version "2" added "batch" (batches of the epoch after "epoch" done per replica: a
+ * checkpoint within an epoch, trainer_train_opts.checkpoint_every_steps; "0" at an epoch's
+ * end) and per-batch random draws; version "1" files (no "batch": an epoch's end) still load.
+ * The loader's position needs no more state: the epoch's data order is a function of (seed,
+ * epoch), so a group restarted at batch b of an epoch (with as many replicas as the checkpoint
+ * says in "world_size"; another size starts where as many samples were seen, rounded down)
+ * seeks its loader there, and the run goes on bit for bit as if it had not stopped. A
+ * checkpoint is also written to trainer_train_opts.checkpoint_dir when one is given.
  *
  * Fault tolerance (the RaySGD protocol). When a replica's process exits or its node is
  * declared dead, the survivors' collectives fail within milliseconds; the driver ends the
@@ -357,6 +365,11 @@ typedef struct trainer_stats {
     trainer_metric metrics[TRAINER_MAX_METRICS];
     int val_nmetrics; /* last validation */
     trainer_metric val_metrics[TRAINER_MAX_METRICS];
+    int64_t group_start_step; /* optimizer steps done when the current group started (its
+                                 checkpoint's; within an epoch with checkpoint_every_steps) */
+    /* checkpoints stored with fewer copies than asked (2; e.g. a cluster of one node), each
+     * also logged: such a checkpoint does not survive the loss of its node */
+    int checkpoints_under_replicated;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */
@@ -385,7 +398,37 @@ typedef struct trainer_train_opts {
     int backoff_cap_ms;    /* 0: 5000 */
     double backoff_jitter; /* 0: 0.1; CT_ZERO for none */
     int create_timeout_ms; /* starting a group (actors + rendezvous); 0: 30000 */
+    /* Also a checkpoint within epochs: whenever the optimizer step count reaches a multiple
+     * of N (0: at epochs' ends only). Needs TRAINER_CHECKPOINT_AUTO. A failure then costs at
+     * most N steps, and the group restarts at that batch of the epoch. */
+    int64_t checkpoint_every_steps;
+    /* A directory on the driver's host (made if missing) that gets every checkpoint too (see
+     * "Checkpoint directory" below); NULL: none. */
+    const char *checkpoint_dir;
+    int checkpoint_num_to_keep;             /* newest kept, and best kept; 0: all */
+    const char *checkpoint_score_attribute; /* NULL: no best; else the score (see below) */
+    const char *checkpoint_score_order;     /* "min" (NULL) or "max": which score is best */
+    /* Before training: trainer_restore of this checkpoint file, or of the latest checkpoint in
+     * this directory (a checkpoint_dir of an earlier run, e.g. of a cluster since lost); the
+     * job then goes on from its epoch and batch. CT_ENOENT when there is none. */
+    const char *resume;
 } trainer_train_opts;
+
+/* Checkpoint directory (Ray's CheckpointConfig). Each checkpoint the driver adopts is written
+ * to checkpoint_dir as ckpt-epochEEEE-stepSSSSSS.safetensors (epochs completed, optimizer
+ * steps: name order is training order), atomically (a temporary file, fsync, rename; the
+ * directory fsynced), then index.json, written the same way:
+ *   {"format": "ct-checkpoint-index", "version": 1, "latest": FILE, "score_attribute": NAME
+ *    or null, "score_order": "min"|"max", "best": [FILE, ...] (best first),
+ *    "checkpoints": [{"file", "epoch", "batch", "step", "score": number or null}, ...]}
+ * ("checkpoints": the files kept, oldest first), then the files no longer kept are deleted:
+ * the newest checkpoint_num_to_keep, plus the best checkpoint_num_to_keep by score (0: all
+ * kept). The score of a checkpoint is checkpoint_score_attribute's value when it is written:
+ * "train_loss" (over the epoch's batches so far), "val_loss" / "val_accuracy" (the last
+ * validation: validate_every_epoch validates before the epoch's checkpoint is written), or a
+ * step metric's name (trainer_step_metric; training, else validation). A checkpoint without
+ * a value (no validation yet) has score null and is never among the best. A directory that
+ * has an index already (the job resumed) keeps its list. */
 
 /* Trains from the current epoch up to the epoch count. Returns 0, CT_ERETRY when more than
  * max_retries failures happened (ct_last_error() names the last one), or another CT_E* code

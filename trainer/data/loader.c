@@ -120,7 +120,7 @@ static int build(ct_loader *ld, int64_t b, slot *s, bool threaded)
 static void *producer(void *arg)
 {
     ct_loader *ld = arg;
-    for (int64_t b = 0; b < ld->num_batches; b++) {
+    for (int64_t b = ld->next_batch; b < ld->num_batches; b++) { /* from the seek position */
         slot *s = &ld->slots[b % ld->nslots];
         pthread_mutex_lock(&ld->mu);
         while (s->state != SLOT_FREE && !atomic_load(&ld->stop))
@@ -371,6 +371,25 @@ int ct_loader_set_epoch(ct_loader *ld, int64_t epoch)
         return rc;
     ld->pending = false;
     if (ld->o.prefetch > 0)
+        return start_thread(ld);
+    return 0;
+}
+
+int ct_loader_seek(ct_loader *ld, int64_t epoch, int64_t batch)
+{
+    if (!ld)
+        return ct__error(CT_EINVAL, "ct_loader_seek: loader is NULL");
+    if (epoch < 0 || batch < 0 || batch > ld->num_batches)
+        return ct__error(CT_EINVAL, "ct_loader_seek: epoch %lld batch %lld (of %lld) out of range",
+                         (long long)epoch, (long long)batch, (long long)ld->num_batches);
+    int rc = prepare_epoch(ld, epoch);
+    if (rc < 0)
+        return rc;
+    /* the shard depends on the epoch only: batch b is the same samples as when reached in
+     * order; the producer starts at next_batch, whose slot is the one the consumer waits on */
+    ld->next_batch = batch;
+    ld->pending = false;
+    if (ld->o.prefetch > 0 && batch < ld->num_batches)
         return start_thread(ld);
     return 0;
 }

@@ -70,7 +70,9 @@ void ct__trainer_ctx_free(trainer_ctx *ctx);
 /* 0, or CT_EINVAL for a recorded error or (check_unused) a key no creator read. */
 int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
 
-/* The objects built from the creators. epoch: epochs completed; step: optimizer steps. */
+/* The objects built from the creators. epoch: epochs completed; step: optimizer steps; batch:
+ * batches of epoch `epoch` done (a checkpoint within an epoch; 0 at an epoch's end); world:
+ * the group size a loaded checkpoint was written by (0: none loaded). */
 typedef struct tr_state {
     trainer_data data;
     bool has_data;
@@ -78,7 +80,8 @@ typedef struct tr_state {
     ct_optim *optim;
     ct_sched *sched;
     trainer_loss_fn loss;
-    int64_t epoch, step;
+    int64_t epoch, step, batch;
+    int world;
 } tr_state;
 
 /* Runs the hook and the creators of spec (data only if with_data) in this thread, seeding the
@@ -101,6 +104,24 @@ void ct__ckpt_plan_free(tr_ckpt_plan **p);
  * as far as the model goes when the header is bad. */
 int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len);
 
+/* ---- the checkpoint directory (ckptdir.c) ---- */
+
+#define TR_CKPT_NAME_MAX 64 /* "ckpt-epochEEEE-stepSSSSSS.safetensors" */
+
+typedef struct tr_ckptdir tr_ckptdir;
+/* Opens (creates) dir and reads its index.json if there is one (a job going on in it keeps its
+ * list). keep: newest kept, and best kept by the score attribute attr (NULL: no scores); 0
+ * keeps all. CT_EINVAL for a bad index, CT_EIO when dir cannot be made. */
+int ct__ckptdir_open(const char *dir, int keep, const char *attr, bool maximize, tr_ckptdir **out);
+void ct__ckptdir_free(tr_ckptdir **d);
+/* Writes the checkpoint bytes atomically as ckpt-epochEEEE-stepSSSSSS.safetensors (its name
+ * into name), then the index, then deletes the files no longer kept. score: NaN for none. */
+int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, int64_t batch,
+                    int64_t step, double score, char *name, size_t cap);
+/* The path of the latest checkpoint in dir (the index's "latest", else the last by name).
+ * CT_ENOENT when there is none. */
+int ct__ckptdir_latest(const char *dir, char *path, size_t cap);
+
 /* ---- the replica actor (replica.c) ---- */
 
 /* Per-rank arguments of the "setup" call. */
@@ -108,14 +129,19 @@ typedef struct tr_setup_args {
     int rank, world;
     char group[64];
     int64_t start_epoch;
+    int64_t start_batch; /* the checkpoint's position within start_epoch (0: its start) */
     int has_ckpt;
     ct_object_id ckpt;
     char driver_node[32];
 } tr_setup_args;
 
+/* One call trains a segment of an epoch: from batch start_batch (where the replica is, or a
+ * seek of its loader) until `steps` optimizer steps are done or the epoch ends. */
 typedef struct tr_epoch_args {
     int64_t epoch;
-    int checkpoint; /* rank 0 writes one after the epoch */
+    int64_t start_batch;
+    int64_t steps;  /* 0: to the epoch's end */
+    int checkpoint; /* rank 0 writes one at the segment's end */
 } tr_epoch_args;
 
 /* The steps' named metrics of one replica: sums of value * batch size and of batch sizes. */
@@ -140,8 +166,11 @@ typedef struct tr_report {
     double seconds;
     int64_t first_step_ns; /* CLOCK_MONOTONIC of this replica's first step in its group, or 0 */
     uint64_t weights_hash;
+    int64_t end_batch; /* the position reached: batches of the epoch done */
+    int epoch_done;    /* the epoch ended (scheduler stepped, buffers broadcast) */
     int has_ckpt;
     ct_object_id ckpt;
+    int copies, copies_asked; /* of the checkpoint: nodes holding it after the seal, asked */
 } tr_report;
 
 typedef struct tr_val_report {

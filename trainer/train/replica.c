@@ -7,7 +7,11 @@
  * last one reduces and steps); the scheduler's step after each epoch (or after each optimizer
  * step, or never: trainer_opts.scheduler_step), rank 0's buffers broadcast at the end of each
  * epoch; rank 0 then writes the checkpoint
- * straight into the store. Also evaluates its slice of the validation set.
+ * straight into the store. A call trains a segment of an epoch (up to a number of optimizer
+ * steps: a checkpoint within the epoch); the loader stays where the segment ended, or seeks
+ * to the position a checkpoint gives. Random draws are reseeded before every batch from
+ * (seed, epoch, rank, batch), so a segment repeats bit for bit from any batch. Also evaluates
+ * its slice of the validation set.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +35,8 @@ typedef struct replica {
     bool first_step_done;
     trainer_step_fn train_step, validate_step;
     uint64_t validations;
+    bool pos_valid;               /* the loader is at (pos_epoch, pos_batch): a segment ended */
+    int64_t pos_epoch, pos_batch; /* there, so the next segment goes on without a seek */
 } replica;
 
 static void replica_free(void *state)
@@ -185,6 +191,7 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
             return rc;
     }
     r->st.epoch = a->start_epoch;
+    r->st.batch = a->start_batch;
     r->train_step = ct__trainer_step_fn(&r->spec, true);
     r->validate_step = ct__trainer_step_fn(&r->spec, false);
     if (!r->train_step || !r->validate_step)
@@ -206,8 +213,20 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* Rank 0 writes the checkpoint straight into the store and seals it with two copies. */
-static int write_checkpoint(replica *r, ct_object_id *id)
+/* The generator's seed for a batch: a function of where the batch is, not of what ran before,
+ * so that training resumed at any batch draws the same dropout masks. */
+static uint64_t batch_seed(const replica *r, int64_t epoch, int64_t batch)
+{
+    uint64_t e = mix(r->spec.seed ^ mix((uint64_t)epoch * 1000003u + (uint64_t)r->setup.rank));
+    return mix(e + (uint64_t)batch);
+}
+
+#define CKPT_COPIES 2
+
+/* Rank 0 writes the checkpoint straight into the store and seals it with two copies; *copies
+ * gets how many nodes hold it then (the seal settles for one per live node: fewer than asked
+ * is the driver's to report). */
+static int write_checkpoint(replica *r, ct_object_id *id, int *copies)
 {
     tr_ckpt_plan *p = NULL;
     void *dst = NULL;
@@ -219,10 +238,13 @@ static int write_checkpoint(replica *r, ct_object_id *id)
         goto out;
     ct__ckpt_write(p, dst);
     const char *dn = r->setup.driver_node[0] ? r->setup.driver_node : NULL;
-    if ((rc = ct_object_seal(id, &(ct_put_opts){.replicas = 2, .node = dn})) < 0) {
+    if ((rc = ct_object_seal(id, &(ct_put_opts){.replicas = CKPT_COPIES, .node = dn})) < 0) {
         ct_object_abort(id);
         goto out;
     }
+    char nodes[8][32];
+    if (ct_object_nodes(id, nodes, 8, copies, NULL) < 0)
+        *copies = 0; /* unknown: reported as too few */
 out:
     ct__ckpt_plan_free(&p);
     return rc;
@@ -283,8 +305,10 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
     return rc < 0 ? epoch_failed(r, rc) : rc;
 }
 
-/* The epoch: per batch the train step; then the scheduler, rank 0's buffers to all, the
- * weights' hash and (rank 0) the checkpoint. */
+/* A segment of the epoch: per batch the train step, until a->steps optimizer steps are done
+ * or the epoch ends; at the epoch's end the scheduler and rank 0's buffers to all (buffers
+ * differ between ranks within an epoch; they do not change what a training step computes);
+ * then the weights' hash and (rank 0) the checkpoint. */
 static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *rlen)
 {
     tr_epoch_args ea = *a;
@@ -300,16 +324,19 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                       .training = true,
                       .epoch = ea.epoch,
                       .metrics = &rep.metrics};
-    ct_nn_manual_seed(
-        mix(r->spec.seed ^ mix((uint64_t)ea.epoch * 1000003u + (uint64_t)r->setup.rank)));
-    int rc = ct_loader_set_epoch(r->loader, ea.epoch);
-    int64_t t0 = ct__now_ns();
+    int rc = 0;
+    if (!r->pos_valid || r->pos_epoch != ea.epoch || r->pos_batch != ea.start_batch)
+        rc = ct_loader_seek(r->loader, ea.epoch, ea.start_batch);
+    r->pos_valid = false; /* until this segment ends well */
+    s.index = ea.start_batch;
+    int64_t t0 = ct__now_ns(), steps = 0;
     /* accumulation groups of k batches (the epoch's last one may be shorter; every rank has as
      * many batches, so all agree on which batch reduces) */
     int64_t k = r->spec.accumulate > 1 ? r->spec.accumulate : 1;
     int64_t nb = ct_loader_num_batches(r->loader);
     ct_batch b;
-    while (rc == 0 && (rc = ct_loader_next(r->loader, &b)) > 0) {
+    while (rc == 0 && (ea.steps <= 0 || steps < ea.steps) &&
+           (rc = ct_loader_next(r->loader, &b)) > 0) {
         trainer_step_out so;
         int64_t g0 = s.index - s.index % k, left = nb - g0;
         s.accum_pos = (int)(s.index - g0);
@@ -318,12 +345,14 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             s.accum_len = s.accum_pos + 1;
         if (s.accum_pos == 0)
             ct_module_zero_grad(r->st.model);
+        ct_nn_manual_seed(batch_seed(r, ea.epoch, s.index));
         rc = run_batch(&s, r->train_step, &b, &so);
         s.index++;
         if (rc == 0) {
             rep.loss_sum += so.loss_sum;
             rep.samples += so.samples;
             if (s.updates) {
+                steps++;
                 rep.steps++;
                 r->st.step++;
                 if (r->st.sched && r->spec.sched_every == TR_SCHED_BATCH)
@@ -335,13 +364,20 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             }
         }
     }
-    if (rc == 0 && r->st.sched && r->spec.sched_every == TR_SCHED_EPOCH)
+    bool done = s.index >= nb;
+    if (rc == 0 && done && r->st.sched && r->spec.sched_every == TR_SCHED_EPOCH)
         rc = ct_sched_step(r->st.sched);
-    if (rc == 0)
+    if (rc == 0 && done)
         rc = broadcast_buffers(r);
     if (rc < 0)
         return rc;
-    r->st.epoch = ea.epoch + 1;
+    r->st.epoch = done ? ea.epoch + 1 : ea.epoch;
+    r->st.batch = done ? 0 : s.index;
+    r->pos_valid = !done;
+    r->pos_epoch = ea.epoch;
+    r->pos_batch = s.index;
+    rep.end_batch = r->st.batch;
+    rep.epoch_done = done;
     rep.seconds = (double)(ct__now_ns() - t0) * 1e-9;
     float *values, *grads;
     int64_t numel;
@@ -349,9 +385,10 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         return rc;
     rep.weights_hash = ct__trainer_hash(values, (size_t)numel * sizeof(float));
     if (ea.checkpoint && r->setup.rank == 0) {
-        if ((rc = write_checkpoint(r, &rep.ckpt)) < 0)
+        if ((rc = write_checkpoint(r, &rep.ckpt, &rep.copies)) < 0)
             return rc;
         rep.has_ckpt = 1;
+        rep.copies_asked = CKPT_COPIES;
     }
     if (!(*res = malloc(sizeof rep)))
         return CT_ENOMEM;

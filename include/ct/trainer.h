@@ -42,8 +42,9 @@
  * set (DistributedSampler semantics, reshuffled per epoch from the seed), gradients are averaged
  * in buckets while backward runs (DDP-style), so every replica keeps identical weights. Dropout
  * and other random draws are reseeded before every batch from (seed, epoch, rank, batch index),
- * which is what makes a resumed epoch repeat bit for bit, from its start or from any batch. Buffers (BatchNorm statistics) are broadcast from
- * rank 0 at the end of each epoch. Statistics are summed over all replicas by the driver.
+ * which is what makes a resumed epoch repeat bit for bit, from its start or from any batch. Buffers
+ * (BatchNorm statistics) are broadcast from rank 0 at the end of each epoch. Statistics are summed
+ * over all replicas by the driver.
  *
  * Checkpoints. With TRAINER_CHECKPOINT_AUTO, rank 0 writes one at the end of every epoch
  * straight into the object store (ct_object_create/seal, 2 copies on distinct nodes when there

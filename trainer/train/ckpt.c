@@ -239,7 +239,8 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
     const ct__jval *meta = ct__json_get(&root, "__metadata__");
     const char *fmt = ct__json_get_str(meta, "format"),
                *ver = ct__json_get_str(meta, "format_version");
-    if (!fmt || strcmp(fmt, CKPT_FORMAT) || !ver || (strcmp(ver, CKPT_VERSION) && strcmp(ver, "1"))) {
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) || !ver ||
+        (strcmp(ver, CKPT_VERSION) && strcmp(ver, "1"))) {
         rc = ct__error(CT_EINVAL,
                        "checkpoint: metadata format \"%s\" version \"%s\", expected \"%s\" \"1\" "
                        "or \"%s\"",

@@ -82,8 +82,7 @@ static int write_atomic(const char *dir, const char *name, const void *buf, size
         rc = ct__error(CT_EIO, "checkpoint_dir: fsync %s: %s", tmp, strerror(errno));
     close(fd);
     if (rc == 0 && rename(tmp, path) != 0)
-        rc = ct__error(CT_EIO, "checkpoint_dir: renaming %s to %s: %s", tmp, path,
-                       strerror(errno));
+        rc = ct__error(CT_EIO, "checkpoint_dir: renaming %s to %s: %s", tmp, path, strerror(errno));
     if (rc < 0)
         unlink(tmp);
     return rc;
@@ -126,8 +125,7 @@ static bool parse_name(const char *name, int64_t *epoch, int64_t *step)
 {
     long long e, s;
     int end = 0;
-    if (sscanf(name, "ckpt-epoch%lld-step%lld.safetensors%n", &e, &s, &end) != 2 ||
-        name[end] != 0)
+    if (sscanf(name, "ckpt-epoch%lld-step%lld.safetensors%n", &e, &s, &end) != 2 || name[end] != 0)
         return false;
     *epoch = e;
     *step = s;
@@ -140,21 +138,20 @@ static void index_json(const tr_ckptdir *d, const int *best, int nbest, ct__sbuf
 {
     ct__sb_printf(b, "{\"format\": \"%s\", \"version\": 1, \"latest\": ", INDEX_FORMAT);
     ct__sb_json_str(b, d->n ? d->e[d->n - 1].file : "");
-    ct__sb_add(b, ", \"score_attribute\": ", 21);
+    ct__sb_printf(b, ", \"score_attribute\": ");
     if (d->attr[0])
         ct__sb_json_str(b, d->attr);
     else
         ct__sb_add(b, "null", 4);
     ct__sb_printf(b, ", \"score_order\": \"%s\", \"best\": [", d->maximize ? "max" : "min");
     for (int i = 0; i < nbest; i++) {
-        ct__sb_add(b, i ? ", " : "", i ? 2 : 0);
+        ct__sb_printf(b, "%s", i ? ", " : "");
         ct__sb_json_str(b, d->e[best[i]].file);
     }
-    ct__sb_add(b, "],\n \"checkpoints\": [", 19);
+    ct__sb_printf(b, "],\n \"checkpoints\": [");
     for (int i = 0; i < d->n; i++) {
         const entry *e = &d->e[i];
-        ct__sb_add(b, i ? ",\n  " : "\n  ", i ? 4 : 3);
-        ct__sb_add(b, "{\"file\": ", 9);
+        ct__sb_printf(b, "%s{\"file\": ", i ? ",\n  " : "\n  ");
         ct__sb_json_str(b, e->file);
         ct__sb_printf(b, ", \"epoch\": %lld, \"batch\": %lld, \"step\": %lld, \"score\": ",
                       (long long)e->epoch, (long long)e->batch, (long long)e->step);
@@ -199,13 +196,15 @@ static int index_load(tr_ckptdir *d, const char *path)
     for (int i = 0; i < list->n; i++) {
         const ct__jval *o = &list->items[i], *sc = ct__json_get(o, "score");
         const char *file = ct__json_get_str(o, "file");
-        const ct__jval *ep = get_typed(o, "epoch", CT__J_NUM), *bt = get_typed(o, "batch", CT__J_NUM),
+        const ct__jval *ep = get_typed(o, "epoch", CT__J_NUM),
+                       *bt = get_typed(o, "batch", CT__J_NUM),
                        *st = get_typed(o, "step", CT__J_NUM);
         int64_t pe, ps;
         if (!file || !ep || !bt || !st || strlen(file) >= TR_CKPT_NAME_MAX ||
             !parse_name(file, &pe, &ps)) {
-            rc = ct__error(CT_EINVAL, "checkpoint_dir: %s: checkpoints[%d] is not a checkpoint "
-                                      "entry (file, epoch, batch, step)",
+            rc = ct__error(CT_EINVAL,
+                           "checkpoint_dir: %s: checkpoints[%d] is not a checkpoint "
+                           "entry (file, epoch, batch, step)",
                            path, i);
             goto out;
         }
@@ -358,8 +357,7 @@ int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, i
         rc = ct__error(CT_ENOMEM, "checkpoint_dir: out of memory");
         goto out;
     }
-    if ((rc = write_atomic(d->dir, INDEX_NAME, js.s, js.len)) < 0 ||
-        (rc = fsync_dir(d->dir)) < 0)
+    if ((rc = write_atomic(d->dir, INDEX_NAME, js.s, js.len)) < 0 || (rc = fsync_dir(d->dir)) < 0)
         goto out;
     for (int i = 0; i < ngone; i++) {
         char p[4400];
@@ -413,8 +411,9 @@ int ct__ckptdir_latest(const char *dir, char *path, size_t cap)
     }
     closedir(dh);
     if (be < 0)
-        return ct__error(CT_ENOENT, "resume: no checkpoint (%s nor ckpt-epoch*-step*.safetensors) "
-                                    "in %s",
+        return ct__error(CT_ENOENT,
+                         "resume: no checkpoint (%s nor ckpt-epoch*-step*.safetensors) "
+                         "in %s",
                          INDEX_NAME, dir);
     return 0;
 }

@@ -42,9 +42,9 @@ struct trainer {
     /* the newest complete checkpoint */
     bool has_ckpt;
     ct_object_id ckpt;
-    bool ckpt_unsaved; /* adopted, not yet written to the checkpoint directory */
+    bool ckpt_unsaved;     /* adopted, not yet written to the checkpoint directory */
     bool under_replicated; /* the last checkpoint stored had fewer copies than asked */
-    epoch_sums acc; /* the epoch being trained: its segments' sums so far */
+    epoch_sums acc;        /* the epoch being trained: its segments' sums so far */
     trainer_stats stats;
     char last_failure[600];
 };
@@ -554,7 +554,8 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     *done = r0->epoch_done;
     if (r0->has_ckpt) {
         char what[64];
-        snprintf(what, sizeof what, "checkpoint at step %lld", (long long)t->local.step + r0->steps);
+        snprintf(what, sizeof what, "checkpoint at step %lld",
+                 (long long)t->local.step + r0->steps);
         note_copies(t, what, r0->copies, r0->copies_asked);
         if ((rc = adopt_checkpoint(t, &r0->ckpt)) < 0) {
             snprintf(why, cap, "adopting the checkpoint of epoch %lld: %s", (long long)epoch + 1,
@@ -618,8 +619,8 @@ static int save_to_dir(trainer *t, tr_ckptdir *dir, const char *attr, bool epoch
     if (rc < 0)
         return rc;
     t->ckpt_unsaved = false;
-    CT_LOG(CT_LOG_INFO, "trainer", "checkpoint %s written (epoch %lld batch %lld, score %g)",
-           name, (long long)t->local.epoch, (long long)t->local.batch, score);
+    CT_LOG(CT_LOG_INFO, "trainer", "checkpoint %s written (epoch %lld batch %lld, score %g)", name,
+           (long long)t->local.epoch, (long long)t->local.batch, score);
     return 0;
 }
 
@@ -713,8 +714,9 @@ static int check_train_opts(const trainer_train_opts *o)
                                     "TRAINER_CHECKPOINT_AUTO");
     if (o->checkpoint_score_order && strcmp(o->checkpoint_score_order, "min") &&
         strcmp(o->checkpoint_score_order, "max"))
-        return ct__error(CT_EINVAL, "trainer_train: checkpoint_score_order \"%s\": not \"min\" "
-                                    "or \"max\"",
+        return ct__error(CT_EINVAL,
+                         "trainer_train: checkpoint_score_order \"%s\": not \"min\" "
+                         "or \"max\"",
                          o->checkpoint_score_order);
     if (o->checkpoint_score_attribute && (!*o->checkpoint_score_attribute || !o->checkpoint_dir))
         return ct__error(CT_EINVAL, "trainer_train: checkpoint_score_attribute %s",
@@ -750,10 +752,9 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
                (long long)t->local.epoch, (long long)t->local.batch, (long long)t->local.step);
     }
     if (o->checkpoint_dir &&
-        (rc = ct__ckptdir_open(o->checkpoint_dir, o->checkpoint_num_to_keep, attr,
-                               o->checkpoint_score_order &&
-                                   !strcmp(o->checkpoint_score_order, "max"),
-                               &dir)) < 0)
+        (rc = ct__ckptdir_open(
+             o->checkpoint_dir, o->checkpoint_num_to_keep, attr,
+             o->checkpoint_score_order && !strcmp(o->checkpoint_score_order, "max"), &dir)) < 0)
         return rc;
     while (t->local.epoch < epochs) {
         /* at an epoch boundary with fewer replicas than asked: grow back when they fit now */

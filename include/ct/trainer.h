@@ -48,7 +48,7 @@
  *
  * Checkpoints. With TRAINER_CHECKPOINT_AUTO, rank 0 writes one at the end of every epoch
  * straight into the object store (ct_object_create/seal, 2 copies on distinct nodes when there
- * are 2), the driver pulls a copy to its own node, loads it into its model, and only then frees
+ * are 2; fewer is counted in trainer_stats.checkpoints_under_replicated and logged), the driver pulls a copy to its own node, loads it into its model, and only then frees
  * the previous checkpoint: there is always one complete checkpoint, never a partial one. The
  * bytes are a safetensors file (see DESIGN.md "Checkpoint format"): model parameters and buffers
  * by dotted name; optimizer tensors as "optim.<name>"; __metadata__ strings "format"
@@ -69,7 +69,8 @@
  * declared dead, the survivors' collectives fail within milliseconds; the driver ends the
  * whole group, waits for the head to report the deaths, asks the head for free resources,
  * starts as many replicas as fit (at most num_replicas; none: exponential backoff and retry),
- * each restoring the last checkpoint from the store, and continues from that epoch. A smaller
+ * each restoring the last checkpoint from the store, and continues from that epoch (or that
+ * batch of it: checkpoint_every_steps). A smaller
  * group grows back at an epoch boundary when resources return. Every failure spends one of
  * max_retries; past them trainer_train returns CT_ERETRY and ct_last_error() says what failed
  * (replica, pid, node, signal or exit status). The driver's node is assumed not to fail.

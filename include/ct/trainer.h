@@ -48,11 +48,12 @@
  *
  * Checkpoints. With TRAINER_CHECKPOINT_AUTO, rank 0 writes one at the end of every epoch
  * straight into the object store (ct_object_create/seal, 2 copies on distinct nodes when there
- * are 2; fewer is counted in trainer_stats.checkpoints_under_replicated and logged), the driver pulls a copy to its own node, loads it into its model, and only then frees
- * the previous checkpoint: there is always one complete checkpoint, never a partial one. The
- * bytes are a safetensors file (see DESIGN.md "Checkpoint format"): model parameters and buffers
- * by dotted name; optimizer tensors as "optim.<name>"; __metadata__ strings "format"
- * ("ct-checkpoint"), "format_version" ("1"), "epoch" (epochs completed), "step" (optimizer
+ * are 2; fewer is counted in trainer_stats.checkpoints_under_replicated and logged), the driver
+ * pulls a copy to its own node, loads it into its model, and only then frees the previous
+ * checkpoint: there is always one complete checkpoint, never a partial one. The bytes are a
+ * safetensors file (see DESIGN.md "Checkpoint format"): model parameters and buffers by dotted
+ * name; optimizer tensors as "optim.<name>"; __metadata__ strings "format"
+ * ("ct-checkpoint"), "format_version" ("2"), "epoch" (epochs completed), "step" (optimizer
  * steps per replica), "world_size", "seed", "rng" (how random draws are seeded), "model",
  * "data", "optimizer", "loss", "scheduler" (creator names), "config", and "optimizer_state" /
  * "scheduler_state" (JSON objects of the non-tensor state entries). trainer_save writes it.
@@ -412,7 +413,8 @@ typedef struct trainer_train_opts {
     const char *checkpoint_score_order;     /* "min" (NULL) or "max": which score is best */
     /* Before training: trainer_restore of this checkpoint file, or of the latest checkpoint in
      * this directory (a checkpoint_dir of an earlier run, e.g. of a cluster since lost); the
-     * job then goes on from its epoch and batch. CT_ENOENT when there is none. */
+     * job then goes on from its epoch and batch (that epoch's stats then cover the batches
+     * after it). CT_ENOENT when there is none. */
     const char *resume;
 } trainer_train_opts;
 

@@ -79,6 +79,9 @@ typedef struct tr_state {
     ct_sched *sched;
     trainer_loss_fn loss;
     int64_t epoch, step;
+    /* a plateau scheduler's monitored value (config plateau_metric): "val_loss",
+     * "val_accuracy", "train_loss" or a validate step's metric name; "" for other schedulers */
+    char plateau_metric[TR_NAME_MAX];
 } tr_state;
 
 /* Runs the hook and the creators of spec (data only if with_data) in this thread, seeding the
@@ -115,7 +118,9 @@ typedef struct tr_setup_args {
 
 typedef struct tr_epoch_args {
     int64_t epoch;
-    int checkpoint; /* rank 0 writes one after the epoch */
+    int checkpoint;         /* rank 0 writes one after the epoch */
+    int64_t validate_every; /* validate after every that many optimizer steps; 0: never */
+    int validate_end;       /* validate after the epoch (validate_every_epoch) */
 } tr_epoch_args;
 
 /* The steps' named metrics of one replica: sums of value * batch size and of batch sizes. */
@@ -128,7 +133,16 @@ typedef struct tr_metrics {
 #define TR_REPORT_MAGIC 0x43545250u     /* "CTRP": a tr_report */
 #define TR_VAL_REPORT_MAGIC 0x43545256u /* "CTRV": a tr_val_report */
 
-/* What a replica reports after an epoch. */
+/* One validation run during an epoch: all ranks' sums, added in rank order (the same on every
+ * rank: the plateau scheduler steps on it). */
+typedef struct tr_val_result {
+    int64_t epoch, step; /* 0-based epoch it ran in; optimizer steps done before it */
+    double loss_sum;
+    int64_t correct, total;
+    tr_metrics metrics;
+} tr_val_result;
+
+/* What a replica reports after an epoch; nval tr_val_result entries follow it. */
 typedef struct tr_report {
     uint32_t magic; /* TR_REPORT_MAGIC */
     int rank, world;
@@ -142,6 +156,7 @@ typedef struct tr_report {
     uint64_t weights_hash;
     int has_ckpt;
     ct_object_id ckpt;
+    int nval; /* validations run during the epoch, in order */
 } tr_report;
 
 typedef struct tr_val_report {

@@ -31,6 +31,9 @@ struct trainer {
     ct_object_id ckpt;
     trainer_stats stats;
     char last_failure[600];
+    /* the validations of the last epoch (tr_report's tail), for on_validate */
+    tr_val_result *vals;
+    int nvals;
 };
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
@@ -403,6 +406,32 @@ static int rewind_to_checkpoint(trainer *t)
     return rc;
 }
 
+/* Makes a validation's sums the stats' val_* fields. */
+static void set_val_stats(trainer *t, double loss, int64_t correct, int64_t total,
+                          const tr_metrics *m)
+{
+    ct__trainer_metrics_out(m, t->stats.val_metrics, &t->stats.val_nmetrics);
+    t->stats.val_loss = total ? loss / (double)total : 0;
+    t->stats.val_accuracy = total ? (double)correct / (double)total : 0;
+    t->stats.val_samples = total;
+}
+
+/* The last epoch's validations into the stats, one by one, each handed to on_validate. */
+static int deliver_validations(trainer *t, const trainer_train_opts *o)
+{
+    for (int i = 0; i < t->nvals; i++) {
+        const tr_val_result *v = &t->vals[i];
+        set_val_stats(t, v->loss_sum, v->correct, v->total, &v->metrics);
+        t->stats.val_epoch = v->epoch;
+        t->stats.val_step = v->step;
+        int rc = o->on_validate ? o->on_validate(t, &t->stats, o->user) : 0;
+        if (rc < 0)
+            return ct__error(rc, "trainer_train: on_validate stopped training at step %lld",
+                             (long long)v->step);
+    }
+    return 0;
+}
+
 static int run_validation(trainer *t, char *why, size_t cap)
 {
     int failed, rc, world = t->world;
@@ -422,10 +451,7 @@ static int run_validation(trainer *t, char *why, size_t cap)
             total += r->total;
             ct__trainer_metrics_add(&m, &r->metrics);
         }
-        ct__trainer_metrics_out(&m, t->stats.val_metrics, &t->stats.val_nmetrics);
-        t->stats.val_loss = total ? loss / (double)total : 0;
-        t->stats.val_accuracy = total ? (double)correct / (double)total : 0;
-        t->stats.val_samples = total;
+        set_val_stats(t, loss, correct, total, &m);
     } else {
         end_group(t, why, cap, failed, rc, msg);
     }
@@ -435,8 +461,10 @@ static int run_validation(trainer *t, char *why, size_t cap)
     return rc;
 }
 
-/* One epoch on the group; on success the stats and (if asked) the checkpoint are updated. */
-static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size_t cap)
+/* One epoch on the group; on success the stats and (if asked) the checkpoint are updated, and
+ * t->vals holds the validations run during it (rank 0's copy: every rank has the same). */
+static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, const trainer_train_opts *o,
+                     char *why, size_t cap)
 {
     tr_epoch_args *ea = calloc((size_t)t->world, sizeof *ea);
     void **res = calloc((size_t)t->world, sizeof *res);
@@ -448,7 +476,11 @@ static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size
         return CT_ENOMEM;
     }
     for (int i = 0; i < t->world; i++)
-        ea[i] = (tr_epoch_args){.epoch = epoch, .checkpoint = checkpoint};
+        ea[i] = (tr_epoch_args){.epoch = epoch,
+                                .checkpoint = checkpoint,
+                                .validate_every = o->validate_every_steps,
+                                .validate_end = o->validate_every_epoch};
+    t->nvals = 0;
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
     if (rc < 0) {
         t->stats.failure_seen_ns = ct__now_ns();
@@ -469,6 +501,16 @@ static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size
         agree &= r->weights_hash == ((tr_report *)res[0])->weights_hash;
     }
     tr_report *r0 = res[0];
+    if (r0->nval > 0) {
+        tr_val_result *v = realloc(t->vals, sizeof *v * (size_t)r0->nval);
+        if (!v) {
+            rc = CT_ENOMEM;
+            goto out;
+        }
+        t->vals = v;
+        memcpy(v, (char *)r0 + sizeof *r0, sizeof *v * (size_t)r0->nval);
+        t->nvals = r0->nval;
+    }
     if (t->group_fresh)
         t->stats.group_first_step_ns = first_step;
     t->group_fresh = false;
@@ -573,6 +615,16 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     if (o->checkpoint != TRAINER_CHECKPOINT_AUTO && o->checkpoint != TRAINER_CHECKPOINT_NONE)
         return ct__error(CT_EINVAL, "trainer_train: checkpoint %d is neither AUTO nor NONE",
                          o->checkpoint);
+    if (o->validate_every_steps < 0)
+        return ct__error(CT_EINVAL, "trainer_train: validate_every_steps %lld < 0",
+                         (long long)o->validate_every_steps);
+    const char *pm = t->local.plateau_metric;
+    if (pm[0] && strcmp(pm, "train_loss") && t->spec.sched_every != TR_SCHED_MANUAL &&
+        !o->validate_every_epoch && !o->validate_every_steps)
+        return ct__error(CT_EINVAL,
+                         "trainer_train: the plateau scheduler monitors \"%s\" (config "
+                         "plateau_metric): set validate_every_epoch or validate_every_steps",
+                         pm);
     int64_t epochs = o->epochs > 0 ? o->epochs : t->spec.epochs;
     int max_retries = t->stats.retries_used + o->max_retries; /* per call */
     int rc = 0;
@@ -595,7 +647,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         /* with checkpoints off, still one after the last epoch: the driver's model and
          * trainer_save then hold the trained weights */
         bool ckpt = o->checkpoint == TRAINER_CHECKPOINT_AUTO || epoch + 1 == epochs;
-        rc = run_epoch(t, epoch, ckpt, why, sizeof why);
+        rc = run_epoch(t, epoch, ckpt, o, why, sizeof why);
         if (rc < 0) {
             if ((rc = spend_retry(t, max_retries, why)) < 0)
                 break;
@@ -603,11 +655,8 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
                 break;
             continue; /* at once: the resources are there unless a node went away */
         }
-        if (o->validate_every_epoch && (rc = run_validation(t, why, sizeof why)) < 0) {
-            if ((rc = spend_retry(t, max_retries, why)) < 0)
-                break;
-            continue;
-        }
+        if ((rc = deliver_validations(t, o)) < 0)
+            break;
         if (o->on_epoch && (rc = o->on_epoch(t, &t->stats, o->user)) < 0) {
             rc = ct__error(rc, "trainer_train: on_epoch stopped training after epoch %lld",
                            (long long)t->stats.epoch);
@@ -765,6 +814,7 @@ void trainer_shutdown(trainer **tp)
     if (t->has_ckpt)
         ct_free(&t->ckpt);
     ct__trainer_state_free(&t->local);
+    free(t->vals);
     free(t);
     *tp = NULL;
 }

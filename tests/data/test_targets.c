@@ -201,14 +201,14 @@ static void test_shards(void)
              * the last line's chunk; never the whole file when world > 1 */
             long range = size * (r + 1) / world - size * r / world;
             CHECK(bytes >= range);
-            CHECK(bytes <= range + 1 + 2 * 1024);
+            CHECK(bytes <= range + 1 + 2 * 256);
             total_read += bytes;
             ct_dataset_destroy(&ds);
         }
         CHECK_EQ(next, n);
         printf("world %d: %lld bytes read in all for a file of %ld\n", world, (long long)total_read,
                size);
-        CHECK(total_read <= size + world * (1 + 2 * 1024));
+        CHECK(total_read <= size + world * (1 + 2 * 256));
     }
     /* more ranks than lines: some shards are empty, each line still once */
     const char *p = put("small.csv", "1,10\n2,20\n");

@@ -314,7 +314,7 @@ static int read_at(int fd, const char *path, char *dst, int64_t off, int64_t n, 
     return 0;
 }
 
-#define CHUNK 1024
+#define CHUNK 256
 
 /* Reads from off until the buffer (grown as needed) holds stop_after_nonblank ? a complete
  * non-blank line : a '\n' (or the end of the file), appending to *buf at *len. */

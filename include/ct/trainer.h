@@ -29,10 +29,10 @@
  * same executable started again in actor mode, so the registrations run there too, and the
  * trainer only passes names. Each creator gets a trainer_ctx (rank, world size, seed, epoch the
  * replica starts at, and the user config, a "key=value,key=value" string read with
- * trainer_config_*). Built-ins: optimizer "adam", "adamw", "sgd"; loss "cross_entropy", "nll";
- * scheduler "steplr", "multistep", "exponential", "cosine", "warmup_cosine"; data
- * "fashion_mnist". The keys each built-in reads are listed after the trainer_register_*
- * functions below.
+ * trainer_config_*). Built-ins: optimizer "adam", "adamw", "sgd"; loss "cross_entropy", "nll"
+ * (i64 labels), "mse", "l1", "bce_with_logits" (f32 targets); scheduler "steplr", "multistep",
+ * "exponential", "cosine", "warmup_cosine", "plateau"; data "fashion_mnist". The keys each
+ * built-in reads are listed after the trainer_register_* functions below.
  *
  * How it runs. trainer_create runs every creator once in the driver (checks names, config and
  * shapes before anything is started; the driver's copy of the model is what trainer_get_model
@@ -60,11 +60,16 @@
  * format_version "2" added "batch" (batches of the epoch after "epoch" done per replica: a
  * checkpoint within an epoch, trainer_train_opts.checkpoint_every_steps; "0" at an epoch's
  * end) and per-batch random draws; version "1" files (no "batch": an epoch's end) still load.
+ * Within an epoch a plateau scheduler on "train_loss" adds "plateau_loss_sum" and
+ * "plateau_samples" (the epoch's training loss and samples so far, all ranks), so that the
+ * resumed epoch steps it on the whole epoch's mean. The scheduler state is the one after any
+ * validation of the segment the checkpoint ends (validations run before it is written).
  * The loader's position needs no more state: the epoch's data order is a function of (seed,
- * epoch), so a group restarted at batch b of an epoch (with as many replicas as the checkpoint
- * says in "world_size"; another size starts where as many samples were seen, rounded down)
- * seeks its loader there, and the run goes on bit for bit as if it had not stopped. A
- * checkpoint is also written to trainer_train_opts.checkpoint_dir when one is given.
+ * epoch) (sharded data: of (seed, rank, epoch)), so a group restarted at batch b of an epoch
+ * (with as many replicas as the checkpoint says in "world_size"; another size starts where as
+ * many samples were seen, rounded down, and sharded data then reads other shards) seeks its
+ * loader there, and the run goes on bit for bit as if it had not stopped. A checkpoint is
+ * also written to trainer_train_opts.checkpoint_dir when one is given.
  *
  * Fault tolerance (the RaySGD protocol). When a replica's process exits or its node is
  * declared dead, the survivors' collectives fail within milliseconds; the driver ends the
@@ -121,16 +126,32 @@ void trainer_ctx_fail(trainer_ctx *ctx, const char *fmt, ...) __attribute__((for
 
 /* What a data creator fills. The trainer takes ownership of train, val and keep[] (keep: the
  * datasets train / val borrow from, e.g. a subset's base; destroyed after them). transform's
- * mean/std must point at static storage (they are copied by the loaders). val may be NULL. */
+ * mean/std must point at static storage (they are copied by the loaders). val may be NULL.
+ * Datasets of i64 labels or target datasets (f32 targets of a fixed shape, ct/data.h: e.g.
+ * ct_dataset_from_f32_targets, a CSV with ct_csv_opts.targets): the batches' y follows.
+ *
+ * sharded: train and val hold only this rank's shard (e.g. ct_dataset_open_csv_shard(path,
+ * &o, trainer_ctx_rank(ctx), trainer_ctx_world_size(ctx), ...)), so no process reads the
+ * whole set. Shuffling is then DistributedSampler-like within each shard: a rank's records are
+ * its own for the whole run, reshuffled every epoch by a permutation of (seed, rank, epoch)
+ * (deterministic: a resumed epoch sees the same order); a shorter shard is padded by
+ * repeating its epoch order from the start to the longest shard's length (the ranks compare
+ * lengths at setup), so every rank runs as many steps; an empty shard is an error. Validation
+ * covers each rank's whole val shard. The shards follow the group's world size: a group of
+ * another size after a failure reads other shards. The driver's check-run is rank 0 of 1: it
+ * reads the whole file unless the creator reads less there (trainer_ctx_is_driver). */
 typedef struct trainer_data {
     ct_dataset *train, *val;
     ct_dataset *keep[4];
     ct_transform_opts transform;
     int num_classes; /* for accuracy; 0: the model's output width */
+    bool sharded;
 } trainer_data;
 
-/* A loss: mean over the batch of loss(output (N,C), target (N) i64 labels), shape ().
- * Returns a new tensor recorded on the tape, or NULL. */
+/* A loss: mean over the batch of loss(output (N,C), target), shape (): target is (N) i64
+ * labels, or f32 (N, ...) targets from a target dataset (for "mse", "l1": the output's shape;
+ * "bce_with_logits": multi-label 0/1 targets of the output's shape). Returns a new tensor
+ * recorded on the tape, or NULL. */
 typedef ct_tensor *(*trainer_loss_fn)(ct_tensor *output, ct_tensor *target);
 
 /* Creator signatures. Return an owned object, or NULL / a negative CT_E* code (with
@@ -157,12 +178,24 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  *   optimizer "adam"/"adamw": lr [1e-3], beta1 [0.9], beta2 [0.999], eps [1e-8],
  *             weight_decay [0 / 1e-2]; "sgd": lr [1e-2], momentum [0], weight_decay [0],
  *             nesterov [false]
- *   loss "cross_entropy": label_smoothing [0]; "nll"
+ *   loss "cross_entropy": label_smoothing [0]; "nll"; "mse", "l1", "bce_with_logits" (f32
+ *             targets of the output's shape; torch.nn.functional's, mean reduction)
  *   scheduler "steplr": step_size [1], gamma [0.1]; "multistep": milestones ["" e.g. "5:10"],
  *             gamma [0.1]; "exponential": gamma [0.9]; "cosine": t_max [epochs], eta_min [0];
  *             "warmup_cosine" (ct_sched_warmup_cosine_new; steps are scheduler steps, so
  *             with scheduler_step "batch" they count optimizer steps): warmup_steps [1],
  *             total_steps [epochs], start_factor [1/3], eta_min [0]
+ *             "plateau" (ReduceLROnPlateau, ct_sched_plateau_new, torch's semantics): mode
+ *             ["min" / "max"], factor [0.1], patience [10], threshold [1e-4], threshold_mode
+ *             ["rel" / "abs"], cooldown [0], min_lr [0], eps [1e-8], plateau_metric
+ *             ["val_loss"; "val_accuracy", "train_loss" or a validate step's metric name].
+ *             It steps on that value, not per scheduler_step (unless "manual"): after each
+ *             validation run during training (trainer_train_opts.validate_every_epoch /
+ *             validate_every_steps, required for a val_* metric), or with "train_loss"
+ *             after every epoch on its mean training loss. Every rank steps it with the same
+ *             value (all ranks' sums, added alike), so the replicas stay identical. A plateau
+ *             scheduler a user registers is driven the same way (plateau_metric is read for
+ *             any scheduler whose ct_sched_kind is "plateau").
  *   data "fashion_mnist": data_dir [CT_FASHION_MNIST_DIR], limit [all 60000 training samples],
  *             val_limit [all 10000 test samples]; pixels normalised (mean 0.2860, std 0.3530).
  *             Decoded once per cluster (by the driver's check-run) and shared through the
@@ -241,7 +274,8 @@ int trainer_register_hook(const char *name, trainer_hook fn);
 #define TRAINER_MAX_METRICS 4
 #define TRAINER_METRIC_NAME_MAX 24
 
-/* One batch: x (N, ...) f32 (the loader's transform applied), y (N) i64 labels. Borrowed. */
+/* One batch: x (N, ...) f32 (the loader's transform applied), y (N) i64 labels or, from a
+ * target dataset, (N, ...) f32 targets (ct_tensor_dtype tells). Borrowed. */
 typedef struct trainer_batch {
     ct_tensor *x, *y;
     int64_t n;
@@ -301,7 +335,8 @@ int trainer_step_metric(trainer_step *s, const char *name, double value);
 
 /* The built-in steps, callable from a custom step (e.g. to add a metric around them).
  * train: forward, loss, backward, optimizer; out: loss_sum, samples.
- * validate: forward, loss, top-1; out: loss_sum, correct, samples. */
+ * validate: forward, loss, top-1 (i64 labels only: with f32 targets correct stays 0, so
+ * val_accuracy reads 0 and the loss is the measure); out: loss_sum, correct, samples. */
 int trainer_builtin_train_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out);
 int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out);
 
@@ -352,9 +387,11 @@ typedef struct trainer_stats {
     double train_loss;    /* mean over the last epoch's samples of all replicas */
     double samples_per_s; /* last epoch: samples of all replicas / slowest replica's time */
     double epoch_seconds; /* last epoch, slowest replica */
-    double val_loss;      /* last validation (trainer_validate or validate_every_epoch) */
-    double val_accuracy;  /* top-1 */
+    double val_loss;      /* last validation (trainer_validate, validate_every_*) */
+    double val_accuracy;  /* top-1 (correct / samples: 0 for f32 targets, see above) */
     int64_t val_samples;  /* validation samples counted (all replicas) */
+    int64_t val_epoch;    /* a validation during training: the 0-based epoch it ran in */
+    int64_t val_step;     /* ... and the optimizer steps done before it */
     int retries_used;     /* failures recovered so far (all trainer_train calls) */
     int replicas;         /* replicas in the current group */
     bool weights_agree;   /* the replicas' weight hashes were equal after the last epoch */
@@ -387,6 +424,18 @@ double trainer_stats_metric(const trainer_stats *st, bool val, const char *name,
  * training with that code. */
 typedef int (*trainer_epoch_fn)(trainer *t, const trainer_stats *st, void *user);
 
+/* Validation during training. The replicas validate in-line (each its slice, sums gathered
+ * from all ranks, BatchNorm buffers from rank 0 first), every validate_every_steps optimizer
+ * steps (counted over the whole run, as trainer_stats.steps) and/or after every epoch
+ * (validate_every_epoch; skipped when a validation ran at the epoch's last step already),
+ * right after that step, so always before the checkpoint that step may end in (a segment's:
+ * checkpoint_every_steps, or the epoch's), and report with their segment (the epoch, or its
+ * part up to such a checkpoint). The driver then, after each segment (before that
+ * checkpoint goes to checkpoint_dir, and before on_epoch at an epoch's end), fills the stats'
+ * val_* fields with each of the segment's validations in order and calls on_validate (may be
+ * NULL; a negative return stops training like on_epoch's, after the checkpoint_dir write);
+ * stats keeps the last. A failed segment's validations are not reported: the group repeats
+ * them from the checkpoint. A plateau scheduler steps on them (see "plateau" above). */
 typedef struct trainer_train_opts {
     int max_retries;           /* failures tolerated; 0: none */
     int checkpoint;            /* TRAINER_CHECKPOINT_AUTO (0) or _NONE */
@@ -395,6 +444,8 @@ typedef struct trainer_train_opts {
     bool validate_every_epoch; /* fill val_* after each epoch */
     trainer_epoch_fn on_epoch;
     void *user;
+    int64_t validate_every_steps; /* 0: not by steps */
+    trainer_epoch_fn on_validate; /* after each validation during training (with user) */
     /* backoff while no replica fits: base_ms * factor^k, at most cap_ms, +- jitter fraction */
     int backoff_base_ms;   /* 0: 100 */
     double backoff_factor; /* 0: 2 */
@@ -429,7 +480,8 @@ typedef struct trainer_train_opts {
  * the newest checkpoint_num_to_keep, plus the best checkpoint_num_to_keep by score (0: all
  * kept). The score of a checkpoint is checkpoint_score_attribute's value when it is written:
  * "train_loss" (over the epoch's batches so far), "val_loss" / "val_accuracy" (the last
- * validation: validate_every_epoch validates before the epoch's checkpoint is written), or a
+ * validation: validations during training run before the checkpoint that ends their segment
+ * is written, so one at that step scores it), or a
  * step metric's name (trainer_step_metric; training, else validation). A checkpoint without
  * a value (no validation yet) has score null and is never among the best. A directory that
  * has an index already (the job resumed) keeps its list. */

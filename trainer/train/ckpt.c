@@ -95,6 +95,12 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
     meta_kv(b, "batch", num, false);
     snprintf(num, sizeof num, "%d", world);
     meta_kv(b, "world_size", num, false);
+    if (st->epoch_samples > 0) { /* a train_loss plateau's sums within the epoch */
+        snprintf(num, sizeof num, "%.17g", st->epoch_loss_sum);
+        meta_kv(b, "plateau_loss_sum", num, false);
+        snprintf(num, sizeof num, "%lld", (long long)st->epoch_samples);
+        meta_kv(b, "plateau_samples", num, false);
+    }
     snprintf(num, sizeof num, "%llu", (unsigned long long)spec->seed);
     meta_kv(b, "seed", num, false);
     meta_kv(b, "rng",
@@ -344,6 +350,10 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
     st->step = strtoll(sp, NULL, 10);
     st->batch = batch;
     st->world = wp ? atoi(wp) : 0;
+    const char *pl = ct__json_get_str(meta, "plateau_loss_sum"),
+               *pn = ct__json_get_str(meta, "plateau_samples");
+    st->epoch_loss_sum = pl && pn ? strtod(pl, NULL) : 0;
+    st->epoch_samples = pl && pn ? strtoll(pn, NULL, 10) : 0;
 out:
     for (int i = 0; i < nmodel; i++)
         ct_tensor_release(&model_in[i].tensor);

@@ -82,6 +82,14 @@ typedef struct tr_state {
     trainer_loss_fn loss;
     int64_t epoch, step, batch;
     int world;
+    /* a plateau scheduler's monitored value (config plateau_metric): "val_loss",
+     * "val_accuracy", "train_loss" or a validate step's metric name; "" for other schedulers */
+    char plateau_metric[TR_NAME_MAX];
+    /* plateau_metric "train_loss": the training loss summed over all ranks and the samples
+     * of epoch `epoch`'s batches done (added up segment by segment; in a checkpoint within an
+     * epoch, so that a resumed epoch's mean is the whole epoch's) */
+    double epoch_loss_sum;
+    int64_t epoch_samples;
 } tr_state;
 
 /* Runs the hook and the creators of spec (data only if with_data) in this thread, seeding the
@@ -140,8 +148,10 @@ typedef struct tr_setup_args {
 typedef struct tr_epoch_args {
     int64_t epoch;
     int64_t start_batch;
-    int64_t steps;  /* 0: to the epoch's end */
-    int checkpoint; /* rank 0 writes one at the segment's end */
+    int64_t steps;          /* 0: to the epoch's end */
+    int checkpoint;         /* rank 0 writes one at the segment's end */
+    int64_t validate_every; /* validate after every that many optimizer steps; 0: never */
+    int validate_end;       /* validate at the epoch's end (validate_every_epoch) */
 } tr_epoch_args;
 
 /* The steps' named metrics of one replica: sums of value * batch size and of batch sizes. */
@@ -154,7 +164,16 @@ typedef struct tr_metrics {
 #define TR_REPORT_MAGIC 0x43545250u     /* "CTRP": a tr_report */
 #define TR_VAL_REPORT_MAGIC 0x43545256u /* "CTRV": a tr_val_report */
 
-/* What a replica reports after an epoch. */
+/* One validation run during an epoch: all ranks' sums, added in rank order (the same on every
+ * rank: the plateau scheduler steps on it). */
+typedef struct tr_val_result {
+    int64_t epoch, step; /* 0-based epoch it ran in; optimizer steps done before it */
+    double loss_sum;
+    int64_t correct, total;
+    tr_metrics metrics;
+} tr_val_result;
+
+/* What a replica reports after a segment of an epoch; nval tr_val_result entries follow it. */
 typedef struct tr_report {
     uint32_t magic; /* TR_REPORT_MAGIC */
     int rank, world;
@@ -171,6 +190,7 @@ typedef struct tr_report {
     int has_ckpt;
     ct_object_id ckpt;
     int copies, copies_asked; /* of the checkpoint: nodes holding it after the seal, asked */
+    int nval;                 /* validations run during the segment, in order */
 } tr_report;
 
 typedef struct tr_val_report {

@@ -176,9 +176,12 @@ int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, train
     ct_tensor *y = ct_module_forward(s->st->model, b->x);
     ct_tensor *plain = y ? ct_nn_to_plain(y) : NULL; /* (N,C) in plain layout */
     ct_tensor *loss = plain ? s->st->loss(plain, b->y) : NULL;
-    int rc = loss ? ct_metrics_topk_correct(ct_tensor_f32(plain), ct_tensor_data(b->y), b->n,
-                                            ct_tensor_dim(plain, 1), 1, &hits)
-                  : CT_EINVAL;
+    /* top-1 only for i64 labels: f32 targets (regression, multi-label) count the loss only */
+    bool labels = ct_tensor_dtype(b->y) == CT_I64;
+    int rc = !loss    ? CT_EINVAL
+             : labels ? ct_metrics_topk_correct(ct_tensor_f32(plain), ct_tensor_data(b->y), b->n,
+                                                ct_tensor_dim(plain, 1), 1, &hits)
+                      : 0;
     if (rc == 0) {
         out->loss_sum = ct_tensor_item(loss) * (double)b->n;
         out->correct = hits;

@@ -47,6 +47,9 @@ struct trainer {
     epoch_sums acc;        /* the epoch being trained: its segments' sums so far */
     trainer_stats stats;
     char last_failure[600];
+    /* the validations of the last segment (tr_report's tail), for on_validate */
+    tr_val_result *vals;
+    int nvals;
 };
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
@@ -463,6 +466,32 @@ static int rewind_to_checkpoint(trainer *t)
     return rc;
 }
 
+/* Makes a validation's sums the stats' val_* fields. */
+static void set_val_stats(trainer *t, double loss, int64_t correct, int64_t total,
+                          const tr_metrics *m)
+{
+    ct__trainer_metrics_out(m, t->stats.val_metrics, &t->stats.val_nmetrics);
+    t->stats.val_loss = total ? loss / (double)total : 0;
+    t->stats.val_accuracy = total ? (double)correct / (double)total : 0;
+    t->stats.val_samples = total;
+}
+
+/* The last epoch's validations into the stats, one by one, each handed to on_validate. */
+static int deliver_validations(trainer *t, const trainer_train_opts *o)
+{
+    for (int i = 0; i < t->nvals; i++) {
+        const tr_val_result *v = &t->vals[i];
+        set_val_stats(t, v->loss_sum, v->correct, v->total, &v->metrics);
+        t->stats.val_epoch = v->epoch;
+        t->stats.val_step = v->step;
+        int rc = o->on_validate ? o->on_validate(t, &t->stats, o->user) : 0;
+        if (rc < 0)
+            return ct__error(rc, "trainer_train: on_validate stopped training at step %lld",
+                             (long long)v->step);
+    }
+    return 0;
+}
+
 static int run_validation(trainer *t, char *why, size_t cap)
 {
     int failed, rc, world = t->world;
@@ -482,10 +511,7 @@ static int run_validation(trainer *t, char *why, size_t cap)
             total += r->total;
             ct__trainer_metrics_add(&m, &r->metrics);
         }
-        ct__trainer_metrics_out(&m, t->stats.val_metrics, &t->stats.val_nmetrics);
-        t->stats.val_loss = total ? loss / (double)total : 0;
-        t->stats.val_accuracy = total ? (double)correct / (double)total : 0;
-        t->stats.val_samples = total;
+        set_val_stats(t, loss, correct, total, &m);
     } else {
         end_group(t, why, cap, failed, rc, msg);
     }
@@ -508,9 +534,10 @@ static void epoch_stats(const trainer *t, trainer_stats *st)
 /* A segment of epoch `epoch` on the group: from the driver's position (t->local.batch) until
  * `steps` optimizer steps are done (0: the epoch's end); *done says whether the epoch ended.
  * On success the epoch's sums, the stats at an epoch's end and (if asked) the checkpoint are
- * updated. */
-static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint, bool *done,
-                       char *why, size_t cap)
+ * updated, and t->vals holds the validations run during the segment (o's validate_every_*;
+ * rank 0's copy: every rank has the same). */
+static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint,
+                       const trainer_train_opts *o, bool *done, char *why, size_t cap)
 {
     tr_epoch_args *ea = calloc((size_t)t->world, sizeof *ea);
     void **res = calloc((size_t)t->world, sizeof *res);
@@ -528,7 +555,10 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         ea[i] = (tr_epoch_args){.epoch = epoch,
                                 .start_batch = t->local.batch,
                                 .steps = steps,
-                                .checkpoint = checkpoint};
+                                .checkpoint = checkpoint,
+                                .validate_every = o->validate_every_steps,
+                                .validate_end = o->validate_every_epoch};
+    t->nvals = 0;
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
     if (rc < 0) {
         t->stats.failure_seen_ns = ct__now_ns();
@@ -548,6 +578,16 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         t->acc.agree &= r->weights_hash == r0->weights_hash;
     }
     t->acc.seconds += slowest;
+    if (r0->nval > 0) {
+        tr_val_result *v = realloc(t->vals, sizeof *v * (size_t)r0->nval);
+        if (!v) {
+            rc = CT_ENOMEM;
+            goto out;
+        }
+        t->vals = v;
+        memcpy(v, (char *)r0 + sizeof *r0, sizeof *v * (size_t)r0->nval);
+        t->nvals = r0->nval;
+    }
     if (t->group_fresh)
         t->stats.group_first_step_ns = first_step;
     t->group_fresh = false;
@@ -705,6 +745,9 @@ static int check_train_opts(const trainer_train_opts *o)
     if (o->checkpoint != TRAINER_CHECKPOINT_AUTO && o->checkpoint != TRAINER_CHECKPOINT_NONE)
         return ct__error(CT_EINVAL, "trainer_train: checkpoint %d is neither AUTO nor NONE",
                          o->checkpoint);
+    if (o->validate_every_steps < 0)
+        return ct__error(CT_EINVAL, "trainer_train: validate_every_steps %lld < 0",
+                         (long long)o->validate_every_steps);
     if (o->checkpoint_every_steps < 0 || o->checkpoint_num_to_keep < 0)
         return ct__error(CT_EINVAL, "trainer_train: %s is negative",
                          o->checkpoint_every_steps < 0 ? "checkpoint_every_steps"
@@ -734,6 +777,13 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     int rc = check_train_opts(o);
     if (rc < 0)
         return rc;
+    const char *pm = t->local.plateau_metric;
+    if (pm[0] && strcmp(pm, "train_loss") && t->spec.sched_every != TR_SCHED_MANUAL &&
+        !o->validate_every_epoch && !o->validate_every_steps)
+        return ct__error(CT_EINVAL,
+                         "trainer_train: the plateau scheduler monitors \"%s\" (config "
+                         "plateau_metric): set validate_every_epoch or validate_every_steps",
+                         pm);
     int64_t epochs = o->epochs > 0 ? o->epochs : t->spec.epochs;
     int max_retries = t->stats.retries_used + o->max_retries; /* per call */
     bool auto_ckpt = o->checkpoint == TRAINER_CHECKPOINT_AUTO;
@@ -774,7 +824,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
          * trainer_save then hold the trained weights */
         bool ckpt = auto_ckpt || epoch + 1 == epochs, done = false;
         int64_t steps = auto_ckpt && every > 0 ? every - t->local.step % every : 0;
-        rc = run_segment(t, epoch, steps, ckpt, &done, why, sizeof why);
+        rc = run_segment(t, epoch, steps, ckpt, o, &done, why, sizeof why);
         if (rc < 0) {
             if ((rc = spend_retry(t, max_retries, why)) < 0)
                 break;
@@ -782,20 +832,16 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
                 break;
             continue; /* at once: the resources are there unless a node went away */
         }
-        if (!done) { /* a checkpoint within the epoch */
-            if ((rc = save_to_dir(t, dir, attr, false)) < 0)
-                break;
-            continue;
-        }
-        int vrc = o->validate_every_epoch ? run_validation(t, why, sizeof why) : 0;
-        /* the epoch's checkpoint, scored with this validation (or the last one) */
-        if ((rc = save_to_dir(t, dir, attr, true)) < 0)
+        /* the segment's validations (in-line, before its checkpoint was written) to the stats
+         * and on_validate; then the checkpoint to the directory, scored with the last of them
+         * (or an earlier one), even when on_validate stops training */
+        int vrc = deliver_validations(t, o);
+        if ((rc = save_to_dir(t, dir, attr, done)) < 0)
             break;
-        if (vrc < 0) {
-            if ((rc = spend_retry(t, max_retries, why)) < 0)
-                break;
+        if ((rc = vrc) < 0)
+            break;
+        if (!done) /* a checkpoint within the epoch */
             continue;
-        }
         if (o->on_epoch && (rc = o->on_epoch(t, &t->stats, o->user)) < 0) {
             rc = ct__error(rc, "trainer_train: on_epoch stopped training after epoch %lld",
                            (long long)t->stats.epoch);
@@ -961,6 +1007,7 @@ void trainer_shutdown(trainer **tp)
     if (t->has_ckpt)
         ct_free(&t->ckpt);
     ct__trainer_state_free(&t->local);
+    free(t->vals);
     free(t);
     *tp = NULL;
 }

@@ -241,10 +241,10 @@ typedef struct ct_loader_opts {
 
 /* A batch, borrowed from the loader until the next ct_loader_next / set_epoch / destroy. */
 typedef struct ct_batch {
-    const float *x;       /* (n, shape...) contiguous */
-    const int64_t *y;     /* (n); NULL for a target dataset */
-    const float *target;  /* (n, tshape...) for a target dataset, else NULL */
-    int tndim;            /* target dims (0: labels) */
+    const float *x;      /* (n, shape...) contiguous */
+    const int64_t *y;    /* (n); NULL for a target dataset */
+    const float *target; /* (n, tshape...) for a target dataset, else NULL */
+    int tndim;           /* target dims (0: labels) */
     int64_t tshape[CT_DATA_MAX_DIMS];
     const int64_t *index; /* (n) dataset index of each sample */
     int64_t n;            /* samples in this batch (<= batch_size) */

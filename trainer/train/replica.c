@@ -7,7 +7,8 @@
  * last one reduces and steps); the scheduler's step after each epoch (or after each optimizer
  * step, or never: trainer_opts.scheduler_step), rank 0's buffers broadcast at the end of each
  * epoch; rank 0 then writes the checkpoint
- * straight into the store. Also evaluates its slice of the validation set.
+ * straight into the store. While an epoch runs, per-step records go to the driver when it asks
+ * (records.c). Also evaluates its slice of the validation set.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@ typedef struct replica {
     bool first_step_done;
     trainer_step_fn train_step, validate_step;
     uint64_t validations;
+    tr_recorder rec; /* per-step records for the driver (records.c) */
 } replica;
 
 static void replica_free(void *state)
@@ -46,6 +48,7 @@ static void replica_free(void *state)
     ct_loader_destroy(&r->loader); /* before the datasets */
     ct__trainer_state_free(&r->st);
     ct__trainer_ctx_free(&r->ctx);
+    ct__rec_free(&r->rec);
     free(r);
 }
 
@@ -303,6 +306,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     ct_nn_manual_seed(
         mix(r->spec.seed ^ mix((uint64_t)ea.epoch * 1000003u + (uint64_t)r->setup.rank)));
     int rc = ct_loader_set_epoch(r->loader, ea.epoch);
+    ct__rec_begin(&r->rec, &s, r->setup.group, r->setup.rank, ea.report_ms);
     int64_t t0 = ct__now_ns();
     /* accumulation groups of k batches (the epoch's last one may be shorter; every rank has as
      * many batches, so all agree on which batch reduces) */
@@ -326,15 +330,17 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             if (s.updates) {
                 rep.steps++;
                 r->st.step++;
-                if (r->st.sched && r->spec.sched_every == TR_SCHED_BATCH)
-                    rc = ct_sched_step(r->st.sched);
             }
+            ct__rec_batch(&r->rec, &s, &so, nb); /* before the scheduler: the lr it used */
+            if (s.updates && r->st.sched && r->spec.sched_every == TR_SCHED_BATCH)
+                rc = ct_sched_step(r->st.sched);
             if (!r->first_step_done) {
                 r->first_step_done = true;
                 rep.first_step_ns = ct__now_ns();
             }
         }
     }
+    ct__rec_flush(&r->rec); /* in the KV before the reply: the driver reads them all */
     if (rc == 0 && r->st.sched && r->spec.sched_every == TR_SCHED_EPOCH)
         rc = ct_sched_step(r->st.sched);
     if (rc == 0)

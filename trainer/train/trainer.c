@@ -4,7 +4,8 @@
  * recovery protocol (end the group, wait for the head to report the deaths, start as many
  * replicas as fit from the last checkpoint, back off when none fits, grow back at epoch
  * boundaries, count retries), validation, save / restore.
- * Not here: the replica's training step (replica.c), the checkpoint bytes (ckpt.c). */
+ * Not here: the replica's training step (replica.c), the checkpoint bytes (ckpt.c), the run log
+ * (progress.c; called at a few points: start / stop, each epoch and validation, polls). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,8 @@ struct trainer {
     ct_object_id ckpt;
     trainer_stats stats;
     char last_failure[600];
+    char group[64];        /* the running group's id */
+    tr_progress *progress; /* the run log (progress.c); NULL: none asked for */
 };
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
@@ -259,6 +262,7 @@ static int replicas_that_fit(trainer *t, int *out)
  * call has failed the others get at most 3 s more (a replica that hangs outside a collective
  * must not hang the driver). */
 #define FAIL_GRACE_MS 1500
+#define PROGRESS_POLL_MS 100 /* reads the replicas' step records this often (progress.c) */
 
 static int call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,
                     void **results, int *failed, char *msg, size_t msgcap)
@@ -280,7 +284,7 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
      * collective errors (a dead node's replicas are reported about a second after its death). */
     int64_t grace_until = 0;
     for (int left = f ? t->world : 0; left > 0;) {
-        int wait_ms = -1;
+        int wait_ms = t->progress ? PROGRESS_POLL_MS : -1;
         if (rc < 0) {
             int64_t now = ct__now_ms();
             if (!grace_until)
@@ -290,6 +294,10 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
             wait_ms = (int)(grace_until - now);
         }
         int i = ct_future_wait_any(f, t->world, wait_ms);
+        if (i < 0 && rc == 0) { /* the replicas' step records meanwhile */
+            ct__progress_poll(t->progress);
+            continue;
+        }
         if (i < 0)
             break; /* grace over */
         int w = ct_future_wait(f[i], -1, results ? &results[i] : NULL, NULL);
@@ -349,6 +357,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
     if ((rc = call_all(t, "setup", sa, sizeof *sa, sizeof *sa, NULL, &failed, msg, sizeof msg)) < 0)
         goto fail;
     free(sa);
+    memcpy(t->group, group, sizeof group);
     t->group_fresh = true;
     t->stats.replicas = n;
     CT_LOG(CT_LOG_INFO, "trainer",
@@ -426,6 +435,7 @@ static int run_validation(trainer *t, char *why, size_t cap)
         t->stats.val_loss = total ? loss / (double)total : 0;
         t->stats.val_accuracy = total ? (double)correct / (double)total : 0;
         t->stats.val_samples = total;
+        ct__progress_val(t->progress, &t->stats);
     } else {
         end_group(t, why, cap, failed, rc, msg);
     }
@@ -447,8 +457,11 @@ static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size
         free(res);
         return CT_ENOMEM;
     }
+    ct__progress_group(t->progress, t->group, t->world);
     for (int i = 0; i < t->world; i++)
-        ea[i] = (tr_epoch_args){.epoch = epoch, .checkpoint = checkpoint};
+        ea[i] = (tr_epoch_args){.epoch = epoch,
+                                .checkpoint = checkpoint,
+                                .report_ms = ct__progress_report_ms(t->progress)};
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
     if (rc < 0) {
         t->stats.failure_seen_ns = ct__now_ns();
@@ -490,6 +503,7 @@ static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size
     }
     t->stats.epoch = epoch + 1;
     t->stats.steps = t->local.step;
+    ct__progress_epoch(t->progress, &t->stats);
     if (!agree)
         CT_LOG(CT_LOG_WARN, "trainer", "replicas' weights differ after epoch %lld",
                (long long)epoch + 1);
@@ -575,8 +589,10 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
                          o->checkpoint);
     int64_t epochs = o->epochs > 0 ? o->epochs : t->spec.epochs;
     int max_retries = t->stats.retries_used + o->max_retries; /* per call */
-    int rc = 0;
+    int rc = ct__progress_start(&t->progress, o, epochs);
     char why[600];
+    if (rc < 0)
+        return rc;
     t->stats.train_start_ns = ct__now_ns();
     while (t->local.epoch < epochs) {
         /* at an epoch boundary with fewer replicas than asked: grow back when they fit now */
@@ -617,6 +633,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     }
     t->stats.epoch = t->local.epoch;
     t->stats.steps = t->local.step;
+    ct__progress_stop(t->progress);
     if (o->stats)
         *o->stats = t->stats;
     return rc;
@@ -762,6 +779,7 @@ void trainer_shutdown(trainer **tp)
         return;
     trainer *t = *tp;
     end_group(t, NULL, 0, -1, 0, NULL);
+    ct__progress_free(&t->progress);
     if (t->has_ckpt)
         ct_free(&t->ckpt);
     ct__trainer_state_free(&t->local);

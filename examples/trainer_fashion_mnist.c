@@ -40,7 +40,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: trainer_fashion_mnist [--replicas N] [--epochs N] [--limit N] [--batch N]\n"
                "                             [--lr X] [--gamma X] [--model cnn|mlp] "
                "[--max-retries N]\n"
-               "                             [--min-accuracy X] [--save FILE]\n"
+               "                             [--min-accuracy X] [--save FILE] [--log-dir DIR]\n"
+               "                             [--log-every N]\n"
                "  --replicas N       replica actors (default 2)\n"
                "  --epochs N         epochs (default 3)\n"
                "  --limit N          use only the first N training samples (default: all)\n"
@@ -52,6 +53,9 @@ static void usage(FILE *f)
                "(default 3)\n"
                "  --min-accuracy X   exit 1 when the final test accuracy is below X\n"
                "  --save FILE        save the trained model (safetensors)\n"
+               "  --log-dir DIR      write DIR/metrics.jsonl and a TensorBoard event file\n"
+               "  --log-every N      a progress line every N steps when stderr is no terminal\n"
+               "                     (on a terminal a live line is shown anyway)\n"
                "Joins the cluster in $CT_ADDRESS, or starts an embedded one on this machine.\n");
 }
 
@@ -61,7 +65,8 @@ int main(int argc, char **argv)
     int replicas = 2, epochs = 3, retries = 3;
     long long limit = 0, batch = 64;
     double lr = 1e-3, gamma = 0.5, min_acc = 0;
-    const char *model = "cnn", *save = NULL;
+    const char *model = "cnn", *save = NULL, *log_dir = NULL;
+    int log_every = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -87,6 +92,10 @@ int main(int argc, char **argv)
             min_acc = atof(v);
         } else if (!strcmp(k, "--save")) {
             save = v;
+        } else if (!strcmp(k, "--log-dir")) {
+            log_dir = v;
+        } else if (!strcmp(k, "--log-every")) {
+            log_every = atoi(v);
         } else {
             fprintf(stderr, "trainer_fashion_mnist: unknown option '%s' (see --help)\n", k);
             return 2;
@@ -124,7 +133,8 @@ int main(int argc, char **argv)
     printf("trainer_fashion_mnist: %d replicas of the %s, cluster at %s\n", replicas, model,
            ct_head_address());
     rc = trainer_train(t, .max_retries = retries, .checkpoint = TRAINER_CHECKPOINT_AUTO,
-                       .validate_every_epoch = true, .on_epoch = print_epoch, .stats = &st);
+                       .validate_every_epoch = true, .on_epoch = print_epoch, .stats = &st,
+                       .log_dir = log_dir, .log_every_steps = log_every);
     if (rc < 0) {
         fprintf(stderr, "trainer_fashion_mnist: training failed: %s\n", ct_last_error());
         goto out;

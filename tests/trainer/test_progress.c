@@ -15,7 +15,9 @@
  *   (c) tests/trainer/check_tensorboard.py reads the event file with TensorBoard's
  *       EventAccumulator and compares every tag and value with metrics.jsonl (skipped, exit 77,
  *       when the tensorboard package is missing; the C checks above still ran);
- *   (d) bad options are refused naming them; a metric name with a blank is refused. */
+ *   (d) bad options are refused naming them; a metric name with a blank is refused;
+ *   (e) with gradient accumulation (2 batches per step) one record per optimizer step, each
+ *       covering both batches (200 samples), their mean loss trainer_stats'. */
 #include "tt.h"
 
 #include <dirent.h>
@@ -351,6 +353,44 @@ int main(void)
     free(e1);
     free(e2);
     free(text);
+
+    /* (e) accumulation (2 batches per step): one record per optimizer step, covering both
+     * batches of both ranks; the built-in step measures no gradient norm */
+    char logdir2[200];
+    snprintf(logdir2, sizeof logdir2, "%s/acc", dir);
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                            .data = "synthetic",
+                                            .optimizer = "sgd",
+                                            .config = "lr=0.05",
+                                            .num_replicas = 2,
+                                            .batch_size = 50,
+                                            .accumulate = 2,
+                                            .epochs = 1,
+                                            .seed = 3},
+                            &t));
+    trainer_stats sa = {0};
+    if (t)
+        CHECK_OK(
+            trainer_train(t, .stats = &sa, .log_dir = logdir2, .progress = TRAINER_PROGRESS_OFF));
+    trainer_shutdown(&t);
+    CHECK_EQ_INT(sa.steps, 4);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", logdir2);
+    char *text2 = slurp(path);
+    int n2 = split_lines(text2, lines, 256), nrec = 0;
+    double acc_loss = 0;
+    for (int i = 0; i < n2; i++) {
+        if (!is_type(lines[i], "step"))
+            continue;
+        nrec++;
+        CHECK_EQ_INT(jget(lines[i], "step"), nrec);
+        CHECK_EQ_INT(jget(lines[i], "batch"), 2 * nrec);
+        CHECK_EQ_INT(jget(lines[i], "samples"), 200);
+        CHECK(isnan(jget(lines[i], "grad_norm")));
+        acc_loss += jget(lines[i], "loss") * 200;
+    }
+    CHECK_EQ_INT(nrec, 4);
+    CHECK_NEAR(acc_loss / 800, sa.train_loss, 1e-12);
+    free(text2);
 
     /* (c) TensorBoard reads the event file; same values as metrics.jsonl */
     char cmd[800];

@@ -294,7 +294,7 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
             wait_ms = (int)(grace_until - now);
         }
         int i = ct_future_wait_any(f, t->world, wait_ms);
-        if (i < 0 && rc == 0) { /* the replicas' step records meanwhile */
+        if (i == CT_ETIMEDOUT && rc == 0 && t->progress) { /* the step records meanwhile */
             ct__progress_poll(t->progress);
             continue;
         }

@@ -17,7 +17,9 @@
  *       when the tensorboard package is missing; the C checks above still ran);
  *   (d) bad options are refused naming them; a metric name with a blank is refused;
  *   (e) with gradient accumulation (2 batches per step) one record per optimizer step, each
- *       covering both batches (200 samples), their mean loss trainer_stats'. */
+ *       covering both batches (200 samples), their mean loss trainer_stats';
+ *   (f) replica 1 killed in epoch 1 (the probe loss of tt.h), one retry: the retried epoch's
+ *       8 records follow the at most 2 the lost group sent, and give trainer_stats' loss. */
 #include "tt.h"
 
 #include <dirent.h>
@@ -391,6 +393,51 @@ int main(void)
     CHECK_EQ_INT(nrec, 4);
     CHECK_NEAR(acc_loss / 800, sa.train_loss, 1e-12);
     free(text2);
+
+    /* (f) replica 1 killed at its 11th step (epoch 1, batch 3): the retried epoch's 8 records
+     * follow whatever the lost group sent of it; its epoch record's loss is theirs */
+    char logdir3[200];
+    snprintf(logdir3, sizeof logdir3, "%s/retry", dir);
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                            .data = "synthetic",
+                                            .optimizer = "sgd",
+                                            .loss = "probe",
+                                            .config = "lr=0.05,probe_step=11,probe_action=die",
+                                            .num_replicas = 2,
+                                            .batch_size = 50,
+                                            .epochs = 2,
+                                            .seed = 3},
+                            &t));
+    trainer_stats sr = {0};
+    if (t)
+        CHECK_OK(trainer_train(t, .stats = &sr, .max_retries = 1, .log_dir = logdir3,
+                               .progress = TRAINER_PROGRESS_OFF));
+    trainer_shutdown(&t);
+    CHECK_EQ_INT(sr.retries_used, 1);
+    CHECK_EQ_INT(sr.steps, 16);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", logdir3);
+    char *text3 = slurp(path);
+    int n3 = split_lines(text3, lines, 256), nepochs = 0, first = -1, last = -1;
+    for (int i = 0; i < n3; i++) {
+        nepochs += is_type(lines[i], "epoch");
+        if (is_type(lines[i], "step") && jget(lines[i], "epoch") == 1) {
+            if (first < 0)
+                first = i;
+            last = i;
+        }
+    }
+    CHECK_EQ_INT(nepochs, 2);
+    int lost = last - first + 1 - 8; /* records of the lost group's epoch 1 */
+    printf("retry: %d step records of the lost group's epoch 1\n", lost);
+    CHECK(lost >= 0 && lost <= 2);
+    double retry_loss = 0;
+    for (int i = last - 7, b = 1; first >= 0 && i <= last; i++, b++) {
+        CHECK_EQ_INT(jget(lines[i], "batch"), b);
+        CHECK_EQ_INT(jget(lines[i], "step"), 8 + b);
+        retry_loss += jget(lines[i], "loss") * 100 / 800;
+    }
+    CHECK_NEAR(retry_loss, sr.train_loss, 1e-12);
+    free(text3);
 
     /* (c) TensorBoard reads the event file; same values as metrics.jsonl */
     char cmd[800];

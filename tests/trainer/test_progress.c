@@ -12,6 +12,7 @@
  *   (b) a second trainer_train to epoch 3 with the same log_dir and progress ON: the records
  *       continue in the same files (steps 17..24), the live line ("\r\033[K" + "epoch 3/3
  *       step") was drawn; a trainer_validate afterwards adds its val record;
+ *   (b2) a third trainer_train (epoch 4) into another log_dir: its 8 step records are there;
  *   (c) tests/trainer/check_tensorboard.py reads the event file with TensorBoard's
  *       EventAccumulator and compares every tag and value with metrics.jsonl (skipped, exit 77,
  *       when the tensorboard package is missing; the C checks above still ran);
@@ -280,7 +281,21 @@ int main(void)
     CHECK_OK(train_to(t, 3, logdir, TRAINER_PROGRESS_ON, 0, err2, &st3));
     CHECK_EQ_INT(st3.steps, 24);
     CHECK_OK(trainer_validate(t, &stv));
+    /* (b2) one more epoch into another log_dir, same group: its records land there */
+    char logdir_b[200], err3[300];
+    trainer_stats st4 = {0};
+    snprintf(logdir_b, sizeof logdir_b, "%s/other", dir);
+    snprintf(err3, sizeof err3, "%s/stderr3", dir);
+    CHECK_OK(train_to(t, 4, logdir_b, TRAINER_PROGRESS_OFF, 0, err3, &st4));
     trainer_shutdown(&t);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", logdir_b);
+    char *textb = slurp(path);
+    static char *lines_b[64];
+    int nb = split_lines(textb, lines_b, 64);
+    double mean_b[NMETRICS];
+    CHECK_NEAR(check_epoch(lines_b, nb, 3, 25, 0.00625, mean_b), st4.train_loss, 1e-12);
+    CHECK_EQ_INT(nb, 8 + 2); /* 8 steps, the epoch, its validation */
+    free(textb);
 
     snprintf(path, sizeof path, "%s/metrics.jsonl", logdir);
     char *text = slurp(path);

@@ -197,8 +197,8 @@ int ct__trainer_metric_add(tr_metrics *m, const char *name, double value, double
  *
  * A replica that is asked to (tr_epoch_args.report_ms > 0) keeps one record per optimizer step
  * (per accumulation group) and puts them, as text lines, in chunks under the head's KV key
- * "trainer/<group>/rec/<rank>/<seq>" every report_ms and at the end of the epoch (before its
- * reply). The driver reads and deletes the chunks in order while it waits for the epoch, and
+ * "trainer/<group>/rec/<rank>/<epoch>/<seq>" every report_ms and at the end of the epoch (before
+ * its reply). The driver reads and deletes the chunks in order while it waits for the epoch, and
  * merges the ranks' records of one step into a tr_step_record. KV rather than an actor method:
  * the replica's actor thread is busy in train_epoch, and a put every ~100 ms costs well
  * under a millisecond. */
@@ -206,7 +206,7 @@ int ct__trainer_metric_add(tr_metrics *m, const char *name, double value, double
 /* The replica's side. */
 typedef struct tr_recorder {
     int report_ms;    /* 0: off */
-    char prefix[128]; /* "trainer/<group>/rec/<rank>/" */
+    char prefix[128]; /* "trainer/<group>/rec/<rank>/<epoch>/" */
     uint64_t seq;     /* the next chunk */
     char *buf;        /* records not sent yet */
     size_t len, cap;
@@ -251,6 +251,8 @@ typedef struct tr_reader tr_reader;
 typedef void (*tr_record_fn)(const tr_step_record *r, void *user);
 /* A reader for group (world ranks); fn gets every merged record. NULL on out of memory. */
 tr_reader *ct__reader_new(const char *group, int world, tr_record_fn fn, void *user);
+/* From now on reads epoch's chunks (after reading what is left of the previous epoch's). */
+void ct__reader_epoch(tr_reader *rd, int64_t epoch);
 /* Reads and deletes every chunk there now, calling fn for each complete step. */
 void ct__reader_poll(tr_reader *rd);
 /* Deletes what is left in the KV (chunks of a group that ended) and frees; accepts NULL. */
@@ -267,8 +269,8 @@ void ct__progress_stop(tr_progress *p);
 void ct__progress_free(tr_progress **p);
 /* report_ms for the replicas (0 when p is NULL). */
 int ct__progress_report_ms(const tr_progress *p);
-/* A new group: records now come from it. */
-void ct__progress_group(tr_progress *p, const char *group, int world);
+/* An epoch starts on group (world replicas): its records are read from now on. */
+void ct__progress_epoch_start(tr_progress *p, const char *group, int world, int64_t epoch);
 /* Reads the replicas' records now (while waiting for an epoch; and once after it). */
 void ct__progress_poll(tr_progress *p);
 /* An epoch ended (st: the trainer's stats after it) / a validation ended. */

@@ -342,14 +342,17 @@ int ct__progress_report_ms(const tr_progress *p)
     return p ? p->report_ms : 0;
 }
 
-void ct__progress_group(tr_progress *p, const char *group, int world)
+void ct__progress_epoch_start(tr_progress *p, const char *group, int world, int64_t epoch)
 {
-    if (!p || (p->rd && !strcmp(p->group, group)))
+    if (!p)
         return;
-    ct__reader_free(&p->rd);
-    snprintf(p->group, sizeof p->group, "%s", group);
-    if (!(p->rd = ct__reader_new(group, world, on_record, p)))
-        CT_LOG(CT_LOG_WARN, "trainer", "run log: out of memory: no step records");
+    if (!p->rd || strcmp(p->group, group)) { /* a new group */
+        ct__reader_free(&p->rd);
+        snprintf(p->group, sizeof p->group, "%s", group);
+        if (!(p->rd = ct__reader_new(group, world, on_record, p)))
+            CT_LOG(CT_LOG_WARN, "trainer", "run log: out of memory: no step records");
+    }
+    ct__reader_epoch(p->rd, epoch);
 }
 
 void ct__progress_poll(tr_progress *p)

@@ -1,7 +1,7 @@
 /* trainer/train/records.c — per-step records from the replicas to the driver (internal.h,
  * "per-step records"): the replica's recorder (one text line per optimizer step, put in chunks
- * under "trainer/<group>/rec/<rank>/<seq>" in the head's KV) and the driver's reader (takes the
- * chunks in order, deletes them, merges the ranks' records of each step).
+ * under "trainer/<group>/rec/<rank>/<epoch>/<seq>" in the head's KV) and the driver's reader (takes
+ * the chunks in order, deletes them, merges the ranks' records of each step).
  *
  * A line: "<epoch> <batch> <batches> <step> <wall_ns> <loss_sum> <samples> <lr> <grad_norm>
  * <step_ns> <wait_ns> <nmetrics> [<name> <sum> <weight>]...\n"; grad_norm is "nan" when the
@@ -34,12 +34,10 @@ void ct__rec_begin(tr_recorder *rec, trainer_step *s, const char *group, int ran
     s->rec_metrics = NULL;
     if (!rec->report_ms)
         return;
-    char prefix[sizeof rec->prefix];
-    snprintf(prefix, sizeof prefix, "trainer/%s/rec/%d/", group, rank);
-    if (strcmp(prefix, rec->prefix)) { /* a new group: its chunks count from 0 */
-        memcpy(rec->prefix, prefix, sizeof prefix);
-        rec->seq = 0;
-    }
+    /* every epoch's chunks count from 0: a driver that starts reading at an epoch knows where */
+    snprintf(rec->prefix, sizeof rec->prefix, "trainer/%s/rec/%d/%lld/", group, rank,
+             (long long)s->epoch);
+    rec->seq = 0;
     rec->len = 0;
     rec->flushed_ns = rec->t0_ns = ct__now_ns();
     rec->loss_sum = 0;
@@ -148,6 +146,7 @@ typedef struct rank_queue {
 struct tr_reader {
     char group[64];
     int world;
+    int64_t epoch; /* whose chunks are read */
     rank_queue *ranks;
     tr_record_fn fn;
     void *user;
@@ -161,6 +160,7 @@ tr_reader *ct__reader_new(const char *group, int world, tr_record_fn fn, void *u
         return NULL;
     snprintf(rd->group, sizeof rd->group, "%s", group);
     rd->world = world;
+    rd->epoch = -1; /* none until ct__reader_epoch */
     rd->fn = fn;
     rd->user = user;
     rd->ranks = calloc((size_t)world, sizeof *rd->ranks);
@@ -172,6 +172,8 @@ tr_reader *ct__reader_new(const char *group, int world, tr_record_fn fn, void *u
     }
     return rd;
 }
+
+_Static_assert(TRAINER_METRIC_NAME_MAX == 48, "parse_line's %47s reads a metric name");
 
 /* Parses one line; false when it is malformed. */
 static bool parse_line(const char *line, rank_rec *r)
@@ -251,11 +253,11 @@ static bool push(rank_queue *q, const rank_rec *r)
 static void read_rank(tr_reader *rd, int i)
 {
     rank_queue *q = &rd->ranks[i];
-    char key[160];
+    char key[200];
     for (;;) {
         void *v = NULL;
         size_t n = 0;
-        snprintf(key, sizeof key, "trainer/%s/rec/%d/%llu", rd->group, i,
+        snprintf(key, sizeof key, "trainer/%s/rec/%d/%lld/%llu", rd->group, i, (long long)rd->epoch,
                  (unsigned long long)q->seq);
         if (ct_kv_get(key, &v, &n, 0) < 0) {
             free(v);
@@ -358,6 +360,18 @@ void ct__reader_poll(tr_reader *rd)
         for (int i = 0; i < rd->world; i++)
             pop(&rd->ranks[i]);
         rd->fn(&rd->out, rd->user);
+    }
+}
+
+void ct__reader_epoch(tr_reader *rd, int64_t epoch)
+{
+    if (!rd || epoch == rd->epoch)
+        return;
+    ct__reader_poll(rd); /* the last epoch's chunks, if any are left */
+    rd->epoch = epoch;
+    for (int i = 0; i < rd->world; i++) {
+        rd->ranks[i].seq = 0;
+        rd->ranks[i].head = rd->ranks[i].n = 0; /* a step no longer completed */
     }
 }
 

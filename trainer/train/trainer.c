@@ -457,7 +457,7 @@ static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size
         free(res);
         return CT_ENOMEM;
     }
-    ct__progress_group(t->progress, t->group, t->world);
+    ct__progress_epoch_start(t->progress, t->group, t->world, epoch);
     for (int i = 0; i < t->world; i++)
         ea[i] = (tr_epoch_args){.epoch = epoch,
                                 .checkpoint = checkpoint,

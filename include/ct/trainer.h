@@ -387,8 +387,12 @@ double trainer_stats_metric(const trainer_stats *st, bool val, const char *name,
  *      "samples_per_s":..,"epoch_seconds":..,"replicas":..,"retries_used":..,"metrics":{..}},
  *     per validation {"type":"val","epoch":..,"step":..,"wall_time":..,"val_loss":..,
  *      "val_accuracy":..,"val_samples":..,"metrics":{..}}
- *     ("epoch": 0-based, the epoch the record belongs to; "step": optimizer steps done; a value
- *     that is not finite is null); and a TensorBoard event file events.out.tfevents.<secs>.<host>
+ *     ("epoch": 0-based, the epoch the record belongs to; "step": optimizer steps done;
+ *     "step_s": the rank's wall time since its previous record, data loading included;
+ *     "wait_s": of that, the time it waited for the averaged gradients: a straggler waits
+ *     least; "samples_per_s": all ranks' samples / the largest step_s; a value that is not
+ *     finite is null; records a failed epoch's group sent stay, the retried epoch's follow);
+ *     and a TensorBoard event file events.out.tfevents.<secs>.<host>
  *     with the same values as scalars at x = step: tags train/loss, train/lr, train/grad_norm,
  *     train/samples_per_s, train/step_s/rank<r>, train/wait_s/rank<r>, train/metrics/<name>;
  *     epoch/train_loss, epoch/samples_per_s, epoch/seconds, epoch/metrics/<name>; val/loss,

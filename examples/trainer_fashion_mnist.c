@@ -45,6 +45,7 @@ static void usage(FILE *f)
                "[--checkpoint-dir DIR]\n"
                "                             [--checkpoint-every N] [--keep K] "
                "[--resume DIR|FILE]\n"
+               "                             [--log-dir DIR] [--log-every N]\n"
                "  --replicas N       replica actors (default 2)\n"
                "  --epochs N         epochs (default 3)\n"
                "  --limit N          use only the first N training samples (default: all)\n"
@@ -61,6 +62,9 @@ static void usage(FILE *f)
                "epochs' ends)\n"
                "  --keep K           keep the newest K checkpoints in DIR (default: all)\n"
                "  --resume DIR|FILE  go on from the latest checkpoint in DIR, or from FILE\n"
+               "  --log-dir DIR      write DIR/metrics.jsonl and a TensorBoard event file\n"
+               "  --log-every N      a progress line every N steps when stderr is no terminal\n"
+               "                     (on a terminal a live line is shown anyway)\n"
                "Joins the cluster in $CT_ADDRESS, or starts an embedded one on this machine.\n");
 }
 
@@ -70,9 +74,9 @@ int main(int argc, char **argv)
     int replicas = 2, epochs = 3, retries = 3;
     long long limit = 0, batch = 64;
     double lr = 1e-3, gamma = 0.5, min_acc = 0;
-    const char *model = "cnn", *save = NULL, *ckpt_dir = NULL, *resume = NULL;
+    const char *model = "cnn", *save = NULL, *ckpt_dir = NULL, *resume = NULL, *log_dir = NULL;
     long long every = 0;
-    int keep = 0;
+    int keep = 0, log_every = 0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -106,6 +110,10 @@ int main(int argc, char **argv)
             keep = atoi(v);
         } else if (!strcmp(k, "--resume")) {
             resume = v;
+        } else if (!strcmp(k, "--log-dir")) {
+            log_dir = v;
+        } else if (!strcmp(k, "--log-every")) {
+            log_every = atoi(v);
         } else {
             fprintf(stderr, "trainer_fashion_mnist: unknown option '%s' (see --help)\n", k);
             return 2;
@@ -145,7 +153,8 @@ int main(int argc, char **argv)
     rc = trainer_train(t, .max_retries = retries, .checkpoint = TRAINER_CHECKPOINT_AUTO,
                        .validate_every_epoch = true, .on_epoch = print_epoch, .stats = &st,
                        .checkpoint_every_steps = every, .checkpoint_dir = ckpt_dir,
-                       .checkpoint_num_to_keep = keep, .resume = resume);
+                       .checkpoint_num_to_keep = keep, .resume = resume, .log_dir = log_dir,
+                       .log_every_steps = log_every);
     if (rc < 0) {
         fprintf(stderr, "trainer_fashion_mnist: training failed: %s\n", ct_last_error());
         goto out;

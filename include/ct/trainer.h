@@ -268,11 +268,14 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  * Metrics. A step fills out (sums over its batch) and may add up to TRAINER_MAX_METRICS named
  * scalars per batch with trainer_step_metric (e.g. "grad_norm"); the driver averages each over
  * the batches of all replicas weighted by the batch size, and reports them in trainer_stats
- * .metrics (training, last epoch) and .val_metrics (last validation). The first use of a name
- * in a step fixes its slot; every rank must use the same names in the same order. */
+ * .metrics (training, last epoch) and .val_metrics (last validation), and per step in the run
+ * log (see "Seeing a run" below). The first use of a name in a step fixes its slot; every rank
+ * must use the same names in the same order. A name is 1 .. TRAINER_METRIC_NAME_MAX-1
+ * printable ASCII characters without blanks, quotes or backslashes (it becomes a JSON key and a
+ * TensorBoard tag). */
 
-#define TRAINER_MAX_METRICS 4
-#define TRAINER_METRIC_NAME_MAX 24
+#define TRAINER_MAX_METRICS 64
+#define TRAINER_METRIC_NAME_MAX 48
 
 /* One batch: x (N, ...) f32 (the loader's transform applied), y (N) i64 labels or, from a
  * target dataset, (N, ...) f32 targets (ct_tensor_dtype tells). Borrowed. */
@@ -330,7 +333,7 @@ int trainer_step_optimizer(trainer_step *s);
 int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm);
 
 /* Adds value (one scalar for this batch) to the named metric; see "Metrics" above. CT_ENOSPC
- * past TRAINER_MAX_METRICS names, CT_EINVAL for a bad name. */
+ * past TRAINER_MAX_METRICS names, CT_EINVAL for a bad name (message naming it). */
 int trainer_step_metric(trainer_step *s, const char *name, double value);
 
 /* The built-in steps, callable from a custom step (e.g. to add a metric around them).
@@ -420,6 +423,45 @@ double trainer_stats_metric(const trainer_stats *st, bool val, const char *name,
     1 /* only after the last epoch: a failure restarts from the                                    \
          last checkpoint (restored or earlier), else from epoch 0 */
 
+/* Seeing a run. While an epoch runs (each segment of it: checkpoint_every_steps), every
+ * replica keeps one record per optimizer step (its loss, samples, the learning rate of param
+ * group 0 the step used, the gradient norm when the step measured
+ * one with trainer_step_clip_grad_norm, its step time and, of it, the time spent waiting for
+ * the averaged gradients, the step's named metrics) and sends them to the driver about every
+ * report_ms (through the head's KV; batched, so a step is not slowed). The driver merges the
+ * ranks' records of each step and, as trainer_train_opts asks:
+ *   - progress: a live line on stderr, rewritten in place ("epoch 2/3 step 120/469 | 1234
+ *     samples/s | ETA 0:01:12 | loss 0.4321"), by default only when stderr is a terminal;
+ *     else with log_every_steps > 0 one plain line every that many optimizer steps;
+ *   - log_dir: metrics.jsonl (appended), one JSON object per line: per step
+ *     {"type":"step","epoch":0,"batch":12,"batches":16,"step":12,"wall_time":..,"loss":..,
+ *      "samples":..,"lr":..,"grad_norm":.. (when measured),"samples_per_s":..,
+ *      "step_s":[per rank],"wait_s":[per rank],"metrics":{name:value}},
+ *     per epoch {"type":"epoch","epoch":0,"step":..,"wall_time":..,"train_loss":..,
+ *      "samples_per_s":..,"epoch_seconds":..,"replicas":..,"retries_used":..,"metrics":{..}},
+ *     per validation (in-line during training: validate_every_steps / _epoch; and
+ *     trainer_validate's) {"type":"val","epoch":..,"step":..,"wall_time":..,"val_loss":..,
+ *      "val_accuracy":..,"val_samples":..,"metrics":{..}}
+ *     ("epoch": 0-based, the epoch the record belongs to; "step": optimizer steps done (a
+ *     validation: before it; the in-line ones are written when their segment ends, after
+ *     its step records, then the epoch's record); every step once across checkpoints within
+ *     an epoch; a job resumed from a checkpoint (resume) goes on at the checkpoint's step;
+ *     "step_s": the rank's wall time since its previous record, data loading included;
+ *     "wait_s": of that, the time it waited for the averaged gradients: a straggler waits
+ *     least; "samples_per_s": all ranks' samples / the largest step_s; a value that is not
+ *     finite is null; records a failed segment's group sent stay, and the steps retried
+ *     from the last checkpoint follow: the later record of a step is the one that counts);
+ *     and a TensorBoard event file events.out.tfevents.<secs>.<host>
+ *     with the same values as scalars at x = step: tags train/loss, train/lr, train/grad_norm,
+ *     train/samples_per_s, train/step_s/rank<r>, train/wait_s/rank<r>, train/metrics/<name>;
+ *     epoch/train_loss, epoch/samples_per_s, epoch/seconds, epoch/metrics/<name>; val/loss,
+ *     val/accuracy, val/metrics/<name>. TensorBoard stores them as float.
+ * The log stays open after trainer_train (a later trainer_validate adds its record) until the
+ * next trainer_train with another log_dir, or trainer_shutdown. */
+#define TRAINER_PROGRESS_AUTO 0 /* the live line when stderr is a terminal */
+#define TRAINER_PROGRESS_ON 1   /* the live line always */
+#define TRAINER_PROGRESS_OFF 2  /* never */
+
 /* Called by the driver after every epoch with the stats (borrowed); a negative return stops
  * training with that code. */
 typedef int (*trainer_epoch_fn)(trainer *t, const trainer_stats *st, void *user);
@@ -467,6 +509,12 @@ typedef struct trainer_train_opts {
      * job then goes on from its epoch and batch (that epoch's stats then cover the batches
      * after it). CT_ENOENT when there is none. */
     const char *resume;
+    /* seeing a run (above): */
+    const char *log_dir; /* NULL: no files; else metrics.jsonl and the event file go there
+                            (created if missing) */
+    int progress;        /* TRAINER_PROGRESS_AUTO (0), _ON or _OFF */
+    int log_every_steps; /* without the live line: a plain line every N optimizer steps; 0: none */
+    int report_ms;       /* how often replicas send their step records; 0: 100 */
 } trainer_train_opts;
 
 /* Checkpoint directory (Ray's CheckpointConfig). Each checkpoint the driver adopts is written

@@ -14,6 +14,7 @@
  * its slice of the validation set: when the driver asks, and during training (every N
  * optimizer steps, at the epoch's end; within the segment, before its checkpoint), where every
  * rank's sums are gathered so that all see the same result and step a plateau scheduler alike.
+ * While a segment runs, per-step records go to the driver when it asks (records.c).
  * A sharded dataset (trainer_data.sharded) is read as it is, padded to the longest shard.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
 #include <stdio.h>
@@ -42,6 +43,7 @@ typedef struct replica {
     int64_t pos_epoch, pos_batch; /* there, so the next segment goes on without a seek */
     tr_val_result *vals;          /* validations run during the current segment */
     int nvals, capvals;
+    tr_recorder rec; /* per-step records for the driver (records.c) */
 } replica;
 
 static void replica_free(void *state)
@@ -58,6 +60,7 @@ static void replica_free(void *state)
     ct__trainer_state_free(&r->st);
     ct__trainer_ctx_free(&r->ctx);
     free(r->vals);
+    ct__rec_free(&r->rec);
     free(r);
 }
 
@@ -370,6 +373,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         rc = ct_loader_seek(r->loader, ea.epoch, ea.start_batch);
     r->pos_valid = false; /* until this segment ends well */
     s.index = ea.start_batch;
+    ct__rec_begin(&r->rec, &s, r->setup.group, r->setup.rank, ea.report_ms);
     int64_t t0 = ct__now_ns(), steps = 0;
     /* accumulation groups of k batches (the epoch's last one may be shorter; every rank has as
      * many batches, so all agree on which batch reduces) */
@@ -399,12 +403,15 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                 steps++;
                 rep.steps++;
                 r->st.step++;
-                if (r->st.sched && !plateau && r->spec.sched_every == TR_SCHED_BATCH)
-                    rc = ct_sched_step(r->st.sched);
-                /* with rank 0's buffers, as the model checkpoints would have them */
-                if (rc == 0 && ea.validate_every > 0 && r->st.step % ea.validate_every == 0 &&
-                    (rc = broadcast_buffers(r)) == 0)
-                    rc = validate_inline(r, ea.epoch);
+            }
+            ct__rec_batch(&r->rec, &s, &so, nb); /* before the scheduler: the lr it used */
+            if (s.updates && r->st.sched && !plateau && r->spec.sched_every == TR_SCHED_BATCH)
+                rc = ct_sched_step(r->st.sched);
+            /* with rank 0's buffers, as the model checkpoints would have them */
+            if (rc == 0 && s.updates && ea.validate_every > 0 &&
+                r->st.step % ea.validate_every == 0 && (rc = broadcast_buffers(r)) == 0) {
+                rc = validate_inline(r, ea.epoch);
+                ct__rec_idle(&r->rec); /* the next step's time leaves the validation out */
             }
             if (!r->first_step_done) {
                 r->first_step_done = true;
@@ -412,6 +419,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             }
         }
     }
+    ct__rec_flush(&r->rec); /* in the KV before the reply: the driver reads them all */
     bool done = s.index >= nb;
     if (rc == 0 && done && r->st.sched && !plateau && r->spec.sched_every == TR_SCHED_EPOCH)
         rc = ct_sched_step(r->st.sched);

@@ -8,7 +8,8 @@
  * the driver sums the segments' statistics. Checkpoints also go to checkpoint_dir, and
  * trainer_train can resume from one there.
  * Not here: the replica's training step (replica.c), the checkpoint bytes (ckpt.c), the
- * checkpoint directory's files (ckptdir.c). */
+ * checkpoint directory's files (ckptdir.c), the run log (progress.c; called at a few points:
+ * start / stop, each segment, epoch and validation, polls while a segment runs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,8 @@ struct trainer {
     /* the validations of the last segment (tr_report's tail), for on_validate */
     tr_val_result *vals;
     int nvals;
+    char group[64];        /* the running group's id */
+    tr_progress *progress; /* the run log (progress.c); NULL: none asked for */
 };
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
@@ -278,6 +281,7 @@ static int replicas_that_fit(trainer *t, int *out)
  * call has failed the others get at most 3 s more (a replica that hangs outside a collective
  * must not hang the driver). */
 #define FAIL_GRACE_MS 1500
+#define PROGRESS_POLL_MS 100 /* reads the replicas' step records this often (progress.c) */
 
 static int call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,
                     void **results, int *failed, char *msg, size_t msgcap)
@@ -299,7 +303,7 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
      * collective errors (a dead node's replicas are reported about a second after its death). */
     int64_t grace_until = 0;
     for (int left = f ? t->world : 0; left > 0;) {
-        int wait_ms = -1;
+        int wait_ms = t->progress ? PROGRESS_POLL_MS : -1;
         if (rc < 0) {
             int64_t now = ct__now_ms();
             if (!grace_until)
@@ -309,6 +313,10 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
             wait_ms = (int)(grace_until - now);
         }
         int i = ct_future_wait_any(f, t->world, wait_ms);
+        if (i == CT_ETIMEDOUT && rc == 0 && t->progress) { /* the step records meanwhile */
+            ct__progress_poll(t->progress);
+            continue;
+        }
         if (i < 0)
             break; /* grace over */
         int w = ct_future_wait(f[i], -1, results ? &results[i] : NULL, NULL);
@@ -388,6 +396,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
     t->local.batch = sa[0].start_batch;
     t->local.world = n;
     free(sa);
+    memcpy(t->group, group, sizeof group);
     t->group_fresh = true;
     t->stats.replicas = n;
     t->stats.group_start_step = t->local.step;
@@ -466,14 +475,14 @@ static int rewind_to_checkpoint(trainer *t)
     return rc;
 }
 
-/* Makes a validation's sums the stats' val_* fields. */
-static void set_val_stats(trainer *t, double loss, int64_t correct, int64_t total,
+/* Makes a validation's sums the val_* fields of st. */
+static void set_val_stats(trainer_stats *st, double loss, int64_t correct, int64_t total,
                           const tr_metrics *m)
 {
-    ct__trainer_metrics_out(m, t->stats.val_metrics, &t->stats.val_nmetrics);
-    t->stats.val_loss = total ? loss / (double)total : 0;
-    t->stats.val_accuracy = total ? (double)correct / (double)total : 0;
-    t->stats.val_samples = total;
+    ct__trainer_metrics_out(m, st->val_metrics, &st->val_nmetrics);
+    st->val_loss = total ? loss / (double)total : 0;
+    st->val_accuracy = total ? (double)correct / (double)total : 0;
+    st->val_samples = total;
 }
 
 /* The last epoch's validations into the stats, one by one, each handed to on_validate. */
@@ -481,7 +490,7 @@ static int deliver_validations(trainer *t, const trainer_train_opts *o)
 {
     for (int i = 0; i < t->nvals; i++) {
         const tr_val_result *v = &t->vals[i];
-        set_val_stats(t, v->loss_sum, v->correct, v->total, &v->metrics);
+        set_val_stats(&t->stats, v->loss_sum, v->correct, v->total, &v->metrics);
         t->stats.val_epoch = v->epoch;
         t->stats.val_step = v->step;
         int rc = o->on_validate ? o->on_validate(t, &t->stats, o->user) : 0;
@@ -511,7 +520,10 @@ static int run_validation(trainer *t, char *why, size_t cap)
             total += r->total;
             ct__trainer_metrics_add(&m, &r->metrics);
         }
-        set_val_stats(t, loss, correct, total, &m);
+        set_val_stats(&t->stats, loss, correct, total, &m);
+        /* its place: mid-epoch the epoch it is in, else the last one done */
+        ct__progress_val(t->progress, &t->stats,
+                         t->local.batch > 0 ? t->local.epoch : t->local.epoch - 1, t->local.step);
     } else {
         end_group(t, why, cap, failed, rc, msg);
     }
@@ -529,6 +541,24 @@ static void epoch_stats(const trainer *t, trainer_stats *st)
     st->epoch_seconds = t->acc.seconds;
     st->weights_agree = t->acc.agree;
     ct__trainer_metrics_out(&t->acc.m, st->metrics, &st->nmetrics);
+}
+
+/* The run log of a segment that ended well: its last step records (in the KV before the
+ * replies), a record per validation it ran (in order; in-line, after their steps), and at the
+ * epoch's end the epoch's record (the stats are the epoch's then). */
+static void segment_records(trainer *t, bool epoch_done)
+{
+    if (!t->progress)
+        return;
+    ct__progress_poll(t->progress);
+    for (int i = 0; i < t->nvals; i++) {
+        const tr_val_result *v = &t->vals[i];
+        trainer_stats st = t->stats;
+        set_val_stats(&st, v->loss_sum, v->correct, v->total, &v->metrics);
+        ct__progress_val(t->progress, &st, v->epoch, v->step);
+    }
+    if (epoch_done)
+        ct__progress_epoch(t->progress, &t->stats);
 }
 
 /* A segment of epoch `epoch` on the group: from the driver's position (t->local.batch) until
@@ -557,8 +587,10 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                                 .steps = steps,
                                 .checkpoint = checkpoint,
                                 .validate_every = o->validate_every_steps,
-                                .validate_end = o->validate_every_epoch};
+                                .validate_end = o->validate_every_epoch,
+                                .report_ms = ct__progress_report_ms(t->progress)};
     t->nvals = 0;
+    ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
     if (rc < 0) {
         t->stats.failure_seen_ns = ct__now_ns();
@@ -619,6 +651,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                    (long long)epoch + 1);
     }
     t->stats.steps = t->local.step;
+    segment_records(t, *done);
 out:
     for (int i = 0; i < world; i++)
         free(res[i]);
@@ -761,6 +794,13 @@ static int check_train_opts(const trainer_train_opts *o)
                          "trainer_train: checkpoint_score_order \"%s\": not \"min\" "
                          "or \"max\"",
                          o->checkpoint_score_order);
+    if (o->progress < TRAINER_PROGRESS_AUTO || o->progress > TRAINER_PROGRESS_OFF)
+        return ct__error(CT_EINVAL,
+                         "trainer_train: progress %d is not TRAINER_PROGRESS_AUTO, _ON or _OFF",
+                         o->progress);
+    if (o->log_every_steps < 0 || o->report_ms < 0)
+        return ct__error(CT_EINVAL, "trainer_train: %s is negative",
+                         o->log_every_steps < 0 ? "log_every_steps" : "report_ms");
     if (o->checkpoint_score_attribute && (!*o->checkpoint_score_attribute || !o->checkpoint_dir))
         return ct__error(CT_EINVAL, "trainer_train: checkpoint_score_attribute %s",
                          !o->checkpoint_dir ? "without checkpoint_dir" : "is empty");
@@ -806,6 +846,11 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
              o->checkpoint_dir, o->checkpoint_num_to_keep, attr,
              o->checkpoint_score_order && !strcmp(o->checkpoint_score_order, "max"), &dir)) < 0)
         return rc;
+    /* the run log (a resumed job's records start at the checkpoint's step) */
+    if ((rc = ct__progress_start(&t->progress, o, epochs)) < 0) {
+        ct__ckptdir_free(&dir);
+        return rc;
+    }
     while (t->local.epoch < epochs) {
         /* at an epoch boundary with fewer replicas than asked: grow back when they fit now */
         if (t->actors && t->world < t->num_replicas && !t->group_fresh && auto_ckpt &&
@@ -852,6 +897,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     ct__ckptdir_free(&dir);
     t->stats.epoch = t->local.epoch;
     t->stats.steps = t->local.step;
+    ct__progress_stop(t->progress);
     if (o->stats)
         *o->stats = t->stats;
     return rc;
@@ -1004,6 +1050,7 @@ void trainer_shutdown(trainer **tp)
         return;
     trainer *t = *tp;
     end_group(t, NULL, 0, -1, 0, NULL);
+    ct__progress_free(&t->progress);
     if (t->has_ckpt)
         ct_free(&t->ckpt);
     ct__trainer_state_free(&t->local);

@@ -20,7 +20,14 @@
  *   (e) with gradient accumulation (2 batches per step) one record per optimizer step, each
  *       covering both batches (200 samples), their mean loss trainer_stats';
  *   (f) replica 1 killed in epoch 1 (the probe loss of tt.h), one retry: the retried epoch's
- *       8 records follow the at most 2 the lost group sent, and give trainer_stats' loss. */
+ *       8 records follow the at most 2 the lost group sent, and give trainer_stats' loss;
+ *   (g) epochs in segments with in-line validation: a checkpoint every 3 steps (checkpoint_dir),
+ *       validation every 4 steps and every epoch, on_validate stopping at step 4's: the log has
+ *       steps 1..6 once each (the stopping segment ends at 6) and the val record of step 4;
+ *       a fresh trainer resumed from the directory (checkpoint of step 6, within epoch 0) logs
+ *       steps 7..16 once each in order (batch, epoch, lr of StepLR's epochs right) and val
+ *       records at steps 8, 12, 16 only (the epochs' own validations fall on those steps),
+ *       the last one trainer_stats' val_*; TensorBoard's reader agrees with it ((c)). */
 #include "tt.h"
 
 #include <dirent.h>
@@ -158,6 +165,26 @@ static int count(const char *text, const char *needle)
     for (const char *p = text; text && (p = strstr(p, needle)); p++)
         n++;
     return n;
+}
+
+/* (g): on_validate keeps the steps of the first 4 validations (user: int64_t[4]); the first
+ * run stops at the first. */
+static int record_val(trainer *t, const trainer_stats *st, void *user)
+{
+    (void)t;
+    int64_t *steps = user;
+    for (int k = 0; k < 4; k++)
+        if (!steps[k]) {
+            steps[k] = st->val_step;
+            break;
+        }
+    return 0;
+}
+
+static int stop_at_val4(trainer *t, const trainer_stats *st, void *user)
+{
+    record_val(t, st, user);
+    return st->val_step == 4 ? CT_EINVAL : 0;
 }
 
 /* Runs trainer_train with stderr in err_path. */
@@ -456,14 +483,92 @@ int main(void)
     CHECK_NEAR(retry_loss, sr.train_loss, 1e-12);
     free(text3);
 
-    /* (c) TensorBoard reads the event file; same values as metrics.jsonl */
+    /* (g) segments, in-line validation, a stop and a resume */
+    char logdir4[200], logdir5[200], ckdir[200];
+    snprintf(logdir4, sizeof logdir4, "%s/seg", dir);
+    snprintf(logdir5, sizeof logdir5, "%s/seg-resumed", dir);
+    snprintf(ckdir, sizeof ckdir, "%s/seg-ckpt", dir);
+    int64_t seg_val_steps[2][4] = {{0}}; /* per run: the steps on_validate saw */
+    trainer_stats sg = {0};
+    for (int run = 0; run < 2; run++) {
+        CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                                .data = "synthetic",
+                                                .optimizer = "sgd",
+                                                .scheduler = "steplr",
+                                                .config = CFG,
+                                                .num_replicas = 2,
+                                                .batch_size = 50,
+                                                .epochs = 2,
+                                                .seed = 3},
+                                &t));
+        if (!t)
+            break;
+        int rc = trainer_train(
+            t, .stats = &sg, .checkpoint_every_steps = 3, .checkpoint_dir = ckdir,
+            .resume = run ? ckdir : NULL, .validate_every_steps = 4, .validate_every_epoch = true,
+            .on_validate = run ? record_val : stop_at_val4, .user = seg_val_steps[run],
+            .log_dir = run ? logdir5 : logdir4, .progress = TRAINER_PROGRESS_OFF, .report_ms = 20);
+        trainer_shutdown(&t);
+        if (run == 0) {
+            CHECK(rc < 0);
+            CHECK_EQ_INT(seg_val_steps[0][0], 4);
+        } else {
+            CHECK_OK(rc);
+            CHECK_EQ_INT(sg.steps, 16);
+        }
+    }
+    for (int run = 0; run < 2; run++) {
+        snprintf(path, sizeof path, "%s/metrics.jsonl", run ? logdir5 : logdir4);
+        char *text4 = slurp(path);
+        int n4 = split_lines(text4, lines, 256), want = run ? 7 : 1, nval = 0;
+        int64_t vsteps[8] = {0};
+        const char *last_val = NULL;
+        for (int i = 0; i < n4; i++) {
+            if (is_type(lines[i], "val") && nval < 8) {
+                vsteps[nval++] = (int64_t)jget(lines[i], "step");
+                CHECK_EQ_INT(jget(lines[i], "epoch"), (jget(lines[i], "step") - 1) / 8);
+                CHECK_EQ_INT(jget(lines[i], "val_samples"), 200);
+                last_val = lines[i];
+            }
+            if (!is_type(lines[i], "step"))
+                continue;
+            int64_t e = (want - 1) / 8;
+            CHECK_EQ_INT(jget(lines[i], "step"), want); /* each once, in order */
+            CHECK_EQ_INT(jget(lines[i], "epoch"), e);
+            CHECK_EQ_INT(jget(lines[i], "batch"), want - 8 * e);
+            CHECK(jget(lines[i], "lr") == (e ? 0.025 : 0.05));
+            want++;
+        }
+        CHECK_EQ_INT(want, run ? 17 : 7);
+        printf("segments run %d: step records to %d, %d val records\n", run, want - 1, nval);
+        if (run == 0) {
+            CHECK_EQ_INT(nval, 1);
+            CHECK_EQ_INT(vsteps[0], 4);
+        } else {
+            CHECK_EQ_INT(nval, 3);
+            CHECK_EQ_INT(vsteps[0], 8);
+            CHECK_EQ_INT(vsteps[1], 12);
+            CHECK_EQ_INT(vsteps[2], 16);
+            for (int k = 0; k < 3; k++)
+                CHECK_EQ_INT(seg_val_steps[1][k], vsteps[k]);
+            CHECK(last_val && jget(last_val, "val_loss") == sg.val_loss);
+        }
+        free(text4);
+    }
+
+    /* (c) TensorBoard reads the event file; same values as metrics.jsonl (and (g)'s resumed
+     * run's, with validations during training) */
     char cmd[800];
-    snprintf(cmd, sizeof cmd, "python3 %s/check_tensorboard.py %s", CT_TEST_SRC_DIR, logdir);
-    int st_py = system(cmd);
-    int py = WIFEXITED(st_py) ? WEXITSTATUS(st_py) : -1;
-    if (py != 0 && py != 77) {
-        fprintf(stderr, "check_tensorboard.py failed (exit %d)\n", py);
-        h_failures++;
+    int py = 0;
+    for (int k = 0; k < 2 && py != 77; k++) {
+        snprintf(cmd, sizeof cmd, "python3 %s/check_tensorboard.py %s", CT_TEST_SRC_DIR,
+                 k ? logdir5 : logdir);
+        int st_py = system(cmd);
+        py = WIFEXITED(st_py) ? WEXITSTATUS(st_py) : -1;
+        if (py != 0 && py != 77) {
+            fprintf(stderr, "check_tensorboard.py %s failed (exit %d)\n", k ? logdir5 : logdir, py);
+            h_failures++;
+        }
     }
     ct_shutdown();
     if (!h_failures) {

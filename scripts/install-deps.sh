@@ -45,6 +45,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ -z "$made_policy" ] || $sudo rm -f "$policy"
     [ "$rc" -eq 0 ] || exit "$rc"
 fi
+# tensorboard (PyPI) for trainer_progress, which reads the trainer's event file with
+# TensorBoard's own reader; best effort: without it (no network) that part of the test skips.
+if ! python3 -c 'import tensorboard' 2>/dev/null; then
+    python3 -m pip install -q tensorboard >/dev/null 2>&1 ||
+        echo "install-deps: pip install tensorboard failed; trainer_progress skips its TensorBoard check"
+fi
 if [ "${1:-}" = bench ] && ! python3 -c 'import ray, numpy' 2>/dev/null; then
     echo "install-deps: pip install ray numpy (the reference of the Ray benchmarks)"
     python3 -m pip install -q ray numpy >/dev/null 2>&1 ||

@@ -1,7 +1,8 @@
 /* ct/data.h — datasets, readers, transforms and the batch loader of ct's trainer.
  *
  * Plain C with no dependency on the tensor library: a batch is a contiguous float array
- * (N, C, H, W) for images or (N, F) for tabular data, int64 labels (N), and the sample shape.
+ * (N, C, H, W) for images or (N, F) for tabular data, int64 labels (N) or, for a dataset with
+ * f32 targets (regression, multi-label), float targets (N, T...), and the sample shape.
  *
  * A worked example (Fashion-MNIST, 2 replicas, this is rank 1):
  *
@@ -49,7 +50,8 @@ extern "C" {
  * ------------------------------------------------------------------------------------------ */
 
 /* A dataset: a length, a sample shape (without the batch dimension) and a way to fetch sample
- * i as float32 values plus an int64 label. Opaque; made by the readers below or from a vtable. */
+ * i as float32 values plus either an int64 label or (a "target dataset") a float32 target
+ * tensor of a fixed target shape. Opaque; made by the readers below or from a vtable. */
 typedef struct ct_dataset ct_dataset;
 
 /* Write your own dataset in C: fill this table and call ct_dataset_new.
@@ -58,10 +60,13 @@ typedef struct ct_dataset ct_dataset;
  *            which a loader hands to its consumer with the sample index and epoch. May be
  *            called from a loader's prefetch thread, never by two threads at once for one
  *            loader.
- *   destroy: optional; called once by ct_dataset_destroy with the self pointer. */
+ *   destroy: optional; called once by ct_dataset_destroy with the self pointer.
+ *   get_target: for target datasets (ct_dataset_new_targets), instead of get: writes sample
+ *            i into x and its target_numel floats into y (C-contiguous in the target shape). */
 typedef struct ct_dataset_ops {
     int (*get)(void *self, int64_t i, float *x, int64_t *label);
     void (*destroy)(void *self);
+    int (*get_target)(void *self, int64_t i, float *x, float *y);
 } ct_dataset_ops;
 
 /* Makes a dataset of `length` samples of the given shape (ndim 1..CT_DATA_MAX_DIMS) served by
@@ -69,6 +74,11 @@ typedef struct ct_dataset_ops {
  * ops->destroy is NOT called: the caller still owns self. Caller owns *out. */
 int ct_dataset_new(const ct_dataset_ops *ops, void *self, int64_t length, int ndim,
                    const int64_t *shape, ct_dataset **out);
+/* The same for a target dataset: samples of shape (ndim, shape) with f32 targets of shape
+ * (tndim 1..CT_DATA_MAX_DIMS, tshape), served by ops->get_target (ops->get is not used). */
+int ct_dataset_new_targets(const ct_dataset_ops *ops, void *self, int64_t length, int ndim,
+                           const int64_t *shape, int tndim, const int64_t *tshape,
+                           ct_dataset **out);
 
 /* In-memory datasets; both copy their inputs (the caller keeps x and labels).
  * x is (length, *shape); u8 values are divided by `div` on get (255: pixels in [0,1] exactly as
@@ -77,6 +87,10 @@ int ct_dataset_from_f32(const float *x, const int64_t *labels, int64_t length, i
                         const int64_t *shape, ct_dataset **out);
 int ct_dataset_from_u8(const uint8_t *x, const int64_t *labels, int64_t length, int ndim,
                        const int64_t *shape, float div, ct_dataset **out);
+/* An in-memory target dataset: x (length, *shape), y (length, *tshape) f32; both copied. */
+int ct_dataset_from_f32_targets(const float *x, const float *y, int64_t length, int ndim,
+                                const int64_t *shape, int tndim, const int64_t *tshape,
+                                ct_dataset **out);
 
 /* A view of samples [start, start + count) of base (borrowed: base must outlive the view), e.g.
  * a train/validation split or a short run. Same shape; get is as thread-safe as base's. */
@@ -91,8 +105,16 @@ int64_t ct_dataset_length(const ct_dataset *ds);
 int ct_dataset_shape(const ct_dataset *ds, int64_t *shape);
 /* Number of floats per sample (product of the shape). */
 int64_t ct_dataset_sample_numel(const ct_dataset *ds);
-/* Fetches sample i into x (sample_numel floats) and *label. CT_ERANGE if i is out of range. */
+/* Fetches sample i into x (sample_numel floats) and *label. CT_ERANGE if i is out of range;
+ * CT_EINVAL on a target dataset (use ct_dataset_get_target). */
 int ct_dataset_get(ct_dataset *ds, int64_t i, float *x, int64_t *label);
+/* Target datasets: the target shape into shape[CT_DATA_MAX_DIMS] (may be NULL), returning its
+ * ndim; 0 for a dataset of int64 labels. target_numel: floats per target (0 for labels). */
+int ct_dataset_target_shape(const ct_dataset *ds, int64_t *shape);
+int64_t ct_dataset_target_numel(const ct_dataset *ds);
+/* Fetches sample i into x and its target into y (target_numel floats). CT_ERANGE if i is out
+ * of range; CT_EINVAL on a dataset of labels. */
+int ct_dataset_get_target(ct_dataset *ds, int64_t i, float *x, float *y);
 
 /* ---------------------------------------------------------------------------------------------
  * Readers. Each reads its files fully into memory once (gzip is inflated in one pass) and keeps
@@ -118,14 +140,28 @@ int ct_dataset_open_cifar10_dir(const char *dir, bool train, ct_dataset **out);
 
 /* CSV: one sample a line; one column is the integer label, all others float features; sample
  * shape (F). Fields are separated by `delimiter` (0: ','), surrounding blanks are ignored, blank
- * lines are skipped, quoting is not supported. */
+ * lines are skipped, quoting is not supported. With targets = T > 0 the file has f32 targets
+ * instead of a label: the T columns starting at the label column (label_name / label_column)
+ * are the target, shape (T), e.g. label_column -2, targets 2: the last two columns. */
 typedef struct ct_csv_opts {
     int header;             /* 0: auto (first line has a non-numeric field), 1: yes, -1: no */
     const char *label_name; /* label column by header name (needs a header); overrides index */
     int label_column;       /* label column by index; negative counts from the end (-1: last) */
     char delimiter;         /* 0: ',' */
+    int targets;            /* > 0: that many f32 target columns instead of an integer label */
 } ct_csv_opts;
 int ct_dataset_open_csv(const char *path, const ct_csv_opts *opts, ct_dataset **out);
+
+/* One shard of a CSV file, read without reading the rest: shard `rank` of `world` is the
+ * lines that start in the file's byte range [size * rank / world, size * (rank + 1) / world)
+ * (a line crossing the end of the range belongs to the shard it starts in, as Hadoop's text
+ * splits). The rank reads its byte range (from one byte before it, to see whether it starts
+ * on a line boundary), the rest of its last line, and the file's first line (for the header
+ * and column count); *bytes_read (may be NULL) gets the count of bytes read from the file.
+ * Shards differ in length by about a line's share; every line is in exactly one shard. Error
+ * messages name the line by its byte offset. Gzip'd files are not supported here. */
+int ct_dataset_open_csv_shard(const char *path, const ct_csv_opts *opts, int rank, int world,
+                              ct_dataset **out, int64_t *bytes_read);
 
 /* ---------------------------------------------------------------------------------------------
  * Distributed sampler: torch.utils.data.DistributedSampler's semantics exactly.
@@ -197,12 +233,19 @@ typedef struct ct_loader_opts {
     uint64_t seed;          /* shuffling and random transforms */
     int prefetch;           /* batches built ahead by a background thread; 0: no thread */
     ct_transform_opts transform;
+    /* > 0: pad each epoch's sample list (after sharding) to pad_to samples by repeating it from
+     * its start, as DistributedSampler pads: gives every rank the same count when each rank's
+     * dataset is its own shard of a different length. Must be >= the count without padding. */
+    int64_t pad_to;
 } ct_loader_opts;
 
 /* A batch, borrowed from the loader until the next ct_loader_next / set_epoch / destroy. */
 typedef struct ct_batch {
-    const float *x;       /* (n, shape...) contiguous */
-    const int64_t *y;     /* (n) */
+    const float *x;      /* (n, shape...) contiguous */
+    const int64_t *y;    /* (n); NULL for a target dataset */
+    const float *target; /* (n, tshape...) for a target dataset, else NULL */
+    int tndim;           /* target dims (0: labels) */
+    int64_t tshape[CT_DATA_MAX_DIMS];
     const int64_t *index; /* (n) dataset index of each sample */
     int64_t n;            /* samples in this batch (<= batch_size) */
     int ndim;             /* sample dims (shape excludes n) */
@@ -219,6 +262,10 @@ void ct_loader_destroy(ct_loader **ld);
 /* Starts (or restarts) iterating over epoch `epoch` from its first batch; with prefetch the
  * background thread begins building batches at once. Returns 0 or a negative CT_E*. */
 int ct_loader_set_epoch(ct_loader *ld, int64_t epoch);
+/* The same, starting at batch `batch` (0 .. ct_loader_num_batches; the number of batches makes
+ * the epoch empty): the batches then returned are exactly those a full pass returns from
+ * there on (to resume an epoch part way through). CT_EINVAL out of range. */
+int ct_loader_seek(ct_loader *ld, int64_t epoch, int64_t batch);
 /* Next batch of the current epoch: returns 1 and fills *b, 0 at the end of the epoch (call
  * ct_loader_set_epoch to go on), or a negative CT_E* (e.g. a dataset get failed). */
 int ct_loader_next(ct_loader *ld, ct_batch *b);

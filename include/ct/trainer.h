@@ -29,10 +29,10 @@
  * same executable started again in actor mode, so the registrations run there too, and the
  * trainer only passes names. Each creator gets a trainer_ctx (rank, world size, seed, epoch the
  * replica starts at, and the user config, a "key=value,key=value" string read with
- * trainer_config_*). Built-ins: optimizer "adam", "adamw", "sgd"; loss "cross_entropy", "nll";
- * scheduler "steplr", "multistep", "exponential", "cosine", "warmup_cosine"; data
- * "fashion_mnist". The keys each built-in reads are listed after the trainer_register_*
- * functions below.
+ * trainer_config_*). Built-ins: optimizer "adam", "adamw", "sgd"; loss "cross_entropy", "nll"
+ * (i64 labels), "mse", "l1", "bce_with_logits" (f32 targets); scheduler "steplr", "multistep",
+ * "exponential", "cosine", "warmup_cosine", "plateau"; data "fashion_mnist". The keys each
+ * built-in reads are listed after the trainer_register_* functions below.
  *
  * How it runs. trainer_create runs every creator once in the driver (checks names, config and
  * shapes before anything is started; the driver's copy of the model is what trainer_get_model
@@ -41,26 +41,42 @@
  * attempt, broadcast rank 0's weights, and train: each replica reads its shard of the training
  * set (DistributedSampler semantics, reshuffled per epoch from the seed), gradients are averaged
  * in buckets while backward runs (DDP-style), so every replica keeps identical weights. Dropout
- * and other random draws are reseeded at every epoch from (seed, epoch, rank), which is what
- * makes a resumed epoch repeat bit for bit. Buffers (BatchNorm statistics) are broadcast from
- * rank 0 at the end of each epoch. Statistics are summed over all replicas by the driver.
+ * and other random draws are reseeded before every batch from (seed, epoch, rank, batch index),
+ * which is what makes a resumed epoch repeat bit for bit, from its start or from any batch. Buffers
+ * (BatchNorm statistics) are broadcast from rank 0 at the end of each epoch. Statistics are summed
+ * over all replicas by the driver.
  *
  * Checkpoints. With TRAINER_CHECKPOINT_AUTO, rank 0 writes one at the end of every epoch
  * straight into the object store (ct_object_create/seal, 2 copies on distinct nodes when there
- * are 2), the driver pulls a copy to its own node, loads it into its model, and only then frees
- * the previous checkpoint: there is always one complete checkpoint, never a partial one. The
- * bytes are a safetensors file (see DESIGN.md "Checkpoint format"): model parameters and buffers
- * by dotted name; optimizer tensors as "optim.<name>"; __metadata__ strings "format"
- * ("ct-checkpoint"), "format_version" ("1"), "epoch" (epochs completed), "step" (optimizer
+ * are 2; fewer is counted in trainer_stats.checkpoints_under_replicated and logged), the driver
+ * pulls a copy to its own node, loads it into its model, and only then frees the previous
+ * checkpoint: there is always one complete checkpoint, never a partial one. The bytes are a
+ * safetensors file (see DESIGN.md "Checkpoint format"): model parameters and buffers by dotted
+ * name; optimizer tensors as "optim.<name>"; __metadata__ strings "format"
+ * ("ct-checkpoint"), "format_version" ("2"), "epoch" (epochs completed), "step" (optimizer
  * steps per replica), "world_size", "seed", "rng" (how random draws are seeded), "model",
  * "data", "optimizer", "loss", "scheduler" (creator names), "config", and "optimizer_state" /
  * "scheduler_state" (JSON objects of the non-tensor state entries). trainer_save writes it.
+ * format_version "2" added "batch" (batches of the epoch after "epoch" done per replica: a
+ * checkpoint within an epoch, trainer_train_opts.checkpoint_every_steps; "0" at an epoch's
+ * end) and per-batch random draws; version "1" files (no "batch": an epoch's end) still load.
+ * Within an epoch a plateau scheduler on "train_loss" adds "plateau_loss_sum" and
+ * "plateau_samples" (the epoch's training loss and samples so far, all ranks), so that the
+ * resumed epoch steps it on the whole epoch's mean. The scheduler state is the one after any
+ * validation of the segment the checkpoint ends (validations run before it is written).
+ * The loader's position needs no more state: the epoch's data order is a function of (seed,
+ * epoch) (sharded data: of (seed, rank, epoch)), so a group restarted at batch b of an epoch
+ * (with as many replicas as the checkpoint says in "world_size"; another size starts where as
+ * many samples were seen, rounded down, and sharded data then reads other shards) seeks its
+ * loader there, and the run goes on bit for bit as if it had not stopped. A checkpoint is
+ * also written to trainer_train_opts.checkpoint_dir when one is given.
  *
  * Fault tolerance (the RaySGD protocol). When a replica's process exits or its node is
  * declared dead, the survivors' collectives fail within milliseconds; the driver ends the
  * whole group, waits for the head to report the deaths, asks the head for free resources,
  * starts as many replicas as fit (at most num_replicas; none: exponential backoff and retry),
- * each restoring the last checkpoint from the store, and continues from that epoch. A smaller
+ * each restoring the last checkpoint from the store, and continues from that epoch (or that
+ * batch of it: checkpoint_every_steps). A smaller
  * group grows back at an epoch boundary when resources return. Every failure spends one of
  * max_retries; past them trainer_train returns CT_ERETRY and ct_last_error() says what failed
  * (replica, pid, node, signal or exit status). The driver's node is assumed not to fail.
@@ -110,16 +126,32 @@ void trainer_ctx_fail(trainer_ctx *ctx, const char *fmt, ...) __attribute__((for
 
 /* What a data creator fills. The trainer takes ownership of train, val and keep[] (keep: the
  * datasets train / val borrow from, e.g. a subset's base; destroyed after them). transform's
- * mean/std must point at static storage (they are copied by the loaders). val may be NULL. */
+ * mean/std must point at static storage (they are copied by the loaders). val may be NULL.
+ * Datasets of i64 labels or target datasets (f32 targets of a fixed shape, ct/data.h: e.g.
+ * ct_dataset_from_f32_targets, a CSV with ct_csv_opts.targets): the batches' y follows.
+ *
+ * sharded: train and val hold only this rank's shard (e.g. ct_dataset_open_csv_shard(path,
+ * &o, trainer_ctx_rank(ctx), trainer_ctx_world_size(ctx), ...)), so no process reads the
+ * whole set. Shuffling is then DistributedSampler-like within each shard: a rank's records are
+ * its own for the whole run, reshuffled every epoch by a permutation of (seed, rank, epoch)
+ * (deterministic: a resumed epoch sees the same order); a shorter shard is padded by
+ * repeating its epoch order from the start to the longest shard's length (the ranks compare
+ * lengths at setup), so every rank runs as many steps; an empty shard is an error. Validation
+ * covers each rank's whole val shard. The shards follow the group's world size: a group of
+ * another size after a failure reads other shards. The driver's check-run is rank 0 of 1: it
+ * reads the whole file unless the creator reads less there (trainer_ctx_is_driver). */
 typedef struct trainer_data {
     ct_dataset *train, *val;
     ct_dataset *keep[4];
     ct_transform_opts transform;
     int num_classes; /* for accuracy; 0: the model's output width */
+    bool sharded;
 } trainer_data;
 
-/* A loss: mean over the batch of loss(output (N,C), target (N) i64 labels), shape ().
- * Returns a new tensor recorded on the tape, or NULL. */
+/* A loss: mean over the batch of loss(output (N,C), target), shape (): target is (N) i64
+ * labels, or f32 (N, ...) targets from a target dataset (for "mse", "l1": the output's shape;
+ * "bce_with_logits": multi-label 0/1 targets of the output's shape). Returns a new tensor
+ * recorded on the tape, or NULL. */
 typedef ct_tensor *(*trainer_loss_fn)(ct_tensor *output, ct_tensor *target);
 
 /* Creator signatures. Return an owned object, or NULL / a negative CT_E* code (with
@@ -146,12 +178,24 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  *   optimizer "adam"/"adamw": lr [1e-3], beta1 [0.9], beta2 [0.999], eps [1e-8],
  *             weight_decay [0 / 1e-2]; "sgd": lr [1e-2], momentum [0], weight_decay [0],
  *             nesterov [false]
- *   loss "cross_entropy": label_smoothing [0]; "nll"
+ *   loss "cross_entropy": label_smoothing [0]; "nll"; "mse", "l1", "bce_with_logits" (f32
+ *             targets of the output's shape; torch.nn.functional's, mean reduction)
  *   scheduler "steplr": step_size [1], gamma [0.1]; "multistep": milestones ["" e.g. "5:10"],
  *             gamma [0.1]; "exponential": gamma [0.9]; "cosine": t_max [epochs], eta_min [0];
  *             "warmup_cosine" (ct_sched_warmup_cosine_new; steps are scheduler steps, so
  *             with scheduler_step "batch" they count optimizer steps): warmup_steps [1],
  *             total_steps [epochs], start_factor [1/3], eta_min [0]
+ *             "plateau" (ReduceLROnPlateau, ct_sched_plateau_new, torch's semantics): mode
+ *             ["min" / "max"], factor [0.1], patience [10], threshold [1e-4], threshold_mode
+ *             ["rel" / "abs"], cooldown [0], min_lr [0], eps [1e-8], plateau_metric
+ *             ["val_loss"; "val_accuracy", "train_loss" or a validate step's metric name].
+ *             It steps on that value, not per scheduler_step (unless "manual"): after each
+ *             validation run during training (trainer_train_opts.validate_every_epoch /
+ *             validate_every_steps, required for a val_* metric), or with "train_loss"
+ *             after every epoch on its mean training loss. Every rank steps it with the same
+ *             value (all ranks' sums, added alike), so the replicas stay identical. A plateau
+ *             scheduler a user registers is driven the same way (plateau_metric is read for
+ *             any scheduler whose ct_sched_kind is "plateau").
  *   data "fashion_mnist": data_dir [CT_FASHION_MNIST_DIR], limit [all 60000 training samples],
  *             val_limit [all 10000 test samples]; pixels normalised (mean 0.2860, std 0.3530).
  *             Decoded once per cluster (by the driver's check-run) and shared through the
@@ -224,13 +268,17 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  * Metrics. A step fills out (sums over its batch) and may add up to TRAINER_MAX_METRICS named
  * scalars per batch with trainer_step_metric (e.g. "grad_norm"); the driver averages each over
  * the batches of all replicas weighted by the batch size, and reports them in trainer_stats
- * .metrics (training, last epoch) and .val_metrics (last validation). The first use of a name
- * in a step fixes its slot; every rank must use the same names in the same order. */
+ * .metrics (training, last epoch) and .val_metrics (last validation), and per step in the run
+ * log (see "Seeing a run" below). The first use of a name in a step fixes its slot; every rank
+ * must use the same names in the same order. A name is 1 .. TRAINER_METRIC_NAME_MAX-1
+ * printable ASCII characters without blanks, quotes or backslashes (it becomes a JSON key and a
+ * TensorBoard tag). */
 
-#define TRAINER_MAX_METRICS 4
-#define TRAINER_METRIC_NAME_MAX 24
+#define TRAINER_MAX_METRICS 64
+#define TRAINER_METRIC_NAME_MAX 48
 
-/* One batch: x (N, ...) f32 (the loader's transform applied), y (N) i64 labels. Borrowed. */
+/* One batch: x (N, ...) f32 (the loader's transform applied), y (N) i64 labels or, from a
+ * target dataset, (N, ...) f32 targets (ct_tensor_dtype tells). Borrowed. */
 typedef struct trainer_batch {
     ct_tensor *x, *y;
     int64_t n;
@@ -285,12 +333,13 @@ int trainer_step_optimizer(trainer_step *s);
 int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm);
 
 /* Adds value (one scalar for this batch) to the named metric; see "Metrics" above. CT_ENOSPC
- * past TRAINER_MAX_METRICS names, CT_EINVAL for a bad name. */
+ * past TRAINER_MAX_METRICS names, CT_EINVAL for a bad name (message naming it). */
 int trainer_step_metric(trainer_step *s, const char *name, double value);
 
 /* The built-in steps, callable from a custom step (e.g. to add a metric around them).
  * train: forward, loss, backward, optimizer; out: loss_sum, samples.
- * validate: forward, loss, top-1; out: loss_sum, correct, samples. */
+ * validate: forward, loss, top-1 (i64 labels only: with f32 targets correct stays 0, so
+ * val_accuracy reads 0 and the loss is the measure); out: loss_sum, correct, samples. */
 int trainer_builtin_train_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out);
 int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out);
 
@@ -341,9 +390,11 @@ typedef struct trainer_stats {
     double train_loss;    /* mean over the last epoch's samples of all replicas */
     double samples_per_s; /* last epoch: samples of all replicas / slowest replica's time */
     double epoch_seconds; /* last epoch, slowest replica */
-    double val_loss;      /* last validation (trainer_validate or validate_every_epoch) */
-    double val_accuracy;  /* top-1 */
+    double val_loss;      /* last validation (trainer_validate, validate_every_*) */
+    double val_accuracy;  /* top-1 (correct / samples: 0 for f32 targets, see above) */
     int64_t val_samples;  /* validation samples counted (all replicas) */
+    int64_t val_epoch;    /* a validation during training: the 0-based epoch it ran in */
+    int64_t val_step;     /* ... and the optimizer steps done before it */
     int retries_used;     /* failures recovered so far (all trainer_train calls) */
     int replicas;         /* replicas in the current group */
     bool weights_agree;   /* the replicas' weight hashes were equal after the last epoch */
@@ -357,6 +408,11 @@ typedef struct trainer_stats {
     trainer_metric metrics[TRAINER_MAX_METRICS];
     int val_nmetrics; /* last validation */
     trainer_metric val_metrics[TRAINER_MAX_METRICS];
+    int64_t group_start_step; /* optimizer steps done when the current group started (its
+                                 checkpoint's; within an epoch with checkpoint_every_steps) */
+    /* checkpoints stored with fewer copies than asked (2; e.g. a cluster of one node), each
+     * also logged: such a checkpoint does not survive the loss of its node */
+    int checkpoints_under_replicated;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */
@@ -367,10 +423,61 @@ double trainer_stats_metric(const trainer_stats *st, bool val, const char *name,
     1 /* only after the last epoch: a failure restarts from the                                    \
          last checkpoint (restored or earlier), else from epoch 0 */
 
+/* Seeing a run. While an epoch runs (each segment of it: checkpoint_every_steps), every
+ * replica keeps one record per optimizer step (its loss, samples, the learning rate of param
+ * group 0 the step used, the gradient norm when the step measured
+ * one with trainer_step_clip_grad_norm, its step time and, of it, the time spent waiting for
+ * the averaged gradients, the step's named metrics) and sends them to the driver about every
+ * report_ms (through the head's KV; batched, so a step is not slowed). The driver merges the
+ * ranks' records of each step and, as trainer_train_opts asks:
+ *   - progress: a live line on stderr, rewritten in place ("epoch 2/3 step 120/469 | 1234
+ *     samples/s | ETA 0:01:12 | loss 0.4321"), by default only when stderr is a terminal;
+ *     else with log_every_steps > 0 one plain line every that many optimizer steps;
+ *   - log_dir: metrics.jsonl (appended), one JSON object per line: per step
+ *     {"type":"step","epoch":0,"batch":12,"batches":16,"step":12,"wall_time":..,"loss":..,
+ *      "samples":..,"lr":..,"grad_norm":.. (when measured),"samples_per_s":..,
+ *      "step_s":[per rank],"wait_s":[per rank],"metrics":{name:value}},
+ *     per epoch {"type":"epoch","epoch":0,"step":..,"wall_time":..,"train_loss":..,
+ *      "samples_per_s":..,"epoch_seconds":..,"replicas":..,"retries_used":..,"metrics":{..}},
+ *     per validation (in-line during training: validate_every_steps / _epoch; and
+ *     trainer_validate's) {"type":"val","epoch":..,"step":..,"wall_time":..,"val_loss":..,
+ *      "val_accuracy":..,"val_samples":..,"metrics":{..}}
+ *     ("epoch": 0-based, the epoch the record belongs to; "step": optimizer steps done (a
+ *     validation: before it; the in-line ones are written when their segment ends, after
+ *     its step records, then the epoch's record); every step once across checkpoints within
+ *     an epoch; a job resumed from a checkpoint (resume) goes on at the checkpoint's step;
+ *     "step_s": the rank's wall time since its previous record, data loading included;
+ *     "wait_s": of that, the time it waited for the averaged gradients: a straggler waits
+ *     least; "samples_per_s": all ranks' samples / the largest step_s; a value that is not
+ *     finite is null; records a failed segment's group sent stay, and the steps retried
+ *     from the last checkpoint follow: the later record of a step is the one that counts);
+ *     and a TensorBoard event file events.out.tfevents.<secs>.<host>
+ *     with the same values as scalars at x = step: tags train/loss, train/lr, train/grad_norm,
+ *     train/samples_per_s, train/step_s/rank<r>, train/wait_s/rank<r>, train/metrics/<name>;
+ *     epoch/train_loss, epoch/samples_per_s, epoch/seconds, epoch/metrics/<name>; val/loss,
+ *     val/accuracy, val/metrics/<name>. TensorBoard stores them as float.
+ * The log stays open after trainer_train (a later trainer_validate adds its record) until the
+ * next trainer_train with another log_dir, or trainer_shutdown. */
+#define TRAINER_PROGRESS_AUTO 0 /* the live line when stderr is a terminal */
+#define TRAINER_PROGRESS_ON 1   /* the live line always */
+#define TRAINER_PROGRESS_OFF 2  /* never */
+
 /* Called by the driver after every epoch with the stats (borrowed); a negative return stops
  * training with that code. */
 typedef int (*trainer_epoch_fn)(trainer *t, const trainer_stats *st, void *user);
 
+/* Validation during training. The replicas validate in-line (each its slice, sums gathered
+ * from all ranks, BatchNorm buffers from rank 0 first), every validate_every_steps optimizer
+ * steps (counted over the whole run, as trainer_stats.steps) and/or after every epoch
+ * (validate_every_epoch; skipped when a validation ran at the epoch's last step already),
+ * right after that step, so always before the checkpoint that step may end in (a segment's:
+ * checkpoint_every_steps, or the epoch's), and report with their segment (the epoch, or its
+ * part up to such a checkpoint). The driver then, after each segment (before that
+ * checkpoint goes to checkpoint_dir, and before on_epoch at an epoch's end), fills the stats'
+ * val_* fields with each of the segment's validations in order and calls on_validate (may be
+ * NULL; a negative return stops training like on_epoch's, after the checkpoint_dir write);
+ * stats keeps the last. A failed segment's validations are not reported: the group repeats
+ * them from the checkpoint. A plateau scheduler steps on them (see "plateau" above). */
 typedef struct trainer_train_opts {
     int max_retries;           /* failures tolerated; 0: none */
     int checkpoint;            /* TRAINER_CHECKPOINT_AUTO (0) or _NONE */
@@ -379,13 +486,53 @@ typedef struct trainer_train_opts {
     bool validate_every_epoch; /* fill val_* after each epoch */
     trainer_epoch_fn on_epoch;
     void *user;
+    int64_t validate_every_steps; /* 0: not by steps */
+    trainer_epoch_fn on_validate; /* after each validation during training (with user) */
     /* backoff while no replica fits: base_ms * factor^k, at most cap_ms, +- jitter fraction */
     int backoff_base_ms;   /* 0: 100 */
     double backoff_factor; /* 0: 2 */
     int backoff_cap_ms;    /* 0: 5000 */
     double backoff_jitter; /* 0: 0.1; CT_ZERO for none */
     int create_timeout_ms; /* starting a group (actors + rendezvous); 0: 30000 */
+    /* Also a checkpoint within epochs: whenever the optimizer step count reaches a multiple
+     * of N (0: at epochs' ends only). Needs TRAINER_CHECKPOINT_AUTO. A failure then costs at
+     * most N steps, and the group restarts at that batch of the epoch. */
+    int64_t checkpoint_every_steps;
+    /* A directory on the driver's host (made if missing) that gets every checkpoint too (see
+     * "Checkpoint directory" below); NULL: none. */
+    const char *checkpoint_dir;
+    int checkpoint_num_to_keep;             /* newest kept, and best kept; 0: all */
+    const char *checkpoint_score_attribute; /* NULL: no best; else the score (see below) */
+    const char *checkpoint_score_order;     /* "min" (NULL) or "max": which score is best */
+    /* Before training: trainer_restore of this checkpoint file, or of the latest checkpoint in
+     * this directory (a checkpoint_dir of an earlier run, e.g. of a cluster since lost); the
+     * job then goes on from its epoch and batch (that epoch's stats then cover the batches
+     * after it). CT_ENOENT when there is none. */
+    const char *resume;
+    /* seeing a run (above): */
+    const char *log_dir; /* NULL: no files; else metrics.jsonl and the event file go there
+                            (created if missing) */
+    int progress;        /* TRAINER_PROGRESS_AUTO (0), _ON or _OFF */
+    int log_every_steps; /* without the live line: a plain line every N optimizer steps; 0: none */
+    int report_ms;       /* how often replicas send their step records; 0: 100 */
 } trainer_train_opts;
+
+/* Checkpoint directory (Ray's CheckpointConfig). Each checkpoint the driver adopts is written
+ * to checkpoint_dir as ckpt-epochEEEE-stepSSSSSS.safetensors (epochs completed, optimizer
+ * steps: name order is training order), atomically (a temporary file, fsync, rename; the
+ * directory fsynced), then index.json, written the same way:
+ *   {"format": "ct-checkpoint-index", "version": 1, "latest": FILE, "score_attribute": NAME
+ *    or null, "score_order": "min"|"max", "best": [FILE, ...] (best first),
+ *    "checkpoints": [{"file", "epoch", "batch", "step", "score": number or null}, ...]}
+ * ("checkpoints": the files kept, oldest first), then the files no longer kept are deleted:
+ * the newest checkpoint_num_to_keep, plus the best checkpoint_num_to_keep by score (0: all
+ * kept). The score of a checkpoint is checkpoint_score_attribute's value when it is written:
+ * "train_loss" (over the epoch's batches so far), "val_loss" / "val_accuracy" (the last
+ * validation: validations during training run before the checkpoint that ends their segment
+ * is written, so one at that step scores it), or a
+ * step metric's name (trainer_step_metric; training, else validation). A checkpoint without
+ * a value (no validation yet) has score null and is never among the best. A directory that
+ * has an index already (the job resumed) keeps its list. */
 
 /* Trains from the current epoch up to the epoch count. Returns 0, CT_ERETRY when more than
  * max_retries failures happened (ct_last_error() names the last one), or another CT_E* code

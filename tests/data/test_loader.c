@@ -167,6 +167,50 @@ static void prefetch_equals_sync(ct_dataset *ds, ct_loader_opts o, int pf)
     ct_loader_destroy(&p);
 }
 
+/* ct_loader_seek(epoch, k) gives batches k.. of a full pass of that epoch, bit for bit, with
+ * and without prefetch, also from the middle of another epoch; k = num_batches is an empty
+ * epoch, k past it is refused. */
+static void seek_equals_full(ct_dataset *ds, ct_loader_opts o, int pf)
+{
+    ct_loader *a = NULL, *p = NULL;
+    o.prefetch = 0;
+    CHECK_OK(ct_loader_new(ds, &o, &a));
+    o.prefetch = pf;
+    CHECK_OK(ct_loader_new(ds, &o, &p));
+    if (!a || !p)
+        return;
+    int64_t nb = ct_loader_num_batches(a), diff = 0, seen = 0, want = 0;
+    ct_batch ba, bp;
+    CHECK_EQ(ct_loader_next(p, &bp), 1); /* leave epoch 0 part way */
+    for (int64_t k = 0; k <= nb; k += 3) {
+        CHECK_OK(ct_loader_set_epoch(a, 2));
+        for (int64_t i = 0; i < k; i++)
+            CHECK_EQ(ct_loader_next(a, &ba), 1);
+        CHECK_OK(ct_loader_seek(p, 2, k));
+        want += nb - k;
+        for (;;) {
+            int ra = ct_loader_next(a, &ba), rp = ct_loader_next(p, &bp);
+            CHECK_EQ(ra, rp);
+            if (ra <= 0 || rp <= 0)
+                break;
+            CHECK_EQ(ba.batch, bp.batch);
+            CHECK_EQ(ba.n, bp.n);
+            int64_t numel = ba.shape[0] * ba.shape[1] * ba.shape[2];
+            diff += memcmp(ba.x, bp.x, (size_t)(ba.n * numel) * sizeof(float)) != 0;
+            diff += memcmp(ba.index, bp.index, (size_t)ba.n * sizeof(int64_t)) != 0;
+            seen++;
+        }
+    }
+    CHECK_OK(ct_loader_seek(p, 1, nb));
+    CHECK_EQ(ct_loader_next(p, &bp), 0);
+    CHECK_ERR(ct_loader_seek(p, 1, nb + 1), CT_EINVAL, "out of range");
+    CHECK_EQ(diff, 0);
+    CHECK_EQ(seen, want);
+    CHECK(nb >= 3);
+    ct_loader_destroy(&a);
+    ct_loader_destroy(&p);
+}
+
 /* Buffers are allocated once: batch pointers cycle through prefetch + 1 slots at most. */
 static void buffers_reused(ct_dataset *ds, int pf)
 {
@@ -422,6 +466,9 @@ int main(void)
         prefetch_equals_sync(ds, dist, pf);
         prefetch_equals_sync(ds, aug, pf);
     }
+    seek_equals_full(ds, dist, 0);
+    seek_equals_full(ds, dist, 2);
+    seek_equals_full(ds, aug, 3);
     buffers_reused(ds, 0);
     buffers_reused(ds, 3);
     start_stop(ds);

@@ -137,6 +137,13 @@ SCHED_CASES = [
     ("plateau_max_abs", lambda o: S.ReduceLROnPlateau(o, mode="max", factor=0.3, patience=0,
                                                       threshold=0.05, threshold_mode="abs"),
      PLATEAU_MAX_METRICS),
+    ("plateau_max_rel", lambda o: S.ReduceLROnPlateau(o, mode="max", factor=0.5, patience=1,
+                                                      threshold=0.1, threshold_mode="rel",
+                                                      cooldown=2), PLATEAU_MAX_METRICS),
+    # eps 0.01: a reduction smaller than it is skipped (the second one of each group)
+    ("plateau_min_abs_eps", lambda o: S.ReduceLROnPlateau(o, mode="min", factor=0.1, patience=1,
+                                                          threshold=0.02, threshold_mode="abs",
+                                                          eps=0.01), PLATEAU_METRICS),
 ]
 
 

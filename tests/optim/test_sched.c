@@ -86,6 +86,25 @@ static ct_sched *mk_plateau_max_abs(ct_optim *o)
                                                       .threshold_mode = CT_THRESHOLD_ABS});
 }
 
+static ct_sched *mk_plateau_max_rel(ct_optim *o)
+{
+    return ct_sched_plateau_new(o, &(ct_plateau_opts){.mode = CT_PLATEAU_MAX,
+                                                      .factor = 0.5,
+                                                      .patience = 1,
+                                                      .threshold = 0.1,
+                                                      .threshold_mode = CT_THRESHOLD_REL,
+                                                      .cooldown = 2});
+}
+static ct_sched *mk_plateau_min_abs_eps(ct_optim *o)
+{
+    return ct_sched_plateau_new(o, &(ct_plateau_opts){.mode = CT_PLATEAU_MIN,
+                                                      .factor = 0.1,
+                                                      .patience = 1,
+                                                      .threshold = 0.02,
+                                                      .threshold_mode = CT_THRESHOLD_ABS,
+                                                      .eps = 0.01});
+}
+
 static const scase cases[] = {
     {"steplr", mk_steplr, 0},
     {"multistep", mk_multistep, 0},
@@ -98,6 +117,8 @@ static const scase cases[] = {
     {"seq4", mk_seq4, 0},
     {"plateau_min", mk_plateau_min, 1},
     {"plateau_max_abs", mk_plateau_max_abs, 1},
+    {"plateau_max_rel", mk_plateau_max_rel, 1},
+    {"plateau_min_abs_eps", mk_plateau_min_abs_eps, 1},
 };
 
 static float p0[2], g0[2], p1[2], g1[2];

@@ -11,6 +11,7 @@
  *
  * Sample pipeline (one producer at a time, so one scratch buffer):
  *   ds get -> (C,H,W) scratch -> crop + flip -> (C,OH,OW) slot -> normalise in place.
+ * A target dataset's f32 targets go straight into the slot's target array (no transform).
  * Not here: index arithmetic (sampler.c), transforms' maths (transform.c). */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +26,7 @@ enum { SLOT_FREE = 0, SLOT_FILLED, SLOT_HELD };
 typedef struct slot {
     float *x;       /* (batch_size, out_numel) */
     int64_t *y;     /* (batch_size) */
+    float *t;       /* (batch_size, tnumel) for a target dataset, else NULL */
     int64_t *index; /* (batch_size) */
     int64_t n;
     int64_t batch;
@@ -41,6 +43,8 @@ struct ct_loader {
     int in_ndim, out_ndim;
     int64_t in_shape[CT_DATA_MAX_DIMS], out_shape[CT_DATA_MAX_DIMS];
     int64_t in_numel, out_numel;
+    int tndim; /* target dataset: its target shape; 0: labels */
+    int64_t tshape[CT_DATA_MAX_DIMS], tnumel;
     bool crop_flip;           /* samples go through scratch */
     float *scratch;           /* (in_numel) */
     const uint8_t *u8;        /* fast path: the dataset's u8 samples (length, in_numel), or NULL */
@@ -96,7 +100,9 @@ static int build(ct_loader *ld, int64_t b, slot *s, bool threaded)
             continue;
         }
         ct__clear_error(); /* so a user get that sets no message leaves no stale one */
-        int rc = ct_dataset_get(ld->ds, idx, ld->crop_flip ? ld->scratch : dst, &s->y[k]);
+        float *xd = ld->crop_flip ? ld->scratch : dst;
+        int rc = ld->tndim ? ct_dataset_get_target(ld->ds, idx, xd, s->t + k * ld->tnumel)
+                           : ct_dataset_get(ld->ds, idx, xd, &s->y[k]);
         if (rc < 0) {
             const char *why = *ct_last_error() ? ct_last_error() : ct_strerror(rc);
             snprintf(s->msg, sizeof s->msg, "loader: sample %lld of epoch %lld: %s", (long long)idx,
@@ -120,7 +126,7 @@ static int build(ct_loader *ld, int64_t b, slot *s, bool threaded)
 static void *producer(void *arg)
 {
     ct_loader *ld = arg;
-    for (int64_t b = 0; b < ld->num_batches; b++) {
+    for (int64_t b = ld->next_batch; b < ld->num_batches; b++) { /* from the seek position */
         slot *s = &ld->slots[b % ld->nslots];
         pthread_mutex_lock(&ld->mu);
         while (s->state != SLOT_FREE && !atomic_load(&ld->stop))
@@ -185,6 +191,9 @@ static int prepare_epoch(ct_loader *ld, int64_t epoch)
     int64_t k = ct_sampler_indices(ld->n, &so, ld->shard, ld->perm);
     if (k < 0)
         return (int)k;
+    /* pad_to: repeat this epoch's order from its start (checked in ct_loader_new: k > 0) */
+    for (int64_t p = k; p < ld->num_samples; p++)
+        ld->shard[p] = ld->shard[p % k];
     return 0;
 }
 
@@ -253,6 +262,13 @@ int ct_loader_new(ct_dataset *ds, const ct_loader_opts *opts, ct_loader **out)
     int64_t ns = ct_sampler_num_samples(ct_dataset_length(ds), &so);
     if (ns < 0)
         return (int)ns;
+    if (o.pad_to > 0 && (o.pad_to < ns || ns == 0))
+        return ct__error(CT_EINVAL,
+                         "ct_loader_new: pad_to %lld: must be >= the %lld samples of this "
+                         "rank, which must be > 0",
+                         (long long)o.pad_to, (long long)ns);
+    if (o.pad_to > ns)
+        ns = o.pad_to;
 
     ct_loader *ld = calloc(1, sizeof *ld);
     if (!ld)
@@ -277,6 +293,8 @@ int ct_loader_new(ct_dataset *ds, const ct_loader_opts *opts, ct_loader **out)
         ld->out_shape[2] = t->crop_w;
     }
     ld->crop_flip = t->crop_h > 0 || t->hflip_p > 0;
+    ld->tndim = ct_dataset_target_shape(ds, ld->tshape);
+    ld->tnumel = ct_dataset_target_numel(ds);
     ld->in_numel = ld->out_numel = 1;
     for (int d = 0; d < in_ndim; d++) {
         ld->in_numel *= ld->in_shape[d];
@@ -318,7 +336,9 @@ int ct_loader_new(ct_dataset *ds, const ct_loader_opts *opts, ct_loader **out)
         s->x = malloc((size_t)(ld->batch_size * ld->out_numel) * sizeof *s->x);
         s->y = malloc((size_t)ld->batch_size * sizeof *s->y);
         s->index = malloc((size_t)ld->batch_size * sizeof *s->index);
-        if (!s->x || !s->y || !s->index)
+        if (ld->tndim)
+            s->t = malloc((size_t)(ld->batch_size * ld->tnumel) * sizeof *s->t);
+        if (!s->x || !s->y || !s->index || (ld->tndim && !s->t))
             goto nomem;
     }
     rc = prepare_epoch(ld, 0);
@@ -345,6 +365,7 @@ void ct_loader_destroy(ct_loader **pld)
         for (int i = 0; i < ld->nslots; i++) {
             free(ld->slots[i].x);
             free(ld->slots[i].y);
+            free(ld->slots[i].t);
             free(ld->slots[i].index);
         }
     free(ld->slots);
@@ -371,6 +392,25 @@ int ct_loader_set_epoch(ct_loader *ld, int64_t epoch)
         return rc;
     ld->pending = false;
     if (ld->o.prefetch > 0)
+        return start_thread(ld);
+    return 0;
+}
+
+int ct_loader_seek(ct_loader *ld, int64_t epoch, int64_t batch)
+{
+    if (!ld)
+        return ct__error(CT_EINVAL, "ct_loader_seek: loader is NULL");
+    if (epoch < 0 || batch < 0 || batch > ld->num_batches)
+        return ct__error(CT_EINVAL, "ct_loader_seek: epoch %lld batch %lld (of %lld) out of range",
+                         (long long)epoch, (long long)batch, (long long)ld->num_batches);
+    int rc = prepare_epoch(ld, epoch);
+    if (rc < 0)
+        return rc;
+    /* the shard depends on the epoch only: batch b is the same samples as when reached in
+     * order; the producer starts at next_batch, whose slot is the one the consumer waits on */
+    ld->next_batch = batch;
+    ld->pending = false;
+    if (ld->o.prefetch > 0 && batch < ld->num_batches)
         return start_thread(ld);
     return 0;
 }
@@ -415,7 +455,10 @@ int ct_loader_next(ct_loader *ld, ct_batch *b)
     }
     ld->next_batch++;
     b->x = s->x;
-    b->y = s->y;
+    b->y = ld->tndim ? NULL : s->y;
+    b->target = s->t;
+    b->tndim = ld->tndim;
+    memcpy(b->tshape, ld->tshape, sizeof b->tshape);
     b->index = s->index;
     b->n = s->n;
     b->ndim = ld->out_ndim;

@@ -1,6 +1,7 @@
 /* trainer/train/builtins.c — the creators every program has without registering them:
- * optimizers "adam", "adamw", "sgd"; losses "cross_entropy", "nll"; schedulers "steplr",
- * "multistep", "exponential", "cosine", "warmup_cosine"; data "fashion_mnist" (decoded once
+ * optimizers "adam", "adamw", "sgd"; losses "cross_entropy", "nll" (i64 labels), "mse", "l1",
+ * "bce_with_logits" (f32 targets); schedulers "steplr", "multistep", "exponential", "cosine",
+ * "warmup_cosine", "plateau"; data "fashion_mnist" (decoded once
  * per cluster and shared through the object store). Each reads its hyper-parameters from the config
  * (keys listed in ct/trainer.h). Not here: models (the user's). */
 #include <stdio.h>
@@ -92,6 +93,39 @@ static trainer_loss_fn make_nll(trainer_ctx *ctx)
     return loss_nll;
 }
 
+static ct_tensor *loss_mse(ct_tensor *out, ct_tensor *target)
+{
+    return ct_nn_mse_loss(out, target);
+}
+
+static ct_tensor *loss_l1(ct_tensor *out, ct_tensor *target)
+{
+    return ct_nn_l1_loss(out, target);
+}
+
+static ct_tensor *loss_bce_logits(ct_tensor *out, ct_tensor *target)
+{
+    return ct_nn_bce_with_logits_loss(out, target);
+}
+
+static trainer_loss_fn make_mse(trainer_ctx *ctx)
+{
+    (void)ctx;
+    return loss_mse;
+}
+
+static trainer_loss_fn make_l1(trainer_ctx *ctx)
+{
+    (void)ctx;
+    return loss_l1;
+}
+
+static trainer_loss_fn make_bce_logits(trainer_ctx *ctx)
+{
+    (void)ctx;
+    return loss_bce_logits;
+}
+
 static ct_sched *make_steplr(trainer_ctx *ctx, ct_optim *o)
 {
     ct_steplr_opts so = {.step_size = (int)trainer_config_int(ctx, "step_size", 1),
@@ -142,6 +176,44 @@ static ct_sched *make_warmup_cosine(trainer_ctx *ctx, ct_optim *o)
                                 .start_factor = trainer_config_double(ctx, "start_factor", 0),
                                 .eta_min = trainer_config_double(ctx, "eta_min", 0)};
     return ct_sched_warmup_cosine_new(o, &wo);
+}
+
+/* ReduceLROnPlateau; the trainer steps it with the value named by plateau_metric (read in
+ * registry.c, for a user's plateau scheduler too). */
+static ct_sched *make_plateau(trainer_ctx *ctx, ct_optim *o)
+{
+    const char *mode = trainer_config_str(ctx, "mode", "min");
+    const char *tmode = trainer_config_str(ctx, "threshold_mode", "rel");
+    int64_t patience = trainer_config_int(ctx, "patience", 10);
+    double threshold = trainer_config_double(ctx, "threshold", 1e-4);
+    double eps = trainer_config_double(ctx, "eps", 1e-8);
+    ct_plateau_opts po = {.mode = !strcmp(mode, "max") ? CT_PLATEAU_MAX : CT_PLATEAU_MIN,
+                          .factor = trainer_config_double(ctx, "factor", 0.1),
+                          .patience = patience == 0 ? CT_PATIENCE_ZERO : (int)patience,
+                          .threshold = threshold == 0 ? CT_ZERO : threshold,
+                          .threshold_mode =
+                              !strcmp(tmode, "abs") ? CT_THRESHOLD_ABS : CT_THRESHOLD_REL,
+                          .cooldown = (int)trainer_config_int(ctx, "cooldown", 0),
+                          .min_lr = trainer_config_double(ctx, "min_lr", 0),
+                          .eps = eps == 0 ? CT_ZERO : eps};
+    if (strcmp(mode, "min") && strcmp(mode, "max")) {
+        trainer_ctx_fail(ctx, "trainer config: key \"mode\": \"%s\" is not min or max", mode);
+        return NULL;
+    }
+    if (strcmp(tmode, "rel") && strcmp(tmode, "abs")) {
+        trainer_ctx_fail(ctx, "trainer config: key \"threshold_mode\": \"%s\" is not rel or abs",
+                         tmode);
+        return NULL;
+    }
+    if (patience < 0 || po.cooldown < 0 || po.factor <= 0) {
+        trainer_ctx_fail(ctx, "trainer config: key \"%s\" must be %s",
+                         patience < 0      ? "patience"
+                         : po.cooldown < 0 ? "cooldown"
+                                           : "factor",
+                         po.factor <= 0 ? "> 0" : ">= 0");
+        return NULL;
+    }
+    return ct_sched_plateau_new(o, &po);
 }
 
 static const float fmnist_mean[] = {0.2860f}, fmnist_std[] = {0.3530f};
@@ -376,11 +448,15 @@ static const builtin builtins[] = {
     {TR_OPTIM, "sgd", (void *)make_sgd},
     {TR_LOSS, "cross_entropy", (void *)make_ce},
     {TR_LOSS, "nll", (void *)make_nll},
+    {TR_LOSS, "mse", (void *)make_mse},
+    {TR_LOSS, "l1", (void *)make_l1},
+    {TR_LOSS, "bce_with_logits", (void *)make_bce_logits},
     {TR_SCHED, "steplr", (void *)make_steplr},
     {TR_SCHED, "multistep", (void *)make_multistep},
     {TR_SCHED, "exponential", (void *)make_exponential},
     {TR_SCHED, "cosine", (void *)make_cosine},
     {TR_SCHED, "warmup_cosine", (void *)make_warmup_cosine},
+    {TR_SCHED, "plateau", (void *)make_plateau},
     {TR_DATA, "fashion_mnist", (void *)make_fashion_mnist},
 };
 

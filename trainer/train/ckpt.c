@@ -18,7 +18,9 @@
 #include "trainer/nn/safetensors.h"
 
 #define CKPT_FORMAT "ct-checkpoint"
-#define CKPT_VERSION "1"
+/* version 2 added "batch" (a checkpoint within an epoch) and per-batch random draws; a
+ * version-1 file (always at an epoch's end) still loads */
+#define CKPT_VERSION "2"
 
 /* ---- writing ---- */
 
@@ -89,12 +91,20 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
     meta_kv(b, "epoch", num, false);
     snprintf(num, sizeof num, "%lld", (long long)st->step);
     meta_kv(b, "step", num, false);
+    snprintf(num, sizeof num, "%lld", (long long)st->batch);
+    meta_kv(b, "batch", num, false);
     snprintf(num, sizeof num, "%d", world);
     meta_kv(b, "world_size", num, false);
+    if (st->epoch_samples > 0) { /* a train_loss plateau's sums within the epoch */
+        snprintf(num, sizeof num, "%.17g", st->epoch_loss_sum);
+        meta_kv(b, "plateau_loss_sum", num, false);
+        snprintf(num, sizeof num, "%lld", (long long)st->epoch_samples);
+        meta_kv(b, "plateau_samples", num, false);
+    }
     snprintf(num, sizeof num, "%llu", (unsigned long long)spec->seed);
     meta_kv(b, "seed", num, false);
     meta_kv(b, "rng",
-            "reseeded per epoch: generator seed = f(seed, epoch, rank); loader "
+            "reseeded per batch: generator seed = f(seed, epoch, rank, batch); loader "
             "permutation = seed + epoch",
             false);
     meta_kv(b, "model", spec->model, false);
@@ -235,9 +245,11 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
     const ct__jval *meta = ct__json_get(&root, "__metadata__");
     const char *fmt = ct__json_get_str(meta, "format"),
                *ver = ct__json_get_str(meta, "format_version");
-    if (!fmt || strcmp(fmt, CKPT_FORMAT) || !ver || strcmp(ver, CKPT_VERSION)) {
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) || !ver ||
+        (strcmp(ver, CKPT_VERSION) && strcmp(ver, "1"))) {
         rc = ct__error(CT_EINVAL,
-                       "checkpoint: metadata format \"%s\" version \"%s\", expected \"%s\" \"%s\"",
+                       "checkpoint: metadata format \"%s\" version \"%s\", expected \"%s\" \"1\" "
+                       "or \"%s\"",
                        fmt ? fmt : "(none)", ver ? ver : "(none)", CKPT_FORMAT, CKPT_VERSION);
         goto out;
     }
@@ -248,6 +260,12 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
     const char *ep = ct__json_get_str(meta, "epoch"), *sp = ct__json_get_str(meta, "step");
     if (!ep || !sp) {
         rc = ct__error(CT_EINVAL, "checkpoint: metadata \"%s\" missing", !ep ? "epoch" : "step");
+        goto out;
+    }
+    const char *bp = ct__json_get_str(meta, "batch"), *wp = ct__json_get_str(meta, "world_size");
+    int64_t batch = bp ? strtoll(bp, NULL, 10) : 0; /* version 1: at an epoch's end */
+    if (batch < 0) {
+        rc = ct__error(CT_EINVAL, "checkpoint: metadata \"batch\" is \"%s\"", bp);
         goto out;
     }
     model_in = calloc((size_t)root.n + 1, sizeof *model_in);
@@ -330,6 +348,12 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
     }
     st->epoch = strtoll(ep, NULL, 10);
     st->step = strtoll(sp, NULL, 10);
+    st->batch = batch;
+    st->world = wp ? atoi(wp) : 0;
+    const char *pl = ct__json_get_str(meta, "plateau_loss_sum"),
+               *pn = ct__json_get_str(meta, "plateau_samples");
+    st->epoch_loss_sum = pl && pn ? strtod(pl, NULL) : 0;
+    st->epoch_samples = pl && pn ? strtoll(pn, NULL, 10) : 0;
 out:
     for (int i = 0; i < nmodel; i++)
         ct_tensor_release(&model_in[i].tensor);

@@ -70,7 +70,9 @@ void ct__trainer_ctx_free(trainer_ctx *ctx);
 /* 0, or CT_EINVAL for a recorded error or (check_unused) a key no creator read. */
 int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
 
-/* The objects built from the creators. epoch: epochs completed; step: optimizer steps. */
+/* The objects built from the creators. epoch: epochs completed; step: optimizer steps; batch:
+ * batches of epoch `epoch` done (a checkpoint within an epoch; 0 at an epoch's end); world:
+ * the group size a loaded checkpoint was written by (0: none loaded). */
 typedef struct tr_state {
     trainer_data data;
     bool has_data;
@@ -78,7 +80,16 @@ typedef struct tr_state {
     ct_optim *optim;
     ct_sched *sched;
     trainer_loss_fn loss;
-    int64_t epoch, step;
+    int64_t epoch, step, batch;
+    int world;
+    /* a plateau scheduler's monitored value (config plateau_metric): "val_loss",
+     * "val_accuracy", "train_loss" or a validate step's metric name; "" for other schedulers */
+    char plateau_metric[TR_NAME_MAX];
+    /* plateau_metric "train_loss": the training loss summed over all ranks and the samples
+     * of epoch `epoch`'s batches done (added up segment by segment; in a checkpoint within an
+     * epoch, so that a resumed epoch's mean is the whole epoch's) */
+    double epoch_loss_sum;
+    int64_t epoch_samples;
 } tr_state;
 
 /* Runs the hook and the creators of spec (data only if with_data) in this thread, seeding the
@@ -101,6 +112,24 @@ void ct__ckpt_plan_free(tr_ckpt_plan **p);
  * as far as the model goes when the header is bad. */
 int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len);
 
+/* ---- the checkpoint directory (ckptdir.c) ---- */
+
+#define TR_CKPT_NAME_MAX 64 /* "ckpt-epochEEEE-stepSSSSSS.safetensors" */
+
+typedef struct tr_ckptdir tr_ckptdir;
+/* Opens (creates) dir and reads its index.json if there is one (a job going on in it keeps its
+ * list). keep: newest kept, and best kept by the score attribute attr (NULL: no scores); 0
+ * keeps all. CT_EINVAL for a bad index, CT_EIO when dir cannot be made. */
+int ct__ckptdir_open(const char *dir, int keep, const char *attr, bool maximize, tr_ckptdir **out);
+void ct__ckptdir_free(tr_ckptdir **d);
+/* Writes the checkpoint bytes atomically as ckpt-epochEEEE-stepSSSSSS.safetensors (its name
+ * into name), then the index, then deletes the files no longer kept. score: NaN for none. */
+int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, int64_t batch,
+                    int64_t step, double score, char *name, size_t cap);
+/* The path of the latest checkpoint in dir (the index's "latest", else the last by name).
+ * CT_ENOENT when there is none. */
+int ct__ckptdir_latest(const char *dir, char *path, size_t cap);
+
 /* ---- the replica actor (replica.c) ---- */
 
 /* Per-rank arguments of the "setup" call. */
@@ -108,14 +137,22 @@ typedef struct tr_setup_args {
     int rank, world;
     char group[64];
     int64_t start_epoch;
+    int64_t start_batch; /* the checkpoint's position within start_epoch (0: its start) */
     int has_ckpt;
     ct_object_id ckpt;
     char driver_node[32];
 } tr_setup_args;
 
+/* One call trains a segment of an epoch: from batch start_batch (where the replica is, or a
+ * seek of its loader) until `steps` optimizer steps are done or the epoch ends. */
 typedef struct tr_epoch_args {
     int64_t epoch;
-    int checkpoint; /* rank 0 writes one after the epoch */
+    int64_t start_batch;
+    int64_t steps;          /* 0: to the epoch's end */
+    int checkpoint;         /* rank 0 writes one at the segment's end */
+    int64_t validate_every; /* validate after every that many optimizer steps; 0: never */
+    int validate_end;       /* validate at the epoch's end (validate_every_epoch) */
+    int report_ms;          /* > 0: send per-step records to the driver this often (records.c) */
 } tr_epoch_args;
 
 /* The steps' named metrics of one replica: sums of value * batch size and of batch sizes. */
@@ -128,7 +165,16 @@ typedef struct tr_metrics {
 #define TR_REPORT_MAGIC 0x43545250u     /* "CTRP": a tr_report */
 #define TR_VAL_REPORT_MAGIC 0x43545256u /* "CTRV": a tr_val_report */
 
-/* What a replica reports after an epoch. */
+/* One validation run during an epoch: all ranks' sums, added in rank order (the same on every
+ * rank: the plateau scheduler steps on it). */
+typedef struct tr_val_result {
+    int64_t epoch, step; /* 0-based epoch it ran in; optimizer steps done before it */
+    double loss_sum;
+    int64_t correct, total;
+    tr_metrics metrics;
+} tr_val_result;
+
+/* What a replica reports after a segment of an epoch; nval tr_val_result entries follow it. */
 typedef struct tr_report {
     uint32_t magic; /* TR_REPORT_MAGIC */
     int rank, world;
@@ -140,8 +186,12 @@ typedef struct tr_report {
     double seconds;
     int64_t first_step_ns; /* CLOCK_MONOTONIC of this replica's first step in its group, or 0 */
     uint64_t weights_hash;
+    int64_t end_batch; /* the position reached: batches of the epoch done */
+    int epoch_done;    /* the epoch ended (scheduler stepped, buffers broadcast) */
     int has_ckpt;
     ct_object_id ckpt;
+    int copies, copies_asked; /* of the checkpoint: nodes holding it after the seal, asked */
+    int nval;                 /* validations run during the segment, in order */
 } tr_report;
 
 typedef struct tr_val_report {
@@ -168,7 +218,11 @@ struct trainer_step {
     int updates;                    /* optimizer steps really taken in this step (0 or 1) */
     int accum_pos, accum_len;       /* batch's place in its accumulation group; group size */
     tr_metrics *metrics;            /* the replica's sums for this epoch / validation */
+    tr_metrics *rec_metrics;        /* also summed here when not NULL: the step record's */
     int64_t batch_n;
+    double grad_norm;   /* measured by trainer_step_clip_grad_norm in this step, */
+    bool has_grad_norm; /* when has_grad_norm */
+    int64_t wait_ns;    /* spent in this step waiting for the averaged gradients */
 };
 
 /* The step function of spec (the built-in for ""). */
@@ -183,6 +237,104 @@ int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batc
  * averages (sum / weight) of acc: e.g. trainer_stats.metrics / .nmetrics. */
 void ct__trainer_metrics_add(tr_metrics *acc, const tr_metrics *m);
 void ct__trainer_metrics_out(const tr_metrics *acc, trainer_metric *out, int *nout);
+
+/* Adds value * weight (and weight) to the named metric of m; CT_ENOSPC past
+ * TRAINER_MAX_METRICS names. The name is checked by the caller. */
+int ct__trainer_metric_add(tr_metrics *m, const char *name, double value, double weight);
+
+/* ---- per-step records (records.c) ----
+ *
+ * A replica that is asked to (tr_epoch_args.report_ms > 0) keeps one record per optimizer step
+ * (per accumulation group) and puts them, as text lines, in chunks under the head's KV key
+ * "trainer/<group>/rec/<rank>/<epoch>/<start_batch>/<seq>" (one series per train_epoch call, a
+ * segment of the epoch; seq from 0) every report_ms and at the end of the segment (before its
+ * reply). The driver reads and deletes the chunks in order while it waits for the segment, and
+ * merges the ranks' records of one step into a tr_step_record. KV rather than an actor method:
+ * the replica's actor thread is busy in train_epoch, and a put every ~100 ms costs well
+ * under a millisecond. */
+
+/* The replica's side. */
+typedef struct tr_recorder {
+    int report_ms;    /* 0: off */
+    char prefix[128]; /* "trainer/<group>/rec/<rank>/<epoch>/<start_batch>/" */
+    uint64_t seq;     /* the next chunk */
+    char *buf;        /* records not sent yet */
+    size_t len, cap;
+    int64_t flushed_ns, t0_ns; /* last put; end of the last record (or the epoch's start) */
+    double loss_sum;           /* the record being built (an accumulation group) */
+    int64_t samples, wait_ns;
+    tr_metrics metrics;
+} tr_recorder;
+
+/* Starts a segment's records (off when report_ms <= 0): s->epoch and s->index (the segment's
+ * first batch) are set; points s->rec_metrics at the record's. */
+void ct__rec_begin(tr_recorder *rec, trainer_step *s, const char *group, int rank, int report_ms);
+/* After a successful batch (s->index already counts it; s->st->step counts its update): adds it
+ * to the record, which ends at the accumulation group's last batch; puts the chunk when
+ * report_ms passed. Call before a per-batch scheduler step (the record's lr is the one the step
+ * used). Never fails (a chunk that cannot be put is dropped, logged). */
+void ct__rec_batch(tr_recorder *rec, const trainer_step *s, const trainer_step_out *so,
+                   int64_t batches);
+/* Puts what is left (end of the segment). */
+void ct__rec_flush(tr_recorder *rec);
+/* Restarts the step clock: what ran since the last record (an in-line validation) is in no
+ * step's step_s. */
+void ct__rec_idle(tr_recorder *rec);
+void ct__rec_free(tr_recorder *rec);
+
+/* One step of all ranks, merged by the driver. */
+typedef struct tr_step_record {
+    int64_t epoch, batch, batches; /* 0-based epoch; batches done in it of batches */
+    int64_t step;                  /* optimizer steps done (per replica), this one included */
+    double wall_time;              /* rank 0's CLOCK_REALTIME at the step's end, seconds */
+    double loss;                   /* mean over all ranks' samples */
+    int64_t samples;               /* all ranks */
+    double lr;                     /* param group 0's, as the step used it */
+    double grad_norm;              /* when has_grad_norm (rank 0's; equal in all: synced) */
+    bool has_grad_norm;
+    double samples_per_s; /* samples / the slowest rank's step_s */
+    int world;
+    double *step_s, *wait_s; /* per rank: wall time of the step (since the previous record, data
+                                loading included), of which waiting for averaged gradients */
+    int nmetrics;
+    trainer_metric metrics[TRAINER_MAX_METRICS]; /* averaged over the ranks' samples */
+} tr_step_record;
+
+/* The driver's side: the reader of one group's chunks. */
+typedef struct tr_reader tr_reader;
+typedef void (*tr_record_fn)(const tr_step_record *r, void *user);
+/* A reader for group (world ranks); fn gets every merged record. NULL on out of memory. */
+tr_reader *ct__reader_new(const char *group, int world, tr_record_fn fn, void *user);
+/* From now on reads the chunks of the segment of epoch from start_batch (after reading what is
+ * left of the previous segment's). */
+void ct__reader_segment(tr_reader *rd, int64_t epoch, int64_t start_batch);
+/* Reads and deletes every chunk there now, calling fn for each complete step. */
+void ct__reader_poll(tr_reader *rd);
+/* Deletes what is left in the KV (chunks of a group that ended) and frees; accepts NULL. */
+void ct__reader_free(tr_reader **rd);
+
+/* ---- the run log (progress.c): metrics.jsonl, the TensorBoard events, the progress line ---- */
+typedef struct tr_progress tr_progress;
+/* Starts (or, same log_dir, continues) the log of a trainer_train call: *p is replaced unless
+ * its log_dir is the same. Nothing (NULL) when opts asks for no output. CT_EINVAL / CT_EIO
+ * naming the option or path. */
+int ct__progress_start(tr_progress **p, const trainer_train_opts *o, int64_t epochs);
+/* Ends a trainer_train call's output (the live line); the files stay open for validations. */
+void ct__progress_stop(tr_progress *p);
+void ct__progress_free(tr_progress **p);
+/* report_ms for the replicas (0 when p is NULL). */
+int ct__progress_report_ms(const tr_progress *p);
+/* A segment of epoch from start_batch starts on group (world replicas): its records are read
+ * from now on. */
+void ct__progress_segment_start(tr_progress *p, const char *group, int world, int64_t epoch,
+                                int64_t start_batch);
+/* Reads the replicas' records now (while waiting for a segment; and once after it). */
+void ct__progress_poll(tr_progress *p);
+/* An epoch ended (st: the trainer's stats after it). */
+void ct__progress_epoch(tr_progress *p, const trainer_stats *st);
+/* A validation's record (st's val_* fields): one that ran in epoch (0-based) after step
+ * optimizer steps (in-line during training, or trainer_validate's). */
+void ct__progress_val(tr_progress *p, const trainer_stats *st, int64_t epoch, int64_t step);
 
 /* Registers the replica class (idempotent); the library does it from a constructor. */
 int ct__trainer_register_replica_class(void);

@@ -348,6 +348,18 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
             rc = creator_failed(ctx, TR_SCHED, spec->scheduler, CT_EINVAL);
             goto fail;
         }
+        /* a plateau scheduler (built-in or a user's) steps on a value the trainer measures */
+        if (!strcmp(ct_sched_kind(st->sched), "plateau")) {
+            const char *m = trainer_config_str(ctx, "plateau_metric", "val_loss");
+            if (!*m || strlen(m) >= TRAINER_METRIC_NAME_MAX) {
+                rc = ct__error(CT_EINVAL,
+                               "trainer config: key \"plateau_metric\": \"%s\" is "
+                               "empty or longer than %d bytes",
+                               m, TRAINER_METRIC_NAME_MAX - 1);
+                goto fail;
+            }
+            snprintf(st->plateau_metric, sizeof st->plateau_metric, "%s", m);
+        }
     }
     return 0;
 fail:

@@ -7,7 +7,15 @@
  * last one reduces and steps); the scheduler's step after each epoch (or after each optimizer
  * step, or never: trainer_opts.scheduler_step), rank 0's buffers broadcast at the end of each
  * epoch; rank 0 then writes the checkpoint
- * straight into the store. Also evaluates its slice of the validation set.
+ * straight into the store. A call trains a segment of an epoch (up to a number of optimizer
+ * steps: a checkpoint within the epoch); the loader stays where the segment ended, or seeks
+ * to the position a checkpoint gives. Random draws are reseeded before every batch from
+ * (seed, epoch, rank, batch), so a segment repeats bit for bit from any batch. Also evaluates
+ * its slice of the validation set: when the driver asks, and during training (every N
+ * optimizer steps, at the epoch's end; within the segment, before its checkpoint), where every
+ * rank's sums are gathered so that all see the same result and step a plateau scheduler alike.
+ * While a segment runs, per-step records go to the driver when it asks (records.c).
+ * A sharded dataset (trainer_data.sharded) is read as it is, padded to the longest shard.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +39,11 @@ typedef struct replica {
     bool first_step_done;
     trainer_step_fn train_step, validate_step;
     uint64_t validations;
+    bool pos_valid;               /* the loader is at (pos_epoch, pos_batch): a segment ended */
+    int64_t pos_epoch, pos_batch; /* there, so the next segment goes on without a seek */
+    tr_val_result *vals;          /* validations run during the current segment */
+    int nvals, capvals;
+    tr_recorder rec; /* per-step records for the driver (records.c) */
 } replica;
 
 static void replica_free(void *state)
@@ -46,6 +59,8 @@ static void replica_free(void *state)
     ct_loader_destroy(&r->loader); /* before the datasets */
     ct__trainer_state_free(&r->st);
     ct__trainer_ctx_free(&r->ctx);
+    free(r->vals);
+    ct__rec_free(&r->rec);
     free(r);
 }
 
@@ -60,6 +75,51 @@ static int replica_new(const void *args, size_t len, void **state)
     memcpy(&r->spec, args, sizeof r->spec);
     *state = r;
     return 0;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The training loader. A sharded dataset is this rank's own: not split again, shuffled by a
+ * permutation from (seed, rank, epoch), and padded by repeating its order to the longest
+ * shard's length (gathered here), so that every rank runs as many steps. */
+static int loader_new(replica *r)
+{
+    const tr_setup_args *a = &r->setup;
+    ct_loader_opts lo = {.batch_size = r->spec.batch,
+                         .shuffle = true,
+                         .seed = r->spec.seed,
+                         .rank = a->rank,
+                         .world_size = a->world,
+                         .prefetch = 2,
+                         .transform = r->st.data.transform};
+    if (r->st.data.sharded) {
+        int64_t *lens = calloc((size_t)a->world, sizeof *lens);
+        if (!lens)
+            return CT_ENOMEM;
+        lens[a->rank] = ct_dataset_length(r->st.data.train);
+        int rc = ct_comm_allgather(r->comm, lens + a->rank, lens, 1, CT_I64, 0);
+        for (int k = 0; rc == 0 && k < a->world; k++) {
+            if (lens[k] == 0)
+                rc = ct__error(CT_EINVAL,
+                               "trainer replica: the sharded training set of rank %d is empty "
+                               "(more ranks than records?)",
+                               k);
+            lo.pad_to = lens[k] > lo.pad_to ? lens[k] : lo.pad_to;
+        }
+        free(lens);
+        if (rc < 0)
+            return rc;
+        lo.rank = 0;
+        lo.world_size = 1;
+        lo.seed = mix(r->spec.seed ^ mix((uint64_t)a->rank));
+    }
+    return ct_loader_new(r->st.data.train, &lo, &r->loader);
 }
 
 static int grad_ready(int i, void *user)
@@ -153,17 +213,6 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
         return rc;
     if ((rc = ct__trainer_state_build(&r->spec, &r->ctx, true, &r->st)) < 0)
         return rc;
-    rc = ct_loader_new(r->st.data.train,
-                       &(ct_loader_opts){.batch_size = r->spec.batch,
-                                         .shuffle = true,
-                                         .seed = r->spec.seed,
-                                         .rank = a->rank,
-                                         .world_size = a->world,
-                                         .prefetch = 2,
-                                         .transform = r->st.data.transform},
-                       &r->loader);
-    if (rc < 0)
-        return rc;
     if (!(r->rdv = ct_rendezvous_kv_new("trainer/")))
         return CT_ENOMEM;
     if ((rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
@@ -173,6 +222,8 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
                                           .node_id = ct_self_node_id(),
                                           .timeout_ms = r->spec.comm_timeout_ms},
                           &r->comm)) < 0)
+        return rc;
+    if ((rc = loader_new(r)) < 0)
         return rc;
     if (a->has_ckpt) {
         ct_object_view v = {0};
@@ -185,6 +236,7 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
             return rc;
     }
     r->st.epoch = a->start_epoch;
+    r->st.batch = a->start_batch;
     r->train_step = ct__trainer_step_fn(&r->spec, true);
     r->validate_step = ct__trainer_step_fn(&r->spec, false);
     if (!r->train_step || !r->validate_step)
@@ -198,16 +250,20 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     return bucketer_new(r);
 }
 
-static uint64_t mix(uint64_t x)
+/* The generator's seed for a batch: a function of where the batch is, not of what ran before,
+ * so that training resumed at any batch draws the same dropout masks. */
+static uint64_t batch_seed(const replica *r, int64_t epoch, int64_t batch)
 {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+    uint64_t e = mix(r->spec.seed ^ mix((uint64_t)epoch * 1000003u + (uint64_t)r->setup.rank));
+    return mix(e + (uint64_t)batch);
 }
 
-/* Rank 0 writes the checkpoint straight into the store and seals it with two copies. */
-static int write_checkpoint(replica *r, ct_object_id *id)
+#define CKPT_COPIES 2
+
+/* Rank 0 writes the checkpoint straight into the store and seals it with two copies; *copies
+ * gets how many nodes hold it then (the seal settles for one per live node: fewer than asked
+ * is the driver's to report). */
+static int write_checkpoint(replica *r, ct_object_id *id, int *copies)
 {
     tr_ckpt_plan *p = NULL;
     void *dst = NULL;
@@ -219,16 +275,21 @@ static int write_checkpoint(replica *r, ct_object_id *id)
         goto out;
     ct__ckpt_write(p, dst);
     const char *dn = r->setup.driver_node[0] ? r->setup.driver_node : NULL;
-    if ((rc = ct_object_seal(id, &(ct_put_opts){.replicas = 2, .node = dn})) < 0) {
+    if ((rc = ct_object_seal(id, &(ct_put_opts){.replicas = CKPT_COPIES, .node = dn})) < 0) {
         ct_object_abort(id);
         goto out;
     }
+    char nodes[8][32];
+    if (ct_object_nodes(id, nodes, 8, copies, NULL) < 0)
+        *copies = 0; /* unknown: reported as too few */
 out:
     ct__ckpt_plan_free(&p);
     return rc;
 }
 
 static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *rlen);
+static int validate_inline(replica *r, int64_t epoch);
+static int plateau_train_loss(replica *r, double loss_sum, int64_t samples, bool epoch_end);
 
 /* A failed epoch. When this rank failed by itself (a step's error, e.g. the one-backward rule;
  * its communicator still fine), its reason goes to the KV under the group, then the
@@ -257,15 +318,18 @@ static int epoch_failed(replica *r, int rc)
     return rc;
 }
 
-/* Wraps a loader batch as tensors (x: n × sample shape, f32; y: n, i64; borrowed from the
- * loader) and runs step fn on it. */
+/* Wraps a loader batch as tensors (x: n × sample shape, f32; y: n, i64, or n × target shape,
+ * f32; borrowed from the loader) and runs step fn on it. */
 static int run_batch(trainer_step *s, trainer_step_fn fn, const ct_batch *b, trainer_step_out *so)
 {
-    int64_t xs[CT_DATA_MAX_DIMS + 1] = {b->n}, ys[1] = {b->n};
+    int64_t xs[CT_DATA_MAX_DIMS + 1] = {b->n}, ys[CT_DATA_MAX_DIMS + 1] = {b->n};
     for (int d = 0; d < b->ndim; d++)
         xs[d + 1] = b->shape[d];
+    for (int d = 0; d < b->tndim; d++)
+        ys[d + 1] = b->tshape[d];
     ct_tensor *x = ct_tensor_wrap(CT_F32, b->ndim + 1, xs, (void *)b->x);
-    ct_tensor *y = ct_tensor_wrap(CT_I64, 1, ys, (void *)b->y);
+    ct_tensor *y = b->tndim ? ct_tensor_wrap(CT_F32, b->tndim + 1, ys, (void *)b->target)
+                            : ct_tensor_wrap(CT_I64, 1, ys, (void *)b->y);
     int rc = x && y ? ct__trainer_step_run(s, fn, &(trainer_batch){x, y, b->n}, so) : CT_ENOMEM;
     ct_tensor_release(&x);
     ct_tensor_release(&y);
@@ -283,8 +347,12 @@ static int replica_train_epoch(void *state, const void *args, size_t len, void *
     return rc < 0 ? epoch_failed(r, rc) : rc;
 }
 
-/* The epoch: per batch the train step; then the scheduler, rank 0's buffers to all, the
- * weights' hash and (rank 0) the checkpoint. */
+/* A segment of the epoch: per batch the train step (and after every validate_every-th
+ * optimizer step a validation), until a->steps optimizer steps are done or the epoch ends; at
+ * the epoch's end the scheduler and rank 0's buffers to all (buffers differ between ranks
+ * within an epoch; they do not change what a training step computes) and the epoch's
+ * validation; a train_loss plateau's sums; then the weights' hash and (rank 0) the checkpoint,
+ * so that it holds the scheduler as the segment's validations left it. */
 static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *rlen)
 {
     tr_epoch_args ea = *a;
@@ -300,16 +368,23 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                       .training = true,
                       .epoch = ea.epoch,
                       .metrics = &rep.metrics};
-    ct_nn_manual_seed(
-        mix(r->spec.seed ^ mix((uint64_t)ea.epoch * 1000003u + (uint64_t)r->setup.rank)));
-    int rc = ct_loader_set_epoch(r->loader, ea.epoch);
-    int64_t t0 = ct__now_ns();
+    int rc = 0;
+    if (!r->pos_valid || r->pos_epoch != ea.epoch || r->pos_batch != ea.start_batch)
+        rc = ct_loader_seek(r->loader, ea.epoch, ea.start_batch);
+    r->pos_valid = false; /* until this segment ends well */
+    s.index = ea.start_batch;
+    ct__rec_begin(&r->rec, &s, r->setup.group, r->setup.rank, ea.report_ms);
+    int64_t t0 = ct__now_ns(), steps = 0;
     /* accumulation groups of k batches (the epoch's last one may be shorter; every rank has as
      * many batches, so all agree on which batch reduces) */
     int64_t k = r->spec.accumulate > 1 ? r->spec.accumulate : 1;
     int64_t nb = ct_loader_num_batches(r->loader);
+    /* a plateau scheduler steps on its metric (validate_inline, plateau_train_loss), not here */
+    bool plateau = r->st.plateau_metric[0] != 0;
+    r->nvals = 0;
     ct_batch b;
-    while (rc == 0 && (rc = ct_loader_next(r->loader, &b)) > 0) {
+    while (rc == 0 && (ea.steps <= 0 || steps < ea.steps) &&
+           (rc = ct_loader_next(r->loader, &b)) > 0) {
         trainer_step_out so;
         int64_t g0 = s.index - s.index % k, left = nb - g0;
         s.accum_pos = (int)(s.index - g0);
@@ -318,16 +393,25 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             s.accum_len = s.accum_pos + 1;
         if (s.accum_pos == 0)
             ct_module_zero_grad(r->st.model);
+        ct_nn_manual_seed(batch_seed(r, ea.epoch, s.index));
         rc = run_batch(&s, r->train_step, &b, &so);
         s.index++;
         if (rc == 0) {
             rep.loss_sum += so.loss_sum;
             rep.samples += so.samples;
             if (s.updates) {
+                steps++;
                 rep.steps++;
                 r->st.step++;
-                if (r->st.sched && r->spec.sched_every == TR_SCHED_BATCH)
-                    rc = ct_sched_step(r->st.sched);
+            }
+            ct__rec_batch(&r->rec, &s, &so, nb); /* before the scheduler: the lr it used */
+            if (s.updates && r->st.sched && !plateau && r->spec.sched_every == TR_SCHED_BATCH)
+                rc = ct_sched_step(r->st.sched);
+            /* with rank 0's buffers, as the model checkpoints would have them */
+            if (rc == 0 && s.updates && ea.validate_every > 0 &&
+                r->st.step % ea.validate_every == 0 && (rc = broadcast_buffers(r)) == 0) {
+                rc = validate_inline(r, ea.epoch);
+                ct__rec_idle(&r->rec); /* the next step's time leaves the validation out */
             }
             if (!r->first_step_done) {
                 r->first_step_done = true;
@@ -335,13 +419,29 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             }
         }
     }
-    if (rc == 0 && r->st.sched && r->spec.sched_every == TR_SCHED_EPOCH)
+    ct__rec_flush(&r->rec); /* in the KV before the reply: the driver reads them all */
+    bool done = s.index >= nb;
+    if (rc == 0 && done && r->st.sched && !plateau && r->spec.sched_every == TR_SCHED_EPOCH)
         rc = ct_sched_step(r->st.sched);
-    if (rc == 0)
+    if (rc == 0 && done)
         rc = broadcast_buffers(r);
+    /* at the epoch's end its validation, unless one ran at its last step already (in this
+     * segment: a validation follows its step at once); then (every segment) a train_loss
+     * plateau's sums; all before the checkpoint, which holds the scheduler's state */
+    if (rc == 0 && done && ea.validate_end &&
+        !(r->nvals && r->vals[r->nvals - 1].step == r->st.step))
+        rc = validate_inline(r, ea.epoch);
+    if (rc == 0)
+        rc = plateau_train_loss(r, rep.loss_sum, rep.samples, done);
     if (rc < 0)
         return rc;
-    r->st.epoch = ea.epoch + 1;
+    r->st.epoch = done ? ea.epoch + 1 : ea.epoch;
+    r->st.batch = done ? 0 : s.index;
+    r->pos_valid = !done;
+    r->pos_epoch = ea.epoch;
+    r->pos_batch = s.index;
+    rep.end_batch = r->st.batch;
+    rep.epoch_done = done;
     rep.seconds = (double)(ct__now_ns() - t0) * 1e-9;
     float *values, *grads;
     int64_t numel;
@@ -349,80 +449,203 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         return rc;
     rep.weights_hash = ct__trainer_hash(values, (size_t)numel * sizeof(float));
     if (ea.checkpoint && r->setup.rank == 0) {
-        if ((rc = write_checkpoint(r, &rep.ckpt)) < 0)
+        if ((rc = write_checkpoint(r, &rep.ckpt, &rep.copies)) < 0)
             return rc;
         rep.has_ckpt = 1;
+        rep.copies_asked = CKPT_COPIES;
     }
-    if (!(*res = malloc(sizeof rep)))
+    rep.nval = r->nvals;
+    size_t vbytes = (size_t)r->nvals * sizeof *r->vals;
+    if (!(*res = malloc(sizeof rep + vbytes)))
         return CT_ENOMEM;
     memcpy(*res, &rep, sizeof rep);
-    *rlen = sizeof rep;
+    if (vbytes)
+        memcpy((char *)*res + sizeof rep, r->vals, vbytes);
+    *rlen = sizeof rep + vbytes;
     return 0;
 }
 
-/* Loss and top-1 hits on this rank's contiguous slice of the validation set. */
+/* Loss and top-1 hits on this rank's contiguous slice of the validation set (its whole
+ * validation set when sharded) into v's sums; s_epoch: the epoch validate steps see. */
+static int validate_local(replica *r, int64_t s_epoch, tr_val_result *v)
+{
+    trainer_step s = {.ctx = &r->ctx,
+                      .st = &r->st,
+                      .name = r->spec.validate_step[0] ? r->spec.validate_step : "(built-in)",
+                      .training = false,
+                      .epoch = s_epoch,
+                      .metrics = &v->metrics};
+    ct_dataset *slice = NULL;
+    ct_loader *ld = NULL;
+    int rc = 0;
+    if (!r->st.data.val)
+        return 0;
+    int64_t n = ct_dataset_length(r->st.data.val), w = r->setup.world, k = r->setup.rank;
+    int64_t lo = r->st.data.sharded ? 0 : n * k / w, hi = r->st.data.sharded ? n : n * (k + 1) / w;
+    if ((rc = ct_dataset_subset(r->st.data.val, lo, hi - lo, &slice)) < 0 ||
+        (rc = ct_loader_new(
+             slice,
+             &(ct_loader_opts){.batch_size = 500, .prefetch = 2, .transform = r->st.data.transform},
+             &ld)) < 0)
+        goto out;
+    ct_module_train(r->st.model, false);
+    bool was = ct_autograd_set_enabled(false);
+    ct_batch b;
+    while ((rc = ct_loader_next(ld, &b)) > 0) {
+        trainer_step_out so;
+        rc = run_batch(&s, r->validate_step, &b, &so);
+        s.index++;
+        if (rc < 0)
+            break;
+        v->loss_sum += so.loss_sum;
+        v->correct += so.correct;
+        v->total += so.samples;
+    }
+    ct_autograd_set_enabled(was);
+    ct_module_train(r->st.model, true);
+    if (rc > 0)
+        rc = 0;
+out:
+    ct_loader_destroy(&ld);
+    ct_dataset_destroy(&slice);
+    return rc;
+}
+
+/* sum[0..n) = every rank's mine[0..n) added in rank order: the same bits on every rank. */
+static int gather_sum(replica *r, const double *mine, int n, double *sum)
+{
+    int w = r->setup.world, k = r->setup.rank;
+    double *all = malloc(sizeof *all * (size_t)(n * w));
+    if (!all)
+        return CT_ENOMEM;
+    memcpy(all + k * n, mine, sizeof *all * (size_t)n);
+    int rc = ct_comm_allgather(r->comm, all + k * n, all, sizeof *all * (size_t)n, CT_U8, 0);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        sum[i] = 0;
+        for (int j = 0; j < w; j++)
+            sum[i] += all[j * n + i];
+    }
+    free(all);
+    return rc;
+}
+
+/* The plateau scheduler's value from a gathered validation (config plateau_metric). */
+static int plateau_value(const replica *r, const tr_val_result *v, double *val)
+{
+    const char *m = r->st.plateau_metric;
+    if (!v->total)
+        return ct__error(CT_EINVAL,
+                         "trainer: plateau scheduler: no validation samples to measure \"%s\" "
+                         "on (trainer_data.val is empty or NULL)",
+                         m);
+    if (!strcmp(m, "val_loss")) {
+        *val = v->loss_sum / (double)v->total;
+        return 0;
+    }
+    if (!strcmp(m, "val_accuracy")) {
+        *val = (double)v->correct / (double)v->total;
+        return 0;
+    }
+    for (int i = 0; i < v->metrics.n; i++)
+        if (!strcmp(v->metrics.names[i], m) && v->metrics.weight[i] > 0) {
+            *val = v->metrics.sum[i] / v->metrics.weight[i];
+            return 0;
+        }
+    return ct__error(CT_EINVAL,
+                     "trainer config: key \"plateau_metric\": \"%s\" is not val_loss, "
+                     "val_accuracy, train_loss or a metric of the validate step",
+                     m);
+}
+
+/* A validation during training: this rank's sums, gathered from every rank, kept for the
+ * epoch's report and given to a plateau scheduler that monitors a validation value. */
+static int validate_inline(replica *r, int64_t epoch)
+{
+    enum { M = TRAINER_MAX_METRICS, N = 3 + 2 * M };
+    tr_val_result v = {.epoch = epoch, .step = r->st.step};
+    int rc = validate_local(r, epoch, &v);
+    if (rc < 0)
+        return rc;
+    double mine[N] = {v.loss_sum, (double)v.correct, (double)v.total}, sum[N];
+    for (int i = 0; i < M; i++) {
+        mine[3 + i] = v.metrics.sum[i];
+        mine[3 + M + i] = v.metrics.weight[i];
+    }
+    if ((rc = gather_sum(r, mine, N, sum)) < 0)
+        return rc;
+    v.loss_sum = sum[0];
+    v.correct = (int64_t)sum[1];
+    v.total = (int64_t)sum[2];
+    for (int i = 0; i < M; i++) {
+        v.metrics.sum[i] = sum[3 + i];
+        v.metrics.weight[i] = sum[3 + M + i];
+    }
+    const char *m = r->st.plateau_metric;
+    if (m[0] && strcmp(m, "train_loss") && r->spec.sched_every != TR_SCHED_MANUAL) {
+        double val = 0;
+        if ((rc = plateau_value(r, &v, &val)) < 0 ||
+            (rc = ct_sched_step_metric(r->st.sched, val)) < 0)
+            return rc;
+    }
+    if (r->nvals == r->capvals) {
+        int cap = r->capvals ? 2 * r->capvals : 8;
+        tr_val_result *nv = realloc(r->vals, sizeof *nv * (size_t)cap);
+        if (!nv)
+            return CT_ENOMEM;
+        r->vals = nv;
+        r->capvals = cap;
+    }
+    r->vals[r->nvals++] = v;
+    return 0;
+}
+
+/* plateau_metric train_loss: a segment's training loss and samples over all ranks are added
+ * to the epoch's (tr_state: a checkpoint within the epoch keeps them); at the epoch's end the
+ * scheduler steps on their mean. */
+static int plateau_train_loss(replica *r, double loss_sum, int64_t samples, bool epoch_end)
+{
+    if (strcmp(r->st.plateau_metric, "train_loss") || r->spec.sched_every == TR_SCHED_MANUAL)
+        return 0;
+    double mine[2] = {loss_sum, (double)samples}, sum[2];
+    int rc = gather_sum(r, mine, 2, sum);
+    if (rc < 0)
+        return rc;
+    r->st.epoch_loss_sum += sum[0];
+    r->st.epoch_samples += (int64_t)sum[1];
+    if (!epoch_end)
+        return 0;
+    double mean = r->st.epoch_samples > 0 ? r->st.epoch_loss_sum / (double)r->st.epoch_samples : 0;
+    r->st.epoch_loss_sum = 0;
+    r->st.epoch_samples = 0;
+    return ct_sched_step_metric(r->st.sched, mean);
+}
+
+/* The "validate" method: this rank's sums; the driver adds them up. */
 static int replica_validate(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
     (void)args;
     (void)len;
+    if (!r->st.model)
+        return ct__error(CT_EINVAL, "trainer replica: validate before setup");
     tr_val_report rep = {.magic = TR_VAL_REPORT_MAGIC,
                          .rank = r->setup.rank,
                          .world = r->setup.world,
                          .seq = ++r->validations};
     snprintf(rep.group, sizeof rep.group, "%s", r->setup.group);
-    trainer_step s = {.ctx = &r->ctx,
-                      .st = &r->st,
-                      .name = r->spec.validate_step[0] ? r->spec.validate_step : "(built-in)",
-                      .training = false,
-                      .epoch = r->st.epoch,
-                      .metrics = &rep.metrics};
-    ct_dataset *slice = NULL;
-    ct_loader *ld = NULL;
-    int rc = 0;
-    if (!r->st.model)
-        return ct__error(CT_EINVAL, "trainer replica: validate before setup");
-    if (r->st.data.val) {
-        int64_t n = ct_dataset_length(r->st.data.val), w = r->setup.world, k = r->setup.rank;
-        int64_t lo = n * k / w, hi = n * (k + 1) / w;
-        if ((rc = ct_dataset_subset(r->st.data.val, lo, hi - lo, &slice)) < 0 ||
-            (rc = ct_loader_new(slice,
-                                &(ct_loader_opts){.batch_size = 500,
-                                                  .prefetch = 2,
-                                                  .transform = r->st.data.transform},
-                                &ld)) < 0)
-            goto out;
-        ct_module_train(r->st.model, false);
-        bool was = ct_autograd_set_enabled(false);
-        ct_batch b;
-        while ((rc = ct_loader_next(ld, &b)) > 0) {
-            trainer_step_out so;
-            rc = run_batch(&s, r->validate_step, &b, &so);
-            s.index++;
-            if (rc == 0) {
-                rep.loss_sum += so.loss_sum;
-                rep.correct += so.correct;
-                rep.total += so.samples;
-            }
-            if (rc < 0)
-                break;
-        }
-        ct_autograd_set_enabled(was);
-        ct_module_train(r->st.model, true);
-        if (rc < 0)
-            goto out;
-        rc = 0;
-    }
-    if (!(*res = malloc(sizeof rep))) {
-        rc = CT_ENOMEM;
-        goto out;
-    }
+    tr_val_result v = {0};
+    int rc = validate_local(r, r->st.epoch, &v);
+    if (rc < 0)
+        return rc;
+    rep.metrics = v.metrics;
+    rep.loss_sum = v.loss_sum;
+    rep.correct = v.correct;
+    rep.total = v.total;
+    if (!(*res = malloc(sizeof rep)))
+        return CT_ENOMEM;
     memcpy(*res, &rep, sizeof rep);
     *rlen = sizeof rep;
-out:
-    ct_loader_destroy(&ld);
-    ct_dataset_destroy(&slice);
-    return rc;
+    return 0;
 }
 
 int ct__trainer_register_replica_class(void)

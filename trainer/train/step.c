@@ -90,7 +90,9 @@ int trainer_step_backward(trainer_step *s, ct_tensor *loss)
     ct_bucketer_set_no_sync(s->bucketer, !sync);
     int rc = ct_tensor_backward(loss, NULL);
     /* always: this also drains buckets a failed backward queued */
+    int64_t w0 = ct__now_ns();
     int src = ct_bucketer_finish(s->bucketer);
+    s->wait_ns += ct__now_ns() - w0; /* a straggler waits least: its step record shows it */
     ct_bucketer_set_no_sync(s->bucketer, false);
     if (rc == 0 && src == 0 && sync && s->accum_len > 1)
         src = average_accumulated(s);
@@ -129,15 +131,19 @@ int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm)
         return 0;
     }
     /* max_norm <= 0: the norm only (an infinite bound never scales) */
-    return ct_optim_clip_grad_norm(s->st->optim, max_norm > 0 ? max_norm : INFINITY, 2.0, norm);
+    double n = 0;
+    int rc = ct_optim_clip_grad_norm(s->st->optim, max_norm > 0 ? max_norm : INFINITY, 2.0, &n);
+    if (rc == 0) { /* for the step record */
+        s->grad_norm = n;
+        s->has_grad_norm = true;
+    }
+    if (norm)
+        *norm = n;
+    return rc;
 }
 
-int trainer_step_metric(trainer_step *s, const char *name, double value)
+int ct__trainer_metric_add(tr_metrics *m, const char *name, double value, double weight)
 {
-    if (!s || !name || !*name || strlen(name) >= TRAINER_METRIC_NAME_MAX)
-        return ct__error(CT_EINVAL, "trainer_step_metric: bad name \"%s\" (1..%d bytes)",
-                         name ? name : "(null)", TRAINER_METRIC_NAME_MAX - 1);
-    tr_metrics *m = s->metrics;
     int i = 0;
     while (i < m->n && strcmp(m->names[i], name))
         i++;
@@ -147,9 +153,34 @@ int trainer_step_metric(trainer_step *s, const char *name, double value)
                              TRAINER_MAX_METRICS);
         snprintf(m->names[m->n++], TRAINER_METRIC_NAME_MAX, "%s", name);
     }
-    m->sum[i] += value * (double)s->batch_n;
-    m->weight[i] += (double)s->batch_n;
+    m->sum[i] += value * weight;
+    m->weight[i] += weight;
     return 0;
+}
+
+/* A name that can be a JSON key and a TensorBoard tag as it is (progress.c writes both). */
+static bool good_name(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n >= TRAINER_METRIC_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (name[i] <= ' ' || name[i] > '~' || name[i] == '"' || name[i] == '\\')
+            return false;
+    return true;
+}
+
+int trainer_step_metric(trainer_step *s, const char *name, double value)
+{
+    if (!s || !good_name(name))
+        return ct__error(CT_EINVAL,
+                         "trainer_step_metric: bad name \"%s\" (1..%d printable characters, no "
+                         "blanks, quotes or backslashes)",
+                         name ? name : "(null)", TRAINER_METRIC_NAME_MAX - 1);
+    int rc = ct__trainer_metric_add(s->metrics, name, value, (double)s->batch_n);
+    if (rc == 0 && s->rec_metrics)
+        rc = ct__trainer_metric_add(s->rec_metrics, name, value, (double)s->batch_n);
+    return rc;
 }
 
 /* ---- the built-in steps ---- */
@@ -176,9 +207,12 @@ int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, train
     ct_tensor *y = ct_module_forward(s->st->model, b->x);
     ct_tensor *plain = y ? ct_nn_to_plain(y) : NULL; /* (N,C) in plain layout */
     ct_tensor *loss = plain ? s->st->loss(plain, b->y) : NULL;
-    int rc = loss ? ct_metrics_topk_correct(ct_tensor_f32(plain), ct_tensor_data(b->y), b->n,
-                                            ct_tensor_dim(plain, 1), 1, &hits)
-                  : CT_EINVAL;
+    /* top-1 only for i64 labels: f32 targets (regression, multi-label) count the loss only */
+    bool labels = ct_tensor_dtype(b->y) == CT_I64;
+    int rc = !loss    ? CT_EINVAL
+             : labels ? ct_metrics_topk_correct(ct_tensor_f32(plain), ct_tensor_data(b->y), b->n,
+                                                ct_tensor_dim(plain, 1), 1, &hits)
+                      : 0;
     if (rc == 0) {
         out->loss_sum = ct_tensor_item(loss) * (double)b->n;
         out->correct = hits;
@@ -206,6 +240,8 @@ int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batc
     s->optimizer_steps = 0;
     s->updates = 0;
     s->batch_n = b->n;
+    s->has_grad_norm = false;
+    s->wait_ns = 0;
     if (!fn)
         return ct__error(CT_ENOENT, "trainer replica: %s step \"%s\" is not registered here",
                          s->training ? "train" : "validate", s->name);

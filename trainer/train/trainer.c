@@ -3,17 +3,31 @@
  * group id per attempt), the epoch loop with checkpoints adopted from the object store, the
  * recovery protocol (end the group, wait for the head to report the deaths, start as many
  * replicas as fit from the last checkpoint, back off when none fits, grow back at epoch
- * boundaries, count retries), validation, save / restore.
- * Not here: the replica's training step (replica.c), the checkpoint bytes (ckpt.c). */
+ * boundaries, count retries), validation, save / restore. An epoch runs as segments that end
+ * in a checkpoint every checkpoint_every_steps optimizer steps (or one segment: the epoch);
+ * the driver sums the segments' statistics. Checkpoints also go to checkpoint_dir, and
+ * trainer_train can resume from one there.
+ * Not here: the replica's training step (replica.c), the checkpoint bytes (ckpt.c), the
+ * checkpoint directory's files (ckptdir.c), the run log (progress.c; called at a few points:
+ * start / stop, each segment, epoch and validation, polls while a segment runs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/common.h"
 #include "internal.h"
+
+/* What the driver sums over the segments of an epoch. */
+typedef struct epoch_sums {
+    double loss, seconds;
+    int64_t samples;
+    tr_metrics m;
+    bool agree;
+} epoch_sums;
 
 struct trainer {
     tr_spec spec;
@@ -29,8 +43,16 @@ struct trainer {
     /* the newest complete checkpoint */
     bool has_ckpt;
     ct_object_id ckpt;
+    bool ckpt_unsaved;     /* adopted, not yet written to the checkpoint directory */
+    bool under_replicated; /* the last checkpoint stored had fewer copies than asked */
+    epoch_sums acc;        /* the epoch being trained: its segments' sums so far */
     trainer_stats stats;
     char last_failure[600];
+    /* the validations of the last segment (tr_report's tail), for on_validate */
+    tr_val_result *vals;
+    int nvals;
+    char group[64];        /* the running group's id */
+    tr_progress *progress; /* the run log (progress.c); NULL: none asked for */
 };
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
@@ -259,6 +281,7 @@ static int replicas_that_fit(trainer *t, int *out)
  * call has failed the others get at most 3 s more (a replica that hangs outside a collective
  * must not hang the driver). */
 #define FAIL_GRACE_MS 1500
+#define PROGRESS_POLL_MS 100 /* reads the replicas' step records this often (progress.c) */
 
 static int call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,
                     void **results, int *failed, char *msg, size_t msgcap)
@@ -280,7 +303,7 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
      * collective errors (a dead node's replicas are reported about a second after its death). */
     int64_t grace_until = 0;
     for (int left = f ? t->world : 0; left > 0;) {
-        int wait_ms = -1;
+        int wait_ms = t->progress ? PROGRESS_POLL_MS : -1;
         if (rc < 0) {
             int64_t now = ct__now_ms();
             if (!grace_until)
@@ -290,6 +313,10 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
             wait_ms = (int)(grace_until - now);
         }
         int i = ct_future_wait_any(f, t->world, wait_ms);
+        if (i == CT_ETIMEDOUT && rc == 0 && t->progress) { /* the step records meanwhile */
+            ct__progress_poll(t->progress);
+            continue;
+        }
         if (i < 0)
             break; /* grace over */
         int w = ct_future_wait(f[i], -1, results ? &results[i] : NULL, NULL);
@@ -307,6 +334,23 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
         ct_future_destroy(&f[i]);
     free(f);
     return rc;
+}
+
+/* Where in the epoch a group of n replicas starts from the checkpoint: its batch, or with
+ * another group size the batch where as many samples of the epoch's order were seen (rounded
+ * down, and to whole accumulation groups): a few samples seen twice, none skipped. */
+static int64_t start_batch(const trainer *t, int n)
+{
+    int64_t b = t->local.batch;
+    if (b > 0 && t->local.world > 0 && t->local.world != n) {
+        b = b * t->local.world / n;
+        b -= b % t->spec.accumulate;
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "checkpoint at batch %lld of epoch %lld with %d replicas: %d start at batch %lld",
+               (long long)t->local.batch, (long long)t->local.epoch, t->local.world, n,
+               (long long)b);
+    }
+    return b;
 }
 
 /* Starts n replicas from the newest checkpoint (or the creators' initial state) and waits for
@@ -342,19 +386,26 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
         sa[i].world = n;
         memcpy(sa[i].group, group, sizeof group);
         sa[i].start_epoch = t->local.epoch;
+        sa[i].start_batch = start_batch(t, n);
         sa[i].has_ckpt = t->has_ckpt;
         sa[i].ckpt = t->ckpt;
         snprintf(sa[i].driver_node, sizeof sa[i].driver_node, "%s", ct_object_node());
     }
     if ((rc = call_all(t, "setup", sa, sizeof *sa, sizeof *sa, NULL, &failed, msg, sizeof msg)) < 0)
         goto fail;
+    t->local.batch = sa[0].start_batch;
+    t->local.world = n;
     free(sa);
+    memcpy(t->group, group, sizeof group);
     t->group_fresh = true;
     t->stats.replicas = n;
+    t->stats.group_start_step = t->local.step;
     CT_LOG(CT_LOG_INFO, "trainer",
-           "group %s: %d replicas from epoch %lld (%s): created in %.1f ms, set up in %.1f ms",
-           group, n, (long long)t->local.epoch, t->has_ckpt ? "checkpoint" : "initial state",
-           (t1 - t0) / 1e6, (ct__now_ns() - t1) / 1e6);
+           "group %s: %d replicas from epoch %lld batch %lld (%s): created in %.1f ms, set up "
+           "in %.1f ms",
+           group, n, (long long)t->local.epoch, (long long)t->local.batch,
+           t->has_ckpt ? "checkpoint" : "initial state", (t1 - t0) / 1e6,
+           (ct__now_ns() - t1) / 1e6);
     return 0;
 fail:
     free(sa);
@@ -364,6 +415,25 @@ fail:
     if (why && !why[0])
         snprintf(why, cap, "%s", msg);
     return rc < 0 ? rc : CT_EINVAL;
+}
+
+/* A checkpoint stored with `copies` of `asked` copies: fewer is counted in the stats and
+ * logged (a warning when it starts, then at debug level: a cluster of one node stays so). */
+static void note_copies(trainer *t, const char *what, int copies, int asked)
+{
+    if (copies >= asked) {
+        if (t->under_replicated)
+            CT_LOG(CT_LOG_INFO, "trainer", "%s: %d copies, as asked", what, copies);
+        t->under_replicated = false;
+        return;
+    }
+    t->stats.checkpoints_under_replicated++;
+    CT_LOG(t->under_replicated ? CT_LOG_DEBUG : CT_LOG_WARN, "trainer",
+           "%s: stored with %d cop%s of the %d asked (too few live nodes with a store): it does "
+           "not survive the loss of its node (%d checkpoint%s under-replicated so far)",
+           what, copies, copies == 1 ? "y" : "ies", asked, t->stats.checkpoints_under_replicated,
+           t->stats.checkpoints_under_replicated == 1 ? "" : "s");
+    t->under_replicated = true;
 }
 
 /* Makes the newest checkpoint id the current one: pulls it to the driver's node, loads it into
@@ -382,6 +452,7 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
         ct_free(&t->ckpt);
     t->ckpt = *id;
     t->has_ckpt = true;
+    t->ckpt_unsaved = true;
     return 0;
 }
 
@@ -392,6 +463,7 @@ static int rewind_to_checkpoint(trainer *t)
     if (!t->has_ckpt) { /* replicas start over from the creators' state, as the driver's own */
         t->local.epoch = 0;
         t->local.step = 0;
+        t->local.batch = 0;
         return 0;
     }
     ct_object_view v = {0};
@@ -401,6 +473,32 @@ static int rewind_to_checkpoint(trainer *t)
     rc = ct__ckpt_load(&t->local, &t->spec, v.data, v.size);
     ct_object_release(&v);
     return rc;
+}
+
+/* Makes a validation's sums the val_* fields of st. */
+static void set_val_stats(trainer_stats *st, double loss, int64_t correct, int64_t total,
+                          const tr_metrics *m)
+{
+    ct__trainer_metrics_out(m, st->val_metrics, &st->val_nmetrics);
+    st->val_loss = total ? loss / (double)total : 0;
+    st->val_accuracy = total ? (double)correct / (double)total : 0;
+    st->val_samples = total;
+}
+
+/* The last epoch's validations into the stats, one by one, each handed to on_validate. */
+static int deliver_validations(trainer *t, const trainer_train_opts *o)
+{
+    for (int i = 0; i < t->nvals; i++) {
+        const tr_val_result *v = &t->vals[i];
+        set_val_stats(&t->stats, v->loss_sum, v->correct, v->total, &v->metrics);
+        t->stats.val_epoch = v->epoch;
+        t->stats.val_step = v->step;
+        int rc = o->on_validate ? o->on_validate(t, &t->stats, o->user) : 0;
+        if (rc < 0)
+            return ct__error(rc, "trainer_train: on_validate stopped training at step %lld",
+                             (long long)v->step);
+    }
+    return 0;
 }
 
 static int run_validation(trainer *t, char *why, size_t cap)
@@ -422,10 +520,10 @@ static int run_validation(trainer *t, char *why, size_t cap)
             total += r->total;
             ct__trainer_metrics_add(&m, &r->metrics);
         }
-        ct__trainer_metrics_out(&m, t->stats.val_metrics, &t->stats.val_nmetrics);
-        t->stats.val_loss = total ? loss / (double)total : 0;
-        t->stats.val_accuracy = total ? (double)correct / (double)total : 0;
-        t->stats.val_samples = total;
+        set_val_stats(&t->stats, loss, correct, total, &m);
+        /* its place: mid-epoch the epoch it is in, else the last one done */
+        ct__progress_val(t->progress, &t->stats,
+                         t->local.batch > 0 ? t->local.epoch : t->local.epoch - 1, t->local.step);
     } else {
         end_group(t, why, cap, failed, rc, msg);
     }
@@ -435,70 +533,168 @@ static int run_validation(trainer *t, char *why, size_t cap)
     return rc;
 }
 
-/* One epoch on the group; on success the stats and (if asked) the checkpoint are updated. */
-static int run_epoch(trainer *t, int64_t epoch, bool checkpoint, char *why, size_t cap)
+/* The epoch's statistics so far (its segments' sums) into st. */
+static void epoch_stats(const trainer *t, trainer_stats *st)
+{
+    st->train_loss = t->acc.samples ? t->acc.loss / (double)t->acc.samples : 0;
+    st->samples_per_s = t->acc.seconds > 0 ? (double)t->acc.samples / t->acc.seconds : 0;
+    st->epoch_seconds = t->acc.seconds;
+    st->weights_agree = t->acc.agree;
+    ct__trainer_metrics_out(&t->acc.m, st->metrics, &st->nmetrics);
+}
+
+/* The run log of a segment that ended well: its last step records (in the KV before the
+ * replies), a record per validation it ran (in order; in-line, after their steps), and at the
+ * epoch's end the epoch's record (the stats are the epoch's then). */
+static void segment_records(trainer *t, bool epoch_done)
+{
+    if (!t->progress)
+        return;
+    ct__progress_poll(t->progress);
+    for (int i = 0; i < t->nvals; i++) {
+        const tr_val_result *v = &t->vals[i];
+        trainer_stats st = t->stats;
+        set_val_stats(&st, v->loss_sum, v->correct, v->total, &v->metrics);
+        ct__progress_val(t->progress, &st, v->epoch, v->step);
+    }
+    if (epoch_done)
+        ct__progress_epoch(t->progress, &t->stats);
+}
+
+/* A segment of epoch `epoch` on the group: from the driver's position (t->local.batch) until
+ * `steps` optimizer steps are done (0: the epoch's end); *done says whether the epoch ended.
+ * On success the epoch's sums, the stats at an epoch's end and (if asked) the checkpoint are
+ * updated, and t->vals holds the validations run during the segment (o's validate_every_*;
+ * rank 0's copy: every rank has the same). */
+static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint,
+                       const trainer_train_opts *o, bool *done, char *why, size_t cap)
 {
     tr_epoch_args *ea = calloc((size_t)t->world, sizeof *ea);
     void **res = calloc((size_t)t->world, sizeof *res);
     int failed = -1, rc, world = t->world;
     char msg[600] = "";
+    *done = false;
     if (!ea || !res) {
         free(ea);
         free(res);
         return CT_ENOMEM;
     }
+    if (t->local.batch == 0) /* a new epoch (or one started over) */
+        t->acc = (epoch_sums){.agree = true};
     for (int i = 0; i < t->world; i++)
-        ea[i] = (tr_epoch_args){.epoch = epoch, .checkpoint = checkpoint};
+        ea[i] = (tr_epoch_args){.epoch = epoch,
+                                .start_batch = t->local.batch,
+                                .steps = steps,
+                                .checkpoint = checkpoint,
+                                .validate_every = o->validate_every_steps,
+                                .validate_end = o->validate_every_epoch,
+                                .report_ms = ct__progress_report_ms(t->progress)};
+    t->nvals = 0;
+    ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
     if (rc < 0) {
         t->stats.failure_seen_ns = ct__now_ns();
         end_group(t, why, cap, failed, rc, msg);
         goto out;
     }
-    double loss = 0, slowest = 0;
-    int64_t samples = 0, first_step = 0;
-    bool agree = true;
-    tr_metrics m = {0};
+    double slowest = 0;
+    int64_t first_step = 0;
+    tr_report *r0 = res[0];
     for (int i = 0; i < t->world; i++) {
         tr_report *r = res[i];
-        ct__trainer_metrics_add(&m, &r->metrics);
-        loss += r->loss_sum;
-        samples += r->samples;
+        ct__trainer_metrics_add(&t->acc.m, &r->metrics);
+        t->acc.loss += r->loss_sum;
+        t->acc.samples += r->samples;
         slowest = r->seconds > slowest ? r->seconds : slowest;
         first_step = r->first_step_ns > first_step ? r->first_step_ns : first_step;
-        agree &= r->weights_hash == ((tr_report *)res[0])->weights_hash;
+        t->acc.agree &= r->weights_hash == r0->weights_hash;
     }
-    tr_report *r0 = res[0];
+    t->acc.seconds += slowest;
+    if (r0->nval > 0) {
+        tr_val_result *v = realloc(t->vals, sizeof *v * (size_t)r0->nval);
+        if (!v) {
+            rc = CT_ENOMEM;
+            goto out;
+        }
+        t->vals = v;
+        memcpy(v, (char *)r0 + sizeof *r0, sizeof *v * (size_t)r0->nval);
+        t->nvals = r0->nval;
+    }
     if (t->group_fresh)
         t->stats.group_first_step_ns = first_step;
     t->group_fresh = false;
-    t->stats.train_loss = samples ? loss / (double)samples : 0;
-    t->stats.samples_per_s = slowest > 0 ? (double)samples / slowest : 0;
-    t->stats.epoch_seconds = slowest;
-    t->stats.weights_agree = agree;
-    ct__trainer_metrics_out(&m, t->stats.metrics, &t->stats.nmetrics);
+    *done = r0->epoch_done;
     if (r0->has_ckpt) {
+        char what[64];
+        snprintf(what, sizeof what, "checkpoint at step %lld",
+                 (long long)t->local.step + r0->steps);
+        note_copies(t, what, r0->copies, r0->copies_asked);
         if ((rc = adopt_checkpoint(t, &r0->ckpt)) < 0) {
             snprintf(why, cap, "adopting the checkpoint of epoch %lld: %s", (long long)epoch + 1,
                      ct_last_error());
             end_group(t, NULL, 0, -1, rc, NULL);
             goto out;
         }
-    } else {
+    } else if (*done) {
         t->local.epoch = epoch + 1; /* the driver's model lags (no checkpoint) */
         t->local.step += r0->steps;
+        t->local.batch = 0;
+    } else { /* defensive: segments end in a checkpoint, or at the epoch's end */
+        t->local.step += r0->steps;
+        t->local.batch = r0->end_batch;
     }
-    t->stats.epoch = epoch + 1;
+    if (*done) {
+        epoch_stats(t, &t->stats);
+        t->stats.epoch = epoch + 1;
+        if (!t->acc.agree)
+            CT_LOG(CT_LOG_WARN, "trainer", "replicas' weights differ after epoch %lld",
+                   (long long)epoch + 1);
+    }
     t->stats.steps = t->local.step;
-    if (!agree)
-        CT_LOG(CT_LOG_WARN, "trainer", "replicas' weights differ after epoch %lld",
-               (long long)epoch + 1);
+    segment_records(t, *done);
 out:
     for (int i = 0; i < world; i++)
         free(res[i]);
     free(res);
     free(ea);
     return rc;
+}
+
+/* The value of the score attribute in st; NaN when there is none (see trainer.h). */
+static double score_of(const char *attr, const trainer_stats *st)
+{
+    if (!strcmp(attr, "train_loss"))
+        return st->train_loss;
+    if (!strcmp(attr, "val_loss") || !strcmp(attr, "val_accuracy"))
+        return st->val_samples == 0 ? NAN : attr[4] == 'l' ? st->val_loss : st->val_accuracy;
+    double v = trainer_stats_metric(st, false, attr, NAN);
+    return isnan(v) ? trainer_stats_metric(st, true, attr, NAN) : v;
+}
+
+/* Writes the newly adopted checkpoint to the checkpoint directory, with its score from the
+ * stats (an epoch's end: t->stats; within an epoch: the epoch's batches so far). */
+static int save_to_dir(trainer *t, tr_ckptdir *dir, const char *attr, bool epoch_end)
+{
+    if (!dir || !t->has_ckpt || !t->ckpt_unsaved)
+        return 0;
+    trainer_stats st = t->stats;
+    if (!epoch_end)
+        epoch_stats(t, &st);
+    double score = attr ? score_of(attr, &st) : NAN;
+    ct_object_view v = {0};
+    char name[TR_CKPT_NAME_MAX];
+    int rc = ct_get(&t->ckpt, 30000, &v);
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc, "trainer: reading the checkpoint for checkpoint_dir");
+    rc = ct__ckptdir_add(dir, v.data, v.size, t->local.epoch, t->local.batch, t->local.step, score,
+                         name, sizeof name);
+    ct_object_release(&v);
+    if (rc < 0)
+        return rc;
+    t->ckpt_unsaved = false;
+    CT_LOG(CT_LOG_INFO, "trainer", "checkpoint %s written (epoch %lld batch %lld, score %g)", name,
+           (long long)t->local.epoch, (long long)t->local.batch, score);
+    return 0;
 }
 
 /* Sleep before the k-th consecutive attempt to start a group (k >= 1). */
@@ -561,6 +757,56 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
     return 0;
 }
 
+/* The checkpoint file o->resume names: itself, or the latest one of a directory. */
+static int resume_path(const char *resume, char *path, size_t cap)
+{
+    struct stat sb;
+    if (stat(resume, &sb) != 0)
+        return ct__error(CT_ENOENT, "trainer_train: resume: %s does not exist", resume);
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(path, cap, "%s", resume);
+        return 0;
+    }
+    int rc = ct__ckptdir_latest(resume, path, cap);
+    return rc < 0 ? ct__trainer_error_prefix(rc, "trainer_train") : 0;
+}
+
+static int check_train_opts(const trainer_train_opts *o)
+{
+    if (o->max_retries < 0)
+        return ct__error(CT_EINVAL, "trainer_train: max_retries %d < 0", o->max_retries);
+    if (o->checkpoint != TRAINER_CHECKPOINT_AUTO && o->checkpoint != TRAINER_CHECKPOINT_NONE)
+        return ct__error(CT_EINVAL, "trainer_train: checkpoint %d is neither AUTO nor NONE",
+                         o->checkpoint);
+    if (o->validate_every_steps < 0)
+        return ct__error(CT_EINVAL, "trainer_train: validate_every_steps %lld < 0",
+                         (long long)o->validate_every_steps);
+    if (o->checkpoint_every_steps < 0 || o->checkpoint_num_to_keep < 0)
+        return ct__error(CT_EINVAL, "trainer_train: %s is negative",
+                         o->checkpoint_every_steps < 0 ? "checkpoint_every_steps"
+                                                       : "checkpoint_num_to_keep");
+    if (o->checkpoint_every_steps > 0 && o->checkpoint != TRAINER_CHECKPOINT_AUTO)
+        return ct__error(CT_EINVAL, "trainer_train: checkpoint_every_steps needs checkpoint = "
+                                    "TRAINER_CHECKPOINT_AUTO");
+    if (o->checkpoint_score_order && strcmp(o->checkpoint_score_order, "min") &&
+        strcmp(o->checkpoint_score_order, "max"))
+        return ct__error(CT_EINVAL,
+                         "trainer_train: checkpoint_score_order \"%s\": not \"min\" "
+                         "or \"max\"",
+                         o->checkpoint_score_order);
+    if (o->progress < TRAINER_PROGRESS_AUTO || o->progress > TRAINER_PROGRESS_OFF)
+        return ct__error(CT_EINVAL,
+                         "trainer_train: progress %d is not TRAINER_PROGRESS_AUTO, _ON or _OFF",
+                         o->progress);
+    if (o->log_every_steps < 0 || o->report_ms < 0)
+        return ct__error(CT_EINVAL, "trainer_train: %s is negative",
+                         o->log_every_steps < 0 ? "log_every_steps" : "report_ms");
+    if (o->checkpoint_score_attribute && (!*o->checkpoint_score_attribute || !o->checkpoint_dir))
+        return ct__error(CT_EINVAL, "trainer_train: checkpoint_score_attribute %s",
+                         !o->checkpoint_dir ? "without checkpoint_dir" : "is empty");
+    return 0;
+}
+
 int trainer_train_with(trainer *t, const trainer_train_opts *o)
 {
     static const trainer_train_opts defaults;
@@ -568,20 +814,47 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         return ct__error(CT_EINVAL, "trainer_train: t is NULL");
     if (!o)
         o = &defaults;
-    if (o->max_retries < 0)
-        return ct__error(CT_EINVAL, "trainer_train: max_retries %d < 0", o->max_retries);
-    if (o->checkpoint != TRAINER_CHECKPOINT_AUTO && o->checkpoint != TRAINER_CHECKPOINT_NONE)
-        return ct__error(CT_EINVAL, "trainer_train: checkpoint %d is neither AUTO nor NONE",
-                         o->checkpoint);
+    int rc = check_train_opts(o);
+    if (rc < 0)
+        return rc;
+    const char *pm = t->local.plateau_metric;
+    if (pm[0] && strcmp(pm, "train_loss") && t->spec.sched_every != TR_SCHED_MANUAL &&
+        !o->validate_every_epoch && !o->validate_every_steps)
+        return ct__error(CT_EINVAL,
+                         "trainer_train: the plateau scheduler monitors \"%s\" (config "
+                         "plateau_metric): set validate_every_epoch or validate_every_steps",
+                         pm);
     int64_t epochs = o->epochs > 0 ? o->epochs : t->spec.epochs;
     int max_retries = t->stats.retries_used + o->max_retries; /* per call */
-    int rc = 0;
+    bool auto_ckpt = o->checkpoint == TRAINER_CHECKPOINT_AUTO;
+    int64_t every = o->checkpoint_every_steps;
+    const char *attr = o->checkpoint_score_attribute;
+    tr_ckptdir *dir = NULL;
     char why[600];
     t->stats.train_start_ns = ct__now_ns();
+    if (o->resume) {
+        char path[4400];
+        if ((rc = resume_path(o->resume, path, sizeof path)) < 0 ||
+            (rc = trainer_restore(t, path)) < 0)
+            return rc;
+        t->ckpt_unsaved = false; /* it is a file already */
+        CT_LOG(CT_LOG_INFO, "trainer", "resuming from %s: epoch %lld, batch %lld, step %lld", path,
+               (long long)t->local.epoch, (long long)t->local.batch, (long long)t->local.step);
+    }
+    if (o->checkpoint_dir &&
+        (rc = ct__ckptdir_open(
+             o->checkpoint_dir, o->checkpoint_num_to_keep, attr,
+             o->checkpoint_score_order && !strcmp(o->checkpoint_score_order, "max"), &dir)) < 0)
+        return rc;
+    /* the run log (a resumed job's records start at the checkpoint's step) */
+    if ((rc = ct__progress_start(&t->progress, o, epochs)) < 0) {
+        ct__ckptdir_free(&dir);
+        return rc;
+    }
     while (t->local.epoch < epochs) {
         /* at an epoch boundary with fewer replicas than asked: grow back when they fit now */
-        if (t->actors && t->world < t->num_replicas && !t->group_fresh &&
-            (o->checkpoint == TRAINER_CHECKPOINT_AUTO)) {
+        if (t->actors && t->world < t->num_replicas && !t->group_fresh && auto_ckpt &&
+            t->local.batch == 0) {
             int n = 0;
             if (replicas_that_fit(t, &n) == 0 && n >= 1) {
                 CT_LOG(CT_LOG_INFO, "trainer", "growing the group: %d replicas fit more", n);
@@ -594,8 +867,9 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         int64_t epoch = t->local.epoch;
         /* with checkpoints off, still one after the last epoch: the driver's model and
          * trainer_save then hold the trained weights */
-        bool ckpt = o->checkpoint == TRAINER_CHECKPOINT_AUTO || epoch + 1 == epochs;
-        rc = run_epoch(t, epoch, ckpt, why, sizeof why);
+        bool ckpt = auto_ckpt || epoch + 1 == epochs, done = false;
+        int64_t steps = auto_ckpt && every > 0 ? every - t->local.step % every : 0;
+        rc = run_segment(t, epoch, steps, ckpt, o, &done, why, sizeof why);
         if (rc < 0) {
             if ((rc = spend_retry(t, max_retries, why)) < 0)
                 break;
@@ -603,11 +877,16 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
                 break;
             continue; /* at once: the resources are there unless a node went away */
         }
-        if (o->validate_every_epoch && (rc = run_validation(t, why, sizeof why)) < 0) {
-            if ((rc = spend_retry(t, max_retries, why)) < 0)
-                break;
+        /* the segment's validations (in-line, before its checkpoint was written) to the stats
+         * and on_validate; then the checkpoint to the directory, scored with the last of them
+         * (or an earlier one), even when on_validate stops training */
+        int vrc = deliver_validations(t, o);
+        if ((rc = save_to_dir(t, dir, attr, done)) < 0)
+            break;
+        if ((rc = vrc) < 0)
+            break;
+        if (!done) /* a checkpoint within the epoch */
             continue;
-        }
         if (o->on_epoch && (rc = o->on_epoch(t, &t->stats, o->user)) < 0) {
             rc = ct__error(rc, "trainer_train: on_epoch stopped training after epoch %lld",
                            (long long)t->stats.epoch);
@@ -615,8 +894,10 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         }
         rc = 0;
     }
+    ct__ckptdir_free(&dir);
     t->stats.epoch = t->local.epoch;
     t->stats.steps = t->local.step;
+    ct__progress_stop(t->progress);
     if (o->stats)
         *o->stats = t->stats;
     return rc;
@@ -718,11 +999,18 @@ int trainer_restore(trainer *t, const char *path)
         rc = ct__trainer_error_prefix(rc, "trainer_restore: storing %s", path);
         goto out;
     }
+    char nodes[8][32];
+    int copies = 0;
+    if (ct_object_nodes(&id, nodes, 8, &copies, NULL) < 0)
+        copies = 0;
+    note_copies(t, "restored checkpoint", copies, 2);
     end_group(t, NULL, 0, -1, 0, NULL); /* its state is not the restored one */
     if (t->has_ckpt)
         ct_free(&t->ckpt);
     t->ckpt = id;
     t->has_ckpt = true;
+    t->ckpt_unsaved = false;
+    t->acc = (epoch_sums){.agree = true};
     t->stats.epoch = t->local.epoch;
     t->stats.steps = t->local.step;
 out:
@@ -762,9 +1050,11 @@ void trainer_shutdown(trainer **tp)
         return;
     trainer *t = *tp;
     end_group(t, NULL, 0, -1, 0, NULL);
+    ct__progress_free(&t->progress);
     if (t->has_ckpt)
         ct_free(&t->ckpt);
     ct__trainer_state_free(&t->local);
+    free(t->vals);
     free(t);
     *tp = NULL;
 }

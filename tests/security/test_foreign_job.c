@@ -48,17 +48,6 @@ static int kv_is(const char *key, const char *want)
     return rc;
 }
 
-/* 0 when a answers add(0) within 3 s. */
-static int answers(ct_actor *a)
-{
-    void *res = NULL;
-    size_t n = 0;
-    long zero = 0;
-    int rc = ct_actor_call(a, "add", &zero, sizeof zero, &res, &n, 3000);
-    free(res);
-    return rc;
-}
-
 int main(void)
 {
     register_test_classes();
@@ -127,7 +116,7 @@ int main(void)
     peer_send(&anon, &e);
     CHECK_ERR(peer_wait(&anon, 0, 0, 3000), EPERM_, "actor_ready.actor_id", "hosting");
     usleep(200000);
-    CHECK_OK(answers(a));
+    CHECK_OK(counter_answers(a));
     CHECK_OK(actor_info(&anon, aid, st, where));
     CHECK_STR(st, "ALIVE");
     CHECK(strcmp(where, "tcp://6.6.6.6:666") != 0);
@@ -178,7 +167,7 @@ int main(void)
     e.heartbeat = &hb;
     CHECK_ERR(peer_call(&evil, &e, 3000), EPERM_, "heartbeat.node_id", "token");
     CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 1, .bundle = -1}, NULL, 0, &b));
-    CHECK_OK(b ? answers(b) : -1);
+    CHECK_OK(b ? counter_answers(b) : -1);
     if (b)
         CHECK_STR(ct_actor_node(b), nid);
 
@@ -188,9 +177,9 @@ int main(void)
     CHECK_OK(ct_placement_group_remove(&pg));
     CHECK_OK(ct_actor_kill(a)); /* the kill lands a moment after the head's answer */
     double until = h_now_ms() + 3000;
-    while (!answers(a) && h_now_ms() < until)
+    while (!counter_answers(a) && h_now_ms() < until)
         usleep(10000);
-    CHECK(answers(a) != 0);
+    CHECK(counter_answers(a) != 0);
 out:
     ct_actor_release(&a);
     ct_actor_release(&b);

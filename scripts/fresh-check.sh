@@ -130,6 +130,11 @@ else
         tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -C "$src" -xf -
 fi
 
+step="making the root a mount point"
+# a private mount of its own: a test's `unshare -m` (cluster_ssh_netns) must change the
+# propagation of /, which fails with EINVAL when / is not a mount point
+bind "$root" ""
+mount --make-private "$root"
 step="mounting /proc, /sys, /dev, /dev/pts, /dev/shm"
 bind /proc /proc
 bind /sys /sys

@@ -430,9 +430,9 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
     size_t nenv = 0;
     while (environ[nenv])
         nenv++;
-    char **env = calloc(nenv + 10, sizeof *env);
+    char vars[10][300]; /* the zygote's own variables, after the inherited ones, then NULL */
+    char **env = calloc(nenv + CT_ARRAY_LEN(vars) + 1, sizeof *env);
     char **argv = calloc(s->n_argv + 2, sizeof *argv);
-    char vars[10][300];
     if (!env || !argv) {
         free(env);
         free(argv);

@@ -60,24 +60,25 @@ int ct_cluster_state_dir(char *out, size_t cap)
     return mkdir_p(out);
 }
 
-int ct_cluster_state_path(const char *cluster_name, char *out, size_t cap)
+/* <state dir>/<cluster_name>.<ext> */
+static int state_file(const char *cluster_name, const char *ext, char *out, size_t cap)
 {
     char dir[3800];
     int rc = ct_cluster_state_dir(dir, sizeof dir);
     if (rc)
         return rc;
-    int n = snprintf(out, cap, "%s/%s.state", dir, cluster_name);
-    return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "state file path too long") : 0;
+    int n = snprintf(out, cap, "%s/%s.%s", dir, cluster_name, ext);
+    return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "%s file path too long", ext) : 0;
+}
+
+int ct_cluster_state_path(const char *cluster_name, char *out, size_t cap)
+{
+    return state_file(cluster_name, "state", out, cap);
 }
 
 int ct_cluster_secret_path(const char *cluster_name, char *out, size_t cap)
 {
-    char dir[3800];
-    int rc = ct_cluster_state_dir(dir, sizeof dir);
-    if (rc)
-        return rc;
-    int n = snprintf(out, cap, "%s/%s.secret", dir, cluster_name);
-    return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "secret file path too long") : 0;
+    return state_file(cluster_name, "secret", out, cap);
 }
 
 int ct_cluster_log_dir(const char *cluster_name, char *out, size_t cap)

@@ -447,7 +447,8 @@ int ct__auth_server_check(const uint8_t state[CT_AUTH_STATE_LEN], const uint8_t 
     return crypto_verify_32(want, c2) ? CT_EACCES : 0;
 }
 
-int ct__auth_io(int fd, void *buf, size_t n, bool out, int64_t deadline)
+/* Exact sends and receives before a deadline (ct__now_ms clock). */
+static int io_exact(int fd, void *buf, size_t n, bool out, int64_t deadline)
 {
     uint8_t *p = buf;
     while (n) {
@@ -478,13 +479,13 @@ int ct__auth_accept(int fd, int timeout_ms)
         return 0;
     int64_t deadline = ct__now_ms() + timeout_ms;
     uint8_t c1[CT_AUTH_C1_LEN], s1[CT_AUTH_S1_LEN], c2[CT_AUTH_C2_LEN], st[CT_AUTH_STATE_LEN];
-    int rc = ct__auth_io(fd, c1, sizeof c1, false, deadline);
+    int rc = io_exact(fd, c1, sizeof c1, false, deadline);
     if (rc)
         return ct__error(rc, "auth: no greeting from the peer: %s", ct_strerror(rc));
     if ((rc = ct__auth_server_answer(c1, s1, st)))
         return rc == CT_EACCES ? ct__error(rc, "auth: the peer does not speak ct's handshake") : rc;
-    if ((rc = ct__auth_io(fd, s1, sizeof s1, true, deadline)) ||
-        (rc = ct__auth_io(fd, c2, sizeof c2, false, deadline)))
+    if ((rc = io_exact(fd, s1, sizeof s1, true, deadline)) ||
+        (rc = io_exact(fd, c2, sizeof c2, false, deadline)))
         return ct__error(rc, "auth: the peer left during the handshake: %s", ct_strerror(rc));
     if (ct__auth_server_check(st, c2))
         return ct__error(CT_EACCES, "auth: a peer without this cluster's secret was refused");
@@ -500,15 +501,15 @@ int ct__auth_connect(int fd, int timeout_ms)
     int rc = ct__auth_client_start(c1, st);
     if (rc)
         return rc;
-    if ((rc = ct__auth_io(fd, c1, sizeof c1, true, deadline)) ||
-        (rc = ct__auth_io(fd, s1, sizeof s1, false, deadline)))
+    if ((rc = io_exact(fd, c1, sizeof c1, true, deadline)) ||
+        (rc = io_exact(fd, s1, sizeof s1, false, deadline)))
         return ct__error(rc == CT_ECONNRESET ? CT_EACCES : rc,
                          "auth: the server did not answer the handshake (%s): not a ct server, "
                          "or it refused this process's secret",
                          ct_strerror(rc));
     if (ct__auth_client_finish(st, s1, c2))
         return ct__error(CT_EACCES, "auth: the server does not hold this cluster's secret");
-    if ((rc = ct__auth_io(fd, c2, sizeof c2, true, deadline)))
+    if ((rc = io_exact(fd, c2, sizeof c2, true, deadline)))
         return ct__error(rc, "auth: the server left during the handshake: %s", ct_strerror(rc));
     return 0;
 }

@@ -94,7 +94,5 @@ int ct__auth_server_check(const uint8_t state[CT_AUTH_STATE_LEN], const uint8_t 
  * to do (0) when auth is off. */
 int ct__auth_accept(int fd, int timeout_ms);
 int ct__auth_connect(int fd, int timeout_ms);
-/* Exact sends and receives before a deadline (ct__now_ms clock), for the ring's steps. */
-int ct__auth_io(int fd, void *buf, size_t n, bool out, int64_t deadline_ms);
 
 #endif

@@ -45,8 +45,6 @@ for t in ip tc ss unshare nsenter setpriv ssh ssh-keygen; do
 done
 [ -x /usr/sbin/sshd ] || skip "/usr/sbin/sshd not found (openssh-server: scripts/install-deps.sh)"
 unshare --net true 2>/dev/null || skip "cannot make a network namespace (unshare --net)"
-# each host's /root is its own directory: a build under /root would be hidden on the hosts
-case "$bin/" in /root/*) skip "the build ($bin) is under /root, which each test host replaces" ;; esac
 
 tmp=$(mktemp -d /tmp/ct-netns.XXXXXX)
 name=netns-$$
@@ -78,13 +76,17 @@ in_ns() {
     nsenter -t "${hold[$h]}" -n "$@"
 }
 # on_host HOST CMD...: CMD as if logged into HOST: its network namespace, and in a private mount
-# namespace /root is HOST's home directory (unshare -m makes its mounts private). nsenter,
-# unshare and sh exec: CMD keeps the pid.
-on_host_script='mount --bind "$0" /root && cd /root && exec "$@"'
+# namespace /root is HOST's home directory (unshare -m makes its mounts private). A build under
+# /root (a clone in root's home, fresh-check's chroot) is bound into that home first, at the same
+# path, so the hosts still see it. nsenter, unshare and sh exec: CMD keeps the pid.
+build=$(dirname "$bin")
+on_host_script='case "$1" in /root/*)
+    mkdir -p "$0/${1#/root/}" && mount --bind "$1" "$0/${1#/root/}" || exit 1 ;; esac
+mount --rbind "$0" /root && cd /root && shift && exec "$@"'
 on_host() {
     local h=$1
     shift
-    in_ns "$h" unshare -m sh -c "$on_host_script" "$tmp/$h/root" "$@"
+    in_ns "$h" unshare -m sh -c "$on_host_script" "$tmp/$h/root" "$build" "$@"
 }
 node_pids() { awk '$1 == "proc" && $2 != "head" {print $4}' "$state" 2>/dev/null; }
 nodes=""
@@ -177,7 +179,7 @@ for h in "${hosts[@]}"; do
     # on_host spelled out: a function run with & is a subshell, $! would not be sshd. sshd's
     # setproctitle overwrites its environment, so ct_test_guard cannot see its mark: it dies
     # with this script instead (its parent, everything in between execs).
-    nsenter -t "${hold[$h]}" -n unshare -m sh -c "$on_host_script" "$tmp/$h/root" \
+    nsenter -t "${hold[$h]}" -n unshare -m sh -c "$on_host_script" "$tmp/$h/root" "$build" \
         setpriv --pdeathsig KILL /usr/sbin/sshd -D -f "$tmp/$h/sshd_config" -E "$tmp/$h/sshd.log" &
     sshd[$h]=$!
     disown

@@ -74,12 +74,26 @@
  * Fault tolerance (the RaySGD protocol). When a replica's process exits or its node is
  * declared dead, the survivors' collectives fail within milliseconds; the driver ends the
  * whole group, waits for the head to report the deaths, asks the head for free resources,
- * starts as many replicas as fit (at most num_replicas; none: exponential backoff and retry),
- * each restoring the last checkpoint from the store, and continues from that epoch (or that
- * batch of it: checkpoint_every_steps). A smaller
- * group grows back at an epoch boundary when resources return. Every failure spends one of
- * max_retries; past them trainer_train returns CT_ERETRY and ct_last_error() says what failed
- * (replica, pid, node, signal or exit status). The driver's node is assumed not to fail.
+ * starts as many replicas as fit (at most max_replicas), each restoring the last checkpoint
+ * from the store, and continues from that epoch (or that batch of it: checkpoint_every_steps).
+ * Every failure spends one of max_retries (a group that fails to start too); past them
+ * trainer_train returns CT_ERETRY and ct_last_error() says what failed (replica, pid, node,
+ * signal or exit status). The driver's node is assumed not to fail.
+ *
+ * Elastic bounds (trainer_opts.min_replicas, max_replicas). A group has between min_replicas
+ * and max_replicas replicas: as many as the head's free resources fit, up to max_replicas.
+ * While fewer than min_replicas fit (at the start, or after a failure), the driver does not
+ * train: it waits, asking the head again after each backoff sleep (backoff_* options, growing
+ * per wait round, reset once a group starts) and logging "waiting for N replicas, M fit".
+ * Waiting spends no retries (the failure that led to it spent one); it is bounded by
+ * trainer_train_opts.min_replicas_timeout_ms (past it trainer_train returns CT_ETIMEDOUT
+ * naming the replicas wanted and fitting; 0: waits for ever). A group smaller than
+ * max_replicas grows at every checkpoint it writes (each checkpoint_every_steps segment and
+ * each epoch's end): when the free resources then fit at least one more replica, the driver
+ * ends the group right after adopting that checkpoint and starts a bigger one from it, at that
+ * batch of the epoch (no retry spent; counted in trainer_stats.growths and logged). With
+ * TRAINER_CHECKPOINT_NONE a group never grows. Before each group of a new size starts the
+ * driver calls trainer_train_opts.on_world_size (see trainer_scale_lr there).
  *
  * Ownership: trainer_create gives an owned trainer (trainer_shutdown). Strings in options are
  * copied. Threads: a trainer is used by one thread at a time; while trainer_train or
@@ -353,7 +367,11 @@ typedef struct trainer_opts {
     const char *scheduler;                /* NULL: none */
     const char *initialization_hook;      /* NULL: none; a trainer_register_hook name */
     const char *config;                   /* "key=value,..." read by creators; NULL: "" */
-    int num_replicas;                     /* 0: 1 */
+    int num_replicas;                     /* the group size wanted; 0: 1 */
+    /* Elastic bounds (see "Elastic bounds" above): min_replicas <= num_replicas <= max_replicas
+     * is required. min_replicas (0: 1): never train with fewer; max_replicas (0: num_replicas,
+     * which then is the most, as without these fields): a group starts, or grows, up to it. */
+    int min_replicas, max_replicas;
     bool use_gpu;                         /* not built yet: CT_ENOSYS */
     double cpus_per_replica;              /* resources per replica; 0: 1 (also its threads) */
     ct_strategy placement;                /* CT_PACK (default) or CT_SPREAD over nodes */
@@ -413,6 +431,8 @@ typedef struct trainer_stats {
     /* checkpoints stored with fewer copies than asked (2; e.g. a cluster of one node), each
      * also logged: such a checkpoint does not survive the loss of its node */
     int checkpoints_under_replicated;
+    /* groups ended at a checkpoint to start a bigger one (see "Elastic bounds"; no retry) */
+    int growths;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */
@@ -466,6 +486,26 @@ double trainer_stats_metric(const trainer_stats *st, bool val, const char *name,
  * training with that code. */
 typedef int (*trainer_epoch_fn)(trainer *t, const trainer_stats *st, void *user);
 
+/* Called by the driver before a group of another size than the last one starts (old_size: the
+ * size last told, 0 at the first group, or after trainer_restore / resume the checkpoint's
+ * "world_size"; new_size: the group about to start). trainer_get_stats then gives the
+ * position it starts at (steps: the checkpoint's optimizer steps). A negative return stops
+ * training with that code. The replicas' creators see the new size (trainer_ctx_world_size),
+ * but a group that restores a checkpoint also restores the optimizer's learning rates; to
+ * rescale them (e.g. the linear scaling rule: trainer_scale_lr(t, (double)new_size /
+ * old_size)) call trainer_scale_lr from this hook. */
+typedef int (*trainer_world_size_fn)(trainer *t, int old_size, int new_size, void *user);
+
+/* From on_world_size: every group started from the current checkpoint multiplies its
+ * optimizer's learning rates (every param group) by factor (> 0) after restoring it; calls
+ * multiply (a group of 3 -> 2 that fails to start, then 2 -> 1: 2/3 * 1/2). The checkpoints
+ * such a group writes hold the scaled rates, so the factor ends (back to 1) when the driver
+ * adopts the next checkpoint. A group started without a checkpoint (from the creators) is not
+ * scaled: its creators see the world size. A scheduler goes on from the scaled rate (the
+ * chainable steplr, multistep, exponential, plateau); the base rates it keeps are not scaled.
+ * CT_EINVAL for factor <= 0 or not finite. */
+int trainer_scale_lr(trainer *t, double factor);
+
 /* Validation during training. The replicas validate in-line (each its slice, sums gathered
  * from all ranks, BatchNorm buffers from rank 0 first), every validate_every_steps optimizer
  * steps (counted over the whole run, as trainer_stats.steps) and/or after every epoch
@@ -488,7 +528,9 @@ typedef struct trainer_train_opts {
     void *user;
     int64_t validate_every_steps; /* 0: not by steps */
     trainer_epoch_fn on_validate; /* after each validation during training (with user) */
-    /* backoff while no replica fits: base_ms * factor^k, at most cap_ms, +- jitter fraction */
+    /* backoff while fewer than min_replicas fit (the k-th wait round), and before the k-th
+     * retry of a group that failed to start: base_ms * factor^(k-1), at most cap_ms, +- jitter
+     * fraction */
     int backoff_base_ms;   /* 0: 100 */
     double backoff_factor; /* 0: 2 */
     int backoff_cap_ms;    /* 0: 5000 */
@@ -515,6 +557,9 @@ typedef struct trainer_train_opts {
     int progress;        /* TRAINER_PROGRESS_AUTO (0), _ON or _OFF */
     int log_every_steps; /* without the live line: a plain line every N optimizer steps; 0: none */
     int report_ms;       /* how often replicas send their step records; 0: 100 */
+    /* elastic bounds (see "Elastic bounds" above): */
+    int min_replicas_timeout_ms; /* the longest wait for min_replicas to fit; 0: for ever */
+    trainer_world_size_fn on_world_size; /* may be NULL; with user */
 } trainer_train_opts;
 
 /* Checkpoint directory (Ray's CheckpointConfig). Each checkpoint the driver adopts is written
@@ -542,8 +587,8 @@ int trainer_train_with(trainer *t, const trainer_train_opts *opts);
 #define trainer_train(t, ...) trainer_train_with((t), &(trainer_train_opts){__VA_ARGS__})
 
 /* Loss and top-1 accuracy on the validation set, split over the replicas (a group is started
- * from the last checkpoint when none runs). Fills st's val_* fields (other fields as of the
- * last epoch). */
+ * from the last checkpoint when none runs: waiting at most 30 s for min_replicas to fit, else
+ * CT_ETIMEDOUT). Fills st's val_* fields (other fields as of the last epoch). */
 int trainer_validate(trainer *t, trainer_stats *st);
 
 /* Writes the current state (the last checkpoint, as loaded in the driver) as a safetensors file

@@ -3,8 +3,9 @@
  *    the first death is recovered, the second makes trainer_train return CT_ERETRY with a
  *    message naming the replica and the signal; every replica is gone afterwards (the
  *    cluster's CPUs are all free again) and, after ct_shutdown, no process of this test is left.
- * 2. Replicas that need more CPUs than the cluster has: trainer_train backs off (base 50 ms,
- *    factor 2) between attempts and returns CT_ERETRY saying no resources fit. */
+ * 2. Replicas that need more CPUs than the cluster has: trainer_train waits for min_replicas
+ *    (1) to fit, backing off (base 50 ms, factor 2) between rounds without spending retries,
+ *    and returns CT_ETIMEDOUT saying no resources fit once min_replicas_timeout_ms passed. */
 #include "tt.h"
 
 static trainer *make(const char *cfg, double cpus)
@@ -50,21 +51,23 @@ int main(void)
     CHECK(total == 2 && free_cpu == 2);
     trainer_shutdown(&t);
 
-    /* nothing fits: backoff between attempts, then CT_ERETRY */
+    /* nothing fits: wait rounds with backoff, no retry spent, then CT_ETIMEDOUT */
     t = make("limit=1024,val_limit=100", 3);
     CHECK(t != NULL);
     if (!t)
         goto out;
     double t0 = h_now_ms();
     rc = trainer_train(t, .max_retries = 2, .backoff_base_ms = 50, .backoff_factor = 2,
-                       .backoff_jitter = 0.1, .stats = &st);
+                       .backoff_jitter = 0.1, .min_replicas_timeout_ms = 400, .stats = &st);
     double ms = h_now_ms() - t0;
-    CHECK_EQ_INT(rc, CT_ERETRY);
+    CHECK_EQ_INT(rc, CT_ETIMEDOUT);
     printf("trainer_train: %s (after %.0f ms)\n", ct_last_error(), ms);
     CHECK(strstr(ct_last_error(), "no resources") != NULL);
-    CHECK(ms >= 0.9 * (50 + 100));
+    CHECK(strstr(ct_last_error(), "min_replicas 1") != NULL);
+    CHECK(ms >= 400);
     CHECK(ms < 5000);
-    CHECK_EQ_INT(st.retries_used, 2);
+    CHECK_EQ_INT(st.retries_used, 0);
+    CHECK_EQ_INT(st.replicas, 0);
     trainer_shutdown(&t);
 out:
     ct_shutdown();

@@ -141,6 +141,7 @@ typedef struct tr_setup_args {
     int has_ckpt;
     ct_object_id ckpt;
     char driver_node[32];
+    double lr_scale; /* with a checkpoint: its learning rates times this (trainer_scale_lr) */
 } tr_setup_args;
 
 /* One call trains a segment of an epoch: from batch start_batch (where the replica is, or a

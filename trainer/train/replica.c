@@ -234,6 +234,12 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
         ct_object_release(&v);
         if (rc < 0)
             return rc;
+        /* the driver's on_world_size rescaled the rates for this group size */
+        for (int g = 0; a->lr_scale > 0 && a->lr_scale != 1 && g < ct_optim_num_groups(r->st.optim);
+             g++)
+            if ((rc = ct_optim_set_lr(r->st.optim, g,
+                                      ct_optim_get_lr(r->st.optim, g) * a->lr_scale)) < 0)
+                return rc;
     }
     r->st.epoch = a->start_epoch;
     r->st.batch = a->start_batch;

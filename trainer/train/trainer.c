@@ -2,8 +2,9 @@
  * every creator), the replica group (actors created where resources fit, a fresh rendezvous
  * group id per attempt), the epoch loop with checkpoints adopted from the object store, the
  * recovery protocol (end the group, wait for the head to report the deaths, start as many
- * replicas as fit from the last checkpoint, back off when none fits, grow back at epoch
- * boundaries, count retries), validation, save / restore. An epoch runs as segments that end
+ * replicas as fit from the last checkpoint, count retries), the elastic bounds (wait with
+ * backoff while fewer than min_replicas fit, grow up to max_replicas at every checkpoint, tell
+ * on_world_size), validation, save / restore. An epoch runs as segments that end
  * in a checkpoint every checkpoint_every_steps optimizer steps (or one segment: the epoch);
  * the driver sums the segments' statistics. Checkpoints also go to checkpoint_dir, and
  * trainer_train can resume from one there.
@@ -32,6 +33,7 @@ typedef struct epoch_sums {
 struct trainer {
     tr_spec spec;
     int num_replicas;
+    int min_replicas, max_replicas; /* elastic bounds: 1 <= min <= num_replicas <= max */
     double cpus;
     ct_strategy placement;
     tr_state local; /* the driver's model, optimizer, scheduler: the last checkpoint's state */
@@ -40,6 +42,7 @@ struct trainer {
     int world;
     int groups;       /* groups started so far (group ids) */
     bool group_fresh; /* no epoch completed yet by this group */
+    bool at_ckpt;     /* the group's state is the newest checkpoint's (its last segment wrote it) */
     /* the newest complete checkpoint */
     bool has_ckpt;
     ct_object_id ckpt;
@@ -52,6 +55,8 @@ struct trainer {
     tr_val_result *vals;
     int nvals;
     char group[64];        /* the running group's id */
+    int told_world;        /* the group size on_world_size was last told (0: none) */
+    double lr_scale;       /* trainer_scale_lr's factor for groups from the current checkpoint */
     tr_progress *progress; /* the run log (progress.c); NULL: none asked for */
 };
 
@@ -90,9 +95,23 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if (o->use_gpu)
         return ct__error(CT_ENOSYS, "trainer_create: opts.use_gpu: the engine has no CUDA "
                                     "backend yet (CPU replicas only)");
-    if (o->num_replicas < 0 || o->num_replicas > 1024)
-        return ct__error(CT_EINVAL, "trainer_create: opts.num_replicas %d not in [0, 1024]",
-                         o->num_replicas);
+    if (o->num_replicas < 0 || o->num_replicas > 1024 || o->min_replicas < 0 ||
+        o->min_replicas > 1024 || o->max_replicas < 0 || o->max_replicas > 1024)
+        return ct__error(CT_EINVAL, "trainer_create: opts.%s %d not in [0, 1024]",
+                         o->num_replicas < 0 || o->num_replicas > 1024   ? "num_replicas"
+                         : o->min_replicas < 0 || o->min_replicas > 1024 ? "min_replicas"
+                                                                         : "max_replicas",
+                         o->num_replicas < 0 || o->num_replicas > 1024   ? o->num_replicas
+                         : o->min_replicas < 0 || o->min_replicas > 1024 ? o->min_replicas
+                                                                         : o->max_replicas);
+    int num = o->num_replicas ? o->num_replicas : 1;
+    int min = o->min_replicas ? o->min_replicas : 1;
+    int max = o->max_replicas ? o->max_replicas : num;
+    if (min > num || num > max)
+        return ct__error(CT_EINVAL,
+                         "trainer_create: opts.min_replicas %d <= num_replicas %d <= "
+                         "max_replicas %d does not hold",
+                         min, num, max);
     if (o->batch_size < 0 || o->epochs < 0 || o->cpus_per_replica < 0 || o->bucket_mb < 0 ||
         o->comm_timeout_ms < 0 || o->accumulate < 0)
         return ct__error(CT_EINVAL, "trainer_create: opts.%s is negative",
@@ -141,7 +160,10 @@ int trainer_create(const trainer_opts *o, trainer **out)
                        o->scheduler_step);
         goto fail;
     }
-    t->num_replicas = o->num_replicas ? o->num_replicas : 1;
+    t->num_replicas = num;
+    t->min_replicas = min;
+    t->max_replicas = max;
+    t->lr_scale = 1;
     t->placement = o->placement;
     /* the check-run: every creator once, here, before anything is started */
     if ((rc = ct__trainer_ctx_init(&ctx, s->config, 0, 1, s->seed, 0, s->epochs, true)) < 0)
@@ -264,7 +286,8 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
     free(evs);
 }
 
-/* How many replicas fit in the free resources now (at most num_replicas). */
+/* How many replicas fit in the free resources now, besides the running group's (at most
+ * max_replicas in all). */
 static int replicas_that_fit(trainer *t, int *out)
 {
     double total = 0, free_cpu = 0;
@@ -272,7 +295,7 @@ static int replicas_that_fit(trainer *t, int *out)
     if (rc < 0)
         return rc;
     int n = (int)floor(free_cpu / t->cpus + 1e-9);
-    *out = n < t->num_replicas ? n : t->num_replicas;
+    *out = n < t->max_replicas - t->world ? n : t->max_replicas - t->world;
     return 0;
 }
 
@@ -389,6 +412,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
         sa[i].start_batch = start_batch(t, n);
         sa[i].has_ckpt = t->has_ckpt;
         sa[i].ckpt = t->ckpt;
+        sa[i].lr_scale = t->lr_scale;
         snprintf(sa[i].driver_node, sizeof sa[i].driver_node, "%s", ct_object_node());
     }
     if ((rc = call_all(t, "setup", sa, sizeof *sa, sizeof *sa, NULL, &failed, msg, sizeof msg)) < 0)
@@ -453,6 +477,7 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
     t->ckpt = *id;
     t->has_ckpt = true;
     t->ckpt_unsaved = true;
+    t->lr_scale = 1; /* the new checkpoint holds the rates its group trained with */
     return 0;
 }
 
@@ -624,6 +649,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         t->stats.group_first_step_ns = first_step;
     t->group_fresh = false;
     *done = r0->epoch_done;
+    t->at_ckpt = r0->has_ckpt;
     if (r0->has_ckpt) {
         char what[64];
         snprintf(what, sizeof what, "checkpoint at step %lld",
@@ -697,8 +723,9 @@ static int save_to_dir(trainer *t, tr_ckptdir *dir, const char *attr, bool epoch
     return 0;
 }
 
-/* Sleep before the k-th consecutive attempt to start a group (k >= 1). */
-static void backoff(const trainer_train_opts *o, int k)
+/* Sleep before the k-th consecutive attempt to start a group (k >= 1), at most limit_ms
+ * (< 0: no limit). */
+static void backoff(const trainer_train_opts *o, int k, int64_t limit_ms)
 {
     double base = o->backoff_base_ms > 0 ? o->backoff_base_ms : 100;
     double factor = o->backoff_factor > 0 ? o->backoff_factor : 2;
@@ -711,6 +738,8 @@ static void backoff(const trainer_train_opts *o, int k)
     if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
         r = 0x80000000u;
     ms *= 1 + jitter * (2.0 * r / 4294967296.0 - 1);
+    if (limit_ms >= 0 && ms > (double)limit_ms)
+        ms = (double)limit_ms;
     if (ms > 0)
         usleep((useconds_t)(ms * 1000));
 }
@@ -728,33 +757,85 @@ static int spend_retry(trainer *t, int max_retries, const char *why)
     return 0;
 }
 
-/* Starts a group of as many replicas as fit, backing off while none does. Each failed start
- * spends a retry. */
-static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries)
+/* Tells on_world_size that a group of n replicas is about to start, when n is another size
+ * than the one last told. Returns its error, if any. */
+static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
 {
-    int attempt = 0, rc;
+    if (n == t->told_world)
+        return 0;
+    int old = t->told_world, rc = 0;
+    CT_LOG(CT_LOG_INFO, "trainer", "world size %d -> %d at epoch %lld batch %lld (step %lld)", old,
+           n, (long long)t->local.epoch, (long long)t->local.batch, (long long)t->local.step);
+    t->told_world = n;
+    if (o->on_world_size && (rc = o->on_world_size(t, old, n, o->user)) < 0)
+        return ct__error(rc, "trainer_train: on_world_size stopped training (%d -> %d replicas)",
+                         old, n);
+    return 0;
+}
+
+/* Starts a group of as many replicas as fit (up to max_replicas). While fewer than
+ * min_replicas fit it waits, backing off per round, spending no retry, for at most
+ * wait_limit_ms (0: for ever; then CT_ETIMEDOUT). Each failed start spends a retry. */
+static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries, int wait_limit_ms)
+{
+    int attempt = 0, waits = 0, rc;
+    int64_t wait_start = 0;
     char why[600];
     while (!t->actors) {
         int n = 0;
         why[0] = 0;
         if ((rc = replicas_that_fit(t, &n)) < 0)
             return rc;
-        if (n > 0) {
-            rc = start_group(t, n, o->create_timeout_ms > 0 ? o->create_timeout_ms : 30000, why,
-                             sizeof why);
-            if (rc == 0)
-                return 0;
-        } else {
-            snprintf(why, sizeof why,
-                     "no resources for a replica (%.3g CPU each): every CPU of the cluster is "
-                     "taken or its nodes are gone",
-                     t->cpus);
+        if (n < t->min_replicas) {
+            int64_t now = ct__now_ms(), left = -1;
+            if (!wait_start)
+                wait_start = now;
+            if (wait_limit_ms > 0) {
+                left = wait_start + wait_limit_ms - now;
+                if (left <= 0)
+                    return ct__error(CT_ETIMEDOUT,
+                                     "trainer: waited %lld ms for min_replicas %d (%.3g CPU "
+                                     "each), %d fit: no resources for them (CPUs taken or "
+                                     "nodes gone)",
+                                     (long long)(now - wait_start), t->min_replicas, t->cpus, n);
+            }
+            /* the first round of a wait is a warning, the later ones are its repetitions */
+            CT_LOG(waits ? CT_LOG_INFO : CT_LOG_WARN, "trainer",
+                   "waiting for %d replicas, %d fit (%.3g CPU each)", t->min_replicas, n, t->cpus);
+            backoff(o, ++waits, left);
+            continue;
         }
+        waits = 0;
+        wait_start = 0;
+        if ((rc = tell_world_size(t, o, n)) < 0)
+            return rc;
+        rc = start_group(t, n, o->create_timeout_ms > 0 ? o->create_timeout_ms : 30000, why,
+                         sizeof why);
+        if (rc == 0)
+            return 0;
         if ((rc = spend_retry(t, max_retries, why)) < 0)
             return rc;
-        backoff(o, ++attempt);
+        backoff(o, ++attempt, -1);
     }
     return 0;
+}
+
+/* After a checkpoint was adopted: when more replicas fit now (up to max_replicas), ends the
+ * group so that a bigger one starts from that checkpoint. */
+static void grow_at_checkpoint(trainer *t)
+{
+    int more = 0;
+    if (!t->actors || t->group_fresh || !t->at_ckpt || t->world >= t->max_replicas)
+        return;
+    if (replicas_that_fit(t, &more) < 0 || more < 1)
+        return;
+    t->stats.growths++;
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "growing the group of %d: %d more fit (at most %d); restarting from the checkpoint "
+           "at epoch %lld batch %lld (step %lld)",
+           t->world, more, t->max_replicas, (long long)t->local.epoch, (long long)t->local.batch,
+           (long long)t->local.step);
+    end_group(t, NULL, 0, -1, 0, NULL);
 }
 
 /* The checkpoint file o->resume names: itself, or the latest one of a directory. */
@@ -798,9 +879,11 @@ static int check_train_opts(const trainer_train_opts *o)
         return ct__error(CT_EINVAL,
                          "trainer_train: progress %d is not TRAINER_PROGRESS_AUTO, _ON or _OFF",
                          o->progress);
-    if (o->log_every_steps < 0 || o->report_ms < 0)
+    if (o->log_every_steps < 0 || o->report_ms < 0 || o->min_replicas_timeout_ms < 0)
         return ct__error(CT_EINVAL, "trainer_train: %s is negative",
-                         o->log_every_steps < 0 ? "log_every_steps" : "report_ms");
+                         o->log_every_steps < 0 ? "log_every_steps"
+                         : o->report_ms < 0     ? "report_ms"
+                                                : "min_replicas_timeout_ms");
     if (o->checkpoint_score_attribute && (!*o->checkpoint_score_attribute || !o->checkpoint_dir))
         return ct__error(CT_EINVAL, "trainer_train: checkpoint_score_attribute %s",
                          !o->checkpoint_dir ? "without checkpoint_dir" : "is empty");
@@ -852,16 +935,10 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         return rc;
     }
     while (t->local.epoch < epochs) {
-        /* at an epoch boundary with fewer replicas than asked: grow back when they fit now */
-        if (t->actors && t->world < t->num_replicas && !t->group_fresh && auto_ckpt &&
-            t->local.batch == 0) {
-            int n = 0;
-            if (replicas_that_fit(t, &n) == 0 && n >= 1) {
-                CT_LOG(CT_LOG_INFO, "trainer", "growing the group: %d replicas fit more", n);
-                end_group(t, NULL, 0, -1, 0, NULL);
-            }
-        }
-        if (!t->actors && (rc = ensure_group(t, o, max_retries)) < 0)
+        /* right after a checkpoint (within an epoch or at its end, after on_epoch): a bigger
+         * group when more replicas fit now */
+        grow_at_checkpoint(t);
+        if (!t->actors && (rc = ensure_group(t, o, max_retries, o->min_replicas_timeout_ms)) < 0)
             break;
         why[0] = 0;
         int64_t epoch = t->local.epoch;
@@ -909,7 +986,8 @@ int trainer_validate(trainer *t, trainer_stats *st)
         return ct__error(CT_EINVAL, "trainer_validate: t is NULL");
     char why[600] = "";
     int rc;
-    if (!t->actors && (rc = ensure_group(t, &(trainer_train_opts){0}, t->stats.retries_used)) < 0)
+    if (!t->actors &&
+        (rc = ensure_group(t, &(trainer_train_opts){0}, t->stats.retries_used, 30000)) < 0)
         return rc;
     if ((rc = run_validation(t, why, sizeof why)) < 0)
         return ct__error(rc, "trainer_validate: %s", why);
@@ -1010,6 +1088,8 @@ int trainer_restore(trainer *t, const char *path)
     t->ckpt = id;
     t->has_ckpt = true;
     t->ckpt_unsaved = false;
+    t->lr_scale = 1;
+    t->told_world = t->local.world; /* on_world_size's old size: the checkpoint's */
     t->acc = (epoch_sums){.agree = true};
     t->stats.epoch = t->local.epoch;
     t->stats.steps = t->local.step;
@@ -1017,6 +1097,16 @@ out:
     free(buf);
     fclose(f);
     return rc;
+}
+
+int trainer_scale_lr(trainer *t, double factor)
+{
+    if (!t)
+        return ct__error(CT_EINVAL, "trainer_scale_lr: t is NULL");
+    if (!(factor > 0) || !isfinite(factor))
+        return ct__error(CT_EINVAL, "trainer_scale_lr: factor %g is not a positive number", factor);
+    t->lr_scale *= factor;
+    return 0;
 }
 
 ct_module *trainer_get_model(trainer *t)

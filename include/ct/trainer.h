@@ -36,8 +36,9 @@
  *
  * How it runs. trainer_create runs every creator once in the driver (checks names, config and
  * shapes before anything is started; the driver's copy of the model is what trainer_get_model
- * returns). trainer_train starts num_replicas replica actors (a class the library registers),
- * each with cpus_per_replica CPUs; they meet through the head's KV under a fresh group id per
+ * returns). trainer_train starts num_replicas replica actors (a class the library registers;
+ * as many as fit between min_replicas and max_replicas: "Elastic bounds" below), each with
+ * cpus_per_replica CPUs; they meet through the head's KV under a fresh group id per
  * attempt, broadcast rank 0's weights, and train: each replica reads its shard of the training
  * set (DistributedSampler semantics, reshuffled per epoch from the seed), gradients are averaged
  * in buckets while backward runs (DDP-style), so every replica keeps identical weights. Dropout
@@ -90,8 +91,9 @@
  * naming the replicas wanted and fitting; 0: waits for ever). A group smaller than
  * max_replicas grows at every checkpoint it writes (each checkpoint_every_steps segment and
  * each epoch's end): when the free resources then fit at least one more replica, the driver
- * ends the group right after adopting that checkpoint and starts a bigger one from it, at that
- * batch of the epoch (no retry spent; counted in trainer_stats.growths and logged). With
+ * ends the group right after that checkpoint (after its on_validate / on_epoch calls) and
+ * starts a bigger one from it, within the epoch where as many samples were seen (see
+ * "Checkpoints"; no retry spent; counted in trainer_stats.growths and logged). With
  * TRAINER_CHECKPOINT_NONE a group never grows. Before each group of a new size starts the
  * driver calls trainer_train_opts.on_world_size (see trainer_scale_lr there).
  *
@@ -367,11 +369,7 @@ typedef struct trainer_opts {
     const char *scheduler;                /* NULL: none */
     const char *initialization_hook;      /* NULL: none; a trainer_register_hook name */
     const char *config;                   /* "key=value,..." read by creators; NULL: "" */
-    int num_replicas;                     /* the group size wanted; 0: 1 */
-    /* Elastic bounds (see "Elastic bounds" above): min_replicas <= num_replicas <= max_replicas
-     * is required. min_replicas (0: 1): never train with fewer; max_replicas (0: num_replicas,
-     * which then is the most, as without these fields): a group starts, or grows, up to it. */
-    int min_replicas, max_replicas;
+    int num_replicas;                     /* 0: 1; the default of max_replicas */
     bool use_gpu;                         /* not built yet: CT_ENOSYS */
     double cpus_per_replica;              /* resources per replica; 0: 1 (also its threads) */
     ct_strategy placement;                /* CT_PACK (default) or CT_SPREAD over nodes */
@@ -388,6 +386,11 @@ typedef struct trainer_opts {
      * "manual" (never by the trainer: a custom step calls ct_sched_step on
      * trainer_step_scheduler) */
     const char *scheduler_step;
+    /* Elastic bounds (see "Elastic bounds" above); min_replicas <= num_replicas <= max_replicas
+     * is required (CT_EINVAL). A group has as many replicas as fit, up to max_replicas (0:
+     * num_replicas: without these fields, at most num_replicas as ever), and never fewer than
+     * min_replicas (0: 1): below it the driver waits. */
+    int min_replicas, max_replicas;
 } trainer_opts;
 
 /* Checks the options, runs every creator once in this process and keeps the driver's model.
@@ -558,7 +561,7 @@ typedef struct trainer_train_opts {
     int log_every_steps; /* without the live line: a plain line every N optimizer steps; 0: none */
     int report_ms;       /* how often replicas send their step records; 0: 100 */
     /* elastic bounds (see "Elastic bounds" above): */
-    int min_replicas_timeout_ms; /* the longest wait for min_replicas to fit; 0: for ever */
+    int min_replicas_timeout_ms;         /* the longest wait for min_replicas; 0: for ever */
     trainer_world_size_fn on_world_size; /* may be NULL; with user */
 } trainer_train_opts;
 

@@ -1,7 +1,8 @@
 /* tests/trainer/test_bad_input.c — trainer_create refuses bad input with a message that names
  * it, and starts nothing: an unknown creator name, a missing required option, a config key no
  * creator reads, a value that does not parse, a malformed pair, a creator that fails, use_gpu
- * without a CUDA backend, a name registered twice, NULL arguments. After each, *out is NULL
+ * without a CUDA backend, elastic bounds out of order, a name registered twice, NULL
+ * arguments. After each, *out is NULL
  * and every CPU of the embedded cluster is still free. Last, the good options work, with a
  * user-written data creator and an initialization hook that runs in every replica. */
 #include "tt.h"
@@ -65,6 +66,10 @@ int main(void)
     expect(OPTS(.model = "broken"), CT_EINVAL, "model creator \"broken\"", "\"hidden\" must be");
     expect(OPTS(.num_replicas = -1), CT_EINVAL, "opts.num_replicas", NULL);
     expect(OPTS(.batch_size = -5), CT_EINVAL, "opts.batch_size", NULL);
+    /* elastic bounds: min_replicas <= num_replicas (2) <= max_replicas */
+    expect(OPTS(.min_replicas = 3), CT_EINVAL, "min_replicas 3 <= num_replicas 2", NULL);
+    expect(OPTS(.max_replicas = 1), CT_EINVAL, "num_replicas 2 <= max_replicas 1", NULL);
+    expect(OPTS(.max_replicas = 2000), CT_EINVAL, "opts.max_replicas 2000", NULL);
     expect(OPTS(.use_gpu = true), CT_ENOSYS, "use_gpu", NULL);
     expect(OPTS(.config = "limit=256,data_dir=/nonexistent"), CT_ENOENT, "data creator",
            "/nonexistent");
@@ -80,6 +85,12 @@ int main(void)
     trainer *t = NULL;
     CHECK_OK(trainer_create(OPTS(.epochs = 1), &t));
     CHECK(t && trainer_get_model(t));
+    /* a bad wait bound or lr factor is refused before anything starts */
+    CHECK_EQ_INT(trainer_train(t, .min_replicas_timeout_ms = -1), CT_EINVAL);
+    CHECK(strstr(ct_last_error(), "min_replicas_timeout_ms") != NULL);
+    CHECK_EQ_INT(trainer_scale_lr(t, 0), CT_EINVAL);
+    CHECK_EQ_INT(trainer_scale_lr(t, NAN), CT_EINVAL);
+    CHECK_EQ_INT(trainer_scale_lr(NULL, 2), CT_EINVAL);
     trainer_shutdown(&t);
     CHECK(t == NULL);
 

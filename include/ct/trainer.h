@@ -490,10 +490,11 @@ double trainer_stats_metric(const trainer_stats *st, bool val, const char *name,
 typedef int (*trainer_epoch_fn)(trainer *t, const trainer_stats *st, void *user);
 
 /* Called by the driver before a group of another size than the last one starts (old_size: the
- * size last told, 0 at the first group, or after trainer_restore / resume the checkpoint's
+ * last group's size, 0 before the first, or after trainer_restore / resume the checkpoint's
  * "world_size"; new_size: the group about to start). trainer_get_stats then gives the
  * position it starts at (steps: the checkpoint's optimizer steps). A negative return stops
- * training with that code. The replicas' creators see the new size (trainer_ctx_world_size),
+ * training with that code. A group trainer_validate starts counts as the last group but calls
+ * no hook. The replicas' creators see the new size (trainer_ctx_world_size),
  * but a group that restores a checkpoint also restores the optimizer's learning rates; to
  * rescale them (e.g. the linear scaling rule: trainer_scale_lr(t, (double)new_size /
  * old_size)) call trainer_scale_lr from this hook. */

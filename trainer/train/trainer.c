@@ -766,10 +766,11 @@ static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
     int old = t->told_world, rc = 0;
     CT_LOG(CT_LOG_INFO, "trainer", "world size %d -> %d at epoch %lld batch %lld (step %lld)", old,
            n, (long long)t->local.epoch, (long long)t->local.batch, (long long)t->local.step);
-    t->told_world = n;
+    t->stats.steps = t->local.step; /* where the group starts (after a rewind too) */
     if (o->on_world_size && (rc = o->on_world_size(t, old, n, o->user)) < 0)
         return ct__error(rc, "trainer_train: on_world_size stopped training (%d -> %d replicas)",
                          old, n);
+    t->told_world = n;
     return 0;
 }
 

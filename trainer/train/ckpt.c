@@ -6,7 +6,9 @@
  * Layout: u64 little-endian header length N (a multiple of 8: padded with spaces), N bytes of
  * JSON {"__metadata__": {string: string}, "<name>": {"dtype", "shape", "data_offsets"}, ...},
  * then the tensors back to back in header order (model state dict in PyTorch's order, then
- * "optim.<entry>" tensors). Non-tensor optimizer / scheduler entries go into the metadata
+ * "optim.<entry>" tensors; several models: every model's state dict with "m<i>." before each
+ * name, then every optimizer's tensors as "optim<i>.<entry>", also the prefix of optimizer i's
+ * keys in "optimizer_state"). Non-tensor optimizer / scheduler entries go into the metadata
  * strings "optimizer_state" / "scheduler_state" as JSON objects (numbers printed with 17
  * significant digits: exact round trip). Not here: where the bytes are stored. */
 #include <stdio.h>

@@ -12,8 +12,8 @@
 #include "ct/trainer.h"
 
 #define TR_NAME_MAX 64
-#define TR_LIST_MAX 256 /* a comma-separated list of names: trainer_opts.model, .optimizer, .loss  \
-                         */
+/* a comma-separated list of names (trainer_opts.model, .optimizer, .loss) */
+#define TR_LIST_MAX 256
 #define TR_MAX_MODELS 8 /* models (and optimizers) per trainer */
 #define TR_CONFIG_MAX 2048
 #define TR_MAX_KEYS 64

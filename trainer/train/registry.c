@@ -1,6 +1,7 @@
 /* trainer/train/registry.c — the process-wide creator registry, the creator context with its
- * "key=value,..." config, and building a replica's objects (hook, data, model, optimizer,
- * loss, scheduler) from registered names. Not here: the actor, the driver, checkpoints. */
+ * "key=value,..." config, and building a replica's objects (hook, data, models, optimizers,
+ * losses, scheduler) from registered names (model, optimizer and loss: comma-separated lists). Not
+ * here: the actor, the driver, checkpoints. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>

@@ -16,6 +16,8 @@
  * rank's sums are gathered so that all see the same result and step a plateau scheduler alike.
  * While a segment runs, per-step records go to the driver when it asks (records.c).
  * A sharded dataset (trainer_data.sharded) is read as it is, padded to the longest shard.
+ * Several models: one bucketer per model, weights and buffers broadcast per model, one weight
+ * hash over all.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* trainer/train/step.c — custom training and validation steps: the step context and its
- * helpers (backward with the gradient bucketer, optimizer step, gradient-norm clipping, named
- * metrics), the built-in steps (the replica runs them through the same interface as a user's),
- * the one-backward-per-step check, and the driver's side: the metrics averaged over
- * replicas (the step names are checked with the creators' in trainer.c).
- * Not here: the epoch loop (replica.c), the registry (registry.c), the driver (trainer.c). */
+ * helpers (backward with the gradient bucketer, per model when there are several, optimizer
+ * steps, gradient-norm clipping, named metrics), the built-in steps (the replica runs them through
+ * the same interface as a user's), the one-backward-per-step check, and the driver's side: the
+ * metrics averaged over replicas (the step names are checked with the creators' in trainer.c). Not
+ * here: the epoch loop (replica.c), the registry (registry.c), the driver (trainer.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -38,7 +38,7 @@ const char *ct__trainer_kind_name(tr_kind kind);
 void *ct__trainer_builtin(tr_kind kind, const char *name);
 /* Splits a comma-separated list of names ("generator, discriminator"; blanks around names
  * ignored) into names[0..cap). Returns the count, or CT_EINVAL for an empty or too long name or
- * more than cap names (ct_last_error names what, prefixed with what). */
+ * more than cap names (the message starts with what, e.g. "trainer_create: opts.model"). */
 int ct__trainer_split_names(const char *list, char names[][TR_NAME_MAX], int cap, const char *what);
 
 /* What the driver sends every replica when it creates it: plain bytes, same in every replica. */
@@ -117,9 +117,10 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
 size_t ct__ckpt_size(const tr_ckpt_plan *p);
 void ct__ckpt_write(const tr_ckpt_plan *p, void *dst);
 void ct__ckpt_plan_free(tr_ckpt_plan **p);
-/* Loads checkpoint bytes into st (model, optimizer, scheduler, epoch, step), after checking
+/* Loads checkpoint bytes into st (models, optimizers, scheduler, epoch, step), after checking
  * the format, the creator names and every entry. CT_EINVAL naming what is wrong; st unchanged
- * as far as the model goes when the header is bad. */
+ * as far as the models go when the header is bad (with several models, a model that does not
+ * match leaves the models before it loaded: the driver rewinds to its checkpoint). */
 int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len);
 
 /* ---- the checkpoint directory (ckptdir.c) ---- */

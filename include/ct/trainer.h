@@ -53,7 +53,9 @@
  * pulls a copy to its own node, loads it into its model, and only then frees the previous
  * checkpoint: there is always one complete checkpoint, never a partial one. The bytes are a
  * safetensors file (see DESIGN.md "Checkpoint format"): model parameters and buffers by dotted
- * name; optimizer tensors as "optim.<name>"; __metadata__ strings "format"
+ * name; optimizer tensors as "optim.<name>" (several models, see "Several models" below:
+ * model i's entries as "m<i>.<name>", optimizer i's as "optim<i>.<name>", also the keys in
+ * "optimizer_state"; one model: no prefix, as above); __metadata__ strings "format"
  * ("ct-checkpoint"), "format_version" ("2"), "epoch" (epochs completed), "step" (optimizer
  * steps per replica), "world_size", "seed", "rng" (how random draws are seeded), "model",
  * "data", "optimizer", "loss", "scheduler" (creator names), "config", and "optimizer_state" /
@@ -278,6 +280,29 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  * rank. trainer_stats.steps and trainer_step_count count optimizer steps, not batches, and so
  * does a scheduler stepped per "batch" (trainer_opts.scheduler_step).
  *
+ * Several models (RaySGD's creators returning several models and optimizers; e.g. a GAN,
+ * examples/dcgan_fashion_mnist.c). trainer_opts.model is a comma-separated list of up to 8
+ * registered model names ("generator,discriminator"): the models, in that order, are indices
+ * 0, 1, ... Optimizer i is created over model i: .optimizer gives one name per model
+ * ("adam_g,adam_d"), or one name whose creator is called once per model. .loss gives one
+ * name (its creator runs once; the function serves all) or one per model. A scheduler (one)
+ * drives optimizer 0. Such a trainer needs a custom train step (CT_EINVAL naming
+ * opts.train_step otherwise) and no gradient accumulation (opts.accumulate). The step sees them
+ * by index (trainer_step_model_at, _optim_at, _loss_at) and, for each model it updates, calls
+ * trainer_step_backward_model(s, i, loss) then trainer_step_optimizer_at(s, i). The rule
+ * becomes: per step, each model's gradients are reduced at most once, at least one model is
+ * reduced, and every rank reduces the same models in the same order (the collectives must
+ * match; an order that differs between ranks is not detected: it fails or hangs until
+ * comm_timeout_ms). A second reduction of a model fails like a second backward (CT_EINVAL
+ * naming the model), a step reducing none fails as today. trainer_step_backward_model zeroes
+ * model i's gradients before its backward: a backward through another model (a generator's
+ * loss goes through the discriminator) leaves gradients in that model's parameters, which
+ * must not go into its next update. trainer_stats.steps counts batches in which at least one
+ * optimizer stepped. The built-in validate step uses model 0. Every model's initial weights
+ * and buffers are broadcast from rank 0, every model's buffers at each epoch's end, and
+ * weights_agree covers all models. Checkpoints hold every model and optimizer, with prefixes
+ * (see "Checkpoints" above).
+ *
  * Threads. The trainer_step_* functions are valid only during the step call and from its
  * thread (the replica's actor thread); a step may use threads of its own between them.
  *
@@ -337,15 +362,35 @@ bool trainer_step_sync(const trainer_step *s);
 
 /* Train steps only. Backward of loss (shape ()) with the gradient buckets reduced while it
  * runs, then waits until every gradient holds the average over replicas. Exactly once per
- * step (see the rule above); CT_EINVAL on a second call or from a validate step. */
+ * step (see the rule above); CT_EINVAL on a second call or from a validate step, and with
+ * several models (use trainer_step_backward_model). */
 int trainer_step_backward(trainer_step *s, ct_tensor *loss);
-/* Optimizer step, then zero grad. After trainer_step_backward, at most once per step. */
+/* Optimizer step (optimizer 0), then zero grad. After trainer_step_backward, at most once per
+ * step. */
 int trainer_step_optimizer(trainer_step *s);
+
+/* Several models (see "Several models" above). The models, optimizers and losses by index
+ * 0 .. trainer_step_num_models(s)-1 (NULL out of range); trainer_step_model / _optim / _loss
+ * are index 0. */
+int trainer_step_num_models(const trainer_step *s);
+ct_module *trainer_step_model_at(trainer_step *s, int i);
+ct_optim *trainer_step_optim_at(trainer_step *s, int i);
+trainer_loss_fn trainer_step_loss_at(trainer_step *s, int i);
+/* Zeroes model i's gradients (with several models), runs backward of loss and reduces (averages
+ * across replicas) only model i's gradients; other models' parameters the loss reaches get
+ * gradients too, unreduced: they are zeroed before their own model's backward, so they never
+ * reach that model's update. At most once per model per step; CT_EINVAL for a bad index, a
+ * second call for the model, or from a validate step. With one model, as
+ * trainer_step_backward (no zeroing). */
+int trainer_step_backward_model(trainer_step *s, int i, ct_tensor *loss);
+/* Optimizer i's step, then zero model i's gradients. After trainer_step_backward_model(s, i,
+ * ...), at most once per step. */
+int trainer_step_optimizer_at(trainer_step *s, int i);
 /* torch.nn.utils.clip_grad_norm_ (L2) over the optimizer's parameters (all the model's with
  * the built-in optimizers), through ct_optim_clip_grad_norm: the norm of all gradients together
  * and, when max_norm > 0 and the norm exceeds it, every gradient scaled by
  * max_norm / (norm + 1e-6). After trainer_step_backward. *norm (may be NULL) gets the norm
- * before clipping. */
+ * before clipping. With several models: optimizer 0's, after model 0's backward. */
 int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm);
 
 /* Adds value (one scalar for this batch) to the named metric; see "Metrics" above. CT_ENOSPC
@@ -364,22 +409,24 @@ int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, train
 typedef struct trainer trainer;
 
 typedef struct trainer_opts {
-    const char *model, *data, *optimizer; /* required: registered names */
-    const char *loss;                     /* NULL: "cross_entropy" */
-    const char *scheduler;                /* NULL: none */
-    const char *initialization_hook;      /* NULL: none; a trainer_register_hook name */
-    const char *config;                   /* "key=value,..." read by creators; NULL: "" */
-    int num_replicas;                     /* 0: 1; the default of max_replicas */
-    bool use_gpu;                         /* not built yet: CT_ENOSYS */
-    double cpus_per_replica;              /* resources per replica; 0: 1 (also its threads) */
-    ct_strategy placement;                /* CT_PACK (default) or CT_SPREAD over nodes */
-    int64_t batch_size;                   /* per replica; 0: 64 */
-    int64_t epochs;                       /* total epochs trainer_train runs to; 0: 1 */
-    uint64_t seed;                        /* model init, shuffling, dropout */
-    double bucket_mb;                     /* gradient bucket size after the first; 0: 25 */
-    int comm_timeout_ms;                  /* backstop for a hung peer; 0: 60000 */
-    const char *train_step;    /* NULL: the built-in; a trainer_register_train_step name */
-    const char *validate_step; /* NULL: the built-in; ..._validate_step name */
+    /* required: registered names; model, optimizer and loss may be comma-separated lists
+     * ("generator,discriminator"; see "Several models"), each list <= 255 bytes */
+    const char *model, *data, *optimizer;
+    const char *loss;                /* NULL: "cross_entropy" */
+    const char *scheduler;           /* NULL: none */
+    const char *initialization_hook; /* NULL: none; a trainer_register_hook name */
+    const char *config;              /* "key=value,..." read by creators; NULL: "" */
+    int num_replicas;                /* 0: 1; the default of max_replicas */
+    bool use_gpu;                    /* not built yet: CT_ENOSYS */
+    double cpus_per_replica;         /* resources per replica; 0: 1 (also its threads) */
+    ct_strategy placement;           /* CT_PACK (default) or CT_SPREAD over nodes */
+    int64_t batch_size;              /* per replica; 0: 64 */
+    int64_t epochs;                  /* total epochs trainer_train runs to; 0: 1 */
+    uint64_t seed;                   /* model init, shuffling, dropout */
+    double bucket_mb;                /* gradient bucket size after the first; 0: 25 */
+    int comm_timeout_ms;             /* backstop for a hung peer; 0: 60000 */
+    const char *train_step;          /* NULL: the built-in; a trainer_register_train_step name */
+    const char *validate_step;       /* NULL: the built-in; ..._validate_step name */
     int accumulate; /* batches per optimizer step (gradient accumulation); 0 or 1: every batch */
     /* when the scheduler steps (RaySGD's scheduler_step_freq): "epoch" (NULL: after every
      * epoch), "batch" (after every optimizer step: every batch, or every accumulate batches),
@@ -501,7 +548,7 @@ typedef int (*trainer_epoch_fn)(trainer *t, const trainer_stats *st, void *user)
 typedef int (*trainer_world_size_fn)(trainer *t, int old_size, int new_size, void *user);
 
 /* From on_world_size: every group started from the current checkpoint multiplies its
- * optimizer's learning rates (every param group) by factor (> 0) after restoring it; calls
+ * optimizers' learning rates (every param group of each) by factor (> 0) after restoring it; calls
  * multiply (a group of 3 -> 2 that fails to start, then 2 -> 1: 2/3 * 1/2). The checkpoints
  * such a group writes hold the scaled rates, so the factor ends (back to 1) when the driver
  * adopts the next checkpoint. A group started without a checkpoint (from the creators) is not
@@ -602,8 +649,11 @@ int trainer_validate(trainer *t, trainer_stats *st);
 int trainer_save(trainer *t, const char *path);
 int trainer_restore(trainer *t, const char *path);
 
-/* The driver's model holding the last checkpoint's weights. Borrowed until trainer_shutdown. */
+/* The driver's model holding the last checkpoint's weights. Borrowed until trainer_shutdown.
+ * With several models: model 0; trainer_get_model_at gives model i (NULL out of range). */
 ct_module *trainer_get_model(trainer *t);
+int trainer_num_models(trainer *t);
+ct_module *trainer_get_model_at(trainer *t, int i);
 
 /* Facts about replica i (0 .. replicas-1) of the running group, for tests and tools. */
 typedef struct trainer_replica_info {

@@ -6,7 +6,9 @@
  * Layout: u64 little-endian header length N (a multiple of 8: padded with spaces), N bytes of
  * JSON {"__metadata__": {string: string}, "<name>": {"dtype", "shape", "data_offsets"}, ...},
  * then the tensors back to back in header order (model state dict in PyTorch's order, then
- * "optim.<entry>" tensors). Non-tensor optimizer / scheduler entries go into the metadata
+ * "optim.<entry>" tensors; several models: every model's state dict with "m<i>." before each
+ * name, then every optimizer's tensors as "optim<i>.<entry>", also the prefix of optimizer i's
+ * keys in "optimizer_state"). Non-tensor optimizer / scheduler entries go into the metadata
  * strings "optimizer_state" / "scheduler_state" as JSON objects (numbers printed with 17
  * significant digits: exact round trip). Not here: where the bytes are stored. */
 #include <stdio.h>
@@ -36,24 +38,37 @@ struct tr_ckpt_plan {
     size_t data_bytes;
 };
 
-/* {"name": number-or-string, ...} of the non-tensor entries. */
-static void state_json(ct__sbuf *b, const ct_state_entry *e, int n)
+/* The prefix of model m's entries ("m<m>.") and of optimizer m's ("optim<m>."; also its keys in
+ * "optimizer_state") in a checkpoint of n models; one model: "" and "optim." (version 2's). */
+static void prefixes(int m, int n, char *model, char *optim)
 {
-    ct__sb_add(b, "{", 1);
-    int k = 0;
+    if (n == 1) {
+        model[0] = 0;
+        snprintf(optim, 16, "optim.");
+    } else {
+        snprintf(model, 16, "m%d.", m % TR_MAX_MODELS);
+        snprintf(optim, 16, "optim%d.", m % TR_MAX_MODELS);
+    }
+}
+
+/* "name": number-or-string of the non-tensor entries, prefixed with pre (the object's braces
+ * are the caller's); *k counts the entries written. */
+static void state_json(ct__sbuf *b, const ct_state_entry *e, int n, const char *pre, int *k)
+{
     for (int i = 0; i < n; i++) {
         if (e[i].kind == CT_STATE_TENSOR)
             continue;
-        if (k++)
+        if ((*k)++)
             ct__sb_add(b, ",", 1);
-        ct__sb_json_str(b, e[i].name);
+        char name[300];
+        snprintf(name, sizeof name, "%s%s", pre, e[i].name);
+        ct__sb_json_str(b, name);
         ct__sb_add(b, ":", 1);
         if (e[i].kind == CT_STATE_SCALAR)
             ct__sb_json_num(b, e[i].scalar);
         else
             ct__sb_json_str(b, e[i].str ? e[i].str : "");
     }
-    ct__sb_add(b, "}", 1);
 }
 
 static void meta_kv(ct__sbuf *b, const char *k, const char *v, bool first)
@@ -65,25 +80,40 @@ static void meta_kv(ct__sbuf *b, const char *k, const char *v, bool first)
     ct__sb_json_str(b, v);
 }
 
+/* One tensor of the checkpoint: its header entry and its bytes. */
+static int plan_tensor(tr_ckpt_plan *p, const char *name, ct_tensor *t, size_t *off)
+{
+    ct_dtype dt = ct_tensor_dtype(t);
+    if ((dt != CT_F32 && dt != CT_I64) || !ct_tensor_is_contiguous(t) || !ct_tensor_is_plain(t))
+        return ct__error(CT_EINVAL, "checkpoint: state entry \"%s\" is not plain F32/I64", name);
+    size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(dt);
+    ct__st_add_tensor(&p->hdr, false, name, dt, ct_tensor_ndim(t), ct_tensor_shape(t), *off, bytes);
+    p->pieces[p->npieces++] = (piece){ct_tensor_data(t), bytes};
+    *off += bytes;
+    return 0;
+}
+
 int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_plan **out)
 {
     *out = NULL;
-    const ct_named_tensor *sd;
-    const ct_state_entry *oe = NULL, *se = NULL;
-    int nsd, noe = 0, nse = 0, rc;
-    if ((rc = ct_module_state_dict(st->model, &sd, &nsd)) < 0)
-        return rc;
-    if ((rc = ct_optim_state_dict(st->optim, &oe, &noe)) < 0)
-        return rc;
+    const ct_named_tensor *sd[TR_MAX_MODELS];
+    const ct_state_entry *oe[TR_MAX_MODELS], *se = NULL;
+    int nsd[TR_MAX_MODELS], noe[TR_MAX_MODELS], nse = 0, rc, n = st->nmodels, total = 0;
+    for (int m = 0; m < n; m++) {
+        if ((rc = ct_module_state_dict(st->models[m], &sd[m], &nsd[m])) < 0 ||
+            (rc = ct_optim_state_dict(st->optims[m], &oe[m], &noe[m])) < 0)
+            return rc;
+        total += nsd[m] + noe[m];
+    }
     if (st->sched && (rc = ct_sched_state_dict(st->sched, &se, &nse)) < 0)
         return rc;
     tr_ckpt_plan *p = calloc(1, sizeof *p);
-    if (!p || !(p->pieces = calloc((size_t)(nsd + noe + 1), sizeof *p->pieces))) {
+    if (!p || !(p->pieces = calloc((size_t)(total + 1), sizeof *p->pieces))) {
         free(p);
         return ct__error(CT_ENOMEM, "checkpoint: out of memory");
     }
     ct__sbuf *b = &p->hdr, js = {0};
-    char num[32];
+    char num[32], mpre[16], opre[16];
     ct__sb_add(b, "{\"__metadata__\":{", 17);
     meta_kv(b, "format", CKPT_FORMAT, true);
     meta_kv(b, "format_version", CKPT_VERSION, false);
@@ -113,11 +143,20 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
     meta_kv(b, "loss", spec->loss, false);
     meta_kv(b, "scheduler", spec->scheduler, false);
     meta_kv(b, "config", spec->config, false);
-    state_json(&js, oe, noe);
+    int k = 0;
+    ct__sb_add(&js, "{", 1);
+    for (int m = 0; m < n; m++) {
+        prefixes(m, n, mpre, opre);
+        state_json(&js, oe[m], noe[m], n == 1 ? "" : opre, &k);
+    }
+    ct__sb_add(&js, "}", 1);
     meta_kv(b, "optimizer_state", js.s ? js.s : "{}", false);
     js.len = 0;
     if (st->sched) {
-        state_json(&js, se, nse);
+        k = 0;
+        ct__sb_add(&js, "{", 1);
+        state_json(&js, se, nse, "", &k);
+        ct__sb_add(&js, "}", 1);
         meta_kv(b, "scheduler_state", js.s ? js.s : "{}", false);
     }
     if (js.oom)
@@ -125,31 +164,28 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
     free(js.s);
     ct__sb_add(b, "}", 1);
     size_t off = 0;
-    for (int i = 0; i < nsd; i++) {
-        ct_tensor *t = sd[i].tensor;
-        ct_dtype dt = ct_tensor_dtype(t);
-        if ((dt != CT_F32 && dt != CT_I64) || !ct_tensor_is_contiguous(t) ||
-            !ct_tensor_is_plain(t)) {
-            rc = ct__error(CT_EINVAL, "checkpoint: state entry \"%s\" is not plain F32/I64",
-                           sd[i].name);
-            goto fail;
+    for (int m = 0; m < n; m++) { /* every model's state dict, then every optimizer's */
+        prefixes(m, n, mpre, opre);
+        for (int i = 0; i < nsd[m]; i++) {
+            char name[300];
+            snprintf(name, sizeof name, "%s%s", mpre, sd[m][i].name);
+            if ((rc = plan_tensor(p, name, sd[m][i].tensor, &off)) < 0)
+                goto fail;
         }
-        size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(dt);
-        ct__st_add_tensor(b, false, sd[i].name, dt, ct_tensor_ndim(t), ct_tensor_shape(t), off,
-                          bytes);
-        p->pieces[p->npieces++] = (piece){ct_tensor_data(t), bytes};
-        off += bytes;
     }
-    for (int i = 0; i < noe; i++) {
-        if (oe[i].kind != CT_STATE_TENSOR)
-            continue;
-        char name[300];
-        snprintf(name, sizeof name, "optim.%s", oe[i].name);
-        size_t bytes = (size_t)oe[i].numel * sizeof(float);
-        int64_t shape[1] = {oe[i].numel};
-        ct__st_add_tensor(b, false, name, CT_F32, 1, shape, off, bytes);
-        p->pieces[p->npieces++] = (piece){oe[i].data, bytes};
-        off += bytes;
+    for (int m = 0; m < n; m++) {
+        prefixes(m, n, mpre, opre);
+        for (int i = 0; i < noe[m]; i++) {
+            if (oe[m][i].kind != CT_STATE_TENSOR)
+                continue;
+            char name[300];
+            snprintf(name, sizeof name, "%s%s", opre, oe[m][i].name);
+            size_t bytes = (size_t)oe[m][i].numel * sizeof(float);
+            int64_t shape[1] = {oe[m][i].numel};
+            ct__st_add_tensor(b, false, name, CT_F32, 1, shape, off, bytes);
+            p->pieces[p->npieces++] = (piece){oe[m][i].data, bytes};
+            off += bytes;
+        }
     }
     ct__sb_add(b, "}", 1);
     ct__st_pad(b);
@@ -220,6 +256,23 @@ static int state_entries(const char *json, const char *what, ct_state_entry *e, 
     return 0;
 }
 
+/* Which model's (or optimizer's, with opt) entry name is in a checkpoint of n models: the
+ * index, with *rest the name without its prefix; -1 when it has none of them. */
+static int owner(const char *name, int n, bool opt, const char **rest)
+{
+    char mpre[16], opre[16];
+    for (int m = 0; m < n; m++) {
+        prefixes(m, n, mpre, opre);
+        const char *pre = opt ? opre : mpre;
+        size_t len = strlen(pre);
+        if (!strncmp(name, pre, len)) {
+            *rest = name + len;
+            return m;
+        }
+    }
+    return -1;
+}
+
 static int check_name(const ct__jval *meta, const char *key, const char *want)
 {
     const char *got = ct__json_get_str(meta, key);
@@ -234,10 +287,11 @@ static int check_name(const ct__jval *meta, const char *key, const char *want)
 int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len)
 {
     ct__jval root = {0}, ojs = {0}, sjs = {0};
-    ct_named_tensor *model_in = NULL;
-    ct_state_entry *oe = NULL, *se = NULL;
+    ct_named_tensor *model_in = NULL, *part = NULL;
+    ct_state_entry *oe = NULL, *se = NULL, *opart = NULL;
+    int *model_of = NULL, *optim_of = NULL;
     float **ocopies = NULL;
-    int nmodel = 0, noe = 0, nse = 0, rc = 0, ncopies = 0;
+    int nmodel = 0, noe = 0, nse = 0, rc = 0, ncopies = 0, n = st->nmodels;
     const unsigned char *data;
     size_t data_len;
     if ((rc = ct__st_parse(buf, len, "checkpoint", &root, &data, &data_len)) < 0)
@@ -269,15 +323,19 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
         goto out;
     }
     model_in = calloc((size_t)root.n + 1, sizeof *model_in);
+    part = calloc((size_t)root.n + 1, sizeof *part);
+    model_of = calloc((size_t)root.n + 1, sizeof *model_of);
     oe = calloc((size_t)root.n + 256, sizeof *oe);
+    opart = calloc((size_t)root.n + 256, sizeof *opart);
+    optim_of = calloc((size_t)root.n + 256, sizeof *optim_of);
     ocopies = calloc((size_t)root.n + 1, sizeof *ocopies);
     se = calloc(256, sizeof *se);
-    if (!model_in || !oe || !ocopies || !se) {
+    if (!model_in || !part || !model_of || !oe || !opart || !optim_of || !ocopies || !se) {
         rc = ct__error(CT_ENOMEM, "checkpoint: out of memory");
         goto out;
     }
     for (int i = 0; i < root.n; i++) {
-        const char *name = root.keys[i];
+        const char *name = root.keys[i], *rest = NULL;
         ct__st_entry e;
         int r = ct__st_entry_at(&root, i, data, data_len, "checkpoint", &e);
         if (r == 1)
@@ -294,7 +352,8 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
             goto out;
         }
         const void *src = e.data;
-        if (!strncmp(name, "optim.", 6)) {
+        int m = owner(name, n, true, &rest);
+        if (m >= 0) {
             if (dtype != CT_F32) {
                 rc = ct__error(CT_EINVAL, "checkpoint: entry \"%s\" is not F32", name);
                 goto out;
@@ -306,16 +365,24 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
             }
             memcpy(c, src, (size_t)numel * sizeof(float));
             ocopies[ncopies++] = c;
-            oe[noe++] = (ct_state_entry){
-                .name = name + 6, .kind = CT_STATE_TENSOR, .data = c, .numel = numel};
-        } else {
+            optim_of[noe] = m;
+            oe[noe++] =
+                (ct_state_entry){.name = rest, .kind = CT_STATE_TENSOR, .data = c, .numel = numel};
+        } else if ((m = owner(name, n, false, &rest)) >= 0) {
             ct_tensor *t = ct_tensor_new(dtype, e.ndim, e.shape);
             if (!t) {
                 rc = ct__error(CT_EINVAL, "checkpoint: entry \"%s\": bad shape", name);
                 goto out;
             }
             memcpy(ct_tensor_data(t), src, (size_t)numel * ct_dtype_size(dtype));
-            model_in[nmodel++] = (ct_named_tensor){name, t};
+            model_of[nmodel] = m;
+            model_in[nmodel++] = (ct_named_tensor){rest, t};
+        } else {
+            rc = ct__error(CT_EINVAL,
+                           "checkpoint: entry \"%s\" belongs to none of the %d models (no "
+                           "\"m<i>.\" or \"optim<i>.\" prefix)",
+                           name, n);
+            goto out;
         }
     }
     const char *os = ct__json_get_str(meta, "optimizer_state"),
@@ -324,8 +391,21 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
         rc = ct__error(CT_EINVAL, "checkpoint: metadata \"optimizer_state\" missing");
         goto out;
     }
+    int noe0 = noe;
     if ((rc = state_entries(os, "optimizer_state", oe, &noe, root.n + 256, &ojs)) < 0)
         goto out;
+    for (int i = noe0; i < noe; i++) { /* several optimizers: keys "optim<i>.<entry>" */
+        const char *rest = oe[i].name;
+        optim_of[i] = n == 1 ? 0 : owner(oe[i].name, n, true, &rest);
+        oe[i].name = rest;
+        if (optim_of[i] < 0) {
+            rc = ct__error(CT_EINVAL,
+                           "checkpoint: \"optimizer_state\" entry \"%s\" belongs to none of "
+                           "the %d optimizers",
+                           rest, n);
+            goto out;
+        }
+    }
     if (!ss != !st->sched) {
         rc = ct__error(CT_EINVAL, "checkpoint: metadata \"scheduler_state\" %s",
                        ss ? "present but this trainer has no scheduler" : "missing");
@@ -333,14 +413,33 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
     }
     if (ss && (rc = state_entries(ss, "scheduler_state", se, &nse, 256, &sjs)) < 0)
         goto out;
-    /* model first (checked fully before anything is copied), then optimizer, scheduler */
-    if ((rc = ct_module_load_state_dict(st->model, model_in, nmodel, true)) < 0) {
-        rc = ct__trainer_error_prefix(rc, "checkpoint");
-        goto out;
+    /* models first (each checked fully before anything is copied), then optimizers,
+     * scheduler */
+    for (int m = 0; m < n; m++) {
+        int np = 0;
+        for (int i = 0; i < nmodel; i++)
+            if (model_of[i] == m)
+                part[np++] = model_in[i];
+        if ((rc = ct_module_load_state_dict(st->models[m], part, np, true)) < 0) {
+            if (n == 1)
+                rc = ct__trainer_error_prefix(rc, "checkpoint");
+            else
+                rc = ct__trainer_error_prefix(rc, "checkpoint: model %d", m);
+            goto out;
+        }
     }
-    if ((rc = ct_optim_load_state_dict(st->optim, oe, noe)) < 0) {
-        rc = ct__trainer_error_prefix(rc, "checkpoint: optimizer");
-        goto out;
+    for (int m = 0; m < n; m++) {
+        int np = 0;
+        for (int i = 0; i < noe; i++)
+            if (optim_of[i] == m)
+                opart[np++] = oe[i];
+        if ((rc = ct_optim_load_state_dict(st->optims[m], opart, np)) < 0) {
+            if (n == 1)
+                rc = ct__trainer_error_prefix(rc, "checkpoint: optimizer");
+            else
+                rc = ct__trainer_error_prefix(rc, "checkpoint: optimizer %d", m);
+            goto out;
+        }
     }
     if (st->sched && (rc = ct_sched_load_state_dict(st->sched, se, nse)) < 0) {
         rc = ct__trainer_error_prefix(rc, "checkpoint: scheduler");
@@ -361,7 +460,11 @@ out:
         free(ocopies[i]);
     free(ocopies);
     free(model_in);
+    free(part);
+    free(model_of);
     free(oe);
+    free(opart);
+    free(optim_of);
     free(se);
     ct__json_free(&root);
     ct__json_free(&ojs);

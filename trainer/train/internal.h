@@ -12,6 +12,9 @@
 #include "ct/trainer.h"
 
 #define TR_NAME_MAX 64
+/* a comma-separated list of names (trainer_opts.model, .optimizer, .loss) */
+#define TR_LIST_MAX 256
+#define TR_MAX_MODELS 8 /* models (and optimizers) per trainer */
 #define TR_CONFIG_MAX 2048
 #define TR_MAX_KEYS 64
 #define TR_REPLICA_CLASS "ct.trainer.Replica"
@@ -33,11 +36,15 @@ void *ct__trainer_lookup(tr_kind kind, const char *name);
 const char *ct__trainer_kind_name(tr_kind kind);
 /* Built-ins (builtins.c): the function of that kind and name, or NULL. */
 void *ct__trainer_builtin(tr_kind kind, const char *name);
+/* Splits a comma-separated list of names ("generator, discriminator"; blanks around names
+ * ignored) into names[0..cap). Returns the count, or CT_EINVAL for an empty or too long name or
+ * more than cap names (the message starts with what, e.g. "trainer_create: opts.model"). */
+int ct__trainer_split_names(const char *list, char names[][TR_NAME_MAX], int cap, const char *what);
 
 /* What the driver sends every replica when it creates it: plain bytes, same in every replica. */
 typedef struct tr_spec {
-    char model[TR_NAME_MAX], data[TR_NAME_MAX], optimizer[TR_NAME_MAX], loss[TR_NAME_MAX],
-        scheduler[TR_NAME_MAX], hook[TR_NAME_MAX];
+    char model[TR_LIST_MAX], optimizer[TR_LIST_MAX], loss[TR_LIST_MAX]; /* lists of names */
+    char data[TR_NAME_MAX], scheduler[TR_NAME_MAX], hook[TR_NAME_MAX];
     char train_step[TR_NAME_MAX], validate_step[TR_NAME_MAX]; /* "": the built-ins */
     char config[TR_CONFIG_MAX];
     uint64_t seed;
@@ -70,16 +77,19 @@ void ct__trainer_ctx_free(trainer_ctx *ctx);
 /* 0, or CT_EINVAL for a recorded error or (check_unused) a key no creator read. */
 int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
 
-/* The objects built from the creators. epoch: epochs completed; step: optimizer steps; batch:
+/* The objects built from the creators. models[i] has its own optimizer optims[i] and loss
+ * losses[i] (one loss creator may serve all: the same function); the scheduler drives
+ * optims[0]. epoch: epochs completed; step: optimizer steps (batches that updated); batch:
  * batches of epoch `epoch` done (a checkpoint within an epoch; 0 at an epoch's end); world:
  * the group size a loaded checkpoint was written by (0: none loaded). */
 typedef struct tr_state {
     trainer_data data;
     bool has_data;
-    ct_module *model;
-    ct_optim *optim;
+    int nmodels; /* 1 .. TR_MAX_MODELS */
+    ct_module *models[TR_MAX_MODELS];
+    ct_optim *optims[TR_MAX_MODELS];
+    trainer_loss_fn losses[TR_MAX_MODELS];
     ct_sched *sched;
-    trainer_loss_fn loss;
     int64_t epoch, step, batch;
     int world;
     /* a plateau scheduler's monitored value (config plateau_metric): "val_loss",
@@ -107,9 +117,10 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
 size_t ct__ckpt_size(const tr_ckpt_plan *p);
 void ct__ckpt_write(const tr_ckpt_plan *p, void *dst);
 void ct__ckpt_plan_free(tr_ckpt_plan **p);
-/* Loads checkpoint bytes into st (model, optimizer, scheduler, epoch, step), after checking
+/* Loads checkpoint bytes into st (models, optimizers, scheduler, epoch, step), after checking
  * the format, the creator names and every entry. CT_EINVAL naming what is wrong; st unchanged
- * as far as the model goes when the header is bad. */
+ * as far as the models go when the header is bad (with several models, a model that does not
+ * match leaves the models before it loaded: the driver rewinds to its checkpoint). */
 int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len);
 
 /* ---- the checkpoint directory (ckptdir.c) ---- */
@@ -211,15 +222,17 @@ typedef struct tr_val_report {
 struct trainer_step {
     trainer_ctx *ctx;
     tr_state *st;
-    ct_bucketer *bucketer; /* NULL in a validate step */
-    const char *name;      /* the step's registered name, for messages */
+    ct_bucketer **bucketers; /* one per model (st->nmodels); NULL in a validate step */
+    const char *name;        /* the step's registered name, for messages */
     bool training;
     int64_t epoch, index;
-    int backwards, optimizer_steps; /* calls in this step */
-    int updates;                    /* optimizer steps really taken in this step (0 or 1) */
-    int accum_pos, accum_len;       /* batch's place in its accumulation group; group size */
-    tr_metrics *metrics;            /* the replica's sums for this epoch / validation */
-    tr_metrics *rec_metrics;        /* also summed here when not NULL: the step record's */
+    int backwards;                      /* backward calls in this step, all models */
+    int model_backwards[TR_MAX_MODELS]; /* ... per model */
+    int optimizer_steps[TR_MAX_MODELS]; /* optimizer calls in this step, per optimizer */
+    int updates;              /* optimizer steps really taken in this step (0 .. nmodels) */
+    int accum_pos, accum_len; /* batch's place in its accumulation group; group size */
+    tr_metrics *metrics;      /* the replica's sums for this epoch / validation */
+    tr_metrics *rec_metrics;  /* also summed here when not NULL: the step record's */
     int64_t batch_n;
     double grad_norm;   /* measured by trainer_step_clip_grad_norm in this step, */
     bool has_grad_norm; /* when has_grad_norm */

@@ -107,7 +107,7 @@ void ct__rec_batch(tr_recorder *rec, const trainer_step *s, const trainer_step_o
         append(rec, "%lld %lld %lld %lld %lld %.17g %lld %.17g %.17g %lld %lld %d",
                (long long)s->epoch, (long long)s->index, (long long)batches, (long long)s->st->step,
                (long long)realtime_ns(), rec->loss_sum, (long long)rec->samples,
-               ct_optim_get_lr(s->st->optim, 0), s->has_grad_norm ? s->grad_norm : NAN,
+               ct_optim_get_lr(s->st->optims[0], 0), s->has_grad_norm ? s->grad_norm : NAN,
                (long long)(now - rec->t0_ns), (long long)rec->wait_ns, m->n);
     for (int i = 0; ok && i < m->n; i++)
         ok = append(rec, " %s %.17g %.17g", m->names[i], m->sum[i], m->weight[i]);

@@ -1,6 +1,7 @@
 /* trainer/train/registry.c — the process-wide creator registry, the creator context with its
- * "key=value,..." config, and building a replica's objects (hook, data, model, optimizer,
- * loss, scheduler) from registered names. Not here: the actor, the driver, checkpoints. */
+ * "key=value,..." config, and building a replica's objects (hook, data, models, optimizers,
+ * losses, scheduler) from registered names (model, optimizer and loss: comma-separated lists). Not
+ * here: the actor, the driver, checkpoints. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -59,6 +60,32 @@ void *ct__trainer_lookup(tr_kind kind, const char *name)
         if (!strcmp(reg[kind][i].name, name))
             return reg[kind][i].fn;
     return ct__trainer_builtin(kind, name);
+}
+
+int ct__trainer_split_names(const char *list, char names[][TR_NAME_MAX], int cap, const char *what)
+{
+    int n = 0;
+    const char *p = list ? list : "";
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && isspace((unsigned char)*p)) {
+            p++;
+            len--;
+        }
+        while (len && isspace((unsigned char)p[len - 1]))
+            len--;
+        if (len == 0 || len >= TR_NAME_MAX)
+            return ct__error(CT_EINVAL, "%s \"%s\": %s name", what, list ? list : "",
+                             len ? "a too long" : "an empty");
+        if (n == cap)
+            return ct__error(CT_EINVAL, "%s \"%s\": more than %d names", what, list, cap);
+        memcpy(names[n], p, len);
+        names[n++][len] = 0;
+        if (!end)
+            return n;
+        p = end + 1;
+    }
 }
 
 int trainer_register_model(const char *name, trainer_model_creator fn)
@@ -278,10 +305,12 @@ void ct__trainer_state_free(tr_state *st)
     if (!st)
         return;
     ct_sched_destroy(&st->sched);
-    ct_optim_destroy(&st->optim);
-    if (st->model)
-        ct_module_on_grad_ready(st->model, NULL, NULL);
-    ct_module_destroy(&st->model);
+    for (int i = 0; i < TR_MAX_MODELS; i++) {
+        ct_optim_destroy(&st->optims[i]);
+        if (st->models[i])
+            ct_module_on_grad_ready(st->models[i], NULL, NULL);
+        ct_module_destroy(&st->models[i]);
+    }
     if (st->has_data) {
         ct_dataset_destroy(&st->data.train);
         ct_dataset_destroy(&st->data.val);
@@ -320,31 +349,60 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
             goto fail;
         }
     }
+    /* the lists: n models, 1 or n optimizer names, 1 or n loss names (trainer_create checked
+     * them; a replica gets the same spec) */
+    char mnames[TR_MAX_MODELS][TR_NAME_MAX], onames[TR_MAX_MODELS][TR_NAME_MAX],
+        lnames[TR_MAX_MODELS][TR_NAME_MAX];
+    int nm = ct__trainer_split_names(spec->model, mnames, TR_MAX_MODELS, "opts.model");
+    int no =
+        nm < 0 ? nm
+               : ct__trainer_split_names(spec->optimizer, onames, TR_MAX_MODELS, "opts.optimizer");
+    int nl = no < 0 ? no : ct__trainer_split_names(spec->loss, lnames, TR_MAX_MODELS, "opts.loss");
+    if ((rc = nl) < 0)
+        goto fail;
+    if ((no != 1 && no != nm) || (nl != 1 && nl != nm)) {
+        rc = ct__error(CT_EINVAL,
+                       "trainer_create: opts.%s has %d names for %d models (1 name, or one per "
+                       "model)",
+                       no != 1 && no != nm ? "optimizer" : "loss", no != 1 && no != nm ? no : nl,
+                       nm);
+        goto fail;
+    }
+    st->nmodels = nm;
     ct_nn_manual_seed(spec->seed);
-    trainer_model_creator mc = (trainer_model_creator)ct__trainer_lookup(TR_MODEL, spec->model);
-    if (!(st->model = mc(ctx)) || ctx->err[0]) {
-        rc = creator_failed(ctx, TR_MODEL, spec->model, CT_EINVAL);
-        goto fail;
+    for (int i = 0; i < nm; i++) {
+        trainer_model_creator mc = (trainer_model_creator)ct__trainer_lookup(TR_MODEL, mnames[i]);
+        if (!(st->models[i] = mc(ctx)) || ctx->err[0]) {
+            rc = creator_failed(ctx, TR_MODEL, mnames[i], CT_EINVAL);
+            goto fail;
+        }
+        const ct_param_ref *ps;
+        int np;
+        if ((rc = ct_module_params(st->models[i], &ps, &np)) < 0)
+            goto fail;
     }
-    const ct_param_ref *ps;
-    int np;
-    if ((rc = ct_module_params(st->model, &ps, &np)) < 0)
-        goto fail;
-    trainer_optimizer_creator oc =
-        (trainer_optimizer_creator)ct__trainer_lookup(TR_OPTIM, spec->optimizer);
-    if (!(st->optim = oc(ctx, st->model)) || ctx->err[0]) {
-        rc = creator_failed(ctx, TR_OPTIM, spec->optimizer, CT_EINVAL);
-        goto fail;
+    for (int i = 0; i < nm; i++) { /* optimizer i over model i */
+        const char *on = onames[no == 1 ? 0 : i];
+        trainer_optimizer_creator oc = (trainer_optimizer_creator)ct__trainer_lookup(TR_OPTIM, on);
+        if (!(st->optims[i] = oc(ctx, st->models[i])) || ctx->err[0]) {
+            rc = creator_failed(ctx, TR_OPTIM, on, CT_EINVAL);
+            goto fail;
+        }
     }
-    trainer_loss_creator lc = (trainer_loss_creator)ct__trainer_lookup(TR_LOSS, spec->loss);
-    if (!(st->loss = lc(ctx)) || ctx->err[0]) {
-        rc = creator_failed(ctx, TR_LOSS, spec->loss, CT_EINVAL);
-        goto fail;
+    for (int i = 0; i < nm; i++) {
+        const char *ln = lnames[nl == 1 ? 0 : i];
+        trainer_loss_creator lc = (trainer_loss_creator)ct__trainer_lookup(TR_LOSS, ln);
+        if (i > 0 && nl == 1) { /* one loss serves all: its creator runs once */
+            st->losses[i] = st->losses[0];
+        } else if (!(st->losses[i] = lc(ctx)) || ctx->err[0]) {
+            rc = creator_failed(ctx, TR_LOSS, ln, CT_EINVAL);
+            goto fail;
+        }
     }
     if (spec->scheduler[0]) {
         trainer_scheduler_creator sc =
             (trainer_scheduler_creator)ct__trainer_lookup(TR_SCHED, spec->scheduler);
-        if (!(st->sched = sc(ctx, st->optim)) || ctx->err[0]) {
+        if (!(st->sched = sc(ctx, st->optims[0])) || ctx->err[0]) {
             rc = creator_failed(ctx, TR_SCHED, spec->scheduler, CT_EINVAL);
             goto fail;
         }

@@ -16,6 +16,8 @@
  * rank's sums are gathered so that all see the same result and step a plateau scheduler alike.
  * While a segment runs, per-step records go to the driver when it asks (records.c).
  * A sharded dataset (trainer_data.sharded) is read as it is, padded to the longest shard.
+ * Several models: one bucketer per model, weights and buffers broadcast per model, one weight
+ * hash over all.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,15 @@
 #include "ct/metrics.h"
 #include "internal.h"
 
-typedef struct replica {
+typedef struct replica replica;
+
+/* What model i's gradient-ready hook gets: its replica and index. */
+typedef struct grad_hook {
+    replica *r;
+    int model;
+} grad_hook;
+
+struct replica {
     tr_spec spec;
     tr_setup_args setup;
     trainer_ctx ctx;
@@ -34,8 +44,9 @@ typedef struct replica {
     ct_loader *loader;
     ct_rendezvous *rdv;
     ct_comm *comm;
-    ct_bucketer *bucketer;
-    int nparams;
+    ct_bucketer *bucketers[TR_MAX_MODELS]; /* one per model: reduces only its gradients */
+    int nparams[TR_MAX_MODELS];
+    grad_hook hooks[TR_MAX_MODELS];
     bool first_step_done;
     trainer_step_fn train_step, validate_step;
     uint64_t validations;
@@ -44,16 +55,17 @@ typedef struct replica {
     tr_val_result *vals;          /* validations run during the current segment */
     int nvals, capvals;
     tr_recorder rec; /* per-step records for the driver (records.c) */
-} replica;
+};
 
 static void replica_free(void *state)
 {
     replica *r = state;
     if (!r)
         return;
-    if (r->st.model)
-        ct_module_on_grad_ready(r->st.model, NULL, NULL);
-    ct_bucketer_destroy(&r->bucketer); /* before the communicator it uses */
+    for (int i = 0; i < r->st.nmodels; i++) {
+        ct_module_on_grad_ready(r->st.models[i], NULL, NULL);
+        ct_bucketer_destroy(&r->bucketers[i]); /* before the communicator it uses */
+    }
     ct_comm_destroy(&r->comm);
     ct_rendezvous_kv_destroy(&r->rdv);
     ct_loader_destroy(&r->loader); /* before the datasets */
@@ -124,16 +136,18 @@ static int loader_new(replica *r)
 
 static int grad_ready(int i, void *user)
 {
-    replica *r = user;
-    return ct_bucketer_mark_ready(r->bucketer, r->nparams - 1 - i);
+    grad_hook *h = user;
+    return ct_bucketer_mark_ready(h->r->bucketers[h->model], h->r->nparams[h->model] - 1 - i);
 }
 
-/* Buckets over the parameters' gradients in reverse order, driven by the gradient-ready hook. */
-static int bucketer_new(replica *r)
+/* Buckets over model m's parameters' gradients in reverse order, driven by its gradient-ready
+ * hook. All bucketers share the communicator: one reduces at a time (step.c puts the others
+ * in no_sync mode while it runs). */
+static int bucketer_new(replica *r, int m)
 {
     const ct_param_ref *ps;
     int np, rc;
-    if ((rc = ct_module_params(r->st.model, &ps, &np)) < 0)
+    if ((rc = ct_module_params(r->st.models[m], &ps, &np)) < 0)
         return rc;
     float **grads = malloc(sizeof *grads * (size_t)(np ? np : 1));
     size_t *counts = malloc(sizeof *counts * (size_t)(np ? np : 1));
@@ -147,37 +161,40 @@ static int bucketer_new(replica *r)
     }
     size_t bucket = (size_t)((r->spec.bucket_mb > 0 ? r->spec.bucket_mb : 25) * 1024 * 1024);
     size_t first = bucket < (1u << 20) ? bucket : (1u << 20);
-    r->nparams = np;
+    r->nparams[m] = np;
     if ((rc = ct_bucketer_new(
              r->comm, grads, counts, np,
              &(ct_bucketer_opts){.first_bucket_bytes = first, .bucket_bytes = bucket},
-             &r->bucketer)) < 0)
+             &r->bucketers[m])) < 0)
         goto out;
-    rc = ct_module_on_grad_ready(r->st.model, grad_ready, r);
+    r->hooks[m] = (grad_hook){r, m};
+    rc = ct_module_on_grad_ready(r->st.models[m], grad_ready, &r->hooks[m]);
 out:
     free(grads);
     free(counts);
     return rc;
 }
 
-/* Rank 0's parameters (flat buffer) or buffers to every rank. */
+/* Rank 0's parameters (each model's flat buffer) or buffers to every rank. */
 static int broadcast_params(replica *r)
 {
-    float *values, *grads;
-    int64_t numel;
-    int rc = ct_module_flat(r->st.model, &values, &grads, &numel);
-    if (rc < 0)
-        return rc;
-    return ct_comm_broadcast(r->comm, values, (size_t)numel, CT_F32, 0, 0);
+    for (int m = 0; m < r->st.nmodels; m++) {
+        float *values, *grads;
+        int64_t numel;
+        int rc = ct_module_flat(r->st.models[m], &values, &grads, &numel);
+        if (rc < 0 || (rc = ct_comm_broadcast(r->comm, values, (size_t)numel, CT_F32, 0, 0)) < 0)
+            return rc;
+    }
+    return 0;
 }
 
-static int broadcast_buffers(replica *r)
+static int broadcast_model_buffers(replica *r, ct_module *model)
 {
     const ct_named_tensor *sd;
     const ct_param_ref *ps;
     int n, np, rc;
-    if ((rc = ct_module_state_dict(r->st.model, &sd, &n)) < 0 ||
-        (rc = ct_module_params(r->st.model, &ps, &np)) < 0)
+    if ((rc = ct_module_state_dict(model, &sd, &n)) < 0 ||
+        (rc = ct_module_params(model, &ps, &np)) < 0)
         return rc;
     for (int i = 0; i < n; i++) {
         bool is_param = false;
@@ -193,6 +210,14 @@ static int broadcast_buffers(replica *r)
     return 0;
 }
 
+static int broadcast_buffers(replica *r)
+{
+    int rc = 0;
+    for (int m = 0; m < r->st.nmodels && rc == 0; m++)
+        rc = broadcast_model_buffers(r, r->st.models[m]);
+    return rc;
+}
+
 /* Builds everything, joins the group, restores the checkpoint. Blocks until every rank has
  * joined (the rendezvous). */
 static int replica_setup(void *state, const void *args, size_t len, void **res, size_t *rlen)
@@ -202,7 +227,7 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     (void)rlen;
     if (len != sizeof(tr_setup_args))
         return ct__error(CT_EINVAL, "trainer replica: setup args of %zu bytes", len);
-    if (r->st.model)
+    if (r->st.nmodels)
         return ct__error(CT_EINVAL, "trainer replica: setup called twice");
     memcpy(&r->setup, args, sizeof r->setup);
     const tr_setup_args *a = &r->setup;
@@ -234,12 +259,12 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
         ct_object_release(&v);
         if (rc < 0)
             return rc;
-        /* the driver's on_world_size rescaled the rates for this group size */
-        for (int g = 0; a->lr_scale > 0 && a->lr_scale != 1 && g < ct_optim_num_groups(r->st.optim);
-             g++)
-            if ((rc = ct_optim_set_lr(r->st.optim, g,
-                                      ct_optim_get_lr(r->st.optim, g) * a->lr_scale)) < 0)
-                return rc;
+        /* the driver's on_world_size rescaled the rates for this group size (every optimizer's) */
+        for (int m = 0; a->lr_scale > 0 && a->lr_scale != 1 && m < r->st.nmodels; m++)
+            for (int g = 0; g < ct_optim_num_groups(r->st.optims[m]); g++)
+                if ((rc = ct_optim_set_lr(r->st.optims[m], g,
+                                          ct_optim_get_lr(r->st.optims[m], g) * a->lr_scale)) < 0)
+                    return rc;
     }
     r->st.epoch = a->start_epoch;
     r->st.batch = a->start_batch;
@@ -253,7 +278,9 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
                          !r->train_step ? r->spec.train_step : r->spec.validate_step);
     if ((rc = broadcast_params(r)) < 0 || (rc = broadcast_buffers(r)) < 0)
         return rc;
-    return bucketer_new(r);
+    for (int m = 0; m < r->st.nmodels && rc == 0; m++)
+        rc = bucketer_new(r, m);
+    return rc;
 }
 
 /* The generator's seed for a batch: a function of where the batch is, not of what ran before,
@@ -345,7 +372,7 @@ static int run_batch(trainer_step *s, trainer_step_fn fn, const ct_batch *b, tra
 static int replica_train_epoch(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
-    if (len != sizeof(tr_epoch_args) || !r->bucketer)
+    if (len != sizeof(tr_epoch_args) || !r->bucketers[0])
         return ct__error(CT_EINVAL, "trainer replica: train_epoch before setup or bad args");
     tr_epoch_args ea;
     memcpy(&ea, args, sizeof ea);
@@ -369,7 +396,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     snprintf(rep.group, sizeof rep.group, "%s", r->setup.group);
     trainer_step s = {.ctx = &r->ctx,
                       .st = &r->st,
-                      .bucketer = r->bucketer,
+                      .bucketers = r->bucketers,
                       .name = r->spec.train_step[0] ? r->spec.train_step : "(built-in)",
                       .training = true,
                       .epoch = ea.epoch,
@@ -397,8 +424,8 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         s.accum_len = (int)(left < k ? left : k);
         if (s.accum_len <= s.accum_pos) /* defensive: more batches than the loader said */
             s.accum_len = s.accum_pos + 1;
-        if (s.accum_pos == 0)
-            ct_module_zero_grad(r->st.model);
+        for (int m = 0; m < r->st.nmodels && s.accum_pos == 0; m++)
+            ct_module_zero_grad(r->st.models[m]);
         ct_nn_manual_seed(batch_seed(r, ea.epoch, s.index));
         rc = run_batch(&s, r->train_step, &b, &so);
         s.index++;
@@ -449,11 +476,14 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     rep.end_batch = r->st.batch;
     rep.epoch_done = done;
     rep.seconds = (double)(ct__now_ns() - t0) * 1e-9;
-    float *values, *grads;
-    int64_t numel;
-    if ((rc = ct_module_flat(r->st.model, &values, &grads, &numel)) < 0)
-        return rc;
-    rep.weights_hash = ct__trainer_hash(values, (size_t)numel * sizeof(float));
+    for (int m = 0; m < r->st.nmodels; m++) { /* all models' weights in one hash */
+        float *values, *grads;
+        int64_t numel;
+        if ((rc = ct_module_flat(r->st.models[m], &values, &grads, &numel)) < 0)
+            return rc;
+        uint64_t h = ct__trainer_hash(values, (size_t)numel * sizeof(float));
+        rep.weights_hash = m ? mix(rep.weights_hash ^ h) : h;
+    }
     if (ea.checkpoint && r->setup.rank == 0) {
         if ((rc = write_checkpoint(r, &rep.ckpt, &rep.copies)) < 0)
             return rc;
@@ -494,7 +524,8 @@ static int validate_local(replica *r, int64_t s_epoch, tr_val_result *v)
              &(ct_loader_opts){.batch_size = 500, .prefetch = 2, .transform = r->st.data.transform},
              &ld)) < 0)
         goto out;
-    ct_module_train(r->st.model, false);
+    for (int m = 0; m < r->st.nmodels; m++)
+        ct_module_train(r->st.models[m], false);
     bool was = ct_autograd_set_enabled(false);
     ct_batch b;
     while ((rc = ct_loader_next(ld, &b)) > 0) {
@@ -508,7 +539,8 @@ static int validate_local(replica *r, int64_t s_epoch, tr_val_result *v)
         v->total += so.samples;
     }
     ct_autograd_set_enabled(was);
-    ct_module_train(r->st.model, true);
+    for (int m = 0; m < r->st.nmodels; m++)
+        ct_module_train(r->st.models[m], true);
     if (rc > 0)
         rc = 0;
 out:
@@ -632,7 +664,7 @@ static int replica_validate(void *state, const void *args, size_t len, void **re
     replica *r = state;
     (void)args;
     (void)len;
-    if (!r->st.model)
+    if (!r->st.nmodels)
         return ct__error(CT_EINVAL, "trainer replica: validate before setup");
     tr_val_report rep = {.magic = TR_VAL_REPORT_MAGIC,
                          .rank = r->setup.rank,

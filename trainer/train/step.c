@@ -1,9 +1,9 @@
 /* trainer/train/step.c — custom training and validation steps: the step context and its
- * helpers (backward with the gradient bucketer, optimizer step, gradient-norm clipping, named
- * metrics), the built-in steps (the replica runs them through the same interface as a user's),
- * the one-backward-per-step check, and the driver's side: the metrics averaged over
- * replicas (the step names are checked with the creators' in trainer.c).
- * Not here: the epoch loop (replica.c), the registry (registry.c), the driver (trainer.c). */
+ * helpers (backward with the gradient bucketer, per model when there are several, optimizer
+ * steps, gradient-norm clipping, named metrics), the built-in steps (the replica runs them through
+ * the same interface as a user's), the one-backward-per-step check, and the driver's side: the
+ * metrics averaged over replicas (the step names are checked with the creators' in trainer.c). Not
+ * here: the epoch loop (replica.c), the registry (registry.c), the driver (trainer.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,15 +21,31 @@ trainer_ctx *trainer_step_ctx(trainer_step *s)
 }
 ct_module *trainer_step_model(trainer_step *s)
 {
-    return s ? s->st->model : NULL;
+    return s ? s->st->models[0] : NULL;
 }
 ct_optim *trainer_step_optim(trainer_step *s)
 {
-    return s ? s->st->optim : NULL;
+    return s ? s->st->optims[0] : NULL;
 }
 trainer_loss_fn trainer_step_loss(trainer_step *s)
 {
-    return s ? s->st->loss : NULL;
+    return s ? s->st->losses[0] : NULL;
+}
+int trainer_step_num_models(const trainer_step *s)
+{
+    return s ? s->st->nmodels : 0;
+}
+ct_module *trainer_step_model_at(trainer_step *s, int i)
+{
+    return s && i >= 0 && i < s->st->nmodels ? s->st->models[i] : NULL;
+}
+ct_optim *trainer_step_optim_at(trainer_step *s, int i)
+{
+    return s && i >= 0 && i < s->st->nmodels ? s->st->optims[i] : NULL;
+}
+trainer_loss_fn trainer_step_loss_at(trainer_step *s, int i)
+{
+    return s && i >= 0 && i < s->st->nmodels ? s->st->losses[i] : NULL;
 }
 ct_sched *trainer_step_scheduler(trainer_step *s)
 {
@@ -62,7 +78,7 @@ static int average_accumulated(trainer_step *s)
 {
     float *values, *grads;
     int64_t numel;
-    int rc = ct_module_flat(s->st->model, &values, &grads, &numel);
+    int rc = ct_module_flat(s->st->models[0], &values, &grads, &numel);
     if (rc < 0)
         return rc;
     float scale = (float)(1.0 / (double)s->accum_len);
@@ -73,56 +89,100 @@ static int average_accumulated(trainer_step *s)
 
 /* ---- the helpers ---- */
 
-int trainer_step_backward(trainer_step *s, ct_tensor *loss)
+/* Backward of loss with model i's gradients reduced (the other models' bucketers ignore the
+ * gradients this backward leaves in their parameters). fn: the public name, for messages. */
+static int backward_model(trainer_step *s, int i, ct_tensor *loss, const char *fn)
 {
     if (!s || !loss)
-        return ct__error(CT_EINVAL, "trainer_step_backward: %s is NULL", !s ? "s" : "loss");
+        return ct__error(CT_EINVAL, "%s: %s is NULL", fn, !s ? "s" : "loss");
     if (!s->training)
-        return ct__error(CT_EINVAL, "trainer_step_backward: called from validate step \"%s\"",
-                         s->name);
-    if (s->backwards++)
+        return ct__error(CT_EINVAL, "%s: called from validate step \"%s\"", fn, s->name);
+    int n = s->st->nmodels;
+    if (i < 0 || i >= n)
+        return ct__error(CT_EINVAL, "%s: model %d of %d in train step \"%s\"", fn, i, n, s->name);
+    s->backwards++;
+    if (s->model_backwards[i]++) {
+        if (n == 1)
+            return ct__error(CT_EINVAL,
+                             "%s: called twice in one step of train step \"%s\" "
+                             "(every rank must run exactly one backward per step)",
+                             fn, s->name);
         return ct__error(CT_EINVAL,
-                         "trainer_step_backward: called twice in one step of train step \"%s\" "
-                         "(every rank must run exactly one backward per step)",
-                         s->name);
+                         "%s: model %d reduced twice in one step of train step \"%s\" (every "
+                         "rank must reduce each model at most once per step)",
+                         fn, i, s->name);
+    }
     /* not the accumulation group's last batch: gradients add up locally, nothing is reduced */
     bool sync = trainer_step_sync(s);
-    ct_bucketer_set_no_sync(s->bucketer, !sync);
+    if (n > 1) /* what another model's backward left here must not go into this update */
+        ct_module_zero_grad(s->st->models[i]);
+    for (int k = 0; k < n; k++)
+        ct_bucketer_set_no_sync(s->bucketers[k], k != i || !sync);
     int rc = ct_tensor_backward(loss, NULL);
     /* always: this also drains buckets a failed backward queued */
     int64_t w0 = ct__now_ns();
-    int src = ct_bucketer_finish(s->bucketer);
+    int src = ct_bucketer_finish(s->bucketers[i]);
     s->wait_ns += ct__now_ns() - w0; /* a straggler waits least: its step record shows it */
-    ct_bucketer_set_no_sync(s->bucketer, false);
+    for (int k = 0; k < n; k++)
+        ct_bucketer_set_no_sync(s->bucketers[k], false);
     if (rc == 0 && src == 0 && sync && s->accum_len > 1)
         src = average_accumulated(s);
     return rc < 0 ? rc : src;
 }
 
-int trainer_step_optimizer(trainer_step *s)
+int trainer_step_backward(trainer_step *s, ct_tensor *loss)
+{
+    if (s && s->st->nmodels > 1)
+        return ct__error(CT_EINVAL,
+                         "trainer_step_backward: train step \"%s\" has %d models: call "
+                         "trainer_step_backward_model for each model to reduce",
+                         s->name, s->st->nmodels);
+    return backward_model(s, 0, loss, "trainer_step_backward");
+}
+
+int trainer_step_backward_model(trainer_step *s, int i, ct_tensor *loss)
+{
+    return backward_model(s, i, loss, "trainer_step_backward_model");
+}
+
+int trainer_step_optimizer_at(trainer_step *s, int i)
 {
     if (!s)
         return ct__error(CT_EINVAL, "trainer_step_optimizer: s is NULL");
-    if (!s->training || s->backwards != 1 || s->optimizer_steps)
-        return ct__error(CT_EINVAL, "trainer_step_optimizer: in %s step \"%s\": %s",
-                         s->training ? "train" : "validate", s->name,
-                         !s->training        ? "not a train step"
-                         : s->backwards != 1 ? "before trainer_step_backward"
-                                             : "called twice in one step");
-    s->optimizer_steps++;
+    if (i < 0 || i >= s->st->nmodels)
+        return ct__error(CT_EINVAL, "trainer_step_optimizer_at: optimizer %d of %d in step \"%s\"",
+                         i, s->st->nmodels, s->name);
+    if (!s->training || s->model_backwards[i] != 1 || s->optimizer_steps[i]) {
+        const char *why = !s->training                 ? "not a train step"
+                          : s->model_backwards[i] != 1 ? "before trainer_step_backward"
+                                                       : "called twice in one step";
+        if (s->st->nmodels == 1)
+            return ct__error(CT_EINVAL, "trainer_step_optimizer: in %s step \"%s\": %s",
+                             s->training ? "train" : "validate", s->name, why);
+        return ct__error(CT_EINVAL,
+                         "trainer_step_optimizer_at: optimizer %d in %s step \"%s\": %s%s", i,
+                         s->training ? "train" : "validate", s->name, why,
+                         s->training && s->model_backwards[i] != 1 ? "_model of its model" : "");
+    }
+    s->optimizer_steps[i]++;
     if (!trainer_step_sync(s))
         return 0; /* accumulating: the group's last batch steps */
-    int rc = ct_optim_step(s->st->optim);
+    int rc = ct_optim_step(s->st->optims[i]);
     if (rc == 0) {
         s->updates++;
-        ct_module_zero_grad(s->st->model);
+        ct_module_zero_grad(s->st->models[i]);
     }
     return rc;
 }
 
+int trainer_step_optimizer(trainer_step *s)
+{
+    return trainer_step_optimizer_at(s, 0);
+}
+
 int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm)
 {
-    if (!s || !s->training || s->backwards != 1)
+    if (!s || !s->training || s->model_backwards[0] != 1)
         return ct__error(CT_EINVAL, "trainer_step_clip_grad_norm: only in a train step, after "
                                     "trainer_step_backward");
     if (!trainer_step_sync(s)) { /* accumulating: the local partial sums mean nothing yet */
@@ -132,7 +192,7 @@ int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm)
     }
     /* max_norm <= 0: the norm only (an infinite bound never scales) */
     double n = 0;
-    int rc = ct_optim_clip_grad_norm(s->st->optim, max_norm > 0 ? max_norm : INFINITY, 2.0, &n);
+    int rc = ct_optim_clip_grad_norm(s->st->optims[0], max_norm > 0 ? max_norm : INFINITY, 2.0, &n);
     if (rc == 0) { /* for the step record */
         s->grad_norm = n;
         s->has_grad_norm = true;
@@ -187,8 +247,8 @@ int trainer_step_metric(trainer_step *s, const char *name, double value)
 
 int trainer_builtin_train_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
 {
-    ct_tensor *y = ct_module_forward(s->st->model, b->x); /* (N,C) */
-    ct_tensor *loss = y ? s->st->loss(y, b->y) : NULL;    /* () */
+    ct_tensor *y = ct_module_forward(s->st->models[0], b->x); /* (N,C) */
+    ct_tensor *loss = y ? s->st->losses[0](y, b->y) : NULL;   /* () */
     int rc = loss ? trainer_step_backward(s, loss) : CT_EINVAL;
     if (rc == 0)
         rc = trainer_step_optimizer(s);
@@ -204,9 +264,9 @@ int trainer_builtin_train_step(trainer_step *s, const trainer_batch *b, trainer_
 int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
 {
     int64_t hits = 0;
-    ct_tensor *y = ct_module_forward(s->st->model, b->x);
+    ct_tensor *y = ct_module_forward(s->st->models[0], b->x);
     ct_tensor *plain = y ? ct_nn_to_plain(y) : NULL; /* (N,C) in plain layout */
-    ct_tensor *loss = plain ? s->st->loss(plain, b->y) : NULL;
+    ct_tensor *loss = plain ? s->st->losses[0](plain, b->y) : NULL;
     /* top-1 only for i64 labels: f32 targets (regression, multi-label) count the loss only */
     bool labels = ct_tensor_dtype(b->y) == CT_I64;
     int rc = !loss    ? CT_EINVAL
@@ -237,7 +297,8 @@ int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batc
 {
     memset(out, 0, sizeof *out);
     s->backwards = 0;
-    s->optimizer_steps = 0;
+    memset(s->model_backwards, 0, sizeof s->model_backwards);
+    memset(s->optimizer_steps, 0, sizeof s->optimizer_steps);
     s->updates = 0;
     s->batch_n = b->n;
     s->has_grad_norm = false;
@@ -246,19 +307,34 @@ int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batc
         return ct__error(CT_ENOENT, "trainer replica: %s step \"%s\" is not registered here",
                          s->training ? "train" : "validate", s->name);
     int rc = fn(s, b, out);
+    int twice = -1; /* a model reduced more than once (its call failed; the step went on) */
+    for (int i = 0; i < s->st->nmodels && twice < 0; i++)
+        if (s->model_backwards[i] > 1)
+            twice = i;
     if (s->training && s->backwards == 0) {
         ct_autograd_clear_tape(); /* a forward without backward leaves its tape */
-        if (rc == 0)
+        if (rc == 0 && s->st->nmodels == 1)
             rc = ct__error(CT_EINVAL,
                            "trainer: train step \"%s\" returned without calling "
                            "trainer_step_backward (every rank must run exactly one backward "
                            "per step, also to skip an update)",
                            s->name);
-    } else if (s->training && s->backwards > 1 && rc == 0) {
-        rc = ct__error(CT_EINVAL,
-                       "trainer: train step \"%s\" called trainer_step_backward %d "
-                       "times in one step",
-                       s->name, s->backwards);
+        else if (rc == 0)
+            rc = ct__error(CT_EINVAL,
+                           "trainer: train step \"%s\" returned without calling "
+                           "trainer_step_backward_model (every rank must reduce at least one "
+                           "of the %d models per step, also to skip an update)",
+                           s->name, s->st->nmodels);
+    } else if (s->training && twice >= 0 && rc == 0) {
+        if (s->st->nmodels == 1)
+            rc = ct__error(CT_EINVAL,
+                           "trainer: train step \"%s\" called trainer_step_backward %d "
+                           "times in one step",
+                           s->name, s->backwards);
+        else
+            rc = ct__error(CT_EINVAL,
+                           "trainer: train step \"%s\" reduced model %d %d times in one step",
+                           s->name, twice, s->model_backwards[twice]);
     }
     if (rc < 0 && !s->training)
         ct_autograd_clear_tape();

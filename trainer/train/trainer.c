@@ -81,12 +81,32 @@ static int copy_name(char *dst, const char *src, const char *field, tr_kind kind
     return 0;
 }
 
+/* A list of registered names (opts.model, .optimizer, .loss: one name, or one per model):
+ * each must be registered; the list is copied as given. *n gets its length. */
+static int copy_list(char *dst, const char *src, const char *field, tr_kind kind, int *n)
+{
+    char names[TR_MAX_MODELS][TR_NAME_MAX], what[32];
+    snprintf(what, sizeof what, "trainer_create: opts.%s", field);
+    if (!src || !*src)
+        return copy_name(dst, src, field, kind, true);
+    if (strlen(src) >= TR_LIST_MAX)
+        return ct__error(CT_EINVAL, "%s \"%s\" longer than %d bytes", what, src, TR_LIST_MAX - 1);
+    if ((*n = ct__trainer_split_names(src, names, TR_MAX_MODELS, what)) < 0)
+        return *n;
+    for (int i = 0; i < *n; i++)
+        if (!ct__trainer_lookup(kind, names[i]))
+            return ct__error(CT_ENOENT, "%s: no %s named \"%s\" is registered", what,
+                             ct__trainer_kind_name(kind), names[i]);
+    snprintf(dst, TR_LIST_MAX, "%s", src);
+    return 0;
+}
+
 int trainer_create(const trainer_opts *o, trainer **out)
 {
     trainer *t = NULL;
     trainer_ctx ctx;
     bool ctx_ok = false;
-    int rc;
+    int rc, nm = 1, no = 1, nl = 1;
     if (out)
         *out = NULL;
     if (!o || !out)
@@ -127,10 +147,10 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if (!(t = calloc(1, sizeof *t)))
         return ct__error(CT_ENOMEM, "trainer_create: out of memory");
     tr_spec *s = &t->spec;
-    if ((rc = copy_name(s->model, o->model, "model", TR_MODEL, true)) < 0 ||
+    if ((rc = copy_list(s->model, o->model, "model", TR_MODEL, &nm)) < 0 ||
         (rc = copy_name(s->data, o->data, "data", TR_DATA, true)) < 0 ||
-        (rc = copy_name(s->optimizer, o->optimizer, "optimizer", TR_OPTIM, true)) < 0 ||
-        (rc = copy_name(s->loss, o->loss ? o->loss : "cross_entropy", "loss", TR_LOSS, true)) < 0 ||
+        (rc = copy_list(s->optimizer, o->optimizer, "optimizer", TR_OPTIM, &no)) < 0 ||
+        (rc = copy_list(s->loss, o->loss ? o->loss : "cross_entropy", "loss", TR_LOSS, &nl)) < 0 ||
         (rc = copy_name(s->scheduler, o->scheduler, "scheduler", TR_SCHED, false)) < 0 ||
         (rc = copy_name(s->hook, o->initialization_hook, "initialization_hook", TR_HOOK, false)) <
             0 ||
@@ -138,6 +158,22 @@ int trainer_create(const trainer_opts *o, trainer **out)
         (rc = copy_name(s->validate_step, o->validate_step, "validate_step", TR_VAL_STEP, false)) <
             0)
         goto fail;
+    /* several models: 1 or n optimizers and losses, a custom step that reduces and steps each
+     * (trainer_step_backward_model), no accumulation */
+    const char *bad = no != 1 && no != nm   ? "optimizer"
+                      : nl != 1 && nl != nm ? "loss"
+                      : nm == 1             ? NULL
+                      : !s->train_step[0]   ? "train_step"
+                      : o->accumulate > 1   ? "accumulate"
+                                            : NULL;
+    if (bad) {
+        rc = ct__error(CT_EINVAL, "trainer_create: opts.%s: %s with %d models", bad,
+                       !strcmp(bad, "train_step")   ? "a custom train step is required"
+                       : !strcmp(bad, "accumulate") ? "gradient accumulation is not supported"
+                                                    : "give 1 name or one per model",
+                       nm);
+        goto fail;
+    }
     snprintf(s->config, sizeof s->config, "%s", o->config ? o->config : "");
     s->seed = o->seed;
     s->batch = o->batch_size ? o->batch_size : 64;
@@ -1112,7 +1148,17 @@ int trainer_scale_lr(trainer *t, double factor)
 
 ct_module *trainer_get_model(trainer *t)
 {
-    return t ? t->local.model : NULL;
+    return t ? t->local.models[0] : NULL;
+}
+
+int trainer_num_models(trainer *t)
+{
+    return t ? t->local.nmodels : 0;
+}
+
+ct_module *trainer_get_model_at(trainer *t, int i)
+{
+    return t && i >= 0 && i < t->local.nmodels ? t->local.models[i] : NULL;
 }
 
 int trainer_replica_info_get(trainer *t, int i, trainer_replica_info *info)

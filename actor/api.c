@@ -7,6 +7,9 @@
  * death event reaches a pending call at once. One mutex serializes the API's state, but waiting
  * calls release it while they sleep (sleep_unlocked), and head replies are filed by request id
  * into whichever thread waits for them (hwait): several threads may wait at once.
+ * Objects: through the shard of this process's node (ct_store_client), or, in a driver whose
+ * host has no node, through the nodes' data ports (put_remote / get_remote; the lock is
+ * released while bytes move).
  * Not in here: the head (head/), node (node.c), the actor's serve loop (worker.c). */
 #define _GNU_SOURCE
 #include <errno.h>

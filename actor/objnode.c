@@ -12,7 +12,8 @@
  * directories of its own uid. A cached executable runs only when its SHA-1 is its id (checked
  * when pulled and again when its file changed since).
  *
- * Messages: ObjNodeInfo to the head once registered (on the node's own head socket, so the
+ * Messages: ObjNodeInfo (with the host id, ct__host_id, by which a driver tells whether it can
+ * map this shard) to the head once registered (on the node's own head socket, so the
  * head learns its routing id); ObjAdded/ObjRemoved (from the shard's on_event hook, on any
  * thread) and ObjPullDone (from pull threads) go on a second head connection of this module,
  * guarded by a mutex. ObjPull and ObjDelete come from the head through the node's loop.

@@ -32,6 +32,9 @@
  * to the next holder and fetches only the chunks still missing. It seals on completion and
  * aborts (removes the partial object) on failure. A half-pulled object is never visible.
  *
+ * A driver with no shard on its host uses the same machinery without a shard: ct_xfer_pull_mem
+ * pulls into a private buffer, ct_xfer_push uploads to a node's data port (xfer_data.h).
+ *
  * Not here: finding holders (the head's object directory), replication policy.
  * Threads: the server runs its own thread and is otherwise not thread-safe (create/destroy
  * from one thread). ct_xfer_pull is reentrant: concurrent pulls from several threads are fine

@@ -11,6 +11,9 @@
  * the send fail (EPIPE; SIGPIPE is blocked in these threads) and the thread ends, dropping its
  * pins.
  *
+ * Uploads (CT_XD_FLAG_PUT, serve_put) are received on the same connection threads straight
+ * into an unsealed object, checked per chunk and sealed; ct_xfer_push is their client.
+ *
  * Not here: the puller's receive loop (transfer.c) and the ZeroMQ control requests. */
 #define _GNU_SOURCE
 #include "objectstore/xfer_data.h"

@@ -11,7 +11,9 @@
  *     executable the driver shipped through the data port;
  *   - the trainer trains 1 epoch with 2 replicas (the Fashion-MNIST object the driver puts, the
  *     checkpoint it pulls), and trainer_save writes a checkpoint that, restored into a second
- *     trainer, gives tensors equal to the driver's model.
+ *     trainer, gives tensors equal to the driver's model;
+ *   - a driver on the nodes' host (no namespace) maps a node's shard, and is remote with
+ *     CT_REMOTE_DRIVER=1; both round-trip 1 MiB.
  * Needs root (unshare, mount): exits 77 saying why otherwise. Every process started is killed
  * and reaped by pid (harness.h), also on failure. */
 #include "tt.h"
@@ -204,12 +206,38 @@ static int driver(void)
     return h_failures ? 1 : 0;
 }
 
-/* Runs fn in a child with a private /dev/shm; its exit status (77: no namespace). */
-static int in_child(int (*fn)(void), const char *addr)
+/* On the nodes' host (no namespace): local by host id, remote with CT_REMOTE_DRIVER=1. */
+static int driver_same_host(void)
+{
+    bool forced = getenv("CT_REMOTE_DRIVER") != NULL;
+    CHECK_OK(ct_init(NULL));
+    size_t len = 1u << 20;
+    unsigned char *buf = malloc(len);
+    for (size_t i = 0; buf && i < len; i++)
+        buf[i] = (unsigned char)(i * 7 + 1);
+    ct_object_id id;
+    ct_object_view v = {0};
+    CHECK_OK(ct_put(buf, len, NULL, &id));
+    if (forced)
+        CHECK_STR(ct_object_node(), "");
+    else
+        CHECK(ct_object_node()[0] != 0); /* a node's shard, mapped */
+    CHECK_OK(ct_get(&id, 10000, &v));
+    CHECK(buf && v.data && v.size == len && memcmp(v.data, buf, len) == 0);
+    ct_object_release(&v);
+    CHECK_OK(ct_free(&id));
+    free(buf);
+    ct_shutdown();
+    return h_failures ? 1 : 0;
+}
+
+/* Runs fn in a child (with a private /dev/shm when shm_ns); its exit status (77: no
+ * namespace). remote_env: the value of CT_REMOTE_DRIVER there (NULL: unset). */
+static int in_child(int (*fn)(void), const char *addr, bool shm_ns, const char *remote_env)
 {
     pid_t pid = fork();
     if (pid == 0) {
-        int rc = private_shm();
+        int rc = shm_ns ? private_shm() : 0;
         if (rc) {
             fprintf(stderr,
                     "SKIP: cannot make a private /dev/shm (unshare/mount: %s); needs "
@@ -218,7 +246,10 @@ static int in_child(int (*fn)(void), const char *addr)
             _exit(77);
         }
         setenv("CT_ADDRESS", addr, 1);
-        unsetenv("CT_REMOTE_DRIVER"); /* the driver must find out by itself */
+        if (remote_env)
+            setenv("CT_REMOTE_DRIVER", remote_env, 1);
+        else
+            unsetenv("CT_REMOTE_DRIVER"); /* the driver must find out by itself */
         fflush(stderr);
         _exit(fn());
     }
@@ -250,14 +281,16 @@ int main(void)
     CHECK(head > 0);
     if (head <= 0)
         return 1;
-    int rc = in_child(driver_no_node, addr);
+    int rc = in_child(driver_no_node, addr, true, NULL);
     if (rc == 77)
         return 77;
     CHECK_EQ_INT(rc, 0);
     pid_t n1 = h_start_node(addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
     pid_t n2 = h_start_node(addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
     CHECK(n1 > 0 && n2 > 0);
-    CHECK_EQ_INT(in_child(driver, addr), 0);
+    CHECK_EQ_INT(in_child(driver, addr, true, NULL), 0);
+    CHECK_EQ_INT(in_child(driver_same_host, addr, false, NULL), 0);
+    CHECK_EQ_INT(in_child(driver_same_host, addr, false, "1"), 0);
     CHECK_EQ_INT(h_reap(n1, SIGTERM, 5000), 0);
     CHECK_EQ_INT(h_reap(n2, SIGTERM, 5000), 0);
     CHECK_EQ_INT(h_reap(head, SIGTERM, 5000), 0);

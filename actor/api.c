@@ -1752,6 +1752,7 @@ static int ensure_store(void)
         const char *want = C.self_node[0] ? C.self_node : C.emb_node[0] ? C.emb_node : NULL;
         bool force_remote = !want && ev && !strcmp(ev, "1");
         int elsewhere = 0;
+        char here[32] = ""; /* a node on this host whose shard could not be mapped */
         for (size_t i = 0; i < r->n_nodes && !C.store; i++) {
             Ct__ObjNodeInfo *ni = r->nodes[i];
             if (want && strcmp(ni->node_id, want))
@@ -1764,6 +1765,8 @@ static int ensure_store(void)
             C.store = ct_store_client_new(ni->store_name);
             if (C.store)
                 snprintf(C.store_node, sizeof C.store_node, "%s", ni->node_id);
+            else
+                snprintf(here, sizeof here, "%s", ni->node_id);
         }
         size_t listed = r->n_nodes;
         ct__msg_free(rep);
@@ -1780,6 +1783,11 @@ static int ensure_store(void)
             if (want)
                 return ct__error(CT_ENOENT,
                                  "object store: node %s has no shard this process can reach", want);
+            if (here[0])
+                return ct__error(CT_ENOENT,
+                                 "object store: node %s runs on this host (host id %s) but its "
+                                 "shard cannot be mapped here",
+                                 here, me);
             if (!listed)
                 return ct__error(CT_ENOENT,
                                  "object store: the head at %s lists no ct-node with an object "

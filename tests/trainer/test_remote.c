@@ -237,6 +237,7 @@ static int in_child(int (*fn)(void), const char *addr, bool shm_ns, const char *
 {
     pid_t pid = fork();
     if (pid == 0) {
+        h_failures = 0; /* the child's own count, not the parent's so far */
         int rc = shm_ns ? private_shm() : 0;
         if (rc) {
             fprintf(stderr,

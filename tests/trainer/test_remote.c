@@ -133,6 +133,12 @@ static void objects(void)
         ct_object_release(&v);
         CHECK_OK(ct_free(&id));
     }
+    /* an empty object */
+    CHECK_OK(ct_put(NULL, 0, NULL, &id));
+    CHECK_OK(ct_get(&id, 10000, &v));
+    CHECK_EQ_INT(v.size, 0);
+    ct_object_release(&v);
+    CHECK_OK(ct_free(&id));
     /* an unknown id: CT_ENOENT at once */
     memset(&id, 0x5a, sizeof id);
     CHECK_EQ_INT(ct_get(&id, 0, &v), CT_ENOENT);

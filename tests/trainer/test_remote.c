@@ -14,11 +14,15 @@
  *     trainer, gives tensors equal to the driver's model;
  *   - a driver on the nodes' host (no namespace) maps a node's shard, and is remote with
  *     CT_REMOTE_DRIVER=1; both round-trip 1 MiB.
+ * With ip(8) the driver also runs in a network namespace of its own, reaching the head and
+ * nodes (bound to 10.77.0.1 in the test's own namespace) over a veth pair, as another host
+ * would; without it, in the test's namespace (noted on stderr).
  * Needs root (unshare, mount): exits 77 saying why otherwise. Every process started is killed
  * and reaped by pid (harness.h), also on failure. */
 #include "tt.h"
 #include "tests/runtime/classes.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -237,13 +241,84 @@ static int driver_same_host(void)
     return h_failures ? 1 : 0;
 }
 
-/* Runs fn in a child (with a private /dev/shm when shm_ns); its exit status (77: no
- * namespace). remote_env: the value of CT_REMOTE_DRIVER there (NULL: unset). */
+/* The driver's network namespace: held by a child that sleeps in it, joined to this process's
+ * own (new) namespace by a veth pair, CLUSTER_IP here (head and nodes bind it), DRIVER_IP there.
+ * Killing the holder (h_kill_all) removes the namespace and both ends of the pair. */
+#define CLUSTER_IP "10.77.0.1"
+#define DRIVER_IP "10.77.0.2"
+static pid_t ns_holder;
+
+/* 0, or -1 (why on stderr) when it cannot be made (no ip(8), no permission): the driver then
+ * runs in this network namespace with a private /dev/shm only. */
+static int make_netns(void)
+{
+    int go[2], ready[2];
+    char b = 0, cmd[300];
+    if (system("command -v ip >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "note: no ip(8): the driver gets a private /dev/shm only\n");
+        return -1;
+    }
+    if (unshare(CLONE_NEWNET) || system("ip link set lo up") != 0) {
+        fprintf(stderr, "note: no network namespace (%s): a private /dev/shm only\n",
+                strerror(errno));
+        return -1;
+    }
+    if (pipe(go) || pipe(ready))
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (unshare(CLONE_NEWNET) || write(ready[1], "u", 1) != 1 || read(go[0], &b, 1) != 1)
+            _exit(1);
+        int rc = system("ip link set lo up && ip addr add " DRIVER_IP "/24 dev vB && "
+                        "ip link set vB up");
+        if (write(ready[1], rc ? "n" : "y", 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    if (pid > 0 && h_nprocs < H_MAX_PROCS)
+        h_procs[h_nprocs++] = pid;
+    int rc = -1;
+    if (pid > 0 && read(ready[0], &b, 1) == 1 && b == 'u') {
+        snprintf(cmd, sizeof cmd,
+                 "ip link add vA type veth peer name vB netns %d && ip addr add " CLUSTER_IP
+                 "/24 dev vA && ip link set vA up",
+                 (int)pid);
+        rc = system(cmd);
+        if (write(go[1], "g", 1) != 1 || read(ready[0], &b, 1) != 1 || b != 'y')
+            rc = -1;
+    }
+    close(go[0]);
+    close(go[1]);
+    close(ready[0]);
+    close(ready[1]);
+    if (rc) {
+        fprintf(stderr, "note: no veth pair into a second namespace: a private /dev/shm only\n");
+        return -1;
+    }
+    ns_holder = pid;
+    return 0;
+}
+
+/* Runs fn in a child (in the driver's network namespace, when there is one, and with a
+ * private /dev/shm when shm_ns); its exit status (77: no namespace). remote_env: the value of
+ * CT_REMOTE_DRIVER there (NULL: unset). */
 static int in_child(int (*fn)(void), const char *addr, bool shm_ns, const char *remote_env)
 {
     pid_t pid = fork();
     if (pid == 0) {
         h_failures = 0; /* the child's own count, not the parent's so far */
+        if (shm_ns && ns_holder > 0) {
+            char path[64];
+            snprintf(path, sizeof path, "/proc/%d/ns/net", (int)ns_holder);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0 || setns(fd, CLONE_NEWNET)) {
+                fprintf(stderr, "setns %s: %s\n", path, strerror(errno));
+                _exit(1);
+            }
+            close(fd);
+        }
         int rc = shm_ns ? private_shm() : 0;
         if (rc) {
             fprintf(stderr,
@@ -283,17 +358,29 @@ int main(void)
         printf("SKIP: needs root (a mount namespace with a private /dev/shm for the driver)\n");
         return 77;
     }
-    char addr[160];
-    pid_t head = h_start_head(addr, sizeof addr, "100", "1000");
-    CHECK(head > 0);
-    if (head <= 0)
+    const char *host = make_netns() == 0 ? CLUSTER_IP : "127.0.0.1";
+    char addr[200], line[200];
+    char *hargv[] = {
+        (char *)h_bin("ct-head"), "--port", "0", "--host", (char *)host, "--heartbeat-ms", "100",
+        "--dead-after-ms",        "1000",   NULL};
+    int hfd = -1;
+    pid_t head = h_spawn(hargv, &hfd);
+    if (head <= 0 || h_read_line(hfd, line, sizeof line, 5000) ||
+        strncmp(line, "listening on ", 13)) {
+        fprintf(stderr, "ct-head did not start\n");
         return 1;
+    }
+    close(hfd);
+    snprintf(addr, sizeof addr, "%s", line + 13);
+    fprintf(stderr, "head at %s; the driver %s\n", addr,
+            ns_holder > 0 ? "in another network namespace (" DRIVER_IP ")"
+                          : "in this network namespace");
     int rc = in_child(driver_no_node, addr, true, NULL);
     if (rc == 77)
         return 77;
     CHECK_EQ_INT(rc, 0);
-    pid_t n1 = h_start_node(addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
-    pid_t n2 = h_start_node(addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
+    pid_t n1 = h_start_node(addr, "--cpus", "1", "--store-memory", "256M", "--host", host);
+    pid_t n2 = h_start_node(addr, "--cpus", "1", "--store-memory", "256M", "--host", host);
     CHECK(n1 > 0 && n2 > 0);
     CHECK_EQ_INT(in_child(driver, addr, true, NULL), 0);
     CHECK_EQ_INT(in_child(driver_same_host, addr, false, NULL), 0);

@@ -692,11 +692,17 @@ static void on_nodes(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
     (void)user;
     Ct__ObjNodeInfo *ni = calloc(D.nn ? D.nn : 1, sizeof *ni);
     Ct__ObjNodeInfo **np = calloc(D.nn ? D.nn : 1, sizeof *np);
+    uint64_t *held = calloc(D.nn ? D.nn : 1, sizeof *held);
     size_t k = 0;
-    if (!ni || !np) {
+    if (!ni || !np || !held) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         goto out;
     }
+    /* what each node holds, in one pass: a remote driver puts where there is room */
+    for (int j = 0; j < D.no; j++)
+        for (int q = 0; q < D.o[j].nh; q++)
+            if (D.o[j].h[q] >= 0 && D.o[j].h[q] < D.nn)
+                held[D.o[j].h[q]] += D.o[j].size;
     for (int i = 0; i < D.nn; i++) {
         if (!D.n[i].alive)
             continue;
@@ -708,9 +714,7 @@ static void on_nodes(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
         ni[k].memory_cap = D.n[i].cap;
         ni[k].data_port = D.n[i].data_port;
         ni[k].host_id = D.n[i].host_id;
-        for (int j = 0; j < D.no; j++) /* what it holds: a remote driver puts where there is room */
-            if (holds(&D.o[j], i))
-                ni[k].bytes_held += D.o[j].size;
+        ni[k].bytes_held = held[i];
         np[k] = &ni[k];
         k++;
     }
@@ -725,6 +729,7 @@ static void on_nodes(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
 out:
     free(ni);
     free(np);
+    free(held);
 }
 
 static void on_node_dead(ct__head *h, const char *node_id, void *user)

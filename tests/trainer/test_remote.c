@@ -5,8 +5,9 @@
  * driver must find out by itself. Checks:
  *   - with the head up and no node at all, ct_put fails with CT_ENOENT naming what is missing;
  *   - a 64 MiB ct_put / ct_get round trip gives identical bytes (uploaded to a node's data port,
- *     fetched back from it), replicas = 2 gives two holders, and an upload whose chunk arrives
- *     with a bad checksum is sent again (CT_XFER_CORRUPT_PUT);
+ *     fetched back from it), the next put goes to the node with more room, replicas = 2 gives
+ *     two holders, and an upload whose chunk arrives with a bad checksum is sent again
+ *     (CT_XFER_CORRUPT_PUT);
  *   - an actor of the driver's program starts on a node from the node's cached copy of the
  *     executable the driver shipped through the data port;
  *   - the trainer trains 1 epoch with 2 replicas (the Fashion-MNIST object the driver puts, the
@@ -113,6 +114,14 @@ static void objects(void)
     int n = 0;
     CHECK_OK(ct_object_nodes(&id, nodes, 8, &n, NULL));
     CHECK_EQ_INT(n, 1);
+    /* the next put goes to the node with more room: the other one (both shards 256 MiB) */
+    ct_object_id small;
+    char snodes[8][32];
+    int sn = 0;
+    CHECK_OK(ct_put(buf, 4096, NULL, &small));
+    CHECK_OK(ct_object_nodes(&small, snodes, 8, &sn, NULL));
+    CHECK(n == 1 && sn == 1 && strcmp(nodes[0], snodes[0]) != 0);
+    CHECK_OK(ct_free(&small));
     CHECK_OK(ct_free(&id));
 
     /* two copies; one chunk's checksum sent wrong: the node refuses it, the driver sends again */

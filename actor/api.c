@@ -7,6 +7,9 @@
  * death event reaches a pending call at once. One mutex serializes the API's state, but waiting
  * calls release it while they sleep (sleep_unlocked), and head replies are filed by request id
  * into whichever thread waits for them (hwait): several threads may wait at once.
+ * Objects: through the shard of this process's node (ct_store_client), or, in a driver whose
+ * host has no node, through the nodes' data ports (put_remote / get_remote; the lock is
+ * released while bytes move).
  * Not in here: the head (head/), node (node.c), the actor's serve loop (worker.c). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,6 +37,7 @@
 #include "common/common.h"
 #include "head/head.h"
 #include "objectstore/store.h"
+#include "objectstore/transfer.h"
 #include "proto/msg.h"
 
 /* ---- class registry (written before ct_init, read-only after) ---- */
@@ -100,6 +104,14 @@ struct ct_placement_group {
     char id[32];
 };
 
+/* An object a remote driver is creating (ct_object_create): its bytes until the seal. */
+struct rbuf {
+    ct_object_id id;
+    void *data;
+    size_t len;
+    struct rbuf *next;
+};
+
 #define EVQ 1024
 static struct {
     pthread_mutex_t mu;
@@ -133,6 +145,10 @@ static struct {
                                        buffers of other threads may still point into them) */
     int nold;
     char store_node[32];
+    /* a remote driver: no node on this host (host ids differ, or CT_REMOTE_DRIVER=1), so
+     * objects go to and come from nodes' data ports; created objects wait here until sealed */
+    bool remote;
+    struct rbuf *creating;
     char emb_node[32];   /* the embedded node's id */
     ct_object_id exe_id; /* code shipping: SHA-1 of /proc/self/exe */
     int exe_state;       /* 0 not tried, 1 in the store, -1 could not */
@@ -902,6 +918,13 @@ void ct_shutdown(void)
         ct_store_client_destroy(&C.old_stores[i]);
     C.nold = 0;
     C.store_node[0] = 0;
+    C.remote = false;
+    while (C.creating) {
+        struct rbuf *b = C.creating;
+        C.creating = b->next;
+        free(b->data);
+        free(b);
+    }
     C.exe_state = 0;
     stop_heartbeats();
     close_all();
@@ -1686,57 +1709,102 @@ static void retire_store(void)
     C.store_node[0] = 0;
 }
 
-/* Connects to this process's node shard (see ct.h for which node). Lock held. */
-/* Connects this process to a store shard on its host: its own node's (actors), the embedded
- * node's, else the first the head lists that it can reach. A node that has just joined
- * registers its shard a moment later, so an empty answer is asked again for up to
- * STORE_WAIT_MS before it is an error. */
+/* The head's list of live nodes with a store (ObjNodesReply). Lock held (released while
+ * waiting). */
+static int obj_nodes(Ct__Envelope **rep)
+{
+    Ct__Envelope e;
+    Ct__ObjNodes q = CT__OBJ_NODES__INIT;
+    ct__env_init(&e, 0, C.sender, 5000);
+    e.body_case = CT__ENVELOPE__BODY_OBJ_NODES;
+    e.obj_nodes = &q;
+    int rc = head_request(&e, rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(*rep, CT__ENVELOPE__BODY_OBJ_NODES_REPLY, "obj_nodes");
+    return rc;
+}
+
+/* Connects this process to the object store: its own node's shard (actors), the embedded
+ * node's, else that of a node on its host (same ct__host_id: the shard's /dev/shm is ours).
+ * A driver on a host with no node (or with CT_REMOTE_DRIVER=1) is a *remote driver*: it maps
+ * nothing and moves objects through the nodes' data ports (put_remote, get_remote). A node
+ * that has just joined registers its shard a moment later, so an empty answer is asked again
+ * for up to STORE_WAIT_MS before it is an error. Lock held. */
 #define STORE_WAIT_MS 2000
 static int ensure_store(void)
 {
-    if (C.store)
+    if (C.store || C.remote)
         return 0;
     int rc = ensure_head();
     if (rc)
         return rc;
+    char me[128];
+    ct__host_id(me, sizeof me);
+    const char *ev = getenv("CT_REMOTE_DRIVER");
     int64_t until = ct__now_ms() + STORE_WAIT_MS;
     for (;;) {
-        Ct__Envelope e, *rep = NULL;
-        Ct__ObjNodes q = CT__OBJ_NODES__INIT;
-        ct__env_init(&e, 0, C.sender, 5000);
-        e.body_case = CT__ENVELOPE__BODY_OBJ_NODES;
-        e.obj_nodes = &q;
-        if ((rc = head_request(&e, &rep, 5000)))
-            return rc;
-        if ((rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OBJ_NODES_REPLY, "obj_nodes"))) {
+        Ct__Envelope *rep = NULL;
+        if ((rc = obj_nodes(&rep))) {
             ct__msg_free(rep);
             return rc;
         }
         Ct__ObjNodesReply *r = rep->obj_nodes_reply;
         const char *want = C.self_node[0] ? C.self_node : C.emb_node[0] ? C.emb_node : NULL;
+        bool force_remote = !want && ev && !strcmp(ev, "1");
+        int elsewhere = 0;
+        char here[32] = ""; /* a node on this host whose shard could not be mapped */
         for (size_t i = 0; i < r->n_nodes && !C.store; i++) {
             Ct__ObjNodeInfo *ni = r->nodes[i];
             if (want && strcmp(ni->node_id, want))
                 continue;
+            /* a node that reports no host id (an older one) is tried as before */
+            if (!want && (force_remote || (ni->host_id[0] && strcmp(ni->host_id, me)))) {
+                elsewhere += ni->data_port != 0;
+                continue;
+            }
             C.store = ct_store_client_new(ni->store_name);
             if (C.store)
                 snprintf(C.store_node, sizeof C.store_node, "%s", ni->node_id);
+            else
+                snprintf(here, sizeof here, "%s", ni->node_id);
         }
+        size_t listed = r->n_nodes;
         ct__msg_free(rep);
-        if (C.store) /* ours, or another thread's while the lock was released */
+        if (C.store || C.remote) /* ours, or another thread's while the lock was released */
             return 0;
-        if (ct__now_ms() >= until)
-            return ct__error(
-                CT_ENOENT,
-                want ? "object store: node %s has no shard this process can reach"
-                     : "object store: no ct-node with an object store runs on this host%s "
-                       "(start one, or put from a process on a node)",
-                want ? want : "");
+        if (elsewhere) {
+            C.remote = true;
+            CT_LOG(CT_LOG_INFO, "client",
+                   "%s: objects go through the data ports of the cluster's nodes",
+                   force_remote ? "CT_REMOTE_DRIVER=1" : "no ct-node runs on this host");
+            return 0;
+        }
+        if (ct__now_ms() >= until) {
+            if (want)
+                return ct__error(CT_ENOENT,
+                                 "object store: node %s has no shard this process can reach", want);
+            if (here[0])
+                return ct__error(CT_ENOENT,
+                                 "object store: node %s runs on this host (host id %s) but its "
+                                 "shard cannot be mapped here",
+                                 here, me);
+            if (!listed)
+                return ct__error(CT_ENOENT,
+                                 "object store: the head at %s lists no ct-node with an object "
+                                 "store (objects live on nodes: start a ct-node)",
+                                 C.addr);
+            return ct__error(CT_ENOENT,
+                             "object store: no ct-node with an object store runs on this host, "
+                             "and no node of the %zu the head lists has a data port to put "
+                             "through",
+                             listed);
+        }
         sleep_unlocked(-1, 20);
     }
 }
 
-static int put_done(const ct_object_id *id, uint64_t size, const ct_put_opts *o)
+static int put_done(const ct_object_id *id, uint64_t size, const ct_put_opts *o,
+                    const char *node_id)
 {
     int wait = o && o->timeout_ms > 0 ? o->timeout_ms : 60000;
     Ct__Envelope e, *rep = NULL;
@@ -1745,7 +1813,7 @@ static int put_done(const ct_object_id *id, uint64_t size, const ct_put_opts *o)
     d.object_id.data = (uint8_t *)id->b;
     d.object_id.len = CT_OBJECT_ID_LEN;
     d.size = size;
-    d.node_id = C.store_node;
+    d.node_id = (char *)node_id;
     d.replicas = o && o->replicas > 0 ? o->replicas : 1;
     d.preferred_node = (char *)(o && o->node ? o->node : "");
     d.wait_ms = wait;
@@ -1758,6 +1826,65 @@ static int put_done(const ct_object_id *id, uint64_t size, const ct_put_opts *o)
     return rc;
 }
 
+/* A remote driver's put: uploads the bytes to one node (opts.node first, then the one with the
+ * most room: shard memory less what the directory lists on it; the next on a refusal), then
+ * registers it there with put_done exactly as a local put does. The lock is released during
+ * the upload. CT_EEXIST from the node is success when exist_ok. Lock held. */
+static int put_remote(const ct_object_id *id, const void *data, size_t len, const ct_put_opts *o,
+                      bool exist_ok)
+{
+    Ct__Envelope *rep = NULL;
+    int rc = obj_nodes(&rep);
+    if (rc) {
+        ct__msg_free(rep);
+        return rc;
+    }
+    Ct__ObjNodesReply *r = rep->obj_nodes_reply;
+    size_t n = r->n_nodes;
+    Ct__ObjNodeInfo **order = calloc(n ? n : 1, sizeof *order);
+    if (!order) {
+        ct__msg_free(rep);
+        return ct__error(CT_ENOMEM, "ct_put: out of memory");
+    }
+    memcpy(order, r->nodes, n * sizeof *order);
+    for (size_t i = 0; i < n; i++) /* preferred first, then most room (selection sort) */
+        for (size_t j = i + 1; j < n; j++) {
+            Ct__ObjNodeInfo *a = order[i], *b = order[j];
+            uint64_t ra = a->memory_cap > a->bytes_held ? a->memory_cap - a->bytes_held : 0;
+            uint64_t rb = b->memory_cap > b->bytes_held ? b->memory_cap - b->bytes_held : 0;
+            bool pa = o && o->node && !strcmp(a->node_id, o->node);
+            bool pb = o && o->node && !strcmp(b->node_id, o->node);
+            if ((pb && !pa) || (pa == pb && rb > ra)) {
+                order[i] = b;
+                order[j] = a;
+            }
+        }
+    char why[768] = "", node[32] = "";
+    rc = CT_ENOENT;
+    for (size_t i = 0; i < n && !node[0]; i++) {
+        Ct__ObjNodeInfo *ni = order[i];
+        size_t k = strlen(why);
+        if (!ni->data_port) {
+            snprintf(why + k, sizeof why - k, "%s%s: no data port", k ? "; " : "", ni->node_id);
+            continue;
+        }
+        UNLOCK();
+        rc = ct_xfer_push(ni->xfer_address, (uint16_t)ni->data_port, id, data, len, 60000);
+        LOCK();
+        if (!rc || (rc == CT_EEXIST && exist_ok))
+            snprintf(node, sizeof node, "%s", ni->node_id);
+        else
+            snprintf(why + k, sizeof why - k, "%s%s: %s", k ? "; " : "", ni->node_id,
+                     ct_last_error());
+    }
+    free(order);
+    ct__msg_free(rep);
+    if (!node[0])
+        return ct__error(rc ? rc : CT_ENOENT, "ct_put: no node took the object (%zu bytes): %s",
+                         len, n ? why : "the head lists no node with an object store");
+    return put_done(id, len, o, node);
+}
+
 /* create + copy + seal in this node's shard, then register (and replicate). Lock held.
  * CT_EEXIST from the shard is success when exist_ok (content-addressed ids). */
 static int put_id(const ct_object_id *id, const void *data, size_t len, const ct_put_opts *o,
@@ -1766,6 +1893,8 @@ static int put_id(const ct_object_id *id, const void *data, size_t len, const ct
     int rc = ensure_store();
     if (rc)
         return rc;
+    if (C.remote)
+        return put_remote(id, data, len, o, exist_ok);
     void *p = NULL;
     rc = ct_store_client_create(C.store, id, len, &p);
     if (rc == CT_ECONNRESET) { /* the node went away: use another one */
@@ -1784,7 +1913,7 @@ static int put_id(const ct_object_id *id, const void *data, size_t len, const ct
             ct_store_client_abort(C.store, id);
     }
     if (!rc)
-        rc = put_done(id, len, o);
+        rc = put_done(id, len, o, C.store_node);
     return rc;
 }
 
@@ -1841,6 +1970,24 @@ int ct_object_create(size_t len, ct_object_id *id, void **data)
         return ct__error(CT_EIO, "ct_object_create: getrandom: %s", strerror(errno));
     LOCK();
     int rc = ensure_store();
+    if (!rc && C.remote) { /* a private buffer until the seal uploads it */
+        struct rbuf *b = calloc(1, sizeof *b);
+        if (b && !(b->data = malloc(len ? len : 1))) {
+            free(b);
+            b = NULL;
+        }
+        if (b) {
+            b->id = *id;
+            b->len = len;
+            b->next = C.creating;
+            C.creating = b;
+            *data = b->data;
+        } else {
+            rc = ct__error(CT_ENOMEM, "ct_object_create: no memory for %zu bytes", len);
+        }
+        UNLOCK();
+        return rc;
+    }
     if (!rc)
         rc = ct_store_client_create(C.store, id, len, data);
     if (rc == CT_ECONNRESET) {
@@ -1852,11 +1999,31 @@ int ct_object_create(size_t len, ct_object_id *id, void **data)
     return rc;
 }
 
+/* Takes a remote driver's object being created out of the list (caller owns it), or NULL. */
+static struct rbuf *take_creating(const ct_object_id *id)
+{
+    for (struct rbuf **pp = &C.creating; *pp; pp = &(*pp)->next)
+        if (!memcmp((*pp)->id.b, id->b, CT_OBJECT_ID_LEN)) {
+            struct rbuf *b = *pp;
+            *pp = b->next;
+            return b;
+        }
+    return NULL;
+}
+
 int ct_object_seal(const ct_object_id *id, const ct_put_opts *opts)
 {
     if (!id)
         return ct__error(CT_EINVAL, "ct_object_seal: id is NULL");
     LOCK();
+    struct rbuf *b = take_creating(id);
+    if (b) {
+        int rc = put_remote(id, b->data, b->len, opts, false);
+        UNLOCK();
+        free(b->data);
+        free(b);
+        return rc;
+    }
     uint64_t size = 0;
     int rc = C.store ? ct_store_client_seal(C.store, id)
                      : ct__error(CT_ENOENT, "ct_object_seal: no object being created");
@@ -1868,7 +2035,7 @@ int ct_object_seal(const ct_object_id *id, const ct_put_opts *opts)
         }
     }
     if (!rc)
-        rc = put_done(id, size, opts);
+        rc = put_done(id, size, opts, C.store_node);
     UNLOCK();
     return rc;
 }
@@ -1878,6 +2045,13 @@ int ct_object_abort(const ct_object_id *id)
     if (!id)
         return ct__error(CT_EINVAL, "ct_object_abort: id is NULL");
     LOCK();
+    struct rbuf *b = take_creating(id);
+    if (b) {
+        UNLOCK();
+        free(b->data);
+        free(b);
+        return 0;
+    }
     int rc = C.store ? ct_store_client_abort(C.store, id)
                      : ct__error(CT_ENOENT, "ct_object_abort: no object being created");
     UNLOCK();
@@ -1894,6 +2068,63 @@ static void to_view(const ct_store_view *sv, ct_object_view *v)
     v->priv_[2] = (void *)(uintptr_t)sv->maplen_;
 }
 
+static int locate(const ct_object_id *ids, int n, Ct__Envelope **rep);
+static char remote_view; /* ct_object_view.priv_[0] of a remote driver's copy */
+
+/* A remote driver's get: waits up to timeout_ms for a holder (as ObjFetch does for a node),
+ * then pulls the bytes from the holders' data ports into a private buffer (the nodes' puller,
+ * CRC-32C checked, failing over between holders). The lock is released during the pull.
+ * Lock held. */
+static int get_remote(const ct_object_id *id, int timeout_ms, ct_object_view *view)
+{
+    char hx[41];
+    ct_object_id_hex(id, hx);
+    int64_t until = ct__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        Ct__Envelope *lrep = NULL, *nrep = NULL;
+        int rc = locate(id, 1, &lrep);
+        Ct__ObjLocation *l = rc ? NULL : lrep->obj_locate_reply->objects[0];
+        if (!rc && l->found)
+            rc = obj_nodes(&nrep);
+        if (!rc && l->found) {
+            Ct__ObjNodesReply *r = nrep->obj_nodes_reply;
+            const char *holders[16];
+            uint16_t ports[16];
+            int nh = 0;
+            for (size_t i = 0; i < l->n_node_ids && nh < 16; i++)
+                for (size_t j = 0; j < r->n_nodes; j++)
+                    if (!strcmp(r->nodes[j]->node_id, l->node_ids[i])) {
+                        holders[nh] = r->nodes[j]->xfer_address;
+                        ports[nh++] = (uint16_t)r->nodes[j]->data_port;
+                        break;
+                    }
+            ct_xfer_pull_opts po = {.size_known = 1, .size = l->size, .data_ports = ports};
+            void *data = NULL;
+            uint64_t size = 0;
+            UNLOCK();
+            rc = ct_xfer_pull_mem(id, holders, nh, &po, &data, &size, NULL);
+            LOCK();
+            if (!rc) {
+                view->data = data;
+                view->size = size;
+                view->id = *id;
+                view->priv_[0] = &remote_view;
+                view->priv_[1] = data;
+            }
+        } else if (!rc) {
+            rc = CT_ENOENT; /* not put yet */
+        }
+        ct__msg_free(lrep);
+        ct__msg_free(nrep);
+        if (rc != CT_ENOENT && rc != CT_ERETRY)
+            return rc;
+        if (ct__now_ms() >= until)
+            return rc == CT_ENOENT ? ct__error(CT_ENOENT, "ct_get: object %s: no node holds it", hx)
+                                   : rc;
+        sleep_unlocked(-1, 10);
+    }
+}
+
 int ct_get(const ct_object_id *id, int timeout_ms, ct_object_view *view)
 {
     if (!id || !view)
@@ -1907,6 +2138,11 @@ int ct_get(const ct_object_id *id, int timeout_ms, ct_object_view *view)
     int rc = ensure_store();
     if (rc)
         goto out;
+    if (C.remote) {
+        rc = get_remote(id, timeout_ms, view);
+        UNLOCK();
+        return rc;
+    }
     rc = ct_store_client_get(C.store, id, &sv);
     if (rc == CT_ECONNRESET) { /* the node went away: use another one */
         retire_store();
@@ -1947,6 +2183,11 @@ void ct_object_release(ct_object_view *v)
 {
     if (!v || !v->priv_[0])
         return;
+    if (v->priv_[0] == &remote_view) { /* a remote driver's own copy */
+        free(v->priv_[1]);
+        memset(v, 0, sizeof *v);
+        return;
+    }
     ct_store_view sv = {0};
     sv.data = v->data;
     sv.size = v->size;

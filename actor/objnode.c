@@ -12,7 +12,8 @@
  * directories of its own uid. A cached executable runs only when its SHA-1 is its id (checked
  * when pulled and again when its file changed since).
  *
- * Messages: ObjNodeInfo to the head once registered (on the node's own head socket, so the
+ * Messages: ObjNodeInfo (with the host id, ct__host_id, by which a driver tells whether it can
+ * map this shard) to the head once registered (on the node's own head socket, so the
  * head learns its routing id); ObjAdded/ObjRemoved (from the shard's on_event hook, on any
  * thread) and ObjPullDone (from pull threads) go on a second head connection of this module,
  * guarded by a mutex. ObjPull and ObjDelete come from the head through the node's loop.
@@ -631,6 +632,9 @@ int ct__objnode_start(const char *node_id, const char *head, const char *host, u
     ni.data_port = ct_xfer_server_data_port(O.srv);
     ni.memory_cap = st.memory_cap;
     ni.host = (char *)host;
+    char hid[128];
+    ct__host_id(hid, sizeof hid);
+    ni.host_id = hid;
     e.body_case = CT__ENVELOPE__BODY_OBJ_NODE_INFO;
     e.obj_node_info = &ni;
     ct__node_send_head(&e);
@@ -669,6 +673,25 @@ void ct__objnode_stop(void)
     zmq_ctx_term(O.ctx);
     O.ctx = NULL;
     rm_rf(O.dir);
+}
+
+void ct__host_id(char *buf, size_t cap)
+{
+    char boot[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f))
+            boot[0] = 0;
+        fclose(f);
+    }
+    boot[strcspn(boot, "\n")] = 0;
+    struct stat net = {0}, shm = {0};
+    if (stat("/proc/self/ns/net", &net) != 0)
+        net.st_ino = 0;
+    if (stat("/dev/shm", &shm) != 0)
+        shm.st_dev = 0;
+    snprintf(buf, cap, "%s/net:%llu/shm:%llu", boot, (unsigned long long)net.st_ino,
+             (unsigned long long)shm.st_dev);
 }
 
 const char *ct__objnode_store_name(void)

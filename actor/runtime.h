@@ -58,6 +58,12 @@ void ct__objnode_purge_pid(int pid);
  * it is a symlink, not a directory, not this uid's, or group/other-writable. */
 int ct__objnode_check_dir(const char *dir);
 const char *ct__objnode_store_name(void);
+/* This process's host identity as the object store sees it: "<boot id>/net:<network namespace
+ * inode>/shm:<device of /dev/shm>". Two processes with the same one share a kernel, a network
+ * namespace and the /dev/shm that shards live in, so one can map the other's shard; a node
+ * reports its own (ObjNodeInfo.host_id) and a driver compares it with its own to decide
+ * whether a node runs on its host (api.c). */
+void ct__host_id(char *buf, size_t cap);
 /* Default store memory: a quarter of RAM, at most 2 GiB and half of /dev/shm's free space. */
 uint64_t ct__objnode_default_memory(void);
 

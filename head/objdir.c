@@ -38,6 +38,7 @@ typedef struct dnode {
     char store[96];
     char addr[160];
     char host[64];
+    char host_id[128];
     uint64_t cap;
     uint32_t data_port; /* its transfer server's raw TCP port, 0: none */
     bool alive;
@@ -401,6 +402,7 @@ static void on_node_info(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
     snprintf(n->store, sizeof n->store, "%s", m->store_name ? m->store_name : "");
     snprintf(n->addr, sizeof n->addr, "%s", m->xfer_address ? m->xfer_address : "");
     snprintf(n->host, sizeof n->host, "%s", m->host ? m->host : "");
+    snprintf(n->host_id, sizeof n->host_id, "%s", m->host_id ? m->host_id : "");
     n->cap = m->memory_cap;
     n->data_port = m->data_port <= 65535 ? m->data_port : 0;
     n->rid = *rid;
@@ -690,11 +692,17 @@ static void on_nodes(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
     (void)user;
     Ct__ObjNodeInfo *ni = calloc(D.nn ? D.nn : 1, sizeof *ni);
     Ct__ObjNodeInfo **np = calloc(D.nn ? D.nn : 1, sizeof *np);
+    uint64_t *held = calloc(D.nn ? D.nn : 1, sizeof *held);
     size_t k = 0;
-    if (!ni || !np) {
+    if (!ni || !np || !held) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         goto out;
     }
+    /* what each node holds, in one pass: a remote driver puts where there is room */
+    for (int j = 0; j < D.no; j++)
+        for (int q = 0; q < D.o[j].nh; q++)
+            if (D.o[j].h[q] >= 0 && D.o[j].h[q] < D.nn)
+                held[D.o[j].h[q]] += D.o[j].size;
     for (int i = 0; i < D.nn; i++) {
         if (!D.n[i].alive)
             continue;
@@ -704,6 +712,9 @@ static void on_nodes(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
         ni[k].xfer_address = D.n[i].addr;
         ni[k].host = D.n[i].host;
         ni[k].memory_cap = D.n[i].cap;
+        ni[k].data_port = D.n[i].data_port;
+        ni[k].host_id = D.n[i].host_id;
+        ni[k].bytes_held = held[i];
         np[k] = &ni[k];
         k++;
     }
@@ -718,6 +729,7 @@ static void on_nodes(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
 out:
     free(ni);
     free(np);
+    free(held);
 }
 
 static void on_node_dead(ct__head *h, const char *node_id, void *user)

@@ -397,6 +397,7 @@ void ct_xfer_server_get_stats(ct_xfer_server *srv, ct_xfer_server_stats *st)
     st->chunks = __atomic_load_n(&srv->st.chunks, __ATOMIC_RELAXED);
     st->bytes = __atomic_load_n(&srv->st.bytes, __ATOMIC_RELAXED);
     st->errors = __atomic_load_n(&srv->st.errors, __ATOMIC_RELAXED);
+    st->bytes_in = __atomic_load_n(&srv->st.bytes_in, __ATOMIC_RELAXED);
 }
 
 void ct_xfer_server_destroy(ct_xfer_server **sp)
@@ -442,7 +443,7 @@ enum { CH_MISSING = 0, CH_INFLIGHT = 1, CH_DONE = 2 };
 #define PULL_VIA_ZMQ 1
 
 typedef struct pull {
-    ct_store *dst;
+    ct_store *dst; /* NULL: into a private buffer (ct_xfer_pull_mem) */
     const ct_object_id *id;
     const ct_xfer_pull_opts *o;
     ct_xfer_pull_stats *st;
@@ -567,10 +568,12 @@ static int on_size(pull *p, uint64_t size)
     p->req_of = calloc(n, sizeof *p->req_of);
     if (!p->state || !p->retries || !p->req_of)
         return ct__error(CT_ENOMEM, "pull: out of memory");
-    void *buf;
-    int rc = ct_store_create(p->dst, p->id, size, &buf);
+    void *buf = NULL;
+    int rc = p->dst ? ct_store_create(p->dst, p->id, size, &buf) : 0;
     if (rc)
         return rc;
+    if (!p->dst && !(buf = malloc(size ? size : 1)))
+        return ct__error(CT_ENOMEM, "pull: no memory for %llu bytes", (unsigned long long)size);
     p->buf = buf;
     p->sized = 1;
     p->inflight = 0;
@@ -1000,11 +1003,12 @@ static int pull_from(pull *p, void *sock, int h, const char *holder)
     return 0;
 }
 
-int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holders, int nholders,
-                 const ct_xfer_pull_opts *opts, ct_xfer_pull_stats *stats)
+/* ct_xfer_pull into dst, or with dst NULL into a malloc'd buffer given to *mem. */
+static int pull_any(ct_store *dst, void **mem, const ct_object_id *id, const char *const *holders,
+                    int nholders, const ct_xfer_pull_opts *opts, ct_xfer_pull_stats *stats)
 {
     static const ct_xfer_pull_opts defaults;
-    if (!dst || !id || (nholders > 0 && !holders) || nholders < 0)
+    if ((!dst && !mem) || !id || (nholders > 0 && !holders) || nholders < 0)
         return ct__error(CT_EINVAL, "ct_xfer_pull: NULL argument");
     if (!opts)
         opts = &defaults;
@@ -1016,7 +1020,7 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
         memset(stats, 0, sizeof *stats);
         stats->last_holder = -1;
     }
-    if (ct_store_contains(dst, id))
+    if (dst && ct_store_contains(dst, id))
         return 0;
     pull p = {.dst = dst, .id = id, .o = opts, .st = stats};
     p.chunk = opts->chunk_size ? opts->chunk_size : CT_XFER_DEFAULT_CHUNK;
@@ -1062,7 +1066,9 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
             zmq_close(sock);
         }
         if (r == 0) {
-            rc = ct_store_seal(dst, id);
+            rc = dst ? ct_store_seal(dst, id) : 0;
+            if (!dst)
+                *mem = p.buf;
             goto out;
         }
         if (r == CT_ENOENT) {
@@ -1095,12 +1101,37 @@ int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holde
     else
         rc = ct__error(CT_ERETRY, "pull %s: every holder failed: %s", hex, p.why);
 out:
-    if (rc && p.sized)
+    if (rc && p.sized && dst)
         ct_store_abort(dst, id);
+    if (rc && p.sized && !dst)
+        free(p.buf);
     free(p.state);
     free(p.retries);
     free(p.req_of);
     if (!opts->zmq_ctx)
         zmq_ctx_term(ctx);
+    return rc;
+}
+
+int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holders, int nholders,
+                 const ct_xfer_pull_opts *opts, ct_xfer_pull_stats *stats)
+{
+    if (!dst)
+        return ct__error(CT_EINVAL, "ct_xfer_pull: NULL argument");
+    return pull_any(dst, NULL, id, holders, nholders, opts, stats);
+}
+
+int ct_xfer_pull_mem(const ct_object_id *id, const char *const *holders, int nholders,
+                     const ct_xfer_pull_opts *opts, void **data, uint64_t *size,
+                     ct_xfer_pull_stats *stats)
+{
+    if (!data || !size)
+        return ct__error(CT_EINVAL, "ct_xfer_pull_mem: NULL argument");
+    *data = NULL;
+    *size = 0;
+    ct_xfer_pull_stats st;
+    int rc = pull_any(NULL, data, id, holders, nholders, opts, stats ? stats : &st);
+    if (!rc)
+        *size = (stats ? stats : &st)->size;
     return rc;
 }

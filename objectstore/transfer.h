@@ -32,6 +32,9 @@
  * to the next holder and fetches only the chunks still missing. It seals on completion and
  * aborts (removes the partial object) on failure. A half-pulled object is never visible.
  *
+ * A driver with no shard on its host uses the same machinery without a shard: ct_xfer_pull_mem
+ * pulls into a private buffer, ct_xfer_push uploads to a node's data port (xfer_data.h).
+ *
  * Not here: finding holders (the head's object directory), replication policy.
  * Threads: the server runs its own thread and is otherwise not thread-safe (create/destroy
  * from one thread). ct_xfer_pull is reentrant: concurrent pulls from several threads are fine
@@ -45,6 +48,7 @@
 
 #define CT_XFER_DEFAULT_CHUNK (4ull << 20)
 #define CT_XFER_MAX_CHUNK (64ull << 20)
+#define CT_XFER_MAX_PUT (64ull << 30) /* an upload's size limit (also the shard's memory) */
 
 typedef struct ct_xfer_server ct_xfer_server;
 
@@ -60,6 +64,7 @@ typedef struct ct_xfer_server_stats {
     uint64_t chunks;   /* chunk replies sent */
     uint64_t bytes;    /* chunk bytes sent */
     uint64_t errors;   /* error replies sent or messages dropped */
+    uint64_t bytes_in; /* bytes of uploads sealed (data port, CT_XD_FLAG_PUT) */
 } ct_xfer_server_stats;
 
 /* Binds and starts serving store's sealed objects. store is borrowed and must outlive the
@@ -122,5 +127,25 @@ typedef struct ct_xfer_pull_stats {
  * stats may be NULL. */
 int ct_xfer_pull(ct_store *dst, const ct_object_id *id, const char *const *holders, int nholders,
                  const ct_xfer_pull_opts *opts, ct_xfer_pull_stats *stats);
+
+/* The same pull into a private buffer of this process (a driver with no shard on its host):
+ * *data gets a malloc'd copy of the object (caller owns; free()) and *size its size. Same
+ * holders, options, checks (CRC-32C per piece, failover) and errors, less the shard's. */
+int ct_xfer_pull_mem(const ct_object_id *id, const char *const *holders, int nholders,
+                     const ct_xfer_pull_opts *opts, void **data, uint64_t *size,
+                     ct_xfer_pull_stats *stats);
+
+/* Uploads size bytes as object id to the node whose transfer server is holder
+ * ("tcp://HOST:PORT") through its data port (xfer_data.h, CT_XD_FLAG_PUT; the connection
+ * starts with the cluster's challenge-response). The node seals it in its shard and reports
+ * itself as a holder to the head; registering the put (ObjPutDone) is the caller's. A chunk
+ * that fails its checksum at the node makes the whole upload start again (3 tries). Returns 0,
+ * CT_EEXIST (the node holds that id already), CT_ENOSPC (over the node's limit: min(its shard
+ * memory, CT_XFER_MAX_PUT); the message says both numbers), CT_EBUSY (being written there),
+ * CT_EACCES (handshake failed), CT_EIO / CT_ETIMEDOUT / connect errors (timeout_ms per step;
+ * 0 = 60 s). Test hook: CT_XFER_CORRUPT_PUT=N sends chunk N's checksum wrong on the first
+ * try. Reentrant. */
+int ct_xfer_push(const char *holder, uint16_t data_port, const ct_object_id *id, const void *data,
+                 uint64_t size, int timeout_ms);
 
 #endif

@@ -11,6 +11,9 @@
  * the send fail (EPIPE; SIGPIPE is blocked in these threads) and the thread ends, dropping its
  * pins.
  *
+ * Uploads (CT_XD_FLAG_PUT, serve_put) are received on the same connection threads straight
+ * into an unsealed object, checked per chunk and sealed; ct_xfer_push is their client.
+ *
  * Not here: the puller's receive loop (transfer.c) and the ZeroMQ control requests. */
 #define _GNU_SOURCE
 #include "objectstore/xfer_data.h"
@@ -167,10 +170,86 @@ static int sendfile_all(int fd, int in, uint64_t off, size_t n)
     return 0;
 }
 
+/* Receives an upload's chunks into buf (size bytes), each followed by its trailer, checking
+ * CRC-32C per piece as it lands. 0, CT_EIO (the peer went away or stalled) or CT_EPROTO (a
+ * checksum or trailer that does not match; *bad_off is the chunk's offset). */
+static int recv_upload(int fd, unsigned char *buf, uint64_t size, uint64_t *bad_off)
+{
+    for (uint64_t off = 0; off < size; off += CT_XFER_DEFAULT_CHUNK) {
+        uint64_t len = size - off < CT_XFER_DEFAULT_CHUNK ? size - off : CT_XFER_DEFAULT_CHUNK;
+        uint32_t crc = 0, end[2];
+        for (uint64_t done = 0; done < len;) {
+            size_t n = len - done < CT_XD_PIECE ? (size_t)(len - done) : CT_XD_PIECE;
+            if (ct__xdata_recv_all(fd, buf + off + done, n))
+                return CT_EIO;
+            crc = ct__crc32c(crc, buf + off + done, n);
+            done += n;
+        }
+        if (ct__xdata_recv_all(fd, end, sizeof end))
+            return CT_EIO;
+        if (end[0] != crc || end[1] != CT_XD_END_MAGIC) {
+            *bad_off = off;
+            return CT_EPROTO;
+        }
+    }
+    return 0;
+}
+
+/* Serves an upload (CT_XD_FLAG_PUT): checks it, creates the object unsealed, answers "go",
+ * receives and checks the bytes, seals (the shard's on_event hook then reports the node as a
+ * holder to the head, as for any seal) and answers again. 0 to go on, -1 to close. */
+static int serve_put(ct__xdata_server *xs, int fd, const ct_xd_req *rq)
+{
+    ct_object_id id;
+    memcpy(id.b, rq->id, CT_OBJECT_ID_LEN);
+    ct_store_stats ss;
+    ct_store_get_stats(xs->store, &ss);
+    uint64_t size = rq->size,
+             limit = ss.memory_cap < CT_XFER_MAX_PUT ? ss.memory_cap : CT_XFER_MAX_PUT;
+    int status = 0;
+    void *buf = NULL;
+    if (rq->offset)
+        status = CT_EPROTO;
+    else if (size > limit)
+        status = CT_ENOSPC; /* the reply's object_size says the limit */
+    else if (ct_store_contains(xs->store, &id))
+        status = CT_EEXIST;
+    else if ((status = ct_store_create(xs->store, &id, size, &buf)) == CT_EEXIST)
+        status = CT_EBUSY; /* unsealed: another upload or pull of it is being written */
+    if (status) {
+        stat_add(&xs->st->errors, 1);
+        send_status(fd, status, 0, size, limit);
+        return status == CT_EEXIST ? 0 : -1;
+    }
+    if (send_status(fd, 0, 0, size, limit)) {
+        ct_store_abort(xs->store, &id);
+        return -1;
+    }
+    uint64_t bad = 0;
+    int rc = recv_upload(fd, buf, size, &bad);
+    if (!rc)
+        rc = ct_store_seal(xs->store, &id);
+    else
+        ct_store_abort(xs->store, &id);
+    if (rc) {
+        stat_add(&xs->st->errors, 1);
+        if (rc == CT_EPROTO)
+            CT_LOG(CT_LOG_WARN, "xfer", "%s: upload: chunk at %llu failed its checksum", xs->sender,
+                   (unsigned long long)bad);
+        if (rc != CT_EIO)
+            send_status(fd, rc, bad, size, limit);
+        return -1;
+    }
+    stat_add(&xs->st->bytes_in, size);
+    return send_status(fd, 0, 0, size, size) ? -1 : 0;
+}
+
 /* Serves one request. 0 to go on, -1 to close the connection. */
 static int serve_req(ct__xdata_server *xs, int fd, const ct_xd_req *rq, held *h)
 {
     stat_add(&xs->st->requests, 1);
+    if (rq->magic == CT_XD_REQ_MAGIC && rq->flags == CT_XD_FLAG_PUT && !rq->pad)
+        return serve_put(xs, fd, rq);
     if (rq->magic != CT_XD_REQ_MAGIC || rq->flags || rq->pad) {
         stat_add(&xs->st->errors, 1);
         send_status(fd, CT_EPROTO, 0, 0, 0);
@@ -463,5 +542,89 @@ err:
     if (fd >= 0)
         close(fd);
     freeaddrinfo(ai);
+    return rc;
+}
+
+/* One upload attempt on a fresh connection (corrupt: test hook, the CRC of chunk corrupt,
+ * 1-based, is sent wrong). 0, or a CT_E* code with the message set. */
+static int push_once(const char *ep, uint16_t port, const ct_object_id *id, const void *data,
+                     uint64_t size, int timeout_ms, uint64_t corrupt)
+{
+    int fd = ct__xdata_connect(ep, port, timeout_ms);
+    if (fd < 0)
+        return fd;
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int bufsz = CT_XD_SOCKBUF;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsz, sizeof bufsz);
+    ct_xd_req rq = {CT_XD_REQ_MAGIC, CT_XD_FLAG_PUT, {0}, 0, 0, size};
+    memcpy(rq.id, id->b, CT_OBJECT_ID_LEN);
+    ct_xd_rep rp;
+    int rc = ct__xdata_send_all(fd, &rq, sizeof rq, 0);
+    if (!rc)
+        rc = ct__xdata_recv_all(fd, &rp, sizeof rp);
+    if (rc) {
+        rc = ct__error(rc, "upload to %s (data port %u): no answer: %s", ep, (unsigned)port,
+                       ct_strerror(rc));
+        goto out;
+    }
+    if (rp.magic != CT_XD_REP_MAGIC) {
+        rc = ct__error(CT_EPROTO, "upload to %s: not a data port's answer", ep);
+        goto out;
+    }
+    if (rp.status) {
+        rc = rp.status;
+        if (rc == CT_ENOSPC)
+            rc = ct__error(rc, "upload to %s refused: %llu bytes, over its limit of %llu", ep,
+                           (unsigned long long)size, (unsigned long long)rp.object_size);
+        else if (rc == CT_EEXIST)
+            rc = ct__error(rc, "upload to %s: it holds the object already", ep);
+        else
+            rc = ct__error(rc, "upload to %s refused: %s", ep, ct_strerror(rc));
+        goto out;
+    }
+    const unsigned char *p = data;
+    for (uint64_t off = 0, k = 1; off < size; off += CT_XFER_DEFAULT_CHUNK, k++) {
+        uint64_t len = size - off < CT_XFER_DEFAULT_CHUNK ? size - off : CT_XFER_DEFAULT_CHUNK;
+        uint32_t end[2] = {ct__crc32c(0, p + off, len), CT_XD_END_MAGIC};
+        if (k == corrupt)
+            end[0] ^= 1;
+        if ((rc = ct__xdata_send_all(fd, p + off, len, 1)) ||
+            (rc = ct__xdata_send_all(fd, end, sizeof end, 0))) {
+            rc = ct__error(rc, "upload to %s: sending: %s", ep, ct_strerror(rc));
+            goto out;
+        }
+    }
+    if ((rc = ct__xdata_recv_all(fd, &rp, sizeof rp)) || rp.magic != CT_XD_REP_MAGIC) {
+        rc = ct__error(rc ? rc : CT_EPROTO, "upload to %s: no answer after the bytes", ep);
+        goto out;
+    }
+    if (rp.status)
+        rc = ct__error(rp.status, "upload to %s: %s at offset %llu", ep,
+                       rp.status == CT_EPROTO ? "checksum mismatch" : ct_strerror(rp.status),
+                       (unsigned long long)rp.offset);
+out:
+    close(fd);
+    return rc;
+}
+
+int ct_xfer_push(const char *holder, uint16_t data_port, const ct_object_id *id, const void *data,
+                 uint64_t size, int timeout_ms)
+{
+    if (!holder || !id || (size && !data) || !data_port)
+        return ct__error(CT_EINVAL, "ct_xfer_push: %s",
+                         !data_port ? "no data port" : "NULL argument");
+    if (timeout_ms <= 0)
+        timeout_ms = 60000;
+    const char *ev = getenv("CT_XFER_CORRUPT_PUT");
+    uint64_t corrupt = ev ? strtoull(ev, NULL, 10) : 0;
+    int rc = CT_EIO;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        rc = push_once(holder, data_port, id, data, size, timeout_ms, attempt ? 0 : corrupt);
+        if (rc != CT_EPROTO) /* a damaged chunk: the server dropped the object, send it again */
+            break;
+        CT_LOG(CT_LOG_INFO, "xfer", "%s; sending it again", ct_last_error());
+    }
     return rc;
 }

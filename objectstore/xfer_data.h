@@ -16,10 +16,21 @@
  *                        u64 offset, u64 size, u64 object_size
  *            then, when status is 0, `size` bytes, then
  *   trailer   (8 bytes): u32 CRC-32C of those bytes, u32 magic CT_XD_END_MAGIC
- * Replies come in request order. After an error reply the server closes the connection. The
- * server checks every field (an object it lacks: CT_ENOENT; a range outside the object or a
- * chunk over CT_XFER_MAX_CHUNK: CT_ERANGE; bad magic/flags/pad: CT_EPROTO), closes idle
- * connections after 60 s and keeps serving after any input.
+ * Replies come in request order.
+ *
+ * Upload (flags CT_XD_FLAG_PUT, a driver with no node on its host; ct_xfer_push): offset 0,
+ * size the object's size. The server answers a reply with status 0 ("send", object_size = its
+ * limit) or a refusal: CT_ENOSPC over min(shard memory, CT_XFER_MAX_PUT) (object_size = that
+ * limit), CT_EEXIST held already (sealed; the connection stays open), CT_EBUSY being written,
+ * CT_EPROTO offset not 0. After "send" the client sends the bytes as chunks of
+ * CT_XFER_DEFAULT_CHUNK (the last shorter), each followed by a trailer; the server receives
+ * them straight into the unsealed object, checks each chunk's CRC-32C, seals and answers
+ * status 0, or CT_EPROTO (offset = the bad chunk's) after a mismatch, having dropped the
+ * object. A cut or stalled upload drops the object too: nothing half-written is ever sealed. After
+ * an error reply the server closes the connection. The server checks every field (an object it
+ * lacks: CT_ENOENT; a range outside the object or a chunk over CT_XFER_MAX_CHUNK: CT_ERANGE; bad
+ * magic/flags/pad: CT_EPROTO), closes idle connections after 60 s and keeps serving after any
+ * input.
  *
  * The port is advertised in ObjStatReply.data_port; a puller that finds none (0) uses ZeroMQ
  * chunk requests. */
@@ -37,6 +48,7 @@
 #define CT_XD_REQ_LEN 48
 #define CT_XD_REP_LEN 32
 #define CT_XD_END_LEN 8
+#define CT_XD_FLAG_PUT 1u        /* request flags: an upload (below) */
 #define CT_XD_PIECE (256u << 10) /* checksum granularity: fits in L2 */
 /* Socket buffers of a data connection (capped by net.core.[rw]mem_max): on loopback, 4 MiB
  * cut CPU per byte by ~15% against autotuning (fewer wake-ups and ACKs per chunk). */

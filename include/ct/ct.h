@@ -256,9 +256,14 @@ int ct_events_next(ct_event *ev, int timeout_ms);
  *
  * Immutable blobs addressed by 20-byte ids, held in the shared-memory shards of the nodes.
  * A process uses the shard of "its" node: an actor the node it runs on; a driver the embedded
- * node (ct_init(NULL)), else the first node of the cluster whose shard runs on this host. A
- * driver attached with CT_ADDRESS to a cluster with no node on its host gets CT_ENOENT from
- * ct_put/ct_get ("no ct-node with an object store runs on this host"): start a node there.
+ * node (ct_init(NULL)), else a node of the cluster whose shard runs on this host (the same
+ * host id: kernel boot, network namespace and /dev/shm). A driver attached with CT_ADDRESS
+ * whose host has no node (or run with CT_REMOTE_DRIVER=1) is a *remote driver*, as a Ray
+ * Client is: ct_put and ct_object_seal upload the bytes to one node (opts.node first, else the
+ * one with the most room) through its data port, and ct_get copies an object from a holder's
+ * data port into this process's memory (the view is then a private copy, not zero-copy;
+ * ct_object_create's buffer is private memory until the seal uploads it). A cluster with no
+ * node at all gives CT_ENOENT ("... lists no ct-node with an object store").
  *
  *     ct_object_id id;
  *     ct_put(buf, len, &(ct_put_opts){.replicas = 2}, &id);   // copies on 2 nodes
@@ -330,7 +335,8 @@ int ct_free(const ct_object_id *id);
  * *size (either may be NULL). CT_ENOENT when no node holds the id. */
 int ct_object_nodes(const ct_object_id *id, char (*nodes)[32], int cap, int *n, uint64_t *size);
 
-/* The node whose shard this process uses ("" before the first object call). Borrowed. */
+/* The node whose shard this process uses ("" before the first object call, and always in a
+ * remote driver). Borrowed. */
 const char *ct_object_node(void);
 
 /* The i-th id (0-based) of args holding ids back to back. CT_EINVAL if args is too short. */

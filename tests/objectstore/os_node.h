@@ -16,6 +16,7 @@ typedef struct os_node {
     pid_t pid;
     char name[64];
     char endpoint[256];
+    uint16_t data_port; /* its transfer server's data port */
 } os_node;
 
 /* Starts a node holding objs; delay_ms slows each chunk reply. Returns 0 or -1. */
@@ -55,13 +56,16 @@ static inline int os_node_start(os_node *n, const char *tag, const os_obj *objs,
         }
         char ep[256];
         snprintf(ep, sizeof ep, "%s", ct_xfer_server_endpoint(srv));
-        if (write(fd[1], ep, sizeof ep) != sizeof ep)
+        uint16_t port = ct_xfer_server_data_port(srv);
+        if (write(fd[1], ep, sizeof ep) != sizeof ep || write(fd[1], &port, 2) != 2)
             _exit(5);
         for (;;)
             pause();
     }
     close(fd[1]);
     ssize_t got = read(fd[0], n->endpoint, sizeof n->endpoint);
+    if (got == sizeof n->endpoint && read(fd[0], &n->data_port, 2) != 2)
+        got = -1;
     close(fd[0]);
     if (got != sizeof n->endpoint) {
         fprintf(stderr, "node %s did not start\n", n->name);

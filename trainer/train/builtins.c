@@ -223,8 +223,9 @@ static const float fmnist_mean[] = {0.2860f}, fmnist_std[] = {0.3530f};
  * failure too). So the first process that decodes a split (the driver's check-run) stores the
  * decoded bytes in the object store ("CTFM", u32 n, h, w, n labels, n*h*w pixels) and names the
  * object in the head's KV under the file's path, size and mtime; replicas find it there and
- * read the pixels zero-copy from their node's shard (pulled once per node). Without a store
- * (no ct-node on this host) a process decodes for itself. The object lives until the cluster
+ * read the pixels zero-copy from their node's shard (pulled once per node). A driver with no
+ * ct-node on its host uploads it to a node and reads back a private copy (ct.h, remote
+ * driver). Without a store at all a process decodes for itself. The object lives until the cluster
  * ends. Samples are x / 255.0f, as ct_dataset_open_mnist. */
 
 typedef struct fm_data {

@@ -222,8 +222,10 @@ static int auth_step(ct__zconn *c, const uint8_t *b, size_t n)
 int ct__zconn_parse(ct__zconn *c, const uint8_t **data, size_t *len)
 {
     for (;;) {
-        uint8_t *b = c->buf + c->consumed;
         size_t n = c->len - c->consumed;
+        if (!n) /* every state needs more; buf is still NULL before the first fill */
+            return 0;
+        uint8_t *b = c->buf + c->consumed;
         if (c->state >= S_SAUTH1) {
             int r = auth_step(c, b, n);
             if (r <= 0)

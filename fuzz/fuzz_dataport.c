@@ -10,6 +10,7 @@
  * requests). mode odd: rest is one ObjXfer request, sent as (mode >> 1) % 3 + 1 frames (the
  * rest split evenly; the server must refuse extra frames). The shard is named
  * "fuzz-dp-<pid>" and removed at exit. Not the handshake (fuzz_auth) nor the puller. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,9 +99,16 @@ static void zmq_request(int frames, const uint8_t *data, size_t size)
         size_t n = f == frames - 1 ? size - part * (size_t)f : part;
         zmq_send(dealer, data + part * (size_t)f, n, f < frames - 1 ? ZMQ_SNDMORE : 0);
     }
+    /* libFuzzer's timeout check is a SIGALRM: an interrupted poll waits again, for the rest */
     zmq_pollitem_t it = {dealer, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&it, 1, 10000) != 1) {
-        fprintf(stderr, "fuzz_dataport: no reply from the transfer server in 10 s\n");
+    int64_t deadline = ct__now_ms() + 10000;
+    int r;
+    do
+        r = zmq_poll(&it, 1, deadline - ct__now_ms() > 0 ? deadline - ct__now_ms() : 0);
+    while (r < 0 && zmq_errno() == EINTR && ct__now_ms() < deadline);
+    if (r != 1) {
+        fprintf(stderr, "fuzz_dataport: no reply from the transfer server in 10 s (%s)\n",
+                r < 0 ? zmq_strerror(zmq_errno()) : "timed out");
         abort();
     }
     zmq_msg_t m;

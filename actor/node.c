@@ -423,6 +423,15 @@ static int evict_zygote(nodest *n)
     return 0;
 }
 
+/* Whether a zygote has this pid already. */
+static bool zygote_pid_used(const nodest *n, pid_t pid)
+{
+    for (int i = 0; i < n->nz; i++)
+        if (n->z[i].pid == pid)
+            return true;
+    return false;
+}
+
 /* Records a started zygote (pid, the node's end fd; peer_fd: detached only, else -1). Its index,
  * or CT_ENOMEM with the zygote killed and the fds closed. */
 static int add_zygote(nodest *n, const char *exe, const char *key, size_t keylen, pid_t pid, int fd,
@@ -441,7 +450,10 @@ static int add_zygote(nodest *n, const char *exe, const char *key, size_t keylen
     z->keylen = keylen;
     z->outstanding = 0;
     z->last_used = ct__now_ms();
-    z->pid = n->detached ? 1000000 + n->nz : pid; /* detached: a pid no kill ever reaches */
+    if (n->detached) /* a pid of its own, which no kill ever reaches */
+        for (pid = 1000000; zygote_pid_used(n, pid); pid++)
+            ;
+    z->pid = pid;
     z->fd = fd;
     z->peer_fd = peer_fd;
     n->nz++;

@@ -113,12 +113,15 @@ static void zmq_request(int frames, const uint8_t *data, size_t size)
     }
     zmq_msg_t m;
     zmq_msg_init(&m);
-    int more;
-    do { /* the reply's frames: header, and for a chunk its bytes */
-        if (zmq_msg_recv(&m, dealer, 0) < 0)
+    int more = 1;
+    while (more) { /* the reply's frames: header, and for a chunk its bytes */
+        if (zmq_msg_recv(&m, dealer, 0) < 0) {
+            if (zmq_errno() == EINTR)
+                continue;
             break;
+        }
         more = zmq_msg_more(&m);
-    } while (more);
+    }
     zmq_msg_close(&m);
 }
 

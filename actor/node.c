@@ -24,6 +24,9 @@
  * stalled reads the answers queued meanwhile first: the node logs it, SIGKILLs its actors and
  * zygotes by pid, and ct__node_run returns CT_EDEAD (ct-node exits 1).
  *
+ * A detached node (ct__node_new_detached, runtime.h) runs the same handlers on bytes, without a
+ * head or processes: fuzz/fuzz_node.c drives it.
+ *
  * Not in here: the zygote and actor loops (worker.c), scheduling (head). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <arpa/inet.h>

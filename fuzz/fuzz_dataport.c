@@ -9,8 +9,11 @@
  * Input: [mode: 1 byte][rest]. mode even: rest is the data port's byte stream (at most 16
  * requests). mode odd: rest is one ObjXfer request, sent as (mode >> 1) % 3 + 1 frames (the
  * rest split evenly; the server must refuse extra frames). The shard is named
- * "fuzz-dp-<pid>" and removed at exit. Not the handshake (fuzz_auth) nor the puller. */
+ * "fuzz-dp-<pid>" and removed at exit (those of runs that crashed, at the next start). Not the
+ * handshake (fuzz_auth) nor the puller. */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +47,27 @@ static void teardown(void)
     ct_store_destroy(&store);
 }
 
+/* Removes the shards of earlier runs that died (a crash skips atexit): /dev/shm/ct.fuzz-dp-PID.* */
+static void purge_dead_runs(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        int pid;
+        char name[64];
+        if (sscanf(de->d_name, "ct.fuzz-dp-%d.", &pid) != 1 || pid <= 0 || kill(pid, 0) == 0 ||
+            errno != ESRCH) /* not ours, or its process lives (EPERM: another user's) */
+            continue;
+        snprintf(name, sizeof name, "fuzz-dp-%d", pid);
+        ct_store_purge(name);
+    }
+    if (d)
+        closedir(d);
+}
+
 static int setup(void)
 {
+    purge_dead_runs();
     static const uint8_t secret[CT_SECRET_LEN] = "ct-fuzz-secret-0123456789abcdef";
     ct__auth_set(secret);
     char name[64];

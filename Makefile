@@ -6,8 +6,9 @@ CMAKE_ARGS ?=
 JOBS      ?= $(shell nproc)
 NAME      ?=
 PREFIX    ?= /usr/local
-FUZZ_SECONDS ?= 60
-FUZZ_TARGETS = fuzz_safetensors fuzz_yaml_config fuzz_envelope fuzz_zmtp
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS = fuzz_safetensors fuzz_yaml_config fuzz_envelope fuzz_zmtp fuzz_node fuzz_auth \
+               fuzz_dataport
 
 .PHONY: all deps build run test test-slow bench sanitize tsan fuzz install format clean
 
@@ -54,10 +55,11 @@ tsan:
 	cd build-tsan && TSAN_OPTIONS="$(TSAN_RUN_OPTIONS)" setarch $$(uname -m) -R \
 		ctest -R '$(TSAN_TESTS)' --output-on-failure -j $(JOBS) --timeout 900
 
-# libFuzzer targets (fuzz/) built with clang in build-fuzz/, each run FUZZ_SECONDS on a copy of
-# its seed corpus; fails when one crashes (the input is left in build-fuzz/fuzz-crashes/).
+# libFuzzer targets (fuzz/) built with clang in build-fuzz/, each run FUZZ_SECONDS (default 300;
+# make test runs each for 60 s, fuzz/CMakeLists.txt) on a copy of its seed corpus; fails when one
+# crashes (the input is left in build-fuzz/fuzz-crashes/).
 fuzz:
-	@scripts/install-deps.sh fuzz
+	@scripts/install-deps.sh
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCT_FUZZ=ON \
 		-DCT_WITH_CUDA=OFF $(CMAKE_ARGS)
 	cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)

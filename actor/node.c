@@ -24,6 +24,9 @@
  * stalled reads the answers queued meanwhile first: the node logs it, SIGKILLs its actors and
  * zygotes by pid, and ct__node_run returns CT_EDEAD (ct-node exits 1).
  *
+ * A detached node (ct__node_new_detached, runtime.h) runs the same handlers on bytes, without a
+ * head or processes: fuzz/fuzz_node.c drives it.
+ *
  * Not in here: the zygote and actor loops (worker.c), scheduling (head). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <arpa/inet.h>
@@ -62,6 +65,7 @@ typedef struct zygote {
     int fd;
     int outstanding; /* start requests sent, spawn not yet reported */
     int64_t last_used;
+    int peer_fd; /* detached node only: the zygote's end of the socketpair (no process) */
 } zygote;
 
 typedef struct nactor {
@@ -107,6 +111,7 @@ typedef struct nodest {
     early early[MAX_EARLY];
     int nearly;
     uint64_t req;
+    bool detached; /* ct__node_new_detached: no fork, no exec, no kill */
 } nodest;
 
 /* extension point (runtime.h) */
@@ -281,6 +286,13 @@ static void report_start_failed(nodest *n, const char *actor_id, const char *rea
     send_head(n, &e);
 }
 
+/* SIGKILLs pid: never a process group or every process (pid <= 0), nothing when detached. */
+static void kill_pid(nodest *n, pid_t pid)
+{
+    if (pid > 0 && !n->detached)
+        kill(pid, SIGKILL);
+}
+
 /* ---- the actor index (thousands of actors start at once: no linear scans per record) ---- */
 
 static unsigned id_hash(const char *id)
@@ -376,6 +388,8 @@ static void zygote_gone(nodest *n, int zi)
             remove_actor(n, i--);
         }
     close(z->fd);
+    if (z->peer_fd >= 0)
+        close(z->peer_fd);
     free(z->key);
     n->z[zi] = n->z[--n->nz];
 }
@@ -403,11 +417,51 @@ static int evict_zygote(nodest *n)
     if (best < 0)
         return ct__error(CT_EBUSY, "node: all %d zygotes are busy", n->nz);
     CT_LOG(CT_LOG_INFO, "node", "retiring zygote %d", (int)n->z[best].pid);
-    kill(n->z[best].pid, SIGKILL);
+    kill_pid(n, n->z[best].pid);
     close(n->z[best].fd);
+    if (n->z[best].peer_fd >= 0)
+        close(n->z[best].peer_fd);
     free(n->z[best].key);
     n->z[best] = n->z[--n->nz];
     return 0;
+}
+
+/* Whether a zygote has this pid already. */
+static bool zygote_pid_used(const nodest *n, pid_t pid)
+{
+    for (int i = 0; i < n->nz; i++)
+        if (n->z[i].pid == pid)
+            return true;
+    return false;
+}
+
+/* Records a started zygote (pid, the node's end fd; peer_fd: detached only, else -1). Its index,
+ * or CT_ENOMEM with the zygote killed and the fds closed. */
+static int add_zygote(nodest *n, const char *exe, const char *key, size_t keylen, pid_t pid, int fd,
+                      int peer_fd)
+{
+    zygote *z = &n->z[n->nz];
+    z->key = malloc(keylen);
+    if (!z->key) {
+        kill_pid(n, pid);
+        close(fd);
+        if (peer_fd >= 0)
+            close(peer_fd);
+        return ct__error(CT_ENOMEM, "node: out of memory");
+    }
+    memcpy(z->key, key, keylen);
+    z->keylen = keylen;
+    z->outstanding = 0;
+    z->last_used = ct__now_ms();
+    if (n->detached) /* a pid of its own, which no kill ever reaches */
+        for (pid = 1000000; zygote_pid_used(n, pid); pid++)
+            ;
+    z->pid = pid;
+    z->fd = fd;
+    z->peer_fd = peer_fd;
+    n->nz++;
+    CT_LOG(CT_LOG_INFO, "node", "zygote %d for %s", (int)z->pid, exe);
+    return n->nz - 1;
 }
 
 static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const char *key,
@@ -426,6 +480,8 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
     int big = 1 << 20;
     setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
     setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    if (n->detached) /* everything but the process: the fuzzer plays the zygote on sv[1] */
+        return add_zygote(n, exe, key, keylen, -1, sv[0], sv[1]);
     /* everything the child needs is built before fork: the node has threads */
     size_t nenv = 0;
     while (environ[nenv])
@@ -507,21 +563,7 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
         close(sv[0]);
         return ct__error(-errno, "node: fork: %s", strerror(errno));
     }
-    zygote *z = &n->z[n->nz];
-    z->key = malloc(keylen);
-    if (!z->key) {
-        kill(pid, SIGKILL);
-        close(sv[0]);
-        return ct__error(CT_ENOMEM, "node: out of memory");
-    }
-    memcpy(z->key, key, keylen);
-    z->keylen = keylen;
-    z->outstanding = 0;
-    z->pid = pid;
-    z->fd = sv[0];
-    n->nz++;
-    CT_LOG(CT_LOG_INFO, "node", "zygote %d for %s", (int)pid, exe);
-    return n->nz - 1;
+    return add_zygote(n, exe, key, keylen, pid, sv[0], -1);
 }
 
 static void qreq_pop(nodest *n)
@@ -592,8 +634,9 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
         usleep((useconds_t)atoi(stall) * 1000);
     if (s->exe_object_id.len) {
         /* code shipping: run the node's cached copy of the driver's executable */
-        rc = ct__objnode_exe(s->exe_object_id.data, s->exe_object_id.len, s->exe_holders,
-                             s->n_exe_holders, cached, sizeof cached);
+        rc = n->detached ? ct__error(CT_EPROTO, "node: no code shipping in a detached node")
+                         : ct__objnode_exe(s->exe_object_id.data, s->exe_object_id.len,
+                                           s->exe_holders, s->n_exe_holders, cached, sizeof cached);
         if (!rc)
             exe = cached;
         else if (rc != CT_EPROTO && access(exe, X_OK) == 0) /* e.g. every holder died */
@@ -762,7 +805,7 @@ static void on_zygote_reply(nodest *n, int zi)
             continue;
         }
         if (a->kill_pending)
-            kill(a->pid, SIGKILL);
+            kill_pid(n, a->pid);
     }
 }
 
@@ -799,7 +842,7 @@ static void on_kill_actor(nodest *n, Ct__KillActor *k)
     int i = k->actor_id ? ix_find(n, k->actor_id) : -1;
     if (i >= 0) {
         if (n->a[i].pid > 0)
-            kill(n->a[i].pid, SIGKILL);
+            kill_pid(n, n->a[i].pid);
         else
             n->a[i].kill_pending = true;
     }
@@ -972,6 +1015,31 @@ static int do_register(nodest *n, int *hb_ms)
     }
 }
 
+/* Handles one envelope from the head (borrowed). CT_EDEAD when the head declared this node
+ * dead (the caller stops), else 0. */
+static int on_head(nodest *n, Ct__Envelope *e)
+{
+    switch (e->body_case) {
+    case CT__ENVELOPE__BODY_START_ACTOR:
+        on_start_actor(n, e->start_actor);
+        break;
+    case CT__ENVELOPE__BODY_KILL_ACTOR:
+        on_kill_actor(n, e->kill_actor);
+        break;
+    case CT__ENVELOPE__BODY_ERROR:
+        CT_LOG(CT_LOG_WARN, "node", "head: %s", e->error->message);
+        if (e->error->field && !strcmp(e->error->field, "heartbeat.node_id"))
+            return CT_EDEAD;
+        break;
+    default:
+        for (int i = 0; i < nhandlers; i++)
+            if (handlers[i].body_case == (int)e->body_case)
+                handlers[i].fn(e, handlers[i].user);
+        break;
+    }
+    return 0;
+}
+
 int ct__node_run(const ct_node_opts *o)
 {
     nodest n = {0};
@@ -1119,25 +1187,9 @@ int ct__node_run(const ct_node_opts *o)
                     break;
                 continue;
             }
-            switch (e->body_case) {
-            case CT__ENVELOPE__BODY_START_ACTOR:
-                on_start_actor(&n, e->start_actor);
-                break;
-            case CT__ENVELOPE__BODY_KILL_ACTOR:
-                on_kill_actor(&n, e->kill_actor);
-                break;
-            case CT__ENVELOPE__BODY_ERROR:
-                CT_LOG(CT_LOG_WARN, "node", "head: %s", e->error->message);
-                if (e->error->field && !strcmp(e->error->field, "heartbeat.node_id")) {
-                    rc = ct__error(CT_EDEAD, "node: the head declared %s dead", n.id);
-                    node_stop = 1;
-                }
-                break;
-            default:
-                for (int i = 0; i < nhandlers; i++)
-                    if (handlers[i].body_case == (int)e->body_case)
-                        handlers[i].fn(e, handlers[i].user);
-                break;
+            if (on_head(&n, e)) {
+                rc = ct__error(CT_EDEAD, "node: the head declared %s dead", n.id);
+                node_stop = 1;
             }
             ct__msg_free(e);
         }
@@ -1163,10 +1215,9 @@ out:;
                 hooks[i].on_stop(n.id, n.head, n.host, hooks[i].user);
     current = NULL;
     for (int i = 0; i < n.na; i++)
-        if (n.a[i].pid > 0)
-            kill(n.a[i].pid, SIGKILL);
+        kill_pid(&n, n.a[i].pid);
     for (int i = 0; i < n.nz; i++) {
-        kill(n.z[i].pid, SIGKILL);
+        kill_pid(&n, n.z[i].pid);
         close(n.z[i].fd);
         free(n.z[i].key);
     }
@@ -1185,4 +1236,73 @@ out:;
     if (n.ctx)
         zmq_ctx_term(n.ctx);
     return rc ? ct__error(rc, "%s", why) : 0;
+}
+
+/* ---- detached mode (fuzz/fuzz_node.c): the handlers without sockets to a head or processes ----
+ */
+
+ct__node *ct__node_new_detached(void *sock)
+{
+    nodest *n = calloc(1, sizeof *n);
+    if (!n) {
+        ct__error(CT_ENOMEM, "node: out of memory");
+        return NULL;
+    }
+    n->detached = true;
+    n->sock = sock;
+    n->max_zyg = 4;
+    snprintf(n->id, sizeof n->id, "detached");
+    snprintf(n->host, sizeof n->host, "127.0.0.1");
+    snprintf(n->head, sizeof n->head, "127.0.0.1:1");
+    return n;
+}
+
+int ct__node_handle_bytes(ct__node *n, const uint8_t *data, size_t len)
+{
+    Ct__Envelope *e = NULL;
+    int rc = ct__msg_decode(data, len, &e, "node");
+    if (!rc) {
+        rc = on_head(n, e);
+        dispatch(n);
+    }
+    ct__msg_free(e);
+    return rc;
+}
+
+int ct__node_zygote_bytes(ct__node *n, int zi, const uint8_t *data, size_t len)
+{
+    if (zi < 0 || zi >= n->nz)
+        return ct__error(CT_EINVAL, "node: no zygote %d (%d running)", zi, n->nz);
+    uint8_t sink[sizeof(ct__zreq) + CT_ZYGOTE_MAX_ARGS];
+    while (recv(n->z[zi].peer_fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+        ; /* the start requests the node sent this zygote */
+    if (len && send(n->z[zi].peer_fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)len)
+        return ct__error(CT_EIO, "node: zygote %d: send: %s", zi, strerror(errno));
+    on_zygote_reply(n, zi);
+    dispatch(n);
+    return 0;
+}
+
+int ct__node_zygotes(const ct__node *n)
+{
+    return n->nz;
+}
+
+void ct__node_destroy_detached(ct__node **np)
+{
+    nodest *n = np ? *np : NULL;
+    if (!n)
+        return;
+    for (int i = 0; i < n->nz; i++) {
+        close(n->z[i].fd);
+        close(n->z[i].peer_fd);
+        free(n->z[i].key);
+    }
+    while (n->qh < n->qn)
+        qreq_pop(n);
+    free(n->q);
+    free(n->ix);
+    free(n->a);
+    free(n);
+    *np = NULL;
 }

@@ -25,6 +25,21 @@ typedef struct ct_node_opts {
  * its actors killed). Returns 0 or a CT_E* code (message set). */
 int ct__node_run(const ct_node_opts *opts);
 
+/* ---- a detached node, for fuzz/fuzz_node.c ----
+ * The node's handlers without a head, a registration or processes: what it would send the head
+ * goes to sock (borrowed; e.g. a DEALER connected nowhere, which refuses it). StartActor runs up
+ * to the spawn: a zygote is a socketpair whose other end the caller plays (no fork, no exec),
+ * no code shipping, and no signal is ever sent. Not thread-safe; one per thread.
+ * handle_bytes: one envelope from the head (decoded with the node's caps); 0, the decode error,
+ * or CT_EDEAD when it declared the node dead. zygote_bytes: one record (ct__zrep) from zygote
+ * zi (0 <= zi < ct__node_zygotes), after dropping what the node sent it; 0 or CT_E*. */
+typedef struct nodest ct__node;
+ct__node *ct__node_new_detached(void *sock);
+int ct__node_handle_bytes(ct__node *n, const uint8_t *data, size_t len);
+int ct__node_zygote_bytes(ct__node *n, int zi, const uint8_t *data, size_t len);
+int ct__node_zygotes(const ct__node *n);
+void ct__node_destroy_detached(ct__node **n);
+
 /* ---- node extension point (e.g. the object-store shard a node hosts) ----
  * Registered before ct__node_run (process-wide, not thread-safe). on_start runs on the node's
  * thread once it is registered (start the module's own threads there), on_stop before it

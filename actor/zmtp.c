@@ -74,6 +74,25 @@ static int hello(int fd, const char *type)
     return write_all(fd, g, sizeof g);
 }
 
+int ct__zconn_start(ct__zconn *c, int fd, bool server)
+{
+    int rc;
+    if (ct__auth_off()) {
+        rc = hello(fd, server ? "ROUTER" : "DEALER");
+        c->state = S_GREETING;
+    } else if (server) {
+        rc = 0;
+        c->state = S_SAUTH1; /* the greeting follows C2 (parse) */
+    } else {
+        uint8_t c1[CT_AUTH_C1_LEN];
+        if (!(rc = ct__auth_client_start(c1, c->auth)))
+            rc = write_all(fd, c1, sizeof c1);
+        c->state = S_CWAIT; /* the greeting follows the server's answer (parse) */
+    }
+    c->fd = rc ? -1 : fd;
+    return rc;
+}
+
 int ct__zconn_connect(ct__zconn *c, const char *endpoint)
 {
     memset(c, 0, sizeof *c);
@@ -97,18 +116,10 @@ int ct__zconn_connect(ct__zconn *c, const char *endpoint)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    if (!ct__auth_off()) {
-        uint8_t c1[CT_AUTH_C1_LEN];
-        if ((rc = ct__auth_client_start(c1, c->auth)) || (rc = write_all(fd, c1, sizeof c1))) {
-            rc = ct__error(rc, "zmtp: handshake with %s failed", endpoint);
-            goto out;
-        }
-        c->state = S_CWAIT; /* the greeting follows the server's answer (parse) */
-    } else if ((rc = hello(fd, "DEALER"))) {
-        rc = ct__error(rc, "zmtp: greeting to %s failed", endpoint);
+    if ((rc = ct__zconn_start(c, fd, false))) {
+        rc = ct__error(rc, "zmtp: handshake with %s failed", endpoint);
         goto out;
     }
-    c->fd = fd;
     fd = -1;
 out:
     if (fd >= 0)
@@ -211,8 +222,10 @@ static int auth_step(ct__zconn *c, const uint8_t *b, size_t n)
 int ct__zconn_parse(ct__zconn *c, const uint8_t **data, size_t *len)
 {
     for (;;) {
-        uint8_t *b = c->buf + c->consumed;
         size_t n = c->len - c->consumed;
+        if (!n) /* every state needs more; buf is still NULL before the first fill */
+            return 0;
+        uint8_t *b = c->buf + c->consumed;
         if (c->state >= S_SAUTH1) {
             int r = auth_step(c, b, n);
             if (r <= 0)
@@ -374,13 +387,6 @@ static void accept_all(ct__zmtp *s)
             return;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        int state = S_GREETING;
-        if (!ct__auth_off()) {
-            state = S_SAUTH1; /* the greeting follows C2 (parse) */
-        } else if (hello(fd, "ROUTER")) {
-            close(fd);
-            continue;
-        }
         if (s->nc == s->capc) {
             int capc = s->capc ? 2 * s->capc : 8;
             ct__zconn *nc = realloc(s->c, capc * sizeof *nc);
@@ -391,7 +397,12 @@ static void accept_all(ct__zmtp *s)
             s->c = nc;
             s->capc = capc;
         }
-        s->c[s->nc++] = (ct__zconn){.fd = fd, .state = state};
+        s->c[s->nc] = (ct__zconn){.fd = -1};
+        if (ct__zconn_start(&s->c[s->nc], fd, true)) {
+            close(fd);
+            continue;
+        }
+        s->nc++;
     }
 }
 

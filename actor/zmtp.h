@@ -32,6 +32,11 @@ typedef struct ct__zconn {
 /* Connects to "tcp://host:port" as a DEALER; fd is non-blocking. The challenge-response and the
  * greeting run as the caller fills and parses (what it sends meanwhile is held back). */
 int ct__zconn_connect(ct__zconn *c, const char *endpoint);
+/* Starts either end on a connected fd (c zero-initialised; c->fd = fd on success): a client
+ * writes C1 (or, auth off, its greeting), a server waits for C1 (auth off: writes its
+ * greeting). 0, or a CT_E* code with c->fd -1 (the caller keeps fd). Used by connect and the
+ * accept loop, and by fuzz/fuzz_auth.c on a socketpair. */
+int ct__zconn_start(ct__zconn *c, int fd, bool server);
 /* Reads what the socket has. 0, or CT_ECONNRESET when the peer closed or failed. */
 int ct__zconn_fill(ct__zconn *c);
 /* Next complete message: 1 with *data and *len (borrowed until the next fill/compact), 2 for a

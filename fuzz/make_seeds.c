@@ -1,11 +1,16 @@
 /* fuzz/make_seeds.c — writes the generated part of the seed corpus (fuzz/corpus/): packed
  * envelopes of a few message kinds as fuzz_envelope records, a ZMTP stream carrying a Call for
- * fuzz_zmtp, and a small safetensors file for fuzz_safetensors. Run by hand when ct.proto
+ * fuzz_zmtp, a small safetensors file for fuzz_safetensors, a node's session (head envelopes
+ * and zygote records) for fuzz_node, handshake streams for fuzz_auth, and data-port and
+ * ZeroMQ chunk requests for fuzz_dataport. Run by hand when ct.proto
  * changes: `build/bin/fuzz_make_seeds fuzz/corpus`. Not part of any test. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "actor/runtime.h"
+#include "common/auth.h"
+#include "objectstore/xfer_data.h"
 #include "proto/msg.h"
 
 #define TOKEN "0123456789abcdef0123456789abcdef"
@@ -35,6 +40,18 @@ static void add_record(uint8_t *buf, size_t *n, size_t cap, int peer, Ct__Envelo
     buf[*n + 2] = (uint8_t)(len >> 8);
     ct__envelope__pack(e, buf + *n + 3);
     *n += 3 + len;
+}
+
+/* Appends n raw bytes as one record of kind to buf at *len (capacity cap). */
+static void add_raw(uint8_t *buf, size_t *len, size_t cap, int kind, const void *b, size_t n)
+{
+    if (*len + 3 + n > cap || n > 0xFFFF)
+        return;
+    buf[*len] = (uint8_t)kind;
+    buf[*len + 1] = (uint8_t)n;
+    buf[*len + 2] = (uint8_t)(n >> 8);
+    memcpy(buf + *len + 3, b, n);
+    *len += 3 + n;
 }
 
 static void env(Ct__Envelope *e, uint64_t req)
@@ -189,5 +206,117 @@ int main(int argc, char **argv)
     memcpy(buf + n + sizeof w, &bias, sizeof bias);
     n += sizeof w + sizeof bias;
     rc |= write_out(root, "fuzz_safetensors/gen-small", buf, n);
+
+    /* fuzz_node: start two actors, the zygote reports, a kill, the head's verdict */
+    n = 0;
+    char *argv_[] = {"/bin/true", "--zygote"};
+    Ct__StartActor sa = CT__START_ACTOR__INIT;
+    sa.actor_id = "a1";
+    sa.class_name = "Worker";
+    sa.exe_path = "/bin/true";
+    sa.n_argv = 2;
+    sa.argv = argv_;
+    sa.args.data = (uint8_t *)"args";
+    sa.args.len = 4;
+    sa.job_token = TOKEN;
+    env(&e, 1);
+    e.sender = "head";
+    e.body_case = CT__ENVELOPE__BODY_START_ACTOR;
+    e.start_actor = &sa;
+    add_record(buf, &n, sizeof buf, 0, &e);
+    sa.actor_id = "a2";
+    add_record(buf, &n, sizeof buf, 0, &e);
+    ct__zrep zr;
+    memset(&zr, 0, sizeof zr);
+    snprintf(zr.actor_id, sizeof zr.actor_id, "a1");
+    zr.pid = 4242;
+    zr.kind = CT_ZREP_SPAWNED;
+    add_raw(buf, &n, sizeof buf, 1, &zr, sizeof zr);
+    zr.kind = CT_ZREP_READY;
+    snprintf(zr.text, sizeof zr.text, "tcp://127.0.0.1:4000");
+    add_raw(buf, &n, sizeof buf, 1, &zr, sizeof zr);
+    snprintf(zr.actor_id, sizeof zr.actor_id, "a2");
+    zr.kind = CT_ZREP_FAILED;
+    snprintf(zr.text, sizeof zr.text, "create failed");
+    add_raw(buf, &n, sizeof buf, 1, &zr, sizeof zr);
+    Ct__KillActor ka = CT__KILL_ACTOR__INIT;
+    ka.actor_id = "a1";
+    env(&e, 2);
+    e.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
+    e.kill_actor = &ka;
+    add_record(buf, &n, sizeof buf, 0, &e);
+    Ct__Error er = CT__ERROR__INIT;
+    er.code = -1;
+    er.message = "unknown node";
+    er.field = "heartbeat.node_id";
+    env(&e, 3);
+    e.body_case = CT__ENVELOPE__BODY_ERROR;
+    e.error = &er;
+    add_record(buf, &n, sizeof buf, 0, &e);
+    rc |= write_out(root, "fuzz_node/gen-session", buf, n);
+
+    /* fuzz_auth: each mode, with a greeting and a Call behind the handshake where it passes */
+    static const uint8_t magic_c1[CT_AUTH_C1_LEN] = {'C', 'T', 'A', '1'};
+    for (int mode = 0; mode < 5; mode++) {
+        char name[64];
+        n = 0;
+        buf[n++] = (uint8_t)mode;
+        if (mode == 0 || mode == 1) {
+            memcpy(buf + n, magic_c1, sizeof magic_c1); /* a C1 with the right magic */
+            n += sizeof magic_c1 + CT_AUTH_C2_LEN;
+        }
+        memcpy(buf + n, greet, sizeof greet);
+        n += sizeof greet;
+        memcpy(buf + n, ready, sizeof ready);
+        n += sizeof ready;
+        memcpy(buf + n, pingcmd, sizeof pingcmd);
+        n += sizeof pingcmd;
+        env(&e, 8);
+        e.body_case = CT__ENVELOPE__BODY_CALL;
+        e.call = &call;
+        len = ct__envelope__get_packed_size(&e);
+        buf[n++] = 0;
+        buf[n++] = (uint8_t)len;
+        ct__envelope__pack(&e, buf + n);
+        n += len;
+        snprintf(name, sizeof name, "fuzz_auth/gen-mode%d", mode);
+        rc |= write_out(root, name, buf, n);
+    }
+
+    /* fuzz_dataport: data-port requests for each object (one out of range), then ZeroMQ ones */
+    n = 0;
+    buf[n++] = 0;
+    const uint64_t ranges[4][3] = {{1, 0, 0}, {2, 10, 50}, {3, 0, 5000}, {3, 4990, 20}};
+    for (int k = 0; k < 4; k++) {
+        ct_xd_req rq = {CT_XD_REQ_MAGIC, 0, {(uint8_t)ranges[k][0]}, 0, ranges[k][1], ranges[k][2]};
+        memcpy(buf + n, &rq, sizeof rq);
+        n += sizeof rq;
+    }
+    rc |= write_out(root, "fuzz_dataport/gen-data-port", buf, n);
+    uint8_t oid3[20] = {3};
+    Ct__ObjXfer x = CT__OBJ_XFER__INIT;
+    x.major = CT_PROTO_MAJOR;
+    x.minor = CT_PROTO_MINOR;
+    x.req_id = 7;
+    x.sender = "puller";
+    Ct__ObjStat ost = CT__OBJ_STAT__INIT;
+    ost.object_id.data = oid3;
+    ost.object_id.len = sizeof oid3;
+    x.body_case = CT__OBJ_XFER__BODY_STAT;
+    x.stat = &ost;
+    buf[0] = 1;
+    n = 1 + ct__obj_xfer__pack(&x, buf + 1);
+    rc |= write_out(root, "fuzz_dataport/gen-zmq-stat", buf, n);
+    Ct__ObjChunk och = CT__OBJ_CHUNK__INIT;
+    och.object_id = ost.object_id;
+    och.offset = 4096;
+    och.size = 4096;
+    och.clip = 1;
+    x.body_case = CT__OBJ_XFER__BODY_CHUNK;
+    x.chunk = &och;
+    n = 1 + ct__obj_xfer__pack(&x, buf + 1);
+    rc |= write_out(root, "fuzz_dataport/gen-zmq-chunk", buf, n);
+    buf[0] = 3; /* the same as two frames */
+    rc |= write_out(root, "fuzz_dataport/gen-zmq-chunk-2frames", buf, n);
     return rc ? 1 : 0;
 }

@@ -312,6 +312,20 @@ out:
     return rc;
 }
 
+int ct__xdata_serve_bytes(ct__xdata_server *xs, int fd, const uint8_t *data, size_t len)
+{
+    held h = {0};
+    int rc = 0;
+    for (size_t at = 0; len - at >= sizeof(ct_xd_req) && !rc; at += sizeof(ct_xd_req)) {
+        ct_xd_req rq;
+        memcpy(&rq, data + at, sizeof rq); /* the wire's bytes may be unaligned */
+        if (serve_req(xs, fd, &rq, &h))
+            rc = CT_EPROTO;
+    }
+    held_release(xs, fd, &h, 1);
+    return rc;
+}
+
 static void *conn_thread(void *arg)
 {
     dconn *c = arg;

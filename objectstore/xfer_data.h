@@ -84,6 +84,12 @@ uint16_t ct__xdata_server_port(const ct__xdata_server *xs); /* its port */
 /* Accepts pending connections (call when the listening fd is readable), each served by a
  * thread of its own; reaps finished ones. Called from the server thread only. */
 void ct__xdata_server_accept(ct__xdata_server *xs);
+/* A connection's request path after its handshake, on bytes already read (fuzz/fuzz_dataport.c):
+ * serves each whole request of data in order as a connection's thread does, replies and chunks
+ * written to fd (blocking), a trailing part ignored; stops at the first request that would
+ * close the connection. Every pin is released before it returns. 0, or CT_EPROTO when a request
+ * closed the connection (the error reply was written). */
+int ct__xdata_serve_bytes(ct__xdata_server *xs, int fd, const uint8_t *data, size_t len);
 /* Closes the port, cuts every connection, joins their threads (pins are released). */
 void ct__xdata_server_destroy(ct__xdata_server **xs);
 

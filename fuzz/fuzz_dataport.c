@@ -2,15 +2,17 @@
  * (objectstore/), against a small real shard holding three objects (0, 100 and 5000 bytes; ids
  * 01.., 02.., 03..):
  *   - the data port's requests after the handshake (xfer_data.c, ct__xdata_serve_bytes), the
- *     replies and chunks written into a socketpair and drained;
+ *     replies and chunks written into a socketpair and drained; uploads (CT_XD_FLAG_PUT) read
+ *     their chunks from the input's bytes after the requests, then EOF; what they sealed is
+ *     deleted after each input;
  *   - the ZeroMQ chunk server (transfer.c): a request sent over CURVE from a DEALER to a real
  *     ct_xfer_server, whose one reply is awaited (none in 10 s aborts: a lost request).
  *
  * Input: [mode: 1 byte][rest]. mode even: rest is the data port's byte stream (at most 16
- * requests). mode odd: rest is one ObjXfer request, sent as (mode >> 1) % 3 + 1 frames (the
- * rest split evenly; the server must refuse extra frames). The shard is named
- * "fuzz-dp-<pid>" and removed at exit (those of runs that crashed, at the next start). Not the
- * handshake (fuzz_auth) nor the puller. */
+ * requests, then the client's upload bytes). mode odd: rest is one ObjXfer request, sent as (mode
+ * >> 1) % 3 + 1 frames (the rest split evenly; the server must refuse extra frames). The shard is
+ * named "fuzz-dp-<pid>" and removed at exit (those of runs that crashed, at the next start). Not
+ * the handshake (fuzz_auth) nor the puller. */
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -99,19 +101,44 @@ static int setup(void)
     return 0;
 }
 
+/* Deletes every object but the three of setup (what uploads sealed), so that inputs stay
+ * independent. */
+static void drop_uploads(void)
+{
+    ct_store_entry *e = NULL;
+    size_t n = 0;
+    if (ct_store_list(store, &e, &n))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        static const uint8_t zero[CT_OBJECT_ID_LEN];
+        bool base = e[i].id.b[0] >= 1 && e[i].id.b[0] <= 3 &&
+                    !memcmp(e[i].id.b + 1, zero, CT_OBJECT_ID_LEN - 1);
+        if (!base)
+            ct_store_delete(store, &e[i].id);
+    }
+    free(e);
+}
+
+/* The first MAX_REQS requests' bytes are the requests; what follows is what the client sends
+ * after them (an upload's chunks and trailers), then it stops sending (EOF). */
 static void data_port(const uint8_t *data, size_t size)
 {
-    if (size > MAX_REQS * CT_XD_REQ_LEN)
-        size = MAX_REQS * CT_XD_REQ_LEN; /* the replies fit in the socket's buffer */
+    size_t reqs = size < MAX_REQS * CT_XD_REQ_LEN ? size : MAX_REQS * CT_XD_REQ_LEN;
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
         return;
-    int big = 1 << 20;
+    int big = 1 << 20; /* the replies and the client's bytes fit in the socket's buffers */
     setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
     setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
-    ct__xdata_serve_bytes(xd, sv[0], data, size);
+    setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+    /* a short write (or none) is a cut upload: the server sees EOF after what got through */
+    ssize_t sent = size > reqs ? write(sv[1], data + reqs, size - reqs) : 0;
+    (void)sent;
+    shutdown(sv[1], SHUT_WR);
+    ct__xdata_serve_bytes(xd, sv[0], data, reqs);
     close(sv[0]);
     close(sv[1]);
+    drop_uploads();
 }
 
 static void zmq_request(int frames, const uint8_t *data, size_t size)

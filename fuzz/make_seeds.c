@@ -10,6 +10,7 @@
 
 #include "actor/runtime.h"
 #include "common/auth.h"
+#include "objectstore/crc32c.h"
 #include "objectstore/xfer_data.h"
 #include "proto/msg.h"
 
@@ -293,6 +294,20 @@ int main(int argc, char **argv)
         n += sizeof rq;
     }
     rc |= write_out(root, "fuzz_dataport/gen-data-port", buf, n);
+    /* an upload of 64 bytes (a new id), its chunk and trailer after the 16 requests' room */
+    n = 0;
+    buf[n++] = 0;
+    ct_xd_req up = {CT_XD_REQ_MAGIC, CT_XD_FLAG_PUT, {0x10}, 0, 0, 64};
+    memset(buf + n, 0, 16 * sizeof up);
+    memcpy(buf + n, &up, sizeof up);
+    n += 16 * sizeof up;
+    for (int i = 0; i < 64; i++)
+        buf[n + (size_t)i] = (uint8_t)(i * 3);
+    uint32_t trailer[2] = {ct__crc32c(0, buf + n, 64), CT_XD_END_MAGIC};
+    n += 64;
+    memcpy(buf + n, trailer, sizeof trailer);
+    n += sizeof trailer;
+    rc |= write_out(root, "fuzz_dataport/gen-upload", buf, n);
     uint8_t oid3[20] = {3};
     Ct__ObjXfer x = CT__OBJ_XFER__INIT;
     x.major = CT_PROTO_MAJOR;

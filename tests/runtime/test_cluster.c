@@ -145,7 +145,7 @@ int main(void)
         CHECK(strstr(out, "DEAD") != NULL); /* the timed-out creations */
         /* each live node's object store: transfer address, no objects yet */
         for (int i = 0; i < 4; i++) {
-            char line[64];
+            char line[160];
             snprintf(line, sizeof line, "\n%-17s tcp://", ids[i]);
             CHECK(strstr(out, line) != NULL);
         }

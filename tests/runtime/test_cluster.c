@@ -59,6 +59,7 @@ int main(void)
     };
     const char *expect[7] = {ids[1], ids[1], ids[2], ids[0], NULL, NULL, NULL};
     ct_actor *a[7] = {0};
+    ct_actor *in_pg = NULL; /* here, not below: the gotos to done jump over the code below */
     for (int i = 0; i < 6; i++) {
         long start = 1000 * (i + 1);
         CHECK_OK(ct_actor_create("Counter", &need[i], &start, sizeof start, &a[i]));
@@ -109,7 +110,6 @@ int main(void)
         CHECK_EQ_INT(ev.pid, nodes[3]);
         snprintf(ids[3], sizeof ids[3], "%s", ev.node_id);
     }
-    ct_actor *in_pg = NULL;
     CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 2, .pg = pg, .bundle = 1}, NULL, 0,
                              &in_pg));
     if (in_pg) {

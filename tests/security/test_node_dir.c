@@ -199,11 +199,12 @@ int main(void)
     glob_t g;
     char pat[400];
     snprintf(pat, sizeof pat, "%s/exe/*", own);
-    if (glob(pat, 0, NULL, &g) == 0 && g.gl_pathc == 1)
+    int grc = glob(pat, 0, NULL, &g);
+    if (grc == 0 && g.gl_pathc == 1)
         snprintf(exe, sizeof exe, "%s", g.gl_pathv[0]);
     else
         fprintf(stderr, "no single cached executable in %s/exe\n", own);
-    if (glob(pat, 0, NULL, &g) == 0)
+    if (grc == 0)
         globfree(&g);
     CHECK(exe[0]);
     if (root) {

@@ -253,7 +253,14 @@ int main(void)
     h_init();
     char addr[128], log[64];
     snprintf(log, sizeof log, "/tmp/ct-test-objects.%d.log", (int)getpid());
-    pid_t head = h_start_head(addr, sizeof addr, "100", "1000");
+    /* nodes are dead after DEAD_MS without heartbeats. Under ThreadSanitizer a node pulling
+     * 256 MiB on a loaded machine has gone 1.1 s without one (the liveness thread starved) */
+#if defined(__SANITIZE_THREAD__)
+    const char *dead_ms = "3000";
+#else
+    const char *dead_ms = "1000";
+#endif
+    pid_t head = h_start_head(addr, sizeof addr, "100", dead_ms);
     if (head < 0)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));

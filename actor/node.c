@@ -35,6 +35,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,7 +162,10 @@ const char *ct__node_token(void)
     return current ? current->token : "";
 }
 
-static volatile sig_atomic_t node_stop;
+/* Set by SIGTERM/SIGINT, which the kernel may deliver to any thread (libzmq's I/O threads
+ * too): an atomic, not a volatile sig_atomic_t, which is safe only within one thread (a data
+ * race ThreadSanitizer reported). Lock-free, so async-signal-safe. */
+static atomic_int node_stop;
 static void on_term(int sig)
 {
     (void)sig;

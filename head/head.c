@@ -29,6 +29,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -253,7 +254,10 @@ int ct__head_add_node_dead_hook(ct__head_node_hook fn, void *user)
     return 0;
 }
 
-static volatile sig_atomic_t head_stop;
+/* Set by SIGTERM/SIGINT, which the kernel may deliver to any thread (libzmq's I/O threads
+ * too): an atomic, not a volatile sig_atomic_t, which is safe only within one thread (the data
+ * race ThreadSanitizer reported in actor/node.c). Lock-free, so async-signal-safe. */
+static atomic_int head_stop;
 static void on_term(int sig)
 {
     (void)sig;

@@ -192,7 +192,14 @@ int main(void)
     CHECK(wait_path(path, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700 &&
           sb.st_uid == geteuid());
     kill(made, SIGTERM);
-    CHECK_EQ_INT(h_reap(made, 0, 5000), 0);
+    int st = h_reap(made, 0, 5000);
+    CHECK_EQ_INT(st, 0);
+    if (st) { /* what the node said */
+        static char said[16384];
+        read_all(fd, said, sizeof said, 1000);
+        fprintf(stderr, "the node with --spill-dir %s exited with status %#x:\n%s\n", path, st,
+                said);
+    }
     close(fd);
     CHECK_OK(wait_node_count(&obs, 0));
 

@@ -953,7 +953,8 @@ static int do_register(nodest *n, int *hb_ms)
                              "node: head %s did not answer registration (is it up, and does "
                              "it hold this node's cluster secret?)",
                              n->head);
-        if (zmq_poll(&it, 1, left) <= 0)
+        /* slices of 100 ms: a SIGTERM run by another thread interrupts no poll here */
+        if (zmq_poll(&it, 1, left < 100 ? left : 100) <= 0)
             continue;
         Ct__Envelope *rep;
         rc = ct__msg_recv(n->sock, NULL, &rep, 0, "node");
@@ -1028,8 +1029,11 @@ int ct__node_run(const ct_node_opts *o)
         goto out;
     }
     int hb_ms = 100;
-    if ((rc = do_register(&n, &hb_ms)))
+    if ((rc = do_register(&n, &hb_ms))) {
+        if (node_stop) /* SIGTERM while registering: a stop (exit 0), not a failure */
+            rc = 0;
         goto out;
+    }
     if (hb_ms <= 0)
         hb_ms = 100;
     ct__log_set_who(n.id);

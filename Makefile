@@ -41,12 +41,13 @@ sanitize:
 	cmake --build build-sanitize -j $(JOBS)
 	cd build-sanitize && ctest --output-on-failure -j $(JOBS) -LE slow --timeout 900
 
-# The runtime, object store and collective tests under ThreadSanitizer (gcc), in build-tsan/.
-# The collective tests carry no label, so the three are picked by name. setarch -R turns off
+# The runtime, object store, collective and security tests under ThreadSanitizer (gcc), in
+# build-tsan/. The collective tests carry no label, so the four are picked by name (security_
+# because the authentication runs threads: the ZAP handler, handshakes in connection threads). setarch -R turns off
 # ASLR, which on newer kernels makes TSan fail with "unexpected memory mapping"; die_after_fork=0
 # lets the tests' forked nodes start threads (they fork a process that already has some);
 # tests/tsan.supp holds the suppressions for uninstrumented libraries, none for ct's own code.
-TSAN_TESTS = ^(runtime|objectstore|collective)_
+TSAN_TESTS = ^(runtime|objectstore|collective|security)_
 TSAN_RUN_OPTIONS = suppressions=$(CURDIR)/tests/tsan.supp die_after_fork=0 $(TSAN_OPTIONS)
 tsan:
 	@scripts/install-deps.sh

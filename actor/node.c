@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,7 +167,10 @@ const char *ct__node_token(void)
     return current ? current->token : "";
 }
 
-static volatile sig_atomic_t node_stop;
+/* Set by SIGTERM/SIGINT, which the kernel may deliver to any thread (libzmq's I/O threads
+ * too): an atomic, not a volatile sig_atomic_t, which is safe only within one thread (a data
+ * race ThreadSanitizer reported). Lock-free, so async-signal-safe. */
+static atomic_int node_stop;
 static void on_term(int sig)
 {
     (void)sig;
@@ -992,7 +996,8 @@ static int do_register(nodest *n, int *hb_ms)
                              "node: head %s did not answer registration (is it up, and does "
                              "it hold this node's cluster secret?)",
                              n->head);
-        if (zmq_poll(&it, 1, left) <= 0)
+        /* slices of 100 ms: a SIGTERM run by another thread interrupts no poll here */
+        if (zmq_poll(&it, 1, left < 100 ? left : 100) <= 0)
             continue;
         Ct__Envelope *rep;
         rc = ct__msg_recv(n->sock, NULL, &rep, 0, "node");
@@ -1092,8 +1097,11 @@ int ct__node_run(const ct_node_opts *o)
         goto out;
     }
     int hb_ms = 100;
-    if ((rc = do_register(&n, &hb_ms)))
+    if ((rc = do_register(&n, &hb_ms))) {
+        if (node_stop) /* SIGTERM while registering: a stop (exit 0), not a failure */
+            rc = 0;
         goto out;
+    }
     if (hb_ms <= 0)
         hb_ms = 100;
     ct__log_set_who(n.id);

@@ -150,29 +150,29 @@ static void print_status(const char *addr, const Ct__StatusReply *r)
     for (size_t i = 0; i < r->n_nodes; i++)
         alive += r->nodes[i]->alive;
     printf("head %s: %zu nodes (%zu alive), %zu actors\n", addr, r->n_nodes, alive, r->n_actors);
-    printf("%-10s %-16s %-6s %-8s %s\n", "NODE", "HOST", "STATE", "PID", "RESOURCES (free/total)");
+    printf("%-17s %-16s %-6s %-8s %s\n", "NODE", "HOST", "STATE", "PID", "RESOURCES (free/total)");
     for (size_t i = 0; i < r->n_nodes; i++) {
         Ct__NodeInfo *n = r->nodes[i];
-        printf("%-10s %-16s %-6s %-8d", n->node_id, n->host, n->alive ? "ALIVE" : "DEAD", n->pid);
+        printf("%-17s %-16s %-6s %-8d", n->node_id, n->host, n->alive ? "ALIVE" : "DEAD", n->pid);
         for (size_t j = 0; j < n->n_total; j++)
             printf(" %s=%g/%g", n->total[j]->name,
                    ct__res_get(n->free, n->n_free, n->total[j]->name), n->total[j]->amount);
         printf("\n");
     }
-    printf("%-10s %-24s %-10s %-12s %s\n", "STORE", "TRANSFER", "OBJECTS", "USED MiB",
+    printf("%-17s %-24s %-10s %-12s %s\n", "STORE", "TRANSFER", "OBJECTS", "USED MiB",
            "CAPACITY MiB");
     for (size_t i = 0; i < r->n_nodes; i++) {
         Ct__NodeInfo *n = r->nodes[i];
         if (!n->alive || !*n->xfer_address)
             continue;
-        printf("%-10s %-24s %-10llu %-12.1f %.1f\n", n->node_id, n->xfer_address,
+        printf("%-17s %-24s %-10llu %-12.1f %.1f\n", n->node_id, n->xfer_address,
                (unsigned long long)n->store_objects, (double)n->store_bytes / (1 << 20),
                (double)n->store_capacity / (1 << 20));
     }
-    printf("%-10s %-16s %-10s %-8s %s\n", "ACTOR", "CLASS", "NODE", "PID", "STATE");
+    printf("%-10s %-16s %-17s %-8s %s\n", "ACTOR", "CLASS", "NODE", "PID", "STATE");
     for (size_t i = 0; i < r->n_actors; i++) {
         Ct__ActorInfo *a = r->actors[i];
-        printf("%-10s %-16s %-10s %-8d %s\n", a->actor_id, a->class_name,
+        printf("%-10s %-16s %-17s %-8d %s\n", a->actor_id, a->class_name,
                *a->node_id ? a->node_id : "-", a->pid, a->state);
     }
     if (r->n_pgs) {

@@ -2,13 +2,13 @@
  * while nothing fits), placement groups (all-or-nothing bundles), KV with waiting gets,
  * heartbeat failure detection and event pushes, all in one single-threaded ZeroMQ ROUTER loop.
  *
- * Authority. Anyone who can reach the port can send anything (CURVE authentication is a later
- * piece), so what a message may do rests on the token it carries (Envelope.token):
- * - Nodes. RegisterNode gives the node a random secret with its id. A message that speaks for
- *   node N (heartbeat; actor ready, start failed, exited; the object directory's node reports)
- *   must carry N's token, from whichever of N's connections it comes. Orders go to the routing
- *   id that registered N, moved only by a main-socket heartbeat with the token (a reconnect).
- *   One node per connection.
+ * Authority. Only holders of the cluster secret get through the port (CURVE, common/auth.h);
+ * among them, what a message may do rests on the token it carries (Envelope.token):
+ * - Nodes. RegisterNode gives the node a random id ("node-" and 12 hex digits, node_id_new) and
+ *   a random secret. A message that speaks for node N (heartbeat; actor ready, start failed,
+ *   exited; the object directory's node reports) must carry N's token, from whichever of N's
+ *   connections it comes. Orders go to the routing id that registered N, moved only by a
+ *   main-socket heartbeat with the token (a reconnect). One node per connection.
  * - Jobs. A job is a driver and the actors it created (and theirs): the driver draws a token at
  *   ct_init and its actors inherit it (StartActor.job_token). Messages that create or change
  *   shared state (actors, placement groups, KV, objects, driver heartbeats) must carry one.
@@ -29,6 +29,8 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,7 @@
 
 #define MAX_RES 16
 #define ID_LEN 32
+#define NODE_ID_HEX 12 /* random hex digits in a node id: "node-" and 12, 18 bytes with the NUL */
 #define TOK_SIZE (CT_TOKEN_LEN + 1)
 /* "not yours": a negated errno like ct/error.h's codes (which has no CT_EPERM yet) */
 #define HEAD_EPERM (-EPERM)
@@ -193,7 +196,7 @@ typedef struct head {
     size_t kv_bytes; /* keys and values */
     sub *subs;
     int nsubs;
-    uint64_t node_seq, actor_seq, pg_seq; /* the N of the next "node-N", "actor-N", "pg-N" */
+    uint64_t actor_seq, pg_seq; /* the N of the next "actor-N", "pg-N" (node ids are random) */
     int64_t last_gc;
     int64_t refuse_window;              /* ct__head_refuse's rate limit: this second's start, */
     int refuse_logged, refuse_unlogged; /* lines logged in it, refusals not logged */
@@ -251,7 +254,10 @@ int ct__head_add_node_dead_hook(ct__head_node_hook fn, void *user)
     return 0;
 }
 
-static volatile sig_atomic_t head_stop;
+/* Set by SIGTERM/SIGINT, which the kernel may deliver to any thread (libzmq's I/O threads
+ * too): an atomic, not a volatile sig_atomic_t, which is safe only within one thread (the data
+ * race ThreadSanitizer reported in actor/node.c). Lock-free, so async-signal-safe. */
+static atomic_int head_stop;
 static void on_term(int sig)
 {
     (void)sig;
@@ -968,8 +974,28 @@ static void check_heartbeats(head *h)
 
 /* ---- handlers ---- */
 
-/* Node ids stay "node-N" (N counts registrations, never reused): ids are public (status,
- * events, locations), so they are no credential; the token is. */
+/* A new node id into out: "node-" and NODE_ID_HEX random lower-case hex digits (libsodium),
+ * none that a node in the table (live, or dead and not yet forgotten) has. Random, so that no
+ * one can guess the id of a node yet to join; ids are still public (status, events, locations)
+ * and no credential: the token is. 0, or CT_EIO when libsodium cannot start. */
+static int node_id_new(head *h, char out[ID_LEN])
+{
+    static const char hx[] = "0123456789abcdef";
+    if (sodium_init() < 0)
+        return ct__error(CT_EIO, "head: libsodium failed to initialize");
+    do {
+        unsigned char b[NODE_ID_HEX / 2];
+        randombytes_buf(b, sizeof b);
+        int n = snprintf(out, ID_LEN, "node-");
+        for (size_t i = 0; i < sizeof b; i++) {
+            out[n++] = hx[b[i] >> 4];
+            out[n++] = hx[b[i] & 15];
+        }
+        out[n] = 0;
+    } while (find_node(h, out) >= 0);
+    return 0;
+}
+
 static void on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     Ct__RegisterNode *r = e->register_node;
@@ -1003,12 +1029,11 @@ static void on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     }
     node *n = &h->nodes[ni];
     memset(n, 0, sizeof *n);
-    if (ct__token_new(n->token)) {
+    if (ct__token_new(n->token) || node_id_new(h, n->id)) {
         REPLY_ERR(h, rid, e->req_id, CT_EIO, "", "head: %s", ct_last_error());
         return;
     }
     n->used = true;
-    snprintf(n->id, sizeof n->id, "node-%llu", (unsigned long long)++h->node_seq);
     n->rid = *rid;
     snprintf(n->host, sizeof n->host, "%s", r->host);
     n->pid = r->pid;

@@ -38,10 +38,14 @@ job >"$tmp/run2.out" 2>&1 &
 driver=$!
 for _ in $(seq 600); do grep -q '^epoch 1:' "$tmp/run2.out" && break; sleep 0.05; done
 grep -q '^epoch 1:' "$tmp/run2.out" || { kill "$driver"; cat "$tmp/run2.out"; fail "no epoch 1"; }
-# the node of the first live replica, from `ctup status`
-victim=$("$bin/ctup" status "$cfg" | awk '$2 == "ct.trainer.Replica" && $5 == "ALIVE" {print $3; exit}')
+# the node of the first live replica, and that node's pid, from `ctup status` (the head's node
+# ids are random, not the state file's roles node-1, node-2)
+"$bin/ctup" status "$cfg" >"$tmp/status.out"
+victim=$(awk '$2 == "ct.trainer.Replica" && $5 == "ALIVE" {print $3; exit}' "$tmp/status.out")
 [ -n "$victim" ] || { kill "$driver"; fail "no live replica in ctup status"; }
-vpid=$(awk -v n="$victim" '$1 == "proc" && $2 == n {print $4}' "$state")
+vpid=$(awk -v n="$victim" '$1 == n && $3 == "ALIVE" {print $4; exit}' "$tmp/status.out")
+[ -n "$vpid" ] && echo "$all_pids" | grep -qx "$vpid" ||
+    { kill "$driver"; fail "node $victim's pid '$vpid' is not one ctup started"; }
 echo "killing $victim (pid $vpid) after epoch 1"
 kill -9 "$vpid"
 rc=0

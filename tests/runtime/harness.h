@@ -70,6 +70,29 @@ __attribute__((unused)) static double h_now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* Whether id has the form of the ids the head gives nodes: "node-" and 12 lower-case hex
+ * digits (random, head.c's node_id_new). */
+__attribute__((unused)) static bool h_is_node_id(const char *id)
+{
+    if (!id || strncmp(id, "node-", 5) || strlen(id) != 5 + 12)
+        return false;
+    for (const char *c = id + 5; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+            return false;
+    return true;
+}
+
+/* A line of text (up to its newline, or the end) that starts with prefix: a pointer into text,
+ * or NULL. For rows of `ctup status` tables. */
+__attribute__((unused)) static const char *h_line_starting(const char *text, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, prefix, n))
+            return l;
+    return NULL;
+}
+
 /* actor/objnode.c: removes the store shards and /tmp/ct-node.<pid>.* dirs of dead nodes. */
 void ct__objnode_purge_leftovers(void);
 

@@ -25,9 +25,10 @@ int main(void)
     pid_t head = h_start_head(addr, sizeof addr, "100", "1000");
     if (head < 0)
         return 1;
-    /* node-1: 5 CPUs; node-2: 2 CPUs + 2 GPUs; node-3: 2 CPUs + disk=1. Registration order is
-     * fixed by starting them one at a time. */
+    /* node 1: 5 CPUs; node 2: 2 CPUs + 2 GPUs; node 3: 2 CPUs + disk=1. Started one at a time,
+     * so that each one's (random) id is known from its NODE_JOINED event. */
     pid_t nodes[4] = {0};
+    char ids[4][32] = {"", "", "", ""};
     ct_init_opts io = {.address = addr};
     CHECK_OK(ct_init(&io));
     CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
@@ -40,22 +41,25 @@ int main(void)
         ct_event ev;
         CHECK_OK(ct_events_next(&ev, 5000));
         CHECK_EQ_INT(ev.type, CT_EVENT_NODE_JOINED);
+        CHECK_EQ_INT(ev.pid, nodes[i]);
+        snprintf(ids[i], sizeof ids[i], "%s", ev.node_id);
     }
     double total, free_cpu;
     CHECK_OK(ct_cluster_resources("CPU", &total, &free_cpu));
     CHECK_EQ_INT((int)total, 9);
 
     ct_resources need[7] = {
-        {.cpu = 1, .gpu = 1},                /* -> node-2 */
-        {.cpu = 1, .gpu = 1},                /* -> node-2 */
-        {.cpu = 1, .custom = {{"disk", 1}}}, /* -> node-3 */
-        {.cpu = 4},                          /* -> node-1 (only one with 4) */
-        {.cpu = 1},                          /* node-1 or node-3 */
+        {.cpu = 1, .gpu = 1},                /* -> node 2 */
+        {.cpu = 1, .gpu = 1},                /* -> node 2 */
+        {.cpu = 1, .custom = {{"disk", 1}}}, /* -> node 3 */
+        {.cpu = 4},                          /* -> node 1 (only one with 4) */
+        {.cpu = 1},                          /* node 1 or node 3 */
         {.cpu = 1},                          /* the other one */
         {.cpu = 1, .timeout_ms = 1500},      /* nothing left: times out */
     };
-    const char *expect[7] = {"node-2", "node-2", "node-3", "node-1", NULL, NULL, NULL};
+    const char *expect[7] = {ids[1], ids[1], ids[2], ids[0], NULL, NULL, NULL};
     ct_actor *a[7] = {0};
+    ct_actor *in_pg = NULL; /* here, not below: the gotos to done jump over the code below */
     for (int i = 0; i < 6; i++) {
         long start = 1000 * (i + 1);
         CHECK_OK(ct_actor_create("Counter", &need[i], &start, sizeof start, &a[i]));
@@ -68,7 +72,7 @@ int main(void)
         free(w);
     }
     CHECK(strcmp(ct_actor_node(a[4]), ct_actor_node(a[5])) != 0);
-    CHECK(!strcmp(ct_actor_node(a[4]), "node-1") || !strcmp(ct_actor_node(a[4]), "node-3"));
+    CHECK(!strcmp(ct_actor_node(a[4]), ids[0]) || !strcmp(ct_actor_node(a[4]), ids[2]));
     /* every actor keeps its own state */
     for (int i = 0; i < 6; i++) {
         long d = i + 1, *v = NULL;
@@ -86,7 +90,7 @@ int main(void)
     CHECK_EQ_INT(rc, CT_ETIMEDOUT);
     CHECK(h_now_ms() - t0 >= 1400);
 
-    /* a placement group of 2 x {CPU 2} does not fit: pending until node-4 (4 CPUs) joins */
+    /* a placement group of 2 x {CPU 2} does not fit: pending until node 4 (4 CPUs) joins */
     ct_placement_group *pg = NULL;
     ct_bundle b[2] = {{.cpu = 2}, {.cpu = 2}};
     CHECK_OK(ct_placement_group_create(b, 2, CT_PACK, &pg));
@@ -100,15 +104,20 @@ int main(void)
     t0 = h_now_ms();
     CHECK_OK(ct_placement_group_wait(pg, 5000));
     CHECK(h_now_ms() - t0 < 3000);
-    ct_actor *in_pg = NULL;
+    {
+        ct_event ev;
+        CHECK_OK(ct_events_next(&ev, 5000));
+        CHECK_EQ_INT(ev.pid, nodes[3]);
+        snprintf(ids[3], sizeof ids[3], "%s", ev.node_id);
+    }
     CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 2, .pg = pg, .bundle = 1}, NULL, 0,
                              &in_pg));
     if (in_pg) {
         char *w = where(in_pg);
-        CHECK_STR(w, "node-4");
+        CHECK_STR(w, ids[3]);
         free(w);
     }
-    /* the group holds node-4's CPUs: an actor outside it cannot have them */
+    /* the group holds node 4's CPUs: an actor outside it cannot have them */
     CHECK_EQ_INT(
         ct_actor_create("Counter", &(ct_resources){.cpu = 1, .timeout_ms = 300}, NULL, 0, &a[6]),
         CT_ETIMEDOUT);
@@ -121,10 +130,12 @@ int main(void)
         CHECK(strstr(out, "CPU=0/5") != NULL);
         CHECK(strstr(out, "GPU=0/2") != NULL);
         CHECK(strstr(out, "disk=0/1") != NULL);
-        CHECK(strstr(out, "pg-1       READY    node-4,node-4") != NULL);
+        char pgline[96];
+        snprintf(pgline, sizeof pgline, "pg-1       READY    %s,%s", ids[3], ids[3]);
+        CHECK(strstr(out, pgline) != NULL);
         for (int i = 0; i < 6; i++) {
             char line[200];
-            snprintf(line, sizeof line, "%-10s %-16s %-10s %-8d %s", ct_actor_id(a[i]), "Counter",
+            snprintf(line, sizeof line, "%-10s %-16s %-17s %-8d %s", ct_actor_id(a[i]), "Counter",
                      ct_actor_node(a[i]), ct_actor_pid(a[i]), "ALIVE");
             if (!strstr(out, line)) {
                 fprintf(stderr, "ctup status lacks '%s':\n%s", line, out);
@@ -133,9 +144,9 @@ int main(void)
         }
         CHECK(strstr(out, "DEAD") != NULL); /* the timed-out creations */
         /* each live node's object store: transfer address, no objects yet */
-        for (int i = 1; i <= 4; i++) {
-            char line[64];
-            snprintf(line, sizeof line, "\nnode-%-5d tcp://", i);
+        for (int i = 0; i < 4; i++) {
+            char line[160];
+            snprintf(line, sizeof line, "\n%-17s tcp://", ids[i]);
             CHECK(strstr(out, line) != NULL);
         }
     }

@@ -1,6 +1,7 @@
 /* tests/runtime/test_failure.c — failure detection and death notification:
  * - kill -9 of an actor process: the driver's ACTOR_DEAD event arrives within 200 ms, and a
  *   call pending on it fails with CT_EDEAD promptly (not at its timeout);
+ * - node ids: random ("node-" and 12 hex digits), different for each node;
  * - kill -9 of a node: NODE_DEAD within 1.5 s (heartbeat 100 ms, dead after 1 s), its actors
  *   are reported dead and their processes are gone;
  * - nothing this test started is left running. */
@@ -48,18 +49,27 @@ int main(int argc, char **argv)
     ct_init_opts io = {.address = addr};
     CHECK_OK(ct_init(&io));
     CHECK_OK(ct_events_subscribe(CT_EVENTS_ALL));
-    /* one at a time, so that node ids are known: node-1 then node-2 */
+    /* one at a time, so that each node's id is known from its NODE_JOINED event */
     ct_event ev;
-    /* node-1 keeps one zygote at a time: a second driver's executable retires the first */
+    char id1[32] = "", id2[32] = "", id3[32] = "";
+    /* node 1 keeps one zygote at a time: a second driver's executable retires the first */
     setenv("CT_MAX_ZYGOTES", "1", 1);
     pid_t n1 = h_start_node(addr, "--cpus", "4", "--resources", "left=10", NULL, NULL);
     unsetenv("CT_MAX_ZYGOTES");
     CHECK_OK(next_event(CT_EVENT_NODE_JOINED, NULL, &ev, 5000));
     CHECK_EQ_INT(ev.pid, n1);
+    snprintf(id1, sizeof id1, "%s", ev.node_id);
     pid_t n2 = h_start_node(addr, "--cpus", "4", "--resources", "right=10", NULL, NULL);
     CHECK_OK(next_event(CT_EVENT_NODE_JOINED, NULL, &ev, 5000));
     CHECK_EQ_INT(ev.pid, n2);
+    snprintf(id2, sizeof id2, "%s", ev.node_id);
     (void)n1;
+    /* ids are random, not node-1, node-2: no one can name a node before it joins */
+    CHECK(h_is_node_id(id1));
+    CHECK(h_is_node_id(id2));
+    CHECK(strcmp(id1, id2) != 0);
+    if (!h_is_node_id(id1) || !h_is_node_id(id2))
+        fprintf(stderr, "node ids: '%s' '%s'\n", id1, id2);
 
     ct_actor *x = NULL, *y = NULL, *z = NULL;
     CHECK_OK(ct_actor_create("Counter", &(ct_resources){.custom = {{"left", 1}}}, NULL, 0, &x));
@@ -119,7 +129,7 @@ int main(int argc, char **argv)
     printf("worst of 5 actor death events: %.1f ms\n", worst);
     CHECK(worst < 200);
 
-    /* a placement group with a bundle on each node; node-2's bundle is re-placed later */
+    /* a placement group with a bundle on each node; node 2's bundle is re-placed later */
     ct_placement_group *pg = NULL;
     ct_bundle pb[2] = {{.custom = {{"left", 1}}}, {.custom = {{"right", 1}}}};
     CHECK_OK(ct_placement_group_create(pb, 2, CT_SPREAD, &pg));
@@ -135,7 +145,7 @@ int main(int argc, char **argv)
     double node_ms = h_now_ms() - t0;
     printf("node declared dead %.1f ms after kill -9\n", node_ms);
     CHECK(node_ms < 1500);
-    CHECK_STR(ev.node_id, "node-2");
+    CHECK_STR(ev.node_id, id2);
     CHECK(ct_actor_is_dead(y));
     CHECK(ct_actor_is_dead(z));
     CHECK_EQ_INT(ct_future_wait(fy, 1000, NULL, NULL), CT_EDEAD);
@@ -146,26 +156,35 @@ int main(int argc, char **argv)
     CHECK(out && strstr(out, "2 nodes (1 alive)"));
     if (out) {
         char line[200];
-        snprintf(line, sizeof line, "%-10s %-16s %-10s %-8d %s", ct_actor_id(y), "Counter",
-                 "node-2", (int)ypid, "DEAD");
+        snprintf(line, sizeof line, "%-10s %-16s %-17s %-8d %s", ct_actor_id(y), "Counter", id2,
+                 (int)ypid, "DEAD");
         CHECK(strstr(out, line) != NULL);
-        snprintf(line, sizeof line, "%-10s %-6s", "node-2", "127.0.0.1");
-        CHECK(strstr(out, "DEAD") != NULL);
+        /* node 2's row in the NODE table: "<id> <host> DEAD ..." */
+        snprintf(line, sizeof line, "%-17s ", id2);
+        const char *row = h_line_starting(out, line);
+        const char *dead = row ? strstr(row, " DEAD ") : NULL;
+        CHECK(dead && !memchr(row, '\n', (size_t)(dead - row)));
     }
     free(out);
-    /* the group lost its bundle on node-2: pending until a node with "right" joins */
+    /* the group lost its bundle on node 2: pending until a node with "right" joins */
     CHECK_EQ_INT(ct_placement_group_wait(pg, 100), CT_ETIMEDOUT);
     pid_t n3 = h_start_node(addr, "--cpus", "2", "--resources", "right=1", NULL, NULL);
     CHECK(n3 > 0);
+    CHECK_OK(next_event(CT_EVENT_NODE_JOINED, NULL, &ev, 5000));
+    CHECK_EQ_INT(ev.pid, n3);
+    snprintf(id3, sizeof id3, "%s", ev.node_id);
+    CHECK(h_is_node_id(id3) && strcmp(id3, id1) && strcmp(id3, id2));
     CHECK_OK(ct_placement_group_wait(pg, 5000));
     out = h_capture(cmd);
-    CHECK(out && strstr(out, "pg-1       READY    node-1,node-3"));
-    if (out && !strstr(out, "pg-1       READY    node-1,node-3"))
+    char pgline[96];
+    snprintf(pgline, sizeof pgline, "pg-1       READY    %s,%s", id1, id3);
+    CHECK(out && strstr(out, pgline));
+    if (out && !strstr(out, pgline))
         fprintf(stderr, "%s", out);
     free(out);
     ct_actor *inpg = NULL;
     CHECK_OK(ct_actor_create("Counter", &(ct_resources){.pg = pg, .bundle = 1}, NULL, 0, &inpg));
-    CHECK_STR(ct_actor_node(inpg), "node-3");
+    CHECK_STR(ct_actor_node(inpg), id3);
     ct_actor_release(&inpg);
     CHECK_OK(ct_placement_group_remove(&pg));
     CHECK(h_wait_gone(ypid, 1000));
@@ -193,7 +212,7 @@ int main(int argc, char **argv)
     if (w) {
         char *nd = NULL;
         CHECK_OK(ct_actor_call(w, "where", NULL, 0, (void **)&nd, &n, 3000));
-        CHECK_STR(nd, "node-1");
+        CHECK_STR(nd, id1);
         free(nd);
     }
     ct_actor_release(&w);

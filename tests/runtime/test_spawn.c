@@ -3,7 +3,7 @@
  * start requests fill the node -> zygote socket buffers: a node that blocked on them used to
  * deadlock with its zygotes and miss its heartbeats). Checks: every actor serves and answers with
  * its own state, pids are distinct, a kill -9 of one in the crowd still gives its death event
- * within 200 ms, a second burst after the first works, a burst of a class without create
+ * within 200 ms (DEATH_MS), a second burst after the first works, a burst of a class without create
  * (readiness told by the zygote) serves, and ct_shutdown leaves no process behind.
  * Not here: placement and resources (test_cluster.c), failure detection (test_failure.c). */
 #include "harness.h"
@@ -14,6 +14,13 @@
 #define BURST 300 /* ASan processes fork slowly */
 #else
 #define BURST 600
+#endif
+#if defined(__SANITIZE_THREAD__)
+/* `make tsan`: the node, its zygote and the head are instrumented and share 2 loaded cores with
+ * 150-600 instrumented actors; their death event has been seen 250 ms after the kill there */
+#define DEATH_MS 1000
+#else
+#define DEATH_MS 200
 #endif
 
 /* Creates n Counter actors with 60 KiB of args each (Counter keeps its count at 0 unless the
@@ -63,7 +70,7 @@ static void plain_burst(int n)
             if (!ct_events_next(&ev, 100))
                 got = ev.type == CT_EVENT_ACTOR_DEAD && ev.pid == vp;
         CHECK(got);
-        CHECK(h_now_ms() - t0 <= 200);
+        CHECK(h_now_ms() - t0 <= DEATH_MS);
     }
     for (int i = 0; i < n; i++)
         ct_actor_release(&p[i]);
@@ -125,9 +132,9 @@ int main(void)
         }
         CHECK(got);
         double dt = h_now_ms() - t0;
-        if (dt > 200)
+        if (dt > DEATH_MS)
             fprintf(stderr, "test_spawn: death event after %.0f ms\n", dt);
-        CHECK(dt <= 200);
+        CHECK(dt <= DEATH_MS);
         CHECK_EQ_INT(ev.term_signal, SIGKILL);
     }
     /* many deaths at once: each is found (the node's index survives removals) and reported */

@@ -102,17 +102,34 @@ static void expect_refused(const char *addr, const char *dir, const char *what)
     }
 }
 
-/* The node pid's own directory (glob /tmp/ct-node.<pid>.*) into out; 0 when exactly one. */
+/* The node pid's own directory (glob /tmp/ct-node.<pid>.*) into out; 0 when exactly one. It
+ * waits up to 5 s: a node makes it after it registered (its id names the store), so a test that
+ * saw the node registered may look before it exists. */
 static int node_dir(pid_t pid, char *out, size_t cap)
 {
     char pat[64];
-    glob_t g;
     snprintf(pat, sizeof pat, "/tmp/ct-node.%d.*", (int)pid);
-    int rc = glob(pat, 0, NULL, &g) == 0 && g.gl_pathc == 1 ? 0 : -1;
-    if (!rc)
-        snprintf(out, cap, "%s", g.gl_pathv[0]);
-    globfree(&g);
+    int rc = -1;
+    for (double until = h_now_ms() + 5000; rc && h_now_ms() < until; usleep(rc ? 20000 : 0)) {
+        glob_t g;
+        int grc = glob(pat, 0, NULL, &g);
+        rc = grc == 0 && g.gl_pathc == 1 ? 0 : -1;
+        if (!rc)
+            snprintf(out, cap, "%s", g.gl_pathv[0]);
+        if (grc == 0)
+            globfree(&g);
+    }
     return rc;
+}
+
+/* Waits up to 5 s for path to exist (a node makes its spill dir after it registered); 0 when
+ * lstat found it, its result in sb. */
+static int wait_path(const char *path, struct stat *sb)
+{
+    for (double until = h_now_ms() + 5000; h_now_ms() < until; usleep(20000))
+        if (lstat(path, sb) == 0)
+            return 0;
+    return -1;
 }
 
 /* Waits (5 s) for node nid to be registered with the head: 0 when it is. */
@@ -172,10 +189,17 @@ int main(void)
     pid_t made = start_node(addr, "--spill-dir", path, 0, &fd);
     CHECK_OK(wait_node_count(&obs, 1));
     struct stat sb;
-    CHECK(lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700 &&
+    CHECK(wait_path(path, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700 &&
           sb.st_uid == geteuid());
     kill(made, SIGTERM);
-    CHECK_EQ_INT(h_reap(made, 0, 5000), 0);
+    int st = h_reap(made, 0, 5000);
+    CHECK_EQ_INT(st, 0);
+    if (st) { /* what the node said */
+        static char said[16384];
+        read_all(fd, said, sizeof said, 1000);
+        fprintf(stderr, "the node with --spill-dir %s exited with status %#x:\n%s\n", path, st,
+                said);
+    }
     close(fd);
     CHECK_OK(wait_node_count(&obs, 0));
 
@@ -199,11 +223,12 @@ int main(void)
     glob_t g;
     char pat[400];
     snprintf(pat, sizeof pat, "%s/exe/*", own);
-    if (glob(pat, 0, NULL, &g) == 0 && g.gl_pathc == 1)
+    int grc = glob(pat, 0, NULL, &g);
+    if (grc == 0 && g.gl_pathc == 1)
         snprintf(exe, sizeof exe, "%s", g.gl_pathv[0]);
     else
         fprintf(stderr, "no single cached executable in %s/exe\n", own);
-    if (glob(pat, 0, NULL, &g) == 0)
+    if (grc == 0)
         globfree(&g);
     CHECK(exe[0]);
     if (root) {

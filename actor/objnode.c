@@ -52,6 +52,7 @@ const char *ct__node_token(void);
 
 static struct {
     bool on;
+    bool detached; /* ct__objnode_start_detached: handlers only, no pulls */
     char node_id[32];
     char token[CT_TOKEN_LEN + 1]; /* the node's: its reports carry it */
     char dir[256];
@@ -364,6 +365,12 @@ static void on_pull(Ct__Envelope *e, void *user)
                 j->data_ports[j->nh] = p->data_ports[i] <= 65535 ? (uint16_t)p->data_ports[i] : 0;
             j->nh++;
         }
+    if (O.detached) { /* everything but the pull (which would connect to the holders) */
+        pthread_mutex_unlock(&O.mu);
+        pulljob_free(j);
+        pull_done(&id, CT_ENOSYS, "no pulls in a detached node", 0);
+        return;
+    }
     pthread_t t;
     pthread_attr_t at;
     pthread_attr_init(&at);
@@ -673,6 +680,23 @@ void ct__objnode_stop(void)
     zmq_ctx_term(O.ctx);
     O.ctx = NULL;
     rm_rf(O.dir);
+}
+
+void ct__objnode_start_detached(ct_store *store)
+{
+    snprintf(O.node_id, sizeof O.node_id, "detached");
+    O.store = store;
+    O.detached = true;
+    O.on = true;
+    ct__node_add_handler(CT__ENVELOPE__BODY_OBJ_PULL, on_pull, NULL);
+    ct__node_add_handler(CT__ENVELOPE__BODY_OBJ_DELETE, on_delete, NULL);
+}
+
+void ct__objnode_stop_detached(void)
+{
+    O.on = false;
+    O.detached = false;
+    O.store = NULL;
 }
 
 void ct__host_id(char *buf, size_t cap)

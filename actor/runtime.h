@@ -73,6 +73,11 @@ void ct__objnode_purge_pid(int pid);
  * it is a symlink, not a directory, not this uid's, or group/other-writable. */
 int ct__objnode_check_dir(const char *dir);
 const char *ct__objnode_store_name(void);
+/* Detached mode (fuzz/fuzz_node.c): the ObjPull / ObjDelete handlers on store (borrowed), with
+ * no head connection, no transfer server and no pulls: an order that passes the checks is
+ * answered CT_ENOSYS instead of starting a pull thread. stop_detached undoes it. */
+void ct__objnode_start_detached(struct ct_store *store);
+void ct__objnode_stop_detached(void);
 /* This process's host identity as the object store sees it: "<boot id>/net:<network namespace
  * inode>/shm:<device of /dev/shm>". Two processes with the same one share a kernel, a network
  * namespace and the /dev/shm that shards live in, so one can map the other's shard; a node

@@ -6,26 +6,49 @@
  * Input: records, each [kind: 1 byte][n: 2 bytes little-endian][n bytes], the last one cut
  * short if the input is. kind even: n bytes are one envelope from the head; kind odd: one
  * record from zygote (kind >> 1) % zygotes (skipped while there is none). What the node sends
- * the head goes to a DEALER connected nowhere, which refuses it. Not covered: code shipping and
- * the object node's messages (both pull from other nodes over the network), reaping. */
+ * the head goes to a DEALER connected nowhere, which refuses it. The object node's handlers
+ * (ObjPull, ObjDelete: actor/objnode.c) run detached on a small shard holding one object (put
+ * back after each input): a pull order that passes their checks is answered instead of pulled.
+ * Not covered: the pulls and code shipping (they fetch from other nodes over the network),
+ * reaping. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <zmq.h>
 
 #include "actor/runtime.h"
+#include "objectstore/store.h"
 
 #define MAX_RECORDS 64
+
+static ct_store *store;
+
+static void teardown(void)
+{
+    ct__objnode_stop_detached();
+    ct_store_destroy(&store);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static void *ctx, *sock;
+    static const ct_object_id held = {{0x01}};
     if (!sock) {
+        char name[64];
+        snprintf(name, sizeof name, "fuzz-node-%d", (int)getpid());
+        store = ct_store_new(&(ct_store_opts){.name = name, .memory_cap = 1 << 20});
         ctx = zmq_ctx_new();
         sock = ctx ? zmq_socket(ctx, ZMQ_DEALER) : NULL;
-        if (!sock)
+        if (!sock || !store)
             return 0;
+        ct__objnode_start_detached(store);
+        atexit(teardown);
     }
+    if (!ct_store_contains(store, &held))
+        ct_store_put(store, &held, "held", 4);
     ct__node *n = ct__node_new_detached(sock);
     if (!n)
         return 0;

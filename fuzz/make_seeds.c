@@ -1,7 +1,7 @@
 /* fuzz/make_seeds.c — writes the generated part of the seed corpus (fuzz/corpus/): packed
  * envelopes of a few message kinds as fuzz_envelope records, a ZMTP stream carrying a Call for
  * fuzz_zmtp, a small safetensors file for fuzz_safetensors, a node's session (head envelopes
- * and zygote records) for fuzz_node, handshake streams for fuzz_auth, and data-port and
+ * and zygote records) and object orders for fuzz_node, handshake streams for fuzz_auth, and data-port and
  * ZeroMQ chunk requests for fuzz_dataport. Run by hand when ct.proto
  * changes: `build/bin/fuzz_make_seeds fuzz/corpus`. Not part of any test. */
 #include <stdio.h>
@@ -255,6 +255,34 @@ int main(int argc, char **argv)
     e.error = &er;
     add_record(buf, &n, sizeof buf, 0, &e);
     rc |= write_out(root, "fuzz_node/gen-session", buf, n);
+    /* ... and the object node's orders: a pull of the held object (answered at once), one of
+     * another (passes the checks), a delete */
+    n = 0;
+    uint8_t held[20] = {0x01}, other[20] = {0x02};
+    char *holders[] = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"};
+    uint32_t ports[] = {1, 2};
+    Ct__ObjPull op = CT__OBJ_PULL__INIT;
+    op.object_id.data = held;
+    op.object_id.len = sizeof held;
+    op.n_holders = 2;
+    op.holders = holders;
+    op.n_data_ports = 2;
+    op.data_ports = ports;
+    op.size = 4;
+    env(&e, 4);
+    e.body_case = CT__ENVELOPE__BODY_OBJ_PULL;
+    e.obj_pull = &op;
+    add_record(buf, &n, sizeof buf, 0, &e);
+    op.object_id.data = other;
+    add_record(buf, &n, sizeof buf, 0, &e);
+    Ct__ObjDelete od = CT__OBJ_DELETE__INIT;
+    od.object_id.data = held;
+    od.object_id.len = sizeof held;
+    env(&e, 5);
+    e.body_case = CT__ENVELOPE__BODY_OBJ_DELETE;
+    e.obj_delete = &od;
+    add_record(buf, &n, sizeof buf, 0, &e);
+    rc |= write_out(root, "fuzz_node/gen-objnode", buf, n);
 
     /* fuzz_auth: each mode, with a greeting and a Call behind the handshake where it passes */
     static const uint8_t magic_c1[CT_AUTH_C1_LEN] = {'C', 'T', 'A', '1'};

@@ -172,9 +172,12 @@ static int sendfile_all(int fd, int in, uint64_t off, size_t n)
 
 /* Receives an upload's chunks into buf (size bytes), each followed by its trailer, checking
  * CRC-32C per piece as it lands. 0, CT_EIO (the peer went away or stalled) or CT_EPROTO (a
- * checksum or trailer that does not match; *bad_off is the chunk's offset). */
+ * checksum or trailer that does not match; *bad_off is the first such chunk's offset). After a
+ * bad chunk the rest is still read (and dropped with the object), so that the client, still
+ * sending, is not cut off by a reset and reads the refusal. */
 static int recv_upload(int fd, unsigned char *buf, uint64_t size, uint64_t *bad_off)
 {
+    int rc = 0;
     for (uint64_t off = 0; off < size; off += CT_XFER_DEFAULT_CHUNK) {
         uint64_t len = size - off < CT_XFER_DEFAULT_CHUNK ? size - off : CT_XFER_DEFAULT_CHUNK;
         uint32_t crc = 0, end[2];
@@ -187,12 +190,12 @@ static int recv_upload(int fd, unsigned char *buf, uint64_t size, uint64_t *bad_
         }
         if (ct__xdata_recv_all(fd, end, sizeof end))
             return CT_EIO;
-        if (end[0] != crc || end[1] != CT_XD_END_MAGIC) {
+        if (!rc && (end[0] != crc || end[1] != CT_XD_END_MAGIC)) {
             *bad_off = off;
-            return CT_EPROTO;
+            rc = CT_EPROTO;
         }
     }
-    return 0;
+    return rc;
 }
 
 /* Serves an upload (CT_XD_FLAG_PUT): checks it, creates the object unsealed, answers "go",
@@ -599,18 +602,28 @@ static int push_once(const char *ep, uint16_t port, const ct_object_id *id, cons
         goto out;
     }
     const unsigned char *p = data;
-    for (uint64_t off = 0, k = 1; off < size; off += CT_XFER_DEFAULT_CHUNK, k++) {
+    bool answered = false; /* the server answered (refused a chunk) before all was sent */
+    for (uint64_t off = 0, k = 1; off < size && !answered; off += CT_XFER_DEFAULT_CHUNK, k++) {
         uint64_t len = size - off < CT_XFER_DEFAULT_CHUNK ? size - off : CT_XFER_DEFAULT_CHUNK;
         uint32_t end[2] = {ct__crc32c(0, p + off, len), CT_XD_END_MAGIC};
         if (k == corrupt)
             end[0] ^= 1;
         if ((rc = ct__xdata_send_all(fd, p + off, len, 1)) ||
             (rc = ct__xdata_send_all(fd, end, sizeof end, 0))) {
-            rc = ct__error(rc, "upload to %s: sending: %s", ep, ct_strerror(rc));
-            goto out;
+            /* the server may have refused an earlier chunk and closed while this one was on
+             * its way: its answer, when it came, says why */
+            struct timeval brief = {2, 0};
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &brief, sizeof brief);
+            answered =
+                !ct__xdata_recv_all(fd, &rp, sizeof rp) && rp.magic == CT_XD_REP_MAGIC && rp.status;
+            if (!answered) {
+                rc = ct__error(rc, "upload to %s: sending: %s", ep, ct_strerror(rc));
+                goto out;
+            }
         }
     }
-    if ((rc = ct__xdata_recv_all(fd, &rp, sizeof rp)) || rp.magic != CT_XD_REP_MAGIC) {
+    if (!answered &&
+        ((rc = ct__xdata_recv_all(fd, &rp, sizeof rp)) || rp.magic != CT_XD_REP_MAGIC)) {
         rc = ct__error(rc ? rc : CT_EPROTO, "upload to %s: no answer after the bytes", ep);
         goto out;
     }

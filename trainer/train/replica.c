@@ -482,11 +482,12 @@ static int validate_local(replica *r, int64_t s_epoch, tr_val_result *v)
         return 0;
     int64_t n = ct_dataset_length(r->st.data.val), w = r->setup.world, k = r->setup.rank;
     int64_t lo = r->st.data.sharded ? 0 : n * k / w, hi = r->st.data.sharded ? n : n * (k + 1) / w;
+    /* validation sees the images as they are: normalised, never cropped or flipped */
+    const ct_transform_opts *tt = &r->st.data.transform;
+    ct_transform_opts vt = {.mean = tt->mean, .std = tt->std, .n_mean = tt->n_mean};
     if ((rc = ct_dataset_subset(r->st.data.val, lo, hi - lo, &slice)) < 0 ||
         (rc = ct_loader_new(
-             slice,
-             &(ct_loader_opts){.batch_size = 500, .prefetch = 2, .transform = r->st.data.transform},
-             &ld)) < 0)
+             slice, &(ct_loader_opts){.batch_size = 500, .prefetch = 2, .transform = vt}, &ld)) < 0)
         goto out;
     ct_module_train(r->st.model, false);
     bool was = ct_autograd_set_enabled(false);

@@ -146,6 +146,12 @@ typedef struct trainer_data {
     ct_transform_opts transform;
     int num_classes; /* for accuracy; 0: the model's output width */
     bool sharded;
+    /* training batches built ahead by the loader's background thread; 0: 2; negative: none,
+     * each batch built when the step asks for it. None suits small in-memory samples (e.g. a
+     * tiny MLP's): there the thread's hand-off per batch (a wake-up, a context switch) costs
+     * more than building the batch, and it is paid per batch, so most with many small
+     * batches (gradient accumulation). */
+    int prefetch;
 } trainer_data;
 
 /* A loss: mean over the batch of loss(output (N,C), target), shape (): target is (N) i64

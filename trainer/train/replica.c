@@ -96,7 +96,9 @@ static int loader_new(replica *r)
                          .seed = r->spec.seed,
                          .rank = a->rank,
                          .world_size = a->world,
-                         .prefetch = 2,
+                         .prefetch = r->st.data.prefetch < 0    ? 0
+                                     : r->st.data.prefetch == 0 ? 2
+                                                                : r->st.data.prefetch,
                          .transform = r->st.data.transform};
     if (r->st.data.sharded) {
         int64_t *lens = calloc((size_t)a->world, sizeof *lens);

@@ -3,7 +3,8 @@
  *
  * The CNN: Conv2d(1,32,3,pad 1)-BatchNorm2d-ReLU-MaxPool2d(2), Conv2d(32,64,3,pad 1)-
  * BatchNorm2d-ReLU-MaxPool2d(2), Flatten, Linear(3136,128)-ReLU-Dropout(0.25), Linear(128,10).
- * The MLP: 784-256-128-10. Pixels are scaled to [0,1], then normalised with mean 0.2860 and
+ * The MLP: 784-256-128-10. The tiny MLP ("tiny"): 64-128-64-10 on the 8x8 images of
+ * fmnist_downsample8. Pixels are scaled to [0,1], then normalised with mean 0.2860 and
  * std 0.3530. */
 #ifndef CT_EXAMPLES_FASHION_MNIST_MODEL_H
 #define CT_EXAMPLES_FASHION_MNIST_MODEL_H
@@ -18,9 +19,13 @@
 
 static const float fmnist_mean[] = {0.2860f}, fmnist_std[] = {0.3530f};
 
-/* "cnn" or "mlp"; an owned module or NULL. */
+/* "cnn", "mlp" or "tiny"; an owned module or NULL. */
 __attribute__((unused)) static ct_module *fmnist_make_model(const char *name)
 {
+    if (!strcmp(name, "tiny"))
+        return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(64, 128, true), ct_nn_relu_new(),
+                             ct_nn_linear_new(128, 64, true), ct_nn_relu_new(),
+                             ct_nn_linear_new(64, 10, true));
     if (!strcmp(name, "mlp"))
         return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(784, 256, true),
                              ct_nn_relu_new(), ct_nn_linear_new(256, 128, true), ct_nn_relu_new(),
@@ -32,6 +37,20 @@ __attribute__((unused)) static ct_module *fmnist_make_model(const char *name)
                          ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 0, 0), ct_nn_flatten_new(),
                          ct_nn_linear_new(3136, 128, true), ct_nn_relu_new(),
                          ct_nn_dropout_new(0.25f), ct_nn_linear_new(128, 10, true));
+}
+
+/* out (8,8) from a 28x28 image in (pixels in [0,1]): the central 24x24 averaged over 3x3
+ * blocks. bench/ddp_throughput/ref_torch.py downsamples the same way. */
+__attribute__((unused)) static void fmnist_downsample8(const float *in, float *out)
+{
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++) {
+            float s = 0;
+            for (int u = 0; u < 3; u++)
+                for (int v = 0; v < 3; v++)
+                    s += in[(2 + 3 * i + u) * 28 + 2 + 3 * j + v];
+            out[i * 8 + j] = s / 9.0f;
+        }
 }
 
 /* Top-1 accuracy of net on test (eval mode, no grad; train mode restored after) into *acc.

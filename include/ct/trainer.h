@@ -164,6 +164,12 @@ typedef struct trainer_data {
     ct_transform_opts transform;
     int num_classes; /* for accuracy; 0: the model's output width */
     bool sharded;
+    /* training batches built ahead by the loader's background thread; 0: 2; negative: none,
+     * each batch built when the step asks for it. None suits small in-memory samples (e.g. a
+     * tiny MLP's): there the thread's hand-off per batch (a wake-up, a context switch) costs
+     * more than building the batch, and it is paid per batch, so most with many small
+     * batches (gradient accumulation). */
+    int prefetch;
 } trainer_data;
 
 /* A loss: mean over the batch of loss(output (N,C), target), shape (): target is (N) i64
@@ -215,7 +221,10 @@ int trainer_register_hook(const char *name, trainer_hook fn);
  *             scheduler a user registers is driven the same way (plateau_metric is read for
  *             any scheduler whose ct_sched_kind is "plateau").
  *   data "fashion_mnist": data_dir [CT_FASHION_MNIST_DIR], limit [all 60000 training samples],
- *             val_limit [all 10000 test samples]; pixels normalised (mean 0.2860, std 0.3530).
+ *             val_limit [all 10000 test samples]; pixels normalised (mean 0.2860, std 0.3530);
+ *             augmentation of the training batches: crop_pad [0; N > 0: random 28x28 crops of
+ *             the image zero-padded by N], hflip [0: the probability of a horizontal flip].
+ *             Validation batches are never cropped or flipped (for any data creator).
  *             Decoded once per cluster (by the driver's check-run) and shared through the
  *             object store, so a replica starts without inflating the files again.
  * They need no registration; a name you register yourself is found first (it overrides). */

@@ -6,16 +6,18 @@
 
 #define PAR_MIN 32768
 
+/* simd: without it GCC keeps these loops scalar (y may alias the inputs), and axpy is what
+ * adds every accumulated gradient (gradient accumulation: k-1 of every k batches) */
 void ct__cpu_add(int64_t n, const float *a, const float *b, float *y)
 {
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (n > PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = a[i] + b[i];
 }
 
 void ct__cpu_axpy(int64_t n, float alpha, const float *x, float *y)
 {
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+#pragma omp parallel for simd if (n > PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] += alpha * x[i];
 }

@@ -412,6 +412,11 @@ static int make_fashion_mnist(trainer_ctx *ctx, trainer_data *d)
     const char *dir = trainer_config_str(ctx, "data_dir", CT_FASHION_MNIST_DIR);
     int64_t limit = trainer_config_int(ctx, "limit", 0);
     int64_t val_limit = trainer_config_int(ctx, "val_limit", 0);
+    /* augmentation of the training batches (validation batches are never augmented) */
+    int64_t crop_pad = trainer_config_int(ctx, "crop_pad", 0);
+    double hflip = trainer_config_double(ctx, "hflip", 0);
+    if (!ctx->err[0] && (crop_pad < 0 || crop_pad > 14 || hflip < 0 || hflip > 1))
+        trainer_ctx_fail(ctx, "fashion_mnist: crop_pad must be 0..14 and hflip 0..1");
     if (ctx->err[0])
         return CT_EINVAL;
     ct_dataset *train = NULL, *test = NULL;
@@ -433,6 +438,11 @@ static int make_fashion_mnist(trainer_ctx *ctx, trainer_data *d)
         (rc = ct_dataset_subset(test, 0, nv, &d->val)) < 0)
         return rc; /* the trainer frees what was filled */
     d->transform = (ct_transform_opts){.mean = fmnist_mean, .std = fmnist_std};
+    if (crop_pad > 0) {
+        d->transform.crop_h = d->transform.crop_w = 28;
+        d->transform.crop_pad = (int)crop_pad;
+    }
+    d->transform.hflip_p = (float)hflip;
     d->num_classes = 10;
     return 0;
 }

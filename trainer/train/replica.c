@@ -108,7 +108,9 @@ static int loader_new(replica *r)
                          .seed = r->spec.seed,
                          .rank = a->rank,
                          .world_size = a->world,
-                         .prefetch = 2,
+                         .prefetch = r->st.data.prefetch < 0    ? 0
+                                     : r->st.data.prefetch == 0 ? 2
+                                                                : r->st.data.prefetch,
                          .transform = r->st.data.transform};
     if (r->st.data.sharded) {
         int64_t *lens = calloc((size_t)a->world, sizeof *lens);
@@ -518,11 +520,12 @@ static int validate_local(replica *r, int64_t s_epoch, tr_val_result *v)
         return 0;
     int64_t n = ct_dataset_length(r->st.data.val), w = r->setup.world, k = r->setup.rank;
     int64_t lo = r->st.data.sharded ? 0 : n * k / w, hi = r->st.data.sharded ? n : n * (k + 1) / w;
+    /* validation sees the images as they are: normalised, never cropped or flipped */
+    const ct_transform_opts *tt = &r->st.data.transform;
+    ct_transform_opts vt = {.mean = tt->mean, .std = tt->std, .n_mean = tt->n_mean};
     if ((rc = ct_dataset_subset(r->st.data.val, lo, hi - lo, &slice)) < 0 ||
         (rc = ct_loader_new(
-             slice,
-             &(ct_loader_opts){.batch_size = 500, .prefetch = 2, .transform = r->st.data.transform},
-             &ld)) < 0)
+             slice, &(ct_loader_opts){.batch_size = 500, .prefetch = 2, .transform = vt}, &ld)) < 0)
         goto out;
     for (int m = 0; m < r->st.nmodels; m++)
         ct_module_train(r->st.models[m], false);

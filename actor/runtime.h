@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include "ct/ct.h"
 
+struct ct_store;
+
 typedef struct ct_node_opts {
     const char *head;      /* "host:port" of the head */
     const char *host;      /* address actors bind to; NULL: the one that reaches the head */

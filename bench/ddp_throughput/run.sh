@@ -15,6 +15,9 @@
 #                              optimizer step vs k=1 batch of 256, samples/s of each, ct's
 #                              trainer (accumulate=4) and torch DDP (no_sync); ct= and ref=
 #                              are k=4's samples/s in % of k=1's (goal for ct: >= 95)
+#   ddp_throughput_cnn_accum   the same accumulation rows on the CNN (the first LIMIT images;
+#                              ACCUM=0 skips them): where a batch's compute, not its fixed
+#                              costs, is the step
 #   ddp_throughput             the Fashion-MNIST CNN on the first LIMIT (default 20000)
 #                              images: ct vs torch DDP (the headline, last)
 # BENCH_TAG (scripts/run-bench.sh sets "[avx2]" for its pass with ONEDNN_MAX_CPU_ISA=AVX2 and
@@ -26,6 +29,7 @@ PY=${REF_PYTHON:-/usr/bin/python3}
 RUNS=${RUNS:-2}
 LIMIT=${LIMIT:-20000}
 MLP=${MLP:-1}
+ACCUM=${ACCUM:-1}
 TAG=${BENCH_TAG:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN="$BUILD/bin/trainer_fashion_mnist"
@@ -45,6 +49,15 @@ ref5() { "$PY" "$HERE/ref_torch.py" 60000 tiny "$@" 5 2>/dev/null | later; }
 row() { # row NAME CT REF UNIT: a result line, ratio CT/REF
     awk -v n="$1$TAG" -v c="$2" -v r="$3" -v u="$4" 'BEGIN {
         printf "%s: ct=%.1f ref=%.1f %s ratio=%.2f\n", n, c, r, u, (r > 0 ? c / r : 0) }'
+}
+
+# accum_rows NAME CT_K4 CT_K1 REF_K4 REF_K1: the two lines of an accumulation row
+accum_rows() {
+    awk -v n="$1$TAG" -v c4="$2" -v c1="$3" -v t4="$4" -v t1="$5" 'BEGIN {
+        pc = c1 > 0 ? 100 * c4 / c1 : 0; pt = t1 > 0 ? 100 * t4 / t1 : 0
+        printf "%s: ct k=4 %.1f k=1 %.1f samples/s (k=4 loses %.1f%%), torch DDP no_sync k=4 %.1f " \
+               "k=1 %.1f samples/s (loses %.1f%%)\n", n, c4, c1, 100 - pc, t4, t1, 100 - pt
+        printf "%s: ct=%.1f ref=%.1f %%_of_k1 ratio=%.2f\n", n, pc, pt, (pt > 0 ? pc / pt : 0) }'
 }
 
 if [ "$MLP" != 0 ]; then
@@ -86,11 +99,32 @@ $s2
     c1=$(printf '%s' "$a_ct1" | best)
     t4=$(printf '%s' "$a_t4" | best)
     t1=$(printf '%s' "$a_t1" | best)
-    awk -v n="ddp_throughput_mlp_accum$TAG" -v c4="$c4" -v c1="$c1" -v t4="$t4" -v t1="$t1" 'BEGIN {
-        pc = c1 > 0 ? 100 * c4 / c1 : 0; pt = t1 > 0 ? 100 * t4 / t1 : 0
-        printf "%s: ct k=4 %.1f k=1 %.1f samples/s (k=4 loses %.1f%%), torch DDP no_sync k=4 %.1f " \
-               "k=1 %.1f samples/s (loses %.1f%%)\n", n, c4, c1, 100 - pc, t4, t1, 100 - pt
-        printf "%s: ct=%.1f ref=%.1f %%_of_k1 ratio=%.2f\n", n, pc, pt, (pt > 0 ? pc / pt : 0) }'
+    accum_rows ddp_throughput_mlp_accum "$c4" "$c1" "$t4" "$t1"
+fi
+
+if [ "$ACCUM" != 0 ]; then
+    a_ct4="" a_ct1="" a_t4="" a_t1=""
+    i=0
+    while [ "$i" -lt "$RUNS" ]; do
+        c4=$(ct --limit "$LIMIT" --batch 64 --accumulate 4)
+        c1=$(ct --limit "$LIMIT" --batch 256)
+        t4=$(ref "$LIMIT" cnn ddp 4 64)
+        t1=$(ref "$LIMIT" cnn ddp 1 256)
+        echo "ddp_throughput_cnn_accum$TAG run $i: ct k=4 ${c4:-?} k=1 ${c1:-?}," \
+            "torch k=4 ${t4:-?} k=1 ${t1:-?} samples/s"
+        a_ct4="$a_ct4$c4
+"
+        a_ct1="$a_ct1$c1
+"
+        a_t4="$a_t4$t4
+"
+        a_t1="$a_t1$t1
+"
+        i=$((i + 1))
+    done
+    accum_rows ddp_throughput_cnn_accum "$(printf '%s' "$a_ct4" | best)" \
+        "$(printf '%s' "$a_ct1" | best)" "$(printf '%s' "$a_t4" | best)" \
+        "$(printf '%s' "$a_t1" | best)"
 fi
 
 ct_all=""

@@ -11,10 +11,10 @@
 # Wall time: from the start of training (ct: trainer_train, the group's start-up included;
 # torch: the script's start, process start-up included) to the end of the epoch that reached
 # the target, evaluations included. Prints epochs and wall time of each side.
-# Seen on the 2-core machine, under load (other jobs, and for part of ct's run a second ct
-# training): ct 0.9320 after 8 epochs in 460.6 s; torch DDP 0.9117 after 3 epochs in 222.5 s.
-# The CNN needs 8 of the 10 cosine epochs for 0.93 (0.9297 after a schedule of 8), torch 3
-# for 0.91: ct's ~1.3-1.6x faster epochs do not make up for that.
+# Seen on an idle 2-core AMD EPYC (AVX-512), 2026-11-23: ct 0.9320 after 8 epochs in 93.8 s;
+# torch DDP 0.9117 after 3 epochs in 112.3 s (ratio 1.20). The CNN needs 8 of the 10 cosine
+# epochs for 0.93 (0.9297 after a schedule of 8), torch 3 for 0.91; ct's epochs (~11-13 s
+# against torch's 31-42 s here) make up for that.
 # Last line: accuracy: ct=<seconds to CT_TARGET> ref=<seconds to REF_TARGET> seconds
 #            ratio=<ref/ct>
 set -eu

@@ -1,9 +1,9 @@
 /* fuzz/make_seeds.c — writes the generated part of the seed corpus (fuzz/corpus/): packed
  * envelopes of a few message kinds as fuzz_envelope records, a ZMTP stream carrying a Call for
  * fuzz_zmtp, a small safetensors file for fuzz_safetensors, a node's session (head envelopes
- * and zygote records) and object orders for fuzz_node, handshake streams for fuzz_auth, and data-port and
- * ZeroMQ chunk requests for fuzz_dataport. Run by hand when ct.proto
- * changes: `build/bin/fuzz_make_seeds fuzz/corpus`. Not part of any test. */
+ * and zygote records) and object orders for fuzz_node, handshake streams for fuzz_auth, and
+ * data-port and ZeroMQ chunk requests for fuzz_dataport. Run by hand when ct.proto changes:
+ * `build/bin/fuzz_make_seeds fuzz/corpus`. Not part of any test. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -8,11 +8,12 @@ set -eu
 # trainer_ckpt runs to read a checkpoint as another tool would. openssh-server/-client and
 # iproute2 (ip netns, tc): cluster_ssh_netns runs a real sshd on each of its test hosts.
 # clang and its libFuzzer/sanitizer runtimes: make test runs each fuzz target of fuzz/ under
-# libFuzzer (a clang build of the targets in build/fuzz-clang), and `make fuzz` longer.
+# libFuzzer (a clang build of the targets in build/fuzz-clang), and `make fuzz` longer;
+# libomp-14-dev: clang's OpenMP, which the engine's CPU loops (trainer/cpu) build with.
 # With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
 pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev
       protobuf-c-compiler libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist iproute2 procps
-      python3 openssh-client openssh-server clang libclang-rt-14-dev)
+      python3 openssh-client openssh-server clang libclang-rt-14-dev libomp-14-dev)
 if [ "${1:-}" = bench ]; then
     pkgs+=(python3-torch libopenblas0-pthread)
 fi

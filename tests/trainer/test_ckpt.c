@@ -10,24 +10,6 @@
 
 #define DATA_CFG "limit=2048,val_limit=1000,lr=2e-3,step_size=1,gamma=0.5"
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 static int write_file(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -109,7 +91,7 @@ int main(void)
     compare_modules(trainer_get_model(t1), trainer_get_model(t2));
     CHECK_OK(trainer_save(t2, b));
     size_t la = 0, lb = 0;
-    char *ba = slurp(a, &la), *bb = slurp(b, &lb);
+    char *ba = tt_read_file(a, &la), *bb = tt_read_file(b, &lb);
     CHECK(ba && bb);
     CHECK_EQ_INT(la, lb);
     CHECK(ba && bb && la == lb && memcmp(ba, bb, la) == 0);
@@ -159,7 +141,7 @@ int main(void)
         CHECK(strstr(ct_last_error(), "not a JSON object") != NULL);
         CHECK_OK(trainer_save(t1, b));
         free(bb);
-        bb = slurp(b, &lb);
+        bb = tt_read_file(b, &lb);
         ba = ba ? (memcpy(ba + 8, "{", 1), ba) : ba;
         CHECK(bb && lb == la && memcmp(ba, bb, la) == 0);
     }

@@ -13,32 +13,12 @@
 
 #include "examples/dcgan_model.h"
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    if (b)
-        b[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 /* The tensor names of a saved checkpoint, in header order, into names (each "name\n"). Returns
  * the count, or -1. The header is ct's: "<name>":{"dtype":... for every tensor. */
 static int tensor_names(const char *path, char *names, size_t cap)
 {
     size_t len = 0;
-    char *b = slurp(path, &len);
+    char *b = tt_read_file(path, &len);
     if (!b || len < 8)
         return -1;
     uint64_t hl;
@@ -179,7 +159,7 @@ static void test_single_model_keys(const char *dir)
                      "optim.3.weight.exp_avg\noptim.3.weight.exp_avg_sq\n"
                      "optim.3.bias.exp_avg\noptim.3.bias.exp_avg_sq\n");
     size_t len = 0;
-    char *b = slurp(path, &len);
+    char *b = tt_read_file(path, &len);
     /* the optimizer's other state: unprefixed keys */
     CHECK(b &&
           strstr(b + 8,
@@ -276,7 +256,7 @@ static void test_dcgan(const char *dir)
           strstr(names, "optim0.0.weight.exp_avg\n") &&
           strstr(names, "optim1.5.bias.exp_avg_sq\n"));
     size_t la = 0, lb = 0;
-    char *ba = slurp(a, &la);
+    char *ba = tt_read_file(a, &la);
     CHECK(ba && strstr(ba + 8, "\"model\":\"dcgan_g,dcgan_d\"") &&
           strstr(ba + 8, "\"optimizer_state\":\"{\\\"optim0.type\\\":\\\"adam\\\",") &&
           strstr(ba + 8, "\\\"optim1.param_groups.0.lr\\\":0.00020000000000000001"));
@@ -292,7 +272,7 @@ static void test_dcgan(const char *dir)
     compare_modules(trainer_get_model_at(t, 0), trainer_get_model_at(t2, 0));
     compare_modules(trainer_get_model_at(t, 1), trainer_get_model_at(t2, 1));
     CHECK_OK(trainer_save(t2, b));
-    char *bb = slurp(b, &lb);
+    char *bb = tt_read_file(b, &lb);
     CHECK(ba && bb && la == lb && memcmp(ba, bb, la) == 0);
     free(ba);
     free(bb);

@@ -134,31 +134,6 @@ static bool near(double a, double b, double rel)
         }                                                                                          \
     } while (0)
 
-/* Reads all of path into a string (caller frees). */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0, n;
-    do {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 65536;
-            char *b = realloc(buf, cap);
-            if (!b)
-                break;
-            buf = b;
-        }
-        n = fread(buf + len, 1, cap - len - 1, f);
-        len += n;
-    } while (n > 0);
-    fclose(f);
-    if (buf)
-        buf[len] = 0;
-    return buf;
-}
-
 static int count(const char *text, const char *needle)
 {
     int n = 0;
@@ -316,7 +291,7 @@ int main(void)
     CHECK_OK(train_to(t, 4, logdir_b, TRAINER_PROGRESS_OFF, 0, err3, &st4));
     trainer_shutdown(&t);
     snprintf(path, sizeof path, "%s/metrics.jsonl", logdir_b);
-    char *textb = slurp(path);
+    char *textb = tt_read_file(path, NULL);
     static char *lines_b[64];
     int nb = split_lines(textb, lines_b, 64);
     double mean_b[NMETRICS];
@@ -325,7 +300,7 @@ int main(void)
     free(textb);
 
     snprintf(path, sizeof path, "%s/metrics.jsonl", logdir);
-    char *text = slurp(path);
+    char *text = tt_read_file(path, NULL);
     CHECK(text != NULL);
     static char *lines[256];
     int nlines = split_lines(text, lines, 256);
@@ -380,7 +355,7 @@ int main(void)
     free(v);
 
     /* the lines on stderr */
-    char *e1 = slurp(err1), *e2 = slurp(err2);
+    char *e1 = tt_read_file(err1, NULL), *e2 = tt_read_file(err2, NULL);
     CHECK_EQ_INT(count(e1, "trainer: epoch 1/2 step 4/8"), 1);
     CHECK_EQ_INT(count(e1, "trainer: epoch 2/2 step 8/8"), 1);
     CHECK_EQ_INT(count(e1, "\r"), 0);
@@ -421,7 +396,7 @@ int main(void)
     trainer_shutdown(&t);
     CHECK_EQ_INT(sa.steps, 4);
     snprintf(path, sizeof path, "%s/metrics.jsonl", logdir2);
-    char *text2 = slurp(path);
+    char *text2 = tt_read_file(path, NULL);
     int n2 = split_lines(text2, lines, 256), nrec = 0;
     double acc_loss = 0;
     for (int i = 0; i < n2; i++) {
@@ -460,7 +435,7 @@ int main(void)
     CHECK_EQ_INT(sr.retries_used, 1);
     CHECK_EQ_INT(sr.steps, 16);
     snprintf(path, sizeof path, "%s/metrics.jsonl", logdir3);
-    char *text3 = slurp(path);
+    char *text3 = tt_read_file(path, NULL);
     int n3 = split_lines(text3, lines, 256), nepochs = 0, first = -1, last = -1;
     for (int i = 0; i < n3; i++) {
         nepochs += is_type(lines[i], "epoch");
@@ -519,7 +494,7 @@ int main(void)
     }
     for (int run = 0; run < 2; run++) {
         snprintf(path, sizeof path, "%s/metrics.jsonl", run ? logdir5 : logdir4);
-        char *text4 = slurp(path);
+        char *text4 = tt_read_file(path, NULL);
         int n4 = split_lines(text4, lines, 256), want = run ? 7 : 1, nval = 0;
         int64_t vsteps[8] = {0};
         const char *last_val = NULL;

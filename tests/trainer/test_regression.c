@@ -417,22 +417,6 @@ static void run_job(const char *sched, const char *cfg, const char *dir, const c
     trainer_shutdown(&t);
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *b = NULL;
-    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)n + 1)) &&
-        fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    if (f)
-        fclose(f);
-    *len = b ? (size_t)n : 0;
-    return b;
-}
-
 static void resume_case(const char *base, const char *sched, const char *cfg, int epoch, int from)
 {
     char dir[400], dir2[400], file[600], last[600], last2[600];
@@ -450,7 +434,7 @@ static void resume_case(const char *base, const char *sched, const char *cfg, in
     CHECK(a.w && b.w && a.n == b.n && memcmp(a.w, b.w, (size_t)a.n * sizeof *a.w) == 0);
     CHECK(a.lr == b.lr);
     size_t la = 0, lb = 0;
-    char *ca = slurp(last, &la), *cb = slurp(last2, &lb);
+    char *ca = tt_read_file(last, &la), *cb = tt_read_file(last2, &lb);
     CHECK(ca && cb && la == lb && memcmp(ca, cb, la) == 0); /* scheduler state included */
     free(ca);
     free(cb);

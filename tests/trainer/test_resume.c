@@ -61,26 +61,6 @@ static int write_all(const char *path, const void *p, size_t n)
     return fclose(f) == 0 && w == n ? 0 : -1;
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    if (b)
-        b[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 /* The checkpoint files in dir, sorted, joined by spaces ("" when none). */
 static void list_ckpts(const char *dir, char *out, size_t cap)
 {
@@ -183,7 +163,7 @@ static int run_driver(const char *phase, const char *dir, const char *log)
     int st = pid > 0 ? h_reap(pid, 0, 100000) : -1;
     if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
         size_t len;
-        char *out = slurp(log, &len);
+        char *out = tt_read_file(log, &len);
         fprintf(stderr, "---- driver %s (status 0x%x) log:\n%s----\n", phase, st, out ? out : "");
         free(out);
     }
@@ -314,7 +294,7 @@ static void retention(const char *base, const char *order)
     char ip[700], frag[300], b0[80], b1[80];
     size_t len = 0;
     snprintf(ip, sizeof ip, "%s/index.json", dir);
-    char *idx = slurp(ip, &len);
+    char *idx = tt_read_file(ip, &len);
     CHECK(idx != NULL);
     ckpt_name(name, sizeof name, 3, 48);
     snprintf(frag, sizeof frag, "\"latest\": \"%s\"", name);
@@ -349,7 +329,7 @@ int main(int argc, char **argv)
     int st = run_driver("kill", dir, log);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     snprintf(path, sizeof path, "%s/index.json", dir);
-    idx = slurp(path, &len);
+    idx = tt_read_file(path, &len);
     CHECK(idx && strstr(idx, "\"latest\": \"ckpt-epoch0001-step000020.safetensors\""));
     list_ckpts(dir, got, sizeof got);
     printf("after the cluster died: %s\n", got);
@@ -361,7 +341,7 @@ int main(int argc, char **argv)
     st = run_driver("resume", dir, log);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     snprintf(path, sizeof path, "%s/result.txt", base);
-    res = slurp(path, &len);
+    res = tt_read_file(path, &len);
     long long start = -1, steps = -1, epoch = -1;
     int retries = -1, under = -1;
     CHECK(res &&
@@ -372,14 +352,14 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(retries, 0);
     CHECK(under >= 3); /* steps 25, 30, 32 and the resumed one: 1 node, 1 copy each */
     free(res);
-    res = slurp(log, &len);
+    res = tt_read_file(log, &len);
     CHECK(res && strstr(res, "of the 2 asked") && strstr(res, "under-replicated"));
     list_ckpts(dir, got, sizeof got);
     printf("after the resumed run: %s\n", got);
     CHECK_STR(got, "ckpt-epoch0001-step000025.safetensors ckpt-epoch0001-step000030.safetensors "
                    "ckpt-epoch0002-step000032.safetensors");
     snprintf(path, sizeof path, "%s/weights.bin", base);
-    w3 = (float *)slurp(path, &len);
+    w3 = (float *)tt_read_file(path, &len);
     n3 = (int64_t)(len / sizeof(float));
 
     /* 3. this process: the undisturbed reference, then a replica killed mid-epoch */

@@ -94,6 +94,36 @@ __attribute__((unused)) static int tt_hook(trainer_ctx *ctx)
     return 0;
 }
 
+/* Reads all of path (to its end: also a log still being written) into a NUL-terminated buffer
+ * the caller frees; *len (may be NULL) gets its length. NULL when it cannot be read. */
+__attribute__((unused)) static char *tt_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0, got;
+    do {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            char *b = realloc(buf, cap);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = b;
+        }
+        got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+    } while (got > 0);
+    fclose(f);
+    buf[n] = 0;
+    if (len)
+        *len = n;
+    return buf;
+}
+
 /* "synthetic" data: 10 well-separated Gaussian blobs in 784 dimensions (n = config "n", 1000),
  * 20% of them as validation; a user-written data creator. */
 static uint64_t tt_rng(uint64_t *s)

@@ -12,28 +12,12 @@
 
 #include <pthread.h>
 
-#define CFG "limit=2048,val_limit=500,lr=2e-3,step_size=1,gamma=0.5,probe_step=%d"
-
 static const char *model = "mlp";
 
+/* the probed trainer of the model, 3 epochs, seed 11 */
 static trainer *make(int probe_step)
 {
-    char cfg[200];
-    snprintf(cfg, sizeof cfg, CFG, probe_step);
-    trainer *t = NULL;
-    if (trainer_create(&(trainer_opts){.model = model,
-                                       .data = "fashion_mnist",
-                                       .optimizer = "adam",
-                                       .loss = "probe",
-                                       .scheduler = "steplr",
-                                       .config = cfg,
-                                       .num_replicas = 2,
-                                       .batch_size = 64,
-                                       .epochs = 3,
-                                       .seed = 11},
-                       &t) < 0)
-        fprintf(stderr, "trainer_create: %s\n", ct_last_error());
-    return t;
+    return tt_make_probed(model, probe_step, 3, 11);
 }
 
 typedef struct killer {

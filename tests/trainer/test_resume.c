@@ -29,27 +29,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#define CFG "limit=2048,val_limit=500,lr=2e-3,step_size=1,gamma=0.5,probe_step=%d"
 #define EVERY 5
 
+/* the probed trainer of the model, 2 epochs, seed 5 */
 static trainer *make(const char *model, int probe_step)
 {
-    char cfg[200];
-    snprintf(cfg, sizeof cfg, CFG, probe_step);
-    trainer *t = NULL;
-    if (trainer_create(&(trainer_opts){.model = model,
-                                       .data = "fashion_mnist",
-                                       .optimizer = "adam",
-                                       .loss = "probe",
-                                       .scheduler = "steplr",
-                                       .config = cfg,
-                                       .num_replicas = 2,
-                                       .batch_size = 64,
-                                       .epochs = 2,
-                                       .seed = 5},
-                       &t) < 0)
-        fprintf(stderr, "trainer_create: %s\n", ct_last_error());
-    return t;
+    return tt_make_probed(model, probe_step, 2, 5);
 }
 
 static int write_all(const char *path, const void *p, size_t n)

@@ -79,6 +79,31 @@ __attribute__((unused)) static trainer_loss_fn tt_probe_creator(trainer_ctx *ctx
     return tt_probe_loss;
 }
 
+/* The trainer of the probe tests: model on 2 replicas, 2048 Fashion-MNIST images (500 for
+ * validation), Adam 2e-3, StepLR(1, 0.5), batch 64, the probe loss armed at probe_step (0: off).
+ * NULL (and the error printed) when trainer_create fails. */
+__attribute__((unused)) static trainer *tt_make_probed(const char *model, int probe_step,
+                                                       int64_t epochs, uint64_t seed)
+{
+    char cfg[200];
+    snprintf(cfg, sizeof cfg,
+             "limit=2048,val_limit=500,lr=2e-3,step_size=1,gamma=0.5,probe_step=%d", probe_step);
+    trainer *t = NULL;
+    if (trainer_create(&(trainer_opts){.model = model,
+                                       .data = "fashion_mnist",
+                                       .optimizer = "adam",
+                                       .loss = "probe",
+                                       .scheduler = "steplr",
+                                       .config = cfg,
+                                       .num_replicas = 2,
+                                       .batch_size = 64,
+                                       .epochs = epochs,
+                                       .seed = seed},
+                       &t) < 0)
+        fprintf(stderr, "trainer_create: %s\n", ct_last_error());
+    return t;
+}
+
 /* The initialization hook: counts its runs in this process; in a replica it also leaves
  * "tt/hook/<rank>" = its pid in the KV. */
 static int tt_hook_runs;

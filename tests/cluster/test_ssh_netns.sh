@@ -3,12 +3,15 @@
 # namespaces, each a "host" with its own address on a test-made switch and a real OpenSSH sshd,
 # and ctup driving them over ssh like any cluster.
 #
-#   switch namespace: bridge br0 <- veth -> h1 10.200.0.1 (head, a node, ctup and the driver)
-#                                <- veth -> h2 10.200.0.2 (node)
-#                                <- veth -> h3 10.200.0.3 (node)
-# Each link gets 1 ms of delay each way (tc netem; a kernel without sch_netem gets a 1 Gbit/s tbf
-# shaper instead, and the test says so). There is no default route: traffic stays between the
-# test's namespaces.
+#   ct-test-netdelay (netdelay.c, in the test's own namespace)
+#       <- TUN eth0 -> h1 10.200.0.1 (head, a node, ctup and the driver)
+#       <- TUN eth0 -> h2 10.200.0.2 (node)
+#       <- TUN eth0 -> h3 10.200.0.3 (node)
+# Each link gets 1 ms of delay each way. The project's kernels (the CI's Firecracker VMs) have no
+# sch_netem (tc netem), nor sch_fq: the switch is a userspace one over TUN devices that it makes
+# in each host's namespace, and it holds every packet 1 ms before passing it to the host its
+# IPv4 destination names. The test measures it: a TCP connect from h1 to h2 (one round trip)
+# must take 2 to 50 ms. There is no default route: traffic stays between the test's namespaces.
 #
 # Each host's sshd (/usr/sbin/sshd -D -f <generated config>) listens on its address only, with
 # a host key and an authorized user key that the test generates; known_hosts is the test's
@@ -27,12 +30,14 @@
 # namespace (only sshd), no shard in /dev/shm, node directory or spill file of the run's nodes.
 #
 # Namespaces are held by `unshare --net sleep` processes rather than named with `ip netns add`:
-# a named namespace outlives a SIGKILLed test, these go with their last process. The EXIT trap
-# kills everything by pid; when ctest kills bash at the TIMEOUT the trap does not run, and
-# ct_test_guard kills what carries its CT_TEST_GUARD mark: the holders, ctup, the driver and
-# (the sshd config's SetEnv) every process a login starts, ct-head and ct-node included; each
-# sshd dies with the script (PR_SET_PDEATHSIG).
-# Skips (exit 77) without root, ip, tc, ss, unshare/nsenter/setpriv, ssh or /usr/sbin/sshd.
+# a named namespace outlives a SIGKILLed test, these go with their last process (and with the
+# switch's TUN fds, which hold them too: the switch dies with the script, PR_SET_PDEATHSIG). The
+# EXIT trap kills everything by pid; when ctest kills bash at the TIMEOUT the trap does not run,
+# and ct_test_guard kills what carries its CT_TEST_GUARD mark: the holders, the switch, ctup, the
+# driver and (the sshd config's SetEnv) every process a login starts, ct-head and ct-node
+# included; each sshd dies with the script (PR_SET_PDEATHSIG).
+# Skips (exit 77) without root, ip, ss, unshare/nsenter/setpriv, ssh, /usr/sbin/sshd or
+# /dev/net/tun.
 set -euo pipefail
 bin=$(cd "$1" && pwd) # absolute: commands on a host start in its home
 skip() {
@@ -40,10 +45,11 @@ skip() {
     exit 77
 }
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, sshd)"
-for t in ip tc ss unshare nsenter setpriv ssh ssh-keygen; do
+for t in ip ss unshare nsenter setpriv ssh ssh-keygen; do
     command -v "$t" >/dev/null || skip "$t not found (scripts/install-deps.sh installs it)"
 done
 [ -x /usr/sbin/sshd ] || skip "/usr/sbin/sshd not found (openssh-server: scripts/install-deps.sh)"
+[ -c /dev/net/tun ] || skip "no /dev/net/tun (the switch's TUN devices)"
 unshare --net true 2>/dev/null || skip "cannot make a network namespace (unshare --net)"
 
 tmp=$(mktemp -d /tmp/ct-netns.XXXXXX)
@@ -54,6 +60,7 @@ hosts=(h1 h2 h3)
 declare -A hold addr sshd
 for i in 1 2 3; do addr[h$i]=10.200.0.$i; done
 driver=""
+netdelay=""
 
 fail() {
     echo "FAIL: $*"
@@ -94,8 +101,9 @@ nodes=""
 cleanup() {
     local h p
     [ -z "$driver" ] || kill -9 "$driver" 2>/dev/null || true
+    [ -z "$netdelay" ] || kill -9 "$netdelay" 2>/dev/null || true
     # whatever runs in the test's namespaces (ct-head, ct-node, actors, sshd), then the holders
-    for h in sw "${hosts[@]}"; do
+    for h in "${hosts[@]}"; do
         [ -n "${hold[$h]:-}" ] || continue
         for p in $(ns_pids "${hold[$h]}"); do
             [ "$p" = "${hold[$h]}" ] || kill -9 "$p" 2>/dev/null || true
@@ -112,41 +120,52 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# ---- the network: a switch namespace with a bridge, one veth pair per host ----
-for h in sw "${hosts[@]}"; do
+# ---- the network: one namespace per host, linked by ct-test-netdelay ----
+for h in "${hosts[@]}"; do
     unshare --net sleep 100000 &
     hold[$h]=$!
     disown # killed by cleanup: no "Killed" notice from bash
 done
-for h in sw "${hosts[@]}"; do # unshare has made the namespace once its pid shows it
+for h in "${hosts[@]}"; do # unshare has made the namespace once its pid shows it
     for _ in $(seq 100); do
         [ "$(readlink "/proc/${hold[$h]}/ns/net")" != "$(readlink /proc/$$/ns/net)" ] && break
         sleep 0.02
     done
 done
-in_ns sw ip link add br0 type bridge
-in_ns sw ip link set br0 up
-shaping=netem
-for h in "${hosts[@]}"; do
-    in_ns sw ip link add "p$h" type veth peer name eth0 netns "${hold[$h]}"
-    in_ns sw ip link set "p$h" master br0 up
-    in_ns "$h" ip addr add "${addr[$h]}/24" dev eth0
-    in_ns "$h" ip link set eth0 up
-    in_ns "$h" ip link set lo up
-    # 1 ms each way, on the host's side of its link
-    if [ "$shaping" = netem ] && ! in_ns "$h" tc qdisc add dev eth0 root netem delay 1ms 2>/dev/null
-    then
-        shaping=tbf
-    fi
-    if [ "$shaping" = tbf ]; then
-        in_ns "$h" tc qdisc add dev eth0 root tbf rate 1gbit burst 256kb latency 10ms
-    fi
+# the switch runs in the test's own namespace and makes each host's eth0 (a TUN device) in
+# the host's; it dies with this script (PR_SET_PDEATHSIG) and carries the guard's mark
+"$bin/ct-test-netdelay" --delay-us 1000 "${hold[h1]}" "${hold[h2]}" "${hold[h3]}" \
+    >"$tmp/netdelay.out" 2>&1 &
+netdelay=$!
+disown
+for _ in $(seq 200); do
+    grep -q '^netdelay: ready' "$tmp/netdelay.out" && break
+    kill -0 "$netdelay" 2>/dev/null || break
+    sleep 0.02
 done
-if [ "$shaping" = netem ]; then
-    echo "links: 1 ms delay each way (tc netem)"
-else
-    echo "links: this kernel has no sch_netem (tc netem): no added delay, a 1 Gbit/s tbf shaper"
-fi
+grep -q '^netdelay: ready' "$tmp/netdelay.out" ||
+    { cat "$tmp/netdelay.out"; fail "ct-test-netdelay did not start"; }
+for h in "${hosts[@]}"; do
+    in_ns "$h" ip addr add "${addr[$h]}/24" dev eth0
+    in_ns "$h" ip link set eth0 mtu 65000 up # large packets: fewer for the switch to carry
+    in_ns "$h" ip link set lo up
+done
+# the delay is there: a TCP connect is one round trip (nothing listens yet: the RST comes back
+# as fast as a SYN-ACK would); the least of a few, in microseconds, from bash's clock. `:` with
+# the redirection runs in the shell itself: no fork in the timing.
+rtt_us=$(in_ns h1 timeout 30 bash -c 'min=""
+    for _ in 1 2 3 4 5 6 7 8; do
+        t0=${EPOCHREALTIME/./}
+        : 2>/dev/null 3<>"/dev/tcp/$1/22"
+        t1=${EPOCHREALTIME/./}
+        [ -n "$min" ] && [ $((t1 - t0)) -ge "$min" ] || min=$((t1 - t0))
+    done
+    echo "$min"' rtt "${addr[h2]}") || true
+[ -n "$rtt_us" ] || { cat "$tmp/netdelay.out"; fail "no round trip h1->h2 through the switch"; }
+printf 'links: 1 ms delay each way (ct-test-netdelay over TUN); h1->h2 rtt min %d.%02d ms\n' \
+    $((${rtt_us:-0} / 1000)) $((rtt_us % 1000 / 10))
+[ "$rtt_us" -ge 2000 ] || fail "h1->h2 round trip ${rtt_us} us: under the 2 ms of the delay"
+[ "$rtt_us" -le 50000 ] || fail "h1->h2 round trip ${rtt_us} us: over 50 ms"
 
 # ---- keys and one sshd per host ----
 ssh-keygen -q -t ed25519 -N '' -C ct-test-user -f "$tmp/id_user"
@@ -301,7 +320,6 @@ for h in "${hosts[@]}"; do
     done
     [ -z "$left" ] || { ps -o pid,args -p "${left// /,}" || true; fail "left running in $h:$left"; }
 done
-[ -z "$(ns_pids "${hold[sw]}" | grep -vx "${hold[sw]}")" ] || fail "processes left in the switch"
 [ "$(echo $nodes | wc -w)" -eq 3 ] || fail "the state file did not list 3 nodes: $nodes"
 for p in $nodes; do
     [ ! -e "/dev/shm/ct.node.$p.arena" ] || fail "node pid $p left its shard in /dev/shm"
@@ -309,4 +327,11 @@ for p in $nodes; do
 done
 left=$(find "$tmp/spill" -mindepth 1 2>/dev/null)
 [ -z "$left" ] || fail "left in the spill root: $left"
+# the switch's account of the run (it prints it on SIGTERM)
+kill -TERM "$netdelay"
+for _ in $(seq 100); do
+    grep -q '^netdelay: forwarded' "$tmp/netdelay.out" && break
+    sleep 0.02
+done
+grep '^netdelay: forwarded' "$tmp/netdelay.out" || fail "ct-test-netdelay printed no stats"
 echo PASS

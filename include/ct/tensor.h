@@ -95,6 +95,9 @@ void ct_tensor_zero_grad(ct_tensor *t);
 /* Reverse pass from t. grad_out: upstream gradient of t's shape, or NULL for ones (scalar
  * loss). Accumulates into every leaf that requires a gradient; clears the tape. */
 int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out);
+/* ct_tensor_backward(t, NULL) of scale * t, t a scalar: gradient accumulation's 1/k without
+ * a tensor for it (PyTorch: (loss / k).backward()). */
+int ct_tensor_backward_scaled(ct_tensor *t, float scale);
 /* Gradient-ready hook (PyTorch DDP's autograd hook): fn(t, user) runs on the thread calling
  * ct_tensor_backward() as soon as leaf t's gradient is final for that pass, i.e. right after
  * the last recorded node that takes t as an input has run its backward (or was skipped for

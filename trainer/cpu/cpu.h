@@ -116,6 +116,11 @@ int64_t ct__cpu_primitives_created(void);
 /* ---- plain C kernels (loops.c) ---- */
 void ct__cpu_add(int64_t n, const float *a, const float *b, float *y); /* y = a + b */
 void ct__cpu_axpy(int64_t n, float alpha, const float *x, float *y);   /* y += alpha x */
+/* y (cols) += the column sums of x (rows, cols): a bias gradient added to one that accumulates */
+void ct__cpu_add_col_sums(int64_t rows, int64_t cols, const float *x, float *y);
+/* y = x > 0 ? x : slope x, and its backward from y (slope >= 0, so y > 0 exactly where x > 0) */
+void ct__cpu_relu_fwd(float slope, int64_t n, const float *x, float *y);
+void ct__cpu_relu_bwd(float slope, int64_t n, const float *y, const float *dy, float *dx);
 /* Adaptive average pooling, PyTorch's window rule; backward accumulates into dx when acc. */
 void ct__cpu_adaptive_avg_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
                               const float *x, float *y);

@@ -99,13 +99,16 @@ static struct {
         }                                                                                          \
     } while (0)
 
+/* Word-wise (a key is 22 words, built zeroed by designated initialisers): one hash per
+ * primitive call, so its cost counts for small layers, where byte-wise FNV took 0.25 us. */
+_Static_assert(sizeof(key) % sizeof(uint64_t) == 0, "key is hashed by 64-bit words");
 static uint64_t key_hash(const key *k)
 {
-    const unsigned char *p = (const unsigned char *)k;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < sizeof(*k); i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
-    return h;
+    uint64_t w[sizeof(*k) / sizeof(uint64_t)], h = 1469598103934665603ULL;
+    memcpy(w, k, sizeof w);
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        h = (h ^ w[i]) * 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 32); /* the bucket index takes the low bits */
 }
 
 static const char *pd_impl(const_dnnl_primitive_desc_t pd)

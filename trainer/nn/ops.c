@@ -34,6 +34,12 @@ static inline bool wants(const ct_tensor *t)
     return t && t->requires_grad;
 }
 
+/* t's gradient holds a sum already (the next one is added to it) */
+static inline bool accumulates(const ct_tensor *t)
+{
+    return t->grad && !t->grad_empty;
+}
+
 /* Destination for a kernel that overwrites: the grad itself, or scratch to be added after. */
 typedef struct gslot {
     float *g, *dst;
@@ -150,10 +156,20 @@ static int linear_bw(ct__node *nd)
             return rc;
         gend(&sx);
     }
-    if (wants(w) || wants(b)) {
+    bool bw_ = wants(w), bb = b && wants(b);
+    if (bw_ && accumulates(w) && (!bb || accumulates(b))) {
+        /* adding to gradients that hold earlier batches' (gradient accumulation): dw += dy^T x
+         * in one matmul with oneDNN's sum post-op, db += dy's column sums, in place; the
+         * inner product below would need scratch and a pass to add it for each */
+        bool acc;
+        if ((rc = ct__cpu_matmul(c->oc, c->n, c->ic, dy, true, ct__f32(x), false,
+                                 ct__grad_dst(w, &acc), true)) < 0)
+            return rc;
+        if (bb)
+            ct__cpu_add_col_sums(c->n, c->oc, dy, ct__grad_dst(b, &acc));
+    } else if (bw_ || bb) {
         /* oneDNN computes both; a bias that needs no grad still gets a scratch target */
         float *dw, *db = NULL;
-        bool bw_ = wants(w), bb = b && wants(b);
         if (bw_ && (rc = gbegin(&sw, w, 1)) < 0)
             return rc;
         if (bb && (rc = gbegin(&sb, b, 2)) < 0)
@@ -728,8 +744,10 @@ static int elt_bw(ct__node *nd)
     int rc = 0;
     if ((rc = gbegin(&sx, nd->in[0], 0)) < 0)
         return rc;
-    if ((rc = ct__cpu_eltwise_bwd(c->alg, c->alpha, sx.n, ct__f32(nd->out), ct__f32(nd->out->grad),
-                                  sx.dst)) < 0)
+    if (c->alg == CT__ELT_RELU && c->alpha >= 0.0f)
+        ct__cpu_relu_bwd(c->alpha, sx.n, ct__f32(nd->out), ct__f32(nd->out->grad), sx.dst);
+    else if ((rc = ct__cpu_eltwise_bwd(c->alg, c->alpha, sx.n, ct__f32(nd->out),
+                                       ct__f32(nd->out->grad), sx.dst)) < 0)
         return rc;
     gend(&sx);
     return 0;
@@ -744,7 +762,9 @@ static ct_tensor *elt(const char *op, ct_tensor *x, int alg, float alpha)
     y = new_out(x->ndim, x->shape);
     OUT_OR_FAIL(y);
     y->fmt = x->fmt; /* elementwise: any layout */
-    if (ct__cpu_eltwise_fwd(alg, alpha, ct_tensor_numel(x), ct__f32(x), ct__f32(y)) < 0)
+    if (alg == CT__ELT_RELU && alpha >= 0.0f)
+        ct__cpu_relu_fwd(alpha, ct_tensor_numel(x), ct__f32(x), ct__f32(y));
+    else if (ct__cpu_eltwise_fwd(alg, alpha, ct_tensor_numel(x), ct__f32(x), ct__f32(y)) < 0)
         goto err;
     if (record(op, elt_bw, y, 1, &x, &c, sizeof(c), NULL) < 0)
         goto err;

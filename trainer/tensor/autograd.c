@@ -234,7 +234,8 @@ static void hooks_fire(int i, int *first_err)
     }
 }
 
-int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out)
+/* grad_out, or (NULL) scale as the scalar t's seed */
+static int backward(ct_tensor *t, const ct_tensor *grad_out, float scale)
 {
     int rc = 0, hook_err = 0;
     bool hooks = false;
@@ -284,7 +285,7 @@ int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out)
         }
         ct_tensor_release(&c);
     } else {
-        g[0] = acc ? g[0] + 1.0f : 1.0f;
+        g[0] = acc ? g[0] + scale : scale;
     }
     if (atomic_load_explicit(&hooks_used, memory_order_relaxed))
         hooks = hooks_prepare();
@@ -302,4 +303,14 @@ int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out)
 out:
     ct_autograd_clear_tape();
     return rc;
+}
+
+int ct_tensor_backward(ct_tensor *t, const ct_tensor *grad_out)
+{
+    return backward(t, grad_out, 1.0f);
+}
+
+int ct_tensor_backward_scaled(ct_tensor *t, float scale)
+{
+    return backward(t, NULL, scale);
 }

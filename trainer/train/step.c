@@ -72,21 +72,6 @@ bool trainer_step_sync(const trainer_step *s)
     return s && s->training && s->accum_pos + 1 >= s->accum_len;
 }
 
-/* The gradients of the model divided by the accumulation group's batch count: backward summed
- * them over the group, and the average is what a single batch of the group's size gives. */
-static int average_accumulated(trainer_step *s)
-{
-    float *values, *grads;
-    int64_t numel;
-    int rc = ct_module_flat(s->st->models[0], &values, &grads, &numel);
-    if (rc < 0)
-        return rc;
-    float scale = (float)(1.0 / (double)s->accum_len);
-    for (int64_t i = 0; i < numel; i++)
-        grads[i] *= scale;
-    return 0;
-}
-
 /* ---- the helpers ---- */
 
 /* Backward of loss with model i's gradients reduced (the other models' bucketers ignore the
@@ -118,15 +103,16 @@ static int backward_model(trainer_step *s, int i, ct_tensor *loss, const char *f
         ct_module_zero_grad(s->st->models[i]);
     for (int k = 0; k < n; k++)
         ct_bucketer_set_no_sync(s->bucketers[k], k != i || !sync);
-    int rc = ct_tensor_backward(loss, NULL);
+    /* accumulating a group of k batches: the backward starts from 1/k instead of 1 (what DDP
+     * users do by dividing the loss by k), so the summed gradients are the group's average, as
+     * one batch of k times the size gives, with no pass over them afterwards */
+    int rc = ct_tensor_backward_scaled(loss, 1.0f / (float)s->accum_len);
     /* always: this also drains buckets a failed backward queued */
     int64_t w0 = ct__now_ns();
     int src = ct_bucketer_finish(s->bucketers[i]);
     s->wait_ns += ct__now_ns() - w0; /* a straggler waits least: its step record shows it */
     for (int k = 0; k < n; k++)
         ct_bucketer_set_no_sync(s->bucketers[k], false);
-    if (rc == 0 && src == 0 && sync && s->accum_len > 1)
-        src = average_accumulated(s);
     return rc < 0 ? rc : src;
 }
 

@@ -5,8 +5,10 @@
 # DDP (gloo, 2 processes by torch.multiprocessing.spawn, one thread each), Adam, batch 64 per
 # replica, DistributedSampler semantics. Samples/s of epoch 2 (steady state: all ranks'
 # samples over the slowest rank's time in the training loop; startup and evaluation not
-# counted), best of RUNS (default 2) each; the MLP's epochs take a fraction of a second, so
-# there each run trains 5 epochs and counts its best of epochs 2-5, on both sides. Rows:
+# counted), best of RUNS (default 2) each; the MLP's epochs take a fraction of a second (ct's
+# 60000 samples in about 60 ms, where one descheduled replica moves an epoch's rate by 20%), so
+# there each run trains MLP_EPOCHS (default 10) epochs and counts the median of epochs 2 and
+# later, on both sides. Rows:
 #   ddp_throughput_mlp         the MLP 64-128-64-10 on all 60000 images downsampled to 8x8:
 #                              ct 2 replicas vs torch DDP 2 processes (goal: ratio >= 2)
 #   ddp_throughput_mlp_single  the same ct run vs torch's best single process (1 or 2
@@ -29,23 +31,27 @@ PY=${REF_PYTHON:-/usr/bin/python3}
 RUNS=${RUNS:-2}
 LIMIT=${LIMIT:-20000}
 MLP=${MLP:-1}
+MLP_EPOCHS=${MLP_EPOCHS:-10}
 ACCUM=${ACCUM:-1}
 TAG=${BENCH_TAG:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN="$BUILD/bin/trainer_fashion_mnist"
 [ -x "$BIN" ] || { echo "ddp_throughput: $BIN not built" >&2; exit 1; }
 epoch2() { sed -n 's/^epoch 2:.*samples_per_s=\([0-9.]*\).*/\1/p'; }
-# later: the best samples/s of epochs 2 and later
-later() { sed -n 's/^epoch [2-9]:.*samples_per_s=\([0-9.]*\).*/\1/p' | best; }
+# later: the median samples/s of epochs 2 and later (0 when none)
+later() {
+    sed -n 's/^epoch \([2-9]\|[1-9][0-9]\):.*samples_per_s=\([0-9.]*\).*/\2/p' | sort -n |
+        awk '{ v[NR] = $1 } END { print NR ? (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : 0 }'
+}
 # best: the largest of the numbers on stdin (one a line; 0 when none)
 best() { sort -n | tail -n 1 | awk '{ print ($1 == "" ? 0 : $1) } END { if (NR == 0) print 0 }'; }
 # ct ARGS...: epoch 2's samples/s of the trainer example (2 replicas) with ARGS
 ct() { "$BIN" --replicas 2 --epochs 2 "$@" 2>/dev/null | epoch2; }
 # ref ARGS...: epoch 2's samples/s of ref_torch.py ARGS
 ref() { "$PY" "$HERE/ref_torch.py" "$@" 2>/dev/null | epoch2; }
-# ct5 ARGS / ref5 LIMIT MODEL MODE N BATCH: the MLP's 5 epochs, the best of epochs 2-5
-ct5() { "$BIN" --replicas 2 --epochs 5 --model tiny --validate 0 "$@" 2>/dev/null | later; }
-ref5() { "$PY" "$HERE/ref_torch.py" 60000 tiny "$@" 5 2>/dev/null | later; }
+# ct5 ARGS / ref5 MODE N BATCH: the MLP's MLP_EPOCHS epochs, the median of epochs 2 and later
+ct5() { "$BIN" --replicas 2 --epochs "$MLP_EPOCHS" --model tiny --validate 0 "$@" 2>/dev/null | later; }
+ref5() { "$PY" "$HERE/ref_torch.py" 60000 tiny "$@" "$MLP_EPOCHS" 2>/dev/null | later; }
 row() { # row NAME CT REF UNIT: a result line, ratio CT/REF
     awk -v n="$1$TAG" -v c="$2" -v r="$3" -v u="$4" 'BEGIN {
         printf "%s: ct=%.1f ref=%.1f %s ratio=%.2f\n", n, c, r, u, (r > 0 ? c / r : 0) }'

@@ -70,12 +70,14 @@ if [ "$MLP" != 0 ]; then
     m_ct="" m_ddp="" m_one="" a_ct4="" a_ct1="" a_t4="" a_t1=""
     i=0
     while [ "$i" -lt "$RUNS" ]; do
+        # ct's runs together, then torch's: a ct run right after a torch run was up to 30%
+        # slower here (the accumulation pair's first then lost to its second every time)
         c=$(ct5)
+        c4=$(ct5 --batch 64 --accumulate 4)
+        c1=$(ct5 --batch 256)
         d=$(ref5 ddp 1 64)
         s1=$(ref5 single 1 128)
         s2=$(ref5 single 2 128)
-        c4=$(ct5 --batch 64 --accumulate 4)
-        c1=$(ct5 --batch 256)
         t4=$(ref5 ddp 4 64)
         t1=$(ref5 ddp 1 256)
         echo "ddp_throughput_mlp$TAG run $i: ct ${c:-?}, torch DDP ${d:-?}, torch single 1 thread" \

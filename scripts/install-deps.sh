@@ -6,7 +6,8 @@
 set -eu
 # python3 (json and struct only, no PyTorch): tests/trainer/check_safetensors.py, which
 # trainer_ckpt runs to read a checkpoint as another tool would. openssh-server/-client and
-# iproute2 (ip netns, tc): cluster_ssh_netns runs a real sshd on each of its test hosts.
+# iproute2 (ip addr, ip link in its namespaces): cluster_ssh_netns runs a real sshd on each of
+# its test hosts.
 # clang and its libFuzzer/sanitizer runtimes: make test runs each fuzz target of fuzz/ under
 # libFuzzer (a clang build of the targets in build/fuzz-clang), and `make fuzz` longer;
 # libomp-14-dev: clang's OpenMP, which the engine's CPU loops (trainer/cpu) build with.

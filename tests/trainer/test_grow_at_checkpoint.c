@@ -19,20 +19,10 @@ typedef struct scenario {
     int64_t hook_steps[8], hook_epoch[8];
 } scenario;
 
-static bool wait_total_cpus(double want, int timeout_ms)
-{
-    double total = -1, free_cpu = 0;
-    for (double until = h_now_ms() + timeout_ms; h_now_ms() < until; usleep(20000))
-        if (ct_cluster_resources("CPU", &total, &free_cpu) == 0 && total == want)
-            return true;
-    fprintf(stderr, "the cluster has %g CPUs, not %g\n", total, want);
-    return false;
-}
-
 static int start_node(scenario *s, double cpus_after)
 {
     pid_t pid = h_start_node(s->addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
-    if (pid < 0 || !wait_total_cpus(cpus_after, 10000))
+    if (pid < 0 || !tt_wait_total_cpus(cpus_after, 10000))
         return CT_EIO;
     s->node_pid[s->nodes++] = pid;
     return 0;

@@ -44,30 +44,13 @@ static int step_records(const scenario *s)
     return n;
 }
 
-/* Waits up to timeout_ms for the cluster's CPUs (all, live nodes) to be want. */
-static bool wait_total_cpus(double want, int timeout_ms)
-{
-    double total = -1, free_cpu = 0;
-    for (double until = h_now_ms() + timeout_ms; h_now_ms() < until; usleep(20000))
-        if (ct_cluster_resources("CPU", &total, &free_cpu) == 0 && total == want)
-            return true;
-    fprintf(stderr, "the cluster has %g CPUs, not %g\n", total, want);
-    return false;
-}
-
 static int start_node(scenario *s)
 {
-    ct_event ev;
-    pid_t pid = h_start_node(s->addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
-    for (double until = h_now_ms() + 5000; pid > 0 && h_now_ms() < until;)
-        if (ct_events_next(&ev, 200) == 0 && ev.type == CT_EVENT_NODE_JOINED && ev.pid == pid) {
-            s->node_pid[s->nodes] = pid;
-            snprintf(s->node_id[s->nodes], sizeof s->node_id[0], "%s", ev.node_id);
-            s->nodes++;
-            return 0;
-        }
-    fprintf(stderr, "node %d did not join\n", (int)pid);
-    return -1;
+    pid_t pid = tt_start_node_joined(s->addr, s->node_id[s->nodes], sizeof s->node_id[0]);
+    if (pid < 0)
+        return -1;
+    s->node_pid[s->nodes++] = pid;
+    return 0;
 }
 
 /* While the driver waits: no step is trained; then a node comes back. (It does not read ct
@@ -77,7 +60,7 @@ static void *watcher(void *arg)
     scenario *s = arg;
     while (!atomic_load(&s->killed) && !atomic_load(&s->finish))
         usleep(10000);
-    if (atomic_load(&s->finish) || !wait_total_cpus(1, 10000))
+    if (atomic_load(&s->finish) || !tt_wait_total_cpus(1, 10000))
         return NULL;
     usleep(300000); /* the driver ends the failed group and starts waiting */
     s->steps_at = step_records(s);
@@ -87,7 +70,7 @@ static void *watcher(void *arg)
            s->steps_later);
     s->node_start_ms = h_now_ms();
     pid_t pid = h_start_node(s->addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
-    if (pid > 0 && wait_total_cpus(2, 10000))
+    if (pid > 0 && tt_wait_total_cpus(2, 10000))
         atomic_store(&s->watch_ok, 1);
     while (!atomic_load(&s->finish))
         usleep(10000);
@@ -187,7 +170,7 @@ int main(void)
             h_failures++;
             goto out;
         }
-    if (!wait_total_cpus(3, 5000)) {
+    if (!tt_wait_total_cpus(3, 5000)) {
         h_failures++;
         goto out;
     }

@@ -20,19 +20,11 @@ typedef struct scenario {
 
 static int start_node(scenario *s)
 {
-    ct_event ev;
-    pid_t pid = h_start_node(s->addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
-    double until = h_now_ms() + 5000;
-    while (pid > 0 && h_now_ms() < until) {
-        if (ct_events_next(&ev, 200) == 0 && ev.type == CT_EVENT_NODE_JOINED && ev.pid == pid) {
-            s->node_pid[s->nodes] = pid;
-            snprintf(s->node_id[s->nodes], sizeof s->node_id[0], "%s", ev.node_id);
-            s->nodes++;
-            return 0;
-        }
-    }
-    fprintf(stderr, "node %d did not join\n", (int)pid);
-    return -1;
+    pid_t pid = tt_start_node_joined(s->addr, s->node_id[s->nodes], sizeof s->node_id[0]);
+    if (pid < 0)
+        return -1;
+    s->node_pid[s->nodes++] = pid;
+    return 0;
 }
 
 /* Whether pid runs (not gone, not a zombie). */

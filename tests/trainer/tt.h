@@ -148,6 +148,31 @@ __attribute__((unused)) static char *tt_read_file(const char *path, size_t *len)
         *len = n;
     return buf;
 }
+/* Waits up to timeout_ms for the cluster's CPUs (all, live nodes) to be want. */
+__attribute__((unused)) static bool tt_wait_total_cpus(double want, int timeout_ms)
+{
+    double total = -1, free_cpu = 0;
+    for (double until = h_now_ms() + timeout_ms; h_now_ms() < until; usleep(20000))
+        if (ct_cluster_resources("CPU", &total, &free_cpu) == 0 && total == want)
+            return true;
+    fprintf(stderr, "the cluster has %g CPUs, not %g\n", total, want);
+    return false;
+}
+
+/* Starts a node (1 CPU, 256M store) and waits up to 5 s for its NODE_JOINED event (the caller
+ * subscribed to it); its pid, and its id into id (idsize bytes). -1 when it did not join. */
+__attribute__((unused)) static pid_t tt_start_node_joined(const char *addr, char *id, size_t idsize)
+{
+    ct_event ev;
+    pid_t pid = h_start_node(addr, "--cpus", "1", "--store-memory", "256M", NULL, NULL);
+    for (double until = h_now_ms() + 5000; pid > 0 && h_now_ms() < until;)
+        if (ct_events_next(&ev, 200) == 0 && ev.type == CT_EVENT_NODE_JOINED && ev.pid == pid) {
+            snprintf(id, idsize, "%s", ev.node_id);
+            return pid;
+        }
+    fprintf(stderr, "node %d did not join\n", (int)pid);
+    return -1;
+}
 
 /* "synthetic" data: 10 well-separated Gaussian blobs in 784 dimensions (n = config "n", 1000),
  * 20% of them as validation; a user-written data creator. */

@@ -136,6 +136,13 @@ def ops(path):
 
     op_case(w, "blk_chain", chain, [r(2, 3, 6, 6), r(16, 3, 3, 3) * 0.3, r(16), r(16), r(16),
                                     r(16, 16, 3, 3) * 0.1])
+    # products past one register block of trainer/cpu/gemm.c (6x16 blocks of c, 8x8 transposes):
+    # full blocks, a row edge (13 = 6+6+1), a column edge (35 = 16+16+3), a k not a multiple of 8;
+    # a weight used twice, so its gradient is added to in place (gradient accumulation's path)
+    op_case(w, "linear_blocks", F.linear, [r(13, 37), r(35, 37), r(35)])
+    op_case(w, "matmul_blocks", torch.matmul, [r(13, 37), r(37, 35)])
+    op_case(w, "linear_shared", lambda x1, x2, W, b: F.linear(x1, W, b) + F.linear(x2, W, b),
+            [r(13, 37), r(13, 37), r(35, 37), r(35)])
     w.close()
 
 

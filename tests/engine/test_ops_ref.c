@@ -23,6 +23,14 @@ static ct_tensor *f_matmul(ct_tensor **in)
 {
     return ct_nn_matmul(in[0], in[1]);
 }
+static ct_tensor *f_linear_shared(ct_tensor **in)
+{
+    ct_tensor *a = ct_nn_linear(in[0], in[2], in[3]), *b = ct_nn_linear(in[1], in[2], in[3]);
+    ct_tensor *y = ct_nn_add(a, b);
+    ct_tensor_release(&a);
+    ct_tensor_release(&b);
+    return y;
+}
 static ct_tensor *f_conv(ct_tensor **in)
 {
     ct_conv_opts o = {.stride = {2, 2}, .padding = {1, 1}};
@@ -207,6 +215,9 @@ int main(int argc, char **argv)
     run_case("linear", f_linear);
     run_case("linear_nobias", f_linear_nobias);
     run_case("matmul", f_matmul);
+    run_case("linear_blocks", f_linear);
+    run_case("matmul_blocks", f_matmul);
+    run_case("linear_shared", f_linear_shared);
     run_case("conv", f_conv);
     run_case("conv_dil", f_conv_dil);
     run_case("convt", f_convt);

@@ -62,6 +62,14 @@ int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, co
 int ct__cpu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
                    bool tb, float *c, bool accumulate);
 
+/* The same product in gemm.c's AVX2+FMA kernels, on the calling thread, with an optional bias
+ * (n) added to every row of c; for the small products where oneDNN's fixed cost per call is
+ * most of the time. Only where ct__cpu_gemm_small_ok(): the CPU has AVX2 and FMA, at most 2^20
+ * multiply-adds, and not both a and b transposed. dnnl.c's Linear and matmul calls use it. */
+bool ct__cpu_gemm_small_ok(int64_t m, int64_t k, int64_t n, bool ta, bool tb);
+int ct__cpu_gemm_small(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
+                       bool tb, float *c, bool accumulate, const float *bias);
+
 /* Batch norm over (n,c,hw) (hw = 1 for BatchNorm1d). mean/var are the batch statistics
  * (var biased) written by training forward and read by backward. */
 typedef struct ct__bn_p {

@@ -704,6 +704,8 @@ err:
 int ct__cpu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
                    const float *b, float *y)
 {
+    if (ct__cpu_gemm_small_ok(n, ic, oc, false, true)) /* y = x w^T + b */
+        return ct__cpu_gemm_small(n, ic, oc, x, false, w, true, y, false, b);
     int rc = 0;
     key k = {.kind = K_IP_FWD, .v = {n, ic, oc, b != NULL}};
     uint64_t h;
@@ -735,6 +737,8 @@ err:
 int ct__cpu_ip_bwd_data(int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy,
                         float *dx)
 {
+    if (ct__cpu_gemm_small_ok(n, oc, ic, false, false)) /* dx = dy w */
+        return ct__cpu_gemm_small(n, oc, ic, dy, false, w, false, dx, false, NULL);
     int rc = 0;
     key k = {.kind = K_IP_BWD_D, .v = {n, ic, oc}};
     uint64_t h;
@@ -769,6 +773,13 @@ err:
 int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
                            float *dw, float *db)
 {
+    if (ct__cpu_gemm_small_ok(oc, n, ic, true, false)) { /* dw = dy^T x, db = column sums */
+        if (db) {
+            memset(db, 0, (size_t)oc * sizeof(float));
+            ct__cpu_add_col_sums(n, oc, dy, db);
+        }
+        return ct__cpu_gemm_small(oc, n, ic, dy, true, x, false, dw, false, NULL);
+    }
     int rc = 0;
     key k = {.kind = K_IP_BWD_W, .v = {n, ic, oc, db != NULL}};
     uint64_t h;
@@ -807,6 +818,8 @@ err:
 int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, const float *b,
                    bool tb, float *c, bool accumulate)
 {
+    if (ct__cpu_gemm_small_ok(m, kk, n, ta, tb))
+        return ct__cpu_gemm_small(m, kk, n, a, ta, b, tb, c, accumulate, NULL);
     int rc = 0;
     key k = {.kind = K_MATMUL, .v = {m, kk, n, ta, tb, accumulate}};
     uint64_t h;

@@ -1,0 +1,208 @@
+/* trainer/cpu/gemm.c — small f32 matrix products in AVX2+FMA C, on one thread.
+ *
+ * For the products of a small MLP (64-128-64-10, batch 64: 40-520 k multiply-adds each), most of
+ * such a model's step. oneDNN's inner product ran them about 10% slower per multiply-add than at
+ * batch 256, so gradient accumulation (4 batches of 64 in place of one of 256) lost that much.
+ * In the tiny MLP's training loop at batch 64 (1 thread, AVX2) these kernels raised samples/s
+ * from about 730k to 790k. dnnl.c sends a product here when ct__cpu_gemm_small_ok() says so.
+ * They need only AVX2 and FMA, so ONEDNN_MAX_CPU_ISA=AVX2 (an AVX2-only machine's stand-in)
+ * runs the same code as the AVX2-only machine.
+ *
+ * c (m,n) = a (m,k) @ b (k,n), the way BLIS-style GEMMs do it, minus the cache blocking that
+ * operands this small do not need:
+ *   - b is packed into panels of 16 columns, each (k,16) contiguous and zero-padded past n. A
+ *     row of b is then one cache line, read in order. Unpacked (a row stride of 512 bytes at
+ *     n = 128, so a panel falls into 8 of L1's 64 sets) 64x64x128 ran at 72-87 GFLOP/s, packed
+ *     at 98-100. A b stored transposed (a Linear forward, x w^T) is transposed into the panels
+ *     with 8x8 register transposes; a kernel of dot products along k ran at 40-65.
+ *   - a 6x16 block of c is held in 12 ymm accumulators; a is read by broadcast, so any a strides
+ *     work (a transposed: a weight gradient dy^T x). Rows past m are clamped to the last row
+ *     (computed, not stored); columns past n are masked on store. */
+#include <immintrin.h>
+#include <stdlib.h>
+
+#include "common/common.h"
+
+#include "trainer/cpu/cpu.h"
+
+#define AVX2_FMA __attribute__((target("avx2,fma")))
+#define INLINE inline __attribute__((always_inline))
+
+/* At most this many multiply-adds: the products dnnl.c would run on one thread (its SMALL_WORK).
+ * Larger ones stay with oneDNN, whose GEMM uses every thread and, on CPUs with two AVX-512 FMA
+ * units, twice the vector width. */
+#define GEMM_SMALL_MAX (1 << 20)
+
+enum { MR = 6, NR = 16 };
+
+bool ct__cpu_gemm_small_ok(int64_t m, int64_t k, int64_t n, bool ta, bool tb)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !(ta && tb) &&
+           m > 0 && n > 0 && k > 0 && m * k * n <= GEMM_SMALL_MAX;
+}
+
+/* A lane mask with the first `lanes` (0..8) lanes set. */
+static AVX2_FMA INLINE __m256i lane_mask(int64_t lanes)
+{
+    static const int32_t ones_then_zeros[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                0,  0,  0,  0,  0,  0,  0,  0};
+    return _mm256_loadu_si256((const __m256i *)(ones_then_zeros + 8 - lanes));
+}
+
+/* ---- packing b into panels ---- */
+
+/* The packing buffer of this thread, 64-byte aligned (kept between calls, as autograd's
+ * scratch is). */
+static float *pack_buffer(int64_t floats)
+{
+    static __thread float *buf;
+    static __thread int64_t cap;
+    if (cap < floats) {
+        free(buf);
+        buf = aligned_alloc(64, (size_t)floats * sizeof(float));
+        cap = buf ? floats : 0;
+    }
+    return buf;
+}
+
+/* out (8x8, row stride lo) = in (8x8, row stride li) transposed. */
+static AVX2_FMA INLINE void transpose8(const float *in, int64_t li, float *out, int64_t lo)
+{
+    __m256 r0 = _mm256_loadu_ps(in), r1 = _mm256_loadu_ps(in + li),
+           r2 = _mm256_loadu_ps(in + 2 * li), r3 = _mm256_loadu_ps(in + 3 * li),
+           r4 = _mm256_loadu_ps(in + 4 * li), r5 = _mm256_loadu_ps(in + 5 * li),
+           r6 = _mm256_loadu_ps(in + 6 * li), r7 = _mm256_loadu_ps(in + 7 * li);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+           t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+           t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    r0 = _mm256_shuffle_ps(t0, t2, 0x44), r1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    r2 = _mm256_shuffle_ps(t1, t3, 0x44), r3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    r4 = _mm256_shuffle_ps(t4, t6, 0x44), r5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    r6 = _mm256_shuffle_ps(t5, t7, 0x44), r7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    _mm256_storeu_ps(out, _mm256_permute2f128_ps(r0, r4, 0x20));
+    _mm256_storeu_ps(out + lo, _mm256_permute2f128_ps(r1, r5, 0x20));
+    _mm256_storeu_ps(out + 2 * lo, _mm256_permute2f128_ps(r2, r6, 0x20));
+    _mm256_storeu_ps(out + 3 * lo, _mm256_permute2f128_ps(r3, r7, 0x20));
+    _mm256_storeu_ps(out + 4 * lo, _mm256_permute2f128_ps(r0, r4, 0x31));
+    _mm256_storeu_ps(out + 5 * lo, _mm256_permute2f128_ps(r1, r5, 0x31));
+    _mm256_storeu_ps(out + 6 * lo, _mm256_permute2f128_ps(r2, r6, 0x31));
+    _mm256_storeu_ps(out + 7 * lo, _mm256_permute2f128_ps(r3, r7, 0x31));
+}
+
+/* Panels of op(b) (k,n): panel q holds columns [16q, 16q+16) as (k,16), zero past n. b is
+ * stored (k,n), or (n,k) when tb. */
+static AVX2_FMA void pack_panels(int64_t k, int64_t n, const float *b, bool tb, float *out)
+{
+    int64_t panels = (n + NR - 1) / NR;
+    if (!tb) {
+        for (int64_t q = 0; q < panels; q++) {
+            int64_t j0 = q * NR, w = n - j0 < NR ? n - j0 : NR;
+            float *o = out + q * k * NR;
+            if (w == NR) {
+                for (int64_t p = 0; p < k; p++) {
+                    _mm256_store_ps(o + p * NR, _mm256_loadu_ps(b + p * n + j0));
+                    _mm256_store_ps(o + p * NR + 8, _mm256_loadu_ps(b + p * n + j0 + 8));
+                }
+            } else {
+                __m256i m0 = lane_mask(w < 8 ? w : 8), m1 = lane_mask(w > 8 ? w - 8 : 0);
+                for (int64_t p = 0; p < k; p++) {
+                    _mm256_store_ps(o + p * NR, _mm256_maskload_ps(b + p * n + j0, m0));
+                    _mm256_store_ps(o + p * NR + 8, _mm256_maskload_ps(b + p * n + j0 + 8, m1));
+                }
+            }
+        }
+        return;
+    }
+    /* column j of op(b) is b's row j: 8x8 blocks transposed, the edges one by one */
+    int64_t n8 = n & ~(int64_t)7, k8 = k & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8)
+        for (int64_t p = 0; p < k8; p += 8)
+            transpose8(b + j * k + p, k, out + (j / NR) * k * NR + p * NR + j % NR, NR);
+    for (int64_t j = 0; j < panels * NR; j++)
+        for (int64_t p = j < n8 ? k8 : 0; p < k; p++)
+            out[(j / NR) * k * NR + p * NR + j % NR] = j < n ? b[j * k + p] : 0.0f;
+}
+
+/* ---- the kernel ---- */
+
+/* c's rows [i0, i0+mr) x one panel's first w columns (w = NR: `full`): ar[r] + p * a_p is
+ * a (i0+r, p); bp the panel. */
+static AVX2_FMA INLINE void block(int64_t k, const float *const ar[MR], int64_t a_p,
+                                  const float *bp, float *c, int64_t ldc, int mr, bool full,
+                                  int64_t w, bool acc, const float *bias)
+{
+    __m256 s[MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+        s[r][0] = s[r][1] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+        __m256 b0 = _mm256_load_ps(bp + p * NR), b1 = _mm256_load_ps(bp + p * NR + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            __m256 t = _mm256_broadcast_ss(ar[r] + p * a_p);
+            s[r][0] = _mm256_fmadd_ps(t, b0, s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(t, b1, s[r][1]);
+        }
+    }
+    __m256i m0 = lane_mask(w < 8 ? w : 8), m1 = lane_mask(w > 8 ? w - 8 : 0);
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();
+    if (bias) {
+        bias0 = full ? _mm256_loadu_ps(bias) : _mm256_maskload_ps(bias, m0);
+        bias1 = full ? _mm256_loadu_ps(bias + 8) : _mm256_maskload_ps(bias + 8, m1);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        if (r >= mr)
+            break;
+        float *cr = c + r * ldc;
+        __m256 v0 = _mm256_add_ps(s[r][0], bias0), v1 = _mm256_add_ps(s[r][1], bias1);
+        if (full) {
+            if (acc) {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cr));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cr + 8));
+            }
+            _mm256_storeu_ps(cr, v0);
+            _mm256_storeu_ps(cr + 8, v1);
+        } else {
+            if (acc) {
+                v0 = _mm256_add_ps(v0, _mm256_maskload_ps(cr, m0));
+                v1 = _mm256_add_ps(v1, _mm256_maskload_ps(cr + 8, m1));
+            }
+            _mm256_maskstore_ps(cr, m0, v0);
+            _mm256_maskstore_ps(cr + 8, m1, v1);
+        }
+    }
+}
+
+/* a (i,p) at a[i * a_i + p * a_p]; panels from pack_panels; c (i,j) at c[i * n + j]. */
+static AVX2_FMA void kernel(int64_t m, int64_t k, int64_t n, const float *a, int64_t a_i,
+                            int64_t a_p, const float *panels, float *c, bool acc, const float *bias)
+{
+    for (int64_t j0 = 0; j0 < n; j0 += NR) {
+        const float *bp = panels + (j0 / NR) * k * NR, *bj = bias ? bias + j0 : NULL;
+        int64_t w = n - j0 < NR ? n - j0 : NR;
+        for (int64_t i0 = 0; i0 < m; i0 += MR) {
+            const float *ar[MR];
+            for (int r = 0; r < MR; r++)
+                ar[r] = a + (i0 + r < m ? i0 + r : m - 1) * a_i;
+            int mr = m - i0 < MR ? (int)(m - i0) : MR;
+            if (w == NR)
+                block(k, ar, a_p, bp, c + i0 * n + j0, n, mr, true, NR, acc, bj);
+            else
+                block(k, ar, a_p, bp, c + i0 * n + j0, n, mr, false, w, acc, bj);
+        }
+    }
+}
+
+int ct__cpu_gemm_small(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
+                       bool tb, float *c, bool accumulate, const float *bias)
+{
+    float *panels = pack_buffer((n + NR - 1) / NR * NR * k);
+    if (!panels)
+        return ct__error(CT_ENOMEM, "gemm: out of memory packing a %lldx%lld operand", (long long)k,
+                         (long long)n);
+    pack_panels(k, n, b, tb, panels);
+    kernel(m, k, n, a, ta ? 1 : k, ta ? m : 1, panels, c, accumulate, bias);
+    return 0;
+}

@@ -4,7 +4,8 @@
  * Every oneDNN call lives in dnnl.c behind these functions (oneDNN 3 changed the API: only that
  * file has to change). Each distinct (op, shape) creates its primitive once and caches it; later
  * calls only set data pointers and execute. Kernels OVERWRITE their outputs; the autograd layer
- * handles accumulation. loops.c holds the plain C kernels oneDNN has no primitive for.
+ * handles accumulation. loops.c holds the plain C kernels oneDNN has no primitive for; gemm.c
+ * the small matrix products that dnnl.c's Linear and matmul functions hand to it.
  *
  * Return 0 or a negative CT_E* code (CT_EDNNL with the failing call in ct_last_error()).
  * Thread-safety: the primitive cache is locked; executing from several threads is allowed. */

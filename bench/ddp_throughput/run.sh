@@ -43,8 +43,8 @@ later() {
     sed -n 's/^epoch \([2-9]\|[1-9][0-9]\):.*samples_per_s=\([0-9.]*\).*/\2/p' | sort -n |
         awk '{ v[NR] = $1 } END { print NR ? (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : 0 }'
 }
-# best: the largest of the numbers on stdin (one a line; 0 when none)
-best() { sort -n | tail -n 1 | awk '{ print ($1 == "" ? 0 : $1) } END { if (NR == 0) print 0 }'; }
+# best LIST...: the largest of the numbers in the space-separated LISTs (0 when none)
+best() { printf '%s\n' $* | sed '/^$/d' | sort -n | tail -n 1 | awk 'END { print (NR ? $1 : 0) }'; }
 # ct ARGS...: epoch 2's samples/s of the trainer example (2 replicas) with ARGS
 ct() { "$BIN" --replicas 2 --epochs 2 "$@" 2>/dev/null | epoch2; }
 # ref ARGS...: epoch 2's samples/s of ref_torch.py ARGS
@@ -83,31 +83,15 @@ if [ "$MLP" != 0 ]; then
         echo "ddp_throughput_mlp$TAG run $i: ct ${c:-?}, torch DDP ${d:-?}, torch single 1 thread" \
             "${s1:-?}, 2 threads ${s2:-?}; accumulation ct k=4 ${c4:-?} k=1 ${c1:-?}," \
             "torch k=4 ${t4:-?} k=1 ${t1:-?} samples/s"
-        m_ct="$m_ct$c
-"
-        m_ddp="$m_ddp$d
-"
-        m_one="$m_one$s1
-$s2
-"
-        a_ct4="$a_ct4$c4
-"
-        a_ct1="$a_ct1$c1
-"
-        a_t4="$a_t4$t4
-"
-        a_t1="$a_t1$t1
-"
+        m_ct="$m_ct $c" m_ddp="$m_ddp $d" m_one="$m_one $s1 $s2"
+        a_ct4="$a_ct4 $c4" a_ct1="$a_ct1 $c1" a_t4="$a_t4 $t4" a_t1="$a_t1 $t1"
         i=$((i + 1))
     done
-    c=$(printf '%s' "$m_ct" | best)
-    row ddp_throughput_mlp "$c" "$(printf '%s' "$m_ddp" | best)" samples/s
-    row ddp_throughput_mlp_single "$c" "$(printf '%s' "$m_one" | best)" samples/s
-    c4=$(printf '%s' "$a_ct4" | best)
-    c1=$(printf '%s' "$a_ct1" | best)
-    t4=$(printf '%s' "$a_t4" | best)
-    t1=$(printf '%s' "$a_t1" | best)
-    accum_rows ddp_throughput_mlp_accum "$c4" "$c1" "$t4" "$t1"
+    c=$(best $m_ct)
+    row ddp_throughput_mlp "$c" "$(best $m_ddp)" samples/s
+    row ddp_throughput_mlp_single "$c" "$(best $m_one)" samples/s
+    accum_rows ddp_throughput_mlp_accum "$(best $a_ct4)" "$(best $a_ct1)" "$(best $a_t4)" \
+        "$(best $a_t1)"
 fi
 
 if [ "$ACCUM" != 0 ]; then
@@ -120,19 +104,11 @@ if [ "$ACCUM" != 0 ]; then
         t1=$(ref "$LIMIT" cnn ddp 1 256)
         echo "ddp_throughput_cnn_accum$TAG run $i: ct k=4 ${c4:-?} k=1 ${c1:-?}," \
             "torch k=4 ${t4:-?} k=1 ${t1:-?} samples/s"
-        a_ct4="$a_ct4$c4
-"
-        a_ct1="$a_ct1$c1
-"
-        a_t4="$a_t4$t4
-"
-        a_t1="$a_t1$t1
-"
+        a_ct4="$a_ct4 $c4" a_ct1="$a_ct1 $c1" a_t4="$a_t4 $t4" a_t1="$a_t1 $t1"
         i=$((i + 1))
     done
-    accum_rows ddp_throughput_cnn_accum "$(printf '%s' "$a_ct4" | best)" \
-        "$(printf '%s' "$a_ct1" | best)" "$(printf '%s' "$a_t4" | best)" \
-        "$(printf '%s' "$a_t1" | best)"
+    accum_rows ddp_throughput_cnn_accum "$(best $a_ct4)" "$(best $a_ct1)" "$(best $a_t4)" \
+        "$(best $a_t1)"
 fi
 
 ct_all=""
@@ -142,10 +118,7 @@ while [ "$i" -lt "$RUNS" ]; do
     c=$(ct --limit "$LIMIT")
     r=$(ref "$LIMIT")
     echo "ddp_throughput$TAG run $i: ct ${c:-?} samples/s, torch DDP ${r:-?} samples/s"
-    ct_all="$ct_all$c
-"
-    ref_all="$ref_all$r
-"
+    ct_all="$ct_all $c" ref_all="$ref_all $r"
     i=$((i + 1))
 done
-row ddp_throughput "$(printf '%s' "$ct_all" | best)" "$(printf '%s' "$ref_all" | best)" samples/s
+row ddp_throughput "$(best $ct_all)" "$(best $ref_all)" samples/s

@@ -8,7 +8,7 @@
  *                         [--checkpoint-every N] [--keep K] [--resume DIR|FILE]
  *                         [--accumulate K] [--sched steplr|warmup_cosine] [--warmup N]
  *                         [--optimizer adam|adamw] [--wd X] [--smoothing X] [--crop-pad N]
- *                         [--hflip P] [--stop-at X] [--validate 0|1]
+ *                         [--hflip P] [--stop-at X] [--validate 0|1] [--cpu-binding 0|1]
  *
  * Prints a line per epoch and last `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>`;
  * exits 1 when the test accuracy is below --min-accuracy. With --stop-at X it stops after the
@@ -119,7 +119,7 @@ static void usage(FILE *f)
                "                             [--log-dir DIR] [--log-every N] [--accumulate K]\n"
                "                             [--sched S] [--warmup N] [--optimizer O] [--wd X]\n"
                "                             [--smoothing X] [--crop-pad N] [--hflip P]\n"
-               "                             [--stop-at X] [--validate 0|1]\n"
+               "                             [--stop-at X] [--validate 0|1] [--cpu-binding 0|1]\n"
                "  --replicas N       replica actors (default 2)\n"
                "  --epochs N         epochs (default 3)\n"
                "  --limit N          use only the first N training samples (default: all)\n"
@@ -150,6 +150,9 @@ static void usage(FILE *f)
                "  --stop-at X        stop after the first epoch with test accuracy >= X\n"
                "  --validate 0|1     test accuracy after every epoch (default 1; 0: at the "
                "end)\n"
+               "  --cpu-binding 0|1  replicas on this machine get CPUs of their own when they "
+               "fit\n"
+               "                     (default 1; 0: trainer_opts.no_cpu_binding)\n"
                "Joins the cluster in $CT_ADDRESS, or starts an embedded one on this machine.\n");
 }
 
@@ -158,7 +161,7 @@ int main(int argc, char **argv)
     trainer_register_model("fmnist", make_model);
     trainer_register_data("fmnist8", make_data8);
     int replicas = 2, epochs = 3, retries = 3, accumulate = 1, warmup = 100, crop_pad = 0;
-    int validate = 1;
+    int validate = 1, cpu_binding = 1;
     long long limit = 0, batch = 64;
     double lr = 1e-3, gamma = 0.5, min_acc = 0, wd = -1, smoothing = 0, hflip = 0;
     const char *model = "cnn", *save = NULL, *ckpt_dir = NULL, *resume = NULL, *log_dir = NULL;
@@ -223,6 +226,8 @@ int main(int argc, char **argv)
             rs.stop_at = atof(v);
         } else if (!strcmp(k, "--validate")) {
             validate = atoi(v);
+        } else if (!strcmp(k, "--cpu-binding")) {
+            cpu_binding = atoi(v);
         } else {
             fprintf(stderr, "trainer_fashion_mnist: unknown option '%s' (see --help)\n", k);
             return 2;
@@ -269,7 +274,8 @@ int main(int argc, char **argv)
                                             .num_replicas = replicas,
                                             .batch_size = batch,
                                             .epochs = epochs,
-                                            .accumulate = accumulate},
+                                            .accumulate = accumulate,
+                                            .no_cpu_binding = !cpu_binding},
                             &t);
     if (rc < 0) {
         fprintf(stderr, "trainer_fashion_mnist: %s\n", ct_last_error());

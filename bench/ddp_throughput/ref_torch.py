@@ -14,6 +14,8 @@ optimizer (Adam lr 1e-3) as ct's examples/trainer_fashion_mnist.
           (the loss divided by k: the gradient of one batch of k*BATCH)
           single: one process with THREADS_OR_K threads, batch BATCH (default 128, the global
           batch of 2 ranks of 64), shuffled the same way
+  With REF_BIND_CPUS=1 (run.sh's default) each ddp rank binds all its threads to one CPU of
+  its own, as ct's trainer binds its replicas (trainer_opts.no_cpu_binding); 0: unbound.
   prints `epoch E: samples_per_s=<all ranks' samples / slowest rank's seconds in that epoch's
   training loop>` for each of EPOCHS (default 2) epochs, like ct's trainer.
 """
@@ -50,6 +52,15 @@ def make_model(nn, model):
         nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
 
 
+def bind_rank(rank, world):
+    """Binds every thread of this process to the rank-th CPU it may use, when the ranks fit."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if os.environ.get("REF_BIND_CPUS", "1") == "0" or world < 2 or world > len(cpus):
+        return
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), {cpus[rank]})
+
+
 def worker(rank, world, limit, epochs, model_name, k, batch):
     import contextlib
 
@@ -59,6 +70,7 @@ def worker(rank, world, limit, epochs, model_name, k, batch):
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    bind_rank(rank, world)
     x, y = load(limit, model_name)
     x, y = torch.from_numpy(x), torch.from_numpy(y)
     torch.manual_seed(0)

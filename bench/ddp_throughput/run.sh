@@ -25,6 +25,10 @@
 #                              its fixed costs, is the step
 #   ddp_throughput             the Fashion-MNIST CNN on the first LIMIT (default 20000)
 #                              images: ct vs torch DDP (the headline, last)
+# ct's replicas bind their threads to a CPU each (trainer_opts' default); torch's DDP ranks
+# bind the same way with REF_BIND_CPUS=1 (ref_torch.py). Binding sped torch's CNN up here and
+# slowed its MLP, so torch's best-of runs alternate: bound in even runs, unbound in odd ones
+# (RUNS 2 gives it one of each). The accumulation pairs bind on both sides.
 # BENCH_TAG (scripts/run-bench.sh sets "[avx2]" for its pass with ONEDNN_MAX_CPU_ISA=AVX2 and
 # ATEN_CPU_CAPABILITY=avx2) is appended to the rows' names. MLP=0 skips the MLP rows.
 # Last line: ddp_throughput: ct=<samples/s> ref=<samples/s> samples/s ratio=<ct/ref>
@@ -106,6 +110,7 @@ if [ "$MLP" != 0 ]; then
         # ct's runs together, then torch's: a ct run right after a torch run was up to 30%
         # slower here
         c=$(ct5)
+        export REF_BIND_CPUS=$((1 - i % 2))
         d=$(ref5 ddp 1 64)
         s1=$(ref5 single 1 128)
         s2=$(ref5 single 2 128)
@@ -118,6 +123,7 @@ if [ "$MLP" != 0 ]; then
     row ddp_throughput_mlp "$c" "$(best $m_ddp)" samples/s
     row ddp_throughput_mlp_single "$c" "$(best $m_one)" samples/s
 
+    export REF_BIND_CPUS=1
     accum_pairs ddp_throughput_mlp_accum "$PAIRS" mlp_ct4 mlp_ct1 mlp_ref4 mlp_ref1
 fi
 
@@ -130,6 +136,7 @@ ref_all=""
 i=0
 while [ "$i" -lt "$RUNS" ]; do
     c=$(ct --limit "$LIMIT")
+    export REF_BIND_CPUS=$((1 - i % 2))
     r=$(ref "$LIMIT")
     echo "ddp_throughput$TAG run $i: ct ${c:-?} samples/s, torch DDP ${r:-?} samples/s"
     ct_all="$ct_all $c" ref_all="$ref_all $r"

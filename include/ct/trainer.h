@@ -447,6 +447,11 @@ typedef struct trainer_opts {
      * num_replicas: without these fields, at most num_replicas as ever), and never fewer than
      * min_replicas (0: 1): below it the driver waits. */
     int min_replicas, max_replicas;
+    /* By default, when the replicas on one machine fill the CPUs its node may use (2 or
+     * more replicas, cpus_per_replica each), each replica's threads are bound to CPUs of their
+     * own, the way MPI launchers bind ranks to cores: a thread waiting for a peer then never
+     * takes the CPU the peer needs. true: leave their placement to the kernel. */
+    bool no_cpu_binding;
 } trainer_opts;
 
 /* Checks the options, runs every creator once in this process and keeps the driver's model.

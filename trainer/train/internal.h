@@ -53,6 +53,7 @@ typedef struct tr_spec {
     int threads, comm_timeout_ms;
     int accumulate;  /* batches per optimizer step, >= 1 */
     int sched_every; /* when the scheduler steps: TR_SCHED_EPOCH, _BATCH or _MANUAL */
+    bool bind_cpus;  /* replicas of one machine get CPUs of their own (cpu_binding.c) */
 } tr_spec;
 
 enum { TR_SCHED_EPOCH, TR_SCHED_BATCH, TR_SCHED_MANUAL };
@@ -349,6 +350,11 @@ void ct__progress_epoch(tr_progress *p, const trainer_stats *st);
 /* A validation's record (st's val_* fields): one that ran in epoch (0-based) after step
  * optimizer steps (in-line during training, or trainer_validate's). */
 void ct__progress_val(tr_progress *p, const trainer_stats *st, int64_t epoch, int64_t step);
+
+/* cpu_binding.c: binds this replica's threads to CPUs of its own when enabled and the
+ * replicas of its machine fit (see there). A collective call: every rank of comm must make
+ * it. Errors only when the communicator fails; a placement that does not fit binds nothing. */
+int ct__replica_bind_cpus(ct_comm *comm, int threads, bool enabled, int timeout_ms);
 
 /* Registers the replica class (idempotent); the library does it from a constructor. */
 int ct__trainer_register_replica_class(void);

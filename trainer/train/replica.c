@@ -1,19 +1,20 @@
 /* trainer/train/replica.c — the replica actor: one process of a training group. It builds the
  * model, data, optimizer, loss and scheduler from the registered creators, joins the group's
- * communicator (head KV rendezvous), restores the checkpoint it is given from the object
- * store, and trains epochs: per batch the train step (step.c; the built-in one or the user's:
- * forward, backward with gradients averaged in buckets while backward runs (ct_bucketer
- * driven by gradient-ready hooks), optimizer step; with accumulation, groups of batches whose
- * last one reduces and steps); the scheduler's step after each epoch (or after each optimizer
- * step, or never: trainer_opts.scheduler_step), rank 0's buffers broadcast at the end of each
- * epoch; rank 0 then writes the checkpoint
- * straight into the store. A call trains a segment of an epoch (up to a number of optimizer
- * steps: a checkpoint within the epoch); the loader stays where the segment ended, or seeks
- * to the position a checkpoint gives. Random draws are reseeded before every batch from
- * (seed, epoch, rank, batch), so a segment repeats bit for bit from any batch. Also evaluates
- * its slice of the validation set: when the driver asks, and during training (every N
- * optimizer steps, at the epoch's end; within the segment, before its checkpoint), where every
- * rank's sums are gathered so that all see the same result and step a plateau scheduler alike.
+ * communicator (head KV rendezvous), binds its threads to CPUs of its own (cpu_binding.c),
+ * restores the checkpoint it is given from the object store, and trains epochs: per batch
+ * the train step (step.c; the built-in one or the user's: forward, backward with gradients
+ * averaged in buckets while backward runs (ct_bucketer driven by gradient-ready hooks),
+ * optimizer step; with accumulation, groups of batches whose last one reduces and steps); the
+ * scheduler's step after each epoch (or after each optimizer step, or never:
+ * trainer_opts.scheduler_step), rank 0's buffers broadcast at the end of each epoch; rank 0
+ * then writes the checkpoint straight into the store. A call trains a segment of an epoch (up
+ * to a number of optimizer steps: a checkpoint within the epoch); the loader stays where the
+ * segment ended, or seeks to the position a checkpoint gives. Random draws are reseeded
+ * before every batch from (seed, epoch, rank, batch), so a segment repeats bit for bit from
+ * any batch. Also evaluates its slice of the validation set: when the driver asks, and during
+ * training (every N optimizer steps, at the epoch's end; within the segment, before its
+ * checkpoint), where every rank's sums are gathered so that all see the same result and step a
+ * plateau scheduler alike.
  * While a segment runs, per-step records go to the driver when it asks (records.c).
  * A sharded dataset (trainer_data.sharded) is read as it is, padded to the longest shard.
  * Several models: one bucketer per model, weights and buffers broadcast per model, one weight
@@ -249,6 +250,10 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
                                           .node_id = ct_self_node_id(),
                                           .timeout_ms = r->spec.comm_timeout_ms},
                           &r->comm)) < 0)
+        return rc;
+    /* before the loader's and the bucketer's threads start: they inherit the binding */
+    if ((rc = ct__replica_bind_cpus(r->comm, r->spec.threads, r->spec.bind_cpus,
+                                    r->spec.comm_timeout_ms)) < 0)
         return rc;
     if ((rc = loader_new(r)) < 0)
         return rc;

@@ -183,6 +183,7 @@ int trainer_create(const trainer_opts *o, trainer **out)
     s->threads = (int)t->cpus > 0 ? (int)t->cpus : 1;
     s->comm_timeout_ms = o->comm_timeout_ms ? o->comm_timeout_ms : 60000;
     s->accumulate = o->accumulate > 1 ? o->accumulate : 1;
+    s->bind_cpus = !o->no_cpu_binding;
     if (!o->scheduler_step || !strcmp(o->scheduler_step, "epoch")) {
         s->sched_every = TR_SCHED_EPOCH;
     } else if (!strcmp(o->scheduler_step, "batch")) {

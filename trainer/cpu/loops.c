@@ -35,12 +35,41 @@ void ct__cpu_axpy(int64_t n, float alpha, const float *x, float *y)
         y[i] += alpha * x[i];
 }
 
+/* Columns in blocks of 32 held in 8 SSE registers over all rows, so y is read and written
+ * once, not once per row (a Linear's bias gradient in gemm.c's path). Each column still sums
+ * its rows in order, as the plain loop does. */
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *p)
+{
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 void ct__cpu_add_col_sums(int64_t rows, int64_t cols, const float *x, float *y)
 {
+    int64_t c0 = 0;
+    for (; c0 + 32 <= cols; c0 += 32) {
+        v4f acc[8];
+        memcpy(acc, y + c0, sizeof acc);
+        v4f a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], a4 = acc[4], a5 = acc[5],
+            a6 = acc[6], a7 = acc[7];
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * cols + c0;
+            a0 += load4(xr), a1 += load4(xr + 4), a2 += load4(xr + 8), a3 += load4(xr + 12);
+            a4 += load4(xr + 16), a5 += load4(xr + 20), a6 += load4(xr + 24), a7 += load4(xr + 28);
+        }
+        acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
+        acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;
+        memcpy(y + c0, acc, sizeof acc);
+    }
+    if (c0 == cols)
+        return;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
 #pragma omp simd
-        for (int64_t c = 0; c < cols; c++)
+        for (int64_t c = c0; c < cols; c++)
             y[c] += xr[c];
     }
 }

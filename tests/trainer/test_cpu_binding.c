@@ -150,11 +150,7 @@ int main(void)
         CHECK(!strcmp(lists[0], set_list) && !strcmp(lists[1], set_list));
         for (int i = 0; i < 2; i++)
             CHECK(h_reap(nodes[i], SIGTERM, 10000) >= 0);
-        double total = 1, free_cpu = 0;
-        for (double until = h_now_ms() + 10000; h_now_ms() < until && total > 0;)
-            if (ct_cluster_resources("CPU", &total, &free_cpu) < 0 || total > 0)
-                usleep(20000);
-        CHECK(total == 0);
+        CHECK(tt_wait_total_cpus(0, 10000));
     } else {
         printf("(c) skipped: %d CPU(s) on this machine\n", machine);
     }

@@ -28,15 +28,12 @@
 #include "ct/collective.h"
 #include "internal.h"
 
-#define MASK_WORDS 16 /* CPUs 0..1023 */
-
-/* What a rank tells its peers: plain i64 words for ct_comm_allgather. */
+/* What a rank tells its peers, gathered as bytes: the masks are compared only among ranks of
+ * one kernel, where cpu_set_t is the same everywhere. */
 typedef struct cpu_claim {
-    int64_t kernel;           /* hash of the boot id: ranks of one machine (0: unknown) */
-    int64_t mask[MASK_WORDS]; /* the CPUs its process may run on, bit c of word c / 64 */
+    int64_t kernel; /* hash of the boot id: ranks of one machine (0: unknown, or not binding) */
+    cpu_set_t mask; /* the CPUs its process may run on */
 } cpu_claim;
-
-#define CLAIM_WORDS (sizeof(cpu_claim) / sizeof(int64_t))
 
 static int64_t kernel_id(void)
 {
@@ -49,19 +46,6 @@ static int64_t kernel_id(void)
     fclose(f);
     boot[strcspn(boot, "\n")] = 0;
     return boot[0] ? (int64_t)(ct__trainer_hash(boot, strlen(boot)) >> 1) | 1 : 0;
-}
-
-static bool mask_has(const int64_t *m, int cpu)
-{
-    return ((uint64_t)m[cpu / 64] >> (cpu % 64)) & 1;
-}
-
-static bool masks_overlap(const int64_t *a, const int64_t *b)
-{
-    for (int w = 0; w < MASK_WORDS; w++)
-        if (a[w] & b[w])
-            return true;
-    return false;
 }
 
 /* Sets mask on every thread of this process. Threads created later inherit it from their
@@ -83,45 +67,44 @@ static int bind_all_threads(const cpu_set_t *set)
 int ct__replica_bind_cpus(ct_comm *comm, int threads, bool enabled, int timeout_ms)
 {
     int rank = ct_comm_rank(comm), world = ct_comm_world_size(comm);
-    cpu_claim me = {.kernel = enabled ? kernel_id() : 0};
-    cpu_set_t set;
-    if (me.kernel && sched_getaffinity(0, sizeof set, &set) == 0)
-        for (int cpu = 0; cpu < MASK_WORDS * 64 && cpu < CPU_SETSIZE; cpu++)
-            if (CPU_ISSET(cpu, &set))
-                me.mask[cpu / 64] |= (int64_t)(1ull << (cpu % 64));
+    cpu_claim me;
+    memset(&me, 0, sizeof me); /* padding included: the bytes are compared */
+    if (enabled && sched_getaffinity(0, sizeof me.mask, &me.mask) == 0)
+        me.kernel = kernel_id();
     cpu_claim *all = calloc((size_t)world, sizeof *all);
     if (!all)
         return ct__error(CT_ENOMEM, "trainer replica %d: CPU claims", rank);
     /* every rank takes part, also one that binds nothing, so that the group stays in step */
-    int rc = ct_comm_allgather(comm, &me, all, CLAIM_WORDS, CT_I64, timeout_ms);
+    int rc = ct_comm_allgather(comm, &me, all, sizeof me, CT_U8, timeout_ms);
     if (rc < 0 || !me.kernel)
         goto out;
-    int index = 0, peers = 0, cpus = 0;
+    int index = 0, peers = 0, cpus = CPU_COUNT(&me.mask);
     for (int r = 0; r < world; r++) {
+        cpu_set_t both;
         if (all[r].kernel != me.kernel)
             continue;
-        if (memcmp(all[r].mask, me.mask, sizeof me.mask) == 0) {
+        CPU_AND(&both, &all[r].mask, &me.mask);
+        if (CPU_EQUAL(&all[r].mask, &me.mask)) {
             if (r == rank)
                 index = peers;
             peers++;
-        } else if (masks_overlap(all[r].mask, me.mask)) {
+        } else if (CPU_COUNT(&both) > 0) {
             CT_LOG(CT_LOG_DEBUG, "trainer", "rank %d: not bound: rank %d shares some of its CPUs",
                    rank, r);
             goto out;
         }
     }
-    for (int cpu = 0; cpu < MASK_WORDS * 64; cpu++)
-        cpus += mask_has(me.mask, cpu);
     if (peers < 2 || peers * threads != cpus) {
         CT_LOG(CT_LOG_DEBUG, "trainer",
                "rank %d: not bound: %d replica(s) of %d thread(s) on %d CPUs", rank, peers, threads,
                cpus);
         goto out;
     }
+    cpu_set_t set;
     CPU_ZERO(&set);
     char list[256] = "";
-    for (int cpu = 0, seen = 0; cpu < MASK_WORDS * 64 && seen < (index + 1) * threads; cpu++) {
-        if (!mask_has(me.mask, cpu))
+    for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE && seen < (index + 1) * threads; cpu++) {
+        if (!CPU_ISSET(cpu, &me.mask))
             continue;
         if (seen++ >= index * threads) {
             CPU_SET(cpu, &set);

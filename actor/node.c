@@ -30,7 +30,6 @@
  * Not in here: the zygote and actor loops (worker.c), scheduling (head). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -206,22 +205,6 @@ int ct__parse_resources(const char *s, ct_resource *out, int cap, int *n, char *
     }
     *store = copy;
     return 0;
-}
-
-static int detect_gpus(void)
-{
-    int n = 0;
-    DIR *d = opendir("/dev");
-    if (!d)
-        return 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *p = de->d_name;
-        if (!strncmp(p, "nvidia", 6) && p[6] >= '0' && p[6] <= '9')
-            n++;
-    }
-    closedir(d);
-    return n;
 }
 
 /* The local address that routes to the head's host. */
@@ -957,7 +940,7 @@ static int do_register(nodest *n, int *hb_ms)
                   : sched_getaffinity(0, sizeof mine, &mine) == 0
                       ? (double)CPU_COUNT(&mine)
                       : (double)sysconf(_SC_NPROCESSORS_ONLN);
-    double gpus = o->gpus >= 0 ? o->gpus : (double)detect_gpus();
+    double gpus = o->gpus >= 0 ? o->gpus : (double)ct__gpu_count();
     const char *names[2] = {"CPU", "GPU"};
     double amts[2] = {cpus, gpus};
     for (int i = 0; i < 2; i++) {

@@ -57,7 +57,7 @@ static void usage(FILE *f)
             "[--host ADDR]\n"
             "  --head H:P            the head's address (as ct-head printed it)\n"
             "  --cpus N              CPUs to offer (default: detected)\n"
-            "  --gpus N              GPUs to offer (default: detected /dev/nvidiaN)\n"
+            "  --gpus N              GPUs to offer (default: counted by NVML, 0 without a driver)\n"
             "  --resources n=v,...   custom resources, e.g. disk=2,tpu=1\n"
             "  --host ADDR           address actors bind to (default: the one that reaches "
             "the head)\n"

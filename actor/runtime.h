@@ -13,7 +13,7 @@ typedef struct ct_node_opts {
     const char *head;      /* "host:port" of the head */
     const char *host;      /* address actors bind to; NULL: the one that reaches the head */
     double cpus;           /* < 0: detected */
-    double gpus;           /* < 0: detected (/dev/nvidiaN) */
+    double gpus;           /* < 0: detected (NVML, ct__gpu_count) */
     const char *resources; /* "name=n,..." or NULL */
     int watch_fd;          /* exit when it reaches EOF; -1 none */
     int ready_fd;          /* "registered <node-id>\n" written here once registered; -1 none */
@@ -26,6 +26,10 @@ typedef struct ct_node_opts {
  * watch_fd EOF, the head declaring it dead, or the head silent for head_dead_ms (CT_EDEAD;
  * its actors killed). Returns 0 or a CT_E* code (message set). */
 int ct__node_run(const ct_node_opts *opts);
+
+/* The NVIDIA GPUs NVML counts on this machine (gpu_detect.c, loaded by dlopen); 0 when there is
+ * no driver or NVML fails (one info line says why). */
+int ct__gpu_count(void);
 
 /* ---- a detached node, for fuzz/fuzz_node.c ----
  * The node's handlers without a head, a registration or processes: what it would send the head

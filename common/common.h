@@ -23,6 +23,10 @@
 #define CT__TSAN_ACQUIRE(p) ((void)(p))
 #endif
 
+#ifdef __cplusplus /* the CUDA backend's .cu files (trainer/cuda) */
+extern "C" {
+#endif
+
 /* Records a detailed message for ct_last_error() on this thread and returns code, so that
  * `return ct__error(CT_EINVAL, "field %s: ...", name);` both reports and fails. */
 int ct__error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -68,4 +72,7 @@ bool ct__token_eq(const char *a, const char *b);
 
 #define CT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -13,12 +13,13 @@
 #       when $OUT is set. Exit status: nonzero when a test failed; 77 from a test means it saw
 #       no GPU and counts as a failure here.
 #
-# The programs: collective_nccl (tests/collective/test_nccl.c). NCCL refuses two ranks on one
-# GPU, so with one GPU only world size 1 runs.
+# The programs: collective_nccl (tests/collective/test_nccl.c) and cuda_kernels
+# (tests/cuda/test_cuda.c: trainer/cuda's allocator and kernels against ct's CPU code). NCCL
+# refuses two ranks on one GPU, so with one GPU only world size 1 runs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-gpu_tests="collective_nccl"
+gpu_tests="collective_nccl cuda_kernels"
 debs="libzmq5 libprotobuf-c1 libyaml-0-2 libdnnl2 libsodium23 libpgm-5.3-0 libnorm1 libbsd0
       libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libmd0"
 

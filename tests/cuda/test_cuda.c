@@ -1,0 +1,331 @@
+/* tests/cuda/test_cuda.c — the CUDA backend (trainer/cuda/cuda.h) on a GPU, against ct's CPU
+ * code on the same inputs:
+ *   - the caching allocator: a freed block comes back to the next request of its class on its
+ *     stream and never to another stream; the statistics count it; empty_cache returns what is
+ *     free; a request larger than the device fails with CT_ENOMEM, and the cache is released
+ *     and retried first; a foreign or double free is refused;
+ *   - fill, scale, axpy, relu forward and backward: exact against the same float operations;
+ *   - sum: within 1e-6 of a double sum on the host, and the same bits on every run;
+ *   - mean cross entropy forward and backward against ct_loss_cross_entropy_* (1e-5), with an
+ *     ignored target (-100);
+ *   - fused SGD (momentum, nesterov, weight decay, maximize), Adam (L2, amsgrad) and AdamW:
+ *     3 steps with the same bits as ct_optim_step.
+ * Exits 77 with "no GPU" where no CUDA device can be used (this is how `make test` runs it on
+ * machines without one; scripts/gpu-check.sh runs it on a GPU). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct/error.h"
+#include "ct/loss.h"
+#include "ct/optim.h"
+#include "trainer/cuda/cuda.h"
+
+static int failures;
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+#define CHECK_RC(expr)                                                                             \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ != 0) {                                                                            \
+            fprintf(stderr, "%s:%d: %s = %d (%s): %s\n", __FILE__, __LINE__, #expr, rc_,           \
+                    ct_strerror(rc_), ct_last_error());                                            \
+            failures++;                                                                            \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* deterministic values in [-1, 1) */
+static void fill_random(float *x, int64_t n, uint32_t seed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)(seed >> 8) / (float)(1u << 23) - 1.0f;
+    }
+}
+
+/* device copy of n host floats (from the allocator) */
+static float *upload(const float *h, int64_t n)
+{
+    void *d = NULL;
+    if (ct__cuda_malloc(&d, (size_t)n * sizeof(float), NULL) < 0 ||
+        ct__cuda_to_device(d, h, (size_t)n * sizeof(float), NULL) < 0)
+        return NULL;
+    return d;
+}
+
+static int download(float *h, const float *d, int64_t n)
+{
+    int rc = ct__cuda_to_host(h, d, (size_t)n * sizeof(float), NULL);
+    return rc ? rc : ct__cuda_sync(NULL);
+}
+
+/* first index where a and b differ in bits, or -1 */
+static int64_t first_diff(const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)))
+            return i;
+    return -1;
+}
+
+static void test_allocator(void)
+{
+    ct_cuda_alloc_stats s0, s;
+    ct__cuda_alloc_stats_get(&s0);
+    CHECK(ct__cuda_alloc_class(0) == 512 && ct__cuda_alloc_class(1) == 512);
+    CHECK(ct__cuda_alloc_class(513) == 1024 && ct__cuda_alloc_class(1 << 20) == 1 << 20);
+    CHECK(ct__cuda_alloc_class((1 << 20) + 1) == (1 << 20) + (1 << 18));
+    CHECK(ct__cuda_alloc_class(7u << 20) == 7u << 20 &&
+          ct__cuda_alloc_class((7u << 20) + 1) == 8u << 20);
+
+    void *a = NULL, *b = NULL, *c = NULL;
+    CHECK_RC(ct__cuda_malloc(&a, 1000, NULL));
+    CHECK_RC(ct__cuda_free(a));
+    CHECK_RC(ct__cuda_malloc(&b, 1024, NULL)); /* the same class: the same block */
+    CHECK(b == a);
+    ct__cuda_alloc_stats_get(&s);
+    CHECK(s.allocs - s0.allocs == 2 && s.cache_hits - s0.cache_hits == 1);
+    CHECK(s.device_mallocs - s0.device_mallocs == 1);
+    CHECK(s.allocated_bytes - s0.allocated_bytes == 1024 &&
+          s.requested_bytes - s0.requested_bytes == 1024);
+
+    /* another stream never gets b's block */
+    void *stream = NULL;
+    CHECK_RC(ct__cuda_stream_new(&stream));
+    CHECK_RC(ct__cuda_free(b));
+    CHECK_RC(ct__cuda_malloc(&c, 1000, stream));
+    CHECK(c != b);
+    CHECK_RC(ct__cuda_free(c));
+
+    /* a refused free, then a double free */
+    int x;
+    CHECK(ct__cuda_free(&x) == CT_EINVAL);
+    CHECK(ct__cuda_free(c) == CT_EINVAL);
+
+    /* the block works: write and read back */
+    float h[256], back[256];
+    fill_random(h, 256, 7);
+    float *d = upload(h, 256);
+    CHECK(d != NULL);
+    if (d) {
+        CHECK_RC(download(back, d, 256));
+        CHECK(first_diff(h, back, 256) < 0);
+        CHECK_RC(ct__cuda_free(d));
+    }
+
+    /* everything free goes back */
+    CHECK_RC(ct__cuda_empty_cache());
+    ct__cuda_alloc_stats_get(&s);
+    CHECK(s.reserved_bytes == s.allocated_bytes);
+
+    /* more than the device has: out of memory, after one retry with the cache released */
+    void *big = NULL;
+    CHECK_RC(ct__cuda_malloc(&a, 4096, NULL));
+    CHECK_RC(ct__cuda_free(a)); /* something cached */
+    int64_t retries = s.oom_retries;
+    int rc = ct__cuda_malloc(&big, (size_t)1 << 50, NULL);
+    CHECK(rc == CT_ENOMEM && big == NULL);
+    CHECK(strstr(ct_last_error(), "bytes") != NULL);
+    ct__cuda_alloc_stats_get(&s);
+    CHECK(s.oom_retries == retries + 1 && s.reserved_bytes == s.allocated_bytes);
+    ct__cuda_stream_free(stream);
+}
+
+static void test_elementwise(void)
+{
+    enum { N = 100003 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float)),
+          *dy = malloc(N * sizeof(float)), *got = malloc(N * sizeof(float)),
+          *want = malloc(N * sizeof(float));
+    fill_random(x, N, 1);
+    fill_random(y, N, 2);
+    fill_random(dy, N, 3);
+    x[5] = 0.0f; /* relu's gradient at 0 is 0 */
+    float *dx_ = upload(x, N), *dy_ = upload(y, N), *ddy = upload(dy, N), *dout = upload(y, N);
+    CHECK(dx_ && dy_ && ddy && dout);
+    if (!(dx_ && dy_ && ddy && dout))
+        return;
+
+    CHECK_RC(ct__cuda_relu_fwd(dx_, dout, N, NULL));
+    CHECK_RC(download(got, dout, N));
+    for (int64_t i = 0; i < N; i++)
+        want[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    CHECK(first_diff(got, want, N) < 0);
+
+    CHECK_RC(ct__cuda_relu_bwd(dx_, ddy, dout, N, false, NULL));
+    CHECK_RC(download(got, dout, N));
+    for (int64_t i = 0; i < N; i++)
+        want[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    CHECK(first_diff(got, want, N) < 0 && got[5] == 0.0f);
+    CHECK_RC(ct__cuda_relu_bwd(dx_, ddy, dout, N, true, NULL)); /* adds the same again */
+    CHECK_RC(download(got, dout, N));
+    for (int64_t i = 0; i < N; i++)
+        want[i] = want[i] + (x[i] > 0.0f ? dy[i] : 0.0f);
+    CHECK(first_diff(got, want, N) < 0);
+
+    CHECK_RC(ct__cuda_axpy(dy_, 0.5f, dx_, N, NULL)); /* y += 0.5 x */
+    CHECK_RC(ct__cuda_scale(dy_, -2.0f, N, NULL));
+    CHECK_RC(download(got, dy_, N));
+    for (int64_t i = 0; i < N; i++)
+        want[i] = (y[i] + 0.5f * x[i]) * -2.0f;
+    CHECK(first_diff(got, want, N) < 0);
+
+    CHECK_RC(ct__cuda_fill(dy_, 3.25f, N, NULL));
+    CHECK_RC(download(got, dy_, N));
+    CHECK(got[0] == 3.25f && got[N - 1] == 3.25f);
+
+    /* sum: against a double sum, and the same bits twice */
+    float *dsum = upload(want, 1), s1 = 0, s2 = 0;
+    CHECK_RC(ct__cuda_sum(dx_, N, dsum, NULL));
+    CHECK_RC(download(&s1, dsum, 1));
+    CHECK_RC(ct__cuda_sum(dx_, N, dsum, NULL));
+    CHECK_RC(download(&s2, dsum, 1));
+    double ref = 0;
+    for (int64_t i = 0; i < N; i++)
+        ref += x[i];
+    CHECK(fabs(s1 - ref) <= 1e-6 * fmax(1.0, fabs(ref)));
+    CHECK(memcmp(&s1, &s2, sizeof s1) == 0);
+    CHECK(ct__cuda_sum(NULL, N, dsum, NULL) == CT_EINVAL);
+
+    ct__cuda_free(dsum);
+    ct__cuda_free(dx_);
+    ct__cuda_free(dy_);
+    ct__cuda_free(ddy);
+    ct__cuda_free(dout);
+    free(x), free(y), free(dy), free(got), free(want);
+}
+
+static void test_cross_entropy(void)
+{
+    enum { NR = 300, C = 10 };
+    float logits[NR * C], grad_cpu[NR * C], grad_gpu[NR * C];
+    int64_t target[NR];
+    fill_random(logits, NR * C, 11);
+    for (int i = 0; i < NR; i++) {
+        logits[i * C] *= 8.0f; /* some large logits: log-sum-exp must be stable */
+        target[i] = (i * 7) % C;
+    }
+    target[3] = -100; /* ignored: out of the mean */
+    float loss_cpu = 0, loss_gpu = 0, one = 1.0f;
+    CHECK_RC(ct_loss_cross_entropy_forward(logits, target, NR, C, NULL, &loss_cpu));
+    CHECK_RC(ct_loss_cross_entropy_backward(logits, target, NR, C, NULL, &one, grad_cpu));
+
+    float *dl = upload(logits, NR * C), *dgo = upload(&one, 1), *dloss = upload(&one, 1);
+    int64_t *dt = NULL;
+    CHECK_RC(ct__cuda_malloc((void **)&dt, sizeof target, NULL));
+    CHECK_RC(ct__cuda_to_device(dt, target, sizeof target, NULL));
+    float *dg = NULL;
+    CHECK_RC(ct__cuda_malloc((void **)&dg, sizeof grad_gpu, NULL));
+    CHECK_RC(ct__cuda_cross_entropy_fwd(dl, dt, NR, C, dloss, NULL));
+    CHECK_RC(ct__cuda_cross_entropy_bwd(dl, dt, NR, C, dgo, dg, NULL));
+    CHECK_RC(download(&loss_gpu, dloss, 1));
+    CHECK_RC(download(grad_gpu, dg, NR * C));
+    CHECK(fabsf(loss_gpu - loss_cpu) <= 1e-5f * fabsf(loss_cpu));
+    double worst = 0;
+    for (int i = 0; i < NR * C; i++)
+        worst = fmax(worst, fabs(grad_gpu[i] - grad_cpu[i]));
+    CHECK(worst <= 1e-7); /* gradients are about 1/NR: 1e-7 is 1e-5 of them */
+    for (int j = 0; j < C; j++)
+        CHECK(grad_gpu[3 * C + j] == 0.0f);
+    if (failures)
+        fprintf(stderr, "cross entropy: cpu %.9g gpu %.9g, worst grad diff %g\n", loss_cpu,
+                loss_gpu, worst);
+    ct__cuda_free(dl), ct__cuda_free(dgo), ct__cuda_free(dloss), ct__cuda_free(dt),
+        ct__cuda_free(dg);
+}
+
+/* 3 steps of the CPU optimizer `o` over (p, g) against the fused kernel `kind` on copies */
+enum { OPT_N = 10007 };
+static void compare_optim(const char *what, int kind, const ct_sgd_opts *so, const ct_adam_opts *ao)
+{
+    static float p[OPT_N], g[OPT_N], p0[OPT_N], got[OPT_N];
+    fill_random(p, OPT_N, 21);
+    memcpy(p0, p, sizeof p);
+    ct_param_ref ref = {.name = "w", .value = p, .grad = g, .numel = OPT_N};
+    ct_optim *o = kind == 0   ? ct_optim_sgd_new(&ref, 1, so)
+                  : kind == 1 ? ct_optim_adam_new(&ref, 1, ao)
+                              : ct_optim_adamw_new(&ref, 1, ao);
+    CHECK(o != NULL);
+    float *dp = upload(p0, OPT_N), *dg = NULL, *s1 = NULL, *s2 = NULL, *s3 = NULL;
+    float zeros[OPT_N] = {0};
+    s1 = upload(zeros, OPT_N), s2 = upload(zeros, OPT_N), s3 = upload(zeros, OPT_N);
+    CHECK(o && dp && s1 && s2 && s3);
+    if (!(o && dp && s1 && s2 && s3))
+        return;
+    for (int step = 1; step <= 3; step++) {
+        fill_random(g, OPT_N, 100 + (uint32_t)step);
+        dg = upload(g, OPT_N);
+        CHECK_RC(ct_optim_step(o));
+        if (kind == 0) {
+            ct_cuda_sgd h = {.lr = so->lr,
+                             .momentum = so->momentum,
+                             .dampening = so->dampening,
+                             .weight_decay = so->weight_decay,
+                             .nesterov = so->nesterov,
+                             .maximize = so->maximize,
+                             .first = step == 1};
+            CHECK_RC(ct__cuda_sgd_step(dp, dg, s1, OPT_N, &h, NULL));
+        } else {
+            ct_cuda_adam h = {.lr = ao->lr ? ao->lr : 1e-3,
+                              .beta1 = ao->beta1 ? ao->beta1 : 0.9,
+                              .beta2 = ao->beta2 ? ao->beta2 : 0.999,
+                              .eps = ao->eps ? ao->eps : 1e-8,
+                              .weight_decay = ao->weight_decay,
+                              .amsgrad = ao->amsgrad,
+                              .maximize = ao->maximize,
+                              .decoupled = kind == 2,
+                              .step = step};
+            CHECK_RC(ct__cuda_adam_step(dp, dg, s1, s2, s3, OPT_N, &h, NULL));
+        }
+        ct__cuda_free(dg);
+    }
+    CHECK_RC(download(got, dp, OPT_N));
+    int64_t at = first_diff(got, p, OPT_N);
+    if (at >= 0) {
+        fprintf(stderr, "%s: [%lld] gpu %.9g cpu %.9g\n", what, (long long)at, got[at], p[at]);
+        failures++;
+    }
+    CHECK(first_diff(p, p0, OPT_N) >= 0); /* it moved */
+    ct_optim_destroy(&o);
+    ct__cuda_free(dp), ct__cuda_free(s1), ct__cuda_free(s2), ct__cuda_free(s3);
+}
+
+static void test_optimizers(void)
+{
+    compare_optim("sgd", 0, &(ct_sgd_opts){.lr = 0.1}, NULL);
+    compare_optim(
+        "sgd momentum wd", 0,
+        &(ct_sgd_opts){.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-2}, NULL);
+    compare_optim("sgd nesterov maximize", 0,
+                  &(ct_sgd_opts){.lr = 0.05, .momentum = 0.9, .nesterov = true, .maximize = true},
+                  NULL);
+    compare_optim("adam", 1, NULL, &(ct_adam_opts){.lr = 1e-2});
+    compare_optim("adam l2 amsgrad", 1, NULL,
+                  &(ct_adam_opts){.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true});
+    compare_optim("adamw", 2, NULL, &(ct_adam_opts){.lr = 1e-2, .weight_decay = 0.05});
+}
+
+int main(void)
+{
+    const char *why = NULL;
+    if (ct__cuda_device_count(&why) == 0) {
+        printf("no GPU: %s\n", why ? why : "");
+        return 77;
+    }
+    test_allocator();
+    test_elementwise();
+    test_cross_entropy();
+    test_optimizers();
+    if (failures)
+        fprintf(stderr, "%d check(s) failed\n", failures);
+    else
+        printf("cuda: allocator, elementwise, sum, cross entropy, SGD/Adam/AdamW: ok\n");
+    return failures ? 1 : 0;
+}

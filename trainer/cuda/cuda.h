@@ -1,0 +1,115 @@
+/* trainer/cuda/cuda.h — the CUDA backend's internal interface: the device probe, a caching
+ * allocator, and kernels on raw device buffers. Built only where CMake finds CUDA (CT_HAVE_CUDA);
+ * plain C callers, no CUDA headers needed. Not public API.
+ *
+ * Every function returns 0 or a negative CT_E* code with a message (ct_last_error); a CUDA
+ * error's message names the call and cudaGetErrorString. Streams are cudaStream_t passed as
+ * void * (NULL: the legacy default stream). Kernels are launched on the given stream and not
+ * waited for; a launch error is reported at once, an execution error by the next call that
+ * synchronizes (ct__cuda_sync). */
+#ifndef CT_CUDA_H
+#define CT_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the device (device.c) ---- */
+
+/* CUDA devices this process can use: 0 without a driver, without a device, or when
+ * CUDA_VISIBLE_DEVICES hides them all (never an error: a CPU-only machine runs on). *why, when
+ * not NULL and the count is 0, says why (static). */
+int ct__cuda_device_count(const char **why);
+/* A new stream that does not synchronize with the legacy default stream; freed with
+ * ct__cuda_stream_free (NULL: nothing). */
+int ct__cuda_stream_new(void **stream);
+void ct__cuda_stream_free(void *stream);
+/* Waits for all work on the stream (NULL: the whole device). */
+int ct__cuda_sync(void *stream);
+/* Host <-> device copies of `bytes`, ordered on the stream; async when the host side is pinned. */
+int ct__cuda_to_device(void *dst, const void *src, size_t bytes, void *stream);
+int ct__cuda_to_host(void *dst, const void *src, size_t bytes, void *stream);
+
+/* ---- the caching allocator (alloc.c) ----
+ * cudaMalloc and cudaFree synchronize the device, so a training step must not call them. Blocks
+ * that are freed go to a free list of their stream and size class and are handed out again to
+ * the next request of that class on that stream: work queued on one stream runs in order, so the
+ * block's old users are done before its new ones start, with no event. A block is never reused
+ * on another stream. Size classes: multiples of 512 bytes up to 1 MiB; above that four classes
+ * per power of two (2^k, 1.25, 1.5, 1.75 x 2^k), so at most 25% is lost to rounding. When
+ * cudaMalloc runs out of memory, the cached blocks are released (after a device sync) and it is
+ * tried once more. Thread-safe (one mutex). */
+typedef struct ct_cuda_alloc_stats {
+    int64_t allocated_bytes;      /* in blocks handed out now (their class sizes) */
+    int64_t peak_allocated_bytes; /* the most allocated_bytes ever was */
+    int64_t reserved_bytes;       /* obtained from cudaMalloc and not yet returned */
+    int64_t requested_bytes;      /* what callers asked for, of the blocks handed out now */
+    int64_t allocs;               /* ct__cuda_malloc calls that succeeded */
+    int64_t cache_hits;           /* of those, served from a free list */
+    int64_t device_mallocs;       /* cudaMalloc calls that succeeded */
+    int64_t device_frees;         /* cudaFree calls (ct__cuda_empty_cache, out-of-memory retry) */
+    int64_t oom_retries;          /* out-of-memory retries after releasing the cache */
+} ct_cuda_alloc_stats;
+
+/* *p = a device block of at least `bytes` (0: a 512-byte block) for use on `stream`. */
+int ct__cuda_malloc(void **p, size_t bytes, void *stream);
+/* Returns p (from ct__cuda_malloc; NULL: nothing) to its stream's free list. */
+int ct__cuda_free(void *p);
+/* The class size a request of `bytes` gets. */
+size_t ct__cuda_alloc_class(size_t bytes);
+/* Returns every cached free block to the device (cudaFree); blocks in use stay. */
+int ct__cuda_empty_cache(void);
+void ct__cuda_alloc_stats_get(ct_cuda_alloc_stats *out);
+
+/* ---- kernels (elementwise.cu, optim.cu, loss.cu) ---- */
+
+/* Elementwise over n floats; out may alias an input. */
+int ct__cuda_fill(float *x, float value, int64_t n, void *stream);
+int ct__cuda_scale(float *x, float alpha, int64_t n, void *stream);                /* x *= alpha */
+int ct__cuda_axpy(float *y, float alpha, const float *x, int64_t n, void *stream); /* y += a x */
+int ct__cuda_relu_fwd(const float *x, float *y, int64_t n, void *stream);
+/* dx = dy where x > 0, else 0 (PyTorch's threshold_backward: 0 at x == 0). acc: dx += ... */
+int ct__cuda_relu_bwd(const float *x, const float *dy, float *dx, int64_t n, bool acc,
+                      void *stream);
+/* *out (device, one float) = the sum of x, in double, rounded once: the same on every run. */
+int ct__cuda_sum(const float *x, int64_t n, float *out, void *stream);
+
+/* Mean cross entropy of logits (n,c) against class indices target (n), as PyTorch's
+ * F.cross_entropy with no weights, no label smoothing, ignore_index -100: *loss (device, one
+ * float); grad (n,c) = d loss / d logits times *grad_out (device, one float). Targets outside
+ * [0, c) other than -100 make the loss NaN (the CPU loss reports them; here they are not read
+ * back). */
+int ct__cuda_cross_entropy_fwd(const float *logits, const int64_t *target, int64_t n, int64_t c,
+                               float *loss, void *stream);
+int ct__cuda_cross_entropy_bwd(const float *logits, const int64_t *target, int64_t n, int64_t c,
+                               const float *grad_out, float *grad, void *stream);
+
+/* Fused optimizer steps: one kernel over a flat buffer of n parameters (one parameter group),
+ * with the update rules and float roundings of trainer/optim/optim.c (PyTorch 1.13's
+ * single-tensor path); compiled without FMA contraction, as optim.c is, so a step gives the
+ * same bits as ct_optim_step on the CPU. */
+typedef struct ct_cuda_sgd {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov, maximize;
+    bool first; /* the momentum buffer does not exist yet: it starts as the gradient */
+} ct_cuda_sgd;
+int ct__cuda_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n,
+                      const ct_cuda_sgd *h, void *stream);
+
+typedef struct ct_cuda_adam {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool amsgrad, maximize;
+    bool decoupled; /* AdamW */
+    double step;    /* this step's number, from 1 */
+} ct_cuda_adam;
+int ct__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq,
+                       float *max_exp_avg_sq, int64_t n, const ct_cuda_adam *h, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+/* trainer/cuda/elementwise.cu — elementwise kernels and the sum reduction (cuda.h). */
+#include "common/common.h"
+
+#include "trainer/cuda/cuda_internal.h"
+
+#define GRID_STRIDE(i, n)                                                                          \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+static __global__ void fill_kernel(float *x, float v, int64_t n)
+{
+    GRID_STRIDE(i, n) x[i] = v;
+}
+static __global__ void scale_kernel(float *x, float a, int64_t n)
+{
+    GRID_STRIDE(i, n) x[i] = x[i] * a;
+}
+static __global__ void axpy_kernel(float *y, float a, const float *x, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = y[i] + a * x[i];
+}
+static __global__ void relu_fwd_kernel(const float *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+static __global__ void relu_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n,
+                                       bool acc)
+{
+    GRID_STRIDE(i, n)
+    {
+        float g = x[i] > 0.0f ? dy[i] : 0.0f;
+        dx[i] = acc ? dx[i] + g : g;
+    }
+}
+
+/* The launch status of the kernel just queued. */
+static int launched(const char *what)
+{
+    return ct__cuda_status(cudaGetLastError(), what);
+}
+
+static int check(const char *fn, int64_t n, const void *a, const void *b)
+{
+    if (n < 0 || !a || !b)
+        return ct__error(CT_EINVAL, "%s: %s", fn, n < 0 ? "n < 0" : "a buffer is NULL");
+    return 0;
+}
+
+extern "C" int ct__cuda_fill(float *x, float value, int64_t n, void *stream)
+{
+    int rc = check("cuda_fill", n, x, x);
+    if (rc || n == 0)
+        return rc;
+    fill_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(x, value, n);
+    return launched("cuda_fill");
+}
+
+extern "C" int ct__cuda_scale(float *x, float alpha, int64_t n, void *stream)
+{
+    int rc = check("cuda_scale", n, x, x);
+    if (rc || n == 0)
+        return rc;
+    scale_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(x, alpha, n);
+    return launched("cuda_scale");
+}
+
+extern "C" int ct__cuda_axpy(float *y, float alpha, const float *x, int64_t n, void *stream)
+{
+    int rc = check("cuda_axpy", n, y, x);
+    if (rc || n == 0)
+        return rc;
+    axpy_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(y, alpha, x, n);
+    return launched("cuda_axpy");
+}
+
+extern "C" int ct__cuda_relu_fwd(const float *x, float *y, int64_t n, void *stream)
+{
+    int rc = check("cuda_relu_fwd", n, x, y);
+    if (rc || n == 0)
+        return rc;
+    relu_fwd_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(x, y, n);
+    return launched("cuda_relu_fwd");
+}
+
+extern "C" int ct__cuda_relu_bwd(const float *x, const float *dy, float *dx, int64_t n, bool acc,
+                                 void *stream)
+{
+    int rc = check("cuda_relu_bwd", n, x, dy);
+    if (rc == 0 && !dx)
+        rc = ct__error(CT_EINVAL, "cuda_relu_bwd: dx is NULL");
+    if (rc || n == 0)
+        return rc;
+    relu_bwd_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(x, dy, dx, n,
+                                                                                      acc);
+    return launched("cuda_relu_bwd");
+}
+
+/* ---- sum ----
+ * Deterministic: a fixed number of blocks for a given n, each sums its grid-stride share in
+ * double and then its threads in a fixed tree; one block adds the partials the same way. */
+enum { SUM_BLOCKS = 256 };
+
+static __device__ double block_sum(double v)
+{
+    __shared__ double s[CT_CUDA_THREADS];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = CT_CUDA_THREADS / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w)
+            s[threadIdx.x] += s[threadIdx.x + w];
+        __syncthreads();
+    }
+    return s[0];
+}
+
+static __global__ void sum_partials_kernel(const float *x, int64_t n, double *partial)
+{
+    double v = 0.0;
+    GRID_STRIDE(i, n) v += x[i];
+    double t = block_sum(v);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = t;
+}
+
+static __global__ void sum_final_kernel(const double *partial, int np, float *out)
+{
+    double v = 0.0;
+    for (int i = threadIdx.x; i < np; i += blockDim.x)
+        v += partial[i];
+    double t = block_sum(v);
+    if (threadIdx.x == 0)
+        *out = (float)t;
+}
+
+extern "C" int ct__cuda_sum(const float *x, int64_t n, float *out, void *stream)
+{
+    int rc = check("cuda_sum", n, x, out);
+    if (rc)
+        return rc;
+    cudaStream_t s = (cudaStream_t)stream;
+    double *partial = NULL;
+    if ((rc = ct__cuda_malloc((void **)&partial, SUM_BLOCKS * sizeof(double), stream)) < 0)
+        return rc;
+    unsigned blocks = ct__cuda_blocks(n);
+    if (blocks > (unsigned)SUM_BLOCKS)
+        blocks = SUM_BLOCKS;
+    sum_partials_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(x, n, partial);
+    rc = launched("cuda_sum");
+    if (rc == 0) {
+        sum_final_kernel<<<1, CT_CUDA_THREADS, 0, s>>>(partial, (int)blocks, out);
+        rc = launched("cuda_sum");
+    }
+    /* stream-ordered: the block is reused only by later work on this stream */
+    int frc = ct__cuda_free(partial);
+    return rc ? rc : frc;
+}

@@ -7,7 +7,7 @@
  * that only GPU machines have. The three functions used are declared here by hand (their
  * documented C signatures), for the same reason: no nvml.h is needed to build.
  *
- * Not in here: the --gpus override (node.c); which GPU an actor may use (not assigned yet). */
+ * Not in here: the --gpus override and which GPUs an actor sees (node.c). */
 #include <dlfcn.h>
 #include "actor/runtime.h"
 #include "common/common.h"

@@ -57,6 +57,7 @@ extern char **environ;
 
 #define MAX_ZYG 16
 #define MAX_EARLY 256
+#define MAX_GPUS 64 /* GPU indices a node hands out (a bit each in nactor.gpus) */
 
 typedef struct zygote {
     char *key; /* exe path + NUL-joined argv */
@@ -73,7 +74,9 @@ typedef struct nactor {
     pid_t pid; /* 0 until the zygote tells */
     int zyg_pid;
     bool kill_pending;
-    bool reported; /* its ready/failed record came (so its zygote may go) */
+    bool reported;    /* its ready/failed record came (so its zygote may go) */
+    uint64_t gpus;    /* the GPU indices it holds, bit i for index i */
+    double gpu_share; /* how much of each of them (1: whole; < 1: shared) */
 } nactor;
 
 typedef struct early {
@@ -111,7 +114,10 @@ typedef struct nodest {
     early early[MAX_EARLY];
     int nearly;
     uint64_t req;
-    bool detached; /* ct__node_new_detached: no fork, no exec, no kill */
+    bool detached;              /* ct__node_new_detached: no fork, no exec, no kill */
+    int ngpu;                   /* GPU indices 0..ngpu-1 given to actors */
+    double gpu_used[MAX_GPUS];  /* each index's share held by actors */
+    char gpu_dev[MAX_GPUS][64]; /* index i's name in an actor's CUDA_VISIBLE_DEVICES */
 } nodest;
 
 /* extension point (runtime.h) */
@@ -356,8 +362,89 @@ static int grow_actors(nodest *n)
     return 0;
 }
 
+/* ---- GPUs: which devices each actor sees (its CUDA_VISIBLE_DEVICES) ----
+ * The head counts GPUs as one amount per node, so it places two 0.5-GPU actors on a 1-GPU node:
+ * a demand under 1 therefore shares an index with other such demands (up to a sum of 1), and a
+ * demand d >= 1 takes ceil(d) indices of its own, the lowest with room. When no index has room
+ * (the head's sum fits but the shares do not pack, e.g. three 0.6 on 2 GPUs), the least used
+ * one is shared rather than the start failed. */
+
+/* Names the node's GPU indices and returns the GPU amount to register. With the node's own
+ * CUDA_VISIBLE_DEVICES, index i is its i-th entry (an actor sees the device the node was
+ * given) and there are no more indices than entries; NVML counts every GPU of the machine, so
+ * a detected count is cut to the entries too. */
+static double gpu_setup(nodest *n, double gpus, bool detected)
+{
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    int listed = 0;
+    char *copy = vis ? strdup(vis) : NULL, *save = NULL;
+    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t && listed < MAX_GPUS;
+         t = strtok_r(NULL, ",", &save))
+        snprintf(n->gpu_dev[listed++], sizeof n->gpu_dev[0], "%s", t);
+    free(copy);
+    if (vis && detected && gpus > listed)
+        gpus = listed;
+    n->ngpu = gpus < MAX_GPUS ? (int)gpus : MAX_GPUS;
+    if (vis && n->ngpu > listed) {
+        CT_LOG(CT_LOG_WARN, "node", "%g GPUs offered, CUDA_VISIBLE_DEVICES lists %d: actors get %d",
+               gpus, listed, listed);
+        n->ngpu = listed;
+    }
+    for (int i = 0; !vis && i < n->ngpu; i++)
+        snprintf(n->gpu_dev[i], sizeof n->gpu_dev[0], "%d", i);
+    return gpus;
+}
+
+/* Gives a the GPU indices for demand d; their names, comma-separated, in out ("" for none). */
+static void gpu_take(nodest *n, nactor *a, double d, char *out, size_t cap)
+{
+    out[0] = 0;
+    if (!(d > 0) || !n->ngpu) /* also NaN */
+        return;
+    int k = d < 1 ? 1 : d >= n->ngpu ? n->ngpu : (int)d + (d > (int)d);
+    a->gpu_share = d < 1 ? d : 1;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < n->ngpu && best < 0; i++)
+            if (!(a->gpus >> i & 1) && n->gpu_used[i] + a->gpu_share <= 1 + 1e-9)
+                best = i;
+        if (best < 0) {
+            for (int i = 0; i < n->ngpu; i++)
+                if (!(a->gpus >> i & 1) && (best < 0 || n->gpu_used[i] < n->gpu_used[best]))
+                    best = i;
+            CT_LOG(CT_LOG_WARN, "node", "actor %s shares GPU index %d beyond its capacity", a->id,
+                   best);
+        }
+        a->gpus |= 1ull << best;
+        n->gpu_used[best] += a->gpu_share;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n->ngpu; i++) {
+        if (!(a->gpus >> i & 1))
+            continue;
+        int w = snprintf(out + off, cap - off, "%s%s", off ? "," : "", n->gpu_dev[i]);
+        if (w < 0 || (size_t)w >= cap - off) { /* whole names only: a cut one names another */
+            out[off] = 0;
+            break;
+        }
+        off += w;
+    }
+    CT_LOG(CT_LOG_DEBUG, "node", "actor %s: CUDA_VISIBLE_DEVICES=%s", a->id, out);
+}
+
+static void gpu_give_back(nodest *n, nactor *a)
+{
+    for (int i = 0; i < n->ngpu; i++)
+        if ((a->gpus >> i & 1) && (n->gpu_used[i] -= a->gpu_share) < 1e-9)
+            n->gpu_used[i] = 0;
+    a->gpus = 0;
+}
+
+/* Every way an actor leaves the node (exit, kill, its zygote's death, a failed start) ends
+ * here, which gives its GPUs back. */
 static void remove_actor(nodest *n, int i)
 {
+    gpu_give_back(n, &n->a[i]);
     ix_del(n, i);
     if (i != --n->na) {
         ix_del(n, n->na);
@@ -723,6 +810,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     memset(a, 0, sizeof *a);
     snprintf(a->id, sizeof a->id, "%s", s->actor_id);
     ix_set(n, n->na - 1);
+    gpu_take(n, a, s->gpus, r->cuda_devices, sizeof r->cuda_devices);
     return;
 fail:
     snprintf(why, sizeof why, "%s", ct_last_error());
@@ -768,6 +856,7 @@ static void on_zygote_reply(nodest *n, int zi)
         } else if (r.kind == CT_ZREP_FAILED) {
             a->reported = true;
             report_start_failed(n, a->id, r.text);
+            gpu_give_back(n, a); /* the head frees them now too; the process only exits */
         } else if (r.pid <= 0) {
             report_start_failed(n, a->id, "the zygote could not fork");
             remove_actor(n, i);
@@ -940,7 +1029,7 @@ static int do_register(nodest *n, int *hb_ms)
                   : sched_getaffinity(0, sizeof mine, &mine) == 0
                       ? (double)CPU_COUNT(&mine)
                       : (double)sysconf(_SC_NPROCESSORS_ONLN);
-    double gpus = o->gpus >= 0 ? o->gpus : (double)ct__gpu_count();
+    double gpus = gpu_setup(n, o->gpus >= 0 ? o->gpus : (double)ct__gpu_count(), o->gpus < 0);
     const char *names[2] = {"CPU", "GPU"};
     double amts[2] = {cpus, gpus};
     for (int i = 0; i < 2; i++) {

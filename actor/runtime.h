@@ -117,6 +117,9 @@ void ct__client_attach(const char *head_addr, const char *sender, const char *ac
 typedef struct ct__zreq {
     char actor_id[32];
     char cls[64];
+    /* the actor's CUDA_VISIBLE_DEVICES, set in the child right after the fork ("" hides every
+     * GPU): the node chooses them (node.c), so actors get GPUs of their own */
+    char cuda_devices[512];
     unsigned args_len; /* args follow */
 } ct__zreq;
 /* Records to the node over the same socketpair: the zygote reports each spawn, and each actor

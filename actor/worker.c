@@ -258,6 +258,7 @@ void ct__zygote_main(int fd)
         ct__zreq *r = (ct__zreq *)buf;
         r->actor_id[sizeof r->actor_id - 1] = 0;
         r->cls[sizeof r->cls - 1] = 0;
+        r->cuda_devices[sizeof r->cuda_devices - 1] = 0;
         if (r->args_len > (size_t)n - sizeof *r)
             continue;
         ct__zrep rep;
@@ -281,6 +282,9 @@ void ct__zygote_main(int fd)
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != env.node_pid)
                 _exit(1);
+            /* before any of the actor's code: CUDA reads it once, when it initializes (a
+             * zygote that initialized CUDA before the fork could not hand it on anyway) */
+            setenv("CUDA_VISIBLE_DEVICES", r->cuda_devices, 1);
             env.fd = fd;
             actor_main(&env, r->actor_id, r->cls, buf + sizeof *r, r->args_len, z, ep, announce);
         }

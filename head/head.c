@@ -640,6 +640,8 @@ static void start_on_node(head *h, actor *a)
         s.exe_holders = holders;
     }
     s.job_token = a->job;
+    /* the head only counts GPUs; the node chooses which devices the actor sees */
+    s.gpus = res_get(&a->need, "GPU");
     e.body_case = CT__ENVELOPE__BODY_START_ACTOR;
     e.start_actor = &s;
     send_env(h, &n->rid, &e);

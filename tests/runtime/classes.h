@@ -1,5 +1,6 @@
 /* tests/runtime/classes.h — actor classes the runtime tests share: Counter (add, where, get),
- * Sleeper (sleep ms), Failer (method errors), KvActor (ct_kv_* from inside an actor). */
+ * Sleeper (sleep ms), Failer (method errors), KvActor (ct_kv_* from inside an actor); Counter's
+ * "cuda" answers the actor's CUDA_VISIBLE_DEVICES. */
 #ifndef CT_TESTS_RUNTIME_CLASSES_H
 #define CT_TESTS_RUNTIME_CLASSES_H
 
@@ -105,6 +106,16 @@ static int next_death(void *state, const void *args, size_t len, void **res, siz
     return *res ? 0 : CT_ENOMEM;
 }
 
+/* The actor's CUDA_VISIBLE_DEVICES (the node sets it per actor), or "(unset)". */
+static int cuda_devices(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    (void)state, (void)args, (void)len;
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    *res = strdup(v ? v : "(unset)");
+    *rlen = *res ? strlen(*res) + 1 : 0;
+    return *res ? 0 : CT_ENOMEM;
+}
+
 static int failer_new(const void *args, size_t len, void **state)
 {
     (void)args, (void)len, (void)state;
@@ -138,7 +149,8 @@ static void register_test_classes(void)
                                                                      {"kv", kv_put_get},
                                                                      {"echo", echo_bytes},
                                                                      {"watch", watch_deaths},
-                                                                     {"next_death", next_death}}});
+                                                                     {"next_death", next_death},
+                                                                     {"cuda", cuda_devices}}});
     ct_actor_class_register("Broken", &(ct_actor_class){.create = failer_new});
 }
 

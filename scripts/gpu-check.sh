@@ -13,13 +13,13 @@
 #       when $OUT is set. Exit status: nonzero when a test failed; 77 from a test means it saw
 #       no GPU and counts as a failure here.
 #
-# The programs: collective_nccl (tests/collective/test_nccl.c) and cuda_kernels
-# (tests/cuda/test_cuda.c: trainer/cuda's allocator and kernels against ct's CPU code). NCCL
+# The programs: collective_nccl (tests/collective/test_nccl.c), cuda_kernels and cuda_cudnn
+# (tests/cuda/: trainer/cuda's allocator, kernels, GEMMs and cuDNN ops against ct's CPU code). NCCL
 # refuses two ranks on one GPU, so with one GPU only world size 1 runs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-gpu_tests="collective_nccl cuda_kernels"
+gpu_tests="collective_nccl cuda_kernels cuda_cudnn"
 debs="libzmq5 libprotobuf-c1 libyaml-0-2 libdnnl2 libsodium23 libpgm-5.3-0 libnorm1 libbsd0
       libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libmd0"
 
@@ -42,7 +42,7 @@ run() {
     mkdir -p .gpu/root
     for f in .gpu/debs/*.deb; do dpkg -x "$f" .gpu/root; done
     libs="$root/.gpu/root/usr/lib/x86_64-linux-gnu"
-    for so in libcudart.so.13 libnccl.so.2; do
+    for so in libcudart.so.13 libnccl.so.2 libcublasLt.so.13 libcudnn.so.9; do
         d=$(find /opt /usr/local /usr/lib -name "$so" -print -quit 2>/dev/null | xargs -r dirname)
         [ -n "$d" ] || { echo "gpu-check: $so not found on this machine"; exit 1; }
         libs="$libs:$d"

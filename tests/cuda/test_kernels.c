@@ -1,5 +1,6 @@
-/* tests/cuda/test_cuda.c — the CUDA backend (trainer/cuda/cuda.h) on a GPU, against ct's CPU
+/* tests/cuda/test_kernels.c — the CUDA backend (trainer/cuda/cuda.h) on a GPU, against ct's CPU
  * code on the same inputs:
+ *   - pinned host memory: an asynchronous round trip on a stream;
  *   - the caching allocator: a freed block comes back to the next request of its class on its
  *     stream and never to another stream; the statistics count it; empty_cache returns what is
  *     free; a request larger than the device fails with CT_ENOMEM, and the cache is released
@@ -8,6 +9,8 @@
  *   - sum: within 1e-6 of a double sum on the host, and the same bits on every run;
  *   - mean cross entropy forward and backward against ct_loss_cross_entropy_* (1e-5), with an
  *     ignored target (-100);
+ *   - cuBLASLt products in all four transpose cases, with accumulation, and a Linear's forward
+ *     (bias), backward data and backward weights (bias gradient) against ct__cpu_* (1e-4);
  *   - fused SGD (momentum, nesterov, weight decay, maximize), Adam (L2, amsgrad) and AdamW:
  *     3 steps with the same bits as ct_optim_step.
  * Exits 77 with "no GPU" where no CUDA device can be used (this is how `make test` runs it on
@@ -20,6 +23,7 @@
 #include "ct/error.h"
 #include "ct/loss.h"
 #include "ct/optim.h"
+#include "trainer/cpu/cpu.h"
 #include "trainer/cuda/cuda.h"
 
 static int failures;
@@ -119,6 +123,20 @@ static void test_allocator(void)
         CHECK(first_diff(h, back, 256) < 0);
         CHECK_RC(ct__cuda_free(d));
     }
+
+    /* pinned host memory: an async round trip on a stream of its own */
+    float *pin = NULL;
+    CHECK_RC(ct__cuda_pinned_alloc((void **)&pin, sizeof h));
+    CHECK_RC(ct__cuda_malloc((void **)&d, sizeof h, stream));
+    memcpy(pin, h, sizeof h);
+    CHECK_RC(ct__cuda_to_device(d, pin, sizeof h, stream));
+    CHECK_RC(ct__cuda_fill(d, 0.5f, 1, stream));
+    memset(back, 0, sizeof back);
+    CHECK_RC(ct__cuda_to_host(pin, d, sizeof h, stream));
+    CHECK_RC(ct__cuda_sync(stream));
+    CHECK(pin[0] == 0.5f && first_diff(pin + 1, h + 1, 255) < 0);
+    ct__cuda_pinned_free(pin);
+    CHECK_RC(ct__cuda_free(d));
 
     /* everything free goes back */
     CHECK_RC(ct__cuda_empty_cache());
@@ -241,6 +259,88 @@ static void test_cross_entropy(void)
         ct__cuda_free(dg);
 }
 
+/* worst |got - want| / max(1, |want|) over n */
+static double worst_rel(const float *got, const float *want, int64_t n, int64_t *at)
+{
+    double worst = 0;
+    *at = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]) / fmax(1.0, fabs(want[i]));
+        if (!(d <= worst)) { /* NaN counts */
+            worst = isnan(d) ? INFINITY : d;
+            *at = i;
+        }
+    }
+    return worst;
+}
+
+static void expect_close(const char *what, const float *got, const float *want, int64_t n)
+{
+    int64_t at;
+    double w = worst_rel(got, want, n, &at);
+    if (w > 1e-4) {
+        fprintf(stderr, "%s: [%lld] gpu %.9g cpu %.9g (relative %g)\n", what, (long long)at,
+                got[at], want[at], w);
+        failures++;
+    }
+}
+
+static void test_gemm(void)
+{
+    enum { M = 37, K = 53, N = 29 }; /* odd sizes: no kernel's favourite multiple */
+    float a[M * K], b[K * N], c0[M * N], want[M * N], got[M * N];
+    fill_random(a, M * K, 31);
+    fill_random(b, K * N, 32);
+    fill_random(c0, M * N, 33);
+    float *da = upload(a, M * K), *db = upload(b, K * N), *dc = upload(c0, M * N);
+    CHECK(da && db && dc);
+    if (!(da && db && dc))
+        return;
+    for (int t = 0; t < 8; t++) {
+        bool ta = t & 1, tb = t & 2, acc = t & 4;
+        char what[64];
+        snprintf(what, sizeof what, "matmul ta %d tb %d accumulate %d", ta, tb, acc);
+        memcpy(want, c0, sizeof want);
+        CHECK_RC(ct__cpu_matmul(M, K, N, a, ta, b, tb, want, acc));
+        CHECK_RC(ct__cuda_to_device(dc, c0, sizeof c0, NULL));
+        CHECK_RC(ct__cuda_matmul(M, K, N, da, ta, db, tb, dc, acc, NULL));
+        CHECK_RC(download(got, dc, M * N));
+        expect_close(what, got, want, M * N);
+    }
+    ct__cuda_free(da), ct__cuda_free(db), ct__cuda_free(dc);
+
+    /* Linear: x (B, IC), w (OC, IC), bias (OC) */
+    enum { B = 19, IC = 45, OC = 23 };
+    float x[B * IC], w[OC * IC], bias[OC], y[B * OC], yg[B * OC], dy[B * OC], dx[B * IC],
+        dxg[B * IC], dw[OC * IC], dwg[OC * IC], dbias[OC], dbg[OC];
+    fill_random(x, B * IC, 41);
+    fill_random(w, OC * IC, 42);
+    fill_random(bias, OC, 43);
+    fill_random(dy, B * OC, 44);
+    float *gx = upload(x, B * IC), *gw = upload(w, OC * IC), *gb = upload(bias, OC),
+          *gy = upload(y, B * OC), *gdy = upload(dy, B * OC), *gdx = upload(dx, B * IC),
+          *gdw = upload(dw, OC * IC), *gdb = upload(dbias, OC);
+    CHECK(gx && gw && gb && gy && gdy && gdx && gdw && gdb);
+    if (!(gx && gw && gb && gy && gdy && gdx && gdw && gdb))
+        return;
+    CHECK_RC(ct__cpu_ip_fwd(B, IC, OC, x, w, bias, y));
+    CHECK_RC(ct__cpu_ip_bwd_data(B, IC, OC, w, dy, dx));
+    CHECK_RC(ct__cpu_ip_bwd_weights(B, IC, OC, x, dy, dw, dbias));
+    CHECK_RC(ct__cuda_ip_fwd(B, IC, OC, gx, gw, gb, gy, NULL));
+    CHECK_RC(ct__cuda_ip_bwd_data(B, IC, OC, gw, gdy, gdx, NULL));
+    CHECK_RC(ct__cuda_ip_bwd_weights(B, IC, OC, gx, gdy, gdw, gdb, NULL));
+    CHECK_RC(download(yg, gy, B * OC));
+    CHECK_RC(download(dxg, gdx, B * IC));
+    CHECK_RC(download(dwg, gdw, OC * IC));
+    CHECK_RC(download(dbg, gdb, OC));
+    expect_close("linear forward", yg, y, B * OC);
+    expect_close("linear backward data", dxg, dx, B * IC);
+    expect_close("linear backward weights", dwg, dw, OC * IC);
+    expect_close("linear backward bias", dbg, dbias, OC);
+    ct__cuda_free(gx), ct__cuda_free(gw), ct__cuda_free(gb), ct__cuda_free(gy);
+    ct__cuda_free(gdy), ct__cuda_free(gdx), ct__cuda_free(gdw), ct__cuda_free(gdb);
+}
+
 /* 3 steps of the CPU optimizer `o` over (p, g) against the fused kernel `kind` on copies */
 enum { OPT_N = 10007 };
 static void compare_optim(const char *what, int kind, const ct_sgd_opts *so, const ct_adam_opts *ao)
@@ -322,10 +422,11 @@ int main(void)
     test_allocator();
     test_elementwise();
     test_cross_entropy();
+    test_gemm();
     test_optimizers();
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     else
-        printf("cuda: allocator, elementwise, sum, cross entropy, SGD/Adam/AdamW: ok\n");
+        printf("cuda: allocator, elementwise, sum, cross entropy, GEMMs, SGD/Adam/AdamW: ok\n");
     return failures ? 1 : 0;
 }

@@ -34,6 +34,12 @@ int ct__cuda_sync(void *stream);
 int ct__cuda_to_device(void *dst, const void *src, size_t bytes, void *stream);
 int ct__cuda_to_host(void *dst, const void *src, size_t bytes, void *stream);
 
+/* Page-locked host memory (cudaHostAlloc): copies from and to it are asynchronous, so the
+ * loader can fill the next batch's pinned buffer while this one is copied and computed on.
+ * Freed with ct__cuda_pinned_free (NULL: nothing). Not cached: allocate once, reuse. */
+int ct__cuda_pinned_alloc(void **p, size_t bytes);
+void ct__cuda_pinned_free(void *p);
+
 /* ---- the caching allocator (alloc.c) ----
  * cudaMalloc and cudaFree synchronize the device, so a training step must not call them. Blocks
  * that are freed go to a free list of their stream and size class and are handed out again to
@@ -65,7 +71,7 @@ size_t ct__cuda_alloc_class(size_t bytes);
 int ct__cuda_empty_cache(void);
 void ct__cuda_alloc_stats_get(ct_cuda_alloc_stats *out);
 
-/* ---- kernels (elementwise.cu, optim.cu, loss.cu) ---- */
+/* ---- kernels (elementwise.cu, loss.cu, optim.cu) ---- */
 
 /* Elementwise over n floats; out may alias an input. */
 int ct__cuda_fill(float *x, float value, int64_t n, void *stream);
@@ -78,6 +84,12 @@ int ct__cuda_relu_bwd(const float *x, const float *dy, float *dx, int64_t n, boo
 /* *out (device, one float) = the sum of x, in double, rounded once: the same on every run. */
 int ct__cuda_sum(const float *x, int64_t n, float *out, void *stream);
 
+/* y (cols) = the sums of x (rows, cols)'s columns [+ y when acc]: a bias's gradient. */
+int ct__cuda_col_sums(const float *x, int64_t rows, int64_t cols, float *y, bool acc, void *stream);
+
+/* y[i] = 1 / sqrt(var[i] + eps) over n: what cuDNN's batch norm backward takes (cudnn.c). */
+int ct__cuda_inv_std(const float *var, float eps, float *y, int64_t n, void *stream);
+
 /* Mean cross entropy of logits (n,c) against class indices target (n), as PyTorch's
  * F.cross_entropy with no weights, no label smoothing, ignore_index -100: *loss (device, one
  * float); grad (n,c) = d loss / d logits times *grad_out (device, one float). Targets outside
@@ -87,6 +99,19 @@ int ct__cuda_cross_entropy_fwd(const float *logits, const int64_t *target, int64
                                float *loss, void *stream);
 int ct__cuda_cross_entropy_bwd(const float *logits, const int64_t *target, int64_t n, int64_t c,
                                const float *grad_out, float *grad, void *stream);
+
+/* ---- matrix products (gemm.c, cuBLASLt, plain f32) ----
+ * As trainer/cpu/cpu.h's: c (m,n) = op(a) @ op(b) [+ c when accumulate]; op(a) is (m,k): a
+ * stored (m,k), or (k,m) when ta; op(b) is (k,n): b stored (k,n), or (n,k) when tb. Linear: x
+ * (n,ic), w (oc,ic), b (oc) or NULL, y (n,oc); db may be NULL. */
+int ct__cuda_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
+                    bool tb, float *c, bool accumulate, void *stream);
+int ct__cuda_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
+                    const float *b, float *y, void *stream);
+int ct__cuda_ip_bwd_data(int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy,
+                         float *dx, void *stream);
+int ct__cuda_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
+                            float *dw, float *db, void *stream);
 
 /* Fused optimizer steps: one kernel over a flat buffer of n parameters (one parameter group),
  * with the update rules and float roundings of trainer/optim/optim.c (PyTorch 1.13's
@@ -108,6 +133,54 @@ typedef struct ct_cuda_adam {
 } ct_cuda_adam;
 int ct__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq,
                        float *max_exp_avg_sq, int64_t n, const ct_cuda_adam *h, void *stream);
+
+/* ---- cuDNN ops (cudnn.c) ----
+ * The CUDA versions of trainer/cpu/cpu.h's convolution, batch norm, pooling, activation and
+ * softmax ops: the same parameter structs and semantics (outputs OVERWRITTEN, shapes as there),
+ * plain NCHW f32 only. CT_ENOSYS, with a message, for what is not done here: blocked layouts
+ * (fmt != 0), transposed convolution, an output size other than the one the padding gives on
+ * both sides (PyTorch's ceil_mode), batch norm with fused ReLU, leaky ReLU (slope != 0), tensors
+ * of 2^31 or more elements. All pointers are device memory; work is queued on `stream` and not
+ * waited for. Thread-safe: each thread has its own cuDNN handle, bound to the device that was
+ * current when the thread first called here. */
+#include "trainer/cpu/cpu.h"
+
+int ct__cuda_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y,
+                      void *stream);
+int ct__cuda_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx,
+                           void *stream);
+/* db may be NULL when p->bias is 0. */
+int ct__cuda_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *dy, float *dw,
+                              float *db, void *stream);
+
+/* mean/var (c): the batch mean and BIASED variance, as ct__cpu_bn_fwd_train writes them and
+ * ct__cpu_bn_bwd reads them. No workspace: p->relu is CT_ENOSYS. */
+int ct__cuda_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                          float *y, float *mean, float *var, void *stream);
+int ct__cuda_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                          const float *mean, const float *var, float *y, void *stream);
+int ct__cuda_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
+                    const float *mean, const float *var, float *dx, float *dscale, float *dshift,
+                    void *stream);
+
+/* Pooling with no workspace: backward takes the forward's input x and output y instead (as
+ * cudnnPoolingBackward does; max pooling finds each window's maximum again). */
+int ct__cuda_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *stream);
+int ct__cuda_pool_bwd(const ct__pool_p *p, const float *x, const float *y, const float *dy,
+                      float *dx, void *stream);
+
+/* Activations (CT__ELT_*; alpha: ELU's alpha, relu's slope, which must be 0). Unlike
+ * ct__cpu_eltwise_bwd, backward takes the forward input x as well as its output y:
+ * cudnnActivationBackward reads both, and does not document which activation uses which. */
+int ct__cuda_eltwise_fwd(int alg, float alpha, int64_t n, const float *x, float *y, void *stream);
+int ct__cuda_eltwise_bwd(int alg, float alpha, int64_t n, const float *x, const float *y,
+                         const float *dy, float *dx, void *stream);
+
+/* (Log-)softmax over the last axis of (rows, cols); backward reads the forward output y. */
+int ct__cuda_softmax_fwd(bool log, int64_t rows, int64_t cols, const float *x, float *y,
+                         void *stream);
+int ct__cuda_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
+                         float *dx, void *stream);
 
 #ifdef __cplusplus
 }

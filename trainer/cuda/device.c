@@ -52,6 +52,19 @@ int ct__cuda_sync(void *stream)
     return ct__cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
+int ct__cuda_pinned_alloc(void **p, size_t bytes)
+{
+    *p = NULL;
+    return ct__cuda_status(cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocDefault),
+                           "cudaHostAlloc");
+}
+
+void ct__cuda_pinned_free(void *p)
+{
+    if (p)
+        cudaFreeHost(p);
+}
+
 int ct__cuda_to_device(void *dst, const void *src, size_t bytes, void *stream)
 {
     return ct__cuda_status(

@@ -95,6 +95,46 @@ extern "C" int ct__cuda_relu_bwd(const float *x, const float *dy, float *dx, int
     return launched("cuda_relu_bwd");
 }
 
+/* a thread per column, down the rows in order (coalesced: neighbouring threads read
+ * neighbouring columns); in float like the CPU's column sums */
+static __global__ void col_sums_kernel(const float *x, int64_t rows, int64_t cols, float *y,
+                                       bool acc)
+{
+    GRID_STRIDE(j, cols)
+    {
+        float s = 0.0f;
+        for (int64_t i = 0; i < rows; i++)
+            s += x[i * cols + j];
+        y[j] = acc ? y[j] + s : s;
+    }
+}
+
+extern "C" int ct__cuda_col_sums(const float *x, int64_t rows, int64_t cols, float *y, bool acc,
+                                 void *stream)
+{
+    int rc = check("cuda_col_sums", rows < 0 ? rows : cols, x, y);
+    if (rc || cols == 0)
+        return rc;
+    col_sums_kernel<<<ct__cuda_blocks(cols), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+        x, rows, cols, y, acc);
+    return launched("cuda_col_sums");
+}
+
+static __global__ void inv_std_kernel(const float *var, float eps, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = 1.0f / sqrtf(var[i] + eps);
+}
+
+extern "C" int ct__cuda_inv_std(const float *var, float eps, float *y, int64_t n, void *stream)
+{
+    int rc = check("cuda_inv_std", n, var, y);
+    if (rc || n == 0)
+        return rc;
+    inv_std_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(var, eps, y,
+                                                                                     n);
+    return launched("cuda_inv_std");
+}
+
 /* ---- sum ----
  * Deterministic: a fixed number of blocks for a given n, each sums its grid-stride share in
  * double and then its threads in a fixed tree; one block adds the partials the same way. */

@@ -1,0 +1,807 @@
+/* trainer/cuda/cudnn.c — convolution, batch norm, pooling, activations and softmax on cuDNN
+ * (cuda.h): the CUDA versions of trainer/cpu/cpu.h's ops, same parameter structs, plain NCHW f32.
+ *
+ * API. cuDNN 9's legacy API (cudnnConvolutionForward and friends) rather than its graph API
+ * (v8/v9 backend, or the C++ frontend): the legacy API is a direct C interface, one call per op,
+ * and in cuDNN 9 it still covers every op here; the graph API would need an operation graph,
+ * engine heuristics and execution plans built through attribute setters for each of them, for
+ * nothing these ops need. It is deprecated; when it goes, only this file changes.
+ *
+ * Precision. Convolutions run with CUDNN_FMA_MATH: plain f32 multiply-adds. CUDNN_DEFAULT_MATH
+ * lets cuDNN 8+ pick TF32 tensor-core kernels for f32 data on Ampere and later, which round
+ * the inputs to 10 mantissa bits and move results by about 1e-3; training on the GPU should
+ * give what the CPU gives, so TF32 waits for an explicit precision option.
+ *
+ * Algorithms. A convolution's algorithm is chosen once per shape (and device): the first one
+ * of cuDNN's heuristic list (cudnnGetConvolution*Algorithm_v7, fastest first) that succeeds,
+ * uses FMA math and needs at most WS_LIMIT of workspace; it is kept in a small table (algo_*).
+ * The workspace comes from the caching allocator on the op's stream and goes back right after
+ * the call is queued: the allocator is stream-ordered, so its next user runs after this one.
+ *
+ * Batch norm. The CPU contract has training forward write the batch mean and BIASED variance,
+ * and backward read them. cuDNN's training forward saves the mean and 1/sqrt(var + eps)
+ * instead, and its running variance is the UNBIASED one. So forward asks for running stats
+ * with factor 1 (they become this batch's) and scales the variance by (m-1)/m; backward turns
+ * var into 1/sqrt(var + eps) with a kernel of ours (ct__cuda_inv_std).
+ *
+ * Handles. One cudnnHandle_t per thread, created on first use and destroyed when the thread
+ * exits; cudnnSetStream on every call.
+ *
+ * Not here: blocked layouts, transposed convolution, batch norm with fused ReLU, leaky ReLU
+ * (all CT_ENOSYS); kernels of our own (elementwise.cu). */
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include <cudnn.h>
+
+#include "common/common.h"
+
+#include "trainer/cuda/cuda_internal.h"
+
+/* The most workspace an algorithm may use: the fastest ones (FFT, some GEMMs) can ask for GBs,
+ * which would come out of the memory the model's activations need. */
+#define WS_LIMIT ((size_t)256 << 20)
+
+static const float ONE = 1.0f, ZERO = 0.0f;
+
+/* ---------------- errors ---------------- */
+
+/* 0, or CT_ENOMEM / CT_ENOSYS / CT_ECUDA with "fn (cudnn.c:line): cuDNN's message". */
+static int dnn_status(cudnnStatus_t s, const char *fn, int line)
+{
+    if (s == CUDNN_STATUS_SUCCESS)
+        return 0;
+    char more[256] = "";
+    cudnnGetLastErrorString(more, sizeof more);
+    int code = CT_ECUDA;
+    if (s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+        s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
+        code = CT_ENOMEM;
+    else if (CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED)
+        code = CT_ENOSYS;
+    return ct__error(code, "%s (cudnn.c:%d): %s%s%s", fn, line, cudnnGetErrorString(s),
+                     more[0] ? ": " : "", more);
+}
+
+/* DNN(cudnnFoo, args...): calls it; on failure sets rc and goes to `out`. */
+#define DNN(f, ...)                                                                                \
+    do {                                                                                           \
+        if ((rc = dnn_status(f(__VA_ARGS__), #f, __LINE__)) < 0)                                   \
+            goto out;                                                                              \
+    } while (0)
+
+/* ---------------- the thread's handle ---------------- */
+
+static pthread_key_t handle_key;
+static pthread_once_t handle_once = PTHREAD_ONCE_INIT;
+static int handle_key_err;
+
+static void handle_destroy(void *h)
+{
+    cudnnDestroy((cudnnHandle_t)h);
+}
+
+static void handle_key_make(void)
+{
+    handle_key_err = pthread_key_create(&handle_key, handle_destroy);
+}
+
+/* *h = this thread's handle, set to work on `stream`. */
+static int handle_get(cudnnHandle_t *h, void *stream)
+{
+    int rc = 0;
+    pthread_once(&handle_once, handle_key_make);
+    if (handle_key_err)
+        return ct__error(CT_ENOMEM, "cudnn: pthread_key_create: %s", strerror(handle_key_err));
+    cudnnHandle_t mine = pthread_getspecific(handle_key);
+    if (!mine) {
+        DNN(cudnnCreate, &mine);
+        int e = pthread_setspecific(handle_key, mine);
+        if (e) {
+            cudnnDestroy(mine);
+            return ct__error(CT_ENOMEM, "cudnn: pthread_setspecific: %s", strerror(e));
+        }
+    }
+    DNN(cudnnSetStream, mine, (cudaStream_t)stream);
+    *h = mine;
+out:
+    return rc;
+}
+
+/* ---------------- descriptors ---------------- */
+
+/* 0 when every size is >= 1 and the product fits cuDNN's int sizes; else CT_EINVAL / CT_ENOSYS */
+static int shape_ok(const char *fn, int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    int64_t d[4] = {n, c, h, w}, total = 1;
+    for (int i = 0; i < 4; i++) {
+        if (d[i] < 1)
+            return ct__error(CT_EINVAL, "%s: shape (%lld,%lld,%lld,%lld): sizes must be >= 1", fn,
+                             (long long)n, (long long)c, (long long)h, (long long)w);
+        if (d[i] > INT_MAX / total)
+            return ct__error(CT_ENOSYS,
+                             "%s: shape (%lld,%lld,%lld,%lld): 2^31 or more elements, more than "
+                             "cuDNN's legacy API takes",
+                             fn, (long long)n, (long long)c, (long long)h, (long long)w);
+        total *= d[i];
+    }
+    return 0;
+}
+
+/* *d = a new f32 NCHW tensor descriptor (n,c,h,w); NULL on failure */
+static int tensor_new(cudnnTensorDescriptor_t *d, const char *fn, int64_t n, int64_t c, int64_t h,
+                      int64_t w)
+{
+    int rc = shape_ok(fn, n, c, h, w);
+    *d = NULL;
+    if (rc < 0)
+        return rc;
+    DNN(cudnnCreateTensorDescriptor, d);
+    DNN(cudnnSetTensor4dDescriptor, *d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c, (int)h,
+        (int)w);
+    return 0;
+out:
+    if (*d)
+        cudnnDestroyTensorDescriptor(*d);
+    *d = NULL;
+    return rc;
+}
+
+static void tensor_free(cudnnTensorDescriptor_t *d)
+{
+    if (*d)
+        cudnnDestroyTensorDescriptor(*d);
+    *d = NULL;
+}
+
+/* CT_EINVAL: one of the pointers `names` is NULL. */
+static int null_arg(const char *fn, const char *names)
+{
+    return ct__error(CT_EINVAL, "%s: a NULL pointer among %s", fn, names);
+}
+
+/* lo <= v <= INT_MAX (cuDNN's descriptors take int) */
+static bool int_in(int64_t v, int64_t lo)
+{
+    return v >= lo && v <= INT_MAX;
+}
+
+/* ---------------- convolution ---------------- */
+
+typedef struct conv_descs {
+    cudnnTensorDescriptor_t x, y, b; /* (n,ic,ih,iw), (n,oc,oh,ow), (1,oc,1,1) */
+    cudnnFilterDescriptor_t w;       /* (oc,ic,kh,kw) */
+    cudnnConvolutionDescriptor_t conv;
+} conv_descs;
+
+static void conv_descs_free(conv_descs *d)
+{
+    tensor_free(&d->x);
+    tensor_free(&d->y);
+    tensor_free(&d->b);
+    if (d->w)
+        cudnnDestroyFilterDescriptor(d->w);
+    if (d->conv)
+        cudnnDestroyConvolutionDescriptor(d->conv);
+    memset(d, 0, sizeof *d);
+}
+
+/* The output size that padding `pad` on BOTH sides gives (cuDNN has no other), or -1 when the
+ * dilated kernel does not fit. */
+static int64_t out_size(int64_t in, int64_t pad, int64_t k, int64_t dil, int64_t stride)
+{
+    int64_t span = in + 2 * pad - ((k - 1) * dil + 1);
+    return span < 0 ? -1 : span / stride + 1;
+}
+
+/* Checks p and makes its descriptors (d zeroed first); on failure nothing is left. */
+static int conv_descs_make(conv_descs *d, const ct__conv_p *p, const char *fn)
+{
+    int rc = 0;
+    memset(d, 0, sizeof *d);
+    if (!p)
+        return ct__error(CT_EINVAL, "%s: p is NULL", fn);
+    if (p->transposed)
+        return ct__error(CT_ENOSYS, "%s: transposed convolution is not done on CUDA yet", fn);
+    if (p->xfmt != CT__FMT_PLAIN || p->yfmt != CT__FMT_PLAIN)
+        return ct__error(CT_ENOSYS,
+                         "%s: layouts xfmt %d, yfmt %d: only plain NCHW (0) is done on CUDA", fn,
+                         p->xfmt, p->yfmt);
+    if (!int_in(p->sh, 1) || !int_in(p->sw, 1) || !int_in(p->dh, 1) || !int_in(p->dw, 1) ||
+        !int_in(p->ph, 0) || !int_in(p->pw, 0))
+        return ct__error(CT_EINVAL,
+                         "%s: stride (%lld,%lld), dilation (%lld,%lld) must be >= 1 and "
+                         "padding (%lld,%lld) >= 0",
+                         fn, (long long)p->sh, (long long)p->sw, (long long)p->dh, (long long)p->dw,
+                         (long long)p->ph, (long long)p->pw);
+    int64_t oh = out_size(p->ih, p->ph, p->kh, p->dh, p->sh);
+    int64_t ow = out_size(p->iw, p->pw, p->kw, p->dw, p->sw);
+    if (oh != p->oh || ow != p->ow)
+        return ct__error(CT_ENOSYS,
+                         "%s: output %lldx%lld, but padding (%lld,%lld) on both sides gives "
+                         "%lldx%lld: cuDNN's legacy API has no other padding",
+                         fn, (long long)p->oh, (long long)p->ow, (long long)p->ph, (long long)p->pw,
+                         (long long)oh, (long long)ow);
+    if ((rc = shape_ok(fn, p->oc, p->ic, p->kh, p->kw)) < 0 ||
+        (rc = tensor_new(&d->x, fn, p->n, p->ic, p->ih, p->iw)) < 0 ||
+        (rc = tensor_new(&d->y, fn, p->n, p->oc, p->oh, p->ow)) < 0 ||
+        (rc = tensor_new(&d->b, fn, 1, p->oc, 1, 1)) < 0)
+        goto out;
+    DNN(cudnnCreateFilterDescriptor, &d->w);
+    DNN(cudnnSetFilter4dDescriptor, d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)p->oc,
+        (int)p->ic, (int)p->kh, (int)p->kw);
+    DNN(cudnnCreateConvolutionDescriptor, &d->conv);
+    DNN(cudnnSetConvolution2dDescriptor, d->conv, (int)p->ph, (int)p->pw, (int)p->sh, (int)p->sw,
+        (int)p->dh, (int)p->dw, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+    /* plain f32: no TF32 (the file's header says why) */
+    DNN(cudnnSetConvolutionMathType, d->conv, CUDNN_FMA_MATH);
+    return 0;
+out:
+    conv_descs_free(d);
+    return rc;
+}
+
+/* ---------------- the algorithm table ---------------- */
+
+enum { ALGO_FWD, ALGO_BWD_DATA, ALGO_BWD_FILTER };
+#define ALGO_SLOTS 256 /* distinct convolutions x 3 directions; a model has a few dozen */
+#define ALGO_KEY_LEN 17
+#define ALGO_MAX 32 /* entries asked of cuDNN's heuristics (it has at most 8 algorithms each) */
+
+typedef struct algo_slot {
+    bool used;
+    int64_t key[ALGO_KEY_LEN]; /* direction, device, then every shape number of ct__conv_p */
+    int algo;
+    size_t ws_bytes;
+} algo_slot;
+
+/* When all slots are used, the next new entry replaces the oldest (round robin). */
+static struct {
+    pthread_mutex_t mu;
+    algo_slot slot[ALGO_SLOTS];
+    int next;
+} A = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void algo_key(int64_t *k, int dir, int device, const ct__conv_p *p)
+{
+    /* field by field: the struct's padding is not guaranteed to be zero; bias does not change
+     * the convolution */
+    int64_t v[ALGO_KEY_LEN] = {dir,   device, p->n,  p->ic, p->ih, p->iw, p->oc, p->oh, p->ow,
+                               p->kh, p->kw,  p->sh, p->sw, p->ph, p->pw, p->dh, p->dw};
+    memcpy(k, v, sizeof v);
+}
+
+/* One heuristic result, whichever the direction. */
+typedef struct algo_perf {
+    int algo;
+    cudnnStatus_t status;
+    size_t memory;
+    cudnnMathType_t math;
+} algo_perf;
+
+/* Asks cuDNN's heuristics for direction dir: perf[0..*n), fastest first. */
+static int algo_query(cudnnHandle_t h, const conv_descs *d, int dir, algo_perf *perf, int *n)
+{
+    int rc = 0, got = 0;
+    if (dir == ALGO_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t r[ALGO_MAX];
+        DNN(cudnnGetConvolutionForwardAlgorithm_v7, h, d->x, d->w, d->conv, d->y, ALGO_MAX, &got,
+            r);
+        for (int i = 0; i < got; i++)
+            perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType};
+    } else if (dir == ALGO_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[ALGO_MAX];
+        DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7, h, d->w, d->y, d->conv, d->x, ALGO_MAX,
+            &got, r);
+        for (int i = 0; i < got; i++)
+            perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType};
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[ALGO_MAX];
+        DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7, h, d->x, d->y, d->conv, d->w, ALGO_MAX,
+            &got, r);
+        for (int i = 0; i < got; i++)
+            perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType};
+    }
+out:
+    *n = rc < 0 ? 0 : got;
+    return rc;
+}
+
+/* The workspace algorithm `algo` of direction dir needs. */
+static int algo_ws(cudnnHandle_t h, const conv_descs *d, int dir, int algo, size_t *bytes)
+{
+    int rc = 0;
+    *bytes = 0;
+    if (dir == ALGO_FWD)
+        DNN(cudnnGetConvolutionForwardWorkspaceSize, h, d->x, d->w, d->conv, d->y,
+            (cudnnConvolutionFwdAlgo_t)algo, bytes);
+    else if (dir == ALGO_BWD_DATA)
+        DNN(cudnnGetConvolutionBackwardDataWorkspaceSize, h, d->w, d->y, d->conv, d->x,
+            (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+    else
+        DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize, h, d->x, d->y, d->conv, d->w,
+            (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+out:
+    return rc;
+}
+
+/* *algo and *ws_bytes for direction dir of p: from the table, or chosen now and added. */
+static int algo_get(cudnnHandle_t h, const conv_descs *d, const ct__conv_p *p, int dir,
+                    const char *fn, int *algo, size_t *ws_bytes)
+{
+    int device = 0;
+    int rc = ct__cuda_status(cudaGetDevice(&device), "cudaGetDevice");
+    if (rc < 0)
+        return rc;
+    int64_t key[ALGO_KEY_LEN];
+    algo_key(key, dir, device, p);
+    bool found = false;
+    pthread_mutex_lock(&A.mu);
+    for (int i = 0; i < ALGO_SLOTS && !found; i++) {
+        const algo_slot *s = &A.slot[i];
+        if (s->used && memcmp(s->key, key, sizeof key) == 0) {
+            *algo = s->algo;
+            *ws_bytes = s->ws_bytes;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&A.mu);
+    if (found)
+        return 0;
+
+    /* Not locked while cuDNN is asked: two threads may both choose the same shape's algorithm
+     * (the same one) and both add it; that costs a slot, not a wrong answer. */
+    algo_perf perf[ALGO_MAX];
+    int n = 0, pick = -1;
+    if ((rc = algo_query(h, d, dir, perf, &n)) < 0)
+        return rc;
+    for (int i = 0; i < n && pick < 0; i++)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].math == CUDNN_FMA_MATH &&
+            perf[i].memory <= WS_LIMIT)
+            pick = i;
+    if (pick < 0)
+        return ct__error(CT_ENOSYS,
+                         "%s: cuDNN has no f32 (FMA) algorithm for this convolution within %zu "
+                         "MiB of workspace (%d candidates)",
+                         fn, WS_LIMIT >> 20, n);
+    size_t bytes = 0;
+    if ((rc = algo_ws(h, d, dir, perf[pick].algo, &bytes)) < 0)
+        return rc;
+
+    pthread_mutex_lock(&A.mu);
+    algo_slot *s = &A.slot[A.next];
+    A.next = (A.next + 1) % ALGO_SLOTS;
+    s->used = true;
+    memcpy(s->key, key, sizeof key);
+    s->algo = perf[pick].algo;
+    s->ws_bytes = bytes;
+    pthread_mutex_unlock(&A.mu);
+    *algo = perf[pick].algo;
+    *ws_bytes = bytes;
+    return 0;
+}
+
+/* *ws = a workspace of `bytes` on the stream (NULL when 0). */
+static int ws_get(void **ws, size_t bytes, void *stream)
+{
+    *ws = NULL;
+    return bytes ? ct__cuda_malloc(ws, bytes, stream) : 0;
+}
+
+/* rc, or the workspace free's error when rc is 0 */
+static int ws_put(int rc, void *ws)
+{
+    int frc = ct__cuda_free(ws);
+    return rc < 0 ? rc : frc;
+}
+
+int ct__cuda_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y,
+                      void *stream)
+{
+    static const char fn[] = "cuda_conv_fwd";
+    conv_descs d;
+    cudnnHandle_t h;
+    void *ws = NULL;
+    int algo = 0;
+    size_t ws_bytes = 0;
+    int rc = (!x || !w || !y) ? null_arg(fn, "x, w, y") : 0;
+    if (rc == 0 && p && p->bias && !b)
+        rc = ct__error(CT_EINVAL, "%s: bias is set and b is NULL", fn);
+    if (rc < 0 || (rc = conv_descs_make(&d, p, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0 ||
+        (rc = algo_get(h, &d, p, ALGO_FWD, fn, &algo, &ws_bytes)) < 0 ||
+        (rc = ws_get(&ws, ws_bytes, stream)) < 0)
+        goto out;
+    DNN(cudnnConvolutionForward, h, &ONE, d.x, x, d.w, w, d.conv, (cudnnConvolutionFwdAlgo_t)algo,
+        ws, ws_bytes, &ZERO, d.y, y);
+    if (p->bias) /* y += b, broadcast over (n, oh, ow) */
+        DNN(cudnnAddTensor, h, &ONE, d.b, b, &ONE, d.y, y);
+out:
+    conv_descs_free(&d);
+    return ws_put(rc, ws);
+}
+
+int ct__cuda_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx,
+                           void *stream)
+{
+    static const char fn[] = "cuda_conv_bwd_data";
+    conv_descs d;
+    cudnnHandle_t h;
+    void *ws = NULL;
+    int algo = 0;
+    size_t ws_bytes = 0;
+    int rc = (!w || !dy || !dx) ? null_arg(fn, "w, dy, dx") : 0;
+    if (rc < 0 || (rc = conv_descs_make(&d, p, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0 ||
+        (rc = algo_get(h, &d, p, ALGO_BWD_DATA, fn, &algo, &ws_bytes)) < 0 ||
+        (rc = ws_get(&ws, ws_bytes, stream)) < 0)
+        goto out;
+    DNN(cudnnConvolutionBackwardData, h, &ONE, d.w, w, d.y, dy, d.conv,
+        (cudnnConvolutionBwdDataAlgo_t)algo, ws, ws_bytes, &ZERO, d.x, dx);
+out:
+    conv_descs_free(&d);
+    return ws_put(rc, ws);
+}
+
+int ct__cuda_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *dy, float *dw,
+                              float *db, void *stream)
+{
+    static const char fn[] = "cuda_conv_bwd_weights";
+    conv_descs d;
+    cudnnHandle_t h;
+    void *ws = NULL;
+    int algo = 0;
+    size_t ws_bytes = 0;
+    int rc = (!x || !dy || !dw) ? null_arg(fn, "x, dy, dw") : 0;
+    if (rc == 0 && p && p->bias && !db)
+        rc = ct__error(CT_EINVAL, "%s: bias is set and db is NULL", fn);
+    if (rc < 0 || (rc = conv_descs_make(&d, p, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0 ||
+        (rc = algo_get(h, &d, p, ALGO_BWD_FILTER, fn, &algo, &ws_bytes)) < 0 ||
+        (rc = ws_get(&ws, ws_bytes, stream)) < 0)
+        goto out;
+    DNN(cudnnConvolutionBackwardFilter, h, &ONE, d.x, x, d.y, dy, d.conv,
+        (cudnnConvolutionBwdFilterAlgo_t)algo, ws, ws_bytes, &ZERO, d.w, dw);
+    if (p->bias) /* db = dy summed over (n, oh, ow) */
+        DNN(cudnnConvolutionBackwardBias, h, &ONE, d.y, dy, &ZERO, d.b, db);
+out:
+    conv_descs_free(&d);
+    return ws_put(rc, ws);
+}
+
+/* ---------------- batch norm ---------------- */
+
+typedef struct bn_descs {
+    cudnnTensorDescriptor_t x; /* (n,c,hw,1): x, y, dx, dy */
+    cudnnTensorDescriptor_t v; /* (1,c,1,1): scale, shift, mean, var and their gradients */
+} bn_descs;
+
+static void bn_descs_free(bn_descs *d)
+{
+    tensor_free(&d->x);
+    tensor_free(&d->v);
+}
+
+static int bn_descs_make(bn_descs *d, const ct__bn_p *p, const char *fn)
+{
+    int rc;
+    memset(d, 0, sizeof *d);
+    if (!p)
+        return ct__error(CT_EINVAL, "%s: p is NULL", fn);
+    if (p->fmt != CT__FMT_PLAIN)
+        return ct__error(CT_ENOSYS, "%s: layout %d: only plain NCHW (0) is done on CUDA", fn,
+                         p->fmt);
+    if (p->relu)
+        return ct__error(CT_ENOSYS, "%s: batch norm with fused ReLU is not done on CUDA yet", fn);
+    if (!(p->eps >= CUDNN_BN_MIN_EPSILON) || !isfinite(p->eps))
+        return ct__error(CT_EINVAL, "%s: eps %g must be finite and >= %g", fn, (double)p->eps,
+                         (double)CUDNN_BN_MIN_EPSILON);
+    if ((rc = tensor_new(&d->x, fn, p->n, p->c, p->hw, 1)) < 0 ||
+        (rc = tensor_new(&d->v, fn, 1, p->c, 1, 1)) < 0)
+        bn_descs_free(d);
+    return rc;
+}
+
+int ct__cuda_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                          float *y, float *mean, float *var, void *stream)
+{
+    static const char fn[] = "cuda_bn_fwd_train";
+    bn_descs d;
+    cudnnHandle_t h;
+    int rc = (!x || !scale || !shift || !y || !mean || !var)
+                 ? null_arg(fn, "x, scale, shift, y, mean, var")
+                 : 0;
+    if (rc < 0 || (rc = bn_descs_make(&d, p, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0)
+        goto out;
+    /* factor 1 makes the running stats this batch's: running = 0 * old + 1 * batch. The old
+     * values are zeroed first, or garbage (a NaN) in them would survive the 0 * old. */
+    DNN(cudnnSetTensor, h, d.v, mean, &ZERO);
+    DNN(cudnnSetTensor, h, d.v, var, &ZERO);
+    DNN(cudnnBatchNormalizationForwardTraining, h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, d.x, x,
+        d.x, y, d.v, scale, shift, 1.0, mean, var, (double)p->eps, NULL, NULL);
+    /* cuDNN's running variance is the unbiased one (sum / (m-1)); the contract's is biased */
+    int64_t m = p->n * p->hw;
+    if (m > 1) {
+        float f = (float)((double)(m - 1) / (double)m);
+        DNN(cudnnScaleTensor, h, d.v, var, &f);
+    } else {
+        DNN(cudnnSetTensor, h, d.v, var, &ZERO); /* one value: its unbiased variance is 0/0 */
+    }
+out:
+    bn_descs_free(&d);
+    return rc;
+}
+
+int ct__cuda_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                          const float *mean, const float *var, float *y, void *stream)
+{
+    static const char fn[] = "cuda_bn_fwd_infer";
+    bn_descs d;
+    cudnnHandle_t h;
+    int rc = (!x || !scale || !shift || !mean || !var || !y)
+                 ? null_arg(fn, "x, scale, shift, mean, var, y")
+                 : 0;
+    if (rc < 0 || (rc = bn_descs_make(&d, p, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0)
+        goto out;
+    DNN(cudnnBatchNormalizationForwardInference, h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, d.x, x,
+        d.x, y, d.v, scale, shift, mean, var, (double)p->eps);
+out:
+    bn_descs_free(&d);
+    return rc;
+}
+
+int ct__cuda_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
+                    const float *mean, const float *var, float *dx, float *dscale, float *dshift,
+                    void *stream)
+{
+    static const char fn[] = "cuda_bn_bwd";
+    bn_descs d;
+    cudnnHandle_t h;
+    float *tmp = NULL;
+    int rc = (!x || !dy || !scale || !mean || !var || !dx || !dscale || !dshift)
+                 ? null_arg(fn, "x, dy, scale, mean, var, dx, dscale, dshift")
+                 : 0;
+    if (rc < 0 || (rc = bn_descs_make(&d, p, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0 ||
+        (rc = ct__cuda_malloc((void **)&tmp, (size_t)p->c * sizeof(float), stream)) < 0)
+        goto out;
+    /* cuDNN's backward takes 1/sqrt(var + eps), not var */
+    float *inv_std = tmp;
+    if ((rc = ct__cuda_inv_std(var, p->eps, inv_std, p->c, stream)) < 0)
+        goto out;
+    DNN(cudnnBatchNormalizationBackward, h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, &ONE, &ZERO, d.x,
+        x, d.x, dy, d.x, dx, d.v, scale, dscale, dshift, (double)p->eps, mean, inv_std);
+out:
+    bn_descs_free(&d);
+    return ws_put(rc, tmp);
+}
+
+/* ---------------- pooling ---------------- */
+
+typedef struct pool_descs {
+    cudnnTensorDescriptor_t x, y; /* (n,c,ih,iw), (n,c,oh,ow) */
+    cudnnPoolingDescriptor_t pool;
+} pool_descs;
+
+static void pool_descs_free(pool_descs *d)
+{
+    tensor_free(&d->x);
+    tensor_free(&d->y);
+    if (d->pool)
+        cudnnDestroyPoolingDescriptor(d->pool);
+    memset(d, 0, sizeof *d);
+}
+
+static int pool_descs_make(pool_descs *d, const ct__pool_p *p, const char *fn)
+{
+    int rc = 0;
+    memset(d, 0, sizeof *d);
+    if (!p)
+        return ct__error(CT_EINVAL, "%s: p is NULL", fn);
+    if (p->fmt != CT__FMT_PLAIN)
+        return ct__error(CT_ENOSYS, "%s: layout %d: only plain NCHW (0) is done on CUDA", fn,
+                         p->fmt);
+    if (p->alg != CT__POOL_MAX && p->alg != CT__POOL_AVG_INCL && p->alg != CT__POOL_AVG_EXCL)
+        return ct__error(CT_EINVAL, "%s: unknown pooling algorithm %d", fn, p->alg);
+    if (!int_in(p->kh, 1) || !int_in(p->kw, 1) || !int_in(p->sh, 1) || !int_in(p->sw, 1) ||
+        !int_in(p->ph, 0) || !int_in(p->pw, 0))
+        return ct__error(CT_EINVAL,
+                         "%s: window (%lld,%lld) and stride (%lld,%lld) must be >= 1, "
+                         "padding (%lld,%lld) >= 0",
+                         fn, (long long)p->kh, (long long)p->kw, (long long)p->sh, (long long)p->sw,
+                         (long long)p->ph, (long long)p->pw);
+    int64_t oh = out_size(p->ih, p->ph, p->kh, 1, p->sh);
+    int64_t ow = out_size(p->iw, p->pw, p->kw, 1, p->sw);
+    if (oh != p->oh || ow != p->ow)
+        return ct__error(CT_ENOSYS,
+                         "%s: output %lldx%lld, but padding (%lld,%lld) on both sides gives "
+                         "%lldx%lld (ceil mode is not done on CUDA)",
+                         fn, (long long)p->oh, (long long)p->ow, (long long)p->ph, (long long)p->pw,
+                         (long long)oh, (long long)ow);
+    if ((rc = tensor_new(&d->x, fn, p->n, p->c, p->ih, p->iw)) < 0 ||
+        (rc = tensor_new(&d->y, fn, p->n, p->c, p->oh, p->ow)) < 0)
+        goto out;
+    /* MAX_DETERMINISTIC: plain MAX's backward may add overlapping windows' gradients in any
+     * order; a training step should give the same bits every run */
+    cudnnPoolingMode_t mode = p->alg == CT__POOL_MAX ? CUDNN_POOLING_MAX_DETERMINISTIC
+                              : p->alg == CT__POOL_AVG_INCL
+                                  ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                  : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    DNN(cudnnCreatePoolingDescriptor, &d->pool);
+    /* a NaN in a window is the maximum, as in PyTorch: training should see it */
+    DNN(cudnnSetPooling2dDescriptor, d->pool, mode, CUDNN_PROPAGATE_NAN, (int)p->kh, (int)p->kw,
+        (int)p->ph, (int)p->pw, (int)p->sh, (int)p->sw);
+    return 0;
+out:
+    pool_descs_free(d);
+    return rc;
+}
+
+int ct__cuda_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *stream)
+{
+    static const char fn[] = "cuda_pool_fwd";
+    pool_descs d;
+    cudnnHandle_t h;
+    int rc = (!x || !y) ? null_arg(fn, "x, y") : 0;
+    if (rc < 0 || (rc = pool_descs_make(&d, p, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0)
+        goto out;
+    DNN(cudnnPoolingForward, h, d.pool, &ONE, d.x, x, &ZERO, d.y, y);
+out:
+    pool_descs_free(&d);
+    return rc;
+}
+
+int ct__cuda_pool_bwd(const ct__pool_p *p, const float *x, const float *y, const float *dy,
+                      float *dx, void *stream)
+{
+    static const char fn[] = "cuda_pool_bwd";
+    pool_descs d;
+    cudnnHandle_t h;
+    int rc = (!x || !y || !dy || !dx) ? null_arg(fn, "x, y, dy, dx") : 0;
+    if (rc < 0 || (rc = pool_descs_make(&d, p, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0)
+        goto out;
+    DNN(cudnnPoolingBackward, h, d.pool, &ONE, d.y, y, d.y, dy, d.x, x, &ZERO, d.x, dx);
+out:
+    pool_descs_free(&d);
+    return rc;
+}
+
+/* ---------------- activations ---------------- */
+
+typedef struct act_descs {
+    cudnnTensorDescriptor_t t; /* (1,1,1,n) */
+    cudnnActivationDescriptor_t act;
+} act_descs;
+
+static void act_descs_free(act_descs *d)
+{
+    tensor_free(&d->t);
+    if (d->act)
+        cudnnDestroyActivationDescriptor(d->act);
+    memset(d, 0, sizeof *d);
+}
+
+static int act_descs_make(act_descs *d, int alg, float alpha, int64_t n, const char *fn)
+{
+    int rc = 0;
+    memset(d, 0, sizeof *d);
+    cudnnActivationMode_t mode;
+    switch (alg) {
+    case CT__ELT_RELU:
+        if (alpha != 0.0f)
+            return ct__error(CT_ENOSYS,
+                             "%s: leaky relu (slope %g) is not done on CUDA: cuDNN has no leaky "
+                             "relu",
+                             fn, (double)alpha);
+        mode = CUDNN_ACTIVATION_RELU;
+        break;
+    case CT__ELT_ELU:
+        mode = CUDNN_ACTIVATION_ELU;
+        break;
+    case CT__ELT_TANH:
+        mode = CUDNN_ACTIVATION_TANH;
+        break;
+    case CT__ELT_SIGMOID:
+        mode = CUDNN_ACTIVATION_SIGMOID;
+        break;
+    default:
+        return ct__error(CT_EINVAL, "%s: unknown activation %d", fn, alg);
+    }
+    if ((rc = tensor_new(&d->t, fn, 1, 1, 1, n)) < 0)
+        return rc;
+    DNN(cudnnCreateActivationDescriptor, &d->act);
+    /* coef: ELU's alpha (the clipping bound of CLIPPED_RELU, unused otherwise); NaN in, NaN out */
+    DNN(cudnnSetActivationDescriptor, d->act, mode, CUDNN_PROPAGATE_NAN,
+        alg == CT__ELT_ELU ? (double)alpha : 0.0);
+    return 0;
+out:
+    act_descs_free(d);
+    return rc;
+}
+
+int ct__cuda_eltwise_fwd(int alg, float alpha, int64_t n, const float *x, float *y, void *stream)
+{
+    static const char fn[] = "cuda_eltwise_fwd";
+    act_descs d;
+    cudnnHandle_t h;
+    int rc = (!x || !y) ? null_arg(fn, "x, y") : 0;
+    if (rc < 0 || (rc = act_descs_make(&d, alg, alpha, n, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0)
+        goto out;
+    DNN(cudnnActivationForward, h, d.act, &ONE, d.t, x, &ZERO, d.t, y);
+out:
+    act_descs_free(&d);
+    return rc;
+}
+
+int ct__cuda_eltwise_bwd(int alg, float alpha, int64_t n, const float *x, const float *y,
+                         const float *dy, float *dx, void *stream)
+{
+    static const char fn[] = "cuda_eltwise_bwd";
+    act_descs d;
+    cudnnHandle_t h;
+    int rc = (!x || !y || !dy || !dx) ? null_arg(fn, "x, y, dy, dx") : 0;
+    if (rc < 0 || (rc = act_descs_make(&d, alg, alpha, n, fn)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0)
+        goto out;
+    DNN(cudnnActivationBackward, h, d.act, &ONE, d.t, y, d.t, dy, d.t, x, &ZERO, d.t, dx);
+out:
+    act_descs_free(&d);
+    return rc;
+}
+
+/* ---------------- softmax ---------------- */
+
+/* (rows, cols) as (rows, cols, 1, 1): INSTANCE mode normalizes over all but the first axis */
+int ct__cuda_softmax_fwd(bool log, int64_t rows, int64_t cols, const float *x, float *y,
+                         void *stream)
+{
+    static const char fn[] = "cuda_softmax_fwd";
+    cudnnTensorDescriptor_t t = NULL;
+    cudnnHandle_t h;
+    int rc = (!x || !y) ? null_arg(fn, "x, y") : 0;
+    if (rc < 0 || (rc = tensor_new(&t, fn, rows, cols, 1, 1)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0)
+        goto out;
+    /* ACCURATE subtracts each row's maximum first, as the CPU does */
+    DNN(cudnnSoftmaxForward, h, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
+        CUDNN_SOFTMAX_MODE_INSTANCE, &ONE, t, x, &ZERO, t, y);
+out:
+    tensor_free(&t);
+    return rc;
+}
+
+int ct__cuda_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
+                         float *dx, void *stream)
+{
+    static const char fn[] = "cuda_softmax_bwd";
+    cudnnTensorDescriptor_t t = NULL;
+    cudnnHandle_t h;
+    int rc = (!y || !dy || !dx) ? null_arg(fn, "y, dy, dx") : 0;
+    if (rc < 0 || (rc = tensor_new(&t, fn, rows, cols, 1, 1)) < 0)
+        return rc;
+    if ((rc = handle_get(&h, stream)) < 0)
+        goto out;
+    DNN(cudnnSoftmaxBackward, h, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
+        CUDNN_SOFTMAX_MODE_INSTANCE, &ONE, t, y, t, dy, &ZERO, t, dx);
+out:
+    tensor_free(&t);
+    return rc;
+}

@@ -1,33 +1,22 @@
 /* trainer/cuda/optim.cu — fused SGD, Adam and AdamW steps: one kernel over a flat parameter
- * buffer. The arithmetic is trainer/optim/optim.c's, operation for operation: hyper-parameters
- * are rounded to float on the host as there, and this file is compiled with --fmad=false (no
- * multiply-add contraction; optim.c has -ffp-contract=off) and IEEE division and square root
- * (nvcc's defaults), so a step's result has the same bits as the CPU's. */
+ * buffer. Each element is updated by trainer/optim/update.h, the code optim.c's loops run; the
+ * hyper-parameters are rounded to float on the host as optim.c rounds them, and this file is
+ * compiled with --fmad=false (no multiply-add contraction; optim.c has -ffp-contract=off) and
+ * IEEE division and square root (nvcc's defaults), so a step's result has the CPU's bits. */
 #include <math.h>
 
 #include "common/common.h"
 
 #include "trainer/cuda/cuda_internal.h"
-
-enum { MOM_NONE, MOM_FIRST, MOM_PLAIN, MOM_FIRST_NESTEROV, MOM_NESTEROV };
+#include "trainer/optim/update.h"
 
 static __global__ void sgd_kernel(float *p, const float *g, float *buf, int64_t n, float sign,
                                   float wd, float mom, float damp1, float neg_lr, bool use_wd,
                                   int mode)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float d = sign * g[i];
-        if (use_wd)
-            d = d + wd * p[i];
-        if (mode != MOM_NONE) {
-            float b =
-                (mode == MOM_FIRST || mode == MOM_FIRST_NESTEROV) ? d : buf[i] * mom + damp1 * d;
-            buf[i] = b;
-            d = (mode == MOM_FIRST_NESTEROV || mode == MOM_NESTEROV) ? d + mom * b : b;
-        }
-        p[i] = p[i] + neg_lr * d;
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        ct__sgd_update_at(p, g, buf, i, sign, wd, mom, damp1, neg_lr, use_wd, mode);
 }
 
 static __global__ void adam_kernel(float *p, const float *g, float *m, float *v, float *mx,
@@ -36,22 +25,9 @@ static __global__ void adam_kernel(float *p, const float *g, float *m, float *v,
                                    float neg_step_size, bool l2, bool amsgrad)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float d = sign * g[i];
-        float pi = p[i] * decay;
-        if (l2)
-            d = d + wd * pi;
-        float mi = m[i] * b1 + omb1 * d;
-        float vi = v[i] * b2 + omb2 * d * d;
-        m[i] = mi;
-        v[i] = vi;
-        if (amsgrad) {
-            vi = mx[i] > vi ? mx[i] : vi;
-            mx[i] = vi;
-        }
-        float den = sqrtf(vi) / bc2_sqrt + eps;
-        p[i] = pi + neg_step_size * mi / den;
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        ct__adam_update_at(p, g, m, v, mx, i, sign, decay, wd, b1, omb1, b2, omb2, bc2_sqrt, eps,
+                           neg_step_size, l2, amsgrad);
 }
 
 extern "C" int ct__cuda_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n,
@@ -65,10 +41,10 @@ extern "C" int ct__cuda_sgd_step(float *param, const float *grad, float *momentu
                                            : "momentum != 0 needs a momentum buffer");
     if (n == 0)
         return 0;
-    int mode = MOM_NONE;
+    int mode = CT__MOM_NONE;
     if (h->momentum != 0.0)
-        mode = h->nesterov ? (h->first ? MOM_FIRST_NESTEROV : MOM_NESTEROV)
-                           : (h->first ? MOM_FIRST : MOM_PLAIN);
+        mode = h->nesterov ? (h->first ? CT__MOM_FIRST_NESTEROV : CT__MOM_NESTEROV)
+                           : (h->first ? CT__MOM_FIRST : CT__MOM_PLAIN);
     sgd_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
         param, grad, momentum_buf, n, h->maximize ? -1.0f : 1.0f, (float)h->weight_decay,
         (float)h->momentum, (float)(1.0 - h->dampening), (float)(-h->lr), h->weight_decay != 0.0,

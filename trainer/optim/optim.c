@@ -19,6 +19,7 @@
 #include "common/common.h"
 #include "ct/optim.h"
 #include "trainer/optim/optim_internal.h"
+#include "trainer/optim/update.h"
 
 enum kind { K_SGD, K_ADAM, K_ADAMW };
 
@@ -272,9 +273,9 @@ void ct_optim_destroy(ct_optim **op)
 }
 
 /* ---- update kernels ------------------------------------------------------------------------
- * Each body is an always-inline function of constant flags: the dispatchers below call it with
- * literal flags, so every variant is its own branch-free loop the compiler vectorises.
- * maximize multiplies the gradient by -1 (exact), and Adam's decay factor is 1 (exact). */
+ * The element updates are update.h's (shared with the CUDA kernels). Each body is an
+ * always-inline loop of constant flags: the dispatchers below call it with literal flags, so
+ * every variant is its own branch-free loop the compiler vectorises. */
 
 #define CT_INLINE static inline __attribute__((always_inline))
 /* One clone per ISA level, picked at load time (glibc ifunc): the binary still runs anywhere. */
@@ -285,25 +286,12 @@ void ct_optim_destroy(ct_optim **op)
 #define CT_CLONES
 #endif
 
-enum { MOM_NONE, MOM_FIRST, MOM_PLAIN, MOM_FIRST_NESTEROV, MOM_NESTEROV };
-
 CT_INLINE void sgd_body(float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
                         float sign, float wd, float mom, float damp1, float neg_lr,
                         const bool use_wd, const int mode)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float d = sign * g[i];
-        if (use_wd)
-            d = d + wd * p[i];
-        if (mode != MOM_NONE) {
-            /* torch: buf = clone(d) on the first step, else buf*mom + (1-dampening)*d */
-            float b =
-                (mode == MOM_FIRST || mode == MOM_FIRST_NESTEROV) ? d : buf[i] * mom + damp1 * d;
-            buf[i] = b;
-            d = (mode == MOM_FIRST_NESTEROV || mode == MOM_NESTEROV) ? d + mom * b : b;
-        }
-        p[i] = p[i] + neg_lr * d;
-    }
+    for (int64_t i = 0; i < n; i++)
+        ct__sgd_update_at(p, g, buf, i, sign, wd, mom, damp1, neg_lr, use_wd, mode);
 }
 
 CT_CLONES static void sgd_update(float *restrict p, const float *restrict g, float *restrict buf,
@@ -313,34 +301,34 @@ CT_CLONES static void sgd_update(float *restrict p, const float *restrict g, flo
     const float damp1 = (float)(1.0 - gr->dampening), neg_lr = (float)(-gr->lr);
     const float sign = gr->maximize ? -1.0f : 1.0f;
     const bool use_wd = gr->weight_decay != 0.0;
-    int mode = MOM_NONE;
+    int mode = CT__MOM_NONE;
     if (gr->momentum != 0.0)
-        mode = gr->nesterov ? (first ? MOM_FIRST_NESTEROV : MOM_NESTEROV)
-                            : (first ? MOM_FIRST : MOM_PLAIN);
+        mode = gr->nesterov ? (first ? CT__MOM_FIRST_NESTEROV : CT__MOM_NESTEROV)
+                            : (first ? CT__MOM_FIRST : CT__MOM_PLAIN);
 #define SGD_CASE(WD, MODE)                                                                         \
     sgd_body(p, g, buf, n, sign, wd, mom, damp1, neg_lr, WD, MODE);                                \
     break
     switch (mode * 2 + use_wd) {
-    case MOM_NONE * 2:
-        SGD_CASE(false, MOM_NONE);
-    case MOM_NONE * 2 + 1:
-        SGD_CASE(true, MOM_NONE);
-    case MOM_FIRST * 2:
-        SGD_CASE(false, MOM_FIRST);
-    case MOM_FIRST * 2 + 1:
-        SGD_CASE(true, MOM_FIRST);
-    case MOM_PLAIN * 2:
-        SGD_CASE(false, MOM_PLAIN);
-    case MOM_PLAIN * 2 + 1:
-        SGD_CASE(true, MOM_PLAIN);
-    case MOM_FIRST_NESTEROV * 2:
-        SGD_CASE(false, MOM_FIRST_NESTEROV);
-    case MOM_FIRST_NESTEROV * 2 + 1:
-        SGD_CASE(true, MOM_FIRST_NESTEROV);
-    case MOM_NESTEROV * 2:
-        SGD_CASE(false, MOM_NESTEROV);
+    case CT__MOM_NONE * 2:
+        SGD_CASE(false, CT__MOM_NONE);
+    case CT__MOM_NONE * 2 + 1:
+        SGD_CASE(true, CT__MOM_NONE);
+    case CT__MOM_FIRST * 2:
+        SGD_CASE(false, CT__MOM_FIRST);
+    case CT__MOM_FIRST * 2 + 1:
+        SGD_CASE(true, CT__MOM_FIRST);
+    case CT__MOM_PLAIN * 2:
+        SGD_CASE(false, CT__MOM_PLAIN);
+    case CT__MOM_PLAIN * 2 + 1:
+        SGD_CASE(true, CT__MOM_PLAIN);
+    case CT__MOM_FIRST_NESTEROV * 2:
+        SGD_CASE(false, CT__MOM_FIRST_NESTEROV);
+    case CT__MOM_FIRST_NESTEROV * 2 + 1:
+        SGD_CASE(true, CT__MOM_FIRST_NESTEROV);
+    case CT__MOM_NESTEROV * 2:
+        SGD_CASE(false, CT__MOM_NESTEROV);
     default:
-        SGD_CASE(true, MOM_NESTEROV);
+        SGD_CASE(true, CT__MOM_NESTEROV);
     }
 #undef SGD_CASE
 }
@@ -350,22 +338,9 @@ CT_INLINE void adam_body(float *restrict p, const float *restrict g, float *rest
                          float wd, float b1, float omb1, float b2, float omb2, float bc2_sqrt,
                          float eps, float neg_step_size, const bool l2, const bool amsgrad)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float d = sign * g[i];
-        float pi = p[i] * decay;
-        if (l2)
-            d = d + wd * pi;
-        float mi = m[i] * b1 + omb1 * d;
-        float vi = v[i] * b2 + omb2 * d * d;
-        m[i] = mi;
-        v[i] = vi;
-        if (amsgrad) {
-            vi = mx[i] > vi ? mx[i] : vi;
-            mx[i] = vi;
-        }
-        float den = sqrtf(vi) / bc2_sqrt + eps;
-        p[i] = pi + neg_step_size * mi / den;
-    }
+    for (int64_t i = 0; i < n; i++)
+        ct__adam_update_at(p, g, m, v, mx, i, sign, decay, wd, b1, omb1, b2, omb2, bc2_sqrt, eps,
+                           neg_step_size, l2, amsgrad);
 }
 
 CT_CLONES static void adam_update(float *restrict p, const float *restrict g, float *restrict m,

@@ -21,7 +21,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 gpu_tests="collective_nccl cuda_kernels cuda_cudnn"
 debs="libzmq5 libprotobuf-c1 libyaml-0-2 libdnnl2 libsodium23 libpgm-5.3-0 libnorm1 libbsd0
-      libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libmd0"
+      libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libmd0 libgomp1
+      ocl-icd-libopencl1"
 
 prepare() {
     [ -x /usr/local/cuda/bin/nvcc ] || { echo "gpu-check: no CUDA toolkit here" >&2; exit 1; }

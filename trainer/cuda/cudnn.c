@@ -397,81 +397,83 @@ static int ws_put(int rc, void *ws)
     return rc < 0 ? rc : frc;
 }
 
+/* What one convolution call needs: descriptors, the handle on the stream, the shape's algorithm
+ * and its workspace. conv_begin cleans up after itself when it fails; conv_end after a call. */
+typedef struct conv_call {
+    conv_descs d;
+    cudnnHandle_t h;
+    int algo;
+    void *ws;
+    size_t ws_bytes;
+} conv_call;
+
+static int conv_begin(conv_call *c, const ct__conv_p *p, int dir, const char *fn, void *stream)
+{
+    *c = (conv_call){0};
+    int rc = conv_descs_make(&c->d, p, fn);
+    if (rc < 0)
+        return rc;
+    if ((rc = handle_get(&c->h, stream)) < 0 ||
+        (rc = algo_get(c->h, &c->d, p, dir, fn, &c->algo, &c->ws_bytes)) < 0 ||
+        (rc = ws_get(&c->ws, c->ws_bytes, stream)) < 0)
+        conv_descs_free(&c->d);
+    return rc;
+}
+
+static int conv_end(conv_call *c, int rc)
+{
+    conv_descs_free(&c->d);
+    return ws_put(rc, c->ws);
+}
+
 int ct__cuda_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y,
                       void *stream)
 {
     static const char fn[] = "cuda_conv_fwd";
-    conv_descs d;
-    cudnnHandle_t h;
-    void *ws = NULL;
-    int algo = 0;
-    size_t ws_bytes = 0;
+    conv_call c;
     int rc = (!x || !w || !y) ? null_arg(fn, "x, w, y") : 0;
     if (rc == 0 && p && p->bias && !b)
         rc = ct__error(CT_EINVAL, "%s: bias is set and b is NULL", fn);
-    if (rc < 0 || (rc = conv_descs_make(&d, p, fn)) < 0)
+    if (rc < 0 || (rc = conv_begin(&c, p, ALGO_FWD, fn, stream)) < 0)
         return rc;
-    if ((rc = handle_get(&h, stream)) < 0 ||
-        (rc = algo_get(h, &d, p, ALGO_FWD, fn, &algo, &ws_bytes)) < 0 ||
-        (rc = ws_get(&ws, ws_bytes, stream)) < 0)
-        goto out;
-    DNN(cudnnConvolutionForward, h, &ONE, d.x, x, d.w, w, d.conv, (cudnnConvolutionFwdAlgo_t)algo,
-        ws, ws_bytes, &ZERO, d.y, y);
+    DNN(cudnnConvolutionForward, c.h, &ONE, c.d.x, x, c.d.w, w, c.d.conv,
+        (cudnnConvolutionFwdAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.y, y);
     if (p->bias) /* y += b, broadcast over (n, oh, ow) */
-        DNN(cudnnAddTensor, h, &ONE, d.b, b, &ONE, d.y, y);
+        DNN(cudnnAddTensor, c.h, &ONE, c.d.b, b, &ONE, c.d.y, y);
 out:
-    conv_descs_free(&d);
-    return ws_put(rc, ws);
+    return conv_end(&c, rc);
 }
 
 int ct__cuda_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx,
                            void *stream)
 {
     static const char fn[] = "cuda_conv_bwd_data";
-    conv_descs d;
-    cudnnHandle_t h;
-    void *ws = NULL;
-    int algo = 0;
-    size_t ws_bytes = 0;
+    conv_call c;
     int rc = (!w || !dy || !dx) ? null_arg(fn, "w, dy, dx") : 0;
-    if (rc < 0 || (rc = conv_descs_make(&d, p, fn)) < 0)
+    if (rc < 0 || (rc = conv_begin(&c, p, ALGO_BWD_DATA, fn, stream)) < 0)
         return rc;
-    if ((rc = handle_get(&h, stream)) < 0 ||
-        (rc = algo_get(h, &d, p, ALGO_BWD_DATA, fn, &algo, &ws_bytes)) < 0 ||
-        (rc = ws_get(&ws, ws_bytes, stream)) < 0)
-        goto out;
-    DNN(cudnnConvolutionBackwardData, h, &ONE, d.w, w, d.y, dy, d.conv,
-        (cudnnConvolutionBwdDataAlgo_t)algo, ws, ws_bytes, &ZERO, d.x, dx);
+    DNN(cudnnConvolutionBackwardData, c.h, &ONE, c.d.w, w, c.d.y, dy, c.d.conv,
+        (cudnnConvolutionBwdDataAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.x, dx);
 out:
-    conv_descs_free(&d);
-    return ws_put(rc, ws);
+    return conv_end(&c, rc);
 }
 
 int ct__cuda_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *dy, float *dw,
                               float *db, void *stream)
 {
     static const char fn[] = "cuda_conv_bwd_weights";
-    conv_descs d;
-    cudnnHandle_t h;
-    void *ws = NULL;
-    int algo = 0;
-    size_t ws_bytes = 0;
+    conv_call c;
     int rc = (!x || !dy || !dw) ? null_arg(fn, "x, dy, dw") : 0;
     if (rc == 0 && p && p->bias && !db)
         rc = ct__error(CT_EINVAL, "%s: bias is set and db is NULL", fn);
-    if (rc < 0 || (rc = conv_descs_make(&d, p, fn)) < 0)
+    if (rc < 0 || (rc = conv_begin(&c, p, ALGO_BWD_FILTER, fn, stream)) < 0)
         return rc;
-    if ((rc = handle_get(&h, stream)) < 0 ||
-        (rc = algo_get(h, &d, p, ALGO_BWD_FILTER, fn, &algo, &ws_bytes)) < 0 ||
-        (rc = ws_get(&ws, ws_bytes, stream)) < 0)
-        goto out;
-    DNN(cudnnConvolutionBackwardFilter, h, &ONE, d.x, x, d.y, dy, d.conv,
-        (cudnnConvolutionBwdFilterAlgo_t)algo, ws, ws_bytes, &ZERO, d.w, dw);
+    DNN(cudnnConvolutionBackwardFilter, c.h, &ONE, c.d.x, x, c.d.y, dy, c.d.conv,
+        (cudnnConvolutionBwdFilterAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.w, dw);
     if (p->bias) /* db = dy summed over (n, oh, ow) */
-        DNN(cudnnConvolutionBackwardBias, h, &ONE, d.y, dy, &ZERO, d.b, db);
+        DNN(cudnnConvolutionBackwardBias, c.h, &ONE, c.d.y, dy, &ZERO, c.d.b, db);
 out:
-    conv_descs_free(&d);
-    return ws_put(rc, ws);
+    return conv_end(&c, rc);
 }
 
 /* ---------------- batch norm ---------------- */

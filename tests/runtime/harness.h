@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ct/ct.h" /* h_finish_actors */
+
 static int h_failures;
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
@@ -355,6 +357,35 @@ __attribute__((unused)) static int h_leftovers(int timeout_ms)
             return left;
         usleep(20000);
     }
+}
+
+/* The end of a test that made actors: releases the n actors (NULL ones skipped), shuts the
+ * client down, kills every process the test started, checks that each actor process and every
+ * other copy of this executable is gone, and returns the exit code (1 after any failure). */
+__attribute__((unused)) static int h_finish_actors(ct_actor **a, int n, const char *test)
+{
+    pid_t pids[64];
+    int np = 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i] && np < 64)
+            pids[np++] = ct_actor_pid(a[i]);
+        ct_actor_release(&a[i]);
+    }
+    ct_shutdown();
+    h_kill_all();
+    for (int i = 0; i < np; i++)
+        if (!h_wait_gone(pids[i], 3000)) {
+            fprintf(stderr, "actor pid %d still running\n", (int)pids[i]);
+            h_failures++;
+        }
+    int left = h_leftovers(3000);
+    if (left) {
+        fprintf(stderr, "%s: %d process(es) left over\n", test, left);
+        h_failures++;
+    }
+    if (h_failures)
+        fprintf(stderr, "%s: %d failure(s)\n", test, h_failures);
+    return h_failures ? 1 : 0;
 }
 
 /* Runs a command, returns its stdout (malloc'd). */

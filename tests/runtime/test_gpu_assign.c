@@ -121,22 +121,5 @@ int main(void)
     CHECK(strcmp(v[6], v[7]) != 0);
     CHECK_STR(v[8], "");
 
-    pid_t pids[NA];
-    int np = 0;
-    for (int i = 0; i < NA; i++) {
-        if (a[i])
-            pids[np++] = ct_actor_pid(a[i]);
-        ct_actor_release(&a[i]);
-    }
-    ct_shutdown();
-    h_kill_all();
-    for (int i = 0; i < np; i++)
-        if (!h_wait_gone(pids[i], 3000)) {
-            fprintf(stderr, "actor pid %d still running\n", (int)pids[i]);
-            h_failures++;
-        }
-    CHECK_EQ_INT(h_leftovers(3000), 0);
-    if (h_failures)
-        fprintf(stderr, "test_gpu_assign: %d failure(s)\n", h_failures);
-    return h_failures ? 1 : 0;
+    return h_finish_actors(a, NA, "test_gpu_assign");
 }

@@ -153,22 +153,5 @@ int main(void)
     CHECK_STR(nvml_calls(4, calls, sizeof calls), "");
     a[3] = serves_on(&(ct_resources){.cpu = 1, .gpu = 2, .custom = {{"n4", 1}}}, ids[3]);
 
-    pid_t pids[4];
-    int np = 0;
-    for (int i = 0; i < 4; i++) {
-        if (a[i])
-            pids[np++] = ct_actor_pid(a[i]);
-        ct_actor_release(&a[i]);
-    }
-    ct_shutdown();
-    h_kill_all();
-    for (int i = 0; i < np; i++)
-        if (!h_wait_gone(pids[i], 3000)) {
-            fprintf(stderr, "actor pid %d still running\n", (int)pids[i]);
-            h_failures++;
-        }
-    CHECK_EQ_INT(h_leftovers(3000), 0);
-    if (h_failures)
-        fprintf(stderr, "test_gpu_detect: %d failure(s)\n", h_failures);
-    return h_failures ? 1 : 0;
+    return h_finish_actors(a, 4, "test_gpu_detect");
 }

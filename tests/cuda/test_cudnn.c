@@ -22,16 +22,10 @@
 #include "ct/error.h"
 #include "trainer/cuda/cuda.h"
 
+#include "check.h"
+
 #define RTOL 1e-4
 
-static int failures;
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 /* on failure: counts it and goes to the function's `out` */
 #define CHECK_RC(expr)                                                                             \
     do {                                                                                           \
@@ -70,10 +64,7 @@ static float *host(int64_t n)
 static float *host_random(int64_t n, uint32_t seed, float lo, float hi)
 {
     float *x = host(n);
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = lo + (hi - lo) * ((float)(seed >> 8) / (float)(1u << 24));
-    }
+    fill_random(x, n, seed, lo, hi);
     return x;
 }
 
@@ -104,12 +95,6 @@ static void bufs_free(void)
     for (int i = 0; i < n_dev; i++)
         ct__cuda_free(dev_bufs[i]);
     n_host = n_dev = 0;
-}
-
-static int download(float *h, const float *d, int64_t n)
-{
-    int rc = ct__cuda_to_host(h, d, (size_t)n * sizeof(float), NULL);
-    return rc ? rc : ct__cuda_sync(NULL);
 }
 
 /* The device tensor d against the CPU's `want`: max |d - want| <= RTOL x max |want|. Reports
@@ -330,11 +315,8 @@ out:
 
 int main(void)
 {
-    const char *why = NULL;
-    if (ct__cuda_device_count(&why) == 0) {
-        printf("no GPU: %s\n", why ? why : "");
+    if (no_gpu())
         return 77;
-    }
     test_conv("conv 2x3x9x9 -> 4, 3x3 stride 1 pad 1", (ct__conv_p){.n = 2,
                                                                     .ic = 3,
                                                                     .ih = 9,

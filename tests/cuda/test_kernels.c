@@ -26,14 +26,8 @@
 #include "trainer/cpu/cpu.h"
 #include "trainer/cuda/cuda.h"
 
-static int failures;
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
+
 #define CHECK_RC(expr)                                                                             \
     do {                                                                                           \
         int rc_ = (expr);                                                                          \
@@ -45,15 +39,6 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-/* deterministic values in [-1, 1) */
-static void fill_random(float *x, int64_t n, uint32_t seed)
-{
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)(seed >> 8) / (float)(1u << 23) - 1.0f;
-    }
-}
-
 /* device copy of n host floats (from the allocator) */
 static float *upload(const float *h, int64_t n)
 {
@@ -62,12 +47,6 @@ static float *upload(const float *h, int64_t n)
         ct__cuda_to_device(d, h, (size_t)n * sizeof(float), NULL) < 0)
         return NULL;
     return d;
-}
-
-static int download(float *h, const float *d, int64_t n)
-{
-    int rc = ct__cuda_to_host(h, d, (size_t)n * sizeof(float), NULL);
-    return rc ? rc : ct__cuda_sync(NULL);
 }
 
 /* first index where a and b differ in bits, or -1 */
@@ -115,7 +94,7 @@ static void test_allocator(void)
 
     /* the block works: write and read back */
     float h[256], back[256];
-    fill_random(h, 256, 7);
+    fill_random(h, 256, 7, -1, 1);
     float *d = upload(h, 256);
     CHECK(d != NULL);
     if (d) {
@@ -162,9 +141,9 @@ static void test_elementwise(void)
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float)),
           *dy = malloc(N * sizeof(float)), *got = malloc(N * sizeof(float)),
           *want = malloc(N * sizeof(float));
-    fill_random(x, N, 1);
-    fill_random(y, N, 2);
-    fill_random(dy, N, 3);
+    fill_random(x, N, 1, -1, 1);
+    fill_random(y, N, 2, -1, 1);
+    fill_random(dy, N, 3, -1, 1);
     x[5] = 0.0f; /* relu's gradient at 0 is 0 */
     float *dx_ = upload(x, N), *dy_ = upload(y, N), *ddy = upload(dy, N), *dout = upload(y, N);
     CHECK(dx_ && dy_ && ddy && dout);
@@ -225,7 +204,7 @@ static void test_cross_entropy(void)
     enum { NR = 300, C = 10 };
     float logits[NR * C], grad_cpu[NR * C], grad_gpu[NR * C];
     int64_t target[NR];
-    fill_random(logits, NR * C, 11);
+    fill_random(logits, NR * C, 11, -1, 1);
     for (int i = 0; i < NR; i++) {
         logits[i * C] *= 8.0f; /* some large logits: log-sum-exp must be stable */
         target[i] = (i * 7) % C;
@@ -289,9 +268,9 @@ static void test_gemm(void)
 {
     enum { M = 37, K = 53, N = 29 }; /* odd sizes: no kernel's favourite multiple */
     float a[M * K], b[K * N], c0[M * N], want[M * N], got[M * N];
-    fill_random(a, M * K, 31);
-    fill_random(b, K * N, 32);
-    fill_random(c0, M * N, 33);
+    fill_random(a, M * K, 31, -1, 1);
+    fill_random(b, K * N, 32, -1, 1);
+    fill_random(c0, M * N, 33, -1, 1);
     float *da = upload(a, M * K), *db = upload(b, K * N), *dc = upload(c0, M * N);
     CHECK(da && db && dc);
     if (!(da && db && dc))
@@ -313,10 +292,10 @@ static void test_gemm(void)
     enum { B = 19, IC = 45, OC = 23 };
     float x[B * IC], w[OC * IC], bias[OC], y[B * OC], yg[B * OC], dy[B * OC], dx[B * IC],
         dxg[B * IC], dw[OC * IC], dwg[OC * IC], dbias[OC], dbg[OC];
-    fill_random(x, B * IC, 41);
-    fill_random(w, OC * IC, 42);
-    fill_random(bias, OC, 43);
-    fill_random(dy, B * OC, 44);
+    fill_random(x, B * IC, 41, -1, 1);
+    fill_random(w, OC * IC, 42, -1, 1);
+    fill_random(bias, OC, 43, -1, 1);
+    fill_random(dy, B * OC, 44, -1, 1);
     float *gx = upload(x, B * IC), *gw = upload(w, OC * IC), *gb = upload(bias, OC),
           *gy = upload(y, B * OC), *gdy = upload(dy, B * OC), *gdx = upload(dx, B * IC),
           *gdw = upload(dw, OC * IC), *gdb = upload(dbias, OC);
@@ -346,7 +325,7 @@ enum { OPT_N = 10007 };
 static void compare_optim(const char *what, int kind, const ct_sgd_opts *so, const ct_adam_opts *ao)
 {
     static float p[OPT_N], g[OPT_N], p0[OPT_N], got[OPT_N];
-    fill_random(p, OPT_N, 21);
+    fill_random(p, OPT_N, 21, -1, 1);
     memcpy(p0, p, sizeof p);
     ct_param_ref ref = {.name = "w", .value = p, .grad = g, .numel = OPT_N};
     ct_optim *o = kind == 0   ? ct_optim_sgd_new(&ref, 1, so)
@@ -360,7 +339,7 @@ static void compare_optim(const char *what, int kind, const ct_sgd_opts *so, con
     if (!(o && dp && s1 && s2 && s3))
         return;
     for (int step = 1; step <= 3; step++) {
-        fill_random(g, OPT_N, 100 + (uint32_t)step);
+        fill_random(g, OPT_N, 100 + (uint32_t)step, -1, 1);
         dg = upload(g, OPT_N);
         CHECK_RC(ct_optim_step(o));
         if (kind == 0) {
@@ -414,11 +393,8 @@ static void test_optimizers(void)
 
 int main(void)
 {
-    const char *why = NULL;
-    if (ct__cuda_device_count(&why) == 0) {
-        printf("no GPU: %s\n", why ? why : "");
+    if (no_gpu())
         return 77;
-    }
     test_allocator();
     test_elementwise();
     test_cross_entropy();

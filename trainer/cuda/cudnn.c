@@ -481,6 +481,7 @@ out:
 typedef struct bn_descs {
     cudnnTensorDescriptor_t x; /* (n,c,hw,1): x, y, dx, dy */
     cudnnTensorDescriptor_t v; /* (1,c,1,1): scale, shift, mean, var and their gradients */
+    cudnnHandle_t h;           /* the thread's, on the call's stream */
 } bn_descs;
 
 static void bn_descs_free(bn_descs *d)
@@ -489,7 +490,8 @@ static void bn_descs_free(bn_descs *d)
     tensor_free(&d->v);
 }
 
-static int bn_descs_make(bn_descs *d, const ct__bn_p *p, const char *fn)
+/* The descriptors and the handle of one batch-norm call; cleans up after itself on failure. */
+static int bn_begin(bn_descs *d, const ct__bn_p *p, const char *fn, void *stream)
 {
     int rc;
     memset(d, 0, sizeof *d);
@@ -504,7 +506,7 @@ static int bn_descs_make(bn_descs *d, const ct__bn_p *p, const char *fn)
         return ct__error(CT_EINVAL, "%s: eps %g must be finite and >= %g", fn, (double)p->eps,
                          (double)CUDNN_BN_MIN_EPSILON);
     if ((rc = tensor_new(&d->x, fn, p->n, p->c, p->hw, 1)) < 0 ||
-        (rc = tensor_new(&d->v, fn, 1, p->c, 1, 1)) < 0)
+        (rc = tensor_new(&d->v, fn, 1, p->c, 1, 1)) < 0 || (rc = handle_get(&d->h, stream)) < 0)
         bn_descs_free(d);
     return rc;
 }
@@ -514,27 +516,24 @@ int ct__cuda_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale,
 {
     static const char fn[] = "cuda_bn_fwd_train";
     bn_descs d;
-    cudnnHandle_t h;
     int rc = (!x || !scale || !shift || !y || !mean || !var)
                  ? null_arg(fn, "x, scale, shift, y, mean, var")
                  : 0;
-    if (rc < 0 || (rc = bn_descs_make(&d, p, fn)) < 0)
+    if (rc < 0 || (rc = bn_begin(&d, p, fn, stream)) < 0)
         return rc;
-    if ((rc = handle_get(&h, stream)) < 0)
-        goto out;
     /* factor 1 makes the running stats this batch's: running = 0 * old + 1 * batch. The old
      * values are zeroed first, or garbage (a NaN) in them would survive the 0 * old. */
-    DNN(cudnnSetTensor, h, d.v, mean, &ZERO);
-    DNN(cudnnSetTensor, h, d.v, var, &ZERO);
-    DNN(cudnnBatchNormalizationForwardTraining, h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, d.x, x,
+    DNN(cudnnSetTensor, d.h, d.v, mean, &ZERO);
+    DNN(cudnnSetTensor, d.h, d.v, var, &ZERO);
+    DNN(cudnnBatchNormalizationForwardTraining, d.h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, d.x, x,
         d.x, y, d.v, scale, shift, 1.0, mean, var, (double)p->eps, NULL, NULL);
     /* cuDNN's running variance is the unbiased one (sum / (m-1)); the contract's is biased */
     int64_t m = p->n * p->hw;
     if (m > 1) {
         float f = (float)((double)(m - 1) / (double)m);
-        DNN(cudnnScaleTensor, h, d.v, var, &f);
+        DNN(cudnnScaleTensor, d.h, d.v, var, &f);
     } else {
-        DNN(cudnnSetTensor, h, d.v, var, &ZERO); /* one value: its unbiased variance is 0/0 */
+        DNN(cudnnSetTensor, d.h, d.v, var, &ZERO); /* one value: its unbiased variance is 0/0 */
     }
 out:
     bn_descs_free(&d);
@@ -546,15 +545,12 @@ int ct__cuda_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale,
 {
     static const char fn[] = "cuda_bn_fwd_infer";
     bn_descs d;
-    cudnnHandle_t h;
     int rc = (!x || !scale || !shift || !mean || !var || !y)
                  ? null_arg(fn, "x, scale, shift, mean, var, y")
                  : 0;
-    if (rc < 0 || (rc = bn_descs_make(&d, p, fn)) < 0)
+    if (rc < 0 || (rc = bn_begin(&d, p, fn, stream)) < 0)
         return rc;
-    if ((rc = handle_get(&h, stream)) < 0)
-        goto out;
-    DNN(cudnnBatchNormalizationForwardInference, h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, d.x, x,
+    DNN(cudnnBatchNormalizationForwardInference, d.h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, d.x, x,
         d.x, y, d.v, scale, shift, mean, var, (double)p->eps);
 out:
     bn_descs_free(&d);
@@ -567,25 +563,21 @@ int ct__cuda_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const fl
 {
     static const char fn[] = "cuda_bn_bwd";
     bn_descs d;
-    cudnnHandle_t h;
-    float *tmp = NULL;
+    float *inv_std = NULL;
     int rc = (!x || !dy || !scale || !mean || !var || !dx || !dscale || !dshift)
                  ? null_arg(fn, "x, dy, scale, mean, var, dx, dscale, dshift")
                  : 0;
-    if (rc < 0 || (rc = bn_descs_make(&d, p, fn)) < 0)
+    if (rc < 0 || (rc = bn_begin(&d, p, fn, stream)) < 0)
         return rc;
-    if ((rc = handle_get(&h, stream)) < 0 ||
-        (rc = ct__cuda_malloc((void **)&tmp, (size_t)p->c * sizeof(float), stream)) < 0)
-        goto out;
     /* cuDNN's backward takes 1/sqrt(var + eps), not var */
-    float *inv_std = tmp;
-    if ((rc = ct__cuda_inv_std(var, p->eps, inv_std, p->c, stream)) < 0)
+    if ((rc = ct__cuda_malloc((void **)&inv_std, (size_t)p->c * sizeof(float), stream)) < 0 ||
+        (rc = ct__cuda_inv_std(var, p->eps, inv_std, p->c, stream)) < 0)
         goto out;
-    DNN(cudnnBatchNormalizationBackward, h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, &ONE, &ZERO, d.x,
-        x, d.x, dy, d.x, dx, d.v, scale, dscale, dshift, (double)p->eps, mean, inv_std);
+    DNN(cudnnBatchNormalizationBackward, d.h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, &ONE, &ZERO,
+        d.x, x, d.x, dy, d.x, dx, d.v, scale, dscale, dshift, (double)p->eps, mean, inv_std);
 out:
     bn_descs_free(&d);
-    return ws_put(rc, tmp);
+    return ws_put(rc, inv_std);
 }
 
 /* ---------------- pooling ---------------- */

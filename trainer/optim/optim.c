@@ -273,9 +273,9 @@ void ct_optim_destroy(ct_optim **op)
 }
 
 /* ---- update kernels ------------------------------------------------------------------------
- * The element updates are update.h's (shared with the CUDA kernels). Each body is an
- * always-inline loop of constant flags: the dispatchers below call it with literal flags, so
- * every variant is its own branch-free loop the compiler vectorises. */
+ * A step's constants and each element's update are update.h's (shared with the CUDA kernels).
+ * Each body is an always-inline loop of constant flags: the dispatchers below call it with
+ * literal flags, so every variant is its own branch-free loop the compiler vectorises. */
 
 #define CT_INLINE static inline __attribute__((always_inline))
 /* One clone per ISA level, picked at load time (glibc ifunc): the binary still runs anywhere. */
@@ -287,28 +287,21 @@ void ct_optim_destroy(ct_optim **op)
 #endif
 
 CT_INLINE void sgd_body(float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
-                        float sign, float wd, float mom, float damp1, float neg_lr,
-                        const bool use_wd, const int mode)
+                        ct__sgd_k k, const bool use_wd, const int mode)
 {
     for (int64_t i = 0; i < n; i++)
-        ct__sgd_update_at(p, g, buf, i, sign, wd, mom, damp1, neg_lr, use_wd, mode);
+        ct__sgd_update_at(p, g, buf, i, k, use_wd, mode);
 }
 
 CT_CLONES static void sgd_update(float *restrict p, const float *restrict g, float *restrict buf,
                                  int64_t n, const group *gr, bool first)
 {
-    const float wd = (float)gr->weight_decay, mom = (float)gr->momentum;
-    const float damp1 = (float)(1.0 - gr->dampening), neg_lr = (float)(-gr->lr);
-    const float sign = gr->maximize ? -1.0f : 1.0f;
-    const bool use_wd = gr->weight_decay != 0.0;
-    int mode = CT__MOM_NONE;
-    if (gr->momentum != 0.0)
-        mode = gr->nesterov ? (first ? CT__MOM_FIRST_NESTEROV : CT__MOM_NESTEROV)
-                            : (first ? CT__MOM_FIRST : CT__MOM_PLAIN);
+    const ct__sgd_k k = ct__sgd_constants(gr->lr, gr->momentum, gr->dampening, gr->weight_decay,
+                                          gr->nesterov, gr->maximize, first);
 #define SGD_CASE(WD, MODE)                                                                         \
-    sgd_body(p, g, buf, n, sign, wd, mom, damp1, neg_lr, WD, MODE);                                \
+    sgd_body(p, g, buf, n, k, WD, MODE);                                                           \
     break
-    switch (mode * 2 + use_wd) {
+    switch (k.mode * 2 + k.use_wd) {
     case CT__MOM_NONE * 2:
         SGD_CASE(false, CT__MOM_NONE);
     case CT__MOM_NONE * 2 + 1:
@@ -334,34 +327,23 @@ CT_CLONES static void sgd_update(float *restrict p, const float *restrict g, flo
 }
 
 CT_INLINE void adam_body(float *restrict p, const float *restrict g, float *restrict m,
-                         float *restrict v, float *restrict mx, int64_t n, float sign, float decay,
-                         float wd, float b1, float omb1, float b2, float omb2, float bc2_sqrt,
-                         float eps, float neg_step_size, const bool l2, const bool amsgrad)
+                         float *restrict v, float *restrict mx, int64_t n, ct__adam_k k,
+                         const bool l2, const bool amsgrad)
 {
     for (int64_t i = 0; i < n; i++)
-        ct__adam_update_at(p, g, m, v, mx, i, sign, decay, wd, b1, omb1, b2, omb2, bc2_sqrt, eps,
-                           neg_step_size, l2, amsgrad);
+        ct__adam_update_at(p, g, m, v, mx, i, k, l2, amsgrad);
 }
 
 CT_CLONES static void adam_update(float *restrict p, const float *restrict g, float *restrict m,
                                   float *restrict v, float *restrict mx, int64_t n, const group *gr,
                                   bool decoupled, double step)
 {
-    const float b1 = (float)gr->beta1, b2 = (float)gr->beta2;
-    const float omb1 = (float)(1.0 - gr->beta1), omb2 = (float)(1.0 - gr->beta2);
-    const double bc1 = 1.0 - pow(gr->beta1, step), bc2 = 1.0 - pow(gr->beta2, step);
-    const float neg_step_size = (float)(-(gr->lr / bc1));
-    const float bc2_sqrt = (float)sqrt(bc2), eps = (float)gr->eps;
-    const float sign = gr->maximize ? -1.0f : 1.0f;
-    const bool l2 = !decoupled && gr->weight_decay != 0.0;
-    const float wd = (float)gr->weight_decay;
-    /* AdamW's decay p *= 1 - lr*wd comes first; decay is 1 for Adam. */
-    const float decay = decoupled ? (float)(1.0 - gr->lr * gr->weight_decay) : 1.0f;
+    const ct__adam_k k = ct__adam_constants(gr->lr, gr->beta1, gr->beta2, gr->eps, gr->weight_decay,
+                                            decoupled, gr->maximize, step);
 #define ADAM_CASE(L2, AMS)                                                                         \
-    adam_body(p, g, m, v, mx, n, sign, decay, wd, b1, omb1, b2, omb2, bc2_sqrt, eps,               \
-              neg_step_size, L2, AMS);                                                             \
+    adam_body(p, g, m, v, mx, n, k, L2, AMS);                                                      \
     break
-    switch (l2 * 2 + gr->amsgrad) {
+    switch (k.l2 * 2 + gr->amsgrad) {
     case 0:
         ADAM_CASE(false, false);
     case 1:

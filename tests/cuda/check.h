@@ -1,0 +1,51 @@
+/* tests/cuda/check.h — what the CUDA tests share: a failure count and CHECK that counts and goes
+ * on, deterministic random inputs, a blocking download, and the exit 77 where no GPU can be
+ * used. Header-only, test code only; each test defines its own CHECK_RC (where it goes on a
+ * failed call). */
+#ifndef CT_TESTS_CUDA_CHECK_H
+#define CT_TESTS_CUDA_CHECK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ct/error.h"
+#include "trainer/cuda/cuda.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* x[0..n) = deterministic values in [lo, hi) (an LCG) */
+__attribute__((unused)) static void fill_random(float *x, int64_t n, uint32_t seed, float lo,
+                                                float hi)
+{
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = lo + (hi - lo) * ((float)(seed >> 8) / (float)(1u << 24));
+    }
+}
+
+/* h[0..n) = the device's d[0..n), when every queued copy is done */
+__attribute__((unused)) static int download(float *h, const float *d, int64_t n)
+{
+    int rc = ct__cuda_to_host(h, d, (size_t)n * sizeof(float), NULL);
+    return rc ? rc : ct__cuda_sync(NULL);
+}
+
+/* true (after printing "no GPU: why") where no CUDA device can be used: main returns 77 */
+__attribute__((unused)) static bool no_gpu(void)
+{
+    const char *why = NULL;
+    if (ct__cuda_device_count(&why) > 0)
+        return false;
+    printf("no GPU: %s\n", why ? why : "");
+    return true;
+}
+
+#endif

@@ -60,6 +60,26 @@ run() {
         echo "== $t: exit $rc"
         [ "$rc" -eq 0 ] || failed=1
     done
+    # compute-sanitizer's memcheck (bad device accesses, leaks) and racecheck (shared-memory
+    # races) over the same programs, where the image has it and time allows (SANITIZE=0: skip).
+    cs=$(command -v compute-sanitizer || find /usr/local /opt -name compute-sanitizer -type f -print -quit 2>/dev/null || true)
+    if [ "${SANITIZE:-1}" = 1 ] && [ -n "$cs" ]; then
+        for tool in memcheck racecheck; do
+            for t in $gpu_tests; do
+                # NCCL's kernels do not load under memcheck (cudaErrorNoKernelImageForDevice,
+                # then its init times out; seen on the H100): racecheck only
+                [ "$tool.$t" != memcheck.collective_nccl ] || continue
+                echo "== $tool $t"
+                set +e
+                timeout 300 "$cs" --tool "$tool" --error-exitcode 99 "build-gpu/bin/$t" >"${OUT:-/tmp}/$tool-$t.log" 2>&1
+                rc=$?
+                set -e
+                tail -5 "${OUT:-/tmp}/$tool-$t.log"
+                echo "== $tool $t: exit $rc"
+                [ "$rc" -eq 0 ] || failed=1
+            done
+        done
+    fi
     exit $failed
 }
 

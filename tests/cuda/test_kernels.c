@@ -211,6 +211,7 @@ static void test_cross_entropy(void)
     }
     target[3] = -100; /* ignored: out of the mean */
     float loss_cpu = 0, loss_gpu = 0, one = 1.0f;
+    memset(grad_cpu, 0, sizeof grad_cpu); /* ct_loss_*_backward adds into its output */
     CHECK_RC(ct_loss_cross_entropy_forward(logits, target, NR, C, NULL, &loss_cpu));
     CHECK_RC(ct_loss_cross_entropy_backward(logits, target, NR, C, NULL, &one, grad_cpu));
 

@@ -121,6 +121,7 @@ int ct__cuda_malloc(void **p, size_t bytes, void *stream)
             e = cudaMalloc(&ptr, size);
         }
         if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* else the next kernel launch's check reports this */
             rc = ct__cuda_status(e, "cudaMalloc");
             rc = ct__error(rc,
                            "cuda_malloc: %zu bytes (class %zu) on stream %p: %s; %lld bytes "

@@ -41,7 +41,11 @@ extern "C" {
 
 #define CT_MAX_DIMS 5
 
-typedef enum ct_device { CT_CPU = 0, CT_CUDA = 1 } ct_device;
+/* Where a tensor's storage lives. CT_CHECKDEV is the checking device: host memory that host
+ * code cannot dereference (its pointers are tagged) and kernels that run late on worker
+ * threads, one per stream, so code that misses a copy or a wait fails on any machine, as it
+ * would on a GPU (trainer/checkdev/). */
+typedef enum ct_device { CT_CPU = 0, CT_CUDA = 1, CT_CHECKDEV = 2 } ct_device;
 
 typedef struct ct_tensor ct_tensor;
 

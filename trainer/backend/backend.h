@@ -1,0 +1,210 @@
+/* trainer/backend/backend.h — the engine's one interface to compute devices: the op descriptors
+ * and a table of functions per backend (after ggml's ggml-backend-impl.h). Internal: used by
+ * trainer/tensor, nn, optim and the backends that fill a table (trainer/cpu/backend_cpu.c,
+ * trainer/cuda/backend_cuda.c, trainer/checkdev/checkdev.c).
+ *
+ * A tensor's device belongs to its storage; an op asks ct__backend_of(device) for the table of
+ * its inputs' device and calls through it. All pointers a kernel gets are that device's memory
+ * (the host's for the CPU). A table entry that is NULL is a kernel the backend lacks: callers go
+ * through CT__BK_CALL, which fails with CT_ENOSYS naming the op and the device; nothing falls
+ * back to the host silently.
+ *
+ * Ordering. Each backend has one compute stream per process, on which every kernel entry is
+ * queued in call order; a kernel's return means queued, not done (the CPU's are done).
+ * Memory from alloc is for that stream: freed memory is reused only by later work on it. Work
+ * on another stream (communication, copies) orders itself with events: record on one stream,
+ * stream_wait on the other. download waits for the compute stream first, so the host sees every
+ * result queued before it; upload copies the host bytes before it returns. A NULL stream
+ * argument means the compute stream.
+ *
+ * Kernel contracts are those of trainer/cpu/cpu.h (row-major, PyTorch layouts, f32, outputs
+ * OVERWRITTEN unless the entry says it adds). Every entry returns 0 or a negative CT_E* code
+ * with a message (ct_last_error). */
+#ifndef CT_BACKEND_H
+#define CT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ct/tensor.h"
+
+/* ---- op descriptors, shared by every backend ---- */
+
+/* Activation layouts of 4-D (N,C,H,W) tensors: plain NCHW, or oneDNN's nChw8c / nChw16c
+ * (channels in blocks of 8 or 16 innermost; the value is the block). A blocked layout is used
+ * only when C is a multiple of the block, so it has no padding: same byte size as NCHW. Only
+ * the CPU produces blocked layouts (blocked_fmt below). */
+enum { CT__FMT_PLAIN = 0, CT__FMT_BLK8 = 8, CT__FMT_BLK16 = 16 };
+
+/* Convolution / transposed convolution, 2-D.
+ * conv:   x (n,ic,ih,iw), w (oc,ic,kh,kw), b (oc), y (n,oc,oh,ow)
+ * deconv: x (n,ic,ih,iw), w (ic,oc,kh,kw) (PyTorch ConvTranspose2d layout), y (n,oc,oh,ow)
+ * Dilation as PyTorch (1 = dense). Output sizes must be consistent (caller computes them). */
+typedef struct ct__conv_p {
+    int64_t n, ic, ih, iw, oc, oh, ow, kh, kw;
+    int64_t sh, sw, ph, pw, dh, dw;
+    int bias;       /* 0/1 */
+    int transposed; /* 0 conv, 1 deconv */
+    int xfmt, yfmt; /* CT__FMT_* of x / dx and y / dy */
+} ct__conv_p;
+
+/* Batch norm over (n,c,hw) (hw = 1 for BatchNorm1d). mean/var are the batch statistics
+ * (var biased) written by training forward and read by backward. */
+typedef struct ct__bn_p {
+    int64_t n, c, hw;
+    int64_t h, w; /* used with a blocked fmt (hw = h * w) */
+    int fmt;
+    int relu; /* fused ReLU on the output (y = max(bn(x), 0)); training keeps a workspace */
+    float eps;
+} ct__bn_p;
+
+/* Pooling 2-D: x (n,c,ih,iw) -> y (n,c,oh,ow). */
+enum { CT__POOL_MAX = 0, CT__POOL_AVG_INCL = 1, CT__POOL_AVG_EXCL = 2 };
+typedef struct ct__pool_p {
+    int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw;
+    int alg;
+    int fmt; /* layout of x and y */
+} ct__pool_p;
+
+/* Elementwise activations. alpha: negative slope (relu) or ELU's alpha. */
+enum { CT__ELT_RELU = 0, CT__ELT_ELU, CT__ELT_TANH, CT__ELT_SIGMOID };
+
+/* Losses (mean reduction) of trainer/nn/loss.c: x (n,c); target int64 class indices (n) for
+ * cross entropy and nll, else f32 (n,c). */
+enum { CT__LOSS_CE, CT__LOSS_NLL, CT__LOSS_MSE, CT__LOSS_L1, CT__LOSS_BCE, CT__LOSS_BCEL };
+typedef struct ct__loss_p {
+    int kind;
+    int64_t n, c;
+    float label_smoothing; /* cross entropy only */
+} ct__loss_p;
+
+/* ---- the table ---- */
+
+typedef struct ct__backend {
+    const char *name; /* "cpu", "cuda", "checkdev": errors name it */
+    ct_device device;
+
+    /* memory: alloc'd bytes are uninitialised; free(NULL) does nothing */
+    int (*alloc)(void **p, size_t bytes);
+    void (*free)(void *p);
+    int (*upload)(void *dst, const void *host_src, size_t bytes);
+    int (*download)(void *host_dst, const void *src, size_t bytes);
+    int (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
+
+    /* streams and events (stream NULL: the compute stream) */
+    int (*stream_new)(void **stream);
+    void (*stream_free)(void *stream);
+    int (*synchronize)(void *stream); /* the host waits for the stream's queued work */
+    int (*event_new)(void **ev);
+    void (*event_free)(void *ev);
+    int (*event_record)(void *ev, void *stream); /* ev completes when the stream's work so far
+                                                    has */
+    int (*stream_wait)(void *stream, void *ev);  /* the stream's later work waits for ev */
+    int (*event_sync)(void *ev);                 /* the host waits for ev */
+
+    /* layouts: the blocked layout convolutions should produce here (CT__FMT_PLAIN: none) */
+    int (*blocked_fmt)(void);
+    int (*reorder)(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
+                   float *dst, int dfmt);
+
+    /* convolution */
+    int (*conv_fwd)(const ct__conv_p *p, const float *x, const float *w, const float *b,
+                    float *y);
+    int (*conv_bwd_data)(const ct__conv_p *p, const float *w, const float *dy, float *dx);
+    int (*conv_bwd_weights)(const ct__conv_p *p, const float *x, const float *dy, float *dw,
+                            float *db); /* db may be NULL when p->bias is 0 */
+
+    /* Linear: x (n,ic), w (oc,ic), b (oc) or NULL, y (n,oc) */
+    int (*ip_fwd)(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
+                  const float *b, float *y);
+    int (*ip_bwd_data)(int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy,
+                       float *dx);
+    int (*ip_bwd_weights)(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
+                          float *dw, float *db); /* db may be NULL */
+    /* c (m,n) = op(a) @ op(b) [+ c when accumulate]; op(a) is a (m,k) or, when ta, a stored
+     * (k,m); op(b) is b (k,n) or, when tb, b stored (n,k) */
+    int (*matmul)(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
+                  bool tb, float *c, bool accumulate);
+    /* y (cols) += the column sums of x (rows, cols) */
+    int (*add_col_sums)(int64_t rows, int64_t cols, const float *x, float *y);
+
+    /* batch norm; ws: bn_ws_bytes of device memory (the fused ReLU's), NULL when 0 */
+    size_t (*bn_ws_bytes)(const ct__bn_p *p);
+    int (*bn_fwd_train)(const ct__bn_p *p, const float *x, const float *scale,
+                        const float *shift, float *y, float *mean, float *var, void *ws);
+    int (*bn_fwd_infer)(const ct__bn_p *p, const float *x, const float *scale,
+                        const float *shift, const float *mean, const float *var, float *y);
+    int (*bn_bwd)(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
+                  const float *mean, const float *var, const void *ws, float *dx,
+                  float *dscale, float *dshift);
+    /* backward with frozen statistics (eval mode), plain layout: y = (x - mean) rstd scale +
+     * shift [then relu, dy masked where y <= 0]; dx, dscale, dshift may each be NULL */
+    int (*bn_bwd_frozen)(const ct__bn_p *p, const float *x, const float *y, const float *dy,
+                         const float *scale, const float *mean, const float *var, float *dx,
+                         float *dscale, float *dshift);
+    /* rm = (1 - m) rm + m mean; rv = (1 - m) rv + m var unbias, over c */
+    int (*bn_update_running)(int64_t c, float momentum, float unbias, const float *mean,
+                             const float *var, float *rm, float *rv);
+
+    /* pooling; ws: pool_ws_bytes of device memory (max pooling's indices), or NULL; backward
+     * gets the forward's x and y as well, for backends that find the maximum again */
+    size_t (*pool_ws_bytes)(const ct__pool_p *p);
+    int (*pool_fwd)(const ct__pool_p *p, const float *x, float *y, void *ws, bool training);
+    int (*pool_bwd)(const ct__pool_p *p, const float *x, const float *y, const float *dy,
+                    const void *ws, float *dx);
+    /* adaptive average pooling (PyTorch's windows); backward adds into dx when acc */
+    int (*adaptive_avg_fwd)(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                            const float *x, float *y);
+    int (*adaptive_avg_bwd)(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                            const float *dy, float *dx, bool acc);
+
+    /* activations; backward reads the forward OUTPUT y (each of CT__ELT_*'s derivatives is a
+     * function of y) */
+    int (*eltwise_fwd)(int alg, float alpha, int64_t n, const float *x, float *y);
+    int (*eltwise_bwd)(int alg, float alpha, int64_t n, const float *y, const float *dy,
+                       float *dx);
+    /* (log-)softmax over the last axis of (rows, cols); backward reads the forward output */
+    int (*softmax_fwd)(bool log, int64_t rows, int64_t cols, const float *x, float *y);
+    int (*softmax_bwd)(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
+                       float *dx);
+
+    /* elementwise on n floats */
+    int (*fill)(int64_t n, float value, float *x);
+    int (*add)(int64_t n, const float *a, const float *b, float *y);     /* y = a + b */
+    int (*axpy)(int64_t n, float alpha, const float *x, float *y);       /* y += alpha x */
+    int (*mul)(int64_t n, const float *a, const float *b, float *y, bool acc); /* y (+)= a b */
+    /* *out (one float) = the sum of x, in double; the same bits on every run */
+    int (*sum)(int64_t n, const float *x, float *out);
+    /* x (+)= *value (one float of this device) broadcast: sum's backward */
+    int (*broadcast)(int64_t n, const float *value, float *x, bool acc);
+    /* mask[i] = u(seed, offset + i) < p ? 0 : 1 / (1 - p), u uniform in [0, 1) from a
+     * counter-based generator (Philox 4x32-10): the same on every backend and run */
+    int (*dropout_mask)(int64_t n, float p, uint64_t seed, uint64_t offset, float *mask);
+
+    /* losses (mean reduction): *out = the loss; backward ADDS d loss / d x times *grad_out
+     * (one float) to grad */
+    int (*loss_fwd)(const ct__loss_p *p, const float *x, const void *target, float *out);
+    int (*loss_bwd)(const ct__loss_p *p, const float *x, const void *target,
+                    const float *grad_out, float *grad);
+} ct__backend;
+
+/* The tables: the CPU's (trainer/cpu/backend_cpu.c), the checking device's
+ * (trainer/checkdev/checkdev.c) and, where this build has CUDA, the GPU's
+ * (trainer/cuda/backend_cuda.c). Callers use ct__backend_of. */
+extern const ct__backend ct__backend_cpu;
+extern const ct__backend ct__backend_checkdev;
+extern const ct__backend ct__backend_cuda;
+
+/* The table of a device: CT_CPU always; CT_CUDA where this build has CUDA and a device can be
+ * used; CT_CHECKDEV always. NULL with a message naming the device and why, otherwise. */
+const ct__backend *ct__backend_of(ct_device device);
+/* The name of a device ("cpu", "cuda", "checkdev"), for messages. */
+const char *ct__device_name(ct_device device);
+/* The error of a missing kernel: CT_ENOSYS, "OP is not implemented on DEVICE". */
+int ct__backend_missing(const ct__backend *b, const char *op);
+
+/* Calls b->fn(args...), or fails with ct__backend_missing(b, "fn") when b lacks it. */
+#define CT__BK_CALL(b, fn, ...) ((b)->fn ? (b)->fn(__VA_ARGS__) : ct__backend_missing((b), #fn))
+
+#endif

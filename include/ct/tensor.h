@@ -1,7 +1,8 @@
 /* ct/tensor.h — n-dimensional tensors with reverse-mode autograd.
  *
  * A tensor is a view (dtype, shape, strides, offset) on ref-counted storage that lives on a
- * device (CPU today; CUDA is a field, not yet a backend). Many tensors may share one storage:
+ * device (ct_device: the CPU, a CUDA GPU, or the checking device; ct_tensor_to copies between
+ * them, and every op runs on its inputs' device). Many tensors may share one storage:
  * a model's parameters are carved out of one flat value buffer and one flat gradient buffer
  * (see ct_arena below and ct_module_params in ct/nn.h), so gradient allreduce buckets are
  * plain byte ranges.
@@ -65,8 +66,12 @@ void ct_tensor_release(ct_tensor **t);
 ct_tensor *ct_tensor_view(ct_tensor *t, int ndim, const int64_t *shape);
 /* A view of rows [start, start+len) along dim 0 (a batch slice). */
 ct_tensor *ct_tensor_narrow0(ct_tensor *t, int64_t start, int64_t len);
-/* A contiguous copy (no autograd). */
+/* A contiguous copy (no autograd), on t's device. */
 ct_tensor *ct_tensor_clone(const ct_tensor *t);
+/* A copy of contiguous t on device (no autograd; a new tensor even when t is there already).
+ * NULL with a message naming the device where it cannot be used (no CUDA device, a build
+ * without CUDA). */
+ct_tensor *ct_tensor_to(const ct_tensor *t, ct_device device);
 
 ct_dtype ct_tensor_dtype(const ct_tensor *t);
 ct_device ct_tensor_device(const ct_tensor *t);
@@ -80,13 +85,17 @@ bool ct_tensor_is_contiguous(const ct_tensor *t);
  * the CPU's channel block, 8 or 16, coming out of conv / batch norm / pooling / eltwise): read
  * its data through ct_nn_to_plain(). */
 bool ct_tensor_is_plain(const ct_tensor *t);
-/* First element (storage data + offset). Borrowed. */
+/* First element (storage data + offset). Borrowed. On a device (CUDA, the checking device)
+ * this is device memory the host must not dereference: read it with ct_tensor_copy_to,
+ * ct_tensor_item or ct_tensor_to(t, CT_CPU). */
 void *ct_tensor_data(const ct_tensor *t);
 float *ct_tensor_f32(const ct_tensor *t); /* NULL unless dtype is CT_F32 */
-/* Copies numel elements in / out (same dtype, t contiguous). */
+/* Copies numel elements in from / out to host memory (same dtype, t contiguous), whatever t's
+ * device; copy_to returns when the bytes are there. */
 int ct_tensor_copy_from(ct_tensor *t, const void *src, size_t nbytes);
+int ct_tensor_copy_to(const ct_tensor *t, void *dst, size_t nbytes);
 int ct_tensor_fill_f32(ct_tensor *t, float v);
-/* Scalar value of a one-element f32 tensor. */
+/* Scalar value of a one-element f32 tensor (waits for it on a device; NaN if that fails). */
 float ct_tensor_item(const ct_tensor *t);
 
 /* ---- autograd ---- */

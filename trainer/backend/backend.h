@@ -91,6 +91,7 @@ typedef struct ct__backend {
     int (*upload)(void *dst, const void *host_src, size_t bytes);
     int (*download)(void *host_dst, const void *src, size_t bytes);
     int (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
+    int (*zero)(void *p, size_t bytes);
 
     /* streams and events (stream NULL: the compute stream) */
     int (*stream_new)(void **stream);

@@ -16,10 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Activation layouts of 4-D (N,C,H,W) tensors: plain NCHW, or oneDNN's nChw8c / nChw16c
- * (channels in blocks of 8 or 16 innermost; the value is the block). A blocked layout is used
- * only when C is a multiple of the block, so it has no padding: same byte size as NCHW. */
-enum { CT__FMT_PLAIN = 0, CT__FMT_BLK8 = 8, CT__FMT_BLK16 = 16 };
+#include "trainer/backend/backend.h"
+
 /* The blocked layout ops produce on this CPU: the one oneDNN's convolution picks for its ISA
  * (nChw16c with AVX-512, nChw8c with AVX2), provided batch norm and pooling have JIT kernels
  * for it; CT__FMT_PLAIN when they do not. Env CT_DNNL_BLOCKED=0, 8 or 16 forces a layout. */
@@ -33,17 +31,7 @@ bool ct__cpu_impl_is_ref(const char *impl);
 int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
                     float *dst, int dfmt);
 
-/* Convolution / transposed convolution, 2-D.
- * conv:   x (n,ic,ih,iw), w (oc,ic,kh,kw), b (oc), y (n,oc,oh,ow)
- * deconv: x (n,ic,ih,iw), w (ic,oc,kh,kw) (PyTorch ConvTranspose2d layout), y (n,oc,oh,ow)
- * Dilation as PyTorch (1 = dense). Output sizes must be consistent (caller computes them). */
-typedef struct ct__conv_p {
-    int64_t n, ic, ih, iw, oc, oh, ow, kh, kw;
-    int64_t sh, sw, ph, pw, dh, dw;
-    int bias;       /* 0/1 */
-    int transposed; /* 0 conv, 1 deconv */
-    int xfmt, yfmt; /* CT__FMT_* of x / dx and y / dy */
-} ct__conv_p;
+/* Convolution / transposed convolution, 2-D (ct__conv_p in backend.h). */
 int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y);
 int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx);
 /* db may be NULL when p->bias is 0. */
@@ -71,15 +59,7 @@ bool ct__cpu_gemm_small_ok(int64_t m, int64_t k, int64_t n, bool ta, bool tb);
 int ct__cpu_gemm_small(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
                        bool tb, float *c, bool accumulate, const float *bias);
 
-/* Batch norm over (n,c,hw) (hw = 1 for BatchNorm1d). mean/var are the batch statistics
- * (var biased) written by training forward and read by backward. */
-typedef struct ct__bn_p {
-    int64_t n, c, hw;
-    int64_t h, w; /* used with a blocked fmt (hw = h * w) */
-    int fmt;
-    int relu; /* fused ReLU on the output (y = max(bn(x), 0)); training keeps a workspace */
-    float eps;
-} ct__bn_p;
+/* Batch norm (ct__bn_p in backend.h). */
 /* Bytes of the fused-ReLU workspace written by training forward, read by backward (0 if !relu). */
 size_t ct__cpu_bn_ws_bytes(const ct__bn_p *p);
 int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
@@ -90,21 +70,14 @@ int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const flo
                    const float *mean, const float *var, const void *ws, float *dx, float *dscale,
                    float *dshift);
 
-/* Pooling 2-D: x (n,c,ih,iw) -> y (n,c,oh,ow). Max pooling keeps a workspace for backward
+/* Pooling 2-D (ct__pool_p in backend.h). Max pooling keeps a workspace for backward
  * (ct__cpu_pool_ws_bytes bytes; 0 for average pooling). */
-enum { CT__POOL_MAX = 0, CT__POOL_AVG_INCL = 1, CT__POOL_AVG_EXCL = 2 };
-typedef struct ct__pool_p {
-    int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw;
-    int alg;
-    int fmt; /* layout of x and y */
-} ct__pool_p;
 size_t ct__cpu_pool_ws_bytes(const ct__pool_p *p);
 int ct__cpu_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *ws, bool training);
 int ct__cpu_pool_bwd(const ct__pool_p *p, const float *dy, const void *ws, float *dx);
 
 /* Elementwise on n floats. Backward reads the forward OUTPUT y. alpha: negative slope (relu)
  * or ELU alpha. */
-enum { CT__ELT_RELU = 0, CT__ELT_ELU, CT__ELT_TANH, CT__ELT_SIGMOID };
 int ct__cpu_eltwise_fwd(int alg, float alpha, int64_t n, const float *x, float *y);
 int ct__cpu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const float *dy,
                         float *dx);

@@ -143,7 +143,7 @@ int ct__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *e
  * of 2^31 or more elements. All pointers are device memory; work is queued on `stream` and not
  * waited for. Thread-safe: each thread has its own cuDNN handle, bound to the device that was
  * current when the thread first called here. */
-#include "trainer/cpu/cpu.h"
+#include "trainer/backend/backend.h"
 
 int ct__cuda_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y,
                       void *stream);
@@ -181,6 +181,25 @@ int ct__cuda_softmax_fwd(bool log, int64_t rows, int64_t cols, const float *x, f
                          void *stream);
 int ct__cuda_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
                          float *dx, void *stream);
+
+/* ---- engine kernels (ops.cu): backend_cpu.c's loops of the same names, on the GPU ---- */
+int ct__cuda_add(int64_t n, const float *a, const float *b, float *y, void *stream);
+int ct__cuda_mul(int64_t n, const float *a, const float *b, float *y, bool acc, void *stream);
+int ct__cuda_broadcast(int64_t n, const float *value, float *x, bool acc, void *stream);
+int ct__cuda_dropout_mask(int64_t n, float p, uint64_t seed, uint64_t offset, float *mask,
+                          void *stream);
+/* activation backward from the forward OUTPUT y (CT__ELT_*), as the CPU's */
+int ct__cuda_eltwise_bwd_dst(int alg, float alpha, int64_t n, const float *y, const float *dy,
+                             float *dx, void *stream);
+int ct__cuda_bn_bwd_frozen(const ct__bn_p *p, const float *x, const float *y, const float *dy,
+                           const float *scale, const float *mean, const float *var, float *dx,
+                           float *dscale, float *dshift, void *stream);
+int ct__cuda_bn_update_running(int64_t c, float momentum, float unbias, const float *mean,
+                               const float *var, float *rm, float *rv, void *stream);
+int ct__cuda_adaptive_avg_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                              const float *x, float *y, void *stream);
+int ct__cuda_adaptive_avg_bwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                              const float *dy, float *dx, bool acc, void *stream);
 
 #ifdef __cplusplus
 }

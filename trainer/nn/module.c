@@ -115,6 +115,11 @@ void ct_nn_manual_seed(uint64_t seed)
     }
 }
 
+uint64_t ct__rng_u64(void)
+{
+    return rng_next();
+}
+
 float ct__rng_uniform(void)
 {
     return (float)(rng_next() >> 40) * (1.0f / 16777216.0f);

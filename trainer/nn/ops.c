@@ -1,15 +1,16 @@
-/* trainer/nn/ops.c — differentiable ops: forward on the CPU kernels (trainer/cpu/), a tape node
- * whose backward ACCUMULATES into each input that requires a gradient.
+/* trainer/nn/ops.c — differentiable ops: forward on the kernels of the inputs' device (the
+ * backend table of trainer/backend/backend.h), a tape node whose backward ACCUMULATES into each
+ * input that requires a gradient, on the same device.
  *
  * Shapes: activations (N,C,H,W) or (N,F), PyTorch weight layouts. Inputs must be contiguous
- * f32. Not here: losses (loss.c), modules (module.c), oneDNN calls (trainer/cpu/dnnl.c). */
+ * f32 on one device. Not here: losses (loss.c), modules (module.c), kernels (the backends). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "ct/nn.h"
-#include "trainer/cpu/cpu.h"
+#include "trainer/backend/backend.h"
 #include "trainer/nn/nn_impl.h"
 #include "trainer/tensor/tensor_impl.h"
 
@@ -29,6 +30,26 @@ static int check_f32(const ct_tensor *t, const char *op, const char *arg, int mi
     return 0;
 }
 
+/* The backend of the op's tensors (NULLs skipped), which must share one device. */
+static const ct__backend *bk_of(const char *op, int n, ct_tensor *const *ts)
+{
+    const ct__backend *bk = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i])
+            continue;
+        if (bk && ct__bk(ts[i]) != bk) {
+            ct__error(CT_EINVAL, "%s: inputs on devices %s and %s (move them with ct_tensor_to)",
+                      op, bk->name, ct__bk(ts[i])->name);
+            return NULL;
+        }
+        bk = ct__bk(ts[i]);
+    }
+    return bk;
+}
+
+/* Calls a kernel of the backend bk, in scope */
+#define K(fn, ...) CT__BK_CALL(bk, fn, __VA_ARGS__)
+
 static inline bool wants(const ct_tensor *t)
 {
     return t && t->requires_grad;
@@ -42,6 +63,7 @@ static inline bool accumulates(const ct_tensor *t)
 
 /* Destination for a kernel that overwrites: the grad itself, or scratch to be added after. */
 typedef struct gslot {
+    const ct__backend *bk;
     float *g, *dst;
     int64_t n;
     bool acc;
@@ -49,25 +71,25 @@ typedef struct gslot {
 
 static int gbegin(gslot *s, ct_tensor *t, int slot)
 {
+    s->bk = ct__bk(t);
     s->n = ct_tensor_numel(t);
     s->g = ct__grad_dst(t, &s->acc);
     if (!s->g)
         return ct__error(CT_ENOMEM, "backward: out of memory for a gradient");
-    s->dst = s->acc ? ct__scratch(slot, s->n) : s->g;
+    s->dst = s->acc ? ct__scratch(s->bk, slot, s->n) : s->g;
     if (!s->dst)
         return ct__error(CT_ENOMEM, "backward: out of memory for scratch");
     return 0;
 }
 
-static void gend(gslot *s)
+static int gend(gslot *s)
 {
-    if (s->acc)
-        ct__cpu_axpy(s->n, 1.0f, s->dst, s->g);
+    return s->acc ? s->bk->axpy(s->n, 1.0f, s->dst, s->g) : 0;
 }
 
-static ct_tensor *new_out(int ndim, const int64_t *shape)
+static ct_tensor *new_out(const ct__backend *bk, int ndim, const int64_t *shape)
 {
-    return ct__tensor_empty(CT_F32, ndim, shape);
+    return ct__tensor_empty_on(bk, CT_F32, ndim, shape);
 }
 
 static void *ctx_dup(const void *p, size_t n)
@@ -102,15 +124,15 @@ static int record(const char *name, int (*bw)(ct__node *), ct_tensor *out, int n
 static int to_plain_bw(ct__node *nd)
 {
     ct_tensor *x = nd->in[0];
+    const ct__backend *bk = ct__bk(x);
     gslot sx;
     int rc = 0;
     if ((rc = gbegin(&sx, x, 0)) < 0)
         return rc;
-    if ((rc = ct__cpu_reorder(x->shape[0], x->shape[1], x->shape[2], x->shape[3],
-                              ct__f32(nd->out->grad), CT__FMT_PLAIN, sx.dst, x->fmt)) < 0)
+    if ((rc = K(reorder, x->shape[0], x->shape[1], x->shape[2], x->shape[3],
+                ct__f32(nd->out->grad), CT__FMT_PLAIN, sx.dst, x->fmt)) < 0)
         return rc;
-    gend(&sx);
-    return 0;
+    return gend(&sx);
 }
 
 ct_tensor *ct_nn_to_plain(ct_tensor *x)
@@ -121,11 +143,12 @@ ct_tensor *ct_nn_to_plain(ct_tensor *x)
     }
     if (x->fmt == CT__FMT_PLAIN)
         return ct_tensor_retain(x);
-    ct_tensor *y = new_out(4, x->shape);
+    const ct__backend *bk = ct__bk(x);
+    ct_tensor *y = new_out(bk, 4, x->shape);
     if (!y)
         return NULL;
-    if (ct__cpu_reorder(x->shape[0], x->shape[1], x->shape[2], x->shape[3], ct__f32(x), x->fmt,
-                        ct__f32(y), CT__FMT_PLAIN) < 0 ||
+    if (K(reorder, x->shape[0], x->shape[1], x->shape[2], x->shape[3], ct__f32(x), x->fmt,
+          ct__f32(y), CT__FMT_PLAIN) < 0 ||
         record("to_plain", to_plain_bw, y, 1, &x, NULL, 0, NULL) < 0)
         ct_tensor_release(&y);
     return y;
@@ -147,14 +170,15 @@ static int linear_bw(ct__node *nd)
 {
     lin_ctx *c = nd->ctx;
     ct_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->nin > 2 ? nd->in[2] : NULL;
+    const ct__backend *bk = ct__bk(x);
     const float *dy = ct__f32(nd->out->grad);
     gslot sx, sw, sb;
     int rc = 0;
     if (wants(x)) {
         if ((rc = gbegin(&sx, x, 0)) < 0 ||
-            (rc = ct__cpu_ip_bwd_data(c->n, c->ic, c->oc, ct__f32(w), dy, sx.dst)) < 0)
+            (rc = K(ip_bwd_data, c->n, c->ic, c->oc, ct__f32(w), dy, sx.dst)) < 0 ||
+            (rc = gend(&sx)) < 0)
             return rc;
-        gend(&sx);
     }
     bool bw_ = wants(w), bb = b && wants(b);
     if (bw_ && accumulates(w) && (!bb || accumulates(b))) {
@@ -162,11 +186,11 @@ static int linear_bw(ct__node *nd)
          * in one matmul with oneDNN's sum post-op, db += dy's column sums, in place; the
          * inner product below would need scratch and a pass to add it for each */
         bool acc;
-        if ((rc = ct__cpu_matmul(c->oc, c->n, c->ic, dy, true, ct__f32(x), false,
-                                 ct__grad_dst(w, &acc), true)) < 0)
+        if ((rc = K(matmul, c->oc, c->n, c->ic, dy, true, ct__f32(x), false,
+                    ct__grad_dst(w, &acc), true)) < 0)
             return rc;
-        if (bb)
-            ct__cpu_add_col_sums(c->n, c->oc, dy, ct__grad_dst(b, &acc));
+        if (bb && (rc = K(add_col_sums, c->n, c->oc, dy, ct__grad_dst(b, &acc))) < 0)
+            return rc;
     } else if (bw_ || bb) {
         /* oneDNN computes both; a bias that needs no grad still gets a scratch target */
         float *dw, *db = NULL;
@@ -174,15 +198,12 @@ static int linear_bw(ct__node *nd)
             return rc;
         if (bb && (rc = gbegin(&sb, b, 2)) < 0)
             return rc;
-        dw = bw_ ? sw.dst : ct__scratch(1, c->oc * c->ic);
+        dw = bw_ ? sw.dst : ct__scratch(bk, 1, c->oc * c->ic);
         if (b)
-            db = bb ? sb.dst : ct__scratch(2, c->oc);
-        if ((rc = ct__cpu_ip_bwd_weights(c->n, c->ic, c->oc, ct__f32(x), dy, dw, db)) < 0)
+            db = bb ? sb.dst : ct__scratch(bk, 2, c->oc);
+        if ((rc = K(ip_bwd_weights, c->n, c->ic, c->oc, ct__f32(x), dy, dw, db)) < 0 ||
+            (bw_ && (rc = gend(&sw)) < 0) || (bb && (rc = gend(&sb)) < 0))
             return rc;
-        if (bw_)
-            gend(&sw);
-        if (bb)
-            gend(&sb);
     }
     return 0;
 }
@@ -193,6 +214,10 @@ ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b)
     if (check_f32(x, "linear", "x", 2, 2) < 0 || check_f32(w, "linear", "weight", 2, 2) < 0 ||
         (b && check_f32(b, "linear", "bias", 1, 1) < 0))
         return NULL;
+    ct_tensor *in[3] = {x, w, b};
+    const ct__backend *bk = bk_of("linear", 3, in);
+    if (!bk)
+        return NULL;
     lin_ctx c = {x->shape[0], x->shape[1], w->shape[0]};
     if (w->shape[1] != c.ic || (b && b->shape[0] != c.oc)) {
         ct__error(CT_ERANGE, "linear: x (%lld,%lld) vs weight (%lld,%lld)%s", (long long)c.n,
@@ -201,12 +226,10 @@ ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b)
         return NULL;
     }
     int64_t shape[2] = {c.n, c.oc};
-    y = new_out(2, shape);
+    y = new_out(bk, 2, shape);
     OUT_OR_FAIL(y);
-    if (ct__cpu_ip_fwd(c.n, c.ic, c.oc, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL, ct__f32(y)) <
-        0)
+    if (K(ip_fwd, c.n, c.ic, c.oc, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL, ct__f32(y)) < 0)
         goto err;
-    ct_tensor *in[3] = {x, w, b};
     if (record("linear", linear_bw, y, b ? 3 : 2, in, &c, sizeof(c), NULL) < 0)
         goto err;
     return y;
@@ -223,6 +246,7 @@ static int matmul_bw(ct__node *nd)
 {
     mm_ctx *c = nd->ctx;
     ct_tensor *a = nd->in[0], *b = nd->in[1];
+    const ct__backend *bk = ct__bk(a);
     const float *dy = ct__f32(nd->out->grad);
     int rc = 0;
     bool acc;
@@ -230,14 +254,14 @@ static int matmul_bw(ct__node *nd)
         float *g = ct__grad_dst(a, &acc);
         if (!g)
             return ct__error(CT_ENOMEM, "matmul backward: out of memory");
-        if ((rc = ct__cpu_matmul(c->m, c->n, c->k, dy, false, ct__f32(b), true, g, acc)) < 0)
+        if ((rc = K(matmul, c->m, c->n, c->k, dy, false, ct__f32(b), true, g, acc)) < 0)
             return rc;
     }
     if (wants(b)) { /* db (k,n) = a^T @ dy */
         float *g = ct__grad_dst(b, &acc);
         if (!g)
             return ct__error(CT_ENOMEM, "matmul backward: out of memory");
-        if ((rc = ct__cpu_matmul(c->k, c->m, c->n, ct__f32(a), true, dy, false, g, acc)) < 0)
+        if ((rc = K(matmul, c->k, c->m, c->n, ct__f32(a), true, dy, false, g, acc)) < 0)
             return rc;
     }
     return 0;
@@ -248,6 +272,10 @@ ct_tensor *ct_nn_matmul(ct_tensor *a, ct_tensor *b)
     ct_tensor *y = NULL;
     if (check_f32(a, "matmul", "a", 2, 2) < 0 || check_f32(b, "matmul", "b", 2, 2) < 0)
         return NULL;
+    ct_tensor *in[2] = {a, b};
+    const ct__backend *bk = bk_of("matmul", 2, in);
+    if (!bk)
+        return NULL;
     mm_ctx c = {a->shape[0], a->shape[1], b->shape[1]};
     if (b->shape[0] != c.k) {
         ct__error(CT_ERANGE, "matmul: a (%lld,%lld) @ b (%lld,%lld)", (long long)c.m,
@@ -255,11 +283,10 @@ ct_tensor *ct_nn_matmul(ct_tensor *a, ct_tensor *b)
         return NULL;
     }
     int64_t shape[2] = {c.m, c.n};
-    y = new_out(2, shape);
+    y = new_out(bk, 2, shape);
     OUT_OR_FAIL(y);
-    if (ct__cpu_matmul(c.m, c.k, c.n, ct__f32(a), false, ct__f32(b), false, ct__f32(y), false) < 0)
+    if (K(matmul, c.m, c.k, c.n, ct__f32(a), false, ct__f32(b), false, ct__f32(y), false) < 0)
         goto err;
-    ct_tensor *in[2] = {a, b};
     if (record("matmul", matmul_bw, y, 2, in, &c, sizeof(c), NULL) < 0)
         goto err;
     return y;
@@ -274,14 +301,14 @@ static int conv_bw(ct__node *nd)
 {
     ct__conv_p *p = nd->ctx;
     ct_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->nin > 2 ? nd->in[2] : NULL;
+    const ct__backend *bk = ct__bk(x);
     const float *dy = ct__f32(nd->out->grad);
     gslot sx, sw, sb;
     int rc = 0;
     if (wants(x)) {
-        if ((rc = gbegin(&sx, x, 0)) < 0 ||
-            (rc = ct__cpu_conv_bwd_data(p, ct__f32(w), dy, sx.dst)) < 0)
+        if ((rc = gbegin(&sx, x, 0)) < 0 || (rc = K(conv_bwd_data, p, ct__f32(w), dy, sx.dst)) < 0 ||
+            (rc = gend(&sx)) < 0)
             return rc;
-        gend(&sx);
     }
     if (wants(w) || wants(b)) {
         bool bw_ = wants(w), bb = b && wants(b);
@@ -289,14 +316,11 @@ static int conv_bw(ct__node *nd)
             return rc;
         if (bb && (rc = gbegin(&sb, b, 2)) < 0)
             return rc;
-        float *dw = bw_ ? sw.dst : ct__scratch(1, ct_tensor_numel(w));
-        float *db = b ? (bb ? sb.dst : ct__scratch(2, p->oc)) : NULL;
-        if ((rc = ct__cpu_conv_bwd_weights(p, ct__f32(x), dy, dw, db)) < 0)
+        float *dw = bw_ ? sw.dst : ct__scratch(bk, 1, ct_tensor_numel(w));
+        float *db = b ? (bb ? sb.dst : ct__scratch(bk, 2, p->oc)) : NULL;
+        if ((rc = K(conv_bwd_weights, p, ct__f32(x), dy, dw, db)) < 0 ||
+            (bw_ && (rc = gend(&sw)) < 0) || (bb && (rc = gend(&sb)) < 0))
             return rc;
-        if (bw_)
-            gend(&sw);
-        if (bb)
-            gend(&sb);
     }
     return 0;
 }
@@ -310,6 +334,10 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
         o = &d;
     if (check_f32(x, op, "x", 4, 4) < 0 || check_f32(w, op, "weight", 4, 4) < 0 ||
         (b && check_f32(b, op, "bias", 1, 1) < 0))
+        return NULL;
+    ct_tensor *in[3] = {x, w, b};
+    const ct__backend *bk = bk_of(op, 3, in);
+    if (!bk)
         return NULL;
     ct__conv_p p = {0};
     p.n = x->shape[0];
@@ -329,7 +357,7 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
     p.bias = b != NULL;
     p.transposed = transposed;
     /* outputs with channels in whole blocks stay in oneDNN's blocked layout for this CPU */
-    int blk = ct__cpu_blocked_fmt();
+    int blk = bk->blocked_fmt ? bk->blocked_fmt() : CT__FMT_PLAIN;
     p.xfmt = x->fmt;
     p.yfmt = (!transposed && blk != CT__FMT_PLAIN && p.oc % blk == 0) ? blk : CT__FMT_PLAIN;
     if (wic != p.ic || (b && b->shape[0] != p.oc)) {
@@ -355,12 +383,11 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
         return NULL;
     }
     int64_t shape[4] = {p.n, p.oc, p.oh, p.ow};
-    y = new_out(4, shape);
+    y = new_out(bk, 4, shape);
     OUT_OR_FAIL(y);
     y->fmt = p.yfmt;
-    if (ct__cpu_conv_fwd(&p, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL, ct__f32(y)) < 0)
+    if (K(conv_fwd, &p, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL, ct__f32(y)) < 0)
         goto err;
-    ct_tensor *in[3] = {x, w, b};
     if (record(op, conv_bw, y, b ? 3 : 2, in, &p, sizeof(p), NULL) < 0)
         goto err;
     return y;
@@ -384,33 +411,44 @@ ct_tensor *ct_nn_conv_transpose2d(ct_tensor *x, ct_tensor *w, ct_tensor *b, cons
 typedef struct bn_ctx {
     ct__bn_p p;
     bool training;
-    size_t ws_bytes; /* fused ReLU workspace (training) */
-    /* followed by mean[c], var[c] (batch stats in training, running stats in eval), then the
-     * workspace */
+    const ct__backend *bk;
+    float *stats; /* device: mean[c], var[c] (batch stats in training, running in eval) */
+    void *ws;     /* device: the fused ReLU's workspace (training), or NULL */
 } bn_ctx;
 
-static float *bn_ones(int64_t c, int slot, float v)
+static void bn_ctx_free(void *ctx)
 {
-    float *p = ct__scratch(slot, c);
-    if (p)
-        for (int64_t i = 0; i < c; i++)
-            p[i] = v;
-    return p;
+    bn_ctx *c = ctx;
+    if (c) {
+        c->bk->free(c->stats);
+        c->bk->free(c->ws);
+    }
+    free(c);
+}
+
+/* c floats of value v on bk's device (scratch slot) */
+static float *bn_ones(const ct__backend *bk, int64_t c, int slot, float v)
+{
+    float *p = ct__scratch(bk, slot, c);
+    return p && bk->fill(c, v, p) == 0 ? p : NULL;
 }
 
 static int bn_bw(ct__node *nd)
 {
     bn_ctx *c = nd->ctx;
     const ct__bn_p *p = &c->p;
-    const float *mean = (const float *)(c + 1), *var = mean + p->c;
+    const ct__backend *bk = c->bk;
+    const float *mean = c->stats, *var = mean + p->c;
     ct_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2];
     const float *dy = ct__f32(nd->out->grad);
     int rc = 0;
-    int64_t C = p->c, hw = p->hw, N = p->n;
+    int64_t C = p->c;
     /* scratch slots: 0 dx, 1 dscale, 2 dshift, 3 ones (scale when weight is NULL) */
-    const float *scale = w ? ct__f32(w) : bn_ones(C, 3, 1.0f);
+    const float *scale = w ? ct__f32(w) : bn_ones(bk, C, 3, 1.0f);
     gslot sx = {0}, sw = {0}, sb = {0};
     bool wx = wants(x), ww = wants(w), wb = wants(b);
+    if (!scale)
+        return ct__error(CT_ENOMEM, "batch_norm backward: out of memory");
     if (wx && (rc = gbegin(&sx, x, 0)) < 0)
         return rc;
     if (ww && (rc = gbegin(&sw, w, 1)) < 0)
@@ -418,41 +456,17 @@ static int bn_bw(ct__node *nd)
     if (wb && (rc = gbegin(&sb, b, 2)) < 0)
         return rc;
     if (c->training) {
-        float *dx = wx ? sx.dst : ct__scratch(0, ct_tensor_numel(x));
-        float *dsc = ww ? sw.dst : ct__scratch(1, C);
-        float *dsh = wb ? sb.dst : ct__scratch(2, C);
-        if ((rc = ct__cpu_bn_bwd(p, ct__f32(x), dy, scale, mean, var, var + C, dx, dsc, dsh)) < 0)
-            return rc;
-    } else {
-        /* frozen statistics: y = (x - rm) * rstd * w + b (then relu: dy masked by y > 0) */
-        const float *xp = ct__f32(x), *yp = ct__f32(nd->out);
-        for (int64_t ch = 0; ch < C; ch++) {
-            float rstd = 1.0f / sqrtf(var[ch] + p->eps);
-            double sdy = 0, sdyx = 0;
-            for (int64_t i = 0; i < N; i++) {
-                const float *g = dy + (i * C + ch) * hw, *xx = xp + (i * C + ch) * hw;
-                float *dx = wx ? sx.dst + (i * C + ch) * hw : NULL;
-                const float *yy = yp + (i * C + ch) * hw;
-                for (int64_t j = 0; j < hw; j++) {
-                    float gj = (p->relu && !(yy[j] > 0.0f)) ? 0.0f : g[j];
-                    sdy += gj;
-                    sdyx += gj * (xx[j] - mean[ch]) * rstd;
-                    if (dx)
-                        dx[j] = gj * rstd * scale[ch];
-                }
-            }
-            if (ww)
-                sw.dst[ch] = (float)sdyx;
-            if (wb)
-                sb.dst[ch] = (float)sdy;
-        }
+        float *dx = wx ? sx.dst : ct__scratch(bk, 0, ct_tensor_numel(x));
+        float *dsc = ww ? sw.dst : ct__scratch(bk, 1, C);
+        float *dsh = wb ? sb.dst : ct__scratch(bk, 2, C);
+        rc = K(bn_bwd, p, ct__f32(x), dy, scale, mean, var, c->ws, dx, dsc, dsh);
+    } else { /* frozen statistics: y = (x - rm) * rstd * w + b (then relu) */
+        rc = K(bn_bwd_frozen, p, ct__f32(x), ct__f32(nd->out), dy, scale, mean, var,
+               wx ? sx.dst : NULL, ww ? sw.dst : NULL, wb ? sb.dst : NULL);
     }
-    if (wx)
-        gend(&sx);
-    if (ww)
-        gend(&sw);
-    if (wb)
-        gend(&sb);
+    if (rc < 0 || (wx && (rc = gend(&sx)) < 0) || (ww && (rc = gend(&sw)) < 0) ||
+        (wb && (rc = gend(&sb)) < 0))
+        return rc;
     return 0;
 }
 
@@ -484,7 +498,7 @@ static ct_tensor *bn_common(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
         goto bad;
     ct_tensor *gin[3] = {x, weight, bias};
     if (!training && x->fmt != CT__FMT_PLAIN && ct__needs_grad(3, gin)) {
-        /* the frozen-statistics backward is a plain C loop: give it plain data */
+        /* the frozen-statistics backward takes plain data */
         ct_tensor *xp = ct_nn_to_plain(x);
         y = xp ? bn_common(xp, weight, bias, running_mean, running_var, training, momentum, eps,
                            relu)
@@ -506,6 +520,10 @@ static ct_tensor *bn_common(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
             return NULL;
         }
     }
+    ct_tensor *all[5] = {x, weight, bias, running_mean, running_var};
+    const ct__backend *bk = bk_of("batch_norm", 5, all);
+    if (!bk)
+        return NULL;
     if (!training && (!running_mean || !running_var)) {
         ct__error(CT_EINVAL, "batch_norm: eval mode needs running_mean and running_var");
         return NULL;
@@ -518,69 +536,64 @@ static ct_tensor *bn_common(ct_tensor *x, ct_tensor *weight, ct_tensor *bias,
                    .fmt = x->fmt,
                    .relu = relu,
                    .eps = eps};
-    size_t ws = training && relu ? ct__cpu_bn_ws_bytes(&bp) : 0;
-    c = calloc(1, sizeof(*c) + 2 * (size_t)C * sizeof(float) + ws);
-    if (!c) {
+    size_t ws = training && relu && bk->bn_ws_bytes ? bk->bn_ws_bytes(&bp) : 0;
+    if (!(c = calloc(1, sizeof(*c)))) {
         ct__error(CT_ENOMEM, "batch_norm: out of memory");
         return NULL;
     }
-    c->ws_bytes = ws;
-    c->p.relu = relu;
-    c->p.n = x->shape[0];
-    c->p.c = C;
-    c->p.hw = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
-    c->p.h = x->ndim == 4 ? x->shape[2] : 1;
-    c->p.w = x->ndim == 4 ? x->shape[3] : 1;
-    c->p.fmt = x->fmt;
-    c->p.eps = eps;
+    c->p = bp;
     c->training = training;
-    float *mean = (float *)(c + 1), *var = mean + C;
-    y = new_out(x->ndim, x->shape);
+    c->bk = bk;
+    if (bk->alloc((void **)&c->stats, 2 * (size_t)C * sizeof(float)) < 0 ||
+        (ws && bk->alloc(&c->ws, ws) < 0))
+        goto err;
+    float *mean = c->stats, *var = mean + C;
+    y = new_out(bk, x->ndim, x->shape);
     if (!y)
         goto err;
     y->fmt = x->fmt;
-    const float *scale = weight ? ct__f32(weight) : bn_ones(C, 0, 1.0f);
-    const float *shift = bias ? ct__f32(bias) : bn_ones(C, 1, 0.0f);
+    const float *scale = weight ? ct__f32(weight) : bn_ones(bk, C, 0, 1.0f);
+    const float *shift = bias ? ct__f32(bias) : bn_ones(bk, C, 1, 0.0f);
+    if (!scale || !shift) {
+        ct__error(CT_ENOMEM, "batch_norm: out of memory");
+        goto err;
+    }
     if (training) {
-        int64_t cnt = c->p.n * c->p.hw;
+        int64_t cnt = bp.n * bp.hw;
         if (cnt <= 1) {
             ct__error(CT_EINVAL, "batch_norm: training needs more than one value per channel");
             goto err;
         }
-        if (ct__cpu_bn_fwd_train(&c->p, ct__f32(x), scale, shift, ct__f32(y), mean, var, var + C) <
-            0)
+        if (K(bn_fwd_train, &c->p, ct__f32(x), scale, shift, ct__f32(y), mean, var, c->ws) < 0)
             goto err;
-        if (running_mean && running_var) {
-            float *rm = ct__f32(running_mean), *rv = ct__f32(running_var);
-            float unb = (float)cnt / (float)(cnt - 1);
-            for (int64_t i = 0; i < C; i++) {
-                rm[i] = (1.0f - momentum) * rm[i] + momentum * mean[i];
-                rv[i] = (1.0f - momentum) * rv[i] + momentum * var[i] * unb;
-            }
-        }
+        if (running_mean && running_var &&
+            K(bn_update_running, C, momentum, (float)cnt / (float)(cnt - 1), mean, var,
+              ct__f32(running_mean), ct__f32(running_var)) < 0)
+            goto err;
     } else {
-        memcpy(mean, ct__f32(running_mean), (size_t)C * sizeof(float));
-        memcpy(var, ct__f32(running_var), (size_t)C * sizeof(float));
-        if (ct__cpu_bn_fwd_infer(&c->p, ct__f32(x), scale, shift, mean, var, ct__f32(y)) < 0)
+        size_t bytes = (size_t)C * sizeof(float);
+        if (bk->copy(mean, ct__f32(running_mean), bytes) < 0 ||
+            bk->copy(var, ct__f32(running_var), bytes) < 0 ||
+            K(bn_fwd_infer, &c->p, ct__f32(x), scale, shift, mean, var, ct__f32(y)) < 0)
             goto err;
     }
     ct_tensor *in[3] = {x, weight, bias};
     if (ct__needs_grad(3, in)) {
-        if (!ct__node_record("batch_norm", bn_bw, y, 3, in, c, NULL)) {
-            c = NULL;
+        bn_ctx *owned = c;
+        c = NULL; /* owned by the node, even when recording fails */
+        if (!ct__node_record("batch_norm", bn_bw, y, 3, in, owned, bn_ctx_free)) {
             ct__error(CT_ENOMEM, "batch_norm: out of memory recording the op");
             goto err;
         }
-        c = NULL; /* owned by the node */
     }
-    free(c);
+    bn_ctx_free(c);
     return y;
 bad:
     if (x && x->ndim == 3)
         ct__error(CT_EINVAL, "batch_norm: x must be (N,C) or (N,C,H,W)");
     return NULL;
 err:
-    free(c);
+    bn_ctx_free(c);
     ct_tensor_release(&y);
     return NULL;
 }
@@ -589,22 +602,30 @@ err:
 
 typedef struct pool_ctx {
     ct__pool_p p;
-    size_t ws_bytes;
-    /* followed by the workspace */
+    const ct__backend *bk;
+    void *ws; /* device: max pooling's workspace for backward, or NULL */
 } pool_ctx;
+
+static void pool_ctx_free(void *ctx)
+{
+    pool_ctx *c = ctx;
+    if (c)
+        c->bk->free(c->ws);
+    free(c);
+}
 
 static int pool_bw(ct__node *nd)
 {
     pool_ctx *c = nd->ctx;
+    const ct__backend *bk = c->bk;
     ct_tensor *x = nd->in[0];
     gslot sx;
     int rc = 0;
-    if ((rc = gbegin(&sx, x, 0)) < 0)
+    if ((rc = gbegin(&sx, x, 0)) < 0 ||
+        (rc = K(pool_bwd, &c->p, ct__f32(x), ct__f32(nd->out), ct__f32(nd->out->grad), c->ws,
+                sx.dst)) < 0)
         return rc;
-    if ((rc = ct__cpu_pool_bwd(&c->p, ct__f32(nd->out->grad), c + 1, sx.dst)) < 0)
-        return rc;
-    gend(&sx);
-    return 0;
+    return gend(&sx);
 }
 
 static ct_tensor *pool_common(const char *op, ct_tensor *x, int k, int s, int pad, int alg)
@@ -613,6 +634,7 @@ static ct_tensor *pool_common(const char *op, ct_tensor *x, int k, int s, int pa
     pool_ctx *c = NULL;
     if (check_f32(x, op, "x", 4, 4) < 0)
         return NULL;
+    const ct__backend *bk = ct__bk(x);
     if (s <= 0)
         s = k;
     ct__pool_p p = {.n = x->shape[0],
@@ -640,33 +662,34 @@ static ct_tensor *pool_common(const char *op, ct_tensor *x, int k, int s, int pa
         return NULL;
     }
     bool grad = ct__needs_grad(1, &x);
-    size_t ws = grad ? ct__cpu_pool_ws_bytes(&p) : 0;
-    c = malloc(sizeof(*c) + ws);
-    if (!c) {
+    size_t ws = grad && bk->pool_ws_bytes ? bk->pool_ws_bytes(&p) : 0;
+    if (!(c = calloc(1, sizeof(*c)))) {
         ct__error(CT_ENOMEM, "%s: out of memory", op);
         return NULL;
     }
     c->p = p;
-    c->ws_bytes = ws;
+    c->bk = bk;
+    if (ws && bk->alloc(&c->ws, ws) < 0)
+        goto err;
     int64_t shape[4] = {p.n, p.c, p.oh, p.ow};
-    y = new_out(4, shape);
+    y = new_out(bk, 4, shape);
     if (!y)
         goto err;
     y->fmt = x->fmt;
-    if (ct__cpu_pool_fwd(&p, ct__f32(x), ct__f32(y), c + 1, grad) < 0)
+    if (K(pool_fwd, &p, ct__f32(x), ct__f32(y), c->ws, grad) < 0)
         goto err;
     if (grad) {
-        ct__node *nd = ct__node_record(op, pool_bw, y, 1, &x, c, NULL);
+        ct__node *nd = ct__node_record(op, pool_bw, y, 1, &x, c, pool_ctx_free);
         c = NULL;
         if (!nd) {
             ct__error(CT_ENOMEM, "%s: out of memory recording the op", op);
             goto err;
         }
     }
-    free(c);
+    pool_ctx_free(c);
     return y;
 err:
-    free(c);
+    pool_ctx_free(c);
     ct_tensor_release(&y);
     return NULL;
 }
@@ -690,12 +713,12 @@ typedef struct apool_ctx {
 static int apool_bw(ct__node *nd)
 {
     apool_ctx *c = nd->ctx;
+    const ct__backend *bk = ct__bk(nd->in[0]);
     bool acc;
     float *g = ct__grad_dst(nd->in[0], &acc);
     if (!g)
         return ct__error(CT_ENOMEM, "adaptive_avg_pool2d backward: out of memory");
-    ct__cpu_adaptive_avg_bwd(c->nc, c->ih, c->iw, c->oh, c->ow, ct__f32(nd->out->grad), g, acc);
-    return 0;
+    return K(adaptive_avg_bwd, c->nc, c->ih, c->iw, c->oh, c->ow, ct__f32(nd->out->grad), g, acc);
 }
 
 static ct_tensor *apool_plain(ct_tensor *x, int out_h, int out_w);
@@ -719,9 +742,11 @@ static ct_tensor *apool_plain(ct_tensor *x, int out_h, int out_w)
     }
     apool_ctx c = {x->shape[0] * x->shape[1], x->shape[2], x->shape[3], out_h, out_w};
     int64_t shape[4] = {x->shape[0], x->shape[1], out_h, out_w};
-    y = new_out(4, shape);
+    const ct__backend *bk = ct__bk(x);
+    y = new_out(bk, 4, shape);
     OUT_OR_FAIL(y);
-    ct__cpu_adaptive_avg_fwd(c.nc, c.ih, c.iw, c.oh, c.ow, ct__f32(x), ct__f32(y));
+    if (K(adaptive_avg_fwd, c.nc, c.ih, c.iw, c.oh, c.ow, ct__f32(x), ct__f32(y)) < 0)
+        goto err;
     if (record("adaptive_avg_pool2d", apool_bw, y, 1, &x, &c, sizeof(c), NULL) < 0)
         goto err;
     return y;
@@ -740,17 +765,14 @@ typedef struct elt_ctx {
 static int elt_bw(ct__node *nd)
 {
     elt_ctx *c = nd->ctx;
+    const ct__backend *bk = ct__bk(nd->in[0]);
     gslot sx;
     int rc = 0;
-    if ((rc = gbegin(&sx, nd->in[0], 0)) < 0)
+    if ((rc = gbegin(&sx, nd->in[0], 0)) < 0 ||
+        (rc = K(eltwise_bwd, c->alg, c->alpha, sx.n, ct__f32(nd->out), ct__f32(nd->out->grad),
+                sx.dst)) < 0)
         return rc;
-    if (c->alg == CT__ELT_RELU && c->alpha >= 0.0f)
-        ct__cpu_relu_bwd(c->alpha, sx.n, ct__f32(nd->out), ct__f32(nd->out->grad), sx.dst);
-    else if ((rc = ct__cpu_eltwise_bwd(c->alg, c->alpha, sx.n, ct__f32(nd->out),
-                                       ct__f32(nd->out->grad), sx.dst)) < 0)
-        return rc;
-    gend(&sx);
-    return 0;
+    return gend(&sx);
 }
 
 static ct_tensor *elt(const char *op, ct_tensor *x, int alg, float alpha)
@@ -759,12 +781,11 @@ static ct_tensor *elt(const char *op, ct_tensor *x, int alg, float alpha)
     if (check_f32(x, op, "x", 0, CT_MAX_DIMS) < 0)
         return NULL;
     elt_ctx c = {alg, alpha};
-    y = new_out(x->ndim, x->shape);
+    const ct__backend *bk = ct__bk(x);
+    y = new_out(bk, x->ndim, x->shape);
     OUT_OR_FAIL(y);
     y->fmt = x->fmt; /* elementwise: any layout */
-    if (alg == CT__ELT_RELU && alpha >= 0.0f)
-        ct__cpu_relu_fwd(alpha, ct_tensor_numel(x), ct__f32(x), ct__f32(y));
-    else if (ct__cpu_eltwise_fwd(alg, alpha, ct_tensor_numel(x), ct__f32(x), ct__f32(y)) < 0)
+    if (K(eltwise_fwd, alg, alpha, ct_tensor_numel(x), ct__f32(x), ct__f32(y)) < 0)
         goto err;
     if (record(op, elt_bw, y, 1, &x, &c, sizeof(c), NULL) < 0)
         goto err;
@@ -805,15 +826,14 @@ typedef struct sm_ctx {
 static int sm_bw(ct__node *nd)
 {
     sm_ctx *c = nd->ctx;
+    const ct__backend *bk = ct__bk(nd->in[0]);
     gslot sx;
     int rc = 0;
-    if ((rc = gbegin(&sx, nd->in[0], 0)) < 0)
+    if ((rc = gbegin(&sx, nd->in[0], 0)) < 0 ||
+        (rc = K(softmax_bwd, c->log, c->rows, c->cols, ct__f32(nd->out), ct__f32(nd->out->grad),
+                sx.dst)) < 0)
         return rc;
-    if ((rc = ct__cpu_softmax_bwd(c->log, c->rows, c->cols, ct__f32(nd->out),
-                                  ct__f32(nd->out->grad), sx.dst)) < 0)
-        return rc;
-    gend(&sx);
-    return 0;
+    return gend(&sx);
 }
 
 static ct_tensor *softmax_common(const char *op, ct_tensor *x, bool log)
@@ -822,9 +842,10 @@ static ct_tensor *softmax_common(const char *op, ct_tensor *x, bool log)
     if (check_f32(x, op, "x", 1, CT_MAX_DIMS) < 0)
         return NULL;
     sm_ctx c = {log, ct_tensor_numel(x) / x->shape[x->ndim - 1], x->shape[x->ndim - 1]};
-    y = new_out(x->ndim, x->shape);
+    const ct__backend *bk = ct__bk(x);
+    y = new_out(bk, x->ndim, x->shape);
     OUT_OR_FAIL(y);
-    if (ct__cpu_softmax_fwd(log, c.rows, c.cols, ct__f32(x), ct__f32(y)) < 0)
+    if (K(softmax_fwd, log, c.rows, c.cols, ct__f32(x), ct__f32(y)) < 0)
         goto err;
     if (record(op, sm_bw, y, 1, &x, &c, sizeof(c), NULL) < 0)
         goto err;
@@ -865,10 +886,9 @@ static int add_bw(ct__node *nd)
         float *g = ct__grad_dst(t, &acc);
         if (!g)
             return ct__error(CT_ENOMEM, "add backward: out of memory");
-        if (acc)
-            ct__cpu_axpy(n, 1.0f, dy, g);
-        else
-            memcpy(g, dy, (size_t)n * sizeof(float));
+        int rc = ct__grad_add(ct__bk(t), g, dy, n, acc);
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -898,11 +918,15 @@ static ct_tensor *add_same_fmt(ct_tensor *a, ct_tensor *b)
                   (long long)ct_tensor_numel(a), (long long)ct_tensor_numel(b), a->ndim, b->ndim);
         return NULL;
     }
-    y = new_out(a->ndim, a->shape);
+    ct_tensor *in[2] = {a, b};
+    const ct__backend *bk = bk_of("add", 2, in);
+    if (!bk)
+        return NULL;
+    y = new_out(bk, a->ndim, a->shape);
     OUT_OR_FAIL(y);
     y->fmt = a->fmt;
-    ct__cpu_add(ct_tensor_numel(a), ct__f32(a), ct__f32(b), ct__f32(y));
-    ct_tensor *in[2] = {a, b};
+    if (K(add, ct_tensor_numel(a), ct__f32(a), ct__f32(b), ct__f32(y)) < 0)
+        goto err;
     if (record("add", add_bw, y, 2, in, NULL, 0, NULL) < 0)
         goto err;
     return y;
@@ -913,16 +937,13 @@ err:
 
 static int sum_bw(ct__node *nd)
 {
-    float g0 = ct__f32(nd->out->grad)[0];
     ct_tensor *x = nd->in[0];
-    int64_t n = ct_tensor_numel(x);
+    const ct__backend *bk = ct__bk(x);
     bool acc;
     float *g = ct__grad_dst(x, &acc);
     if (!g)
         return ct__error(CT_ENOMEM, "sum backward: out of memory");
-    for (int64_t i = 0; i < n; i++)
-        g[i] = acc ? g[i] + g0 : g0;
-    return 0;
+    return K(broadcast, ct_tensor_numel(x), ct__f32(nd->out->grad), g, acc);
 }
 
 ct_tensor *ct_nn_sum(ct_tensor *x)
@@ -930,14 +951,11 @@ ct_tensor *ct_nn_sum(ct_tensor *x)
     ct_tensor *y = NULL;
     if (check_f32(x, "sum", "x", 0, CT_MAX_DIMS) < 0)
         return NULL;
-    y = new_out(0, NULL);
+    const ct__backend *bk = ct__bk(x);
+    y = new_out(bk, 0, NULL);
     OUT_OR_FAIL(y);
-    const float *p = ct__f32(x);
-    double s = 0;
-    int64_t n = ct_tensor_numel(x);
-    for (int64_t i = 0; i < n; i++)
-        s += p[i];
-    ct__f32(y)[0] = (float)s;
+    if (K(sum, ct_tensor_numel(x), ct__f32(x), ct__f32(y)) < 0)
+        goto err;
     if (record("sum", sum_bw, y, 1, &x, NULL, 0, NULL) < 0)
         goto err;
     return y;
@@ -949,15 +967,13 @@ err:
 static int dropout_bw(ct__node *nd)
 {
     ct_tensor *x = nd->in[0];
+    const ct__backend *bk = ct__bk(x);
     const float *mask = ct__f32(nd->saved[0]), *dy = ct__f32(nd->out->grad);
-    int64_t n = ct_tensor_numel(x);
     bool acc;
     float *g = ct__grad_dst(x, &acc);
     if (!g)
         return ct__error(CT_ENOMEM, "dropout backward: out of memory");
-    for (int64_t i = 0; i < n; i++)
-        g[i] = acc ? g[i] + dy[i] * mask[i] : dy[i] * mask[i];
-    return 0;
+    return K(mul, ct_tensor_numel(x), dy, mask, g, acc);
 }
 
 ct_tensor *ct_nn_dropout(ct_tensor *x, float p, bool training)
@@ -972,18 +988,17 @@ ct_tensor *ct_nn_dropout(ct_tensor *x, float p, bool training)
     if (!training || p == 0.0f)
         return ct_tensor_retain(x);
     int64_t n = ct_tensor_numel(x);
-    y = new_out(x->ndim, x->shape);
-    mask = new_out(x->ndim, x->shape);
+    const ct__backend *bk = ct__bk(x);
+    y = new_out(bk, x->ndim, x->shape);
+    mask = new_out(bk, x->ndim, x->shape);
     if (!y || !mask)
         goto err;
     y->fmt = mask->fmt = x->fmt;
-    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    float *m = ct__f32(mask), *yp = ct__f32(y);
-    const float *xp = ct__f32(x);
-    for (int64_t i = 0; i < n; i++) {
-        m[i] = ct__rng_uniform() < p ? 0.0f : scale;
-        yp[i] = xp[i] * m[i];
-    }
+    /* a counter-based mask: one draw of ct's generator seeds it, so a seeded run gets the
+     * same mask on every device */
+    if (K(dropout_mask, n, p, ct__rng_u64(), 0, ct__f32(mask)) < 0 ||
+        K(mul, n, ct__f32(x), ct__f32(mask), ct__f32(y), false) < 0)
+        goto err;
     ct__node *nd;
     if (record("dropout", dropout_bw, y, 1, &x, NULL, 0, &nd) < 0)
         goto err;
@@ -1005,8 +1020,7 @@ static int reshape_bw(ct__node *nd)
     float *g = ct__grad_dst(x, &acc);
     if (!g)
         return ct__error(CT_ENOMEM, "reshape backward: out of memory");
-    ct__grad_add(g, ct__f32(nd->out->grad), n, acc);
-    return 0;
+    return ct__grad_add(ct__bk(x), g, ct__f32(nd->out->grad), n, acc);
 }
 
 ct_tensor *ct_nn_reshape(ct_tensor *x, int ndim, const int64_t *shape)
@@ -1027,9 +1041,4 @@ ct_tensor *ct_nn_flatten(ct_tensor *x)
     }
     int64_t shape[2] = {x->shape[0], x->shape[0] ? ct_tensor_numel(x) / x->shape[0] : 0};
     return ct_nn_reshape(x, 2, shape);
-}
-
-void ct_nn_set_threads(int n)
-{
-    ct__cpu_set_threads(n);
 }

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "trainer/cpu/cpu.h"
 #include "trainer/tensor/tensor_impl.h"
 
 static __thread struct {
@@ -113,7 +112,7 @@ void ct_autograd_clear_tape(void)
 float *ct__grad_dst(ct_tensor *t, bool *acc)
 {
     if (!t->grad) {
-        ct_tensor *g = ct__tensor_empty(CT_F32, t->ndim, t->shape);
+        ct_tensor *g = ct__tensor_empty_on(ct__bk(t), CT_F32, t->ndim, t->shape);
         if (!g)
             return NULL;
         g->fmt = t->fmt; /* a gradient has its tensor's layout */
@@ -125,31 +124,38 @@ float *ct__grad_dst(ct_tensor *t, bool *acc)
     return ct__f32(t->grad);
 }
 
-void ct__grad_add(float *dst, const float *src, int64_t n, bool acc)
+int ct__grad_add(const ct__backend *bk, float *dst, const float *src, int64_t n, bool acc)
 {
     if (dst == src)
-        return;
-    if (acc) {
-        for (int64_t i = 0; i < n; i++)
-            dst[i] += src[i];
-    } else {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-    }
+        return 0;
+    if (acc)
+        return bk->axpy(n, 1.0f, src, dst);
+    return bk->copy(dst, src, (size_t)n * sizeof(float));
 }
 
+/* per thread, per device kind and slot; device memory is freed through its table */
 static __thread struct {
+    const ct__backend *bk;
     float *p;
     int64_t n;
-} scratch[4];
+} scratch[3][4];
 
-float *ct__scratch(int slot, int64_t n)
+float *ct__scratch(const ct__backend *bk, int slot, int64_t n)
 {
-    if (scratch[slot].n < n) {
-        free(scratch[slot].p);
-        scratch[slot].p = aligned_alloc(64, (((size_t)n * sizeof(float)) + 63) & ~(size_t)63);
-        scratch[slot].n = scratch[slot].p ? n : 0;
+    int d = (int)bk->device;
+    if (d < 0 || d > 2)
+        return NULL;
+    if (scratch[d][slot].n < n) {
+        if (scratch[d][slot].p)
+            scratch[d][slot].bk->free(scratch[d][slot].p);
+        void *p = NULL;
+        if (bk->alloc(&p, (size_t)n * sizeof(float)) < 0)
+            p = NULL;
+        scratch[d][slot].p = p;
+        scratch[d][slot].bk = bk;
+        scratch[d][slot].n = p ? n : 0;
     }
-    return scratch[slot].p;
+    return scratch[d][slot].p;
 }
 
 void ct_tensor_set_requires_grad(ct_tensor *t, bool on)
@@ -172,7 +178,7 @@ void ct_tensor_zero_grad(ct_tensor *t)
 {
     if (!t || !t->grad)
         return;
-    memset(ct__f32(t->grad), 0, (size_t)ct_tensor_numel(t) * sizeof(float));
+    ct__bk(t->grad)->zero(ct__f32(t->grad), (size_t)ct_tensor_numel(t) * sizeof(float));
     t->grad_empty = true;
 }
 
@@ -225,7 +231,10 @@ static void hooks_fire(int i, int *first_err)
         if (dup)
             continue;
         if (x->grad && x->grad_empty) { /* logically zero: make the buffer say so */
-            memset(ct__f32(x->grad), 0, (size_t)ct_tensor_numel(x) * sizeof(float));
+            int zrc = ct__bk(x->grad)->zero(ct__f32(x->grad),
+                                            (size_t)ct_tensor_numel(x) * sizeof(float));
+            if (zrc < 0 && *first_err == 0)
+                *first_err = zrc;
             x->grad_empty = false;
         }
         int rc = x->hook_fn(x, x->hook_user);
@@ -264,29 +273,38 @@ static int backward(ct_tensor *t, const ct_tensor *grad_out, float scale)
         rc = ct__error(CT_ENOMEM, "backward: out of memory");
         goto out;
     }
+    const ct__backend *bk = ct__bk(t);
     if (grad_out) {
-        ct_tensor *c = ct_tensor_clone(grad_out);
+        /* on t's device and in t's layout (e.g. a plain upstream gradient for a blocked
+         * output) */
+        ct_tensor *c = ct_tensor_to(grad_out, bk->device);
         if (!c) {
-            rc = CT_ENOMEM;
+            rc = CT_EINVAL; /* ct_tensor_to said why */
             goto out;
         }
-        if (c->fmt != t->fmt) { /* e.g. a plain upstream gradient for a blocked output */
-            float *tmp = ct__scratch(0, n);
+        if (c->fmt != t->fmt) {
+            float *tmp = ct__scratch(bk, 0, n);
             if (!tmp || t->ndim != 4 ||
-                ct__cpu_reorder(t->shape[0], t->shape[1], t->shape[2], t->shape[3], ct__f32(c),
-                                c->fmt, tmp, t->fmt) < 0) {
+                CT__BK_CALL(bk, reorder, t->shape[0], t->shape[1], t->shape[2], t->shape[3],
+                            ct__f32(c), c->fmt, tmp, t->fmt) < 0) {
                 ct_tensor_release(&c);
                 rc = ct__error(CT_EINVAL, "backward: cannot convert grad_out's layout");
                 goto out;
             }
-            ct__grad_add(g, tmp, n, acc);
+            rc = ct__grad_add(bk, g, tmp, n, acc);
         } else {
-            ct__grad_add(g, ct__f32(c), n, acc);
+            rc = ct__grad_add(bk, g, ct__f32(c), n, acc);
         }
         ct_tensor_release(&c);
     } else {
-        g[0] = acc ? g[0] + scale : scale;
+        float *seed = ct__scratch(bk, 0, 1);
+        rc = !seed ? ct__error(CT_ENOMEM, "backward: out of memory")
+                   : bk->fill(1, scale, seed);
+        if (rc == 0)
+            rc = ct__grad_add(bk, g, seed, 1, acc);
     }
+    if (rc < 0)
+        goto out;
     if (atomic_load_explicit(&hooks_used, memory_order_relaxed))
         hooks = hooks_prepare();
     for (int i = tape.n - 1; i >= 0; i--) {

@@ -1,82 +1,36 @@
-/* trainer/tensor/tensor.c — tensors, ref-counted storage, views and arenas (CPU).
+/* trainer/tensor/tensor.c — tensors, ref-counted storage on a device (its memory comes from the
+ * device's backend table, trainer/backend/backend.h), views, copies between devices
+ * (ct_tensor_to) and arenas.
  *
- * Not here: autograd (autograd.c) and any math (trainer/cpu/, trainer/nn/).
- * Storage buffers are 64-byte aligned. A small per-thread cache keeps recently freed buffers
- * by exact size: a training step allocates the same activation sizes every step, and reusing
- * them avoids page faults from fresh mmap'd memory. */
+ * Not here: autograd (autograd.c) and any math (the backends, trainer/nn/). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "trainer/tensor/tensor_impl.h"
 
-/* ---- buffer cache: exact-size reuse of freed storage ---- */
-#define CACHE_SLOTS 64
-#define CACHE_MIN_BYTES 4096
-static __thread struct {
-    void *p;
-    size_t n;
-} cache[CACHE_SLOTS];
-static __thread size_t cache_bytes;
-#define CACHE_MAX_BYTES ((size_t)512 << 20)
-
-static void *buf_alloc(size_t n)
-{
-    if (n >= CACHE_MIN_BYTES) {
-        for (int i = 0; i < CACHE_SLOTS; i++) {
-            if (cache[i].p && cache[i].n == n) {
-                void *p = cache[i].p;
-                cache[i].p = NULL;
-                cache_bytes -= n;
-                return p;
-            }
-        }
-    }
-    size_t rounded = (n + 63) & ~(size_t)63;
-    return aligned_alloc(64, rounded ? rounded : 64);
-}
-
-static void buf_free(void *p, size_t n)
-{
-    if (!p)
-        return;
-    if (n >= CACHE_MIN_BYTES && cache_bytes + n <= CACHE_MAX_BYTES) {
-        for (int i = 0; i < CACHE_SLOTS; i++) {
-            if (!cache[i].p) {
-                cache[i].p = p;
-                cache[i].n = n;
-                cache_bytes += n;
-                return;
-            }
-        }
-        /* full: evict slot 0 (oldest-ish) */
-        cache_bytes -= cache[0].n;
-        free(cache[0].p);
-        cache[0].p = p;
-        cache[0].n = n;
-        cache_bytes += n;
-        return;
-    }
-    free(p);
-}
-
-ct__storage *ct__storage_new(size_t nbytes, bool zero)
+ct__storage *ct__storage_new_on(const ct__backend *bk, size_t nbytes, bool zero)
 {
     ct__storage *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
-    s->data = buf_alloc(nbytes);
-    if (!s->data) {
+    if (bk->alloc(&s->data, nbytes) < 0 || (zero && bk->zero(s->data, nbytes) < 0)) {
+        bk->free(s->data);
         free(s);
         return NULL;
     }
-    if (zero)
-        memset(s->data, 0, nbytes);
     s->refcount = 1;
     s->nbytes = nbytes;
     s->owned = true;
-    s->device = CT_CPU;
+    s->device = bk->device;
+    s->bk = bk;
     return s;
+}
+
+ct__storage *ct__storage_new(size_t nbytes, bool zero)
+{
+    return ct__storage_new_on(&ct__backend_cpu, nbytes, zero);
 }
 
 void ct__storage_release(ct__storage **sp)
@@ -88,7 +42,7 @@ void ct__storage_release(ct__storage **sp)
     if (--s->refcount > 0)
         return;
     if (s->owned)
-        buf_free(s->data, s->nbytes);
+        s->bk->free(s->data);
     free(s);
 }
 
@@ -118,7 +72,8 @@ static void set_contiguous(ct_tensor *t, int ndim, const int64_t *shape)
     }
 }
 
-static ct_tensor *tensor_alloc(ct_dtype dt, int ndim, const int64_t *shape, bool zero)
+static ct_tensor *tensor_alloc_on(const ct__backend *bk, ct_dtype dt, int ndim,
+                                  const int64_t *shape, bool zero)
 {
     int64_t n;
     if (check_shape(ndim, shape, &n) < 0)
@@ -126,7 +81,7 @@ static ct_tensor *tensor_alloc(ct_dtype dt, int ndim, const int64_t *shape, bool
     ct_tensor *t = calloc(1, sizeof(*t));
     if (!t)
         goto oom;
-    t->storage = ct__storage_new((size_t)n * ct_dtype_size(dt), zero);
+    t->storage = ct__storage_new_on(bk, (size_t)n * ct_dtype_size(dt), zero);
     if (!t->storage)
         goto oom;
     t->refcount = 1;
@@ -135,8 +90,13 @@ static ct_tensor *tensor_alloc(ct_dtype dt, int ndim, const int64_t *shape, bool
     return t;
 oom:
     free(t);
-    ct__error(CT_ENOMEM, "tensor: out of memory for %lld elements", (long long)n);
+    ct__error(CT_ENOMEM, "tensor: out of %s memory for %lld elements", bk->name, (long long)n);
     return NULL;
+}
+
+static ct_tensor *tensor_alloc(ct_dtype dt, int ndim, const int64_t *shape, bool zero)
+{
+    return tensor_alloc_on(&ct__backend_cpu, dt, ndim, shape, zero);
 }
 
 ct_tensor *ct__tensor_empty(ct_dtype dt, int ndim, const int64_t *shape)
@@ -144,9 +104,53 @@ ct_tensor *ct__tensor_empty(ct_dtype dt, int ndim, const int64_t *shape)
     return tensor_alloc(dt, ndim, shape, false);
 }
 
+ct_tensor *ct__tensor_empty_on(const ct__backend *bk, ct_dtype dt, int ndim, const int64_t *shape)
+{
+    return tensor_alloc_on(bk, dt, ndim, shape, false);
+}
+
 ct_tensor *ct__tensor_empty_like(const ct_tensor *t)
 {
-    return tensor_alloc(t->dtype, t->ndim, t->shape, false);
+    return tensor_alloc_on(ct__bk(t), t->dtype, t->ndim, t->shape, false);
+}
+
+ct_tensor *ct_tensor_to(const ct_tensor *t, ct_device device)
+{
+    if (!t) {
+        ct__error(CT_EINVAL, "tensor_to: NULL tensor");
+        return NULL;
+    }
+    const ct__backend *to = ct__backend_of(device), *from = ct__bk(t);
+    if (!to)
+        return NULL;
+    if (from == to)
+        return ct_tensor_clone(t);
+    if (!ct_tensor_is_contiguous(t)) {
+        ct__error(CT_EINVAL, "tensor_to: the tensor must be contiguous");
+        return NULL;
+    }
+    ct_tensor *c = tensor_alloc_on(to, t->dtype, t->ndim, t->shape, false);
+    if (!c)
+        return NULL;
+    c->fmt = t->fmt;
+    size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
+    void *src = ct_tensor_data(t), *dst = ct_tensor_data(c);
+    int rc = 0;
+    if (from->device == CT_CPU) {
+        rc = to->upload(dst, src, bytes);
+    } else if (to->device == CT_CPU) {
+        rc = from->download(dst, src, bytes);
+    } else { /* between two devices: through the host */
+        void *h = malloc(bytes ? bytes : 1);
+        rc = !h ? ct__error(CT_ENOMEM, "tensor_to: out of memory")
+                : from->download(h, src, bytes);
+        if (rc == 0)
+            rc = to->upload(dst, h, bytes);
+        free(h);
+    }
+    if (rc < 0)
+        ct_tensor_release(&c);
+    return c;
 }
 
 ct_tensor *ct_tensor_new(ct_dtype dt, int ndim, const int64_t *shape)
@@ -179,6 +183,8 @@ ct_tensor *ct_tensor_wrap(ct_dtype dt, int ndim, const int64_t *shape, void *dat
     s->data = data;
     s->nbytes = (size_t)n * ct_dtype_size(dt);
     s->owned = false;
+    s->device = CT_CPU;
+    s->bk = &ct__backend_cpu;
     t->storage = s;
     t->refcount = 1;
     t->dtype = dt;
@@ -311,10 +317,20 @@ ct_tensor *ct_tensor_clone(const ct_tensor *t)
         ct__error(CT_EINVAL, "tensor_clone: NULL tensor");
         return NULL;
     }
-    ct_tensor *c = tensor_alloc(t->dtype, t->ndim, t->shape, false);
-    if (c) {
+    const ct__backend *bk = ct__bk(t);
+    if (bk->device != CT_CPU && !ct_tensor_is_contiguous(t)) {
+        ct__error(CT_EINVAL, "tensor_clone: a %s tensor must be contiguous", bk->name);
+        return NULL;
+    }
+    ct_tensor *c = tensor_alloc_on(bk, t->dtype, t->ndim, t->shape, false);
+    if (!c)
+        return NULL;
+    c->fmt = t->fmt; /* a blocked tensor is copied as is */
+    if (bk->device == CT_CPU) {
         gather(t, c->storage->data);
-        c->fmt = t->fmt; /* a blocked tensor is copied as is */
+    } else if (bk->copy(ct_tensor_data(c), ct_tensor_data(t),
+                        (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype)) < 0) {
+        ct_tensor_release(&c);
     }
     return c;
 }
@@ -379,24 +395,35 @@ int ct_tensor_copy_from(ct_tensor *t, const void *src, size_t nbytes)
                          want);
     if (!ct_tensor_is_contiguous(t))
         return ct__error(CT_EINVAL, "tensor_copy_from: tensor is not contiguous");
-    memcpy(ct_tensor_data(t), src, nbytes);
-    return 0;
+    return ct__bk(t)->upload(ct_tensor_data(t), src, nbytes);
+}
+
+int ct_tensor_copy_to(const ct_tensor *t, void *dst, size_t nbytes)
+{
+    if (!t || !dst)
+        return ct__error(CT_EINVAL, "tensor_copy_to: NULL argument");
+    size_t have = (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
+    if (nbytes != have)
+        return ct__error(CT_ERANGE, "tensor_copy_to: %zu bytes asked, tensor holds %zu", nbytes,
+                         have);
+    if (!ct_tensor_is_contiguous(t))
+        return ct__error(CT_EINVAL, "tensor_copy_to: tensor is not contiguous");
+    return ct__bk(t)->download(dst, ct_tensor_data(t), nbytes);
 }
 
 int ct_tensor_fill_f32(ct_tensor *t, float v)
 {
     if (!t || t->dtype != CT_F32 || !ct_tensor_is_contiguous(t))
         return ct__error(CT_EINVAL, "tensor_fill_f32: needs a contiguous f32 tensor");
-    float *p = ct__f32(t);
-    int64_t n = ct_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        p[i] = v;
-    return 0;
+    return ct__bk(t)->fill(ct_tensor_numel(t), v, ct__f32(t));
 }
 
 float ct_tensor_item(const ct_tensor *t)
 {
-    return (t && t->dtype == CT_F32) ? *(const float *)ct_tensor_data(t) : 0.0f;
+    float v = 0.0f;
+    if (t && t->dtype == CT_F32 && ct__bk(t)->download(&v, ct_tensor_data(t), sizeof v) < 0)
+        v = NAN;
+    return v;
 }
 
 void ct__tensor_rebind(ct_tensor *t, ct__storage *s, int64_t offset)

@@ -9,13 +9,15 @@
 #define CT_TENSOR_IMPL_H
 
 #include "ct/tensor.h"
+#include "trainer/backend/backend.h"
 
 typedef struct ct__storage {
     int refcount;
     ct_device device;
-    void *data;
+    const ct__backend *bk; /* the device's table (backend.h): every kernel on data goes here */
+    void *data;            /* the device's memory */
     size_t nbytes;
-    bool owned; /* free(data) when the last reference goes */
+    bool owned; /* bk->free(data) when the last reference goes */
 } ct__storage;
 
 typedef struct ct__node ct__node;
@@ -64,26 +66,37 @@ ct__node *ct__node_record(const char *name, int (*backward)(ct__node *), ct_tens
 /* True when some input requires grad and grad mode is on. */
 bool ct__needs_grad(int nin, ct_tensor *const *in);
 
-/* Gradient buffer of t (f32, contiguous, t's numel) for a backward kernel; see header. NULL on
- * out of memory. */
+/* Gradient buffer of t (f32, contiguous, t's numel, on t's device) for a backward kernel; see
+ * header. NULL on out of memory. */
 float *ct__grad_dst(ct_tensor *t, bool *acc);
-/* dst[i] += src[i] or dst[i] = src[i] when !acc. */
-void ct__grad_add(float *dst, const float *src, int64_t n, bool acc);
-/* A per-thread scratch buffer of at least n floats (valid until the next call on this thread
- * with the same slot). slot 0..3. */
-float *ct__scratch(int slot, int64_t n);
+/* dst[i] += src[i] or dst[i] = src[i] when !acc, n floats of bk's device. */
+int ct__grad_add(const ct__backend *bk, float *dst, const float *src, int64_t n, bool acc);
+/* A per-thread scratch buffer of at least n floats of bk's device (valid until the next call
+ * on this thread with the same device and slot; on a device, for work queued on its compute
+ * stream). slot 0..3. */
+float *ct__scratch(const ct__backend *bk, int slot, int64_t n);
 
-/* Contiguous float data of t (asserts f32). */
+/* Contiguous float data of t (asserts f32): device memory where t is on a device. */
 static inline float *ct__f32(const ct_tensor *t)
 {
     return (float *)t->storage->data + t->offset;
 }
 
-ct_tensor *ct__tensor_empty(ct_dtype dt, int ndim, const int64_t *shape); /* uninitialised */
-ct_tensor *ct__tensor_empty_like(const ct_tensor *t);
+/* The table of t's device. */
+static inline const ct__backend *ct__bk(const ct_tensor *t)
+{
+    return t->storage->bk;
+}
+
+/* uninitialised, on bk's device (ct__tensor_empty: the CPU) */
+ct_tensor *ct__tensor_empty(ct_dtype dt, int ndim, const int64_t *shape);
+ct_tensor *ct__tensor_empty_on(const ct__backend *bk, ct_dtype dt, int ndim,
+                               const int64_t *shape);
+ct_tensor *ct__tensor_empty_like(const ct_tensor *t); /* on t's device */
 /* Re-points t at (storage, offset), dropping its old storage. Used to carve flat buffers. */
 void ct__tensor_rebind(ct_tensor *t, ct__storage *s, int64_t offset);
-ct__storage *ct__storage_new(size_t nbytes, bool zero);
+ct__storage *ct__storage_new(size_t nbytes, bool zero); /* on the CPU */
+ct__storage *ct__storage_new_on(const ct__backend *bk, size_t nbytes, bool zero);
 void ct__storage_release(ct__storage **s);
 /* Points t's gradient at a view of (storage, offset) (flat gradient buffers). */
 int ct__tensor_bind_grad(ct_tensor *t, ct__storage *s, int64_t offset);

@@ -1,0 +1,367 @@
+/* trainer/cuda/backend_cuda.c — the GPU's backend table (trainer/backend/backend.h) over the
+ * functions of cuda.h. One compute stream per process (non-blocking, made at first use) takes
+ * every kernel; memory comes from the caching allocator for that stream.
+ *
+ * Where the GPU's kernels differ from the table's contract, the difference is bridged here:
+ * the cross-entropy backward overwrites (the table adds), batch norm's fused ReLU runs as batch
+ * norm then ReLU (its workspace keeps the output, for the backward's mask), activation backward
+ * reads the output only. Layouts are plain (no blocked_fmt). Losses other than cross entropy
+ * without label smoothing are missing here: CT_ENOSYS names them. */
+#include <pthread.h>
+
+#include "common/common.h"
+#include "trainer/backend/backend.h"
+#include "trainer/cuda/cuda_internal.h"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static void *compute;
+static int compute_rc;
+
+static void compute_make(void)
+{
+    compute_rc = ct__cuda_stream_new(&compute);
+}
+
+/* the compute stream (NULL when it could not be made: the caller's call fails with its error) */
+static void *cs(void)
+{
+    pthread_once(&once, compute_make);
+    return compute;
+}
+
+static void *or_cs(void *stream)
+{
+    return stream ? stream : cs();
+}
+
+/* ---- memory ---- */
+static int cu_alloc(void **p, size_t bytes)
+{
+    void *s = cs();
+    if (!s) {
+        *p = NULL;
+        return compute_rc ? compute_rc : ct__error(CT_ECUDA, "cuda: no compute stream");
+    }
+    return ct__cuda_malloc(p, bytes, s);
+}
+
+static void cu_free(void *p)
+{
+    ct__cuda_free(p);
+}
+
+static int cu_upload(void *dst, const void *src, size_t bytes)
+{
+    return bytes ? ct__cuda_to_device(dst, src, bytes, cs()) : 0;
+}
+
+static int cu_download(void *dst, const void *src, size_t bytes)
+{
+    int rc = bytes ? ct__cuda_to_host(dst, src, bytes, cs()) : 0;
+    return rc ? rc : ct__cuda_sync(cs());
+}
+
+static int cu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes || dst == src)
+        return 0;
+    return ct__cuda_status(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)cs()),
+        "cudaMemcpyAsync (device to device)");
+}
+
+static int cu_zero(void *p, size_t bytes)
+{
+    return bytes ? ct__cuda_status(cudaMemsetAsync(p, 0, bytes, (cudaStream_t)cs()),
+                                   "cudaMemsetAsync")
+                 : 0;
+}
+
+/* ---- streams and events ---- */
+static int cu_sync(void *stream)
+{
+    return ct__cuda_sync(or_cs(stream));
+}
+
+static int cu_event_record(void *ev, void *stream)
+{
+    return ct__cuda_event_record(ev, or_cs(stream));
+}
+
+static int cu_stream_wait(void *stream, void *ev)
+{
+    return ct__cuda_stream_wait(or_cs(stream), ev);
+}
+
+/* ---- layouts: plain only ---- */
+static int cu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
+                      float *dst, int dfmt)
+{
+    if (sfmt != CT__FMT_PLAIN || dfmt != CT__FMT_PLAIN)
+        return ct__error(CT_ENOSYS, "reorder to or from a blocked layout is the CPU's, not cuda's");
+    return cu_copy(dst, src, (size_t)(n * c * h * w) * sizeof(float));
+}
+
+/* ---- convolution, Linear ---- */
+static int cu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b,
+                       float *y)
+{
+    return ct__cuda_conv_fwd(p, x, w, b, y, cs());
+}
+static int cu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx)
+{
+    return ct__cuda_conv_bwd_data(p, w, dy, dx, cs());
+}
+static int cu_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *dy, float *dw,
+                               float *db)
+{
+    return ct__cuda_conv_bwd_weights(p, x, dy, dw, db, cs());
+}
+static int cu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
+                     const float *b, float *y)
+{
+    return ct__cuda_ip_fwd(n, ic, oc, x, w, b, y, cs());
+}
+static int cu_ip_bwd_data(int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy,
+                          float *dx)
+{
+    return ct__cuda_ip_bwd_data(n, ic, oc, w, dy, dx, cs());
+}
+static int cu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
+                             float *dw, float *db)
+{
+    return ct__cuda_ip_bwd_weights(n, ic, oc, x, dy, dw, db, cs());
+}
+static int cu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
+                     bool tb, float *c, bool accumulate)
+{
+    return ct__cuda_matmul(m, k, n, a, ta, b, tb, c, accumulate, cs());
+}
+static int cu_add_col_sums(int64_t rows, int64_t cols, const float *x, float *y)
+{
+    return ct__cuda_col_sums(x, rows, cols, y, true, cs());
+}
+
+/* ---- batch norm: the fused ReLU as batch norm, then ReLU; ws keeps the output ---- */
+static size_t cu_bn_ws_bytes(const ct__bn_p *p)
+{
+    return p->relu ? (size_t)(p->n * p->c * p->hw) * sizeof(float) : 0;
+}
+
+static ct__bn_p no_relu(const ct__bn_p *p)
+{
+    ct__bn_p q = *p;
+    q.relu = 0;
+    return q;
+}
+
+static int cu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale,
+                           const float *shift, float *y, float *mean, float *var, void *ws)
+{
+    ct__bn_p q = no_relu(p);
+    int64_t n = p->n * p->c * p->hw;
+    int rc = ct__cuda_bn_fwd_train(&q, x, scale, shift, y, mean, var, cs());
+    if (rc == 0 && p->relu && (rc = ct__cuda_relu_fwd(y, y, n, cs())) == 0)
+        rc = cu_copy(ws, y, (size_t)n * sizeof(float));
+    return rc;
+}
+
+static int cu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale,
+                           const float *shift, const float *mean, const float *var, float *y)
+{
+    ct__bn_p q = no_relu(p);
+    int rc = ct__cuda_bn_fwd_infer(&q, x, scale, shift, mean, var, y, cs());
+    return rc == 0 && p->relu ? ct__cuda_relu_fwd(y, y, p->n * p->c * p->hw, cs()) : rc;
+}
+
+static int cu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
+                     const float *mean, const float *var, const void *ws, float *dx,
+                     float *dscale, float *dshift)
+{
+    ct__bn_p q = no_relu(p);
+    if (!p->relu)
+        return ct__cuda_bn_bwd(&q, x, dy, scale, mean, var, dx, dscale, dshift, cs());
+    /* dy masked where the output was not positive, in a block of its own (freed in stream
+     * order, after the batch norm below has read it) */
+    int64_t n = p->n * p->c * p->hw;
+    float *masked = NULL;
+    int rc = ct__cuda_malloc((void **)&masked, (size_t)n * sizeof(float), cs());
+    if (rc == 0 && (rc = ct__cuda_eltwise_bwd_dst(CT__ELT_RELU, 0.0f, n, ws, dy, masked, cs())) == 0)
+        rc = ct__cuda_bn_bwd(&q, x, masked, scale, mean, var, dx, dscale, dshift, cs());
+    int frc = ct__cuda_free(masked);
+    return rc ? rc : frc;
+}
+
+static int cu_bn_bwd_frozen(const ct__bn_p *p, const float *x, const float *y, const float *dy,
+                            const float *scale, const float *mean, const float *var, float *dx,
+                            float *dscale, float *dshift)
+{
+    return ct__cuda_bn_bwd_frozen(p, x, y, dy, scale, mean, var, dx, dscale, dshift, cs());
+}
+
+static int cu_bn_update_running(int64_t c, float m, float unbias, const float *mean,
+                                const float *var, float *rm, float *rv)
+{
+    return ct__cuda_bn_update_running(c, m, unbias, mean, var, rm, rv, cs());
+}
+
+/* ---- pooling: cuDNN finds the maximum again in backward, so no workspace ---- */
+static int cu_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *ws, bool training)
+{
+    (void)ws, (void)training;
+    return ct__cuda_pool_fwd(p, x, y, cs());
+}
+static int cu_pool_bwd(const ct__pool_p *p, const float *x, const float *y, const float *dy,
+                       const void *ws, float *dx)
+{
+    (void)ws;
+    return ct__cuda_pool_bwd(p, x, y, dy, dx, cs());
+}
+static int cu_apool_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                        const float *x, float *y)
+{
+    return ct__cuda_adaptive_avg_fwd(nc, ih, iw, oh, ow, x, y, cs());
+}
+static int cu_apool_bwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                        const float *dy, float *dx, bool acc)
+{
+    return ct__cuda_adaptive_avg_bwd(nc, ih, iw, oh, ow, dy, dx, acc, cs());
+}
+
+/* ---- activations, softmax ---- */
+static int cu_eltwise_fwd(int alg, float alpha, int64_t n, const float *x, float *y)
+{
+    if (alg == CT__ELT_RELU && alpha == 0.0f)
+        return ct__cuda_relu_fwd(x, y, n, cs());
+    return ct__cuda_eltwise_fwd(alg, alpha, n, x, y, cs());
+}
+static int cu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const float *dy,
+                          float *dx)
+{
+    return ct__cuda_eltwise_bwd_dst(alg, alpha, n, y, dy, dx, cs());
+}
+static int cu_softmax_fwd(bool log, int64_t rows, int64_t cols, const float *x, float *y)
+{
+    return ct__cuda_softmax_fwd(log, rows, cols, x, y, cs());
+}
+static int cu_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
+                          float *dx)
+{
+    return ct__cuda_softmax_bwd(log, rows, cols, y, dy, dx, cs());
+}
+
+/* ---- elementwise ---- */
+static int cu_fill(int64_t n, float v, float *x)
+{
+    return n ? ct__cuda_fill(x, v, n, cs()) : 0;
+}
+static int cu_add(int64_t n, const float *a, const float *b, float *y)
+{
+    return ct__cuda_add(n, a, b, y, cs());
+}
+static int cu_axpy(int64_t n, float alpha, const float *x, float *y)
+{
+    return n ? ct__cuda_axpy(y, alpha, x, n, cs()) : 0;
+}
+static int cu_mul(int64_t n, const float *a, const float *b, float *y, bool acc)
+{
+    return ct__cuda_mul(n, a, b, y, acc, cs());
+}
+static int cu_sum(int64_t n, const float *x, float *out)
+{
+    return ct__cuda_sum(x, n, out, cs());
+}
+static int cu_broadcast(int64_t n, const float *v, float *x, bool acc)
+{
+    return ct__cuda_broadcast(n, v, x, acc, cs());
+}
+static int cu_dropout_mask(int64_t n, float p, uint64_t seed, uint64_t offset, float *mask)
+{
+    return ct__cuda_dropout_mask(n, p, seed, offset, mask, cs());
+}
+
+/* ---- losses: cross entropy (mean, no smoothing) ---- */
+static int ce_only(const ct__loss_p *p)
+{
+    static const char *names[] = {"cross_entropy", "nll_loss", "mse_loss",
+                                  "l1_loss",       "bce_loss", "bce_with_logits_loss"};
+    if (p->kind == CT__LOSS_CE && p->label_smoothing == 0.0f)
+        return 0;
+    if (p->kind == CT__LOSS_CE)
+        return ct__error(CT_ENOSYS, "cross_entropy with label smoothing is not implemented on "
+                                    "device cuda");
+    return ct__error(CT_ENOSYS, "%s is not implemented on device cuda",
+                     p->kind >= 0 && p->kind < 6 ? names[p->kind] : "this loss");
+}
+
+static int cu_loss_fwd(const ct__loss_p *p, const float *x, const void *target, float *out)
+{
+    int rc = ce_only(p);
+    return rc ? rc : ct__cuda_cross_entropy_fwd(x, target, p->n, p->c, out, cs());
+}
+
+static int cu_loss_bwd(const ct__loss_p *p, const float *x, const void *target,
+                       const float *grad_out, float *grad)
+{
+    int rc = ce_only(p);
+    if (rc)
+        return rc;
+    int64_t n = p->n * p->c;
+    float *g = NULL;
+    if ((rc = ct__cuda_malloc((void **)&g, (size_t)n * sizeof(float), cs())) == 0 &&
+        (rc = ct__cuda_cross_entropy_bwd(x, target, p->n, p->c, grad_out, g, cs())) == 0)
+        rc = ct__cuda_axpy(grad, 1.0f, g, n, cs());
+    int frc = ct__cuda_free(g);
+    return rc ? rc : frc;
+}
+
+const ct__backend ct__backend_cuda = {
+    .name = "cuda",
+    .device = CT_CUDA,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .zero = cu_zero,
+    .stream_new = ct__cuda_stream_new,
+    .stream_free = ct__cuda_stream_free,
+    .synchronize = cu_sync,
+    .event_new = ct__cuda_event_new,
+    .event_free = ct__cuda_event_free,
+    .event_record = cu_event_record,
+    .stream_wait = cu_stream_wait,
+    .event_sync = ct__cuda_event_sync,
+    .reorder = cu_reorder,
+    .conv_fwd = cu_conv_fwd,
+    .conv_bwd_data = cu_conv_bwd_data,
+    .conv_bwd_weights = cu_conv_bwd_weights,
+    .ip_fwd = cu_ip_fwd,
+    .ip_bwd_data = cu_ip_bwd_data,
+    .ip_bwd_weights = cu_ip_bwd_weights,
+    .matmul = cu_matmul,
+    .add_col_sums = cu_add_col_sums,
+    .bn_ws_bytes = cu_bn_ws_bytes,
+    .bn_fwd_train = cu_bn_fwd_train,
+    .bn_fwd_infer = cu_bn_fwd_infer,
+    .bn_bwd = cu_bn_bwd,
+    .bn_bwd_frozen = cu_bn_bwd_frozen,
+    .bn_update_running = cu_bn_update_running,
+    .pool_fwd = cu_pool_fwd,
+    .pool_bwd = cu_pool_bwd,
+    .adaptive_avg_fwd = cu_apool_fwd,
+    .adaptive_avg_bwd = cu_apool_bwd,
+    .eltwise_fwd = cu_eltwise_fwd,
+    .eltwise_bwd = cu_eltwise_bwd,
+    .softmax_fwd = cu_softmax_fwd,
+    .softmax_bwd = cu_softmax_bwd,
+    .fill = cu_fill,
+    .add = cu_add,
+    .axpy = cu_axpy,
+    .mul = cu_mul,
+    .sum = cu_sum,
+    .broadcast = cu_broadcast,
+    .dropout_mask = cu_dropout_mask,
+    .loss_fwd = cu_loss_fwd,
+    .loss_bwd = cu_loss_bwd,
+};

@@ -14,12 +14,13 @@
 #       no GPU and counts as a failure here.
 #
 # The programs: collective_nccl (tests/collective/test_nccl.c), cuda_kernels and cuda_cudnn
-# (tests/cuda/: trainer/cuda's allocator, kernels, GEMMs and cuDNN ops against ct's CPU code). NCCL
-# refuses two ranks on one GPU, so with one GPU only world size 1 runs.
+# (tests/cuda/: trainer/cuda's allocator, kernels, GEMMs and cuDNN ops against ct's CPU code),
+# cuda_streams (events, stream order, the allocator across streams). NCCL refuses two ranks on one
+# GPU, so with one GPU only world size 1 runs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-gpu_tests="collective_nccl cuda_kernels cuda_cudnn"
+gpu_tests="collective_nccl cuda_kernels cuda_cudnn cuda_streams"
 debs="libzmq5 libprotobuf-c1 libyaml-0-2 libdnnl2 libsodium23 libpgm-5.3-0 libnorm1 libbsd0
       libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libmd0 libgomp1
       ocl-icd-libopencl1"

@@ -1,8 +1,8 @@
 /* tests/collective/test_nccl.c — the NCCL backend on one GPU (world size 1: NCCL refuses two
  * ranks on one device): allreduce f32 (sum, avg), f16 and bf16 sums, broadcast, allgather,
- * barrier on device buffers; the bucketer on device gradients; abort makes the next call return
- * CT_ECANCELED; a communicator rebuilt from a new group id (new unique id) works. Exits 77 without
- * a GPU, and checks that a CPU-only build refuses the backend with CT_ENOSYS. */
+ * barriers (five in a row) on device buffers; the bucketer on device gradients; abort makes the
+ * next call return CT_ECANCELED; a communicator rebuilt from a new group id (new unique id) works.
+ * Exits 77 without a GPU, and checks that a CPU-only build refuses the backend with CT_ENOSYS. */
 #include <stdint.h>
 
 #include "harness.h"
@@ -83,7 +83,9 @@ static int gpu_main(ct_rendezvous *rdv)
     CHECK_RC(ct_comm_allgather(c, d, d2, N, CT_F32, 0));
     CHECK(cudaMemcpy(back, d2, sizeof back, cudaMemcpyDeviceToHost) == cudaSuccess);
     CHECK(memcmp(back, h, sizeof h) == 0);
-    CHECK_RC(ct_comm_barrier(c, 0));
+    /* the barrier reuses the communicator's scratch float: again and again */
+    for (int i = 0; i < 5; i++)
+        CHECK_RC(ct_comm_barrier(c, 0));
     /* bucketer over device gradients: one grouped NCCL allreduce per bucket */
     {
         float *gr[2] = {(float *)d, (float *)d2};

@@ -3,6 +3,10 @@
  *   - convolution 2x3x9x9 -> 4 channels, 3x3, stride 1, pad 1; and 2x4x8x8 -> 6 channels, 3x3,
  *     stride 2, no padding, with bias (also: a second forward gives the same bits, from the
  *     algorithm the first one chose);
+ *   - determinism: backward data and backward weights of 64x64x32x32 -> 64, 3x3, pad 1 (a
+ *     shape where cuDNN's fastest algorithms add with atomics) run three times give the same
+ *     bits, and match the CPU; with ct__cuda_set_deterministic(false) they still run and match
+ *     (a note says whether two such runs differed, i.e. whether the shape shows anything);
  *   - batch norm over (4,3,5,5): training forward (y, batch mean, biased variance), inference
  *     forward with other statistics, backward (dx, dscale, dshift);
  *   - max pooling and average pooling with and without the padding counted, 2x2 stride 2 and
@@ -177,6 +181,86 @@ out:
     bufs_free();
 }
 
+/* ---- deterministic convolution algorithms ---- */
+
+/* the number of elements whose bits differ between the device tensors a and b */
+static int64_t bits_differ(const float *a, const float *b, int64_t n)
+{
+    float *ha = host(n), *hb = host(n);
+    if (download(ha, a, n) < 0 || download(hb, b, n) < 0) {
+        fprintf(stderr, "bits_differ: download: %s\n", ct_last_error());
+        failures++;
+        return -1;
+    }
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++)
+        d += memcmp(&ha[i], &hb[i], sizeof(float)) != 0;
+    return d;
+}
+
+static void test_conv_determinism(void)
+{
+    const char *what = "conv 64x64x32x32 -> 64, 3x3 pad 1";
+    enum { REPS = 3 };
+    ct__conv_p p = {.n = 64,
+                    .ic = 64,
+                    .ih = 32,
+                    .iw = 32,
+                    .oc = 64,
+                    .oh = 32,
+                    .ow = 32,
+                    .kh = 3,
+                    .kw = 3,
+                    .sh = 1,
+                    .sw = 1,
+                    .ph = 1,
+                    .pw = 1,
+                    .dh = 1,
+                    .dw = 1};
+    int64_t nx = p.n * p.ic * p.ih * p.iw, nw = p.oc * p.ic * p.kh * p.kw;
+    int64_t ny = p.n * p.oc * p.oh * p.ow;
+    float *x = host_random(nx, 51, -1, 1), *w = host_random(nw, 52, -1, 1);
+    float *dy = host_random(ny, 53, -1, 1), *dx = host(nx), *dw = host(nw);
+    CHECK(ct__cuda_deterministic()); /* the default */
+    CHECK_RC(ct__cpu_conv_bwd_data(&p, w, dy, dx));
+    CHECK_RC(ct__cpu_conv_bwd_weights(&p, x, dy, dw, NULL));
+
+    float *gx = upload(x, nx), *gw = upload(w, nw), *gdy = upload(dy, ny);
+    float *gdx[REPS], *gdw[REPS];
+    for (int r = 0; r < REPS; r++) {
+        gdx[r] = dev(nx), gdw[r] = dev(nw);
+        CHECK_RC(ct__cuda_conv_bwd_data(&p, gw, gdy, gdx[r], NULL));
+        CHECK_RC(ct__cuda_conv_bwd_weights(&p, gx, gdy, gdw[r], NULL, NULL));
+    }
+    compare(what, "dx (deterministic)", gdx[0], dx, nx);
+    compare(what, "dw (deterministic)", gdw[0], dw, nw);
+    for (int r = 1; r < REPS; r++) {
+        int64_t ddx = bits_differ(gdx[0], gdx[r], nx), ddw = bits_differ(gdw[0], gdw[r], nw);
+        if (ddx || ddw) {
+            fprintf(stderr,
+                    "%s: deterministic run %d differs from run 0 in %lld of dx, %lld of dw\n", what,
+                    r, (long long)ddx, (long long)ddw);
+            failures++;
+        }
+    }
+
+    /* the fastest algorithms: chosen again (the table is keyed by the setting), still right */
+    ct__cuda_set_deterministic(false);
+    for (int r = 0; r < 2; r++) {
+        CHECK_RC(ct__cuda_conv_bwd_data(&p, gw, gdy, gdx[r], NULL));
+        CHECK_RC(ct__cuda_conv_bwd_weights(&p, gx, gdy, gdw[r], NULL, NULL));
+    }
+    compare(what, "dx (fastest)", gdx[0], dx, nx);
+    compare(what, "dw (fastest)", gdw[0], dw, nw);
+    printf("note: %s, fastest algorithms: two runs differ in %lld of %lld dx and %lld of %lld dw "
+           "elements\n",
+           what, (long long)bits_differ(gdx[0], gdx[1], nx), (long long)nx,
+           (long long)bits_differ(gdw[0], gdw[1], nw), (long long)nw);
+out:
+    ct__cuda_set_deterministic(true);
+    bufs_free();
+}
+
 /* ---- batch norm ---- */
 
 static void test_bn(void)
@@ -346,6 +430,7 @@ int main(void)
                                                                     .dh = 1,
                                                                     .dw = 1,
                                                                     .bias = 1});
+    test_conv_determinism();
     test_bn();
     for (int alg = CT__POOL_MAX; alg <= CT__POOL_AVG_EXCL; alg++) {
         test_pool(alg, 2, 2, 0);
@@ -360,6 +445,7 @@ int main(void)
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     else
-        printf("cudnn: conv, batch norm, pooling, activations, softmax match the CPU: ok\n");
+        printf("cudnn: conv (deterministic and fastest), batch norm, pooling, activations, "
+               "softmax match the CPU: ok\n");
     return failures ? 1 : 0;
 }

@@ -6,15 +6,19 @@
  *     free; a request larger than the device fails with CT_ENOMEM, and the cache is released
  *     and retried first; a foreign or double free is refused;
  *   - fill, scale, axpy, relu forward and backward: exact against the same float operations;
+ *     relu at NaN, +-inf, -0 and +-FLT_MIN: the bits of ct__cpu_relu_fwd/_bwd (NaN as isnan);
  *   - sum: within 1e-6 of a double sum on the host, and the same bits on every run;
  *   - mean cross entropy forward and backward against ct_loss_cross_entropy_* (1e-5), with an
  *     ignored target (-100);
  *   - cuBLASLt products in all four transpose cases, with accumulation, and a Linear's forward
- *     (bias), backward data and backward weights (bias gradient) against ct__cpu_* (1e-4);
+ *     (bias), backward data and backward weights (bias gradient) against ct__cpu_* (1e-4); then
+ *     all of them again on views 4, 64 and 192 bytes into their allocations (the same shapes, so
+ *     a plan made for aligned pointers would be reused if alignment were not in its key);
  *   - fused SGD (momentum, nesterov, weight decay, maximize), Adam (L2, amsgrad) and AdamW:
  *     3 steps with the same bits as ct_optim_step.
  * Exits 77 with "no GPU" where no CUDA device can be used (this is how `make test` runs it on
  * machines without one; scripts/gpu-check.sh runs it on a GPU). */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +203,49 @@ static void test_elementwise(void)
     free(x), free(y), free(dy), free(got), free(want);
 }
 
+/* a and b the same float: the same bits, or both NaN (a NaN's payload is not promised) */
+static bool same_float(float a, float b)
+{
+    return isnan(a) ? isnan(b) : memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* ReLU where float has its edges: the GPU gives the CPU's bits (slope 0) */
+static void test_relu_edges(void)
+{
+    enum { E = 12 };
+    const float x[E] = {NAN,   -NAN, INFINITY, -INFINITY, -0.0f,  0.0f,
+                        -1.0f, 1.0f, FLT_MIN,  -FLT_MIN,  -3e38f, 3e38f};
+    const float dy[E] = {1.0f,      -1.0f, 2.0f, INFINITY, -1.0f, 3.0f,
+                         -INFINITY, NAN,   4.0f, -2.0f,    -6.0f, -INFINITY};
+    float want_y[E], want_dx[E], got[E];
+    ct__cpu_relu_fwd(0.0f, E, x, want_y);
+    ct__cpu_relu_bwd(0.0f, E, want_y, dy, want_dx);
+    float *dx_ = upload(x, E), *ddy = upload(dy, E), *dout = upload(x, E);
+    CHECK(dx_ && ddy && dout);
+    if (!(dx_ && ddy && dout))
+        return;
+    CHECK_RC(ct__cuda_relu_fwd(dx_, dout, E, NULL));
+    CHECK_RC(download(got, dout, E));
+    for (int i = 0; i < E; i++)
+        if (!same_float(got[i], want_y[i])) {
+            uint32_t gb, wb;
+            memcpy(&gb, &got[i], 4), memcpy(&wb, &want_y[i], 4);
+            fprintf(stderr, "relu(%g): gpu %g (0x%08x) cpu %g (0x%08x)\n", x[i], got[i],
+                    (unsigned)gb, want_y[i], (unsigned)wb);
+            failures++;
+        }
+    CHECK(isnan(got[0]) && isnan(got[1]) && got[3] == 0.0f && !signbit(got[3]));
+    CHECK_RC(ct__cuda_relu_bwd(dx_, ddy, dout, E, false, NULL));
+    CHECK_RC(download(got, dout, E));
+    for (int i = 0; i < E; i++)
+        if (!same_float(got[i], want_dx[i])) {
+            fprintf(stderr, "relu backward at x %g, dy %g: gpu %g cpu %g\n", x[i], dy[i], got[i],
+                    want_dx[i]);
+            failures++;
+        }
+    ct__cuda_free(dx_), ct__cuda_free(ddy), ct__cuda_free(dout);
+}
+
 static void test_cross_entropy(void)
 {
     enum { NR = 300, C = 10 };
@@ -265,21 +312,56 @@ static void expect_close(const char *what, const float *got, const float *want, 
     }
 }
 
-static void test_gemm(void)
+/* Byte offsets of the GEMM operands into their allocations: ct's a (and a Linear's x), b (w and
+ * dy), c (every output but the bias gradient) and the bias (and its gradient). The allocator's
+ * blocks are 256-byte aligned, so an offset of 4 gives a 4-byte aligned view, 192 a 64-byte one. */
+typedef struct offsets {
+    size_t a, b, c, bias;
+} offsets;
+
+enum { MAX_VIEWS = 16 };
+static void *view_base[MAX_VIEWS];
+static int n_views;
+
+/* a device view `off` bytes into a new allocation, holding the n host floats h; freed by
+ * views_free */
+static float *upload_at(const float *h, int64_t n, size_t off)
+{
+    void *base = NULL;
+    if (n_views == MAX_VIEWS || ct__cuda_malloc(&base, off + (size_t)n * sizeof(float), NULL) < 0)
+        return NULL;
+    view_base[n_views++] = base;
+    float *d = (float *)((char *)base + off);
+    return ct__cuda_to_device(d, h, (size_t)n * sizeof(float), NULL) < 0 ? NULL : d;
+}
+
+static void views_free(void)
+{
+    for (int i = 0; i < n_views; i++)
+        ct__cuda_free(view_base[i]);
+    n_views = 0;
+}
+
+/* Every product at these offsets against the CPU. Called first with offsets 0, so a plan made for
+ * aligned pointers is in the table when the same shapes come again misaligned. */
+static void test_gemm(offsets o)
 {
     enum { M = 37, K = 53, N = 29 }; /* odd sizes: no kernel's favourite multiple */
     float a[M * K], b[K * N], c0[M * N], want[M * N], got[M * N];
+    char what[128];
+    views_free(); /* what a failed call (CHECK_RC returns) left */
     fill_random(a, M * K, 31, -1, 1);
     fill_random(b, K * N, 32, -1, 1);
     fill_random(c0, M * N, 33, -1, 1);
-    float *da = upload(a, M * K), *db = upload(b, K * N), *dc = upload(c0, M * N);
+    float *da = upload_at(a, M * K, o.a), *db = upload_at(b, K * N, o.b),
+          *dc = upload_at(c0, M * N, o.c);
     CHECK(da && db && dc);
     if (!(da && db && dc))
-        return;
+        goto out;
     for (int t = 0; t < 8; t++) {
         bool ta = t & 1, tb = t & 2, acc = t & 4;
-        char what[64];
-        snprintf(what, sizeof what, "matmul ta %d tb %d accumulate %d", ta, tb, acc);
+        snprintf(what, sizeof what, "matmul ta %d tb %d accumulate %d, offsets a %zu b %zu c %zu",
+                 ta, tb, acc, o.a, o.b, o.c);
         memcpy(want, c0, sizeof want);
         CHECK_RC(ct__cpu_matmul(M, K, N, a, ta, b, tb, want, acc));
         CHECK_RC(ct__cuda_to_device(dc, c0, sizeof c0, NULL));
@@ -287,7 +369,7 @@ static void test_gemm(void)
         CHECK_RC(download(got, dc, M * N));
         expect_close(what, got, want, M * N);
     }
-    ct__cuda_free(da), ct__cuda_free(db), ct__cuda_free(dc);
+    views_free();
 
     /* Linear: x (B, IC), w (OC, IC), bias (OC) */
     enum { B = 19, IC = 45, OC = 23 };
@@ -297,12 +379,15 @@ static void test_gemm(void)
     fill_random(w, OC * IC, 42, -1, 1);
     fill_random(bias, OC, 43, -1, 1);
     fill_random(dy, B * OC, 44, -1, 1);
-    float *gx = upload(x, B * IC), *gw = upload(w, OC * IC), *gb = upload(bias, OC),
-          *gy = upload(y, B * OC), *gdy = upload(dy, B * OC), *gdx = upload(dx, B * IC),
-          *gdw = upload(dw, OC * IC), *gdb = upload(dbias, OC);
+    memset(y, 0, sizeof y), memset(dx, 0, sizeof dx), memset(dw, 0, sizeof dw);
+    memset(dbias, 0, sizeof dbias);
+    float *gx = upload_at(x, B * IC, o.a), *gw = upload_at(w, OC * IC, o.b),
+          *gb = upload_at(bias, OC, o.bias), *gy = upload_at(y, B * OC, o.c),
+          *gdy = upload_at(dy, B * OC, o.b), *gdx = upload_at(dx, B * IC, o.c),
+          *gdw = upload_at(dw, OC * IC, o.c), *gdb = upload_at(dbias, OC, o.bias);
     CHECK(gx && gw && gb && gy && gdy && gdx && gdw && gdb);
     if (!(gx && gw && gb && gy && gdy && gdx && gdw && gdb))
-        return;
+        goto out;
     CHECK_RC(ct__cpu_ip_fwd(B, IC, OC, x, w, bias, y));
     CHECK_RC(ct__cpu_ip_bwd_data(B, IC, OC, w, dy, dx));
     CHECK_RC(ct__cpu_ip_bwd_weights(B, IC, OC, x, dy, dw, dbias));
@@ -313,12 +398,19 @@ static void test_gemm(void)
     CHECK_RC(download(dxg, gdx, B * IC));
     CHECK_RC(download(dwg, gdw, OC * IC));
     CHECK_RC(download(dbg, gdb, OC));
-    expect_close("linear forward", yg, y, B * OC);
-    expect_close("linear backward data", dxg, dx, B * IC);
-    expect_close("linear backward weights", dwg, dw, OC * IC);
-    expect_close("linear backward bias", dbg, dbias, OC);
-    ct__cuda_free(gx), ct__cuda_free(gw), ct__cuda_free(gb), ct__cuda_free(gy);
-    ct__cuda_free(gdy), ct__cuda_free(gdx), ct__cuda_free(gdw), ct__cuda_free(gdb);
+    snprintf(what, sizeof what, "linear, offsets x %zu w/dy %zu outputs %zu bias %zu:", o.a, o.b,
+             o.c, o.bias);
+    char part[192];
+    snprintf(part, sizeof part, "%s forward", what);
+    expect_close(part, yg, y, B * OC);
+    snprintf(part, sizeof part, "%s backward data", what);
+    expect_close(part, dxg, dx, B * IC);
+    snprintf(part, sizeof part, "%s backward weights", what);
+    expect_close(part, dwg, dw, OC * IC);
+    snprintf(part, sizeof part, "%s backward bias", what);
+    expect_close(part, dbg, dbias, OC);
+out:
+    views_free();
 }
 
 /* 3 steps of the CPU optimizer `o` over (p, g) against the fused kernel `kind` on copies */
@@ -398,12 +490,19 @@ int main(void)
         return 77;
     test_allocator();
     test_elementwise();
+    test_relu_edges();
     test_cross_entropy();
-    test_gemm();
+    /* aligned first; then views at 4-, 64- and 64-byte (192) alignments, alone and mixed */
+    static const offsets offs[] = {{0, 0, 0, 0},         {4, 4, 4, 4},    {64, 64, 64, 64},
+                                   {192, 192, 192, 192}, {4, 64, 192, 4}, {192, 4, 64, 64},
+                                   {0, 0, 4, 4}};
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++)
+        test_gemm(offs[i]);
     test_optimizers();
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     else
-        printf("cuda: allocator, elementwise, sum, cross entropy, GEMMs, SGD/Adam/AdamW: ok\n");
+        printf("cuda: allocator, elementwise, relu edges, sum, cross entropy, GEMMs (aligned and "
+               "not), SGD/Adam/AdamW: ok\n");
     return failures ? 1 : 0;
 }

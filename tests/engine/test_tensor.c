@@ -1,6 +1,6 @@
 /* tests/engine/test_tensor.c — tensors (dtypes, shapes, views, refcounts, arenas) and the
- * autograd tape (accumulation, zero_grad, no-grad mode, a tensor used twice), plus the oneDNN
- * primitive cache (a second call with the same shape creates nothing). */
+ * autograd tape (accumulation, zero_grad, no-grad mode, a tensor used twice), ReLU at NaN, +-inf
+ * and -0, plus the oneDNN primitive cache (a second call with the same shape creates nothing). */
 #include "tests/engine/testutil.h"
 
 int64_t ct__cpu_primitives_created(void); /* trainer/cpu/cpu.h (internal) */
@@ -110,6 +110,34 @@ static void test_autograd(void)
     ct_tensor_release(&x);
 }
 
+/* ReLU at the edges of float, as PyTorch: NaN stays NaN, -inf, -0 and negatives give +0 (0 * x
+ * would give NaN and -0); the gradient is +0 where y <= 0 or is NaN, even where dy is inf */
+static void test_relu_edges(void)
+{
+    int64_t s[1] = {6};
+    float xv[6] = {NAN, INFINITY, -INFINITY, -0.0f, -2.0f, 3.0f};
+    float gv[6] = {1.0f, 1.0f, INFINITY, -1.0f, -INFINITY, 5.0f};
+    float want_g[6] = {0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 5.0f};
+    ct_tensor *x = ct_tensor_from_f32(1, s, xv), *go = ct_tensor_from_f32(1, s, gv);
+    ct_tensor_set_requires_grad(x, true);
+    ct_tensor *y = ct_nn_relu(x);
+    CHECK(y != NULL, "relu");
+    if (!y)
+        return;
+    const float *yv = ct_tensor_f32(y);
+    CHECK(isnan(yv[0]) && yv[1] == INFINITY && yv[5] == 3.0f, "relu %g %g %g", yv[0], yv[1], yv[5]);
+    for (int i = 2; i < 5; i++)
+        CHECK(yv[i] == 0.0f && !signbit(yv[i]), "relu(%g) = %g, want +0", xv[i], yv[i]);
+    CHECK(ct_tensor_backward(y, go) == 0, "backward");
+    const float *g = ct_tensor_f32(ct_tensor_grad(x));
+    for (int i = 0; i < 6; i++)
+        CHECK(g[i] == want_g[i] && !signbit(g[i]), "relu grad[%d] = %g, want %g", i, g[i],
+              want_g[i]);
+    ct_tensor_release(&y);
+    ct_tensor_release(&go);
+    ct_tensor_release(&x);
+}
+
 static void test_cache(void)
 {
     int64_t xs[4] = {2, 3, 9, 9}, ws[4] = {4, 3, 3, 3};
@@ -139,6 +167,7 @@ int main(void)
     test_basics();
     test_arena();
     test_autograd();
+    test_relu_edges();
     test_cache();
     if (g_fail) {
         fprintf(stderr, "%d check(s) failed\n", g_fail);

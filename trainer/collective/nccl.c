@@ -2,11 +2,16 @@
  *
  * Rank 0 creates the unique id and publishes it under <group>/nccl/id; every rank builds a
  * non-blocking communicator (ncclConfig_t.blocking = 0). Each call enqueues the NCCL op on the
- * stream and then acts as its own watchdog: it polls cudaStreamQuery and
- * ncclCommGetAsyncError until the op completes, an async error appears, the deadline passes
- * or ct_comm_abort() is called, and in the last three cases calls ncclCommAbort and breaks
- * the communicator. Recovery is a new communicator from a new group id (a new unique id).
- * Buffers are device memory. Not thread-safe beyond what ct/collective.h promises. */
+ * stream and then acts as its own watchdog: it polls ncclCommGetAsyncError until the op is
+ * enqueued (a non-blocking communicator may still be enqueueing it when the call returns), then
+ * records the communicator's event after it and polls that event (cudaEventQuery), until the op
+ * completes, an async error appears, the deadline passes or ct_comm_abort() is called; in the
+ * last three cases it calls ncclCommAbort and breaks the communicator. The event, not the
+ * stream: the caller may share the stream, and work queued there after the op is not the op's.
+ * Recovery is a new communicator from a new group id (a new unique id). The barrier is a
+ * one-float allreduce on a scratch float made with the communicator (cudaMalloc and cudaFree
+ * synchronize the device, which a barrier per step must not). Buffers are device memory. Not
+ * thread-safe beyond what ct/collective.h promises. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +28,8 @@ struct ct__nccl {
     cudaStream_t stream;
     int own_stream;
     int device;
+    cudaEvent_t done; /* recorded after each op: the watchdog polls it */
+    float *scratch;   /* the barrier's device float (0) */
 };
 
 static int nccl_err(ncclResult_t r, const char *what)
@@ -34,6 +41,7 @@ static int nccl_err(ncclResult_t r, const char *what)
 static int watch(ct_comm *c, int op_on_stream, int64_t deadline, const char *what)
 {
     struct ct__nccl *g = c->nccl;
+    int recorded = 0;
     for (unsigned spins = 0;; spins++) {
         ncclResult_t ar = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(g->comm, &ar);
@@ -47,9 +55,16 @@ static int watch(ct_comm *c, int op_on_stream, int64_t deadline, const char *wha
         if (ar == ncclSuccess) {
             if (!op_on_stream)
                 return 0;
-            cudaError_t ce = cudaStreamQuery(g->stream);
+            /* ncclSuccess: the op is on the stream now, so the event goes after it */
+            cudaError_t ce = recorded ? cudaSuccess : cudaEventRecord(g->done, g->stream);
+            recorded = 1;
+            if (ce == cudaSuccess)
+                ce = cudaEventQuery(g->done);
             if (ce == cudaSuccess)
                 return 0;
+            /* not-ready is no error, and an error is reported here: neither is for a later
+             * launch check to see */
+            (void)cudaGetLastError();
             if (ce != cudaErrorNotReady) {
                 ncclCommAbort(g->comm);
                 g->comm = NULL;
@@ -95,6 +110,18 @@ int ct__nccl_setup(ct_comm *c, const ct_comm_opts *o, int64_t deadline)
             return ct__error(CT_ECUDA, "collective: cudaStreamCreate");
         g->own_stream = 1;
     }
+    /* ct__nccl_destroy frees what is made here when a later step fails */
+    cudaError_t ce = cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming);
+    if (ce != cudaSuccess)
+        return ct__error(CT_ECUDA, "collective: cudaEventCreateWithFlags: %s",
+                         cudaGetErrorString(ce));
+    if ((ce = cudaMalloc((void **)&g->scratch, sizeof(float))) != cudaSuccess ||
+        (ce = cudaMemsetAsync(g->scratch, 0, sizeof(float), g->stream)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ct__error(ce == cudaErrorMemoryAllocation ? CT_ENOMEM : CT_ECUDA,
+                         "collective: barrier scratch (cudaMalloc, cudaMemsetAsync): %s",
+                         cudaGetErrorString(ce));
+    }
     snprintf(key, sizeof key, "%s/nccl/id", c->group);
     if (c->rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&id);
@@ -132,8 +159,20 @@ void ct__nccl_destroy(ct_comm *c)
         /* a healthy comm could be finalized; abort is safe in every state and never hangs */
         ncclCommAbort(g->comm);
     }
+    /* the scratch and event are of the communicator's device, which the caller's thread may
+     * not have current */
+    int prev = -1;
+    if (cudaGetDevice(&prev) == cudaSuccess && prev != g->device)
+        cudaSetDevice(g->device);
+    if (g->scratch)
+        cudaFree(g->scratch);
+    if (g->done)
+        cudaEventDestroy(g->done);
     if (g->own_stream && g->stream)
         cudaStreamDestroy(g->stream);
+    if (prev >= 0 && prev != g->device)
+        cudaSetDevice(prev);
+    (void)cudaGetLastError(); /* whatever failed here is not the next caller's error */
     free(g);
     c->nccl = NULL;
 }
@@ -237,15 +276,6 @@ int ct__nccl_allgather(ct_comm *c, const void *send, void *recv, size_t count, c
 
 int ct__nccl_barrier(ct_comm *c, int64_t deadline)
 {
-    /* a one-element allreduce on a scratch device float */
-    float *d = NULL;
-    int rc = use_device(c);
-    if (rc < 0)
-        return rc;
-    if (cudaMalloc((void **)&d, sizeof(float)) != cudaSuccess)
-        return ct__error(CT_ECUDA, "collective: barrier scratch");
-    cudaMemsetAsync(d, 0, sizeof(float), c->nccl->stream);
-    rc = ct__nccl_allreduce(c, d, 1, CT_F32, CT_COMM_SUM, deadline);
-    cudaFree(d);
-    return rc;
+    /* a one-element sum of the scratch float, which stays 0 (every rank's is 0) */
+    return ct__nccl_allreduce(c, c->nccl->scratch, 1, CT_F32, CT_COMM_SUM, deadline);
 }

@@ -100,7 +100,9 @@ void ct__cpu_add(int64_t n, const float *a, const float *b, float *y); /* y = a 
 void ct__cpu_axpy(int64_t n, float alpha, const float *x, float *y);   /* y += alpha x */
 /* y (cols) += the column sums of x (rows, cols): a bias gradient added to one that accumulates */
 void ct__cpu_add_col_sums(int64_t rows, int64_t cols, const float *x, float *y);
-/* y = x > 0 ? x : slope x, and its backward from y (slope >= 0, so y > 0 exactly where x > 0) */
+/* y = x > 0 ? x : slope x, and its backward from y (slope >= 0, so y > 0 exactly where x > 0).
+ * Slope 0: y = +0 (not 0 x: -inf gives 0) where x <= 0, NaN where x is NaN; dx = +0 where
+ * y <= 0 or is NaN. */
 void ct__cpu_relu_fwd(float slope, int64_t n, const float *x, float *y);
 void ct__cpu_relu_bwd(float slope, int64_t n, const float *y, const float *dy, float *dx);
 /* Adaptive average pooling, PyTorch's window rule; backward accumulates into dx when acc. */

@@ -76,39 +76,44 @@ void ct__cpu_add_col_sums(int64_t rows, int64_t cols, const float *x, float *y)
 
 /* ReLU and leaky ReLU (slope >= 0): oneDNN's eltwise costs 0.5-2 us a call in fixed costs and
  * ran below memory speed here (8192 floats' backward: 3.5 us), which a small MLP pays 4 times a
- * batch; these loops run at memory speed. */
+ * batch; these loops run at memory speed.
+ * Slope 0 gives 0, not 0 * v: that is -0 for a negative v and NaN for an infinite one (PyTorch's
+ * relu(-inf) is 0, its gradient 0 where dy is inf); a NaN input stays NaN. trainer/cuda's ReLU
+ * gives the same bits. */
+static inline float relu_fwd1(float slope, float v)
+{
+    return v > 0.0f ? v : slope != 0.0f || v != v ? slope * v : 0.0f;
+}
+
+static inline float relu_bwd1(float slope, float y, float g)
+{
+    return y > 0.0f ? g : slope != 0.0f ? slope * g : 0.0f;
+}
+
 void ct__cpu_relu_fwd(float slope, int64_t n, const float *x, float *y)
 {
     if (n > PAR_MIN) {
 #pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i], s = slope * v;
-            y[i] = v > 0.0f ? v : s;
-        }
+        for (int64_t i = 0; i < n; i++)
+            y[i] = relu_fwd1(slope, x[i]);
         return;
     }
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i], s = slope * v;
-        y[i] = v > 0.0f ? v : s;
-    }
+    for (int64_t i = 0; i < n; i++)
+        y[i] = relu_fwd1(slope, x[i]);
 }
 
 void ct__cpu_relu_bwd(float slope, int64_t n, const float *y, const float *dy, float *dx)
 {
     if (n > PAR_MIN) {
 #pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; i++) {
-            float g = dy[i], s = slope * g;
-            dx[i] = y[i] > 0.0f ? g : s;
-        }
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = relu_bwd1(slope, y[i], dy[i]);
         return;
     }
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        float g = dy[i], s = slope * g;
-        dx[i] = y[i] > 0.0f ? g : s;
-    }
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = relu_bwd1(slope, y[i], dy[i]);
 }
 
 /* PyTorch's adaptive pooling window: [floor(i*in/out), ceil((i+1)*in/out)). */

@@ -30,6 +30,22 @@ int ct__cuda_stream_new(void **stream);
 void ct__cuda_stream_free(void *stream);
 /* Waits for all work on the stream (NULL: the whole device). */
 int ct__cuda_sync(void *stream);
+
+/* Events order work across streams: record one on stream A after a producer, make stream B wait
+ * on it (the host does not block), and B's later work starts after A's producer is done. An
+ * event (cudaEvent_t as void *, no timing) is freed with ct__cuda_event_free (NULL: nothing);
+ * recording it again moves it to the newest point. */
+int ct__cuda_event_new(void **ev);
+void ct__cuda_event_free(void *ev);
+/* Marks the point on the stream that the work queued so far ends at. */
+int ct__cuda_event_record(void *ev, void *stream);
+/* Later work on `stream` waits, on the device, for ev's last recorded point. */
+int ct__cuda_stream_wait(void *stream, void *ev);
+/* Blocks the host until ev's last recorded point is reached (never recorded: at once). */
+int ct__cuda_event_sync(void *ev);
+/* 1 when ev's last recorded point is reached (or it was never recorded), 0 while work before it
+ * still runs, or a negative CT_E* code. Does not block. */
+int ct__cuda_event_done(void *ev);
 /* Host <-> device copies of `bytes`, ordered on the stream; async when the host side is pinned. */
 int ct__cuda_to_device(void *dst, const void *src, size_t bytes, void *stream);
 int ct__cuda_to_host(void *dst, const void *src, size_t bytes, void *stream);
@@ -45,10 +61,14 @@ void ct__cuda_pinned_free(void *p);
  * that are freed go to a free list of their stream and size class and are handed out again to
  * the next request of that class on that stream: work queued on one stream runs in order, so the
  * block's old users are done before its new ones start, with no event. A block is never reused
- * on another stream. Size classes: multiples of 512 bytes up to 1 MiB; above that four classes
- * per power of two (2^k, 1.25, 1.5, 1.75 x 2^k), so at most 25% is lost to rounding. When
- * cudaMalloc runs out of memory, the cached blocks are released (after a device sync) and it is
- * tried once more. Thread-safe (one mutex). */
+ * on another stream. Streams are told apart by cudaStreamGetId, never reused in a process, not
+ * by their handle, which a new stream may get again. A block used on ANOTHER stream too must be
+ * told so (ct__cuda_record_stream), as PyTorch's recordStream: when it is freed, an event is
+ * recorded on each of those streams, and it returns to its free list only when they are all
+ * done (checked without blocking at each ct__cuda_malloc). Size classes: multiples of 512 bytes
+ * up to 1 MiB; above that four classes per power of two (2^k, 1.25, 1.5, 1.75 x 2^k), so at most
+ * 25% is lost to rounding. When cudaMalloc runs out of memory, the allocator waits for the freed
+ * blocks' events, releases the cached blocks and tries once more. Thread-safe (one mutex). */
 typedef struct ct_cuda_alloc_stats {
     int64_t allocated_bytes;      /* in blocks handed out now (their class sizes) */
     int64_t peak_allocated_bytes; /* the most allocated_bytes ever was */
@@ -59,15 +79,23 @@ typedef struct ct_cuda_alloc_stats {
     int64_t device_mallocs;       /* cudaMalloc calls that succeeded */
     int64_t device_frees;         /* cudaFree calls (ct__cuda_empty_cache, out-of-memory retry) */
     int64_t oom_retries;          /* out-of-memory retries after releasing the cache */
+    int64_t pending_blocks;       /* freed, waiting for the work of other streams that used them */
+    int64_t pending_bytes;        /* their class sizes (in reserved_bytes, not allocated_bytes) */
 } ct_cuda_alloc_stats;
 
 /* *p = a device block of at least `bytes` (0: a 512-byte block) for use on `stream`. */
 int ct__cuda_malloc(void **p, size_t bytes, void *stream);
-/* Returns p (from ct__cuda_malloc; NULL: nothing) to its stream's free list. */
+/* Returns p (from ct__cuda_malloc; NULL: nothing) to its stream's free list; when it was used on
+ * other streams (ct__cuda_record_stream), once the work queued there by now is done. */
 int ct__cuda_free(void *p);
+/* p (in use, from ct__cuda_malloc) is also used by work queued on `stream`, not its own: it must
+ * not be reused until that work is done. The stream must live until p is freed. Recording p's
+ * own stream, or one already recorded, does nothing. */
+int ct__cuda_record_stream(void *p, void *stream);
 /* The class size a request of `bytes` gets. */
 size_t ct__cuda_alloc_class(size_t bytes);
-/* Returns every cached free block to the device (cudaFree); blocks in use stay. */
+/* Returns every cached free block to the device (cudaFree), after waiting for the events of the
+ * freed blocks that other streams used; blocks in use stay. */
 int ct__cuda_empty_cache(void);
 void ct__cuda_alloc_stats_get(ct_cuda_alloc_stats *out);
 
@@ -77,8 +105,12 @@ void ct__cuda_alloc_stats_get(ct_cuda_alloc_stats *out);
 int ct__cuda_fill(float *x, float value, int64_t n, void *stream);
 int ct__cuda_scale(float *x, float alpha, int64_t n, void *stream);                /* x *= alpha */
 int ct__cuda_axpy(float *y, float alpha, const float *x, int64_t n, void *stream); /* y += a x */
+/* y = x where x > 0, NaN where x is NaN, else +0 (as PyTorch and ct__cpu_relu_fwd with slope 0:
+ * NaN is not hidden, -inf gives 0). */
 int ct__cuda_relu_fwd(const float *x, float *y, int64_t n, void *stream);
-/* dx = dy where x > 0, else 0 (PyTorch's threshold_backward: 0 at x == 0). acc: dx += ... */
+/* dx = dy where x > 0, else +0, also at x == 0 and where x is NaN: ct__cpu_relu_bwd's rule on the
+ * output y, which is > 0 exactly where x is (PyTorch's threshold_backward passes dy where y is
+ * NaN). acc: dx += ... */
 int ct__cuda_relu_bwd(const float *x, const float *dy, float *dx, int64_t n, bool acc,
                       void *stream);
 /* *out (device, one float) = the sum of x, in double, rounded once: the same on every run. */
@@ -87,8 +119,16 @@ int ct__cuda_sum(const float *x, int64_t n, float *out, void *stream);
 /* y (cols) = the sums of x (rows, cols)'s columns [+ y when acc]: a bias's gradient. */
 int ct__cuda_col_sums(const float *x, int64_t rows, int64_t cols, float *y, bool acc, void *stream);
 
+/* y (rows, cols) += b (cols) on every row: a Linear's bias where cuBLASLt's epilogue cannot
+ * take it (gemm.c). */
+int ct__cuda_add_bias(float *y, const float *b, int64_t rows, int64_t cols, void *stream);
+
 /* y[i] = 1 / sqrt(var[i] + eps) over n: what cuDNN's batch norm backward takes (cudnn.c). */
 int ct__cuda_inv_std(const float *var, float eps, float *y, int64_t n, void *stream);
+
+/* For tests: one GPU thread that spins for `ms` milliseconds on the GPU's global timer, so that
+ * work queued after it on the stream surely waits. */
+int ct__cuda_test_spin(void *stream, int ms);
 
 /* Mean cross entropy of logits (n,c) against class indices target (n), as PyTorch's
  * F.cross_entropy with no weights, no label smoothing, ignore_index -100: *loss (device, one
@@ -103,7 +143,8 @@ int ct__cuda_cross_entropy_bwd(const float *logits, const int64_t *target, int64
 /* ---- matrix products (gemm.c, cuBLASLt, plain f32) ----
  * As trainer/cpu/cpu.h's: c (m,n) = op(a) @ op(b) [+ c when accumulate]; op(a) is (m,k): a
  * stored (m,k), or (k,m) when ta; op(b) is (k,n): b stored (k,n), or (n,k) when tb. Linear: x
- * (n,ic), w (oc,ic), b (oc) or NULL, y (n,oc); db may be NULL. */
+ * (n,ic), w (oc,ic), b (oc) or NULL, y (n,oc); db may be NULL. Pointers need only a float's
+ * alignment (4 bytes): a view into a larger buffer is fine. */
 int ct__cuda_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
                     bool tb, float *c, bool accumulate, void *stream);
 int ct__cuda_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
@@ -144,6 +185,12 @@ int ct__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *e
  * waited for. Thread-safe: each thread has its own cuDNN handle, bound to the device that was
  * current when the thread first called here. */
 #include "trainer/backend/backend.h"
+
+/* Convolution algorithms: by default only those cuDNN reports as deterministic (the same bits on
+ * every run; its fastest often adds with atomics). set_deterministic(false) allows the fastest.
+ * Process-wide; the algorithm of a shape is chosen again after it changes. */
+void ct__cuda_set_deterministic(bool on);
+bool ct__cuda_deterministic(void);
 
 int ct__cuda_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y,
                       void *stream);

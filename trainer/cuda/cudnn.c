@@ -12,9 +12,13 @@
  * the inputs to 10 mantissa bits and move results by about 1e-3; training on the GPU should
  * give what the CPU gives, so TF32 waits for an explicit precision option.
  *
- * Algorithms. A convolution's algorithm is chosen once per shape (and device): the first one
- * of cuDNN's heuristic list (cudnnGetConvolution*Algorithm_v7, fastest first) that succeeds,
- * uses FMA math and needs at most WS_LIMIT of workspace; it is kept in a small table (algo_*).
+ * Algorithms. A convolution's algorithm is chosen once per shape (and device, and determinism
+ * setting): the first one of cuDNN's heuristic list (cudnnGetConvolution*Algorithm_v7, fastest
+ * first) that succeeds, uses FMA math, needs at most WS_LIMIT of workspace and, unless
+ * ct__cuda_set_deterministic(false), is CUDNN_DETERMINISTIC; it is kept in a small table
+ * (algo_*). ct promises that a run repeats bit for bit, and cuDNN's fastest backward data and
+ * backward filter algorithms often add partial sums with atomics, in whatever order they land;
+ * the setting is process-wide, as PyTorch's torch.backends.cudnn.deterministic.
  * The workspace comes from the caching allocator on the op's stream and goes back right after
  * the call is queued: the allocator is stream-ordered, so its next user runs after this one.
  *
@@ -32,6 +36,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include <cudnn.h>
@@ -247,12 +252,12 @@ out:
 
 enum { ALGO_FWD, ALGO_BWD_DATA, ALGO_BWD_FILTER };
 #define ALGO_SLOTS 256 /* distinct convolutions x 3 directions; a model has a few dozen */
-#define ALGO_KEY_LEN 17
+#define ALGO_KEY_LEN 18
 #define ALGO_MAX 32 /* entries asked of cuDNN's heuristics (it has at most 8 algorithms each) */
 
 typedef struct algo_slot {
     bool used;
-    int64_t key[ALGO_KEY_LEN]; /* direction, device, then every shape number of ct__conv_p */
+    int64_t key[ALGO_KEY_LEN]; /* direction, device, deterministic, every shape number of p */
     int algo;
     size_t ws_bytes;
 } algo_slot;
@@ -264,12 +269,25 @@ static struct {
     int next;
 } A = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static void algo_key(int64_t *k, int dir, int device, const ct__conv_p *p)
+/* Only deterministic algorithms (the default): read once per call, so a call sees one value. */
+static atomic_bool deterministic = true;
+
+void ct__cuda_set_deterministic(bool on)
+{
+    atomic_store(&deterministic, on);
+}
+
+bool ct__cuda_deterministic(void)
+{
+    return atomic_load(&deterministic);
+}
+
+static void algo_key(int64_t *k, int dir, int device, bool det, const ct__conv_p *p)
 {
     /* field by field: the struct's padding is not guaranteed to be zero; bias does not change
      * the convolution */
-    int64_t v[ALGO_KEY_LEN] = {dir,   device, p->n,  p->ic, p->ih, p->iw, p->oc, p->oh, p->ow,
-                               p->kh, p->kw,  p->sh, p->sw, p->ph, p->pw, p->dh, p->dw};
+    int64_t v[ALGO_KEY_LEN] = {dir,   device, det,   p->n,  p->ic, p->ih, p->iw, p->oc, p->oh,
+                               p->ow, p->kh,  p->kw, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw};
     memcpy(k, v, sizeof v);
 }
 
@@ -279,6 +297,7 @@ typedef struct algo_perf {
     cudnnStatus_t status;
     size_t memory;
     cudnnMathType_t math;
+    cudnnDeterminism_t determinism;
 } algo_perf;
 
 /* Asks cuDNN's heuristics for direction dir: perf[0..*n), fastest first. */
@@ -290,19 +309,22 @@ static int algo_query(cudnnHandle_t h, const conv_descs *d, int dir, algo_perf *
         DNN(cudnnGetConvolutionForwardAlgorithm_v7, h, d->x, d->w, d->conv, d->y, ALGO_MAX, &got,
             r);
         for (int i = 0; i < got; i++)
-            perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType};
+            perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType,
+                                  r[i].determinism};
     } else if (dir == ALGO_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t r[ALGO_MAX];
         DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7, h, d->w, d->y, d->conv, d->x, ALGO_MAX,
             &got, r);
         for (int i = 0; i < got; i++)
-            perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType};
+            perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType,
+                                  r[i].determinism};
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t r[ALGO_MAX];
         DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7, h, d->x, d->y, d->conv, d->w, ALGO_MAX,
             &got, r);
         for (int i = 0; i < got; i++)
-            perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType};
+            perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType,
+                                  r[i].determinism};
     }
 out:
     *n = rc < 0 ? 0 : got;
@@ -335,8 +357,9 @@ static int algo_get(cudnnHandle_t h, const conv_descs *d, const ct__conv_p *p, i
     int rc = ct__cuda_status(cudaGetDevice(&device), "cudaGetDevice");
     if (rc < 0)
         return rc;
+    bool det = ct__cuda_deterministic();
     int64_t key[ALGO_KEY_LEN];
-    algo_key(key, dir, device, p);
+    algo_key(key, dir, device, det, p);
     bool found = false;
     pthread_mutex_lock(&A.mu);
     for (int i = 0; i < ALGO_SLOTS && !found; i++) {
@@ -359,13 +382,14 @@ static int algo_get(cudnnHandle_t h, const conv_descs *d, const ct__conv_p *p, i
         return rc;
     for (int i = 0; i < n && pick < 0; i++)
         if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].math == CUDNN_FMA_MATH &&
-            perf[i].memory <= WS_LIMIT)
+            perf[i].memory <= WS_LIMIT && (!det || perf[i].determinism == CUDNN_DETERMINISTIC))
             pick = i;
     if (pick < 0)
         return ct__error(CT_ENOSYS,
-                         "%s: cuDNN has no f32 (FMA) algorithm for this convolution within %zu "
-                         "MiB of workspace (%d candidates)",
-                         fn, WS_LIMIT >> 20, n);
+                         "%s: cuDNN has no f32 (FMA)%s algorithm for this convolution within %zu "
+                         "MiB of workspace (%d candidates)%s",
+                         fn, det ? " deterministic" : "", WS_LIMIT >> 20, n,
+                         det ? "; ct__cuda_set_deterministic(false) allows the others" : "");
     size_t bytes = 0;
     if ((rc = algo_ws(h, d, dir, perf[pick].algo, &bytes)) < 0)
         return rc;

@@ -1,4 +1,5 @@
-/* trainer/cuda/device.c — the CUDA device probe, error reporting, host <-> device copies. */
+/* trainer/cuda/device.c — the CUDA device probe, error reporting, streams and events, pinned host
+ * memory, host <-> device copies. */
 #include "common/common.h"
 
 #include "trainer/cuda/cuda_internal.h"
@@ -42,6 +43,59 @@ void ct__cuda_stream_free(void *stream)
 {
     if (stream)
         cudaStreamDestroy((cudaStream_t)stream);
+}
+
+int ct__cuda_event_new(void **ev)
+{
+    cudaEvent_t e = NULL;
+    /* no timing: recording and waiting are cheaper, and nothing here measures time with them */
+    int rc = ct__cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                             "cudaEventCreateWithFlags");
+    *ev = rc ? NULL : (void *)e;
+    return rc;
+}
+
+void ct__cuda_event_free(void *ev)
+{
+    if (ev)
+        cudaEventDestroy((cudaEvent_t)ev);
+}
+
+int ct__cuda_event_record(void *ev, void *stream)
+{
+    if (!ev)
+        return ct__error(CT_EINVAL, "cuda_event_record: ev is NULL");
+    return ct__cuda_status(cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream),
+                           "cudaEventRecord");
+}
+
+int ct__cuda_stream_wait(void *stream, void *ev)
+{
+    if (!ev)
+        return ct__error(CT_EINVAL, "cuda_stream_wait: ev is NULL");
+    return ct__cuda_status(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)ev, 0),
+                           "cudaStreamWaitEvent");
+}
+
+int ct__cuda_event_sync(void *ev)
+{
+    if (!ev)
+        return ct__error(CT_EINVAL, "cuda_event_sync: ev is NULL");
+    return ct__cuda_status(cudaEventSynchronize((cudaEvent_t)ev), "cudaEventSynchronize");
+}
+
+int ct__cuda_event_done(void *ev)
+{
+    if (!ev)
+        return ct__error(CT_EINVAL, "cuda_event_done: ev is NULL");
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaErrorNotReady) {
+        /* not an error: clear it, or the next launch check would report it */
+        (void)cudaGetLastError();
+        return 0;
+    }
+    int rc = ct__cuda_status(e, "cudaEventQuery");
+    return rc < 0 ? rc : 1;
 }
 
 int ct__cuda_sync(void *stream)

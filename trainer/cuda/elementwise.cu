@@ -1,4 +1,6 @@
-/* trainer/cuda/elementwise.cu — elementwise kernels and the sum reduction (cuda.h). */
+/* trainer/cuda/elementwise.cu — elementwise kernels (fill, scale, axpy, ReLU, a Linear's bias,
+ * column sums, 1/std), the deterministic sum reduction, and a spinning kernel for tests
+ * (cuda.h). */
 #include "common/common.h"
 
 #include "trainer/cuda/cuda_internal.h"
@@ -19,10 +21,17 @@ static __global__ void axpy_kernel(float *y, float a, const float *x, int64_t n)
 {
     GRID_STRIDE(i, n) y[i] = y[i] + a * x[i];
 }
+/* NaN stays NaN (x > 0 is false for it, so it needs its own test): a diverging model must not
+ * be hidden by a ReLU, and PyTorch and the CPU keep it too */
 static __global__ void relu_fwd_kernel(const float *x, float *y, int64_t n)
 {
-    GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    GRID_STRIDE(i, n)
+    {
+        float v = x[i];
+        y[i] = v > 0.0f ? v : v != v ? v : 0.0f;
+    }
 }
+/* 0 where x is NaN too: the CPU's rule (ct__cpu_relu_bwd passes dy only where y > 0) */
 static __global__ void relu_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n,
                                        bool acc)
 {
@@ -120,6 +129,21 @@ extern "C" int ct__cuda_col_sums(const float *x, int64_t rows, int64_t cols, flo
     return launched("cuda_col_sums");
 }
 
+static __global__ void add_bias_kernel(float *y, const float *b, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(i, rows * cols) y[i] = y[i] + b[i % cols];
+}
+
+extern "C" int ct__cuda_add_bias(float *y, const float *b, int64_t rows, int64_t cols, void *stream)
+{
+    int rc = check("cuda_add_bias", rows < 0 ? rows : cols, y, b);
+    if (rc || rows == 0 || cols == 0)
+        return rc;
+    add_bias_kernel<<<ct__cuda_blocks(rows * cols), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+        y, b, rows, cols);
+    return launched("cuda_add_bias");
+}
+
 static __global__ void inv_std_kernel(const float *var, float eps, float *y, int64_t n)
 {
     GRID_STRIDE(i, n) y[i] = 1.0f / sqrtf(var[i] + eps);
@@ -193,4 +217,29 @@ extern "C" int ct__cuda_sum(const float *x, int64_t n, float *out, void *stream)
     /* stream-ordered: the block is reused only by later work on this stream */
     int frc = ct__cuda_free(partial);
     return rc ? rc : frc;
+}
+
+/* ---- a spinning kernel, for tests ---- */
+
+static __device__ uint64_t global_ns(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* the global timer, not clock64: it counts nanoseconds whatever the SM clock runs at */
+static __global__ void spin_kernel(uint64_t ns)
+{
+    uint64_t start = global_ns();
+    while (global_ns() - start < ns) {
+    }
+}
+
+extern "C" int ct__cuda_test_spin(void *stream, int ms)
+{
+    if (ms < 0)
+        return ct__error(CT_EINVAL, "cuda_test_spin: ms = %d < 0", ms);
+    spin_kernel<<<1, 1, 0, (cudaStream_t)stream>>>((uint64_t)ms * 1000000u);
+    return launched("cuda_test_spin");
 }

@@ -8,8 +8,19 @@
  *
  * Compute type CUBLAS_COMPUTE_32F: plain f32, no TF32, so results stay within f32 rounding of
  * the CPU's (TF32 would differ by about 1e-3; a precision option can allow it later). A plan
- * (descriptors and the heuristic's first algorithm) is made once per shape and kept, per thread
- * like the cuBLASLt handle; the workspace comes from the caching allocator. */
+ * (descriptors and the heuristic's first algorithm) is made once per shape and pointer
+ * alignments and kept, per thread like the cuBLASLt handle; the workspace comes from the caching
+ * allocator.
+ *
+ * Alignment. cuBLASLt's heuristic assumes 256-byte aligned matrices unless told otherwise, and the
+ * kernels it then picks may load 16 bytes at a time: given a narrowed view (any 4-byte offset)
+ * they fail with CUBLAS_STATUS_NOT_SUPPORTED or fault on a misaligned address. So a plan's key
+ * holds each pointer's alignment (the largest power of two dividing it, at most 256) and the
+ * heuristic is told them (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*); the bias pointer has no such
+ * preference, the heuristic reads its value instead, so it is set before the query. When no
+ * algorithm takes the bias in the epilogue at its alignment, the plan adds it with a kernel of ours
+ * after the product (ct__cuda_add_bias). The same product may so run other kernels, and round
+ * differently, at other alignments. */
 #include <cublasLt.h>
 #include <pthread.h>
 #include <string.h>
@@ -24,6 +35,8 @@
 typedef struct plan {
     int64_t m, k, n;
     bool ta, tb, bias, accumulate;
+    uint32_t align_a, align_b, align_c, align_bias; /* ct's a, b, c = d, bias (0: none) */
+    bool bias_apart; /* the bias is added after the product: no epilogue takes it here */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (ct's b), B (ct's a), C = D */
     cublasLtMatmulAlgo_t algo;
@@ -55,8 +68,20 @@ static void plan_destroy(plan *p)
     memset(p, 0, sizeof *p);
 }
 
-/* The descriptors and algorithm of c (m,n) = op(a) op(b) for this shape. */
-static int plan_make(plan *p)
+/* The largest power of two that divides p's address, at most 256 (cuBLASLt's default
+ * assumption). */
+static uint32_t align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && a % al)
+        al /= 2;
+    return al;
+}
+
+/* The operation descriptor: transposes, and the bias epilogue with `bias` (a pointer of the
+ * plan's bias alignment) when with_bias. */
+static int desc_make(plan *p, bool with_bias, const float *bias)
 {
     int rc;
     cublasOperation_t op_b = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A */
@@ -70,13 +95,70 @@ static int plan_make(plan *p)
                                                        sizeof op_a),
                         "cublasLtMatmulDescSetAttribute (TRANSB)")) < 0)
         return rc;
-    if (p->bias) { /* a bias per row of c^T, that is per column of c */
+    if (with_bias) { /* a bias per row of c^T, that is per column of c */
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         if ((rc = lt_status(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                            &ep, sizeof ep),
-                            "cublasLtMatmulDescSetAttribute (EPILOGUE)")) < 0)
+                            "cublasLtMatmulDescSetAttribute (EPILOGUE)")) < 0 ||
+            (rc = lt_status(cublasLtMatmulDescSetAttribute(
+                                p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+                            "cublasLtMatmulDescSetAttribute (BIAS_POINTER)")) < 0)
             return rc;
     }
+    return 0;
+}
+
+/* The heuristic's first algorithm for the plan's descriptors and alignments: *found is 0 when it
+ * has none. */
+static int algo_pick(plan *p, int *found)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    size_t ws = WORKSPACE_BYTES;
+    cublasLtMatmulHeuristicResult_t res;
+    /* cuBLASLt's A is ct's b, its B ct's a, its C and D ct's c */
+    struct {
+        cublasLtMatmulPreferenceAttributes_t attr;
+        uint32_t bytes;
+    } al[4] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p->align_b},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p->align_a},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p->align_c},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p->align_c}};
+    *found = 0;
+    int rc = lt_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    if (rc < 0)
+        return rc;
+    rc = lt_status(cublasLtMatmulPreferenceSetAttribute(
+                       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                   "cublasLtMatmulPreferenceSetAttribute (MAX_WORKSPACE_BYTES)");
+    for (int i = 0; i < 4 && rc == 0; i++)
+        rc = lt_status(cublasLtMatmulPreferenceSetAttribute(pref, al[i].attr, &al[i].bytes,
+                                                            sizeof al[i].bytes),
+                       "cublasLtMatmulPreferenceSetAttribute (MIN_ALIGNMENT)");
+    if (rc == 0) {
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->la, p->lb, p->lc,
+                                                           p->lc, pref, 1, &res, found);
+        /* cuBLASLt answers NOT_SUPPORTED, not an empty list, when nothing fits */
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+            (st == CUBLAS_STATUS_SUCCESS && *found >= 1 && res.state != CUBLAS_STATUS_SUCCESS))
+            *found = 0;
+        else
+            rc = lt_status(st, "cublasLtMatmulAlgoGetHeuristic");
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (rc == 0 && *found >= 1) {
+        p->algo = res.algo;
+        p->workspace = res.workspaceSize;
+    }
+    return rc;
+}
+
+/* The descriptors and algorithm of c (m,n) = op(a) op(b) for this shape and these alignments;
+ * bias (when p->bias) is the call's, for its alignment. */
+static int plan_make(plan *p, const float *bias)
+{
+    int rc = desc_make(p, p->bias, bias);
+    if (rc < 0)
+        return rc;
     /* column-major shapes as stored: b is (n,k) when !tb, (k,n) when tb; a is (k,m) when !ta,
      * (m,k) when ta; c^T is (n,m) */
     uint64_t b_rows = (uint64_t)(p->tb ? p->k : p->n), b_cols = (uint64_t)(p->tb ? p->n : p->k);
@@ -91,41 +173,48 @@ static int plan_make(plan *p)
              cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)p->n, (uint64_t)p->m, p->n),
              "cublasLtMatrixLayoutCreate")) < 0)
         return rc;
-    cublasLtMatmulPreference_t pref = NULL;
-    size_t ws = WORKSPACE_BYTES;
-    cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    if ((rc = lt_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) <
-        0)
+    if ((rc = algo_pick(p, &found)) < 0)
         return rc;
-    rc = lt_status(cublasLtMatmulPreferenceSetAttribute(
-                       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-                   "cublasLtMatmulPreferenceSetAttribute");
-    if (rc == 0)
-        rc = lt_status(cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->la, p->lb, p->lc, p->lc,
-                                                      pref, 1, &res, &found),
-                       "cublasLtMatmulAlgoGetHeuristic");
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (rc == 0 && found < 1)
-        rc = ct__error(CT_ECUDA, "cuBLASLt has no algorithm for %lldx%lldx%lld (ta %d, tb %d)",
-                       (long long)p->m, (long long)p->k, (long long)p->n, p->ta, p->tb);
-    if (rc == 0) {
-        p->algo = res.algo;
-        p->workspace = res.workspaceSize;
+    if (found < 1 && p->bias) { /* no epilogue takes a bias at this alignment: add it apart */
+        cublasLtMatmulDescDestroy(p->desc);
+        p->desc = NULL;
+        p->bias_apart = true;
+        if ((rc = desc_make(p, false, NULL)) < 0 || (rc = algo_pick(p, &found)) < 0)
+            return rc;
     }
-    return rc;
+    if (found < 1)
+        return ct__error(CT_ECUDA,
+                         "cuBLASLt has no algorithm for %lldx%lldx%lld (ta %d, tb %d) with a, b, c "
+                         "aligned to %u, %u, %u bytes",
+                         (long long)p->m, (long long)p->k, (long long)p->n, p->ta, p->tb,
+                         p->align_a, p->align_b, p->align_c);
+    return 0;
 }
 
-static int plan_get(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias, bool acc,
-                    plan **out)
+static int plan_get(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
+                    bool tb, const float *c, bool acc, const float *bias, plan **out)
 {
     int rc;
     if (!handle && (rc = lt_status(cublasLtCreate(&handle), "cublasLtCreate")) < 0)
         return rc;
+    plan key = {.m = m,
+                .k = k,
+                .n = n,
+                .ta = ta,
+                .tb = tb,
+                .bias = bias != NULL,
+                .accumulate = acc,
+                .align_a = align_of(a),
+                .align_b = align_of(b),
+                .align_c = align_of(c),
+                .align_bias = bias ? align_of(bias) : 0};
     for (int i = 0; i < nplans; i++) {
         plan *p = &plans[i];
-        if (p->m == m && p->k == k && p->n == n && p->ta == ta && p->tb == tb && p->bias == bias &&
-            p->accumulate == acc) {
+        if (p->m == m && p->k == k && p->n == n && p->ta == ta && p->tb == tb &&
+            p->bias == key.bias && p->accumulate == acc && p->align_a == key.align_a &&
+            p->align_b == key.align_b && p->align_c == key.align_c &&
+            p->align_bias == key.align_bias) {
             *out = p;
             return 0;
         }
@@ -134,8 +223,8 @@ static int plan_get(int64_t m, int64_t k, int64_t n, bool ta, bool tb, bool bias
         for (; nplans > 0; nplans--)
             plan_destroy(&plans[nplans - 1]);
     plan *p = &plans[nplans];
-    *p = (plan){.m = m, .k = k, .n = n, .ta = ta, .tb = tb, .bias = bias, .accumulate = acc};
-    if ((rc = plan_make(p)) < 0) {
+    *p = key;
+    if ((rc = plan_make(p, bias)) < 0) {
         plan_destroy(p);
         return rc;
     }
@@ -156,12 +245,14 @@ static int product(const char *fn, int64_t m, int64_t k, int64_t n, const float 
     if (k == 0) /* an empty sum: c is 0 (+ c) (+ bias); not worth a plan */
         return ct__error(CT_ENOSYS, "%s: k = 0 is not supported on CUDA", fn);
     plan *p;
-    int rc = plan_get(m, k, n, ta, tb, bias != NULL, acc, &p);
+    int rc = plan_get(m, k, n, a, ta, b, tb, c, acc, bias, &p);
     if (rc < 0)
         return rc;
-    if (bias && (rc = lt_status(cublasLtMatmulDescSetAttribute(
-                                    p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-                                "cublasLtMatmulDescSetAttribute (BIAS_POINTER)")) < 0)
+    /* this call's bias: of the alignment the plan was made for */
+    if (bias && !p->bias_apart &&
+        (rc = lt_status(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &bias, sizeof bias),
+                        "cublasLtMatmulDescSetAttribute (BIAS_POINTER)")) < 0)
         return rc;
     void *ws = NULL;
     if (p->workspace && (rc = ct__cuda_malloc(&ws, p->workspace, stream)) < 0)
@@ -170,6 +261,8 @@ static int product(const char *fn, int64_t m, int64_t k, int64_t n, const float 
     rc = lt_status(cublasLtMatmul(handle, p->desc, &one, b, p->la, a, p->lb, &beta, c, p->lc, c,
                                   p->lc, &p->algo, ws, p->workspace, (cudaStream_t)stream),
                    fn);
+    if (rc == 0 && bias && p->bias_apart)
+        rc = ct__cuda_add_bias(c, bias, m, n, stream);
     int frc = ct__cuda_free(ws); /* stream-ordered: reused only after this product */
     return rc ? rc : frc;
 }

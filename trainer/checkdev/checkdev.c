@@ -1,0 +1,675 @@
+/* trainer/checkdev/checkdev.c — the checking device (CT_CHECKDEV): a backend that runs on every
+ * machine and makes code that would be wrong on a GPU fail here, with the CPU's kernels.
+ *
+ * - Memory the host cannot dereference: alloc returns 64-byte aligned host memory with bit 63
+ *   set, a non-canonical x86-64 address (any host load or store faults with SIGSEGV; bit 63
+ *   also survives Intel LAM, which masks bits 62:48). Only the worker threads clear it.
+ * - Streams that run late: each stream is a FIFO of tasks run by a worker thread of its own,
+ *   which sleeps CT_CHECKDEV_DELAY_US (default 200 us) before each task. A kernel entry copies
+ *   its arguments into a task and returns at once, so a host or another stream that reads a
+ *   result without waiting finds the old bytes. A task's failure is kept on its stream (the
+ *   first one) and returned by the next synchronize / download / event_sync, as CUDA reports
+ *   asynchronous errors.
+ * - Real events: event_record queues a marker; stream_wait queues a task that blocks until the
+ *   marker recorded last before it has run; event_sync blocks the host likewise.
+ *
+ * Each task calls the same entry of the CPU's table (ct__backend_cpu) on the untagged pointers,
+ * with the OpenMP thread count of the thread that queued it, so results are the CPU's bit for
+ * bit. Kernels and copy go to the calling thread's stream (checkdev.h; the compute stream
+ * unless set); upload, free and download to the compute stream. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "ct/error.h"
+#include "trainer/backend/backend.h"
+#include "trainer/checkdev/checkdev.h"
+
+/* trainer/cpu/cpu.h's OpenMP thread count (cpu.h still defines the descriptors backend.h now
+ * defines too: the two cannot meet in one file yet) */
+int ct__cpu_threads(void);
+void ct__cpu_set_threads(int n);
+
+/* ---- tagged pointers ---- */
+
+#define TAG ((uintptr_t)1 << 63)
+
+static void *untag(const void *p)
+{
+    return (void *)((uintptr_t)p & ~TAG);
+}
+
+/* ---- tasks, streams, events ---- */
+
+typedef struct cd_stream cd_stream;
+typedef struct cd_event cd_event;
+
+/* One queued call: the entry's arguments by value. The pointers stay tagged until the worker
+ * runs the task; F(k) is pointer k then, as the float * the CPU kernels take. */
+typedef struct task task;
+struct task {
+    task *next;
+    int (*run)(task *t, cd_stream *s);
+    const char *op;   /* the entry's name, for the error message */
+    const void *p[9]; /* device pointers (upload: p[1] is the private host copy) */
+    int64_t i[5];     /* sizes */
+    float f[2];
+    uint64_t u[2];
+    int k[3]; /* algorithms, flags */
+    union {
+        ct__conv_p conv;
+        ct__bn_p bn;
+        ct__pool_p pool;
+        ct__loss_p loss;
+    } d;
+    cd_event *ev; /* markers and waits: the event (the task holds a reference) */
+    uint64_t seq; /* its record the marker completes / the wait waits for */
+    int nthreads; /* OpenMP threads of the thread that queued the task */
+};
+#define F(k) ((float *)t->p[k])
+
+struct cd_stream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;     /* a task queued or finished, or quit */
+    task *head, *tail;     /* head is the running task until it is done */
+    uint64_t queued, done; /* tasks queued and finished so far */
+    bool started, quit;
+    int err; /* the first failure not yet reported, and its message */
+    char msg[512];
+    cd_stream *next; /* the list of live streams, drained at exit */
+};
+
+/* recorded: records made; completed: the highest whose marker ran. An event waited for is
+ * complete when completed reaches the record made last before the wait. err/msg: the stream's
+ * pending failure when the marker ran, for event_sync (the failure stays on the stream until a
+ * synchronize or download there takes it, so both report it). */
+struct cd_event {
+    int refs; /* the host's and each queued task's naming it */
+    uint64_t recorded, completed;
+    int err;
+    char msg[512];
+};
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
+
+static cd_stream compute = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static cd_stream *streams = &compute;
+static _Thread_local cd_stream *current; /* ct__checkdev_set_stream's; NULL: compute */
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static long delay_us = 200;
+static pid_t owner; /* the process whose workers run the queues */
+
+/* A stream argument (NULL: the compute stream); CUR: the calling thread's stream. */
+#define STREAM(s) ((s) ? (cd_stream *)(s) : &compute)
+#define CUR STREAM(current)
+
+void *ct__checkdev_set_stream(void *stream)
+{
+    cd_stream *prev = current;
+    current = stream;
+    return prev;
+}
+
+/* Drops a reference to an event: the host's (event_free) or a queued task's. */
+static void cd_event_free(void *ev)
+{
+    cd_event *e = ev;
+    if (!e)
+        return;
+    pthread_mutex_lock(&ev_mu);
+    bool last = --e->refs == 0;
+    pthread_mutex_unlock(&ev_mu);
+    if (last)
+        free(e);
+}
+
+/* Waits until s has finished the tasks queued before the call. Caller holds s->mu. */
+static void drain_locked(cd_stream *s)
+{
+    uint64_t target = s->queued;
+    while (s->done < target)
+        pthread_cond_wait(&s->cv, &s->mu);
+}
+
+/* At exit: every live stream's queued work (frees included) is done before the process goes;
+ * the workers are detached and end with it. A forked child has no workers: it does not wait. */
+static void drain_all(void)
+{
+    if (getpid() != owner)
+        return;
+    pthread_mutex_lock(&streams_mu);
+    for (cd_stream *s = streams; s; s = s->next) {
+        pthread_mutex_lock(&s->mu);
+        drain_locked(s);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&streams_mu);
+}
+
+static void init_once(void)
+{
+    const char *e = getenv("CT_CHECKDEV_DELAY_US");
+    if (e && *e)
+        delay_us = strtol(e, NULL, 10);
+    owner = getpid();
+    atexit(drain_all);
+}
+
+static void stream_destroy(cd_stream *s)
+{
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+static void *worker(void *arg)
+{
+    cd_stream *s = arg;
+    int nthreads = ct__cpu_threads();
+    struct timespec delay = {delay_us / 1000000, delay_us % 1000000 * 1000};
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->quit)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->head)
+            break;
+        task *t = s->head;
+        pthread_mutex_unlock(&s->mu);
+        if (delay_us > 0)
+            nanosleep(&delay, NULL);
+        for (size_t k = 0; k < CT_ARRAY_LEN(t->p); k++)
+            t->p[k] = untag(t->p[k]);
+        if (t->nthreads != nthreads)
+            ct__cpu_set_threads(nthreads = t->nthreads);
+        int rc = t->run(t, s);
+        cd_event_free(t->ev);
+        pthread_mutex_lock(&s->mu);
+        if (rc && !s->err) {
+            s->err = rc;
+            snprintf(s->msg, sizeof s->msg, "checkdev %s (queued earlier): %s", t->op,
+                     ct_last_error());
+        }
+        s->head = t->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->done++;
+        pthread_cond_broadcast(&s->cv);
+        free(t);
+    }
+    pthread_mutex_unlock(&s->mu);
+    stream_destroy(s); /* stream_free asked for quit and left the rest to its worker */
+    return NULL;
+}
+
+/* Queues a copy of *tmpl on s, starting s's worker at the first task. */
+static int submit(cd_stream *s, const task *tmpl, const char *op)
+{
+    pthread_once(&once, init_once);
+    task *t = malloc(sizeof *t);
+    if (!t)
+        return ct__error(CT_ENOMEM, "checkdev %s: out of memory", op);
+    *t = *tmpl;
+    t->next = NULL;
+    t->op = op;
+    t->nthreads = ct__cpu_threads();
+    pthread_mutex_lock(&s->mu);
+    if (!s->started) {
+        pthread_t th;
+        int e = pthread_create(&th, NULL, worker, s);
+        if (e) {
+            pthread_mutex_unlock(&s->mu);
+            free(t);
+            return ct__error(CT_ENOMEM, "checkdev %s: cannot start a stream's worker: %s", op,
+                             strerror(e));
+        }
+        pthread_detach(th);
+        s->started = true;
+    }
+    if (s->tail)
+        s->tail->next = t;
+    else
+        s->head = t;
+    s->tail = t;
+    s->queued++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* A failure taken off a stream or event (each is reported once), re-raised with its message. */
+static int report(int err, const char *msg, const char *what)
+{
+    return err ? ct__error(err, "%s (reported by %s)", msg, what) : 0;
+}
+
+static int sync_stream(cd_stream *s, const char *what)
+{
+    char msg[sizeof s->msg];
+    pthread_mutex_lock(&s->mu);
+    drain_locked(s);
+    int err = s->err;
+    memcpy(msg, s->msg, sizeof msg);
+    s->err = 0;
+    pthread_mutex_unlock(&s->mu);
+    return report(err, msg, what);
+}
+
+/* ---- memory ---- */
+
+static int cd_alloc(void **p, size_t bytes)
+{
+    size_t sz = bytes ? (bytes + 63) / 64 * 64 : 64;
+    void *m = sz >= bytes ? aligned_alloc(64, sz) : NULL;
+    if (!m)
+        return ct__error(CT_ENOMEM, "checkdev alloc: out of memory (%zu bytes)", bytes);
+    *p = (void *)((uintptr_t)m | TAG);
+    return 0;
+}
+
+static int run_free(task *t, cd_stream *s)
+{
+    free((void *)t->p[0]);
+    return 0;
+}
+
+/* Stream-ordered: work queued before the free still sees the memory. */
+static void cd_free(void *p)
+{
+    if (!p)
+        return;
+    if (submit(&compute, &(task){.run = run_free, .p = {p}}, "free") < 0) {
+        pthread_mutex_lock(&compute.mu); /* out of memory: free it now, after the queue */
+        drain_locked(&compute);
+        pthread_mutex_unlock(&compute.mu);
+        free(untag(p));
+    }
+}
+
+static int run_upload(task *t, cd_stream *s)
+{
+    memcpy(F(0), t->p[1], (size_t)t->i[0]);
+    free((void *)t->p[1]);
+    return 0;
+}
+
+static int cd_upload(void *dst, const void *host_src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    void *copy = malloc(bytes);
+    if (!copy)
+        return ct__error(CT_ENOMEM, "checkdev upload: out of memory (%zu bytes)", bytes);
+    memcpy(copy, host_src, bytes);
+    int rc = submit(&compute, &(task){.run = run_upload, .p = {dst, copy}, .i = {(int64_t)bytes}},
+                    "upload");
+    if (rc < 0)
+        free(copy);
+    return rc;
+}
+
+static int cd_download(void *host_dst, const void *src, size_t bytes)
+{
+    int rc = sync_stream(&compute, "download");
+    if (rc < 0)
+        return rc;
+    if (bytes)
+        memcpy(host_dst, untag(src), bytes);
+    return 0;
+}
+
+static int run_copy(task *t, cd_stream *s)
+{
+    memcpy(F(0), t->p[1], (size_t)t->i[0]);
+    return 0;
+}
+
+static int cd_copy(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    return submit(CUR, &(task){.run = run_copy, .p = {dst, src}, .i = {(int64_t)bytes}}, "copy");
+}
+
+/* ---- streams and events ---- */
+
+static int cd_stream_new(void **stream)
+{
+    cd_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return ct__error(CT_ENOMEM, "checkdev stream_new: out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_lock(&streams_mu);
+    s->next = streams;
+    streams = s;
+    pthread_mutex_unlock(&streams_mu);
+    *stream = s;
+    return 0;
+}
+
+/* Its queued work still runs; the worker frees the stream after the last task. */
+static void cd_stream_free(void *stream)
+{
+    cd_stream *s = stream;
+    if (!s || s == &compute)
+        return;
+    pthread_mutex_lock(&streams_mu);
+    for (cd_stream **pp = &streams; *pp; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&streams_mu);
+    if (current == s)
+        current = NULL;
+    pthread_mutex_lock(&s->mu);
+    bool started = s->started;
+    s->quit = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (!started)
+        stream_destroy(s);
+}
+
+static int cd_synchronize(void *stream)
+{
+    return sync_stream(STREAM(stream), "synchronize");
+}
+
+static int cd_event_new(void **ev)
+{
+    cd_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return ct__error(CT_ENOMEM, "checkdev event_new: out of memory");
+    e->refs = 1;
+    *ev = e;
+    return 0;
+}
+
+/* Record seq of e is complete, with s's pending failure (s NULL: none). */
+static void mark(cd_event *e, uint64_t seq, cd_stream *s)
+{
+    if (s)
+        pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&ev_mu);
+    if (s && s->err && !e->err) {
+        e->err = s->err;
+        memcpy(e->msg, s->msg, sizeof e->msg);
+    }
+    if (e->completed < seq)
+        e->completed = seq;
+    pthread_cond_broadcast(&ev_cv);
+    pthread_mutex_unlock(&ev_mu);
+    if (s)
+        pthread_mutex_unlock(&s->mu);
+}
+
+static int run_mark(task *t, cd_stream *s)
+{
+    mark(t->ev, t->seq, s);
+    return 0;
+}
+
+static int cd_event_record(void *ev, void *stream)
+{
+    cd_event *e = ev;
+    pthread_mutex_lock(&ev_mu);
+    uint64_t seq = ++e->recorded;
+    e->refs++;
+    pthread_mutex_unlock(&ev_mu);
+    int rc = submit(STREAM(stream), &(task){.run = run_mark, .ev = e, .seq = seq}, "event_record");
+    if (rc < 0) { /* never to be marked: complete, so no one waits forever */
+        mark(e, seq, NULL);
+        cd_event_free(e);
+    }
+    return rc;
+}
+
+static void wait_event(cd_event *e, uint64_t seq)
+{
+    pthread_mutex_lock(&ev_mu);
+    while (e->completed < seq)
+        pthread_cond_wait(&ev_cv, &ev_mu);
+    pthread_mutex_unlock(&ev_mu);
+}
+
+static int run_wait(task *t, cd_stream *s)
+{
+    wait_event(t->ev, t->seq);
+    return 0;
+}
+
+/* The stream's later tasks wait for the record made last before this call (none: no wait). */
+static int cd_stream_wait(void *stream, void *ev)
+{
+    cd_event *e = ev;
+    pthread_mutex_lock(&ev_mu);
+    uint64_t seq = e->recorded;
+    if (seq)
+        e->refs++;
+    pthread_mutex_unlock(&ev_mu);
+    if (!seq)
+        return 0;
+    int rc = submit(STREAM(stream), &(task){.run = run_wait, .ev = e, .seq = seq}, "stream_wait");
+    if (rc < 0)
+        cd_event_free(e);
+    return rc;
+}
+
+static int cd_event_sync(void *ev)
+{
+    cd_event *e = ev;
+    char msg[sizeof e->msg];
+    pthread_mutex_lock(&ev_mu);
+    uint64_t seq = e->recorded;
+    pthread_mutex_unlock(&ev_mu);
+    wait_event(e, seq);
+    pthread_mutex_lock(&ev_mu);
+    int err = e->err;
+    memcpy(msg, e->msg, sizeof msg);
+    e->err = 0;
+    pthread_mutex_unlock(&ev_mu);
+    return report(err, msg, "event_sync");
+}
+
+/* ---- kernels ---- */
+
+/* KERNEL(name, (params), (task fields), (args)) defines the entry cd_<name>(params), which
+ * queues a task with those fields on the calling thread's stream and returns, and run_<name>,
+ * which calls the CPU table's entry of that name with args (F(k): pointer k, untagged) when the
+ * task runs. The CPU's failures become the stream's (a kernel the CPU lacks: CT_ENOSYS). */
+#define FIELDS(...) __VA_ARGS__
+#define KERNEL(name, params, fields, args)                                                         \
+    static int run_##name(task *t, cd_stream *s)                                                   \
+    {                                                                                              \
+        return CT__BK_CALL(&ct__backend_cpu, name, FIELDS args);                                   \
+    }                                                                                              \
+    static int cd_##name params                                                                    \
+    {                                                                                              \
+        return submit(CUR, &(task){.run = run_##name, FIELDS fields}, #name);                      \
+    }
+
+/* layouts: plain only, as a GPU (blocked_fmt says none); a plain reorder is a copy */
+static int cd_blocked_fmt(void)
+{
+    return CT__FMT_PLAIN;
+}
+
+/* workspace sizes: the CPU's, at once */
+static size_t cd_bn_ws_bytes(const ct__bn_p *p)
+{
+    return ct__backend_cpu.bn_ws_bytes ? ct__backend_cpu.bn_ws_bytes(p) : 0;
+}
+
+static size_t cd_pool_ws_bytes(const ct__pool_p *p)
+{
+    return ct__backend_cpu.pool_ws_bytes ? ct__backend_cpu.pool_ws_bytes(p) : 0;
+}
+
+KERNEL(reorder,
+       (int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt, float *dst,
+        int dfmt),
+       (.i = {n, c, h, w}, .p = {src, dst}, .k = {sfmt, dfmt}),
+       (t->i[0], t->i[1], t->i[2], t->i[3], F(0), t->k[0], F(1), t->k[1]))
+
+KERNEL(conv_fwd, (const ct__conv_p *p, const float *x, const float *w, const float *b, float *y),
+       (.d.conv = *p, .p = {x, w, b, y}), (&t->d.conv, F(0), F(1), F(2), F(3)))
+KERNEL(conv_bwd_data, (const ct__conv_p *p, const float *w, const float *dy, float *dx),
+       (.d.conv = *p, .p = {w, dy, dx}), (&t->d.conv, F(0), F(1), F(2)))
+KERNEL(conv_bwd_weights,
+       (const ct__conv_p *p, const float *x, const float *dy, float *dw, float *db),
+       (.d.conv = *p, .p = {x, dy, dw, db}), (&t->d.conv, F(0), F(1), F(2), F(3)))
+
+KERNEL(ip_fwd,
+       (int64_t n, int64_t ic, int64_t oc, const float *x, const float *w, const float *b,
+        float *y),
+       (.i = {n, ic, oc}, .p = {x, w, b, y}), (t->i[0], t->i[1], t->i[2], F(0), F(1), F(2), F(3)))
+KERNEL(ip_bwd_data, (int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy, float *dx),
+       (.i = {n, ic, oc}, .p = {w, dy, dx}), (t->i[0], t->i[1], t->i[2], F(0), F(1), F(2)))
+KERNEL(ip_bwd_weights,
+       (int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy, float *dw, float *db),
+       (.i = {n, ic, oc}, .p = {x, dy, dw, db}),
+       (t->i[0], t->i[1], t->i[2], F(0), F(1), F(2), F(3)))
+KERNEL(matmul,
+       (int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b, bool tb, float *c,
+        bool accumulate),
+       (.i = {m, k, n}, .p = {a, b, c}, .k = {ta, tb, accumulate}),
+       (t->i[0], t->i[1], t->i[2], F(0), t->k[0], F(1), t->k[1], F(2), t->k[2]))
+KERNEL(add_col_sums, (int64_t rows, int64_t cols, const float *x, float *y),
+       (.i = {rows, cols}, .p = {x, y}), (t->i[0], t->i[1], F(0), F(1)))
+
+KERNEL(bn_fwd_train,
+       (const ct__bn_p *p, const float *x, const float *scale, const float *shift, float *y,
+        float *mean, float *var, void *ws),
+       (.d.bn = *p, .p = {x, scale, shift, y, mean, var, ws}),
+       (&t->d.bn, F(0), F(1), F(2), F(3), F(4), F(5), F(6)))
+KERNEL(bn_fwd_infer,
+       (const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+        const float *mean, const float *var, float *y),
+       (.d.bn = *p, .p = {x, scale, shift, mean, var, y}),
+       (&t->d.bn, F(0), F(1), F(2), F(3), F(4), F(5)))
+KERNEL(bn_bwd,
+       (const ct__bn_p *p, const float *x, const float *dy, const float *scale, const float *mean,
+        const float *var, const void *ws, float *dx, float *dscale, float *dshift),
+       (.d.bn = *p, .p = {x, dy, scale, mean, var, ws, dx, dscale, dshift}),
+       (&t->d.bn, F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8)))
+KERNEL(bn_bwd_frozen,
+       (const ct__bn_p *p, const float *x, const float *y, const float *dy, const float *scale,
+        const float *mean, const float *var, float *dx, float *dscale, float *dshift),
+       (.d.bn = *p, .p = {x, y, dy, scale, mean, var, dx, dscale, dshift}),
+       (&t->d.bn, F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8)))
+KERNEL(bn_update_running,
+       (int64_t c, float momentum, float unbias, const float *mean, const float *var, float *rm,
+        float *rv),
+       (.i = {c}, .f = {momentum, unbias}, .p = {mean, var, rm, rv}),
+       (t->i[0], t->f[0], t->f[1], F(0), F(1), F(2), F(3)))
+
+KERNEL(pool_fwd, (const ct__pool_p *p, const float *x, float *y, void *ws, bool training),
+       (.d.pool = *p, .p = {x, y, ws}, .k = {training}), (&t->d.pool, F(0), F(1), F(2), t->k[0]))
+KERNEL(pool_bwd,
+       (const ct__pool_p *p, const float *x, const float *y, const float *dy, const void *ws,
+        float *dx),
+       (.d.pool = *p, .p = {x, y, dy, ws, dx}), (&t->d.pool, F(0), F(1), F(2), F(3), F(4)))
+KERNEL(adaptive_avg_fwd,
+       (int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow, const float *x, float *y),
+       (.i = {nc, ih, iw, oh, ow}, .p = {x, y}),
+       (t->i[0], t->i[1], t->i[2], t->i[3], t->i[4], F(0), F(1)))
+KERNEL(adaptive_avg_bwd,
+       (int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow, const float *dy, float *dx,
+        bool acc),
+       (.i = {nc, ih, iw, oh, ow}, .p = {dy, dx}, .k = {acc}),
+       (t->i[0], t->i[1], t->i[2], t->i[3], t->i[4], F(0), F(1), t->k[0]))
+
+KERNEL(eltwise_fwd, (int alg, float alpha, int64_t n, const float *x, float *y),
+       (.k = {alg}, .f = {alpha}, .i = {n}, .p = {x, y}), (t->k[0], t->f[0], t->i[0], F(0), F(1)))
+KERNEL(eltwise_bwd, (int alg, float alpha, int64_t n, const float *y, const float *dy, float *dx),
+       (.k = {alg}, .f = {alpha}, .i = {n}, .p = {y, dy, dx}),
+       (t->k[0], t->f[0], t->i[0], F(0), F(1), F(2)))
+KERNEL(softmax_fwd, (bool log, int64_t rows, int64_t cols, const float *x, float *y),
+       (.k = {log}, .i = {rows, cols}, .p = {x, y}), (t->k[0], t->i[0], t->i[1], F(0), F(1)))
+KERNEL(softmax_bwd,
+       (bool log, int64_t rows, int64_t cols, const float *y, const float *dy, float *dx),
+       (.k = {log}, .i = {rows, cols}, .p = {y, dy, dx}),
+       (t->k[0], t->i[0], t->i[1], F(0), F(1), F(2)))
+
+KERNEL(fill, (int64_t n, float value, float *x), (.i = {n}, .f = {value}, .p = {x}),
+       (t->i[0], t->f[0], F(0)))
+KERNEL(add, (int64_t n, const float *a, const float *b, float *y), (.i = {n}, .p = {a, b, y}),
+       (t->i[0], F(0), F(1), F(2)))
+KERNEL(axpy, (int64_t n, float alpha, const float *x, float *y),
+       (.i = {n}, .f = {alpha}, .p = {x, y}), (t->i[0], t->f[0], F(0), F(1)))
+KERNEL(mul, (int64_t n, const float *a, const float *b, float *y, bool acc),
+       (.i = {n}, .p = {a, b, y}, .k = {acc}), (t->i[0], F(0), F(1), F(2), t->k[0]))
+KERNEL(sum, (int64_t n, const float *x, float *out), (.i = {n}, .p = {x, out}),
+       (t->i[0], F(0), F(1)))
+KERNEL(broadcast, (int64_t n, const float *value, float *x, bool acc),
+       (.i = {n}, .p = {value, x}, .k = {acc}), (t->i[0], F(0), F(1), t->k[0]))
+KERNEL(dropout_mask, (int64_t n, float p, uint64_t seed, uint64_t offset, float *mask),
+       (.i = {n}, .f = {p}, .u = {seed, offset}, .p = {mask}),
+       (t->i[0], t->f[0], t->u[0], t->u[1], F(0)))
+
+KERNEL(loss_fwd, (const ct__loss_p *p, const float *x, const void *target, float *out),
+       (.d.loss = *p, .p = {x, target, out}), (&t->d.loss, F(0), t->p[1], F(2)))
+KERNEL(loss_bwd,
+       (const ct__loss_p *p, const float *x, const void *target, const float *grad_out,
+        float *grad),
+       (.d.loss = *p, .p = {x, target, grad_out, grad}), (&t->d.loss, F(0), t->p[1], F(2), F(3)))
+
+const ct__backend ct__backend_checkdev = {
+    .name = "checkdev",
+    .device = CT_CHECKDEV,
+    .alloc = cd_alloc,
+    .free = cd_free,
+    .upload = cd_upload,
+    .download = cd_download,
+    .copy = cd_copy,
+    .stream_new = cd_stream_new,
+    .stream_free = cd_stream_free,
+    .synchronize = cd_synchronize,
+    .event_new = cd_event_new,
+    .event_free = cd_event_free,
+    .event_record = cd_event_record,
+    .stream_wait = cd_stream_wait,
+    .event_sync = cd_event_sync,
+    .blocked_fmt = cd_blocked_fmt,
+    .reorder = cd_reorder,
+    .conv_fwd = cd_conv_fwd,
+    .conv_bwd_data = cd_conv_bwd_data,
+    .conv_bwd_weights = cd_conv_bwd_weights,
+    .ip_fwd = cd_ip_fwd,
+    .ip_bwd_data = cd_ip_bwd_data,
+    .ip_bwd_weights = cd_ip_bwd_weights,
+    .matmul = cd_matmul,
+    .add_col_sums = cd_add_col_sums,
+    .bn_ws_bytes = cd_bn_ws_bytes,
+    .bn_fwd_train = cd_bn_fwd_train,
+    .bn_fwd_infer = cd_bn_fwd_infer,
+    .bn_bwd = cd_bn_bwd,
+    .bn_bwd_frozen = cd_bn_bwd_frozen,
+    .bn_update_running = cd_bn_update_running,
+    .pool_ws_bytes = cd_pool_ws_bytes,
+    .pool_fwd = cd_pool_fwd,
+    .pool_bwd = cd_pool_bwd,
+    .adaptive_avg_fwd = cd_adaptive_avg_fwd,
+    .adaptive_avg_bwd = cd_adaptive_avg_bwd,
+    .eltwise_fwd = cd_eltwise_fwd,
+    .eltwise_bwd = cd_eltwise_bwd,
+    .softmax_fwd = cd_softmax_fwd,
+    .softmax_bwd = cd_softmax_bwd,
+    .fill = cd_fill,
+    .add = cd_add,
+    .axpy = cd_axpy,
+    .mul = cd_mul,
+    .sum = cd_sum,
+    .broadcast = cd_broadcast,
+    .dropout_mask = cd_dropout_mask,
+    .loss_fwd = cd_loss_fwd,
+    .loss_bwd = cd_loss_bwd,
+};

@@ -59,8 +59,3 @@ const ct__backend *ct__backend_of(ct_device device)
     ct__error(CT_EINVAL, "device %d unknown", (int)device);
     return NULL;
 }
-
-int ct__backend_missing(const ct__backend *b, const char *op)
-{
-    return ct__error(CT_ENOSYS, "%s is not implemented on device %s", op, b->name);
-}

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/common.h"
 #include "ct/tensor.h"
 
 /* ---- op descriptors, shared by every backend ---- */
@@ -202,8 +203,12 @@ extern const ct__backend ct__backend_cuda;
 const ct__backend *ct__backend_of(ct_device device);
 /* The name of a device ("cpu", "cuda", "checkdev"), for messages. */
 const char *ct__device_name(ct_device device);
-/* The error of a missing kernel: CT_ENOSYS, "OP is not implemented on DEVICE". */
-int ct__backend_missing(const ct__backend *b, const char *op);
+/* The error of a missing kernel: CT_ENOSYS, "OP is not implemented on device DEVICE". Inline,
+ * so that the backends' own files can use it without a link cycle. */
+static inline int ct__backend_missing(const ct__backend *b, const char *op)
+{
+    return ct__error(CT_ENOSYS, "%s is not implemented on device %s", op, b->name);
+}
 
 /* Calls b->fn(args...), or fails with ct__backend_missing(b, "fn") when b lacks it. */
 #define CT__BK_CALL(b, fn, ...) ((b)->fn ? (b)->fn(__VA_ARGS__) : ct__backend_missing((b), #fn))

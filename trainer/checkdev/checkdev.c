@@ -27,12 +27,8 @@
 #include "common/common.h"
 #include "ct/error.h"
 #include "trainer/backend/backend.h"
+#include "trainer/cpu/cpu.h"
 #include "trainer/checkdev/checkdev.h"
-
-/* trainer/cpu/cpu.h's OpenMP thread count (cpu.h still defines the descriptors backend.h now
- * defines too: the two cannot meet in one file yet) */
-int ct__cpu_threads(void);
-void ct__cpu_set_threads(int n);
 
 /* ---- tagged pointers ---- */
 
@@ -336,6 +332,20 @@ static int cd_copy(void *dst, const void *src, size_t bytes)
     return submit(CUR, &(task){.run = run_copy, .p = {dst, src}, .i = {(int64_t)bytes}}, "copy");
 }
 
+static int run_zero(task *t, cd_stream *s)
+{
+    (void)s;
+    memset(untag(t->p[0]), 0, (size_t)t->i[0]);
+    return 0;
+}
+
+static int cd_zero(void *p, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    return submit(CUR, &(task){.run = run_zero, .p = {p}, .i = {(int64_t)bytes}}, "zero");
+}
+
 /* ---- streams and events ---- */
 
 static int cd_stream_new(void **stream)
@@ -630,6 +640,7 @@ const ct__backend ct__backend_checkdev = {
     .upload = cd_upload,
     .download = cd_download,
     .copy = cd_copy,
+    .zero = cd_zero,
     .stream_new = cd_stream_new,
     .stream_free = cd_stream_free,
     .synchronize = cd_synchronize,

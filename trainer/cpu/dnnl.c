@@ -73,6 +73,7 @@ typedef struct entry {
     size_t ws_bytes;
     const char *impl; /* oneDNN's implementation name, owned by pd */
     int single;       /* small problem: create and run on one thread (fork/join costs more) */
+    dnnl_memory_t scratch; /* the primitive's scratchpad, on G.scratch's bytes; NULL if none */
     struct entry *next;
 } entry;
 
@@ -87,6 +88,12 @@ static struct {
     entry *buckets[NBUCKETS];
     int64_t created;
     int blocked_fmt; /* CT__FMT_*, -1 before detect_blocked_fmt */
+    /* One scratchpad for every primitive, as big as the biggest asks (runs are serialised by
+     * mu). oneDNN's own ("library" mode) is per thread and sized in the thread that created
+     * the primitive: a primitive created on one thread and run on another (the checking
+     * device's workers run the CPU's kernels) read past it. */
+    void *scratch;
+    size_t scratch_bytes;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .blocked_fmt = -1};
 
 #define DN(call)                                                                                   \
@@ -231,6 +238,8 @@ static void entry_free(entry *e)
         if (e->a[i].user)
             dnnl_memory_destroy(e->a[i].user);
     }
+    if (e->scratch)
+        dnnl_memory_destroy(e->scratch);
     if (e->prim)
         dnnl_primitive_destroy(e->prim);
     if (e->pd)
@@ -270,6 +279,7 @@ static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_d
                       const aspec *as, int64_t work)
 {
     int rc = 0, prev_thr = omp_get_max_threads();
+    dnnl_primitive_attr_t user_attr = NULL; /* attr, with the scratchpad ours (G.scratch) */
     entry *e = calloc(1, sizeof(*e));
     if (!e)
         return ct__error(CT_ENOMEM, "dnnl: out of memory");
@@ -278,8 +288,28 @@ static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_d
     e->single = work < SMALL_WORK && prev_thr > 1;
     if (e->single)
         omp_set_num_threads(1);
-    DN(dnnl_primitive_desc_create(&e->pd, op_desc, attr, G.engine, hint));
+    if (attr)
+        DN(dnnl_primitive_attr_clone(&user_attr, attr));
+    else
+        DN(dnnl_primitive_attr_create(&user_attr));
+    DN(dnnl_primitive_attr_set_scratchpad_mode(user_attr, dnnl_scratchpad_mode_user));
+    DN(dnnl_primitive_desc_create(&e->pd, op_desc, user_attr, G.engine, hint));
     DN(dnnl_primitive_create(&e->prim, e->pd));
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
+    size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    if (sbytes) {
+        if (sbytes > G.scratch_bytes) {
+            void *p = aligned_alloc(64, (sbytes + 63) & ~(size_t)63);
+            if (!p) {
+                rc = ct__error(CT_ENOMEM, "dnnl: out of memory for a %zu-byte scratchpad", sbytes);
+                goto err;
+            }
+            free(G.scratch);
+            G.scratch = p;
+            G.scratch_bytes = sbytes;
+        }
+        DN(dnnl_memory_create(&e->scratch, smd, G.engine, DNNL_MEMORY_NONE));
+    }
     e->impl = pd_impl(e->pd);
     for (int i = 0; i < nargs; i++) {
         arg *a = &e->a[e->nargs++];
@@ -309,11 +339,14 @@ static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_d
     }
     if (e->single)
         omp_set_num_threads(prev_thr);
+    dnnl_primitive_attr_destroy(user_attr);
     *out = e;
     return 0;
 err:
     if (e->single)
         omp_set_num_threads(prev_thr);
+    if (user_attr)
+        dnnl_primitive_attr_destroy(user_attr);
     entry_free(e);
     return rc;
 }
@@ -326,7 +359,7 @@ static int entry_run(entry *e, void *const *ptrs)
         prev_thr = omp_get_max_threads();
         omp_set_num_threads(1);
     }
-    dnnl_exec_arg_t args[MAX_ARGS];
+    dnnl_exec_arg_t args[MAX_ARGS + 1];
     for (int i = 0; i < e->nargs; i++) {
         arg *a = &e->a[i];
         DN(dnnl_memory_set_data_handle_v2(a->user, ptrs[i], G.stream));
@@ -337,7 +370,12 @@ static int entry_run(entry *e, void *const *ptrs)
         args[i].arg = a->id;
         args[i].memory = a->inner ? a->inner : a->user;
     }
-    DN(dnnl_primitive_execute(e->prim, G.stream, e->nargs, args));
+    int nargs = e->nargs;
+    if (e->scratch) {
+        DN(dnnl_memory_set_data_handle_v2(e->scratch, G.scratch, G.stream));
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
+    }
+    DN(dnnl_primitive_execute(e->prim, G.stream, nargs, args));
     for (int i = 0; i < e->nargs; i++) {
         arg *a = &e->a[i];
         if (a->reorder && a->out) {
@@ -472,8 +510,11 @@ static void conv_key(key *k, int kind, const ct__conv_p *p)
 {
     memset(k, 0, sizeof(*k));
     k->kind = kind;
-    int64_t v[17] = {p->n,  p->ic, p->ih, p->iw, p->oc, p->oh, p->ow,   p->kh,        p->kw,
-                     p->sh, p->sw, p->ph, p->pw, p->dh, p->dw, p->bias, p->transposed};
+    /* the layouts too: one shape runs plain on a device's tensors (the checking device calls
+     * these kernels) and blocked on the CPU's */
+    int64_t v[19] = {p->n,  p->ic, p->ih, p->iw, p->oc,   p->oh,         p->ow,
+                     p->kh, p->kw, p->sh, p->sw, p->ph,   p->pw,         p->dh,
+                     p->dw, p->bias, p->transposed, p->xfmt, p->yfmt};
     memcpy(k->v, v, sizeof(v));
 }
 
@@ -1348,6 +1389,9 @@ void ct__cpu_cache_clear(void)
         dnnl_engine_destroy(G.engine);
     G.stream = NULL;
     G.engine = NULL;
+    free(G.scratch);
+    G.scratch = NULL;
+    G.scratch_bytes = 0;
     pthread_mutex_unlock(&G.mu);
 }
 

@@ -1,0 +1,366 @@
+/* tests/engine/test_device.c — the engine's ops on a device against the same ops on the CPU:
+ * each op runs forward and backward on CPU tensors, then on copies of them on the device
+ * (ct_tensor_to), and the outputs and every input's gradient must agree within a tolerance
+ * relative to the CPU's largest value. The device is argv[1]: "checkdev" (the checking device:
+ * CPU kernels run late on worker threads with memory the host cannot read, so a missing copy
+ * or wait fails here) or "cuda" (exit 77 without a GPU; scripts/gpu-check.sh runs it on one).
+ *
+ * Also: inputs on two devices are refused with a message naming both; a kernel a device lacks
+ * fails with CT_ENOSYS naming the op and the device; dropout draws the same mask on every
+ * device for the same seed; a small CNN trains 5 SGD steps to the CPU's losses. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct/error.h"
+#include "ct/nn.h"
+#include "ct/optim.h"
+#include "ct/tensor.h"
+
+static int failures;
+static ct_device dev;
+static double tol;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static uint32_t lcg = 12345;
+static float rnd(void)
+{
+    lcg = lcg * 1664525u + 1013904223u;
+    return (float)(lcg >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
+}
+
+static ct_tensor *rand_t(int nd, const int64_t *shape)
+{
+    ct_tensor *t = ct_tensor_new(CT_F32, nd, shape);
+    float *p = ct_tensor_f32(t);
+    for (int64_t i = 0; i < ct_tensor_numel(t); i++)
+        p[i] = rnd();
+    return t;
+}
+
+/* host copy of any tensor's floats */
+static float *host_f32(const ct_tensor *t)
+{
+    ct_tensor *p = ct_nn_to_plain((ct_tensor *)t);
+    int64_t n = ct_tensor_numel(t);
+    float *h = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (!p || ct_tensor_copy_to(p, h, (size_t)n * sizeof(float)) < 0) {
+        fprintf(stderr, "copy to host: %s\n", ct_last_error());
+        memset(h, 0xff, (size_t)n * sizeof(float)); /* NaN: fails every comparison */
+    }
+    ct_tensor_release(&p);
+    return h;
+}
+
+static void compare(const char *op, const char *what, const ct_tensor *cpu, const ct_tensor *d)
+{
+    if (!cpu || !d) {
+        CHECK(cpu && d, "%s: %s missing (%s)", op, what, ct_last_error());
+        return;
+    }
+    CHECK(ct_tensor_device(d) == dev, "%s: %s is not on the device", op, what);
+    int64_t n = ct_tensor_numel(cpu);
+    float *a = host_f32(cpu), *b = host_f32(d);
+    double big = 1.0, worst = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        big = fmax(big, fabs(a[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        worst = isnan(e) ? INFINITY : fmax(worst, e);
+    }
+    CHECK(worst <= tol * big, "%s: %s differs by %g (max |cpu| %g)", op, what, worst, big);
+    free(a);
+    free(b);
+}
+
+typedef ct_tensor *(*op_fn)(ct_tensor **in, const void *cfg);
+
+/* Runs f on the CPU and on the device with the same inputs and upstream gradient. */
+static void run(const char *name, op_fn f, const void *cfg, int n, ct_tensor **in, bool *grads)
+{
+    ct_tensor *din[6] = {0};
+    for (int i = 0; i < n; i++) {
+        din[i] = ct_tensor_to(in[i], dev);
+        CHECK(din[i] != NULL, "%s: input %d to the device: %s", name, i, ct_last_error());
+        if (!din[i])
+            goto out;
+        if (grads[i]) {
+            ct_tensor_set_requires_grad(in[i], true);
+            ct_tensor_set_requires_grad(din[i], true);
+        }
+    }
+    if (getenv("VERBOSE"))
+        fprintf(stderr, "op %s\n", name);
+    /* the CPU's forward and backward, then the device's (one tape per thread) */
+    ct_nn_manual_seed(5); /* dropout: the same draw on both */
+    ct_tensor *y = f(in, cfg), *g = NULL, *dy = NULL;
+    int rc1 = -1, rc2 = -1;
+    if (y) {
+        g = rand_t(ct_tensor_ndim(y), ct_tensor_shape(y));
+        rc1 = ct_tensor_backward(y, g);
+    }
+    ct_nn_manual_seed(5);
+    dy = f(din, cfg);
+    if (dy)
+        rc2 = ct_tensor_backward(dy, g);
+    CHECK(y && dy, "%s forward: %s", name, ct_last_error());
+    if (!y || !dy) {
+        ct_autograd_clear_tape();
+        ct_tensor_release(&y);
+        ct_tensor_release(&dy);
+        ct_tensor_release(&g);
+        goto out;
+    }
+    compare(name, "output", y, dy);
+    CHECK(rc1 == 0 && rc2 == 0, "%s backward: %d %d: %s", name, rc1, rc2, ct_last_error());
+    for (int i = 0; i < n && rc1 == 0 && rc2 == 0; i++)
+        if (grads[i]) {
+            char what[32];
+            snprintf(what, sizeof what, "grad of input %d", i);
+            compare(name, what, ct_tensor_grad(in[i]), ct_tensor_grad(din[i]));
+        }
+    ct_tensor_release(&g);
+    ct_tensor_release(&y);
+    ct_tensor_release(&dy);
+out:
+    for (int i = 0; i < n; i++) {
+        ct_tensor_release(&din[i]);
+        ct_tensor_release(&in[i]);
+    }
+}
+
+/* ---- the ops ---- */
+static ct_tensor *f_linear(ct_tensor **in, const void *c)
+{
+    return ct_nn_linear(in[0], in[1], in[2]);
+}
+static ct_tensor *f_matmul(ct_tensor **in, const void *c)
+{
+    return ct_nn_matmul(in[0], in[1]);
+}
+static ct_tensor *f_conv(ct_tensor **in, const void *c)
+{
+    ct_tensor *y = ct_nn_conv2d(in[0], in[1], in[2], c);
+    ct_tensor *p = y ? ct_nn_to_plain(y) : NULL;
+    ct_tensor_release(&y);
+    return p;
+}
+static ct_tensor *f_bn(ct_tensor **in, const void *c)
+{
+    bool train = *(const int *)c != 0, relu = *(const int *)c == 2;
+    ct_tensor *y = (relu ? ct_nn_batch_norm_relu : ct_nn_batch_norm)(in[0], in[1], in[2], in[3],
+                                                                     in[4], train, 0.1f, 1e-5f);
+    ct_tensor *p = y ? ct_nn_to_plain(y) : NULL;
+    ct_tensor_release(&y);
+    return p;
+}
+static ct_tensor *f_maxpool(ct_tensor **in, const void *c)
+{
+    return ct_nn_max_pool2d(in[0], 2, 2, 0);
+}
+static ct_tensor *f_avgpool(ct_tensor **in, const void *c)
+{
+    return ct_nn_avg_pool2d(in[0], 3, 2, 1, *(const bool *)c);
+}
+static ct_tensor *f_apool(ct_tensor **in, const void *c)
+{
+    return ct_nn_adaptive_avg_pool2d(in[0], 3, 2);
+}
+static ct_tensor *f_act(ct_tensor **in, const void *c)
+{
+    switch (*(const int *)c) {
+    case 0:
+        return ct_nn_relu(in[0]);
+    case 1:
+        return ct_nn_leaky_relu(in[0], 0.1f);
+    case 2:
+        return ct_nn_elu(in[0], 1.0f);
+    case 3:
+        return ct_nn_tanh(in[0]);
+    default:
+        return ct_nn_sigmoid(in[0]);
+    }
+}
+static ct_tensor *f_softmax(ct_tensor **in, const void *c)
+{
+    return *(const bool *)c ? ct_nn_log_softmax(in[0]) : ct_nn_softmax(in[0]);
+}
+static ct_tensor *f_add(ct_tensor **in, const void *c)
+{
+    return ct_nn_add(in[0], in[1]);
+}
+static ct_tensor *f_sum(ct_tensor **in, const void *c)
+{
+    return ct_nn_sum(in[0]);
+}
+static ct_tensor *f_dropout(ct_tensor **in, const void *c)
+{
+    return ct_nn_dropout(in[0], 0.3f, true);
+}
+static ct_tensor *f_flatten(ct_tensor **in, const void *c)
+{
+    return ct_nn_flatten(in[0]);
+}
+static ct_tensor *f_ce(ct_tensor **in, const void *c)
+{
+    return ct_nn_cross_entropy(in[0], in[1], 0.0f);
+}
+
+static ct_tensor *targets(int64_t n, int64_t classes)
+{
+    int64_t shape[1] = {n};
+    ct_tensor *t = ct_tensor_new(CT_I64, 1, shape);
+    int64_t *p = ct_tensor_data(t);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (i * 7) % classes;
+    p[1] = -100; /* ignored */
+    return t;
+}
+
+static void test_ops(void)
+{
+    {
+        int64_t xs[2] = {17, 33}, ws[2] = {9, 33}, bs[1] = {9};
+        ct_tensor *in[3] = {rand_t(2, xs), rand_t(2, ws), rand_t(1, bs)};
+        run("linear", f_linear, NULL, 3, in, (bool[]){true, true, true});
+    }
+    {
+        int64_t as[2] = {13, 7}, bs[2] = {7, 19};
+        ct_tensor *in[2] = {rand_t(2, as), rand_t(2, bs)};
+        run("matmul", f_matmul, NULL, 2, in, (bool[]){true, true});
+    }
+    {
+        int64_t xs[4] = {4, 16, 9, 9}, ws[4] = {32, 16, 3, 3}, bs[1] = {32};
+        ct_conv_opts o = {.stride = {2, 2}, .padding = {1, 1}};
+        ct_tensor *in[3] = {rand_t(4, xs), rand_t(4, ws), rand_t(1, bs)};
+        run("conv2d", f_conv, &o, 3, in, (bool[]){true, true, true});
+    }
+    for (int mode = 0; mode < 3; mode++) { /* eval, train, train with fused relu */
+        int64_t xs[4] = {4, 16, 5, 5}, cs[1] = {16};
+        ct_tensor *in[5] = {rand_t(4, xs), rand_t(1, cs), rand_t(1, cs), rand_t(1, cs),
+                            rand_t(1, cs)};
+        float *rv = ct_tensor_f32(in[4]);
+        for (int i = 0; i < 16; i++)
+            rv[i] = 0.5f + fabsf(rv[i]); /* a variance */
+        const char *names[3] = {"batch_norm eval", "batch_norm train", "batch_norm_relu train"};
+        run(names[mode], f_bn, &mode, 5, in, (bool[]){true, true, true, false, false});
+    }
+    {
+        int64_t xs[4] = {2, 8, 8, 8};
+        ct_tensor *in[1] = {rand_t(4, xs)};
+        run("max_pool2d", f_maxpool, NULL, 1, in, (bool[]){true});
+    }
+    for (int incl = 0; incl < 2; incl++) {
+        int64_t xs[4] = {2, 3, 7, 7};
+        bool b = incl;
+        ct_tensor *in[1] = {rand_t(4, xs)};
+        run(incl ? "avg_pool2d incl" : "avg_pool2d excl", f_avgpool, &b, 1, in, (bool[]){true});
+    }
+    {
+        int64_t xs[4] = {2, 3, 7, 5};
+        ct_tensor *in[1] = {rand_t(4, xs)};
+        run("adaptive_avg_pool2d", f_apool, NULL, 1, in, (bool[]){true});
+    }
+    const char *acts[5] = {"relu", "leaky_relu", "elu", "tanh", "sigmoid"};
+    for (int a = 0; a < 5; a++) {
+        int64_t xs[2] = {37, 29};
+        ct_tensor *in[1] = {rand_t(2, xs)};
+        run(acts[a], f_act, &a, 1, in, (bool[]){true});
+    }
+    for (int lg = 0; lg < 2; lg++) {
+        int64_t xs[2] = {11, 10};
+        bool b = lg;
+        ct_tensor *in[1] = {rand_t(2, xs)};
+        run(lg ? "log_softmax" : "softmax", f_softmax, &b, 1, in, (bool[]){true});
+    }
+    {
+        int64_t xs[3] = {5, 6, 7};
+        ct_tensor *in[2] = {rand_t(3, xs), rand_t(3, xs)};
+        run("add", f_add, NULL, 2, in, (bool[]){true, true});
+    }
+    {
+        int64_t xs[2] = {100, 37};
+        ct_tensor *in[1] = {rand_t(2, xs)};
+        run("sum", f_sum, NULL, 1, in, (bool[]){true});
+    }
+    {
+        int64_t xs[2] = {64, 33};
+        ct_tensor *in[1] = {rand_t(2, xs)};
+        run("dropout", f_dropout, NULL, 1, in, (bool[]){true});
+    }
+    {
+        int64_t xs[4] = {3, 4, 5, 6};
+        ct_tensor *in[1] = {rand_t(4, xs)};
+        run("flatten", f_flatten, NULL, 1, in, (bool[]){true});
+    }
+    {
+        int64_t xs[2] = {40, 10};
+        ct_tensor *in[2] = {rand_t(2, xs), targets(40, 10)};
+        run("cross_entropy", f_ce, NULL, 2, in, (bool[]){true, false});
+    }
+}
+
+/* refusals: two devices in one op; a kernel the device lacks */
+static void test_errors(void)
+{
+    int64_t xs[2] = {4, 3}, ws[2] = {2, 3};
+    ct_tensor *x = rand_t(2, xs), *w = rand_t(2, ws);
+    ct_tensor *dx = ct_tensor_to(x, dev);
+    ct_tensor *y = ct_nn_linear(dx, w, NULL);
+    CHECK(y == NULL && strstr(ct_last_error(), "devices") && strstr(ct_last_error(), "cpu"),
+          "mixed devices: %s", ct_last_error());
+    ct_tensor_release(&y);
+    if (dev == CT_CUDA) { /* mse is the CPU's and checkdev's only */
+        ct_tensor *dt = ct_tensor_to(x, dev);
+        y = ct_nn_mse_loss(dx, dt);
+        CHECK(y == NULL && strstr(ct_last_error(), "mse_loss is not implemented on device cuda"),
+              "missing kernel: %s", ct_last_error());
+        ct_tensor_release(&y);
+        ct_tensor_release(&dt);
+    }
+    ct_tensor_release(&dx);
+    ct_tensor_release(&x);
+    ct_tensor_release(&w);
+}
+
+int main(int argc, char **argv)
+{
+    const char *name = argc > 1 ? argv[1] : "checkdev";
+    if (!strcmp(name, "cuda")) {
+        dev = CT_CUDA;
+        tol = 1e-4;
+        int64_t one[1] = {1};
+        ct_tensor *t = ct_tensor_new(CT_F32, 1, one), *d = ct_tensor_to(t, CT_CUDA);
+        ct_tensor_release(&t);
+        if (!d) {
+            printf("no GPU: %s\n", ct_last_error());
+            return 77;
+        }
+        ct_tensor_release(&d);
+    } else if (!strcmp(name, "checkdev")) {
+        dev = CT_CHECKDEV;
+        tol = 1e-5;
+    } else {
+        fprintf(stderr, "usage: %s checkdev|cuda\n", argv[0]);
+        return 2;
+    }
+    ct_nn_set_threads(1);
+    test_ops();
+    test_errors();
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed on %s\n", failures, name);
+        return 1;
+    }
+    printf("engine ops on %s match the CPU: ok\n", name);
+    return 0;
+}

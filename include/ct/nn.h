@@ -162,6 +162,12 @@ bool ct_module_is_training(const ct_module *m);
 int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n);
 /* The flat buffers (after packing): numel floats each, including alignment gaps (kept 0). */
 int ct_module_flat(ct_module *m, float **values, float **grads, int64_t *numel);
+/* Moves every parameter and buffer of m (children too) to device (CT_CPU, CT_CUDA,
+ * CT_CHECKDEV), as PyTorch's module.to(device): the tensors stay the same objects, their data
+ * moves; gradients are dropped. The parameter references and flat buffers of
+ * ct_module_params / ct_module_flat are made again on the device at their next call, so get
+ * them (and build optimizers) after the move. Nothing moves when it fails. */
+int ct_module_to(ct_module *m, ct_device device);
 int64_t ct_module_num_params(ct_module *m);
 /* Gradient-ready hook on every parameter of m's tree (the DDP reducer's entry point):
  * fn(i, user) runs on the thread in ct_tensor_backward() as soon as parameter i (index in

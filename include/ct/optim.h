@@ -39,6 +39,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ct/tensor.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -53,6 +55,8 @@ typedef struct ct_param_ref {
     float *value;     /* (numel) borrowed */
     float *grad;      /* (numel) borrowed, or NULL */
     int64_t numel;
+    ct_device device; /* where value and grad live (CT_CPU when left 0); the optimizer's state
+                         and its steps are there too (ct/tensor.h) */
 } ct_param_ref;
 
 /* State entries: how optimizers and schedulers expose and restore their state. */

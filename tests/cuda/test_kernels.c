@@ -436,7 +436,7 @@ static void compare_optim(const char *what, int kind, const ct_sgd_opts *so, con
         dg = upload(g, OPT_N);
         CHECK_RC(ct_optim_step(o));
         if (kind == 0) {
-            ct_cuda_sgd h = {.lr = so->lr,
+            ct__sgd_h h = {.lr = so->lr,
                              .momentum = so->momentum,
                              .dampening = so->dampening,
                              .weight_decay = so->weight_decay,
@@ -445,7 +445,7 @@ static void compare_optim(const char *what, int kind, const ct_sgd_opts *so, con
                              .first = step == 1};
             CHECK_RC(ct__cuda_sgd_step(dp, dg, s1, OPT_N, &h, NULL));
         } else {
-            ct_cuda_adam h = {.lr = ao->lr ? ao->lr : 1e-3,
+            ct__adam_h h = {.lr = ao->lr ? ao->lr : 1e-3,
                               .beta1 = ao->beta1 ? ao->beta1 : 0.9,
                               .beta2 = ao->beta2 ? ao->beta2 : 0.999,
                               .eps = ao->eps ? ao->eps : 1e-8,

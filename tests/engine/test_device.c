@@ -7,7 +7,8 @@
  *
  * Also: inputs on two devices are refused with a message naming both; a kernel a device lacks
  * fails with CT_ENOSYS naming the op and the device; dropout draws the same mask on every
- * device for the same seed; a small CNN trains 5 SGD steps to the CPU's losses. */
+ * device for the same seed; a small CNN moved with ct_module_to trains (SGD, AdamW) to the CPU's
+ * losses, parameters and optimizer state (argv[2] steps, default 10). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +311,112 @@ static void test_ops(void)
     }
 }
 
+/* A small CNN (conv, batch norm, ReLU, max pooling, dropout, Linear) built twice from one seed,
+ * one copy moved to the device with ct_module_to; both train the same batches with an
+ * optimizer whose state lives with the parameters. The losses of every step and the final
+ * parameters (read back through the state dict) must agree; so must the optimizer's state
+ * dict, whose tensors are host copies. */
+#ifndef DROP
+#define DROP 0.1f
+#endif
+static ct_module *small_cnn(void)
+{
+    ct_nn_manual_seed(11);
+    ct_conv_opts pad1 = {.padding = {1, 1}};
+    /* no bias before batch norm: its gradient is rounding noise, which Adam scales up to lr */
+    return CT_SEQUENTIAL(ct_nn_conv2d_new(3, 16, 3, &pad1, false), ct_nn_batchnorm2d_new(16),
+                         ct_nn_relu_new(), ct_nn_maxpool2d_new(2, 2, 0), ct_nn_dropout_new(DROP),
+                         ct_nn_flatten_new(), ct_nn_linear_new(16 * 4 * 4, 10, true));
+}
+
+static ct_optim *optim_for(ct_module *m, bool adam)
+{
+    const ct_param_ref *refs;
+    int n;
+    if (ct_module_params(m, &refs, &n) < 0)
+        return NULL;
+    if (adam)
+        return ct_optim_adamw_new(refs, n, &(ct_adam_opts){.lr = 1e-3, .amsgrad = true});
+    return ct_optim_sgd_new(refs, n, &(ct_sgd_opts){.lr = 0.05, .momentum = 0.9, .nesterov = true});
+}
+
+static double train_step(ct_module *m, ct_optim *o, ct_tensor *x, ct_tensor *y)
+{
+    ct_optim_zero_grad(o);
+    ct_tensor *logits = ct_module_forward(m, x);
+    ct_tensor *loss = logits ? ct_nn_cross_entropy(logits, y, 0.0f) : NULL;
+    double v = NAN;
+    if (loss && ct_tensor_backward(loss, NULL) == 0 && ct_optim_step(o) == 0)
+        v = ct_tensor_item(loss);
+    else
+        fprintf(stderr, "train step: %s\n", ct_last_error());
+    ct_tensor_release(&logits);
+    ct_tensor_release(&loss);
+    return v;
+}
+
+static void test_training(bool adam, int steps)
+{
+    const char *what = adam ? "AdamW (amsgrad)" : "SGD (nesterov)";
+    ct_module *cpu = small_cnn(), *d = small_cnn();
+    CHECK(ct_module_to(d, dev) == 0, "module_to: %s", ct_last_error());
+    ct_optim *oc = optim_for(cpu, adam), *od = optim_for(d, adam);
+    CHECK(oc && od, "optimizers: %s", ct_last_error());
+    if (!oc || !od)
+        goto out;
+    double worst = 0;
+    for (int s = 0; s < steps; s++) {
+        int64_t xs[4] = {8, 3, 8, 8};
+        ct_tensor *x = rand_t(4, xs), *y = targets(8, 10);
+        ct_tensor *dx = ct_tensor_to(x, dev), *dy = ct_tensor_to(y, dev);
+        ct_nn_manual_seed(100 + s); /* dropout's draw */
+        double lc = train_step(cpu, oc, x, y);
+        ct_nn_manual_seed(100 + s);
+        double ld = train_step(d, od, dx, dy);
+        if (getenv("VERBOSE"))
+            fprintf(stderr, "step %d: cpu %.9g %s %.9g\n", s, lc, what, ld);
+        worst = fmax(worst, isnan(ld - lc) ? INFINITY : fabs(ld - lc));
+        ct_tensor_release(&x), ct_tensor_release(&y), ct_tensor_release(&dx),
+            ct_tensor_release(&dy);
+    }
+    CHECK(worst <= 10 * tol, "%s: %d steps: losses differ by up to %g", what, steps, worst);
+    const ct_named_tensor *sc, *sd;
+    int nc, nd;
+    CHECK(ct_module_state_dict(cpu, &sc, &nc) == 0 && ct_module_state_dict(d, &sd, &nd) == 0 &&
+              nc == nd,
+          "state dicts: %s", ct_last_error());
+    for (int i = 0; i < nc && nc == nd; i++) {
+        if (ct_tensor_dtype(sc[i].tensor) != CT_F32)
+            continue;
+        char name[96];
+        snprintf(name, sizeof name, "%s after training", sc[i].name);
+        compare(what, name, sc[i].tensor, sd[i].tensor);
+    }
+    const ct_state_entry *ec, *ed;
+    int mc, md;
+    CHECK(ct_optim_state_dict(oc, &ec, &mc) == 0 && ct_optim_state_dict(od, &ed, &md) == 0 &&
+              mc == md,
+          "optimizer state dicts: %s", ct_last_error());
+    for (int i = 0; i < mc && mc == md; i++) {
+        if (ec[i].kind != CT_STATE_TENSOR)
+            continue;
+        double big = 1.0, diff = 0;
+        for (int64_t k = 0; k < ec[i].numel; k++) {
+            big = fmax(big, fabs(ec[i].data[k]));
+            diff = fmax(diff, fabs((double)ec[i].data[k] - ed[i].data[k]));
+        }
+        CHECK(diff <= 10 * tol * big, "%s: optimizer state %s differs by %g", what, ec[i].name,
+              diff);
+    }
+    printf("%s, %d steps on %s: losses within %.3g of the CPU's\n", what, steps,
+           dev == CT_CUDA ? "cuda" : "checkdev", worst);
+out:
+    ct_optim_destroy(&oc);
+    ct_optim_destroy(&od);
+    ct_module_destroy(&cpu);
+    ct_module_destroy(&d);
+}
+
 /* refusals: two devices in one op; a kernel the device lacks */
 static void test_errors(void)
 {
@@ -357,6 +464,9 @@ int main(int argc, char **argv)
     ct_nn_set_threads(1);
     test_ops();
     test_errors();
+    int steps = argc > 2 ? atoi(argv[2]) : 10;
+    test_training(false, steps);
+    test_training(true, steps);
     if (failures) {
         fprintf(stderr, "%d check(s) failed on %s\n", failures, name);
         return 1;

@@ -80,6 +80,21 @@ typedef struct ct__loss_p {
     float label_smoothing; /* cross entropy only */
 } ct__loss_p;
 
+/* One optimizer step's hyper-parameters (trainer/optim/optim.c's group), for a fused step over
+ * a flat buffer with the update rules and float roundings of trainer/optim/update.h. */
+typedef struct ct__sgd_h {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov, maximize;
+    bool first; /* the momentum buffer does not exist yet: it starts as the gradient */
+} ct__sgd_h;
+
+typedef struct ct__adam_h {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool amsgrad, maximize;
+    bool decoupled; /* AdamW */
+    double step;    /* this step's number, from 1 */
+} ct__adam_h;
+
 /* ---- the table ---- */
 
 typedef struct ct__backend {
@@ -176,6 +191,7 @@ typedef struct ct__backend {
     int (*add)(int64_t n, const float *a, const float *b, float *y);     /* y = a + b */
     int (*axpy)(int64_t n, float alpha, const float *x, float *y);       /* y += alpha x */
     int (*mul)(int64_t n, const float *a, const float *b, float *y, bool acc); /* y (+)= a b */
+    int (*add_i64)(int64_t n, int64_t v, int64_t *x); /* x += v (a counter: num_batches_tracked) */
     /* *out (one float) = the sum of x, in double; the same bits on every run */
     int (*sum)(int64_t n, const float *x, float *out);
     /* x (+)= *value (one float of this device) broadcast: sum's backward */
@@ -189,6 +205,13 @@ typedef struct ct__backend {
     int (*loss_fwd)(const ct__loss_p *p, const float *x, const void *target, float *out);
     int (*loss_bwd)(const ct__loss_p *p, const float *x, const void *target,
                     const float *grad_out, float *grad);
+
+    /* optimizer steps over n parameters (update.h's operations: the same bits on every
+     * backend); momentum_buf may be NULL without momentum, max_exp_avg_sq without amsgrad */
+    int (*sgd_step)(float *param, const float *grad, float *momentum_buf, int64_t n,
+                    const ct__sgd_h *h);
+    int (*adam_step)(float *param, const float *grad, float *exp_avg, float *exp_avg_sq,
+                     float *max_exp_avg_sq, int64_t n, const ct__adam_h *h);
 } ct__backend;
 
 /* The tables: the CPU's (trainer/cpu/backend_cpu.c), the checking device's

@@ -61,6 +61,8 @@ struct task {
         ct__bn_p bn;
         ct__pool_p pool;
         ct__loss_p loss;
+        ct__sgd_h sgd;
+        ct__adam_h adam;
     } d;
     cd_event *ev; /* markers and waits: the event (the task holds a reference) */
     uint64_t seq; /* its record the marker completes / the wait waits for */
@@ -632,6 +634,17 @@ KERNEL(loss_bwd,
         float *grad),
        (.d.loss = *p, .p = {x, target, grad_out, grad}), (&t->d.loss, F(0), t->p[1], F(2), F(3)))
 
+KERNEL(add_i64, (int64_t n, int64_t v, int64_t *x), (.i = {n, v}, .p = {x}),
+       (t->i[0], t->i[1], (int64_t *)t->p[0]))
+KERNEL(sgd_step,
+       (float *param, const float *grad, float *buf, int64_t n, const ct__sgd_h *h),
+       (.d.sgd = *h, .p = {param, grad, buf}, .i = {n}), (F(0), F(1), F(2), t->i[0], &t->d.sgd))
+KERNEL(adam_step,
+       (float *param, const float *grad, float *m, float *v, float *mx, int64_t n,
+        const ct__adam_h *h),
+       (.d.adam = *h, .p = {param, grad, m, v, mx}, .i = {n}),
+       (F(0), F(1), F(2), F(3), F(4), t->i[0], &t->d.adam))
+
 const ct__backend ct__backend_checkdev = {
     .name = "checkdev",
     .device = CT_CHECKDEV,
@@ -683,4 +696,7 @@ const ct__backend ct__backend_checkdev = {
     .dropout_mask = cd_dropout_mask,
     .loss_fwd = cd_loss_fwd,
     .loss_bwd = cd_loss_bwd,
+    .sgd_step = cd_sgd_step,
+    .add_i64 = cd_add_i64,
+    .adam_step = cd_adam_step,
 };

@@ -235,6 +235,13 @@ static int cpu_mul(int64_t n, const float *a, const float *b, float *y, bool acc
     return 0;
 }
 
+static int cpu_add_i64(int64_t n, int64_t v, int64_t *x)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] += v;
+    return 0;
+}
+
 static int cpu_sum(int64_t n, const float *x, float *out)
 {
     double s = 0;
@@ -348,11 +355,14 @@ const ct__backend ct__backend_cpu = {
     .add = cpu_add,
     .axpy = cpu_axpy,
     .mul = cpu_mul,
+    .add_i64 = cpu_add_i64,
     .sum = cpu_sum,
     .broadcast = cpu_broadcast,
     .dropout_mask = cpu_dropout_mask,
     .loss_fwd = cpu_loss_fwd,
     .loss_bwd = cpu_loss_bwd,
+    .sgd_step = ct__cpu_sgd_step,
+    .adam_step = ct__cpu_adam_step,
 };
 
 /* ct/nn.h's thread count is the CPU backend's: oneDNN's and the loops' OpenMP threads */

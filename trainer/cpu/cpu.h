@@ -95,6 +95,11 @@ void ct__cpu_cache_clear(void);
 /* Number of primitives created so far (tests check caching). */
 int64_t ct__cpu_primitives_created(void);
 
+/* ---- optimizer steps (optim_cpu.c): the backend table's sgd_step / adam_step ---- */
+int ct__cpu_sgd_step(float *param, const float *grad, float *buf, int64_t n, const ct__sgd_h *h);
+int ct__cpu_adam_step(float *param, const float *grad, float *m, float *v, float *mx, int64_t n,
+                      const ct__adam_h *h);
+
 /* ---- plain C kernels (loops.c) ---- */
 void ct__cpu_add(int64_t n, const float *a, const float *b, float *y); /* y = a + b */
 void ct__cpu_axpy(int64_t n, float alpha, const float *x, float *y);   /* y += alpha x */

@@ -73,7 +73,10 @@ typedef struct entry {
     size_t ws_bytes;
     const char *impl; /* oneDNN's implementation name, owned by pd */
     int single;       /* small problem: create and run on one thread (fork/join costs more) */
-    dnnl_memory_t scratch; /* the primitive's scratchpad, on G.scratch's bytes; NULL if none */
+    /* The primitive's own scratchpad (NULL: it needs none). oneDNN's ("library" mode) is per
+     * thread and sized in the thread that created the primitive: one created on one thread
+     * and run on another (the checking device's workers run the CPU's kernels) read past it. */
+    dnnl_memory_t scratch;
     struct entry *next;
 } entry;
 
@@ -88,12 +91,6 @@ static struct {
     entry *buckets[NBUCKETS];
     int64_t created;
     int blocked_fmt; /* CT__FMT_*, -1 before detect_blocked_fmt */
-    /* One scratchpad for every primitive, as big as the biggest asks (runs are serialised by
-     * mu). oneDNN's own ("library" mode) is per thread and sized in the thread that created
-     * the primitive: a primitive created on one thread and run on another (the checking
-     * device's workers run the CPU's kernels) read past it. */
-    void *scratch;
-    size_t scratch_bytes;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .blocked_fmt = -1};
 
 #define DN(call)                                                                                   \
@@ -297,19 +294,8 @@ static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_d
     DN(dnnl_primitive_create(&e->prim, e->pd));
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
     size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
-    if (sbytes) {
-        if (sbytes > G.scratch_bytes) {
-            void *p = aligned_alloc(64, (sbytes + 63) & ~(size_t)63);
-            if (!p) {
-                rc = ct__error(CT_ENOMEM, "dnnl: out of memory for a %zu-byte scratchpad", sbytes);
-                goto err;
-            }
-            free(G.scratch);
-            G.scratch = p;
-            G.scratch_bytes = sbytes;
-        }
-        DN(dnnl_memory_create(&e->scratch, smd, G.engine, DNNL_MEMORY_NONE));
-    }
+    if (sbytes)
+        DN(dnnl_memory_create(&e->scratch, smd, G.engine, DNNL_MEMORY_ALLOCATE));
     e->impl = pd_impl(e->pd);
     for (int i = 0; i < nargs; i++) {
         arg *a = &e->a[e->nargs++];
@@ -371,10 +357,8 @@ static int entry_run(entry *e, void *const *ptrs)
         args[i].memory = a->inner ? a->inner : a->user;
     }
     int nargs = e->nargs;
-    if (e->scratch) {
-        DN(dnnl_memory_set_data_handle_v2(e->scratch, G.scratch, G.stream));
+    if (e->scratch)
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
-    }
     DN(dnnl_primitive_execute(e->prim, G.stream, nargs, args));
     for (int i = 0; i < e->nargs; i++) {
         arg *a = &e->a[i];
@@ -1389,9 +1373,6 @@ void ct__cpu_cache_clear(void)
         dnnl_engine_destroy(G.engine);
     G.stream = NULL;
     G.engine = NULL;
-    free(G.scratch);
-    G.scratch = NULL;
-    G.scratch_bytes = 0;
     pthread_mutex_unlock(&G.mu);
 }
 

@@ -233,6 +233,8 @@ static int cu_eltwise_fwd(int alg, float alpha, int64_t n, const float *x, float
 {
     if (alg == CT__ELT_RELU && alpha == 0.0f)
         return ct__cuda_relu_fwd(x, y, n, cs());
+    if (alg == CT__ELT_RELU)
+        return ct__cuda_leaky_relu_fwd(alpha, n, x, y, cs());
     return ct__cuda_eltwise_fwd(alg, alpha, n, x, y, cs());
 }
 static int cu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const float *dy,
@@ -266,6 +268,10 @@ static int cu_axpy(int64_t n, float alpha, const float *x, float *y)
 static int cu_mul(int64_t n, const float *a, const float *b, float *y, bool acc)
 {
     return ct__cuda_mul(n, a, b, y, acc, cs());
+}
+static int cu_add_i64(int64_t n, int64_t v, int64_t *x)
+{
+    return ct__cuda_add_i64(n, v, x, cs());
 }
 static int cu_sum(int64_t n, const float *x, float *out)
 {
@@ -315,6 +321,18 @@ static int cu_loss_bwd(const ct__loss_p *p, const float *x, const void *target,
     return rc ? rc : frc;
 }
 
+/* ---- optimizer steps: optim.cu's fused kernels ---- */
+static int cu_sgd_step(float *param, const float *grad, float *buf, int64_t n, const ct__sgd_h *h)
+{
+    return ct__cuda_sgd_step(param, grad, buf, n, h, cs());
+}
+
+static int cu_adam_step(float *param, const float *grad, float *m, float *v, float *mx, int64_t n,
+                        const ct__adam_h *h)
+{
+    return ct__cuda_adam_step(param, grad, m, v, mx, n, h, cs());
+}
+
 const ct__backend ct__backend_cuda = {
     .name = "cuda",
     .device = CT_CUDA,
@@ -359,9 +377,12 @@ const ct__backend ct__backend_cuda = {
     .add = cu_add,
     .axpy = cu_axpy,
     .mul = cu_mul,
+    .add_i64 = cu_add_i64,
     .sum = cu_sum,
     .broadcast = cu_broadcast,
     .dropout_mask = cu_dropout_mask,
     .loss_fwd = cu_loss_fwd,
     .loss_bwd = cu_loss_bwd,
+    .sgd_step = cu_sgd_step,
+    .adam_step = cu_adam_step,
 };

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trainer/backend/backend.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -158,22 +160,11 @@ int ct__cuda_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, c
  * with the update rules and float roundings of trainer/optim/optim.c (PyTorch 1.13's
  * single-tensor path); compiled without FMA contraction, as optim.c is, so a step gives the
  * same bits as ct_optim_step on the CPU. */
-typedef struct ct_cuda_sgd {
-    double lr, momentum, dampening, weight_decay;
-    bool nesterov, maximize;
-    bool first; /* the momentum buffer does not exist yet: it starts as the gradient */
-} ct_cuda_sgd;
 int ct__cuda_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n,
-                      const ct_cuda_sgd *h, void *stream);
+                      const ct__sgd_h *h, void *stream);
 
-typedef struct ct_cuda_adam {
-    double lr, beta1, beta2, eps, weight_decay;
-    bool amsgrad, maximize;
-    bool decoupled; /* AdamW */
-    double step;    /* this step's number, from 1 */
-} ct_cuda_adam;
 int ct__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq,
-                       float *max_exp_avg_sq, int64_t n, const ct_cuda_adam *h, void *stream);
+                       float *max_exp_avg_sq, int64_t n, const ct__adam_h *h, void *stream);
 
 /* ---- cuDNN ops (cudnn.c) ----
  * The CUDA versions of trainer/cpu/cpu.h's convolution, batch norm, pooling, activation and
@@ -184,8 +175,6 @@ int ct__cuda_adam_step(float *param, const float *grad, float *exp_avg, float *e
  * of 2^31 or more elements. All pointers are device memory; work is queued on `stream` and not
  * waited for. Thread-safe: each thread has its own cuDNN handle, bound to the device that was
  * current when the thread first called here. */
-#include "trainer/backend/backend.h"
-
 /* Convolution algorithms: by default only those cuDNN reports as deterministic (the same bits on
  * every run; its fastest often adds with atomics). set_deterministic(false) allows the fastest.
  * Process-wide; the algorithm of a shape is chosen again after it changes. */
@@ -232,7 +221,10 @@ int ct__cuda_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, c
 /* ---- engine kernels (ops.cu): backend_cpu.c's loops of the same names, on the GPU ---- */
 int ct__cuda_add(int64_t n, const float *a, const float *b, float *y, void *stream);
 int ct__cuda_mul(int64_t n, const float *a, const float *b, float *y, bool acc, void *stream);
+/* y = x > 0 ? x : slope x (cuDNN has no leaky ReLU) */
+int ct__cuda_leaky_relu_fwd(float slope, int64_t n, const float *x, float *y, void *stream);
 int ct__cuda_broadcast(int64_t n, const float *value, float *x, bool acc, void *stream);
+int ct__cuda_add_i64(int64_t n, int64_t v, int64_t *x, void *stream);
 int ct__cuda_dropout_mask(int64_t n, float p, uint64_t seed, uint64_t offset, float *mask,
                           void *stream);
 /* activation backward from the forward OUTPUT y (CT__ELT_*), as the CPU's */

@@ -1,5 +1,5 @@
 /* trainer/cuda/ops.cu — the small kernels the engine's ops need beside cuDNN and cuBLASLt
- * (cuda.h, "engine kernels"): add, multiply, broadcast, dropout's Philox mask, activation
+ * (cuda.h, "engine kernels"): add, leaky ReLU (cuDNN has none), multiply, broadcast, dropout's Philox mask, activation
  * backward from the output, batch norm's frozen backward and running statistics, adaptive
  * average pooling. Each does what backend_cpu.c's loop of the same name does. */
 #include "common/common.h"
@@ -20,9 +20,19 @@ static __global__ void add_kernel(int64_t n, const float *a, const float *b, flo
     GRID_STRIDE(i, n) y[i] = a[i] + b[i];
 }
 
+static __global__ void leaky_relu_kernel(float slope, int64_t n, const float *x, float *y)
+{
+    GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : slope * x[i]; /* NaN: slope * NaN */
+}
+
 static __global__ void mul_kernel(int64_t n, const float *a, const float *b, float *y, bool acc)
 {
     GRID_STRIDE(i, n) y[i] = acc ? y[i] + a[i] * b[i] : a[i] * b[i];
+}
+
+static __global__ void add_i64_kernel(int64_t n, int64_t v, int64_t *x)
+{
+    GRID_STRIDE(i, n) x[i] += v;
 }
 
 static __global__ void broadcast_kernel(int64_t n, const float *v, float *x, bool acc)
@@ -162,9 +172,19 @@ extern "C" int ct__cuda_add(int64_t n, const float *a, const float *b, float *y,
     return n == 0 ? 0 : LAUNCH(add_kernel, n, s, n, a, b, y);
 }
 
+extern "C" int ct__cuda_leaky_relu_fwd(float slope, int64_t n, const float *x, float *y, void *s)
+{
+    return n == 0 ? 0 : LAUNCH(leaky_relu_kernel, n, s, slope, n, x, y);
+}
+
 extern "C" int ct__cuda_mul(int64_t n, const float *a, const float *b, float *y, bool acc, void *s)
 {
     return n == 0 ? 0 : LAUNCH(mul_kernel, n, s, n, a, b, y, acc);
+}
+
+extern "C" int ct__cuda_add_i64(int64_t n, int64_t v, int64_t *x, void *s)
+{
+    return n == 0 ? 0 : LAUNCH(add_i64_kernel, n, s, n, v, x);
 }
 
 extern "C" int ct__cuda_broadcast(int64_t n, const float *v, float *x, bool acc, void *s)

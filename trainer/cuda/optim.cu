@@ -26,7 +26,7 @@ static __global__ void adam_kernel(float *p, const float *g, float *m, float *v,
 }
 
 extern "C" int ct__cuda_sgd_step(float *param, const float *grad, float *momentum_buf, int64_t n,
-                                 const ct_cuda_sgd *h, void *stream)
+                                 const ct__sgd_h *h, void *stream)
 {
     if (!param || !grad || !h || n < 0 || (h->momentum != 0.0 && !momentum_buf))
         return ct__error(CT_EINVAL, "cuda_sgd_step: %s",
@@ -45,7 +45,7 @@ extern "C" int ct__cuda_sgd_step(float *param, const float *grad, float *momentu
 
 extern "C" int ct__cuda_adam_step(float *param, const float *grad, float *exp_avg,
                                   float *exp_avg_sq, float *max_exp_avg_sq, int64_t n,
-                                  const ct_cuda_adam *h, void *stream)
+                                  const ct__adam_h *h, void *stream)
 {
     if (!param || !grad || !exp_avg || !exp_avg_sq || !h || n < 0 ||
         (h->amsgrad && !max_exp_avg_sq) || !(h && h->step >= 1.0))

@@ -434,14 +434,21 @@ ct_module *ct_module_set_name(ct_module *m, const char *name)
 
 /* ---------------- forward ---------------- */
 
+/* num_batches_tracked += 1, on its device (y is released when that fails) */
+static ct_tensor *count_batch(ct_module *bn, ct_tensor *y)
+{
+    ct_tensor *n = bn->buffers[2];
+    if (y && bn->training && CT__BK_CALL(ct__bk(n), add_i64, 1, 1, ct_tensor_data(n)) < 0)
+        ct_tensor_release(&y);
+    return y;
+}
+
 /* BatchNorm followed by ReLU runs as one fused op (one pass over the activations each way). */
 static ct_tensor *bn_relu_forward(ct_module *bn, ct_tensor *x)
 {
-    ct_tensor *y = ct_nn_batch_norm_relu(x, bn->params[0], bn->params[1], bn->buffers[0],
-                                         bn->buffers[1], bn->training, bn->momentum, bn->eps);
-    if (y && bn->training)
-        (*(int64_t *)ct_tensor_data(bn->buffers[2]))++;
-    return y;
+    return count_batch(bn, ct_nn_batch_norm_relu(x, bn->params[0], bn->params[1], bn->buffers[0],
+                                                 bn->buffers[1], bn->training, bn->momentum,
+                                                 bn->eps));
 }
 
 static ct_tensor *seq_forward(ct_module *m, ct_tensor *x)
@@ -478,11 +485,8 @@ ct_tensor *ct_module_forward(ct_module *m, ct_tensor *x)
     case M_CONVT:
         return ct_nn_conv_transpose2d(x, w, b, &m->conv);
     case M_BN: {
-        ct_tensor *y = ct_nn_batch_norm(x, w, b, m->buffers[0], m->buffers[1], m->training,
-                                        m->momentum, m->eps);
-        if (y && m->training)
-            (*(int64_t *)ct_tensor_data(m->buffers[2]))++;
-        return y;
+        return count_batch(m, ct_nn_batch_norm(x, w, b, m->buffers[0], m->buffers[1],
+                                               m->training, m->momentum, m->eps));
     }
     case M_RELU:
         return ct_nn_relu(x);
@@ -606,8 +610,17 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
     for (int i = 0; i < w.n; i++)
         total = ((total + 15) & ~(int64_t)15) + ct_tensor_numel(w.v[i].t);
     total = (total + 15) & ~(int64_t)15;
-    ct__storage *sv = ct__storage_new((size_t)(total ? total : 16) * sizeof(float), true);
-    ct__storage *sg = ct__storage_new((size_t)(total ? total : 16) * sizeof(float), true);
+    /* on the parameters' device (ct_module_to), which they must share */
+    const ct__backend *bk = w.n ? ct__bk(w.v[0].t) : &ct__backend_cpu;
+    for (int i = 1; i < w.n; i++)
+        if (ct__bk(w.v[i].t) != bk) {
+            rc = ct__error(CT_EINVAL, "module_params: '%s' is on device %s, '%s' on %s (use "
+                                      "ct_module_to)",
+                           w.v[0].name, bk->name, w.v[i].name, ct__bk(w.v[i].t)->name);
+            goto out;
+        }
+    ct__storage *sv = ct__storage_new_on(bk, (size_t)(total ? total : 16) * sizeof(float), true);
+    ct__storage *sg = ct__storage_new_on(bk, (size_t)(total ? total : 16) * sizeof(float), true);
     m->refs = calloc(w.n ? (size_t)w.n : 1, sizeof(*m->refs));
     m->ref_names = calloc(w.n ? (size_t)w.n : 1, sizeof(char *));
     if (!sv || !sg || !m->refs || !m->ref_names) {
@@ -621,7 +634,9 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
         ct_tensor *t = w.v[i].t;
         int64_t numel = ct_tensor_numel(t);
         off = (off + 15) & ~(int64_t)15;
-        memcpy((float *)sv->data + off, ct__f32(t), (size_t)numel * sizeof(float));
+        if ((rc = bk->copy((float *)sv->data + off, ct__f32(t), (size_t)numel * sizeof(float))) <
+            0)
+            goto out;
         ct__tensor_rebind(t, sv, off);
         if ((rc = ct__tensor_bind_grad(t, sg, off)) < 0)
             goto out;
@@ -631,7 +646,8 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
             rc = ct__error(CT_ENOMEM, "module_params: out of memory");
             goto out;
         }
-        m->refs[i] = (ct_param_ref){m->ref_names[i], ct__f32(t), ct__f32(t->grad), numel};
+        m->refs[i] =
+            (ct_param_ref){m->ref_names[i], ct__f32(t), ct__f32(t->grad), numel, bk->device};
         m->nrefs = i + 1;
         off += numel;
     }
@@ -645,6 +661,54 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
 out:
     if (rc < 0)
         free_views(m);
+    free(w.v);
+    return rc;
+}
+
+/* Drops every flat buffer and view of the tree (they are rebuilt on demand). */
+static void drop_flat(ct_module *m)
+{
+    free_views(m);
+    ct__storage_release(&m->flat_v);
+    ct__storage_release(&m->flat_g);
+    m->flat_n = 0;
+    for (int i = 0; i < m->nchildren; i++)
+        drop_flat(m->children[i]);
+}
+
+int ct_module_to(ct_module *m, ct_device device)
+{
+    walk w = {.buffers = true};
+    int rc = 0;
+    if (!m)
+        return ct__error(CT_EINVAL, "module_to: NULL module");
+    const ct__backend *bk = ct__backend_of(device);
+    if (!bk)
+        return CT_ENOSYS; /* ct__backend_of said why */
+    if ((rc = walk_module(&w, m, "")) < 0)
+        goto out;
+    /* copies first, so that a failure moves nothing */
+    ct_tensor **moved = calloc(w.n ? (size_t)w.n : 1, sizeof *moved);
+    if (!moved) {
+        rc = ct__error(CT_ENOMEM, "module_to: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < w.n && rc == 0; i++)
+        if (!(moved[i] = ct_tensor_to(w.v[i].t, device)))
+            rc = ct__error(CT_ENOMEM, "module_to: '%s' to device %s failed", w.v[i].name,
+                           bk->name);
+    for (int i = 0; i < w.n && rc == 0; i++) {
+        ct_tensor *t = w.v[i].t;
+        ct__tensor_rebind(t, moved[i]->storage, moved[i]->offset);
+        ct_tensor_release(&t->grad); /* the old device's; made again on the new one */
+        t->grad_empty = true;
+    }
+    for (int i = 0; i < w.n; i++)
+        ct_tensor_release(&moved[i]);
+    free(moved);
+    if (rc == 0)
+        drop_flat(m); /* ct_module_params carves them again, on the device */
+out:
     free(w.v);
     return rc;
 }
@@ -730,7 +794,7 @@ void ct_module_zero_grad(ct_module *m)
     if (!m)
         return;
     if (m->flat_g) { /* one memset, then mark every parameter's gradient empty */
-        memset(m->flat_g->data, 0, (size_t)m->flat_n * sizeof(float));
+        m->flat_g->bk->zero(m->flat_g->data, (size_t)m->flat_n * sizeof(float));
         mark_empty(m);
         return;
     }
@@ -830,12 +894,15 @@ int ct_module_load_state_dict(ct_module *m, const ct_named_tensor *entries, int 
         for (int j = 0; j < n; j++) {
             if (strcmp(entries[j].name, sd[i].name) != 0)
                 continue;
-            ct_tensor *c = ct_tensor_clone(entries[j].tensor);
+            /* through the host: the entry and the model may be on different devices */
+            ct_tensor *c = ct_tensor_to(entries[j].tensor, CT_CPU);
             if (!c)
                 return CT_ENOMEM;
-            memcpy(ct_tensor_data(sd[i].tensor), ct_tensor_data(c),
-                   (size_t)ct_tensor_numel(c) * ct_dtype_size(c->dtype));
+            rc = ct_tensor_copy_from(sd[i].tensor, ct_tensor_data(c),
+                                     (size_t)ct_tensor_numel(c) * ct_dtype_size(c->dtype));
             ct_tensor_release(&c);
+            if (rc < 0)
+                return rc;
             break;
         }
     }
@@ -877,7 +944,7 @@ int ct_module_save(ct_module *m, const char *path)
     if (fwrite(&hl, 8, 1, f) != 1 || fwrite(hdr.s, 1, hdr.len, f) != hdr.len)
         goto ioerr;
     for (int i = 0; i < n; i++) {
-        ct_tensor *c = ct_tensor_clone(sd[i].tensor); /* plain, contiguous bytes */
+        ct_tensor *c = ct_tensor_to(sd[i].tensor, CT_CPU); /* contiguous host bytes */
         if (!c) {
             rc = CT_ENOMEM;
             goto out;

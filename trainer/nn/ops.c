@@ -994,10 +994,21 @@ ct_tensor *ct_nn_dropout(ct_tensor *x, float p, bool training)
     if (!y || !mask)
         goto err;
     y->fmt = mask->fmt = x->fmt;
-    /* a counter-based mask: one draw of ct's generator seeds it, so a seeded run gets the
-     * same mask on every device */
-    if (K(dropout_mask, n, p, ct__rng_u64(), 0, ct__f32(mask)) < 0 ||
-        K(mul, n, ct__f32(x), ct__f32(mask), ct__f32(y), false) < 0)
+    /* a counter-based mask over the elements in plain (NCHW) order: one draw of ct's generator
+     * seeds it, so a seeded run drops the same elements on every device, whatever the layout;
+     * for a blocked x the mask is then put in x's layout */
+    uint64_t seed = ct__rng_u64();
+    if (x->fmt == CT__FMT_PLAIN) {
+        if (K(dropout_mask, n, p, seed, 0, ct__f32(mask)) < 0)
+            goto err;
+    } else {
+        float *plain = ct__scratch(bk, 0, n);
+        if (!plain || K(dropout_mask, n, p, seed, 0, plain) < 0 ||
+            K(reorder, x->shape[0], x->shape[1], x->shape[2], x->shape[3], plain, CT__FMT_PLAIN,
+              ct__f32(mask), x->fmt) < 0)
+            goto err;
+    }
+    if (K(mul, n, ct__f32(x), ct__f32(mask), ct__f32(y), false) < 0)
         goto err;
     ct__node *nd;
     if (record("dropout", dropout_bw, y, 1, &x, NULL, 0, &nd) < 0)

@@ -1,7 +1,10 @@
 /* trainer/optim/optim.c — SGD, Adam and AdamW over borrowed f32 parameter arrays, with PyTorch
  * 1.13's exact update rules (torch.optim.*, single-tensor path) and a named state dict.
  *
- * Not here: schedulers (sched.c), tensors, CUDA, foreach/fused variants.
+ * The element updates are the backends' (the table's sgd_step / adam_step: trainer/cpu/optim_cpu.c,
+ * trainer/cuda/optim.cu), on the device the parameters live on (ct_param_ref.device), where the
+ * state arrays live too; a state dict holds host copies of them.
+ * Not here: schedulers (sched.c), tensors, foreach variants.
  *
  * Layout: params[] in group order (group g owns params[first .. first+count)); per parameter
  * state arrays of numel floats, allocated on the parameter's first step:
@@ -18,8 +21,8 @@
 
 #include "common/common.h"
 #include "ct/optim.h"
+#include "trainer/backend/backend.h"
 #include "trainer/optim/optim_internal.h"
-#include "trainer/optim/update.h"
 
 enum kind { K_SGD, K_ADAM, K_ADAMW };
 
@@ -38,9 +41,11 @@ typedef struct pstate {
     int group;
     bool has_state;
     double step;
-    float *buf; /* momentum_buffer (SGD) or exp_avg (Adam) */
-    float *sq;  /* exp_avg_sq */
-    float *mx;  /* max_exp_avg_sq */
+    const ct__backend *bk; /* the device of value, grad and the state arrays */
+    float *buf;            /* momentum_buffer (SGD) or exp_avg (Adam) */
+    float *sq;             /* exp_avg_sq */
+    float *mx;             /* max_exp_avg_sq */
+    float *host[3];        /* host copies of buf, sq, mx for a state dict (devices only) */
 } pstate;
 
 struct ct_optim {
@@ -189,6 +194,11 @@ static int add_group(ct_optim *o, const ct_param_ref *params, int n, const void 
         p->grad = params[i].grad;
         p->numel = params[i].numel;
         p->group = o->ngroups;
+        if (!(p->bk = ct__backend_of(params[i].device))) {
+            for (int j = 0; j <= i; j++)
+                free(o->p[first + j].name);
+            return CT_ENOSYS; /* ct__backend_of said which device and why */
+        }
     }
     g.first = first;
     g.count = n;
@@ -248,9 +258,13 @@ static void free_entries(ct_optim *o)
 
 static void free_state(pstate *p)
 {
-    free(p->buf);
-    free(p->sq);
-    free(p->mx);
+    p->bk->free(p->buf);
+    p->bk->free(p->sq);
+    p->bk->free(p->mx);
+    for (int k = 0; k < 3; k++) {
+        free(p->host[k]);
+        p->host[k] = NULL;
+    }
     p->buf = p->sq = p->mx = NULL;
     p->has_state = false;
     p->step = 0;
@@ -272,110 +286,32 @@ void ct_optim_destroy(ct_optim **op)
     *op = NULL;
 }
 
-/* ---- update kernels ------------------------------------------------------------------------
- * A step's constants and each element's update are update.h's (shared with the CUDA kernels).
- * Each body is an always-inline loop of constant flags: the dispatchers below call it with
- * literal flags, so every variant is its own branch-free loop the compiler vectorises. */
-
-#define CT_INLINE static inline __attribute__((always_inline))
-/* One clone per ISA level, picked at load time (glibc ifunc): the binary still runs anywhere. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(__SANITIZE_ADDRESS__)
-#define CT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CT_CLONES
-#endif
-
-CT_INLINE void sgd_body(float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
-                        ct__sgd_k k, const bool use_wd, const int mode)
+/* *a = zeroed state for p on its device, unless it exists */
+static int state_array(pstate *p, float **a)
 {
-    for (int64_t i = 0; i < n; i++)
-        ct__sgd_update_at(p, g, buf, i, k, use_wd, mode);
-}
-
-CT_CLONES static void sgd_update(float *restrict p, const float *restrict g, float *restrict buf,
-                                 int64_t n, const group *gr, bool first)
-{
-    const ct__sgd_k k = ct__sgd_constants(gr->lr, gr->momentum, gr->dampening, gr->weight_decay,
-                                          gr->nesterov, gr->maximize, first);
-#define SGD_CASE(WD, MODE)                                                                         \
-    sgd_body(p, g, buf, n, k, WD, MODE);                                                           \
-    break
-    switch (k.mode * 2 + k.use_wd) {
-    case CT__MOM_NONE * 2:
-        SGD_CASE(false, CT__MOM_NONE);
-    case CT__MOM_NONE * 2 + 1:
-        SGD_CASE(true, CT__MOM_NONE);
-    case CT__MOM_FIRST * 2:
-        SGD_CASE(false, CT__MOM_FIRST);
-    case CT__MOM_FIRST * 2 + 1:
-        SGD_CASE(true, CT__MOM_FIRST);
-    case CT__MOM_PLAIN * 2:
-        SGD_CASE(false, CT__MOM_PLAIN);
-    case CT__MOM_PLAIN * 2 + 1:
-        SGD_CASE(true, CT__MOM_PLAIN);
-    case CT__MOM_FIRST_NESTEROV * 2:
-        SGD_CASE(false, CT__MOM_FIRST_NESTEROV);
-    case CT__MOM_FIRST_NESTEROV * 2 + 1:
-        SGD_CASE(true, CT__MOM_FIRST_NESTEROV);
-    case CT__MOM_NESTEROV * 2:
-        SGD_CASE(false, CT__MOM_NESTEROV);
-    default:
-        SGD_CASE(true, CT__MOM_NESTEROV);
+    size_t bytes = (size_t)(p->numel ? p->numel : 1) * sizeof(float);
+    void *m = NULL;
+    if (*a)
+        return 0;
+    if (p->bk->alloc(&m, bytes) < 0 || p->bk->zero(m, bytes) < 0) {
+        p->bk->free(m);
+        return ct__error(CT_ENOMEM, "optim: out of %s memory for the state of '%s' (%lld floats)",
+                         p->bk->name, p->name, (long long)p->numel);
     }
-#undef SGD_CASE
-}
-
-CT_INLINE void adam_body(float *restrict p, const float *restrict g, float *restrict m,
-                         float *restrict v, float *restrict mx, int64_t n, ct__adam_k k,
-                         const bool l2, const bool amsgrad)
-{
-    for (int64_t i = 0; i < n; i++)
-        ct__adam_update_at(p, g, m, v, mx, i, k, l2, amsgrad);
-}
-
-CT_CLONES static void adam_update(float *restrict p, const float *restrict g, float *restrict m,
-                                  float *restrict v, float *restrict mx, int64_t n, const group *gr,
-                                  bool decoupled, double step)
-{
-    const ct__adam_k k = ct__adam_constants(gr->lr, gr->beta1, gr->beta2, gr->eps, gr->weight_decay,
-                                            decoupled, gr->maximize, step);
-#define ADAM_CASE(L2, AMS)                                                                         \
-    adam_body(p, g, m, v, mx, n, k, L2, AMS);                                                      \
-    break
-    switch (k.l2 * 2 + gr->amsgrad) {
-    case 0:
-        ADAM_CASE(false, false);
-    case 1:
-        ADAM_CASE(false, true);
-    case 2:
-        ADAM_CASE(true, false);
-    default:
-        ADAM_CASE(true, true);
-    }
-#undef ADAM_CASE
+    *a = m;
+    return 0;
 }
 
 /* Allocates p's state arrays for the current hyper-parameters (zeroed). */
 static int alloc_state(ct_optim *o, pstate *p)
 {
     const group *gr = &o->groups[p->group];
-    size_t bytes = (size_t)(p->numel ? p->numel : 1) * sizeof(float);
-    if (o->kind == K_SGD) {
-        if (gr->momentum != 0.0 && !p->buf && !(p->buf = calloc(1, bytes)))
-            goto err;
-    } else {
-        if (!p->buf && !(p->buf = calloc(1, bytes)))
-            goto err;
-        if (!p->sq && !(p->sq = calloc(1, bytes)))
-            goto err;
-        if (gr->amsgrad && !p->mx && !(p->mx = calloc(1, bytes)))
-            goto err;
-    }
-    return 0;
-err:
-    return ct__error(CT_ENOMEM, "optim: out of memory for the state of '%s' (%lld floats)", p->name,
-                     (long long)p->numel);
+    int rc = 0;
+    if (o->kind == K_SGD)
+        return gr->momentum != 0.0 ? state_array(p, &p->buf) : 0;
+    if ((rc = state_array(p, &p->buf)) < 0 || (rc = state_array(p, &p->sq)) < 0)
+        return rc;
+    return gr->amsgrad ? state_array(p, &p->mx) : 0;
 }
 
 int ct_optim_step(ct_optim *o)
@@ -393,16 +329,33 @@ int ct_optim_step(ct_optim *o)
         if (o->kind == K_SGD) {
             /* torch creates the momentum buffer from the gradient on the first step with
              * momentum; a buffer restored from a state dict counts as existing. */
-            bool first = !p->has_state;
-            sgd_update(p->value, p->grad, p->buf, p->numel, gr, first);
+            ct__sgd_h h = {.lr = gr->lr,
+                           .momentum = gr->momentum,
+                           .dampening = gr->dampening,
+                           .weight_decay = gr->weight_decay,
+                           .nesterov = gr->nesterov,
+                           .maximize = gr->maximize,
+                           .first = !p->has_state};
+            if ((rc = CT__BK_CALL(p->bk, sgd_step, p->value, p->grad, p->buf, p->numel, &h)) < 0)
+                return rc;
             if (gr->momentum != 0.0)
                 p->has_state = true;
         } else {
             if (gr->amsgrad && !p->mx)
                 return ct__error(CT_EINVAL, "optim: '%s' has no max_exp_avg_sq", p->name);
+            ct__adam_h h = {.lr = gr->lr,
+                            .beta1 = gr->beta1,
+                            .beta2 = gr->beta2,
+                            .eps = gr->eps,
+                            .weight_decay = gr->weight_decay,
+                            .amsgrad = gr->amsgrad,
+                            .maximize = gr->maximize,
+                            .decoupled = o->kind == K_ADAMW,
+                            .step = p->step + 1.0};
+            if ((rc = CT__BK_CALL(p->bk, adam_step, p->value, p->grad, p->buf, p->sq, p->mx,
+                                  p->numel, &h)) < 0)
+                return rc;
             p->step += 1.0;
-            adam_update(p->value, p->grad, p->buf, p->sq, p->mx, p->numel, gr, o->kind == K_ADAMW,
-                        p->step);
             p->has_state = true;
         }
     }
@@ -415,7 +368,7 @@ void ct_optim_zero_grad(ct_optim *o)
         return;
     for (int i = 0; i < o->nparams; i++)
         if (o->p[i].grad && o->p[i].numel)
-            memset(o->p[i].grad, 0, (size_t)o->p[i].numel * sizeof(float));
+            o->p[i].bk->zero(o->p[i].grad, (size_t)o->p[i].numel * sizeof(float));
 }
 
 int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, double *total_norm)
@@ -428,6 +381,9 @@ int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, doub
         return ct__error(CT_EINVAL, "optim_clip_grad_norm: max_norm = %g: must be >= 0", max_norm);
     if (!(norm_type > 0.0))
         return ct__error(CT_EINVAL, "optim_clip_grad_norm: norm_type = %g: must be > 0", norm_type);
+    for (int i = 0; i < o->nparams; i++)
+        if (o->p[i].bk->device != CT_CPU)
+            return ct__backend_missing(o->p[i].bk, "clip_grad_norm");
     /* torch: norm of the per-parameter norms; in double, rounded to float as torch's f32 */
     const bool inf = isinf(norm_type);
     double acc = 0.0;
@@ -481,6 +437,9 @@ int ct_optim_clip_grad_value(ct_optim *o, double clip)
 {
     if (!o || !(clip >= 0.0))
         return ct__error(CT_EINVAL, "optim_clip_grad_value: clip = %g: must be >= 0", clip);
+    for (int i = 0; i < o->nparams; i++)
+        if (o->p[i].bk->device != CT_CPU)
+            return ct__backend_missing(o->p[i].bk, "clip_grad_value");
     const float c = (float)clip;
     for (int i = 0; i < o->nparams; i++) {
         float *restrict g = o->p[i].grad;
@@ -603,6 +562,26 @@ static const struct {
     {".max_exp_avg_sq", PS_MX, true},
 };
 
+/* data[] (as ct_optim_state_dict lays it out) := host copies of p's device arrays */
+static int host_copies(pstate *p, const float **data)
+{
+    float *dev[3] = {p->buf, p->sq, p->mx};
+    size_t bytes = (size_t)p->numel * sizeof(float);
+    for (int k = 0; k < 3; k++) {
+        if (!dev[k])
+            continue;
+        if (!p->host[k] && !(p->host[k] = malloc(bytes ? bytes : 1)))
+            return ct__error(CT_ENOMEM, "optim_state_dict: out of memory");
+        int rc = p->bk->download(p->host[k], dev[k], bytes);
+        if (rc < 0)
+            return rc;
+    }
+    data[0] = data[2] = p->host[0];
+    data[3] = p->host[1];
+    data[4] = p->host[2];
+    return 0;
+}
+
 static int push(ct_optim *o, int *cap, char *name, ct_state_entry e)
 {
     if (!name)
@@ -656,6 +635,8 @@ int ct_optim_state_dict(ct_optim *o, const ct_state_entry **entries, int *n)
         if (!p->has_state)
             continue;
         const float *data[] = {p->buf, NULL, p->buf, p->sq, p->mx};
+        if (p->bk->device != CT_CPU && (rc = host_copies(p, data)) < 0)
+            goto err;
         for (size_t k = 0; k < CT_ARRAY_LEN(pieces); k++) {
             bool is_sgd_piece = pieces[k].bit == PS_MOM;
             if (is_sgd_piece != (o->kind == K_SGD) || (pieces[k].tensor && !data[k]))
@@ -831,14 +812,11 @@ int ct_optim_load_state_dict(ct_optim *o, const ct_state_entry *entries, int n)
     /* Pass 2: allocate what is missing (nothing changed yet if this fails). */
     for (int i = 0; i < o->nparams; i++) {
         pstate *p = &o->p[i];
-        size_t bytes = (size_t)(p->numel ? p->numel : 1) * sizeof(float);
         bool need[3] = {(mask[i] & (PS_MOM | PS_AVG)) && !p->buf, (mask[i] & PS_SQ) && !p->sq,
                         (mask[i] & PS_MX) && !p->mx};
         for (int k = 0; k < 3; k++)
-            if (need[k] && !(fresh[i * 3 + k] = calloc(1, bytes))) {
-                rc = ct__error(CT_ENOMEM, "optim_load_state_dict: out of memory");
+            if (need[k] && (rc = state_array(p, &fresh[i * 3 + k])) < 0)
                 goto out;
-            }
     }
     /* Pass 3: commit. */
     memcpy(o->groups, ng, (size_t)o->ngroups * sizeof *ng);
@@ -857,7 +835,7 @@ int ct_optim_load_state_dict(ct_optim *o, const ct_state_entry *entries, int n)
         fresh[i * 3] = fresh[i * 3 + 1] = fresh[i * 3 + 2] = NULL;
         p->has_state = true;
     }
-    for (int e = 0; e < n; e++) {
+    for (int e = 0; e < n && rc == 0; e++) {
         const ct_state_entry *en = &entries[e];
         const char *name = en->name;
         size_t len = strlen(name);
@@ -873,16 +851,13 @@ int ct_optim_load_state_dict(ct_optim *o, const ct_state_entry *entries, int n)
             switch (pieces[s].bit) {
             case PS_MOM:
             case PS_AVG:
-                if (bytes)
-                    memcpy(p->buf, en->data, bytes);
+                rc = bytes ? p->bk->upload(p->buf, en->data, bytes) : 0;
                 break;
             case PS_SQ:
-                if (bytes)
-                    memcpy(p->sq, en->data, bytes);
+                rc = bytes ? p->bk->upload(p->sq, en->data, bytes) : 0;
                 break;
             case PS_MX:
-                if (bytes)
-                    memcpy(p->mx, en->data, bytes);
+                rc = bytes ? p->bk->upload(p->mx, en->data, bytes) : 0;
                 break;
             case PS_STEP:
                 p->step = en->scalar;
@@ -893,7 +868,8 @@ int ct_optim_load_state_dict(ct_optim *o, const ct_state_entry *entries, int n)
 out:
     if (fresh)
         for (int i = 0; i < o->nparams * 3; i++)
-            free(fresh[i]);
+            if (fresh[i])
+                o->p[i / 3].bk->free(fresh[i]);
     free(fresh);
     free(mask);
     free(ng);

@@ -3,10 +3,10 @@
 # workplace; CI never has a GPU). Two steps:
 #
 #   here (no GPU needed):  bash scripts/gpu-check.sh prepare
-#       builds the GPU test programs into build-gpu/ (CUDA found under /usr/local/cuda) and
-#       downloads the runtime .debs they need (ZeroMQ, protobuf-c, libyaml, oneDNN and their
-#       dependencies) into .gpu/debs; both folders are git-ignored.
-#   on the device (carry build-gpu and .gpu):  bash scripts/gpu-check.sh run
+#       builds the GPU test programs in build-gpu/ (CUDA found under /usr/local/cuda), copies
+#       them to .gpu/bin and downloads the runtime .debs they need (ZeroMQ, protobuf-c, libyaml,
+#       oneDNN and their dependencies) into .gpu/debs; both folders are git-ignored.
+#   on the device (carry .gpu):  bash scripts/gpu-check.sh run
 #       unpacks the .debs into .gpu/root (never into /), finds the CUDA runtime and NCCL that
 #       the device's image ships (its Python packages nvidia-*), and runs each GPU test program
 #       directly (ctest files hold this machine's absolute paths). Logs go to $OUT/gpu-check.log
@@ -15,14 +15,21 @@
 #
 # The programs: collective_nccl (tests/collective/test_nccl.c), cuda_kernels and cuda_cudnn
 # (tests/cuda/: trainer/cuda's allocator, kernels, GEMMs and cuDNN ops against ct's CPU code),
-# cuda_streams (events, stream order, the allocator across streams). NCCL refuses two ranks on one
-# GPU, so with one GPU only world size 1 runs.
+# cuda_streams (events, stream order, the allocator across streams), test_engine_device (every op
+# on the GPU against the CPU, and a small CNN trained 200 steps with SGD and AdamW against the
+# CPU). NCCL refuses two ranks on one GPU, so with one GPU only world size 1 runs. Then the CPU
+# programs of cpu_tests on the lent machine's processor, compute-sanitizer's memcheck and
+# racecheck over the GPU programs (SANITIZE=0: skip), and bench/gpu_train (BENCH=0: skip).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # each a program of build-gpu/bin, with its arguments after ':' (comma-separated)
-gpu_tests="collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_device:cuda"
-gpu_targets=$(for t in $gpu_tests; do printf '%s ' "${t%%:*}"; done)
+gpu_tests="collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_device:cuda,200"
+# CPU-only programs run on the lent machine's processor too (an AVX-512 host there, so oneDNN
+# takes other kernels than on an AVX2 one)
+cpu_tests="test_engine_ops_ref:$root/tests/engine/ref test_engine_train:$root/tests/engine/ref
+           checkdev_selftest test_engine_device:checkdev,50"
+gpu_targets=$(for t in $gpu_tests $cpu_tests gpu_bench; do printf '%s ' "${t%%:*}"; done)
 debs="libzmq5 libprotobuf-c1 libyaml-0-2 libdnnl2 libsodium23 libpgm-5.3-0 libnorm1 libbsd0
       libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libmd0 libgomp1
       ocl-icd-libopencl1"
@@ -33,9 +40,12 @@ prepare() {
         { echo "gpu-check: CMake did not enable CUDA (CT_HAVE_CUDA)" >&2; exit 1; }
     # shellcheck disable=SC2086
     cmake --build build-gpu -j"$(nproc)" --target $gpu_targets
-    mkdir -p .gpu/debs
+    # only the programs travel (the device tool carries at most 64 MiB)
+    rm -rf .gpu/bin
+    mkdir -p .gpu/debs .gpu/bin
+    for t in $gpu_targets; do cp "build-gpu/bin/$t" .gpu/bin/; done
     (cd .gpu/debs && apt-get download $debs 2>/dev/null)
-    du -sh build-gpu/bin .gpu/debs
+    du -sh .gpu/bin .gpu/debs
 }
 
 args_of() {
@@ -60,11 +70,11 @@ run() {
     export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     failed=0
-    for t in $gpu_tests; do
+    for t in $gpu_tests $cpu_tests; do
         echo "== $t"
         set +e
         # shellcheck disable=SC2046
-        timeout 300 "build-gpu/bin/${t%%:*}" $(args_of "$t")
+        timeout 300 ".gpu/bin/${t%%:*}" $(args_of "$t")
         rc=$?
         set -e
         echo "== $t: exit $rc"
@@ -76,6 +86,7 @@ run() {
     if [ "${SANITIZE:-1}" = 1 ] && [ -n "$cs" ]; then
         for tool in memcheck racecheck; do
             for t in $gpu_tests; do
+                t=${t%,200} # the training test: its default steps under the sanitizers
                 # NCCL's kernels do not load under memcheck (cudaErrorNoKernelImageForDevice,
                 # then its init times out; seen on the H100): racecheck only
                 [ "$tool.$t" != memcheck.collective_nccl ] || continue
@@ -84,7 +95,7 @@ run() {
                 # shellcheck disable=SC2046
                 # API errors are not memory errors: cuda_kernels asks for 2^50 bytes on purpose
                 timeout 300 "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 \
-                    "build-gpu/bin/${t%%:*}" \
+                    ".gpu/bin/${t%%:*}" \
                     $(args_of "$t") >/tmp/sanitizer-one.log 2>&1
                 rc=$?
                 set -e
@@ -94,6 +105,12 @@ run() {
                 [ "$rc" -eq 0 ] || failed=1
             done
         done
+    fi
+    # bench/gpu_train: ct against torch eager and torch.compile (BENCH=0: skip)
+    if [ "${BENCH:-1}" = 1 ]; then
+        echo "== bench/gpu_train"
+        GPU_BENCH=.gpu/bin/gpu_bench ROUNDS=${ROUNDS:-1} bash bench/gpu_train/run.sh ||
+            failed=1
     fi
     exit $failed
 }

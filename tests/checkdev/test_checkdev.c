@@ -205,13 +205,13 @@ static void test_bn(void)
     float *y = host(nx, 0), *mean = host(3, 0), *var = host(3, 0), *ws = host(nws, 0);
     float *dx = host(nx, 0), *dscale = host(3, 0), *dshift = host(3, 0);
     CHECK_RC(C->bn_fwd_train(&p, x, scale, shift, y, mean, var, wsb ? ws : NULL));
-    CHECK_RC(C->bn_bwd(&p, x, dy, scale, mean, var, wsb ? ws : NULL, dx, dscale, dshift));
+    CHECK_RC(C->bn_bwd(&p, x, y, dy, scale, mean, var, wsb ? ws : NULL, dx, dscale, dshift));
     float *X = dev(x, nx), *S = dev(scale, 3), *T = dev(shift, 3), *DY = dev(dy, nx);
     float *Y = dev(NULL, nx), *M = dev(NULL, 3), *V = dev(NULL, 3), *WS = dev(NULL, nws);
     float *DX = dev(NULL, nx), *DS = dev(NULL, 3), *DT = dev(NULL, 3);
     ct__bn_p q = p;
     CHECK_RC(D->bn_fwd_train(&q, X, S, T, Y, M, V, wsb ? WS : NULL));
-    CHECK_RC(D->bn_bwd(&q, X, DY, S, M, V, wsb ? WS : NULL, DX, DS, DT));
+    CHECK_RC(D->bn_bwd(&q, X, Y, DY, S, M, V, wsb ? WS : NULL, DX, DS, DT));
     memset(&q, 0xff, sizeof q);
     same(Y, y, nx, "bn_fwd_train y");
     same(M, mean, 3, "bn_fwd_train mean");

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ct/error.h"
+#include "trainer/cpu/cpu.h"
 #include "trainer/cuda/cuda.h"
 
 #include "check.h"

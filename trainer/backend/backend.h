@@ -152,9 +152,10 @@ typedef struct ct__backend {
                         const float *shift, float *y, float *mean, float *var, void *ws);
     int (*bn_fwd_infer)(const ct__bn_p *p, const float *x, const float *scale,
                         const float *shift, const float *mean, const float *var, float *y);
-    int (*bn_bwd)(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
-                  const float *mean, const float *var, const void *ws, float *dx,
-                  float *dscale, float *dshift);
+    /* y: the forward's output (the fused ReLU's mask, for backends that keep no workspace) */
+    int (*bn_bwd)(const ct__bn_p *p, const float *x, const float *y, const float *dy,
+                  const float *scale, const float *mean, const float *var, const void *ws,
+                  float *dx, float *dscale, float *dshift);
     /* backward with frozen statistics (eval mode), plain layout: y = (x - mean) rstd scale +
      * shift [then relu, dy masked where y <= 0]; dx, dscale, dshift may each be NULL */
     int (*bn_bwd_frozen)(const ct__bn_p *p, const float *x, const float *y, const float *dy,

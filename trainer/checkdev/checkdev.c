@@ -51,7 +51,7 @@ struct task {
     task *next;
     int (*run)(task *t, cd_stream *s);
     const char *op;   /* the entry's name, for the error message */
-    const void *p[9]; /* device pointers (upload: p[1] is the private host copy) */
+    const void *p[10]; /* device pointers (upload: p[1] is the private host copy) */
     int64_t i[5];     /* sizes */
     float f[2];
     uint64_t u[2];
@@ -568,10 +568,11 @@ KERNEL(bn_fwd_infer,
        (.d.bn = *p, .p = {x, scale, shift, mean, var, y}),
        (&t->d.bn, F(0), F(1), F(2), F(3), F(4), F(5)))
 KERNEL(bn_bwd,
-       (const ct__bn_p *p, const float *x, const float *dy, const float *scale, const float *mean,
-        const float *var, const void *ws, float *dx, float *dscale, float *dshift),
-       (.d.bn = *p, .p = {x, dy, scale, mean, var, ws, dx, dscale, dshift}),
-       (&t->d.bn, F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8)))
+       (const ct__bn_p *p, const float *x, const float *y, const float *dy, const float *scale,
+        const float *mean, const float *var, const void *ws, float *dx, float *dscale,
+        float *dshift),
+       (.d.bn = *p, .p = {x, y, dy, scale, mean, var, ws, dx, dscale, dshift}),
+       (&t->d.bn, F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8), F(9)))
 KERNEL(bn_bwd_frozen,
        (const ct__bn_p *p, const float *x, const float *y, const float *dy, const float *scale,
         const float *mean, const float *var, float *dx, float *dscale, float *dshift),

@@ -171,6 +171,14 @@ static int cpu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, cons
     return ct__cpu_eltwise_bwd(alg, alpha, n, y, dy, dx);
 }
 
+static int cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *y, const float *dy,
+                      const float *scale, const float *mean, const float *var, const void *ws,
+                      float *dx, float *dscale, float *dshift)
+{
+    (void)y; /* the fused ReLU's workspace says where it was active */
+    return ct__cpu_bn_bwd(p, x, dy, scale, mean, var, ws, dx, dscale, dshift);
+}
+
 static int cpu_pool_bwd(const ct__pool_p *p, const float *x, const float *y, const float *dy,
                         const void *ws, float *dx)
 {
@@ -339,7 +347,7 @@ const ct__backend ct__backend_cpu = {
     .bn_ws_bytes = ct__cpu_bn_ws_bytes,
     .bn_fwd_train = ct__cpu_bn_fwd_train,
     .bn_fwd_infer = ct__cpu_bn_fwd_infer,
-    .bn_bwd = ct__cpu_bn_bwd,
+    .bn_bwd = cpu_bn_bwd,
     .bn_bwd_frozen = cpu_bn_bwd_frozen,
     .bn_update_running = cpu_bn_update_running,
     .pool_ws_bytes = ct__cpu_pool_ws_bytes,

@@ -4,7 +4,7 @@
  *
  * Where the GPU's kernels differ from the table's contract, the difference is bridged here:
  * the cross-entropy backward overwrites (the table adds), batch norm's fused ReLU runs as batch
- * norm then ReLU (its workspace keeps the output, for the backward's mask), activation backward
+ * norm then ReLU in place (backward masks dy by the output: no workspace), activation backward
  * reads the output only. Layouts are plain (no blocked_fmt). Losses other than cross entropy
  * without label smoothing are missing here: CT_ENOSYS names them. */
 #include <pthread.h>
@@ -142,12 +142,8 @@ static int cu_add_col_sums(int64_t rows, int64_t cols, const float *x, float *y)
     return ct__cuda_col_sums(x, rows, cols, y, true, cs());
 }
 
-/* ---- batch norm: the fused ReLU as batch norm, then ReLU; ws keeps the output ---- */
-static size_t cu_bn_ws_bytes(const ct__bn_p *p)
-{
-    return p->relu ? (size_t)(p->n * p->c * p->hw) * sizeof(float) : 0;
-}
-
+/* ---- batch norm: the fused ReLU as batch norm, then ReLU in place; backward masks dy where the
+ * output y is not positive (no workspace) ---- */
 static ct__bn_p no_relu(const ct__bn_p *p)
 {
     ct__bn_p q = *p;
@@ -161,9 +157,8 @@ static int cu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale
     ct__bn_p q = no_relu(p);
     int64_t n = p->n * p->c * p->hw;
     int rc = ct__cuda_bn_fwd_train(&q, x, scale, shift, y, mean, var, cs());
-    if (rc == 0 && p->relu && (rc = ct__cuda_relu_fwd(y, y, n, cs())) == 0)
-        rc = cu_copy(ws, y, (size_t)n * sizeof(float));
-    return rc;
+    (void)ws;
+    return rc == 0 && p->relu ? ct__cuda_relu_fwd(y, y, n, cs()) : rc;
 }
 
 static int cu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale,
@@ -174,10 +169,11 @@ static int cu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale
     return rc == 0 && p->relu ? ct__cuda_relu_fwd(y, y, p->n * p->c * p->hw, cs()) : rc;
 }
 
-static int cu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
-                     const float *mean, const float *var, const void *ws, float *dx,
-                     float *dscale, float *dshift)
+static int cu_bn_bwd(const ct__bn_p *p, const float *x, const float *y, const float *dy,
+                     const float *scale, const float *mean, const float *var, const void *ws,
+                     float *dx, float *dscale, float *dshift)
 {
+    (void)ws;
     ct__bn_p q = no_relu(p);
     if (!p->relu)
         return ct__cuda_bn_bwd(&q, x, dy, scale, mean, var, dx, dscale, dshift, cs());
@@ -186,7 +182,7 @@ static int cu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const f
     int64_t n = p->n * p->c * p->hw;
     float *masked = NULL;
     int rc = ct__cuda_malloc((void **)&masked, (size_t)n * sizeof(float), cs());
-    if (rc == 0 && (rc = ct__cuda_eltwise_bwd_dst(CT__ELT_RELU, 0.0f, n, ws, dy, masked, cs())) == 0)
+    if (rc == 0 && (rc = ct__cuda_eltwise_bwd_dst(CT__ELT_RELU, 0.0f, n, y, dy, masked, cs())) == 0)
         rc = ct__cuda_bn_bwd(&q, x, masked, scale, mean, var, dx, dscale, dshift, cs());
     int frc = ct__cuda_free(masked);
     return rc ? rc : frc;
@@ -359,7 +355,6 @@ const ct__backend ct__backend_cuda = {
     .ip_bwd_weights = cu_ip_bwd_weights,
     .matmul = cu_matmul,
     .add_col_sums = cu_add_col_sums,
-    .bn_ws_bytes = cu_bn_ws_bytes,
     .bn_fwd_train = cu_bn_fwd_train,
     .bn_fwd_infer = cu_bn_fwd_infer,
     .bn_bwd = cu_bn_bwd,

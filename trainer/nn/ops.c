@@ -459,7 +459,8 @@ static int bn_bw(ct__node *nd)
         float *dx = wx ? sx.dst : ct__scratch(bk, 0, ct_tensor_numel(x));
         float *dsc = ww ? sw.dst : ct__scratch(bk, 1, C);
         float *dsh = wb ? sb.dst : ct__scratch(bk, 2, C);
-        rc = K(bn_bwd, p, ct__f32(x), dy, scale, mean, var, c->ws, dx, dsc, dsh);
+        rc = K(bn_bwd, p, ct__f32(x), ct__f32(nd->out), dy, scale, mean, var, c->ws, dx, dsc,
+               dsh);
     } else { /* frozen statistics: y = (x - rm) * rstd * w + b (then relu) */
         rc = K(bn_bwd_frozen, p, ct__f32(x), ct__f32(nd->out), dy, scale, mean, var,
                wx ? sx.dst : NULL, ww ? sw.dst : NULL, wb ? sb.dst : NULL);

@@ -1,0 +1,76 @@
+"""bench/gpu_train/ref_torch.py — PyTorch's side of bench/gpu_train: the same models, batch,
+data (8 random batches already on the GPU) and optimizer (Adam, lr 1e-3) as gpu_bench.c.
+
+  ref_torch.py CONFIG BATCH STEPS WIDTH MODE     CONFIG: resnet9 | mlp; MODE: eager | compile
+Times STEPS steps after 5 warm-up steps (compile: after the compiling ones), reads the loss once
+at the end, and prints `samples_per_s=<x> peak_alloc_mb=<y> loss=<l>` (torch's caching
+allocator's peak). f32, TF32 off: ct's matrix products and convolutions are plain f32.
+"""
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+cfg, batch, steps, width, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    int(sys.argv[4]), sys.argv[5]
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cudnn.benchmark = True  # torch's best case
+torch.manual_seed(0)
+dev = torch.device("cuda")
+
+
+def conv_bn(cin, cout, pool=False):
+    layers = [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+    if pool:
+        layers.append(nn.MaxPool2d(2))
+    return nn.Sequential(*layers)
+
+
+class Residual(nn.Sequential):
+    def forward(self, x):
+        return x + super().forward(x)
+
+
+w = width
+if cfg == "resnet9":
+    model = nn.Sequential(
+        conv_bn(3, w), conv_bn(w, 2 * w, True),
+        Residual(conv_bn(2 * w, 2 * w), conv_bn(2 * w, 2 * w)),
+        conv_bn(2 * w, 4 * w, True), conv_bn(4 * w, 8 * w, True),
+        Residual(conv_bn(8 * w, 8 * w), conv_bn(8 * w, 8 * w)), nn.MaxPool2d(4), nn.Flatten(),
+        nn.Dropout(0.2), nn.Linear(8 * w, 10))
+    data = [(torch.rand(batch, 3, 32, 32, device=dev) * 2 - 1,
+             torch.randint(0, 10, (batch,), device=dev)) for _ in range(8)]
+else:
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                          nn.Linear(128, 10))
+    data = [(torch.rand(batch, 784, device=dev) * 2 - 1,
+             torch.randint(0, 10, (batch,), device=dev)) for _ in range(8)]
+model = model.to(dev).train()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+fwd = torch.compile(model) if mode == "compile" else model
+
+
+def step(i):
+    x, y = data[i % len(data)]
+    opt.zero_grad(set_to_none=False)
+    loss = F.cross_entropy(fwd(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+for i in range(5):
+    step(i)
+torch.cuda.synchronize()
+torch.cuda.reset_peak_memory_stats()
+t0 = time.perf_counter()
+for i in range(steps):
+    loss = step(i + 5)
+last = loss.item()
+dt = time.perf_counter() - t0
+print("samples_per_s=%.1f peak_alloc_mb=%.1f loss=%.4f" %
+      (steps * batch / dt, torch.cuda.max_memory_allocated() / 1048576.0, last))

@@ -162,10 +162,30 @@ static void test_cache(void)
     ct_tensor_release(&w);
 }
 
+/* devices: a copy to the checking device and back gives the same bytes; a device this program
+ * cannot use (it links no CUDA backend, or the machine has no GPU) is a clear error */
+static void test_devices(void)
+{
+    int64_t s[2] = {3, 4};
+    ct_tensor *t = rand_t(2, s), *d = ct_tensor_to(t, CT_CHECKDEV);
+    CHECK(d && ct_tensor_device(d) == CT_CHECKDEV, "to checkdev");
+    float back[12];
+    CHECK(d && ct_tensor_copy_to(d, back, sizeof back) == 0 &&
+              memcmp(back, ct_tensor_f32(t), sizeof back) == 0,
+          "checkdev round trip");
+    CHECK(d && ct_tensor_item(d) == ct_tensor_f32(t)[0], "item on checkdev");
+    ct_tensor *g = ct_tensor_to(t, CT_CUDA);
+    CHECK(!g && strstr(ct_last_error(), "device cuda"), "cuda here: %s", ct_last_error());
+    ct_tensor_release(&g);
+    ct_tensor_release(&d);
+    ct_tensor_release(&t);
+}
+
 int main(void)
 {
     test_basics();
     test_arena();
+    test_devices();
     test_autograd();
     test_relu_edges();
     test_cache();

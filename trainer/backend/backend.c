@@ -1,9 +1,6 @@
 /* trainer/backend/backend.c — the one place a device's table is chosen (backend.h). */
 #include "common/common.h"
 #include "trainer/backend/backend.h"
-#ifdef CT_HAVE_CUDA
-#include "trainer/cuda/cuda.h"
-#endif
 
 const char *ct__device_name(ct_device device)
 {
@@ -19,13 +16,24 @@ const char *ct__device_name(ct_device device)
 }
 
 #ifdef CT_HAVE_CUDA
+/* Weak: only a program linked with ct_cuda's table (ct_link_cuda in CMake: the GPU tests,
+ * bench/gpu_train, libct.so) has it. The others do not load cuBLASLt and cuDNN, which cost
+ * about 0.1 s at every process start (measured: an empty program linked with them). */
+extern const ct__backend ct__backend_cuda __attribute__((weak));
+
 /* the CUDA table, where a device can be used; decided once */
 static const ct__backend *cuda_backend(void)
 {
     static int usable = -1;
     static const char *why;
+    if (!&ct__backend_cuda) {
+        ct__error(CT_ENOSYS, "device cuda: this program was linked without ct's CUDA backend "
+                             "(libct.so has it; a program of ct's build links ct_cuda with "
+                             "ct_link_cuda)");
+        return NULL;
+    }
     if (usable < 0) {
-        int ndev = ct__cuda_device_count(&why);
+        int ndev = ct__backend_cuda.devices(&why);
         usable = ndev > 0;
     }
     if (!usable) {

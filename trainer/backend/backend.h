@@ -100,6 +100,8 @@ typedef struct ct__adam_h {
 typedef struct ct__backend {
     const char *name; /* "cpu", "cuda", "checkdev": errors name it */
     ct_device device;
+    /* how many devices of this kind the process can use (0: none, and *why says why) */
+    int (*devices)(const char **why);
 
     /* memory: alloc'd bytes are uninitialised; free(NULL) does nothing */
     int (*alloc)(void **p, size_t bytes);

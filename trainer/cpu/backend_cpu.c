@@ -83,6 +83,12 @@ static void cpu_free(void *p)
     free(h);
 }
 
+static int cpu_devices(const char **why)
+{
+    (void)why;
+    return 1;
+}
+
 static int cpu_memcpy(void *dst, const void *src, size_t bytes)
 {
     if (bytes)
@@ -320,6 +326,7 @@ static int cpu_loss_bwd(const ct__loss_p *p, const float *x, const void *target,
 const ct__backend ct__backend_cpu = {
     .name = "cpu",
     .device = CT_CPU,
+    .devices = cpu_devices,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_memcpy,

@@ -332,6 +332,7 @@ static int cu_adam_step(float *param, const float *grad, float *m, float *v, flo
 const ct__backend ct__backend_cuda = {
     .name = "cuda",
     .device = CT_CUDA,
+    .devices = ct__cuda_device_count,
     .alloc = cu_alloc,
     .free = cu_free,
     .upload = cu_upload,

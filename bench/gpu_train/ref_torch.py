@@ -6,12 +6,16 @@ Times STEPS steps after 5 warm-up steps (compile: after the compiling ones), rea
 at the end, and prints `samples_per_s=<x> peak_alloc_mb=<y> loss=<l>` (torch's caching
 allocator's peak). f32, TF32 off: ct's matrix products and convolutions are plain f32.
 """
+import os
 import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from resnet9_torch import resnet9  # noqa: E402
 
 cfg, batch, steps, width, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
     int(sys.argv[4]), sys.argv[5]
@@ -22,26 +26,8 @@ torch.manual_seed(0)
 dev = torch.device("cuda")
 
 
-def conv_bn(cin, cout, pool=False):
-    layers = [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
-    if pool:
-        layers.append(nn.MaxPool2d(2))
-    return nn.Sequential(*layers)
-
-
-class Residual(nn.Sequential):
-    def forward(self, x):
-        return x + super().forward(x)
-
-
-w = width
 if cfg == "resnet9":
-    model = nn.Sequential(
-        conv_bn(3, w), conv_bn(w, 2 * w, True),
-        Residual(conv_bn(2 * w, 2 * w), conv_bn(2 * w, 2 * w)),
-        conv_bn(2 * w, 4 * w, True), conv_bn(4 * w, 8 * w, True),
-        Residual(conv_bn(8 * w, 8 * w), conv_bn(8 * w, 8 * w)), nn.MaxPool2d(4), nn.Flatten(),
-        nn.Dropout(0.2), nn.Linear(8 * w, 10))
+    model = resnet9(width)
     data = [(torch.rand(batch, 3, 32, 32, device=dev) * 2 - 1,
              torch.randint(0, 10, (batch,), device=dev)) for _ in range(8)]
 else:

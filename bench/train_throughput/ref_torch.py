@@ -8,6 +8,7 @@ and prints `samples_per_s=<x> peak_rss_kb=<y>`. Fashion-MNIST for cnn/mlp, rando
 resnet9, random 64-feature rows for tiny (as the ct side does).
 """
 import gzip
+import os
 import resource
 import sys
 import time
@@ -16,6 +17,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from resnet9_torch import resnet9  # noqa: E402
 
 cfg, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(threads)
@@ -35,18 +39,6 @@ def fashion(batch):
     return list(zip(x[perm].split(batch), y[perm].split(batch)))
 
 
-def conv_bn(cin, cout, pool=False):
-    layers = [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
-    if pool:
-        layers.append(nn.MaxPool2d(2))
-    return nn.Sequential(*layers)
-
-
-class Residual(nn.Sequential):
-    def forward(self, x):
-        return x + super().forward(x)
-
-
 if cfg == "cnn":
     batch = 64
     model = nn.Sequential(
@@ -61,11 +53,7 @@ elif cfg == "mlp":
     data = fashion(batch)
 elif cfg == "resnet9":
     batch = 32
-    model = nn.Sequential(
-        conv_bn(3, 16), conv_bn(16, 32, True), Residual(conv_bn(32, 32), conv_bn(32, 32)),
-        conv_bn(32, 64, True), conv_bn(64, 128, True),
-        Residual(conv_bn(128, 128), conv_bn(128, 128)), nn.MaxPool2d(4), nn.Flatten(),
-        nn.Dropout(0.2), nn.Linear(128, 10))
+    model = resnet9(16)
     data = [(torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))) for _ in range(50)]
 else:  # tiny
     batch = 32

@@ -9,45 +9,12 @@
  * fails with CT_ENOSYS naming the op and the device; dropout draws the same mask on every
  * device for the same seed; a small CNN moved with ct_module_to trains (SGD, AdamW) to the CPU's
  * losses, parameters and optimizer state (argv[2] steps, default 10). */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "ct/error.h"
-#include "ct/nn.h"
 #include "ct/optim.h"
-#include "ct/tensor.h"
 
-static int failures;
+#include "testutil.h"
+
 static ct_device dev;
 static double tol;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static uint32_t lcg = 12345;
-static float rnd(void)
-{
-    lcg = lcg * 1664525u + 1013904223u;
-    return (float)(lcg >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
-}
-
-static ct_tensor *rand_t(int nd, const int64_t *shape)
-{
-    ct_tensor *t = ct_tensor_new(CT_F32, nd, shape);
-    float *p = ct_tensor_f32(t);
-    for (int64_t i = 0; i < ct_tensor_numel(t); i++)
-        p[i] = rnd();
-    return t;
-}
 
 /* host copy of any tensor's floats */
 static float *host_f32(const ct_tensor *t)
@@ -467,8 +434,8 @@ int main(int argc, char **argv)
     int steps = argc > 2 ? atoi(argv[2]) : 10;
     test_training(false, steps);
     test_training(true, steps);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed on %s\n", failures, name);
+    if (g_fail) {
+        fprintf(stderr, "%d check(s) failed on %s\n", g_fail, name);
         return 1;
     }
     printf("engine ops on %s match the CPU: ok\n", name);

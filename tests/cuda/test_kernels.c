@@ -437,23 +437,23 @@ static void compare_optim(const char *what, int kind, const ct_sgd_opts *so, con
         CHECK_RC(ct_optim_step(o));
         if (kind == 0) {
             ct__sgd_h h = {.lr = so->lr,
-                             .momentum = so->momentum,
-                             .dampening = so->dampening,
-                             .weight_decay = so->weight_decay,
-                             .nesterov = so->nesterov,
-                             .maximize = so->maximize,
-                             .first = step == 1};
+                           .momentum = so->momentum,
+                           .dampening = so->dampening,
+                           .weight_decay = so->weight_decay,
+                           .nesterov = so->nesterov,
+                           .maximize = so->maximize,
+                           .first = step == 1};
             CHECK_RC(ct__cuda_sgd_step(dp, dg, s1, OPT_N, &h, NULL));
         } else {
             ct__adam_h h = {.lr = ao->lr ? ao->lr : 1e-3,
-                              .beta1 = ao->beta1 ? ao->beta1 : 0.9,
-                              .beta2 = ao->beta2 ? ao->beta2 : 0.999,
-                              .eps = ao->eps ? ao->eps : 1e-8,
-                              .weight_decay = ao->weight_decay,
-                              .amsgrad = ao->amsgrad,
-                              .maximize = ao->maximize,
-                              .decoupled = kind == 2,
-                              .step = step};
+                            .beta1 = ao->beta1 ? ao->beta1 : 0.9,
+                            .beta2 = ao->beta2 ? ao->beta2 : 0.999,
+                            .eps = ao->eps ? ao->eps : 1e-8,
+                            .weight_decay = ao->weight_decay,
+                            .amsgrad = ao->amsgrad,
+                            .maximize = ao->maximize,
+                            .decoupled = kind == 2,
+                            .step = step};
             CHECK_RC(ct__cuda_adam_step(dp, dg, s1, s2, s3, OPT_N, &h, NULL));
         }
         ct__cuda_free(dg);

@@ -128,32 +128,31 @@ typedef struct ct__backend {
                    float *dst, int dfmt);
 
     /* convolution */
-    int (*conv_fwd)(const ct__conv_p *p, const float *x, const float *w, const float *b,
-                    float *y);
+    int (*conv_fwd)(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y);
     int (*conv_bwd_data)(const ct__conv_p *p, const float *w, const float *dy, float *dx);
     int (*conv_bwd_weights)(const ct__conv_p *p, const float *x, const float *dy, float *dw,
                             float *db); /* db may be NULL when p->bias is 0 */
 
     /* Linear: x (n,ic), w (oc,ic), b (oc) or NULL, y (n,oc) */
-    int (*ip_fwd)(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
-                  const float *b, float *y);
+    int (*ip_fwd)(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w, const float *b,
+                  float *y);
     int (*ip_bwd_data)(int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy,
                        float *dx);
     int (*ip_bwd_weights)(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
                           float *dw, float *db); /* db may be NULL */
     /* c (m,n) = op(a) @ op(b) [+ c when accumulate]; op(a) is a (m,k) or, when ta, a stored
      * (k,m); op(b) is b (k,n) or, when tb, b stored (n,k) */
-    int (*matmul)(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
-                  bool tb, float *c, bool accumulate);
+    int (*matmul)(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b, bool tb,
+                  float *c, bool accumulate);
     /* y (cols) += the column sums of x (rows, cols) */
     int (*add_col_sums)(int64_t rows, int64_t cols, const float *x, float *y);
 
     /* batch norm; ws: bn_ws_bytes of device memory (the fused ReLU's), NULL when 0 */
     size_t (*bn_ws_bytes)(const ct__bn_p *p);
-    int (*bn_fwd_train)(const ct__bn_p *p, const float *x, const float *scale,
-                        const float *shift, float *y, float *mean, float *var, void *ws);
-    int (*bn_fwd_infer)(const ct__bn_p *p, const float *x, const float *scale,
-                        const float *shift, const float *mean, const float *var, float *y);
+    int (*bn_fwd_train)(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                        float *y, float *mean, float *var, void *ws);
+    int (*bn_fwd_infer)(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
+                        const float *mean, const float *var, float *y);
     /* y: the forward's output (the fused ReLU's mask, for backends that keep no workspace) */
     int (*bn_bwd)(const ct__bn_p *p, const float *x, const float *y, const float *dy,
                   const float *scale, const float *mean, const float *var, const void *ws,
@@ -182,8 +181,7 @@ typedef struct ct__backend {
     /* activations; backward reads the forward OUTPUT y (each of CT__ELT_*'s derivatives is a
      * function of y) */
     int (*eltwise_fwd)(int alg, float alpha, int64_t n, const float *x, float *y);
-    int (*eltwise_bwd)(int alg, float alpha, int64_t n, const float *y, const float *dy,
-                       float *dx);
+    int (*eltwise_bwd)(int alg, float alpha, int64_t n, const float *y, const float *dy, float *dx);
     /* (log-)softmax over the last axis of (rows, cols); backward reads the forward output */
     int (*softmax_fwd)(bool log, int64_t rows, int64_t cols, const float *x, float *y);
     int (*softmax_bwd)(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
@@ -191,8 +189,8 @@ typedef struct ct__backend {
 
     /* elementwise on n floats */
     int (*fill)(int64_t n, float value, float *x);
-    int (*add)(int64_t n, const float *a, const float *b, float *y);     /* y = a + b */
-    int (*axpy)(int64_t n, float alpha, const float *x, float *y);       /* y += alpha x */
+    int (*add)(int64_t n, const float *a, const float *b, float *y);           /* y = a + b */
+    int (*axpy)(int64_t n, float alpha, const float *x, float *y);             /* y += alpha x */
     int (*mul)(int64_t n, const float *a, const float *b, float *y, bool acc); /* y (+)= a b */
     int (*add_i64)(int64_t n, int64_t v, int64_t *x); /* x += v (a counter: num_batches_tracked) */
     /* *out (one float) = the sum of x, in double; the same bits on every run */
@@ -206,8 +204,8 @@ typedef struct ct__backend {
     /* losses (mean reduction): *out = the loss; backward ADDS d loss / d x times *grad_out
      * (one float) to grad */
     int (*loss_fwd)(const ct__loss_p *p, const float *x, const void *target, float *out);
-    int (*loss_bwd)(const ct__loss_p *p, const float *x, const void *target,
-                    const float *grad_out, float *grad);
+    int (*loss_bwd)(const ct__loss_p *p, const float *x, const void *target, const float *grad_out,
+                    float *grad);
 
     /* optimizer steps over n parameters (update.h's operations: the same bits on every
      * backend); momentum_buf may be NULL without momentum, max_exp_avg_sq without amsgrad */

@@ -50,9 +50,9 @@ typedef struct task task;
 struct task {
     task *next;
     int (*run)(task *t, cd_stream *s);
-    const char *op;   /* the entry's name, for the error message */
+    const char *op;    /* the entry's name, for the error message */
     const void *p[10]; /* device pointers (upload: p[1] is the private host copy) */
-    int64_t i[5];     /* sizes */
+    int64_t i[5];      /* sizes */
     float f[2];
     uint64_t u[2];
     int k[3]; /* algorithms, flags */
@@ -637,8 +637,7 @@ KERNEL(loss_bwd,
 
 KERNEL(add_i64, (int64_t n, int64_t v, int64_t *x), (.i = {n, v}, .p = {x}),
        (t->i[0], t->i[1], (int64_t *)t->p[0]))
-KERNEL(sgd_step,
-       (float *param, const float *grad, float *buf, int64_t n, const ct__sgd_h *h),
+KERNEL(sgd_step, (float *param, const float *grad, float *buf, int64_t n, const ct__sgd_h *h),
        (.d.sgd = *h, .p = {param, grad, buf}, .i = {n}), (F(0), F(1), F(2), t->i[0], &t->d.sgd))
 KERNEL(adam_step,
        (float *param, const float *grad, float *m, float *v, float *mx, int64_t n,

@@ -302,8 +302,8 @@ static int cpu_loss_fwd(const ct__loss_p *p, const float *x, const void *target,
     return ct__error(CT_EINVAL, "loss: kind %d unknown", p->kind);
 }
 
-static int cpu_loss_bwd(const ct__loss_p *p, const float *x, const void *target,
-                        const float *go, float *g)
+static int cpu_loss_bwd(const ct__loss_p *p, const float *x, const void *target, const float *go,
+                        float *g)
 {
     ct_ce_opts ce = {.label_smoothing = p->label_smoothing};
     switch (p->kind) {

@@ -292,7 +292,8 @@ static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_d
     DN(dnnl_primitive_attr_set_scratchpad_mode(user_attr, dnnl_scratchpad_mode_user));
     DN(dnnl_primitive_desc_create(&e->pd, op_desc, user_attr, G.engine, hint));
     DN(dnnl_primitive_create(&e->prim, e->pd));
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
+    const dnnl_memory_desc_t *smd =
+        dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
     size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
     if (sbytes)
         DN(dnnl_memory_create(&e->scratch, smd, G.engine, DNNL_MEMORY_ALLOCATE));
@@ -496,8 +497,8 @@ static void conv_key(key *k, int kind, const ct__conv_p *p)
     k->kind = kind;
     /* the layouts too: one shape runs plain on a device's tensors (the checking device calls
      * these kernels) and blocked on the CPU's */
-    int64_t v[19] = {p->n,  p->ic, p->ih, p->iw, p->oc,   p->oh,         p->ow,
-                     p->kh, p->kw, p->sh, p->sw, p->ph,   p->pw,         p->dh,
+    int64_t v[19] = {p->n,  p->ic,   p->ih,         p->iw,   p->oc,  p->oh, p->ow,
+                     p->kh, p->kw,   p->sh,         p->sw,   p->ph,  p->pw, p->dh,
                      p->dw, p->bias, p->transposed, p->xfmt, p->yfmt};
     memcpy(k->v, v, sizeof(v));
 }

@@ -14,7 +14,6 @@
 #include "trainer/backend/backend.h"
 #include "trainer/optim/update.h"
 
-
 #define CT_INLINE static inline __attribute__((always_inline))
 /* One clone per ISA level, picked at load time (glibc ifunc): the binary still runs anywhere. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \

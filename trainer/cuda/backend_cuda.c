@@ -213,13 +213,13 @@ static int cu_pool_bwd(const ct__pool_p *p, const float *x, const float *y, cons
     (void)ws;
     return ct__cuda_pool_bwd(p, x, y, dy, dx, cs());
 }
-static int cu_apool_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
-                        const float *x, float *y)
+static int cu_apool_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow, const float *x,
+                        float *y)
 {
     return ct__cuda_adaptive_avg_fwd(nc, ih, iw, oh, ow, x, y, cs());
 }
-static int cu_apool_bwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
-                        const float *dy, float *dx, bool acc)
+static int cu_apool_bwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow, const float *dy,
+                        float *dx, bool acc)
 {
     return ct__cuda_adaptive_avg_bwd(nc, ih, iw, oh, ow, dy, dx, acc, cs());
 }

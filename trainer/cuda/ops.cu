@@ -1,7 +1,8 @@
 /* trainer/cuda/ops.cu — the small kernels the engine's ops need beside cuDNN and cuBLASLt
- * (cuda.h, "engine kernels"): add, leaky ReLU (cuDNN has none), multiply, broadcast, dropout's Philox mask, activation
- * backward from the output, batch norm's frozen backward and running statistics, adaptive
- * average pooling. Each does what backend_cpu.c's loop of the same name does. */
+ * (cuda.h, "engine kernels"): add, leaky ReLU (cuDNN has none), multiply, broadcast, dropout's
+ * Philox mask, activation backward from the output, batch norm's frozen backward and running
+ * statistics, adaptive average pooling. Each does what backend_cpu.c's loop of the same name does.
+ */
 #include "common/common.h"
 
 #include "trainer/backend/philox.h"
@@ -74,9 +75,9 @@ static __global__ void eltwise_bwd_kernel(int alg, float alpha, int64_t n, const
 
 /* one block per channel: sums over (n, hw) in double, in a fixed order (the same bits on
  * every run), then dx per element */
-static __global__ void bn_frozen_kernel(ct__bn_p p, const float *x, const float *y,
-                                        const float *dy, const float *scale, const float *mean,
-                                        const float *var, float *dx, float *dscale, float *dshift)
+static __global__ void bn_frozen_kernel(ct__bn_p p, const float *x, const float *y, const float *dy,
+                                        const float *scale, const float *mean, const float *var,
+                                        float *dx, float *dscale, float *dshift)
 {
     __shared__ double s1[CT_CUDA_THREADS], s2[CT_CUDA_THREADS];
     int64_t ch = blockIdx.x, C = p.c, hw = p.hw, m = p.n * hw;
@@ -128,8 +129,8 @@ static __device__ int64_t win_hi(int64_t o, int64_t in, int64_t out)
     return ((o + 1) * in + out - 1) / out;
 }
 
-static __global__ void apool_fwd_kernel(int64_t nc, int64_t ih, int64_t iw, int64_t oh,
-                                        int64_t ow, const float *x, float *y)
+static __global__ void apool_fwd_kernel(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                                        const float *x, float *y)
 {
     GRID_STRIDE(i, nc * oh * ow)
     {
@@ -145,8 +146,8 @@ static __global__ void apool_fwd_kernel(int64_t nc, int64_t ih, int64_t iw, int6
 }
 
 /* a thread per input element gathers the windows that hold it (no atomics: deterministic) */
-static __global__ void apool_bwd_kernel(int64_t nc, int64_t ih, int64_t iw, int64_t oh,
-                                        int64_t ow, const float *dy, float *dx, bool acc)
+static __global__ void apool_bwd_kernel(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                                        const float *dy, float *dx, bool acc)
 {
     GRID_STRIDE(i, nc * ih * iw)
     {
@@ -224,16 +225,15 @@ extern "C" int ct__cuda_bn_update_running(int64_t c, float m, float unbias, cons
     return c == 0 ? 0 : LAUNCH(bn_running_kernel, c, s, c, m, unbias, mean, var, rm, rv);
 }
 
-extern "C" int ct__cuda_adaptive_avg_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh,
-                                         int64_t ow, const float *x, float *y, void *s)
+extern "C" int ct__cuda_adaptive_avg_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                                         const float *x, float *y, void *s)
 {
     int64_t n = nc * oh * ow;
     return n == 0 ? 0 : LAUNCH(apool_fwd_kernel, n, s, nc, ih, iw, oh, ow, x, y);
 }
 
-extern "C" int ct__cuda_adaptive_avg_bwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh,
-                                         int64_t ow, const float *dy, float *dx, bool acc,
-                                         void *s)
+extern "C" int ct__cuda_adaptive_avg_bwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+                                         const float *dy, float *dx, bool acc, void *s)
 {
     int64_t n = nc * ih * iw;
     return n == 0 ? 0 : LAUNCH(apool_bwd_kernel, n, s, nc, ih, iw, oh, ow, dy, dx, acc);

@@ -67,8 +67,8 @@ static ct_tensor *loss_plain(const char *op, int kind, ct_tensor *x, ct_tensor *
     }
     const ct__backend *bk = ct__bk(x);
     if (ct__bk(t) != bk) {
-        ct__error(CT_EINVAL, "%s: input on device %s, target on %s (move it with ct_tensor_to)",
-                  op, bk->name, ct__bk(t)->name);
+        ct__error(CT_EINVAL, "%s: input on device %s, target on %s (move it with ct_tensor_to)", op,
+                  bk->name, ct__bk(t)->name);
         return NULL;
     }
     y = ct__tensor_empty_on(bk, CT_F32, 0, NULL);

@@ -446,9 +446,9 @@ static ct_tensor *count_batch(ct_module *bn, ct_tensor *y)
 /* BatchNorm followed by ReLU runs as one fused op (one pass over the activations each way). */
 static ct_tensor *bn_relu_forward(ct_module *bn, ct_tensor *x)
 {
-    return count_batch(bn, ct_nn_batch_norm_relu(x, bn->params[0], bn->params[1], bn->buffers[0],
-                                                 bn->buffers[1], bn->training, bn->momentum,
-                                                 bn->eps));
+    return count_batch(bn,
+                       ct_nn_batch_norm_relu(x, bn->params[0], bn->params[1], bn->buffers[0],
+                                             bn->buffers[1], bn->training, bn->momentum, bn->eps));
 }
 
 static ct_tensor *seq_forward(ct_module *m, ct_tensor *x)
@@ -485,8 +485,8 @@ ct_tensor *ct_module_forward(ct_module *m, ct_tensor *x)
     case M_CONVT:
         return ct_nn_conv_transpose2d(x, w, b, &m->conv);
     case M_BN: {
-        return count_batch(m, ct_nn_batch_norm(x, w, b, m->buffers[0], m->buffers[1],
-                                               m->training, m->momentum, m->eps));
+        return count_batch(m, ct_nn_batch_norm(x, w, b, m->buffers[0], m->buffers[1], m->training,
+                                               m->momentum, m->eps));
     }
     case M_RELU:
         return ct_nn_relu(x);
@@ -614,8 +614,9 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
     const ct__backend *bk = w.n ? ct__bk(w.v[0].t) : &ct__backend_cpu;
     for (int i = 1; i < w.n; i++)
         if (ct__bk(w.v[i].t) != bk) {
-            rc = ct__error(CT_EINVAL, "module_params: '%s' is on device %s, '%s' on %s (use "
-                                      "ct_module_to)",
+            rc = ct__error(CT_EINVAL,
+                           "module_params: '%s' is on device %s, '%s' on %s (use "
+                           "ct_module_to)",
                            w.v[0].name, bk->name, w.v[i].name, ct__bk(w.v[i].t)->name);
             goto out;
         }
@@ -634,8 +635,7 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
         ct_tensor *t = w.v[i].t;
         int64_t numel = ct_tensor_numel(t);
         off = (off + 15) & ~(int64_t)15;
-        if ((rc = bk->copy((float *)sv->data + off, ct__f32(t), (size_t)numel * sizeof(float))) <
-            0)
+        if ((rc = bk->copy((float *)sv->data + off, ct__f32(t), (size_t)numel * sizeof(float))) < 0)
             goto out;
         ct__tensor_rebind(t, sv, off);
         if ((rc = ct__tensor_bind_grad(t, sg, off)) < 0)
@@ -695,8 +695,7 @@ int ct_module_to(ct_module *m, ct_device device)
     }
     for (int i = 0; i < w.n && rc == 0; i++)
         if (!(moved[i] = ct_tensor_to(w.v[i].t, device)))
-            rc = ct__error(CT_ENOMEM, "module_to: '%s' to device %s failed", w.v[i].name,
-                           bk->name);
+            rc = ct__error(CT_ENOMEM, "module_to: '%s' to device %s failed", w.v[i].name, bk->name);
     for (int i = 0; i < w.n && rc == 0; i++) {
         ct_tensor *t = w.v[i].t;
         ct__tensor_rebind(t, moved[i]->storage, moved[i]->offset);

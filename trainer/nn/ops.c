@@ -129,8 +129,8 @@ static int to_plain_bw(ct__node *nd)
     int rc = 0;
     if ((rc = gbegin(&sx, x, 0)) < 0)
         return rc;
-    if ((rc = K(reorder, x->shape[0], x->shape[1], x->shape[2], x->shape[3],
-                ct__f32(nd->out->grad), CT__FMT_PLAIN, sx.dst, x->fmt)) < 0)
+    if ((rc = K(reorder, x->shape[0], x->shape[1], x->shape[2], x->shape[3], ct__f32(nd->out->grad),
+                CT__FMT_PLAIN, sx.dst, x->fmt)) < 0)
         return rc;
     return gend(&sx);
 }
@@ -186,8 +186,8 @@ static int linear_bw(ct__node *nd)
          * in one matmul with oneDNN's sum post-op, db += dy's column sums, in place; the
          * inner product below would need scratch and a pass to add it for each */
         bool acc;
-        if ((rc = K(matmul, c->oc, c->n, c->ic, dy, true, ct__f32(x), false,
-                    ct__grad_dst(w, &acc), true)) < 0)
+        if ((rc = K(matmul, c->oc, c->n, c->ic, dy, true, ct__f32(x), false, ct__grad_dst(w, &acc),
+                    true)) < 0)
             return rc;
         if (bb && (rc = K(add_col_sums, c->n, c->oc, dy, ct__grad_dst(b, &acc))) < 0)
             return rc;
@@ -306,8 +306,8 @@ static int conv_bw(ct__node *nd)
     gslot sx, sw, sb;
     int rc = 0;
     if (wants(x)) {
-        if ((rc = gbegin(&sx, x, 0)) < 0 || (rc = K(conv_bwd_data, p, ct__f32(w), dy, sx.dst)) < 0 ||
-            (rc = gend(&sx)) < 0)
+        if ((rc = gbegin(&sx, x, 0)) < 0 ||
+            (rc = K(conv_bwd_data, p, ct__f32(w), dy, sx.dst)) < 0 || (rc = gend(&sx)) < 0)
             return rc;
     }
     if (wants(w) || wants(b)) {
@@ -459,8 +459,7 @@ static int bn_bw(ct__node *nd)
         float *dx = wx ? sx.dst : ct__scratch(bk, 0, ct_tensor_numel(x));
         float *dsc = ww ? sw.dst : ct__scratch(bk, 1, C);
         float *dsh = wb ? sb.dst : ct__scratch(bk, 2, C);
-        rc = K(bn_bwd, p, ct__f32(x), ct__f32(nd->out), dy, scale, mean, var, c->ws, dx, dsc,
-               dsh);
+        rc = K(bn_bwd, p, ct__f32(x), ct__f32(nd->out), dy, scale, mean, var, c->ws, dx, dsc, dsh);
     } else { /* frozen statistics: y = (x - rm) * rstd * w + b (then relu) */
         rc = K(bn_bwd_frozen, p, ct__f32(x), ct__f32(nd->out), dy, scale, mean, var,
                wx ? sx.dst : NULL, ww ? sw.dst : NULL, wb ? sb.dst : NULL);
@@ -622,9 +621,8 @@ static int pool_bw(ct__node *nd)
     ct_tensor *x = nd->in[0];
     gslot sx;
     int rc = 0;
-    if ((rc = gbegin(&sx, x, 0)) < 0 ||
-        (rc = K(pool_bwd, &c->p, ct__f32(x), ct__f32(nd->out), ct__f32(nd->out->grad), c->ws,
-                sx.dst)) < 0)
+    if ((rc = gbegin(&sx, x, 0)) < 0 || (rc = K(pool_bwd, &c->p, ct__f32(x), ct__f32(nd->out),
+                                                ct__f32(nd->out->grad), c->ws, sx.dst)) < 0)
         return rc;
     return gend(&sx);
 }

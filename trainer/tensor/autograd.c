@@ -231,8 +231,8 @@ static void hooks_fire(int i, int *first_err)
         if (dup)
             continue;
         if (x->grad && x->grad_empty) { /* logically zero: make the buffer say so */
-            int zrc = ct__bk(x->grad)->zero(ct__f32(x->grad),
-                                            (size_t)ct_tensor_numel(x) * sizeof(float));
+            int zrc =
+                ct__bk(x->grad)->zero(ct__f32(x->grad), (size_t)ct_tensor_numel(x) * sizeof(float));
             if (zrc < 0 && *first_err == 0)
                 *first_err = zrc;
             x->grad_empty = false;
@@ -298,8 +298,7 @@ static int backward(ct_tensor *t, const ct_tensor *grad_out, float scale)
         ct_tensor_release(&c);
     } else {
         float *seed = ct__scratch(bk, 0, 1);
-        rc = !seed ? ct__error(CT_ENOMEM, "backward: out of memory")
-                   : bk->fill(1, scale, seed);
+        rc = !seed ? ct__error(CT_ENOMEM, "backward: out of memory") : bk->fill(1, scale, seed);
         if (rc == 0)
             rc = ct__grad_add(bk, g, seed, 1, acc);
     }

@@ -142,8 +142,7 @@ ct_tensor *ct_tensor_to(const ct_tensor *t, ct_device device)
         rc = from->download(dst, src, bytes);
     } else { /* between two devices: through the host */
         void *h = malloc(bytes ? bytes : 1);
-        rc = !h ? ct__error(CT_ENOMEM, "tensor_to: out of memory")
-                : from->download(h, src, bytes);
+        rc = !h ? ct__error(CT_ENOMEM, "tensor_to: out of memory") : from->download(h, src, bytes);
         if (rc == 0)
             rc = to->upload(dst, h, bytes);
         free(h);

@@ -90,8 +90,7 @@ static inline const ct__backend *ct__bk(const ct_tensor *t)
 
 /* uninitialised, on bk's device (ct__tensor_empty: the CPU) */
 ct_tensor *ct__tensor_empty(ct_dtype dt, int ndim, const int64_t *shape);
-ct_tensor *ct__tensor_empty_on(const ct__backend *bk, ct_dtype dt, int ndim,
-                               const int64_t *shape);
+ct_tensor *ct__tensor_empty_on(const ct__backend *bk, ct_dtype dt, int ndim, const int64_t *shape);
 ct_tensor *ct__tensor_empty_like(const ct_tensor *t); /* on t's device */
 /* Re-points t at (storage, offset), dropping its old storage. Used to carve flat buffers. */
 void ct__tensor_rebind(ct_tensor *t, ct__storage *s, int64_t offset);

@@ -1,7 +1,7 @@
 /* tests/cuda/check.h — what the CUDA tests share: a failure count and CHECK that counts and goes
  * on, deterministic random inputs, a blocking download, and the exit 77 where no GPU can be
- * used. Header-only, test code only; each test defines its own CHECK_RC (where it goes on a
- * failed call). */
+ * used. Header-only, test code only; each test defines its own CHECK_RC with CHECK_RC_OR
+ * (where it goes on a failed call). */
 #ifndef CT_TESTS_CUDA_CHECK_H
 #define CT_TESTS_CUDA_CHECK_H
 
@@ -19,6 +19,23 @@ static int failures;
             fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
             failures++;                                                                            \
         }                                                                                          \
+    } while (0)
+
+/* Prints and counts a failed call (rc != 0); true when it failed. CHECK_RC_OR(expr, then) runs
+ * `then` (return; goto out) after a failure: each test defines its CHECK_RC with it. */
+__attribute__((unused)) static bool failed_rc(int rc, const char *expr, const char *file, int line)
+{
+    if (rc == 0)
+        return false;
+    fprintf(stderr, "%s:%d: %s = %d (%s): %s\n", file, line, expr, rc, ct_strerror(rc),
+            ct_last_error());
+    failures++;
+    return true;
+}
+#define CHECK_RC_OR(expr, then)                                                                    \
+    do {                                                                                           \
+        if (failed_rc((expr), #expr, __FILE__, __LINE__))                                          \
+            then;                                                                                  \
     } while (0)
 
 /* x[0..n) = deterministic values in [lo, hi) (an LCG) */

@@ -32,16 +32,7 @@
 #define RTOL 1e-4
 
 /* on failure: counts it and goes to the function's `out` */
-#define CHECK_RC(expr)                                                                             \
-    do {                                                                                           \
-        int rc_ = (expr);                                                                          \
-        if (rc_ != 0) {                                                                            \
-            fprintf(stderr, "%s:%d: %s = %d (%s): %s\n", __FILE__, __LINE__, #expr, rc_,           \
-                    ct_strerror(rc_), ct_last_error());                                            \
-            failures++;                                                                            \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
+#define CHECK_RC(expr) CHECK_RC_OR(expr, goto out)
 
 /* ---- buffers: every one a test makes is freed by bufs_free at its end ---- */
 

@@ -32,16 +32,7 @@
 
 #include "check.h"
 
-#define CHECK_RC(expr)                                                                             \
-    do {                                                                                           \
-        int rc_ = (expr);                                                                          \
-        if (rc_ != 0) {                                                                            \
-            fprintf(stderr, "%s:%d: %s = %d (%s): %s\n", __FILE__, __LINE__, #expr, rc_,           \
-                    ct_strerror(rc_), ct_last_error());                                            \
-            failures++;                                                                            \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
+#define CHECK_RC(expr) CHECK_RC_OR(expr, return )
 
 /* device copy of n host floats (from the allocator) */
 static float *upload(const float *h, int64_t n)

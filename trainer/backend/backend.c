@@ -2,19 +2,6 @@
 #include "common/common.h"
 #include "trainer/backend/backend.h"
 
-const char *ct__device_name(ct_device device)
-{
-    switch (device) {
-    case CT_CPU:
-        return "cpu";
-    case CT_CUDA:
-        return "cuda";
-    case CT_CHECKDEV:
-        return "checkdev";
-    }
-    return "unknown device";
-}
-
 #ifdef CT_HAVE_CUDA
 /* Weak: only a program linked with ct_cuda's table (ct_link_cuda in CMake: the GPU tests,
  * bench/gpu_train, libct.so) has it. The others do not load cuBLASLt and cuDNN, which cost

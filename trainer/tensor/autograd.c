@@ -133,29 +133,24 @@ int ct__grad_add(const ct__backend *bk, float *dst, const float *src, int64_t n,
     return bk->copy(dst, src, (size_t)n * sizeof(float));
 }
 
-/* per thread, per device kind and slot; device memory is freed through its table */
+/* per thread, per device (ct_device: CPU, CUDA, checking device) and slot */
 static __thread struct {
-    const ct__backend *bk;
     float *p;
     int64_t n;
 } scratch[3][4];
 
 float *ct__scratch(const ct__backend *bk, int slot, int64_t n)
 {
-    int d = (int)bk->device;
-    if (d < 0 || d > 2)
+    unsigned d = (unsigned)bk->device;
+    if (d >= CT_ARRAY_LEN(scratch))
         return NULL;
-    if (scratch[d][slot].n < n) {
-        if (scratch[d][slot].p)
-            scratch[d][slot].bk->free(scratch[d][slot].p);
-        void *p = NULL;
-        if (bk->alloc(&p, (size_t)n * sizeof(float)) < 0)
-            p = NULL;
-        scratch[d][slot].p = p;
-        scratch[d][slot].bk = bk;
-        scratch[d][slot].n = p ? n : 0;
+    __typeof__(scratch[0][0]) *s = &scratch[d][slot];
+    if (s->n < n) {
+        bk->free(s->p); /* one table per device: this slot's memory is bk's */
+        s->p = NULL;
+        s->n = bk->alloc((void **)&s->p, (size_t)n * sizeof(float)) < 0 ? 0 : n;
     }
-    return scratch[d][slot].p;
+    return s->p;
 }
 
 void ct_tensor_set_requires_grad(ct_tensor *t, bool on)

@@ -28,11 +28,6 @@ ct__storage *ct__storage_new_on(const ct__backend *bk, size_t nbytes, bool zero)
     return s;
 }
 
-ct__storage *ct__storage_new(size_t nbytes, bool zero)
-{
-    return ct__storage_new_on(&ct__backend_cpu, nbytes, zero);
-}
-
 void ct__storage_release(ct__storage **sp)
 {
     if (!sp || !*sp)
@@ -97,11 +92,6 @@ oom:
 static ct_tensor *tensor_alloc(ct_dtype dt, int ndim, const int64_t *shape, bool zero)
 {
     return tensor_alloc_on(&ct__backend_cpu, dt, ndim, shape, zero);
-}
-
-ct_tensor *ct__tensor_empty(ct_dtype dt, int ndim, const int64_t *shape)
-{
-    return tensor_alloc(dt, ndim, shape, false);
 }
 
 ct_tensor *ct__tensor_empty_on(const ct__backend *bk, ct_dtype dt, int ndim, const int64_t *shape)
@@ -458,7 +448,7 @@ struct ct_arena {
 ct_arena *ct_arena_new(size_t bytes)
 {
     ct_arena *a = calloc(1, sizeof(*a));
-    if (!a || !(a->s = ct__storage_new(bytes ? bytes : 64, true))) {
+    if (!a || !(a->s = ct__storage_new_on(&ct__backend_cpu, bytes ? bytes : 64, true))) {
         free(a);
         ct__error(CT_ENOMEM, "arena: out of memory for %zu bytes", bytes);
         return NULL;

@@ -88,13 +88,11 @@ static inline const ct__backend *ct__bk(const ct_tensor *t)
     return t->storage->bk;
 }
 
-/* uninitialised, on bk's device (ct__tensor_empty: the CPU) */
-ct_tensor *ct__tensor_empty(ct_dtype dt, int ndim, const int64_t *shape);
+/* uninitialised, on bk's device */
 ct_tensor *ct__tensor_empty_on(const ct__backend *bk, ct_dtype dt, int ndim, const int64_t *shape);
 ct_tensor *ct__tensor_empty_like(const ct_tensor *t); /* on t's device */
 /* Re-points t at (storage, offset), dropping its old storage. Used to carve flat buffers. */
 void ct__tensor_rebind(ct_tensor *t, ct__storage *s, int64_t offset);
-ct__storage *ct__storage_new(size_t nbytes, bool zero); /* on the CPU */
 ct__storage *ct__storage_new_on(const ct__backend *bk, size_t nbytes, bool zero);
 void ct__storage_release(ct__storage **s);
 /* Points t's gradient at a view of (storage, offset) (flat gradient buffers). */

@@ -78,6 +78,15 @@ ct_tensor *ct_nn_leaky_relu(ct_tensor *x, float negative_slope);
 ct_tensor *ct_nn_elu(ct_tensor *x, float alpha);
 ct_tensor *ct_nn_tanh(ct_tensor *x);
 ct_tensor *ct_nn_sigmoid(ct_tensor *x);
+/* Layer norm over the last dimension of x (..., D); weight, bias (D) may be NULL. */
+ct_tensor *ct_nn_layer_norm(ct_tensor *x, ct_tensor *weight, ct_tensor *bias, float eps);
+/* GELU: exact (x Phi(x)), or torch's approximate="tanh" form when tanh_approx. */
+ct_tensor *ct_nn_gelu(ct_tensor *x, bool tanh_approx);
+/* Elementwise product of two tensors of one shape. */
+ct_tensor *ct_nn_mul(ct_tensor *a, ct_tensor *b);
+/* Rows of weight (V, D) picked by idx (...) i64: (..., D). The row padding_idx (-1: none) gets
+ * no gradient. CT_EINVAL naming an index outside [0, V). */
+ct_tensor *ct_nn_embedding(ct_tensor *idx, ct_tensor *weight, int64_t padding_idx);
 /* (Log-)softmax over the last dimension. */
 ct_tensor *ct_nn_softmax(ct_tensor *x);
 ct_tensor *ct_nn_log_softmax(ct_tensor *x);

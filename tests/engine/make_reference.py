@@ -2,7 +2,8 @@
 """tests/engine/make_reference.py — PyTorch reference values for the engine tests.
 
 Run with Debian's python3-torch:  /usr/bin/python3 tests/engine/make_reference.py tests/engine/ref
-Writes ops.bin (every op: inputs, output, upstream gradient, input gradients), modules.bin (a
+Writes ops.bin (every op: inputs, output, upstream gradient, input gradients), transformer.bin
+(the same for the transformer ops: layer norm, GELU, product, embedding), modules.bin (a
 composite net: state dict, forward, gradients) and train.bin (a small CNN trained 20 steps with
 SGD+momentum and with Adam+MultiStepLR: initial weights, batches, loss after every step).
 
@@ -247,9 +248,32 @@ def train(path):
     w.close()
 
 
+def transformer(path):
+    """The transformer ops, in op_case's records (seeded on their own: ops.bin stays as it is)."""
+    torch.manual_seed(4321)
+    w = Writer(path)
+    r = torch.randn
+    x, g, b = r(2, 3, 8), r(8), r(8)
+    op_case(w, "layer_norm", lambda x, g, b: F.layer_norm(x, (8,), g, b, 1e-5), [x, g, b])
+    op_case(w, "layer_norm_plain", lambda x: F.layer_norm(x, (100,), None, None, 1e-5),
+            [r(5, 100) * 3 + 1])
+    op_case(w, "layer_norm_wide", lambda x, g, b: F.layer_norm(x, (768,), g, b, 1e-5),
+            [r(16, 768), r(768), r(768)])
+    e = r(4, 9) * 2.5
+    op_case(w, "gelu", lambda x: F.gelu(x), [e])
+    op_case(w, "gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), [e])
+    op_case(w, "mul", torch.mul, [r(3, 4), r(3, 4)])
+    op_case(w, "mul_self", lambda x: x * x, [r(3, 4)])
+    idx = torch.tensor([[1, 3, 3, 0, 9], [0, 2, 1, 1, 7]])
+    op_case(w, "embedding", lambda i, W: F.embedding(i, W), [idx, r(10, 6)])
+    op_case(w, "embedding_pad", lambda i, W: F.embedding(i, W, padding_idx=0), [idx, r(10, 6)])
+    w.close()
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "ref")
     os.makedirs(out, exist_ok=True)
     ops(os.path.join(out, "ops.bin"))
+    transformer(os.path.join(out, "transformer.bin"))
     modules(os.path.join(out, "modules.bin"))
     train(os.path.join(out, "train.bin"))

@@ -184,6 +184,23 @@ static ct_tensor *f_ce(ct_tensor **in, const void *c)
     return ct_nn_cross_entropy(in[0], in[1], 0.0f);
 }
 
+static ct_tensor *f_layer_norm(ct_tensor **in, const void *c)
+{
+    return ct_nn_layer_norm(in[0], in[1], in[2], 1e-5f);
+}
+static ct_tensor *f_gelu(ct_tensor **in, const void *c)
+{
+    return ct_nn_gelu(in[0], *(const bool *)c);
+}
+static ct_tensor *f_mul(ct_tensor **in, const void *c)
+{
+    return ct_nn_mul(in[0], in[1]);
+}
+static ct_tensor *f_embedding(ct_tensor **in, const void *c)
+{
+    return ct_nn_embedding(in[0], in[1], *(const int64_t *)c);
+}
+
 static ct_tensor *targets(int64_t n, int64_t classes)
 {
     int64_t shape[1] = {n};
@@ -275,6 +292,33 @@ static void test_ops(void)
         int64_t xs[2] = {40, 10};
         ct_tensor *in[2] = {rand_t(2, xs), targets(40, 10)};
         run("cross_entropy", f_ce, NULL, 2, in, (bool[]){true, false});
+    }
+    {
+        int64_t xs[3] = {3, 5, 96}, ws[1] = {96};
+        ct_tensor *in[3] = {rand_t(3, xs), rand_t(1, ws), rand_t(1, ws)};
+        run("layer_norm", f_layer_norm, NULL, 3, in, (bool[]){true, true, true});
+    }
+    for (int approx = 0; approx < 2; approx++) {
+        int64_t xs[2] = {37, 29};
+        bool b = approx;
+        ct_tensor *in[1] = {rand_t(2, xs)};
+        run(approx ? "gelu tanh" : "gelu", f_gelu, &b, 1, in, (bool[]){true});
+    }
+    {
+        int64_t xs[2] = {13, 21};
+        ct_tensor *in[2] = {rand_t(2, xs), rand_t(2, xs)};
+        run("mul", f_mul, NULL, 2, in, (bool[]){true, true});
+    }
+    for (int64_t pad = -1; pad <= 3; pad += 4) {
+        int64_t is[2] = {4, 9}, ws[2] = {11, 24};
+        ct_tensor *in[2] = {targets(36, 11), rand_t(2, ws)};
+        int64_t *ix = ct_tensor_data(in[0]);
+        ix[1] = 3; /* targets() puts an ignore_index there */
+        ct_tensor *idx = ct_tensor_view(in[0], 2, is);
+        ct_tensor_release(&in[0]);
+        in[0] = idx;
+        run(pad < 0 ? "embedding" : "embedding padding_idx", f_embedding, &pad, 2, in,
+            (bool[]){false, true});
     }
 }
 

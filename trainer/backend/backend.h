@@ -187,6 +187,25 @@ typedef struct ct__backend {
     int (*softmax_bwd)(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
                        float *dx);
 
+    /* transformer ops. Layer norm over the last axis of (rows, d); w, b (d) may be NULL;
+     * forward keeps mean and rstd (rows) for backward, which writes dx (adds when acc; NULL:
+     * not wanted) and ADDS into dw and db (NULL: not wanted). */
+    int (*layernorm_fwd)(int64_t rows, int64_t d, float eps, const float *x, const float *w,
+                         const float *b, float *y, float *mean, float *rstd);
+    int (*layernorm_bwd)(int64_t rows, int64_t d, const float *x, const float *w, const float *mean,
+                         const float *rstd, const float *dy, float *dx, bool acc, float *dw,
+                         float *db);
+    /* GELU, exact (erf) or its tanh approximation; backward reads the forward INPUT x */
+    int (*gelu_fwd)(bool tanh_approx, int64_t n, const float *x, float *y);
+    int (*gelu_bwd)(bool tanh_approx, int64_t n, const float *x, const float *dy, float *dx,
+                    bool acc);
+    /* y (n, d) = rows idx (n, i64) of table (vocab, d); backward ADDS dy's rows into dtable's,
+     * skipping padding_idx (-1: none). An index outside [0, vocab) is CT_EINVAL (the CPU) */
+    int (*embedding_fwd)(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                         const float *table, float *y);
+    int (*embedding_bwd)(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                         int64_t padding_idx, const float *dy, float *dtable);
+
     /* elementwise on n floats */
     int (*fill)(int64_t n, float value, float *x);
     int (*add)(int64_t n, const float *a, const float *b, float *y);           /* y = a + b */

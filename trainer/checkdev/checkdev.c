@@ -612,6 +612,32 @@ KERNEL(softmax_bwd,
        (.k = {log}, .i = {rows, cols}, .p = {y, dy, dx}),
        (t->k[0], t->i[0], t->i[1], F(0), F(1), F(2)))
 
+KERNEL(layernorm_fwd,
+       (int64_t rows, int64_t d, float eps, const float *x, const float *w, const float *b,
+        float *y, float *mean, float *rstd),
+       (.i = {rows, d}, .f = {eps}, .p = {x, w, b, y, mean, rstd}),
+       (t->i[0], t->i[1], t->f[0], F(0), F(1), F(2), F(3), F(4), F(5)))
+KERNEL(layernorm_bwd,
+       (int64_t rows, int64_t d, const float *x, const float *w, const float *mean,
+        const float *rstd, const float *dy, float *dx, bool acc, float *dw, float *db),
+       (.i = {rows, d}, .p = {x, w, mean, rstd, dy, dx, dw, db}, .k = {acc}),
+       (t->i[0], t->i[1], F(0), F(1), F(2), F(3), F(4), F(5), t->k[0], F(6), F(7)))
+KERNEL(gelu_fwd, (bool tanh_approx, int64_t n, const float *x, float *y),
+       (.k = {tanh_approx}, .i = {n}, .p = {x, y}), (t->k[0], t->i[0], F(0), F(1)))
+KERNEL(gelu_bwd,
+       (bool tanh_approx, int64_t n, const float *x, const float *dy, float *dx, bool acc),
+       (.k = {tanh_approx, acc}, .i = {n}, .p = {x, dy, dx}),
+       (t->k[0], t->i[0], F(0), F(1), F(2), t->k[1]))
+KERNEL(embedding_fwd,
+       (int64_t n, int64_t d, int64_t vocab, const int64_t *idx, const float *table, float *y),
+       (.i = {n, d, vocab}, .p = {idx, table, y}),
+       (t->i[0], t->i[1], t->i[2], (const int64_t *)t->p[0], F(1), F(2)))
+KERNEL(embedding_bwd,
+       (int64_t n, int64_t d, int64_t vocab, const int64_t *idx, int64_t padding_idx,
+        const float *dy, float *dtable),
+       (.i = {n, d, vocab, padding_idx}, .p = {idx, dy, dtable}),
+       (t->i[0], t->i[1], t->i[2], (const int64_t *)t->p[0], t->i[3], F(1), F(2)))
+
 KERNEL(fill, (int64_t n, float value, float *x), (.i = {n}, .f = {value}, .p = {x}),
        (t->i[0], t->f[0], F(0)))
 KERNEL(add, (int64_t n, const float *a, const float *b, float *y), (.i = {n}, .p = {a, b, y}),
@@ -694,6 +720,12 @@ const ct__backend ct__backend_checkdev = {
     .eltwise_bwd = cd_eltwise_bwd,
     .softmax_fwd = cd_softmax_fwd,
     .softmax_bwd = cd_softmax_bwd,
+    .layernorm_fwd = cd_layernorm_fwd,
+    .layernorm_bwd = cd_layernorm_bwd,
+    .gelu_fwd = cd_gelu_fwd,
+    .gelu_bwd = cd_gelu_bwd,
+    .embedding_fwd = cd_embedding_fwd,
+    .embedding_bwd = cd_embedding_bwd,
     .fill = cd_fill,
     .add = cd_add,
     .axpy = cd_axpy,

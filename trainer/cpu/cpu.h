@@ -87,6 +87,20 @@ int ct__cpu_softmax_fwd(bool log, int64_t rows, int64_t cols, const float *x, fl
 int ct__cpu_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
                         float *dx);
 
+/* transformer.c: layer norm, GELU, embedding (the backend table's contracts) */
+int ct__cpu_layernorm_fwd(int64_t rows, int64_t d, float eps, const float *x, const float *w,
+                          const float *b, float *y, float *mean, float *rstd);
+int ct__cpu_layernorm_bwd(int64_t rows, int64_t d, const float *x, const float *w,
+                          const float *mean, const float *rstd, const float *dy, float *dx,
+                          bool acc, float *dw, float *db);
+int ct__cpu_gelu_fwd(bool tanh_approx, int64_t n, const float *x, float *y);
+int ct__cpu_gelu_bwd(bool tanh_approx, int64_t n, const float *x, const float *dy, float *dx,
+                     bool acc);
+int ct__cpu_embedding_fwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                          const float *table, float *y);
+int ct__cpu_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                          int64_t padding_idx, const float *dy, float *dtable);
+
 /* Sets the OpenMP thread count used by oneDNN and the C loops (<= 0: leave the default). */
 void ct__cpu_set_threads(int n);
 int ct__cpu_threads(void);

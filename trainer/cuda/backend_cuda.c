@@ -248,6 +248,38 @@ static int cu_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, 
     return ct__cuda_softmax_bwd(log, rows, cols, y, dy, dx, cs());
 }
 
+/* ---- transformer ops ---- */
+static int cu_layernorm_fwd(int64_t rows, int64_t d, float eps, const float *x, const float *w,
+                            const float *b, float *y, float *mean, float *rstd)
+{
+    return ct__cuda_layernorm_fwd(rows, d, eps, x, w, b, y, mean, rstd, cs());
+}
+static int cu_layernorm_bwd(int64_t rows, int64_t d, const float *x, const float *w,
+                            const float *mean, const float *rstd, const float *dy, float *dx,
+                            bool acc, float *dw, float *db)
+{
+    return ct__cuda_layernorm_bwd(rows, d, x, w, mean, rstd, dy, dx, acc, dw, db, cs());
+}
+static int cu_gelu_fwd(bool tanh_approx, int64_t n, const float *x, float *y)
+{
+    return ct__cuda_gelu_fwd(tanh_approx, n, x, y, cs());
+}
+static int cu_gelu_bwd(bool tanh_approx, int64_t n, const float *x, const float *dy, float *dx,
+                       bool acc)
+{
+    return ct__cuda_gelu_bwd(tanh_approx, n, x, dy, dx, acc, cs());
+}
+static int cu_embedding_fwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                            const float *table, float *y)
+{
+    return ct__cuda_embedding_fwd(n, d, vocab, idx, table, y, cs());
+}
+static int cu_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                            int64_t padding_idx, const float *dy, float *dtable)
+{
+    return ct__cuda_embedding_bwd(n, d, vocab, idx, padding_idx, dy, dtable, cs());
+}
+
 /* ---- elementwise ---- */
 static int cu_fill(int64_t n, float v, float *x)
 {
@@ -369,6 +401,12 @@ const ct__backend ct__backend_cuda = {
     .eltwise_bwd = cu_eltwise_bwd,
     .softmax_fwd = cu_softmax_fwd,
     .softmax_bwd = cu_softmax_bwd,
+    .layernorm_fwd = cu_layernorm_fwd,
+    .layernorm_bwd = cu_layernorm_bwd,
+    .gelu_fwd = cu_gelu_fwd,
+    .gelu_bwd = cu_gelu_bwd,
+    .embedding_fwd = cu_embedding_fwd,
+    .embedding_bwd = cu_embedding_bwd,
     .fill = cu_fill,
     .add = cu_add,
     .axpy = cu_axpy,

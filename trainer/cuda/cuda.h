@@ -240,6 +240,21 @@ int ct__cuda_adaptive_avg_fwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, in
 int ct__cuda_adaptive_avg_bwd(int64_t nc, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
                               const float *dy, float *dx, bool acc, void *stream);
 
+/* ---- transformer kernels (transformer.cu): the backend table's contracts, on the GPU; an
+ * embedding index outside [0, vocab) gives a row of NaN ---- */
+int ct__cuda_layernorm_fwd(int64_t rows, int64_t d, float eps, const float *x, const float *w,
+                           const float *b, float *y, float *mean, float *rstd, void *stream);
+int ct__cuda_layernorm_bwd(int64_t rows, int64_t d, const float *x, const float *w,
+                           const float *mean, const float *rstd, const float *dy, float *dx,
+                           bool acc, float *dw, float *db, void *stream);
+int ct__cuda_gelu_fwd(bool tanh_approx, int64_t n, const float *x, float *y, void *stream);
+int ct__cuda_gelu_bwd(bool tanh_approx, int64_t n, const float *x, const float *dy, float *dx,
+                      bool acc, void *stream);
+int ct__cuda_embedding_fwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                           const float *table, float *y, void *stream);
+int ct__cuda_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                           int64_t padding_idx, const float *dy, float *dtable, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

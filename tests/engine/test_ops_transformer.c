@@ -1,0 +1,195 @@
+/* tests/engine/test_ops_transformer.c — the transformer ops (layer norm, GELU exact and tanh,
+ * the elementwise product, embedding with and without padding_idx):
+ *   - forward and every input's gradient against PyTorch 1.13 (ref/transformer.bin from
+ *     make_reference.py) within 1e-4, on the CPU and on the checking device;
+ *   - gradients accumulate: a second backward without zeroing doubles them;
+ *   - every differentiable input against central finite differences;
+ *   - the errors a user can hit name what is wrong. */
+#include "tests/engine/testutil.h"
+
+#define TOL 1e-4
+
+typedef ct_tensor *(*op_fn)(ct_tensor **in, void *ctx);
+
+static ref_file R;
+
+static ct_tensor *f_layer_norm(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_layer_norm(in[0], in[1], in[2], 1e-5f);
+}
+static ct_tensor *f_layer_norm_plain(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_layer_norm(in[0], NULL, NULL, 1e-5f);
+}
+static ct_tensor *f_gelu(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_gelu(in[0], false);
+}
+static ct_tensor *f_gelu_tanh(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_gelu(in[0], true);
+}
+static ct_tensor *f_mul(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_mul(in[0], in[1]);
+}
+static ct_tensor *f_mul_self(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_mul(in[0], in[0]);
+}
+static ct_tensor *f_embedding(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_embedding(in[0], in[1], -1);
+}
+static ct_tensor *f_embedding_pad(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_embedding(in[0], in[1], 0);
+}
+
+static ct_tensor *on_cpu(const ct_tensor *t)
+{
+    return t ? ct_tensor_to(t, CT_CPU) : NULL;
+}
+
+/* compares a tensor of any device with a reference times scale */
+static void expect(const char *what, const ct_tensor *got, const ct_tensor *want, float scale)
+{
+    ct_tensor *g = on_cpu(got), *w = ct_tensor_clone(want);
+    float *p = ct_tensor_f32(w);
+    for (int64_t i = 0; i < ct_tensor_numel(w); i++)
+        p[i] *= scale;
+    close_t(what, g, w, TOL);
+    ct_tensor_release(&g);
+    ct_tensor_release(&w);
+}
+
+/* One case on device dev: inputs name.in<i> (moved there), forward vs name.out, backward of
+ * name.gy vs name.g<i>, then a second forward and backward: the gradients must double. */
+static void run_case(const char *name, op_fn fn, ct_device dev)
+{
+    char key[160], what[200];
+    const char *dn = dev == CT_CPU ? "cpu" : "checkdev";
+    ct_tensor *in[4] = {0};
+    int nin = 0;
+    for (; nin < 4; nin++) {
+        snprintf(key, sizeof key, "%s.in%d", name, nin);
+        ct_tensor *t = ref_get(&R, key);
+        if (!t)
+            break;
+        in[nin] = ct_tensor_to(t, dev);
+        snprintf(key, sizeof key, "%s.g%d", name, nin);
+        if (ref_get(&R, key))
+            ct_tensor_set_requires_grad(in[nin], true);
+    }
+    snprintf(key, sizeof key, "%s.gy", name);
+    ct_tensor *gy = ct_tensor_to(ref_must(&R, key), dev);
+    for (int pass = 1; pass <= 2; pass++) {
+        ct_tensor *y = fn(in, NULL);
+        snprintf(what, sizeof what, "%s on %s: forward", name, dn);
+        snprintf(key, sizeof key, "%s.out", name);
+        expect(what, y, ref_must(&R, key), 1.0f);
+        int rc = y ? ct_tensor_backward(y, gy) : -1;
+        CHECK(rc == 0, "%s on %s: backward rc %d", name, dn, rc);
+        for (int i = 0; i < nin; i++) {
+            snprintf(key, sizeof key, "%s.g%d", name, i);
+            ct_tensor *want = ref_get(&R, key);
+            snprintf(what, sizeof what, "%s on %s: gradient of input %d after %d backward(s)", name,
+                     dn, i, pass);
+            if (want)
+                expect(what, ct_tensor_grad(in[i]), want, (float)pass);
+        }
+        ct_tensor_release(&y);
+    }
+    ct_tensor_release(&gy);
+    for (int i = 0; i < nin; i++)
+        ct_tensor_release(&in[i]);
+}
+
+/* Finite differences on the reference inputs (float ones: mask bit i for input i). */
+static void fd_case(const char *name, op_fn fn, unsigned mask, double atol, double rtol)
+{
+    char key[160];
+    ct_tensor *in[4] = {0};
+    int nin = 0;
+    for (; nin < 4; nin++) {
+        snprintf(key, sizeof key, "%s.in%d", name, nin);
+        ct_tensor *t = ref_get(&R, key);
+        if (!t)
+            break;
+        in[nin] = ct_tensor_clone(t);
+    }
+    fd_check(name, fn, in, nin, mask, NULL, 1e-2, atol, rtol);
+    for (int i = 0; i < nin; i++)
+        ct_tensor_release(&in[i]);
+}
+
+static void test_errors(void)
+{
+    int64_t ws[2] = {10, 6}, is[1] = {3}, xs[2] = {4, 8}, ls[1] = {7};
+    ct_tensor *w = ct_tensor_new(CT_F32, 2, ws), *idx = ct_tensor_new(CT_I64, 1, is);
+    int64_t *ix = ct_tensor_data(idx);
+    ix[0] = 1, ix[1] = 10, ix[2] = 2;
+    ct_tensor *y = ct_nn_embedding(idx, w, -1);
+    CHECK(!y && strstr(ct_last_error(), "index 10 at position 1 is outside [0, 10)"),
+          "embedding of a bad index: '%s'", ct_last_error());
+    ct_tensor_release(&y);
+    y = ct_nn_embedding(idx, w, 10);
+    CHECK(!y && strstr(ct_last_error(), "padding_idx 10"), "bad padding_idx: '%s'",
+          ct_last_error());
+    ct_tensor *x = ct_tensor_new(CT_F32, 2, xs), *g = ct_tensor_new(CT_F32, 1, ls);
+    y = ct_nn_layer_norm(x, g, NULL, 1e-5f);
+    CHECK(!y && strstr(ct_last_error(), "last dimension is 8 but weight / bias have 7"),
+          "layer norm of a wrong weight: '%s'", ct_last_error());
+    ct_tensor_release(&y);
+    y = ct_nn_mul(x, w);
+    CHECK(!y && strstr(ct_last_error(), "mul: shapes differ"), "mul of two shapes: '%s'",
+          ct_last_error());
+    ct_tensor_release(&y);
+    ct_tensor *all[] = {w, idx, x, g};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ct_tensor_release(&all[i]);
+}
+
+int main(int argc, char **argv)
+{
+    R = ref_load(ref_dir(argc, argv), "transformer.bin");
+    static const struct {
+        const char *name;
+        op_fn fn;
+        unsigned fd_mask;
+    } cases[] = {
+        {"layer_norm", f_layer_norm, 7},
+        {"layer_norm_plain", f_layer_norm_plain, 1},
+        {"layer_norm_wide", f_layer_norm, 0},
+        {"gelu", f_gelu, 1},
+        {"gelu_tanh", f_gelu_tanh, 1},
+        {"mul", f_mul, 3},
+        {"mul_self", f_mul_self, 1},
+        {"embedding", f_embedding, 2},
+        /* no finite differences: the padding row's gradient is 0 by definition, not the
+         * derivative (PyTorch's padding_idx) */
+        {"embedding_pad", f_embedding_pad, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_case(cases[i].name, cases[i].fn, CT_CPU);
+        run_case(cases[i].name, cases[i].fn, CT_CHECKDEV);
+        if (cases[i].fd_mask)
+            fd_case(cases[i].name, cases[i].fn, cases[i].fd_mask, 2e-3, 2e-2);
+    }
+    test_errors();
+    ref_free(&R);
+    if (g_fail) {
+        fprintf(stderr, "%d failure(s)\n", g_fail);
+        return 1;
+    }
+    printf("transformer ops vs PyTorch (cpu, checkdev), accumulation, finite differences: ok\n");
+    return 0;
+}

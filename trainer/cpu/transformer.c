@@ -1,0 +1,169 @@
+/* trainer/cpu/transformer.c — CPU kernels of the transformer ops oneDNN has no primitive for
+ * here: layer norm over the last axis, GELU (exact and tanh), embedding lookup and its
+ * scatter-add. Plain C loops, OpenMP over rows (or columns) when the work is large; every sum
+ * runs in a fixed order, so results are the same bits for any thread count.
+ *
+ * Shapes: x, y, dy (rows, d); w, b, dw, db (d); mean, rstd (rows); idx (n) i64; table (vocab, d).
+ * Backward kernels ADD into dw, db and dtable (the caller zeroes them when they hold nothing);
+ * dx is written, or added to when acc. Not here: the differentiable ops (trainer/nn). */
+#include <math.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "trainer/cpu/cpu.h"
+
+#define PAR_MIN 32768
+
+int ct__cpu_layernorm_fwd(int64_t rows, int64_t d, float eps, const float *x, const float *w,
+                          const float *b, float *y, float *mean, float *rstd)
+{
+#pragma omp parallel for schedule(static) if (rows * d > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < d; i++)
+            s += xr[i];
+        float m = s / (float)d, v = 0;
+#pragma omp simd reduction(+ : v)
+        for (int64_t i = 0; i < d; i++)
+            v += (xr[i] - m) * (xr[i] - m);
+        float rs = 1.0f / sqrtf(v / (float)d + eps);
+        for (int64_t i = 0; i < d; i++) {
+            float h = (xr[i] - m) * rs;
+            yr[i] = h * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+        }
+        mean[r] = m;
+        rstd[r] = rs;
+    }
+    return 0;
+}
+
+/* dxhat = dy w; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)); dw += dy xhat;
+ * db += dy. dx per row in parallel; dw and db per column, each summing its rows in order. */
+int ct__cpu_layernorm_bwd(int64_t rows, int64_t d, const float *x, const float *w,
+                          const float *mean, const float *rstd, const float *dy, float *dx,
+                          bool acc, float *dw, float *db)
+{
+    if (dx) {
+#pragma omp parallel for schedule(static) if (rows * d > PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * d, *gr = dy + r * d;
+            float *dr = dx + r * d;
+            float m = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+            for (int64_t i = 0; i < d; i++) {
+                float g = gr[i] * (w ? w[i] : 1.0f);
+                s1 += g;
+                s2 += g * (xr[i] - m) * rs;
+            }
+            s1 /= (float)d;
+            s2 /= (float)d;
+            for (int64_t i = 0; i < d; i++) {
+                float g = gr[i] * (w ? w[i] : 1.0f);
+                float v = rs * (g - s1 - (xr[i] - m) * rs * s2);
+                dr[i] = acc ? dr[i] + v : v;
+            }
+        }
+    }
+    if (dw || db) {
+#pragma omp parallel for schedule(static) if (rows * d > PAR_MIN)
+        for (int64_t i = 0; i < d; i++) {
+            float sw = 0, sb = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                float g = dy[r * d + i];
+                sw += g * (x[r * d + i] - mean[r]) * rstd[r];
+                sb += g;
+            }
+            if (dw)
+                dw[i] += sw;
+            if (db)
+                db[i] += sb;
+        }
+    }
+    return 0;
+}
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_C 0.044715f
+
+int ct__cpu_gelu_fwd(bool tanh_approx, int64_t n, const float *x, float *y)
+{
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = tanh_approx ? 0.5f * v * (1.0f + tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)))
+                           : 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2));
+    }
+    return 0;
+}
+
+/* d/dx of exact GELU: Phi(x) + x phi(x); of the tanh form: 0.5 (1 + t) + 0.5 x (1 - t^2) u'
+ * with u = sqrt(2/pi) (x + 0.044715 x^3). */
+int ct__cpu_gelu_bwd(bool tanh_approx, int64_t n, const float *x, const float *dy, float *dx,
+                     bool acc)
+{
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i], g;
+        if (tanh_approx) {
+            float t = tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
+            g = 0.5f * (1.0f + t) +
+                0.5f * v * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
+        } else {
+            g = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2)) +
+                v * expf(-0.5f * v * v) * 0.3989422804014327f;
+        }
+        dx[i] = acc ? dx[i] + dy[i] * g : dy[i] * g;
+    }
+    return 0;
+}
+
+/* The first index outside [0, vocab), or -1. */
+static int64_t bad_index(int64_t n, int64_t vocab, const int64_t *idx)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= vocab)
+            return i;
+    return -1;
+}
+
+int ct__cpu_embedding_fwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                          const float *table, float *y)
+{
+    int64_t bad = bad_index(n, vocab, idx);
+    if (bad >= 0)
+        return ct__error(CT_EINVAL, "embedding: index %lld at position %lld is outside [0, %lld)",
+                         (long long)idx[bad], (long long)bad, (long long)vocab);
+#pragma omp parallel for schedule(static) if (n * d > PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        memcpy(y + i * d, table + idx[i] * d, (size_t)d * sizeof(float));
+    return 0;
+}
+
+/* dtable[idx[i]] += dy[i] for every i whose index is not padding_idx (-1: none). Rows in
+ * order, so a token seen twice sums its gradients the same way on every run; parallel over
+ * column blocks, which no two threads share. */
+int ct__cpu_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
+                          int64_t padding_idx, const float *dy, float *dtable)
+{
+    int64_t bad = bad_index(n, vocab, idx);
+    if (bad >= 0)
+        return ct__error(CT_EINVAL, "embedding: index %lld at position %lld is outside [0, %lld)",
+                         (long long)idx[bad], (long long)bad, (long long)vocab);
+    int64_t blocks = (d + 63) / 64;
+#pragma omp parallel for schedule(static) if (n * d > PAR_MIN)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t c0 = blk * 64, c1 = c0 + 64 < d ? c0 + 64 : d;
+        for (int64_t i = 0; i < n; i++) {
+            if (idx[i] == padding_idx)
+                continue;
+            float *t = dtable + idx[i] * d;
+            const float *g = dy + i * d;
+            for (int64_t c = c0; c < c1; c++)
+                t[c] += g[c];
+        }
+    }
+    return 0;
+}

@@ -87,6 +87,17 @@ ct_tensor *ct_nn_mul(ct_tensor *a, ct_tensor *b);
 /* Rows of weight (V, D) picked by idx (...) i64: (..., D). The row padding_idx (-1: none) gets
  * no gradient. CT_EINVAL naming an index outside [0, V). */
 ct_tensor *ct_nn_embedding(ct_tensor *idx, ct_tensor *weight, int64_t padding_idx);
+/* y = x with its dimensions reordered: y.shape[i] = x.shape[perm[i]] (a contiguous copy). */
+ct_tensor *ct_nn_permute(ct_tensor *x, const int *perm);
+/* x with dimensions d0 and d1 swapped (a contiguous copy). */
+ct_tensor *ct_nn_transpose(ct_tensor *x, int d0, int d1);
+/* x[..., start:start+len, ...] along dimension dim (a contiguous copy). */
+ct_tensor *ct_nn_slice(ct_tensor *x, int dim, int64_t start, int64_t len);
+/* Batched matmul (B, M, K) @ (B, K, N) -> (B, M, N); trans_a: a is stored (B, K, M), trans_b: b
+ * is stored (B, N, K). */
+ct_tensor *ct_nn_bmm(ct_tensor *a, ct_tensor *b, bool trans_a, bool trans_b);
+/* Softmax over the last dimension of x (..., T, T) where row i sees columns 0..i only. */
+ct_tensor *ct_nn_softmax_causal(ct_tensor *x);
 /* (Log-)softmax over the last dimension. */
 ct_tensor *ct_nn_softmax(ct_tensor *x);
 ct_tensor *ct_nn_log_softmax(ct_tensor *x);

@@ -267,6 +267,18 @@ def transformer(path):
     idx = torch.tensor([[1, 3, 3, 0, 9], [0, 2, 1, 1, 7]])
     op_case(w, "embedding", lambda i, W: F.embedding(i, W), [idx, r(10, 6)])
     op_case(w, "embedding_pad", lambda i, W: F.embedding(i, W, padding_idx=0), [idx, r(10, 6)])
+    op_case(w, "permute", lambda x: x.permute(0, 2, 1, 3), [r(2, 3, 4, 5)])
+    op_case(w, "transpose", lambda x: x.transpose(1, 2), [r(3, 4, 5)])
+    op_case(w, "slice1", lambda x: x[:, 3:7], [r(4, 9)])
+    op_case(w, "slice0", lambda x: x[1:3], [r(4, 2, 3)])
+    op_case(w, "bmm", torch.bmm, [r(2, 3, 4), r(2, 4, 5)])
+    op_case(w, "bmm_ta", lambda a, b: torch.bmm(a.transpose(1, 2), b), [r(2, 4, 3), r(2, 4, 5)])
+    op_case(w, "bmm_tb", lambda a, b: torch.bmm(a, b.transpose(1, 2)), [r(2, 3, 4), r(2, 5, 4)])
+    op_case(w, "bmm_tab", lambda a, b: torch.bmm(a.transpose(1, 2), b.transpose(1, 2)),
+            [r(2, 4, 3), r(2, 5, 4)])
+    mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)
+    op_case(w, "softmax_causal", lambda x: F.softmax(x.masked_fill(mask, float("-inf")), -1),
+            [r(2, 3, 5, 5)])
     w.close()
 
 

@@ -201,6 +201,24 @@ static ct_tensor *f_embedding(ct_tensor **in, const void *c)
     return ct_nn_embedding(in[0], in[1], *(const int64_t *)c);
 }
 
+static ct_tensor *f_permute(ct_tensor **in, const void *c)
+{
+    return ct_nn_permute(in[0], (const int[]){0, 2, 1, 3});
+}
+static ct_tensor *f_slice(ct_tensor **in, const void *c)
+{
+    return ct_nn_slice(in[0], 2, 5, 9);
+}
+static ct_tensor *f_bmm(ct_tensor **in, const void *c)
+{
+    const bool *t = c;
+    return ct_nn_bmm(in[0], in[1], t[0], t[1]);
+}
+static ct_tensor *f_softmax_causal(ct_tensor **in, const void *c)
+{
+    return ct_nn_softmax_causal(in[0]);
+}
+
 static ct_tensor *targets(int64_t n, int64_t classes)
 {
     int64_t shape[1] = {n};
@@ -319,6 +337,29 @@ static void test_ops(void)
         in[0] = idx;
         run(pad < 0 ? "embedding" : "embedding padding_idx", f_embedding, &pad, 2, in,
             (bool[]){false, true});
+    }
+    {
+        int64_t xs[4] = {2, 3, 7, 33};
+        ct_tensor *in[1] = {rand_t(4, xs)};
+        run("permute", f_permute, NULL, 1, in, (bool[]){true});
+    }
+    {
+        int64_t xs[3] = {3, 4, 17};
+        ct_tensor *in[1] = {rand_t(3, xs)};
+        run("slice", f_slice, NULL, 1, in, (bool[]){true});
+    }
+    for (int tr = 0; tr < 4; tr++) {
+        bool t[2] = {tr & 1, tr & 2};
+        int64_t as[3] = {3, t[0] ? 9 : 13, t[0] ? 13 : 9},
+                bs[3] = {3, t[1] ? 21 : 9, t[1] ? 9 : 21};
+        ct_tensor *in[2] = {rand_t(3, as), rand_t(3, bs)};
+        const char *names[4] = {"bmm", "bmm trans_a", "bmm trans_b", "bmm trans_a trans_b"};
+        run(names[tr], f_bmm, t, 2, in, (bool[]){true, true});
+    }
+    {
+        int64_t xs[4] = {2, 3, 40, 40};
+        ct_tensor *in[1] = {rand_t(4, xs)};
+        run("softmax_causal", f_softmax_causal, NULL, 1, in, (bool[]){true});
     }
 }
 

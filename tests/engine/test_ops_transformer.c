@@ -1,5 +1,6 @@
 /* tests/engine/test_ops_transformer.c — the transformer ops (layer norm, GELU exact and tanh,
- * the elementwise product, embedding with and without padding_idx):
+ * the elementwise product, embedding with and without padding_idx, permute, transpose, slice,
+ * batched matmul with every transpose, causal softmax):
  *   - forward and every input's gradient against PyTorch 1.13 (ref/transformer.bin from
  *     make_reference.py) within 1e-4, on the CPU and on the checking device;
  *   - gradients accumulate: a second backward without zeroing doubles them;
@@ -52,6 +53,52 @@ static ct_tensor *f_embedding_pad(ct_tensor **in, void *c)
 {
     (void)c;
     return ct_nn_embedding(in[0], in[1], 0);
+}
+
+static ct_tensor *f_permute(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_permute(in[0], (const int[]){0, 2, 1, 3});
+}
+static ct_tensor *f_transpose(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_transpose(in[0], 1, 2);
+}
+static ct_tensor *f_slice1(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_slice(in[0], 1, 3, 4);
+}
+static ct_tensor *f_slice0(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_slice(in[0], 0, 1, 2);
+}
+static ct_tensor *f_bmm(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_bmm(in[0], in[1], false, false);
+}
+static ct_tensor *f_bmm_ta(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_bmm(in[0], in[1], true, false);
+}
+static ct_tensor *f_bmm_tb(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_bmm(in[0], in[1], false, true);
+}
+static ct_tensor *f_bmm_tab(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_bmm(in[0], in[1], true, true);
+}
+static ct_tensor *f_softmax_causal(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_softmax_causal(in[0]);
 }
 
 static ct_tensor *on_cpu(const ct_tensor *t)
@@ -149,6 +196,14 @@ static void test_errors(void)
     CHECK(!y && strstr(ct_last_error(), "last dimension is 8 but weight / bias have 7"),
           "layer norm of a wrong weight: '%s'", ct_last_error());
     ct_tensor_release(&y);
+    y = ct_nn_slice(x, 1, 5, 4);
+    CHECK(!y && strstr(ct_last_error(), "[5, 9) of dimension 1 is outside the tensor's (size 8)"),
+          "slice past the end: '%s'", ct_last_error());
+    y = ct_nn_permute(x, (const int[]){1, 1});
+    CHECK(!y && strstr(ct_last_error(), "perm[1] = 1"), "bad perm: '%s'", ct_last_error());
+    y = ct_nn_softmax_causal(x);
+    CHECK(!y && strstr(ct_last_error(), "(4, 8) must be (T, T)"), "causal of (4, 8): '%s'",
+          ct_last_error());
     y = ct_nn_mul(x, w);
     CHECK(!y && strstr(ct_last_error(), "mul: shapes differ"), "mul of two shapes: '%s'",
           ct_last_error());
@@ -177,6 +232,15 @@ int main(int argc, char **argv)
         /* no finite differences: the padding row's gradient is 0 by definition, not the
          * derivative (PyTorch's padding_idx) */
         {"embedding_pad", f_embedding_pad, 0},
+        {"permute", f_permute, 1},
+        {"transpose", f_transpose, 1},
+        {"slice1", f_slice1, 1},
+        {"slice0", f_slice0, 1},
+        {"bmm", f_bmm, 3},
+        {"bmm_ta", f_bmm_ta, 3},
+        {"bmm_tb", f_bmm_tb, 3},
+        {"bmm_tab", f_bmm_tab, 3},
+        {"softmax_causal", f_softmax_causal, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_case(cases[i].name, cases[i].fn, CT_CPU);

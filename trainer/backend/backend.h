@@ -80,6 +80,13 @@ typedef struct ct__loss_p {
     float label_smoothing; /* cross entropy only */
 } ct__loss_p;
 
+/* An elementwise copy over an index space of shape (ndim <= CT_MAX_DIMS), each side with its own
+ * strides in elements: permute, slice and their backward. */
+typedef struct ct__strided_p {
+    int ndim;
+    int64_t shape[CT_MAX_DIMS], sstride[CT_MAX_DIMS], dstride[CT_MAX_DIMS];
+} ct__strided_p;
+
 /* One optimizer step's hyper-parameters (trainer/optim/optim.c's group), for a fused step over
  * a flat buffer with the update rules and float roundings of trainer/optim/update.h. */
 typedef struct ct__sgd_h {
@@ -205,6 +212,12 @@ typedef struct ct__backend {
                          const float *table, float *y);
     int (*embedding_bwd)(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
                          int64_t padding_idx, const float *dy, float *dtable);
+
+    /* dst (+)= src over p's index space (dst at p->dstride, src at p->sstride) */
+    int (*strided_copy)(const ct__strided_p *p, const float *src, float *dst, bool acc);
+    /* softmax over the last axis of (rows, t) with a causal mask: row r is query r % t and sees
+     * columns 0 .. r % t (the others get 0); backward is softmax_bwd's */
+    int (*softmax_causal_fwd)(int64_t rows, int64_t t, const float *x, float *y);
 
     /* elementwise on n floats */
     int (*fill)(int64_t n, float value, float *x);

@@ -61,6 +61,7 @@ struct task {
         ct__bn_p bn;
         ct__pool_p pool;
         ct__loss_p loss;
+        ct__strided_p strided;
         ct__sgd_h sgd;
         ct__adam_h adam;
     } d;
@@ -638,6 +639,11 @@ KERNEL(embedding_bwd,
        (.i = {n, d, vocab, padding_idx}, .p = {idx, dy, dtable}),
        (t->i[0], t->i[1], t->i[2], (const int64_t *)t->p[0], t->i[3], F(1), F(2)))
 
+KERNEL(strided_copy, (const ct__strided_p *p, const float *src, float *dst, bool acc),
+       (.d.strided = *p, .p = {src, dst}, .k = {acc}), (&t->d.strided, F(0), F(1), t->k[0]))
+KERNEL(softmax_causal_fwd, (int64_t rows, int64_t t_, const float *x, float *y),
+       (.i = {rows, t_}, .p = {x, y}), (t->i[0], t->i[1], F(0), F(1)))
+
 KERNEL(fill, (int64_t n, float value, float *x), (.i = {n}, .f = {value}, .p = {x}),
        (t->i[0], t->f[0], F(0)))
 KERNEL(add, (int64_t n, const float *a, const float *b, float *y), (.i = {n}, .p = {a, b, y}),
@@ -726,6 +732,8 @@ const ct__backend ct__backend_checkdev = {
     .gelu_bwd = cd_gelu_bwd,
     .embedding_fwd = cd_embedding_fwd,
     .embedding_bwd = cd_embedding_bwd,
+    .strided_copy = cd_strided_copy,
+    .softmax_causal_fwd = cd_softmax_causal_fwd,
     .fill = cd_fill,
     .add = cd_add,
     .axpy = cd_axpy,

@@ -100,6 +100,8 @@ int ct__cpu_embedding_fwd(int64_t n, int64_t d, int64_t vocab, const int64_t *id
                           const float *table, float *y);
 int ct__cpu_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
                           int64_t padding_idx, const float *dy, float *dtable);
+int ct__cpu_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc);
+int ct__cpu_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y);
 
 /* Sets the OpenMP thread count used by oneDNN and the C loops (<= 0: leave the default). */
 void ct__cpu_set_threads(int n);

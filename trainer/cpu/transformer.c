@@ -167,3 +167,64 @@ int ct__cpu_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *id
     }
     return 0;
 }
+
+/* Rows of the innermost axis, each a plain strided loop (a memcpy-like one when both sides
+ * are contiguous there); the outer index is decomposed per row, so rows run in parallel. */
+int ct__cpu_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc)
+{
+    int nd = p->ndim;
+    if (nd < 1 || nd > CT_MAX_DIMS)
+        return ct__error(CT_EINVAL, "strided_copy: %d dims", nd);
+    int64_t inner = p->shape[nd - 1], rows = 1;
+    for (int i = 0; i < nd - 1; i++)
+        rows *= p->shape[i];
+    int64_t ss = p->sstride[nd - 1], ds = p->dstride[nd - 1];
+#pragma omp parallel for schedule(static) if (rows * inner > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t so = 0, dof = 0, rem = r;
+        for (int i = nd - 2; i >= 0; i--) {
+            int64_t k = rem % p->shape[i];
+            rem /= p->shape[i];
+            so += k * p->sstride[i];
+            dof += k * p->dstride[i];
+        }
+        const float *s = src + so;
+        float *d = dst + dof;
+        if (ss == 1 && ds == 1) {
+            if (acc) {
+#pragma omp simd
+                for (int64_t j = 0; j < inner; j++)
+                    d[j] += s[j];
+            } else {
+                memcpy(d, s, (size_t)inner * sizeof(float));
+            }
+        } else {
+            for (int64_t j = 0; j < inner; j++)
+                d[j * ds] = acc ? d[j * ds] + s[j * ss] : s[j * ss];
+        }
+    }
+    return 0;
+}
+
+int ct__cpu_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y)
+{
+#pragma omp parallel for schedule(static) if (rows * t > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * t;
+        float *yr = y + r * t;
+        int64_t seen = r % t + 1;
+        float m = xr[0], s = 0;
+        for (int64_t j = 1; j < seen; j++)
+            m = xr[j] > m ? xr[j] : m;
+        for (int64_t j = 0; j < seen; j++) {
+            yr[j] = expf(xr[j] - m);
+            s += yr[j];
+        }
+        float inv = 1.0f / s;
+        for (int64_t j = 0; j < seen; j++)
+            yr[j] *= inv;
+        for (int64_t j = seen; j < t; j++)
+            yr[j] = 0.0f;
+    }
+    return 0;
+}

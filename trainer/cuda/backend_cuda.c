@@ -279,6 +279,14 @@ static int cu_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *
 {
     return ct__cuda_embedding_bwd(n, d, vocab, idx, padding_idx, dy, dtable, cs());
 }
+static int cu_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc)
+{
+    return ct__cuda_strided_copy(p, src, dst, acc, cs());
+}
+static int cu_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y)
+{
+    return ct__cuda_softmax_causal_fwd(rows, t, x, y, cs());
+}
 
 /* ---- elementwise ---- */
 static int cu_fill(int64_t n, float v, float *x)
@@ -407,6 +415,8 @@ const ct__backend ct__backend_cuda = {
     .gelu_bwd = cu_gelu_bwd,
     .embedding_fwd = cu_embedding_fwd,
     .embedding_bwd = cu_embedding_bwd,
+    .strided_copy = cu_strided_copy,
+    .softmax_causal_fwd = cu_softmax_causal_fwd,
     .fill = cu_fill,
     .add = cu_add,
     .axpy = cu_axpy,

@@ -234,3 +234,76 @@ extern "C" int ct__cuda_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const
         n, d, vocab, idx, padding_idx, dy, dtable);
     return launched("cuda_embedding_bwd");
 }
+
+/* ---- strided copy (permute, slice) ---- */
+
+static __global__ void strided_kernel(ct__strided_p p, int64_t n, const float *src, float *dst,
+                                      bool acc)
+{
+    GRID_STRIDE(e, n)
+    {
+        int64_t so = 0, dof = 0, rem = e;
+        for (int i = p.ndim - 1; i >= 0; i--) {
+            int64_t k = rem % p.shape[i];
+            rem /= p.shape[i];
+            so += k * p.sstride[i];
+            dof += k * p.dstride[i];
+        }
+        dst[dof] = acc ? dst[dof] + src[so] : src[so];
+    }
+}
+
+extern "C" int ct__cuda_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc,
+                                     void *stream)
+{
+    if (p->ndim < 1 || p->ndim > CT_MAX_DIMS)
+        return ct__error(CT_EINVAL, "cuda_strided_copy: %d dims", p->ndim);
+    int64_t n = 1;
+    for (int i = 0; i < p->ndim; i++)
+        n *= p->shape[i];
+    if (n <= 0)
+        return 0;
+    strided_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(*p, n, src,
+                                                                                     dst, acc);
+    return launched("cuda_strided_copy");
+}
+
+/* ---- causal softmax: a warp per row ---- */
+
+static __device__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static __global__ void softmax_causal_kernel(int64_t rows, int64_t t, const float *x, float *y)
+{
+    int lane = threadIdx.x % 32;
+    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
+         r += (int64_t)gridDim.x * WARPS) {
+        const float *xr = x + r * t;
+        float *yr = y + r * t;
+        int64_t seen = r % t + 1;
+        float m = -INFINITY;
+        for (int64_t j = lane; j < seen; j += 32)
+            m = fmaxf(m, xr[j]);
+        m = warp_max(m);
+        float s = 0;
+        for (int64_t j = lane; j < seen; j += 32)
+            s += expf(xr[j] - m);
+        float inv = 1.0f / warp_sum(s);
+        for (int64_t j = lane; j < t; j += 32)
+            yr[j] = j < seen ? expf(xr[j] - m) * inv : 0.0f;
+    }
+}
+
+extern "C" int ct__cuda_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y,
+                                           void *stream)
+{
+    if (rows <= 0 || t <= 0)
+        return rows < 0 || t < 0 ? ct__error(CT_EINVAL, "cuda_softmax_causal: negative size") : 0;
+    softmax_causal_kernel<<<row_blocks(rows), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(rows, t,
+                                                                                          x, y);
+    return launched("cuda_softmax_causal_fwd");
+}

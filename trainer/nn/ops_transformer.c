@@ -4,8 +4,9 @@
  * requires a gradient, as in ops.c.
  *
  * Shapes: layer norm x (..., D) with weight, bias (D); embedding idx (...) i64 into weight
- * (V, D) giving (..., D); GELU and the product any shape. Not here: attention, batched matmul,
- * views (to come), the modules (module.c). */
+ * (V, D) giving (..., D); GELU and the product any shape; permute and slice any shape (a
+ * contiguous copy); bmm (B, M, K) @ (B, K, N); causal softmax (..., T, T). Not here: fused
+ * attention (attention.c), the modules (module.c). */
 #include "ct/nn.h"
 #include "trainer/nn/op_util.h"
 
@@ -151,26 +152,26 @@ ct_tensor *ct_nn_gelu(ct_tensor *x, bool tanh_approx)
 
 /* ---------------- elementwise product ---------------- */
 
+/* d(a b) = dy b into a's gradient, dy a into b's; a * a gets both terms, the second added to
+ * the first (ct__grad_dst says the gradient holds a sum by then) */
 static int mul_bw(ct__node *nd)
 {
-    ct_tensor *a = nd->in[0], *b = nd->in[1];
-    const ct__backend *bk = ct__bk(a);
+    const ct__backend *bk = ct__bk(nd->in[0]);
     const float *dy = ct__f32(nd->out->grad);
-    int64_t n = ct_tensor_numel(a);
-    int rc = 0;
-    for (int i = 0; i < 2 && rc == 0; i++) {
+    int64_t n = ct_tensor_numel(nd->in[0]);
+    for (int i = 0; i < 2; i++) {
         ct_tensor *t = nd->in[i], *other = nd->in[1 - i];
-        if (!wants(t) || (i == 1 && a == b)) /* a * a: both terms land in the first pass */
+        if (!wants(t))
             continue;
         bool acc;
         float *g = ct__grad_dst(t, &acc);
         if (!g)
             return ct__error(CT_ENOMEM, "mul backward: out of memory for a gradient");
-        rc = K(mul, n, dy, ct__f32(other), g, acc);
-        if (rc == 0 && a == b)
-            rc = K(mul, n, dy, ct__f32(other), g, true);
+        int rc = K(mul, n, dy, ct__f32(other), g, acc);
+        if (rc < 0)
+            return rc;
     }
-    return rc;
+    return 0;
 }
 
 ct_tensor *ct_nn_mul(ct_tensor *a, ct_tensor *b)
@@ -275,4 +276,263 @@ ct_tensor *ct_nn_embedding(ct_tensor *idx, ct_tensor *weight, int64_t padding_id
 err:
     ct_tensor_release(&y);
     return NULL;
+}
+
+/* ---------------- permute, slice (contiguous copies) ---------------- */
+
+static void contiguous_strides(int nd, const int64_t *shape, int64_t *st)
+{
+    int64_t s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= shape[i];
+    }
+}
+
+typedef struct perm_ctx {
+    int perm[CT_MAX_DIMS];
+} perm_ctx;
+
+/* dx[perm-strided] (+)= dy (contiguous) */
+static int permute_bw(ct__node *nd)
+{
+    perm_ctx *c = nd->ctx;
+    ct_tensor *x = nd->in[0], *y = nd->out;
+    const ct__backend *bk = ct__bk(x);
+    int64_t xst[CT_MAX_DIMS];
+    contiguous_strides(x->ndim, x->shape, xst);
+    ct__strided_p p = {.ndim = y->ndim};
+    memcpy(p.shape, y->shape, sizeof(int64_t) * y->ndim);
+    contiguous_strides(y->ndim, y->shape, p.sstride);
+    for (int i = 0; i < y->ndim; i++)
+        p.dstride[i] = xst[c->perm[i]];
+    bool acc;
+    float *dx = ct__grad_dst(x, &acc);
+    if (!dx)
+        return ct__error(CT_ENOMEM, "permute backward: out of memory for a gradient");
+    return K(strided_copy, &p, ct__f32(nd->out->grad), dx, acc);
+}
+
+ct_tensor *ct_nn_permute(ct_tensor *x, const int *perm)
+{
+    if (check_f32(x, "permute", "x", 1, CT_MAX_DIMS) < 0)
+        return NULL;
+    if (!perm) {
+        ct__error(CT_EINVAL, "permute: perm is NULL");
+        return NULL;
+    }
+    perm_ctx c;
+    bool seen[CT_MAX_DIMS] = {false};
+    for (int i = 0; i < x->ndim; i++) {
+        if (perm[i] < 0 || perm[i] >= x->ndim || seen[perm[i]]) {
+            ct__error(CT_EINVAL, "permute: perm[%d] = %d is not a new dimension of %d", i, perm[i],
+                      x->ndim);
+            return NULL;
+        }
+        seen[perm[i]] = true;
+        c.perm[i] = perm[i];
+    }
+    const ct__backend *bk = ct__bk(x);
+    ct_tensor *px = plain(x), *y = NULL;
+    if (!px)
+        return NULL;
+    ct__strided_p p = {.ndim = px->ndim};
+    for (int i = 0; i < px->ndim; i++) {
+        p.shape[i] = px->shape[perm[i]];
+        p.sstride[i] = px->strides[perm[i]];
+    }
+    contiguous_strides(p.ndim, p.shape, p.dstride);
+    if ((y = new_out(bk, p.ndim, p.shape)) &&
+        (K(strided_copy, &p, ct__f32(px), ct__f32(y), false) < 0 ||
+         record("permute", permute_bw, y, 1, &px, &c, sizeof c, NULL) < 0))
+        ct_tensor_release(&y);
+    ct_tensor_release(&px);
+    return y;
+}
+
+ct_tensor *ct_nn_transpose(ct_tensor *x, int d0, int d1)
+{
+    if (check_f32(x, "transpose", "x", 1, CT_MAX_DIMS) < 0)
+        return NULL;
+    if (d0 < 0 || d0 >= x->ndim || d1 < 0 || d1 >= x->ndim) {
+        ct__error(CT_EINVAL, "transpose: dimensions %d, %d of a tensor of %d", d0, d1, x->ndim);
+        return NULL;
+    }
+    int perm[CT_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++)
+        perm[i] = i == d0 ? d1 : i == d1 ? d0 : i;
+    return ct_nn_permute(x, perm);
+}
+
+typedef struct slice_ctx {
+    int dim;
+    int64_t start;
+} slice_ctx;
+
+/* dx = 0 outside the slice (unless it holds a sum), dx[slice] += dy */
+static int slice_bw(ct__node *nd)
+{
+    slice_ctx *c = nd->ctx;
+    ct_tensor *x = nd->in[0], *y = nd->out;
+    const ct__backend *bk = ct__bk(x);
+    float *dx = grad_zeroed(bk, x);
+    if (!dx)
+        return CT_ENOMEM;
+    ct__strided_p p = {.ndim = y->ndim};
+    memcpy(p.shape, y->shape, sizeof(int64_t) * y->ndim);
+    contiguous_strides(y->ndim, y->shape, p.sstride);
+    contiguous_strides(x->ndim, x->shape, p.dstride);
+    return K(strided_copy, &p, ct__f32(nd->out->grad), dx + c->start * p.dstride[c->dim], true);
+}
+
+ct_tensor *ct_nn_slice(ct_tensor *x, int dim, int64_t start, int64_t len)
+{
+    if (check_f32(x, "slice", "x", 1, CT_MAX_DIMS) < 0)
+        return NULL;
+    if (dim < 0 || dim >= x->ndim || start < 0 || len < 0 || start + len > x->shape[dim]) {
+        ct__error(CT_EINVAL, "slice: [%lld, %lld) of dimension %d is outside the tensor's (%s%lld)",
+                  (long long)start, (long long)(start + len), dim,
+                  dim >= 0 && dim < x->ndim ? "size " : "dims ",
+                  (long long)(dim >= 0 && dim < x->ndim ? x->shape[dim] : x->ndim));
+        return NULL;
+    }
+    const ct__backend *bk = ct__bk(x);
+    ct_tensor *px = plain(x), *y = NULL;
+    if (!px)
+        return NULL;
+    slice_ctx c = {dim, start};
+    ct__strided_p p = {.ndim = px->ndim};
+    memcpy(p.shape, px->shape, sizeof(int64_t) * px->ndim);
+    p.shape[dim] = len;
+    memcpy(p.sstride, px->strides, sizeof(int64_t) * px->ndim);
+    contiguous_strides(p.ndim, p.shape, p.dstride);
+    if ((y = new_out(bk, p.ndim, p.shape)) &&
+        (K(strided_copy, &p, ct__f32(px) + start * px->strides[dim], ct__f32(y), false) < 0 ||
+         record("slice", slice_bw, y, 1, &px, &c, sizeof c, NULL) < 0))
+        ct_tensor_release(&y);
+    ct_tensor_release(&px);
+    return y;
+}
+
+/* ---------------- batched matmul ---------------- */
+
+typedef struct bmm_ctx {
+    int64_t batch, m, k, n;
+    bool ta, tb;
+} bmm_ctx;
+
+/* With dy (M, N) per batch: da = dy op(b)^T, stored as a is (transposed when ta); db = op(a)^T
+ * dy, stored as b is. */
+static int bmm_bw(ct__node *nd)
+{
+    bmm_ctx *c = nd->ctx;
+    ct_tensor *a = nd->in[0], *b = nd->in[1];
+    const ct__backend *bk = ct__bk(a);
+    const float *dy = ct__f32(nd->out->grad), *pa = ct__f32(a), *pb = ct__f32(b);
+    int64_t M = c->m, K_ = c->k, N = c->n, sa = M * K_, sb = K_ * N, sy = M * N;
+    if (wants(a)) {
+        bool acc;
+        float *da = ct__grad_dst(a, &acc);
+        if (!da)
+            return ct__error(CT_ENOMEM, "bmm backward: out of memory for a gradient");
+        for (int64_t i = 0; i < c->batch; i++) {
+            int rc =
+                c->ta ? K(matmul, K_, N, M, pb + i * sb, c->tb, dy + i * sy, true, da + i * sa, acc)
+                      : K(matmul, M, N, K_, dy + i * sy, false, pb + i * sb, !c->tb, da + i * sa,
+                          acc);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    if (wants(b)) {
+        bool acc;
+        float *db = ct__grad_dst(b, &acc);
+        if (!db)
+            return ct__error(CT_ENOMEM, "bmm backward: out of memory for a gradient");
+        for (int64_t i = 0; i < c->batch; i++) {
+            int rc =
+                c->tb ? K(matmul, N, M, K_, dy + i * sy, true, pa + i * sa, c->ta, db + i * sb, acc)
+                      : K(matmul, K_, M, N, pa + i * sa, !c->ta, dy + i * sy, false, db + i * sb,
+                          acc);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+ct_tensor *ct_nn_bmm(ct_tensor *a, ct_tensor *b, bool trans_a, bool trans_b)
+{
+    if (check_f32(a, "bmm", "a", 3, 3) < 0 || check_f32(b, "bmm", "b", 3, 3) < 0)
+        return NULL;
+    ct_tensor *in[2] = {a, b};
+    const ct__backend *bk = bk_of("bmm", 2, in);
+    if (!bk)
+        return NULL;
+    bmm_ctx c = {.batch = a->shape[0],
+                 .m = a->shape[trans_a ? 2 : 1],
+                 .k = a->shape[trans_a ? 1 : 2],
+                 .n = b->shape[trans_b ? 1 : 2],
+                 .ta = trans_a,
+                 .tb = trans_b};
+    int64_t kb = b->shape[trans_b ? 2 : 1];
+    if (b->shape[0] != c.batch || kb != c.k) {
+        ct__error(CT_ERANGE,
+                  "bmm: a is (%lld, %lld, %lld)%s and b (%lld, %lld, %lld)%s: batch or inner "
+                  "sizes differ",
+                  (long long)a->shape[0], (long long)a->shape[1], (long long)a->shape[2],
+                  trans_a ? " transposed" : "", (long long)b->shape[0], (long long)b->shape[1],
+                  (long long)b->shape[2], trans_b ? " transposed" : "");
+        return NULL;
+    }
+    int64_t shape[3] = {c.batch, c.m, c.n};
+    ct_tensor *y = new_out(bk, 3, shape);
+    if (!y)
+        return NULL;
+    for (int64_t i = 0; i < c.batch; i++)
+        if (K(matmul, c.m, c.k, c.n, ct__f32(a) + i * c.m * c.k, trans_a,
+              ct__f32(b) + i * c.k * c.n, trans_b, ct__f32(y) + i * c.m * c.n, false) < 0)
+            goto err;
+    if (record("bmm", bmm_bw, y, 2, in, &c, sizeof c, NULL) < 0)
+        goto err;
+    return y;
+err:
+    ct_tensor_release(&y);
+    return NULL;
+}
+
+/* ---------------- causal softmax ---------------- */
+
+static int softmax_causal_bw(ct__node *nd)
+{
+    ct_tensor *x = nd->in[0], *y = nd->out;
+    const ct__backend *bk = ct__bk(x);
+    int64_t t = x->shape[x->ndim - 1];
+    gslot sx;
+    int rc = gbegin(&sx, x, 0);
+    if (rc == 0)
+        rc = K(softmax_bwd, false, sx.n / t, t, ct__f32(y), ct__f32(y->grad), sx.dst);
+    return rc < 0 ? rc : gend(&sx);
+}
+
+ct_tensor *ct_nn_softmax_causal(ct_tensor *x)
+{
+    if (check_f32(x, "softmax_causal", "x", 2, CT_MAX_DIMS) < 0)
+        return NULL;
+    int64_t t = x->shape[x->ndim - 1];
+    if (x->shape[x->ndim - 2] != t) {
+        ct__error(CT_ERANGE, "softmax_causal: x's last two dimensions (%lld, %lld) must be (T, T)",
+                  (long long)x->shape[x->ndim - 2], (long long)t);
+        return NULL;
+    }
+    const ct__backend *bk = ct__bk(x);
+    ct_tensor *px = plain(x), *y = NULL;
+    if (!px)
+        return NULL;
+    if ((y = new_out(bk, px->ndim, px->shape)) &&
+        (K(softmax_causal_fwd, t ? ct_tensor_numel(px) / t : 0, t, ct__f32(px), ct__f32(y)) < 0 ||
+         record("softmax_causal", softmax_causal_bw, y, 1, &px, NULL, 0, NULL) < 0))
+        ct_tensor_release(&y);
+    ct_tensor_release(&px);
+    return y;
 }

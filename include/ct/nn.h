@@ -98,6 +98,10 @@ ct_tensor *ct_nn_slice(ct_tensor *x, int dim, int64_t start, int64_t len);
 ct_tensor *ct_nn_bmm(ct_tensor *a, ct_tensor *b, bool trans_a, bool trans_b);
 /* Softmax over the last dimension of x (..., T, T) where row i sees columns 0..i only. */
 ct_tensor *ct_nn_softmax_causal(ct_tensor *x);
+/* Fused attention softmax(q k^T / sqrt(hs), causal: row i sees keys 0..i) v over q, k, v of one
+ * shape (..., T, hs); in training, dropout on the probabilities. Memory grows with T, not T^2. */
+ct_tensor *ct_nn_attention(ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal, float dropout,
+                           bool training);
 /* (Log-)softmax over the last dimension. */
 ct_tensor *ct_nn_softmax(ct_tensor *x);
 ct_tensor *ct_nn_log_softmax(ct_tensor *x);

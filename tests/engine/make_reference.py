@@ -279,6 +279,17 @@ def transformer(path):
     mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)
     op_case(w, "softmax_causal", lambda x: F.softmax(x.masked_fill(mask, float("-inf")), -1),
             [r(2, 3, 5, 5)])
+
+    def attention(q, k, v, causal):
+        s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if causal:
+            n = q.shape[-2]
+            s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+        return F.softmax(s, -1) @ v
+    op_case(w, "attention", lambda q, k, v: attention(q, k, v, False),
+            [r(2, 3, 7, 8), r(2, 3, 7, 8), r(2, 3, 7, 8)])
+    op_case(w, "attention_causal", lambda q, k, v: attention(q, k, v, True),
+            [r(2, 3, 7, 8), r(2, 3, 7, 8), r(2, 3, 7, 8)])
     w.close()
 
 

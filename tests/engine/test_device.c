@@ -219,6 +219,13 @@ static ct_tensor *f_softmax_causal(ct_tensor **in, const void *c)
     return ct_nn_softmax_causal(in[0]);
 }
 
+/* c: {causal, with dropout} */
+static ct_tensor *f_attention(ct_tensor **in, const void *c)
+{
+    const bool *o = c;
+    return ct_nn_attention(in[0], in[1], in[2], o[0], o[1] ? 0.2f : 0.0f, true);
+}
+
 static ct_tensor *targets(int64_t n, int64_t classes)
 {
     int64_t shape[1] = {n};
@@ -360,6 +367,13 @@ static void test_ops(void)
         int64_t xs[4] = {2, 3, 40, 40};
         ct_tensor *in[1] = {rand_t(4, xs)};
         run("softmax_causal", f_softmax_causal, NULL, 1, in, (bool[]){true});
+    }
+    for (int mode = 0; mode < 3; mode++) { /* full, causal, causal with dropout */
+        int64_t xs[4] = {2, 3, 37, 40};
+        bool o[2] = {mode > 0, mode > 1};
+        ct_tensor *in[3] = {rand_t(4, xs), rand_t(4, xs), rand_t(4, xs)};
+        const char *names[3] = {"attention", "attention causal", "attention causal dropout"};
+        run(names[mode], f_attention, o, 3, in, (bool[]){true, true, true});
     }
 }
 

@@ -1,12 +1,15 @@
 /* tests/engine/test_ops_transformer.c — the transformer ops (layer norm, GELU exact and tanh,
  * the elementwise product, embedding with and without padding_idx, permute, transpose, slice,
- * batched matmul with every transpose, causal softmax):
+ * batched matmul with every transpose, causal softmax, fused attention with and without a causal
+ * mask and dropout):
  *   - forward and every input's gradient against PyTorch 1.13 (ref/transformer.bin from
  *     make_reference.py) within 1e-4, on the CPU and on the checking device;
  *   - gradients accumulate: a second backward without zeroing doubles them;
  *   - every differentiable input against central finite differences;
  *   - the errors a user can hit name what is wrong. */
 #include "tests/engine/testutil.h"
+
+#include "ct/nn.h"
 
 #define TOL 1e-4
 
@@ -101,6 +104,48 @@ static ct_tensor *f_softmax_causal(ct_tensor **in, void *c)
     return ct_nn_softmax_causal(in[0]);
 }
 
+static ct_tensor *f_attention(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_attention(in[0], in[1], in[2], false, 0.0f, true);
+}
+static ct_tensor *f_attention_causal(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_attention(in[0], in[1], in[2], true, 0.0f, true);
+}
+/* with dropout 0.3 in training: the generator reseeded first, so every call drops alike */
+static ct_tensor *f_attention_dropout(ct_tensor **in, void *c)
+{
+    (void)c;
+    ct_nn_manual_seed(77);
+    return ct_nn_attention(in[0], in[1], in[2], true, 0.3f, true);
+}
+/* the same from separately tested ops: dropout(softmax_causal(q k^T / sqrt(hs))) v, on
+ * (bh, t, hs) views; ct_nn_dropout draws the same mask (one generator draw seeds a Philox
+ * stream over the probabilities in plain order, as the fused op does) */
+static ct_tensor *composed_attention_dropout(ct_tensor **in)
+{
+    int64_t hs = ct_tensor_shape(in[0])[3], t = ct_tensor_shape(in[0])[2];
+    int64_t bh = ct_tensor_numel(in[0]) / (t * hs), s3[3] = {bh, t, hs};
+    ct_tensor *q = ct_nn_reshape(in[0], 3, s3), *k = ct_nn_reshape(in[1], 3, s3),
+              *v = ct_nn_reshape(in[2], 3, s3);
+    ct_tensor *s = ct_nn_bmm(q, k, false, true);
+    int64_t s4[4] = {1, bh, t, t};
+    ct_tensor *s4v = ct_nn_reshape(s, 4, s4);
+    ct_tensor *p = ct_nn_softmax_causal(s4v);
+    ct_nn_manual_seed(77);
+    ct_tensor *pd = ct_nn_dropout(p, 0.3f, true);
+    int64_t p3[3] = {bh, t, t};
+    ct_tensor *pd3 = ct_nn_reshape(pd, 3, p3);
+    ct_tensor *o = ct_nn_bmm(pd3, v, false, false);
+    ct_tensor *y = ct_nn_reshape(o, 4, ct_tensor_shape(in[0]));
+    ct_tensor *all[] = {q, k, v, s, s4v, p, pd, pd3, o};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ct_tensor_release(&all[i]);
+    return y;
+}
+
 static ct_tensor *on_cpu(const ct_tensor *t)
 {
     return t ? ct_tensor_to(t, CT_CPU) : NULL;
@@ -178,6 +223,74 @@ static void fd_case(const char *name, op_fn fn, unsigned mask, double atol, doub
         ct_tensor_release(&in[i]);
 }
 
+/* Fused attention with dropout against its composition from the separate ops, on dev: output
+ * and the gradients of q (pre-scaled by 1/sqrt(hs) for the composition), k and v. */
+static void test_attention_dropout(ct_device dev)
+{
+    const char *dn = dev == CT_CPU ? "cpu" : "checkdev";
+    ct_tensor *in[3], *ref_in[3];
+    for (int i = 0; i < 3; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "attention_causal.in%d", i);
+        ct_tensor *h = ct_tensor_clone(ref_must(&R, key));
+        ct_tensor *hs = ct_tensor_clone(h);
+        if (i == 0) { /* q / sqrt(hs) for the composition */
+            float *p = ct_tensor_f32(hs);
+            for (int64_t j = 0; j < ct_tensor_numel(hs); j++)
+                p[j] /= sqrtf((float)ct_tensor_shape(h)[3]);
+        }
+        in[i] = ct_tensor_to(h, dev);
+        ref_in[i] = ct_tensor_to(hs, dev);
+        ct_tensor_set_requires_grad(in[i], true);
+        ct_tensor_set_requires_grad(ref_in[i], true);
+        ct_tensor_release(&h);
+        ct_tensor_release(&hs);
+    }
+    /* one tape per thread: each forward is followed by its own backward */
+    int64_t n = ct_tensor_numel(in[0]);
+    float *r = malloc((size_t)n * sizeof(float));
+    for (int64_t j = 0; j < n; j++)
+        r[j] = fd_rand();
+    ct_tensor *gh = ct_tensor_from_f32(4, ct_tensor_shape(in[0]), r), *gy = ct_tensor_to(gh, dev);
+    free(r);
+    ct_tensor *y = f_attention_dropout(in, NULL);
+    int rc1 = y ? ct_tensor_backward(y, gy) : -1;
+    ct_tensor *want = composed_attention_dropout(ref_in);
+    int rc2 = want ? ct_tensor_backward(want, gy) : -1;
+    char what[128];
+    snprintf(what, sizeof what, "attention with dropout on %s: forward", dn);
+    ct_tensor *yc = on_cpu(y), *wc = on_cpu(want);
+    close_t(what, yc, wc, TOL);
+    /* and dropout did drop: the output differs from attention without it */
+    bool prev = ct_autograd_set_enabled(false);
+    ct_tensor *plain = ct_nn_attention(in[0], in[1], in[2], true, 0.3f, false), *pc = on_cpu(plain);
+    ct_autograd_set_enabled(prev);
+    double diff = 0;
+    for (int64_t j = 0; yc && pc && j < n; j++)
+        diff = fmax(diff, fabs(ct_tensor_f32(yc)[j] - ct_tensor_f32(pc)[j]));
+    CHECK(diff > 0.1, "attention with dropout on %s: differs from none by only %g", dn, diff);
+    ct_tensor_release(&plain);
+    ct_tensor_release(&pc);
+    CHECK(rc1 == 0 && rc2 == 0, "attention with dropout on %s: backward %d %d (%s)", dn, rc1, rc2,
+          ct_last_error());
+    for (int i = 0; i < 3 && rc1 == 0 && rc2 == 0; i++) {
+        ct_tensor *g = on_cpu(ct_tensor_grad(in[i])), *w = on_cpu(ct_tensor_grad(ref_in[i]));
+        if (i == 0) { /* d/dq = d/d(q / sqrt(hs)) / sqrt(hs) */
+            float *p = ct_tensor_f32(w);
+            for (int64_t j = 0; j < ct_tensor_numel(w); j++)
+                p[j] /= sqrtf((float)ct_tensor_shape(in[0])[3]);
+        }
+        snprintf(what, sizeof what, "attention with dropout on %s: gradient of input %d", dn, i);
+        close_t(what, g, w, TOL);
+        ct_tensor_release(&g);
+        ct_tensor_release(&w);
+    }
+    ct_tensor *all[] = {y,     want,  yc,    wc,        gy,        gh,
+                        in[0], in[1], in[2], ref_in[0], ref_in[1], ref_in[2]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ct_tensor_release(&all[i]);
+}
+
 static void test_errors(void)
 {
     int64_t ws[2] = {10, 6}, is[1] = {3}, xs[2] = {4, 8}, ls[1] = {7};
@@ -203,6 +316,9 @@ static void test_errors(void)
     CHECK(!y && strstr(ct_last_error(), "perm[1] = 1"), "bad perm: '%s'", ct_last_error());
     y = ct_nn_softmax_causal(x);
     CHECK(!y && strstr(ct_last_error(), "(4, 8) must be (T, T)"), "causal of (4, 8): '%s'",
+          ct_last_error());
+    y = ct_nn_attention(x, x, w, false, 0.0f, false);
+    CHECK(!y && strstr(ct_last_error(), "one shape"), "attention of two shapes: '%s'",
           ct_last_error());
     y = ct_nn_mul(x, w);
     CHECK(!y && strstr(ct_last_error(), "mul: shapes differ"), "mul of two shapes: '%s'",
@@ -241,6 +357,8 @@ int main(int argc, char **argv)
         {"bmm_tb", f_bmm_tb, 3},
         {"bmm_tab", f_bmm_tab, 3},
         {"softmax_causal", f_softmax_causal, 1},
+        {"attention", f_attention, 7},
+        {"attention_causal", f_attention_causal, 7},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_case(cases[i].name, cases[i].fn, CT_CPU);
@@ -248,6 +366,9 @@ int main(int argc, char **argv)
         if (cases[i].fd_mask)
             fd_case(cases[i].name, cases[i].fn, cases[i].fd_mask, 2e-3, 2e-2);
     }
+    test_attention_dropout(CT_CPU);
+    test_attention_dropout(CT_CHECKDEV);
+    fd_case("attention_causal", f_attention_dropout, 7, 2e-3, 2e-2);
     test_errors();
     ref_free(&R);
     if (g_fail) {

@@ -87,6 +87,16 @@ typedef struct ct__strided_p {
     int64_t shape[CT_MAX_DIMS], sstride[CT_MAX_DIMS], dstride[CT_MAX_DIMS];
 } ct__strided_p;
 
+/* Fused scaled dot-product attention over (bh, t, hs) slices: o = softmax(scale q k^T, causal
+ * when asked) v, with dropout (probability dropout) on the probabilities: element (b, i, j) is
+ * kept, times 1 / (1 - dropout), unless ct__philox_uniform(seed, 0, (b t + i) t + j) < dropout. */
+typedef struct ct__attn_p {
+    int64_t bh, t, hs;
+    float scale, dropout;
+    bool causal;
+    uint64_t seed;
+} ct__attn_p;
+
 /* One optimizer step's hyper-parameters (trainer/optim/optim.c's group), for a fused step over
  * a flat buffer with the update rules and float roundings of trainer/optim/update.h. */
 typedef struct ct__sgd_h {
@@ -218,6 +228,15 @@ typedef struct ct__backend {
     /* softmax over the last axis of (rows, t) with a causal mask: row r is query r % t and sees
      * columns 0 .. r % t (the others get 0); backward is softmax_bwd's */
     int (*softmax_causal_fwd)(int64_t rows, int64_t t, const float *x, float *y);
+
+    /* attention (ct__attn_p): forward writes o and lse (bh, t), the rows' log-sum-exp, which
+     * backward reads to recompute the probabilities; backward ADDS into dq, dk, dv and uses
+     * delta (bh, t floats of device memory) as its scratch */
+    int (*attn_fwd)(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
+                    float *lse);
+    int (*attn_bwd)(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                    const float *o, const float *lse, const float *dout, float *delta, float *dq,
+                    float *dk, float *dv);
 
     /* elementwise on n floats */
     int (*fill)(int64_t n, float value, float *x);

@@ -62,6 +62,7 @@ struct task {
         ct__pool_p pool;
         ct__loss_p loss;
         ct__strided_p strided;
+        ct__attn_p attn;
         ct__sgd_h sgd;
         ct__adam_h adam;
     } d;
@@ -644,6 +645,15 @@ KERNEL(strided_copy, (const ct__strided_p *p, const float *src, float *dst, bool
 KERNEL(softmax_causal_fwd, (int64_t rows, int64_t t_, const float *x, float *y),
        (.i = {rows, t_}, .p = {x, y}), (t->i[0], t->i[1], F(0), F(1)))
 
+KERNEL(attn_fwd,
+       (const ct__attn_p *p, const float *q, const float *k, const float *v, float *o, float *lse),
+       (.d.attn = *p, .p = {q, k, v, o, lse}), (&t->d.attn, F(0), F(1), F(2), F(3), F(4)))
+KERNEL(attn_bwd,
+       (const ct__attn_p *p, const float *q, const float *k, const float *v, const float *o,
+        const float *lse, const float *dout, float *delta, float *dq, float *dk, float *dv),
+       (.d.attn = *p, .p = {q, k, v, o, lse, dout, delta, dq, dk, dv}),
+       (&t->d.attn, F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8), F(9)))
+
 KERNEL(fill, (int64_t n, float value, float *x), (.i = {n}, .f = {value}, .p = {x}),
        (t->i[0], t->f[0], F(0)))
 KERNEL(add, (int64_t n, const float *a, const float *b, float *y), (.i = {n}, .p = {a, b, y}),
@@ -734,6 +744,8 @@ const ct__backend ct__backend_checkdev = {
     .embedding_bwd = cd_embedding_bwd,
     .strided_copy = cd_strided_copy,
     .softmax_causal_fwd = cd_softmax_causal_fwd,
+    .attn_fwd = cd_attn_fwd,
+    .attn_bwd = cd_attn_bwd,
     .fill = cd_fill,
     .add = cd_add,
     .axpy = cd_axpy,

@@ -102,6 +102,12 @@ int ct__cpu_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *id
                           int64_t padding_idx, const float *dy, float *dtable);
 int ct__cpu_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc);
 int ct__cpu_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y);
+/* attention.c: fused attention (the backend table's contract) */
+int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
+                     float *lse);
+int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                     const float *o, const float *lse, const float *dout, float *delta, float *dq,
+                     float *dk, float *dv);
 
 /* Sets the OpenMP thread count used by oneDNN and the C loops (<= 0: leave the default). */
 void ct__cpu_set_threads(int n);

@@ -287,6 +287,17 @@ static int cu_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float 
 {
     return ct__cuda_softmax_causal_fwd(rows, t, x, y, cs());
 }
+static int cu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                       float *o, float *lse)
+{
+    return ct__cuda_attn_fwd(p, q, k, v, o, lse, cs());
+}
+static int cu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                       const float *o, const float *lse, const float *dout, float *delta, float *dq,
+                       float *dk, float *dv)
+{
+    return ct__cuda_attn_bwd(p, q, k, v, o, lse, dout, delta, dq, dk, dv, cs());
+}
 
 /* ---- elementwise ---- */
 static int cu_fill(int64_t n, float v, float *x)
@@ -417,6 +428,8 @@ const ct__backend ct__backend_cuda = {
     .embedding_bwd = cu_embedding_bwd,
     .strided_copy = cu_strided_copy,
     .softmax_causal_fwd = cu_softmax_causal_fwd,
+    .attn_fwd = cu_attn_fwd,
+    .attn_bwd = cu_attn_bwd,
     .fill = cu_fill,
     .add = cu_add,
     .axpy = cu_axpy,

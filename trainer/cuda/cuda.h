@@ -257,6 +257,12 @@ int ct__cuda_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *i
 int ct__cuda_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc,
                           void *stream);
 int ct__cuda_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y, void *stream);
+/* attention.cu: fused attention, head size <= 256 (CT_ENOSYS past it) */
+int ct__cuda_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
+                      float *lse, void *stream);
+int ct__cuda_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                      const float *o, const float *lse, const float *dout, float *delta, float *dq,
+                      float *dk, float *dv, void *stream);
 
 #ifdef __cplusplus
 }

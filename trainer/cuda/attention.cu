@@ -1,0 +1,166 @@
+/* trainer/cuda/attention.cu — fused attention on the GPU (the backend table's attn_fwd and
+ * attn_bwd; trainer/cpu/attention.c is the reference). A warp per row: forward and the dq pass
+ * take a query row each, with an online softmax over the keys (flash attention's rescaling),
+ * the dk / dv pass a key row each, so every output has one writer and sums run in a fixed
+ * order (the same bits every run, no atomics). Head sizes up to 256 (8 values a lane).
+ * Not here: tiling through shared memory and tensor cores (to come: this is the correct,
+ * simple version). */
+#include "common/common.h"
+
+#include "trainer/backend/philox.h"
+#include "trainer/cuda/cuda_internal.h"
+
+enum { WARPS = CT_CUDA_THREADS / 32, PER_LANE = 8, MAX_HS = 32 * PER_LANE };
+
+static __device__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ float keep(const ct__attn_p &p, int64_t b, int64_t i, int64_t j)
+{
+    if (p.dropout <= 0.0f)
+        return 1.0f;
+    float u = ct__philox_uniform(p.seed, 0, (uint64_t)((b * p.t + i) * p.t + j));
+    return u < p.dropout ? 0.0f : 1.0f / (1.0f - p.dropout);
+}
+
+/* lane's part of the dot product of two rows of hs */
+static __device__ float part_dot(const float *a, const float *b, int64_t hs, int lane)
+{
+    float s = 0;
+    for (int64_t c = lane; c < hs; c += 32)
+        s += a[c] * b[c];
+    return s;
+}
+
+static __global__ void attn_fwd_kernel(ct__attn_p p, const float *q, const float *k, const float *v,
+                                       float *o, float *lse)
+{
+    int lane = threadIdx.x % 32;
+    int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
+    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
+         r += (int64_t)gridDim.x * WARPS) {
+        int64_t b = r / T, i = r % T, seen = p.causal ? i + 1 : T;
+        const float *qi = q + r * hs, *kb = k + b * T * hs, *vb = v + b * T * hs;
+        float acc[PER_LANE] = {0};
+        float m = -INFINITY, l = 0;
+        for (int64_t j = 0; j < seen; j++) {
+            float s = p.scale * warp_sum(part_dot(qi, kb + j * hs, hs, lane));
+            float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
+            float w = e * keep(p, b, i, j);
+            l = l * corr + e;
+            for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
+                acc[c] = acc[c] * corr + w * vb[j * hs + lane + 32 * c];
+            m = mn;
+        }
+        for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
+            o[r * hs + lane + 32 * c] = acc[c] / l;
+        if (lane == 0)
+            lse[r] = m + logf(l);
+    }
+}
+
+/* delta_i = do_i . o_i; dq_i += scale sum_j P_ij (M_ij do_i . v_j - delta_i) k_j */
+static __global__ void attn_bwd_q_kernel(ct__attn_p p, const float *q, const float *k,
+                                         const float *v, const float *o, const float *lse,
+                                         const float *dout, float *delta, float *dq)
+{
+    int lane = threadIdx.x % 32;
+    int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
+    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
+         r += (int64_t)gridDim.x * WARPS) {
+        int64_t b = r / T, i = r % T, seen = p.causal ? i + 1 : T;
+        const float *qi = q + r * hs, *gi = dout + r * hs, *kb = k + b * T * hs,
+                    *vb = v + b * T * hs;
+        float di = warp_sum(part_dot(gi, o + r * hs, hs, lane)), l = lse[r];
+        if (lane == 0)
+            delta[r] = di;
+        float acc[PER_LANE] = {0};
+        for (int64_t j = 0; j < seen; j++) {
+            float s = p.scale * warp_sum(part_dot(qi, kb + j * hs, hs, lane));
+            float dp = warp_sum(part_dot(gi, vb + j * hs, hs, lane));
+            float ds = expf(s - l) * (keep(p, b, i, j) * dp - di) * p.scale;
+            for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
+                acc[c] += ds * kb[j * hs + lane + 32 * c];
+        }
+        for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
+            dq[r * hs + lane + 32 * c] += acc[c];
+    }
+}
+
+/* per key row j: dv_j += sum_i P_ij M_ij do_i; dk_j += scale sum_i dS_ij q_i */
+static __global__ void attn_bwd_kv_kernel(ct__attn_p p, const float *q, const float *k,
+                                          const float *v, const float *lse, const float *dout,
+                                          const float *delta, float *dk, float *dv)
+{
+    int lane = threadIdx.x % 32;
+    int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
+    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
+         r += (int64_t)gridDim.x * WARPS) {
+        int64_t b = r / T, j = r % T;
+        const float *kj = k + r * hs, *vj = v + r * hs, *qb = q + b * T * hs,
+                    *gb = dout + b * T * hs;
+        float ak[PER_LANE] = {0}, av[PER_LANE] = {0};
+        for (int64_t i = p.causal ? j : 0; i < T; i++) {
+            float s = p.scale * warp_sum(part_dot(qb + i * hs, kj, hs, lane));
+            float dp = warp_sum(part_dot(gb + i * hs, vj, hs, lane));
+            float pij = expf(s - lse[b * T + i]), mij = keep(p, b, i, j);
+            float ds = pij * (mij * dp - delta[b * T + i]) * p.scale, wv = pij * mij;
+            for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++) {
+                ak[c] += ds * qb[i * hs + lane + 32 * c];
+                av[c] += wv * gb[i * hs + lane + 32 * c];
+            }
+        }
+        for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++) {
+            dk[r * hs + lane + 32 * c] += ak[c];
+            dv[r * hs + lane + 32 * c] += av[c];
+        }
+    }
+}
+
+static unsigned row_blocks(int64_t rows)
+{
+    int64_t b = (rows + WARPS - 1) / WARPS;
+    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+static int check(const ct__attn_p *p, const char *what)
+{
+    if (p->bh < 0 || p->t < 0 || p->hs < 0)
+        return ct__error(CT_EINVAL, "%s: negative size", what);
+    if (p->hs > MAX_HS)
+        return ct__error(CT_ENOSYS, "%s: head size %lld > %d is not implemented on device cuda",
+                         what, (long long)p->hs, (int)MAX_HS);
+    return 0;
+}
+
+extern "C" int ct__cuda_attn_fwd(const ct__attn_p *p, const float *q, const float *k,
+                                 const float *v, float *o, float *lse, void *stream)
+{
+    int rc = check(p, "cuda_attn_fwd");
+    if (rc || p->bh * p->t == 0)
+        return rc;
+    attn_fwd_kernel<<<row_blocks(p->bh * p->t), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+        *p, q, k, v, o, lse);
+    return ct__cuda_status(cudaGetLastError(), "cuda_attn_fwd");
+}
+
+extern "C" int ct__cuda_attn_bwd(const ct__attn_p *p, const float *q, const float *k,
+                                 const float *v, const float *o, const float *lse,
+                                 const float *dout, float *delta, float *dq, float *dk, float *dv,
+                                 void *stream)
+{
+    int rc = check(p, "cuda_attn_bwd");
+    if (rc || p->bh * p->t == 0)
+        return rc;
+    cudaStream_t s = (cudaStream_t)stream;
+    unsigned blocks = row_blocks(p->bh * p->t);
+    attn_bwd_q_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, o, lse, dout, delta, dq);
+    if ((rc = ct__cuda_status(cudaGetLastError(), "cuda_attn_bwd dq")))
+        return rc;
+    attn_bwd_kv_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv);
+    return ct__cuda_status(cudaGetLastError(), "cuda_attn_bwd dk dv");
+}

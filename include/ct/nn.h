@@ -162,6 +162,27 @@ ct_module *ct_nn_dropout_new(float p);
 ct_module *ct_nn_flatten_new(void);
 /* Containers; take ownership of children (all of them, also on failure; NULL children make
  * the constructor fail). Residual: y = x + sequential(children)(x). */
+/* Transformer modules (PyTorch's / nanoGPT's names and initialisation). Embedding: weight
+ * (num, dim) N(0, 1), row padding_idx (-1: none) zero and without gradient. LayerNorm over the
+ * last dimension d. GELU exact, or the tanh form. */
+ct_module *ct_nn_embedding_new(int64_t num, int64_t dim, int64_t padding_idx);
+ct_module *ct_nn_layernorm_new(int64_t d, float eps);
+ct_module *ct_nn_gelu_new(bool tanh_approx);
+/* Causal multi-head self-attention on (B, T, n_embd): c_attn (n_embd -> 3 n_embd), fused
+ * attention over n_head heads, c_proj, dropout (also on the probabilities) in training. */
+ct_module *ct_nn_causal_self_attention_new(int64_t n_embd, int n_head, float dropout);
+/* A pre-LN GPT block: x + attn(ln_1(x)), then + mlp(ln_2(.)), mlp = c_fc (4x), GELU, c_proj. */
+ct_module *ct_nn_gpt_block_new(int64_t n_embd, int n_head, float dropout);
+/* A GPT (nanoGPT's): token ids (B, T) i64, T <= block_size -> logits (B*T, vocab_size). The
+ * output layer is the token embedding's weight (tied: one parameter, held once in a
+ * checkpoint). Parameters as nanoGPT names them: transformer.wte.weight,
+ * transformer.h.0.ln_1.weight, ... */
+typedef struct ct_gpt_config {
+    int n_layer, n_head;
+    int64_t n_embd, block_size, vocab_size;
+    float dropout;
+} ct_gpt_config;
+ct_module *ct_nn_gpt_new(const ct_gpt_config *cfg);
 ct_module *ct_nn_sequential_new(int n, ct_module *const *children);
 ct_module *ct_nn_residual_new(int n, ct_module *const *children);
 #define CT_SEQUENTIAL(...)                                                                         \

@@ -33,6 +33,12 @@ typedef enum kind {
     M_FLATTEN,
     M_SEQ,
     M_RES,
+    M_EMBEDDING,
+    M_LAYERNORM,
+    M_GELU,
+    M_ATTN,  /* causal self-attention: children c_attn, c_proj */
+    M_BLOCK, /* GPT block: children ln_1, attn, ln_2, mlp */
+    M_GPT,   /* children wte, wpe, drop, h, ln_f; the output layer is wte's weight */
 } kind;
 
 struct ct_module {
@@ -51,6 +57,8 @@ struct ct_module {
     ct_conv_opts conv;
     int k, s, pad, oh, ow;
     float alpha, p, eps, momentum;
+    int64_t padding_idx, block_size; /* Embedding; GPT */
+    int heads;                       /* attention */
     /* built on demand (owned) */
     ct_param_ref *refs;
     char **ref_names;
@@ -354,7 +362,10 @@ static ct_module *container_new(kind k, int n, ct_module *const *children)
             break;
     if (n < 0 || i < n) {
         ct__error(CT_EINVAL, "%s: child %d is NULL (its constructor failed?)",
-                  k == M_SEQ ? "Sequential" : "Residual", i);
+                  k == M_SEQ   ? "Sequential"
+                  : k == M_RES ? "Residual"
+                               : "module",
+                  i);
         goto err;
     }
     m = mod_new(k);
@@ -385,6 +396,164 @@ ct_module *ct_nn_sequential_new(int n, ct_module *const *children)
 ct_module *ct_nn_residual_new(int n, ct_module *const *children)
 {
     return container_new(M_RES, n, children);
+}
+
+/* ---------------- transformer modules ---------------- */
+
+/* N(0, std) by Box-Muller on ct's generator */
+static void init_normal(ct_tensor *t, float std)
+{
+    float *p = ct__f32(t);
+    int64_t n = ct_tensor_numel(t);
+    for (int64_t i = 0; i < n; i += 2) {
+        float u1 = ct__rng_uniform(), u2 = ct__rng_uniform();
+        float r = sqrtf(-2.0f * logf(1.0f - u1)), a = 6.2831853071795864f * u2;
+        p[i] = std * r * cosf(a);
+        if (i + 1 < n)
+            p[i + 1] = std * r * sinf(a);
+    }
+}
+
+ct_module *ct_nn_embedding_new(int64_t num, int64_t dim, int64_t padding_idx)
+{
+    if (num <= 0 || dim <= 0 || padding_idx < -1 || padding_idx >= num) {
+        ct__error(CT_EINVAL,
+                  "Embedding: num %lld, dim %lld must be > 0, padding_idx %lld in [-1, "
+                  "num)",
+                  (long long)num, (long long)dim, (long long)padding_idx);
+        return NULL;
+    }
+    ct_module *m = mod_new(M_EMBEDDING);
+    int64_t ws[2] = {num, dim};
+    if (!m || add_param(m, "weight", 2, ws, -1) < 0) {
+        ct_module_destroy(&m);
+        return NULL;
+    }
+    m->padding_idx = padding_idx;
+    init_normal(m->params[0], 1.0f); /* PyTorch: N(0, 1), the padding row zero */
+    if (padding_idx >= 0)
+        memset(ct__f32(m->params[0]) + padding_idx * dim, 0, (size_t)dim * sizeof(float));
+    return m;
+}
+
+ct_module *ct_nn_layernorm_new(int64_t d, float eps)
+{
+    if (d <= 0 || !(eps > 0)) {
+        ct__error(CT_EINVAL, "LayerNorm: normalized size %lld and eps %g must be > 0", (long long)d,
+                  eps);
+        return NULL;
+    }
+    ct_module *m = mod_new(M_LAYERNORM);
+    if (!m || add_param(m, "weight", 1, &d, -1) < 0 || add_param(m, "bias", 1, &d, -1) < 0) {
+        ct_module_destroy(&m);
+        return NULL;
+    }
+    m->eps = eps;
+    ct_tensor_fill_f32(m->params[0], 1.0f);
+    ct_tensor_fill_f32(m->params[1], 0.0f);
+    return m;
+}
+
+ct_module *ct_nn_gelu_new(bool tanh_approx)
+{
+    ct_module *m = mod_new(M_GELU);
+    if (m)
+        m->alpha = tanh_approx ? 1.0f : 0.0f;
+    return m;
+}
+
+/* A container of kind k whose children get names (NULL: none) */
+static ct_module *named_new(kind k, int n, ct_module *const *children, const char *const *names)
+{
+    ct_module *m = container_new(k, n, children);
+    for (int i = 0; m && names && i < n; i++)
+        if (names[i])
+            ct_module_set_name(m->children[i], names[i]);
+    return m;
+}
+
+/* nanoGPT's initialisation of a Linear: weight N(0, std), bias 0 */
+static ct_module *gpt_linear(int64_t in, int64_t out, float std)
+{
+    ct_module *m = ct_nn_linear_new(in, out, true);
+    if (m) {
+        init_normal(m->params[0], std);
+        ct_tensor_fill_f32(m->params[1], 0.0f);
+    }
+    return m;
+}
+
+/* proj_std: the output projection's init (nanoGPT: 0.02 / sqrt(2 n_layer)) */
+static ct_module *attn_new(int64_t n_embd, int n_head, float dropout, float proj_std)
+{
+    if (n_embd <= 0 || n_head <= 0 || n_embd % n_head != 0 || !(dropout >= 0 && dropout < 1)) {
+        ct__error(CT_EINVAL,
+                  "CausalSelfAttention: n_embd %lld must be a positive multiple of "
+                  "n_head %d, dropout %g in [0, 1)",
+                  (long long)n_embd, n_head, dropout);
+        return NULL;
+    }
+    ct_module *c[2] = {gpt_linear(n_embd, 3 * n_embd, 0.02f), gpt_linear(n_embd, n_embd, proj_std)};
+    ct_module *m = named_new(M_ATTN, 2, c, (const char *[]){"c_attn", "c_proj"});
+    if (m) {
+        m->heads = n_head;
+        m->p = dropout;
+    }
+    return m;
+}
+
+ct_module *ct_nn_causal_self_attention_new(int64_t n_embd, int n_head, float dropout)
+{
+    return attn_new(n_embd, n_head, dropout, 0.02f);
+}
+
+static ct_module *block_new(int64_t n_embd, int n_head, float dropout, float proj_std)
+{
+    ct_module *mlp_c[4] = {gpt_linear(n_embd, 4 * n_embd, 0.02f), ct_nn_gelu_new(false),
+                           gpt_linear(4 * n_embd, n_embd, proj_std), ct_nn_dropout_new(dropout)};
+    ct_module *c[4] = {
+        ct_nn_layernorm_new(n_embd, 1e-5f), attn_new(n_embd, n_head, dropout, proj_std),
+        ct_nn_layernorm_new(n_embd, 1e-5f),
+        named_new(M_SEQ, 4, mlp_c, (const char *[]){"c_fc", "gelu", "c_proj", "dropout"})};
+    return named_new(M_BLOCK, 4, c, (const char *[]){"ln_1", "attn", "ln_2", "mlp"});
+}
+
+ct_module *ct_nn_gpt_block_new(int64_t n_embd, int n_head, float dropout)
+{
+    return block_new(n_embd, n_head, dropout, 0.02f);
+}
+
+ct_module *ct_nn_gpt_new(const ct_gpt_config *cfg)
+{
+    if (!cfg || cfg->n_layer <= 0 || cfg->block_size <= 0 || cfg->vocab_size <= 0) {
+        ct__error(CT_EINVAL, "GPT: n_layer, block_size and vocab_size must be > 0");
+        return NULL;
+    }
+    float proj_std = 0.02f / sqrtf(2.0f * (float)cfg->n_layer);
+    ct_module **blocks = calloc((size_t)cfg->n_layer, sizeof *blocks);
+    if (!blocks) {
+        ct__error(CT_ENOMEM, "GPT: out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < cfg->n_layer; i++)
+        blocks[i] = block_new(cfg->n_embd, cfg->n_head, cfg->dropout, proj_std);
+    ct_module *h = container_new(M_SEQ, cfg->n_layer, blocks);
+    free(blocks);
+    ct_module *wte = ct_nn_embedding_new(cfg->vocab_size, cfg->n_embd, -1),
+              *wpe = ct_nn_embedding_new(cfg->block_size, cfg->n_embd, -1);
+    if (wte)
+        init_normal(wte->params[0], 0.02f);
+    if (wpe)
+        init_normal(wpe->params[0], 0.02f);
+    ct_module *c[5] = {wte, wpe, ct_nn_dropout_new(cfg->dropout), h,
+                       ct_nn_layernorm_new(cfg->n_embd, 1e-5f)};
+    ct_module *m =
+        named_new(M_GPT, 5, c,
+                  (const char *[]){"transformer.wte", "transformer.wpe", "transformer.drop",
+                                   "transformer.h", "transformer.ln_f"});
+    if (m)
+        m->block_size = cfg->block_size;
+    return m;
 }
 
 static void free_views(ct_module *m)
@@ -469,6 +638,106 @@ static ct_tensor *seq_forward(ct_module *m, ct_tensor *x)
     return h;
 }
 
+/* Releases n tensors (NULLs skipped). */
+static void release_n(int n, ct_tensor **ts)
+{
+    for (int i = 0; i < n; i++)
+        ct_tensor_release(&ts[i]);
+}
+
+/* A Linear over the last dimension of x (..., in): through a (rows, in) view. */
+static ct_tensor *linear_nd(ct_tensor *x, ct_tensor *w, ct_tensor *b)
+{
+    if (x->ndim <= 2)
+        return ct_nn_linear(x, w, b);
+    int64_t in = x->shape[x->ndim - 1], s2[2] = {ct_tensor_numel(x) / (in ? in : 1), in};
+    int64_t shape[CT_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * x->ndim);
+    shape[x->ndim - 1] = w->shape[0];
+    ct_tensor *t[2] = {ct_nn_reshape(x, 2, s2), NULL};
+    t[1] = t[0] ? ct_nn_linear(t[0], w, b) : NULL;
+    ct_tensor *y = t[1] ? ct_nn_reshape(t[1], x->ndim, shape) : NULL;
+    release_n(2, t);
+    return y;
+}
+
+/* x (B, T, C): q, k, v from c_attn, split into heads (B, H, T, hs), fused causal attention,
+ * heads joined, c_proj, dropout. */
+static ct_tensor *attn_forward(ct_module *m, ct_tensor *x)
+{
+    if (x->ndim != 3) {
+        ct__error(CT_EINVAL, "CausalSelfAttention: x must be (B, T, C), has %d dims", x->ndim);
+        return NULL;
+    }
+    int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], H = m->heads, hs = C / H;
+    int64_t s4[4] = {B, T, H, hs}, s3[3] = {B, T, C};
+    const int swap12[4] = {0, 2, 1, 3};
+    ct_tensor *t[12] = {0}, *y = NULL;
+    t[0] = ct_module_forward(m->children[0], x); /* (B, T, 3C) */
+    for (int i = 0; i < 3 && t[0]; i++) {
+        ct_tensor *s = ct_nn_slice(t[0], 2, i * C, C);
+        ct_tensor *r = s ? ct_nn_reshape(s, 4, s4) : NULL;
+        t[1 + i] = r ? ct_nn_permute(r, swap12) : NULL;
+        ct_tensor_release(&s);
+        ct_tensor_release(&r);
+        if (!t[1 + i])
+            goto out;
+    }
+    if (!t[0] || !(t[4] = ct_nn_attention(t[1], t[2], t[3], true, m->p, m->training)) ||
+        !(t[5] = ct_nn_permute(t[4], swap12)) || !(t[6] = ct_nn_reshape(t[5], 3, s3)) ||
+        !(t[7] = ct_module_forward(m->children[1], t[6])))
+        goto out;
+    y = ct_nn_dropout(t[7], m->p, m->training);
+out:
+    release_n(12, t);
+    return y;
+}
+
+/* pre-LN: x + attn(ln_1(x)), then + mlp(ln_2(.)) */
+static ct_tensor *block_forward(ct_module *m, ct_tensor *x)
+{
+    ct_tensor *t[5] = {0}, *y = NULL;
+    if ((t[0] = ct_module_forward(m->children[0], x)) &&
+        (t[1] = ct_module_forward(m->children[1], t[0])) && (t[2] = ct_nn_add(x, t[1])) &&
+        (t[3] = ct_module_forward(m->children[2], t[2])) &&
+        (t[4] = ct_module_forward(m->children[3], t[3])))
+        y = ct_nn_add(t[2], t[4]);
+    release_n(5, t);
+    return y;
+}
+
+/* idx (B, T) i64 -> logits (B*T, vocab): token and position embeddings, dropout, the blocks,
+ * ln_f, and the token embedding's weight as the output layer (weight tying). */
+static ct_tensor *gpt_forward(ct_module *m, ct_tensor *idx)
+{
+    if (idx->dtype != CT_I64 || idx->ndim != 2 || idx->shape[1] > m->block_size) {
+        ct__error(CT_EINVAL, "GPT: input must be (B, T) i64 token ids with T <= block_size %lld",
+                  (long long)m->block_size);
+        return NULL;
+    }
+    int64_t B = idx->shape[0], T = idx->shape[1];
+    ct_module *wte = m->children[0];
+    ct_tensor *t[8] = {0}, *y = NULL;
+    ct_tensor *pos_h = ct_tensor_new(CT_I64, 2, idx->shape);
+    if (!pos_h)
+        return NULL;
+    int64_t *pp = ct_tensor_data(pos_h);
+    for (int64_t i = 0; i < B * T; i++)
+        pp[i] = i % T;
+    t[0] = ct__bk(idx) == &ct__backend_cpu ? ct_tensor_retain(pos_h)
+                                           : ct_tensor_to(pos_h, ct__bk(idx)->device);
+    ct_tensor_release(&pos_h);
+    int64_t s2[2] = {B * T, wte->params[0]->shape[1]};
+    if (t[0] && (t[1] = ct_module_forward(wte, idx)) &&
+        (t[2] = ct_module_forward(m->children[1], t[0])) && (t[3] = ct_nn_add(t[1], t[2])) &&
+        (t[4] = ct_module_forward(m->children[2], t[3])) &&
+        (t[5] = ct_module_forward(m->children[3], t[4])) &&
+        (t[6] = ct_module_forward(m->children[4], t[5])) && (t[7] = ct_nn_reshape(t[6], 2, s2)))
+        y = ct_nn_linear(t[7], wte->params[0], NULL);
+    release_n(8, t);
+    return y;
+}
+
 ct_tensor *ct_module_forward(ct_module *m, ct_tensor *x)
 {
     if (!m || !x) {
@@ -479,7 +748,7 @@ ct_tensor *ct_module_forward(ct_module *m, ct_tensor *x)
     ct_tensor *b = m->nparams > 1 ? m->params[1] : NULL;
     switch (m->kind) {
     case M_LINEAR:
-        return ct_nn_linear(x, w, b);
+        return linear_nd(x, w, b);
     case M_CONV:
         return ct_nn_conv2d(x, w, b, &m->conv);
     case M_CONVT:
@@ -518,6 +787,18 @@ ct_tensor *ct_module_forward(ct_module *m, ct_tensor *x)
         ct_tensor_release(&h);
         return y;
     }
+    case M_EMBEDDING:
+        return ct_nn_embedding(x, w, m->padding_idx);
+    case M_LAYERNORM:
+        return ct_nn_layer_norm(x, w, b, m->eps);
+    case M_GELU:
+        return ct_nn_gelu(x, m->alpha != 0.0f);
+    case M_ATTN:
+        return attn_forward(m, x);
+    case M_BLOCK:
+        return block_forward(m, x);
+    case M_GPT:
+        return gpt_forward(m, x);
     }
     ct__error(CT_EINVAL, "module_forward: unknown module kind %d", (int)m->kind);
     return NULL;

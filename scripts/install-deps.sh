@@ -13,7 +13,7 @@ set -eu
 # libomp-14-dev: clang's OpenMP, which the engine's CPU loops (trainer/cpu) build with.
 # With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
 pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev
-      protobuf-c-compiler libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist iproute2 procps
+      protobuf-c-compiler libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist bible-kjv iproute2 procps
       python3 openssh-client openssh-server clang libclang-rt-14-dev libomp-14-dev)
 if [ "${1:-}" = bench ]; then
     pkgs+=(python3-torch libopenblas0-pthread)

@@ -163,6 +163,20 @@ int ct_dataset_open_csv(const char *path, const ct_csv_opts *opts, ct_dataset **
 int ct_dataset_open_csv_shard(const char *path, const ct_csv_opts *opts, int rank, int world,
                               ct_dataset **out, int64_t *bytes_read);
 
+/* Text as next-token windows, byte-level (vocabulary 256). The file's first 1 - val_fraction
+ * of bytes is the training split (val: the rest); the split is cut into world_size byte
+ * ranges, and rank's range into windows of block_size + 1 bytes at a stride of block_size:
+ * a target dataset of samples (block_size) token ids as floats, targets the next tokens. Read
+ * per sample with pread: a rank reads only its shard. CT_EINVAL when a shard is shorter than a
+ * window. */
+typedef struct ct_text_opts {
+    int64_t block_size;
+    int rank, world_size; /* world_size >= 1 */
+    double val_fraction;  /* 0 <= f < 1 */
+    bool val;             /* the validation split */
+} ct_text_opts;
+int ct_dataset_open_text(const char *path, const ct_text_opts *opts, ct_dataset **out);
+
 /* ---------------------------------------------------------------------------------------------
  * Distributed sampler: torch.utils.data.DistributedSampler's semantics exactly.
  *   num_samples = drop_last && n % world ? ceil((n - world) / world) : ceil(n / world)

@@ -72,6 +72,9 @@ ct_tensor *ct_tensor_clone(const ct_tensor *t);
  * NULL with a message naming the device where it cannot be used (no CUDA device, a build
  * without CUDA). */
 ct_tensor *ct_tensor_to(const ct_tensor *t, ct_device device);
+/* An i64 copy of f32 t, each value rounded (token ids and labels carried as floats), on t's
+ * device; i64 t itself (retained). */
+ct_tensor *ct_tensor_to_i64(const ct_tensor *t);
 
 ct_dtype ct_tensor_dtype(const ct_tensor *t);
 ct_device ct_tensor_device(const ct_tensor *t);

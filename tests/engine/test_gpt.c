@@ -77,6 +77,19 @@ static void test_on(ct_device dev)
         ct_tensor_release(&gc);
     }
     CHECK(rc != 0 || compared == n, "gpt on %s: %d gradients compared of %d", dn, compared, n);
+    /* token ids carried as floats (a text dataset's samples) give the same logits */
+    ct_tensor *ih = ct_tensor_clone(ref_must(&R, "gpt.idx")), *fh = NULL;
+    int64_t ni = ct_tensor_numel(ih);
+    fh = ct_tensor_new(CT_F32, 2, ct_tensor_shape(ih));
+    for (int64_t i = 0; i < ni; i++)
+        ct_tensor_f32(fh)[i] = (float)((int64_t *)ct_tensor_data(ih))[i];
+    ct_tensor *fd = ct_tensor_to(fh, dev), *lf = ct_module_forward(m, fd), *lfc = on_cpu(lf);
+    snprintf(what, sizeof what, "gpt on %s: logits from f32 token ids", dn);
+    close_t(what, lfc, ref_must(&R, "gpt.logits"), TOL);
+    ct_autograd_clear_tape();
+    ct_tensor *more[] = {ih, fh, fd, lf, lfc};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        ct_tensor_release(&more[i]);
     ct_tensor *all[] = {idx, tgt, logits, loss, lc, lossc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ct_tensor_release(&all[i]);

@@ -244,6 +244,8 @@ typedef struct ct__backend {
     int (*axpy)(int64_t n, float alpha, const float *x, float *y);             /* y += alpha x */
     int (*mul)(int64_t n, const float *a, const float *b, float *y, bool acc); /* y (+)= a b */
     int (*add_i64)(int64_t n, int64_t v, int64_t *x); /* x += v (a counter: num_batches_tracked) */
+    /* y = x rounded to integers (token ids and class labels carried as floats) */
+    int (*f32_to_i64)(int64_t n, const float *x, int64_t *y);
     /* *out (one float) = the sum of x, in double; the same bits on every run */
     int (*sum)(int64_t n, const float *x, float *out);
     /* x (+)= *value (one float of this device) broadcast: sum's backward */

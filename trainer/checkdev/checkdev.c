@@ -645,6 +645,8 @@ KERNEL(strided_copy, (const ct__strided_p *p, const float *src, float *dst, bool
 KERNEL(softmax_causal_fwd, (int64_t rows, int64_t t_, const float *x, float *y),
        (.i = {rows, t_}, .p = {x, y}), (t->i[0], t->i[1], F(0), F(1)))
 
+KERNEL(f32_to_i64, (int64_t n, const float *x, int64_t *y), (.i = {n}, .p = {x, y}),
+       (t->i[0], F(0), (int64_t *)t->p[1]))
 KERNEL(attn_fwd,
        (const ct__attn_p *p, const float *q, const float *k, const float *v, float *o, float *lse),
        (.d.attn = *p, .p = {q, k, v, o, lse}), (&t->d.attn, F(0), F(1), F(2), F(3), F(4)))
@@ -743,6 +745,7 @@ const ct__backend ct__backend_checkdev = {
     .embedding_fwd = cd_embedding_fwd,
     .embedding_bwd = cd_embedding_bwd,
     .strided_copy = cd_strided_copy,
+    .f32_to_i64 = cd_f32_to_i64,
     .softmax_causal_fwd = cd_softmax_causal_fwd,
     .attn_fwd = cd_attn_fwd,
     .attn_bwd = cd_attn_bwd,

@@ -373,6 +373,7 @@ const ct__backend ct__backend_cpu = {
     .embedding_fwd = ct__cpu_embedding_fwd,
     .embedding_bwd = ct__cpu_embedding_bwd,
     .strided_copy = ct__cpu_strided_copy,
+    .f32_to_i64 = ct__cpu_f32_to_i64,
     .softmax_causal_fwd = ct__cpu_softmax_causal_fwd,
     .attn_fwd = ct__cpu_attn_fwd,
     .attn_bwd = ct__cpu_attn_bwd,

@@ -100,6 +100,7 @@ int ct__cpu_embedding_fwd(int64_t n, int64_t d, int64_t vocab, const int64_t *id
                           const float *table, float *y);
 int ct__cpu_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
                           int64_t padding_idx, const float *dy, float *dtable);
+int ct__cpu_f32_to_i64(int64_t n, const float *x, int64_t *y);
 int ct__cpu_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc);
 int ct__cpu_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y);
 /* attention.c: fused attention (the backend table's contract) */

@@ -120,6 +120,13 @@ int ct__cpu_gelu_bwd(bool tanh_approx, int64_t n, const float *x, const float *d
     return 0;
 }
 
+int ct__cpu_f32_to_i64(int64_t n, const float *x, int64_t *y)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (int64_t)lrintf(x[i]);
+    return 0;
+}
+
 /* The first index outside [0, vocab), or -1. */
 static int64_t bad_index(int64_t n, int64_t vocab, const int64_t *idx)
 {

@@ -279,6 +279,10 @@ static int cu_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *
 {
     return ct__cuda_embedding_bwd(n, d, vocab, idx, padding_idx, dy, dtable, cs());
 }
+static int cu_f32_to_i64(int64_t n, const float *x, int64_t *y)
+{
+    return ct__cuda_f32_to_i64(n, x, y, cs());
+}
 static int cu_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc)
 {
     return ct__cuda_strided_copy(p, src, dst, acc, cs());
@@ -427,6 +431,7 @@ const ct__backend ct__backend_cuda = {
     .embedding_fwd = cu_embedding_fwd,
     .embedding_bwd = cu_embedding_bwd,
     .strided_copy = cu_strided_copy,
+    .f32_to_i64 = cu_f32_to_i64,
     .softmax_causal_fwd = cu_softmax_causal_fwd,
     .attn_fwd = cu_attn_fwd,
     .attn_bwd = cu_attn_bwd,

@@ -254,6 +254,7 @@ int ct__cuda_embedding_fwd(int64_t n, int64_t d, int64_t vocab, const int64_t *i
                            const float *table, float *y, void *stream);
 int ct__cuda_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
                            int64_t padding_idx, const float *dy, float *dtable, void *stream);
+int ct__cuda_f32_to_i64(int64_t n, const float *x, int64_t *y, void *stream);
 int ct__cuda_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc,
                           void *stream);
 int ct__cuda_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y, void *stream);

@@ -235,6 +235,21 @@ extern "C" int ct__cuda_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const
     return launched("cuda_embedding_bwd");
 }
 
+/* ---- casts ---- */
+
+static __global__ void f32_to_i64_kernel(int64_t n, const float *x, int64_t *y)
+{
+    GRID_STRIDE(i, n) y[i] = (int64_t)rintf(x[i]);
+}
+
+extern "C" int ct__cuda_f32_to_i64(int64_t n, const float *x, int64_t *y, void *stream)
+{
+    if (n <= 0)
+        return n < 0 ? ct__error(CT_EINVAL, "cuda_f32_to_i64: n < 0") : 0;
+    f32_to_i64_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(n, x, y);
+    return launched("cuda_f32_to_i64");
+}
+
 /* ---- strided copy (permute, slice) ---- */
 
 static __global__ void strided_kernel(ct__strided_p p, int64_t n, const float *src, float *dst,

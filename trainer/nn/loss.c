@@ -49,6 +49,13 @@ static ct_tensor *loss_plain(const char *op, int kind, ct_tensor *x, ct_tensor *
     }
     bool cls = kind == CT__LOSS_CE || kind == CT__LOSS_NLL;
     ct__loss_p c = {.kind = kind, .label_smoothing = smoothing};
+    if (cls && t->dtype == CT_F32 && x->ndim == 2 && ct_tensor_numel(t) == x->shape[0]) {
+        /* class ids carried as floats (a target dataset's, e.g. next tokens (B, T)) */
+        ct_tensor *ti = ct_tensor_to_i64(t);
+        y = ti ? loss_plain(op, kind, x, ti, smoothing) : NULL;
+        ct_tensor_release(&ti);
+        return y;
+    }
     if (cls) {
         if (x->ndim != 2 || t->dtype != CT_I64 || ct_tensor_numel(t) != x->shape[0]) {
             ct__error(CT_EINVAL, "%s: needs input (N,C) f32 and target (N) i64", op);

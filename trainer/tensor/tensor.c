@@ -104,6 +104,21 @@ ct_tensor *ct__tensor_empty_like(const ct_tensor *t)
     return tensor_alloc_on(ct__bk(t), t->dtype, t->ndim, t->shape, false);
 }
 
+ct_tensor *ct_tensor_to_i64(const ct_tensor *t)
+{
+    if (!t || (t->dtype != CT_F32 && t->dtype != CT_I64) || !ct_tensor_is_contiguous(t)) {
+        ct__error(CT_EINVAL, "tensor_to_i64: needs a contiguous f32 or i64 tensor");
+        return NULL;
+    }
+    if (t->dtype == CT_I64)
+        return ct_tensor_retain((ct_tensor *)t);
+    const ct__backend *bk = ct__bk(t);
+    ct_tensor *c = tensor_alloc_on(bk, CT_I64, t->ndim, t->shape, false);
+    if (c && CT__BK_CALL(bk, f32_to_i64, ct_tensor_numel(t), ct__f32(t), ct_tensor_data(c)) < 0)
+        ct_tensor_release(&c);
+    return c;
+}
+
 ct_tensor *ct_tensor_to(const ct_tensor *t, ct_device device)
 {
     if (!t) {

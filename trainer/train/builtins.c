@@ -13,6 +13,40 @@
 #include "common/common.h"
 #include "internal.h"
 
+/* nanoGPT's groups: weight decay on the matrices (parameters of 2 or more dims) only, none on
+ * biases, norms' weights and other vectors (group 1) */
+static ct_optim *make_adam_split(ct_module *model, const ct_param_ref *ps, int np,
+                                 const ct_adam_opts *o, bool adamw)
+{
+    const ct_named_tensor *sd;
+    int nsd;
+    ct_param_ref *mat = calloc((size_t)np + 1, sizeof *mat),
+                 *vec = calloc((size_t)np + 1, sizeof *vec);
+    int nm = 0, nv = 0;
+    ct_optim *opt = NULL;
+    if (!mat || !vec || ct_module_state_dict(model, &sd, &nsd) < 0)
+        goto out;
+    for (int i = 0; i < np; i++) {
+        int nd = 1;
+        for (int j = 0; j < nsd; j++)
+            if (!strcmp(sd[j].name, ps[i].name))
+                nd = ct_tensor_ndim(sd[j].tensor);
+        if (nd >= 2)
+            mat[nm++] = ps[i];
+        else
+            vec[nv++] = ps[i];
+    }
+    ct_adam_opts none = *o;
+    none.weight_decay = CT_ZERO;
+    opt = adamw ? ct_optim_adamw_new(mat, nm, o) : ct_optim_adam_new(mat, nm, o);
+    if (opt && nv && ct_optim_add_group(opt, vec, nv, &none) < 0)
+        ct_optim_destroy(&opt);
+out:
+    free(mat);
+    free(vec);
+    return opt;
+}
+
 static ct_optim *make_adam_like(trainer_ctx *ctx, ct_module *model, bool adamw)
 {
     const ct_param_ref *ps;
@@ -34,7 +68,9 @@ static ct_optim *make_adam_like(trainer_ctx *ctx, ct_module *model, bool adamw)
         trainer_ctx_fail(ctx, "%s", ct_last_error());
         return NULL;
     }
-    return adamw ? ct_optim_adamw_new(ps, np, &o) : ct_optim_adam_new(ps, np, &o);
+    if (!trainer_config_bool(ctx, "decay_matrices_only", false))
+        return adamw ? ct_optim_adamw_new(ps, np, &o) : ct_optim_adam_new(ps, np, &o);
+    return make_adam_split(model, ps, np, &o, adamw);
 }
 
 static ct_optim *make_adam(trainer_ctx *ctx, ct_module *model)
@@ -447,6 +483,45 @@ static int make_fashion_mnist(trainer_ctx *ctx, trainer_data *d)
     return 0;
 }
 
+/* model "gpt" (nanoGPT's, ct_nn_gpt_new): n_layer [4], n_head [4], n_embd [128], block_size
+ * [64], vocab_size [256: bytes], dropout [0] */
+static ct_module *make_gpt(trainer_ctx *ctx)
+{
+    ct_gpt_config c = {.n_layer = (int)trainer_config_int(ctx, "n_layer", 4),
+                       .n_head = (int)trainer_config_int(ctx, "n_head", 4),
+                       .n_embd = trainer_config_int(ctx, "n_embd", 128),
+                       .block_size = trainer_config_int(ctx, "block_size", 64),
+                       .vocab_size = trainer_config_int(ctx, "vocab_size", 256),
+                       .dropout = (float)trainer_config_double(ctx, "dropout", 0.0)};
+    ct_module *m = ct_nn_gpt_new(&c);
+    if (!m)
+        trainer_ctx_fail(ctx, "gpt: %s", ct_last_error());
+    return m;
+}
+
+/* data "text" (ct_dataset_open_text, sharded): text_file (required), block_size [64],
+ * val_fraction [0.1] */
+static int make_text(trainer_ctx *ctx, trainer_data *d)
+{
+    const char *path = trainer_config_str(ctx, "text_file", "");
+    ct_text_opts o = {.block_size = trainer_config_int(ctx, "block_size", 64),
+                      .rank = trainer_ctx_rank(ctx),
+                      .world_size = trainer_ctx_world_size(ctx),
+                      .val_fraction = trainer_config_double(ctx, "val_fraction", 0.1)};
+    if (!path[0]) {
+        trainer_ctx_fail(ctx, "text: the config key text_file is required");
+        return CT_EINVAL;
+    }
+    d->sharded = true;
+    int rc = ct_dataset_open_text(path, &o, &d->train);
+    if (rc == 0 && o.val_fraction > 0) {
+        o.val = true;
+        rc = ct_dataset_open_text(path, &o, &d->val);
+    }
+    d->num_classes = 256;
+    return rc;
+}
+
 typedef struct builtin {
     tr_kind kind;
     const char *name;
@@ -469,6 +544,8 @@ static const builtin builtins[] = {
     {TR_SCHED, "warmup_cosine", (void *)make_warmup_cosine},
     {TR_SCHED, "plateau", (void *)make_plateau},
     {TR_DATA, "fashion_mnist", (void *)make_fashion_mnist},
+    {TR_MODEL, "gpt", (void *)make_gpt},
+    {TR_DATA, "text", (void *)make_text},
 };
 
 void *ct__trainer_builtin(tr_kind kind, const char *name)

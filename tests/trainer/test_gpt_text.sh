@@ -5,7 +5,8 @@
 # loss well under ln 256 = 5.55 nats per byte, the uniform guess), with the parameter count of
 # its shape (the output layer tied to the token embedding). The same command line with 2
 # epochs resumes from the directory, trains only epoch 2 and ends lower. The checkpoint reads
-# in Python as a safetensors file with the tied weight once. Removes what it made.
+# in Python as a safetensors file with the tied weight once, and examples/gpt_sample writes
+# text from it (the same for a seed). Removes what it made.
 set -euo pipefail
 bin=$1
 src=$2
@@ -45,4 +46,16 @@ names = list(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]]))
 assert names.count("transformer.wte.weight") == 1, names
 assert not [n for n in names if n.startswith("lm_head")], names
 PY
+# text from the checkpoint: the prompt, then 120 bytes; the same seed gives the same text
+sample() {
+    "$bin/gpt_sample" --checkpoint "$ck" --layers 2 --heads 2 --embd 64 --block 32 \
+        --prompt "And God said" --tokens 120 --seed "$1"
+}
+s1=$(sample 7) || fail "gpt_sample"
+echo "sample: $s1"
+[ "$(sample 7)" = "$s1" ] || fail "gpt_sample with one seed gave two texts"
+case "$s1" in "And God said"*) ;; *) fail "the sample does not start with the prompt" ;; esac
+[ "$(printf '%s' "$s1" | wc -c)" -ge 130 ] || fail "the sample is shorter than the prompt + 120"
+letters=$(printf '%s' "$s1" | tr -cd 'a-zA-Z ' | wc -c)
+[ "$letters" -ge 100 ] || fail "the sample is not text: $letters letters and blanks of 132"
 echo PASS

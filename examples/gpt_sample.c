@@ -1,0 +1,124 @@
+/* examples/gpt_sample.c — text from a gpt_text checkpoint: the prompt, then --tokens bytes drawn
+ * one at a time from the model's next-byte distribution, at a temperature and from the top-k
+ * bytes only. No cluster: the model runs in this process.
+ *
+ *   gpt_sample --checkpoint FILE [--prompt TEXT] [--tokens 200] [--temperature 0.8]
+ *              [--top-k 20] [--seed 1] [--layers 4] [--heads 4] [--embd 128] [--block 64]
+ *
+ * The shape options must be the ones the checkpoint was trained with (gpt_text's). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct/error.h"
+#include "ct/nn.h"
+
+static uint64_t rng = 1;
+static double uniform(void) /* xorshift64*, [0, 1) */
+{
+    rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+    return (double)((rng * 2685821657736338717ULL) >> 11) / 9007199254740992.0;
+}
+
+/* a byte drawn from logits (256) / temperature, among the top_k largest (0: all) */
+static int draw(const float *logits, double temperature, int top_k)
+{
+    double p[256], kth = -INFINITY, max = -INFINITY, sum = 0;
+    if (top_k > 0 && top_k < 256) {
+        float sorted[256];
+        memcpy(sorted, logits, sizeof sorted);
+        for (int i = 0; i < top_k; i++) /* partial selection: the k-th largest */
+            for (int j = i + 1; j < 256; j++)
+                if (sorted[j] > sorted[i]) {
+                    float t = sorted[i];
+                    sorted[i] = sorted[j];
+                    sorted[j] = t;
+                }
+        kth = sorted[top_k - 1];
+    }
+    for (int i = 0; i < 256; i++)
+        max = logits[i] > max ? logits[i] : max;
+    for (int i = 0; i < 256; i++) {
+        p[i] = logits[i] < kth ? 0.0 : exp((logits[i] - max) / temperature);
+        sum += p[i];
+    }
+    double u = uniform() * sum;
+    for (int i = 0; i < 256; i++)
+        if ((u -= p[i]) < 0)
+            return i;
+    return 255;
+}
+
+int main(int argc, char **argv)
+{
+    const char *ckpt = NULL, *prompt = "And God said";
+    int tokens = 200, top_k = 20;
+    double temperature = 0.8;
+    ct_gpt_config c = {
+        .n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 256};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--checkpoint"))
+            ckpt = v;
+        else if (!strcmp(k, "--prompt"))
+            prompt = v;
+        else if (!strcmp(k, "--tokens"))
+            tokens = atoi(v);
+        else if (!strcmp(k, "--temperature"))
+            temperature = atof(v);
+        else if (!strcmp(k, "--top-k"))
+            top_k = atoi(v);
+        else if (!strcmp(k, "--seed"))
+            rng = strtoull(v, NULL, 10) * 0x9E3779B97F4A7C15ULL | 1;
+        else if (!strcmp(k, "--layers"))
+            c.n_layer = atoi(v);
+        else if (!strcmp(k, "--heads"))
+            c.n_head = atoi(v);
+        else if (!strcmp(k, "--embd"))
+            c.n_embd = atoll(v);
+        else if (!strcmp(k, "--block"))
+            c.block_size = atoll(v);
+        else {
+            fprintf(stderr, "gpt_sample: unknown option %s (see the file's header)\n", k);
+            return 2;
+        }
+    }
+    if (!ckpt || !prompt[0] || tokens < 0 || !(temperature > 0)) {
+        fprintf(stderr, "gpt_sample: needs --checkpoint FILE, a prompt, temperature > 0\n");
+        return 2;
+    }
+    ct_module *m = ct_nn_gpt_new(&c);
+    if (!m || ct_module_load(m, ckpt) < 0) {
+        fprintf(stderr, "gpt_sample: %s\n", ct_last_error());
+        ct_module_destroy(&m);
+        return 1;
+    }
+    ct_module_train(m, false);
+    ct_autograd_set_enabled(false);
+    size_t n = strlen(prompt);
+    unsigned char *text = malloc(n + (size_t)tokens);
+    memcpy(text, prompt, n);
+    int rc = 0;
+    for (int s = 0; s < tokens && rc == 0; s++) {
+        int64_t t = (int64_t)n < c.block_size ? (int64_t)n : c.block_size, shape[2] = {1, t};
+        ct_tensor *idx = ct_tensor_new(CT_I64, 2, shape);
+        for (int64_t i = 0; i < t; i++)
+            ((int64_t *)ct_tensor_data(idx))[i] = text[n - (size_t)t + (size_t)i];
+        ct_tensor *logits = ct_module_forward(m, idx); /* (t, 256) */
+        if (!logits) {
+            fprintf(stderr, "gpt_sample: %s\n", ct_last_error());
+            rc = 1;
+        } else {
+            text[n++] =
+                (unsigned char)draw(ct_tensor_f32(logits) + (t - 1) * 256, temperature, top_k);
+        }
+        ct_tensor_release(&logits);
+        ct_tensor_release(&idx);
+    }
+    fwrite(text, 1, n, stdout);
+    putchar('\n');
+    free(text);
+    ct_module_destroy(&m);
+    return rc;
+}

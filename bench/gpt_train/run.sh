@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# bench/gpt_train/run.sh — single-process GPT training throughput (tokens/s) of ct against
+# PyTorch's nanoGPT (REF_PYTHON), the same model (4 layers, 4 heads, n_embd 128, block 64,
+# vocabulary 256), batch 16, AdamW, random tokens, the same thread count (CT_BENCH_THREADS),
+# alternating runs, each side's best of ROUNDS (2). Also each side's model FLOPs utilization
+# (MFU, as TorchTitan reports it): 6 N + 12 L T C FLOPs per token over this CPU's FP32 peak,
+# threads x the clock of /proc/cpuinfo x 32 FLOPs a cycle (AVX2: two 8-wide FMA units; 64 with
+# AVX-512, as oneDNN reports the ISA it uses).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+build=${CT_BUILD:-$here/../../build}
+threads=${CT_BENCH_THREADS:-2}
+py=${REF_PYTHON:-/usr/bin/python3}
+rounds=${ROUNDS:-2}
+steps=${STEPS:-20}
+tag=${BENCH_TAG:-}
+bin=$build/bin/gpt_bench
+[ -x "$bin" ] || { echo "gpt_train: $bin not built" >&2; exit 1; }
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+best_ct=0 best_ref=0 fpt=0
+for ((r = 0; r < rounds; r++)); do
+    out=$(OMP_NUM_THREADS=$threads "$bin" "$steps" "$threads") || { echo "$out"; exit 1; }
+    best_ct=$(awk -v a="$(echo "$out" | field tokens_per_s)" -v b="$best_ct" 'BEGIN{print (a>b)?a:b}')
+    fpt=$(echo "$out" | field flops_per_token)
+    out=$(OMP_NUM_THREADS=$threads "$py" "$here/ref_torch.py" "$steps" "$threads") || { echo "$out"; exit 1; }
+    best_ref=$(awk -v a="$(echo "$out" | field tokens_per_s)" -v b="$best_ref" 'BEGIN{print (a>b)?a:b}')
+done
+mhz=$(awk -F: '/^cpu MHz/ {print $2; exit}' /proc/cpuinfo)
+per_cycle=32
+grep -qw avx512f /proc/cpuinfo && [ "${ONEDNN_MAX_CPU_ISA:-}" != AVX2 ] && per_cycle=64
+peak=$(awk -v t="$threads" -v m="$mhz" -v c="$per_cycle" 'BEGIN{print t * m * 1e6 * c}')
+mfu() { awk -v r="$1" -v f="$fpt" -v p="$peak" 'BEGIN{printf "%.1f", 100 * r * f / p}'; }
+ratio=$(awk -v a="$best_ct" -v b="$best_ref" 'BEGIN{printf "%.2f", (b>0)?a/b:0}')
+echo "gpt_train_mfu$tag: ct=$(mfu "$best_ct")% torch=$(mfu "$best_ref")% of $(awk -v p="$peak" 'BEGIN{printf "%.0f", p / 1e9}') GFLOP/s FP32 peak ($threads threads, ${mhz} MHz, $per_cycle FLOPs/cycle)"
+echo "gpt_train$tag: ct=$best_ct ref=$best_ref tokens/s ratio=$ratio"

@@ -714,11 +714,22 @@ static void stop_embedded(void)
     C.emb_node[0] = 0;
 }
 
+/* Set once ct_serve_if_worker (ct_init calls it) returned in this process: an actor stops
+ * there, so registrations after it are not seen by this program's actors. Main thread only. */
+static bool registration_closed;
+
+bool ct__registration_closed(void)
+{
+    return registration_closed;
+}
+
 void ct_serve_if_worker(void)
 {
     const char *mode = getenv("CT_MODE");
-    if (!mode || strcmp(mode, "zygote"))
+    if (!mode || strcmp(mode, "zygote")) {
+        registration_closed = true;
         return;
+    }
     const char *fd = getenv("CT_ZYGOTE_FD");
     ct__zygote_main(fd ? atoi(fd) : -1);
 }

@@ -189,8 +189,9 @@ typedef ct_sched *(*trainer_scheduler_creator)(trainer_ctx *ctx, ct_optim *optim
 typedef int (*trainer_hook)(trainer_ctx *ctx);
 
 /* Register a creator under name (copied, <= 63 bytes). CT_EEXIST when the name is taken for
- * that kind; CT_EINVAL for a NULL or empty argument. Call before ct_init, in the same order in
- * every process (main does that). Built-in names may be replaced by registering them first. */
+ * that kind; CT_EINVAL for a NULL or empty argument, or a call after ct_init (replicas would
+ * never see it). Call before ct_init, in the same order in every process (main does that).
+ * Built-in names may be replaced by registering them first. */
 int trainer_register_model(const char *name, trainer_model_creator fn);
 int trainer_register_data(const char *name, trainer_data_creator fn);
 int trainer_register_optimizer(const char *name, trainer_optimizer_creator fn);
@@ -351,11 +352,13 @@ typedef int (*trainer_step_fn)(trainer_step *s, const trainer_batch *b, trainer_
  * ct_init in every process). The built-ins need no name: leave the opts fields NULL. */
 int trainer_register_train_step(const char *name, trainer_step_fn fn);
 int trainer_register_validate_step(const char *name, trainer_step_fn fn);
+/* Declares the config keys ("clip,warmup") the registered step `step` (train or validate) reads:
+ * when it is chosen, trainer_create counts them as read. CT_ENOTREG for an unknown step. */
+int trainer_register_step_keys(const char *step, const char *keys);
 
 /* What a step works with (all borrowed for the call). trainer_step_ctx gives the rank, world
- * size, seed and the user config (trainer_config_*): a key a step reads must also be read by a
- * creator or the initialization_hook (they run in the driver's check-run, where an unread key
- * is refused); the hook is the natural place, as RaySGD's TrainingOperator.setup(config). */
+ * size, seed and the user config (trainer_config_*): declare the keys a step reads with
+ * trainer_register_step_keys (the driver's check-run refuses a key nothing reads). */
 trainer_ctx *trainer_step_ctx(trainer_step *s);
 ct_module *trainer_step_model(trainer_step *s);
 ct_optim *trainer_step_optim(trainer_step *s);
@@ -445,7 +448,8 @@ typedef struct trainer_opts {
     /* Elastic bounds (see "Elastic bounds" above); min_replicas <= num_replicas <= max_replicas
      * is required (CT_EINVAL). A group has as many replicas as fit, up to max_replicas (0:
      * num_replicas: without these fields, at most num_replicas as ever), and never fewer than
-     * min_replicas (0: 1): below it the driver waits. */
+     * min_replicas (0: 1): below it the driver waits. Fewer than num_replicas is logged as a
+     * warning; .min_replicas = num_replicas insists on all of them (waits instead). */
     int min_replicas, max_replicas;
     /* By default, when the replicas on one machine fill the CPUs its node may use (2 or
      * more replicas, cpus_per_replica each), each replica's threads are bound to CPUs of their
@@ -456,7 +460,8 @@ typedef struct trainer_opts {
 
 /* Checks the options, runs every creator once in this process and keeps the driver's model.
  * Starts nothing. Needs ct_init() first. On error *out is NULL and the message names the bad
- * option, creator name or config key. */
+ * option, creator name or config key. With the built-in train step one training sample goes
+ * through the model and the loss: CT_ERANGE naming the shapes when they do not fit. */
 int trainer_create(const trainer_opts *opts, trainer **out);
 
 /* A named metric of the steps (see trainer_step_metric). */

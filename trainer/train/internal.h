@@ -34,8 +34,15 @@ typedef enum tr_kind {
 /* The registered (or built-in) creator of that kind and name, or NULL. */
 void *ct__trainer_lookup(tr_kind kind, const char *name);
 const char *ct__trainer_kind_name(tr_kind kind);
-/* Built-ins (builtins.c): the function of that kind and name, or NULL. */
+/* CT_ENOTREG for a name lookup did not find, the message starting with what: it names the
+ * kind and the name, and lists the registered ones (or says it came after ct_init). */
+int ct__trainer_not_registered(tr_kind kind, const char *name, const char *what);
+/* The config keys declared for step name of kind (TR_TRAIN_STEP / TR_VAL_STEP), or "". */
+const char *ct__trainer_step_keys(tr_kind kind, const char *step);
+/* Built-ins (builtins.c): the function of that kind and name, or NULL; the i-th built-in name
+ * of kind, or NULL past the last. */
 void *ct__trainer_builtin(tr_kind kind, const char *name);
+const char *ct__trainer_builtin_name(tr_kind kind, int i);
 /* Splits a comma-separated list of names ("generator, discriminator"; blanks around names
  * ignored) into names[0..cap). Returns the count, or CT_EINVAL for an empty or too long name or
  * more than cap names (the message starts with what, e.g. "trainer_create: opts.model"). */
@@ -77,6 +84,8 @@ int ct__trainer_ctx_init(trainer_ctx *ctx, const char *config, int rank, int wor
 void ct__trainer_ctx_free(trainer_ctx *ctx);
 /* 0, or CT_EINVAL for a recorded error or (check_unused) a key no creator read. */
 int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
+/* Marks the keys declared for spec's steps (trainer_register_step_keys) as read. */
+void ct__trainer_ctx_use_step_keys(trainer_ctx *ctx, const tr_spec *spec);
 
 /* The objects built from the creators. models[i] has its own optimizer optims[i] and loss
  * losses[i] (one loss creator may serve all: the same function); the scheduler drives

@@ -278,7 +278,7 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     r->train_step = ct__trainer_step_fn(&r->spec, true);
     r->validate_step = ct__trainer_step_fn(&r->spec, false);
     if (!r->train_step || !r->validate_step)
-        return ct__error(CT_ENOENT,
+        return ct__error(CT_ENOTREG,
                          "trainer replica %d: %s step \"%s\" is not registered in this process "
                          "(register steps before ct_init, in every process)",
                          a->rank, !r->train_step ? "train" : "validate",

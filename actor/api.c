@@ -2314,6 +2314,21 @@ int ct_object_nodes(const ct_object_id *id, char (*nodes)[32], int cap, int *n, 
     return rc;
 }
 
+int ct_object_store_nodes(void)
+{
+    LOCK();
+    Ct__Envelope *rep = NULL;
+    int rc = obj_nodes(&rep);
+    if (!rc) {
+        Ct__ObjNodesReply *r = rep->obj_nodes_reply;
+        for (size_t i = 0; i < r->n_nodes; i++)
+            rc += r->nodes[i]->xfer_address && r->nodes[i]->xfer_address[0];
+    }
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
 const char *ct_object_node(void)
 {
     return C.store_node;

@@ -497,8 +497,8 @@ typedef struct trainer_stats {
     trainer_metric val_metrics[TRAINER_MAX_METRICS];
     int64_t group_start_step; /* optimizer steps done when the current group started (its
                                  checkpoint's; within an epoch with checkpoint_every_steps) */
-    /* checkpoints stored with fewer copies than asked (2; e.g. a cluster of one node), each
-     * also logged: such a checkpoint does not survive the loss of its node */
+    /* checkpoints stored with fewer copies than earlier ones had (2, or 1 per node with a store
+     * if fewer: a one-node cluster asks 1), e.g. copies lost with a node; each logged */
     int checkpoints_under_replicated;
     /* groups ended at a checkpoint to start a bigger one (see "Elastic bounds"; no retry) */
     int growths;

@@ -335,10 +335,12 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(steps, 32);
     CHECK_EQ_INT(epoch, 2);
     CHECK_EQ_INT(retries, 0);
-    CHECK(under >= 3); /* steps 25, 30, 32 and the resumed one: 1 node, 1 copy each */
+    CHECK_EQ_INT(under, 0); /* 1 node: 1 copy is all a checkpoint can have, and it asks 1 */
     free(res);
     res = tt_read_file(log, &len);
-    CHECK(res && strstr(res, "of the 2 asked") && strstr(res, "under-replicated"));
+    CHECK(res && !strstr(res, "under-replicated") && !strstr(res, "WARN")); /* no noise */
+    if (res && strstr(res, "WARN"))
+        fprintf(stderr, "warnings in the resumed run's log:\n%s\n", res);
     list_ckpts(dir, got, sizeof got);
     printf("after the resumed run: %s\n", got);
     CHECK_STR(got, "ckpt-epoch0001-step000025.safetensors ckpt-epoch0001-step000030.safetensors "
@@ -356,7 +358,7 @@ int main(int argc, char **argv)
     trainer_stats st1 = {0}, st2 = {0};
     CHECK_OK(trainer_train(t, .stats = &st1));
     CHECK_EQ_INT(st1.steps, 32);
-    CHECK(st1.checkpoints_under_replicated >= 2); /* one node: every checkpoint */
+    CHECK_EQ_INT(st1.checkpoints_under_replicated, 0); /* one node: 1 copy asked, 1 made */
     w1 = tt_weights(trainer_get_model(t), &n1);
     trainer_shutdown(&t);
     same_weights("resumed in a new driver", w1, n1, w3, n3);

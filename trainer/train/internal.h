@@ -18,6 +18,8 @@
 #define TR_CONFIG_MAX 2048
 #define TR_MAX_KEYS 64
 #define TR_REPLICA_CLASS "ct.trainer.Replica"
+/* copies of a checkpoint in the store: this many, or one per live node with a store if fewer */
+#define TR_CKPT_COPIES 2
 
 typedef enum tr_kind {
     TR_MODEL,
@@ -34,7 +36,7 @@ typedef enum tr_kind {
 /* The registered (or built-in) creator of that kind and name, or NULL. */
 void *ct__trainer_lookup(tr_kind kind, const char *name);
 const char *ct__trainer_kind_name(tr_kind kind);
-/* CT_ENOTREG for a name lookup did not find, the message starting with what: it names the
+/* CT_ENOTREG for a name that lookup did not find, the message starting with what: it names the
  * kind and the name, and lists the registered ones (or says it came after ct_init). */
 int ct__trainer_not_registered(tr_kind kind, const char *name, const char *what);
 /* The config keys declared for step name of kind (TR_TRAIN_STEP / TR_VAL_STEP), or "". */

@@ -48,6 +48,7 @@ struct trainer {
     ct_object_id ckpt;
     bool ckpt_unsaved;     /* adopted, not yet written to the checkpoint directory */
     bool under_replicated; /* the last checkpoint stored had fewer copies than asked */
+    int copies_kept;       /* the most copies a checkpoint was asked for so far (note_copies) */
     epoch_sums acc;        /* the epoch being trained: its segments' sums so far */
     trainer_stats stats;
     char last_failure[600];
@@ -555,21 +556,32 @@ fail:
     return rc < 0 ? rc : CT_EINVAL;
 }
 
-/* A checkpoint stored with `copies` of `asked` copies: fewer is counted in the stats and
- * logged (a warning when it starts, then at debug level: a cluster of one node stays so). */
+/* A checkpoint stored with `copies` of `asked` copies (TR_CKPT_COPIES, or one per live node
+ * with a store when there are fewer): fewer than asked, or than an earlier checkpoint was
+ * asked for (copies lost with a node), is counted in the stats and logged (a warning when it
+ * starts, then at debug level). A cluster of one node asks for one copy: nothing to say. */
 static void note_copies(trainer *t, const char *what, int copies, int asked)
 {
-    if (copies >= asked) {
+    if (asked > t->copies_kept)
+        t->copies_kept = asked;
+    int want = t->copies_kept;
+    if (copies >= want) {
         if (t->under_replicated)
-            CT_LOG(CT_LOG_INFO, "trainer", "%s: %d copies, as asked", what, copies);
+            CT_LOG(CT_LOG_INFO, "trainer", "%s: %d copies again", what, copies);
         t->under_replicated = false;
         return;
     }
     t->stats.checkpoints_under_replicated++;
+    char why[96];
+    if (asked < want)
+        snprintf(why, sizeof why, "nodes with a store were lost: %d live now", asked);
+    else
+        snprintf(why, sizeof why, "the store made %d of the %d asked in time", copies, asked);
     CT_LOG(t->under_replicated ? CT_LOG_DEBUG : CT_LOG_WARN, "trainer",
-           "%s: stored with %d cop%s of the %d asked (too few live nodes with a store): it does "
-           "not survive the loss of its node (%d checkpoint%s under-replicated so far)",
-           what, copies, copies == 1 ? "y" : "ies", asked, t->stats.checkpoints_under_replicated,
+           "%s: stored with %d cop%s where checkpoints had %d (%s): it does not survive the loss "
+           "of its node (%d checkpoint%s under-replicated so far)",
+           what, copies, copies == 1 ? "y" : "ies", want, why,
+           t->stats.checkpoints_under_replicated,
            t->stats.checkpoints_under_replicated == 1 ? "" : "s");
     t->under_replicated = true;
 }
@@ -1211,7 +1223,9 @@ int trainer_restore(trainer *t, const char *path)
         goto out;
     }
     ct_object_id id;
-    if ((rc = ct_put(buf, len, &(ct_put_opts){.replicas = 2}, &id)) < 0) {
+    int live = ct_object_store_nodes();
+    int asked = live > 0 && live < TR_CKPT_COPIES ? live : TR_CKPT_COPIES;
+    if ((rc = ct_put(buf, len, &(ct_put_opts){.replicas = asked}, &id)) < 0) {
         rc = ct__trainer_error_prefix(rc, "trainer_restore: storing %s", path);
         goto out;
     }
@@ -1219,7 +1233,7 @@ int trainer_restore(trainer *t, const char *path)
     int copies = 0;
     if (ct_object_nodes(&id, nodes, 8, &copies, NULL) < 0)
         copies = 0;
-    note_copies(t, "restored checkpoint", copies, 2);
+    note_copies(t, "restored checkpoint", copies, asked);
     end_group(t, NULL, 0, -1, 0, NULL); /* its state is not the restored one */
     if (t->has_ckpt)
         ct_free(&t->ckpt);

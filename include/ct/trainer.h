@@ -502,6 +502,9 @@ typedef struct trainer_stats {
     int checkpoints_under_replicated;
     /* groups ended at a checkpoint to start a bigger one (see "Elastic bounds"; no retry) */
     int growths;
+    /* resume found the job complete: nothing trained; the stats are the finished run's (those
+     * its checkpoint_dir's index kept with the latest checkpoint), and a warning says so */
+    bool complete_at_resume;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */
@@ -619,7 +622,8 @@ typedef struct trainer_train_opts {
     /* Before training: trainer_restore of this checkpoint file, or of the latest checkpoint in
      * this directory (a checkpoint_dir of an earlier run, e.g. of a cluster since lost); the
      * job then goes on from its epoch and batch (that epoch's stats then cover the batches
-     * after it). CT_ENOENT when there is none. */
+     * after it). None there (a missing path, an empty directory): the job starts fresh; a
+     * missing *.safetensors file is CT_ENOENT. A complete job: stats.complete_at_resume. */
     const char *resume;
     /* seeing a run (above): */
     const char *log_dir; /* NULL: no files; else metrics.jsonl and the event file go there

@@ -146,12 +146,17 @@ typedef struct tr_ckptdir tr_ckptdir;
 int ct__ckptdir_open(const char *dir, int keep, const char *attr, bool maximize, tr_ckptdir **out);
 void ct__ckptdir_free(tr_ckptdir **d);
 /* Writes the checkpoint bytes atomically as ckpt-epochEEEE-stepSSSSSS.safetensors (its name
- * into name), then the index, then deletes the files no longer kept. score: NaN for none. */
+ * into name), then the index (with st, the stats at this checkpoint; may be NULL), then
+ * deletes the files no longer kept. score: NaN for none. */
 int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, int64_t batch,
-                    int64_t step, double score, char *name, size_t cap);
-/* The path of the latest checkpoint in dir (the index's "latest", else the last by name).
- * CT_ENOENT when there is none. */
+                    int64_t step, double score, const trainer_stats *st, char *name, size_t cap);
+/* The path of the latest checkpoint in dir (the index's "latest", else the last by name); 1
+ * when dir holds none; CT_E* for a directory that cannot be read or a bad index. */
 int ct__ckptdir_latest(const char *dir, char *path, size_t cap);
+/* The stats kept with checkpoint file ckpt, when it is the latest of its directory's index,
+ * into st's fields that describe the run (epoch, steps, losses, accuracy, metrics); CT_ENOENT
+ * when none are kept. */
+int ct__ckptdir_stats(const char *ckpt, trainer_stats *st);
 
 /* ---- the replica actor (replica.c) ---- */
 

@@ -11,6 +11,7 @@
  * Not here: the replica's training step (replica.c), the checkpoint bytes (ckpt.c), the
  * checkpoint directory's files (ckptdir.c), the run log (progress.c; called at a few points:
  * start / stop, each segment, epoch and validation, polls while a segment runs). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -839,7 +840,7 @@ static int save_to_dir(trainer *t, tr_ckptdir *dir, const char *attr, bool epoch
     if (rc < 0)
         return ct__trainer_error_prefix(rc, "trainer: reading the checkpoint for checkpoint_dir");
     rc = ct__ckptdir_add(dir, v.data, v.size, t->local.epoch, t->local.batch, t->local.step, score,
-                         name, sizeof name);
+                         &st, name, sizeof name);
     ct_object_release(&v);
     if (rc < 0)
         return rc;
@@ -988,18 +989,44 @@ static void grow_at_checkpoint(trainer *t)
     end_group(t, NULL, 0, -1, 0, NULL);
 }
 
-/* The checkpoint file o->resume names: itself, or the latest one of a directory. */
+/* The checkpoint file o->resume names: itself, or the latest one of a directory. 1 when there
+ * is none to resume from, a missing path or a directory without checkpoints: the job starts
+ * fresh (Ray's restore-if-exists), so a first run and a resumed one take one command line. A
+ * missing *.safetensors file is an error (a file was meant). */
 static int resume_path(const char *resume, char *path, size_t cap)
 {
     struct stat sb;
-    if (stat(resume, &sb) != 0)
-        return ct__error(CT_ENOENT, "trainer_train: resume: %s does not exist", resume);
+    size_t n = strlen(resume);
+    if (stat(resume, &sb) != 0) {
+        if (errno == ENOENT && !(n >= 12 && !strcmp(resume + n - 12, ".safetensors")))
+            return 1;
+        return ct__error(CT_ENOENT, "trainer_train: resume: %s: %s", resume, strerror(errno));
+    }
     if (!S_ISDIR(sb.st_mode)) {
         snprintf(path, cap, "%s", resume);
         return 0;
     }
     int rc = ct__ckptdir_latest(resume, path, cap);
-    return rc < 0 ? ct__trainer_error_prefix(rc, "trainer_train") : 0;
+    return rc < 0 ? ct__trainer_error_prefix(rc, "trainer_train") : rc;
+}
+
+/* After a resume: a job whose checkpoint is at its last epoch's end has nothing to train. The
+ * stats become the finished run's (kept in its checkpoint directory's index, when it is
+ * there), and the log says so. */
+static void resumed_complete(trainer *t, const char *resume, const char *path, int64_t epochs)
+{
+    trainer_stats *st = &t->stats;
+    bool kept = ct__ckptdir_stats(path, st) == 0;
+    st->epoch = t->local.epoch;
+    st->steps = t->local.step;
+    st->group_start_step = t->local.step;
+    st->complete_at_resume = true;
+    CT_LOG(CT_LOG_WARN, "trainer",
+           "resume: the run in %s is complete already (epoch %lld of %lld, step %lld): nothing "
+           "to train; %s",
+           resume, (long long)t->local.epoch, (long long)epochs, (long long)t->local.step,
+           kept ? "its final statistics are returned"
+                : "its statistics were not kept (no checkpoint_dir index lists the checkpoint)");
 }
 
 static int check_train_opts(const trainer_train_opts *o)
@@ -1065,14 +1092,25 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     tr_ckptdir *dir = NULL;
     char why[600];
     t->stats.train_start_ns = ct__now_ns();
+    t->stats.complete_at_resume = false;
     if (o->resume) {
         char path[4400];
-        if ((rc = resume_path(o->resume, path, sizeof path)) < 0 ||
-            (rc = trainer_restore(t, path)) < 0)
+        if ((rc = resume_path(o->resume, path, sizeof path)) < 0)
             return rc;
-        t->ckpt_unsaved = false; /* it is a file already */
-        CT_LOG(CT_LOG_INFO, "trainer", "resuming from %s: epoch %lld, batch %lld, step %lld", path,
-               (long long)t->local.epoch, (long long)t->local.batch, (long long)t->local.step);
+        if (rc == 1) {
+            CT_LOG(CT_LOG_INFO, "trainer",
+                   "resume: no checkpoint in %s: starting from the beginning", o->resume);
+        } else {
+            if ((rc = trainer_restore(t, path)) < 0)
+                return rc;
+            t->ckpt_unsaved = false; /* it is a file already */
+            CT_LOG(CT_LOG_INFO, "trainer", "resuming from %s: epoch %lld, batch %lld, step %lld",
+                   path, (long long)t->local.epoch, (long long)t->local.batch,
+                   (long long)t->local.step);
+            if (t->local.epoch >= epochs && t->local.batch == 0)
+                resumed_complete(t, o->resume, path, epochs);
+        }
+        rc = 0;
     }
     if (o->checkpoint_dir &&
         (rc = ct__ckptdir_open(

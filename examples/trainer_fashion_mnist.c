@@ -308,8 +308,10 @@ int main(int argc, char **argv)
     if (resume && st.complete_at_resume)
         printf("resumed: the run was complete already (epoch %lld, step %lld)\n",
                (long long)st.epoch, (long long)st.steps);
-    else if (resume)
+    else if (resume && st.group_start_step > 0) /* no checkpoint is at step 0 */
         printf("resumed: the group started at step %lld\n", (long long)st.group_start_step);
+    else if (resume)
+        printf("resume: no checkpoint in %s: trained from the beginning\n", resume);
     printf("final: test_accuracy=%.4f train_loss=%.4f samples_per_s=%.1f\n", st.val_accuracy,
            st.train_loss, st.samples_per_s);
     status = st.val_accuracy >= min_acc ? 0 : 1;

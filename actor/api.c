@@ -714,11 +714,22 @@ static void stop_embedded(void)
     C.emb_node[0] = 0;
 }
 
+/* Set once ct_serve_if_worker (ct_init calls it) returned in this process: an actor stops
+ * there, so registrations after it are not seen by this program's actors. Main thread only. */
+static bool registration_closed;
+
+bool ct__registration_closed(void)
+{
+    return registration_closed;
+}
+
 void ct_serve_if_worker(void)
 {
     const char *mode = getenv("CT_MODE");
-    if (!mode || strcmp(mode, "zygote"))
+    if (!mode || strcmp(mode, "zygote")) {
+        registration_closed = true;
         return;
+    }
     const char *fd = getenv("CT_ZYGOTE_FD");
     ct__zygote_main(fd ? atoi(fd) : -1);
 }
@@ -2297,6 +2308,21 @@ int ct_object_nodes(const ct_object_id *id, char (*nodes)[32], int cap, int *n, 
             *n = (int)l->n_node_ids;
         if (!rc && size)
             *size = l->size;
+    }
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_object_store_nodes(void)
+{
+    LOCK();
+    Ct__Envelope *rep = NULL;
+    int rc = obj_nodes(&rep);
+    if (!rc) {
+        Ct__ObjNodesReply *r = rep->obj_nodes_reply;
+        for (size_t i = 0; i < r->n_nodes; i++)
+            rc += r->nodes[i]->xfer_address && r->nodes[i]->xfer_address[0];
     }
     ct__msg_free(rep);
     UNLOCK();

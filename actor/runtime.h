@@ -3,6 +3,7 @@
 #ifndef CT_ACTOR_RUNTIME_H
 #define CT_ACTOR_RUNTIME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "ct/ct.h"
@@ -105,6 +106,9 @@ void ct__zygote_main(int fd) __attribute__((noreturn));
 
 /* Class registry (api.c). NULL when unknown. */
 const ct_actor_class *ct__class_find(const char *name);
+/* True once ct_serve_if_worker / ct_init ran in this (non-actor) process: what is registered
+ * from then on (actor classes, trainer creators) exists in no actor of this program. */
+bool ct__registration_closed(void);
 
 /* Client side inside an actor process (api.c): records the head's address and self ids; the
  * ZeroMQ context and head connection are made on first use (ct_kv_*, creating actors from an

@@ -41,6 +41,7 @@
 
 #define CT_CLUSTER_MAX_NODES 256
 #define CT_CLUSTER_MAX_RES 16
+#define CT_CLUSTER_MAX_WARNINGS 16
 
 typedef enum { CT_PROVIDER_LOCAL = 0, CT_PROVIDER_SSH = 1 } ct_provider_type;
 
@@ -78,6 +79,10 @@ typedef struct {
     bool head_runs_node;
     ct_cluster_node nodes[CT_CLUSTER_MAX_NODES]; /* the worker nodes, then the head's if any */
     int n_nodes;
+    /* "file:line:col: ..." of what is accepted but likely a mistake (a resource name one edit
+     * from a built-in one); each also logged as a warning */
+    char *warnings[CT_CLUSTER_MAX_WARNINGS];
+    int n_warnings;
 } ct_cluster_config;
 
 /* Parses and checks the file at path. On success *out is an owned config. On failure *out is

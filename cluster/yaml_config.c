@@ -1,7 +1,8 @@
 /* cluster/yaml_config.c — reads a cluster YAML file (libyaml's document API) into a
  * ct_cluster_config and checks it: unknown keys (with a "did you mean"), duplicate keys, wrong
  * types, missing required keys, bad IPs, counts that do not add up. Every message names the
- * file, line and column (1-based) of the offending node: "c.yaml:7:3: unknown key ...".
+ * file, line and column (1-based) of the offending node: "c.yaml:7:3: unknown key ...". A
+ * resource name one edit from CPU, GPU or memory is accepted with a warning (cfg->warnings).
  *
  * Every value that reaches a shell script or an ssh/scp/ct-node argv is data and is checked here
  * against a strict pattern, so that it can be neither code nor an option: hosts (IP or DNS
@@ -42,6 +43,24 @@ static int perr(parser *p, const yaml_node_t *n, const char *fmt, ...)
     va_end(ap);
     size_t line = n ? n->start_mark.line + 1 : 1, col = n ? n->start_mark.column + 1 : 1;
     return ct__error(CT_EINVAL, "%s:%zu:%zu: %s", p->file, line, col, msg);
+}
+
+/* A warning at node n: "file:line:col: message", logged and kept in the config. */
+static void pwarn(parser *p, const yaml_node_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void pwarn(parser *p, const yaml_node_t *n, const char *fmt, ...)
+{
+    char msg[768], line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(line, sizeof line, "%s:%zu:%zu: %s", p->file, n->start_mark.line + 1,
+             n->start_mark.column + 1, msg);
+    CT_LOG(CT_LOG_WARN, "ctup", "%s", line);
+    ct_cluster_config *c = p->cfg;
+    if (c->n_warnings < CT_CLUSTER_MAX_WARNINGS && (c->warnings[c->n_warnings] = strdup(line)))
+        c->n_warnings++;
 }
 
 static const char *kind_name(const yaml_node_t *n)
@@ -376,6 +395,22 @@ static int parse_resources(parser *p, yaml_node_t *v, const char *type, ct_clust
         } else if (!strcmp(ks, "GPU") || !strcmp(ks, "gpus") || !strcmp(ks, "gpu")) {
             n->gpus = x;
         } else {
+            /* "CPUs", "Gpu", "Memroy": a custom resource nothing asks for, while the node
+             * offers the CPUs or GPUs it detects: a likely typo (case differences count).
+             * "memory" is Ray's name that requests use (a custom resource in ct). */
+            static const char *const builtin[] = {"CPU", "GPU", "memory"};
+            const char *near = NULL;
+            int nd = 2;
+            for (size_t i = 0; i < CT_ARRAY_LEN(builtin); i++) {
+                int d = strcmp(ks, builtin[i]) ? edit_distance(ks, builtin[i]) : 99;
+                if (d < nd)
+                    nd = d, near = builtin[i];
+            }
+            if (near)
+                pwarn(p, k,
+                      "%s: resource '%s' becomes a custom resource of that name (did you mean "
+                      "'%s'?)",
+                      sect, ks, near);
             if (n->n_custom == CT_CLUSTER_MAX_RES)
                 return perr(p, k, "%s: more than %d custom resources", sect, CT_CLUSTER_MAX_RES);
             n->custom_name[n->n_custom] = strdup(ks);
@@ -921,6 +956,8 @@ void ct_cluster_config_destroy(ct_cluster_config **cfg)
     free(c->head_bind);
     free(c->bin_dir);
     free(c->remote_dir);
+    for (int i = 0; i < c->n_warnings; i++)
+        free(c->warnings[i]);
     free(c);
     *cfg = NULL;
 }

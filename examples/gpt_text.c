@@ -40,12 +40,6 @@ static int clipped_step(trainer_step *s, const trainer_batch *b, trainer_step_ou
     return rc;
 }
 
-/* the step's key, read where the driver's check-run sees it */
-static int setup(trainer_ctx *ctx)
-{
-    return trainer_config_double(ctx, "clip", 1.0) >= 0 ? 0 : CT_EINVAL;
-}
-
 static int make_text_file(const char *path)
 {
     struct stat st;
@@ -74,7 +68,7 @@ static int on_epoch(trainer *t, const trainer_stats *st, void *user)
 int main(int argc, char **argv)
 {
     trainer_register_train_step("clipped", clipped_step);
-    trainer_register_hook("setup", setup);
+    trainer_register_step_keys("clipped", "clip");
     if (ct_init(NULL) != 0) {
         fprintf(stderr, "gpt_text: %s\n", ct_last_error());
         return 1;
@@ -136,7 +130,6 @@ int main(int argc, char **argv)
                                             .scheduler = "warmup_cosine",
                                             .scheduler_step = "batch",
                                             .train_step = "clipped",
-                                            .initialization_hook = "setup",
                                             .config = config,
                                             .num_replicas = replicas,
                                             .cpus_per_replica = threads,

@@ -135,7 +135,8 @@ static void usage(FILE *f)
                "  --checkpoint-every N  a checkpoint every N optimizer steps too (default: "
                "epochs' ends)\n"
                "  --keep K           keep the newest K checkpoints in DIR (default: all)\n"
-               "  --resume DIR|FILE  go on from the latest checkpoint in DIR, or from FILE\n"
+               "  --resume DIR|FILE  go on from the latest checkpoint in DIR, or from FILE (none\n"
+               "                     there: start from the beginning)\n"
                "  --log-dir DIR      write DIR/metrics.jsonl and a TensorBoard event file\n"
                "  --log-every N      a progress line every N steps when stderr is no terminal\n"
                "                     (on a terminal a live line is shown anyway)\n"
@@ -304,8 +305,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "trainer_fashion_mnist: %s\n", ct_last_error());
         goto out;
     }
-    if (resume)
+    if (resume && st.complete_at_resume)
+        printf("resumed: the run was complete already (epoch %lld, step %lld)\n",
+               (long long)st.epoch, (long long)st.steps);
+    else if (resume && st.group_start_step > 0) /* no checkpoint is at step 0 */
         printf("resumed: the group started at step %lld\n", (long long)st.group_start_step);
+    else if (resume)
+        printf("resume: no checkpoint in %s: trained from the beginning\n", resume);
     printf("final: test_accuracy=%.4f train_loss=%.4f samples_per_s=%.1f\n", st.val_accuracy,
            st.train_loss, st.samples_per_s);
     status = st.val_accuracy >= min_acc ? 0 : 1;

@@ -335,6 +335,10 @@ int ct_free(const ct_object_id *id);
  * *size (either may be NULL). CT_ENOENT when no node holds the id. */
 int ct_object_nodes(const ct_object_id *id, char (*nodes)[32], int cap, int *n, uint64_t *size);
 
+/* The live nodes with an object store: the most copies a put can have (a put asking for more
+ * settles for one per node). Returns the count, or a CT_E* code. */
+int ct_object_store_nodes(void);
+
 /* The node whose shard this process uses ("" before the first object call, and always in a
  * remote driver). Borrowed. */
 const char *ct_object_node(void);

@@ -18,7 +18,7 @@ enum {
     CT_OK = 0,
     CT_EINVAL = -EINVAL,         /* bad argument, bad configuration, malformed input */
     CT_ENOMEM = -ENOMEM,         /* out of memory */
-    CT_ENOENT = -ENOENT,         /* no such thing: file, object, actor, key, creator */
+    CT_ENOENT = -ENOENT,         /* no such thing: file, object, actor, key */
     CT_EEXIST = -EEXIST,         /* already exists / already registered */
     CT_EIO = -EIO,               /* I/O failure: file, socket, corrupted data */
     CT_ETIMEDOUT = -ETIMEDOUT,   /* deadline passed */
@@ -31,12 +31,13 @@ enum {
     CT_ERANGE = -ERANGE,         /* value out of range, shape mismatch */
     CT_EACCES = -EACCES,         /* authentication failed: no or another cluster's secret */
     /* ct-specific codes, below every errno */
-    CT_EDEAD = -10001,  /* an actor, replica or node died */
-    CT_EDNNL = -10002,  /* oneDNN call failed */
-    CT_ECUDA = -10003,  /* CUDA / cuDNN / cuBLAS call failed */
-    CT_ENCCL = -10004,  /* NCCL call failed */
-    CT_EZMQ = -10005,   /* ZeroMQ call failed */
-    CT_ERETRY = -10006, /* retries spent */
+    CT_EDEAD = -10001,   /* an actor, replica or node died */
+    CT_EDNNL = -10002,   /* oneDNN call failed */
+    CT_ECUDA = -10003,   /* CUDA / cuDNN / cuBLAS call failed */
+    CT_ENCCL = -10004,   /* NCCL call failed */
+    CT_EZMQ = -10005,    /* ZeroMQ call failed */
+    CT_ERETRY = -10006,  /* retries spent */
+    CT_ENOTREG = -10007, /* no creator or step registered under that name (trainer) */
 };
 
 /* Returns a static, human-readable name for an error code ("invalid argument", ...). */

@@ -85,7 +85,8 @@ typedef ct_sched *(*trainer_scheduler_creator)(trainer_ctx *ctx, ct_optim *optim
 typedef int (*trainer_hook)(trainer_ctx *ctx);
 
 /* Register a creator under name (copied, <= 63 bytes), before ct_init, in the same order in
- * every process. CT_EEXIST when the name is taken for that kind; CT_EINVAL for NULL or "".
+ * every process. CT_EEXIST when the name is taken for that kind; CT_EINVAL for NULL or "", or
+ * after ct_init (replicas would never see it).
  * A name registered here is found before a built-in of that name (GUIDE.md lists them). */
 int trainer_register_model(const char *name, trainer_model_creator fn);
 int trainer_register_data(const char *name, trainer_data_creator fn);
@@ -121,9 +122,12 @@ typedef int (*trainer_step_fn)(trainer_step *s, const trainer_batch *b, trainer_
 /* Register a step under name, as a creator. The built-ins need no name: leave opts NULL. */
 int trainer_register_train_step(const char *name, trainer_step_fn fn);
 int trainer_register_validate_step(const char *name, trainer_step_fn fn);
+/* Declares the config keys ("clip,warmup") step `step` reads: when it is chosen, they count as
+ * read. CT_ENOTREG for an unknown step. */
+int trainer_register_step_keys(const char *step, const char *keys);
 
-/* What a step works with, borrowed for the call. A config key only a step reads must also be
- * read by a creator or the initialization hook (they run in the driver's check-run). */
+/* What a step works with, borrowed for the call. Declare the config keys a step reads
+ * (trainer_register_step_keys): the driver's check-run refuses a key nothing reads. */
 trainer_ctx *trainer_step_ctx(trainer_step *s);
 ct_module *trainer_step_model(trainer_step *s);
 ct_optim *trainer_step_optim(trainer_step *s);
@@ -195,15 +199,17 @@ typedef struct trainer_opts {
     /* when the scheduler steps: "epoch" (NULL), "batch" (every optimizer step) or "manual" */
     const char *scheduler_step;
     /* a group has as many replicas as fit, at most max_replicas (0: num_replicas), never fewer
-     * than min_replicas (0: 1; below it the driver waits). min <= num <= max or CT_EINVAL. */
+     * than min_replicas (0: 1; below it the driver waits); fewer than num_replicas is logged.
+     * .min_replicas = num_replicas insists on all. min <= num <= max or CT_EINVAL. */
     int min_replicas, max_replicas;
     /* true: do not bind each replica's threads to CPUs of their own when they fill a node */
     bool no_cpu_binding;
 } trainer_opts;
 
-/* Checks the options, runs every creator once in this process and keeps the driver's model.
- * Starts nothing. Needs ct_init() first. On error *out is NULL and the message names the bad
- * option, creator name or config key. */
+/* Checks the options, runs every creator once in this process (with the built-in step, one
+ * sample through model and loss: CT_ERANGE naming shapes that do not fit) and keeps the
+ * driver's model. Starts nothing. Needs ct_init() first. On error *out is NULL and the message
+ * names the bad option, creator name, config key or shapes. */
 int trainer_create(const trainer_opts *opts, trainer **out);
 
 /* A named metric of the steps (see trainer_step_metric). */
@@ -238,9 +244,11 @@ typedef struct trainer_stats {
     int val_nmetrics; /* last validation */
     trainer_metric val_metrics[TRAINER_MAX_METRICS];
     int64_t group_start_step; /* optimizer steps done when the current group started */
-    /* checkpoints stored with fewer copies than asked, each also logged */
+    /* checkpoints stored with fewer copies than earlier ones had (copies lost with a node) */
     int checkpoints_under_replicated;
     int growths; /* groups ended at a checkpoint to start a bigger one (no retry spent) */
+    /* resume found the job complete: nothing trained, the stats are the finished run's */
+    bool complete_at_resume;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */
@@ -292,7 +300,8 @@ typedef struct trainer_train_opts {
     const char *checkpoint_score_attribute; /* NULL: no best; else the score */
     const char *checkpoint_score_order;     /* "min" (NULL) or "max": which score is best */
     /* before training: trainer_restore of this checkpoint file, or of the latest checkpoint in
-     * this directory; CT_ENOENT when there is none */
+     * this directory; none there (a missing path, an empty directory): a fresh start; a missing
+     * *.safetensors file: CT_ENOENT */
     const char *resume;
     const char *log_dir; /* NULL: none; else metrics.jsonl and a TensorBoard event file */
     int progress;        /* TRAINER_PROGRESS_AUTO (0), _ON or _OFF */

@@ -245,8 +245,30 @@ int main(int argc, char **argv)
         CHECK_STR(c->nodes[3].store_memory, "67108864");
         CHECK_STR(c->nodes[3].spill_dir, "/tmp/sp/t-4");
         CHECK_STR(c->nodes[4].type_name, "hd"); /* the head's own node */
+        CHECK_EQ_NUM(c->n_warnings, 0);         /* CPU, GPU, cpus, disk: nothing to warn about */
         CHECK_EQ_NUM(c->n_worker_start, 2);
         CHECK_STR(c->worker_start[0], "echo start");
+    }
+    ct_cluster_config_destroy(&c);
+    /* resource names one edit (case included) from CPU, GPU or memory: custom resources, with
+     * a warning each that names the file position and the name meant ("memory" itself and
+     * "disk" are fine) */
+    c = good("cluster_name: t\nprovider: {type: local, num_workers: 1}\n"
+             "available_node_types:\n"
+             "  w:\n"
+             "    resources: {CPUs: 1, Gpu: 1, Memroy: 4, memory: 2, disk: 1}\n");
+    if (c) {
+        CHECK_EQ_NUM(c->nodes[0].n_custom, 5);
+        CHECK_STR(c->nodes[0].custom_name[0], "CPUs");
+        CHECK_EQ_NUM(c->nodes[0].cpus, -1); /* still detected: CPUs is not CPU */
+        CHECK_EQ_NUM(c->n_warnings, 3);
+        if (c->n_warnings == 3) {
+            CHECK_STR(c->warnings[0], "cluster.yaml:5:17: available_node_types.w.resources: "
+                                      "resource 'CPUs' becomes a custom resource of that name "
+                                      "(did you mean 'CPU'?)");
+            CHECK(strstr(c->warnings[1], ":5:26: ") && strstr(c->warnings[1], "'GPU'?"));
+            CHECK(strstr(c->warnings[2], ":5:34: ") && strstr(c->warnings[2], "'memory'?"));
+        }
     }
     ct_cluster_config_destroy(&c);
     c = good("cluster_name: s\nprovider:\n  type: ssh\n  head_ip: 10.0.0.1\n"

@@ -1,10 +1,13 @@
 /* tests/trainer/test_bad_input.c — trainer_create refuses bad input with a message that names
- * it, and starts nothing: an unknown creator name, a missing required option, a config key no
- * creator reads, a value that does not parse, a malformed pair, a creator that fails, use_gpu
- * without a CUDA backend, elastic bounds out of order, a name registered twice, NULL
- * arguments. After each, *out is NULL
- * and every CPU of the embedded cluster is still free. Last, the good options work, with a
- * user-written data creator and an initialization hook that runs in every replica. */
+ * it, and starts nothing: an unknown creator name (CT_ENOTREG, the registered names listed), a
+ * missing required option, a config key no creator reads, a value that does not parse, a
+ * malformed pair, a creator that fails, use_gpu without a CUDA backend, elastic bounds out of
+ * order, a name registered twice or after ct_init (refused at the registration, and named by
+ * trainer_create), data whose samples the model does not take or an output the loss does not
+ * take (CT_ERANGE naming the shapes), NULL arguments. After each, *out is NULL and every CPU
+ * of the embedded cluster is still free. Last, the good options work, with a user-written data
+ * creator and an initialization hook that runs in every replica; and a trainer that asks for 3
+ * replicas on 2 CPUs trains with 2 and says so in a warning. */
 #include "tt.h"
 
 /* OPTS(...) overrides defaults with designated initializers, on purpose */
@@ -15,6 +18,13 @@ static ct_module *broken_model(trainer_ctx *ctx)
     if (trainer_config_int(ctx, "hidden", 0) <= 0)
         trainer_ctx_fail(ctx, "config key \"hidden\" must be > 0");
     return NULL;
+}
+
+/* A model for 3 features: the data's samples have 784. */
+static ct_module *lin3_model(trainer_ctx *ctx)
+{
+    (void)ctx;
+    return ct_nn_linear_new(3, 10, true);
 }
 
 static void expect(const trainer_opts *o, int want_rc, const char *s1, const char *s2)
@@ -46,16 +56,49 @@ int main(void)
 {
     tt_register();
     trainer_register_model("broken", broken_model);
+    trainer_register_model("lin3", lin3_model);
+    if (!getenv("CT_MODE")) /* the driver only: its replicas (actor mode) lack the name */
+        trainer_register_model("driver_only", tt_mlp);
     ct_serve_if_worker();
     h_init();
     CHECK_OK(ct_init(&(ct_init_opts){.cpus = 2}));
 
-    expect(OPTS(.model = "nope"), CT_ENOENT, "opts.model", "\"nope\"");
-    expect(OPTS(.optimizer = "adamm"), CT_ENOENT, "opts.optimizer", "\"adamm\"");
-    expect(OPTS(.scheduler = "warp"), CT_ENOENT, "opts.scheduler", "\"warp\"");
-    expect(OPTS(.loss = "hinge"), CT_ENOENT, "opts.loss", "\"hinge\"");
-    expect(OPTS(.initialization_hook = "setup_gpu"), CT_ENOENT, "opts.initialization_hook",
-           "\"setup_gpu\"");
+    /* an unknown name: its own code, and the names there are */
+    expect(OPTS(.model = "nope"), CT_ENOTREG, "opts.model: no model named \"nope\"",
+           "registered: \"mlp\", \"cnn\", \"broken\", \"lin3\"");
+    expect(OPTS(.optimizer = "adamm"), CT_ENOTREG, "\"adamm\"",
+           "registered: \"adam\", \"adamw\", \"sgd\"");
+    expect(OPTS(.scheduler = "warp"), CT_ENOTREG, "opts.scheduler", "\"warp\"");
+    expect(OPTS(.loss = "hinge"), CT_ENOTREG, "opts.loss", "\"cross_entropy\"");
+    expect(OPTS(.initialization_hook = "setup_gpu"), CT_ENOTREG, "opts.initialization_hook",
+           "registered: \"tt_hook\"");
+    CHECK_STR(ct_strerror(CT_ENOTREG), "name not registered");
+    /* a creator registered after ct_init: refused there (replicas would never see it; they
+     * died of SIGSEGV on the missing name), and trainer_create says why the name is missing */
+    CHECK_EQ_INT(trainer_register_model("late", tt_mlp), CT_EINVAL);
+    CHECK(strstr(ct_last_error(), "trainer_register_model(\"late\"): called after ct_init()"));
+    expect(OPTS(.model = "late"), CT_ENOTREG, "model \"late\" was registered after ct_init()",
+           "before ct_init()");
+    /* a name only the driver registered: the replicas fail their setup naming it (they died
+     * of SIGSEGV calling the missing creator) */
+    trainer *t = NULL;
+    CHECK_OK(
+        trainer_create(OPTS(.model = "driver_only", .data = "synthetic", .config = "n=50"), &t));
+    CHECK_EQ_INT(t ? trainer_train(t, .max_retries = 0) : 0, CT_ERETRY);
+    if (!strstr(ct_last_error(), "no model named \"driver_only\" is registered") ||
+        !strstr(ct_last_error(), "registered before ct_init(), in every process")) {
+        fprintf(stderr, "message \"%s\" does not name the missing creator\n", ct_last_error());
+        h_failures++;
+    }
+    trainer_shutdown(&t);
+    /* shapes: one sample through the model and the loss at create time */
+    expect(OPTS(.model = "lin3", .data = "synthetic", .config = "n=50"), CT_ERANGE,
+           "opts.model \"lin3\" does not take the samples of opts.data \"synthetic\": a batch "
+           "x (1, 784)",
+           "x (1,784) vs weight (10,3)");
+    expect(OPTS(.loss = "mse", .data = "synthetic", .config = "n=50"), CT_ERANGE,
+           "opts.loss \"mse\" does not take the output (1, 10) of opts.model \"mlp\"",
+           "labels (1)");
     expect(OPTS(.data = NULL), CT_EINVAL, "opts.data is required", NULL);
     expect(OPTS(.optimizer = NULL), CT_EINVAL, "opts.optimizer is required", NULL);
     expect(OPTS(.config = "limit=256,lrr=0.1"), CT_EINVAL, "\"lrr\"", "not read");
@@ -82,7 +125,6 @@ int main(void)
     CHECK_EQ_INT(trainer_validate(NULL, NULL), CT_EINVAL);
 
     /* the good options work, so the failures above were about what they changed */
-    trainer *t = NULL;
     CHECK_OK(trainer_create(OPTS(.epochs = 1), &t));
     CHECK(t && trainer_get_model(t));
     /* a bad wait bound or lr factor is refused before anything starts */
@@ -118,6 +160,31 @@ int main(void)
             free(v);
         }
     }
+    trainer_shutdown(&t);
+
+    /* 3 replicas asked, 2 CPUs: it trains with 2, and a warning says so (and how to insist) */
+    CHECK_OK(trainer_create(OPTS(.data = "synthetic", .config = "n=200", .num_replicas = 3), &t));
+    char log[] = "/tmp/ct-bad-input.XXXXXX";
+    int fd = mkstemp(log), saved = dup(STDERR_FILENO);
+    CHECK(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(fd, STDERR_FILENO);
+    int rc = t ? trainer_train(t, .stats = &st) : CT_EINVAL;
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fd);
+    CHECK_OK(rc);
+    CHECK_EQ_INT(st.replicas, 2);
+    char *text = tt_read_file(log, NULL);
+    const char *want = "training with 2 replicas of the 3 asked (num_replicas): only 2 fit";
+    if (!text || !strstr(text, "WARN") || !strstr(text, want) ||
+        !strstr(text, "set min_replicas = 3 to wait")) {
+        fprintf(stderr, "the log lacks \"%s\":\n%s\n", want, text ? text : "(none)");
+        h_failures++;
+    }
+    free(text);
+    unlink(log);
     trainer_shutdown(&t);
     ct_shutdown();
     if (h_failures)

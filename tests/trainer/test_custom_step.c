@@ -4,7 +4,8 @@
  *   (a) a train step that re-implements the built-in (forward, loss, trainer_step_backward,
  *       trainer_step_optimizer) ends with weights bit-identical to the built-in step's;
  *   (b) a step with global gradient-norm clipping (max_norm from the config, read by the
- *       initialization hook) keeps the replicas' weights equal, ends with weights different
+ *       step and declared with trainer_register_step_keys; undeclared, the key is refused
+ *       naming that function) keeps the replicas' weights equal, ends with weights different
  *       from the unclipped run, and its "grad_norm" metric in trainer_stats equals the mean
  *       the step's own independent norm computation (torch's: per-parameter norms rounded to
  *       f32, then their norm, over the synced gradients before clipping) left in the KV for
@@ -45,13 +46,8 @@ static int reimpl_step(trainer_step *s, const trainer_batch *b, trainer_step_out
     return rc;
 }
 
-/* (b): clipping. The hook reads max_norm (so the driver's check-run sees the key read). */
-static double max_norm;
-static int clip_setup(trainer_ctx *ctx)
-{
-    max_norm = trainer_config_double(ctx, "max_norm", 1.0);
-    return 0;
-}
+/* (b): clipping; the step reads max_norm (declared with trainer_register_step_keys, so the
+ * driver's check-run, where steps do not run, counts it as read). */
 
 static double gn_sum, gn_weight; /* this replica's own norms this epoch, times batch size */
 
@@ -75,7 +71,8 @@ static int clip_step(trainer_step *s, const trainer_batch *b, trainer_step_out *
         mine = (float)sqrt(mine);
     }
     if (rc == 0)
-        rc = trainer_step_clip_grad_norm(s, max_norm, &norm);
+        rc = trainer_step_clip_grad_norm(
+            s, trainer_config_double(trainer_step_ctx(s), "max_norm", 1.0), &norm);
     if (rc == 0)
         rc = trainer_step_metric(s, "grad_norm", norm);
     if (rc == 0)
@@ -307,7 +304,7 @@ static void expect_refused(const char *train_step, const char *validate_step, co
                                             .config = cfg,
                                             .num_replicas = 2},
                             &t);
-    CHECK_EQ_INT(rc, CT_ENOENT);
+    CHECK_EQ_INT(rc, CT_ENOTREG);
     CHECK(t == NULL);
     const char *m = ct_last_error();
     if (!strstr(m, field) || !strstr(m, name)) {
@@ -329,7 +326,7 @@ int main(void)
     trainer_register_train_step("rank1_skips", rank1_skips_step);
     trainer_register_train_step("skip_odd", skip_odd_step);
     trainer_register_validate_step("top2", top2_step);
-    trainer_register_hook("clip_setup", clip_setup);
+    trainer_register_step_keys("clip", "max_norm");
     ct_serve_if_worker();
     h_init();
     CHECK_OK(ct_init(&(ct_init_opts){.cpus = 2}));
@@ -344,6 +341,8 @@ int main(void)
     expect_refused(NULL, "top3", "opts.validate_step", "\"top3\"");
     expect_refused("top2", NULL, "opts.train_step", "\"top2\""); /* a validate step's name */
     CHECK_EQ_INT(trainer_register_train_step("reimpl", reimpl_step), CT_EEXIST);
+    CHECK_EQ_INT(trainer_register_step_keys("nope", "max_norm"), CT_ENOTREG);
+    CHECK_EQ_INT(trainer_register_step_keys("clip", ""), CT_EINVAL);
     t = make("no_backward", NULL, NULL, cfg);
     CHECK(t != NULL);
     if (t) {
@@ -429,7 +428,16 @@ int main(void)
     /* (b) clipping: weights agree across replicas, differ from (a), grad_norm as computed */
     char ccfg[240];
     snprintf(ccfg, sizeof ccfg, BASE ",max_norm=0.5", 0);
-    float *w_c = run("clip", NULL, "clip_setup", ccfg, &st_c, &n_c, NULL);
+    trainer *tk = make("reimpl", NULL, NULL, ccfg); /* a step that declares no max_norm */
+    CHECK(tk == NULL);
+    if (!strstr(ct_last_error(), "\"max_norm\"") ||
+        !strstr(ct_last_error(), "trainer_register_step_keys")) {
+        fprintf(stderr, "message \"%s\" lacks the key or trainer_register_step_keys\n",
+                ct_last_error());
+        h_failures++;
+    }
+    trainer_shutdown(&tk);
+    float *w_c = run("clip", NULL, NULL, ccfg, &st_c, &n_c, NULL);
     CHECK_EQ_INT(n_c, n_a);
     int64_t d = differing(w_a, w_c, n_a);
     CHECK(d > n_a / 2);

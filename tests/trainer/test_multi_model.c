@@ -122,7 +122,7 @@ static void test_create_errors(void)
     CHECK(strstr(ct_last_error(), "opts.optimizer") != NULL);
     o.optimizer = "adam";
     o.model = "mlp,nosuch";
-    CHECK_EQ_INT(trainer_create(&o, &t), CT_ENOENT);
+    CHECK_EQ_INT(trainer_create(&o, &t), CT_ENOTREG);
     CHECK(strstr(ct_last_error(), "\"nosuch\"") != NULL);
     o.model = "mlp,";
     CHECK_EQ_INT(trainer_create(&o, &t), CT_EINVAL);

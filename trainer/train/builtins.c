@@ -555,3 +555,11 @@ void *ct__trainer_builtin(tr_kind kind, const char *name)
             return builtins[i].fn;
     return NULL;
 }
+
+const char *ct__trainer_builtin_name(tr_kind kind, int i)
+{
+    for (size_t k = 0; k < sizeof builtins / sizeof builtins[0]; k++)
+        if (builtins[k].kind == kind && i-- == 0)
+            return builtins[k].name;
+    return NULL;
+}

@@ -8,9 +8,12 @@
  * Files: ckpt-epochEEEE-stepSSSSSS.safetensors (epochs completed, optimizer steps: name order is
  * training order) and index.json:
  *   {"format": "ct-checkpoint-index", "version": 1, "latest": FILE,
+ *    "stats": {the trainer_stats when the latest was written: "epoch", "steps", "train_loss",
+ *              ..., "metrics": {NAME: value}, "val_metrics": {...}},
  *    "score_attribute": NAME or null, "score_order": "min" or "max", "best": [FILE, ...],
  *    "checkpoints": [{"file", "epoch", "batch", "step", "score": number or null}, ...]}
- * ("best" best first; "checkpoints" the files kept, oldest first). Every file, the index too,
+ * ("best" best first; "checkpoints" the files kept, oldest first; "stats" lets a resumed run
+ * that is complete already return its final statistics). Every file, the index too,
  * is written to a temporary name, fsynced and renamed over the old one, and the directory is
  * fsynced: a crash leaves the old file or the new one, never a torn one. Files a new index no
  * longer lists are deleted only after it is in place. Not here: the checkpoint bytes (ckpt.c),
@@ -45,6 +48,7 @@ struct tr_ckptdir {
     bool maximize;
     entry *e; /* oldest first */
     int n, cap;
+    ct__sbuf stats; /* the latest checkpoint's "stats" object (JSON), empty before an add */
 };
 
 /* ---- files ---- */
@@ -134,10 +138,59 @@ static bool parse_name(const char *name, int64_t *epoch, int64_t *step)
 
 /* ---- the index ---- */
 
+/* A JSON number, null when not finite. */
+static void json_num(ct__sbuf *b, double v)
+{
+    if (isfinite(v))
+        ct__sb_json_num(b, v);
+    else
+        ct__sb_add(b, "null", 4);
+}
+
+static void metrics_json(ct__sbuf *b, const char *key, const trainer_metric *m, int n)
+{
+    ct__sb_printf(b, ", \"%s\": {", key);
+    for (int i = 0; i < n; i++) {
+        ct__sb_printf(b, "%s", i ? ", " : "");
+        ct__sb_json_str(b, m[i].name);
+        ct__sb_add(b, ": ", 2);
+        json_num(b, m[i].value);
+    }
+    ct__sb_add(b, "}", 1);
+}
+
+/* The statistics a finished run reports, as a JSON object into b. */
+static void stats_json(ct__sbuf *b, const trainer_stats *st)
+{
+    ct__sb_printf(b, "{\"epoch\": %lld, \"steps\": %lld, \"train_loss\": ", (long long)st->epoch,
+                  (long long)st->steps);
+    json_num(b, st->train_loss);
+    ct__sb_printf(b, ", \"samples_per_s\": ");
+    json_num(b, st->samples_per_s);
+    ct__sb_printf(b, ", \"epoch_seconds\": ");
+    json_num(b, st->epoch_seconds);
+    ct__sb_printf(b, ", \"val_loss\": ");
+    json_num(b, st->val_loss);
+    ct__sb_printf(b, ", \"val_accuracy\": ");
+    json_num(b, st->val_accuracy);
+    ct__sb_printf(b,
+                  ", \"val_samples\": %lld, \"val_epoch\": %lld, \"val_step\": %lld, "
+                  "\"replicas\": %d, \"weights_agree\": %s",
+                  (long long)st->val_samples, (long long)st->val_epoch, (long long)st->val_step,
+                  st->replicas, st->weights_agree ? "true" : "false");
+    metrics_json(b, "metrics", st->metrics, st->nmetrics);
+    metrics_json(b, "val_metrics", st->val_metrics, st->val_nmetrics);
+    ct__sb_add(b, "}", 1);
+}
+
 static void index_json(const tr_ckptdir *d, const int *best, int nbest, ct__sbuf *b)
 {
     ct__sb_printf(b, "{\"format\": \"%s\", \"version\": 1, \"latest\": ", INDEX_FORMAT);
     ct__sb_json_str(b, d->n ? d->e[d->n - 1].file : "");
+    if (d->stats.len) {
+        ct__sb_printf(b, ",\n \"stats\": ");
+        ct__sb_add(b, d->stats.s, d->stats.len);
+    }
     ct__sb_printf(b, ", \"score_attribute\": ");
     if (d->attr[0])
         ct__sb_json_str(b, d->attr);
@@ -293,12 +346,13 @@ void ct__ckptdir_free(tr_ckptdir **dp)
     if (!dp || !*dp)
         return;
     free((*dp)->e);
+    free((*dp)->stats.s);
     free(*dp);
     *dp = NULL;
 }
 
 int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, int64_t batch,
-                    int64_t step, double score, char *name, size_t cap)
+                    int64_t step, double score, const trainer_stats *st, char *name, size_t cap)
 {
     entry ne = {.epoch = epoch, .batch = batch, .step = step, .score = score};
     snprintf(ne.file, sizeof ne.file, "ckpt-epoch%04lld-step%06lld.safetensors", (long long)epoch,
@@ -322,6 +376,9 @@ int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, i
         d->e = e;
     }
     d->e[d->n++] = ne;
+    d->stats.len = 0;
+    if (st)
+        stats_json(&d->stats, st);
     /* kept: the newest keep, and the best keep by score (keep 0: every one) */
     int *best = malloc(sizeof *best * (size_t)d->n);
     bool *kept = calloc((size_t)d->n, sizeof *kept);
@@ -353,7 +410,7 @@ int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, i
     }
     d->n = k;
     index_json(d, best, nbest, &js);
-    if (js.oom) {
+    if (js.oom || d->stats.oom) {
         rc = ct__error(CT_ENOMEM, "checkpoint_dir: out of memory");
         goto out;
     }
@@ -387,8 +444,10 @@ int ct__ckptdir_latest(const char *dir, char *path, size_t cap)
                         !ct__json_get_str(&root, "latest")))
             rc = ct__error(CT_EINVAL, "resume: %s has no \"latest\" checkpoint %s", ip, err);
         const char *latest = rc == 0 ? ct__json_get_str(&root, "latest") : NULL;
-        if (rc == 0 && (!*latest || strchr(latest, '/')))
-            rc = ct__error(CT_ENOENT, "resume: %s names no checkpoint", ip);
+        if (rc == 0 && strchr(latest, '/'))
+            rc = ct__error(CT_EINVAL, "resume: %s: \"latest\" %s is not a file name", ip, latest);
+        if (rc == 0 && !*latest)
+            rc = 1; /* names none */
         if (rc == 0)
             snprintf(path, cap, "%s/%s", dir, latest);
         ct__json_free(&root);
@@ -410,10 +469,61 @@ int ct__ckptdir_latest(const char *dir, char *path, size_t cap)
         }
     }
     closedir(dh);
-    if (be < 0)
-        return ct__error(CT_ENOENT,
-                         "resume: no checkpoint (%s nor ckpt-epoch*-step*.safetensors) "
-                         "in %s",
-                         INDEX_NAME, dir);
-    return 0;
+    return be < 0 ? 1 : 0;
+}
+
+int ct__ckptdir_stats(const char *ckpt, trainer_stats *st)
+{
+    char dir[4400], ip[4420], *buf = NULL, err[160] = "";
+    const char *slash = strrchr(ckpt, '/'), *base = slash ? slash + 1 : ckpt;
+    size_t len = 0;
+    ct__jval root = {0};
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - ckpt) : 1, slash ? ckpt : ".");
+    snprintf(ip, sizeof ip, "%s/%s", dir, INDEX_NAME);
+    int rc = read_file(ip, &buf, &len);
+    if (rc == 0 && ct__json_parse(buf, len, &root, err, sizeof err) < 0)
+        rc = ct__error(CT_EINVAL, "%s: %s", ip, err);
+    const char *latest = rc == 0 ? ct__json_get_str(&root, "latest") : NULL;
+    const ct__jval *o = rc == 0 ? get_typed(&root, "stats", CT__J_OBJ) : NULL;
+    if (rc == 0 && (!latest || strcmp(latest, base) || !o))
+        rc = ct__error(CT_ENOENT, "%s keeps no statistics of %s", ip, base);
+    if (rc == 0) {
+#define NUM(key, field)                                                                            \
+    do {                                                                                           \
+        const ct__jval *v_ = get_typed(o, key, CT__J_NUM);                                         \
+        if (v_)                                                                                    \
+            st->field = v_->num;                                                                   \
+    } while (0)
+        NUM("epoch", epoch);
+        NUM("steps", steps);
+        NUM("train_loss", train_loss);
+        NUM("samples_per_s", samples_per_s);
+        NUM("epoch_seconds", epoch_seconds);
+        NUM("val_loss", val_loss);
+        NUM("val_accuracy", val_accuracy);
+        NUM("val_samples", val_samples);
+        NUM("val_epoch", val_epoch);
+        NUM("val_step", val_step);
+#undef NUM
+        const ct__jval *wa = get_typed(o, "weights_agree", CT__J_BOOL);
+        st->weights_agree = wa ? wa->num != 0 : st->weights_agree;
+        const ct__jval *ms[2] = {get_typed(o, "metrics", CT__J_OBJ),
+                                 get_typed(o, "val_metrics", CT__J_OBJ)};
+        trainer_metric *out[2] = {st->metrics, st->val_metrics};
+        int *nout[2] = {&st->nmetrics, &st->val_nmetrics};
+        for (int k = 0; k < 2; k++) {
+            *nout[k] = 0;
+            for (int i = 0; ms[k] && i < ms[k]->n && *nout[k] < TRAINER_MAX_METRICS; i++) {
+                if (ms[k]->items[i].type != CT__J_NUM ||
+                    strlen(ms[k]->keys[i]) >= TRAINER_METRIC_NAME_MAX)
+                    continue;
+                trainer_metric *m = &out[k][(*nout[k])++];
+                snprintf(m->name, sizeof m->name, "%s", ms[k]->keys[i]);
+                m->value = ms[k]->items[i].num;
+            }
+        }
+    }
+    ct__json_free(&root);
+    free(buf);
+    return rc;
 }

@@ -18,6 +18,8 @@
 #define TR_CONFIG_MAX 2048
 #define TR_MAX_KEYS 64
 #define TR_REPLICA_CLASS "ct.trainer.Replica"
+/* copies of a checkpoint in the store: this many, or one per live node with a store if fewer */
+#define TR_CKPT_COPIES 2
 
 typedef enum tr_kind {
     TR_MODEL,
@@ -34,8 +36,15 @@ typedef enum tr_kind {
 /* The registered (or built-in) creator of that kind and name, or NULL. */
 void *ct__trainer_lookup(tr_kind kind, const char *name);
 const char *ct__trainer_kind_name(tr_kind kind);
-/* Built-ins (builtins.c): the function of that kind and name, or NULL. */
+/* CT_ENOTREG for a name that lookup did not find, the message starting with what: it names the
+ * kind and the name, and lists the registered ones (or says it came after ct_init). */
+int ct__trainer_not_registered(tr_kind kind, const char *name, const char *what);
+/* The config keys declared for step name of kind (TR_TRAIN_STEP / TR_VAL_STEP), or "". */
+const char *ct__trainer_step_keys(tr_kind kind, const char *step);
+/* Built-ins (builtins.c): the function of that kind and name, or NULL; the i-th built-in name
+ * of kind, or NULL past the last. */
 void *ct__trainer_builtin(tr_kind kind, const char *name);
+const char *ct__trainer_builtin_name(tr_kind kind, int i);
 /* Splits a comma-separated list of names ("generator, discriminator"; blanks around names
  * ignored) into names[0..cap). Returns the count, or CT_EINVAL for an empty or too long name or
  * more than cap names (the message starts with what, e.g. "trainer_create: opts.model"). */
@@ -77,6 +86,8 @@ int ct__trainer_ctx_init(trainer_ctx *ctx, const char *config, int rank, int wor
 void ct__trainer_ctx_free(trainer_ctx *ctx);
 /* 0, or CT_EINVAL for a recorded error or (check_unused) a key no creator read. */
 int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
+/* Marks the keys declared for spec's steps (trainer_register_step_keys) as read. */
+void ct__trainer_ctx_use_step_keys(trainer_ctx *ctx, const tr_spec *spec);
 
 /* The objects built from the creators. models[i] has its own optimizer optims[i] and loss
  * losses[i] (one loss creator may serve all: the same function); the scheduler drives
@@ -135,12 +146,17 @@ typedef struct tr_ckptdir tr_ckptdir;
 int ct__ckptdir_open(const char *dir, int keep, const char *attr, bool maximize, tr_ckptdir **out);
 void ct__ckptdir_free(tr_ckptdir **d);
 /* Writes the checkpoint bytes atomically as ckpt-epochEEEE-stepSSSSSS.safetensors (its name
- * into name), then the index, then deletes the files no longer kept. score: NaN for none. */
+ * into name), then the index (with st, the stats at this checkpoint; may be NULL), then
+ * deletes the files no longer kept. score: NaN for none. */
 int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, int64_t batch,
-                    int64_t step, double score, char *name, size_t cap);
-/* The path of the latest checkpoint in dir (the index's "latest", else the last by name).
- * CT_ENOENT when there is none. */
+                    int64_t step, double score, const trainer_stats *st, char *name, size_t cap);
+/* The path of the latest checkpoint in dir (the index's "latest", else the last by name); 1
+ * when dir holds none; CT_E* for a directory that cannot be read or a bad index. */
 int ct__ckptdir_latest(const char *dir, char *path, size_t cap);
+/* The stats kept with checkpoint file ckpt, when it is the latest of its directory's index,
+ * into st's fields that describe the run (epoch, steps, losses, accuracy, metrics); CT_ENOENT
+ * when none are kept. */
+int ct__ckptdir_stats(const char *ckpt, trainer_stats *st);
 
 /* ---- the replica actor (replica.c) ---- */
 

@@ -8,20 +8,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "actor/runtime.h"
 #include "common/common.h"
 #include "internal.h"
 
 #define TR_MAX_ENTRIES 64
+#define TR_MAX_LATE 16
 
 typedef struct entry {
     char name[TR_NAME_MAX];
     void *fn;
+    char keys[TR_LIST_MAX]; /* a step's config keys (trainer_register_step_keys); "" none */
 } entry;
 
 /* The registry: one of the two mutable globals STYLE.md allows. Written before ct_init. */
 static entry reg[TR_NKINDS][TR_MAX_ENTRIES];
 static int nreg[TR_NKINDS];
+/* names refused because they came after ct_init, so that trainer_create can say why */
+static struct {
+    tr_kind kind;
+    char name[TR_NAME_MAX];
+} late[TR_MAX_LATE];
+static int nlate;
 
 static const char *kind_names[TR_NKINDS] = {"model",      "data",         "optimizer",
                                             "loss",       "scheduler",    "initialization_hook",
@@ -44,12 +54,87 @@ static int reg_add(tr_kind kind, const char *name, void *fn)
         if (!strcmp(reg[kind][i].name, name))
             return ct__error(CT_EEXIST, "trainer_register_%s: \"%s\" is already registered",
                              ct__trainer_kind_name(kind), name);
+    /* A replica is this program run again up to ct_init, where it starts serving: it never
+     * sees a later registration, and would fail to find the name. */
+    if (ct__registration_closed()) {
+        if (nlate < TR_MAX_LATE) {
+            late[nlate].kind = kind;
+            snprintf(late[nlate++].name, TR_NAME_MAX, "%s", name);
+        }
+        return ct__error(CT_EINVAL,
+                         "trainer_register_%s(\"%s\"): called after ct_init(); register every "
+                         "creator and step before ct_init() (replicas run the program only up "
+                         "to ct_init(), so they would never see this one)",
+                         ct__trainer_kind_name(kind), name);
+    }
     if (nreg[kind] == TR_MAX_ENTRIES)
         return ct__error(CT_ENOSPC, "trainer_register_%s: more than %d names",
                          ct__trainer_kind_name(kind), TR_MAX_ENTRIES);
     snprintf(reg[kind][nreg[kind]].name, TR_NAME_MAX, "%s", name);
+    reg[kind][nreg[kind]].keys[0] = 0;
     reg[kind][nreg[kind]++].fn = fn;
     return 0;
+}
+
+int ct__trainer_not_registered(tr_kind kind, const char *name, const char *what)
+{
+    const char *k = ct__trainer_kind_name(kind);
+    for (int i = 0; i < nlate; i++)
+        if (late[i].kind == kind && !strcmp(late[i].name, name))
+            return ct__error(CT_ENOTREG,
+                             "%s: %s \"%s\" was registered after ct_init() (and refused): "
+                             "call trainer_register_%s before ct_init()",
+                             what, k, name, k);
+    char list[1024] = "";
+    size_t n = 0;
+    for (int i = 0; i < nreg[kind] && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", n ? ", " : "",
+                              reg[kind][i].name);
+    for (int i = 0; ct__trainer_builtin_name(kind, i) && n < sizeof list; i++) {
+        const char *b = ct__trainer_builtin_name(kind, i);
+        bool shadowed = false;
+        for (int j = 0; j < nreg[kind] && !shadowed; j++)
+            shadowed = !strcmp(reg[kind][j].name, b);
+        if (!shadowed)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", n ? ", " : "", b);
+    }
+    return ct__error(CT_ENOTREG, "%s: no %s named \"%s\" is registered (%s%s)", what, k, name,
+                     n ? "registered: " : "none is", n ? list : "; trainer_register_* adds one");
+}
+
+int trainer_register_step_keys(const char *step, const char *keys)
+{
+    char names[TR_MAX_KEYS][TR_NAME_MAX];
+    int found = 0;
+    if (!step || !keys || !*keys)
+        return ct__error(CT_EINVAL, "trainer_register_step_keys: %s is NULL or empty",
+                         !step ? "step" : "keys");
+    if (strlen(keys) >= TR_LIST_MAX)
+        return ct__error(CT_EINVAL, "trainer_register_step_keys(\"%s\"): keys longer than %d bytes",
+                         step, TR_LIST_MAX - 1);
+    int n = ct__trainer_split_names(keys, names, TR_MAX_KEYS, "trainer_register_step_keys: keys");
+    if (n < 0)
+        return n;
+    for (tr_kind kind = TR_TRAIN_STEP; kind <= TR_VAL_STEP; kind++)
+        for (int i = 0; i < nreg[kind]; i++)
+            if (!strcmp(reg[kind][i].name, step)) {
+                snprintf(reg[kind][i].keys, TR_LIST_MAX, "%s", keys);
+                found++;
+            }
+    if (!found)
+        return ct__error(CT_ENOTREG,
+                         "trainer_register_step_keys: no train or validate step named \"%s\" is "
+                         "registered (register the step first)",
+                         step);
+    return 0;
+}
+
+const char *ct__trainer_step_keys(tr_kind kind, const char *step)
+{
+    for (int i = 0; step && i < nreg[kind]; i++)
+        if (!strcmp(reg[kind][i].name, step))
+            return reg[kind][i].keys;
+    return "";
 }
 
 void *ct__trainer_lookup(tr_kind kind, const char *name)
@@ -199,9 +284,25 @@ int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused)
     for (int i = 0; check_unused && i < ctx->nkeys; i++)
         if (!ctx->used[i])
             return ct__error(CT_EINVAL,
-                             "trainer config: key \"%s\" is not read by any creator (a typo?)",
+                             "trainer config: key \"%s\" is not read by any creator or chosen "
+                             "step (a typo? a key a custom step reads is declared with "
+                             "trainer_register_step_keys)",
                              ctx->keys[i]);
     return 0;
+}
+
+static const char *find(trainer_ctx *ctx, const char *key);
+
+void ct__trainer_ctx_use_step_keys(trainer_ctx *ctx, const tr_spec *spec)
+{
+    const char *lists[2] = {ct__trainer_step_keys(TR_TRAIN_STEP, spec->train_step),
+                            ct__trainer_step_keys(TR_VAL_STEP, spec->validate_step)};
+    char names[TR_MAX_KEYS][TR_NAME_MAX];
+    for (int l = 0; l < 2; l++) {
+        int n = lists[l][0] ? ct__trainer_split_names(lists[l], names, TR_MAX_KEYS, "keys") : 0;
+        for (int i = 0; i < n; i++)
+            find(ctx, names[i]);
+    }
 }
 
 void trainer_ctx_fail(trainer_ctx *ctx, const char *fmt, ...)
@@ -330,20 +431,44 @@ static int creator_failed(trainer_ctx *ctx, tr_kind kind, const char *name, int 
                      ct__trainer_kind_name(kind), name, msg);
 }
 
+/* The creator of kind and name; NULL with CT_ENOTREG's message when this process lacks it (a
+ * replica whose program registered it only in the driver, or after ct_init). */
+static void *lookup_here(const trainer_ctx *ctx, tr_kind kind, const char *name)
+{
+    void *fn = ct__trainer_lookup(kind, name);
+    if (!fn) {
+        char what[160];
+        snprintf(what, sizeof what,
+                 "trainer %s %d (pid %d; creators must be registered before ct_init(), in every "
+                 "process)",
+                 ctx->driver ? "driver" : "replica", ctx->rank, (int)getpid());
+        ct__trainer_not_registered(kind, name, what);
+    }
+    return fn;
+}
+
 int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_data, tr_state *st)
 {
     memset(st, 0, sizeof *st);
     int rc = 0;
     if (spec->hook[0]) {
-        trainer_hook h = (trainer_hook)ct__trainer_lookup(TR_HOOK, spec->hook);
+        trainer_hook h = (trainer_hook)lookup_here(ctx, TR_HOOK, spec->hook);
+        if (!h) {
+            rc = CT_ENOTREG;
+            goto fail;
+        }
         if ((rc = h(ctx)) < 0 || ctx->err[0]) {
             rc = creator_failed(ctx, TR_HOOK, spec->hook, rc);
             goto fail;
         }
     }
     if (with_data) {
-        trainer_data_creator dc = (trainer_data_creator)ct__trainer_lookup(TR_DATA, spec->data);
+        trainer_data_creator dc = (trainer_data_creator)lookup_here(ctx, TR_DATA, spec->data);
         st->has_data = true;
+        if (!dc) {
+            rc = CT_ENOTREG;
+            goto fail;
+        }
         if ((rc = dc(ctx, &st->data)) < 0 || ctx->err[0] || !st->data.train) {
             rc = creator_failed(ctx, TR_DATA, spec->data, rc < 0 ? rc : CT_EINVAL);
             goto fail;
@@ -371,7 +496,11 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
     st->nmodels = nm;
     ct_nn_manual_seed(spec->seed);
     for (int i = 0; i < nm; i++) {
-        trainer_model_creator mc = (trainer_model_creator)ct__trainer_lookup(TR_MODEL, mnames[i]);
+        trainer_model_creator mc = (trainer_model_creator)lookup_here(ctx, TR_MODEL, mnames[i]);
+        if (!mc) {
+            rc = CT_ENOTREG;
+            goto fail;
+        }
         if (!(st->models[i] = mc(ctx)) || ctx->err[0]) {
             rc = creator_failed(ctx, TR_MODEL, mnames[i], CT_EINVAL);
             goto fail;
@@ -383,7 +512,11 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
     }
     for (int i = 0; i < nm; i++) { /* optimizer i over model i */
         const char *on = onames[no == 1 ? 0 : i];
-        trainer_optimizer_creator oc = (trainer_optimizer_creator)ct__trainer_lookup(TR_OPTIM, on);
+        trainer_optimizer_creator oc = (trainer_optimizer_creator)lookup_here(ctx, TR_OPTIM, on);
+        if (!oc) {
+            rc = CT_ENOTREG;
+            goto fail;
+        }
         if (!(st->optims[i] = oc(ctx, st->models[i])) || ctx->err[0]) {
             rc = creator_failed(ctx, TR_OPTIM, on, CT_EINVAL);
             goto fail;
@@ -391,7 +524,11 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
     }
     for (int i = 0; i < nm; i++) {
         const char *ln = lnames[nl == 1 ? 0 : i];
-        trainer_loss_creator lc = (trainer_loss_creator)ct__trainer_lookup(TR_LOSS, ln);
+        trainer_loss_creator lc = (trainer_loss_creator)lookup_here(ctx, TR_LOSS, ln);
+        if (!lc) {
+            rc = CT_ENOTREG;
+            goto fail;
+        }
         if (i > 0 && nl == 1) { /* one loss serves all: its creator runs once */
             st->losses[i] = st->losses[0];
         } else if (!(st->losses[i] = lc(ctx)) || ctx->err[0]) {
@@ -401,7 +538,11 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
     }
     if (spec->scheduler[0]) {
         trainer_scheduler_creator sc =
-            (trainer_scheduler_creator)ct__trainer_lookup(TR_SCHED, spec->scheduler);
+            (trainer_scheduler_creator)lookup_here(ctx, TR_SCHED, spec->scheduler);
+        if (!sc) {
+            rc = CT_ENOTREG;
+            goto fail;
+        }
         if (!(st->sched = sc(ctx, st->optims[0])) || ctx->err[0]) {
             rc = creator_failed(ctx, TR_SCHED, spec->scheduler, CT_EINVAL);
             goto fail;

@@ -278,7 +278,7 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     r->train_step = ct__trainer_step_fn(&r->spec, true);
     r->validate_step = ct__trainer_step_fn(&r->spec, false);
     if (!r->train_step || !r->validate_step)
-        return ct__error(CT_ENOENT,
+        return ct__error(CT_ENOTREG,
                          "trainer replica %d: %s step \"%s\" is not registered in this process "
                          "(register steps before ct_init, in every process)",
                          a->rank, !r->train_step ? "train" : "validate",
@@ -298,13 +298,13 @@ static uint64_t batch_seed(const replica *r, int64_t epoch, int64_t batch)
     return mix(e + (uint64_t)batch);
 }
 
-#define CKPT_COPIES 2
-
-/* Rank 0 writes the checkpoint straight into the store and seals it with two copies; *copies
- * gets how many nodes hold it then (the seal settles for one per live node: fewer than asked
- * is the driver's to report). */
-static int write_checkpoint(replica *r, ct_object_id *id, int *copies)
+/* Rank 0 writes the checkpoint straight into the store and seals it with TR_CKPT_COPIES
+ * copies, or one per live node with a store when there are fewer (*asked); *copies gets how
+ * many nodes hold it then (fewer than asked is the driver's to report). */
+static int write_checkpoint(replica *r, ct_object_id *id, int *copies, int *asked)
 {
+    int live = ct_object_store_nodes();
+    *asked = live > 0 && live < TR_CKPT_COPIES ? live : TR_CKPT_COPIES;
     tr_ckpt_plan *p = NULL;
     void *dst = NULL;
     int rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, &p);
@@ -315,7 +315,7 @@ static int write_checkpoint(replica *r, ct_object_id *id, int *copies)
         goto out;
     ct__ckpt_write(p, dst);
     const char *dn = r->setup.driver_node[0] ? r->setup.driver_node : NULL;
-    if ((rc = ct_object_seal(id, &(ct_put_opts){.replicas = CKPT_COPIES, .node = dn})) < 0) {
+    if ((rc = ct_object_seal(id, &(ct_put_opts){.replicas = *asked, .node = dn})) < 0) {
         ct_object_abort(id);
         goto out;
     }
@@ -492,10 +492,9 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         rep.weights_hash = m ? mix(rep.weights_hash ^ h) : h;
     }
     if (ea.checkpoint && r->setup.rank == 0) {
-        if ((rc = write_checkpoint(r, &rep.ckpt, &rep.copies)) < 0)
+        if ((rc = write_checkpoint(r, &rep.ckpt, &rep.copies, &rep.copies_asked)) < 0)
             return rc;
         rep.has_ckpt = 1;
-        rep.copies_asked = CKPT_COPIES;
     }
     rep.nval = r->nvals;
     size_t vbytes = (size_t)r->nvals * sizeof *r->vals;

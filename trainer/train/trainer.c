@@ -11,6 +11,7 @@
  * Not here: the replica's training step (replica.c), the checkpoint bytes (ckpt.c), the
  * checkpoint directory's files (ckptdir.c), the run log (progress.c; called at a few points:
  * start / stop, each segment, epoch and validation, polls while a segment runs). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ struct trainer {
     ct_object_id ckpt;
     bool ckpt_unsaved;     /* adopted, not yet written to the checkpoint directory */
     bool under_replicated; /* the last checkpoint stored had fewer copies than asked */
+    int copies_kept;       /* the most copies a checkpoint was asked for so far (note_copies) */
     epoch_sums acc;        /* the epoch being trained: its segments' sums so far */
     trainer_stats stats;
     char last_failure[600];
@@ -56,6 +58,8 @@ struct trainer {
     int nvals;
     char group[64];        /* the running group's id */
     int told_world;        /* the group size on_world_size was last told (0: none) */
+    int logged_world;      /* the group size last logged (note_group_size; 0: none) */
+    bool warned_world;     /* ... and it was below num_replicas (logged as a warning) */
     double lr_scale;       /* trainer_scale_lr's factor for groups from the current checkpoint */
     tr_progress *progress; /* the run log (progress.c); NULL: none asked for */
 };
@@ -74,9 +78,11 @@ static int copy_name(char *dst, const char *src, const char *field, tr_kind kind
     if (strlen(src) >= TR_NAME_MAX)
         return ct__error(CT_EINVAL, "trainer_create: opts.%s \"%s\" longer than %d bytes", field,
                          src, TR_NAME_MAX - 1);
-    if (!ct__trainer_lookup(kind, src))
-        return ct__error(CT_ENOENT, "trainer_create: opts.%s: no %s named \"%s\" is registered",
-                         field, ct__trainer_kind_name(kind), src);
+    if (!ct__trainer_lookup(kind, src)) {
+        char what[48];
+        snprintf(what, sizeof what, "trainer_create: opts.%s", field);
+        return ct__trainer_not_registered(kind, src, what);
+    }
     snprintf(dst, TR_NAME_MAX, "%s", src);
     return 0;
 }
@@ -95,10 +101,79 @@ static int copy_list(char *dst, const char *src, const char *field, tr_kind kind
         return *n;
     for (int i = 0; i < *n; i++)
         if (!ct__trainer_lookup(kind, names[i]))
-            return ct__error(CT_ENOENT, "%s: no %s named \"%s\" is registered", what,
-                             ct__trainer_kind_name(kind), names[i]);
+            return ct__trainer_not_registered(kind, names[i], what);
     snprintf(dst, TR_LIST_MAX, "%s", src);
     return 0;
+}
+
+/* "(1, 3)" into buf. */
+static const char *shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t n = (size_t)snprintf(buf, cap, "(");
+    for (int d = 0; d < ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, ")");
+    return buf;
+}
+
+/* One training sample through the model and the loss, as the built-in train step runs them (in
+ * eval mode, without autograd, on the driver's copy): data that does not fit the model, or an
+ * output the loss cannot take with the targets, fails here, naming both shapes, instead of
+ * inside every replica. An empty training set (e.g. a driver that reads no shard) is left to
+ * the replicas. */
+static int check_shapes(const tr_spec *s, tr_state *st)
+{
+    ct_loader *ld = NULL;
+    ct_batch b;
+    ct_tensor *x = NULL, *y = NULL, *out = NULL, *loss = NULL;
+    char xs[96], ys[96], os[96];
+    int rc = ct_loader_new(
+        st->data.train,
+        &(ct_loader_opts){.batch_size = 1, .seed = s->seed, .transform = st->data.transform}, &ld);
+    if (rc == 0 && (rc = ct_loader_next(ld, &b)) <= 0) {
+        ct_loader_destroy(&ld);
+        return rc < 0 ? ct__trainer_error_prefix(rc, "trainer_create: data \"%s\"", s->data) : 0;
+    }
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc, "trainer_create: data \"%s\"", s->data);
+    int64_t shp[CT_DATA_MAX_DIMS + 1] = {1}, tshp[CT_DATA_MAX_DIMS + 1] = {1};
+    for (int d = 0; d < b.ndim; d++)
+        shp[d + 1] = b.shape[d];
+    for (int d = 0; d < b.tndim; d++)
+        tshp[d + 1] = b.tshape[d];
+    shape_str(xs, sizeof xs, b.ndim + 1, shp);
+    shape_str(ys, sizeof ys, b.tndim + 1, tshp);
+    x = ct_tensor_wrap(CT_F32, b.ndim + 1, shp, (void *)b.x);
+    y = b.tndim ? ct_tensor_wrap(CT_F32, b.tndim + 1, tshp, (void *)b.target)
+                : ct_tensor_wrap(CT_I64, 1, tshp, (void *)b.y);
+    ct_module *m = st->models[0];
+    bool training = ct_module_is_training(m), grad = ct_autograd_set_enabled(false);
+    ct_module_train(m, false);
+    if (!x || !y) {
+        rc = ct__error(CT_ENOMEM, "trainer_create: out of memory");
+    } else if (!(out = ct_module_forward(m, x))) {
+        rc = ct__trainer_error_prefix(CT_ERANGE,
+                                      "trainer_create: opts.model \"%s\" does not take the "
+                                      "samples of opts.data \"%s\": a batch x %s",
+                                      s->model, s->data, xs);
+    } else if (!(loss = st->losses[0](out, y))) {
+        shape_str(os, sizeof os, ct_tensor_ndim(out), ct_tensor_shape(out));
+        rc = ct__trainer_error_prefix(CT_ERANGE,
+                                      "trainer_create: opts.loss \"%s\" does not take the "
+                                      "output %s of opts.model \"%s\" with the %s %s of "
+                                      "opts.data \"%s\"",
+                                      s->loss, os, s->model, b.tndim ? "targets" : "labels", ys,
+                                      s->data);
+    }
+    ct_module_train(m, training);
+    ct_autograd_set_enabled(grad);
+    ct_tensor_release(&loss);
+    ct_tensor_release(&out);
+    ct_tensor_release(&x);
+    ct_tensor_release(&y);
+    ct_loader_destroy(&ld);
+    return rc < 0 ? rc : 0;
 }
 
 int trainer_create(const trainer_opts *o, trainer **out)
@@ -208,7 +283,11 @@ int trainer_create(const trainer_opts *o, trainer **out)
     ctx_ok = true;
     if ((rc = ct__trainer_state_build(s, &ctx, true, &t->local)) < 0)
         goto fail;
+    ct__trainer_ctx_use_step_keys(&ctx, s); /* steps run only in replicas */
     if ((rc = ct__trainer_ctx_check(&ctx, true)) < 0)
+        goto fail;
+    /* a custom step may feed the model otherwise than the built-in one */
+    if (!s->train_step[0] && t->local.nmodels == 1 && (rc = check_shapes(s, &t->local)) < 0)
         goto fail;
     /* the driver keeps model, optimizer and scheduler, not the data */
     ct_dataset_destroy(&t->local.data.train);
@@ -478,21 +557,32 @@ fail:
     return rc < 0 ? rc : CT_EINVAL;
 }
 
-/* A checkpoint stored with `copies` of `asked` copies: fewer is counted in the stats and
- * logged (a warning when it starts, then at debug level: a cluster of one node stays so). */
+/* A checkpoint stored with `copies` of `asked` copies (TR_CKPT_COPIES, or one per live node
+ * with a store when there are fewer): fewer than asked, or than an earlier checkpoint was
+ * asked for (copies lost with a node), is counted in the stats and logged (a warning when it
+ * starts, then at debug level). A cluster of one node asks for one copy: nothing to say. */
 static void note_copies(trainer *t, const char *what, int copies, int asked)
 {
-    if (copies >= asked) {
+    if (asked > t->copies_kept)
+        t->copies_kept = asked;
+    int want = t->copies_kept;
+    if (copies >= want) {
         if (t->under_replicated)
-            CT_LOG(CT_LOG_INFO, "trainer", "%s: %d copies, as asked", what, copies);
+            CT_LOG(CT_LOG_INFO, "trainer", "%s: %d copies again", what, copies);
         t->under_replicated = false;
         return;
     }
     t->stats.checkpoints_under_replicated++;
+    char why[96];
+    if (asked < want)
+        snprintf(why, sizeof why, "nodes with a store were lost: %d live now", asked);
+    else
+        snprintf(why, sizeof why, "the store made %d of the %d asked in time", copies, asked);
     CT_LOG(t->under_replicated ? CT_LOG_DEBUG : CT_LOG_WARN, "trainer",
-           "%s: stored with %d cop%s of the %d asked (too few live nodes with a store): it does "
-           "not survive the loss of its node (%d checkpoint%s under-replicated so far)",
-           what, copies, copies == 1 ? "y" : "ies", asked, t->stats.checkpoints_under_replicated,
+           "%s: stored with %d cop%s where checkpoints had %d (%s): it does not survive the loss "
+           "of its node (%d checkpoint%s under-replicated so far)",
+           what, copies, copies == 1 ? "y" : "ies", want, why,
+           t->stats.checkpoints_under_replicated,
            t->stats.checkpoints_under_replicated == 1 ? "" : "s");
     t->under_replicated = true;
 }
@@ -750,7 +840,7 @@ static int save_to_dir(trainer *t, tr_ckptdir *dir, const char *attr, bool epoch
     if (rc < 0)
         return ct__trainer_error_prefix(rc, "trainer: reading the checkpoint for checkpoint_dir");
     rc = ct__ckptdir_add(dir, v.data, v.size, t->local.epoch, t->local.batch, t->local.step, score,
-                         name, sizeof name);
+                         &st, name, sizeof name);
     ct_object_release(&v);
     if (rc < 0)
         return rc;
@@ -811,6 +901,27 @@ static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
     return 0;
 }
 
+/* Logs the size of a group that started when it differs from the last one logged: a warning
+ * when it is below num_replicas (or comes back from there), else at info level. */
+static void note_group_size(trainer *t, int n)
+{
+    if (n == t->logged_world)
+        return;
+    char was[32] = "";
+    if (t->logged_world)
+        snprintf(was, sizeof was, " (was %d)", t->logged_world);
+    if (n < t->num_replicas)
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "training with %d replica%s of the %d asked (num_replicas)%s: only %d fit in the "
+               "free CPUs (%.3g each); set min_replicas = %d to wait for all of them",
+               n, n == 1 ? "" : "s", t->num_replicas, was, n, t->cpus, t->num_replicas);
+    else
+        CT_LOG(t->warned_world ? CT_LOG_WARN : CT_LOG_INFO, "trainer",
+               "training with %d replica%s%s", n, n == 1 ? "" : "s", was);
+    t->warned_world = n < t->num_replicas;
+    t->logged_world = n;
+}
+
 /* Starts a group of as many replicas as fit (up to max_replicas). While fewer than
  * min_replicas fit it waits, backing off per round, spending no retry, for at most
  * wait_limit_ms (0: for ever; then CT_ETIMEDOUT). Each failed start spends a retry. */
@@ -849,8 +960,10 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
             return rc;
         rc = start_group(t, n, o->create_timeout_ms > 0 ? o->create_timeout_ms : 30000, why,
                          sizeof why);
-        if (rc == 0)
+        if (rc == 0) {
+            note_group_size(t, n);
             return 0;
+        }
         if ((rc = spend_retry(t, max_retries, why)) < 0)
             return rc;
         backoff(o, ++attempt, -1);
@@ -876,18 +989,44 @@ static void grow_at_checkpoint(trainer *t)
     end_group(t, NULL, 0, -1, 0, NULL);
 }
 
-/* The checkpoint file o->resume names: itself, or the latest one of a directory. */
+/* The checkpoint file o->resume names: itself, or the latest one of a directory. 1 when there
+ * is none to resume from, a missing path or a directory without checkpoints: the job starts
+ * fresh (Ray's restore-if-exists), so a first run and a resumed one take one command line. A
+ * missing *.safetensors file is an error (a file was meant). */
 static int resume_path(const char *resume, char *path, size_t cap)
 {
     struct stat sb;
-    if (stat(resume, &sb) != 0)
-        return ct__error(CT_ENOENT, "trainer_train: resume: %s does not exist", resume);
+    size_t n = strlen(resume);
+    if (stat(resume, &sb) != 0) {
+        if (errno == ENOENT && !(n >= 12 && !strcmp(resume + n - 12, ".safetensors")))
+            return 1;
+        return ct__error(CT_ENOENT, "trainer_train: resume: %s: %s", resume, strerror(errno));
+    }
     if (!S_ISDIR(sb.st_mode)) {
         snprintf(path, cap, "%s", resume);
         return 0;
     }
     int rc = ct__ckptdir_latest(resume, path, cap);
-    return rc < 0 ? ct__trainer_error_prefix(rc, "trainer_train") : 0;
+    return rc < 0 ? ct__trainer_error_prefix(rc, "trainer_train") : rc;
+}
+
+/* After a resume: a job whose checkpoint is at its last epoch's end has nothing to train. The
+ * stats become the finished run's (kept in its checkpoint directory's index, when it is
+ * there), and the log says so. */
+static void resumed_complete(trainer *t, const char *resume, const char *path, int64_t epochs)
+{
+    trainer_stats *st = &t->stats;
+    bool kept = ct__ckptdir_stats(path, st) == 0;
+    st->epoch = t->local.epoch;
+    st->steps = t->local.step;
+    st->group_start_step = t->local.step;
+    st->complete_at_resume = true;
+    CT_LOG(CT_LOG_WARN, "trainer",
+           "resume: the run in %s is complete already (epoch %lld of %lld, step %lld): nothing "
+           "to train; %s",
+           resume, (long long)t->local.epoch, (long long)epochs, (long long)t->local.step,
+           kept ? "its final statistics are returned"
+                : "its statistics were not kept (no checkpoint_dir index lists the checkpoint)");
 }
 
 static int check_train_opts(const trainer_train_opts *o)
@@ -953,14 +1092,25 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     tr_ckptdir *dir = NULL;
     char why[600];
     t->stats.train_start_ns = ct__now_ns();
+    t->stats.complete_at_resume = false;
     if (o->resume) {
         char path[4400];
-        if ((rc = resume_path(o->resume, path, sizeof path)) < 0 ||
-            (rc = trainer_restore(t, path)) < 0)
+        if ((rc = resume_path(o->resume, path, sizeof path)) < 0)
             return rc;
-        t->ckpt_unsaved = false; /* it is a file already */
-        CT_LOG(CT_LOG_INFO, "trainer", "resuming from %s: epoch %lld, batch %lld, step %lld", path,
-               (long long)t->local.epoch, (long long)t->local.batch, (long long)t->local.step);
+        if (rc == 1) {
+            CT_LOG(CT_LOG_INFO, "trainer",
+                   "resume: no checkpoint in %s: starting from the beginning", o->resume);
+        } else {
+            if ((rc = trainer_restore(t, path)) < 0)
+                return rc;
+            t->ckpt_unsaved = false; /* it is a file already */
+            CT_LOG(CT_LOG_INFO, "trainer", "resuming from %s: epoch %lld, batch %lld, step %lld",
+                   path, (long long)t->local.epoch, (long long)t->local.batch,
+                   (long long)t->local.step);
+            if (t->local.epoch >= epochs && t->local.batch == 0)
+                resumed_complete(t, o->resume, path, epochs);
+        }
+        rc = 0;
     }
     if (o->checkpoint_dir &&
         (rc = ct__ckptdir_open(
@@ -1111,7 +1261,9 @@ int trainer_restore(trainer *t, const char *path)
         goto out;
     }
     ct_object_id id;
-    if ((rc = ct_put(buf, len, &(ct_put_opts){.replicas = 2}, &id)) < 0) {
+    int live = ct_object_store_nodes();
+    int asked = live > 0 && live < TR_CKPT_COPIES ? live : TR_CKPT_COPIES;
+    if ((rc = ct_put(buf, len, &(ct_put_opts){.replicas = asked}, &id)) < 0) {
         rc = ct__trainer_error_prefix(rc, "trainer_restore: storing %s", path);
         goto out;
     }
@@ -1119,7 +1271,7 @@ int trainer_restore(trainer *t, const char *path)
     int copies = 0;
     if (ct_object_nodes(&id, nodes, 8, &copies, NULL) < 0)
         copies = 0;
-    note_copies(t, "restored checkpoint", copies, 2);
+    note_copies(t, "restored checkpoint", copies, asked);
     end_group(t, NULL, 0, -1, 0, NULL); /* its state is not the restored one */
     if (t->has_ckpt)
         ct_free(&t->ckpt);

@@ -1,7 +1,8 @@
 /* cluster/ctup.c — ctup, the cluster launcher (the CLI; the work is in the other cluster/
  * files):
  *   ctup up CLUSTER.yaml          start the head and the nodes, wait until every node has
- *                                 registered, print the address (export CT_ADDRESS=...)
+ *                                 registered, print the address (export CT_ADDRESS=...
+ *                                 CT_SECRET_FILE=...)
  *   ctup CLUSTER.yaml             the same as `ctup up CLUSTER.yaml` (like `ray up`)
  *   ctup down CLUSTER.yaml        stop every process `up` started (by recorded pid + start time)
  *   ctup status CLUSTER.yaml      the head's tables (nodes, stores, actors, placement groups)
@@ -11,7 +12,7 @@
  *   ctup exec CLUSTER.yaml CMD...             run a shell command on the head's host
  *   ctup secret FILE              write a new cluster secret (for hand-started ct-head/ct-node)
  * `up` writes a new cluster secret beside the state (ssh: copied to every host) for every start;
- * `down` removes it.
+ * `down` removes it, and so does a failed `up` (with the state and lock file it made).
  * Exit codes: 0 ok, 1 failed, 2 usage or configuration error; submit and exec forward the
  * program's. Not in here: YAML parsing, providers, the state file. */
 #define _GNU_SOURCE

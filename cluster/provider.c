@@ -575,8 +575,8 @@ int ct_cluster_remove_secret(const ct_cluster_config *cfg)
     for (int i = 0; i < nh; i++) {
         rc = run_on(cfg, hosts[i], script, NULL, 0);
         if (rc > 0)
-            rc = ct__error(CT_EIO, "cannot remove the cluster secret on %s (exit %d)", hosts[i],
-                           rc);
+            rc =
+                ct__error(CT_EIO, "cannot remove the cluster secret on %s (exit %d)", hosts[i], rc);
         if (rc && !first)
             first = rc;
     }

@@ -206,8 +206,7 @@ int ct_cluster_lock(const char *cluster_name, int *fd)
             return ct__error(-errno, "%s: %s", path, strerror(errno));
         if (flock(f, LOCK_EX | LOCK_NB) != 0) {
             rc = errno == EWOULDBLOCK
-                     ? ct__error(CT_EBUSY,
-                                 "another ctup is starting or stopping cluster '%s' (%s)",
+                     ? ct__error(CT_EBUSY, "another ctup is starting or stopping cluster '%s' (%s)",
                                  cluster_name, path)
                      : ct__error(-errno, "flock %s: %s", path, strerror(errno));
             close(f);

@@ -205,8 +205,8 @@ int main(void)
         t_extra[t_nextra++] = head_pid;
     snprintf(want, sizeof want, "cannot listen on 127.0.0.1:%d: Address already in use", port);
     if (head_pid <= 0 || !strstr(hp, ") exited with status 1 before it was listening; ") ||
-        !strstr(hp, "/head.log says:\nct-head: ") || !strstr(hp, want) ||
-        strstr(out, "within") || !strstr(out, "rc=1")) {
+        !strstr(hp, "/head.log says:\nct-head: ") || !strstr(hp, want) || strstr(out, "within") ||
+        !strstr(out, "rc=1")) {
         fprintf(stderr, "port clash: output:\n%s\n", out ? out : "");
         h_failures++;
     }
@@ -306,8 +306,8 @@ int main(void)
     char refpath[PATH_MAX] = "";
     if (ref)
         sscanf(ref, "\nYAML reference: %4095s", refpath);
-    char *text = refpath[0] ? h_capture((snprintf(file, sizeof file, "cat '%s'", refpath), file))
-                            : NULL;
+    char *text =
+        refpath[0] ? h_capture((snprintf(file, sizeof file, "cat '%s'", refpath), file)) : NULL;
     if (!text || !strstr(refpath, "/cluster/README.md") || !strstr(text, "## Keys") ||
         !strstr(text, "`cluster_name`")) {
         fprintf(stderr, "--help: no readable YAML reference in:\n%s\n", out ? out : "");
@@ -321,9 +321,8 @@ int main(void)
              "mkdir -p %s/bin %s/bin/%s && cp %s %s/bin/ && echo '# ref' > %s/bin/%s/ctup.md", inst,
              inst, CT_DOC_FROM_BIN, h_bin("ctup"), inst, inst, CT_DOC_FROM_BIN);
     CHECK(system(cmd) == 0);
-    char *real = realpath((snprintf(file, sizeof file, "%s/bin/%s/ctup.md", inst, CT_DOC_FROM_BIN),
-                           file),
-                          NULL);
+    char *real = realpath(
+        (snprintf(file, sizeof file, "%s/bin/%s/ctup.md", inst, CT_DOC_FROM_BIN), file), NULL);
     snprintf(cmd, sizeof cmd, "%s/bin/ctup --help", inst);
     out = h_capture(cmd);
     snprintf(want, sizeof want, "\nYAML reference: %s\n", real ? real : "?");

@@ -218,8 +218,8 @@ int main(void)
     snprintf(want, sizeof want, "[--] [tester@localhost] [p=%d; s=%llu; ", (int)st.procs[2].pid,
              st.procs[2].start_time);
     expect_in(l, want, "stop of node-2 on its host");
-    snprintf(want, sizeof want, "[--] [tester@localhost] [rm -f -- \"$HOME\"/'.ct/secrets/%s.secret']",
-             name);
+    snprintf(want, sizeof want,
+             "[--] [tester@localhost] [rm -f -- \"$HOME\"/'.ct/secrets/%s.secret']", name);
     expect_in(l, want, "the secret removed on the second host");
     free(l);
     CHECK(access(remote_secret, F_OK) != 0);

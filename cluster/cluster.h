@@ -111,6 +111,7 @@ typedef struct {
     char address[300]; /* head H:P, "" until known */
     ct_cluster_proc procs[CT_CLUSTER_MAX_PROCS];
     int n_procs;
+    bool secret_copied; /* ssh: this start is copying the secret to the hosts (not in the file) */
 } ct_cluster_state;
 
 /* Directory of state files (created on demand); returns 0 or CT_E*. */
@@ -129,9 +130,12 @@ int ct_cluster_state_remove(const char *cluster_name);
 
 /* Takes <state dir>/<name>.lock (flock, not blocking) for the length of an up or down, so
  * two ctups cannot start or stop the same cluster at once: CT_EBUSY when another holds it.
- * *fd is the descriptor to hand to ct_cluster_unlock (the lock also ends with the process). */
+ * *fd is the descriptor to hand to ct_cluster_unlock, which removes the file (the lock also
+ * ends with the process; the file then stays until the next up or down of the name). */
 int ct_cluster_lock(const char *cluster_name, int *fd);
-void ct_cluster_unlock(int *fd);
+void ct_cluster_unlock(const char *cluster_name, int *fd);
+/* mkdir -p with mode 0700 for each directory it makes; existing ones are left as they are. */
+int ct__cluster_mkdir_p(const char *path);
 
 /* ---- providers: start/stop processes; they print progress to stderr (ctup is the CLI) ---- */
 
@@ -143,6 +147,9 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st);
  * each only when /proc/PID/stat still shows the recorded start time. *n_stopped counts those
  * that were running. Returns 0 or the first error. */
 int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, int *n_stopped);
+/* ssh: removes the cluster secret from every host (a failed up's copies, or at down); local:
+ * nothing (ctup removes the local file). Tries every host; returns 0 or the first error. */
+int ct_cluster_remove_secret(const ct_cluster_config *cfg);
 /* 1 when the recorded process still runs (same pid, same start time), 0 when not, < 0 error. */
 int ct_cluster_proc_alive(const ct_cluster_config *cfg, const ct_cluster_proc *p);
 /* The last `lines` lines of p's log on its host, into out ("" when there is none). */

@@ -1,7 +1,8 @@
 /* cluster/ctup.c — ctup, the cluster launcher (the CLI; the work is in the other cluster/
  * files):
  *   ctup up CLUSTER.yaml          start the head and the nodes, wait until every node has
- *                                 registered, print the address (export CT_ADDRESS=...)
+ *                                 registered, print the address (export CT_ADDRESS=...
+ *                                 CT_SECRET_FILE=...)
  *   ctup CLUSTER.yaml             the same as `ctup up CLUSTER.yaml` (like `ray up`)
  *   ctup down CLUSTER.yaml        stop every process `up` started (by recorded pid + start time)
  *   ctup status CLUSTER.yaml      the head's tables (nodes, stores, actors, placement groups)
@@ -11,7 +12,7 @@
  *   ctup exec CLUSTER.yaml CMD...             run a shell command on the head's host
  *   ctup secret FILE              write a new cluster secret (for hand-started ct-head/ct-node)
  * `up` writes a new cluster secret beside the state (ssh: copied to every host) for every start;
- * `down` removes it.
+ * `down` removes it, and so does a failed `up` (with the state and lock file it made).
  * Exit codes: 0 ok, 1 failed, 2 usage or configuration error; submit and exec forward the
  * program's. Not in here: YAML parsing, providers, the state file. */
 #define _GNU_SOURCE
@@ -52,6 +53,34 @@ static const char state_note[] =
     "State: $CT_STATE_DIR or ~/.ct/clusters/<cluster_name>.state (logs and the cluster's\n"
     "secret, <cluster_name>.secret, beside it; a new secret at every up).\n";
 
+/* The YAML reference (cluster/README.md): installed beside ctup (CT_DOC_FROM_BIN, relative to
+ * ctup's folder: ../share/doc/ct/ctup.md) or, for a ctup in its build tree, in the sources it
+ * was built from. */
+static const char *yaml_reference(char *out, size_t cap)
+{
+    char self[PATH_MAX], path[PATH_MAX + 64];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    char *slash = k > 0 ? (self[k] = 0, strrchr(self, '/')) : NULL;
+    if (slash) {
+        *slash = 0;
+        snprintf(path, sizeof path, "%s/%s/ctup.md", self, CT_DOC_FROM_BIN);
+        if (access(path, R_OK) == 0 && realpath(path, out))
+            return out;
+    }
+    snprintf(out, cap, "%s/cluster/README.md", CT_SOURCE_DIR);
+    if (access(out, R_OK) == 0)
+        return out;
+    snprintf(out, cap, "%s", slash ? path : "share/doc/ct/ctup.md (not found)");
+    return out;
+}
+
+/* The lines under every usage: where the state is, where the YAML is explained. */
+static void notes(FILE *f)
+{
+    char ref[PATH_MAX + 64];
+    fprintf(f, "%sYAML reference: %s\n", state_note, yaml_reference(ref, sizeof ref));
+}
+
 static void usage(FILE *f)
 {
     for (int i = 0; i < N_CMDS; i++)
@@ -59,16 +88,18 @@ static void usage(FILE *f)
     fprintf(f, "       ctup CLUSTER.yaml   (the same as ctup up CLUSTER.yaml)\n");
     for (int i = 0; i < N_CMDS; i++)
         fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].what);
-    fprintf(f, "'ctup COMMAND --help' shows one command.\n%s", state_note);
+    fprintf(f, "'ctup COMMAND --help' shows one command.\n");
+    notes(f);
 }
 
 /* Usage of command c alone: to stdout for --help, to stderr after a usage error. */
 static void cmd_usage(const char *c, FILE *f)
 {
     for (int i = 0; i < N_CMDS; i++)
-        if (!strcmp(cmds[i].name, c))
-            fprintf(f, "usage: ctup %s %s\n  %-8s %s\n%s", c, cmds[i].args, c, cmds[i].what,
-                    state_note);
+        if (!strcmp(cmds[i].name, c)) {
+            fprintf(f, "usage: ctup %s %s\n  %-8s %s\n", c, cmds[i].args, c, cmds[i].what);
+            notes(f);
+        }
 }
 
 static bool is_help(const char *a)
@@ -279,8 +310,9 @@ static int wait_registered(const ct_cluster_config *cfg, const ct_cluster_state 
 }
 
 /* A fresh secret for a cluster being started (the last start's is replaced: restarting is how
- * a secret is rotated), loaded in this process too for the registration wait. */
-static int new_secret(const char *cluster_name)
+ * a secret is rotated), loaded in this process too for the registration wait. *made: the file
+ * is this start's (a failed up removes it). */
+static int new_secret(const char *cluster_name, bool *made)
 {
     char path[4096];
     int rc = ct_cluster_secret_path(cluster_name, path, sizeof path);
@@ -290,6 +322,7 @@ static int new_secret(const char *cluster_name)
         return ct__error(-errno, "cannot replace the old secret %s: %s", path, strerror(errno));
     if ((rc = ct__secret_file_create(path)))
         return rc;
+    *made = true;
     return ct__auth_off() ? 0 : ct__auth_load(path);
 }
 
@@ -329,7 +362,7 @@ static int cmd_up(const char *path)
                             (int)st.procs[i].pid, st.procs[i].host, path);
             }
         if (alive) {
-            ct_cluster_unlock(&lock);
+            ct_cluster_unlock(cfg->cluster_name, &lock);
             ct_cluster_config_destroy(&cfg);
             return 1;
         }
@@ -342,20 +375,28 @@ static int cmd_up(const char *path)
     snprintf(st.config_path, sizeof st.config_path, "%s", realpath(path, abs) ? abs : path);
     snprintf(st.provider, sizeof st.provider, "%s",
              cfg->provider == CT_PROVIDER_SSH ? "ssh" : "local");
-    if ((rc = ct_cluster_state_write(&st)) || (rc = new_secret(cfg->cluster_name)) ||
-        (rc = ct_cluster_start(cfg, &st)) || (rc = wait_registered(cfg, &st))) {
+    bool made_secret = false;
+    char secret[4096];
+    if ((rc = ct_cluster_state_write(&st)) || (rc = new_secret(cfg->cluster_name, &made_secret)) ||
+        (rc = ct_cluster_start(cfg, &st)) || (rc = wait_registered(cfg, &st)) ||
+        (rc = ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret))) {
         fprintf(stderr, "ctup: up failed: %s\n", ct_last_error());
         int n;
         if (st.n_procs) {
             fprintf(stderr, "ctup: stopping what was started\n");
             ct_cluster_stop(cfg, &st, &n);
         }
+        /* what this up made goes (state, secret, lock); the logs stay, for the message above */
+        if (st.secret_copied && ct_cluster_remove_secret(cfg))
+            fprintf(stderr, "ctup: %s\n", ct_last_error());
         ct_cluster_state_remove(cfg->cluster_name);
-        ct_cluster_unlock(&lock);
+        if (made_secret && !ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret))
+            unlink(secret);
+        ct_cluster_unlock(cfg->cluster_name, &lock);
         ct_cluster_config_destroy(&cfg);
         return 1;
     }
-    ct_cluster_unlock(&lock);
+    ct_cluster_unlock(cfg->cluster_name, &lock);
     char logs[4096] = "";
     if (cfg->provider == CT_PROVIDER_LOCAL)
         ct_cluster_log_dir(cfg->cluster_name, logs, sizeof logs);
@@ -363,7 +404,15 @@ static int cmd_up(const char *path)
         ct__cluster_remote_log_dir(cfg, logs, sizeof logs);
     printf("cluster '%s' is up: head %s, %d node%s registered (%.2f s)\n", cfg->cluster_name,
            st.address, st.n_procs - 1, st.n_procs == 2 ? "" : "s", (ct__now_ms() - t0) / 1000.0);
-    printf("  export CT_ADDRESS=%s\n", st.address);
+    /* both, for a driver started by hand (ctup submit sets them itself) */
+    printf("  export CT_ADDRESS=%s CT_SECRET_FILE=", st.address);
+    if (ct__shell_safe_word(secret)) {
+        printf("%s\n", secret);
+    } else {
+        char q[8200] = "";
+        ct__shell_quote(q, sizeof q, secret);
+        printf("%s\n", q);
+    }
     printf("  ctup status %s    ctup submit %s PROGRAM    ctup down %s\n", path, path, path);
     printf("  logs: %s%s\n", cfg->provider == CT_PROVIDER_SSH ? "(on each host) " : "", logs);
     ct_cluster_config_destroy(&cfg);
@@ -386,6 +435,7 @@ static int cmd_down(const char *path)
     have = ct_cluster_state_read(cfg->cluster_name, &st) == 0;
     if (!have) {
         printf("cluster '%s' is not running (no state): nothing to stop\n", cfg->cluster_name);
+        ct_cluster_unlock(cfg->cluster_name, &lock);
         ct_cluster_config_destroy(&cfg);
         return 0;
     }
@@ -396,6 +446,7 @@ static int cmd_down(const char *path)
                 "ctup: down: some processes could not be stopped; the state is kept (run "
                 "'ctup down %s' again)\n",
                 path);
+        ct_cluster_unlock(cfg->cluster_name, &lock);
         ct_cluster_config_destroy(&cfg);
         return 1;
     }
@@ -403,8 +454,11 @@ static int cmd_down(const char *path)
     char secret[4096];
     if (!ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret))
         unlink(secret);
+    if (ct_cluster_remove_secret(cfg)) /* the hosts' copies (ssh); best effort */
+        fprintf(stderr, "ctup: %s\n", ct_last_error());
     printf("cluster '%s' is down (%d of %d processes were running and are stopped)\n",
            cfg->cluster_name, n, st.n_procs);
+    ct_cluster_unlock(cfg->cluster_name, &lock);
     ct_cluster_config_destroy(&cfg);
     return 0;
 }
@@ -565,6 +619,17 @@ static int cmd_secret(int argc, char **argv)
     if (argc > 3) {
         fprintf(stderr, "ctup secret: unexpected argument '%s' (one FILE only)\n", argv[3]);
         return 2;
+    }
+    /* ~/.ct/my.secret on a fresh machine: the missing parents are made, 0700 */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", argv[2]);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        if (ct__cluster_mkdir_p(dir)) {
+            fprintf(stderr, "ctup secret: %s\n", ct_last_error());
+            return 1;
+        }
     }
     if (ct__secret_file_create(argv[2])) {
         fprintf(stderr, "ctup secret: %s\n", ct_last_error());

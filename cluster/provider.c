@@ -267,7 +267,9 @@ static bool is_ip(const char *s)
 
 /* Starts one daemon on host (first creating make_dir when not NULL); fills proc (pid, start
  * time). When listen is not NULL, waits (on the host) up to the start timeout for
- * "listening on H:P" in the log and copies H:P to listen. */
+ * "listening on H:P" in the log and copies H:P to listen; a daemon that exits before that
+ * fails at once, with its exit status (the script's `wait`: it is the script's child) and the
+ * last lines of its log. */
 static int start_daemon(const ct_cluster_config *cfg, const char *host, const char *role,
                         const char *env_assign, char *const *cmds, int n_cmds,
                         const char *default_cmd, const char *make_dir, ct_cluster_proc *proc,
@@ -294,32 +296,45 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
                       tries)) ||
             (rc = shell_path(wait, sizeof wait, log)) ||
             (rc = cat(wait, sizeof wait,
-                      " && break; [ -e /proc/$p ] || break; sleep 0.05; "
-                      "i=$((i+1)); done; grep -m1 '^listening on ' ")) ||
+                      " && break; f=$(st); [ -n \"$f\" ] && [ \"${f%%%% *}\" != Z ] || break; "
+                      "sleep 0.05; i=$((i+1)); done; grep -m1 '^listening on ' ")) ||
             (rc = shell_path(wait, sizeof wait, log)) ||
-            (rc = cat(wait, sizeof wait, " || true\n")) ||
+            (rc = cat(wait, sizeof wait,
+                      " || { f=$(st); if [ -z \"$f\" ] || [ \"${f%%%% *}\" = Z ]; then "
+                      "wait $p; echo \"exited $?\"; fi; }\n")) ||
             (rc = cat(script, sizeof script, "%s", wait)))
             return rc;
     }
     rc = run_on(cfg, host, script, out, sizeof out);
     if (rc < 0)
         return rc;
-    int pid = 0;
+    int pid = 0, got = 0;
     unsigned long long start = 0;
-    if (rc != 0 || sscanf(out, "%d %llu", &pid, &start) != 2 || pid <= 0)
+    if (rc == 0)
+        got = sscanf(out, "%d %llu", &pid, &start);
+    const char *l = listen ? strstr(out, "listening on ") : NULL;
+    const char *ex = listen ? strstr(out, "\nexited ") : NULL;
+    /* no start time: the daemon was gone (and reaped) before the script read it */
+    if (pid <= 0 || !(got == 2 || (got == 1 && ex && !l)))
         return ct__error(CT_EIO, "%s on %s did not start (exit %d, output '%.200s'); see %s", role,
                          host, rc, out, log);
-    snprintf(proc->role, sizeof proc->role, "%s", role);
-    snprintf(proc->host, sizeof proc->host, "%s", host);
-    proc->pid = pid;
-    proc->start_time = start;
+    if (got == 2) {
+        snprintf(proc->role, sizeof proc->role, "%s", role);
+        snprintf(proc->host, sizeof proc->host, "%s", host);
+        proc->pid = pid;
+        proc->start_time = start;
+    }
     if (listen) {
-        const char *l = strstr(out, "listening on ");
         if (!l) {
             char tail[1024] = "";
             char t[4400] = "tail -n 5 ";
             if (!shell_path(t, sizeof t, log))
                 run_on(cfg, host, t, tail, sizeof tail);
+            if (ex) /* it ended before it listened: say so now, not at the timeout */
+                return ct__error(CT_EIO,
+                                 "%s on %s (pid %d) exited with status %d before it was "
+                                 "listening; %s says:\n%s",
+                                 role, host, pid, atoi(ex + 8), log, tail);
             return ct__error(CT_EIO,
                              "%s on %s (pid %d) did not print 'listening on' within %d s; "
                              "%s says:\n%s",
@@ -363,9 +378,11 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
     if ((rc = ct__cluster_daemon_secret(cfg, secret, sizeof secret)) ||
         (rc = ct_cluster_secret_path(cfg->cluster_name, local_secret, sizeof local_secret)))
         return rc;
-    if (cfg->provider == CT_PROVIDER_SSH &&
-        (rc = ct__cluster_ssh_copy_secret(cfg, hosts, nh, local_secret)))
-        return rc;
+    if (cfg->provider == CT_PROVIDER_SSH) {
+        st->secret_copied = true; /* from here the hosts' files are this start's */
+        if ((rc = ct__cluster_ssh_copy_secret(cfg, hosts, nh, local_secret)))
+            return rc;
+    }
 
     /* 2. the head */
     char head_args[512] = "";
@@ -539,6 +556,29 @@ int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, in
             fprintf(stderr, "ctup: %s (pid %d on %s) was not running\n", p->role, (int)p->pid,
                     p->host);
         }
+    }
+    return first;
+}
+
+int ct_cluster_remove_secret(const ct_cluster_config *cfg)
+{
+    if (cfg->provider != CT_PROVIDER_SSH)
+        return 0;
+    const char *hosts[CT_CLUSTER_MAX_NODES + 1];
+    int nh = distinct_hosts(cfg, hosts, CT_CLUSTER_MAX_NODES + 1), first = 0;
+    char secret[4096], script[8400] = "rm -f -- ";
+    int rc = ct__cluster_daemon_secret(cfg, secret, sizeof secret);
+    if (!rc)
+        rc = shell_path(script, sizeof script, secret);
+    if (rc)
+        return rc;
+    for (int i = 0; i < nh; i++) {
+        rc = run_on(cfg, hosts[i], script, NULL, 0);
+        if (rc > 0)
+            rc =
+                ct__error(CT_EIO, "cannot remove the cluster secret on %s (exit %d)", hosts[i], rc);
+        if (rc && !first)
+            first = rc;
     }
     return first;
 }

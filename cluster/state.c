@@ -24,7 +24,7 @@
 #include "cluster/cluster.h"
 #include "common/common.h"
 
-static int mkdir_p(const char *path)
+int ct__cluster_mkdir_p(const char *path)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
@@ -57,7 +57,7 @@ int ct_cluster_state_dir(char *out, size_t cap)
     }
     if (n < 0 || (size_t)n >= cap)
         return ct__error(CT_ERANGE, "state directory path too long");
-    return mkdir_p(out);
+    return ct__cluster_mkdir_p(out);
 }
 
 /* <state dir>/<cluster_name>.<ext> */
@@ -90,7 +90,7 @@ int ct_cluster_log_dir(const char *cluster_name, char *out, size_t cap)
     int n = snprintf(out, cap, "%s/%s", dir, cluster_name);
     if (n < 0 || (size_t)n >= cap)
         return ct__error(CT_ERANGE, "log directory path too long");
-    return mkdir_p(out);
+    return ct__cluster_mkdir_p(out);
 }
 
 int ct_cluster_state_read(const char *cluster_name, ct_cluster_state *st)
@@ -193,30 +193,44 @@ int ct_cluster_state_remove(const char *cluster_name)
 
 int ct_cluster_lock(const char *cluster_name, int *fd)
 {
-    char dir[3800], path[4096];
+    char path[4096];
     *fd = -1;
-    int rc = ct_cluster_state_dir(dir, sizeof dir);
+    int rc = state_file(cluster_name, "lock", path, sizeof path);
     if (rc)
         return rc;
-    snprintf(path, sizeof path, "%s/%s.lock", dir, cluster_name);
-    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (f < 0)
-        return ct__error(-errno, "%s: %s", path, strerror(errno));
-    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
-        rc = errno == EWOULDBLOCK
-                 ? ct__error(CT_EBUSY, "another ctup is starting or stopping cluster '%s' (%s)",
-                             cluster_name, path)
-                 : ct__error(-errno, "flock %s: %s", path, strerror(errno));
+    /* the holder removes the file as it lets go (ct_cluster_unlock): a lock taken on a file
+     * that is no longer the one at path is no lock, so take the one there now */
+    for (int tries = 0; tries < 100; tries++) {
+        int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (f < 0)
+            return ct__error(-errno, "%s: %s", path, strerror(errno));
+        if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+            rc = errno == EWOULDBLOCK
+                     ? ct__error(CT_EBUSY, "another ctup is starting or stopping cluster '%s' (%s)",
+                                 cluster_name, path)
+                     : ct__error(-errno, "flock %s: %s", path, strerror(errno));
+            close(f);
+            return rc;
+        }
+        struct stat held, now;
+        if (fstat(f, &held) == 0 && stat(path, &now) == 0 && held.st_dev == now.st_dev &&
+            held.st_ino == now.st_ino) {
+            *fd = f;
+            return 0;
+        }
         close(f);
-        return rc;
     }
-    *fd = f;
-    return 0;
+    return ct__error(CT_EBUSY, "cannot lock %s: it keeps being replaced", path);
 }
 
-void ct_cluster_unlock(int *fd)
+void ct_cluster_unlock(const char *cluster_name, int *fd)
 {
-    if (*fd >= 0)
-        close(*fd); /* closing drops the flock; the file stays (removing it would race) */
+    char path[4096];
+    if (*fd < 0)
+        return;
+    /* removed while still held, so that no other ctup can lock it between (see above) */
+    if (!state_file(cluster_name, "lock", path, sizeof path))
+        unlink(path);
+    close(*fd);
     *fd = -1;
 }

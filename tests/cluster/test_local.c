@@ -1,10 +1,43 @@
 /* tests/cluster/test_local.c — a local cluster's life cycle through the ctup binary:
- * up (head + 2 nodes, detached, recorded in the state file) -> status lists 2 nodes alive ->
- * submit of build/bin/actors exits 0, exit codes forwarded -> exec -> a second up is refused ->
- * a node killed shows DEAD -> down stops every recorded pid -> down again is fine; then an up
- * whose node cannot start fails and stops the head it had started; and a YAML mistake on the
- * command line names file:line:col. */
+ * up (head + 2 nodes, detached, recorded in the state file; prints CT_ADDRESS and
+ * CT_SECRET_FILE) -> status lists 2 nodes alive -> submit of build/bin/actors exits 0, exit
+ * codes forwarded -> exec -> a second up is refused -> a node killed shows DEAD -> down stops
+ * every recorded pid -> down again is fine; then an up whose node cannot start fails and stops
+ * the head it had started; a head whose port is taken fails at once with its exit status and
+ * its log, and the failed up removes the state, secret and lock it made (not its logs); a YAML
+ * mistake on the command line names file:line:col; `ctup secret` makes missing parent
+ * directories (0700); --help names the YAML reference, in the sources or installed. */
 #include "ctup_test.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+/* A path under the state directory, e.g. t_path("demo.lock") (static: the next call reuses
+ * it). */
+static const char *t_path(const char *name)
+{
+    static char p[600];
+    snprintf(p, sizeof p, "%s/%.250s", t_state, name);
+    return p;
+}
+
+static int mode_of(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (int)(sb.st_mode & 0777) : -1;
+}
+
+/* A TCP port on 127.0.0.1 that this process listens on (*fd: close it to free the port). */
+static int taken_port(int *fd)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (*fd < 0 || bind(*fd, (struct sockaddr *)&a, sizeof a) || listen(*fd, 1) ||
+        getsockname(*fd, (struct sockaddr *)&a, &len))
+        return -1;
+    return ntohs(a.sin_port);
+}
 
 int main(void)
 {
@@ -24,7 +57,7 @@ int main(void)
     double t0 = h_now_ms();
     int rc = t_ctup(&out, "up %s", cfg);
     double up_ms = h_now_ms() - t0;
-    char want[256], addr[128] = "";
+    char want[2200], addr[128] = "";
     snprintf(want, sizeof want, "cluster '%s' is up: head 127.0.0.1:", name);
     const char *a = out ? strstr(out, "export CT_ADDRESS=") : NULL;
     if (rc != 0 || !strstr(out, want) || !a) {
@@ -33,6 +66,15 @@ int main(void)
         return 1;
     }
     sscanf(a, "export CT_ADDRESS=%127s", addr);
+    /* a driver started by hand needs the secret too: the line exports both */
+    char secret[PATH_MAX], export_line[PATH_MAX + 200];
+    CHECK_OK(ct_cluster_secret_path(name, secret, sizeof secret));
+    snprintf(export_line, sizeof export_line, "  export CT_ADDRESS=%s CT_SECRET_FILE=%s\n", addr,
+             secret);
+    if (!strstr(out, export_line)) {
+        fprintf(stderr, "up: no line '%s' in:\n%s\n", export_line, out);
+        h_failures++;
+    }
     free(out);
     printf("up in %.0f ms, head %s\n", up_ms, addr);
     CHECK(strncmp(addr, "127.0.0.1:", 10) == 0 && atoi(addr + 10) > 0);
@@ -53,9 +95,7 @@ int main(void)
     /* status (from the file and by address) */
     T_EXPECT(0, NEEDLES("2 nodes (2 alive)", "CPU=2/2 disk=1/1", "64.0"), "status %s", cfg);
     /* the cluster's secret: this user's alone; a head asked with another secret is silent */
-    char secret[PATH_MAX];
     struct stat sst;
-    CHECK_OK(ct_cluster_secret_path(name, secret, sizeof secret));
     CHECK(stat(secret, &sst) == 0 && (sst.st_mode & 0777) == 0600 && sst.st_uid == getuid());
     T_EXPECT(1, NEEDLES("is this its cluster's secret?"), "status --address %s --timeout-ms 500",
              addr);
@@ -108,6 +148,8 @@ int main(void)
     CHECK(!h_node_dir_exists(st.procs[2].pid));
     CHECK_EQ_INT(ct_cluster_state_read(name, &st2), CT_ENOENT);
     CHECK(access(secret, F_OK) != 0); /* the secret goes with the cluster */
+    snprintf(want, sizeof want, "%s.lock", name);
+    CHECK(access(t_path(want), F_OK) != 0); /* and the lock file, once down has let go */
     snprintf(want, sizeof want, "cluster '%s' is not running (no state): nothing to stop", name);
     T_EXPECT(0, NEEDLES(want), "down %s", cfg);
     snprintf(want, sizeof want, "cluster '%s' is not up (run 'ctup up", name);
@@ -139,6 +181,50 @@ int main(void)
         CHECK(h_wait_gone(head_pid, 3000));
     snprintf(want, sizeof want, "%s-bad", name);
     CHECK_EQ_INT(ct_cluster_state_read(want, &st2), CT_ENOENT);
+    snprintf(want, sizeof want, "%s-bad.secret", name);
+    CHECK(access(t_path(want), F_OK) != 0);
+
+    /* a head whose port is taken exits at once: up says so with its exit status and its log,
+     * not after the start timeout; what the failed up made goes (state, secret, lock), its log
+     * and what it did not make stay */
+    int port_fd = -1, port = taken_port(&port_fd);
+    CHECK(port > 0);
+    snprintf(yaml, sizeof yaml,
+             "cluster_name: %s-clash\n"
+             "provider: {type: local, num_workers: 1}\n"
+             "ct: {head_port: %d, start_timeout_s: 60}\n",
+             name, port);
+    const char *clash = t_write("clash.yaml", yaml);
+    char mine[600];
+    snprintf(mine, sizeof mine, "%s", t_path("mine.secret"));
+    T_EXPECT(0, NULL, "secret %s", mine);
+    t_ctup(&out, "up %s", clash);
+    hp = out ? strstr(out, "ctup: up failed: head on 127.0.0.1 (pid ") : NULL;
+    head_pid = hp ? atoi(hp + 40) : 0;
+    if (head_pid > 0 && t_nextra < 32)
+        t_extra[t_nextra++] = head_pid;
+    snprintf(want, sizeof want, "cannot listen on 127.0.0.1:%d: Address already in use", port);
+    if (head_pid <= 0 || !strstr(hp, ") exited with status 1 before it was listening; ") ||
+        !strstr(hp, "/head.log says:\nct-head: ") || !strstr(hp, want) || strstr(out, "within") ||
+        !strstr(out, "rc=1")) {
+        fprintf(stderr, "port clash: output:\n%s\n", out ? out : "");
+        h_failures++;
+    }
+    free(out);
+    close(port_fd);
+    snprintf(want, sizeof want, "%s-clash", name);
+    CHECK_EQ_INT(ct_cluster_state_read(want, &st2), CT_ENOENT);
+    const char *gone[] = {"state", "secret", "lock"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(want, sizeof want, "%s-clash.%s", name, gone[i]);
+        if (access(t_path(want), F_OK) == 0) {
+            fprintf(stderr, "a failed up left %s\n", t_path(want));
+            h_failures++;
+        }
+    }
+    snprintf(want, sizeof want, "%s-clash/head.log", name);
+    CHECK(access(t_path(want), R_OK) == 0);
+    CHECK_EQ_INT(mode_of(mine), 0600);
 
     /* a head that never says "listening on" is stopped when up gives up on it */
     snprintf(yaml, sizeof yaml,
@@ -183,8 +269,9 @@ int main(void)
     CHECK_OK(ct_cluster_lock("once", &lock));
     T_EXPECT(1, NEEDLES("another ctup is starting or stopping cluster 'once'"), "up %s", once);
     T_EXPECT(1, NEEDLES("another ctup is starting or stopping cluster 'once'"), "down %s", once);
-    ct_cluster_unlock(&lock);
+    ct_cluster_unlock("once", &lock);
     CHECK_EQ_INT(lock, -1);
+    CHECK(access(t_path("once.lock"), F_OK) != 0);
     T_EXPECT(0, NEEDLES("nothing to stop"), "down %s", once);
 
     /* configuration mistakes: exit 2, file:line:col */
@@ -193,6 +280,58 @@ int main(void)
     T_EXPECT(2, NEEDLES(want), "up %s", typo);
     T_EXPECT(2, NEEDLES("cannot open"), "down %s/none.yaml", t_dir);
     T_EXPECT(2, NEEDLES("usage: ctup up CLUSTER.yaml"), "up");
+
+    /* ctup secret ~/.ct/my.secret on a fresh machine: the missing parents are made, 0700; an
+     * existing one keeps its mode */
+    char dir[600], file[700];
+    snprintf(dir, sizeof dir, "%s/open", t_dir);
+    CHECK(mkdir(dir, 0755) == 0 && chmod(dir, 0755) == 0);
+    snprintf(file, sizeof file, "%s/new/.ct/my.secret", dir);
+    T_EXPECT(0, NULL, "secret %s", file);
+    CHECK_EQ_INT(mode_of(file), 0600);
+    CHECK_EQ_INT(mode_of(dir), 0755);
+    snprintf(dir, sizeof dir, "%s/open/new", t_dir);
+    CHECK_EQ_INT(mode_of(dir), 0700);
+    snprintf(dir, sizeof dir, "%s/open/new/.ct", t_dir);
+    CHECK_EQ_INT(mode_of(dir), 0700);
+    snprintf(want, sizeof want, "secret file %s: File exists", file);
+    T_EXPECT(1, NEEDLES(want), "secret %s", file);
+    snprintf(file, sizeof file, "%s/my.secret", mine); /* a file as a parent */
+    T_EXPECT(1, NEEDLES("ctup secret: ", "Not a directory"), "secret %s", file);
+
+    /* --help names the YAML reference: the sources' cluster/README.md for this ctup; a ctup
+     * installed as PREFIX/bin/ctup names PREFIX/<docdir>/ctup.md */
+    t_ctup(&out, "--help");
+    const char *ref = out ? strstr(out, "\nYAML reference: ") : NULL;
+    char refpath[PATH_MAX] = "";
+    if (ref)
+        sscanf(ref, "\nYAML reference: %4095s", refpath);
+    char *text =
+        refpath[0] ? h_capture((snprintf(file, sizeof file, "cat '%s'", refpath), file)) : NULL;
+    if (!text || !strstr(refpath, "/cluster/README.md") || !strstr(text, "## Keys") ||
+        !strstr(text, "`cluster_name`")) {
+        fprintf(stderr, "--help: no readable YAML reference in:\n%s\n", out ? out : "");
+        h_failures++;
+    }
+    free(text);
+    free(out);
+    char inst[600], cmd[4000];
+    snprintf(inst, sizeof inst, "%s/inst", t_dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/bin %s/bin/%s && cp %s %s/bin/ && echo '# ref' > %s/bin/%s/ctup.md", inst,
+             inst, CT_DOC_FROM_BIN, h_bin("ctup"), inst, inst, CT_DOC_FROM_BIN);
+    CHECK(system(cmd) == 0);
+    char *real = realpath(
+        (snprintf(file, sizeof file, "%s/bin/%s/ctup.md", inst, CT_DOC_FROM_BIN), file), NULL);
+    snprintf(cmd, sizeof cmd, "%s/bin/ctup --help", inst);
+    out = h_capture(cmd);
+    snprintf(want, sizeof want, "\nYAML reference: %s\n", real ? real : "?");
+    if (!out || !strstr(out, want)) {
+        fprintf(stderr, "installed --help: want '%s' in:\n%s\n", want, out ? out : "");
+        h_failures++;
+    }
+    free(out);
+    free(real);
 
     if (h_failures)
         fprintf(stderr, "test_local: %d failure(s)\n", h_failures);

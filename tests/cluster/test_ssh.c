@@ -2,7 +2,9 @@
  * on PATH log their argv and run the remote command here (HOME is a private directory, as a
  * remote home would be). Checks the exact ssh/scp command lines (options, port, key, `--`, then
  * user@host), that the copied binaries are what runs, that each node's spill directory is made
- * (mode 700) by its start script, exec on the head, and down by recorded pid. */
+ * (mode 700) by its start script, exec on the head, and down by recorded pid, which removes the
+ * hosts' copies of the secret too; an up whose head exits at once says so (exit status, log) and
+ * removes the secret it copied. */
 #define _GNU_SOURCE
 #include <sys/stat.h>
 #include "ctup_test.h"
@@ -140,6 +142,9 @@ int main(void)
              "[-i] [%s] [--] [%s] [tester@127.0.0.1:.ct/secrets/%s.secret]",
              opts, known, key, secret, name);
     expect_in(l, want, "scp of the secret");
+    char remote_secret[PATH_MAX];
+    snprintf(remote_secret, sizeof remote_secret, "%s/.ct/secrets/%s.secret", home, name);
+    CHECK(access(remote_secret, R_OK) == 0);
     /* the head and the nodes */
     expect_in(l,
               "nohup setsid sh -c 'exec \"$HOME\"/'\\''.ct/bin'\\''/ct-head --host 127.0.0.1 "
@@ -213,8 +218,41 @@ int main(void)
     snprintf(want, sizeof want, "[--] [tester@localhost] [p=%d; s=%llu; ", (int)st.procs[2].pid,
              st.procs[2].start_time);
     expect_in(l, want, "stop of node-2 on its host");
+    snprintf(want, sizeof want,
+             "[--] [tester@localhost] [rm -f -- \"$HOME\"/'.ct/secrets/%s.secret']", name);
+    expect_in(l, want, "the secret removed on the second host");
     free(l);
+    CHECK(access(remote_secret, F_OK) != 0);
+    CHECK(access(secret, F_OK) != 0);
     T_EXPECT(0, NEEDLES("nothing to stop"), "down %s", cfg);
+
+    /* a head that exits at once (on its host, over ssh): up says so with its exit status and
+     * its log, and removes the secret it copied, here and on the hosts */
+    snprintf(yaml, sizeof yaml,
+             "cluster_name: %s-bad\n"
+             "provider: {type: ssh, head_ip: 127.0.0.1, worker_ips: [localhost]}\n"
+             "auth: {ssh_user: tester, ssh_known_hosts: %s}\n"
+             "head_start_commands: ['echo no head here', 'sh -c \"exit 3\"']\n"
+             "ct: {start_timeout_s: 60}\n",
+             name, known);
+    const char *bad = t_write("bad.yaml", yaml);
+    t_ctup(&out, "up %s", bad);
+    snprintf(want, sizeof want,
+             ") exited with status 3 before it was listening; ~/.ct/logs/%s-bad/head.log "
+             "says:\nno head here\n",
+             name);
+    if (!out || !strstr(out, "ctup: up failed: head on 127.0.0.1 (pid ") || !strstr(out, want) ||
+        !strstr(out, "copying the cluster secret to localhost")) {
+        fprintf(stderr, "failed up: want '%s' in:\n%s\n", want, out ? out : "");
+        h_failures++;
+    }
+    free(out);
+    snprintf(path, sizeof path, "%s/.ct/secrets/%s-bad.secret", home, name);
+    CHECK(access(path, F_OK) != 0);
+    snprintf(want, sizeof want, "%s-bad", name);
+    CHECK_OK(ct_cluster_secret_path(want, secret, sizeof secret));
+    CHECK(access(secret, F_OK) != 0);
+    CHECK_EQ_INT(ct_cluster_state_read(want, &st), CT_ENOENT);
 
     if (h_failures)
         fprintf(stderr, "test_ssh: %d failure(s)\n", h_failures);

@@ -36,8 +36,10 @@
 # and ct_test_guard kills what carries its CT_TEST_GUARD mark: the holders, the switch, ctup, the
 # driver and (the sshd config's SetEnv) every process a login starts, ct-head and ct-node
 # included; each sshd dies with the script (PR_SET_PDEATHSIG).
-# Skips (exit 77) without root, ip, ss, unshare/nsenter/setpriv, ssh, /usr/sbin/sshd or
-# /dev/net/tun.
+# Skips (exit 77) without root, ip, ss, unshare/nsenter/setpriv, ssh, /usr/sbin/sshd,
+# /dev/net/tun, /proc, network namespaces, or a private mount namespace with a bind mount in it
+# (`unshare -m` makes / private, which fails with EINVAL where / is not a mount point: a plain
+# chroot; scripts/fresh-check.sh bind-mounts its root onto itself first).
 set -euo pipefail
 bin=$(cd "$1" && pwd) # absolute: commands on a host start in its home
 skip() {
@@ -50,7 +52,15 @@ for t in ip ss unshare nsenter setpriv ssh ssh-keygen; do
 done
 [ -x /usr/sbin/sshd ] || skip "/usr/sbin/sshd not found (openssh-server: scripts/install-deps.sh)"
 [ -c /dev/net/tun ] || skip "no /dev/net/tun (the switch's TUN devices)"
+[ -r /proc/self/ns/net ] || skip "no /proc/self/ns/net (is /proc mounted?)"
 unshare --net true 2>/dev/null || skip "cannot make a network namespace (unshare --net)"
+probe=$(mktemp -d /tmp/ct-netns-probe.XXXXXX)
+if ! err=$(unshare -m sh -c 'mount --bind "$0" "$0"' "$probe" 2>&1); then
+    rmdir "$probe"
+    skip "cannot make a private mount namespace with a bind mount in it (unshare -m:" \
+        "${err:-failed}); in a chroot, / must be a mount point (mount --bind ROOT ROOT first)"
+fi
+rmdir "$probe"
 
 tmp=$(mktemp -d /tmp/ct-netns.XXXXXX)
 name=netns-$$

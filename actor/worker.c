@@ -212,8 +212,13 @@ void ct__zygote_main(int fd)
     env.host = getenv("CT_NODE_HOST");
     s = getenv("CT_NODE_PID");
     env.node_pid = s ? atoi(s) : getppid();
-    if (!env.head || !env.node_id || !env.host)
+    if (!env.head || !env.node_id || !env.host) {
+        fprintf(stderr, "zygote: CT_HEAD, CT_NODE_ID or CT_NODE_HOST is not set\n");
         _exit(2);
+    }
+    /* `ps -o comm` (and top, pgrep) tell it from the program it runs and from its actors. The
+     * argv area stays the program's: its code may keep pointers into it. */
+    prctl(PR_SET_NAME, "ct-zygote");
     /* private copies: the environment is cleaned for the actors' own children */
     char head[160], node_id[40], host[80];
     snprintf(head, sizeof head, "%s", env.head);
@@ -244,6 +249,14 @@ void ct__zygote_main(int fd)
     char *buf = malloc(cap);
     if (!buf)
         _exit(2);
+    /* Serving: stderr back from the node's pipe (node.c read_err, which quotes the end of what
+     * came before in a start failure) to the node's own. The actors inherit that one. */
+    const char *efd = getenv("CT_STDERR_FD");
+    if (efd && atoi(efd) > STDERR_FILENO) {
+        dup2(atoi(efd), STDERR_FILENO);
+        close(atoi(efd));
+    }
+    unsetenv("CT_STDERR_FD");
     for (;;) {
         ssize_t n = recv(fd, buf, cap, 0);
         if (n == 0)
@@ -282,6 +295,7 @@ void ct__zygote_main(int fd)
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != env.node_pid)
                 _exit(1);
+            prctl(PR_SET_NAME, "ct-actor");
             /* before any of the actor's code: CUDA reads it once, when it initializes (a
              * zygote that initialized CUDA before the fork could not hand it on anyway) */
             setenv("CUDA_VISIBLE_DEVICES", r->cuda_devices, 1);

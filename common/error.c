@@ -44,6 +44,8 @@ const char *ct_strerror(int err)
         return "ZeroMQ error";
     case CT_ERETRY:
         return "retries exhausted";
+    case CT_ESTART:
+        return "cannot start";
     default:
         break;
     }

@@ -37,6 +37,8 @@ enum {
     CT_ENCCL = -10004,  /* NCCL call failed */
     CT_EZMQ = -10005,   /* ZeroMQ call failed */
     CT_ERETRY = -10006, /* retries spent */
+    CT_ESTART = -10007, /* a process cannot start and would fail the same way again (an exec
+                         * error, a missing shared library): not worth a retry */
 };
 
 /* Returns a static, human-readable name for an error code ("invalid argument", ...). */

@@ -81,7 +81,9 @@
  * from the store, and continues from that epoch (or that batch of it: checkpoint_every_steps).
  * Every failure spends one of max_retries (a group that fails to start too); past them
  * trainer_train returns CT_ERETRY and ct_last_error() says what failed (replica, pid, node,
- * signal or exit status). The driver's node is assumed not to fail.
+ * signal or exit status). A group whose program cannot start on a node (an exec error, a
+ * missing shared library: the node quotes its stderr) spends none: trainer_train returns
+ * CT_ESTART at once with that message. The driver's node is assumed not to fail.
  *
  * Elastic bounds (trainer_opts.min_replicas, max_replicas). A group has between min_replicas
  * and max_replicas replicas: as many as the head's free resources fit, up to max_replicas.
@@ -645,7 +647,8 @@ typedef struct trainer_train_opts {
  * has an index already (the job resumed) keeps its list. */
 
 /* Trains from the current epoch up to the epoch count. Returns 0, CT_ERETRY when more than
- * max_retries failures happened (ct_last_error() names the last one), or another CT_E* code
+ * max_retries failures happened (ct_last_error() names the last one), CT_ESTART when the
+ * replicas' program cannot start (not retried), or another CT_E* code
  * (a creator's error in every replica, an on_epoch stop). The group stays up afterwards for
  * trainer_validate; trainer_shutdown ends it. */
 int trainer_train_with(trainer *t, const trainer_train_opts *opts);

@@ -58,6 +58,9 @@ extern char **environ;
 #define MAX_ZYG 16
 #define MAX_EARLY 256
 #define MAX_GPUS 64 /* GPU indices a node hands out (a bit each in nactor.gpus) */
+/* actors' stderr memfds held at once: a burst of thousands of creations keeps the node's
+ * descriptors for its sockets and files (those beyond start without a quoted stderr) */
+#define MAX_ERR_FDS 128
 
 #define ZYG_TAIL 512 /* bytes of a starting zygote's stderr kept for its failure report */
 typedef struct zygote {
@@ -82,6 +85,7 @@ typedef struct nactor {
     bool reported;    /* its ready/failed record came (so its zygote may go) */
     uint64_t gpus;    /* the GPU indices it holds, bit i for index i */
     double gpu_share; /* how much of each of them (1: whole; < 1: shared) */
+    int err_fd;       /* its stderr (a memfd) until it reports, from its zygote; -1: none */
 } nactor;
 
 typedef struct early {
@@ -121,6 +125,7 @@ typedef struct nodest {
     pid_t retired[MAX_EARLY]; /* zygotes the node killed, not reaped yet (no early exits) */
     int nretired;
     int zyg_idle_ms; /* a zygote without actors here and unused this long ends */
+    int nerr_fds;    /* actors' err_fd held */
     uint64_t req;
     bool detached;              /* ct__node_new_detached: no fork, no exec, no kill */
     int ngpu;                   /* GPU indices 0..ngpu-1 given to actors */
@@ -257,13 +262,29 @@ static int send_head(nodest *n, Ct__Envelope *e)
     return rc;
 }
 
-static void report_exit(nodest *n, const char *actor_id, pid_t pid, int status)
+static void tail_lines(const char *tail, int len, char *out, size_t cap);
+
+/* Tells the head that actor a ended (pid, wait status). One that died before its record (in
+ * its class's create) brings the last lines of its stderr, the memfd its zygote gave the node,
+ * which is also copied to the node's stderr (the actor, dead, did not put it there). */
+static void report_exit(nodest *n, const nactor *a, pid_t pid, int status)
 {
+    char tail[400] = "", buf[4096];
+    if (a->err_fd >= 0 && !a->reported) {
+        ssize_t k;
+        off_t end = 0;
+        for (; (k = pread(a->err_fd, buf, sizeof buf, end)) > 0; end += k)
+            (void)!write(STDERR_FILENO, buf, k);
+        off_t from = end > ZYG_TAIL ? end - ZYG_TAIL : 0;
+        if ((k = pread(a->err_fd, buf, end - from, from)) > 0)
+            tail_lines(buf, (int)k, tail, sizeof tail);
+    }
     Ct__Envelope e;
     Ct__ActorExited x = CT__ACTOR_EXITED__INIT;
     ct__env_init(&e, 0, n->id, 0);
-    x.actor_id = (char *)actor_id;
+    x.actor_id = (char *)a->id;
     x.pid = pid;
+    x.stderr_tail = tail;
     if (WIFSIGNALED(status))
         x.term_signal = WTERMSIG(status);
     else
@@ -271,7 +292,7 @@ static void report_exit(nodest *n, const char *actor_id, pid_t pid, int status)
     e.body_case = CT__ENVELOPE__BODY_ACTOR_EXITED;
     e.actor_exited = &x;
     send_head(n, &e);
-    CT_LOG(CT_LOG_INFO, "node", "actor %s (pid %d) ended: status %d signal %d", actor_id, (int)pid,
+    CT_LOG(CT_LOG_INFO, "node", "actor %s (pid %d) ended: status %d signal %d", a->id, (int)pid,
            x.exit_status, x.term_signal);
 }
 
@@ -455,6 +476,10 @@ static void gpu_give_back(nodest *n, nactor *a)
 static void remove_actor(nodest *n, int i)
 {
     gpu_give_back(n, &n->a[i]);
+    if (n->a[i].err_fd >= 0) {
+        close(n->a[i].err_fd);
+        n->nerr_fds--;
+    }
     ix_del(n, i);
     if (i != --n->na) {
         ix_del(n, n->na);
@@ -501,20 +526,21 @@ static void read_err(nodest *n, int zi)
     }
 }
 
-/* The last lines (at most 3, 300 bytes) of z's stderr on one line, " | " between them. */
-static void tail_lines(const zygote *z, char *out, size_t cap)
+/* The last lines (at most 3, 300 bytes) of the len bytes at tail on one line, " | " between
+ * them. */
+static void tail_lines(const char *tail, int len, char *out, size_t cap)
 {
-    int end = z->tail_len, nl = 0;
-    while (end > 0 && (z->tail[end - 1] == '\n' || z->tail[end - 1] == ' '))
+    int end = len, nl = 0;
+    while (end > 0 && (tail[end - 1] == '\n' || tail[end - 1] == ' '))
         end--;
     int start = end;
-    while (start > 0 && !(z->tail[start - 1] == '\n' && ++nl == 3))
+    while (start > 0 && !(tail[start - 1] == '\n' && ++nl == 3))
         start--;
     if (end - start > 300)
         start = end - 300;
     size_t o = 0;
     for (int i = start; i < end && o + 4 < cap; i++) {
-        char c = z->tail[i];
+        char c = tail[i];
         if (c == '\n') {
             memcpy(out + o, " | ", 3);
             o += 3;
@@ -576,7 +602,7 @@ static void zygote_gone(nodest *n, int zi, int status)
     } else {
         permanent = status != -1 && WIFEXITED(status) &&
                     (WEXITSTATUS(status) == 126 || WEXITSTATUS(status) == 127);
-        tail_lines(z, tail, sizeof tail);
+        tail_lines(z->tail, z->tail_len, tail, sizeof tail);
         snprintf(why, sizeof why, "the zygote (pid %d) %s before serving%s%s", (int)z->pid, how,
                  tail[0] ? "; its stderr: " : " (nothing on its stderr)", tail);
     }
@@ -1007,6 +1033,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     snprintf(qr->id, sizeof qr->id, "%s", s->actor_id);
     nactor *a = &n->a[n->na++];
     memset(a, 0, sizeof *a);
+    a->err_fd = -1;
     snprintf(a->id, sizeof a->id, "%s", s->actor_id);
     ix_set(n, n->na - 1);
     gpu_take(n, a, s->gpus, r->cuda_devices, sizeof r->cuda_devices);
@@ -1029,11 +1056,34 @@ static void forward_ready(nodest *n, const ct__zrep *r)
     send_head(n, &e);
 }
 
+/* Receives one record from a zygote's socket; the descriptor that came with it (an actor's
+ * stderr memfd) in *efd, -1 for none. */
+static ssize_t recv_rep(int fd, ct__zrep *r, int *efd)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } c;
+    struct iovec io = {r, sizeof *r};
+    struct msghdr m = {
+        .msg_iov = &io, .msg_iovlen = 1, .msg_control = c.buf, .msg_controllen = sizeof c.buf};
+    *efd = -1;
+    ssize_t got = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    for (struct cmsghdr *h = got >= 0 ? CMSG_FIRSTHDR(&m) : NULL; h; h = CMSG_NXTHDR(&m, h))
+        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
+            h->cmsg_len >= CMSG_LEN(sizeof(int)) && *efd < 0)
+            memcpy(efd, CMSG_DATA(h), sizeof *efd);
+    return got;
+}
+
 static void on_zygote_reply(nodest *n, int zi)
 {
     for (int k = 0; k < 256; k++) {
         ct__zrep r;
-        ssize_t got = recv(n->z[zi].fd, &r, sizeof r, MSG_DONTWAIT);
+        int efd;
+        ssize_t got = recv_rep(n->z[zi].fd, &r, &efd);
+        if (got != sizeof r && efd >= 0)
+            close(efd);
         if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
             /* every end of its socketpair closed: the zygote is exiting; its status, now */
             int st = -1;
@@ -1054,9 +1104,22 @@ static void on_zygote_reply(nodest *n, int zi)
         if (r.kind == CT_ZREP_SPAWNED && n->z[zi].outstanding > 0)
             n->z[zi].outstanding--;
         int i = ix_find(n, r.actor_id);
-        if (i < 0)
+        nactor *a = i >= 0 ? &n->a[i] : NULL;
+        if (a && efd >= 0 && r.kind == CT_ZREP_SPAWNED && !a->reported && a->err_fd < 0 &&
+            n->nerr_fds < MAX_ERR_FDS) {
+            a->err_fd = efd; /* until it reports (READY or FAILED below) */
+            n->nerr_fds++;
+            efd = -1;
+        }
+        if (efd >= 0)
+            close(efd);
+        if (!a)
             continue;
-        nactor *a = &n->a[i];
+        if (r.kind != CT_ZREP_SPAWNED && a->err_fd >= 0) {
+            close(a->err_fd); /* it reported: its stderr is its own again (worker.c) */
+            a->err_fd = -1;
+            n->nerr_fds--;
+        }
         if (r.kind == CT_ZREP_READY) {
             a->reported = true;
             forward_ready(n, &r);
@@ -1082,7 +1145,7 @@ static void on_zygote_reply(nodest *n, int zi)
             if (n->early[j].pid == r.pid)
                 break;
         if (j < n->nearly) {
-            report_exit(n, a->id, r.pid, n->early[j].status);
+            report_exit(n, a, r.pid, n->early[j].status);
             n->early[j] = n->early[--n->nearly];
             remove_actor(n, i);
             continue;
@@ -1110,7 +1173,7 @@ static void reap(nodest *n)
             }
         for (int i = 0; i < n->na && !found; i++)
             if (n->a[i].pid == pid) {
-                report_exit(n, n->a[i].id, pid, status);
+                report_exit(n, &n->a[i], pid, status);
                 remove_actor(n, i);
                 found = true;
             }
@@ -1614,6 +1677,9 @@ void ct__node_destroy_detached(ct__node **np)
         close(n->z[i].peer_fd);
         free(n->z[i].key);
     }
+    for (int i = 0; i < n->na; i++)
+        if (n->a[i].err_fd >= 0)
+            close(n->a[i].err_fd);
     while (n->qh < n->qn)
         qreq_pop(n);
     free(n->q);

@@ -1366,11 +1366,11 @@ static void on_actor_exited(head *h, const ct__rid *rid, Ct__Envelope *e)
                         "actor_exited.actor_id: only the node hosting %s reports its end", a->id);
         return;
     }
-    char why[96];
-    if (x->term_signal)
-        snprintf(why, sizeof why, "killed by signal %d", x->term_signal);
-    else
-        snprintf(why, sizeof why, "exited with status %d", x->exit_status);
+    char why[420];
+    int k = x->term_signal ? snprintf(why, sizeof why, "killed by signal %d", x->term_signal)
+                           : snprintf(why, sizeof why, "exited with status %d", x->exit_status);
+    if (x->stderr_tail && *x->stderr_tail) /* it died before serving: what it wrote last */
+        snprintf(why + k, sizeof why - k, "; its stderr: %.360s", x->stderr_tail);
     actor_dead(h, a, x->pid, x->exit_status, x->term_signal, why);
     schedule(h);
 }

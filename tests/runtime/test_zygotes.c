@@ -9,6 +9,8 @@
  *   the node);
  * - an embedded cluster (ct_init(NULL)): the driver's head and node children are "ct-head" and
  *   "ct-node", its actor "ct-actor" under that node;
+ * - an actor that dies in its create (a message on stderr, then exit 3): the creator gets
+ *   CT_EDEAD with the exit status and that message (the node quotes the actor's stderr);
  * - nothing this test started is left running. */
 #include "harness.h"
 #include "classes.h"
@@ -101,17 +103,35 @@ static int wait_childless(pid_t pid, int timeout_ms)
     }
 }
 
+/* An actor whose create says why on stderr and exits (a data file missing, say). */
+static int crasher_new(const void *args, size_t len, void **state)
+{
+    (void)args, (void)len, (void)state;
+    fprintf(stderr, "crasher: loading its data\n");
+    fprintf(stderr, "crasher: /nonexistent/shard-7.bin: No such file or directory\n");
+    _exit(3);
+}
+
 /* ---- the driver processes (this executable with --driver MODE ADDR) ----
  * MODE "job": 2 Counter actors on resource a, prints "actor PID" for each, "ready", then waits
  * for stdin's end and shuts down. MODE "idle": 1 actor on b, prints it, kills it, prints
  * "killed", waits for stdin's end. MODE "embedded": ct_init(NULL), 1 actor, prints it and
- * "ready", waits for stdin's end. */
+ * "ready", waits for stdin's end. MODE "crash": creates a Crasher on a, prints
+ * "crash RC MESSAGE" and exits. */
 static int driver(const char *mode, const char *addr)
 {
     bool embedded = !strcmp(mode, "embedded"), idle = !strcmp(mode, "idle");
     ct_init_opts io = {.address = addr, .cpus = 2};
     if (ct_init(embedded ? &(ct_init_opts){.cpus = 2} : &io))
         return 1;
+    if (!strcmp(mode, "crash")) {
+        ct_actor *c = NULL;
+        int rc = ct_actor_create("Crasher", &(ct_resources){.custom = {{"a", 1}}}, NULL, 0, &c);
+        printf("crash %d %s\n", rc, rc ? ct_last_error() : "");
+        ct_actor_release(&c);
+        ct_shutdown();
+        return 0;
+    }
     ct_actor *a[2] = {NULL, NULL};
     int n = embedded || idle ? 1 : 2;
     ct_resources r = {.custom = {{idle ? "b" : "a", 1}}};
@@ -222,6 +242,7 @@ static void job_on(pid_t node, const char *addr, int round)
 int main(int argc, char **argv)
 {
     register_test_classes();
+    ct_actor_class_register("Crasher", &(ct_actor_class){.create = crasher_new});
     ct_serve_if_worker();
     if (argc == 4 && !strcmp(argv[1], "--driver"))
         return driver(argv[2], argv[3]);
@@ -259,6 +280,17 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(ppid_of(enode), d);
     CHECK_EQ_INT(children_named(d, "ct-head"), 1);
     CHECK_EQ_INT(children_named(d, "ct-node"), 1);
+    end_driver(d, out, in);
+
+    /* an actor that dies in create: its stderr's last lines reach the creator */
+    d = spawn_driver("crash", addr, &out, &in);
+    char line[1024] = "";
+    CHECK_OK(h_read_line(out, line, sizeof line, 60000));
+    printf("%s\n", line);
+    CHECK(!strncmp(line, "crash -10001 ", 13)); /* CT_EDEAD */
+    CHECK(strstr(line, "exited with status 3") != NULL);
+    CHECK(strstr(line, "its stderr: crasher: loading its data | crasher: /nonexistent/shard-7.bin: "
+                       "No such file or directory") != NULL);
     end_driver(d, out, in);
 
     CHECK(!h_gone(na) && !h_gone(nb) && !h_gone(head));

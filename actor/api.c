@@ -574,6 +574,7 @@ static int start_embedded(const ct_init_opts *o, int timeout_ms, char *addr, siz
                 _exit(1);
             close(watch[1]);
             close(ready[0]);
+            prctl(PR_SET_NAME, which ? "ct-node" : "ct-head"); /* as the daemons show in ps */
             int r;
             if (which == 0) {
                 ct_head_opts ho = {.host = "127.0.0.1",
@@ -1117,6 +1118,7 @@ int ct_actor_create_many(const char *cls, const ct_resources *res, const void *a
     /* each actor is connected as soon as its reply is in, while later ones still start, so
      * that the connects overlap the forks instead of trailing them */
     int got = 0, first_err = 0;
+    char first_msg[1024] = ""; /* first_err's message (a later failure would overwrite it) */
     int64_t until = ct__now_ms() + timeout + 1000;
     hwait w = {.lo = first, .hi = req, .slots = reps};
     waits_add(&w);
@@ -1125,8 +1127,11 @@ int ct_actor_create_many(const char *cls, const ct_resources *res, const void *a
         for (int i = scan; i < n; i++)
             if (reps[i] && reps[i]->req_id) {
                 int r1 = create_finish(reps[i], &out[i]);
-                if (r1 && !first_err)
+                /* the first failure, or one that will not pass on a retry (CT_ESTART) */
+                if (r1 && (!first_err || (r1 == CT_ESTART && first_err != CT_ESTART))) {
                     first_err = r1;
+                    snprintf(first_msg, sizeof first_msg, "%s", ct_last_error());
+                }
                 reps[i]->req_id = 0; /* finished (out[i] stays NULL on failure) */
                 got++;
             }
@@ -1144,7 +1149,7 @@ int ct_actor_create_many(const char *cls, const ct_resources *res, const void *a
         sleep_unlocked(-1, left);
     }
     waits_remove(&w);
-    rc = first_err;
+    rc = first_err ? ct__error(first_err, "%s", first_msg) : 0;
 out:
     for (int i = 0; i < n; i++)
         ct__msg_free(reps[i]);

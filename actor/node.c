@@ -58,15 +58,23 @@ extern char **environ;
 #define MAX_ZYG 16
 #define MAX_EARLY 256
 #define MAX_GPUS 64 /* GPU indices a node hands out (a bit each in nactor.gpus) */
+/* actors' stderr memfds held at once: a burst of thousands of creations keeps the node's
+ * descriptors for its sockets and files (those beyond start without a quoted stderr) */
+#define MAX_ERR_FDS 128
 
+#define ZYG_TAIL 512 /* bytes of a starting zygote's stderr kept for its failure report */
 typedef struct zygote {
-    char *key; /* exe path + NUL-joined argv */
+    char *key; /* job token + exe path + NUL-joined argv */
     size_t keylen;
     pid_t pid;
     int fd;
     int outstanding; /* start requests sent, spawn not yet reported */
     int64_t last_used;
     int peer_fd; /* detached node only: the zygote's end of the socketpair (no process) */
+    int err_fd;  /* the pipe on its stderr until it serves (copied to the node's), -1: closed */
+    char tail[ZYG_TAIL]; /* the last bytes read from err_fd */
+    int tail_len;
+    bool served; /* it sent a record: it got to its loop (a death is no start failure of its) */
 } zygote;
 
 typedef struct nactor {
@@ -77,6 +85,7 @@ typedef struct nactor {
     bool reported;    /* its ready/failed record came (so its zygote may go) */
     uint64_t gpus;    /* the GPU indices it holds, bit i for index i */
     double gpu_share; /* how much of each of them (1: whole; < 1: shared) */
+    int err_fd;       /* its stderr (a memfd) until it reports, from its zygote; -1: none */
 } nactor;
 
 typedef struct early {
@@ -113,6 +122,10 @@ typedef struct nodest {
     int qh, qn, qcap;
     early early[MAX_EARLY];
     int nearly;
+    pid_t retired[MAX_EARLY]; /* zygotes the node killed, not reaped yet (no early exits) */
+    int nretired;
+    int zyg_idle_ms; /* a zygote without actors here and unused this long ends */
+    int nerr_fds;    /* actors' err_fd held */
     uint64_t req;
     bool detached;              /* ct__node_new_detached: no fork, no exec, no kill */
     int ngpu;                   /* GPU indices 0..ngpu-1 given to actors */
@@ -249,13 +262,29 @@ static int send_head(nodest *n, Ct__Envelope *e)
     return rc;
 }
 
-static void report_exit(nodest *n, const char *actor_id, pid_t pid, int status)
+static void tail_lines(const char *tail, int len, char *out, size_t cap);
+
+/* Tells the head that actor a ended (pid, wait status). One that died before its record (in
+ * its class's create) brings the last lines of its stderr, the memfd its zygote gave the node,
+ * which is also copied to the node's stderr (the actor, dead, did not put it there). */
+static void report_exit(nodest *n, const nactor *a, pid_t pid, int status)
 {
+    char tail[400] = "", buf[4096];
+    if (a->err_fd >= 0 && !a->reported) {
+        ssize_t k;
+        off_t end = 0;
+        for (; (k = pread(a->err_fd, buf, sizeof buf, end)) > 0; end += k)
+            (void)!write(STDERR_FILENO, buf, k);
+        off_t from = end > ZYG_TAIL ? end - ZYG_TAIL : 0;
+        if ((k = pread(a->err_fd, buf, end - from, from)) > 0)
+            tail_lines(buf, (int)k, tail, sizeof tail);
+    }
     Ct__Envelope e;
     Ct__ActorExited x = CT__ACTOR_EXITED__INIT;
     ct__env_init(&e, 0, n->id, 0);
-    x.actor_id = (char *)actor_id;
+    x.actor_id = (char *)a->id;
     x.pid = pid;
+    x.stderr_tail = tail;
     if (WIFSIGNALED(status))
         x.term_signal = WTERMSIG(status);
     else
@@ -263,17 +292,19 @@ static void report_exit(nodest *n, const char *actor_id, pid_t pid, int status)
     e.body_case = CT__ENVELOPE__BODY_ACTOR_EXITED;
     e.actor_exited = &x;
     send_head(n, &e);
-    CT_LOG(CT_LOG_INFO, "node", "actor %s (pid %d) ended: status %d signal %d", actor_id, (int)pid,
+    CT_LOG(CT_LOG_INFO, "node", "actor %s (pid %d) ended: status %d signal %d", a->id, (int)pid,
            x.exit_status, x.term_signal);
 }
 
-static void report_start_failed(nodest *n, const char *actor_id, const char *reason)
+/* permanent: it would fail the same way again (the head answers CT_ESTART, not retried) */
+static void report_start_failed(nodest *n, const char *actor_id, const char *reason, bool permanent)
 {
     Ct__Envelope e;
     Ct__StartFailed f = CT__START_FAILED__INIT;
     ct__env_init(&e, 0, n->id, 0);
     f.actor_id = (char *)actor_id;
     f.reason = (char *)reason;
+    f.permanent = permanent;
     e.body_case = CT__ENVELOPE__BODY_START_FAILED;
     e.start_failed = &f;
     send_head(n, &e);
@@ -445,6 +476,10 @@ static void gpu_give_back(nodest *n, nactor *a)
 static void remove_actor(nodest *n, int i)
 {
     gpu_give_back(n, &n->a[i]);
+    if (n->a[i].err_fd >= 0) {
+        close(n->a[i].err_fd);
+        n->nerr_fds--;
+    }
     ix_del(n, i);
     if (i != --n->na) {
         ix_del(n, n->na);
@@ -453,19 +488,141 @@ static void remove_actor(nodest *n, int i)
     }
 }
 
-static void zygote_gone(nodest *n, int zi)
+/* ---- a zygote's stderr while it starts ----
+ * A zygote runs the user's program up to ct_init() and can die there (a missing shared library,
+ * an exec error, the program's own message): its stderr is a pipe the node copies to its own
+ * stderr, keeping the last ZYG_TAIL bytes, which a death before serving quotes to the creator.
+ * The zygote puts its own stderr back when it serves (worker.c), which ends the pipe. */
+
+/* Reads what zygote zi wrote to the pipe so far; closes it at its end. */
+static void read_err(nodest *n, int zi)
+{
+    zygote *z = &n->z[zi];
+    char buf[4096];
+    while (z->err_fd >= 0) {
+        ssize_t got = read(z->err_fd, buf, sizeof buf);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (got <= 0) {
+            close(z->err_fd);
+            z->err_fd = -1;
+            return;
+        }
+        (void)!write(STDERR_FILENO, buf, got); /* where it went before; none: the tail only */
+        if (got >= ZYG_TAIL) {
+            memcpy(z->tail, buf + got - ZYG_TAIL, ZYG_TAIL);
+            z->tail_len = ZYG_TAIL;
+            continue;
+        }
+        int keep = ZYG_TAIL - (int)got;
+        if (z->tail_len > keep) {
+            memmove(z->tail, z->tail + z->tail_len - keep, keep);
+            z->tail_len = keep;
+        }
+        memcpy(z->tail + z->tail_len, buf, got);
+        z->tail_len += (int)got;
+    }
+}
+
+/* The last lines (at most 3, 300 bytes) of the len bytes at tail on one line, " | " between
+ * them. */
+static void tail_lines(const char *tail, int len, char *out, size_t cap)
+{
+    int end = len, nl = 0;
+    while (end > 0 && (tail[end - 1] == '\n' || tail[end - 1] == ' '))
+        end--;
+    int start = end;
+    while (start > 0 && !(tail[start - 1] == '\n' && ++nl == 3))
+        start--;
+    if (end - start > 300)
+        start = end - 300;
+    size_t o = 0;
+    for (int i = start; i < end && o + 4 < cap; i++) {
+        char c = tail[i];
+        if (c == '\n') {
+            memcpy(out + o, " | ", 3);
+            o += 3;
+        } else {
+            out[o++] = (unsigned char)c < 32 || c == 127 ? ' ' : c;
+        }
+    }
+    out[o] = 0;
+}
+
+/* Takes zygote zi out of the table (its process ended or was killed). The actors it was to
+ * start fail with why, and so do those queued for its executable when no zygote of it is left
+ * or when the failure is permanent (its siblings fail the same way). */
+static void zygote_remove(nodest *n, int zi, const char *why, bool permanent)
 {
     zygote *z = &n->z[zi];
     for (int i = 0; i < n->na; i++)
         if (n->a[i].pid == 0 && n->a[i].zyg_pid == z->pid) {
-            report_start_failed(n, n->a[i].id, "the zygote process died");
+            report_start_failed(n, n->a[i].id, why, permanent);
             remove_actor(n, i--);
         }
+    bool sibling = false;
+    for (int i = 0; i < n->nz && !sibling; i++)
+        sibling = i != zi && n->z[i].keylen == z->keylen && !memcmp(n->z[i].key, z->key, z->keylen);
+    for (int j = n->qh; j < n->qn && (permanent || !sibling); j++) {
+        int ai = ix_find(n, n->q[j].id);
+        if (ai >= 0 && n->q[j].keylen == z->keylen && !memcmp(n->q[j].key, z->key, z->keylen)) {
+            report_start_failed(n, n->q[j].id, why, permanent);
+            remove_actor(n, ai); /* dispatch drops the request */
+        }
+    }
+    if (z->err_fd >= 0)
+        close(z->err_fd);
     close(z->fd);
     if (z->peer_fd >= 0)
         close(z->peer_fd);
     free(z->key);
     n->z[zi] = n->z[--n->nz];
+}
+
+/* Zygote zi's process ended (wait status; -1: unknown). One that never served tells how it
+ * ended and the end of its stderr; one that exited 126 or 127 before serving (an exec or a
+ * dynamic loader's failure: a missing shared library) fails for good. */
+static void zygote_gone(nodest *n, int zi, int status)
+{
+    zygote *z = &n->z[zi];
+    read_err(n, zi);
+    char how[96], tail[400], why[600];
+    if (status == -1)
+        snprintf(how, sizeof how, "ended");
+    else if (WIFSIGNALED(status))
+        snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    bool permanent = false;
+    if (z->served) {
+        snprintf(why, sizeof why, "the zygote process died (pid %d %s)", (int)z->pid, how);
+    } else {
+        permanent = status != -1 && WIFEXITED(status) &&
+                    (WEXITSTATUS(status) == 126 || WEXITSTATUS(status) == 127);
+        tail_lines(z->tail, z->tail_len, tail, sizeof tail);
+        snprintf(why, sizeof why, "the zygote (pid %d) %s before serving%s%s", (int)z->pid, how,
+                 tail[0] ? "; its stderr: " : " (nothing on its stderr)", tail);
+    }
+    CT_LOG(CT_LOG_WARN, "node", "%s", why);
+    zygote_remove(n, zi, why, permanent);
+}
+
+/* Ends zygote zi (SIGKILL, reaped as no actor's exit); what waits on it fails with why. Its
+ * actors are the node's children and live on. */
+static void retire_zygote(nodest *n, int zi, const char *why)
+{
+    zygote *z = &n->z[zi];
+    CT_LOG(CT_LOG_INFO, "node", "retiring zygote %d: %s", (int)z->pid, why);
+    if (!n->detached && z->pid > 0) {
+        kill_pid(n, z->pid);
+        if (n->nretired == MAX_EARLY)
+            memmove(n->retired, n->retired + 1, --n->nretired * sizeof *n->retired);
+        n->retired[n->nretired++] = z->pid;
+    }
+    zygote_remove(n, zi, why, false);
 }
 
 /* Ends the least recently used zygote that nothing waits on (no spawn outstanding, every actor
@@ -490,14 +647,38 @@ static int evict_zygote(nodest *n)
     }
     if (best < 0)
         return ct__error(CT_EBUSY, "node: all %d zygotes are busy", n->nz);
-    CT_LOG(CT_LOG_INFO, "node", "retiring zygote %d", (int)n->z[best].pid);
-    kill_pid(n, n->z[best].pid);
-    close(n->z[best].fd);
-    if (n->z[best].peer_fd >= 0)
-        close(n->z[best].peer_fd);
-    free(n->z[best].key);
-    n->z[best] = n->z[--n->nz];
+    retire_zygote(n, best, "room for another executable's");
     return 0;
+}
+
+/* The head says a job's driver is gone: the job's zygotes end (its actors get KillActor each). */
+static void on_job_ended(nodest *n, const Ct__JobEnded *j)
+{
+    const char *tok = j->job_token ? j->job_token : "";
+    size_t tl = strlen(tok) + 1; /* a zygote's key starts with its job's token and a NUL */
+    if (!ct__token_valid(tok))
+        return;
+    for (int i = n->nz - 1; i >= 0; i--)
+        if (n->z[i].keylen >= tl && !memcmp(n->z[i].key, tok, tl))
+            retire_zygote(n, i, "its job ended");
+}
+
+/* Zygotes unused for zyg_idle_ms with no actor of theirs here and nothing queued for their
+ * executable end: a job whose end the head could not tell this node (its actors here were
+ * forgotten) leaves none for ever. */
+static void retire_idle(nodest *n)
+{
+    int64_t now = ct__now_ms();
+    for (int i = n->nz - 1; i >= 0; i--) {
+        zygote *z = &n->z[i];
+        bool busy = z->outstanding || now - z->last_used < n->zyg_idle_ms;
+        for (int j = 0; j < n->na && !busy; j++)
+            busy = n->a[j].zyg_pid == z->pid;
+        for (int j = n->qh; j < n->qn && !busy; j++)
+            busy = n->q[j].keylen == z->keylen && !memcmp(n->q[j].key, z->key, z->keylen);
+        if (!busy)
+            retire_zygote(n, i, "idle");
+    }
 }
 
 /* Whether a zygote has this pid already. */
@@ -509,10 +690,10 @@ static bool zygote_pid_used(const nodest *n, pid_t pid)
     return false;
 }
 
-/* Records a started zygote (pid, the node's end fd; peer_fd: detached only, else -1). Its index,
- * or CT_ENOMEM with the zygote killed and the fds closed. */
+/* Records a started zygote (pid, the node's end fd; peer_fd: detached only, else -1; err_fd: the
+ * pipe on its stderr, or -1). Its index, or CT_ENOMEM with the zygote killed and the fds closed. */
 static int add_zygote(nodest *n, const char *exe, const char *key, size_t keylen, pid_t pid, int fd,
-                      int peer_fd)
+                      int peer_fd, int err_fd)
 {
     zygote *z = &n->z[n->nz];
     z->key = malloc(keylen);
@@ -521,6 +702,8 @@ static int add_zygote(nodest *n, const char *exe, const char *key, size_t keylen
         close(fd);
         if (peer_fd >= 0)
             close(peer_fd);
+        if (err_fd >= 0)
+            close(err_fd);
         return ct__error(CT_ENOMEM, "node: out of memory");
     }
     memcpy(z->key, key, keylen);
@@ -533,6 +716,9 @@ static int add_zygote(nodest *n, const char *exe, const char *key, size_t keylen
     z->pid = pid;
     z->fd = fd;
     z->peer_fd = peer_fd;
+    z->err_fd = err_fd;
+    z->tail_len = 0;
+    z->served = false;
     n->nz++;
     CT_LOG(CT_LOG_INFO, "node", "zygote %d for %s", (int)z->pid, exe);
     return n->nz - 1;
@@ -555,12 +741,12 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
     setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
     setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
     if (n->detached) /* everything but the process: the fuzzer plays the zygote on sv[1] */
-        return add_zygote(n, exe, key, keylen, -1, sv[0], sv[1]);
+        return add_zygote(n, exe, key, keylen, -1, sv[0], sv[1], -1);
     /* everything the child needs is built before fork: the node has threads */
     size_t nenv = 0;
     while (environ[nenv])
         nenv++;
-    char vars[10][300]; /* the zygote's own variables, after the inherited ones, then NULL */
+    char vars[12][300]; /* the zygote's own variables, after the inherited ones, then NULL */
     char **env = calloc(nenv + CT_ARRAY_LEN(vars) + 1, sizeof *env);
     char **argv = calloc(s->n_argv + 2, sizeof *argv);
     if (!env || !argv) {
@@ -606,6 +792,26 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
         snprintf(vars[nv++], sizeof vars[0], "LD_BIND_NOW=1");
         snprintf(vars[nv++], sizeof vars[0], "CT_ZYGOTE_BIND_NOW=1");
     }
+    /* its stderr is a pipe until it serves (read_err); CT_STDERR_FD is the node's own stderr,
+     * which it then puts back. Without a pipe it just has the node's. */
+    int errp[2] = {-1, -1}, keep_err = -1;
+    if (pipe2(errp, O_CLOEXEC) == 0) {
+        keep_err = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        if (keep_err < 0)
+            keep_err = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (keep_err < 0) {
+            close(errp[0]);
+            close(errp[1]);
+            errp[0] = errp[1] = -1;
+        } else {
+            fcntl(errp[0], F_SETFL, O_NONBLOCK);
+            snprintf(vars[nv++], sizeof vars[0], "CT_STDERR_FD=%d", keep_err);
+        }
+    }
+    char execmsg[600]; /* an exec failure's message, written by the child to the pipe */
+    int execlen = snprintf(execmsg, sizeof execmsg, "ct-node: cannot execute %s: ", exe);
+    if (execlen < 0 || execlen >= (int)sizeof execmsg)
+        execlen = 0;
     for (int i = 0; i < nv; i++)
         env[k++] = vars[i];
     env[k] = NULL;
@@ -625,19 +831,36 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
         fcntl(sv[1], F_SETFD, 0); /* keep the zygote's end across exec */
         if (secret_fd >= 0)
             fcntl(secret_fd, F_SETFD, 0);
+        if (errp[1] >= 0) {
+            fcntl(keep_err, F_SETFD, 0);
+            dup2(errp[1], STDERR_FILENO);
+        }
         execve(exe, argv, env);
+        /* only async-signal-safe calls here (the node has threads); strerrordesc_np is a
+         * table lookup */
+        const char *desc = strerrordesc_np(errno);
+        (void)!write(STDERR_FILENO, execmsg, execlen);
+        (void)!write(STDERR_FILENO, desc ? desc : "error", desc ? strlen(desc) : 5);
+        (void)!write(STDERR_FILENO, "\n", 1);
         _exit(127);
     }
+    int fork_errno = errno;
     free(env);
     free(argv);
     close(sv[1]);
     if (secret_fd >= 0)
         close(secret_fd);
+    if (errp[1] >= 0) {
+        close(errp[1]);
+        close(keep_err);
+    }
     if (pid < 0) {
         close(sv[0]);
-        return ct__error(-errno, "node: fork: %s", strerror(errno));
+        if (errp[0] >= 0)
+            close(errp[0]);
+        return ct__error(-fork_errno, "node: fork: %s", strerror(fork_errno));
     }
-    return add_zygote(n, exe, key, keylen, pid, sv[0], -1);
+    return add_zygote(n, exe, key, keylen, pid, sv[0], -1, errp[0]);
 }
 
 static void qreq_pop(nodest *n)
@@ -666,7 +889,7 @@ static void dispatch(nodest *n)
                 (zi < 0 || n->z[i].outstanding < n->z[zi].outstanding))
                 zi = i;
         if (zi < 0) {
-            report_start_failed(n, qr->id, "the zygote process died");
+            report_start_failed(n, qr->id, "the zygote process died", false);
             remove_actor(n, ai);
             qreq_pop(n);
             continue;
@@ -681,7 +904,7 @@ static void dispatch(nodest *n)
             char why[200];
             snprintf(why, sizeof why, "node: zygote %d: %s", (int)z->pid,
                      w < 0 ? strerror(errno) : "short send");
-            report_start_failed(n, qr->id, why);
+            report_start_failed(n, qr->id, why, false);
             remove_actor(n, ai);
             qreq_pop(n);
             continue;
@@ -698,6 +921,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     char key[4096];
     size_t kl = 0;
     int rc = 0;
+    bool permanent = false; /* the executable cannot run here */
     char why[512];
     char cached[512];
     const char *exe = s->exe_path ? s->exe_path : "";
@@ -757,6 +981,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
             zi = nzi;
         else if (zi < 0) {
             rc = nzi;
+            permanent = rc == CT_ENOENT; /* spawn_zygote's access(exe, X_OK) */
             goto fail;
         }
         /* a new executable: its sibling zygotes start now, while this one is loading, so that
@@ -808,14 +1033,14 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     snprintf(qr->id, sizeof qr->id, "%s", s->actor_id);
     nactor *a = &n->a[n->na++];
     memset(a, 0, sizeof *a);
+    a->err_fd = -1;
     snprintf(a->id, sizeof a->id, "%s", s->actor_id);
     ix_set(n, n->na - 1);
     gpu_take(n, a, s->gpus, r->cuda_devices, sizeof r->cuda_devices);
     return;
 fail:
     snprintf(why, sizeof why, "%s", ct_last_error());
-    (void)rc;
-    report_start_failed(n, s->actor_id ? s->actor_id : "", why);
+    report_start_failed(n, s->actor_id ? s->actor_id : "", why, permanent);
 }
 
 static void forward_ready(nodest *n, const ct__zrep *r)
@@ -831,34 +1056,79 @@ static void forward_ready(nodest *n, const ct__zrep *r)
     send_head(n, &e);
 }
 
+/* Receives one record from a zygote's socket; the descriptor that came with it (an actor's
+ * stderr memfd) in *efd, -1 for none. */
+static ssize_t recv_rep(int fd, ct__zrep *r, int *efd)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } c;
+    struct iovec io = {r, sizeof *r};
+    struct msghdr m = {
+        .msg_iov = &io, .msg_iovlen = 1, .msg_control = c.buf, .msg_controllen = sizeof c.buf};
+    *efd = -1;
+    ssize_t got = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    for (struct cmsghdr *h = got >= 0 ? CMSG_FIRSTHDR(&m) : NULL; h; h = CMSG_NXTHDR(&m, h))
+        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
+            h->cmsg_len >= CMSG_LEN(sizeof(int)) && *efd < 0)
+            memcpy(efd, CMSG_DATA(h), sizeof *efd);
+    return got;
+}
+
 static void on_zygote_reply(nodest *n, int zi)
 {
     for (int k = 0; k < 256; k++) {
         ct__zrep r;
-        ssize_t got = recv(n->z[zi].fd, &r, sizeof r, MSG_DONTWAIT);
+        int efd;
+        ssize_t got = recv_rep(n->z[zi].fd, &r, &efd);
+        if (got != sizeof r && efd >= 0)
+            close(efd);
         if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-            zygote_gone(n, zi);
+            /* every end of its socketpair closed: the zygote is exiting; its status, now */
+            int st = -1;
+            pid_t pid = n->z[zi].pid;
+            if (!n->detached && pid > 0) {
+                kill_pid(n, pid);
+                if (waitpid(pid, &st, 0) != pid)
+                    st = -1;
+            }
+            zygote_gone(n, zi, st);
             return;
         }
         if (got != sizeof r)
             return;
+        n->z[zi].served = true;
         r.actor_id[sizeof r.actor_id - 1] = 0;
         r.text[sizeof r.text - 1] = 0;
         if (r.kind == CT_ZREP_SPAWNED && n->z[zi].outstanding > 0)
             n->z[zi].outstanding--;
         int i = ix_find(n, r.actor_id);
-        if (i < 0)
+        nactor *a = i >= 0 ? &n->a[i] : NULL;
+        if (a && efd >= 0 && r.kind == CT_ZREP_SPAWNED && !a->reported && a->err_fd < 0 &&
+            n->nerr_fds < MAX_ERR_FDS) {
+            a->err_fd = efd; /* until it reports (READY or FAILED below) */
+            n->nerr_fds++;
+            efd = -1;
+        }
+        if (efd >= 0)
+            close(efd);
+        if (!a)
             continue;
-        nactor *a = &n->a[i];
+        if (r.kind != CT_ZREP_SPAWNED && a->err_fd >= 0) {
+            close(a->err_fd); /* it reported: its stderr is its own again (worker.c) */
+            a->err_fd = -1;
+            n->nerr_fds--;
+        }
         if (r.kind == CT_ZREP_READY) {
             a->reported = true;
             forward_ready(n, &r);
         } else if (r.kind == CT_ZREP_FAILED) {
             a->reported = true;
-            report_start_failed(n, a->id, r.text);
+            report_start_failed(n, a->id, r.text, false);
             gpu_give_back(n, a); /* the head frees them now too; the process only exits */
         } else if (r.pid <= 0) {
-            report_start_failed(n, a->id, "the zygote could not fork");
+            report_start_failed(n, a->id, "the zygote could not fork", false);
             remove_actor(n, i);
             continue;
         } else if (r.text[0] && !a->reported) {
@@ -875,7 +1145,7 @@ static void on_zygote_reply(nodest *n, int zi)
             if (n->early[j].pid == r.pid)
                 break;
         if (j < n->nearly) {
-            report_exit(n, a->id, r.pid, n->early[j].status);
+            report_exit(n, a, r.pid, n->early[j].status);
             n->early[j] = n->early[--n->nearly];
             remove_actor(n, i);
             continue;
@@ -891,15 +1161,19 @@ static void reap(nodest *n)
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
         bool found = false;
+        for (int i = 0; i < n->nretired && !found; i++)
+            if (n->retired[i] == pid) {
+                n->retired[i] = n->retired[--n->nretired];
+                found = true;
+            }
         for (int i = 0; i < n->nz && !found; i++)
             if (n->z[i].pid == pid) {
-                CT_LOG(CT_LOG_WARN, "node", "zygote %d ended (status 0x%x)", (int)pid, status);
-                zygote_gone(n, i);
+                zygote_gone(n, i, status);
                 found = true;
             }
         for (int i = 0; i < n->na && !found; i++)
             if (n->a[i].pid == pid) {
-                report_exit(n, n->a[i].id, pid, status);
+                report_exit(n, &n->a[i], pid, status);
                 remove_actor(n, i);
                 found = true;
             }
@@ -1103,6 +1377,9 @@ static int on_head(nodest *n, Ct__Envelope *e)
     case CT__ENVELOPE__BODY_KILL_ACTOR:
         on_kill_actor(n, e->kill_actor);
         break;
+    case CT__ENVELOPE__BODY_JOB_ENDED:
+        on_job_ended(n, e->job_ended);
+        break;
     case CT__ENVELOPE__BODY_ERROR:
         CT_LOG(CT_LOG_WARN, "node", "head: %s", e->error->message);
         if (e->error->field && !strcmp(e->error->field, "heartbeat.node_id"))
@@ -1133,6 +1410,10 @@ int ct__node_run(const ct_node_opts *o)
      * it (tests) */
     const char *mz = getenv("CT_MAX_ZYGOTES");
     n.max_zyg = mz && atoi(mz) > 0 && atoi(mz) < MAX_ZYG ? atoi(mz) : MAX_ZYG;
+    /* a zygote idle this long with no actor here ends (JobEnded ends most sooner); default
+     * 10 min, CT_ZYGOTE_IDLE_MS sets it (tests) */
+    const char *zi_ms = getenv("CT_ZYGOTE_IDLE_MS");
+    n.zyg_idle_ms = zi_ms && atoi(zi_ms) > 0 ? atoi(zi_ms) : 600000;
     if (o->host && *o->host)
         snprintf(n.host, sizeof n.host, "%s", o->host);
     else
@@ -1206,8 +1487,13 @@ int ct__node_run(const ct_node_opts *o)
     int64_t next_hb = ct__now_ms() + hb_ms;
     int64_t last_heard = ct__now_ms(); /* anything from the head on n.sock */
     int dead_ms = o->head_dead_ms > 0 ? o->head_dead_ms : 30 * hb_ms;
+    int64_t next_idle = ct__now_ms() + 1000;
     while (!node_stop) {
-        zmq_pollitem_t it[3 + MAX_ZYG];
+        if (ct__now_ms() >= next_idle) { /* here: it changes the zygote table polled below */
+            retire_idle(&n);
+            next_idle = ct__now_ms() + 1000;
+        }
+        zmq_pollitem_t it[3 + 2 * MAX_ZYG];
         int ni = 0;
         it[ni++] = (zmq_pollitem_t){n.sock, 0, ZMQ_POLLIN, 0};
         it[ni++] = (zmq_pollitem_t){NULL, sfd, ZMQ_POLLIN, 0};
@@ -1219,6 +1505,12 @@ int ct__node_run(const ct_node_opts *o)
         int z0 = ni, nz = n.nz;
         for (int i = 0; i < nz; i++)
             it[ni++] = (zmq_pollitem_t){NULL, n.z[i].fd, ZMQ_POLLIN, 0};
+        int e0 = ni, eidx[MAX_ZYG], ne = 0; /* starting zygotes' stderr pipes */
+        for (int i = 0; i < nz; i++)
+            if (n.z[i].err_fd >= 0) {
+                eidx[ne++] = i;
+                it[ni++] = (zmq_pollitem_t){NULL, n.z[i].err_fd, ZMQ_POLLIN, 0};
+            }
         int64_t wait = next_hb - ct__now_ms();
         int r = zmq_poll(it, ni, wait < 0 ? 0 : wait);
         if (r < 0 && errno != EINTR) {
@@ -1243,6 +1535,10 @@ int ct__node_run(const ct_node_opts *o)
             CT_LOG(CT_LOG_INFO, "node", "parent gone, exiting");
             break;
         }
+        /* stderr first: a zygote's death report quotes it (no zygote leaves the table here) */
+        for (int k = 0; k < ne; k++)
+            if (it[e0 + k].revents)
+                read_err(&n, eidx[k]);
         /* zygote replies before reaping, so that pids are known when exits are read */
         for (int i = nz - 1; i >= 0; i--)
             if (it[z0 + i].revents)
@@ -1299,6 +1595,8 @@ out:;
     for (int i = 0; i < n.nz; i++) {
         kill_pid(&n, n.z[i].pid);
         close(n.z[i].fd);
+        if (n.z[i].err_fd >= 0)
+            close(n.z[i].err_fd);
         free(n.z[i].key);
     }
     while (waitpid(-1, NULL, WNOHANG) > 0)
@@ -1331,6 +1629,7 @@ ct__node *ct__node_new_detached(void *sock)
     n->detached = true;
     n->sock = sock;
     n->max_zyg = 4;
+    n->zyg_idle_ms = 600000;
     snprintf(n->id, sizeof n->id, "detached");
     snprintf(n->host, sizeof n->host, "127.0.0.1");
     snprintf(n->head, sizeof n->head, "127.0.0.1:1");
@@ -1378,6 +1677,9 @@ void ct__node_destroy_detached(ct__node **np)
         close(n->z[i].peer_fd);
         free(n->z[i].key);
     }
+    for (int i = 0; i < n->na; i++)
+        if (n->a[i].err_fd >= 0)
+            close(n->a[i].err_fd);
     while (n->qh < n->qn)
         qreq_pop(n);
     free(n->q);

@@ -127,7 +127,9 @@ typedef struct ct__zreq {
     unsigned args_len; /* args follow */
 } ct__zreq;
 /* Records to the node over the same socketpair: the zygote reports each spawn, and each actor
- * reports once, ready (text = its address) or failed (text = why), then closes its copy. */
+ * reports once, ready (text = its address) or failed (text = why), then closes its copy. The
+ * SPAWNED record of an actor whose class has create carries (SCM_RIGHTS) the memfd that is its
+ * stderr until it reports: the node quotes its end when the actor dies before that. */
 enum { CT_ZREP_SPAWNED = 0, CT_ZREP_READY = 1, CT_ZREP_FAILED = 2 };
 typedef struct ct__zrep {
     char actor_id[32];

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -35,12 +37,32 @@
 typedef struct actor_env {
     const char *head, *node_id, *host;
     pid_t node_pid;
-    int fd; /* the node's socketpair, for the one readiness record */
+    int fd;       /* the node's socketpair, for the one readiness record */
+    int keep_err; /* while create runs, stderr is a memfd the node holds too; this is the real one
+                   */
 } actor_env;
 
-/* Sends this actor's one record to the node and closes the socketpair. */
-static void report(const actor_env *env, const char *actor_id, int kind, const char *text)
+/* The end of create: what it wrote to stderr (the memfd) goes to the real stderr, which is put
+ * back. The node, which holds the memfd too, quotes it only when the actor dies before its
+ * record. */
+static void stderr_back(actor_env *env)
 {
+    if (env->keep_err < 0)
+        return;
+    char buf[4096];
+    ssize_t k;
+    for (off_t off = 0; (k = pread(STDERR_FILENO, buf, sizeof buf, off)) > 0; off += k)
+        if (write(env->keep_err, buf, k) != k)
+            break;
+    dup2(env->keep_err, STDERR_FILENO);
+    close(env->keep_err);
+    env->keep_err = -1;
+}
+
+/* Sends this actor's one record to the node and closes the socketpair. */
+static void report(actor_env *env, const char *actor_id, int kind, const char *text)
+{
+    stderr_back(env);
     ct__zrep r;
     memset(&r, 0, sizeof r);
     snprintf(r.actor_id, sizeof r.actor_id, "%s", actor_id);
@@ -52,7 +74,7 @@ static void report(const actor_env *env, const char *actor_id, int kind, const c
     close(env->fd);
 }
 
-static void start_failed(const actor_env *env, const char *actor_id, const char *reason)
+static void start_failed(actor_env *env, const char *actor_id, const char *reason)
 {
     report(env, actor_id, CT_ZREP_FAILED, reason);
 }
@@ -90,14 +112,14 @@ static void reply_error(ct__zmtp *z, int conn, uint64_t req, const char *who, in
 /* Serves one actor; never returns. It reports to the node (ready with its address, or why it
  * failed) over the zygote's socketpair; the node tells the head. Calls arrive on a ZMTP
  * listener (zmtp.c) and run one at a time, in arrival order per caller. */
-static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
-                       const void *args, size_t len, ct__zmtp *z, const char *zep, bool announced)
+static void actor_main(actor_env *env, const char *actor_id, const char *cls_name, const void *args,
+                       size_t len, ct__zmtp *z, const char *zep, bool announced)
     __attribute__((noreturn));
 /* z/zep: the listener the zygote made for this actor (NULL: make one here). announced: the
  * zygote already told the node this actor serves (a class without create), so no record is
  * sent and the node's socketpair is closed at once. */
-static void actor_main(const actor_env *env, const char *actor_id, const char *cls_name,
-                       const void *args, size_t len, ct__zmtp *z, const char *zep, bool announced)
+static void actor_main(actor_env *env, const char *actor_id, const char *cls_name, const void *args,
+                       size_t len, ct__zmtp *z, const char *zep, bool announced)
 {
     char who[64];
     snprintf(who, sizeof who, "%s", actor_id);
@@ -203,17 +225,44 @@ static void actor_main(const actor_env *env, const char *actor_id, const char *c
     _exit(0);
 }
 
+/* Sends a SPAWNED record, with efd attached (SCM_RIGHTS) when >= 0. */
+static int send_rep(int fd, const ct__zrep *rep, int efd)
+{
+    struct iovec io = {(void *)rep, sizeof *rep};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } c;
+    struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1};
+    if (efd >= 0) {
+        memset(&c, 0, sizeof c);
+        m.msg_control = c.buf;
+        m.msg_controllen = sizeof c.buf;
+        struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &efd, sizeof efd);
+    }
+    return (int)sendmsg(fd, &m, MSG_NOSIGNAL);
+}
+
 void ct__zygote_main(int fd)
 {
-    actor_env env;
+    actor_env env = {.keep_err = -1};
     const char *s;
     env.head = getenv("CT_HEAD");
     env.node_id = getenv("CT_NODE_ID");
     env.host = getenv("CT_NODE_HOST");
     s = getenv("CT_NODE_PID");
     env.node_pid = s ? atoi(s) : getppid();
-    if (!env.head || !env.node_id || !env.host)
+    if (!env.head || !env.node_id || !env.host) {
+        fprintf(stderr, "zygote: CT_HEAD, CT_NODE_ID or CT_NODE_HOST is not set\n");
         _exit(2);
+    }
+    /* `ps -o comm` (and top, pgrep) tell it from the program it runs and from its actors. The
+     * argv area stays the program's: its code may keep pointers into it. */
+    prctl(PR_SET_NAME, "ct-zygote");
     /* private copies: the environment is cleaned for the actors' own children */
     char head[160], node_id[40], host[80];
     snprintf(head, sizeof head, "%s", env.head);
@@ -244,6 +293,14 @@ void ct__zygote_main(int fd)
     char *buf = malloc(cap);
     if (!buf)
         _exit(2);
+    /* Serving: stderr back from the node's pipe (node.c read_err, which quotes the end of what
+     * came before in a start failure) to the node's own. The actors inherit that one. */
+    const char *efd = getenv("CT_STDERR_FD");
+    if (efd && atoi(efd) > STDERR_FILENO) {
+        dup2(atoi(efd), STDERR_FILENO);
+        close(atoi(efd));
+    }
+    unsetenv("CT_STDERR_FD");
     for (;;) {
         ssize_t n = recv(fd, buf, cap, 0);
         if (n == 0)
@@ -274,6 +331,9 @@ void ct__zygote_main(int fd)
         if (cls && ct__zmtp_listen(env.host, ep, sizeof ep, &z))
             z = NULL; /* the actor tries again and reports why it cannot */
         bool announce = z && !cls->create && strlen(ep) < sizeof rep.text;
+        /* the user's create runs before the actor serves: its stderr goes to a memfd the node
+         * gets too, so that a death there is reported with its last lines (node.c) */
+        int efd = cls && cls->create ? memfd_create("ct-actor-stderr", MFD_CLOEXEC) : -1;
         /* CLONE_PARENT: the actor is the node's child, not ours, so the node reaps it and its
          * PDEATHSIG follows the node; one fork instead of a double fork. The zygote is
          * single-threaded, so skipping glibc's fork handlers is safe. */
@@ -282,17 +342,28 @@ void ct__zygote_main(int fd)
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != env.node_pid)
                 _exit(1);
+            prctl(PR_SET_NAME, "ct-actor");
             /* before any of the actor's code: CUDA reads it once, when it initializes (a
              * zygote that initialized CUDA before the fork could not hand it on anyway) */
             setenv("CUDA_VISIBLE_DEVICES", r->cuda_devices, 1);
             env.fd = fd;
+            env.keep_err = -1;
+            if (efd >= 0) {
+                env.keep_err = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+                if (env.keep_err >= 0)
+                    dup2(efd, STDERR_FILENO);
+                close(efd);
+            }
             actor_main(&env, r->actor_id, r->cls, buf + sizeof *r, r->args_len, z, ep, announce);
         }
         ct__zmtp_destroy(&z); /* the actor has its own copy of the listener */
         rep.pid = pid > 0 ? pid : CT_EIO;
         if (pid > 0 && announce)
             memcpy(rep.text, ep, strlen(ep) + 1);
-        if (send(fd, &rep, sizeof rep, MSG_NOSIGNAL) < 0)
+        int sent = send_rep(fd, &rep, pid > 0 ? efd : -1);
+        if (efd >= 0)
+            close(efd);
+        if (sent < 0)
             _exit(0);
     }
 }

@@ -46,6 +46,8 @@ const char *ct_strerror(int err)
         return "retries exhausted";
     case CT_ENOTREG:
         return "name not registered";
+    case CT_ESTART:
+        return "cannot start";
     default:
         break;
     }

@@ -208,7 +208,7 @@ int main(int argc, char **argv)
     n += sizeof w + sizeof bias;
     rc |= write_out(root, "fuzz_safetensors/gen-small", buf, n);
 
-    /* fuzz_node: start two actors, the zygote reports, a kill, the head's verdict */
+    /* fuzz_node: start two actors, the zygote reports, a kill, the job's end, the head's verdict */
     n = 0;
     char *argv_[] = {"/bin/true", "--zygote"};
     Ct__StartActor sa = CT__START_ACTOR__INIT;
@@ -245,6 +245,12 @@ int main(int argc, char **argv)
     env(&e, 2);
     e.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
     e.kill_actor = &ka;
+    add_record(buf, &n, sizeof buf, 0, &e);
+    Ct__JobEnded je = CT__JOB_ENDED__INIT; /* the job's zygote ends */
+    je.job_token = TOKEN;
+    env(&e, 2);
+    e.body_case = CT__ENVELOPE__BODY_JOB_ENDED;
+    e.job_ended = &je;
     add_record(buf, &n, sizeof buf, 0, &e);
     Ct__Error er = CT__ERROR__INIT;
     er.code = -1;

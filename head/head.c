@@ -1125,6 +1125,23 @@ static void driver_gone(head *h, int di)
         else
             kill_on_node(h, a);
     }
+    /* the nodes that hosted its actors (dead ones too, until forgotten) end its zygotes */
+    bool *hosted = calloc(h->nnodes ? h->nnodes : 1, sizeof *hosted);
+    for (int i = 0; hosted && i < h->nactors; i++)
+        if (h->actors[i].node >= 0 && ct__token_eq(h->actors[i].job, d->job))
+            hosted[h->actors[i].node] = true;
+    for (int ni = 0; hosted && ni < h->nnodes; ni++) {
+        if (!hosted[ni] || !h->nodes[ni].used || !h->nodes[ni].alive)
+            continue;
+        Ct__Envelope o;
+        Ct__JobEnded j = CT__JOB_ENDED__INIT;
+        ct__env_init(&o, 0, "head", 0);
+        j.job_token = d->job;
+        o.body_case = CT__ENVELOPE__BODY_JOB_ENDED;
+        o.job_ended = &j;
+        send_env(h, &h->nodes[ni].rid, &o);
+    }
+    free(hosted);
     /* its KV keys are released (on_kv_put), its subscriptions dropped */
     for (int i = 0; i < h->nkv; i++)
         if (ct__token_eq(h->kv[i].job, d->job))
@@ -1333,7 +1350,8 @@ static void on_start_failed(head *h, const ct__rid *rid, Ct__Envelope *e)
     }
     char why[600];
     snprintf(why, sizeof why, "start failed: %s", e->start_failed->reason);
-    answer_create_error(h, a, CT_EINVAL, "actor %s (%s): %s", a->id, a->cls, why);
+    answer_create_error(h, a, e->start_failed->permanent ? CT_ESTART : CT_EINVAL,
+                        "actor %s (%s): %s", a->id, a->cls, why);
     actor_dead(h, a, 0, 0, 0, why);
 }
 
@@ -1348,11 +1366,11 @@ static void on_actor_exited(head *h, const ct__rid *rid, Ct__Envelope *e)
                         "actor_exited.actor_id: only the node hosting %s reports its end", a->id);
         return;
     }
-    char why[96];
-    if (x->term_signal)
-        snprintf(why, sizeof why, "killed by signal %d", x->term_signal);
-    else
-        snprintf(why, sizeof why, "exited with status %d", x->exit_status);
+    char why[420];
+    int k = x->term_signal ? snprintf(why, sizeof why, "killed by signal %d", x->term_signal)
+                           : snprintf(why, sizeof why, "exited with status %d", x->exit_status);
+    if (x->stderr_tail && *x->stderr_tail) /* it died before serving: what it wrote last */
+        snprintf(why + k, sizeof why - k, "; its stderr: %.360s", x->stderr_tail);
     actor_dead(h, a, x->pid, x->exit_status, x->term_signal, why);
     schedule(h);
 }

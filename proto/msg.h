@@ -14,7 +14,9 @@
 #include "ct.pb-c.h"
 
 #define CT_PROTO_MAJOR 1
-#define CT_PROTO_MINOR 1 /* 1.1: Envelope.token (the head refuses what lacks the right one) */
+/* 1.1: Envelope.token (the head refuses what lacks the right one); 1.2: StartFailed.permanent,
+ * JobEnded, ActorExited.stderr_tail */
+#define CT_PROTO_MINOR 2
 
 /* The routing id a ROUTER prefixes to each message (ZeroMQ allows up to 255 bytes). */
 typedef struct ct__rid {

@@ -174,12 +174,15 @@ typedef struct ct_future ct_future;
 
 /* Creates an actor of class cls with creation args (copied) where res fits (res may be NULL),
  * waiting for it to serve. *out is owned by the caller: ct_actor_release. CT_ETIMEDOUT when
- * nothing had room within res->timeout_ms; CT_EDEAD when it died while starting. */
+ * nothing had room within res->timeout_ms; CT_EDEAD when it died while starting; CT_ESTART when
+ * its program cannot start on the node (an exec error, a missing shared library: the message
+ * quotes the end of the program's stderr), which a retry would not change. */
 int ct_actor_create(const char *cls, const ct_resources *res, const void *args, size_t len,
                     ct_actor **out);
 
 /* Creates n actors alike at once (requests pipelined: far faster than n ct_actor_create).
- * out[0..n) receives the handles; on error the first error is returned and the slots of the
+ * out[0..n) receives the handles; on error the first error (a CT_ESTART before others) is
+ * returned with its message and the slots of the
  * actors that were created are still filled (the caller releases them). */
 int ct_actor_create_many(const char *cls, const ct_resources *res, const void *args, size_t len,
                          int n, ct_actor **out);

@@ -38,6 +38,8 @@ enum {
     CT_EZMQ = -10005,    /* ZeroMQ call failed */
     CT_ERETRY = -10006,  /* retries spent */
     CT_ENOTREG = -10007, /* no creator or step registered under that name (trainer) */
+    CT_ESTART = -10008,  /* a process cannot start and would fail the same way again (an exec
+                          * error, a missing shared library): not worth a retry */
 };
 
 /* Returns a static, human-readable name for an error code ("invalid argument", ...). */

@@ -312,7 +312,8 @@ typedef struct trainer_train_opts {
 } trainer_train_opts;
 
 /* Trains from the current epoch up to the epoch count. Returns 0, CT_ERETRY when more than
- * max_retries failures happened (ct_last_error() names the last one), or another CT_E* code.
+ * max_retries failures happened (ct_last_error() names the last one), CT_ESTART at once when
+ * the replicas' program cannot start on a node (no retry spent), or another CT_E* code.
  * The group stays up afterwards for trainer_validate; trainer_shutdown ends it. */
 int trainer_train_with(trainer *t, const trainer_train_opts *opts);
 #define trainer_train(t, ...) trainer_train_with((t), &(trainer_train_opts){__VA_ARGS__})

@@ -368,6 +368,8 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
     for (int i = 0; i < t->world; i++) {
         if (dead_before)
             dead_before[i] = ct_actor_is_dead(t->actors[i]);
+        if (got && !t->actors[i]) /* never created (a failed start): no death to wait for */
+            got[i] = true;
         ct_actor_kill(t->actors[i]);
     }
     int64_t t0 = ct__now_ns();
@@ -963,6 +965,10 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
         if (rc == 0) {
             note_group_size(t, n);
             return 0;
+        }
+        if (rc == CT_ESTART) { /* the replicas' program cannot start: a retry fails the same */
+            snprintf(t->last_failure, sizeof t->last_failure, "%s", why);
+            return ct__error(rc, "trainer: replicas cannot start (not retried): %s", why);
         }
         if ((rc = spend_retry(t, max_retries, why)) < 0)
             return rc;

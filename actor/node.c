@@ -900,6 +900,8 @@ static void dispatch(nodest *n)
         ssize_t w = send(z->fd, qr->buf, qr->len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             return; /* its SPAWNED records, or the next turn of the loop, call again */
+        if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+            return; /* it died: its end (zygote_gone) fails or moves what waits, saying why */
         if (w != (ssize_t)qr->len) {
             char why[200];
             snprintf(why, sizeof why, "node: zygote %d: %s", (int)z->pid,

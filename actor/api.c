@@ -658,6 +658,19 @@ static void *hb_main(void *arg)
         if (poll(&p, 1, 100) != 0)
             break;
     }
+    /* ct_shutdown: the last one says the driver leaves, so its job ends at once (its actors,
+     * KV keys and the nodes' zygotes); a moment to deliver it */
+    Ct__Envelope e;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__env_init(&e, 0, C.sender, 0);
+    hb.driver = 1;
+    hb.leaving = 1;
+    e.token = C.job;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    int linger = 200;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    ct__msg_send(s, NULL, &e, ZMQ_DONTWAIT);
     zmq_close(s);
     return NULL;
 }

@@ -24,6 +24,11 @@
  * stalled reads the answers queued meanwhile first: the node logs it, SIGKILLs its actors and
  * zygotes by pid, and ct__node_run returns CT_EDEAD (ct-node exits 1).
  *
+ * Starting and ending zygotes: a zygote's stderr is a pipe until it serves (read_err), so that
+ * one dying before it serves (a missing shared library) fails its starts with its last lines,
+ * for good (StartFailed.permanent) when it exited 126/127; an actor's stderr is a memfd until it
+ * reports (report_exit quotes it). JobEnded from the head, or an idle time, ends zygotes.
+ *
  * A detached node (ct__node_new_detached, runtime.h) runs the same handlers on bytes, without a
  * head or processes: fuzz/fuzz_node.c drives it.
  *
@@ -900,6 +905,8 @@ static void dispatch(nodest *n)
         ssize_t w = send(z->fd, qr->buf, qr->len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             return; /* its SPAWNED records, or the next turn of the loop, call again */
+        if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+            return; /* it died: its end (zygote_gone) fails or moves what waits, saying why */
         if (w != (ssize_t)qr->len) {
             char why[200];
             snprintf(why, sizeof why, "node: zygote %d: %s", (int)z->pid,

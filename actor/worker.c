@@ -12,7 +12,10 @@
  * reports ready (or why it failed) after create. The node tells the head (ActorReady). The
  * actor then answers Call envelopes in order on one thread. The node execs the zygote with
  * LD_BIND_NOW (unless set already), so actors do not resolve symbols lazily, one COW'd GOT page
- * at a time. Not in here: spawning policy (node.c), the driver side of calls (api.c). */
+ * at a time. The zygote names itself "ct-zygote" and each actor "ct-actor" (comm); the
+ * zygote's stderr is the node's pipe until it serves, an actor's a memfd while its create runs
+ * (node.c quotes them when they die there). Not in here: spawning policy (node.c), the driver
+ * side of calls (api.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>

@@ -881,7 +881,7 @@ static void forget_dead(head *h, int64_t max_age)
     free_removed_pgs(h);
 }
 
-static void driver_gone(head *h, int di);
+static void driver_gone(head *h, int di, bool left);
 static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep);
 
 static const ct__msg_limits decode_lim = {DECODE_FLOOR, DECODE_MULT, DECODE_MAX};
@@ -964,7 +964,7 @@ static void check_heartbeats(head *h)
     h->last_check_ms = now;
     for (int i = h->ndrivers - 1; i >= 0; i--)
         if (now - h->drivers[i].last_hb > h->dead_ms)
-            driver_gone(h, i);
+            driver_gone(h, i, false);
     for (int i = 0; i < h->nnodes; i++)
         if (h->nodes[i].alive && now - h->nodes[i].last_hb > h->dead_ms) {
             char why[96];
@@ -1081,8 +1081,12 @@ static void on_driver_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e)
     for (int i = 0; i < h->ndrivers; i++)
         if (!strcmp(h->drivers[i].name, name) && ct__token_eq(h->drivers[i].job, job)) {
             h->drivers[i].last_hb = ct__now_ms();
+            if (e->heartbeat->leaving) /* ct_shutdown: its job ends now */
+                driver_gone(h, i, true);
             return;
         }
+    if (e->heartbeat->leaving)
+        return; /* a driver unknown here (it never heartbeat before) leaves nothing behind */
     if (h->ndrivers == MAX_DRIVERS) {
         ct__head_refuse(h, rid, e, CT_ENOSPC, "heartbeat.driver",
                         "driver heartbeat: the head follows %d drivers, its limit", MAX_DRIVERS);
@@ -1109,13 +1113,15 @@ static void kill_on_node(head *h, actor *a)
     send_env(h, &h->nodes[a->node].rid, &o);
 }
 
-/* A driver stopped heartbeating: its job's actors go with it (as in Ray, actors die with their
- * owner), those it created and those they created in turn (all carry the job's token), so a
- * crashed driver leaves nothing running on the cluster. */
-static void driver_gone(head *h, int di)
+/* A driver stopped heartbeating, or left (ct_shutdown's last heartbeat says so): its job's
+ * actors go with it (as in Ray, actors die with their owner), those it created and those they
+ * created in turn (all carry the job's token), so a crashed driver leaves nothing running on
+ * the cluster; the nodes that hosted them end the job's zygotes (JobEnded). */
+static void driver_gone(head *h, int di, bool left)
 {
     driver *d = &h->drivers[di];
-    CT_LOG(CT_LOG_WARN, "head", "driver %s gone: killing its job's actors", d->name);
+    CT_LOG(left ? CT_LOG_INFO : CT_LOG_WARN, "head", "driver %s %s: killing its job's actors",
+           d->name, left ? "left (ct_shutdown)" : "gone");
     for (int i = 0; i < h->nactors; i++) {
         actor *a = &h->actors[i];
         if (!ct__token_eq(a->job, d->job) || a->state == A_DEAD)

@@ -93,6 +93,12 @@ void ct__host_id(char *buf, size_t cap);
 /* Default store memory: a quarter of RAM, at most 2 GiB and half of /dev/shm's free space. */
 uint64_t ct__objnode_default_memory(void);
 
+/* The head's death watch, client end (watch_dial.c; the wire is in head/watch.h): connects to
+ * port on head_addr's host ("host:port", the head's ZeroMQ address), authenticates and presents
+ * ticket, within timeout_ms. The connected fd (close-on-exec, blocking), to be kept open while
+ * this process lives; or a CT_E* code with the reason. */
+int ct__watch_dial(const char *head_addr, unsigned port, const char *ticket, int timeout_ms);
+
 /* SHA-1 of len bytes (sha1.c): the content address of a shipped executable. */
 void ct__sha1(const void *p, size_t len, uint8_t out[20]);
 

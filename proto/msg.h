@@ -14,7 +14,8 @@
 #include "ct.pb-c.h"
 
 #define CT_PROTO_MAJOR 1
-#define CT_PROTO_MINOR 1 /* 1.1: Envelope.token (the head refuses what lacks the right one) */
+#define CT_PROTO_MINOR 2 /* 1.1: Envelope.token (the head refuses what lacks the right one);
+                            1.2: death-watch tickets (RegisterNodeReply.watch_*, WatchTicket) */
 
 /* The routing id a ROUTER prefixes to each message (ZeroMQ allows up to 255 bytes). */
 typedef struct ct__rid {

@@ -685,8 +685,8 @@ static void watch_attach(int timeout_ms)
     if (!rc)
         rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_WATCH_TICKET, "heartbeat.watch");
     if (!rc && rep->watch_ticket->port) {
-        int fd = ct__watch_dial(C.addr, rep->watch_ticket->port, rep->watch_ticket->ticket,
-                                timeout_ms);
+        int fd =
+            ct__watch_dial(C.addr, rep->watch_ticket->port, rep->watch_ticket->ticket, timeout_ms);
         rc = fd < 0 ? fd : 0;
         C.death_fd = fd < 0 ? -1 : fd;
     }

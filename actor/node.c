@@ -20,9 +20,17 @@
  * one anyway). The main loop counts the head as heard when anything arrives on its socket, and
  * pings it when it was silent for a heartbeat period (the head answers every Ping). Silent for
  * longer than the head-dead time (--head-dead-after-ms; default 30 heartbeat periods, 3 s at
- * the head's 100 ms), checked only after the socket was drained, so that a node that was itself
- * stalled reads the answers queued meanwhile first: the node logs it, SIGKILLs its actors and
- * zygotes by pid, and ct__node_run returns CT_EDEAD (ct-node exits 1).
+ * the head's 100 ms), counted only over time the node itself ran (count_silence) and checked
+ * only after the socket was drained, so that a node that was itself stalled reads the answers
+ * queued meanwhile first: the node logs it, SIGKILLs its actors and zygotes by pid, and
+ * ct__node_run returns CT_EDEAD (ct-node exits 1).
+ *
+ * Death watch and rejoin: once registered, the node keeps one TCP connection to the head's
+ * death-watch port (head/watch.h), so that the head sees it die at once. A node the head
+ * declared dead while it lived (stopped or cut off past the head's dead-after time) hears it
+ * from that connection ('D') or from the answer to its next heartbeat: it kills its actors (the
+ * head counted them lost) and zygotes, empties its store and registers again as a new node
+ * (rejoin).
  *
  * A detached node (ct__node_new_detached, runtime.h) runs the same handlers on bytes, without a
  * head or processes: fuzz/fuzz_node.c drives it.
@@ -937,14 +945,29 @@ static void ping_head(nodest *n)
     send_head(n, &e);
 }
 
-/* Whether the head has been silent for longer than dead_ms (the caller drained the socket). */
-static bool head_lost(nodest *n, int64_t last_heard, int dead_ms)
+/* The head's silence (*silent, ms; reset when anything arrives from it) counts only over time
+ * this node ran its loop: each count adds the time since the previous one, but at most one
+ * heartbeat period. A turn of the loop takes at most that (its poll's timeout) when the node
+ * runs; what a turn took beyond it (the node stopped, starved, or busy in a handler such as a
+ * code fetch) is not the head's silence. */
+static void count_silence(int64_t *silent, int64_t *last_count, int hb_ms)
 {
-    int64_t silent = ct__now_ms() - last_heard;
+    int64_t now = ct__now_ms(), d = now - *last_count;
+    *silent += d < hb_ms ? d : hb_ms;
+    *last_count = now;
+}
+
+/* Whether the head has been silent for longer than dead_ms (the caller drained the socket),
+ * counting only the node's running time (count_silence). */
+static bool head_lost(nodest *n, int64_t *silent_ms, int64_t *last_count, int hb_ms, int dead_ms)
+{
+    count_silence(silent_ms, last_count, hb_ms);
+    int64_t silent = *silent_ms;
     if (silent <= dead_ms)
         return false;
     ct__error(CT_EDEAD,
-              "node: the head %s did not answer for %lld ms (head-dead time %d ms): "
+              "node: the head %s did not answer for %lld ms of this node's running time "
+              "(head-dead time %d ms): "
               "killing the node's actors and exiting",
               n->head, (long long)silent, dead_ms);
     CT_LOG(CT_LOG_ERROR, "node", "%s", ct_last_error());
@@ -979,7 +1002,6 @@ typedef struct liveness {
 static void *liveness_main(void *arg)
 {
     liveness *l = arg;
-    ct__log_set_who("node");
     void *s = zmq_socket(l->ctx, ZMQ_DEALER);
     if (!s)
         return NULL;
@@ -1173,8 +1195,8 @@ static int on_head(nodest *n, Ct__Envelope *e)
  * head is gone). */
 static int rejoin(nodest *n, liveness *live, int *hb_ms)
 {
-    CT_LOG(CT_LOG_WARN, "node", "the head declared %s dead: killing its %d actors, registering again",
-           n->id, n->na);
+    CT_LOG(CT_LOG_WARN, "node",
+           "the head declared %s dead: killing its %d actors, registering again", n->id, n->na);
     live_stop(live);
     for (int i = 0; i < nhooks; i++)
         if (hooks[i].on_stop)
@@ -1298,8 +1320,8 @@ int ct__node_run(const ct_node_opts *o)
     liveness live;
     live_start(&live, &n, hb_ms);
     int64_t next_hb = ct__now_ms() + hb_ms;
-    int64_t last_heard = ct__now_ms(); /* anything from the head on n.sock */
-    int64_t last_turn = ct__now_ms();  /* the loop's last turn */
+    int64_t silent = 0;                /* ms since anything came from the head (count_silence) */
+    int64_t last_count = ct__now_ms(); /* when silent was last counted */
     int dead_ms = o->head_dead_ms > 0 ? o->head_dead_ms : 30 * hb_ms;
     bool declared_dead = false; /* the head said so: rejoin */
     while (!node_stop) {
@@ -1307,7 +1329,8 @@ int ct__node_run(const ct_node_opts *o)
             declared_dead = false;
             if ((rc = rejoin(&n, &live, &hb_ms)))
                 break;
-            next_hb = last_heard = last_turn = ct__now_ms();
+            next_hb = last_count = ct__now_ms();
+            silent = 0;
         }
         zmq_pollitem_t it[4 + MAX_ZYG];
         int ni = 0;
@@ -1331,22 +1354,17 @@ int ct__node_run(const ct_node_opts *o)
             rc = ct__error(CT_EZMQ, "node: poll: %s", zmq_strerror(errno));
             break;
         }
-        /* the head's silence counts only over time this node ran: a turn of the loop takes at
-         * most one heartbeat period (its poll's timeout) when the node runs, and what a longer
-         * turn took beyond it (the node stopped or starved) is not the head's fault */
-        int64_t turn = ct__now_ms() - last_turn;
-        if (turn > hb_ms)
-            last_heard += turn - hb_ms;
-        last_turn = ct__now_ms();
+        count_silence(&silent, &last_count, hb_ms);
         if (ct__now_ms() >= next_hb) {
             heartbeat(&n);
-            if (ct__now_ms() - last_heard >= hb_ms)
+            if (silent >= hb_ms)
                 ping_head(&n);
             next_hb = ct__now_ms() + hb_ms;
         }
         if (r <= 0) {
             dispatch(&n);
-            if (head_lost(&n, last_heard, dead_ms)) { /* nothing was queued: poll said so */
+            if (head_lost(&n, &silent, &last_count, hb_ms,
+                          dead_ms)) { /* nothing was queued: poll said so */
                 rc = CT_EDEAD;
                 break;
             }
@@ -1387,7 +1405,7 @@ int ct__node_run(const ct_node_opts *o)
             int mr = ct__msg_recv(n.sock, NULL, &e, ZMQ_DONTWAIT, "node");
             if (mr == CT_ETIMEDOUT)
                 break;
-            last_heard = ct__now_ms();
+            silent = 0;
             if (mr) {
                 CT_LOG(CT_LOG_WARN, "node", "%s", ct_last_error());
                 ct__msg_free(e);
@@ -1402,7 +1420,7 @@ int ct__node_run(const ct_node_opts *o)
                 break;
         }
         dispatch(&n);
-        if (!node_stop && head_lost(&n, last_heard, dead_ms)) {
+        if (!node_stop && head_lost(&n, &silent, &last_count, hb_ms, dead_ms)) {
             rc = CT_EDEAD;
             break;
         }

@@ -23,8 +23,10 @@ typedef struct ct_node_opts {
 } ct_node_opts;
 
 /* Registers with the head and serves (spawns, reaps, heartbeats) until SIGTERM/SIGINT,
- * watch_fd EOF, the head declaring it dead, or the head silent for head_dead_ms (CT_EDEAD;
- * its actors killed). Returns 0 or a CT_E* code (message set). */
+ * watch_fd EOF, or the head silent for head_dead_ms (CT_EDEAD; its actors killed). Declared
+ * dead by the head while alive, it kills its actors and registers again as a new node (a new
+ * id); CT_EDEAD (or the registration's error) when that fails. Returns 0 or a CT_E* code
+ * (message set). */
 int ct__node_run(const ct_node_opts *opts);
 
 /* The NVIDIA GPUs NVML counts on this machine (gpu_detect.c, loaded by dlopen); 0 when there is

@@ -100,11 +100,11 @@ typedef struct node {
     char host[64];
     int pid;
     res total, free;
-    int64_t silent;  /* ms of silence counted against it (check_heartbeats) */
-    int64_t dead_at; /* when it was declared dead */
+    int64_t silent;        /* ms of silence counted against it (check_heartbeats) */
+    int64_t dead_at;       /* when it was declared dead */
     char ticket[TOK_SIZE]; /* its death-watch ticket, until its connection says hello */
     uint64_t watch;        /* its death-watch connection (head/watch.h); 0: none */
-    bool used;       /* the slot holds a node, alive or dead but not yet forgotten */
+    bool used;             /* the slot holds a node, alive or dead but not yet forgotten */
     bool alive;
     int nactors;
 } node;

@@ -1,7 +1,7 @@
 /* head/main.c — ct-head: the command-line front of ct__head_run (head/head.c).
  * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
- * [--watch-port N] [--secret-file F] prints exactly "listening on H:P" once it serves. The cluster secret comes
- * from --secret-file or CT_SECRET_FILE; without one it refuses to start. */
+ * [--watch-port N] [--secret-file F] prints exactly "listening on H:P" once it serves. The cluster
+ * secret comes from --secret-file or CT_SECRET_FILE; without one it refuses to start. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

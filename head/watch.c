@@ -184,7 +184,7 @@ static void serve(ct__watch *w, int i, const ct__watch_cb *cb)
             cb->closed(cb->user, id);
             return;
         }
-        size_t need = c->state == S_C1 ? CT_AUTH_C1_LEN
+        size_t need = c->state == S_C1   ? CT_AUTH_C1_LEN
                       : c->state == S_C2 ? CT_AUTH_C2_LEN
                                          : CT__WATCH_HELLO_LEN;
         ssize_t r = recv(c->fd, c->buf + c->got, need - c->got, MSG_DONTWAIT);

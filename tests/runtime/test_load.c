@@ -171,11 +171,10 @@ int main(void)
         ct_future *f = NULL;
         double t0 = h_now_ms();
         CHECK_OK(ct_actor_call_async(to, "get", &ga, sizeof ga, &f));
-        while (f && ct_future_wait(f, 0, NULL, NULL) == CT_ETIMEDOUT) {
+        while (f && ct_future_wait_any(&f, 1, 20) == CT_ETIMEDOUT) {
             call_counter(ca, &va);
             call_counter(cb, &vb);
             calls += 2;
-            usleep(20000);
         }
         void *res = NULL;
         size_t n = 0;

@@ -130,6 +130,7 @@ static struct {
     int hb_stop[2];      /* pipe: closing [1] stops the thread */
     bool hb_running;
     int head_fd;         /* ZMQ_FD of head (edge-triggered), for waiting without the lock */
+    int death_fd;        /* the head's death watch (head/watch.h): open while this driver lives */
     struct hwait *waits; /* requests waiting for head replies (any thread) */
     ct_event q[EVQ];
     int qh, qn;
@@ -152,7 +153,11 @@ static struct {
     char emb_node[32];   /* the embedded node's id */
     ct_object_id exe_id; /* code shipping: SHA-1 of /proc/self/exe */
     int exe_state;       /* 0 not tried, 1 in the store, -1 could not */
-} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .watch_wr = -1, .hb_stop = {-1, -1}, .head_fd = -1};
+} C = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .watch_wr = -1,
+       .hb_stop = {-1, -1},
+       .head_fd = -1,
+       .death_fd = -1};
 
 #define LOCK() pthread_mutex_lock(&C.mu)
 #define UNLOCK() pthread_mutex_unlock(&C.mu)
@@ -321,6 +326,9 @@ static int connect_head(const char *addr, const char *sender)
 
 static void close_all(void)
 {
+    if (C.death_fd >= 0) /* the head sees this driver gone at once */
+        close(C.death_fd);
+    C.death_fd = -1;
     if (C.head)
         zmq_close(C.head);
     C.head = NULL;
@@ -675,6 +683,32 @@ static void *hb_main(void *arg)
     return NULL;
 }
 
+/* Opens this driver's death-watch connection (head/watch.h), so that the head sees it end at
+ * once, even by kill -9, and kills its job's actors. Without one (a head with no watch port,
+ * a port this host cannot reach) the driver's heartbeats still tell: only later. */
+static void watch_attach(int timeout_ms)
+{
+    Ct__Envelope e, *rep = NULL;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__env_init(&e, 0, C.sender, timeout_ms);
+    hb.driver = 1;
+    hb.watch = 1;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    int rc = head_request(&e, &rep, timeout_ms);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_WATCH_TICKET, "heartbeat.watch");
+    if (!rc && rep->watch_ticket->port) {
+        int fd =
+            ct__watch_dial(C.addr, rep->watch_ticket->port, rep->watch_ticket->ticket, timeout_ms);
+        rc = fd < 0 ? fd : 0;
+        C.death_fd = fd < 0 ? -1 : fd;
+    }
+    if (rc)
+        CT_LOG(CT_LOG_WARN, "driver", "no death watch (heartbeats only): %s", ct_last_error());
+    ct__msg_free(rep);
+}
+
 static int start_heartbeats(void)
 {
     if (pipe2(C.hb_stop, O_CLOEXEC))
@@ -841,6 +875,7 @@ int ct_init(const ct_init_opts *opts)
     ct__msg_free(rep);
     if (rc)
         goto fail;
+    watch_attach(timeout);
     if ((rc = start_heartbeats()))
         goto fail;
     C.inited = true;

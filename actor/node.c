@@ -20,9 +20,17 @@
  * one anyway). The main loop counts the head as heard when anything arrives on its socket, and
  * pings it when it was silent for a heartbeat period (the head answers every Ping). Silent for
  * longer than the head-dead time (--head-dead-after-ms; default 30 heartbeat periods, 3 s at
- * the head's 100 ms), checked only after the socket was drained, so that a node that was itself
- * stalled reads the answers queued meanwhile first: the node logs it, SIGKILLs its actors and
- * zygotes by pid, and ct__node_run returns CT_EDEAD (ct-node exits 1).
+ * the head's 100 ms), counted only over time the node itself ran (count_silence) and checked
+ * only after the socket was drained, so that a node that was itself stalled reads the answers
+ * queued meanwhile first: the node logs it, SIGKILLs its actors and zygotes by pid, and
+ * ct__node_run returns CT_EDEAD (ct-node exits 1).
+ *
+ * Death watch and rejoin: once registered, the node keeps one TCP connection to the head's
+ * death-watch port (head/watch.h), so that the head sees it die at once. A node the head
+ * declared dead while it lived (stopped or cut off past the head's dead-after time) hears it
+ * from that connection ('D') or from the answer to its next heartbeat: it kills its actors (the
+ * head counted them lost) and zygotes, empties its store and registers again as a new node
+ * (rejoin).
  *
  * Starting and ending zygotes: a zygote's stderr is a pipe until it serves (read_err), so that
  * one dying before it serves (a missing shared library) fails its starts with its last lines,
@@ -56,6 +64,7 @@
 #include "actor/runtime.h"
 #include "common/auth.h"
 #include "common/common.h"
+#include "head/watch.h"
 #include "proto/msg.h"
 
 extern char **environ;
@@ -136,6 +145,7 @@ typedef struct nodest {
     int ngpu;                   /* GPU indices 0..ngpu-1 given to actors */
     double gpu_used[MAX_GPUS];  /* each index's share held by actors */
     char gpu_dev[MAX_GPUS][64]; /* index i's name in an actor's CUDA_VISIBLE_DEVICES */
+    int watch_fd;               /* the head's death watch (head/watch.h); -1: none */
 } nodest;
 
 /* extension point (runtime.h) */
@@ -1216,14 +1226,29 @@ static void ping_head(nodest *n)
     send_head(n, &e);
 }
 
-/* Whether the head has been silent for longer than dead_ms (the caller drained the socket). */
-static bool head_lost(nodest *n, int64_t last_heard, int dead_ms)
+/* The head's silence (*silent, ms; reset when anything arrives from it) counts only over time
+ * this node ran its loop: each count adds the time since the previous one, but at most one
+ * heartbeat period. A turn of the loop takes at most that (its poll's timeout) when the node
+ * runs; what a turn took beyond it (the node stopped, starved, or busy in a handler such as a
+ * code fetch) is not the head's silence. */
+static void count_silence(int64_t *silent, int64_t *last_count, int hb_ms)
 {
-    int64_t silent = ct__now_ms() - last_heard;
+    int64_t now = ct__now_ms(), d = now - *last_count;
+    *silent += d < hb_ms ? d : hb_ms;
+    *last_count = now;
+}
+
+/* Whether the head has been silent for longer than dead_ms (the caller drained the socket),
+ * counting only the node's running time (count_silence). */
+static bool head_lost(nodest *n, int64_t *silent_ms, int64_t *last_count, int hb_ms, int dead_ms)
+{
+    count_silence(silent_ms, last_count, hb_ms);
+    int64_t silent = *silent_ms;
     if (silent <= dead_ms)
         return false;
     ct__error(CT_EDEAD,
-              "node: the head %s did not answer for %lld ms (head-dead time %d ms): "
+              "node: the head %s did not answer for %lld ms of this node's running time "
+              "(head-dead time %d ms): "
               "killing the node's actors and exiting",
               n->head, (long long)silent, dead_ms);
     CT_LOG(CT_LOG_ERROR, "node", "%s", ct_last_error());
@@ -1250,12 +1275,14 @@ typedef struct liveness {
     char head[128], id[32], token[CT_TOKEN_LEN + 1];
     int hb_ms;
     int stop_fd;
+    int stop[2]; /* live_start / live_stop: the pipe whose close ends the thread */
+    pthread_t th;
+    bool on;
 } liveness;
 
 static void *liveness_main(void *arg)
 {
     liveness *l = arg;
-    ct__log_set_who("node");
     void *s = zmq_socket(l->ctx, ZMQ_DEALER);
     if (!s)
         return NULL;
@@ -1290,6 +1317,47 @@ static void *liveness_main(void *arg)
     }
     zmq_close(s);
     return NULL;
+}
+
+/* Starts the liveness thread for n's current id and token (nothing when it cannot: the main
+ * loop still heartbeats). */
+static void live_start(liveness *l, nodest *n, int hb_ms)
+{
+    *l = (liveness){.ctx = n->ctx, .hb_ms = hb_ms, .stop_fd = -1, .stop = {-1, -1}};
+    snprintf(l->head, sizeof l->head, "%s", n->head);
+    snprintf(l->id, sizeof l->id, "%s", n->id);
+    snprintf(l->token, sizeof l->token, "%s", n->token);
+    if (pipe2(l->stop, O_CLOEXEC) == 0) {
+        l->stop_fd = l->stop[0];
+        l->on = pthread_create(&l->th, NULL, liveness_main, l) == 0;
+    }
+}
+
+static void live_stop(liveness *l)
+{
+    if (l->stop[1] >= 0)
+        close(l->stop[1]);
+    if (l->on)
+        pthread_join(l->th, NULL);
+    if (l->stop[0] >= 0)
+        close(l->stop[0]);
+    l->stop[0] = l->stop[1] = -1;
+    l->on = false;
+}
+
+/* Opens the death-watch connection the registration's reply offered (head/watch.h). Without
+ * one the node still runs: its death is then found by heartbeats alone. */
+static void watch_open(nodest *n, unsigned port, const char *ticket)
+{
+    if (n->watch_fd >= 0)
+        close(n->watch_fd);
+    n->watch_fd = -1;
+    if (!port || !ticket || !*ticket)
+        return;
+    int fd = ct__watch_dial(n->head, port, ticket, 10000);
+    if (fd < 0)
+        CT_LOG(CT_LOG_WARN, "node", "no death watch (heartbeats only): %s", ct_last_error());
+    n->watch_fd = fd < 0 ? -1 : fd;
 }
 
 static int do_register(nodest *n, int *hb_ms)
@@ -1367,6 +1435,8 @@ static int do_register(nodest *n, int *hb_ms)
             snprintf(n->id, sizeof n->id, "%s", rep->register_node_reply->node_id);
             snprintf(n->token, sizeof n->token, "%s", rep->register_node_reply->token);
             *hb_ms = rep->register_node_reply->heartbeat_ms;
+            watch_open(n, rep->register_node_reply->watch_port,
+                       rep->register_node_reply->watch_ticket);
         }
         ct__msg_free(rep);
         return rc;
@@ -1401,9 +1471,66 @@ static int on_head(nodest *n, Ct__Envelope *e)
     return 0;
 }
 
+/* The head declared this node dead while it lived (stopped, starved or cut off for longer than
+ * the head's dead-after time): the head counted its actors as lost, so they are killed here,
+ * and the node registers again as a new node (a new id, token and store; the old store's
+ * objects were dropped from the head's directory). The zygotes go too: they hand the old node
+ * id to the actors they fork. 0, or the registration's error (the node then exits, as when its
+ * head is gone). */
+static int rejoin(nodest *n, liveness *live, int *hb_ms)
+{
+    CT_LOG(CT_LOG_WARN, "node",
+           "the head declared %s dead: killing its %d actors, registering again", n->id, n->na);
+    live_stop(live);
+    for (int i = 0; i < nhooks; i++)
+        if (hooks[i].on_stop)
+            hooks[i].on_stop(n->id, n->head, n->host, hooks[i].user);
+    ct__objnode_stop();
+    pid_t pids[256];
+    int np = 0;
+    for (int i = 0; i < n->na; i++) {
+        kill_pid(n, n->a[i].pid);
+        if (n->a[i].pid > 0 && np < 256)
+            pids[np++] = n->a[i].pid;
+    }
+    for (int i = 0; i < n->nz; i++) {
+        kill_pid(n, n->z[i].pid);
+        if (n->z[i].pid > 0 && np < 256)
+            pids[np++] = n->z[i].pid;
+        close(n->z[i].fd);
+        free(n->z[i].key);
+    }
+    n->nz = 0;
+    while (n->na)
+        remove_actor(n, n->na - 1);
+    while (n->qh < n->qn)
+        qreq_pop(n);
+    /* reaped here, so that their exits are not reported under the new id (the rest, if any,
+     * end as unknown pids in reap) */
+    int64_t until = ct__now_ms() + 2000;
+    for (int i = 0; i < np; i++)
+        while (waitpid(pids[i], NULL, WNOHANG) == 0 && ct__now_ms() < until)
+            usleep(1000);
+    ct__log_set_who("node");
+    int rc = do_register(n, hb_ms);
+    if (rc)
+        return rc;
+    if (*hb_ms <= 0)
+        *hb_ms = 100;
+    ct__log_set_who(n->id);
+    CT_LOG(CT_LOG_INFO, "node", "registered again as %s", n->id);
+    if ((rc = ct__objnode_start(n->id, n->head, n->host, n->o->store_memory, n->o->spill_dir)))
+        return rc;
+    for (int i = 0; i < nhooks; i++)
+        if (hooks[i].on_start)
+            hooks[i].on_start(n->id, n->head, n->host, hooks[i].user);
+    live_start(live, n, *hb_ms);
+    return 0;
+}
+
 int ct__node_run(const ct_node_opts *o)
 {
-    nodest n = {0};
+    nodest n = {.watch_fd = -1};
     int rc = 0, sfd = -1;
     n.o = o;
     if (!o->head || !strchr(o->head, ':'))
@@ -1478,36 +1605,38 @@ int ct__node_run(const ct_node_opts *o)
         if (write(o->ready_fd, line, len) != len)
             CT_LOG(CT_LOG_WARN, "node", "cannot report readiness");
     }
-    liveness live = {.ctx = n.ctx, .hb_ms = hb_ms, .stop_fd = -1};
-    snprintf(live.head, sizeof live.head, "%s", n.head);
-    snprintf(live.id, sizeof live.id, "%s", n.id);
-    snprintf(live.token, sizeof live.token, "%s", n.token);
-    int live_stop[2] = {-1, -1};
-    pthread_t live_th;
-    bool live_on = false;
-    if (pipe(live_stop) == 0) {
-        fcntl(live_stop[0], F_SETFD, FD_CLOEXEC);
-        fcntl(live_stop[1], F_SETFD, FD_CLOEXEC);
-        live.stop_fd = live_stop[0];
-        live_on = pthread_create(&live_th, NULL, liveness_main, &live) == 0;
-    }
+    liveness live;
+    live_start(&live, &n, hb_ms);
     int64_t next_hb = ct__now_ms() + hb_ms;
-    int64_t last_heard = ct__now_ms(); /* anything from the head on n.sock */
+    int64_t silent = 0;                /* ms since anything came from the head (count_silence) */
+    int64_t last_count = ct__now_ms(); /* when silent was last counted */
     int dead_ms = o->head_dead_ms > 0 ? o->head_dead_ms : 30 * hb_ms;
     int64_t next_idle = ct__now_ms() + 1000;
+    bool declared_dead = false; /* the head said so: rejoin */
     while (!node_stop) {
+        if (declared_dead) {
+            declared_dead = false;
+            if ((rc = rejoin(&n, &live, &hb_ms)))
+                break;
+            next_hb = last_count = ct__now_ms();
+            silent = 0;
+        }
         if (ct__now_ms() >= next_idle) { /* here: it changes the zygote table polled below */
             retire_idle(&n);
             next_idle = ct__now_ms() + 1000;
         }
-        zmq_pollitem_t it[3 + 2 * MAX_ZYG];
+        zmq_pollitem_t it[4 + 2 * MAX_ZYG];
         int ni = 0;
         it[ni++] = (zmq_pollitem_t){n.sock, 0, ZMQ_POLLIN, 0};
         it[ni++] = (zmq_pollitem_t){NULL, sfd, ZMQ_POLLIN, 0};
-        int watch_i = -1;
+        int watch_i = -1, dw_i = -1;
         if (o->watch_fd >= 0) {
             watch_i = ni;
             it[ni++] = (zmq_pollitem_t){NULL, o->watch_fd, ZMQ_POLLIN, 0};
+        }
+        if (n.watch_fd >= 0) {
+            dw_i = ni;
+            it[ni++] = (zmq_pollitem_t){NULL, n.watch_fd, ZMQ_POLLIN, 0};
         }
         int z0 = ni, nz = n.nz;
         for (int i = 0; i < nz; i++)
@@ -1524,15 +1653,17 @@ int ct__node_run(const ct_node_opts *o)
             rc = ct__error(CT_EZMQ, "node: poll: %s", zmq_strerror(errno));
             break;
         }
+        count_silence(&silent, &last_count, hb_ms);
         if (ct__now_ms() >= next_hb) {
             heartbeat(&n);
-            if (ct__now_ms() - last_heard >= hb_ms)
+            if (silent >= hb_ms)
                 ping_head(&n);
             next_hb = ct__now_ms() + hb_ms;
         }
         if (r <= 0) {
             dispatch(&n);
-            if (head_lost(&n, last_heard, dead_ms)) { /* nothing was queued: poll said so */
+            if (head_lost(&n, &silent, &last_count, hb_ms,
+                          dead_ms)) { /* nothing was queued: poll said so */
                 rc = CT_EDEAD;
                 break;
             }
@@ -1546,6 +1677,21 @@ int ct__node_run(const ct_node_opts *o)
         for (int k = 0; k < ne; k++)
             if (it[e0 + k].revents)
                 read_err(&n, eidx[k]);
+        if (dw_i >= 0 && it[dw_i].revents) {
+            /* the head's death watch: 'D' when it declared this node dead; an end without it is
+             * the head's (its silence then decides, as ever) */
+            char b = 0;
+            ssize_t got = recv(n.watch_fd, &b, 1, MSG_DONTWAIT);
+            if (got == 1 && b == CT__WATCH_DEAD) {
+                declared_dead = true;
+                continue;
+            }
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                CT_LOG(CT_LOG_WARN, "node", "the head closed the death-watch connection");
+                close(n.watch_fd);
+                n.watch_fd = -1;
+            }
+        }
         /* zygote replies before reaping, so that pids are known when exits are read */
         for (int i = nz - 1; i >= 0; i--)
             if (it[z0 + i].revents)
@@ -1562,7 +1708,7 @@ int ct__node_run(const ct_node_opts *o)
             int mr = ct__msg_recv(n.sock, NULL, &e, ZMQ_DONTWAIT, "node");
             if (mr == CT_ETIMEDOUT)
                 break;
-            last_heard = ct__now_ms();
+            silent = 0;
             if (mr) {
                 CT_LOG(CT_LOG_WARN, "node", "%s", ct_last_error());
                 ct__msg_free(e);
@@ -1570,24 +1716,19 @@ int ct__node_run(const ct_node_opts *o)
                     break;
                 continue;
             }
-            if (on_head(&n, e)) {
-                rc = ct__error(CT_EDEAD, "node: the head declared %s dead", n.id);
-                node_stop = 1;
-            }
+            if (on_head(&n, e))
+                declared_dead = true;
             ct__msg_free(e);
+            if (declared_dead)
+                break;
         }
         dispatch(&n);
-        if (!node_stop && head_lost(&n, last_heard, dead_ms)) {
+        if (!node_stop && head_lost(&n, &silent, &last_count, hb_ms, dead_ms)) {
             rc = CT_EDEAD;
             break;
         }
     }
-    if (live_stop[1] >= 0)
-        close(live_stop[1]);
-    if (live_on)
-        pthread_join(live_th, NULL);
-    if (live_stop[0] >= 0)
-        close(live_stop[0]);
+    live_stop(&live);
 out:;
     char why[512] = ""; /* the cleanup below may set other errors */
     if (rc)
@@ -1616,6 +1757,8 @@ out:;
     free(n.a);
     if (sfd >= 0)
         close(sfd);
+    if (n.watch_fd >= 0)
+        close(n.watch_fd);
     if (n.sock)
         zmq_close(n.sock);
     if (n.ctx)
@@ -1635,6 +1778,7 @@ ct__node *ct__node_new_detached(void *sock)
     }
     n->detached = true;
     n->sock = sock;
+    n->watch_fd = -1;
     n->max_zyg = 4;
     n->zyg_idle_ms = 600000;
     snprintf(n->id, sizeof n->id, "detached");

@@ -24,8 +24,10 @@ typedef struct ct_node_opts {
 } ct_node_opts;
 
 /* Registers with the head and serves (spawns, reaps, heartbeats) until SIGTERM/SIGINT,
- * watch_fd EOF, the head declaring it dead, or the head silent for head_dead_ms (CT_EDEAD;
- * its actors killed). Returns 0 or a CT_E* code (message set). */
+ * watch_fd EOF, or the head silent for head_dead_ms (CT_EDEAD; its actors killed). Declared
+ * dead by the head while alive, it kills its actors and registers again as a new node (a new
+ * id); CT_EDEAD (or the registration's error) when that fails. Returns 0 or a CT_E* code
+ * (message set). */
 int ct__node_run(const ct_node_opts *opts);
 
 /* The NVIDIA GPUs NVML counts on this machine (gpu_detect.c, loaded by dlopen); 0 when there is
@@ -93,6 +95,12 @@ void ct__objnode_stop_detached(void);
 void ct__host_id(char *buf, size_t cap);
 /* Default store memory: a quarter of RAM, at most 2 GiB and half of /dev/shm's free space. */
 uint64_t ct__objnode_default_memory(void);
+
+/* The head's death watch, client end (watch_dial.c; the wire is in head/watch.h): connects to
+ * port on head_addr's host ("host:port", the head's ZeroMQ address), authenticates and presents
+ * ticket, within timeout_ms. The connected fd (close-on-exec, blocking), to be kept open while
+ * this process lives; or a CT_E* code with the reason. */
+int ct__watch_dial(const char *head_addr, unsigned port, const char *ticket, int timeout_ms);
 
 /* SHA-1 of len bytes (sha1.c): the content address of a shipped executable. */
 void ct__sha1(const void *p, size_t len, uint8_t out[20]);

@@ -24,7 +24,7 @@
  *   available_node_types:
  *     worker: {resources: {CPU: 2, GPU: 0, disk: 1}, min_workers: 2, max_workers: 2,
  *              store_memory: 256M, spill_dir: /tmp/spill}
- *   ct: {head_port: 0, heartbeat_ms: 100, dead_after_ms: 1000, store_memory: 256M,
+ *   ct: {head_port: 0, heartbeat_ms: 100, dead_after_ms: 10000, store_memory: 256M,
  *        spill_dir: DIR, bin_dir: DIR, remote_dir: ~/.ct, copy_binaries: true,
  *        head_runs_node: false, start_timeout_s: 30, head_bind: 127.0.0.1}
  *

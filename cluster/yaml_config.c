@@ -679,7 +679,7 @@ static int parse_root(parser *p, yaml_node_t *root)
     /* ct */
     c->head_port = ssh ? 6380 : 0;
     c->heartbeat_ms = 100;
-    c->dead_after_ms = 1000;
+    c->dead_after_ms = 10000;
     c->start_timeout_s = 30;
     c->copy_binaries = true;
     yaml_node_t *ctn = get(p, root, "ct", NULL);

@@ -40,6 +40,7 @@
 #include "common/auth.h"
 #include "common/common.h"
 #include "head/head.h"
+#include "head/watch.h"
 #include "proto/msg.h"
 
 #define MAX_RES 16
@@ -76,6 +77,8 @@
 #define MAX_DRIVERS 4096            /* heartbeating drivers */
 #define MAX_AMOUNT 1e9              /* largest amount of one resource */
 #define GONE_AFTER_MS 60000         /* dead nodes and actors are listed this long */
+#define HEAD_HB_MS 100              /* default heartbeat period */
+#define HEAD_DEAD_MS 10000          /* default silence before a node or driver is dead */
 #define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
 
 /* A resource vector: name -> amount. */
@@ -97,9 +100,11 @@ typedef struct node {
     char host[64];
     int pid;
     res total, free;
-    int64_t last_hb; /* ct__now_ms */
-    int64_t dead_at; /* when it was declared dead */
-    bool used;       /* the slot holds a node, alive or dead but not yet forgotten */
+    int64_t silent;        /* ms of silence counted against it (check_heartbeats) */
+    int64_t dead_at;       /* when it was declared dead */
+    char ticket[TOK_SIZE]; /* its death-watch ticket, until its connection says hello */
+    uint64_t watch;        /* its death-watch connection (head/watch.h); 0: none */
+    bool used;             /* the slot holds a node, alive or dead but not yet forgotten */
     bool alive;
     int nactors;
 } node;
@@ -168,12 +173,15 @@ typedef struct sub {
 typedef struct driver {
     char name[64];
     char job[TOK_SIZE];
-    int64_t last_hb;
+    int64_t silent;        /* ms of silence counted against it (check_heartbeats) */
+    char ticket[TOK_SIZE]; /* its death-watch ticket, until its connection says hello */
+    uint64_t watch;        /* its death-watch connection; 0: none */
 } driver;
 
 typedef struct head {
     void *ctx, *sock;
-    bool zap; /* a ZAP handler runs in ctx (stopped before ctx ends) */
+    bool zap;         /* a ZAP handler runs in ctx (stopped before ctx ends) */
+    ct__watch *watch; /* the death-watch port (NULL: none, heartbeats only) */
     driver *drivers;
     int ndrivers;
     int hb_ms, dead_ms;
@@ -755,6 +763,11 @@ static void node_dead(head *h, int ni, const char *reason)
     n->alive = false;
     n->dead_at = ct__now_ms();
     CT_LOG(CT_LOG_WARN, "head", "node %s dead: %s", n->id, reason);
+    /* a node declared dead while its process lives (a silent host that wakes up) learns it at
+     * once from this byte, kills its actors and registers again as a new node (actor/node.c);
+     * its ticket stays, so that a hello still on its way gets the same answer */
+    ct__watch_close(h->watch, n->watch, CT__WATCH_DEAD);
+    n->watch = 0;
     for (int i = 0; i < h->nactors; i++) {
         actor *a = &h->actors[i];
         if (a->node == ni && a->state != A_DEAD && a->state != A_PENDING) {
@@ -799,6 +812,7 @@ static void forget_node(head *h, int ni)
             if (h->pgs[i].b[b].node == ni)
                 h->pgs[i].b[b].node = -1;
     CT_LOG(CT_LOG_INFO, "head", "forgot dead node %s", h->nodes[ni].id);
+    ct__watch_close(h->watch, h->nodes[ni].watch, 0);
     memset(&h->nodes[ni], 0, sizeof h->nodes[ni]);
 }
 
@@ -881,7 +895,7 @@ static void forget_dead(head *h, int64_t max_age)
     free_removed_pgs(h);
 }
 
-static void driver_gone(head *h, int di, bool left);
+static void driver_gone(head *h, int di, const char *why);
 static void dispatch(head *h, const ct__rid *rid, Ct__Envelope *e, bool *keep);
 
 static const ct__msg_limits decode_lim = {DECODE_FLOOR, DECODE_MULT, DECODE_MAX};
@@ -920,38 +934,48 @@ static void drain(head *h)
 }
 
 /* Whether some node or driver has been silent for longer than dead_ms. */
-static bool any_overdue(head *h, int64_t now)
+static bool any_overdue(head *h)
 {
     for (int i = 0; i < h->ndrivers; i++)
-        if (now - h->drivers[i].last_hb > h->dead_ms)
+        if (h->drivers[i].silent > h->dead_ms)
             return true;
     for (int i = 0; i < h->nnodes; i++)
-        if (h->nodes[i].alive && now - h->nodes[i].last_hb > h->dead_ms)
+        if (h->nodes[i].alive && h->nodes[i].silent > h->dead_ms)
             return true;
     return false;
 }
 
-/* The failure detector. Silence only counts while the head itself was running: when its own
- * checks were apart by much more than a heartbeat period (the head was descheduled or its
- * machine starved), everyone is credited with that gap. And before anyone is declared dead,
- * the head waits up to one heartbeat period for heartbeats already on their way (ZeroMQ's I/O
- * thread may still hold them after such a gap). Measured need: under a fully loaded 2-core
- * machine, live nodes were declared dead with their heartbeats queued at the head. */
+/* Counts ms of silence against every live node and driver. */
+static void count_silence(head *h, int64_t ms)
+{
+    for (int i = 0; i < h->ndrivers; i++)
+        h->drivers[i].silent += ms;
+    for (int i = 0; i < h->nnodes; i++)
+        if (h->nodes[i].alive)
+            h->nodes[i].silent += ms;
+}
+
+/* The failure detector for hosts that go silent without their kernel closing anything (power
+ * loss, a cut network, SIGSTOP); a process that ends is seen at once by the death watch
+ * (head/watch.h), so this timeout can be long (dead_ms, default HEAD_DEAD_MS).
+ * Silence counts only over time when the head itself was running and had read its queue: each
+ * check (every tick, at most 20 ms apart when the head runs, after draining the socket) counts
+ * the time since the previous one, but at most one heartbeat period. A head that was
+ * descheduled, stopped or busy for 2 s thus blames nobody for those 2 s. Before anyone is
+ * declared dead, the head waits up to one more heartbeat period for heartbeats already on their
+ * way (ZeroMQ's I/O thread may still hold them after such a gap). Measured need: on a 2-core
+ * machine under full load, live nodes were declared dead with their heartbeats queued at the
+ * head, and a fixed 1 s bound was crossed by nodes starved for CPU. */
 static void check_heartbeats(head *h)
 {
     int64_t now = ct__now_ms();
     int64_t gap = h->last_check_ms ? now - h->last_check_ms : 0;
     h->last_check_ms = now;
-    if (gap > 3 * (int64_t)h->hb_ms) {
-        int64_t credit = gap - h->hb_ms;
-        CT_LOG(CT_LOG_INFO, "head", "failure detector paused %lld ms; not counted as silence",
-               (long long)gap);
-        for (int i = 0; i < h->ndrivers; i++)
-            h->drivers[i].last_hb += credit;
-        for (int i = 0; i < h->nnodes; i++)
-            h->nodes[i].last_hb += credit;
-    }
-    if (!any_overdue(h, now))
+    if (gap > 3 * (int64_t)h->hb_ms)
+        CT_LOG(CT_LOG_INFO, "head", "head loop stalled %lld ms: %d ms of it counted as silence",
+               (long long)gap, h->hb_ms);
+    count_silence(h, gap < h->hb_ms ? gap : h->hb_ms);
+    if (!any_overdue(h))
         return;
     zmq_pollitem_t it = {h->sock, 0, ZMQ_POLLIN, 0};
     int64_t until = now + h->hb_ms;
@@ -960,16 +984,17 @@ static void check_heartbeats(head *h)
             break;
         drain(h);
     }
-    now = ct__now_ms();
-    h->last_check_ms = now;
+    int64_t waited = ct__now_ms() - now;
+    h->last_check_ms = ct__now_ms();
+    count_silence(h, waited < h->hb_ms ? waited : h->hb_ms);
     for (int i = h->ndrivers - 1; i >= 0; i--)
-        if (now - h->drivers[i].last_hb > h->dead_ms)
-            driver_gone(h, i, false);
+        if (h->drivers[i].silent > h->dead_ms)
+            driver_gone(h, i, "no heartbeat");
     for (int i = 0; i < h->nnodes; i++)
-        if (h->nodes[i].alive && now - h->nodes[i].last_hb > h->dead_ms) {
+        if (h->nodes[i].alive && h->nodes[i].silent > h->dead_ms) {
             char why[96];
-            snprintf(why, sizeof why, "no heartbeat for %lld ms",
-                     (long long)(now - h->nodes[i].last_hb));
+            snprintf(why, sizeof why, "no heartbeat for %lld ms of the head's running time",
+                     (long long)h->nodes[i].silent);
             node_dead(h, i, why);
         }
 }
@@ -1031,7 +1056,7 @@ static void on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     }
     node *n = &h->nodes[ni];
     memset(n, 0, sizeof *n);
-    if (ct__token_new(n->token) || node_id_new(h, n->id)) {
+    if (ct__token_new(n->token) || ct__token_new(n->ticket) || node_id_new(h, n->id)) {
         REPLY_ERR(h, rid, e->req_id, CT_EIO, "", "head: %s", ct_last_error());
         return;
     }
@@ -1041,7 +1066,6 @@ static void on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     n->pid = r->pid;
     res_from_pb(&n->total, r->resources, r->n_resources);
     n->free = n->total;
-    n->last_hb = ct__now_ms();
     n->alive = true;
 
     Ct__Envelope o;
@@ -1050,6 +1074,8 @@ static void on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     rr.node_id = n->id;
     rr.heartbeat_ms = h->hb_ms;
     rr.token = n->token;
+    rr.watch_port = ct__watch_port(h->watch);
+    rr.watch_ticket = h->watch ? n->ticket : "";
     o.body_case = CT__ENVELOPE__BODY_REGISTER_NODE_REPLY;
     o.register_node_reply = &rr;
     send_env(h, rid, &o);
@@ -1078,28 +1104,49 @@ static void on_driver_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e)
     const char *job = ct__head_job(h, rid, e);
     if (!job)
         return;
-    for (int i = 0; i < h->ndrivers; i++)
-        if (!strcmp(h->drivers[i].name, name) && ct__token_eq(h->drivers[i].job, job)) {
-            h->drivers[i].last_hb = ct__now_ms();
-            if (e->heartbeat->leaving) /* ct_shutdown: its job ends now */
-                driver_gone(h, i, true);
+    driver *d = NULL;
+    for (int i = 0; i < h->ndrivers && !d; i++)
+        if (!strcmp(h->drivers[i].name, name) && ct__token_eq(h->drivers[i].job, job))
+            d = &h->drivers[i];
+    if (!d) {
+        if (e->heartbeat->leaving)
+            return; /* a driver unknown here (it never heartbeat before) leaves nothing behind */
+        if (h->ndrivers == MAX_DRIVERS) {
+            ct__head_refuse(h, rid, e, CT_ENOSPC, "heartbeat.driver",
+                            "driver heartbeat: the head follows %d drivers, its limit",
+                            MAX_DRIVERS);
             return;
         }
-    if (e->heartbeat->leaving)
-        return; /* a driver unknown here (it never heartbeat before) leaves nothing behind */
-    if (h->ndrivers == MAX_DRIVERS) {
-        ct__head_refuse(h, rid, e, CT_ENOSPC, "heartbeat.driver",
-                        "driver heartbeat: the head follows %d drivers, its limit", MAX_DRIVERS);
+        driver *nd = realloc(h->drivers, (h->ndrivers + 1) * sizeof *nd);
+        if (!nd)
+            return;
+        h->drivers = nd;
+        d = &h->drivers[h->ndrivers++];
+        memset(d, 0, sizeof *d);
+        snprintf(d->name, sizeof d->name, "%s", name);
+        snprintf(d->job, sizeof d->job, "%s", job);
+        CT_LOG(CT_LOG_INFO, "head", "driver %s attached", name);
+    }
+    d->silent = 0;
+    if (e->heartbeat->leaving) { /* ct_shutdown: its job ends now */
+        driver_gone(h, (int)(d - h->drivers), "left (ct_shutdown)");
         return;
     }
-    driver *nd = realloc(h->drivers, (h->ndrivers + 1) * sizeof *nd);
-    if (!nd)
+    if (!e->heartbeat->watch)
         return;
-    h->drivers = nd;
-    snprintf(h->drivers[h->ndrivers].name, sizeof nd->name, "%s", name);
-    snprintf(h->drivers[h->ndrivers].job, sizeof nd->job, "%s", job);
-    h->drivers[h->ndrivers++].last_hb = ct__now_ms();
-    CT_LOG(CT_LOG_INFO, "head", "driver %s attached", name);
+    /* a death-watch ticket (ct_init asks once): a new one replaces one not yet used */
+    Ct__Envelope o;
+    Ct__WatchTicket wt = CT__WATCH_TICKET__INIT;
+    if (h->watch && ct__token_new(d->ticket)) {
+        REPLY_ERR(h, rid, e->req_id, CT_EIO, "", "head: %s", ct_last_error());
+        return;
+    }
+    ct__env_init(&o, e->req_id, "head", 0);
+    wt.port = ct__watch_port(h->watch);
+    wt.ticket = h->watch ? d->ticket : "";
+    o.body_case = CT__ENVELOPE__BODY_WATCH_TICKET;
+    o.watch_ticket = &wt;
+    send_env(h, rid, &o);
 }
 
 static void kill_on_node(head *h, actor *a)
@@ -1113,15 +1160,16 @@ static void kill_on_node(head *h, actor *a)
     send_env(h, &h->nodes[a->node].rid, &o);
 }
 
-/* A driver stopped heartbeating, or left (ct_shutdown's last heartbeat says so): its job's
- * actors go with it (as in Ray, actors die with their owner), those it created and those they
- * created in turn (all carry the job's token), so a crashed driver leaves nothing running on
- * the cluster; the nodes that hosted them end the job's zygotes (JobEnded). */
-static void driver_gone(head *h, int di, bool left)
+/* A driver stopped heartbeating, its process ended, or it left (ct_shutdown's last heartbeat
+ * says so): its job's actors go with it (as in Ray, actors die with their owner), those it
+ * created and those they created in turn (all carry the job's token), so a crashed driver
+ * leaves nothing running on the cluster; the nodes that hosted them end the job's zygotes
+ * (JobEnded). */
+static void driver_gone(head *h, int di, const char *why)
 {
     driver *d = &h->drivers[di];
-    CT_LOG(left ? CT_LOG_INFO : CT_LOG_WARN, "head", "driver %s %s: killing its job's actors",
-           d->name, left ? "left (ct_shutdown)" : "gone");
+    CT_LOG(strncmp(why, "left", 4) ? CT_LOG_WARN : CT_LOG_INFO, "head",
+           "driver %s gone (%s): killing its job's actors", d->name, why);
     for (int i = 0; i < h->nactors; i++) {
         actor *a = &h->actors[i];
         if (!ct__token_eq(a->job, d->job) || a->state == A_DEAD)
@@ -1155,7 +1203,63 @@ static void driver_gone(head *h, int di, bool left)
     for (int i = 0; i < h->nsubs; i++)
         if (ct__token_eq(h->subs[i].job, d->job))
             h->subs[i--] = h->subs[--h->nsubs];
+    ct__watch_close(h->watch, d->watch, 0);
     h->drivers[di] = h->drivers[--h->ndrivers];
+}
+
+/* ---- the death watch (head/watch.h) ---- */
+
+/* Connection conn presented ticket: it now stands for the live node or driver that holds the
+ * ticket (which is then spent). A node declared dead before its hello came is told so ('D'); a
+ * ticket nobody holds is refused. */
+static void on_watch_hello(void *user, uint64_t conn, const char *ticket)
+{
+    head *h = user;
+    for (int i = 0; i < h->nnodes; i++) {
+        node *n = &h->nodes[i];
+        if (!n->used || !n->ticket[0] || !ct__token_eq(n->ticket, ticket))
+            continue;
+        if (!n->alive) {
+            ct__watch_close(h->watch, conn, CT__WATCH_DEAD);
+            return;
+        }
+        ct__watch_close(h->watch, n->watch, 0); /* none: a ticket is good once */
+        n->watch = conn;
+        n->ticket[0] = 0;
+        CT_LOG(CT_LOG_DEBUG, "head", "node %s: death watch on", n->id);
+        return;
+    }
+    for (int i = 0; i < h->ndrivers; i++) {
+        driver *d = &h->drivers[i];
+        if (!d->ticket[0] || !ct__token_eq(d->ticket, ticket))
+            continue;
+        ct__watch_close(h->watch, d->watch, 0); /* an older one of the same driver */
+        d->watch = conn;
+        d->ticket[0] = 0;
+        CT_LOG(CT_LOG_DEBUG, "head", "driver %s: death watch on", d->name);
+        return;
+    }
+    ct__head_refuse(h, NULL, NULL, HEAD_EPERM, "watch_ticket",
+                    "watch: a connection presented a ticket the head did not give out");
+    ct__watch_close(h->watch, conn, 0);
+}
+
+/* The connection of a node or driver ended: its kernel closed it, so its process is gone. */
+static void on_watch_closed(void *user, uint64_t conn)
+{
+    head *h = user;
+    for (int i = 0; i < h->nnodes; i++)
+        if (h->nodes[i].used && h->nodes[i].watch == conn) {
+            h->nodes[i].watch = 0;
+            node_dead(h, i, "its process ended (death-watch connection closed)");
+            return;
+        }
+    for (int i = 0; i < h->ndrivers; i++)
+        if (h->drivers[i].watch == conn) {
+            h->drivers[i].watch = 0;
+            driver_gone(h, i, "its process ended");
+            return;
+        }
 }
 
 static void on_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e)
@@ -1177,7 +1281,7 @@ static void on_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e)
                         n->id);
         return;
     }
-    n->last_hb = ct__now_ms();
+    n->silent = 0;
     if (!e->heartbeat->liveness_only && !rid_eq(&n->rid, rid)) {
         n->rid = *rid; /* the node's main socket reconnected: its orders go there now */
         CT_LOG(CT_LOG_INFO, "head", "node %s: new connection", n->id);
@@ -2033,6 +2137,7 @@ static void head_free(head *h)
     free(h->w);
     free(h->kv);
     free(h->subs);
+    ct__watch_destroy(&h->watch);
     ct__objdir_reset();
     if (h->sock)
         zmq_close(h->sock);
@@ -2050,8 +2155,8 @@ ct__head *ct__head_new_detached(void *sock)
     if (!h)
         return NULL;
     h->sock = sock;
-    h->hb_ms = 100;
-    h->dead_ms = 1000;
+    h->hb_ms = HEAD_HB_MS;
+    h->dead_ms = HEAD_DEAD_MS;
     return h;
 }
 
@@ -2078,8 +2183,8 @@ int ct__head_run(const ct_head_opts *o)
     head h = {0};
     int rc = 0;
     const char *host = o->host && *o->host ? o->host : "127.0.0.1";
-    h.hb_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms : 100;
-    h.dead_ms = o->dead_after_ms > 0 ? o->dead_after_ms : 1000;
+    h.hb_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms : HEAD_HB_MS;
+    h.dead_ms = o->dead_after_ms > 0 ? o->dead_after_ms : HEAD_DEAD_MS;
     ct__log_set_who("head");
     if ((rc = ct__objdir_install()))
         goto out;
@@ -2112,6 +2217,11 @@ int ct__head_run(const ct_head_opts *o)
         rc = ct__error(CT_EZMQ, "head: cannot listen on %s: %s", ep + 6, zmq_strerror(errno));
         goto out;
     }
+    /* the death watch: without it (a bind host only ZeroMQ understands, such as an interface
+     * name) deaths are still found, by heartbeats alone */
+    if (!(h.watch = ct__watch_new(host, o->watch_port)))
+        CT_LOG(CT_LOG_WARN, "head", "no death-watch port (deaths seen by heartbeats only): %s",
+               ct_last_error());
     size_t len = sizeof ep;
     zmq_getsockopt(h.sock, ZMQ_LAST_ENDPOINT, ep, &len);
     const char *colon = strrchr(ep, ':');
@@ -2137,20 +2247,27 @@ int ct__head_run(const ct_head_opts *o)
     if (tick < 1)
         tick = 1;
     int64_t next_tick = ct__now_ms() + tick;
+    ct__watch_cb wcb = {on_watch_hello, on_watch_closed, &h};
     while (!head_stop) {
-        zmq_pollitem_t it[2] = {{h.sock, 0, ZMQ_POLLIN, 0}, {NULL, o->watch_fd, ZMQ_POLLIN, 0}};
-        int nit = o->watch_fd >= 0 ? 2 : 1;
+        zmq_pollitem_t it[3] = {{h.sock, 0, ZMQ_POLLIN, 0},
+                                {NULL, ct__watch_fd(h.watch), ZMQ_POLLIN, 0},
+                                {NULL, o->watch_fd, ZMQ_POLLIN, 0}};
+        int nit = o->watch_fd >= 0 ? 3 : 2;
         int64_t wait = next_tick - ct__now_ms();
         int r = zmq_poll(it, nit, wait < 0 ? 0 : wait);
         if (r < 0 && errno != EINTR) {
             rc = ct__error(CT_EZMQ, "head: poll: %s", zmq_strerror(errno));
             break;
         }
-        if (nit == 2 && (it[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) {
+        if (nit == 3 && (it[2].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) {
             CT_LOG(CT_LOG_INFO, "head", "parent gone, exiting");
             break;
         }
+        /* messages first: what a process sent right before it died is handled before its
+         * death (an actor's exit status, an object's seal) */
         drain(&h);
+        if (it[1].revents)
+            ct__watch_poll(h.watch, &wcb);
         if (ct__now_ms() >= next_tick) {
             check_heartbeats(&h);
             expire(&h);

@@ -1,7 +1,7 @@
 /* head/main.c — ct-head: the command-line front of ct__head_run (head/head.c).
  * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
- * [--secret-file F] prints exactly "listening on H:P" once it serves. The cluster secret comes
- * from --secret-file or CT_SECRET_FILE; without one it refuses to start. */
+ * [--watch-port N] [--secret-file F] prints exactly "listening on H:P" once it serves. The cluster
+ * secret comes from --secret-file or CT_SECRET_FILE; without one it refuses to start. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +12,13 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]\n"
-               "               [--secret-file F]\n"
+               "               [--watch-port N] [--secret-file F]\n"
                "  --port P           port to listen on (0: pick a free one)\n"
                "  --host H           address to bind (default 127.0.0.1; 0.0.0.0 for all)\n"
                "  --heartbeat-ms N   period nodes heartbeat at (default 100)\n"
-               "  --dead-after-ms N  a node is dead after N ms without heartbeat (default 1000)\n"
+               "  --dead-after-ms N  a silent node is dead after N ms without heartbeat\n"
+               "                     (default 10000; a process that ends is seen at once)\n"
+               "  --watch-port N     TCP port of the death watch (default 0: any free one)\n"
                "  --secret-file F    the cluster secret (default $CT_SECRET_FILE; required)\n"
                "prints \"listening on H:P\" once it serves.\n");
 }
@@ -66,6 +68,10 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--heartbeat-ms")) {
             if (parse_int(a, v, 1, 60000, &o.heartbeat_ms))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--watch-port")) {
+            if (parse_int(a, v, 0, 65535, &o.watch_port))
                 return 2;
             i++;
         } else if (!strcmp(a, "--dead-after-ms")) {

@@ -7,8 +7,9 @@
  * fallocates and pre-faults the new range (one syscall each, instead of a fault per page, and a
  * clean CT_ENOSPC instead of SIGBUS when /dev/shm is full). Freed ranges keep their pages, so
  * the next object written there is copied at memcpy speed. With opts.populate_ahead, a warming
- * thread (nice 19) keeps `populated` that far past the highest range ever allocated (`high`),
- * a few MiB per step without the lock, so creates into fresh space rarely populate themselves;
+ * thread (normal priority: see warm_thread) keeps `populated` that far past the highest range
+ * ever allocated (`high`), 1 MiB per step without the lock, so creates into fresh space rarely
+ * populate themselves;
  * a create that does anyway just repeats part of that work (both are idempotent).
  *
  * Index: a chained hash table of objects. An object that is deleted while pinned leaves the
@@ -28,8 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -478,10 +477,15 @@ got:;
 static void *warm_thread(void *arg)
 {
     ct_store *s = arg;
-    /* nice 19, not SCHED_IDLE: under load a SCHED_IDLE thread may get no CPU for seconds while
-     * it holds the process's mmap lock (madvise), stalling every other thread of the node
-     * (heartbeats included: nodes were declared dead). nice 19 still gets a small share. */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19); /* per thread on Linux */
+    /* The normal priority of the process, neither SCHED_IDLE nor nice 19: madvise holds the
+     * process's mmap lock, and a low-priority thread preempted while holding it waits for CPU
+     * for seconds beside busy processes, while every thread that maps memory (malloc, thread
+     * stacks, fork, ZeroMQ's I/O threads) queues behind it in D state. Seen at nice 19 with 8
+     * CPU-bound processes on 2 cores (tests/runtime/test_load.c): this thread runnable for
+     * seconds, the node's ZeroMQ I/O threads in D in vm_mmap_pgoff and its fork in dup_mmap,
+     * the node cut off from its head for up to 15 s. Quiet-gated 1 MiB steps keep its CPU
+     * small. */
+    pthread_setname_np(pthread_self(), "ct-store-warm"); /* who is who in /proc/PID/task */
     pthread_mutex_lock(&s->mu);
     while (!s->warm_stop) {
         uint64_t want = s->high + s->ahead < s->cap ? s->high + s->ahead : s->cap;

@@ -41,14 +41,18 @@
  *
  * Threads. Every function here may be called from any thread; calls are serialized by one
  * process-wide lock (a long ct_future_wait or ct_kv_get blocks other ct calls meanwhile).
- * ct_init starts one small thread that heartbeats this driver to the head: when a driver stops
- * (crash, kill -9), the head kills the actors it created. Call ct_init from the main thread:
+ * ct_init starts one small thread that heartbeats this driver to the head, and keeps one TCP
+ * connection to the head's death watch open: when a driver stops (crash, kill -9), its kernel
+ * closes that connection and the head kills the actors it created at once. Call ct_init from the main thread:
  * the embedded cluster's processes die with the thread that started them (PR_SET_PDEATHSIG).
  *
  * Failure semantics. A call pending on an actor that dies fails with CT_EDEAD as soon as the
  * actor's connection closes (well under a millisecond on one host); the ACTOR_DEAD event with
- * the exit status or signal follows from the head. A node is declared dead after dead_after_ms
- * without heartbeats; its actors are then reported dead.
+ * the exit status or signal follows from the head. A node whose process ends (crash, kill -9)
+ * is declared dead at once (its death-watch connection closes); a node that goes silent (power
+ * loss, a cut network, SIGSTOP) after dead_after_ms without heartbeats, counting only time the
+ * head itself ran. Its actors are then reported dead; a node declared dead while its process
+ * lives kills them when it hears of it and joins again as a new node (a new id).
  * Ownership is stated per function; byte results are malloc'd and freed by the caller.
  * Errors: 0 or a negative CT_E* code; ct_last_error() says what failed. */
 #ifndef CT_CT_H
@@ -75,7 +79,7 @@ typedef struct ct_init_opts {
     double gpus;           /* GPUs of the embedded node; 0: none */
     const char *resources; /* custom resources "name=n,..." of the embedded node */
     int heartbeat_ms;      /* 0: 100 */
-    int dead_after_ms;     /* 0: 1000 */
+    int dead_after_ms;     /* silent node or driver dead after this; 0: 10000 */
     uint64_t store_memory; /* object store of the embedded node, bytes; 0: RAM/4, <= 2 GiB */
 } ct_init_opts;
 

@@ -215,7 +215,7 @@ int main(int argc, char **argv)
         CHECK_STR(c->head_ip, "127.0.0.1");
         CHECK_STR(c->head_bind, "127.0.0.1");
         CHECK_EQ_NUM(c->head_port, 0);
-        CHECK_EQ_NUM(c->dead_after_ms, 1000);
+        CHECK_EQ_NUM(c->dead_after_ms, 10000);
         CHECK(!c->head_start && !c->worker_start);
     }
     ct_cluster_config_destroy(&c);

@@ -108,7 +108,9 @@ int main(int argc, char **argv)
         snprintf(dirs[i], sizeof dirs[i], "/tmp/ct-codeship.%d.%d", (int)getpid(), i);
         mkdir(dirs[i], 0700);
     }
-    pid_t head = h_start_head(addr, sizeof addr, "100", "1000");
+    /* deaths come from the death watch; the heartbeat timeout (default 10 s) judges only silent
+     * hosts: a 1 s one was crossed by live nodes starved of CPU beside 8 busy processes */
+    pid_t head = h_start_head(addr, sizeof addr, "100", "10000");
     if (head < 0)
         return 1;
     pid_t nodes[2];
@@ -119,7 +121,16 @@ int main(int argc, char **argv)
     char drv[128];
     snprintf(drv, sizeof drv, "%s/driver", dirs[2]);
     CHECK_OK(copy_file("/proc/self/exe", drv));
-    usleep(300000); /* both nodes registered (the child's SPREAD needs both) */
+    /* both nodes registered (the child's SPREAD needs both): asked, not slept for */
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "%s status --address %s", h_bin("ctup"), addr);
+    for (double t = h_now_ms() + 20000; h_now_ms() < t; usleep(50000)) {
+        char *out = h_capture(cmd);
+        bool both = out && strstr(out, "2 nodes (2 alive)");
+        free(out);
+        if (both)
+            break;
+    }
     char *cargv[] = {drv, "--child", NULL};
     pid_t child = spawn_in(dirs[2], cargv, addr);
     int status = -1;

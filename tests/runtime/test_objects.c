@@ -112,6 +112,22 @@ static int has(char (*nodes)[32], int n, const char *node)
     return 0;
 }
 
+/* The holders of id once they are want in number and include a and b (when given), else as
+ * they are after 10 s. A node reports what its shard gained (ObjAdded, ObjPullDone) after the
+ * shard has it, so a read right after a get, a put or a copy may come before the report. */
+static int holders_wait(const ct_object_id *id, char (*nodes)[32], int want, const char *a,
+                        const char *b)
+{
+    double until = h_now_ms() + 10000;
+    for (;;) {
+        int n = holders(id, nodes);
+        if ((n == want && (!a || has(nodes, n, a)) && (!b || has(nodes, n, b))) ||
+            h_now_ms() > until)
+            return n;
+        usleep(10000);
+    }
+}
+
 /* 1 when the shard of node pid has id sealed (asked over its unix socket). */
 static int store_has(pid_t pid, const ct_object_id *id)
 {
@@ -253,14 +269,10 @@ int main(void)
     h_init();
     char addr[128], log[64];
     snprintf(log, sizeof log, "/tmp/ct-test-objects.%d.log", (int)getpid());
-    /* nodes are dead after DEAD_MS without heartbeats. Under ThreadSanitizer a node pulling
-     * 256 MiB on a loaded machine has gone 1.1 s without one (the liveness thread starved) */
-#if defined(__SANITIZE_THREAD__)
-    const char *dead_ms = "3000";
-#else
-    const char *dead_ms = "1000";
-#endif
-    pid_t head = h_start_head(addr, sizeof addr, "100", dead_ms);
+    /* the killed node is seen dead by its death-watch connection, at once; heartbeats only
+     * judge silent hosts, after the default 10 s (a 1 s bound was crossed by live nodes whose
+     * liveness thread was starved while pulling 256 MiB on a loaded machine) */
+    pid_t head = h_start_head(addr, sizeof addr, "100", "10000");
     if (head < 0)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
@@ -291,7 +303,7 @@ int main(void)
     fprintf(stderr, "256 MiB: put on A %.0f ms, get on C (pull + check) %.0f ms\n", t1 - t0,
             t2 - t1);
     char nodes[8][32];
-    int nh = holders(&big, nodes);
+    int nh = holders_wait(&big, nodes, 2, ids[0], ids[2]);
     CHECK_EQ_INT(nh, 2);
     CHECK(has(nodes, nh, ids[0]) && has(nodes, nh, ids[2]));
     uint64_t size = 0;
@@ -332,7 +344,7 @@ int main(void)
 
     /* replicated put: copies on A and B */
     CHECK_OK(put_on(a, 32ull << 20, 2, 22, ids[1], &rep2));
-    nh = holders(&rep2, nodes);
+    nh = holders_wait(&rep2, nodes, 2, ids[0], ids[1]);
     CHECK_EQ_INT(nh, 2);
     CHECK(has(nodes, nh, ids[0]) && has(nodes, nh, ids[1]));
     CHECK_EQ_INT(store_has(np[1], &rep2), 1);
@@ -349,17 +361,18 @@ int main(void)
     while (h_now_ms() < until && !store_has(np[2], &rep2))
         usleep(10000);
     CHECK_EQ_INT(store_has(np[2], &rep2), 1);
-    nh = holders(&rep2, nodes);
+    /* the shard has it before the head has C's report of the copy: wait for the report */
+    nh = holders_wait(&rep2, nodes, 2, ids[1], ids[2]);
     CHECK_EQ_INT(nh, 2);
     CHECK(has(nodes, nh, ids[1]) && has(nodes, nh, ids[2]));
     r = get_on(c, &rep2, 22);
     CHECK_EQ_INT(r.rc, 0);
     CHECK_EQ_INT(r.size, 32ull << 20);
     CHECK_EQ_INT(r.mismatch, -1);
-    nh = holders(&rep2, nodes);
+    nh = holders_wait(&rep2, nodes, 2, ids[1], ids[2]);
     CHECK_EQ_INT(nh, 2);
     /* the big object lost its copy on A but C's stays */
-    nh = holders(&big, nodes);
+    nh = holders_wait(&big, nodes, 1, ids[2], NULL);
     CHECK_EQ_INT(nh, 1);
 
     /* the driver reads through its own node (B or C) too */

@@ -64,7 +64,7 @@ int main(void)
     printf("trainer_train: %s (after %.0f ms)\n", ct_last_error(), ms);
     CHECK(strstr(ct_last_error(), "no resources") != NULL);
     CHECK(strstr(ct_last_error(), "min_replicas 1") != NULL);
-    CHECK(ms >= 400);
+    CHECK(ms >= 395); /* the wait is 400 ms on the trainer's clock; ours rounds apart by < 1 ms */
     CHECK(ms < 5000);
     CHECK_EQ_INT(st.retries_used, 0);
     CHECK_EQ_INT(st.replicas, 0);

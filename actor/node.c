@@ -1494,11 +1494,14 @@ static int rejoin(nodest *n, liveness *live, int *hb_ms)
             pids[np++] = n->a[i].pid;
     }
     for (int i = 0; i < n->nz; i++) {
-        kill_pid(n, n->z[i].pid);
-        if (n->z[i].pid > 0 && np < 256)
-            pids[np++] = n->z[i].pid;
-        close(n->z[i].fd);
-        free(n->z[i].key);
+        zygote *z = &n->z[i];
+        kill_pid(n, z->pid);
+        if (z->pid > 0 && np < 256)
+            pids[np++] = z->pid;
+        if (z->err_fd >= 0)
+            close(z->err_fd);
+        close(z->fd);
+        free(z->key);
     }
     n->nz = 0;
     while (n->na)

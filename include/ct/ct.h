@@ -43,8 +43,9 @@
  * process-wide lock (a long ct_future_wait or ct_kv_get blocks other ct calls meanwhile).
  * ct_init starts one small thread that heartbeats this driver to the head, and keeps one TCP
  * connection to the head's death watch open: when a driver stops (crash, kill -9), its kernel
- * closes that connection and the head kills the actors it created at once. Call ct_init from the main thread:
- * the embedded cluster's processes die with the thread that started them (PR_SET_PDEATHSIG).
+ * closes that connection and the head kills the actors it created at once. Call ct_init from the
+ * main thread: the embedded cluster's processes die with the thread that started them
+ * (PR_SET_PDEATHSIG).
  *
  * Failure semantics. A call pending on an actor that dies fails with CT_EDEAD as soon as the
  * actor's connection closes (well under a millisecond on one host); the ACTOR_DEAD event with

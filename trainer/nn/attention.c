@@ -30,11 +30,8 @@ static void attn_ctx_free(void *ctx)
 static float *add_target(const ct__backend *bk, ct_tensor *t, int slot)
 {
     int64_t n = ct_tensor_numel(t);
-    if (wants(t)) {
-        bool acc;
-        float *g = ct__grad_dst(t, &acc);
-        return g && (acc || bk->fill(n, 0.0f, g) == 0) ? g : NULL;
-    }
+    if (wants(t))
+        return grad_zeroed(bk, t);
     float *s = ct__scratch(bk, slot, n);
     return s && bk->fill(n, 0.0f, s) == 0 ? s : NULL;
 }

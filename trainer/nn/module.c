@@ -708,15 +708,14 @@ static ct_tensor *block_forward(ct_module *m, ct_tensor *x)
 
 /* idx (B, T) i64 -> logits (B*T, vocab): token and position embeddings, dropout, the blocks,
  * ln_f, and the token embedding's weight as the output layer (weight tying). */
-static ct_tensor *gpt_forward(ct_module *m, ct_tensor *ids)
+static ct_tensor *gpt_forward(ct_module *m, ct_tensor *idx)
 {
-    if (ids->dtype == CT_F32) { /* token ids carried as floats (a dataset's samples) */
-        ct_tensor *i64 = ct_tensor_to_i64(ids);
+    if (idx->dtype == CT_F32) { /* token ids carried as floats (a dataset's samples) */
+        ct_tensor *i64 = ct_tensor_to_i64(idx);
         ct_tensor *y = i64 ? gpt_forward(m, i64) : NULL;
         ct_tensor_release(&i64);
         return y;
     }
-    ct_tensor *idx = ids;
     if (idx->dtype != CT_I64 || idx->ndim != 2 || idx->shape[1] > m->block_size) {
         ct__error(CT_EINVAL, "GPT: input must be (B, T) i64 token ids with T <= block_size %lld",
                   (long long)m->block_size);

@@ -115,6 +115,21 @@ static inline int record(const char *name, int (*bw)(ct__node *), ct_tensor *out
     return 0;
 }
 
+/* Makes t's gradient a sum of nothing yet: zeroes it unless it holds one already (kernels that
+ * ADD: dw, db, dtable). Returns the buffer, or NULL. */
+static inline float *grad_zeroed(const ct__backend *bk, ct_tensor *t)
+{
+    bool acc;
+    float *g = ct__grad_dst(t, &acc);
+    if (!g) {
+        ct__error(CT_ENOMEM, "backward: out of memory for a gradient");
+        return NULL;
+    }
+    if (!acc && bk->fill(ct_tensor_numel(t), 0.0f, g) < 0)
+        return NULL;
+    return g;
+}
+
 #define OUT_OR_FAIL(t)                                                                             \
     do {                                                                                           \
         if (!(t))                                                                                  \

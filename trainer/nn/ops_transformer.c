@@ -21,21 +21,6 @@ static ct_tensor *plain(ct_tensor *x)
     return x->fmt == CT__FMT_PLAIN ? ct_tensor_retain(x) : ct_nn_to_plain(x);
 }
 
-/* Makes t's gradient a sum of nothing yet: zeroes it unless it holds one already (kernels that
- * ADD: dw, db, dtable). Returns the buffer, or NULL. */
-static float *grad_zeroed(const ct__backend *bk, ct_tensor *t)
-{
-    bool acc;
-    float *g = ct__grad_dst(t, &acc);
-    if (!g) {
-        ct__error(CT_ENOMEM, "backward: out of memory for a gradient");
-        return NULL;
-    }
-    if (!acc && bk->fill(ct_tensor_numel(t), 0.0f, g) < 0)
-        return NULL;
-    return g;
-}
-
 /* ---------------- layer norm ---------------- */
 
 typedef struct ln_ctx {

@@ -132,7 +132,7 @@ int main(void)
     cpu_set_t all, set;
     CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
     int machine = CPU_COUNT(&all);
-    if (h_start_head(addr, sizeof addr, "100", "1000") < 0)
+    if (h_start_head(addr, sizeof addr, "100", "10000") < 0)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
     CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));

@@ -63,7 +63,7 @@ int main(void)
     char addr[128];
     scenario s = {.addr = addr};
     trainer *t = NULL;
-    if (h_start_head(addr, sizeof addr, "100", "1000") < 0)
+    if (h_start_head(addr, sizeof addr, "100", "10000") < 0)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
     if (start_node(&s, 1) < 0) {

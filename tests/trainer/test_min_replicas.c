@@ -1,9 +1,10 @@
 /* tests/trainer/test_min_replicas.c — min_replicas: below it the trainer waits, not trains.
- * A ct-head (heartbeat 100 ms, dead after 1 s) and three ct-nodes with one CPU each; 3
- * replicas of one CPU (num_replicas 3, min_replicas 2), a checkpoint every 4 steps, 3 epochs of
- * 8 steps (1536 samples, batch 64, 3 ranks). After the first epoch (on_epoch) it SIGKILLs the
- * two nodes that are not the driver's: the group fails (one retry), the head declares the
- * nodes dead, one replica fits and the driver waits. A watcher thread sees the CPUs drop to 1
+ * A ct-head (heartbeat 100 ms; a killed node is
+ * seen dead at once through its death-watch connection, a silent one after 10 s) and three ct-nodes
+ * with one CPU each; 3 replicas of one CPU (num_replicas 3, min_replicas 2), a checkpoint every 4
+ * steps, 3 epochs of 8 steps (1536 samples, batch 64, 3 ranks). After the first epoch (on_epoch) it
+ * SIGKILLs the two nodes that are not the driver's: the group fails (one retry), the head declares
+ * the nodes dead, one replica fits and the driver waits. A watcher thread sees the CPUs drop to 1
  * and checks that for 1.5 s no step is trained (metrics.jsonl gets no step record), then
  * starts a node: a group of 2 goes on from the first epoch's checkpoint (12 steps an epoch).
  * on_world_size is told 0 -> 3, then 3 -> 2 only after the new node was started, and scales
@@ -161,7 +162,7 @@ int main(void)
     pthread_t th;
     bool th_started = false;
     snprintf(s.log_dir, sizeof s.log_dir, "/tmp/ct-test-minrep.XXXXXX");
-    if (!mkdtemp(s.log_dir) || h_start_head(addr, sizeof addr, "100", "1000") < 0)
+    if (!mkdtemp(s.log_dir) || h_start_head(addr, sizeof addr, "100", "10000") < 0)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
     CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));

@@ -1,9 +1,10 @@
 /* tests/trainer/test_node_loss.c — losing a node, shrinking, growing back.
- * The test starts a ct-head (heartbeat 100 ms, dead after 1 s) and two ct-nodes with one CPU
- * each, so the 2 replicas run one per node. After epoch 1 it kills (SIGKILL, by pid) the node
- * that is not the driver's: the replica there dies with it, the survivor's collective fails,
- * the head declares the node dead, and the trainer restarts with the 1 replica that fits, from
- * the epoch-1 checkpoint (its copy on the driver's node survived). After the next epoch the
+ * The test starts a ct-head (heartbeat 100 ms; a killed node is
+ * seen dead at once through its death-watch connection, a silent one after 10 s) and two ct-nodes
+ * with one CPU each, so the 2 replicas run one per node. After epoch 1 it kills (SIGKILL, by pid)
+ * the node that is not the driver's: the replica there dies with it, the survivor's collective
+ * fails, the head declares the node dead, and the trainer restarts with the 1 replica that fits,
+ * from the epoch-1 checkpoint (its copy on the driver's node survived). After the next epoch the
  * test starts a third node; at the following epoch boundary the group grows back to 2.
  * Expected: replicas per completed epoch 2, 1, 2, 2; one retry used; the checkpoint of the
  * 1-node epoch counted as under-replicated (1 copy where there were 2); training completes. */
@@ -95,7 +96,7 @@ int main(void)
     char addr[128];
     scenario s = {.addr = addr};
     trainer *t = NULL;
-    if (h_start_head(addr, sizeof addr, "100", "1000") < 0)
+    if (h_start_head(addr, sizeof addr, "100", "10000") < 0)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
     CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));

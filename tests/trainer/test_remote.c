@@ -374,7 +374,7 @@ int main(void)
     char addr[200], line[200];
     char *hargv[] = {
         (char *)h_bin("ct-head"), "--port", "0", "--host", (char *)host, "--heartbeat-ms", "100",
-        "--dead-after-ms",        "1000",   NULL};
+        "--dead-after-ms",        "10000",  NULL};
     int hfd = -1;
     pid_t head = h_spawn(hargv, &hfd);
     if (head <= 0 || h_read_line(hfd, line, sizeof line, 5000) ||

@@ -1,6 +1,7 @@
 /* cluster/cluster.h — ctup's pieces: the cluster YAML (yaml_config.c), the state file of a
  * running cluster (state.c) and the providers that start and stop its processes
- * (provider.c: shared code; provider_local.c: this host; provider_ssh.c: remote hosts).
+ * (provider.h: one table per provider; provider.c: the host scripts local and ssh share;
+ * provider_local.c: this host; provider_ssh.c: remote hosts; provider_slurm.c: a Slurm job).
  *
  * Not public API (no include/ct/ header): only ctup links these. Nothing here is thread-safe;
  * ctup is single-threaded. Errors: functions return 0 or a negative CT_E* code and leave the
@@ -11,10 +12,11 @@
  *   cluster_name: demo                 # required; [A-Za-z0-9_.-]
  *   max_workers: 2                     # optional upper bound on the worker count
  *   provider:
- *     type: local                      # required: local | ssh
+ *     type: local                      # required: local | ssh | slurm
  *     head_ip: 127.0.0.1               # ssh: required; local: default 127.0.0.1
  *     worker_ips: [127.0.0.1, ...]     # one node per entry (ssh: required)
  *     num_workers: 2                   # local only: node count when worker_ips is absent
+ *     # slurm: partition, nodes, time, account, cpus_per_node, gpus_per_node, sbatch_args
  *   auth: {ssh_user: u, ssh_private_key: ~/.ssh/id, ssh_port: 22,      # ssh only
  *          ssh_known_hosts: ~/.ssh/known_hosts}   # ssh's UserKnownHostsFile (default: ssh's)
  *   setup_commands: [..]               # on every host before start (head_/worker_ variants)
@@ -43,7 +45,7 @@
 #define CT_CLUSTER_MAX_RES 16
 #define CT_CLUSTER_MAX_WARNINGS 16
 
-typedef enum { CT_PROVIDER_LOCAL = 0, CT_PROVIDER_SSH = 1 } ct_provider_type;
+struct ct_cluster_provider; /* cluster/provider.h */
 
 /* One node to start: where, and what it offers (-1: let ct-node detect). */
 typedef struct {
@@ -61,8 +63,8 @@ typedef struct {
 typedef struct {
     char *path; /* as given */
     char *cluster_name;
-    ct_provider_type provider;
-    char *head_ip;
+    const struct ct_cluster_provider *provider; /* the table of provider.type */
+    char *head_ip;   /* NULL where the provider picks the head's host (slurm) */
     int max_workers; /* -1: unset */
     char *ssh_user, *ssh_key;
     char *ssh_known_hosts; /* ssh -o UserKnownHostsFile=, or NULL: ssh's default */
@@ -79,6 +81,11 @@ typedef struct {
     bool head_runs_node;
     ct_cluster_node nodes[CT_CLUSTER_MAX_NODES]; /* the worker nodes, then the head's if any */
     int n_nodes;
+    /* slurm: the allocation (NULL / 0 / -1: not given, Slurm's default) */
+    char *slurm_partition, *slurm_time, *slurm_account;
+    char **slurm_sbatch_args;
+    int n_slurm_sbatch_args;
+    int slurm_nodes, slurm_cpus_per_node, slurm_gpus_per_node;
     /* "file:line:col: ..." of what is accepted but likely a mistake (a resource name one edit
      * from a built-in one); each also logged as a warning */
     char *warnings[CT_CLUSTER_MAX_WARNINGS];
@@ -111,6 +118,8 @@ typedef struct {
     char address[300]; /* head H:P, "" until known */
     ct_cluster_proc procs[CT_CLUSTER_MAX_PROCS];
     int n_procs;
+    char job[32];       /* slurm: the job id, "" before sbatch answered */
+    char job_host[256]; /* slurm: the node that runs the head, "" until known */
     bool secret_copied; /* ssh: this start is copying the secret to the hosts (not in the file) */
 } ct_cluster_state;
 
@@ -137,29 +146,7 @@ void ct_cluster_unlock(const char *cluster_name, int *fd);
 /* mkdir -p with mode 0700 for each directory it makes; existing ones are left as they are. */
 int ct__cluster_mkdir_p(const char *path);
 
-/* ---- providers: start/stop processes; they print progress to stderr (ctup is the CLI) ---- */
-
-/* Runs setup commands and starts the head then every node, appending each process to st and
- * rewriting the state file after each; fills st->address. Does not wait for registration and
- * does not clean up on failure (ctup calls ct_cluster_stop on what st lists). */
-int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st);
-/* Stops every process st lists (nodes first, then the head): SIGTERM, up to 3 s, then SIGKILL,
- * each only when /proc/PID/stat still shows the recorded start time. *n_stopped counts those
- * that were running. Returns 0 or the first error. */
-int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, int *n_stopped);
-/* ssh: removes the cluster secret from every host (a failed up's copies, or at down); local:
- * nothing (ctup removes the local file). Tries every host; returns 0 or the first error. */
-int ct_cluster_remove_secret(const ct_cluster_config *cfg);
-/* 1 when the recorded process still runs (same pid, same start time), 0 when not, < 0 error. */
-int ct_cluster_proc_alive(const ct_cluster_config *cfg, const ct_cluster_proc *p);
-/* The last `lines` lines of p's log on its host, into out ("" when there is none). */
-int ct_cluster_log_tail(const ct_cluster_config *cfg, const ct_cluster_proc *p, int lines,
-                        char *out, size_t cap);
-/* Runs a shell command line on the head's host with CT_ADDRESS=address; returns its exit
- * status (0-255, 128+signal) or < 0. */
-int ct_cluster_exec_on_head(const ct_cluster_config *cfg, const char *address, const char *cmd);
-
-/* ---- shared by the providers (provider.c) ---- */
+/* ---- shared by the providers (provider.c); the providers themselves: provider.h ---- */
 
 /* Runs argv, stdout captured into out (NUL-terminated, may be NULL), stderr passed through.
  * Returns the exit status (0-255, 128+signal) or < 0 when it could not run. */
@@ -187,30 +174,10 @@ int ct__cluster_start_script(char *buf, size_t cap, const char *log_path, const 
 int ct__cluster_stop_script(char *buf, size_t cap, pid_t pid, unsigned long long start_time);
 /* Shell script that prints "alive" or "gone" for pid + start time. */
 int ct__cluster_alive_script(char *buf, size_t cap, pid_t pid, unsigned long long start_time);
-
-/* Transport: the argv that runs the shell script `script` on host (local: sh -c; ssh:
- * ssh -i KEY -p PORT USER@HOST SCRIPT). argv points into store (cap bytes). */
-int ct__cluster_argv(const ct_cluster_config *cfg, const char *host, const char *script,
-                     char **argv, int max_argv, char *store, size_t cap);
-/* provider_local.c: argv = {"/bin/sh", "-c", script}; bin dir = ct.bin_dir or ctup's own. */
-int ct__local_argv(const char *script, char **argv, int max_argv);
+/* The local transport (provider_local.c): argv = {"/bin/sh", "-c", script}; ct-head/ct-node
+ * next to ctup or in ct.bin_dir (checked to be there). */
+int ct__local_argv(const ct_cluster_config *cfg, const char *host, const char *script, char **argv,
+                   int max_argv, char *store, size_t cap);
 int ct__local_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap);
-/* provider_ssh.c: argv = ssh -o BatchMode=yes ... [-i KEY] -p PORT USER@HOST script; bin dir
- * = REMOTE_DIR/bin when ct copies the binaries, else ct.bin_dir. */
-int ct__ssh_argv(const ct_cluster_config *cfg, const char *host, const char *script, char **argv,
-                 int max_argv, char *store, size_t cap);
-int ct__ssh_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap);
-/* ssh only: copies ct-head and ct-node from ct.bin_dir (default: next to ctup) to
- * REMOTE_DIR/bin on each of hosts[0..n) (scp into bin/.incoming, then mv: a running binary is
- * replaced, not overwritten). */
-int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *const *hosts, int n);
-/* Where the daemons' binaries are on host, and where their logs go. */
-int ct__cluster_remote_bin(const ct_cluster_config *cfg, char *out, size_t cap);
-int ct__cluster_remote_log_dir(const ct_cluster_config *cfg, char *out, size_t cap);
-/* Where the daemons of the cluster read its secret: the local file (local provider), or
- * <remote_dir>/secrets/<name>.secret on each host (ssh provider, copied there by scp). */
-int ct__cluster_daemon_secret(const ct_cluster_config *cfg, char *out, size_t cap);
-int ct__cluster_ssh_copy_secret(const ct_cluster_config *cfg, const char *const *hosts, int n,
-                                const char *local_secret);
 
 #endif

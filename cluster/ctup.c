@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "cluster/cluster.h"
+#include "cluster/provider.h"
 #include "common/auth.h"
 #include "common/common.h"
 #include "proto/msg.h"
@@ -131,50 +132,6 @@ static bool cmd_args_done(const char *c, int argc, char **argv, int min_argc, in
     return false;
 }
 
-/* Asks the head at addr for its tables; *rep owned by the caller (ct__msg_free). */
-static int query_status(const char *addr, int timeout_ms, Ct__Envelope **rep)
-{
-    int rc = 0;
-    *rep = NULL;
-    void *ctx = zmq_ctx_new();
-    void *s = zmq_socket(ctx, ZMQ_DEALER);
-    int zero = 0;
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    char ep[320];
-    snprintf(ep, sizeof ep, "tcp://%s", addr);
-    Ct__Envelope e;
-    Ct__Status st = CT__STATUS__INIT;
-    if ((rc = ct__auth_zmq_client(s)))
-        goto out;
-    if (zmq_connect(s, ep) != 0) {
-        rc = ct__error(CT_EINVAL, "--address: '%s' is not host:port (%s)", addr,
-                       zmq_strerror(zmq_errno()));
-        goto out;
-    }
-    ct__env_init(&e, 1, "ctup", timeout_ms);
-    e.body_case = CT__ENVELOPE__BODY_STATUS;
-    e.status = &st;
-    if ((rc = ct__msg_send(s, NULL, &e, 0)))
-        goto out;
-    zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&it, 1, timeout_ms) <= 0) {
-        rc = ct__error(CT_ETIMEDOUT,
-                       "no answer from a head at %s within %d ms (is it up, and is this its "
-                       "cluster's secret?)",
-                       addr, timeout_ms);
-        goto out;
-    }
-    if ((rc = ct__msg_recv(s, NULL, rep, 0, "ctup")) ||
-        (rc = ct__msg_expect(*rep, CT__ENVELOPE__BODY_STATUS_REPLY, "status"))) {
-        ct__msg_free(*rep);
-        *rep = NULL;
-    }
-out:
-    zmq_close(s);
-    zmq_ctx_term(ctx);
-    return rc;
-}
-
 static void print_status(const char *addr, const Ct__StatusReply *r)
 {
     size_t alive = 0;
@@ -221,7 +178,7 @@ static void print_status(const char *addr, const Ct__StatusReply *r)
 static int status_at(const char *addr, int timeout_ms)
 {
     Ct__Envelope *rep = NULL;
-    if (query_status(addr, timeout_ms, &rep)) {
+    if (ct__cluster_query_status(addr, timeout_ms, &rep)) {
         fprintf(stderr, "ctup: %s\n", ct_last_error());
         return 1;
     }
@@ -262,51 +219,6 @@ static int load(const char *path, ct_cluster_config **cfg, ct_cluster_state *st,
         return 1;
     }
     return 0;
-}
-
-/* Waits until every node st lists is registered and alive at the head (matched by pid), a
- * recorded process is gone, or the start timeout passes. */
-static int wait_registered(const ct_cluster_config *cfg, const ct_cluster_state *st)
-{
-    int64_t t0 = ct__now_ms(), deadline = t0 + cfg->start_timeout_s * 1000LL, next_check = t0 + 500;
-    int want = st->n_procs - 1, have = 0;
-    for (;;) {
-        Ct__Envelope *rep = NULL;
-        if (!query_status(st->address, 1000, &rep)) {
-            Ct__StatusReply *r = rep->status_reply;
-            have = 0;
-            for (int i = 1; i < st->n_procs; i++)
-                for (size_t j = 0; j < r->n_nodes; j++)
-                    if (r->nodes[j]->alive && r->nodes[j]->pid == st->procs[i].pid) {
-                        have++;
-                        break;
-                    }
-            ct__msg_free(rep);
-            if (have == want)
-                return 0;
-        }
-        int64_t now = ct__now_ms();
-        if (now >= next_check) {
-            next_check = now + 1000;
-            for (int i = 0; i < st->n_procs; i++)
-                if (ct_cluster_proc_alive(cfg, &st->procs[i]) == 0) {
-                    char tail[2048], dir[4096] = "";
-                    ct_cluster_log_tail(cfg, &st->procs[i], 5, tail, sizeof tail);
-                    ct__cluster_remote_log_dir(cfg, dir, sizeof dir);
-                    return ct__error(CT_EDEAD,
-                                     "%s (pid %d on %s) exited during start; %s/%s.log "
-                                     "says:\n%s",
-                                     st->procs[i].role, (int)st->procs[i].pid, st->procs[i].host,
-                                     dir, st->procs[i].role, tail);
-                }
-        }
-        if (now >= deadline)
-            return ct__error(CT_ETIMEDOUT,
-                             "%d of %d nodes registered with the head within %d s "
-                             "(ct.start_timeout_s)",
-                             have, want, cfg->start_timeout_s);
-        usleep(20000);
-    }
 }
 
 /* A fresh secret for a cluster being started (the last start's is replaced: restarting is how
@@ -351,17 +263,7 @@ static int cmd_up(const char *path)
     /* read again under the lock: another up may have finished meanwhile */
     have = ct_cluster_state_read(cfg->cluster_name, &st) == 0;
     if (have) {
-        int alive = 0;
-        for (int i = 0; i < st.n_procs; i++)
-            if (ct_cluster_proc_alive(cfg, &st.procs[i]) == 1) {
-                if (!alive++)
-                    fprintf(stderr,
-                            "ctup: cluster '%s' is already up (head %s; %s pid %d on %s "
-                            "runs); run 'ctup down %s' first\n",
-                            cfg->cluster_name, st.address[0] ? st.address : "?", st.procs[i].role,
-                            (int)st.procs[i].pid, st.procs[i].host, path);
-            }
-        if (alive) {
+        if (cfg->provider->running(cfg, &st, path) != 0) {
             ct_cluster_unlock(cfg->cluster_name, &lock);
             ct_cluster_config_destroy(&cfg);
             return 1;
@@ -373,21 +275,20 @@ static int cmd_up(const char *path)
     snprintf(st.cluster_name, sizeof st.cluster_name, "%s", cfg->cluster_name);
     char abs[PATH_MAX];
     snprintf(st.config_path, sizeof st.config_path, "%s", realpath(path, abs) ? abs : path);
-    snprintf(st.provider, sizeof st.provider, "%s",
-             cfg->provider == CT_PROVIDER_SSH ? "ssh" : "local");
+    snprintf(st.provider, sizeof st.provider, "%s", cfg->provider->name);
     bool made_secret = false;
     char secret[4096];
     if ((rc = ct_cluster_state_write(&st)) || (rc = new_secret(cfg->cluster_name, &made_secret)) ||
-        (rc = ct_cluster_start(cfg, &st)) || (rc = wait_registered(cfg, &st)) ||
+        (rc = cfg->provider->start(cfg, &st)) || (rc = cfg->provider->wait(cfg, &st)) ||
         (rc = ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret))) {
         fprintf(stderr, "ctup: up failed: %s\n", ct_last_error());
         int n;
-        if (st.n_procs) {
+        if (st.n_procs || st.job[0]) {
             fprintf(stderr, "ctup: stopping what was started\n");
-            ct_cluster_stop(cfg, &st, &n);
+            cfg->provider->stop(cfg, &st, &n);
         }
         /* what this up made goes (state, secret, lock); the logs stay, for the message above */
-        if (st.secret_copied && ct_cluster_remove_secret(cfg))
+        if (st.secret_copied && cfg->provider->remove_secret && cfg->provider->remove_secret(cfg))
             fprintf(stderr, "ctup: %s\n", ct_last_error());
         ct_cluster_state_remove(cfg->cluster_name);
         if (made_secret && !ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret))
@@ -397,13 +298,10 @@ static int cmd_up(const char *path)
         return 1;
     }
     ct_cluster_unlock(cfg->cluster_name, &lock);
-    char logs[4096] = "";
-    if (cfg->provider == CT_PROVIDER_LOCAL)
-        ct_cluster_log_dir(cfg->cluster_name, logs, sizeof logs);
-    else
-        ct__cluster_remote_log_dir(cfg, logs, sizeof logs);
+    char logs[4200] = "";
+    cfg->provider->log_where(cfg, &st, logs, sizeof logs);
     printf("cluster '%s' is up: head %s, %d node%s registered (%.2f s)\n", cfg->cluster_name,
-           st.address, st.n_procs - 1, st.n_procs == 2 ? "" : "s", (ct__now_ms() - t0) / 1000.0);
+           st.address, cfg->n_nodes, cfg->n_nodes == 1 ? "" : "s", (ct__now_ms() - t0) / 1000.0);
     /* both, for a driver started by hand (ctup submit sets them itself) */
     printf("  export CT_ADDRESS=%s CT_SECRET_FILE=", st.address);
     if (ct__shell_safe_word(secret)) {
@@ -414,7 +312,7 @@ static int cmd_up(const char *path)
         printf("%s\n", q);
     }
     printf("  ctup status %s    ctup submit %s PROGRAM    ctup down %s\n", path, path, path);
-    printf("  logs: %s%s\n", cfg->provider == CT_PROVIDER_SSH ? "(on each host) " : "", logs);
+    printf("  logs: %s\n", logs);
     ct_cluster_config_destroy(&cfg);
     return 0;
 }
@@ -440,7 +338,7 @@ static int cmd_down(const char *path)
         return 0;
     }
     int n = 0;
-    rc = ct_cluster_stop(cfg, &st, &n);
+    rc = cfg->provider->stop(cfg, &st, &n);
     if (rc) {
         fprintf(stderr,
                 "ctup: down: some processes could not be stopped; the state is kept (run "
@@ -454,7 +352,8 @@ static int cmd_down(const char *path)
     char secret[4096];
     if (!ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret))
         unlink(secret);
-    if (ct_cluster_remove_secret(cfg)) /* the hosts' copies (ssh); best effort */
+    /* the hosts' copies (ssh); best effort */
+    if (cfg->provider->remove_secret && cfg->provider->remove_secret(cfg))
         fprintf(stderr, "ctup: %s\n", ct_last_error());
     printf("cluster '%s' is down (%d of %d processes were running and are stopped)\n",
            cfg->cluster_name, n, st.n_procs);
@@ -507,17 +406,11 @@ static int cmd_status(int argc, char **argv)
             fprintf(stderr, "ctup status: %s\n", ct_last_error());
         else
             rc = status_at(st.address, timeout);
-        if (rc) { /* no head: say what still runs of what ctup started */
-            printf("%-10s %-16s %-8s %s\n", "PROCESS", "HOST", "PID", "STATE");
-            for (int i = 0; i < st.n_procs; i++) {
-                int alive = ct_cluster_proc_alive(cfg, &st.procs[i]);
-                printf("%-10s %-16s %-8d %s\n", st.procs[i].role, st.procs[i].host,
-                       (int)st.procs[i].pid,
-                       alive == 1   ? "running"
-                       : alive == 0 ? "gone"
-                                    : "?");
-            }
-        }
+        /* the provider's view beside the head's (slurm: the job's state); with no head, what
+         * still runs of what ctup started */
+        int prc = cfg->provider->status(cfg, &st, rc == 0);
+        if (!rc)
+            rc = prc;
         ct_cluster_config_destroy(&cfg);
         return rc;
     }
@@ -543,13 +436,24 @@ static int cmd_submit(int argc, char **argv)
     rc = load(argv[2], &cfg, &st, true, NULL);
     if (rc)
         return rc;
-    char secret[4096];
+    char secret[4096], store[8192];
+    /* where the driver runs: here, or through the provider (slurm: srun --overlap) */
+    char *words[32 + 256];
+    int n_pre = 0;
     rc = ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret);
+    if (!rc && cfg->provider->driver_prefix)
+        rc = n_pre = cfg->provider->driver_prefix(cfg, &st, words, 32, store, sizeof store);
     ct_cluster_config_destroy(&cfg);
-    if (rc) {
+    if (rc < 0) {
         fprintf(stderr, "ctup submit: %s\n", ct_last_error());
         return 1;
     }
+    if (argc - 3 > 256) {
+        fprintf(stderr, "ctup submit: more than 256 program arguments\n");
+        return 1;
+    }
+    for (int i = 3; i <= argc; i++)
+        words[n_pre + i - 3] = argv[i]; /* argv[argc] is NULL */
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) {
@@ -560,8 +464,8 @@ static int cmd_submit(int argc, char **argv)
         setenv("CT_ADDRESS", st.address, 1);
         setenv("CT_SECRET_FILE", secret, 1);
         signal(SIGPIPE, SIG_DFL);
-        execvp(argv[3], argv + 3);
-        fprintf(stderr, "ctup submit: cannot run %s: %s\n", argv[3], strerror(errno));
+        execvp(words[0], words);
+        fprintf(stderr, "ctup submit: cannot run %s: %s\n", words[0], strerror(errno));
         _exit(127);
     }
     /* ^C goes to the driver (same process group); ctup waits for it */
@@ -601,7 +505,7 @@ static int cmd_exec(int argc, char **argv)
             strcat(cmd, " ");
     }
     fflush(stdout);
-    rc = ct_cluster_exec_on_head(cfg, st.address, cmd);
+    rc = cfg->provider->exec(cfg, &st, cmd);
     free(cmd);
     ct_cluster_config_destroy(&cfg);
     if (rc < 0) {

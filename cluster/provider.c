@@ -1,7 +1,9 @@
-/* cluster/provider.c — what both providers share: every action on a host is a small POSIX sh
- * script, run through the provider's transport (local: /bin/sh -c SCRIPT; ssh: ssh ... SCRIPT,
- * see provider_local.c / provider_ssh.c). So the local provider and the ssh provider run the
- * same scripts, and a test with a fake `ssh` on PATH exercises the ssh path on this host.
+/* cluster/provider.c — the list of providers (ct__cluster_provider_find), and what the two
+ * providers that reach hosts through a shell share: every action on a host is a small POSIX sh
+ * script, run through the provider's transport (its table's argv: local: /bin/sh -c SCRIPT;
+ * ssh: ssh ... SCRIPT, see provider_local.c / provider_ssh.c). So the local provider and the
+ * ssh provider run the same scripts, and a test with a fake `ssh` on PATH exercises the ssh
+ * path on this host. The slurm provider (provider_slurm.c) uses none of the scripts.
  *
  * A daemon (ct-head, ct-node, or the user's start commands, the last of which is exec'd) is
  * started detached: `nohup setsid sh -c CMDS >LOG 2>&1 </dev/null &`, then the script prints
@@ -26,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "cluster/cluster.h"
+#include "cluster/provider.h"
 #include "common/common.h"
 
 /* Appends printf output to buf (cap). Returns 0 or CT_ERANGE. */
@@ -207,14 +210,30 @@ int ct__cluster_alive_script(char *buf, size_t cap, pid_t pid, unsigned long lon
                (int)pid, start_time);
 }
 
+static const ct_cluster_provider *const providers[] = {&ct__provider_local, &ct__provider_ssh,
+                                                       &ct__provider_slurm};
+
+const ct_cluster_provider *ct__cluster_provider_find(const char *name)
+{
+    for (size_t i = 0; name && i < CT_ARRAY_LEN(providers); i++)
+        if (!strcmp(providers[i]->name, name))
+            return providers[i];
+    return NULL;
+}
+
+const char *ct__cluster_provider_names(void)
+{
+    return "local, ssh or slurm";
+}
+
 /* Runs script on host through the provider's transport; stdout into out (may be NULL: then
  * it goes to stderr). Returns the exit status or < 0. */
-static int run_on(const ct_cluster_config *cfg, const char *host, const char *script, char *out,
+int ct__hosts_run(const ct_cluster_config *cfg, const char *host, const char *script, char *out,
                   size_t cap)
 {
     char *argv[32];
     char store[32768];
-    int rc = ct__cluster_argv(cfg, host, script, argv, 32, store, sizeof store);
+    int rc = cfg->provider->argv(cfg, host, script, argv, 32, store, sizeof store);
     if (rc)
         return rc;
     CT_LOG(CT_LOG_DEBUG, "ctup", "on %s: %s", host, script);
@@ -226,7 +245,7 @@ static int distinct_hosts(const ct_cluster_config *cfg, const char **hosts, int 
 {
     int n = 0;
     hosts[n++] = cfg->head_ip;
-    if (cfg->provider == CT_PROVIDER_LOCAL)
+    if (cfg->provider->one_host)
         return n;
     for (int i = 0; i < cfg->n_nodes && n < cap; i++) {
         bool seen = false;
@@ -249,7 +268,7 @@ static int run_setup(const ct_cluster_config *cfg, const char *host, char **cmds
         if (rc)
             return rc;
         fprintf(stderr, "ctup: %s on %s: %s\n", what, host, cmds[i]);
-        rc = run_on(cfg, host, script, NULL, 0);
+        rc = ct__hosts_run(cfg, host, script, NULL, 0);
         if (rc < 0)
             return rc;
         if (rc > 0)
@@ -276,7 +295,7 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
                         char *listen, size_t listen_cap)
 {
     char logdir[4096], log[4300], script[40000], out[4096];
-    int rc = ct__cluster_remote_log_dir(cfg, logdir, sizeof logdir);
+    int rc = cfg->provider->log_dir(cfg, logdir, sizeof logdir);
     if (rc)
         return rc;
     snprintf(log, sizeof log, "%s/%s.log", logdir, role);
@@ -305,7 +324,7 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
             (rc = cat(script, sizeof script, "%s", wait)))
             return rc;
     }
-    rc = run_on(cfg, host, script, out, sizeof out);
+    rc = ct__hosts_run(cfg, host, script, out, sizeof out);
     if (rc < 0)
         return rc;
     int pid = 0, got = 0;
@@ -329,7 +348,7 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
             char tail[1024] = "";
             char t[4400] = "tail -n 5 ";
             if (!shell_path(t, sizeof t, log))
-                run_on(cfg, host, t, tail, sizeof tail);
+                ct__hosts_run(cfg, host, t, tail, sizeof tail);
             if (ex) /* it ended before it listened: say so now, not at the timeout */
                 return ct__error(CT_EIO,
                                  "%s on %s (pid %d) exited with status %d before it was "
@@ -347,7 +366,7 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
     return 0;
 }
 
-int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
+int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
 {
     const char *hosts[CT_CLUSTER_MAX_NODES + 1];
     int nh = distinct_hosts(cfg, hosts, CT_CLUSTER_MAX_NODES + 1), rc = 0;
@@ -363,26 +382,20 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         if (is_head && (rc = run_setup(cfg, hosts[i], cfg->head_setup, cfg->n_head_setup,
                                        "head_setup_commands")))
             return rc;
-        if ((is_worker || cfg->provider == CT_PROVIDER_LOCAL) &&
+        if ((is_worker || cfg->provider->one_host) &&
             (rc = run_setup(cfg, hosts[i], cfg->worker_setup, cfg->n_worker_setup,
                             "worker_setup_commands")))
             return rc;
     }
-    if (cfg->provider == CT_PROVIDER_SSH && cfg->copy_binaries &&
-        (rc = ct__cluster_ssh_copy_binaries(cfg, hosts, nh)))
+    /* ssh: the binaries and the secret go to the hosts */
+    if (cfg->provider->prepare && (rc = cfg->provider->prepare(cfg, hosts, nh, st)))
         return rc;
-    if ((rc = ct__cluster_remote_bin(cfg, bin, sizeof bin)))
+    if ((rc = cfg->provider->bin_dir(cfg, bin, sizeof bin)))
         return rc;
     /* the cluster secret, where the daemons read it (CT_SECRET_FILE in their environment) */
-    char secret[4096], local_secret[4096];
-    if ((rc = ct__cluster_daemon_secret(cfg, secret, sizeof secret)) ||
-        (rc = ct_cluster_secret_path(cfg->cluster_name, local_secret, sizeof local_secret)))
+    char secret[4096];
+    if ((rc = cfg->provider->secret_path(cfg, secret, sizeof secret)))
         return rc;
-    if (cfg->provider == CT_PROVIDER_SSH) {
-        st->secret_copied = true; /* from here the hosts' files are this start's */
-        if ((rc = ct__cluster_ssh_copy_secret(cfg, hosts, nh, local_secret)))
-            return rc;
-    }
 
     /* 2. the head */
     char head_args[512] = "";
@@ -480,12 +493,13 @@ out:
     return rc;
 }
 
-int ct_cluster_proc_alive(const ct_cluster_config *cfg, const ct_cluster_proc *p)
+/* 1 when the recorded process still runs (same pid, same start time), 0 when not, < 0 error. */
+static int proc_alive(const ct_cluster_config *cfg, const ct_cluster_proc *p)
 {
     char script[1024], out[64];
     int rc = ct__cluster_alive_script(script, sizeof script, p->pid, p->start_time);
     if (!rc)
-        rc = run_on(cfg, p->host, script, out, sizeof out);
+        rc = ct__hosts_run(cfg, p->host, script, out, sizeof out);
     if (rc)
         return rc < 0 ? rc
                       : ct__error(CT_EIO, "cannot ask %s about pid %d (exit %d)", p->host,
@@ -503,7 +517,7 @@ static void cleanup_node(const ct_cluster_config *cfg, const ct_cluster_proc *p)
     if (sscanf(p->role, "node-%d", &idx) != 1)
         return;
     char bin[4096], script[8192] = "";
-    int rc = ct__cluster_remote_bin(cfg, bin, sizeof bin);
+    int rc = cfg->provider->bin_dir(cfg, bin, sizeof bin);
     if (!rc)
         rc = shell_path(script, sizeof script, bin);
     if (!rc)
@@ -520,10 +534,10 @@ static void cleanup_node(const ct_cluster_config *cfg, const ct_cluster_proc *p)
     if (!rc)
         rc = cat(script, sizeof script, "; true\n");
     if (!rc)
-        run_on(cfg, p->host, script, NULL, 0);
+        ct__hosts_run(cfg, p->host, script, NULL, 0);
 }
 
-int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, int *n_stopped)
+int ct__hosts_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, int *n_stopped)
 {
     int first = 0;
     *n_stopped = 0;
@@ -533,7 +547,7 @@ int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, in
         char script[2048], out[64] = "";
         int rc = ct__cluster_stop_script(script, sizeof script, p->pid, p->start_time);
         if (!rc)
-            rc = run_on(cfg, p->host, script, out, sizeof out);
+            rc = ct__hosts_run(cfg, p->host, script, out, sizeof out);
         if (rc) {
             if (rc > 0)
                 rc = ct__error(CT_EIO, "cannot stop %s (pid %d on %s): exit %d", p->role,
@@ -560,20 +574,18 @@ int ct_cluster_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, in
     return first;
 }
 
-int ct_cluster_remove_secret(const ct_cluster_config *cfg)
+int ct__hosts_remove_secret(const ct_cluster_config *cfg)
 {
-    if (cfg->provider != CT_PROVIDER_SSH)
-        return 0;
     const char *hosts[CT_CLUSTER_MAX_NODES + 1];
     int nh = distinct_hosts(cfg, hosts, CT_CLUSTER_MAX_NODES + 1), first = 0;
     char secret[4096], script[8400] = "rm -f -- ";
-    int rc = ct__cluster_daemon_secret(cfg, secret, sizeof secret);
+    int rc = cfg->provider->secret_path(cfg, secret, sizeof secret);
     if (!rc)
         rc = shell_path(script, sizeof script, secret);
     if (rc)
         return rc;
     for (int i = 0; i < nh; i++) {
-        rc = run_on(cfg, hosts[i], script, NULL, 0);
+        rc = ct__hosts_run(cfg, hosts[i], script, NULL, 0);
         if (rc > 0)
             rc =
                 ct__error(CT_EIO, "cannot remove the cluster secret on %s (exit %d)", hosts[i], rc);
@@ -583,19 +595,19 @@ int ct_cluster_remove_secret(const ct_cluster_config *cfg)
     return first;
 }
 
-int ct_cluster_exec_on_head(const ct_cluster_config *cfg, const char *address, const char *cmd)
+int ct__hosts_exec(const ct_cluster_config *cfg, const ct_cluster_state *st, const char *cmd)
 {
     char script[32768] = "CT_ADDRESS=", secret[4096];
-    int rc = ct__shell_quote(script, sizeof script, address);
+    int rc = ct__shell_quote(script, sizeof script, st->address);
     if (!rc)
-        rc = ct__cluster_daemon_secret(cfg, secret, sizeof secret);
+        rc = cfg->provider->secret_path(cfg, secret, sizeof secret);
     if (!rc)
         rc = cat(script, sizeof script, "; CT_SECRET_FILE=");
     if (!rc)
         rc = shell_path(script, sizeof script, secret);
     if (!rc)
         rc = cat(script, sizeof script, "; export CT_ADDRESS CT_SECRET_FILE; ");
-    if (!rc && cfg->provider == CT_PROVIDER_SSH)
+    if (!rc && cfg->provider->exec_in_home)
         rc = cat(script, sizeof script, "cd; ");
     if (!rc)
         rc = cat(script, sizeof script, "%s", cmd);
@@ -603,7 +615,7 @@ int ct_cluster_exec_on_head(const ct_cluster_config *cfg, const char *address, c
         return rc;
     char *argv[32];
     char store[40000];
-    if ((rc = ct__cluster_argv(cfg, cfg->head_ip, script, argv, 32, store, sizeof store)))
+    if ((rc = cfg->provider->argv(cfg, cfg->head_ip, script, argv, 32, store, sizeof store)))
         return rc;
     /* the command's stdout is the user's: let it through */
     pid_t pid = fork();
@@ -622,47 +634,13 @@ int ct_cluster_exec_on_head(const ct_cluster_config *cfg, const char *address, c
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* ---- transport dispatch ---- */
-
-int ct__cluster_argv(const ct_cluster_config *cfg, const char *host, const char *script,
-                     char **argv, int max_argv, char *store, size_t cap)
-{
-    if (cfg->provider == CT_PROVIDER_SSH)
-        return ct__ssh_argv(cfg, host, script, argv, max_argv, store, cap);
-    return ct__local_argv(script, argv, max_argv);
-}
-
-int ct__cluster_remote_bin(const ct_cluster_config *cfg, char *out, size_t cap)
-{
-    if (cfg->provider == CT_PROVIDER_SSH)
-        return ct__ssh_bin_dir(cfg, out, cap);
-    return ct__local_bin_dir(cfg, out, cap);
-}
-
-int ct__cluster_daemon_secret(const ct_cluster_config *cfg, char *out, size_t cap)
-{
-    if (cfg->provider == CT_PROVIDER_SSH) {
-        int n = snprintf(out, cap, "%s/secrets/%s.secret", cfg->remote_dir, cfg->cluster_name);
-        return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "secret path too long") : 0;
-    }
-    return ct_cluster_secret_path(cfg->cluster_name, out, cap);
-}
-
-int ct__cluster_remote_log_dir(const ct_cluster_config *cfg, char *out, size_t cap)
-{
-    if (cfg->provider == CT_PROVIDER_SSH) {
-        int n = snprintf(out, cap, "%s/logs/%s", cfg->remote_dir, cfg->cluster_name);
-        return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "log path too long") : 0;
-    }
-    return ct_cluster_log_dir(cfg->cluster_name, out, cap);
-}
-
-int ct_cluster_log_tail(const ct_cluster_config *cfg, const ct_cluster_proc *p, int lines,
-                        char *out, size_t cap)
+/* The last `lines` lines of p's log on its host, into out ("" when there is none). */
+static int log_tail(const ct_cluster_config *cfg, const ct_cluster_proc *p, int lines, char *out,
+                    size_t cap)
 {
     char dir[4096], script[8400];
     out[0] = 0;
-    int rc = ct__cluster_remote_log_dir(cfg, dir, sizeof dir);
+    int rc = cfg->provider->log_dir(cfg, dir, sizeof dir);
     if (rc)
         return rc;
     snprintf(script, sizeof script, "tail -n %d ", lines);
@@ -671,6 +649,81 @@ int ct_cluster_log_tail(const ct_cluster_config *cfg, const ct_cluster_proc *p, 
     if ((rc = shell_path(script, sizeof script, log)) ||
         (rc = cat(script, sizeof script, " 2>/dev/null")))
         return rc;
-    rc = run_on(cfg, p->host, script, out, cap);
+    rc = ct__hosts_run(cfg, p->host, script, out, cap);
     return rc < 0 ? rc : 0;
+}
+
+int ct__hosts_wait(const ct_cluster_config *cfg, const ct_cluster_state *st)
+{
+    int64_t t0 = ct__now_ms(), deadline = t0 + cfg->start_timeout_s * 1000LL, next_check = t0 + 500;
+    int want = st->n_procs - 1, have = 0;
+    pid_t pids[CT_CLUSTER_MAX_PROCS];
+    for (int i = 1; i < st->n_procs; i++)
+        pids[i - 1] = st->procs[i].pid;
+    for (;;) {
+        int n = ct__cluster_alive_nodes(st->address, 1000, pids, want);
+        if (n >= 0 && (have = n) == want)
+            return 0;
+        int64_t now = ct__now_ms();
+        if (now >= next_check) {
+            next_check = now + 1000;
+            for (int i = 0; i < st->n_procs; i++)
+                if (proc_alive(cfg, &st->procs[i]) == 0) {
+                    char tail[2048], dir[4096] = "";
+                    log_tail(cfg, &st->procs[i], 5, tail, sizeof tail);
+                    cfg->provider->log_dir(cfg, dir, sizeof dir);
+                    return ct__error(CT_EDEAD,
+                                     "%s (pid %d on %s) exited during start; %s/%s.log "
+                                     "says:\n%s",
+                                     st->procs[i].role, (int)st->procs[i].pid, st->procs[i].host,
+                                     dir, st->procs[i].role, tail);
+                }
+        }
+        if (now >= deadline)
+            return ct__error(CT_ETIMEDOUT,
+                             "%d of %d nodes registered with the head within %d s "
+                             "(ct.start_timeout_s)",
+                             have, want, cfg->start_timeout_s);
+        usleep(20000);
+    }
+}
+
+int ct__hosts_running(const ct_cluster_config *cfg, const ct_cluster_state *st, const char *path)
+{
+    int alive = 0;
+    for (int i = 0; i < st->n_procs; i++)
+        if (proc_alive(cfg, &st->procs[i]) == 1 && !alive++)
+            fprintf(stderr,
+                    "ctup: cluster '%s' is already up (head %s; %s pid %d on %s runs); run "
+                    "'ctup down %s' first\n",
+                    cfg->cluster_name, st->address[0] ? st->address : "?", st->procs[i].role,
+                    (int)st->procs[i].pid, st->procs[i].host, path);
+    return alive > 0;
+}
+
+int ct__hosts_status(const ct_cluster_config *cfg, const ct_cluster_state *st, bool head_ok)
+{
+    if (head_ok)
+        return 0;
+    /* no head: say what still runs of what ctup started */
+    printf("%-10s %-16s %-8s %s\n", "PROCESS", "HOST", "PID", "STATE");
+    for (int i = 0; i < st->n_procs; i++) {
+        int alive = proc_alive(cfg, &st->procs[i]);
+        printf("%-10s %-16s %-8d %s\n", st->procs[i].role, st->procs[i].host, (int)st->procs[i].pid,
+               alive == 1   ? "running"
+               : alive == 0 ? "gone"
+                            : "?");
+    }
+    return 1;
+}
+
+int ct__hosts_log_where(const ct_cluster_config *cfg, const ct_cluster_state *st, char *out,
+                        size_t cap)
+{
+    (void)st;
+    char dir[4096];
+    int rc = cfg->provider->log_dir(cfg, dir, sizeof dir);
+    if (!rc)
+        snprintf(out, cap, "%s%s", cfg->provider->one_host ? "" : "(on each host) ", dir);
+    return rc;
 }

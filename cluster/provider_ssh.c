@@ -13,6 +13,10 @@
  * parse time (yaml_config.c; user and host are checked again here, the host may come from a
  * state file).
  *
+ * YAML: provider {type: ssh, head_ip, worker_ips} (both required), auth.ssh_user (required),
+ * auth.ssh_private_key / ssh_port / ssh_known_hosts; the head listens on 0.0.0.0:6380 unless
+ * ct.head_bind / ct.head_port say otherwise.
+ *
  * Not in here: the scripts (provider.c), the local transport (provider_local.c). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cluster/cluster.h"
+#include "cluster/provider.h"
 #include "common/common.h"
 
 /* Copies s into store at *used; returns the copy or NULL when store is full. */
@@ -99,8 +104,8 @@ static int check_login(const ct_cluster_config *cfg, const char *host)
     return 0;
 }
 
-int ct__ssh_argv(const ct_cluster_config *cfg, const char *host, const char *script, char **argv,
-                 int max_argv, char *store, size_t cap)
+static int ssh_argv(const ct_cluster_config *cfg, const char *host, const char *script, char **argv,
+                    int max_argv, char *store, size_t cap)
 {
     size_t used = 0;
     if (max_argv < COMMON_OPTS_MAX + 5) /* ssh, the options, --, USER@HOST, SCRIPT, NULL */
@@ -121,20 +126,21 @@ int ct__ssh_argv(const ct_cluster_config *cfg, const char *host, const char *scr
     return 0;
 }
 
-int ct__ssh_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap)
+static int bin_dir(const ct_cluster_config *cfg, char *out, size_t cap)
 {
     int n = cfg->copy_binaries || !cfg->bin_dir ? snprintf(out, cap, "%s/bin", cfg->remote_dir)
                                                 : snprintf(out, cap, "%s", cfg->bin_dir);
     return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "bin_dir path too long") : 0;
 }
 
-int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *const *hosts, int nh)
+/* Copies ct-head and ct-node from ct.bin_dir (default: next to ctup) to REMOTE_DIR/bin on each
+ * of hosts[0..n) (scp into bin/.incoming, then mv: a running binary is replaced, not
+ * overwritten). */
+static int copy_binaries(const ct_cluster_config *cfg, const char *const *hosts, int nh)
 {
     char local[4096], remote[4096], script[8192], store[8192];
     /* the local binaries: ct.bin_dir or next to ctup */
-    ct_cluster_config tmp = *cfg;
-    tmp.provider = CT_PROVIDER_LOCAL;
-    int rc = ct__local_bin_dir(&tmp, local, sizeof local);
+    int rc = ct__local_bin_dir(cfg, local, sizeof local);
     if (rc)
         return rc;
     snprintf(remote, sizeof remote, "%s/bin", cfg->remote_dir);
@@ -152,7 +158,7 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
             return rc;
         snprintf(script, sizeof script, "mkdir -p -- %s/.incoming", q);
         char *argv[40];
-        if ((rc = ct__ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
+        if ((rc = ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
             return rc;
         fprintf(stderr, "ctup: copying ct-head, ct-node to %s:%s\n", hosts[h], remote);
         if ((rc = ct__cluster_run(argv, NULL, 0)))
@@ -181,7 +187,7 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
                  "mv -f -- %s/.incoming/ct-head %s/.incoming/ct-node %s/ && chmod 755 -- "
                  "%s/ct-head %s/ct-node",
                  q, q, q, q, q);
-        if ((rc = ct__ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
+        if ((rc = ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
             return rc;
         if ((rc = ct__cluster_run(argv, NULL, 0)))
             return rc < 0 ? rc
@@ -193,8 +199,9 @@ int ct__cluster_ssh_copy_binaries(const ct_cluster_config *cfg, const char *cons
     return 0;
 }
 
-int ct__cluster_ssh_copy_secret(const ct_cluster_config *cfg, const char *const *hosts, int nh,
-                                const char *local_secret)
+/* Copies this host's secret file to <remote_dir>/secrets/<name>.secret on each host. */
+static int copy_secret(const ct_cluster_config *cfg, const char *const *hosts, int nh,
+                       const char *local_secret)
 {
     char dir[4096], q[4200], file[4400], script[9000], store[8192];
     int n = snprintf(dir, sizeof dir, "%s/secrets", cfg->remote_dir);
@@ -216,7 +223,7 @@ int ct__cluster_ssh_copy_secret(const ct_cluster_config *cfg, const char *const 
                  "umask 077 && mkdir -p -- %s && chmod 700 -- %s && rm -f -- %s.secret", q, q,
                  file);
         char *argv[40];
-        if ((rc = ct__ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
+        if ((rc = ssh_argv(cfg, hosts[h], script, argv, 40, store, sizeof store)))
             return rc;
         fprintf(stderr, "ctup: copying the cluster secret to %s:%s\n", hosts[h], dir);
         if ((rc = ct__cluster_run(argv, NULL, 0)))
@@ -246,3 +253,75 @@ int ct__cluster_ssh_copy_secret(const ct_cluster_config *cfg, const char *const 
     }
     return 0;
 }
+
+static int secret_path(const ct_cluster_config *cfg, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/secrets/%s.secret", cfg->remote_dir, cfg->cluster_name);
+    return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "secret path too long") : 0;
+}
+
+static int log_dir(const ct_cluster_config *cfg, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/logs/%s", cfg->remote_dir, cfg->cluster_name);
+    return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "log path too long") : 0;
+}
+
+static int prepare(const ct_cluster_config *cfg, const char *const *hosts, int nh,
+                   ct_cluster_state *st)
+{
+    char local_secret[4096];
+    int rc = 0;
+    if (cfg->copy_binaries && (rc = copy_binaries(cfg, hosts, nh)))
+        return rc;
+    if ((rc = ct_cluster_secret_path(cfg->cluster_name, local_secret, sizeof local_secret)))
+        return rc;
+    st->secret_copied = true; /* from here the hosts' files are this start's */
+    return copy_secret(cfg, hosts, nh, local_secret);
+}
+
+static int parse(ct__cfg_parser *p, yaml_node_t *prov, yaml_node_t *root, ct_cluster_config *c,
+                 ct__cfg_workers *w)
+{
+    yaml_node_t *v, *k;
+    int rc;
+    if (!(v = ct__cfg_get(p, prov, "head_ip", NULL)))
+        return ct__cfg_err(p, prov, "provider: missing required key 'head_ip' (type ssh)");
+    if ((rc = ct__cfg_host(p, v, "provider.head_ip", &c->head_ip)))
+        return rc;
+    if (ct__cfg_get(p, prov, "num_workers", &k))
+        return ct__cfg_err(p, k,
+                           "provider.num_workers is for type local; list the hosts in worker_ips");
+    yaml_node_t *wips = ct__cfg_get(p, prov, "worker_ips", NULL);
+    if (!wips)
+        return ct__cfg_err(p, prov, "provider: missing required key 'worker_ips' (type ssh)");
+    if ((rc = ct__cfg_host_list(p, wips, "provider.worker_ips", &w->worker_hosts, &w->n_workers)))
+        return rc;
+    w->where = wips;
+    w->hint = "provider.worker_ips";
+    c->head_port = 6380;
+    if (!(c->head_bind = strdup("0.0.0.0")))
+        return ct__error(CT_ENOMEM, "out of memory");
+    return ct__cfg_auth(p, root, c, true);
+}
+
+static const char *const keys[] = {"head_ip", "worker_ips", "num_workers", NULL};
+
+const ct_cluster_provider ct__provider_ssh = {
+    .name = "ssh",
+    .keys = keys,
+    .parse = parse,
+    .start = ct__hosts_start,
+    .wait = ct__hosts_wait,
+    .running = ct__hosts_running,
+    .stop = ct__hosts_stop,
+    .remove_secret = ct__hosts_remove_secret,
+    .status = ct__hosts_status,
+    .exec = ct__hosts_exec,
+    .log_where = ct__hosts_log_where,
+    .argv = ssh_argv,
+    .bin_dir = bin_dir,
+    .log_dir = log_dir,
+    .secret_path = secret_path,
+    .prepare = prepare,
+    .exec_in_home = true,
+};

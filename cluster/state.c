@@ -11,6 +11,8 @@
  *   proc head 127.0.0.1 4242 123456
  *   proc node-1 127.0.0.1 4250 123460
  *
+ * A slurm cluster has no proc lines but `job 1234` and, once it runs, `job_host node17` (the
+ * node of its head).
  * Not in here: starting or stopping anything (provider*.c). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -126,6 +128,10 @@ int ct_cluster_state_read(const char *cluster_name, ct_cluster_state *st)
             snprintf(st->provider, sizeof st->provider, "%s", v);
         else if (!strcmp(line, "address"))
             snprintf(st->address, sizeof st->address, "%s", v);
+        else if (!strcmp(line, "job"))
+            snprintf(st->job, sizeof st->job, "%s", v);
+        else if (!strcmp(line, "job_host"))
+            snprintf(st->job_host, sizeof st->job_host, "%s", v);
         else if (!strcmp(line, "proc")) {
             if (st->n_procs == CT_CLUSTER_MAX_PROCS)
                 goto bad;
@@ -163,6 +169,10 @@ int ct_cluster_state_write(const ct_cluster_state *st)
             st->cluster_name, st->config_path, st->provider);
     if (st->address[0])
         fprintf(f, "address %s\n", st->address);
+    if (st->job[0])
+        fprintf(f, "job %s\n", st->job);
+    if (st->job_host[0])
+        fprintf(f, "job_host %s\n", st->job_host);
     for (int i = 0; i < st->n_procs; i++)
         fprintf(f, "proc %s %s %d %llu\n", st->procs[i].role, st->procs[i].host,
                 (int)st->procs[i].pid, st->procs[i].start_time);

@@ -10,6 +10,10 @@
  * it, of CT_CLUSTER_SAFE_CHARS), names, numbers and sizes. provider.c quotes them as well. Only
  * setup_commands and the start commands are shell code, written by the cluster's owner.
  *
+ * The `provider:` section is the provider's (its table's parse, in provider_TYPE.c, with the
+ * ct__cfg_* helpers defined here); this file finds the table by provider.type and does the
+ * rest, the same for every provider.
+ *
  * Not in here: starting anything (provider*.c), the state file (state.c). The accepted keys
  * are listed in cluster.h. */
 #define _GNU_SOURCE
@@ -22,19 +26,32 @@
 #include <string.h>
 #include <yaml.h>
 #include "cluster/cluster.h"
+#include "cluster/provider.h"
 #include "common/common.h"
 
-typedef struct {
+struct ct__cfg_parser {
     const char *file;
     yaml_document_t *doc;
     ct_cluster_config *cfg;
-} parser;
+};
+typedef struct ct__cfg_parser parser;
 
 static int perr(parser *p, const yaml_node_t *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Records "file:line:col: message" (position of node n, or 1:1) and returns CT_EINVAL. */
 static int perr(parser *p, const yaml_node_t *n, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t line = n ? n->start_mark.line + 1 : 1, col = n ? n->start_mark.column + 1 : 1;
+    return ct__error(CT_EINVAL, "%s:%zu:%zu: %s", p->file, line, col, msg);
+}
+
+int ct__cfg_err(parser *p, const yaml_node_t *n, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;
@@ -352,6 +369,109 @@ static int get_path(parser *p, yaml_node_t *v, const char *name, bool home, char
     return rc;
 }
 
+/* ---- the helpers a provider parses its section with (provider.h) ---- */
+
+yaml_node_t *ct__cfg_get(parser *p, yaml_node_t *map, const char *key, yaml_node_t **key_node)
+{
+    return get(p, map, key, key_node);
+}
+
+int ct__cfg_keys(parser *p, yaml_node_t *map, const char *section, const char *const *allowed)
+{
+    return check_keys(p, map, section, allowed);
+}
+
+int ct__cfg_str(parser *p, yaml_node_t *v, const char *name, char **out)
+{
+    return get_str(p, v, name, out);
+}
+
+int ct__cfg_int(parser *p, yaml_node_t *v, const char *name, long lo, long hi, int *out)
+{
+    return get_int(p, v, name, lo, hi, out);
+}
+
+int ct__cfg_host(parser *p, yaml_node_t *v, const char *name, char **out)
+{
+    return get_host(p, v, name, out);
+}
+
+int ct__cfg_user(parser *p, yaml_node_t *v, const char *name, char **out)
+{
+    return get_user(p, v, name, out);
+}
+
+int ct__cfg_path(parser *p, yaml_node_t *v, const char *name, bool home, char **out)
+{
+    return get_path(p, v, name, home, out);
+}
+
+int ct__cfg_str_list(parser *p, yaml_node_t *v, const char *name, char ***out, int *n)
+{
+    return get_str_list(p, v, name, out, n);
+}
+
+yaml_node_t *ct__cfg_item(parser *p, yaml_node_t *seq, int i)
+{
+    return node_at(p, seq->data.sequence.items.start[i]);
+}
+
+static void free_list(char **a)
+{
+    for (int i = 0; a && a[i]; i++)
+        free(a[i]);
+    free(a);
+}
+
+int ct__cfg_host_list(parser *p, yaml_node_t *v, const char *name, char ***out, int *n)
+{
+    int rc = get_str_list(p, v, name, out, n);
+    if (rc)
+        return rc;
+    for (int i = 0; i < *n; i++)
+        if (!valid_host((*out)[i])) {
+            rc = perr(p, node_at(p, v->data.sequence.items.start[i]),
+                      "%s[%d]: '%s' is not an IP address or host name", name, i, (*out)[i]);
+            break;
+        }
+    if (!rc && *n > CT_CLUSTER_MAX_NODES - 1)
+        rc = perr(p, v, "%s: more than %d entries", name, CT_CLUSTER_MAX_NODES - 1);
+    if (rc) {
+        free_list(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int ct__cfg_auth(parser *p, yaml_node_t *root, ct_cluster_config *c, bool required)
+{
+    static const char *const auth_keys[] = {"ssh_user", "ssh_private_key", "ssh_known_hosts",
+                                            "ssh_port", NULL};
+    yaml_node_t *a = get(p, root, "auth", NULL), *v;
+    int rc = 0;
+    c->ssh_port = 22;
+    if (!a)
+        return required ? perr(p, root, "missing required key 'auth' (type %s needs auth.ssh_user)",
+                               c->provider->name)
+                        : 0;
+    if ((rc = check_keys(p, a, "auth", auth_keys)))
+        return rc;
+    if ((v = get(p, a, "ssh_user", NULL)) && (rc = get_user(p, v, "auth.ssh_user", &c->ssh_user)))
+        return rc;
+    if ((v = get(p, a, "ssh_private_key", NULL)) &&
+        (rc = get_path(p, v, "auth.ssh_private_key", true, &c->ssh_key)))
+        return rc;
+    if ((v = get(p, a, "ssh_known_hosts", NULL)) &&
+        (rc = get_path(p, v, "auth.ssh_known_hosts", true, &c->ssh_known_hosts)))
+        return rc;
+    if ((v = get(p, a, "ssh_port", NULL)) &&
+        (rc = get_int(p, v, "auth.ssh_port", 1, 65535, &c->ssh_port)))
+        return rc;
+    if (required && !c->ssh_user)
+        return perr(p, a, "auth: missing required key 'ssh_user' (type %s)", c->provider->name);
+    return 0;
+}
+
 /* ---- node types ---- */
 
 typedef struct {
@@ -511,16 +631,13 @@ static int parse_root(parser *p, yaml_node_t *root)
                                       "available_node_types",
                                       "ct",
                                       NULL};
-    static const char *const prov_keys[] = {"type", "head_ip", "worker_ips", "num_workers", NULL};
-    static const char *const auth_keys[] = {"ssh_user", "ssh_private_key", "ssh_known_hosts",
-                                            "ssh_port", NULL};
     static const char *const ct_keys[] = {
         "head_port",  "heartbeat_ms",  "dead_after_ms",  "store_memory",    "spill_dir", "bin_dir",
         "remote_dir", "copy_binaries", "head_runs_node", "start_timeout_s", "head_bind", NULL};
+    const char *prov_keys[16] = {"type"};
+    ct__cfg_workers w = {.n_workers = -1};
     node_type types[32];
     int n_types = 0, rc = 0;
-    char **worker_ips = NULL;
-    int n_worker_ips = -1;
     char *store_memory = NULL, *spill_root = NULL, *head_type_name = NULL;
     yaml_node_t *v, *k, *prov, *max_node = NULL;
     memset(types, 0, sizeof types);
@@ -556,93 +673,28 @@ static int parse_root(parser *p, yaml_node_t *root)
         rc = perr(p, root, "missing required key 'provider'");
         goto out;
     }
-    if ((rc = check_keys(p, prov, "provider", prov_keys)))
+    if (prov->type != YAML_MAPPING_NODE) {
+        rc = perr(p, prov, "provider must be a mapping, not %s", kind_name(prov));
         goto out;
+    }
     if (!(v = get(p, prov, "type", NULL))) {
-        rc = perr(p, prov, "provider: missing required key 'type' (local or ssh)");
+        rc = perr(p, prov, "provider: missing required key 'type' (%s)",
+                  ct__cluster_provider_names());
         goto out;
     }
     const char *ty = scalar(v);
-    if (ty && !strcmp(ty, "local")) {
-        c->provider = CT_PROVIDER_LOCAL;
-    } else if (ty && !strcmp(ty, "ssh")) {
-        c->provider = CT_PROVIDER_SSH;
-    } else {
-        rc = perr(p, v, "provider.type must be 'local' or 'ssh', got %s%s%s", ty ? "'" : "",
-                  ty ? ty : kind_name(v), ty ? "'" : "");
+    if (!(c->provider = ct__cluster_provider_find(ty))) {
+        rc = perr(p, v, "provider.type must be %s, got %s%s%s", ct__cluster_provider_names(),
+                  ty ? "'" : "", ty ? ty : kind_name(v), ty ? "'" : "");
         goto out;
     }
-    bool ssh = c->provider == CT_PROVIDER_SSH;
-    if ((v = get(p, prov, "head_ip", NULL))) {
-        if ((rc = get_host(p, v, "provider.head_ip", &c->head_ip)))
-            goto out;
-    } else if (ssh) {
-        rc = perr(p, prov, "provider: missing required key 'head_ip' (type ssh)");
+    for (int i = 0; c->provider->keys[i] && i < 14; i++)
+        prov_keys[i + 1] = c->provider->keys[i];
+    if ((rc = check_keys(p, prov, "provider", prov_keys)) ||
+        (rc = c->provider->parse(p, prov, root, c, &w)))
         goto out;
-    } else if (!(c->head_ip = strdup("127.0.0.1"))) {
-        rc = ct__error(CT_ENOMEM, "out of memory");
-        goto out;
-    }
-    if (ssh && get(p, prov, "num_workers", &k)) {
-        rc = perr(p, k, "provider.num_workers is for type local; list the hosts in worker_ips");
-        goto out;
-    }
-    yaml_node_t *wips = get(p, prov, "worker_ips", NULL);
-    if (wips) {
-        if ((rc = get_str_list(p, wips, "provider.worker_ips", &worker_ips, &n_worker_ips)))
-            goto out;
-        for (int i = 0; i < n_worker_ips; i++)
-            if (!valid_host(worker_ips[i])) {
-                rc = perr(p, node_at(p, wips->data.sequence.items.start[i]),
-                          "provider.worker_ips[%d]: '%s' is not an IP address or host name", i,
-                          worker_ips[i]);
-                goto out;
-            }
-        if (n_worker_ips > CT_CLUSTER_MAX_NODES - 1) {
-            rc = perr(p, wips, "provider.worker_ips: more than %d entries",
-                      CT_CLUSTER_MAX_NODES - 1);
-            goto out;
-        }
-    } else if (ssh) {
-        rc = perr(p, prov, "provider: missing required key 'worker_ips' (type ssh)");
-        goto out;
-    }
-    if ((v = get(p, prov, "num_workers", &k))) {
-        if (wips) {
-            rc = perr(p, k, "provider: give worker_ips or num_workers, not both");
-            goto out;
-        }
-        if ((rc =
-                 get_int(p, v, "provider.num_workers", 0, CT_CLUSTER_MAX_NODES - 1, &n_worker_ips)))
-            goto out;
-    }
-
-    /* auth */
-    c->ssh_port = 22;
-    if ((v = get(p, root, "auth", NULL))) {
-        if ((rc = check_keys(p, v, "auth", auth_keys)))
-            goto out;
-        yaml_node_t *a = v;
-        if ((v = get(p, a, "ssh_user", NULL)) &&
-            (rc = get_user(p, v, "auth.ssh_user", &c->ssh_user)))
-            goto out;
-        if ((v = get(p, a, "ssh_private_key", NULL)) &&
-            (rc = get_path(p, v, "auth.ssh_private_key", true, &c->ssh_key)))
-            goto out;
-        if ((v = get(p, a, "ssh_known_hosts", NULL)) &&
-            (rc = get_path(p, v, "auth.ssh_known_hosts", true, &c->ssh_known_hosts)))
-            goto out;
-        if ((v = get(p, a, "ssh_port", NULL)) &&
-            (rc = get_int(p, v, "auth.ssh_port", 1, 65535, &c->ssh_port)))
-            goto out;
-        if (ssh && !c->ssh_user) {
-            rc = perr(p, a, "auth: missing required key 'ssh_user' (type ssh)");
-            goto out;
-        }
-    } else if (ssh) {
-        rc = perr(p, root, "missing required key 'auth' (type ssh needs auth.ssh_user)");
-        goto out;
-    }
+    char **worker_ips = w.worker_hosts;
+    int n_worker_ips = w.n_workers;
 
     /* commands */
     struct {
@@ -676,8 +728,7 @@ static int parse_root(parser *p, yaml_node_t *root)
         }
     }
 
-    /* ct */
-    c->head_port = ssh ? 6380 : 0;
+    /* ct (the provider's parse has set its defaults of head_port and head_bind) */
     c->heartbeat_ms = 100;
     c->dead_after_ms = 10000;
     c->start_timeout_s = 30;
@@ -722,10 +773,6 @@ static int parse_root(parser *p, yaml_node_t *root)
         if ((v = get(p, ctn, "head_runs_node", NULL)) &&
             (rc = get_bool(p, v, "ct.head_runs_node", &c->head_runs_node)))
             goto out;
-    }
-    if (!c->head_bind && !(c->head_bind = strdup(ssh ? "0.0.0.0" : c->head_ip))) {
-        rc = ct__error(CT_ENOMEM, "out of memory");
-        goto out;
     }
     if (!c->remote_dir && !(c->remote_dir = strdup("~/.ct"))) {
         rc = ct__error(CT_ENOMEM, "out of memory");
@@ -786,7 +833,7 @@ static int parse_root(parser *p, yaml_node_t *root)
             sum_min += types[j].min_workers;
     int n_workers = n_worker_ips >= 0 ? n_worker_ips : sum_min;
     if (n_workers < sum_min) {
-        rc = perr(p, wips ? wips : prov,
+        rc = perr(p, w.where ? w.where : prov,
                   "the node types ask for %d workers (min_workers), the provider gives %d", sum_min,
                   n_workers);
         goto out;
@@ -797,10 +844,8 @@ static int parse_root(parser *p, yaml_node_t *root)
         goto out;
     }
     if (n_workers == 0 && !c->head_runs_node) {
-        rc = perr(p, prov,
-                  "no nodes to start: give provider.worker_ips%s, min_workers, or "
-                  "ct.head_runs_node: true",
-                  ssh ? "" : ", provider.num_workers");
+        rc = perr(p, prov, "no nodes to start: give %s, min_workers, or ct.head_runs_node: true",
+                  w.hint ? w.hint : "provider.nodes");
         goto out;
     }
     int assigned[32] = {0}, left = n_workers - sum_min;
@@ -830,13 +875,16 @@ static int parse_root(parser *p, yaml_node_t *root)
             continue;
         int cnt = t ? assigned[j] : n_workers - idx; /* no worker type: detected resources */
         for (int m = 0; m < cnt && idx < n_workers; m++, idx++) {
-            const char *host = worker_ips ? worker_ips[idx] : c->head_ip;
+            /* no host: the provider places the nodes (slurm) */
+            const char *host = worker_ips ? worker_ips[idx] : c->head_ip ? c->head_ip : "-";
             if ((rc = node_from_type(&c->nodes[c->n_nodes], t, host, store_memory, spill_root,
                                      c->cluster_name, idx + 1)))
                 goto out;
             c->n_nodes++;
         }
     }
+    if (c->provider->check && (rc = c->provider->check(p, root, c)))
+        goto out;
     if (c->head_runs_node) {
         if ((rc = node_from_type(&c->nodes[c->n_nodes], head_t, c->head_ip, store_memory,
                                  spill_root, c->cluster_name, c->n_nodes + 1)))
@@ -846,9 +894,7 @@ static int parse_root(parser *p, yaml_node_t *root)
 out:
     for (int j = 0; j < n_types; j++)
         node_free(&types[j].res);
-    for (int i = 0; worker_ips && worker_ips[i]; i++)
-        free(worker_ips[i]);
-    free(worker_ips);
+    free_list(w.worker_hosts);
     free(store_memory);
     free(spill_root);
     free(head_type_name);
@@ -956,6 +1002,10 @@ void ct_cluster_config_destroy(ct_cluster_config **cfg)
     free(c->head_bind);
     free(c->bin_dir);
     free(c->remote_dir);
+    free(c->slurm_partition);
+    free(c->slurm_time);
+    free(c->slurm_account);
+    free_list(c->slurm_sbatch_args);
     for (int i = 0; i < c->n_warnings; i++)
         free(c->warnings[i]);
     free(c);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cluster/cluster.h"
+#include "cluster/provider.h"
 #include "common/common.h"
 
 static int failures;
@@ -85,11 +86,11 @@ int main(int argc, char **argv)
     bad(LOCAL2, "cluster.yaml:1:1: missing required key 'cluster_name'");
     bad("cluster_name: a\n", "cluster.yaml:1:1: missing required key 'provider'");
     bad("cluster_name: a\nprovider:\n  head_ip: 127.0.0.1\n",
-        "cluster.yaml:3:3: provider: missing required key 'type' (local or ssh)");
+        "cluster.yaml:3:3: provider: missing required key 'type' (local, ssh or slurm)");
     bad("cluster_name: a\nprovider: local\n",
         "cluster.yaml:2:11: provider must be a mapping, not a scalar");
     bad("cluster_name: a\nprovider:\n  type: kubernetes\n",
-        "cluster.yaml:3:9: provider.type must be 'local' or 'ssh', got 'kubernetes'");
+        "cluster.yaml:3:9: provider.type must be local, ssh or slurm, got 'kubernetes'");
     bad("cluster_name: a\nprovider:\n  type: local\n  worker_ips: [10.0.0.1, 10.0.0.300]\n",
         "cluster.yaml:4:26: provider.worker_ips[1]: '10.0.0.300' is not an IP address or host "
         "name");
@@ -209,7 +210,7 @@ int main(int argc, char **argv)
     /* ---- good files ---- */
     ct_cluster_config *c = good("cluster_name: t\n" LOCAL2);
     if (c) {
-        CHECK_EQ_NUM(c->provider, CT_PROVIDER_LOCAL);
+        CHECK_STR(c->provider->name, "local");
         CHECK_EQ_NUM(c->n_nodes, 2);
         CHECK_EQ_NUM(c->nodes[0].cpus, -1); /* detected by ct-node */
         CHECK_STR(c->head_ip, "127.0.0.1");
@@ -275,7 +276,7 @@ int main(int argc, char **argv)
              "  worker_ips: [10.0.0.2, node-3.example.com, 'fe80::1']\n"
              "auth: {ssh_user: ubuntu, ssh_private_key: ~/.ssh/k, ssh_port: 2222}\n");
     if (c) {
-        CHECK_EQ_NUM(c->provider, CT_PROVIDER_SSH);
+        CHECK_STR(c->provider->name, "ssh");
         CHECK_EQ_NUM(c->n_nodes, 3);
         CHECK_STR(c->nodes[1].host, "node-3.example.com");
         CHECK_STR(c->head_bind, "0.0.0.0");

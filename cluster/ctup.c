@@ -356,7 +356,7 @@ static int cmd_down(const char *path)
     if (cfg->provider->remove_secret && cfg->provider->remove_secret(cfg))
         fprintf(stderr, "ctup: %s\n", ct_last_error());
     printf("cluster '%s' is down (%d of %d processes were running and are stopped)\n",
-           cfg->cluster_name, n, st.n_procs);
+           cfg->cluster_name, n, st.n_procs > n ? st.n_procs : n);
     ct_cluster_unlock(cfg->cluster_name, &lock);
     ct_cluster_config_destroy(&cfg);
     return 0;

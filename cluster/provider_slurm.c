@@ -180,8 +180,13 @@ static int batch_script(const ct_cluster_config *cfg, char *buf, size_t cap)
                   "stop=\"$logs/stop-$job\"\n"
                   "head=''\n"
                   "# Slurm ends the job (scancel, time limit, preemption): the head stops too\n"
-                  "down() { : >\"$stop\"; [ -z \"$head\" ] || kill -TERM \"$head\" 2>/dev/null; "
-                  "wait; exit 0; }\n"
+                  "down() {\n"
+                  "  : >\"$stop\"\n"
+                  "  echo \"ctup: the job ends (SIGTERM): stopping ct-head and the nodes\" >&2\n"
+                  "  [ -z \"$head\" ] || { kill -TERM \"$head\" 2>/dev/null; wait \"$head\"; "
+                  "echo \"ctup: ct-head exited with status $?\" >&2; }\n"
+                  "  wait; exit 0\n"
+                  "}\n"
                   "trap down TERM INT\n"
                   "cd\n")))
         return rc;

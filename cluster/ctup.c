@@ -1,5 +1,5 @@
 /* cluster/ctup.c — ctup, the cluster launcher (the CLI; the work is in the other cluster/
- * files):
+ * files: each command calls the table of the file's provider, cluster/provider.h):
  *   ctup up CLUSTER.yaml          start the head and the nodes, wait until every node has
  *                                 registered, print the address (export CT_ADDRESS=...
  *                                 CT_SECRET_FILE=...)
@@ -43,7 +43,8 @@ static const struct {
      "           wait until every node has registered, print its address"},
     {"down", "CLUSTER.yaml", "stop every process of the cluster (idempotent)"},
     {"submit", "CLUSTER.yaml PROGRAM [ARGS...]",
-     "run a driver program here with CT_ADDRESS set; exits with its code"},
+     "run a driver program with CT_ADDRESS set (here; slurm: in the job's\n"
+     "           allocation); exits with its code"},
     {"exec", "CLUSTER.yaml CMD...", "run a shell command on the head's host with CT_ADDRESS set"},
     {"secret", "FILE",
      "write a new random cluster secret to FILE (mode 0600; for ct-head/ct-node\n"
@@ -51,6 +52,8 @@ static const struct {
 };
 #define N_CMDS (int)(sizeof cmds / sizeof cmds[0])
 static const char state_note[] =
+    "Providers (provider.type): local (this host), ssh (hosts you log into), slurm (one Slurm\n"
+    "job; ctup submit then runs the driver in its allocation with srun --overlap).\n"
     "State: $CT_STATE_DIR or ~/.ct/clusters/<cluster_name>.state (logs and the cluster's\n"
     "secret, <cluster_name>.secret, beside it; a new secret at every up).\n";
 

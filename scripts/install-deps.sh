@@ -7,14 +7,16 @@ set -eu
 # python3 (json and struct only, no PyTorch): tests/trainer/check_safetensors.py, which
 # trainer_ckpt runs to read a checkpoint as another tool would. openssh-server/-client and
 # iproute2 (ip addr, ip link in its namespaces): cluster_ssh_netns runs a real sshd on each of
-# its test hosts.
+# its test hosts. slurmctld, slurmd, slurm-client and munge: cluster_slurm starts its own Slurm
+# (its own munged, slurmctld and two slurmd) for ctup's slurm provider.
 # clang and its libFuzzer/sanitizer runtimes: make test runs each fuzz target of fuzz/ under
 # libFuzzer (a clang build of the targets in build/fuzz-clang), and `make fuzz` longer;
 # libomp-14-dev: clang's OpenMP, which the engine's CPU loops (trainer/cpu) build with.
 # With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
 pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev
       protobuf-c-compiler libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist bible-kjv iproute2 procps
-      python3 openssh-client openssh-server clang libclang-rt-14-dev libomp-14-dev)
+      python3 openssh-client openssh-server slurmctld slurmd slurm-client munge clang
+      libclang-rt-14-dev libomp-14-dev)
 if [ "${1:-}" = bench ]; then
     pkgs+=(python3-torch libopenblas0-pthread)
 fi
@@ -28,12 +30,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     export DEBIAN_FRONTEND=noninteractive
     # openssh-server's postinst starts a system sshd through invoke-rc.d unless policy-rc.d
-    # says no (exit 101). Docker-style images ship such a policy-rc.d, and a chroot without
-    # /sbin/init blocks it too, but a machine with an init system would keep an sshd running on
-    # port 22: the tests start their own sshd, so block the start for this install.
+    # says no (exit 101), and so do munge's, slurmctld's and slurmd's. Docker-style images ship
+    # such a policy-rc.d, and a chroot without /sbin/init blocks it too, but a machine with an
+    # init system would keep an sshd on port 22 and a Slurm running: the tests start their own,
+    # so block the starts for this install.
     policy=/usr/sbin/policy-rc.d
     made_policy=""
-    if [ ! -e "$policy" ] && [[ " ${missing[*]} " == *" openssh-server "* ]]; then
+    if [ ! -e "$policy" ] && [[ " ${missing[*]} " =~ \ (openssh-server|munge|slurmctld|slurmd)\  ]]; then
         printf '#!/bin/sh\n# install-deps.sh: no service starts during this install\nexit 101\n' |
             $sudo tee "$policy" >/dev/null
         $sudo chmod 755 "$policy"

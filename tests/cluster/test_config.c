@@ -299,6 +299,64 @@ int main(int argc, char **argv)
     }
     ct_cluster_config_destroy(&c);
 
+    /* ---- the slurm provider's section ---- */
+#define SLURM "cluster_name: a\nprovider:\n  type: slurm\n"
+    c = good(SLURM "  nodes: 4\n  partition: gpu-a100\n  time: 1-12:00:00\n  account: proj_7\n"
+                   "  cpus_per_node: 32\n  gpus_per_node: 8\n"
+                   "  sbatch_args: [--qos=high, --exclusive, --mem=0]\n"
+                   "ct: {store_memory: 8G, spill_dir: /scratch/ct}\n");
+    if (c) {
+        CHECK_STR(c->provider->name, "slurm");
+        CHECK_EQ_NUM(c->n_nodes, 4);
+        CHECK_EQ_NUM(c->slurm_nodes, 4);
+        CHECK_STR(c->slurm_partition, "gpu-a100");
+        CHECK_STR(c->slurm_time, "1-12:00:00");
+        CHECK_STR(c->slurm_account, "proj_7");
+        CHECK_EQ_NUM(c->slurm_cpus_per_node, 32);
+        CHECK_EQ_NUM(c->slurm_gpus_per_node, 8);
+        CHECK_EQ_NUM(c->n_slurm_sbatch_args, 3);
+        CHECK_STR(c->slurm_sbatch_args[2], "--mem=0");
+        CHECK(c->head_ip == NULL);
+        CHECK_STR(c->head_bind, "0.0.0.0");
+        CHECK_EQ_NUM(c->head_port, 0);
+        CHECK_STR(c->nodes[3].spill_dir, "/scratch/ct/a-4");
+    }
+    ct_cluster_config_destroy(&c);
+    bad(SLURM "  partition: gpu\n",
+        "cluster.yaml:3:3: provider: missing required key 'nodes' (type slurm)");
+    bad(SLURM "  nodes: 0\n",
+        "cluster.yaml:4:10: provider.nodes must be an integer in [1, 255], got '0'");
+    bad(SLURM "  nodes: 2\n  partiton: gpu\n",
+        "cluster.yaml:5:3: unknown key 'partiton' in provider (did you mean 'partition'?)");
+    bad(SLURM "  nodes: 2\n  partition: 'gpu; rm -rf ~'\n",
+        "cluster.yaml:5:14: provider.partition: 'gpu; rm -rf ~' is not a name of letters, "
+        "digits and _ . -");
+    bad(SLURM "  nodes: 2\n  time: 2h\n",
+        "cluster.yaml:5:9: provider.time: '2h' is not a Slurm time limit (MIN, H:M:S, D-H:M:S, "
+        "... or infinite)");
+    bad(SLURM "  nodes: 2\n  time: '1:2:3:4'\n", "cluster.yaml:5:9: provider.time: '1:2:3:4'*");
+    bad(SLURM "  nodes: 2\n  account: --all\n", "cluster.yaml:5:12: provider.account: '--all'*");
+    bad(SLURM "  nodes: 2\n  cpus_per_node: many\n",
+        "cluster.yaml:5:18: provider.cpus_per_node must be an integer in [1, 100000], got "
+        "'many'");
+    bad(SLURM "  nodes: 2\n  sbatch_args: [--qos=x, job.sh]\n",
+        "cluster.yaml:5:26: provider.sbatch_args[1]: 'job.sh' is not an option (the batch "
+        "script is ctup's)");
+    bad(SLURM "  nodes: 2\n  sbatch_args: [-N3]\n",
+        "cluster.yaml:5:17: provider.sbatch_args[0]: '-N3': ctup sets -N itself*");
+    bad(SLURM "  nodes: 2\n  sbatch_args: [--output=/tmp/x]\n",
+        "cluster.yaml:5:17: provider.sbatch_args[0]: '--output=/tmp/x': ctup sets --output*");
+    bad(SLURM "  nodes: 2\n  worker_ips: [10.0.0.2]\n",
+        "cluster.yaml:5:3: unknown key 'worker_ips' in provider");
+    bad(SLURM "  nodes: 2\nauth: {ssh_user: u}\n",
+        "cluster.yaml:5:1: auth: type slurm does not log in anywhere (no auth)");
+    bad(SLURM "  nodes: 2\navailable_node_types:\n  w: {min_workers: 2}\n",
+        "cluster.yaml:5:1: available_node_types: not for type slurm*");
+    bad(SLURM "  nodes: 2\nct: {head_runs_node: true}\n",
+        "cluster.yaml:5:6: ct.head_runs_node: type slurm runs a node on every node of the "
+        "allocation, the head's included");
+#undef SLURM
+
     /* the committed examples (argv: their paths) */
     for (int i = 1; i < argc; i++) {
         if (ct_cluster_config_load(argv[i], &c)) {

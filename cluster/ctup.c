@@ -266,7 +266,11 @@ static int cmd_up(const char *path)
     /* read again under the lock: another up may have finished meanwhile */
     have = ct_cluster_state_read(cfg->cluster_name, &st) == 0;
     if (have) {
-        if (cfg->provider->running(cfg, &st, path) != 0) {
+        int running = cfg->provider->running(cfg, &st, path);
+        if (running < 0)
+            fprintf(stderr, "ctup: cannot tell whether cluster '%s' still runs: %s\n",
+                    cfg->cluster_name, ct_last_error());
+        if (running != 0) {
             ct_cluster_unlock(cfg->cluster_name, &lock);
             ct_cluster_config_destroy(&cfg);
             return 1;

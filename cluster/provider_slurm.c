@@ -70,14 +70,14 @@ static int assign(char *buf, size_t cap, const char *name, const char *value)
 /* ---- asking Slurm ---- */
 
 /* The job's state ("RUNNING", "PENDING", ...; "" when Slurm no longer knows it), the reason
- * it waits or ended, and the node that runs its batch script. Returns 0 or < 0 when squeue
- * could not run. */
+ * it waits or ended, and the node that runs its batch script. Returns 0, or < 0 when squeue
+ * could not answer (no slurmctld): that is not an ended job. */
 static int job_state(const char *job, char *state, size_t scap, char *reason, size_t rcap,
                      char *host, size_t hcap)
 {
     char out[1024] = "";
-    char *argv[] = {"/bin/sh", "-c", "squeue -h -t all -j \"$0\" -o '%T|%r|%B' 2>/dev/null",
-                    (char *)job, NULL};
+    char *argv[] = {"/bin/sh", "-c", "squeue -h -t all -j \"$0\" -o '%T|%r|%B' 2>&1", (char *)job,
+                    NULL};
     int rc = ct__cluster_run(argv, out, sizeof out);
     if (rc < 0)
         return rc;
@@ -87,8 +87,13 @@ static int job_state(const char *job, char *state, size_t scap, char *reason, si
     if (host)
         host[0] = 0;
     char *a = out, *b = strchr(a, '|');
-    if (!b)
-        return 0; /* unknown id (ended long ago) or no output */
+    if (!b) {
+        /* an id Slurm has forgotten (the job ended more than MinJobAge ago) */
+        if (strstr(out, "Invalid job id") || (rc == 0 && !out[0]))
+            return 0;
+        out[strcspn(out, "\n")] = 0;
+        return ct__error(CT_EIO, "squeue about job %s: exit %d: %s", job, rc, out);
+    }
     *b++ = 0;
     char *c = strchr(b, '|');
     if (c)
@@ -543,9 +548,10 @@ static int slurm_prefix(const ct_cluster_config *cfg, const ct_cluster_state *st
     words[1] = "--overlap";
     words[2] = store;
     words[3] = store + strlen(store) + 1;
-    words[4] = "--nodes=1";
-    words[5] = "--ntasks=1";
-    return st->job_host[0] ? 6 : (words[3] = "--nodes=1", words[4] = "--ntasks=1", 5);
+    n = st->job_host[0] ? 4 : 3; /* --nodelist only when the head's node is known */
+    words[n++] = "--nodes=1";
+    words[n++] = "--ntasks=1";
+    return n;
 }
 
 static int slurm_exec(const ct_cluster_config *cfg, const ct_cluster_state *st, const char *cmd)

@@ -62,12 +62,13 @@ fail() {
     done
     exit 1
 }
-# Every pid in the network namespace of holder pid $1.
+# Every pid in the network namespace of holder pid $1 (test -ef: the same nsfs inode; no fork
+# per process, which a busy machine makes slow).
 ns_pids() {
-    local want p
-    want=$(readlink "/proc/$1/ns/net") || return 0
+    local p
+    [ -e "/proc/$1/ns/net" ] || return 0
     for p in /proc/[0-9]*; do
-        [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$want" ] && echo "${p#/proc/}"
+        [ "$p/ns/net" -ef "/proc/$1/ns/net" ] 2>/dev/null && echo "${p#/proc/}"
     done
     return 0
 }
@@ -215,6 +216,17 @@ ct:
 YAML
 ctup() { in_ns ctl "$bin/ctup" "$@"; }
 
+# a job Slurm refuses: up says so, and leaves no state
+sed 's/partition: ct/partition: nosuch/' "$cfg" >"$tmp/refused.yaml"
+rc=0
+ctup up "$tmp/refused.yaml" >"$tmp/refused.out" 2>&1 || rc=$?
+cat "$tmp/refused.out"
+[ "$rc" -eq 1 ] || fail "up of a job with an unknown partition exited $rc"
+grep -q "ctup: up failed: Slurm refused the job: sbatch exited with 1" "$tmp/refused.out" ||
+    fail "up did not say that Slurm refused the job"
+grep -qi "invalid partition" "$tmp/refused.out" || fail "sbatch's reason is not shown"
+[ ! -e "$state" ] || fail "a refused up left its state file"
+
 ctup up "$cfg" >"$tmp/up.out" 2>&1 || { cat "$tmp/up.out"; fail "ctup up"; }
 cat "$tmp/up.out"
 grep -q "is up: head ${addr[n1]}:[0-9]*, 2 nodes registered" "$tmp/up.out" ||
@@ -244,8 +256,8 @@ grep -q "^slurm job $job: RUNNING" "$tmp/status.out" ||
 
 # ---- a job in the allocation; one node's step cancelled mid-training ----
 job_run() {
-    ctup submit "$cfg" "$bin/trainer_fashion_mnist" --replicas 2 --epochs 2 --limit 3200 \
-        --max-retries 3 --checkpoint-dir "$tmp/ckpt" --checkpoint-every 10
+    ctup submit "$cfg" "$bin/trainer_fashion_mnist" --replicas 2 --epochs 2 --limit 1280 \
+        --max-retries 3 --checkpoint-dir "$tmp/ckpt" --checkpoint-every 4
 }
 job_run >"$tmp/job.out" 2>&1 &
 driver=$!

@@ -45,9 +45,31 @@ export PATH=$PATH:/usr/sbin
 [ -r /proc/self/ns/net ] || skip "no /proc/self/ns/net (is /proc mounted?)"
 unshare --net --uts true 2>/dev/null || skip "cannot make network and UTS namespaces (unshare)"
 
+# The whole test runs in a PID namespace of its own (with its own /proc and /dev/shm), so that
+# nothing outlives it however it ends: slurmstepd daemonizes with a cleaned environment (no
+# guard mark) and would wait for ever for its slurmd. When the namespace's init (a sh that runs
+# this script) ends, or is killed with its parent unshare at a ctest timeout (--kill-child),
+# the kernel kills every process of the namespace. Where a PID + mount namespace cannot be made (a chroot
+# whose / is not a mount point) the test runs without it: only a timeout could leave a
+# slurmstepd behind there.
+if [ -z "${CT_SLURM_TEST_PIDNS:-}" ]; then
+    if unshare --pid --fork --mount-proc --kill-child true 2>/dev/null; then
+        export CT_SLURM_TEST_PIDNS=1
+        # sh is the namespace's init, not this script: children of pid 1 (ct-test-netdelay)
+        # would take their parent for gone
+        exec unshare --pid --fork --mount-proc --kill-child sh -c 'bash "$@"; exit $?' sh "$0" "$@"
+    fi
+    echo "note: no PID namespace (unshare --pid --mount-proc failed): running without one"
+    export CT_SLURM_TEST_PIDNS=0
+elif [ "$CT_SLURM_TEST_PIDNS" = 1 ]; then
+    # the nodes' shards by their pids in this namespace: a /dev/shm of its own, where no
+    # process of the machine has a shard of the same name
+    mount -t tmpfs -o mode=1777,size=2g ct-slurm-shm /dev/shm
+fi
+
 tmp=$(mktemp -d /tmp/ct-slurm.XXXXXX)
 chmod 755 "$tmp" # munged wants its socket's directories searchable by all
-name=slurm-$$
+name=slurm-${tmp##*.}
 export CT_STATE_DIR=$tmp/state
 state=$CT_STATE_DIR/$name.state
 hosts=(ctl n1 n2)
@@ -327,7 +349,8 @@ for h in n1 n2; do
     for _ in $(seq 100); do # slurmstepd ends after the job
         left=""
         for p in $(ns_pids "${hold[$h]}"); do
-            [ "$p" = "${hold[$h]}" ] || [[ "$slurmd_pids" == *" $p "* ]] || left+=" $p"
+            [ "$p" = "${hold[$h]}" ] || [[ "$slurmd_pids" == *" $p "* ]] ||
+                [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" = Z ] || left+=" $p"
         done
         [ -z "$left" ] && break
         sleep 0.1

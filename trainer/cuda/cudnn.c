@@ -10,7 +10,9 @@
  * Precision. Convolutions run with CUDNN_FMA_MATH: plain f32 multiply-adds. CUDNN_DEFAULT_MATH
  * lets cuDNN 8+ pick TF32 tensor-core kernels for f32 data on Ampere and later, which round
  * the inputs to 10 mantissa bits and move results by about 1e-3; training on the GPU should
- * give what the CPU gives, so TF32 waits for an explicit precision option.
+ * give what the CPU gives, so TF32 is opt-in: after ct_set_tf32(true) convolutions use
+ * CUDNN_DEFAULT_MATH and any algorithm's math (the setting is part of the algorithm's key).
+ * Autocast (p->dt bf16 / f16) is not implemented here yet: those calls fail with CT_ENOSYS.
  *
  * Algorithms. A convolution's algorithm is chosen once per shape (and device, and determinism
  * setting): the first one of cuDNN's heuristic list (cudnnGetConvolution*Algorithm_v7, fastest
@@ -240,8 +242,9 @@ static int conv_descs_make(conv_descs *d, const ct__conv_p *p, const char *fn)
     DNN(cudnnCreateConvolutionDescriptor, &d->conv);
     DNN(cudnnSetConvolution2dDescriptor, d->conv, (int)p->ph, (int)p->pw, (int)p->sh, (int)p->sw,
         (int)p->dh, (int)p->dw, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
-    /* plain f32: no TF32 (the file's header says why) */
-    DNN(cudnnSetConvolutionMathType, d->conv, CUDNN_FMA_MATH);
+    /* plain f32: no TF32 unless ct_set_tf32(true) (the file's header says why) */
+    DNN(cudnnSetConvolutionMathType, d->conv,
+        ct__tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
     return 0;
 out:
     conv_descs_free(d);
@@ -252,7 +255,7 @@ out:
 
 enum { ALGO_FWD, ALGO_BWD_DATA, ALGO_BWD_FILTER };
 #define ALGO_SLOTS 256 /* distinct convolutions x 3 directions; a model has a few dozen */
-#define ALGO_KEY_LEN 18
+#define ALGO_KEY_LEN 19
 #define ALGO_MAX 32 /* entries asked of cuDNN's heuristics (it has at most 8 algorithms each) */
 
 typedef struct algo_slot {
@@ -286,8 +289,25 @@ static void algo_key(int64_t *k, int dir, int device, bool det, const ct__conv_p
 {
     /* field by field: the struct's padding is not guaranteed to be zero; bias does not change
      * the convolution */
-    int64_t v[ALGO_KEY_LEN] = {dir,   device, det,   p->n,  p->ic, p->ih, p->iw, p->oc, p->oh,
-                               p->ow, p->kh,  p->kw, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw};
+    int64_t v[ALGO_KEY_LEN] = {dir,
+                               device,
+                               det,
+                               p->n,
+                               p->ic,
+                               p->ih,
+                               p->iw,
+                               p->oc,
+                               p->oh,
+                               p->ow,
+                               p->kh,
+                               p->kw,
+                               p->sh,
+                               p->sw,
+                               p->ph,
+                               p->pw,
+                               p->dh,
+                               p->dw,
+                               ct__tf32_allowed()};
     memcpy(k, v, sizeof v);
 }
 
@@ -381,8 +401,9 @@ static int algo_get(cudnnHandle_t h, const conv_descs *d, const ct__conv_p *p, i
     if ((rc = algo_query(h, d, dir, perf, &n)) < 0)
         return rc;
     for (int i = 0; i < n && pick < 0; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].math == CUDNN_FMA_MATH &&
-            perf[i].memory <= WS_LIMIT && (!det || perf[i].determinism == CUDNN_DETERMINISTIC))
+        if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+            (perf[i].math == CUDNN_FMA_MATH || ct__tf32_allowed()) && perf[i].memory <= WS_LIMIT &&
+            (!det || perf[i].determinism == CUDNN_DETERMINISTIC))
             pick = i;
     if (pick < 0)
         return ct__error(CT_ENOSYS,
@@ -434,6 +455,11 @@ typedef struct conv_call {
 static int conv_begin(conv_call *c, const ct__conv_p *p, int dir, const char *fn, void *stream)
 {
     *c = (conv_call){0};
+    if (p && p->dt != CT_F32)
+        return ct__error(CT_ENOSYS,
+                         "%s: convolution in %s (autocast) is not implemented on device cuda yet "
+                         "(cuDNN's bf16 path is missing); leave convolutions in f32",
+                         fn, p->dt == CT_BF16 ? "bf16" : "f16");
     int rc = conv_descs_make(&c->d, p, fn);
     if (rc < 0)
         return rc;

@@ -151,6 +151,8 @@ int ct__cuda_cross_entropy_bwd(const float *logits, const int64_t *target, int64
  * nearest even; the product with a and b so rounded (bf16 / f16 operands on cuBLASLt), f32
  * accumulation (CUBLAS_COMPUTE_32F) and c. */
 int ct__cuda_to_lp(int dt, const float *x, void *y, int64_t n, void *stream);
+/* y (n floats) = x (n elements of dt, CT_BF16 or CT_F16) widened, exactly */
+int ct__cuda_from_lp(int dt, const void *x, float *y, int64_t n, void *stream);
 int ct__cuda_matmul_lp(int dt, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
                        const float *b, bool tb, float *c, bool accumulate, void *stream);
 int ct__cuda_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,

@@ -1,6 +1,8 @@
 /* bench/gpu_train/gpu_bench.c — ct's side of bench/gpu_train: training steps on a GPU.
  *
- *   gpu_bench CONFIG BATCH STEPS [WIDTH]     CONFIG: resnet9 | mlp
+ *   gpu_bench CONFIG BATCH STEPS [WIDTH] [PRECISION]   CONFIG: resnet9 | mlp
+ * PRECISION: f32 (default) or bf16 / f16: forward and loss under ct_autocast_push (matrix
+ * products and convolutions in that type, f32 master weights); f16 adds a ct_grad_scaler.
  * resnet9: ResNet9 of base width WIDTH (default 64) on random 3x32x32 data; mlp: 784-256-128-10
  * on random rows. The model is built on the CPU and moved with ct_module_to; 8 batches live on
  * the GPU (the reference's best case: no loader); Adam (lr 1e-3). After 5 warm-up steps, STEPS
@@ -34,13 +36,19 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s resnet9|mlp BATCH STEPS [WIDTH]\n", argv[0]);
+        fprintf(stderr, "usage: %s resnet9|mlp BATCH STEPS [WIDTH] [f32|bf16|f16]\n", argv[0]);
         return 2;
     }
     const char *cfg = argv[1];
     int64_t batch = atoll(argv[2]);
     int steps = atoi(argv[3]), width = argc > 4 ? atoi(argv[4]) : 64, status = 1;
     enum { NB = 8 };
+    ct_dtype prec = CT_F32;
+    if (argc > 5 && ct_precision_parse(argv[5], &prec) < 0) {
+        fprintf(stderr, "gpu_bench: %s\n", ct_last_error());
+        return 2;
+    }
+    ct_grad_scaler *scaler = NULL;
     ct_nn_manual_seed(0);
     bool resnet = !strcmp(cfg, "resnet9");
     const char *devname = getenv("CT_BENCH_DEVICE");
@@ -82,6 +90,8 @@ int main(int argc, char **argv)
     if (ct_module_params(net, &ps, &np) < 0 ||
         !(o = ct_optim_adam_new(ps, np, &(ct_adam_opts){.lr = 1e-3})))
         goto fail;
+    if (prec == CT_F16 && !(scaler = ct_grad_scaler_new(NULL)))
+        goto fail;
     ct_cuda_alloc_stats st;
     int64_t mallocs_at_2 = 0;
     double t0 = 0;
@@ -93,10 +103,17 @@ int main(int argc, char **argv)
             t0 = now_s();
         }
         ct_module_zero_grad(net);
+        ct_autocast_push(prec);
         ct_tensor *logits = ct_module_forward(net, xs[s % NB]);
         ct_tensor *loss = logits ? ct_nn_cross_entropy(logits, ys[s % NB], 0.0f) : NULL;
-        int rc = loss ? ct_tensor_backward(loss, NULL) : -1;
-        if (rc == 0)
+        ct_autocast_pop();
+        int rc = -1;
+        if (loss && scaler) /* f16: scaled backward; the step waits for the inf check */
+            rc = ct_grad_scaler_backward(scaler, loss) || ct_grad_scaler_step(scaler, o, NULL) ||
+                         ct_grad_scaler_update(scaler)
+                     ? -1
+                     : 0;
+        else if (loss && (rc = ct_tensor_backward(loss, NULL)) == 0)
             rc = ct_optim_step(o);
         if (rc == 0 && s == steps + 4)
             last = ct_tensor_item(loss); /* waits for the GPU */
@@ -127,6 +144,7 @@ out:
         ct_tensor_release(&xs[b]);
         ct_tensor_release(&ys[b]);
     }
+    ct_grad_scaler_destroy(&scaler);
     ct_optim_destroy(&o);
     ct_module_destroy(&net);
     return status;

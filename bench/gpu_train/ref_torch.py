@@ -1,7 +1,9 @@
 """bench/gpu_train/ref_torch.py — PyTorch's side of bench/gpu_train: the same models, batch,
 data (8 random batches already on the GPU) and optimizer (Adam, lr 1e-3) as gpu_bench.c.
 
-  ref_torch.py CONFIG BATCH STEPS WIDTH MODE     CONFIG: resnet9 | mlp; MODE: eager | compile
+  ref_torch.py CONFIG BATCH STEPS WIDTH MODE [PRECISION]
+CONFIG: resnet9 | mlp; MODE: eager | compile; PRECISION: f32 (default) | bf16 (forward and loss
+under torch.autocast("cuda", bfloat16), as gpu_bench's bf16: ct_autocast_push).
 Times STEPS steps after 5 warm-up steps (compile: after the compiling ones), reads the loss once
 at the end, and prints `samples_per_s=<x> peak_alloc_mb=<y> loss=<l>` (torch's caching
 allocator's peak). f32, TF32 off: ct's matrix products and convolutions are plain f32.
@@ -19,6 +21,9 @@ from resnet9_torch import resnet9  # noqa: E402
 
 cfg, batch, steps, width, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
     int(sys.argv[4]), sys.argv[5]
+prec = sys.argv[6] if len(sys.argv) > 6 else "f32"
+if prec not in ("f32", "bf16"):
+    sys.exit("ref_torch.py: precision %r: f32 or bf16" % prec)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 torch.backends.cudnn.benchmark = True  # torch's best case
@@ -43,7 +48,8 @@ fwd = torch.compile(model) if mode == "compile" else model
 def step(i):
     x, y = data[i % len(data)]
     opt.zero_grad(set_to_none=False)
-    loss = F.cross_entropy(fwd(x), y)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=prec == "bf16"):
+        loss = F.cross_entropy(fwd(x), y)
     loss.backward()
     opt.step()
     return loss

@@ -42,6 +42,30 @@ typedef struct ct_param_ref ct_param_ref;
 
 /* ---------------- ops ---------------- */
 
+/* ---------------- precision ---------------- */
+
+/* Mixed precision, as torch.autocast: inside a region opened with ct_autocast_push(CT_BF16) or
+ * (CT_F16) on this thread, Linear, matmul, bmm and (transposed) convolution round their inputs
+ * to that type (round-to-nearest-even), multiply with f32 accumulation and return f32; their
+ * backward uses the same precision for both gradients (dgrad and wgrad), which arrive in f32.
+ * Weights stay f32 (master weights); every other op (norms, softmax, losses, reductions,
+ * optimizers, and the fused attention kernel) stays f32. Regions nest (16 deep); push(CT_F32)
+ * turns autocast off inside. The CPU runs bf16 / f16 only where oneDNN has kernels for it
+ * (AVX512_BF16 or AMX; AVX512_FP16 or AMX-FP16), else the op fails with CT_ENOSYS naming the
+ * op, the device and the missing ISA. The checking device always can (its reference rounds
+ * the operands, then runs the f32 kernel). f16 needs a loss scaler (ct_grad_scaler,
+ * ct/optim.h). Returns 0, CT_EINVAL (another dtype; pop without push) or CT_ERANGE (depth). */
+int ct_autocast_push(ct_dtype dt);
+int ct_autocast_pop(void);
+/* The innermost region's type on this thread; CT_F32 outside any region. */
+ct_dtype ct_autocast_dtype(void);
+/* "f32" / "bf16" / "f16" (also fp32, float32, bfloat16, fp16, float16) -> *dt; CT_EINVAL with
+ * the bad string named otherwise. */
+int ct_precision_parse(const char *s, ct_dtype *dt);
+/* TF32 for f32 matmuls and convolutions on CUDA (cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32, cuDNN
+ * tensor-op math): off by default, as torch.backends.cuda.matmul.allow_tf32. Process-wide. */
+void ct_set_tf32(bool allow);
+
 /* Convolution options; zero = PyTorch default (stride 1, padding 0, dilation 1, out pad 0). */
 typedef struct ct_conv_opts {
     int stride[2], padding[2], dilation[2];

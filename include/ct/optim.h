@@ -286,6 +286,47 @@ int ct_sched_state_dict(ct_sched *s, const ct_state_entry **entries, int *n);
  * optimizer's state too (as in PyTorch). On error the scheduler is unchanged. */
 int ct_sched_load_state_dict(ct_sched *s, const ct_state_entry *entries, int n);
 
+/* ---------------- dynamic loss scaling (f16 training) ----------------
+ *
+ * torch.cuda.amp.GradScaler's rules. f16 gradients underflow to zero below 2^-24; scaling the
+ * loss by S scales every gradient by S. Per step:
+ *   ct_grad_scaler_backward(s, loss)   backward of loss * scale
+ *   ct_grad_scaler_unscale(s, o)       optional (before clipping): grads *= 1 / scale, and note
+ *                                      whether any was inf or NaN (once per step)
+ *   ct_grad_scaler_step(s, o, &done)   unscales unless done already; runs ct_optim_step only
+ *                                      when every gradient was finite (*done says which)
+ *   ct_grad_scaler_update(s)           a step with inf/NaN: scale *= backoff_factor and the
+ *                                      count of good steps restarts; else the count goes up,
+ *                                      and at growth_interval scale *= growth_factor (kept only
+ *                                      when finite) and the count restarts.
+ * The scale is an f32, as torch's. Gradients on any device: the check runs on their device's
+ * kernels and copies one float per parameter to the host. */
+typedef struct ct_grad_scaler ct_grad_scaler;
+typedef struct ct_grad_scaler_opts {
+    double init_scale;     /* 0 -> 65536 (2^16); must be > 0 */
+    double growth_factor;  /* 0 -> 2; must be > 1 */
+    double backoff_factor; /* 0 -> 0.5; must be in (0, 1) */
+    int growth_interval;   /* 0 -> 2000; must be >= 1 */
+} ct_grad_scaler_opts;
+
+/* opts may be NULL (defaults). NULL with CT_EINVAL naming the bad field, or CT_ENOMEM. */
+ct_grad_scaler *ct_grad_scaler_new(const ct_grad_scaler_opts *opts);
+void ct_grad_scaler_destroy(ct_grad_scaler **s);
+/* ct_tensor_backward of loss * the current scale (loss a scalar). */
+int ct_grad_scaler_backward(ct_grad_scaler *s, ct_tensor *loss);
+/* Returns 0, CT_EINVAL (NULL; unscale twice in one step), or a kernel's error. */
+int ct_grad_scaler_unscale(ct_grad_scaler *s, ct_optim *o);
+int ct_grad_scaler_step(ct_grad_scaler *s, ct_optim *o, bool *stepped);
+int ct_grad_scaler_update(ct_grad_scaler *s);
+/* The current scale; the number of finite steps since the last change (growth_tracker); whether
+ * this step's unscale found inf or NaN. */
+float ct_grad_scaler_scale(const ct_grad_scaler *s);
+int ct_grad_scaler_growth_tracker(const ct_grad_scaler *s);
+bool ct_grad_scaler_found_inf(const ct_grad_scaler *s);
+/* Restores a checkpoint's scale and growth tracker (torch's state_dict "scale", "_growth_tracker").
+ * CT_EINVAL unless scale > 0 and finite and 0 <= tracker < growth_interval. */
+int ct_grad_scaler_load(ct_grad_scaler *s, float scale, int growth_tracker);
+
 #ifdef __cplusplus
 }
 #endif

@@ -49,6 +49,11 @@ uint64_t trainer_ctx_seed(const trainer_ctx *ctx);
 int64_t trainer_ctx_start_epoch(const trainer_ctx *ctx); /* epoch this replica starts at */
 bool trainer_ctx_is_driver(const trainer_ctx *ctx);      /* the driver's own check-run */
 const char *trainer_ctx_config(const trainer_ctx *ctx);  /* the whole config string */
+/* Config key "precision" = f32 (default), bf16 or f16 (ct_precision_parse; a bad value fails
+ * the creation naming the key). A custom train step applies it: ct_autocast_push(it) around
+ * forward and loss, and for f16 a ct_grad_scaler (ct/optim.h). The built-in steps do not apply
+ * it yet, so trainer_create refuses bf16 / f16 with them (CT_ENOSYS). */
+ct_dtype trainer_ctx_precision(const trainer_ctx *ctx);
 
 /* The config value of key ("key=value,..."), or def when absent. A value that does not parse,
  * and a key that nothing reads, fail the creation with an error naming the key. */

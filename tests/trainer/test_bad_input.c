@@ -1,13 +1,14 @@
 /* tests/trainer/test_bad_input.c — trainer_create refuses bad input with a message that names
  * it, and starts nothing: an unknown creator name (CT_ENOTREG, the registered names listed), a
  * missing required option, a config key no creator reads, a value that does not parse, a
- * malformed pair, a creator that fails, use_gpu without a CUDA backend, elastic bounds out of
- * order, a name registered twice or after ct_init (refused at the registration, and named by
- * trainer_create), data whose samples the model does not take or an output the loss does not
- * take (CT_ERANGE naming the shapes), NULL arguments. After each, *out is NULL and every CPU
- * of the embedded cluster is still free. Last, the good options work, with a user-written data
- * creator and an initialization hook that runs in every replica; and a trainer that asks for 3
- * replicas on 2 CPUs trains with 2 and says so in a warning. */
+ * malformed pair, a precision that is not f32/bf16/f16 or that the built-in step cannot apply, a
+ * creator that fails, use_gpu without a CUDA backend, elastic bounds out of order, a name
+ * registered twice or after ct_init (refused at the registration, and named by trainer_create),
+ * data whose samples the model does not take or an output the loss does not take (CT_ERANGE naming
+ * the shapes), NULL arguments. After each, *out is NULL and every CPU of the embedded cluster is
+ * still free. Last, the good options work, with a user-written data creator and an initialization
+ * hook that runs in every replica; and a trainer that asks for 3 replicas on 2 CPUs trains with 2
+ * and says so in a warning. */
 #include "tt.h"
 
 /* OPTS(...) overrides defaults with designated initializers, on purpose */
@@ -105,6 +106,9 @@ int main(void)
     expect(OPTS(.config = "limit=256,lr=fast"), CT_EINVAL, "\"lr\"", "\"fast\" is not a number");
     expect(OPTS(.config = "limit=256,lr"), CT_EINVAL, "\"lr\"", "not key=value");
     expect(OPTS(.config = "lr=1,lr=2"), CT_EINVAL, "\"lr\"", "twice");
+    expect(OPTS(.config = "limit=256,precision=half"), CT_EINVAL, "\"precision\"", "\"half\"");
+    expect(OPTS(.config = "limit=256,precision=bf16"), CT_ENOSYS, "\"precision\" = BF16",
+           "custom train step");
     expect(OPTS(.config = "limit=256,beta1=1.5"), CT_EINVAL, "beta1", NULL);
     expect(OPTS(.model = "broken"), CT_EINVAL, "model creator \"broken\"", "\"hidden\" must be");
     expect(OPTS(.num_replicas = -1), CT_EINVAL, "opts.num_replicas", NULL);

@@ -48,6 +48,7 @@ typedef struct ct__conv_p {
     int bias;       /* 0/1 */
     int transposed; /* 0 conv, 1 deconv */
     int xfmt, yfmt; /* CT__FMT_* of x / dx and y / dy */
+    int dt;         /* operand precision: CT_F32, or CT_BF16 / CT_F16 under autocast (lowp.h) */
 } ct__conv_p;
 
 /* Batch norm over (n,c,hw) (hw = 1 for BatchNorm1d). mean/var are the batch statistics
@@ -161,6 +162,11 @@ typedef struct ct__backend {
      * (k,m); op(b) is b (k,n) or, when tb, b stored (n,k) */
     int (*matmul)(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b, bool tb,
                   float *c, bool accumulate);
+    /* matmul's autocast form (trainer/backend/lowp.h): a and b rounded to dt (CT_BF16 or
+     * CT_F16, round-to-nearest-even), products accumulated in f32, c f32. A backend without
+     * kernels for dt on this machine fails with CT_ENOSYS naming the op, device and why. */
+    int (*matmul_lp)(int dt, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
+                     const float *b, bool tb, float *c, bool accumulate);
     /* y (cols) += the column sums of x (rows, cols) */
     int (*add_col_sums)(int64_t rows, int64_t cols, const float *x, float *y);
 
@@ -287,5 +293,9 @@ static inline int ct__backend_missing(const ct__backend *b, const char *op)
 
 /* Calls b->fn(args...), or fails with ct__backend_missing(b, "fn") when b lacks it. */
 #define CT__BK_CALL(b, fn, ...) ((b)->fn ? (b)->fn(__VA_ARGS__) : ct__backend_missing((b), #fn))
+
+/* TF32 for f32 GEMMs and convolutions where the device has it (CUDA's cuBLASLt compute type
+ * and cuDNN math type): off unless ct_set_tf32(true) (trainer/nn/autocast.c). */
+bool ct__tf32_allowed(void);
 
 #endif

@@ -27,6 +27,7 @@
 #include "common/common.h"
 #include "ct/error.h"
 #include "trainer/backend/backend.h"
+#include "trainer/backend/lowp.h"
 #include "trainer/cpu/cpu.h"
 #include "trainer/checkdev/checkdev.h"
 
@@ -55,7 +56,7 @@ struct task {
     int64_t i[5];      /* sizes */
     float f[2];
     uint64_t u[2];
-    int k[3]; /* algorithms, flags */
+    int k[4]; /* algorithms, flags */
     union {
         ct__conv_p conv;
         ct__bn_p bn;
@@ -533,13 +534,117 @@ KERNEL(reorder,
        (.i = {n, c, h, w}, .p = {src, dst}, .k = {sfmt, dfmt}),
        (t->i[0], t->i[1], t->i[2], t->i[3], F(0), t->k[0], F(1), t->k[1]))
 
-KERNEL(conv_fwd, (const ct__conv_p *p, const float *x, const float *w, const float *b, float *y),
-       (.d.conv = *p, .p = {x, w, b, y}), (&t->d.conv, F(0), F(1), F(2), F(3)))
-KERNEL(conv_bwd_data, (const ct__conv_p *p, const float *w, const float *dy, float *dx),
-       (.d.conv = *p, .p = {w, dy, dx}), (&t->d.conv, F(0), F(1), F(2)))
-KERNEL(conv_bwd_weights,
-       (const ct__conv_p *p, const float *x, const float *dy, float *dw, float *db),
-       (.d.conv = *p, .p = {x, dy, dw, db}), (&t->d.conv, F(0), F(1), F(2), F(3)))
+/* QUEUE(name, (params), (task fields)): cd_<name> only, for a run_<name> written out. */
+#define QUEUE(name, params, fields)                                                                \
+    static int cd_##name params                                                                    \
+    {                                                                                              \
+        return submit(CUR, &(task){.run = run_##name, FIELDS fields}, #name);                      \
+    }
+
+/* Autocast reference (trainer/backend/lowp.h): an op in CT_BF16 / CT_F16 rounds its two
+ * operands to that type (round-to-nearest-even) into private host copies and runs the CPU's
+ * f32 kernel on them, so products of rounded values accumulate in f32 and the output is f32:
+ * the arithmetic of a GPU's bf16 GEMM with f32 accumulation, on every machine. */
+static float *lp_copy(int dt, const float *x, int64_t n)
+{
+    float *c = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (c)
+        ct__round_lp(dt, n, x, c);
+    return c;
+}
+
+static int lp_nomem(const char *op)
+{
+    return ct__error(CT_ENOMEM, "%s: out of memory for the rounded operands", op);
+}
+
+static int64_t conv_x_numel(const ct__conv_p *p)
+{
+    return p->n * p->ic * p->ih * p->iw;
+}
+
+static int64_t conv_w_numel(const ct__conv_p *p)
+{
+    return p->oc * p->ic * p->kh * p->kw;
+}
+
+static int64_t conv_y_numel(const ct__conv_p *p)
+{
+    return p->n * p->oc * p->oh * p->ow;
+}
+
+static int run_conv_fwd(task *t, cd_stream *s)
+{
+    ct__conv_p p = t->d.conv;
+    if (p.dt == CT_F32)
+        return CT__BK_CALL(&ct__backend_cpu, conv_fwd, &p, F(0), F(1), F(2), F(3));
+    int dt = p.dt, rc;
+    p.dt = CT_F32;
+    float *x = lp_copy(dt, F(0), conv_x_numel(&p)), *w = lp_copy(dt, F(1), conv_w_numel(&p));
+    rc = x && w ? ct__backend_cpu.conv_fwd(&p, x, w, F(2), F(3)) : lp_nomem("conv_fwd");
+    free(x);
+    free(w);
+    return rc;
+}
+QUEUE(conv_fwd, (const ct__conv_p *p, const float *x, const float *w, const float *b, float *y),
+      (.d.conv = *p, .p = {x, w, b, y}))
+
+static int run_conv_bwd_data(task *t, cd_stream *s)
+{
+    ct__conv_p p = t->d.conv;
+    if (p.dt == CT_F32)
+        return CT__BK_CALL(&ct__backend_cpu, conv_bwd_data, &p, F(0), F(1), F(2));
+    int dt = p.dt, rc;
+    p.dt = CT_F32;
+    float *w = lp_copy(dt, F(0), conv_w_numel(&p)), *dy = lp_copy(dt, F(1), conv_y_numel(&p));
+    rc = w && dy ? ct__backend_cpu.conv_bwd_data(&p, w, dy, F(2)) : lp_nomem("conv_bwd_data");
+    free(w);
+    free(dy);
+    return rc;
+}
+QUEUE(conv_bwd_data, (const ct__conv_p *p, const float *w, const float *dy, float *dx),
+      (.d.conv = *p, .p = {w, dy, dx}))
+
+static int run_conv_bwd_weights(task *t, cd_stream *s)
+{
+    ct__conv_p p = t->d.conv;
+    if (p.dt == CT_F32)
+        return CT__BK_CALL(&ct__backend_cpu, conv_bwd_weights, &p, F(0), F(1), F(2), F(3));
+    int dt = p.dt, rc;
+    p.dt = CT_F32;
+    float *x = lp_copy(dt, F(0), conv_x_numel(&p)), *dy = lp_copy(dt, F(1), conv_y_numel(&p));
+    rc = x && dy ? ct__backend_cpu.conv_bwd_weights(&p, x, dy, F(2), F(3))
+                 : lp_nomem("conv_bwd_weights");
+    free(x);
+    free(dy);
+    return rc;
+}
+QUEUE(conv_bwd_weights,
+      (const ct__conv_p *p, const float *x, const float *dy, float *dw, float *db),
+      (.d.conv = *p, .p = {x, dy, dw, db}))
+
+static int run_matmul_lp(task *t, cd_stream *s)
+{
+    int dt = t->k[3];
+    int64_t m = t->i[0], k = t->i[1], n = t->i[2];
+    float *a = lp_copy(dt, F(0), m * k), *b = lp_copy(dt, F(1), k * n);
+    int rc = a && b ? ct__backend_cpu.matmul(m, k, n, a, t->k[0], b, t->k[1], F(2), t->k[2])
+                    : lp_nomem("matmul_lp");
+    free(a);
+    free(b);
+    return rc;
+}
+static int cd_matmul_lp(int dt, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
+                        const float *b, bool tb, float *c, bool accumulate)
+{
+    if (dt != CT_BF16 && dt != CT_F16)
+        return ct__error(CT_EINVAL, "matmul_lp: precision %d is not an autocast dtype", dt);
+    return submit(
+        CUR,
+        &(task){
+            .run = run_matmul_lp, .i = {m, k, n}, .p = {a, b, c}, .k = {ta, tb, accumulate, dt}},
+        "matmul_lp");
+}
 
 KERNEL(ip_fwd,
        (int64_t n, int64_t ic, int64_t oc, const float *x, const float *w, const float *b,
@@ -722,6 +827,7 @@ const ct__backend ct__backend_checkdev = {
     .ip_bwd_data = cd_ip_bwd_data,
     .ip_bwd_weights = cd_ip_bwd_weights,
     .matmul = cd_matmul,
+    .matmul_lp = cd_matmul_lp,
     .add_col_sums = cd_add_col_sums,
     .bn_ws_bytes = cd_bn_ws_bytes,
     .bn_fwd_train = cd_bn_fwd_train,

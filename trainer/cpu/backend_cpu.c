@@ -350,6 +350,7 @@ const ct__backend ct__backend_cpu = {
     .ip_bwd_data = ct__cpu_ip_bwd_data,
     .ip_bwd_weights = ct__cpu_ip_bwd_weights,
     .matmul = ct__cpu_matmul,
+    .matmul_lp = ct__cpu_matmul_lp,
     .add_col_sums = cpu_add_col_sums,
     .bn_ws_bytes = ct__cpu_bn_ws_bytes,
     .bn_fwd_train = ct__cpu_bn_fwd_train,

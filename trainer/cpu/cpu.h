@@ -56,6 +56,13 @@ int ct__cpu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, con
  * most of the time. Only where ct__cpu_gemm_small_ok(): the CPU has AVX2 and FMA, at most 2^20
  * multiply-adds, and not both a and b transposed. dnnl.c's Linear and matmul calls use it. */
 bool ct__cpu_gemm_small_ok(int64_t m, int64_t k, int64_t n, bool ta, bool tb);
+/* Autocast (dnnl.c): 0 when this CPU has oneDNN kernels for dt (CT_F32 always; CT_BF16 with
+ * AVX512_BF16 or AMX; CT_F16 never with oneDNN 2.x), else CT_ENOSYS naming op, the device
+ * and the missing ISA. The conv kernels above check their p->dt with it. */
+int ct__cpu_lp_check(int dt, const char *op);
+/* matmul with a and b rounded to dt, f32 accumulation and c (backend.h's matmul_lp) */
+int ct__cpu_matmul_lp(int dt, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
+                      const float *b, bool tb, float *c, bool accumulate);
 int ct__cpu_gemm_small(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
                        bool tb, float *c, bool accumulate, const float *bias);
 

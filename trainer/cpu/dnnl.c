@@ -23,6 +23,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+#include <oneapi/dnnl/dnnl_version.h>
 
 #include "common/common.h"
 #include "trainer/cpu/cpu.h"
@@ -35,6 +36,7 @@ enum {
     K_IP_BWD_D,
     K_IP_BWD_W,
     K_MATMUL,
+    K_MATMUL_LP,
     K_BN_FWD_TRAIN,
     K_BN_FWD_INFER,
     K_BN_BWD,
@@ -375,14 +377,74 @@ err:
     return rc;
 }
 
-static dnnl_memory_desc_t md_tag(int nd, const int64_t *dims, dnnl_format_tag_t tag)
+static dnnl_memory_desc_t md_tag_dt(int nd, const int64_t *dims, dnnl_format_tag_t tag,
+                                    dnnl_data_type_t dt)
 {
     dnnl_memory_desc_t md;
     dnnl_dims_t d;
     for (int i = 0; i < nd; i++)
         d[i] = dims[i];
-    dnnl_memory_desc_init_by_tag(&md, nd, d, dnnl_f32, tag);
+    dnnl_memory_desc_init_by_tag(&md, nd, d, dt, tag);
     return md;
+}
+
+static dnnl_memory_desc_t md_tag(int nd, const int64_t *dims, dnnl_format_tag_t tag)
+{
+    return md_tag_dt(nd, dims, tag, dnnl_f32);
+}
+
+/* ---------------- autocast (low precision) ---------------- */
+
+/* oneDNN's type for an autocast dtype; f32 otherwise */
+static dnnl_data_type_t lp_type(int dt)
+{
+    return dt == CT_BF16 ? dnnl_bf16 : dt == CT_F16 ? dnnl_f16 : dnnl_f32;
+}
+
+static const char *isa_name(unsigned isa)
+{
+    static const struct {
+        unsigned v;
+        const char *name;
+    } t[] = {{dnnl_cpu_isa_avx512_core_amx, "AMX"},
+             {dnnl_cpu_isa_avx512_core_bf16, "AVX512_BF16"},
+             {dnnl_cpu_isa_avx512_core_vnni, "AVX512_VNNI"},
+             {dnnl_cpu_isa_avx512_core, "AVX512"},
+             {dnnl_cpu_isa_avx2_vnni, "AVX2_VNNI"},
+             {dnnl_cpu_isa_avx2, "AVX2"},
+             {dnnl_cpu_isa_avx, "AVX"},
+             {dnnl_cpu_isa_sse41, "SSE4.1"}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if ((isa & t[i].v) == t[i].v)
+            return t[i].name;
+    return "none";
+}
+
+/* Kernels in bf16 need AVX512_BF16 or AMX (oneDNN's effective ISA, which counts the CPU's
+ * flags, the OS's register state and DNNL_MAX_CPU_ISA; on older CPUs oneDNN would emulate bf16
+ * on AVX-512 or fall back to reference kernels, both far slower than f32). oneDNN 2.x has no
+ * f16 kernels for CPUs at all. */
+int ct__cpu_lp_check(int dt, const char *op)
+{
+    if (dt == CT_F32)
+        return 0;
+    if (dt == CT_BF16) {
+        unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+        unsigned need = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+        if ((isa & need) == need)
+            return 0;
+        return ct__error(CT_ENOSYS,
+                         "%s in bf16 is not available on device cpu: this CPU lacks AVX512_BF16 "
+                         "and AMX-BF16 (oneDNN's effective ISA is %s); use the f32 precision, a "
+                         "GPU, or a CPU with bf16",
+                         op, isa_name(isa));
+    }
+    if (dt == CT_F16)
+        return ct__error(CT_ENOSYS,
+                         "%s in f16 is not available on device cpu: oneDNN %d.%d has no f16 CPU "
+                         "kernels (f16 needs AVX512_FP16, which it does not use); use bf16 or f32",
+                         op, DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR);
+    return ct__error(CT_EINVAL, "%s: precision %d is not an autocast dtype", op, dt);
 }
 
 static dnnl_format_tag_t plain_tag(int nd)
@@ -497,9 +559,9 @@ static void conv_key(key *k, int kind, const ct__conv_p *p)
     k->kind = kind;
     /* the layouts too: one shape runs plain on a device's tensors (the checking device calls
      * these kernels) and blocked on the CPU's */
-    int64_t v[19] = {p->n,  p->ic,   p->ih,         p->iw,   p->oc,  p->oh, p->ow,
-                     p->kh, p->kw,   p->sh,         p->sw,   p->ph,  p->pw, p->dh,
-                     p->dw, p->bias, p->transposed, p->xfmt, p->yfmt};
+    int64_t v[20] = {p->n,  p->ic,   p->ih,         p->iw,   p->oc,   p->oh, p->ow,
+                     p->kh, p->kw,   p->sh,         p->sw,   p->ph,   p->pw, p->dh,
+                     p->dw, p->bias, p->transposed, p->xfmt, p->yfmt, p->dt};
     memcpy(k->v, v, sizeof(v));
 }
 
@@ -509,7 +571,11 @@ typedef struct conv_mds {
     dnnl_dims_t strides, dil, padl, padr;
 } conv_mds;
 
-static void conv_mds_init(conv_mds *m, const ct__conv_p *p)
+/* role: K_CONV_FWD, K_CONV_BWD_D or K_CONV_BWD_W. Under autocast (p->dt) the op's two inputs
+ * (src and weights forward; weights and diff_dst for data; src and diff_dst for weights) have
+ * the low type in any layout: entry_make adds the reorders from the caller's f32, which round
+ * to nearest even; the output stays f32. */
+static void conv_mds_init(conv_mds *m, const ct__conv_p *p, int role)
 {
     int64_t src[4] = {p->n, p->ic, p->ih, p->iw}, dst[4] = {p->n, p->oc, p->oh, p->ow};
     int64_t wei[4] = {p->oc, p->ic, p->kh, p->kw}, bia[1] = {p->oc};
@@ -527,6 +593,12 @@ static void conv_mds_init(conv_mds *m, const ct__conv_p *p)
         m->wei_a = m->wei;
     }
     m->bia_a = m->bia;
+    if (p->dt != CT_F32) {
+        dnnl_data_type_t lt = lp_type(p->dt);
+        m->src_a = md_tag_dt(4, src, dnnl_format_tag_any, role != K_CONV_BWD_D ? lt : dnnl_f32);
+        m->wei_a = md_tag_dt(4, wei, dnnl_format_tag_any, role != K_CONV_BWD_W ? lt : dnnl_f32);
+        m->dst_a = md_tag_dt(4, dst, dnnl_format_tag_any, role != K_CONV_FWD ? lt : dnnl_f32);
+    }
     int64_t ekh = (p->kh - 1) * p->dh + 1, ekw = (p->kw - 1) * p->dw + 1;
     m->strides[0] = p->sh;
     m->strides[1] = p->sw;
@@ -570,13 +642,15 @@ int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const 
     key k;
     uint64_t h;
     conv_key(&k, K_CONV_FWD, p);
+    if ((rc = ct__cpu_lp_check(p->dt, "conv_fwd")) < 0)
+        return rc;
     pthread_mutex_lock(&G.mu);
     if ((rc = ensure_engine()) < 0)
         goto err;
     entry *e = lookup(&k, &h);
     if (!e) {
         conv_mds m;
-        conv_mds_init(&m, p);
+        conv_mds_init(&m, p, K_CONV_FWD);
         dnnl_convolution_desc_t cd;
         dnnl_deconvolution_desc_t dd;
         const void *desc;
@@ -613,14 +687,17 @@ int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, 
     uint64_t h;
     dnnl_primitive_desc_t hint = NULL;
     conv_key(&k, K_CONV_BWD_D, p);
+    if ((rc = ct__cpu_lp_check(p->dt, "conv_bwd_data")) < 0)
+        return rc;
     pthread_mutex_lock(&G.mu);
     if ((rc = ensure_engine()) < 0)
         goto err;
     entry *e = lookup(&k, &h);
     if (!e) {
-        conv_mds m;
-        conv_mds_init(&m, p);
-        if ((rc = conv_fwd_pd(&hint, p, &m)) < 0)
+        conv_mds m, mf;
+        conv_mds_init(&m, p, K_CONV_BWD_D);
+        conv_mds_init(&mf, p, K_CONV_FWD);
+        if ((rc = conv_fwd_pd(&hint, p, &mf)) < 0)
             goto err;
         dnnl_convolution_desc_t cd;
         dnnl_deconvolution_desc_t dd;
@@ -660,14 +737,17 @@ int ct__cpu_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *d
     uint64_t h;
     dnnl_primitive_desc_t hint = NULL;
     conv_key(&k, K_CONV_BWD_W, p);
+    if ((rc = ct__cpu_lp_check(p->dt, "conv_bwd_weights")) < 0)
+        return rc;
     pthread_mutex_lock(&G.mu);
     if ((rc = ensure_engine()) < 0)
         goto err;
     entry *e = lookup(&k, &h);
     if (!e) {
-        conv_mds m;
-        conv_mds_init(&m, p);
-        if ((rc = conv_fwd_pd(&hint, p, &m)) < 0)
+        conv_mds m, mf;
+        conv_mds_init(&m, p, K_CONV_BWD_W);
+        conv_mds_init(&mf, p, K_CONV_FWD);
+        if ((rc = conv_fwd_pd(&hint, p, &mf)) < 0)
             goto err;
         dnnl_convolution_desc_t cd;
         dnnl_deconvolution_desc_t dd;
@@ -870,6 +950,55 @@ int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, co
         }
         dnnl_matmul_desc_t d;
         DN(dnnl_matmul_desc_init(&d, &am, &bm, NULL, &cm));
+        aspec as[3] = {{DNNL_ARG_SRC, &am, 0}, {DNNL_ARG_WEIGHTS, &bm, 0}, {DNNL_ARG_DST, &cm, 1}};
+        if ((rc = entry_make(&e, &k, h, &d, attr, NULL, 3, as, m * kk * n)) < 0)
+            goto err;
+        insert(e);
+    }
+    void *ptrs[3] = {(void *)a, (void *)b, c};
+    rc = entry_run(e, ptrs);
+err:
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    pthread_mutex_unlock(&G.mu);
+    return rc;
+}
+
+/* Autocast matmul: a and b are the caller's f32, reordered (rounded) to dt by entry_make,
+ * the product accumulated in f32 into c (f32). */
+int ct__cpu_matmul_lp(int dt, int64_t m, int64_t kk, int64_t n, const float *a, bool ta,
+                      const float *b, bool tb, float *c, bool accumulate)
+{
+    int rc = ct__cpu_lp_check(dt, "matmul");
+    if (rc < 0)
+        return rc;
+    key k = {.kind = K_MATMUL_LP, .v = {m, kk, n, ta, tb, accumulate, dt}};
+    uint64_t h;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0)
+        goto err;
+    entry *e = lookup(&k, &h);
+    if (!e) {
+        dnnl_memory_desc_t am, bm, cm, alm, blm;
+        dnnl_dims_t ad = {m, kk}, bd = {kk, n}, cd = {m, n};
+        dnnl_dims_t as_ = {ta ? 1 : kk, ta ? m : 1}, bs = {tb ? 1 : n, tb ? kk : 1}, cs = {n, 1};
+        DN(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_f32, as_));
+        DN(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_f32, bs));
+        DN(dnnl_memory_desc_init_by_strides(&alm, 2, ad, lp_type(dt), as_));
+        DN(dnnl_memory_desc_init_by_strides(&blm, 2, bd, lp_type(dt), bs));
+        DN(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs));
+        DN(dnnl_primitive_attr_create(&attr));
+        if (accumulate) {
+            DN(dnnl_post_ops_create(&po));
+            DN(dnnl_post_ops_append_sum(po, 1.0f));
+            DN(dnnl_primitive_attr_set_post_ops(attr, po));
+        }
+        dnnl_matmul_desc_t d;
+        DN(dnnl_matmul_desc_init(&d, &alm, &blm, NULL, &cm));
         aspec as[3] = {{DNNL_ARG_SRC, &am, 0}, {DNNL_ARG_WEIGHTS, &bm, 0}, {DNNL_ARG_DST, &cm, 1}};
         if ((rc = entry_make(&e, &k, h, &d, attr, NULL, 3, as, m * kk * n)) < 0)
             goto err;

@@ -132,6 +132,12 @@ static int cu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, 
 {
     return ct__cuda_ip_bwd_weights(n, ic, oc, x, dy, dw, db, cs());
 }
+static int cu_matmul_lp(int dt, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
+                        const float *b, bool tb, float *c, bool accumulate)
+{
+    return ct__cuda_matmul_lp(dt, m, k, n, a, ta, b, tb, c, accumulate, cs());
+}
+
 static int cu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
                      bool tb, float *c, bool accumulate)
 {
@@ -410,6 +416,7 @@ const ct__backend ct__backend_cuda = {
     .ip_bwd_data = cu_ip_bwd_data,
     .ip_bwd_weights = cu_ip_bwd_weights,
     .matmul = cu_matmul,
+    .matmul_lp = cu_matmul_lp,
     .add_col_sums = cu_add_col_sums,
     .bn_fwd_train = cu_bn_fwd_train,
     .bn_fwd_infer = cu_bn_fwd_infer,

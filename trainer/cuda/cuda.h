@@ -147,6 +147,14 @@ int ct__cuda_cross_entropy_bwd(const float *logits, const int64_t *target, int64
  * stored (m,k), or (k,m) when ta; op(b) is (k,n): b stored (k,n), or (n,k) when tb. Linear: x
  * (n,ic), w (oc,ic), b (oc) or NULL, y (n,oc); db may be NULL. Pointers need only a float's
  * alignment (4 bytes): a view into a larger buffer is fine. */
+/* Autocast (backend.h's matmul_lp): y (n elements of dt, CT_BF16 or CT_F16) = x rounded to
+ * nearest even; the product with a and b so rounded (bf16 / f16 operands on cuBLASLt), f32
+ * accumulation (CUBLAS_COMPUTE_32F) and c. */
+int ct__cuda_to_lp(int dt, const float *x, void *y, int64_t n, void *stream);
+/* y (n floats) = x (n elements of dt, CT_BF16 or CT_F16) widened, exactly */
+int ct__cuda_from_lp(int dt, const void *x, float *y, int64_t n, void *stream);
+int ct__cuda_matmul_lp(int dt, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
+                       const float *b, bool tb, float *c, bool accumulate, void *stream);
 int ct__cuda_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
                     bool tb, float *c, bool accumulate, void *stream);
 int ct__cuda_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,

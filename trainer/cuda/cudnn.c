@@ -10,7 +10,15 @@
  * Precision. Convolutions run with CUDNN_FMA_MATH: plain f32 multiply-adds. CUDNN_DEFAULT_MATH
  * lets cuDNN 8+ pick TF32 tensor-core kernels for f32 data on Ampere and later, which round
  * the inputs to 10 mantissa bits and move results by about 1e-3; training on the GPU should
- * give what the CPU gives, so TF32 waits for an explicit precision option.
+ * give what the CPU gives, so TF32 is opt-in: after ct_set_tf32(true) convolutions use
+ * CUDNN_DEFAULT_MATH and any algorithm's math (the setting is part of the algorithm's key).
+ *
+ * Autocast (p->dt CT_BF16 / CT_F16). cuDNN has no convolution with bf16 inputs and an f32
+ * output, so the two inputs are rounded (ct__cuda_to_lp, nearest even) into stream-ordered
+ * scratch, the convolution runs with bf16 / f16 tensors, f32 compute (CUDNN_DATA_FLOAT) and
+ * tensor-op math, and its bf16 / f16 output is widened into the f32 result (as torch's
+ * autocast, whose convolution returns bf16). The bias is added in f32; its gradient is summed
+ * from the f32 dy.
  *
  * Algorithms. A convolution's algorithm is chosen once per shape (and device, and determinism
  * setting): the first one of cuDNN's heuristic list (cudnnGetConvolution*Algorithm_v7, fastest
@@ -135,23 +143,29 @@ static int shape_ok(const char *fn, int64_t n, int64_t c, int64_t h, int64_t w)
     return 0;
 }
 
-/* *d = a new f32 NCHW tensor descriptor (n,c,h,w); NULL on failure */
-static int tensor_new(cudnnTensorDescriptor_t *d, const char *fn, int64_t n, int64_t c, int64_t h,
-                      int64_t w)
+/* *d = a new NCHW tensor descriptor (n,c,h,w) of type dt; NULL on failure */
+static int tensor_new_dt(cudnnTensorDescriptor_t *d, const char *fn, cudnnDataType_t dt, int64_t n,
+                         int64_t c, int64_t h, int64_t w)
 {
     int rc = shape_ok(fn, n, c, h, w);
     *d = NULL;
     if (rc < 0)
         return rc;
     DNN(cudnnCreateTensorDescriptor, d);
-    DNN(cudnnSetTensor4dDescriptor, *d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c, (int)h,
-        (int)w);
+    DNN(cudnnSetTensor4dDescriptor, *d, CUDNN_TENSOR_NCHW, dt, (int)n, (int)c, (int)h, (int)w);
     return 0;
 out:
     if (*d)
         cudnnDestroyTensorDescriptor(*d);
     *d = NULL;
     return rc;
+}
+
+/* an f32 one */
+static int tensor_new(cudnnTensorDescriptor_t *d, const char *fn, int64_t n, int64_t c, int64_t h,
+                      int64_t w)
+{
+    return tensor_new_dt(d, fn, CUDNN_DATA_FLOAT, n, c, h, w);
 }
 
 static void tensor_free(cudnnTensorDescriptor_t *d)
@@ -177,6 +191,7 @@ static bool int_in(int64_t v, int64_t lo)
 
 typedef struct conv_descs {
     cudnnTensorDescriptor_t x, y, b; /* (n,ic,ih,iw), (n,oc,oh,ow), (1,oc,1,1) */
+    cudnnTensorDescriptor_t yf;      /* autocast: y's f32 twin (bias), else NULL */
     cudnnFilterDescriptor_t w;       /* (oc,ic,kh,kw) */
     cudnnConvolutionDescriptor_t conv;
 } conv_descs;
@@ -186,6 +201,7 @@ static void conv_descs_free(conv_descs *d)
     tensor_free(&d->x);
     tensor_free(&d->y);
     tensor_free(&d->b);
+    tensor_free(&d->yf);
     if (d->w)
         cudnnDestroyFilterDescriptor(d->w);
     if (d->conv)
@@ -229,19 +245,30 @@ static int conv_descs_make(conv_descs *d, const ct__conv_p *p, const char *fn)
                          "%lldx%lld: cuDNN's legacy API has no other padding",
                          fn, (long long)p->oh, (long long)p->ow, (long long)p->ph, (long long)p->pw,
                          (long long)oh, (long long)ow);
+    if (p->dt != CT_F32 && p->dt != CT_BF16 && p->dt != CT_F16)
+        return ct__error(CT_EINVAL, "%s: precision %d is not an autocast dtype", fn, p->dt);
+    bool lp = p->dt != CT_F32;
+    cudnnDataType_t dt = p->dt == CT_BF16  ? CUDNN_DATA_BFLOAT16
+                         : p->dt == CT_F16 ? CUDNN_DATA_HALF
+                                           : CUDNN_DATA_FLOAT;
     if ((rc = shape_ok(fn, p->oc, p->ic, p->kh, p->kw)) < 0 ||
-        (rc = tensor_new(&d->x, fn, p->n, p->ic, p->ih, p->iw)) < 0 ||
-        (rc = tensor_new(&d->y, fn, p->n, p->oc, p->oh, p->ow)) < 0 ||
-        (rc = tensor_new(&d->b, fn, 1, p->oc, 1, 1)) < 0)
+        (rc = tensor_new_dt(&d->x, fn, dt, p->n, p->ic, p->ih, p->iw)) < 0 ||
+        (rc = tensor_new_dt(&d->y, fn, dt, p->n, p->oc, p->oh, p->ow)) < 0 ||
+        (rc = tensor_new(&d->b, fn, 1, p->oc, 1, 1)) < 0 ||
+        (lp && (rc = tensor_new(&d->yf, fn, p->n, p->oc, p->oh, p->ow)) < 0))
         goto out;
     DNN(cudnnCreateFilterDescriptor, &d->w);
-    DNN(cudnnSetFilter4dDescriptor, d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)p->oc,
-        (int)p->ic, (int)p->kh, (int)p->kw);
+    DNN(cudnnSetFilter4dDescriptor, d->w, dt, CUDNN_TENSOR_NCHW, (int)p->oc, (int)p->ic, (int)p->kh,
+        (int)p->kw);
     DNN(cudnnCreateConvolutionDescriptor, &d->conv);
     DNN(cudnnSetConvolution2dDescriptor, d->conv, (int)p->ph, (int)p->pw, (int)p->sh, (int)p->sw,
         (int)p->dh, (int)p->dw, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
-    /* plain f32: no TF32 (the file's header says why) */
-    DNN(cudnnSetConvolutionMathType, d->conv, CUDNN_FMA_MATH);
+    /* plain f32: no TF32 unless ct_set_tf32(true) (the file's header says why); bf16 / f16 on
+     * tensor cores */
+    DNN(cudnnSetConvolutionMathType, d->conv,
+        lp                   ? CUDNN_TENSOR_OP_MATH
+        : ct__tf32_allowed() ? CUDNN_DEFAULT_MATH
+                             : CUDNN_FMA_MATH);
     return 0;
 out:
     conv_descs_free(d);
@@ -252,7 +279,7 @@ out:
 
 enum { ALGO_FWD, ALGO_BWD_DATA, ALGO_BWD_FILTER };
 #define ALGO_SLOTS 256 /* distinct convolutions x 3 directions; a model has a few dozen */
-#define ALGO_KEY_LEN 18
+#define ALGO_KEY_LEN 20
 #define ALGO_MAX 32 /* entries asked of cuDNN's heuristics (it has at most 8 algorithms each) */
 
 typedef struct algo_slot {
@@ -286,8 +313,26 @@ static void algo_key(int64_t *k, int dir, int device, bool det, const ct__conv_p
 {
     /* field by field: the struct's padding is not guaranteed to be zero; bias does not change
      * the convolution */
-    int64_t v[ALGO_KEY_LEN] = {dir,   device, det,   p->n,  p->ic, p->ih, p->iw, p->oc, p->oh,
-                               p->ow, p->kh,  p->kw, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw};
+    int64_t v[ALGO_KEY_LEN] = {dir,
+                               device,
+                               det,
+                               p->n,
+                               p->ic,
+                               p->ih,
+                               p->iw,
+                               p->oc,
+                               p->oh,
+                               p->ow,
+                               p->kh,
+                               p->kw,
+                               p->sh,
+                               p->sw,
+                               p->ph,
+                               p->pw,
+                               p->dh,
+                               p->dw,
+                               ct__tf32_allowed(),
+                               p->dt};
     memcpy(k, v, sizeof v);
 }
 
@@ -381,7 +426,8 @@ static int algo_get(cudnnHandle_t h, const conv_descs *d, const ct__conv_p *p, i
     if ((rc = algo_query(h, d, dir, perf, &n)) < 0)
         return rc;
     for (int i = 0; i < n && pick < 0; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].math == CUDNN_FMA_MATH &&
+        if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+            (perf[i].math == CUDNN_FMA_MATH || ct__tf32_allowed() || p->dt != CT_F32) &&
             perf[i].memory <= WS_LIMIT && (!det || perf[i].determinism == CUDNN_DETERMINISTIC))
             pick = i;
     if (pick < 0)
@@ -450,6 +496,47 @@ static int conv_end(conv_call *c, int rc)
     return ws_put(rc, c->ws);
 }
 
+/* Autocast scratch: up to three bf16 / f16 buffers on the stream (the inputs rounded, the
+ * output before widening), given back stream-ordered after the call. */
+typedef struct lp_bufs {
+    void *b[3];
+    int n;
+} lp_bufs;
+
+/* *out = a scratch buffer of n elements; when src, src rounded into it */
+static int lp_get(lp_bufs *l, int dt, const float *src, int64_t n, void **out, void *stream)
+{
+    void *p = NULL;
+    int rc = ct__cuda_malloc(&p, (size_t)(n > 0 ? n : 1) * 2, stream);
+    if (rc < 0)
+        return rc;
+    l->b[l->n++] = p;
+    *out = p;
+    return src ? ct__cuda_to_lp(dt, src, p, n, stream) : 0;
+}
+
+static int lp_put(lp_bufs *l, int rc)
+{
+    for (int i = 0; i < l->n; i++) {
+        int frc = ct__cuda_free(l->b[i]);
+        rc = rc < 0 ? rc : frc;
+    }
+    return rc;
+}
+
+static int64_t nx(const ct__conv_p *p)
+{
+    return p->n * p->ic * p->ih * p->iw;
+}
+static int64_t nw(const ct__conv_p *p)
+{
+    return p->oc * p->ic * p->kh * p->kw;
+}
+static int64_t ny(const ct__conv_p *p)
+{
+    return p->n * p->oc * p->oh * p->ow;
+}
+
 int ct__cuda_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y,
                       void *stream)
 {
@@ -460,12 +547,20 @@ int ct__cuda_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const
         rc = ct__error(CT_EINVAL, "%s: bias is set and b is NULL", fn);
     if (rc < 0 || (rc = conv_begin(&c, p, ALGO_FWD, fn, stream)) < 0)
         return rc;
-    DNN(cudnnConvolutionForward, c.h, &ONE, c.d.x, x, c.d.w, w, c.d.conv,
-        (cudnnConvolutionFwdAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.y, y);
+    lp_bufs l = {0};
+    void *xl = (void *)x, *wl = (void *)w, *yl = y;
+    if (p->dt != CT_F32 && ((rc = lp_get(&l, p->dt, x, nx(p), &xl, stream)) < 0 ||
+                            (rc = lp_get(&l, p->dt, w, nw(p), &wl, stream)) < 0 ||
+                            (rc = lp_get(&l, p->dt, NULL, ny(p), &yl, stream)) < 0))
+        goto out;
+    DNN(cudnnConvolutionForward, c.h, &ONE, c.d.x, xl, c.d.w, wl, c.d.conv,
+        (cudnnConvolutionFwdAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.y, yl);
+    if (p->dt != CT_F32 && (rc = ct__cuda_from_lp(p->dt, yl, y, ny(p), stream)) < 0)
+        goto out;
     if (p->bias) /* y += b, broadcast over (n, oh, ow) */
-        DNN(cudnnAddTensor, c.h, &ONE, c.d.b, b, &ONE, c.d.y, y);
+        DNN(cudnnAddTensor, c.h, &ONE, c.d.b, b, &ONE, c.d.yf ? c.d.yf : c.d.y, y);
 out:
-    return conv_end(&c, rc);
+    return conv_end(&c, lp_put(&l, rc));
 }
 
 int ct__cuda_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx,
@@ -476,10 +571,18 @@ int ct__cuda_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy,
     int rc = (!w || !dy || !dx) ? null_arg(fn, "w, dy, dx") : 0;
     if (rc < 0 || (rc = conv_begin(&c, p, ALGO_BWD_DATA, fn, stream)) < 0)
         return rc;
-    DNN(cudnnConvolutionBackwardData, c.h, &ONE, c.d.w, w, c.d.y, dy, c.d.conv,
-        (cudnnConvolutionBwdDataAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.x, dx);
+    lp_bufs l = {0};
+    void *wl = (void *)w, *dyl = (void *)dy, *dxl = dx;
+    if (p->dt != CT_F32 && ((rc = lp_get(&l, p->dt, w, nw(p), &wl, stream)) < 0 ||
+                            (rc = lp_get(&l, p->dt, dy, ny(p), &dyl, stream)) < 0 ||
+                            (rc = lp_get(&l, p->dt, NULL, nx(p), &dxl, stream)) < 0))
+        goto out;
+    DNN(cudnnConvolutionBackwardData, c.h, &ONE, c.d.w, wl, c.d.y, dyl, c.d.conv,
+        (cudnnConvolutionBwdDataAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.x, dxl);
+    if (p->dt != CT_F32)
+        rc = ct__cuda_from_lp(p->dt, dxl, dx, nx(p), stream);
 out:
-    return conv_end(&c, rc);
+    return conv_end(&c, lp_put(&l, rc));
 }
 
 int ct__cuda_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *dy, float *dw,
@@ -492,12 +595,20 @@ int ct__cuda_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *
         rc = ct__error(CT_EINVAL, "%s: bias is set and db is NULL", fn);
     if (rc < 0 || (rc = conv_begin(&c, p, ALGO_BWD_FILTER, fn, stream)) < 0)
         return rc;
-    DNN(cudnnConvolutionBackwardFilter, c.h, &ONE, c.d.x, x, c.d.y, dy, c.d.conv,
-        (cudnnConvolutionBwdFilterAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.w, dw);
-    if (p->bias) /* db = dy summed over (n, oh, ow) */
-        DNN(cudnnConvolutionBackwardBias, c.h, &ONE, c.d.y, dy, &ZERO, c.d.b, db);
+    lp_bufs l = {0};
+    void *xl = (void *)x, *dyl = (void *)dy, *dwl = dw;
+    if (p->dt != CT_F32 && ((rc = lp_get(&l, p->dt, x, nx(p), &xl, stream)) < 0 ||
+                            (rc = lp_get(&l, p->dt, dy, ny(p), &dyl, stream)) < 0 ||
+                            (rc = lp_get(&l, p->dt, NULL, nw(p), &dwl, stream)) < 0))
+        goto out;
+    DNN(cudnnConvolutionBackwardFilter, c.h, &ONE, c.d.x, xl, c.d.y, dyl, c.d.conv,
+        (cudnnConvolutionBwdFilterAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.w, dwl);
+    if (p->dt != CT_F32 && (rc = ct__cuda_from_lp(p->dt, dwl, dw, nw(p), stream)) < 0)
+        goto out;
+    if (p->bias) /* db = dy (f32) summed over (n, oh, ow) */
+        DNN(cudnnConvolutionBackwardBias, c.h, &ONE, c.d.yf ? c.d.yf : c.d.y, dy, &ZERO, c.d.b, db);
 out:
-    return conv_end(&c, rc);
+    return conv_end(&c, lp_put(&l, rc));
 }
 
 /* ---------------- batch norm ---------------- */

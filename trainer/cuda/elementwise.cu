@@ -243,3 +243,58 @@ extern "C" int ct__cuda_test_spin(void *stream, int ms)
     spin_kernel<<<1, 1, 0, (cudaStream_t)stream>>>((uint64_t)ms * 1000000u);
     return launched("cuda_test_spin");
 }
+
+/* ---- autocast: f32 rounded to bf16 / f16 (round-to-nearest-even, lowp.h's rule) ---- */
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+static __global__ void to_bf16_kernel(const float *x, __nv_bfloat16 *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = __float2bfloat16_rn(x[i]);
+}
+static __global__ void to_f16_kernel(const float *x, __half *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = __float2half_rn(x[i]);
+}
+
+extern "C" int ct__cuda_to_lp(int dt, const float *x, void *y, int64_t n, void *stream)
+{
+    int rc = check("cuda_to_lp", n, x, y);
+    if (rc || n == 0)
+        return rc;
+    if (dt == CT_BF16)
+        to_bf16_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+            x, (__nv_bfloat16 *)y, n);
+    else if (dt == CT_F16)
+        to_f16_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+            x, (__half *)y, n);
+    else
+        return ct__error(CT_EINVAL, "cuda_to_lp: precision %d is not an autocast dtype", dt);
+    return launched("cuda_to_lp");
+}
+
+static __global__ void from_bf16_kernel(const __nv_bfloat16 *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = __bfloat162float(x[i]);
+}
+static __global__ void from_f16_kernel(const __half *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = __half2float(x[i]);
+}
+
+extern "C" int ct__cuda_from_lp(int dt, const void *x, float *y, int64_t n, void *stream)
+{
+    int rc = check("cuda_from_lp", n, x, y);
+    if (rc || n == 0)
+        return rc;
+    if (dt == CT_BF16)
+        from_bf16_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+            (const __nv_bfloat16 *)x, y, n);
+    else if (dt == CT_F16)
+        from_f16_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+            (const __half *)x, y, n);
+    else
+        return ct__error(CT_EINVAL, "cuda_from_lp: precision %d is not an autocast dtype", dt);
+    return launched("cuda_from_lp");
+}

@@ -7,7 +7,9 @@
  * when ct's is not stored the way the product reads it.
  *
  * Compute type CUBLAS_COMPUTE_32F: plain f32, no TF32, so results stay within f32 rounding of
- * the CPU's (TF32 would differ by about 1e-3; a precision option can allow it later). A plan
+ * the CPU's; TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, about 1e-3 apart) only after ct_set_tf32(true).
+ * Autocast products (ct__cuda_matmul_lp) convert a and b to bf16 / f16 into stream-ordered
+ * scratch, then multiply with those operand types, CUBLAS_COMPUTE_32F and an f32 c. A plan
  * (descriptors and the heuristic's first algorithm) is made once per shape and pointer
  * alignments and kept, per thread like the cuBLASLt handle; the workspace comes from the caching
  * allocator.
@@ -35,6 +37,8 @@
 typedef struct plan {
     int64_t m, k, n;
     bool ta, tb, bias, accumulate;
+    int dt;    /* operand type: CT_F32, CT_BF16 or CT_F16 (c is f32) */
+    bool tf32; /* f32 operands with TF32 math (ct_set_tf32) */
     uint32_t align_a, align_b, align_c, align_bias; /* ct's a, b, c = d, bias (0: none) */
     bool bias_apart; /* the bias is added after the product: no epilogue takes it here */
     cublasLtMatmulDesc_t desc;
@@ -86,7 +90,8 @@ static int desc_make(plan *p, bool with_bias, const float *bias)
     int rc;
     cublasOperation_t op_b = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A */
     cublasOperation_t op_a = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's B */
-    if ((rc = lt_status(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+    cublasComputeType_t ct = p->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    if ((rc = lt_status(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F),
                         "cublasLtMatmulDescCreate")) < 0 ||
         (rc = lt_status(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b,
                                                        sizeof op_b),
@@ -163,12 +168,11 @@ static int plan_make(plan *p, const float *bias)
      * (m,k) when ta; c^T is (n,m) */
     uint64_t b_rows = (uint64_t)(p->tb ? p->k : p->n), b_cols = (uint64_t)(p->tb ? p->n : p->k);
     uint64_t a_rows = (uint64_t)(p->ta ? p->m : p->k), a_cols = (uint64_t)(p->ta ? p->k : p->m);
-    if ((rc = lt_status(
-             cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, b_rows, b_cols, (int64_t)b_rows),
-             "cublasLtMatrixLayoutCreate")) < 0 ||
-        (rc = lt_status(
-             cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, a_rows, a_cols, (int64_t)a_rows),
-             "cublasLtMatrixLayoutCreate")) < 0 ||
+    cudaDataType_t ot = p->dt == CT_BF16 ? CUDA_R_16BF : p->dt == CT_F16 ? CUDA_R_16F : CUDA_R_32F;
+    if ((rc = lt_status(cublasLtMatrixLayoutCreate(&p->la, ot, b_rows, b_cols, (int64_t)b_rows),
+                        "cublasLtMatrixLayoutCreate")) < 0 ||
+        (rc = lt_status(cublasLtMatrixLayoutCreate(&p->lb, ot, a_rows, a_cols, (int64_t)a_rows),
+                        "cublasLtMatrixLayoutCreate")) < 0 ||
         (rc = lt_status(
              cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)p->n, (uint64_t)p->m, p->n),
              "cublasLtMatrixLayoutCreate")) < 0)
@@ -192,7 +196,7 @@ static int plan_make(plan *p, const float *bias)
     return 0;
 }
 
-static int plan_get(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
+static int plan_get(int dt, int64_t m, int64_t k, int64_t n, const void *a, bool ta, const void *b,
                     bool tb, const float *c, bool acc, const float *bias, plan **out)
 {
     int rc;
@@ -205,6 +209,8 @@ static int plan_get(int64_t m, int64_t k, int64_t n, const float *a, bool ta, co
                 .tb = tb,
                 .bias = bias != NULL,
                 .accumulate = acc,
+                .dt = dt,
+                .tf32 = dt == CT_F32 && ct__tf32_allowed(),
                 .align_a = align_of(a),
                 .align_b = align_of(b),
                 .align_c = align_of(c),
@@ -212,8 +218,8 @@ static int plan_get(int64_t m, int64_t k, int64_t n, const float *a, bool ta, co
     for (int i = 0; i < nplans; i++) {
         plan *p = &plans[i];
         if (p->m == m && p->k == k && p->n == n && p->ta == ta && p->tb == tb &&
-            p->bias == key.bias && p->accumulate == acc && p->align_a == key.align_a &&
-            p->align_b == key.align_b && p->align_c == key.align_c &&
+            p->bias == key.bias && p->accumulate == acc && p->dt == dt && p->tf32 == key.tf32 &&
+            p->align_a == key.align_a && p->align_b == key.align_b && p->align_c == key.align_c &&
             p->align_bias == key.align_bias) {
             *out = p;
             return 0;
@@ -233,9 +239,10 @@ static int plan_get(int64_t m, int64_t k, int64_t n, const float *a, bool ta, co
     return 0;
 }
 
-/* c (m,n) = op(a) op(b) [+ c] [+ bias per column] */
-static int product(const char *fn, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
-                   const float *b, bool tb, float *c, bool acc, const float *bias, void *stream)
+/* c (m,n) = op(a) op(b) [+ c] [+ bias per column]; a and b of type dt (c f32) */
+static int product_dt(const char *fn, int dt, int64_t m, int64_t k, int64_t n, const void *a,
+                      bool ta, const void *b, bool tb, float *c, bool acc, const float *bias,
+                      void *stream)
 {
     if (!a || !b || !c || m < 0 || k < 0 || n < 0)
         return ct__error(CT_EINVAL, "%s: %s", fn,
@@ -245,7 +252,7 @@ static int product(const char *fn, int64_t m, int64_t k, int64_t n, const float 
     if (k == 0) /* an empty sum: c is 0 (+ c) (+ bias); not worth a plan */
         return ct__error(CT_ENOSYS, "%s: k = 0 is not supported on CUDA", fn);
     plan *p;
-    int rc = plan_get(m, k, n, a, ta, b, tb, c, acc, bias, &p);
+    int rc = plan_get(dt, m, k, n, a, ta, b, tb, c, acc, bias, &p);
     if (rc < 0)
         return rc;
     /* this call's bias: of the alignment the plan was made for */
@@ -265,6 +272,37 @@ static int product(const char *fn, int64_t m, int64_t k, int64_t n, const float 
         rc = ct__cuda_add_bias(c, bias, m, n, stream);
     int frc = ct__cuda_free(ws); /* stream-ordered: reused only after this product */
     return rc ? rc : frc;
+}
+
+static int product(const char *fn, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
+                   const float *b, bool tb, float *c, bool acc, const float *bias, void *stream)
+{
+    return product_dt(fn, CT_F32, m, k, n, a, ta, b, tb, c, acc, bias, stream);
+}
+
+int ct__cuda_matmul_lp(int dt, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
+                       const float *b, bool tb, float *c, bool accumulate, void *stream)
+{
+    if (dt != CT_BF16 && dt != CT_F16)
+        return ct__error(CT_EINVAL, "cuda_matmul_lp: precision %d is not an autocast dtype", dt);
+    if (!a || !b || !c || m < 0 || k < 0 || n < 0)
+        return ct__error(CT_EINVAL, "cuda_matmul_lp: %s",
+                         m < 0 || k < 0 || n < 0 ? "a negative size" : "a buffer is NULL");
+    if (m == 0 || n == 0)
+        return 0;
+    void *la = NULL, *lb = NULL;
+    int rc = ct__cuda_malloc(&la, (size_t)(m * k) * 2, stream);
+    if (rc == 0)
+        rc = ct__cuda_malloc(&lb, (size_t)(k * n) * 2, stream);
+    if (rc == 0)
+        rc = ct__cuda_to_lp(dt, a, la, m * k, stream);
+    if (rc == 0)
+        rc = ct__cuda_to_lp(dt, b, lb, k * n, stream);
+    if (rc == 0)
+        rc = product_dt("cuda_matmul_lp", dt, m, k, n, la, ta, lb, tb, c, accumulate, NULL, stream);
+    /* stream-ordered frees: reused only after the product */
+    int f1 = la ? ct__cuda_free(la) : 0, f2 = lb ? ct__cuda_free(lb) : 0;
+    return rc ? rc : f1 ? f1 : f2;
 }
 
 int ct__cuda_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,

@@ -130,6 +130,16 @@ static inline float *grad_zeroed(const ct__backend *bk, ct_tensor *t)
     return g;
 }
 
+/* c (m,n) (+)= op(a) @ op(b) (the matmul entry's contract) in precision dt: CT_F32 the f32
+ * kernel, CT_BF16 / CT_F16 the autocast one (matmul_lp). */
+static inline int mm_dt(const ct__backend *bk, int dt, int64_t m, int64_t k, int64_t n,
+                        const float *a, bool ta, const float *b, bool tb, float *c, bool acc)
+{
+    if (dt == CT_F32)
+        return CT__BK_CALL(bk, matmul, m, k, n, a, ta, b, tb, c, acc);
+    return CT__BK_CALL(bk, matmul_lp, dt, m, k, n, a, ta, b, tb, c, acc);
+}
+
 #define OUT_OR_FAIL(t)                                                                             \
     do {                                                                                           \
         if (!(t))                                                                                  \

@@ -54,7 +54,39 @@ ct_tensor *ct_nn_to_plain(ct_tensor *x)
 
 typedef struct lin_ctx {
     int64_t n, ic, oc;
+    int dt; /* autocast precision of the forward (CT_F32: none) */
 } lin_ctx;
+
+/* Linear's backward under autocast: both products in the forward's precision (as torch's
+ * autocast, whose bf16 casts are on the tape), through the autocast matmul; db in f32. */
+static int linear_bw_lp(ct__node *nd, const lin_ctx *c)
+{
+    ct_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->nin > 2 ? nd->in[2] : NULL;
+    const ct__backend *bk = ct__bk(x);
+    const float *dy = ct__f32(nd->out->grad);
+    bool acc;
+    float *g;
+    int rc;
+    if (wants(x)) { /* dx (n,ic) = dy (n,oc) @ w (oc,ic) */
+        if (!(g = ct__grad_dst(x, &acc)))
+            return ct__error(CT_ENOMEM, "linear backward: out of memory");
+        if ((rc = mm_dt(bk, c->dt, c->n, c->oc, c->ic, dy, false, ct__f32(w), false, g, acc)) < 0)
+            return rc;
+    }
+    if (wants(w)) { /* dw (oc,ic) = dy^T @ x (n,ic) */
+        if (!(g = ct__grad_dst(w, &acc)))
+            return ct__error(CT_ENOMEM, "linear backward: out of memory");
+        if ((rc = mm_dt(bk, c->dt, c->oc, c->n, c->ic, dy, true, ct__f32(x), false, g, acc)) < 0)
+            return rc;
+    }
+    if (b && wants(b)) {
+        if (!(g = grad_zeroed(bk, b)))
+            return CT_ENOMEM;
+        if ((rc = K(add_col_sums, c->n, c->oc, dy, g)) < 0)
+            return rc;
+    }
+    return 0;
+}
 
 static int linear_bw(ct__node *nd)
 {
@@ -64,6 +96,8 @@ static int linear_bw(ct__node *nd)
     const float *dy = ct__f32(nd->out->grad);
     gslot sx, sw, sb;
     int rc = 0;
+    if (c->dt != CT_F32)
+        return linear_bw_lp(nd, c);
     if (wants(x)) {
         if ((rc = gbegin(&sx, x, 0)) < 0 ||
             (rc = K(ip_bwd_data, c->n, c->ic, c->oc, ct__f32(w), dy, sx.dst)) < 0 ||
@@ -108,7 +142,7 @@ ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b)
     const ct__backend *bk = bk_of("linear", 3, in);
     if (!bk)
         return NULL;
-    lin_ctx c = {x->shape[0], x->shape[1], w->shape[0]};
+    lin_ctx c = {x->shape[0], x->shape[1], w->shape[0], ct_autocast_dtype()};
     if (w->shape[1] != c.ic || (b && b->shape[0] != c.oc)) {
         ct__error(CT_ERANGE, "linear: x (%lld,%lld) vs weight (%lld,%lld)%s", (long long)c.n,
                   (long long)c.ic, (long long)w->shape[0], (long long)w->shape[1],
@@ -118,7 +152,21 @@ ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b)
     int64_t shape[2] = {c.n, c.oc};
     y = new_out(bk, 2, shape);
     OUT_OR_FAIL(y);
-    if (K(ip_fwd, c.n, c.ic, c.oc, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL, ct__f32(y)) < 0)
+    if (c.dt != CT_F32) {
+        /* autocast: y = x @ w^T in c.dt, then + b in f32 as a rank-1 product ones (n) b (oc),
+         * exact */
+        float *ones = b ? ct__scratch(bk, 0, c.n) : NULL;
+        if (b && !ones) {
+            ct__error(CT_ENOMEM, "linear: out of memory");
+            goto err;
+        }
+        if (mm_dt(bk, c.dt, c.n, c.ic, c.oc, ct__f32(x), false, ct__f32(w), true, ct__f32(y),
+                  false) < 0 ||
+            (b && (K(fill, c.n, 1.0f, ones) < 0 ||
+                   K(matmul, c.n, 1, c.oc, ones, false, ct__f32(b), false, ct__f32(y), true) < 0)))
+            goto err;
+    } else if (K(ip_fwd, c.n, c.ic, c.oc, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL,
+                 ct__f32(y)) < 0)
         goto err;
     if (record("linear", linear_bw, y, b ? 3 : 2, in, &c, sizeof(c), NULL) < 0)
         goto err;
@@ -130,6 +178,7 @@ err:
 
 typedef struct mm_ctx {
     int64_t m, k, n;
+    int dt; /* autocast precision of the forward (CT_F32: none) */
 } mm_ctx;
 
 static int matmul_bw(ct__node *nd)
@@ -144,14 +193,14 @@ static int matmul_bw(ct__node *nd)
         float *g = ct__grad_dst(a, &acc);
         if (!g)
             return ct__error(CT_ENOMEM, "matmul backward: out of memory");
-        if ((rc = K(matmul, c->m, c->n, c->k, dy, false, ct__f32(b), true, g, acc)) < 0)
+        if ((rc = mm_dt(bk, c->dt, c->m, c->n, c->k, dy, false, ct__f32(b), true, g, acc)) < 0)
             return rc;
     }
     if (wants(b)) { /* db (k,n) = a^T @ dy */
         float *g = ct__grad_dst(b, &acc);
         if (!g)
             return ct__error(CT_ENOMEM, "matmul backward: out of memory");
-        if ((rc = K(matmul, c->k, c->m, c->n, ct__f32(a), true, dy, false, g, acc)) < 0)
+        if ((rc = mm_dt(bk, c->dt, c->k, c->m, c->n, ct__f32(a), true, dy, false, g, acc)) < 0)
             return rc;
     }
     return 0;
@@ -166,7 +215,7 @@ ct_tensor *ct_nn_matmul(ct_tensor *a, ct_tensor *b)
     const ct__backend *bk = bk_of("matmul", 2, in);
     if (!bk)
         return NULL;
-    mm_ctx c = {a->shape[0], a->shape[1], b->shape[1]};
+    mm_ctx c = {a->shape[0], a->shape[1], b->shape[1], ct_autocast_dtype()};
     if (b->shape[0] != c.k) {
         ct__error(CT_ERANGE, "matmul: a (%lld,%lld) @ b (%lld,%lld)", (long long)c.m,
                   (long long)c.k, (long long)b->shape[0], (long long)c.n);
@@ -175,7 +224,7 @@ ct_tensor *ct_nn_matmul(ct_tensor *a, ct_tensor *b)
     int64_t shape[2] = {c.m, c.n};
     y = new_out(bk, 2, shape);
     OUT_OR_FAIL(y);
-    if (K(matmul, c.m, c.k, c.n, ct__f32(a), false, ct__f32(b), false, ct__f32(y), false) < 0)
+    if (mm_dt(bk, c.dt, c.m, c.k, c.n, ct__f32(a), false, ct__f32(b), false, ct__f32(y), false) < 0)
         goto err;
     if (record("matmul", matmul_bw, y, 2, in, &c, sizeof(c), NULL) < 0)
         goto err;
@@ -246,6 +295,7 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
     p.dw = o->dilation[1] > 0 ? o->dilation[1] : 1;
     p.bias = b != NULL;
     p.transposed = transposed;
+    p.dt = ct_autocast_dtype();
     /* outputs with channels in whole blocks stay in oneDNN's blocked layout for this CPU */
     int blk = bk->blocked_fmt ? bk->blocked_fmt() : CT__FMT_PLAIN;
     p.xfmt = x->fmt;

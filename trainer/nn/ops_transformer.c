@@ -404,6 +404,7 @@ ct_tensor *ct_nn_slice(ct_tensor *x, int dim, int64_t start, int64_t len)
 typedef struct bmm_ctx {
     int64_t batch, m, k, n;
     bool ta, tb;
+    int dt; /* autocast precision of the forward (CT_F32: none) */
 } bmm_ctx;
 
 /* With dy (M, N) per batch: da = dy op(b)^T, stored as a is (transposed when ta); db = op(a)^T
@@ -421,10 +422,10 @@ static int bmm_bw(ct__node *nd)
         if (!da)
             return ct__error(CT_ENOMEM, "bmm backward: out of memory for a gradient");
         for (int64_t i = 0; i < c->batch; i++) {
-            int rc =
-                c->ta ? K(matmul, K_, N, M, pb + i * sb, c->tb, dy + i * sy, true, da + i * sa, acc)
-                      : K(matmul, M, N, K_, dy + i * sy, false, pb + i * sb, !c->tb, da + i * sa,
-                          acc);
+            int rc = c->ta ? mm_dt(bk, c->dt, K_, N, M, pb + i * sb, c->tb, dy + i * sy, true,
+                                   da + i * sa, acc)
+                           : mm_dt(bk, c->dt, M, N, K_, dy + i * sy, false, pb + i * sb, !c->tb,
+                                   da + i * sa, acc);
             if (rc < 0)
                 return rc;
         }
@@ -435,10 +436,10 @@ static int bmm_bw(ct__node *nd)
         if (!db)
             return ct__error(CT_ENOMEM, "bmm backward: out of memory for a gradient");
         for (int64_t i = 0; i < c->batch; i++) {
-            int rc =
-                c->tb ? K(matmul, N, M, K_, dy + i * sy, true, pa + i * sa, c->ta, db + i * sb, acc)
-                      : K(matmul, K_, M, N, pa + i * sa, !c->ta, dy + i * sy, false, db + i * sb,
-                          acc);
+            int rc = c->tb ? mm_dt(bk, c->dt, N, M, K_, dy + i * sy, true, pa + i * sa, c->ta,
+                                   db + i * sb, acc)
+                           : mm_dt(bk, c->dt, K_, M, N, pa + i * sa, !c->ta, dy + i * sy, false,
+                                   db + i * sb, acc);
             if (rc < 0)
                 return rc;
         }
@@ -459,7 +460,8 @@ ct_tensor *ct_nn_bmm(ct_tensor *a, ct_tensor *b, bool trans_a, bool trans_b)
                  .k = a->shape[trans_a ? 1 : 2],
                  .n = b->shape[trans_b ? 1 : 2],
                  .ta = trans_a,
-                 .tb = trans_b};
+                 .tb = trans_b,
+                 .dt = ct_autocast_dtype()};
     int64_t kb = b->shape[trans_b ? 2 : 1];
     if (b->shape[0] != c.batch || kb != c.k) {
         ct__error(CT_ERANGE,
@@ -475,8 +477,8 @@ ct_tensor *ct_nn_bmm(ct_tensor *a, ct_tensor *b, bool trans_a, bool trans_b)
     if (!y)
         return NULL;
     for (int64_t i = 0; i < c.batch; i++)
-        if (K(matmul, c.m, c.k, c.n, ct__f32(a) + i * c.m * c.k, trans_a,
-              ct__f32(b) + i * c.k * c.n, trans_b, ct__f32(y) + i * c.m * c.n, false) < 0)
+        if (mm_dt(bk, c.dt, c.m, c.k, c.n, ct__f32(a) + i * c.m * c.k, trans_a,
+                  ct__f32(b) + i * c.k * c.n, trans_b, ct__f32(y) + i * c.m * c.n, false) < 0)
             goto err;
     if (record("bmm", bmm_bw, y, 2, in, &c, sizeof c, NULL) < 0)
         goto err;

@@ -875,3 +875,40 @@ out:
     free(ng);
     return rc;
 }
+
+/* Per parameter, on its device: g *= inv (a buffer of inv times g, exactly torch's product),
+ * then the sum of g * 0, which is 0 unless some g is inf or NaN; one float comes back. */
+int ct__optim_unscale_grads(ct_optim *o, float inv_scale, bool *found_inf)
+{
+    *found_inf = false;
+    for (int i = 0; i < o->nparams; i++) {
+        pstate *p = &o->p[i];
+        if (!p->grad || p->numel == 0)
+            continue;
+        const ct__backend *bk = p->bk;
+        void *tmp = NULL, *out = NULL;
+        float sum = 0.0f;
+        int rc = bk->alloc(&tmp, (size_t)p->numel * sizeof(float));
+        if (rc == 0)
+            rc = bk->alloc(&out, sizeof(float));
+        if (rc == 0)
+            rc = CT__BK_CALL(bk, fill, p->numel, inv_scale, tmp);
+        if (rc == 0)
+            rc = CT__BK_CALL(bk, mul, p->numel, p->grad, tmp, p->grad, false);
+        if (rc == 0)
+            rc = CT__BK_CALL(bk, fill, p->numel, 0.0f, tmp);
+        if (rc == 0)
+            rc = CT__BK_CALL(bk, mul, p->numel, p->grad, tmp, tmp, false);
+        if (rc == 0)
+            rc = CT__BK_CALL(bk, sum, p->numel, tmp, out);
+        if (rc == 0)
+            rc = bk->download(&sum, out, sizeof sum);
+        bk->free(tmp);
+        bk->free(out);
+        if (rc < 0)
+            return rc;
+        if (sum != 0.0f)
+            *found_inf = true;
+    }
+    return 0;
+}

@@ -10,4 +10,8 @@
 /* Group g's initial_lr; sets it to the current lr first when it is not set yet. */
 double ct__optim_initial_lr(ct_optim *o, int g);
 
+/* Every gradient *= inv_scale on its device; *found_inf = some gradient was inf or NaN before
+ * (torch's _amp_foreach_non_finite_check_and_unscale_). For the grad scaler (scaler.c). */
+int ct__optim_unscale_grads(ct_optim *o, float inv_scale, bool *found_inf);
+
 #endif

@@ -77,7 +77,8 @@ struct trainer_ctx {
     char keys[TR_MAX_KEYS][TR_NAME_MAX];
     char *vals[TR_MAX_KEYS];
     bool used[TR_MAX_KEYS];
-    char err[512]; /* first error recorded (a bad value, a creator's message) */
+    char err[512];      /* first error recorded (a bad value, a creator's message) */
+    ct_dtype precision; /* key "precision" (f32, bf16, f16; default f32): trainer_ctx_precision */
 };
 
 /* Parses config into ctx (other fields as given). CT_EINVAL naming the bad pair. */

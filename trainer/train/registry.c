@@ -12,6 +12,7 @@
 
 #include "actor/runtime.h"
 #include "common/common.h"
+#include "ct/nn.h"
 #include "internal.h"
 
 #define TR_MAX_ENTRIES 64
@@ -263,6 +264,15 @@ int ct__trainer_ctx_init(trainer_ctx *ctx, const char *config, int rank, int wor
             goto out;
         }
     }
+    /* "precision": the engine's, read here so every ctx knows it (trainer_ctx_precision) */
+    for (int i = 0; i < ctx->nkeys; i++)
+        if (!strcmp(ctx->keys[i], "precision")) {
+            ctx->used[i] = true;
+            if (ct_precision_parse(ctx->vals[i], &ctx->precision) < 0) {
+                rc = ct__error(CT_EINVAL, "trainer config: key \"precision\": %s", ct_last_error());
+                goto out;
+            }
+        }
 out:
     free(copy);
     if (rc)
@@ -372,6 +382,11 @@ const char *trainer_config_str(trainer_ctx *ctx, const char *key, const char *de
 {
     const char *v = find(ctx, key);
     return v ? v : def;
+}
+
+ct_dtype trainer_ctx_precision(const trainer_ctx *ctx)
+{
+    return ctx->precision;
 }
 
 int trainer_ctx_rank(const trainer_ctx *ctx)

@@ -70,7 +70,7 @@ static void set_contiguous(ct_tensor *t, int ndim, const int64_t *shape)
 static ct_tensor *tensor_alloc_on(const ct__backend *bk, ct_dtype dt, int ndim,
                                   const int64_t *shape, bool zero)
 {
-    int64_t n;
+    int64_t n = 0;
     if (check_shape(ndim, shape, &n) < 0)
         return NULL;
     ct_tensor *t = calloc(1, sizeof(*t));
@@ -172,7 +172,7 @@ ct_tensor *ct_tensor_from_f32(int ndim, const int64_t *shape, const float *data)
 
 ct_tensor *ct_tensor_wrap(ct_dtype dt, int ndim, const int64_t *shape, void *data)
 {
-    int64_t n;
+    int64_t n = 0;
     if (check_shape(ndim, shape, &n) < 0)
         return NULL;
     ct_tensor *t = calloc(1, sizeof(*t));
@@ -249,7 +249,7 @@ static ct_tensor *view_of(ct_tensor *t)
 
 ct_tensor *ct_tensor_view(ct_tensor *t, int ndim, const int64_t *shape)
 {
-    int64_t n;
+    int64_t n = 0;
     if (!t) {
         ct__error(CT_EINVAL, "tensor_view: NULL tensor");
         return NULL;
@@ -473,7 +473,7 @@ ct_arena *ct_arena_new(size_t bytes)
 
 ct_tensor *ct_arena_alloc(ct_arena *a, ct_dtype dt, int ndim, const int64_t *shape)
 {
-    int64_t n;
+    int64_t n = 0;
     if (!a) {
         ct__error(CT_EINVAL, "arena_alloc: NULL arena");
         return NULL;

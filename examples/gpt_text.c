@@ -4,13 +4,16 @@
  * averaged gradients are the same on every replica), checkpoints to a directory and resume.
  *
  *   gpt_text [--text FILE] [--replicas 2] [--epochs 1] [--layers 4] [--heads 4] [--embd 128]
- *            [--block 64] [--batch 16] [--lr 1e-3] [--clip 1] [--val 0.05]
- *            [--checkpoint-dir DIR] [--threads N]
+ *            [--block 128] [--batch 16] [--lr 1e-3] [--clip 1] [--val 0.05] [--val-every 250]
+ *            [--log-every 50] [--checkpoint-dir DIR] [--threads N]
  *
  * --text (default kjv.txt) is made with Debian's bible-kjv when missing
- * (COLUMNS=80 bible Genesis1:1-Revelation22:21). --checkpoint-dir also resumes from the
- * directory's latest checkpoint when there is one. Prints an epoch line each epoch and last
- * `final: val_loss=<nats per byte> tokens_per_s=<rate> params=<count>`. */
+ * (COLUMNS=80 bible Genesis1:1-Revelation22:21). The learning rate warms up over 20 steps from
+ * 5% and then follows a cosine down to a tenth at the run's last step. --checkpoint-dir also
+ * resumes from the directory's latest checkpoint when there is one. Prints the trainer's line
+ * every --log-every steps (with MFU), `val step=<s> val_loss=<x>` every --val-every steps (0:
+ * none), an epoch line each epoch and last `final: val_loss=<nats per byte> tokens_per_s=<rate>
+ * params=<count>`. bench/gpt_train/text.sh runs the same recipe under PyTorch DDP beside it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +59,42 @@ static int make_text_file(const char *path)
     return 0;
 }
 
+static int on_validate(trainer *t, const trainer_stats *st, void *user)
+{
+    (void)t, (void)user;
+    printf("val step=%lld val_loss=%.4f\n", (long long)st->val_step, st->val_loss);
+    fflush(stdout);
+    return 0;
+}
+
+/* Optimizer steps of the run: the longest training shard's windows in batches, per epoch (as
+ * the trainer's loader pads every rank to it), for the cosine's length. */
+static long long run_steps(const char *text, double val, long long block, long long batch,
+                           int replicas, long long epochs)
+{
+    int64_t longest = 0;
+    for (int r = 0; r < replicas; r++) {
+        ct_dataset *d = NULL;
+        if (ct_dataset_open_text(
+                text,
+                &(ct_text_opts){
+                    .block_size = block, .rank = r, .world_size = replicas, .val_fraction = val},
+                &d) < 0)
+            return -1;
+        longest = ct_dataset_length(d) > longest ? ct_dataset_length(d) : longest;
+        ct_dataset_destroy(&d);
+    }
+    return (longest + batch - 1) / batch * epochs;
+}
+
+/* model FLOPs of one window's forward and backward: T (6 N + 12 L T C), N the parameters less
+ * the position embedding (PaLM's count, as TorchTitan and bench/gpt_train use) */
+static double flops_per_window(ct_module *m, int layers, long long embd, long long block)
+{
+    double n = (double)ct_module_num_params(m) - (double)(block * embd);
+    return (double)block * (6 * n + 12.0 * layers * (double)block * (double)embd);
+}
+
 static int on_epoch(trainer *t, const trainer_stats *st, void *user)
 {
     (void)t, (void)user;
@@ -75,7 +114,7 @@ int main(int argc, char **argv)
     }
     const char *text = "kjv.txt", *ckpt = NULL;
     int replicas = 2, layers = 4, heads = 4, threads = 1;
-    long long epochs = 1, embd = 128, block = 64, batch = 16;
+    long long epochs = 1, embd = 128, block = 128, batch = 16, val_every = 250, log_every = 50;
     double lr = 1e-3, clip = 1.0, val = 0.05;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -101,6 +140,10 @@ int main(int argc, char **argv)
             clip = atof(v);
         else if (!strcmp(k, "--val"))
             val = atof(v);
+        else if (!strcmp(k, "--val-every"))
+            val_every = atoll(v);
+        else if (!strcmp(k, "--log-every"))
+            log_every = atoll(v);
         else if (!strcmp(k, "--checkpoint-dir"))
             ckpt = v;
         else if (!strcmp(k, "--threads"))
@@ -111,7 +154,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (make_text_file(text) < 0) {
+    long long steps =
+        make_text_file(text) < 0 ? -1 : run_steps(text, val, block, batch, replicas, epochs);
+    if (steps < 0) {
+        if (*ct_last_error())
+            fprintf(stderr, "gpt_text: %s\n", ct_last_error());
         ct_shutdown();
         return 1;
     }
@@ -120,7 +167,7 @@ int main(int argc, char **argv)
              "text_file=%s,val_fraction=%g,n_layer=%d,n_head=%d,n_embd=%lld,block_size=%lld,"
              "lr=%g,weight_decay=0.1,beta2=0.95,decay_matrices_only=1,clip=%g,"
              "warmup_steps=20,total_steps=%lld,start_factor=0.05,eta_min=%g",
-             text, val, layers, heads, embd, block, lr, clip, 1000000LL, lr / 10);
+             text, val, layers, heads, embd, block, lr, clip, steps > 20 ? steps : 21, lr / 10);
     trainer *t = NULL;
     trainer_stats st;
     int rc = trainer_create(&(trainer_opts){.model = "gpt",
@@ -138,8 +185,11 @@ int main(int argc, char **argv)
                                             .seed = 1},
                             &t);
     if (rc == 0)
-        rc = trainer_train(t, .max_retries = 2, .stats = &st, .on_epoch = on_epoch,
-                           .checkpoint_dir = ckpt, .resume = ckpt);
+        rc = trainer_train(
+            t, .max_retries = 2, .stats = &st, .on_epoch = on_epoch, .checkpoint_dir = ckpt,
+            .resume = ckpt, .validate_every_steps = val_every, .on_validate = on_validate,
+            .log_every_steps = (int)log_every, .progress = TRAINER_PROGRESS_OFF,
+            .flops_per_sample = flops_per_window(trainer_get_model(t), layers, embd, block));
     if (rc == 0)
         rc = trainer_validate(t, &st);
     if (rc == 0)

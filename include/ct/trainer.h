@@ -311,6 +311,10 @@ typedef struct trainer_train_opts {
     const char *log_dir; /* NULL: none; else metrics.jsonl and a TensorBoard event file */
     int progress;        /* TRAINER_PROGRESS_AUTO (0), _ON or _OFF */
     int log_every_steps; /* without the live line: a plain line every N optimizer steps; 0: none */
+    /* > 0: the model's FLOPs for one sample's forward and backward (a GPT's, per window of T
+     * tokens: T (6 N + 12 L T C)); the log then shows MFU, percent of the replicas' FP32 peak
+     * (cpus_per_replica cores each of the driver's CPU: clock x FMA width) */
+    double flops_per_sample;
     int report_ms;       /* how often replicas send their step records; 0: 100 */
     int min_replicas_timeout_ms;         /* the longest wait for min_replicas; 0: for ever */
     trainer_world_size_fn on_world_size; /* may be NULL; with user */

@@ -2,7 +2,8 @@
 # tests/trainer/test_gpt_text.sh BIN_DIR SRC_DIR — examples/gpt_text end to end on 200 kB of the
 # King James Bible (Debian's bible-kjv; skips without it): a 2-layer GPT on 2 replicas of an
 # embedded cluster trains one epoch into a checkpoint directory and must learn (validation
-# loss well under ln 256 = 5.55 nats per byte, the uniform guess), with the parameter count of
+# loss well under ln 256 = 5.55 nats per byte, the uniform guess, and falling between the
+# validations every 50 steps; the trainer's log line shows MFU), with the parameter count of
 # its shape (the output layer tied to the token embedding). The same command line with 2
 # epochs resumes from the directory, trains only epoch 2 and ends lower. The checkpoint reads
 # in Python as a safetensors file with the tied weight once, and examples/gpt_sample writes
@@ -17,7 +18,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 { COLUMNS=80 bible Genesis1:1-Revelation22:21 || true; } | head -c 200000 >"$tmp/kjv.txt" # bible: SIGPIPE
 args=(--text "$tmp/kjv.txt" --layers 2 --heads 2 --embd 64 --block 32 --batch 16 --val 0.1
-      --checkpoint-dir "$tmp/ck")
+      --val-every 50 --log-every 20 --checkpoint-dir "$tmp/ck")
 val() { sed -n 's/^final: val_loss=\([0-9.]*\) .*/\1/p' "$1"; }
 
 "$bin/gpt_text" "${args[@]}" --epochs 1 >"$tmp/run1.out" 2>"$tmp/run1.err" ||
@@ -27,6 +28,13 @@ grep -Eq '^final: val_loss=[0-9.]+ tokens_per_s=[0-9]+ params=118528$' "$tmp/run
     fail "no final line with params=118528"
 awk -v v="$(val "$tmp/run1.out")" 'BEGIN { exit !(v < 3.2) }' ||
     fail "validation loss $(val "$tmp/run1.out") after an epoch is not under 3.2"
+# 176 steps an epoch: validations at steps 50, 100, 150, the last one lowest; the trainer's line
+# every 20 steps shows MFU
+[ "$(grep -c '^val step=' "$tmp/run1.out")" = 3 ] || fail "not 3 'val step=' lines"
+awk '/^val step=/ { split($3, a, "="); v[n++] = a[2] } END { exit !(n == 3 && v[2] < v[0]) }' \
+    "$tmp/run1.out" || fail "the validation loss did not fall between steps 50 and 150"
+grep -Eq '^trainer: epoch 1/1 step [0-9]+/176 .*\| MFU [0-9]+\.[0-9]%' "$tmp/run1.err" ||
+    fail "no trainer line with MFU on stderr"
 
 "$bin/gpt_text" "${args[@]}" --epochs 2 >"$tmp/run2.out" 2>"$tmp/run2.err" ||
     { cat "$tmp/run2.out" "$tmp/run2.err"; fail "resumed run"; }

@@ -18,7 +18,9 @@
  *       when the tensorboard package is missing; the C checks above still ran);
  *   (d) bad options are refused naming them; a metric name with a blank is refused;
  *   (e) with gradient accumulation (2 batches per step) one record per optimizer step, each
- *       covering both batches (200 samples), their mean loss trainer_stats';
+ *       covering both batches (200 samples), their mean loss trainer_stats'; flops_per_sample
+ *       given, each record's mfu_pct is its rate's share of the 2 replicas' FP32 peak ((a)'s
+ *       records, without it, have none);
  *   (f) replica 1 killed in epoch 1 (the probe loss of tt.h), one retry: the retried epoch's
  *       8 records follow the at most 2 the lost group sent, and give trainer_stats' loss;
  *   (g) epochs in segments with in-line validation: a checkpoint every 3 steps (checkpoint_dir),
@@ -35,6 +37,9 @@
 
 #define CFG "lr=0.05,step_size=1,gamma=0.5"
 #define NMETRICS 11
+#define MFU_FLOPS 2.5e6 /* (e)'s flops_per_sample */
+
+double ct__cpu_peak_flops_per_core(void); /* trainer/cpu/peak.c (internal) */
 
 /* The built-in step with the gradient norm measured (not clipped) and named metrics. */
 static int metered_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
@@ -202,6 +207,7 @@ static double check_epoch(char **lines, int nlines, int64_t epoch, int64_t first
         CHECK_NEAR(jget(l, "gn"), gn, 1e-12); /* the step's metric, averaged over ranks */
         CHECK(jget(l, "wall_time") > 1.6e9);
         CHECK(jget(l, "samples_per_s") > 0);
+        CHECK(isnan(jget(l, "mfu_pct"))); /* not asked for */
         double ss[4], ws[4];
         CHECK_EQ_INT(jarr(l, "step_s", ss, 4), 2);
         CHECK_EQ_INT(jarr(l, "wait_s", ws, 4), 2);
@@ -272,6 +278,8 @@ int main(void)
     CHECK(strstr(ct_last_error(), "progress") != NULL);
     CHECK_EQ_INT(trainer_train(t, .log_every_steps = -1), CT_EINVAL);
     CHECK(strstr(ct_last_error(), "log_every_steps") != NULL);
+    CHECK_EQ_INT(trainer_train(t, .flops_per_sample = -1), CT_EINVAL);
+    CHECK(strstr(ct_last_error(), "flops_per_sample") != NULL);
 
     /* (a) */
     trainer_stats st = {0}, st3 = {0}, stv = {0};
@@ -378,6 +386,8 @@ int main(void)
      * batches of both ranks; the built-in step measures no gradient norm */
     char logdir2[200];
     snprintf(logdir2, sizeof logdir2, "%s/acc", dir);
+    double peak = ct__cpu_peak_flops_per_core(); /* FP32 FLOP/s of one core: 1 to 1000 G */
+    CHECK(peak > 1e9 && peak < 1e12);
     CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
                                             .data = "synthetic",
                                             .optimizer = "sgd",
@@ -390,8 +400,8 @@ int main(void)
                             &t));
     trainer_stats sa = {0};
     if (t)
-        CHECK_OK(
-            trainer_train(t, .stats = &sa, .log_dir = logdir2, .progress = TRAINER_PROGRESS_OFF));
+        CHECK_OK(trainer_train(t, .stats = &sa, .log_dir = logdir2,
+                               .progress = TRAINER_PROGRESS_OFF, .flops_per_sample = MFU_FLOPS));
     trainer_shutdown(&t);
     CHECK_EQ_INT(sa.steps, 4);
     snprintf(path, sizeof path, "%s/metrics.jsonl", logdir2);
@@ -406,6 +416,9 @@ int main(void)
         CHECK_EQ_INT(jget(lines[i], "batch"), 2 * nrec);
         CHECK_EQ_INT(jget(lines[i], "samples"), 200);
         CHECK(isnan(jget(lines[i], "grad_norm")));
+        /* MFU of 2 replicas of one CPU each: rate x flops / (2 x this core's peak) */
+        CHECK_NEAR(jget(lines[i], "mfu_pct"),
+                   100 * jget(lines[i], "samples_per_s") * MFU_FLOPS / (2 * peak), 1e-9);
         acc_loss += jget(lines[i], "loss") * 200;
     }
     CHECK_EQ_INT(nrec, 4);

@@ -1,6 +1,7 @@
 /* trainer/cpu/attention.c — fused scaled dot-product attention on the CPU, forward and
  * backward, with an optional causal mask and dropout on the probabilities. Memory grows with T,
- * not T^2: each thread keeps one row of scores; backward recomputes the probabilities from the
+ * not T^2: each thread keeps one row of scores (and the slice's K, V transposed, so a row of
+ * products vectorises along the keys); backward recomputes the probabilities from the
  * forward's log-sum-exp (as flash attention does). Parallel over the (batch, head) slices, each
  * thread the only writer of its slice's dk and dv, every sum in a fixed order: the same bits for
  * any thread count.
@@ -13,6 +14,9 @@
 #include "common/common.h"
 #include "trainer/backend/philox.h"
 #include "trainer/cpu/cpu.h"
+#include "trainer/cpu/vecmath.h"
+
+#define BWD_ROWS 4 /* query rows the backward takes together */
 
 static inline float dot(const float *a, const float *b, int64_t n)
 {
@@ -32,43 +36,81 @@ static inline float keep(const ct__attn_p *p, int64_t b, int64_t i, int64_t j)
     return u < p->dropout ? 0.0f : 1.0f / (1.0f - p->dropout);
 }
 
+/* mt (hs, T) = m (T, hs) transposed: a row of products with every key is then a sum of hs
+ * rows of mt, which vectorises along the keys */
+static void transpose(const float *restrict m, int64_t t, int64_t hs, float *restrict mt)
+{
+    for (int64_t j = 0; j < t; j++)
+        for (int64_t c = 0; c < hs; c++)
+            mt[c * t + j] = m[j * hs + c];
+}
+
+/* s[j] = scale a . m_j for j < n, m given transposed (hs, T): sums over c in order */
+static inline __attribute__((always_inline)) void row_products(const float *restrict a,
+                                                               const float *restrict mt, int64_t t,
+                                                               int64_t hs, int64_t n, float scale,
+                                                               float *restrict s)
+{
+    for (int64_t j = 0; j < n; j++)
+        s[j] = 0.0f;
+    for (int64_t c = 0; c < hs; c++) {
+        float ac = a[c];
+        const float *mc = mt + c * t;
+        for (int64_t j = 0; j < n; j++)
+            s[j] += ac * mc[j];
+    }
+    for (int64_t j = 0; j < n; j++)
+        s[j] *= scale;
+}
+
+/* one (batch, head) slice of the forward; s and kt are the thread's scratch (T), (hs, T) */
+CT_CLONES static void attn_fwd_slice(const ct__attn_p *p, int64_t b, const float *restrict qb,
+                                     const float *restrict kb, const float *restrict vb,
+                                     float *restrict ob, float *restrict lseb, float *restrict s,
+                                     float *restrict kt)
+{
+    int64_t T = p->t, hs = p->hs;
+    transpose(kb, T, hs, kt);
+    for (int64_t i = 0; i < T; i++) {
+        int64_t seen = p->causal ? i + 1 : T;
+        row_products(qb + i * hs, kt, T, hs, seen, p->scale, s);
+        float m = -INFINITY, l = 0;
+        for (int64_t j = 0; j < seen; j++)
+            m = s[j] > m ? s[j] : m;
+        for (int64_t j = 0; j < seen; j++)
+            s[j] = ct__expf(s[j] - m);
+        for (int64_t j = 0; j < seen; j++)
+            l += s[j];
+        float *oi = ob + i * hs, inv = 1.0f / l;
+        for (int64_t c = 0; c < hs; c++)
+            oi[c] = 0.0f;
+        for (int64_t j = 0; j < seen; j++) {
+            float w = s[j] * inv * keep(p, b, i, j);
+            const float *vj = vb + j * hs;
+            for (int64_t c = 0; c < hs; c++)
+                oi[c] += w * vj[c];
+        }
+        lseb[i] = m + logf(l);
+    }
+}
+
 int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
                      float *lse)
 {
     int64_t T = p->t, hs = p->hs;
     int rc = 0;
-#pragma omp parallel for schedule(static) if (p->bh * T * T * hs > 32768)
-    for (int64_t b = 0; b < p->bh; b++) {
-        float *s = malloc((size_t)T * sizeof(float));
+#pragma omp parallel if (p->bh * T * T * hs > 32768)
+    {
+        float *s = malloc((size_t)T * (size_t)(hs + 1) * sizeof(float)); /* a row, K^T */
         if (!s) {
 #pragma omp atomic write
             rc = CT_ENOMEM;
-            continue;
         }
-        const float *qb = q + b * T * hs, *kb = k + b * T * hs, *vb = v + b * T * hs;
-        for (int64_t i = 0; i < T; i++) {
-            int64_t seen = p->causal ? i + 1 : T;
-            float m = -INFINITY, l = 0;
-            for (int64_t j = 0; j < seen; j++) {
-                s[j] = p->scale * dot(qb + i * hs, kb + j * hs, hs);
-                m = s[j] > m ? s[j] : m;
-            }
-            for (int64_t j = 0; j < seen; j++) {
-                s[j] = expf(s[j] - m);
-                l += s[j];
-            }
-            float *oi = o + (b * T + i) * hs, inv = 1.0f / l;
-            for (int64_t c = 0; c < hs; c++)
-                oi[c] = 0.0f;
-            for (int64_t j = 0; j < seen; j++) {
-                float w = s[j] * inv * keep(p, b, i, j);
-                const float *vj = vb + j * hs;
-#pragma omp simd
-                for (int64_t c = 0; c < hs; c++)
-                    oi[c] += w * vj[c];
-            }
-            lse[b * T + i] = m + logf(l);
-        }
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < p->bh; b++)
+            if (s)
+                attn_fwd_slice(p, b, q + b * T * hs, k + b * T * hs, v + b * T * hs, o + b * T * hs,
+                               lse + b * T, s, s + T);
         free(s);
     }
     return rc < 0 ? ct__error(rc, "attention: out of memory for a row of scores") : 0;
@@ -76,38 +118,91 @@ int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const 
 
 /* With P = exp(scale q k^T - lse) and M the dropout factors: dv_j += sum_i P_ij M_ij do_i;
  * dP_ij = M_ij do_i . v_j; dS_ij = P_ij (dP_ij - delta_i), delta_i = do_i . o_i;
- * dq_i += scale sum_j dS_ij k_j; dk_j += scale sum_i dS_ij q_i. */
+ * dq_i += scale sum_j dS_ij k_j; dk_j += scale sum_i dS_ij q_i.
+ * One slice; sc (3 BWD_ROWS T + BWD_ROWS hs) and kvt (2 hs T) are the thread's scratch. */
+CT_CLONES static void attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *restrict qb,
+                                     const float *restrict kb, const float *restrict vb,
+                                     const float *restrict ob, const float *restrict lseb,
+                                     const float *restrict gb, float *restrict deltab,
+                                     float *restrict dqb, float *restrict dkb, float *restrict dvb,
+                                     float *restrict sc, float *restrict kvt)
+{
+    int64_t T = p->t, hs = p->hs;
+    float *kt = kvt, *vt = kvt + hs * T;
+    transpose(kb, T, hs, kt);
+    transpose(vb, T, hs, vt);
+    for (int64_t i = 0; i < T; i++)
+        deltab[i] = dot(gb + i * hs, ob + i * hs, hs);
+    /* BWD_ROWS query rows at a time: each key's dk_j and dv_j rows are loaded and stored once
+     * for all of them; ds and wv are 0 past a row's last key, so the loops are uniform */
+    for (int64_t i0 = 0; i0 < T; i0 += BWD_ROWS) {
+        int rows = T - i0 < BWD_ROWS ? (int)(T - i0) : BWD_ROWS;
+        int64_t keys = p->causal ? i0 + rows : T;
+        float *ds = sc, *wv = sc + BWD_ROWS * T, *dp = sc + 2 * BWD_ROWS * T;
+        for (int r = 0; r < rows; r++) {
+            int64_t i = i0 + r, seen = p->causal ? i + 1 : T;
+            float l = lseb[i], di = deltab[i], *dsr = ds + r * T, *wvr = wv + r * T;
+            row_products(qb + i * hs, kt, T, hs, seen, p->scale, dsr);
+            row_products(gb + i * hs, vt, T, hs, seen, 1.0f, dp);
+            for (int64_t j = 0; j < seen; j++)
+                dsr[j] = ct__expf(dsr[j] - l); /* P_ij */
+            for (int64_t j = 0; j < seen; j++) {
+                float mij = keep(p, b, i, j);
+                wvr[j] = dsr[j] * mij;
+                dsr[j] = dsr[j] * (mij * dp[j] - di) * p->scale;
+            }
+            for (int64_t j = seen; j < keys; j++)
+                dsr[j] = wvr[j] = 0.0f;
+        }
+        for (int r = rows; r < BWD_ROWS; r++) /* a short last block: rows of zeros */
+            for (int64_t j = 0; j < keys; j++)
+                ds[r * T + j] = wv[r * T + j] = 0.0f;
+        const float *q0 = qb + i0 * hs, *g0 = gb + i0 * hs;
+        float *dq = sc + 3 * BWD_ROWS * T; /* (BWD_ROWS, hs): the block's dq sums */
+        for (int64_t c = 0; c < BWD_ROWS * hs; c++)
+            dq[c] = 0.0f;
+        for (int64_t j = 0; j < keys; j++) {
+            float *dvj = dvb + j * hs, *dkj = dkb + j * hs;
+            const float *kj = kb + j * hs;
+            for (int r = 0; r < BWD_ROWS; r++) {
+                float w = wv[r * T + j], d = ds[r * T + j];
+                const float *gr = r < rows ? g0 + r * hs : g0, *qr = r < rows ? q0 + r * hs : q0;
+                for (int64_t c = 0; c < hs; c++) {
+                    dvj[c] += w * gr[c];
+                    dkj[c] += d * qr[c];
+                    dq[r * hs + c] += d * kj[c];
+                }
+            }
+        }
+        for (int r = 0; r < rows; r++)
+            for (int64_t c = 0; c < hs; c++)
+                dqb[(i0 + r) * hs + c] += dq[r * hs + c];
+    }
+}
+
 int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                      const float *o, const float *lse, const float *dout, float *delta, float *dq,
                      float *dk, float *dv)
 {
     int64_t T = p->t, hs = p->hs;
-#pragma omp parallel for schedule(static) if (p->bh * T * T * hs > 32768)
-    for (int64_t b = 0; b < p->bh; b++) {
-        int64_t base = b * T * hs;
-        const float *qb = q + base, *kb = k + base, *vb = v + base, *ob = o + base,
-                    *gb = dout + base;
-        for (int64_t i = 0; i < T; i++)
-            delta[b * T + i] = dot(gb + i * hs, ob + i * hs, hs);
-        for (int64_t i = 0; i < T; i++) {
-            int64_t seen = p->causal ? i + 1 : T;
-            const float *qi = qb + i * hs, *gi = gb + i * hs;
-            float l = lse[b * T + i], di = delta[b * T + i];
-            for (int64_t j = 0; j < seen; j++) {
-                float pij = expf(p->scale * dot(qi, kb + j * hs, hs) - l), mij = keep(p, b, i, j);
-                float ds = pij * (mij * dot(gi, vb + j * hs, hs) - di) * p->scale;
-                float wv = pij * mij;
-                float *dvj = dv + base + j * hs, *dkj = dk + base + j * hs,
-                      *dqi = dq + base + i * hs;
-                const float *kj = kb + j * hs;
-#pragma omp simd
-                for (int64_t c = 0; c < hs; c++) {
-                    dvj[c] += wv * gi[c];
-                    dkj[c] += ds * qi[c];
-                    dqi[c] += ds * kj[c];
-                }
-            }
+    int rc = 0;
+#pragma omp parallel if (p->bh * T * T * hs > 32768)
+    {
+        size_t rows_scratch = (size_t)(3 * BWD_ROWS * T + BWD_ROWS * hs);
+        float *s = malloc((rows_scratch + (size_t)(2 * hs * T)) * sizeof(float));
+        if (!s) {
+#pragma omp atomic write
+            rc = CT_ENOMEM;
         }
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < p->bh; b++) {
+            int64_t base = b * T * hs;
+            if (s)
+                attn_bwd_slice(p, b, q + base, k + base, v + base, o + base, lse + b * T,
+                               dout + base, delta + b * T, dq + base, dk + base, dv + base, s,
+                               s + rows_scratch);
+        }
+        free(s);
     }
-    return 0;
+    return rc < 0 ? ct__error(rc, "attention: out of memory for the backward's scratch") : 0;
 }

@@ -12,16 +12,10 @@
 
 #include "common/common.h"
 #include "trainer/backend/backend.h"
+#include "trainer/cpu/vecmath.h" /* CT_CLONES */
 #include "trainer/optim/update.h"
 
 #define CT_INLINE static inline __attribute__((always_inline))
-/* One clone per ISA level, picked at load time (glibc ifunc): the binary still runs anywhere. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(__SANITIZE_ADDRESS__)
-#define CT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CT_CLONES
-#endif
 
 CT_INLINE void sgd_body(float *restrict p, const float *restrict g, float *restrict buf, int64_t n,
                         ct__sgd_k k, const bool use_wd, const int mode)

@@ -350,7 +350,8 @@ typedef struct tr_progress tr_progress;
 /* Starts (or, same log_dir, continues) the log of a trainer_train call: *p is replaced unless
  * its log_dir is the same. Nothing (NULL) when opts asks for no output. CT_EINVAL / CT_EIO
  * naming the option or path. */
-int ct__progress_start(tr_progress **p, const trainer_train_opts *o, int64_t epochs);
+int ct__progress_start(tr_progress **p, const trainer_train_opts *o, int64_t epochs,
+                       int cpus_per_replica);
 /* Ends a trainer_train call's output (the live line); the files stay open for validations. */
 void ct__progress_stop(tr_progress *p);
 void ct__progress_free(tr_progress **p);

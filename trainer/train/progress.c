@@ -15,6 +15,7 @@
 
 #include "common/common.h"
 #include "internal.h"
+#include "trainer/cpu/cpu.h"
 #include "trainer/metrics/tfevents.h"
 
 #define TAG_MAX (32 + TRAINER_METRIC_NAME_MAX)
@@ -45,7 +46,16 @@ struct tr_progress {
     bool line_shown;     /* a live line is on the terminal */
     int64_t prev_batch, prev_epoch, next_plain;
     double spb, rate; /* moving averages: seconds per batch (slowest rank), samples/s */
+    double flops_per_sample, peak_per_rank; /* MFU when both > 0 (trainer_train_opts) */
 };
+
+/* model FLOPs utilization in percent at a group rate of samples/s; < 0 when not asked for */
+static double mfu_pct(const tr_progress *p, double samples_per_s, int world)
+{
+    if (!(p->flops_per_sample > 0 && p->peak_per_rank > 0 && world > 0))
+        return -1;
+    return 100.0 * samples_per_s * p->flops_per_sample / ((double)world * p->peak_per_rank);
+}
 
 static double now_wall(void)
 {
@@ -140,6 +150,8 @@ static void write_step(tr_progress *p, const tr_step_record *r)
         if (r->has_grad_norm)
             jnum(f, "grad_norm", r->grad_norm);
         jnum(f, "samples_per_s", r->samples_per_s);
+        if (mfu_pct(p, r->samples_per_s, r->world) >= 0)
+            jnum(f, "mfu_pct", mfu_pct(p, r->samples_per_s, r->world));
         for (int k = 0; k < 2; k++) {
             const double *v = k ? r->wait_s : r->step_s;
             fprintf(f, ",\"%s\":[", k ? "wait_s" : "step_s");
@@ -157,6 +169,8 @@ static void write_step(tr_progress *p, const tr_step_record *r)
     if (r->has_grad_norm)
         sc_add(sc, r->grad_norm, "train/grad_norm");
     sc_add(sc, r->samples_per_s, "train/samples_per_s");
+    if (mfu_pct(p, r->samples_per_s, r->world) >= 0)
+        sc_add(sc, mfu_pct(p, r->samples_per_s, r->world), "train/mfu_pct");
     for (int i = 0; i < r->world; i++) {
         sc_add(sc, r->step_s[i], "train/step_s/rank%d", i);
         sc_add(sc, r->wait_s[i], "train/wait_s/rank%d", i);
@@ -186,17 +200,20 @@ static void fmt_eta(char *buf, size_t cap, double s)
     snprintf(buf, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
 }
 
-/* "epoch 2/3 step 120/469 | 1234 samples/s | ETA 0:01:12 | loss 0.4321" of the last record */
+/* "epoch 2/3 step 120/469 | 1234 samples/s | MFU 31.2% | ETA 0:01:12 | loss 0.4321" of the
+ * last record (MFU when asked for) */
 static void status_line(const tr_progress *p, char *buf, size_t cap)
 {
     const tr_step_record *r = &p->last;
     double left =
         (double)(r->batches - r->batch) + (double)(p->epochs - r->epoch - 1) * (double)r->batches;
-    char eta[32];
+    char eta[32], mfu[32] = "";
     fmt_eta(eta, sizeof eta, left * p->spb);
-    snprintf(buf, cap, "epoch %lld/%lld step %lld/%lld | %.0f samples/s | ETA %s | loss %.4f",
+    if (mfu_pct(p, p->rate, r->world) >= 0)
+        snprintf(mfu, sizeof mfu, " | MFU %.1f%%", mfu_pct(p, p->rate, r->world));
+    snprintf(buf, cap, "epoch %lld/%lld step %lld/%lld | %.0f samples/s%s | ETA %s | loss %.4f",
              (long long)r->epoch + 1, (long long)p->epochs, (long long)r->batch,
-             (long long)r->batches, p->rate, eta, r->loss);
+             (long long)r->batches, p->rate, mfu, eta, r->loss);
 }
 
 static void clear_line(tr_progress *p)
@@ -290,15 +307,18 @@ static int open_files(tr_progress *p, const char *dir)
     return 0;
 }
 
-int ct__progress_start(tr_progress **pp, const trainer_train_opts *o, int64_t epochs)
+int ct__progress_start(tr_progress **pp, const trainer_train_opts *o, int64_t epochs,
+                       int cpus_per_replica)
 {
     if (o->progress < TRAINER_PROGRESS_AUTO || o->progress > TRAINER_PROGRESS_OFF)
         return ct__error(CT_EINVAL,
                          "trainer_train: progress %d is not TRAINER_PROGRESS_AUTO, _ON or _OFF",
                          o->progress);
-    if (o->log_every_steps < 0 || o->report_ms < 0)
-        return ct__error(CT_EINVAL, "trainer_train: %s is negative",
-                         o->log_every_steps < 0 ? "log_every_steps" : "report_ms");
+    if (o->log_every_steps < 0 || o->report_ms < 0 || !(o->flops_per_sample >= 0))
+        return ct__error(CT_EINVAL, "trainer_train: %s is negative or not a number",
+                         o->log_every_steps < 0 ? "log_every_steps"
+                         : o->report_ms < 0     ? "report_ms"
+                                                : "flops_per_sample");
     bool live = o->progress == TRAINER_PROGRESS_ON ||
                 (o->progress == TRAINER_PROGRESS_AUTO && isatty(STDERR_FILENO));
     const char *dir = o->log_dir && *o->log_dir ? o->log_dir : NULL;
@@ -325,6 +345,8 @@ int ct__progress_start(tr_progress **pp, const trainer_train_opts *o, int64_t ep
     p->next_plain = -1;
     p->report_ms = o->report_ms > 0 ? o->report_ms : 100;
     p->epochs = epochs;
+    p->flops_per_sample = o->flops_per_sample;
+    p->peak_per_rank = (double)cpus_per_replica * ct__cpu_peak_flops_per_core();
     return 0;
 }
 

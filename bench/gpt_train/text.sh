@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bench/gpt_train/text.sh — the GPT recipe of examples/gpt_text (4 layers, 4 heads, n_embd 128,
+# block 128, vocabulary 256, batch 16 per replica, AdamW with decay on matrices, warm-up +
+# cosine, clipping at 1) on the King James Bible, 2 replicas of THREADS threads each (1), one
+# epoch: ct's gpt_text against the same recipe under PyTorch DDP with gloo
+# (ref_ddp_text.py), in the same run, one after the other. Both print the validation loss every
+# VAL_EVERY (250) steps: the two curves, side by side. Then the final validation loss (nats per
+# byte; ratio = torch's / ct's, > 1 when ct's is lower) and the training throughput (tokens/s
+# over the epoch's wall time, validations included; ratio ct / torch) with each side's MFU.
+#   TEXT=kjv.txt EPOCHS=1 ARGS="--layers 2 ..." bench/gpt_train/text.sh
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+build=${CT_BUILD:-$here/../../build}
+py=${REF_PYTHON:-/usr/bin/python3}
+threads=${CT_BENCH_THREADS:-1}
+text=${TEXT:-$(mktemp -u /tmp/ct-kjv.XXXXXX).txt}
+made=0
+if [ ! -s "$text" ]; then
+    command -v bible >/dev/null || { echo "gpt_text: skipped: no bible-kjv"; exit 0; }
+    COLUMNS=80 bible Genesis1:1-Revelation22:21 >"$text"
+    made=1
+fi
+tmp=$(mktemp -d /tmp/ct-gpt-bench.XXXXXX)
+trap 'rm -rf "$tmp"; [ $made = 1 ] && rm -f "$text"' EXIT
+args=(--replicas 2 --threads "$threads" --epochs "${EPOCHS:-1}" --val-every "${VAL_EVERY:-250}"
+      ${ARGS:-})
+t0=$(date +%s)
+OMP_NUM_THREADS=$threads "$build/bin/gpt_text" --text "$text" "${args[@]}" >"$tmp/ct.out" \
+    2>"$tmp/ct.err" || { cat "$tmp/ct.out" "$tmp/ct.err"; exit 1; }
+t1=$(date +%s)
+OMP_NUM_THREADS=$threads "$py" "$here/ref_ddp_text.py" "$text" "${args[@]}" >"$tmp/ref.out" \
+    2>"$tmp/ref.err" || { cat "$tmp/ref.out" "$tmp/ref.err"; exit 1; }
+t2=$(date +%s)
+field() { sed -n "s/^final: .*$1=\([0-9.]*\).*/\1/p" "$2"; }
+echo "validation loss (nats per byte) by step: ct (gpt_text, $((t1 - t0)) s) | torch DDP gloo ($((t2 - t1)) s)"
+join <(sed -n 's/^val step=\([0-9]*\) val_loss=\([0-9.]*\).*/\1 \2/p' "$tmp/ct.out" | sort -k1,1) \
+     <(sed -n 's/^val step=\([0-9]*\) val_loss=\([0-9.]*\).*/\1 \2/p' "$tmp/ref.out" | sort -k1,1) |
+    sort -n | awk '{ printf "  step %6d  ct %.4f  torch %.4f  (%+.2f%%)\n", $1, $2, $3, 100 * ($2 - $3) / $3 }'
+grep -h "MFU" "$tmp/ct.err" | tail -1 | sed 's/^/  ct: /'
+vc=$(field val_loss "$tmp/ct.out") vr=$(field val_loss "$tmp/ref.out")
+rc=$(field tokens_per_s "$tmp/ct.out") rr=$(field tokens_per_s "$tmp/ref.out")
+params=$(field params "$tmp/ct.out")
+block=$(echo " ${ARGS:-} " | sed -n 's/.* --block \([0-9]*\) .*/\1/p'); block=${block:-128}
+layers=$(echo " ${ARGS:-} " | sed -n 's/.* --layers \([0-9]*\) .*/\1/p'); layers=${layers:-4}
+embd=$(echo " ${ARGS:-} " | sed -n 's/.* --embd \([0-9]*\) .*/\1/p'); embd=${embd:-128}
+mhz=$(awk -F: '/^cpu MHz/ {print $2; exit}' /proc/cpuinfo)
+per_cycle=32
+grep -qw avx512f /proc/cpuinfo && [ "${ONEDNN_MAX_CPU_ISA:-}" != AVX2 ] && per_cycle=64
+# MFU: 6 N + 12 L T C FLOPs a token (N without the position embedding) over 2 x threads cores
+mfu() { awk -v r="$1" -v n="$params" -v l="$layers" -v t="$block" -v c="$embd" -v m="$mhz" \
+        -v k="$per_cycle" -v th="$threads" \
+        'BEGIN { printf "%.1f", 100 * r * (6 * (n - t * c) + 12 * l * t * c) / (2 * th * m * 1e6 * k) }'; }
+echo "gpt_text_mfu: ct=$(mfu "$rc")% torch=$(mfu "$rr")% (2 replicas x $threads threads, $mhz MHz, $per_cycle FLOPs/cycle)"
+echo "gpt_text_val: ct=$vc ref=$vr nats/byte ratio=$(awk -v a="$vc" -v b="$vr" 'BEGIN{printf "%.3f", b / a}')"
+echo "gpt_text_2rep: ct=$rc ref=$rr tokens/s ratio=$(awk -v a="$rc" -v b="$rr" 'BEGIN{printf "%.2f", a / b}')"

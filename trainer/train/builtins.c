@@ -395,9 +395,9 @@ static int fm_open(const char *dir, bool train, ct_dataset **out)
     }
     free(v);
     /* decode */
-    uint32_t idims[3], ldims[1];
+    uint32_t idims[3] = {0}, ldims[1] = {0};
     uint8_t *px = NULL, *lab = NULL;
-    size_t npx, nlab;
+    size_t npx = 0, nlab = 0;
     if ((rc = idx_read(ip, 0x00000803u, idims, 3, &px, &npx)) < 0 ||
         (rc = idx_read(lp, 0x00000801u, ldims, 1, &lab, &nlab)) < 0)
         goto fail;

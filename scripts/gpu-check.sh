@@ -17,14 +17,16 @@
 # (tests/cuda/: trainer/cuda's allocator, kernels, GEMMs and cuDNN ops against ct's CPU code),
 # cuda_streams (events, stream order, the allocator across streams), test_engine_device (every op
 # on the GPU against the CPU, and a small CNN trained 200 steps with SGD and AdamW against the
-# CPU). NCCL refuses two ranks on one GPU, so with one GPU only world size 1 runs. Then the CPU
+# CPU), test_trainer_gpu (tests/trainer/test_gpu.c: trainer_train with use_gpu, one replica, on the
+# CNN and on ResNet9). NCCL refuses two ranks on one GPU, so with one GPU only world size 1 runs. Then the CPU
 # programs of cpu_tests on the lent machine's processor, compute-sanitizer's memcheck and
 # racecheck over the GPU programs (SANITIZE=0: skip), and bench/gpu_train (BENCH=0: skip).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # each a program of build-gpu/bin, with its arguments after ':' (comma-separated)
-gpu_tests="collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_device:cuda,200"
+gpu_tests="collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_device:cuda,200
+           test_trainer_gpu"
 # CPU-only programs run on the lent machine's processor too (an AVX-512 host there, so oneDNN
 # takes other kernels than on an AVX2 one)
 cpu_tests="test_engine_ops_ref:$root/tests/engine/ref test_engine_train:$root/tests/engine/ref
@@ -90,6 +92,8 @@ run() {
                 # NCCL's kernels do not load under memcheck (cudaErrorNoKernelImageForDevice,
                 # then its init times out; seen on the H100): racecheck only
                 [ "$tool.$t" != memcheck.collective_nccl ] || continue
+                # the trainer's run is many processes (cluster, replica): not under the tools
+                [ "$t" != test_trainer_gpu ] || continue
                 echo "== $tool $t"
                 set +e
                 # shellcheck disable=SC2046

@@ -45,7 +45,8 @@ struct replica {
     tr_state st;
     ct_loader *loader;
     ct_rendezvous *rdv;
-    ct_comm *comm;
+    ct_comm *comm;  /* the CPU ring: host collectives, and the gradients off CUDA */
+    ct_comm *ncomm; /* CUDA: NCCL, for the gradients only (as torch keeps gloo beside nccl) */
     ct_bucketer *bucketers[TR_MAX_MODELS]; /* one per model: reduces only its gradients */
     int nparams[TR_MAX_MODELS];
     grad_hook hooks[TR_MAX_MODELS];
@@ -71,6 +72,7 @@ static void replica_free(void *state)
         ct_module_on_grad_ready(r->st.models[i], NULL, NULL);
         ct_bucketer_destroy(&r->bucketers[i]); /* before the communicator it uses */
     }
+    ct_comm_destroy(&r->ncomm);
     ct_comm_destroy(&r->comm);
     ct__uploader_free(&r->up_x);
     ct__uploader_free(&r->up_y);
@@ -171,7 +173,7 @@ static int bucketer_new(replica *r, int m)
     size_t bucket = (size_t)((r->spec.bucket_mb > 0 ? r->spec.bucket_mb : 25) * 1024 * 1024);
     size_t first = bucket < (1u << 20) ? bucket : (1u << 20);
     r->nparams[m] = np;
-    if ((rc = ct_bucketer_new(r->comm, grads, counts, np,
+    if ((rc = ct_bucketer_new(r->ncomm ? r->ncomm : r->comm, grads, counts, np,
                               &(ct_bucketer_opts){.first_bucket_bytes = first,
                                                   .bucket_bytes = bucket,
                                                   .device = r->device},
@@ -281,12 +283,22 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
                                           .rank = a->rank,
                                           .world_size = a->world,
                                           .node_id = ct_self_node_id(),
-                                          /* CUDA: NCCL on the GPU CUDA_VISIBLE_DEVICES gives;
-                                           * the checking device: the CPU ring (bucket.c) */
-                                          .backend = r->device == CT_CUDA ? CT_COMM_NCCL
-                                                                          : CT_COMM_RING,
                                           .timeout_ms = r->spec.comm_timeout_ms},
                           &r->comm)) < 0)
+        return rc;
+    /* CUDA: the gradients over NCCL on the GPU CUDA_VISIBLE_DEVICES gives (the checking
+     * device's go over the ring: bucket.c) */
+    char ngroup[80];
+    snprintf(ngroup, sizeof ngroup, "%s-nccl", a->group);
+    if (r->device == CT_CUDA && (rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
+                                                                  .group_id = ngroup,
+                                                                  .rank = a->rank,
+                                                                  .world_size = a->world,
+                                                                  .node_id = ct_self_node_id(),
+                                                                  .backend = CT_COMM_NCCL,
+                                                                  .timeout_ms =
+                                                                      r->spec.comm_timeout_ms},
+                                                    &r->ncomm)) < 0)
         return rc;
     /* before the loader's and the bucketer's threads start: they inherit the binding */
     if ((rc = ct__replica_bind_cpus(r->comm, r->spec.threads, r->spec.bind_cpus,
@@ -377,6 +389,8 @@ static int epoch_failed(replica *r, int rc)
     char key[128], msg[720], here[600];
     snprintf(here, sizeof here, "%s", ct_last_error());
     snprintf(key, sizeof key, "trainer/%s/error", r->setup.group);
+    if (r->ncomm) /* NCCL's peers see this rank leave too (its failure or a peer's) */
+        ct_comm_abort(r->ncomm);
     if (ct_comm_status(r->comm) == 0) {
         snprintf(msg, sizeof msg, "replica %d: %s", r->setup.rank, here);
         ct_kv_put(key, msg, strlen(msg) + 1);

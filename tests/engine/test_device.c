@@ -452,8 +452,8 @@ static void test_training(bool adam, int steps)
     }
     CHECK(worst <= 10 * tol, "%s: %d steps: losses differ by up to %g", what, steps, worst);
     /* clipping by norm on the device: the backend's norm2 and scale */
-    CHECK(worst_norm <= 10 * tol, "%s: %d steps: clipped norms differ by up to %g (relative)",
-          what, steps, worst_norm);
+    CHECK(worst_norm <= 10 * tol, "%s: %d steps: clipped norms differ by up to %g (relative)", what,
+          steps, worst_norm);
     const ct_named_tensor *sc, *sd;
     int nc, nd;
     CHECK(ct_module_state_dict(cpu, &sc, &nc) == 0 && ct_module_state_dict(d, &sd, &nd) == 0 &&

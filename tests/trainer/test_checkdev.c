@@ -42,8 +42,8 @@ static int clip_step(trainer_step *s, const trainer_batch *b, trainer_step_out *
 static trainer *make(const char *device, int probe_step)
 {
     char cfg[200];
-    snprintf(cfg, sizeof cfg,
-             "limit=512,val_limit=128,lr=2e-3,step_size=1,gamma=0.5,probe_step=%d", probe_step);
+    snprintf(cfg, sizeof cfg, "limit=512,val_limit=128,lr=2e-3,step_size=1,gamma=0.5,probe_step=%d",
+             probe_step);
     trainer *t = NULL;
     if (trainer_create(&(trainer_opts){.model = "mlp",
                                        .data = "fashion_mnist",

@@ -27,8 +27,8 @@ static int gen_images(trainer_ctx *ctx, trainer_data *d)
         y[i] = (int64_t)(tt_rng(&s) % 10);
         for (int64_t k = 0; k < f; k++) {
             int64_t row = (k / hw) % hw;
-            x[i * f + k] = (float)((tt_rng(&s) % 1000) / 1000.0 - 0.5) +
-                           (row * 10 / hw == y[i] ? 1.5f : 0.0f);
+            x[i * f + k] =
+                (float)((tt_rng(&s) % 1000) / 1000.0 - 0.5) + (row * 10 / hw == y[i] ? 1.5f : 0.0f);
         }
     }
     int64_t shape[3] = {c, hw, hw}, nv = n / 8;

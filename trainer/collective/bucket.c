@@ -80,18 +80,17 @@ static int reduce_device(ct_bucketer *t, int k)
     }
     size_t off = 0;
     for (int i = b->first; rc == 0 && i < b->first + b->n; i++) {
-        rc = bk->download_async(b->pack + off, t->grads[i], t->counts[i] * sizeof(float),
-                                t->stream);
+        rc =
+            bk->download_async(b->pack + off, t->grads[i], t->counts[i] * sizeof(float), t->stream);
         off += t->counts[i];
     }
     if (rc < 0 || (rc = bk->synchronize(t->stream)) < 0 ||
-        (rc = ct_comm_allreduce(t->comm, b->pack, b->count, CT_F32, CT_COMM_AVG,
-                                t->timeout_ms)) < 0)
+        (rc = ct_comm_allreduce(t->comm, b->pack, b->count, CT_F32, CT_COMM_AVG, t->timeout_ms)) <
+            0)
         return rc;
     off = 0;
     for (int i = b->first; rc == 0 && i < b->first + b->n; i++) {
-        rc = bk->upload_async(t->grads[i], b->pack + off, t->counts[i] * sizeof(float),
-                              t->stream);
+        rc = bk->upload_async(t->grads[i], b->pack + off, t->counts[i] * sizeof(float), t->stream);
         off += t->counts[i];
     }
     return rc < 0 ? rc : bk->event_record(t->done_ev, t->stream);
@@ -280,18 +279,18 @@ void ct_bucketer_destroy(ct_bucketer **pt)
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
     }
-    if (t->b)
-        for (int k = 0; k < t->nb; k++)
-            if (t->bk)
-                t->bk->host_free(t->b[k].pack);
-            else
-                free(t->b[k].pack);
+    /* the stream's work done before its staging goes (a failed step may leave some) */
+    if (t->bk && t->stream && t->comm->backend != CT_COMM_NCCL)
+        t->bk->synchronize(t->stream);
+    for (int k = 0; t->b && k < t->nb; k++) {
+        if (t->bk)
+            t->bk->host_free(t->b[k].pack);
+        else
+            free(t->b[k].pack);
+    }
     if (t->bk) {
-        /* the stream's work done before its staging goes (a failed step may leave some) */
-        if (t->stream && t->comm->backend != CT_COMM_NCCL) {
-            t->bk->synchronize(t->stream);
+        if (t->stream && t->comm->backend != CT_COMM_NCCL)
             t->bk->stream_free(t->stream);
-        }
         for (int k = 0; t->ready_ev && k < t->nb; k++)
             if (t->ready_ev[k])
                 t->bk->event_free(t->ready_ev[k]);

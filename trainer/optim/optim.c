@@ -392,9 +392,9 @@ static int clip_norm_device(ct_optim *o, double max_norm, double norm_type, doub
     int rc = hn ? CT__BK_CALL(bk, alloc, (void **)&dn, sizeof *dn * (size_t)(o->nparams + 1))
                 : ct__error(CT_ENOMEM, "optim_clip_grad_norm");
     for (int i = 0; rc == 0 && i < o->nparams; i++)
-        rc = o->p[i].grad && o->p[i].numel ? CT__BK_CALL(bk, norm2, o->p[i].numel, o->p[i].grad,
-                                                          dn + i)
-                                            : CT__BK_CALL(bk, fill, 1, 0.0f, dn + i);
+        rc = o->p[i].grad && o->p[i].numel
+                 ? CT__BK_CALL(bk, norm2, o->p[i].numel, o->p[i].grad, dn + i)
+                 : CT__BK_CALL(bk, fill, 1, 0.0f, dn + i);
     if (rc == 0)
         rc = bk->download(hn, dn, sizeof *hn * (size_t)o->nparams);
     if (rc == 0) {

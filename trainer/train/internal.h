@@ -164,9 +164,9 @@ int ct__ckptdir_stats(const char *ckpt, trainer_stats *st);
 struct ct__backend;
 typedef struct tr_uploader {
     const struct ct__backend *bk;
-    void *stream;            /* the copy stream */
-    void *copied, *compute;  /* events: the last upload done; the compute stream's work so far */
-    void *stage;             /* host staging (pinned on CUDA), cap bytes */
+    void *stream;           /* the copy stream */
+    void *copied, *compute; /* events: the last upload done; the compute stream's work so far */
+    void *stage;            /* host staging (pinned on CUDA), cap bytes */
     size_t cap;
     bool used;
 } tr_uploader;
@@ -174,8 +174,8 @@ int ct__uploader_init(tr_uploader *u, ct_device device);
 void ct__uploader_free(tr_uploader *u);
 /* *out = a new tensor on u's device holding a copy of host's bytes (ndim, shape, dt),
  * ready for the compute stream's later work. */
-int ct__uploader_put(tr_uploader *u, ct_dtype dt, int ndim, const int64_t *shape,
-                     const void *host, ct_tensor **out);
+int ct__uploader_put(tr_uploader *u, ct_dtype dt, int ndim, const int64_t *shape, const void *host,
+                     ct_tensor **out);
 
 /* ---- the replica actor (replica.c) ---- */
 

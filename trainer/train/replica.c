@@ -57,10 +57,10 @@ struct replica {
     int64_t pos_epoch, pos_batch; /* there, so the next segment goes on without a seek */
     tr_val_result *vals;          /* validations run during the current segment */
     int nvals, capvals;
-    tr_recorder rec; /* per-step records for the driver (records.c) */
-    ct_device device;           /* where the model trains (tr_spec.device) */
-    const ct__backend *bk;      /* its backend; NULL on the CPU */
-    tr_uploader up_x, up_y;     /* batches to the device (upload.c) */
+    tr_recorder rec;        /* per-step records for the driver (records.c) */
+    ct_device device;       /* where the model trains (tr_spec.device) */
+    const ct__backend *bk;  /* its backend; NULL on the CPU */
+    tr_uploader up_x, up_y; /* batches to the device (upload.c) */
 };
 
 static void replica_free(void *state)
@@ -290,15 +290,15 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
      * device's go over the ring: bucket.c) */
     char ngroup[80];
     snprintf(ngroup, sizeof ngroup, "%s-nccl", a->group);
-    if (r->device == CT_CUDA && (rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
-                                                                  .group_id = ngroup,
-                                                                  .rank = a->rank,
-                                                                  .world_size = a->world,
-                                                                  .node_id = ct_self_node_id(),
-                                                                  .backend = CT_COMM_NCCL,
-                                                                  .timeout_ms =
-                                                                      r->spec.comm_timeout_ms},
-                                                    &r->ncomm)) < 0)
+    if (r->device == CT_CUDA &&
+        (rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
+                                          .group_id = ngroup,
+                                          .rank = a->rank,
+                                          .world_size = a->world,
+                                          .node_id = ct_self_node_id(),
+                                          .backend = CT_COMM_NCCL,
+                                          .timeout_ms = r->spec.comm_timeout_ms},
+                          &r->ncomm)) < 0)
         return rc;
     /* before the loader's and the bucketer's threads start: they inherit the binding */
     if ((rc = ct__replica_bind_cpus(r->comm, r->spec.threads, r->spec.bind_cpus,

@@ -260,9 +260,9 @@ int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, train
     ct_tensor *hp = dev && labels ? ct_tensor_to(plain, CT_CPU) : ct_tensor_retain(plain);
     ct_tensor *hy = dev && labels ? ct_tensor_to(b->y, CT_CPU) : ct_tensor_retain(b->y);
     int rc = !loss || !hp || !hy ? CT_EINVAL
-             : labels            ? ct_metrics_topk_correct(ct_tensor_f32(hp), ct_tensor_data(hy),
-                                                           b->n, ct_tensor_dim(plain, 1), 1, &hits)
-                                 : 0;
+             : labels ? ct_metrics_topk_correct(ct_tensor_f32(hp), ct_tensor_data(hy), b->n,
+                                                ct_tensor_dim(plain, 1), 1, &hits)
+                      : 0;
     ct_tensor_release(&hp);
     ct_tensor_release(&hy);
     if (rc == 0) {

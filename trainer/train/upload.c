@@ -46,8 +46,8 @@ void ct__uploader_free(tr_uploader *u)
     memset(u, 0, sizeof *u);
 }
 
-int ct__uploader_put(tr_uploader *u, ct_dtype dt, int ndim, const int64_t *shape,
-                     const void *host, ct_tensor **out)
+int ct__uploader_put(tr_uploader *u, ct_dtype dt, int ndim, const int64_t *shape, const void *host,
+                     ct_tensor **out)
 {
     const ct__backend *bk = u->bk;
     *out = NULL;

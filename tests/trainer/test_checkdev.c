@@ -5,8 +5,8 @@
  * StepLR, small buckets (2 per step), and a train step that clips the gradients' norm, on
  * the CPU and then on the checking device (model, gradients and optimizer state on the device,
  * gradients averaged in buckets over the CPU ring while backward runs): the final weights are
- * bit-identical, the losses and the clipping norms equal, and the checkpoint files the two runs
- * wrote are the same bytes. Then each run's epoch-1 checkpoint is resumed on the other device
+ * bit-identical, the losses, the clipping norms and the validations (each epoch's end) equal,
+ * and the checkpoint files the two runs wrote are the same bytes. Then each run's epoch-1 checkpoint is resumed on the other device
  * (the CPU's on the checking device, the checking device's on the CPU) and trained to epoch 2:
  * both end with the CPU run's weights.
  * "kill": on the checking device, replica 1 is parked in epoch 2 and killed by pid (SIGKILL);
@@ -186,7 +186,8 @@ int main(int argc, char **argv)
     CHECK(t != NULL);
     if (!t)
         goto out;
-    CHECK_OK(trainer_train(t, .max_retries = 0, .checkpoint_dir = dcpu, .stats = &s1));
+    CHECK_OK(trainer_train(t, .max_retries = 0, .checkpoint_dir = dcpu,
+                           .validate_every_epoch = true, .stats = &s1));
     CHECK_EQ_INT(s1.epoch, 2);
     CHECK(s1.weights_agree);
     w1 = tt_weights(trainer_get_model(t), &n1);
@@ -222,11 +223,15 @@ int main(int argc, char **argv)
     CHECK(t != NULL);
     if (!t)
         goto out;
-    CHECK_OK(trainer_train(t, .max_retries = 0, .checkpoint_dir = ddev, .stats = &s2));
+    CHECK_OK(trainer_train(t, .max_retries = 0, .checkpoint_dir = ddev,
+                           .validate_every_epoch = true, .stats = &s2));
     CHECK_EQ_INT(s2.epoch, 2);
     CHECK_EQ_INT(s2.steps, s1.steps);
     CHECK(s2.weights_agree);
     CHECK(s1.train_loss == s2.train_loss);
+    /* validation on the device (batches uploaded, top-1 read back) */
+    CHECK(s1.val_samples == 128 && s2.val_samples == 128);
+    CHECK(s1.val_loss == s2.val_loss && s1.val_accuracy == s2.val_accuracy);
     double g1 = trainer_stats_metric(&s1, false, "grad_norm", -1),
            g2 = trainer_stats_metric(&s2, false, "grad_norm", -2);
     CHECK(g1 > 0 && g1 == g2);

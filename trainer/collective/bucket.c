@@ -78,6 +78,8 @@ static int reduce_device(ct_bucketer *t, int k)
                                      t->timeout_ms);
         return rc < 0 ? rc : bk->event_record(t->done_ev, t->stream);
     }
+    if (b->count == 0) /* empty parameters only: nothing to reduce */
+        return bk->event_record(t->done_ev, t->stream);
     size_t off = 0;
     for (int i = b->first; rc == 0 && i < b->first + b->n; i++) {
         rc =

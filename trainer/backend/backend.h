@@ -290,6 +290,9 @@ extern const ct__backend ct__backend_cuda;
 /* The table of a device: CT_CPU always; CT_CUDA where this build has CUDA and a device can be
  * used; CT_CHECKDEV always. NULL with a message naming the device and why, otherwise. */
 const ct__backend *ct__backend_of(ct_device device);
+/* 0 when this program has device's table (CUDA: built and linked in), whether or not a device
+ * can be used here (a driver without a GPU checks for its replicas); CT_ENOSYS saying why. */
+int ct__backend_linked(ct_device device);
 /* The error of a missing kernel: CT_ENOSYS, "OP is not implemented on device DEVICE". Inline,
  * so that the backends' own files can use it without a link cycle. */
 static inline int ct__backend_missing(const ct__backend *b, const char *op)

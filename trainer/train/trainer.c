@@ -22,6 +22,7 @@
 
 #include "common/common.h"
 #include "internal.h"
+#include "trainer/backend/backend.h"
 
 /* What the driver sums over the segments of an epoch. */
 typedef struct epoch_sums {
@@ -203,6 +204,10 @@ int trainer_create(const trainer_opts *o, trainer **out)
                          o->device);
     if (o->use_gpu)
         device = CT_CUDA;
+    /* the replicas run this program: it must have the device's backend (a GPU is the nodes') */
+    if (device != CT_CPU && (rc = ct__backend_linked(device)) < 0)
+        return ct__error(rc, "trainer_create: opts.%s: %s", o->use_gpu ? "use_gpu" : "device",
+                         ct_last_error());
     if (o->gpus_per_replica < 0 || o->gpus_per_replica > 64)
         return ct__error(CT_EINVAL, "trainer_create: opts.gpus_per_replica %d not in [0, 64]",
                          o->gpus_per_replica);

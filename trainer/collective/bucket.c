@@ -8,7 +8,7 @@
  * (or reduces in place when it holds one gradient), allreduces it (AVG) and copies the result
  * back. The caller's backward keeps running meanwhile. With the nccl backend the gradients are
  * device pointers: a bucket is one grouped NCCL allreduce of its gradients (no packing; this
- * path has not run on a GPU yet). The engine drives it from gradient-ready hooks
+ * path has run on one GPU only, world size 1). The engine drives it from gradient-ready hooks
  * (ct_module_on_grad_ready: parameter i final -> mark gradient nparams-1-i), so buckets are
  * reduced while the rest of backward runs; see examples/ddp_fashion_mnist.c and
  * tests/collective/test_overlap.c. Not a tensor library: plain pointers.

@@ -6,12 +6,11 @@
  * the CPU and then on the checking device (model, gradients and optimizer state on the device,
  * gradients averaged in buckets over the CPU ring while backward runs): the final weights are
  * bit-identical, the losses, the clipping norms and the validations (each epoch's end) equal,
- * and the checkpoint files the two runs wrote are the same bytes. Then each run's epoch-1 checkpoint is resumed on the other device
- * (the CPU's on the checking device, the checking device's on the CPU) and trained to epoch 2:
- * both end with the CPU run's weights.
- * "kill": on the checking device, replica 1 is parked in epoch 2 and killed by pid (SIGKILL);
- * the group restarts from the epoch-1 checkpoint in the store and ends with the CPU run's
- * weights, one retry used. */
+ * and the checkpoint files the two runs wrote are the same bytes. Then each run's epoch-1
+ * checkpoint is resumed on the other device (the CPU's on the checking device, the checking
+ * device's on the CPU) and trained to epoch 2: both end with the CPU run's weights. "kill": on the
+ * checking device, replica 1 is parked in epoch 2 and killed by pid (SIGKILL); the group restarts
+ * from the epoch-1 checkpoint in the store and ends with the CPU run's weights, one retry used. */
 #include "tt.h"
 
 #include <dirent.h>

@@ -18,7 +18,9 @@
 # cuda_streams (events, stream order, the allocator across streams), test_engine_device (every op
 # on the GPU against the CPU, and a small CNN trained 200 steps with SGD and AdamW against the
 # CPU), test_engine_amp with cuda (bf16 autocast: cuBLASLt and cuDNN against PyTorch's values,
-# the loss scaler, an MLP trained in bf16 and f16 near f32). NCCL refuses two ranks on one GPU, so with one GPU only world size 1 runs. Then the CPU
+# the loss scaler, an MLP trained in bf16 and f16 near f32), test_trainer_gpu
+# (tests/trainer/test_gpu.c: trainer_train with use_gpu, one replica, on the CNN and on ResNet9).
+# NCCL refuses two ranks on one GPU, so with one GPU only world size 1 runs. Then the CPU
 # programs of cpu_tests on the lent machine's processor, compute-sanitizer's memcheck and
 # racecheck over the GPU programs (SANITIZE=0: skip), and bench/gpu_train (BENCH=0: skip).
 set -euo pipefail
@@ -26,7 +28,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # each a program of build-gpu/bin, with its arguments after ':' (comma-separated)
 gpu_tests="collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_device:cuda,200
-           test_engine_amp:$root/tests/engine/ref,cuda"
+           test_engine_amp:$root/tests/engine/ref,cuda test_trainer_gpu"
 # CPU-only programs run on the lent machine's processor too (an AVX-512 host there, so oneDNN
 # takes other kernels than on an AVX2 one)
 cpu_tests="test_engine_ops_ref:$root/tests/engine/ref test_engine_train:$root/tests/engine/ref
@@ -92,6 +94,8 @@ run() {
                 # NCCL's kernels do not load under memcheck (cudaErrorNoKernelImageForDevice,
                 # then its init times out; seen on the H100): racecheck only
                 [ "$tool.$t" != memcheck.collective_nccl ] || continue
+                # the trainer's run is many processes (cluster, replica): not under the tools
+                [ "$t" != test_trainer_gpu ] || continue
                 echo "== $tool $t"
                 set +e
                 # shellcheck disable=SC2046

@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdbool.h>
 #include "ct/dtype.h"
+#include "ct/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -149,6 +150,9 @@ typedef struct ct_bucketer_opts {
     size_t first_bucket_bytes; /* 0: 1 MiB */
     size_t bucket_bytes;       /* 0: 25 MB (25 * 1024 * 1024 bytes) */
     int timeout_ms;            /* per allreduce; 0: the communicator's default */
+    /* where the gradients live (ct/tensor.h): CT_CPU (0) host arrays; CT_CUDA or CT_CHECKDEV
+     * device arrays, ordered with the compute stream by an event per bucket (bucket.c) */
+    ct_device device;
 } ct_bucketer_opts;
 
 int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, int ngrads,

@@ -131,7 +131,9 @@ void ct_optim_zero_grad(ct_optim *o);
 /* torch.nn.utils.clip_grad_norm_ over the optimizer's parameters that have gradients: the
  * norm_type-norm of all gradients together (norm_type 0 -> 2; INFINITY for the max norm; > 0)
  * into *total_norm (may be NULL); if max_norm / (total + 1e-6) < 1 every gradient is scaled by
- * it. CT_EINVAL for max_norm < 0 or a bad norm_type. */
+ * it. CT_EINVAL for max_norm < 0 or a bad norm_type. Parameters on a device (all on one): the
+ * L2 norm only (each parameter's norm there, one download of them; CT_ENOSYS for others), the
+ * same floats as the CPU's where the device runs the CPU's kernels (the checking device). */
 int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, double *total_norm);
 /* torch.nn.utils.clip_grad_value_: clamps every gradient element into [-clip, clip]. */
 int ct_optim_clip_grad_value(ct_optim *o, double clip);

@@ -190,16 +190,19 @@ typedef struct trainer_opts {
     const char *initialization_hook; /* NULL: none; a trainer_register_hook name */
     const char *config;              /* "key=value,..." read by creators; NULL: "" */
     int num_replicas;                /* 0: 1; the default of max_replicas */
-    bool use_gpu;                    /* not built yet: CT_ENOSYS */
-    double cpus_per_replica;         /* resources per replica; 0: 1 (also its threads) */
-    ct_strategy placement;           /* CT_PACK (default) or CT_SPREAD over nodes */
-    int64_t batch_size;              /* per replica; 0: 64 */
-    int64_t epochs;                  /* total epochs trainer_train runs to; 0: 1 */
-    uint64_t seed;                   /* model init, shuffling, dropout */
-    double bucket_mb;                /* gradient bucket size after the first; 0: 25 */
-    int comm_timeout_ms;             /* backstop for a hung peer; 0: 60000 */
-    const char *train_step;          /* NULL: the built-in; a trainer_register_train_step name */
-    const char *validate_step;       /* NULL: the built-in; ..._validate_step name */
+    /* true: replicas train on CUDA GPUs (each asks the head for gpus_per_replica GPUs; the
+     * node's CUDA_VISIBLE_DEVICES picks them): model, gradients and optimizer state on the GPU,
+     * gradients averaged over NCCL. Same as device = "cuda". */
+    bool use_gpu;
+    double cpus_per_replica;   /* resources per replica; 0: 1 (also its threads) */
+    ct_strategy placement;     /* CT_PACK (default) or CT_SPREAD over nodes */
+    int64_t batch_size;        /* per replica; 0: 64 */
+    int64_t epochs;            /* total epochs trainer_train runs to; 0: 1 */
+    uint64_t seed;             /* model init, shuffling, dropout */
+    double bucket_mb;          /* gradient bucket size after the first; 0: 25 */
+    int comm_timeout_ms;       /* backstop for a hung peer; 0: 60000 */
+    const char *train_step;    /* NULL: the built-in; a trainer_register_train_step name */
+    const char *validate_step; /* NULL: the built-in; ..._validate_step name */
     int accumulate; /* batches per optimizer step (gradient accumulation); 0 or 1: every batch */
     /* when the scheduler steps: "epoch" (NULL), "batch" (every optimizer step) or "manual" */
     const char *scheduler_step;
@@ -209,6 +212,12 @@ typedef struct trainer_opts {
     int min_replicas, max_replicas;
     /* true: do not bind each replica's threads to CPUs of their own when they fill a node */
     bool no_cpu_binding;
+    int gpus_per_replica; /* with use_gpu; 0: 1 */
+    /* where replicas train: NULL or "cpu", "cuda" (use_gpu), or "checkdev": the checking
+     * device, which runs everywhere without a GPU resource and makes code that would race on
+     * a GPU fail (tests; its gradients are averaged by the CPU ring). The driver's own model
+     * stays on the CPU; checkpoints are the same files whatever the device. */
+    const char *device;
 } trainer_opts;
 
 /* Checks the options, runs every creator once in this process (with the built-in step, one

@@ -406,13 +406,16 @@ static ct_optim *optim_for(ct_module *m, bool adam)
     return ct_optim_sgd_new(refs, n, &(ct_sgd_opts){.lr = 0.05, .momentum = 0.9, .nesterov = true});
 }
 
-static double train_step(ct_module *m, ct_optim *o, ct_tensor *x, ct_tensor *y)
+/* forward, backward, the gradients' L2 norm clipped to 0.5 (*norm: before), optimizer step */
+static double train_step(ct_module *m, ct_optim *o, ct_tensor *x, ct_tensor *y, double *norm)
 {
     ct_optim_zero_grad(o);
     ct_tensor *logits = ct_module_forward(m, x);
     ct_tensor *loss = logits ? ct_nn_cross_entropy(logits, y, 0.0f) : NULL;
     double v = NAN;
-    if (loss && ct_tensor_backward(loss, NULL) == 0 && ct_optim_step(o) == 0)
+    *norm = NAN;
+    if (loss && ct_tensor_backward(loss, NULL) == 0 &&
+        ct_optim_clip_grad_norm(o, 0.5, 2.0, norm) == 0 && ct_optim_step(o) == 0)
         v = ct_tensor_item(loss);
     else
         fprintf(stderr, "train step: %s\n", ct_last_error());
@@ -430,15 +433,17 @@ static void test_training(bool adam, int steps)
     CHECK(oc && od, "optimizers: %s", ct_last_error());
     if (!oc || !od)
         goto out;
-    double worst = 0;
+    double worst = 0, worst_norm = 0;
     for (int s = 0; s < steps; s++) {
         int64_t xs[4] = {8, 3, 8, 8};
         ct_tensor *x = rand_t(4, xs), *y = targets(8, 10);
         ct_tensor *dx = ct_tensor_to(x, dev), *dy = ct_tensor_to(y, dev);
         ct_nn_manual_seed(100 + s); /* dropout's draw */
-        double lc = train_step(cpu, oc, x, y);
+        double nc = 0, nd = 0;
+        double lc = train_step(cpu, oc, x, y, &nc);
         ct_nn_manual_seed(100 + s);
-        double ld = train_step(d, od, dx, dy);
+        double ld = train_step(d, od, dx, dy, &nd);
+        worst_norm = fmax(worst_norm, isnan(nd - nc) ? INFINITY : fabs(nd - nc) / fmax(nc, 1));
         if (getenv("VERBOSE"))
             fprintf(stderr, "step %d: cpu %.9g %s %.9g\n", s, lc, what, ld);
         worst = fmax(worst, isnan(ld - lc) ? INFINITY : fabs(ld - lc));
@@ -446,6 +451,9 @@ static void test_training(bool adam, int steps)
             ct_tensor_release(&dy);
     }
     CHECK(worst <= 10 * tol, "%s: %d steps: losses differ by up to %g", what, steps, worst);
+    /* clipping by norm on the device: the backend's norm2 and scale */
+    CHECK(worst_norm <= 10 * tol, "%s: %d steps: clipped norms differ by up to %g (relative)", what,
+          steps, worst_norm);
     const ct_named_tensor *sc, *sd;
     int nc, nd;
     CHECK(ct_module_state_dict(cpu, &sc, &nc) == 0 && ct_module_state_dict(d, &sd, &nd) == 0 &&

@@ -118,6 +118,9 @@ int main(void)
     expect(OPTS(.max_replicas = 1), CT_EINVAL, "num_replicas 2 <= max_replicas 1", NULL);
     expect(OPTS(.max_replicas = 2000), CT_EINVAL, "opts.max_replicas 2000", NULL);
     expect(OPTS(.use_gpu = true), CT_ENOSYS, "use_gpu", NULL);
+    expect(OPTS(.device = "tpu"), CT_EINVAL, "opts.device \"tpu\"", "\"checkdev\"");
+    expect(OPTS(.use_gpu = true, .device = "checkdev"), CT_EINVAL, "use_gpu with opts.device",
+           NULL);
     expect(OPTS(.config = "limit=256,data_dir=/nonexistent"), CT_ENOENT, "data creator",
            "/nonexistent");
     expect(NULL, CT_EINVAL, "opts", NULL);

@@ -54,3 +54,18 @@ const ct__backend *ct__backend_of(ct_device device)
     ct__error(CT_EINVAL, "device %d unknown", (int)device);
     return NULL;
 }
+
+int ct__backend_linked(ct_device device)
+{
+    if (device != CT_CUDA)
+        return ct__backend_of(device) ? 0 : CT_ENOSYS;
+#ifdef CT_HAVE_CUDA
+    if (&ct__backend_cuda)
+        return 0;
+    return ct__error(CT_ENOSYS, "device cuda: this program was linked without ct's CUDA backend "
+                                "(libct.so has it; a program of ct's build links ct_cuda with "
+                                "ct_link_cuda)");
+#else
+    return ct__error(CT_ENOSYS, "device cuda: this build of ct has no CUDA (CMake found none)");
+#endif
+}

@@ -128,6 +128,14 @@ typedef struct ct__backend {
     int (*download)(void *host_dst, const void *src, size_t bytes);
     int (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
     int (*zero)(void *p, size_t bytes);
+    /* host staging memory for the _async copies (pinned on CUDA, plain elsewhere) */
+    int (*host_alloc)(void **p, size_t bytes);
+    void (*host_free)(void *p);
+    /* copies queued on stream (NULL: the compute stream), ordered with its other work and NOT
+     * waiting for any other stream: the host memory is the stream's until it is synchronized
+     * (or an event recorded after the copy completes); host memory from host_alloc */
+    int (*upload_async)(void *dst, const void *host_src, size_t bytes, void *stream);
+    int (*download_async)(void *host_dst, const void *src, size_t bytes, void *stream);
 
     /* streams and events (stream NULL: the compute stream) */
     int (*stream_new)(void **stream);
@@ -254,6 +262,10 @@ typedef struct ct__backend {
     int (*f32_to_i64)(int64_t n, const float *x, int64_t *y);
     /* *out (one float) = the sum of x, in double; the same bits on every run */
     int (*sum)(int64_t n, const float *x, float *out);
+    /* *out (one float) = sqrt(the sum of x's squares, in double), rounded once (gradient
+     * clipping's per-parameter L2 norm) */
+    int (*norm2)(int64_t n, const float *x, float *out);
+    int (*scale)(int64_t n, float alpha, float *x); /* x *= alpha */
     /* x (+)= *value (one float of this device) broadcast: sum's backward */
     int (*broadcast)(int64_t n, const float *value, float *x, bool acc);
     /* mask[i] = u(seed, offset + i) < p ? 0 : 1 / (1 - p), u uniform in [0, 1) from a
@@ -284,6 +296,9 @@ extern const ct__backend ct__backend_cuda;
 /* The table of a device: CT_CPU always; CT_CUDA where this build has CUDA and a device can be
  * used; CT_CHECKDEV always. NULL with a message naming the device and why, otherwise. */
 const ct__backend *ct__backend_of(ct_device device);
+/* 0 when this program has device's table (CUDA: built and linked in), whether or not a device
+ * can be used here (a driver without a GPU checks for its replicas); CT_ENOSYS saying why. */
+int ct__backend_linked(ct_device device);
 /* The error of a missing kernel: CT_ENOSYS, "OP is not implemented on device DEVICE". Inline,
  * so that the backends' own files can use it without a link cycle. */
 static inline int ct__backend_missing(const ct__backend *b, const char *op)

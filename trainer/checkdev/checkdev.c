@@ -337,6 +337,34 @@ static int cd_copy(void *dst, const void *src, size_t bytes)
     return submit(CUR, &(task){.run = run_copy, .p = {dst, src}, .i = {(int64_t)bytes}}, "copy");
 }
 
+/* Queued on stream, waiting for nothing else: run_copy with the host side untagged already
+ * (untag leaves a host pointer as it is). The host bytes are read or written when the task
+ * runs, so a caller that reuses them before synchronizing the stream races it. */
+static int cd_upload_async(void *dst, const void *host_src, size_t bytes, void *stream)
+{
+    if (!bytes)
+        return 0;
+    return submit(STREAM(stream),
+                  &(task){.run = run_copy, .p = {dst, host_src}, .i = {(int64_t)bytes}},
+                  "upload_async");
+}
+
+static int cd_download_async(void *host_dst, const void *src, size_t bytes, void *stream)
+{
+    if (!bytes)
+        return 0;
+    return submit(STREAM(stream),
+                  &(task){.run = run_copy, .p = {host_dst, src}, .i = {(int64_t)bytes}},
+                  "download_async");
+}
+
+static int cd_host_alloc(void **p, size_t bytes)
+{
+    if (!(*p = malloc(bytes ? bytes : 1)))
+        return ct__error(CT_ENOMEM, "checkdev host_alloc: out of memory (%zu bytes)", bytes);
+    return 0;
+}
+
 static int run_zero(task *t, cd_stream *s)
 {
     (void)s;
@@ -771,6 +799,10 @@ KERNEL(mul, (int64_t n, const float *a, const float *b, float *y, bool acc),
        (.i = {n}, .p = {a, b, y}, .k = {acc}), (t->i[0], F(0), F(1), F(2), t->k[0]))
 KERNEL(sum, (int64_t n, const float *x, float *out), (.i = {n}, .p = {x, out}),
        (t->i[0], F(0), F(1)))
+KERNEL(norm2, (int64_t n, const float *x, float *out), (.i = {n}, .p = {x, out}),
+       (t->i[0], F(0), F(1)))
+KERNEL(scale, (int64_t n, float alpha, float *x), (.i = {n}, .f = {alpha}, .p = {x}),
+       (t->i[0], t->f[0], F(0)))
 KERNEL(broadcast, (int64_t n, const float *value, float *x, bool acc),
        (.i = {n}, .p = {value, x}, .k = {acc}), (t->i[0], F(0), F(1), t->k[0]))
 KERNEL(dropout_mask, (int64_t n, float p, uint64_t seed, uint64_t offset, float *mask),
@@ -810,6 +842,10 @@ const ct__backend ct__backend_checkdev = {
     .download = cd_download,
     .copy = cd_copy,
     .zero = cd_zero,
+    .host_alloc = cd_host_alloc,
+    .host_free = free,
+    .upload_async = cd_upload_async,
+    .download_async = cd_download_async,
     .stream_new = cd_stream_new,
     .stream_free = cd_stream_free,
     .synchronize = cd_synchronize,
@@ -860,6 +896,8 @@ const ct__backend ct__backend_checkdev = {
     .axpy = cd_axpy,
     .mul = cd_mul,
     .sum = cd_sum,
+    .norm2 = cd_norm2,
+    .scale = cd_scale,
     .broadcast = cd_broadcast,
     .dropout_mask = cd_dropout_mask,
     .loss_fwd = cd_loss_fwd,

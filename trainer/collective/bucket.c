@@ -8,16 +8,27 @@
  * (or reduces in place when it holds one gradient), allreduces it (AVG) and copies the result
  * back. The caller's backward keeps running meanwhile. With the nccl backend the gradients are
  * device pointers: a bucket is one grouped NCCL allreduce of its gradients (no packing; this
- * path has not run on a GPU yet). The engine drives it from gradient-ready hooks
+ * path has run on one GPU only, world size 1). The engine drives it from gradient-ready hooks
  * (ct_module_on_grad_ready: parameter i final -> mark gradient nparams-1-i), so buckets are
  * reduced while the rest of backward runs; see examples/ddp_fashion_mnist.c and
- * tests/collective/test_overlap.c. Not a tensor library: plain pointers. */
+ * tests/collective/test_overlap.c. Not a tensor library: plain pointers.
+ *
+ * Gradients on a device (opts.device: CUDA, the checking device). The hook fires when backward's
+ * kernels are QUEUED, not done: so when a bucket completes, the caller's thread records the
+ * bucket's event on the compute stream, and the communication side waits for it before it reads
+ * the bucket. With nccl the NCCL stream waits for the event (cudaStreamWaitEvent) and the grouped
+ * allreduce is queued after it. With the ring (the CPU ring as the checking device's
+ * communication backend) the bucketer's own stream waits, downloads the bucket into host staging
+ * (pinned on CUDA), the ring reduces it on the host, and the averages are uploaded on that
+ * stream. Either way an event recorded on the communication stream after the last bucket is
+ * what finish makes the compute stream wait for, so the optimizer step reads the averages. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "internal.h"
+#include "trainer/backend/backend.h"
 
 struct bucket {
     int first, n; /* gradients [first, first + n) */
@@ -28,6 +39,11 @@ struct bucket {
 
 struct ct_bucketer {
     ct_comm *comm;
+    const ct__backend *bk; /* NULL: host gradients */
+    void *stream;          /* device, ring: the bucketer's stream; nccl: the NCCL stream */
+    void **ready_ev;       /* device: per bucket, recorded on the compute stream */
+    void *done_ev;         /* device: recorded on stream after each bucket */
+    bool skip_waits;       /* tests only: ct__bucketer_test_skip_waits */
     float **grads;
     size_t *counts;
     int ngrads;
@@ -48,8 +64,44 @@ struct ct_bucketer {
     int stop;
 };
 
+/* A bucket of device gradients: the communication stream waits for the bucket's event, then
+ * reduces (see the file's head). */
+static int reduce_device(ct_bucketer *t, int k)
+{
+    struct bucket *b = &t->b[k];
+    const ct__backend *bk = t->bk;
+    int rc = 0;
+    if (!t->skip_waits && (rc = bk->stream_wait(t->stream, t->ready_ev[k])) < 0)
+        return rc;
+    if (t->comm->backend == CT_COMM_NCCL) {
+        rc = ct__comm_allreduce_many(t->comm, t->grads + b->first, t->counts + b->first, b->n,
+                                     t->timeout_ms);
+        return rc < 0 ? rc : bk->event_record(t->done_ev, t->stream);
+    }
+    if (b->count == 0) /* empty parameters only: nothing to reduce */
+        return bk->event_record(t->done_ev, t->stream);
+    size_t off = 0;
+    for (int i = b->first; rc == 0 && i < b->first + b->n; i++) {
+        rc =
+            bk->download_async(b->pack + off, t->grads[i], t->counts[i] * sizeof(float), t->stream);
+        off += t->counts[i];
+    }
+    if (rc < 0 || (rc = bk->synchronize(t->stream)) < 0 ||
+        (rc = ct_comm_allreduce(t->comm, b->pack, b->count, CT_F32, CT_COMM_AVG, t->timeout_ms)) <
+            0)
+        return rc;
+    off = 0;
+    for (int i = b->first; rc == 0 && i < b->first + b->n; i++) {
+        rc = bk->upload_async(t->grads[i], b->pack + off, t->counts[i] * sizeof(float), t->stream);
+        off += t->counts[i];
+    }
+    return rc < 0 ? rc : bk->event_record(t->done_ev, t->stream);
+}
+
 static int reduce_bucket(ct_bucketer *t, struct bucket *b)
 {
+    if (t->bk)
+        return reduce_device(t, (int)(b - t->b));
     if (t->comm->backend == CT_COMM_NCCL) /* device gradients: one NCCL group, no packing */
         return ct__comm_allreduce_many(t->comm, t->grads + b->first, t->counts + b->first, b->n,
                                        t->timeout_ms);
@@ -106,6 +158,37 @@ static void reset_step(ct_bucketer *t)
     pthread_mutex_unlock(&t->mu);
 }
 
+/* The device side: the backend, the communication stream, the events. */
+static int device_setup(ct_bucketer *t, ct_device device)
+{
+    if (!(t->bk = ct__backend_of(device)))
+        return CT_ENOSYS; /* ct__backend_of said why */
+    const ct__backend *bk = t->bk;
+    if (!bk->event_new || !bk->stream_wait || !bk->event_record || !bk->stream_new ||
+        !bk->download_async || !bk->upload_async || !bk->host_alloc)
+        return ct__backend_missing(bk, "streams, events or async copies");
+    int rc = 0;
+    if (t->comm->backend == CT_COMM_NCCL) {
+        if (!(t->stream = ct__comm_stream(t->comm)))
+            return ct__error(CT_EINVAL, "ct_bucketer_new: the nccl communicator has no stream");
+    } else if ((rc = bk->stream_new(&t->stream)) < 0) {
+        return rc;
+    }
+    if (!(t->ready_ev = calloc((size_t)t->nb, sizeof *t->ready_ev)))
+        return ct__error(CT_ENOMEM, "ct_bucketer_new: events");
+    for (int k = 0; rc == 0 && k < t->nb; k++)
+        rc = bk->event_new(&t->ready_ev[k]);
+    if (rc == 0)
+        rc = bk->event_new(&t->done_ev);
+    return rc;
+}
+
+void ct__bucketer_test_skip_waits(ct_bucketer *t, bool skip)
+{
+    if (t)
+        t->skip_waits = skip;
+}
+
 int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, int ngrads,
                     const ct_bucketer_opts *opts, ct_bucketer **out)
 {
@@ -159,12 +242,17 @@ int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, in
             bytes = 0;
         }
     }
+    if (o.device != CT_CPU && (rc = device_setup(t, o.device)) < 0)
+        goto err;
     for (int k = 0; k < t->nb; k++)
-        if (t->b[k].n > 1 && t->b[k].count > 0 && comm->backend == CT_COMM_RING) {
-            t->b[k].pack = malloc(t->b[k].count * sizeof(float));
-            if (!t->b[k].pack) {
-                rc = ct__error(CT_ENOMEM, "ct_bucketer_new: bucket %d of %zu floats", k,
-                               t->b[k].count);
+        if ((t->b[k].n > 1 || t->bk) && t->b[k].count > 0 && comm->backend == CT_COMM_RING) {
+            size_t bytes = t->b[k].count * sizeof(float);
+            if (t->bk)
+                rc = t->bk->host_alloc((void **)&t->b[k].pack, bytes);
+            else if (!(t->b[k].pack = malloc(bytes)))
+                rc = CT_ENOMEM;
+            if (rc < 0) {
+                rc = ct__error(rc, "ct_bucketer_new: bucket %d of %zu floats", k, t->b[k].count);
                 goto err;
             }
         }
@@ -193,9 +281,25 @@ void ct_bucketer_destroy(ct_bucketer **pt)
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
     }
-    if (t->b)
-        for (int k = 0; k < t->nb; k++)
+    /* the stream's work done before its staging goes (a failed step may leave some) */
+    if (t->bk && t->stream && t->comm->backend != CT_COMM_NCCL)
+        t->bk->synchronize(t->stream);
+    for (int k = 0; t->b && k < t->nb; k++) {
+        if (t->bk)
+            t->bk->host_free(t->b[k].pack);
+        else
             free(t->b[k].pack);
+    }
+    if (t->bk) {
+        if (t->stream && t->comm->backend != CT_COMM_NCCL)
+            t->bk->stream_free(t->stream);
+        for (int k = 0; t->ready_ev && k < t->nb; k++)
+            if (t->ready_ev[k])
+                t->bk->event_free(t->ready_ev[k]);
+        free(t->ready_ev);
+        if (t->done_ev)
+            t->bk->event_free(t->done_ev);
+    }
     free(t->b);
     free(t->ready);
     free(t->bucket_of);
@@ -208,18 +312,25 @@ void ct_bucketer_destroy(ct_bucketer **pt)
 }
 
 /* queues every consecutive complete bucket from next_launch on */
-static void launch(ct_bucketer *t)
+static int launch(ct_bucketer *t)
 {
     int k = t->next_launch;
     while (k < t->nb && t->b[k].pending == 0)
         k++;
     if (k == t->next_launch)
-        return;
+        return 0;
+    /* device: the buckets' gradients are final once the compute stream's work so far is done */
+    for (int j = t->next_launch; t->bk && j < k; j++) {
+        int rc = t->bk->event_record(t->ready_ev[j], NULL);
+        if (rc < 0)
+            return rc;
+    }
     t->next_launch = k;
     pthread_mutex_lock(&t->mu);
     t->queued = k;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    return 0;
 }
 
 int ct_bucketer_mark_ready(ct_bucketer *t, int i)
@@ -235,7 +346,9 @@ int ct_bucketer_mark_ready(ct_bucketer *t, int i)
         return ct__error(CT_EINVAL, "ct_bucketer_mark_ready: gradient %d marked twice", i);
     t->ready[i] = 1;
     t->b[t->bucket_of[i]].pending--;
-    launch(t);
+    int rc = launch(t);
+    if (rc < 0)
+        return rc;
     pthread_mutex_lock(&t->mu);
     int err = t->err;
     pthread_mutex_unlock(&t->mu);
@@ -256,12 +369,15 @@ int ct_bucketer_finish(ct_bucketer *t)
             t->ready[i] = 1;
             t->b[t->bucket_of[i]].pending--;
         }
-    launch(t);
+    int lrc = launch(t);
     pthread_mutex_lock(&t->mu);
-    while (t->done < t->nb)
+    while (t->done < t->queued)
         pthread_cond_wait(&t->cv, &t->mu);
-    int err = t->err;
+    int err = t->err ? t->err : lrc;
     pthread_mutex_unlock(&t->mu);
+    /* device: the optimizer's kernels (compute stream) wait for the last bucket's averages */
+    if (err == 0 && t->bk && !t->skip_waits)
+        err = t->bk->stream_wait(NULL, t->done_ev);
     reset_step(t);
     if (err < 0)
         return ct__error(err, "ct_bucketer_finish: a bucket's allreduce failed: %s",

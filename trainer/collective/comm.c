@@ -441,3 +441,13 @@ int ct__comm_allreduce_many(ct_comm *c, float *const *bufs, const size_t *counts
     (void)n;
     return ct__error(CT_ENOSYS, "collective: grouped allreduce needs the nccl backend");
 }
+
+void *ct__comm_stream(ct_comm *c)
+{
+#ifdef CT_HAVE_CUDA
+    if (c && c->backend == CT_COMM_NCCL && c->nccl)
+        return ct__nccl_stream(c);
+#endif
+    (void)c;
+    return NULL;
+}

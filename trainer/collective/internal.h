@@ -6,6 +6,7 @@
 #define CT_COLLECTIVE_INTERNAL_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include "ct/collective.h"
@@ -96,6 +97,15 @@ int ct__nccl_barrier(ct_comm *c, int64_t deadline);
 /* comm.c: AVG allreduce of n buffers in one call; the nccl backend only (CT_ENOSYS else) */
 int ct__comm_allreduce_many(ct_comm *c, float *const *bufs, const size_t *counts, int n,
                             int timeout_ms);
+
+/* comm.c: the stream the nccl backend's collectives run on (a cudaStream_t); NULL for the ring */
+void *ct__comm_stream(ct_comm *c);
+void *ct__nccl_stream(ct_comm *c);
+
+/* bucket.c, for tests only: skip the device waits (the communication stream's wait for a
+ * bucket's event, and the compute stream's for the averages), so that a test shows the checking
+ * device catching their absence. */
+void ct__bucketer_test_skip_waits(ct_bucketer *t, bool skip);
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 uint64_t ct__hash64(const char *s);

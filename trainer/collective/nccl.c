@@ -279,3 +279,8 @@ int ct__nccl_barrier(ct_comm *c, int64_t deadline)
     /* a one-element sum of the scratch float, which stays 0 (every rank's is 0) */
     return ct__nccl_allreduce(c, c->nccl->scratch, 1, CT_F32, CT_COMM_SUM, deadline);
 }
+
+void *ct__nccl_stream(ct_comm *c)
+{
+    return c->nccl ? (void *)c->nccl->stream : NULL;
+}

@@ -265,6 +265,40 @@ static int cpu_sum(int64_t n, const float *x, float *out)
     return 0;
 }
 
+/* the parameter's L2 norm as ct_optim_clip_grad_norm has always computed it on the CPU */
+static int cpu_norm2(int64_t n, const float *x, float *out)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = (double)x[i];
+        s += a * a;
+    }
+    *out = (float)sqrt(s);
+    return 0;
+}
+
+static int cpu_scale(int64_t n, float alpha, float *x)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= alpha;
+    return 0;
+}
+
+static int cpu_memcpy_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    (void)stream;
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_host_alloc(void **p, size_t bytes)
+{
+    if (!(*p = malloc(bytes ? bytes : 1)))
+        return ct__error(CT_ENOMEM, "cpu host_alloc: out of memory (%zu bytes)", bytes);
+    return 0;
+}
+
 static int cpu_broadcast(int64_t n, const float *value, float *x, bool acc)
 {
     float v = *value;
@@ -333,6 +367,10 @@ const ct__backend ct__backend_cpu = {
     .download = cpu_memcpy,
     .copy = cpu_memcpy,
     .zero = cpu_zero,
+    .host_alloc = cpu_host_alloc,
+    .host_free = free,
+    .upload_async = cpu_memcpy_async,
+    .download_async = cpu_memcpy_async,
     .stream_new = cpu_stream_new,
     .stream_free = cpu_nothing,
     .synchronize = cpu_sync,
@@ -384,6 +422,8 @@ const ct__backend ct__backend_cpu = {
     .mul = cpu_mul,
     .add_i64 = cpu_add_i64,
     .sum = cpu_sum,
+    .norm2 = cpu_norm2,
+    .scale = cpu_scale,
     .broadcast = cpu_broadcast,
     .dropout_mask = cpu_dropout_mask,
     .loss_fwd = cpu_loss_fwd,

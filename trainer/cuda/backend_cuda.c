@@ -77,6 +77,16 @@ static int cu_zero(void *p, size_t bytes)
                  : 0;
 }
 
+static int cu_upload_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    return bytes ? ct__cuda_to_device(dst, src, bytes, or_cs(stream)) : 0;
+}
+
+static int cu_download_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    return bytes ? ct__cuda_to_host(dst, src, bytes, or_cs(stream)) : 0;
+}
+
 /* ---- streams and events ---- */
 static int cu_sync(void *stream)
 {
@@ -334,6 +344,14 @@ static int cu_sum(int64_t n, const float *x, float *out)
 {
     return ct__cuda_sum(x, n, out, cs());
 }
+static int cu_norm2(int64_t n, const float *x, float *out)
+{
+    return ct__cuda_norm2(x, n, out, cs());
+}
+static int cu_scale(int64_t n, float alpha, float *x)
+{
+    return n ? ct__cuda_scale(x, alpha, n, cs()) : 0;
+}
 static int cu_broadcast(int64_t n, const float *v, float *x, bool acc)
 {
     return ct__cuda_broadcast(n, v, x, acc, cs());
@@ -400,6 +418,10 @@ const ct__backend ct__backend_cuda = {
     .download = cu_download,
     .copy = cu_copy,
     .zero = cu_zero,
+    .host_alloc = ct__cuda_pinned_alloc,
+    .host_free = ct__cuda_pinned_free,
+    .upload_async = cu_upload_async,
+    .download_async = cu_download_async,
     .stream_new = ct__cuda_stream_new,
     .stream_free = ct__cuda_stream_free,
     .synchronize = cu_sync,
@@ -448,6 +470,8 @@ const ct__backend ct__backend_cuda = {
     .mul = cu_mul,
     .add_i64 = cu_add_i64,
     .sum = cu_sum,
+    .norm2 = cu_norm2,
+    .scale = cu_scale,
     .broadcast = cu_broadcast,
     .dropout_mask = cu_dropout_mask,
     .loss_fwd = cu_loss_fwd,

@@ -117,6 +117,8 @@ int ct__cuda_relu_bwd(const float *x, const float *dy, float *dx, int64_t n, boo
                       void *stream);
 /* *out (device, one float) = the sum of x, in double, rounded once: the same on every run. */
 int ct__cuda_sum(const float *x, int64_t n, float *out, void *stream);
+/* *out (device, one float) = sqrt(the sum of x's squares, in double), rounded once. */
+int ct__cuda_norm2(const float *x, int64_t n, float *out, void *stream);
 
 /* y (cols) = the sums of x (rows, cols)'s columns [+ y when acc]: a bias's gradient. */
 int ct__cuda_col_sums(const float *x, int64_t rows, int64_t cols, float *y, bool acc, void *stream);

@@ -186,6 +186,29 @@ static __global__ void sum_partials_kernel(const float *x, int64_t n, double *pa
         partial[blockIdx.x] = t;
 }
 
+static __global__ void sumsq_partials_kernel(const float *x, int64_t n, double *partial)
+{
+    double v = 0.0;
+    GRID_STRIDE(i, n)
+    {
+        double a = (double)x[i];
+        v += a * a;
+    }
+    double t = block_sum(v);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = t;
+}
+
+static __global__ void norm_final_kernel(const double *partial, int np, float *out)
+{
+    double v = 0.0;
+    for (int i = threadIdx.x; i < np; i += blockDim.x)
+        v += partial[i];
+    double t = block_sum(v);
+    if (threadIdx.x == 0)
+        *out = (float)sqrt(t);
+}
+
 static __global__ void sum_final_kernel(const double *partial, int np, float *out)
 {
     double v = 0.0;
@@ -215,6 +238,30 @@ extern "C" int ct__cuda_sum(const float *x, int64_t n, float *out, void *stream)
         rc = launched("cuda_sum");
     }
     /* stream-ordered: the block is reused only by later work on this stream */
+    int frc = ct__cuda_free(partial);
+    return rc ? rc : frc;
+}
+
+extern "C" int ct__cuda_norm2(const float *x, int64_t n, float *out, void *stream)
+{
+    int rc = check("cuda_norm2", n, x, out);
+    if (rc)
+        return rc;
+    cudaStream_t s = (cudaStream_t)stream;
+    double *partial = NULL;
+    if ((rc = ct__cuda_malloc((void **)&partial, SUM_BLOCKS * sizeof(double), stream)) < 0)
+        return rc;
+    unsigned blocks = ct__cuda_blocks(n);
+    if (blocks > (unsigned)SUM_BLOCKS)
+        blocks = SUM_BLOCKS;
+    if (blocks < 1)
+        blocks = 1;
+    sumsq_partials_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(x, n, partial);
+    rc = launched("cuda_norm2");
+    if (rc == 0) {
+        norm_final_kernel<<<1, CT_CUDA_THREADS, 0, s>>>(partial, (int)blocks, out);
+        rc = launched("cuda_norm2");
+    }
     int frc = ct__cuda_free(partial);
     return rc ? rc : frc;
 }

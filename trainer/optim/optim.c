@@ -371,6 +371,51 @@ void ct_optim_zero_grad(ct_optim *o)
             o->p[i].bk->zero(o->p[i].grad, (size_t)o->p[i].numel * sizeof(float));
 }
 
+/* clip_grad_norm (L2) where the gradients live on a device: each parameter's norm by the
+ * backend's norm2 into one device array, ONE download of them all, the total on the host as on
+ * the CPU (the same per-parameter floats, added in the same order), then the backend's scale. */
+static int clip_norm_device(ct_optim *o, double max_norm, double norm_type, double *total_norm)
+{
+    const ct__backend *bk = o->p[0].bk;
+    for (int i = 0; i < o->nparams; i++)
+        if (o->p[i].bk != bk)
+            return ct__error(CT_EINVAL,
+                             "optim_clip_grad_norm: parameters on devices %s and %s: move the "
+                             "model to one device",
+                             bk->name, o->p[i].bk->name);
+    if (norm_type != 2.0)
+        return ct__error(CT_ENOSYS,
+                         "optim_clip_grad_norm: norm_type %g is not implemented on device %s "
+                         "(2 is)",
+                         norm_type, bk->name);
+    float *dn = NULL, *hn = malloc(sizeof *hn * (size_t)(o->nparams ? o->nparams : 1));
+    int rc = hn ? CT__BK_CALL(bk, alloc, (void **)&dn, sizeof *dn * (size_t)(o->nparams + 1))
+                : ct__error(CT_ENOMEM, "optim_clip_grad_norm");
+    for (int i = 0; rc == 0 && i < o->nparams; i++)
+        rc = o->p[i].grad && o->p[i].numel
+                 ? CT__BK_CALL(bk, norm2, o->p[i].numel, o->p[i].grad, dn + i)
+                 : CT__BK_CALL(bk, fill, 1, 0.0f, dn + i);
+    if (rc == 0)
+        rc = bk->download(hn, dn, sizeof *hn * (size_t)o->nparams);
+    if (rc == 0) {
+        double acc = 0.0;
+        for (int i = 0; i < o->nparams; i++)
+            if (o->p[i].grad)
+                acc += (double)hn[i] * hn[i];
+        float total = (float)sqrt(acc);
+        if (total_norm)
+            *total_norm = total;
+        float coef = (float)max_norm / (total + 1e-6f);
+        for (int i = 0; rc == 0 && coef < 1.0f && i < o->nparams; i++)
+            if (o->p[i].grad && o->p[i].numel)
+                rc = CT__BK_CALL(bk, scale, o->p[i].numel, coef, o->p[i].grad);
+    }
+    if (dn)
+        bk->free(dn);
+    free(hn);
+    return rc;
+}
+
 int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, double *total_norm)
 {
     if (!o)
@@ -383,7 +428,7 @@ int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, doub
         return ct__error(CT_EINVAL, "optim_clip_grad_norm: norm_type = %g: must be > 0", norm_type);
     for (int i = 0; i < o->nparams; i++)
         if (o->p[i].bk->device != CT_CPU)
-            return ct__backend_missing(o->p[i].bk, "clip_grad_norm");
+            return clip_norm_device(o, max_norm, norm_type, total_norm);
     /* torch: norm of the per-parameter norms; in double, rounded to float as torch's f32 */
     const bool inf = isinf(norm_type);
     double acc = 0.0;

@@ -17,6 +17,7 @@
 
 #include "common/common.h"
 #include "internal.h"
+#include "trainer/backend/backend.h"
 #include "trainer/nn/safetensors.h"
 
 #define CKPT_FORMAT "ct-checkpoint"
@@ -29,6 +30,7 @@
 typedef struct piece {
     const void *data;
     size_t bytes;
+    const ct__backend *staged; /* data is host staging of this device's (freed with the plan) */
 } piece;
 
 struct tr_ckpt_plan {
@@ -88,7 +90,20 @@ static int plan_tensor(tr_ckpt_plan *p, const char *name, ct_tensor *t, size_t *
         return ct__error(CT_EINVAL, "checkpoint: state entry \"%s\" is not plain F32/I64", name);
     size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(dt);
     ct__st_add_tensor(&p->hdr, false, name, dt, ct_tensor_ndim(t), ct_tensor_shape(t), *off, bytes);
-    p->pieces[p->npieces++] = (piece){ct_tensor_data(t), bytes};
+    ct_device dev = ct_tensor_device(t);
+    if (dev == CT_CPU) {
+        p->pieces[p->npieces++] = (piece){ct_tensor_data(t), bytes, NULL};
+    } else { /* a device's tensor: into host staging (pinned on CUDA), the same bytes */
+        const ct__backend *bk = ct__backend_of(dev);
+        void *h = NULL;
+        int rc = bk ? bk->host_alloc(&h, bytes) : CT_ENOSYS;
+        if (rc == 0 && (rc = ct_tensor_copy_to(t, h, bytes)) < 0)
+            bk->host_free(h);
+        if (rc < 0)
+            return ct__error(rc, "checkpoint: state entry \"%s\" from device %s: %s", name,
+                             bk ? bk->name : "?", ct_last_error());
+        p->pieces[p->npieces++] = (piece){h, bytes, bk};
+    }
     *off += bytes;
     return 0;
 }
@@ -224,6 +239,9 @@ void ct__ckpt_plan_free(tr_ckpt_plan **pp)
     if (!pp || !*pp)
         return;
     free((*pp)->hdr.s);
+    for (int i = 0; (*pp)->pieces && i < (*pp)->npieces; i++)
+        if ((*pp)->pieces[i].staged)
+            (*pp)->pieces[i].staged->host_free((void *)(*pp)->pieces[i].data);
     free((*pp)->pieces);
     free(*pp);
     *pp = NULL;

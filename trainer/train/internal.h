@@ -63,6 +63,7 @@ typedef struct tr_spec {
     int accumulate;  /* batches per optimizer step, >= 1 */
     int sched_every; /* when the scheduler steps: TR_SCHED_EPOCH, _BATCH or _MANUAL */
     bool bind_cpus;  /* replicas of one machine get CPUs of their own (cpu_binding.c) */
+    int device;      /* ct_device the replicas train on (the driver's model stays on the CPU) */
 } tr_spec;
 
 enum { TR_SCHED_EPOCH, TR_SCHED_BATCH, TR_SCHED_MANUAL };
@@ -158,6 +159,24 @@ int ct__ckptdir_latest(const char *dir, char *path, size_t cap);
  * into st's fields that describe the run (epoch, steps, losses, accuracy, metrics); CT_ENOENT
  * when none are kept. */
 int ct__ckptdir_stats(const char *ckpt, trainer_stats *st);
+
+/* ---- batches to a device (upload.c) ---- */
+
+struct ct__backend;
+typedef struct tr_uploader {
+    const struct ct__backend *bk;
+    void *stream;           /* the copy stream */
+    void *copied, *compute; /* events: the last upload done; the compute stream's work so far */
+    void *stage;            /* host staging (pinned on CUDA), cap bytes */
+    size_t cap;
+    bool used;
+} tr_uploader;
+int ct__uploader_init(tr_uploader *u, ct_device device);
+void ct__uploader_free(tr_uploader *u);
+/* *out = a new tensor on u's device holding a copy of host's bytes (ndim, shape, dt),
+ * ready for the compute stream's later work. */
+int ct__uploader_put(tr_uploader *u, ct_dtype dt, int ndim, const int64_t *shape, const void *host,
+                     ct_tensor **out);
 
 /* ---- the replica actor (replica.c) ---- */
 

@@ -520,6 +520,14 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
             rc = creator_failed(ctx, TR_MODEL, mnames[i], CT_EINVAL);
             goto fail;
         }
+        /* a replica's model on its device before the optimizer sees the parameters, so that
+         * its state is made there too */
+        if (!ctx->driver && spec->device != CT_CPU &&
+            (rc = ct_module_to(st->models[i], (ct_device)spec->device)) < 0) {
+            rc = ct__error(rc, "trainer replica %d: model \"%s\" to device: %s", ctx->rank,
+                           mnames[i], ct_last_error());
+            goto fail;
+        }
         const ct_param_ref *ps;
         int np;
         if ((rc = ct_module_params(st->models[i], &ps, &np)) < 0)

@@ -28,6 +28,7 @@
 #include "ct/collective.h"
 #include "ct/metrics.h"
 #include "internal.h"
+#include "trainer/backend/backend.h"
 
 typedef struct replica replica;
 
@@ -44,7 +45,8 @@ struct replica {
     tr_state st;
     ct_loader *loader;
     ct_rendezvous *rdv;
-    ct_comm *comm;
+    ct_comm *comm;  /* the CPU ring: host collectives, and the gradients off CUDA */
+    ct_comm *ncomm; /* CUDA: NCCL, for the gradients only (as torch keeps gloo beside nccl) */
     ct_bucketer *bucketers[TR_MAX_MODELS]; /* one per model: reduces only its gradients */
     int nparams[TR_MAX_MODELS];
     grad_hook hooks[TR_MAX_MODELS];
@@ -55,7 +57,10 @@ struct replica {
     int64_t pos_epoch, pos_batch; /* there, so the next segment goes on without a seek */
     tr_val_result *vals;          /* validations run during the current segment */
     int nvals, capvals;
-    tr_recorder rec; /* per-step records for the driver (records.c) */
+    tr_recorder rec;        /* per-step records for the driver (records.c) */
+    ct_device device;       /* where the model trains (tr_spec.device) */
+    const ct__backend *bk;  /* its backend; NULL on the CPU */
+    tr_uploader up_x, up_y; /* batches to the device (upload.c) */
 };
 
 static void replica_free(void *state)
@@ -67,7 +72,10 @@ static void replica_free(void *state)
         ct_module_on_grad_ready(r->st.models[i], NULL, NULL);
         ct_bucketer_destroy(&r->bucketers[i]); /* before the communicator it uses */
     }
+    ct_comm_destroy(&r->ncomm);
     ct_comm_destroy(&r->comm);
+    ct__uploader_free(&r->up_x);
+    ct__uploader_free(&r->up_y);
     ct_rendezvous_kv_destroy(&r->rdv);
     ct_loader_destroy(&r->loader); /* before the datasets */
     ct__trainer_state_free(&r->st);
@@ -165,16 +173,35 @@ static int bucketer_new(replica *r, int m)
     size_t bucket = (size_t)((r->spec.bucket_mb > 0 ? r->spec.bucket_mb : 25) * 1024 * 1024);
     size_t first = bucket < (1u << 20) ? bucket : (1u << 20);
     r->nparams[m] = np;
-    if ((rc = ct_bucketer_new(
-             r->comm, grads, counts, np,
-             &(ct_bucketer_opts){.first_bucket_bytes = first, .bucket_bytes = bucket},
-             &r->bucketers[m])) < 0)
+    if ((rc = ct_bucketer_new(r->ncomm ? r->ncomm : r->comm, grads, counts, np,
+                              &(ct_bucketer_opts){.first_bucket_bytes = first,
+                                                  .bucket_bytes = bucket,
+                                                  .device = r->device},
+                              &r->bucketers[m])) < 0)
         goto out;
     r->hooks[m] = (grad_hook){r, m};
     rc = ct_module_on_grad_ready(r->st.models[m], grad_ready, &r->hooks[m]);
 out:
     free(grads);
     free(counts);
+    return rc;
+}
+
+/* Rank 0's bytes at p (the replica's device memory) to every rank: on a device through host
+ * memory (once per setup and per epoch: parameters and buffers). */
+static int broadcast_dev(replica *r, void *p, size_t bytes)
+{
+    if (!r->bk)
+        return ct_comm_broadcast(r->comm, p, bytes, CT_U8, 0, 0);
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h)
+        return CT_ENOMEM;
+    int rc = r->setup.rank == 0 ? r->bk->download(h, p, bytes) : 0;
+    if (rc == 0)
+        rc = ct_comm_broadcast(r->comm, h, bytes, CT_U8, 0, 0);
+    if (rc == 0 && r->setup.rank != 0)
+        rc = r->bk->upload(p, h, bytes);
+    free(h);
     return rc;
 }
 
@@ -185,7 +212,7 @@ static int broadcast_params(replica *r)
         float *values, *grads;
         int64_t numel;
         int rc = ct_module_flat(r->st.models[m], &values, &grads, &numel);
-        if (rc < 0 || (rc = ct_comm_broadcast(r->comm, values, (size_t)numel, CT_F32, 0, 0)) < 0)
+        if (rc < 0 || (rc = broadcast_dev(r, values, (size_t)numel * sizeof(float))) < 0)
             return rc;
     }
     return 0;
@@ -207,7 +234,7 @@ static int broadcast_model_buffers(replica *r, ct_module *model)
             continue;
         ct_tensor *t = sd[i].tensor;
         size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(ct_tensor_dtype(t));
-        if ((rc = ct_comm_broadcast(r->comm, ct_tensor_data(t), bytes, CT_U8, 0, 0)) < 0)
+        if ((rc = broadcast_dev(r, ct_tensor_data(t), bytes)) < 0)
             return rc;
     }
     return 0;
@@ -236,6 +263,14 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     const tr_setup_args *a = &r->setup;
     int rc;
     ct_nn_set_threads(r->spec.threads > 0 ? r->spec.threads : 1);
+    r->device = (ct_device)r->spec.device;
+    if (r->device != CT_CPU) {
+        if (!(r->bk = ct__backend_of(r->device)))
+            return ct__error(CT_ENOSYS, "trainer replica %d: %s", a->rank, ct_last_error());
+        if ((rc = ct__uploader_init(&r->up_x, r->device)) < 0 ||
+            (rc = ct__uploader_init(&r->up_y, r->device)) < 0)
+            return rc;
+    }
     if ((rc = ct__trainer_ctx_init(&r->ctx, r->spec.config, a->rank, a->world, r->spec.seed,
                                    a->start_epoch, r->spec.epochs, false)) < 0)
         return rc;
@@ -250,6 +285,20 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
                                           .node_id = ct_self_node_id(),
                                           .timeout_ms = r->spec.comm_timeout_ms},
                           &r->comm)) < 0)
+        return rc;
+    /* CUDA: the gradients over NCCL on the GPU CUDA_VISIBLE_DEVICES gives (the checking
+     * device's go over the ring: bucket.c) */
+    char ngroup[80];
+    snprintf(ngroup, sizeof ngroup, "%s-nccl", a->group);
+    if (r->device == CT_CUDA &&
+        (rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
+                                          .group_id = ngroup,
+                                          .rank = a->rank,
+                                          .world_size = a->world,
+                                          .node_id = ct_self_node_id(),
+                                          .backend = CT_COMM_NCCL,
+                                          .timeout_ms = r->spec.comm_timeout_ms},
+                          &r->ncomm)) < 0)
         return rc;
     /* before the loader's and the bucketer's threads start: they inherit the binding */
     if ((rc = ct__replica_bind_cpus(r->comm, r->spec.threads, r->spec.bind_cpus,
@@ -340,6 +389,8 @@ static int epoch_failed(replica *r, int rc)
     char key[128], msg[720], here[600];
     snprintf(here, sizeof here, "%s", ct_last_error());
     snprintf(key, sizeof key, "trainer/%s/error", r->setup.group);
+    if (r->ncomm) /* NCCL's peers see this rank leave too (its failure or a peer's) */
+        ct_comm_abort(r->ncomm);
     if (ct_comm_status(r->comm) == 0) {
         snprintf(msg, sizeof msg, "replica %d: %s", r->setup.rank, here);
         ct_kv_put(key, msg, strlen(msg) + 1);
@@ -360,17 +411,26 @@ static int epoch_failed(replica *r, int rc)
 
 /* Wraps a loader batch as tensors (x: n × sample shape, f32; y: n, i64, or n × target shape,
  * f32; borrowed from the loader) and runs step fn on it. */
-static int run_batch(trainer_step *s, trainer_step_fn fn, const ct_batch *b, trainer_step_out *so)
+static int run_batch(replica *r, trainer_step *s, trainer_step_fn fn, const ct_batch *b,
+                     trainer_step_out *so)
 {
     int64_t xs[CT_DATA_MAX_DIMS + 1] = {b->n}, ys[CT_DATA_MAX_DIMS + 1] = {b->n};
     for (int d = 0; d < b->ndim; d++)
         xs[d + 1] = b->shape[d];
     for (int d = 0; d < b->tndim; d++)
         ys[d + 1] = b->tshape[d];
-    ct_tensor *x = ct_tensor_wrap(CT_F32, b->ndim + 1, xs, (void *)b->x);
-    ct_tensor *y = b->tndim ? ct_tensor_wrap(CT_F32, b->tndim + 1, ys, (void *)b->target)
-                            : ct_tensor_wrap(CT_I64, 1, ys, (void *)b->y);
-    int rc = x && y ? ct__trainer_step_run(s, fn, &(trainer_batch){x, y, b->n}, so) : CT_ENOMEM;
+    ct_tensor *x = NULL, *y = NULL;
+    int rc = 0;
+    if (r->device == CT_CPU) {
+        x = ct_tensor_wrap(CT_F32, b->ndim + 1, xs, (void *)b->x);
+        y = b->tndim ? ct_tensor_wrap(CT_F32, b->tndim + 1, ys, (void *)b->target)
+                     : ct_tensor_wrap(CT_I64, 1, ys, (void *)b->y);
+    } else if ((rc = ct__uploader_put(&r->up_x, CT_F32, b->ndim + 1, xs, b->x, &x)) == 0) {
+        rc = b->tndim ? ct__uploader_put(&r->up_y, CT_F32, b->tndim + 1, ys, b->target, &y)
+                      : ct__uploader_put(&r->up_y, CT_I64, 1, ys, b->y, &y);
+    }
+    if (rc == 0)
+        rc = x && y ? ct__trainer_step_run(s, fn, &(trainer_batch){x, y, b->n}, so) : CT_ENOMEM;
     ct_tensor_release(&x);
     ct_tensor_release(&y);
     return rc;
@@ -434,7 +494,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         for (int m = 0; m < r->st.nmodels && s.accum_pos == 0; m++)
             ct_module_zero_grad(r->st.models[m]);
         ct_nn_manual_seed(batch_seed(r, ea.epoch, s.index));
-        rc = run_batch(&s, r->train_step, &b, &so);
+        rc = run_batch(r, &s, r->train_step, &b, &so);
         s.index++;
         if (rc == 0) {
             rep.loss_sum += so.loss_sum;
@@ -488,7 +548,17 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         int64_t numel;
         if ((rc = ct_module_flat(r->st.models[m], &values, &grads, &numel)) < 0)
             return rc;
-        uint64_t h = ct__trainer_hash(values, (size_t)numel * sizeof(float));
+        size_t bytes = (size_t)numel * sizeof(float);
+        float *host = values;
+        if (r->bk && !(host = malloc(bytes ? bytes : 1)))
+            return CT_ENOMEM;
+        if (r->bk && (rc = r->bk->download(host, values, bytes)) < 0) {
+            free(host);
+            return rc;
+        }
+        uint64_t h = ct__trainer_hash(host, bytes);
+        if (host != values)
+            free(host);
         rep.weights_hash = m ? mix(rep.weights_hash ^ h) : h;
     }
     if (ea.checkpoint && r->setup.rank == 0) {
@@ -537,7 +607,7 @@ static int validate_local(replica *r, int64_t s_epoch, tr_val_result *v)
     ct_batch b;
     while ((rc = ct_loader_next(ld, &b)) > 0) {
         trainer_step_out so;
-        rc = run_batch(&s, r->validate_step, &b, &so);
+        rc = run_batch(r, &s, r->validate_step, &b, &so);
         s.index++;
         if (rc < 0)
             break;

@@ -255,10 +255,16 @@ int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, train
     ct_tensor *loss = plain ? s->st->losses[0](plain, b->y) : NULL;
     /* top-1 only for i64 labels: f32 targets (regression, multi-label) count the loss only */
     bool labels = ct_tensor_dtype(b->y) == CT_I64;
-    int rc = !loss    ? CT_EINVAL
-             : labels ? ct_metrics_topk_correct(ct_tensor_f32(plain), ct_tensor_data(b->y), b->n,
+    /* on a device the top-1 count reads host copies */
+    bool dev = plain && ct_tensor_device(plain) != CT_CPU;
+    ct_tensor *hp = dev && labels ? ct_tensor_to(plain, CT_CPU) : ct_tensor_retain(plain);
+    ct_tensor *hy = dev && labels ? ct_tensor_to(b->y, CT_CPU) : ct_tensor_retain(b->y);
+    int rc = !loss || !hp || !hy ? CT_EINVAL
+             : labels ? ct_metrics_topk_correct(ct_tensor_f32(hp), ct_tensor_data(hy), b->n,
                                                 ct_tensor_dim(plain, 1), 1, &hits)
                       : 0;
+    ct_tensor_release(&hp);
+    ct_tensor_release(&hy);
     if (rc == 0) {
         out->loss_sum = ct_tensor_item(loss) * (double)b->n;
         out->correct = hits;

@@ -22,6 +22,7 @@
 
 #include "common/common.h"
 #include "internal.h"
+#include "trainer/backend/backend.h"
 
 /* What the driver sums over the segments of an epoch. */
 typedef struct epoch_sums {
@@ -36,6 +37,7 @@ struct trainer {
     int num_replicas;
     int min_replicas, max_replicas; /* elastic bounds: 1 <= min <= num_replicas <= max */
     double cpus;
+    int gpus; /* per replica (CUDA replicas) */
     ct_strategy placement;
     tr_state local; /* the driver's model, optimizer, scheduler: the last checkpoint's state */
     /* the running group */
@@ -187,9 +189,28 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if (!o || !out)
         return ct__error(CT_EINVAL, "trainer_create: %s is NULL", !o ? "opts" : "out");
     ct__trainer_register_replica_class();
+    ct_device device = CT_CPU;
+    if (o->device && !strcmp(o->device, "cuda"))
+        device = CT_CUDA;
+    else if (o->device && !strcmp(o->device, "checkdev"))
+        device = CT_CHECKDEV;
+    else if (o->device && strcmp(o->device, "cpu"))
+        return ct__error(CT_EINVAL,
+                         "trainer_create: opts.device \"%s\": not \"cpu\", \"cuda\" or "
+                         "\"checkdev\"",
+                         o->device);
+    if (o->use_gpu && o->device && device != CT_CUDA)
+        return ct__error(CT_EINVAL, "trainer_create: opts.use_gpu with opts.device \"%s\"",
+                         o->device);
     if (o->use_gpu)
-        return ct__error(CT_ENOSYS, "trainer_create: opts.use_gpu: the engine has no CUDA "
-                                    "backend yet (CPU replicas only)");
+        device = CT_CUDA;
+    /* the replicas run this program: it must have the device's backend (a GPU is the nodes') */
+    if (device != CT_CPU && (rc = ct__backend_linked(device)) < 0)
+        return ct__error(rc, "trainer_create: opts.%s: %s", o->use_gpu ? "use_gpu" : "device",
+                         ct_last_error());
+    if (o->gpus_per_replica < 0 || o->gpus_per_replica > 64)
+        return ct__error(CT_EINVAL, "trainer_create: opts.gpus_per_replica %d not in [0, 64]",
+                         o->gpus_per_replica);
     if (o->num_replicas < 0 || o->num_replicas > 1024 || o->min_replicas < 0 ||
         o->min_replicas > 1024 || o->max_replicas < 0 || o->max_replicas > 1024)
         return ct__error(CT_EINVAL, "trainer_create: opts.%s %d not in [0, 1024]",
@@ -256,6 +277,9 @@ int trainer_create(const trainer_opts *o, trainer **out)
     s->bucket_mb = o->bucket_mb ? o->bucket_mb : 25;
     t->cpus = o->cpus_per_replica > 0 ? o->cpus_per_replica : 1;
     s->threads = (int)t->cpus > 0 ? (int)t->cpus : 1;
+    s->device = device;
+    /* CUDA replicas ask for GPUs; the checking device needs none */
+    t->gpus = device == CT_CUDA ? (o->gpus_per_replica > 0 ? o->gpus_per_replica : 1) : 0;
     s->comm_timeout_ms = o->comm_timeout_ms ? o->comm_timeout_ms : 60000;
     s->accumulate = o->accumulate > 1 ? o->accumulate : 1;
     s->bind_cpus = !o->no_cpu_binding;
@@ -420,6 +444,13 @@ static int replicas_that_fit(trainer *t, int *out)
     if (rc < 0)
         return rc;
     int n = (int)floor(free_cpu / t->cpus + 1e-9);
+    if (t->gpus > 0) {
+        double free_gpu = 0;
+        if ((rc = ct_cluster_resources("GPU", &total, &free_gpu)) < 0)
+            return rc;
+        int g = (int)floor(free_gpu / t->gpus + 1e-9);
+        n = g < n ? g : n;
+    }
     *out = n < t->max_replicas - t->world ? n : t->max_replicas - t->world;
     return 0;
 }
@@ -513,7 +544,8 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
     if (!(t->actors = calloc((size_t)n, sizeof *t->actors)))
         return ct__error(CT_ENOMEM, "trainer: out of memory");
     t->world = n;
-    ct_resources res = {.cpu = t->cpus, .strategy = t->placement, .timeout_ms = timeout_ms};
+    ct_resources res = {
+        .cpu = t->cpus, .gpu = t->gpus, .strategy = t->placement, .timeout_ms = timeout_ms};
     int64_t t0 = ct__now_ns();
     rc = ct_actor_create_many(TR_REPLICA_CLASS, &res, &t->spec, sizeof t->spec, n, t->actors);
     int64_t t1 = ct__now_ns();

@@ -1,0 +1,271 @@
+/* tests/trainer/test_checkdev.c — training on the checking device (trainer_opts.device =
+ * "checkdev"): its results are the CPU's, bit for bit.
+ *
+ * "same" (default): a 2-replica run of the MLP on 512 Fashion-MNIST images, 2 epochs, Adam with
+ * StepLR, small buckets (2 per step), and a train step that clips the gradients' norm, on
+ * the CPU and then on the checking device (model, gradients and optimizer state on the device,
+ * gradients averaged in buckets over the CPU ring while backward runs): the final weights are
+ * bit-identical, the losses, the clipping norms and the validations (each epoch's end) equal,
+ * and the checkpoint files the two runs wrote are the same bytes. Then each run's epoch-1
+ * checkpoint is resumed on the other device (the CPU's on the checking device, the checking
+ * device's on the CPU) and trained to epoch 2: both end with the CPU run's weights. "kill": on the
+ * checking device, replica 1 is parked in epoch 2 and killed by pid (SIGKILL); the group restarts
+ * from the epoch-1 checkpoint in the store and ends with the CPU run's weights, one retry used. */
+#include "tt.h"
+
+#include <dirent.h>
+#include <pthread.h>
+
+/* forward, loss, backward, the gradients' norm clipped to 0.5, optimizer */
+static int clip_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+{
+    ct_tensor *y = ct_module_forward(trainer_step_model(s), b->x);
+    ct_tensor *loss = y ? trainer_step_loss(s)(y, b->y) : NULL;
+    int rc = loss ? trainer_step_backward(s, loss) : CT_EINVAL;
+    double norm = 0;
+    if (rc == 0)
+        rc = trainer_step_clip_grad_norm(s, 0.5, &norm);
+    if (rc == 0)
+        rc = trainer_step_optimizer(s);
+    if (rc == 0)
+        rc = trainer_step_metric(s, "grad_norm", norm);
+    if (rc == 0) {
+        out->loss_sum = ct_tensor_item(loss) * (double)b->n;
+        out->samples = b->n;
+    }
+    ct_tensor_release(&loss);
+    ct_tensor_release(&y);
+    return rc;
+}
+
+static trainer *make(const char *device, int probe_step)
+{
+    char cfg[200];
+    snprintf(cfg, sizeof cfg, "limit=512,val_limit=128,lr=2e-3,step_size=1,gamma=0.5,probe_step=%d",
+             probe_step);
+    trainer *t = NULL;
+    if (trainer_create(&(trainer_opts){.model = "mlp",
+                                       .data = "fashion_mnist",
+                                       .optimizer = "adam",
+                                       .loss = "probe",
+                                       .scheduler = "steplr",
+                                       .train_step = "tt_clip",
+                                       .config = cfg,
+                                       .num_replicas = 2,
+                                       .batch_size = 64,
+                                       .bucket_mb = 0.001, /* 2 buckets a step */
+                                       .epochs = 2,
+                                       .seed = 5,
+                                       .device = device},
+                       &t) < 0)
+        fprintf(stderr, "trainer_create (%s): %s\n", device, ct_last_error());
+    return t;
+}
+
+/* the weights must be bit-identical; prints the first difference */
+static void same_weights(const float *a, const float *b, int64_t na, int64_t nb, const char *what)
+{
+    CHECK(a && b && na == nb && na > 0);
+    if (!a || !b || na != nb)
+        return;
+    int64_t diff = 0, first = -1;
+    for (int64_t i = 0; i < na; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float))) {
+            diff++;
+            first = first < 0 ? i : first;
+        }
+    if (diff) {
+        fprintf(stderr, "%s: %lld of %lld weights differ; first at %lld: %.9g vs %.9g\n", what,
+                (long long)diff, (long long)na, (long long)first, a[first], b[first]);
+        h_failures++;
+    }
+}
+
+/* the checkpoint of epoch 1 in dir, into path */
+static bool epoch1_file(const char *dir, char *path, size_t cap)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    bool found = false;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, "ckpt-epoch0001-", 15) && !found) {
+            snprintf(path, cap, "%s/%s", dir, e->d_name);
+            found = true;
+        }
+    if (d)
+        closedir(d);
+    if (!found)
+        fprintf(stderr, "no epoch-1 checkpoint in %s\n", dir);
+    return found;
+}
+
+/* every checkpoint file of a is in b with the same bytes; returns how many were compared */
+static int same_files(const char *a, const char *b)
+{
+    DIR *d = opendir(a);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "ckpt-", 5))
+            continue;
+        char pa[600], pb[600];
+        snprintf(pa, sizeof pa, "%s/%s", a, e->d_name);
+        snprintf(pb, sizeof pb, "%s/%s", b, e->d_name);
+        size_t la = 0, lb = 0;
+        char *ca = tt_read_file(pa, &la), *cb = tt_read_file(pb, &lb);
+        if (!ca || !cb || la != lb || memcmp(ca, cb, la)) {
+            fprintf(stderr, "checkpoint %s differs between the CPU and the checking device\n",
+                    e->d_name);
+            h_failures++;
+        }
+        free(ca);
+        free(cb);
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* trains t from checkpoint file ckpt to epoch 2 and returns the weights */
+static float *resume_from(const char *device, const char *ckpt, int64_t *n)
+{
+    trainer *t = make(device, 0);
+    CHECK(t != NULL);
+    if (!t)
+        return NULL;
+    trainer_stats st = {0};
+    CHECK_OK(trainer_train(t, .resume = ckpt, .max_retries = 0, .stats = &st));
+    CHECK_EQ_INT(st.epoch, 2);
+    float *w = tt_weights(trainer_get_model(t), n);
+    trainer_shutdown(&t);
+    return w;
+}
+
+typedef struct killer {
+    trainer *t;
+    int killed_pid, replica_pid;
+} killer;
+
+static void *kill_probe(void *arg)
+{
+    killer *k = arg;
+    void *v = NULL;
+    size_t n;
+    if (ct_kv_get("tt/probe", &v, &n, 60000) < 0) {
+        fprintf(stderr, "no probe pid in the KV: %s\n", ct_last_error());
+        return NULL;
+    }
+    int pid = atoi(v);
+    free(v);
+    trainer_replica_info info;
+    if (trainer_replica_info_get(k->t, 1, &info) == 0)
+        k->replica_pid = info.pid;
+    if (kill(pid, SIGKILL) == 0)
+        k->killed_pid = pid;
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "same";
+    tt_register();
+    trainer_register_train_step("tt_clip", clip_step);
+    ct_serve_if_worker();
+    h_init();
+    CHECK_OK(ct_init(&(ct_init_opts){.cpus = 2}));
+    char dcpu[] = "/tmp/ct-checkdev-cpu-XXXXXX", ddev[] = "/tmp/ct-checkdev-dev-XXXXXX";
+    CHECK(mkdtemp(dcpu) && mkdtemp(ddev));
+    int64_t n1 = 0, n2 = 0;
+    float *w1 = NULL, *w2 = NULL;
+    trainer_stats s1 = {0}, s2 = {0};
+
+    /* the CPU run */
+    trainer *t = make("cpu", 0);
+    CHECK(t != NULL);
+    if (!t)
+        goto out;
+    CHECK_OK(trainer_train(t, .max_retries = 0, .checkpoint_dir = dcpu,
+                           .validate_every_epoch = true, .stats = &s1));
+    CHECK_EQ_INT(s1.epoch, 2);
+    CHECK(s1.weights_agree);
+    w1 = tt_weights(trainer_get_model(t), &n1);
+    trainer_shutdown(&t);
+
+    if (!strcmp(what, "kill")) {
+        /* replica 1's 2nd step of epoch 2 (4 steps an epoch) parks it; killed there */
+        t = make("checkdev", 4 + 2);
+        CHECK(t != NULL);
+        if (!t)
+            goto out;
+        ct_kv_put("tt/probe/armed", "1", 1);
+        killer k = {.t = t};
+        pthread_t th;
+        pthread_create(&th, NULL, kill_probe, &k);
+        CHECK_OK(trainer_train(t, .max_retries = 1, .stats = &s2));
+        pthread_join(th, NULL);
+        CHECK(k.killed_pid > 0);
+        CHECK_EQ_INT(k.killed_pid, k.replica_pid);
+        CHECK_EQ_INT(s2.retries_used, 1);
+        CHECK_EQ_INT(s2.epoch, 2);
+        CHECK_EQ_INT(s2.steps, s1.steps);
+        CHECK(s2.weights_agree);
+        CHECK(h_wait_gone(k.killed_pid, 2000));
+        w2 = tt_weights(trainer_get_model(t), &n2);
+        same_weights(w1, w2, n1, n2, "killed replica on the checking device vs the CPU run");
+        trainer_shutdown(&t);
+        goto out;
+    }
+
+    /* the same run on the checking device */
+    t = make("checkdev", 0);
+    CHECK(t != NULL);
+    if (!t)
+        goto out;
+    CHECK_OK(trainer_train(t, .max_retries = 0, .checkpoint_dir = ddev,
+                           .validate_every_epoch = true, .stats = &s2));
+    CHECK_EQ_INT(s2.epoch, 2);
+    CHECK_EQ_INT(s2.steps, s1.steps);
+    CHECK(s2.weights_agree);
+    CHECK(s1.train_loss == s2.train_loss);
+    /* validation on the device (batches uploaded, top-1 read back) */
+    CHECK(s1.val_samples == 128 && s2.val_samples == 128);
+    CHECK(s1.val_loss == s2.val_loss && s1.val_accuracy == s2.val_accuracy);
+    double g1 = trainer_stats_metric(&s1, false, "grad_norm", -1),
+           g2 = trainer_stats_metric(&s2, false, "grad_norm", -2);
+    CHECK(g1 > 0 && g1 == g2);
+    printf("train loss %.9g (CPU) %.9g (checkdev), mean grad norm %.9g %.9g\n", s1.train_loss,
+           s2.train_loss, g1, g2);
+    w2 = tt_weights(trainer_get_model(t), &n2);
+    same_weights(w1, w2, n1, n2, "checking device vs CPU");
+    trainer_shutdown(&t);
+    CHECK(same_files(dcpu, ddev) >= 2); /* epochs 1 and 2 */
+
+    /* cross-loads: each device resumes the other's epoch-1 checkpoint */
+    char p[600];
+    if (epoch1_file(dcpu, p, sizeof p)) {
+        free(w2);
+        w2 = resume_from("checkdev", p, &n2);
+        same_weights(w1, w2, n1, n2, "CPU checkpoint resumed on the checking device");
+    } else {
+        h_failures++;
+    }
+    if (epoch1_file(ddev, p, sizeof p)) {
+        free(w2);
+        w2 = resume_from("cpu", p, &n2);
+        same_weights(w1, w2, n1, n2, "checking-device checkpoint resumed on the CPU");
+    } else {
+        h_failures++;
+    }
+out:
+    free(w1);
+    free(w2);
+    ct_shutdown();
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dcpu, ddev);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s, %s\n", dcpu, ddev);
+    if (h_failures)
+        fprintf(stderr, "test_checkdev %s: %d failure(s)\n", what, h_failures);
+    return h_failures ? 1 : 0;
+}

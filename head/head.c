@@ -16,7 +16,7 @@
  *   shared state (actors, placement groups, KV, objects, driver heartbeats) must carry one.
  *   An actor is killed by its job or reported (ready, failed, exited) by the node hosting it;
  *   a placement group is used and removed by its job; a KV key is changed by the job that wrote
- *   it (the rule at on_kv_put); an object is freed by its job (objdir.c). Reads (status, KV
+ *   it (the rule at ct__head_on_kv_put, kv.c); an object is freed by its job (objdir.c). Reads (status, KV
  *   gets, object locations and fetches, events) are open to every peer.
  * The handler table below says for each message which of these it needs (RULE_*: open, a job
  * token, a live node's token, either); the loop refuses what lacks it, and the handler checks

@@ -273,7 +273,7 @@ int ct_cluster_resources(const char *name, double *total, double *free_amount)
         double t = 0, f = 0;
         for (size_t i = 0; i < rep->status_reply->n_nodes; i++) {
             Ct__NodeInfo *n = rep->status_reply->nodes[i];
-            if (!n->alive)
+            if (!n->alive || n->draining) /* a draining node takes no new actors */
                 continue;
             t += ct__res_get(n->total, n->n_total, name);
             f += ct__res_get(n->free, n->n_free, name);

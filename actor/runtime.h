@@ -21,6 +21,8 @@ typedef struct ct_node_opts {
     uint64_t store_memory; /* object store shard bytes; 0: RAM/4, at most 2 GiB */
     const char *spill_dir; /* NULL: the node's own /tmp/ct-node.<pid>.XXXXXX (mkdtemp) */
     int head_dead_ms;      /* head silent this long: kill the actors, exit; 0: 30 heartbeats */
+    int drain_ms;          /* SIGTERM: how long to wait for the actors of jobs that save their work
+                              first (NODE_DRAINING); 0: 60000. A second SIGTERM stops at once */
 } ct_node_opts;
 
 /* Registers with the head and serves (spawns, reaps, heartbeats) until SIGTERM/SIGINT,

@@ -119,7 +119,7 @@ static int pick_node(head *h, const res *need, int strategy, const res *frees, c
     for (int i = 0; i < h->nnodes; i++) {
         const res *f = frees ? &frees[i] : &h->nodes[i].free;
         int l = load ? load[i] : h->nodes[i].nactors;
-        if (!h->nodes[i].alive || !ct__rv_fits(f, need))
+        if (!h->nodes[i].alive || h->nodes[i].draining || !ct__rv_fits(f, need))
             continue;
         double sum = ct__rv_sum(f);
         bool better = best < 0 || (strategy == CT__STRATEGY__SPREAD

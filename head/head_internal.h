@@ -82,6 +82,7 @@ typedef struct node {
     uint64_t watch;        /* its death-watch connection (head/watch.h); 0: none */
     bool used;             /* the slot holds a node, alive or dead but not yet forgotten */
     bool alive;
+    bool draining; /* told to stop (Heartbeat.draining): nothing more is placed there */
     int nactors;
 } node;
 

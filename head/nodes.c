@@ -15,6 +15,41 @@
 
 static void driver_gone(head *h, int di, const char *why);
 
+/* Node ni was told to stop (SIGTERM) and asks to drain: nothing more is placed there, the
+ * subscribers hear NODE_DRAINING, and the node learns whether to wait for its actors: it
+ * does when a job that subscribed to NODE_DRAINING has actors there (that job saves its work,
+ * then ends them: the trainer checkpoints at its next step boundary), else it stops now. */
+static void node_draining(head *h, int ni, const ct__rid *rid, uint64_t req)
+{
+    node *n = &h->nodes[ni];
+    if (!n->draining) {
+        n->draining = true;
+        CT_LOG(CT_LOG_INFO, "head", "node %s draining (told to stop): no new actors there", n->id);
+        Ct__Event ev = CT__EVENT__INIT;
+        ev.type = CT__EVENT_TYPE__NODE_DRAINING;
+        ev.node_id = n->id;
+        ev.pid = n->pid;
+        ev.reason = "told to stop (SIGTERM)";
+        ct__head_push_event(h, &ev, NULL);
+    }
+    bool wait = false;
+    for (int i = 0; i < h->nactors && !wait; i++) {
+        const actor *a = &h->actors[i];
+        if (a->node != ni || (a->state != A_STARTING && a->state != A_ALIVE))
+            continue;
+        for (int s = 0; s < h->nsubs && !wait; s++)
+            wait = (h->subs[s].mask & (1u << CT__EVENT_TYPE__NODE_DRAINING)) &&
+                   ct__token_eq(h->subs[s].job, a->job);
+    }
+    Ct__Envelope o;
+    Ct__DrainReply dr = CT__DRAIN_REPLY__INIT;
+    ct__env_init(&o, req, "head", 0);
+    dr.wait = wait;
+    o.body_case = CT__ENVELOPE__BODY_DRAIN_REPLY;
+    o.drain_reply = &dr;
+    ct__head_send(h, rid, &o);
+}
+
 int ct__head_find_node(head *h, const char *id)
 {
     for (int i = 0; id && i < h->nnodes; i++)
@@ -460,4 +495,6 @@ void ct__head_on_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
         n->rid = *rid; /* the node's main socket reconnected: its orders go there now */
         CT_LOG(CT_LOG_INFO, "head", "node %s: new connection", n->id);
     }
+    if (e->heartbeat->draining)
+        node_draining(h, i, rid, e->req_id);
 }

@@ -41,6 +41,7 @@ void ct__head_on_status(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
         ni[i].host = n->host;
         ni[i].alive = n->alive;
         ni[i].pid = n->pid;
+        ni[i].draining = n->draining;
         ct__rv_to_pb(&n->total, &tot[i]);
         ct__rv_to_pb(&n->free, &fre[i]);
         ni[i].n_total = n->total.n;

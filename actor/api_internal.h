@@ -115,8 +115,8 @@ typedef struct hwait {
 /* ---- api_transport.c: the head connection (lock held unless said) ---- */
 void ct__client_wait_add(hwait *w);
 void ct__client_wait_remove(hwait *w);
-/* Releases the lock while sleeping until the head socket, fds or a kick wakes it, at most ms. */
 #define SLEEP_MAX_FDS 64 /* fds one sleep watches */
+/* Releases the lock while sleeping until the head socket, fds or a kick wakes it, at most ms. */
 void ct__client_sleep_fds(const int *fds, int nfds, int64_t ms);
 void ct__client_sleep(int fd, int64_t ms);
 void ct__client_kick(void); /* wakes the threads asleep in ct__client_sleep */

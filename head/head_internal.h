@@ -209,7 +209,8 @@ enum {
 
 /* What the loop learned about the sender before calling the handler. */
 typedef struct ct__head_from {
-    int node;            /* the live node whose token the message carries: its slot; -1 none */
+    int node;            /* the live node whose token the message carries: its slot; -1 none
+                            (looked up for RULE_NODE and RULE_TOKEN rows only) */
     const char *node_id; /* that node's id; NULL none */
     const char *job;     /* the message's token when it has a well-formed one; NULL none */
     bool keep;           /* the handler set it: it keeps the envelope (the loop frees it not) */

@@ -16,16 +16,16 @@
  *   shared state (actors, placement groups, KV, objects, driver heartbeats) must carry one.
  *   An actor is killed by its job or reported (ready, failed, exited) by the node hosting it;
  *   a placement group is used and removed by its job; a KV key is changed by the job that wrote
- *   it (the rule at ct__head_on_kv_put, kv.c); an object is freed by its job (objdir.c). Reads
- * (status, KV gets, object locations and fetches, events) are open to every peer. The handler table
- * below says for each message which of these it needs (RULE_*: open, a job token, a live node's
- * token, either); the loop refuses what lacks it, and the handler checks the rest (that the node is
- * the one named, that the job owns what it changes). Bounded input. A message is at most
- * HEAD_MAX_MSG bytes and may cost at most DECODE_MAX bytes when decoded (less when small); a peer
- * has at most HEAD_RCVHWM messages queued; every table has a limit (MAX_*); resource amounts are
- * finite and in [0, MAX_AMOUNT]; dead nodes and actors are forgotten GONE_AFTER_MS after they died.
- * A refusal is an Error to the sender naming the field, and a log line (ct__head_refuse: a flood is
- * counted, not logged).
+ *   it (the rule at ct__head_on_kv_put, kv.c); an object is freed by its job (objdir.c).
+ *   Reads (status, KV gets, object locations and fetches, events) are open to every peer.
+ * The handler table below says for each message which of these it needs (RULE_*: open, a job
+ * token, a live node's token, either); the loop refuses what lacks it, and the handler checks
+ * the rest (that the node is the one named, that the job owns what it changes).
+ * Bounded input. A message is at most HEAD_MAX_MSG bytes and may cost at most DECODE_MAX
+ * bytes when decoded (less when small); a peer has at most HEAD_RCVHWM messages queued;
+ * every table has a limit (MAX_*); resource amounts are finite and in [0, MAX_AMOUNT]; dead
+ * nodes and actors are forgotten GONE_AFTER_MS after they died. A refusal is an Error to the
+ * sender naming the field, and a log line (ct__head_refuse: a flood is counted, not logged).
  *
  * Not in here: method calls (drivers talk to actors directly), process spawning (actor/node.c),
  * bulk data. Tables are plain arrays scanned linearly: clusters have tens of nodes and

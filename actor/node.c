@@ -146,6 +146,9 @@ typedef struct nodest {
     double gpu_used[MAX_GPUS];  /* each index's share held by actors */
     char gpu_dev[MAX_GPUS][64]; /* index i's name in an actor's CUDA_VISIBLE_DEVICES */
     int watch_fd;               /* the head's death watch (head/watch.h); -1: none */
+    /* drain (a first SIGTERM): 0 none, 1 asked the head, 2 waits for its actors to exit, 3 stop */
+    int drain;
+    int64_t drain_asked, drain_until;
 } nodest;
 
 /* extension point (runtime.h) */
@@ -204,9 +207,13 @@ const char *ct__node_token(void)
  * too): an atomic, not a volatile sig_atomic_t, which is safe only within one thread (a data
  * race ThreadSanitizer reported). Lock-free, so async-signal-safe. */
 static atomic_int node_stop;
+/* A first SIGTERM asks for a drain (drain_step): the node's jobs may save their work before its
+ * actors end. SIGINT, or a second SIGTERM, stops at once. */
+static atomic_int node_terms;
 static void on_term(int sig)
 {
-    (void)sig;
+    if (sig == SIGTERM && atomic_fetch_add(&node_terms, 1) == 0)
+        return;
     node_stop = 1;
 }
 
@@ -1255,6 +1262,41 @@ static bool head_lost(nodest *n, int64_t *silent_ms, int64_t *last_count, int hb
     return true;
 }
 
+/* The drain a first SIGTERM asked for: the node tells the head (Heartbeat.draining), which
+ * places nothing more here, pushes NODE_DRAINING, and answers whether a job that listens has
+ * actors here (DrainReply.wait): then the node waits until its actors exited (the trainer
+ * ends its replicas once it took a checkpoint) or drain_ms passed, else it stops at once, as
+ * it does when the head does not answer within 3 s. True when the node should stop now. */
+static bool drain_step(nodest *n, int drain_ms)
+{
+    int64_t now = ct__now_ms();
+    if (n->drain == 0) {
+        Ct__Envelope e;
+        Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+        ct__env_init(&e, 1, n->id, 0);
+        hb.node_id = n->id;
+        hb.draining = 1;
+        e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+        e.heartbeat = &hb;
+        CT_LOG(CT_LOG_INFO, "node", "SIGTERM: draining (%d actors; a second SIGTERM stops now)",
+               n->na);
+        if (send_head(n, &e))
+            return true;
+        n->drain = 1;
+        n->drain_asked = now;
+        n->drain_until = now + (drain_ms > 0 ? drain_ms : 60000);
+    }
+    if (n->drain == 1 && now - n->drain_asked > 3000)
+        CT_LOG(CT_LOG_WARN, "node", "draining: the head did not answer; stopping");
+    if (n->drain == 2 && n->na && now >= n->drain_until)
+        CT_LOG(CT_LOG_WARN, "node", "draining: %d actors still run after %d ms; stopping", n->na,
+               drain_ms > 0 ? drain_ms : 60000);
+    if (n->drain == 2 && !n->na)
+        CT_LOG(CT_LOG_INFO, "node", "drained: its actors exited; stopping");
+    return n->drain == 3 || (n->drain == 1 && now - n->drain_asked > 3000) ||
+           (n->drain == 2 && (!n->na || now >= n->drain_until));
+}
+
 static void heartbeat(nodest *n)
 {
     Ct__Envelope e;
@@ -1412,7 +1454,7 @@ static int do_register(nodest *n, int *hb_ms)
     for (;;) {
         int64_t left = until - ct__now_ms();
         zmq_pollitem_t it = {n->sock, 0, ZMQ_POLLIN, 0};
-        if (left <= 0 || node_stop)
+        if (left <= 0 || node_stop || node_terms)
             return ct__error(CT_ETIMEDOUT,
                              "node: head %s did not answer registration (is it up, and does "
                              "it hold this node's cluster secret?)",
@@ -1456,6 +1498,16 @@ static int on_head(nodest *n, Ct__Envelope *e)
         break;
     case CT__ENVELOPE__BODY_JOB_ENDED:
         on_job_ended(n, e->job_ended);
+        break;
+    case CT__ENVELOPE__BODY_DRAIN_REPLY:
+        if (n->drain == 1) {
+            n->drain = e->drain_reply->wait ? 2 : 3;
+            if (n->drain == 2)
+                CT_LOG(CT_LOG_INFO, "node",
+                       "draining: waiting up to %lld ms for %d actors, whose jobs save their "
+                       "work first",
+                       (long long)(n->drain_until - ct__now_ms()), n->na);
+        }
         break;
     case CT__ENVELOPE__BODY_ERROR:
         CT_LOG(CT_LOG_WARN, "node", "head: %s", e->error->message);
@@ -1588,7 +1640,7 @@ int ct__node_run(const ct_node_opts *o)
     }
     int hb_ms = 100;
     if ((rc = do_register(&n, &hb_ms))) {
-        if (node_stop) /* SIGTERM while registering: a stop (exit 0), not a failure */
+        if (node_stop || node_terms) /* SIGTERM while registering: a stop (exit 0) */
             rc = 0;
         goto out;
     }
@@ -1617,6 +1669,8 @@ int ct__node_run(const ct_node_opts *o)
     int64_t next_idle = ct__now_ms() + 1000;
     bool declared_dead = false; /* the head said so: rejoin */
     while (!node_stop) {
+        if (node_terms && drain_step(&n, o->drain_ms))
+            break;
         if (declared_dead) {
             declared_dead = false;
             if ((rc = rejoin(&n, &live, &hb_ms)))

@@ -1,9 +1,9 @@
 /* actor/node_main.c — ct-node: the command-line front of ct__node_run (actor/node.c).
  * Contract (stable): ct-node --head H:P [--cpus N] [--gpus N] [--resources name=n,...]
  * [--host ADDR] [--store-memory BYTES[K|M|G]] [--spill-dir DIR] [--cpuset LIST]
- * [--head-dead-after-ms MS] [--secret-file F] (or CT_SECRET_FILE; required); ct-node --purge
- * PID (what `ctup down` runs on a node's host: the shard, node directory and spill files that
- * node PID left when it was killed; needs no secret). */
+ * [--head-dead-after-ms MS] [--drain-ms MS] [--secret-file F] (or CT_SECRET_FILE; required);
+ * ct-node --purge PID (what `ctup down` runs on a node's host: the shard, node directory and spill
+ * files that node PID left when it was killed; needs no secret). */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include <errno.h>
 #include <malloc.h>
@@ -68,6 +68,9 @@ static void usage(FILE *f)
             "  --secret-file F       the cluster secret (default $CT_SECRET_FILE; required)\n"
             "  --head-dead-after-ms MS  head silent this long: kill the actors and exit 1\n"
             "                        (default: 30 heartbeat periods, 3000 at 100 ms)\n"
+            "  --drain-ms MS         SIGTERM: wait this long for the actors of jobs that save\n"
+            "                        their work first (NODE_DRAINING; default 60000); a second\n"
+            "                        SIGTERM stops at once\n"
             "  --spill-dir DIR       where the store spills (made 0700 when missing; refused "
             "when\n"
             "                        not this user's or group/other-writable; default\n"
@@ -200,6 +203,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.head_dead_ms = (int)ms;
+            i++;
+        } else if (!strcmp(a, "--drain-ms")) {
+            double ms = 0;
+            if (parse_num(a, v, &ms))
+                return 2;
+            if (ms < 1 || ms > 3600e3) {
+                fprintf(stderr, "ct-node: --drain-ms: %s is not in [1, 3600000]\n", v);
+                return 2;
+            }
+            o.drain_ms = (int)ms;
             i++;
         } else if (!strcmp(a, "--cpuset")) {
             cpu_set_t set;

@@ -20,7 +20,7 @@
  * Pulls run one thread each; a pull of an id already in flight on this node is not started
  * twice (its completion answers both).
  *
- * Not in here: the directory (head/objdir.c), the client API (api.c). Threads: start/stop and
+ * Not in here: the directory (head/objdir.c), the client API (api_objects.c). Threads: start/stop and
  * the handlers run on the node's thread; the rest is internal. */
 #define _GNU_SOURCE
 #include <dirent.h>

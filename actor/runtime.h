@@ -1,5 +1,5 @@
 /* actor/runtime.h — internals shared by the node (node.c), the zygote and actor processes
- * (worker.c) and the driver API (api.c). Not public API; see include/ct/ct.h. */
+ * (worker.c) and the driver API (api_*.c). Not public API; see include/ct/ct.h. */
 #ifndef CT_ACTOR_RUNTIME_H
 #define CT_ACTOR_RUNTIME_H
 
@@ -21,6 +21,8 @@ typedef struct ct_node_opts {
     uint64_t store_memory; /* object store shard bytes; 0: RAM/4, at most 2 GiB */
     const char *spill_dir; /* NULL: the node's own /tmp/ct-node.<pid>.XXXXXX (mkdtemp) */
     int head_dead_ms;      /* head silent this long: kill the actors, exit; 0: 30 heartbeats */
+    int drain_ms;          /* SIGTERM: how long to wait for the actors of jobs that save their work
+                              first (NODE_DRAINING); 0: 60000. A second SIGTERM stops at once */
 } ct_node_opts;
 
 /* Registers with the head and serves (spawns, reaps, heartbeats) until SIGTERM/SIGINT,
@@ -91,7 +93,7 @@ void ct__objnode_stop_detached(void);
  * inode>/shm:<device of /dev/shm>". Two processes with the same one share a kernel, a network
  * namespace and the /dev/shm that shards live in, so one can map the other's shard; a node
  * reports its own (ObjNodeInfo.host_id) and a driver compares it with its own to decide
- * whether a node runs on its host (api.c). */
+ * whether a node runs on its host (api_objects.c). */
 void ct__host_id(char *buf, size_t cap);
 /* Default store memory: a quarter of RAM, at most 2 GiB and half of /dev/shm's free space. */
 uint64_t ct__objnode_default_memory(void);
@@ -112,13 +114,13 @@ int ct__parse_resources(const char *s, ct_resource *out, int cap, int *n, char *
 /* The zygote: reads start requests from fd, forks one actor per request; never returns. */
 void ct__zygote_main(int fd) __attribute__((noreturn));
 
-/* Class registry (api.c). NULL when unknown. */
+/* Class registry (api_actors.c). NULL when unknown. */
 const ct_actor_class *ct__class_find(const char *name);
 /* True once ct_serve_if_worker / ct_init ran in this (non-actor) process: what is registered
  * from then on (actor classes, trainer creators) exists in no actor of this program. */
 bool ct__registration_closed(void);
 
-/* Client side inside an actor process (api.c): records the head's address and self ids; the
+/* Client side inside an actor process (api_init.c): records the head's address and self ids; the
  * ZeroMQ context and head connection are made on first use (ct_kv_*, creating actors from an
  * actor), so an actor that never needs them costs no threads. */
 void ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,

@@ -15,7 +15,7 @@
  * at a time. The zygote names itself "ct-zygote" and each actor "ct-actor" (comm); the
  * zygote's stderr is the node's pipe until it serves, an actor's a memfd while its create runs
  * (node.c quotes them when they die there). Not in here: spawning policy (node.c), the driver
- * side of calls (api.c). */
+ * side of calls (api_actors.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>

@@ -2,7 +2,7 @@
  * challenge-response (see auth.h for the protocol and who holds what).
  *
  * Not here: which sockets use it (head/, actor/, objectstore/, trainer/collective/) and where a
- * process finds its secret file (the mains, actor/api.c, cluster/). */
+ * process finds its secret file (the mains, actor/api_init.c, cluster/). */
 #define _GNU_SOURCE
 #include "common/auth.h"
 

@@ -8,29 +8,28 @@
  * with no holder left is forgotten. The head never touches object bytes: it only tells a node
  * to pull (ObjPull with the holders' transfer addresses) or to delete (ObjDelete).
  *
- * Authority (head.c's header): a node's reports (ObjNodeInfo, ObjAdded, ObjRemoved,
- * ObjPullDone) must carry that node's token, so a node reports only its own shard; an object
- * belongs to the job whose ObjPutDone registered it first, and only that job may free it.
+ * Authority (head.c's header; the handler table's rules): a node's reports (ObjNodeInfo, ObjAdded,
+ * ObjRemoved, ObjPullDone) must carry that node's token, so a node reports only its own shard; an
+ * object belongs to the job whose ObjPutDone registered it first, and only that job may free it.
  * Locations and fetches are open to every peer. Tables are bounded (MAX_*), like the head's.
  *
  * Not in here: the bytes (objectstore/), the node's side (actor/objnode.c). Objects and waiters
  * are kept in flat arrays scanned linearly: fine for thousands of objects, not for millions.
- * Threads: everything runs on the head's thread (handlers and the tick hook). */
+ * Threads: everything runs on the head's thread (handlers, ct__objdir_tick). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/common.h"
-#include "head/head.h"
+#include "head/head_internal.h"
 #include "proto/msg.h"
 
 #define IDLEN 20
-#define HEAD_EPERM (-EPERM) /* as in head.c */
-#define MAX_OBJECTS 262144  /* objects listed */
-#define MAX_DPULLS 65536    /* pulls the head asked for and waits on */
-#define MAX_DWAITS 16384    /* fetches and replicated puts waiting */
-#define MAX_LOCATE 4096     /* ids in one ObjLocate */
+#define MAX_OBJECTS 262144 /* objects listed */
+#define MAX_DPULLS 65536   /* pulls the head asked for and waits on */
+#define MAX_DWAITS 16384   /* fetches and replicated puts waiting */
+#define MAX_LOCATE 4096    /* ids in one ObjLocate */
 
 typedef struct dnode {
     char id[32];
@@ -69,7 +68,8 @@ typedef struct dwait {
     int64_t deadline;
 } dwait;
 
-static struct {
+/* The directory's tables (h->od): one per head. */
+struct objdir {
     dnode *n;
     int nn;
     dobj *o;
@@ -79,40 +79,8 @@ static struct {
     dwait *w;
     int nw, capw;
     int rr; /* round-robin start for replica placement */
-} D;
-
-static bool installed;
-
-#define REPLY_ERR(h, rid, req, code, field, ...)                                                   \
-    do {                                                                                           \
-        char _m[300];                                                                              \
-        snprintf(_m, sizeof _m, __VA_ARGS__);                                                      \
-        send_error((h), (rid), (req), (code), (field), _m);                                        \
-    } while (0)
-
-static void send_error(ct__head *h, const ct__rid *rid, uint64_t req, int code, const char *field,
-                       const char *msg)
-{
-    Ct__Envelope e;
-    Ct__Error er = CT__ERROR__INIT;
-    ct__env_init(&e, req, "head", 0);
-    er.code = code;
-    er.message = (char *)msg;
-    er.field = (char *)field;
-    e.body_case = CT__ENVELOPE__BODY_ERROR;
-    e.error = &er;
-    ct__head_send(h, rid, &e);
-}
-
-static void reply_ok(ct__head *h, const ct__rid *rid, uint64_t req)
-{
-    Ct__Envelope e;
-    Ct__Ok ok = CT__OK__INIT;
-    ct__env_init(&e, req, "head", 0);
-    e.body_case = CT__ENVELOPE__BODY_OK;
-    e.ok = &ok;
-    ct__head_send(h, rid, &e);
-}
+};
+typedef struct objdir objdir;
 
 static void hex(const uint8_t *id, char out[2 * IDLEN + 1])
 {
@@ -120,18 +88,18 @@ static void hex(const uint8_t *id, char out[2 * IDLEN + 1])
         snprintf(out + 2 * i, 3, "%02x", id[i]);
 }
 
-static int find_node(const char *id)
+static int find_node(objdir *D, const char *id)
 {
-    for (int i = 0; i < D.nn; i++)
-        if (id && !strcmp(D.n[i].id, id))
+    for (int i = 0; i < D->nn; i++)
+        if (id && !strcmp(D->n[i].id, id))
             return i;
     return -1;
 }
 
-static int find_obj(const uint8_t *id)
+static int find_obj(objdir *D, const uint8_t *id)
 {
-    for (int i = 0; i < D.no; i++)
-        if (!memcmp(D.o[i].id, id, IDLEN))
+    for (int i = 0; i < D->no; i++)
+        if (!memcmp(D->o[i].id, id, IDLEN))
             return i;
     return -1;
 }
@@ -144,33 +112,33 @@ static bool holds(const dobj *o, int ni)
     return false;
 }
 
-static void drop_obj(int oi)
+static void drop_obj(objdir *D, int oi)
 {
-    free(D.o[oi].h);
-    D.o[oi] = D.o[--D.no];
+    free(D->o[oi].h);
+    D->o[oi] = D->o[--D->no];
 }
 
 /* 0, CT_ENOSPC (MAX_OBJECTS listed) or CT_ENOMEM. */
-static int add_holder(const uint8_t *id, uint64_t size, int ni)
+static int add_holder(objdir *D, const uint8_t *id, uint64_t size, int ni)
 {
-    int oi = find_obj(id);
+    int oi = find_obj(D, id);
     if (oi < 0) {
-        if (D.no == MAX_OBJECTS)
+        if (D->no == MAX_OBJECTS)
             return CT_ENOSPC;
-        if (D.no == D.capo) {
-            int cap = D.capo ? 2 * D.capo : 64;
-            dobj *no = realloc(D.o, cap * sizeof *no);
+        if (D->no == D->capo) {
+            int cap = D->capo ? 2 * D->capo : 64;
+            dobj *no = realloc(D->o, cap * sizeof *no);
             if (!no)
                 return CT_ENOMEM;
-            D.o = no;
-            D.capo = cap;
+            D->o = no;
+            D->capo = cap;
         }
-        oi = D.no++;
-        memset(&D.o[oi], 0, sizeof D.o[oi]);
-        memcpy(D.o[oi].id, id, IDLEN);
-        D.o[oi].size = size;
+        oi = D->no++;
+        memset(&D->o[oi], 0, sizeof D->o[oi]);
+        memcpy(D->o[oi].id, id, IDLEN);
+        D->o[oi].size = size;
     }
-    dobj *o = &D.o[oi];
+    dobj *o = &D->o[oi];
     if (holds(o, ni))
         return 0;
     if (o->nh == o->caph) {
@@ -185,53 +153,54 @@ static int add_holder(const uint8_t *id, uint64_t size, int ni)
     return 0;
 }
 
-static void remove_holder(int oi, int ni)
+static void remove_holder(objdir *D, int oi, int ni)
 {
-    dobj *o = &D.o[oi];
+    dobj *o = &D->o[oi];
     for (int i = 0; i < o->nh; i++)
         if (o->h[i] == ni) {
             o->h[i--] = o->h[--o->nh];
         }
     if (!o->nh)
-        drop_obj(oi);
+        drop_obj(D, oi);
 }
 
-static int find_pull(const uint8_t *id, int ni)
+static int find_pull(objdir *D, const uint8_t *id, int ni)
 {
-    for (int i = 0; i < D.np; i++)
-        if (D.p[i].node == ni && !memcmp(D.p[i].id, id, IDLEN))
+    for (int i = 0; i < D->np; i++)
+        if (D->p[i].node == ni && !memcmp(D->p[i].id, id, IDLEN))
             return i;
     return -1;
 }
 
 /* Asks node ni to pull object oi from its live holders (once per node and id). */
-static int request_pull(ct__head *h, int oi, int ni)
+static int request_pull(head *h, int oi, int ni)
 {
-    dobj *o = &D.o[oi];
-    if (holds(o, ni) || find_pull(o->id, ni) >= 0)
+    objdir *D = h->od;
+    dobj *o = &D->o[oi];
+    if (holds(o, ni) || find_pull(D, o->id, ni) >= 0)
         return 0;
     char *addrs[64];
     uint32_t ports[64];
     size_t na = 0;
     for (int i = 0; i < o->nh && na < 64; i++)
-        if (D.n[o->h[i]].alive && D.n[o->h[i]].addr[0]) {
-            ports[na] = D.n[o->h[i]].data_port;
-            addrs[na++] = D.n[o->h[i]].addr;
+        if (D->n[o->h[i]].alive && D->n[o->h[i]].addr[0]) {
+            ports[na] = D->n[o->h[i]].data_port;
+            addrs[na++] = D->n[o->h[i]].addr;
         }
     if (!na)
         return CT_EDEAD;
-    if (D.np == MAX_DPULLS)
+    if (D->np == MAX_DPULLS)
         return CT_ENOSPC;
-    if (D.np == D.capp) {
-        int cap = D.capp ? 2 * D.capp : 16;
-        dpull *np = realloc(D.p, cap * sizeof *np);
+    if (D->np == D->capp) {
+        int cap = D->capp ? 2 * D->capp : 16;
+        dpull *np = realloc(D->p, cap * sizeof *np);
         if (!np)
             return CT_ENOMEM;
-        D.p = np;
-        D.capp = cap;
+        D->p = np;
+        D->capp = cap;
     }
-    memcpy(D.p[D.np].id, o->id, IDLEN);
-    D.p[D.np++].node = ni;
+    memcpy(D->p[D->np].id, o->id, IDLEN);
+    D->p[D->np++].node = ni;
     Ct__Envelope e;
     Ct__ObjPull p = CT__OBJ_PULL__INIT;
     ct__env_init(&e, 0, "head", 0);
@@ -244,33 +213,35 @@ static int request_pull(ct__head *h, int oi, int ni)
     p.data_ports = ports;
     e.body_case = CT__ENVELOPE__BODY_OBJ_PULL;
     e.obj_pull = &p;
-    return ct__head_send(h, &D.n[ni].rid, &e);
+    return ct__head_send(h, &D->n[ni].rid, &e);
 }
 
-static void fill_location(Ct__ObjLocation *l, const uint8_t *id, char **ids, char **addrs)
+static void fill_location(objdir *D, Ct__ObjLocation *l, const uint8_t *id, char **ids,
+                          char **addrs)
 {
     ct__obj_location__init(l);
     l->object_id.data = (uint8_t *)id;
     l->object_id.len = IDLEN;
-    int oi = find_obj(id);
+    int oi = find_obj(D, id);
     if (oi < 0)
         return;
-    dobj *o = &D.o[oi];
+    dobj *o = &D->o[oi];
     l->found = 1;
     l->size = o->size;
     for (int i = 0; i < o->nh && i < 64; i++) {
-        ids[l->n_node_ids++] = D.n[o->h[i]].id;
-        addrs[l->n_addresses++] = D.n[o->h[i]].addr;
+        ids[l->n_node_ids++] = D->n[o->h[i]].id;
+        addrs[l->n_addresses++] = D->n[o->h[i]].addr;
     }
     l->node_ids = ids;
     l->addresses = addrs;
 }
 
-static void reply_location(ct__head *h, const ct__rid *rid, uint64_t req, const uint8_t *id)
+static void reply_location(head *h, const ct__rid *rid, uint64_t req, const uint8_t *id)
 {
+    objdir *D = h->od;
     char *ids[64], *addrs[64];
     Ct__ObjLocation l, *lp = &l;
-    fill_location(&l, id, ids, addrs);
+    fill_location(D, &l, id, ids, addrs);
     Ct__Envelope e;
     Ct__ObjLocateReply r = CT__OBJ_LOCATE_REPLY__INIT;
     ct__env_init(&e, req, "head", 0);
@@ -281,72 +252,73 @@ static void reply_location(ct__head *h, const ct__rid *rid, uint64_t req, const 
     ct__head_send(h, rid, &e);
 }
 
-static void drop_wait(int i)
+static void drop_wait(objdir *D, int i)
 {
-    D.w[i] = D.w[--D.nw];
+    D->w[i] = D->w[--D->nw];
 }
 
-static int add_wait(const dwait *w)
+static int add_wait(objdir *D, const dwait *w)
 {
-    if (D.nw == MAX_DWAITS)
+    if (D->nw == MAX_DWAITS)
         return CT_ENOSPC;
-    if (D.nw == D.capw) {
-        int cap = D.capw ? 2 * D.capw : 16;
-        dwait *nw = realloc(D.w, cap * sizeof *nw);
+    if (D->nw == D->capw) {
+        int cap = D->capw ? 2 * D->capw : 16;
+        dwait *nw = realloc(D->w, cap * sizeof *nw);
         if (!nw)
             return CT_ENOMEM;
-        D.w = nw;
-        D.capw = cap;
+        D->w = nw;
+        D->capw = cap;
     }
-    D.w[D.nw++] = *w;
+    D->w[D->nw++] = *w;
     return 0;
 }
 
 /* Live nodes with a store (each can hold one copy of an object). */
-static int live_stores(void)
+static int live_stores(objdir *D)
 {
     int k = 0;
-    for (int i = 0; i < D.nn; i++)
-        k += D.n[i].alive && D.n[i].addr[0];
+    for (int i = 0; i < D->nn; i++)
+        k += D->n[i].alive && D->n[i].addr[0];
     return k;
 }
 
-static int live_holders(const dobj *o)
+static int live_holders(objdir *D, const dobj *o)
 {
     int k = 0;
     for (int i = 0; i < o->nh; i++)
-        k += D.n[o->h[i]].alive;
+        k += D->n[o->h[i]].alive;
     return k;
 }
 
 /* Answers the waiters on id that are satisfied now; starts the pulls fetches need. */
-static void progress(ct__head *h, const uint8_t *id)
+static void progress(head *h, const uint8_t *id)
 {
-    int oi = find_obj(id);
-    for (int i = 0; i < D.nw; i++) {
-        dwait *w = &D.w[i];
+    objdir *D = h->od;
+    int oi = find_obj(D, id);
+    for (int i = 0; i < D->nw; i++) {
+        dwait *w = &D->w[i];
         if (memcmp(w->id, id, IDLEN))
             continue;
         if (oi < 0)
             continue;
         if (w->kind == W_FETCH) {
-            if (holds(&D.o[oi], w->node)) {
+            if (holds(&D->o[oi], w->node)) {
                 reply_location(h, &w->rid, w->req, id);
-                drop_wait(i--);
+                drop_wait(D, i--);
             } else if (request_pull(h, oi, w->node)) {
                 REPLY_ERR(h, &w->rid, w->req, CT_EDEAD, "obj_fetch.object_id",
                           "object fetch: no live holder to pull from");
-                drop_wait(i--);
+                drop_wait(D, i--);
             }
-        } else if (live_holders(&D.o[oi]) >= w->need) {
-            reply_ok(h, &w->rid, w->req);
-            drop_wait(i--);
+        } else if (live_holders(D, &D->o[oi]) >= w->need) {
+            ct__head_ok(h, &w->rid, w->req);
+            drop_wait(D, i--);
         }
     }
 }
 
 /* Answers a request whose wait could not be added (rc 0: nothing to do). */
-static void refuse_wait(ct__head *h, const ct__rid *rid, Ct__Envelope *e, int rc)
+static void refuse_wait(head *h, const ct__rid *rid, Ct__Envelope *e, int rc)
 {
     if (rc == CT_ENOSPC)
         ct__head_refuse(h, rid, e, rc, ct__msg_body_name(e->body_case),
@@ -356,7 +328,7 @@ static void refuse_wait(ct__head *h, const ct__rid *rid, Ct__Envelope *e, int rc
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
 }
 
-static int check_id(ct__head *h, const ct__rid *rid, uint64_t req, ProtobufCBinaryData *b,
+static int check_id(head *h, const ct__rid *rid, uint64_t req, ProtobufCBinaryData *b,
                     const char *field)
 {
     if (b->len == IDLEN)
@@ -368,9 +340,9 @@ static int check_id(ct__head *h, const ct__rid *rid, uint64_t req, ProtobufCBina
 
 /* ---- handlers ---- */
 
-static void on_node_info(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+void ct__objdir_on_node_info(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
-    (void)user;
+    objdir *D = h->od;
     Ct__ObjNodeInfo *m = e->obj_node_info;
     if (!m->node_id || !*m->node_id || strlen(m->node_id) >= 32) {
         REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "obj_node_info.node_id",
@@ -378,25 +350,25 @@ static void on_node_info(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
                   "empty or too long");
         return;
     }
-    if (!ct__head_node_speaks(h, m->node_id, e)) {
+    if (!f->node_id || strcmp(f->node_id, m->node_id)) { /* the node named must be the sender */
         ct__head_refuse(h, rid, e, HEAD_EPERM, "obj_node_info.node_id",
                         "obj_node_info.node_id: %s: the message does not carry that live node's "
                         "token",
                         m->node_id);
         return;
     }
-    int ni = find_node(m->node_id);
-    for (int i = 0; ni < 0 && i < D.nn; i++)
-        if (!D.n[i].alive) /* a dead node's slot: nothing refers to it (on_node_dead) */
+    int ni = find_node(D, m->node_id);
+    for (int i = 0; ni < 0 && i < D->nn; i++)
+        if (!D->n[i].alive) /* a dead node's slot: nothing refers to it (on_node_dead) */
             ni = i;
     if (ni < 0) {
-        dnode *nn = realloc(D.n, (D.nn + 1) * sizeof *nn);
+        dnode *nn = realloc(D->n, (D->nn + 1) * sizeof *nn);
         if (!nn)
             return;
-        D.n = nn;
-        ni = D.nn++;
+        D->n = nn;
+        ni = D->nn++;
     }
-    dnode *n = &D.n[ni];
+    dnode *n = &D->n[ni];
     memset(n, 0, sizeof *n);
     snprintf(n->id, sizeof n->id, "%s", m->node_id);
     snprintf(n->store, sizeof n->store, "%s", m->store_name ? m->store_name : "");
@@ -410,11 +382,12 @@ static void on_node_info(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
     CT_LOG(CT_LOG_INFO, "objdir", "node %s: store %s, transfer %s", n->id, n->store, n->addr);
 }
 
-/* Whether a node report speaks for its node_id (field names it when refused). */
-static bool node_report(ct__head *h, const ct__rid *rid, Ct__Envelope *e, const char *node_id,
-                        const char *field)
+/* Whether a node report speaks for its node_id: the loop let through only the token of a live
+ * node (RULE_NODE), f->node_id, which must be the node named (field names it when refused). */
+static bool node_report(head *h, const ct__rid *rid, Ct__Envelope *e, const ct__head_from *f,
+                        const char *node_id, const char *field)
 {
-    if (ct__head_node_speaks(h, node_id, e))
+    if (f->node_id && node_id && !strcmp(f->node_id, node_id))
         return true;
     ct__head_refuse(h, rid, e, HEAD_EPERM, field,
                     "%s: %.64s: the message does not carry that live node's token", field,
@@ -422,53 +395,53 @@ static bool node_report(ct__head *h, const ct__rid *rid, Ct__Envelope *e, const 
     return false;
 }
 
-static void on_added(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+void ct__objdir_on_added(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
-    (void)user;
+    objdir *D = h->od;
     Ct__ObjAdded *m = e->obj_added;
-    if (!node_report(h, rid, e, m->node_id, "obj_added.node_id") ||
+    if (!node_report(h, rid, e, f, m->node_id, "obj_added.node_id") ||
         check_id(h, rid, e->req_id, &m->object_id, "obj_added.object_id"))
         return;
-    int ni = find_node(m->node_id);
-    if (ni < 0 || !D.n[ni].alive)
+    int ni = find_node(D, m->node_id);
+    if (ni < 0 || !D->n[ni].alive)
         return;
-    if (add_holder(m->object_id.data, m->size, ni)) {
+    if (add_holder(D, m->object_id.data, m->size, ni)) {
         ct__head_refuse(h, rid, e, CT_ENOSPC, "obj_added",
-                        "obj_added: the directory lists %d objects, its limit", D.no);
+                        "obj_added: the directory lists %d objects, its limit", D->no);
         return;
     }
     progress(h, m->object_id.data);
 }
 
-static void on_removed(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+void ct__objdir_on_removed(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
-    (void)user;
+    objdir *D = h->od;
     Ct__ObjRemoved *m = e->obj_removed;
-    if (!node_report(h, rid, e, m->node_id, "obj_removed.node_id") ||
+    if (!node_report(h, rid, e, f, m->node_id, "obj_removed.node_id") ||
         check_id(h, rid, e->req_id, &m->object_id, "obj_removed.object_id"))
         return;
-    int ni = find_node(m->node_id);
-    int oi = ni >= 0 ? find_obj(m->object_id.data) : -1;
+    int ni = find_node(D, m->node_id);
+    int oi = ni >= 0 ? find_obj(D, m->object_id.data) : -1;
     if (oi >= 0)
-        remove_holder(oi, ni);
+        remove_holder(D, oi, ni);
 }
 
-static void on_pull_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+void ct__objdir_on_pull_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
-    (void)user;
+    objdir *D = h->od;
     Ct__ObjPullDone *m = e->obj_pull_done;
-    if (!node_report(h, rid, e, m->node_id, "obj_pull_done.node_id") ||
+    if (!node_report(h, rid, e, f, m->node_id, "obj_pull_done.node_id") ||
         check_id(h, rid, e->req_id, &m->object_id, "obj_pull_done.object_id"))
         return;
-    int ni = find_node(m->node_id);
+    int ni = find_node(D, m->node_id);
     if (ni < 0)
         return;
     const uint8_t *id = m->object_id.data;
-    int pi = find_pull(id, ni);
+    int pi = find_pull(D, id, ni);
     if (pi >= 0)
-        D.p[pi] = D.p[--D.np];
-    if (m->code == 0 && D.n[ni].alive) {
-        add_holder(id, m->size, ni);
+        D->p[pi] = D->p[--D->np];
+    if (m->code == 0 && D->n[ni].alive) {
+        add_holder(D, id, m->size, ni);
         progress(h, id);
         return;
     }
@@ -476,80 +449,84 @@ static void on_pull_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void 
     hex(id, hx);
     CT_LOG(CT_LOG_WARN, "objdir", "pull of %s on %s failed: %s", hx, m->node_id,
            m->message ? m->message : "");
-    for (int i = 0; i < D.nw; i++) {
-        dwait *w = &D.w[i];
+    for (int i = 0; i < D->nw; i++) {
+        dwait *w = &D->w[i];
         if (memcmp(w->id, id, IDLEN) || (w->kind == W_FETCH && w->node != ni))
             continue;
         REPLY_ERR(h, &w->rid, w->req, m->code < 0 ? m->code : CT_EIO, "obj_fetch",
                   "object %s: pull on node %s failed: %s", hx, m->node_id,
                   m->message ? m->message : "");
-        drop_wait(i--);
+        drop_wait(D, i--);
     }
 }
 
 /* Asks live nodes without a copy to pull object oi until holders and pulls in flight reach
  * need (round robin over the nodes, so copies spread). */
-static void replicate(ct__head *h, int oi, int need)
+static void replicate(head *h, int oi, int need)
 {
-    int asked = live_holders(&D.o[oi]);
-    for (int i = 0; i < D.np; i++)
-        asked += !memcmp(D.p[i].id, D.o[oi].id, IDLEN) && D.n[D.p[i].node].alive;
-    for (int k = 0; k < D.nn && asked < need; k++) {
-        int j = (D.rr + k) % D.nn;
-        if (!D.n[j].alive || !D.n[j].addr[0] || holds(&D.o[oi], j) || find_pull(D.o[oi].id, j) >= 0)
+    objdir *D = h->od;
+    int asked = live_holders(D, &D->o[oi]);
+    for (int i = 0; i < D->np; i++)
+        asked += !memcmp(D->p[i].id, D->o[oi].id, IDLEN) && D->n[D->p[i].node].alive;
+    for (int k = 0; k < D->nn && asked < need; k++) {
+        int j = (D->rr + k) % D->nn;
+        if (!D->n[j].alive || !D->n[j].addr[0] || holds(&D->o[oi], j) ||
+            find_pull(D, D->o[oi].id, j) >= 0)
             continue;
         if (!request_pull(h, oi, j))
             asked++;
-        D.rr = j + 1;
+        D->rr = j + 1;
     }
 }
 
-static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+/* obj_put_done's own fields (the handler table runs it before the token rule). */
+bool ct__objdir_check_put_done(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
-    (void)user;
+    return !check_id(h, rid, e->req_id, &e->obj_put_done->object_id, "obj_put_done.object_id");
+}
+
+void ct__objdir_on_put_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    objdir *D = h->od;
     Ct__ObjPutDone *m = e->obj_put_done;
-    if (check_id(h, rid, e->req_id, &m->object_id, "obj_put_done.object_id"))
-        return;
-    int ni = find_node(m->node_id);
-    if (ni < 0 || !D.n[ni].alive) {
+    int ni = find_node(D, m->node_id);
+    if (ni < 0 || !D->n[ni].alive) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_put_done.node_id",
                   "obj_put_done.node_id: no live node %s with a store", m->node_id);
         return;
     }
-    const char *job = ct__head_job(h, rid, e);
-    if (!job)
-        return;
-    int rc = add_holder(m->object_id.data, m->size, ni);
+    const char *job = f->job; /* RULE_JOB */
+    int rc = add_holder(D, m->object_id.data, m->size, ni);
     if (rc == CT_ENOSPC) {
         ct__head_refuse(h, rid, e, rc, "obj_put_done",
-                        "obj_put_done: the directory lists %d objects, its limit", D.no);
+                        "obj_put_done: the directory lists %d objects, its limit", D->no);
         return;
     }
     if (rc) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         return;
     }
-    int oi = find_obj(m->object_id.data);
+    int oi = find_obj(D, m->object_id.data);
     /* the first put makes its job the owner; another job putting the same (content-addressed)
      * id adds its copy but changes neither the owner nor the copies wanted */
-    if (!D.o[oi].job[0])
-        snprintf(D.o[oi].job, sizeof D.o[oi].job, "%s", job);
-    bool mine = ct__token_eq(D.o[oi].job, job);
+    if (!D->o[oi].job[0])
+        snprintf(D->o[oi].job, sizeof D->o[oi].job, "%s", job);
+    bool mine = ct__token_eq(D->o[oi].job, job);
     int asked = m->replicas < 1 ? 1 : m->replicas; /* remembered: copies are made again */
-    int alive = live_stores();
+    int alive = live_stores(D);
     int need = asked < alive ? asked : alive; /* best effort: one copy per live node at most */
-    int have = live_holders(&D.o[oi]);
-    int pref = find_node(m->preferred_node);
-    if (pref >= 0 && D.n[pref].alive && D.n[pref].addr[0] && !holds(&D.o[oi], pref)) {
+    int have = live_holders(D, &D->o[oi]);
+    int pref = find_node(D, m->preferred_node);
+    if (pref >= 0 && D->n[pref].alive && D->n[pref].addr[0] && !holds(&D->o[oi], pref)) {
         if (need < have + 1)
             need = have + 1;
         request_pull(h, oi, pref);
     }
-    if (mine && D.o[oi].want < asked)
-        D.o[oi].want = asked;
+    if (mine && D->o[oi].want < asked)
+        D->o[oi].want = asked;
     replicate(h, oi, need);
-    if (live_holders(&D.o[oi]) >= need) {
-        reply_ok(h, rid, e->req_id);
+    if (live_holders(D, &D->o[oi]) >= need) {
+        ct__head_ok(h, rid, e->req_id);
         return;
     }
     dwait w = {.kind = W_PUT,
@@ -558,22 +535,23 @@ static void on_put_done(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *
                .need = need,
                .deadline = ct__now_ms() + (m->wait_ms > 0 ? m->wait_ms : 60000)};
     memcpy(w.id, m->object_id.data, IDLEN);
-    refuse_wait(h, rid, e, add_wait(&w));
+    refuse_wait(h, rid, e, add_wait(D, &w));
 }
 
-static void on_fetch(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+void ct__objdir_on_fetch(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
-    (void)user;
+    (void)f;
+    objdir *D = h->od;
     Ct__ObjFetch *m = e->obj_fetch;
     if (check_id(h, rid, e->req_id, &m->object_id, "obj_fetch.object_id"))
         return;
-    int ni = find_node(m->node_id);
-    if (ni < 0 || !D.n[ni].alive) {
+    int ni = find_node(D, m->node_id);
+    if (ni < 0 || !D->n[ni].alive) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_fetch.node_id",
                   "obj_fetch.node_id: no live node %s with a store", m->node_id);
         return;
     }
-    int oi = find_obj(m->object_id.data);
+    int oi = find_obj(D, m->object_id.data);
     char hx[2 * IDLEN + 1];
     hex(m->object_id.data, hx);
     if (oi < 0 && m->wait_ms <= 0) {
@@ -581,7 +559,7 @@ static void on_fetch(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
                   "object %s: unknown id (no node holds it)", hx);
         return;
     }
-    if (oi >= 0 && holds(&D.o[oi], ni)) {
+    if (oi >= 0 && holds(&D->o[oi], ni)) {
         reply_location(h, rid, e->req_id, m->object_id.data);
         return;
     }
@@ -596,12 +574,13 @@ static void on_fetch(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *use
                .node = ni,
                .deadline = ct__now_ms() + (m->wait_ms > 0 ? m->wait_ms : 60000)};
     memcpy(w.id, m->object_id.data, IDLEN);
-    refuse_wait(h, rid, e, add_wait(&w));
+    refuse_wait(h, rid, e, add_wait(D, &w));
 }
 
-static void on_locate(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+void ct__objdir_on_locate(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
-    (void)user;
+    (void)f;
+    objdir *D = h->od;
     Ct__ObjLocate *m = e->obj_locate;
     size_t n = m->n_object_ids, nh = 0;
     if (n > MAX_LOCATE) {
@@ -612,8 +591,8 @@ static void on_locate(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *us
     for (size_t i = 0; i < n; i++) {
         if (check_id(h, rid, e->req_id, &m->object_ids[i], "obj_locate.object_ids"))
             return;
-        int oi = find_obj(m->object_ids[i].data);
-        nh += oi < 0 ? 0 : D.o[oi].nh < 64 ? D.o[oi].nh : 64; /* fill_location lists <= 64 */
+        int oi = find_obj(D, m->object_ids[i].data);
+        nh += oi < 0 ? 0 : D->o[oi].nh < 64 ? D->o[oi].nh : 64; /* fill_location lists <= 64 */
     }
     Ct__ObjLocation *l = calloc(n ? n : 1, sizeof *l);
     Ct__ObjLocation **lp = calloc(n ? n : 1, sizeof *lp);
@@ -623,7 +602,7 @@ static void on_locate(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *us
         goto out;
     }
     for (size_t i = 0, k = 0; i < n; i++) {
-        fill_location(&l[i], m->object_ids[i].data, ids + k, ids + nh + k);
+        fill_location(D, &l[i], m->object_ids[i].data, ids + k, ids + nh + k);
         k += l[i].n_node_ids;
         lp[i] = &l[i];
     }
@@ -641,23 +620,25 @@ out:
     free(ids);
 }
 
-static void on_free(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+/* obj_free's own fields (run before the token rule). */
+bool ct__objdir_check_free(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
-    (void)user;
+    return !check_id(h, rid, e->req_id, &e->obj_free->object_id, "obj_free.object_id");
+}
+
+void ct__objdir_on_free(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    objdir *D = h->od;
     Ct__ObjFree *m = e->obj_free;
-    if (check_id(h, rid, e->req_id, &m->object_id, "obj_free.object_id"))
-        return;
-    int oi = find_obj(m->object_id.data);
+    int oi = find_obj(D, m->object_id.data);
     char hx[2 * IDLEN + 1];
     hex(m->object_id.data, hx);
     if (oi < 0) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_free.object_id", "object %s: unknown id", hx);
         return;
     }
-    const char *job = ct__head_job(h, rid, e);
-    if (!job)
-        return;
-    if (!ct__token_eq(D.o[oi].job, job)) {
+    const char *job = f->job; /* RULE_JOB */
+    if (!ct__token_eq(D->o[oi].job, job)) {
         ct__head_refuse(h, rid, e, HEAD_EPERM, "obj_free.object_id",
                         "obj_free.object_id: object %s belongs to another job", hx);
         return;
@@ -668,52 +649,53 @@ static void on_free(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user
     del.object_id = m->object_id;
     d.body_case = CT__ENVELOPE__BODY_OBJ_DELETE;
     d.obj_delete = &del;
-    dobj *o = &D.o[oi];
+    dobj *o = &D->o[oi];
     for (int i = 0; i < o->nh; i++)
-        if (D.n[o->h[i]].alive)
-            ct__head_send(h, &D.n[o->h[i]].rid, &d);
+        if (D->n[o->h[i]].alive)
+            ct__head_send(h, &D->n[o->h[i]].rid, &d);
     /* pulls in flight: the node deletes what arrives for a freed id only if told again, so
      * tell every node that is pulling it too */
-    for (int i = 0; i < D.np; i++)
-        if (!memcmp(D.p[i].id, o->id, IDLEN) && D.n[D.p[i].node].alive)
-            ct__head_send(h, &D.n[D.p[i].node].rid, &d);
-    drop_obj(oi);
-    for (int i = 0; i < D.nw; i++)
-        if (!memcmp(D.w[i].id, m->object_id.data, IDLEN)) {
-            REPLY_ERR(h, &D.w[i].rid, D.w[i].req, CT_ENOENT, "object_id", "object %s was freed",
+    for (int i = 0; i < D->np; i++)
+        if (!memcmp(D->p[i].id, o->id, IDLEN) && D->n[D->p[i].node].alive)
+            ct__head_send(h, &D->n[D->p[i].node].rid, &d);
+    drop_obj(D, oi);
+    for (int i = 0; i < D->nw; i++)
+        if (!memcmp(D->w[i].id, m->object_id.data, IDLEN)) {
+            REPLY_ERR(h, &D->w[i].rid, D->w[i].req, CT_ENOENT, "object_id", "object %s was freed",
                       hx);
-            drop_wait(i--);
+            drop_wait(D, i--);
         }
-    reply_ok(h, rid, e->req_id);
+    ct__head_ok(h, rid, e->req_id);
 }
 
-static void on_nodes(ct__head *h, const ct__rid *rid, Ct__Envelope *e, void *user)
+void ct__objdir_on_nodes(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
-    (void)user;
-    Ct__ObjNodeInfo *ni = calloc(D.nn ? D.nn : 1, sizeof *ni);
-    Ct__ObjNodeInfo **np = calloc(D.nn ? D.nn : 1, sizeof *np);
-    uint64_t *held = calloc(D.nn ? D.nn : 1, sizeof *held);
+    (void)f;
+    objdir *D = h->od;
+    Ct__ObjNodeInfo *ni = calloc(D->nn ? D->nn : 1, sizeof *ni);
+    Ct__ObjNodeInfo **np = calloc(D->nn ? D->nn : 1, sizeof *np);
+    uint64_t *held = calloc(D->nn ? D->nn : 1, sizeof *held);
     size_t k = 0;
     if (!ni || !np || !held) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         goto out;
     }
     /* what each node holds, in one pass: a remote driver puts where there is room */
-    for (int j = 0; j < D.no; j++)
-        for (int q = 0; q < D.o[j].nh; q++)
-            if (D.o[j].h[q] >= 0 && D.o[j].h[q] < D.nn)
-                held[D.o[j].h[q]] += D.o[j].size;
-    for (int i = 0; i < D.nn; i++) {
-        if (!D.n[i].alive)
+    for (int j = 0; j < D->no; j++)
+        for (int q = 0; q < D->o[j].nh; q++)
+            if (D->o[j].h[q] >= 0 && D->o[j].h[q] < D->nn)
+                held[D->o[j].h[q]] += D->o[j].size;
+    for (int i = 0; i < D->nn; i++) {
+        if (!D->n[i].alive)
             continue;
         ct__obj_node_info__init(&ni[k]);
-        ni[k].node_id = D.n[i].id;
-        ni[k].store_name = D.n[i].store;
-        ni[k].xfer_address = D.n[i].addr;
-        ni[k].host = D.n[i].host;
-        ni[k].memory_cap = D.n[i].cap;
-        ni[k].data_port = D.n[i].data_port;
-        ni[k].host_id = D.n[i].host_id;
+        ni[k].node_id = D->n[i].id;
+        ni[k].store_name = D->n[i].store;
+        ni[k].xfer_address = D->n[i].addr;
+        ni[k].host = D->n[i].host;
+        ni[k].memory_cap = D->n[i].cap;
+        ni[k].data_port = D->n[i].data_port;
+        ni[k].host_id = D->n[i].host_id;
         ni[k].bytes_held = held[i];
         np[k] = &ni[k];
         k++;
@@ -732,152 +714,132 @@ out:
     free(held);
 }
 
-static void on_node_dead(ct__head *h, const char *node_id, void *user)
+void ct__objdir_node_dead(head *h, const char *node_id)
 {
-    (void)user;
-    int ni = find_node(node_id);
+    objdir *D = h->od;
+    int ni = find_node(D, node_id);
     if (ni < 0)
         return;
-    D.n[ni].alive = false;
-    for (int i = 0; i < D.no; i++) {
-        int before = D.no;
-        remove_holder(i, ni);
-        if (D.no < before)
+    D->n[ni].alive = false;
+    for (int i = 0; i < D->no; i++) {
+        int before = D->no;
+        remove_holder(D, i, ni);
+        if (D->no < before)
             i--;
     }
-    for (int i = 0; i < D.np; i++)
-        if (D.p[i].node == ni)
-            D.p[i--] = D.p[--D.np];
-    for (int i = 0; i < D.nw; i++) {
-        dwait *w = &D.w[i];
+    for (int i = 0; i < D->np; i++)
+        if (D->p[i].node == ni)
+            D->p[i--] = D->p[--D->np];
+    for (int i = 0; i < D->nw; i++) {
+        dwait *w = &D->w[i];
         if (w->kind == W_FETCH && w->node == ni) {
             REPLY_ERR(h, &w->rid, w->req, CT_EDEAD, "obj_fetch.node_id", "node %s died", node_id);
-            drop_wait(i--);
+            drop_wait(D, i--);
         }
     }
     /* Objects put with replicas=k that lost a copy get it back on another live node (from a
      * surviving holder), so a second failure does not lose them. */
-    int alive = live_stores();
+    int alive = live_stores(D);
     /* A put waiting for k copies cannot count on the dead node's: it wants at most one copy per
      * live node now, asks the live ones, and is answered at once when that is met (it waited
      * for the whole deadline before: a trainer checkpoint stalled 60 s when the node holding
      * its second copy died). */
-    for (int i = 0; i < D.nw; i++) {
-        dwait *w = &D.w[i];
+    for (int i = 0; i < D->nw; i++) {
+        dwait *w = &D->w[i];
         if (w->kind != W_PUT)
             continue;
-        int oi = find_obj(w->id);
+        int oi = find_obj(D, w->id);
         if (w->need > alive)
             w->need = alive > 0 ? alive : 1;
         if (oi >= 0)
             replicate(h, oi, w->need);
-        if (oi >= 0 && live_holders(&D.o[oi]) >= w->need) {
-            reply_ok(h, &w->rid, w->req);
-            drop_wait(i--);
+        if (oi >= 0 && live_holders(D, &D->o[oi]) >= w->need) {
+            ct__head_ok(h, &w->rid, w->req);
+            drop_wait(D, i--);
         }
     }
-    for (int i = 0; i < D.no; i++) {
-        dobj *o = &D.o[i];
+    for (int i = 0; i < D->no; i++) {
+        dobj *o = &D->o[i];
         int need = o->want < alive ? o->want : alive;
-        if (o->want > 1 && live_holders(o) && live_holders(o) < need) {
+        if (o->want > 1 && live_holders(D, o) && live_holders(D, o) < need) {
             char hx[2 * IDLEN + 1];
             hex(o->id, hx);
             CT_LOG(CT_LOG_INFO, "objdir",
                    "object %s: %d of %d copies left after node %s died; "
                    "copying it again",
-                   hx, live_holders(o), need, node_id);
+                   hx, live_holders(D, o), need, node_id);
             replicate(h, i, need);
         }
     }
 }
 
-static void on_tick(ct__head *h, void *user)
+void ct__objdir_tick(head *h)
 {
-    (void)user;
+    objdir *D = h->od;
     int64_t now = ct__now_ms();
-    for (int i = 0; i < D.nw; i++) {
-        dwait *w = &D.w[i];
+    for (int i = 0; i < D->nw; i++) {
+        dwait *w = &D->w[i];
         if (w->deadline > now)
             continue;
         char hx[2 * IDLEN + 1];
         hex(w->id, hx);
         if (w->kind == W_FETCH)
             REPLY_ERR(h, &w->rid, w->req, CT_ETIMEDOUT, "obj_fetch",
-                      "object %s: not on node %s in time (%s)", hx, D.n[w->node].id,
-                      find_obj(w->id) < 0 ? "no node holds it" : "pull still running");
+                      "object %s: not on node %s in time (%s)", hx, D->n[w->node].id,
+                      find_obj(D, w->id) < 0 ? "no node holds it" : "pull still running");
         else
             REPLY_ERR(h, &w->rid, w->req, CT_ETIMEDOUT, "obj_put_done.replicas",
                       "object %s: fewer than %d copies in time", hx, w->need);
-        drop_wait(i--);
+        drop_wait(D, i--);
     }
 }
 
-int ct__objdir_holders(const uint8_t *id, size_t len, char **addrs, int cap)
+int ct__objdir_holders(head *h, const uint8_t *id, size_t len, char **addrs, int cap)
 {
+    objdir *D = h->od;
     if (len != IDLEN)
         return 0;
-    int oi = find_obj(id), k = 0;
-    for (int i = 0; oi >= 0 && i < D.o[oi].nh && k < cap; i++)
-        if (D.n[D.o[oi].h[i]].alive && D.n[D.o[oi].h[i]].addr[0])
-            addrs[k++] = D.n[D.o[oi].h[i]].addr;
+    int oi = find_obj(D, id), k = 0;
+    for (int i = 0; oi >= 0 && i < D->o[oi].nh && k < cap; i++)
+        if (D->n[D->o[oi].h[i]].alive && D->n[D->o[oi].h[i]].addr[0])
+            addrs[k++] = D->n[D->o[oi].h[i]].addr;
     return k;
 }
 
-void ct__objdir_node_usage(const char *node_id, const char **xfer_address, uint64_t *capacity,
-                           uint64_t *objects, uint64_t *bytes)
+void ct__objdir_node_usage(head *h, const char *node_id, const char **xfer_address,
+                           uint64_t *capacity, uint64_t *objects, uint64_t *bytes)
 {
+    objdir *D = h->od;
     *objects = *bytes = *capacity = 0;
     *xfer_address = "";
-    int ni = find_node(node_id);
+    int ni = find_node(D, node_id);
     if (ni < 0)
         return;
-    *xfer_address = D.n[ni].addr;
-    *capacity = D.n[ni].cap;
-    for (int i = 0; i < D.no; i++)
-        if (holds(&D.o[i], ni)) {
+    *xfer_address = D->n[ni].addr;
+    *capacity = D->n[ni].cap;
+    for (int i = 0; i < D->no; i++)
+        if (holds(&D->o[i], ni)) {
             (*objects)++;
-            *bytes += D.o[i].size;
+            *bytes += D->o[i].size;
         }
 }
 
-void ct__objdir_reset(void)
+objdir *ct__objdir_new(void)
 {
-    for (int i = 0; i < D.no; i++)
-        free(D.o[i].h);
-    free(D.n);
-    free(D.o);
-    free(D.p);
-    free(D.w);
-    memset(&D, 0, sizeof D);
+    return calloc(1, sizeof(objdir));
 }
 
-int ct__objdir_install(void)
+void ct__objdir_free(objdir **pd)
 {
-    if (installed)
-        return 0;
-    static const struct {
-        int bc;
-        ct__head_handler fn;
-    } hs[] = {
-        {CT__ENVELOPE__BODY_OBJ_NODE_INFO, on_node_info},
-        {CT__ENVELOPE__BODY_OBJ_ADDED, on_added},
-        {CT__ENVELOPE__BODY_OBJ_REMOVED, on_removed},
-        {CT__ENVELOPE__BODY_OBJ_PULL_DONE, on_pull_done},
-        {CT__ENVELOPE__BODY_OBJ_PUT_DONE, on_put_done},
-        {CT__ENVELOPE__BODY_OBJ_FETCH, on_fetch},
-        {CT__ENVELOPE__BODY_OBJ_LOCATE, on_locate},
-        {CT__ENVELOPE__BODY_OBJ_FREE, on_free},
-        {CT__ENVELOPE__BODY_OBJ_NODES, on_nodes},
-    };
-    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
-        int rc = ct__head_add_handler(hs[i].bc, hs[i].fn, NULL);
-        if (rc)
-            return rc;
-    }
-    int rc = ct__head_add_node_dead_hook(on_node_dead, NULL);
-    if (!rc)
-        rc = ct__head_add_tick_hook(on_tick, NULL);
-    if (!rc)
-        installed = true;
-    return rc;
+    objdir *D = pd ? *pd : NULL;
+    if (!D)
+        return;
+    for (int i = 0; i < D->no; i++)
+        free(D->o[i].h);
+    free(D->n);
+    free(D->o);
+    free(D->p);
+    free(D->w);
+    free(D);
+    *pd = NULL;
 }

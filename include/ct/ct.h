@@ -238,10 +238,15 @@ typedef enum ct_event_type {
     CT_EVENT_NODE_JOINED = 1,
     CT_EVENT_NODE_DEAD = 2,
     CT_EVENT_ACTOR_DEAD = 3,
+    /* a node told to stop (SIGTERM): it takes no new actors; when a job subscribed to this
+     * event has actors there, the node waits (ct-node --drain-ms) until they exited, so the
+     * job saves its work first (the trainer checkpoints at its next step boundary) */
+    CT_EVENT_NODE_DRAINING = 4,
 } ct_event_type;
 
 #define CT_EVENTS_ALL                                                                              \
-    ((1u << CT_EVENT_NODE_JOINED) | (1u << CT_EVENT_NODE_DEAD) | (1u << CT_EVENT_ACTOR_DEAD))
+    ((1u << CT_EVENT_NODE_JOINED) | (1u << CT_EVENT_NODE_DEAD) | (1u << CT_EVENT_ACTOR_DEAD) |     \
+     (1u << CT_EVENT_NODE_DRAINING))
 
 typedef struct ct_event {
     ct_event_type type;

@@ -261,6 +261,11 @@ typedef struct trainer_stats {
     /* checkpoints stored with fewer copies than earlier ones had (copies lost with a node) */
     int checkpoints_under_replicated;
     int growths; /* groups ended at a checkpoint to start a bigger one (no retry spent) */
+    /* groups ended because a node was told to stop (SIGTERM: NODE_DRAINING), each at a
+     * checkpoint taken at the step boundary after the replica there heard it (no retry spent,
+     * no step lost), and the optimizer steps of the last such checkpoint */
+    int drains;
+    int64_t drain_step;
     /* resume found the job complete: nothing trained, the stats are the finished run's */
     bool complete_at_resume;
 } trainer_stats;

@@ -241,6 +241,10 @@ typedef struct tr_report {
     ct_object_id ckpt;
     int copies, copies_asked; /* of the checkpoint: nodes holding it after the seal, asked */
     int nval;                 /* validations run during the segment, in order */
+    /* this replica's node is draining (told to stop): the segment ended at the first step
+     * boundary after the replica heard it, with a checkpoint there (this replica's, or rank
+     * 0's at an epoch's end); mid-epoch the replica then left the group (its peers fail) */
+    int drained;
 } tr_report;
 
 typedef struct tr_val_report {

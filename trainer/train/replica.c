@@ -61,6 +61,7 @@ struct replica {
     ct_device device;       /* where the model trains (tr_spec.device) */
     const ct__backend *bk;  /* its backend; NULL on the CPU */
     tr_uploader up_x, up_y; /* batches to the device (upload.c) */
+    bool draining;          /* this replica's node was told to stop (NODE_DRAINING, drain_heard) */
 };
 
 static void replica_free(void *state)
@@ -262,6 +263,13 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     memcpy(&r->setup, args, sizeof r->setup);
     const tr_setup_args *a = &r->setup;
     int rc;
+    /* a node told to stop waits for the replicas of a job that listens: they checkpoint first
+     * (drain_heard, train_epoch) */
+    if (ct_events_subscribe(1u << CT_EVENT_NODE_DRAINING) < 0)
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "replica %d: no drain events (a node told to stop ends "
+               "this replica without a checkpoint): %s",
+               a->rank, ct_last_error());
     ct_nn_set_threads(r->spec.threads > 0 ? r->spec.threads : 1);
     r->device = (ct_device)r->spec.device;
     if (r->device != CT_CPU) {
@@ -409,6 +417,22 @@ static int epoch_failed(replica *r, int rc)
     return rc;
 }
 
+/* Whether this replica's node was told to stop (a NODE_DRAINING event about it): polls the
+ * events that came, without waiting (a step boundary's cost: one non-blocking read). */
+static bool drain_heard(replica *r)
+{
+    ct_event ev;
+    while (!r->draining && ct_events_next(&ev, 0) == 0)
+        if (ev.type == CT_EVENT_NODE_DRAINING && !strcmp(ev.node_id, ct_self_node_id())) {
+            r->draining = true;
+            CT_LOG(CT_LOG_INFO, "trainer",
+                   "replica %d: node %s is draining: checkpoint at the "
+                   "next step boundary",
+                   r->setup.rank, ev.node_id);
+        }
+    return r->draining;
+}
+
 /* Wraps a loader batch as tensors (x: n × sample shape, f32; y: n, i64, or n × target shape,
  * f32; borrowed from the loader) and runs step fn on it. */
 static int run_batch(replica *r, trainer_step *s, trainer_step_fn fn, const ct_batch *b,
@@ -482,8 +506,12 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     /* a plateau scheduler steps on its metric (validate_inline, plateau_train_loss), not here */
     bool plateau = r->st.plateau_metric[0] != 0;
     r->nvals = 0;
+    /* a drain heard mid-epoch ends the segment at the step boundary (after its validation):
+     * this replica checkpoints there and leaves; its peers, blocked in the next step's
+     * collective, fail, and the driver goes on from this checkpoint without them or it */
+    bool drained_mid = false;
     ct_batch b;
-    while (rc == 0 && (ea.steps <= 0 || steps < ea.steps) &&
+    while (rc == 0 && !drained_mid && (ea.steps <= 0 || steps < ea.steps) &&
            (rc = ct_loader_next(r->loader, &b)) > 0) {
         trainer_step_out so;
         int64_t g0 = s.index - s.index % k, left = nb - g0;
@@ -517,6 +545,8 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                 r->first_step_done = true;
                 rep.first_step_ns = ct__now_ns();
             }
+            if (rc == 0 && s.updates && s.index < nb && drain_heard(r))
+                drained_mid = true;
         }
     }
     ct__rec_flush(&r->rec); /* in the KV before the reply: the driver reads them all */
@@ -531,10 +561,13 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     if (rc == 0 && done && ea.validate_end &&
         !(r->nvals && r->vals[r->nvals - 1].step == r->st.step))
         rc = validate_inline(r, ea.epoch);
-    if (rc == 0)
+    if (rc == 0 && !drained_mid) /* its sums are gathered: the peers are gone */
         rc = plateau_train_loss(r, rep.loss_sum, rep.samples, done);
     if (rc < 0)
         return rc;
+    /* at an epoch's end every rank ran the end's collectives: a drain heard there ends the
+     * group after this segment, with rank 0's checkpoint when the segment writes one */
+    bool drained_end = !drained_mid && done && drain_heard(r);
     r->st.epoch = done ? ea.epoch + 1 : ea.epoch;
     r->st.batch = done ? 0 : s.index;
     r->pos_valid = !done;
@@ -561,10 +594,19 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             free(host);
         rep.weights_hash = m ? mix(rep.weights_hash ^ h) : h;
     }
-    if (ea.checkpoint && r->setup.rank == 0) {
+    if ((ea.checkpoint && r->setup.rank == 0) || drained_mid || (drained_end && !ea.checkpoint)) {
         if ((rc = write_checkpoint(r, &rep.ckpt, &rep.copies, &rep.copies_asked)) < 0)
             return rc;
         rep.has_ckpt = 1;
+    }
+    rep.drained = drained_mid || drained_end;
+    if (drained_mid) { /* the peers wait in the next step's collective: they fail now */
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "replica %d: checkpoint at step %lld (epoch %lld batch "
+               "%lld) written; leaving the group (its node is draining)",
+               r->setup.rank, (long long)r->st.step, (long long)r->st.epoch,
+               (long long)r->st.batch);
+        ct_comm_abort(r->comm);
     }
     rep.nval = r->nvals;
     size_t vbytes = (size_t)r->nvals * sizeof *r->vals;

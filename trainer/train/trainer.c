@@ -754,6 +754,8 @@ static void segment_records(trainer *t, bool epoch_done)
         ct__progress_epoch(t->progress, &t->stats);
 }
 
+static int drain_mid_epoch(trainer *t, void **res, int world, int d);
+
 /* A segment of epoch `epoch` on the group: from the driver's position (t->local.batch) until
  * `steps` optimizer steps are done (0: the epoch's end); *done says whether the epoch ended.
  * On success the epoch's sums, the stats at an epoch's end and (if asked) the checkpoint are
@@ -785,6 +787,17 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     t->nvals = 0;
     ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
+    int drained = -1; /* a replica whose node drains: the one with a checkpoint, if any */
+    for (int i = 0; i < world; i++) {
+        tr_report *r = res[i];
+        if (r && r->drained &&
+            (drained < 0 || (r->has_ckpt && !((tr_report *)res[drained])->has_ckpt)))
+            drained = i;
+    }
+    if (rc < 0 && drained >= 0 && ((tr_report *)res[drained])->has_ckpt) {
+        rc = drain_mid_epoch(t, res, world, drained);
+        goto out;
+    }
     if (rc < 0) {
         t->stats.failure_seen_ns = ct__now_ns();
         end_group(t, why, cap, failed, rc, msg);
@@ -817,13 +830,16 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         t->stats.group_first_step_ns = first_step;
     t->group_fresh = false;
     *done = r0->epoch_done;
-    t->at_ckpt = r0->has_ckpt;
-    if (r0->has_ckpt) {
+    /* rank 0's checkpoint; at an epoch's end a draining replica writes one when rank 0 does
+     * not (checkpoints off) */
+    tr_report *ck = r0->has_ckpt || drained < 0 ? r0 : res[drained];
+    t->at_ckpt = ck->has_ckpt;
+    if (ck->has_ckpt) {
         char what[64];
         snprintf(what, sizeof what, "checkpoint at step %lld",
-                 (long long)t->local.step + r0->steps);
-        note_copies(t, what, r0->copies, r0->copies_asked);
-        if ((rc = adopt_checkpoint(t, &r0->ckpt)) < 0) {
+                 (long long)t->local.step + ck->steps);
+        note_copies(t, what, ck->copies, ck->copies_asked);
+        if ((rc = adopt_checkpoint(t, &ck->ckpt)) < 0) {
             snprintf(why, cap, "adopting the checkpoint of epoch %lld: %s", (long long)epoch + 1,
                      ct_last_error());
             end_group(t, NULL, 0, -1, rc, NULL);
@@ -846,12 +862,66 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     }
     t->stats.steps = t->local.step;
     segment_records(t, *done);
+    if (drained >= 0 && t->actors) { /* a drain heard at the segment's end: the group ends */
+        tr_report *dr = res[drained];
+        if (dr != ck && dr->has_ckpt) /* rank 0's was adopted: the same step */
+            ct_free(&dr->ckpt);
+        t->stats.drains++;
+        t->stats.drain_step = t->local.step;
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "node %s is draining: the group ends at the checkpoint of epoch %lld's end (step "
+               "%lld)",
+               ct_actor_node(t->actors[drained]), (long long)epoch + 1, (long long)t->local.step);
+        end_group(t, NULL, 0, -1, 0, NULL);
+    }
 out:
     for (int i = 0; i < world; i++)
         free(res[i]);
     free(res);
     free(ea);
     return rc;
+}
+
+/* A segment a drain ended mid-epoch: replica d (on a node told to stop) wrote a checkpoint at
+ * the first step boundary after it heard it and left the group, so its peers' next step failed
+ * (a step they did not complete, so none is lost and none trained twice). The driver adopts
+ * that checkpoint and ends the group, spending no retry; the next group starts there on the
+ * nodes that remain. 0, or the adoption's error. */
+static int drain_mid_epoch(trainer *t, void **res, int world, int d)
+{
+    tr_report *r = res[d];
+    char what[96];
+    snprintf(what, sizeof what, "checkpoint at step %lld (node draining)",
+             (long long)t->local.step + r->steps);
+    note_copies(t, what, r->copies, r->copies_asked);
+    const char *node = ct_actor_node(t->actors[d]);
+    char node_id[32];
+    snprintf(node_id, sizeof node_id, "%s", node ? node : "");
+    int rc = adopt_checkpoint(t, &r->ckpt);
+    for (int i = 0; i < world; i++) { /* another replica of that node that wrote one too */
+        tr_report *o = res[i];
+        if (i != d && o && o->drained && o->has_ckpt && memcmp(&o->ckpt, &r->ckpt, sizeof r->ckpt))
+            ct_free(&o->ckpt);
+    }
+    if (rc < 0) {
+        end_group(t, NULL, 0, -1, 0, NULL);
+        return rc;
+    }
+    /* the segment's sums, as far as the replica that finished it counted them */
+    ct__trainer_metrics_add(&t->acc.m, &r->metrics);
+    t->acc.loss += r->loss_sum;
+    t->acc.samples += r->samples;
+    t->acc.seconds += r->seconds;
+    t->at_ckpt = true;
+    t->stats.drains++;
+    t->stats.drain_step = t->local.step;
+    t->stats.steps = t->local.step;
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "node %s is draining: checkpoint at step %lld (epoch %lld batch %lld); the group "
+           "ends and training goes on from there without that node",
+           node_id, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.batch);
+    end_group(t, NULL, 0, -1, 0, NULL);
+    return 0;
 }
 
 /* The value of the score attribute in st; NaN when there is none (see trainer.h). */

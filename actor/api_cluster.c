@@ -1,0 +1,289 @@
+/* actor/api_cluster.c — the cluster as the driver sees it, through head requests: events
+ * (subscriptions and the queue ct__client_drain fills), the KV store, placement groups, and
+ * the cluster's resources. Not in here: the head's side (head/). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "actor/api_internal.h"
+#include "actor/runtime.h"
+#include "actor/zmtp.h"
+#include "common/auth.h"
+#include "common/common.h"
+#include "head/head.h"
+#include "objectstore/store.h"
+#include "objectstore/transfer.h"
+#include "proto/msg.h"
+
+/* ---- events ---- */
+
+int ct_events_subscribe(unsigned mask)
+{
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__Subscribe s = CT__SUBSCRIBE__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 5000);
+    s.mask = mask;
+    e.body_case = CT__ENVELOPE__BODY_SUBSCRIBE;
+    e.subscribe = &s;
+    int rc = ct__client_request(&e, &rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "subscribe");
+    if (!rc)
+        ct__client.sub_mask = mask;
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_events_next(ct_event *ev, int timeout_ms)
+{
+    if (!ev)
+        return ct__error(CT_EINVAL, "ct_events_next: ev is NULL");
+    LOCK();
+    int rc = 0;
+    int64_t until = ct__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        if (ct__client.head)
+            ct__client_drain(0, 0, NULL);
+        if (ct__client.qn) {
+            *ev = ct__client.q[ct__client.qh];
+            ct__client.qh = (ct__client.qh + 1) % EVQ;
+            ct__client.qn--;
+            break;
+        }
+        int64_t left = until - ct__now_ms();
+        if (left <= 0 || !ct__client.head) {
+            rc = ct__error(CT_ETIMEDOUT, "ct_events_next: no event within %d ms", timeout_ms);
+            break;
+        }
+        ct__client_sleep(-1, left);
+    }
+    UNLOCK();
+    return rc;
+}
+
+/* ---- KV ---- */
+
+int ct_kv_put(const char *key, const void *value, size_t len)
+{
+    if (!key || !*key || (len && !value))
+        return ct__error(CT_EINVAL, "ct_kv_put: %s",
+                         !key || !*key ? "key is empty" : "value is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__KvPut p = CT__KV_PUT__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 10000);
+    p.key = (char *)key;
+    p.value.data = (uint8_t *)value;
+    p.value.len = len;
+    e.body_case = CT__ENVELOPE__BODY_KV_PUT;
+    e.kv_put = &p;
+    int rc = ct__client_request(&e, &rep, 10000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "kv_put");
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_kv_get(const char *key, void **value, size_t *len, int timeout_ms)
+{
+    if (!key || !*key || !value || !len)
+        return ct__error(CT_EINVAL, "ct_kv_get: %s",
+                         !key || !*key ? "key is empty" : "value or len is NULL");
+    *value = NULL;
+    *len = 0;
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__KvGet g = CT__KV_GET__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 0);
+    g.key = (char *)key;
+    g.wait_ms = timeout_ms > 0 ? timeout_ms : 0;
+    e.body_case = CT__ENVELOPE__BODY_KV_GET;
+    e.kv_get = &g;
+    int rc = ct__client_request(&e, &rep, (timeout_ms > 0 ? timeout_ms : 0) + 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_KV_GET_REPLY, "kv_get");
+    if (rc == CT_ENOENT && timeout_ms > 0)
+        rc = CT_ETIMEDOUT;
+    if (!rc) {
+        size_t n = rep->kv_get_reply->value.len;
+        *value = malloc(n ? n : 1);
+        if (!*value) {
+            rc = ct__error(CT_ENOMEM, "ct_kv_get: out of memory");
+        } else {
+            memcpy(*value, rep->kv_get_reply->value.data, n);
+            *len = n;
+        }
+    }
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_kv_del(const char *key)
+{
+    if (!key || !*key)
+        return ct__error(CT_EINVAL, "ct_kv_del: key is empty");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__KvDel d = CT__KV_DEL__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 10000);
+    d.key = (char *)key;
+    e.body_case = CT__ENVELOPE__BODY_KV_DEL;
+    e.kv_del = &d;
+    int rc = ct__client_request(&e, &rep, 10000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "kv_del");
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+/* ---- placement groups and cluster view ---- */
+
+int ct_placement_group_create(const ct_bundle *bundles, int n, ct_strategy strategy,
+                              ct_placement_group **out)
+{
+    if (!out || !bundles || n <= 0 || n > 4096)
+        return ct__error(CT_EINVAL, "ct_placement_group_create: need 1..4096 bundles and out");
+    *out = NULL;
+    Ct__Bundle *b = calloc(n, sizeof *b);
+    Ct__Bundle **bp = calloc(n, sizeof *bp);
+    Ct__Resource *r = calloc((size_t)n * 10, sizeof *r);
+    Ct__Resource **rp = calloc((size_t)n * 10, sizeof *rp);
+    ct_placement_group *pg = calloc(1, sizeof *pg);
+    Ct__Envelope *rep = NULL;
+    int rc = 0;
+    LOCK();
+    if (!b || !bp || !r || !rp || !pg) {
+        rc = ct__error(CT_ENOMEM, "ct_placement_group_create: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        ct__bundle__init(&b[i]);
+        b[i].n_resources = ct__client_fill_res(r + 10 * i, rp + 10 * i, bundles[i].cpu,
+                                               bundles[i].gpu, bundles[i].custom, 8);
+        b[i].resources = rp + 10 * i;
+        bp[i] = &b[i];
+    }
+    Ct__Envelope e;
+    Ct__PgCreate p = CT__PG_CREATE__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 10000);
+    p.n_bundles = n;
+    p.bundles = bp;
+    p.strategy = strategy == CT_SPREAD ? CT__STRATEGY__SPREAD : CT__STRATEGY__PACK;
+    e.body_case = CT__ENVELOPE__BODY_PG_CREATE;
+    e.pg_create = &p;
+    if ((rc = ct__client_request(&e, &rep, 10000)))
+        goto out;
+    if ((rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_PG_CREATE_REPLY, "pg_create")))
+        goto out;
+    snprintf(pg->id, sizeof pg->id, "%s", rep->pg_create_reply->pg_id);
+    *out = pg;
+    pg = NULL;
+out:
+    UNLOCK();
+    ct__msg_free(rep);
+    free(b);
+    free(bp);
+    free(r);
+    free(rp);
+    free(pg);
+    return rc;
+}
+
+int ct_placement_group_wait(ct_placement_group *pg, int timeout_ms)
+{
+    if (!pg)
+        return ct__error(CT_EINVAL, "ct_placement_group_wait: pg is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__PgWait w = CT__PG_WAIT__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 0);
+    w.pg_id = pg->id;
+    w.wait_ms = timeout_ms > 0 ? timeout_ms : 0;
+    e.body_case = CT__ENVELOPE__BODY_PG_WAIT;
+    e.pg_wait = &w;
+    int rc = ct__client_request(&e, &rep, (timeout_ms > 0 ? timeout_ms : 0) + 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "pg_wait");
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
+int ct_placement_group_remove(ct_placement_group **ppg)
+{
+    if (!ppg || !*ppg)
+        return ct__error(CT_EINVAL, "ct_placement_group_remove: pg is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__PgRemove r = CT__PG_REMOVE__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 5000);
+    r.pg_id = (*ppg)->id;
+    e.body_case = CT__ENVELOPE__BODY_PG_REMOVE;
+    e.pg_remove = &r;
+    int rc = ct__client_request(&e, &rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "pg_remove");
+    ct__msg_free(rep);
+    UNLOCK();
+    free(*ppg);
+    *ppg = NULL;
+    return rc;
+}
+
+const char *ct_placement_group_id(const ct_placement_group *pg)
+{
+    return pg ? pg->id : "";
+}
+
+int ct_cluster_resources(const char *name, double *total, double *free_amount)
+{
+    if (!name)
+        return ct__error(CT_EINVAL, "ct_cluster_resources: name is NULL");
+    LOCK();
+    Ct__Envelope e, *rep = NULL;
+    Ct__Status s = CT__STATUS__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 5000);
+    e.body_case = CT__ENVELOPE__BODY_STATUS;
+    e.status = &s;
+    int rc = ct__client_request(&e, &rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_STATUS_REPLY, "status");
+    if (!rc) {
+        double t = 0, f = 0;
+        for (size_t i = 0; i < rep->status_reply->n_nodes; i++) {
+            Ct__NodeInfo *n = rep->status_reply->nodes[i];
+            if (!n->alive || n->draining) /* a draining node takes no new actors */
+                continue;
+            t += ct__res_get(n->total, n->n_total, name);
+            f += ct__res_get(n->free, n->n_free, name);
+        }
+        if (total)
+            *total = t;
+        if (free_amount)
+            *free_amount = f;
+    }
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}

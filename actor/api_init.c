@@ -1,0 +1,349 @@
+/* actor/api_init.c — ct_init and ct_shutdown: the cluster's secret, the head's address (or an
+ * embedded cluster), the job token, the first ping; the driver's liveness (a heartbeat thread
+ * with a socket of its own, and its death-watch connection, head/watch.h); ct_serve_if_worker,
+ * where an actor process turns into its node's zygote. Not in here: the transport
+ * (api_transport.c), the embedded cluster (api_embedded.c). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "actor/api_internal.h"
+#include "actor/runtime.h"
+#include "actor/zmtp.h"
+#include "common/auth.h"
+#include "common/common.h"
+#include "head/head.h"
+#include "objectstore/store.h"
+#include "objectstore/transfer.h"
+#include "proto/msg.h"
+
+/* ---- init / shutdown ---- */
+
+/* Heartbeats this driver to the head every 100 ms, so that the head kills its actors when
+ * the driver dies (also with an external cluster). Runs until hb_stop[1] is closed. */
+static void *hb_main(void *arg)
+{
+    (void)arg;
+    void *s = zmq_socket(ct__client.ctx, ZMQ_DEALER);
+    if (!s)
+        return NULL;
+    if (ct__client_sock_opts(s)) {
+        CT_LOG(CT_LOG_ERROR, "driver", "heartbeats: %s", ct_last_error());
+        zmq_close(s);
+        return NULL;
+    }
+    char ep[200];
+    snprintf(ep, sizeof ep, "tcp://%s", ct__client.addr);
+    zmq_connect(s, ep);
+    for (;;) {
+        Ct__Envelope e;
+        Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+        ct__env_init(&e, 0, ct__client.sender, 0);
+        hb.driver = 1;
+        e.token = ct__client.job;
+        e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+        e.heartbeat = &hb;
+        ct__msg_send(s, NULL, &e, ZMQ_DONTWAIT);
+        /* replies (errors only) are not awaited; drop whatever came */
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        while (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) >= 0)
+            ;
+        zmq_msg_close(&m);
+        struct pollfd p = {ct__client.hb_stop[0], POLLIN, 0};
+        if (poll(&p, 1, 100) != 0)
+            break;
+    }
+    /* ct_shutdown: the last one says the driver leaves, so its job ends at once (its actors,
+     * KV keys and the nodes' zygotes); a moment to deliver it */
+    Ct__Envelope e;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 0);
+    hb.driver = 1;
+    hb.leaving = 1;
+    e.token = ct__client.job;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    int linger = 200;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    ct__msg_send(s, NULL, &e, ZMQ_DONTWAIT);
+    zmq_close(s);
+    return NULL;
+}
+
+/* Opens this driver's death-watch connection (head/watch.h), so that the head sees it end at
+ * once, even by kill -9, and kills its job's actors. Without one (a head with no watch port,
+ * a port this host cannot reach) the driver's heartbeats still tell: only later. */
+static void watch_attach(int timeout_ms)
+{
+    Ct__Envelope e, *rep = NULL;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__env_init(&e, 0, ct__client.sender, timeout_ms);
+    hb.driver = 1;
+    hb.watch = 1;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    int rc = ct__client_request(&e, &rep, timeout_ms);
+    if (!rc)
+        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_WATCH_TICKET, "heartbeat.watch");
+    if (!rc && rep->watch_ticket->port) {
+        int fd = ct__watch_dial(ct__client.addr, rep->watch_ticket->port, rep->watch_ticket->ticket,
+                                timeout_ms);
+        rc = fd < 0 ? fd : 0;
+        ct__client.death_fd = fd < 0 ? -1 : fd;
+    }
+    if (rc)
+        CT_LOG(CT_LOG_WARN, "driver", "no death watch (heartbeats only): %s", ct_last_error());
+    ct__msg_free(rep);
+}
+
+static int start_heartbeats(void)
+{
+    if (pipe2(ct__client.hb_stop, O_CLOEXEC))
+        return ct__error(-errno, "ct_init: pipe: %s", strerror(errno));
+    if (pthread_create(&ct__client.hb_thread, NULL, hb_main, NULL)) {
+        close(ct__client.hb_stop[0]);
+        close(ct__client.hb_stop[1]);
+        ct__client.hb_stop[0] = ct__client.hb_stop[1] = -1;
+        return ct__error(CT_ENOMEM, "ct_init: cannot start the heartbeat thread");
+    }
+    ct__client.hb_running = true;
+    return 0;
+}
+
+static void stop_heartbeats(void)
+{
+    if (!ct__client.hb_running)
+        return;
+    close(ct__client.hb_stop[1]);
+    pthread_join(ct__client.hb_thread, NULL);
+    close(ct__client.hb_stop[0]);
+    ct__client.hb_stop[0] = ct__client.hb_stop[1] = -1;
+    ct__client.hb_running = false;
+}
+
+/* Set once ct_serve_if_worker (ct_init calls it) returned in this process: an actor stops
+ * there, so registrations after it are not seen by this program's actors. Main thread only. */
+static bool registration_closed;
+
+bool ct__registration_closed(void)
+{
+    return registration_closed;
+}
+
+void ct_serve_if_worker(void)
+{
+    const char *mode = getenv("CT_MODE");
+    if (!mode || strcmp(mode, "zygote")) {
+        registration_closed = true;
+        return;
+    }
+    const char *fd = getenv("CT_ZYGOTE_FD");
+    ct__zygote_main(fd ? atoi(fd) : -1);
+}
+
+int ct__client_read_self(void)
+{
+    ssize_t n = readlink("/proc/self/exe", ct__client.exe, sizeof ct__client.exe - 1);
+    if (n <= 0)
+        return ct__error(CT_EIO, "ct_init: readlink /proc/self/exe: %s", strerror(errno));
+    ct__client.exe[n] = 0;
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f)
+        return ct__error(CT_EIO, "ct_init: /proc/self/cmdline: %s", strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += r;
+        if (len == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return ct__error(CT_ENOMEM, "ct_init: out of memory");
+    ct__client.cmdline = buf;
+    ct__client.cmdline_len = len;
+    return 0;
+}
+
+int ct_init(const ct_init_opts *opts)
+{
+    ct_serve_if_worker();
+    ct_init_opts o = opts ? *opts : (ct_init_opts){0};
+    int timeout = o.timeout_ms > 0 ? o.timeout_ms : 10000;
+    LOCK();
+    int rc = 0;
+    if (ct__client.inited) {
+        rc = ct__error(CT_EEXIST, "ct_init: already initialized (call ct_shutdown first)");
+        goto out;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if ((rc = ct__client_read_self()))
+        goto out;
+    const char *addr = o.address && *o.address ? o.address : getenv("CT_ADDRESS");
+    const char *secret_file =
+        o.secret_file && *o.secret_file ? o.secret_file : getenv("CT_SECRET_FILE");
+    char buf[160];
+    if (ct__auth_off()) {
+        CT_LOG(CT_LOG_WARN, "driver", "CT_AUTH=off: connections are not authenticated");
+    } else if (secret_file && *secret_file) {
+        if ((rc = ct__auth_load(secret_file)))
+            goto fail;
+    } else if (addr && *addr && !ct__auth_has_secret()) {
+        rc = ct__error(CT_EACCES,
+                       "ct_init: the cluster at %s needs its secret: set "
+                       "CT_SECRET_FILE or ct_init_opts.secret_file",
+                       addr);
+        goto fail;
+    } else if ((rc = ct__auth_ensure())) { /* an embedded cluster: a secret of its own */
+        goto fail;
+    }
+    if (!addr || !*addr) {
+        if ((rc = ct__embedded_start(&o, timeout, buf, sizeof buf)))
+            goto fail;
+        addr = buf;
+    }
+    char sender[64], host[40] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(sender, sizeof sender, "driver-%s-%d", host, (int)getpid());
+    if ((rc = ct__token_new(ct__client.job))) /* a new job: its actors inherit the token */
+        goto fail;
+    if ((rc = ct__client_connect(addr, sender)))
+        goto fail;
+    /* the head must answer a ping: fails fast on a wrong address */
+    Ct__Envelope e, *rep;
+    Ct__Ping ping = CT__PING__INIT;
+    ct__env_init(&e, 0, ct__client.sender, timeout);
+    e.body_case = CT__ENVELOPE__BODY_PING;
+    e.ping = &ping;
+    if ((rc = ct__client_request(&e, &rep, timeout))) {
+        if (rc == CT_ETIMEDOUT)
+            rc = ct__error(rc,
+                           "ct_init: the head at %s did not answer in %d ms (is it up, and "
+                           "is this its cluster's secret?)",
+                           addr, timeout);
+        goto fail;
+    }
+    rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_OK, "ping");
+    ct__msg_free(rep);
+    if (rc)
+        goto fail;
+    watch_attach(timeout);
+    if ((rc = start_heartbeats()))
+        goto fail;
+    ct__client.inited = true;
+    goto out;
+fail:
+    ct__client_close();
+    ct__embedded_stop();
+    free(ct__client.cmdline);
+    ct__client.cmdline = NULL;
+out:
+    UNLOCK();
+    return rc;
+}
+
+void ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
+                       const char *node_id)
+{
+    LOCK();
+    snprintf(ct__client.self_actor, sizeof ct__client.self_actor, "%s", actor_id ? actor_id : "");
+    snprintf(ct__client.self_node, sizeof ct__client.self_node, "%s", node_id ? node_id : "");
+    snprintf(ct__client.addr, sizeof ct__client.addr, "%s", head_addr);
+    snprintf(ct__client.sender, sizeof ct__client.sender, "%s", sender);
+    /* the job token, from the zygote's environment (node.c); not passed on to children */
+    const char *job = getenv("CT_JOB_TOKEN");
+    snprintf(ct__client.job, sizeof ct__client.job, "%s", ct__token_valid(job) ? job : "");
+    unsetenv("CT_JOB_TOKEN");
+    ct__client.lazy = true;
+    ct__client.inited = true;
+    UNLOCK();
+}
+
+const char *ct_head_address(void)
+{
+    return ct__client.addr;
+}
+
+const char *ct_self_actor_id(void)
+{
+    return ct__client.self_actor;
+}
+
+const char *ct_self_node_id(void)
+{
+    return ct__client.self_node;
+}
+
+static int kill_request(const char *id, uint64_t *req)
+{
+    Ct__Envelope e;
+    Ct__KillActor k = CT__KILL_ACTOR__INIT;
+    ct__env_init(&e, ++ct__client.next_req, ct__client.sender, 5000);
+    k.actor_id = (char *)id;
+    e.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
+    e.kill_actor = &k;
+    *req = e.req_id;
+    return ct__client_send(&e);
+}
+
+void ct_shutdown(void)
+{
+    LOCK();
+    if (ct__client.inited && ct__client.head) {
+        /* kill what this driver created; wait a moment for the head to take the orders */
+        uint64_t last = 0;
+        ct__client_drain(0, 0, NULL);
+        for (int i = 0; i < ct__client.nowned; i++)
+            kill_request(ct__client.owned[i], &last);
+        if (last) {
+            Ct__Envelope *rep = NULL;
+            int64_t until = ct__now_ms() + 1000;
+            while (!rep && ct__now_ms() < until) {
+                zmq_pollitem_t it = {ct__client.head, 0, ZMQ_POLLIN, 0};
+                zmq_poll(&it, 1, 50);
+                ct__client_drain(last, last, &rep);
+            }
+            ct__msg_free(rep);
+        }
+    }
+    while (ct__client.actors)
+        ct__actor_free(ct__client.actors);
+    ct__objects_reset();
+    stop_heartbeats();
+    ct__client_close();
+    ct__embedded_stop();
+    free(ct__client.cmdline);
+    ct__client.cmdline = NULL;
+    free(ct__client.owned);
+    ct__client.owned = NULL;
+    ct__client.nowned = ct__client.capowned = 0;
+    ct__client.inited = false;
+    ct__client.qn = ct__client.qh = 0;
+    ct__client.sub_mask = 0;
+    ct__client.addr[0] = 0;
+    UNLOCK();
+}

@@ -1,0 +1,504 @@
+/* head/actors.c — the actor table and the scheduler: creation requests (queued while nothing
+ * fits, until their deadline), placement on nodes (PACK / SPREAD) and in placement groups'
+ * bundles, the nodes' reports (ready, start failed, exited), kills, an actor's death told to its
+ * owner and subscribers. Not in here: the groups' own table (pgroups.c), process spawning
+ * (actor/node.c). */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/common.h"
+#include "head/head_internal.h"
+#include "proto/msg.h"
+
+/* Frees a's create request (placed, or dead) and takes it off the pending count. */
+void ct__head_drop_req(head *h, actor *a)
+{
+    if (!a->req)
+        return;
+    ct__msg_free(a->req);
+    a->req = NULL;
+    h->npending--;
+    h->pending_bytes -= a->req_bytes;
+}
+
+static void release_actor_resources(head *h, actor *a)
+{
+    if (a->node < 0 || a->state == A_PENDING)
+        return;
+    if (a->pg >= 0 && a->bundle >= 0) {
+        /* back into its bundle, if the bundle is still reserved where the actor ran */
+        pgroup *g = &h->pgs[a->pg];
+        if (g->state != PG_REMOVED && g->b[a->bundle].node == a->node)
+            ct__rv_sub(&g->b[a->bundle].free, &a->need, -1);
+    } else if (a->pg < 0)
+        ct__rv_sub(&h->nodes[a->node].free, &a->need, -1);
+    h->nodes[a->node].nactors--;
+}
+
+void ct__head_create_error(head *h, actor *a, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void ct__head_create_error(head *h, actor *a, int code, const char *fmt, ...)
+{
+    if (!a->create_req)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    REPLY_ERR(h, &a->owner, a->create_req, code, "", "%s", msg);
+    a->create_req = 0;
+}
+
+/* Marks an actor dead, frees its resources, tells its owner and subscribers. */
+void ct__head_actor_dead(head *h, actor *a, int pid, int status, int sig, const char *reason)
+{
+    if (a->state == A_DEAD)
+        return;
+    release_actor_resources(h, a);
+    a->state = A_DEAD;
+    a->exit_status = status;
+    a->term_signal = sig;
+    if (pid)
+        a->pid = pid;
+    a->dead_at = ct__now_ms();
+    ct__head_drop_req(h, a);
+    ct__head_create_error(h, a, CT_EDEAD, "actor %s (%s) died while starting: %s", a->id, a->cls,
+                          reason);
+    Ct__Event ev = CT__EVENT__INIT;
+    ev.type = CT__EVENT_TYPE__ACTOR_DEAD;
+    ev.actor_id = a->id;
+    ev.node_id = a->node >= 0 ? h->nodes[a->node].id : "";
+    ev.pid = a->pid;
+    ev.exit_status = status;
+    ev.term_signal = sig;
+    ev.reason = (char *)reason;
+    ct__head_push_event(h, &ev, &a->owner);
+    CT_LOG(CT_LOG_INFO, "head", "actor %s dead: %s", a->id, reason);
+}
+
+/* ids are "actor-N" with N = seq, and the table is sorted by seq (appended in creation order,
+ * forget_dead keeps the order): a binary search. */
+static actor *find_actor(head *h, const char *id)
+{
+    if (!id || strncmp(id, "actor-", 6) || id[6] < '1' || id[6] > '9')
+        return NULL;
+    char *end;
+    unsigned long long seq = strtoull(id + 6, &end, 10);
+    if (*end)
+        return NULL;
+    int lo = 0, hi = h->nactors - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (h->actors[mid].seq == seq)
+            return !strcmp(h->actors[mid].id, id) ? &h->actors[mid] : NULL;
+        if (h->actors[mid].seq < seq)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return NULL;
+}
+
+/* Whether the message comes from the node hosting a (which alone reports its start and end):
+ * it carries that live node's token (f->node, found by the loop). */
+static bool from_host(const actor *a, const ct__head_from *f)
+{
+    return a->node >= 0 && a->node == f->node;
+}
+
+/* Picks a node for need: PACK takes the fitting node with the least free capacity left,
+ * SPREAD the one with the fewest actors (then the most free). frees / load: a tentative view
+ * (place_pg), NULL for the nodes' own. -1 when none fits. */
+static int pick_node(head *h, const res *need, int strategy, const res *frees, const int *load)
+{
+    int best = -1, best_load = 0;
+    double best_sum = 0;
+    for (int i = 0; i < h->nnodes; i++) {
+        const res *f = frees ? &frees[i] : &h->nodes[i].free;
+        int l = load ? load[i] : h->nodes[i].nactors;
+        if (!h->nodes[i].alive || h->nodes[i].draining || !ct__rv_fits(f, need))
+            continue;
+        double sum = ct__rv_sum(f);
+        bool better = best < 0 || (strategy == CT__STRATEGY__SPREAD
+                                       ? l < best_load || (l == best_load && sum > best_sum)
+                                       : sum < best_sum);
+        if (better) {
+            best = i;
+            best_load = l;
+            best_sum = sum;
+        }
+    }
+    return best;
+}
+
+static void start_on_node(head *h, actor *a)
+{
+    node *n = &h->nodes[a->node];
+    Ct__CreateActor *c = a->req->create_actor;
+    Ct__Envelope e;
+    Ct__StartActor s = CT__START_ACTOR__INIT;
+    ct__env_init(&e, 0, "head", 0);
+    s.actor_id = a->id;
+    s.class_name = a->cls;
+    s.args = c->args;
+    s.exe_path = c->exe_path;
+    s.n_argv = c->n_argv;
+    s.argv = c->argv;
+    char *holders[16];
+    if (c->exe_object_id.len) {
+        s.exe_object_id = c->exe_object_id;
+        s.n_exe_holders =
+            ct__objdir_holders(h, c->exe_object_id.data, c->exe_object_id.len, holders, 16);
+        s.exe_holders = holders;
+    }
+    s.job_token = a->job;
+    /* the head only counts GPUs; the node chooses which devices the actor sees */
+    s.gpus = ct__rv_get(&a->need, "GPU");
+    e.body_case = CT__ENVELOPE__BODY_START_ACTOR;
+    e.start_actor = &s;
+    ct__head_send(h, &n->rid, &e);
+    a->state = A_STARTING;
+    n->nactors++;
+    ct__head_drop_req(h, a);
+}
+
+/* Tries to place one pending actor. Returns true when placed. */
+static bool place_actor(head *h, actor *a)
+{
+    if (a->pg >= 0) {
+        pgroup *g = &h->pgs[a->pg];
+        if (g->state == PG_REMOVED) {
+            ct__head_create_error(h, a, CT_ENOENT, "placement group %s was removed", g->id);
+            ct__head_actor_dead(h, a, 0, 0, 0, "placement group removed");
+            return false;
+        }
+        /* any reserved bundle will do, even while others of the group are being re-placed */
+        for (int b = 0; b < g->nb; b++) {
+            if (a->want_bundle >= 0 && b != a->want_bundle)
+                continue;
+            if (g->b[b].node < 0 || !h->nodes[g->b[b].node].alive ||
+                !ct__rv_fits(&g->b[b].free, &a->need))
+                continue;
+            ct__rv_sub(&g->b[b].free, &a->need, 1);
+            a->bundle = b;
+            a->node = g->b[b].node;
+            start_on_node(h, a);
+            return true;
+        }
+        return false;
+    }
+    int n = pick_node(h, &a->need, a->strategy, NULL, NULL);
+    if (n < 0)
+        return false;
+    ct__rv_sub(&h->nodes[n].free, &a->need, 1);
+    a->node = n;
+    start_on_node(h, a);
+    return true;
+}
+
+/* Reserves every unplaced bundle or none of them (all of a new group; after a node died,
+ * the bundles that were on it). */
+bool ct__head_place_pg(head *h, pgroup *g)
+{
+    if (g->state != PG_PENDING || !h->nnodes)
+        return false;
+    /* a tentative copy of the nodes' free resources (scratch sized with the node table: no
+     * stack arrays sized by what peers send) */
+    res *frees = h->frees;
+    int *load = h->load;
+    for (int i = 0; i < h->nnodes; i++) {
+        frees[i] = h->nodes[i].free;
+        load[i] = 0;
+    }
+    for (int b = 0; b < g->nb; b++)
+        if (g->b[b].node >= 0)
+            load[g->b[b].node]++;
+    for (int b = 0; b < g->nb; b++) {
+        g->b[b].pick = g->b[b].node;
+        if (g->b[b].pick >= 0)
+            continue;
+        int n = pick_node(h, &g->b[b].need, g->strategy, frees, load);
+        if (n < 0)
+            return false;
+        ct__rv_sub(&frees[n], &g->b[b].need, 1);
+        load[n]++;
+        g->b[b].pick = n;
+    }
+    for (int b = 0; b < g->nb; b++) {
+        if (g->b[b].node >= 0)
+            continue;
+        g->b[b].node = g->b[b].pick;
+        g->b[b].free = g->b[b].need;
+        ct__rv_sub(&h->nodes[g->b[b].node].free, &g->b[b].need, 1);
+    }
+    g->state = PG_READY;
+    CT_LOG(CT_LOG_INFO, "head", "placement group %s ready", g->id);
+    /* answer waiters */
+    for (int i = 0; i < h->nw; i++) {
+        if (h->w[i].kind == W_PG && &h->pgs[h->w[i].pg] == g) {
+            ct__head_ok(h, &h->w[i].rid, h->w[i].req_id);
+            h->w[i] = h->w[--h->nw];
+            i--;
+        }
+    }
+    return true;
+}
+
+/* Runs the scheduler: pending placement groups first (they were asked for first as a whole),
+ * then pending actors in creation order. */
+void ct__head_schedule(head *h)
+{
+    for (int i = 0; i < h->npgs; i++)
+        ct__head_place_pg(h, &h->pgs[i]);
+    for (int i = 0; i < h->nactors; i++)
+        if (h->actors[i].state == A_PENDING)
+            place_actor(h, &h->actors[i]);
+}
+
+void ct__head_kill_on_node(head *h, actor *a)
+{
+    Ct__Envelope o;
+    Ct__KillActor k = CT__KILL_ACTOR__INIT;
+    ct__env_init(&o, 0, "head", 0);
+    k.actor_id = a->id;
+    o.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
+    o.kill_actor = &k;
+    ct__head_send(h, &h->nodes[a->node].rid, &o);
+}
+
+/* create_actor's own fields: the class, the executable, argv, the strategy, the bundle index,
+ * the resources (the handler table runs it before the token rule) */
+bool ct__head_check_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e)
+{
+    Ct__CreateActor *c = e->create_actor;
+    char field[96], msg[300];
+    const char *bad = NULL;
+    if (!c->class_name || !*c->class_name)
+        bad = "create_actor.class_name";
+    else if (strlen(c->class_name) >= sizeof h->actors[0].cls)
+        bad = "create_actor.class_name";
+    else if (!c->exe_path || !*c->exe_path || strlen(c->exe_path) >= MAX_PATH)
+        bad = "create_actor.exe_path";
+    if (bad) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, bad, "%s: empty or too long", bad);
+        return false;
+    }
+    if (c->n_argv > MAX_ARGV) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "create_actor.argv",
+                        "create_actor.argv: %zu entries, at most %d", c->n_argv, MAX_ARGV);
+        return false;
+    }
+    if (c->exe_object_id.len && c->exe_object_id.len != 20) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "create_actor.exe_object_id",
+                        "create_actor.exe_object_id: %zu bytes, an object id has 20",
+                        c->exe_object_id.len);
+        return false;
+    }
+    if (c->strategy != CT__STRATEGY__PACK && c->strategy != CT__STRATEGY__SPREAD) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "create_actor.strategy",
+                        "create_actor.strategy: %d is neither PACK nor SPREAD", (int)c->strategy);
+        return false;
+    }
+    if (c->bundle_index < -1) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "create_actor.bundle_index",
+                        "create_actor.bundle_index: %d (want -1 for any, or a bundle)",
+                        c->bundle_index);
+        return false;
+    }
+    if (ct__rv_check(c->resources, c->n_resources, "create_actor.resources", field, sizeof field,
+                     msg, sizeof msg)) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, field, "%s", msg);
+        return false;
+    }
+    return true;
+}
+
+void ct__head_on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    Ct__CreateActor *c = e->create_actor;
+    const char *job = f->job; /* RULE_JOB */
+    int pg = -1;
+    if (c->pg_id && *c->pg_id) {
+        for (int i = 0; i < h->npgs; i++)
+            if (h->pgs[i].state != PG_FREE && !strcmp(h->pgs[i].id, c->pg_id))
+                pg = i;
+        if (pg < 0 || h->pgs[pg].state == PG_REMOVED) {
+            REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "create_actor.pg_id",
+                      "create_actor.pg_id: no placement group %s", c->pg_id);
+            return;
+        }
+        if (!ct__head_may_change(h->pgs[pg].job, job)) {
+            ct__head_refuse(h, rid, e, HEAD_EPERM, "create_actor.pg_id",
+                            "create_actor.pg_id: placement group %s belongs to another job",
+                            c->pg_id);
+            return;
+        }
+        if (c->bundle_index >= h->pgs[pg].nb) {
+            REPLY_ERR(h, rid, e->req_id, CT_EINVAL, "create_actor.bundle_index",
+                      "create_actor.bundle_index: %d, group %s has %d bundles", c->bundle_index,
+                      c->pg_id, h->pgs[pg].nb);
+            return;
+        }
+    }
+    /* what the kept request holds: its bytes, and per string and resource a pointer and a
+     * heap block (an empty argv entry is 2 bytes on the wire, ~40 on the heap) */
+    size_t bytes = ct__envelope__get_packed_size(e) + 1024 + 48 * c->n_argv + 128 * c->n_resources;
+    if (h->npending >= MAX_PENDING || h->pending_bytes + bytes > MAX_PENDING_MEM) {
+        ct__head_refuse(h, rid, e, CT_ENOSPC, "create_actor",
+                        "create_actor: %d creations (%zu bytes) wait for room already, the "
+                        "head's limit",
+                        h->npending, h->pending_bytes);
+        return;
+    }
+    if (h->nactors == MAX_ACTORS)
+        ct__head_forget_dead(h, 0);
+    if (h->nactors == MAX_ACTORS) {
+        ct__head_refuse(h, rid, e, CT_ENOSPC, "create_actor",
+                        "create_actor: the head has %d live actors, its limit", MAX_ACTORS);
+        return;
+    }
+    if (h->nactors == h->cap_actors) {
+        int cap = h->cap_actors ? h->cap_actors * 2 : 256;
+        cap = cap < MAX_ACTORS ? cap : MAX_ACTORS;
+        actor *na = realloc(h->actors, cap * sizeof *na);
+        if (!na) {
+            REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+            return;
+        }
+        h->actors = na;
+        h->cap_actors = cap;
+    }
+    actor *a = &h->actors[h->nactors++];
+    memset(a, 0, sizeof *a);
+    a->seq = ++h->actor_seq;
+    snprintf(a->id, sizeof a->id, "actor-%llu", (unsigned long long)a->seq);
+    snprintf(a->cls, sizeof a->cls, "%s", c->class_name);
+    a->node = -1;
+    a->pg = pg;
+    a->bundle = -1;
+    a->want_bundle = pg >= 0 ? c->bundle_index : -1;
+    a->strategy = c->strategy;
+    ct__rv_from_pb(&a->need, c->resources, c->n_resources);
+    a->owner = *rid;
+    snprintf(a->owner_name, sizeof a->owner_name, "%s", e->sender);
+    snprintf(a->job, sizeof a->job, "%s", job);
+    a->create_req = e->req_id;
+    a->create_deadline = e->deadline_ms;
+    a->req = e;
+    a->req_bytes = bytes;
+    h->npending++;
+    h->pending_bytes += bytes;
+    f->keep = true;
+    a->state = A_PENDING;
+    if (!place_actor(h, a)) {
+        char buf[256];
+        ct__rv_fmt(&a->need, buf, sizeof buf);
+        CT_LOG(CT_LOG_INFO, "head", "actor %s (%s) queued: no node has %s free", a->id, a->cls,
+               buf);
+    }
+}
+
+void ct__head_on_actor_ready(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    Ct__ActorReady *r = e->actor_ready;
+    actor *a = find_actor(h, r->actor_id);
+    if (!a) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "actor_ready.actor_id",
+                  "actor_ready.actor_id: no actor %s", r->actor_id);
+        return;
+    }
+    if (!from_host(a, f)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "actor_ready.actor_id",
+                        "actor_ready.actor_id: only the node hosting %s reports it ready", a->id);
+        return;
+    }
+    if (a->state != A_STARTING)
+        return;
+    a->state = A_ALIVE;
+    a->pid = r->pid;
+    snprintf(a->addr, sizeof a->addr, "%s", r->address ? r->address : "");
+    if (a->create_req) {
+        Ct__Envelope o;
+        Ct__CreateActorReply cr = CT__CREATE_ACTOR_REPLY__INIT;
+        ct__env_init(&o, a->create_req, "head", 0);
+        cr.actor_id = a->id;
+        cr.node_id = h->nodes[a->node].id;
+        cr.address = a->addr;
+        cr.pid = a->pid;
+        o.body_case = CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY;
+        o.create_actor_reply = &cr;
+        ct__head_send(h, &a->owner, &o);
+        a->create_req = 0;
+    }
+}
+
+void ct__head_on_start_failed(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    actor *a = find_actor(h, e->start_failed->actor_id);
+    if (!a)
+        return;
+    if (!from_host(a, f)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "start_failed.actor_id",
+                        "start_failed.actor_id: only the node hosting %s reports its start", a->id);
+        return;
+    }
+    char why[600];
+    snprintf(why, sizeof why, "start failed: %s", e->start_failed->reason);
+    ct__head_create_error(h, a, e->start_failed->permanent ? CT_ESTART : CT_EINVAL,
+                          "actor %s (%s): %s", a->id, a->cls, why);
+    ct__head_actor_dead(h, a, 0, 0, 0, why);
+}
+
+void ct__head_on_actor_exited(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    Ct__ActorExited *x = e->actor_exited;
+    actor *a = find_actor(h, x->actor_id);
+    if (!a)
+        return;
+    if (!from_host(a, f)) {
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "actor_exited.actor_id",
+                        "actor_exited.actor_id: only the node hosting %s reports its end", a->id);
+        return;
+    }
+    char why[420];
+    int k = x->term_signal ? snprintf(why, sizeof why, "killed by signal %d", x->term_signal)
+                           : snprintf(why, sizeof why, "exited with status %d", x->exit_status);
+    if (x->stderr_tail && *x->stderr_tail) /* it died before serving: what it wrote last */
+        snprintf(why + k, sizeof why - k, "; its stderr: %.360s", x->stderr_tail);
+    ct__head_actor_dead(h, a, x->pid, x->exit_status, x->term_signal, why);
+    ct__head_schedule(h);
+}
+
+void ct__head_on_kill_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    actor *a = find_actor(h, e->kill_actor->actor_id);
+    if (!a) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "kill_actor.actor_id",
+                  "kill_actor.actor_id: no actor %s", e->kill_actor->actor_id);
+        return;
+    }
+    if (!from_host(a, f)) { /* else its job (RULE_TOKEN: f->job is set) */
+        const char *job = f->job;
+        if (!ct__head_may_change(a->job, job)) {
+            ct__head_refuse(h, rid, e, HEAD_EPERM, "kill_actor.actor_id",
+                            "kill_actor.actor_id: actor %s belongs to another job", a->id);
+            return;
+        }
+    }
+    if (a->state == A_PENDING) {
+        ct__head_create_error(h, a, CT_ECANCELED, "actor %s killed before it started", a->id);
+        ct__head_actor_dead(h, a, 0, 0, 0, "killed before start");
+    } else if (a->state != A_DEAD) {
+        Ct__Envelope o;
+        Ct__KillActor k = CT__KILL_ACTOR__INIT;
+        ct__env_init(&o, 0, "head", 0);
+        k.actor_id = a->id;
+        o.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
+        o.kill_actor = &k;
+        ct__head_send(h, &h->nodes[a->node].rid, &o);
+    }
+    ct__head_ok(h, rid, e->req_id);
+}

@@ -1,0 +1,307 @@
+/* head/head_internal.h — what the head's files share: limits, tables, the head's struct, the
+ * handler table's types, and the functions one file offers the others. Everything runs on the
+ * head's one thread. Not for outside head/ (head.h is the head's entry point).
+ *
+ * The files: head.c (the loop, the handler table and its token rules, replies and refusals,
+ * timers), nodes.c (nodes, drivers, heartbeats, the death watch's verdicts), actors.c (actors
+ * and the scheduler), pgroups.c (placement groups), kv.c (the KV store and waiting gets),
+ * events.c (event pushes and subscriptions), status.c (the status reply), resources.c
+ * (resource vectors), objdir.c (the object directory). */
+#ifndef CT_HEAD_HEAD_INTERNAL_H
+#define CT_HEAD_HEAD_INTERNAL_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "common/common.h"
+#include "head/head.h"
+#include "head/watch.h"
+#include "proto/msg.h"
+
+#define MAX_RES 16
+#define ID_LEN 32
+#define NODE_ID_HEX 12 /* random hex digits in a node id: "node-" and 12, 18 bytes with the NUL */
+#define TOK_SIZE (CT_TOKEN_LEN + 1)
+/* "not yours": a negated errno like ct/error.h's codes (which has no CT_EPERM yet) */
+#define HEAD_EPERM (-EPERM)
+
+/* Limits on what peers can make the head hold, generous for real clusters (tens of nodes,
+ * thousands of actors) and small enough that no flood exhausts the head: every table full
+ * (objdir.c's included) takes about 500 MB. Each is refused with an Error naming the field. */
+#define HEAD_MAX_MSG (2 << 20)      /* bytes in one message (ZMQ_MAXMSGSIZE: the peer is cut off) */
+#define HEAD_RCVHWM 100             /* messages queued per peer; then TCP pushes back (no loss) */
+#define HEAD_SNDHWM 100000          /* messages queued to one peer; then they are dropped */
+#define DECODE_FLOOR (256 << 10)    /* what decoding a message of n bytes may allocate: */
+#define DECODE_MULT 8               /* min(DECODE_MAX, DECODE_FLOOR + DECODE_MULT * n) bytes */
+#define DECODE_MAX (1 << 20)        /* (proto/msg.h); room for the largest KV value */
+#define MAX_NODES 1024              /* live, and dead ones not yet forgotten */
+#define MAX_ACTORS 65536            /* live, and dead ones not yet forgotten */
+#define MAX_PENDING 16384           /* creations waiting for room (each keeps its request) */
+#define MAX_PENDING_MEM (128 << 20) /* their requests' memory */
+#define MAX_ARGV 1024               /* create_actor.argv entries */
+#define MAX_PATH 4096               /* create_actor.exe_path bytes */
+#define MAX_PGS 4096                /* placement groups, removed ones included until freed */
+#define MAX_BUNDLES 4096            /* bundles in one group */
+#define MAX_BUNDLES_ALL 16384       /* bundles in all groups */
+#define MAX_KV 65536                /* keys */
+#define MAX_KV_KEY 4096             /* bytes in a key */
+#define MAX_KV_VALUE (512 << 10)    /* bytes in a value */
+#define MAX_KV_BYTES (128 << 20)    /* keys and values in all */
+#define MAX_WAITERS 16384           /* KV gets and placement group waits waiting */
+#define MAX_SUBS 4096               /* event subscribers */
+#define MAX_DRIVERS 4096            /* heartbeating drivers */
+#define MAX_AMOUNT 1e9              /* largest amount of one resource */
+#define GONE_AFTER_MS 60000         /* dead nodes and actors are listed this long */
+#define HEAD_HB_MS 100              /* default heartbeat period */
+#define HEAD_DEAD_MS 10000          /* default silence before a node or driver is dead */
+#define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
+
+/* A resource vector: name -> amount. */
+typedef struct res {
+    int n;
+    char name[MAX_RES][32];
+    double amt[MAX_RES];
+} res;
+
+enum { A_PENDING, A_STARTING, A_ALIVE, A_DEAD };
+/* PG_FREE: an unused slot (a removed group no actor refers to any more) */
+enum { PG_PENDING, PG_READY, PG_REMOVED, PG_FREE };
+
+typedef struct node {
+    char id[ID_LEN];
+    char token[TOK_SIZE]; /* its secret: a message that speaks for it carries it */
+    ct__rid rid;          /* its main connection: where its orders go */
+    char host[64];
+    int pid;
+    res total, free;
+    int64_t silent;        /* ms of silence counted against it (check_heartbeats) */
+    int64_t dead_at;       /* when it was declared dead */
+    char ticket[TOK_SIZE]; /* its death-watch ticket, until its connection says hello */
+    uint64_t watch;        /* its death-watch connection (head/watch.h); 0: none */
+    bool used;             /* the slot holds a node, alive or dead but not yet forgotten */
+    bool alive;
+    bool draining; /* told to stop (Heartbeat.draining): nothing more is placed there */
+    int nactors;
+} node;
+
+typedef struct actor {
+    char id[ID_LEN];
+    uint64_t seq; /* N of its id "actor-N"; the table is kept sorted by it */
+    char cls[64];
+    int node; /* -1 until placed */
+    int pid;
+    int state;
+    char addr[128];
+    res need;
+    int strategy;
+    int pg, bundle; /* -1: none / bundle chosen when placed */
+    int want_bundle;
+    ct__rid owner;
+    char owner_name[64];
+    char job[TOK_SIZE];  /* the job that created it: it may kill it */
+    uint64_t create_req; /* 0 once answered */
+    int64_t create_deadline;
+    Ct__Envelope *req; /* the create request, kept until the node is asked to start it */
+    size_t req_bytes;  /* its memory (estimated), counted in pending_bytes */
+    int exit_status, term_signal;
+    int64_t dead_at;
+} actor;
+
+typedef struct bundle {
+    res need, free;
+    int node;
+    int pick; /* place_pg's choice, before it commits */
+} bundle;
+
+typedef struct pgroup {
+    char id[ID_LEN];
+    char job[TOK_SIZE]; /* the job that created it: it may use and remove it */
+    int strategy;
+    int state;
+    int nb;
+    bundle *b;
+} pgroup;
+
+enum { W_KV, W_PG };
+typedef struct waiter {
+    int kind;
+    ct__rid rid;
+    uint64_t req_id;
+    int64_t deadline; /* ct__now_ms */
+    char *key;        /* W_KV */
+    int pg;           /* W_PG */
+} waiter;
+
+typedef struct kv {
+    char *key;
+    void *val;
+    size_t len;
+    char job[TOK_SIZE]; /* the job that may change it; "" released (on_kv_put) */
+} kv;
+
+typedef struct sub {
+    ct__rid rid;
+    uint32_t mask;
+    char job[TOK_SIZE]; /* the subscriber's job ("" none): dropped when its driver is gone */
+} sub;
+
+typedef struct driver {
+    char name[64];
+    char job[TOK_SIZE];
+    int64_t silent;        /* ms of silence counted against it (check_heartbeats) */
+    char ticket[TOK_SIZE]; /* its death-watch ticket, until its connection says hello */
+    uint64_t watch;        /* its death-watch connection; 0: none */
+} driver;
+
+typedef struct head {
+    void *ctx, *sock;
+    bool zap;         /* a ZAP handler runs in ctx (stopped before ctx ends) */
+    ct__watch *watch; /* the death-watch port (NULL: none, heartbeats only) */
+    driver *drivers;
+    int ndrivers;
+    int hb_ms, dead_ms;
+    int64_t last_check_ms; /* when check_heartbeats last ran */
+    node *nodes;
+    int nnodes, cap_nodes; /* slots ever used (free ones: !used), allocated */
+    res *frees;            /* place_pg's scratch, cap_nodes each */
+    int *load;
+    actor *actors;
+    int nactors, cap_actors;
+    int npending;         /* actors waiting for room (holding their request) */
+    size_t pending_bytes; /* those requests' memory */
+    pgroup *pgs;
+    int npgs, cap_pgs;
+    int nbundles; /* in all group slots */
+    waiter *w;
+    int nw, cap_w;
+    kv *kv;
+    int nkv, cap_kv;
+    size_t kv_bytes; /* keys and values */
+    sub *subs;
+    int nsubs;
+    uint64_t actor_seq, pg_seq; /* the N of the next "actor-N", "pg-N" (node ids are random) */
+    int64_t last_gc;
+    int64_t refuse_window;              /* ct__head_refuse's rate limit: this second's start, */
+    int refuse_logged, refuse_unlogged; /* lines logged in it, refusals not logged */
+    struct objdir *od;                  /* the object directory (objdir.c) */
+} head;
+
+/* Protobuf views of a res; pointers into r, valid while r lives. */
+typedef struct res_pb {
+    Ct__Resource r[MAX_RES];
+    Ct__Resource *p[MAX_RES];
+} res_pb;
+
+/* ---- the handler table (head.c) ----
+ * Each message kind is one row: {body case, check, token rule, field, handler}. The loop runs
+ * the row's check (the message's own fields, where a row has one: a malformed request is told
+ * what is malformed before who may send it), then the token rule, and refuses the message (an
+ * Error naming field, -EPERM) when the rule fails; only then the handler, which checks what
+ * the rule cannot know (which node, which job owns what). */
+enum {
+    RULE_OPEN,  /* every peer: reads (status, KV gets, locations, fetches, events), registration */
+    RULE_JOB,   /* a job token (Envelope.token): creates or changes shared state */
+    RULE_NODE,  /* the token of a live node: speaks for that node (its reports, its actors') */
+    RULE_TOKEN, /* a node's or a job's token (heartbeats, kills: by the host or by the job) */
+};
+
+/* What the loop learned about the sender before calling the handler. */
+typedef struct ct__head_from {
+    int node;            /* the live node whose token the message carries: its slot; -1 none
+                            (looked up for RULE_NODE and RULE_TOKEN rows only) */
+    const char *node_id; /* that node's id; NULL none */
+    const char *job;     /* the message's token when it has a well-formed one; NULL none */
+    bool keep;           /* the handler set it: it keeps the envelope (the loop frees it not) */
+} ct__head_from;
+
+/* A handler: borrows e (unless it sets f->keep), answers with ct__head_send, never blocks. */
+typedef void ct__head_handler(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f);
+/* A check: whether e's own fields are valid; it refuses e, naming the field, when not. */
+typedef bool ct__head_check(head *h, const ct__rid *rid, Ct__Envelope *e);
+
+/* ---- head.c: replies, refusals, the loop's parts ---- */
+#define REPLY_ERR(h, rid, req, code, field, ...)                                                   \
+    ct__msg_send_error((h)->sock, (rid), (req), "head", (code), (field), __VA_ARGS__)
+void ct__head_ok(head *h, const ct__rid *rid, uint64_t req);
+/* Sends e to the peer rid (a reply: e->req_id is the request's). 0 or a CT_E* code. */
+int ct__head_send(head *h, const ct__rid *rid, Ct__Envelope *e);
+/* An Error (code, field, message) to the sender, and a log line (at most a few a second: a
+ * flood is counted, not logged line by line); rid and e may be NULL. */
+void ct__head_refuse(head *h, const ct__rid *rid, const Ct__Envelope *e, int code,
+                     const char *field, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+bool ct__head_may_change(const char *owner, const char *job); /* "" owner: anyone */
+/* Handles what waits on the head socket, at most 1000 messages. */
+void ct__head_drain(head *h);
+/* Forgets the actors and nodes dead for max_age ms or longer, then freed groups' slots. */
+void ct__head_forget_dead(head *h, int64_t max_age);
+
+static inline bool ct__rid_eq(const ct__rid *a, const ct__rid *b)
+{
+    return a->len == b->len && !memcmp(a->id, b->id, a->len);
+}
+
+/* ---- resources.c ---- */
+int ct__rv_check(Ct__Resource **r, size_t n, const char *list, char *field, size_t fcap, char *msg,
+                 size_t mcap);
+void ct__rv_from_pb(res *r, Ct__Resource **pb, size_t n);
+double ct__rv_get(const res *r, const char *name);
+bool ct__rv_fits(const res *have, const res *need);
+void ct__rv_sub(res *have, const res *need, double sign); /* sign 1: have -= need; -1: += */
+double ct__rv_sum(const res *r);
+void ct__rv_fmt(const res *r, char *buf, size_t cap);
+void ct__rv_to_pb(res *r, res_pb *o);
+
+/* ---- nodes.c ---- */
+int ct__head_find_node(head *h, const char *id); /* its slot, -1 */
+void ct__head_forget_node(head *h, int ni);
+void ct__head_check_heartbeats(head *h); /* silent hosts: the failure detector's timer */
+void ct__head_watch_hello(void *user, uint64_t conn, const char *ticket);
+void ct__head_watch_closed(void *user, uint64_t conn);
+ct__head_handler ct__head_on_register_node, ct__head_on_heartbeat;
+
+/* ---- actors.c ---- */
+void ct__head_drop_req(head *h, actor *a);
+void ct__head_create_error(head *h, actor *a, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void ct__head_actor_dead(head *h, actor *a, int pid, int status, int sig, const char *reason);
+bool ct__head_place_pg(head *h, pgroup *g);
+void ct__head_schedule(head *h);
+void ct__head_kill_on_node(head *h, actor *a);
+ct__head_check ct__head_check_create_actor;
+ct__head_handler ct__head_on_create_actor, ct__head_on_actor_ready, ct__head_on_start_failed,
+    ct__head_on_actor_exited, ct__head_on_kill_actor;
+
+/* ---- kv.c ---- */
+int ct__head_add_waiter(head *h, waiter *w); /* CT_ENOSPC, CT_ENOMEM */
+void ct__head_refuse_waiter(head *h, const ct__rid *rid, Ct__Envelope *e, int rc,
+                            const char *field);
+ct__head_check ct__head_check_kv_put;
+ct__head_handler ct__head_on_kv_put, ct__head_on_kv_get, ct__head_on_kv_del;
+
+/* ---- pgroups.c ---- */
+void ct__head_free_removed_pgs(head *h);
+ct__head_check ct__head_check_pg_create;
+ct__head_handler ct__head_on_pg_create, ct__head_on_pg_wait, ct__head_on_pg_remove;
+
+/* ---- events.c, status.c ---- */
+void ct__head_push_event(head *h, Ct__Event *ev, const ct__rid *owner);
+ct__head_handler ct__head_on_subscribe, ct__head_on_status;
+
+/* ---- objdir.c: the object directory, h->od ---- */
+struct objdir *ct__objdir_new(void); /* NULL: out of memory */
+void ct__objdir_free(struct objdir **od);
+/* Up to cap transfer addresses of live nodes holding id (borrowed until the next message). */
+int ct__objdir_holders(head *h, const uint8_t *id, size_t len, char **addrs, int cap);
+/* Store facts of a node for the status reply (zeros and "" when it has no shard). */
+void ct__objdir_node_usage(head *h, const char *node_id, const char **xfer_address,
+                           uint64_t *capacity, uint64_t *objects, uint64_t *bytes);
+void ct__objdir_node_dead(head *h, const char *node_id);
+void ct__objdir_tick(head *h); /* waits past their deadline */
+ct__head_check ct__objdir_check_put_done, ct__objdir_check_free;
+ct__head_handler ct__objdir_on_node_info, ct__objdir_on_added, ct__objdir_on_removed,
+    ct__objdir_on_pull_done, ct__objdir_on_put_done, ct__objdir_on_fetch, ct__objdir_on_locate,
+    ct__objdir_on_free, ct__objdir_on_nodes;
+
+#endif

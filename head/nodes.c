@@ -1,0 +1,500 @@
+/* head/nodes.c — nodes and drivers: registration (random ids and tokens), heartbeats, the
+ * death watch's verdicts (head/watch.h), silence counted against silent hosts, a node declared
+ * dead (its actors lost, its bundles re-placed), a driver gone (its job's actors killed, its KV
+ * keys released). Not in here: what runs on the nodes (actors.c), their objects (objdir.c). */
+#include <errno.h>
+#include <sodium.h>
+#include <zmq.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/common.h"
+#include "head/head_internal.h"
+#include "proto/msg.h"
+
+static void driver_gone(head *h, int di, const char *why);
+
+/* Node ni was told to stop (SIGTERM) and asks to drain: nothing more is placed there, the
+ * subscribers hear NODE_DRAINING, and the node learns whether to wait for its actors: it
+ * does when a job that subscribed to NODE_DRAINING has actors there (that job saves its work,
+ * then ends them: the trainer checkpoints at its next step boundary), else it stops now. */
+static void node_draining(head *h, int ni, const ct__rid *rid, uint64_t req)
+{
+    node *n = &h->nodes[ni];
+    if (!n->draining) {
+        n->draining = true;
+        CT_LOG(CT_LOG_INFO, "head", "node %s draining (told to stop): no new actors there", n->id);
+        Ct__Event ev = CT__EVENT__INIT;
+        ev.type = CT__EVENT_TYPE__NODE_DRAINING;
+        ev.node_id = n->id;
+        ev.pid = n->pid;
+        ev.reason = "told to stop (SIGTERM)";
+        ct__head_push_event(h, &ev, NULL);
+    }
+    bool wait = false;
+    for (int i = 0; i < h->nactors && !wait; i++) {
+        const actor *a = &h->actors[i];
+        if (a->node != ni || (a->state != A_STARTING && a->state != A_ALIVE))
+            continue;
+        for (int s = 0; s < h->nsubs && !wait; s++)
+            wait = (h->subs[s].mask & (1u << CT__EVENT_TYPE__NODE_DRAINING)) &&
+                   ct__token_eq(h->subs[s].job, a->job);
+    }
+    Ct__Envelope o;
+    Ct__DrainReply dr = CT__DRAIN_REPLY__INIT;
+    ct__env_init(&o, req, "head", 0);
+    dr.wait = wait;
+    o.body_case = CT__ENVELOPE__BODY_DRAIN_REPLY;
+    o.drain_reply = &dr;
+    ct__head_send(h, rid, &o);
+}
+
+int ct__head_find_node(head *h, const char *id)
+{
+    for (int i = 0; id && i < h->nnodes; i++)
+        if (h->nodes[i].used && !strcmp(h->nodes[i].id, id))
+            return i;
+    return -1;
+}
+
+static void node_dead(head *h, int ni, const char *reason)
+{
+    node *n = &h->nodes[ni];
+    if (!n->alive)
+        return;
+    n->alive = false;
+    n->dead_at = ct__now_ms();
+    CT_LOG(CT_LOG_WARN, "head", "node %s dead: %s", n->id, reason);
+    /* a node declared dead while its process lives (a silent host that wakes up) learns it at
+     * once from this byte, kills its actors and registers again as a new node (actor/node.c);
+     * its ticket stays, so that a hello still on its way gets the same answer */
+    ct__watch_close(h->watch, n->watch, CT__WATCH_DEAD);
+    n->watch = 0;
+    for (int i = 0; i < h->nactors; i++) {
+        actor *a = &h->actors[i];
+        if (a->node == ni && a->state != A_DEAD && a->state != A_PENDING) {
+            char why[96];
+            snprintf(why, sizeof why, "node %s dead", n->id);
+            ct__head_actor_dead(h, a, 0, 0, 0, why);
+        }
+    }
+    /* bundles reserved there are lost: their groups go back to pending and get those bundles
+     * re-placed (all together) when room appears; the other bundles stay where they are */
+    for (int i = 0; i < h->npgs; i++) {
+        pgroup *g = &h->pgs[i];
+        if (g->state == PG_REMOVED)
+            continue;
+        for (int b = 0; b < g->nb; b++)
+            if (g->b[b].node == ni) {
+                g->b[b].node = -1;
+                g->state = PG_PENDING;
+            }
+        if (g->state == PG_PENDING)
+            CT_LOG(CT_LOG_INFO, "head", "placement group %s lost bundles on %s", g->id, n->id);
+    }
+    ct__objdir_node_dead(h, n->id);
+    Ct__Event ev = CT__EVENT__INIT;
+    ev.type = CT__EVENT_TYPE__NODE_DEAD;
+    ev.node_id = n->id;
+    ev.pid = n->pid;
+    ev.reason = (char *)reason;
+    ct__head_push_event(h, &ev, NULL);
+    ct__head_schedule(h);
+}
+
+/* Forgets dead node ni (its slot serves a new node): dead actors it hosted keep no node. */
+void ct__head_forget_node(head *h, int ni)
+{
+    for (int i = 0; i < h->nactors; i++)
+        if (h->actors[i].node == ni)
+            h->actors[i].node = -1;
+    for (int i = 0; i < h->npgs; i++)
+        for (int b = 0; b < h->pgs[i].nb; b++)
+            if (h->pgs[i].b[b].node == ni)
+                h->pgs[i].b[b].node = -1;
+    CT_LOG(CT_LOG_INFO, "head", "forgot dead node %s", h->nodes[ni].id);
+    ct__watch_close(h->watch, h->nodes[ni].watch, 0);
+    memset(&h->nodes[ni], 0, sizeof h->nodes[ni]);
+}
+
+/* A slot for a new node: a free one, a new one, or (all MAX_NODES taken) the slot of the node
+ * dead the longest, forgotten early. The slot index, or CT_ENOSPC (all alive) / CT_ENOMEM. */
+int node_slot(head *h)
+{
+    for (int i = 0; i < h->nnodes; i++)
+        if (!h->nodes[i].used)
+            return i;
+    if (h->nnodes < MAX_NODES) {
+        if (h->nnodes == h->cap_nodes) {
+            int cap = h->cap_nodes ? 2 * h->cap_nodes : 16;
+            cap = cap < MAX_NODES ? cap : MAX_NODES;
+            node *nn = realloc(h->nodes, cap * sizeof *nn);
+            if (!nn)
+                return CT_ENOMEM;
+            h->nodes = nn;
+            res *nf = realloc(h->frees, cap * sizeof *nf);
+            if (!nf)
+                return CT_ENOMEM;
+            h->frees = nf;
+            int *nl = realloc(h->load, cap * sizeof *nl);
+            if (!nl)
+                return CT_ENOMEM;
+            h->load = nl;
+            h->cap_nodes = cap;
+        }
+        memset(&h->nodes[h->nnodes], 0, sizeof h->nodes[0]);
+        return h->nnodes++;
+    }
+    int old = -1;
+    for (int i = 0; i < h->nnodes; i++)
+        if (!h->nodes[i].alive && (old < 0 || h->nodes[i].dead_at < h->nodes[old].dead_at))
+            old = i;
+    if (old < 0)
+        return CT_ENOSPC;
+    ct__head_forget_node(h, old);
+    return old;
+}
+
+/* Whether some node or driver has been silent for longer than dead_ms. */
+static bool any_overdue(head *h)
+{
+    for (int i = 0; i < h->ndrivers; i++)
+        if (h->drivers[i].silent > h->dead_ms)
+            return true;
+    for (int i = 0; i < h->nnodes; i++)
+        if (h->nodes[i].alive && h->nodes[i].silent > h->dead_ms)
+            return true;
+    return false;
+}
+
+/* Counts ms of silence against every live node and driver. */
+static void count_silence(head *h, int64_t ms)
+{
+    for (int i = 0; i < h->ndrivers; i++)
+        h->drivers[i].silent += ms;
+    for (int i = 0; i < h->nnodes; i++)
+        if (h->nodes[i].alive)
+            h->nodes[i].silent += ms;
+}
+
+/* The failure detector for hosts that go silent without their kernel closing anything (power
+ * loss, a cut network, SIGSTOP); a process that ends is seen at once by the death watch
+ * (head/watch.h), so this timeout can be long (dead_ms, default HEAD_DEAD_MS).
+ * Silence counts only over time when the head itself was running and had read its queue: each
+ * check (every tick, at most 20 ms apart when the head runs, after draining the socket) counts
+ * the time since the previous one, but at most one heartbeat period. A head that was
+ * descheduled, stopped or busy for 2 s thus blames nobody for those 2 s. Before anyone is
+ * declared dead, the head waits up to one more heartbeat period for heartbeats already on their
+ * way (ZeroMQ's I/O thread may still hold them after such a gap). Measured need: on a 2-core
+ * machine under full load, live nodes were declared dead with their heartbeats queued at the
+ * head, and a fixed 1 s bound was crossed by nodes starved for CPU. */
+void ct__head_check_heartbeats(head *h)
+{
+    int64_t now = ct__now_ms();
+    int64_t gap = h->last_check_ms ? now - h->last_check_ms : 0;
+    h->last_check_ms = now;
+    if (gap > 3 * (int64_t)h->hb_ms)
+        CT_LOG(CT_LOG_INFO, "head", "head loop stalled %lld ms: %d ms of it counted as silence",
+               (long long)gap, h->hb_ms);
+    count_silence(h, gap < h->hb_ms ? gap : h->hb_ms);
+    if (!any_overdue(h))
+        return;
+    zmq_pollitem_t it = {h->sock, 0, ZMQ_POLLIN, 0};
+    int64_t until = now + h->hb_ms;
+    for (int64_t left = h->hb_ms; left > 0; left = until - ct__now_ms()) {
+        if (zmq_poll(&it, 1, left) <= 0)
+            break;
+        ct__head_drain(h);
+    }
+    int64_t waited = ct__now_ms() - now;
+    h->last_check_ms = ct__now_ms();
+    count_silence(h, waited < h->hb_ms ? waited : h->hb_ms);
+    for (int i = h->ndrivers - 1; i >= 0; i--)
+        if (h->drivers[i].silent > h->dead_ms)
+            driver_gone(h, i, "no heartbeat");
+    for (int i = 0; i < h->nnodes; i++)
+        if (h->nodes[i].alive && h->nodes[i].silent > h->dead_ms) {
+            char why[96];
+            snprintf(why, sizeof why, "no heartbeat for %lld ms of the head's running time",
+                     (long long)h->nodes[i].silent);
+            node_dead(h, i, why);
+        }
+}
+
+/* A new node id into out: "node-" and NODE_ID_HEX random lower-case hex digits (libsodium),
+ * none that a node in the table (live, or dead and not yet forgotten) has. Random, so that no
+ * one can guess the id of a node yet to join; ids are still public (status, events, locations)
+ * and no credential: the token is. 0, or CT_EIO when libsodium cannot start. */
+static int node_id_new(head *h, char out[ID_LEN])
+{
+    static const char hx[] = "0123456789abcdef";
+    if (sodium_init() < 0)
+        return ct__error(CT_EIO, "head: libsodium failed to initialize");
+    do {
+        unsigned char b[NODE_ID_HEX / 2];
+        randombytes_buf(b, sizeof b);
+        int n = snprintf(out, ID_LEN, "node-");
+        for (size_t i = 0; i < sizeof b; i++) {
+            out[n++] = hx[b[i] >> 4];
+            out[n++] = hx[b[i] & 15];
+        }
+        out[n] = 0;
+    } while (ct__head_find_node(h, out) >= 0);
+    return 0;
+}
+
+void ct__head_on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    Ct__RegisterNode *r = e->register_node;
+    char field[96], msg[300];
+    if (!r->host || !*r->host || strlen(r->host) >= sizeof h->nodes[0].host) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "register_node.host",
+                        "register_node.host: empty or longer than %zu bytes",
+                        sizeof h->nodes[0].host - 1);
+        return;
+    }
+    if (ct__rv_check(r->resources, r->n_resources, "register_node.resources", field, sizeof field,
+                     msg, sizeof msg)) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, field, "%s", msg);
+        return;
+    }
+    for (int i = 0; i < h->nnodes; i++)
+        if (h->nodes[i].alive && ct__rid_eq(&h->nodes[i].rid, rid)) {
+            ct__head_refuse(h, rid, e, CT_EEXIST, "register_node",
+                            "register_node: this connection registered %s already (one node "
+                            "per connection)",
+                            h->nodes[i].id);
+            return;
+        }
+    int ni = node_slot(h);
+    if (ni < 0) {
+        ct__head_refuse(h, rid, e, ni, "register_node",
+                        ni == CT_ENOSPC ? "register_node: the head has %d live nodes, its limit"
+                                        : "register_node: head out of memory (%d nodes)",
+                        MAX_NODES);
+        return;
+    }
+    node *n = &h->nodes[ni];
+    memset(n, 0, sizeof *n);
+    if (ct__token_new(n->token) || ct__token_new(n->ticket) || node_id_new(h, n->id)) {
+        REPLY_ERR(h, rid, e->req_id, CT_EIO, "", "head: %s", ct_last_error());
+        return;
+    }
+    n->used = true;
+    n->rid = *rid;
+    snprintf(n->host, sizeof n->host, "%s", r->host);
+    n->pid = r->pid;
+    ct__rv_from_pb(&n->total, r->resources, r->n_resources);
+    n->free = n->total;
+    n->alive = true;
+
+    Ct__Envelope o;
+    Ct__RegisterNodeReply rr = CT__REGISTER_NODE_REPLY__INIT;
+    ct__env_init(&o, e->req_id, "head", 0);
+    rr.node_id = n->id;
+    rr.heartbeat_ms = h->hb_ms;
+    rr.token = n->token;
+    rr.watch_port = ct__watch_port(h->watch);
+    rr.watch_ticket = h->watch ? n->ticket : "";
+    o.body_case = CT__ENVELOPE__BODY_REGISTER_NODE_REPLY;
+    o.register_node_reply = &rr;
+    ct__head_send(h, rid, &o);
+    char buf[256];
+    ct__rv_fmt(&n->total, buf, sizeof buf);
+    CT_LOG(CT_LOG_INFO, "head", "node %s joined from %s: %s", n->id, n->host, buf);
+
+    Ct__Event ev = CT__EVENT__INIT;
+    ev.type = CT__EVENT_TYPE__NODE_JOINED;
+    ev.node_id = n->id;
+    ev.pid = n->pid;
+    ct__head_push_event(h, &ev, NULL);
+    ct__head_schedule(h);
+}
+
+/* A driver is its sender name and its job token: a heartbeat under another job's name is
+ * another driver (one that stops would otherwise take that job's actors with it). */
+static void on_driver_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e,
+                                const ct__head_from *f)
+{
+    const char *name = e->sender ? e->sender : "";
+    if (!*name || strlen(name) >= sizeof h->drivers[0].name) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "sender",
+                        "driver heartbeat: sender name empty or longer than 63 bytes");
+        return;
+    }
+    const char *job = f->job; /* RULE_TOKEN */
+    driver *d = NULL;
+    for (int i = 0; i < h->ndrivers && !d; i++)
+        if (!strcmp(h->drivers[i].name, name) && ct__token_eq(h->drivers[i].job, job))
+            d = &h->drivers[i];
+    if (!d) {
+        if (e->heartbeat->leaving)
+            return; /* a driver unknown here (it never heartbeat before) leaves nothing behind */
+        if (h->ndrivers == MAX_DRIVERS) {
+            ct__head_refuse(h, rid, e, CT_ENOSPC, "heartbeat.driver",
+                            "driver heartbeat: the head follows %d drivers, its limit",
+                            MAX_DRIVERS);
+            return;
+        }
+        driver *nd = realloc(h->drivers, (h->ndrivers + 1) * sizeof *nd);
+        if (!nd)
+            return;
+        h->drivers = nd;
+        d = &h->drivers[h->ndrivers++];
+        memset(d, 0, sizeof *d);
+        snprintf(d->name, sizeof d->name, "%s", name);
+        snprintf(d->job, sizeof d->job, "%s", job);
+        CT_LOG(CT_LOG_INFO, "head", "driver %s attached", name);
+    }
+    d->silent = 0;
+    if (e->heartbeat->leaving) { /* ct_shutdown: its job ends now */
+        driver_gone(h, (int)(d - h->drivers), "left (ct_shutdown)");
+        return;
+    }
+    if (!e->heartbeat->watch)
+        return;
+    /* a death-watch ticket (ct_init asks once): a new one replaces one not yet used */
+    Ct__Envelope o;
+    Ct__WatchTicket wt = CT__WATCH_TICKET__INIT;
+    if (h->watch && ct__token_new(d->ticket)) {
+        REPLY_ERR(h, rid, e->req_id, CT_EIO, "", "head: %s", ct_last_error());
+        return;
+    }
+    ct__env_init(&o, e->req_id, "head", 0);
+    wt.port = ct__watch_port(h->watch);
+    wt.ticket = h->watch ? d->ticket : "";
+    o.body_case = CT__ENVELOPE__BODY_WATCH_TICKET;
+    o.watch_ticket = &wt;
+    ct__head_send(h, rid, &o);
+}
+
+/* A driver stopped heartbeating, its process ended, or it left (ct_shutdown's last heartbeat
+ * says so): its job's actors go with it (as in Ray, actors die with their owner), those it
+ * created and those they created in turn (all carry the job's token), so a crashed driver
+ * leaves nothing running on the cluster; the nodes that hosted them end the job's zygotes
+ * (JobEnded). */
+static void driver_gone(head *h, int di, const char *why)
+{
+    driver *d = &h->drivers[di];
+    CT_LOG(strncmp(why, "left", 4) ? CT_LOG_WARN : CT_LOG_INFO, "head",
+           "driver %s gone (%s): killing its job's actors", d->name, why);
+    for (int i = 0; i < h->nactors; i++) {
+        actor *a = &h->actors[i];
+        if (!ct__token_eq(a->job, d->job) || a->state == A_DEAD)
+            continue;
+        if (a->state == A_PENDING)
+            ct__head_actor_dead(h, a, 0, 0, 0, "its driver is gone");
+        else
+            ct__head_kill_on_node(h, a);
+    }
+    /* the nodes that hosted its actors (dead ones too, until forgotten) end its zygotes */
+    bool *hosted = calloc(h->nnodes ? h->nnodes : 1, sizeof *hosted);
+    for (int i = 0; hosted && i < h->nactors; i++)
+        if (h->actors[i].node >= 0 && ct__token_eq(h->actors[i].job, d->job))
+            hosted[h->actors[i].node] = true;
+    for (int ni = 0; hosted && ni < h->nnodes; ni++) {
+        if (!hosted[ni] || !h->nodes[ni].used || !h->nodes[ni].alive)
+            continue;
+        Ct__Envelope o;
+        Ct__JobEnded j = CT__JOB_ENDED__INIT;
+        ct__env_init(&o, 0, "head", 0);
+        j.job_token = d->job;
+        o.body_case = CT__ENVELOPE__BODY_JOB_ENDED;
+        o.job_ended = &j;
+        ct__head_send(h, &h->nodes[ni].rid, &o);
+    }
+    free(hosted);
+    /* its KV keys are released (on_kv_put), its subscriptions dropped */
+    for (int i = 0; i < h->nkv; i++)
+        if (ct__token_eq(h->kv[i].job, d->job))
+            h->kv[i].job[0] = 0;
+    for (int i = 0; i < h->nsubs; i++)
+        if (ct__token_eq(h->subs[i].job, d->job))
+            h->subs[i--] = h->subs[--h->nsubs];
+    ct__watch_close(h->watch, d->watch, 0);
+    h->drivers[di] = h->drivers[--h->ndrivers];
+}
+
+/* ---- the death watch (head/watch.h) ---- */
+
+/* Connection conn presented ticket: it now stands for the live node or driver that holds the
+ * ticket (which is then spent). A node declared dead before its hello came is told so ('D'); a
+ * ticket nobody holds is refused. */
+void ct__head_watch_hello(void *user, uint64_t conn, const char *ticket)
+{
+    head *h = user;
+    for (int i = 0; i < h->nnodes; i++) {
+        node *n = &h->nodes[i];
+        if (!n->used || !n->ticket[0] || !ct__token_eq(n->ticket, ticket))
+            continue;
+        if (!n->alive) {
+            ct__watch_close(h->watch, conn, CT__WATCH_DEAD);
+            return;
+        }
+        ct__watch_close(h->watch, n->watch, 0); /* none: a ticket is good once */
+        n->watch = conn;
+        n->ticket[0] = 0;
+        CT_LOG(CT_LOG_DEBUG, "head", "node %s: death watch on", n->id);
+        return;
+    }
+    for (int i = 0; i < h->ndrivers; i++) {
+        driver *d = &h->drivers[i];
+        if (!d->ticket[0] || !ct__token_eq(d->ticket, ticket))
+            continue;
+        ct__watch_close(h->watch, d->watch, 0); /* an older one of the same driver */
+        d->watch = conn;
+        d->ticket[0] = 0;
+        CT_LOG(CT_LOG_DEBUG, "head", "driver %s: death watch on", d->name);
+        return;
+    }
+    ct__head_refuse(h, NULL, NULL, HEAD_EPERM, "watch_ticket",
+                    "watch: a connection presented a ticket the head did not give out");
+    ct__watch_close(h->watch, conn, 0);
+}
+
+/* The connection of a node or driver ended: its kernel closed it, so its process is gone. */
+void ct__head_watch_closed(void *user, uint64_t conn)
+{
+    head *h = user;
+    for (int i = 0; i < h->nnodes; i++)
+        if (h->nodes[i].used && h->nodes[i].watch == conn) {
+            h->nodes[i].watch = 0;
+            node_dead(h, i, "its process ended (death-watch connection closed)");
+            return;
+        }
+    for (int i = 0; i < h->ndrivers; i++)
+        if (h->drivers[i].watch == conn) {
+            h->drivers[i].watch = 0;
+            driver_gone(h, i, "its process ended");
+            return;
+        }
+}
+
+void ct__head_on_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    if (e->heartbeat->driver) {
+        on_driver_heartbeat(h, rid, e, f);
+        return;
+    }
+    int i = ct__head_find_node(h, e->heartbeat->node_id);
+    if (i < 0 || !h->nodes[i].alive) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "heartbeat.node_id",
+                  "heartbeat.node_id: %s is not a live node", e->heartbeat->node_id);
+        return;
+    }
+    node *n = &h->nodes[i];
+    if (f->node != i) { /* the loop found which live node's token e carries */
+        ct__head_refuse(h, rid, e, HEAD_EPERM, "heartbeat.node_id",
+                        "heartbeat.node_id: %s: the message does not carry that node's token",
+                        n->id);
+        return;
+    }
+    n->silent = 0;
+    if (!e->heartbeat->liveness_only && !ct__rid_eq(&n->rid, rid)) {
+        n->rid = *rid; /* the node's main socket reconnected: its orders go there now */
+        CT_LOG(CT_LOG_INFO, "head", "node %s: new connection", n->id);
+    }
+    if (e->heartbeat->draining)
+        node_draining(h, i, rid, e->req_id);
+}

@@ -51,8 +51,10 @@ bool trainer_ctx_is_driver(const trainer_ctx *ctx);      /* the driver's own che
 const char *trainer_ctx_config(const trainer_ctx *ctx);  /* the whole config string */
 /* Config key "precision" = f32 (default), bf16 or f16 (ct_precision_parse; a bad value fails
  * the creation naming the key). A custom train step applies it: ct_autocast_push(it) around
- * forward and loss, and for f16 a ct_grad_scaler (ct/optim.h). The built-in steps do not apply
- * it yet, so trainer_create refuses bf16 / f16 with them (CT_ENOSYS). */
+ * forward and loss, and for f16 a ct_grad_scaler (ct/optim.h). The built-in steps apply bf16
+ * (their forward and loss autocast); f16 needs the scaler, so trainer_create refuses it with the
+ * built-in train step (CT_ENOSYS). bf16 runs where the device has it: checkdev and CUDA, a CPU
+ * with AVX512_BF16 or AMX (elsewhere the first step fails with CT_ENOSYS naming the ISA). */
 ct_dtype trainer_ctx_precision(const trainer_ctx *ctx);
 
 /* The config value of key ("key=value,..."), or def when absent. A value that does not parse,

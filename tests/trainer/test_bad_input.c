@@ -107,8 +107,8 @@ int main(void)
     expect(OPTS(.config = "limit=256,lr"), CT_EINVAL, "\"lr\"", "not key=value");
     expect(OPTS(.config = "lr=1,lr=2"), CT_EINVAL, "\"lr\"", "twice");
     expect(OPTS(.config = "limit=256,precision=half"), CT_EINVAL, "\"precision\"", "\"half\"");
-    expect(OPTS(.config = "limit=256,precision=bf16"), CT_ENOSYS, "\"precision\" = BF16",
-           "custom train step");
+    expect(OPTS(.config = "limit=256,precision=f16"), CT_ENOSYS, "\"precision\" = F16",
+           "loss scaler");
     expect(OPTS(.config = "limit=256,beta1=1.5"), CT_EINVAL, "beta1", NULL);
     expect(OPTS(.model = "broken"), CT_EINVAL, "model creator \"broken\"", "\"hidden\" must be");
     expect(OPTS(.num_replicas = -1), CT_EINVAL, "opts.num_replicas", NULL);

@@ -66,7 +66,7 @@ static void list_ckpts(const char *dir, char *out, size_t cap)
     qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
     out[0] = 0;
     for (int i = 0; i < n; i++)
-        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? " " : "", names[i]);
+        snprintf(out + strlen(out), cap - strlen(out), "%s%.79s", i ? " " : "", names[i]);
 }
 
 static void ckpt_name(char *buf, size_t cap, int epoch, int step)

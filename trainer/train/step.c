@@ -231,10 +231,25 @@ int trainer_step_metric(trainer_step *s, const char *name, double value)
 
 /* ---- the built-in steps ---- */
 
+/* Forward and loss inside an autocast region of the config's precision (bf16: as
+ * torch.autocast, matrix products and convolutions round their operands; each op records it for
+ * its backward, which runs outside the region). f16 needs a loss scaler: trainer_create refuses
+ * it for the built-in steps. */
+static ct_tensor *forward_in_precision(trainer_step *s, const trainer_batch *b, ct_tensor **y)
+{
+    ct_dtype prec = trainer_ctx_precision(s->ctx);
+    if (prec != CT_F32 && ct_autocast_push(prec) < 0)
+        return NULL;
+    *y = ct_module_forward(s->st->models[0], b->x);           /* (N,C) */
+    ct_tensor *loss = *y ? s->st->losses[0](*y, b->y) : NULL; /* () */
+    if (prec != CT_F32)
+        ct_autocast_pop();
+    return loss;
+}
+
 int trainer_builtin_train_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
 {
-    ct_tensor *y = ct_module_forward(s->st->models[0], b->x); /* (N,C) */
-    ct_tensor *loss = y ? s->st->losses[0](y, b->y) : NULL;   /* () */
+    ct_tensor *y = NULL, *loss = forward_in_precision(s, b, &y);
     int rc = loss ? trainer_step_backward(s, loss) : CT_EINVAL;
     if (rc == 0)
         rc = trainer_step_optimizer(s);
@@ -250,7 +265,12 @@ int trainer_builtin_train_step(trainer_step *s, const trainer_batch *b, trainer_
 int trainer_builtin_validate_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
 {
     int64_t hits = 0;
+    ct_dtype prec = trainer_ctx_precision(s->ctx); /* as in training: the forward autocast */
+    if (prec != CT_F32 && ct_autocast_push(prec) < 0)
+        return CT_EINVAL;
     ct_tensor *y = ct_module_forward(s->st->models[0], b->x);
+    if (prec != CT_F32)
+        ct_autocast_pop();
     ct_tensor *plain = y ? ct_nn_to_plain(y) : NULL; /* (N,C) in plain layout */
     ct_tensor *loss = plain ? s->st->losses[0](plain, b->y) : NULL;
     /* top-1 only for i64 labels: f32 targets (regression, multi-label) count the loss only */

@@ -305,10 +305,11 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if ((rc = ct__trainer_ctx_init(&ctx, s->config, 0, 1, s->seed, 0, s->epochs, true)) < 0)
         goto fail;
     ctx_ok = true;
-    if (ctx.precision != CT_F32 && !s->train_step[0]) {
+    if (ctx.precision == CT_F16 && !s->train_step[0]) {
         rc = ct__error(CT_ENOSYS,
-                       "trainer config: key \"precision\" = %s: the built-in train step runs "
-                       "f32 only so far; a custom train step applies it (trainer_ctx_precision)",
+                       "trainer config: key \"precision\" = %s: f16 needs a loss scaler, which "
+                       "the built-in train step does not keep (it applies bf16); a custom train "
+                       "step applies f16 with ct_grad_scaler (trainer_ctx_precision)",
                        ct_dtype_name(ctx.precision));
         goto fail;
     }

@@ -50,6 +50,14 @@ int ct_actor_class_register(const char *name, const ct_actor_class *cls)
         return ct__error(CT_EINVAL, "ct_actor_class_register(%s): cls is NULL", name);
     if (ct__class_find(name))
         return ct__error(CT_EEXIST, "ct_actor_class_register: %s already registered", name);
+    /* an actor is this program run again up to ct_init, where it starts serving: it would
+     * never see a later registration */
+    if (ct__registration_closed())
+        return ct__error(CT_EINVAL,
+                         "ct_actor_class_register(\"%s\"): called after ct_init(); register "
+                         "every actor class before ct_init() (actors run the program only up to "
+                         "ct_init(), so they would never know this class)",
+                         name);
     if (nclasses == MAX_CLASSES)
         return ct__error(CT_ENOSPC, "ct_actor_class_register: more than %d classes", MAX_CLASSES);
     snprintf(classes[nclasses].name, sizeof classes[0].name, "%s", name);

@@ -130,7 +130,8 @@ typedef struct ct_actor_class {
 } ct_actor_class;
 
 /* Registers class `name` (copied; the method names must stay valid: string literals). Call
- * before ct_init, identically in every process. CT_EEXIST if the name is taken. */
+ * before ct_init, identically in every process: after it, CT_EINVAL (actors run the program
+ * only up to ct_init). CT_EEXIST if the name is taken. */
 int ct_actor_class_register(const char *name, const ct_actor_class *cls);
 
 /* ---- resources and placement ---- */

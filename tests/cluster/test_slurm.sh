@@ -325,9 +325,14 @@ cat "$tmp/status3.out"
 [ "$rc" -ne 0 ] || fail "status of a cancelled job exited 0"
 grep -q "the Slurm job has ended (CANCELLED): the cluster is down" "$tmp/status3.out" ||
     fail "status does not say that the job ended"
-grep -q "ctup: the job ends (SIGTERM)" "$CT_STATE_DIR/$name/job-$job.out" &&
-    grep -q "ct-head exited with status" "$CT_STATE_DIR/$name/job-$job.out" ||
-    fail "the head did not stop with the job"
+# the batch script's trap writes these after Slurm already shows the job CANCELLED: wait for them
+stopped=0
+for _ in $(seq 150); do
+    grep -q "ctup: the job ends (SIGTERM)" "$CT_STATE_DIR/$name/job-$job.out" &&
+        grep -q "ct-head exited with status" "$CT_STATE_DIR/$name/job-$job.out" && { stopped=1; break; }
+    sleep 0.1
+done
+[ $stopped = 1 ] || fail "the head did not stop with the job"
 ctup up "$cfg" >"$tmp/up2.out" 2>&1 || { cat "$tmp/up2.out"; fail "second ctup up"; }
 cat "$tmp/up2.out"
 grep -q "its Slurm job $job has ended (CANCELLED)" "$tmp/up2.out" ||

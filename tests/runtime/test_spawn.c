@@ -84,6 +84,11 @@ int main(void)
     ct_serve_if_worker();
     h_init();
     CHECK_OK(ct_init(NULL));
+    /* too late: actors, this program again, stop at ct_init and would never see it */
+    CHECK_EQ_INT(
+        ct_actor_class_register("Late", &(ct_actor_class){.methods = {{"pid", counter_pid}}}),
+        CT_EINVAL);
+    CHECK(strstr(ct_last_error(), "after ct_init()") != NULL);
     ct_actor **a = calloc(BURST, sizeof *a);
     if (!a)
         return 1;

@@ -449,6 +449,9 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
             goto out;
         if (n->spill_dir && (rc = arg_word(args, sizeof args, "--spill-dir", n->spill_dir)))
             goto out;
+        if (cfg->head_grace_ms > 0 && cfg->head_grace_ms != 60000 && /* else the default */
+            (rc = cat(args, sizeof args, " --head-grace-ms %d", cfg->head_grace_ms)))
+            goto out;
         env[0] = cmd[0] = 0;
         if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
             (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||

@@ -514,9 +514,19 @@ static int parse_root(parser *p, yaml_node_t *root)
     static const char *const prov_keys[] = {"type", "head_ip", "worker_ips", "num_workers", NULL};
     static const char *const auth_keys[] = {"ssh_user", "ssh_private_key", "ssh_known_hosts",
                                             "ssh_port", NULL};
-    static const char *const ct_keys[] = {
-        "head_port",  "heartbeat_ms",  "dead_after_ms",  "store_memory",    "spill_dir", "bin_dir",
-        "remote_dir", "copy_binaries", "head_runs_node", "start_timeout_s", "head_bind", NULL};
+    static const char *const ct_keys[] = {"head_port",
+                                          "heartbeat_ms",
+                                          "dead_after_ms",
+                                          "store_memory",
+                                          "spill_dir",
+                                          "bin_dir",
+                                          "remote_dir",
+                                          "copy_binaries",
+                                          "head_runs_node",
+                                          "start_timeout_s",
+                                          "head_bind",
+                                          "head_grace_ms",
+                                          NULL};
     node_type types[32];
     int n_types = 0, rc = 0;
     char **worker_ips = NULL;
@@ -680,6 +690,7 @@ static int parse_root(parser *p, yaml_node_t *root)
     c->head_port = ssh ? 6380 : 0;
     c->heartbeat_ms = 100;
     c->dead_after_ms = 10000;
+    c->head_grace_ms = 60000;
     c->start_timeout_s = 30;
     c->copy_binaries = true;
     yaml_node_t *ctn = get(p, root, "ct", NULL);
@@ -693,6 +704,7 @@ static int parse_root(parser *p, yaml_node_t *root)
         } ints[] = {{"head_port", &c->head_port, 0, 65535},
                     {"heartbeat_ms", &c->heartbeat_ms, 1, 60000},
                     {"dead_after_ms", &c->dead_after_ms, 1, 3600000},
+                    {"head_grace_ms", &c->head_grace_ms, 1, 3600000},
                     {"start_timeout_s", &c->start_timeout_s, 1, 3600}};
         for (size_t i = 0; i < CT_ARRAY_LEN(ints); i++) {
             char what[64];

@@ -1,7 +1,8 @@
 /* head/main.c — ct-head: the command-line front of ct__head_run (head/head.c).
  * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
- * [--watch-port N] [--secret-file F] prints exactly "listening on H:P" once it serves. The cluster
- * secret comes from --secret-file or CT_SECRET_FILE; without one it refuses to start. */
+ * [--watch-port N] [--state-dir DIR] [--secret-file F] prints exactly "listening on H:P" once it
+ * serves. The cluster secret comes from --secret-file or CT_SECRET_FILE; without one it refuses to
+ * start. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +13,15 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]\n"
-               "               [--watch-port N] [--secret-file F]\n"
+               "               [--watch-port N] [--state-dir DIR] [--secret-file F]\n"
                "  --port P           port to listen on (0: pick a free one)\n"
                "  --host H           address to bind (default 127.0.0.1; 0.0.0.0 for all)\n"
                "  --heartbeat-ms N   period nodes heartbeat at (default 100)\n"
                "  --dead-after-ms N  a silent node is dead after N ms without heartbeat\n"
                "                     (default 10000; a process that ends is seen at once)\n"
                "  --watch-port N     TCP port of the death watch (default 0: any free one)\n"
+               "  --state-dir DIR    keep KV, jobs and placement groups in DIR/head.wal and load\n"
+               "                     them at start (a restarted head has them again)\n"
                "  --secret-file F    the cluster secret (default $CT_SECRET_FILE; required)\n"
                "prints \"listening on H:P\" once it serves.\n");
 }
@@ -73,6 +76,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--watch-port")) {
             if (parse_int(a, v, 0, 65535, &o.watch_port))
                 return 2;
+            i++;
+        } else if (!strcmp(a, "--state-dir")) {
+            if (!v || !*v) {
+                fprintf(stderr, "ct-head: --state-dir needs a value\n");
+                return 2;
+            }
+            o.state_dir = v;
             i++;
         } else if (!strcmp(a, "--dead-after-ms")) {
             if (parse_int(a, v, 1, 3600000, &o.dead_after_ms))

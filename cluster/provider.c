@@ -387,8 +387,9 @@ int ct_cluster_start(const ct_cluster_config *cfg, ct_cluster_state *st)
     /* 2. the head */
     char head_args[512] = "";
     if ((rc = arg_word(head_args, sizeof head_args, "--host", cfg->head_bind)) ||
-        (rc = cat(head_args, sizeof head_args, " --port %d --heartbeat-ms %d --dead-after-ms %d",
-                  cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms)))
+        (rc = cat(head_args, sizeof head_args,
+                  " --port %d --heartbeat-ms %d --dead-after-ms %d --supervise", cfg->head_port,
+                  cfg->heartbeat_ms, cfg->dead_after_ms)))
         return rc;
     env[0] = cmd[0] = 0;
     if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||

@@ -38,4 +38,8 @@ void ct__head_destroy_detached(ct__head **h);
  * cannot start (bad host, port in use), with the reason in ct_last_error(). */
 int ct__head_run(const ct_head_opts *opts);
 
+/* ct-head --supervise (head/supervise.c): runs ct-head with argv (less --supervise) as a child
+ * and starts it again whenever it ends, until SIGTERM/SIGINT. The exit code for main. */
+int ct__head_supervise(int argc, char **argv);
+
 #endif

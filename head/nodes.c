@@ -1,4 +1,5 @@
-/* head/nodes.c — nodes and drivers: registration (random ids and tokens), heartbeats, the
+/* head/nodes.c — nodes and drivers: registration (random ids and tokens; a node that outlived
+ * a head registers again under its id with its actors, resume_node), heartbeats, the
  * death watch's verdicts (head/watch.h), silence counted against silent hosts, a node declared
  * dead (its actors lost, its bundles re-placed), a driver gone (its job's actors killed, its KV
  * keys released). Not in here: what runs on the nodes (actors.c), their objects (objdir.c). */

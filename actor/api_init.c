@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,8 +36,27 @@
 
 /* ---- init / shutdown ---- */
 
+/* A restarted head (its death-watch connection ended): asks it for a new death-watch ticket
+ * (Heartbeat.watch, req_id) once a second until a WatchTicket answers, then dials it. */
+static void ask_watch(void *s, uint64_t req)
+{
+    Ct__Envelope e;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__env_init(&e, req, ct__client.sender, 0);
+    hb.driver = 1;
+    hb.watch = 1;
+    e.token = ct__client.job;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    ct__msg_send(s, NULL, &e, ZMQ_DONTWAIT);
+}
+
 /* Heartbeats this driver to the head every 100 ms, so that the head kills its actors when
- * the driver dies (also with an external cluster). Runs until hb_stop[1] is closed. */
+ * the driver dies (also with an external cluster). Runs until hb_stop[1] is closed. It also
+ * watches the head's death-watch connection: when it ends (the head died; ctup's supervisor
+ * starts another on the same address), the thread gets a ticket from the new head and dials
+ * it, and has the API thread subscribe again (ct__client.resub): the driver's job goes on
+ * (the head learns it from these heartbeats and from the nodes' re-registration). */
 static void *hb_main(void *arg)
 {
     (void)arg;
@@ -51,6 +71,11 @@ static void *hb_main(void *arg)
     char ep[200];
     snprintf(ep, sizeof ep, "tcp://%s", ct__client.addr);
     zmq_connect(s, ep);
+    int wfd = ct__client.death_fd; /* set before this thread started; ct_shutdown closes it */
+    int own = -1;                  /* a watch connection this thread dialed to a new head */
+    bool gone = false;             /* the head's watch connection ended */
+    uint64_t wreq = 0;
+    int64_t next_ask = 0;
     for (;;) {
         Ct__Envelope e;
         Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
@@ -60,16 +85,51 @@ static void *hb_main(void *arg)
         e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
         e.heartbeat = &hb;
         ct__msg_send(s, NULL, &e, ZMQ_DONTWAIT);
-        /* replies (errors only) are not awaited; drop whatever came */
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        while (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) >= 0)
-            ;
-        zmq_msg_close(&m);
-        struct pollfd p = {ct__client.hb_stop[0], POLLIN, 0};
-        if (poll(&p, 1, 100) != 0)
+        if (gone && ct__now_ms() >= next_ask) {
+            ask_watch(s, ++wreq);
+            next_ask = ct__now_ms() + 1000;
+        }
+        /* replies are errors, but for a WatchTicket asked of a restarted head */
+        Ct__Envelope *r;
+        for (int k = 0; k < 100; k++) {
+            int mr = ct__msg_recv(s, NULL, &r, ZMQ_DONTWAIT, "driver");
+            if (mr == CT_ETIMEDOUT || mr == CT_EZMQ)
+                break;
+            if (!mr && gone && r->body_case == CT__ENVELOPE__BODY_WATCH_TICKET &&
+                r->req_id == wreq && r->watch_ticket->port) {
+                int fd = ct__watch_dial(ct__client.addr, r->watch_ticket->port,
+                                        r->watch_ticket->ticket, 2000);
+                if (fd >= 0) {
+                    if (own >= 0)
+                        close(own);
+                    own = wfd = fd;
+                    gone = false;
+                    atomic_store(&ct__client.resub, 1); /* at the API's next drain */
+                    CT_LOG(CT_LOG_INFO, "driver",
+                           "the head is back: death watch and "
+                           "subscriptions renewed");
+                }
+            }
+            ct__msg_free(r);
+        }
+        struct pollfd p[2] = {{ct__client.hb_stop[0], POLLIN, 0}, {wfd, POLLIN, 0}};
+        if (poll(p, !gone && wfd >= 0 ? 2 : 1, 100) < 0 && errno != EINTR)
             break;
+        if (p[0].revents)
+            break;
+        if (!gone && wfd >= 0 && p[1].revents) {
+            char b;
+            ssize_t got = recv(wfd, &b, 1, MSG_DONTWAIT);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                gone = true;
+                next_ask = ct__now_ms() + 100;
+                CT_LOG(CT_LOG_WARN, "driver",
+                       "the head's death-watch connection ended: waiting for a restarted head");
+            }
+        }
     }
+    if (own >= 0)
+        close(own);
     /* ct_shutdown: the last one says the driver leaves, so its job ends at once (its actors,
      * KV keys and the nodes' zygotes); a moment to deliver it */
     Ct__Envelope e;

@@ -13,6 +13,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -73,6 +74,7 @@ struct ct__client_state {
     bool hb_running;
     int head_fd;         /* ZMQ_FD of head (edge-triggered), for waiting without the lock */
     int death_fd;        /* the head's death watch (head/watch.h): open while this driver lives */
+    atomic_int resub;    /* the head restarted (the heartbeat thread saw it): subscribe again */
     struct hwait *waits; /* requests waiting for head replies (any thread) */
     ct_event q[EVQ];
     int qh, qn;

@@ -295,6 +295,18 @@ static void on_event(Ct__Event *ev)
  * slots[id - lo] (caller frees); events are handled; stale replies dropped. */
 void ct__client_drain(uint64_t lo, uint64_t hi, Ct__Envelope **slots)
 {
+    if (atomic_exchange(&ct__client.resub, 0) && ct__client.sub_mask && ct__client.head) {
+        /* a restarted head (api_init.c's heartbeat thread) knows no subscription: the events
+         * go on; its Ok is a stale reply, dropped below */
+        Ct__Envelope e;
+        Ct__Subscribe s = CT__SUBSCRIBE__INIT;
+        ct__env_init(&e, ++ct__client.next_req, ct__client.sender, 5000);
+        s.mask = ct__client.sub_mask;
+        e.body_case = CT__ENVELOPE__BODY_SUBSCRIBE;
+        e.subscribe = &s;
+        if (ct__client_send(&e))
+            CT_LOG(CT_LOG_WARN, "driver", "subscribing again: %s", ct_last_error());
+    }
     for (;;) {
         Ct__Envelope *e;
         int rc = ct__msg_recv(ct__client.head, NULL, &e, ZMQ_DONTWAIT, "driver");

@@ -15,22 +15,23 @@
  * found by id through a hash index. The floor under all this is fork itself (page tables and
  * VMAs of every mapped library: bench/actor_calls/fork_floor.c).
  *
- * Head loss: a node whose head is gone kills its actors and exits; it does not keep them and
- * rejoin a later head (that head knows none of them, and their driver's job is lost with the old
- * one anyway). The main loop counts the head as heard when anything arrives on its socket, and
- * pings it when it was silent for a heartbeat period (the head answers every Ping). Silent for
- * longer than the head-dead time (--head-dead-after-ms; default 30 heartbeat periods, 3 s at
- * the head's 100 ms), counted only over time the node itself ran (count_silence) and checked
- * only after the socket was drained, so that a node that was itself stalled reads the answers
- * queued meanwhile first: the node logs it, SIGKILLs its actors and zygotes by pid, and
- * ct__node_run returns CT_EDEAD (ct-node exits 1).
+ * Head loss: a node whose head is gone keeps its actors and objects for a grace time
+ * (--head-grace-ms, default CT_NODE_HEAD_GRACE_MS, 60 s) and waits for a restarted head. The
+ * main loop counts the head as heard when anything arrives on its socket, and pings it when it
+ * was silent for a heartbeat period (the head answers every Ping); after 3 silent periods it
+ * sends pings only. A head that does not know the node (restarted) refuses its next heartbeat:
+ * the node registers again under its id and token with the actors it runs, and its shard
+ * lists its objects (resume). Silent for longer than the grace time, counted only over time the
+ * node itself ran (count_silence) and checked only after the socket was drained, so that a node
+ * that was itself stalled reads the answers queued meanwhile first: the node logs it, SIGKILLs
+ * its actors and zygotes by pid, and ct__node_run returns CT_EDEAD (ct-node exits 1).
  *
  * Death watch and rejoin: once registered, the node keeps one TCP connection to the head's
  * death-watch port (head/watch.h), so that the head sees it die at once. A node the head
  * declared dead while it lived (stopped or cut off past the head's dead-after time) hears it
- * from that connection ('D') or from the answer to its next heartbeat: it kills its actors (the
- * head counted them lost) and zygotes, empties its store and registers again as a new node
- * (rejoin).
+ * from that connection ('D') or from the answer to its next heartbeat (then the head refuses
+ * its registering again under its id): it kills its actors (the head counted them lost) and
+ * zygotes, empties its store and registers again as a new node (rejoin).
  *
  * Starting and ending zygotes: a zygote's stderr is a pipe until it serves (read_err), so that
  * one dying before it serves (a missing shared library) fails its starts with its last lines,
@@ -100,6 +101,15 @@ typedef struct nactor {
     uint64_t gpus;    /* the GPU indices it holds, bit i for index i */
     double gpu_share; /* how much of each of them (1: whole; < 1: shared) */
     int err_fd;       /* its stderr (a memfd) until it reports, from its zygote; -1: none */
+    /* what a re-registration tells a restarted head (RegisterNode.actors) */
+    char cls[64];
+    char job[CT_TOKEN_LEN + 1];
+    char addr[128]; /* its call address, once ready */
+    char pg[32];    /* its placement group ("" none) and bundle */
+    int bundle;
+    int nres;
+    char rname[16][32];
+    double ramt[16];
 } nactor;
 
 typedef struct early {
@@ -1059,6 +1069,15 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     memset(a, 0, sizeof *a);
     a->err_fd = -1;
     snprintf(a->id, sizeof a->id, "%s", s->actor_id);
+    snprintf(a->cls, sizeof a->cls, "%s", s->class_name);
+    snprintf(a->job, sizeof a->job, "%s", s->job_token ? s->job_token : "");
+    snprintf(a->pg, sizeof a->pg, "%s", s->pg_id ? s->pg_id : "");
+    a->bundle = s->bundle_index;
+    for (size_t i = 0; i < s->n_resources && a->nres < 16; i++)
+        if (s->resources[i]->name && strlen(s->resources[i]->name) < 32) {
+            snprintf(a->rname[a->nres], 32, "%s", s->resources[i]->name);
+            a->ramt[a->nres++] = s->resources[i]->amount;
+        }
     ix_set(n, n->na - 1);
     gpu_take(n, a, s->gpus, r->cuda_devices, sizeof r->cuda_devices);
     return;
@@ -1067,8 +1086,9 @@ fail:
     report_start_failed(n, s->actor_id ? s->actor_id : "", why, permanent);
 }
 
-static void forward_ready(nodest *n, const ct__zrep *r)
+static void forward_ready(nodest *n, nactor *na, const ct__zrep *r)
 {
+    snprintf(na->addr, sizeof na->addr, "%.127s", r->text);
     Ct__Envelope e;
     Ct__ActorReady a = CT__ACTOR_READY__INIT;
     ct__env_init(&e, 0, n->id, 0);
@@ -1146,7 +1166,7 @@ static void on_zygote_reply(nodest *n, int zi)
         }
         if (r.kind == CT_ZREP_READY) {
             a->reported = true;
-            forward_ready(n, &r);
+            forward_ready(n, a, &r);
         } else if (r.kind == CT_ZREP_FAILED) {
             a->reported = true;
             report_start_failed(n, a->id, r.text, false);
@@ -1159,7 +1179,7 @@ static void on_zygote_reply(nodest *n, int zi)
             /* SPAWNED with an address: a class without create serves as soon as it runs
              * (its listener was made by the zygote): this record is its readiness too */
             a->reported = true;
-            forward_ready(n, &r);
+            forward_ready(n, a, &r);
         }
         if (a->pid)
             continue;
@@ -1255,7 +1275,7 @@ static bool head_lost(nodest *n, int64_t *silent_ms, int64_t *last_count, int hb
         return false;
     ct__error(CT_EDEAD,
               "node: the head %s did not answer for %lld ms of this node's running time "
-              "(head-dead time %d ms): "
+              "(its grace time, --head-dead-after-ms, is %d ms): "
               "killing the node's actors and exiting",
               n->head, (long long)silent, dead_ms);
     CT_LOG(CT_LOG_ERROR, "node", "%s", ct_last_error());
@@ -1402,7 +1422,11 @@ static void watch_open(nodest *n, unsigned port, const char *ticket)
     n->watch_fd = fd < 0 ? -1 : fd;
 }
 
-static int do_register(nodest *n, int *hb_ms)
+/* Registers with the head: as a new node, or (resume) again under n's id and token with the
+ * actors it runs (RegisterNode.node_id, 1.4), when a head that does not know it (restarted)
+ * answered its heartbeat. 0; CT_EDEAD when the head refused the resume (it declared this node
+ * dead: the caller rejoins as new); another CT_E* code when it got no answer. */
+static int do_register(nodest *n, int *hb_ms, bool resume)
 {
     const ct_node_opts *o = n->o;
     ct_resource custom[32];
@@ -1446,7 +1470,50 @@ static int do_register(nodest *n, int *hb_ms)
     reg.pid = getpid();
     e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
     e.register_node = &reg;
+    Ct__ResumedActor *ra = NULL, **rap = NULL;
+    Ct__Resource *rr = NULL, **rrp = NULL;
+    if (resume) {
+        reg.node_id = n->id;
+        reg.node_token = n->token;
+        ra = calloc(n->na + 1, sizeof *ra);
+        rap = calloc(n->na + 1, sizeof *rap);
+        rr = calloc(16 * (n->na + 1), sizeof *rr);
+        rrp = calloc(16 * (n->na + 1), sizeof *rrp);
+        if (!ra || !rap || !rr || !rrp) {
+            rc = ct__error(CT_ENOMEM, "node: out of memory");
+            goto sent;
+        }
+        for (int i = 0; i < n->na; i++) {
+            nactor *a = &n->a[i];
+            if (a->kill_pending || !a->job[0])
+                continue;
+            Ct__ResumedActor *x = &ra[reg.n_actors];
+            ct__resumed_actor__init(x);
+            x->actor_id = a->id;
+            x->class_name = a->cls;
+            x->job_token = a->job;
+            x->pid = a->pid;
+            x->address = a->addr;
+            x->pg_id = a->pg;
+            x->bundle_index = a->bundle;
+            x->resources = &rrp[16 * i];
+            for (int k = 0; k < a->nres; k++) {
+                ct__resource__init(&rr[16 * i + k]);
+                rr[16 * i + k].name = a->rname[k];
+                rr[16 * i + k].amount = a->ramt[k];
+                rrp[16 * i + k] = &rr[16 * i + k];
+            }
+            x->n_resources = a->nres;
+            rap[reg.n_actors++] = x;
+        }
+        reg.actors = rap;
+    }
     rc = ct__msg_send(n->sock, NULL, &e, 0);
+sent:
+    free(ra);
+    free(rap);
+    free(rr);
+    free(rrp);
     free(store);
     if (rc)
         return rc;
@@ -1472,8 +1539,15 @@ static int do_register(nodest *n, int *hb_ms)
             ct__msg_free(rep);
             continue;
         }
+        bool refused = resume && rep->body_case == CT__ENVELOPE__BODY_ERROR && rep->error->field &&
+                       !strcmp(rep->error->field, "register_node.node_id");
         rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_REGISTER_NODE_REPLY, "register_node");
-        if (!rc) {
+        if (refused)
+            rc = CT_EDEAD;
+        if (!rc && resume && strcmp(n->id, rep->register_node_reply->node_id)) {
+            rc = ct__error(CT_EPROTO, "node: the head gave %s a new id when it registered again",
+                           n->id);
+        } else if (!rc) {
             snprintf(n->id, sizeof n->id, "%s", rep->register_node_reply->node_id);
             snprintf(n->token, sizeof n->token, "%s", rep->register_node_reply->token);
             *hb_ms = rep->register_node_reply->heartbeat_ms;
@@ -1567,7 +1641,7 @@ static int rejoin(nodest *n, liveness *live, int *hb_ms)
         while (waitpid(pids[i], NULL, WNOHANG) == 0 && ct__now_ms() < until)
             usleep(1000);
     ct__log_set_who("node");
-    int rc = do_register(n, hb_ms);
+    int rc = do_register(n, hb_ms, false);
     if (rc)
         return rc;
     if (*hb_ms <= 0)
@@ -1580,6 +1654,33 @@ static int rejoin(nodest *n, liveness *live, int *hb_ms)
         if (hooks[i].on_start)
             hooks[i].on_start(n->id, n->head, n->host, hooks[i].user);
     live_start(live, n, *hb_ms);
+    return 0;
+}
+
+/* A head that does not know this node answered its heartbeat: the head restarted (or stalled
+ * past the node's patience and declared it dead). The node registers again under its id and
+ * token with the actors it runs, and its shard lists its objects again (ObjNodeInfo, ObjAdded):
+ * the restarted head rebuilds its tables from that, and the actors never stopped. A head that
+ * declared this node dead refuses: the node rejoins as a new one (rejoin). 0, or the error of
+ * a rejoin that failed (the node exits); a resume that got no answer is tried again at the
+ * next refused heartbeat, until the head-dead time ends the node. */
+static int resume(nodest *n, liveness *live, int *hb_ms)
+{
+    CT_LOG(CT_LOG_INFO, "node",
+           "the head does not know %s (restarted?): registering again with "
+           "its %d actors",
+           n->id, n->na);
+    int rc = do_register(n, hb_ms, true);
+    if (rc == CT_EDEAD)
+        return rejoin(n, live, hb_ms);
+    if (rc) {
+        CT_LOG(CT_LOG_WARN, "node", "registering again: %s", ct_last_error());
+        return 0;
+    }
+    if (*hb_ms <= 0)
+        *hb_ms = 100;
+    ct__objnode_resume();
+    CT_LOG(CT_LOG_INFO, "node", "registered again as %s, %d actors kept", n->id, n->na);
     return 0;
 }
 
@@ -1639,7 +1740,7 @@ int ct__node_run(const ct_node_opts *o)
         goto out;
     }
     int hb_ms = 100;
-    if ((rc = do_register(&n, &hb_ms))) {
+    if ((rc = do_register(&n, &hb_ms, false))) {
         if (node_stop || node_terms) /* SIGTERM while registering: a stop (exit 0) */
             rc = 0;
         goto out;
@@ -1665,15 +1766,17 @@ int ct__node_run(const ct_node_opts *o)
     int64_t next_hb = ct__now_ms() + hb_ms;
     int64_t silent = 0;                /* ms since anything came from the head (count_silence) */
     int64_t last_count = ct__now_ms(); /* when silent was last counted */
-    int dead_ms = o->head_dead_ms > 0 ? o->head_dead_ms : 30 * hb_ms;
+    int dead_ms = o->head_dead_ms > 0 ? o->head_dead_ms : CT_NODE_HEAD_GRACE_MS;
     int64_t next_idle = ct__now_ms() + 1000;
-    bool declared_dead = false; /* the head said so: rejoin */
+    bool declared_dead = false; /* the head said so ('D'): rejoin */
+    bool unknown = false;       /* the head does not know this node: resume */
     while (!node_stop) {
         if (node_terms && drain_step(&n, o->drain_ms))
             break;
-        if (declared_dead) {
-            declared_dead = false;
-            if ((rc = rejoin(&n, &live, &hb_ms)))
+        if (declared_dead || unknown) {
+            rc = declared_dead ? rejoin(&n, &live, &hb_ms) : resume(&n, &live, &hb_ms);
+            declared_dead = unknown = false;
+            if (rc)
                 break;
             next_hb = last_count = ct__now_ms();
             silent = 0;
@@ -1712,7 +1815,10 @@ int ct__node_run(const ct_node_opts *o)
         }
         count_silence(&silent, &last_count, hb_ms);
         if (ct__now_ms() >= next_hb) {
-            heartbeat(&n);
+            /* a head silent for 3 periods (gone, or restarting) gets pings only: heartbeats
+             * queued meanwhile would each be refused by a restarted head */
+            if (silent < 3 * hb_ms)
+                heartbeat(&n);
             if (silent >= hb_ms)
                 ping_head(&n);
             next_hb = ct__now_ms() + hb_ms;
@@ -1774,9 +1880,9 @@ int ct__node_run(const ct_node_opts *o)
                 continue;
             }
             if (on_head(&n, e))
-                declared_dead = true;
+                unknown = true;
             ct__msg_free(e);
-            if (declared_dead)
+            if (unknown)
                 break;
         }
         dispatch(&n);

@@ -1,7 +1,7 @@
 /* actor/node_main.c — ct-node: the command-line front of ct__node_run (actor/node.c).
  * Contract (stable): ct-node --head H:P [--cpus N] [--gpus N] [--resources name=n,...]
  * [--host ADDR] [--store-memory BYTES[K|M|G]] [--spill-dir DIR] [--cpuset LIST]
- * [--head-dead-after-ms MS] [--drain-ms MS] [--secret-file F] (or CT_SECRET_FILE; required);
+ * [--head-grace-ms MS] [--drain-ms MS] [--secret-file F] (or CT_SECRET_FILE; required);
  * ct-node --purge PID (what `ctup down` runs on a node's host: the shard, node directory and spill
  * files that node PID left when it was killed; needs no secret). */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
@@ -66,8 +66,9 @@ static void usage(FILE *f)
             "  --cpuset LIST         run the node and its actors on these CPUs only, e.g. 0-3,6\n"
             "                        (then --cpus defaults to their count)\n"
             "  --secret-file F       the cluster secret (default $CT_SECRET_FILE; required)\n"
-            "  --head-dead-after-ms MS  head silent this long: kill the actors and exit 1\n"
-            "                        (default: 30 heartbeat periods, 3000 at 100 ms)\n"
+            "  --head-grace-ms MS    head gone this long: kill the actors and exit 1; until\n"
+            "                        then keep them and register again with a restarted head\n"
+            "                        (default 60000; --head-dead-after-ms is the same)\n"
             "  --drain-ms MS         SIGTERM: wait this long for the actors of jobs that save\n"
             "                        their work first (NODE_DRAINING; default 60000); a second\n"
             "                        SIGTERM stops at once\n"
@@ -194,12 +195,12 @@ int main(int argc, char **argv)
             }
             o.spill_dir = v;
             i++;
-        } else if (!strcmp(a, "--head-dead-after-ms")) {
+        } else if (!strcmp(a, "--head-grace-ms") || !strcmp(a, "--head-dead-after-ms")) {
             double ms = 0;
             if (parse_num(a, v, &ms))
                 return 2;
             if (ms < 1 || ms > 3600e3) {
-                fprintf(stderr, "ct-node: --head-dead-after-ms: %s is not in [1, 3600000]\n", v);
+                fprintf(stderr, "ct-node: %s: %s is not in [1, 3600000]\n", a, v);
                 return 2;
             }
             o.head_dead_ms = (int)ms;

@@ -20,8 +20,8 @@
  * Pulls run one thread each; a pull of an id already in flight on this node is not started
  * twice (its completion answers both).
  *
- * Not in here: the directory (head/objdir.c), the client API (api_objects.c). Threads: start/stop and
- * the handlers run on the node's thread; the rest is internal. */
+ * Not in here: the directory (head/objdir.c), the client API (api_objects.c). Threads: start/stop
+ * and the handlers run on the node's thread; the rest is internal. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -54,6 +54,7 @@ static struct {
     bool on;
     bool detached; /* ct__objnode_start_detached: handlers only, no pulls */
     char node_id[32];
+    char host[64];                /* the address actors and the transfer server bind to */
     char token[CT_TOKEN_LEN + 1]; /* the node's: its reports carry it */
     char dir[256];
     void *ctx;
@@ -558,12 +559,63 @@ uint64_t ct__objnode_default_memory(void)
     return m;
 }
 
+/* Tells the head the shard's store and transfer addresses (ObjNodeInfo). Its transfer address. */
+static const char *send_node_info(void)
+{
+    ct_store_stats st;
+    ct_store_get_stats(O.store, &st);
+    Ct__Envelope e;
+    Ct__ObjNodeInfo ni = CT__OBJ_NODE_INFO__INIT;
+    ct__env_init(&e, 0, O.node_id, 0);
+    ni.node_id = O.node_id;
+    ni.store_name = (char *)ct_store_name(O.store);
+    ni.xfer_address = (char *)ct_xfer_server_endpoint(O.srv);
+    ni.data_port = ct_xfer_server_data_port(O.srv);
+    ni.memory_cap = st.memory_cap;
+    ni.host = O.host;
+    char hid[128];
+    ct__host_id(hid, sizeof hid);
+    ni.host_id = hid;
+    e.body_case = CT__ENVELOPE__BODY_OBJ_NODE_INFO;
+    e.obj_node_info = &ni;
+    ct__node_send_head(&e);
+    return ni.xfer_address;
+}
+
+void ct__objnode_resume(void)
+{
+    if (!O.on)
+        return;
+    send_node_info();
+    ct_store_entry *ents = NULL;
+    size_t n = 0;
+    if (ct_store_list(O.store, &ents, &n)) {
+        CT_LOG(CT_LOG_WARN, "objnode", "cannot list the shard: %s", ct_last_error());
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        Ct__Envelope e;
+        Ct__ObjAdded a = CT__OBJ_ADDED__INIT;
+        ct__env_init(&e, 0, O.node_id, 0);
+        a.node_id = O.node_id;
+        a.object_id.data = ents[i].id.b;
+        a.object_id.len = CT_OBJECT_ID_LEN;
+        a.size = ents[i].size;
+        e.body_case = CT__ENVELOPE__BODY_OBJ_ADDED;
+        e.obj_added = &a;
+        ct__node_send_head(&e);
+    }
+    CT_LOG(CT_LOG_INFO, "objnode", "told the head %zu objects again", n);
+    free(ents);
+}
+
 int ct__objnode_start(const char *node_id, const char *head, const char *host, uint64_t memory,
                       const char *spill_dir)
 {
     int rc = 0;
     ct__objnode_purge_leftovers();
     snprintf(O.node_id, sizeof O.node_id, "%s", node_id);
+    snprintf(O.host, sizeof O.host, "%s", host);
     snprintf(O.token, sizeof O.token, "%s", ct__node_token());
     if (spill_dir && *spill_dir && (rc = ct__objnode_check_dir(spill_dir)))
         return rc;
@@ -630,23 +682,9 @@ int ct__objnode_start(const char *node_id, const char *head, const char *host, u
     O.stopping = 0;
     ct_store_stats st;
     ct_store_get_stats(O.store, &st);
-    Ct__Envelope e;
-    Ct__ObjNodeInfo ni = CT__OBJ_NODE_INFO__INIT;
-    ct__env_init(&e, 0, O.node_id, 0);
-    ni.node_id = O.node_id;
-    ni.store_name = name;
-    ni.xfer_address = (char *)ct_xfer_server_endpoint(O.srv);
-    ni.data_port = ct_xfer_server_data_port(O.srv);
-    ni.memory_cap = st.memory_cap;
-    ni.host = (char *)host;
-    char hid[128];
-    ct__host_id(hid, sizeof hid);
-    ni.host_id = hid;
-    e.body_case = CT__ENVELOPE__BODY_OBJ_NODE_INFO;
-    e.obj_node_info = &ni;
-    ct__node_send_head(&e);
+    const char *xfer = send_node_info();
     CT_LOG(CT_LOG_INFO, "objnode", "store %s (%llu MiB, spill %s), transfer %s", name,
-           (unsigned long long)(st.memory_cap >> 20), so.spill_dir, ni.xfer_address);
+           (unsigned long long)(st.memory_cap >> 20), so.spill_dir, xfer);
     return 0;
 fail : {
     char msg[512];

@@ -20,10 +20,15 @@ typedef struct ct_node_opts {
     int ready_fd;          /* "registered <node-id>\n" written here once registered; -1 none */
     uint64_t store_memory; /* object store shard bytes; 0: RAM/4, at most 2 GiB */
     const char *spill_dir; /* NULL: the node's own /tmp/ct-node.<pid>.XXXXXX (mkdtemp) */
-    int head_dead_ms;      /* head silent this long: kill the actors, exit; 0: 30 heartbeats */
+    int head_dead_ms;      /* grace time: the head silent this long, kill the actors and exit;
+                              until then actors and objects are kept and a restarted head gets
+                              them back (re-registration); 0: CT_NODE_HEAD_GRACE_MS */
     int drain_ms;          /* SIGTERM: how long to wait for the actors of jobs that save their work
                               first (NODE_DRAINING); 0: 60000. A second SIGTERM stops at once */
 } ct_node_opts;
+
+/* How long a node waits for a gone head by default (Ray's gcs_rpc_server_reconnect_timeout_s). */
+#define CT_NODE_HEAD_GRACE_MS 60000
 
 /* Registers with the head and serves (spawns, reaps, heartbeats) until SIGTERM/SIGINT,
  * watch_fd EOF, or the head silent for head_dead_ms (CT_EDEAD; its actors killed). Declared
@@ -76,6 +81,9 @@ int ct__node_send_head(struct Ct__Envelope *e);
 int ct__objnode_start(const char *node_id, const char *head, const char *host, uint64_t memory,
                       const char *spill_dir);
 void ct__objnode_stop(void);
+/* After the node registered again with a restarted head: tells it the shard (ObjNodeInfo) and
+ * every object it holds (ObjAdded), through the node's main connection (node thread only). */
+void ct__objnode_resume(void);
 int ct__objnode_exe(const uint8_t *id, size_t idlen, char *const *holders, size_t nh, char *path,
                     size_t cap);
 void ct__objnode_purge_leftovers(void);

@@ -400,8 +400,9 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
     /* 2. the head */
     char head_args[512] = "";
     if ((rc = arg_word(head_args, sizeof head_args, "--host", cfg->head_bind)) ||
-        (rc = cat(head_args, sizeof head_args, " --port %d --heartbeat-ms %d --dead-after-ms %d",
-                  cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms)))
+        (rc = cat(head_args, sizeof head_args,
+                  " --port %d --heartbeat-ms %d --dead-after-ms %d --supervise", cfg->head_port,
+                  cfg->heartbeat_ms, cfg->dead_after_ms)))
         return rc;
     env[0] = cmd[0] = 0;
     if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
@@ -461,6 +462,9 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
             (rc = arg_word(args, sizeof args, "--store-memory", n->store_memory)))
             goto out;
         if (n->spill_dir && (rc = arg_word(args, sizeof args, "--spill-dir", n->spill_dir)))
+            goto out;
+        if (cfg->head_grace_ms > 0 && cfg->head_grace_ms != 60000 && /* else the default */
+            (rc = cat(args, sizeof args, " --head-grace-ms %d", cfg->head_grace_ms)))
             goto out;
         env[0] = cmd[0] = 0;
         if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||

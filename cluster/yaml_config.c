@@ -631,9 +631,19 @@ static int parse_root(parser *p, yaml_node_t *root)
                                       "available_node_types",
                                       "ct",
                                       NULL};
-    static const char *const ct_keys[] = {
-        "head_port",  "heartbeat_ms",  "dead_after_ms",  "store_memory",    "spill_dir", "bin_dir",
-        "remote_dir", "copy_binaries", "head_runs_node", "start_timeout_s", "head_bind", NULL};
+    static const char *const ct_keys[] = {"head_port",
+                                          "heartbeat_ms",
+                                          "dead_after_ms",
+                                          "store_memory",
+                                          "spill_dir",
+                                          "bin_dir",
+                                          "remote_dir",
+                                          "copy_binaries",
+                                          "head_runs_node",
+                                          "start_timeout_s",
+                                          "head_bind",
+                                          "head_grace_ms",
+                                          NULL};
     const char *prov_keys[16] = {"type"};
     ct__cfg_workers w = {.n_workers = -1};
     node_type types[32];
@@ -731,6 +741,7 @@ static int parse_root(parser *p, yaml_node_t *root)
     /* ct (the provider's parse has set its defaults of head_port and head_bind) */
     c->heartbeat_ms = 100;
     c->dead_after_ms = 10000;
+    c->head_grace_ms = 60000;
     c->start_timeout_s = 30;
     c->copy_binaries = true;
     yaml_node_t *ctn = get(p, root, "ct", NULL);
@@ -744,6 +755,7 @@ static int parse_root(parser *p, yaml_node_t *root)
         } ints[] = {{"head_port", &c->head_port, 0, 65535},
                     {"heartbeat_ms", &c->heartbeat_ms, 1, 60000},
                     {"dead_after_ms", &c->dead_after_ms, 1, 3600000},
+                    {"head_grace_ms", &c->head_grace_ms, 1, 3600000},
                     {"start_timeout_s", &c->start_timeout_s, 1, 3600}};
         for (size_t i = 0; i < CT_ARRAY_LEN(ints); i++) {
             char what[64];

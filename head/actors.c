@@ -155,6 +155,12 @@ static void start_on_node(head *h, actor *a)
         s.exe_holders = holders;
     }
     s.job_token = a->job;
+    res_pb need;
+    ct__rv_to_pb(&a->need, &need);
+    s.n_resources = a->need.n;
+    s.resources = need.p;
+    s.pg_id = a->pg >= 0 ? h->pgs[a->pg].id : "";
+    s.bundle_index = a->bundle;
     /* the head only counts GPUs; the node chooses which devices the actor sees */
     s.gpus = ct__rv_get(&a->need, "GPU");
     e.body_case = CT__ENVELOPE__BODY_START_ACTOR;
@@ -205,6 +211,9 @@ bool ct__head_place_pg(head *h, pgroup *g)
 {
     if (g->state != PG_PENDING || !h->nnodes)
         return false;
+    for (int b = 0; b < g->nb; b++) /* loaded (state.c): waits for its node to come back */
+        if (g->b[b].node < 0 && g->b[b].want[0])
+            return false;
     /* a tentative copy of the nodes' free resources (scratch sized with the node table: no
      * stack arrays sized by what peers send) */
     res *frees = h->frees;
@@ -235,6 +244,7 @@ bool ct__head_place_pg(head *h, pgroup *g)
         ct__rv_sub(&h->nodes[g->b[b].node].free, &g->b[b].need, 1);
     }
     g->state = PG_READY;
+    ct__head_state_pg(h, g);
     CT_LOG(CT_LOG_INFO, "head", "placement group %s ready", g->id);
     /* answer waiters */
     for (int i = 0; i < h->nw; i++) {
@@ -501,4 +511,72 @@ void ct__head_on_kill_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__he
         ct__head_send(h, &h->nodes[a->node].rid, &o);
     }
     ct__head_ok(h, rid, e->req_id);
+}
+
+/* An actor that a re-registering node runs (RegisterNode.actors, nodes.c's resume_node), put
+ * back into the table (kept sorted by seq) as alive on node ni, holding its resources there.
+ * Its owner's connection is unknown (its create was answered by an earlier head): no owner
+ * push, its job's subscriptions still hear of its death. actor_seq moves past its id, so that
+ * no new actor gets it. 0, or CT_EEXIST / CT_EINVAL / CT_ENOSPC / CT_ENOMEM (not taken). */
+int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r)
+{
+    const char *id = r->actor_id;
+    if (strncmp(id, "actor-", 6) || id[6] < '1' || id[6] > '9' || strlen(id) >= ID_LEN)
+        return CT_EINVAL;
+    char *end;
+    unsigned long long seq = strtoull(id + 6, &end, 10);
+    if (*end)
+        return CT_EINVAL;
+    if (find_actor(h, id)) {
+        CT_LOG(CT_LOG_WARN, "head", "actor %s of node %s: the id is taken here; not taken back", id,
+               h->nodes[ni].id);
+        return CT_EEXIST;
+    }
+    if (h->nactors == MAX_ACTORS)
+        ct__head_forget_dead(h, 0);
+    if (h->nactors == MAX_ACTORS)
+        return CT_ENOSPC;
+    if (h->nactors == h->cap_actors) {
+        int cap = h->cap_actors ? h->cap_actors * 2 : 256;
+        cap = cap < MAX_ACTORS ? cap : MAX_ACTORS;
+        actor *na = realloc(h->actors, cap * sizeof *na);
+        if (!na)
+            return CT_ENOMEM;
+        h->actors = na;
+        h->cap_actors = cap;
+    }
+    int at = h->nactors;
+    while (at > 0 && h->actors[at - 1].seq > seq)
+        at--;
+    memmove(&h->actors[at + 1], &h->actors[at], (h->nactors - at) * sizeof *h->actors);
+    h->nactors++;
+    actor *a = &h->actors[at];
+    memset(a, 0, sizeof *a);
+    a->seq = seq;
+    snprintf(a->id, sizeof a->id, "%s", id);
+    snprintf(a->cls, sizeof a->cls, "%s", r->class_name);
+    snprintf(a->job, sizeof a->job, "%s", r->job_token);
+    snprintf(a->addr, sizeof a->addr, "%s", r->address ? r->address : "");
+    a->node = ni;
+    a->pid = r->pid;
+    a->pg = a->bundle = a->want_bundle = -1;
+    ct__rv_from_pb(&a->need, r->resources, r->n_resources);
+    a->state = a->addr[0] ? A_ALIVE : A_STARTING;
+    /* inside its group's bundle when that is reserved on this node again (state.c), else
+     * straight from the node */
+    for (int i = 0; r->pg_id && *r->pg_id && i < h->npgs; i++) {
+        pgroup *g = &h->pgs[i];
+        if ((g->state == PG_READY || g->state == PG_PENDING) && !strcmp(g->id, r->pg_id) &&
+            r->bundle_index >= 0 && r->bundle_index < g->nb && g->b[r->bundle_index].node == ni) {
+            a->pg = i;
+            a->bundle = a->want_bundle = r->bundle_index;
+            ct__rv_sub(&g->b[a->bundle].free, &a->need, 1);
+        }
+    }
+    if (a->pg < 0)
+        ct__rv_sub(&h->nodes[ni].free, &a->need, 1);
+    h->nodes[ni].nactors++;
+    if (h->actor_seq < seq)
+        h->actor_seq = seq;
+    return 0;
 }

@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 #include "common/auth.h"
@@ -370,6 +371,7 @@ static void head_free(head *h)
     free(h->subs);
     ct__watch_destroy(&h->watch);
     ct__objdir_free(&h->od);
+    ct__head_state_close(h);
     if (h->sock)
         zmq_close(h->sock);
     if (h->zap)
@@ -388,6 +390,7 @@ ct__head *ct__head_new_detached(void *sock)
         return NULL;
     }
     h->sock = sock;
+    h->state_fd = -1;
     h->hb_ms = HEAD_HB_MS;
     h->dead_ms = HEAD_DEAD_MS;
     return h;
@@ -413,16 +416,25 @@ void ct__head_destroy_detached(ct__head **hp)
 
 int ct__head_run(const ct_head_opts *o)
 {
-    head h = {0};
+    head h = {.state_fd = -1};
     int rc = 0;
     const char *host = o->host && *o->host ? o->host : "127.0.0.1";
     h.hb_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms : HEAD_HB_MS;
     h.dead_ms = o->dead_after_ms > 0 ? o->dead_after_ms : HEAD_DEAD_MS;
     ct__log_set_who("head");
+    /* "actor-N" and "pg-N" count from the wall clock in ms times 1000, not from 1: a restarted
+     * head must not give out the id of an actor that outlived the head before it (its node
+     * gives it back later, RegisterNode.actors) */
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    h.actor_seq = h.pg_seq = ((uint64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000) * 1000;
     if (!(h.od = ct__objdir_new())) {
         rc = ct__error(CT_ENOMEM, "head: out of memory");
         goto out;
     }
+    if ((rc = ct__head_state_open(&h, o->state_dir)))
+        goto out;
+    h.started_ms = ct__now_ms();
     h.ctx = zmq_ctx_new();
     h.sock = h.ctx ? zmq_socket(h.ctx, ZMQ_ROUTER) : NULL;
     if (!h.sock) {
@@ -506,6 +518,12 @@ int ct__head_run(const ct_head_opts *o)
         if (ct__now_ms() >= next_tick) {
             ct__head_check_heartbeats(&h);
             expire(&h);
+            if (!h.waits_over && ct__now_ms() - h.started_ms >= h.dead_ms) {
+                /* nodes that did not come back by now are gone: loaded groups place anew */
+                h.waits_over = true;
+                ct__head_state_give_up_waits(&h);
+                ct__head_schedule(&h);
+            }
             if (ct__now_ms() - h.last_gc >= 1000) {
                 ct__head_forget_dead(&h, GONE_AFTER_MS);
                 flush_refusals(&h);

@@ -8,15 +8,17 @@
 #include <stdint.h>
 
 typedef struct ct_head_opts {
-    const char *host;  /* bind address; NULL: 127.0.0.1 */
-    int port;          /* 0: ephemeral */
-    int heartbeat_ms;  /* period nodes heartbeat at; 0: 100 */
-    int dead_after_ms; /* a silent node or driver is dead after this long without a heartbeat
-                          (only time the head itself ran counts); 0: 10000. A process that
-                          ends is seen at once by the death watch (head/watch.h) */
-    int watch_port;    /* the death-watch port, on host; 0: ephemeral */
-    int ready_fd;      /* "listening on H:P\n" is written here once serving; -1: stdout */
-    int watch_fd;      /* the head exits when this fd reaches EOF (its parent died); -1: none */
+    const char *host;      /* bind address; NULL: 127.0.0.1 */
+    int port;              /* 0: ephemeral */
+    int heartbeat_ms;      /* period nodes heartbeat at; 0: 100 */
+    int dead_after_ms;     /* a silent node or driver is dead after this long without a heartbeat
+                              (only time the head itself ran counts); 0: 10000. A process that
+                              ends is seen at once by the death watch (head/watch.h) */
+    int watch_port;        /* the death-watch port, on host; 0: ephemeral */
+    int ready_fd;          /* "listening on H:P\n" is written here once serving; -1: stdout */
+    int watch_fd;          /* the head exits when this fd reaches EOF (its parent died); -1: none */
+    const char *state_dir; /* KV, jobs and placement groups kept in DIR/head.wal (head/state.c)
+                              and loaded at start; NULL: kept in memory only */
 } ct_head_opts;
 
 struct ct__rid;
@@ -35,5 +37,9 @@ void ct__head_destroy_detached(ct__head **h);
 /* Serves until SIGTERM/SIGINT or watch_fd EOF. Returns 0, or a negative CT_E* code when it
  * cannot start (bad host, port in use), with the reason in ct_last_error(). */
 int ct__head_run(const ct_head_opts *opts);
+
+/* ct-head --supervise (head/supervise.c): runs ct-head with argv (less --supervise) as a child
+ * and starts it again whenever it ends, until SIGTERM/SIGINT. The exit code for main. */
+int ct__head_supervise(int argc, char **argv);
 
 #endif

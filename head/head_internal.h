@@ -112,7 +112,8 @@ typedef struct actor {
 typedef struct bundle {
     res need, free;
     int node;
-    int pick; /* place_pg's choice, before it commits */
+    int pick;          /* place_pg's choice, before it commits */
+    char want[ID_LEN]; /* loaded (state.c): the node it was reserved on, until that comes back */
 } bundle;
 
 typedef struct pgroup {
@@ -186,6 +187,9 @@ typedef struct head {
     int64_t refuse_window;              /* ct__head_refuse's rate limit: this second's start, */
     int refuse_logged, refuse_unlogged; /* lines logged in it, refusals not logged */
     struct objdir *od;                  /* the object directory (objdir.c) */
+    int state_fd;                       /* the write-ahead file (state.c); -1: none */
+    int64_t started_ms;                 /* when it started serving */
+    bool waits_over;                    /* loaded groups stopped waiting for their nodes */
 } head;
 
 /* Protobuf views of a res; pointers into r, valid while r lives. */
@@ -241,6 +245,26 @@ static inline bool ct__rid_eq(const ct__rid *a, const ct__rid *b)
 {
     return a->len == b->len && !memcmp(a->id, b->id, a->len);
 }
+
+/* ---- state.c: the write-ahead file of what only the head knows (KV, jobs, groups) ---- */
+int ct__head_state_open(head *h, const char *dir); /* loads DIR/head.wal; NULL dir: none */
+void ct__head_state_close(head *h);
+void ct__head_state_kv_put(head *h, const char *key, const void *val, size_t len, const char *job);
+void ct__head_state_kv_del(head *h, const char *key);
+void ct__head_state_job(head *h, const char *job, bool attached);
+void ct__head_state_pg(head *h, const pgroup *g); /* as it is now (removed: its X record) */
+void ct__head_state_node_back(head *h, int ni);
+void ct__head_state_give_up_waits(head *h);
+/* kv.c, for the replay: set (taking over ownership) and remove a key */
+void ct__head_kv_set(head *h, const char *key, const void *val, size_t len, const char *job);
+void ct__head_kv_unset(head *h, const char *key);
+/* nodes.c: follow a job (attached) as a driver without a name until its driver heartbeats; or
+ * (!attached) its driver is gone: its keys released */
+void ct__head_expect_job(head *h, const char *job, bool attached);
+int ct__head_pg_slot(head *h, int nb); /* pgroups.c: a group slot for nb bundles, or CT_E* */
+
+/* ---- actors.c (resumed actors) ---- */
+int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r);
 
 /* ---- resources.c ---- */
 int ct__rv_check(Ct__Resource **r, size_t n, const char *list, char *field, size_t fcap, char *msg,

@@ -112,6 +112,7 @@ void ct__head_on_kv_put(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
     k->val = val;
     k->len = p->value.len;
     snprintf(k->job, sizeof k->job, "%s", job); /* a released key is taken over */
+    ct__head_state_kv_put(h, k->key, k->val, k->len, k->job);
     ct__head_ok(h, rid, e->req_id);
     for (int i = 0; i < h->nw; i++) {
         if (h->w[i].kind == W_KV && !strcmp(h->w[i].key, k->key)) {
@@ -192,6 +193,51 @@ void ct__head_on_kv_del(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
                         "kv_del.key: %.200s belongs to another job", k->key);
         return;
     }
+    ct__head_state_kv_del(h, k->key);
     kv_remove(h, k);
     ct__head_ok(h, rid, e->req_id);
+}
+
+void ct__head_kv_set(head *h, const char *key, const void *val, size_t len, const char *job)
+{
+    kv *k = kv_find(h, key);
+    void *v = malloc(len ? len : 1);
+    if (!v)
+        return;
+    if (len)
+        memcpy(v, val, len);
+    if (!k) {
+        if (h->nkv == MAX_KV || h->nkv == h->cap_kv) {
+            int cap = h->cap_kv ? 2 * h->cap_kv : 64;
+            kv *nk = h->nkv < MAX_KV ? realloc(h->kv, cap * sizeof *nk) : NULL;
+            if (!nk) {
+                free(v);
+                return;
+            }
+            h->kv = nk;
+            h->cap_kv = cap;
+        }
+        char *kc = strdup(key);
+        if (!kc) {
+            free(v);
+            return;
+        }
+        k = &h->kv[h->nkv++];
+        k->key = kc;
+        k->val = NULL;
+        k->len = 0;
+        h->kv_bytes += strlen(key) + 1;
+    }
+    free(k->val);
+    h->kv_bytes += len - k->len;
+    k->val = v;
+    k->len = len;
+    snprintf(k->job, sizeof k->job, "%s", job);
+}
+
+void ct__head_kv_unset(head *h, const char *key)
+{
+    kv *k = kv_find(h, key);
+    if (k)
+        kv_remove(h, k);
 }

@@ -1,7 +1,9 @@
 /* head/main.c — ct-head: the command-line front of ct__head_run (head/head.c).
  * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
- * [--watch-port N] [--secret-file F] prints exactly "listening on H:P" once it serves. The cluster
- * secret comes from --secret-file or CT_SECRET_FILE; without one it refuses to start. */
+ * [--watch-port N] [--state-dir DIR] [--secret-file F] [--supervise] prints exactly "listening on
+ * H:P" once it serves. The cluster secret comes from --secret-file or CT_SECRET_FILE; without one
+ * it refuses to start. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +14,18 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]\n"
-               "               [--watch-port N] [--secret-file F]\n"
+               "               [--watch-port N] [--state-dir DIR] [--secret-file F]\n"
+               "               [--supervise]\n"
                "  --port P           port to listen on (0: pick a free one)\n"
                "  --host H           address to bind (default 127.0.0.1; 0.0.0.0 for all)\n"
                "  --heartbeat-ms N   period nodes heartbeat at (default 100)\n"
                "  --dead-after-ms N  a silent node is dead after N ms without heartbeat\n"
                "                     (default 10000; a process that ends is seen at once)\n"
                "  --watch-port N     TCP port of the death watch (default 0: any free one)\n"
+               "  --state-dir DIR    keep KV, jobs and placement groups in DIR/head.wal and load\n"
+               "                     them at start (a restarted head has them again)\n"
+               "  --supervise        run the head as a child and start it again whenever it\n"
+               "                     ends, on the same port, with the same secret and state\n"
                "  --secret-file F    the cluster secret (default $CT_SECRET_FILE; required)\n"
                "prints \"listening on H:P\" once it serves.\n");
 }
@@ -43,6 +50,7 @@ int main(int argc, char **argv)
 {
     ct_head_opts o = {.port = -1, .ready_fd = -1, .watch_fd = -1};
     const char *secret_file = NULL;
+    bool supervise = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -74,6 +82,15 @@ int main(int argc, char **argv)
             if (parse_int(a, v, 0, 65535, &o.watch_port))
                 return 2;
             i++;
+        } else if (!strcmp(a, "--supervise")) {
+            supervise = true;
+        } else if (!strcmp(a, "--state-dir")) {
+            if (!v || !*v) {
+                fprintf(stderr, "ct-head: --state-dir needs a value\n");
+                return 2;
+            }
+            o.state_dir = v;
+            i++;
         } else if (!strcmp(a, "--dead-after-ms")) {
             if (parse_int(a, v, 1, 3600000, &o.dead_after_ms))
                 return 2;
@@ -91,6 +108,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "ct-head: %s\n", ct_last_error());
         return 2;
     }
+    if (supervise)
+        return ct__head_supervise(argc, argv);
     int rc = ct__head_run(&o);
     if (rc) {
         fprintf(stderr, "ct-head: %s\n", ct_last_error());

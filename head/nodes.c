@@ -1,4 +1,5 @@
-/* head/nodes.c — nodes and drivers: registration (random ids and tokens), heartbeats, the
+/* head/nodes.c — nodes and drivers: registration (random ids and tokens; a node that outlived
+ * a head registers again under its id with its actors, resume_node), heartbeats, the
  * death watch's verdicts (head/watch.h), silence counted against silent hosts, a node declared
  * dead (its actors lost, its bundles re-placed), a driver gone (its job's actors killed, its KV
  * keys released). Not in here: what runs on the nodes (actors.c), their objects (objdir.c). */
@@ -90,8 +91,10 @@ static void node_dead(head *h, int ni, const char *reason)
                 g->b[b].node = -1;
                 g->state = PG_PENDING;
             }
-        if (g->state == PG_PENDING)
+        if (g->state == PG_PENDING) {
             CT_LOG(CT_LOG_INFO, "head", "placement group %s lost bundles on %s", g->id, n->id);
+            ct__head_state_pg(h, g);
+        }
     }
     ct__objdir_node_dead(h, n->id);
     Ct__Event ev = CT__EVENT__INIT;
@@ -244,6 +247,150 @@ static int node_id_new(head *h, char out[ID_LEN])
     return 0;
 }
 
+static void register_reply(head *h, const ct__rid *rid, uint64_t req, node *n)
+{
+    Ct__Envelope o;
+    Ct__RegisterNodeReply rr = CT__REGISTER_NODE_REPLY__INIT;
+    ct__env_init(&o, req, "head", 0);
+    rr.node_id = n->id;
+    rr.heartbeat_ms = h->hb_ms;
+    rr.token = n->token;
+    rr.watch_port = ct__watch_port(h->watch);
+    rr.watch_ticket = h->watch ? n->ticket : "";
+    o.body_case = CT__ENVELOPE__BODY_REGISTER_NODE_REPLY;
+    o.register_node_reply = &rr;
+    ct__head_send(h, rid, &o);
+}
+
+/* Whether id is a node id this head could have given: "node-" and NODE_ID_HEX hex digits. */
+static bool node_id_ok(const char *id)
+{
+    if (strncmp(id, "node-", 5) || strlen(id) != 5 + NODE_ID_HEX)
+        return false;
+    for (int i = 5; id[i]; i++)
+        if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* A node that outlived its head (or that thought so: a head stalled past the node's patience)
+ * registers again with its id, token and actors (RegisterNode.node_id, 1.4). The node this head
+ * knows alive under that id and token: the same node, answered as before (a new watch ticket).
+ * An id this head does not know (it restarted): the node is taken back under its id and token
+ * and its actors into the actor table, their resources taken from the node's free ones; its
+ * objects follow (ObjNodeInfo, ObjAdded). An id this head declared dead, or a wrong token:
+ * refused (field register_node.node_id), and the node rejoins as a new one. */
+/* A job whose actors a re-registering node runs, and whose driver this head has not heard: a
+ * driver without a name is followed for it, so that the job ends (its actors killed) when no
+ * driver of it heartbeats within the dead-after time (it died while the head was away); the
+ * first heartbeat of the job's driver takes the entry over (on_driver_heartbeat). */
+void ct__head_expect_job(head *h, const char *job, bool attached)
+{
+    if (!attached) { /* a job that ended (state.c's replay): its keys were released */
+        for (int i = 0; i < h->nkv; i++)
+            if (ct__token_eq(h->kv[i].job, job))
+                h->kv[i].job[0] = 0;
+        for (int i = 0; i < h->ndrivers; i++)
+            if (!h->drivers[i].name[0] && ct__token_eq(h->drivers[i].job, job))
+                h->drivers[i--] = h->drivers[--h->ndrivers];
+        return;
+    }
+    for (int i = 0; i < h->ndrivers; i++)
+        if (ct__token_eq(h->drivers[i].job, job))
+            return;
+    if (h->ndrivers == MAX_DRIVERS)
+        return;
+    driver *nd = realloc(h->drivers, (h->ndrivers + 1) * sizeof *nd);
+    if (!nd)
+        return;
+    h->drivers = nd;
+    driver *d = &h->drivers[h->ndrivers++];
+    memset(d, 0, sizeof *d);
+    snprintf(d->job, sizeof d->job, "%s", job);
+}
+
+static void resume_node(head *h, const ct__rid *rid, Ct__Envelope *e)
+{
+    Ct__RegisterNode *r = e->register_node;
+    int ni = ct__head_find_node(h, r->node_id);
+    if (ni >= 0) {
+        node *n = &h->nodes[ni];
+        if (!n->alive || !r->node_token || !ct__token_eq(n->token, r->node_token)) {
+            ct__head_refuse(h, rid, e, CT_EDEAD, "register_node.node_id",
+                            "register_node.node_id: %s %s", n->id,
+                            n->alive ? "is another node's (wrong token)"
+                                     : "was declared dead: register as a new node");
+            return;
+        }
+        if (h->watch && ct__token_new(n->ticket)) {
+            REPLY_ERR(h, rid, e->req_id, CT_EIO, "", "head: %s", ct_last_error());
+            return;
+        }
+        n->rid = *rid;
+        n->silent = 0;
+        register_reply(h, rid, e->req_id, n);
+        CT_LOG(CT_LOG_INFO, "head", "node %s registered again (known here)", n->id);
+        return;
+    }
+    if (!node_id_ok(r->node_id) || !r->node_token || !ct__token_valid(r->node_token)) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, "register_node.node_id",
+                        "register_node.node_id: '%.40s' or its token is malformed", r->node_id);
+        return;
+    }
+    char field[96], msg[300];
+    for (size_t i = 0; i < r->n_actors; i++) {
+        Ct__ResumedActor *a = r->actors[i];
+        if (!a->actor_id || !a->class_name || strlen(a->class_name) >= 64 || !a->job_token ||
+            !ct__token_valid(a->job_token) || (a->address && strlen(a->address) >= 128)) {
+            ct__head_refuse(h, rid, e, CT_EINVAL, "register_node.actors",
+                            "register_node.actors[%zu]: malformed", i);
+            return;
+        }
+        if (ct__rv_check(a->resources, a->n_resources, "register_node.actors.resources", field,
+                         sizeof field, msg, sizeof msg)) {
+            ct__head_refuse(h, rid, e, CT_EINVAL, field, "%s", msg);
+            return;
+        }
+    }
+    ni = node_slot(h);
+    if (ni < 0) {
+        ct__head_refuse(h, rid, e, ni, "register_node", "register_node: no room for node %s",
+                        r->node_id);
+        return;
+    }
+    node *n = &h->nodes[ni];
+    memset(n, 0, sizeof *n);
+    if (ct__token_new(n->ticket)) {
+        REPLY_ERR(h, rid, e->req_id, CT_EIO, "", "head: %s", ct_last_error());
+        return;
+    }
+    snprintf(n->id, sizeof n->id, "%s", r->node_id);
+    snprintf(n->token, sizeof n->token, "%s", r->node_token);
+    n->used = true;
+    n->rid = *rid;
+    snprintf(n->host, sizeof n->host, "%s", r->host);
+    n->pid = r->pid;
+    ct__rv_from_pb(&n->total, r->resources, r->n_resources);
+    n->free = n->total;
+    n->alive = true;
+    ct__head_state_node_back(h, ni); /* its groups' bundles, before the actors inside them */
+    int kept = 0;
+    for (size_t i = 0; i < r->n_actors; i++)
+        if (ct__head_resume_actor(h, ni, r->actors[i]) == 0) {
+            kept++;
+            ct__head_expect_job(h, r->actors[i]->job_token, true);
+        }
+    register_reply(h, rid, e->req_id, n);
+    CT_LOG(CT_LOG_INFO, "head", "node %s registered again from %s with %d of its %zu actors", n->id,
+           n->host, kept, r->n_actors);
+    Ct__Event ev = CT__EVENT__INIT;
+    ev.type = CT__EVENT_TYPE__NODE_JOINED;
+    ev.node_id = n->id;
+    ev.pid = n->pid;
+    ct__head_push_event(h, &ev, NULL);
+    ct__head_schedule(h);
+}
+
 void ct__head_on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
     Ct__RegisterNode *r = e->register_node;
@@ -257,6 +404,10 @@ void ct__head_on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e, ct_
     if (ct__rv_check(r->resources, r->n_resources, "register_node.resources", field, sizeof field,
                      msg, sizeof msg)) {
         ct__head_refuse(h, rid, e, CT_EINVAL, field, "%s", msg);
+        return;
+    }
+    if (r->node_id && *r->node_id) {
+        resume_node(h, rid, e);
         return;
     }
     for (int i = 0; i < h->nnodes; i++)
@@ -288,18 +439,7 @@ void ct__head_on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e, ct_
     ct__rv_from_pb(&n->total, r->resources, r->n_resources);
     n->free = n->total;
     n->alive = true;
-
-    Ct__Envelope o;
-    Ct__RegisterNodeReply rr = CT__REGISTER_NODE_REPLY__INIT;
-    ct__env_init(&o, e->req_id, "head", 0);
-    rr.node_id = n->id;
-    rr.heartbeat_ms = h->hb_ms;
-    rr.token = n->token;
-    rr.watch_port = ct__watch_port(h->watch);
-    rr.watch_ticket = h->watch ? n->ticket : "";
-    o.body_case = CT__ENVELOPE__BODY_REGISTER_NODE_REPLY;
-    o.register_node_reply = &rr;
-    ct__head_send(h, rid, &o);
+    register_reply(h, rid, e->req_id, n);
     char buf[256];
     ct__rv_fmt(&n->total, buf, sizeof buf);
     CT_LOG(CT_LOG_INFO, "head", "node %s joined from %s: %s", n->id, n->host, buf);
@@ -328,6 +468,12 @@ static void on_driver_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e,
     for (int i = 0; i < h->ndrivers && !d; i++)
         if (!strcmp(h->drivers[i].name, name) && ct__token_eq(h->drivers[i].job, job))
             d = &h->drivers[i];
+    for (int i = 0; i < h->ndrivers && !d; i++) /* a job a node told of (expect_job) */
+        if (!h->drivers[i].name[0] && ct__token_eq(h->drivers[i].job, job)) {
+            d = &h->drivers[i];
+            snprintf(d->name, sizeof d->name, "%s", name);
+            CT_LOG(CT_LOG_INFO, "head", "driver %s attached again", name);
+        }
     if (!d) {
         if (e->heartbeat->leaving)
             return; /* a driver unknown here (it never heartbeat before) leaves nothing behind */
@@ -346,6 +492,7 @@ static void on_driver_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e,
         snprintf(d->name, sizeof d->name, "%s", name);
         snprintf(d->job, sizeof d->job, "%s", job);
         CT_LOG(CT_LOG_INFO, "head", "driver %s attached", name);
+        ct__head_state_job(h, job, true);
     }
     d->silent = 0;
     if (e->heartbeat->leaving) { /* ct_shutdown: its job ends now */
@@ -413,6 +560,7 @@ static void driver_gone(head *h, int di, const char *why)
         if (ct__token_eq(h->subs[i].job, d->job))
             h->subs[i--] = h->subs[--h->nsubs];
     ct__watch_close(h->watch, d->watch, 0);
+    ct__head_state_job(h, d->job, false);
     h->drivers[di] = h->drivers[--h->ndrivers];
 }
 

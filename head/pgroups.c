@@ -12,7 +12,7 @@
 
 /* A slot for a new group of nb bundles: a free one or a new one, after freeing removed groups
  * when MAX_PGS or MAX_BUNDLES_ALL would be passed. The slot, CT_ENOSPC or CT_ENOMEM. */
-static int pg_slot(head *h, int nb)
+int ct__head_pg_slot(head *h, int nb)
 {
     if (h->nbundles + nb > MAX_BUNDLES_ALL || h->npgs == MAX_PGS)
         ct__head_free_removed_pgs(h);
@@ -67,7 +67,7 @@ void ct__head_on_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
 {
     Ct__PgCreate *p = e->pg_create;
     const char *job = f->job; /* RULE_JOB */
-    int gi = pg_slot(h, (int)p->n_bundles);
+    int gi = ct__head_pg_slot(h, (int)p->n_bundles);
     bundle *b = gi >= 0 ? calloc(p->n_bundles, sizeof *b) : NULL;
     if (!b) {
         if (gi == CT_ENOSPC)
@@ -92,6 +92,7 @@ void ct__head_on_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
         b[i].node = -1;
     }
     g->state = PG_PENDING;
+    ct__head_state_pg(h, g);
     Ct__Envelope o;
     Ct__PgCreateReply r = CT__PG_CREATE_REPLY__INIT;
     ct__env_init(&o, e->req_id, "head", 0);
@@ -176,6 +177,7 @@ void ct__head_on_pg_remove(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
         if (g->b[b].node >= 0)
             ct__rv_sub(&h->nodes[g->b[b].node].free, &g->b[b].need, -1);
     g->state = PG_REMOVED;
+    ct__head_state_pg(h, g);
     for (int j = 0; j < h->nw; j++)
         if (h->w[j].kind == W_PG && h->w[j].pg == i) {
             REPLY_ERR(h, &h->w[j].rid, h->w[j].req_id, CT_ECANCELED, "",

@@ -17,8 +17,9 @@
 /* 1.1: Envelope.token (the head refuses what lacks the right one); 1.2: StartFailed.permanent,
  * JobEnded, ActorExited.stderr_tail, Heartbeat.leaving, death-watch tickets
  * (RegisterNodeReply.watch_*, Heartbeat.watch, WatchTicket); 1.3: draining nodes
- * (Heartbeat.draining, DrainReply, NODE_DRAINING events, NodeInfo.draining) */
-#define CT_PROTO_MINOR 3
+ * (Heartbeat.draining, DrainReply, NODE_DRAINING events, NodeInfo.draining); 1.4: nodes that
+ * outlive their head re-register (RegisterNode.node_id/node_token/actors, StartActor.resources) */
+#define CT_PROTO_MINOR 4
 
 /* The routing id a ROUTER prefixes to each message (ZeroMQ allows up to 255 bytes). */
 typedef struct ct__rid {

@@ -1,7 +1,9 @@
 /* tests/cluster/test_local.c — a local cluster's life cycle through the ctup binary:
  * up (head + 2 nodes, detached, recorded in the state file; prints CT_ADDRESS and
  * CT_SECRET_FILE) -> status lists 2 nodes alive -> submit of build/bin/actors exits 0, exit
- * codes forwarded -> exec -> a second up is refused -> a node killed shows DEAD -> down stops
+ * codes forwarded -> exec -> a second up is refused -> the head killed (kill -9) is started
+ * again by its supervisor on the same port and the same nodes register again -> a node killed
+ * shows DEAD -> down stops
  * every recorded pid -> down again is fine; then an up whose node cannot start fails and stops
  * the head it had started; a head whose port is taken fails at once with its exit status and
  * its log, and the failed up removes the state, secret and lock it made (not its logs); a YAML
@@ -37,6 +39,36 @@ static int taken_port(int *fd)
         getsockname(*fd, (struct sockaddr *)&a, &len))
         return -1;
     return ntohs(a.sin_port);
+}
+
+/* The ct-head that supervisor pid runs (its child), or -1. */
+static pid_t head_child(pid_t pid)
+{
+    char path[64], buf[256] = "";
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long c = -1;
+    if (!fgets(buf, sizeof buf, f) || sscanf(buf, "%ld", &c) != 1)
+        c = -1;
+    fclose(f);
+    return (pid_t)c;
+}
+
+/* The first two node ids ("node-" and 12 hex digits) in a status output, sorted. */
+static void node_ids(const char *out, char ids[2][32])
+{
+    int n = 0;
+    for (const char *p = out; p && n < 2 && (p = strstr(p, "node-")); p += 5)
+        if (strspn(p + 5, "0123456789abcdef") == 12)
+            snprintf(ids[n++], 32, "%.17s", p);
+    if (n == 2 && strcmp(ids[0], ids[1]) > 0) {
+        char t[32];
+        memcpy(t, ids[0], 32);
+        memcpy(ids[0], ids[1], 32);
+        memcpy(ids[1], t, 32);
+    }
 }
 
 int main(void)
@@ -118,6 +150,35 @@ int main(void)
     CHECK_OK(ct_cluster_state_read(name, &st2));
     CHECK_EQ_INT(st2.procs[2].pid, st.procs[2].pid);
 
+    /* the head killed (kill -9 of the ct-head that its supervisor runs): the supervisor starts
+     * it again on the same port, and the same nodes (the same ids) register again */
+    char *before = NULL, *after = NULL;
+    t_ctup(&before, "status --address %s", addr);
+    pid_t head1 = head_child(st.procs[0].pid), head2 = -1;
+    CHECK(head1 > 0);
+    if (head1 > 0) {
+        CHECK_STR(t_comm(head1), "ct-head");
+        kill(head1, SIGKILL);
+        bool back = false;
+        for (double until = h_now_ms() + 20000; !back && h_now_ms() < until; usleep(100000)) {
+            head2 = head_child(st.procs[0].pid);
+            free(after);
+            after = NULL;
+            back = head2 > 0 && head2 != head1 &&
+                   t_ctup(&after, "status --address %s --timeout-ms 1000", addr) == 0 && after &&
+                   strstr(after, "2 nodes (2 alive)");
+        }
+        CHECK(back);
+        char ids1[2][32] = {"", ""}, ids2[2][32] = {"", ""};
+        node_ids(before, ids1);
+        node_ids(after, ids2);
+        CHECK(ids1[0][0] && ids1[1][0]);
+        CHECK_STR(ids2[0], ids1[0]);
+        CHECK_STR(ids2[1], ids1[1]);
+    }
+    free(before);
+    free(after);
+
     /* a node killed: the head declares it dead and status shows it */
     kill(st.procs[2].pid, SIGKILL);
     CHECK(h_wait_gone(st.procs[2].pid, 2000));
@@ -140,6 +201,8 @@ int main(void)
              "down %s", cfg);
     for (int i = 0; i < st.n_procs; i++)
         CHECK(h_wait_gone(st.procs[i].pid, 3000));
+    if (head2 > 0) /* the supervisor stopped its head first */
+        CHECK(h_wait_gone(head2, 3000));
     /* and what the killed node left (its shard, its directory) is gone: down ran
      * `ct-node --purge` on its host (any node started on this host meanwhile purges it too) */
     char shard[64];

@@ -98,7 +98,9 @@ int main(void)
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s status --address %s", h_bin("ctup"), addr);
     char *out = h_capture(cmd);
-    CHECK(out && strstr(out, "pg-1       PENDING"));
+    char pgpend[96];
+    snprintf(pgpend, sizeof pgpend, "%-10s PENDING", ct_placement_group_id(pg));
+    CHECK(out && strstr(out, pgpend));
     free(out);
     nodes[3] = h_start_node(addr, "--cpus", "4", "--gpus", "0", NULL, NULL);
     t0 = h_now_ms();
@@ -131,7 +133,8 @@ int main(void)
         CHECK(strstr(out, "GPU=0/2") != NULL);
         CHECK(strstr(out, "disk=0/1") != NULL);
         char pgline[96];
-        snprintf(pgline, sizeof pgline, "pg-1       READY    %s,%s", ids[3], ids[3]);
+        snprintf(pgline, sizeof pgline, "%-10s READY    %s,%s", ct_placement_group_id(pg), ids[3],
+                 ids[3]);
         CHECK(strstr(out, pgline) != NULL);
         for (int i = 0; i < 6; i++) {
             char line[200];

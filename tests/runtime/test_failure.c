@@ -177,7 +177,7 @@ int main(int argc, char **argv)
     CHECK_OK(ct_placement_group_wait(pg, 5000));
     out = h_capture(cmd);
     char pgline[96];
-    snprintf(pgline, sizeof pgline, "pg-1       READY    %s,%s", id1, id3);
+    snprintf(pgline, sizeof pgline, "%-10s READY    %s,%s", ct_placement_group_id(pg), id1, id3);
     CHECK(out && strstr(out, pgline));
     if (out && !strstr(out, pgline))
         fprintf(stderr, "%s", out);

@@ -1,0 +1,193 @@
+/* tests/runtime/test_head_restart.c — a head that restarts without losing the cluster. A real
+ * ct-head and two ct-nodes (grace time 20 s), this process the driver:
+ * 1. kill -9 of the head; while it is away, calls to actors (straight to them) still work; a new
+ *    ct-head on the same port (same secret): both nodes register again under their ids (alive
+ *    in `ctup status`), the actors keep running with their state (same pids, the counter
+ *    goes on), an object put before the kill is found through the rebuilt directory by an
+ *    actor on the other node, the restarted head kills an actor it learnt from a node, and a
+ *    new actor gets an id that no surviving actor has;
+ * KV keys (their owner kept) and a placement group survive too (--state-dir).
+ * 2. kill -9 of the head, not restarted: after the grace time the nodes kill their actors and
+ *    exit 1.
+ * Nothing this test started is left running. */
+#include "harness.h"
+#include "classes.h"
+#include "objclasses.h"
+#include "ct/ct.h"
+
+#define GRACE_MS "20000"
+
+static ct_actor *actor_with(const char *cls, const char *res)
+{
+    ct_resources r = {.bundle = -1, .timeout_ms = 20000};
+    r.custom[0].name = res;
+    r.custom[0].amount = 1;
+    ct_actor *a = NULL;
+    CHECK_OK(ct_actor_create(cls, &r, NULL, 0, &a));
+    return a;
+}
+
+static char state_dir[64];
+
+/* ct-head on port (0: any) with the test's state dir (the secret from CT_SECRET_FILE, h_init);
+ * its address in addr; its pid, -1 when it did not start. */
+static pid_t start_head_on(const char *port, char *addr, size_t cap)
+{
+    char *argv[] = {(char *)h_bin("ct-head"), "--port", (char *)port,  "--heartbeat-ms", "100",
+                    "--dead-after-ms",        "10000",  "--state-dir", state_dir,        NULL};
+    int fd = -1;
+    pid_t pid = h_spawn(argv, &fd);
+    char line[120];
+    if (pid < 0 || h_read_line(fd, line, sizeof line, 10000) ||
+        strncmp(line, "listening on ", 13)) {
+        fprintf(stderr, "ct-head did not start on port %s\n", port);
+        h_failures++;
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    snprintf(addr, cap, "%s", line + 13);
+    return pid;
+}
+
+/* Whether node id's row in `ctup status` says alive. */
+static bool node_alive(const char *addr, const char *id)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "%s status --address %s", h_bin("ctup"), addr);
+    char *out = h_capture(cmd);
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "%-17s ", id);
+    const char *row = out ? h_line_starting(out, prefix) : NULL;
+    const char *eol = row ? strchr(row, '\n') : NULL;
+    const char *alive = row ? strstr(row, " ALIVE") : NULL;
+    bool ok = alive && (!eol || alive < eol);
+    free(out);
+    return ok;
+}
+
+static long call_long(ct_actor *a, const char *m, long arg)
+{
+    long *v = NULL;
+    size_t n = 0;
+    int rc = ct_actor_call(a, m, &arg, sizeof arg, (void **)&v, &n, 20000);
+    long r = !rc && v && n == sizeof *v ? *v : -1;
+    if (rc)
+        fprintf(stderr, "call %s: %s\n", m, ct_last_error());
+    free(v);
+    return r;
+}
+
+int main(void)
+{
+    register_test_classes();
+    register_obj_classes();
+    ct_serve_if_worker();
+    h_init();
+    alarm(300);
+    char addr[128], addr2[128];
+    snprintf(state_dir, sizeof state_dir, "/tmp/ct-test-state.XXXXXX");
+    if (!mkdtemp(state_dir))
+        return 1;
+    pid_t head = start_head_on("0", addr, sizeof addr);
+    if (head < 0)
+        return 1;
+    char port[16];
+    snprintf(port, sizeof port, "%s", strrchr(addr, ':') + 1);
+    pid_t n1 = h_start_node(addr, "--resources", "left=4", "--head-grace-ms", GRACE_MS, NULL, NULL);
+    pid_t n2 =
+        h_start_node(addr, "--resources", "right=4", "--head-grace-ms", GRACE_MS, NULL, NULL);
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    CHECK_OK(ct_kv_put("restart/a", "one", 4));
+    CHECK_OK(ct_kv_put("restart/b", "two", 4));
+    CHECK_OK(ct_kv_put("restart/gone", "x", 2));
+    CHECK_OK(ct_kv_del("restart/gone"));
+    ct_bundle bl = {.custom = {{.name = "left", .amount = 1}}};
+    ct_placement_group *pg = NULL;
+    CHECK_OK(ct_placement_group_create(&bl, 1, CT_PACK, &pg));
+    if (pg)
+        CHECK_OK(ct_placement_group_wait(pg, 20000));
+    ct_actor *c1 = actor_with("Counter", "left"), *c2 = actor_with("Counter", "right");
+    ct_actor *o1 = actor_with("ObjActor", "left"), *o2 = actor_with("ObjActor", "right");
+    if (!c1 || !c2 || !o1 || !o2)
+        return h_finish_actors((ct_actor *[]){c1, c2, o1, o2}, 4, "test_head_restart");
+    char left[32], right[32], c1_id[32];
+    snprintf(left, sizeof left, "%s", ct_actor_node(c1));
+    snprintf(right, sizeof right, "%s", ct_actor_node(c2));
+    snprintf(c1_id, sizeof c1_id, "%s", ct_actor_id(c1));
+    CHECK_EQ_INT(call_long(c1, "add", 5), 5);
+    pid_t p1 = ct_actor_pid(c1), p2 = ct_actor_pid(c2);
+    obj_put_args pa = {.size = 4 << 20, .replicas = 1, .seed = 7};
+    void *res = NULL;
+    size_t n = 0;
+    obj_get_args ga = {.seed = 7, .timeout_ms = 20000};
+    CHECK_OK(ct_actor_call(o1, "put", &pa, sizeof pa, &res, &n, 30000));
+    if (res && n == sizeof ga.id)
+        memcpy(&ga.id, res, sizeof ga.id);
+    free(res);
+
+    /* 1. the head dies and comes back on the same port */
+    CHECK(h_reap(head, SIGKILL, 5000) != -1);
+    CHECK_EQ_INT(call_long(c1, "add", 1), 6); /* calls go straight to the actor */
+    head = start_head_on(port, addr2, sizeof addr2);
+    CHECK_STR(addr2, addr);
+    double until = h_now_ms() + 30000;
+    bool back = false;
+    while (!back && h_now_ms() < until) {
+        back = node_alive(addr, left) && node_alive(addr, right);
+        if (!back)
+            usleep(100000);
+    }
+    CHECK(back);
+    CHECK(!h_gone(p1) && !h_gone(p2) && !h_gone(n1) && !h_gone(n2));
+    CHECK_EQ_INT(call_long(c1, "add", 1), 7);
+    CHECK_EQ_INT(ct_actor_pid(c1), p1);
+    res = NULL;
+    CHECK_OK(ct_actor_call(o2, "get", &ga, sizeof ga, &res, &n, 30000));
+    obj_get_reply gr = {.rc = CT_EPROTO};
+    if (res && n == sizeof gr)
+        memcpy(&gr, res, sizeof gr);
+    free(res);
+    CHECK_EQ_INT(gr.rc, 0);
+    CHECK_EQ_INT(gr.mismatch, -1);
+    ct_actor *c3 = actor_with("Counter", "left");
+    if (c3) {
+        CHECK(strcmp(ct_actor_id(c3), c1_id) != 0);
+        CHECK_EQ_INT(call_long(c3, "add", 2), 2);
+    }
+    /* KV and the group came back from the state file; the key is still this job's */
+    void *v = NULL;
+    size_t vn = 0;
+    CHECK_OK(ct_kv_get("restart/b", &v, &vn, 5000));
+    CHECK(v && vn == 4 && !memcmp(v, "two", 4));
+    free(v);
+    CHECK_EQ_INT(ct_kv_get("restart/gone", &v, &vn, 0), CT_ENOENT);
+    CHECK_OK(ct_kv_put("restart/a", "three", 6));
+    ct_actor *in_pg = NULL;
+    if (pg) {
+        CHECK_OK(ct_placement_group_wait(pg, 20000));
+        ct_resources r = {.bundle = 0, .pg = pg, .timeout_ms = 20000};
+        r.custom[0].name = "left";
+        r.custom[0].amount = 1;
+        CHECK_OK(ct_actor_create("Counter", &r, NULL, 0, &in_pg));
+        if (in_pg)
+            CHECK_STR(ct_actor_node(in_pg), left);
+    }
+    /* the restarted head knows c1 (from its node) and has it killed */
+    CHECK_OK(ct_actor_kill(c1));
+    CHECK(h_wait_gone(p1, 10000));
+
+    /* 2. the head dies for good: after the grace time the nodes stop their actors and exit 1 */
+    CHECK(h_reap(head, SIGKILL, 5000) != -1);
+    head = -1;
+    int s1 = h_reap(n1, 0, 90000), s2 = h_reap(n2, 0, 30000);
+    CHECK(s1 != -1 && WIFEXITED(s1) && WEXITSTATUS(s1) == 1);
+    CHECK(s2 != -1 && WIFEXITED(s2) && WEXITSTATUS(s2) == 1);
+    CHECK(h_wait_gone(p2, 5000));
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", state_dir);
+    CHECK_EQ_INT(system(cmd), 0);
+    ct_actor *all[6] = {c1, c2, o1, o2, c3, in_pg};
+    return h_finish_actors(all, 6, "test_head_restart");
+}

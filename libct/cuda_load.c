@@ -1,4 +1,4 @@
-/* libct/cuda_load.c — libct.so's loader of ct's CUDA code (ct__cuda_lib, backend.h).
+/* libct/cuda_load.c — libct.so's loader of ct's CUDA code (ct__cuda_lib: backend/cudalib.h).
  *
  * libct.so links neither cudart nor NCCL, so it starts where CUDA is not installed. The first
  * use of device "cuda" (ct__backend_of(CT_CUDA), an NCCL communicator, trainer_create with

@@ -1,33 +1,50 @@
 /* trainer/backend/backend.c — the one place a device's table is chosen (backend.h). */
 #include "common/common.h"
-#include "trainer/backend/backend.h"
+#include "trainer/backend/cudalib.h"
 
 #ifdef CT_HAVE_CUDA
-/* Weak: only a program linked with ct_cuda's table (ct_link_cuda in CMake: the GPU tests,
- * bench/gpu_train, libct.so) has it. The others do not load cuBLASLt and cuDNN, which cost
- * about 0.1 s at every process start (measured: an empty program linked with them). */
-extern const ct__backend ct__backend_cuda __attribute__((weak));
+/* Weak, both: a program of ct's build that trains on a GPU links the CUDA code (ct_link_cuda in
+ * CMake: the GPU tests, bench/gpu_train); libct.so has the loader instead, and loads
+ * libct_cuda.so on first use. The others do not load cudart, cuBLASLt, cuDNN and NCCL, which
+ * cost about 0.1 s at every process start and fail where CUDA is not installed. */
+extern const ct__cuda_lib ct__cuda_lib_linked __attribute__((weak));
+const ct__cuda_lib *ct__cuda_lib_load(void) __attribute__((weak));
+
+const ct__cuda_lib *ct__cuda_lib_get(void)
+{
+    if (&ct__cuda_lib_linked)
+        return &ct__cuda_lib_linked;
+    if (ct__cuda_lib_load)
+        return ct__cuda_lib_load();
+    ct__error(CT_ENOSYS, "device cuda: this program was linked without ct's CUDA backend "
+                         "(libct.so loads it from libct_cuda.so; a program of ct's build links "
+                         "ct_cuda with ct_link_cuda)");
+    return NULL;
+}
 
 /* the CUDA table, where a device can be used; decided once */
 static const ct__backend *cuda_backend(void)
 {
     static int usable = -1;
     static const char *why;
-    if (!&ct__backend_cuda) {
-        ct__error(CT_ENOSYS, "device cuda: this program was linked without ct's CUDA backend "
-                             "(libct.so has it; a program of ct's build links ct_cuda with "
-                             "ct_link_cuda)");
+    const ct__cuda_lib *lib = ct__cuda_lib_get();
+    if (!lib)
         return NULL;
-    }
     if (usable < 0) {
-        int ndev = ct__backend_cuda.devices(&why);
+        int ndev = lib->backend->devices(&why);
         usable = ndev > 0;
     }
     if (!usable) {
         ct__error(CT_ENOSYS, "device cuda: %s", why ? why : "no CUDA device");
         return NULL;
     }
-    return &ct__backend_cuda;
+    return lib->backend;
+}
+#else
+const ct__cuda_lib *ct__cuda_lib_get(void)
+{
+    ct__error(CT_ENOSYS, "device cuda: this build of ct has no CUDA (CMake found none)");
+    return NULL;
 }
 #endif
 
@@ -59,13 +76,5 @@ int ct__backend_linked(ct_device device)
 {
     if (device != CT_CUDA)
         return ct__backend_of(device) ? 0 : CT_ENOSYS;
-#ifdef CT_HAVE_CUDA
-    if (&ct__backend_cuda)
-        return 0;
-    return ct__error(CT_ENOSYS, "device cuda: this program was linked without ct's CUDA backend "
-                                "(libct.so has it; a program of ct's build links ct_cuda with "
-                                "ct_link_cuda)");
-#else
-    return ct__error(CT_ENOSYS, "device cuda: this build of ct has no CUDA (CMake found none)");
-#endif
+    return ct__cuda_lib_get() ? 0 : CT_ENOSYS;
 }

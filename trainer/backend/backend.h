@@ -288,7 +288,7 @@ typedef struct ct__backend {
 
 /* The tables: the CPU's (trainer/cpu/backend_cpu.c), the checking device's
  * (trainer/checkdev/checkdev.c) and, where this build has CUDA, the GPU's
- * (trainer/cuda/backend_cuda.c). Callers use ct__backend_of. */
+ * (trainer/cuda/backend_cuda.c, reached through cudalib.h). Callers use ct__backend_of. */
 extern const ct__backend ct__backend_cpu;
 extern const ct__backend ct__backend_checkdev;
 extern const ct__backend ct__backend_cuda;
@@ -296,8 +296,9 @@ extern const ct__backend ct__backend_cuda;
 /* The table of a device: CT_CPU always; CT_CUDA where this build has CUDA and a device can be
  * used; CT_CHECKDEV always. NULL with a message naming the device and why, otherwise. */
 const ct__backend *ct__backend_of(ct_device device);
-/* 0 when this program has device's table (CUDA: built and linked in), whether or not a device
- * can be used here (a driver without a GPU checks for its replicas); CT_ENOSYS saying why. */
+/* 0 when this program has device's table (CUDA: linked in, or libct_cuda.so loaded: cudalib.h),
+ * whether or not a device can be used here (a driver without a GPU checks for its replicas);
+ * CT_ENOSYS saying why. */
 int ct__backend_linked(ct_device device);
 /* The error of a missing kernel: CT_ENOSYS, "OP is not implemented on device DEVICE". Inline,
  * so that the backends' own files can use it without a link cycle. */

@@ -14,6 +14,7 @@
 
 #include "common/common.h"
 #include "internal.h"
+#include "trainer/backend/cudalib.h"
 
 #define DEFAULT_TIMEOUT_MS 60000
 
@@ -197,14 +198,16 @@ int ct_comm_new(const ct_comm_opts *o, ct_comm **out)
     int64_t deadline = ct__comm_deadline(c, 0);
 
     if (o->backend == CT_COMM_NCCL) {
-#ifdef CT_HAVE_CUDA
-        rc = ct__nccl_setup(c, o, deadline);
+        /* NCCL is part of ct's CUDA code: linked in, or loaded now by libct.so */
+        const ct__cuda_lib *lib = ct__cuda_lib_get();
+        if (!lib) {
+            rc = ct__error(CT_ENOSYS, "ct_comm_new: backend nccl: %s", ct_last_error());
+            goto err;
+        }
+        c->nops = lib->nccl;
+        rc = c->nops->setup(c, o, deadline);
         if (rc < 0)
             goto err;
-#else
-        rc = ct__error(CT_ENOSYS, "ct_comm_new: backend nccl: ct was built without CUDA/NCCL");
-        goto err;
-#endif
     } else {
         rc = exchange_nodes(c, o, deadline);
         if (rc < 0)
@@ -234,10 +237,8 @@ void ct_comm_destroy(ct_comm **pc)
     if (!pc || !*pc)
         return;
     ct_comm *c = *pc;
-#ifdef CT_HAVE_CUDA
     if (c->nccl)
-        ct__nccl_destroy(c);
-#endif
+        c->nops->destroy(c);
     ct__tcp_destroy(c);
     ct__shm_destroy(c);
     if (c->abort_fd >= 0)
@@ -311,10 +312,8 @@ int ct_comm_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_
     if (rc < 0)
         return rc;
     int64_t dl = ct__comm_deadline(c, timeout_ms);
-#ifdef CT_HAVE_CUDA
-    if (c->backend == CT_COMM_NCCL)
-        return finish(c, ct__nccl_allreduce(c, buf, count, dt, op, dl));
-#endif
+    if (c->nops)
+        return finish(c, c->nops->allreduce(c, buf, count, dt, op, dl));
     if (dt != CT_F32)
         return ct__error(CT_EINVAL, "ct_comm_allreduce: dtype %s needs the nccl backend",
                          dt == CT_F16 ? "f16" : "bf16");
@@ -345,10 +344,8 @@ int ct_comm_broadcast(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root
     if (rc < 0)
         return rc;
     int64_t dl = ct__comm_deadline(c, timeout_ms);
-#ifdef CT_HAVE_CUDA
-    if (c->backend == CT_COMM_NCCL)
-        return finish(c, ct__nccl_broadcast(c, buf, count, dt, root, dl));
-#endif
+    if (c->nops)
+        return finish(c, c->nops->broadcast(c, buf, count, dt, root, dl));
     size_t bytes = count * ct_dtype_size(dt);
     if (bytes == 0 || c->world == 1)
         return 0;
@@ -378,10 +375,8 @@ int ct_comm_allgather(ct_comm *c, const void *send, void *recv, size_t count, ct
     if (rc < 0)
         return rc;
     int64_t dl = ct__comm_deadline(c, timeout_ms);
-#ifdef CT_HAVE_CUDA
-    if (c->backend == CT_COMM_NCCL)
-        return finish(c, ct__nccl_allgather(c, send, recv, count, dt, dl));
-#endif
+    if (c->nops)
+        return finish(c, c->nops->allgather(c, send, recv, count, dt, dl));
     size_t bytes = count * ct_dtype_size(dt);
     char *mine = (char *)recv + (size_t)c->rank * bytes;
     if (bytes == 0)
@@ -413,10 +408,8 @@ int ct_comm_barrier(ct_comm *c, int timeout_ms)
     if (rc < 0)
         return rc;
     int64_t dl = ct__comm_deadline(c, timeout_ms);
-#ifdef CT_HAVE_CUDA
-    if (c->backend == CT_COMM_NCCL)
-        return finish(c, ct__nccl_barrier(c, dl));
-#endif
+    if (c->nops)
+        return finish(c, c->nops->barrier(c, dl));
     if (c->world == 1)
         return 0;
     if (c->nnodes == 1)
@@ -431,23 +424,15 @@ int ct__comm_allreduce_many(ct_comm *c, float *const *bufs, const size_t *counts
     int rc = check_usable(c);
     if (rc < 0)
         return rc;
-#ifdef CT_HAVE_CUDA
-    if (c->backend == CT_COMM_NCCL)
+    if (c->nops)
         return finish(
-            c, ct__nccl_allreduce_many(c, bufs, counts, n, ct__comm_deadline(c, timeout_ms)));
-#endif
-    (void)bufs;
-    (void)counts;
-    (void)n;
+            c, c->nops->allreduce_many(c, bufs, counts, n, ct__comm_deadline(c, timeout_ms)));
     return ct__error(CT_ENOSYS, "collective: grouped allreduce needs the nccl backend");
 }
 
 void *ct__comm_stream(ct_comm *c)
 {
-#ifdef CT_HAVE_CUDA
-    if (c && c->backend == CT_COMM_NCCL && c->nccl)
-        return ct__nccl_stream(c);
-#endif
-    (void)c;
+    if (c && c->nops && c->nccl)
+        return c->nops->stream(c);
     return NULL;
 }

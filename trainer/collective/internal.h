@@ -38,6 +38,7 @@ struct ct_comm {
     size_t tmp_cap;
 
     struct ct__nccl *nccl;
+    const struct ct__nccl_ops *nops; /* the nccl backend's calls (nccl.c), NULL for the ring */
 };
 
 /* deadline in ct__now_ns() time for a call with timeout_ms (0: the comm's default) */
@@ -80,7 +81,24 @@ void ct__reduce_sum(float *dst, const float *const *srcs, int nsrc, size_t n, fl
 void ct__reduce_add(float *dst, const float *src, size_t n);
 void ct__divide(float *dst, size_t n, float div);
 
-/* ---- nccl.c (only with CT_HAVE_CUDA) ------------------------------------------------------ */
+/* ---- nccl.c (ct_nccl, part of the CUDA code: see ct__cuda_lib in trainer/backend/backend.h) -- */
+/* NCCL's communicator as a table: comm.c calls it through c->nops, which it takes from
+ * ct__cuda_lib_get() (linked in, or loaded from libct_cuda.so by libct.so) */
+typedef struct ct__nccl_ops {
+    int (*setup)(ct_comm *c, const ct_comm_opts *o, int64_t deadline);
+    void (*destroy)(ct_comm *c);
+    int (*allreduce)(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_op op,
+                     int64_t deadline);
+    int (*allreduce_many)(ct_comm *c, float *const *bufs, const size_t *counts, int n,
+                          int64_t deadline);
+    int (*broadcast)(ct_comm *c, void *buf, size_t count, ct_dtype dt, int root, int64_t deadline);
+    int (*allgather)(ct_comm *c, const void *send, void *recv, size_t count, ct_dtype dt,
+                     int64_t deadline);
+    int (*barrier)(ct_comm *c, int64_t deadline);
+    void *(*stream)(ct_comm *c);
+} ct__nccl_ops;
+extern const ct__nccl_ops ct__nccl_table;
+
 int ct__nccl_setup(ct_comm *c, const ct_comm_opts *o, int64_t deadline);
 void ct__nccl_destroy(ct_comm *c);
 int ct__nccl_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_op op,

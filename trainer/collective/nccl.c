@@ -284,3 +284,14 @@ void *ct__nccl_stream(ct_comm *c)
 {
     return c->nccl ? (void *)c->nccl->stream : NULL;
 }
+
+const ct__nccl_ops ct__nccl_table = {
+    .setup = ct__nccl_setup,
+    .destroy = ct__nccl_destroy,
+    .allreduce = ct__nccl_allreduce,
+    .allreduce_many = ct__nccl_allreduce_many,
+    .broadcast = ct__nccl_broadcast,
+    .allgather = ct__nccl_allgather,
+    .barrier = ct__nccl_barrier,
+    .stream = ct__nccl_stream,
+};

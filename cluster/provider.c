@@ -32,8 +32,7 @@
 #include "common/common.h"
 
 /* Appends printf output to buf (cap). Returns 0 or CT_ERANGE. */
-static int cat(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int cat(char *buf, size_t cap, const char *fmt, ...)
+int ct__cat(char *buf, size_t cap, const char *fmt, ...)
 {
     size_t n = strlen(buf);
     va_list ap;
@@ -41,16 +40,16 @@ static int cat(char *buf, size_t cap, const char *fmt, ...)
     int k = vsnprintf(buf + n, cap - n, fmt, ap);
     va_end(ap);
     if (k < 0 || (size_t)k >= cap - n)
-        return ct__error(CT_ERANGE, "command line longer than %zu bytes", cap);
+        return ct__error(CT_ERANGE, "a command line or script longer than %zu bytes", cap);
     return 0;
 }
 
 int ct__shell_quote(char *buf, size_t cap, const char *s)
 {
-    int rc = cat(buf, cap, "'");
+    int rc = ct__cat(buf, cap, "'");
     for (const char *c = s; !rc && *c; c++)
-        rc = *c == '\'' ? cat(buf, cap, "'\\''") : cat(buf, cap, "%c", *c);
-    return rc ? rc : cat(buf, cap, "'");
+        rc = *c == '\'' ? ct__cat(buf, cap, "'\\''") : ct__cat(buf, cap, "%c", *c);
+    return rc ? rc : ct__cat(buf, cap, "'");
 }
 
 bool ct__shell_safe_word(const char *s)
@@ -67,16 +66,16 @@ static int arg_word(char *buf, size_t cap, const char *flag, const char *value)
                          "%s '%s': only letters, digits and _ . , / + : @ = - "
                          "(not starting with '-')",
                          flag, value);
-    return cat(buf, cap, " %s %s", flag, value);
+    return ct__cat(buf, cap, " %s %s", flag, value);
 }
 
 /* A path for the remote shell: "~/x" becomes "$HOME"/'x' so that the shell expands it. */
 static int shell_path(char *buf, size_t cap, const char *path)
 {
     if (!strcmp(path, "~"))
-        return cat(buf, cap, "\"$HOME\"");
+        return ct__cat(buf, cap, "\"$HOME\"");
     if (!strncmp(path, "~/", 2)) {
-        int rc = cat(buf, cap, "\"$HOME\"/");
+        int rc = ct__cat(buf, cap, "\"$HOME\"/");
         return rc ? rc : ct__shell_quote(buf, cap, path + 2);
     }
     return ct__shell_quote(buf, cap, path);
@@ -144,70 +143,70 @@ int ct__cluster_start_script(char *buf, size_t cap, const char *log_path, const 
     int rc = 0;
     if (cmds && n_cmds > 0) {
         for (int i = 0; i < n_cmds - 1 && !rc; i++)
-            rc = cat(inner, sizeof inner, "%s\n", cmds[i]);
+            rc = ct__cat(inner, sizeof inner, "%s\n", cmds[i]);
         if (!rc)
-            rc = cat(inner, sizeof inner, "exec %s\n", cmds[n_cmds - 1]);
+            rc = ct__cat(inner, sizeof inner, "exec %s\n", cmds[n_cmds - 1]);
     } else {
-        rc = cat(inner, sizeof inner, "exec %s\n", default_cmd);
+        rc = ct__cat(inner, sizeof inner, "exec %s\n", default_cmd);
     }
     buf[0] = 0;
     if (!rc && make_dir) {
-        rc = cat(buf, cap, "mkdir -p -m 700 -- ");
+        rc = ct__cat(buf, cap, "mkdir -p -m 700 -- ");
         if (!rc)
             rc = ct__shell_quote(buf, cap, make_dir);
         if (!rc)
-            rc = cat(buf, cap, " || exit 1; ");
+            rc = ct__cat(buf, cap, " || exit 1; ");
     }
     /* the last run's log moves aside first: the wait for "listening on" must not read it */
     if (!rc)
-        rc = cat(buf, cap, "mv -f -- ");
+        rc = ct__cat(buf, cap, "mv -f -- ");
     if (!rc)
         rc = shell_path(buf, cap, log_path);
     if (!rc)
-        rc = cat(buf, cap, " ");
+        rc = ct__cat(buf, cap, " ");
     if (!rc)
         rc = shell_path(buf, cap, log_path);
     if (!rc)
-        rc = cat(buf, cap, ".1 2>/dev/null; ");
+        rc = ct__cat(buf, cap, ".1 2>/dev/null; ");
     if (!rc)
-        rc = cat(buf, cap, "%snohup setsid sh -c ", env_assign ? env_assign : "");
+        rc = ct__cat(buf, cap, "%snohup setsid sh -c ", env_assign ? env_assign : "");
     if (!rc)
         rc = ct__shell_quote(buf, cap, inner);
     if (!rc)
-        rc = cat(buf, cap, " >");
+        rc = ct__cat(buf, cap, " >");
     if (!rc)
         rc = shell_path(buf, cap, log_path);
     if (!rc)
-        rc = cat(buf, cap,
-                 " 2>&1 </dev/null & p=$!; " STAT_FN "echo \"$p $(st | cut -d' ' -f20)\"\n");
+        rc = ct__cat(buf, cap,
+                     " 2>&1 </dev/null & p=$!; " STAT_FN "echo \"$p $(st | cut -d' ' -f20)\"\n");
     return rc;
 }
 
 int ct__cluster_stop_script(char *buf, size_t cap, pid_t pid, unsigned long long start_time)
 {
     buf[0] = 0;
-    return cat(buf, cap,
-               "p=%d; s=%llu; " STAT_FN
-               "same() { f=$(st); [ -n \"$f\" ] && [ \"${f%%%% *}\" != Z ] && "
-               "[ \"$(echo \"$f\" | cut -d' ' -f20)\" = \"$s\" ]; }; "
-               "f=$(st); if [ -z \"$f\" ] || [ \"${f%%%% *}\" = Z ]; then echo gone; exit 0; fi; "
-               "if ! same; then echo other; exit 0; fi; "
-               "kill -TERM $p 2>/dev/null; i=0; "
-               "while [ $i -lt 60 ]; do same || { echo stopped; exit 0; }; sleep 0.05; "
-               "i=$((i+1)); done; "
-               "same && kill -KILL $p 2>/dev/null; echo killed\n",
-               (int)pid, start_time);
+    return ct__cat(
+        buf, cap,
+        "p=%d; s=%llu; " STAT_FN "same() { f=$(st); [ -n \"$f\" ] && [ \"${f%%%% *}\" != Z ] && "
+        "[ \"$(echo \"$f\" | cut -d' ' -f20)\" = \"$s\" ]; }; "
+        "f=$(st); if [ -z \"$f\" ] || [ \"${f%%%% *}\" = Z ]; then echo gone; exit 0; fi; "
+        "if ! same; then echo other; exit 0; fi; "
+        "kill -TERM $p 2>/dev/null; i=0; "
+        "while [ $i -lt 60 ]; do same || { echo stopped; exit 0; }; sleep 0.05; "
+        "i=$((i+1)); done; "
+        "same && kill -KILL $p 2>/dev/null; echo killed\n",
+        (int)pid, start_time);
 }
 
 int ct__cluster_alive_script(char *buf, size_t cap, pid_t pid, unsigned long long start_time)
 {
     buf[0] = 0;
-    return cat(buf, cap,
-               "p=%d; s=%llu; " STAT_FN "f=$(st); "
-               "if [ -n \"$f\" ] && [ \"${f%%%% *}\" != Z ] && "
-               "[ \"$(echo \"$f\" | cut -d' ' -f20)\" = \"$s\" ]; then echo alive; "
-               "else echo gone; fi\n",
-               (int)pid, start_time);
+    return ct__cat(buf, cap,
+                   "p=%d; s=%llu; " STAT_FN "f=$(st); "
+                   "if [ -n \"$f\" ] && [ \"${f%%%% *}\" != Z ] && "
+                   "[ \"$(echo \"$f\" | cut -d' ' -f20)\" = \"$s\" ]; then echo alive; "
+                   "else echo gone; fi\n",
+                   (int)pid, start_time);
 }
 
 static const ct_cluster_provider *const providers[] = {&ct__provider_local, &ct__provider_ssh,
@@ -264,7 +263,7 @@ static int run_setup(const ct_cluster_config *cfg, const char *host, char **cmds
         char script[16384] = "CT_CLUSTER_NAME=";
         int rc = ct__shell_quote(script, sizeof script, cfg->cluster_name);
         if (!rc)
-            rc = cat(script, sizeof script, "; export CT_CLUSTER_NAME; cd; %s\n", cmds[i]);
+            rc = ct__cat(script, sizeof script, "; export CT_CLUSTER_NAME; cd; %s\n", cmds[i]);
         if (rc)
             return rc;
         fprintf(stderr, "ctup: %s on %s: %s\n", what, host, cmds[i]);
@@ -300,9 +299,9 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
         return rc;
     snprintf(log, sizeof log, "%s/%s.log", logdir, role);
     script[0] = 0;
-    if ((rc = cat(script, sizeof script, "mkdir -p -- ")) ||
+    if ((rc = ct__cat(script, sizeof script, "mkdir -p -- ")) ||
         (rc = shell_path(script, sizeof script, logdir)) ||
-        (rc = cat(script, sizeof script, " && cd && ")))
+        (rc = ct__cat(script, sizeof script, " && cd && ")))
         return rc;
     size_t head_len = strlen(script);
     if ((rc = ct__cluster_start_script(script + head_len, sizeof script - head_len, log, env_assign,
@@ -311,17 +310,17 @@ static int start_daemon(const ct_cluster_config *cfg, const char *host, const ch
     if (listen) {
         char wait[2048] = "";
         int tries = cfg->start_timeout_s * 20;
-        if ((rc = cat(wait, sizeof wait, "i=0; while [ $i -lt %d ]; do grep -q '^listening on ' ",
-                      tries)) ||
+        if ((rc = ct__cat(wait, sizeof wait,
+                          "i=0; while [ $i -lt %d ]; do grep -q '^listening on ' ", tries)) ||
             (rc = shell_path(wait, sizeof wait, log)) ||
-            (rc = cat(wait, sizeof wait,
-                      " && break; f=$(st); [ -n \"$f\" ] && [ \"${f%%%% *}\" != Z ] || break; "
-                      "sleep 0.05; i=$((i+1)); done; grep -m1 '^listening on ' ")) ||
+            (rc = ct__cat(wait, sizeof wait,
+                          " && break; f=$(st); [ -n \"$f\" ] && [ \"${f%%%% *}\" != Z ] || break; "
+                          "sleep 0.05; i=$((i+1)); done; grep -m1 '^listening on ' ")) ||
             (rc = shell_path(wait, sizeof wait, log)) ||
-            (rc = cat(wait, sizeof wait,
-                      " || { f=$(st); if [ -z \"$f\" ] || [ \"${f%%%% *}\" = Z ]; then "
-                      "wait $p; echo \"exited $?\"; fi; }\n")) ||
-            (rc = cat(script, sizeof script, "%s", wait)))
+            (rc = ct__cat(wait, sizeof wait,
+                          " || { f=$(st); if [ -z \"$f\" ] || [ \"${f%%%% *}\" = Z ]; then "
+                          "wait $p; echo \"exited $?\"; fi; }\n")) ||
+            (rc = ct__cat(script, sizeof script, "%s", wait)))
             return rc;
     }
     rc = ct__hosts_run(cfg, host, script, out, sizeof out);
@@ -400,20 +399,21 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
     /* 2. the head */
     char head_args[512] = "";
     if ((rc = arg_word(head_args, sizeof head_args, "--host", cfg->head_bind)) ||
-        (rc = cat(head_args, sizeof head_args,
-                  " --port %d --heartbeat-ms %d --dead-after-ms %d --supervise", cfg->head_port,
-                  cfg->heartbeat_ms, cfg->dead_after_ms)))
+        (rc = ct__cat(head_args, sizeof head_args,
+                      " --port %d --heartbeat-ms %d --dead-after-ms %d --supervise", cfg->head_port,
+                      cfg->heartbeat_ms, cfg->dead_after_ms)))
         return rc;
     env[0] = cmd[0] = 0;
-    if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
+    if ((rc = ct__cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
         (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||
-        (rc = cat(env, sizeof env, " CT_SECRET_FILE=")) ||
-        (rc = shell_path(env, sizeof env, secret)) || (rc = cat(env, sizeof env, " CT_BIN_DIR=")) ||
+        (rc = ct__cat(env, sizeof env, " CT_SECRET_FILE=")) ||
+        (rc = shell_path(env, sizeof env, secret)) ||
+        (rc = ct__cat(env, sizeof env, " CT_BIN_DIR=")) ||
         (rc = shell_path(env, sizeof env, bin)) ||
-        (rc = cat(env, sizeof env, " CT_HEAD_PORT=%d CT_HEAD_ARGS=", cfg->head_port)) ||
+        (rc = ct__cat(env, sizeof env, " CT_HEAD_PORT=%d CT_HEAD_ARGS=", cfg->head_port)) ||
         (rc = ct__shell_quote(env, sizeof env, head_args + 1)) ||
-        (rc = cat(env, sizeof env, " ")) || (rc = shell_path(cmd, sizeof cmd, bin)) ||
-        (rc = cat(cmd, sizeof cmd, "/ct-head%s", head_args)))
+        (rc = ct__cat(env, sizeof env, " ")) || (rc = shell_path(cmd, sizeof cmd, bin)) ||
+        (rc = ct__cat(cmd, sizeof cmd, "/ct-head%s", head_args)))
         return rc;
     ct_cluster_proc *hp = &st->procs[st->n_procs];
     memset(hp, 0, sizeof *hp);
@@ -445,16 +445,16 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         snprintf(role, sizeof role, "node-%d", i + 1);
         if (is_ip(n->host) && (rc = arg_word(args, sizeof args, "--host", n->host)))
             goto out;
-        if (n->cpus >= 0 && (rc = cat(args, sizeof args, " --cpus %g", n->cpus)))
+        if (n->cpus >= 0 && (rc = ct__cat(args, sizeof args, " --cpus %g", n->cpus)))
             goto out;
-        if (n->gpus >= 0 && (rc = cat(args, sizeof args, " --gpus %g", n->gpus)))
+        if (n->gpus >= 0 && (rc = ct__cat(args, sizeof args, " --gpus %g", n->gpus)))
             goto out;
         for (int j = 0; j < n->n_custom && !rc; j++) {
             if (!ct__shell_safe_word(n->custom_name[j]) || strpbrk(n->custom_name[j], ",="))
                 rc = ct__error(CT_EINVAL, "resource name '%s': not a name", n->custom_name[j]);
             else
-                rc = cat(args, sizeof args, "%s%s=%g", j ? "," : " --resources ", n->custom_name[j],
-                         n->custom_amount[j]);
+                rc = ct__cat(args, sizeof args, "%s%s=%g", j ? "," : " --resources ",
+                             n->custom_name[j], n->custom_amount[j]);
         }
         if (rc)
             goto out;
@@ -464,23 +464,23 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         if (n->spill_dir && (rc = arg_word(args, sizeof args, "--spill-dir", n->spill_dir)))
             goto out;
         if (cfg->head_grace_ms > 0 && cfg->head_grace_ms != 60000 && /* else the default */
-            (rc = cat(args, sizeof args, " --head-grace-ms %d", cfg->head_grace_ms)))
+            (rc = ct__cat(args, sizeof args, " --head-grace-ms %d", cfg->head_grace_ms)))
             goto out;
         env[0] = cmd[0] = 0;
-        if ((rc = cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
+        if ((rc = ct__cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
             (rc = ct__shell_quote(env, sizeof env, cfg->cluster_name)) ||
-            (rc = cat(env, sizeof env, " CT_SECRET_FILE=")) ||
+            (rc = ct__cat(env, sizeof env, " CT_SECRET_FILE=")) ||
             (rc = shell_path(env, sizeof env, secret)) ||
-            (rc = cat(env, sizeof env, " CT_BIN_DIR=")) ||
+            (rc = ct__cat(env, sizeof env, " CT_BIN_DIR=")) ||
             (rc = shell_path(env, sizeof env, bin)) ||
-            (rc = cat(env, sizeof env, " CT_HEAD_ADDRESS=")) ||
+            (rc = ct__cat(env, sizeof env, " CT_HEAD_ADDRESS=")) ||
             (rc = ct__shell_quote(env, sizeof env, st->address)) ||
-            (rc = cat(env, sizeof env, " CT_NODE_ARGS=")) ||
+            (rc = ct__cat(env, sizeof env, " CT_NODE_ARGS=")) ||
             (rc = ct__shell_quote(env, sizeof env, args + (args[0] == ' '))) ||
-            (rc = cat(env, sizeof env, " ")) || (rc = shell_path(cmd, sizeof cmd, bin)) ||
-            (rc = cat(cmd, sizeof cmd, "/ct-node --head ")) ||
+            (rc = ct__cat(env, sizeof env, " ")) || (rc = shell_path(cmd, sizeof cmd, bin)) ||
+            (rc = ct__cat(cmd, sizeof cmd, "/ct-node --head ")) ||
             (rc = ct__shell_quote(cmd, sizeof cmd, st->address)) || /* "[::1]:P" is a glob */
-            (rc = cat(cmd, sizeof cmd, "%s", args)))
+            (rc = ct__cat(cmd, sizeof cmd, "%s", args)))
             goto out;
         fprintf(stderr, "ctup: starting %s on %s:%s\n", role, n->host, args);
         memset(&st->procs[st->n_procs], 0, sizeof st->procs[0]);
@@ -525,18 +525,18 @@ static void cleanup_node(const ct_cluster_config *cfg, const ct_cluster_proc *p)
     if (!rc)
         rc = shell_path(script, sizeof script, bin);
     if (!rc)
-        rc = cat(script, sizeof script, "/ct-node --purge %d >/dev/null 2>&1", (int)p->pid);
+        rc = ct__cat(script, sizeof script, "/ct-node --purge %d >/dev/null 2>&1", (int)p->pid);
     /* the node's spill directory, from the file (its nodes are in the order up started them) */
     const char *spill = idx >= 1 && idx <= cfg->n_nodes ? cfg->nodes[idx - 1].spill_dir : NULL;
     if (!rc && spill && !strcmp(cfg->nodes[idx - 1].host, p->host)) {
-        rc = cat(script, sizeof script, "; rmdir -- ");
+        rc = ct__cat(script, sizeof script, "; rmdir -- ");
         if (!rc)
             rc = ct__shell_quote(script, sizeof script, spill);
         if (!rc)
-            rc = cat(script, sizeof script, " 2>/dev/null");
+            rc = ct__cat(script, sizeof script, " 2>/dev/null");
     }
     if (!rc)
-        rc = cat(script, sizeof script, "; true\n");
+        rc = ct__cat(script, sizeof script, "; true\n");
     if (!rc)
         ct__hosts_run(cfg, p->host, script, NULL, 0);
 }
@@ -606,15 +606,15 @@ int ct__hosts_exec(const ct_cluster_config *cfg, const ct_cluster_state *st, con
     if (!rc)
         rc = cfg->provider->secret_path(cfg, secret, sizeof secret);
     if (!rc)
-        rc = cat(script, sizeof script, "; CT_SECRET_FILE=");
+        rc = ct__cat(script, sizeof script, "; CT_SECRET_FILE=");
     if (!rc)
         rc = shell_path(script, sizeof script, secret);
     if (!rc)
-        rc = cat(script, sizeof script, "; export CT_ADDRESS CT_SECRET_FILE; ");
+        rc = ct__cat(script, sizeof script, "; export CT_ADDRESS CT_SECRET_FILE; ");
     if (!rc && cfg->provider->exec_in_home)
-        rc = cat(script, sizeof script, "cd; ");
+        rc = ct__cat(script, sizeof script, "cd; ");
     if (!rc)
-        rc = cat(script, sizeof script, "%s", cmd);
+        rc = ct__cat(script, sizeof script, "%s", cmd);
     if (rc)
         return rc;
     char *argv[32];
@@ -651,7 +651,7 @@ static int log_tail(const ct_cluster_config *cfg, const ct_cluster_proc *p, int 
     char log[4400];
     snprintf(log, sizeof log, "%s/%s.log", dir, p->role);
     if ((rc = shell_path(script, sizeof script, log)) ||
-        (rc = cat(script, sizeof script, " 2>/dev/null")))
+        (rc = ct__cat(script, sizeof script, " 2>/dev/null")))
         return rc;
     rc = ct__hosts_run(cfg, p->host, script, out, cap);
     return rc < 0 ? rc : 0;

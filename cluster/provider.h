@@ -115,6 +115,9 @@ extern const ct_cluster_provider ct__provider_local, ct__provider_ssh, ct__provi
 const ct_cluster_provider *ct__cluster_provider_find(const char *name);
 const char *ct__cluster_provider_names(void);
 
+/* Appends printf output to buf (cap; a command line, a script). 0, or CT_ERANGE. */
+int ct__cat(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* ---- shared by the shell-reached providers (provider.c) ---- */
 int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st);
 int ct__hosts_wait(const ct_cluster_config *cfg, const ct_cluster_state *st);

@@ -44,27 +44,13 @@
 #include "cluster/provider.h"
 #include "common/common.h"
 
-/* Appends printf output to buf (cap). Returns 0 or CT_ERANGE. */
-static int cat(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int cat(char *buf, size_t cap, const char *fmt, ...)
-{
-    size_t n = strlen(buf);
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf + n, cap - n, fmt, ap);
-    va_end(ap);
-    if (k < 0 || (size_t)k >= cap - n)
-        return ct__error(CT_ERANGE, "batch script longer than %zu bytes", cap);
-    return 0;
-}
-
 /* Appends "name='value'\n" to buf. */
 static int assign(char *buf, size_t cap, const char *name, const char *value)
 {
-    int rc = cat(buf, cap, "%s=", name);
+    int rc = ct__cat(buf, cap, "%s=", name);
     if (!rc)
         rc = ct__shell_quote(buf, cap, value);
-    return rc ? rc : cat(buf, cap, "\n");
+    return rc ? rc : ct__cat(buf, cap, "\n");
 }
 
 /* ---- asking Slurm ---- */
@@ -153,14 +139,15 @@ static int batch_script(const ct_cluster_config *cfg, char *buf, size_t cap)
         (rc = ct__local_bin_dir(cfg, bin, sizeof bin)))
         return rc;
     buf[0] = 0;
-    if ((rc = cat(buf, cap,
-                  "#!/bin/sh\n"
-                  "# written by `ctup up` for each start of this cluster; Slurm runs it on the\n"
-                  "# allocation's first node. The cluster secret is read from the 0600 file\n"
-                  "# CT_SECRET_FILE names: it is in no argv, environment or script.\n")) ||
+    if ((rc =
+             ct__cat(buf, cap,
+                     "#!/bin/sh\n"
+                     "# written by `ctup up` for each start of this cluster; Slurm runs it on the\n"
+                     "# allocation's first node. The cluster secret is read from the 0600 file\n"
+                     "# CT_SECRET_FILE names: it is in no argv, environment or script.\n")) ||
         (rc = assign(buf, cap, "CT_CLUSTER_NAME", cfg->cluster_name)) ||
         (rc = assign(buf, cap, "CT_SECRET_FILE", secret)) ||
-        (rc = cat(buf, cap, "export CT_CLUSTER_NAME CT_SECRET_FILE\n")) ||
+        (rc = ct__cat(buf, cap, "export CT_CLUSTER_NAME CT_SECRET_FILE\n")) ||
         (rc = assign(buf, cap, "bin", bin)) || (rc = assign(buf, cap, "logs", logs)) ||
         (rc = assign(buf, cap, "bind", cfg->head_bind)))
         return rc;
@@ -168,49 +155,50 @@ static int batch_script(const ct_cluster_config *cfg, char *buf, size_t cap)
     const ct_cluster_node *n0 = &cfg->nodes[0];
     if ((rc = assign(buf, cap, "store", n0->store_memory ? n0->store_memory : "")))
         return rc;
-    if ((rc = cat(buf, cap, "spill_of() { case $1 in\n")))
+    if ((rc = ct__cat(buf, cap, "spill_of() { case $1 in\n")))
         return rc;
     for (int i = 0; i < cfg->n_nodes && !rc; i++)
         if (cfg->nodes[i].spill_dir) {
-            rc = cat(buf, cap, "  %d) echo ", i + 1);
+            rc = ct__cat(buf, cap, "  %d) echo ", i + 1);
             if (!rc)
                 rc = ct__shell_quote(buf, cap, cfg->nodes[i].spill_dir);
             if (!rc)
-                rc = cat(buf, cap, " ;;\n");
+                rc = ct__cat(buf, cap, " ;;\n");
         }
-    if (rc || (rc = cat(buf, cap, "esac; }\n")))
+    if (rc || (rc = ct__cat(buf, cap, "esac; }\n")))
         return rc;
-    if ((rc = cat(buf, cap,
-                  "job=$SLURM_JOB_ID\n"
-                  "stop=\"$logs/stop-$job\"\n"
-                  "head=''\n"
-                  "# Slurm ends the job (scancel, time limit, preemption): the head stops too\n"
-                  "down() {\n"
-                  "  : >\"$stop\"\n"
-                  "  echo \"ctup: the job ends (SIGTERM): stopping ct-head and the nodes\" >&2\n"
-                  "  [ -z \"$head\" ] || { kill -TERM \"$head\" 2>/dev/null; wait \"$head\"; "
-                  "echo \"ctup: ct-head exited with status $?\" >&2; }\n"
-                  "  wait; exit 0\n"
-                  "}\n"
-                  "trap down TERM INT\n"
-                  "cd\n")))
+    if ((rc =
+             ct__cat(buf, cap,
+                     "job=$SLURM_JOB_ID\n"
+                     "stop=\"$logs/stop-$job\"\n"
+                     "head=''\n"
+                     "# Slurm ends the job (scancel, time limit, preemption): the head stops too\n"
+                     "down() {\n"
+                     "  : >\"$stop\"\n"
+                     "  echo \"ctup: the job ends (SIGTERM): stopping ct-head and the nodes\" >&2\n"
+                     "  [ -z \"$head\" ] || { kill -TERM \"$head\" 2>/dev/null; wait \"$head\"; "
+                     "echo \"ctup: ct-head exited with status $?\" >&2; }\n"
+                     "  wait; exit 0\n"
+                     "}\n"
+                     "trap down TERM INT\n"
+                     "cd\n")))
         return rc;
     char **lists[] = {cfg->setup, cfg->head_setup};
     int counts[] = {cfg->n_setup, cfg->n_head_setup};
     const char *names[] = {"setup_commands", "head_setup_commands"};
     for (int l = 0; l < 2; l++)
         for (int i = 0; i < counts[l]; i++)
-            if ((rc = cat(buf, cap,
-                          "{\n%s\n} || { echo \"ctup: %s[%d] failed with $?\" >&2; exit 1; }\n",
-                          lists[l][i], names[l], i)))
+            if ((rc = ct__cat(buf, cap,
+                              "{\n%s\n} || { echo \"ctup: %s[%d] failed with $?\" >&2; exit 1; }\n",
+                              lists[l][i], names[l], i)))
                 return rc;
     /* the worker setup commands run in each node's step, before ct-node */
     char wsetup[16384] = "";
     for (int i = 0; i < cfg->n_worker_setup && !rc; i++)
-        rc = cat(wsetup, sizeof wsetup, "%s || exit 1\n", cfg->worker_setup[i]);
+        rc = ct__cat(wsetup, sizeof wsetup, "%s || exit 1\n", cfg->worker_setup[i]);
     if (rc || (rc = assign(buf, cap, "worker_setup", wsetup)))
         return rc;
-    return cat(
+    return ct__cat(
         buf, cap,
         "host=$(scontrol show node \"$SLURMD_NODENAME\" 2>/dev/null | "
         "sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')\n"

@@ -78,6 +78,7 @@ static void relay(int fd, char *port, size_t cap, int *printed)
 
 int ct__head_supervise(int argc, char **argv)
 {
+    prctl(PR_SET_NAME, "ct-head-super"); /* in ps beside its child, the ct-head */
     /* the child's argv: ours without --supervise; --port replaced once the first one serves;
      * --state-dir added when absent */
     char **cargv = calloc((size_t)argc + 4, sizeof *cargv);

@@ -116,7 +116,7 @@ int main(void)
     CHECK_EQ_INT(st.n_procs, 3);
     CHECK_STR(st.address, addr);
     CHECK_STR(st.provider, "local");
-    const char *comm[3] = {"ct-head", "ct-node", "ct-node"};
+    const char *comm[3] = {"ct-head-super", "ct-node", "ct-node"}; /* the head's supervisor */
     for (int i = 0; i < st.n_procs && i < 3; i++) {
         CHECK_STR(t_comm(st.procs[i].pid), comm[i]);
         CHECK_EQ_INT(t_start_time(st.procs[i].pid), st.procs[i].start_time);

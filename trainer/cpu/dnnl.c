@@ -921,13 +921,13 @@ err:
 
 /* ---------------- matmul ---------------- */
 
-int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, const float *b,
-                   bool tb, float *c, bool accumulate)
+/* c (m x n, f32) = op(a) op(b), or += with accumulate; the operands are the caller's f32,
+ * multiplied in `in` (f32, or bf16/f16 for autocast: oneDNN reorders, that is rounds, them
+ * when entry_make's arguments are f32 and the primitive's are not), accumulated in f32. */
+static int matmul_run(key k, dnnl_data_type_t in, int64_t m, int64_t kk, int64_t n, const float *a,
+                      bool ta, const float *b, bool tb, float *c, bool accumulate)
 {
-    if (ct__cpu_gemm_small_ok(m, kk, n, ta, tb))
-        return ct__cpu_gemm_small(m, kk, n, a, ta, b, tb, c, accumulate, NULL);
     int rc = 0;
-    key k = {.kind = K_MATMUL, .v = {m, kk, n, ta, tb, accumulate}};
     uint64_t h;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
@@ -936,11 +936,13 @@ int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, co
         goto err;
     entry *e = lookup(&k, &h);
     if (!e) {
-        dnnl_memory_desc_t am, bm, cm;
+        dnnl_memory_desc_t am, bm, cm, aim, bim;
         dnnl_dims_t ad = {m, kk}, bd = {kk, n}, cd = {m, n};
         dnnl_dims_t as_ = {ta ? 1 : kk, ta ? m : 1}, bs = {tb ? 1 : n, tb ? kk : 1}, cs = {n, 1};
         DN(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_f32, as_));
         DN(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_f32, bs));
+        DN(dnnl_memory_desc_init_by_strides(&aim, 2, ad, in, as_));
+        DN(dnnl_memory_desc_init_by_strides(&bim, 2, bd, in, bs));
         DN(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs));
         DN(dnnl_primitive_attr_create(&attr));
         if (accumulate) {
@@ -949,7 +951,7 @@ int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, co
             DN(dnnl_primitive_attr_set_post_ops(attr, po));
         }
         dnnl_matmul_desc_t d;
-        DN(dnnl_matmul_desc_init(&d, &am, &bm, NULL, &cm));
+        DN(dnnl_matmul_desc_init(&d, &aim, &bim, NULL, &cm));
         aspec as[3] = {{DNNL_ARG_SRC, &am, 0}, {DNNL_ARG_WEIGHTS, &bm, 0}, {DNNL_ARG_DST, &cm, 1}};
         if ((rc = entry_make(&e, &k, h, &d, attr, NULL, 3, as, m * kk * n)) < 0)
             goto err;
@@ -966,8 +968,17 @@ err:
     return rc;
 }
 
-/* Autocast matmul: a and b are the caller's f32, reordered (rounded) to dt by entry_make,
- * the product accumulated in f32 into c (f32). */
+int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, const float *b,
+                   bool tb, float *c, bool accumulate)
+{
+    if (ct__cpu_gemm_small_ok(m, kk, n, ta, tb))
+        return ct__cpu_gemm_small(m, kk, n, a, ta, b, tb, c, accumulate, NULL);
+    key k = {.kind = K_MATMUL, .v = {m, kk, n, ta, tb, accumulate}};
+    return matmul_run(k, dnnl_f32, m, kk, n, a, ta, b, tb, c, accumulate);
+}
+
+/* Autocast matmul: a and b are the caller's f32, rounded to dt, the product accumulated in
+ * f32 into c (f32). */
 int ct__cpu_matmul_lp(int dt, int64_t m, int64_t kk, int64_t n, const float *a, bool ta,
                       const float *b, bool tb, float *c, bool accumulate)
 {
@@ -975,44 +986,7 @@ int ct__cpu_matmul_lp(int dt, int64_t m, int64_t kk, int64_t n, const float *a, 
     if (rc < 0)
         return rc;
     key k = {.kind = K_MATMUL_LP, .v = {m, kk, n, ta, tb, accumulate, dt}};
-    uint64_t h;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        dnnl_memory_desc_t am, bm, cm, alm, blm;
-        dnnl_dims_t ad = {m, kk}, bd = {kk, n}, cd = {m, n};
-        dnnl_dims_t as_ = {ta ? 1 : kk, ta ? m : 1}, bs = {tb ? 1 : n, tb ? kk : 1}, cs = {n, 1};
-        DN(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_f32, as_));
-        DN(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_f32, bs));
-        DN(dnnl_memory_desc_init_by_strides(&alm, 2, ad, lp_type(dt), as_));
-        DN(dnnl_memory_desc_init_by_strides(&blm, 2, bd, lp_type(dt), bs));
-        DN(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs));
-        DN(dnnl_primitive_attr_create(&attr));
-        if (accumulate) {
-            DN(dnnl_post_ops_create(&po));
-            DN(dnnl_post_ops_append_sum(po, 1.0f));
-            DN(dnnl_primitive_attr_set_post_ops(attr, po));
-        }
-        dnnl_matmul_desc_t d;
-        DN(dnnl_matmul_desc_init(&d, &alm, &blm, NULL, &cm));
-        aspec as[3] = {{DNNL_ARG_SRC, &am, 0}, {DNNL_ARG_WEIGHTS, &bm, 0}, {DNNL_ARG_DST, &cm, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, attr, NULL, 3, as, m * kk * n)) < 0)
-            goto err;
-        insert(e);
-    }
-    void *ptrs[3] = {(void *)a, (void *)b, c};
-    rc = entry_run(e, ptrs);
-err:
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return matmul_run(k, lp_type(dt), m, kk, n, a, ta, b, tb, c, accumulate);
 }
 
 /* ---------------- batch norm ---------------- */

@@ -22,8 +22,8 @@
 # down`: no job in squeue, and no process left in the nodes' namespaces but slurmd. The secret
 # is in no process's command line or environment.
 #
-# Skips (exit 77) without root, namespaces, /dev/net/tun, or the Slurm and munge binaries. The
-# EXIT trap kills everything by pid; ct_test_guard kills what carries its CT_TEST_GUARD mark
+# Skips (exit 77) without root, namespaces, /dev/net/tun, a cgroup file system, or the Slurm and
+# munge binaries. The EXIT trap kills everything by pid; ct_test_guard kills what carries its CT_TEST_GUARD mark
 # (the job's processes inherit the environment of ctup through sbatch and srun) when ctest
 # kills the script at the timeout; the Slurm daemons die with the script (PR_SET_PDEATHSIG).
 set -euo pipefail
@@ -44,6 +44,10 @@ export PATH=$PATH:/usr/sbin
 [ -c /dev/net/tun ] || skip "no /dev/net/tun (the switch's TUN devices)"
 [ -r /proc/self/ns/net ] || skip "no /proc/self/ns/net (is /proc mounted?)"
 unshare --net --uts true 2>/dev/null || skip "cannot make network and UTS namespaces (unshare)"
+# slurmd initialises its cgroup plugin at start and fails without a cgroup file system (a plain
+# chroot, as scripts/fresh-check.sh makes, has none)
+grep -qs ' /sys/fs/cgroup ' /proc/mounts ||
+    skip "no cgroup file system at /sys/fs/cgroup (slurmd needs one; a plain chroot has none)"
 
 # The whole test runs in a PID namespace of its own (with its own /proc and /dev/shm), so that
 # nothing outlives it however it ends: slurmstepd daemonizes with a cleaned environment (no

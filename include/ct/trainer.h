@@ -331,7 +331,7 @@ typedef struct trainer_train_opts {
      * tokens: T (6 N + 12 L T C)); the log then shows MFU, percent of the replicas' FP32 peak
      * (cpus_per_replica cores each of the driver's CPU: clock x FMA width) */
     double flops_per_sample;
-    int report_ms;       /* how often replicas send their step records; 0: 100 */
+    int report_ms;                       /* how often replicas send their step records; 0: 100 */
     int min_replicas_timeout_ms;         /* the longest wait for min_replicas; 0: for ever */
     trainer_world_size_fn on_world_size; /* may be NULL; with user */
 } trainer_train_opts;

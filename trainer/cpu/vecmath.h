@@ -2,9 +2,9 @@
  * are calls, so a loop that uses them runs one element at a time), and CT_CLONES, the ISA
  * clones of a loop. For the CPU kernels of GELU and attention.
  *
- * ct__expf: e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln 2 / 2 (plus rounding) (ln 2 split in two parts
- * so r is exact), e^r by its Taylor polynomial of degree 7 (remainder < 1.1e-8); 2^n built in
- * the exponent bits. Relative error under 1e-7 (about 1 ulp) over [-87, 88]; 0 below -87.3
+ * ct__expf: e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln 2 / 2 (plus rounding) (ln 2 split
+ * in two parts so r is exact), e^r by its Taylor polynomial of degree 7 (remainder < 1.1e-8); 2^n
+ * built in the exponent bits. Relative error under 1e-7 (about 1 ulp) over [-87, 88]; 0 below -87.3
  * (where floats go subnormal), +inf-free up to 88.3, NaN in NaN out.
  * ct__erff: |x| < 1: x P(x^2), P of degree 5; 1 <= |x| <= 6: 1 - e^(-x^2) t Q(t) with t = 1/|x|,
  * Q of degree 10 (the smooth x erfc(x) e^(x^2)); 1 beyond 6 (erfc(6) = 2e-17). Coefficients

@@ -122,6 +122,7 @@ static void *hb_main(void *arg)
             ssize_t got = recv(wfd, &b, 1, MSG_DONTWAIT);
             if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
                 gone = true;
+                atomic_fetch_add(&ct__client.head_lost, 1); /* the API thread's next drain */
                 next_ask = ct__now_ms() + 100;
                 CT_LOG(CT_LOG_WARN, "driver",
                        "the head's death-watch connection ended: waiting for a restarted head");

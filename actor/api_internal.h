@@ -72,10 +72,12 @@ struct ct__client_state {
     pthread_t hb_thread; /* driver liveness heartbeats (own socket: sockets are per thread) */
     int hb_stop[2];      /* pipe: closing [1] stops the thread */
     bool hb_running;
-    int head_fd;         /* ZMQ_FD of head (edge-triggered), for waiting without the lock */
-    int death_fd;        /* the head's death watch (head/watch.h): open while this driver lives */
-    atomic_int resub;    /* the head restarted (the heartbeat thread saw it): subscribe again */
-    struct hwait *waits; /* requests waiting for head replies (any thread) */
+    int head_fd;           /* ZMQ_FD of head (edge-triggered), for waiting without the lock */
+    int death_fd;          /* the head's death watch (head/watch.h): open while this driver lives */
+    atomic_int resub;      /* the head restarted (the heartbeat thread saw it): subscribe again */
+    atomic_uint head_lost; /* the heartbeat thread saw the head's death watch end this often */
+    unsigned head_lost_seen; /* ... and the head socket was replaced this often (drain) */
+    struct hwait *waits;     /* requests waiting for head replies (any thread) */
     ct_event q[EVQ];
     int qh, qn;
     ct_actor *actors;
@@ -107,10 +109,12 @@ extern struct ct__client_state ct__client;
 #define UNLOCK() pthread_mutex_unlock(&ct__client.mu)
 
 /* A thread waiting for head replies to request ids lo..hi (into slots[id - lo]). Whichever
- * thread reads the head socket files replies into the waiter they belong to. */
+ * thread reads the head socket files replies into the waiter they belong to. req (lo == hi,
+ * may be NULL): the request, sent again to a restarted head while unanswered. */
 typedef struct hwait {
     uint64_t lo, hi;
     Ct__Envelope **slots;
+    Ct__Envelope *req;
     struct hwait *next;
 } hwait;
 

@@ -175,6 +175,26 @@ int ct__client_sock_opts(void *s)
     return ct__auth_zmq_client(s);
 }
 
+/* A new DEALER to ct__client.addr in ct__client.head (and its ZMQ_FD). Lock held. */
+static int open_head_socket(void)
+{
+    ct__client.head = zmq_socket(ct__client.ctx, ZMQ_DEALER);
+    if (!ct__client.head)
+        return ct__error(CT_EZMQ, "ct_init: zmq_socket: %s", zmq_strerror(errno));
+    int rc = ct__client_sock_opts(ct__client.head);
+    if (rc)
+        return rc;
+    char ep[200];
+    snprintf(ep, sizeof ep, "tcp://%s", ct__client.addr);
+    if (zmq_connect(ct__client.head, ep) != 0)
+        return ct__error(CT_EINVAL, "ct_init: head address '%s': %s", ct__client.addr,
+                         zmq_strerror(errno));
+    size_t fl = sizeof ct__client.head_fd;
+    if (zmq_getsockopt(ct__client.head, ZMQ_FD, &ct__client.head_fd, &fl) != 0)
+        ct__client.head_fd = -1;
+    return 0;
+}
+
 int ct__client_connect(const char *addr, const char *sender)
 {
     snprintf(ct__client.addr, sizeof ct__client.addr, "%s", addr);
@@ -183,20 +203,34 @@ int ct__client_connect(const char *addr, const char *sender)
         ct__client.ctx = zmq_ctx_new();
     if (!ct__client.ctx)
         return ct__error(CT_EZMQ, "ct_init: zmq_ctx_new: %s", zmq_strerror(errno));
-    ct__client.head = zmq_socket(ct__client.ctx, ZMQ_DEALER);
-    if (!ct__client.head)
-        return ct__error(CT_EZMQ, "ct_init: zmq_socket: %s", zmq_strerror(errno));
-    int rc = ct__client_sock_opts(ct__client.head);
-    if (rc)
-        return rc;
-    char ep[200];
-    snprintf(ep, sizeof ep, "tcp://%s", addr);
-    if (zmq_connect(ct__client.head, ep) != 0)
-        return ct__error(CT_EINVAL, "ct_init: head address '%s': %s", addr, zmq_strerror(errno));
-    size_t fl = sizeof ct__client.head_fd;
-    if (zmq_getsockopt(ct__client.head, ZMQ_FD, &ct__client.head_fd, &fl) != 0)
-        ct__client.head_fd = -1;
-    return 0;
+    ct__client.head_lost_seen = atomic_load(&ct__client.head_lost);
+    return open_head_socket();
+}
+
+/* The head died (its death watch ended; ctup's supervisor starts another on the same address):
+ * requests it took with it get no answer. Everything the old socket still holds is read
+ * first (drain, before this); then the socket is replaced, which drops what it had not sent
+ * yet, and every request still unanswered goes out again on the new one, with its id: the new
+ * head gets each exactly once, when it listens. (A request that the old head carried out but
+ * whose reply was lost runs twice: KV puts, gets and waits, placement waits and object calls
+ * may; an actor creation is not resent, it times out.) Lock held. */
+static void replace_head_socket(void)
+{
+    ct__client.head_lost_seen = atomic_load(&ct__client.head_lost);
+    zmq_close(ct__client.head);
+    ct__client.head = NULL;
+    ct__client.head_fd = -1;
+    if (open_head_socket()) {
+        CT_LOG(CT_LOG_ERROR, "driver", "a new head connection: %s", ct_last_error());
+        return;
+    }
+    int n = 0;
+    for (hwait *w = ct__client.waits; w; w = w->next)
+        if (w->req && !w->slots[0] && !ct__msg_send(ct__client.head, NULL, w->req, 0))
+            n++;
+    if (n)
+        CT_LOG(CT_LOG_INFO, "driver", "the head died: %d requests sent again for its successor", n);
+    ct__client_kick();
 }
 
 void ct__client_close(void)
@@ -293,20 +327,8 @@ static void on_event(Ct__Event *ev)
 
 /* Reads everything waiting on the head socket. Replies to request ids lo..hi land in
  * slots[id - lo] (caller frees); events are handled; stale replies dropped. */
-void ct__client_drain(uint64_t lo, uint64_t hi, Ct__Envelope **slots)
+static void read_head(uint64_t lo, uint64_t hi, Ct__Envelope **slots)
 {
-    if (atomic_exchange(&ct__client.resub, 0) && ct__client.sub_mask && ct__client.head) {
-        /* a restarted head (api_init.c's heartbeat thread) knows no subscription: the events
-         * go on; its Ok is a stale reply, dropped below */
-        Ct__Envelope e;
-        Ct__Subscribe s = CT__SUBSCRIBE__INIT;
-        ct__env_init(&e, ++ct__client.next_req, ct__client.sender, 5000);
-        s.mask = ct__client.sub_mask;
-        e.body_case = CT__ENVELOPE__BODY_SUBSCRIBE;
-        e.subscribe = &s;
-        if (ct__client_send(&e))
-            CT_LOG(CT_LOG_WARN, "driver", "subscribing again: %s", ct_last_error());
-    }
     for (;;) {
         Ct__Envelope *e;
         int rc = ct__msg_recv(ct__client.head, NULL, &e, ZMQ_DONTWAIT, "driver");
@@ -334,6 +356,30 @@ void ct__client_drain(uint64_t lo, uint64_t hi, Ct__Envelope **slots)
             }
         }
     }
+}
+
+/* read_head, after replacing the socket of a head that died (replace_head_socket) and
+ * subscribing again to a restarted one. */
+void ct__client_drain(uint64_t lo, uint64_t hi, Ct__Envelope **slots)
+{
+    if (ct__client.head && ct__client.head_lost_seen != atomic_load(&ct__client.head_lost)) {
+        read_head(lo, hi, slots); /* replies that made it before the head died */
+        replace_head_socket();
+    }
+    if (atomic_exchange(&ct__client.resub, 0) && ct__client.sub_mask && ct__client.head) {
+        /* a restarted head (api_init.c's heartbeat thread) knows no subscription: the events
+         * go on; its Ok is a stale reply, dropped below */
+        Ct__Envelope e;
+        Ct__Subscribe s = CT__SUBSCRIBE__INIT;
+        ct__env_init(&e, ++ct__client.next_req, ct__client.sender, 5000);
+        s.mask = ct__client.sub_mask;
+        e.body_case = CT__ENVELOPE__BODY_SUBSCRIBE;
+        e.subscribe = &s;
+        if (ct__client_send(&e))
+            CT_LOG(CT_LOG_WARN, "driver", "subscribing again: %s", ct_last_error());
+    }
+    if (ct__client.head)
+        read_head(lo, hi, slots);
 }
 
 void ct__actor_drain(ct_actor *a)
@@ -406,7 +452,7 @@ int ct__client_request(Ct__Envelope *req, Ct__Envelope **rep, int timeout_ms)
     rc = ct__client_send(req);
     if (rc)
         return rc;
-    hwait w = {.lo = req->req_id, .hi = req->req_id, .slots = rep};
+    hwait w = {.lo = req->req_id, .hi = req->req_id, .slots = rep, .req = req};
     ct__client_wait_add(&w);
     int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;
     for (;;) {

@@ -253,6 +253,8 @@ void ct__head_state_kv_put(head *h, const char *key, const void *val, size_t len
 void ct__head_state_kv_del(head *h, const char *key);
 void ct__head_state_job(head *h, const char *job, bool attached);
 void ct__head_state_pg(head *h, const pgroup *g); /* as it is now (removed: its X record) */
+void ct__head_state_obj(head *h, const uint8_t *id, size_t len, const char *job, int want);
+void ct__head_state_obj_gone(head *h, const uint8_t *id, size_t len);
 void ct__head_state_node_back(head *h, int ni);
 void ct__head_state_give_up_waits(head *h);
 /* kv.c, for the replay: set (taking over ownership) and remove a key */
@@ -323,6 +325,15 @@ void ct__objdir_node_usage(head *h, const char *node_id, const char **xfer_addre
                            uint64_t *capacity, uint64_t *objects, uint64_t *bytes);
 void ct__objdir_node_dead(head *h, const char *node_id);
 void ct__objdir_tick(head *h); /* waits past their deadline */
+/* Object owners across a restart: state.c loads them (O and F records) before any node reports
+ * its objects; an object that a node reports takes its loaded owner; after the nodes' time to
+ * come back, owners of objects reported by none are forgotten (give_up). each_owner calls fn for
+ * every owned object, listed or loaded, until fn returns nonzero (which it returns). */
+void ct__objdir_owner_loaded(head *h, const uint8_t *id, size_t len, const char *job, int want);
+void ct__objdir_owner_forget(head *h, const uint8_t *id, size_t len);
+int ct__objdir_each_owner(head *h, int (*fn)(void *, const uint8_t *, size_t, const char *, int),
+                          void *ctx);
+void ct__objdir_owners_give_up(head *h);
 ct__head_check ct__objdir_check_put_done, ct__objdir_check_free;
 ct__head_handler ct__objdir_on_node_info, ct__objdir_on_added, ct__objdir_on_removed,
     ct__objdir_on_pull_done, ct__objdir_on_put_done, ct__objdir_on_fetch, ct__objdir_on_locate,

@@ -52,6 +52,14 @@ typedef struct dobj {
     int nh, caph;
 } dobj;
 
+/* An owner loaded from the state file (state.c's O records) whose object no node has reported
+ * yet: it becomes the object's when a node does (add_holder). */
+typedef struct downer {
+    uint8_t id[IDLEN];
+    int want;
+    char job[CT_TOKEN_LEN + 1];
+} downer;
+
 typedef struct dpull {
     uint8_t id[IDLEN];
     int node;
@@ -78,7 +86,9 @@ struct objdir {
     int np, capp;
     dwait *w;
     int nw, capw;
-    int rr; /* round-robin start for replica placement */
+    int rr;     /* round-robin start for replica placement */
+    downer *lo; /* owners loaded from the state file, their objects not reported yet */
+    int nlo, caplo;
 };
 typedef struct objdir objdir;
 
@@ -112,8 +122,12 @@ static bool holds(const dobj *o, int ni)
     return false;
 }
 
-static void drop_obj(objdir *D, int oi)
+/* Forgets object oi (freed, or no holder left); an owned one leaves the state file too. */
+static void drop_obj(head *h, int oi)
 {
+    objdir *D = h->od;
+    if (D->o[oi].job[0])
+        ct__head_state_obj_gone(h, D->o[oi].id, IDLEN);
     free(D->o[oi].h);
     D->o[oi] = D->o[--D->no];
 }
@@ -137,6 +151,13 @@ static int add_holder(objdir *D, const uint8_t *id, uint64_t size, int ni)
         memset(&D->o[oi], 0, sizeof D->o[oi]);
         memcpy(D->o[oi].id, id, IDLEN);
         D->o[oi].size = size;
+        for (int i = 0; i < D->nlo; i++) /* a restarted head: its owner from the state file */
+            if (!memcmp(D->lo[i].id, id, IDLEN)) {
+                D->o[oi].want = D->lo[i].want;
+                memcpy(D->o[oi].job, D->lo[i].job, sizeof D->o[oi].job);
+                D->lo[i] = D->lo[--D->nlo];
+                break;
+            }
     }
     dobj *o = &D->o[oi];
     if (holds(o, ni))
@@ -153,15 +174,15 @@ static int add_holder(objdir *D, const uint8_t *id, uint64_t size, int ni)
     return 0;
 }
 
-static void remove_holder(objdir *D, int oi, int ni)
+static void remove_holder(head *h, int oi, int ni)
 {
-    dobj *o = &D->o[oi];
+    dobj *o = &h->od->o[oi];
     for (int i = 0; i < o->nh; i++)
         if (o->h[i] == ni) {
             o->h[i--] = o->h[--o->nh];
         }
     if (!o->nh)
-        drop_obj(D, oi);
+        drop_obj(h, oi);
 }
 
 static int find_pull(objdir *D, const uint8_t *id, int ni)
@@ -423,7 +444,7 @@ void ct__objdir_on_removed(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
     int ni = find_node(D, m->node_id);
     int oi = ni >= 0 ? find_obj(D, m->object_id.data) : -1;
     if (oi >= 0)
-        remove_holder(D, oi, ni);
+        remove_holder(h, oi, ni);
 }
 
 void ct__objdir_on_pull_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
@@ -509,7 +530,8 @@ void ct__objdir_on_put_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__he
     int oi = find_obj(D, m->object_id.data);
     /* the first put makes its job the owner; another job putting the same (content-addressed)
      * id adds its copy but changes neither the owner nor the copies wanted */
-    if (!D->o[oi].job[0])
+    bool owned = D->o[oi].job[0];
+    if (!owned)
         snprintf(D->o[oi].job, sizeof D->o[oi].job, "%s", job);
     bool mine = ct__token_eq(D->o[oi].job, job);
     int asked = m->replicas < 1 ? 1 : m->replicas; /* remembered: copies are made again */
@@ -522,8 +544,11 @@ void ct__objdir_on_put_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__he
             need = have + 1;
         request_pull(h, oi, pref);
     }
-    if (mine && D->o[oi].want < asked)
-        D->o[oi].want = asked;
+    if (mine && (D->o[oi].want < asked || !owned)) {
+        if (D->o[oi].want < asked)
+            D->o[oi].want = asked;
+        ct__head_state_obj(h, D->o[oi].id, IDLEN, D->o[oi].job, D->o[oi].want);
+    }
     replicate(h, oi, need);
     if (live_holders(D, &D->o[oi]) >= need) {
         ct__head_ok(h, rid, e->req_id);
@@ -658,7 +683,7 @@ void ct__objdir_on_free(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
     for (int i = 0; i < D->np; i++)
         if (!memcmp(D->p[i].id, o->id, IDLEN) && D->n[D->p[i].node].alive)
             ct__head_send(h, &D->n[D->p[i].node].rid, &d);
-    drop_obj(D, oi);
+    drop_obj(h, oi);
     for (int i = 0; i < D->nw; i++)
         if (!memcmp(D->w[i].id, m->object_id.data, IDLEN)) {
             REPLY_ERR(h, &D->w[i].rid, D->w[i].req, CT_ENOENT, "object_id", "object %s was freed",
@@ -723,7 +748,7 @@ void ct__objdir_node_dead(head *h, const char *node_id)
     D->n[ni].alive = false;
     for (int i = 0; i < D->no; i++) {
         int before = D->no;
-        remove_holder(D, i, ni);
+        remove_holder(h, i, ni);
         if (D->no < before)
             i--;
     }
@@ -824,6 +849,68 @@ void ct__objdir_node_usage(head *h, const char *node_id, const char **xfer_addre
         }
 }
 
+/* ---- owners across a head restart (state.c) ---- */
+
+void ct__objdir_owner_loaded(head *h, const uint8_t *id, size_t len, const char *job, int want)
+{
+    objdir *D = h->od;
+    if (len != IDLEN)
+        return;
+    int i = 0;
+    while (i < D->nlo && memcmp(D->lo[i].id, id, IDLEN))
+        i++;
+    if (i == D->nlo) {
+        if (D->nlo == MAX_OBJECTS)
+            return;
+        if (D->nlo == D->caplo) {
+            int cap = D->caplo ? 2 * D->caplo : 64;
+            downer *nl = realloc(D->lo, cap * sizeof *nl);
+            if (!nl)
+                return;
+            D->lo = nl;
+            D->caplo = cap;
+        }
+        D->nlo++;
+    }
+    memcpy(D->lo[i].id, id, IDLEN);
+    D->lo[i].want = want;
+    snprintf(D->lo[i].job, sizeof D->lo[i].job, "%s", job);
+}
+
+void ct__objdir_owner_forget(head *h, const uint8_t *id, size_t len)
+{
+    objdir *D = h->od;
+    for (int i = 0; len == IDLEN && i < D->nlo; i++)
+        if (!memcmp(D->lo[i].id, id, IDLEN)) {
+            D->lo[i] = D->lo[--D->nlo];
+            return;
+        }
+}
+
+int ct__objdir_each_owner(head *h, int (*fn)(void *, const uint8_t *, size_t, const char *, int),
+                          void *ctx)
+{
+    objdir *D = h->od;
+    int rc = 0;
+    for (int i = 0; i < D->no && !rc; i++)
+        if (D->o[i].job[0])
+            rc = fn(ctx, D->o[i].id, IDLEN, D->o[i].job, D->o[i].want);
+    for (int i = 0; i < D->nlo && !rc; i++)
+        rc = fn(ctx, D->lo[i].id, IDLEN, D->lo[i].job, D->lo[i].want);
+    return rc;
+}
+
+void ct__objdir_owners_give_up(head *h)
+{
+    objdir *D = h->od;
+    if (D->nlo)
+        CT_LOG(CT_LOG_INFO, "objdir",
+               "%d objects of the state file came back on no node: forgotten", D->nlo);
+    for (int i = 0; i < D->nlo; i++)
+        ct__head_state_obj_gone(h, D->lo[i].id, IDLEN);
+    D->nlo = 0;
+}
+
 objdir *ct__objdir_new(void)
 {
     return calloc(1, sizeof(objdir));
@@ -840,6 +927,7 @@ void ct__objdir_free(objdir **pd)
     free(D->o);
     free(D->p);
     free(D->w);
+    free(D->lo);
     free(D);
     *pd = NULL;
 }

@@ -1,8 +1,9 @@
 /* head/state.c — what only the head knows, kept in a write-ahead file so that a restarted head
  * has it again (`ct-head --state-dir DIR`, file DIR/head.wal): the KV store (keys, values, the
- * owning job), the jobs whose drivers are attached, and the placement groups (id, job,
- * strategy, bundles with their resources and the id of the node each is reserved on). What the
- * nodes know (nodes, actors, objects) they tell a restarted head themselves (nodes.c's
+ * owning job), the jobs whose drivers are attached, the placement groups (id, job, strategy,
+ * bundles with their resources and the id of the node each is reserved on), and the objects'
+ * owners (the job that may free each, the copies it asked for). What the nodes know (nodes,
+ * actors, which objects they hold) they tell a restarted head themselves (nodes.c's
  * resume_node).
  *
  * The file is a sequence of records, each one write(2): a header line "<tag> <nfields> <len>
@@ -12,6 +13,8 @@
  *   J job / G job     a job's driver attached / gone (its keys released: R is implied)
  *   P id job strategy nb, then per bundle: node nres (name amount)*   a group as it is now
  *   X id              a group removed
+ *   O id job want     an object's owner and the copies it wants (objdir.c: its first put)
+ *   F id              an owned object forgotten (freed, or no holder left)
  * Loading replays them in order (the last P of an id wins), stops at the first torn record
  * (a head killed in the middle of a write), then writes the state back as a fresh, compact
  * file (written aside and renamed over) and appends to it from then on. Records reach the
@@ -20,7 +23,8 @@
  *
  * Loaded groups wait for their nodes: a bundle reserved on node N stays unplaced, and the group
  * pending, until N registers again (ct__head_state_node_back) or the dead-after time passed since
- * the start (then the scheduler places what is left anywhere). Loaded jobs are followed as
+ * the start (then the scheduler places what is left anywhere). Loaded owners wait the same way
+ * for a node to report their object (objdir.c), then are forgotten. Loaded jobs are followed as
  * drivers without a name (nodes.c), so a job whose driver died while the head was away ends. */
 #include <errno.h>
 #include <fcntl.h>
@@ -101,6 +105,20 @@ void ct__head_state_job(head *h, const char *job, bool attached)
 {
     field f[1] = {S(job)};
     log_rec(h, attached ? 'J' : 'G', 1, f);
+}
+
+void ct__head_state_obj(head *h, const uint8_t *id, size_t len, const char *job, int want)
+{
+    char w[16];
+    snprintf(w, sizeof w, "%d", want);
+    field f[3] = {{(const char *)id, len}, S(job), S(w)};
+    log_rec(h, 'O', 3, f);
+}
+
+void ct__head_state_obj_gone(head *h, const uint8_t *id, size_t len)
+{
+    field f[1] = {{(const char *)id, len}};
+    log_rec(h, 'F', 1, f);
 }
 
 /* The P record of g into fd (bundles: the node's id where reserved, or the node it waits for). */
@@ -261,6 +279,17 @@ static void apply(head *h, char tag, const field *f, int nf)
         if (!load_pg(h, f, nf))
             CT_LOG(CT_LOG_WARN, "head", "state file: a malformed group record skipped");
         break;
+    case 'O':
+        if (nf == 3 && str(&f[1], job, sizeof job)) {
+            char w[16];
+            if (str(&f[2], w, sizeof w))
+                ct__objdir_owner_loaded(h, (const uint8_t *)f[0].p, f[0].n, job, atoi(w));
+        }
+        break;
+    case 'F':
+        if (nf == 1)
+            ct__objdir_owner_forget(h, (const uint8_t *)f[0].p, f[0].n);
+        break;
     case 'X': {
         int gi = nf == 1 ? find_pg_id(h, f[0].p, f[0].n) : -1;
         if (gi >= 0) {
@@ -316,6 +345,14 @@ static long replay(head *h, const char *path)
     return n;
 }
 
+static int put_owner(void *ctx, const uint8_t *id, size_t len, const char *job, int want)
+{
+    char w[16];
+    snprintf(w, sizeof w, "%d", want);
+    field f[3] = {{(const char *)id, len}, S(job), S(w)};
+    return put_rec(*(int *)ctx, 'O', 3, f);
+}
+
 /* Writes the current state as records into fd. 0 or a CT_E* code. */
 static int snapshot(head *h, int fd)
 {
@@ -331,7 +368,16 @@ static int snapshot(head *h, int fd)
     for (int i = 0; i < h->npgs && !rc; i++)
         if (h->pgs[i].state == PG_PENDING || h->pgs[i].state == PG_READY)
             rc = put_pg(h, fd, &h->pgs[i]);
+    if (!rc)
+        rc = ct__objdir_each_owner(h, put_owner, &fd);
     return rc;
+}
+
+static int count_owner(void *ctx, const uint8_t *id, size_t len, const char *job, int want)
+{
+    (void)id, (void)len, (void)job, (void)want;
+    ++*(int *)ctx;
+    return 0;
 }
 
 int ct__head_state_open(head *h, const char *dir)
@@ -360,8 +406,11 @@ int ct__head_state_open(head *h, const char *dir)
     int pgs = 0;
     for (int i = 0; i < h->npgs; i++)
         pgs += h->pgs[i].state == PG_PENDING;
-    CT_LOG(CT_LOG_INFO, "head", "state %s: %ld records loaded: %d keys, %d groups, %d jobs", path,
-           n, h->nkv, pgs, h->ndrivers);
+    int owners = 0;
+    ct__objdir_each_owner(h, count_owner, &owners);
+    CT_LOG(CT_LOG_INFO, "head",
+           "state %s: %ld records loaded: %d keys, %d groups, %d jobs, %d object owners", path, n,
+           h->nkv, pgs, h->ndrivers, owners);
     return 0;
 }
 
@@ -398,9 +447,11 @@ void ct__head_state_node_back(head *h, int ni)
     }
 }
 
-/* The nodes had their time to come back: bundles still waiting for one are placed anywhere. */
+/* The nodes had their time to come back: bundles still waiting for one are placed anywhere, and
+ * loaded owners of objects no node reported are forgotten. */
 void ct__head_state_give_up_waits(head *h)
 {
+    ct__objdir_owners_give_up(h);
     for (int i = 0; i < h->npgs; i++)
         for (int b = 0; b < h->pgs[i].nb; b++)
             h->pgs[i].b[b].want[0] = 0;

@@ -39,8 +39,9 @@
  * ct_serve_if_worker()) serves and never returns, so do nothing before it that must happen once.
  * Method calls go from the caller straight to the actor's own socket, never through the head.
  *
- * Threads. Every function here may be called from any thread; calls are serialized by one
- * process-wide lock (a long ct_future_wait or ct_kv_get blocks other ct calls meanwhile).
+ * Threads. Every function here may be called from any thread; one process-wide lock guards
+ * the API's state, and calls that wait (ct_future_wait, ct_kv_get, ct_events_next, ...) release
+ * it while they wait, so one thread's long wait does not hold up another's calls.
  * ct_init starts one small thread that heartbeats this driver to the head, and keeps one TCP
  * connection to the head's death watch open: when a driver stops (crash, kill -9), its kernel
  * closes that connection and the head kills the actors it created at once. Call ct_init from the

@@ -4,7 +4,8 @@
 # `ctup submit` trainer_fashion_mnist (2 replicas, 3 epochs) once undisturbed, then again
 # killing the ct-head process with SIGKILL KILLS times (default 5) from epoch 1 on, each time
 # waiting for the supervisor's new head before the next kill. The second run must end with exit
-# 0, retries=0 and the same final loss and accuracy as the first. Then `ctup down`, and no
+# 0, retries=0, the same final loss and accuracy as the first and a bit-identical weights file
+# (--save). Then `ctup down`, and no
 # process the cluster started may be left. Cleans up on failure too.
 set -euo pipefail
 bin=$1
@@ -33,12 +34,12 @@ head_child() { cat "/proc/$1/task/$1/children" 2>/dev/null | awk '{print $1}'; }
 all_pids=$(pids)
 sup=$(echo "$all_pids" | head -1)
 job() { "$bin/ctup" submit "$cfg" "$bin/trainer_fashion_mnist" --replicas 2 --epochs 3 \
-        --limit 12800 --max-retries 2; }
+        --limit 12800 --max-retries 2 --save "$1"; }
 
-job >"$tmp/run1.out" 2>&1 || { cat "$tmp/run1.out"; fail "undisturbed run"; }
+job "$tmp/w1.safetensors" >"$tmp/run1.out" 2>&1 || { cat "$tmp/run1.out"; fail "undisturbed run"; }
 cat "$tmp/run1.out"
 
-job >"$tmp/run2.out" 2>&1 &
+job "$tmp/w2.safetensors" >"$tmp/run2.out" 2>&1 &
 driver=$!
 for _ in $(seq 1200); do grep -q '^epoch 1:' "$tmp/run2.out" && break; sleep 0.05; done
 grep -q '^epoch 1:' "$tmp/run2.out" || { kill "$driver"; cat "$tmp/run2.out"; fail "no epoch 1"; }
@@ -65,6 +66,8 @@ final() { sed -n 's/^final: \(test_accuracy=[^ ]* train_loss=[^ ]*\).*/\1/p' "$1
 [ -n "$(final "$tmp/run1.out")" ] || fail "no final line"
 [ "$(final "$tmp/run1.out")" = "$(final "$tmp/run2.out")" ] ||
     fail "final results differ: '$(final "$tmp/run1.out")' vs '$(final "$tmp/run2.out")'"
+[ -s "$tmp/w1.safetensors" ] || fail "no weights saved"
+cmp "$tmp/w1.safetensors" "$tmp/w2.safetensors" || fail "the weights differ from the undisturbed run's"
 
 "$bin/ctup" down "$cfg" >/dev/null 2>&1 || fail "ctup down"
 for p in $all_pids; do

@@ -6,7 +6,10 @@
  *    goes on), an object put before the kill is found through the rebuilt directory by an
  *    actor on the other node, the restarted head kills an actor it learnt from a node, and a
  *    new actor gets an id that no surviving actor has;
- * KV keys (their owner kept) and a placement group survive too (--state-dir).
+ * KV keys (their owner kept), a placement group and the owner of an object (the driver frees
+ * it) survive too (--state-dir); a KV get that waits at the head when it dies is sent again to
+ * the new head and answered by a put made after; the driver's event subscription goes on (the
+ * actor the new head kills arrives as an event).
  * 2. kill -9 of the head, not restarted: after the grace time the nodes kill their actors and
  *    exit 1.
  * Nothing this test started is left running. */
@@ -14,6 +17,7 @@
 #include "classes.h"
 #include "objclasses.h"
 #include "ct/ct.h"
+#include <pthread.h>
 
 #define GRACE_MS "20000"
 
@@ -28,6 +32,25 @@ static ct_actor *actor_with(const char *cls, const char *res)
 }
 
 static char state_dir[64];
+
+/* A KV get that waits at the head while the head is killed and started again. */
+typedef struct late_get {
+    pthread_t t;
+    int rc;
+    char val[8];
+} late_get;
+
+static void *late_get_main(void *p)
+{
+    late_get *g = p;
+    void *v = NULL;
+    size_t n = 0;
+    g->rc = ct_kv_get("restart/late", &v, &n, 60000);
+    if (!g->rc && v && n <= sizeof g->val)
+        memcpy(g->val, v, n);
+    free(v);
+    return NULL;
+}
 
 /* ct-head on port (0: any) with the test's state dir (the secret from CT_SECRET_FILE, h_init);
  * its address in addr; its pid, -1 when it did not start. */
@@ -103,6 +126,9 @@ int main(void)
     CHECK_OK(ct_kv_put("restart/b", "two", 4));
     CHECK_OK(ct_kv_put("restart/gone", "x", 2));
     CHECK_OK(ct_kv_del("restart/gone"));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_ACTOR_DEAD));
+    ct_object_id mine;
+    CHECK_OK(ct_put("owned by this job", 18, NULL, &mine));
     ct_bundle bl = {.custom = {{.name = "left", .amount = 1}}};
     ct_placement_group *pg = NULL;
     CHECK_OK(ct_placement_group_create(&bl, 1, CT_PACK, &pg));
@@ -127,7 +153,10 @@ int main(void)
         memcpy(&ga.id, res, sizeof ga.id);
     free(res);
 
-    /* 1. the head dies and comes back on the same port */
+    /* 1. the head dies and comes back on the same port; a KV get waits at it meanwhile */
+    late_get lg = {.rc = 1};
+    CHECK_EQ_INT(pthread_create(&lg.t, NULL, late_get_main, &lg), 0);
+    usleep(500000); /* at the head by now (else queued for the new one: the test passes too) */
     CHECK(h_reap(head, SIGKILL, 5000) != -1);
     CHECK_EQ_INT(call_long(c1, "add", 1), 6); /* calls go straight to the actor */
     head = start_head_on(port, addr2, sizeof addr2);
@@ -164,6 +193,16 @@ int main(void)
     free(v);
     CHECK_EQ_INT(ct_kv_get("restart/gone", &v, &vn, 0), CT_ENOENT);
     CHECK_OK(ct_kv_put("restart/a", "three", 6));
+    CHECK_OK(ct_kv_put("restart/late", "late", 5)); /* answers the get sent again */
+    CHECK_EQ_INT(pthread_join(lg.t, NULL), 0);
+    CHECK_EQ_INT(lg.rc, 0);
+    CHECK_STR(lg.val, "late");
+    /* the object's owner came back from the state file: this job may free it (once its node
+     * has listed it again) */
+    int frc = CT_ENOENT;
+    for (until = h_now_ms() + 20000; frc == CT_ENOENT && h_now_ms() < until; usleep(50000))
+        frc = ct_free(&mine);
+    CHECK_EQ_INT(frc, 0);
     ct_actor *in_pg = NULL;
     if (pg) {
         CHECK_OK(ct_placement_group_wait(pg, 20000));
@@ -177,6 +216,12 @@ int main(void)
     /* the restarted head knows c1 (from its node) and has it killed */
     CHECK_OK(ct_actor_kill(c1));
     CHECK(h_wait_gone(p1, 10000));
+    ct_event ev = {0};
+    bool seen = false;
+    for (until = h_now_ms() + 10000; !seen && h_now_ms() < until;)
+        seen = !ct_events_next(&ev, 1000) && ev.type == CT_EVENT_ACTOR_DEAD &&
+               !strcmp(ev.actor_id, c1_id);
+    CHECK(seen);
 
     /* 2. the head dies for good: after the grace time the nodes stop their actors and exit 1 */
     CHECK(h_reap(head, SIGKILL, 5000) != -1);

@@ -11,7 +11,8 @@
  * grows it again). A custom step around the built-in one records each step's scale before and
  * after (trainer_step_scaler) in the KV; the test replays GradScaler's rules over the
  * recorded skips (a skip: the scale went down) on both ranks, which must agree: every scale
- * and the skipped count in the stats must be what the rules give, the first 3 steps skipped.
+ * and the skipped count in the stats (and the run log's epoch record) must be what the rules
+ * give, the first 3 steps skipped.
  * "resume": the overflow run with a checkpoint every 5 steps, uninterrupted, against the same
  * run resumed from its step-5 checkpoint (mid-epoch, the scaler mid-way): bit-identical
  * weights, the same skipped count and scale. Then an f32 run's checkpoint (no scaler in it, as
@@ -180,7 +181,10 @@ static void mode_overflow(void)
     if (!t)
         return;
     trainer_stats st = {0};
-    CHECK_OK(trainer_train(t, .max_retries = 0, .on_epoch = on_epoch, .stats = &st));
+    char dir[] = "/tmp/ct-f16-log-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK_OK(trainer_train(t, .max_retries = 0, .on_epoch = on_epoch, .log_dir = dir,
+                           .progress = TRAINER_PROGRESS_OFF, .stats = &st));
     CHECK_EQ_INT(st.steps, 2 * STEPS_PER_EPOCH);
     CHECK(st.weights_agree);
     double final = 0;
@@ -191,6 +195,22 @@ static void mode_overflow(void)
     CHECK(st.loss_scale == final);
     CHECK(losses[1] < losses[0]);
     trainer_shutdown(&t);
+    /* the run log's last epoch record has them */
+    char path[600], want[96];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    snprintf(want, sizeof want, "\"loss_scale\":%.17g,\"skipped_steps\":%lld", final,
+             (long long)skipped);
+    char *log = tt_read_file(path, NULL);
+    const char *last = log ? strstr(log, "{\"type\":\"epoch\",\"epoch\":1,") : NULL;
+    if (!last || !strstr(last, want)) {
+        fprintf(stderr, "metrics.jsonl's epoch-2 record lacks %s:\n%s\n", want,
+                last ? last : "(none)");
+        h_failures++;
+    }
+    free(log);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    if (system(path) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 /* the checkpoint in dir whose name has tag ("-step000005."), into path */

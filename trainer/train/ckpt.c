@@ -462,10 +462,19 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
         }
         g_scale = vs->num;
         g_tracker = vt->num;
+        if (!(g_scale > 0 && g_scale <= 3.4e38) || !(g_tracker >= 0 && g_tracker <= 1e9) ||
+            g_tracker != (double)(int)g_tracker) {
+            rc = ct__error(CT_EINVAL,
+                           "checkpoint: metadata \"grad_scaler\": scale %g, growth_tracker %g: "
+                           "not a finite f32 > 0 and an integer >= 0",
+                           g_scale, g_tracker);
+            goto out;
+        }
+        /* the tracker must fit this trainer's growth_interval (ct_grad_scaler_load checks) */
         ct_grad_scaler *probe = ct_grad_scaler_new(&st->scaler_opts);
         rc = probe ? ct_grad_scaler_load(probe, (float)g_scale, (int)g_tracker) : CT_ENOMEM;
         ct_grad_scaler_destroy(&probe);
-        if (rc < 0 || g_tracker != (double)(int)g_tracker) {
+        if (rc < 0) {
             rc = ct__trainer_error_prefix(CT_EINVAL, "checkpoint: metadata \"grad_scaler\"");
             goto out;
         }

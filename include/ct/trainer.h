@@ -50,11 +50,23 @@ int64_t trainer_ctx_start_epoch(const trainer_ctx *ctx); /* epoch this replica s
 bool trainer_ctx_is_driver(const trainer_ctx *ctx);      /* the driver's own check-run */
 const char *trainer_ctx_config(const trainer_ctx *ctx);  /* the whole config string */
 /* Config key "precision" = f32 (default), bf16 or f16 (ct_precision_parse; a bad value fails
- * the creation naming the key). A custom train step applies it: ct_autocast_push(it) around
- * forward and loss, and for f16 a ct_grad_scaler (ct/optim.h). The built-in steps apply bf16
- * (their forward and loss autocast); f16 needs the scaler, so trainer_create refuses it with the
- * built-in train step (CT_ENOSYS). bf16 runs where the device has it: checkdev and CUDA, a CPU
- * with AVX512_BF16 or AMX (elsewhere the first step fails with CT_ENOSYS naming the ISA). */
+ * the creation naming the key). The built-in steps apply it (forward and loss in an autocast
+ * region); a custom step does so itself: ct_autocast_push(it) around forward and loss.
+ * f16 with one model: every replica keeps a loss scaler (torch.cuda.amp.GradScaler's rules,
+ * ct_grad_scaler in ct/optim.h; trainer_step_scaler) that the step helpers apply, in the
+ * built-in train step and in a custom one alike: trainer_step_backward runs backward of
+ * loss * scale (/ accumulate), trainer_step_clip_grad_norm and trainer_step_optimizer unscale
+ * the gradients after they were averaged over the replicas (an inf or NaN on one replica is
+ * one in all: all skip alike), and trainer_step_optimizer skips the update when any is inf or
+ * NaN (a skipped step still counts as a step: trainer_stats.skipped_steps counts them) and
+ * updates the scale (backoff on a skip, growth after growth_interval good steps). Config keys
+ * (torch's defaults): scaler_init_scale (65536), scaler_growth_factor (2),
+ * scaler_backoff_factor (0.5), scaler_growth_interval (2000). The scale and its growth count
+ * are in the checkpoints (a checkpoint without them loads with a fresh scaler). Several models
+ * with f16: no scaler is kept; the custom step scales itself (ct_grad_scaler).
+ * bf16 and f16 run where the device has them: checkdev and CUDA; a CPU with AVX512_BF16 or AMX
+ * for bf16, never f16 (oneDNN has no f16 CPU kernels): on CPU replicas trainer_create checks
+ * the driver's CPU and fails with CT_ENOSYS naming the instruction set. */
 ct_dtype trainer_ctx_precision(const trainer_ctx *ctx);
 
 /* The config value of key ("key=value,..."), or def when absent. A value that does not parse,
@@ -140,19 +152,24 @@ ct_module *trainer_step_model(trainer_step *s);
 ct_optim *trainer_step_optim(trainer_step *s);
 trainer_loss_fn trainer_step_loss(trainer_step *s); /* the loss creator's function */
 ct_sched *trainer_step_scheduler(trainer_step *s);  /* NULL when there is none */
-int64_t trainer_step_epoch(const trainer_step *s);  /* 0-based epoch being run */
-int64_t trainer_step_index(const trainer_step *s);  /* batch index in this epoch */
-int64_t trainer_step_count(const trainer_step *s);  /* optimizer steps done before this one */
-bool trainer_step_training(const trainer_step *s);  /* train step (true) or validate step */
+/* The replica's loss scaler (precision f16, one model; see trainer_ctx_precision); NULL
+ * otherwise. Read its scale; the helpers below apply it. */
+ct_grad_scaler *trainer_step_scaler(trainer_step *s);
+int64_t trainer_step_epoch(const trainer_step *s); /* 0-based epoch being run */
+int64_t trainer_step_index(const trainer_step *s); /* batch index in this epoch */
+int64_t trainer_step_count(const trainer_step *s); /* optimizer steps done before this one */
+bool trainer_step_training(const trainer_step *s); /* train step (true) or validate step */
 /* True when this batch's backward reduces and the optimizer steps: always, or with
  * accumulation the last batch of each group. */
 bool trainer_step_sync(const trainer_step *s);
 
 /* Train steps: backward of loss (shape ()), gradients averaged over replicas on return.
  * Exactly once per step on every rank; CT_EINVAL on a second call, from a validate step, or
- * with several models. */
+ * with several models. With the loss scaler (f16) the gradients are left scaled by its scale. */
 int trainer_step_backward(trainer_step *s, ct_tensor *loss);
-/* Optimizer 0's step, then zero grad. After trainer_step_backward, at most once per step. */
+/* Optimizer 0's step, then zero grad. After trainer_step_backward, at most once per step.
+ * With the loss scaler: unscales (unless clipping did), skips the step when a gradient is inf
+ * or NaN, and updates the scale. */
 int trainer_step_optimizer(trainer_step *s);
 
 /* Several models: models, optimizers and losses by index 0 .. num_models-1 (NULL out of
@@ -167,7 +184,8 @@ int trainer_step_backward_model(trainer_step *s, int i, ct_tensor *loss);
 /* Optimizer i's step, then zero model i's gradients; after its backward, at most once. */
 int trainer_step_optimizer_at(trainer_step *s, int i);
 /* torch.nn.utils.clip_grad_norm_ (L2) over optimizer 0's parameters, after backward: *norm
- * (may be NULL) gets the norm before clipping; max_norm <= 0 only measures. */
+ * (may be NULL) gets the norm before clipping; max_norm <= 0 only measures. With the loss
+ * scaler the gradients are unscaled first (as torch's scaler.unscale_ before clipping). */
 int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm);
 
 /* Adds value for this batch to the named metric (averaged over batches and replicas).
@@ -270,6 +288,10 @@ typedef struct trainer_stats {
     int64_t drain_step;
     /* resume found the job complete: nothing trained, the stats are the finished run's */
     bool complete_at_resume;
+    /* precision f16's loss scaler: optimizer steps it skipped so far (inf/NaN gradients;
+     * counted in steps too), and its scale now (0: no scaler) */
+    int64_t skipped_steps;
+    double loss_scale;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */

@@ -10,7 +10,10 @@
  * name, then every optimizer's tensors as "optim<i>.<entry>", also the prefix of optimizer i's
  * keys in "optimizer_state"). Non-tensor optimizer / scheduler entries go into the metadata
  * strings "optimizer_state" / "scheduler_state" as JSON objects (numbers printed with 17
- * significant digits: exact round trip). Not here: where the bytes are stored. */
+ * significant digits: exact round trip). With precision f16 the loss scaler's state is the
+ * metadata string "grad_scaler" ({"scale", "growth_tracker"}, torch's GradScaler names) and
+ * "skipped_steps"; a checkpoint without them loads with a fresh scaler. Not here: where the
+ * bytes are stored. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +148,15 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_pl
         meta_kv(b, "plateau_loss_sum", num, false);
         snprintf(num, sizeof num, "%lld", (long long)st->epoch_samples);
         meta_kv(b, "plateau_samples", num, false);
+    }
+    if (st->scaler) { /* f16's loss scaler: torch's GradScaler state_dict entries */
+        char sc[96];
+        snprintf(sc, sizeof sc, "{\"scale\":%.9g,\"growth_tracker\":%d}",
+                 (double)ct_grad_scaler_scale(st->scaler),
+                 ct_grad_scaler_growth_tracker(st->scaler));
+        meta_kv(b, "grad_scaler", sc, false);
+        snprintf(num, sizeof num, "%lld", (long long)st->skipped);
+        meta_kv(b, "skipped_steps", num, false);
     }
     snprintf(num, sizeof num, "%llu", (unsigned long long)spec->seed);
     meta_kv(b, "seed", num, false);
@@ -304,7 +316,7 @@ static int check_name(const ct__jval *meta, const char *key, const char *want)
 
 int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len)
 {
-    ct__jval root = {0}, ojs = {0}, sjs = {0};
+    ct__jval root = {0}, ojs = {0}, sjs = {0}, gjs = {0};
     ct_named_tensor *model_in = NULL, *part = NULL;
     ct_state_entry *oe = NULL, *se = NULL, *opart = NULL;
     int *model_of = NULL, *optim_of = NULL;
@@ -431,6 +443,42 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
     }
     if (ss && (rc = state_entries(ss, "scheduler_state", se, &nse, 256, &sjs)) < 0)
         goto out;
+    /* the loss scaler's state: checked before anything is loaded; a checkpoint without it (f32
+     * or bf16, or before the trainer kept one) gives a fresh scaler; a trainer without a
+     * scaler ignores it */
+    const char *gs = ct__json_get_str(meta, "grad_scaler");
+    double g_scale = 0, g_tracker = 0;
+    if (st->scaler && gs) {
+        char err[160] = "";
+        const ct__jval *vs = NULL, *vt = NULL;
+        if (ct__json_parse(gs, strlen(gs), &gjs, err, sizeof err) < 0 || gjs.type != CT__J_OBJ ||
+            !(vs = ct__json_get(&gjs, "scale")) || vs->type != CT__J_NUM ||
+            !(vt = ct__json_get(&gjs, "growth_tracker")) || vt->type != CT__J_NUM) {
+            rc = ct__error(CT_EINVAL,
+                           "checkpoint: metadata \"grad_scaler\" is not {\"scale\": number, "
+                           "\"growth_tracker\": number}: %s",
+                           err[0] ? err : gs);
+            goto out;
+        }
+        g_scale = vs->num;
+        g_tracker = vt->num;
+        if (!(g_scale > 0 && g_scale <= 3.4e38) || !(g_tracker >= 0 && g_tracker <= 1e9) ||
+            g_tracker != (double)(int)g_tracker) {
+            rc = ct__error(CT_EINVAL,
+                           "checkpoint: metadata \"grad_scaler\": scale %g, growth_tracker %g: "
+                           "not a finite f32 > 0 and an integer >= 0",
+                           g_scale, g_tracker);
+            goto out;
+        }
+        /* the tracker must fit this trainer's growth_interval (ct_grad_scaler_load checks) */
+        ct_grad_scaler *probe = ct_grad_scaler_new(&st->scaler_opts);
+        rc = probe ? ct_grad_scaler_load(probe, (float)g_scale, (int)g_tracker) : CT_ENOMEM;
+        ct_grad_scaler_destroy(&probe);
+        if (rc < 0) {
+            rc = ct__trainer_error_prefix(CT_EINVAL, "checkpoint: metadata \"grad_scaler\"");
+            goto out;
+        }
+    }
     /* models first (each checked fully before anything is copied), then optimizers,
      * scheduler */
     for (int m = 0; m < n; m++) {
@@ -471,6 +519,14 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
                *pn = ct__json_get_str(meta, "plateau_samples");
     st->epoch_loss_sum = pl && pn ? strtod(pl, NULL) : 0;
     st->epoch_samples = pl && pn ? strtoll(pn, NULL, 10) : 0;
+    if (st->scaler) {
+        const char *sk = ct__json_get_str(meta, "skipped_steps");
+        st->skipped = gs && sk ? strtoll(sk, NULL, 10) : 0;
+        if (gs)
+            ct_grad_scaler_load(st->scaler, (float)g_scale, (int)g_tracker); /* checked above */
+        else
+            ct_grad_scaler_load(st->scaler, (float)st->scaler_opts.init_scale, 0);
+    }
 out:
     for (int i = 0; i < nmodel; i++)
         ct_tensor_release(&model_in[i].tensor);
@@ -487,5 +543,6 @@ out:
     ct__json_free(&root);
     ct__json_free(&ojs);
     ct__json_free(&sjs);
+    ct__json_free(&gjs);
     return rc;
 }

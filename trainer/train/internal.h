@@ -114,6 +114,12 @@ typedef struct tr_state {
      * epoch, so that a resumed epoch's mean is the whole epoch's) */
     double epoch_loss_sum;
     int64_t epoch_samples;
+    /* precision f16 with one model: the loss scaler (trainer_step_scaler; config keys
+     * scaler_*), made with scaler_opts; in checkpoints ("grad_scaler") with skipped: the
+     * optimizer steps it skipped for inf/NaN gradients so far (they count in step) */
+    ct_grad_scaler *scaler;
+    ct_grad_scaler_opts scaler_opts;
+    int64_t skipped;
 } tr_state;
 
 /* Runs the hook and the creators of spec (data only if with_data) in this thread, seeding the
@@ -245,6 +251,10 @@ typedef struct tr_report {
      * boundary after the replica heard it, with a checkpoint there (this replica's, or rank
      * 0's at an epoch's end); mid-epoch the replica then left the group (its peers fail) */
     int drained;
+    /* the loss scaler (f16): steps it skipped in this segment, and so far (tr_state's);
+     * its scale after the segment (0: no scaler) */
+    int64_t skipped, skipped_total;
+    double loss_scale;
 } tr_report;
 
 typedef struct tr_val_report {
@@ -271,6 +281,8 @@ struct trainer_step {
     int model_backwards[TR_MAX_MODELS]; /* ... per model */
     int optimizer_steps[TR_MAX_MODELS]; /* optimizer calls in this step, per optimizer */
     int updates;              /* optimizer steps really taken in this step (0 .. nmodels) */
+    int skipped;              /* ... and skipped by the loss scaler (inf/NaN gradients) */
+    bool unscaled;            /* the scaler unscaled this step's gradients (for clipping) */
     int accum_pos, accum_len; /* batch's place in its accumulation group; group size */
     tr_metrics *metrics;      /* the replica's sums for this epoch / validation */
     tr_metrics *rec_metrics;  /* also summed here when not NULL: the step record's */

@@ -414,6 +414,10 @@ void ct__progress_epoch(tr_progress *p, const trainer_stats *st)
         jnum(f, "samples_per_s", st->samples_per_s);
         jnum(f, "epoch_seconds", st->epoch_seconds);
         fprintf(f, ",\"replicas\":%d,\"retries_used\":%d", st->replicas, st->retries_used);
+        if (st->loss_scale > 0) { /* f16's loss scaler */
+            jnum(f, "loss_scale", st->loss_scale);
+            fprintf(f, ",\"skipped_steps\":%lld", (long long)st->skipped_steps);
+        }
         jmetrics(f, st->metrics, st->nmetrics);
         fputs("}\n", f);
     }
@@ -421,15 +425,23 @@ void ct__progress_epoch(tr_progress *p, const trainer_stats *st)
     sc_add(&p->sc, st->train_loss, "epoch/train_loss");
     sc_add(&p->sc, st->samples_per_s, "epoch/samples_per_s");
     sc_add(&p->sc, st->epoch_seconds, "epoch/seconds");
+    if (st->loss_scale > 0) {
+        sc_add(&p->sc, st->loss_scale, "epoch/loss_scale");
+        sc_add(&p->sc, (double)st->skipped_steps, "epoch/skipped_steps");
+    }
     for (int i = 0; i < st->nmetrics; i++)
         sc_add(&p->sc, st->metrics[i].value, "epoch/metrics/%s", st->metrics[i].name);
     sc_write(p, wall, st->steps);
     flush_files(p);
     if (p->active && (p->live || p->every > 0)) {
         clear_line(p);
-        fprintf(stderr, "%sepoch %lld/%lld: loss %.4f | %.0f samples/s | %.1f s\n",
+        char scale[96] = "";
+        if (st->loss_scale > 0)
+            snprintf(scale, sizeof scale, " | loss scale %g, %lld step%s skipped", st->loss_scale,
+                     (long long)st->skipped_steps, st->skipped_steps == 1 ? "" : "s");
+        fprintf(stderr, "%sepoch %lld/%lld: loss %.4f | %.0f samples/s | %.1f s%s\n",
                 p->live ? "" : "trainer: ", (long long)st->epoch, (long long)p->epochs,
-                st->train_loss, st->samples_per_s, st->epoch_seconds);
+                st->train_loss, st->samples_per_s, st->epoch_seconds, scale);
     }
 }
 

@@ -421,6 +421,7 @@ void ct__trainer_state_free(tr_state *st)
     if (!st)
         return;
     ct_sched_destroy(&st->sched);
+    ct_grad_scaler_destroy(&st->scaler);
     for (int i = 0; i < TR_MAX_MODELS; i++) {
         ct_optim_destroy(&st->optims[i]);
         if (st->models[i])
@@ -581,6 +582,41 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
                 goto fail;
             }
             snprintf(st->plateau_metric, sizeof st->plateau_metric, "%s", m);
+        }
+    }
+    /* f16 with one model: the trainer's loss scaler (several models: a custom step's own) */
+    if (ctx->precision == CT_F16 && nm == 1) {
+        double init = trainer_config_double(ctx, "scaler_init_scale", 65536.0);
+        double growth = trainer_config_double(ctx, "scaler_growth_factor", 2.0);
+        double backoff = trainer_config_double(ctx, "scaler_backoff_factor", 0.5);
+        int64_t interval = trainer_config_int(ctx, "scaler_growth_interval", 2000);
+        const char *bad = !(init > 0 && init <= 3.4e38)           ? "init_scale"
+                          : !(growth > 1 && growth <= 3.4e38)     ? "growth_factor"
+                          : !(backoff > 0 && backoff < 1)         ? "backoff_factor"
+                          : interval < 1 || interval > 1000000000 ? "growth_interval"
+                                                                  : NULL;
+        if (ctx->err[0]) {
+            rc = ct__error(CT_EINVAL, "%s", ctx->err);
+            goto fail;
+        }
+        if (bad) {
+            rc = ct__error(CT_EINVAL,
+                           "trainer config: key \"scaler_%s\": must be %s (the loss scaler of "
+                           "precision f16)",
+                           bad,
+                           !strcmp(bad, "init_scale")       ? "> 0 and finite in f32"
+                           : !strcmp(bad, "growth_factor")  ? "> 1 and finite in f32"
+                           : !strcmp(bad, "backoff_factor") ? "in (0, 1)"
+                                                            : "an integer in [1, 1e9]");
+            goto fail;
+        }
+        st->scaler_opts = (ct_grad_scaler_opts){.init_scale = init,
+                                                .growth_factor = growth,
+                                                .backoff_factor = backoff,
+                                                .growth_interval = (int)interval};
+        if (!(st->scaler = ct_grad_scaler_new(&st->scaler_opts))) {
+            rc = ct__trainer_error_prefix(CT_EINVAL, "trainer config: the loss scaler");
+            goto fail;
         }
     }
     return 0;

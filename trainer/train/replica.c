@@ -527,16 +527,21 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         if (rc == 0) {
             rep.loss_sum += so.loss_sum;
             rep.samples += so.samples;
-            if (s.updates) {
+            /* a step the loss scaler skipped (inf/NaN gradients, on every rank alike) is a
+             * step: the accumulation group is done, the scheduler and the counts go on */
+            r->st.skipped += s.skipped;
+            rep.skipped += s.skipped;
+            bool stepped = s.updates || s.skipped;
+            if (stepped) {
                 steps++;
                 rep.steps++;
                 r->st.step++;
             }
             ct__rec_batch(&r->rec, &s, &so, nb); /* before the scheduler: the lr it used */
-            if (s.updates && r->st.sched && !plateau && r->spec.sched_every == TR_SCHED_BATCH)
+            if (stepped && r->st.sched && !plateau && r->spec.sched_every == TR_SCHED_BATCH)
                 rc = ct_sched_step(r->st.sched);
             /* with rank 0's buffers, as the model checkpoints would have them */
-            if (rc == 0 && s.updates && ea.validate_every > 0 &&
+            if (rc == 0 && stepped && ea.validate_every > 0 &&
                 r->st.step % ea.validate_every == 0 && (rc = broadcast_buffers(r)) == 0) {
                 rc = validate_inline(r, ea.epoch);
                 ct__rec_idle(&r->rec); /* the next step's time leaves the validation out */
@@ -545,7 +550,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                 r->first_step_done = true;
                 rep.first_step_ns = ct__now_ns();
             }
-            if (rc == 0 && s.updates && s.index < nb && drain_heard(r))
+            if (rc == 0 && stepped && s.index < nb && drain_heard(r))
                 drained_mid = true;
         }
     }
@@ -600,6 +605,8 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         rep.has_ckpt = 1;
     }
     rep.drained = drained_mid || drained_end;
+    rep.skipped_total = r->st.skipped;
+    rep.loss_scale = r->st.scaler ? ct_grad_scaler_scale(r->st.scaler) : 0;
     if (drained_mid) { /* the peers wait in the next step's collective: they fail now */
         CT_LOG(CT_LOG_INFO, "trainer",
                "replica %d: checkpoint at step %lld (epoch %lld batch "

@@ -51,6 +51,10 @@ ct_sched *trainer_step_scheduler(trainer_step *s)
 {
     return s ? s->st->sched : NULL;
 }
+ct_grad_scaler *trainer_step_scaler(trainer_step *s)
+{
+    return s ? s->st->scaler : NULL;
+}
 int64_t trainer_step_epoch(const trainer_step *s)
 {
     return s ? s->epoch : 0;
@@ -105,8 +109,13 @@ static int backward_model(trainer_step *s, int i, ct_tensor *loss, const char *f
         ct_bucketer_set_no_sync(s->bucketers[k], k != i || !sync);
     /* accumulating a group of k batches: the backward starts from 1/k instead of 1 (what DDP
      * users do by dividing the loss by k), so the summed gradients are the group's average, as
-     * one batch of k times the size gives, with no pass over them afterwards */
-    int rc = ct_tensor_backward_scaled(loss, 1.0f / (float)s->accum_len);
+     * one batch of k times the size gives, with no pass over them afterwards; with the loss
+     * scaler (f16) from scale / k: the gradients stay scaled until trainer_step_optimizer (or
+     * the clipping) unscales them, after they were averaged */
+    float seed = 1.0f / (float)s->accum_len;
+    if (s->st->scaler)
+        seed *= ct_grad_scaler_scale(s->st->scaler);
+    int rc = ct_tensor_backward_scaled(loss, seed);
     /* always: this also drains buckets a failed backward queued */
     int64_t w0 = ct__now_ns();
     int src = ct_bucketer_finish(s->bucketers[i]);
@@ -153,6 +162,22 @@ int trainer_step_optimizer_at(trainer_step *s, int i)
     s->optimizer_steps[i]++;
     if (!trainer_step_sync(s))
         return 0; /* accumulating: the group's last batch steps */
+    ct_grad_scaler *sc = s->st->scaler;
+    if (sc) { /* f16: unscale (unless clipping did), step only when all are finite, update */
+        bool stepped = false;
+        int rc = ct_grad_scaler_step(sc, s->st->optims[i], &stepped);
+        if (rc == 0)
+            rc = ct_grad_scaler_update(sc);
+        s->unscaled = false;
+        if (rc < 0)
+            return rc;
+        if (stepped)
+            s->updates++;
+        else
+            s->skipped++;
+        ct_module_zero_grad(s->st->models[i]);
+        return 0;
+    }
     int rc = ct_optim_step(s->st->optims[i]);
     if (rc == 0) {
         s->updates++;
@@ -176,9 +201,16 @@ int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm)
             *norm = 0;
         return 0;
     }
+    /* f16: the averaged gradients unscaled first (trainer_step_optimizer then only checks) */
+    int rc;
+    if (s->st->scaler && !s->unscaled) {
+        if ((rc = ct_grad_scaler_unscale(s->st->scaler, s->st->optims[0])) < 0)
+            return rc;
+        s->unscaled = true;
+    }
     /* max_norm <= 0: the norm only (an infinite bound never scales) */
     double n = 0;
-    int rc = ct_optim_clip_grad_norm(s->st->optims[0], max_norm > 0 ? max_norm : INFINITY, 2.0, &n);
+    rc = ct_optim_clip_grad_norm(s->st->optims[0], max_norm > 0 ? max_norm : INFINITY, 2.0, &n);
     if (rc == 0) { /* for the step record */
         s->grad_norm = n;
         s->has_grad_norm = true;
@@ -231,10 +263,10 @@ int trainer_step_metric(trainer_step *s, const char *name, double value)
 
 /* ---- the built-in steps ---- */
 
-/* Forward and loss inside an autocast region of the config's precision (bf16: as
+/* Forward and loss inside an autocast region of the config's precision (bf16, f16: as
  * torch.autocast, matrix products and convolutions round their operands; each op records it for
- * its backward, which runs outside the region). f16 needs a loss scaler: trainer_create refuses
- * it for the built-in steps. */
+ * its backward, which runs outside the region). f16's loss scaling is in the helpers
+ * (trainer_step_backward scales, trainer_step_optimizer unscales, checks, steps or skips). */
 static ct_tensor *forward_in_precision(trainer_step *s, const trainer_batch *b, ct_tensor **y)
 {
     ct_dtype prec = trainer_ctx_precision(s->ctx);
@@ -312,6 +344,8 @@ int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batc
     memset(s->model_backwards, 0, sizeof s->model_backwards);
     memset(s->optimizer_steps, 0, sizeof s->optimizer_steps);
     s->updates = 0;
+    s->skipped = 0;
+    s->unscaled = false;
     s->batch_n = b->n;
     s->has_grad_norm = false;
     s->wait_ns = 0;
@@ -319,6 +353,14 @@ int ct__trainer_step_run(trainer_step *s, trainer_step_fn fn, const trainer_batc
         return ct__error(CT_ENOENT, "trainer replica: %s step \"%s\" is not registered here",
                          s->training ? "train" : "validate", s->name);
     int rc = fn(s, b, out);
+    /* a step that clipped (unscaled) but took no optimizer step: the scaler's step ends here,
+     * so that the next one starts scaled again (its inf/NaN backs the scale off as a skip) */
+    if (s->unscaled && s->st->scaler) {
+        int urc = ct_grad_scaler_update(s->st->scaler);
+        s->unscaled = false;
+        if (rc == 0)
+            rc = urc;
+    }
     int twice = -1; /* a model reduced more than once (its call failed; the step went on) */
     for (int i = 0; i < s->st->nmodels && twice < 0; i++)
         if (s->model_backwards[i] > 1)

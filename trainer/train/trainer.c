@@ -30,6 +30,7 @@ typedef struct epoch_sums {
     int64_t samples;
     tr_metrics m;
     bool agree;
+    int64_t skipped; /* steps the loss scaler skipped (rank 0's: all ranks skip alike) */
 } epoch_sums;
 
 struct trainer {
@@ -117,6 +118,20 @@ static const char *shape_str(char *buf, size_t cap, int ndim, const int64_t *sha
     if (n < cap)
         snprintf(buf + n, cap - n, ")");
     return buf;
+}
+
+/* 0 when this CPU has kernels for autocast dtype dt (a 1x1 matrix product in it); else
+ * CT_ENOSYS naming the config key and the instruction set that is missing. */
+static int lowp_cpu_check(ct_dtype dt)
+{
+    const ct__backend *bk = ct__backend_of(CT_CPU);
+    float a = 1, b = 1, c = 0;
+    int rc = bk && bk->matmul_lp ? bk->matmul_lp((int)dt, 1, 1, 1, &a, false, &b, false, &c, false)
+                                 : CT_ENOSYS;
+    if (rc < 0)
+        return ct__trainer_error_prefix(CT_ENOSYS, "trainer_create: config key \"precision\" = %s",
+                                        dt == CT_F16 ? "f16" : "bf16");
+    return 0;
 }
 
 /* One training sample through the model and the loss, as the built-in train step runs them (in
@@ -305,14 +320,10 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if ((rc = ct__trainer_ctx_init(&ctx, s->config, 0, 1, s->seed, 0, s->epochs, true)) < 0)
         goto fail;
     ctx_ok = true;
-    if (ctx.precision == CT_F16 && !s->train_step[0]) {
-        rc = ct__error(CT_ENOSYS,
-                       "trainer config: key \"precision\" = %s: f16 needs a loss scaler, which "
-                       "the built-in train step does not keep (it applies bf16); a custom train "
-                       "step applies f16 with ct_grad_scaler (trainer_ctx_precision)",
-                       ct_dtype_name(ctx.precision));
+    /* a low precision on CPU replicas needs oneDNN kernels for it on this CPU (the nodes are
+     * taken to have the driver's): without them the first step would fail on every retry */
+    if (ctx.precision != CT_F32 && device == CT_CPU && (rc = lowp_cpu_check(ctx.precision)) < 0)
         goto fail;
-    }
     if ((rc = ct__trainer_state_build(s, &ctx, true, &t->local)) < 0)
         goto fail;
     ct__trainer_ctx_use_step_keys(&ctx, s); /* steps run only in replicas */
@@ -658,6 +669,9 @@ static int rewind_to_checkpoint(trainer *t)
         t->local.epoch = 0;
         t->local.step = 0;
         t->local.batch = 0;
+        t->local.skipped = 0;
+        if (t->local.scaler) /* never changed without a checkpoint; fresh, to be sure */
+            ct_grad_scaler_load(t->local.scaler, (float)t->local.scaler_opts.init_scale, 0);
         return 0;
     }
     ct_object_view v = {0};
@@ -728,6 +742,14 @@ static int run_validation(trainer *t, char *why, size_t cap)
 }
 
 /* The epoch's statistics so far (its segments' sums) into st. */
+/* The stats of the driver's state (a checkpoint's): steps, the loss scaler's. */
+static void local_stats(trainer *t)
+{
+    t->stats.steps = t->local.step;
+    t->stats.skipped_steps = t->local.skipped;
+    t->stats.loss_scale = t->local.scaler ? ct_grad_scaler_scale(t->local.scaler) : 0;
+}
+
 static void epoch_stats(const trainer *t, trainer_stats *st)
 {
     st->train_loss = t->acc.samples ? t->acc.loss / (double)t->acc.samples : 0;
@@ -861,7 +883,16 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
             CT_LOG(CT_LOG_WARN, "trainer", "replicas' weights differ after epoch %lld",
                    (long long)epoch + 1);
     }
-    t->stats.steps = t->local.step;
+    local_stats(t);
+    t->stats.skipped_steps = r0->skipped_total; /* where the replicas are (no checkpoint too) */
+    t->stats.loss_scale = r0->loss_scale;
+    t->acc.skipped += r0->skipped;
+    if (*done && t->acc.skipped > 0)
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "epoch %lld: the loss scaler skipped %lld optimizer step%s (inf/NaN gradients); "
+               "scale %g, %lld skipped so far",
+               (long long)epoch + 1, (long long)t->acc.skipped, t->acc.skipped == 1 ? "" : "s",
+               r0->loss_scale, (long long)r0->skipped_total);
     segment_records(t, *done);
     if (drained >= 0 && t->actors) { /* a drain heard at the segment's end: the group ends */
         tr_report *dr = res[drained];
@@ -913,10 +944,11 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     t->acc.loss += r->loss_sum;
     t->acc.samples += r->samples;
     t->acc.seconds += r->seconds;
+    t->acc.skipped += r->skipped;
     t->at_ckpt = true;
     t->stats.drains++;
     t->stats.drain_step = t->local.step;
-    t->stats.steps = t->local.step;
+    local_stats(t);
     CT_LOG(CT_LOG_INFO, "trainer",
            "node %s is draining: checkpoint at step %lld (epoch %lld batch %lld); the group "
            "ends and training goes on from there without that node",
@@ -1005,7 +1037,7 @@ static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
     int old = t->told_world, rc = 0;
     CT_LOG(CT_LOG_INFO, "trainer", "world size %d -> %d at epoch %lld batch %lld (step %lld)", old,
            n, (long long)t->local.epoch, (long long)t->local.batch, (long long)t->local.step);
-    t->stats.steps = t->local.step; /* where the group starts (after a rewind too) */
+    local_stats(t); /* where the group starts (after a rewind too) */
     if (o->on_world_size && (rc = o->on_world_size(t, old, n, o->user)) < 0)
         return ct__error(rc, "trainer_train: on_world_size stopped training (%d -> %d replicas)",
                          old, n);
@@ -1134,7 +1166,7 @@ static void resumed_complete(trainer *t, const char *resume, const char *path, i
     trainer_stats *st = &t->stats;
     bool kept = ct__ckptdir_stats(path, st) == 0;
     st->epoch = t->local.epoch;
-    st->steps = t->local.step;
+    local_stats(t);
     st->group_start_step = t->local.step;
     st->complete_at_resume = true;
     CT_LOG(CT_LOG_WARN, "trainer",
@@ -1277,7 +1309,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     }
     ct__ckptdir_free(&dir);
     t->stats.epoch = t->local.epoch;
-    t->stats.steps = t->local.step;
+    local_stats(t);
     ct__progress_stop(t->progress);
     if (o->stats)
         *o->stats = t->stats;
@@ -1398,7 +1430,7 @@ int trainer_restore(trainer *t, const char *path)
     t->told_world = t->local.world; /* on_world_size's old size: the checkpoint's */
     t->acc = (epoch_sums){.agree = true};
     t->stats.epoch = t->local.epoch;
-    t->stats.steps = t->local.step;
+    local_stats(t);
 out:
     free(buf);
     fclose(f);

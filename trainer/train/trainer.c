@@ -305,6 +305,20 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if ((rc = ct__trainer_ctx_init(&ctx, s->config, 0, 1, s->seed, 0, s->epochs, true)) < 0)
         goto fail;
     ctx_ok = true;
+    /* ZeRO: opts.zero_stage, else config key "zero" */
+    s->zero = o->zero_stage ? o->zero_stage : (int)trainer_config_int(&ctx, "zero", 0);
+    if (s->zero < 0 || s->zero > 1) {
+        rc = ct__error(CT_EINVAL, "trainer_create: %s %d: ZeRO stage 0 or 1 is implemented",
+                       o->zero_stage ? "opts.zero_stage" : "config key \"zero\" =", s->zero);
+        goto fail;
+    }
+    if (s->zero && device != CT_CPU) {
+        rc = ct__error(CT_ENOSYS,
+                       "trainer_create: ZeRO stage %d: implemented for replicas on the CPU only "
+                       "(opts.device)",
+                       s->zero);
+        goto fail;
+    }
     if (ctx.precision == CT_F16 && !s->train_step[0]) {
         rc = ct__error(CT_ENOSYS,
                        "trainer config: key \"precision\" = %s: f16 needs a loss scaler, which "
@@ -815,6 +829,8 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         slowest = r->seconds > slowest ? r->seconds : slowest;
         first_step = r->first_step_ns > first_step ? r->first_step_ns : first_step;
         t->acc.agree &= r->weights_hash == r0->weights_hash;
+        if (i == 0 || r->optim_state_bytes > t->stats.optim_state_bytes)
+            t->stats.optim_state_bytes = r->optim_state_bytes;
     }
     t->acc.seconds += slowest;
     if (r0->nval > 0) {
@@ -1279,6 +1295,11 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     t->stats.epoch = t->local.epoch;
     t->stats.steps = t->local.step;
     ct__progress_stop(t->progress);
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "trained to epoch %lld, step %lld: optimizer state %lld bytes per replica (ZeRO stage "
+           "%d)",
+           (long long)t->stats.epoch, (long long)t->stats.steps,
+           (long long)t->stats.optim_state_bytes, t->spec.zero);
     if (o->stats)
         *o->stats = t->stats;
     return rc;
@@ -1308,7 +1329,7 @@ int trainer_save(trainer *t, const char *path)
     char tmp[4200];
     void *buf = NULL;
     FILE *f = NULL;
-    int rc = ct__ckpt_plan(&t->local, &t->spec, t->world ? t->world : t->num_replicas, &p);
+    int rc = ct__ckpt_plan(&t->local, &t->spec, t->world ? t->world : t->num_replicas, NULL, &p);
     if (rc < 0)
         return rc;
     size_t size = ct__ckpt_size(p);

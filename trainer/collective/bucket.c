@@ -11,7 +11,10 @@
  * path has run on one GPU only, world size 1). The engine drives it from gradient-ready hooks
  * (ct_module_on_grad_ready: parameter i final -> mark gradient nparams-1-i), so buckets are
  * reduced while the rest of backward runs; see examples/ddp_fashion_mnist.c and
- * tests/collective/test_overlap.c. Not a tensor library: plain pointers.
+ * tests/collective/test_overlap.c. Shard mode (ZeRO-1, host gradients on the ring): each bucket
+ * is reduce-scattered instead (its single gradient in place, else packed), this rank's chunk of
+ * the averages is copied back, and ct_bucketer_allgather later gathers the parameters' chunks
+ * with the same layout. Not a tensor library: plain pointers.
  *
  * Gradients on a device (opts.device: CUDA, the checking device). The hook fires when backward's
  * kernels are QUEUED, not done: so when a bucket completes, the caller's thread records the

@@ -13,7 +13,9 @@
  * all its reads of round r, so double buffering needs no extra sync. Allreduce of a large
  * buffer: copy in, sync, reduce my 1/L slice of all slots into my slot, sync, copy every
  * slice out. Small messages (<= 16 KiB): copy in, sync, every rank sums all slots itself: one
- * sync, no syscall when the peers are running.
+ * sync, no syscall when the peers are running. Reduce-scatter (ZeRO): copy in, sync, each rank
+ * sums only its own chunk (the same sums, in the same order, as the allreduce's); allgatherv:
+ * each round every rank copies the next piece of its block in, sync, copies the others' out.
  *
  * Waiting spins, then yields, then sleeps on the futex with a short timeout; while waiting it
  * checks the deadline, the abort flag, the peer's failed flag and (every 10 ms) whether the

@@ -10,8 +10,11 @@
  * them in node order (N-1 steps: one round trip for two nodes). Larger: ring reduce-scatter (N-1
  * steps; received bytes are added in as they arrive, so receiving and reducing overlap) then ring
  * allgather (N-1 steps), N = number of nodes, buffer split into N near-equal segments (any length
- * works; segments may be empty). broadcast: a pipelined chain from the root's node (each leader
- * forwards bytes as they come). Not for ranks on the same node: those use shm.c. */
+ * works; segments may be empty). reduce-scatter (ZeRO, one rank per node): the allreduce's
+ * reduce-scatter, then one step hands each segment to its node, so the bits are the allreduce's.
+ * allgatherv: the allgather's ring over per-rank blocks of any length. broadcast: a pipelined chain
+ * from the root's node (each leader forwards bytes as they come). Not for ranks on the same node:
+ * those use shm.c. */
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -13,6 +13,7 @@
  *   - the checkpoint files the two runs wrote are the same bytes (the ZeRO run gathers its shards);
  *   - the ZeRO run's epoch-1 checkpoint resumed without ZeRO, and the plain run's resumed with
  *     ZeRO, both end with the plain run's weights;
+ *   - with gradient accumulation (2 batches a step) too;
  *   - config key "zero=2" and ZeRO on the checking device are refused, naming why. */
 #include "tt.h"
 
@@ -49,7 +50,7 @@ static int clip_step(trainer_step *s, const trainer_batch *b, trainer_step_out *
     return rc;
 }
 
-static trainer *make(int zero)
+static trainer *make(int zero, int accumulate)
 {
     trainer *t = NULL;
     if (trainer_create(&(trainer_opts){.model = "tz_mlp",
@@ -63,6 +64,7 @@ static trainer *make(int zero)
                                        .bucket_mb = 0.0001, /* 104 bytes: 5 buckets */
                                        .epochs = 2,
                                        .seed = 7,
+                                       .accumulate = accumulate,
                                        .zero_stage = zero},
                        &t) < 0)
         fprintf(stderr, "trainer_create (zero %d): %s\n", zero, ct_last_error());
@@ -136,7 +138,7 @@ static int same_files(const char *a, const char *b)
 /* trains from checkpoint file ckpt to epoch 2 (ZeRO or not) and returns the weights */
 static float *resume_from(int zero, const char *ckpt, int64_t *n)
 {
-    trainer *t = make(zero);
+    trainer *t = make(zero, 1);
     CHECK(t != NULL);
     if (!t)
         return NULL;
@@ -163,7 +165,7 @@ int main(void)
     trainer_stats st[2] = {{0}};
     const char *dirs[2] = {d0, d1};
     for (int z = 0; z < 2; z++) {
-        trainer *t = make(z);
+        trainer *t = make(z, 1);
         CHECK(t != NULL);
         if (!t)
             goto out;
@@ -198,6 +200,24 @@ int main(void)
     if (epoch1_file(d0, c0, sizeof c0))
         w[3] = resume_from(1, c0, &n[3]);
     same_weights(w[0], w[3], n[0], n[3], "the plain epoch-1 checkpoint resumed with ZeRO-1");
+
+    /* gradient accumulation (2 batches a step: the first only adds up locally, the second
+     * reduce-scatters the sum) gives the same weights with and without ZeRO */
+    int64_t na[2] = {0};
+    float *wa[2] = {NULL};
+    for (int z = 0; z < 2; z++) {
+        trainer *t = make(z, 2);
+        CHECK(t != NULL);
+        if (t)
+            CHECK_OK(trainer_train(t, .max_retries = 0));
+        wa[z] = t ? tt_weights(trainer_get_model(t), &na[z]) : NULL;
+        trainer_shutdown(&t);
+    }
+    same_weights(wa[0], wa[1], na[0], na[1], "ZeRO-1 vs without, accumulating 2 batches");
+    /* and accumulation did something: 2 batches of 40 per step are not 1 */
+    CHECK(w[0] && wa[0] && na[0] == n[0] && memcmp(w[0], wa[0], (size_t)n[0] * sizeof(float)));
+    free(wa[0]);
+    free(wa[1]);
 
     /* bad input: config key "zero" out of range; ZeRO on the checking device */
     trainer *bad = NULL;

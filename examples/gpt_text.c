@@ -5,15 +5,17 @@
  *
  *   gpt_text [--text FILE] [--replicas 2] [--epochs 1] [--layers 4] [--heads 4] [--embd 128]
  *            [--block 128] [--batch 16] [--lr 1e-3] [--clip 1] [--val 0.05] [--val-every 250]
- *            [--log-every 50] [--checkpoint-dir DIR] [--threads N]
+ *            [--log-every 50] [--checkpoint-dir DIR] [--threads N] [--zero 0]
  *
  * --text (default kjv.txt) is made with Debian's bible-kjv when missing
  * (COLUMNS=80 bible Genesis1:1-Revelation22:21). The learning rate warms up over 20 steps from
  * 5% and then follows a cosine down to a tenth at the run's last step. --checkpoint-dir also
  * resumes from the directory's latest checkpoint when there is one. Prints the trainer's line
  * every --log-every steps (with MFU), `val step=<s> val_loss=<x>` every --val-every steps (0:
- * none), an epoch line each epoch and last `final: val_loss=<nats per byte> tokens_per_s=<rate>
- * params=<count>`. bench/gpt_train/text.sh runs the same recipe under PyTorch DDP beside it. */
+ * none), an epoch line each epoch, `optimizer_state_bytes=<per replica> zero=<stage>` (--zero 1:
+ * ZeRO-1, the AdamW moments sharded over the replicas: about 1/N of the bytes, the same
+ * training) and last `final: val_loss=<nats per byte> tokens_per_s=<rate> params=<count>`.
+ * bench/gpt_train/text.sh runs the same recipe under PyTorch DDP beside it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +115,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *text = "kjv.txt", *ckpt = NULL;
-    int replicas = 2, layers = 4, heads = 4, threads = 1;
+    int replicas = 2, layers = 4, heads = 4, threads = 1, zero = 0;
     long long epochs = 1, embd = 128, block = 128, batch = 16, val_every = 250, log_every = 50;
     double lr = 1e-3, clip = 1.0, val = 0.05;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -148,6 +150,8 @@ int main(int argc, char **argv)
             ckpt = v;
         else if (!strcmp(k, "--threads"))
             threads = atoi(v);
+        else if (!strcmp(k, "--zero"))
+            zero = atoi(v);
         else {
             fprintf(stderr, "gpt_text: unknown option %s (see the file's header)\n", k);
             ct_shutdown();
@@ -182,7 +186,8 @@ int main(int argc, char **argv)
                                             .cpus_per_replica = threads,
                                             .batch_size = batch,
                                             .epochs = epochs,
-                                            .seed = 1},
+                                            .seed = 1,
+                                            .zero_stage = zero},
                             &t);
     if (rc == 0)
         rc = trainer_train(
@@ -192,6 +197,8 @@ int main(int argc, char **argv)
             .flops_per_sample = flops_per_window(trainer_get_model(t), layers, embd, block));
     if (rc == 0)
         rc = trainer_validate(t, &st);
+    if (rc == 0)
+        printf("optimizer_state_bytes=%lld zero=%d\n", (long long)st.optim_state_bytes, zero);
     if (rc == 0)
         printf("final: val_loss=%.4f tokens_per_s=%.0f params=%lld\n", st.val_loss,
                st.samples_per_s * (double)block,

@@ -115,6 +115,29 @@ int ct_comm_broadcast(ct_comm *comm, void *buf, size_t count, ct_dtype dtype, in
 int ct_comm_allgather(ct_comm *comm, const void *send, void *recv, size_t count, ct_dtype dtype,
                       int timeout_ms);
 
+/* ---- sharded collectives (ZeRO) --------------------------------------------------------
+ * A flat buffer of count elements split into world_size chunks: rank r owns chunk r,
+ * [off, off + len) of ct_comm_chunk (balanced: the first count % world_size chunks hold one
+ * element more; chunks may be empty). Ring backend only (CT_ENOSYS on nccl). */
+void ct_comm_chunk(size_t count, int world_size, int rank, size_t *off, size_t *len);
+
+/* In-place reduce-scatter of f32 buf: on return this rank's chunk holds the reduction (SUM, or
+ * AVG: the sum divided by world_size), with the very bits ct_comm_allreduce gives for those
+ * elements (the same summation order). The rest of buf is unspecified. One node: each rank sums
+ * only its chunk (shared memory); one rank per node: the TCP ring's reduce-scatter plus one
+ * step that hands each chunk to its owner; ranks spread over nodes with several per node: a
+ * full allreduce (correct, not cheaper). */
+int ct_comm_reduce_scatter(ct_comm *comm, float *buf, size_t count, ct_comm_op op, int timeout_ms);
+
+/* In-place allgather of chunks: every rank's chunk of buf (ct_comm_chunk) goes to every rank. */
+int ct_comm_allgather_chunks(ct_comm *comm, void *buf, size_t count, ct_dtype dtype,
+                             int timeout_ms);
+
+/* In-place allgather with per-rank counts: rank r's counts[r] elements at buf + (counts[0] +
+ * ... + counts[r-1]) go to every rank. Every rank passes the same counts[world_size]. */
+int ct_comm_allgatherv(ct_comm *comm, void *buf, const size_t *counts, ct_dtype dtype,
+                       int timeout_ms);
+
 /* Returns when every rank has entered the barrier. */
 int ct_comm_barrier(ct_comm *comm, int timeout_ms);
 
@@ -153,6 +176,11 @@ typedef struct ct_bucketer_opts {
     /* where the gradients live (ct/tensor.h): CT_CPU (0) host arrays; CT_CUDA or CT_CHECKDEV
      * device arrays, ordered with the compute stream by an event per bucket (bucket.c) */
     ct_device device;
+    /* ZeRO-1: reduce-scatter (AVG) each bucket instead of allreducing it; this rank then holds
+     * the averages only for its chunk of each bucket (ct_comm_chunk over the bucket's packed
+     * gradients: ct_bucketer_shard says which part of each gradient), the rest of its gradients
+     * keep local sums. Host gradients and the ring backend only (CT_ENOSYS else). */
+    bool shard;
 } ct_bucketer_opts;
 
 int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, int ngrads,
@@ -172,6 +200,14 @@ int ct_bucketer_finish(ct_bucketer *b);
  * DDP's no_sync() for gradient accumulation; the next synced step reduces the accumulated
  * sum. Only between steps. */
 void ct_bucketer_set_no_sync(ct_bucketer *b, bool no_sync);
+
+/* shard mode: the part [*lo, *lo + *n) of gradient i whose average this rank owns. */
+void ct_bucketer_shard(const ct_bucketer *b, int i, size_t *lo, size_t *n);
+
+/* shard mode, between steps (after finish): vals[i] (numel counts[i], as the gradients) gets
+ * every rank's owned part (ct_bucketer_shard) of it: per bucket, one allgather of chunks. For
+ * ZeRO's parameters after each rank stepped its own part. Caller's thread. */
+int ct_bucketer_allgather(ct_bucketer *b, float *const *vals);
 
 /* Number of buckets, and the gradient range [first, first + n) of bucket k (for tests). */
 int ct_bucketer_num_buckets(const ct_bucketer *b);

@@ -141,6 +141,16 @@ int ct_optim_clip_grad_value(ct_optim *o, double clip);
 /* Re-points parameter i (in creation/group order) to new value/grad arrays of the same numel. */
 int ct_optim_set_param_ptrs(ct_optim *o, int i, float *value, float *grad);
 
+/* ZeRO-1: parameter i is stepped only on elements [lo, lo + n) (the part this replica owns); its
+ * state arrays hold n floats (state that exists keeps its part of the old range), a state dict's
+ * tensors hold that part only, and ct_optim_load_state_dict takes full tensors and keeps the
+ * part. Default: [0, numel). CT_EINVAL for a range outside the parameter. */
+int ct_optim_set_shard(ct_optim *o, int i, int64_t lo, int64_t n);
+/* The index of the parameter whose value array is value, or -1. */
+int ct_optim_find_param(const ct_optim *o, const float *value);
+/* Bytes of optimizer state (momentum, exp_avg, exp_avg_sq, max_exp_avg_sq) allocated now. */
+int64_t ct_optim_state_bytes(const ct_optim *o);
+
 int ct_optim_num_params(const ct_optim *o);
 int ct_optim_num_groups(const ct_optim *o);
 /* "sgd", "adam" or "adamw". */

@@ -238,6 +238,11 @@ typedef struct trainer_opts {
      * a GPU fail (tests; its gradients are averaged by the CPU ring). The driver's own model
      * stays on the CPU; checkpoints are the same files whatever the device. */
     const char *device;
+    /* ZeRO stage (or config key "zero" when 0 here): 0 off; 1 shards the optimizer state over
+     * the replicas: gradients are reduce-scattered, each replica steps (and keeps AdamW's
+     * moments for) only its 1/N of the elements, then the parameters are allgathered. Same
+     * results and checkpoint format as without it. CPU replicas only (CT_ENOSYS else). */
+    int zero_stage;
 } trainer_opts;
 
 /* Checks the options, runs every creator once in this process (with the built-in step, one
@@ -292,6 +297,9 @@ typedef struct trainer_stats {
      * counted in steps too), and its scale now (0: no scaler) */
     int64_t skipped_steps;
     double loss_scale;
+    /* bytes of optimizer state per replica (the largest replica's, last segment): with
+     * zero_stage 1 about 1/N of what it is without */
+    int64_t optim_state_bytes;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */

@@ -2,8 +2,9 @@
  * node, one on another, so both transports run): bucket layout (first bucket small, then
  * large, gradients never split), results bit-identical to a plain per-tensor allreduce (AVG)
  * of integer-valued data, buckets reduced while the "backward" loop is still marking, two
- * steps in a row, no_sync accumulation, argument errors, and a step on an aborted
- * communicator (fails with CT_ECANCELED, no hang). */
+ * steps in a row, no_sync accumulation, argument errors, shard mode (ZeRO-1: each rank's chunks
+ * of the buckets reduced with the allreduce's bits, covering every gradient once, then
+ * allgathered), and a step on an aborted communicator (fails with CT_ECANCELED, no hang). */
 #include <math.h>
 
 #include "harness.h"
@@ -129,6 +130,51 @@ static int rank_main(int rank, int world, void *arg)
         CHECK_RC(ct_comm_allreduce(c, ref[i], counts[i], CT_F32, CT_COMM_AVG, 0));
         CHECK(memcmp(g[i], ref[i], counts[i] * sizeof(float)) == 0);
     }
+    /* shard mode (ZeRO-1): each rank gets the averages of its chunks of the buckets (the
+     * allreduce's bits); the shards of a gradient over all ranks cover it once; the allgather
+     * puts every rank's shard everywhere */
+    size_t lo, n;
+    ct_bucketer_shard(b, 3, &lo, &n);
+    CHECK(lo == 0 && n == counts[3]);
+    CHECK(ct_bucketer_allgather(b, g) == CT_EINVAL); /* not in shard mode */
+    ct_bucketer *bs = NULL;
+    bo.shard = true;
+    CHECK_RC(ct_bucketer_new(c, g, counts, NG, &bo, &bs));
+    for (int i = 0; i < NG; i++) {
+        fill(g[i], counts[i], rank, i, 3);
+        fill(ref[i], counts[i], rank, i, 3);
+        CHECK_RC(ct_comm_allreduce(c, ref[i], counts[i], CT_F32, CT_COMM_AVG, 0));
+    }
+    for (int i = 0; i < NG; i++)
+        CHECK_RC(ct_bucketer_mark_ready(bs, i));
+    CHECK_RC(ct_bucketer_finish(bs));
+    float owned[NG];
+    for (int i = 0; i < NG; i++) {
+        ct_bucketer_shard(bs, i, &lo, &n);
+        CHECK(lo + n <= counts[i]);
+        owned[i] = (float)n;
+        if (n && memcmp(g[i] + lo, ref[i] + lo, n * sizeof(float))) {
+            fprintf(stderr, "rank %d shard: grad %d [%zu, %zu) is not the allreduce's\n", rank, i,
+                    lo, lo + n);
+            return 1;
+        }
+        for (size_t j = 0; j < counts[i]; j++) /* only the shard is known: the rest is lost */
+            g[i][j] = j >= lo && j < lo + n ? g[i][j] : -1.0f;
+    }
+    CHECK_RC(ct_comm_allreduce(c, owned, NG, CT_F32, CT_COMM_SUM, 0));
+    for (int i = 0; i < NG; i++)
+        if (owned[i] != (float)counts[i]) {
+            fprintf(stderr, "shards of grad %d cover %g of %zu elements\n", i, owned[i], counts[i]);
+            return 1;
+        }
+    CHECK_RC(ct_bucketer_allgather(bs, g));
+    for (int i = 0; i < NG; i++)
+        if (memcmp(g[i], ref[i], counts[i] * sizeof(float))) {
+            fprintf(stderr, "rank %d shard: grad %d after the allgather differs\n", rank, i);
+            return 1;
+        }
+    ct_bucketer_destroy(&bs);
+
     /* an aborted communicator: the step fails with CT_ECANCELED instead of hanging, the
      * thread is joined by destroy */
     for (int i = 0; i < NG / 2; i++) { /* a faster peer may have aborted already */

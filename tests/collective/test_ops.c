@@ -1,4 +1,6 @@
-/* tests/collective/test_ops.c — allreduce (sum, avg), broadcast, allgather and barrier of the
+/* tests/collective/test_ops.c — allreduce (sum, avg), broadcast, allgather, barrier, and ZeRO's
+ * reduce-scatter (the allreduce's bits on each rank's chunk), allgather of chunks and allgatherv
+ * (uneven counts, some empty) of the
  * ring backend across 2, 3, 4 and 8 forked ranks, lengths 1, 7, 1000 and 10^6 (10^6 only up to
  * 4 ranks, 10^5 for 8: 8 ranks on 2 cores is slow), with integer-valued floats so sums are exact.
  * argv[1] picks the placement: shm (one node id), tcp (a node id per rank), mixed (two nodes,
@@ -88,6 +90,58 @@ static int check_lengths(ct_comm *c, int rank, int world, size_t len)
                 }
             }
     }
+    /* reduce-scatter (AVG) of non-integer values: this rank's chunk has the allreduce's bits */
+    size_t lo, n, olo, on;
+    ct_comm_chunk(len, world, rank, &lo, &n);
+    CHECK(lo ==
+          (size_t)rank * (len / world) + ((size_t)rank < len % world ? (size_t)rank : len % world));
+    CHECK(n == len / world + ((size_t)rank < len % world));
+    float *ref = all; /* len * world >= len floats */
+    for (size_t i = 0; i < len; i++)
+        buf[i] = ref[i] = (float)(rank + 1) * 0.1f + (float)(i % 11) * 0.37f + 1e-3f * (float)i;
+    CHECK_RC(ct_comm_allreduce(c, ref, len, CT_F32, CT_COMM_AVG, 0));
+    CHECK_RC(ct_comm_reduce_scatter(c, buf, len, CT_COMM_AVG, 0));
+    for (size_t i = lo; i < lo + n; i++)
+        if (memcmp(&buf[i], &ref[i], sizeof(float))) {
+            fprintf(stderr, "%s W=%d len=%zu rank %d: reduce_scatter[%zu] = %.9g, allreduce %.9g\n",
+                    mode, world, len, rank, i, buf[i], ref[i]);
+            return 1;
+        }
+    /* allgather of chunks: every element from its owner */
+    for (size_t i = 0; i < len; i++)
+        buf[i] = i >= lo && i < lo + n ? (float)(rank * 1000 + (int)(i % 1000)) : -7.0f;
+    CHECK_RC(ct_comm_allgather_chunks(c, buf, len, CT_F32, 0));
+    for (int r = 0; r < world; r++) {
+        ct_comm_chunk(len, world, r, &olo, &on);
+        for (size_t i = olo; i < olo + on; i++)
+            if (buf[i] != (float)(r * 1000 + (int)(i % 1000))) {
+                fprintf(stderr, "%s W=%d len=%zu rank %d: allgather_chunks[%zu] = %g, want %d\n",
+                        mode, world, len, rank, i, buf[i], r * 1000 + (int)(i % 1000));
+                return 1;
+            }
+    }
+    /* allgatherv with uneven counts (some zero): rank r's block of counts[r] at its offset */
+    size_t counts[8], total = 0, my_off = 0;
+    for (int r = 0; r < world; r++) {
+        counts[r] = r % 3 == 1 ? 0 : (len + (size_t)r * 7) / (size_t)(r + 1);
+        if (r < rank)
+            my_off += counts[r];
+        total += counts[r];
+    }
+    float *v = malloc((total ? total : 1) * sizeof(float));
+    CHECK(v);
+    for (size_t i = 0; i < total; i++)
+        v[i] = i >= my_off && i < my_off + counts[rank] ? (float)(rank * 100000 + (int)(i % 9973))
+                                                        : -7.0f;
+    CHECK_RC(ct_comm_allgatherv(c, v, counts, CT_F32, 0));
+    for (int r = 0, off = 0; r < world; off += (int)counts[r], r++)
+        for (size_t i = (size_t)off; i < (size_t)off + counts[r]; i++)
+            if (v[i] != (float)(r * 100000 + (int)(i % 9973))) {
+                fprintf(stderr, "%s W=%d len=%zu rank %d: allgatherv[%zu] = %g, want rank %d's\n",
+                        mode, world, len, rank, i, v[i], r);
+                return 1;
+            }
+    free(v);
     free(buf);
     free(all);
     return 0;

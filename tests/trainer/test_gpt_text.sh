@@ -5,7 +5,8 @@
 # loss well under ln 256 = 5.55 nats per byte, the uniform guess, and falling between the
 # validations every 50 steps; the trainer's log line shows MFU), with the parameter count of
 # its shape (the output layer tied to the token embedding). The same command line with 2
-# epochs resumes from the directory, trains only epoch 2 and ends lower. The checkpoint reads
+# epochs and --zero 1 (ZeRO-1) resumes from the directory, trains only epoch 2 and ends lower,
+# with half the optimizer-state bytes per replica. The checkpoint reads
 # in Python as a safetensors file with the tied weight once, and examples/gpt_sample writes
 # text from it (the same for a seed). Removes what it made.
 set -euo pipefail
@@ -36,10 +37,14 @@ awk '/^val step=/ { split($3, a, "="); v[n++] = a[2] } END { exit !(n == 3 && v[
 grep -Eq '^trainer: epoch 1/1 step [0-9]+/176 .*\| MFU [0-9]+\.[0-9]%' "$tmp/run1.err" ||
     fail "no trainer line with MFU on stderr"
 
-"$bin/gpt_text" "${args[@]}" --epochs 2 >"$tmp/run2.out" 2>"$tmp/run2.err" ||
+"$bin/gpt_text" "${args[@]}" --epochs 2 --zero 1 >"$tmp/run2.out" 2>"$tmp/run2.err" ||
     { cat "$tmp/run2.out" "$tmp/run2.err"; fail "resumed run"; }
 cat "$tmp/run2.out"
 grep -q '^epoch 2:' "$tmp/run2.out" || fail "the resumed run did not train epoch 2"
+# AdamW's two moments of 118528 parameters; ZeRO-1 on 2 replicas: half of them
+grep -q '^optimizer_state_bytes=948224 zero=0$' "$tmp/run1.out" || fail "run 1's optimizer state"
+grep -q '^optimizer_state_bytes=474112 zero=1$' "$tmp/run2.out" ||
+    fail "ZeRO-1's optimizer state is not half: $(grep optimizer_state "$tmp/run2.out")"
 ! grep -q '^epoch 1:' "$tmp/run2.out" || fail "the resumed run trained epoch 1 again"
 awk -v a="$(val "$tmp/run1.out")" -v b="$(val "$tmp/run2.out")" 'BEGIN { exit !(b < a) }' ||
     fail "validation loss did not fall in epoch 2: $(val "$tmp/run1.out") -> $(val "$tmp/run2.out")"

@@ -11,7 +11,10 @@
  * path has run on one GPU only, world size 1). The engine drives it from gradient-ready hooks
  * (ct_module_on_grad_ready: parameter i final -> mark gradient nparams-1-i), so buckets are
  * reduced while the rest of backward runs; see examples/ddp_fashion_mnist.c and
- * tests/collective/test_overlap.c. Not a tensor library: plain pointers.
+ * tests/collective/test_overlap.c. Shard mode (ZeRO-1, host gradients on the ring): each bucket
+ * is reduce-scattered instead (its single gradient in place, else packed), this rank's chunk of
+ * the averages is copied back, and ct_bucketer_allgather later gathers the parameters' chunks
+ * with the same layout. Not a tensor library: plain pointers.
  *
  * Gradients on a device (opts.device: CUDA, the checking device). The hook fires when backward's
  * kernels are QUEUED, not done: so when a bucket completes, the caller's thread records the
@@ -31,10 +34,11 @@
 #include "trainer/backend/backend.h"
 
 struct bucket {
-    int first, n; /* gradients [first, first + n) */
-    size_t count; /* floats */
-    int pending;  /* gradients not yet ready this step */
-    float *pack;  /* NULL when n == 1 (reduced in place) */
+    int first, n;   /* gradients [first, first + n) */
+    size_t count;   /* floats */
+    int pending;    /* gradients not yet ready this step */
+    float *pack;    /* NULL when n == 1 (reduced in place) */
+    size_t lo, len; /* shard mode: this rank's chunk of the packed bucket (ct_comm_chunk) */
 };
 
 struct ct_bucketer {
@@ -53,6 +57,9 @@ struct ct_bucketer {
     int nb;
     int timeout_ms;
     bool no_sync;
+    bool shard;       /* ZeRO-1: reduce-scatter, then ct_bucketer_allgather of the parameters */
+    size_t *shard_lo; /* shard mode: [ngrads] the part of gradient i this rank owns */
+    size_t *shard_n;
     int next_launch; /* caller thread only */
 
     pthread_t thread;
@@ -98,8 +105,43 @@ static int reduce_device(ct_bucketer *t, int k)
     return rc < 0 ? rc : bk->event_record(t->done_ev, t->stream);
 }
 
+/* Shard mode: copies the owned parts of bucket b between the gradient-shaped arrays v and the
+ * packed buffer (to_pack) or back. */
+static void copy_owned(ct_bucketer *t, const struct bucket *b, float *const *v, bool to_pack)
+{
+    size_t off = 0;
+    for (int i = b->first; i < b->first + b->n; i++) {
+        size_t lo = t->shard_lo[i], n = t->shard_n[i];
+        if (n && to_pack)
+            memcpy(b->pack + off + lo, v[i] + lo, n * sizeof(float));
+        else if (n)
+            memcpy(v[i] + lo, b->pack + off + lo, n * sizeof(float));
+        off += t->counts[i];
+    }
+}
+
+/* Shard mode: one reduce-scatter (AVG) of the bucket; this rank's chunk goes back into the
+ * gradients it covers. */
+static int scatter_bucket(ct_bucketer *t, struct bucket *b)
+{
+    if (!b->pack)
+        return ct_comm_reduce_scatter(t->comm, t->grads[b->first], b->count, CT_COMM_AVG,
+                                      t->timeout_ms);
+    size_t off = 0;
+    for (int i = b->first; i < b->first + b->n; i++) {
+        memcpy(b->pack + off, t->grads[i], t->counts[i] * sizeof(float));
+        off += t->counts[i];
+    }
+    int rc = ct_comm_reduce_scatter(t->comm, b->pack, b->count, CT_COMM_AVG, t->timeout_ms);
+    if (rc == 0)
+        copy_owned(t, b, t->grads, false);
+    return rc;
+}
+
 static int reduce_bucket(ct_bucketer *t, struct bucket *b)
 {
+    if (t->shard)
+        return scatter_bucket(t, b);
     if (t->bk)
         return reduce_device(t, (int)(b - t->b));
     if (t->comm->backend == CT_COMM_NCCL) /* device gradients: one NCCL group, no packing */
@@ -242,6 +284,34 @@ int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, in
             bytes = 0;
         }
     }
+    if (o.shard && (o.device != CT_CPU || comm->backend != CT_COMM_RING)) {
+        rc = ct__error(CT_ENOSYS,
+                       "ct_bucketer_new: shard (ZeRO-1) needs host gradients and the ring backend");
+        goto err;
+    }
+    t->shard = o.shard;
+    if (t->shard) {
+        t->shard_lo = calloc((size_t)ngrads, sizeof *t->shard_lo);
+        t->shard_n = calloc((size_t)ngrads, sizeof *t->shard_n);
+        if (!t->shard_lo || !t->shard_n) {
+            rc = ct__error(CT_ENOMEM, "ct_bucketer_new: shard tables");
+            goto err;
+        }
+        for (int k = 0; k < t->nb; k++) {
+            struct bucket *b = &t->b[k];
+            ct_comm_chunk(b->count, ct_comm_world_size(comm), ct_comm_rank(comm), &b->lo, &b->len);
+            size_t off = 0;
+            for (int i = b->first; i < b->first + b->n; i++) {
+                size_t a = b->lo > off ? b->lo : off;
+                size_t e = b->lo + b->len < off + counts[i] ? b->lo + b->len : off + counts[i];
+                if (e > a) {
+                    t->shard_lo[i] = a - off;
+                    t->shard_n[i] = e - a;
+                }
+                off += counts[i];
+            }
+        }
+    }
     if (o.device != CT_CPU && (rc = device_setup(t, o.device)) < 0)
         goto err;
     for (int k = 0; k < t->nb; k++)
@@ -301,6 +371,8 @@ void ct_bucketer_destroy(ct_bucketer **pt)
             t->bk->event_free(t->done_ev);
     }
     free(t->b);
+    free(t->shard_lo);
+    free(t->shard_n);
     free(t->ready);
     free(t->bucket_of);
     free(t->counts);
@@ -414,4 +486,44 @@ int ct_bucketer_buckets_done(ct_bucketer *t)
     int done = t->done;
     pthread_mutex_unlock(&t->mu);
     return done;
+}
+
+void ct_bucketer_shard(const ct_bucketer *t, int i, size_t *lo, size_t *n)
+{
+    *lo = 0;
+    *n = 0;
+    if (!t || i < 0 || i >= t->ngrads)
+        return;
+    if (!t->shard) {
+        *n = t->counts[i];
+        return;
+    }
+    *lo = t->shard_lo[i];
+    *n = t->shard_n[i];
+}
+
+int ct_bucketer_allgather(ct_bucketer *t, float *const *vals)
+{
+    if (!t || !vals)
+        return ct__error(CT_EINVAL, "ct_bucketer_allgather: bucketer or vals is NULL");
+    if (!t->shard)
+        return ct__error(CT_EINVAL, "ct_bucketer_allgather: the bucketer is not in shard mode");
+    for (int k = 0; k < t->nb; k++) {
+        struct bucket *b = &t->b[k];
+        int rc;
+        if (!b->pack) {
+            rc = ct_comm_allgather_chunks(t->comm, vals[b->first], b->count, CT_F32, t->timeout_ms);
+        } else {
+            copy_owned(t, b, vals, true);
+            rc = ct_comm_allgather_chunks(t->comm, b->pack, b->count, CT_F32, t->timeout_ms);
+            size_t off = 0;
+            for (int i = b->first; rc == 0 && i < b->first + b->n; i++) {
+                memcpy(vals[i], b->pack + off, t->counts[i] * sizeof(float));
+                off += t->counts[i];
+            }
+        }
+        if (rc < 0)
+            return ct__error(rc, "ct_bucketer_allgather: bucket %d: %s", k, ct_last_error());
+    }
+    return 0;
 }

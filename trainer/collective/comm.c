@@ -400,6 +400,104 @@ int ct_comm_allgather(ct_comm *c, const void *send, void *recv, size_t count, ct
     return finish(c, rc);
 }
 
+/* ---- sharded collectives (ZeRO) ------------------------------------------------------- */
+
+void ct_comm_chunk(size_t count, int world, int rank, size_t *off, size_t *len)
+{
+    if (world < 1 || rank < 0 || rank >= world) {
+        *off = *len = 0;
+        return;
+    }
+    size_t base = count / (size_t)world, rem = count % (size_t)world;
+    *off = (size_t)rank * base + ((size_t)rank < rem ? (size_t)rank : rem);
+    *len = base + ((size_t)rank < rem);
+}
+
+static int sharded_check(ct_comm *c, const void *buf, size_t count, const char *fn)
+{
+    if (!c || (!buf && count))
+        return ct__error(CT_EINVAL, "%s: comm or buf is NULL", fn);
+    if (c->nops)
+        return ct__error(CT_ENOSYS, "%s: not implemented on the nccl backend", fn);
+    return check_usable(c);
+}
+
+int ct_comm_reduce_scatter(ct_comm *c, float *buf, size_t count, ct_comm_op op, int timeout_ms)
+{
+    int rc = sharded_check(c, buf, count, "ct_comm_reduce_scatter");
+    if (rc < 0)
+        return rc;
+    if (op != CT_COMM_SUM && op != CT_COMM_AVG)
+        return ct__error(CT_EINVAL, "ct_comm_reduce_scatter: op %d unknown", (int)op);
+    size_t lo, len;
+    ct_comm_chunk(count, c->world, c->rank, &lo, &len);
+    float div = op == CT_COMM_AVG ? (float)c->world : 1.0f;
+    if (count == 0 || c->world == 1) {
+        if (div != 1.0f)
+            ct__divide(buf + lo, len, div);
+        return 0;
+    }
+    int64_t dl = ct__comm_deadline(c, timeout_ms);
+    if (c->nnodes == 1) /* one node */
+        return finish(c, ct__shm_reduce_scatter(c, buf, count, div, lo, len, dl));
+    if (c->nnodes == c->world) /* one rank per node: node j is rank j */
+        return finish(c, ct__tcp_reduce_scatter(c, buf, count, div, dl));
+    /* several nodes with several ranks on some: the chunks of a node's ranks are not one
+     * segment of the ring's; the whole allreduce is correct and has the same bits */
+    return finish(c, ring_allreduce(c, buf, count, div, dl));
+}
+
+int ct_comm_allgatherv(ct_comm *c, void *buf, const size_t *counts, ct_dtype dt, int timeout_ms)
+{
+    if (c && !counts)
+        return ct__error(CT_EINVAL, "ct_comm_allgatherv: counts is NULL");
+    int rc = sharded_check(c, buf ? buf : (void *)counts, 0, "ct_comm_allgatherv");
+    if (rc < 0)
+        return rc;
+    size_t es = ct_dtype_size(dt), total = 0;
+    size_t *off = malloc(sizeof *off * 2 * (size_t)c->world);
+    if (!off)
+        return ct__error(CT_ENOMEM, "ct_comm_allgatherv: blocks");
+    size_t *len = off + c->world;
+    for (int r = 0; r < c->world; r++) {
+        off[r] = total;
+        len[r] = counts[r] * es;
+        total += len[r];
+    }
+    if (total && !buf) {
+        free(off);
+        return ct__error(CT_EINVAL, "ct_comm_allgatherv: buf is NULL");
+    }
+    int64_t dl = ct__comm_deadline(c, timeout_ms);
+    if (total && c->world > 1) {
+        if (c->local_size > 1)
+            rc = ct__shm_allgatherv(c, buf, off, len, dl);
+        if (rc == 0 && c->nnodes > 1) {
+            if (c->local_rank == 0)
+                rc = ct__tcp_allgatherv(c, buf, off, len, dl);
+            if (rc == 0 && c->local_size > 1)
+                rc = ct__shm_broadcast(c, buf, total, 0, dl);
+        }
+    }
+    free(off);
+    return finish(c, rc);
+}
+
+int ct_comm_allgather_chunks(ct_comm *c, void *buf, size_t count, ct_dtype dt, int timeout_ms)
+{
+    int rc = sharded_check(c, buf, count, "ct_comm_allgather_chunks");
+    if (rc < 0)
+        return rc;
+    size_t *counts = malloc(sizeof *counts * (size_t)c->world), off;
+    if (!counts)
+        return ct__error(CT_ENOMEM, "ct_comm_allgather_chunks: counts");
+    for (int r = 0; r < c->world; r++)
+        ct_comm_chunk(count, c->world, r, &off, &counts[r]);
+    rc = ct_comm_allgatherv(c, buf, counts, dt, timeout_ms);
+    free(counts);
+    return rc;
+}
+
 int ct_comm_barrier(ct_comm *c, int timeout_ms)
 {
     if (!c)

@@ -65,6 +65,14 @@ int ct__shm_broadcast(ct_comm *c, void *buf, size_t bytes, int root_local, int64
 /* each local rank's block (bytes) goes to recv + rank * bytes on every local rank */
 int ct__shm_allgather(ct_comm *c, const void *send, void *recv, size_t bytes, int64_t deadline);
 int ct__shm_barrier(ct_comm *c, int64_t deadline);
+/* reduce-scatter among local ranks (one node): every rank copies buf in, then reduces only
+ * [lo, lo + len) of it (its chunk) from all slots, as ct__shm_allreduce sums (same bits) */
+int ct__shm_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, size_t lo, size_t len,
+                           int64_t deadline);
+/* in-place allgather among local ranks: rank r's block is bytes [off[r], off[r] + len[r]) of buf
+ * (off, len indexed by world rank) */
+int ct__shm_allgatherv(ct_comm *c, void *buf, const size_t *off, const size_t *len,
+                       int64_t deadline);
 
 /* ---- tcp.c: ring among node leaders -------------------------------------------------- */
 int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_t deadline);
@@ -73,6 +81,13 @@ int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t d
 int ct__tcp_broadcast(ct_comm *c, void *buf, size_t bytes, int root_node, int64_t deadline);
 /* node blocks: recv + r * bytes for every rank r; this node's blocks are filled already */
 int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline);
+/* one rank per node (node == rank): reduce-scatter of buf's node segments (ct_comm_chunk), with
+ * ct__tcp_allreduce's arithmetic: its reduce-scatter phase, then one step hands segment j to node
+ * j (a small buffer: the allreduce itself) */
+int ct__tcp_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int64_t deadline);
+/* in place: rank r's block is bytes [off[r], off[r] + len[r]) of buf; this node's are filled */
+int ct__tcp_allgatherv(ct_comm *c, void *buf, const size_t *off, const size_t *len,
+                       int64_t deadline);
 
 /* ---- reduce.c ----------------------------------------------------------------------------- */
 /* dst[i] = (sum_k srcs[k][i]) / div in the order of srcs (dst may alias srcs[k]) */

@@ -13,7 +13,9 @@
  * all its reads of round r, so double buffering needs no extra sync. Allreduce of a large
  * buffer: copy in, sync, reduce my 1/L slice of all slots into my slot, sync, copy every
  * slice out. Small messages (<= 16 KiB): copy in, sync, every rank sums all slots itself: one
- * sync, no syscall when the peers are running.
+ * sync, no syscall when the peers are running. Reduce-scatter (ZeRO): copy in, sync, each rank
+ * sums only its own chunk (the same sums, in the same order, as the allreduce's); allgatherv:
+ * each round every rank copies the next piece of its block in, sync, copies the others' out.
  *
  * Waiting spins, then yields, then sleeps on the futex with a short timeout; while waiting it
  * checks the deadline, the abort flag, the peer's failed flag and (every 10 ms) whether the
@@ -428,4 +430,60 @@ int ct__shm_barrier(ct_comm *c, int64_t deadline)
 {
     c->shm->round++;
     return sync_all(c, deadline);
+}
+
+int ct__shm_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, size_t lo, size_t len,
+                           int64_t deadline)
+{
+    struct ct__shm *s = c->shm;
+    const float *srcs[s->n];
+    size_t chunk = count * sizeof(float) <= s->slot
+                       ? count
+                       : round_bytes(s, count * sizeof(float)) / sizeof(float);
+    /* one sync per round: a rank's next write to this round's buffer (two rounds on) comes
+     * after its next sync, which waits for every peer's reads of this round */
+    for (size_t off = 0; off < count; off += chunk) {
+        size_t n = count - off < chunk ? count - off : chunk;
+        uint32_t r = s->round++;
+        if (ct__comm_aborted(c))
+            return ct__error(ct__comm_aborted(c), "collective: aborted");
+        memcpy(slot(s, r, s->me), buf + off, n * sizeof(float));
+        int rc = sync_all(c, deadline);
+        if (rc < 0)
+            return rc;
+        size_t a = lo > off ? lo : off, b = lo + len < off + n ? lo + len : off + n;
+        if (a >= b)
+            continue;
+        for (int i = 0; i < s->n; i++)
+            srcs[i] = (const float *)slot(s, r, i) + (a - off);
+        ct__reduce_sum(buf + a, srcs, s->n, b - a, div);
+    }
+    return 0;
+}
+
+int ct__shm_allgatherv(ct_comm *c, void *buf, const size_t *off, const size_t *len,
+                       int64_t deadline)
+{
+    struct ct__shm *s = c->shm;
+    char *b = buf;
+    size_t most = 0;
+    for (int i = 0; i < s->n; i++)
+        if (len[c->local_ranks[i]] > most)
+            most = len[c->local_ranks[i]];
+    size_t rb = round_bytes(s, most);
+    size_t my_off = off[c->rank], my_len = len[c->rank];
+    for (size_t pos = 0; pos < most; pos += rb) {
+        uint32_t r = s->round++;
+        if (pos < my_len)
+            memcpy(slot(s, r, s->me), b + my_off + pos, my_len - pos < rb ? my_len - pos : rb);
+        int rc = sync_all(c, deadline);
+        if (rc < 0)
+            return rc;
+        for (int i = 0; i < s->n; i++) {
+            int q = c->local_ranks[i];
+            if (i != s->me && pos < len[q])
+                memcpy(b + off[q] + pos, slot(s, r, i), len[q] - pos < rb ? len[q] - pos : rb);
+        }
+    }
+    return 0;
 }

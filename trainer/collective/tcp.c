@@ -10,8 +10,11 @@
  * them in node order (N-1 steps: one round trip for two nodes). Larger: ring reduce-scatter (N-1
  * steps; received bytes are added in as they arrive, so receiving and reducing overlap) then ring
  * allgather (N-1 steps), N = number of nodes, buffer split into N near-equal segments (any length
- * works; segments may be empty). broadcast: a pipelined chain from the root's node (each leader
- * forwards bytes as they come). Not for ranks on the same node: those use shm.c. */
+ * works; segments may be empty). reduce-scatter (ZeRO, one rank per node): the allreduce's
+ * reduce-scatter, then one step hands each segment to its node, so the bits are the allreduce's.
+ * allgatherv: the allgather's ring over per-rank blocks of any length. broadcast: a pipelined chain
+ * from the root's node (each leader forwards bytes as they come). Not for ranks on the same node:
+ * those use shm.c. */
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -470,12 +473,12 @@ static int small_allreduce(ct_comm *c, float *buf, size_t count, float div, int6
     return 0;
 }
 
-int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t deadline)
+/* The ring's reduce-scatter: N-1 steps, after which node j holds segment j + 1 reduced and
+ * divided by div (what both the allreduce and the reduce-scatter start with). */
+static int ring_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int64_t deadline)
 {
     int n = c->nnodes, j = c->node, rc;
     size_t so, sl, ro, rl;
-    if (count * sizeof(float) * (size_t)(n - 1) <= SMALL_BYTES) /* bytes sent per leader */
-        return small_allreduce(c, buf, count, div, deadline);
     if ((rc = ensure_tmp(c, STAGE / sizeof(float))) < 0)
         return rc;
     for (int s = 0; s < n - 1; s++) {
@@ -490,6 +493,32 @@ int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t d
         seg(count, n, (j + 1) % n, &so, &sl);
         ct__divide(buf + so, sl, div);
     }
+    return 0;
+}
+
+int ct__tcp_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int64_t deadline)
+{
+    int n = c->nnodes, j = c->node, rc;
+    size_t so, sl, ro, rl;
+    if (count * sizeof(float) * (size_t)(n - 1) <= SMALL_BYTES) /* as the allreduce decides */
+        return small_allreduce(c, buf, count, div, deadline);
+    if ((rc = ring_reduce_scatter(c, buf, count, div, deadline)) < 0)
+        return rc;
+    seg(count, n, (j + 1) % n, &so, &sl); /* mine is at node j - 1: one more step */
+    seg(count, n, j, &ro, &rl);
+    struct iovec sv = {buf + so, sl * sizeof(float)}, rv = {buf + ro, rl * sizeof(float)};
+    struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1};
+    return run_xfer(c, &x, deadline);
+}
+
+int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t deadline)
+{
+    int n = c->nnodes, j = c->node, rc;
+    size_t so, sl, ro, rl;
+    if (count * sizeof(float) * (size_t)(n - 1) <= SMALL_BYTES) /* bytes sent per leader */
+        return small_allreduce(c, buf, count, div, deadline);
+    if ((rc = ring_reduce_scatter(c, buf, count, div, deadline)) < 0)
+        return rc;
     for (int s = 0; s < n - 1; s++) {
         seg(count, n, (j + 1 - s + n) % n, &so, &sl);
         seg(count, n, (j - s + n) % n, &ro, &rl);
@@ -513,7 +542,8 @@ int ct__tcp_broadcast(ct_comm *c, void *buf, size_t bytes, int root_node, int64_
     return run_xfer(c, &x, deadline);
 }
 
-int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline)
+int ct__tcp_allgatherv(ct_comm *c, void *buf, const size_t *off, const size_t *len,
+                       int64_t deadline)
 {
     int n = c->nnodes, j = c->node, rc = 0;
     struct iovec *sv = malloc(sizeof *sv * (size_t)c->world);
@@ -525,7 +555,7 @@ int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline)
     for (int s = 0; s < n - 1 && rc == 0; s++) {
         int sg = (j - s + n) % n, rg = (j - s - 1 + n) % n, ns = 0, nr = 0;
         for (int r = 0; r < c->world; r++) {
-            struct iovec v = {(char *)recv + (size_t)r * bytes, bytes};
+            struct iovec v = {(char *)buf + off[r], len[r]};
             if (c->node_of[r] == sg)
                 sv[ns++] = v;
             if (c->node_of[r] == rg)
@@ -537,5 +567,20 @@ int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline)
 out:
     free(sv);
     free(rv);
+    return rc;
+}
+
+int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline)
+{
+    size_t *off = malloc(sizeof *off * 2 * (size_t)c->world);
+    if (!off)
+        return ct__error(CT_ENOMEM, "collective: allgather blocks");
+    size_t *len = off + c->world;
+    for (int r = 0; r < c->world; r++) {
+        off[r] = (size_t)r * bytes;
+        len[r] = bytes;
+    }
+    int rc = ct__tcp_allgatherv(c, recv, off, len, deadline);
+    free(off);
     return rc;
 }

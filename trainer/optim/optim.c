@@ -38,6 +38,7 @@ typedef struct pstate {
     char *name;
     float *value, *grad;
     int64_t numel;
+    int64_t lo, sn; /* the shard this optimizer steps: elements [lo, lo + sn) (0, numel: all) */
     int group;
     bool has_state;
     double step;
@@ -193,6 +194,7 @@ static int add_group(ct_optim *o, const ct_param_ref *params, int n, const void 
         p->value = params[i].value;
         p->grad = params[i].grad;
         p->numel = params[i].numel;
+        p->sn = p->numel;
         p->group = o->ngroups;
         if (!(p->bk = ct__backend_of(params[i].device))) {
             for (int j = 0; j <= i; j++)
@@ -289,14 +291,14 @@ void ct_optim_destroy(ct_optim **op)
 /* *a = zeroed state for p on its device, unless it exists */
 static int state_array(pstate *p, float **a)
 {
-    size_t bytes = (size_t)(p->numel ? p->numel : 1) * sizeof(float);
+    size_t bytes = (size_t)(p->sn ? p->sn : 1) * sizeof(float);
     void *m = NULL;
     if (*a)
         return 0;
     if (p->bk->alloc(&m, bytes) < 0 || p->bk->zero(m, bytes) < 0) {
         p->bk->free(m);
         return ct__error(CT_ENOMEM, "optim: out of %s memory for the state of '%s' (%lld floats)",
-                         p->bk->name, p->name, (long long)p->numel);
+                         p->bk->name, p->name, (long long)p->sn);
     }
     *a = m;
     return 0;
@@ -336,7 +338,8 @@ int ct_optim_step(ct_optim *o)
                            .nesterov = gr->nesterov,
                            .maximize = gr->maximize,
                            .first = !p->has_state};
-            if ((rc = CT__BK_CALL(p->bk, sgd_step, p->value, p->grad, p->buf, p->numel, &h)) < 0)
+            if ((rc = CT__BK_CALL(p->bk, sgd_step, p->value + p->lo, p->grad + p->lo, p->buf, p->sn,
+                                  &h)) < 0)
                 return rc;
             if (gr->momentum != 0.0)
                 p->has_state = true;
@@ -352,8 +355,8 @@ int ct_optim_step(ct_optim *o)
                             .maximize = gr->maximize,
                             .decoupled = o->kind == K_ADAMW,
                             .step = p->step + 1.0};
-            if ((rc = CT__BK_CALL(p->bk, adam_step, p->value, p->grad, p->buf, p->sq, p->mx,
-                                  p->numel, &h)) < 0)
+            if ((rc = CT__BK_CALL(p->bk, adam_step, p->value + p->lo, p->grad + p->lo, p->buf,
+                                  p->sq, p->mx, p->sn, &h)) < 0)
                 return rc;
             p->step += 1.0;
             p->has_state = true;
@@ -478,6 +481,46 @@ int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, doub
     return 0;
 }
 
+int ct__optim_shard_sumsq(ct_optim *o, double *sums)
+{
+    for (int i = 0; i < o->nparams; i++)
+        if (o->p[i].bk->device != CT_CPU)
+            return ct__backend_missing(o->p[i].bk, "a sharded clip_grad_norm");
+    for (int i = 0; i < o->nparams; i++) {
+        const float *g = o->p[i].grad;
+        double pn = 0.0;
+        for (int64_t k = 0; g && k < o->p[i].sn; k++) {
+            double a = fabs((double)g[o->p[i].lo + k]);
+            pn += a * a;
+        }
+        sums[i] = pn;
+    }
+    return 0;
+}
+
+int ct__optim_clip_sumsq(ct_optim *o, const double *sums, double max_norm, double *total_norm)
+{
+    if (!(max_norm >= 0.0))
+        return ct__error(CT_EINVAL, "optim_clip_grad_norm: max_norm = %g: must be >= 0", max_norm);
+    double acc = 0.0; /* as ct_optim_clip_grad_norm's L2 norm: per-parameter norms in float */
+    for (int i = 0; i < o->nparams; i++)
+        if (o->p[i].grad) {
+            float pnf = (float)sqrt(sums[i]);
+            acc += (double)pnf * pnf;
+        }
+    float total = (float)sqrt(acc);
+    if (total_norm)
+        *total_norm = total;
+    float coef = (float)max_norm / (total + 1e-6f);
+    if (coef < 1.0f)
+        for (int i = 0; i < o->nparams; i++) {
+            float *restrict g = o->p[i].grad;
+            for (int64_t k = 0; g && k < o->p[i].sn; k++)
+                g[o->p[i].lo + k] *= coef;
+        }
+    return 0;
+}
+
 int ct_optim_clip_grad_value(ct_optim *o, double clip)
 {
     if (!o || !(clip >= 0.0))
@@ -505,6 +548,71 @@ int ct_optim_set_param_ptrs(ct_optim *o, int i, float *value, float *grad)
     o->p[i].value = value;
     o->p[i].grad = grad;
     return 0;
+}
+
+int ct_optim_set_shard(ct_optim *o, int i, int64_t lo, int64_t n)
+{
+    if (!o || i < 0 || i >= o->nparams)
+        return ct__error(CT_EINVAL, "optim_set_shard: index %d out of range", i);
+    pstate *p = &o->p[i];
+    if (lo < 0 || n < 0 || lo + n > p->numel)
+        return ct__error(CT_EINVAL,
+                         "optim_set_shard: '%s': [%lld, %lld) not within its %lld elements",
+                         p->name, (long long)lo, (long long)(lo + n), (long long)p->numel);
+    if (lo == p->lo && n == p->sn)
+        return 0;
+    /* existing state (e.g. a full checkpoint's): keep the new shard's part of the old one */
+    float **arr[3] = {&p->buf, &p->sq, &p->mx};
+    float *fresh[3] = {NULL, NULL, NULL};
+    int64_t old_lo = p->lo, old_sn = p->sn;
+    p->sn = n;
+    int rc = 0;
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        if (!*arr[k])
+            continue;
+        if (lo < old_lo || lo + n > old_lo + old_sn)
+            rc = ct__error(CT_EINVAL,
+                           "optim_set_shard: '%s': state of [%lld, %lld) lacks [%lld, %lld)",
+                           p->name, (long long)old_lo, (long long)(old_lo + old_sn), (long long)lo,
+                           (long long)(lo + n));
+        else if ((rc = state_array(p, &fresh[k])) == 0 && n)
+            rc = p->bk->copy(fresh[k], *arr[k] + (lo - old_lo), (size_t)n * sizeof(float));
+    }
+    if (rc < 0) {
+        p->sn = old_sn;
+        for (int k = 0; k < 3; k++)
+            p->bk->free(fresh[k]);
+        return rc;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (!*arr[k])
+            continue;
+        p->bk->free(*arr[k]);
+        *arr[k] = fresh[k];
+        free(p->host[k]);
+        p->host[k] = NULL;
+    }
+    p->lo = lo;
+    return 0;
+}
+
+int ct_optim_find_param(const ct_optim *o, const float *value)
+{
+    for (int i = 0; o && value && i < o->nparams; i++)
+        if (o->p[i].value == value)
+            return i;
+    return -1;
+}
+
+int64_t ct_optim_state_bytes(const ct_optim *o)
+{
+    int64_t b = 0;
+    for (int i = 0; o && i < o->nparams; i++) {
+        const pstate *p = &o->p[i];
+        b += (int64_t)((p->buf != NULL) + (p->sq != NULL) + (p->mx != NULL)) * p->sn *
+             (int64_t)sizeof(float);
+    }
+    return b;
 }
 
 int ct_optim_num_params(const ct_optim *o)
@@ -611,7 +719,7 @@ static const struct {
 static int host_copies(pstate *p, const float **data)
 {
     float *dev[3] = {p->buf, p->sq, p->mx};
-    size_t bytes = (size_t)p->numel * sizeof(float);
+    size_t bytes = (size_t)p->sn * sizeof(float);
     for (int k = 0; k < 3; k++) {
         if (!dev[k])
             continue;
@@ -692,7 +800,7 @@ int ct_optim_state_dict(ct_optim *o, const ct_state_entry **entries, int *n)
             ct_state_entry e = {.kind = pieces[k].tensor ? CT_STATE_TENSOR : CT_STATE_SCALAR};
             if (pieces[k].tensor) {
                 e.data = data[k];
-                e.numel = p->numel;
+                e.numel = p->sn;
             } else {
                 e.scalar = p->step;
             }
@@ -892,17 +1000,18 @@ int ct_optim_load_state_dict(ct_optim *o, const ct_state_entry *entries, int n)
             if (pi < 0)
                 continue;
             pstate *p = &o->p[pi];
-            size_t bytes = (size_t)p->numel * sizeof(float);
+            size_t bytes = (size_t)p->sn * sizeof(float);
+            const float *src = en->data + p->lo; /* a shard: its part of the full tensor */
             switch (pieces[s].bit) {
             case PS_MOM:
             case PS_AVG:
-                rc = bytes ? p->bk->upload(p->buf, en->data, bytes) : 0;
+                rc = bytes ? p->bk->upload(p->buf, src, bytes) : 0;
                 break;
             case PS_SQ:
-                rc = bytes ? p->bk->upload(p->sq, en->data, bytes) : 0;
+                rc = bytes ? p->bk->upload(p->sq, src, bytes) : 0;
                 break;
             case PS_MX:
-                rc = bytes ? p->bk->upload(p->mx, en->data, bytes) : 0;
+                rc = bytes ? p->bk->upload(p->mx, src, bytes) : 0;
                 break;
             case PS_STEP:
                 p->step = en->scalar;

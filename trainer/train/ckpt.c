@@ -111,16 +111,22 @@ static int plan_tensor(tr_ckpt_plan *p, const char *name, ct_tensor *t, size_t *
     return 0;
 }
 
-int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_plan **out)
+int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, const tr_zero_state *full,
+                  tr_ckpt_plan **out)
 {
     *out = NULL;
     const ct_named_tensor *sd[TR_MAX_MODELS];
     const ct_state_entry *oe[TR_MAX_MODELS], *se = NULL;
     int nsd[TR_MAX_MODELS], noe[TR_MAX_MODELS], nse = 0, rc, n = st->nmodels, total = 0;
     for (int m = 0; m < n; m++) {
-        if ((rc = ct_module_state_dict(st->models[m], &sd[m], &nsd[m])) < 0 ||
-            (rc = ct_optim_state_dict(st->optims[m], &oe[m], &noe[m])) < 0)
+        if ((rc = ct_module_state_dict(st->models[m], &sd[m], &nsd[m])) < 0)
             return rc;
+        if (full) { /* ZeRO: the shards gathered (zero.c) */
+            oe[m] = full[m].e;
+            noe[m] = full[m].n;
+        } else if ((rc = ct_optim_state_dict(st->optims[m], &oe[m], &noe[m])) < 0) {
+            return rc;
+        }
         total += nsd[m] + noe[m];
     }
     if (st->sched && (rc = ct_sched_state_dict(st->sched, &se, &nse)) < 0)

@@ -64,6 +64,7 @@ typedef struct tr_spec {
     int sched_every; /* when the scheduler steps: TR_SCHED_EPOCH, _BATCH or _MANUAL */
     bool bind_cpus;  /* replicas of one machine get CPUs of their own (cpu_binding.c) */
     int device;      /* ct_device the replicas train on (the driver's model stays on the CPU) */
+    int zero;        /* ZeRO stage: 0 off, 1 optimizer state sharded over replicas (zero.c) */
 } tr_spec;
 
 enum { TR_SCHED_EPOCH, TR_SCHED_BATCH, TR_SCHED_MANUAL };
@@ -133,7 +134,16 @@ void ct__trainer_state_free(tr_state *st);
 /* A checkpoint being written: the header is built first, then the bytes are copied into a
  * buffer of ct__ckpt_size() bytes (e.g. an object-store allocation). */
 typedef struct tr_ckpt_plan tr_ckpt_plan;
-int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, tr_ckpt_plan **out);
+/* An optimizer's state dict with ZeRO's shards gathered into full tensors (zero.c); entry names
+ * are the optimizer's, valid until its next state dict. */
+typedef struct tr_zero_state {
+    ct_state_entry *e;
+    int n;
+    float **bufs; /* [n] the gathered tensors (NULL for other entries) */
+} tr_zero_state;
+/* full: NULL, or per model the optimizer state to write instead of its state dict (ZeRO) */
+int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, const tr_zero_state *full,
+                  tr_ckpt_plan **out);
 size_t ct__ckpt_size(const tr_ckpt_plan *p);
 void ct__ckpt_write(const tr_ckpt_plan *p, void *dst);
 void ct__ckpt_plan_free(tr_ckpt_plan **p);
@@ -255,6 +265,7 @@ typedef struct tr_report {
      * its scale after the segment (0: no scaler) */
     int64_t skipped, skipped_total;
     double loss_scale;
+    int64_t optim_state_bytes; /* this replica's optimizer state (all its optimizers) */
 } tr_report;
 
 typedef struct tr_val_report {
@@ -290,7 +301,20 @@ struct trainer_step {
     double grad_norm;   /* measured by trainer_step_clip_grad_norm in this step, */
     bool has_grad_norm; /* when has_grad_norm */
     int64_t wait_ns;    /* spent in this step waiting for the averaged gradients */
+    ct_comm *comm;      /* the replica's host communicator (ZeRO's clipping) */
+    bool zero;          /* ZeRO-1: optimizers step their shards, then parameters are gathered */
 };
+
+/* ---- ZeRO-1 (zero.c) ---- */
+/* Sets every optimized parameter's shard to what this rank owns in bucketer b (shard mode). */
+int ct__zero_shard(ct_module *model, ct_optim *o, ct_bucketer *b);
+/* After the optimizer step: every rank's owned parameter elements to all. */
+int ct__zero_allgather(ct_module *model, ct_bucketer *b);
+/* clip_grad_norm (L2) over the shards, the sums of squares added over ranks. */
+int ct__zero_clip(ct_comm *c, ct_optim *o, double max_norm, double *norm);
+/* A collective: o's state dict with full tensors (see tr_zero_state). */
+int ct__zero_gather_state(ct_comm *c, ct_optim *o, tr_zero_state *z);
+void ct__zero_state_free(tr_zero_state *z);
 
 /* The step function of spec (the built-in for ""). */
 trainer_step_fn ct__trainer_step_fn(const tr_spec *spec, bool training);

@@ -177,8 +177,13 @@ static int bucketer_new(replica *r, int m)
     if ((rc = ct_bucketer_new(r->ncomm ? r->ncomm : r->comm, grads, counts, np,
                               &(ct_bucketer_opts){.first_bucket_bytes = first,
                                                   .bucket_bytes = bucket,
-                                                  .device = r->device},
+                                                  .device = r->device,
+                                                  .shard = r->spec.zero >= 1},
                               &r->bucketers[m])) < 0)
+        goto out;
+    /* ZeRO-1: the optimizer keeps state for, and steps, only what this rank's chunks hold */
+    if (r->spec.zero >= 1 &&
+        (rc = ct__zero_shard(r->st.models[m], r->st.optims[m], r->bucketers[m])) < 0)
         goto out;
     r->hooks[m] = (grad_hook){r, m};
     rc = ct_module_on_grad_ready(r->st.models[m], grad_ready, &r->hooks[m]);
@@ -358,13 +363,14 @@ static uint64_t batch_seed(const replica *r, int64_t epoch, int64_t batch)
 /* Rank 0 writes the checkpoint straight into the store and seals it with TR_CKPT_COPIES
  * copies, or one per live node with a store when there are fewer (*asked); *copies gets how
  * many nodes hold it then (fewer than asked is the driver's to report). */
-static int write_checkpoint(replica *r, ct_object_id *id, int *copies, int *asked)
+static int write_checkpoint(replica *r, const tr_zero_state *full, ct_object_id *id, int *copies,
+                            int *asked)
 {
     int live = ct_object_store_nodes();
     *asked = live > 0 && live < TR_CKPT_COPIES ? live : TR_CKPT_COPIES;
     tr_ckpt_plan *p = NULL;
     void *dst = NULL;
-    int rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, &p);
+    int rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, full, &p);
     if (rc < 0)
         return rc;
     size_t size = ct__ckpt_size(p);
@@ -422,6 +428,10 @@ static int epoch_failed(replica *r, int rc)
 static bool drain_heard(replica *r)
 {
     ct_event ev;
+    /* ZeRO: a checkpoint needs every rank's optimizer shards, which one leaving replica does
+     * not have; its node's stop ends it without one (the driver recovers from the last) */
+    if (r->spec.zero)
+        return false;
     while (!r->draining && ct_events_next(&ev, 0) == 0)
         if (ev.type == CT_EVENT_NODE_DRAINING && !strcmp(ev.node_id, ct_self_node_id())) {
             r->draining = true;
@@ -490,6 +500,8 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                       .bucketers = r->bucketers,
                       .name = r->spec.train_step[0] ? r->spec.train_step : "(built-in)",
                       .training = true,
+                      .comm = r->comm,
+                      .zero = r->spec.zero >= 1,
                       .epoch = ea.epoch,
                       .metrics = &rep.metrics};
     int rc = 0;
@@ -599,11 +611,22 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             free(host);
         rep.weights_hash = m ? mix(rep.weights_hash ^ h) : h;
     }
-    if ((ea.checkpoint && r->setup.rank == 0) || drained_mid || (drained_end && !ea.checkpoint)) {
-        if ((rc = write_checkpoint(r, &rep.ckpt, &rep.copies, &rep.copies_asked)) < 0)
-            return rc;
-        rep.has_ckpt = 1;
+    /* ZeRO: every rank gathers the optimizer's shards for rank 0's checkpoint */
+    tr_zero_state zs[TR_MAX_MODELS] = {{0}};
+    bool gathered = r->spec.zero && ea.checkpoint;
+    for (int m = 0; gathered && rc == 0 && m < r->st.nmodels; m++)
+        rc = ct__zero_gather_state(r->comm, r->st.optims[m], &zs[m]);
+    if (rc == 0 &&
+        ((ea.checkpoint && r->setup.rank == 0) || drained_mid || (drained_end && !ea.checkpoint))) {
+        rc = write_checkpoint(r, gathered ? zs : NULL, &rep.ckpt, &rep.copies, &rep.copies_asked);
+        rep.has_ckpt = rc == 0;
     }
+    for (int m = 0; m < r->st.nmodels; m++)
+        ct__zero_state_free(&zs[m]);
+    if (rc < 0)
+        return rc;
+    for (int m = 0; m < r->st.nmodels; m++)
+        rep.optim_state_bytes += ct_optim_state_bytes(r->st.optims[m]);
     rep.drained = drained_mid || drained_end;
     rep.skipped_total = r->st.skipped;
     rep.loss_scale = r->st.scaler ? ct_grad_scaler_scale(r->st.scaler) : 0;

@@ -179,6 +179,9 @@ int trainer_step_optimizer_at(trainer_step *s, int i)
         return 0;
     }
     int rc = ct_optim_step(s->st->optims[i]);
+    /* ZeRO-1: each rank stepped its shard; everyone gets every rank's */
+    if (rc == 0 && s->zero)
+        rc = ct__zero_allgather(s->st->models[i], s->bucketers[i]);
     if (rc == 0) {
         s->updates++;
         ct_module_zero_grad(s->st->models[i]);
@@ -210,7 +213,9 @@ int trainer_step_clip_grad_norm(trainer_step *s, double max_norm, double *norm)
     }
     /* max_norm <= 0: the norm only (an infinite bound never scales) */
     double n = 0;
-    rc = ct_optim_clip_grad_norm(s->st->optims[0], max_norm > 0 ? max_norm : INFINITY, 2.0, &n);
+    double bound = max_norm > 0 ? max_norm : INFINITY;
+    rc = s->zero ? ct__zero_clip(s->comm, s->st->optims[0], bound, &n)
+                 : ct_optim_clip_grad_norm(s->st->optims[0], bound, 2.0, &n);
     if (rc == 0) { /* for the step record */
         s->grad_norm = n;
         s->has_grad_norm = true;

@@ -320,6 +320,28 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if ((rc = ct__trainer_ctx_init(&ctx, s->config, 0, 1, s->seed, 0, s->epochs, true)) < 0)
         goto fail;
     ctx_ok = true;
+    /* ZeRO: opts.zero_stage, else config key "zero" */
+    s->zero = o->zero_stage ? o->zero_stage : (int)trainer_config_int(&ctx, "zero", 0);
+    if (s->zero < 0 || s->zero > 1) {
+        rc = ct__error(CT_EINVAL, "trainer_create: %s %d: ZeRO stage 0 or 1 is implemented",
+                       o->zero_stage ? "opts.zero_stage" : "config key \"zero\" =", s->zero);
+        goto fail;
+    }
+    if (s->zero && device != CT_CPU) {
+        rc = ct__error(CT_ENOSYS,
+                       "trainer_create: ZeRO stage %d: implemented for replicas on the CPU only "
+                       "(opts.device)",
+                       s->zero);
+        goto fail;
+    }
+    if (s->zero && ctx.precision == CT_F16) {
+        rc = ct__error(CT_ENOSYS,
+                       "trainer_create: ZeRO stage %d with config key \"precision\" = f16: the "
+                       "loss scaler's inf/NaN check would see only this rank's shard averaged; "
+                       "not implemented (use bf16, or zero 0)",
+                       s->zero);
+        goto fail;
+    }
     /* a low precision on CPU replicas needs oneDNN kernels for it on this CPU (the nodes are
      * taken to have the driver's): without them the first step would fail on every retry */
     if (ctx.precision != CT_F32 && device == CT_CPU && (rc = lowp_cpu_check(ctx.precision)) < 0)
@@ -741,7 +763,6 @@ static int run_validation(trainer *t, char *why, size_t cap)
     return rc;
 }
 
-/* The epoch's statistics so far (its segments' sums) into st. */
 /* The stats of the driver's state (a checkpoint's): steps, the loss scaler's. */
 static void local_stats(trainer *t)
 {
@@ -749,6 +770,8 @@ static void local_stats(trainer *t)
     t->stats.skipped_steps = t->local.skipped;
     t->stats.loss_scale = t->local.scaler ? ct_grad_scaler_scale(t->local.scaler) : 0;
 }
+
+/* The epoch's statistics so far (its segments' sums) into st. */
 
 static void epoch_stats(const trainer *t, trainer_stats *st)
 {
@@ -837,6 +860,8 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         slowest = r->seconds > slowest ? r->seconds : slowest;
         first_step = r->first_step_ns > first_step ? r->first_step_ns : first_step;
         t->acc.agree &= r->weights_hash == r0->weights_hash;
+        if (i == 0 || r->optim_state_bytes > t->stats.optim_state_bytes)
+            t->stats.optim_state_bytes = r->optim_state_bytes;
     }
     t->acc.seconds += slowest;
     if (r0->nval > 0) {
@@ -1311,6 +1336,11 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     t->stats.epoch = t->local.epoch;
     local_stats(t);
     ct__progress_stop(t->progress);
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "trained to epoch %lld, step %lld: optimizer state %lld bytes per replica (ZeRO stage "
+           "%d)",
+           (long long)t->stats.epoch, (long long)t->stats.steps,
+           (long long)t->stats.optim_state_bytes, t->spec.zero);
     if (o->stats)
         *o->stats = t->stats;
     return rc;
@@ -1340,7 +1370,7 @@ int trainer_save(trainer *t, const char *path)
     char tmp[4200];
     void *buf = NULL;
     FILE *f = NULL;
-    int rc = ct__ckpt_plan(&t->local, &t->spec, t->world ? t->world : t->num_replicas, &p);
+    int rc = ct__ckpt_plan(&t->local, &t->spec, t->world ? t->world : t->num_replicas, NULL, &p);
     if (rc < 0)
         return rc;
     size_t size = ct__ckpt_size(p);

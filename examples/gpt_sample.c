@@ -27,8 +27,7 @@ static double uniform(void) /* xorshift64*, [0, 1) */
 
 /* a token drawn from logits (v) / temperature, among the top_k largest (0: all); scratch (v)
  * doubles, sorted (v) floats */
-static int draw(const float *logits, int v, double temperature, int top_k, double *p,
-                float *sorted)
+static int draw(const float *logits, int v, double temperature, int top_k, double *p, float *sorted)
 {
     double kth = -INFINITY, max = -INFINITY, sum = 0;
     if (top_k > 0 && top_k < v) {
@@ -127,7 +126,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "gpt_sample: %s\n", ct_last_error());
             rc = 1;
         } else {
-            ids[len++] = draw(ct_tensor_f32(logits) + (t - 1) * v, v, temperature, top_k, p, sorted);
+            ids[len++] =
+                draw(ct_tensor_f32(logits) + (t - 1) * v, v, temperature, top_k, p, sorted);
         }
         ct_tensor_release(&logits);
         ct_tensor_release(&idx);

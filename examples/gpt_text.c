@@ -1,7 +1,7 @@
 /* examples/gpt_text.c — a small GPT (nanoGPT's model, the built-in "gpt") trained on the King
- * James Bible, byte by byte or in BPE tokens, on 2 replicas with trainer_train: AdamW with weight decay on the
- * matrices only, warm-up plus cosine per step, gradient clipping by the global norm (the
- * averaged gradients are the same on every replica), checkpoints to a directory and resume.
+ * James Bible, byte by byte or in BPE tokens, on 2 replicas with trainer_train: AdamW with weight
+ * decay on the matrices only, warm-up plus cosine per step, gradient clipping by the global norm
+ * (the averaged gradients are the same on every replica), checkpoints to a directory and resume.
  *
  *   gpt_text [--text FILE] [--replicas 2] [--epochs 1] [--layers 4] [--heads 4] [--embd 128]
  *            [--block 128] [--batch 16] [--lr 1e-3] [--clip 1] [--val 0.05] [--val-every 250]
@@ -121,11 +121,8 @@ static int on_validate(trainer *t, const trainer_stats *st, void *user)
 static int open_split(const char *text, const char *tokens, double val, long long block, int r,
                       int replicas, bool is_val, ct_dataset **d)
 {
-    ct_text_opts o = {.block_size = block,
-                      .rank = r,
-                      .world_size = replicas,
-                      .val_fraction = val,
-                      .val = is_val};
+    ct_text_opts o = {
+        .block_size = block, .rank = r, .world_size = replicas, .val_fraction = val, .val = is_val};
     return tokens ? ct_dataset_open_tokens(tokens, &o, d) : ct_dataset_open_text(text, &o, d);
 }
 

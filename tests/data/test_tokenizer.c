@@ -81,8 +81,8 @@ static void hand_example(void)
 /* words drawn from a small list: repetitive, like text */
 static size_t gen_text(unsigned char *buf, size_t n, uint64_t seed)
 {
-    static const char *words[] = {"the ", "and ", "of ", "LORD ", "unto ", "said, ", "in ",
-                                  "shall ", "that ", "he ", "his ", "thee.\n", "was ", "God "};
+    static const char *words[] = {"the ",   "and ",  "of ", "LORD ", "unto ",   "said, ", "in ",
+                                  "shall ", "that ", "he ", "his ",  "thee.\n", "was ",   "God "};
     size_t len = 0;
     while (len + 8 < n) {
         seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;

@@ -243,9 +243,8 @@ int ct_tokens_write_file(const ct_tokenizer *tk, const char *text_path, const ch
         goto done;
     }
     if (info)
-        *info = (ct_tokens_info){.vocab_size = ct_tokenizer_vocab_size(tk),
-                                 .n_tokens = m,
-                                 .n_bytes = (int64_t)n};
+        *info = (ct_tokens_info){
+            .vocab_size = ct_tokenizer_vocab_size(tk), .n_tokens = m, .n_bytes = (int64_t)n};
 done:
     free(ids);
     free(out);

@@ -25,8 +25,8 @@ enum { MAX_TOKEN_BYTES = 1 << 16, MAX_LEARN_VOCAB = 8192 };
 
 struct ct_tokenizer {
     int n_merges;
-    int32_t *merges;    /* (n_merges, 2) */
-    uint32_t *off;      /* (vocab + 1): token id's bytes are bytes[off[id] .. off[id + 1]) */
+    int32_t *merges; /* (n_merges, 2) */
+    uint32_t *off;   /* (vocab + 1): token id's bytes are bytes[off[id] .. off[id + 1]) */
     unsigned char *bytes;
 };
 
@@ -106,7 +106,10 @@ void ct_tokenizer_destroy(ct_tokenizer **tk)
     *tk = NULL;
 }
 
-int ct_tokenizer_vocab_size(const ct_tokenizer *tk) { return tk ? 256 + tk->n_merges : 0; }
+int ct_tokenizer_vocab_size(const ct_tokenizer *tk)
+{
+    return tk ? 256 + tk->n_merges : 0;
+}
 
 int ct_tokenizer_merge(const ct_tokenizer *tk, int i, int32_t *a, int32_t *b)
 {
@@ -281,8 +284,9 @@ int ct_tokenizer_load(const char *path, ct_tokenizer **out)
     }
     for (int i = 0; i < n; i++) {
         if (!fgets(line, sizeof line, f)) {
-            rc = ct__error(CT_EINVAL, "%s:%d: the file ends after %d merges of the %d its "
-                                      "header says",
+            rc = ct__error(CT_EINVAL,
+                           "%s:%d: the file ends after %d merges of the %d its "
+                           "header says",
                            path, i + 2, i, n);
             goto done;
         }

@@ -1,27 +1,44 @@
 /* examples/gpt_text.c — a small GPT (nanoGPT's model, the built-in "gpt") trained on the King
- * James Bible, byte by byte, on 2 replicas with trainer_train: AdamW with weight decay on the
- * matrices only, warm-up plus cosine per step, gradient clipping by the global norm (the
- * averaged gradients are the same on every replica), checkpoints to a directory and resume.
+ * James Bible, byte by byte or in BPE tokens, on 2 replicas with trainer_train: AdamW with weight
+ * decay on the matrices only, warm-up plus cosine per step, gradient clipping by the global norm
+ * (the averaged gradients are the same on every replica), checkpoints to a directory and resume.
  *
  *   gpt_text [--text FILE] [--replicas 2] [--epochs 1] [--layers 4] [--heads 4] [--embd 128]
  *            [--block 128] [--batch 16] [--lr 1e-3] [--clip 1] [--val 0.05] [--val-every 250]
- *            [--log-every 50] [--checkpoint-dir DIR] [--threads N] [--zero 0]
+ *            [--log-every 50] [--checkpoint-dir DIR] [--threads N] [--zero 0] [--vocab FILE]
+ *            [--bpe-merges 256]
  *
  * --text (default kjv.txt) is made with Debian's bible-kjv when missing
  * (COLUMNS=80 bible Genesis1:1-Revelation22:21). The learning rate warms up over 20 steps from
  * 5% and then follows a cosine down to a tenth at the run's last step. --checkpoint-dir also
- * resumes from the directory's latest checkpoint when there is one. Prints the trainer's line
- * every --log-every steps (with MFU), `val step=<s> val_loss=<x>` every --val-every steps (0:
- * none), an epoch line each epoch, `optimizer_state_bytes=<per replica> zero=<stage>` (--zero 1:
- * ZeRO-1, the AdamW moments sharded over the replicas: about 1/N of the bytes, the same
- * training) and last `final: val_loss=<nats per byte> tokens_per_s=<rate> params=<count>`.
- * bench/gpt_train/text.sh runs the same recipe under PyTorch DDP beside it. */
+ * resumes from the directory's latest checkpoint when there is one.
+ *
+ * Tokens: bytes (vocabulary 256) by default. --vocab FILE uses that BPE vocabulary file
+ * (ct_tokenizer_load); when FILE is missing, --bpe-merges merges are learned from the training
+ * split (the text's first 1 - --val of bytes) and written there. The text is then encoded into
+ * FILE.tok (a token file, remade each run) and the model's vocab_size is the tokenizer's.
+ *
+ * Prints the trainer's line every --log-every steps (with MFU), `val step=<s> val_loss=<x>
+ * accuracy=<a>` every --val-every steps (0: none), an epoch line each epoch (train_loss in nats
+ * per token), `optimizer_state_bytes=<per replica> zero=<stage>` (--zero 1: ZeRO-1, the AdamW
+ * moments sharded over the replicas: about 1/N of the bytes, the same training) and last
+ * `final: val_loss=<x> tokens_per_s=<rate> params=<count> vocab=<v> val_tokens=<n>
+ * val_bytes=<m>`. val_loss is in nats per byte of text whatever the tokens (the
+ * validation's total nats over its target tokens / the bytes those tokens decode to), accuracy
+ * the next-token top-1 accuracy (this example's validate step: the built-in one counts hits
+ * for integer labels only). bench/gpt_train/text.sh runs the byte recipe under PyTorch DDP. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ct/data.h"
+#include "ct/nn.h"
 #include "ct/trainer.h"
+
+/* validation's nats per token -> nats per byte: val_tokens / val_bytes (1 for bytes); set by
+ * main before training (the driver's callbacks read it) */
+static double bytes_ratio = 1.0;
 
 /* forward, loss, backward (averaged gradients), clip by the global norm, optimizer */
 static int clipped_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
@@ -45,6 +62,37 @@ static int clipped_step(trainer_step *s, const trainer_batch *b, trainer_step_ou
     return rc;
 }
 
+/* forward and loss, counting each target token as a sample (so the validation's loss is per
+ * token and its accuracy the next-token top-1 accuracy): logits (B*T, V), targets (B, T) ids */
+static int token_validate_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+{
+    ct_tensor *y = ct_module_forward(trainer_step_model(s), b->x);
+    ct_tensor *logits = y ? ct_nn_to_plain(y) : NULL;
+    ct_tensor *loss = logits ? trainer_step_loss(s)(logits, b->y) : NULL;
+    ct_tensor *hl = loss ? ct_tensor_to(logits, CT_CPU) : NULL, *hy = ct_tensor_to(b->y, CT_CPU);
+    int rc = hl && hy ? 0 : CT_EINVAL;
+    int64_t rows = rc == 0 ? ct_tensor_numel(hy) : 0, hits = 0;
+    int64_t v = rows > 0 ? ct_tensor_numel(hl) / rows : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = ct_tensor_f32(hl) + r * v;
+        int64_t best = 0;
+        for (int64_t c = 1; c < v; c++)
+            best = row[c] > row[best] ? c : best;
+        hits += best == (int64_t)ct_tensor_f32(hy)[r];
+    }
+    if (rc == 0) {
+        out->loss_sum = ct_tensor_item(loss) * (double)rows;
+        out->correct = hits;
+        out->samples = rows;
+    }
+    ct_tensor_release(&hy);
+    ct_tensor_release(&hl);
+    ct_tensor_release(&loss);
+    ct_tensor_release(&logits);
+    ct_tensor_release(&y);
+    return rc;
+}
+
 static int make_text_file(const char *path)
 {
     struct stat st;
@@ -64,29 +112,88 @@ static int make_text_file(const char *path)
 static int on_validate(trainer *t, const trainer_stats *st, void *user)
 {
     (void)t, (void)user;
-    printf("val step=%lld val_loss=%.4f\n", (long long)st->val_step, st->val_loss);
+    printf("val step=%lld val_loss=%.4f accuracy=%.4f\n", (long long)st->val_step,
+           st->val_loss * bytes_ratio, st->val_accuracy);
     fflush(stdout);
     return 0;
 }
 
 /* Optimizer steps of the run: the longest training shard's windows in batches, per epoch (as
  * the trainer's loader pads every rank to it), for the cosine's length. */
-static long long run_steps(const char *text, double val, long long block, long long batch,
-                           int replicas, long long epochs)
+static int open_split(const char *text, const char *tokens, double val, long long block, int r,
+                      int replicas, bool is_val, ct_dataset **d)
+{
+    ct_text_opts o = {
+        .block_size = block, .rank = r, .world_size = replicas, .val_fraction = val, .val = is_val};
+    return tokens ? ct_dataset_open_tokens(tokens, &o, d) : ct_dataset_open_text(text, &o, d);
+}
+
+static long long run_steps(const char *text, const char *tokens, double val, long long block,
+                           long long batch, int replicas, long long epochs)
 {
     int64_t longest = 0;
     for (int r = 0; r < replicas; r++) {
         ct_dataset *d = NULL;
-        if (ct_dataset_open_text(
-                text,
-                &(ct_text_opts){
-                    .block_size = block, .rank = r, .world_size = replicas, .val_fraction = val},
-                &d) < 0)
+        if (open_split(text, tokens, val, block, r, replicas, false, &d) < 0)
             return -1;
         longest = ct_dataset_length(d) > longest ? ct_dataset_length(d) : longest;
         ct_dataset_destroy(&d);
     }
     return (longest + batch - 1) / batch * epochs;
+}
+
+/* The validation's target tokens and the bytes they decode to, all replicas' shards together
+ * (the trainer validates every window of each shard). */
+static int count_val(const ct_tokenizer *tk, const char *text, const char *tokens, double val,
+                     long long block, int replicas, int64_t *n_tokens, int64_t *n_bytes)
+{
+    *n_tokens = *n_bytes = 0;
+    float *x = malloc(sizeof(float) * 2 * (size_t)block), *y = x + block;
+    int rc = x ? 0 : CT_ENOMEM;
+    for (int r = 0; r < replicas && rc == 0 && val > 0; r++) {
+        ct_dataset *d = NULL;
+        rc = open_split(text, tokens, val, block, r, replicas, true, &d);
+        for (int64_t i = 0; rc == 0 && i < ct_dataset_length(d); i++) {
+            rc = ct_dataset_get_target(d, i, x, y);
+            for (long long t = 0; rc == 0 && t < block; t++)
+                *n_bytes += ct_tokenizer_token_bytes(tk, (int32_t)y[t], NULL);
+            *n_tokens += block;
+        }
+        ct_dataset_destroy(&d);
+    }
+    free(x);
+    return rc;
+}
+
+/* The tokenizer of --vocab: loaded, or learned from the training split of text and saved. */
+static int make_tokenizer(const char *vocab, const char *text, double val, int merges,
+                          ct_tokenizer **tk)
+{
+    struct stat st;
+    if (stat(vocab, &st) == 0)
+        return ct_tokenizer_load(vocab, tk);
+    FILE *f = fopen(text, "rb");
+    if (!f || fstat(fileno(f), &st) < 0) {
+        if (f)
+            fclose(f);
+        fprintf(stderr, "gpt_text: cannot read %s\n", text);
+        return CT_EIO;
+    }
+    size_t n = (size_t)((double)st.st_size * (1.0 - val));
+    unsigned char *buf = malloc(n ? n : 1);
+    int rc = buf && fread(buf, 1, n, f) == n ? 0 : CT_EIO;
+    fclose(f);
+    if (rc == 0) {
+        fprintf(stderr, "gpt_text: learning %d merges from %zu bytes of %s\n", merges, n, text);
+        rc = ct_tokenizer_learn(buf, (int64_t)n, merges, tk);
+    }
+    free(buf);
+    if (rc == 0 && (rc = ct_tokenizer_save(*tk, vocab)) == 0)
+        fprintf(stderr, "gpt_text: wrote %s (vocabulary %d)\n", vocab,
+                ct_tokenizer_vocab_size(*tk));
+    if (rc < 0)
+        ct_tokenizer_destroy(tk);
+    return rc;
 }
 
 /* model FLOPs of one window's forward and backward: T (6 N + 12 L T C), N the parameters less
@@ -110,12 +217,13 @@ int main(int argc, char **argv)
 {
     trainer_register_train_step("clipped", clipped_step);
     trainer_register_step_keys("clipped", "clip");
+    trainer_register_validate_step("tokens", token_validate_step);
     if (ct_init(NULL) != 0) {
         fprintf(stderr, "gpt_text: %s\n", ct_last_error());
         return 1;
     }
-    const char *text = "kjv.txt", *ckpt = NULL;
-    int replicas = 2, layers = 4, heads = 4, threads = 1, zero = 0;
+    const char *text = "kjv.txt", *ckpt = NULL, *vocab = NULL;
+    int replicas = 2, layers = 4, heads = 4, threads = 1, zero = 0, merges = 256;
     long long epochs = 1, embd = 128, block = 128, batch = 16, val_every = 250, log_every = 50;
     double lr = 1e-3, clip = 1.0, val = 0.05;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -152,26 +260,46 @@ int main(int argc, char **argv)
             threads = atoi(v);
         else if (!strcmp(k, "--zero"))
             zero = atoi(v);
+        else if (!strcmp(k, "--vocab"))
+            vocab = v;
+        else if (!strcmp(k, "--bpe-merges"))
+            merges = atoi(v);
         else {
             fprintf(stderr, "gpt_text: unknown option %s (see the file's header)\n", k);
             ct_shutdown();
             return 2;
         }
     }
-    long long steps =
-        make_text_file(text) < 0 ? -1 : run_steps(text, val, block, batch, replicas, epochs);
-    if (steps < 0) {
-        if (*ct_last_error())
-            fprintf(stderr, "gpt_text: %s\n", ct_last_error());
-        ct_shutdown();
-        return 1;
+    /* tokens: the byte-level tokenizer, or --vocab's with the text encoded into a token file */
+    char tokens[1100] = "";
+    ct_tokenizer *tk = NULL;
+    int64_t val_tokens = 0, val_bytes = 0;
+    long long steps = -1;
+    ct_tokens_info info = {.vocab_size = 256};
+    if (make_text_file(text) < 0)
+        goto fail;
+    if (vocab) {
+        snprintf(tokens, sizeof tokens, "%s.tok", vocab);
+        if (make_tokenizer(vocab, text, val, merges, &tk) < 0 ||
+            ct_tokens_write_file(tk, text, tokens, &info) < 0)
+            goto fail;
+        fprintf(stderr, "gpt_text: %s: %lld tokens of %lld bytes, vocabulary %d\n", tokens,
+                (long long)info.n_tokens, (long long)info.n_bytes, info.vocab_size);
+    } else if (ct_tokenizer_new_bytes(&tk) < 0) {
+        goto fail;
     }
-    char config[1600];
+    const char *tok = vocab ? tokens : NULL;
+    steps = run_steps(text, tok, val, block, batch, replicas, epochs);
+    if (steps < 0 || count_val(tk, text, tok, val, block, replicas, &val_tokens, &val_bytes) < 0)
+        goto fail;
+    bytes_ratio = val_bytes > 0 ? (double)val_tokens / (double)val_bytes : 1.0;
+    char config[2600];
     snprintf(config, sizeof config,
-             "text_file=%s,val_fraction=%g,n_layer=%d,n_head=%d,n_embd=%lld,block_size=%lld,"
-             "lr=%g,weight_decay=0.1,beta2=0.95,decay_matrices_only=1,clip=%g,"
+             "%s=%s,vocab_size=%d,val_fraction=%g,n_layer=%d,n_head=%d,n_embd=%lld,"
+             "block_size=%lld,lr=%g,weight_decay=0.1,beta2=0.95,decay_matrices_only=1,clip=%g,"
              "warmup_steps=20,total_steps=%lld,start_factor=0.05,eta_min=%g",
-             text, val, layers, heads, embd, block, lr, clip, steps > 20 ? steps : 21, lr / 10);
+             vocab ? "token_file" : "text_file", vocab ? tokens : text, info.vocab_size, val,
+             layers, heads, embd, block, lr, clip, steps > 20 ? steps : 21, lr / 10);
     trainer *t = NULL;
     trainer_stats st;
     int rc = trainer_create(&(trainer_opts){.model = "gpt",
@@ -181,6 +309,7 @@ int main(int argc, char **argv)
                                             .scheduler = "warmup_cosine",
                                             .scheduler_step = "batch",
                                             .train_step = "clipped",
+                                            .validate_step = "tokens",
                                             .config = config,
                                             .num_replicas = replicas,
                                             .cpus_per_replica = threads,
@@ -197,15 +326,27 @@ int main(int argc, char **argv)
             .flops_per_sample = flops_per_window(trainer_get_model(t), layers, embd, block));
     if (rc == 0)
         rc = trainer_validate(t, &st);
+    if (rc == 0 && st.val_samples != val_tokens) /* the count above is the trainer's */
+        fprintf(stderr, "gpt_text: the validation counted %lld tokens, not %lld\n",
+                (long long)st.val_samples, (long long)val_tokens);
     if (rc == 0)
         printf("optimizer_state_bytes=%lld zero=%d\n", (long long)st.optim_state_bytes, zero);
     if (rc == 0)
-        printf("final: val_loss=%.4f tokens_per_s=%.0f params=%lld\n", st.val_loss,
-               st.samples_per_s * (double)block,
-               (long long)ct_module_num_params(trainer_get_model(t)));
+        printf("final: val_loss=%.4f tokens_per_s=%.0f params=%lld vocab=%d val_tokens=%lld "
+               "val_bytes=%lld\n",
+               st.val_loss * bytes_ratio, st.samples_per_s * (double)block,
+               (long long)ct_module_num_params(trainer_get_model(t)), info.vocab_size,
+               (long long)val_tokens, (long long)val_bytes);
     else
         fprintf(stderr, "gpt_text: %s\n", ct_last_error());
     trainer_shutdown(&t);
+    ct_tokenizer_destroy(&tk);
     ct_shutdown();
     return rc == 0 ? 0 : 1;
+fail:
+    if (*ct_last_error())
+        fprintf(stderr, "gpt_text: %s\n", ct_last_error());
+    ct_tokenizer_destroy(&tk);
+    ct_shutdown();
+    return 1;
 }

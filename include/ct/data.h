@@ -178,6 +178,58 @@ typedef struct ct_text_opts {
 int ct_dataset_open_text(const char *path, const ct_text_opts *opts, ct_dataset **out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Tokenizer: byte-level BPE (minbpe's BasicTokenizer). Ids 0..255 are the bytes; id 256 + i is
+ * merge i, the pair (a, b) of earlier ids. With no merges it is the byte-level tokenizer
+ * (vocabulary 256). Read-only after making: encode/decode are thread-safe.
+ * Vocabulary file (text): a header line `ct-bpe 1 <n_merges>`, then n_merges lines `a b` (ids,
+ * decimal, one blank between); a bad file is CT_EINVAL naming file:line and what is wrong.
+ * ------------------------------------------------------------------------------------------ */
+typedef struct ct_tokenizer ct_tokenizer;
+
+/* The byte-level tokenizer (no merges). Caller owns *out. */
+int ct_tokenizer_new_bytes(ct_tokenizer **out);
+/* Loads a vocabulary file. Caller owns *out; NULL on failure (CT_ENOENT, CT_EINVAL file:line). */
+int ct_tokenizer_load(const char *path, ct_tokenizer **out);
+/* Learns n_merges (<= 7936) merges from text: each merges the most frequent adjacent pair of
+ * ids (counted overlapping; ties: the smallest (a, b)), left to right. Stops early when the
+ * text is down to one id. O(n) per merge. Caller owns *out. */
+int ct_tokenizer_learn(const unsigned char *text, int64_t n, int n_merges, ct_tokenizer **out);
+/* Writes the vocabulary file (through path.tmp, renamed). */
+int ct_tokenizer_save(const ct_tokenizer *tk, const char *path);
+void ct_tokenizer_destroy(ct_tokenizer **tk);
+
+int ct_tokenizer_vocab_size(const ct_tokenizer *tk); /* 256 + merges */
+/* Merge i's pair into *a, *b; CT_ERANGE for no such merge. */
+int ct_tokenizer_merge(const ct_tokenizer *tk, int i, int32_t *a, int32_t *b);
+/* Token id's length in bytes, its bytes into *bytes (borrowed; may be NULL); CT_ERANGE. */
+int64_t ct_tokenizer_token_bytes(const ct_tokenizer *tk, int32_t id, const unsigned char **bytes);
+/* Encodes text (n bytes) into ids (room for n); returns the count of ids. */
+int64_t ct_tokenizer_encode(const ct_tokenizer *tk, const unsigned char *text, int64_t n,
+                            int32_t *ids);
+/* Decodes ids into out (at most cap bytes written); returns the full length in bytes (more than
+ * cap: out holds a prefix) or CT_ERANGE for an id outside the vocabulary. */
+int64_t ct_tokenizer_decode(const ct_tokenizer *tk, const int32_t *ids, int64_t n,
+                            unsigned char *out, int64_t cap);
+
+/* Token files: a text encoded once for training. 32-byte header: "ct-tok1\n", u32 vocab_size,
+ * u32 0, u64 n_tokens, u64 n_bytes (of the text), all little-endian; then n_tokens u16 ids. */
+typedef struct ct_tokens_info {
+    int vocab_size;
+    int64_t n_tokens, n_bytes;
+} ct_tokens_info;
+/* Encodes the text file at text_path with tk into a token file at token_path (written through
+ * token_path.tmp, renamed); info (may be NULL) gets its header. */
+int ct_tokens_write_file(const ct_tokenizer *tk, const char *text_path, const char *token_path,
+                         ct_tokens_info *info);
+/* Reads a token file's header; CT_EINVAL naming the file when it is not one (or is cut short). */
+int ct_tokens_read_info(const char *path, ct_tokens_info *info);
+/* A token file as next-token windows, exactly as ct_dataset_open_text with tokens for bytes:
+ * the first 1 - val_fraction of the tokens is the training split, cut into world_size token
+ * ranges, each into windows of block_size + 1 tokens at a stride of block_size, read per
+ * sample with pread. */
+int ct_dataset_open_tokens(const char *path, const ct_text_opts *opts, ct_dataset **out);
+
+/* ---------------------------------------------------------------------------------------------
  * Distributed sampler: torch.utils.data.DistributedSampler's semantics exactly.
  *   num_samples = drop_last && n % world ? ceil((n - world) / world) : ceil(n / world)
  *   total = num_samples * world

@@ -25,8 +25,13 @@ val() { sed -n 's/^final: val_loss=\([0-9.]*\) .*/\1/p' "$1"; }
 "$bin/gpt_text" "${args[@]}" --epochs 1 >"$tmp/run1.out" 2>"$tmp/run1.err" ||
     { cat "$tmp/run1.out" "$tmp/run1.err"; fail "first run"; }
 cat "$tmp/run1.out"
-grep -Eq '^final: val_loss=[0-9.]+ tokens_per_s=[0-9]+ params=118528$' "$tmp/run1.out" ||
-    fail "no final line with params=118528"
+grep -Eq '^final: val_loss=[0-9.]+ tokens_per_s=[0-9]+ params=118528 vocab=256 val_tokens=[0-9]+ val_bytes=[0-9]+$' \
+    "$tmp/run1.out" || fail "no final line with params=118528 vocab=256"
+# bytes: as many validation tokens as bytes; the next-byte accuracy is well above chance
+sed -n 's/^final: .* val_tokens=\([0-9]*\) val_bytes=\([0-9]*\)$/\1 \2/p' "$tmp/run1.out" |
+    awk '{ exit !($1 == $2 && $1 > 0) }' || fail "val_tokens differs from val_bytes"
+awk '/^val step=150 / { split($4, a, "="); ok = a[2] > 0.25 } END { exit !ok }' "$tmp/run1.out" ||
+    fail "the next-byte accuracy at step 150 is not over 0.25 (chance: about 0.17)"
 awk -v v="$(val "$tmp/run1.out")" 'BEGIN { exit !(v < 3.2) }' ||
     fail "validation loss $(val "$tmp/run1.out") after an epoch is not under 3.2"
 # 176 steps an epoch: validations at steps 50, 100, 150, the last one lowest; the trainer's line

@@ -499,26 +499,34 @@ static ct_module *make_gpt(trainer_ctx *ctx)
     return m;
 }
 
-/* data "text" (ct_dataset_open_text, sharded): text_file (required), block_size [64],
+/* data "text" (ct_dataset_open_text, sharded): text_file (byte-level) or token_file (a token
+ * file, ct_dataset_open_tokens: the vocabulary is its header's), block_size [64],
  * val_fraction [0.1] */
 static int make_text(trainer_ctx *ctx, trainer_data *d)
 {
     const char *path = trainer_config_str(ctx, "text_file", "");
+    const char *tokens = trainer_config_str(ctx, "token_file", "");
     ct_text_opts o = {.block_size = trainer_config_int(ctx, "block_size", 64),
                       .rank = trainer_ctx_rank(ctx),
                       .world_size = trainer_ctx_world_size(ctx),
                       .val_fraction = trainer_config_double(ctx, "val_fraction", 0.1)};
-    if (!path[0]) {
-        trainer_ctx_fail(ctx, "text: the config key text_file is required");
+    if (!path[0] == !tokens[0]) {
+        trainer_ctx_fail(ctx, "text: one of the config keys text_file and token_file is required");
         return CT_EINVAL;
     }
+    int (*open)(const char *, const ct_text_opts *, ct_dataset **) =
+        tokens[0] ? ct_dataset_open_tokens : ct_dataset_open_text;
+    ct_tokens_info info = {.vocab_size = 256};
+    int rc = tokens[0] ? ct_tokens_read_info(tokens, &info) : 0;
+    path = tokens[0] ? tokens : path;
     d->sharded = true;
-    int rc = ct_dataset_open_text(path, &o, &d->train);
+    if (rc == 0)
+        rc = open(path, &o, &d->train);
     if (rc == 0 && o.val_fraction > 0) {
         o.val = true;
-        rc = ct_dataset_open_text(path, &o, &d->val);
+        rc = open(path, &o, &d->val);
     }
-    d->num_classes = 256;
+    d->num_classes = info.vocab_size;
     return rc;
 }
 

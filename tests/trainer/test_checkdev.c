@@ -89,71 +89,6 @@ static int run_precision(const char *precision, trainer_stats *st)
     return rc;
 }
 
-/* the weights must be bit-identical; prints the first difference */
-static void same_weights(const float *a, const float *b, int64_t na, int64_t nb, const char *what)
-{
-    CHECK(a && b && na == nb && na > 0);
-    if (!a || !b || na != nb)
-        return;
-    int64_t diff = 0, first = -1;
-    for (int64_t i = 0; i < na; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float))) {
-            diff++;
-            first = first < 0 ? i : first;
-        }
-    if (diff) {
-        fprintf(stderr, "%s: %lld of %lld weights differ; first at %lld: %.9g vs %.9g\n", what,
-                (long long)diff, (long long)na, (long long)first, a[first], b[first]);
-        h_failures++;
-    }
-}
-
-/* the checkpoint of epoch 1 in dir, into path */
-static bool epoch1_file(const char *dir, char *path, size_t cap)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    bool found = false;
-    while (d && (e = readdir(d)))
-        if (!strncmp(e->d_name, "ckpt-epoch0001-", 15) && !found) {
-            snprintf(path, cap, "%s/%s", dir, e->d_name);
-            found = true;
-        }
-    if (d)
-        closedir(d);
-    if (!found)
-        fprintf(stderr, "no epoch-1 checkpoint in %s\n", dir);
-    return found;
-}
-
-/* every checkpoint file of a is in b with the same bytes; returns how many were compared */
-static int same_files(const char *a, const char *b)
-{
-    DIR *d = opendir(a);
-    struct dirent *e;
-    int n = 0;
-    while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, "ckpt-", 5))
-            continue;
-        char pa[600], pb[600];
-        snprintf(pa, sizeof pa, "%s/%s", a, e->d_name);
-        snprintf(pb, sizeof pb, "%s/%s", b, e->d_name);
-        size_t la = 0, lb = 0;
-        char *ca = tt_read_file(pa, &la), *cb = tt_read_file(pb, &lb);
-        if (!ca || !cb || la != lb || memcmp(ca, cb, la)) {
-            fprintf(stderr, "checkpoint %s differs between the CPU and the checking device\n",
-                    e->d_name);
-            h_failures++;
-        }
-        free(ca);
-        free(cb);
-        n++;
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* trains t from checkpoint file ckpt to epoch 2 and returns the weights */
 static float *resume_from(const char *device, const char *ckpt, int64_t *n)
 {
@@ -254,7 +189,7 @@ int main(int argc, char **argv)
         CHECK(s2.weights_agree);
         CHECK(h_wait_gone(k.killed_pid, 2000));
         w2 = tt_weights(trainer_get_model(t), &n2);
-        same_weights(w1, w2, n1, n2, "killed replica on the checking device vs the CPU run");
+        tt_same_weights(w1, w2, n1, n2, "killed replica on the checking device vs the CPU run");
         trainer_shutdown(&t);
         goto out;
     }
@@ -279,23 +214,24 @@ int main(int argc, char **argv)
     printf("train loss %.9g (CPU) %.9g (checkdev), mean grad norm %.9g %.9g\n", s1.train_loss,
            s2.train_loss, g1, g2);
     w2 = tt_weights(trainer_get_model(t), &n2);
-    same_weights(w1, w2, n1, n2, "checking device vs CPU");
+    tt_same_weights(w1, w2, n1, n2, "checking device vs CPU");
     trainer_shutdown(&t);
-    CHECK(same_files(dcpu, ddev) >= 2); /* epochs 1 and 2 */
+    CHECK(tt_same_files(dcpu, ddev, "between the CPU and the checking device") >=
+          2); /* epochs 1 and 2 */
 
     /* cross-loads: each device resumes the other's epoch-1 checkpoint */
     char p[600];
-    if (epoch1_file(dcpu, p, sizeof p)) {
+    if (tt_epoch1_file(dcpu, p, sizeof p)) {
         free(w2);
         w2 = resume_from("checkdev", p, &n2);
-        same_weights(w1, w2, n1, n2, "CPU checkpoint resumed on the checking device");
+        tt_same_weights(w1, w2, n1, n2, "CPU checkpoint resumed on the checking device");
     } else {
         h_failures++;
     }
-    if (epoch1_file(ddev, p, sizeof p)) {
+    if (tt_epoch1_file(ddev, p, sizeof p)) {
         free(w2);
         w2 = resume_from("cpu", p, &n2);
-        same_weights(w1, w2, n1, n2, "checking-device checkpoint resumed on the CPU");
+        tt_same_weights(w1, w2, n1, n2, "checking-device checkpoint resumed on the CPU");
     } else {
         h_failures++;
     }

@@ -71,70 +71,6 @@ static trainer *make(int zero, int accumulate)
     return t;
 }
 
-static void same_weights(const float *a, const float *b, int64_t na, int64_t nb, const char *what)
-{
-    CHECK(a && b && na == nb && na > 0);
-    if (!a || !b || na != nb)
-        return;
-    int64_t diff = 0, first = -1;
-    for (int64_t i = 0; i < na; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float))) {
-            diff++;
-            first = first < 0 ? i : first;
-        }
-    if (diff) {
-        fprintf(stderr, "%s: %lld of %lld weights differ; first at %lld: %.9g vs %.9g\n", what,
-                (long long)diff, (long long)na, (long long)first, a[first], b[first]);
-        h_failures++;
-    }
-}
-
-/* the checkpoint file of epoch 1 in dir, into path */
-static bool epoch1_file(const char *dir, char *path, size_t cap)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    bool found = false;
-    while (d && (e = readdir(d)))
-        if (!strncmp(e->d_name, "ckpt-epoch0001-", 15) && !found) {
-            snprintf(path, cap, "%s/%s", dir, e->d_name);
-            found = true;
-        }
-    if (d)
-        closedir(d);
-    if (!found)
-        fprintf(stderr, "no epoch-1 checkpoint in %s\n", dir);
-    return found;
-}
-
-/* every checkpoint file of a is in b with the same bytes; returns how many were compared */
-static int same_files(const char *a, const char *b)
-{
-    DIR *d = opendir(a);
-    struct dirent *e;
-    int n = 0;
-    while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, "ckpt-", 5))
-            continue;
-        char pa[600], pb[600];
-        snprintf(pa, sizeof pa, "%s/%s", a, e->d_name);
-        snprintf(pb, sizeof pb, "%s/%s", b, e->d_name);
-        size_t la = 0, lb = 0;
-        char *ca = tt_read_file(pa, &la), *cb = tt_read_file(pb, &lb);
-        if (!ca || !cb || la != lb || memcmp(ca, cb, la)) {
-            fprintf(stderr, "checkpoint %s differs between the runs without and with ZeRO\n",
-                    e->d_name);
-            h_failures++;
-        }
-        free(ca);
-        free(cb);
-        n++;
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* trains from checkpoint file ckpt to epoch 2 (ZeRO or not) and returns the weights */
 static float *resume_from(int zero, const char *ckpt, int64_t *n)
 {
@@ -181,7 +117,7 @@ int main(void)
            st[0].train_loss, g0, (long long)st[0].optim_state_bytes);
     printf("with ZeRO-1:  loss %.9g, grad_norm %.9g, optimizer state %lld bytes per replica\n",
            st[1].train_loss, g1, (long long)st[1].optim_state_bytes);
-    same_weights(w[0], w[1], n[0], n[1], "ZeRO-1 vs without");
+    tt_same_weights(w[0], w[1], n[0], n[1], "ZeRO-1 vs without");
     CHECK(st[0].train_loss == st[1].train_loss);
     CHECK(g0 == g1 && g0 > 0.1); /* clipping acted */
     /* AdamW: exp_avg and exp_avg_sq for each of the MLP's 51907 weights; ZeRO: half of them
@@ -190,16 +126,16 @@ int main(void)
     CHECK_EQ_INT(st[1].optim_state_bytes, 2 * (51907 + 3) / 2 * (int64_t)sizeof(float));
     CHECK(st[1].optim_state_bytes >= st[0].optim_state_bytes / 2);
     CHECK(st[1].optim_state_bytes <= st[0].optim_state_bytes / 2 + 64);
-    CHECK(same_files(d0, d1) == 2);
+    CHECK(tt_same_files(d0, d1, "between the runs without and with ZeRO") == 2);
 
     /* ZeRO's checkpoint resumed without it, the plain one with it */
     char c0[700], c1[700];
-    if (epoch1_file(d1, c1, sizeof c1))
+    if (tt_epoch1_file(d1, c1, sizeof c1))
         w[2] = resume_from(0, c1, &n[2]);
-    same_weights(w[0], w[2], n[0], n[2], "ZeRO-1's epoch-1 checkpoint resumed without ZeRO");
-    if (epoch1_file(d0, c0, sizeof c0))
+    tt_same_weights(w[0], w[2], n[0], n[2], "ZeRO-1's epoch-1 checkpoint resumed without ZeRO");
+    if (tt_epoch1_file(d0, c0, sizeof c0))
         w[3] = resume_from(1, c0, &n[3]);
-    same_weights(w[0], w[3], n[0], n[3], "the plain epoch-1 checkpoint resumed with ZeRO-1");
+    tt_same_weights(w[0], w[3], n[0], n[3], "the plain epoch-1 checkpoint resumed with ZeRO-1");
 
     /* gradient accumulation (2 batches a step: the first only adds up locally, the second
      * reduce-scatters the sum) gives the same weights with and without ZeRO */
@@ -213,7 +149,7 @@ int main(void)
         wa[z] = t ? tt_weights(trainer_get_model(t), &na[z]) : NULL;
         trainer_shutdown(&t);
     }
-    same_weights(wa[0], wa[1], na[0], na[1], "ZeRO-1 vs without, accumulating 2 batches");
+    tt_same_weights(wa[0], wa[1], na[0], na[1], "ZeRO-1 vs without, accumulating 2 batches");
     /* and accumulation did something: 2 batches of 40 per step are not 1 */
     CHECK(w[0] && wa[0] && na[0] == n[0] && memcmp(w[0], wa[0], (size_t)n[0] * sizeof(float)));
     free(wa[0]);

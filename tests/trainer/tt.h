@@ -7,6 +7,7 @@
 
 #include "tests/runtime/harness.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -147,6 +148,72 @@ __attribute__((unused)) static char *tt_read_file(const char *path, size_t *len)
     if (len)
         *len = n;
     return buf;
+}
+
+/* the weights must be bit-identical; prints the first difference and counts a failure */
+__attribute__((unused)) static void tt_same_weights(const float *a, const float *b, int64_t na,
+                                                    int64_t nb, const char *what)
+{
+    CHECK(a && b && na == nb && na > 0);
+    if (!a || !b || na != nb)
+        return;
+    int64_t diff = 0, first = -1;
+    for (int64_t i = 0; i < na; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float))) {
+            diff++;
+            first = first < 0 ? i : first;
+        }
+    if (diff) {
+        fprintf(stderr, "%s: %lld of %lld weights differ; first at %lld: %.9g vs %.9g\n", what,
+                (long long)diff, (long long)na, (long long)first, a[first], b[first]);
+        h_failures++;
+    }
+}
+
+/* the checkpoint file of epoch 1 in dir, into path */
+__attribute__((unused)) static bool tt_epoch1_file(const char *dir, char *path, size_t cap)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    bool found = false;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, "ckpt-epoch0001-", 15) && !found) {
+            snprintf(path, cap, "%s/%s", dir, e->d_name);
+            found = true;
+        }
+    if (d)
+        closedir(d);
+    if (!found)
+        fprintf(stderr, "no epoch-1 checkpoint in %s\n", dir);
+    return found;
+}
+
+/* every checkpoint file of directory a is in b with the same bytes (a failure names what
+ * differs: "between ..."); returns how many were compared */
+__attribute__((unused)) static int tt_same_files(const char *a, const char *b, const char *what)
+{
+    DIR *d = opendir(a);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "ckpt-", 5))
+            continue;
+        char pa[600], pb[600];
+        snprintf(pa, sizeof pa, "%s/%s", a, e->d_name);
+        snprintf(pb, sizeof pb, "%s/%s", b, e->d_name);
+        size_t la = 0, lb = 0;
+        char *ca = tt_read_file(pa, &la), *cb = tt_read_file(pb, &lb);
+        if (!ca || !cb || la != lb || memcmp(ca, cb, la)) {
+            fprintf(stderr, "checkpoint %s differs %s\n", e->d_name, what);
+            h_failures++;
+        }
+        free(ca);
+        free(cb);
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
 }
 /* Waits up to timeout_ms for the cluster's CPUs (all, live nodes) to be want. */
 __attribute__((unused)) static bool tt_wait_total_cpus(double want, int timeout_ms)

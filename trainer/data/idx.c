@@ -44,7 +44,7 @@ int ct_dataset_open_idx(const char *images_path, const char *labels_path, ct_dat
     uint8_t *ib = NULL, *lb = NULL, *pix = NULL;
     int64_t *labels = NULL;
     size_t ilen = 0, llen = 0;
-    uint64_t idims[3], ldims[1];
+    uint64_t idims[3] = {0}, ldims[1] = {0};
     int rc = ct__read_file(images_path, &ib, &ilen);
     if (rc < 0)
         goto err;

@@ -294,6 +294,13 @@ def transformer(path):
     op_case(w, "attention_causal", lambda q, k, v: attention(q, k, v, True),
             [r(2, 3, 7, 8), r(2, 3, 7, 8), r(2, 3, 7, 8)])
     gpt(w)
+    # longer rows: ct's CPU kernel takes query rows 4 at a time and keys 16 at a time (37 = 2 x
+    # 16 + 5 keys, 9 x 4 + 1 rows), with head size 16
+    torch.manual_seed(37)
+    op_case(w, "attention_long", lambda q, k, v: attention(q, k, v, False),
+            [r(1, 2, 37, 16), r(1, 2, 37, 16), r(1, 2, 37, 16)])
+    op_case(w, "attention_long_causal", lambda q, k, v: attention(q, k, v, True),
+            [r(1, 2, 37, 16), r(1, 2, 37, 16), r(1, 2, 37, 16)])
     w.close()
 
 

@@ -359,6 +359,8 @@ int main(int argc, char **argv)
         {"softmax_causal", f_softmax_causal, 1},
         {"attention", f_attention, 7},
         {"attention_causal", f_attention_causal, 7},
+        {"attention_long", f_attention, 0},
+        {"attention_long_causal", f_attention_causal, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_case(cases[i].name, cases[i].fn, CT_CPU);

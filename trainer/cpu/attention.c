@@ -10,6 +10,7 @@
  * its autograd (trainer/nn/attention.c). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/common.h"
 #include "trainer/backend/philox.h"
@@ -63,34 +64,125 @@ static inline __attribute__((always_inline)) void row_products(const float *rest
         s[j] *= scale;
 }
 
-/* one (batch, head) slice of the forward; s and kt are the thread's scratch (T), (hs, T) */
+/* 8 floats in a register (GCC's vector extension: one AVX register, two SSE ones). The helpers
+ * are static and inlined, so the default clone's vector-return ABI (-Wpsabi) is never used. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v8f __attribute__((vector_size(32)));
+static inline v8f ld8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void st8(float *p, v8f v)
+{
+    memcpy(p, &v, sizeof v);
+}
+static inline v8f splat8(float x)
+{
+    return (v8f){x, x, x, x, x, x, x, x};
+}
+
+/* row_products for 4 rows at once: s[r * ts + j] = scale a_r . m_j (a_r = a + r * hs) for
+ * j < n, each sum over c in the same order as row_products (the same bits). 16 keys of the 4
+ * rows stay in 8 registers across c, so each load of a row of mt serves 4 rows. */
+static inline __attribute__((always_inline)) void
+rows4_products(const float *restrict a, const float *restrict mt, int64_t t, int64_t hs, int64_t n,
+               float scale, float *restrict s, int64_t ts)
+{
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        v8f acc[4][2] = {{{0}}};
+        for (int64_t c = 0; c < hs; c++) {
+            v8f m0 = ld8(mt + c * t + j), m1 = ld8(mt + c * t + j + 8);
+            for (int r = 0; r < 4; r++) {
+                v8f ar = splat8(a[r * hs + c]);
+                acc[r][0] += ar * m0;
+                acc[r][1] += ar * m1;
+            }
+        }
+        for (int r = 0; r < 4; r++) {
+            st8(s + r * ts + j, acc[r][0] * scale);
+            st8(s + r * ts + j + 8, acc[r][1] * scale);
+        }
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < 4; r++) {
+            float x = 0.0f;
+            for (int64_t c = 0; c < hs; c++)
+                x += a[r * hs + c] * mt[c * t + j];
+            s[r * ts + j] = x * scale;
+        }
+}
+
+/* Softmax of row i's scores s (seen of them) in place, times the dropout factors: the weights
+ * of the values; its log-sum-exp into *lse. */
+static inline __attribute__((always_inline)) void
+softmax_row(const ct__attn_p *p, int64_t b, int64_t i, int64_t seen, float *restrict s, float *lse)
+{
+    float m = -INFINITY, l = 0;
+    for (int64_t j = 0; j < seen; j++)
+        m = s[j] > m ? s[j] : m;
+    for (int64_t j = 0; j < seen; j++)
+        s[j] = ct__expf(s[j] - m);
+    for (int64_t j = 0; j < seen; j++)
+        l += s[j];
+    float inv = 1.0f / l;
+    for (int64_t j = 0; j < seen; j++)
+        s[j] = s[j] * inv * keep(p, b, i, j);
+    *lse = m + logf(l);
+}
+
+/* o_i = sum over j < seen of w_j v_j, in j order */
+static inline __attribute__((always_inline)) void weighted_row(const float *restrict w,
+                                                               const float *restrict vb, int64_t hs,
+                                                               int64_t seen, float *restrict oi)
+{
+    for (int64_t c = 0; c < hs; c++)
+        oi[c] = 0.0f;
+    for (int64_t j = 0; j < seen; j++) {
+        const float *vj = vb + j * hs;
+        for (int64_t c = 0; c < hs; c++)
+            oi[c] += w[j] * vj[c];
+    }
+}
+
+/* one (batch, head) slice of the forward; s (4 T) and kt (hs, T) are the thread's scratch.
+ * Query rows 4 at a time (rows4_products; the weighted sums of the values 8 columns by 4 rows
+ * in registers, each sum in j order as weighted_row's, so the bits are a row's alone). */
 CT_CLONES static void attn_fwd_slice(const ct__attn_p *p, int64_t b, const float *restrict qb,
                                      const float *restrict kb, const float *restrict vb,
                                      float *restrict ob, float *restrict lseb, float *restrict s,
                                      float *restrict kt)
 {
-    int64_t T = p->t, hs = p->hs;
+    int64_t T = p->t, hs = p->hs, i0 = 0;
     transpose(kb, T, hs, kt);
-    for (int64_t i = 0; i < T; i++) {
+    for (; hs % 8 == 0 && i0 + 4 <= T; i0 += 4) {
+        int64_t all = p->causal ? i0 + 1 : T, last = p->causal ? i0 + 4 : T;
+        rows4_products(qb + i0 * hs, kt, T, hs, last, p->scale, s, T);
+        for (int r = 0; r < 4; r++)
+            softmax_row(p, b, i0 + r, p->causal ? i0 + r + 1 : T, s + r * T, lseb + i0 + r);
+        for (int64_t c = 0; c < hs; c += 8) {
+            v8f acc[4] = {{0}};
+            for (int64_t j = 0; j < all; j++) { /* keys every row of the block sees */
+                v8f vj = ld8(vb + j * hs + c);
+                for (int r = 0; r < 4; r++)
+                    acc[r] += splat8(s[r * T + j]) * vj;
+            }
+            for (int64_t j = all; j < last; j++) { /* causal: the block's own keys */
+                v8f vj = ld8(vb + j * hs + c);
+                for (int r = (int)(j - i0); r < 4; r++)
+                    acc[r] += splat8(s[r * T + j]) * vj;
+            }
+            for (int r = 0; r < 4; r++)
+                st8(ob + (i0 + r) * hs + c, acc[r]);
+        }
+    }
+    for (int64_t i = i0; i < T; i++) { /* the last rows (or hs not a multiple of 8) */
         int64_t seen = p->causal ? i + 1 : T;
         row_products(qb + i * hs, kt, T, hs, seen, p->scale, s);
-        float m = -INFINITY, l = 0;
-        for (int64_t j = 0; j < seen; j++)
-            m = s[j] > m ? s[j] : m;
-        for (int64_t j = 0; j < seen; j++)
-            s[j] = ct__expf(s[j] - m);
-        for (int64_t j = 0; j < seen; j++)
-            l += s[j];
-        float *oi = ob + i * hs, inv = 1.0f / l;
-        for (int64_t c = 0; c < hs; c++)
-            oi[c] = 0.0f;
-        for (int64_t j = 0; j < seen; j++) {
-            float w = s[j] * inv * keep(p, b, i, j);
-            const float *vj = vb + j * hs;
-            for (int64_t c = 0; c < hs; c++)
-                oi[c] += w * vj[c];
-        }
-        lseb[i] = m + logf(l);
+        softmax_row(p, b, i, seen, s, lseb + i);
+        weighted_row(s, vb, hs, seen, ob + i * hs);
     }
 }
 
@@ -101,7 +193,7 @@ int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const 
     int rc = 0;
 #pragma omp parallel if (p->bh * T * T * hs > 32768)
     {
-        float *s = malloc((size_t)T * (size_t)(hs + 1) * sizeof(float)); /* a row, K^T */
+        float *s = malloc((size_t)T * (size_t)(hs + 4) * sizeof(float)); /* 4 rows, K^T */
         if (!s) {
 #pragma omp atomic write
             rc = CT_ENOMEM;
@@ -110,7 +202,7 @@ int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const 
         for (int64_t b = 0; b < p->bh; b++)
             if (s)
                 attn_fwd_slice(p, b, q + b * T * hs, k + b * T * hs, v + b * T * hs, o + b * T * hs,
-                               lse + b * T, s, s + T);
+                               lse + b * T, s, s + 4 * T);
         free(s);
     }
     return rc < 0 ? ct__error(rc, "attention: out of memory for a row of scores") : 0;
@@ -139,17 +231,24 @@ CT_CLONES static void attn_bwd_slice(const ct__attn_p *p, int64_t b, const float
         int rows = T - i0 < BWD_ROWS ? (int)(T - i0) : BWD_ROWS;
         int64_t keys = p->causal ? i0 + rows : T;
         float *ds = sc, *wv = sc + BWD_ROWS * T, *dp = sc + 2 * BWD_ROWS * T;
+        if (rows == BWD_ROWS) { /* every row's products with the block's keys at once */
+            rows4_products(qb + i0 * hs, kt, T, hs, keys, p->scale, ds, T);
+            rows4_products(gb + i0 * hs, vt, T, hs, keys, 1.0f, dp, T);
+        }
         for (int r = 0; r < rows; r++) {
             int64_t i = i0 + r, seen = p->causal ? i + 1 : T;
             float l = lseb[i], di = deltab[i], *dsr = ds + r * T, *wvr = wv + r * T;
-            row_products(qb + i * hs, kt, T, hs, seen, p->scale, dsr);
-            row_products(gb + i * hs, vt, T, hs, seen, 1.0f, dp);
+            float *dpr = dp + r * T;
+            if (rows < BWD_ROWS) {
+                row_products(qb + i * hs, kt, T, hs, seen, p->scale, dsr);
+                row_products(gb + i * hs, vt, T, hs, seen, 1.0f, dpr);
+            }
             for (int64_t j = 0; j < seen; j++)
                 dsr[j] = ct__expf(dsr[j] - l); /* P_ij */
             for (int64_t j = 0; j < seen; j++) {
                 float mij = keep(p, b, i, j);
                 wvr[j] = dsr[j] * mij;
-                dsr[j] = dsr[j] * (mij * dp[j] - di) * p->scale;
+                dsr[j] = dsr[j] * (mij * dpr[j] - di) * p->scale;
             }
             for (int64_t j = seen; j < keys; j++)
                 dsr[j] = wvr[j] = 0.0f;

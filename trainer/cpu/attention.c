@@ -78,25 +78,25 @@ static inline void st8(float *p, v8f v)
 {
     memcpy(p, &v, sizeof v);
 }
-static inline v8f splat8(float x)
-{
-    return (v8f){x, x, x, x, x, x, x, x};
-}
+/* (a scalar times a v8f is GCC's broadcast: vbroadcastss, where a v8f literal of 8 copies
+ * compiled to a chain of inserts) */
 
 /* row_products for 4 rows at once: s[r * ts + j] = scale a_r . m_j (a_r = a + r * hs) for
- * j < n, each sum over c in the same order as row_products (the same bits). 16 keys of the 4
- * rows stay in 8 registers across c, so each load of a row of mt serves 4 rows. */
+ * j < n (and maybe up to 15 more, where j < t <= ts), each sum over c in the same order as
+ * row_products (the same bits). 16 keys of the 4 rows stay in 8 registers across c, so each
+ * load of a row of mt serves 4 rows. */
 static inline __attribute__((always_inline)) void
 rows4_products(const float *restrict a, const float *restrict mt, int64_t t, int64_t hs, int64_t n,
                float scale, float *restrict s, int64_t ts)
 {
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
+    /* past n up to a multiple of 16 where the rows have room (t): the extra sums are never read */
+    for (; j < n && j + 16 <= t; j += 16) {
         v8f acc[4][2] = {{{0}}};
         for (int64_t c = 0; c < hs; c++) {
             v8f m0 = ld8(mt + c * t + j), m1 = ld8(mt + c * t + j + 8);
             for (int r = 0; r < 4; r++) {
-                v8f ar = splat8(a[r * hs + c]);
+                float ar = a[r * hs + c];
                 acc[r][0] += ar * m0;
                 acc[r][1] += ar * m1;
             }
@@ -167,12 +167,12 @@ CT_CLONES static void attn_fwd_slice(const ct__attn_p *p, int64_t b, const float
             for (int64_t j = 0; j < all; j++) { /* keys every row of the block sees */
                 v8f vj = ld8(vb + j * hs + c);
                 for (int r = 0; r < 4; r++)
-                    acc[r] += splat8(s[r * T + j]) * vj;
+                    acc[r] += s[r * T + j] * vj;
             }
             for (int64_t j = all; j < last; j++) { /* causal: the block's own keys */
                 v8f vj = ld8(vb + j * hs + c);
                 for (int r = (int)(j - i0); r < 4; r++)
-                    acc[r] += splat8(s[r * T + j]) * vj;
+                    acc[r] += s[r * T + j] * vj;
             }
             for (int r = 0; r < 4; r++)
                 st8(ob + (i0 + r) * hs + c, acc[r]);
@@ -245,11 +245,17 @@ CT_CLONES static void attn_bwd_slice(const ct__attn_p *p, int64_t b, const float
             }
             for (int64_t j = 0; j < seen; j++)
                 dsr[j] = ct__expf(dsr[j] - l); /* P_ij */
-            for (int64_t j = 0; j < seen; j++) {
-                float mij = keep(p, b, i, j);
-                wvr[j] = dsr[j] * mij;
-                dsr[j] = dsr[j] * (mij * dpr[j] - di) * p->scale;
-            }
+            if (p->dropout <= 0.0f) /* keep() is 1: the same values, in a loop that vectorises */
+                for (int64_t j = 0; j < seen; j++) {
+                    wvr[j] = dsr[j];
+                    dsr[j] = dsr[j] * (dpr[j] - di) * p->scale;
+                }
+            else
+                for (int64_t j = 0; j < seen; j++) {
+                    float mij = keep(p, b, i, j);
+                    wvr[j] = dsr[j] * mij;
+                    dsr[j] = dsr[j] * (mij * dpr[j] - di) * p->scale;
+                }
             for (int64_t j = seen; j < keys; j++)
                 dsr[j] = wvr[j] = 0.0f;
         }
@@ -260,7 +266,34 @@ CT_CLONES static void attn_bwd_slice(const ct__attn_p *p, int64_t b, const float
         float *dq = sc + 3 * BWD_ROWS * T; /* (BWD_ROWS, hs): the block's dq sums */
         for (int64_t c = 0; c < BWD_ROWS * hs; c++)
             dq[c] = 0.0f;
-        for (int64_t j = 0; j < keys; j++) {
+        for (int64_t c = 0; hs % 8 == 0 && c < hs; c += 8) {
+            /* 8 columns: the block's rows of do and q in registers, each key's dv and dk
+             * loaded and stored once; then dq's 4 rows in registers over the keys. The same
+             * sums in the same order as the loop below. */
+            v8f g[BWD_ROWS], q[BWD_ROWS], dqa[BWD_ROWS];
+            for (int r = 0; r < BWD_ROWS; r++) {
+                g[r] = ld8((r < rows ? g0 + r * hs : g0) + c);
+                q[r] = ld8((r < rows ? q0 + r * hs : q0) + c);
+                dqa[r] = (v8f){0};
+            }
+            for (int64_t j = 0; j < keys; j++) {
+                v8f dv = ld8(dvb + j * hs + c), dk = ld8(dkb + j * hs + c);
+                for (int r = 0; r < BWD_ROWS; r++) {
+                    dv += wv[r * T + j] * g[r];
+                    dk += ds[r * T + j] * q[r];
+                }
+                st8(dvb + j * hs + c, dv);
+                st8(dkb + j * hs + c, dk);
+            }
+            for (int64_t j = 0; j < keys; j++) {
+                v8f kj = ld8(kb + j * hs + c);
+                for (int r = 0; r < BWD_ROWS; r++)
+                    dqa[r] += ds[r * T + j] * kj;
+            }
+            for (int r = 0; r < BWD_ROWS; r++)
+                st8(dq + r * hs + c, dqa[r]);
+        }
+        for (int64_t j = 0; hs % 8 != 0 && j < keys; j++) {
             float *dvj = dvb + j * hs, *dkj = dkb + j * hs;
             const float *kj = kb + j * hs;
             for (int r = 0; r < BWD_ROWS; r++) {

@@ -44,6 +44,8 @@ int ct__cpu_layernorm_fwd(int64_t rows, int64_t d, float eps, const float *x, co
 
 /* dxhat = dy w; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)); dw += dy xhat;
  * db += dy. dx per row in parallel; dw and db per column, each summing its rows in order. */
+#define LN_COLS 64 /* layer norm's weight gradients: columns a block sums over the rows */
+
 int ct__cpu_layernorm_bwd(int64_t rows, int64_t d, const float *x, const float *w,
                           const float *mean, const float *rstd, const float *dy, float *dx,
                           bool acc, float *dw, float *db)
@@ -70,18 +72,28 @@ int ct__cpu_layernorm_bwd(int64_t rows, int64_t d, const float *x, const float *
         }
     }
     if (dw || db) {
+        /* blocks of LN_COLS columns, each summed over the rows in order (the bits of a plain
+         * column loop, for any thread count), walking the rows forward: a column at a time
+         * strode through dy and x, a cache line per row for one float of it */
 #pragma omp parallel for schedule(static) if (rows * d > PAR_MIN)
-        for (int64_t i = 0; i < d; i++) {
-            float sw = 0, sb = 0;
+        for (int64_t i0 = 0; i0 < d; i0 += LN_COLS) {
+            int64_t n = d - i0 < LN_COLS ? d - i0 : LN_COLS;
+            float sw[LN_COLS] = {0}, sb[LN_COLS] = {0};
             for (int64_t r = 0; r < rows; r++) {
-                float g = dy[r * d + i];
-                sw += g * (x[r * d + i] - mean[r]) * rstd[r];
-                sb += g;
+                const float *gr = dy + r * d + i0, *xr = x + r * d + i0;
+                float m = mean[r], rs = rstd[r];
+                for (int64_t k = 0; k < n; k++) {
+                    float g = gr[k];
+                    sw[k] += g * (xr[k] - m) * rs;
+                    sb[k] += g;
+                }
             }
-            if (dw)
-                dw[i] += sw;
-            if (db)
-                db[i] += sb;
+            for (int64_t k = 0; k < n; k++) {
+                if (dw)
+                    dw[i0 + k] += sw[k];
+                if (db)
+                    db[i0 + k] += sb[k];
+            }
         }
     }
     return 0;

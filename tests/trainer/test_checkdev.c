@@ -19,26 +19,10 @@
 #include <dirent.h>
 #include <pthread.h>
 
-/* forward, loss, backward, the gradients' norm clipped to 0.5, optimizer */
+/* tt_clip_step with the norm clipped to 0.5 */
 static int clip_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
 {
-    ct_tensor *y = ct_module_forward(trainer_step_model(s), b->x);
-    ct_tensor *loss = y ? trainer_step_loss(s)(y, b->y) : NULL;
-    int rc = loss ? trainer_step_backward(s, loss) : CT_EINVAL;
-    double norm = 0;
-    if (rc == 0)
-        rc = trainer_step_clip_grad_norm(s, 0.5, &norm);
-    if (rc == 0)
-        rc = trainer_step_optimizer(s);
-    if (rc == 0)
-        rc = trainer_step_metric(s, "grad_norm", norm);
-    if (rc == 0) {
-        out->loss_sum = ct_tensor_item(loss) * (double)b->n;
-        out->samples = b->n;
-    }
-    ct_tensor_release(&loss);
-    ct_tensor_release(&y);
-    return rc;
+    return tt_clip_step(s, b, out, 0.5);
 }
 
 static trainer *make(const char *device, int probe_step)

@@ -187,29 +187,6 @@ static void *kill_probe(void *arg)
     return NULL;
 }
 
-static void same_weights(const char *what, const float *a, int64_t na, const float *b, int64_t nb)
-{
-    if (!a || !b || na != nb || na == 0) {
-        fprintf(stderr, "%s: weights missing or of different sizes (%lld, %lld)\n", what,
-                (long long)na, (long long)nb);
-        h_failures++;
-        return;
-    }
-    int64_t diff = 0, first = -1;
-    for (int64_t i = 0; i < na; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float))) {
-            diff++;
-            first = first < 0 ? i : first;
-        }
-    if (diff) {
-        fprintf(stderr, "%s: %lld of %lld weights differ; first at %lld: %.9g vs %.9g\n", what,
-                (long long)diff, (long long)na, (long long)first, a[first], b[first]);
-        h_failures++;
-    } else {
-        printf("%s: %lld weights bit-identical to the undisturbed run\n", what, (long long)na);
-    }
-}
-
 /* A train step that reports metric "m" = G[segment] (segments of SEG optimizer steps). */
 #define SEG 8
 static const double G[6] = {6, 1, 4, 0, 7, 2};
@@ -446,7 +423,7 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(st1.checkpoints_under_replicated, 0); /* one node: 1 copy asked, 1 made */
     w1 = tt_weights(trainer_get_model(t), &n1);
     trainer_shutdown(&t);
-    same_weights("resumed in a new driver", w1, n1, w3, n3);
+    tt_same_weights(w1, w3, n1, n3, "resumed in a new driver");
 
     t = make("cnn", 16 + 9);
     CHECK(t != NULL);
@@ -468,7 +445,7 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(st2.replicas, 2);
     CHECK(st2.weights_agree);
     w2 = tt_weights(trainer_get_model(t), &n2);
-    same_weights("replica killed mid-epoch", w1, n1, w2, n2);
+    tt_same_weights(w1, w2, n1, n2, "replica killed mid-epoch");
     trainer_shutdown(&t);
 
     /* 4. which files are kept */

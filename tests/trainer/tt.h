@@ -150,6 +150,30 @@ __attribute__((unused)) static char *tt_read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* forward, loss, backward, the gradients' norm clipped to bound, optimizer; the norm as the
+ * step's metric "grad_norm" (the trainer tests' clipping train step) */
+__attribute__((unused)) static int tt_clip_step(trainer_step *s, const trainer_batch *b,
+                                                trainer_step_out *out, double bound)
+{
+    ct_tensor *y = ct_module_forward(trainer_step_model(s), b->x);
+    ct_tensor *loss = y ? trainer_step_loss(s)(y, b->y) : NULL;
+    int rc = loss ? trainer_step_backward(s, loss) : CT_EINVAL;
+    double norm = 0;
+    if (rc == 0)
+        rc = trainer_step_clip_grad_norm(s, bound, &norm);
+    if (rc == 0)
+        rc = trainer_step_optimizer(s);
+    if (rc == 0)
+        rc = trainer_step_metric(s, "grad_norm", norm);
+    if (rc == 0) {
+        out->loss_sum = ct_tensor_item(loss) * (double)b->n;
+        out->samples = b->n;
+    }
+    ct_tensor_release(&loss);
+    ct_tensor_release(&y);
+    return rc;
+}
+
 /* the weights must be bit-identical; prints the first difference and counts a failure */
 __attribute__((unused)) static void tt_same_weights(const float *a, const float *b, int64_t na,
                                                     int64_t nb, const char *what)

@@ -237,23 +237,38 @@ __attribute__((unused)) static int h_read_line(int fd, char *buf, size_t cap, in
     return 0;
 }
 
-/* Starts ct-head on an ephemeral port; fills addr ("127.0.0.1:P"). */
-__attribute__((unused)) static pid_t h_start_head(char *addr, size_t cap, const char *hb,
-                                                  const char *dead)
+/* Starts ct-head on port ("0": any) with heartbeat and dead-after times (ms, as strings) and,
+ * when state_dir is not NULL, --state-dir state_dir; fills addr ("127.0.0.1:P"). Its pid, -1
+ * when it did not start. */
+__attribute__((unused)) static pid_t h_start_head_on(const char *port, char *addr, size_t cap,
+                                                     const char *hb, const char *dead,
+                                                     const char *state_dir)
 {
-    char *argv[] = {(char *)h_bin("ct-head"), "--port",     "0", "--heartbeat-ms", (char *)hb,
-                    "--dead-after-ms",        (char *)dead, NULL};
+    char *argv[] = {
+        (char *)h_bin("ct-head"), "--port",     (char *)port,  "--heartbeat-ms",  (char *)hb,
+        "--dead-after-ms",        (char *)dead, "--state-dir", (char *)state_dir, NULL};
+    if (!state_dir)
+        argv[7] = NULL;
     int fd = -1;
     pid_t pid = h_spawn(argv, &fd);
     char line[120];
-    if (pid < 0 || h_read_line(fd, line, sizeof line, 5000) || strncmp(line, "listening on ", 13)) {
-        fprintf(stderr, "ct-head did not start\n");
-        close(fd);
+    if (pid < 0 || h_read_line(fd, line, sizeof line, 10000) ||
+        strncmp(line, "listening on ", 13)) {
+        fprintf(stderr, "ct-head did not start on port %s\n", port);
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
     close(fd);
     snprintf(addr, cap, "%s", line + 13);
     return pid;
+}
+
+/* Starts ct-head on an ephemeral port; fills addr ("127.0.0.1:P"). */
+__attribute__((unused)) static pid_t h_start_head(char *addr, size_t cap, const char *hb,
+                                                  const char *dead)
+{
+    return h_start_head_on("0", addr, cap, hb, dead, NULL);
 }
 
 /* Starts ct-node with extra args (NULL-terminated list). */
@@ -357,6 +372,19 @@ __attribute__((unused)) static int h_leftovers(int timeout_ms)
             return left;
         usleep(20000);
     }
+}
+
+/* An actor of class cls that needs one unit of the custom resource res (on the node that has
+ * it), waiting up to timeout_ms; NULL (a failure counted) when it could not be made. */
+__attribute__((unused)) static ct_actor *h_actor_with(const char *cls, const char *res,
+                                                      int timeout_ms)
+{
+    ct_resources r = {.bundle = -1, .timeout_ms = timeout_ms};
+    r.custom[0].name = res;
+    r.custom[0].amount = 1;
+    ct_actor *a = NULL;
+    CHECK_OK(ct_actor_create(cls, &r, NULL, 0, &a));
+    return a;
 }
 
 /* The end of a test that made actors: releases the n actors (NULL ones skipped), shuts the

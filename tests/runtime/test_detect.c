@@ -37,16 +37,6 @@ static int64_t mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static ct_actor *actor_with(const char *cls, const char *res)
-{
-    ct_resources r = {.bundle = -1, .timeout_ms = 20000};
-    r.custom[0].name = res;
-    r.custom[0].amount = 1;
-    ct_actor *a = NULL;
-    CHECK_OK(ct_actor_create(cls, &r, NULL, 0, &a));
-    return a;
-}
-
 static char *status(const char *addr)
 {
     char cmd[400];
@@ -111,7 +101,7 @@ int main(void)
     free(out);
 
     /* 2. kill -9 of node 2: seen by the death watch, at once */
-    ct_actor *r = actor_with("Counter", "right");
+    ct_actor *r = h_actor_with("Counter", "right", 20000);
     pid_t rpid = r ? ct_actor_pid(r) : 0;
     int64_t k0 = mono_ns();
     CHECK_OK(kill(n2, SIGKILL));
@@ -128,7 +118,7 @@ int main(void)
 
     /* 3. SIGSTOP of node 1 (a silent host): dead after the timeout; after SIGCONT it joins
      * again as a new node */
-    ct_actor *x = actor_with("Counter", "left");
+    ct_actor *x = h_actor_with("Counter", "left", 20000);
     pid_t xpid = x ? ct_actor_pid(x) : 0;
     CHECK(xpid > 0);
     int64_t s0 = mono_ns();
@@ -159,7 +149,7 @@ int main(void)
         fprintf(stderr, "%s", out);
     free(out);
     /* it runs actors, under its new id, with a working store */
-    ct_actor *y = actor_with("Counter", "left");
+    ct_actor *y = h_actor_with("Counter", "left", 20000);
     if (y) {
         char *nd = NULL;
         size_t n = 0;
@@ -171,7 +161,7 @@ int main(void)
         CHECK_EQ_INT(v && n == sizeof *v ? *v : -1, 7);
         free(v);
     }
-    ct_actor *o = actor_with("ObjActor", "left");
+    ct_actor *o = h_actor_with("ObjActor", "left", 20000);
     if (o) {
         obj_put_args pa = {.size = 8 << 20, .replicas = 1, .seed = 5};
         void *res = NULL;

@@ -21,16 +21,6 @@
 
 #define GRACE_MS "20000"
 
-static ct_actor *actor_with(const char *cls, const char *res)
-{
-    ct_resources r = {.bundle = -1, .timeout_ms = 20000};
-    r.custom[0].name = res;
-    r.custom[0].amount = 1;
-    ct_actor *a = NULL;
-    CHECK_OK(ct_actor_create(cls, &r, NULL, 0, &a));
-    return a;
-}
-
 static char state_dir[64];
 
 /* A KV get that waits at the head while the head is killed and started again. */
@@ -53,24 +43,12 @@ static void *late_get_main(void *p)
 }
 
 /* ct-head on port (0: any) with the test's state dir (the secret from CT_SECRET_FILE, h_init);
- * its address in addr; its pid, -1 when it did not start. */
+ * its address in addr; its pid, -1 (a failure counted) when it did not start. */
 static pid_t start_head_on(const char *port, char *addr, size_t cap)
 {
-    char *argv[] = {(char *)h_bin("ct-head"), "--port", (char *)port,  "--heartbeat-ms", "100",
-                    "--dead-after-ms",        "10000",  "--state-dir", state_dir,        NULL};
-    int fd = -1;
-    pid_t pid = h_spawn(argv, &fd);
-    char line[120];
-    if (pid < 0 || h_read_line(fd, line, sizeof line, 10000) ||
-        strncmp(line, "listening on ", 13)) {
-        fprintf(stderr, "ct-head did not start on port %s\n", port);
+    pid_t pid = h_start_head_on(port, addr, cap, "100", "10000", state_dir);
+    if (pid < 0)
         h_failures++;
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    close(fd);
-    snprintf(addr, cap, "%s", line + 13);
     return pid;
 }
 
@@ -134,8 +112,10 @@ int main(void)
     CHECK_OK(ct_placement_group_create(&bl, 1, CT_PACK, &pg));
     if (pg)
         CHECK_OK(ct_placement_group_wait(pg, 20000));
-    ct_actor *c1 = actor_with("Counter", "left"), *c2 = actor_with("Counter", "right");
-    ct_actor *o1 = actor_with("ObjActor", "left"), *o2 = actor_with("ObjActor", "right");
+    ct_actor *c1 = h_actor_with("Counter", "left", 20000),
+             *c2 = h_actor_with("Counter", "right", 20000);
+    ct_actor *o1 = h_actor_with("ObjActor", "left", 20000),
+             *o2 = h_actor_with("ObjActor", "right", 20000);
     if (!c1 || !c2 || !o1 || !o2)
         return h_finish_actors((ct_actor *[]){c1, c2, o1, o2}, 4, "test_head_restart");
     char left[32], right[32], c1_id[32];
@@ -180,7 +160,7 @@ int main(void)
     free(res);
     CHECK_EQ_INT(gr.rc, 0);
     CHECK_EQ_INT(gr.mismatch, -1);
-    ct_actor *c3 = actor_with("Counter", "left");
+    ct_actor *c3 = h_actor_with("Counter", "left", 20000);
     if (c3) {
         CHECK(strcmp(ct_actor_id(c3), c1_id) != 0);
         CHECK_EQ_INT(call_long(c3, "add", 2), 2);

@@ -61,16 +61,6 @@ static pid_t start_hog(void)
     return pid;
 }
 
-static ct_actor *actor_with(const char *cls, const char *res)
-{
-    ct_resources r = {.bundle = -1, .timeout_ms = 60000};
-    r.custom[0].name = res;
-    r.custom[0].amount = 1;
-    ct_actor *a = NULL;
-    CHECK_OK(ct_actor_create(cls, &r, NULL, 0, &a));
-    return a;
-}
-
 static int wait_joined(char *id, int timeout_ms)
 {
     ct_event ev;
@@ -139,8 +129,9 @@ int main(void)
     CHECK_OK(wait_joined(ida, 30000));
     pid_t nb = h_start_node(addr, "--resources", "nb=8", "--store-memory", "1G", NULL, NULL);
     CHECK_OK(wait_joined(idb, 30000));
-    ct_actor *oa = actor_with("ObjActor", "na"), *ob = actor_with("ObjActor", "nb");
-    ct_actor *ca = actor_with("Counter", "na"), *cb = actor_with("Counter", "nb");
+    ct_actor *oa = h_actor_with("ObjActor", "na", 60000),
+             *ob = h_actor_with("ObjActor", "nb", 60000);
+    ct_actor *ca = h_actor_with("Counter", "na", 60000), *cb = h_actor_with("Counter", "nb", 60000);
     ct_actor *all[4] = {oa, ob, ca, cb};
     if (!oa || !ob || !ca || !cb)
         return h_finish_actors(all, 4, "test_load");

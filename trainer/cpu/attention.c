@@ -124,7 +124,7 @@ softmax_row(const ct__attn_p *p, int64_t b, int64_t i, int64_t seen, float *rest
     for (int64_t j = 0; j < seen; j++)
         m = s[j] > m ? s[j] : m;
     for (int64_t j = 0; j < seen; j++)
-        s[j] = ct__expf(s[j] - m);
+        s[j] = ct__expf_unclamped(s[j] - m);
     for (int64_t j = 0; j < seen; j++)
         l += s[j];
     float inv = 1.0f / l;
@@ -244,7 +244,7 @@ CT_CLONES static void attn_bwd_slice(const ct__attn_p *p, int64_t b, const float
                 row_products(gb + i * hs, vt, T, hs, seen, 1.0f, dpr);
             }
             for (int64_t j = 0; j < seen; j++)
-                dsr[j] = ct__expf(dsr[j] - l); /* P_ij */
+                dsr[j] = ct__expf_unclamped(dsr[j] - l); /* P_ij */
             if (p->dropout <= 0.0f) /* keep() is 1: the same values, in a loop that vectorises */
                 for (int64_t j = 0; j < seen; j++) {
                     wvr[j] = dsr[j];

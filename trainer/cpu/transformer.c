@@ -1,6 +1,6 @@
 /* trainer/cpu/transformer.c — CPU kernels of the transformer ops oneDNN has no primitive for
  * here: layer norm over the last axis, GELU (exact and tanh; vectorised through vecmath.h's
- * exp and erf), embedding lookup and its scatter-add. Plain C loops, OpenMP over rows (or
+ * exp and normal CDF), embedding lookup and its scatter-add. Plain C loops, OpenMP over rows (or
  * columns) when the work is large; every sum runs in a fixed order, so results are the same
  * bits for any thread count.
  *
@@ -118,8 +118,10 @@ CT_CLONES static void gelu_fwd_span(bool tanh_approx, int64_t n, const float *re
             y[i] = 0.5f * v * (1.0f + tanh_v(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
         }
     } else {
-        for (int64_t i = 0; i < n; i++)
-            y[i] = 0.5f * x[i] * (1.0f + ct__erff(x[i] * (float)M_SQRT1_2));
+        for (int64_t i = 0; i < n; i++) {
+            float pdf;
+            y[i] = x[i] * ct__normcdf_pdf(x[i], &pdf);
+        }
     }
 }
 
@@ -132,8 +134,8 @@ static inline __attribute__((always_inline)) float gelu_grad(bool tanh_approx, f
         return 0.5f * (1.0f + t) +
                0.5f * v * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
     }
-    return 0.5f * (1.0f + ct__erff(v * (float)M_SQRT1_2)) +
-           v * ct__expf(-0.5f * v * v) * 0.3989422804014327f;
+    float pdf, cdf = ct__normcdf_pdf(v, &pdf);
+    return cdf + v * pdf;
 }
 
 /* one branch-free loop per (form, accumulate): each vectorises */
@@ -283,7 +285,7 @@ int ct__cpu_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y
         for (int64_t j = 1; j < seen; j++)
             m = xr[j] > m ? xr[j] : m;
         for (int64_t j = 0; j < seen; j++) {
-            yr[j] = ct__expf(xr[j] - m);
+            yr[j] = ct__expf_unclamped(xr[j] - m);
             s += yr[j];
         }
         float inv = 1.0f / s;

@@ -1,5 +1,6 @@
 /* trainer/loss/loss.c — loss forward/backward kernels (include/ct/loss.h), PyTorch 1.13
- * semantics, plain C loops over row-major arrays.
+ * semantics, plain C loops over row-major arrays. Cross entropy's exps are float (vecmath.h's,
+ * vectorised in ISA clones), its log-sum-exp summed in double.
  *
  * Not here: autograd glue, tensors, CUDA kernels.
  *
@@ -14,6 +15,7 @@
 
 #include "common/common.h"
 #include "ct/loss.h"
+#include "trainer/cpu/vecmath.h"
 
 static int check_red(const char *fn, ct_reduction r)
 {
@@ -65,16 +67,27 @@ static double total_weight(const int64_t *target, int64_t n, const ct_ce_opts *o
     return tw;
 }
 
-/* logsumexp of one row, in double. */
-static double row_lse(const float *x, int64_t c)
+/* logsumexp of one row: float exps (vecmath.h's, which vectorise), summed in double */
+CT_CLONES static double row_lse(const float *x, int64_t c)
 {
     float mx = x[0];
+#pragma omp simd reduction(max : mx)
     for (int64_t j = 1; j < c; j++)
         mx = x[j] > mx ? x[j] : mx;
     double s = 0;
+#pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < c; j++)
-        s += exp((double)x[j] - mx);
+        s += (double)ct__expf_unclamped(x[j] - mx);
     return mx + log(s);
+}
+
+/* g[j] += ga p_j with p_j = e^(x_j - lse) (plain cross entropy: the target's -ga is the
+ * caller's) */
+CT_CLONES static void add_probs(const float *restrict x, int64_t c, float lse, float ga,
+                                float *restrict g)
+{
+    for (int64_t j = 0; j < c; j++)
+        g[j] += ga * ct__expf_unclamped(x[j] - lse);
 }
 
 /* Shared by cross entropy (log_softmax = 1) and nll (input already log-probabilities). */
@@ -158,6 +171,11 @@ static int class_backward(const char *fn, int log_softmax, const float *x, const
         }
         double lse = row_lse(row, c);
         double a = (1.0 - ls) * wt, b = ls / (double)c;
+        if (!o->weight && ls == 0.0) { /* the common case, in float */
+            add_probs(row, c, (float)lse, (float)gi, g);
+            g[t] -= (float)gi;
+            continue;
+        }
         for (int64_t j = 0; j < c; j++) {
             double p = exp((double)row[j] - lse);
             double wj = o->weight ? o->weight[j] : 1.0;

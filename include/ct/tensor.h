@@ -104,7 +104,9 @@ float ct_tensor_item(const ct_tensor *t);
 /* ---- autograd ---- */
 void ct_tensor_set_requires_grad(ct_tensor *t, bool on);
 bool ct_tensor_requires_grad(const ct_tensor *t);
-/* The accumulated gradient (same shape, f32, contiguous) or NULL if none yet. Borrowed. */
+/* The accumulated gradient (same shape, f32, contiguous) or NULL if none yet. Borrowed. Only a
+ * leaf's (a tensor no op made, e.g. a parameter) is kept as such: an op's output's gradient is
+ * backward's scratch, which may hold another tensor's sums when backward returns. */
 ct_tensor *ct_tensor_grad(const ct_tensor *t);
 /* Zeroes the gradient (keeps the buffer). */
 void ct_tensor_zero_grad(ct_tensor *t);

@@ -110,6 +110,29 @@ static void test_autograd(void)
     ct_tensor_release(&x);
 }
 
+/* Gradients passed on without a copy (reshape and add hand their output's gradient to an input
+ * an op made): y = reshape(relu(x)); z = y + y, then + r where r = relu(x) again through two
+ * reshapes, so one buffer would serve two sums if a pass went wrong. d sum(z) / dx = 3 (x > 0). */
+static void test_grad_pass(void)
+{
+    int64_t s[1] = {4}, s2[2] = {2, 2};
+    float xv[4] = {1, -1, 2, 3};
+    ct_tensor *x = ct_tensor_from_f32(1, s, xv);
+    ct_tensor_set_requires_grad(x, true);
+    ct_tensor *r = ct_nn_relu(x), *y = ct_nn_reshape(r, 2, s2), *yy = ct_nn_add(y, y);
+    ct_tensor *r1 = ct_nn_reshape(r, 1, s), *r2 = ct_nn_reshape(r1, 2, s2);
+    ct_tensor *z = ct_nn_add(yy, r2), *l = ct_nn_sum(z);
+    CHECK(l && ct_tensor_item(l) == 18.0f, "sum %g", l ? ct_tensor_item(l) : -1.0f);
+    CHECK(ct_tensor_backward(l, NULL) == 0, "backward");
+    const float *g = ct_tensor_f32(ct_tensor_grad(x));
+    float want[4] = {3, 0, 3, 3};
+    for (int i = 0; i < 4; i++)
+        CHECK(g[i] == want[i], "pass grad[%d] = %g, want %g", i, g[i], want[i]);
+    ct_tensor *ts[8] = {l, z, r2, r1, yy, y, r, x};
+    for (int i = 0; i < 8; i++)
+        ct_tensor_release(&ts[i]);
+}
+
 /* ReLU at the edges of float, as PyTorch: NaN stays NaN, -inf, -0 and negatives give +0 (0 * x
  * would give NaN and -0); the gradient is +0 where y <= 0 or is NaN, even where dy is inf */
 static void test_relu_edges(void)
@@ -188,6 +211,7 @@ int main(void)
     test_devices();
     test_autograd();
     test_relu_edges();
+    test_grad_pass();
     test_cache();
     if (g_fail) {
         fprintf(stderr, "%d check(s) failed\n", g_fail);

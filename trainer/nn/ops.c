@@ -817,9 +817,11 @@ static int add_bw(ct__node *nd)
 {
     const float *dy = ct__f32(nd->out->grad);
     int64_t n = ct_tensor_numel(nd->out);
+    /* one input may take dy itself, the other gets a copy; x + x adds both into one buffer */
+    bool passed = nd->in[0] == nd->in[1];
     for (int i = 0; i < 2; i++) {
         ct_tensor *t = nd->in[i];
-        if (!wants(t))
+        if (!wants(t) || (!passed && (passed = ct__grad_pass(nd, t))))
             continue;
         bool acc;
         float *g = ct__grad_dst(t, &acc);
@@ -966,6 +968,8 @@ static int reshape_bw(ct__node *nd)
 {
     ct_tensor *x = nd->in[0];
     int64_t n = ct_tensor_numel(x);
+    if (ct__grad_pass(nd, x))
+        return 0;
     bool acc;
     float *g = ct__grad_dst(x, &acc);
     if (!g)

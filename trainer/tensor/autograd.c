@@ -124,6 +124,21 @@ float *ct__grad_dst(ct_tensor *t, bool *acc)
     return ct__f32(t->grad);
 }
 
+bool ct__grad_pass(ct__node *nd, ct_tensor *t)
+{
+    ct_tensor *g = nd->out->grad;
+    if (t->grad || !t->node || t->fmt != CT__FMT_PLAIN || g->fmt != CT__FMT_PLAIN ||
+        ct__bk(g) != ct__bk(t) || ct_tensor_numel(g) != ct_tensor_numel(t) ||
+        !ct_tensor_is_contiguous(g))
+        return false;
+    ct_tensor *v = ct_tensor_view(g, t->ndim, t->shape);
+    if (!v)
+        return false;
+    t->grad = v;
+    t->grad_empty = false;
+    return true;
+}
+
 int ct__grad_add(const ct__backend *bk, float *dst, const float *src, int64_t n, bool acc)
 {
     if (dst == src)

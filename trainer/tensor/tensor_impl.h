@@ -69,6 +69,12 @@ bool ct__needs_grad(int nin, ct_tensor *const *in);
 /* Gradient buffer of t (f32, contiguous, t's numel, on t's device) for a backward kernel; see
  * header. NULL on out of memory. */
 float *ct__grad_dst(ct_tensor *t, bool *acc);
+/* For backward functions whose input's gradient equals their output's (reshape, add): when t
+ * holds no gradient yet and an op made it (not a leaf), t's gradient becomes a view of nd->out's,
+ * no copy (nothing reads nd->out's gradient after nd's backward). Returns whether it did; when
+ * not, the caller copies or adds as usual. After backward, a non-leaf's gradient may so hold
+ * the sums of another tensor's. */
+bool ct__grad_pass(ct__node *nd, ct_tensor *t);
 /* dst[i] += src[i] or dst[i] = src[i] when !acc, n floats of bk's device. */
 int ct__grad_add(const ct__backend *bk, float *dst, const float *src, int64_t n, bool acc);
 /* A per-thread scratch buffer of at least n floats of bk's device (valid until the next call

@@ -126,6 +126,13 @@ ct_tensor *ct_nn_softmax_causal(ct_tensor *x);
  * shape (..., T, hs); in training, dropout on the probabilities. Memory grows with T, not T^2. */
 ct_tensor *ct_nn_attention(ct_tensor *q, ct_tensor *k, ct_tensor *v, bool causal, float dropout,
                            bool training);
+/* The same attention on q, k and v packed in one (B, T, 3C) tensor, as a c_attn projection makes
+ * them (q = [..., 0:C], k = [..., C:2C], v = [..., 2C:3C], each n_head heads of C / n_head
+ * side by side), giving o (B, T, C) with the heads side by side again: the values (and the
+ * dropout) of slicing, viewing as (B, T, H, hs), permuting to (B, H, T, hs), ct_nn_attention
+ * and permuting back, without the copies. */
+ct_tensor *ct_nn_attention_qkv(ct_tensor *qkv, int n_head, bool causal, float dropout,
+                               bool training);
 /* (Log-)softmax over the last dimension. */
 ct_tensor *ct_nn_softmax(ct_tensor *x);
 ct_tensor *ct_nn_log_softmax(ct_tensor *x);

@@ -301,6 +301,14 @@ def transformer(path):
             [r(1, 2, 37, 16), r(1, 2, 37, 16), r(1, 2, 37, 16)])
     op_case(w, "attention_long_causal", lambda q, k, v: attention(q, k, v, True),
             [r(1, 2, 37, 16), r(1, 2, 37, 16), r(1, 2, 37, 16)])
+
+    # q, k and v packed in one (B, T, 3C) tensor (ct_nn_attention_qkv): 2 heads of 16
+    def attention_qkv(x, heads, causal):
+        b, t, c = x.shape[0], x.shape[1], x.shape[2] // 3
+        q, k, v = (u.view(b, t, heads, c // heads).transpose(1, 2) for u in x.split(c, 2))
+        return attention(q, k, v, causal).transpose(1, 2).reshape(b, t, c)
+    op_case(w, "attention_qkv", lambda x: attention_qkv(x, 2, False), [r(2, 37, 96)])
+    op_case(w, "attention_qkv_causal", lambda x: attention_qkv(x, 2, True), [r(2, 37, 96)])
     w.close()
 
 

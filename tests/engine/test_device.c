@@ -226,6 +226,13 @@ static ct_tensor *f_attention(ct_tensor **in, const void *c)
     return ct_nn_attention(in[0], in[1], in[2], o[0], o[1] ? 0.2f : 0.0f, true);
 }
 
+/* c: {causal, with dropout}; q, k, v packed (B, T, 3C), 3 heads */
+static ct_tensor *f_attention_qkv(ct_tensor **in, const void *c)
+{
+    const bool *o = c;
+    return ct_nn_attention_qkv(in[0], 3, o[0], o[1] ? 0.2f : 0.0f, true);
+}
+
 static ct_tensor *targets(int64_t n, int64_t classes)
 {
     int64_t shape[1] = {n};
@@ -374,6 +381,14 @@ static void test_ops(void)
         ct_tensor *in[3] = {rand_t(4, xs), rand_t(4, xs), rand_t(4, xs)};
         const char *names[3] = {"attention", "attention causal", "attention causal dropout"};
         run(names[mode], f_attention, o, 3, in, (bool[]){true, true, true});
+    }
+    for (int mode = 0; mode < 3; mode++) {
+        int64_t xs[3] = {2, 37, 3 * 3 * 40};
+        bool o[2] = {mode > 0, mode > 1};
+        ct_tensor *in[1] = {rand_t(3, xs)};
+        const char *names[3] = {"attention_qkv", "attention_qkv causal",
+                                "attention_qkv causal dropout"};
+        run(names[mode], f_attention_qkv, o, 1, in, (bool[]){true});
     }
 }
 

@@ -1,7 +1,7 @@
 /* tests/engine/test_ops_transformer.c — the transformer ops (layer norm, GELU exact and tanh,
  * the elementwise product, embedding with and without padding_idx, permute, transpose, slice,
  * batched matmul with every transpose, causal softmax, fused attention with and without a causal
- * mask and dropout):
+ * mask and dropout, on q, k, v tensors and on one packed (B, T, 3C) tensor):
  *   - forward and every input's gradient against PyTorch 1.13 (ref/transformer.bin from
  *     make_reference.py) within 1e-4, on the CPU and on the checking device;
  *   - gradients accumulate: a second backward without zeroing doubles them;
@@ -113,6 +113,16 @@ static ct_tensor *f_attention_causal(ct_tensor **in, void *c)
 {
     (void)c;
     return ct_nn_attention(in[0], in[1], in[2], true, 0.0f, true);
+}
+static ct_tensor *f_attention_qkv(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_attention_qkv(in[0], 2, false, 0.0f, true);
+}
+static ct_tensor *f_attention_qkv_causal(ct_tensor **in, void *c)
+{
+    (void)c;
+    return ct_nn_attention_qkv(in[0], 2, true, 0.0f, true);
 }
 /* with dropout 0.3 in training: the generator reseeded first, so every call drops alike */
 static ct_tensor *f_attention_dropout(ct_tensor **in, void *c)
@@ -291,6 +301,61 @@ static void test_attention_dropout(ct_device dev)
         ct_tensor_release(&all[i]);
 }
 
+/* ct_nn_attention_qkv with dropout against the composition it replaces (slices of the (B, T, 3C)
+ * input viewed as (B, T, H, hs), permuted to (B, H, T, hs), ct_nn_attention, permuted back), on
+ * dev, the generator reseeded before each: the same kernel on other strides, so the same bits,
+ * forward and the input's gradient. */
+static void test_attention_qkv_dropout(ct_device dev)
+{
+    const char *dn = dev == CT_CPU ? "cpu" : "checkdev";
+    ct_tensor *h = ref_must(&R, "attention_qkv_causal.in0");
+    const int64_t *xs = ct_tensor_shape(h);
+    int64_t B = xs[0], T = xs[1], C = xs[2] / 3, H = 2, s4[4] = {B, T, H, C / H}, s3[3] = {B, T, C};
+    const int swap12[4] = {0, 2, 1, 3};
+    ct_tensor *x[2];
+    for (int i = 0; i < 2; i++) {
+        x[i] = ct_tensor_to(h, dev);
+        ct_tensor_set_requires_grad(x[i], true);
+    }
+    int64_t n = B * T * C;
+    float *r = malloc((size_t)n * sizeof(float));
+    for (int64_t j = 0; j < n; j++)
+        r[j] = fd_rand();
+    ct_tensor *gh = ct_tensor_from_f32(3, s3, r), *gy = ct_tensor_to(gh, dev);
+    free(r);
+    ct_nn_manual_seed(77);
+    ct_tensor *y = ct_nn_attention_qkv(x[0], (int)H, true, 0.3f, true);
+    int rc1 = y ? ct_tensor_backward(y, gy) : -1;
+    ct_tensor *t[12] = {0}, *want = NULL;
+    for (int i = 0; i < 3; i++) {
+        t[i] = ct_nn_slice(x[1], 2, i * C, C);
+        t[3 + i] = t[i] ? ct_nn_reshape(t[i], 4, s4) : NULL;
+        t[6 + i] = t[3 + i] ? ct_nn_permute(t[3 + i], swap12) : NULL;
+    }
+    ct_nn_manual_seed(77);
+    if (t[6] && t[7] && t[8] && (t[9] = ct_nn_attention(t[6], t[7], t[8], true, 0.3f, true)) &&
+        (t[10] = ct_nn_permute(t[9], swap12)))
+        want = ct_nn_reshape(t[10], 3, s3);
+    int rc2 = want ? ct_tensor_backward(want, gy) : -1;
+    CHECK(rc1 == 0 && rc2 == 0, "attention_qkv with dropout on %s: %d %d (%s)", dn, rc1, rc2,
+          ct_last_error());
+    ct_tensor *got[2] = {on_cpu(y), on_cpu(ct_tensor_grad(x[0]))};
+    ct_tensor *exp[2] = {on_cpu(want), on_cpu(ct_tensor_grad(x[1]))};
+    for (int k = 0; k < 2 && rc1 == 0 && rc2 == 0; k++) {
+        double diff = 0;
+        for (int64_t j = 0; j < ct_tensor_numel(exp[k]); j++)
+            diff = fmax(diff, fabs(ct_tensor_f32(got[k])[j] - ct_tensor_f32(exp[k])[j]));
+        CHECK(diff == 0,
+              "attention_qkv with dropout on %s: %s differs from the composition's by %g", dn,
+              k ? "the gradient" : "the output", diff);
+    }
+    ct_tensor *all[] = {y, want, gy, gh, x[0], x[1], got[0], got[1], exp[0], exp[1]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ct_tensor_release(&all[i]);
+    for (int i = 0; i < 12; i++)
+        ct_tensor_release(&t[i]);
+}
+
 static void test_errors(void)
 {
     int64_t ws[2] = {10, 6}, is[1] = {3}, xs[2] = {4, 8}, ls[1] = {7};
@@ -320,6 +385,12 @@ static void test_errors(void)
     y = ct_nn_attention(x, x, w, false, 0.0f, false);
     CHECK(!y && strstr(ct_last_error(), "one shape"), "attention of two shapes: '%s'",
           ct_last_error());
+    int64_t q3[3] = {2, 4, 8};
+    ct_tensor *qkv = ct_tensor_new(CT_F32, 3, q3);
+    y = ct_nn_attention_qkv(qkv, 2, true, 0.0f, false);
+    CHECK(!y && strstr(ct_last_error(), "last dimension 8 must be 3 C"), "qkv of width 8: '%s'",
+          ct_last_error());
+    ct_tensor_release(&qkv);
     y = ct_nn_mul(x, w);
     CHECK(!y && strstr(ct_last_error(), "mul: shapes differ"), "mul of two shapes: '%s'",
           ct_last_error());
@@ -361,6 +432,8 @@ int main(int argc, char **argv)
         {"attention_causal", f_attention_causal, 7},
         {"attention_long", f_attention, 0},
         {"attention_long_causal", f_attention_causal, 0},
+        {"attention_qkv", f_attention_qkv, 0},
+        {"attention_qkv_causal", f_attention_qkv_causal, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_case(cases[i].name, cases[i].fn, CT_CPU);
@@ -370,6 +443,8 @@ int main(int argc, char **argv)
     }
     test_attention_dropout(CT_CPU);
     test_attention_dropout(CT_CHECKDEV);
+    test_attention_qkv_dropout(CT_CPU);
+    test_attention_qkv_dropout(CT_CHECKDEV);
     fd_case("attention_causal", f_attention_dropout, 7, 2e-3, 2e-2);
     test_errors();
     ref_free(&R);

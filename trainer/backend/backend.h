@@ -88,15 +88,31 @@ typedef struct ct__strided_p {
     int64_t shape[CT_MAX_DIMS], sstride[CT_MAX_DIMS], dstride[CT_MAX_DIMS];
 } ct__strided_p;
 
-/* Fused scaled dot-product attention over (bh, t, hs) slices: o = softmax(scale q k^T, causal
+/* Fused scaled dot-product attention over bh slices of (t, hs): o = softmax(scale q k^T, causal
  * when asked) v, with dropout (probability dropout) on the probabilities: element (b, i, j) is
- * kept, times 1 / (1 - dropout), unless ct__philox_uniform(seed, 0, (b t + i) t + j) < dropout. */
+ * kept, times 1 / (1 - dropout), unless ct__philox_uniform(seed, 0, (b t + i) t + j) < dropout.
+ * The layout: slice b is head b % heads of sequence b / heads, and its row i starts at
+ * ct__attn_slice(p, b, rs) + i rs, with rs = in_rs in q, k, v, dq, dk and dv and out_rs in o and
+ * dout. Contiguous (B, H, T, hs) tensors: heads 1, in_rs = out_rs = hs. q, k and v as thirds
+ * of one (B, T, 3C) tensor (k at + C, v at + 2C) and o (B, T, C): heads H, in_rs 3C, out_rs C. */
 typedef struct ct__attn_p {
     int64_t bh, t, hs;
+    int64_t heads, in_rs, out_rs;
     float scale, dropout;
     bool causal;
     uint64_t seed;
 } ct__attn_p;
+
+/* where slice b starts in a tensor whose rows are rs apart (the layout above); CUDA's kernels
+ * call it too */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    static inline int64_t
+    ct__attn_slice(const ct__attn_p *p, int64_t b, int64_t rs)
+{
+    return b / p->heads * p->t * rs + b % p->heads * p->hs;
+}
 
 /* One optimizer step's hyper-parameters (trainer/optim/optim.c's group), for a fused step over
  * a flat buffer with the update rules and float roundings of trainer/optim/update.h. */

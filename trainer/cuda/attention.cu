@@ -2,7 +2,8 @@
  * attn_bwd; trainer/cpu/attention.c is the reference). A warp per row: forward and the dq pass
  * take a query row each, with an online softmax over the keys (flash attention's rescaling),
  * the dk / dv pass a key row each, so every output has one writer and sums run in a fixed
- * order (the same bits every run, no atomics). Head sizes up to 256 (8 values a lane).
+ * order (the same bits every run, no atomics). Head sizes up to 256 (8 values a lane). Rows of
+ * q, k, v, dq, dk, dv are p.in_rs apart, of o and dout p.out_rs (backend.h's layout).
  * Not here: tiling through shared memory and tensor cores (to come: this is the correct,
  * simple version). */
 #include "common/common.h"
@@ -43,21 +44,23 @@ static __global__ void attn_fwd_kernel(ct__attn_p p, const float *q, const float
     int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
     for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
          r += (int64_t)gridDim.x * WARPS) {
-        int64_t b = r / T, i = r % T, seen = p.causal ? i + 1 : T;
-        const float *qi = q + r * hs, *kb = k + b * T * hs, *vb = v + b * T * hs;
+        int64_t b = r / T, i = r % T, seen = p.causal ? i + 1 : T, rs = p.in_rs;
+        const float *kb = k + ct__attn_slice(&p, b, rs), *vb = v + ct__attn_slice(&p, b, rs);
+        const float *qi = q + ct__attn_slice(&p, b, rs) + i * rs;
+        float *oi = o + ct__attn_slice(&p, b, p.out_rs) + i * p.out_rs;
         float acc[PER_LANE] = {0};
         float m = -INFINITY, l = 0;
         for (int64_t j = 0; j < seen; j++) {
-            float s = p.scale * warp_sum(part_dot(qi, kb + j * hs, hs, lane));
+            float s = p.scale * warp_sum(part_dot(qi, kb + j * rs, hs, lane));
             float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
             float w = e * keep(p, b, i, j);
             l = l * corr + e;
             for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
-                acc[c] = acc[c] * corr + w * vb[j * hs + lane + 32 * c];
+                acc[c] = acc[c] * corr + w * vb[j * rs + lane + 32 * c];
             m = mn;
         }
         for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
-            o[r * hs + lane + 32 * c] = acc[c] / l;
+            oi[lane + 32 * c] = acc[c] / l;
         if (lane == 0)
             lse[r] = m + logf(l);
     }
@@ -72,22 +75,23 @@ static __global__ void attn_bwd_q_kernel(ct__attn_p p, const float *q, const flo
     int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
     for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
          r += (int64_t)gridDim.x * WARPS) {
-        int64_t b = r / T, i = r % T, seen = p.causal ? i + 1 : T;
-        const float *qi = q + r * hs, *gi = dout + r * hs, *kb = k + b * T * hs,
-                    *vb = v + b * T * hs;
-        float di = warp_sum(part_dot(gi, o + r * hs, hs, lane)), l = lse[r];
+        int64_t b = r / T, i = r % T, seen = p.causal ? i + 1 : T, rs = p.in_rs;
+        int64_t in = ct__attn_slice(&p, b, rs), out = ct__attn_slice(&p, b, p.out_rs);
+        const float *qi = q + in + i * rs, *gi = dout + out + i * p.out_rs, *kb = k + in,
+                    *vb = v + in;
+        float di = warp_sum(part_dot(gi, o + out + i * p.out_rs, hs, lane)), l = lse[r];
         if (lane == 0)
             delta[r] = di;
         float acc[PER_LANE] = {0};
         for (int64_t j = 0; j < seen; j++) {
-            float s = p.scale * warp_sum(part_dot(qi, kb + j * hs, hs, lane));
-            float dp = warp_sum(part_dot(gi, vb + j * hs, hs, lane));
+            float s = p.scale * warp_sum(part_dot(qi, kb + j * rs, hs, lane));
+            float dp = warp_sum(part_dot(gi, vb + j * rs, hs, lane));
             float ds = expf(s - l) * (keep(p, b, i, j) * dp - di) * p.scale;
             for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
-                acc[c] += ds * kb[j * hs + lane + 32 * c];
+                acc[c] += ds * kb[j * rs + lane + 32 * c];
         }
         for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
-            dq[r * hs + lane + 32 * c] += acc[c];
+            dq[in + i * rs + lane + 32 * c] += acc[c];
     }
 }
 
@@ -100,23 +104,24 @@ static __global__ void attn_bwd_kv_kernel(ct__attn_p p, const float *q, const fl
     int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
     for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
          r += (int64_t)gridDim.x * WARPS) {
-        int64_t b = r / T, j = r % T;
-        const float *kj = k + r * hs, *vj = v + r * hs, *qb = q + b * T * hs,
-                    *gb = dout + b * T * hs;
+        int64_t b = r / T, j = r % T, rs = p.in_rs, ors = p.out_rs;
+        int64_t in = ct__attn_slice(&p, b, rs);
+        const float *kj = k + in + j * rs, *vj = v + in + j * rs, *qb = q + in,
+                    *gb = dout + ct__attn_slice(&p, b, ors);
         float ak[PER_LANE] = {0}, av[PER_LANE] = {0};
         for (int64_t i = p.causal ? j : 0; i < T; i++) {
-            float s = p.scale * warp_sum(part_dot(qb + i * hs, kj, hs, lane));
-            float dp = warp_sum(part_dot(gb + i * hs, vj, hs, lane));
+            float s = p.scale * warp_sum(part_dot(qb + i * rs, kj, hs, lane));
+            float dp = warp_sum(part_dot(gb + i * ors, vj, hs, lane));
             float pij = expf(s - lse[b * T + i]), mij = keep(p, b, i, j);
             float ds = pij * (mij * dp - delta[b * T + i]) * p.scale, wv = pij * mij;
             for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++) {
-                ak[c] += ds * qb[i * hs + lane + 32 * c];
-                av[c] += wv * gb[i * hs + lane + 32 * c];
+                ak[c] += ds * qb[i * rs + lane + 32 * c];
+                av[c] += wv * gb[i * ors + lane + 32 * c];
             }
         }
         for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++) {
-            dk[r * hs + lane + 32 * c] += ak[c];
-            dv[r * hs + lane + 32 * c] += av[c];
+            dk[in + j * rs + lane + 32 * c] += ak[c];
+            dv[in + j * rs + lane + 32 * c] += av[c];
         }
     }
 }

@@ -661,35 +661,20 @@ static ct_tensor *linear_nd(ct_tensor *x, ct_tensor *w, ct_tensor *b)
     return y;
 }
 
-/* x (B, T, C): q, k, v from c_attn, split into heads (B, H, T, hs), fused causal attention,
- * heads joined, c_proj, dropout. */
+/* x (B, T, C): q, k, v from c_attn (B, T, 3C), fused causal attention over its heads in place
+ * (ct_nn_attention_qkv: no split, no permutes), c_proj, dropout. */
 static ct_tensor *attn_forward(ct_module *m, ct_tensor *x)
 {
     if (x->ndim != 3) {
         ct__error(CT_EINVAL, "CausalSelfAttention: x must be (B, T, C), has %d dims", x->ndim);
         return NULL;
     }
-    int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2], H = m->heads, hs = C / H;
-    int64_t s4[4] = {B, T, H, hs}, s3[3] = {B, T, C};
-    const int swap12[4] = {0, 2, 1, 3};
-    ct_tensor *t[12] = {0}, *y = NULL;
-    t[0] = ct_module_forward(m->children[0], x); /* (B, T, 3C) */
-    for (int i = 0; i < 3 && t[0]; i++) {
-        ct_tensor *s = ct_nn_slice(t[0], 2, i * C, C);
-        ct_tensor *r = s ? ct_nn_reshape(s, 4, s4) : NULL;
-        t[1 + i] = r ? ct_nn_permute(r, swap12) : NULL;
-        ct_tensor_release(&s);
-        ct_tensor_release(&r);
-        if (!t[1 + i])
-            goto out;
-    }
-    if (!t[0] || !(t[4] = ct_nn_attention(t[1], t[2], t[3], true, m->p, m->training)) ||
-        !(t[5] = ct_nn_permute(t[4], swap12)) || !(t[6] = ct_nn_reshape(t[5], 3, s3)) ||
-        !(t[7] = ct_module_forward(m->children[1], t[6])))
-        goto out;
-    y = ct_nn_dropout(t[7], m->p, m->training);
-out:
-    release_n(12, t);
+    ct_tensor *t[3] = {0}, *y = NULL;
+    if ((t[0] = ct_module_forward(m->children[0], x)) &&
+        (t[1] = ct_nn_attention_qkv(t[0], m->heads, true, m->p, m->training)) &&
+        (t[2] = ct_module_forward(m->children[1], t[1])))
+        y = ct_nn_dropout(t[2], m->p, m->training);
+    release_n(3, t);
     return y;
 }
 

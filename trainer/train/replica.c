@@ -669,9 +669,12 @@ static int validate_local(replica *r, int64_t s_epoch, tr_val_result *v)
     /* validation sees the images as they are: normalised, never cropped or flipped */
     const ct_transform_opts *tt = &r->st.data.transform;
     ct_transform_opts vt = {.mean = tt->mean, .std = tt->std, .n_mean = tt->n_mean};
+    /* in batches of the training's size, whose buffers the CPU's cache of them holds: a GPT's
+     * validation in batches of 500 windows made 64 MB of logits at a time */
     if ((rc = ct_dataset_subset(r->st.data.val, lo, hi - lo, &slice)) < 0 ||
         (rc = ct_loader_new(
-             slice, &(ct_loader_opts){.batch_size = 500, .prefetch = 2, .transform = vt}, &ld)) < 0)
+             slice, &(ct_loader_opts){.batch_size = r->spec.batch, .prefetch = 2, .transform = vt},
+             &ld)) < 0)
         goto out;
     for (int m = 0; m < r->st.nmodels; m++)
         ct_module_train(r->st.models[m], false);

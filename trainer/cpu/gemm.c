@@ -35,10 +35,15 @@
 
 enum { MR = 6, NR = 16 };
 
+bool ct__cpu_gemm_small_runs(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
 bool ct__cpu_gemm_small_ok(int64_t m, int64_t k, int64_t n, bool ta, bool tb)
 {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !(ta && tb) &&
-           m > 0 && n > 0 && k > 0 && m * k * n <= GEMM_SMALL_MAX;
+    return ct__cpu_gemm_small_runs() && !(ta && tb) && m > 0 && n > 0 && k > 0 &&
+           m * k * n <= GEMM_SMALL_MAX;
 }
 
 /* A lane mask with the first `lanes` (0..8) lanes set. */
@@ -92,7 +97,8 @@ static AVX2_FMA INLINE void transpose8(const float *in, int64_t li, float *out, 
 
 /* Panels of op(b) (k,n): panel q holds columns [16q, 16q+16) as (k,16), zero past n. b is
  * stored (k,n), or (n,k) when tb. */
-static AVX2_FMA void pack_panels(int64_t k, int64_t n, const float *b, bool tb, float *out)
+static AVX2_FMA void pack_panels(int64_t k, int64_t n, const float *b, int64_t ldb, bool tb,
+                                 float *out)
 {
     int64_t panels = (n + NR - 1) / NR;
     if (!tb) {
@@ -101,14 +107,14 @@ static AVX2_FMA void pack_panels(int64_t k, int64_t n, const float *b, bool tb, 
             float *o = out + q * k * NR;
             if (w == NR) {
                 for (int64_t p = 0; p < k; p++) {
-                    _mm256_store_ps(o + p * NR, _mm256_loadu_ps(b + p * n + j0));
-                    _mm256_store_ps(o + p * NR + 8, _mm256_loadu_ps(b + p * n + j0 + 8));
+                    _mm256_store_ps(o + p * NR, _mm256_loadu_ps(b + p * ldb + j0));
+                    _mm256_store_ps(o + p * NR + 8, _mm256_loadu_ps(b + p * ldb + j0 + 8));
                 }
             } else {
                 __m256i m0 = lane_mask(w < 8 ? w : 8), m1 = lane_mask(w > 8 ? w - 8 : 0);
                 for (int64_t p = 0; p < k; p++) {
-                    _mm256_store_ps(o + p * NR, _mm256_maskload_ps(b + p * n + j0, m0));
-                    _mm256_store_ps(o + p * NR + 8, _mm256_maskload_ps(b + p * n + j0 + 8, m1));
+                    _mm256_store_ps(o + p * NR, _mm256_maskload_ps(b + p * ldb + j0, m0));
+                    _mm256_store_ps(o + p * NR + 8, _mm256_maskload_ps(b + p * ldb + j0 + 8, m1));
                 }
             }
         }
@@ -118,10 +124,10 @@ static AVX2_FMA void pack_panels(int64_t k, int64_t n, const float *b, bool tb, 
     int64_t n8 = n & ~(int64_t)7, k8 = k & ~(int64_t)7;
     for (int64_t j = 0; j < n8; j += 8)
         for (int64_t p = 0; p < k8; p += 8)
-            transpose8(b + j * k + p, k, out + (j / NR) * k * NR + p * NR + j % NR, NR);
+            transpose8(b + j * ldb + p, ldb, out + (j / NR) * k * NR + p * NR + j % NR, NR);
     for (int64_t j = 0; j < panels * NR; j++)
         for (int64_t p = j < n8 ? k8 : 0; p < k; p++)
-            out[(j / NR) * k * NR + p * NR + j % NR] = j < n ? b[j * k + p] : 0.0f;
+            out[(j / NR) * k * NR + p * NR + j % NR] = j < n ? b[j * ldb + p] : 0.0f;
 }
 
 /* ---- the kernel ---- */
@@ -175,9 +181,10 @@ static AVX2_FMA INLINE void block(int64_t k, const float *const ar[MR], int64_t 
     }
 }
 
-/* a (i,p) at a[i * a_i + p * a_p]; panels from pack_panels; c (i,j) at c[i * n + j]. */
+/* a (i,p) at a[i * a_i + p * a_p]; panels from pack_panels; c (i,j) at c[i * ldc + j]. */
 static AVX2_FMA void kernel(int64_t m, int64_t k, int64_t n, const float *a, int64_t a_i,
-                            int64_t a_p, const float *panels, float *c, bool acc, const float *bias)
+                            int64_t a_p, const float *panels, float *c, int64_t ldc, bool acc,
+                            const float *bias)
 {
     for (int64_t j0 = 0; j0 < n; j0 += NR) {
         const float *bp = panels + (j0 / NR) * k * NR, *bj = bias ? bias + j0 : NULL;
@@ -188,21 +195,29 @@ static AVX2_FMA void kernel(int64_t m, int64_t k, int64_t n, const float *a, int
                 ar[r] = a + (i0 + r < m ? i0 + r : m - 1) * a_i;
             int mr = m - i0 < MR ? (int)(m - i0) : MR;
             if (w == NR)
-                block(k, ar, a_p, bp, c + i0 * n + j0, n, mr, true, NR, acc, bj);
+                block(k, ar, a_p, bp, c + i0 * ldc + j0, ldc, mr, true, NR, acc, bj);
             else
-                block(k, ar, a_p, bp, c + i0 * n + j0, n, mr, false, w, acc, bj);
+                block(k, ar, a_p, bp, c + i0 * ldc + j0, ldc, mr, false, w, acc, bj);
         }
     }
 }
 
-int ct__cpu_gemm_small(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
-                       bool tb, float *c, bool accumulate, const float *bias)
+int ct__cpu_gemm_small_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
+                          const float *b, int64_t ldb, bool tb, float *c, int64_t ldc,
+                          bool accumulate, const float *bias)
 {
     float *panels = pack_buffer((n + NR - 1) / NR * NR * k);
     if (!panels)
         return ct__error(CT_ENOMEM, "gemm: out of memory packing a %lldx%lld operand", (long long)k,
                          (long long)n);
-    pack_panels(k, n, b, tb, panels);
-    kernel(m, k, n, a, ta ? 1 : k, ta ? m : 1, panels, c, accumulate, bias);
+    pack_panels(k, n, b, ldb, tb, panels);
+    kernel(m, k, n, a, ta ? 1 : lda, ta ? lda : 1, panels, c, ldc, accumulate, bias);
     return 0;
+}
+
+int ct__cpu_gemm_small(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
+                       bool tb, float *c, bool accumulate, const float *bias)
+{
+    return ct__cpu_gemm_small_ld(m, k, n, a, ta ? m : k, ta, b, tb ? k : n, tb, c, n, accumulate,
+                                 bias);
 }

@@ -821,8 +821,12 @@ static int add_bw(ct__node *nd)
     bool passed = nd->in[0] == nd->in[1];
     for (int i = 0; i < 2; i++) {
         ct_tensor *t = nd->in[i];
-        if (!wants(t) || (!passed && (passed = ct__grad_pass(nd, t))))
+        if (!wants(t))
             continue;
+        if (!passed && ct__grad_pass(nd, t)) {
+            passed = true;
+            continue;
+        }
         bool acc;
         float *g = ct__grad_dst(t, &acc);
         if (!g)

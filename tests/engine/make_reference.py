@@ -147,6 +147,10 @@ def ops(path):
     op_case(w, "matmul_blocks", torch.matmul, [r(13, 37), r(37, 35)])
     op_case(w, "linear_shared", lambda x1, x2, W, b: F.linear(x1, W, b) + F.linear(x2, W, b),
             [r(13, 37), r(13, 37), r(35, 37), r(35)])
+    # past 2^20 multiply-adds, where one thread sends a product to gemm.c and two to oneDNN:
+    # k cut into blocks of 256 (the weight gradient's k = 270 = 256 + 14), a transposed a
+    # (dy^T x) packed in panels of 6 rows (67 = 11 * 6 + 1), a column edge (61 = 3 * 16 + 13)
+    op_case(w, "linear_big", F.linear, [r(270, 61), r(67, 61), r(67)])
     w.close()
 
 

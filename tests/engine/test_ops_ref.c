@@ -218,6 +218,11 @@ int main(int argc, char **argv)
     run_case("linear_blocks", f_linear);
     run_case("matmul_blocks", f_matmul);
     run_case("linear_shared", f_linear_shared);
+    ct_nn_set_threads(2); /* oneDNN's kernels (where it has AVX-512: on every thread count) */
+    run_case("linear_big", f_linear);
+    ct_nn_set_threads(1); /* gemm.c's (dnnl.c's gemm_here) */
+    run_case("linear_big", f_linear);
+    ct_nn_set_threads(0);
     run_case("conv", f_conv);
     run_case("conv_dil", f_conv_dil);
     run_case("convt", f_convt);

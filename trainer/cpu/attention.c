@@ -41,8 +41,8 @@ static inline float keep(const ct__attn_p *p, int64_t b, int64_t i, int64_t j)
 static int mm(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta, const float *b,
               int64_t ldb, bool tb, float *c, int64_t ldc, bool acc)
 {
-    if (ct__cpu_gemm_small_runs())
-        return ct__cpu_gemm_small_ld(m, k, n, a, lda, ta, b, ldb, tb, c, ldc, acc, NULL);
+    if (ct__cpu_gemm_runs())
+        return ct__cpu_gemm_ld(m, k, n, a, lda, ta, b, ldb, tb, c, ldc, acc, NULL);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float s = acc ? c[i * ldc + j] : 0.0f;

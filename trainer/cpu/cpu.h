@@ -55,13 +55,19 @@ int ct__cpu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, con
                    bool tb, float *c, bool accumulate);
 
 /* The same product in gemm.c's AVX2+FMA kernels, on the calling thread, with an optional bias
- * (n) added to every row of c; for the small products where oneDNN's fixed cost per call is
- * most of the time. Only where ct__cpu_gemm_small_ok(): the CPU has AVX2 and FMA, at most 2^20
- * multiply-adds, and not both a and b transposed. dnnl.c's Linear and matmul calls use it. */
-bool ct__cpu_gemm_small_ok(int64_t m, int64_t k, int64_t n, bool ta, bool tb);
-/* whether this CPU runs gemm.c's kernels at all (AVX2 and FMA), at any size: the attention's
- * blocks (cpu/attention.c) call ct__cpu_gemm_small directly */
-bool ct__cpu_gemm_small_runs(void);
+ * (n) added to every row of c; not both a and b transposed. dnnl.c's Linear and matmul calls
+ * choose it (dnnl.c's gemm_here(): small products, and one thread where oneDNN has no AVX-512);
+ * the attention's blocks (cpu/attention.c) call it directly. Only where ct__cpu_gemm_runs():
+ * the CPU has AVX2 and FMA. */
+bool ct__cpu_gemm_runs(void);
+int ct__cpu_gemm(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b, bool tb,
+                 float *c, bool accumulate, const float *bias);
+/* the same with the rows of a, b and c lda, ldb and ldc floats apart (a's stored rows: k, or m
+ * when ta; b's: n, or k when tb) */
+int ct__cpu_gemm_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
+                    const float *b, int64_t ldb, bool tb, float *c, int64_t ldc, bool accumulate,
+                    const float *bias);
+
 /* Autocast (dnnl.c): 0 when this CPU has oneDNN kernels for dt (CT_F32 always; CT_BF16 with
  * AVX512_BF16 or AMX; CT_F16 never with oneDNN 2.x), else CT_ENOSYS naming op, the device
  * and the missing ISA. The conv kernels above check their p->dt with it. */
@@ -69,13 +75,6 @@ int ct__cpu_lp_check(int dt, const char *op);
 /* matmul with a and b rounded to dt, f32 accumulation and c (backend.h's matmul_lp) */
 int ct__cpu_matmul_lp(int dt, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
                       const float *b, bool tb, float *c, bool accumulate);
-int ct__cpu_gemm_small(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
-                       bool tb, float *c, bool accumulate, const float *bias);
-/* the same with the rows of a, b and c lda, ldb and ldc floats apart (a's stored rows: k, or m
- * when ta; b's: n, or k when tb) */
-int ct__cpu_gemm_small_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
-                          const float *b, int64_t ldb, bool tb, float *c, int64_t ldc,
-                          bool accumulate, const float *bias);
 
 /* Batch norm (ct__bn_p in backend.h). */
 /* Bytes of the fused-ReLU workspace written by training forward, read by backward (0 if !relu). */

@@ -782,6 +782,22 @@ err:
 
 /* ---------------- inner product ---------------- */
 
+/* Whether a Linear's or matmul's product runs in gemm.c (ct__cpu_gemm) and not in oneDNN: the
+ * CPU has AVX2 and FMA, not both operands are transposed, and either the product is small
+ * (oneDNN would run it on one thread, at a fixed cost per call that is most of its time) or it
+ * runs on one thread and oneDNN's kernels use no AVX-512 (with one thread and AVX2 both, gemm.c
+ * computes weight gradients faster and the rest at par: its header has the figures). */
+static bool gemm_here(int64_t m, int64_t k, int64_t n, bool ta, bool tb)
+{
+    if (!ct__cpu_gemm_runs() || (ta && tb) || m <= 0 || k <= 0 || n <= 0)
+        return false;
+    if (m * k * n <= SMALL_WORK)
+        return true;
+    unsigned avx512 = (unsigned)dnnl_cpu_isa_avx512_core;
+    return omp_get_max_threads() == 1 &&
+           ((unsigned)dnnl_get_effective_cpu_isa() & avx512) != avx512;
+}
+
 typedef struct ip_mds {
     dnnl_memory_desc_t src, wei, bia, dst;
 } ip_mds;
@@ -810,8 +826,8 @@ err:
 int ct__cpu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
                    const float *b, float *y)
 {
-    if (ct__cpu_gemm_small_ok(n, ic, oc, false, true)) /* y = x w^T + b */
-        return ct__cpu_gemm_small(n, ic, oc, x, false, w, true, y, false, b);
+    if (gemm_here(n, ic, oc, false, true)) /* y = x w^T + b */
+        return ct__cpu_gemm(n, ic, oc, x, false, w, true, y, false, b);
     int rc = 0;
     key k = {.kind = K_IP_FWD, .v = {n, ic, oc, b != NULL}};
     uint64_t h;
@@ -843,8 +859,8 @@ err:
 int ct__cpu_ip_bwd_data(int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy,
                         float *dx)
 {
-    if (ct__cpu_gemm_small_ok(n, oc, ic, false, false)) /* dx = dy w */
-        return ct__cpu_gemm_small(n, oc, ic, dy, false, w, false, dx, false, NULL);
+    if (gemm_here(n, oc, ic, false, false)) /* dx = dy w */
+        return ct__cpu_gemm(n, oc, ic, dy, false, w, false, dx, false, NULL);
     int rc = 0;
     key k = {.kind = K_IP_BWD_D, .v = {n, ic, oc}};
     uint64_t h;
@@ -879,12 +895,12 @@ err:
 int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
                            float *dw, float *db)
 {
-    if (ct__cpu_gemm_small_ok(oc, n, ic, true, false)) { /* dw = dy^T x, db = column sums */
+    if (gemm_here(oc, n, ic, true, false)) { /* dw = dy^T x, db = column sums */
         if (db) {
             memset(db, 0, (size_t)oc * sizeof(float));
             ct__cpu_add_col_sums(n, oc, dy, db);
         }
-        return ct__cpu_gemm_small(oc, n, ic, dy, true, x, false, dw, false, NULL);
+        return ct__cpu_gemm(oc, n, ic, dy, true, x, false, dw, false, NULL);
     }
     int rc = 0;
     key k = {.kind = K_IP_BWD_W, .v = {n, ic, oc, db != NULL}};
@@ -971,8 +987,8 @@ err:
 int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, const float *b,
                    bool tb, float *c, bool accumulate)
 {
-    if (ct__cpu_gemm_small_ok(m, kk, n, ta, tb))
-        return ct__cpu_gemm_small(m, kk, n, a, ta, b, tb, c, accumulate, NULL);
+    if (gemm_here(m, kk, n, ta, tb))
+        return ct__cpu_gemm(m, kk, n, a, ta, b, tb, c, accumulate, NULL);
     key k = {.kind = K_MATMUL, .v = {m, kk, n, ta, tb, accumulate}};
     return matmul_run(k, dnnl_f32, m, kk, n, a, ta, b, tb, c, accumulate);
 }

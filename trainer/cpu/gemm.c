@@ -1,23 +1,31 @@
-/* trainer/cpu/gemm.c — small f32 matrix products in AVX2+FMA C, on one thread.
+/* trainer/cpu/gemm.c — f32 matrix products in AVX2+FMA C, on the calling thread.
  *
- * For the products of a small MLP (64-128-64-10, batch 64: 40-520 k multiply-adds each), most of
- * such a model's step. oneDNN's inner product ran them about 10% slower per multiply-add than at
- * batch 256, so gradient accumulation (4 batches of 64 in place of one of 256) lost that much.
- * In the tiny MLP's training loop at batch 64 (1 thread, AVX2) these kernels raised samples/s
- * from about 730k to 790k. dnnl.c sends a product here when ct__cpu_gemm_small_ok() says so.
- * They need only AVX2 and FMA, so ONEDNN_MAX_CPU_ISA=AVX2 (an AVX2-only machine's stand-in)
- * runs the same code as the AVX2-only machine.
+ * dnnl.c sends a Linear's or a matmul's product here (its gemm_here()) when it is small, or when
+ * it runs on one thread and oneDNN's kernels are AVX2 too:
+ *   - small (at most 2^20 multiply-adds): the products of a small MLP at batch 64 (40-520 k
+ *     multiply-adds) ran about 10% slower per multiply-add in oneDNN's inner product than at
+ *     batch 256, so gradient accumulation lost that much. In the tiny MLP's training loop (1
+ *     thread, AVX2) these kernels raised samples/s from about 730k to 790k.
+ *   - one thread: the GPT of bench/gpt_train (2048 tokens, widths 128-512, 1 thread, AVX2):
+ *     oneDNN's inner product computed weight gradients (dy^T x, k = 2048) at 58-80 GFLOP/s, 58-62
+ *     for the MLP's 512-wide layer; these kernels at 78-84. Forward and backward-data ran at
+ *     par (84-93 both; this CPU's peak is about 90).
+ * The kernels need only AVX2 and FMA, so ONEDNN_MAX_CPU_ISA=AVX2 (an AVX2-only machine's
+ * stand-in) runs the same code as the AVX2-only machine.
  *
- * c (m,n) = a (m,k) @ b (k,n), the way BLIS-style GEMMs do it, minus the cache blocking that
- * operands this small do not need:
+ * c (m,n) = a (m,k) @ b (k,n), the way BLIS-style GEMMs do it:
+ *   - k is cut into blocks of KC = 256; each block's product is added into c. A block's b panel
+ *     (256 x 16 floats, 16 KB) then stays in L1 while every row block of a passes it.
  *   - b is packed into panels of 16 columns, each (k,16) contiguous and zero-padded past n. A
  *     row of b is then one cache line, read in order. Unpacked (a row stride of 512 bytes at
  *     n = 128, so a panel falls into 8 of L1's 64 sets) 64x64x128 ran at 72-87 GFLOP/s, packed
  *     at 98-100. A b stored transposed (a Linear forward, x w^T) is transposed into the panels
  *     with 8x8 register transposes; a kernel of dot products along k ran at 40-65.
- *   - a 6x16 block of c is held in 12 ymm accumulators; a is read by broadcast, so any a strides
- *     work (a transposed: a weight gradient dy^T x). Rows past m are clamped to the last row
- *     (computed, not stored); columns past n are masked on store. */
+ *   - a 6x16 block of c is held in 12 ymm accumulators and a is read by broadcast. An a stored
+ *     transposed (a weight gradient, dy^T x) is packed into panels of 6 rows, (k,6) each: read in
+ *     place, each k stepped to a new cache line, and weight gradients ran at 44-56 GFLOP/s.
+ *     Rows past m are clamped to the last row or zero (computed, not stored); columns past n
+ *     are masked on store. */
 #include <immintrin.h>
 #include <stdlib.h>
 
@@ -28,22 +36,11 @@
 #define AVX2_FMA __attribute__((target("avx2,fma")))
 #define INLINE inline __attribute__((always_inline))
 
-/* At most this many multiply-adds: the products dnnl.c would run on one thread (its SMALL_WORK).
- * Larger ones stay with oneDNN, whose GEMM uses every thread and, on CPUs with two AVX-512 FMA
- * units, twice the vector width. */
-#define GEMM_SMALL_MAX (1 << 20)
+enum { MR = 6, NR = 16, KC = 256 };
 
-enum { MR = 6, NR = 16 };
-
-bool ct__cpu_gemm_small_runs(void)
+bool ct__cpu_gemm_runs(void)
 {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
-bool ct__cpu_gemm_small_ok(int64_t m, int64_t k, int64_t n, bool ta, bool tb)
-{
-    return ct__cpu_gemm_small_runs() && !(ta && tb) && m > 0 && n > 0 && k > 0 &&
-           m * k * n <= GEMM_SMALL_MAX;
 }
 
 /* A lane mask with the first `lanes` (0..8) lanes set. */
@@ -181,18 +178,21 @@ static AVX2_FMA INLINE void block(int64_t k, const float *const ar[MR], int64_t 
     }
 }
 
-/* a (i,p) at a[i * a_i + p * a_p]; panels from pack_panels; c (i,j) at c[i * ldc + j]. */
+/* a (i,p) at a[i * a_i + p * a_p], or a_packed: a holds pack_a_t's panels; b's panels from
+ * pack_panels; c (i,j) at c[i * ldc + j]. */
 static AVX2_FMA void kernel(int64_t m, int64_t k, int64_t n, const float *a, int64_t a_i,
-                            int64_t a_p, const float *panels, float *c, int64_t ldc, bool acc,
-                            const float *bias)
+                            int64_t a_p, bool a_packed, const float *panels, float *c, int64_t ldc,
+                            bool acc, const float *bias)
 {
+    if (a_packed)
+        a_p = MR;
     for (int64_t j0 = 0; j0 < n; j0 += NR) {
         const float *bp = panels + (j0 / NR) * k * NR, *bj = bias ? bias + j0 : NULL;
         int64_t w = n - j0 < NR ? n - j0 : NR;
         for (int64_t i0 = 0; i0 < m; i0 += MR) {
             const float *ar[MR];
             for (int r = 0; r < MR; r++)
-                ar[r] = a + (i0 + r < m ? i0 + r : m - 1) * a_i;
+                ar[r] = a_packed ? a + i0 * k + r : a + (i0 + r < m ? i0 + r : m - 1) * a_i;
             int mr = m - i0 < MR ? (int)(m - i0) : MR;
             if (w == NR)
                 block(k, ar, a_p, bp, c + i0 * ldc + j0, ldc, mr, true, NR, acc, bj);
@@ -202,22 +202,46 @@ static AVX2_FMA void kernel(int64_t m, int64_t k, int64_t n, const float *a, int
     }
 }
 
-int ct__cpu_gemm_small_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
-                          const float *b, int64_t ldb, bool tb, float *c, int64_t ldc,
-                          bool accumulate, const float *bias)
+/* a stored (k,m), rows [0,m) of op(a) over k: panels of MR rows, each (k,MR), rows past m
+ * zero. A row of a panel is stored 8 floats wide, its last 2 overwritten by the next row (the
+ * buffer has 2 floats of slack past the last panel). */
+static AVX2_FMA void pack_a_t(int64_t m, int64_t k, const float *a, int64_t lda, float *out)
 {
-    float *panels = pack_buffer((n + NR - 1) / NR * NR * k);
+    for (int64_t i0 = 0; i0 < m; i0 += MR) {
+        float *o = out + i0 * k; /* panel i0 / MR, (k,MR) */
+        __m256i mask = lane_mask(m - i0 < MR ? m - i0 : MR);
+        for (int64_t p = 0; p < k; p++)
+            _mm256_storeu_ps(o + p * MR, _mm256_maskload_ps(a + p * lda + i0, mask));
+    }
+}
+
+int ct__cpu_gemm_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
+                    const float *b, int64_t ldb, bool tb, float *c, int64_t ldc, bool accumulate,
+                    const float *bias)
+{
+    int64_t kc = k < KC ? k : KC, b_floats = (n + NR - 1) / NR * NR * kc;
+    float *panels = pack_buffer(b_floats + (ta ? (m + MR - 1) / MR * MR * kc + 2 : 0));
     if (!panels)
         return ct__error(CT_ENOMEM, "gemm: out of memory packing a %lldx%lld operand", (long long)k,
                          (long long)n);
-    pack_panels(k, n, b, ldb, tb, panels);
-    kernel(m, k, n, a, ta ? 1 : lda, ta ? lda : 1, panels, c, ldc, accumulate, bias);
+    float *apack = panels + b_floats;
+    for (int64_t p0 = 0; p0 < k; p0 += kc) {
+        int64_t kb = k - p0 < kc ? k - p0 : kc;
+        pack_panels(kb, n, tb ? b + p0 : b + p0 * ldb, ldb, tb, panels);
+        bool acc = accumulate || p0 > 0;
+        const float *bb = p0 > 0 ? NULL : bias;
+        if (ta) {
+            pack_a_t(m, kb, a + p0 * lda, lda, apack);
+            kernel(m, kb, n, apack, 0, 0, true, panels, c, ldc, acc, bb);
+        } else {
+            kernel(m, kb, n, a + p0, lda, 1, false, panels, c, ldc, acc, bb);
+        }
+    }
     return 0;
 }
 
-int ct__cpu_gemm_small(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b,
-                       bool tb, float *c, bool accumulate, const float *bias)
+int ct__cpu_gemm(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b, bool tb,
+                 float *c, bool accumulate, const float *bias)
 {
-    return ct__cpu_gemm_small_ld(m, k, n, a, ta ? m : k, ta, b, tb ? k : n, tb, c, n, accumulate,
-                                 bias);
+    return ct__cpu_gemm_ld(m, k, n, a, ta ? m : k, ta, b, tb ? k : n, tb, c, n, accumulate, bias);
 }

@@ -54,6 +54,39 @@ static int mm(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool
     return 0;
 }
 
+/* A slice's k or v as the b of every block's product: packed once into gemm.c's panels, or, on
+ * a CPU without AVX2 and FMA, read in place by mm's loops. */
+typedef struct packed {
+    const float *b;
+    int64_t ldb, k; /* its rows (op(b) is (k, n)) */
+    bool tb;
+    float *panels; /* NULL: not packed */
+} packed;
+
+static int64_t pack_floats(int64_t k, int64_t n)
+{
+    return (ct__cpu_gemm_pack_floats(k, n) + 15) & ~(int64_t)15; /* each buffer 64-byte aligned */
+}
+
+static packed pack(int64_t k, int64_t n, const float *b, int64_t ldb, bool tb, float *buf)
+{
+    packed p = {.b = b, .ldb = ldb, .k = k, .tb = tb};
+    if (ct__cpu_gemm_runs()) {
+        ct__cpu_gemm_pack(k, n, b, ldb, tb, buf);
+        p.panels = buf;
+    }
+    return p;
+}
+
+/* c (m, n) = or += a (m, k) op(b)'s first k rows and n columns */
+static int mm_packed(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, const packed *b,
+                     float *c, int64_t ldc, bool acc)
+{
+    if (b->panels)
+        return ct__cpu_gemm_packed(m, k, n, a, lda, false, b->panels, b->k, c, ldc, acc);
+    return mm(m, k, n, a, lda, false, b->b, b->ldb, b->tb, c, ldc, acc);
+}
+
 /* Row i's scores s (keys of them, seen < keys unmasked) to its weights of the values: softmax
  * of scale s over the first seen, times the dropout factors, 0 past seen; the log-sum-exp into
  * *lse. */
@@ -81,20 +114,21 @@ CT_CLONES static void softmax_row(const ct__attn_p *p, int64_t b, int64_t i, int
 }
 
 /* one (batch, head) slice of the forward (rows rs apart in q, k, v, ors in o); s (BQ T) is the
- * thread's scratch. 0 or the products' error. */
+ * thread's scratch, kt and vp room for k^T's and v's panels. 0 or the products' error. */
 static int attn_fwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const float *kb,
-                          const float *vb, float *ob, float *lseb, float *s)
+                          const float *vb, float *ob, float *lseb, float *s, float *kt, float *vp)
 {
     int64_t T = p->t, hs = p->hs, rs = p->in_rs, ors = p->out_rs;
+    packed k_t = pack(hs, T, kb, rs, true, kt), v = pack(T, hs, vb, rs, false, vp);
     for (int64_t i0 = 0; i0 < T; i0 += BQ) {
         int64_t rows = T - i0 < BQ ? T - i0 : BQ, keys = p->causal ? i0 + rows : T;
-        int rc = mm(rows, hs, keys, qb + i0 * rs, rs, false, kb, rs, true, s, keys, false);
+        int rc = mm_packed(rows, hs, keys, qb + i0 * rs, rs, &k_t, s, keys, false);
         if (rc < 0) /* that was q k^T */
             return rc;
         for (int64_t r = 0; r < rows; r++)
             softmax_row(p, b, i0 + r, p->causal ? i0 + r + 1 : keys, keys, s + r * keys,
                         lseb + i0 + r);
-        if ((rc = mm(rows, keys, hs, s, keys, false, vb, rs, false, ob + i0 * ors, ors, false)) < 0)
+        if ((rc = mm_packed(rows, keys, hs, s, keys, &v, ob + i0 * ors, ors, false)) < 0)
             return rc; /* P v */
     }
     return 0;
@@ -127,12 +161,16 @@ CT_CLONES static void grad_row(const ct__attn_p *p, int64_t b, int64_t i, int64_
 /* With P = exp(scale q k^T - lse) and M the dropout factors: dv_j += sum_i P_ij M_ij do_i;
  * dP_ij = do_i . v_j; dS_ij = P_ij (M_ij dP_ij - delta_i) scale, delta_i = do_i . o_i;
  * dq_i += sum_j dS_ij k_j; dk_j += sum_i dS_ij q_i. One slice (rows rs apart in q, k, v, dq, dk,
- * dv; ors in o, dout); sc (2 BQ T) is the thread's scratch. 0 or the products' error. */
+ * dv; ors in o, dout); sc (2 BQ T) is the thread's scratch, kt, vt and kp room for k^T's, v^T's
+ * and k's panels. 0 or the products' error. */
 static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const float *kb,
                           const float *vb, const float *ob, const float *lseb, const float *gb,
-                          float *deltab, float *dqb, float *dkb, float *dvb, float *sc)
+                          float *deltab, float *dqb, float *dkb, float *dvb, float *sc, float *kt,
+                          float *vt, float *kp)
 {
     int64_t T = p->t, hs = p->hs, rs = p->in_rs, ors = p->out_rs;
+    packed k_t = pack(hs, T, kb, rs, true, kt), v_t = pack(hs, T, vb, rs, true, vt),
+           k = pack(T, hs, kb, rs, false, kp);
     for (int64_t i = 0; i < T; i++) {
         float d = 0;
         for (int64_t c = 0; c < hs; c++)
@@ -143,15 +181,15 @@ static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const
         int64_t rows = T - i0 < BQ ? T - i0 : BQ, keys = p->causal ? i0 + rows : T;
         float *s = sc, *dp = sc + BQ * T;
         const float *q0 = qb + i0 * rs, *g0 = gb + i0 * ors;
-        int rc = mm(rows, hs, keys, q0, rs, false, kb, rs, true, s, keys, false); /* q k^T */
+        int rc = mm_packed(rows, hs, keys, q0, rs, &k_t, s, keys, false); /* q k^T */
         if (rc == 0)
-            rc = mm(rows, hs, keys, g0, ors, false, vb, rs, true, dp, keys, false); /* do v^T */
+            rc = mm_packed(rows, hs, keys, g0, ors, &v_t, dp, keys, false); /* do v^T */
         if (rc < 0)
             return rc;
         for (int64_t r = 0; r < rows; r++)
             grad_row(p, b, i0 + r, p->causal ? i0 + r + 1 : keys, keys, lseb[i0 + r],
                      deltab[i0 + r], s + r * keys, dp + r * keys);
-        rc = mm(rows, keys, hs, s, keys, false, kb, rs, false, dqb + i0 * rs, rs, true); /* ds k */
+        rc = mm_packed(rows, keys, hs, s, keys, &k, dqb + i0 * rs, rs, true); /* ds k */
         if (rc == 0)
             rc = mm(keys, rows, hs, s, keys, true, q0, rs, false, dkb, rs, true); /* ds^T q */
         if (rc == 0)
@@ -169,7 +207,9 @@ int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const 
     int rc = 0;
 #pragma omp parallel if (p->bh * T * T * p->hs > 32768)
     {
-        float *s = malloc((size_t)(BQ * T) * sizeof(float)); /* a block's scores */
+        int64_t nk = pack_floats(p->hs, T), nv = pack_floats(T, p->hs);
+        /* a block's scores, then k^T's and v's panels */
+        float *s = aligned_alloc(64, (size_t)(BQ * T + nk + nv) * sizeof(float));
         if (!s) {
 #pragma omp atomic write
             rc = CT_ENOMEM;
@@ -177,7 +217,9 @@ int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const 
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < p->bh; b++) {
             int64_t in = ct__attn_slice(p, b, p->in_rs), out = ct__attn_slice(p, b, p->out_rs);
-            int e = s ? attn_fwd_slice(p, b, q + in, k + in, v + in, o + out, lse + b * T, s) : 0;
+            int e = s ? attn_fwd_slice(p, b, q + in, k + in, v + in, o + out, lse + b * T, s,
+                                       s + BQ * T, s + BQ * T + nk)
+                      : 0;
             if (e < 0) {
 #pragma omp atomic write
                 rc = e;
@@ -196,7 +238,9 @@ int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const 
     int rc = 0;
 #pragma omp parallel if (p->bh * T * T * p->hs > 32768)
     {
-        float *s = malloc((size_t)(2 * BQ * T) * sizeof(float)); /* a block's two score rows */
+        int64_t nt = pack_floats(p->hs, T), nk = pack_floats(T, p->hs);
+        /* a block's two score rows, then k^T's, v^T's and k's panels */
+        float *s = aligned_alloc(64, (size_t)(2 * BQ * T + 2 * nt + nk) * sizeof(float));
         if (!s) {
 #pragma omp atomic write
             rc = CT_ENOMEM;
@@ -205,7 +249,8 @@ int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const 
         for (int64_t b = 0; b < p->bh; b++) {
             int64_t in = ct__attn_slice(p, b, p->in_rs), out = ct__attn_slice(p, b, p->out_rs);
             int e = s ? attn_bwd_slice(p, b, q + in, k + in, v + in, o + out, lse + b * T,
-                                       dout + out, delta + b * T, dq + in, dk + in, dv + in, s)
+                                       dout + out, delta + b * T, dq + in, dk + in, dv + in, s,
+                                       s + 2 * BQ * T, s + 2 * BQ * T + nt, s + 2 * BQ * T + 2 * nt)
                       : 0;
             if (e < 0) {
 #pragma omp atomic write

@@ -67,6 +67,14 @@ int ct__cpu_gemm(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const
 int ct__cpu_gemm_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
                     const float *b, int64_t ldb, bool tb, float *c, int64_t ldc, bool accumulate,
                     const float *bias);
+/* b packed once for many products (the attention's keys and values, for each block of query
+ * rows): ct__cpu_gemm_pack writes op(b) (k,n) as gemm.c's panels into `panels`, 64-byte aligned,
+ * of ct__cpu_gemm_pack_floats(k, n) floats; ct__cpu_gemm_packed multiplies by its first
+ * k <= pk rows and n columns, pk the k it was packed with. */
+int64_t ct__cpu_gemm_pack_floats(int64_t k, int64_t n);
+void ct__cpu_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, bool tb, float *panels);
+int ct__cpu_gemm_packed(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
+                        const float *panels, int64_t pk, float *c, int64_t ldc, bool accumulate);
 
 /* Autocast (dnnl.c): 0 when this CPU has oneDNN kernels for dt (CT_F32 always; CT_BF16 with
  * AVX512_BF16 or AMX; CT_F16 never with oneDNN 2.x), else CT_ENOSYS naming op, the device

@@ -179,15 +179,15 @@ static AVX2_FMA INLINE void block(int64_t k, const float *const ar[MR], int64_t 
 }
 
 /* a (i,p) at a[i * a_i + p * a_p], or a_packed: a holds pack_a_t's panels; b's panels from
- * pack_panels; c (i,j) at c[i * ldc + j]. */
+ * pack_panels, ps floats apart; c (i,j) at c[i * ldc + j]. */
 static AVX2_FMA void kernel(int64_t m, int64_t k, int64_t n, const float *a, int64_t a_i,
-                            int64_t a_p, bool a_packed, const float *panels, float *c, int64_t ldc,
-                            bool acc, const float *bias)
+                            int64_t a_p, bool a_packed, const float *panels, int64_t ps, float *c,
+                            int64_t ldc, bool acc, const float *bias)
 {
     if (a_packed)
         a_p = MR;
     for (int64_t j0 = 0; j0 < n; j0 += NR) {
-        const float *bp = panels + (j0 / NR) * k * NR, *bj = bias ? bias + j0 : NULL;
+        const float *bp = panels + (j0 / NR) * ps, *bj = bias ? bias + j0 : NULL;
         int64_t w = n - j0 < NR ? n - j0 : NR;
         for (int64_t i0 = 0; i0 < m; i0 += MR) {
             const float *ar[MR];
@@ -215,29 +215,59 @@ static AVX2_FMA void pack_a_t(int64_t m, int64_t k, const float *a, int64_t lda,
     }
 }
 
+/* c (m,n) = or += op(a) op(b) [+ bias]: b packed here one k block at a time, or given as
+ * prepacked, ct__cpu_gemm_pack's panels of a b of pk rows. */
+static int product(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
+                   const float *b, int64_t ldb, bool tb, const float *prepacked, int64_t pk,
+                   float *c, int64_t ldc, bool accumulate, const float *bias)
+{
+    int64_t kc = k < KC ? k : KC;
+    int64_t b_floats = prepacked ? 0 : (n + NR - 1) / NR * NR * kc;
+    int64_t a_floats = ta ? (m + MR - 1) / MR * MR * kc + 2 : 0;
+    float *buf = b_floats + a_floats > 0 ? pack_buffer(b_floats + a_floats) : NULL;
+    if (b_floats + a_floats > 0 && !buf)
+        return ct__error(CT_ENOMEM, "gemm: out of memory packing a %lldx%lld operand", (long long)k,
+                         (long long)(ta ? m : n));
+    for (int64_t p0 = 0; p0 < k; p0 += kc) {
+        int64_t kb = k - p0 < kc ? k - p0 : kc, ps = pk * NR;
+        const float *bp = prepacked ? prepacked + p0 * NR : buf;
+        if (!prepacked) {
+            pack_panels(kb, n, tb ? b + p0 : b + p0 * ldb, ldb, tb, buf);
+            ps = kb * NR;
+        }
+        bool acc = accumulate || p0 > 0;
+        const float *bb = p0 > 0 ? NULL : bias;
+        if (ta) {
+            pack_a_t(m, kb, a + p0 * lda, lda, buf + b_floats);
+            kernel(m, kb, n, buf + b_floats, 0, 0, true, bp, ps, c, ldc, acc, bb);
+        } else {
+            kernel(m, kb, n, a + p0, lda, 1, false, bp, ps, c, ldc, acc, bb);
+        }
+    }
+    return 0;
+}
+
 int ct__cpu_gemm_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
                     const float *b, int64_t ldb, bool tb, float *c, int64_t ldc, bool accumulate,
                     const float *bias)
 {
-    int64_t kc = k < KC ? k : KC, b_floats = (n + NR - 1) / NR * NR * kc;
-    float *panels = pack_buffer(b_floats + (ta ? (m + MR - 1) / MR * MR * kc + 2 : 0));
-    if (!panels)
-        return ct__error(CT_ENOMEM, "gemm: out of memory packing a %lldx%lld operand", (long long)k,
-                         (long long)n);
-    float *apack = panels + b_floats;
-    for (int64_t p0 = 0; p0 < k; p0 += kc) {
-        int64_t kb = k - p0 < kc ? k - p0 : kc;
-        pack_panels(kb, n, tb ? b + p0 : b + p0 * ldb, ldb, tb, panels);
-        bool acc = accumulate || p0 > 0;
-        const float *bb = p0 > 0 ? NULL : bias;
-        if (ta) {
-            pack_a_t(m, kb, a + p0 * lda, lda, apack);
-            kernel(m, kb, n, apack, 0, 0, true, panels, c, ldc, acc, bb);
-        } else {
-            kernel(m, kb, n, a + p0, lda, 1, false, panels, c, ldc, acc, bb);
-        }
-    }
-    return 0;
+    return product(m, k, n, a, lda, ta, b, ldb, tb, NULL, 0, c, ldc, accumulate, bias);
+}
+
+int64_t ct__cpu_gemm_pack_floats(int64_t k, int64_t n)
+{
+    return (n + NR - 1) / NR * NR * k;
+}
+
+void ct__cpu_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, bool tb, float *panels)
+{
+    pack_panels(k, n, b, ldb, tb, panels);
+}
+
+int ct__cpu_gemm_packed(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
+                        const float *panels, int64_t pk, float *c, int64_t ldc, bool accumulate)
+{
+    return product(m, k, n, a, lda, ta, NULL, 0, false, panels, pk, c, ldc, accumulate, NULL);
 }
 
 int ct__cpu_gemm(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b, bool tb,

@@ -93,14 +93,13 @@ static int mm_packed(int64_t m, int64_t k, int64_t n, const float *a, int64_t ld
 CT_CLONES static void softmax_row(const ct__attn_p *p, int64_t b, int64_t i, int64_t seen,
                                   int64_t keys, float *restrict s, float *lse)
 {
-    float m = -INFINITY, l = 0, scale = p->scale;
+    float m = -INFINITY, l, scale = p->scale;
 #pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < seen; j++)
         m = s[j] * scale > m ? s[j] * scale : m;
     for (int64_t j = 0; j < seen; j++)
         s[j] = ct__expf_unclamped(s[j] * scale - m);
-    for (int64_t j = 0; j < seen; j++) /* in order: the same bits for any vector width */
-        l += s[j];
+    l = ct__sum8(s, seen);
     float inv = 1.0f / l;
     if (p->dropout <= 0.0f)
         for (int64_t j = 0; j < seen; j++)
@@ -171,12 +170,8 @@ static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const
     int64_t T = p->t, hs = p->hs, rs = p->in_rs, ors = p->out_rs;
     packed k_t = pack(hs, T, kb, rs, true, kt), v_t = pack(hs, T, vb, rs, true, vt),
            k = pack(T, hs, kb, rs, false, kp);
-    for (int64_t i = 0; i < T; i++) {
-        float d = 0;
-        for (int64_t c = 0; c < hs; c++)
-            d += gb[i * ors + c] * ob[i * ors + c];
-        deltab[i] = d;
-    }
+    for (int64_t i = 0; i < T; i++)
+        deltab[i] = ct__dot8(gb + i * ors, ob + i * ors, hs);
     for (int64_t i0 = 0; i0 < T; i0 += BQ) {
         int64_t rows = T - i0 < BQ ? T - i0 : BQ, keys = p->causal ? i0 + rows : T;
         float *s = sc, *dp = sc + BQ * T;

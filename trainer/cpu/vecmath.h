@@ -1,6 +1,7 @@
 /* trainer/cpu/vecmath.h — float exp and the normal CDF the compiler can vectorise (libm's expf
- * and erff are calls, so a loop that uses them runs one element at a time), and CT_CLONES, the
- * ISA clones of a loop. For the CPU kernels of GELU, attention and cross entropy.
+ * and erff are calls, so a loop that uses them runs one element at a time), sums that vectorise
+ * and still give the same bits on every CPU, and CT_CLONES, the ISA clones of a loop. For the
+ * CPU kernels of GELU, attention and cross entropy.
  *
  * ct__expf: e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln 2 / 2 (plus rounding) (ln 2 split
  * in two parts so r is exact), e^r by its Taylor polynomial of degree 7 (remainder < 1.1e-8); 2^n
@@ -23,6 +24,29 @@
 #else
 #define CT_CLONES
 #endif
+
+/* The sum of x[0, n) (ct__sum8) and the dot product of x and y (ct__dot8) in 8 partial sums,
+ * element j into sum j % 8, added pairwise at the end. The compiler keeps the 8 sums in one
+ * vector (an in-order loop adds one element per add's latency), and, unlike an omp simd
+ * reduction (as many partial sums as the clone's vector has lanes), every ISA clone gives the
+ * same bits. */
+static inline __attribute__((always_inline)) float ct__dot8(const float *x, const float *y,
+                                                            int64_t n)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t n8 = n & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += (y ? x[j + l] * y[j + l] : x[j + l]);
+    for (int64_t j = n8; j < n; j++)
+        s[j - n8] += y ? x[j] * y[j] : x[j];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static inline __attribute__((always_inline)) float ct__sum8(const float *x, int64_t n)
+{
+    return ct__dot8(x, NULL, n);
+}
 
 /* ct__expf for x <= 88.3 (larger x give garbage): one select less, for arguments that are
  * never large (the softmax's x - max, GELU's -x^2 / 2) */

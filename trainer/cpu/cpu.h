@@ -67,6 +67,10 @@ int ct__cpu_gemm(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const
 int ct__cpu_gemm_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
                     const float *b, int64_t ldb, bool tb, float *c, int64_t ldc, bool accumulate,
                     const float *bias);
+/* A Linear's weight gradient in gemm.c: dw (oc,ic) = dy^T x, dy (n,oc), x (n,ic); db (oc) =
+ * dy's column sums, taken while dy is packed (db NULL: none). */
+int ct__cpu_gemm_wgrad(int64_t oc, int64_t n, int64_t ic, const float *dy, const float *x,
+                       float *dw, float *db);
 /* b packed once for many products (the attention's keys and values, for each block of query
  * rows): ct__cpu_gemm_pack writes op(b) (k,n) as gemm.c's panels into `panels`, 64-byte aligned,
  * of ct__cpu_gemm_pack_floats(k, n) floats; ct__cpu_gemm_packed multiplies by its first

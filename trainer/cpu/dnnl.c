@@ -895,13 +895,8 @@ err:
 int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
                            float *dw, float *db)
 {
-    if (gemm_here(oc, n, ic, true, false)) { /* dw = dy^T x, db = column sums */
-        if (db) {
-            memset(db, 0, (size_t)oc * sizeof(float));
-            ct__cpu_add_col_sums(n, oc, dy, db);
-        }
-        return ct__cpu_gemm(oc, n, ic, dy, true, x, false, dw, false, NULL);
-    }
+    if (gemm_here(oc, n, ic, true, false)) /* dw = dy^T x, db = dy's column sums */
+        return ct__cpu_gemm_wgrad(oc, n, ic, dy, x, dw, db);
     int rc = 0;
     key k = {.kind = K_IP_BWD_W, .v = {n, ic, oc, db != NULL}};
     uint64_t h;

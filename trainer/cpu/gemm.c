@@ -23,8 +23,8 @@
  *     at 98-100. A b stored transposed (a Linear forward, x w^T) is transposed into the panels
  *     with 8x8 register transposes; a kernel of dot products along k ran at 40-65.
  *   - a 6x16 block of c is held in 12 ymm accumulators and a is read by broadcast. An a stored
- *     transposed (a weight gradient, dy^T x) is packed into panels of 6 rows, (k,6) each: read in
- *     place, each k stepped to a new cache line, and weight gradients ran at 44-56 GFLOP/s.
+ *     transposed (a weight gradient, dy^T x) is packed into panels of 6 rows, (k,6) each (read
+ *     in place, each k a new cache line, weight gradients ran at 44-56 GFLOP/s).
  *     The bias gradient (dy's column sums) is summed from the same read of dy
  *     (ct__cpu_gemm_wgrad): as a pass of its own it took about 1% of a GPT replica's step.
  *     Rows past m are clamped to the last row or zero (computed, not stored); columns past n

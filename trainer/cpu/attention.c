@@ -1,9 +1,10 @@
 /* trainer/cpu/attention.c — fused scaled dot-product attention on the CPU, forward and
  * backward, with an optional causal mask and dropout on the probabilities, as flash attention
  * does it: blocks of BQ query rows, whose scores with the keys they see are products of small
- * matrices (gemm.c's kernels), softmax per row in between; backward recomputes the
+ * matrices (gemm.c's kernels; a slice's k and v are packed into its panels once, for all the
+ * slice's blocks), softmax per row in between; backward recomputes the
  * probabilities from the forward's log-sum-exp. A thread's scratch is BQ rows of scores (two in
- * backward), so memory grows with T, not T^2. Parallel over the (batch, head) slices, each
+ * backward) and its slice's packed k and v, so memory grows with T, not T^2. Parallel over the (batch, head) slices, each
  * thread the only writer of its slice's dk and dv, every sum in a fixed order: the same bits for
  * any thread count.
  *

@@ -4,9 +4,9 @@
  * matrices (gemm.c's kernels; a slice's k and v are packed into its panels once, for all the
  * slice's blocks), softmax per row in between; backward recomputes the
  * probabilities from the forward's log-sum-exp. A thread's scratch is BQ rows of scores (two in
- * backward) and its slice's packed k and v, so memory grows with T, not T^2. Parallel over the (batch, head) slices, each
- * thread the only writer of its slice's dk and dv, every sum in a fixed order: the same bits for
- * any thread count.
+ * backward) and its slice's packed k and v, so memory grows with T, not T^2. Parallel over the
+ * (batch, head) slices, each thread the only writer of its slice's dk and dv, every sum in a fixed
+ * order: the same bits for any thread count.
  *
  * Against a kernel of 4 query rows at a time in vector registers (which read and wrote each
  * key's dk and dv rows once per 4 query rows), forward and backward of a GPT layer's attention

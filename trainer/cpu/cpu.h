@@ -139,7 +139,8 @@ int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const 
                      const float *o, const float *lse, const float *dout, float *delta, float *dq,
                      float *dk, float *dv);
 
-/* Sets the OpenMP thread count used by oneDNN and the C loops (<= 0: leave the default). */
+/* Sets the OpenMP thread count used by oneDNN and the C loops (<= 0: OMP_NUM_THREADS or all
+ * cores, as ct_nn_set_threads says). */
 void ct__cpu_set_threads(int n);
 int ct__cpu_threads(void);
 /* Drops every cached primitive (tests, shutdown). */

@@ -1461,8 +1461,11 @@ err:
 
 void ct__cpu_set_threads(int n)
 {
-    if (n > 0)
-        omp_set_num_threads(n);
+    if (n <= 0) { /* the count OpenMP starts with: OMP_NUM_THREADS, or all cores */
+        const char *env = getenv("OMP_NUM_THREADS");
+        n = env && atoi(env) > 0 ? atoi(env) : omp_get_num_procs();
+    }
+    omp_set_num_threads(n);
 }
 
 int ct__cpu_threads(void)

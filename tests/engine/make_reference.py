@@ -298,8 +298,8 @@ def transformer(path):
     op_case(w, "attention_causal", lambda q, k, v: attention(q, k, v, True),
             [r(2, 3, 7, 8), r(2, 3, 7, 8), r(2, 3, 7, 8)])
     gpt(w)
-    # longer rows: ct's CPU kernel takes query rows 4 at a time and keys 16 at a time (37 = 2 x
-    # 16 + 5 keys, 9 x 4 + 1 rows), with head size 16
+    # longer rows: 37 = 2 x 16 + 5 keys (gemm.c's panels of 16 columns), 6 x 6 + 1 rows (its
+    # blocks of 6 rows), with head size 16
     torch.manual_seed(37)
     op_case(w, "attention_long", lambda q, k, v: attention(q, k, v, False),
             [r(1, 2, 37, 16), r(1, 2, 37, 16), r(1, 2, 37, 16)])
@@ -313,6 +313,11 @@ def transformer(path):
         return attention(q, k, v, causal).transpose(1, 2).reshape(b, t, c)
     op_case(w, "attention_qkv", lambda x: attention_qkv(x, 2, False), [r(2, 37, 96)])
     op_case(w, "attention_qkv_causal", lambda x: attention_qkv(x, 2, True), [r(2, 37, 96)])
+    # past one block of query rows (ct's CPU kernel takes 64 at a time: 150 = 64 + 64 + 22),
+    # whose causal products skip the masked keys (trainer/cpu/gemm.c's bands); head size 24 =
+    # one panel of 16 columns and an edge of 8
+    op_case(w, "attention_blocks_causal", lambda q, k, v: attention(q, k, v, True),
+            [r(1, 1, 150, 24), r(1, 1, 150, 24), r(1, 1, 150, 24)])
     w.close()
 
 

@@ -434,6 +434,7 @@ int main(int argc, char **argv)
         {"attention_long_causal", f_attention_causal, 0},
         {"attention_qkv", f_attention_qkv, 0},
         {"attention_qkv_causal", f_attention_qkv_causal, 1},
+        {"attention_blocks_causal", f_attention_causal, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_case(cases[i].name, cases[i].fn, CT_CPU);

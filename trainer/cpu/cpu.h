@@ -62,11 +62,20 @@ int ct__cpu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, con
 bool ct__cpu_gemm_runs(void);
 int ct__cpu_gemm(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b, bool tb,
                  float *c, bool accumulate, const float *bias);
+/* The part of a product's c that is needed, and of op(a) that is not zero (the causal blocks of
+ * attention): row i of c is needed only at columns j < i + n_hi, and row i of op(a) is zero
+ * outside columns [i + k_lo, i + k_hi). A product with a band may skip the rest, a tile of rows
+ * at a time: entries of c past the band are left as they were or computed; c's rows whose terms
+ * all lie outside [0, k) are 0 (or unchanged when accumulating). CT_GEMM_OPEN: no bound. */
+typedef struct ct__gemm_band {
+    int64_t n_hi, k_lo, k_hi;
+} ct__gemm_band;
+#define CT_GEMM_OPEN ((int64_t)1 << 60)
 /* the same with the rows of a, b and c lda, ldb and ldc floats apart (a's stored rows: k, or m
- * when ta; b's: n, or k when tb) */
+ * when ta; b's: n, or k when tb), and an optional band (then no bias) */
 int ct__cpu_gemm_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
                     const float *b, int64_t ldb, bool tb, float *c, int64_t ldc, bool accumulate,
-                    const float *bias);
+                    const float *bias, const ct__gemm_band *band);
 /* A Linear's weight gradient in gemm.c: dw (oc,ic) = dy^T x, dy (n,oc), x (n,ic); db (oc) =
  * dy's column sums, taken while dy is packed (db NULL: none). */
 int ct__cpu_gemm_wgrad(int64_t oc, int64_t n, int64_t ic, const float *dy, const float *x,
@@ -78,7 +87,8 @@ int ct__cpu_gemm_wgrad(int64_t oc, int64_t n, int64_t ic, const float *dy, const
 int64_t ct__cpu_gemm_pack_floats(int64_t k, int64_t n);
 void ct__cpu_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, bool tb, float *panels);
 int ct__cpu_gemm_packed(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
-                        const float *panels, int64_t pk, float *c, int64_t ldc, bool accumulate);
+                        const float *panels, int64_t pk, float *c, int64_t ldc, bool accumulate,
+                        const ct__gemm_band *band);
 
 /* Autocast (dnnl.c): 0 when this CPU has oneDNN kernels for dt (CT_F32 always; CT_BF16 with
  * AVX512_BF16 or AMX; CT_F16 never with oneDNN 2.x), else CT_ENOSYS naming op, the device

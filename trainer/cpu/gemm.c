@@ -187,11 +187,15 @@ static AVX2_FMA INLINE void block(int64_t k, const float *const ar[MR], int64_t 
  * panel: with the operands cold (16 sets of them in turn), the GPT's forward and backward-data
  * products ran 5-24% faster with them (MC = 96 beat 48, 72, 144, 192 and 384); weight gradients
  * (m = 128-512) at par.
- * a (i,p) at a[i * a_i + p * a_p], or a_packed: a holds pack_a_t's panels; b's panels from
- * pack_panels, ps floats apart; c (i,j) at c[i * ldc + j]. */
-static AVX2_FMA void kernel(int64_t m, int64_t k, int64_t n, const float *a, int64_t a_i,
-                            int64_t a_p, bool a_packed, const float *panels, int64_t ps, float *c,
-                            int64_t ldc, bool acc, const float *bias)
+ * One call adds the terms [p0, p0 + k) (k <= KC) of sums over k_all terms: a (i,p) at
+ * a[i * a_i + p * a_p] for p in [0, k), or a_packed: a holds pack_a_t's panels of these k; b's
+ * panels from pack_panels, ps floats apart, their row 0 term p0; c (i,j) at c[i * ldc + j],
+ * added to when accumulate or an earlier call wrote it. band (ct__gemm_band, or NULL): each tile
+ * of MR rows computes only the panels and the terms its rows need. */
+static AVX2_FMA void kernel(int64_t m, int64_t k_all, int64_t p0, int64_t k, int64_t n,
+                            const float *a, int64_t a_i, int64_t a_p, bool a_packed,
+                            const float *panels, int64_t ps, float *c, int64_t ldc, bool accumulate,
+                            const float *bias, const ct__gemm_band *band)
 {
     if (a_packed)
         a_p = MR;
@@ -200,14 +204,34 @@ static AVX2_FMA void kernel(int64_t m, int64_t k, int64_t n, const float *a, int
             const float *bp = panels + (j0 / NR) * ps, *bj = bias ? bias + j0 : NULL;
             int64_t w = n - j0 < NR ? n - j0 : NR;
             for (int64_t i0 = ib; i0 < m && i0 < ib + MC; i0 += MR) {
+                int mr = m - i0 < MR ? (int)(m - i0) : MR;
+                /* the tile's terms [lo, hi) of the whole sum, and of this call [from, to) */
+                int64_t lo = 0, hi = k_all, last = i0 + mr - 1;
+                if (band) {
+                    if (j0 >= last + band->n_hi)
+                        continue; /* no row of the tile needs this panel */
+                    lo = i0 + band->k_lo > 0 ? i0 + band->k_lo : 0;
+                    hi = last + band->k_hi < k_all ? last + band->k_hi : k_all;
+                }
+                int64_t from = lo > p0 ? lo - p0 : 0, to = hi - p0 < k ? hi - p0 : k;
+                bool acc = accumulate || p0 > lo;
+                if (lo >= hi) { /* no term at all: c = 0, written by the first call */
+                    if (accumulate || p0 > 0)
+                        continue;
+                    from = to = 0;
+                } else if (from >= to) {
+                    continue; /* the tile's terms are in another call */
+                }
                 const float *ar[MR];
                 for (int r = 0; r < MR; r++)
-                    ar[r] = a_packed ? a + i0 * k + r : a + (i0 + r < m ? i0 + r : m - 1) * a_i;
-                int mr = m - i0 < MR ? (int)(m - i0) : MR;
+                    ar[r] = (a_packed ? a + i0 * k + r : a + (i0 + r < m ? i0 + r : m - 1) * a_i) +
+                            from * a_p;
                 if (w == NR)
-                    block(k, ar, a_p, bp, c + i0 * ldc + j0, ldc, mr, true, NR, acc, bj);
+                    block(to - from, ar, a_p, bp + from * NR, c + i0 * ldc + j0, ldc, mr, true, NR,
+                          acc, bj);
                 else
-                    block(k, ar, a_p, bp, c + i0 * ldc + j0, ldc, mr, false, w, acc, bj);
+                    block(to - from, ar, a_p, bp + from * NR, c + i0 * ldc + j0, ldc, mr, false, w,
+                          acc, bj);
             }
         }
 }
@@ -240,7 +264,8 @@ static AVX2_FMA void pack_a_t(int64_t m, int64_t k, const float *a, int64_t lda,
  * row sums. */
 static int product(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
                    const float *b, int64_t ldb, bool tb, const float *prepacked, int64_t pk,
-                   float *c, int64_t ldc, bool accumulate, const float *bias, float *a_sums)
+                   float *c, int64_t ldc, bool accumulate, const float *bias, float *a_sums,
+                   const ct__gemm_band *band)
 {
     if (a_sums)
         memset(a_sums, 0, (size_t)m * sizeof(float));
@@ -258,13 +283,13 @@ static int product(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda,
             pack_panels(kb, n, tb ? b + p0 : b + p0 * ldb, ldb, tb, buf);
             ps = kb * NR;
         }
-        bool acc = accumulate || p0 > 0;
         const float *bb = p0 > 0 ? NULL : bias;
         if (ta) {
             pack_a_t(m, kb, a + p0 * lda, lda, buf + b_floats, a_sums);
-            kernel(m, kb, n, buf + b_floats, 0, 0, true, bp, ps, c, ldc, acc, bb);
+            kernel(m, k, p0, kb, n, buf + b_floats, 0, 0, true, bp, ps, c, ldc, accumulate, bb,
+                   band);
         } else {
-            kernel(m, kb, n, a + p0, lda, 1, false, bp, ps, c, ldc, acc, bb);
+            kernel(m, k, p0, kb, n, a + p0, lda, 1, false, bp, ps, c, ldc, accumulate, bb, band);
         }
     }
     return 0;
@@ -272,9 +297,11 @@ static int product(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda,
 
 int ct__cpu_gemm_ld(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
                     const float *b, int64_t ldb, bool tb, float *c, int64_t ldc, bool accumulate,
-                    const float *bias)
+                    const float *bias, const ct__gemm_band *band)
 {
-    return product(m, k, n, a, lda, ta, b, ldb, tb, NULL, 0, c, ldc, accumulate, bias, NULL);
+    if (band && bias)
+        return ct__error(CT_EINVAL, "gemm: a product with a band takes no bias");
+    return product(m, k, n, a, lda, ta, b, ldb, tb, NULL, 0, c, ldc, accumulate, bias, NULL, band);
 }
 
 int64_t ct__cpu_gemm_pack_floats(int64_t k, int64_t n)
@@ -288,19 +315,22 @@ void ct__cpu_gemm_pack(int64_t k, int64_t n, const float *b, int64_t ldb, bool t
 }
 
 int ct__cpu_gemm_packed(int64_t m, int64_t k, int64_t n, const float *a, int64_t lda, bool ta,
-                        const float *panels, int64_t pk, float *c, int64_t ldc, bool accumulate)
+                        const float *panels, int64_t pk, float *c, int64_t ldc, bool accumulate,
+                        const ct__gemm_band *band)
 {
-    return product(m, k, n, a, lda, ta, NULL, 0, false, panels, pk, c, ldc, accumulate, NULL, NULL);
+    return product(m, k, n, a, lda, ta, NULL, 0, false, panels, pk, c, ldc, accumulate, NULL, NULL,
+                   band);
 }
 
 int ct__cpu_gemm(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b, bool tb,
                  float *c, bool accumulate, const float *bias)
 {
-    return ct__cpu_gemm_ld(m, k, n, a, ta ? m : k, ta, b, tb ? k : n, tb, c, n, accumulate, bias);
+    return ct__cpu_gemm_ld(m, k, n, a, ta ? m : k, ta, b, tb ? k : n, tb, c, n, accumulate, bias,
+                           NULL);
 }
 
 int ct__cpu_gemm_wgrad(int64_t oc, int64_t n, int64_t ic, const float *dy, const float *x,
                        float *dw, float *db)
 {
-    return product(oc, n, ic, dy, oc, true, x, ic, false, NULL, 0, dw, ic, false, NULL, db);
+    return product(oc, n, ic, dy, oc, true, x, ic, false, NULL, 0, dw, ic, false, NULL, db, NULL);
 }

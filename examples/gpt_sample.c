@@ -3,7 +3,7 @@
  * top-k tokens only, decoded to text. No cluster: the model runs in this process.
  *
  *   gpt_sample --checkpoint FILE [--prompt TEXT] [--tokens 200] [--temperature 0.8]
- *              [--top-k 20] [--seed 1] [--layers 4] [--heads 4] [--embd 128] [--block 64]
+ *              [--top-k 20] [--seed 1] [--layers 4] [--heads 4] [--embd 128] [--block 128]
  *              [--vocab FILE]
  *
  * The shape options and --vocab (the BPE vocabulary file; none: bytes) must be the ones the
@@ -54,42 +54,69 @@ static int draw(const float *logits, int v, double temperature, int top_k, doubl
     return v - 1;
 }
 
+/* option k's value v as a number; else *bad, said on stderr */
+static double number(const char *k, const char *v, bool *bad)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end) {
+        fprintf(stderr, "gpt_sample: %s '%s' is not a number\n", k, v);
+        *bad = true;
+    }
+    return x;
+}
+
 int main(int argc, char **argv)
 {
     const char *ckpt = NULL, *prompt = "And God said", *vocab = NULL;
     int tokens = 200, top_k = 20;
     double temperature = 0.8;
     ct_gpt_config c = {
-        .n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 256};
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *k = argv[i], *v = argv[i + 1];
+        .n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 128, .vocab_size = 256};
+    bool bad = false; /* a value that is not a number */
+    for (int i = 1; i < argc && !bad; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1]; /* argv[argc] is NULL */
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            printf("usage: gpt_sample --checkpoint FILE [--prompt TEXT] [--tokens 200]\n"
+                   "                  [--temperature 0.8] [--top-k 20] [--seed 1] [--layers 4]\n"
+                   "                  [--heads 4] [--embd 128] [--block 128] [--vocab FILE]\n"
+                   "prints text from a gpt_text checkpoint; the shape options and --vocab must\n"
+                   "be the ones it was trained with (gpt_text's defaults by default)\n");
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "gpt_sample: %s needs a value (see --help)\n", k);
+            return 2;
+        }
         if (!strcmp(k, "--checkpoint"))
             ckpt = v;
         else if (!strcmp(k, "--prompt"))
             prompt = v;
         else if (!strcmp(k, "--tokens"))
-            tokens = atoi(v);
+            tokens = (int)number(k, v, &bad);
         else if (!strcmp(k, "--temperature"))
-            temperature = atof(v);
+            temperature = number(k, v, &bad);
         else if (!strcmp(k, "--top-k"))
-            top_k = atoi(v);
+            top_k = (int)number(k, v, &bad);
         else if (!strcmp(k, "--seed"))
-            rng = strtoull(v, NULL, 10) * 0x9E3779B97F4A7C15ULL | 1;
+            rng = (uint64_t)number(k, v, &bad) * 0x9E3779B97F4A7C15ULL | 1;
         else if (!strcmp(k, "--layers"))
-            c.n_layer = atoi(v);
+            c.n_layer = (int)number(k, v, &bad);
         else if (!strcmp(k, "--heads"))
-            c.n_head = atoi(v);
+            c.n_head = (int)number(k, v, &bad);
         else if (!strcmp(k, "--embd"))
-            c.n_embd = atoll(v);
+            c.n_embd = (int64_t)number(k, v, &bad);
         else if (!strcmp(k, "--block"))
-            c.block_size = atoll(v);
+            c.block_size = (int64_t)number(k, v, &bad);
         else if (!strcmp(k, "--vocab"))
             vocab = v;
         else {
-            fprintf(stderr, "gpt_sample: unknown option %s (see the file's header)\n", k);
+            fprintf(stderr, "gpt_sample: unknown option %s (see --help)\n", k);
             return 2;
         }
     }
+    if (bad)
+        return 2;
     if (!ckpt || !prompt[0] || tokens < 0 || !(temperature > 0)) {
         fprintf(stderr, "gpt_sample: needs --checkpoint FILE, a prompt, temperature > 0\n");
         return 2;

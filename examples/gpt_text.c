@@ -213,62 +213,96 @@ static int on_epoch(trainer *t, const trainer_stats *st, void *user)
     return 0;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gpt_text [--text FILE] [--replicas 2] [--epochs 1] [--layers 4] [--heads 4]\n"
+            "                [--embd 128] [--block 128] [--batch 16] [--lr 1e-3] [--clip 1]\n"
+            "                [--val 0.05] [--val-every 250] [--log-every 50]\n"
+            "                [--checkpoint-dir DIR] [--threads N] [--zero 0] [--vocab FILE]\n"
+            "                [--bpe-merges 256]\n"
+            "trains a small GPT on the King James Bible (--text, made with bible-kjv when\n"
+            "missing) on 2 replicas; the header of examples/gpt_text.c says more\n");
+}
+
+/* option k's value v as a number; else *bad, said on stderr */
+static double number(const char *k, const char *v, bool *bad)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end) {
+        fprintf(stderr, "gpt_text: %s '%s' is not a number\n", k, v);
+        *bad = true;
+    }
+    return x;
+}
+
 int main(int argc, char **argv)
 {
+    const char *text = "kjv.txt", *ckpt = NULL, *vocab = NULL;
+    int replicas = 2, layers = 4, heads = 4, threads = 1, zero = 0, merges = 256;
+    long long epochs = 1, embd = 128, block = 128, batch = 16, val_every = 250, log_every = 50;
+    double lr = 1e-3, clip = 1.0, val = 0.05;
+    bool bad = false; /* a value that is not a number */
+    for (int i = 1; i < argc && !bad; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1]; /* argv[argc] is NULL */
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "gpt_text: %s needs a value (see --help)\n", k);
+            return 2;
+        }
+        if (!strcmp(k, "--text"))
+            text = v;
+        else if (!strcmp(k, "--replicas"))
+            replicas = (int)number(k, v, &bad);
+        else if (!strcmp(k, "--epochs"))
+            epochs = (long long)number(k, v, &bad);
+        else if (!strcmp(k, "--layers"))
+            layers = (int)number(k, v, &bad);
+        else if (!strcmp(k, "--heads"))
+            heads = (int)number(k, v, &bad);
+        else if (!strcmp(k, "--embd"))
+            embd = (long long)number(k, v, &bad);
+        else if (!strcmp(k, "--block"))
+            block = (long long)number(k, v, &bad);
+        else if (!strcmp(k, "--batch"))
+            batch = (long long)number(k, v, &bad);
+        else if (!strcmp(k, "--lr"))
+            lr = number(k, v, &bad);
+        else if (!strcmp(k, "--clip"))
+            clip = number(k, v, &bad);
+        else if (!strcmp(k, "--val"))
+            val = number(k, v, &bad);
+        else if (!strcmp(k, "--val-every"))
+            val_every = (long long)number(k, v, &bad);
+        else if (!strcmp(k, "--log-every"))
+            log_every = (long long)number(k, v, &bad);
+        else if (!strcmp(k, "--checkpoint-dir"))
+            ckpt = v;
+        else if (!strcmp(k, "--threads"))
+            threads = (int)number(k, v, &bad);
+        else if (!strcmp(k, "--zero"))
+            zero = (int)number(k, v, &bad);
+        else if (!strcmp(k, "--vocab"))
+            vocab = v;
+        else if (!strcmp(k, "--bpe-merges"))
+            merges = (int)number(k, v, &bad);
+        else {
+            fprintf(stderr, "gpt_text: unknown option %s (see --help)\n", k);
+            return 2;
+        }
+    }
+    if (bad)
+        return 2;
     trainer_register_train_step("clipped", clipped_step);
     trainer_register_step_keys("clipped", "clip");
     trainer_register_validate_step("tokens", token_validate_step);
     if (ct_init(NULL) != 0) {
         fprintf(stderr, "gpt_text: %s\n", ct_last_error());
         return 1;
-    }
-    const char *text = "kjv.txt", *ckpt = NULL, *vocab = NULL;
-    int replicas = 2, layers = 4, heads = 4, threads = 1, zero = 0, merges = 256;
-    long long epochs = 1, embd = 128, block = 128, batch = 16, val_every = 250, log_every = 50;
-    double lr = 1e-3, clip = 1.0, val = 0.05;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *k = argv[i], *v = argv[i + 1];
-        if (!strcmp(k, "--text"))
-            text = v;
-        else if (!strcmp(k, "--replicas"))
-            replicas = atoi(v);
-        else if (!strcmp(k, "--epochs"))
-            epochs = atoll(v);
-        else if (!strcmp(k, "--layers"))
-            layers = atoi(v);
-        else if (!strcmp(k, "--heads"))
-            heads = atoi(v);
-        else if (!strcmp(k, "--embd"))
-            embd = atoll(v);
-        else if (!strcmp(k, "--block"))
-            block = atoll(v);
-        else if (!strcmp(k, "--batch"))
-            batch = atoll(v);
-        else if (!strcmp(k, "--lr"))
-            lr = atof(v);
-        else if (!strcmp(k, "--clip"))
-            clip = atof(v);
-        else if (!strcmp(k, "--val"))
-            val = atof(v);
-        else if (!strcmp(k, "--val-every"))
-            val_every = atoll(v);
-        else if (!strcmp(k, "--log-every"))
-            log_every = atoll(v);
-        else if (!strcmp(k, "--checkpoint-dir"))
-            ckpt = v;
-        else if (!strcmp(k, "--threads"))
-            threads = atoi(v);
-        else if (!strcmp(k, "--zero"))
-            zero = atoi(v);
-        else if (!strcmp(k, "--vocab"))
-            vocab = v;
-        else if (!strcmp(k, "--bpe-merges"))
-            merges = atoi(v);
-        else {
-            fprintf(stderr, "gpt_text: unknown option %s (see the file's header)\n", k);
-            ct_shutdown();
-            return 2;
-        }
     }
     /* tokens: the byte-level tokenizer, or --vocab's with the text encoded into a token file */
     char tokens[1100] = "";

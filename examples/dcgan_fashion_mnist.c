@@ -34,7 +34,14 @@ int main(int argc, char **argv)
     int replicas = 2;
     long long epochs = 5, limit = 0;
     const char *save = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        bool help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+        if (help || i + 1 == argc) { /* --help, or an option without its value */
+            fprintf(help ? stdout : stderr,
+                    "usage: dcgan_fashion_mnist [--replicas N] [--epochs N] "
+                    "[--limit N] [--save FILE]\n");
+            return help ? 0 : 2;
+        }
         if (!strcmp(argv[i], "--replicas"))
             replicas = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--epochs"))

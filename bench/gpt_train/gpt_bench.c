@@ -2,19 +2,23 @@
  * (ct_nn_gpt_new), AdamW with weight decay 0.1 on every parameter, random byte tokens already
  * in memory, STEPS steps after 3 warm-up steps, THREADS engine threads.
  *   gpt_bench STEPS THREADS [n_layer n_head n_embd block batch]
+ *   gpt_bench --peak
  * Prints `tokens_per_s=<x> loss=<y> params=<n> flops_per_token=<f>`: f = 6 N + 12 L T C, the
  * model FLOPs of a token's forward and backward (PaLM's, with N the parameters less the
- * position embedding), from which run.sh computes MFU. */
+ * position embedding), from which run.sh computes MFU. --peak prints `peak_flops_per_core=<p>`,
+ * the FP32 peak of one core that the trainer's MFU uses (trainer/cpu/peak.c: measured). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ct/error.h"
 #include "ct/nn.h"
 #include "ct/optim.h"
 
-void ct__cpu_set_threads(int n); /* trainer/cpu/cpu.h (internal) */
+void ct__cpu_set_threads(int n);          /* trainer/cpu/cpu.h (internal) */
+double ct__cpu_peak_flops_per_core(void); /* trainer/cpu/cpu.h (internal) */
 
 static double now(void)
 {
@@ -25,6 +29,10 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--peak")) {
+        printf("peak_flops_per_core=%.0f\n", ct__cpu_peak_flops_per_core());
+        return 0;
+    }
     int steps = argc > 1 ? atoi(argv[1]) : 20, threads = argc > 2 ? atoi(argv[2]) : 1;
     ct_gpt_config c = {.n_layer = argc > 3 ? atoi(argv[3]) : 4,
                        .n_head = argc > 4 ? atoi(argv[4]) : 4,

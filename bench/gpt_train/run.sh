@@ -4,8 +4,8 @@
 # vocabulary 256), batch 16, AdamW, random tokens, the same thread count (CT_BENCH_THREADS),
 # alternating runs, each side's best of ROUNDS (2). Also each side's model FLOPs utilization
 # (MFU, as TorchTitan reports it): 6 N + 12 L T C FLOPs per token over this CPU's FP32 peak,
-# threads x the clock of /proc/cpuinfo x 32 FLOPs a cycle (AVX2: two 8-wide FMA units; 64 with
-# AVX-512, as oneDNN reports the ISA it uses).
+# threads x one core's, measured as the trainer's MFU measures it (gpt_bench --peak:
+# trainer/cpu/peak.c's FMA loop, AVX-512 where oneDNN may use it).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${CT_BUILD:-$here/../../build}
@@ -25,11 +25,9 @@ for ((r = 0; r < rounds; r++)); do
     out=$(OMP_NUM_THREADS=$threads "$py" "$here/ref_torch.py" "$steps" "$threads") || { echo "$out"; exit 1; }
     best_ref=$(awk -v a="$(echo "$out" | field tokens_per_s)" -v b="$best_ref" 'BEGIN{print (a>b)?a:b}')
 done
-mhz=$(awk -F: '/^cpu MHz/ {print $2; exit}' /proc/cpuinfo)
-per_cycle=32
-grep -qw avx512f /proc/cpuinfo && [ "${ONEDNN_MAX_CPU_ISA:-}" != AVX2 ] && per_cycle=64
-peak=$(awk -v t="$threads" -v m="$mhz" -v c="$per_cycle" 'BEGIN{print t * m * 1e6 * c}')
+core=$("$bin" --peak | field peak_flops_per_core)
+peak=$(awk -v t="$threads" -v c="$core" 'BEGIN{print t * c}')
 mfu() { awk -v r="$1" -v f="$fpt" -v p="$peak" 'BEGIN{printf "%.1f", 100 * r * f / p}'; }
 ratio=$(awk -v a="$best_ct" -v b="$best_ref" 'BEGIN{printf "%.2f", (b>0)?a/b:0}')
-echo "gpt_train_mfu$tag: ct=$(mfu "$best_ct")% torch=$(mfu "$best_ref")% of $(awk -v p="$peak" 'BEGIN{printf "%.0f", p / 1e9}') GFLOP/s FP32 peak ($threads threads, ${mhz} MHz, $per_cycle FLOPs/cycle)"
+echo "gpt_train_mfu$tag: ct=$(mfu "$best_ct")% torch=$(mfu "$best_ref")% of $(awk -v p="$peak" 'BEGIN{printf "%.0f", p / 1e9}') GFLOP/s FP32 peak ($threads threads, measured)"
 echo "gpt_train$tag: ct=$best_ct ref=$best_ref tokens/s ratio=$ratio"

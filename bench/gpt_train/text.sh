@@ -43,13 +43,12 @@ params=$(field params "$tmp/ct.out")
 block=$(echo " ${ARGS:-} " | sed -n 's/.* --block \([0-9]*\) .*/\1/p'); block=${block:-128}
 layers=$(echo " ${ARGS:-} " | sed -n 's/.* --layers \([0-9]*\) .*/\1/p'); layers=${layers:-4}
 embd=$(echo " ${ARGS:-} " | sed -n 's/.* --embd \([0-9]*\) .*/\1/p'); embd=${embd:-128}
-mhz=$(awk -F: '/^cpu MHz/ {print $2; exit}' /proc/cpuinfo)
-per_cycle=32
-grep -qw avx512f /proc/cpuinfo && [ "${ONEDNN_MAX_CPU_ISA:-}" != AVX2 ] && per_cycle=64
-# MFU: 6 N + 12 L T C FLOPs a token (N without the position embedding) over 2 x threads cores
-mfu() { awk -v r="$1" -v n="$params" -v l="$layers" -v t="$block" -v c="$embd" -v m="$mhz" \
-        -v k="$per_cycle" -v th="$threads" \
-        'BEGIN { printf "%.1f", 100 * r * (6 * (n - t * c) + 12 * l * t * c) / (2 * th * m * 1e6 * k) }'; }
-echo "gpt_text_mfu: ct=$(mfu "$rc")% torch=$(mfu "$rr")% (2 replicas x $threads threads, $mhz MHz, $per_cycle FLOPs/cycle)"
+core=$("$build/bin/gpt_bench" --peak | sed -n 's/^peak_flops_per_core=\([0-9.]*\).*/\1/p')
+# MFU: 6 N + 12 L T C FLOPs a token (N without the position embedding) over 2 x threads cores'
+# FP32 peak, one core's measured as the trainer's MFU measures it (gpt_bench --peak)
+mfu() { awk -v r="$1" -v n="$params" -v l="$layers" -v t="$block" -v c="$embd" -v p="$core" \
+        -v th="$threads" \
+        'BEGIN { printf "%.1f", 100 * r * (6 * (n - t * c) + 12 * l * t * c) / (2 * th * p) }'; }
+echo "gpt_text_mfu: ct=$(mfu "$rc")% torch=$(mfu "$rr")% (2 replicas x $threads threads, $(awk -v p="$core" 'BEGIN{printf "%.0f", p / 1e9}') GFLOP/s FP32 peak a core, measured)"
 echo "gpt_text_val: ct=$vc ref=$vr nats/byte ratio=$(awk -v a="$vc" -v b="$vr" 'BEGIN{printf "%.3f", b / a}')"
 echo "gpt_text_2rep: ct=$rc ref=$rr tokens/s ratio=$(awk -v a="$rc" -v b="$rr" 'BEGIN{printf "%.2f", a / b}')"

@@ -31,7 +31,8 @@ bool ct__cpu_impl_is_ref(const char *impl);
 int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
                     float *dst, int dfmt);
 
-/* This CPU's FP32 peak FLOP/s for one core (peak.c: clock x FMA width), for MFU; 0 unknown. */
+/* This CPU's FP32 peak FLOP/s for one core (peak.c: its FMA units measured, once), for MFU; 0
+ * unknown. */
 double ct__cpu_peak_flops_per_core(void);
 
 /* Convolution / transposed convolution, 2-D (ct__conv_p in backend.h). */

@@ -283,6 +283,39 @@ static bool is_ip(const char *s)
     return inet_pton(AF_INET, s, b) == 1 || inet_pton(AF_INET6, s, b) == 1;
 }
 
+/* The head's state directory on its host (ct-head --state-dir: head.wal, head/state.c):
+ * LOG_DIR/head-state, beside the head's log. up names it for the supervised head, so that the
+ * cluster owns it: without one, the supervisor makes a private directory in /tmp that only its
+ * own normal end removes, and a supervisor killed outright (kill -9, a test's timeout) left it
+ * behind, one per up. up removes the last cluster's before the head starts (a new cluster
+ * must not load an old cluster's state; the supervisor's private one was fresh each time),
+ * down removes it after the head has stopped (remove_head_state). */
+static int head_state_dir(const ct_cluster_config *cfg, char *out, size_t cap)
+{
+    char logdir[4096];
+    int rc = cfg->provider->log_dir(cfg, logdir, sizeof logdir);
+    if (rc)
+        return rc;
+    int n = snprintf(out, cap, "%s/head-state", logdir);
+    return n < 0 || (size_t)n >= cap ? ct__error(CT_ERANGE, "head state path too long") : 0;
+}
+
+/* Removes the head's state directory on host: the files ct-head writes there, then the
+ * directory when that leaves it empty. Returns 0 when no state file is left, the script's exit
+ * status when one is (rm failed), or < 0. */
+static int remove_head_state(const ct_cluster_config *cfg, const char *host)
+{
+    char dir[4200], script[8800] = "d=";
+    int rc = head_state_dir(cfg, dir, sizeof dir);
+    if (!rc)
+        rc = shell_path(script, sizeof script, dir);
+    if (!rc)
+        rc = ct__cat(script, sizeof script,
+                     "; rm -f -- \"$d/head.wal\" \"$d/head.wal.new\" || exit 1; "
+                     "rmdir -- \"$d\" 2>/dev/null; exit 0\n");
+    return rc ? rc : ct__hosts_run(cfg, host, script, NULL, 0);
+}
+
 /* Starts one daemon on host (first creating make_dir when not NULL); fills proc (pid, start
  * time). When listen is not NULL, waits (on the host) up to the start timeout for
  * "listening on H:P" in the log and copies H:P to listen; a daemon that exits before that
@@ -396,12 +429,24 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
     if ((rc = cfg->provider->secret_path(cfg, secret, sizeof secret)))
         return rc;
 
-    /* 2. the head */
-    char head_args[512] = "";
+    /* 2. the head, under its supervisor, with the cluster's state directory; what the last
+     * cluster of this name left there goes first (head_state_dir) */
+    char head_args[512] = "", state_dir[4200];
+    if ((rc = head_state_dir(cfg, state_dir, sizeof state_dir)))
+        return rc;
+    rc = remove_head_state(cfg, cfg->head_ip);
+    if (rc)
+        return rc < 0 ? rc
+                      : ct__error(CT_EIO, "cannot remove the last head state in %s on %s (exit %d)",
+                                  state_dir, cfg->head_ip, rc);
+    /* --state-dir last: its value is a path for the host's shell (shell_path: "~/x" becomes
+     * "$HOME"/'x', expanded where the script runs, as for CT_BIN_DIR), appended to the command
+     * and to CT_HEAD_ARGS each after head_args, so that a user's start command that changes
+     * directory first gets an absolute path too */
     if ((rc = arg_word(head_args, sizeof head_args, "--host", cfg->head_bind)) ||
         (rc = ct__cat(head_args, sizeof head_args,
-                      " --port %d --heartbeat-ms %d --dead-after-ms %d --supervise", cfg->head_port,
-                      cfg->heartbeat_ms, cfg->dead_after_ms)))
+                      " --port %d --heartbeat-ms %d --dead-after-ms %d --supervise --state-dir ",
+                      cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms)))
         return rc;
     env[0] = cmd[0] = 0;
     if ((rc = ct__cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||
@@ -412,8 +457,10 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         (rc = shell_path(env, sizeof env, bin)) ||
         (rc = ct__cat(env, sizeof env, " CT_HEAD_PORT=%d CT_HEAD_ARGS=", cfg->head_port)) ||
         (rc = ct__shell_quote(env, sizeof env, head_args + 1)) ||
-        (rc = ct__cat(env, sizeof env, " ")) || (rc = shell_path(cmd, sizeof cmd, bin)) ||
-        (rc = ct__cat(cmd, sizeof cmd, "/ct-head%s", head_args)))
+        (rc = shell_path(env, sizeof env, state_dir)) || (rc = ct__cat(env, sizeof env, " ")) ||
+        (rc = shell_path(cmd, sizeof cmd, bin)) ||
+        (rc = ct__cat(cmd, sizeof cmd, "/ct-head%s", head_args)) ||
+        (rc = shell_path(cmd, sizeof cmd, state_dir)))
         return rc;
     ct_cluster_proc *hp = &st->procs[st->n_procs];
     memset(hp, 0, sizeof *hp);
@@ -422,6 +469,8 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
                       hp, listen, sizeof listen);
     if (hp->pid > 0) /* started, even if it then failed: it is ctup's to stop */
         st->n_procs++;
+    else if (rc) /* gone before its pid was read: no stop (down, a failed up) will clean up */
+        remove_head_state(cfg, cfg->head_ip);
     if (rc)
         return rc;
     /* the head may print its bind address (0.0.0.0): others reach it at head_ip */
@@ -564,6 +613,10 @@ int ct__hosts_stop(const ct_cluster_config *cfg, const ct_cluster_state *st, int
         out[strcspn(out, "\n")] = 0;
         if (strcmp(out, "other"))
             cleanup_node(cfg, p);
+        /* the head's state, also when the head was found gone (a supervisor killed outright
+         * leaves it); best effort, as for a node */
+        if (strcmp(out, "other") && !strcmp(p->role, "head"))
+            remove_head_state(cfg, p->host);
         if (!strcmp(out, "stopped") || !strcmp(out, "killed")) {
             (*n_stopped)++;
             fprintf(stderr, "ctup: %s (pid %d on %s) %s\n", p->role, (int)p->pid, p->host, out);

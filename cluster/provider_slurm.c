@@ -4,13 +4,14 @@
  * --ntasks-per-node 1, --cpus-per-task / --gpus-per-node / --partition / --time / --account
  * from the YAML, then sbatch_args. The script runs on the allocation's first node: setup
  * commands, ct-head (bound to ct.head_bind, default 0.0.0.0, on a free port unless
- * ct.head_port), then one step per node (`srun --overlap --nodes 1 --nodelist NODE`, named
- * ct-node-NODE) that execs ct-node with --cpus $SLURM_CPUS_ON_NODE and --gpus
- * $SLURM_GPUS_ON_NODE: what the allocation has. A node step that ends while the job runs (a
- * scancel of the step, a crash) is started again on its node. The head's address (the node's
- * NodeAddr and the port) goes to LOGDIR/head-JOB.address, which ctup waits for; then ctup waits
- * until every node has joined the head, or until the job ends (refused, failed, cancelled):
- * it says which.
+ * ct.head_port; not under `ct-head --supervise` and without --state-dir, unlike provider.c's
+ * head: the job ends when its head does, so there is no head state to keep or remove), then
+ * one step per node (`srun --overlap --nodes 1 --nodelist NODE`, named ct-node-NODE) that
+ * execs ct-node with --cpus $SLURM_CPUS_ON_NODE and --gpus $SLURM_GPUS_ON_NODE: what the
+ * allocation has. A node step that ends while the job runs (a scancel of the step, a crash) is
+ * started again on its node. The head's address (the node's NodeAddr and the port) goes to
+ * LOGDIR/head-JOB.address, which ctup waits for; then ctup waits until every node has joined
+ * the head, or until the job ends (refused, failed, cancelled): it says which.
  *
  * Files: LOGDIR and the secret are under ctup's state directory ($CT_STATE_DIR or
  * ~/.ct/clusters), which the nodes must see at the same path (the home directory of a Slurm

@@ -2,9 +2,11 @@
  * --supervise) as its child and starts it again when it ends, within a second, on the same
  * address (the port the first one printed) with the same secret (the environment and
  * --secret-file are passed on) and the same state (--state-dir; without one, a private
- * directory the supervisor makes and removes). systemd's Restart=always is the model; ctup up
- * starts the head this way (cluster/provider.c), so a head that crashes or is killed comes
- * back and the nodes register again (actor/node.c, "Head loss").
+ * directory in /tmp that the supervisor makes and removes when it ends, which a supervisor
+ * killed outright cannot: so ctup up names one, in the cluster's log directory, that ctup down
+ * removes). systemd's Restart=always is the model; ctup up starts the head this way
+ * (cluster/provider.c), so a head that crashes or is killed comes back and the nodes register
+ * again (actor/node.c, "Head loss").
  *
  * The child's stdout goes through the supervisor (its "listening on H:P" is copied once, so
  * that whoever started the supervisor reads the line as from ct-head itself); its stderr is

@@ -4,7 +4,9 @@
  * codes forwarded -> exec -> a second up is refused -> the head killed (kill -9) is started
  * again by its supervisor on the same port and the same nodes register again -> a node killed
  * shows DEAD -> down stops
- * every recorded pid -> down again is fine; then an up whose node cannot start fails and stops
+ * every recorded pid -> down again is fine; the head's state directory is in the cluster's log
+ * directory, and down removes it, also after the cluster was killed (kill -9), and a new up
+ * does not load the last cluster's; then an up whose node cannot start fails and stops
  * the head it had started; a head whose port is taken fails at once with its exit status and
  * its log, and the failed up removes the state, secret and lock it made (not its logs); a YAML
  * mistake on the command line names file:line:col; `ctup secret` makes missing parent
@@ -39,6 +41,28 @@ static int taken_port(int *fd)
         getsockname(*fd, (struct sockaddr *)&a, &len))
         return -1;
     return ntohs(a.sin_port);
+}
+
+/* The head's state directory of a cluster (its log directory's head-state), and the file in it
+ * (static: the next call reuses it). */
+static const char *head_state(const char *cluster, const char *file)
+{
+    static char p[700];
+    snprintf(p, sizeof p, "%s/%.100s/head-state%s%s", t_state, cluster, file ? "/" : "",
+             file ? file : "");
+    return p;
+}
+
+/* Whether the file at path holds needle (binary-safe up to 64 KiB; false when unreadable). */
+static bool file_has(const char *path, const char *needle)
+{
+    static char buf[65536];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    return memmem(buf, n, needle, strlen(needle)) != NULL;
 }
 
 /* The ct-head that supervisor pid runs (its child), or -1. */
@@ -123,6 +147,9 @@ int main(void)
         CHECK_EQ_INT(getsid(st.procs[i].pid), st.procs[i].pid); /* detached: own session */
     }
     CHECK_STR(st.procs[1].role, "node-1");
+    /* the head keeps its state (--state-dir) in the cluster's log directory, not in a directory
+     * of its supervisor's in /tmp that a supervisor killed outright would leave behind */
+    CHECK(access(head_state(name, "head.wal"), F_OK) == 0);
 
     /* status (from the file and by address) */
     T_EXPECT(0, NEEDLES("2 nodes (2 alive)", "CPU=2/2 disk=1/1", "64.0"), "status %s", cfg);
@@ -210,7 +237,8 @@ int main(void)
     CHECK(access(shard, F_OK) != 0);
     CHECK(!h_node_dir_exists(st.procs[2].pid));
     CHECK_EQ_INT(ct_cluster_state_read(name, &st2), CT_ENOENT);
-    CHECK(access(secret, F_OK) != 0); /* the secret goes with the cluster */
+    CHECK(access(secret, F_OK) != 0);                 /* the secret goes with the cluster */
+    CHECK(access(head_state(name, NULL), F_OK) != 0); /* and the head's state */
     snprintf(want, sizeof want, "%s.lock", name);
     CHECK(access(t_path(want), F_OK) != 0); /* and the lock file, once down has let go */
     snprintf(want, sizeof want, "cluster '%s' is not running (no state): nothing to stop", name);
@@ -244,6 +272,7 @@ int main(void)
         CHECK(h_wait_gone(head_pid, 3000));
     snprintf(want, sizeof want, "%s-bad", name);
     CHECK_EQ_INT(ct_cluster_state_read(want, &st2), CT_ENOENT);
+    CHECK(access(head_state(want, NULL), F_OK) != 0); /* its head's state went with it */
     snprintf(want, sizeof want, "%s-bad.secret", name);
     CHECK(access(t_path(want), F_OK) != 0);
 
@@ -287,6 +316,8 @@ int main(void)
     }
     snprintf(want, sizeof want, "%s-clash/head.log", name);
     CHECK(access(t_path(want), R_OK) == 0);
+    snprintf(want, sizeof want, "%s-clash", name);
+    CHECK(access(head_state(want, NULL), F_OK) != 0); /* the head made it, then exited */
     CHECK_EQ_INT(mode_of(mine), 0600);
 
     /* a head that never says "listening on" is stopped when up gives up on it */
@@ -316,16 +347,51 @@ int main(void)
                                             "provider: {type: local, num_workers: 1}\n");
     T_EXPECT(0, NEEDLES("cluster 'once' is up"), "up %s", once);
     CHECK_OK(ct_cluster_state_read("once", &st2));
+    pid_t once_head = head_child(st2.procs[0].pid);
+    CHECK(once_head > 0);
     for (int i = 0; i < st2.n_procs; i++) {
         kill(st2.procs[i].pid, SIGKILL);
         CHECK(h_wait_gone(st2.procs[i].pid, 2000));
     }
+    if (once_head > 0) /* the supervisor's child ends too (PR_SET_PDEATHSIG) */
+        CHECK(h_wait_gone(once_head, 3000));
     snprintf(want, sizeof want, "head       127.0.0.1        %-8d gone", (int)st2.procs[0].pid);
     T_EXPECT(1, NEEDLES("no answer from a head at", "PROCESS    HOST", want),
              "status %s --timeout-ms 300", once);
+    /* the killed head's state stays (no supervisor was left to remove it); a key is added to
+     * it as a record (head/state.c: "K nfields len...", job "", key, value): the next up must
+     * start anew, not load it (a head that loads a state writes it back at once) */
+    CHECK(access(head_state("once", "head.wal"), F_OK) == 0);
+    FILE *wal = fopen(head_state("once", "head.wal"), "a");
+    CHECK(wal != NULL);
+    if (wal) {
+        fputs("K 3 0 9 3\nstale-keyold", wal);
+        fclose(wal);
+    }
+    CHECK(file_has(head_state("once", "head.wal"), "stale-key"));
     T_EXPECT(0, NEEDLES("no process of its last start runs; starting anew", "cluster 'once' is up"),
              "up %s", once);
+    CHECK(access(head_state("once", "head.wal"), F_OK) == 0);
+    CHECK(!file_has(head_state("once", "head.wal"), "stale-key"));
     T_EXPECT(0, NEEDLES("is down (2 of 2 processes"), "down %s", once);
+    CHECK(access(head_state("once", NULL), F_OK) != 0);
+
+    /* every process killed (kill -9), then down: down removes the head's state, which no
+     * supervisor was left to remove */
+    T_EXPECT(0, NEEDLES("cluster 'once' is up"), "up %s", once);
+    CHECK_OK(ct_cluster_state_read("once", &st2));
+    once_head = head_child(st2.procs[0].pid);
+    CHECK(once_head > 0);
+    for (int i = 0; i < st2.n_procs; i++) {
+        kill(st2.procs[i].pid, SIGKILL);
+        CHECK(h_wait_gone(st2.procs[i].pid, 2000));
+    }
+    if (once_head > 0)
+        CHECK(h_wait_gone(once_head, 3000));
+    CHECK(access(head_state("once", "head.wal"), F_OK) == 0);
+    T_EXPECT(0, NEEDLES("is down (0 of 2 processes", "head (pid", "was not running"), "down %s",
+             once);
+    CHECK(access(head_state("once", NULL), F_OK) != 0);
 
     /* two ctups never start or stop one cluster at once */
     int lock = -1;

@@ -3,8 +3,9 @@
  * remote home would be). Checks the exact ssh/scp command lines (options, port, key, `--`, then
  * user@host), that the copied binaries are what runs, that each node's spill directory is made
  * (mode 700) by its start script, exec on the head, and down by recorded pid, which removes the
- * hosts' copies of the secret too; an up whose head exits at once says so (exit status, log) and
- * removes the secret it copied. */
+ * hosts' copies of the secret too and the head's state directory (in the log directory, ~/...:
+ * "$HOME" expanded on the host, also in CT_HEAD_ARGS); an up whose head exits at once says so
+ * (exit status, log) and removes the secret it copied. */
 #define _GNU_SOURCE
 #include <sys/stat.h>
 #include "ctup_test.h"
@@ -150,6 +151,21 @@ int main(void)
               "nohup setsid sh -c 'exec \"$HOME\"/'\\''.ct/bin'\\''/ct-head --host 127.0.0.1 "
               "--port 0 --heartbeat-ms 50 --dead-after-ms 500",
               "head start");
+    /* its state directory: the log directory's, a path the host's shell expands ("~" would not
+     * be, in $CT_HEAD_ARGS) */
+    snprintf(want, sizeof want,
+             "--dead-after-ms 500 --supervise --state-dir \"$HOME\"/'\\''.ct/logs/%s/head-state'"
+             "\\''\n' >\"$HOME\"/'.ct/logs/%s/head.log'",
+             name, name);
+    expect_in(l, want, "head start: --state-dir");
+    snprintf(want, sizeof want,
+             "CT_HEAD_ARGS='--host 127.0.0.1 --port 0 --heartbeat-ms 50 --dead-after-ms 500 "
+             "--supervise --state-dir '\"$HOME\"/'.ct/logs/%s/head-state' nohup setsid sh -c ",
+             name);
+    expect_in(l, want, "head start: CT_HEAD_ARGS");
+    char wal[PATH_MAX];
+    snprintf(wal, sizeof wal, "%s/.ct/logs/%s/head-state/head.wal", home, name);
+    CHECK(access(wal, F_OK) == 0);
     /* the spill directory is made before the node starts; data values are single-quoted */
     snprintf(want, sizeof want,
              "[--] [tester@127.0.0.1] [mkdir -p -- \"$HOME\"/'.ct/logs/%s' && cd && "
@@ -221,7 +237,12 @@ int main(void)
     snprintf(want, sizeof want,
              "[--] [tester@localhost] [rm -f -- \"$HOME\"/'.ct/secrets/%s.secret']", name);
     expect_in(l, want, "the secret removed on the second host");
+    snprintf(want, sizeof want,
+             "[--] [tester@127.0.0.1] [d=\"$HOME\"/'.ct/logs/%s/head-state'; rm -f -- ", name);
+    expect_in(l, want, "the head's state removed on its host");
     free(l);
+    *strrchr(wal, '/') = 0;
+    CHECK(access(wal, F_OK) != 0);
     CHECK(access(remote_secret, F_OK) != 0);
     CHECK(access(secret, F_OK) != 0);
     T_EXPECT(0, NEEDLES("nothing to stop"), "down %s", cfg);

@@ -151,7 +151,20 @@ int main(void)
      * of its supervisor's in /tmp that a supervisor killed outright would leave behind */
     CHECK(access(head_state(name, "head.wal"), F_OK) == 0);
 
-    /* status (from the file and by address) */
+    /* status (from the file and by address). A node reports its store (ObjNodeInfo) just after
+     * it registers, and up waits for the registrations only: on a busy machine a status at once
+     * can fall between the two, so first wait (up to 10 s) for both stores' lines (capacity
+     * 64.0 MiB) */
+    for (int i = 0, stores = 0; i < 100 && stores < 2; i++) {
+        char *o = NULL;
+        stores = 0;
+        if (t_ctup(&o, "status %s", cfg) == 0)
+            for (const char *c = o; (c = strstr(c, " 64.0\n")); c++)
+                stores++;
+        free(o);
+        if (stores < 2)
+            usleep(100 * 1000);
+    }
     T_EXPECT(0, NEEDLES("2 nodes (2 alive)", "CPU=2/2 disk=1/1", "64.0"), "status %s", cfg);
     /* the cluster's secret: this user's alone; a head asked with another secret is silent */
     struct stat sst;

@@ -199,11 +199,26 @@ static AVX2_FMA void kernel(int64_t m, int64_t k_all, int64_t p0, int64_t k, int
 {
     if (a_packed)
         a_p = MR;
-    for (int64_t ib = 0; ib < m; ib += MC)
+    int64_t row_lines = (k + 15) / 16 + 1; /* cache lines a row of a spans, unaligned */
+    for (int64_t ib = 0; ib < m; ib += MC) {
+        /* a read in place: the next block's rows are prefetched into L2 while this block is
+         * multiplied, a few lines each tile (the GPT of bench/gpt_train, 1 thread: about 3% off
+         * a step, alternating steps with and without in one process; into L1 no better) */
+        int64_t next = ib + MC, next_rows = a_packed || next >= m ? 0
+                                            : m - next < MC       ? m - next
+                                                                  : MC;
+        int64_t lines = next_rows * row_lines, rows = m - ib < MC ? m - ib : MC;
+        int64_t tiles = (n + NR - 1) / NR * ((rows + MR - 1) / MR);
+        int64_t per_tile = (lines + tiles - 1) / tiles, fetched = 0;
         for (int64_t j0 = 0; j0 < n; j0 += NR) {
             const float *bp = panels + (j0 / NR) * ps, *bj = bias ? bias + j0 : NULL;
             int64_t w = n - j0 < NR ? n - j0 : NR;
             for (int64_t i0 = ib; i0 < m && i0 < ib + MC; i0 += MR) {
+                for (int64_t q = 0; q < per_tile && fetched < lines; q++, fetched++) {
+                    const char *line = (const char *)(a + (next + fetched / row_lines) * a_i +
+                                                      fetched % row_lines * 16);
+                    _mm_prefetch(line, _MM_HINT_T1);
+                }
                 int mr = m - i0 < MR ? (int)(m - i0) : MR;
                 /* the tile's terms [lo, hi) of the whole sum, and of this call [from, to) */
                 int64_t lo = 0, hi = k_all, last = i0 + mr - 1;
@@ -234,6 +249,7 @@ static AVX2_FMA void kernel(int64_t m, int64_t k_all, int64_t p0, int64_t k, int
                           acc, bj);
             }
         }
+    }
 }
 
 /* a stored (k,m), rows [0,m) of op(a) over k: panels of MR rows, each (k,MR), rows past m

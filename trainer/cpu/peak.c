@@ -56,25 +56,17 @@ static double nominal(void)
 /* n rounds of 12 FMAs on 12 registers (no dependence between them: each FMA unit busy every
  * cycle), ymm or zmm, all zero (no denormals). In assembly: a compiler merges chains it can
  * prove equal. */
-__attribute__((target("avx2,fma"))) static void fma_rounds_256(long n)
-{
-    __asm__ volatile(
-        ZEROS("vpxor", "%%ymm") "1:\n\t" TWELVE("%%ymm") "dec %0\n\tjnz 1b\n\tvzeroupper"
-        : "+r"(n)
-        :
-        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-          "xmm11", "xmm12", "xmm13", "cc");
-}
-
-__attribute__((target("avx512f"))) static void fma_rounds_512(long n)
-{
-    __asm__ volatile(
-        ZEROS("vpxord", "%%zmm") "1:\n\t" TWELVE("%%zmm") "dec %0\n\tjnz 1b\n\tvzeroupper"
-        : "+r"(n)
-        :
-        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-          "xmm11", "xmm12", "xmm13", "cc");
-}
+#define FMA_ROUNDS(name, isa, xor, r)                                                              \
+    __attribute__((target(isa))) static void name(long n)                                          \
+    {                                                                                              \
+        __asm__ volatile(ZEROS(xor, r) "1:\n\t" TWELVE(r) "dec %0\n\tjnz 1b\n\tvzeroupper"         \
+                         : "+r"(n)                                                                 \
+                         :                                                                         \
+                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
+                           "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc");                      \
+    }
+FMA_ROUNDS(fma_rounds_256, "avx2,fma", "vpxor", "%%ymm")
+FMA_ROUNDS(fma_rounds_512, "avx512f", "vpxord", "%%zmm")
 
 static double now_s(void)
 {

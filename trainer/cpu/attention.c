@@ -182,8 +182,9 @@ CT_CLONES static void grad_row(const ct__attn_p *p, int64_t b, int64_t i, int64_
                                float *restrict dp)
 {
     float scale = p->scale;
+    int64_t len = padded(seen, keys); /* the padding zeroed below */
     if (p->dropout <= 0.0f)
-        for (int64_t j = 0; j < padded(seen, keys); j++) { /* the padding zeroed below */
+        for (int64_t j = 0; j < len; j++) {
             float pij = ct__expf_unclamped(s[j] * scale - lse);
             s[j] = pij * (dp[j] - delta) * scale;
             dp[j] = pij;

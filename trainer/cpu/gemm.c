@@ -182,6 +182,32 @@ static AVX2_FMA INLINE void block(int64_t k, const float *const ar[MR], int64_t 
     }
 }
 
+/* Which terms of this call (its [p0, p0 + k) of k_all) the tile of rows [i0, i0 + mr) x the
+ * panel at column j0 adds, [*from, *to) relative to p0, and whether it adds to c (*acc: when
+ * accumulating or an earlier call wrote it). Without a band, all of them; with one, only those
+ * its rows' band holds, and none of a panel past every row's columns. False: nothing to do in
+ * this call. A tile with no term at all is written as 0 by the first call. */
+static INLINE bool tile_terms(const ct__gemm_band *band, int64_t i0, int mr, int64_t j0,
+                              int64_t k_all, int64_t p0, int64_t k, bool accumulate, int64_t *from,
+                              int64_t *to, bool *acc)
+{
+    int64_t lo = 0, hi = k_all, last = i0 + mr - 1; /* the tile's terms of the whole sum */
+    if (band) {
+        if (j0 >= last + band->n_hi)
+            return false;
+        lo = i0 + band->k_lo > 0 ? i0 + band->k_lo : 0;
+        hi = last + band->k_hi < k_all ? last + band->k_hi : k_all;
+    }
+    *acc = accumulate || p0 > lo;
+    if (lo >= hi) {
+        *from = *to = 0;
+        return !accumulate && p0 == 0;
+    }
+    *from = lo > p0 ? lo - p0 : 0;
+    *to = hi - p0 < k ? hi - p0 : k;
+    return *from < *to;
+}
+
 /* Rows of c in blocks of MC: a block's rows of a (96 x 256 floats at most, 96 KB) stay in L2
  * while every panel of b passes them. Without the blocks a streamed from L3 or memory once per
  * panel: with the operands cold (16 sets of them in turn), the GPT's forward and backward-data
@@ -204,39 +230,24 @@ static AVX2_FMA void kernel(int64_t m, int64_t k_all, int64_t p0, int64_t k, int
         /* a read in place: the next block's rows are prefetched into L2 while this block is
          * multiplied, a few lines each tile (the GPT of bench/gpt_train, 1 thread: about 3% off
          * a step, alternating steps with and without in one process; into L1 no better) */
-        int64_t next = ib + MC, next_rows = a_packed || next >= m ? 0
-                                            : m - next < MC       ? m - next
-                                                                  : MC;
-        int64_t lines = next_rows * row_lines, rows = m - ib < MC ? m - ib : MC;
+        int64_t rows = m - ib < MC ? m - ib : MC, next = ib + MC;
+        int64_t next_rows = a_packed || next >= m ? 0 : m - next < MC ? m - next : MC;
+        int64_t lines = next_rows * row_lines, fetched = 0;
         int64_t tiles = (n + NR - 1) / NR * ((rows + MR - 1) / MR);
-        int64_t per_tile = (lines + tiles - 1) / tiles, fetched = 0;
+        int64_t per_tile = (lines + tiles - 1) / tiles;
         for (int64_t j0 = 0; j0 < n; j0 += NR) {
             const float *bp = panels + (j0 / NR) * ps, *bj = bias ? bias + j0 : NULL;
             int64_t w = n - j0 < NR ? n - j0 : NR;
-            for (int64_t i0 = ib; i0 < m && i0 < ib + MC; i0 += MR) {
-                for (int64_t q = 0; q < per_tile && fetched < lines; q++, fetched++) {
-                    const char *line = (const char *)(a + (next + fetched / row_lines) * a_i +
-                                                      fetched % row_lines * 16);
-                    _mm_prefetch(line, _MM_HINT_T1);
-                }
+            for (int64_t i0 = ib; i0 < ib + rows; i0 += MR) {
+                for (int64_t q = 0; q < per_tile && fetched < lines; q++, fetched++)
+                    _mm_prefetch((const char *)(a + (next + fetched / row_lines) * a_i +
+                                                fetched % row_lines * 16),
+                                 _MM_HINT_T1);
                 int mr = m - i0 < MR ? (int)(m - i0) : MR;
-                /* the tile's terms [lo, hi) of the whole sum, and of this call [from, to) */
-                int64_t lo = 0, hi = k_all, last = i0 + mr - 1;
-                if (band) {
-                    if (j0 >= last + band->n_hi)
-                        continue; /* no row of the tile needs this panel */
-                    lo = i0 + band->k_lo > 0 ? i0 + band->k_lo : 0;
-                    hi = last + band->k_hi < k_all ? last + band->k_hi : k_all;
-                }
-                int64_t from = lo > p0 ? lo - p0 : 0, to = hi - p0 < k ? hi - p0 : k;
-                bool acc = accumulate || p0 > lo;
-                if (lo >= hi) { /* no term at all: c = 0, written by the first call */
-                    if (accumulate || p0 > 0)
-                        continue;
-                    from = to = 0;
-                } else if (from >= to) {
-                    continue; /* the tile's terms are in another call */
-                }
+                int64_t from, to;
+                bool acc;
+                if (!tile_terms(band, i0, mr, j0, k_all, p0, k, accumulate, &from, &to, &acc))
+                    continue;
                 const float *ar[MR];
                 for (int r = 0; r < MR; r++)
                     ar[r] = (a_packed ? a + i0 * k + r : a + (i0 + r < m ? i0 + r : m - 1) * a_i) +

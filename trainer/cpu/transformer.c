@@ -16,29 +16,45 @@
 
 #define PAR_MIN 32768
 
-int ct__cpu_layernorm_fwd(int64_t rows, int64_t d, float eps, const float *x, const float *w,
-                          const float *b, float *y, float *mean, float *rstd)
+/* Layer norm runs a block of rows (or of columns) at a time through ISA clones (vecmath.h). On the
+ * GPT of bench/gpt_train (2048 rows of 128, 1 thread, cold operands) the AVX2 clones took the
+ * forward from 0.27 to 0.22 ms and the backward from 0.36 to 0.29 ms against the baseline
+ * clone's SSE loops (they are near memory speed). A row's sums run in 8 partial sums
+ * (vecmath.h's), the same bits in every clone's vector width. */
+#define LN_ROWS 64 /* rows a thread takes at a time */
+
+/* y = (x - mean) rstd w + b for rows [r0, r1) (no w: 1; no b: 0) */
+CT_CLONES static void layernorm_fwd_rows(int64_t r0, int64_t r1, int64_t d, float eps,
+                                         const float *restrict x, const float *restrict w,
+                                         const float *restrict b, float *restrict y,
+                                         float *restrict mean, float *restrict rstd)
 {
-#pragma omp parallel for schedule(static) if (rows * d > PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * d;
         float *yr = y + r * d;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
+        float m = ct__sum8(xr, d) / (float)d;
         for (int64_t i = 0; i < d; i++)
-            s += xr[i];
-        float m = s / (float)d, v = 0;
-#pragma omp simd reduction(+ : v)
-        for (int64_t i = 0; i < d; i++)
-            v += (xr[i] - m) * (xr[i] - m);
-        float rs = 1.0f / sqrtf(v / (float)d + eps);
-        for (int64_t i = 0; i < d; i++) {
-            float h = (xr[i] - m) * rs;
-            yr[i] = h * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
-        }
+            yr[i] = xr[i] - m;
+        float rs = 1.0f / sqrtf(ct__dot8(yr, yr, d) / (float)d + eps);
+        if (w && b)
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = yr[i] * rs * w[i] + b[i];
+        else
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = yr[i] * rs * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
         mean[r] = m;
         rstd[r] = rs;
     }
+}
+
+int ct__cpu_layernorm_fwd(int64_t rows, int64_t d, float eps, const float *x, const float *w,
+                          const float *b, float *y, float *mean, float *rstd)
+{
+    int64_t blocks = (rows + LN_ROWS - 1) / LN_ROWS;
+#pragma omp parallel for schedule(static) if (rows * d > PAR_MIN)
+    for (int64_t k = 0; k < blocks; k++)
+        layernorm_fwd_rows(k * LN_ROWS, rows < (k + 1) * LN_ROWS ? rows : (k + 1) * LN_ROWS, d, eps,
+                           x, w, b, y, mean, rstd);
     return 0;
 }
 
@@ -46,55 +62,93 @@ int ct__cpu_layernorm_fwd(int64_t rows, int64_t d, float eps, const float *x, co
  * db += dy. dx per row in parallel; dw and db per column, each summing its rows in order. */
 #define LN_COLS 64 /* layer norm's weight gradients: columns a block sums over the rows */
 
+/* 8 floats at any alignment (GCC's vector extension: 2 SSE or 1 AVX2 register by clone) */
+typedef float v8f __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* dx of rows [r0, r1), written or added to (acc). A row's two sums in 8 lanes, as vecmath.h's
+ * (a loop of 8 partial sums in an array stayed scalar here) */
+CT_CLONES static void layernorm_bwd_rows(int64_t r0, int64_t r1, int64_t d, const float *restrict x,
+                                         const float *restrict w, const float *restrict mean,
+                                         const float *restrict rstd, const float *restrict dy,
+                                         float *restrict dx, bool acc)
+{
+    int64_t d8 = d & ~(int64_t)7;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * d, *gr = dy + r * d;
+        float *dr = dx + r * d;
+        float m = mean[r], rs = rstd[r];
+        v8f s1 = {0}, s2 = {0}; /* sums of g = dy w and of g (x - m) */
+        for (int64_t j = 0; j < d8; j += 8) {
+            v8f g = *(const v8f *)(gr + j);
+            if (w)
+                g *= *(const v8f *)(w + j);
+            s1 += g;
+            s2 += g * (*(const v8f *)(xr + j) - m);
+        }
+        for (int64_t j = d8; j < d; j++) {
+            float g = gr[j] * (w ? w[j] : 1.0f);
+            s1[j - d8] += g;
+            s2[j - d8] += g * (xr[j] - m);
+        }
+        float t1 = ((s1[0] + s1[4]) + (s1[2] + s1[6])) + ((s1[1] + s1[5]) + (s1[3] + s1[7]));
+        float t2 = ((s2[0] + s2[4]) + (s2[2] + s2[6])) + ((s2[1] + s2[5]) + (s2[3] + s2[7]));
+        float a1 = t1 / (float)d, c2 = rs * rs * t2 / (float)d;
+        for (int64_t i = 0; i < d; i++) {
+            float g = gr[i] * (w ? w[i] : 1.0f);
+            float v = rs * (g - a1 - (xr[i] - m) * c2);
+            dr[i] = acc ? dr[i] + v : v;
+        }
+    }
+}
+
+/* dw += sum over rows of dy xhat, db += sum of dy, for columns [i0, i0 + n), n <= LN_COLS:
+ * each column sums its rows in order (the bits of a plain column loop, for any thread count),
+ * walking the rows forward: a column at a time strode through dy and x, a cache line per row
+ * for one float of it */
+CT_CLONES static void layernorm_bwd_cols(int64_t rows, int64_t d, int64_t i0, int64_t n,
+                                         const float *restrict x, const float *restrict mean,
+                                         const float *restrict rstd, const float *restrict dy,
+                                         float *restrict dw, float *restrict db)
+{
+    float sw[LN_COLS] = {0}, sb[LN_COLS] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        const float *gr = dy + r * d + i0, *xr = x + r * d + i0;
+        float m = mean[r], rs = rstd[r];
+        if (n == LN_COLS)
+            for (int64_t k = 0; k < LN_COLS; k++) {
+                sw[k] += gr[k] * (xr[k] - m) * rs;
+                sb[k] += gr[k];
+            }
+        else
+            for (int64_t k = 0; k < n; k++) {
+                sw[k] += gr[k] * (xr[k] - m) * rs;
+                sb[k] += gr[k];
+            }
+    }
+    for (int64_t k = 0; k < n; k++) {
+        if (dw)
+            dw[i0 + k] += sw[k];
+        if (db)
+            db[i0 + k] += sb[k];
+    }
+}
+
 int ct__cpu_layernorm_bwd(int64_t rows, int64_t d, const float *x, const float *w,
                           const float *mean, const float *rstd, const float *dy, float *dx,
                           bool acc, float *dw, float *db)
 {
     if (dx) {
+        int64_t blocks = (rows + LN_ROWS - 1) / LN_ROWS;
 #pragma omp parallel for schedule(static) if (rows * d > PAR_MIN)
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * d, *gr = dy + r * d;
-            float *dr = dx + r * d;
-            float m = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
-#pragma omp simd reduction(+ : s1, s2)
-            for (int64_t i = 0; i < d; i++) {
-                float g = gr[i] * (w ? w[i] : 1.0f);
-                s1 += g;
-                s2 += g * (xr[i] - m) * rs;
-            }
-            s1 /= (float)d;
-            s2 /= (float)d;
-            for (int64_t i = 0; i < d; i++) {
-                float g = gr[i] * (w ? w[i] : 1.0f);
-                float v = rs * (g - s1 - (xr[i] - m) * rs * s2);
-                dr[i] = acc ? dr[i] + v : v;
-            }
-        }
+        for (int64_t k = 0; k < blocks; k++)
+            layernorm_bwd_rows(k * LN_ROWS, rows < (k + 1) * LN_ROWS ? rows : (k + 1) * LN_ROWS, d,
+                               x, w, mean, rstd, dy, dx, acc);
     }
     if (dw || db) {
-        /* blocks of LN_COLS columns, each summed over the rows in order (the bits of a plain
-         * column loop, for any thread count), walking the rows forward: a column at a time
-         * strode through dy and x, a cache line per row for one float of it */
 #pragma omp parallel for schedule(static) if (rows * d > PAR_MIN)
-        for (int64_t i0 = 0; i0 < d; i0 += LN_COLS) {
-            int64_t n = d - i0 < LN_COLS ? d - i0 : LN_COLS;
-            float sw[LN_COLS] = {0}, sb[LN_COLS] = {0};
-            for (int64_t r = 0; r < rows; r++) {
-                const float *gr = dy + r * d + i0, *xr = x + r * d + i0;
-                float m = mean[r], rs = rstd[r];
-                for (int64_t k = 0; k < n; k++) {
-                    float g = gr[k];
-                    sw[k] += g * (xr[k] - m) * rs;
-                    sb[k] += g;
-                }
-            }
-            for (int64_t k = 0; k < n; k++) {
-                if (dw)
-                    dw[i0 + k] += sw[k];
-                if (db)
-                    db[i0 + k] += sb[k];
-            }
-        }
+        for (int64_t i0 = 0; i0 < d; i0 += LN_COLS)
+            layernorm_bwd_cols(rows, d, i0, d - i0 < LN_COLS ? d - i0 : LN_COLS, x, mean, rstd, dy,
+                               dw, db);
     }
     return 0;
 }

@@ -172,10 +172,8 @@ CT_CLONES static void gelu_fwd_span(bool tanh_approx, int64_t n, const float *re
             y[i] = 0.5f * v * (1.0f + tanh_v(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
         }
     } else {
-        for (int64_t i = 0; i < n; i++) {
-            float pdf;
-            y[i] = x[i] * ct__normcdf_pdf(x[i], &pdf);
-        }
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * ct__normcdf(x[i]);
     }
 }
 

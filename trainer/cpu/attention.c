@@ -150,10 +150,58 @@ CT_CLONES static void softmax_row(const ct__attn_p *p, int64_t b, int64_t i, int
     *lse = m + logf(l);
 }
 
+/* The rows of the next slice that a slice's products write, read ahead into L2 a few lines per
+ * row of the slice (behind its softmax or gradient rows): its o in the forward, its dq, dk and
+ * dv (added to) in the backward. Otherwise each of those products waits on memory for its c.
+ * A GPT layer's attention (16 x 128 tokens, 4 heads of 32, 1 thread), in one process
+ * alternating with the code without it, 5 runs: the forward took 0.89-0.95 of the time, the
+ * backward 0.88-0.96. Reading the next slice's q, k, v, o and dout ahead as well made the
+ * backward slower than without any. */
+typedef struct ahead {
+    float *row0[3]; /* the next slice's rows 0 of n tensors; n = 0: none */
+    int64_t rs[3];
+    int n;
+    int64_t t, hs, per_row; /* lines read ahead per row of this slice */
+    int i, col;             /* the next line: tensor i, its row, floats col of it */
+    int64_t row;
+} ahead;
+
+/* b's rows 0 of n tensors (rows rs apart), or none when b is past the last slice */
+static ahead ahead_of(const ct__attn_p *p, int64_t b, int n, float *const base[3], int64_t rs)
+{
+    ahead a = {.t = p->t, .hs = p->hs};
+    if (b >= p->bh)
+        return a;
+    for (int i = 0; i < n; i++) {
+        a.row0[i] = base[i] + ct__attn_slice(p, b, rs);
+        a.rs[i] = rs;
+    }
+    a.n = n;
+    a.per_row = n * ((p->hs + 15) / 16 + 1);
+    return a;
+}
+
+/* the next per_row lines: each row's floats 0, 16, ... and its last (a row need not start a
+ * line), for writing */
+static void read_ahead(ahead *a)
+{
+    for (int64_t k = 0; k < a->per_row && a->i < a->n; k++) {
+        __builtin_prefetch(a->row0[a->i] + a->row * a->rs[a->i] + a->col, 1, 2);
+        if (a->col == a->hs - 1) {
+            a->col = 0;
+            if (++a->row == a->t)
+                a->row = 0, a->i++;
+        } else {
+            a->col = a->col + 16 < a->hs ? a->col + 16 : (int)a->hs - 1;
+        }
+    }
+}
+
 /* one (batch, head) slice of the forward (rows rs apart in q, k, v, ors in o); s (BQ T) is the
  * thread's scratch, kt and vp room for k^T's and v's panels. 0 or the products' error. */
 static int attn_fwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const float *kb,
-                          const float *vb, float *ob, float *lseb, float *s, float *kt, float *vp)
+                          const float *vb, float *ob, float *lseb, float *s, float *kt, float *vp,
+                          ahead *next)
 {
     int64_t T = p->t, hs = p->hs, rs = p->in_rs, ors = p->out_rs;
     packed k_t = pack(hs, T, kb, rs, true, kt), v = pack(T, hs, vb, rs, false, vp);
@@ -165,8 +213,10 @@ static int attn_fwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const
                            c ? &band.scores : NULL);
         if (rc < 0) /* that was q k^T */
             return rc;
-        for (int64_t r = 0; r < rows; r++)
+        for (int64_t r = 0; r < rows; r++) {
             softmax_row(p, b, i0 + r, c ? i0 + r + 1 : keys, keys, s + r * keys, lseb + i0 + r);
+            read_ahead(next);
+        }
         if ((rc = mm_packed(rows, keys, hs, s, keys, &v, ob + i0 * ors, ors, false,
                             c ? &band.weights : NULL)) < 0)
             return rc; /* P v */
@@ -215,7 +265,7 @@ CT_CLONES static void deltas(int64_t rows, int64_t hs, const float *restrict g,
 static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const float *kb,
                           const float *vb, const float *ob, const float *lseb, const float *gb,
                           float *deltab, float *dqb, float *dkb, float *dvb, float *sc, float *kt,
-                          float *vt, float *kp)
+                          float *vt, float *kp, ahead *next)
 {
     int64_t T = p->t, hs = p->hs, rs = p->in_rs, ors = p->out_rs;
     packed k_t = pack(hs, T, kb, rs, true, kt), v_t = pack(hs, T, vb, rs, true, vt),
@@ -234,9 +284,11 @@ static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const
             rc = mm_packed(rows, hs, keys, g0, ors, &v_t, dp, keys, false, scores); /* do v^T */
         if (rc < 0)
             return rc;
-        for (int64_t r = 0; r < rows; r++)
+        for (int64_t r = 0; r < rows; r++) {
             grad_row(p, b, i0 + r, c ? i0 + r + 1 : keys, keys, lseb[i0 + r], deltab[i0 + r],
                      s + r * keys, dp + r * keys);
+            read_ahead(next);
+        }
         rc = mm_packed(rows, keys, hs, s, keys, &k, dqb + i0 * rs, rs, true, weights); /* ds k */
         if (rc == 0)                                                                   /* ds^T q */
             rc = mm(keys, rows, hs, s, keys, true, q0, rs, false, dkb, rs, true, by_key);
@@ -265,8 +317,9 @@ int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const 
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < p->bh; b++) {
             int64_t in = ct__attn_slice(p, b, p->in_rs), out = ct__attn_slice(p, b, p->out_rs);
+            ahead next = ahead_of(p, b + 1, 1, (float *const[3]){o}, p->out_rs);
             int e = s ? attn_fwd_slice(p, b, q + in, k + in, v + in, o + out, lse + b * T, s,
-                                       s + BQ * T, s + BQ * T + nk)
+                                       s + BQ * T, s + BQ * T + nk, &next)
                       : 0;
             if (e < 0) {
 #pragma omp atomic write
@@ -296,10 +349,12 @@ int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const 
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < p->bh; b++) {
             int64_t in = ct__attn_slice(p, b, p->in_rs), out = ct__attn_slice(p, b, p->out_rs);
-            int e = s ? attn_bwd_slice(p, b, q + in, k + in, v + in, o + out, lse + b * T,
-                                       dout + out, delta + b * T, dq + in, dk + in, dv + in, s,
-                                       s + 2 * BQ * T, s + 2 * BQ * T + nt, s + 2 * BQ * T + 2 * nt)
-                      : 0;
+            ahead next = ahead_of(p, b + 1, 3, (float *const[3]){dq, dk, dv}, p->in_rs);
+            int e =
+                s ? attn_bwd_slice(p, b, q + in, k + in, v + in, o + out, lse + b * T, dout + out,
+                                   delta + b * T, dq + in, dk + in, dv + in, s, s + 2 * BQ * T,
+                                   s + 2 * BQ * T + nt, s + 2 * BQ * T + 2 * nt, &next)
+                  : 0;
             if (e < 0) {
 #pragma omp atomic write
                 rc = e;

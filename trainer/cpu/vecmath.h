@@ -23,31 +23,6 @@
 #define CT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CT_CLONES
-/* Phi(x) alone (GELU's forward needs no density): 1/2 + erf(z) / 2 with z = x / sqrt 2 and
- * erf(z) = z P(z^2) / Q(z^2), P of degree 6 and Q of degree 4, on |z| <= 3.92 (clamped beyond,
- * where erf rounds to +-1: Phi is 0 and 1 there), fitted by scripts/fit_vecmath.py --erf (8e-8
- * absolute in double), evaluated by Estrin's scheme (a shorter chain of dependent FMAs than
- * Horner's). No exp: GELU's forward took 0.66-0.73 ns an element, against 1.1 with
- * ct__normcdf_pdf (AVX2, 1 thread). Error against the exact Phi, float rounding included:
- * under 2.5e-7 absolute, 1e-5 relative for x >= -2; further left, where Phi is small, the
- * relative error grows as 1 + erf cancels (as in PyTorch's vectorised erf). NaN in, NaN out. */
-static inline __attribute__((always_inline)) float ct__normcdf(float x)
-{
-    float z = x * 0.70710678118654752f;
-    float c = z > 3.92f ? 3.92f : z < -3.92f ? -3.92f : z; /* keeps P and Q finite */
-    float u = c * c;
-    float u2 = u * u, u4 = u2 * u2; /* Estrin's scheme: a short chain of dependent FMAs */
-    float p =
-        ((1.1283791065216064f + 0.19012027978897095f * u) +
-         (0.04924105480313301f + 0.0032949792221188545f * u) * u2) +
-        ((0.0001331352978013456f - 1.9483522919472307e-06f * u) + 2.05517860507598e-08f * u2) * u4;
-    float q = ((1.0f + 0.5018218159675598f * u) +
-               (0.11091861873865128f + 0.01350797712802887f * u) * u2) +
-              0.0008612631936557591f * u4;
-    float e = z > 3.92f ? 1.0f : z < -3.92f ? -1.0f : c * p / q; /* 0 and 1 exactly out there */
-    return 0.5f + 0.5f * e;
-}
-
 #endif
 
 /* The sum of x[0, n) (ct__sum8) and the dot product of x and y (ct__dot8) in 8 partial sums,

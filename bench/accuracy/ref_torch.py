@@ -95,6 +95,9 @@ def worker(rank, world, target, epochs, lr, warmup, t_start):
                 print("reached: test_accuracy=%.4f epochs=%d wall_s=%.1f" %
                       (acc, epoch + 1, time.monotonic() - t_start), flush=True)
             break
+    # both ranks tear down together (bench/gpt_train/ref_ddp_text.py's rank 0 once hung in
+    # destroy_process_group after its peer had left)
+    dist.barrier()
     dist.destroy_process_group()
 
 

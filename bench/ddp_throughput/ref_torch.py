@@ -102,6 +102,9 @@ def worker(rank, world, limit, epochs, model_name, k, batch):
         dist.all_reduce(n)
         if rank == 0:
             print("epoch %d: samples_per_s=%.1f" % (epoch + 1, n.item() / secs.item()), flush=True)
+    # both ranks tear down together (bench/gpt_train/ref_ddp_text.py's rank 0 once hung in
+    # destroy_process_group after its peer had left)
+    dist.barrier()
     dist.destroy_process_group()
 
 

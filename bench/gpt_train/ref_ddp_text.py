@@ -137,6 +137,9 @@ def run(rank, a, port):
         print("val step=%d val_loss=%.4f" % (step, v))
         print("final: val_loss=%.4f tokens_per_s=%.0f params=%d" % (v, tokens / rate.item(), params),
               flush=True)
+    # both ranks tear down together: rank 0 once hung in destroy_process_group (futex wait,
+    # idle, 15 minutes) after rank 1, done first, had already left
+    dist.barrier()
     dist.destroy_process_group()
 
 

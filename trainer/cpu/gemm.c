@@ -64,9 +64,10 @@ static float *pack_buffer(int64_t floats)
     static __thread float *buf;
     static __thread int64_t cap;
     if (cap < floats) {
+        int64_t lines = (floats + 15) / 16; /* aligned_alloc takes whole multiples of 64 bytes */
         free(buf);
-        buf = aligned_alloc(64, (size_t)floats * sizeof(float));
-        cap = buf ? floats : 0;
+        buf = aligned_alloc(64, (size_t)lines * 64);
+        cap = buf ? lines * 16 : 0;
     }
     return buf;
 }

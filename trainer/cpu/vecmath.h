@@ -66,7 +66,7 @@ static inline __attribute__((always_inline)) float ct__expf_unclamped(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* unsigned: NaN's n shifts defined */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return x < -87.3f ? 0.0f : p * scale; /* NaN: p is NaN */

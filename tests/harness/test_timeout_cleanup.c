@@ -8,7 +8,8 @@
  *   2. by a SIGKILL of the test process alone (timeout -s KILL, the OOM killer).
  * After each, every listed process must end within 10 s; one that does not is named, killed by
  * pid (only while it is still the listed process: same start time), and the test fails. The
- * killed sleeper's directory is removed here; what its nodes left is purged at exit (h_kill_all).
+ * killed sleeper's directories (its private one and its secret's, which each kill used to leave
+ * in /tmp) are removed here; what its nodes left is purged at exit (h_kill_all).
  *   test_harness_timeout CTEST GUARD SLEEPER */
 #define _GNU_SOURCE
 #include <sys/stat.h>
@@ -30,15 +31,18 @@ static int check_gone(const char *path, const char *label)
 {
     static listed p[512];
     int n = 0, heads = 0, nodes = 0, ended = 0;
-    char line[256], dir[256] = "";
+    char line[256], dir[2][256] = {"", ""};
+    int ndir = 0;
     FILE *f = fopen(path, "r");
     while (f && n < 512 && fgets(line, sizeof line, f)) {
         if (!strcmp(line, "end\n")) {
             ended = 1;
             break;
         }
-        if (sscanf(line, "dir %255s", dir) == 1)
+        if (ndir < 2 && sscanf(line, "dir %255s", dir[ndir]) == 1) {
+            ndir++;
             continue;
+        }
         if (sscanf(line, "%d %llu %31s", &p[n].pid, &p[n].start, p[n].comm) == 3) {
             heads += !strcmp(p[n].comm, "ct-head");
             nodes += !strcmp(p[n].comm, "ct-node");
@@ -71,11 +75,14 @@ static int check_gone(const char *path, const char *label)
         }
     }
     printf("%s: %d of %d still running %d s after the kill\n", label, left, n, GONE_MS / 1000);
-    if (!strncmp(dir, "/tmp/ctup-test.", 15)) { /* t_init's mkdtemp pattern, nothing else */
-        snprintf(line, sizeof line, "rm -rf '%s'", dir);
-        if (system(line) != 0)
-            fprintf(stderr, "%s: cannot remove %s\n", label, dir);
-    }
+    for (int i = 0; i < ndir; i++) /* t_init's and h_secret_make's mkdtemp patterns only */
+        if (!strncmp(dir[i], "/tmp/ctup-test.", 15) ||
+            !strncmp(dir[i], "/tmp/ct-test-secret.", 20)) {
+            char rm[300];
+            snprintf(rm, sizeof rm, "rm -rf '%.255s'", dir[i]);
+            if (system(rm) != 0)
+                fprintf(stderr, "%s: cannot remove %s\n", label, dir[i]);
+        }
     return left;
 }
 

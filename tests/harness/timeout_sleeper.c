@@ -10,7 +10,8 @@
  *     (cluster_trainer_e2e).
  *
  *   harness_timeout_sleeper PIDFILE       all of the above; PIDFILE gets "dir" and its private
- *                                         directory (for the killer to remove), one "pid start
+ *                                         directory, "dir" and its secret's directory (for the
+ *                                         killer to remove), one "pid start
  *                                         comm" line per process (start: /proc/PID/stat field
  *                                         22), then "end"
  *   harness_timeout_sleeper --driver N    a driver: ct_init (CT_ADDRESS, else embedded), N actors
@@ -150,6 +151,8 @@ int main(int argc, char **argv)
     if (!f)
         return 1;
     fprintf(f, "dir %s\n", t_dir);
+    if (h_secret_dir[0]) /* harness.h's secret: its atexit never runs here either */
+        fprintf(f, "dir %s\n", h_secret_dir);
     read_parents();
     int n = write_tree(f, getpid(), 1);
     char name[64];

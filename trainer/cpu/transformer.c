@@ -37,12 +37,8 @@ CT_CLONES static void layernorm_fwd_rows(int64_t r0, int64_t r1, int64_t d, floa
         for (int64_t i = 0; i < d; i++)
             yr[i] = xr[i] - m;
         float rs = 1.0f / sqrtf(ct__dot8(yr, yr, d) / (float)d + eps);
-        if (w && b)
-            for (int64_t i = 0; i < d; i++)
-                yr[i] = yr[i] * rs * w[i] + b[i];
-        else
-            for (int64_t i = 0; i < d; i++)
-                yr[i] = yr[i] * rs * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+        for (int64_t i = 0; i < d; i++)
+            yr[i] = yr[i] * rs * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
         mean[r] = m;
         rstd[r] = rs;
     }
@@ -65,6 +61,13 @@ int ct__cpu_layernorm_fwd(int64_t rows, int64_t d, float eps, const float *x, co
 
 /* 8 floats at any alignment (GCC's vector extension: 2 SSE or 1 AVX2 register by clone) */
 typedef float v8f __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* the lanes of *s added pairwise, in vecmath.h's ct__dot8 order */
+static inline __attribute__((always_inline)) float lanes_sum(const v8f *s)
+{
+    return (((*s)[0] + (*s)[4]) + ((*s)[2] + (*s)[6])) +
+           (((*s)[1] + (*s)[5]) + ((*s)[3] + (*s)[7]));
+}
 
 /* dx of rows [r0, r1), written or added to (acc). A row's two sums in 8 lanes, as vecmath.h's
  * (a loop of 8 partial sums in an array stayed scalar here) */
@@ -91,9 +94,7 @@ CT_CLONES static void layernorm_bwd_rows(int64_t r0, int64_t r1, int64_t d, cons
             s1[j - d8] += g;
             s2[j - d8] += g * (xr[j] - m);
         }
-        float t1 = ((s1[0] + s1[4]) + (s1[2] + s1[6])) + ((s1[1] + s1[5]) + (s1[3] + s1[7]));
-        float t2 = ((s2[0] + s2[4]) + (s2[2] + s2[6])) + ((s2[1] + s2[5]) + (s2[3] + s2[7]));
-        float a1 = t1 / (float)d, c2 = rs * rs * t2 / (float)d;
+        float a1 = lanes_sum(&s1) / (float)d, c2 = rs * rs * lanes_sum(&s2) / (float)d;
         for (int64_t i = 0; i < d; i++) {
             float g = gr[i] * (w ? w[i] : 1.0f);
             float v = rs * (g - a1 - (xr[i] - m) * c2);
@@ -115,16 +116,10 @@ CT_CLONES static void layernorm_bwd_cols(int64_t rows, int64_t d, int64_t i0, in
     for (int64_t r = 0; r < rows; r++) {
         const float *gr = dy + r * d + i0, *xr = x + r * d + i0;
         float m = mean[r], rs = rstd[r];
-        if (n == LN_COLS)
-            for (int64_t k = 0; k < LN_COLS; k++) {
-                sw[k] += gr[k] * (xr[k] - m) * rs;
-                sb[k] += gr[k];
-            }
-        else
-            for (int64_t k = 0; k < n; k++) {
-                sw[k] += gr[k] * (xr[k] - m) * rs;
-                sb[k] += gr[k];
-            }
+        for (int64_t k = 0; k < n; k++) {
+            sw[k] += gr[k] * (xr[k] - m) * rs;
+            sb[k] += gr[k];
+        }
     }
     for (int64_t k = 0; k < n; k++) {
         if (dw)

@@ -756,10 +756,10 @@ static int add_zygote(nodest *n, const char *exe, const char *key, size_t keylen
     return n->nz - 1;
 }
 
-static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const char *key,
+static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, int exe_fd, const char *key,
                         size_t keylen, bool may_evict)
 {
-    if (access(exe, X_OK) != 0)
+    if (exe_fd < 0 && access(exe, X_OK) != 0)
         return ct__error(CT_ENOENT, "start_actor.exe_path: %s: %s", exe, strerror(errno));
     if (n->nz >= n->max_zyg) {
         int rc = may_evict ? evict_zygote(n) : CT_EBUSY;
@@ -851,6 +851,12 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
         argv[i] = s->argv[i];
     if (!s->n_argv)
         argv[0] = (char *)exe;
+    /* Test hook: a spare zygote (one that no start waits for) execs this much later, as it may
+     * on a busy machine */
+    const char *late = may_evict ? NULL : getenv("CT_NODE_TEST_SPARE_EXEC_DELAY_MS");
+    struct timespec late_ts = {0, 0};
+    if (late && atoi(late) > 0)
+        late_ts = (struct timespec){atoi(late) / 1000, (long)(atoi(late) % 1000) * 1000000};
     pid_t me = getpid();
     pid_t pid = fork();
     if (pid == 0) {
@@ -867,7 +873,12 @@ static int spawn_zygote(nodest *n, Ct__StartActor *s, const char *exe, const cha
             fcntl(keep_err, F_SETFD, 0);
             dup2(errp[1], STDERR_FILENO);
         }
-        execve(exe, argv, env);
+        if (late_ts.tv_sec || late_ts.tv_nsec)
+            nanosleep(&late_ts, NULL);
+        if (exe_fd >= 0) /* the checked file itself (an ELF: its descriptor closes on exec) */
+            fexecve(exe_fd, argv, env);
+        else
+            execve(exe, argv, env);
         /* only async-signal-safe calls here (the node has threads); strerrordesc_np is a
          * table lookup */
         const char *desc = strerrordesc_np(errno);
@@ -959,6 +970,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
     char why[512];
     char cached[512];
     const char *exe = s->exe_path ? s->exe_path : "";
+    int exe_fd = -1; /* code shipping: the cached copy, checked, that the zygotes exec */
     /* Test hook: a main loop busy this long per start (as a slow code fetch would keep it);
      * the liveness thread must keep the node alive meanwhile. */
     const char *stall = getenv("CT_NODE_TEST_STALL_MS");
@@ -966,9 +978,10 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
         usleep((useconds_t)atoi(stall) * 1000);
     if (s->exe_object_id.len) {
         /* code shipping: run the node's cached copy of the driver's executable */
-        rc = n->detached ? ct__error(CT_EPROTO, "node: no code shipping in a detached node")
-                         : ct__objnode_exe(s->exe_object_id.data, s->exe_object_id.len,
-                                           s->exe_holders, s->n_exe_holders, cached, sizeof cached);
+        rc = n->detached
+                 ? ct__error(CT_EPROTO, "node: no code shipping in a detached node")
+                 : ct__objnode_exe(s->exe_object_id.data, s->exe_object_id.len, s->exe_holders,
+                                   s->n_exe_holders, cached, sizeof cached, &exe_fd);
         if (!rc)
             exe = cached;
         else if (rc != CT_EPROTO && access(exe, X_OK) == 0) /* e.g. every holder died */
@@ -1010,7 +1023,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
         ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int max_same = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
     if (zi < 0 || (n->z[zi].outstanding > 0 && same < max_same && n->nz < n->max_zyg)) {
-        int nzi = spawn_zygote(n, s, exe, key, kl, zi < 0);
+        int nzi = spawn_zygote(n, s, exe, exe_fd, key, kl, zi < 0);
         if (nzi >= 0)
             zi = nzi;
         else if (zi < 0) {
@@ -1021,7 +1034,7 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
         /* a new executable: its sibling zygotes start now, while this one is loading, so that
          * a burst of creations does not pay for their exec and dynamic linking */
         for (same++; same < max_same && n->nz < n->max_zyg; same++)
-            if (spawn_zygote(n, s, exe, key, kl, false) < 0)
+            if (spawn_zygote(n, s, exe, exe_fd, key, kl, false) < 0)
                 break;
     }
     if ((rc = grow_actors(n)))
@@ -1080,8 +1093,12 @@ static void on_start_actor(nodest *n, Ct__StartActor *s)
         }
     ix_set(n, n->na - 1);
     gpu_take(n, a, s->gpus, r->cuda_devices, sizeof r->cuda_devices);
+    if (exe_fd >= 0)
+        close(exe_fd);
     return;
 fail:
+    if (exe_fd >= 0)
+        close(exe_fd);
     snprintf(why, sizeof why, "%s", ct_last_error());
     report_start_failed(n, s->actor_id ? s->actor_id : "", why, permanent);
 }

@@ -422,47 +422,57 @@ static bool same_file(const struct verified *v, const ct_object_id *id, const st
            v->ctime.tv_sec == sb->st_ctim.tv_sec && v->ctime.tv_nsec == sb->st_ctim.tv_nsec;
 }
 
-/* Whether the cached file path holds executable id: 1 yes, 0 no file, or CT_EPROTO (file
- * removed) when it is not a regular file or its SHA-1 is not id. */
-static int check_cached(const char *path, const ct_object_id *id, const char *hx)
+static void remember_verified(const ct_object_id *id, const struct stat *sb)
+{
+    struct verified *v = &verified[nverified < MAX_VERIFIED ? nverified++ : 0];
+    v->id = *id;
+    v->dev = sb->st_dev;
+    v->ino = sb->st_ino;
+    v->size = sb->st_size;
+    v->ctime = sb->st_ctim;
+}
+
+/* Whether the cached file path holds executable id: 1 yes (*fd: the file, open, checked
+ * through that descriptor), 0 no file, or CT_EPROTO (file removed) when it is not a regular
+ * file or its SHA-1 is not id. Hashing and running the same open file, not the path twice,
+ * leaves no moment in which a file renamed over the path runs unchecked. */
+static int check_cached(const char *path, const ct_object_id *id, const char *hx, int *fd)
 {
     struct stat sb;
-    if (lstat(path, &sb) != 0)
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (*fd < 0 && errno == ENOENT)
         return 0;
-    for (int i = 0; i < nverified; i++)
+    bool ok = *fd >= 0 && fstat(*fd, &sb) == 0 && S_ISREG(sb.st_mode);
+    for (int i = 0; ok && i < nverified; i++)
         if (same_file(&verified[i], id, &sb))
             return 1;
-    int fd = S_ISREG(sb.st_mode) ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
-    void *m = fd >= 0 && sb.st_size > 0 ? mmap(NULL, sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
-                                        : MAP_FAILED;
-    uint8_t sum[20];
-    bool ok = false;
+    void *m =
+        ok && sb.st_size > 0 ? mmap(NULL, sb.st_size, PROT_READ, MAP_PRIVATE, *fd, 0) : MAP_FAILED;
+    ok = false;
     if (m != MAP_FAILED) {
+        uint8_t sum[20];
         ct__sha1(m, sb.st_size, sum);
         ok = !memcmp(sum, id->b, CT_OBJECT_ID_LEN);
         munmap(m, sb.st_size);
     }
-    if (fd >= 0)
-        close(fd);
     if (!ok) {
+        if (*fd >= 0)
+            close(*fd);
+        *fd = -1;
         unlink(path);
         return ct__error(CT_EPROTO,
                          "start_actor: cached executable %s does not match its SHA-1 %s; removed "
                          "it, refused to run it",
                          path, hx);
     }
-    struct verified *v = &verified[nverified < MAX_VERIFIED ? nverified++ : 0];
-    v->id = *id;
-    v->dev = sb.st_dev;
-    v->ino = sb.st_ino;
-    v->size = sb.st_size;
-    v->ctime = sb.st_ctim;
+    remember_verified(id, &sb);
     return 1;
 }
 
 int ct__objnode_exe(const uint8_t *idb, size_t idlen, char *const *holders, size_t nh, char *path,
-                    size_t cap)
+                    size_t cap, int *exe_fd)
 {
+    *exe_fd = -1;
     if (!O.on)
         return ct__error(CT_EINVAL, "node: no object store to fetch the executable from");
     if (idlen != CT_OBJECT_ID_LEN)
@@ -473,7 +483,7 @@ int ct__objnode_exe(const uint8_t *idb, size_t idlen, char *const *holders, size
     char hx[41];
     ct_object_id_hex(&id, hx);
     snprintf(path, cap, "%s/exe/%s", O.dir, hx);
-    int rc = check_cached(path, &id, hx);
+    int rc = check_cached(path, &id, hx, exe_fd);
     if (rc)
         return rc < 0 ? rc : 0;
     int fd = -1;
@@ -524,13 +534,27 @@ int ct__objnode_exe(const uint8_t *idb, size_t idlen, char *const *holders, size
         p += w;
         left -= (uint64_t)w;
     }
+    /* what runs is this file, open before the name is published: not whatever the path later
+     * names (a file open for writing cannot be executed, so the writer closes first) */
+    int rfd = open(tmp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat sb;
     close(fd);
     fd = -1;
-    if (rename(tmp, path) != 0)
+    if (rfd < 0 || fstat(rfd, &sb) != 0) {
+        rc = ct__error(CT_EIO, "node: reopen %s: %s", tmp, strerror(errno));
+        if (rfd >= 0)
+            close(rfd);
+        unlink(tmp);
+    } else if (rename(tmp, path) != 0) {
         rc = ct__error(-errno, "node: rename %s: %s", tmp, strerror(errno));
-    else
+        close(rfd);
+        unlink(tmp);
+    } else {
+        remember_verified(&id, &sb);
+        *exe_fd = rfd;
         CT_LOG(CT_LOG_INFO, "objnode", "cached executable %s (%llu bytes)", hx,
                (unsigned long long)v.size);
+    }
 out:
     if (fd >= 0) {
         close(fd);

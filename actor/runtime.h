@@ -74,10 +74,12 @@ int ct__node_send_head(struct Ct__Envelope *e);
  * thread, after registration); CT_EINVAL when spill_dir is a symlink, not this uid's, or
  * group/other-writable. stop: ends pulls, removes the shard and the node's directory
  * /tmp/ct-node.<pid>.XXXXXX. exe: the path of the cached copy of executable object id (pulled
- * from holders first when the shard lacks it); CT_EPROTO (and the bad copy removed) when the
- * bytes' SHA-1 is not id: never run them, nor anything in their place. purge_leftovers:
- * removes shards and dirs (this uid's) of dead nodes on this host; purge_pid: those of one
- * (killed) node. */
+ * from holders first when the shard lacks it), and in *exe_fd that very file, open, whose
+ * bytes were checked: the caller runs it through the descriptor (fexecve) and closes it, so a
+ * file renamed over the path after the check never runs; CT_EPROTO (and the bad copy
+ * removed) when the bytes' SHA-1 is not id: never run them, nor anything in their place.
+ * purge_leftovers: removes shards and dirs (this uid's) of dead nodes on this host; purge_pid:
+ * those of one (killed) node. */
 int ct__objnode_start(const char *node_id, const char *head, const char *host, uint64_t memory,
                       const char *spill_dir);
 void ct__objnode_stop(void);
@@ -85,7 +87,7 @@ void ct__objnode_stop(void);
  * every object it holds (ObjAdded), through the node's main connection (node thread only). */
 void ct__objnode_resume(void);
 int ct__objnode_exe(const uint8_t *id, size_t idlen, char *const *holders, size_t nh, char *path,
-                    size_t cap);
+                    size_t cap, int *exe_fd);
 void ct__objnode_purge_leftovers(void);
 void ct__objnode_purge_pid(int pid);
 /* A --spill-dir: made 0700 when missing; 0, or CT_EINVAL (message says why, "refused") when

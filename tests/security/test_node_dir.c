@@ -10,7 +10,10 @@
  *    the planted one (not this uid's) alone.
  * 3. The cached executable replaced by a script (the attack of a user who could write there):
  *    the next actor creation fails naming the SHA-1, the script never runs (its marker file is
- *    absent) and the bad copy is removed. */
+ *    absent) and the bad copy is removed. The replacement comes while a spare zygote, started
+ *    with the first actor's, has not yet exec'd (the node's test hook holds it back 500 ms, as
+ *    a busy machine may): it must run the file that was checked, not whatever the path names
+ *    by then. */
 #include "sec.h"
 #include "../runtime/classes.h"
 #include <dirent.h>
@@ -204,7 +207,9 @@ int main(void)
     CHECK_OK(wait_node_count(&obs, 0));
 
     /* 2. a planted /tmp/ct-node.<pid> is not used */
+    setenv("CT_NODE_TEST_SPARE_EXEC_DELAY_MS", "500", 1);
     pid_t node = start_node(addr, NULL, NULL, root, &fd);
+    unsetenv("CT_NODE_TEST_SPARE_EXEC_DELAY_MS");
     CHECK_OK(wait_node_count(&obs, 1));
     if (root)
         snprintf(planted, sizeof planted, "/tmp/ct-node.%d", (int)node);
@@ -258,6 +263,7 @@ int main(void)
         }
         CHECK_OK(chmod(evil, 0700));
         CHECK_OK(rename(evil, exe)); /* a new inode: the running zygote keeps the old one */
+        usleep(800 * 1000);          /* the spare zygote execs meanwhile */
         int rc = ct_actor_create("Counter", &(ct_resources){.cpu = 1, .bundle = -1}, NULL, 0, &b);
         CHECK(rc != 0);
         if (rc && !strstr(ct_last_error(), "SHA-1")) {

@@ -148,10 +148,14 @@ int ct__grad_add(const ct__backend *bk, float *dst, const float *src, int64_t n,
     return bk->copy(dst, src, (size_t)n * sizeof(float));
 }
 
-/* per thread, per device (ct_device: CPU, CUDA, checking device) and slot */
+/* per thread, per device (ct_device: CPU, CUDA, checking device) and slot; kept for the
+ * thread's life. reach: p with bit 63 cleared, which no user-space address has but the checking
+ * device's pointers carry (trainer/checkdev/checkdev.c): LeakSanitizer, which scans this for
+ * pointers into live blocks, then finds the block behind a checking device's p too. */
 static __thread struct {
     float *p;
     int64_t n;
+    volatile uintptr_t reach; /* never read here: a store the compiler must keep */
 } scratch[3][4];
 
 float *ct__scratch(const ct__backend *bk, int slot, int64_t n)
@@ -164,6 +168,7 @@ float *ct__scratch(const ct__backend *bk, int slot, int64_t n)
         bk->free(s->p); /* one table per device: this slot's memory is bk's */
         s->p = NULL;
         s->n = bk->alloc((void **)&s->p, (size_t)n * sizeof(float)) < 0 ? 0 : n;
+        s->reach = (uintptr_t)s->p & ~((uintptr_t)1 << 63);
     }
     return s->p;
 }

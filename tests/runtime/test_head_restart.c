@@ -202,6 +202,8 @@ int main(void)
         seen = !ct_events_next(&ev, 1000) && ev.type == CT_EVENT_ACTOR_DEAD &&
                !strcmp(ev.actor_id, c1_id);
     CHECK(seen);
+    if (pg) /* the restarted head removes the group it took over */
+        CHECK_OK(ct_placement_group_remove(&pg));
 
     /* 2. the head dies for good: after the grace time the nodes stop their actors and exit 1 */
     CHECK(h_reap(head, SIGKILL, 5000) != -1);

@@ -214,12 +214,14 @@ typedef struct trainer_opts {
      * node's CUDA_VISIBLE_DEVICES picks them): model, gradients and optimizer state on the GPU,
      * gradients averaged over NCCL. Same as device = "cuda". */
     bool use_gpu;
-    double cpus_per_replica;   /* resources per replica; 0: 1 (also its threads) */
-    ct_strategy placement;     /* CT_PACK (default) or CT_SPREAD over nodes */
-    int64_t batch_size;        /* per replica; 0: 64 */
-    int64_t epochs;            /* total epochs trainer_train runs to; 0: 1 */
-    uint64_t seed;             /* model init, shuffling, dropout */
-    double bucket_mb;          /* gradient bucket size after the first; 0: 25 */
+    double cpus_per_replica; /* resources per replica; 0: 1 (also its threads) */
+    ct_strategy placement;   /* CT_PACK (default) or CT_SPREAD over nodes */
+    int64_t batch_size;      /* per replica; 0: 64 */
+    int64_t epochs;          /* total epochs trainer_train runs to; 0: 1 */
+    uint64_t seed;           /* model init, shuffling, dropout */
+    /* gradient bucket size (MB) after the first (1 MiB); 0: 25, or, when the replicas fill one
+     * machine's CPUs (each bound to its own), all gradients in one bucket reduced after backward */
+    double bucket_mb;
     int comm_timeout_ms;       /* backstop for a hung peer; 0: 60000 */
     const char *train_step;    /* NULL: the built-in; a trainer_register_train_step name */
     const char *validate_step; /* NULL: the built-in; ..._validate_step name */

@@ -119,6 +119,7 @@ int ct__replica_bind_cpus(ct_comm *comm, int threads, bool enabled, int timeout_
     else
         CT_LOG(CT_LOG_DEBUG, "trainer", "rank %d: bound to CPUs %s (%d of %d replicas here)", rank,
                list, index, peers);
+    rc = peers; /* a refusal too: every rank derives the same count from the same claims */
 out:
     free(all);
     return rc;

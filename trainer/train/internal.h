@@ -430,7 +430,10 @@ void ct__progress_val(tr_progress *p, const trainer_stats *st, int64_t epoch, in
 
 /* cpu_binding.c: binds this replica's threads to CPUs of its own when enabled and the
  * replicas of its machine fit (see there). A collective call: every rank of comm must make
- * it. Errors only when the communicator fails; a placement that does not fit binds nothing. */
+ * it. Returns how many replicas of the group were bound on this machine (this one among them;
+ * every rank derives it from the same gathered claims, so ranks that share a machine agree),
+ * 0 when it was not bound, or the communicator's error; a placement that does not fit binds
+ * nothing. */
 int ct__replica_bind_cpus(ct_comm *comm, int threads, bool enabled, int timeout_ms);
 
 /* Registers the replica class (idempotent); the library does it from a constructor. */

@@ -289,7 +289,7 @@ int trainer_create(const trainer_opts *o, trainer **out)
     s->seed = o->seed;
     s->batch = o->batch_size ? o->batch_size : 64;
     s->epochs = o->epochs ? o->epochs : 1;
-    s->bucket_mb = o->bucket_mb ? o->bucket_mb : 25;
+    s->bucket_mb = o->bucket_mb; /* 0: replica.c chooses (25, or one bucket) */
     t->cpus = o->cpus_per_replica > 0 ? o->cpus_per_replica : 1;
     s->threads = (int)t->cpus > 0 ? (int)t->cpus : 1;
     s->device = device;

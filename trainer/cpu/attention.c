@@ -260,24 +260,29 @@ CT_CLONES static float grad_row(const ct__attn_p *p, int64_t b, int64_t i, int64
             d[j - len8] += prob_term(s, dp, j, seen, scale, lse);
         for (int64_t j = len; j < keys; j++)
             s[j] = dp[j] = 0.0f;
-        delta = ((d[0] + d[4]) + (d[2] + d[6])) + ((d[1] + d[5]) + (d[3] + d[7]));
+        delta = ct__sum_lanes8(d);
         for (int64_t j = 0; j < len; j++) {
             float pij = s[j];
             s[j] = pij * (dp[j] - delta) * scale;
             dp[j] = pij;
         }
     } else {
-        for (int64_t j = 0; j < seen; j++)
-            s[j] = ct__expf_unclamped(s[j] * scale - lse);
+        /* one draw of M_ij per element: dp[j] := M_ij dp_ij, and s[j] := P_ij with the sign
+         * bit set where M_ij is 0 (P_ij >= 0, so its magnitude is kept, exactly) */
+        float d[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* ct__dot8's order, with M */
+        for (int64_t j = 0; j < seen; j++) {
+            float pij = ct__expf_unclamped(s[j] * scale - lse), mij = keep(p, b, i, j);
+            dp[j] *= mij;
+            d[j % 8] += pij * dp[j];
+            s[j] = mij != 0.0f ? pij : -pij;
+        }
         for (int64_t j = seen; j < keys; j++)
             s[j] = dp[j] = 0.0f;
-        float d[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* ct__dot8's order, with M */
-        for (int64_t j = 0; j < seen; j++)
-            d[j % 8] += s[j] * (keep(p, b, i, j) * dp[j]);
-        delta = ((d[0] + d[4]) + (d[2] + d[6])) + ((d[1] + d[5]) + (d[3] + d[7]));
+        delta = ct__sum_lanes8(d);
+        float kept = 1.0f / (1.0f - p->dropout); /* keep()'s nonzero factor */
         for (int64_t j = 0; j < seen; j++) {
-            float pij = s[j], mij = keep(p, b, i, j);
-            s[j] = pij * (mij * dp[j] - delta) * scale;
+            float pij = fabsf(s[j]), mij = signbit(s[j]) ? 0.0f : kept;
+            s[j] = pij * (dp[j] - delta) * scale;
             dp[j] = pij * mij;
         }
     }

@@ -65,8 +65,7 @@ typedef float v8f __attribute__((vector_size(32), aligned(4), may_alias));
 /* the lanes of *s added pairwise, in vecmath.h's ct__dot8 order */
 static inline __attribute__((always_inline)) float lanes_sum(const v8f *s)
 {
-    return (((*s)[0] + (*s)[4]) + ((*s)[2] + (*s)[6])) +
-           (((*s)[1] + (*s)[5]) + ((*s)[3] + (*s)[7]));
+    return ct__sum_lanes8((const float *)s);
 }
 
 /* dx of rows [r0, r1), written or added to (acc). A row's two sums in 8 lanes, as vecmath.h's

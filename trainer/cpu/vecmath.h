@@ -30,6 +30,12 @@
  * vector (an in-order loop adds one element per add's latency), and, unlike an omp simd
  * reduction (as many partial sums as the clone's vector has lanes), every ISA clone gives the
  * same bits. */
+/* 8 partial sums added pairwise: the order ct__dot8 and ct__sum8 end with */
+static inline __attribute__((always_inline)) float ct__sum_lanes8(const float *s)
+{
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
 static inline __attribute__((always_inline)) float ct__dot8(const float *x, const float *y,
                                                             int64_t n)
 {
@@ -40,7 +46,7 @@ static inline __attribute__((always_inline)) float ct__dot8(const float *x, cons
             s[l] += (y ? x[j + l] * y[j + l] : x[j + l]);
     for (int64_t j = n8; j < n; j++)
         s[j - n8] += y ? x[j] * y[j] : x[j];
-    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    return ct__sum_lanes8(s);
 }
 
 static inline __attribute__((always_inline)) float ct__sum8(const float *x, int64_t n)

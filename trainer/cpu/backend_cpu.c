@@ -19,6 +19,7 @@
 #include "ct/nn.h"
 #include "trainer/backend/philox.h"
 #include "trainer/cpu/cpu.h"
+#include "trainer/cpu/vecmath.h"
 
 /* ---- memory: exact-size reuse of freed buffers ---- */
 #define CACHE_SLOTS 1024 /* a GPT step frees several hundred buffers of a few dozen sizes */
@@ -267,15 +268,10 @@ static int cpu_sum(int64_t n, const float *x, float *out)
     return 0;
 }
 
-/* the parameter's L2 norm as ct_optim_clip_grad_norm has always computed it on the CPU */
+/* the parameter's L2 norm as ct_optim_clip_grad_norm computes it on the CPU */
 static int cpu_norm2(int64_t n, const float *x, float *out)
 {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double a = (double)x[i];
-        s += a * a;
-    }
-    *out = (float)sqrt(s);
+    *out = (float)sqrt(ct__sumsq8(x, n));
     return 0;
 }
 

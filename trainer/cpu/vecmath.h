@@ -54,6 +54,22 @@ static inline __attribute__((always_inline)) float ct__sum8(const float *x, int6
     return ct__dot8(x, NULL, n);
 }
 
+/* The sum of x[0, n)'s squares in double, in 8 partial sums in ct__dot8's order: a float's
+ * square is exact in double, so only the adds round, and the bits are the same with or without
+ * FMA. Gradient clipping's norms: summed in order (an add's latency an element), they took 0.5%
+ * of a step of bench/gpt_train's GPT. */
+static inline __attribute__((always_inline)) double ct__sumsq8(const float *x, int64_t n)
+{
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t n8 = n & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += (double)x[j + l] * x[j + l];
+    for (int64_t j = n8; j < n; j++)
+        s[j - n8] += (double)x[j] * x[j];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
 /* ct__expf for x <= 88.3 (larger x give garbage): one select less, for arguments that are
  * never large (the softmax's x - max, GELU's -x^2 / 2) */
 static inline __attribute__((always_inline)) float ct__expf_unclamped(float x)

@@ -22,6 +22,7 @@
 #include "common/common.h"
 #include "ct/optim.h"
 #include "trainer/backend/backend.h"
+#include "trainer/cpu/vecmath.h" /* ct__sumsq8 */
 #include "trainer/optim/optim_internal.h"
 
 enum kind { K_SGD, K_ADAM, K_ADAMW };
@@ -439,13 +440,12 @@ int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, doub
         const float *g = o->p[i].grad;
         if (!g)
             continue;
-        double pn = 0.0;
-        for (int64_t k = 0; k < o->p[i].numel; k++) {
+        /* L2 (the common case) in 8 partial sums, the others in order */
+        double pn = norm_type == 2.0 ? ct__sumsq8(g, o->p[i].numel) : 0.0;
+        for (int64_t k = 0; norm_type != 2.0 && k < o->p[i].numel; k++) {
             double a = fabs((double)g[k]);
             if (inf)
                 pn = a > pn ? a : pn;
-            else if (norm_type == 2.0)
-                pn += a * a;
             else if (norm_type == 1.0)
                 pn += a;
             else
@@ -488,12 +488,7 @@ int ct__optim_shard_sumsq(ct_optim *o, double *sums)
             return ct__backend_missing(o->p[i].bk, "a sharded clip_grad_norm");
     for (int i = 0; i < o->nparams; i++) {
         const float *g = o->p[i].grad;
-        double pn = 0.0;
-        for (int64_t k = 0; g && k < o->p[i].sn; k++) {
-            double a = fabs((double)g[o->p[i].lo + k]);
-            pn += a * a;
-        }
-        sums[i] = pn;
+        sums[i] = g ? ct__sumsq8(g + o->p[i].lo, o->p[i].sn) : 0.0;
     }
     return 0;
 }

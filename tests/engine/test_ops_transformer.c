@@ -301,6 +301,84 @@ static void test_attention_dropout(ct_device dev)
         ct_tensor_release(&all[i]);
 }
 
+/* The fused backward writes the gradients that hold nothing yet and adds to those that hold a
+ * sum (run_case checks a second backward into three sums), on dev: with k a new tensor, a second
+ * backward gives q and v twice the first's gradients and k once; and attention(x, x, x)
+ * gives x the sum of the three gradients (the one tensor is each target in turn). */
+static void test_attention_accumulates(ct_device dev)
+{
+    const char *dn = dev == CT_CPU ? "cpu" : "checkdev";
+    ct_tensor *in[3], *g1[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "attention_causal.in%d", i);
+        in[i] = ct_tensor_to(ref_must(&R, key), dev);
+        ct_tensor_set_requires_grad(in[i], true);
+    }
+    int64_t n = ct_tensor_numel(in[0]);
+    float *r = malloc((size_t)n * sizeof(float));
+    for (int64_t j = 0; j < n; j++)
+        r[j] = fd_rand();
+    ct_tensor *gh = ct_tensor_from_f32(4, ct_tensor_shape(in[0]), r), *gy = ct_tensor_to(gh, dev);
+    free(r);
+    char what[128];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* k: a new tensor, whose gradient does not exist yet */
+            ct_tensor *k = ct_tensor_clone(in[1]);
+            ct_tensor_release(&in[1]);
+            in[1] = k;
+            ct_tensor_set_requires_grad(k, true);
+        }
+        ct_tensor *y = f_attention_dropout(in, NULL);
+        int rc = y ? ct_tensor_backward(y, gy) : -1;
+        CHECK(rc == 0, "attention on %s: backward %d (%s)", dn, rc, ct_last_error());
+        ct_tensor_release(&y);
+        for (int i = 0; i < 3 && rc == 0; i++) {
+            ct_tensor *g = on_cpu(ct_tensor_grad(in[i]));
+            if (pass == 0) {
+                g1[i] = g;
+                continue;
+            }
+            ct_tensor *w = ct_tensor_clone(g1[i]);
+            float times = i == 1 ? 1.0f : 2.0f;
+            for (int64_t j = 0; j < n; j++)
+                ct_tensor_f32(w)[j] *= times;
+            snprintf(what, sizeof what, "attention on %s: k new, input %d", dn, i);
+            close_t(what, g, w, TOL);
+            ct_tensor_release(&g);
+            ct_tensor_release(&w);
+        }
+    }
+    /* one tensor as q, k and v */
+    ct_tensor *x[3] = {in[0], in[0], in[0]}, *xs = ct_tensor_clone(ct_tensor_grad(in[0]));
+    ct_tensor *y = f_attention_dropout(x, NULL);
+    int rc = y ? ct_tensor_backward(y, gy) : -1;
+    CHECK(rc == 0, "attention(x, x, x) on %s: backward %d (%s)", dn, rc, ct_last_error());
+    ct_tensor_release(&y);
+    ct_tensor *sep[3];
+    for (int i = 0; i < 3; i++) { /* the same as three tensors holding x's values */
+        sep[i] = ct_tensor_clone(in[0]);
+        ct_tensor_set_requires_grad(sep[i], true);
+    }
+    ct_tensor *ys = f_attention_dropout(sep, NULL);
+    rc = ys ? ct_tensor_backward(ys, gy) : -1;
+    CHECK(rc == 0, "attention(x1, x2, x3) on %s: backward %d (%s)", dn, rc, ct_last_error());
+    ct_tensor_release(&ys);
+    ct_tensor *got = on_cpu(ct_tensor_grad(in[0])), *want = on_cpu(xs);
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        ct_tensor *g = on_cpu(ct_tensor_grad(sep[i]));
+        for (int64_t j = 0; j < n; j++)
+            ct_tensor_f32(want)[j] += ct_tensor_f32(g)[j];
+        ct_tensor_release(&g);
+    }
+    snprintf(what, sizeof what, "attention(x, x, x) on %s: gradient of x", dn);
+    close_t(what, got, want, TOL);
+    ct_tensor *all[] = {gh,    gy,    xs,    got,   want,   in[0],  in[1],
+                        in[2], g1[0], g1[1], g1[2], sep[0], sep[1], sep[2]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ct_tensor_release(&all[i]);
+}
+
 /* ct_nn_attention_qkv with dropout against the composition it replaces (slices of the (B, T, 3C)
  * input viewed as (B, T, H, hs), permuted to (B, H, T, hs), ct_nn_attention, permuted back), on
  * dev, the generator reseeded before each: the same kernel on other strides, so the same bits,
@@ -446,6 +524,8 @@ int main(int argc, char **argv)
     test_attention_dropout(CT_CHECKDEV);
     test_attention_qkv_dropout(CT_CPU);
     test_attention_qkv_dropout(CT_CHECKDEV);
+    test_attention_accumulates(CT_CPU);
+    test_attention_accumulates(CT_CHECKDEV);
     fd_case("attention_causal", f_attention_dropout, 7, 2e-3, 2e-2);
     test_errors();
     ref_free(&R);

@@ -260,13 +260,13 @@ typedef struct ct__backend {
     int (*softmax_causal_fwd)(int64_t rows, int64_t t, const float *x, float *y);
 
     /* attention (ct__attn_p): forward writes o and lse (bh, t), the rows' log-sum-exp, which
-     * backward reads to recompute the probabilities; backward ADDS into dq, dk, dv and uses
-     * delta (bh, t floats of device memory) as its scratch */
+     * backward reads to recompute the probabilities; backward writes dq, dk, dv (ADDS into them
+     * when acc) and uses delta (bh, t floats of device memory) as its scratch */
     int (*attn_fwd)(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
                     float *lse);
     int (*attn_bwd)(const ct__attn_p *p, const float *q, const float *k, const float *v,
                     const float *o, const float *lse, const float *dout, float *delta, float *dq,
-                    float *dk, float *dv);
+                    float *dk, float *dv, bool acc);
 
     /* elementwise on n floats */
     int (*fill)(int64_t n, float value, float *x);

@@ -785,9 +785,10 @@ KERNEL(attn_fwd,
        (.d.attn = *p, .p = {q, k, v, o, lse}), (&t->d.attn, F(0), F(1), F(2), F(3), F(4)))
 KERNEL(attn_bwd,
        (const ct__attn_p *p, const float *q, const float *k, const float *v, const float *o,
-        const float *lse, const float *dout, float *delta, float *dq, float *dk, float *dv),
-       (.d.attn = *p, .p = {q, k, v, o, lse, dout, delta, dq, dk, dv}),
-       (&t->d.attn, F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8), F(9)))
+        const float *lse, const float *dout, float *delta, float *dq, float *dk, float *dv,
+        bool acc),
+       (.d.attn = *p, .p = {q, k, v, o, lse, dout, delta, dq, dk, dv}, .k = {acc}),
+       (&t->d.attn, F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), F(8), F(9), t->k[0]))
 
 KERNEL(fill, (int64_t n, float value, float *x), (.i = {n}, .f = {value}, .p = {x}),
        (t->i[0], t->f[0], F(0)))

@@ -296,10 +296,16 @@ CT_CLONES static float grad_row(const ct__attn_p *p, int64_t b, int64_t i, int64
  * and k's panels; deltab gets the deltas. 0 or the products' error. */
 static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const float *kb,
                           const float *vb, const float *lseb, const float *gb, float *deltab,
-                          float *dqb, float *dkb, float *dvb, float *sc, float *kt, float *vt,
-                          float *kp, ahead *next)
+                          float *dqb, float *dkb, float *dvb, bool acc, float *sc, float *kt,
+                          float *vt, float *kp, ahead *next)
 {
     int64_t T = p->t, hs = p->hs, rs = p->in_rs, ors = p->out_rs;
+    if (!acc) /* the products below add: their rows start at 0, zeroed here as they are used */
+        for (int64_t i = 0; i < T; i++) {
+            memset(dqb + i * rs, 0, (size_t)hs * sizeof(float));
+            memset(dkb + i * rs, 0, (size_t)hs * sizeof(float));
+            memset(dvb + i * rs, 0, (size_t)hs * sizeof(float));
+        }
     packed k_t = pack(hs, T, kb, rs, true, kt), v_t = pack(hs, T, vb, rs, true, vt),
            k = pack(T, hs, kb, rs, false, kp);
     for (int64_t i0 = 0; i0 < T; i0 += BQ) {
@@ -364,7 +370,7 @@ int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const 
 
 int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                      const float *o, const float *lse, const float *dout, float *delta, float *dq,
-                     float *dk, float *dv)
+                     float *dk, float *dv, bool acc)
 {
     int64_t T = p->t;
     int rc = 0;
@@ -381,10 +387,11 @@ int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const 
         for (int64_t b = 0; b < p->bh; b++) {
             int64_t in = ct__attn_slice(p, b, p->in_rs), out = ct__attn_slice(p, b, p->out_rs);
             ahead next = ahead_of(p, b + 1, 3, (float *const[3]){dq, dk, dv}, p->in_rs);
-            int e = s ? attn_bwd_slice(p, b, q + in, k + in, v + in, lse + b * T, dout + out,
-                                       delta + b * T, dq + in, dk + in, dv + in, s, s + 2 * BQ * T,
-                                       s + 2 * BQ * T + nt, s + 2 * BQ * T + 2 * nt, &next)
-                      : 0;
+            int e =
+                s ? attn_bwd_slice(p, b, q + in, k + in, v + in, lse + b * T, dout + out,
+                                   delta + b * T, dq + in, dk + in, dv + in, acc, s, s + 2 * BQ * T,
+                                   s + 2 * BQ * T + nt, s + 2 * BQ * T + 2 * nt, &next)
+                  : 0;
             if (e < 0) {
 #pragma omp atomic write
                 rc = e;

@@ -148,7 +148,7 @@ int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const 
                      float *lse);
 int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                      const float *o, const float *lse, const float *dout, float *delta, float *dq,
-                     float *dk, float *dv);
+                     float *dk, float *dv, bool acc);
 
 /* Sets the OpenMP thread count used by oneDNN and the C loops (<= 0: OMP_NUM_THREADS or all
  * cores, as ct_nn_set_threads says). */

@@ -66,10 +66,10 @@ static __global__ void attn_fwd_kernel(ct__attn_p p, const float *q, const float
     }
 }
 
-/* delta_i = do_i . o_i; dq_i += scale sum_j P_ij (M_ij do_i . v_j - delta_i) k_j */
+/* delta_i = do_i . o_i; dq_i (+)= scale sum_j P_ij (M_ij do_i . v_j - delta_i) k_j */
 static __global__ void attn_bwd_q_kernel(ct__attn_p p, const float *q, const float *k,
                                          const float *v, const float *o, const float *lse,
-                                         const float *dout, float *delta, float *dq)
+                                         const float *dout, float *delta, float *dq, bool add)
 {
     int lane = threadIdx.x % 32;
     int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
@@ -90,15 +90,17 @@ static __global__ void attn_bwd_q_kernel(ct__attn_p p, const float *q, const flo
             for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
                 acc[c] += ds * kb[j * rs + lane + 32 * c];
         }
-        for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
-            dq[in + i * rs + lane + 32 * c] += acc[c];
+        for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++) {
+            float *d = dq + in + i * rs + lane + 32 * c;
+            *d = add ? *d + acc[c] : acc[c];
+        }
     }
 }
 
-/* per key row j: dv_j += sum_i P_ij M_ij do_i; dk_j += scale sum_i dS_ij q_i */
+/* per key row j: dv_j (+)= sum_i P_ij M_ij do_i; dk_j (+)= scale sum_i dS_ij q_i */
 static __global__ void attn_bwd_kv_kernel(ct__attn_p p, const float *q, const float *k,
                                           const float *v, const float *lse, const float *dout,
-                                          const float *delta, float *dk, float *dv)
+                                          const float *delta, float *dk, float *dv, bool add)
 {
     int lane = threadIdx.x % 32;
     int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
@@ -120,8 +122,9 @@ static __global__ void attn_bwd_kv_kernel(ct__attn_p p, const float *q, const fl
             }
         }
         for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++) {
-            dk[in + j * rs + lane + 32 * c] += ak[c];
-            dv[in + j * rs + lane + 32 * c] += av[c];
+            float *d = dk + in + j * rs + lane + 32 * c, *e = dv + in + j * rs + lane + 32 * c;
+            *d = add ? *d + ak[c] : ak[c];
+            *e = add ? *e + av[c] : av[c];
         }
     }
 }
@@ -156,16 +159,16 @@ extern "C" int ct__cuda_attn_fwd(const ct__attn_p *p, const float *q, const floa
 extern "C" int ct__cuda_attn_bwd(const ct__attn_p *p, const float *q, const float *k,
                                  const float *v, const float *o, const float *lse,
                                  const float *dout, float *delta, float *dq, float *dk, float *dv,
-                                 void *stream)
+                                 bool acc, void *stream)
 {
     int rc = check(p, "cuda_attn_bwd");
     if (rc || p->bh * p->t == 0)
         return rc;
     cudaStream_t s = (cudaStream_t)stream;
     unsigned blocks = row_blocks(p->bh * p->t);
-    attn_bwd_q_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, o, lse, dout, delta, dq);
+    attn_bwd_q_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, o, lse, dout, delta, dq, acc);
     if ((rc = ct__cuda_status(cudaGetLastError(), "cuda_attn_bwd dq")))
         return rc;
-    attn_bwd_kv_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv);
+    attn_bwd_kv_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv, acc);
     return ct__cuda_status(cudaGetLastError(), "cuda_attn_bwd dk dv");
 }

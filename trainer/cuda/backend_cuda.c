@@ -314,9 +314,9 @@ static int cu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, cons
 }
 static int cu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                        const float *o, const float *lse, const float *dout, float *delta, float *dq,
-                       float *dk, float *dv)
+                       float *dk, float *dv, bool acc)
 {
-    return ct__cuda_attn_bwd(p, q, k, v, o, lse, dout, delta, dq, dk, dv, cs());
+    return ct__cuda_attn_bwd(p, q, k, v, o, lse, dout, delta, dq, dk, dv, acc, cs());
 }
 
 /* ---- elementwise ---- */

@@ -273,7 +273,7 @@ int ct__cuda_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const
                       float *lse, void *stream);
 int ct__cuda_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                       const float *o, const float *lse, const float *dout, float *delta, float *dq,
-                      float *dk, float *dv, void *stream);
+                      float *dk, float *dv, bool acc, void *stream);
 
 #ifdef __cplusplus
 }

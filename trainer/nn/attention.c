@@ -29,15 +29,17 @@ static void attn_ctx_free(void *ctx)
     free(c);
 }
 
-/* t's gradient zeroed unless it holds a sum (the kernel adds), or zeroed scratch when t wants
- * none (slot) */
-static float *add_target(const ct__backend *bk, ct_tensor *t, int slot)
+/* Where backward writes t's gradient: t's gradient, *acc when it holds a sum already (the kernel
+ * then adds to it), or scratch (slot) when t wants none. */
+static float *grad_target(const ct__backend *bk, ct_tensor *t, int slot, bool *acc)
 {
-    int64_t n = ct_tensor_numel(t);
-    if (wants(t))
-        return grad_zeroed(bk, t);
-    float *s = ct__scratch(bk, slot, n);
-    return s && bk->fill(n, 0.0f, s) == 0 ? s : NULL;
+    *acc = false;
+    if (!wants(t))
+        return ct__scratch(bk, slot, ct_tensor_numel(t));
+    float *g = ct__grad_dst(t, acc);
+    if (!g)
+        ct__error(CT_ENOMEM, "attention backward: out of memory for a gradient");
+    return g;
 }
 
 static int attn_bw(ct__node *nd)
@@ -46,20 +48,30 @@ static int attn_bw(ct__node *nd)
     const ct__backend *bk = c->bk;
     const float *q, *k, *v;
     float *dq, *dk, *dv;
+    bool acc[3] = {false, false, false};
     if (c->third) { /* one tensor, one gradient: dq, dk, dv are its thirds */
         q = ct__f32(nd->in[0]), k = q + c->third, v = k + c->third;
-        dq = add_target(bk, nd->in[0], 0);
+        dq = grad_target(bk, nd->in[0], 0, &acc[0]);
         dk = dq ? dq + c->third : NULL, dv = dq ? dk + c->third : NULL;
+        acc[1] = acc[2] = acc[0];
     } else {
         q = ct__f32(nd->in[0]), k = ct__f32(nd->in[1]), v = ct__f32(nd->in[2]);
-        dq = add_target(bk, nd->in[0], 0), dk = add_target(bk, nd->in[1], 1);
-        dv = add_target(bk, nd->in[2], 2);
+        dq = grad_target(bk, nd->in[0], 0, &acc[0]), dk = grad_target(bk, nd->in[1], 1, &acc[1]);
+        dv = grad_target(bk, nd->in[2], 2, &acc[2]);
     }
     float *delta = ct__scratch(bk, 3, c->p.bh * c->p.t);
     if (!dq || !dk || !dv || !delta)
         return ct__error(CT_ENOMEM, "attention backward: out of memory");
+    /* the kernel writes all three or adds to all three: when only some hold a sum, the others
+     * are zeroed and it adds */
+    bool add = acc[0] || acc[1] || acc[2];
+    float *d[3] = {dq, dk, dv};
+    int64_t n = c->third ? 0 : c->p.bh * c->p.t * c->p.hs;
+    for (int i = 0; i < 3 && add && n; i++)
+        if (!acc[i] && bk->fill(n, 0.0f, d[i]) < 0)
+            return CT_ENOMEM;
     return K(attn_bwd, &c->p, q, k, v, ct__f32(nd->out), c->lse, ct__f32(nd->out->grad), delta, dq,
-             dk, dv);
+             dk, dv, add);
 }
 
 /* Both forms' forward: c (the layout set) is consumed; o of shape (ndim, shape). */

@@ -181,6 +181,12 @@ typedef struct ct_bucketer_opts {
      * gradients: ct_bucketer_shard says which part of each gradient), the rest of its gradients
      * keep local sums. Host gradients and the ring backend only (CT_ENOSYS else). */
     bool shard;
+    /* Host gradients on the ring that lie in one buffer with nothing but padding between them
+     * (a module's gradients: ct_module_params carves them from one buffer, 64-byte aligned): a
+     * bucket whose gradients are adjacent so (fewer than 16 floats apart, no other bucket's
+     * between) is allreduced in place as one array, the padding averaged with it, instead of
+     * packed into a buffer and copied back (DDP's gradient_as_bucket_view). Not with shard. */
+    bool in_place;
 } ct_bucketer_opts;
 
 int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, int ngrads,
@@ -212,6 +218,9 @@ int ct_bucketer_allgather(ct_bucketer *b, float *const *vals);
 /* Number of buckets, and the gradient range [first, first + n) of bucket k (for tests). */
 int ct_bucketer_num_buckets(const ct_bucketer *b);
 void ct_bucketer_bucket_range(const ct_bucketer *b, int k, int *first, int *n);
+/* Whether bucket k is reduced where its gradients are, without packing: one gradient, or
+ * opts.in_place and adjacent gradients. */
+bool ct_bucketer_in_place(const ct_bucketer *b, int k);
 /* Buckets of this step reduced and written back so far, [0, done). Thread-safe: once it
  * returns k, the gradients of buckets [0, k) may be read (for tests and progress). */
 int ct_bucketer_buckets_done(ct_bucketer *b);

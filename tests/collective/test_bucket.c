@@ -2,9 +2,11 @@
  * node, one on another, so both transports run): bucket layout (first bucket small, then
  * large, gradients never split), results bit-identical to a plain per-tensor allreduce (AVG)
  * of integer-valued data, buckets reduced while the "backward" loop is still marking, two
- * steps in a row, no_sync accumulation, argument errors, shard mode (ZeRO-1: each rank's chunks
- * of the buckets reduced with the allreduce's bits, covering every gradient once, then
- * allgathered), and a step on an aborted communicator (fails with CT_ECANCELED, no hang). */
+ * steps in a row, no_sync accumulation, argument errors, in place (gradients carved from one
+ * buffer reduced there, padding and all, unless a gap is more than padding), shard mode (ZeRO-1:
+ * each rank's chunks of the buckets reduced with the allreduce's bits, covering every gradient
+ * once, then allgathered), and a step on an aborted communicator (fails with CT_ECANCELED, no
+ * hang). */
 #include <math.h>
 
 #include "harness.h"
@@ -130,6 +132,60 @@ static int rank_main(int rank, int world, void *arg)
         CHECK_RC(ct_comm_allreduce(c, ref[i], counts[i], CT_F32, CT_COMM_AVG, 0));
         CHECK(memcmp(g[i], ref[i], counts[i] * sizeof(float)) == 0);
     }
+    /* in place (opts.in_place): gradients carved from one buffer as ct_module_params carves a
+     * module's (64-byte aligned; the trainer hands them over last first, so gradient 0 is the
+     * highest in memory). Every bucket is reduced there, with the allreduce's bits, and the
+     * padding keeps its zeros. A second layout puts 64 floats between the first two gradients
+     * of the first bucket of several: that bucket is packed, with the same results. */
+    int gapped = -1;
+    for (int k = 0; k < nb && gapped < 0; k++) {
+        int first, nk;
+        ct_bucketer_bucket_range(b, k, &first, &nk);
+        gapped = nk > 1 ? first + 1 : -1;
+    }
+    CHECK(gapped > 0);
+    for (int layout = 0; layout < 2; layout++) {
+        size_t total = 0, at[NG];
+        for (int i = NG - 1; i >= 0; i--) {
+            at[i] = total;
+            total = (total + counts[i] + 15) & ~(size_t)15;
+            if (layout == 1 && i == gapped)
+                total += 64;
+        }
+        float *flat = calloc(total, sizeof(float)), *gf[NG];
+        CHECK(flat);
+        for (int i = 0; i < NG; i++) {
+            gf[i] = flat + at[i];
+            fill(gf[i], counts[i], rank, i, 4);
+            fill(ref[i], counts[i], rank, i, 4);
+            CHECK_RC(ct_comm_allreduce(c, ref[i], counts[i], CT_F32, CT_COMM_AVG, 0));
+        }
+        ct_bucketer *bp = NULL;
+        ct_bucketer_opts io = bo;
+        io.in_place = true;
+        CHECK_RC(ct_bucketer_new(c, gf, counts, NG, &io, &bp));
+        for (int k = 0; k < nb; k++) {
+            int first, nk;
+            ct_bucketer_bucket_range(bp, k, &first, &nk);
+            bool gap = layout == 1 && first < gapped && gapped < first + nk;
+            CHECK(ct_bucketer_in_place(bp, k) == !gap);
+        }
+        for (int i = 0; i < NG; i++)
+            CHECK_RC(ct_bucketer_mark_ready(bp, i));
+        CHECK_RC(ct_bucketer_finish(bp));
+        for (int i = 0; i < NG; i++)
+            CHECK(memcmp(gf[i], ref[i], counts[i] * sizeof(float)) == 0);
+        /* the gradients' averages are all at least 4: every other float, padding, is still 0 */
+        size_t nonzero = 0, used = 0;
+        for (int i = 0; i < NG; i++)
+            used += counts[i];
+        for (size_t j = 0; j < total; j++)
+            nonzero += flat[j] != 0.0f;
+        CHECK(nonzero == used);
+        ct_bucketer_destroy(&bp);
+        free(flat);
+    }
+
     /* shard mode (ZeRO-1): each rank gets the averages of its chunks of the buckets (the
      * allreduce's bits); the shards of a gradient over all ranks cover it once; the allgather
      * puts every rank's shard everywhere */

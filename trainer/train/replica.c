@@ -192,11 +192,13 @@ static int bucketer_new(replica *r, int m)
                m, all);
     }
     r->nparams[m] = np;
+    /* in place: the gradients are ct_module_params' views of one buffer, padding between them */
     if ((rc = ct_bucketer_new(r->ncomm ? r->ncomm : r->comm, grads, counts, np,
                               &(ct_bucketer_opts){.first_bucket_bytes = first,
                                                   .bucket_bytes = bucket,
                                                   .device = r->device,
-                                                  .shard = r->spec.zero >= 1},
+                                                  .shard = r->spec.zero >= 1,
+                                                  .in_place = true},
                               &r->bucketers[m])) < 0)
         goto out;
     /* ZeRO-1: the optimizer keeps state for, and steps, only what this rank's chunks hold */

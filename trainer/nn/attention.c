@@ -67,9 +67,11 @@ static int attn_bw(ct__node *nd)
     bool add = acc[0] || acc[1] || acc[2];
     float *d[3] = {dq, dk, dv};
     int64_t n = c->third ? 0 : c->p.bh * c->p.t * c->p.hs;
-    for (int i = 0; i < 3 && add && n; i++)
-        if (!acc[i] && bk->fill(n, 0.0f, d[i]) < 0)
-            return CT_ENOMEM;
+    for (int i = 0; i < 3 && add && n; i++) {
+        int rc = acc[i] ? 0 : bk->fill(n, 0.0f, d[i]);
+        if (rc < 0)
+            return rc;
+    }
     return K(attn_bwd, &c->p, q, k, v, ct__f32(nd->out), c->lse, ct__f32(nd->out->grad), delta, dq,
              dk, dv, add);
 }

@@ -156,6 +156,21 @@ static ct_tensor *composed_attention_dropout(ct_tensor **in)
     return y;
 }
 
+/* A random upstream gradient of shape (ndim, shape) on dev (fd_rand's values). */
+static ct_tensor *rand_grad(int ndim, const int64_t *shape, ct_device dev)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    float *r = malloc((size_t)n * sizeof(float));
+    for (int64_t j = 0; j < n; j++)
+        r[j] = fd_rand();
+    ct_tensor *h = ct_tensor_from_f32(ndim, shape, r), *g = ct_tensor_to(h, dev);
+    free(r);
+    ct_tensor_release(&h);
+    return g;
+}
+
 static ct_tensor *on_cpu(const ct_tensor *t)
 {
     return t ? ct_tensor_to(t, CT_CPU) : NULL;
@@ -258,11 +273,7 @@ static void test_attention_dropout(ct_device dev)
     }
     /* one tape per thread: each forward is followed by its own backward */
     int64_t n = ct_tensor_numel(in[0]);
-    float *r = malloc((size_t)n * sizeof(float));
-    for (int64_t j = 0; j < n; j++)
-        r[j] = fd_rand();
-    ct_tensor *gh = ct_tensor_from_f32(4, ct_tensor_shape(in[0]), r), *gy = ct_tensor_to(gh, dev);
-    free(r);
+    ct_tensor *gy = rand_grad(4, ct_tensor_shape(in[0]), dev);
     ct_tensor *y = f_attention_dropout(in, NULL);
     int rc1 = y ? ct_tensor_backward(y, gy) : -1;
     ct_tensor *want = composed_attention_dropout(ref_in);
@@ -295,8 +306,7 @@ static void test_attention_dropout(ct_device dev)
         ct_tensor_release(&g);
         ct_tensor_release(&w);
     }
-    ct_tensor *all[] = {y,     want,  yc,    wc,        gy,        gh,
-                        in[0], in[1], in[2], ref_in[0], ref_in[1], ref_in[2]};
+    ct_tensor *all[] = {y, want, yc, wc, gy, in[0], in[1], in[2], ref_in[0], ref_in[1], ref_in[2]};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ct_tensor_release(&all[i]);
 }
@@ -316,11 +326,7 @@ static void test_attention_accumulates(ct_device dev)
         ct_tensor_set_requires_grad(in[i], true);
     }
     int64_t n = ct_tensor_numel(in[0]);
-    float *r = malloc((size_t)n * sizeof(float));
-    for (int64_t j = 0; j < n; j++)
-        r[j] = fd_rand();
-    ct_tensor *gh = ct_tensor_from_f32(4, ct_tensor_shape(in[0]), r), *gy = ct_tensor_to(gh, dev);
-    free(r);
+    ct_tensor *gy = rand_grad(4, ct_tensor_shape(in[0]), dev);
     char what[128];
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) { /* k: a new tensor, whose gradient does not exist yet */
@@ -373,8 +379,8 @@ static void test_attention_accumulates(ct_device dev)
     }
     snprintf(what, sizeof what, "attention(x, x, x) on %s: gradient of x", dn);
     close_t(what, got, want, TOL);
-    ct_tensor *all[] = {gh,    gy,    xs,    got,   want,   in[0],  in[1],
-                        in[2], g1[0], g1[1], g1[2], sep[0], sep[1], sep[2]};
+    ct_tensor *all[] = {gy,    xs,    got,   want,   in[0],  in[1], in[2],
+                        g1[0], g1[1], g1[2], sep[0], sep[1], sep[2]};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ct_tensor_release(&all[i]);
 }
@@ -395,12 +401,7 @@ static void test_attention_qkv_dropout(ct_device dev)
         x[i] = ct_tensor_to(h, dev);
         ct_tensor_set_requires_grad(x[i], true);
     }
-    int64_t n = B * T * C;
-    float *r = malloc((size_t)n * sizeof(float));
-    for (int64_t j = 0; j < n; j++)
-        r[j] = fd_rand();
-    ct_tensor *gh = ct_tensor_from_f32(3, s3, r), *gy = ct_tensor_to(gh, dev);
-    free(r);
+    ct_tensor *gy = rand_grad(3, s3, dev);
     ct_nn_manual_seed(77);
     ct_tensor *y = ct_nn_attention_qkv(x[0], (int)H, true, 0.3f, true);
     int rc1 = y ? ct_tensor_backward(y, gy) : -1;
@@ -427,7 +428,7 @@ static void test_attention_qkv_dropout(ct_device dev)
               "attention_qkv with dropout on %s: %s differs from the composition's by %g", dn,
               k ? "the gradient" : "the output", diff);
     }
-    ct_tensor *all[] = {y, want, gy, gh, x[0], x[1], got[0], got[1], exp[0], exp[1]};
+    ct_tensor *all[] = {y, want, gy, x[0], x[1], got[0], got[1], exp[0], exp[1]};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ct_tensor_release(&all[i]);
     for (int i = 0; i < 12; i++)

@@ -25,17 +25,21 @@
 #define CT_CLONES
 #endif
 
+/* 8 partial sums s[0..8) added pairwise: the order ct__dot8, ct__sum8 and ct__sumsq8 end with
+ * (for float or double s) */
+#define CT__SUM_LANES8(s)                                                                          \
+    ((((s)[0] + (s)[4]) + ((s)[2] + (s)[6])) + (((s)[1] + (s)[5]) + ((s)[3] + (s)[7])))
+
+static inline __attribute__((always_inline)) float ct__sum_lanes8(const float *s)
+{
+    return CT__SUM_LANES8(s);
+}
+
 /* The sum of x[0, n) (ct__sum8) and the dot product of x and y (ct__dot8) in 8 partial sums,
  * element j into sum j % 8, added pairwise at the end. The compiler keeps the 8 sums in one
  * vector (an in-order loop adds one element per add's latency), and, unlike an omp simd
  * reduction (as many partial sums as the clone's vector has lanes), every ISA clone gives the
  * same bits. */
-/* 8 partial sums added pairwise: the order ct__dot8 and ct__sum8 end with */
-static inline __attribute__((always_inline)) float ct__sum_lanes8(const float *s)
-{
-    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-}
-
 static inline __attribute__((always_inline)) float ct__dot8(const float *x, const float *y,
                                                             int64_t n)
 {
@@ -67,7 +71,7 @@ static inline __attribute__((always_inline)) double ct__sumsq8(const float *x, i
             s[l] += (double)x[j + l] * x[j + l];
     for (int64_t j = n8; j < n; j++)
         s[j - n8] += (double)x[j] * x[j];
-    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    return CT__SUM_LANES8(s);
 }
 
 /* ct__expf for x <= 88.3 (larger x give garbage): one select less, for arguments that are

@@ -169,6 +169,7 @@ extern "C" int ct__cuda_attn_bwd(const ct__attn_p *p, const float *q, const floa
     attn_bwd_q_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, o, lse, dout, delta, dq, acc);
     if ((rc = ct__cuda_status(cudaGetLastError(), "cuda_attn_bwd dq")))
         return rc;
-    attn_bwd_kv_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv, acc);
+    attn_bwd_kv_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv,
+                                                          acc);
     return ct__cuda_status(cudaGetLastError(), "cuda_attn_bwd dk dv");
 }

@@ -382,6 +382,18 @@ static void test_ops(void)
         const char *names[3] = {"attention", "attention causal", "attention causal dropout"};
         run(names[mode], f_attention, o, 3, in, (bool[]){true, true, true});
     }
+    { /* key 0 scores -inf for every query (1e20 * -1e20 overflows) and weighs 0, as on the CPU,
+       * though it comes first in each row */
+        int64_t xs[4] = {1, 2, 5, 8};
+        ct_tensor *in[3] = {rand_t(4, xs), rand_t(4, xs), rand_t(4, xs)};
+        float *q = ct_tensor_f32(in[0]), *k = ct_tensor_f32(in[1]);
+        for (int64_t r = 0; r < 2 * 5; r++) {
+            q[r * 8] = 1e20f;
+            k[r * 8] = r % 5 == 0 ? -1e20f : 0.0f;
+        }
+        run("attention -inf score", f_attention, (bool[]){false, false}, 3, in,
+            (bool[]){true, true, true});
+    }
     for (int mode = 0; mode < 3; mode++) {
         int64_t xs[3] = {2, 37, 3 * 3 * 40};
         bool o[2] = {mode > 0, mode > 1};

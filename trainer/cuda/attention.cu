@@ -52,7 +52,10 @@ static __global__ void attn_fwd_kernel(ct__attn_p p, const float *q, const float
         float m = -INFINITY, l = 0;
         for (int64_t j = 0; j < seen; j++) {
             float s = p.scale * warp_sum(part_dot(qi, kb + j * rs, hs, lane));
-            float mn = fmaxf(m, s), corr = expf(m - mn), e = expf(s - mn);
+            /* a score of -inf weighs 0 and, ahead of every finite one, leaves nothing to
+             * rescale (expf(-inf - -inf) would be NaN): the CPU takes the row's max first */
+            float mn = fmaxf(m, s), corr = m == -INFINITY ? 0.0f : expf(m - mn),
+                  e = s == -INFINITY ? 0.0f : expf(s - mn);
             float w = e * keep(p, b, i, j);
             l = l * corr + e;
             for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)

@@ -6,6 +6,9 @@
 # (MFU, as TorchTitan reports it): 6 N + 12 L T C FLOPs per token over this CPU's FP32 peak,
 # threads x one core's, measured as the trainer's MFU measures it (gpt_bench --peak:
 # trainer/cpu/peak.c's FMA loop, AVX-512 where oneDNN may use it).
+# Then the 2-replica row on the same cores (threads / 2 a replica): text.sh (gpt_text against
+# PyTorch DDP, one epoch of the Bible, about 10 minutes here; TEXT_ROW=0 skips it), whose
+# tokens/s line is then the last.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${CT_BUILD:-$here/../../build}
@@ -31,3 +34,5 @@ mfu() { awk -v r="$1" -v f="$fpt" -v p="$peak" 'BEGIN{printf "%.1f", 100 * r * f
 ratio=$(awk -v a="$best_ct" -v b="$best_ref" 'BEGIN{printf "%.2f", (b>0)?a/b:0}')
 echo "gpt_train_mfu$tag: ct=$(mfu "$best_ct")% torch=$(mfu "$best_ref")% of $(awk -v p="$peak" 'BEGIN{printf "%.0f", p / 1e9}') GFLOP/s FP32 peak ($threads threads, measured)"
 echo "gpt_train$tag: ct=$best_ct ref=$best_ref tokens/s ratio=$ratio"
+# the same cores as 2 replicas: threads / 2 each
+[ "${TEXT_ROW:-1}" = 0 ] || CT_BENCH_THREADS=$((threads > 1 ? threads / 2 : 1)) "$here/text.sh"

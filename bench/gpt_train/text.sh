@@ -8,8 +8,10 @@
 # byte; ratio = torch's / ct's, > 1 when ct's is lower) and the training throughput (tokens/s
 # over the epoch's wall time, validations included; ratio ct / torch) with each side's MFU.
 #   TEXT=kjv.txt EPOCHS=1 ARGS="--layers 2 ..." bench/gpt_train/text.sh
+# BENCH_TAG: a suffix of the result lines' names (scripts/run-bench.sh's "[avx2]" pass).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+tag=${BENCH_TAG:-}
 build=${CT_BUILD:-$here/../../build}
 py=${REF_PYTHON:-/usr/bin/python3}
 threads=${CT_BENCH_THREADS:-1}
@@ -49,6 +51,6 @@ core=$("$build/bin/gpt_bench" --peak | sed -n 's/^peak_flops_per_core=\([0-9.]*\
 mfu() { awk -v r="$1" -v n="$params" -v l="$layers" -v t="$block" -v c="$embd" -v p="$core" \
         -v th="$threads" \
         'BEGIN { printf "%.1f", 100 * r * (6 * (n - t * c) + 12 * l * t * c) / (2 * th * p) }'; }
-echo "gpt_text_mfu: ct=$(mfu "$rc")% torch=$(mfu "$rr")% (2 replicas x $threads threads, $(awk -v p="$core" 'BEGIN{printf "%.0f", p / 1e9}') GFLOP/s FP32 peak a core, measured)"
-echo "gpt_text_val: ct=$vc ref=$vr nats/byte ratio=$(awk -v a="$vc" -v b="$vr" 'BEGIN{printf "%.3f", b / a}')"
-echo "gpt_text_2rep: ct=$rc ref=$rr tokens/s ratio=$(awk -v a="$rc" -v b="$rr" 'BEGIN{printf "%.2f", a / b}')"
+echo "gpt_text_mfu$tag: ct=$(mfu "$rc")% torch=$(mfu "$rr")% (2 replicas x $threads threads, $(awk -v p="$core" 'BEGIN{printf "%.0f", p / 1e9}') GFLOP/s FP32 peak a core, measured)"
+echo "gpt_text_val$tag: ct=$vc ref=$vr nats/byte ratio=$(awk -v a="$vc" -v b="$vr" 'BEGIN{printf "%.3f", b / a}')"
+echo "gpt_text_2rep$tag: ct=$rc ref=$rr tokens/s ratio=$(awk -v a="$rc" -v b="$rr" 'BEGIN{printf "%.2f", a / b}')"

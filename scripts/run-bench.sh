@@ -23,7 +23,7 @@ export REF_PYTHON=/usr/bin/python3 # Debian's python3-torch belongs to this inte
 # the benchmarks that time ct's engine against torch (the CNN on oneDNN, the GPT on ct's own
 # kernels); trainer_recovery is not one: it trains an MLP and times startup and recovery, not the
 # engine
-TRAIN_BENCHES="train_throughput ddp_throughput gpt_train"
+TRAIN_BENCHES="train_throughput ddp_throughput gpt_train attention"
 avx2_env=(ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 BENCH_TAG='[avx2]')
 status=0
 summary=()

@@ -49,7 +49,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$rc" -eq 0 ] || exit "$rc"
 fi
 # tensorboard (PyPI) for trainer_progress, which reads the trainer's event file with
-# TensorBoard's own reader; best effort: without it (no network) that part of the test skips.
+# TensorBoard's own reader; best effort: without it that part of the test skips (a fresh Debian 12
+# has it skip: its python3 has no pip, and install-deps installs none).
 if ! python3 -c 'import tensorboard' 2>/dev/null; then
     python3 -m pip install -q tensorboard >/dev/null 2>&1 ||
         echo "install-deps: pip install tensorboard failed; trainer_progress skips its TensorBoard check"

@@ -17,6 +17,7 @@ bin=$build/bin/attention_bench
 [ -x "$bin" ] || { echo "attention: $bin not built" >&2; exit 1; }
 field() { sed -n "s/.*\b$1=\([0-9.]*\).*/\1/p"; }
 min() { awk -v a="$1" -v b="$2" 'BEGIN{print (b == 0 || a < b) ? a : b}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", b / a}'; }
 # 1 thread (a replica's share in bench/gpt_train's 2-replica row), then CT_BENCH_THREADS
 for th in $(printf '%s\n' 1 "$threads" | sort -nu); do
     ct=0 ref=0 ct_f=0 ref_f=0
@@ -28,7 +29,6 @@ for th in $(printf '%s\n' 1 "$threads" | sort -nu); do
         ref=$(min "$(echo "$out" | field ms)" "$ref")
         ref_f=$(min "$(echo "$out" | field fwd_ms)" "$ref_f")
     done
-    ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", b / a}'; }
     echo "attention_fwd$tag: ct=$ct_f ref=$ref_f ms ratio=$(ratio "$ct_f" "$ref_f") ($th threads, forward)"
     echo "attention$tag: ct=$ct ref=$ref ms ratio=$(ratio "$ct" "$ref") ($th threads, forward + backward)"
 done

@@ -440,17 +440,19 @@ int ct_optim_clip_grad_norm(ct_optim *o, double max_norm, double norm_type, doub
         const float *g = o->p[i].grad;
         if (!g)
             continue;
-        /* L2 (the common case) in 8 partial sums, the others in order */
-        double pn = norm_type == 2.0 ? ct__sumsq8(g, o->p[i].numel) : 0.0;
-        for (int64_t k = 0; norm_type != 2.0 && k < o->p[i].numel; k++) {
-            double a = fabs((double)g[k]);
-            if (inf)
-                pn = a > pn ? a : pn;
-            else if (norm_type == 1.0)
-                pn += a;
-            else
-                pn += pow(a, norm_type);
-        }
+        double pn = 0.0;
+        if (norm_type == 2.0) /* the common case, in 8 partial sums */
+            pn = ct__sumsq8(g, o->p[i].numel);
+        else
+            for (int64_t k = 0; k < o->p[i].numel; k++) {
+                double a = fabs((double)g[k]);
+                if (inf)
+                    pn = a > pn ? a : pn;
+                else if (norm_type == 1.0)
+                    pn += a;
+                else
+                    pn += pow(a, norm_type);
+            }
         if (inf) {
             acc = pn > acc ? pn : acc;
         } else {

@@ -15,8 +15,9 @@
 #define CONNS 1030
 #define MAX_NODES 1024 /* head.c */
 /* After DEAD_MS without heartbeats a node is dead. Registering the 1,030 must take less, or
- * the first ones die and are forgotten to make room. Sanitizer builds (make tsan, make
- * sanitize) do the 1,030 CURVE handshakes several times slower: 4 s is not enough there. */
+ * the first ones die and are forgotten to make room: the handshakes are done before (they took
+ * 4.5 s on a busy machine), and the burst of registrations takes tens of ms. Sanitizer builds
+ * (make tsan, make sanitize) are several times slower at everything: 12 s there. */
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define DEAD_MS 12000
 #else
@@ -112,7 +113,6 @@ static void flood(void)
 static void full_table(void)
 {
     char addr[128];
-    /* registering 1,030 nodes takes well under the DEAD_MS after which silent nodes are dead */
     char dead[16];
     snprintf(dead, sizeof dead, "%d", DEAD_MS);
     pid_t head = h_start_head(addr, sizeof addr, "100", dead);
@@ -123,22 +123,40 @@ static void full_table(void)
     static peer p[CONNS + 1];
     peer drv;
     CHECK_OK(peer_open(&drv, addr, "drv", "job"));
-    tally t = {0};
-    double t0 = h_now_ms();
+    /* The CURVE handshakes first: 1,030 of them took 4.5 s on a busy CI machine, longer than
+     * DEAD_MS. Each connection pings (open to any peer) and waits for its Ok; only then do the
+     * registrations go out, in one burst, so that no node's death clock runs during a
+     * handshake. */
+    Ct__Envelope e;
+    Ct__Ping pg = CT__PING__INIT;
     for (int i = 0; i < CONNS; i++) {
         char name[32];
         snprintf(name, sizeof name, "n%d", i);
         CHECK_OK(peer_open(&p[i], addr, name, NULL));
-        Ct__Envelope e;
-        Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
-        Ct__Resource r, *rp;
-        const char *cpu = "CPU";
-        double zero = 0;
-        res_list(&r, &rp, 1, &cpu, &zero);
         ct__envelope__init(&e);
-        rn.host = "127.0.0.1";
-        rn.n_resources = 1;
-        rn.resources = &rp;
+        e.body_case = CT__ENVELOPE__BODY_PING;
+        e.ping = &pg;
+        peer_send(&p[i], &e);
+    }
+    int pongs = 0;
+    for (int i = 0; i < CONNS; i++) {
+        Ct__Envelope *r = peer_wait(&p[i], 0, CT__ENVELOPE__BODY_OK, 30000);
+        pongs += r != NULL;
+        ct__msg_free(r);
+    }
+    CHECK_EQ_INT(pongs, CONNS);
+    Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
+    Ct__Resource r, *rp;
+    const char *cpu = "CPU";
+    double zero = 0;
+    res_list(&r, &rp, 1, &cpu, &zero);
+    rn.host = "127.0.0.1";
+    rn.n_resources = 1;
+    rn.resources = &rp;
+    tally t = {0};
+    double t0 = h_now_ms();
+    for (int i = 0; i < CONNS; i++) {
+        ct__envelope__init(&e);
         e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
         e.register_node = &rn;
         peer_send(&p[i], &e);
@@ -148,7 +166,13 @@ static void full_table(void)
     double took = h_now_ms() - t0;
     printf("%d connections registered in %.0f ms: %d nodes, %d refused (table full), %d other\n",
            CONNS, took, t.ok, t.enospc, t.other);
-    CHECK(took < DEAD_MS - 500);
+    /* Not a timing assertion: the counts below hold only if no node died meanwhile. Were the
+     * machine stalled for DEAD_MS, this names why they differ. */
+    if (took >= DEAD_MS - 500)
+        fprintf(stderr,
+                "security_flood: the registrations took %.0f ms, not under %d: the first "
+                "nodes may have died and been forgotten\n",
+                took, DEAD_MS - 500);
     CHECK_EQ_INT(t.ok, MAX_NODES);
     CHECK_EQ_INT(t.enospc, CONNS - MAX_NODES);
     /* the scheduler runs over the full table (nothing fits: no node has a CPU) */

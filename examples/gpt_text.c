@@ -6,12 +6,14 @@
  *   gpt_text [--text FILE] [--replicas 2] [--epochs 1] [--layers 4] [--heads 4] [--embd 128]
  *            [--block 128] [--batch 16] [--lr 1e-3] [--clip 1] [--val 0.05] [--val-every 250]
  *            [--log-every 50] [--checkpoint-dir DIR] [--threads N] [--zero 0] [--vocab FILE]
- *            [--bpe-merges 256]
+ *            [--bpe-merges 256] [--log-dir DIR]
  *
  * --text (default kjv.txt) is made with Debian's bible-kjv when missing
  * (COLUMNS=80 bible Genesis1:1-Revelation22:21). The learning rate warms up over 20 steps from
  * 5% and then follows a cosine down to a tenth at the run's last step. --checkpoint-dir also
- * resumes from the directory's latest checkpoint when there is one.
+ * resumes from the directory's latest checkpoint when there is one. --log-dir writes
+ * DIR/metrics.jsonl (a record per step: loss, lr, grad_norm, step_ns, and wait_ns, the time the
+ * replica waited for the others) and a TensorBoard event file.
  *
  * Tokens: bytes (vocabulary 256) by default. --vocab FILE uses that BPE vocabulary file
  * (ct_tokenizer_load); when FILE is missing, --bpe-merges merges are learned from the training
@@ -220,7 +222,7 @@ static void usage(FILE *f)
             "                [--embd 128] [--block 128] [--batch 16] [--lr 1e-3] [--clip 1]\n"
             "                [--val 0.05] [--val-every 250] [--log-every 50]\n"
             "                [--checkpoint-dir DIR] [--threads N] [--zero 0] [--vocab FILE]\n"
-            "                [--bpe-merges 256]\n"
+            "                [--bpe-merges 256] [--log-dir DIR]\n"
             "trains a small GPT on the King James Bible (--text, made with bible-kjv when\n"
             "missing) on 2 replicas; the header of examples/gpt_text.c says more\n");
 }
@@ -239,7 +241,7 @@ static double number(const char *k, const char *v, bool *bad)
 
 int main(int argc, char **argv)
 {
-    const char *text = "kjv.txt", *ckpt = NULL, *vocab = NULL;
+    const char *text = "kjv.txt", *ckpt = NULL, *vocab = NULL, *log_dir = NULL;
     int replicas = 2, layers = 4, heads = 4, threads = 1, zero = 0, merges = 256;
     long long epochs = 1, embd = 128, block = 128, batch = 16, val_every = 250, log_every = 50;
     double lr = 1e-3, clip = 1.0, val = 0.05;
@@ -288,6 +290,8 @@ int main(int argc, char **argv)
             zero = (int)number(k, v, &bad);
         else if (!strcmp(k, "--vocab"))
             vocab = v;
+        else if (!strcmp(k, "--log-dir"))
+            log_dir = v;
         else if (!strcmp(k, "--bpe-merges"))
             merges = (int)number(k, v, &bad);
         else {
@@ -353,11 +357,12 @@ int main(int argc, char **argv)
                                             .zero_stage = zero},
                             &t);
     if (rc == 0)
-        rc = trainer_train(
-            t, .max_retries = 2, .stats = &st, .on_epoch = on_epoch, .checkpoint_dir = ckpt,
-            .resume = ckpt, .validate_every_steps = val_every, .on_validate = on_validate,
-            .log_every_steps = (int)log_every, .progress = TRAINER_PROGRESS_OFF,
-            .flops_per_sample = flops_per_window(trainer_get_model(t), layers, embd, block));
+        rc = trainer_train(t, .max_retries = 2, .stats = &st, .on_epoch = on_epoch,
+                           .checkpoint_dir = ckpt, .resume = ckpt, .log_dir = log_dir,
+                           .validate_every_steps = val_every, .on_validate = on_validate,
+                           .log_every_steps = (int)log_every, .progress = TRAINER_PROGRESS_OFF,
+                           .flops_per_sample =
+                               flops_per_window(trainer_get_model(t), layers, embd, block));
     if (rc == 0)
         rc = trainer_validate(t, &st);
     if (rc == 0 && st.val_samples != val_tokens) /* the count above is the trainer's */

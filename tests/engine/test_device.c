@@ -325,10 +325,20 @@ static void test_ops(void)
         ct_tensor *in[2] = {rand_t(2, xs), targets(40, 10)};
         run("cross_entropy", f_ce, NULL, 2, in, (bool[]){true, false});
     }
+    { /* rows wider than a warp: each lane takes several columns */
+        int64_t xs[2] = {50, 300};
+        ct_tensor *in[2] = {rand_t(2, xs), targets(50, 300)};
+        run("cross_entropy 300 classes", f_ce, NULL, 2, in, (bool[]){true, false});
+    }
     {
         int64_t xs[3] = {3, 5, 96}, ws[1] = {96};
         ct_tensor *in[3] = {rand_t(3, xs), rand_t(1, ws), rand_t(1, ws)};
         run("layer_norm", f_layer_norm, NULL, 3, in, (bool[]){true, true, true});
+    }
+    { /* 65 rows: the weight and bias gradients' sums in chunks of 32 rows, the last partial */
+        int64_t xs[3] = {5, 13, 40}, ws[1] = {40};
+        ct_tensor *in[3] = {rand_t(3, xs), rand_t(1, ws), rand_t(1, ws)};
+        run("layer_norm 65 rows", f_layer_norm, NULL, 3, in, (bool[]){true, true, true});
     }
     for (int approx = 0; approx < 2; approx++) {
         int64_t xs[2] = {37, 29};
@@ -351,6 +361,16 @@ static void test_ops(void)
         in[0] = idx;
         run(pad < 0 ? "embedding" : "embedding padding_idx", f_embedding, &pad, 2, in,
             (bool[]){false, true});
+    }
+    { /* 600 positions over 5 tokens: long runs of each token (the sorted scatter-add) */
+        int64_t is[2] = {20, 30}, ws[2] = {5, 40};
+        ct_tensor *in[2] = {targets(600, 5), rand_t(2, ws)};
+        ((int64_t *)ct_tensor_data(in[0]))[1] = 4;
+        ct_tensor *idx = ct_tensor_view(in[0], 2, is);
+        ct_tensor_release(&in[0]);
+        in[0] = idx;
+        int64_t pad = -1;
+        run("embedding 600 positions", f_embedding, &pad, 2, in, (bool[]){false, true});
     }
     {
         int64_t xs[4] = {2, 3, 7, 33};

@@ -11,14 +11,7 @@
 #include "trainer/backend/philox.h"
 #include "trainer/cuda/cuda_internal.h"
 
-enum { WARPS = CT_CUDA_THREADS / 32, PER_LANE = 8, MAX_HS = 32 * PER_LANE };
-
-static __device__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o /= 2)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+enum { PER_LANE = 8, MAX_HS = 32 * PER_LANE };
 
 static __device__ float keep(const ct__attn_p &p, int64_t b, int64_t i, int64_t j)
 {
@@ -42,8 +35,8 @@ static __global__ void attn_fwd_kernel(ct__attn_p p, const float *q, const float
 {
     int lane = threadIdx.x % 32;
     int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
-    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
-         r += (int64_t)gridDim.x * WARPS) {
+    WARP_ROWS(r, rows)
+    {
         int64_t b = r / T, i = r % T, seen = p.causal ? i + 1 : T, rs = p.in_rs;
         const float *kb = k + ct__attn_slice(&p, b, rs), *vb = v + ct__attn_slice(&p, b, rs);
         const float *qi = q + ct__attn_slice(&p, b, rs) + i * rs;
@@ -51,7 +44,7 @@ static __global__ void attn_fwd_kernel(ct__attn_p p, const float *q, const float
         float acc[PER_LANE] = {0};
         float m = -INFINITY, l = 0;
         for (int64_t j = 0; j < seen; j++) {
-            float s = p.scale * warp_sum(part_dot(qi, kb + j * rs, hs, lane));
+            float s = p.scale * ct__warp_sum(part_dot(qi, kb + j * rs, hs, lane));
             /* a score of -inf weighs 0 and, ahead of every finite one, leaves nothing to
              * rescale (expf(-inf - -inf) would be NaN): the CPU takes the row's max first */
             float mn = fmaxf(m, s), corr = m == -INFINITY ? 0.0f : expf(m - mn),
@@ -76,19 +69,19 @@ static __global__ void attn_bwd_q_kernel(ct__attn_p p, const float *q, const flo
 {
     int lane = threadIdx.x % 32;
     int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
-    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
-         r += (int64_t)gridDim.x * WARPS) {
+    WARP_ROWS(r, rows)
+    {
         int64_t b = r / T, i = r % T, seen = p.causal ? i + 1 : T, rs = p.in_rs;
         int64_t in = ct__attn_slice(&p, b, rs), out = ct__attn_slice(&p, b, p.out_rs);
         const float *qi = q + in + i * rs, *gi = dout + out + i * p.out_rs, *kb = k + in,
                     *vb = v + in;
-        float di = warp_sum(part_dot(gi, o + out + i * p.out_rs, hs, lane)), l = lse[r];
+        float di = ct__warp_sum(part_dot(gi, o + out + i * p.out_rs, hs, lane)), l = lse[r];
         if (lane == 0)
             delta[r] = di;
         float acc[PER_LANE] = {0};
         for (int64_t j = 0; j < seen; j++) {
-            float s = p.scale * warp_sum(part_dot(qi, kb + j * rs, hs, lane));
-            float dp = warp_sum(part_dot(gi, vb + j * rs, hs, lane));
+            float s = p.scale * ct__warp_sum(part_dot(qi, kb + j * rs, hs, lane));
+            float dp = ct__warp_sum(part_dot(gi, vb + j * rs, hs, lane));
             float ds = expf(s - l) * (keep(p, b, i, j) * dp - di) * p.scale;
             for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++)
                 acc[c] += ds * kb[j * rs + lane + 32 * c];
@@ -107,16 +100,16 @@ static __global__ void attn_bwd_kv_kernel(ct__attn_p p, const float *q, const fl
 {
     int lane = threadIdx.x % 32;
     int64_t rows = p.bh * p.t, T = p.t, hs = p.hs;
-    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
-         r += (int64_t)gridDim.x * WARPS) {
+    WARP_ROWS(r, rows)
+    {
         int64_t b = r / T, j = r % T, rs = p.in_rs, ors = p.out_rs;
         int64_t in = ct__attn_slice(&p, b, rs);
         const float *kj = k + in + j * rs, *vj = v + in + j * rs, *qb = q + in,
                     *gb = dout + ct__attn_slice(&p, b, ors);
         float ak[PER_LANE] = {0}, av[PER_LANE] = {0};
         for (int64_t i = p.causal ? j : 0; i < T; i++) {
-            float s = p.scale * warp_sum(part_dot(qb + i * rs, kj, hs, lane));
-            float dp = warp_sum(part_dot(gb + i * ors, vj, hs, lane));
+            float s = p.scale * ct__warp_sum(part_dot(qb + i * rs, kj, hs, lane));
+            float dp = ct__warp_sum(part_dot(gb + i * ors, vj, hs, lane));
             float pij = expf(s - lse[b * T + i]), mij = keep(p, b, i, j);
             float ds = pij * (mij * dp - delta[b * T + i]) * p.scale, wv = pij * mij;
             for (int c = 0; c < PER_LANE && lane + 32 * c < hs; c++) {
@@ -130,12 +123,6 @@ static __global__ void attn_bwd_kv_kernel(ct__attn_p p, const float *q, const fl
             *e = add ? *e + av[c] : av[c];
         }
     }
-}
-
-static unsigned row_blocks(int64_t rows)
-{
-    int64_t b = (rows + WARPS - 1) / WARPS;
-    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
 static int check(const ct__attn_p *p, const char *what)
@@ -154,8 +141,8 @@ extern "C" int ct__cuda_attn_fwd(const ct__attn_p *p, const float *q, const floa
     int rc = check(p, "cuda_attn_fwd");
     if (rc || p->bh * p->t == 0)
         return rc;
-    attn_fwd_kernel<<<row_blocks(p->bh * p->t), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
-        *p, q, k, v, o, lse);
+    attn_fwd_kernel<<<ct__cuda_row_blocks(p->bh * p->t), CT_CUDA_THREADS, 0,
+                      (cudaStream_t)stream>>>(*p, q, k, v, o, lse);
     return ct__cuda_status(cudaGetLastError(), "cuda_attn_fwd");
 }
 
@@ -168,7 +155,7 @@ extern "C" int ct__cuda_attn_bwd(const ct__attn_p *p, const float *q, const floa
     if (rc || p->bh * p->t == 0)
         return rc;
     cudaStream_t s = (cudaStream_t)stream;
-    unsigned blocks = row_blocks(p->bh * p->t);
+    unsigned blocks = ct__cuda_row_blocks(p->bh * p->t);
     attn_bwd_q_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, o, lse, dout, delta, dq, acc);
     if ((rc = ct__cuda_status(cudaGetLastError(), "cuda_attn_bwd dq")))
         return rc;

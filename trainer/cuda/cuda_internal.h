@@ -29,4 +29,43 @@ static inline unsigned ct__cuda_blocks(int64_t n)
     return (unsigned)(b < 1 ? 1 : b > max_blocks ? max_blocks : b);
 }
 
+/* Row kernels (layer norm, softmax, attention, cross entropy): a warp per row, its 32 lanes
+ * over the row's columns side by side, CT_CUDA_WARPS rows a block, a grid-stride loop over the
+ * rows past 65,535 blocks. Sums over the lanes go through shuffles over fixed lanes: the same
+ * bits every run. */
+enum { CT_CUDA_WARPS = CT_CUDA_THREADS / 32 };
+static inline unsigned ct__cuda_row_blocks(int64_t rows)
+{
+    const int64_t warps = CT_CUDA_WARPS;
+    int64_t b = (rows + warps - 1) / warps;
+    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+#ifdef __CUDACC__
+/* i over [0, n): each thread from its global index, a grid apart (ct__cuda_blocks' launch) */
+#define GRID_STRIDE(i, n)                                                                          \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* the rows r of the calling warp: warp w of block b takes row b * CT_CUDA_WARPS + w, then one
+ * grid further on */
+#define WARP_ROWS(r, rows)                                                                         \
+    for (int64_t r = blockIdx.x * (int64_t)CT_CUDA_WARPS + threadIdx.x / 32; r < (rows);           \
+         r += (int64_t)gridDim.x * CT_CUDA_WARPS)
+
+static __device__ inline float ct__warp_sum(float v)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ inline float ct__warp_max(float v)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+#endif
+
 #endif

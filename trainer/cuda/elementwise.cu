@@ -5,10 +5,6 @@
 
 #include "trainer/cuda/cuda_internal.h"
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
-         i += (int64_t)gridDim.x * blockDim.x)
-
 static __global__ void fill_kernel(float *x, float v, int64_t n)
 {
     GRID_STRIDE(i, n) x[i] = v;

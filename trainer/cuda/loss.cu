@@ -1,44 +1,47 @@
-/* trainer/cuda/loss.cu — mean cross entropy on the GPU (cuda.h): a thread per row computes
- * log-sum-exp in float, as ATen's log_softmax does, and one block adds the rows in double and
- * counts the targets that are not ignored. */
+/* trainer/cuda/loss.cu — mean cross entropy on the GPU (cuda.h): a warp per row computes
+ * log-sum-exp in float, as ATen's log_softmax does (its 32 lanes read the row's columns side by
+ * side, and shuffles over fixed lanes combine them: the same bits every run), and one block adds
+ * the rows in double and counts the targets that are not ignored. A target outside [0, c) that
+ * is not ignored gives a NaN loss and a NaN gradient row: a kernel cannot return an error, and a
+ * NaN is seen at once (the CPU backend refuses it). */
 #include "common/common.h"
 
 #include "trainer/cuda/cuda_internal.h"
 
 #define IGNORE_INDEX (-100)
 
-#define ROWS(i, n)                                                                                 \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-/* a row's largest value and its sum of exp(x - max) */
-static __device__ void row_max_sum(const float *r, int64_t c, float *mx, float *s)
+/* a row's largest value and its sum of exp(x - max), every lane of the warp given both */
+static __device__ void row_max_sum(const float *r, int64_t c, int lane, float *mx, float *s)
 {
-    float m = r[0];
-    for (int64_t j = 1; j < c; j++)
+    float m = -INFINITY;
+    for (int64_t j = lane; j < c; j += 32)
         m = fmaxf(m, r[j]);
+    m = ct__warp_max(m);
     float sum = 0.0f;
-    for (int64_t j = 0; j < c; j++)
+    for (int64_t j = lane; j < c; j += 32)
         sum += expf(r[j] - m);
     *mx = m;
-    *s = sum;
+    *s = ct__warp_sum(sum);
 }
 
 /* row i's loss (0 when ignored) */
 static __global__ void ce_rows_kernel(const float *x, const int64_t *t, int64_t n, int64_t c,
                                       float *row_loss)
 {
-    ROWS(i, n)
+    int lane = threadIdx.x % 32;
+    WARP_ROWS(i, n)
     {
         const float *r = x + i * c;
         int64_t ti = t[i];
-        if (ti == IGNORE_INDEX) {
-            row_loss[i] = 0.0f;
+        if (ti == IGNORE_INDEX) { /* the whole warp: ti is the row's */
+            if (lane == 0)
+                row_loss[i] = 0.0f;
             continue;
         }
         float mx, s;
-        row_max_sum(r, c, &mx, &s);
-        row_loss[i] = ti >= 0 && ti < c ? mx + logf(s) - r[ti] : NAN;
+        row_max_sum(r, c, lane, &mx, &s);
+        if (lane == 0)
+            row_loss[i] = ti >= 0 && ti < c ? mx + logf(s) - r[ti] : NAN;
     }
 }
 
@@ -77,20 +80,22 @@ static __global__ void ce_mean_kernel(const float *row_loss, const int64_t *t, i
 static __global__ void ce_grad_kernel(const float *x, const int64_t *t, int64_t n, int64_t c,
                                       const float *grad_out, const float *inv_count, float *g)
 {
-    ROWS(i, n)
+    int lane = threadIdx.x % 32;
+    WARP_ROWS(i, n)
     {
         const float *r = x + i * c;
         float *gr = g + i * c;
         int64_t ti = t[i];
-        if (ti == IGNORE_INDEX) {
-            for (int64_t j = 0; j < c; j++)
-                gr[j] = 0.0f;
+        if (ti == IGNORE_INDEX || ti < 0 || ti >= c) {
+            float v = ti == IGNORE_INDEX ? 0.0f : NAN;
+            for (int64_t j = lane; j < c; j += 32)
+                gr[j] = v;
             continue;
         }
         float mx, s;
-        row_max_sum(r, c, &mx, &s);
+        row_max_sum(r, c, lane, &mx, &s);
         float scale = *grad_out * *inv_count;
-        for (int64_t j = 0; j < c; j++)
+        for (int64_t j = lane; j < c; j += 32)
             gr[j] = (expf(r[j] - mx) / s - (j == ti ? 1.0f : 0.0f)) * scale;
     }
 }
@@ -114,7 +119,7 @@ extern "C" int ct__cuda_cross_entropy_fwd(const float *logits, const int64_t *ta
     if (rc || (rc = ct__cuda_malloc((void **)&rows, (size_t)n * sizeof(float), stream)) < 0)
         return rc;
     cudaStream_t s = (cudaStream_t)stream;
-    ce_rows_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, s>>>(logits, target, n, c, rows);
+    ce_rows_kernel<<<ct__cuda_row_blocks(n), CT_CUDA_THREADS, 0, s>>>(logits, target, n, c, rows);
     ce_mean_kernel<<<1, CT_CUDA_THREADS, 0, s>>>(rows, target, n, loss, NULL);
     rc = ct__cuda_status(cudaGetLastError(), "cuda_cross_entropy_fwd");
     int frc = ct__cuda_free(rows); /* stream-ordered: reused only after these kernels */
@@ -133,8 +138,8 @@ extern "C" int ct__cuda_cross_entropy_bwd(const float *logits, const int64_t *ta
         return rc;
     cudaStream_t s = (cudaStream_t)stream;
     ce_mean_kernel<<<1, CT_CUDA_THREADS, 0, s>>>(NULL, target, n, NULL, inv_count);
-    ce_grad_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, s>>>(logits, target, n, c, grad_out,
-                                                                  inv_count, grad);
+    ce_grad_kernel<<<ct__cuda_row_blocks(n), CT_CUDA_THREADS, 0, s>>>(logits, target, n, c,
+                                                                      grad_out, inv_count, grad);
     rc = ct__cuda_status(cudaGetLastError(), "cuda_cross_entropy_bwd");
     int frc = ct__cuda_free(inv_count);
     return rc ? rc : frc;

@@ -8,10 +8,6 @@
 #include "trainer/backend/philox.h"
 #include "trainer/cuda/cuda_internal.h"
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
-         i += (int64_t)gridDim.x * blockDim.x)
-
 #define LAUNCH(kernel, n, stream, ...)                                                             \
     (kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)(stream)>>>(__VA_ARGS__),      \
      ct__cuda_status(cudaGetLastError(), #kernel))

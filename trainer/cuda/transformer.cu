@@ -1,34 +1,16 @@
 /* trainer/cuda/transformer.cu — the transformer ops' kernels on the GPU: layer norm (a warp per
- * row), GELU, embedding lookup and its scatter-add. The contracts are the backend table's
- * (trainer/backend/backend.h); trainer/cpu/transformer.c is the reference. Every sum runs in a
- * fixed order (warp shuffles over fixed lanes, rows in order per column), so a run gives the
- * same bits every time. Not here: attention and the GEMMs (to come; gemm.c). */
+ * row), GELU, casts, strided copies and the causal softmax. The contracts are the backend
+ * table's (trainer/backend/backend.h); trainer/cpu/transformer.c is the reference. Every sum
+ * runs in a fixed order (warp shuffles over fixed lanes, rows in order per column), so a run
+ * gives the same bits every time. Not here: the embedding (embedding.cu), attention
+ * (attention.cu), the GEMMs (gemm.c). */
 #include "common/common.h"
 
 #include "trainer/cuda/cuda_internal.h"
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-enum { WARPS = CT_CUDA_THREADS / 32 };
-
-static __device__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o /= 2)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 static int launched(const char *what)
 {
     return ct__cuda_status(cudaGetLastError(), what);
-}
-
-static unsigned row_blocks(int64_t rows)
-{
-    int64_t b = (rows + WARPS - 1) / WARPS;
-    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
 /* ---- layer norm ---- */
@@ -38,16 +20,16 @@ static __global__ void ln_fwd_kernel(int64_t rows, int64_t d, float eps, const f
                                      float *rstd)
 {
     int lane = threadIdx.x % 32;
-    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
-         r += (int64_t)gridDim.x * WARPS) {
+    WARP_ROWS(r, rows)
+    {
         const float *xr = x + r * d;
         float s = 0;
         for (int64_t i = lane; i < d; i += 32)
             s += xr[i];
-        float m = warp_sum(s) / (float)d, v = 0;
+        float m = ct__warp_sum(s) / (float)d, v = 0;
         for (int64_t i = lane; i < d; i += 32)
             v += (xr[i] - m) * (xr[i] - m);
-        float rs = 1.0f / sqrtf(warp_sum(v) / (float)d + eps);
+        float rs = 1.0f / sqrtf(ct__warp_sum(v) / (float)d + eps);
         for (int64_t i = lane; i < d; i += 32)
             y[r * d + i] = (xr[i] - m) * rs * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
         if (lane == 0) {
@@ -62,8 +44,8 @@ static __global__ void ln_bwd_dx_kernel(int64_t rows, int64_t d, const float *x,
                                         float *dx, bool acc)
 {
     int lane = threadIdx.x % 32;
-    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
-         r += (int64_t)gridDim.x * WARPS) {
+    WARP_ROWS(r, rows)
+    {
         const float *xr = x + r * d, *gr = dy + r * d;
         float m = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
         for (int64_t i = lane; i < d; i += 32) {
@@ -71,8 +53,8 @@ static __global__ void ln_bwd_dx_kernel(int64_t rows, int64_t d, const float *x,
             s1 += g;
             s2 += g * (xr[i] - m) * rs;
         }
-        s1 = warp_sum(s1) / (float)d;
-        s2 = warp_sum(s2) / (float)d;
+        s1 = ct__warp_sum(s1) / (float)d;
+        s2 = ct__warp_sum(s2) / (float)d;
         for (int64_t i = lane; i < d; i += 32) {
             float g = gr[i] * (w ? w[i] : 1.0f);
             float v = rs * (g - s1 - (xr[i] - m) * rs * s2);
@@ -81,17 +63,39 @@ static __global__ void ln_bwd_dx_kernel(int64_t rows, int64_t d, const float *x,
     }
 }
 
-/* a thread per column, down the rows in order */
-static __global__ void ln_bwd_dwb_kernel(int64_t rows, int64_t d, const float *x, const float *mean,
-                                         const float *rstd, const float *dy, float *dw, float *db)
+/* dw and db in two passes, in a fixed order (no atomics): a thread per (chunk of LN_PART rows,
+ * column) sums its rows in order into part (2 x chunks x d: the w sums, then the b sums); then
+ * a thread per column adds its chunks in order. A thread per column down all the rows had d
+ * threads in flight (128 for the GPT of bench/gpt_train), each a chain of rows loads long. */
+enum { LN_PART = 32 };
+
+static __global__ void ln_bwd_dwb_part_kernel(int64_t rows, int64_t d, int64_t chunks,
+                                              const float *x, const float *mean, const float *rstd,
+                                              const float *dy, float *part)
+{
+    GRID_STRIDE(e, chunks * d)
+    {
+        int64_t q = e / d, i = e % d, end = (q + 1) * LN_PART < rows ? (q + 1) * LN_PART : rows;
+        float sw = 0, sb = 0;
+        for (int64_t r = q * LN_PART; r < end; r++) {
+            float g = dy[r * d + i];
+            sw += g * (x[r * d + i] - mean[r]) * rstd[r];
+            sb += g;
+        }
+        part[e] = sw;
+        part[chunks * d + e] = sb;
+    }
+}
+
+static __global__ void ln_bwd_dwb_sum_kernel(int64_t d, int64_t chunks, const float *part,
+                                             float *dw, float *db)
 {
     GRID_STRIDE(i, d)
     {
         float sw = 0, sb = 0;
-        for (int64_t r = 0; r < rows; r++) {
-            float g = dy[r * d + i];
-            sw += g * (x[r * d + i] - mean[r]) * rstd[r];
-            sb += g;
+        for (int64_t q = 0; q < chunks; q++) {
+            sw += part[q * d + i];
+            sb += part[(chunks + q) * d + i];
         }
         if (dw)
             dw[i] += sw;
@@ -106,7 +110,7 @@ extern "C" int ct__cuda_layernorm_fwd(int64_t rows, int64_t d, float eps, const 
 {
     if (rows <= 0 || d <= 0)
         return rows < 0 || d < 0 ? ct__error(CT_EINVAL, "cuda_layernorm_fwd: negative size") : 0;
-    ln_fwd_kernel<<<row_blocks(rows), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+    ln_fwd_kernel<<<ct__cuda_row_blocks(rows), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
         rows, d, eps, x, w, b, y, mean, rstd);
     return launched("cuda_layernorm_fwd");
 }
@@ -119,16 +123,25 @@ extern "C" int ct__cuda_layernorm_bwd(int64_t rows, int64_t d, const float *x, c
         return rows < 0 || d < 0 ? ct__error(CT_EINVAL, "cuda_layernorm_bwd: negative size") : 0;
     cudaStream_t s = (cudaStream_t)stream;
     if (dx) {
-        ln_bwd_dx_kernel<<<row_blocks(rows), CT_CUDA_THREADS, 0, s>>>(rows, d, x, w, mean, rstd, dy,
-                                                                      dx, acc);
+        ln_bwd_dx_kernel<<<ct__cuda_row_blocks(rows), CT_CUDA_THREADS, 0, s>>>(rows, d, x, w, mean,
+                                                                               rstd, dy, dx, acc);
         int rc = launched("cuda_layernorm_bwd dx");
         if (rc)
             return rc;
     }
     if (dw || db) {
-        ln_bwd_dwb_kernel<<<ct__cuda_blocks(d), CT_CUDA_THREADS, 0, s>>>(rows, d, x, mean, rstd, dy,
-                                                                         dw, db);
-        return launched("cuda_layernorm_bwd dw db");
+        int64_t chunks = (rows + LN_PART - 1) / LN_PART;
+        float *part = NULL;
+        int rc = ct__cuda_malloc((void **)&part, (size_t)(2 * chunks * d) * sizeof(float), stream);
+        if (rc < 0)
+            return rc;
+        ln_bwd_dwb_part_kernel<<<ct__cuda_blocks(chunks * d), CT_CUDA_THREADS, 0, s>>>(
+            rows, d, chunks, x, mean, rstd, dy, part);
+        ln_bwd_dwb_sum_kernel<<<ct__cuda_blocks(d), CT_CUDA_THREADS, 0, s>>>(d, chunks, part, dw,
+                                                                             db);
+        rc = launched("cuda_layernorm_bwd dw db");
+        int frc = ct__cuda_free(part); /* stream-ordered: reused only after these kernels */
+        return rc ? rc : frc;
     }
     return 0;
 }
@@ -186,55 +199,6 @@ extern "C" int ct__cuda_gelu_bwd(bool tanh_approx, int64_t n, const float *x, co
     return launched("cuda_gelu_bwd");
 }
 
-/* ---- embedding ---- */
-
-/* an index outside [0, vocab) gives a row of NaN: the GPU cannot return an error from here,
- * and a NaN loss is seen at once */
-static __global__ void emb_fwd_kernel(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
-                                      const float *table, float *y)
-{
-    GRID_STRIDE(e, n * d)
-    {
-        int64_t i = e / d, c = e % d, t = idx[i];
-        y[e] = t >= 0 && t < vocab ? table[t * d + c] : __int_as_float(0x7fc00000);
-    }
-}
-
-/* a thread per column, the rows in order: no atomics, the same bits every run */
-static __global__ void emb_bwd_kernel(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
-                                      int64_t padding_idx, const float *dy, float *dtable)
-{
-    GRID_STRIDE(c, d)
-    {
-        for (int64_t i = 0; i < n; i++) {
-            int64_t t = idx[i];
-            if (t != padding_idx && t >= 0 && t < vocab)
-                dtable[t * d + c] += dy[i * d + c];
-        }
-    }
-}
-
-extern "C" int ct__cuda_embedding_fwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
-                                      const float *table, float *y, void *stream)
-{
-    if (n <= 0 || d <= 0)
-        return n < 0 || d < 0 ? ct__error(CT_EINVAL, "cuda_embedding_fwd: negative size") : 0;
-    emb_fwd_kernel<<<ct__cuda_blocks(n * d), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
-        n, d, vocab, idx, table, y);
-    return launched("cuda_embedding_fwd");
-}
-
-extern "C" int ct__cuda_embedding_bwd(int64_t n, int64_t d, int64_t vocab, const int64_t *idx,
-                                      int64_t padding_idx, const float *dy, float *dtable,
-                                      void *stream)
-{
-    if (n <= 0 || d <= 0)
-        return n < 0 || d < 0 ? ct__error(CT_EINVAL, "cuda_embedding_bwd: negative size") : 0;
-    emb_bwd_kernel<<<ct__cuda_blocks(d), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
-        n, d, vocab, idx, padding_idx, dy, dtable);
-    return launched("cuda_embedding_bwd");
-}
-
 /* ---- casts ---- */
 
 static __global__ void f32_to_i64_kernel(int64_t n, const float *x, int64_t *y)
@@ -285,29 +249,22 @@ extern "C" int ct__cuda_strided_copy(const ct__strided_p *p, const float *src, f
 
 /* ---- causal softmax: a warp per row ---- */
 
-static __device__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o /= 2)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 static __global__ void softmax_causal_kernel(int64_t rows, int64_t t, const float *x, float *y)
 {
     int lane = threadIdx.x % 32;
-    for (int64_t r = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32; r < rows;
-         r += (int64_t)gridDim.x * WARPS) {
+    WARP_ROWS(r, rows)
+    {
         const float *xr = x + r * t;
         float *yr = y + r * t;
         int64_t seen = r % t + 1;
         float m = -INFINITY;
         for (int64_t j = lane; j < seen; j += 32)
             m = fmaxf(m, xr[j]);
-        m = warp_max(m);
+        m = ct__warp_max(m);
         float s = 0;
         for (int64_t j = lane; j < seen; j += 32)
             s += expf(xr[j] - m);
-        float inv = 1.0f / warp_sum(s);
+        float inv = 1.0f / ct__warp_sum(s);
         for (int64_t j = lane; j < t; j += 32)
             yr[j] = j < seen ? expf(xr[j] - m) * inv : 0.0f;
     }
@@ -318,7 +275,7 @@ extern "C" int ct__cuda_softmax_causal_fwd(int64_t rows, int64_t t, const float 
 {
     if (rows <= 0 || t <= 0)
         return rows < 0 || t < 0 ? ct__error(CT_EINVAL, "cuda_softmax_causal: negative size") : 0;
-    softmax_causal_kernel<<<row_blocks(rows), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(rows, t,
-                                                                                          x, y);
+    softmax_causal_kernel<<<ct__cuda_row_blocks(rows), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+        rows, t, x, y);
     return launched("cuda_softmax_causal_fwd");
 }

@@ -105,9 +105,9 @@ static int check(const char *fn, const float *x, const int64_t *t, int64_t n, in
 {
     if (!x || !t || !out)
         return ct__error(CT_EINVAL, "%s: %s is NULL", fn, !x ? "logits" : !t ? "target" : "out");
-    if (n < 1 || c < 1)
-        return ct__error(CT_EINVAL, "%s: shape (%lld, %lld): both must be >= 1", fn, (long long)n,
-                         (long long)c);
+    if (n < 0 || c < 1)
+        return ct__error(CT_EINVAL, "%s: shape (%lld, %lld): n must be >= 0 and c >= 1", fn,
+                         (long long)n, (long long)c);
     return 0;
 }
 
@@ -115,6 +115,8 @@ extern "C" int ct__cuda_cross_entropy_fwd(const float *logits, const int64_t *ta
                                           int64_t c, float *loss, void *stream)
 {
     int rc = check("cuda_cross_entropy_fwd", logits, target, n, c, loss);
+    if (rc == 0 && n == 0) /* the mean over no targets: NaN, as on the CPU and in PyTorch */
+        return ct__cuda_fill(loss, NAN, 1, stream);
     float *rows = NULL;
     if (rc || (rc = ct__cuda_malloc((void **)&rows, (size_t)n * sizeof(float), stream)) < 0)
         return rc;
@@ -133,6 +135,8 @@ extern "C" int ct__cuda_cross_entropy_bwd(const float *logits, const int64_t *ta
     int rc = check("cuda_cross_entropy_bwd", logits, target, n, c, grad);
     if (rc == 0 && !grad_out)
         rc = ct__error(CT_EINVAL, "cuda_cross_entropy_bwd: grad_out is NULL");
+    if (rc == 0 && n == 0) /* no rows: no gradient to write */
+        return 0;
     float *inv_count = NULL;
     if (rc || (rc = ct__cuda_malloc((void **)&inv_count, sizeof(float), stream)) < 0)
         return rc;

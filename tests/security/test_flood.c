@@ -55,6 +55,23 @@ static void count(peer *p, tally *t, int timeout_ms)
     }
 }
 
+/* Sends p a RegisterNode for host 127.0.0.1 with `cpus` CPUs. */
+static void send_register(peer *p, double cpus)
+{
+    Ct__Envelope e;
+    Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
+    Ct__Resource r, *rp;
+    const char *cpu = "CPU";
+    res_list(&r, &rp, 1, &cpu, &cpus);
+    rn.host = "127.0.0.1";
+    rn.n_resources = 1;
+    rn.resources = &rp;
+    ct__envelope__init(&e);
+    e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
+    e.register_node = &rn;
+    peer_send(p, &e);
+}
+
 static void flood(void)
 {
     char addr[128], id[32] = "";
@@ -66,22 +83,10 @@ static void flood(void)
     peer p, drv;
     CHECK_OK(peer_open(&p, addr, "flood", NULL));
     CHECK_OK(peer_open(&drv, addr, "drv", "job"));
-    Ct__Envelope e;
-    Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
-    Ct__Resource r, *rp;
-    const char *cpu = "CPU";
-    double four = 4;
-    res_list(&r, &rp, 1, &cpu, &four);
-    rn.host = "127.0.0.1";
-    rn.n_resources = 1;
-    rn.resources = &rp;
     tally t = {0};
     double t0 = h_now_ms();
     for (int i = 0; i < FLOOD; i++) {
-        ct__envelope__init(&e);
-        e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
-        e.register_node = &rn;
-        peer_send(&p, &e);
+        send_register(&p, 4);
         if (i % 1000 == 999) /* take the replies as they come: a client would */
             count(&p, &t, 0);
     }
@@ -145,22 +150,10 @@ static void full_table(void)
         ct__msg_free(r);
     }
     CHECK_EQ_INT(pongs, CONNS);
-    Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
-    Ct__Resource r, *rp;
-    const char *cpu = "CPU";
-    double zero = 0;
-    res_list(&r, &rp, 1, &cpu, &zero);
-    rn.host = "127.0.0.1";
-    rn.n_resources = 1;
-    rn.resources = &rp;
     tally t = {0};
     double t0 = h_now_ms();
-    for (int i = 0; i < CONNS; i++) {
-        ct__envelope__init(&e);
-        e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
-        e.register_node = &rn;
-        peer_send(&p[i], &e);
-    }
+    for (int i = 0; i < CONNS; i++)
+        send_register(&p[i], 0);
     for (int i = 0; i < CONNS; i++)
         count(&p[i], &t, 3000);
     double took = h_now_ms() - t0;

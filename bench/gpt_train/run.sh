@@ -7,8 +7,8 @@
 # threads x one core's, measured as the trainer's MFU measures it (gpt_bench --peak:
 # trainer/cpu/peak.c's FMA loop, AVX-512 where oneDNN may use it).
 # Then the 2-replica row on the same cores (threads / 2 a replica): text.sh (gpt_text against
-# PyTorch DDP, one epoch of the Bible, about 10 minutes here; TEXT_ROW=0 skips it), whose
-# tokens/s line is then the last.
+# PyTorch DDP, one epoch of the Bible, alternating, each side's best of ROUNDS; about 8 minutes a
+# round here; TEXT_ROW=0 skips it), whose tokens/s line is then the last.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${CT_BUILD:-$here/../../build}

@@ -30,15 +30,13 @@ static inline unsigned ct__cuda_blocks(int64_t n)
 }
 
 /* Row kernels (layer norm, softmax, attention, cross entropy): a warp per row, its 32 lanes
- * over the row's columns side by side, CT_CUDA_WARPS rows a block, a grid-stride loop over the
- * rows past 65,535 blocks. Sums over the lanes go through shuffles over fixed lanes: the same
- * bits every run. */
+ * over the row's columns side by side, CT_CUDA_WARPS rows a block: the launch of an elementwise
+ * kernel over 32 threads a row, and a grid-stride loop (WARP_ROWS) over the rows past it. Sums
+ * over the lanes go through shuffles over fixed lanes: the same bits every run. */
 enum { CT_CUDA_WARPS = CT_CUDA_THREADS / 32 };
 static inline unsigned ct__cuda_row_blocks(int64_t rows)
 {
-    const int64_t warps = CT_CUDA_WARPS;
-    int64_t b = (rows + warps - 1) / warps;
-    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+    return ct__cuda_blocks(rows * 32);
 }
 
 #ifdef __CUDACC__

@@ -39,7 +39,8 @@ static inline unsigned ct__cuda_row_blocks(int64_t rows)
     return ct__cuda_blocks(rows * 32);
 }
 
-#ifdef __CUDACC__
+/* device code: nvcc's, or the CUDA emulator's host C++ (trainer/cudaemu/kernel.h) */
+#if defined(__CUDACC__) || defined(CT_EMU_DEVICE_CODE)
 /* i over [0, n): each thread from its global index, a grid apart (ct__cuda_blocks' launch) */
 #define GRID_STRIDE(i, n)                                                                          \
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \

@@ -266,9 +266,13 @@ extern "C" int ct__cuda_norm2(const float *x, int64_t n, float *out, void *strea
 
 static __device__ uint64_t global_ns(void)
 {
+#ifdef CT_EMU_DEVICE_CODE
+    return ct_emu::globaltimer_ns();
+#else
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
+#endif
 }
 
 /* the global timer, not clock64: it counts nanoseconds whatever the SM clock runs at */

@@ -53,8 +53,8 @@ static __global__ void eltwise_bwd_kernel(int alg, float alpha, int64_t n, const
     {
         float v = y[i], g = dy[i];
         switch (alg) {
-        case CT__ELT_RELU:
-            dx[i] = v > 0.0f ? g : g * alpha;
+        case CT__ELT_RELU: /* loops.c's rule: a slope of 0 gives +0 (g * 0 is -0 or NaN) */
+            dx[i] = v > 0.0f ? g : alpha != 0.0f ? g * alpha : 0.0f;
             break;
         case CT__ELT_ELU:
             dx[i] = v > 0.0f ? g : g * (v + alpha);

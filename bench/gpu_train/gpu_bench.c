@@ -43,8 +43,7 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s resnet9|mlp|gpt BATCH STEPS [SIZE] [f32|bf16|f16]\n",
-                argv[0]);
+        fprintf(stderr, "usage: %s resnet9|mlp|gpt BATCH STEPS [SIZE] [f32|bf16|f16]\n", argv[0]);
         return 2;
     }
     const char *cfg = argv[1];

@@ -46,6 +46,24 @@ static __global__ void outside_mask_kernel(float *x)
         x[threadIdx.x] = __shfl_sync(0x0000ffffu, x[threadIdx.x], 16);
 }
 
+/* a warp-wide instruction of the emulator's (ct_emu::warp_compute): each lane gets the value of
+ * lane 31 - lane, plus the sum of all */
+static void reverse_and_sum(void *const in[32], void *const out[32])
+{
+    float sum = 0;
+    for (int l = 0; l < 32; l++)
+        sum += *(const float *)in[l];
+    for (int l = 0; l < 32; l++)
+        *(float *)out[l] = *(const float *)in[31 - l] + sum;
+}
+
+static __global__ void warp_fn_kernel(float *x)
+{
+    float mine = x[threadIdx.x], got;
+    ct_emu::warp_compute(0xffffffffu, &mine, &got, reverse_and_sum);
+    x[threadIdx.x] = got;
+}
+
 static int status(void)
 {
     return (int)cudaGetLastError();
@@ -74,6 +92,11 @@ extern "C" int emu_outside_mask(float *x)
 extern "C" int emu_no_blocks(float *x)
 {
     exited_lane_kernel<<<0, 32>>>(x);
+    return status();
+}
+extern "C" int emu_warp_fn(float *x)
+{
+    warp_fn_kernel<<<1, 32>>>(x);
     return status();
 }
 extern "C" const char *emu_error_string(int e)

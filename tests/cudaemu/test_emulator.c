@@ -1,6 +1,7 @@
 /* tests/cudaemu/test_emulator.c — the CUDA emulator itself (trainer/cudaemu): a block reduction
  * through shared memory, __syncthreads, shuffles and a vote gives the sums and votes a GPU
- * gives; a shuffle an exited lane misses, __syncthreads an exited thread misses, a shuffle from
+ * gives; a warp-wide instruction (warp_compute, as mma.sync is emulated) sees every lane's
+ * input at once; a shuffle an exited lane misses, __syncthreads an exited thread misses, a shuffle from
  * a lane outside its mask and a launch of no blocks each fail their launch with a message that
  * names the kernel and what went wrong (on a GPU they hang or give undefined values). */
 #include <stdio.h>
@@ -11,6 +12,7 @@ int emu_exited_lane(float *x);
 int emu_exited_thread(float *x);
 int emu_outside_mask(float *x);
 int emu_no_blocks(float *x);
+int emu_warp_fn(float *x);
 const char *emu_error_string(int e);
 
 static int failures;
@@ -53,6 +55,14 @@ int main(void)
         CHECK(out[b] == want);
         CHECK(ballot[b] == vote);
     }
+
+    /* a warp-wide instruction sees every lane's input at once */
+    float w[32];
+    for (int l = 0; l < 32; l++)
+        w[l] = (float)l;
+    CHECK(emu_warp_fn(w) == 0);
+    for (int l = 0; l < 32; l++)
+        CHECK(w[l] == (float)(31 - l) + 496.0f);
 
     enum { LAUNCH_FAILURE = 719, INVALID_CONFIGURATION = 9 };
     float y[64] = {0};

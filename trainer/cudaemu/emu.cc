@@ -74,6 +74,10 @@ struct fibre {
     unsigned mask = 0;
     uint64_t value = 0, result = 0;
     int src = 0;
+    /* WARP_FN's */
+    warp_fn fn = nullptr;
+    const void *in = nullptr;
+    void *out = nullptr;
 };
 
 /* the block that runs on this thread */
@@ -147,7 +151,10 @@ void *new_stack(char *stack)
 
 const char *op_name(warp_op op)
 {
-    return op == WARP_SHFL ? "a shuffle" : op == WARP_BALLOT ? "a vote" : "__syncwarp";
+    return op == WARP_SHFL     ? "a shuffle"
+           : op == WARP_BALLOT ? "a vote"
+           : op == WARP_FN     ? "a warp-wide instruction"
+                               : "__syncwarp";
 }
 
 /* Releases the warp operation of warp w if all lanes it names wait at it; fails the block if
@@ -180,12 +187,21 @@ bool release_warp(block_run *b, size_t w)
                  op_name(op), mask, l, f.st == DONE ? "has exited" : "waits at __syncthreads");
             return false;
         }
-        if (f.mask != mask || f.op != op) {
+        if (f.mask != mask || f.op != op || f.fn != lanes[leader].fn) {
             fail(b,
                  "warp %zu: lane %d waits at %s with mask 0x%08x, lane %d at %s with mask 0x%08x",
                  w, leader, op_name(op), mask, l, op_name(f.op), f.mask);
             return false;
         }
+    }
+    if (op == WARP_FN) {
+        void *ins[32], *outs[32];
+        for (int l = 0; l < 32; l++) {
+            bool in_mask = mask >> l & 1u;
+            ins[l] = in_mask ? (void *)lanes[l].in : nullptr;
+            outs[l] = in_mask ? lanes[l].out : nullptr;
+        }
+        lanes[leader].fn(ins, outs);
     }
     unsigned ballot = 0;
     for (int l = 0; l < 32; l++)
@@ -264,6 +280,8 @@ uint64_t warp_collective(warp_op op, unsigned mask, uint64_t value, int src)
     block_run *b = run_now;
     fibre *f = b->cur;
     f->op = op;
+    if (op != WARP_FN)
+        f->fn = nullptr;
     f->mask = mask;
     f->value = value;
     f->src = src;
@@ -272,6 +290,15 @@ uint64_t warp_collective(warp_op op, unsigned mask, uint64_t value, int src)
              mask);
     yield(AT_WARP);
     return f->result;
+}
+
+void warp_compute(unsigned mask, const void *in, void *out, warp_fn fn)
+{
+    fibre *f = run_now->cur;
+    f->fn = fn;
+    f->in = in;
+    f->out = out;
+    warp_collective(WARP_FN, mask, 0, 0);
 }
 
 void block_barrier(void)

@@ -58,8 +58,13 @@ extern thread_local dim3 block_dim, grid_dim;
 
 /* the warp operations: every lane of mask waits until all of them arrive; then a lane's result
  * is the value of lane src (SHFL) or the mask of lanes whose value is not 0 (BALLOT) */
-enum warp_op { WARP_SYNC, WARP_SHFL, WARP_BALLOT };
+enum warp_op { WARP_SYNC, WARP_SHFL, WARP_BALLOT, WARP_FN };
 uint64_t warp_collective(warp_op op, unsigned mask, uint64_t value, int src);
+/* A warp-wide instruction (mma.sync, ldmatrix...): every lane of mask gives in and out (its
+ * registers, on its own stack) and waits; when all have arrived, fn runs once with every lane's
+ * (NULL for lanes outside mask) and writes each lane's out; then they go on. */
+typedef void (*warp_fn)(void *const in[32], void *const out[32]);
+void warp_compute(unsigned mask, const void *in, void *out, warp_fn fn);
 /* all threads of the block wait until all of them arrive */
 void block_barrier(void);
 uint64_t globaltimer_ns(void);

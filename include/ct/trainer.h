@@ -360,8 +360,11 @@ typedef struct trainer_train_opts {
     int progress;        /* TRAINER_PROGRESS_AUTO (0), _ON or _OFF */
     int log_every_steps; /* without the live line: a plain line every N optimizer steps; 0: none */
     /* > 0: the model's FLOPs for one sample's forward and backward (a GPT's, per window of T
-     * tokens: T (6 N + 12 L T C)); the log then shows MFU, percent of the replicas' FP32 peak
-     * (cpus_per_replica cores each of the driver's CPU: clock x FMA width) */
+     * tokens: T (6 N + 12 L T C)); the log then shows MFU, percent of the sum of the replicas'
+     * own peaks, each measured where it runs: a CPU replica's cores (its threads x clock x FMA
+     * width, FP32), a GPU replica's device (SMs x clock x dense FLOPs per clock of its
+     * architecture, in the run's precision: bf16 / f16 on tensor cores, else FP32); no MFU
+     * when a replica's device is not in that table */
     double flops_per_sample;
     int report_ms;                       /* how often replicas send their step records; 0: 100 */
     int min_replicas_timeout_ms;         /* the longest wait for min_replicas; 0: for ever */

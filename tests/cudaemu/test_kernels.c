@@ -671,9 +671,21 @@ static void test_spin(void)
     CHECK(ct__cuda_test_spin(NULL, -1) == CT_EINVAL);
 }
 
+/* MFU's denominator from the device's attributes and device.c's table: the emulator describes
+ * an sm_90 of 132 SMs at 1.98 GHz (256 FP32 and 4,096 bf16 FLOPs per clock per SM) */
+static void test_peak_flops(void)
+{
+    double f32 = ct__cuda_peak_flops(CT_F32, 1), bf16 = ct__cuda_peak_flops(CT_BF16, 1);
+    printf("peak: f32 %.4g, bf16 %.4g FLOP/s\n", f32, bf16);
+    CHECK(f32 == 132 * 1.98e9 * 256);
+    CHECK(bf16 == 132 * 1.98e9 * 4096);
+    CHECK(ct__cuda_peak_flops(CT_F16, 1) == bf16);
+}
+
 int main(void)
 {
     test_spin();
+    test_peak_flops();
     test_elementwise(1000);
     test_elementwise(BIG);
     test_reductions();

@@ -136,6 +136,11 @@ typedef struct ct__backend {
     ct_device device;
     /* how many devices of this kind the process can use (0: none, and *why says why) */
     int (*devices)(const char **why);
+    /* the dense FLOP/s this process can reach on its device in precision dt (CT_F32, CT_BF16,
+     * CT_F16), running threads CPU threads: MFU's denominator. The CPU: threads cores of this
+     * CPU's FP32 peak (clock x FMA width) in every precision; CUDA: the current device's SMs x
+     * its clock x a table of dense FLOPs per clock per SM; 0 where it is not known */
+    double (*peak_flops)(int dt, int threads);
 
     /* memory: alloc'd bytes are uninitialised; free(NULL) does nothing */
     int (*alloc)(void **p, size_t bytes);

@@ -833,10 +833,17 @@ static int cd_devices(const char **why)
     return 1;
 }
 
+/* its kernels are the CPU's, on the CPU */
+static double cd_peak_flops(int dt, int threads)
+{
+    return ct__backend_cpu.peak_flops(dt, threads);
+}
+
 const ct__backend ct__backend_checkdev = {
     .name = "checkdev",
     .device = CT_CHECKDEV,
     .devices = cd_devices,
+    .peak_flops = cd_peak_flops,
     .alloc = cd_alloc,
     .free = cd_free,
     .upload = cd_upload,

@@ -269,6 +269,12 @@ static int cpu_sum(int64_t n, const float *x, float *out)
 }
 
 /* the parameter's L2 norm as ct_optim_clip_grad_norm computes it on the CPU */
+static double cpu_peak_flops(int dt, int threads)
+{
+    (void)dt; /* no table of bf16 rates for CPUs: FP32's is the bound MFU shows */
+    return (threads > 0 ? threads : 1) * ct__cpu_peak_flops_per_core();
+}
+
 static int cpu_norm2(int64_t n, const float *x, float *out)
 {
     *out = (float)sqrt(ct__sumsq8(x, n));
@@ -359,6 +365,7 @@ const ct__backend ct__backend_cpu = {
     .name = "cpu",
     .device = CT_CPU,
     .devices = cpu_devices,
+    .peak_flops = cpu_peak_flops,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_memcpy,

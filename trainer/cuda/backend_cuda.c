@@ -412,6 +412,7 @@ const ct__backend ct__backend_cuda = {
     .name = "cuda",
     .device = CT_CUDA,
     .devices = ct__cuda_device_count,
+    .peak_flops = ct__cuda_peak_flops,
     .alloc = cu_alloc,
     .free = cu_free,
     .upload = cu_upload,

@@ -26,6 +26,11 @@ extern "C" {
  * CUDA_VISIBLE_DEVICES hides them all (never an error: a CPU-only machine runs on). *why, when
  * not NULL and the count is 0, says why (static). */
 int ct__cuda_device_count(const char **why);
+/* The current device's dense peak FLOP/s in precision dt (CT_F32; CT_BF16 and CT_F16 on tensor
+ * cores): SMs x its clock x the FLOPs per clock per SM of its architecture (device.c's table);
+ * 0 for an architecture the table lacks, or without a device. threads: unused (the backend
+ * table's signature). */
+double ct__cuda_peak_flops(int dt, int threads);
 /* A new stream that does not synchronize with the legacy default stream; freed with
  * ct__cuda_stream_free (NULL: nothing). */
 int ct__cuda_stream_new(void **stream);

@@ -30,6 +30,45 @@ int ct__cuda_device_count(const char **why)
     return n;
 }
 
+/* Dense FLOPs per clock per SM (an FMA counts 2), from NVIDIA's architecture whitepapers: FP32
+ * on the CUDA cores; bf16 / f16 on the tensor cores with f32 accumulation. The product with
+ * the SMs and cudaDevAttrClockRate (the boost clock) gives a peak a little above the data
+ * sheet's where the tensor cores' figure is quoted at a lower clock (H100 SXM: 989 TFLOP/s bf16
+ * at 1.83 GHz; this gives 1,070 at 1.98). */
+static const struct {
+    int major, minor;
+    double f32, lowp;
+} peak_table[] = {
+    {7, 0, 128, 1024},  /* V100 (f16 only: no bf16 tensor cores) */
+    {8, 0, 128, 2048},  /* A100 */
+    {8, 6, 256, 512},   /* GA10x */
+    {8, 9, 256, 512},   /* AD10x, L4, L40 */
+    {9, 0, 256, 4096},  /* H100, H200 */
+    {10, 0, 256, 8192}, /* B200 */
+};
+
+double ct__cuda_peak_flops(int dt, int threads)
+{
+    (void)threads;
+    int dev = 0, sms = 0, khz = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not for the next launch check */
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof peak_table / sizeof *peak_table; i++)
+        if (peak_table[i].major == major && peak_table[i].minor == minor) {
+            bool lowp = dt == CT_BF16 || dt == CT_F16;
+            if (lowp && dt == CT_BF16 && major < 8)
+                return 0; /* no bf16 tensor cores */
+            return (double)sms * khz * 1e3 * (lowp ? peak_table[i].lowp : peak_table[i].f32);
+        }
+    return 0;
+}
+
 int ct__cuda_stream_new(void **stream)
 {
     cudaStream_t s = NULL;

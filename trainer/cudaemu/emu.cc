@@ -436,6 +436,33 @@ cudaError_t cudaDeviceSynchronize(void)
     return pending();
 }
 
+cudaError_t cudaGetDevice(int *dev)
+{
+    *dev = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev)
+{
+    if (dev != 0)
+        return last_error = cudaErrorInvalidValue;
+    switch (attr) {
+    case cudaDevAttrClockRate:
+        *value = 1980000; /* kHz */
+        return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount:
+        *value = 132;
+        return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+        *value = 9;
+        return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+        *value = 0;
+        return cudaSuccess;
+    }
+    return last_error = cudaErrorInvalidValue;
+}
+
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     size_t rounded = (bytes + 255) / 256 * 256;

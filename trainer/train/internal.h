@@ -352,6 +352,7 @@ typedef struct tr_recorder {
     char *buf;        /* records not sent yet */
     size_t len, cap;
     int64_t flushed_ns, t0_ns; /* last put; end of the last record (or the epoch's start) */
+    double peak_flops;         /* this replica's device's peak (MFU), set once by the replica */
     double loss_sum;           /* the record being built (an accumulation group) */
     int64_t samples, wait_ns;
     tr_metrics metrics;
@@ -384,6 +385,7 @@ typedef struct tr_step_record {
     double grad_norm;              /* when has_grad_norm (rank 0's; equal in all: synced) */
     bool has_grad_norm;
     double samples_per_s; /* samples / the slowest rank's step_s */
+    double peak_flops;    /* the sum of the ranks' device peaks (0 when one is unknown) */
     int world;
     double *step_s, *wait_s; /* per rank: wall time of the step (since the previous record, data
                                 loading included), of which waiting for averaged gradients */
@@ -409,8 +411,7 @@ typedef struct tr_progress tr_progress;
 /* Starts (or, same log_dir, continues) the log of a trainer_train call: *p is replaced unless
  * its log_dir is the same. Nothing (NULL) when opts asks for no output. CT_EINVAL / CT_EIO
  * naming the option or path. */
-int ct__progress_start(tr_progress **p, const trainer_train_opts *o, int64_t epochs,
-                       int cpus_per_replica);
+int ct__progress_start(tr_progress **p, const trainer_train_opts *o, int64_t epochs);
 /* Ends a trainer_train call's output (the live line); the files stay open for validations. */
 void ct__progress_stop(tr_progress *p);
 void ct__progress_free(tr_progress **p);

@@ -15,7 +15,6 @@
 
 #include "common/common.h"
 #include "internal.h"
-#include "trainer/cpu/cpu.h"
 #include "trainer/metrics/tfevents.h"
 
 #define TAG_MAX (32 + TRAINER_METRIC_NAME_MAX)
@@ -45,16 +44,19 @@ struct tr_progress {
     bool fresh;          /* a record came since the line was drawn */
     bool line_shown;     /* a live line is on the terminal */
     int64_t prev_batch, prev_epoch, next_plain;
-    double spb, rate; /* moving averages: seconds per batch (slowest rank), samples/s */
-    double flops_per_sample, peak_per_rank; /* MFU when both > 0 (trainer_train_opts) */
+    double spb, rate;        /* moving averages: seconds per batch (slowest rank), samples/s */
+    double flops_per_sample; /* MFU when > 0 (trainer_train_opts) and the replicas know their
+                                peaks */
 };
 
-/* model FLOPs utilization in percent at a group rate of samples/s; < 0 when not asked for */
-static double mfu_pct(const tr_progress *p, double samples_per_s, int world)
+/* model FLOPs utilization in percent at a group rate of samples/s, against the sum of the
+ * replicas' own device peaks (each replica's backend: its CPU cores or its GPU, in the run's
+ * precision); < 0 when not asked for, or a peak is unknown */
+static double mfu_pct(const tr_progress *p, double samples_per_s, double peak_flops)
 {
-    if (!(p->flops_per_sample > 0 && p->peak_per_rank > 0 && world > 0))
+    if (!(p->flops_per_sample > 0 && peak_flops > 0))
         return -1;
-    return 100.0 * samples_per_s * p->flops_per_sample / ((double)world * p->peak_per_rank);
+    return 100.0 * samples_per_s * p->flops_per_sample / peak_flops;
 }
 
 static double now_wall(void)
@@ -150,8 +152,10 @@ static void write_step(tr_progress *p, const tr_step_record *r)
         if (r->has_grad_norm)
             jnum(f, "grad_norm", r->grad_norm);
         jnum(f, "samples_per_s", r->samples_per_s);
-        if (mfu_pct(p, r->samples_per_s, r->world) >= 0)
-            jnum(f, "mfu_pct", mfu_pct(p, r->samples_per_s, r->world));
+        if (mfu_pct(p, r->samples_per_s, r->peak_flops) >= 0) {
+            jnum(f, "mfu_pct", mfu_pct(p, r->samples_per_s, r->peak_flops));
+            jnum(f, "peak_flops", r->peak_flops);
+        }
         for (int k = 0; k < 2; k++) {
             const double *v = k ? r->wait_s : r->step_s;
             fprintf(f, ",\"%s\":[", k ? "wait_s" : "step_s");
@@ -169,8 +173,8 @@ static void write_step(tr_progress *p, const tr_step_record *r)
     if (r->has_grad_norm)
         sc_add(sc, r->grad_norm, "train/grad_norm");
     sc_add(sc, r->samples_per_s, "train/samples_per_s");
-    if (mfu_pct(p, r->samples_per_s, r->world) >= 0)
-        sc_add(sc, mfu_pct(p, r->samples_per_s, r->world), "train/mfu_pct");
+    if (mfu_pct(p, r->samples_per_s, r->peak_flops) >= 0)
+        sc_add(sc, mfu_pct(p, r->samples_per_s, r->peak_flops), "train/mfu_pct");
     for (int i = 0; i < r->world; i++) {
         sc_add(sc, r->step_s[i], "train/step_s/rank%d", i);
         sc_add(sc, r->wait_s[i], "train/wait_s/rank%d", i);
@@ -209,8 +213,8 @@ static void status_line(const tr_progress *p, char *buf, size_t cap)
         (double)(r->batches - r->batch) + (double)(p->epochs - r->epoch - 1) * (double)r->batches;
     char eta[32], mfu[32] = "";
     fmt_eta(eta, sizeof eta, left * p->spb);
-    if (mfu_pct(p, p->rate, r->world) >= 0)
-        snprintf(mfu, sizeof mfu, " | MFU %.1f%%", mfu_pct(p, p->rate, r->world));
+    if (mfu_pct(p, p->rate, r->peak_flops) >= 0)
+        snprintf(mfu, sizeof mfu, " | MFU %.1f%%", mfu_pct(p, p->rate, r->peak_flops));
     snprintf(buf, cap, "epoch %lld/%lld step %lld/%lld | %.0f samples/s%s | ETA %s | loss %.4f",
              (long long)r->epoch + 1, (long long)p->epochs, (long long)r->batch,
              (long long)r->batches, p->rate, mfu, eta, r->loss);
@@ -307,8 +311,7 @@ static int open_files(tr_progress *p, const char *dir)
     return 0;
 }
 
-int ct__progress_start(tr_progress **pp, const trainer_train_opts *o, int64_t epochs,
-                       int cpus_per_replica)
+int ct__progress_start(tr_progress **pp, const trainer_train_opts *o, int64_t epochs)
 {
     if (o->progress < TRAINER_PROGRESS_AUTO || o->progress > TRAINER_PROGRESS_OFF)
         return ct__error(CT_EINVAL,
@@ -346,7 +349,6 @@ int ct__progress_start(tr_progress **pp, const trainer_train_opts *o, int64_t ep
     p->report_ms = o->report_ms > 0 ? o->report_ms : 100;
     p->epochs = epochs;
     p->flops_per_sample = o->flops_per_sample;
-    p->peak_per_rank = (double)cpus_per_replica * ct__cpu_peak_flops_per_core();
     return 0;
 }
 

@@ -5,8 +5,9 @@
  * merges the ranks' records of each step).
  *
  * A line: "<epoch> <batch> <batches> <step> <wall_ns> <loss_sum> <samples> <lr> <grad_norm>
- * <step_ns> <wait_ns> <nmetrics> [<name> <sum> <weight>]...\n"; grad_norm is "nan" when the
- * step measured none; doubles as %.17g (exact). Metric names have no blanks (step.c checks).
+ * <step_ns> <wait_ns> <peak_flops> <nmetrics> [<name> <sum> <weight>]...\n"; grad_norm is "nan"
+ * when the step measured none; peak_flops is the replica's device's (MFU's denominator, 0 when
+ * unknown); doubles as %.17g (exact). Metric names have no blanks (step.c checks).
  * Not here: what the driver does with a record (progress.c). */
 #include <math.h>
 #include <stdarg.h>
@@ -104,11 +105,11 @@ void ct__rec_batch(tr_recorder *rec, const trainer_step *s, const trainer_step_o
     const tr_metrics *m = &rec->metrics;
     size_t len0 = rec->len;
     bool ok =
-        append(rec, "%lld %lld %lld %lld %lld %.17g %lld %.17g %.17g %lld %lld %d",
+        append(rec, "%lld %lld %lld %lld %lld %.17g %lld %.17g %.17g %lld %lld %.17g %d",
                (long long)s->epoch, (long long)s->index, (long long)batches, (long long)s->st->step,
                (long long)realtime_ns(), rec->loss_sum, (long long)rec->samples,
                ct_optim_get_lr(s->st->optims[0], 0), s->has_grad_norm ? s->grad_norm : NAN,
-               (long long)(now - rec->t0_ns), (long long)rec->wait_ns, m->n);
+               (long long)(now - rec->t0_ns), (long long)rec->wait_ns, rec->peak_flops, m->n);
     for (int i = 0; ok && i < m->n; i++)
         ok = append(rec, " %s %.17g %.17g", m->names[i], m->sum[i], m->weight[i]);
     ok = ok && append(rec, "\n");
@@ -140,7 +141,7 @@ void ct__rec_free(tr_recorder *rec)
 /* One rank's record as sent. */
 typedef struct rank_rec {
     int64_t epoch, batch, batches, step, wall_ns, samples, step_ns, wait_ns;
-    double loss_sum, lr, grad_norm;
+    double loss_sum, lr, grad_norm, peak_flops;
     tr_metrics metrics;
 } rank_rec;
 
@@ -187,13 +188,13 @@ _Static_assert(TRAINER_METRIC_NAME_MAX == 48, "parse_line's %47s reads a metric 
 static bool parse_line(const char *line, rank_rec *r)
 {
     char *end;
-    long long v[12] = {0};
+    long long v[13] = {0};
     const char *p = line;
     int nm;
     /* integers and doubles in their order on the line */
-    static const char kinds[] = "iiiiididdiii"; /* i: integer, d: double */
-    double d[12] = {0};
-    for (int k = 0; k < 12; k++) {
+    static const char kinds[] = "iiiiididdiidi"; /* i: integer, d: double */
+    double d[13] = {0};
+    for (int k = 0; k < 13; k++) {
         if (kinds[k] == 'i')
             v[k] = strtoll(p, &end, 10);
         else
@@ -213,7 +214,8 @@ static bool parse_line(const char *line, rank_rec *r)
     r->grad_norm = d[8];
     r->step_ns = v[9];
     r->wait_ns = v[10];
-    nm = (int)v[11];
+    r->peak_flops = d[11];
+    nm = (int)v[12];
     memset(&r->metrics, 0, sizeof r->metrics);
     for (int i = 0; i < nm; i++) {
         char name[TRAINER_METRIC_NAME_MAX];
@@ -297,7 +299,8 @@ static void merge(tr_reader *rd)
     tr_step_record *o = &rd->out;
     const rank_rec *r0 = &rd->ranks[0].q[rd->ranks[0].head];
     tr_metrics m = {0};
-    double loss = 0, slowest = 0;
+    double loss = 0, slowest = 0, peak = 0;
+    bool peak_known = true;
     int64_t samples = 0;
     o->epoch = r0->epoch;
     o->batch = r0->batch;
@@ -315,11 +318,14 @@ static void merge(tr_reader *rd)
         o->step_s[i] = (double)r->step_ns * 1e-9;
         o->wait_s[i] = (double)r->wait_ns * 1e-9;
         slowest = o->step_s[i] > slowest ? o->step_s[i] : slowest;
+        peak += r->peak_flops;
+        peak_known = peak_known && r->peak_flops > 0;
         ct__trainer_metrics_add(&m, &r->metrics);
     }
     o->loss = samples ? loss / (double)samples : NAN;
     o->samples = samples;
     o->samples_per_s = slowest > 0 ? (double)samples / slowest : 0;
+    o->peak_flops = peak_known ? peak : 0;
     ct__trainer_metrics_out(&m, o->metrics, &o->nmetrics);
 }
 

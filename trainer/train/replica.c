@@ -309,6 +309,13 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
         return rc;
     if ((rc = ct__trainer_state_build(&r->spec, &r->ctx, true, &r->st)) < 0)
         return rc;
+    /* MFU's denominator, sent with every step record: this replica's own device (its CPU
+     * threads, or its GPU) in the run's precision */
+    const ct__backend *own = r->bk ? r->bk : ct__backend_of(CT_CPU);
+    r->rec.peak_flops = own && own->peak_flops
+                            ? own->peak_flops(trainer_ctx_precision(&r->ctx),
+                                              r->spec.threads > 0 ? r->spec.threads : 1)
+                            : 0;
     if (!(r->rdv = ct_rendezvous_kv_new("trainer/")))
         return CT_ENOMEM;
     if ((rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,

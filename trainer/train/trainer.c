@@ -1291,7 +1291,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
              o->checkpoint_score_order && !strcmp(o->checkpoint_score_order, "max"), &dir)) < 0)
         return rc;
     /* the run log (a resumed job's records start at the checkpoint's step) */
-    if ((rc = ct__progress_start(&t->progress, o, epochs, t->cpus)) < 0) {
+    if ((rc = ct__progress_start(&t->progress, o, epochs)) < 0) {
         ct__ckptdir_free(&dir);
         return rc;
     }

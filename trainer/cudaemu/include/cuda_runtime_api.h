@@ -35,6 +35,13 @@ enum cudaMemcpyKind {
     cudaMemcpyDefault = 4,
 };
 
+enum cudaDeviceAttr {
+    cudaDevAttrClockRate = 13,
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
+};
+
 #define cudaStreamNonBlocking 0x01u
 #define cudaEventDisableTiming 0x02u
 #define cudaHostAllocDefault 0x00u
@@ -43,6 +50,9 @@ const char *cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaDeviceSynchronize(void);
+/* the emulated device describes itself as an H100 SXM's shape: sm_90, 132 SMs, 1.98 GHz */
+cudaError_t cudaGetDevice(int *dev);
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev);
 
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);

@@ -19,6 +19,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "trainer/cudaemu/kernel.h"
@@ -334,14 +336,15 @@ void launch(const char *name, dim3 grid, dim3 block, size_t shared, cudaStream_t
         set_error(cudaErrorInvalidConfiguration, msg);
         return;
     }
-    static thread_local std::vector<char *> stacks;
+    /* the fibres' stacks, kept for the thread's later launches (freed when it exits) */
+    static thread_local std::vector<std::unique_ptr<char[]>> stacks;
     while (stacks.size() < threads) {
-        char *st = (char *)malloc(STACK_BYTES);
+        char *st = new (std::nothrow) char[STACK_BYTES];
         if (!st) {
             set_error(cudaErrorMemoryAllocation, "no memory for the fibres' stacks");
             return;
         }
-        stacks.push_back(st);
+        stacks.emplace_back(st);
     }
     block_run b;
     b.fibres.resize(threads);
@@ -351,7 +354,7 @@ void launch(const char *name, dim3 grid, dim3 block, size_t shared, cudaStream_t
         for (unsigned y = 0; y < block.y; y++)
             for (unsigned x = 0; x < block.x; x++, t++) {
                 b.fibres[t].idx = uint3{x, y, z};
-                b.fibres[t].stack = stacks[t];
+                b.fibres[t].stack = stacks[t].get();
             }
     block_run *outer = run_now;
     run_now = &b;

@@ -227,6 +227,22 @@ static void test_reductions(void)
     OK(ct__cuda_add_bias(dx, db, rows, cols, NULL));
     expect_dev("add_bias", dx, wantb, rows * cols, -1);
 
+    /* the loss scaler's unscale: the flag set by a non-finite result only, never cleared */
+    for (int bad = 0; bad < 3; bad++) {
+        int64_t n = bad == 2 ? BIG : 5000;
+        float *g = random_buf(n, 24, -1e4f, 1e4f), zero = 0, flag = -1, want_flag = 0;
+        if (bad == 1)
+            g[n - 1] = INFINITY;
+        if (bad == 2)
+            g[n / 2] = NAN;
+        float *d_g = dfloats(g, n), *d_flag = dfloats(&zero, 1);
+        OK(ct__cuda_unscale(d_g, n, 1.0f / 65536, d_flag, NULL));
+        OK(cpu->unscale(n, 1.0f / 65536, g, &want_flag));
+        expect_dev("unscale", d_g, g, n, -1);
+        get(&flag, d_flag, 1);
+        CHECK(flag == want_flag && want_flag == (bad ? 1.0f : 0.0f));
+    }
+
     float *var = random_buf(cols, 23, 0, 2), *wanti = hbuf(cols), *dv = dfloats(var, cols);
     for (int64_t i = 0; i < cols; i++)
         wanti[i] = 1.0f / sqrtf(var[i] + 1e-5f);

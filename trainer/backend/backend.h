@@ -287,6 +287,10 @@ typedef struct ct__backend {
      * clipping's per-parameter L2 norm) */
     int (*norm2)(int64_t n, const float *x, float *out);
     int (*scale)(int64_t n, float alpha, float *x); /* x *= alpha */
+    /* the loss scaler's unscale and inf check in one pass: g *= inv_scale; *found_inf (one
+     * float of this device) = 1 when some result is inf or NaN, else left as it is (so one
+     * flag serves every gradient of a step, read once) */
+    int (*unscale)(int64_t n, float inv_scale, float *g, float *found_inf);
     /* x (+)= *value (one float of this device) broadcast: sum's backward */
     int (*broadcast)(int64_t n, const float *value, float *x, bool acc);
     /* mask[i] = u(seed, offset + i) < p ? 0 : 1 / (1 - p), u uniform in [0, 1) from a

@@ -804,6 +804,8 @@ KERNEL(norm2, (int64_t n, const float *x, float *out), (.i = {n}, .p = {x, out})
        (t->i[0], F(0), F(1)))
 KERNEL(scale, (int64_t n, float alpha, float *x), (.i = {n}, .f = {alpha}, .p = {x}),
        (t->i[0], t->f[0], F(0)))
+KERNEL(unscale, (int64_t n, float inv_scale, float *g, float *found_inf),
+       (.i = {n}, .f = {inv_scale}, .p = {g, found_inf}), (t->i[0], t->f[0], F(0), F(1)))
 KERNEL(broadcast, (int64_t n, const float *value, float *x, bool acc),
        (.i = {n}, .p = {value, x}, .k = {acc}), (t->i[0], F(0), F(1), t->k[0]))
 KERNEL(dropout_mask, (int64_t n, float p, uint64_t seed, uint64_t offset, float *mask),
@@ -906,6 +908,7 @@ const ct__backend ct__backend_checkdev = {
     .sum = cd_sum,
     .norm2 = cd_norm2,
     .scale = cd_scale,
+    .unscale = cd_unscale,
     .broadcast = cd_broadcast,
     .dropout_mask = cd_dropout_mask,
     .loss_fwd = cd_loss_fwd,

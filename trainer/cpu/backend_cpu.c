@@ -269,6 +269,19 @@ static int cpu_sum(int64_t n, const float *x, float *out)
 }
 
 /* the parameter's L2 norm as ct_optim_clip_grad_norm computes it on the CPU */
+static int cpu_unscale(int64_t n, float inv_scale, float *g, float *found_inf)
+{
+    bool bad = false;
+    for (int64_t i = 0; i < n; i++) {
+        float v = g[i] * inv_scale;
+        g[i] = v;
+        bad |= !isfinite(v);
+    }
+    if (bad)
+        *found_inf = 1.0f;
+    return 0;
+}
+
 static double cpu_peak_flops(int dt, int threads)
 {
     (void)dt; /* no table of bf16 rates for CPUs: FP32's is the bound MFU shows */
@@ -429,6 +442,7 @@ const ct__backend ct__backend_cpu = {
     .sum = cpu_sum,
     .norm2 = cpu_norm2,
     .scale = cpu_scale,
+    .unscale = cpu_unscale,
     .broadcast = cpu_broadcast,
     .dropout_mask = cpu_dropout_mask,
     .loss_fwd = cpu_loss_fwd,

@@ -344,6 +344,10 @@ static int cu_sum(int64_t n, const float *x, float *out)
 {
     return ct__cuda_sum(x, n, out, cs());
 }
+static int cu_unscale(int64_t n, float inv_scale, float *g, float *found_inf)
+{
+    return ct__cuda_unscale(g, n, inv_scale, found_inf, cs());
+}
 static int cu_norm2(int64_t n, const float *x, float *out)
 {
     return ct__cuda_norm2(x, n, out, cs());
@@ -472,6 +476,7 @@ const ct__backend ct__backend_cuda = {
     .add_i64 = cu_add_i64,
     .sum = cu_sum,
     .norm2 = cu_norm2,
+    .unscale = cu_unscale,
     .scale = cu_scale,
     .broadcast = cu_broadcast,
     .dropout_mask = cu_dropout_mask,

@@ -122,6 +122,8 @@ int ct__cuda_relu_bwd(const float *x, const float *dy, float *dx, int64_t n, boo
                       void *stream);
 /* *out (device, one float) = the sum of x, in double, rounded once: the same on every run. */
 int ct__cuda_sum(const float *x, int64_t n, float *out, void *stream);
+/* g *= inv_scale; *found_inf (device) = 1 when a result is inf or NaN, else untouched */
+int ct__cuda_unscale(float *g, int64_t n, float inv_scale, float *found_inf, void *stream);
 /* *out (device, one float) = sqrt(the sum of x's squares, in double), rounded once. */
 int ct__cuda_norm2(const float *x, int64_t n, float *out, void *stream);
 

@@ -155,6 +155,29 @@ extern "C" int ct__cuda_inv_std(const float *var, float eps, float *y, int64_t n
     return launched("cuda_inv_std");
 }
 
+/* every thread that finds a non-finite value stores the same 1: no atomics needed */
+static __global__ void unscale_kernel(float *g, int64_t n, float inv_scale, float *found_inf)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = g[i] * inv_scale;
+        g[i] = v;
+        if (!isfinite(v))
+            *found_inf = 1.0f;
+    }
+}
+
+extern "C" int ct__cuda_unscale(float *g, int64_t n, float inv_scale, float *found_inf,
+                                void *stream)
+{
+    int rc = check("cuda_unscale", n, g, found_inf);
+    if (rc || n == 0)
+        return rc;
+    unscale_kernel<<<ct__cuda_blocks(n), CT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
+        g, n, inv_scale, found_inf);
+    return launched("cuda_unscale");
+}
+
 /* ---- sum ----
  * Deterministic: a fixed number of blocks for a given n, each sums its grid-stride share in
  * double and then its threads in a fixed tree; one block adds the partials the same way. */

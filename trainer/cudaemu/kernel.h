@@ -31,6 +31,11 @@
 /* what trainer/cuda/cuda_internal.h takes for device code, as it takes __CUDACC__ */
 #define CT_EMU_DEVICE_CODE 1
 
+/* CUDA's math classification functions are global in device code */
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+
 #define __global__
 #define __device__
 #define __host__

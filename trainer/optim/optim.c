@@ -1031,35 +1031,43 @@ out:
  * then the sum of g * 0, which is 0 unless some g is inf or NaN; one float comes back. */
 int ct__optim_unscale_grads(ct_optim *o, float inv_scale, bool *found_inf)
 {
+    /* one flag per device the gradients are on (one, but for a model across devices), set by
+     * each gradient's unscale and read once: no download per parameter */
+    enum { MAX_DEVICES = 8 };
+    const ct__backend *bks[MAX_DEVICES];
+    float *flags[MAX_DEVICES];
+    int nb = 0, rc = 0;
     *found_inf = false;
-    for (int i = 0; i < o->nparams; i++) {
+    for (int i = 0; i < o->nparams && rc == 0; i++) {
         pstate *p = &o->p[i];
         if (!p->grad || p->numel == 0)
             continue;
-        const ct__backend *bk = p->bk;
-        void *tmp = NULL, *out = NULL;
-        float sum = 0.0f;
-        int rc = bk->alloc(&tmp, (size_t)p->numel * sizeof(float));
+        int k = 0;
+        while (k < nb && bks[k] != p->bk)
+            k++;
+        if (k == nb) {
+            if (nb == MAX_DEVICES) {
+                rc =
+                    ct__error(CT_ENOSYS, "unscale: gradients on more than %d devices", MAX_DEVICES);
+                break;
+            }
+            void *f = NULL;
+            if ((rc = p->bk->alloc(&f, sizeof(float))) < 0)
+                break;
+            bks[nb] = p->bk;
+            flags[nb++] = f;
+            if ((rc = p->bk->zero(f, sizeof(float))) < 0)
+                break;
+        }
+        rc = CT__BK_CALL(p->bk, unscale, p->numel, inv_scale, p->grad, flags[k]);
+    }
+    for (int k = 0; k < nb; k++) {
+        float flag = 0.0f;
         if (rc == 0)
-            rc = bk->alloc(&out, sizeof(float));
-        if (rc == 0)
-            rc = CT__BK_CALL(bk, fill, p->numel, inv_scale, tmp);
-        if (rc == 0)
-            rc = CT__BK_CALL(bk, mul, p->numel, p->grad, tmp, p->grad, false);
-        if (rc == 0)
-            rc = CT__BK_CALL(bk, fill, p->numel, 0.0f, tmp);
-        if (rc == 0)
-            rc = CT__BK_CALL(bk, mul, p->numel, p->grad, tmp, tmp, false);
-        if (rc == 0)
-            rc = CT__BK_CALL(bk, sum, p->numel, tmp, out);
-        if (rc == 0)
-            rc = bk->download(&sum, out, sizeof sum);
-        bk->free(tmp);
-        bk->free(out);
-        if (rc < 0)
-            return rc;
-        if (sum != 0.0f)
+            rc = bks[k]->download(&flag, flags[k], sizeof flag);
+        bks[k]->free(flags[k]);
+        if (flag != 0.0f)
             *found_inf = true;
     }
-    return 0;
+    return rc;
 }

@@ -34,27 +34,6 @@ int64_t ct__comm_deadline(const ct_comm *c, int timeout_ms)
     return ct__now_ns() + (int64_t)t * 1000000;
 }
 
-int ct__rdv_get_str(const ct_rendezvous *rdv, const char *key, char **out, int64_t deadline)
-{
-    int64_t left = (deadline - ct__now_ns()) / 1000000;
-    void *v = NULL;
-    size_t len = 0;
-    *out = NULL;
-    int rc = rdv->get(rdv->ctx, key, &v, &len, left > 0 ? (int)left : 1);
-    if (rc < 0)
-        return rc;
-    char *s = malloc(len + 1);
-    if (!s) {
-        free(v);
-        return ct__error(CT_ENOMEM, "collective: rendezvous value of %zu bytes", len);
-    }
-    memcpy(s, v, len);
-    s[len] = 0;
-    free(v);
-    *out = s;
-    return 0;
-}
-
 int ct__comm_fail(ct_comm *c, int err)
 {
     int expected = 0;

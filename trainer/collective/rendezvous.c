@@ -1,7 +1,9 @@
-/* trainer/collective/rendezvous.c — the file-system rendezvous: a directory where each key is
- * a file, written to a temporary name and renamed into place so readers never see a partial
- * value (the idea of torch's FileStore, one file per key). For standalone runs and tests; in a
- * cluster the head's KV plays this role. Not a general KV: keys are written once. */
+/* trainer/collective/rendezvous.c — the file-system rendezvous, and reading a string from any
+ * rendezvous (ct__rdv_get_str: comm.c, shm.c and tcp.c wait for their peers' ids with it).
+ * The file-system rendezvous is a directory where each key is a file, written to a temporary
+ * name and renamed into place so readers never see a partial value (the idea of torch's
+ * FileStore, one file per key). For standalone runs and tests; in a cluster the head's KV plays
+ * this role. Not a general KV: keys are written once. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 
 #include "common/common.h"
 #include "ct/collective.h"
+#include "internal.h"
 
 struct file_rdv {
     ct_rendezvous r; /* first: the public struct handed out */
@@ -161,4 +164,27 @@ void ct_rendezvous_file_destroy(ct_rendezvous **rdv)
     free(f->dir);
     free(f);
     *rdv = NULL;
+}
+
+/* ---- any rendezvous ---- */
+
+int ct__rdv_get_str(const ct_rendezvous *rdv, const char *key, char **out, int64_t deadline)
+{
+    int64_t left = (deadline - ct__now_ns()) / 1000000;
+    void *v = NULL;
+    size_t len = 0;
+    *out = NULL;
+    int rc = rdv->get(rdv->ctx, key, &v, &len, left > 0 ? (int)left : 1);
+    if (rc < 0)
+        return rc;
+    char *s = malloc(len + 1);
+    if (!s) {
+        free(v);
+        return ct__error(CT_ENOMEM, "collective: rendezvous value of %zu bytes", len);
+    }
+    memcpy(s, v, len);
+    s[len] = 0;
+    free(v);
+    *out = s;
+    return 0;
 }

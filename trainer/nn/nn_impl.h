@@ -1,4 +1,4 @@
-/* trainer/nn/nn_impl.h — internals shared by the nn files: the per-thread generator used for
+/* trainer/nn/nn_impl.h — internals shared by the nn files: the per-thread generator (rng.c) used for
  * initialisation and dropout. Not public API. */
 #ifndef CT_NN_IMPL_H
 #define CT_NN_IMPL_H

@@ -72,6 +72,7 @@ void ct__node_report_ready(nodest *n, nactor *a, const ct__zrep *r)
 
 /* ---- the index: id -> 1 + position in a (open addressing) ---- */
 
+/* FNV-1a, 32 bits. */
 static unsigned id_hash(const char *id)
 {
     unsigned h = 2166136261u;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include "actor/node_shared.h"
 
+/* Drops the oldest queued request. */
 static void qreq_pop(nodest *n)
 {
     free(n->q[n->qh].buf);
@@ -56,9 +57,9 @@ void ct__node_feed_zygotes(nodest *n)
         ssize_t w = send(z->fd, qr->buf, qr->len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             return; /* its SPAWNED records, or the next turn of the loop, call again */
+        /* it died: its end (ct__node_zygote_gone) fails or moves what waits, saying why */
         if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
-            return; /* it died: its end (ct__node_zygote_gone) fails or moves what waits, saying why
-                     */
+            return;
         if (w != (ssize_t)qr->len) {
             char why[200];
             snprintf(why, sizeof why, "node: zygote %d: %s", (int)z->pid,
@@ -96,6 +97,84 @@ bool ct__node_check_start_actor(nodest *n, const Ct__Envelope *e)
     snprintf(why, sizeof why, "%s", ct_last_error());
     ct__node_report_start_failed(n, s->actor_id ? s->actor_id : "", why, false);
     return false;
+}
+
+/* A zygote for key: the least busy one of this executable; another one (up to one per CPU, at
+ * most 4) when all are busy, so that bursts of creations fork in parallel. Its index, or the
+ * error of the spawn when there was none. */
+static int find_zygote(nodest *n, Ct__StartActor *s, const char *exe, int exe_fd, const char *key,
+                       size_t kl)
+{
+    int zi = -1, same = 0;
+    for (int i = 0; i < n->nz; i++)
+        if (n->z[i].keylen == kl && !memcmp(n->z[i].key, key, kl)) {
+            same++;
+            if (zi < 0 || n->z[i].outstanding < n->z[zi].outstanding)
+                zi = i;
+        }
+    /* sysconf reads /sys on every call: once per node */
+    static long ncpu;
+    if (!ncpu)
+        ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int max_same = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
+    if (zi < 0 || (n->z[zi].outstanding > 0 && same < max_same && n->nz < n->max_zyg)) {
+        int nzi = ct__node_zygote_spawn(n, s, exe, exe_fd, key, kl, zi < 0);
+        if (nzi >= 0)
+            zi = nzi;
+        else if (zi < 0)
+            return nzi;
+        /* a new executable: its sibling zygotes start now, while this one is loading, so that
+         * a burst of creations does not pay for their exec and dynamic linking */
+        for (same++; same < max_same && n->nz < n->max_zyg; same++)
+            if (ct__node_zygote_spawn(n, s, exe, exe_fd, key, kl, false) < 0)
+                break;
+    }
+    return zi;
+}
+
+/* Queues s's start request for a zygote of key; *req: the request (its cuda_devices still to
+ * fill). 0 or CT_ENOMEM. */
+static int queue_push(nodest *n, const Ct__StartActor *s, const char *key, size_t kl,
+                      ct__zreq **req)
+{
+    if (n->qn == n->qcap) {
+        if (n->qh > 0) { /* compact before growing */
+            memmove(n->q, n->q + n->qh, (n->qn - n->qh) * sizeof *n->q);
+            n->qn -= n->qh;
+            n->qh = 0;
+        } else {
+            int cap = n->qcap ? 2 * n->qcap : 64;
+            qreq *nq = realloc(n->q, cap * sizeof *nq);
+            if (!nq)
+                return ct__error(CT_ENOMEM, "node: out of memory");
+            n->q = nq;
+            n->qcap = cap;
+        }
+    }
+    size_t len = sizeof(ct__zreq) + s->args.len;
+    char *buf = malloc(len);
+    char *kcopy = malloc(kl);
+    if (!buf || !kcopy) {
+        free(buf);
+        free(kcopy);
+        return ct__error(CT_ENOMEM, "node: out of memory");
+    }
+    ct__zreq *r = (ct__zreq *)buf;
+    memset(r, 0, sizeof *r);
+    snprintf(r->actor_id, sizeof r->actor_id, "%s", s->actor_id);
+    snprintf(r->cls, sizeof r->cls, "%s", s->class_name);
+    r->args_len = (unsigned)s->args.len;
+    if (s->args.len)
+        memcpy(buf + sizeof *r, s->args.data, s->args.len);
+    memcpy(kcopy, key, kl);
+    qreq *qr = &n->q[n->qn++];
+    qr->buf = buf;
+    qr->len = len;
+    qr->key = kcopy;
+    qr->keylen = kl;
+    snprintf(qr->id, sizeof qr->id, "%s", s->actor_id);
+    *req = r;
+    return 0;
 }
 
 /* The executable (the cached copy of a shipped one) and its zygote, then the request queued and
@@ -138,76 +217,13 @@ void ct__node_on_start_actor(nodest *n, Ct__Envelope *e)
         kl += snprintf(key + kl, sizeof key - kl, "%s", s->argv[i]) + 1;
     if (kl > sizeof key)
         kl = sizeof key;
-    /* the least busy zygote of this executable; another one (up to one per CPU, at most 4)
-     * when all are busy, so that bursts of creations fork in parallel */
-    int zi = -1, same = 0;
-    for (int i = 0; i < n->nz; i++)
-        if (n->z[i].keylen == kl && !memcmp(n->z[i].key, key, kl)) {
-            same++;
-            if (zi < 0 || n->z[i].outstanding < n->z[zi].outstanding)
-                zi = i;
-        }
-    /* sysconf reads /sys on every call: once per node */
-    static long ncpu;
-    if (!ncpu)
-        ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int max_same = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
-    if (zi < 0 || (n->z[zi].outstanding > 0 && same < max_same && n->nz < n->max_zyg)) {
-        int nzi = ct__node_zygote_spawn(n, s, exe, exe_fd, key, kl, zi < 0);
-        if (nzi >= 0)
-            zi = nzi;
-        else if (zi < 0) {
-            rc = nzi;
-            permanent = rc == CT_ENOENT; /* spawn_zygote's access(exe, X_OK) */
-            goto fail;
-        }
-        /* a new executable: its sibling zygotes start now, while this one is loading, so that
-         * a burst of creations does not pay for their exec and dynamic linking */
-        for (same++; same < max_same && n->nz < n->max_zyg; same++)
-            if (ct__node_zygote_spawn(n, s, exe, exe_fd, key, kl, false) < 0)
-                break;
-    }
-    if ((rc = ct__node_actor_room(n)))
-        goto fail;
-    if (n->qn == n->qcap) {
-        if (n->qh > 0) { /* compact before growing */
-            memmove(n->q, n->q + n->qh, (n->qn - n->qh) * sizeof *n->q);
-            n->qn -= n->qh;
-            n->qh = 0;
-        } else {
-            int cap = n->qcap ? 2 * n->qcap : 64;
-            qreq *nq = realloc(n->q, cap * sizeof *nq);
-            if (!nq) {
-                rc = ct__error(CT_ENOMEM, "node: out of memory");
-                goto fail;
-            }
-            n->q = nq;
-            n->qcap = cap;
-        }
-    }
-    size_t len = sizeof(ct__zreq) + s->args.len;
-    char *buf = malloc(len);
-    char *kcopy = malloc(kl);
-    if (!buf || !kcopy) {
-        free(buf);
-        free(kcopy);
-        rc = ct__error(CT_ENOMEM, "node: out of memory");
+    if ((rc = find_zygote(n, s, exe, exe_fd, key, kl)) < 0) {
+        permanent = rc == CT_ENOENT; /* ct__node_zygote_spawn's access(exe, X_OK) */
         goto fail;
     }
-    ct__zreq *r = (ct__zreq *)buf;
-    memset(r, 0, sizeof *r);
-    snprintf(r->actor_id, sizeof r->actor_id, "%s", s->actor_id);
-    snprintf(r->cls, sizeof r->cls, "%s", s->class_name);
-    r->args_len = (unsigned)s->args.len;
-    if (s->args.len)
-        memcpy(buf + sizeof *r, s->args.data, s->args.len);
-    memcpy(kcopy, key, kl);
-    qreq *qr = &n->q[n->qn++];
-    qr->buf = buf;
-    qr->len = len;
-    qr->key = kcopy;
-    qr->keylen = kl;
-    snprintf(qr->id, sizeof qr->id, "%s", s->actor_id);
+    ct__zreq *r = NULL;
+    if ((rc = ct__node_actor_room(n)) || (rc = queue_push(n, s, key, kl, &r)))
+        goto fail;
     nactor *a = ct__node_actor_add(n, s);
     ct__node_gpu_take(n, a, s->gpus, r->cuda_devices, sizeof r->cuda_devices);
     if (exe_fd >= 0)

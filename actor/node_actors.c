@@ -124,14 +124,10 @@ static void ix_del(nodest *n, int i)
 
 int ct__node_actor_room(nodest *n)
 {
-    if (n->na == n->cap) {
-        int cap = n->cap ? 2 * n->cap : 64;
-        nactor *na = realloc(n->a, cap * sizeof *na);
-        if (!na)
-            return ct__error(CT_ENOMEM, "node: out of memory");
-        n->a = na;
-        n->cap = cap;
-    }
+    nactor *a = n->na < n->cap ? n->a : ct__node_grow(n->a, &n->cap, sizeof *a, 64);
+    if (!a)
+        return CT_ENOMEM;
+    n->a = a;
     if (2 * (n->na + 1) > n->ixcap) {
         int cap = n->ixcap ? 2 * n->ixcap : 128;
         int *ix = calloc(cap, sizeof *ix);

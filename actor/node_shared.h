@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/types.h>
 #include <zmq.h>
 #include "actor/runtime.h"
@@ -148,6 +149,20 @@ static inline int ct__node_send_head(nodest *n, Ct__Envelope *e)
         CT_LOG(CT_LOG_WARN, "node", "send %s: %s", ct__msg_body_name(e->body_case),
                ct_last_error());
     return rc;
+}
+
+/* arr (*cap elements of size bytes) grown to twice as many, first when it has none: the new
+ * array (*cap updated), or NULL with arr and *cap unchanged (CT_ENOMEM set). */
+static inline void *ct__node_grow(void *arr, int *cap, size_t size, int first)
+{
+    int c = *cap ? 2 * *cap : first;
+    void *p = realloc(arr, (size_t)c * size);
+    if (!p) {
+        ct__error(CT_ENOMEM, "node: out of memory");
+        return NULL;
+    }
+    *cap = c;
+    return p;
 }
 
 /* SIGKILLs pid: never a process group or every process (pid <= 0), nothing when detached. */

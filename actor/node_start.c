@@ -137,20 +137,15 @@ static int find_zygote(nodest *n, Ct__StartActor *s, const char *exe, int exe_fd
 static int queue_push(nodest *n, const Ct__StartActor *s, const char *key, size_t kl,
                       ct__zreq **req)
 {
-    if (n->qn == n->qcap) {
-        if (n->qh > 0) { /* compact before growing */
-            memmove(n->q, n->q + n->qh, (n->qn - n->qh) * sizeof *n->q);
-            n->qn -= n->qh;
-            n->qh = 0;
-        } else {
-            int cap = n->qcap ? 2 * n->qcap : 64;
-            qreq *nq = realloc(n->q, cap * sizeof *nq);
-            if (!nq)
-                return ct__error(CT_ENOMEM, "node: out of memory");
-            n->q = nq;
-            n->qcap = cap;
-        }
+    if (n->qn == n->qcap && n->qh > 0) { /* compact before growing */
+        memmove(n->q, n->q + n->qh, (n->qn - n->qh) * sizeof *n->q);
+        n->qn -= n->qh;
+        n->qh = 0;
     }
+    qreq *q = n->qn < n->qcap ? n->q : ct__node_grow(n->q, &n->qcap, sizeof *q, 64);
+    if (!q)
+        return CT_ENOMEM;
+    n->q = q;
     size_t len = sizeof(ct__zreq) + s->args.len;
     char *buf = malloc(len);
     char *kcopy = malloc(kl);

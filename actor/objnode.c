@@ -16,7 +16,8 @@
  * map this shard) to the head once registered (on the node's own head socket, so the
  * head learns its routing id); ObjAdded/ObjRemoved (from the shard's on_event hook, on any
  * thread) and ObjPullDone (from pull threads) go on a second head connection of this module,
- * guarded by a mutex. ObjPull and ObjDelete come from the head through the node's loop.
+ * guarded by a mutex. ObjPull and ObjDelete come from the head through the node's loop: their
+ * checks and handlers are rows of node.c's table (declared in runtime.h).
  * Pulls run one thread each; a pull of an id already in flight on this node is not started
  * twice (its completion answers both).
  *
@@ -47,9 +48,6 @@
 
 #define MAX_PULLS 256
 
-/* node.c: the token the head gave this node (runtime.h would be its place) */
-const char *ct__node_token(void);
-
 static struct {
     bool on;
     bool detached; /* ct__objnode_start_detached: handlers only, no pulls */
@@ -58,6 +56,7 @@ static struct {
     char token[CT_TOKEN_LEN + 1]; /* the node's: its reports carry it */
     char dir[256];
     void *ctx;
+    void *main; /* the node's own head connection (borrowed; node thread only) */
     void *sock; /* second head connection, guarded by mu */
     pthread_mutex_t mu;
     ct_store *store;
@@ -81,6 +80,15 @@ static void send_locked(Ct__Envelope *e)
     while (O.sock && zmq_msg_recv(&m, O.sock, ZMQ_DONTWAIT) >= 0)
         ;
     zmq_msg_close(&m);
+}
+
+/* Sends e on the node's own head connection (the node's thread). */
+static void send_main(Ct__Envelope *e)
+{
+    e->token = O.token;
+    if (ct__msg_send(O.main, NULL, e, ZMQ_DONTWAIT))
+        CT_LOG(CT_LOG_WARN, "node", "send %s: %s", ct__msg_body_name(e->body_case),
+               ct_last_error());
 }
 
 static void on_store_event(void *arg, int event, const ct_object_id *id, uint64_t size)
@@ -321,11 +329,17 @@ static void *pull_main(void *arg)
     return NULL;
 }
 
-static void on_pull(Ct__Envelope *e, void *user)
+bool ct__objnode_check_pull(ct__node *n, const Ct__Envelope *e)
 {
-    (void)user;
+    (void)n;
+    return e->obj_pull->object_id.len == CT_OBJECT_ID_LEN && e->obj_pull->n_holders;
+}
+
+void ct__objnode_on_pull(ct__node *n, Ct__Envelope *e)
+{
+    (void)n;
     Ct__ObjPull *p = e->obj_pull;
-    if (!O.on || p->object_id.len != CT_OBJECT_ID_LEN || !p->n_holders)
+    if (!O.on)
         return;
     ct_object_id id;
     memcpy(id.b, p->object_id.data, CT_OBJECT_ID_LEN);
@@ -389,11 +403,17 @@ static void on_pull(Ct__Envelope *e, void *user)
     pthread_mutex_unlock(&O.mu);
 }
 
-static void on_delete(Ct__Envelope *e, void *user)
+bool ct__objnode_check_delete(ct__node *n, const Ct__Envelope *e)
 {
-    (void)user;
+    (void)n;
+    return e->obj_delete->object_id.len == CT_OBJECT_ID_LEN;
+}
+
+void ct__objnode_on_delete(ct__node *n, Ct__Envelope *e)
+{
+    (void)n;
     Ct__ObjDelete *d = e->obj_delete;
-    if (!O.on || d->object_id.len != CT_OBJECT_ID_LEN)
+    if (!O.on)
         return;
     ct_object_id id;
     memcpy(id.b, d->object_id.data, CT_OBJECT_ID_LEN);
@@ -602,7 +622,7 @@ static const char *send_node_info(void)
     ni.host_id = hid;
     e.body_case = CT__ENVELOPE__BODY_OBJ_NODE_INFO;
     e.obj_node_info = &ni;
-    ct__node_send_head(&e);
+    send_main(&e);
     return ni.xfer_address;
 }
 
@@ -627,20 +647,22 @@ void ct__objnode_resume(void)
         a.size = ents[i].size;
         e.body_case = CT__ENVELOPE__BODY_OBJ_ADDED;
         e.obj_added = &a;
-        ct__node_send_head(&e);
+        send_main(&e);
     }
     CT_LOG(CT_LOG_INFO, "objnode", "told the head %zu objects again", n);
     free(ents);
 }
 
-int ct__objnode_start(const char *node_id, const char *head, const char *host, uint64_t memory,
-                      const char *spill_dir)
+int ct__objnode_start(const ct__objnode_opts *o)
 {
     int rc = 0;
+    const char *spill_dir = o->spill_dir, *host = o->host;
+    uint64_t memory = o->memory;
     ct__objnode_purge_leftovers();
-    snprintf(O.node_id, sizeof O.node_id, "%s", node_id);
+    snprintf(O.node_id, sizeof O.node_id, "%s", o->node_id);
     snprintf(O.host, sizeof O.host, "%s", host);
-    snprintf(O.token, sizeof O.token, "%s", ct__node_token());
+    snprintf(O.token, sizeof O.token, "%s", o->token);
+    O.main = o->head_sock;
     if (spill_dir && *spill_dir && (rc = ct__objnode_check_dir(spill_dir)))
         return rc;
     /* a fresh directory of the node's own (mkdtemp: 0700, a name nobody could plant) */
@@ -684,7 +706,7 @@ int ct__objnode_start(const char *node_id, const char *head, const char *host, u
     if ((rc = ct__auth_zmq_client(O.sock)))
         goto fail;
     char ep[200];
-    snprintf(ep, sizeof ep, "tcp://%s", head);
+    snprintf(ep, sizeof ep, "tcp://%s", o->head);
     if (zmq_connect(O.sock, ep) != 0) {
         rc = ct__error(CT_EZMQ, "node: connect %s: %s", ep, zmq_strerror(errno));
         goto fail;
@@ -700,8 +722,6 @@ int ct__objnode_start(const char *node_id, const char *head, const char *host, u
         rc = CT_EZMQ;
         goto fail;
     }
-    ct__node_add_handler(CT__ENVELOPE__BODY_OBJ_PULL, on_pull, NULL);
-    ct__node_add_handler(CT__ENVELOPE__BODY_OBJ_DELETE, on_delete, NULL);
     O.on = true;
     O.stopping = 0;
     ct_store_stats st;
@@ -734,6 +754,7 @@ void ct__objnode_stop(void)
     while (O.running)
         pthread_cond_wait(&O.cv, &O.mu);
     O.on = false;
+    O.main = NULL;
     zmq_close(O.sock);
     O.sock = NULL;
     pthread_mutex_unlock(&O.mu);
@@ -750,8 +771,6 @@ void ct__objnode_start_detached(ct_store *store)
     O.store = store;
     O.detached = true;
     O.on = true;
-    ct__node_add_handler(CT__ENVELOPE__BODY_OBJ_PULL, on_pull, NULL);
-    ct__node_add_handler(CT__ENVELOPE__BODY_OBJ_DELETE, on_delete, NULL);
 }
 
 void ct__objnode_stop_detached(void)

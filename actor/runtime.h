@@ -1,4 +1,4 @@
-/* actor/runtime.h — internals shared by the node (node.c), the zygote and actor processes
+/* actor/runtime.h — internals shared by the node (node*.c), the zygote and actor processes
  * (worker.c) and the driver API (api_*.c). Not public API; see include/ct/ct.h. */
 #ifndef CT_ACTOR_RUNTIME_H
 #define CT_ACTOR_RUNTIME_H
@@ -41,33 +41,29 @@ int ct__node_run(const ct_node_opts *opts);
  * no driver or NVML fails (one info line says why). */
 int ct__gpu_count(void);
 
+/* The node (node_shared.h). */
+typedef struct nodest ct__node;
+struct Ct__Envelope;
+/* A row of the node's handler table (node.c), for each message kind from the head: a check of
+ * the message's own fields, run first (false: dropped, or refused as its kind is), and the
+ * handler (e borrowed; on the node's thread, never blocking on the head). */
+typedef bool ct__node_check(ct__node *n, const struct Ct__Envelope *e);
+typedef void ct__node_handler(ct__node *n, struct Ct__Envelope *e);
+
 /* ---- a detached node, for fuzz/fuzz_node.c ----
  * The node's handlers without a head, a registration or processes: what it would send the head
  * goes to sock (borrowed; e.g. a DEALER connected nowhere, which refuses it). StartActor runs up
  * to the spawn: a zygote is a socketpair whose other end the caller plays (no fork, no exec),
  * no code shipping, and no signal is ever sent. Not thread-safe; one per thread.
  * handle_bytes: one envelope from the head (decoded with the node's caps); 0, the decode error,
- * or CT_EDEAD when it declared the node dead. zygote_bytes: one record (ct__zrep) from zygote
- * zi (0 <= zi < ct__node_zygotes), after dropping what the node sent it; 0 or CT_E*. */
-typedef struct nodest ct__node;
+ * or CT_EDEAD when it was the head's refusal of a heartbeat (it does not know the node).
+ * zygote_bytes: one record (ct__zrep) from zygote zi (0 <= zi < ct__node_zygotes), after dropping
+ * what the node sent it; 0 or CT_E*. */
 ct__node *ct__node_new_detached(void *sock);
 int ct__node_handle_bytes(ct__node *n, const uint8_t *data, size_t len);
 int ct__node_zygote_bytes(ct__node *n, int zi, const uint8_t *data, size_t len);
 int ct__node_zygotes(const ct__node *n);
 void ct__node_destroy_detached(ct__node **n);
-
-/* ---- node extension point (e.g. the object-store shard a node hosts) ----
- * Registered before ct__node_run (process-wide, not thread-safe). on_start runs on the node's
- * thread once it is registered (start the module's own threads there), on_stop before it
- * exits. A handler gets envelopes from the head whose body the node does not handle itself
- * (borrowed; freed after). ct__node_send_head is for hooks and handlers, on the node's thread. */
-struct Ct__Envelope;
-typedef void (*ct__node_hook)(const char *node_id, const char *head_addr, const char *host,
-                              void *user);
-typedef void (*ct__node_handler)(struct Ct__Envelope *e, void *user);
-int ct__node_add_hooks(ct__node_hook on_start, ct__node_hook on_stop, void *user);
-int ct__node_add_handler(int body_case, ct__node_handler fn, void *user);
-int ct__node_send_head(struct Ct__Envelope *e);
 
 /* ---- the node's object store (objnode.c) ----
  * start: creates the shard "node.<pid>" and its transfer server, tells the head (on the node's
@@ -80,8 +76,15 @@ int ct__node_send_head(struct Ct__Envelope *e);
  * removed) when the bytes' SHA-1 is not id: never run them, nor anything in their place.
  * purge_leftovers: removes shards and dirs (this uid's) of dead nodes on this host; purge_pid:
  * those of one (killed) node. */
-int ct__objnode_start(const char *node_id, const char *head, const char *host, uint64_t memory,
-                      const char *spill_dir);
+typedef struct ct__objnode_opts {
+    const char *node_id, *token; /* the node's, from its registration: its reports carry them */
+    void *head_sock; /* the node's own head connection (borrowed until stop; node thread only):
+                        ObjNodeInfo goes there, so that the head learns its route */
+    const char *head, *host; /* the head's "host:port"; the address the server binds */
+    uint64_t memory;         /* shard bytes; 0: ct__objnode_default_memory */
+    const char *spill_dir;   /* NULL or "": the node's own directory */
+} ct__objnode_opts;
+int ct__objnode_start(const ct__objnode_opts *o);
 void ct__objnode_stop(void);
 /* After the node registered again with a restarted head: tells it the shard (ObjNodeInfo) and
  * every object it holds (ObjAdded), through the node's main connection (node thread only). */
@@ -94,6 +97,10 @@ void ct__objnode_purge_pid(int pid);
  * it is a symlink, not a directory, not this uid's, or group/other-writable. */
 int ct__objnode_check_dir(const char *dir);
 const char *ct__objnode_store_name(void);
+/* The node's rows for the head's orders to the shard (node.c's table lists them): ObjPull, a pull
+ * from the holders named (answered ObjPullDone), and ObjDelete. Before start they do nothing. */
+ct__node_check ct__objnode_check_pull, ct__objnode_check_delete;
+ct__node_handler ct__objnode_on_pull, ct__objnode_on_delete;
 /* Detached mode (fuzz/fuzz_node.c): the ObjPull / ObjDelete handlers on store (borrowed), with
  * no head connection, no transfer server and no pulls: an order that passes the checks is
  * answered CT_ENOSYS instead of starting a pull thread. stop_detached undoes it. */

@@ -2,7 +2,7 @@
  * fits, until their deadline), placement on nodes (PACK / SPREAD) and in placement groups'
  * bundles, the nodes' reports (ready, start failed, exited), kills, an actor's death told to its
  * owner and subscribers. Not in here: the groups' own table (pgroups.c), process spawning
- * (actor/node.c). */
+ * (actor/node_start.c, node_zygote.c). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -27,9 +27,9 @@
  * nodes and actors are forgotten GONE_AFTER_MS after they died. A refusal is an Error to the
  * sender naming the field, and a log line (ct__head_refuse: a flood is counted, not logged).
  *
- * Not in here: method calls (drivers talk to actors directly), process spawning (actor/node.c),
- * bulk data. Tables are plain arrays scanned linearly: clusters have tens of nodes and
- * thousands of actors, and every scan is O(n) in memory. */
+ * Not in here: method calls (drivers talk to actors directly), process spawning
+ * (actor/node_zygote.c), bulk data. Tables are plain arrays scanned linearly: clusters have tens
+ * of nodes and thousands of actors, and every scan is O(n) in memory. */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -49,7 +49,7 @@
 
 /* Set by SIGTERM/SIGINT, which the kernel may deliver to any thread (libzmq's I/O threads
  * too): an atomic, not a volatile sig_atomic_t, which is safe only within one thread (the data
- * race ThreadSanitizer reported in actor/node.c). Lock-free, so async-signal-safe. */
+ * race ThreadSanitizer reported in actor/node_head.c's). Lock-free, so async-signal-safe. */
 static atomic_int head_stop;
 static void on_term(int sig)
 {

@@ -68,7 +68,7 @@ static void node_dead(head *h, int ni, const char *reason)
     n->dead_at = ct__now_ms();
     CT_LOG(CT_LOG_WARN, "head", "node %s dead: %s", n->id, reason);
     /* a node declared dead while its process lives (a silent host that wakes up) learns it at
-     * once from this byte, kills its actors and registers again as a new node (actor/node.c);
+     * once from this byte, kills its actors and registers again as a new node (actor/node_head.c);
      * its ticket stays, so that a hello still on its way gets the same answer */
     ct__watch_close(h->watch, n->watch, CT__WATCH_DEAD);
     n->watch = 0;

@@ -6,7 +6,7 @@
  * killed outright cannot: so ctup up names one, in the cluster's log directory, that ctup down
  * removes). systemd's Restart=always is the model; ctup up starts the head this way
  * (cluster/provider.c), so a head that crashes or is killed comes back and the nodes register
- * again (actor/node.c, "Head loss").
+ * again (actor/node_head.c, "Head loss").
  *
  * The child's stdout goes through the supervisor (its "listening on H:P" is copied once, so
  * that whoever started the supervisor reads the line as from ct-head itself); its stderr is

@@ -17,9 +17,10 @@
  * names each on stderr.
  *
  * Not covered: a process started with a cleaned environment. ct-node drops the CT_* variables
- * for its zygotes and actors; those die with their node through PR_SET_PDEATHSIG (actor/node.c,
- * actor/worker.c), which tests/harness/test_timeout_cleanup.c checks. Files a killed test
- * leaves (its /tmp directory) stay; the next ct-node on the host purges dead nodes' shards. */
+ * for its zygotes and actors; those die with their node through PR_SET_PDEATHSIG
+ * (actor/node_zygote.c, actor/worker.c), which tests/harness/test_timeout_cleanup.c checks. Files a
+ * killed test leaves (its /tmp directory) stay; the next ct-node on the host purges dead nodes'
+ * shards. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* tests/runtime/test_gpu_assign.c — each actor a node starts gets a CUDA_VISIBLE_DEVICES of its
- * own (actor/node.c chooses, the zygote's child sets it):
+ * own (actor/node_gpus.c chooses, the zygote's child sets it):
  *   1. a node with --gpus 2: two 1-GPU actors see "0" and "1" (one each), an actor with no GPU
  *      demand sees "" (every GPU hidden);
  *   2. the 1-GPU actor on "1" killed: the next 1-GPU actor gets "1", the index it freed;

@@ -214,6 +214,9 @@ typedef struct ct_gpt_config {
     float dropout;
 } ct_gpt_config;
 ct_module *ct_nn_gpt_new(const ct_gpt_config *cfg);
+/* The config of a GPT made by ct_nn_gpt_new (or a checkpoint's, ct/infer.h) into *cfg;
+ * CT_EINVAL when m is not a GPT. */
+int ct_nn_gpt_config(const ct_module *m, ct_gpt_config *cfg);
 ct_module *ct_nn_sequential_new(int n, ct_module *const *children);
 ct_module *ct_nn_residual_new(int n, ct_module *const *children);
 #define CT_SEQUENTIAL(...)                                                                         \
@@ -268,12 +271,25 @@ typedef struct ct_named_tensor {
     ct_tensor *tensor;
 } ct_named_tensor;
 int ct_module_state_dict(ct_module *m, const ct_named_tensor **entries, int *n);
-/* Copies values in. strict: every module key must be present and no unknown key given.
- * Shape / dtype mismatches are always errors naming the key. */
+/* Copies values in. strict (PyTorch's strict=True): every entry's name must be a key of the
+ * model and every key of the model must be given; not strict: only the names both have are
+ * copied. Dtypes and shapes of those must match. CT_EINVAL names the first mismatch, in the
+ * entries' order, then the model's: "NAME: in the state dict but not in the model", "NAME:
+ * shape (384, 128) in the state dict, (384, 64) in the model", "NAME: in the model but not in
+ * the state dict". A failed load changes nothing. */
 int ct_module_load_state_dict(ct_module *m, const ct_named_tensor *entries, int n, bool strict);
 /* safetensors file of the state dict (readable by Python's safetensors). */
 int ct_module_save(ct_module *m, const char *path);
+/* Loads a safetensors file strictly (ct_module_load_file(m, path, true)): a file of another
+ * model (another depth, width, names) fails with CT_EINVAL naming the first mismatch ("NAME: in
+ * the file but not in the model", "NAME: shape (a, b) in the file, (c, d) in the model"). The
+ * file may be the trainer's checkpoint of one model (trainer_save, checkpoint_dir): its
+ * optimizer entries ("optim.*") are skipped. To build the model from such a checkpoint's
+ * metadata, see ct_module_from_checkpoint (ct/infer.h). */
 int ct_module_load(ct_module *m, const char *path);
+/* The same with strict false: the names both have are loaded (shapes must match), the others
+ * left as they are (a backbone's weights into a model with a new head). */
+int ct_module_load_file(ct_module *m, const char *path, bool strict);
 
 #ifdef __cplusplus
 }

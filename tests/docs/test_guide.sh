@@ -3,7 +3,8 @@
 # the build into a temporary prefix, extracts every C block of the guide whose first line is
 # "/* NAME.c — ...", compiles each with the guide's own command line (pkg-config alone), runs
 # them as the guide does and checks what they print. Section 3's cluster commands run too
-# (ctup up, submit, down). Removes everything it made, also on failure.
+# (ctup up, submit, down); section 8's predict reads section 5's checkpoint directory. Removes
+# everything it made, also on failure.
 set -euo pipefail
 build=$1
 src=$2
@@ -30,7 +31,7 @@ awk -v dir="$tmp" '
     inblock && file != "" { print > file }
 ' "$guide"
 progs=$(cd "$tmp" && ls *.c | sed 's/\.c$//' | sort | tr '\n' ' ')
-[ "$progs" = "checkpoints custom_step failures first " ] || fail "guide programs: '$progs'"
+[ "$progs" = "checkpoints custom_step failures first predict " ] || fail "guide programs: '$progs'"
 
 cd "$tmp"
 for p in $progs; do
@@ -73,6 +74,16 @@ expect ck2 '^epoch=2 '
 [ "$(num ck2 started_at_step)" = "$(num ck1 steps)" ] ||
     fail "checkpoints: resumed at step $(num ck2 started_at_step), not $(num ck1 steps)"
 [ "$(num ck2 steps)" = "$((2 * $(num ck1 steps)))" ] || fail "checkpoints: steps after resume"
+
+# section 8: section 5's model from its checkpoint directory, on test images
+run predict ./predict ck
+expect predict '^accuracy=0\.[0-9]+$'
+awk -v a="$(num predict accuracy)" 'BEGIN { exit !(a > 0.7) }' ||
+    fail "predict: accuracy $(num predict accuracy) <= 0.7"
+# the same 1000 images the trainer validated the latest checkpoint's weights on (val_limit)
+awk -v a="$(num predict accuracy)" -v b="$(num ck2 val_accuracy)" \
+    'BEGIN { d = a - b; exit !(d <= 0.002 && d >= -0.002) }' ||
+    fail "predict: accuracy $(num predict accuracy), the trainer's $(num ck2 val_accuracy)"
 
 # section 6
 run failures ./failures

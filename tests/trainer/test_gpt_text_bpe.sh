@@ -5,7 +5,8 @@
 # a 1-layer GPT of vocabulary 320 trains one epoch on 2 replicas and learns (the validation
 # loss, in nats per byte, falls between the validations and ends under ln 256 = 5.55; fewer
 # validation tokens than bytes). A second run loads the file instead of learning, gpt_sample
-# decodes text with it, and a broken vocabulary file stops gpt_text with its file:line.
+# decodes text with it (the same text from the model built by hand as from the checkpoint
+# directory's metadata), and a broken vocabulary file stops gpt_text with its file:line.
 set -euo pipefail
 bin=$1
 command -v bible >/dev/null ||
@@ -44,6 +45,11 @@ s1=$("$bin/gpt_sample" --checkpoint "$ck" --layers 1 --heads 2 --embd 32 --block
 echo "sample: $s1"
 case "$s1" in "And God said"*) ;; *) fail "the sample does not start with the prompt" ;; esac
 [ "$(printf '%s' "$s1" | wc -c)" -ge 52 ] || fail "40 BPE tokens decoded to fewer than 40 bytes"
+# the model from the checkpoint directory's metadata alone (ct_module_from_checkpoint): the
+# same model, so the same text
+s2=$("$bin/gpt_sample" --checkpoint "$tmp/ck" --vocab "$tmp/v.bpe" --prompt "And God said" \
+    --tokens 40 --seed 3) || fail "gpt_sample from the directory's metadata"
+[ "$s2" = "$s1" ] || fail "gpt_sample from the metadata gave another text: $s2"
 
 printf 'ct-bpe 1 2\n97 97\n97 300\n' >"$tmp/bad.bpe"
 if "$bin/gpt_text" "${args[@]}" --vocab "$tmp/bad.bpe" >"$tmp/bad.out" 2>"$tmp/bad.err"; then

@@ -762,6 +762,70 @@ bool ct_module_is_training(const ct_module *m)
     return m && m->training;
 }
 
+int ct__module_count(const ct_module *m)
+{
+    int n = m ? 1 : 0;
+    for (int i = 0; m && i < m->nchildren; i++)
+        n += ct__module_count(m->children[i]);
+    return n;
+}
+
+/* pre-order: m, then each child's tree; returns the next index */
+static int modes_at(ct_module *m, bool *modes, bool restore, int i)
+{
+    if (restore)
+        m->training = modes[i];
+    else
+        modes[i] = m->training;
+    i++;
+    for (int c = 0; c < m->nchildren; c++)
+        i = modes_at(m->children[c], modes, restore, i);
+    return i;
+}
+
+void ct__module_modes(ct_module *m, bool *modes, bool restore)
+{
+    if (m)
+        modes_at(m, modes, restore, 0);
+}
+
+static const ct_tensor *first_tensor(const ct_module *m)
+{
+    if (m->nparams > 0)
+        return m->params[0];
+    if (m->nbuffers > 0)
+        return m->buffers[0];
+    for (int i = 0; i < m->nchildren; i++) {
+        const ct_tensor *t = first_tensor(m->children[i]);
+        if (t)
+            return t;
+    }
+    return NULL;
+}
+
+ct_device ct__module_device(const ct_module *m)
+{
+    const ct_tensor *t = m ? first_tensor(m) : NULL;
+    return t ? ct_tensor_device(t) : CT_CPU;
+}
+
+int ct_nn_gpt_config(const ct_module *m, ct_gpt_config *cfg)
+{
+    if (!m || !cfg)
+        return ct__error(CT_EINVAL, "nn_gpt_config: NULL argument");
+    if (m->kind != M_GPT)
+        return ct__error(CT_EINVAL, "nn_gpt_config: the module is not a GPT (ct_nn_gpt_new's)");
+    const ct_module *wte = m->children[0], *drop = m->children[2], *h = m->children[3];
+    const ct_module *attn = h->nchildren > 0 ? h->children[0]->children[1] : NULL;
+    *cfg = (ct_gpt_config){.n_layer = h->nchildren,
+                           .n_head = attn ? attn->heads : 0,
+                           .n_embd = wte->params[0]->shape[1],
+                           .block_size = m->block_size,
+                           .vocab_size = wte->params[0]->shape[0],
+                           .dropout = drop->p};
+    return 0;
+}
+
 /* ---------------- traversal ---------------- */
 
 typedef struct item {
@@ -1074,65 +1138,92 @@ static bool same_shape(const ct_tensor *a, const ct_tensor *b)
            (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim) == 0);
 }
 
-int ct_module_load_state_dict(ct_module *m, const ct_named_tensor *entries, int n, bool strict)
+/* "(384, 128)" into buf */
+static const char *shape_str(const ct_tensor *t, char *buf, size_t cap)
+{
+    size_t n = (size_t)snprintf(buf, cap, "(");
+    for (int d = 0; d < t->ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, ")");
+    return buf;
+}
+
+/* Copies entries into m's state dict. Checked first, in entries' order then the model's, so
+ * that a failed load changes nothing and the message names the first mismatch: a name the
+ * model lacks (strict), a dtype or shape that differs, a model key the entries lack (strict).
+ * what: where the entries come from in messages ("load_state_dict", "module_load: PATH");
+ * src: what they are called ("the state dict", "the file"). */
+static int load_entries(ct_module *m, const ct_named_tensor *entries, int n, bool strict,
+                        const char *what, const char *src)
 {
     const ct_named_tensor *sd;
     int nsd, rc;
-    if (!m || (n > 0 && !entries))
-        return ct__error(CT_EINVAL, "module_load_state_dict: NULL argument");
+    char a[160], b[160];
     if ((rc = ct_module_state_dict(m, &sd, &nsd)) < 0)
         return rc;
-    /* check everything first, so a failed load changes nothing */
-    for (int i = 0; i < nsd; i++) {
-        const ct_named_tensor *src = NULL;
-        for (int j = 0; j < n && !src; j++)
+    int *at = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1)); /* entry j -> model key, or -1 */
+    if (!at)
+        return ct__error(CT_ENOMEM, "%s: out of memory", what);
+    for (int j = 0; j < n; j++) {
+        const char *name = entries[j].name ? entries[j].name : "(null)";
+        at[j] = -1;
+        for (int i = 0; i < nsd && at[j] < 0; i++)
             if (entries[j].name && strcmp(entries[j].name, sd[i].name) == 0)
-                src = &entries[j];
-        if (!src) {
-            if (strict)
-                return ct__error(CT_ENOENT, "load_state_dict: missing key \"%s\"", sd[i].name);
-            continue;
-        }
-        if (!src->tensor || src->tensor->dtype != sd[i].tensor->dtype)
-            return ct__error(CT_EINVAL, "load_state_dict: key \"%s\": dtype %s, expected %s",
-                             sd[i].name, src->tensor ? ct_dtype_name(src->tensor->dtype) : "NULL",
-                             ct_dtype_name(sd[i].tensor->dtype));
-        if (!same_shape(src->tensor, sd[i].tensor))
-            return ct__error(CT_ERANGE,
-                             "load_state_dict: key \"%s\": %lld elements (%d dims), model has "
-                             "%lld (%d dims)",
-                             sd[i].name, (long long)ct_tensor_numel(src->tensor), src->tensor->ndim,
-                             (long long)ct_tensor_numel(sd[i].tensor), sd[i].tensor->ndim);
-    }
-    if (strict) {
-        for (int j = 0; j < n; j++) {
-            bool found = false;
-            for (int i = 0; i < nsd && !found; i++)
-                found = entries[j].name && strcmp(entries[j].name, sd[i].name) == 0;
-            if (!found)
-                return ct__error(CT_ENOENT, "load_state_dict: unexpected key \"%s\"",
-                                 entries[j].name ? entries[j].name : "(null)");
-        }
-    }
-    for (int i = 0; i < nsd; i++) {
-        for (int j = 0; j < n; j++) {
-            if (strcmp(entries[j].name, sd[i].name) != 0)
+                at[j] = i;
+        if (at[j] < 0) {
+            if (!strict)
                 continue;
-            /* through the host: the entry and the model may be on different devices */
-            ct_tensor *c = ct_tensor_to(entries[j].tensor, CT_CPU);
-            if (!c)
-                return CT_ENOMEM;
-            rc = ct_tensor_copy_from(sd[i].tensor, ct_tensor_data(c),
-                                     (size_t)ct_tensor_numel(c) * ct_dtype_size(c->dtype));
-            ct_tensor_release(&c);
-            if (rc < 0)
-                return rc;
-            break;
+            rc = ct__error(CT_EINVAL, "%s: %s: in %s but not in the model", what, name, src);
+            goto out;
+        }
+        const ct_tensor *t = entries[j].tensor, *mt = sd[at[j]].tensor;
+        if (!t || t->dtype != mt->dtype) {
+            rc = ct__error(CT_EINVAL, "%s: %s: dtype %s in %s, %s in the model", what, name,
+                           t ? ct_dtype_name(t->dtype) : "NULL", src, ct_dtype_name(mt->dtype));
+            goto out;
+        }
+        if (!same_shape(t, mt)) {
+            rc = ct__error(CT_EINVAL, "%s: %s: shape %s in %s, %s in the model", what, name,
+                           shape_str(t, a, sizeof a), src, shape_str(mt, b, sizeof b));
+            goto out;
         }
     }
-    return 0;
+    for (int i = 0; strict && i < nsd; i++) {
+        bool found = false;
+        for (int j = 0; j < n && !found; j++)
+            found = at[j] == i;
+        if (!found) {
+            rc = ct__error(CT_EINVAL, "%s: %s: in the model but not in %s", what, sd[i].name, src);
+            goto out;
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        if (at[j] < 0)
+            continue;
+        /* through the host: the entry and the model may be on different devices */
+        ct_tensor *c = ct_tensor_to(entries[j].tensor, CT_CPU);
+        if (!c) {
+            rc = CT_ENOMEM;
+            goto out;
+        }
+        rc = ct_tensor_copy_from(sd[at[j]].tensor, ct_tensor_data(c),
+                                 (size_t)ct_tensor_numel(c) * ct_dtype_size(c->dtype));
+        ct_tensor_release(&c);
+        if (rc < 0)
+            goto out;
+    }
+out:
+    free(at);
+    return rc;
 }
 
+int ct_module_load_state_dict(ct_module *m, const ct_named_tensor *entries, int n, bool strict)
+{
+    if (!m || (n > 0 && !entries) || n < 0)
+        return ct__error(CT_EINVAL, "module_load_state_dict: NULL argument");
+    return load_entries(m, entries, n, strict, "load_state_dict", "the state dict");
+}
 /* ---------------- safetensors (codec: trainer/nn/safetensors.c) ---------------- */
 
 int ct_module_save(ct_module *m, const char *path)
@@ -1194,18 +1285,68 @@ out:
     return rc;
 }
 
-int ct_module_load(ct_module *m, const char *path)
+int ct__module_load_bytes(ct_module *m, const void *buf, size_t len, const char *path, bool strict)
 {
-    const ct_named_tensor *sd;
-    int n, rc = 0, nin = 0;
-    unsigned char *buf = NULL;
+    int rc = 0, nin = 0;
     ct_named_tensor *in = NULL;
     ct__jval root = {0};
+    const unsigned char *data;
+    size_t data_len;
+    char what[600];
+    snprintf(what, sizeof what, "module_load: %s", path);
+    if ((rc = ct__st_parse(buf, len, path, &root, &data, &data_len)) < 0)
+        return rc;
+    /* a trainer's checkpoint: the model's entries without their optimizer's ("optim.") */
+    const ct__jval *meta = ct__json_get(&root, "__metadata__");
+    const char *fmt = ct__json_get_str(meta, "format"), *model = ct__json_get_str(meta, "model");
+    bool ckpt = fmt && !strcmp(fmt, CT__CKPT_FORMAT);
+    if (ckpt && model && strchr(model, ',')) {
+        rc = ct__error(CT_EINVAL,
+                       "%s: a checkpoint of several models (\"%s\"): entries m<i>.NAME; load one "
+                       "model's entries with ct_module_load_state_dict",
+                       what, model);
+        goto out;
+    }
+    in = calloc(root.n ? (size_t)root.n : 1, sizeof(*in));
+    if (!in) {
+        rc = ct__error(CT_ENOMEM, "%s: out of memory", what);
+        goto out;
+    }
+    for (int k = 0; k < root.n; k++) {
+        ct__st_entry e;
+        int r = ct__st_entry_at(&root, k, data, data_len, path, &e);
+        if (r == 1) /* __metadata__ */
+            continue;
+        if (r < 0) {
+            rc = r;
+            goto out;
+        }
+        if (ckpt && !strncmp(e.name, CT__CKPT_OPTIM_PREFIX, strlen(CT__CKPT_OPTIM_PREFIX)))
+            continue;
+        ct_tensor *t = ct_tensor_new(e.dtype, e.ndim, e.shape);
+        if (!t) {
+            rc = ct__error(CT_EINVAL, "%s: %s: bad shape", what, e.name);
+            goto out;
+        }
+        memcpy(ct_tensor_data(t), e.data, e.bytes);
+        in[nin++] = (ct_named_tensor){e.name, t};
+    }
+    rc = load_entries(m, in, nin, strict, what, "the file");
+out:
+    for (int i = 0; i < nin; i++)
+        ct_tensor_release(&in[i].tensor);
+    free(in);
+    ct__json_free(&root);
+    return rc;
+}
+
+int ct_module_load_file(ct_module *m, const char *path, bool strict)
+{
+    int rc = 0;
+    unsigned char *buf = NULL;
     FILE *f = NULL;
     if (!m || !path)
         return ct__error(CT_EINVAL, "module_load: NULL argument");
-    if ((rc = ct_module_state_dict(m, &sd, &n)) < 0)
-        return rc;
     f = fopen(path, "rb");
     if (!f)
         return ct__error(CT_ENOENT, "module_load: cannot open %s", path);
@@ -1215,8 +1356,7 @@ int ct_module_load(ct_module *m, const char *path)
         goto out;
     }
     buf = malloc((size_t)len + 1);
-    in = calloc(n ? (size_t)n : 1, sizeof(*in));
-    if (!buf || !in) {
+    if (!buf) {
         rc = ct__error(CT_ENOMEM, "module_load: out of memory");
         goto out;
     }
@@ -1224,47 +1364,15 @@ int ct_module_load(ct_module *m, const char *path)
         rc = ct__error(CT_EIO, "module_load: %s: read failed", path);
         goto out;
     }
-    const unsigned char *data;
-    size_t data_len;
-    if ((rc = ct__st_parse(buf, (size_t)len, path, &root, &data, &data_len)) < 0)
-        goto out;
-    for (int i = 0; i < n; i++) {
-        int k = 0;
-        while (k < root.n && strcmp(root.keys[k], sd[i].name))
-            k++;
-        if (k == root.n) {
-            rc = ct__error(CT_ENOENT, "module_load: %s: missing key \"%s\"", path, sd[i].name);
-            goto out;
-        }
-        ct__st_entry e;
-        if ((rc = ct__st_entry_at(&root, k, data, data_len, path, &e)) != 0) {
-            rc = rc < 0 ? rc
-                        : ct__error(CT_EINVAL, "module_load: %s: key \"%s\" is metadata", path,
-                                    sd[i].name);
-            goto out;
-        }
-        ct_dtype want = sd[i].tensor->dtype;
-        if (e.dtype != want) {
-            rc = ct__error(CT_EINVAL, "module_load: %s: key \"%s\" has dtype %s, model %s", path,
-                           sd[i].name, ct_dtype_name(e.dtype), ct_dtype_name(want));
-            goto out;
-        }
-        ct_tensor *t = ct_tensor_new(want, e.ndim, e.shape);
-        if (!t) {
-            rc = ct__error(CT_EINVAL, "module_load: %s: key \"%s\": bad shape", path, sd[i].name);
-            goto out;
-        }
-        memcpy(ct_tensor_data(t), e.data, e.bytes);
-        in[nin++] = (ct_named_tensor){sd[i].name, t};
-    }
-    rc = ct_module_load_state_dict(m, in, nin, false);
+    rc = ct__module_load_bytes(m, buf, (size_t)len, path, strict);
 out:
-    for (int i = 0; i < nin; i++)
-        ct_tensor_release(&in[i].tensor);
-    free(in);
     free(buf);
-    ct__json_free(&root);
     if (f)
         fclose(f);
     return rc;
+}
+
+int ct_module_load(ct_module *m, const char *path)
+{
+    return ct_module_load_file(m, path, true);
 }

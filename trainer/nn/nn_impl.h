@@ -1,9 +1,15 @@
-/* trainer/nn/nn_impl.h — internals shared by the nn files: the per-thread generator (rng.c) used for
- * initialisation and dropout. Not public API. */
+/* trainer/nn/nn_impl.h — internals shared by the nn files (and the trainer's checkpoint
+ * reader): the per-thread generator (rng.c) used for initialisation and dropout, a module
+ * tree's modes and device, loading a state dict from safetensors bytes, inference's thread
+ * rule. Not public API. */
 #ifndef CT_NN_IMPL_H
 #define CT_NN_IMPL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "ct/nn.h"
 
 /* Uniform float in [0, 1) from this thread's generator (seeded by ct_nn_manual_seed). */
 float ct__rng_uniform(void);
@@ -11,5 +17,22 @@ float ct__rng_uniform(void);
 uint64_t ct__rng_u64(void);
 /* Uniform in [lo, hi). */
 float ct__rng_range(float lo, float hi);
+
+/* Modules in m's tree (m included). */
+int ct__module_count(const ct_module *m);
+/* The training flags of m's tree in pre-order, ct__module_count(m) of them: saved into modes,
+ * or (restore) set from them. */
+void ct__module_modes(ct_module *m, bool *modes, bool restore);
+/* The device of m's first parameter or buffer; CT_CPU when it has none. */
+ct_device ct__module_device(const ct_module *m);
+/* ct_module_load_file on the bytes of a safetensors file read already (path names it in
+ * messages). A trainer's checkpoint (metadata format "ct-checkpoint") gives its model's
+ * entries: the optimizer's ("optim.") are skipped, several models are refused. */
+int ct__module_load_bytes(ct_module *m, const void *buf, size_t len, const char *path, bool strict);
+
+/* Inference's OpenMP threads for a forward of about work multiply-adds (generate.c): one per
+ * CT__INFER_WORK_PER_THREAD, at least 1, at most the calling thread's setting. */
+#define CT__INFER_WORK_PER_THREAD ((int64_t)1 << 27)
+int ct__infer_threads(int64_t work);
 
 #endif

@@ -49,6 +49,11 @@ const ct__jval *ct__json_get(const ct__jval *obj, const char *key);
 const char *ct__json_get_str(const ct__jval *obj, const char *key);
 
 /* ---- safetensors ---- */
+/* The trainer's checkpoints (trainer/train/ckpt.c) are safetensors files whose metadata
+ * "format" is this; a single model's optimizer tensors there are named with this prefix
+ * (ct_module_load skips them). */
+#define CT__CKPT_FORMAT "ct-checkpoint"
+#define CT__CKPT_OPTIM_PREFIX "optim."
 /* Appends "<name>":{"dtype","shape","data_offsets":[off, off+bytes]} to a header being built,
  * with a comma before it unless first. */
 void ct__st_add_tensor(ct__sbuf *hdr, bool first, const char *name, ct_dtype dt, int ndim,

@@ -23,7 +23,7 @@
 #include "trainer/backend/backend.h"
 #include "trainer/nn/safetensors.h"
 
-#define CKPT_FORMAT "ct-checkpoint"
+#define CKPT_FORMAT CT__CKPT_FORMAT
 /* version 2 added "batch" (a checkpoint within an epoch) and per-batch random draws; a
  * version-1 file (always at an epoch's end) still loads */
 #define CKPT_VERSION "2"
@@ -49,7 +49,7 @@ static void prefixes(int m, int n, char *model, char *optim)
 {
     if (n == 1) {
         model[0] = 0;
-        snprintf(optim, 16, "optim.");
+        snprintf(optim, 16, "%s", CT__CKPT_OPTIM_PREFIX);
     } else {
         snprintf(model, 16, "m%d.", m % TR_MAX_MODELS);
         snprintf(optim, 16, "optim%d.", m % TR_MAX_MODELS);

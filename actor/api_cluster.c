@@ -256,19 +256,58 @@ const char *ct_placement_group_id(const ct_placement_group *pg)
     return pg ? pg->id : "";
 }
 
+/* The head's status (nodes, actors, groups) into *rep, which the caller frees
+ * (ct__msg_free); called with the API lock held. */
+static int status_locked(Ct__Envelope **rep)
+{
+    Ct__Envelope e;
+    Ct__Status s = CT__STATUS__INIT;
+    ct__env_init(&e, 0, ct__client.sender, 5000);
+    e.body_case = CT__ENVELOPE__BODY_STATUS;
+    e.status = &s;
+    int rc = ct__client_request(&e, rep, 5000);
+    if (!rc)
+        rc = ct__msg_expect(*rep, CT__ENVELOPE__BODY_STATUS_REPLY, "status");
+    return rc;
+}
+
+int ct_cluster_nodes(ct_node_resources *out, int cap, int *n)
+{
+    if (!n || cap < 0 || (cap > 0 && !out))
+        return ct__error(CT_EINVAL, "ct_cluster_nodes: %s", !n ? "n is NULL" : "bad out / cap");
+    LOCK();
+    Ct__Envelope *rep = NULL;
+    int rc = status_locked(&rep);
+    if (!rc) {
+        int k = 0;
+        for (size_t i = 0; i < rep->status_reply->n_nodes; i++) {
+            Ct__NodeInfo *ni = rep->status_reply->nodes[i];
+            if (!ni->alive || ni->draining) /* as ct_cluster_resources: takes no new actors */
+                continue;
+            if (k < cap) {
+                ct_node_resources *o = &out[k];
+                snprintf(o->node_id, sizeof o->node_id, "%s", ni->node_id);
+                o->cpu_total = ct__res_get(ni->total, ni->n_total, "CPU");
+                o->cpu_free = ct__res_get(ni->free, ni->n_free, "CPU");
+                o->gpu_total = ct__res_get(ni->total, ni->n_total, "GPU");
+                o->gpu_free = ct__res_get(ni->free, ni->n_free, "GPU");
+            }
+            k++;
+        }
+        *n = k;
+    }
+    ct__msg_free(rep);
+    UNLOCK();
+    return rc;
+}
+
 int ct_cluster_resources(const char *name, double *total, double *free_amount)
 {
     if (!name)
         return ct__error(CT_EINVAL, "ct_cluster_resources: name is NULL");
     LOCK();
-    Ct__Envelope e, *rep = NULL;
-    Ct__Status s = CT__STATUS__INIT;
-    ct__env_init(&e, 0, ct__client.sender, 5000);
-    e.body_case = CT__ENVELOPE__BODY_STATUS;
-    e.status = &s;
-    int rc = ct__client_request(&e, &rep, 5000);
-    if (!rc)
-        rc = ct__msg_expect(rep, CT__ENVELOPE__BODY_STATUS_REPLY, "status");
+    Ct__Envelope *rep = NULL;
+    int rc = status_locked(&rep);
     if (!rc) {
         double t = 0, f = 0;
         for (size_t i = 0; i < rep->status_reply->n_nodes; i++) {

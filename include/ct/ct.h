@@ -174,6 +174,17 @@ const char *ct_placement_group_id(const ct_placement_group *pg);
 /* Sum over live nodes of a resource ("CPU", "GPU", custom): total and currently free. */
 int ct_cluster_resources(const char *name, double *total, double *free_amount);
 
+/* One live node that takes actors (not draining): its id, and its CPUs and GPUs, in all and
+ * free now. */
+typedef struct ct_node_resources {
+    char node_id[32];
+    double cpu_total, cpu_free, gpu_total, gpu_free;
+} ct_node_resources;
+
+/* The live nodes that take actors, up to cap of them into out (out may be NULL when cap is 0);
+ * *n gets how many there are (may exceed cap). */
+int ct_cluster_nodes(ct_node_resources *out, int cap, int *n);
+
 /* ---- actors ---- */
 
 typedef struct ct_actor ct_actor;

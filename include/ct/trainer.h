@@ -310,6 +310,9 @@ double trainer_stats_metric(const trainer_stats *st, bool val, const char *name,
 #define TRAINER_CHECKPOINT_AUTO 0 /* rank 0 writes one at the end of every epoch */
 #define TRAINER_CHECKPOINT_NONE 1 /* only after the last epoch */
 
+/* trainer_train_opts.min_replicas_timeout_ms's default: 5 minutes */
+#define TRAINER_MIN_REPLICAS_TIMEOUT_MS 300000
+
 #define TRAINER_PROGRESS_AUTO 0 /* the live line when stderr is a terminal */
 #define TRAINER_PROGRESS_ON 1   /* the live line always */
 #define TRAINER_PROGRESS_OFF 2  /* never */
@@ -366,14 +369,19 @@ typedef struct trainer_train_opts {
      * architecture, in the run's precision: bf16 / f16 on tensor cores, else FP32); no MFU
      * when a replica's device is not in that table */
     double flops_per_sample;
-    int report_ms;                       /* how often replicas send their step records; 0: 100 */
-    int min_replicas_timeout_ms;         /* the longest wait for min_replicas; 0: for ever */
+    int report_ms; /* how often replicas send their step records; 0: 100 */
+    /* the longest wait for min_replicas to fit (then CT_ETIMEDOUT); 0:
+     * TRAINER_MIN_REPLICAS_TIMEOUT_MS (5 minutes). A request no live node could meet even when
+     * empty (a GPU where no node has one) fails at once with CT_EINVAL instead. */
+    int min_replicas_timeout_ms;
     trainer_world_size_fn on_world_size; /* may be NULL; with user */
 } trainer_train_opts;
 
 /* Trains from the current epoch up to the epoch count. Returns 0, CT_ERETRY when more than
  * max_retries failures happened (ct_last_error() names the last one), CT_ESTART at once when
- * the replicas' program cannot start on a node (no retry spent), or another CT_E* code.
+ * the replicas' program cannot start on a node (no retry spent), a replica's own code at once
+ * when building its config, creators or data failed in a way no other node would change
+ * (CT_EINVAL, CT_ENOENT, CT_ENOSYS, CT_ENOTREG, CT_ERANGE; no retry spent), or another code.
  * The group stays up afterwards for trainer_validate; trainer_shutdown ends it. */
 int trainer_train_with(trainer *t, const trainer_train_opts *opts);
 #define trainer_train(t, ...) trainer_train_with((t), &(trainer_train_opts){__VA_ARGS__})

@@ -1,6 +1,7 @@
 /* tests/runtime/test_api.c — the public API on an embedded cluster (ct_init(NULL)): sync and
  * async calls with values checked, method errors and unknown methods, timeouts, KV (put, get,
- * get-with-wait across processes, delete, from inside an actor), self ids, bad arguments; a
+ * get-with-wait across processes, delete, from inside an actor), self ids, the cluster's
+ * resources in all and per node (ct_cluster_nodes), bad arguments; a
  * driver that crashes takes its embedded head, node and actors with it; ct_shutdown leaves no
  * process behind. */
 #include "harness.h"
@@ -134,6 +135,19 @@ int main(void)
     CHECK_OK(ct_cluster_resources("special", &tot, &fr));
     CHECK_EQ_INT((int)fr, 0);
     CHECK(h_is_node_id(ct_actor_node(a))); /* "node-" and 12 random hex digits */
+    /* ct_cluster_nodes: the one node, its totals and what a (1 CPU) and b (none) left free */
+    {
+        ct_node_resources nr[2] = {0};
+        int nn = -1;
+        CHECK_OK(ct_cluster_nodes(NULL, 0, &nn));
+        CHECK_EQ_INT(nn, 1);
+        CHECK_OK(ct_cluster_nodes(nr, 2, &nn));
+        CHECK_EQ_INT(nn, 1);
+        CHECK_STR(nr[0].node_id, ct_actor_node(a));
+        CHECK(nr[0].cpu_total == 4 && nr[0].cpu_free == 3);
+        CHECK(nr[0].gpu_total == 0 && nr[0].gpu_free == 0);
+        CHECK_EQ_INT(ct_cluster_nodes(NULL, 1, &nn), CT_EINVAL);
+    }
     long two = 2, *v = NULL;
     size_t n = 0;
     CHECK_OK(ct_actor_call(a, "add", &two, sizeof two, (void **)&v, &n, 2000));

@@ -81,11 +81,14 @@ int main(void)
     expect(OPTS(.model = "late"), CT_ENOTREG, "model \"late\" was registered after ct_init()",
            "before ct_init()");
     /* a name only the driver registered: the replicas fail their setup naming it (they died
-     * of SIGSEGV calling the missing creator) */
+     * of SIGSEGV calling the missing creator), at once: the same on any node, no retry spent */
     trainer *t = NULL;
+    trainer_stats st0 = {0};
     CHECK_OK(
         trainer_create(OPTS(.model = "driver_only", .data = "synthetic", .config = "n=50"), &t));
-    CHECK_EQ_INT(t ? trainer_train(t, .max_retries = 0) : 0, CT_ERETRY);
+    CHECK_EQ_INT(t ? trainer_train(t, .max_retries = 3, .stats = &st0) : 0, CT_ENOTREG);
+    CHECK_EQ_INT(st0.retries_used, 0);
+    CHECK(strstr(ct_last_error(), "not retried") != NULL);
     if (!strstr(ct_last_error(), "no model named \"driver_only\" is registered") ||
         !strstr(ct_last_error(), "registered before ct_init(), in every process")) {
         fprintf(stderr, "message \"%s\" does not name the missing creator\n", ct_last_error());

@@ -530,10 +530,14 @@ static int make_text(trainer_ctx *ctx, trainer_data *d)
     return rc;
 }
 
+/* A built-in creator. paths: the config keys whose values it opens as files or directories
+ * (comma-separated), which the driver makes absolute before the spec goes to the replicas: they
+ * run in their node's working directory, not the driver's (ct__trainer_absolute_paths). */
 typedef struct builtin {
     tr_kind kind;
     const char *name;
     void *fn;
+    const char *paths;
 } builtin;
 
 static const builtin builtins[] = {
@@ -551,9 +555,9 @@ static const builtin builtins[] = {
     {TR_SCHED, "cosine", (void *)make_cosine},
     {TR_SCHED, "warmup_cosine", (void *)make_warmup_cosine},
     {TR_SCHED, "plateau", (void *)make_plateau},
-    {TR_DATA, "fashion_mnist", (void *)make_fashion_mnist},
+    {TR_DATA, "fashion_mnist", (void *)make_fashion_mnist, "data_dir"},
     {TR_MODEL, "gpt", (void *)make_gpt},
-    {TR_DATA, "text", (void *)make_text},
+    {TR_DATA, "text", (void *)make_text, "text_file,token_file"},
 };
 
 void *ct__trainer_builtin(tr_kind kind, const char *name)
@@ -562,6 +566,14 @@ void *ct__trainer_builtin(tr_kind kind, const char *name)
         if (builtins[i].kind == kind && !strcmp(builtins[i].name, name))
             return builtins[i].fn;
     return NULL;
+}
+
+const char *ct__trainer_builtin_paths(tr_kind kind, const char *name)
+{
+    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+        if (builtins[i].kind == kind && !strcmp(builtins[i].name, name))
+            return builtins[i].paths ? builtins[i].paths : "";
+    return "";
 }
 
 const char *ct__trainer_builtin_name(tr_kind kind, int i)

@@ -45,6 +45,9 @@ const char *ct__trainer_step_keys(tr_kind kind, const char *step);
  * of kind, or NULL past the last. */
 void *ct__trainer_builtin(tr_kind kind, const char *name);
 const char *ct__trainer_builtin_name(tr_kind kind, int i);
+/* The config keys the built-in creator of that kind and name reads as paths (comma-separated;
+ * "" for none or no such built-in). */
+const char *ct__trainer_builtin_paths(tr_kind kind, const char *name);
 /* Splits a comma-separated list of names ("generator, discriminator"; blanks around names
  * ignored) into names[0..cap). Returns the count, or CT_EINVAL for an empty or too long name or
  * more than cap names (the message starts with what, e.g. "trainer_create: opts.model"). */
@@ -91,6 +94,10 @@ void ct__trainer_ctx_free(trainer_ctx *ctx);
 int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
 /* Marks the keys declared for spec's steps (trainer_register_step_keys) as read. */
 void ct__trainer_ctx_use_step_keys(trainer_ctx *ctx, const tr_spec *spec);
+/* config with the values of the comma-separated keys made absolute (relative to this process's
+ * working directory; "./" dropped) into out (cap bytes); other pairs as they were. CT_EINVAL
+ * when it does not fit, CT_EIO when the working directory is unknown. */
+int ct__trainer_absolute_paths(const char *config, const char *keys, char *out, size_t cap);
 
 /* The objects built from the creators. models[i] has its own optimizer optims[i] and loss
  * losses[i] (one loss creator may serve all: the same function); the scheduler drives
@@ -127,6 +134,10 @@ typedef struct tr_state {
  * module generator with spec->seed first. On error the state is freed and the message names
  * the creator (or the config key). */
 int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_data, tr_state *st);
+/* Only the data creator of spec, with ctx, into *d (zeroed first); on error nothing is left
+ * and the message names the creator. ct__trainer_data_free destroys what d holds. */
+int ct__trainer_data_build(const tr_spec *spec, trainer_ctx *ctx, trainer_data *d);
+void ct__trainer_data_free(trainer_data *d);
 void ct__trainer_state_free(tr_state *st);
 
 /* ---- checkpoint codec (ckpt.c) ---- */

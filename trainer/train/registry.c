@@ -414,7 +414,75 @@ const char *trainer_ctx_config(const trainer_ctx *ctx)
     return ctx ? ctx->config : "";
 }
 
+/* Whether key is one of the comma-separated keys. */
+static bool key_listed(const char *keys, const char *key, size_t klen)
+{
+    for (const char *k = keys; *k;) {
+        size_t n = strcspn(k, ",");
+        if (n == klen && !strncmp(k, key, klen))
+            return true;
+        k += n + (k[n] == ',');
+    }
+    return false;
+}
+
+int ct__trainer_absolute_paths(const char *config, const char *keys, char *out, size_t cap)
+{
+    char cwd[4096];
+    size_t used = 0;
+    bool have_cwd = false;
+    out[0] = 0;
+    for (const char *p = config ? config : ""; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *eq = memchr(p, '=', n);
+        const char *k = p, *v = eq ? eq + 1 : NULL, *end = p + n;
+        while (k < (eq ? eq : end) && isspace((unsigned char)*k))
+            k++;
+        size_t klen = eq ? (size_t)(eq - k) : 0;
+        while (klen && isspace((unsigned char)k[klen - 1]))
+            klen--;
+        while (v && v < end && isspace((unsigned char)*v))
+            v++;
+        int w;
+        if (v && v < end && *v != '/' && klen && key_listed(keys, k, klen)) {
+            if (!have_cwd && !getcwd(cwd, sizeof cwd))
+                return ct__error(CT_EIO,
+                                 "trainer_create: config key \"%.*s\": the relative path \"%.*s\" "
+                                 "needs the working directory, which getcwd failed to give: %s",
+                                 (int)klen, k, (int)(end - v), v, strerror(errno));
+            have_cwd = true;
+            size_t vlen = (size_t)(end - v);
+            while (vlen >= 2 && v[0] == '.' && v[1] == '/') { /* "./x" is "x" */
+                v += 2;
+                vlen -= 2;
+            }
+            while (vlen && isspace((unsigned char)v[vlen - 1]))
+                vlen--;
+            w = snprintf(out + used, cap - used, "%s%.*s=%s/%.*s", used ? "," : "", (int)klen, k,
+                         cwd, (int)vlen, v);
+        } else {
+            w = snprintf(out + used, cap - used, "%s%.*s", used ? "," : "", (int)n, p);
+        }
+        if (w < 0 || (size_t)w >= cap - used)
+            return ct__error(CT_EINVAL,
+                             "trainer_create: opts.config with its data paths made absolute is "
+                             "longer than %zu bytes: give shorter paths",
+                             cap - 1);
+        used += (size_t)w;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
 /* ---- building the objects ---- */
+
+void ct__trainer_data_free(trainer_data *d)
+{
+    ct_dataset_destroy(&d->train);
+    ct_dataset_destroy(&d->val);
+    for (int i = 0; i < 4; i++)
+        ct_dataset_destroy(&d->keep[i]);
+}
 
 void ct__trainer_state_free(tr_state *st)
 {
@@ -428,12 +496,8 @@ void ct__trainer_state_free(tr_state *st)
             ct_module_on_grad_ready(st->models[i], NULL, NULL);
         ct_module_destroy(&st->models[i]);
     }
-    if (st->has_data) {
-        ct_dataset_destroy(&st->data.train);
-        ct_dataset_destroy(&st->data.val);
-        for (int i = 0; i < 4; i++)
-            ct_dataset_destroy(&st->data.keep[i]);
-    }
+    if (st->has_data)
+        ct__trainer_data_free(&st->data);
     memset(st, 0, sizeof *st);
 }
 
@@ -463,6 +527,21 @@ static void *lookup_here(const trainer_ctx *ctx, tr_kind kind, const char *name)
     return fn;
 }
 
+int ct__trainer_data_build(const tr_spec *spec, trainer_ctx *ctx, trainer_data *d)
+{
+    memset(d, 0, sizeof *d);
+    trainer_data_creator dc = (trainer_data_creator)lookup_here(ctx, TR_DATA, spec->data);
+    if (!dc)
+        return CT_ENOTREG;
+    int rc = dc(ctx, d);
+    if (rc < 0 || ctx->err[0] || !d->train) {
+        rc = creator_failed(ctx, TR_DATA, spec->data, rc < 0 ? rc : CT_EINVAL);
+        ct__trainer_data_free(d);
+        return rc;
+    }
+    return 0;
+}
+
 int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_data, tr_state *st)
 {
     memset(st, 0, sizeof *st);
@@ -479,16 +558,9 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
         }
     }
     if (with_data) {
-        trainer_data_creator dc = (trainer_data_creator)lookup_here(ctx, TR_DATA, spec->data);
+        if ((rc = ct__trainer_data_build(spec, ctx, &st->data)) < 0)
+            goto fail;
         st->has_data = true;
-        if (!dc) {
-            rc = CT_ENOTREG;
-            goto fail;
-        }
-        if ((rc = dc(ctx, &st->data)) < 0 || ctx->err[0] || !st->data.train) {
-            rc = creator_failed(ctx, TR_DATA, spec->data, rc < 0 ? rc : CT_EINVAL);
-            goto fail;
-        }
     }
     /* the lists: n models, 1 or n optimizer names, 1 or n loss names (trainer_create checked
      * them; a replica gets the same spec) */

@@ -1,6 +1,8 @@
 /* trainer/train/replica.c — the replica actor: one process of a training group. It builds the
- * model, data, optimizer, loss and scheduler from the registered creators, joins the group's
- * communicator (head KV rendezvous), binds its threads to CPUs of its own (cpu_binding.c),
+ * model, data, optimizer, loss and scheduler from the registered creators (method "build":
+ * only what the program and the spec decide, so that the driver can tell such failures from the
+ * node's), then (method "setup") joins the group's communicator (head KV rendezvous), binds its
+ * threads to CPUs of its own (cpu_binding.c),
  * restores the checkpoint it is given from the object store, and trains epochs: per batch
  * the train step (step.c; the built-in one or the user's: forward, backward with gradients
  * averaged in buckets while backward runs (ct_bucketer driven by gradient-ready hooks),
@@ -276,15 +278,20 @@ static int broadcast_buffers(replica *r)
 
 /* Builds everything, joins the group, restores the checkpoint. Blocks until every rank has
  * joined (the rendezvous). */
-static int replica_setup(void *state, const void *args, size_t len, void **res, size_t *rlen)
+/* The first half of a replica's setup ("build"): what depends only on the program and the spec,
+ * the same on every node: the config, the creators (hook, data, models on the device,
+ * optimizers, losses, scheduler) and the steps. The driver ends the job at once on such a failure
+ * (trainer.c, no_retry); so the errors here that come from the node (its device) carry codes it
+ * retries. */
+static int replica_build(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
     (void)res;
     (void)rlen;
     if (len != sizeof(tr_setup_args))
-        return ct__error(CT_EINVAL, "trainer replica: setup args of %zu bytes", len);
+        return ct__error(CT_EINVAL, "trainer replica: build args of %zu bytes", len);
     if (r->st.nmodels)
-        return ct__error(CT_EINVAL, "trainer replica: setup called twice");
+        return ct__error(CT_EINVAL, "trainer replica: build called twice");
     memcpy(&r->setup, args, sizeof r->setup);
     const tr_setup_args *a = &r->setup;
     int rc;
@@ -298,8 +305,11 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     ct_nn_set_threads(r->spec.threads > 0 ? r->spec.threads : 1);
     r->device = (ct_device)r->spec.device;
     if (r->device != CT_CPU) {
+        /* the driver checked that the program has the device's backend: a replica that cannot
+         * use it has a node without a usable device (CT_ECUDA, retried), not a wrong program */
         if (!(r->bk = ct__backend_of(r->device)))
-            return ct__error(CT_ENOSYS, "trainer replica %d: %s", a->rank, ct_last_error());
+            return ct__error(r->device == CT_CUDA ? CT_ECUDA : CT_ENOSYS, "trainer replica %d: %s",
+                             a->rank, ct_last_error());
         if ((rc = ct__uploader_init(&r->up_x, r->device)) < 0 ||
             (rc = ct__uploader_init(&r->up_y, r->device)) < 0)
             return rc;
@@ -316,6 +326,33 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
                             ? own->peak_flops(trainer_ctx_precision(&r->ctx),
                                               r->spec.threads > 0 ? r->spec.threads : 1)
                             : 0;
+    r->train_step = ct__trainer_step_fn(&r->spec, true);
+    r->validate_step = ct__trainer_step_fn(&r->spec, false);
+    if (!r->train_step || !r->validate_step)
+        return ct__error(CT_ENOTREG,
+                         "trainer replica %d: %s step \"%s\" is not registered in this process "
+                         "(register steps before ct_init, in every process)",
+                         a->rank, !r->train_step ? "train" : "validate",
+                         !r->train_step ? r->spec.train_step : r->spec.validate_step);
+    return 0;
+}
+
+/* The second half ("setup", after every replica's build): what involves the node and the peers:
+ * the communicator, CPU binding, the loader, the checkpoint, the first broadcasts. Its failures
+ * are retried. */
+static int replica_setup(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    (void)args;
+    (void)res;
+    (void)rlen;
+    if (len != 0 || !r->st.nmodels || r->comm)
+        return ct__error(CT_EINVAL, "trainer replica: setup %s",
+                         len              ? "takes no args"
+                         : !r->st.nmodels ? "before build"
+                                          : "called twice");
+    const tr_setup_args *a = &r->setup;
+    int rc;
     if (!(r->rdv = ct_rendezvous_kv_new("trainer/")))
         return CT_ENOMEM;
     if ((rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
@@ -365,14 +402,6 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     }
     r->st.epoch = a->start_epoch;
     r->st.batch = a->start_batch;
-    r->train_step = ct__trainer_step_fn(&r->spec, true);
-    r->validate_step = ct__trainer_step_fn(&r->spec, false);
-    if (!r->train_step || !r->validate_step)
-        return ct__error(CT_ENOTREG,
-                         "trainer replica %d: %s step \"%s\" is not registered in this process "
-                         "(register steps before ct_init, in every process)",
-                         a->rank, !r->train_step ? "train" : "validate",
-                         !r->train_step ? r->spec.train_step : r->spec.validate_step);
     if ((rc = broadcast_params(r)) < 0 || (rc = broadcast_buffers(r)) < 0)
         return rc;
     for (int m = 0; m < r->st.nmodels && rc == 0; m++)
@@ -844,7 +873,7 @@ static int replica_validate(void *state, const void *args, size_t len, void **re
     replica *r = state;
     (void)args;
     (void)len;
-    if (!r->st.nmodels)
+    if (!r->bucketers[0])
         return ct__error(CT_EINVAL, "trainer replica: validate before setup");
     tr_val_report rep = {.magic = TR_VAL_REPORT_MAGIC,
                          .rank = r->setup.rank,
@@ -874,7 +903,8 @@ int ct__trainer_register_replica_class(void)
     int rc = ct_actor_class_register(
         TR_REPLICA_CLASS, &(ct_actor_class){.create = replica_new,
                                             .destroy = replica_free,
-                                            .methods = {{"setup", replica_setup},
+                                            .methods = {{"build", replica_build},
+                                                        {"setup", replica_setup},
                                                         {"train_epoch", replica_train_epoch},
                                                         {"validate", replica_validate}}});
     done = rc == 0;

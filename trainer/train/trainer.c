@@ -2,15 +2,17 @@
  * every creator), the replica group (actors created where resources fit, a fresh rendezvous
  * group id per attempt), the epoch loop with checkpoints adopted from the object store, the
  * recovery protocol (end the group, wait for the head to report the deaths, start as many
- * replicas as fit from the last checkpoint, count retries), the elastic bounds (wait with
- * backoff while fewer than min_replicas fit, grow up to max_replicas at every checkpoint, tell
- * on_world_size), validation, save / restore. An epoch runs as segments that end
- * in a checkpoint every checkpoint_every_steps optimizer steps (or one segment: the epoch);
- * the driver sums the segments' statistics. Checkpoints also go to checkpoint_dir, and
- * trainer_train can resume from one there.
- * Not here: the replica's training step (replica.c), the checkpoint bytes (ckpt.c), the
- * checkpoint directory's files (ckptdir.c), the run log (progress.c; called at a few points:
- * start / stop, each segment, epoch and validation, polls while a segment runs). */
+ * replicas as fit from the last checkpoint, count retries; a failure no retry could fix ends
+ * the job at once: no_retry), the elastic bounds (a request no node could ever hold fails at
+ * once; wait with backoff while fewer than min_replicas fit, grow up to max_replicas at every
+ * checkpoint, tell on_world_size), validation, save / restore. trainer_create makes the
+ * built-in data creators' paths absolute and checks every rank's shard of sharded data. An epoch
+ * runs as segments that end in a checkpoint every checkpoint_every_steps optimizer steps (or one
+ * segment: the epoch); the driver sums the segments' statistics. Checkpoints also go to
+ * checkpoint_dir, and trainer_train can resume from one there. Not here: the replica's training
+ * step (replica.c), the checkpoint bytes (ckpt.c), the checkpoint directory's files (ckptdir.c),
+ * the run log (progress.c; called at a few points: start / stop, each segment, epoch and
+ * validation, polls while a segment runs). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -193,6 +195,38 @@ static int check_shapes(const tr_spec *s, tr_state *st)
     return rc < 0 ? rc : 0;
 }
 
+/* Sharded data (trainer_data.sharded: each rank reads only its own shard): builds every rank's
+ * shard of a group of `world` replicas, one at a time, as that rank's replica would (rank r of
+ * world, the same config; the creator sees trainer_ctx_is_driver() as in the check-run), so that
+ * a shard too small for the data's windows, or an empty one, fails here, naming the rank, and not
+ * in every replica of every retry. world is the largest group (max_replicas): a smaller group's
+ * shards are larger. */
+static int check_shards(const tr_spec *s, int world, bool elastic)
+{
+    for (int r = 0; r < world; r++) {
+        trainer_ctx ctx;
+        trainer_data d;
+        int rc = ct__trainer_ctx_init(&ctx, s->config, r, world, s->seed, 0, s->epochs, true);
+        if (rc < 0)
+            return rc;
+        if ((rc = ct__trainer_data_build(s, &ctx, &d)) == 0) {
+            if (ct_dataset_length(d.train) == 0)
+                rc = ct__error(CT_EINVAL,
+                               "its sharded training set is empty (more ranks than records?)");
+            ct__trainer_data_free(&d);
+        }
+        ct__trainer_ctx_free(&ctx);
+        if (rc < 0)
+            return ct__trainer_error_prefix(
+                rc,
+                "trainer_create: opts.data \"%s\" for replica %d of %d (each replica reads its "
+                "own shard; %s %d; use fewer replicas or more data)",
+                s->data, r, world,
+                elastic ? "a group may have max_replicas =" : "num_replicas =", world);
+    }
+    return 0;
+}
+
 int trainer_create(const trainer_opts *o, trainer **out)
 {
     trainer *t = NULL;
@@ -285,7 +319,15 @@ int trainer_create(const trainer_opts *o, trainer **out)
                        nm);
         goto fail;
     }
-    snprintf(s->config, sizeof s->config, "%s", o->config ? o->config : "");
+    /* the paths a built-in data creator opens, made absolute here: replicas run in their
+     * node's working directory, not this one (a user's creator reads its own keys as given) */
+    if ((rc = ct__trainer_absolute_paths(o->config,
+                                         ct__trainer_lookup(TR_DATA, s->data) ==
+                                                 ct__trainer_builtin(TR_DATA, s->data)
+                                             ? ct__trainer_builtin_paths(TR_DATA, s->data)
+                                             : "",
+                                         s->config, sizeof s->config)) < 0)
+        goto fail;
     s->seed = o->seed;
     s->batch = o->batch_size ? o->batch_size : 64;
     s->epochs = o->epochs ? o->epochs : 1;
@@ -354,11 +396,11 @@ int trainer_create(const trainer_opts *o, trainer **out)
     /* a custom step may feed the model otherwise than the built-in one */
     if (!s->train_step[0] && t->local.nmodels == 1 && (rc = check_shapes(s, &t->local)) < 0)
         goto fail;
+    /* every rank's shard, as the replicas of the largest group would read them */
+    if (t->local.data.sharded && max > 1 && (rc = check_shards(s, max, max > num)) < 0)
+        goto fail;
     /* the driver keeps model, optimizer and scheduler, not the data */
-    ct_dataset_destroy(&t->local.data.train);
-    ct_dataset_destroy(&t->local.data.val);
-    for (int i = 0; i < 4; i++)
-        ct_dataset_destroy(&t->local.data.keep[i]);
+    ct__trainer_data_free(&t->local.data);
     t->local.has_data = false;
     ct__trainer_ctx_free(&ctx);
     t->stats.replicas = 0;
@@ -469,24 +511,152 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
     free(evs);
 }
 
+/* The live nodes (that take actors) as the group's replicas see them: how many replicas fit. */
+typedef struct fit {
+    int now;                 /* in the free resources now, each on one node (no cap) */
+    int now_cpu, now_gpu;    /* ... were only CPUs, or only GPUs, asked for */
+    int empty;               /* were every node empty: 0 means never on these nodes */
+    int nodes;               /* live nodes */
+    double cpu_max, gpu_max; /* the most CPUs and GPUs one node has */
+    double cpu_free, gpu_free;
+    char desc[240]; /* the nodes by their totals: "2 x {CPU: 1}, 1 x {CPU: 8, GPU: 2}" */
+} fit;
+
+/* Replicas of (cpus, gpus) that fit in (cpu, gpu) of one node. */
+static int fit_in(double cpus, int gpus, double cpu, double gpu)
+{
+    int n = (int)floor(cpu / cpus + 1e-9);
+    if (gpus > 0) {
+        int g = (int)floor(gpu / gpus + 1e-9);
+        n = g < n ? g : n;
+    }
+    return n > 0 ? n : 0;
+}
+
+/* "{CPU: 8, GPU: 2}" */
+static void node_shape(char *buf, size_t cap, double cpu, double gpu)
+{
+    if (gpu > 0)
+        snprintf(buf, cap, "{CPU: %g, GPU: %g}", cpu, gpu);
+    else
+        snprintf(buf, cap, "{CPU: %g}", cpu);
+}
+
+/* Asks the head for its live nodes and counts the replicas that fit (fit above). */
+static int count_fit(const trainer *t, fit *f)
+{
+    ct_node_resources stack[64], *nr = stack;
+    int n = 0, rc = ct_cluster_nodes(nr, 64, &n);
+    if (rc == 0 && n > 64) { /* a big cluster: once more with room for all */
+        if (!(nr = malloc(sizeof *nr * (size_t)n)))
+            return ct__error(CT_ENOMEM, "trainer: out of memory");
+        int cap = n;
+        if ((rc = ct_cluster_nodes(nr, cap, &n)) == 0 && n > cap)
+            n = cap;
+    }
+    memset(f, 0, sizeof *f);
+    char shapes[8][48];
+    int counts[8] = {0}, nshapes = 0, more = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const ct_node_resources *x = &nr[i];
+        f->nodes++;
+        f->now += fit_in(t->cpus, t->gpus, x->cpu_free, x->gpu_free);
+        f->now_cpu += fit_in(t->cpus, 0, x->cpu_free, 0);
+        f->now_gpu += t->gpus > 0 ? (int)floor(x->gpu_free / t->gpus + 1e-9) : 0;
+        f->empty += fit_in(t->cpus, t->gpus, x->cpu_total, x->gpu_total);
+        f->cpu_max = x->cpu_total > f->cpu_max ? x->cpu_total : f->cpu_max;
+        f->gpu_max = x->gpu_total > f->gpu_max ? x->gpu_total : f->gpu_max;
+        f->cpu_free += x->cpu_free;
+        f->gpu_free += x->gpu_free;
+        char sh[48];
+        node_shape(sh, sizeof sh, x->cpu_total, x->gpu_total);
+        int k = 0;
+        while (k < nshapes && strcmp(shapes[k], sh))
+            k++;
+        if (k == nshapes && nshapes < 8)
+            snprintf(shapes[nshapes++], sizeof shapes[0], "%s", sh);
+        if (k < nshapes)
+            counts[k]++;
+        else
+            more++;
+    }
+    size_t used = 0;
+    for (int k = 0; k < nshapes && used < sizeof f->desc; k++)
+        used += (size_t)snprintf(f->desc + used, sizeof f->desc - used, "%s%d x %s", k ? ", " : "",
+                                 counts[k], shapes[k]);
+    if (more && used < sizeof f->desc)
+        snprintf(f->desc + used, sizeof f->desc - used, ", %d more", more);
+    if (!f->nodes)
+        snprintf(f->desc, sizeof f->desc, "none");
+    if (nr != stack)
+        free(nr);
+    return rc;
+}
+
 /* How many replicas fit in the free resources now, besides the running group's (at most
  * max_replicas in all). */
 static int replicas_that_fit(trainer *t, int *out)
 {
-    double total = 0, free_cpu = 0;
-    int rc = ct_cluster_resources("CPU", &total, &free_cpu);
+    fit f;
+    int rc = count_fit(t, &f);
     if (rc < 0)
         return rc;
-    int n = (int)floor(free_cpu / t->cpus + 1e-9);
-    if (t->gpus > 0) {
-        double free_gpu = 0;
-        if ((rc = ct_cluster_resources("GPU", &total, &free_gpu)) < 0)
-            return rc;
-        int g = (int)floor(free_gpu / t->gpus + 1e-9);
-        n = g < n ? g : n;
-    }
-    *out = n < t->max_replicas - t->world ? n : t->max_replicas - t->world;
+    *out = f.now < t->max_replicas - t->world ? f.now : t->max_replicas - t->world;
     return 0;
+}
+
+/* What a replica asks for: "1 CPU" or "2 CPUs and 1 GPU". */
+static void replica_shape(const trainer *t, char *buf, size_t cap)
+{
+    if (t->gpus > 0)
+        snprintf(buf, cap, "%g CPU%s and %d GPU%s", t->cpus, t->cpus == 1 ? "" : "s", t->gpus,
+                 t->gpus == 1 ? "" : "s");
+    else
+        snprintf(buf, cap, "%g CPU%s", t->cpus, t->cpus == 1 ? "" : "s");
+}
+
+/* What is short while fewer than min_replicas fit now: "free GPUs", "free CPUs", ... */
+static const char *what_is_short(const trainer *t, const fit *f)
+{
+    bool cpu = f->now_cpu<t->min_replicas, gpu = t->gpus> 0 && f->now_gpu < t->min_replicas;
+    return cpu && gpu ? "free CPUs and GPUs"
+           : gpu      ? "free GPUs"
+           : cpu      ? "free CPUs"
+                      : "nodes with both CPUs and GPUs free";
+}
+
+/* A request no live node could meet even when empty: CT_EINVAL naming the missing resource and
+ * the nodes there are, e.g. "no node has a GPU; nodes: 2 x {CPU: 1}". 0 when a node could hold a
+ * replica, or when there is no live node to judge by (nodes may be joining). */
+static int never_fits(const trainer *t, const fit *f)
+{
+    if (f->empty > 0 || f->nodes == 0)
+        return 0;
+    char need[64], missing[160];
+    replica_shape(t, need, sizeof need);
+    bool cpu = f->cpu_max + 1e-9 < t->cpus, gpu = t->gpus > 0 && f->gpu_max + 1e-9 < t->gpus;
+    if (gpu && f->gpu_max == 0)
+        snprintf(missing, sizeof missing, "no node has a GPU");
+    else if (gpu)
+        snprintf(missing, sizeof missing, "no node has %d GPUs", t->gpus);
+    else if (cpu)
+        snprintf(missing, sizeof missing, "no node has %g CPUs", t->cpus);
+    else
+        snprintf(missing, sizeof missing, "no node has %g CPUs and %d GPUs together", t->cpus,
+                 t->gpus);
+    if (gpu && cpu)
+        snprintf(missing + strlen(missing), sizeof missing - strlen(missing),
+                 " and none has %g CPUs", t->cpus);
+    return ct__error(CT_EINVAL,
+                     "trainer: the replicas can never start on this cluster: each needs %s "
+                     "(%s) and %s; nodes: %s. %s",
+                     need,
+                     t->gpus > 0 ? "cpus_per_replica, and gpus_per_replica for device \"cuda\""
+                                 : "cpus_per_replica",
+                     missing, f->desc,
+                     gpu ? "Train on a cluster whose nodes have GPUs, or with device \"cpu\" "
+                           "(use_gpu false)"
+                         : "Lower cpus_per_replica, or add a node with that many CPUs");
 }
 
 /* Calls method on every replica at once with per-rank args (args + i * stride); results[i]
@@ -566,11 +736,68 @@ static int64_t start_batch(const trainer *t, int n)
     return b;
 }
 
+/* Where a group's start or run failed. */
+typedef enum tr_stage {
+    TR_STAGE_CREATE, /* creating the replica actors (ct_actor_create_many) */
+    TR_STAGE_BUILD,  /* a replica's "build": config, creators, data, steps (replica.c) */
+    TR_STAGE_SETUP,  /* a replica's "setup": communicator, CPU binding, checkpoint, broadcasts */
+} tr_stage;
+
+/* The one place that decides which failures end trainer_train at once instead of spending a
+ * retry: those that do not depend on which node ran the replica, so that a retry would fail the
+ * same way. A replica that died (a crash, a signal, its node lost) is always retried, whatever
+ * code its peers saw. By stage and code:
+ * - create: CT_ESTART only: the node quoted an exec or loader error of the program (the same
+ *   binary everywhere). CT_ETIMEDOUT (no room in time), CT_EDEAD and the rest are the cluster's.
+ * - build (the program, its config and its data, before any peer is involved):
+ *   CT_EINVAL    a bad config value, a creator's refusal (trainer_ctx_fail), data too small for
+ *                the shards: the same bytes give the same verdict on every node;
+ *   CT_ENOENT    a file or directory a creator opens is missing (paths of the built-in data
+ *                creators are absolute by then, so this is not the node's working directory);
+ *   CT_ENOSYS    something not built into the program (the device's backend on CUDA replicas is
+ *                reported as CT_ECUDA instead: a node whose GPU cannot be used is the node's);
+ *   CT_ENOTREG   a creator or step the replica's program lacks (registered only in the driver);
+ *   CT_ERANGE    shapes or values out of range in a creator.
+ *   Not these: CT_ENOMEM / CT_ENOSPC (the node's memory and store), CT_EIO (a disk or a
+ *   network file system that may answer next time), CT_EACCES (a file's permissions can differ
+ *   between hosts), CT_ECUDA / CT_ENCCL / CT_EDNNL (a device or library of that node),
+ *   CT_ETIMEDOUT, CT_ECONNRESET, CT_ECANCELED, CT_EPROTO, CT_EZMQ, CT_EDEAD (the cluster).
+ * - setup and epochs: never: they involve peers, the network and the node's CPUs, and a peer's
+ *   failure reaches the others under their own codes; a step's own error (the one-backward rule)
+ *   is retried as documented in GUIDE.md section 4. */
+static bool no_retry(tr_stage stage, int rc, bool died)
+{
+    if (died)
+        return false;
+    switch (stage) {
+    case TR_STAGE_CREATE:
+        return rc == CT_ESTART;
+    case TR_STAGE_BUILD:
+        return rc == CT_EINVAL || rc == CT_ENOENT || rc == CT_ENOSYS || rc == CT_ENOTREG ||
+               rc == CT_ERANGE;
+    case TR_STAGE_SETUP:
+        return false;
+    }
+    return false;
+}
+
+/* Whether a replica of the running group is dead (a crash, a signal, its node lost). */
+static bool any_dead(const trainer *t)
+{
+    for (int i = 0; i < t->world; i++)
+        if (t->actors[i] && ct_actor_is_dead(t->actors[i]))
+            return true;
+    return false;
+}
+
 /* Starts n replicas from the newest checkpoint (or the creators' initial state) and waits for
- * the group to be set up. On failure the group is ended and why says what failed. */
-static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
+ * the group to be set up. On failure the group is ended, why says what failed and *fatal
+ * whether a retry would fail the same way (no_retry). */
+static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap, bool *fatal)
 {
     int rc, failed = -1;
+    tr_stage stage = TR_STAGE_CREATE;
+    *fatal = false;
     char msg[600] = "";
     tr_setup_args *sa = NULL;
     t->stats.group_start_ns = ct__now_ns();
@@ -606,7 +833,11 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
         sa[i].lr_scale = t->lr_scale;
         snprintf(sa[i].driver_node, sizeof sa[i].driver_node, "%s", ct_object_node());
     }
-    if ((rc = call_all(t, "setup", sa, sizeof *sa, sizeof *sa, NULL, &failed, msg, sizeof msg)) < 0)
+    stage = TR_STAGE_BUILD;
+    if ((rc = call_all(t, "build", sa, sizeof *sa, sizeof *sa, NULL, &failed, msg, sizeof msg)) < 0)
+        goto fail;
+    stage = TR_STAGE_SETUP;
+    if ((rc = call_all(t, "setup", NULL, 0, 0, NULL, &failed, msg, sizeof msg)) < 0)
         goto fail;
     t->local.batch = sa[0].start_batch;
     t->local.world = n;
@@ -624,6 +855,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap)
     return 0;
 fail:
     free(sa);
+    *fatal = no_retry(stage, rc, t->actors && any_dead(t));
     if (t->actors) {
         end_group(t, why, cap, failed, rc, msg);
     }
@@ -1091,19 +1323,26 @@ static void note_group_size(trainer *t, int n)
     t->logged_world = n;
 }
 
-/* Starts a group of as many replicas as fit (up to max_replicas). While fewer than
+/* Starts a group of as many replicas as fit (up to max_replicas). Before this trainer's first
+ * group, a request that no live node could meet even when empty fails at once (never_fits; once
+ * a group ran, a lost node may come back or be replaced, so the driver waits). While fewer than
  * min_replicas fit it waits, backing off per round, spending no retry, for at most
- * wait_limit_ms (0: for ever; then CT_ETIMEDOUT). Each failed start spends a retry. */
+ * wait_limit_ms (then CT_ETIMEDOUT); the log names what is short. Each failed start spends a
+ * retry, but one that would fail the same way again (no_retry) ends it at once with its code. */
 static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries, int wait_limit_ms)
 {
     int attempt = 0, waits = 0, rc;
     int64_t wait_start = 0;
-    char why[600];
+    char why[600], need[64];
+    replica_shape(t, need, sizeof need);
     while (!t->actors) {
-        int n = 0;
+        fit f;
         why[0] = 0;
-        if ((rc = replicas_that_fit(t, &n)) < 0)
+        if ((rc = count_fit(t, &f)) < 0)
             return rc;
+        if (t->groups == 0 && (rc = never_fits(t, &f)) < 0)
+            return rc;
+        int n = f.now < t->max_replicas ? f.now : t->max_replicas;
         if (n < t->min_replicas) {
             int64_t now = ct__now_ms(), left = -1;
             if (!wait_start)
@@ -1112,14 +1351,17 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
                 left = wait_start + wait_limit_ms - now;
                 if (left <= 0)
                     return ct__error(CT_ETIMEDOUT,
-                                     "trainer: waited %lld ms for min_replicas %d (%.3g CPU "
-                                     "each), %d fit: no resources for them (CPUs taken or "
-                                     "nodes gone)",
-                                     (long long)(now - wait_start), t->min_replicas, t->cpus, n);
+                                     "trainer: waited %lld ms (min_replicas_timeout_ms) for "
+                                     "min_replicas %d (%s each), %d fit: no resources for them: "
+                                     "too few %s (free: %g CPUs, %g GPUs; nodes: %s)",
+                                     (long long)(now - wait_start), t->min_replicas, need, n,
+                                     what_is_short(t, &f), f.cpu_free, f.gpu_free, f.desc);
             }
             /* the first round of a wait is a warning, the later ones are its repetitions */
             CT_LOG(waits ? CT_LOG_INFO : CT_LOG_WARN, "trainer",
-                   "waiting for %d replicas, %d fit (%.3g CPU each)", t->min_replicas, n, t->cpus);
+                   "waiting for %d replicas, %d fit (%s each): too few %s (free: %g CPUs, %g "
+                   "GPUs; nodes: %s)",
+                   t->min_replicas, n, need, what_is_short(t, &f), f.cpu_free, f.gpu_free, f.desc);
             backoff(o, ++waits, left);
             continue;
         }
@@ -1127,15 +1369,19 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
         wait_start = 0;
         if ((rc = tell_world_size(t, o, n)) < 0)
             return rc;
+        bool fatal = false;
         rc = start_group(t, n, o->create_timeout_ms > 0 ? o->create_timeout_ms : 30000, why,
-                         sizeof why);
+                         sizeof why, &fatal);
         if (rc == 0) {
             note_group_size(t, n);
             return 0;
         }
-        if (rc == CT_ESTART) { /* the replicas' program cannot start: a retry fails the same */
+        if (fatal) { /* a retry would fail the same way */
             snprintf(t->last_failure, sizeof t->last_failure, "%s", why);
-            return ct__error(rc, "trainer: replicas cannot start (not retried): %s", why);
+            if (rc == CT_ESTART)
+                return ct__error(rc, "trainer: replicas cannot start (not retried): %s", why);
+            return ct__error(rc, "trainer: %s (not retried: it fails the same way on any node)",
+                             why);
         }
         if ((rc = spend_retry(t, max_retries, why)) < 0)
             return rc;
@@ -1299,7 +1545,10 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         /* right after a checkpoint (within an epoch or at its end, after on_epoch): a bigger
          * group when more replicas fit now */
         grow_at_checkpoint(t);
-        if (!t->actors && (rc = ensure_group(t, o, max_retries, o->min_replicas_timeout_ms)) < 0)
+        if (!t->actors && (rc = ensure_group(t, o, max_retries,
+                                             o->min_replicas_timeout_ms > 0
+                                                 ? o->min_replicas_timeout_ms
+                                                 : TRAINER_MIN_REPLICAS_TIMEOUT_MS)) < 0)
             break;
         why[0] = 0;
         int64_t epoch = t->local.epoch;

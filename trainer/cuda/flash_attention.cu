@@ -519,12 +519,12 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
 
 /* ---- launches ---- */
 
-/* Whether the flash kernels take p: head size 32, 64 or 128, no dropout, at most 65,535 slices
- * (the grid's y) and rows. */
+/* Whether the flash kernels take p: head size 32, 64 or 128, no dropout, rows, and at most
+ * 65,535 slices (the grid's y). */
 extern "C" bool ct__cuda_flash_takes(const ct__attn_p *p)
 {
-    return (p->hs == 32 || p->hs == 64 || p->hs == 128) && p->dropout <= 0.0f && p->bh <= 65535 &&
-           p->t > 0 && p->t <= 65535L * FA_ROWS;
+    return (p->hs == 32 || p->hs == 64 || p->hs == 128) && p->dropout <= 0.0f && p->t > 0 &&
+           p->bh > 0 && p->bh <= 65535;
 }
 
 template <int HS, bool BF16>

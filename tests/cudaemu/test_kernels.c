@@ -640,7 +640,7 @@ static void expect_near(const char *what, const float *d, const float *want, int
  * (GPU) against sum_j P_ij dP_ij (CPU), which differ by the forward's bound times |do|; the
  * test allows 2^-7 of the largest |operand| products (see the code). */
 static void test_flash(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool causal, int dt,
-                       bool inf)
+                       bool inf, float dropout)
 {
     int64_t c = heads * hs, in = batch * t * 3 * c, out = batch * t * c, rows = batch * heads * t;
     ct__attn_p p = {.bh = batch * heads,
@@ -651,6 +651,8 @@ static void test_flash(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool
                     .out_rs = c,
                     .scale = 1.0f / sqrtf((float)hs),
                     .causal = causal,
+                    .dropout = dropout,
+                    .seed = 43,
                     .dt = dt};
     float *qkv = random_buf(in, 210 + (uint32_t)t, -2, 2), *dout = random_buf(out, 211, -1, 1);
     float *o = hbuf(out), *lse = hbuf(rows), *delta = hbuf(rows);
@@ -665,18 +667,20 @@ static void test_flash(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool
     float *d_lse = dfloats(lse, rows), *d_delta = dfloats(delta, rows), *d_dqkv = dfloats(dqkv, in);
     bool bf = dt == CT_BF16;
     char what[160];
-    snprintf(what, sizeof what, "flash %s B %lld H %lld T %lld hs %lld%s%s", bf ? "bf16" : "f32",
-             (long long)batch, (long long)heads, (long long)t, (long long)hs,
-             causal ? " causal" : "", inf ? " -inf scores" : "");
+    snprintf(what, sizeof what, "flash %s B %lld H %lld T %lld hs %lld%s%s dropout %g",
+             bf ? "bf16" : "f32", (long long)batch, (long long)heads, (long long)t, (long long)hs,
+             causal ? " causal" : "", inf ? " -inf scores" : "", (double)dropout);
     fprintf(stderr, "  %s\n", what);
     CHECK(ct__cuda_flash_takes(&p));
     OK(ct__cuda_flash_fwd(&p, d_qkv, d_qkv + c, d_qkv + 2 * c, d_o, d_lse, NULL));
     OK(cpu->attn_fwd(&p, qkv, qkv + c, qkv + 2 * c, o, lse));
-    /* o: 2^-8 max|v| in bf16 (the comment above); lse: the same sums, f32 either way */
+    /* o: 2^-8 max|v| in bf16 (the comment above), over 1 - dropout (the kept weights' factor,
+     * which the sum of the weights takes too); lse: the same sums, f32 either way */
     float vmax = 0;
     for (int64_t r = 0; r < batch * t; r++)
         vmax = fmaxf(vmax, max_abs(qkv + r * 3 * c + 2 * c, c));
-    expect_near("flash_fwd o", d_o, o, out, bf ? 0x1p-8f * vmax : 1e-5f, bf ? 0 : 1e-5f);
+    float kept = 1.0f / (1.0f - dropout);
+    expect_near("flash_fwd o", d_o, o, out, bf ? 0x1p-8f * vmax * kept : 1e-5f, bf ? 0 : 1e-5f);
     expect_near("flash_fwd lse", d_lse, lse, rows, 1e-5f, 1e-5f);
     /* backward from the CPU's forward, so both start alike; adds into dq, dk, dv, then writes.
      * bf16: each gradient is a sum over up to t terms of a weight times an operand; the weights
@@ -695,7 +699,7 @@ static void test_flash(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool
          * there f32 allows 1e-5 of the largest gradient */
         float gmax = max_abs(dqkv, in), f32_atol = inf ? 1e-5f * gmax : 1e-5f;
         expect_near(acc ? "flash_bwd dq dk dv acc" : "flash_bwd dq dk dv", d_dqkv, dqkv, in,
-                    bf ? 0x1p-7f * gmax + 1e-3f : f32_atol, bf ? 0 : 1e-5f);
+                    bf ? (0x1p-7f * gmax + 1e-3f) * kept : f32_atol, bf ? 0 : 1e-5f);
     }
     free_all();
 }
@@ -833,15 +837,18 @@ int main(void)
     test_attention(2, 1, 33, 33, true, 0.2f);
     test_attention(1, 1, 9, 256, true, 0.0f); /* the largest head: 8 values a lane */
     test_attention(1, 2, 70, 64, true, 0.0f); /* through attention.cu to the flash kernels */
+    test_attention(1, 2, 70, 32, false, 0.2f);
     /* flash: one row, a tile's edge and past it, several blocks, odd T; every head size */
     for (int dt = CT_F32; dt <= CT_BF16; dt += CT_BF16 - CT_F32) {
-        test_flash(1, 1, 1, 32, true, dt, false);
-        test_flash(1, 2, 63, 32, false, dt, false);
-        test_flash(2, 2, 64, 64, true, dt, false);
-        test_flash(1, 2, 65, 128, true, dt, false);
-        test_flash(1, 1, 200, 64, true, dt, false);
-        test_flash(2, 1, 97, 128, false, dt, false);
-        test_flash(1, 2, 70, 32, false, dt, true);
+        test_flash(1, 1, 1, 32, true, dt, false, 0.0f);
+        test_flash(1, 2, 63, 32, false, dt, false, 0.0f);
+        test_flash(2, 2, 64, 64, true, dt, false, 0.0f);
+        test_flash(1, 2, 65, 128, true, dt, false, 0.0f);
+        test_flash(1, 1, 200, 64, true, dt, false, 0.0f);
+        test_flash(2, 1, 97, 128, false, dt, false, 0.0f);
+        test_flash(1, 2, 70, 32, false, dt, true, 0.0f);
+        test_flash(2, 2, 70, 64, true, dt, false, 0.2f);
+        test_flash(1, 1, 65, 128, false, dt, false, 0.5f);
     }
     test_flash_uniform();
     test_cross_entropy(70, 300);

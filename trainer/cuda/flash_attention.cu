@@ -1,5 +1,5 @@
 /* trainer/cuda/flash_attention.cu — flash attention (FlashAttention-2's tiling and online softmax)
- * for the backend table's attn_fwd / attn_bwd on head sizes 32, 64 and 128 without dropout;
+ * for the backend table's attn_fwd / attn_bwd on head sizes 32, 64 and 128, dropout included;
  * attention.cu decides when it runs and keeps the simple warp-per-row kernels for the rest.
  *
  * Forward: a block takes 64 query rows of one (batch, head) slice, 4 warps of 16 rows; it walks
@@ -7,8 +7,13 @@
  * of a tile, their running max m and sum l, and its (16, hs) output in registers, rescaled by
  * exp(m_old - m_new) when the max grows. Backward, without atomics: one kernel takes 64 query
  * rows (4 warps of 16) and sums dq over the key tiles; another takes 64 key rows (4 warps of 16)
- * and sums dk and dv over the query tiles; a warp per row computes delta_i = do_i . o_i first.
- * Every output has one writer and every sum one order: the same bits every run.
+ * and sums dk and dv over the query tiles (at head size 128 in bf16, dv and dk in two launches,
+ * each recomputing the probabilities: both sums with k's and v's fragments took more than 255
+ * registers and spilled); a warp per row computes delta_i = do_i . o_i first.
+ * Every output has one writer and every sum one order: the same bits every run. Dropout draws
+ * the CPU's Philox numbers per probability: the forward's l sums the weights before it, P v and
+ * the backward's products take P M (M the factors), dS = P (M dP - delta) scale. Under the
+ * causal mask the query blocks that see the most keys are launched first.
  *
  * The registers follow mma.sync m16n8k16's fragments (mma.cuh): a warp's (16, 8) tile of scores
  * is four floats a lane, rows g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4);
@@ -26,22 +31,18 @@
  *
  * Shapes: q, k, v, dq, dk, dv: bh slices of (t, hs), rows p.in_rs apart; o, dout: rows p.out_rs
  * apart (backend.h's ct__attn_p; heads read in place by ct__attn_slice); lse, delta (bh, t).
- * Not here: dropout (attention.cu's kernels), other head sizes, f16, ldmatrix or cp.async
+ * Registers (nvcc 13, sm_80 and sm_90): 114-250 a thread, no spills; a 16-byte local array in
+ * Philox's call (as attention.cu).
+ *
+ * Not here: other head sizes (attention.cu's kernels), f16, ldmatrix or cp.async
  * (fragments are built with plain loads), a GPU's timing (nothing here has run on a GPU). */
 #include "common/common.h"
 
+#include "trainer/backend/philox.h"
 #include "trainer/cuda/cuda_internal.h"
 #include "trainer/cuda/mma.cuh"
 
 enum { FA_WARPS = 4, FA_THREADS = 32 * FA_WARPS, FA_ROWS = 16 * FA_WARPS };
-
-/* loops over a fragment's registers: unrolled, so that the arrays they index stay in registers
- * (the emulator's C++ needs no hint) */
-#ifdef CT_EMU_DEVICE_CODE
-#define UNROLL
-#else
-#define UNROLL _Pragma("unroll")
-#endif
 
 /* key (or query) rows of a tile: forward, dq, dk / dv kernel */
 template <int HS, bool BF16> struct tiles {
@@ -95,7 +96,7 @@ static __device__ void load_a(uint32_t a[HS / 16][4], const float *x, int64_t rs
 {
     int64_t ra = r0 + g < t ? r0 + g : t - 1, rb = r0 + g + 8 < t ? r0 + g + 8 : t - 1;
     const float *xa = x + ra * rs, *xb = x + rb * rs;
-    UNROLL
+#pragma unroll
     for (int kk = 0; kk < HS / 16; kk++) {
         int c = 16 * kk + 2 * tg;
         a[kk][0] = ct__pack_bf16(xa[c], xa[c + 1]);
@@ -112,10 +113,10 @@ template <int HS, int N>
 static __device__ void abt_bf16(float s[N][4], const uint32_t a[HS / 16][4],
                                 const uint32_t (*b)[HS / 2 + 4], int g, int tg)
 {
-    UNROLL
+#pragma unroll
     for (int j = 0; j < N; j++) {
         s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        UNROLL
+#pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
             uint32_t f[2] = {b[8 * j + g][8 * kk + tg], b[8 * j + g][8 * kk + 4 + tg]};
             ct__mma_bf16(s[j], a[kk], f);
@@ -128,12 +129,12 @@ template <int HS, int N>
 static __device__ void abt_f32(float s[N][4], const float *xa, const float *xb,
                                const float (*b)[HS + 1], int tg)
 {
-    UNROLL
+#pragma unroll
     for (int j = 0; j < N; j++)
         s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
     for (int c = 0; c < HS; c++) {
         float a0 = xa[c], a1 = xb[c];
-        UNROLL
+#pragma unroll
         for (int j = 0; j < N; j++) {
             float b0 = b[8 * j + 2 * tg][c], b1 = b[8 * j + 2 * tg + 1][c];
             s[j][0] += a0 * b0;
@@ -150,13 +151,13 @@ template <int HS, int K>
 static __device__ void aw_bf16(float acc[HS / 8][4], const float w[K / 8][4],
                                const uint32_t (*y)[K / 2 + 4], int g, int tg)
 {
-    UNROLL
+#pragma unroll
     for (int kk = 0; kk < K / 16; kk++) {
         uint32_t a[4] = {ct__pack_bf16(w[2 * kk][0], w[2 * kk][1]),
                          ct__pack_bf16(w[2 * kk][2], w[2 * kk][3]),
                          ct__pack_bf16(w[2 * kk + 1][0], w[2 * kk + 1][1]),
                          ct__pack_bf16(w[2 * kk + 1][2], w[2 * kk + 1][3])};
-        UNROLL
+#pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             uint32_t f[2] = {y[8 * n + g][8 * kk + tg], y[8 * n + g][8 * kk + 4 + tg]};
             ct__mma_bf16(acc[n], a, f);
@@ -169,15 +170,15 @@ template <int HS, int K>
 static __device__ void aw_f32(float acc[HS / 8][4], const float w[K / 8][4], float (*ws)[K + 1],
                               const float (*y)[HS + 1], int g, int tg)
 {
-    UNROLL
+#pragma unroll
     for (int j = 0; j < K / 8; j++)
-        UNROLL
-    for (int e = 0; e < 4; e++)
-        ws[g + 8 * (e >> 1)][8 * j + 2 * tg + (e & 1)] = w[j][e];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            ws[g + 8 * (e >> 1)][8 * j + 2 * tg + (e & 1)] = w[j][e];
     __syncwarp();
     for (int k = 0; k < K; k++) {
         float wa = ws[g][k], wb = ws[g + 8][k];
-        UNROLL
+#pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             float y0 = y[k][8 * n + 2 * tg], y1 = y[k][8 * n + 2 * tg + 1];
             acc[n][0] += wa * y0;
@@ -207,6 +208,27 @@ static __device__ inline bool seen(const ct__attn_p &p, int64_t i, int64_t j)
     return j < p.t && (!p.causal || j <= i);
 }
 
+/* the dropout factor of probability (b, i, j): 0 or 1 / (1 - p), attention.cu's and the CPU's
+ * draw (Philox at (b t + i) t + j). A call, not inlined: Philox's registers would otherwise
+ * count in every kernel, with dropout or without (the bf16 forward at head size 128 went from
+ * 228 to 246 registers). */
+static __device__ __noinline__ float draw(const ct__attn_p &p, int64_t b, int64_t i, int64_t j)
+{
+    float u = ct__philox_uniform(p.seed, 0, (uint64_t)((b * p.t + i) * p.t + j));
+    return u < p.dropout ? 0.0f : 1.0f / (1.0f - p.dropout);
+}
+static __device__ inline float keep(const ct__attn_p &p, int64_t b, int64_t i, int64_t j)
+{
+    return p.dropout > 0.0f ? draw(p, b, i, j) : 1.0f;
+}
+
+/* the first query row of the block: under the mask the last blocks, which see the most keys,
+ * run first, so that short blocks fill the tail of the launch */
+static __device__ inline int64_t query_block(const ct__attn_p &p)
+{
+    return (int64_t)(p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * FA_ROWS;
+}
+
 /* ---- forward ---- */
 
 template <int HS, bool BF16> struct fwd_smem;
@@ -229,7 +251,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
     enum { BK = tiles<HS, BF16>::FWD, N = BK / 8 };
     __shared__ fwd_smem<HS, BF16> sm;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
-    int64_t T = p.t, b = blockIdx.y, rs = p.in_rs, i0 = (int64_t)blockIdx.x * FA_ROWS;
+    int64_t T = p.t, b = blockIdx.y, rs = p.in_rs, i0 = query_block(p);
     int64_t r0 = i0 + 16 * warp, row[2] = {r0 + g, r0 + g + 8};
     int64_t in = ct__attn_slice(&p, b, rs);
     const float *qb = q + in, *kb = k + in, *vb = v + in;
@@ -257,32 +279,33 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
             abt_bf16<HS, N>(s, qa, sm.k, g, tg);
         else
             abt_f32<HS, N>(s, xa, xb, sm.k, tg);
-        UNROLL
+#pragma unroll
         for (int h = 0; h < 2; h++) { /* row g + 8 h: scale, mask, online softmax */
             float mx = -INFINITY;
-            UNROLL
+#pragma unroll
             for (int j = 0; j < N; j++)
-                UNROLL
-            for (int e = 0; e < 2; e++) {
-                float x = s[j][2 * h + e] * p.scale;
-                x = seen(p, row[h], j0 + 8 * j + 2 * tg + e) ? x : -INFINITY;
-                s[j][2 * h + e] = x;
-                mx = fmaxf(mx, x);
-            }
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float x = s[j][2 * h + e] * p.scale;
+                    x = seen(p, row[h], j0 + 8 * j + 2 * tg + e) ? x : -INFINITY;
+                    s[j][2 * h + e] = x;
+                    mx = fmaxf(mx, x);
+                }
             float mn = fmaxf(m[h], group_max(mx)), sum = 0.0f;
             /* nothing seen yet: nothing to rescale (exp(-inf - -inf) would be NaN) */
             float corr = m[h] == -INFINITY ? 0.0f : expf(m[h] - mn);
-            UNROLL
+#pragma unroll
             for (int j = 0; j < N; j++)
-                UNROLL
-            for (int e = 0; e < 2; e++) {
-                float x = s[j][2 * h + e], w = x == -INFINITY ? 0.0f : expf(x - mn);
-                s[j][2 * h + e] = w;
-                sum += w;
-            }
+#pragma unroll
+                for (int e = 0; e < 2; e++) { /* l sums the weights before dropout */
+                    float x = s[j][2 * h + e], w = x == -INFINITY ? 0.0f : expf(x - mn);
+                    int64_t col = j0 + 8 * j + 2 * tg + e;
+                    sum += w;
+                    s[j][2 * h + e] = w == 0.0f ? 0.0f : w * keep(p, b, row[h], col);
+                }
             l[h] = l[h] * corr + sum;
             m[h] = mn;
-            UNROLL
+#pragma unroll
             for (int n = 0; n < HS / 8; n++) {
                 acc[n][2 * h] *= corr;
                 acc[n][2 * h + 1] *= corr;
@@ -293,13 +316,13 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
         else
             aw_f32<HS, BK>(acc, s, sm.w[warp], sm.v, g, tg);
     }
-    UNROLL
+#pragma unroll
     for (int h = 0; h < 2; h++) {
         float sum = group_sum(l[h]);
         if (row[h] >= T)
             continue;
         float *oi = o + ct__attn_slice(&p, b, p.out_rs) + row[h] * p.out_rs;
-        UNROLL
+#pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             oi[8 * n + 2 * tg] = acc[n][2 * h] / sum;
             oi[8 * n + 2 * tg + 1] = acc[n][2 * h + 1] / sum;
@@ -340,11 +363,11 @@ template <int HS>
 static __device__ void put_rows(float *dst, int64_t rs, const int64_t row[2], int64_t t,
                                 const float acc[HS / 8][4], int tg, bool add)
 {
-    UNROLL
+#pragma unroll
     for (int h = 0; h < 2; h++) {
         if (row[h] >= t)
             continue;
-        UNROLL
+#pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             put(dst + row[h] * rs + 8 * n + 2 * tg, acc[n][2 * h], add);
             put(dst + row[h] * rs + 8 * n + 2 * tg + 1, acc[n][2 * h + 1], add);
@@ -373,7 +396,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
     __shared__ dq_smem<HS, BF16> sm;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
     int64_t T = p.t, b = blockIdx.y, rs = p.in_rs, ors = p.out_rs;
-    int64_t i0 = (int64_t)blockIdx.x * FA_ROWS, r0 = i0 + 16 * warp, row[2] = {r0 + g, r0 + g + 8};
+    int64_t i0 = query_block(p), r0 = i0 + 16 * warp, row[2] = {r0 + g, r0 + g + 8};
     int64_t in = ct__attn_slice(&p, b, rs), out = ct__attn_slice(&p, b, ors);
     const float *qb = q + in, *kb = k + in, *vb = v + in, *gb = dout + out;
     int64_t ra = row[0] < T ? row[0] : T - 1, rb = row[1] < T ? row[1] : T - 1;
@@ -406,16 +429,16 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
             abt_f32<HS, N>(s, qb + ra * rs, qb + rb * rs, sm.k, tg);
             abt_f32<HS, N>(dp, gb + ra * ors, gb + rb * ors, sm.v, tg);
         }
-        UNROLL
+#pragma unroll
         for (int j = 0; j < N; j++) /* s := dS */
-            UNROLL
-        for (int e = 0; e < 4; e++) {
-            int h = e >> 1;
-            float pij = seen(p, row[h], j0 + 8 * j + 2 * tg + (e & 1))
-                            ? expf(s[j][e] * p.scale - l[h])
-                            : 0.0f;
-            s[j][e] = pij * (dp[j][e] - d[h]) * p.scale;
-        }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int h = e >> 1;
+                int64_t col = j0 + 8 * j + 2 * tg + (e & 1);
+                float pij = seen(p, row[h], col) ? expf(s[j][e] * p.scale - l[h]) : 0.0f;
+                float m = pij == 0.0f ? 0.0f : keep(p, b, row[h], col);
+                s[j][e] = pij * (m * dp[j][e] - d[h]) * p.scale;
+            }
         if constexpr (BF16)
             aw_bf16<HS, BK>(acc, s, sm.kc, g, tg);
         else
@@ -436,15 +459,21 @@ template <int HS> struct dkv_smem<HS, false> {
     float lse[tiles<HS, false>::DKV], delta[tiles<HS, false>::DKV];
 };
 
+/* what a dk / dv kernel sums: both, or (the bf16 kernel at head size 128, whose two (16, 128)
+ * sums, k's and v's fragments would not fit in 255 registers) one of them, as two launches that
+ * both compute the probabilities */
+enum { DK = 1, DV = 2 };
+
 /* One block: 64 key rows of slice blockIdx.y, a warp's 16 as the rows of the products (the
- * transposed scores S^T). dv_j (+)= sum_i P_ij do_i, dk_j (+)= scale sum_i P_ij (dP_ij -
- * delta_i) q_i. */
-template <int HS, bool BF16>
+ * transposed scores S^T). dv_j (+)= sum_i P_ij M_ij do_i, dk_j (+)= scale sum_i P_ij (M_ij dP_ij
+ * - delta_i) q_i, as PARTS asks. */
+template <int HS, bool BF16, int PARTS>
 static __global__ void __launch_bounds__(FA_THREADS, 1)
     flash_dkv_kernel(ct__attn_p p, const float *q, const float *k, const float *v, const float *lse,
                      const float *dout, const float *delta, float *dk, float *dv, bool add)
 {
     enum { BQ = tiles<HS, BF16>::DKV, N = BQ / 8 };
+    constexpr bool WK = (PARTS & DK) != 0, WV = (PARTS & DV) != 0;
     __shared__ dkv_smem<HS, BF16> sm;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
     int64_t T = p.t, b = blockIdx.y, rs = p.in_rs, ors = p.out_rs;
@@ -452,23 +481,24 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
     int64_t in = ct__attn_slice(&p, b, rs), out = ct__attn_slice(&p, b, ors);
     const float *qb = q + in, *kb = k + in, *vb = v + in, *gb = dout + out;
     int64_t ka = key[0] < T ? key[0] : T - 1, kb2 = key[1] < T ? key[1] : T - 1;
-    /* the warp's k and v rows as a fragments: loaded once, or (head size 128: with dk and dv's
-     * sums they would not fit in 255 registers) again for each query tile, from L1 */
-    enum { KEEP = BF16 && HS <= 64 };
-    uint32_t kf[KEEP ? HS / 16 : 1][4], vf[KEEP ? HS / 16 : 1][4];
-    if constexpr (KEEP) {
+    /* bf16: the warp's k (and, for dk, v) rows as a fragments, loaded once */
+    uint32_t kf[BF16 ? HS / 16 : 1][4], vf[BF16 && WK ? HS / 16 : 1][4];
+    if constexpr (BF16)
         load_a<HS>(kf, kb, rs, r0, T, g, tg);
+    if constexpr (BF16 && WK)
         load_a<HS>(vf, vb, rs, r0, T, g, tg);
-    }
-    float ak[HS / 8][4] = {}, av[HS / 8][4] = {};
+    float ak[WK ? HS / 8 : 1][4] = {}, av[WV ? HS / 8 : 1][4] = {};
     /* under the mask, queries before j0 see none of the block's keys (j0 is a multiple of BQ) */
     for (int64_t i0 = p.causal ? j0 : 0; i0 < T; i0 += BQ) {
         __syncthreads();
         if constexpr (BF16) {
             stage_rows<HS, BQ>(sm.q, qb, rs, i0, T);
-            stage_rows<HS, BQ>(sm.g, gb, ors, i0, T);
-            stage_cols<HS, BQ>(sm.qc, qb, rs, i0, T);
-            stage_cols<HS, BQ>(sm.gc, gb, ors, i0, T);
+            if constexpr (WK) {
+                stage_rows<HS, BQ>(sm.g, gb, ors, i0, T);
+                stage_cols<HS, BQ>(sm.qc, qb, rs, i0, T);
+            }
+            if constexpr (WV)
+                stage_cols<HS, BQ>(sm.gc, gb, ors, i0, T);
         } else {
             stage_f32<HS, BQ>(sm.q, qb, rs, i0, T);
             stage_f32<HS, BQ>(sm.g, gb, ors, i0, T);
@@ -480,51 +510,50 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
         __syncthreads();
         if (p.causal && i0 + BQ - 1 < r0)
             continue; /* these queries see none of the warp's keys */
-        float s[N][4], dp[N][4];
-        if constexpr (KEEP) {
+        float s[N][4], dp[WK ? N : 1][4];
+        if constexpr (BF16)
             abt_bf16<HS, N>(s, kf, sm.q, g, tg);
-            abt_bf16<HS, N>(dp, vf, sm.g, g, tg);
-        } else if constexpr (BF16) {
-            uint32_t a[HS / 16][4];
-            load_a<HS>(a, kb, rs, r0, T, g, tg);
-            abt_bf16<HS, N>(s, a, sm.q, g, tg);
-            load_a<HS>(a, vb, rs, r0, T, g, tg);
-            abt_bf16<HS, N>(dp, a, sm.g, g, tg);
-        } else {
+        else
             abt_f32<HS, N>(s, kb + ka * rs, kb + kb2 * rs, sm.q, tg);
+        if constexpr (WK && BF16)
+            abt_bf16<HS, N>(dp, vf, sm.g, g, tg);
+        else if constexpr (WK)
             abt_f32<HS, N>(dp, vb + ka * rs, vb + kb2 * rs, sm.g, tg);
-        }
-        UNROLL
-        for (int j = 0; j < N; j++) /* s := P^T, dp := dS^T */
-            UNROLL
-        for (int e = 0; e < 4; e++) {
-            int c = 8 * j + 2 * tg + (e & 1);
-            int64_t kj = key[e >> 1];
-            bool counts = i0 + c < T && kj < T && seen(p, i0 + c, kj);
-            float pij = counts ? expf(s[j][e] * p.scale - sm.lse[c]) : 0.0f;
-            s[j][e] = pij;
-            dp[j][e] = pij * (dp[j][e] - sm.delta[c]) * p.scale;
-        }
-        if constexpr (BF16) {
+#pragma unroll
+        for (int j = 0; j < N; j++) /* s := P^T M^T, dp := dS^T */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int c = 8 * j + 2 * tg + (e & 1);
+                int64_t kj = key[e >> 1];
+                bool counts = i0 + c < T && kj < T && seen(p, i0 + c, kj);
+                float pij = counts ? expf(s[j][e] * p.scale - sm.lse[c]) : 0.0f;
+                float m = pij == 0.0f ? 0.0f : keep(p, b, i0 + c, kj);
+                s[j][e] = pij * m;
+                if constexpr (WK)
+                    dp[j][e] = pij * (m * dp[j][e] - sm.delta[c]) * p.scale;
+            }
+        if constexpr (WV && BF16)
             aw_bf16<HS, BQ>(av, s, sm.gc, g, tg);
-            aw_bf16<HS, BQ>(ak, dp, sm.qc, g, tg);
-        } else {
+        else if constexpr (WV)
             aw_f32<HS, BQ>(av, s, sm.w[warp], sm.g, g, tg);
+        if constexpr (WK && BF16)
+            aw_bf16<HS, BQ>(ak, dp, sm.qc, g, tg);
+        else if constexpr (WK)
             aw_f32<HS, BQ>(ak, dp, sm.ds[warp], sm.q, g, tg);
-        }
     }
-    put_rows<HS>(dk + in, rs, key, T, ak, tg, add);
-    put_rows<HS>(dv + in, rs, key, T, av, tg, add);
+    if constexpr (WK)
+        put_rows<HS>(dk + in, rs, key, T, ak, tg, add);
+    if constexpr (WV)
+        put_rows<HS>(dv + in, rs, key, T, av, tg, add);
 }
 
 /* ---- launches ---- */
 
-/* Whether the flash kernels take p: head size 32, 64 or 128, no dropout, rows, and at most
- * 65,535 slices (the grid's y). */
+/* Whether the flash kernels take p: head size 32, 64 or 128, rows, and at most 65,535 slices
+ * (the grid's y). */
 extern "C" bool ct__cuda_flash_takes(const ct__attn_p *p)
 {
-    return (p->hs == 32 || p->hs == 64 || p->hs == 128) && p->dropout <= 0.0f && p->t > 0 &&
-           p->bh > 0 && p->bh <= 65535;
+    return (p->hs == 32 || p->hs == 64 || p->hs == 128) && p->t > 0 && p->bh > 0 && p->bh <= 65535;
 }
 
 template <int HS, bool BF16>
@@ -542,8 +571,15 @@ static void bwd(const ct__attn_p *p, const float *q, const float *k, const float
 {
     dim3 grid((unsigned)((p->t + FA_ROWS - 1) / FA_ROWS), (unsigned)p->bh);
     flash_dq_kernel<HS, BF16><<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dq, acc);
-    flash_dkv_kernel<HS, BF16>
-        <<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv, acc);
+    if constexpr (BF16 && HS == 128) { /* one sum a launch (flash_dkv_kernel's PARTS) */
+        flash_dkv_kernel<HS, BF16, DV>
+            <<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv, acc);
+        flash_dkv_kernel<HS, BF16, DK>
+            <<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv, acc);
+    } else {
+        flash_dkv_kernel<HS, BF16, DK | DV>
+            <<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv, acc);
+    }
 }
 
 /* forward on a p that ct__cuda_flash_takes, in p->dt (CT_BF16 or else f32) */
@@ -551,8 +587,7 @@ extern "C" int ct__cuda_flash_fwd(const ct__attn_p *p, const float *q, const flo
                                   const float *v, float *o, float *lse, void *stream)
 {
     if (!ct__cuda_flash_takes(p))
-        return ct__error(CT_EINVAL, "cuda_flash_fwd: head size %lld, dropout %g: not taken",
-                         (long long)p->hs, (double)p->dropout);
+        return ct__error(CT_EINVAL, "cuda_flash_fwd: head size %lld: not taken", (long long)p->hs);
     cudaStream_t s = (cudaStream_t)stream;
     bool bf = p->dt == CT_BF16;
     if (p->hs == 32)
@@ -571,8 +606,7 @@ extern "C" int ct__cuda_flash_bwd(const ct__attn_p *p, const float *q, const flo
                                   bool acc, void *stream)
 {
     if (!ct__cuda_flash_takes(p))
-        return ct__error(CT_EINVAL, "cuda_flash_bwd: head size %lld, dropout %g: not taken",
-                         (long long)p->hs, (double)p->dropout);
+        return ct__error(CT_EINVAL, "cuda_flash_bwd: head size %lld: not taken", (long long)p->hs);
     cudaStream_t s = (cudaStream_t)stream;
     flash_delta_kernel<<<ct__cuda_row_blocks(p->bh * p->t), CT_CUDA_THREADS, 0, s>>>(*p, o, dout,
                                                                                      delta);

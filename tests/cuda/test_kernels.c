@@ -17,12 +17,11 @@
  *   - fused SGD (momentum, nesterov, weight decay, maximize), Adam (L2, amsgrad) and AdamW:
  *     3 steps with the same bits as ct_optim_step;
  *   - flash attention (flash_attention.cu) forward and backward against ct__cpu_attn_* in the
- *     same precision, on a GPT-2 layer's shape (12 heads of 64, T 1024, causal) and on head
- *     sizes 32 and 128 with odd T and dropout: f32 to 1e-5, bf16 to bf16's rounding (the bounds
- *     of tests/cudaemu/test_kernels.c); two runs give the same bits; the times of a forward and
- *     a backward are printed.
- * Exits 77 with "no GPU" where no CUDA device can be used (this is how `make test` runs it on
- * machines without one; scripts/gpu-check.sh runs it on a GPU). */
+ *     same precision (f32, bf16, f16), on a GPT-2 layer's shape (12 heads of 64, T 1024, causal)
+ * and on head sizes 32 and 128 with odd T and dropout: f32 to 1e-5, bf16 and f16 to their rounding
+ * (the bounds of tests/cudaemu/test_kernels.c); two runs give the same bits; the times of a forward
+ * and a backward are printed. Exits 77 with "no GPU" where no CUDA device can be used (this is how
+ * `make test` runs it on machines without one; scripts/gpu-check.sh runs it on a GPU). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -468,8 +467,9 @@ static void compare_optim(const char *what, int kind, const ct_sgd_opts *so, con
 
 /* Flash attention on the GPU against the CPU in p's precision: q, k, v thirds of one packed
  * (B, T, 3C) tensor, o (B, T, C); backward adds into dq, dk, dv that hold 0. Tolerances as in
- * tests/cudaemu/test_kernels.c (test_flash): f32 1e-5 (+ 1e-5 relative); bf16: o within 2^-8
- * max|v| / (1 - dropout), the gradients within (2^-7 max|grad| + 1e-3) / (1 - dropout). */
+ * tests/cudaemu/test_kernels.c (test_flash): f32 1e-5 (+ 1e-5 relative); bf16 (f16), with
+ * u = 2^-8 (2^-10): o within u max|v| / (1 - dropout), the gradients within (2u max|grad| +
+ * u / 4) / (1 - dropout). */
 static void flash_case(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool causal, int dt,
                        float dropout)
 {
@@ -485,7 +485,8 @@ static void flash_case(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool
                     .causal = causal,
                     .seed = 7,
                     .dt = dt};
-    bool bf = dt == CT_BF16;
+    bool lowp = dt != CT_F32;
+    float u = dt == CT_BF16 ? 0x1p-8f : 0x1p-10f;
     float *qkv = malloc((size_t)in * sizeof(float)), *dout = malloc((size_t)out * sizeof(float));
     float *o = malloc((size_t)out * sizeof(float)), *o_gpu = malloc((size_t)out * sizeof(float));
     float *lse = malloc((size_t)rows * sizeof(float)),
@@ -540,20 +541,22 @@ static void flash_case(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool
             vmax = fmaxf(vmax, fabsf(qkv[i]));
         gmax = fmaxf(gmax, fabsf(g[i]));
     }
-    float to = bf ? 0x1p-8f * vmax * kept : 0, tg = bf ? (0x1p-7f * gmax + 1e-3f) * kept : 0;
+    float to = lowp ? u * vmax * kept : 0, tg = lowp ? (2 * u * gmax + u / 4) * kept : 0;
     for (int64_t i = 0; i < out; i++) { /* excess over the allowance; NaN fails */
-        float e = fabsf(o_gpu[i] - o[i]) - (bf ? to : 1e-5f + 1e-5f * fabsf(o[i]));
+        float e = fabsf(o_gpu[i] - o[i]) - (lowp ? to : 1e-5f + 1e-5f * fabsf(o[i]));
         eo = isnan(e) ? INFINITY : fmaxf(eo, e);
     }
     for (int64_t i = 0; i < in; i++) {
-        float e = fabsf(g_gpu[i] - g[i]) - (bf ? tg : 1e-5f + 1e-5f * fabsf(g[i]));
+        float e = fabsf(g_gpu[i] - g[i]) - (lowp ? tg : 1e-5f + 1e-5f * fabsf(g[i]));
         eg = isnan(e) ? INFINITY : fmaxf(eg, e);
     }
     printf("flash %s B %lld H %lld T %lld hs %lld%s dropout %g: forward %.3f ms, backward "
            "%.3f ms\n",
-           bf ? "bf16" : "f32", (long long)batch, (long long)heads, (long long)t, (long long)hs,
-           causal ? " causal" : "", (double)dropout,
-           (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
+           dt == CT_BF16  ? "bf16"
+           : dt == CT_F16 ? "f16"
+                          : "f32",
+           (long long)batch, (long long)heads, (long long)t, (long long)hs, causal ? " causal" : "",
+           (double)dropout, (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
            (t3.tv_sec - t2.tv_sec) * 1e3 + (t3.tv_nsec - t2.tv_nsec) / 1e6);
     if (eo > 0 || eg > 0) {
         fprintf(stderr, "  o past its allowance by %g, the gradients by %g\n", eo, eg);
@@ -568,7 +571,9 @@ out:
 
 static void test_flash(void)
 {
-    for (int dt = CT_F32; dt <= CT_BF16; dt += CT_BF16 - CT_F32) {
+    static const int dts[] = {CT_F32, CT_BF16, CT_F16};
+    for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+        int dt = dts[i];
         flash_case(4, 12, 1024, 64, true, dt, 0.0f); /* a GPT-2 layer's attention, batch 4 */
         flash_case(2, 4, 777, 128, true, dt, 0.1f);
         flash_case(3, 2, 333, 32, false, dt, 0.0f);

@@ -632,13 +632,14 @@ static void expect_near(const char *what, const float *d, const float *want, int
 /* Flash attention (ct__cuda_flash_fwd / _bwd called directly, so the f32 tiles are checked as
  * well as the bf16 ones) against the CPU's attention in the same precision (p.dt): q, k, v as
  * thirds of one (B, T, 3C) tensor, heads read in place, out (B, T, C); backward adds into dq,
- * dk, dv, then writes them. f32: 1e-5 (the sums' order). bf16: both sides multiply the same
- * bf16 operands and sum in f32, but the GPU rounds each key tile's weights exp(s - m_running)
- * to bf16 and divides by the row sum at the end, while the CPU rounds the normalised P_ij: each
- * weight differs by at most 2^-8 of itself, so |o - o_cpu| <= 2^-8 sum_j P_ij |v_j| <= 2^-8
- * max|v|. Backward: dq, dk, dv are sums of P (or dS) times bf16 operands, with delta = do . o
- * (GPU) against sum_j P_ij dP_ij (CPU), which differ by the forward's bound times |do|; the
- * test allows 2^-7 of the largest |operand| products (see the code). */
+ * dk, dv, then writes them. f32: 1e-5 (the sums' order). bf16 (f16): both sides multiply the
+ * same bf16 (f16) operands and sum in f32, but the GPU rounds each key tile's weights
+ * exp(s - m_running) and divides by the row sum at the end, while the CPU rounds the normalised
+ * P_ij: each weight differs by at most u = 2^-8 (f16: 2^-10, twice the unit roundoff) of
+ * itself, so |o - o_cpu| <= u sum_j P_ij |v_j| <= u max|v|. Backward: dq, dk, dv are sums of P
+ * (or dS) times rounded operands, with delta = do . o (GPU) against sum_j P_ij dP_ij (CPU),
+ * which differ by the forward's bound times |do|; the test allows 2u of the largest gradient
+ * plus u / 4 (see the code). */
 static void test_flash(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool causal, int dt,
                        bool inf, float dropout)
 {
@@ -665,29 +666,33 @@ static void test_flash(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool
             }
     float *d_qkv = dfloats(qkv, in), *d_dout = dfloats(dout, out), *d_o = dfloats(o, out);
     float *d_lse = dfloats(lse, rows), *d_delta = dfloats(delta, rows), *d_dqkv = dfloats(dqkv, in);
-    bool bf = dt == CT_BF16;
+    bool lowp = dt != CT_F32;
+    float u = dt == CT_BF16 ? 0x1p-8f : 0x1p-10f;
     char what[160];
     snprintf(what, sizeof what, "flash %s B %lld H %lld T %lld hs %lld%s%s dropout %g",
-             bf ? "bf16" : "f32", (long long)batch, (long long)heads, (long long)t, (long long)hs,
+             dt == CT_BF16  ? "bf16"
+             : dt == CT_F16 ? "f16"
+                            : "f32",
+             (long long)batch, (long long)heads, (long long)t, (long long)hs,
              causal ? " causal" : "", inf ? " -inf scores" : "", (double)dropout);
     fprintf(stderr, "  %s\n", what);
     CHECK(ct__cuda_flash_takes(&p));
     OK(ct__cuda_flash_fwd(&p, d_qkv, d_qkv + c, d_qkv + 2 * c, d_o, d_lse, NULL));
     OK(cpu->attn_fwd(&p, qkv, qkv + c, qkv + 2 * c, o, lse));
-    /* o: 2^-8 max|v| in bf16 (the comment above), over 1 - dropout (the kept weights' factor,
-     * which the sum of the weights takes too); lse: the same sums, f32 either way */
+    /* o: u max|v| (the comment above), over 1 - dropout (the kept weights' factor, which the
+     * sum of the weights takes too); lse: the same sums, f32 either way */
     float vmax = 0;
     for (int64_t r = 0; r < batch * t; r++)
         vmax = fmaxf(vmax, max_abs(qkv + r * 3 * c + 2 * c, c));
     float kept = 1.0f / (1.0f - dropout);
-    expect_near("flash_fwd o", d_o, o, out, bf ? 0x1p-8f * vmax * kept : 1e-5f, bf ? 0 : 1e-5f);
+    expect_near("flash_fwd o", d_o, o, out, lowp ? u * vmax * kept : 1e-5f, lowp ? 0 : 1e-5f);
     expect_near("flash_fwd lse", d_lse, lse, rows, 1e-5f, 1e-5f);
     /* backward from the CPU's forward, so both start alike; adds into dq, dk, dv, then writes.
-     * bf16: each gradient is a sum over up to t terms of a weight times an operand; the weights
-     * differ by at most 2^-8 of |P| |dP - delta| scale (plus delta's difference), so the bound
-     * is 2^-7 times the sum of the terms' sizes, which is at most t (|do| |v| + |do|) |q| scale
-     * (dq, dk) or t |do| (dv) for these inputs; that grows with t, so the test takes the
-     * tighter, measured form: 2^-7 times the largest gradient plus 1e-3. */
+     * bf16, f16: each gradient is a sum over up to t terms of a weight times an operand; the
+     * weights differ by at most u of |P| |dP - delta| scale (plus delta's difference), so the
+     * bound is 2u times the sum of the terms' sizes, which is at most t (|do| |v| + |do|) |q|
+     * scale (dq, dk) or t |do| (dv) for these inputs; that grows with t, so the test takes the
+     * tighter, measured form: 2u times the largest gradient plus u / 4. */
     OK(ct__cuda_to_device(d_o, o, (size_t)out * sizeof(float), NULL));
     OK(ct__cuda_to_device(d_lse, lse, (size_t)rows * sizeof(float), NULL));
     for (int acc = 1; acc >= 0; acc--) {
@@ -699,7 +704,7 @@ static void test_flash(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool
          * there f32 allows 1e-5 of the largest gradient */
         float gmax = max_abs(dqkv, in), f32_atol = inf ? 1e-5f * gmax : 1e-5f;
         expect_near(acc ? "flash_bwd dq dk dv acc" : "flash_bwd dq dk dv", d_dqkv, dqkv, in,
-                    bf ? (0x1p-7f * gmax + 1e-3f) * kept : f32_atol, bf ? 0 : 1e-5f);
+                    lowp ? (2 * u * gmax + u / 4) * kept : f32_atol, lowp ? 0 : 1e-5f);
     }
     free_all();
 }
@@ -850,6 +855,11 @@ int main(void)
         test_flash(2, 2, 70, 64, true, dt, false, 0.2f);
         test_flash(1, 1, 65, 128, false, dt, false, 0.5f);
     }
+    /* f16 operands (no -inf case: 1e20 is past f16's range) */
+    test_flash(1, 2, 63, 32, false, CT_F16, false, 0.0f);
+    test_flash(1, 2, 65, 128, true, CT_F16, false, 0.0f);
+    test_flash(1, 1, 200, 64, true, CT_F16, false, 0.0f);
+    test_flash(2, 2, 70, 64, true, CT_F16, false, 0.2f);
     test_flash_uniform();
     test_cross_entropy(70, 300);
     test_cross_entropy(100, 10);

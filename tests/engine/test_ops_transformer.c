@@ -491,11 +491,12 @@ static double max_diff(const ct_tensor *a, const ct_tensor *b)
     return d;
 }
 
-/* Attention under autocast to bf16 on dev (packed qkv, 2 heads, causal): output and gradient
- * differ from f32's (the products' operands were rounded) but stay close (2^-5: the rounding of
- * operands in [-1, 1] moves each product by 2^-8 of itself); backward run after the region is
- * closed gives the bits of a backward run inside it (the node keeps its precision). */
-static void test_attention_autocast(ct_device dev)
+/* Attention under autocast to dt (bf16, f16) on dev (packed qkv, 2 heads, causal): output and
+ * gradient differ from f32's (the products' operands were rounded) but stay close (2^-5: the
+ * rounding of operands in [-1, 1] moves each product by at most 2^-8 of itself); backward run
+ * after the region is closed gives the bits of a backward run inside it (the node keeps its
+ * precision). */
+static void test_attention_autocast(ct_device dev, ct_dtype dt)
 {
     const char *dn = dev == CT_CPU ? "cpu" : "checkdev";
     ct_tensor *h = ref_must(&R, "attention_qkv_causal.in0"), *in[3], *y[3], *g[3];
@@ -505,7 +506,7 @@ static void test_attention_autocast(ct_device dev)
         in[run] = ct_tensor_to(h, dev);
         ct_tensor_set_requires_grad(in[run], true);
         if (run > 0)
-            CHECK(ct_autocast_push(CT_BF16) == 0, "autocast push");
+            CHECK(ct_autocast_push(dt) == 0, "autocast push");
         y[run] = ct_nn_attention_qkv(in[run], 2, true, 0.0f, true);
         if (!gy && y[run])
             gy = rand_grad(3, ct_tensor_shape(y[run]), dev);
@@ -520,10 +521,12 @@ static void test_attention_autocast(ct_device dev)
     }
     if (rc[0] == 0 && rc[1] == 0 && rc[2] == 0) {
         double dy = max_diff(y[1], y[0]), dg = max_diff(g[1], g[0]);
-        printf("attention autocast bf16 on %s: output %.3g, gradient %.3g from f32\n", dn, dy, dg);
-        CHECK(dy > 1e-4 && dy < 0x1p-5, "attention bf16 on %s: output %g from f32", dn, dy);
-        CHECK(dg > 1e-4 && dg < 0x1p-5, "attention bf16 on %s: gradient %g from f32", dn, dg);
-        CHECK(max_diff(g[1], g[2]) == 0, "attention bf16 on %s: backward after the region", dn);
+        const char *dtn = dt == CT_BF16 ? "bf16" : "f16";
+        printf("attention autocast %s on %s: output %.3g, gradient %.3g from f32\n", dtn, dn, dy,
+               dg);
+        CHECK(dy > 1e-4 && dy < 0x1p-5, "attention %s on %s: output %g from f32", dtn, dn, dy);
+        CHECK(dg > 1e-4 && dg < 0x1p-5, "attention %s on %s: gradient %g from f32", dtn, dn, dg);
+        CHECK(max_diff(g[1], g[2]) == 0, "attention %s on %s: backward after the region", dtn, dn);
     }
     for (int run = 0; run < 3; run++) {
         ct_tensor_release(&y[run]);
@@ -580,8 +583,10 @@ int main(int argc, char **argv)
     test_attention_qkv_dropout(CT_CHECKDEV);
     test_attention_accumulates(CT_CPU);
     test_attention_accumulates(CT_CHECKDEV);
-    test_attention_autocast(CT_CPU);
-    test_attention_autocast(CT_CHECKDEV);
+    test_attention_autocast(CT_CPU, CT_BF16);
+    test_attention_autocast(CT_CHECKDEV, CT_BF16);
+    test_attention_autocast(CT_CPU, CT_F16);
+    test_attention_autocast(CT_CHECKDEV, CT_F16);
     fd_case("attention_causal", f_attention_dropout, 7, 2e-3, 2e-2);
     test_errors();
     ref_free(&R);

@@ -36,6 +36,16 @@
 
 #define BQ 64 /* query rows a block takes (the file comment) */
 
+/* whether p asks for low-precision products (backend.h's dt), and x rounded to that precision */
+static inline bool low(const ct__attn_p *p)
+{
+    return p->dt == CT_BF16 || p->dt == CT_F16;
+}
+static inline float lp(const ct__attn_p *p, float x)
+{
+    return p->dt == CT_BF16 ? ct__round_bf16(x) : ct__round_f16(x);
+}
+
 /* the dropout factor of probability (b, i, j): 0 or 1 / (1 - p) */
 static inline float keep(const ct__attn_p *p, int64_t b, int64_t i, int64_t j)
 {
@@ -148,9 +158,9 @@ CT_CLONES static void softmax_row(const ct__attn_p *p, int64_t b, int64_t i, int
             s[j] *= inv * keep(p, b, i, j);
     for (int64_t j = seen; j < keys; j++)
         s[j] = 0.0f;
-    if (p->dt == CT_BF16) /* the weights, operands of P v */
+    if (low(p)) /* the weights, operands of P v */
         for (int64_t j = 0; j < seen; j++)
-            s[j] = ct__round_bf16(s[j]);
+            s[j] = lp(p, s[j]);
     *lse = m + logf(l);
 }
 
@@ -328,10 +338,10 @@ static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const
         for (int64_t r = 0; r < rows; r++) {
             deltab[i0 + r] = grad_row(p, b, i0 + r, c ? i0 + r + 1 : keys, keys, lseb[i0 + r],
                                       s + r * keys, dp + r * keys);
-            if (p->dt == CT_BF16) /* dS and P M, operands of the products below */
+            if (low(p)) /* dS and P M, operands of the products below */
                 for (int64_t j = 0; j < keys; j++) {
-                    s[r * keys + j] = ct__round_bf16(s[r * keys + j]);
-                    dp[r * keys + j] = ct__round_bf16(dp[r * keys + j]);
+                    s[r * keys + j] = lp(p, s[r * keys + j]);
+                    dp[r * keys + j] = lp(p, dp[r * keys + j]);
                 }
             read_ahead(next);
         }
@@ -346,35 +356,36 @@ static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const
     return 0;
 }
 
-/* Under CT_BF16, x (q, k, v or dout: rows rs apart) rounded to bf16 into *buf, a copy with the
- * same layout (the columns the slices read; the rest is not read): returns the copy, or x itself
- * under CT_F32, or NULL when out of memory. */
+/* Under CT_BF16 (CT_F16), x (q, k, v or dout: rows rs apart) rounded to bf16 (f16) into *buf, a
+ * copy with the same layout (the columns the slices read; the rest is not read): returns the
+ * copy, or x itself under CT_F32, or NULL when out of memory. */
 static const float *rounded(const ct__attn_p *p, const float *x, int64_t rs, float **buf)
 {
     *buf = NULL;
-    if (p->dt != CT_BF16)
+    if (!low(p))
         return x;
     int64_t rows = p->heads ? p->bh / p->heads * p->t : 0, cols = p->heads * p->hs;
     if (!(*buf = malloc((size_t)(rows ? rows * rs : 1) * sizeof(float))))
         return NULL;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++)
-            (*buf)[r * rs + c] = ct__round_bf16(x[r * rs + c]);
+            (*buf)[r * rs + c] = lp(p, x[r * rs + c]);
     return *buf;
 }
 
 static int attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
                     float *lse);
 
-/* CT_BF16: the products' operands rounded (rounded()), the probabilities in softmax_row */
+/* CT_BF16, CT_F16: the products' operands rounded (rounded()), the probabilities in softmax_row */
 int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
                      float *lse)
 {
     float *bq, *bk, *bv;
     const float *rq = rounded(p, q, p->in_rs, &bq), *rk = rounded(p, k, p->in_rs, &bk),
                 *rv = rounded(p, v, p->in_rs, &bv);
-    int rc = rq && rk && rv ? attn_fwd(p, rq, rk, rv, o, lse)
-                            : ct__error(CT_ENOMEM, "attention: out of memory for bf16 operands");
+    int rc = rq && rk && rv
+                 ? attn_fwd(p, rq, rk, rv, o, lse)
+                 : ct__error(CT_ENOMEM, "attention: out of memory for low-precision operands");
     free(bq);
     free(bk);
     free(bv);
@@ -416,7 +427,7 @@ static int attn_bwd(const ct__attn_p *p, const float *q, const float *k, const f
                     const float *lse, const float *dout, float *delta, float *dq, float *dk,
                     float *dv, bool acc);
 
-/* CT_BF16: q, k, v and dout rounded (rounded()), P and dS in attn_bwd_slice */
+/* CT_BF16, CT_F16: q, k, v and dout rounded (rounded()), P and dS in attn_bwd_slice */
 int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                      const float *o, const float *lse, const float *dout, float *delta, float *dq,
                      float *dk, float *dv, bool acc)
@@ -427,7 +438,7 @@ int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const 
                 *rv = rounded(p, v, p->in_rs, &bv), *rg = rounded(p, dout, p->out_rs, &bg);
     int rc = rq && rk && rv && rg
                  ? attn_bwd(p, rq, rk, rv, lse, rg, delta, dq, dk, dv, acc)
-                 : ct__error(CT_ENOMEM, "attention: out of memory for bf16 operands");
+                 : ct__error(CT_ENOMEM, "attention: out of memory for low-precision operands");
     free(bq);
     free(bk);
     free(bv);

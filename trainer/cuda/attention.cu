@@ -5,7 +5,7 @@
  * order (the same bits every run, no atomics). Head sizes up to 256 (8 values a lane). Rows of
  * q, k, v, dq, dk, dv are p.in_rs apart, of o and dout p.out_rs (backend.h's layout).
  * ct__cuda_attn_fwd / _bwd send what flash_attention.cu takes (head sizes 32, 64, 128: tiled,
- * tensor cores in bf16) there; these kernels run the rest, in f32 whatever p.dt asks. */
+ * tensor cores in bf16 and f16) there; these kernels run the rest, in f32 whatever p.dt asks. */
 #include "common/common.h"
 
 #include "trainer/backend/philox.h"

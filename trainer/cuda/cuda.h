@@ -276,8 +276,8 @@ int ct__cuda_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const
 int ct__cuda_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                       const float *o, const float *lse, const float *dout, float *delta, float *dq,
                       float *dk, float *dv, bool acc, void *stream);
-/* flash_attention.cu: flash attention in p->dt (CT_BF16 on tensor cores, else f32), for head
- * sizes 32, 64, 128 (ct__cuda_flash_takes; CT_EINVAL otherwise); backward writes delta, then
+/* flash_attention.cu: flash attention in p->dt (CT_BF16, CT_F16 on tensor cores, else f32), for
+ * head sizes 32, 64, 128 (ct__cuda_flash_takes; CT_EINVAL otherwise); backward writes delta, then
  * dq, dk, dv (adds into them when acc) */
 bool ct__cuda_flash_takes(const ct__attn_p *p);
 int ct__cuda_flash_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v,

@@ -7,24 +7,24 @@
  * of a tile, their running max m and sum l, and its (16, hs) output in registers, rescaled by
  * exp(m_old - m_new) when the max grows. Backward, without atomics: one kernel takes 64 query
  * rows (4 warps of 16) and sums dq over the key tiles; another takes 64 key rows (4 warps of 16)
- * and sums dk and dv over the query tiles (at head size 128 in bf16, dv and dk in two launches,
- * each recomputing the probabilities: both sums with k's and v's fragments took more than 255
- * registers and spilled); a warp per row computes delta_i = do_i . o_i first.
- * Every output has one writer and every sum one order: the same bits every run. Dropout draws
- * the CPU's Philox numbers per probability: the forward's l sums the weights before it, P v and
- * the backward's products take P M (M the factors), dS = P (M dP - delta) scale. Under the
- * causal mask the query blocks that see the most keys are launched first.
+ * and sums dk and dv over the query tiles (at head size 128 in bf16 and f16, dv and dk in two
+ * launches, each recomputing the probabilities: both sums with k's and v's fragments took more than
+ * 255 registers and spilled); a warp per row computes delta_i = do_i . o_i first. Every output has
+ * one writer and every sum one order: the same bits every run. Dropout draws the CPU's Philox
+ * numbers per probability: the forward's l sums the weights before it, P v and the backward's
+ * products take P M (M the factors), dS = P (M dP - delta) scale. Under the causal mask the query
+ * blocks that see the most keys are launched first.
  *
  * The registers follow mma.sync m16n8k16's fragments (mma.cuh): a warp's (16, 8) tile of scores
  * is four floats a lane, rows g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4);
  * so a row's max and sum are over the 4 lanes of a group (two shuffles). Two precisions share
  * that layout:
- *   - CT_BF16: tensor cores. q, k, v (and dout) are rounded to bf16 when they are staged into
- *     shared memory or registers, the probabilities (and dS in backward) are rounded to bf16
- *     for the second product; every sum is f32.
+ *   - CT_BF16, CT_F16: tensor cores. q, k, v (and dout) are rounded to bf16 (f16) when they are
+ *     staged into shared memory or registers, the probabilities (and dS in backward) are
+ *     rounded for the second product; every sum is f32.
  *   - CT_F32: the same tiles with f32 multiply-adds on the CUDA cores, no rounding (the CPU's
  *     results to 1e-5).
- * Shared memory tiles hold bf16 pairs in 32-bit words: along a row ("rows" tiles, the b of
+ * Shared memory tiles hold bf16 (f16) pairs in 32-bit words: along a row ("rows" tiles, the b of
  * q k^T) or down a column ("cols" tiles, the b of P v), so every fragment is one load; rows are
  * padded by 4 words so that a warp's loads meet no bank twice. Tiles stay under 48 KB (static
  * shared memory): f32 key tiles are 32 rows (16 in the dk / dv kernel at head size 128).
@@ -34,7 +34,7 @@
  * Registers (nvcc 13, sm_80 and sm_90): 114-250 a thread, no spills; a 16-byte local array in
  * Philox's call (as attention.cu).
  *
- * Not here: other head sizes (attention.cu's kernels), f16, ldmatrix or cp.async
+ * Not here: other head sizes (attention.cu's kernels), ldmatrix or cp.async
  * (fragments are built with plain loads), a GPU's timing (nothing here has run on a GPU). */
 #include "common/common.h"
 
@@ -45,27 +45,47 @@
 enum { FA_WARPS = 4, FA_THREADS = 32 * FA_WARPS, FA_ROWS = 16 * FA_WARPS };
 
 /* key (or query) rows of a tile: forward, dq, dk / dv kernel */
-template <int HS, bool BF16> struct tiles {
-    enum { FWD = BF16 ? 64 : 32, DQ = 32, DKV = BF16 || HS <= 64 ? 32 : 16 };
+template <int HS, bool LP> struct tiles {
+    enum { FWD = LP ? 64 : 32, DQ = 32, DKV = LP || HS <= 64 ? 32 : 16 };
 };
+
+/* lo and hi rounded to DT (CT_BF16 or CT_F16), in one register (lo in the low half) */
+template <int DT> static __device__ inline uint32_t pack(float lo, float hi)
+{
+    if constexpr (DT == CT_F16)
+        return ct__pack_f16(lo, hi);
+    else
+        return ct__pack_bf16(lo, hi);
+}
+
+/* d += a b on the tensor cores, operands of DT */
+template <int DT>
+static __device__ inline void mma(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    if constexpr (DT == CT_F16)
+        ct__mma_f16(d, a, b);
+    else
+        ct__mma_bf16(d, a, b);
+}
 
 /* ---- staging into shared memory ---- */
 
-/* rows [r0, r0 + R) of x (rows rs apart, HS floats), 0 past t: bf16 pairs along each row */
-template <int HS, int R>
+/* rows [r0, r0 + R) of x (rows rs apart, HS floats), 0 past t: pairs of DT along each row */
+template <int HS, int R, int DT>
 static __device__ void stage_rows(uint32_t (*dst)[HS / 2 + 4], const float *x, int64_t rs,
                                   int64_t r0, int64_t t)
 {
     for (int i = threadIdx.x; i < R * HS / 2; i += FA_THREADS) {
         int r = i / (HS / 2), c2 = i % (HS / 2);
         const float *src = x + (r0 + r) * rs + 2 * c2;
-        dst[r][c2] = r0 + r < t ? ct__pack_bf16(src[0], src[1]) : 0u;
+        dst[r][c2] = r0 + r < t ? pack<DT>(src[0], src[1]) : 0u;
     }
 }
 
-/* the same rows as bf16 pairs down each column: dst[c][r2] = (x[r0 + 2 r2][c], x[r0 + 2 r2 + 1][c])
+/* the same rows as pairs of DT down each column: dst[c][r2] = (x[r0 + 2 r2][c], x[r0 + 2 r2 +
+ * 1][c])
  */
-template <int HS, int R>
+template <int HS, int R, int DT>
 static __device__ void stage_cols(uint32_t (*dst)[R / 2 + 4], const float *x, int64_t rs,
                                   int64_t r0, int64_t t)
 {
@@ -73,7 +93,7 @@ static __device__ void stage_cols(uint32_t (*dst)[R / 2 + 4], const float *x, in
         int r2 = i / HS, c = i % HS;
         int64_t a = r0 + 2 * r2;
         float lo = a < t ? x[a * rs + c] : 0.0f, hi = a + 1 < t ? x[(a + 1) * rs + c] : 0.0f;
-        dst[c][r2] = ct__pack_bf16(lo, hi);
+        dst[c][r2] = pack<DT>(lo, hi);
     }
 }
 
@@ -89,8 +109,8 @@ static __device__ void stage_f32(float (*dst)[HS + 1], const float *x, int64_t r
 }
 
 /* a warp's 16 rows from row r0 (rows past t read row t - 1: their results are not used) as
- * mma's a fragments, bf16: a[kk] holds columns 16 kk .. 16 kk + 15 */
-template <int HS>
+ * mma's a fragments of DT: a[kk] holds columns 16 kk .. 16 kk + 15 */
+template <int HS, int DT>
 static __device__ void load_a(uint32_t a[HS / 16][4], const float *x, int64_t rs, int64_t r0,
                               int64_t t, int g, int tg)
 {
@@ -99,19 +119,19 @@ static __device__ void load_a(uint32_t a[HS / 16][4], const float *x, int64_t rs
 #pragma unroll
     for (int kk = 0; kk < HS / 16; kk++) {
         int c = 16 * kk + 2 * tg;
-        a[kk][0] = ct__pack_bf16(xa[c], xa[c + 1]);
-        a[kk][1] = ct__pack_bf16(xb[c], xb[c + 1]);
-        a[kk][2] = ct__pack_bf16(xa[c + 8], xa[c + 9]);
-        a[kk][3] = ct__pack_bf16(xb[c + 8], xb[c + 9]);
+        a[kk][0] = pack<DT>(xa[c], xa[c + 1]);
+        a[kk][1] = pack<DT>(xb[c], xb[c + 1]);
+        a[kk][2] = pack<DT>(xa[c + 8], xa[c + 9]);
+        a[kk][3] = pack<DT>(xb[c + 8], xb[c + 9]);
     }
 }
 
 /* ---- the two products, per precision, on a warp's 16 rows ---- */
 
 /* s (16, 8 N) = a (16, HS) b^T, b's N * 8 rows a "rows" tile: q k^T, do v^T, k q^T, v do^T */
-template <int HS, int N>
-static __device__ void abt_bf16(float s[N][4], const uint32_t a[HS / 16][4],
-                                const uint32_t (*b)[HS / 2 + 4], int g, int tg)
+template <int HS, int N, int DT>
+static __device__ void abt_lp(float s[N][4], const uint32_t a[HS / 16][4],
+                              const uint32_t (*b)[HS / 2 + 4], int g, int tg)
 {
 #pragma unroll
     for (int j = 0; j < N; j++) {
@@ -119,7 +139,7 @@ static __device__ void abt_bf16(float s[N][4], const uint32_t a[HS / 16][4],
 #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
             uint32_t f[2] = {b[8 * j + g][8 * kk + tg], b[8 * j + g][8 * kk + 4 + tg]};
-            ct__mma_bf16(s[j], a[kk], f);
+            mma<DT>(s[j], a[kk], f);
         }
     }
 }
@@ -146,21 +166,20 @@ static __device__ void abt_f32(float s[N][4], const float *xa, const float *xb,
 }
 
 /* acc (16, HS) += w (16, K) y (K, HS): w the warp's tile of weights in score fragments (rounded
- * to bf16 here), y a "cols" tile (K rows): P v, dS k, P^T do, dS^T q */
-template <int HS, int K>
-static __device__ void aw_bf16(float acc[HS / 8][4], const float w[K / 8][4],
-                               const uint32_t (*y)[K / 2 + 4], int g, int tg)
+ * to DT here), y a "cols" tile (K rows): P v, dS k, P^T do, dS^T q */
+template <int HS, int K, int DT>
+static __device__ void aw_lp(float acc[HS / 8][4], const float w[K / 8][4],
+                             const uint32_t (*y)[K / 2 + 4], int g, int tg)
 {
 #pragma unroll
     for (int kk = 0; kk < K / 16; kk++) {
-        uint32_t a[4] = {ct__pack_bf16(w[2 * kk][0], w[2 * kk][1]),
-                         ct__pack_bf16(w[2 * kk][2], w[2 * kk][3]),
-                         ct__pack_bf16(w[2 * kk + 1][0], w[2 * kk + 1][1]),
-                         ct__pack_bf16(w[2 * kk + 1][2], w[2 * kk + 1][3])};
+        uint32_t a[4] = {pack<DT>(w[2 * kk][0], w[2 * kk][1]), pack<DT>(w[2 * kk][2], w[2 * kk][3]),
+                         pack<DT>(w[2 * kk + 1][0], w[2 * kk + 1][1]),
+                         pack<DT>(w[2 * kk + 1][2], w[2 * kk + 1][3])};
 #pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             uint32_t f[2] = {y[8 * n + g][8 * kk + tg], y[8 * n + g][8 * kk + 4 + tg]};
-            ct__mma_bf16(acc[n], a, f);
+            mma<DT>(acc[n], a, f);
         }
     }
 }
@@ -231,7 +250,7 @@ static __device__ inline int64_t query_block(const ct__attn_p &p)
 
 /* ---- forward ---- */
 
-template <int HS, bool BF16> struct fwd_smem;
+template <int HS, bool LP> struct fwd_smem;
 template <int HS> struct fwd_smem<HS, true> {
     uint32_t k[tiles<HS, true>::FWD][HS / 2 + 4];
     uint32_t v[HS][tiles<HS, true>::FWD / 2 + 4];
@@ -243,13 +262,14 @@ template <int HS> struct fwd_smem<HS, false> {
 
 /* One block: 64 query rows from blockIdx.x * 64 of slice blockIdx.y. o = softmax(scale q k^T) v,
  * lse = its rows' log-sum-exp. */
-template <int HS, bool BF16>
+template <int HS, int DT>
 static __global__ void __launch_bounds__(FA_THREADS, 1)
     flash_fwd_kernel(ct__attn_p p, const float *q, const float *k, const float *v, float *o,
                      float *lse)
 {
-    enum { BK = tiles<HS, BF16>::FWD, N = BK / 8 };
-    __shared__ fwd_smem<HS, BF16> sm;
+    constexpr bool LP = DT != CT_F32; /* tensor cores */
+    enum { BK = tiles<HS, LP>::FWD, N = BK / 8 };
+    __shared__ fwd_smem<HS, LP> sm;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
     int64_t T = p.t, b = blockIdx.y, rs = p.in_rs, i0 = query_block(p);
     int64_t r0 = i0 + 16 * warp, row[2] = {r0 + g, r0 + g + 8};
@@ -257,16 +277,16 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
     const float *qb = q + in, *kb = k + in, *vb = v + in;
     const float *xa = qb + (row[0] < T ? row[0] : T - 1) * rs,
                 *xb = qb + (row[1] < T ? row[1] : T - 1) * rs;
-    uint32_t qa[BF16 ? HS / 16 : 1][4];
-    if constexpr (BF16)
-        load_a<HS>(qa, qb, rs, r0, T, g, tg);
+    uint32_t qa[LP ? HS / 16 : 1][4];
+    if constexpr (LP)
+        load_a<HS, DT>(qa, qb, rs, r0, T, g, tg);
     float acc[HS / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     int64_t keys = p.causal && i0 + FA_ROWS < T ? i0 + FA_ROWS : T;
     for (int64_t j0 = 0; j0 < keys; j0 += BK) {
         __syncthreads(); /* every warp is done with the last tile */
-        if constexpr (BF16) {
-            stage_rows<HS, BK>(sm.k, kb, rs, j0, T);
-            stage_cols<HS, BK>(sm.v, vb, rs, j0, T);
+        if constexpr (LP) {
+            stage_rows<HS, BK, DT>(sm.k, kb, rs, j0, T);
+            stage_cols<HS, BK, DT>(sm.v, vb, rs, j0, T);
         } else {
             stage_f32<HS, BK>(sm.k, kb, rs, j0, T);
             stage_f32<HS, BK>(sm.v, vb, rs, j0, T);
@@ -275,8 +295,8 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
         if (p.causal && j0 > r0 + 15)
             continue; /* the warp's rows see none of these keys */
         float s[N][4];
-        if constexpr (BF16)
-            abt_bf16<HS, N>(s, qa, sm.k, g, tg);
+        if constexpr (LP)
+            abt_lp<HS, N, DT>(s, qa, sm.k, g, tg);
         else
             abt_f32<HS, N>(s, xa, xb, sm.k, tg);
 #pragma unroll
@@ -311,8 +331,8 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
                 acc[n][2 * h + 1] *= corr;
             }
         }
-        if constexpr (BF16)
-            aw_bf16<HS, BK>(acc, s, sm.v, g, tg);
+        if constexpr (LP)
+            aw_lp<HS, BK, DT>(acc, s, sm.v, g, tg);
         else
             aw_f32<HS, BK>(acc, s, sm.w[warp], sm.v, g, tg);
     }
@@ -375,7 +395,7 @@ static __device__ void put_rows(float *dst, int64_t rs, const int64_t row[2], in
     }
 }
 
-template <int HS, bool BF16> struct dq_smem;
+template <int HS, bool LP> struct dq_smem;
 template <int HS> struct dq_smem<HS, true> {
     uint32_t k[tiles<HS, true>::DQ][HS / 2 + 4], v[tiles<HS, true>::DQ][HS / 2 + 4];
     uint32_t kc[HS][tiles<HS, true>::DQ / 2 + 4];
@@ -387,13 +407,14 @@ template <int HS> struct dq_smem<HS, false> {
 
 /* One block: 64 query rows of slice blockIdx.y. dq_i (+)= scale sum_j P_ij (dP_ij - delta_i) k_j,
  * P_ij = exp(scale q_i . k_j - lse_i), dP_ij = do_i . v_j. */
-template <int HS, bool BF16>
+template <int HS, int DT>
 static __global__ void __launch_bounds__(FA_THREADS, 1)
     flash_dq_kernel(ct__attn_p p, const float *q, const float *k, const float *v, const float *lse,
                     const float *dout, const float *delta, float *dq, bool add)
 {
-    enum { BK = tiles<HS, BF16>::DQ, N = BK / 8 };
-    __shared__ dq_smem<HS, BF16> sm;
+    constexpr bool LP = DT != CT_F32; /* tensor cores */
+    enum { BK = tiles<HS, LP>::DQ, N = BK / 8 };
+    __shared__ dq_smem<HS, LP> sm;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
     int64_t T = p.t, b = blockIdx.y, rs = p.in_rs, ors = p.out_rs;
     int64_t i0 = query_block(p), r0 = i0 + 16 * warp, row[2] = {r0 + g, r0 + g + 8};
@@ -401,19 +422,19 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
     const float *qb = q + in, *kb = k + in, *vb = v + in, *gb = dout + out;
     int64_t ra = row[0] < T ? row[0] : T - 1, rb = row[1] < T ? row[1] : T - 1;
     float l[2] = {lse[b * T + ra], lse[b * T + rb]}, d[2] = {delta[b * T + ra], delta[b * T + rb]};
-    uint32_t qa[BF16 ? HS / 16 : 1][4], ga[BF16 ? HS / 16 : 1][4];
-    if constexpr (BF16) {
-        load_a<HS>(qa, qb, rs, r0, T, g, tg);
-        load_a<HS>(ga, gb, ors, r0, T, g, tg);
+    uint32_t qa[LP ? HS / 16 : 1][4], ga[LP ? HS / 16 : 1][4];
+    if constexpr (LP) {
+        load_a<HS, DT>(qa, qb, rs, r0, T, g, tg);
+        load_a<HS, DT>(ga, gb, ors, r0, T, g, tg);
     }
     float acc[HS / 8][4] = {};
     int64_t keys = p.causal && i0 + FA_ROWS < T ? i0 + FA_ROWS : T;
     for (int64_t j0 = 0; j0 < keys; j0 += BK) {
         __syncthreads();
-        if constexpr (BF16) {
-            stage_rows<HS, BK>(sm.k, kb, rs, j0, T);
-            stage_rows<HS, BK>(sm.v, vb, rs, j0, T);
-            stage_cols<HS, BK>(sm.kc, kb, rs, j0, T);
+        if constexpr (LP) {
+            stage_rows<HS, BK, DT>(sm.k, kb, rs, j0, T);
+            stage_rows<HS, BK, DT>(sm.v, vb, rs, j0, T);
+            stage_cols<HS, BK, DT>(sm.kc, kb, rs, j0, T);
         } else {
             stage_f32<HS, BK>(sm.k, kb, rs, j0, T);
             stage_f32<HS, BK>(sm.v, vb, rs, j0, T);
@@ -422,9 +443,9 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
         if (p.causal && j0 > r0 + 15)
             continue;
         float s[N][4], dp[N][4];
-        if constexpr (BF16) {
-            abt_bf16<HS, N>(s, qa, sm.k, g, tg);
-            abt_bf16<HS, N>(dp, ga, sm.v, g, tg);
+        if constexpr (LP) {
+            abt_lp<HS, N, DT>(s, qa, sm.k, g, tg);
+            abt_lp<HS, N, DT>(dp, ga, sm.v, g, tg);
         } else {
             abt_f32<HS, N>(s, qb + ra * rs, qb + rb * rs, sm.k, tg);
             abt_f32<HS, N>(dp, gb + ra * ors, gb + rb * ors, sm.v, tg);
@@ -439,15 +460,15 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
                 float m = pij == 0.0f ? 0.0f : keep(p, b, row[h], col);
                 s[j][e] = pij * (m * dp[j][e] - d[h]) * p.scale;
             }
-        if constexpr (BF16)
-            aw_bf16<HS, BK>(acc, s, sm.kc, g, tg);
+        if constexpr (LP)
+            aw_lp<HS, BK, DT>(acc, s, sm.kc, g, tg);
         else
             aw_f32<HS, BK>(acc, s, sm.w[warp], sm.k, g, tg);
     }
     put_rows<HS>(dq + in, rs, row, T, acc, tg, add);
 }
 
-template <int HS, bool BF16> struct dkv_smem;
+template <int HS, bool LP> struct dkv_smem;
 template <int HS> struct dkv_smem<HS, true> {
     uint32_t q[tiles<HS, true>::DKV][HS / 2 + 4], g[tiles<HS, true>::DKV][HS / 2 + 4];
     uint32_t qc[HS][tiles<HS, true>::DKV / 2 + 4], gc[HS][tiles<HS, true>::DKV / 2 + 4];
@@ -459,46 +480,47 @@ template <int HS> struct dkv_smem<HS, false> {
     float lse[tiles<HS, false>::DKV], delta[tiles<HS, false>::DKV];
 };
 
-/* what a dk / dv kernel sums: both, or (the bf16 kernel at head size 128, whose two (16, 128)
- * sums, k's and v's fragments would not fit in 255 registers) one of them, as two launches that
- * both compute the probabilities */
+/* what a dk / dv kernel sums: both, or (the bf16 and f16 kernels at head size 128, whose two (16,
+ * 128) sums, k's and v's fragments would not fit in 255 registers) one of them, as two launches
+ * that both compute the probabilities */
 enum { DK = 1, DV = 2 };
 
 /* One block: 64 key rows of slice blockIdx.y, a warp's 16 as the rows of the products (the
  * transposed scores S^T). dv_j (+)= sum_i P_ij M_ij do_i, dk_j (+)= scale sum_i P_ij (M_ij dP_ij
  * - delta_i) q_i, as PARTS asks. */
-template <int HS, bool BF16, int PARTS>
+template <int HS, int DT, int PARTS>
 static __global__ void __launch_bounds__(FA_THREADS, 1)
     flash_dkv_kernel(ct__attn_p p, const float *q, const float *k, const float *v, const float *lse,
                      const float *dout, const float *delta, float *dk, float *dv, bool add)
 {
-    enum { BQ = tiles<HS, BF16>::DKV, N = BQ / 8 };
+    constexpr bool LP = DT != CT_F32; /* tensor cores */
+    enum { BQ = tiles<HS, LP>::DKV, N = BQ / 8 };
     constexpr bool WK = (PARTS & DK) != 0, WV = (PARTS & DV) != 0;
-    __shared__ dkv_smem<HS, BF16> sm;
+    __shared__ dkv_smem<HS, LP> sm;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tg = lane % 4;
     int64_t T = p.t, b = blockIdx.y, rs = p.in_rs, ors = p.out_rs;
     int64_t j0 = (int64_t)blockIdx.x * FA_ROWS, r0 = j0 + 16 * warp, key[2] = {r0 + g, r0 + g + 8};
     int64_t in = ct__attn_slice(&p, b, rs), out = ct__attn_slice(&p, b, ors);
     const float *qb = q + in, *kb = k + in, *vb = v + in, *gb = dout + out;
     int64_t ka = key[0] < T ? key[0] : T - 1, kb2 = key[1] < T ? key[1] : T - 1;
-    /* bf16: the warp's k (and, for dk, v) rows as a fragments, loaded once */
-    uint32_t kf[BF16 ? HS / 16 : 1][4], vf[BF16 && WK ? HS / 16 : 1][4];
-    if constexpr (BF16)
-        load_a<HS>(kf, kb, rs, r0, T, g, tg);
-    if constexpr (BF16 && WK)
-        load_a<HS>(vf, vb, rs, r0, T, g, tg);
+    /* tensor cores: the warp's k (and, for dk, v) rows as a fragments, loaded once */
+    uint32_t kf[LP ? HS / 16 : 1][4], vf[LP && WK ? HS / 16 : 1][4];
+    if constexpr (LP)
+        load_a<HS, DT>(kf, kb, rs, r0, T, g, tg);
+    if constexpr (LP && WK)
+        load_a<HS, DT>(vf, vb, rs, r0, T, g, tg);
     float ak[WK ? HS / 8 : 1][4] = {}, av[WV ? HS / 8 : 1][4] = {};
     /* under the mask, queries before j0 see none of the block's keys (j0 is a multiple of BQ) */
     for (int64_t i0 = p.causal ? j0 : 0; i0 < T; i0 += BQ) {
         __syncthreads();
-        if constexpr (BF16) {
-            stage_rows<HS, BQ>(sm.q, qb, rs, i0, T);
+        if constexpr (LP) {
+            stage_rows<HS, BQ, DT>(sm.q, qb, rs, i0, T);
             if constexpr (WK) {
-                stage_rows<HS, BQ>(sm.g, gb, ors, i0, T);
-                stage_cols<HS, BQ>(sm.qc, qb, rs, i0, T);
+                stage_rows<HS, BQ, DT>(sm.g, gb, ors, i0, T);
+                stage_cols<HS, BQ, DT>(sm.qc, qb, rs, i0, T);
             }
             if constexpr (WV)
-                stage_cols<HS, BQ>(sm.gc, gb, ors, i0, T);
+                stage_cols<HS, BQ, DT>(sm.gc, gb, ors, i0, T);
         } else {
             stage_f32<HS, BQ>(sm.q, qb, rs, i0, T);
             stage_f32<HS, BQ>(sm.g, gb, ors, i0, T);
@@ -511,12 +533,12 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
         if (p.causal && i0 + BQ - 1 < r0)
             continue; /* these queries see none of the warp's keys */
         float s[N][4], dp[WK ? N : 1][4];
-        if constexpr (BF16)
-            abt_bf16<HS, N>(s, kf, sm.q, g, tg);
+        if constexpr (LP)
+            abt_lp<HS, N, DT>(s, kf, sm.q, g, tg);
         else
             abt_f32<HS, N>(s, kb + ka * rs, kb + kb2 * rs, sm.q, tg);
-        if constexpr (WK && BF16)
-            abt_bf16<HS, N>(dp, vf, sm.g, g, tg);
+        if constexpr (WK && LP)
+            abt_lp<HS, N, DT>(dp, vf, sm.g, g, tg);
         else if constexpr (WK)
             abt_f32<HS, N>(dp, vb + ka * rs, vb + kb2 * rs, sm.g, tg);
 #pragma unroll
@@ -532,12 +554,12 @@ static __global__ void __launch_bounds__(FA_THREADS, 1)
                 if constexpr (WK)
                     dp[j][e] = pij * (m * dp[j][e] - sm.delta[c]) * p.scale;
             }
-        if constexpr (WV && BF16)
-            aw_bf16<HS, BQ>(av, s, sm.gc, g, tg);
+        if constexpr (WV && LP)
+            aw_lp<HS, BQ, DT>(av, s, sm.gc, g, tg);
         else if constexpr (WV)
             aw_f32<HS, BQ>(av, s, sm.w[warp], sm.g, g, tg);
-        if constexpr (WK && BF16)
-            aw_bf16<HS, BQ>(ak, dp, sm.qc, g, tg);
+        if constexpr (WK && LP)
+            aw_lp<HS, BQ, DT>(ak, dp, sm.qc, g, tg);
         else if constexpr (WK)
             aw_f32<HS, BQ>(ak, dp, sm.ds[warp], sm.q, g, tg);
     }
@@ -556,46 +578,72 @@ extern "C" bool ct__cuda_flash_takes(const ct__attn_p *p)
     return (p->hs == 32 || p->hs == 64 || p->hs == 128) && p->t > 0 && p->bh > 0 && p->bh <= 65535;
 }
 
-template <int HS, bool BF16>
+template <int HS, int DT>
 static void fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
                 float *lse, cudaStream_t s)
 {
     dim3 grid((unsigned)((p->t + FA_ROWS - 1) / FA_ROWS), (unsigned)p->bh);
-    flash_fwd_kernel<HS, BF16><<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, o, lse);
+    flash_fwd_kernel<HS, DT><<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, o, lse);
 }
 
-template <int HS, bool BF16>
+template <int HS, int DT>
 static void bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                 const float *lse, const float *dout, const float *delta, float *dq, float *dk,
                 float *dv, bool acc, cudaStream_t s)
 {
+    constexpr bool LP = DT != CT_F32;
     dim3 grid((unsigned)((p->t + FA_ROWS - 1) / FA_ROWS), (unsigned)p->bh);
-    flash_dq_kernel<HS, BF16><<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dq, acc);
-    if constexpr (BF16 && HS == 128) { /* one sum a launch (flash_dkv_kernel's PARTS) */
-        flash_dkv_kernel<HS, BF16, DV>
+    flash_dq_kernel<HS, DT><<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dq, acc);
+    if constexpr (LP && HS == 128) { /* one sum a launch (flash_dkv_kernel's PARTS) */
+        flash_dkv_kernel<HS, DT, DV>
             <<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv, acc);
-        flash_dkv_kernel<HS, BF16, DK>
+        flash_dkv_kernel<HS, DT, DK>
             <<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv, acc);
     } else {
-        flash_dkv_kernel<HS, BF16, DK | DV>
+        flash_dkv_kernel<HS, DT, DK | DV>
             <<<grid, FA_THREADS, 0, s>>>(*p, q, k, v, lse, dout, delta, dk, dv, acc);
     }
 }
 
-/* forward on a p that ct__cuda_flash_takes, in p->dt (CT_BF16 or else f32) */
+/* fwd and bwd in p's precision: CT_BF16, CT_F16, else f32 */
+template <int HS>
+static void fwd_dt(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
+                   float *lse, cudaStream_t s)
+{
+    if (p->dt == CT_BF16)
+        fwd<HS, CT_BF16>(p, q, k, v, o, lse, s);
+    else if (p->dt == CT_F16)
+        fwd<HS, CT_F16>(p, q, k, v, o, lse, s);
+    else
+        fwd<HS, CT_F32>(p, q, k, v, o, lse, s);
+}
+template <int HS>
+static void bwd_dt(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                   const float *lse, const float *dout, const float *delta, float *dq, float *dk,
+                   float *dv, bool acc, cudaStream_t s)
+{
+    if (p->dt == CT_BF16)
+        bwd<HS, CT_BF16>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s);
+    else if (p->dt == CT_F16)
+        bwd<HS, CT_F16>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s);
+    else
+        bwd<HS, CT_F32>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s);
+}
+
+/* forward on a p that ct__cuda_flash_takes, in p->dt (CT_BF16 or CT_F16 on tensor cores, else
+ * f32) */
 extern "C" int ct__cuda_flash_fwd(const ct__attn_p *p, const float *q, const float *k,
                                   const float *v, float *o, float *lse, void *stream)
 {
     if (!ct__cuda_flash_takes(p))
         return ct__error(CT_EINVAL, "cuda_flash_fwd: head size %lld: not taken", (long long)p->hs);
     cudaStream_t s = (cudaStream_t)stream;
-    bool bf = p->dt == CT_BF16;
     if (p->hs == 32)
-        bf ? fwd<32, true>(p, q, k, v, o, lse, s) : fwd<32, false>(p, q, k, v, o, lse, s);
+        fwd_dt<32>(p, q, k, v, o, lse, s);
     else if (p->hs == 64)
-        bf ? fwd<64, true>(p, q, k, v, o, lse, s) : fwd<64, false>(p, q, k, v, o, lse, s);
+        fwd_dt<64>(p, q, k, v, o, lse, s);
     else
-        bf ? fwd<128, true>(p, q, k, v, o, lse, s) : fwd<128, false>(p, q, k, v, o, lse, s);
+        fwd_dt<128>(p, q, k, v, o, lse, s);
     return ct__cuda_status(cudaGetLastError(), "cuda_flash_fwd");
 }
 
@@ -613,15 +661,11 @@ extern "C" int ct__cuda_flash_bwd(const ct__attn_p *p, const float *q, const flo
     int rc = ct__cuda_status(cudaGetLastError(), "cuda_flash_bwd delta");
     if (rc)
         return rc;
-    bool bf = p->dt == CT_BF16;
     if (p->hs == 32)
-        bf ? bwd<32, true>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s)
-           : bwd<32, false>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s);
+        bwd_dt<32>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s);
     else if (p->hs == 64)
-        bf ? bwd<64, true>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s)
-           : bwd<64, false>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s);
+        bwd_dt<64>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s);
     else
-        bf ? bwd<128, true>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s)
-           : bwd<128, false>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s);
+        bwd_dt<128>(p, q, k, v, lse, dout, delta, dq, dk, dv, acc, s);
     return ct__cuda_status(cudaGetLastError(), "cuda_flash_bwd");
 }

@@ -60,6 +60,12 @@ static __device__ inline uint32_t ct__f16_bits(float f)
 #endif
 }
 
+/* lo and hi rounded to f16, in one register (lo in the low half) */
+static __device__ inline uint32_t ct__pack_f16(float lo, float hi)
+{
+    return ct__f16_bits(lo) | ct__f16_bits(hi) << 16;
+}
+
 #ifdef CT_EMU_DEVICE_CODE
 static inline float ct__f16_float(uint32_t bits)
 {

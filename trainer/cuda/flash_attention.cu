@@ -480,9 +480,9 @@ template <int HS> struct dkv_smem<HS, false> {
     float lse[tiles<HS, false>::DKV], delta[tiles<HS, false>::DKV];
 };
 
-/* what a dk / dv kernel sums: both, or (the bf16 and f16 kernels at head size 128, whose two (16,
- * 128) sums, k's and v's fragments would not fit in 255 registers) one of them, as two launches
- * that both compute the probabilities */
+/* what a dk / dv kernel sums: both, or one of them, as two launches that both compute the
+ * probabilities (the bf16 and f16 kernels at head size 128: two sums of 16 x 128 with k's and
+ * v's fragments would not fit in 255 registers) */
 enum { DK = 1, DV = 2 };
 
 /* One block: 64 key rows of slice blockIdx.y, a warp's 16 as the rows of the products (the

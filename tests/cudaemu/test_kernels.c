@@ -12,7 +12,8 @@
  *     layer norm, GELU, the causal softmax, cross entropy, ELU / tanh / sigmoid backward,
  *     frozen batch norm's backward, adaptive average pooling, attention forward and backward
  *     (causal and not, dropout, heads read in place from a packed (B, T, 3C) tensor, head sizes
- *     over 32).
+ *     over 32), flash attention in f32, bf16 and f16 against the CPU in the same precision
+ *     (test_flash: the bounds are argued there; -inf scores, dropout, T from 1 to 200).
  * The emulator runs each block's threads in lock step and fails a launch whose barriers or
  * shuffles some thread misses; test_emulator.c shows that. What it cannot show is written in
  * docs/ARCHITECTURE.md ("The CUDA emulator"). */

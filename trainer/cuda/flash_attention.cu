@@ -82,9 +82,8 @@ static __device__ void stage_rows(uint32_t (*dst)[HS / 2 + 4], const float *x, i
     }
 }
 
-/* the same rows as pairs of DT down each column: dst[c][r2] = (x[r0 + 2 r2][c], x[r0 + 2 r2 +
- * 1][c])
- */
+/* the same rows as pairs of DT down each column: dst[c][r2] holds x[a][c] and x[a + 1][c],
+ * a = r0 + 2 r2 */
 template <int HS, int R, int DT>
 static __device__ void stage_cols(uint32_t (*dst)[R / 2 + 4], const float *x, int64_t rs,
                                   int64_t r0, int64_t t)

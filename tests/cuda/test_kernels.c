@@ -15,14 +15,19 @@
  *     all of them again on views 4, 64 and 192 bytes into their allocations (the same shapes, so
  *     a plan made for aligned pointers would be reused if alignment were not in its key);
  *   - fused SGD (momentum, nesterov, weight decay, maximize), Adam (L2, amsgrad) and AdamW:
- *     3 steps with the same bits as ct_optim_step.
- * Exits 77 with "no GPU" where no CUDA device can be used (this is how `make test` runs it on
- * machines without one; scripts/gpu-check.sh runs it on a GPU). */
+ *     3 steps with the same bits as ct_optim_step;
+ *   - flash attention (flash_attention.cu) forward and backward against ct__cpu_attn_* in the
+ *     same precision (f32, bf16, f16), on a GPT-2 layer's shape (12 heads of 64, T 1024, causal)
+ * and on head sizes 32 and 128 with odd T and dropout: f32 to 1e-5, bf16 and f16 to their rounding
+ * (the bounds of tests/cudaemu/test_kernels.c); two runs give the same bits; the times of a forward
+ * and a backward are printed. Exits 77 with "no GPU" where no CUDA device can be used (this is how
+ * `make test` runs it on machines without one; scripts/gpu-check.sh runs it on a GPU). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ct/error.h"
 #include "ct/loss.h"
@@ -460,6 +465,121 @@ static void compare_optim(const char *what, int kind, const ct_sgd_opts *so, con
     ct__cuda_free(dp), ct__cuda_free(s1), ct__cuda_free(s2), ct__cuda_free(s3);
 }
 
+/* Flash attention on the GPU against the CPU in p's precision: q, k, v thirds of one packed
+ * (B, T, 3C) tensor, o (B, T, C); backward adds into dq, dk, dv that hold 0. Tolerances as in
+ * tests/cudaemu/test_kernels.c (test_flash): f32 1e-5 (+ 1e-5 relative); bf16 (f16), with
+ * u = 2^-8 (2^-10): o within u max|v| / (1 - dropout), the gradients within (2u max|grad| +
+ * u / 4) / (1 - dropout). */
+static void flash_case(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool causal, int dt,
+                       float dropout)
+{
+    int64_t c = heads * hs, in = batch * t * 3 * c, out = batch * t * c, rows = batch * heads * t;
+    ct__attn_p p = {.bh = batch * heads,
+                    .t = t,
+                    .hs = hs,
+                    .heads = heads,
+                    .in_rs = 3 * c,
+                    .out_rs = c,
+                    .scale = 1.0f / sqrtf((float)hs),
+                    .dropout = dropout,
+                    .causal = causal,
+                    .seed = 7,
+                    .dt = dt};
+    bool lowp = dt != CT_F32;
+    float u = dt == CT_BF16 ? 0x1p-8f : 0x1p-10f;
+    float *qkv = malloc((size_t)in * sizeof(float)), *dout = malloc((size_t)out * sizeof(float));
+    float *o = malloc((size_t)out * sizeof(float)), *o_gpu = malloc((size_t)out * sizeof(float));
+    float *lse = malloc((size_t)rows * sizeof(float)),
+          *delta = malloc((size_t)rows * sizeof(float));
+    float *g = calloc((size_t)in, sizeof(float)), *g_gpu = malloc((size_t)in * sizeof(float));
+    float *g_again = malloc((size_t)in * sizeof(float));
+    float *dqkv = NULL, *ddout = NULL, *d_o = NULL, *dlse = NULL, *ddelta = NULL, *dg = NULL;
+    if (!qkv || !dout || !o || !o_gpu || !lse || !delta || !g || !g_gpu || !g_again) {
+        CHECK(!"host memory");
+        goto out;
+    }
+    fill_random(qkv, in, 31, -2, 2);
+    fill_random(dout, out, 32, -1, 1);
+    dqkv = upload(qkv, in), ddout = upload(dout, out), d_o = upload(o, out);
+    dlse = upload(lse, rows), ddelta = upload(delta, rows), dg = upload(g, in);
+    CHECK(dqkv && ddout && d_o && dlse && ddelta && dg);
+    if (!dqkv || !ddout || !d_o || !dlse || !ddelta || !dg)
+        goto out;
+    CHECK(ct__cuda_flash_takes(&p));
+    /* each direction twice: the first loads the kernels (CUDA's lazy loading), the second is
+     * timed (and backward's must give the first's bits) */
+    struct timespec t0, t1, t2, t3;
+    for (int run = 0; run < 2; run++) {
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        CHECK_RC_OR(ct__cuda_flash_fwd(&p, dqkv, dqkv + c, dqkv + 2 * c, d_o, dlse, NULL),
+                    goto out);
+        CHECK_RC_OR(ct__cuda_sync(NULL), goto out);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+    }
+    CHECK_RC_OR(ct__cuda_flash_bwd(&p, dqkv, dqkv + c, dqkv + 2 * c, d_o, dlse, ddout, ddelta, dg,
+                                   dg + c, dg + 2 * c, false, NULL),
+                goto out);
+    CHECK_RC_OR(ct__cpu_attn_fwd(&p, qkv, qkv + c, qkv + 2 * c, o, lse), goto out);
+    CHECK_RC_OR(download(o_gpu, d_o, out), goto out);
+    /* backward from the GPU's o and lse (backward's inputs), checked against the CPU's */
+    CHECK_RC_OR(download(lse, dlse, rows), goto out);
+    CHECK_RC_OR(ct__cpu_attn_bwd(&p, qkv, qkv + c, qkv + 2 * c, o_gpu, lse, dout, delta, g, g + c,
+                                 g + 2 * c, true),
+                goto out);
+    CHECK_RC_OR(download(g_gpu, dg, in), goto out);
+    clock_gettime(CLOCK_MONOTONIC, &t2); /* the same bits again, timed */
+    CHECK_RC_OR(ct__cuda_flash_bwd(&p, dqkv, dqkv + c, dqkv + 2 * c, d_o, dlse, ddout, ddelta, dg,
+                                   dg + c, dg + 2 * c, false, NULL),
+                goto out);
+    CHECK_RC_OR(ct__cuda_sync(NULL), goto out);
+    clock_gettime(CLOCK_MONOTONIC, &t3);
+    CHECK_RC_OR(download(g_again, dg, in), goto out);
+    CHECK(first_diff(g_again, g_gpu, in) < 0);
+    float vmax = 0, gmax = 0, kept = 1.0f / (1.0f - dropout), eo = 0, eg = 0;
+    for (int64_t i = 0; i < in; i++) {
+        if (i % (3 * c) >= 2 * c)
+            vmax = fmaxf(vmax, fabsf(qkv[i]));
+        gmax = fmaxf(gmax, fabsf(g[i]));
+    }
+    float to = lowp ? u * vmax * kept : 0, tg = lowp ? (2 * u * gmax + u / 4) * kept : 0;
+    for (int64_t i = 0; i < out; i++) { /* excess over the allowance; NaN fails */
+        float e = fabsf(o_gpu[i] - o[i]) - (lowp ? to : 1e-5f + 1e-5f * fabsf(o[i]));
+        eo = isnan(e) ? INFINITY : fmaxf(eo, e);
+    }
+    for (int64_t i = 0; i < in; i++) {
+        float e = fabsf(g_gpu[i] - g[i]) - (lowp ? tg : 1e-5f + 1e-5f * fabsf(g[i]));
+        eg = isnan(e) ? INFINITY : fmaxf(eg, e);
+    }
+    printf("flash %s B %lld H %lld T %lld hs %lld%s dropout %g: forward %.3f ms, backward "
+           "%.3f ms\n",
+           dt == CT_BF16  ? "bf16"
+           : dt == CT_F16 ? "f16"
+                          : "f32",
+           (long long)batch, (long long)heads, (long long)t, (long long)hs, causal ? " causal" : "",
+           (double)dropout, (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6,
+           (t3.tv_sec - t2.tv_sec) * 1e3 + (t3.tv_nsec - t2.tv_nsec) / 1e6);
+    if (eo > 0 || eg > 0) {
+        fprintf(stderr, "  o past its allowance by %g, the gradients by %g\n", eo, eg);
+        failures++;
+    }
+out:
+    ct__cuda_free(dqkv), ct__cuda_free(ddout), ct__cuda_free(d_o), ct__cuda_free(dlse),
+        ct__cuda_free(ddelta), ct__cuda_free(dg);
+    free(qkv), free(dout), free(o), free(o_gpu), free(lse), free(delta), free(g), free(g_gpu),
+        free(g_again);
+}
+
+static void test_flash(void)
+{
+    static const int dts[] = {CT_F32, CT_BF16, CT_F16};
+    for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+        int dt = dts[i];
+        flash_case(4, 12, 1024, 64, true, dt, 0.0f); /* a GPT-2 layer's attention, batch 4 */
+        flash_case(2, 4, 777, 128, true, dt, 0.1f);
+        flash_case(3, 2, 333, 32, false, dt, 0.0f);
+    }
+}
+
 static void test_optimizers(void)
 {
     compare_optim("sgd", 0, &(ct_sgd_opts){.lr = 0.1}, NULL);
@@ -490,10 +610,11 @@ int main(void)
     for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++)
         test_gemm(offs[i]);
     test_optimizers();
+    test_flash();
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     else
         printf("cuda: allocator, elementwise, relu edges, sum, cross entropy, GEMMs (aligned and "
-               "not), SGD/Adam/AdamW: ok\n");
+               "not), SGD/Adam/AdamW, flash attention: ok\n");
     return failures ? 1 : 0;
 }

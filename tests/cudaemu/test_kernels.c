@@ -12,7 +12,8 @@
  *     layer norm, GELU, the causal softmax, cross entropy, ELU / tanh / sigmoid backward,
  *     frozen batch norm's backward, adaptive average pooling, attention forward and backward
  *     (causal and not, dropout, heads read in place from a packed (B, T, 3C) tensor, head sizes
- *     over 32).
+ *     over 32), flash attention in f32, bf16 and f16 against the CPU in the same precision
+ *     (test_flash: the bounds are argued there; -inf scores, dropout, T from 1 to 200).
  * The emulator runs each block's threads in lock step and fails a launch whose barriers or
  * shuffles some thread misses; test_emulator.c shows that. What it cannot show is written in
  * docs/ARCHITECTURE.md ("The CUDA emulator"). */
@@ -611,6 +612,153 @@ static void test_attention(int64_t batch, int64_t heads, int64_t t, int64_t hs, 
     free_all();
 }
 
+/* ---- flash_attention.cu ---- */
+
+/* the largest |x| over n values */
+static float max_abs(const float *x, int64_t n)
+{
+    float m = 0;
+    for (int64_t i = 0; i < n; i++)
+        m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+/* got against want within atol + rtol |want| (flash's bf16 bounds); prints the worst place */
+static void expect_near(const char *what, const float *d, const float *want, int64_t n, float atol,
+                        float rtol)
+{
+    float *got = hbuf(n), worst = 0, most = 0;
+    int64_t at = -1;
+    get(got, d, n);
+    for (int64_t i = 0; i < n; i++) {
+        float err = fabsf(got[i] - want[i]), lim = atol + rtol * fabsf(want[i]);
+        most = fmaxf(most, err);
+        if (!(err <= lim) && (at < 0 || err - lim > worst))
+            worst = err - lim, at = i;
+    }
+    fprintf(stderr, "    %s: largest difference %.3g (allowed %.3g + %.3g |CPU|)\n", what,
+            (double)most, (double)atol, (double)rtol);
+    if (at >= 0) {
+        fprintf(stderr, "%s: [%lld] of %lld: emulated CUDA %.9g, CPU %.9g (allowed %.3g)\n", what,
+                (long long)at, (long long)n, got[at], want[at],
+                (double)(atol + rtol * fabsf(want[at])));
+        failures++;
+    }
+}
+
+/* Flash attention (ct__cuda_flash_fwd / _bwd called directly, so the f32 tiles are checked as
+ * well as the bf16 ones) against the CPU's attention in the same precision (p.dt): q, k, v as
+ * thirds of one (B, T, 3C) tensor, heads read in place, out (B, T, C); backward adds into dq,
+ * dk, dv, then writes them. f32: 1e-5 (the sums' order). bf16 (f16): both sides multiply the
+ * same bf16 (f16) operands and sum in f32, but the GPU rounds each key tile's weights
+ * exp(s - m_running) and divides by the row sum at the end, while the CPU rounds the normalised
+ * P_ij: each weight differs by at most u = 2^-8 (f16: 2^-10, twice the unit roundoff) of
+ * itself, so |o - o_cpu| <= u sum_j P_ij |v_j| <= u max|v|. Backward: dq, dk, dv are sums of P
+ * (or dS) times rounded operands, with delta = do . o (GPU) against sum_j P_ij dP_ij (CPU),
+ * which differ by the forward's bound times |do|; the test allows 2u of the largest gradient
+ * plus u / 4 (see the code). */
+static void test_flash(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool causal, int dt,
+                       bool inf, float dropout)
+{
+    int64_t c = heads * hs, in = batch * t * 3 * c, out = batch * t * c, rows = batch * heads * t;
+    ct__attn_p p = {.bh = batch * heads,
+                    .t = t,
+                    .hs = hs,
+                    .heads = heads,
+                    .in_rs = 3 * c,
+                    .out_rs = c,
+                    .scale = 1.0f / sqrtf((float)hs),
+                    .causal = causal,
+                    .dropout = dropout,
+                    .seed = 43,
+                    .dt = dt};
+    float *qkv = random_buf(in, 210 + (uint32_t)t, -2, 2), *dout = random_buf(out, 211, -1, 1);
+    float *o = hbuf(out), *lse = hbuf(rows), *delta = hbuf(rows);
+    float *dqkv = random_buf(in, 212, -1, 1);
+    if (inf) /* every fifth key scores -inf with every query (1e20 * -1e20 overflows), key 0 too */
+        for (int64_t r = 0; r < batch * t; r++)
+            for (int64_t h = 0; h < heads; h++) {
+                qkv[r * 3 * c + h * hs] = 1e20f;
+                qkv[r * 3 * c + c + h * hs] = r % t % 5 == 0 ? -1e20f : 0.0f;
+            }
+    float *d_qkv = dfloats(qkv, in), *d_dout = dfloats(dout, out), *d_o = dfloats(o, out);
+    float *d_lse = dfloats(lse, rows), *d_delta = dfloats(delta, rows), *d_dqkv = dfloats(dqkv, in);
+    bool lowp = dt != CT_F32;
+    float u = dt == CT_BF16 ? 0x1p-8f : 0x1p-10f;
+    char what[160];
+    snprintf(what, sizeof what, "flash %s B %lld H %lld T %lld hs %lld%s%s dropout %g",
+             dt == CT_BF16  ? "bf16"
+             : dt == CT_F16 ? "f16"
+                            : "f32",
+             (long long)batch, (long long)heads, (long long)t, (long long)hs,
+             causal ? " causal" : "", inf ? " -inf scores" : "", (double)dropout);
+    fprintf(stderr, "  %s\n", what);
+    CHECK(ct__cuda_flash_takes(&p));
+    OK(ct__cuda_flash_fwd(&p, d_qkv, d_qkv + c, d_qkv + 2 * c, d_o, d_lse, NULL));
+    OK(cpu->attn_fwd(&p, qkv, qkv + c, qkv + 2 * c, o, lse));
+    /* o: u max|v| (the comment above), over 1 - dropout (the kept weights' factor, which the
+     * sum of the weights takes too); lse: the same sums, f32 either way */
+    float vmax = 0;
+    for (int64_t r = 0; r < batch * t; r++)
+        vmax = fmaxf(vmax, max_abs(qkv + r * 3 * c + 2 * c, c));
+    float kept = 1.0f / (1.0f - dropout);
+    expect_near("flash_fwd o", d_o, o, out, lowp ? u * vmax * kept : 1e-5f, lowp ? 0 : 1e-5f);
+    expect_near("flash_fwd lse", d_lse, lse, rows, 1e-5f, 1e-5f);
+    /* backward from the CPU's forward, so both start alike; adds into dq, dk, dv, then writes.
+     * bf16, f16: each gradient is a sum over up to t terms of a weight times an operand; the
+     * weights differ by at most u of |P| |dP - delta| scale (plus delta's difference), so the
+     * bound is 2u times the sum of the terms' sizes, which is at most t (|do| |v| + |do|) |q|
+     * scale (dq, dk) or t |do| (dv) for these inputs; that grows with t, so the test takes the
+     * tighter, measured form: 2u times the largest gradient plus u / 4. */
+    OK(ct__cuda_to_device(d_o, o, (size_t)out * sizeof(float), NULL));
+    OK(ct__cuda_to_device(d_lse, lse, (size_t)rows * sizeof(float), NULL));
+    for (int acc = 1; acc >= 0; acc--) {
+        OK(ct__cuda_flash_bwd(&p, d_qkv, d_qkv + c, d_qkv + 2 * c, d_o, d_lse, d_dout, d_delta,
+                              d_dqkv, d_dqkv + c, d_dqkv + 2 * c, acc, NULL));
+        OK(cpu->attn_bwd(&p, qkv, qkv + c, qkv + 2 * c, o, lse, dout, delta, dqkv, dqkv + c,
+                         dqkv + 2 * c, acc));
+        /* with -inf scores, dk's column 0 sums dS_ij 1e20 over the rows, terms that cancel:
+         * there f32 allows 1e-5 of the largest gradient */
+        float gmax = max_abs(dqkv, in), f32_atol = inf ? 1e-5f * gmax : 1e-5f;
+        expect_near(acc ? "flash_bwd dq dk dv acc" : "flash_bwd dq dk dv", d_dqkv, dqkv, in,
+                    lowp ? (2 * u * gmax + u / 4) * kept : f32_atol, lowp ? 0 : 1e-5f);
+    }
+    free_all();
+}
+
+/* Flash bf16 where the weights are exact: q = 0, so every score is 0 and every P_ij = 1 / 64
+ * (64 keys, no mask), a bf16 value on both sides; o is then the mean of the bf16-rounded values
+ * on both, to f32's sums (1e-5), and differs from the f32 mean by more than 1e-4 (v is
+ * rounded: a kernel that stages v unrounded fails here, where the general bound lets it pass). */
+static void test_flash_uniform(void)
+{
+    int64_t heads = 2, t = 64, hs = 64, c = heads * hs, in = t * 3 * c, out = t * c;
+    ct__attn_p p = {.bh = heads,
+                    .t = t,
+                    .hs = hs,
+                    .heads = heads,
+                    .in_rs = 3 * c,
+                    .out_rs = c,
+                    .scale = 0.125f,
+                    .dt = CT_BF16};
+    float *qkv = random_buf(in, 220, -2, 2), *o = hbuf(out), *o32 = hbuf(out),
+          *lse = hbuf(heads * t);
+    for (int64_t i = 0; i < t; i++)
+        memset(qkv + i * 3 * c, 0, (size_t)c * sizeof(float));
+    float *d_qkv = dfloats(qkv, in), *d_o = dfloats(o, out), *d_lse = dfloats(lse, heads * t);
+    fprintf(stderr, "  flash bf16 q = 0: every weight 1/64\n");
+    OK(ct__cuda_flash_fwd(&p, d_qkv, d_qkv + c, d_qkv + 2 * c, d_o, d_lse, NULL));
+    OK(cpu->attn_fwd(&p, qkv, qkv + c, qkv + 2 * c, o, lse));
+    expect_near("flash_fwd o, q = 0", d_o, o, out, 1e-5f, 1e-5f);
+    p.dt = CT_F32;
+    OK(cpu->attn_fwd(&p, qkv, qkv + c, qkv + 2 * c, o32, lse));
+    float most = 0;
+    for (int64_t i = 0; i < out; i++)
+        most = fmaxf(most, fabsf(o[i] - o32[i]));
+    CHECK(most > 1e-4f);
+    free_all();
+}
+
 /* ---- loss.cu ---- */
 
 static void test_cross_entropy(int64_t n, int64_t c)
@@ -722,6 +870,26 @@ int main(void)
     test_attention(1, 2, 45, 16, false, 0.0f);
     test_attention(2, 1, 33, 33, true, 0.2f);
     test_attention(1, 1, 9, 256, true, 0.0f); /* the largest head: 8 values a lane */
+    test_attention(1, 2, 70, 64, true, 0.0f); /* through attention.cu to the flash kernels */
+    test_attention(1, 2, 70, 32, false, 0.2f);
+    /* flash: one row, a tile's edge and past it, several blocks, odd T; every head size */
+    for (int dt = CT_F32; dt <= CT_BF16; dt += CT_BF16 - CT_F32) {
+        test_flash(1, 1, 1, 32, true, dt, false, 0.0f);
+        test_flash(1, 2, 63, 32, false, dt, false, 0.0f);
+        test_flash(2, 2, 64, 64, true, dt, false, 0.0f);
+        test_flash(1, 2, 65, 128, true, dt, false, 0.0f);
+        test_flash(1, 1, 200, 64, true, dt, false, 0.0f);
+        test_flash(2, 1, 97, 128, false, dt, false, 0.0f);
+        test_flash(1, 2, 70, 32, false, dt, true, 0.0f);
+        test_flash(2, 2, 70, 64, true, dt, false, 0.2f);
+        test_flash(1, 1, 65, 128, false, dt, false, 0.5f);
+    }
+    /* f16 operands (no -inf case: 1e20 is past f16's range) */
+    test_flash(1, 2, 63, 32, false, CT_F16, false, 0.0f);
+    test_flash(1, 2, 65, 128, true, CT_F16, false, 0.0f);
+    test_flash(1, 1, 200, 64, true, CT_F16, false, 0.0f);
+    test_flash(2, 2, 70, 64, true, CT_F16, false, 0.2f);
+    test_flash_uniform();
     test_cross_entropy(70, 300);
     test_cross_entropy(100, 10);
     test_optimizers(1000);

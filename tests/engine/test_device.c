@@ -233,6 +233,18 @@ static ct_tensor *f_attention_qkv(ct_tensor **in, const void *c)
     return ct_nn_attention_qkv(in[0], 3, o[0], o[1] ? 0.2f : 0.0f, true);
 }
 
+/* c: {causal}; q, k, v packed (B, T, 3C), 3 heads, under autocast to bf16 (backward runs after
+ * the region: the node keeps its precision) */
+static ct_tensor *f_attention_qkv_bf16(ct_tensor **in, const void *c)
+{
+    const bool *o = c;
+    if (ct_autocast_push(CT_BF16) < 0)
+        return NULL;
+    ct_tensor *y = ct_nn_attention_qkv(in[0], 3, o[0], 0.0f, true);
+    ct_autocast_pop();
+    return y;
+}
+
 static ct_tensor *targets(int64_t n, int64_t classes)
 {
     int64_t shape[1] = {n};
@@ -421,6 +433,21 @@ static void test_ops(void)
         const char *names[3] = {"attention_qkv", "attention_qkv causal",
                                 "attention_qkv causal dropout"};
         run(names[mode], f_attention_qkv, o, 1, in, (bool[]){true});
+    }
+    /* head size 64, T past a block of 64: CUDA's flash kernels (f32, then bf16 on tensor cores
+     * against the CPU's bf16, within bf16's rounding: 2^-8 of the values' size, 1e-2 here) */
+    for (int mode = 0; mode < 4; mode++) {
+        int64_t xs[3] = {2, 70, 3 * 3 * 64};
+        bool o[2] = {mode % 2 == 1, false};
+        ct_tensor *in[1] = {rand_t(3, xs)};
+        const char *names[4] = {"attention_qkv hs 64", "attention_qkv hs 64 causal",
+                                "attention_qkv hs 64 bf16", "attention_qkv hs 64 causal bf16"};
+        double was = tol;
+        if (mode >= 2)
+            tol = 1e-2;
+        run(names[mode], mode < 2 ? f_attention_qkv : f_attention_qkv_bf16, o, 1, in,
+            (bool[]){true});
+        tol = was;
     }
 }
 

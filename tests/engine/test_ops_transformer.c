@@ -479,6 +479,62 @@ static void test_errors(void)
         ct_tensor_release(&all[i]);
 }
 
+/* the largest |a - b| over two tensors of any device */
+static double max_diff(const ct_tensor *a, const ct_tensor *b)
+{
+    ct_tensor *x = on_cpu(a), *y = on_cpu(b);
+    double d = x && y ? 0 : INFINITY;
+    for (int64_t j = 0; x && y && j < ct_tensor_numel(x); j++)
+        d = fmax(d, fabs(ct_tensor_f32(x)[j] - ct_tensor_f32(y)[j]));
+    ct_tensor_release(&x);
+    ct_tensor_release(&y);
+    return d;
+}
+
+/* Attention under autocast to dt (bf16, f16) on dev (packed qkv, 2 heads, causal): output and
+ * gradient differ from f32's (the products' operands were rounded) but stay close (2^-5: the
+ * rounding of operands in [-1, 1] moves each product by at most 2^-8 of itself); backward run
+ * after the region is closed gives the bits of a backward run inside it (the node keeps its
+ * precision). */
+static void test_attention_autocast(ct_device dev, ct_dtype dt)
+{
+    const char *dn = dev == CT_CPU ? "cpu" : "checkdev";
+    ct_tensor *h = ref_must(&R, "attention_qkv_causal.in0"), *in[3], *y[3], *g[3];
+    ct_tensor *gy = NULL;
+    int rc[3];
+    for (int run = 0; run < 3; run++) { /* f32; bf16, backward after; bf16, backward inside */
+        in[run] = ct_tensor_to(h, dev);
+        ct_tensor_set_requires_grad(in[run], true);
+        if (run > 0)
+            CHECK(ct_autocast_push(dt) == 0, "autocast push");
+        y[run] = ct_nn_attention_qkv(in[run], 2, true, 0.0f, true);
+        if (!gy && y[run])
+            gy = rand_grad(3, ct_tensor_shape(y[run]), dev);
+        if (run == 1)
+            ct_autocast_pop();
+        rc[run] = y[run] ? ct_tensor_backward(y[run], gy) : -1;
+        if (run == 2)
+            ct_autocast_pop();
+        CHECK(rc[run] == 0, "attention autocast on %s: run %d: %d (%s)", dn, run, rc[run],
+              ct_last_error());
+        g[run] = ct_tensor_grad(in[run]);
+    }
+    if (rc[0] == 0 && rc[1] == 0 && rc[2] == 0) {
+        double dy = max_diff(y[1], y[0]), dg = max_diff(g[1], g[0]);
+        const char *dtn = dt == CT_BF16 ? "bf16" : "f16";
+        printf("attention autocast %s on %s: output %.3g, gradient %.3g from f32\n", dtn, dn, dy,
+               dg);
+        CHECK(dy > 1e-4 && dy < 0x1p-5, "attention %s on %s: output %g from f32", dtn, dn, dy);
+        CHECK(dg > 1e-4 && dg < 0x1p-5, "attention %s on %s: gradient %g from f32", dtn, dn, dg);
+        CHECK(max_diff(g[1], g[2]) == 0, "attention %s on %s: backward after the region", dtn, dn);
+    }
+    for (int run = 0; run < 3; run++) {
+        ct_tensor_release(&y[run]);
+        ct_tensor_release(&in[run]);
+    }
+    ct_tensor_release(&gy);
+}
+
 int main(int argc, char **argv)
 {
     R = ref_load(ref_dir(argc, argv), "transformer.bin");
@@ -527,6 +583,10 @@ int main(int argc, char **argv)
     test_attention_qkv_dropout(CT_CHECKDEV);
     test_attention_accumulates(CT_CPU);
     test_attention_accumulates(CT_CHECKDEV);
+    test_attention_autocast(CT_CPU, CT_BF16);
+    test_attention_autocast(CT_CHECKDEV, CT_BF16);
+    test_attention_autocast(CT_CPU, CT_F16);
+    test_attention_autocast(CT_CHECKDEV, CT_F16);
     fd_case("attention_causal", f_attention_dropout, 7, 2e-3, 2e-2);
     test_errors();
     ref_free(&R);

@@ -94,13 +94,18 @@ typedef struct ct__strided_p {
  * The layout: slice b is head b % heads of sequence b / heads, and its row i starts at
  * ct__attn_slice(p, b, rs) + i rs, with rs = in_rs in q, k, v, dq, dk and dv and out_rs in o and
  * dout. Contiguous (B, H, T, hs) tensors: heads 1, in_rs = out_rs = hs. q, k and v as thirds
- * of one (B, T, 3C) tensor (k at + C, v at + 2C) and o (B, T, C): heads H, in_rs 3C, out_rs C. */
+ * of one (B, T, 3C) tensor (k at + C, v at + 2C) and o (B, T, C): heads H, in_rs 3C, out_rs C.
+ * dt: the products' precision, autocast's (trainer/nn/attention.c). CT_F32 (0): f32 throughout.
+ * CT_BF16 (CT_F16): the operands of each product are rounded to bf16 (f16) (q, k, v, dout; the
+ * probabilities before P v; in backward P and dS before the products they weigh), every sum in f32;
+ * inputs, outputs, lse and the softmax stay f32. */
 typedef struct ct__attn_p {
     int64_t bh, t, hs;
     int64_t heads, in_rs, out_rs;
     float scale, dropout;
     bool causal;
     uint64_t seed;
+    int dt; /* ct_dtype: CT_F32, CT_BF16 or CT_F16 */
 } ct__attn_p;
 
 /* where slice b starts in a tensor whose rows are rs apart (the layout above); CUDA's kernels

@@ -29,11 +29,22 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "trainer/backend/lowp.h"
 #include "trainer/backend/philox.h"
 #include "trainer/cpu/cpu.h"
 #include "trainer/cpu/vecmath.h"
 
 #define BQ 64 /* query rows a block takes (the file comment) */
+
+/* whether p asks for low-precision products (backend.h's dt), and x rounded to that precision */
+static inline bool low(const ct__attn_p *p)
+{
+    return p->dt == CT_BF16 || p->dt == CT_F16;
+}
+static inline float lp(const ct__attn_p *p, float x)
+{
+    return p->dt == CT_BF16 ? ct__round_bf16(x) : ct__round_f16(x);
+}
 
 /* the dropout factor of probability (b, i, j): 0 or 1 / (1 - p) */
 static inline float keep(const ct__attn_p *p, int64_t b, int64_t i, int64_t j)
@@ -147,6 +158,9 @@ CT_CLONES static void softmax_row(const ct__attn_p *p, int64_t b, int64_t i, int
             s[j] *= inv * keep(p, b, i, j);
     for (int64_t j = seen; j < keys; j++)
         s[j] = 0.0f;
+    if (low(p)) /* the weights, operands of P v */
+        for (int64_t j = 0; j < seen; j++)
+            s[j] = lp(p, s[j]);
     *lse = m + logf(l);
 }
 
@@ -324,6 +338,11 @@ static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const
         for (int64_t r = 0; r < rows; r++) {
             deltab[i0 + r] = grad_row(p, b, i0 + r, c ? i0 + r + 1 : keys, keys, lseb[i0 + r],
                                       s + r * keys, dp + r * keys);
+            if (low(p)) /* dS and P M, operands of the products below */
+                for (int64_t j = 0; j < keys; j++) {
+                    s[r * keys + j] = lp(p, s[r * keys + j]);
+                    dp[r * keys + j] = lp(p, dp[r * keys + j]);
+                }
             read_ahead(next);
         }
         rc = mm_packed(rows, keys, hs, s, keys, &k, dqb + i0 * rs, rs, true, weights); /* ds k */
@@ -337,8 +356,44 @@ static int attn_bwd_slice(const ct__attn_p *p, int64_t b, const float *qb, const
     return 0;
 }
 
+/* Under CT_BF16 (CT_F16), x (q, k, v or dout: rows rs apart) rounded to bf16 (f16) into *buf, a
+ * copy with the same layout (the columns the slices read; the rest is not read): returns the
+ * copy, or x itself under CT_F32, or NULL when out of memory. */
+static const float *rounded(const ct__attn_p *p, const float *x, int64_t rs, float **buf)
+{
+    *buf = NULL;
+    if (!low(p))
+        return x;
+    int64_t rows = p->heads ? p->bh / p->heads * p->t : 0, cols = p->heads * p->hs;
+    if (!(*buf = malloc((size_t)(rows ? rows * rs : 1) * sizeof(float))))
+        return NULL;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            (*buf)[r * rs + c] = lp(p, x[r * rs + c]);
+    return *buf;
+}
+
+static int attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
+                    float *lse);
+
+/* CT_BF16, CT_F16: the products' operands rounded (rounded()), the probabilities in softmax_row */
 int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
                      float *lse)
+{
+    float *bq, *bk, *bv;
+    const float *rq = rounded(p, q, p->in_rs, &bq), *rk = rounded(p, k, p->in_rs, &bk),
+                *rv = rounded(p, v, p->in_rs, &bv);
+    int rc = rq && rk && rv
+                 ? attn_fwd(p, rq, rk, rv, o, lse)
+                 : ct__error(CT_ENOMEM, "attention: out of memory for low-precision operands");
+    free(bq);
+    free(bk);
+    free(bv);
+    return rc;
+}
+
+static int attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
+                    float *lse)
 {
     int64_t T = p->t;
     int rc = 0;
@@ -368,9 +423,32 @@ int ct__cpu_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const 
     return rc < 0 ? ct__error(rc, "attention: out of memory for a block of scores or packing") : 0;
 }
 
+static int attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                    const float *lse, const float *dout, float *delta, float *dq, float *dk,
+                    float *dv, bool acc);
+
+/* CT_BF16, CT_F16: q, k, v and dout rounded (rounded()), P and dS in attn_bwd_slice */
 int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                      const float *o, const float *lse, const float *dout, float *delta, float *dq,
                      float *dk, float *dv, bool acc)
+{
+    (void)o; /* delta comes from the probabilities (grad_row) */
+    float *bq, *bk, *bv, *bg;
+    const float *rq = rounded(p, q, p->in_rs, &bq), *rk = rounded(p, k, p->in_rs, &bk),
+                *rv = rounded(p, v, p->in_rs, &bv), *rg = rounded(p, dout, p->out_rs, &bg);
+    int rc = rq && rk && rv && rg
+                 ? attn_bwd(p, rq, rk, rv, lse, rg, delta, dq, dk, dv, acc)
+                 : ct__error(CT_ENOMEM, "attention: out of memory for low-precision operands");
+    free(bq);
+    free(bk);
+    free(bv);
+    free(bg);
+    return rc;
+}
+
+static int attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                    const float *lse, const float *dout, float *delta, float *dq, float *dk,
+                    float *dv, bool acc)
 {
     int64_t T = p->t;
     int rc = 0;

@@ -4,8 +4,8 @@
  * the dk / dv pass a key row each, so every output has one writer and sums run in a fixed
  * order (the same bits every run, no atomics). Head sizes up to 256 (8 values a lane). Rows of
  * q, k, v, dq, dk, dv are p.in_rs apart, of o and dout p.out_rs (backend.h's layout).
- * Not here: tiling through shared memory and tensor cores (to come: this is the correct,
- * simple version). */
+ * ct__cuda_attn_fwd / _bwd send what flash_attention.cu takes (head sizes 32, 64, 128: tiled,
+ * tensor cores in bf16 and f16) there; these kernels run the rest, in f32 whatever p.dt asks. */
 #include "common/common.h"
 
 #include "trainer/backend/philox.h"
@@ -141,6 +141,8 @@ extern "C" int ct__cuda_attn_fwd(const ct__attn_p *p, const float *q, const floa
     int rc = check(p, "cuda_attn_fwd");
     if (rc || p->bh * p->t == 0)
         return rc;
+    if (ct__cuda_flash_takes(p))
+        return ct__cuda_flash_fwd(p, q, k, v, o, lse, stream);
     attn_fwd_kernel<<<ct__cuda_row_blocks(p->bh * p->t), CT_CUDA_THREADS, 0,
                       (cudaStream_t)stream>>>(*p, q, k, v, o, lse);
     return ct__cuda_status(cudaGetLastError(), "cuda_attn_fwd");
@@ -154,6 +156,8 @@ extern "C" int ct__cuda_attn_bwd(const ct__attn_p *p, const float *q, const floa
     int rc = check(p, "cuda_attn_bwd");
     if (rc || p->bh * p->t == 0)
         return rc;
+    if (ct__cuda_flash_takes(p))
+        return ct__cuda_flash_bwd(p, q, k, v, o, lse, dout, delta, dq, dk, dv, acc, stream);
     cudaStream_t s = (cudaStream_t)stream;
     unsigned blocks = ct__cuda_row_blocks(p->bh * p->t);
     attn_bwd_q_kernel<<<blocks, CT_CUDA_THREADS, 0, s>>>(*p, q, k, v, o, lse, dout, delta, dq, acc);

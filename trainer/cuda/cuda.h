@@ -275,12 +275,23 @@ int ct__cuda_f32_to_i64(int64_t n, const float *x, int64_t *y, void *stream);
 int ct__cuda_strided_copy(const ct__strided_p *p, const float *src, float *dst, bool acc,
                           void *stream);
 int ct__cuda_softmax_causal_fwd(int64_t rows, int64_t t, const float *x, float *y, void *stream);
-/* attention.cu: fused attention, head size <= 256 (CT_ENOSYS past it) */
+/* attention.cu: fused attention, head size <= 256 (CT_ENOSYS past it): the flash kernels where
+ * they apply (ct__cuda_flash_takes), else a warp per row in f32 (p->dt ignored: more precise
+ * than a CT_BF16 asks) */
 int ct__cuda_attn_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v, float *o,
                       float *lse, void *stream);
 int ct__cuda_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
                       const float *o, const float *lse, const float *dout, float *delta, float *dq,
                       float *dk, float *dv, bool acc, void *stream);
+/* flash_attention.cu: flash attention in p->dt (CT_BF16, CT_F16 on tensor cores, else f32), for
+ * head sizes 32, 64, 128 (ct__cuda_flash_takes; CT_EINVAL otherwise); backward writes delta, then
+ * dq, dk, dv (adds into them when acc) */
+bool ct__cuda_flash_takes(const ct__attn_p *p);
+int ct__cuda_flash_fwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                       float *o, float *lse, void *stream);
+int ct__cuda_flash_bwd(const ct__attn_p *p, const float *q, const float *k, const float *v,
+                       const float *o, const float *lse, const float *dout, float *delta, float *dq,
+                       float *dk, float *dv, bool acc, void *stream);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,8 @@
  * CPU kernels run late on worker threads with memory the host cannot read, so a missing copy
  * or wait fails here) or "cuda" (exit 77 without a GPU; scripts/gpu-check.sh runs it on one).
  *
+ * Every public op of nn.h and loss.h runs here (engine_device_coverage fails on one that does
+ * not); the losses CUDA lacks are refused there with CT_ENOSYS naming the op and the device.
  * Also: inputs on two devices are refused with a message naming both; a kernel a device lacks
  * fails with CT_ENOSYS naming the op and the device; dropout draws the same mask on every
  * device for the same seed; a small CNN moved with ct_module_to trains (SGD, AdamW) to the CPU's
@@ -183,6 +185,48 @@ static ct_tensor *f_ce(ct_tensor **in, const void *c)
 {
     return ct_nn_cross_entropy(in[0], in[1], 0.0f);
 }
+/* the other losses: mse and l1 on (x, t); nll on log_softmax(x); bce on sigmoid(x) against
+ * sigmoid(t) (probabilities and targets in (0, 1)); bce with logits on x against sigmoid(t) */
+static ct_tensor *f_loss(ct_tensor **in, const void *c)
+{
+    int kind = *(const int *)c;
+    if (kind == 0)
+        return ct_nn_mse_loss(in[0], in[1]);
+    if (kind == 1)
+        return ct_nn_l1_loss(in[0], in[1]);
+    if (kind == 2) {
+        ct_tensor *lp = ct_nn_log_softmax(in[0]), *y = lp ? ct_nn_nll_loss(lp, in[1]) : NULL;
+        ct_tensor_release(&lp);
+        return y;
+    }
+    ct_tensor *t = ct_nn_sigmoid(in[1]), *y = NULL;
+    if (t && kind == 3) {
+        ct_tensor *p = ct_nn_sigmoid(in[0]);
+        y = p ? ct_nn_bce_loss(p, t) : NULL;
+        ct_tensor_release(&p);
+    } else if (t) {
+        y = ct_nn_bce_with_logits_loss(in[0], t);
+    }
+    ct_tensor_release(&t);
+    return y;
+}
+static ct_tensor *f_conv_transpose(ct_tensor **in, const void *c)
+{
+    ct_tensor *y = ct_nn_conv_transpose2d(in[0], in[1], in[2], c);
+    ct_tensor *p = y ? ct_nn_to_plain(y) : NULL;
+    ct_tensor_release(&y);
+    return p;
+}
+/* (6, 4, 5) viewed as (4, 30), then the view's dimensions swapped and made a tensor */
+static ct_tensor *f_reshape_transpose(ct_tensor **in, const void *c)
+{
+    int64_t shape[2] = {4, 30};
+    ct_tensor *r = ct_nn_reshape(in[0], 2, shape), *t = r ? ct_nn_transpose(r, 0, 1) : NULL;
+    ct_tensor *y = t ? ct_nn_mul(t, t) : NULL; /* a product: backward is not the identity */
+    ct_tensor_release(&r);
+    ct_tensor_release(&t);
+    return y;
+}
 
 static ct_tensor *f_layer_norm(ct_tensor **in, const void *c)
 {
@@ -336,6 +380,40 @@ static void test_ops(void)
         int64_t xs[2] = {40, 10};
         ct_tensor *in[2] = {rand_t(2, xs), targets(40, 10)};
         run("cross_entropy", f_ce, NULL, 2, in, (bool[]){true, false});
+    }
+    { /* the losses the CUDA backend lacks (its loss kernel is cross entropy's): refused
+       * there with CT_ENOSYS naming the op and the device, compared elsewhere */
+        const char *names[5] = {"mse_loss", "l1_loss", "nll_loss", "bce_loss",
+                                "bce_with_logits_loss"};
+        for (int kind = 0; kind < 5; kind++) {
+            int64_t xs[2] = {24, 10};
+            ct_tensor *in[2] = {rand_t(2, xs), kind == 2 ? targets(24, 10) : rand_t(2, xs)};
+            if (dev != CT_CUDA) {
+                run(names[kind], f_loss, &kind, 2, in, (bool[]){true, false});
+                continue;
+            }
+            ct_tensor *d0 = ct_tensor_to(in[0], dev), *d1 = ct_tensor_to(in[1], dev);
+            ct_tensor *dev_in[2] = {d0, d1}, *y = d0 && d1 ? f_loss(dev_in, &kind) : NULL;
+            CHECK(y == NULL && strstr(ct_last_error(), "not implemented on device cuda"),
+                  "%s on cuda: %s", names[kind], ct_last_error());
+            ct_autograd_clear_tape();
+            ct_tensor_release(&y);
+            ct_tensor_release(&d0);
+            ct_tensor_release(&d1);
+            ct_tensor_release(&in[0]);
+            ct_tensor_release(&in[1]);
+        }
+    }
+    {
+        int64_t xs[4] = {2, 8, 5, 5}, ws[4] = {8, 6, 3, 3}, bs[1] = {6};
+        ct_conv_opts o = {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}};
+        ct_tensor *in[3] = {rand_t(4, xs), rand_t(4, ws), rand_t(1, bs)};
+        run("conv_transpose2d", f_conv_transpose, &o, 3, in, (bool[]){true, true, true});
+    }
+    {
+        int64_t xs[3] = {6, 4, 5};
+        ct_tensor *in[1] = {rand_t(3, xs)};
+        run("reshape, transpose", f_reshape_transpose, NULL, 1, in, (bool[]){true});
     }
     { /* rows wider than a warp: each lane takes several columns */
         int64_t xs[2] = {50, 300};

@@ -237,19 +237,19 @@ static void test_cpu(void)
         check_op("lin", CT_CPU, "cpu");
         check_op("conv", CT_CPU, "cpu");
     } else {
-        CHECK(strstr(err, "matmul in bf16 is not available on device cpu") &&
+        CHECK(strstr(err, "linear in bf16 is not available on device cpu") &&
                   strstr(err, "AVX512_BF16") && strstr(err, "AMX"),
               "linear bf16 on this CPU: %s", err);
         rc = run_op("conv", CT_CPU, CT_BF16, &o);
         CHECK(rc < 0 &&
-                  strstr(ct_last_error(), "conv_fwd in bf16 is not available on device cpu") &&
+                  strstr(ct_last_error(), "conv2d in bf16 is not available on device cpu") &&
                   strstr(ct_last_error(), "AVX512_BF16"),
               "conv bf16 on this CPU: %s", ct_last_error());
         op_out_free(&o);
         printf("this CPU has no bf16 kernels: %s\n", err);
     }
     rc = run_op("lin", CT_CPU, CT_F16, &o);
-    CHECK(rc < 0 && strstr(ct_last_error(), "matmul in f16 is not available on device cpu"),
+    CHECK(rc < 0 && strstr(ct_last_error(), "linear in f16 is not available on device cpu"),
           "linear f16 on the CPU: %s", ct_last_error());
     op_out_free(&o);
 }

@@ -134,6 +134,19 @@ typedef struct ct__adam_h {
     double step;    /* this step's number, from 1 */
 } ct__adam_h;
 
+/* What a device's supports() is asked before an op runs: the op's kind, its public name (for
+ * the message) and the parameters its support can depend on. */
+typedef enum ct__op_kind {
+    CT__OP_LOSS, /* loss_fwd / loss_bwd with *loss */
+    CT__OP_LOWP, /* a matrix product or convolution in autocast precision dt (not CT_F32) */
+} ct__op_kind;
+typedef struct ct__op_desc {
+    ct__op_kind kind;
+    const char *name;
+    const ct__loss_p *loss;
+    int dt;
+} ct__op_desc;
+
 /* ---- the table ---- */
 
 typedef struct ct__backend {
@@ -146,6 +159,11 @@ typedef struct ct__backend {
      * CPU's FP32 peak (clock x FMA width) in every precision; CUDA: the current device's SMs x
      * its clock x a table of dense FLOPs per clock per SM; 0 where it is not known */
     double (*peak_flops)(int dt, int threads);
+    /* 0 when this device runs op with its parameters; else CT_ENOSYS with a message naming the
+     * op, the parameters that decide and the device. Asked before dispatch (ct__supports), so
+     * an op is refused at its call, not by a kernel later (on a device that runs kernels
+     * asynchronously, at the next synchronize). NULL: every op whose entry is there */
+    int (*supports)(const ct__op_desc *op);
 
     /* memory: alloc'd bytes are uninitialised; free(NULL) does nothing */
     int (*alloc)(void **p, size_t bytes);
@@ -335,6 +353,13 @@ int ct__backend_linked(ct_device device);
 static inline int ct__backend_missing(const ct__backend *b, const char *op)
 {
     return ct__error(CT_ENOSYS, "%s is not implemented on device %s", op, b->name);
+}
+
+/* b->supports(op) when b has it, else 0 (the CPU's, the checking device's and CUDA's tables
+ * say what they refuse). */
+static inline int ct__supports(const ct__backend *b, const ct__op_desc *op)
+{
+    return b->supports ? b->supports(op) : 0;
 }
 
 /* Calls b->fn(args...), or fails with ct__backend_missing(b, "fn") when b lacks it. */

@@ -282,6 +282,12 @@ static int cpu_unscale(int64_t n, float inv_scale, float *g, float *found_inf)
     return 0;
 }
 
+/* every loss; autocast precisions where oneDNN has the CPU's kernels (dnnl.c) */
+static int cpu_supports(const ct__op_desc *op)
+{
+    return op->kind == CT__OP_LOWP ? ct__cpu_lp_check(op->dt, op->name) : 0;
+}
+
 static double cpu_peak_flops(int dt, int threads)
 {
     (void)dt; /* no table of bf16 rates for CPUs: FP32's is the bound MFU shows */
@@ -379,6 +385,7 @@ const ct__backend ct__backend_cpu = {
     .device = CT_CPU,
     .devices = cpu_devices,
     .peak_flops = cpu_peak_flops,
+    .supports = cpu_supports,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_memcpy,

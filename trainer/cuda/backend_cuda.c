@@ -366,17 +366,33 @@ static int cu_dropout_mask(int64_t n, float p, uint64_t seed, uint64_t offset, f
 }
 
 /* ---- losses: cross entropy (mean, no smoothing) ---- */
-static int ce_only(const ct__loss_p *p)
+/* the losses: cross entropy without label smoothing only (loss.cu); every autocast precision
+ * (cuBLASLt, cuDNN) */
+static int cu_supports(const ct__op_desc *op)
 {
     static const char *names[] = {"cross_entropy", "nll_loss", "mse_loss",
                                   "l1_loss",       "bce_loss", "bce_with_logits_loss"};
+    if (op->kind != CT__OP_LOSS)
+        return 0;
+    const ct__loss_p *p = op->loss;
     if (p->kind == CT__LOSS_CE && p->label_smoothing == 0.0f)
         return 0;
     if (p->kind == CT__LOSS_CE)
-        return ct__error(CT_ENOSYS, "cross_entropy with label smoothing is not implemented on "
-                                    "device cuda");
-    return ct__error(CT_ENOSYS, "%s is not implemented on device cuda",
-                     p->kind >= 0 && p->kind < 6 ? names[p->kind] : "this loss");
+        return ct__error(CT_ENOSYS,
+                         "cross_entropy with label smoothing %g is not implemented on device "
+                         "cuda (its loss kernel is cross entropy's without smoothing)",
+                         (double)p->label_smoothing);
+    return ct__error(CT_ENOSYS,
+                     "%s ((%lld, %lld)) is not implemented on device cuda (its loss kernel is "
+                     "cross entropy's without smoothing)",
+                     p->kind >= 0 && p->kind < 6 ? names[p->kind] : "this loss", (long long)p->n,
+                     (long long)p->c);
+}
+
+/* the kernels' own guard, for callers that did not ask first */
+static int ce_only(const ct__loss_p *p)
+{
+    return cu_supports(&(ct__op_desc){.kind = CT__OP_LOSS, .loss = p});
 }
 
 static int cu_loss_fwd(const ct__loss_p *p, const float *x, const void *target, float *out)
@@ -417,6 +433,7 @@ const ct__backend ct__backend_cuda = {
     .device = CT_CUDA,
     .devices = ct__cuda_device_count,
     .peak_flops = ct__cuda_peak_flops,
+    .supports = cu_supports,
     .alloc = cu_alloc,
     .free = cu_free,
     .upload = cu_upload,

@@ -78,6 +78,8 @@ static ct_tensor *loss_plain(const char *op, int kind, ct_tensor *x, ct_tensor *
                   bk->name, ct__bk(t)->name);
         return NULL;
     }
+    if (ct__supports(bk, &(ct__op_desc){.kind = CT__OP_LOSS, .name = op, .loss = &c}) < 0)
+        return NULL;
     y = ct__tensor_empty_on(bk, CT_F32, 0, NULL);
     if (!y)
         return NULL;

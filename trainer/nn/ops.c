@@ -149,6 +149,9 @@ ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b)
                   b ? " / bias" : "");
         return NULL;
     }
+    if (c.dt != CT_F32 &&
+        ct__supports(bk, &(ct__op_desc){.kind = CT__OP_LOWP, .name = "linear", .dt = c.dt}) < 0)
+        return NULL;
     int64_t shape[2] = {c.n, c.oc};
     y = new_out(bk, 2, shape);
     OUT_OR_FAIL(y);
@@ -221,6 +224,9 @@ ct_tensor *ct_nn_matmul(ct_tensor *a, ct_tensor *b)
                   (long long)c.k, (long long)b->shape[0], (long long)c.n);
         return NULL;
     }
+    if (c.dt != CT_F32 &&
+        ct__supports(bk, &(ct__op_desc){.kind = CT__OP_LOWP, .name = "matmul", .dt = c.dt}) < 0)
+        return NULL;
     int64_t shape[2] = {c.m, c.n};
     y = new_out(bk, 2, shape);
     OUT_OR_FAIL(y);
@@ -322,6 +328,9 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
                   (long long)p.ph);
         return NULL;
     }
+    if (p.dt != CT_F32 &&
+        ct__supports(bk, &(ct__op_desc){.kind = CT__OP_LOWP, .name = op, .dt = p.dt}) < 0)
+        return NULL;
     int64_t shape[4] = {p.n, p.oc, p.oh, p.ow};
     y = new_out(bk, 4, shape);
     OUT_OR_FAIL(y);

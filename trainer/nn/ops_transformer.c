@@ -472,6 +472,9 @@ ct_tensor *ct_nn_bmm(ct_tensor *a, ct_tensor *b, bool trans_a, bool trans_b)
                   (long long)b->shape[2], trans_b ? " transposed" : "");
         return NULL;
     }
+    if (c.dt != CT_F32 &&
+        ct__supports(bk, &(ct__op_desc){.kind = CT__OP_LOWP, .name = "bmm", .dt = c.dt}) < 0)
+        return NULL;
     int64_t shape[3] = {c.batch, c.m, c.n};
     ct_tensor *y = new_out(bk, 3, shape);
     if (!y)

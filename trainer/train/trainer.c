@@ -122,15 +122,13 @@ static const char *shape_str(char *buf, size_t cap, int ndim, const int64_t *sha
     return buf;
 }
 
-/* 0 when this CPU has kernels for autocast dtype dt (a 1x1 matrix product in it); else
+/* 0 when this CPU has kernels for autocast dtype dt (the CPU table's supports); else
  * CT_ENOSYS naming the config key and the instruction set that is missing. */
 static int lowp_cpu_check(ct_dtype dt)
 {
     const ct__backend *bk = ct__backend_of(CT_CPU);
-    float a = 1, b = 1, c = 0;
-    int rc = bk && bk->matmul_lp ? bk->matmul_lp((int)dt, 1, 1, 1, &a, false, &b, false, &c, false)
-                                 : CT_ENOSYS;
-    if (rc < 0)
+    ct__op_desc op = {.kind = CT__OP_LOWP, .name = "matmul", .dt = (int)dt};
+    if (!bk || ct__supports(bk, &op) < 0)
         return ct__trainer_error_prefix(CT_ENOSYS, "trainer_create: config key \"precision\" = %s",
                                         dt == CT_F16 ? "f16" : "bf16");
     return 0;

@@ -1,10 +1,11 @@
 /* tests/cuda/check.h — what the CUDA tests share: a failure count and CHECK that counts and goes
  * on, deterministic random inputs, a blocking download, and the exit 77 where no GPU can be
  * used. Header-only, test code only; each test defines its own CHECK_RC with CHECK_RC_OR
- * (where it goes on a failed call). */
+ * (where it goes on a failed call); attention's parameters of a packed qkv tensor. */
 #ifndef CT_TESTS_CUDA_CHECK_H
 #define CT_TESTS_CUDA_CHECK_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -53,6 +54,26 @@ __attribute__((unused)) static int download(float *h, const float *d, int64_t n)
 {
     int rc = ct__cuda_to_host(h, d, (size_t)n * sizeof(float), NULL);
     return rc ? rc : ct__cuda_sync(NULL);
+}
+
+/* attention's parameters for q, k, v as thirds of one (batch, t, 3 heads hs) tensor, heads read
+ * in place, the output (batch, t, heads hs) */
+__attribute__((unused)) static ct__attn_p packed_attn(int64_t batch, int64_t heads, int64_t t,
+                                                      int64_t hs, bool causal, float dropout,
+                                                      uint64_t seed, int dt)
+{
+    int64_t c = heads * hs;
+    return (ct__attn_p){.bh = batch * heads,
+                        .t = t,
+                        .hs = hs,
+                        .heads = heads,
+                        .in_rs = 3 * c,
+                        .out_rs = c,
+                        .scale = 1.0f / sqrtf((float)hs),
+                        .dropout = dropout,
+                        .causal = causal,
+                        .seed = seed,
+                        .dt = dt};
 }
 
 /* true (after printing "no GPU: why") where no CUDA device can be used: main returns 77 */

@@ -474,17 +474,7 @@ static void flash_case(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool
                        float dropout)
 {
     int64_t c = heads * hs, in = batch * t * 3 * c, out = batch * t * c, rows = batch * heads * t;
-    ct__attn_p p = {.bh = batch * heads,
-                    .t = t,
-                    .hs = hs,
-                    .heads = heads,
-                    .in_rs = 3 * c,
-                    .out_rs = c,
-                    .scale = 1.0f / sqrtf((float)hs),
-                    .dropout = dropout,
-                    .causal = causal,
-                    .seed = 7,
-                    .dt = dt};
+    ct__attn_p p = packed_attn(batch, heads, t, hs, causal, dropout, 7, dt);
     bool lowp = dt != CT_F32;
     float u = dt == CT_BF16 ? 0x1p-8f : 0x1p-10f;
     float *qkv = malloc((size_t)in * sizeof(float)), *dout = malloc((size_t)out * sizeof(float));

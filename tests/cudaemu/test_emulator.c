@@ -1,11 +1,13 @@
 /* tests/cudaemu/test_emulator.c — the CUDA emulator itself (trainer/cudaemu): a block reduction
  * through shared memory, __syncthreads, shuffles and a vote gives the sums and votes a GPU
  * gives; a warp-wide instruction (warp_compute, as mma.sync is emulated) sees every lane's
- * input at once; a shuffle an exited lane misses, __syncthreads an exited thread misses, a shuffle from
- * a lane outside its mask and a launch of no blocks each fail their launch with a message that
+ * input at once; a shuffle an exited lane misses, __syncthreads an exited thread misses, a shuffle
+ * from a lane outside its mask and a launch of no blocks each fail their launch with a message that
  * names the kernel and what went wrong (on a GPU they hang or give undefined values). */
 #include <stdio.h>
 #include <string.h>
+
+#include "../cuda/check.h"
 
 int emu_block_sum(const float *x, int blocks, float *out, unsigned *ballot);
 int emu_exited_lane(float *x);
@@ -14,16 +16,6 @@ int emu_outside_mask(float *x);
 int emu_no_blocks(float *x);
 int emu_warp_fn(float *x);
 const char *emu_error_string(int e);
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 /* the launch failed with CUDA's error code want, and its message holds each of the words */
 static void expect_failure(const char *what, int rc, int want, const char *word1, const char *word2)

@@ -29,27 +29,12 @@
 #include "trainer/backend/lowp.h"
 #include "trainer/cuda/cuda.h"
 
-static int failures;
+#include "../cuda/check.h"
+
 static const ct__backend *cpu = &ct__backend_cpu;
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-/* a call that must succeed: counts and prints a failure (ct_last_error) */
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        int rc_ = (expr);                                                                          \
-        if (rc_) {                                                                                 \
-            fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #expr, rc_,                \
-                    ct_last_error());                                                              \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+/* a call that must succeed: counts and prints a failure (ct_last_error), and goes on */
+#define OK(expr) CHECK_RC_OR(expr, (void)0)
 
 /* ---- buffers: host ones from malloc, device ones from the emulated allocator ---- */
 
@@ -96,15 +81,6 @@ static void free_all(void)
         free(host_bufs[--n_host]);
     while (n_dev)
         OK(ct__cuda_free(dev_bufs[--n_dev]));
-}
-
-/* x[0..n) = deterministic values in [lo, hi) (an LCG) */
-static void fill_random(float *x, int64_t n, uint32_t seed, float lo, float hi)
-{
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = lo + (hi - lo) * ((float)(seed >> 8) / (float)(1u << 24));
-    }
 }
 
 static float *random_buf(int64_t n, uint32_t seed, float lo, float hi)
@@ -575,16 +551,7 @@ static void test_attention(int64_t batch, int64_t heads, int64_t t, int64_t hs, 
                            float dropout)
 {
     int64_t c = heads * hs, in = batch * t * 3 * c, out = batch * t * c, rows = batch * heads * t;
-    ct__attn_p p = {.bh = batch * heads,
-                    .t = t,
-                    .hs = hs,
-                    .heads = heads,
-                    .in_rs = 3 * c,
-                    .out_rs = c,
-                    .scale = 1.0f / sqrtf((float)hs),
-                    .dropout = dropout,
-                    .causal = causal,
-                    .seed = 42};
+    ct__attn_p p = packed_attn(batch, heads, t, hs, causal, dropout, 42, CT_F32);
     float *qkv = random_buf(in, 110, -2, 2), *dout = random_buf(out, 111, -1, 1);
     float *o = hbuf(out), *lse = hbuf(rows), *delta = hbuf(rows);
     float *dqkv = random_buf(in, 112, -1, 1);
@@ -661,17 +628,7 @@ static void test_flash(int64_t batch, int64_t heads, int64_t t, int64_t hs, bool
                        bool inf, float dropout)
 {
     int64_t c = heads * hs, in = batch * t * 3 * c, out = batch * t * c, rows = batch * heads * t;
-    ct__attn_p p = {.bh = batch * heads,
-                    .t = t,
-                    .hs = hs,
-                    .heads = heads,
-                    .in_rs = 3 * c,
-                    .out_rs = c,
-                    .scale = 1.0f / sqrtf((float)hs),
-                    .causal = causal,
-                    .dropout = dropout,
-                    .seed = 43,
-                    .dt = dt};
+    ct__attn_p p = packed_attn(batch, heads, t, hs, causal, dropout, 43, dt);
     float *qkv = random_buf(in, 210 + (uint32_t)t, -2, 2), *dout = random_buf(out, 211, -1, 1);
     float *o = hbuf(out), *lse = hbuf(rows), *delta = hbuf(rows);
     float *dqkv = random_buf(in, 212, -1, 1);

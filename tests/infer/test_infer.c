@@ -30,16 +30,7 @@
 #include "trainer/nn/nn_impl.h"
 #include "trainer/train/internal.h"
 
-static int fails;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " (last error: %s)\n", ct_last_error());                               \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "../engine/testutil.h"
 
 #define V 23
 static const ct_gpt_config tiny = {
@@ -593,8 +584,8 @@ int main(int argc, char **argv)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
-    if (fails) {
-        fprintf(stderr, "%d checks failed\n", fails);
+    if (g_fail) {
+        fprintf(stderr, "%d checks failed\n", g_fail);
         return 1;
     }
     printf("infer: all checks passed\n");

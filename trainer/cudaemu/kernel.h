@@ -189,29 +189,29 @@ static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 3
     return ct_emu::shuffle(mask, v, src < lane / width * width ? lane : src);
 }
 
+/* the bits of a value as another type of the same size */
+template <typename To, typename From> static inline To ct_emu_bits(From v)
+{
+    static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+    To out;
+    std::memcpy(&out, &v, sizeof out);
+    return out;
+}
 static inline float __int_as_float(int i)
 {
-    float f;
-    std::memcpy(&f, &i, sizeof f);
-    return f;
+    return ct_emu_bits<float>(i);
 }
 static inline int __float_as_int(float f)
 {
-    int i;
-    std::memcpy(&i, &f, sizeof i);
-    return i;
+    return ct_emu_bits<int>(f);
 }
 static inline float __uint_as_float(unsigned i)
 {
-    float f;
-    std::memcpy(&f, &i, sizeof f);
-    return f;
+    return ct_emu_bits<float>(i);
 }
 static inline unsigned __float_as_uint(float f)
 {
-    unsigned i;
-    std::memcpy(&i, &f, sizeof i);
-    return i;
+    return ct_emu_bits<unsigned>(f);
 }
 template <typename T> static inline T __ldg(const T *p)
 {

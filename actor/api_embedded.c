@@ -1,6 +1,8 @@
 /* actor/api_embedded.c — the embedded cluster of ct_init(NULL): the driver's own executable
  * forked in head mode and in node mode on 127.0.0.1 ephemeral ports, tied to the driver with
- * PR_SET_PDEATHSIG and a pipe, so they die with it even on kill -9. Not in here: the head
+ * PR_SET_PDEATHSIG and a pipe, so they end with it however it ends (a signal, exit without
+ * ct_shutdown, kill -9); the node removes its shard and directory on the way out. The driver's
+ * signal dispositions are left alone: no handler is installed here. Not in here: the head
  * (head/) and node (node.c) themselves. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -71,7 +73,14 @@ int ct__embedded_start(const ct_init_opts *o, int timeout_ms, char *addr, size_t
             goto out;
         }
         if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            /* The driver's end, however it comes (a signal, exit without ct_shutdown, kill
+             * -9), sends the node SIGINT, its "stop now": it ends its actors and zygotes and
+             * removes its shard and directory on the way out, which SIGKILL would leave behind.
+             * The application's handlers are not the node's: default until ct__node_run sets
+             * its own, before it makes any file. The head keeps no file: SIGKILL. */
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            prctl(PR_SET_PDEATHSIG, which ? SIGINT : SIGKILL);
             if (getppid() != me)
                 _exit(1);
             close(watch[1]);

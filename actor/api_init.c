@@ -74,6 +74,7 @@ static void *hb_main(void *arg)
     int wfd = ct__client.death_fd; /* set before this thread started; ct_shutdown closes it */
     int own = -1;                  /* a watch connection this thread dialed to a new head */
     bool gone = false;             /* the head's watch connection ended */
+    int64_t gone_ms = 0;           /* ... at this time */
     uint64_t wreq = 0;
     int64_t next_ask = 0;
     for (;;) {
@@ -105,9 +106,10 @@ static void *hb_main(void *arg)
                     own = wfd = fd;
                     gone = false;
                     atomic_store(&ct__client.resub, 1); /* at the API's next drain */
-                    CT_LOG(CT_LOG_INFO, "driver",
-                           "the head is back: death watch and "
-                           "subscriptions renewed");
+                    /* at the level of the "waiting" line, so that whoever saw it sees this */
+                    CT_LOG(CT_LOG_WARN, "driver",
+                           "head is back after %.1f s: death watch and subscriptions renewed",
+                           (ct__now_ms() - gone_ms) / 1e3);
                 }
             }
             ct__msg_free(r);
@@ -122,6 +124,7 @@ static void *hb_main(void *arg)
             ssize_t got = recv(wfd, &b, 1, MSG_DONTWAIT);
             if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
                 gone = true;
+                gone_ms = ct__now_ms();
                 atomic_fetch_add(&ct__client.head_lost, 1); /* the API thread's next drain */
                 next_ask = ct__now_ms() + 100;
                 CT_LOG(CT_LOG_WARN, "driver",

@@ -497,6 +497,13 @@ void ct__head_on_kill_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__he
                             "kill_actor.actor_id: actor %s belongs to another job", a->id);
             return;
         }
+        /* an actor taken back from its node after a restart has no owner connection here: its
+         * job's killer becomes it, so that the death it waits for reaches it (the trainer's
+         * end of a group waited 10 s for deaths pushed to nobody) */
+        if (!a->owner.len && ct__token_eq(a->job, job)) {
+            a->owner = *rid;
+            snprintf(a->owner_name, sizeof a->owner_name, "%s", e->sender ? e->sender : "");
+        }
     }
     if (a->state == A_PENDING) {
         ct__head_create_error(h, a, CT_ECANCELED, "actor %s killed before it started", a->id);
@@ -515,8 +522,9 @@ void ct__head_on_kill_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__he
 
 /* An actor that a re-registering node runs (RegisterNode.actors, nodes.c's resume_node), put
  * back into the table (kept sorted by seq) as alive on node ni, holding its resources there.
- * Its owner's connection is unknown (its create was answered by an earlier head): no owner
- * push, its job's subscriptions still hear of its death. actor_seq moves past its id, so that
+ * Its owner's connection is unknown (its create was answered by an earlier head) until its job
+ * kills it (ct__head_on_kill_actor: the killer becomes its owner); until then its job's
+ * subscriptions alone hear of its death. actor_seq moves past its id, so that
  * no new actor gets it. 0, or CT_EEXIST / CT_EINVAL / CT_ENOSPC / CT_ENOMEM (not taken). */
 int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r)
 {

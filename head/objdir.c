@@ -65,6 +65,20 @@ typedef struct dpull {
     int node;
 } dpull;
 
+/* What an ObjPutDone asks. Kept (parked) while the node it names has not listed its store
+ * here yet: a node registering again after a head restart, whose actors' puts (sealed while
+ * the head was away, or sent again by the drivers) reach the new head before the node does. */
+typedef struct dput {
+    ct__rid rid;
+    uint64_t req;
+    uint8_t id[IDLEN];
+    uint64_t size;
+    char node[32], pref[32];
+    char job[CT_TOKEN_LEN + 1];
+    int replicas;
+    int64_t until; /* its deadline: arrival + ObjPutDone.wait_ms, parked time included */
+} dput;
+
 enum { W_FETCH, W_PUT };
 typedef struct dwait {
     int kind;
@@ -89,6 +103,8 @@ struct objdir {
     int rr;     /* round-robin start for replica placement */
     downer *lo; /* owners loaded from the state file, their objects not reported yet */
     int nlo, caplo;
+    dput *pk; /* puts parked until their node lists its store (ct__objdir_on_put_done) */
+    int npk, cappk;
 };
 typedef struct objdir objdir;
 
@@ -361,6 +377,8 @@ static int check_id(head *h, const ct__rid *rid, uint64_t req, ProtobufCBinaryDa
 
 /* ---- handlers ---- */
 
+static void put_run(head *h, const dput *p, int ni);
+
 void ct__objdir_on_node_info(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
     objdir *D = h->od;
@@ -401,6 +419,12 @@ void ct__objdir_on_node_info(head *h, const ct__rid *rid, Ct__Envelope *e, ct__h
     n->rid = *rid;
     n->alive = true;
     CT_LOG(CT_LOG_INFO, "objdir", "node %s: store %s, transfer %s", n->id, n->store, n->addr);
+    for (int k = 0; k < D->npk; k++) /* the puts that waited for this node */
+        if (!strcmp(D->pk[k].node, n->id)) {
+            dput p = D->pk[k];
+            D->pk[k--] = D->pk[--D->npk];
+            put_run(h, &p, ni);
+        }
 }
 
 /* Whether a node report speaks for its node_id: the loop let through only the token of a live
@@ -506,39 +530,35 @@ bool ct__objdir_check_put_done(head *h, const ct__rid *rid, Ct__Envelope *e)
     return !check_id(h, rid, e->req_id, &e->obj_put_done->object_id, "obj_put_done.object_id");
 }
 
-void ct__objdir_on_put_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+/* Runs put p on node ni, whose store the directory lists: ni holds the object; its copies are
+ * asked for; the answer is Ok once enough live nodes hold it (now or by a W_PUT wait). */
+static void put_run(head *h, const dput *p, int ni)
 {
     objdir *D = h->od;
-    Ct__ObjPutDone *m = e->obj_put_done;
-    int ni = find_node(D, m->node_id);
-    if (ni < 0 || !D->n[ni].alive) {
-        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_put_done.node_id",
-                  "obj_put_done.node_id: no live node %s with a store", m->node_id);
-        return;
-    }
-    const char *job = f->job; /* RULE_JOB */
-    int rc = add_holder(D, m->object_id.data, m->size, ni);
+    char hx[2 * IDLEN + 1];
+    int rc = add_holder(D, p->id, p->size, ni);
     if (rc == CT_ENOSPC) {
-        ct__head_refuse(h, rid, e, rc, "obj_put_done",
-                        "obj_put_done: the directory lists %d objects, its limit", D->no);
+        hex(p->id, hx);
+        REPLY_ERR(h, &p->rid, p->req, rc, "obj_put_done",
+                  "obj_put_done: the directory lists %d objects, its limit (object %s)", D->no, hx);
         return;
     }
     if (rc) {
-        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        REPLY_ERR(h, &p->rid, p->req, CT_ENOMEM, "", "head out of memory");
         return;
     }
-    int oi = find_obj(D, m->object_id.data);
+    int oi = find_obj(D, p->id);
     /* the first put makes its job the owner; another job putting the same (content-addressed)
      * id adds its copy but changes neither the owner nor the copies wanted */
     bool owned = D->o[oi].job[0];
     if (!owned)
-        snprintf(D->o[oi].job, sizeof D->o[oi].job, "%s", job);
-    bool mine = ct__token_eq(D->o[oi].job, job);
-    int asked = m->replicas < 1 ? 1 : m->replicas; /* remembered: copies are made again */
+        snprintf(D->o[oi].job, sizeof D->o[oi].job, "%s", p->job);
+    bool mine = ct__token_eq(D->o[oi].job, p->job);
+    int asked = p->replicas < 1 ? 1 : p->replicas; /* remembered: copies are made again */
     int alive = live_stores(D);
     int need = asked < alive ? asked : alive; /* best effort: one copy per live node at most */
     int have = live_holders(D, &D->o[oi]);
-    int pref = find_node(D, m->preferred_node);
+    int pref = find_node(D, p->pref);
     if (pref >= 0 && D->n[pref].alive && D->n[pref].addr[0] && !holds(&D->o[oi], pref)) {
         if (need < have + 1)
             need = have + 1;
@@ -551,16 +571,90 @@ void ct__objdir_on_put_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__he
     }
     replicate(h, oi, need);
     if (live_holders(D, &D->o[oi]) >= need) {
-        ct__head_ok(h, rid, e->req_id);
+        ct__head_ok(h, &p->rid, p->req);
         return;
     }
-    dwait w = {.kind = W_PUT,
-               .rid = *rid,
-               .req = e->req_id,
-               .need = need,
-               .deadline = ct__now_ms() + (m->wait_ms > 0 ? m->wait_ms : 60000)};
-    memcpy(w.id, m->object_id.data, IDLEN);
-    refuse_wait(h, rid, e, add_wait(D, &w));
+    dwait w = {.kind = W_PUT, .rid = p->rid, .req = p->req, .need = need, .deadline = p->until};
+    memcpy(w.id, p->id, IDLEN);
+    rc = add_wait(D, &w);
+    if (rc == CT_ENOSPC)
+        REPLY_ERR(h, &p->rid, p->req, rc, "obj_put_done",
+                  "obj_put_done: %d requests wait on objects already, the head's limit",
+                  MAX_DWAITS);
+    else if (rc)
+        REPLY_ERR(h, &p->rid, p->req, CT_ENOMEM, "", "head out of memory");
+}
+
+/* Whether node id may still list its store here: it registered and its ObjNodeInfo is on the
+ * way, or this head is within its dead-after time of starting and has not heard of it (a node
+ * that outlived the previous head registers again then; *until is lowered to that time's end,
+ * the latest a put parked for it waits). */
+static bool node_may_come(head *h, const char *id, int64_t *until)
+{
+    int hn = ct__head_find_node(h, id);
+    if (hn >= 0 && h->nodes[hn].alive)
+        return true;
+    if (hn < 0 && !h->waits_over) {
+        int64_t end = h->started_ms + h->dead_ms;
+        if (end < *until)
+            *until = end;
+        return true;
+    }
+    return false;
+}
+
+/* Answers parked put k with CT_ENOENT (its node did not list its store in time) and drops it. */
+static void park_fail(head *h, int k, const char *why)
+{
+    objdir *D = h->od;
+    dput *p = &D->pk[k];
+    REPLY_ERR(h, &p->rid, p->req, CT_ENOENT, "obj_put_done.node_id",
+              "obj_put_done.node_id: no live node %s with a store (%s)", p->node, why);
+    D->pk[k] = D->pk[--D->npk];
+}
+
+void ct__objdir_on_put_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
+{
+    objdir *D = h->od;
+    Ct__ObjPutDone *m = e->obj_put_done;
+    dput p = {.rid = *rid,
+              .req = e->req_id,
+              .size = m->size,
+              .replicas = m->replicas,
+              .until = ct__now_ms() + (m->wait_ms > 0 ? m->wait_ms : 60000)};
+    memcpy(p.id, m->object_id.data, IDLEN);
+    snprintf(p.node, sizeof p.node, "%s", m->node_id ? m->node_id : "");
+    snprintf(p.pref, sizeof p.pref, "%s", m->preferred_node ? m->preferred_node : "");
+    snprintf(p.job, sizeof p.job, "%s", f->job); /* RULE_JOB */
+    int ni = m->node_id && strlen(m->node_id) < sizeof p.node ? find_node(D, m->node_id) : -1;
+    if (ni >= 0 && D->n[ni].alive) {
+        put_run(h, &p, ni);
+        return;
+    }
+    /* the node's store is not listed (yet): parked until it is, when the node may come (a head
+     * restart; a put done refused here cost the trainer a retry) */
+    int64_t end = p.until;
+    if (!m->node_id || strlen(m->node_id) >= sizeof p.node || !node_may_come(h, p.node, &end) ||
+        end <= ct__now_ms() || D->npk == MAX_DWAITS) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_put_done.node_id",
+                  "obj_put_done.node_id: no live node %s with a store", p.node);
+        return;
+    }
+    if (D->npk == D->cappk) {
+        int cap = D->cappk ? 2 * D->cappk : 16;
+        dput *np = realloc(D->pk, cap * sizeof *np);
+        if (!np) {
+            REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+            return;
+        }
+        D->pk = np;
+        D->cappk = cap;
+    }
+    D->pk[D->npk++] = p;
+    char hx[2 * IDLEN + 1];
+    hex(p.id, hx);
+    CT_LOG(CT_LOG_INFO, "objdir", "put of %s on %s waits for that node's store to register", hx,
+           p.node);
 }
 
 void ct__objdir_on_fetch(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
@@ -742,6 +836,9 @@ out:
 void ct__objdir_node_dead(head *h, const char *node_id)
 {
     objdir *D = h->od;
+    for (int k = 0; k < D->npk; k++)
+        if (!strcmp(D->pk[k].node, node_id))
+            park_fail(h, k--, "it died");
     int ni = find_node(D, node_id);
     if (ni < 0)
         return;
@@ -802,6 +899,11 @@ void ct__objdir_tick(head *h)
 {
     objdir *D = h->od;
     int64_t now = ct__now_ms();
+    for (int k = 0; k < D->npk; k++) {
+        int64_t end = D->pk[k].until;
+        if (!node_may_come(h, D->pk[k].node, &end) || end <= now)
+            park_fail(h, k--, "it did not register in time");
+    }
     for (int i = 0; i < D->nw; i++) {
         dwait *w = &D->w[i];
         if (w->deadline > now)
@@ -928,6 +1030,7 @@ void ct__objdir_free(objdir **pd)
     free(D->p);
     free(D->w);
     free(D->lo);
+    free(D->pk);
     free(D);
     *pd = NULL;
 }

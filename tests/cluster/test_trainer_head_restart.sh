@@ -5,7 +5,9 @@
 # killing the ct-head process with SIGKILL KILLS times (default 5) from epoch 1 on, each time
 # waiting for the supervisor's new head before the next kill. The second run must end with exit
 # 0, retries=0, the same final loss and accuracy as the first and a bit-identical weights file
-# (--save). Then `ctup down`, and no
+# (--save), and the driver's log must say "waiting for a restarted head" and "head is back after
+# X s", and never that the group's end missed a replica's death (the 10 s stall at shutdown after
+# a restart). Then `ctup down`, and no
 # process the cluster started may be left. Cleans up on failure too.
 set -euo pipefail
 bin=$1
@@ -63,6 +65,12 @@ wait "$driver" || rc=$?
 cat "$tmp/run2.out"
 [ "$rc" -eq 0 ] || fail "run with the head killed exited $rc"
 grep -q '^epoch 3: .*retries=0' "$tmp/run2.out" || fail "epoch 3 not reached with retries=0"
+# the driver said that its head came back, and the group's end got every replica's death from
+# the restarted head (it waited 10 s for them before)
+waited=$(grep -c 'waiting for a restarted head' "$tmp/run2.out" || true)
+backs=$(grep -c 'head is back after [0-9.]* s' "$tmp/run2.out" || true)
+[ "$waited" -ge 1 ] && [ "$backs" -ge 1 ] || fail "'head is back' said $backs times, 'waiting' $waited"
+! grep -q 'were not reported within' "$tmp/run2.out" || fail "the group's end waited for unreported deaths"
 final() { sed -n 's/^final: \(test_accuracy=[^ ]* train_loss=[^ ]*\).*/\1/p' "$1"; }
 [ -n "$(final "$tmp/run1.out")" ] || fail "no final line"
 [ "$(final "$tmp/run1.out")" = "$(final "$tmp/run2.out")" ] ||

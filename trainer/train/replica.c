@@ -436,7 +436,12 @@ static int write_checkpoint(replica *r, const tr_zero_state *full, ct_object_id 
     ct__ckpt_write(p, dst);
     const char *dn = r->setup.driver_node[0] ? r->setup.driver_node : NULL;
     if ((rc = ct_object_seal(id, &(ct_put_opts){.replicas = *asked, .node = dn})) < 0) {
+        /* the seal's reason is the error: an abort of an object the seal got to ("already
+         * sealed", the head's answer failed) would replace it */
+        char why[512];
+        snprintf(why, sizeof why, "%s", ct_last_error());
         ct_object_abort(id);
+        rc = ct__error(rc, "%s", why);
         goto out;
     }
     char nodes[8][32];

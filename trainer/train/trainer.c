@@ -480,8 +480,16 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
     int64_t t0 = ct__now_ns();
     if (got && evs)
         wait_deaths(t, evs, got, 10000);
-    CT_LOG(CT_LOG_DEBUG, "trainer", "group ended: deaths reported in %.1f ms",
-           (ct__now_ns() - t0) / 1e6);
+    int unreported = 0;
+    for (int i = 0; got && i < t->world; i++)
+        unreported += !got[i];
+    if (unreported) /* the head did not say: a stall of the whole wait (after a head restart) */
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "group ended: the deaths of %d of %d replicas were not reported within 10 s",
+               unreported, t->world);
+    else
+        CT_LOG(CT_LOG_DEBUG, "trainer", "group ended: deaths reported in %.1f ms",
+               (ct__now_ns() - t0) / 1e6);
     if (why) {
         int first = -1;
         for (int i = 0; i < t->world && first < 0; i++)

@@ -326,3 +326,38 @@ int ct_cluster_resources(const char *name, double *total, double *free_amount)
     UNLOCK();
     return rc;
 }
+
+int ct__report_train(const ct__train_report *r)
+{
+    if (!r || r->nreasons < 0 || r->nreasons > CT_TRAIN_REASONS)
+        return ct__error(CT_EINVAL, "train report: bad arguments");
+    Ct__TrainRetries rr[CT_TRAIN_REASONS], *rp[CT_TRAIN_REASONS];
+    for (int i = 0; i < r->nreasons; i++) {
+        ct__train_retries__init(&rr[i]);
+        rr[i].reason = (char *)r->reason[i];
+        rr[i].count = r->count[i];
+        rp[i] = &rr[i];
+    }
+    Ct__TrainReport p = CT__TRAIN_REPORT__INIT;
+    p.job = (char *)(r->job ? r->job : "");
+    p.step = r->step;
+    p.epoch = r->epoch;
+    p.loss = r->loss;
+    p.samples_per_second = r->samples_per_s;
+    p.mfu_percent = r->mfu_pct;
+    p.replicas_alive = r->replicas;
+    p.done = r->done;
+    p.n_retries = (size_t)r->nreasons;
+    p.retries = rp;
+    LOCK();
+    int rc = ct__client_ensure();
+    if (!rc) {
+        Ct__Envelope e;
+        ct__env_init(&e, 0, ct__client.sender, 0);
+        e.body_case = CT__ENVELOPE__BODY_TRAIN_REPORT;
+        e.train_report = &p;
+        rc = ct__client_send(&e); /* no answer but a refusal, which the drain drops */
+    }
+    UNLOCK();
+    return rc;
+}

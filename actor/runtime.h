@@ -165,4 +165,21 @@ typedef struct ct__zrep {
     char text[400];
 } ct__zrep;
 
+/* ---- a training job's progress for the head's metrics (api_cluster.c) ----
+ * What trainer/train/report.c tells the head (TrainReport in proto/ct.proto): sent without
+ * waiting for an answer (the head keeps the last one per job; it answers only a refusal).
+ * The caller rate-limits. 0, or CT_E* when not connected or the send failed. Thread-safe. */
+#define CT_TRAIN_REASONS 8
+typedef struct ct__train_report {
+    const char *job; /* NULL or "": the driver's name */
+    int64_t step, epoch;
+    double loss, samples_per_s, mfu_pct; /* NaN / mfu_pct < 0: unknown */
+    int replicas;
+    bool done;
+    int nreasons;
+    const char *reason[CT_TRAIN_REASONS];
+    uint64_t count[CT_TRAIN_REASONS];
+} ct__train_report;
+int ct__report_train(const ct__train_report *r);
+
 #endif

@@ -29,7 +29,8 @@
  *   ct: {head_port: 0, heartbeat_ms: 100, dead_after_ms: 10000, store_memory: 256M,
  *        spill_dir: DIR, bin_dir: DIR, remote_dir: ~/.ct, copy_binaries: true,
  *        head_runs_node: false, start_timeout_s: 30, head_bind: 127.0.0.1,
- *        head_grace_ms: 60000}
+ *        head_grace_ms: 60000, dashboard_port: 0}   # the head's /metrics port (0: none;
+ *                                                   local and ssh providers)
  *
  * Values that reach a script or an argv are data and are checked at parse time: hosts are IPs
  * or DNS names, ssh_user is [a-z_][a-z0-9_-]*, paths are absolute (key, known_hosts, bin_dir,
@@ -75,10 +76,11 @@ typedef struct {
     char **head_start, **worker_start; /* NULL: the default command */
     int n_head_start, n_worker_start;
     int head_port, heartbeat_ms, dead_after_ms, start_timeout_s;
-    int head_grace_ms; /* nodes keep their actors this long while the head is gone */
-    char *head_bind;   /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
-    char *bin_dir;     /* where ct-head/ct-node are here (default: next to ctup) */
-    char *remote_dir;  /* ssh: where binaries and logs go on a host (default ~/.ct) */
+    int dashboard_port; /* ct-head --dashboard-port (its HTTP endpoint, head/http.h); 0: none */
+    int head_grace_ms;  /* nodes keep their actors this long while the head is gone */
+    char *head_bind;    /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
+    char *bin_dir;      /* where ct-head/ct-node are here (default: next to ctup) */
+    char *remote_dir;   /* ssh: where binaries and logs go on a host (default ~/.ct) */
     bool copy_binaries;
     bool head_runs_node;
     ct_cluster_node nodes[CT_CLUSTER_MAX_NODES]; /* the worker nodes, then the head's if any */

@@ -444,9 +444,13 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
      * and to CT_HEAD_ARGS each after head_args, so that a user's start command that changes
      * directory first gets an absolute path too */
     if ((rc = arg_word(head_args, sizeof head_args, "--host", cfg->head_bind)) ||
-        (rc = ct__cat(head_args, sizeof head_args,
-                      " --port %d --heartbeat-ms %d --dead-after-ms %d --supervise --state-dir ",
-                      cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms)))
+        (rc =
+             ct__cat(head_args, sizeof head_args, " --port %d --heartbeat-ms %d --dead-after-ms %d",
+                     cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms)) ||
+        /* the head's read-only HTTP endpoint, on 127.0.0.1 (an ssh tunnel reaches it) */
+        (cfg->dashboard_port > 0 && (rc = ct__cat(head_args, sizeof head_args,
+                                                  " --dashboard-port %d", cfg->dashboard_port))) ||
+        (rc = ct__cat(head_args, sizeof head_args, " --supervise --state-dir ")))
         return rc;
     env[0] = cmd[0] = 0;
     if ((rc = ct__cat(env, sizeof env, "CT_CLUSTER_NAME=")) ||

@@ -631,19 +631,13 @@ static int parse_root(parser *p, yaml_node_t *root)
                                       "available_node_types",
                                       "ct",
                                       NULL};
-    static const char *const ct_keys[] = {"head_port",
-                                          "heartbeat_ms",
-                                          "dead_after_ms",
-                                          "store_memory",
-                                          "spill_dir",
-                                          "bin_dir",
-                                          "remote_dir",
-                                          "copy_binaries",
-                                          "head_runs_node",
-                                          "start_timeout_s",
-                                          "head_bind",
-                                          "head_grace_ms",
-                                          NULL};
+    static const char *const ct_keys[] = {"head_port",      "heartbeat_ms",
+                                          "dead_after_ms",  "store_memory",
+                                          "spill_dir",      "bin_dir",
+                                          "remote_dir",     "copy_binaries",
+                                          "head_runs_node", "start_timeout_s",
+                                          "head_bind",      "head_grace_ms",
+                                          "dashboard_port", NULL};
     const char *prov_keys[16] = {"type"};
     ct__cfg_workers w = {.n_workers = -1};
     node_type types[32];
@@ -756,7 +750,8 @@ static int parse_root(parser *p, yaml_node_t *root)
                     {"heartbeat_ms", &c->heartbeat_ms, 1, 60000},
                     {"dead_after_ms", &c->dead_after_ms, 1, 3600000},
                     {"head_grace_ms", &c->head_grace_ms, 1, 3600000},
-                    {"start_timeout_s", &c->start_timeout_s, 1, 3600}};
+                    {"start_timeout_s", &c->start_timeout_s, 1, 3600},
+                    {"dashboard_port", &c->dashboard_port, 0, 65535}};
         for (size_t i = 0; i < CT_ARRAY_LEN(ints); i++) {
             char what[64];
             snprintf(what, sizeof what, "ct.%s", ints[i].key);

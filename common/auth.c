@@ -31,6 +31,7 @@ static struct {
     uint8_t server_pk[32], server_sk[32];
     uint8_t client_pk[32], client_sk[32];
     uint8_t hmac_key[32];
+    uint8_t dash_token[32]; /* the dashboard's bearer token (ct__auth_dashboard_token) */
 } K;
 
 static int sodium_ready(void)
@@ -61,6 +62,7 @@ void ct__auth_set(const uint8_t s[CT_SECRET_LEN])
     derive(K.server_sk, "ct curve server v1");
     derive(K.client_sk, "ct curve client v1");
     derive(K.hmac_key, "ct raw port hmac v1");
+    derive(K.dash_token, "ct dashboard token v1");
     crypto_scalarmult_base(K.server_pk, K.server_sk);
     crypto_scalarmult_base(K.client_pk, K.client_sk);
     __atomic_store_n(&K.set, true, __ATOMIC_RELEASE);
@@ -70,6 +72,24 @@ void ct__auth_set(const uint8_t s[CT_SECRET_LEN])
 bool ct__auth_has_secret(void)
 {
     return __atomic_load_n(&K.set, __ATOMIC_ACQUIRE);
+}
+
+int ct__auth_dashboard_token(char out[CT_DASH_TOKEN_LEN + 1])
+{
+    if (!ct__auth_has_secret())
+        return ct__error(CT_EACCES, "auth: no cluster secret: no dashboard token");
+    sodium_bin2hex(out, CT_DASH_TOKEN_LEN + 1, K.dash_token, sizeof K.dash_token);
+    return 0;
+}
+
+bool ct__auth_dashboard_token_ok(const char *tok, size_t len)
+{
+    char want[CT_DASH_TOKEN_LEN + 1];
+    if (!tok || len != CT_DASH_TOKEN_LEN || ct__auth_dashboard_token(want))
+        return false;
+    bool ok = sodium_memcmp(want, tok, CT_DASH_TOKEN_LEN) == 0; /* constant time */
+    sodium_memzero(want, sizeof want);
+    return ok;
 }
 
 int ct__auth_ensure(void)

@@ -66,6 +66,17 @@ bool ct__auth_off(void);
 int ct__auth_secret_pipe(void);
 int ct__auth_load_fd(int fd);
 
+/* ---- the head's HTTP endpoint (head/http.c) ----
+ * Its bearer token: BLAKE2b-256 keyed with the secret of the label "ct dashboard token v1", as
+ * 64 lower-case hex digits. Whoever holds the secret can compute it; knowing it gives nothing
+ * but the endpoint's read-only pages (the secret cannot be computed back from it). */
+#define CT_DASH_TOKEN_LEN 64
+/* Writes the token and a NUL into out; CT_EACCES when this process has no secret. */
+int ct__auth_dashboard_token(char out[CT_DASH_TOKEN_LEN + 1]);
+/* Whether tok (len bytes, not NUL-terminated) is the token; compared in constant time. False
+ * without a secret. */
+bool ct__auth_dashboard_token_ok(const char *tok, size_t len);
+
 /* ---- ZeroMQ CURVE ---- */
 
 /* Before bind: makes sock a CURVE server with the cluster's key (ZAP domain "ct"). */

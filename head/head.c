@@ -44,6 +44,7 @@
 #include "common/auth.h"
 #include "common/common.h"
 #include "head/head_internal.h"
+#include "head/http.h"
 #include "head/watch.h"
 #include "proto/msg.h"
 
@@ -178,6 +179,9 @@ static const struct {
      ct__head_on_pg_create},
     {CT__ENVELOPE__BODY_PG_WAIT, NULL, RULE_OPEN, "", ct__head_on_pg_wait},
     {CT__ENVELOPE__BODY_PG_REMOVE, NULL, RULE_JOB, "token", ct__head_on_pg_remove},
+    /* training jobs' progress, for the metrics (train.c) */
+    {CT__ENVELOPE__BODY_TRAIN_REPORT, ct__head_check_train_report, RULE_JOB, "token",
+     ct__head_on_train_report},
     /* the object directory (objdir.c) */
     {CT__ENVELOPE__BODY_OBJ_NODE_INFO, NULL, RULE_NODE, "obj_node_info.node_id",
      ct__objdir_on_node_info},
@@ -348,6 +352,16 @@ static void expire(head *h)
     }
 }
 
+/* Renders the HTTP endpoint's pages from the tables and hands them to its thread: the HTTP
+ * thread never reads the tables, so a slow client never holds the loop. */
+static void publish(head *h)
+{
+    char *pages[CT_PAGES] = {0};
+    ct__head_render(h, pages);
+    ct__http_publish(h->http, pages);
+    h->last_publish = ct__now_ms();
+}
+
 static void head_free(head *h)
 {
     for (int i = 0; i < h->nactors; i++)
@@ -369,6 +383,8 @@ static void head_free(head *h)
     free(h->w);
     free(h->kv);
     free(h->subs);
+    free(h->train);
+    ct__http_destroy(&h->http);
     ct__watch_destroy(&h->watch);
     ct__objdir_free(&h->od);
     ct__head_state_close(h);
@@ -469,6 +485,17 @@ int ct__head_run(const ct_head_opts *o)
     if (!(h.watch = ct__watch_new(host, o->watch_port)))
         CT_LOG(CT_LOG_WARN, "head", "no death-watch port (deaths seen by heartbeats only): %s",
                ct_last_error());
+    h.restarts = o->restarts;
+    /* the read-only HTTP endpoint, on its own thread (head/http.h); pages published below */
+    if (o->dashboard_port) {
+        if ((rc = ct__http_new(o->dashboard_host, o->dashboard_port < 0 ? 0 : o->dashboard_port,
+                               &h.http)))
+            goto out;
+        CT_LOG(CT_LOG_INFO, "head", "dashboard on http://%s:%d/metrics",
+               o->dashboard_host && *o->dashboard_host ? o->dashboard_host : "127.0.0.1",
+               ct__http_port(h.http));
+        publish(&h);
+    }
     size_t len = sizeof ep;
     zmq_getsockopt(h.sock, ZMQ_LAST_ENDPOINT, ep, &len);
     const char *colon = strrchr(ep, ':');
@@ -526,10 +553,13 @@ int ct__head_run(const ct_head_opts *o)
             }
             if (ct__now_ms() - h.last_gc >= 1000) {
                 ct__head_forget_dead(&h, GONE_AFTER_MS);
+                ct__head_train_forget(&h, GONE_AFTER_MS);
                 flush_refusals(&h);
                 h.last_gc = ct__now_ms();
             }
             ct__objdir_tick(&h);
+            if (h.http && ct__now_ms() - h.last_publish >= PUBLISH_MS)
+                publish(&h);
             next_tick = ct__now_ms() + tick;
         }
     }

@@ -19,6 +19,10 @@ typedef struct ct_head_opts {
     int watch_fd;          /* the head exits when this fd reaches EOF (its parent died); -1: none */
     const char *state_dir; /* KV, jobs and placement groups kept in DIR/head.wal (head/state.c)
                               and loaded at start; NULL: kept in memory only */
+    int dashboard_port;    /* the read-only HTTP endpoint (/metrics, /api/...: head/http.h)'s
+                              port; 0: none; -1: a free one (logged) */
+    const char *dashboard_host; /* its bind address; NULL: 127.0.0.1 */
+    int restarts;               /* times a supervisor started the head again (the metrics) */
 } ct_head_opts;
 
 struct ct__rid;

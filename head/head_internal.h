@@ -6,7 +6,8 @@
  * timers), nodes.c (nodes, drivers, heartbeats, the death watch's verdicts), actors.c (actors
  * and the scheduler), pgroups.c (placement groups), kv.c (the KV store and waiting gets),
  * events.c (event pushes and subscriptions), status.c (the status reply), resources.c
- * (resource vectors), objdir.c (the object directory). */
+ * (resource vectors), objdir.c (the object directory), train.c (training jobs' reports), metrics.c
+ * (the HTTP endpoint's pages; http.c serves them on its own thread, reading no table). */
 #ifndef CT_HEAD_HEAD_INTERNAL_H
 #define CT_HEAD_HEAD_INTERNAL_H
 
@@ -57,6 +58,9 @@
 #define HEAD_HB_MS 100              /* default heartbeat period */
 #define HEAD_DEAD_MS 10000          /* default silence before a node or driver is dead */
 #define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
+#define MAX_TRAIN 256               /* training jobs' reports kept (train.c) */
+#define TRAIN_REASONS 8             /* retry reasons in one report */
+#define PUBLISH_MS 500              /* the HTTP endpoint's pages are rendered this often */
 
 /* A resource vector: name -> amount. */
 typedef struct res {
@@ -156,6 +160,20 @@ typedef struct driver {
     uint64_t watch;        /* its death-watch connection; 0: none */
 } driver;
 
+/* A training job's last report (TrainReport, train.c), for the metrics. */
+typedef struct train_job {
+    char job[TOK_SIZE]; /* its job token (never shown) */
+    char label[64];     /* what the metrics call it: TrainReport.job or the driver's name */
+    int64_t step, epoch;
+    double loss, sps, mfu; /* mfu < 0: unknown */
+    int replicas;
+    int nr;
+    char reason[TRAIN_REASONS][32];
+    uint64_t count[TRAIN_REASONS];
+    bool done;        /* its trainer_train returned */
+    int64_t ended_at; /* when its driver was gone; 0: alive. Forgotten GONE_AFTER_MS later */
+} train_job;
+
 typedef struct head {
     void *ctx, *sock;
     bool zap;         /* a ZAP handler runs in ctx (stopped before ctx ends) */
@@ -190,6 +208,12 @@ typedef struct head {
     int state_fd;                       /* the write-ahead file (state.c); -1: none */
     int64_t started_ms;                 /* when it started serving */
     bool waits_over;                    /* loaded groups stopped waiting for their nodes */
+    struct ct__http *http;              /* the HTTP endpoint (http.h); NULL: none */
+    int64_t last_publish;               /* when its pages were last rendered */
+    int restarts;                       /* times the supervisor started this head again */
+    uint64_t jobs_ended;                /* drivers gone since this head started */
+    train_job *train;                   /* training jobs' reports (train.c) */
+    int ntrain;
 } head;
 
 /* Protobuf views of a res; pointers into r, valid while r lives. */
@@ -310,6 +334,15 @@ ct__head_handler ct__head_on_kv_put, ct__head_on_kv_get, ct__head_on_kv_del;
 void ct__head_free_removed_pgs(head *h);
 ct__head_check ct__head_check_pg_create;
 ct__head_handler ct__head_on_pg_create, ct__head_on_pg_wait, ct__head_on_pg_remove;
+
+/* ---- train.c: training jobs' reports; metrics.c: the HTTP endpoint's pages ---- */
+ct__head_check ct__head_check_train_report;
+ct__head_handler ct__head_on_train_report;
+void ct__head_train_job_gone(head *h, const char *job); /* its driver is gone */
+void ct__head_train_forget(head *h, int64_t max_age);   /* reports of jobs gone that long */
+/* Renders /metrics and the /api pages from the tables; pages[i] malloc'd (NULL: out of
+ * memory), for ct__http_publish. */
+void ct__head_render(head *h, char **pages);
 
 /* ---- events.c, status.c ---- */
 void ct__head_push_event(head *h, Ct__Event *ev, const ct__rid *owner);

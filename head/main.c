@@ -1,8 +1,9 @@
 /* head/main.c — ct-head: the command-line front of ct__head_run (head/head.c).
  * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
- * [--watch-port N] [--state-dir DIR] [--secret-file F] [--supervise] prints exactly "listening on
- * H:P" once it serves. The cluster secret comes from --secret-file or CT_SECRET_FILE; without one
- * it refuses to start. */
+ * [--watch-port N] [--state-dir DIR] [--secret-file F] [--supervise] [--dashboard-port N
+ * [--dashboard-host H]] prints exactly "listening on H:P" once it serves. ct-head
+ * --dashboard-token prints the HTTP endpoint's bearer token of the secret and exits. The cluster
+ * secret comes from --secret-file or CT_SECRET_FILE; without one it refuses to start. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]\n"
                "               [--watch-port N] [--state-dir DIR] [--secret-file F]\n"
-               "               [--supervise]\n"
+               "               [--supervise] [--dashboard-port N [--dashboard-host H]]\n"
+               "       ct-head --dashboard-token [--secret-file F]\n"
                "  --port P           port to listen on (0: pick a free one)\n"
                "  --host H           address to bind (default 127.0.0.1; 0.0.0.0 for all)\n"
                "  --heartbeat-ms N   period nodes heartbeat at (default 100)\n"
@@ -27,6 +29,11 @@ static void usage(FILE *f)
                "  --supervise        run the head as a child and start it again whenever it\n"
                "                     ends, on the same port, with the same secret and state\n"
                "  --secret-file F    the cluster secret (default $CT_SECRET_FILE; required)\n"
+               "  --dashboard-port N serve /metrics (Prometheus) and /api/{nodes,actors,jobs}\n"
+               "                     (JSON), read only, on port N (0: a free one, logged)\n"
+               "  --dashboard-host H its address (default 127.0.0.1); other than loopback\n"
+               "                     peers need \"Authorization: Bearer TOKEN\"\n"
+               "  --dashboard-token  print TOKEN (derived from the secret) and exit\n"
                "prints \"listening on H:P\" once it serves.\n");
 }
 
@@ -50,7 +57,7 @@ int main(int argc, char **argv)
 {
     ct_head_opts o = {.port = -1, .ready_fd = -1, .watch_fd = -1};
     const char *secret_file = NULL;
-    bool supervise = false;
+    bool supervise = false, print_token = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -84,6 +91,25 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--supervise")) {
             supervise = true;
+        } else if (!strcmp(a, "--dashboard-port")) {
+            if (parse_int(a, v, 0, 65535, &o.dashboard_port))
+                return 2;
+            if (o.dashboard_port == 0)
+                o.dashboard_port = -1; /* a free one */
+            i++;
+        } else if (!strcmp(a, "--dashboard-host")) {
+            if (!v || !*v) {
+                fprintf(stderr, "ct-head: --dashboard-host needs a value\n");
+                return 2;
+            }
+            o.dashboard_host = v;
+            i++;
+        } else if (!strcmp(a, "--dashboard-token")) {
+            print_token = true;
+        } else if (!strcmp(a, "--restarts")) { /* given by the supervisor (supervise.c) */
+            if (parse_int(a, v, 0, 1 << 30, &o.restarts))
+                return 2;
+            i++;
         } else if (!strcmp(a, "--state-dir")) {
             if (!v || !*v) {
                 fprintf(stderr, "ct-head: --state-dir needs a value\n");
@@ -99,6 +125,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "ct-head: unknown argument '%s' (see --help)\n", a);
             return 2;
         }
+    }
+    if (print_token) {
+        char tok[CT_DASH_TOKEN_LEN + 1];
+        if (ct__auth_load(secret_file) || ct__auth_dashboard_token(tok)) {
+            fprintf(stderr, "ct-head: %s\n", ct_last_error());
+            return 2;
+        }
+        printf("%s\n", tok);
+        return 0;
     }
     if (o.port < 0) {
         fprintf(stderr, "ct-head: --port is required (0 picks a free port; see --help)\n");

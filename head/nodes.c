@@ -526,6 +526,8 @@ static void driver_gone(head *h, int di, const char *why)
     driver *d = &h->drivers[di];
     CT_LOG(strncmp(why, "left", 4) ? CT_LOG_WARN : CT_LOG_INFO, "head",
            "driver %s gone (%s): killing its job's actors", d->name, why);
+    h->jobs_ended++;
+    ct__head_train_job_gone(h, d->job);
     for (int i = 0; i < h->nactors; i++) {
         actor *a = &h->actors[i];
         if (!ct__token_eq(a->job, d->job) || a->state == A_DEAD)

@@ -83,8 +83,8 @@ int ct__head_supervise(int argc, char **argv)
     prctl(PR_SET_NAME, "ct-head-super"); /* in ps beside its child, the ct-head */
     /* the child's argv: ours without --supervise; --port replaced once the first one serves;
      * --state-dir added when absent */
-    char **cargv = calloc((size_t)argc + 4, sizeof *cargv);
-    char port[16] = "", dir[64] = "";
+    char **cargv = calloc((size_t)argc + 6, sizeof *cargv);
+    char port[16] = "", dir[64] = "", restarts[16] = "0";
     int nc = 0, port_i = -1;
     bool has_state = false;
     if (!cargv)
@@ -101,6 +101,10 @@ int ct__head_supervise(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--supervise"))
             continue;
+        if (!strcmp(argv[i], "--restarts")) { /* ours to give */
+            i++;
+            continue;
+        }
         if (!strcmp(argv[i], "--state-dir"))
             has_state = true;
         if (!strcmp(argv[i], "--port") && i + 1 < argc) {
@@ -119,6 +123,9 @@ int ct__head_supervise(int argc, char **argv)
         cargv[nc++] = "--state-dir";
         cargv[nc++] = dir;
     }
+    /* how many times the head was started again, for its metrics (ct_head_restarts_total) */
+    cargv[nc++] = "--restarts";
+    cargv[nc++] = restarts;
     cargv[nc] = NULL;
     struct sigaction sa = {0};
     sa.sa_handler = on_stop; /* no SA_RESTART: a read in relay returns EINTR */
@@ -129,6 +136,7 @@ int ct__head_supervise(int argc, char **argv)
     while (!sup_stop) {
         if (port[0] && port_i >= 0)
             cargv[port_i] = port;
+        snprintf(restarts, sizeof restarts, "%d", starts);
         int p[2];
         if (pipe2(p, O_CLOEXEC)) {
             fprintf(stderr, "ct-head: --supervise: pipe: %s\n", strerror(errno));

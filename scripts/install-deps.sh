@@ -12,11 +12,13 @@ set -eu
 # clang and its libFuzzer/sanitizer runtimes: make test runs each fuzz target of fuzz/ under
 # libFuzzer (a clang build of the targets in build/fuzz-clang), and `make fuzz` longer;
 # libomp-14-dev: clang's OpenMP, which the engine's CPU loops (trainer/cpu) build with.
+# libmicrohttpd-dev: the head's HTTP endpoint (head/http.c). prometheus: head_prometheus starts
+# its own (its binary only, its own config and data in a temporary directory), never the service.
 # With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
 pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev
       protobuf-c-compiler libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist bible-kjv iproute2 procps
       python3 openssh-client openssh-server slurmctld slurmd slurm-client munge clang
-      libclang-rt-14-dev libomp-14-dev)
+      libclang-rt-14-dev libomp-14-dev libmicrohttpd-dev prometheus)
 if [ "${1:-}" = bench ]; then
     pkgs+=(python3-torch libopenblas0-pthread)
 fi
@@ -30,13 +32,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     export DEBIAN_FRONTEND=noninteractive
     # openssh-server's postinst starts a system sshd through invoke-rc.d unless policy-rc.d
-    # says no (exit 101), and so do munge's, slurmctld's and slurmd's. Docker-style images ship
-    # such a policy-rc.d, and a chroot without /sbin/init blocks it too, but a machine with an
-    # init system would keep an sshd on port 22 and a Slurm running: the tests start their own,
-    # so block the starts for this install.
+    # says no (exit 101), and so do munge's, slurmctld's, slurmd's and prometheus's.
+    # Docker-style images ship such a policy-rc.d, and a chroot without /sbin/init blocks it
+    # too, but a machine with an init system would keep an sshd on port 22, a Slurm and a
+    # Prometheus (port 9090) running: the tests start their own, so block the starts here.
     policy=/usr/sbin/policy-rc.d
     made_policy=""
-    if [ ! -e "$policy" ] && [[ " ${missing[*]} " =~ \ (openssh-server|munge|slurmctld|slurmd)\  ]]; then
+    if [ ! -e "$policy" ] && [[ " ${missing[*]} " =~ \ (openssh-server|munge|slurmctld|slurmd|prometheus)\  ]]; then
         printf '#!/bin/sh\n# install-deps.sh: no service starts during this install\nexit 101\n' |
             $sudo tee "$policy" >/dev/null
         $sudo chmod 755 "$policy"

@@ -440,6 +440,38 @@ void ct__progress_epoch(tr_progress *p, const trainer_stats *st);
  * optimizer steps (in-line during training, or trainer_validate's). */
 void ct__progress_val(tr_progress *p, const trainer_stats *st, int64_t epoch, int64_t step);
 
+/* ---- the head's view of the job (report.c): TrainReport for the head's metrics ----
+ * The driver's last known step, epoch, loss, throughput, replicas alive and retries by reason,
+ * sent to the head at most every TR_REPORT_MS (forced sends: a group started or ended, a
+ * retry, an epoch, the end of trainer_train). Never fails training: a send that fails is
+ * logged once and dropped. */
+#define TR_REPORT_MS 250
+#define TR_REASONS 8
+typedef struct tr_head_report {
+    int64_t sent_ms; /* last send */
+    bool dirty;      /* something changed since */
+    bool warned;     /* a failed send was logged */
+    int64_t step, epoch;
+    double loss, sps, mfu; /* mfu < 0: unknown */
+    int replicas;
+    bool done;
+    int nreasons;
+    char reason[TR_REASONS][32];
+    uint64_t count[TR_REASONS];
+} tr_head_report;
+void ct__report_init(tr_head_report *r);
+/* A merged step record (progress.c) with its MFU (< 0: unknown). */
+void ct__report_step(tr_head_report *r, const tr_step_record *rec, double mfu);
+void ct__report_epoch(tr_head_report *r, const trainer_stats *st);
+void ct__report_replicas(tr_head_report *r, int n);
+/* A retry spent, by reason ("node_lost", "replica_killed", ...; [a-z_]). */
+void ct__report_retry(tr_head_report *r, const char *reason);
+void ct__report_done(tr_head_report *r);
+/* Sends when something changed and TR_REPORT_MS passed (or force). */
+void ct__report_send(tr_head_report *r, bool force);
+/* progress.c hands every merged record to r as well (NULL: none). */
+void ct__progress_set_report(tr_progress *p, tr_head_report *r);
+
 /* cpu_binding.c: binds this replica's threads to CPUs of its own when enabled and the
  * replicas of its machine fit (see there). A collective call: every rank of comm must make
  * it. Returns how many replicas of the group were bound on this machine (this one among them;

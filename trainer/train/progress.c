@@ -47,6 +47,7 @@ struct tr_progress {
     double spb, rate;        /* moving averages: seconds per batch (slowest rank), samples/s */
     double flops_per_sample; /* MFU when > 0 (trainer_train_opts) and the replicas know their
                                 peaks */
+    tr_head_report *report;  /* the head's view (report.c) gets every record too; NULL: none */
 };
 
 /* model FLOPs utilization in percent at a group rate of samples/s, against the sum of the
@@ -231,6 +232,8 @@ static void on_record(const tr_step_record *r, void *user)
 {
     tr_progress *p = user;
     write_step(p, r);
+    if (p->report)
+        ct__report_step(p->report, r, mfu_pct(p, r->samples_per_s, r->peak_flops));
     int64_t covered = r->epoch == p->prev_epoch ? r->batch - p->prev_batch : r->batch;
     double slowest = 0;
     for (int i = 0; i < r->world; i++)
@@ -361,6 +364,12 @@ void ct__progress_stop(tr_progress *p)
     p->active = false;
 }
 
+void ct__progress_set_report(tr_progress *p, tr_head_report *r)
+{
+    if (p)
+        p->report = r;
+}
+
 int ct__progress_report_ms(const tr_progress *p)
 {
     return p ? p->report_ms : 0;
@@ -388,6 +397,8 @@ void ct__progress_poll(tr_progress *p)
     if (!p || !p->rd)
         return;
     ct__reader_poll(p->rd);
+    if (p->report)
+        ct__report_send(p->report, false);
     if (!p->fresh)
         return;
     p->fresh = false;

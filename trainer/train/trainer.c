@@ -61,12 +61,14 @@ struct trainer {
     /* the validations of the last segment (tr_report's tail), for on_validate */
     tr_val_result *vals;
     int nvals;
-    char group[64];        /* the running group's id */
-    int told_world;        /* the group size on_world_size was last told (0: none) */
-    int logged_world;      /* the group size last logged (note_group_size; 0: none) */
-    bool warned_world;     /* ... and it was below num_replicas (logged as a warning) */
-    double lr_scale;       /* trainer_scale_lr's factor for groups from the current checkpoint */
-    tr_progress *progress; /* the run log (progress.c); NULL: none asked for */
+    char group[64];          /* the running group's id */
+    int told_world;          /* the group size on_world_size was last told (0: none) */
+    int logged_world;        /* the group size last logged (note_group_size; 0: none) */
+    bool warned_world;       /* ... and it was below num_replicas (logged as a warning) */
+    double lr_scale;         /* trainer_scale_lr's factor for groups from the current checkpoint */
+    tr_progress *progress;   /* the run log (progress.c); NULL: none asked for */
+    tr_head_report report;   /* what the head is told of the job (report.c) */
+    const char *fail_reason; /* why the last group failed, for the retry counter (end_group) */
 };
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
@@ -287,7 +289,9 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if (o->config && strlen(o->config) >= TR_CONFIG_MAX)
         return ct__error(CT_EINVAL, "trainer_create: opts.config longer than %d bytes",
                          TR_CONFIG_MAX - 1);
-    if (!(t = calloc(1, sizeof *t)))
+    if ((t = calloc(1, sizeof *t)))
+        ct__report_init(&t->report);
+    if (!t)
         return ct__error(CT_ENOMEM, "trainer_create: out of memory");
     tr_spec *s = &t->spec;
     if ((rc = copy_list(s->model, o->model, "model", TR_MODEL, &nm)) < 0 ||
@@ -495,6 +499,14 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
         for (int i = 0; i < t->world && first < 0; i++)
             if (dead_before && dead_before[i])
                 first = i;
+        /* the reason the retry counter gives (report.c): a node lost first, whichever replica
+         * saw it first */
+        t->fail_reason = first >= 0 ? "replica_died" : failed_rank >= 0 ? "replica_error" : "other";
+        if (first >= 0 && got && got[first])
+            t->fail_reason = evs[first].term_signal ? "replica_killed" : "replica_exited";
+        for (int i = 0; got && evs && i < t->world; i++)
+            if (got[i] && strstr(evs[i].reason, "node") && strstr(evs[i].reason, "dead"))
+                t->fail_reason = "node_lost";
         if (first >= 0)
             describe_death(why, cap, first, t->actors[first],
                            got && got[first] ? &evs[first] : NULL);
@@ -512,6 +524,7 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
     t->actors = NULL;
     t->world = 0;
     t->stats.replicas = 0;
+    ct__report_replicas(&t->report, 0);
     free(dead_before);
     free(got);
     free(evs);
@@ -1025,6 +1038,10 @@ static void epoch_stats(const trainer *t, trainer_stats *st)
  * epoch's end the epoch's record (the stats are the epoch's then). */
 static void segment_records(trainer *t, bool epoch_done)
 {
+    if (epoch_done) {
+        ct__report_epoch(&t->report, &t->stats);
+        ct__report_send(&t->report, true);
+    }
     if (!t->progress)
         return;
     ct__progress_poll(t->progress);
@@ -1279,13 +1296,17 @@ static void backoff(const trainer_train_opts *o, int k, int64_t limit_ms)
 }
 
 /* A failure: spends a retry. Returns 0 to go on, CT_ERETRY when they are spent. */
-static int spend_retry(trainer *t, int max_retries, const char *why)
+static int spend_retry(trainer *t, int max_retries, const char *why, const char *reason)
 {
     snprintf(t->last_failure, sizeof t->last_failure, "%s", why);
+    reason = t->fail_reason ? t->fail_reason : reason;
+    t->fail_reason = NULL;
     if (t->stats.retries_used >= max_retries)
         return ct__error(CT_ERETRY, "trainer: failure with all %d retr%s used; it was: %s",
                          max_retries, max_retries == 1 ? "y" : "ies", why);
     t->stats.retries_used++;
+    ct__report_retry(&t->report, reason);
+    ct__report_send(&t->report, true);
     CT_LOG(CT_LOG_WARN, "trainer", "failure %d of %d allowed: %s", t->stats.retries_used,
            max_retries, why);
     return 0;
@@ -1380,6 +1401,8 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
                          sizeof why, &fatal);
         if (rc == 0) {
             note_group_size(t, n);
+            ct__report_replicas(&t->report, n);
+            ct__report_send(&t->report, true);
             return 0;
         }
         if (fatal) { /* a retry would fail the same way */
@@ -1389,7 +1412,7 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
             return ct__error(rc, "trainer: %s (not retried: it fails the same way on any node)",
                              why);
         }
-        if ((rc = spend_retry(t, max_retries, why)) < 0)
+        if ((rc = spend_retry(t, max_retries, why, "start_failed")) < 0)
             return rc;
         backoff(o, ++attempt, -1);
     }
@@ -1547,6 +1570,8 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         ct__ckptdir_free(&dir);
         return rc;
     }
+    ct__progress_set_report(t->progress, &t->report);
+    t->report.done = false;
     while (t->local.epoch < epochs) {
         /* right after a checkpoint (within an epoch or at its end, after on_epoch): a bigger
          * group when more replicas fit now */
@@ -1564,7 +1589,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         int64_t steps = auto_ckpt && every > 0 ? every - t->local.step % every : 0;
         rc = run_segment(t, epoch, steps, ckpt, o, &done, why, sizeof why);
         if (rc < 0) {
-            if ((rc = spend_retry(t, max_retries, why)) < 0)
+            if ((rc = spend_retry(t, max_retries, why, "other")) < 0)
                 break;
             if ((rc = rewind_to_checkpoint(t)) < 0)
                 break;
@@ -1591,6 +1616,8 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     t->stats.epoch = t->local.epoch;
     local_stats(t);
     ct__progress_stop(t->progress);
+    ct__report_done(&t->report);
+    ct__report_send(&t->report, true);
     CT_LOG(CT_LOG_INFO, "trainer",
            "trained to epoch %lld, step %lld: optimizer state %lld bytes per replica (ZeRO stage "
            "%d)",

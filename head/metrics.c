@@ -1,0 +1,464 @@
+/* head/metrics.c — the HTTP endpoint's pages, rendered on the head's thread from its tables
+ * (head.c calls ct__head_render every PUBLISH_MS and hands them to http.c):
+ * - /metrics, Prometheus text format 0.0.4, Ray's naming style with ct_ names:
+ *   cluster  ct_cluster_nodes{state}, ct_actors{state,class}, ct_jobs{state},
+ *            ct_jobs_ended_total, ct_placement_groups{state}, ct_head_restarts_total,
+ *            ct_head_uptime_seconds;
+ *   per live node {node,host}: ct_node_cpus_total/_free, ct_node_gpus_total/_free,
+ *            ct_node_resource_total/_free{resource} (every resource, "memory" when registered),
+ *            ct_node_object_store_capacity_bytes, _used_bytes, _objects,
+ *            ct_node_heartbeat_age_seconds (silence counted by the failure detector),
+ *            ct_node_draining, ct_node_actors;
+ *   per training job {job} (train.c): ct_train_step, ct_train_epoch, ct_train_loss,
+ *            ct_train_samples_per_second, ct_train_mfu_percent (when known),
+ *            ct_train_retries_total{reason}, ct_train_replicas_alive, ct_train_done.
+ * - /api/nodes, /api/actors, /api/jobs: the same tables as JSON arrays.
+ * Never shown: tokens (nodes' and jobs'), tickets, KV values. Jobs are named by their driver's
+ * name. Not here: serving (http.c), the reports' table (train.c). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "head/head_internal.h"
+#include "head/http.h"
+
+#define MAX_ACTOR_SERIES 1000 /* (state, class) pairs; more classes are summed as "(other)" */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+{
+    for (int tries = 0; !b->oom && tries < 2; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 16384;
+        while (cap <= b->len + (size_t)n)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+/* The buffer as a page (NULL when out of memory). */
+static char *done(sbuf *b)
+{
+    if (b->oom || !b->p) {
+        free(b->p);
+        return NULL;
+    }
+    return b->p;
+}
+
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void put_label(sbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            put(b, "\\%c", *s);
+        else if (*s == '\n')
+            put(b, "\\n");
+        else
+            put(b, "%c", *s);
+    }
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped, bytes past ASCII as '?' (peer
+ * strings are not checked for UTF-8). */
+static void put_json(sbuf *b, const char *s)
+{
+    put(b, "\"");
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            put(b, "\\%c", c);
+        else if (c < 0x20)
+            put(b, "\\u%04x", c);
+        else
+            put(b, "%c", c < 0x7f ? c : '?');
+    }
+    put(b, "\"");
+}
+
+/* A sample value: Prometheus spells the non-finite ones NaN, +Inf, -Inf. */
+static void put_value(sbuf *b, double v)
+{
+    if (isnan(v))
+        put(b, " NaN\n");
+    else if (isinf(v))
+        put(b, v > 0 ? " +Inf\n" : " -Inf\n");
+    else
+        put(b, " %.17g\n", v);
+}
+
+/* JSON has no NaN: null. */
+static void put_jnum(sbuf *b, const char *key, double v)
+{
+    if (isfinite(v))
+        put(b, ",\"%s\":%.17g", key, v);
+    else
+        put(b, ",\"%s\":null", key);
+}
+
+static void family(sbuf *b, const char *name, const char *type, const char *help)
+{
+    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static const char *actor_state[] = {"PENDING", "STARTING", "ALIVE", "DEAD"};
+static const char *pg_state[] = {"PENDING", "READY", "REMOVED"};
+
+/* name{node="..",host=".."} value, for a live node */
+static void node_sample(sbuf *b, const char *name, const node *n, double v)
+{
+    put(b, "%s{node=\"", name);
+    put_label(b, n->id);
+    put(b, "\",host=\"");
+    put_label(b, n->host);
+    put(b, "\"}");
+    put_value(b, v);
+}
+
+static void render_cluster(head *h, sbuf *b)
+{
+    int alive = 0, draining = 0, dead = 0;
+    for (int i = 0; i < h->nnodes; i++) {
+        const node *n = &h->nodes[i];
+        if (!n->used)
+            continue;
+        if (!n->alive)
+            dead++;
+        else if (n->draining)
+            draining++;
+        else
+            alive++;
+    }
+    family(b, "ct_cluster_nodes", "gauge",
+           "Nodes by state: alive, draining (told to stop), dead (listed 60 s after).");
+    put(b,
+        "ct_cluster_nodes{state=\"alive\"} %d\nct_cluster_nodes{state=\"draining\"} %d\n"
+        "ct_cluster_nodes{state=\"dead\"} %d\n",
+        alive, draining, dead);
+
+    /* actors by (state, class) */
+    struct {
+        int state;
+        const char *cls;
+        int n;
+    } *ser = calloc(MAX_ACTOR_SERIES + 4, sizeof *ser);
+    int nser = 0;
+    for (int i = 0; ser && i < h->nactors; i++) {
+        const actor *a = &h->actors[i];
+        const char *cls = a->cls;
+        int k = 0;
+        while (k < nser && !(ser[k].state == a->state && !strcmp(ser[k].cls, cls)))
+            k++;
+        if (k == nser && nser >= MAX_ACTOR_SERIES) {
+            cls = "(other)";
+            k = 0;
+            while (k < nser && !(ser[k].state == a->state && !strcmp(ser[k].cls, cls)))
+                k++;
+        }
+        if (k == nser) {
+            ser[nser].state = a->state;
+            ser[nser].cls = cls;
+            ser[nser++].n = 0;
+        }
+        ser[k].n++;
+    }
+    family(b, "ct_actors", "gauge", "Actors by state and class (dead ones listed 60 s after).");
+    for (int k = 0; k < nser; k++) {
+        put(b, "ct_actors{state=\"%s\",class=\"", actor_state[ser[k].state]);
+        put_label(b, ser[k].cls);
+        put(b, "\"} %d\n", ser[k].n);
+    }
+    free(ser);
+
+    int running = 0, unattached = 0;
+    for (int i = 0; i < h->ndrivers; i++) {
+        if (h->drivers[i].name[0])
+            running++;
+        else
+            unattached++;
+    }
+    family(b, "ct_jobs", "gauge",
+           "Jobs by state: running (its driver heartbeats), unattached (its actors outlived a "
+           "head restart; waiting for its driver).");
+    put(b, "ct_jobs{state=\"running\"} %d\nct_jobs{state=\"unattached\"} %d\n", running,
+        unattached);
+    family(b, "ct_jobs_ended_total", "counter", "Jobs whose driver left or died, since start.");
+    put(b, "ct_jobs_ended_total %llu\n", (unsigned long long)h->jobs_ended);
+
+    int pgs[3] = {0};
+    for (int i = 0; i < h->npgs; i++)
+        if (h->pgs[i].state >= PG_PENDING && h->pgs[i].state <= PG_REMOVED)
+            pgs[h->pgs[i].state]++;
+    family(b, "ct_placement_groups", "gauge", "Placement groups by state.");
+    for (int s = 0; s < 3; s++)
+        put(b, "ct_placement_groups{state=\"%s\"} %d\n", pg_state[s], pgs[s]);
+    family(b, "ct_head_restarts_total", "counter",
+           "Times the head's supervisor (ct-head --supervise) started it again.");
+    put(b, "ct_head_restarts_total %d\n", h->restarts);
+    family(b, "ct_head_uptime_seconds", "gauge", "Seconds since this head process served.");
+    put(b, "ct_head_uptime_seconds %.3f\n", (ct__now_ms() - h->started_ms) / 1000.0);
+}
+
+static void render_nodes(head *h, sbuf *b)
+{
+    static const struct {
+        const char *name, *help;
+    } fam[] = {
+        {"ct_node_cpus_total", "CPUs the node registered."},
+        {"ct_node_cpus_free", "CPUs not held by actors or bundles."},
+        {"ct_node_gpus_total", "GPUs the node registered."},
+        {"ct_node_gpus_free", "GPUs not held by actors or bundles."},
+        {"ct_node_object_store_capacity_bytes", "Memory of the node's object-store shard."},
+        {"ct_node_object_store_used_bytes", "Bytes of the objects the directory lists on it."},
+        {"ct_node_object_store_objects", "Objects the directory lists on it."},
+        {"ct_node_heartbeat_age_seconds",
+         "Silence counted against the node by the failure detector (0 just after a heartbeat)."},
+        {"ct_node_draining", "1 when the node was told to stop and drains."},
+        {"ct_node_actors", "Actors placed on the node."},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        family(b, fam[f].name, "gauge", fam[f].help);
+        for (int i = 0; i < h->nnodes; i++) {
+            const node *n = &h->nodes[i];
+            if (!n->used || !n->alive)
+                continue;
+            const char *xa = "";
+            uint64_t cap = 0, objs = 0, bytes = 0;
+            if (f >= 4 && f <= 6)
+                ct__objdir_node_usage(h, n->id, &xa, &cap, &objs, &bytes);
+            double v = f == 0   ? ct__rv_get(&n->total, "CPU")
+                       : f == 1 ? ct__rv_get(&n->free, "CPU")
+                       : f == 2 ? ct__rv_get(&n->total, "GPU")
+                       : f == 3 ? ct__rv_get(&n->free, "GPU")
+                       : f == 4 ? (double)cap
+                       : f == 5 ? (double)bytes
+                       : f == 6 ? (double)objs
+                       : f == 7 ? n->silent / 1000.0
+                       : f == 8 ? (double)n->draining
+                                : (double)n->nactors;
+            node_sample(b, fam[f].name, n, v);
+        }
+    }
+    for (int free_ = 0; free_ < 2; free_++) {
+        const char *name = free_ ? "ct_node_resource_free" : "ct_node_resource_total";
+        family(b, name, "gauge",
+               free_ ? "Each resource's amount not held, by resource."
+                     : "Each resource the node registered (CPU, GPU, memory, custom).");
+        for (int i = 0; i < h->nnodes; i++) {
+            const node *n = &h->nodes[i];
+            const res *r = free_ ? &n->free : &n->total;
+            for (int k = 0; n->used && n->alive && k < r->n; k++) {
+                put(b, "%s{node=\"", name);
+                put_label(b, n->id);
+                put(b, "\",host=\"");
+                put_label(b, n->host);
+                put(b, "\",resource=\"");
+                put_label(b, r->name[k]);
+                put(b, "\"}");
+                put_value(b, r->amt[k]);
+            }
+        }
+    }
+}
+
+static void train_sample(sbuf *b, const char *name, const train_job *t, double v)
+{
+    put(b, "%s{job=\"", name);
+    put_label(b, t->label);
+    put(b, "\"}");
+    put_value(b, v);
+}
+
+static void render_train(head *h, sbuf *b)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"ct_train_step", "gauge", "Optimizer steps done."},
+        {"ct_train_epoch", "gauge", "The epoch being trained (0-based)."},
+        {"ct_train_loss", "gauge", "The last reported training loss."},
+        {"ct_train_samples_per_second", "gauge", "Training throughput of the group."},
+        {"ct_train_mfu_percent", "gauge", "Model FLOPs utilization, when the trainer knows it."},
+        {"ct_train_replicas_alive", "gauge", "Replicas of the running group (0 between groups)."},
+        {"ct_train_done", "gauge", "1 once trainer_train returned."},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        family(b, fam[f].name, fam[f].type, fam[f].help);
+        for (int i = 0; i < h->ntrain; i++) {
+            const train_job *t = &h->train[i];
+            if (f == 4 && !(t->mfu >= 0))
+                continue;
+            double v = f == 0   ? (double)t->step
+                       : f == 1 ? (double)t->epoch
+                       : f == 2 ? t->loss
+                       : f == 3 ? t->sps
+                       : f == 4 ? t->mfu
+                       : f == 5 ? (double)t->replicas
+                                : (double)t->done;
+            train_sample(b, fam[f].name, t, v);
+        }
+    }
+    family(b, "ct_train_retries_total", "counter",
+           "Retries the trainer spent, by reason (node_lost, replica_killed, replica_exited, "
+           "replica_error, start_failed, other).");
+    for (int i = 0; i < h->ntrain; i++)
+        for (int k = 0; k < h->train[i].nr; k++) {
+            put(b, "ct_train_retries_total{job=\"");
+            put_label(b, h->train[i].label);
+            put(b, "\",reason=\"");
+            put_label(b, h->train[i].reason[k]);
+            put(b, "\"} %llu\n", (unsigned long long)h->train[i].count[k]);
+        }
+}
+
+static void json_res(sbuf *b, const char *key, const res *r)
+{
+    put(b, ",\"%s\":{", key);
+    for (int k = 0; k < r->n; k++) {
+        put(b, "%s", k ? "," : "");
+        put_json(b, r->name[k]);
+        put(b, ":%.17g", isfinite(r->amt[k]) ? r->amt[k] : 0);
+    }
+    put(b, "}");
+}
+
+static char *json_nodes(head *h)
+{
+    sbuf b = {0};
+    put(&b, "[");
+    int k = 0;
+    for (int i = 0; i < h->nnodes; i++) {
+        const node *n = &h->nodes[i];
+        if (!n->used)
+            continue;
+        const char *xa = "";
+        uint64_t cap = 0, objs = 0, bytes = 0;
+        ct__objdir_node_usage(h, n->id, &xa, &cap, &objs, &bytes);
+        put(&b, "%s{\"node_id\":", k++ ? "," : "");
+        put_json(&b, n->id);
+        put(&b, ",\"host\":");
+        put_json(&b, n->host);
+        put(&b, ",\"state\":\"%s\",\"pid\":%d,\"actors\":%d",
+            !n->alive     ? "DEAD"
+            : n->draining ? "DRAINING"
+                          : "ALIVE",
+            n->pid, n->nactors);
+        json_res(&b, "resources_total", &n->total);
+        json_res(&b, "resources_free", &n->free);
+        put(&b,
+            ",\"object_store_capacity_bytes\":%llu,\"object_store_used_bytes\":%llu,"
+            "\"object_store_objects\":%llu,\"heartbeat_age_seconds\":%.3f}",
+            (unsigned long long)cap, (unsigned long long)bytes, (unsigned long long)objs,
+            n->alive ? n->silent / 1000.0 : 0.0);
+    }
+    put(&b, "]\n");
+    return done(&b);
+}
+
+static char *json_actors(head *h)
+{
+    sbuf b = {0};
+    put(&b, "[");
+    for (int i = 0; i < h->nactors; i++) {
+        const actor *a = &h->actors[i];
+        put(&b, "%s{\"actor_id\":", i ? "," : "");
+        put_json(&b, a->id);
+        put(&b, ",\"class\":");
+        put_json(&b, a->cls);
+        put(&b, ",\"state\":\"%s\",\"node_id\":", actor_state[a->state]);
+        put_json(&b, a->node >= 0 ? h->nodes[a->node].id : "");
+        put(&b, ",\"pid\":%d,\"owner\":", a->pid);
+        put_json(&b, a->owner_name);
+        put(&b, "}");
+    }
+    put(&b, "]\n");
+    return done(&b);
+}
+
+static char *json_jobs(head *h)
+{
+    sbuf b = {0};
+    put(&b, "[");
+    int k = 0;
+    for (int i = 0; i < h->ndrivers; i++) {
+        const driver *d = &h->drivers[i];
+        int na = 0;
+        for (int j = 0; j < h->nactors; j++)
+            na += h->actors[j].state != A_DEAD && ct__token_eq(h->actors[j].job, d->job);
+        put(&b, "%s{\"driver\":", k++ ? "," : "");
+        put_json(&b, d->name);
+        put(&b, ",\"state\":\"%s\",\"actors_alive\":%d,\"train\":[",
+            d->name[0] ? "RUNNING" : "UNATTACHED", na);
+        int kt = 0;
+        for (int j = 0; j < h->ntrain; j++) {
+            const train_job *t = &h->train[j];
+            if (t->ended_at || !ct__token_eq(t->job, d->job))
+                continue;
+            put(&b, "%s{\"job\":", kt++ ? "," : "");
+            put_json(&b, t->label);
+            put(&b, ",\"step\":%lld,\"epoch\":%lld", (long long)t->step, (long long)t->epoch);
+            put_jnum(&b, "loss", t->loss);
+            put_jnum(&b, "samples_per_second", t->sps);
+            put_jnum(&b, "mfu_percent", t->mfu >= 0 ? t->mfu : NAN);
+            put(&b, ",\"replicas_alive\":%d,\"done\":%s,\"retries\":{", t->replicas,
+                t->done ? "true" : "false");
+            for (int r = 0; r < t->nr; r++) {
+                put(&b, "%s", r ? "," : "");
+                put_json(&b, t->reason[r]);
+                put(&b, ":%llu", (unsigned long long)t->count[r]);
+            }
+            put(&b, "}}");
+        }
+        put(&b, "]}");
+    }
+    /* training jobs whose driver is gone, until forgotten */
+    for (int j = 0; j < h->ntrain; j++) {
+        const train_job *t = &h->train[j];
+        if (!t->ended_at)
+            continue;
+        put(&b, "%s{\"driver\":null,\"state\":\"ENDED\",\"actors_alive\":0,\"train\":[{\"job\":",
+            k++ ? "," : "");
+        put_json(&b, t->label);
+        put(&b, ",\"step\":%lld,\"epoch\":%lld", (long long)t->step, (long long)t->epoch);
+        put_jnum(&b, "loss", t->loss);
+        put(&b, ",\"done\":%s}]}", t->done ? "true" : "false");
+    }
+    put(&b, "]\n");
+    return done(&b);
+}
+
+void ct__head_render(head *h, char **pages)
+{
+    sbuf b = {0};
+    render_cluster(h, &b);
+    render_nodes(h, &b);
+    render_train(h, &b);
+    pages[CT_PAGE_METRICS] = done(&b);
+    pages[CT_PAGE_NODES] = json_nodes(h);
+    pages[CT_PAGE_ACTORS] = json_actors(h);
+    pages[CT_PAGE_JOBS] = json_jobs(h);
+}

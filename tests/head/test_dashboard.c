@@ -1,0 +1,730 @@
+/* tests/head/test_dashboard.c — the head's HTTP endpoint (head/http.c, head/metrics.c) with
+ * real parts: a ct-head started with --dashboard-port, ct-nodes, a trainer job, and Debian's
+ * Prometheus. One mode per run (argv[1]):
+ *   prometheus  a Prometheus of the test's own (its binary, a config and data in a temporary
+ *               directory, 1 s scrapes, killed by pid) scrapes a head with 2 nodes while a
+ *               2-replica job trains; the test asks Prometheus's HTTP API (/api/v1/query) that
+ *               ct_train_step rises, that the alive node count is 2 and then 1 once the node of
+ *               the replica that is not the driver's is killed (SIGKILL by pid), and that
+ *               ct_train_retries_total counts that death as node_lost. Skips (77) without
+ *               prometheus.
+ *   access      the endpoint bound to 0.0.0.0: a loopback request is served without a token;
+ *               one from another address (a network namespace with a veth pair when root can
+ *               make one, else this host's own non-loopback address) is refused (403) without
+ *               the token or with a wrong one, and served with it. Skips (77) with neither.
+ *   hostile     while slowloris connections are held open, oversized headers, bad paths,
+ *               other methods, garbage and more connections than the limit come in, the head
+ *               keeps serving its node (an actor call, a KV round trip, the node alive) and a
+ *               normal /metrics request succeeds.
+ * No timing is asserted. */
+#include "tests/trainer/tt.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include "common/auth.h"
+#include "tests/runtime/classes.h"
+
+/* ---- a small HTTP client (the test's side only) ---- */
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static int dial(const char *ip, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    struct timeval tv = {10, 0};
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* Sends req (raw bytes) and reads the answer to EOF into body (its body after the headers,
+ * NUL-terminated, cap bytes at most). The status code, or -1 when no answer came. */
+static int http_raw(const char *ip, int port, const char *req, size_t reqlen, char *body,
+                    size_t cap)
+{
+    int fd = dial(ip, port);
+    if (fd < 0)
+        return -1;
+    size_t bufcap = 1 << 22, n = 0;
+    char *buf = malloc(bufcap);
+    int code = -1;
+    if (buf && send_all(fd, req, reqlen)) {
+        ssize_t r;
+        while (n + 1 < bufcap && (r = recv(fd, buf + n, bufcap - n - 1, 0)) > 0)
+            n += (size_t)r;
+        buf[n] = 0;
+        if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
+            code = -1;
+        const char *b = strstr(buf, "\r\n\r\n");
+        if (body && cap)
+            snprintf(body, cap, "%s", b ? b + 4 : "");
+    }
+    free(buf);
+    close(fd);
+    return code;
+}
+
+/* GET path with an optional extra header line ("Name: value", or NULL). */
+static int http_get(const char *ip, int port, const char *path, const char *header, char *body,
+                    size_t cap)
+{
+    char req[1024];
+    int n =
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s%s\r\n",
+                 path, ip, header ? header : "", header ? "\r\n" : "");
+    return http_raw(ip, port, req, (size_t)n, body, cap);
+}
+
+/* ---- the head ---- */
+
+static pid_t start_head(const char *dash_host, int dash_port, char *addr, size_t cap)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", dash_port);
+    char *argv[] = {(char *)h_bin("ct-head"),
+                    "--port",
+                    "0",
+                    "--heartbeat-ms",
+                    "100",
+                    "--dead-after-ms",
+                    "10000",
+                    "--dashboard-port",
+                    port,
+                    "--dashboard-host",
+                    (char *)dash_host,
+                    NULL};
+    int fd = -1;
+    pid_t pid = h_spawn(argv, &fd);
+    char line[120];
+    if (pid < 0 || h_read_line(fd, line, sizeof line, 10000) ||
+        strncmp(line, "listening on ", 13)) {
+        fprintf(stderr, "ct-head did not start (dashboard %s:%d)\n", dash_host, dash_port);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    snprintf(addr, cap, "%s", line + 13);
+    return pid;
+}
+
+/* The value of line "name value" in a /metrics page (labels included in name); NAN if absent. */
+static double metric(const char *page, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = page; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, name, n) && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return NAN;
+}
+
+/* ---- prometheus ---- */
+
+static char tmp_dir[64];
+static pid_t prom_pid = -1;
+
+static void remove_tree(const char *dir)
+{
+    char cmd[256];
+    if (dir[0] && !strncmp(dir, "/tmp/ct-test-prom.", 18)) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", dir);
+    }
+}
+
+static void prom_cleanup(void)
+{
+    if (getpid() != h_owner)
+        return;
+    if (prom_pid > 0) {
+        kill(prom_pid, SIGKILL);
+        waitpid(prom_pid, NULL, 0);
+        prom_pid = -1;
+    }
+    remove_tree(tmp_dir);
+}
+
+static const char *find_prometheus(void)
+{
+    static char path[PATH_MAX];
+    const char *dirs[] = {"/usr/bin", "/usr/local/bin", "/bin"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(path, sizeof path, "%s/prometheus", dirs[i]);
+        if (access(path, X_OK) == 0)
+            return path;
+    }
+    return NULL;
+}
+
+static int prom_port;
+
+/* Starts Prometheus scraping 127.0.0.1:target every second; 0 once its API answers. */
+static int start_prometheus(const char *bin, int target)
+{
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/ct-test-prom.XXXXXX");
+    if (!mkdtemp(tmp_dir))
+        return -1;
+    char cfg[128], data[128], log[128], listen[64];
+    snprintf(cfg, sizeof cfg, "%s/prometheus.yml", tmp_dir);
+    snprintf(data, sizeof data, "--storage.tsdb.path=%s/data", tmp_dir);
+    snprintf(log, sizeof log, "%s/prometheus.log", tmp_dir);
+    FILE *f = fopen(cfg, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n  - job_name: ct\n    static_configs:\n"
+            "      - targets: ['127.0.0.1:%d']\n",
+            target);
+    fclose(f);
+    prom_port = free_port();
+    snprintf(listen, sizeof listen, "--web.listen-address=127.0.0.1:%d", prom_port);
+    char cfgarg[160];
+    snprintf(cfgarg, sizeof cfgarg, "--config.file=%s", cfg);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execl(bin, bin, cfgarg, data, listen, "--log.level=warn", (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0)
+        return -1;
+    prom_pid = pid;
+    char body[256];
+    for (double until = h_now_ms() + 30000; h_now_ms() < until; usleep(200000))
+        if (http_get("127.0.0.1", prom_port, "/-/ready", NULL, body, sizeof body) == 200)
+            return 0;
+    fprintf(stderr, "prometheus did not get ready (log: %s)\n", log);
+    return -1;
+}
+
+/* Prometheus's answer to an instant query (its JSON) into out; the first sample's value, NAN
+ * when the result is empty or the query failed. */
+static double prom_query(const char *q, char *out, size_t cap)
+{
+    char path[1024] = "/api/v1/query?query=";
+    size_t n = strlen(path);
+    for (const unsigned char *p = (const unsigned char *)q; *p && n + 4 < sizeof path; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '_' || *p == '.' || *p == '-')
+            path[n++] = (char)*p;
+        else
+            n += (size_t)snprintf(path + n, sizeof path - n, "%%%02X", *p);
+    }
+    path[n] = 0;
+    out[0] = 0;
+    if (http_get("127.0.0.1", prom_port, path, NULL, out, cap) != 200)
+        return NAN;
+    const char *v = strstr(out, "\"value\":[");
+    v = v ? strstr(v, ",\"") : NULL;
+    return v ? strtod(v + 2, NULL) : NAN;
+}
+
+/* Polls query q until cond(value) holds (30 s at most); the last value. */
+static double prom_wait(const char *q, bool (*cond)(double, double), double arg, char *out,
+                        size_t cap)
+{
+    double v = NAN;
+    for (double until = h_now_ms() + 30000; h_now_ms() < until; usleep(250000))
+        if (cond((v = prom_query(q, out, cap)), arg))
+            break;
+    return v;
+}
+static bool eq(double v, double want)
+{
+    return v == want;
+}
+static bool gt(double v, double than)
+{
+    return v > than;
+}
+
+typedef struct scenario {
+    pid_t node_pid[2];
+    char node_id[2][32];
+    const char *addr;
+    bool killed;
+    double step_seen[8];
+    int nseen;
+} scenario;
+
+static int prom_on_epoch(trainer *t, const trainer_stats *st, void *user)
+{
+    scenario *s = user;
+    static char out[1 << 16];
+    /* the head heard of this epoch's end (a forced report) and Prometheus scraped it */
+    double v = prom_wait("max(ct_train_step)", gt, (double)st->steps - 1, out, sizeof out);
+    printf("epoch %lld: steps %lld; Prometheus: ct_train_step %g\n", (long long)st->epoch,
+           (long long)st->steps, v);
+    CHECK(v >= (double)st->steps);
+    if (s->nseen < 8)
+        s->step_seen[s->nseen++] = v;
+    if (st->epoch != 1 || s->killed)
+        return 0;
+    v = prom_wait("ct_cluster_nodes{state=\"alive\"}", eq, 2, out, sizeof out);
+    printf("Prometheus: alive nodes %g before the kill\n", v);
+    CHECK_EQ_INT(v, 2);
+    const char *mine = ct_object_node();
+    for (int i = 0; i < st->replicas && !s->killed; i++) {
+        trainer_replica_info info;
+        if (trainer_replica_info_get(t, i, &info) < 0 || !strcmp(info.node_id, mine))
+            continue;
+        for (int k = 0; k < 2; k++)
+            if (!strcmp(s->node_id[k], info.node_id)) {
+                printf("killing %s (pid %d), which runs replica %d\n", info.node_id,
+                       (int)s->node_pid[k], i);
+                kill(s->node_pid[k], SIGKILL);
+                s->killed = true;
+                /* the replica goes with its node: wait for it, so the next epoch runs into
+                 * the loss (as trainer_node_loss does) */
+                for (double until = h_now_ms() + 3000; h_now_ms() < until; usleep(2000))
+                    if (kill(info.pid, 0) != 0)
+                        break;
+            }
+    }
+    if (!s->killed) {
+        fprintf(stderr, "no replica on a node other than the driver's (%s)\n", mine);
+        return CT_EINVAL;
+    }
+    v = prom_wait("ct_cluster_nodes{state=\"alive\"}", eq, 1, out, sizeof out);
+    printf("Prometheus: alive nodes %g after the kill\n", v);
+    CHECK_EQ_INT(v, 1);
+    return 0;
+}
+
+static int run_prometheus(void)
+{
+    const char *bin = find_prometheus();
+    if (!bin) {
+        printf("SKIP: no prometheus binary (scripts/install-deps.sh installs Debian's)\n");
+        return 77;
+    }
+    h_init();
+    atexit(prom_cleanup);
+    char addr[128], log_dir[128] = "";
+    int dport = free_port();
+    scenario s = {.addr = addr};
+    trainer *t = NULL;
+    if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
+        return 1;
+    if (start_prometheus(bin, dport) < 0) {
+        h_failures++;
+        goto out;
+    }
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
+    for (int i = 0; i < 2; i++)
+        if ((s.node_pid[i] = tt_start_node_joined(addr, s.node_id[i], sizeof s.node_id[0])) < 0) {
+            h_failures++;
+            goto out;
+        }
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                            .data = "fashion_mnist",
+                                            .optimizer = "adam",
+                                            .config = "limit=2048,val_limit=200",
+                                            .num_replicas = 2,
+                                            .epochs = 3,
+                                            .seed = 3},
+                            &t));
+    if (!t)
+        goto out;
+    /* the run log is on (a log_dir): the head hears of every step, not only of epochs */
+    snprintf(log_dir, sizeof log_dir, "%s/run", tmp_dir);
+    trainer_stats st = {0};
+    CHECK_OK(trainer_train(t, .max_retries = 2, .on_epoch = prom_on_epoch, .user = &s, .stats = &st,
+                           .log_dir = log_dir, .progress = TRAINER_PROGRESS_OFF));
+    CHECK(s.killed);
+    CHECK_EQ_INT(st.retries_used, 1);
+    /* ct_train_step rose from epoch to epoch */
+    CHECK(s.nseen >= 2);
+    for (int i = 1; i < s.nseen; i++)
+        CHECK(s.step_seen[i] > s.step_seen[i - 1]);
+    static char out[1 << 16];
+    double v = prom_wait("sum(ct_train_retries_total)", eq, 1, out, sizeof out);
+    printf("Prometheus: retries %g\n", v);
+    CHECK_EQ_INT(v, 1);
+    v = prom_query("ct_train_retries_total", out, sizeof out);
+    printf("Prometheus: %s\n", out);
+    CHECK(strstr(out, "\"reason\":\"node_lost\"") != NULL);
+    v = prom_wait("max(ct_train_done)", eq, 1, out, sizeof out);
+    CHECK_EQ_INT(v, 1);
+out:
+    trainer_shutdown(&t);
+    ct_shutdown();
+    h_kill_all();
+    prom_cleanup();
+    return h_failures ? 1 : 0;
+}
+
+/* ---- access ---- */
+
+static char ns_name[32];
+
+static void ns_cleanup(void)
+{
+    char cmd[96];
+    if (getpid() != h_owner || !ns_name[0])
+        return;
+    snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null", ns_name);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot delete network namespace %s\n", ns_name);
+    ns_name[0] = 0;
+}
+
+/* A namespace with a veth pair: this side host_ip, the namespace's side peer. 0 when made. */
+static int make_netns(char *host_ip, char *peer_ip, size_t cap)
+{
+    if (geteuid() != 0)
+        return -1;
+    int k = getpid() % 250 + 1;
+    snprintf(ns_name, sizeof ns_name, "ctdash%d", (int)getpid());
+    snprintf(host_ip, cap, "10.213.%d.1", k);
+    snprintf(peer_ip, cap, "10.213.%d.2", k);
+    char cmd[768];
+    snprintf(cmd, sizeof cmd,
+             "ip netns add %1$s && ip link add vd%2$da type veth peer name vd%2$db && "
+             "ip link set vd%2$db netns %1$s && ip addr add %3$s/30 dev vd%2$da && "
+             "ip link set vd%2$da up && ip -n %1$s addr add %4$s/30 dev vd%2$db && "
+             "ip -n %1$s link set vd%2$db up && ip -n %1$s link set lo up",
+             ns_name, (int)getpid(), host_ip, peer_ip);
+    if (system(cmd) != 0) {
+        ns_cleanup();
+        return -1;
+    }
+    return 0;
+}
+
+/* GET from inside the namespace (a child that joins it): the status code. */
+static int get_from_netns(const char *ip, int port, const char *path, const char *header,
+                          char *body, size_t cap)
+{
+    int p[2];
+    if (pipe(p))
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        char path_ns[96];
+        snprintf(path_ns, sizeof path_ns, "/var/run/netns/%s", ns_name);
+        int fd = open(path_ns, O_RDONLY);
+        int code = fd >= 0 && setns(fd, CLONE_NEWNET) == 0
+                       ? http_get(ip, port, path, header, body, cap)
+                       : -2;
+        if (write(p[1], &code, sizeof code) != sizeof code ||
+            write(p[1], body, strlen(body) + 1) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    close(p[1]);
+    int code = -1;
+    if (pid < 0 || read(p[0], &code, sizeof code) != sizeof code)
+        code = -1;
+    ssize_t n = read(p[0], body, cap - 1);
+    body[n > 0 ? n : 0] = 0;
+    close(p[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    return code;
+}
+
+/* This host's first non-loopback IPv4 address that is up. */
+static bool own_address(char *ip, size_t cap)
+{
+    struct ifaddrs *ifs, *i;
+    if (getifaddrs(&ifs))
+        return false;
+    bool found = false;
+    for (i = ifs; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+            !(i->ifa_flags & IFF_LOOPBACK)) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)cap);
+            found = true;
+        }
+    freeifaddrs(ifs);
+    return found;
+}
+
+static int run_access(void)
+{
+    h_init();
+    atexit(ns_cleanup);
+    char host_ip[32], peer_ip[32], addr[128];
+    bool netns = make_netns(host_ip, peer_ip, sizeof host_ip) == 0;
+    if (!netns && !own_address(host_ip, sizeof host_ip)) {
+        printf("SKIP: no network namespace (needs root and iproute2) and no non-loopback "
+               "address\n");
+        return 77;
+    }
+    printf("non-loopback peer: %s\n",
+           netns ? "a network namespace (veth pair)" : "this host's own non-loopback address");
+    int dport = free_port();
+    if (start_head("0.0.0.0", dport, addr, sizeof addr) < 0)
+        return 1;
+    char tok[CT_DASH_TOKEN_LEN + 1], bearer[128], wrong[128], body[1 << 16];
+    CHECK_OK(ct__auth_dashboard_token(tok));
+    snprintf(bearer, sizeof bearer, "Authorization: Bearer %s", tok);
+    snprintf(wrong, sizeof wrong, "Authorization: Bearer %064d", 0);
+    /* ct-head --dashboard-token prints the same token */
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "%s --dashboard-token", h_bin("ct-head"));
+    char *printed = h_capture(cmd);
+    CHECK(printed && !strncmp(printed, tok, CT_DASH_TOKEN_LEN));
+    free(printed);
+    /* loopback: served without a token (once the first page is published) */
+    int code = -1;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && code != 200; usleep(100000))
+        code = http_get("127.0.0.1", dport, "/metrics", NULL, body, sizeof body);
+    CHECK_EQ_INT(code, 200);
+    CHECK(strstr(body, "ct_cluster_nodes{state=\"alive\"} 0") != NULL);
+    /* another address: refused without the token and with a wrong one, served with it */
+    const char *hdr[3] = {NULL, wrong, bearer};
+    int want[3] = {403, 403, 200};
+    const char *paths[2] = {"/metrics", "/api/nodes"};
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < 3; i++) {
+            code = netns ? get_from_netns(host_ip, dport, paths[p], hdr[i], body, sizeof body)
+                         : http_get(host_ip, dport, paths[p], hdr[i], body, sizeof body);
+            printf("GET %s from %s %s: %d\n", paths[p], netns ? peer_ip : host_ip,
+                   i == 0   ? "without a token"
+                   : i == 1 ? "with a wrong token"
+                            : "with the token",
+                   code);
+            CHECK_EQ_INT(code, want[i]);
+            if (want[i] == 403)
+                CHECK(strstr(body, "ct_") == NULL && strstr(body, "node") == NULL);
+            else
+                CHECK(p == 0 ? strstr(body, "ct_cluster_nodes") != NULL : body[0] == '[');
+        }
+    h_kill_all();
+    ns_cleanup();
+    return h_failures ? 1 : 0;
+}
+
+/* ---- hostile requests ---- */
+
+/* A slowloris client: a request line and one header, then a header byte now and then, never
+ * the end of the headers, until stop. */
+typedef struct slow {
+    int port, n;
+    int fd[8];
+    atomic_int stop;
+} slow;
+
+static void *slowloris(void *arg)
+{
+    slow *s = arg;
+    for (int i = 0; i < s->n; i++) {
+        s->fd[i] = dial("127.0.0.1", s->port);
+        if (s->fd[i] >= 0)
+            send_all(s->fd[i], "GET /metrics HTTP/1.1\r\nHost: x\r\nX-a: ", 36);
+    }
+    while (!atomic_load(&s->stop)) {
+        for (int i = 0; i < s->n; i++)
+            if (s->fd[i] >= 0)
+                send(s->fd[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        usleep(500000);
+    }
+    for (int i = 0; i < s->n; i++)
+        if (s->fd[i] >= 0)
+            close(s->fd[i]);
+    return NULL;
+}
+
+/* The head still serves its node: an actor call, a KV round trip, the node's CPU counted. */
+static void head_serves(ct_actor *a, int round)
+{
+    void *v = NULL;
+    size_t n = 0;
+    long one = 1;
+    CHECK_OK(ct_actor_call(a, "add", &one, sizeof one, &v, &n, 10000));
+    CHECK(n == sizeof(long) && v && *(long *)v == round);
+    free(v);
+    char key[32], val[32];
+    snprintf(key, sizeof key, "hostile/%d", round);
+    snprintf(val, sizeof val, "v%d", round);
+    CHECK_OK(ct_kv_put(key, val, strlen(val) + 1));
+    void *got = NULL;
+    size_t len = 0;
+    CHECK_OK(ct_kv_get(key, &got, &len, 5000));
+    CHECK(got && !strcmp(got, val));
+    free(got);
+    double total = 0, free_cpu = 0;
+    CHECK_OK(ct_cluster_resources("CPU", &total, &free_cpu));
+    CHECK(total == 2);
+}
+
+static int run_hostile(void)
+{
+    h_init();
+    char addr[128], id[32];
+    static char body[1 << 20];
+    int dport = free_port();
+    if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
+        return 1;
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED | 1u << CT_EVENT_NODE_DEAD));
+    pid_t node = h_start_node(addr, "--cpus", "2", NULL, NULL, NULL, NULL);
+    ct_event ev;
+    id[0] = 0;
+    for (double until = h_now_ms() + 10000; node > 0 && !id[0] && h_now_ms() < until;)
+        if (ct_events_next(&ev, 200) == 0 && ev.type == CT_EVENT_NODE_JOINED)
+            snprintf(id, sizeof id, "%s", ev.node_id);
+    CHECK(id[0]);
+    ct_actor *a = NULL;
+    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 1, .bundle = -1}, NULL, 0, &a));
+    if (!a || !id[0])
+        goto out;
+    head_serves(a, 1);
+
+    slow s = {.port = dport, .n = 8};
+    pthread_t th;
+    pthread_create(&th, NULL, slowloris, &s);
+    usleep(300000);
+    /* oversized headers: refused (431 or 413), or the connection closed; never served */
+    size_t big = 200 << 10;
+    char *req = malloc(big + 256);
+    int n = snprintf(req, 256, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-big: ");
+    memset(req + n, 'a', big);
+    memcpy(req + n + big, "\r\n\r\n", 5);
+    int code = http_raw("127.0.0.1", dport, req, n + big + 4, body, sizeof body);
+    printf("oversized headers: %d\n", code);
+    CHECK(code != 200);
+    /* a long URL */
+    n = snprintf(req, 256, "GET /");
+    memset(req + n, 'b', 64 << 10);
+    n += 64 << 10;
+    n += snprintf(req + n, 256, " HTTP/1.1\r\nHost: x\r\n\r\n");
+    code = http_raw("127.0.0.1", dport, req, (size_t)n, body, sizeof body);
+    printf("64 KiB URL: %d\n", code);
+    CHECK(code != 200);
+    free(req);
+    /* bad paths and methods */
+    const char *bad[] = {"/",
+                         "/metrics/",
+                         "/api",
+                         "/api/",
+                         "/api/tokens",
+                         "/../../etc/passwd",
+                         "/metrics/../api/kv",
+                         "/%2e%2e/etc/passwd",
+                         "//metrics"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        code = http_get("127.0.0.1", dport, bad[i], NULL, body, sizeof body);
+        if (code != 404)
+            printf("GET %s: %d\n", bad[i], code);
+        CHECK(code == 404 || code == 400);
+    }
+    const char *post = "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
+    code = http_raw("127.0.0.1", dport, post, strlen(post), body, sizeof body);
+    printf("POST: %d\n", code);
+    CHECK_EQ_INT(code, 405);
+    const char *garbage = "\x01\x02\x03 not http at all\r\n\r\n";
+    code = http_raw("127.0.0.1", dport, garbage, strlen(garbage), body, sizeof body);
+    printf("garbage: %d\n", code);
+    CHECK(code != 200);
+    /* more connections than the limit, held open without a byte */
+    int many[100], nmany = 0;
+    for (int i = 0; i < 100; i++)
+        if ((many[nmany] = dial("127.0.0.1", dport)) >= 0)
+            nmany++;
+    printf("opened %d idle connections\n", nmany);
+    head_serves(a, 2);
+    for (int i = 0; i < nmany; i++)
+        close(many[i]);
+    /* with the slowloris connections still open: the head serves, /metrics answers */
+    head_serves(a, 3);
+    /* the pages are at most PUBLISH_MS (0.5 s) old: wait for the node and the actor in them */
+    bool seen = false;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && !seen; usleep(100000)) {
+        code = http_get("127.0.0.1", dport, "/metrics", NULL, body, sizeof body);
+        seen = code == 200 && metric(body, "ct_cluster_nodes{state=\"alive\"}") == 1 &&
+               metric(body, "ct_actors{state=\"ALIVE\",class=\"Counter\"}") == 1;
+    }
+    CHECK_EQ_INT(code, 200);
+    if (!seen)
+        fprintf(stderr, "/metrics never showed the node and the actor:\n%s\n", body);
+    CHECK(seen);
+    code = http_get("127.0.0.1", dport, "/api/nodes", NULL, body, sizeof body);
+    CHECK_EQ_INT(code, 200);
+    CHECK(strstr(body, id) != NULL);
+    CHECK(strstr(body, "token") == NULL);
+    code = http_get("127.0.0.1", dport, "/api/actors", NULL, body, sizeof body);
+    CHECK_EQ_INT(code, 200);
+    CHECK(strstr(body, "\"class\":\"Counter\"") != NULL);
+    code = http_get("127.0.0.1", dport, "/api/jobs", NULL, body, sizeof body);
+    CHECK_EQ_INT(code, 200);
+    CHECK(body[0] == '[' && strstr(body, "\"state\":\"RUNNING\"") != NULL);
+    atomic_store(&s.stop, 1);
+    pthread_join(th, NULL);
+    /* no node was declared dead meanwhile */
+    while (ct_events_next(&ev, 0) == 0)
+        CHECK(ev.type != CT_EVENT_NODE_DEAD);
+    head_serves(a, 4);
+out:
+    ct_actor_release(&a);
+    ct_shutdown();
+    h_kill_all();
+    return h_failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    tt_register();
+    register_test_classes();
+    ct_serve_if_worker(); /* a replica or an actor: serves here and never returns */
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "prometheus"))
+        return run_prometheus();
+    if (!strcmp(mode, "access"))
+        return run_access();
+    if (!strcmp(mode, "hostile"))
+        return run_hostile();
+    fprintf(stderr, "usage: %s prometheus|access|hostile\n", argv[0]);
+    return 2;
+}

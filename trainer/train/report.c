@@ -1,0 +1,94 @@
+/* trainer/train/report.c — the head's view of a training job (internal.h, "the head's view of
+ * the job"): the driver keeps its last step, epoch, loss, throughput, MFU, replicas alive and
+ * retries by reason, and sends them to the head (TrainReport, actor/runtime.h
+ * ct__report_train), which shows them as ct_train_* metrics and in /api/jobs (head/metrics.c).
+ * At most one send per TR_REPORT_MS, fire-and-forget. Not here: the run log's files and lines
+ * (progress.c), why a retry happened (trainer.c). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "actor/runtime.h"
+#include "common/common.h"
+#include "internal.h"
+
+void ct__report_init(tr_head_report *r)
+{
+    memset(r, 0, sizeof *r);
+    r->loss = NAN;
+    r->mfu = -1;
+}
+
+void ct__report_step(tr_head_report *r, const tr_step_record *rec, double mfu)
+{
+    r->step = rec->step;
+    r->epoch = rec->epoch;
+    r->loss = rec->loss;
+    r->sps = isfinite(rec->samples_per_s) && rec->samples_per_s >= 0 ? rec->samples_per_s : 0;
+    r->mfu = mfu;
+    r->dirty = true;
+}
+
+void ct__report_epoch(tr_head_report *r, const trainer_stats *st)
+{
+    r->step = st->steps;
+    r->epoch = st->epoch; /* the next epoch's (0-based) */
+    r->loss = st->train_loss;
+    if (isfinite(st->samples_per_s) && st->samples_per_s >= 0)
+        r->sps = st->samples_per_s;
+    r->dirty = true;
+}
+
+void ct__report_replicas(tr_head_report *r, int n)
+{
+    r->replicas = n;
+    r->dirty = true;
+}
+
+void ct__report_retry(tr_head_report *r, const char *reason)
+{
+    int i = 0;
+    while (i < r->nreasons && strcmp(r->reason[i], reason))
+        i++;
+    if (i == r->nreasons) {
+        if (r->nreasons == TR_REASONS)
+            i = TR_REASONS - 1; /* the last slot sums what does not fit */
+        else
+            snprintf(r->reason[r->nreasons++], sizeof r->reason[0], "%s", reason);
+    }
+    r->count[i]++;
+    r->dirty = true;
+}
+
+void ct__report_done(tr_head_report *r)
+{
+    r->done = true;
+    r->replicas = 0;
+    r->dirty = true;
+}
+
+void ct__report_send(tr_head_report *r, bool force)
+{
+    int64_t now = ct__now_ms();
+    if (!r->dirty || (!force && now - r->sent_ms < TR_REPORT_MS))
+        return;
+    ct__train_report m = {.step = r->step,
+                          .epoch = r->epoch,
+                          .loss = r->loss,
+                          .samples_per_s = r->sps,
+                          .mfu_pct = r->mfu >= 0 ? r->mfu : NAN,
+                          .replicas = r->replicas,
+                          .done = r->done,
+                          .nreasons = r->nreasons};
+    for (int i = 0; i < r->nreasons; i++) {
+        m.reason[i] = r->reason[i];
+        m.count[i] = r->count[i];
+    }
+    r->sent_ms = now;
+    r->dirty = false;
+    if (ct__report_train(&m) < 0 && !r->warned) {
+        r->warned = true;
+        CT_LOG(CT_LOG_WARN, "trainer", "cannot tell the head the job's progress: %s",
+               ct_last_error());
+    }
+}

@@ -72,13 +72,10 @@ void ct__node_report_ready(nodest *n, nactor *a, const ct__zrep *r)
 
 /* ---- the index: id -> 1 + position in a (open addressing) ---- */
 
-/* FNV-1a, 32 bits. */
+/* The index's hash of an actor id: its low bits pick the slot (in this process only). */
 static unsigned id_hash(const char *id)
 {
-    unsigned h = 2166136261u;
-    for (; *id; id++)
-        h = (h ^ (unsigned char)*id) * 16777619u;
-    return h;
+    return (unsigned)ct__fnv1a64(id, strlen(id));
 }
 
 int ct__node_actor_find(nodest *n, const char *id)

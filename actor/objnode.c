@@ -543,16 +543,9 @@ int ct__objnode_exe(const uint8_t *idb, size_t idlen, char *const *holders, size
         rc = ct__error(-errno, "node: %s: %s", tmp, strerror(errno));
         goto out;
     }
-    const char *p = v.data;
-    uint64_t left = v.size;
-    while (left) {
-        ssize_t w = write(fd, p, left > (1u << 30) ? (1u << 30) : left);
-        if (w <= 0) {
-            rc = ct__error(CT_EIO, "node: write %s: %s", tmp, strerror(errno));
-            goto out;
-        }
-        p += w;
-        left -= (uint64_t)w;
+    if (ct__write_all(fd, v.data, v.size) < 0) {
+        rc = ct__error(CT_EIO, "node: write %s: %s", tmp, strerror(errno));
+        goto out;
     }
     /* what runs is this file, open before the name is published: not whatever the path later
      * names (a file open for writing cannot be executed, so the writer closes first) */

@@ -40,27 +40,11 @@ struct ct__zmtp {
     int next; /* round-robin start */
 };
 
+/* All of data to the (non-blocking) socket, waiting up to 10 s at a time for room: 0, or
+ * CT_ECONNRESET. */
 static int write_all(int fd, const void *data, size_t len)
 {
-    const uint8_t *p = data;
-    while (len) {
-        ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
-        if (w > 0) {
-            p += w;
-            len -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && errno == EAGAIN) {
-            struct pollfd pf = {fd, POLLOUT, 0};
-            if (poll(&pf, 1, 10000) <= 0)
-                return CT_ECONNRESET;
-            continue;
-        }
-        return CT_ECONNRESET;
-    }
-    return 0;
+    return ct__send_all(fd, data, len, 0, 10000) ? CT_ECONNRESET : 0;
 }
 
 /* Greeting and READY for socket type "ROUTER" or "DEALER" (both 6 letters). */

@@ -5,6 +5,7 @@
 #ifndef CT_COMMON_H
 #define CT_COMMON_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -57,6 +58,23 @@ int64_t ct__now_ms(void);
  * optionally followed by B or iB), at least 1 MiB and at most 1e15 bytes. 0 and *bytes set,
  * or CT_EINVAL (no message: the caller names the option or key). */
 int ct__parse_size(const char *s, uint64_t *bytes);
+
+/* Hashing (hash.c). fnv1a64: 64-bit FNV-1a of n bytes, the standard one (its values are
+ * compared across processes). hash_words: the same scheme over n 64-bit words, multiplied by a
+ * word-wide constant, folded so the low bits mix; for in-process tables only. */
+uint64_t ct__fnv1a64(const void *p, size_t n);
+uint64_t ct__hash_words(const uint64_t *w, size_t n);
+
+/* Writes the n bytes as 2n lower-case hex digits and a NUL into out (2n + 1 chars); returns
+ * out (hex.c). */
+char *ct__hex(char *out, const void *bytes, size_t n);
+
+/* Whole buffers out (io.c). write_all: write(2) to a file or pipe. send_all: send(2) to a
+ * socket with MSG_NOSIGNAL | flags; on a non-blocking socket with no room it waits up to
+ * wait_ms for some (0: it does not wait). Both: 0, or -1 with errno set (EIO when a call
+ * made no progress, ETIMEDOUT when the wait ran out); no message is recorded. */
+int ct__write_all(int fd, const void *buf, size_t n);
+int ct__send_all(int fd, const void *buf, size_t n, int flags, int wait_ms);
 
 /* Secrets (token.c): 128-bit random tokens as CT_TOKEN_LEN lower-case hex digits + NUL.
  * new: 0, or a negative errno when getrandom fails (message set). valid: exactly that format.

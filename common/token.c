@@ -13,7 +13,6 @@
 
 int ct__token_new(char out[CT_TOKEN_LEN + 1])
 {
-    static const char hx[] = "0123456789abcdef";
     unsigned char b[CT_TOKEN_LEN / 2];
     size_t got = 0;
     out[0] = 0;
@@ -25,11 +24,7 @@ int ct__token_new(char out[CT_TOKEN_LEN + 1])
             return ct__error(-errno, "token: getrandom: %s", strerror(errno));
         got += (size_t)n;
     }
-    for (size_t i = 0; i < sizeof b; i++) {
-        out[2 * i] = hx[b[i] >> 4];
-        out[2 * i + 1] = hx[b[i] & 15];
-    }
-    out[CT_TOKEN_LEN] = 0;
+    ct__hex(out, b, sizeof b);
     return 0;
 }
 

@@ -231,18 +231,13 @@ void ct__head_check_heartbeats(head *h)
  * and no credential: the token is. 0, or CT_EIO when libsodium cannot start. */
 static int node_id_new(head *h, char out[ID_LEN])
 {
-    static const char hx[] = "0123456789abcdef";
     if (sodium_init() < 0)
         return ct__error(CT_EIO, "head: libsodium failed to initialize");
     do {
         unsigned char b[NODE_ID_HEX / 2];
         randombytes_buf(b, sizeof b);
         int n = snprintf(out, ID_LEN, "node-");
-        for (size_t i = 0; i < sizeof b; i++) {
-            out[n++] = hx[b[i] >> 4];
-            out[n++] = hx[b[i] & 15];
-        }
-        out[n] = 0;
+        ct__hex(out + n, b, sizeof b);
     } while (ct__head_find_node(h, out) >= 0);
     return 0;
 }

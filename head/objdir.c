@@ -108,12 +108,6 @@ struct objdir {
 };
 typedef struct objdir objdir;
 
-static void hex(const uint8_t *id, char out[2 * IDLEN + 1])
-{
-    for (int i = 0; i < IDLEN; i++)
-        snprintf(out + 2 * i, 3, "%02x", id[i]);
-}
-
 static int find_node(objdir *D, const char *id)
 {
     for (int i = 0; i < D->nn; i++)
@@ -491,7 +485,7 @@ void ct__objdir_on_pull_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__h
         return;
     }
     char hx[2 * IDLEN + 1];
-    hex(id, hx);
+    ct__hex(hx, id, IDLEN);
     CT_LOG(CT_LOG_WARN, "objdir", "pull of %s on %s failed: %s", hx, m->node_id,
            m->message ? m->message : "");
     for (int i = 0; i < D->nw; i++) {
@@ -672,7 +666,7 @@ void ct__objdir_on_fetch(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_
     }
     int oi = find_obj(D, m->object_id.data);
     char hx[2 * IDLEN + 1];
-    hex(m->object_id.data, hx);
+    ct__hex(hx, m->object_id.data, IDLEN);
     if (oi < 0 && m->wait_ms <= 0) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_fetch.object_id",
                   "object %s: unknown id (no node holds it)", hx);
@@ -751,7 +745,7 @@ void ct__objdir_on_free(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
     Ct__ObjFree *m = e->obj_free;
     int oi = find_obj(D, m->object_id.data);
     char hx[2 * IDLEN + 1];
-    hex(m->object_id.data, hx);
+    ct__hex(hx, m->object_id.data, IDLEN);
     if (oi < 0) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "obj_free.object_id", "object %s: unknown id", hx);
         return;
@@ -885,7 +879,7 @@ void ct__objdir_node_dead(head *h, const char *node_id)
         int need = o->want < alive ? o->want : alive;
         if (o->want > 1 && live_holders(D, o) && live_holders(D, o) < need) {
             char hx[2 * IDLEN + 1];
-            hex(o->id, hx);
+            ct__hex(hx, o->id, IDLEN);
             CT_LOG(CT_LOG_INFO, "objdir",
                    "object %s: %d of %d copies left after node %s died; "
                    "copying it again",
@@ -909,7 +903,7 @@ void ct__objdir_tick(head *h)
         if (w->deadline > now)
             continue;
         char hx[2 * IDLEN + 1];
-        hex(w->id, hx);
+        ct__hex(hx, w->id, IDLEN);
         if (w->kind == W_FETCH)
             REPLY_ERR(h, &w->rid, w->req, CT_ETIMEDOUT, "obj_fetch",
                       "object %s: not on node %s in time (%s)", hx, D->n[w->node].id,

@@ -61,19 +61,11 @@ static int put_rec(int fd, char tag, int nf, const field *f)
             memcpy(buf + off, f[i].p, f[i].n);
         off += f[i].n;
     }
-    size_t done = 0;
-    while (done < off) {
-        ssize_t w = write(fd, buf + done, off - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            free(buf);
-            return ct__error(CT_EIO, "head: state file: write: %s", strerror(errno));
-        }
-        done += (size_t)w;
-    }
+    int rc = 0;
+    if (ct__write_all(fd, buf, off) < 0)
+        rc = ct__error(CT_EIO, "head: state file: write: %s", strerror(errno));
     free(buf);
-    return 0;
+    return rc;
 }
 
 static field S(const char *s)

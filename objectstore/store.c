@@ -109,13 +109,7 @@ struct ct_store {
 
 char *ct_object_id_hex(const ct_object_id *id, char out[2 * CT_OBJECT_ID_LEN + 1])
 {
-    static const char hx[] = "0123456789abcdef";
-    for (int i = 0; i < CT_OBJECT_ID_LEN; i++) {
-        out[2 * i] = hx[id->b[i] >> 4];
-        out[2 * i + 1] = hx[id->b[i] & 15];
-    }
-    out[2 * CT_OBJECT_ID_LEN] = '\0';
-    return out;
+    return ct__hex(out, id->b, CT_OBJECT_ID_LEN);
 }
 
 static int hexval(char c)
@@ -183,9 +177,7 @@ static void notify(ct_store *s, int event, const ct_object_id *id, uint64_t size
 
 static size_t id_hash(const ct_object_id *id)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (int i = 0; i < CT_OBJECT_ID_LEN; i++)
-        h = (h ^ id->b[i]) * 1099511628211ull;
+    uint64_t h = ct__fnv1a64(id->b, CT_OBJECT_ID_LEN);
     return (size_t)(h ^ (h >> 29));
 }
 
@@ -352,20 +344,6 @@ static void spill_path(ct_store *s, const obj *o, char *out, size_t n, int tmp)
     snprintf(out, n, "%s/%s%s", s->spill_dir, ct_object_id_hex(&o->id, hex), tmp ? ".tmp" : "");
 }
 
-static int write_all(int fd, const unsigned char *p, uint64_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (uint64_t)w;
-    }
-    return 0;
-}
-
 static int read_all(int fd, unsigned char *p, uint64_t n)
 {
     while (n) {
@@ -391,7 +369,7 @@ static int spill(ct_store *s, obj *o)
     if (fd < 0)
         return ct__error(CT_EIO, "store %s: spill file %s: %s", s->name, tmp, strerror(errno));
     int rc = 0;
-    if (write_all(fd, s->arena + o->off, o->size) != 0 || fsync(fd) != 0) {
+    if (ct__write_all(fd, s->arena + o->off, o->size) != 0 || fsync(fd) != 0) {
         rc = ct__error(errno == ENOSPC ? CT_ENOSPC : CT_EIO, "store %s: writing spill file %s: %s",
                        s->name, tmp, strerror(errno));
         close(fd);

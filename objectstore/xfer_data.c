@@ -92,18 +92,7 @@ static int endpoint_host(const char *ep, char *host, size_t hostlen)
 
 int ct__xdata_send_all(int fd, const void *buf, size_t n, int more)
 {
-    const char *p = buf;
-    while (n) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return CT_EIO;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
+    return ct__send_all(fd, buf, n, more ? MSG_MORE : 0, 0) ? CT_EIO : 0;
 }
 
 int ct__xdata_recv_all(int fd, void *buf, size_t n)

@@ -18,16 +18,6 @@
 
 #define DEFAULT_TIMEOUT_MS 60000
 
-uint64_t ct__hash64(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 int64_t ct__comm_deadline(const ct_comm *c, int timeout_ms)
 {
     int t = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
@@ -168,7 +158,7 @@ int ct_comm_new(const ct_comm_opts *o, ct_comm **out)
         rc = ct__error(CT_ENOMEM, "ct_comm_new: group id");
         goto err;
     }
-    c->group_hash = ct__hash64(c->group);
+    c->group_hash = ct__fnv1a64(c->group, strlen(c->group));
     c->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (c->abort_fd < 0) {
         rc = ct__error(-errno, "ct_comm_new: eventfd: %s", strerror(errno));

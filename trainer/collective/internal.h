@@ -141,7 +141,6 @@ void *ct__nccl_stream(ct_comm *c);
 void ct__bucketer_test_skip_waits(ct_bucketer *t, bool skip);
 
 /* ---- helpers ------------------------------------------------------------------------------- */
-uint64_t ct__hash64(const char *s);
 /* rendezvous get of a NUL-terminated string value; caller frees *out */
 int ct__rdv_get_str(const ct_rendezvous *rdv, const char *key, char **out, int64_t deadline);
 

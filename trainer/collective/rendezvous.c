@@ -51,17 +51,9 @@ static int file_put(void *ctx, const char *key, const void *value, size_t len)
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return ct__error(-errno, "rendezvous: create %s: %s", tmp, strerror(errno));
-    const char *p = value;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, p + done, len - done);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = ct__error(-errno, "rendezvous: write %s: %s", tmp, strerror(errno));
-            goto out;
-        }
-        done += (size_t)w;
+    if (ct__write_all(fd, value, len) < 0) {
+        rc = ct__error(-errno, "rendezvous: write %s: %s", tmp, strerror(errno));
+        goto out;
     }
     if (rename(tmp, path) < 0)
         rc = ct__error(-errno, "rendezvous: rename to %s: %s", path, strerror(errno));

@@ -1,11 +1,13 @@
 /* trainer/cpu/dnnl.c — the only file that calls oneDNN (2.x C API, dnnl.h).
  *
- * Each kernel builds a key (op kind + every shape number), looks it up in a hash-table cache,
- * and on a miss creates the primitive descriptor (backward ones with a forward pd as hint),
- * the primitive and one dnnl_memory per argument (created with no data; pointers are set per
- * call). Convolutions let oneDNN choose their layouts (format_tag_any): the entry then owns an
- * internal buffer and a reorder for each argument whose layout differs from the caller's, and
- * reorders in/out around the primitive.
+ * Each kernel builds a key (op kind + every shape number) and calls run(), which looks it up in a
+ * hash-table cache. On a miss the kind's build function (the BUILD table, one row per kind)
+ * fills a spec: the op descriptor, attributes, the forward pd as hint for a backward one, the
+ * arguments; entry_make then creates the primitive descriptor, the primitive, its scratchpad
+ * and one dnnl_memory per argument (created with no data; pointers are set per call). Convolutions
+ * let oneDNN choose their layouts (format_tag_any): the entry then owns an internal buffer and a
+ * reorder for each argument whose layout differs from the caller's, and reorders in/out around the
+ * primitive.
  *
  * Activation layout. The blocked layout a convolution picks depends on the ISA (nChw16c with
  * AVX-512, nChw8c with AVX2), and oneDNN has JIT batch norm and pooling kernels only for the
@@ -47,6 +49,7 @@ enum {
     K_SM_FWD,
     K_SM_BWD,
     K_REORDER,
+    K_COUNT
 };
 
 typedef struct key {
@@ -95,26 +98,25 @@ static struct {
     int blocked_fmt; /* CT__FMT_*, -1 before detect_blocked_fmt */
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .blocked_fmt = -1};
 
-#define DN(call)                                                                                   \
-    do {                                                                                           \
-        dnnl_status_t st_ = (call);                                                                \
-        if (st_ != dnnl_success) {                                                                 \
-            rc = ct__error(CT_EDNNL, "oneDNN %s failed (status %d) at %s:%d", #call, (int)st_,     \
-                           __FILE__, __LINE__);                                                    \
-            goto err;                                                                              \
-        }                                                                                          \
-    } while (0)
+/* DN_RC(dnnl_foo(...)): calls it; 0, or CT_EDNNL with a message naming the call and line. The
+ * caller decides where to go: `if ((rc = DN_RC(...)) < 0) goto out;`. */
+#define DN_RC(call) dn_status((call), #call, __LINE__)
+static int dn_status(dnnl_status_t st, const char *call, int line)
+{
+    if (st == dnnl_success)
+        return 0;
+    return ct__error(CT_EDNNL, "oneDNN %s failed (status %d) at %s:%d", call, (int)st, __FILE__,
+                     line);
+}
 
 /* Word-wise (a key is 22 words, built zeroed by designated initialisers): one hash per
  * primitive call, so its cost counts for small layers, where byte-wise FNV took 0.25 us. */
 _Static_assert(sizeof(key) % sizeof(uint64_t) == 0, "key is hashed by 64-bit words");
 static uint64_t key_hash(const key *k)
 {
-    uint64_t w[sizeof(*k) / sizeof(uint64_t)], h = 1469598103934665603ULL;
+    uint64_t w[sizeof(*k) / sizeof(uint64_t)];
     memcpy(w, k, sizeof w);
-    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-        h = (h ^ w[i]) * 0x9e3779b97f4a7c15ULL;
-    return h ^ (h >> 32); /* the bucket index takes the low bits */
+    return ct__hash_words(w, sizeof w / sizeof w[0]);
 }
 
 static const char *pd_impl(const_dnnl_primitive_desc_t pd)
@@ -216,13 +218,12 @@ static int ensure_engine(void)
     int rc = 0;
     if (G.engine)
         return 0;
-    DN(dnnl_engine_create(&G.engine, dnnl_cpu, 0));
-    DN(dnnl_stream_create(&G.stream, G.engine, dnnl_stream_default_flags));
+    if ((rc = DN_RC(dnnl_engine_create(&G.engine, dnnl_cpu, 0))) < 0 ||
+        (rc = DN_RC(dnnl_stream_create(&G.stream, G.engine, dnnl_stream_default_flags))) < 0)
+        return rc;
     if (G.blocked_fmt < 0)
         G.blocked_fmt = detect_blocked_fmt();
     return 0;
-err:
-    return rc;
 }
 
 static void entry_free(entry *e)
@@ -264,79 +265,161 @@ static void insert(entry *e)
     G.created++;
 }
 
-/* Argument spec for entry_make: md NULL means "use the primitive's own md" (workspace, stats). */
+/* ---------------- one primitive: its spec, made once, run per call ---------------- */
+
+/* A build function's list of arguments: md NULL means "use the primitive's own md"
+ * (workspace); out: the primitive writes it. */
 typedef struct aspec {
     int id;
     const dnnl_memory_desc_t *md;
     int out;
 } aspec;
 
-/* Creates pd from op_desc, the primitive and the argument memories. Takes nothing; on failure
- * everything created here is freed. */
-static int entry_make(entry **out, const key *k, uint64_t hash, const void *op_desc,
-                      const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint, int nargs,
-                      const aspec *as, int64_t work)
+/* An argument as the spec keeps it: the md copied, as the build function's go out of scope. */
+typedef struct sarg {
+    int id;
+    int out;
+    bool own; /* the primitive's own md (md unused) */
+    dnnl_memory_desc_t md;
+} sarg;
+
+/* What entry_make needs to create one primitive; a kind's build function (BUILD, below) fills
+ * it on a cache miss. The arguments are in the order of the kernel's data pointers, optional
+ * ones (bias, workspace) last, so that leaving one out shortens the list. */
+typedef struct spec {
+    union {
+        dnnl_convolution_desc_t conv;
+        dnnl_deconvolution_desc_t deconv;
+        dnnl_inner_product_desc_t ip;
+        dnnl_matmul_desc_t mm;
+        dnnl_batch_normalization_desc_t bn;
+        dnnl_pooling_v2_desc_t pool;
+        dnnl_eltwise_desc_t elt;
+        dnnl_softmax_v2_desc_t sm;
+    } op;                            /* the op descriptor, unless pd is set */
+    dnnl_primitive_desc_t pd;        /* made by the build function (a reorder's), or NULL */
+    dnnl_primitive_attr_t attr;      /* NULL: default attributes */
+    dnnl_primitive_desc_t hint;      /* a forward pd made for a backward one, or NULL */
+    const_dnnl_primitive_desc_t fwd; /* else a cached forward entry's pd as the hint, or NULL */
+    int nargs;
+    sarg a[MAX_ARGS];
+    int64_t work; /* multiply-adds or element operations: small ones run on one thread */
+} spec;
+
+/* Frees what the build function made and entry_make did not take. */
+static void spec_fini(spec *s)
+{
+    dnnl_primitive_desc_t pds[2] = {s->pd, s->hint};
+    for (int i = 0; i < 2; i++)
+        if (pds[i])
+            dnnl_primitive_desc_destroy(pds[i]);
+    if (s->attr)
+        dnnl_primitive_attr_destroy(s->attr);
+}
+
+/* s's arguments: the first n of as. */
+static void spec_args(spec *s, int n, const aspec *as)
+{
+    for (int i = 0; i < n; i++) {
+        sarg *a = &s->a[s->nargs++];
+        a->id = as[i].id;
+        a->out = as[i].out;
+        a->own = as[i].md == NULL;
+        if (as[i].md)
+            a->md = *as[i].md;
+    }
+}
+
+/* a->inner, a buffer in the primitive's layout pmd, and the reorder between it and the
+ * caller's layout umd: umd to pmd for an input, pmd to umd for an output. */
+static int layout_reorder(arg *a, const dnnl_memory_desc_t *umd, const dnnl_memory_desc_t *pmd)
+{
+    int rc;
+    dnnl_primitive_desc_t rpd = NULL;
+    if ((rc = DN_RC(dnnl_memory_create(&a->inner, pmd, G.engine, DNNL_MEMORY_ALLOCATE))) < 0)
+        return rc;
+    if (a->out)
+        rc = DN_RC(dnnl_reorder_primitive_desc_create(&rpd, pmd, G.engine, umd, G.engine, NULL));
+    else
+        rc = DN_RC(dnnl_reorder_primitive_desc_create(&rpd, umd, G.engine, pmd, G.engine, NULL));
+    if (rc < 0)
+        return rc;
+    rc = DN_RC(dnnl_primitive_create(&a->reorder, rpd));
+    dnnl_primitive_desc_destroy(rpd);
+    return rc;
+}
+
+static int reorder_run(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
+{
+    dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    return DN_RC(dnnl_primitive_execute(r, G.stream, 2, ra));
+}
+
+/* Creates an entry from s: the primitive desc (unless s carries one, which the entry then
+ * takes), the primitive, its scratchpad and the argument memories. On failure everything
+ * created here is freed. */
+static int entry_make(entry **out, const key *k, uint64_t hash, spec *s)
 {
     int rc = 0, prev_thr = omp_get_max_threads();
-    dnnl_primitive_attr_t user_attr = NULL; /* attr, with the scratchpad ours (G.scratch) */
+    dnnl_primitive_attr_t user_attr = NULL; /* s->attr, with the scratchpad ours (e->scratch) */
     entry *e = calloc(1, sizeof(*e));
     if (!e)
         return ct__error(CT_ENOMEM, "dnnl: out of memory");
     e->k = *k;
     e->hash = hash;
-    e->single = work < SMALL_WORK && prev_thr > 1;
+    e->single = s->work < SMALL_WORK && prev_thr > 1;
     if (e->single)
         omp_set_num_threads(1);
-    if (attr)
-        DN(dnnl_primitive_attr_clone(&user_attr, attr));
-    else
-        DN(dnnl_primitive_attr_create(&user_attr));
-    DN(dnnl_primitive_attr_set_scratchpad_mode(user_attr, dnnl_scratchpad_mode_user));
-    DN(dnnl_primitive_desc_create(&e->pd, op_desc, user_attr, G.engine, hint));
-    DN(dnnl_primitive_create(&e->prim, e->pd));
+    if (s->pd) {
+        e->pd = s->pd;
+        s->pd = NULL;
+    } else {
+        const_dnnl_primitive_desc_t hint = s->hint ? s->hint : s->fwd;
+        rc = s->attr ? DN_RC(dnnl_primitive_attr_clone(&user_attr, s->attr))
+                     : DN_RC(dnnl_primitive_attr_create(&user_attr));
+        if (rc < 0 ||
+            (rc = DN_RC(dnnl_primitive_attr_set_scratchpad_mode(user_attr,
+                                                                dnnl_scratchpad_mode_user))) < 0 ||
+            (rc = DN_RC(dnnl_primitive_desc_create(&e->pd, &s->op, user_attr, G.engine, hint))) < 0)
+            goto out;
+    }
+    if ((rc = DN_RC(dnnl_primitive_create(&e->prim, e->pd))) < 0)
+        goto out;
     const dnnl_memory_desc_t *smd =
         dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
     size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
-    if (sbytes)
-        DN(dnnl_memory_create(&e->scratch, smd, G.engine, DNNL_MEMORY_ALLOCATE));
+    if (sbytes &&
+        (rc = DN_RC(dnnl_memory_create(&e->scratch, smd, G.engine, DNNL_MEMORY_ALLOCATE))) < 0)
+        goto out;
     e->impl = pd_impl(e->pd);
-    for (int i = 0; i < nargs; i++) {
+    for (int i = 0; i < s->nargs; i++) {
+        const sarg *as = &s->a[i];
         arg *a = &e->a[e->nargs++];
-        a->id = as[i].id;
-        a->out = as[i].out;
+        a->id = as->id;
+        a->out = as->out;
         const dnnl_memory_desc_t *pmd =
-            dnnl_primitive_desc_query_md(e->pd, dnnl_query_exec_arg_md, as[i].id);
+            dnnl_primitive_desc_query_md(e->pd, dnnl_query_exec_arg_md, as->id);
         if (!pmd) {
-            rc = ct__error(CT_EDNNL, "dnnl: no memory desc for argument %d", as[i].id);
-            goto err;
+            rc = ct__error(CT_EDNNL, "dnnl: no memory desc for argument %d", as->id);
+            goto out;
         }
-        if (as[i].id == DNNL_ARG_WORKSPACE)
+        if (as->id == DNNL_ARG_WORKSPACE)
             e->ws_bytes = dnnl_memory_desc_get_size(pmd);
-        const dnnl_memory_desc_t *umd = as[i].md ? as[i].md : pmd;
-        DN(dnnl_memory_create(&a->user, umd, G.engine, DNNL_MEMORY_NONE));
-        if (as[i].md && !dnnl_memory_desc_equal(umd, pmd)) {
-            dnnl_primitive_desc_t rpd = NULL;
-            DN(dnnl_memory_create(&a->inner, pmd, G.engine, DNNL_MEMORY_ALLOCATE));
-            if (a->out)
-                DN(dnnl_reorder_primitive_desc_create(&rpd, pmd, G.engine, umd, G.engine, NULL));
-            else
-                DN(dnnl_reorder_primitive_desc_create(&rpd, umd, G.engine, pmd, G.engine, NULL));
-            dnnl_status_t st = dnnl_primitive_create(&a->reorder, rpd);
-            dnnl_primitive_desc_destroy(rpd);
-            DN(st);
-        }
+        const dnnl_memory_desc_t *umd = as->own ? pmd : &as->md;
+        if ((rc = DN_RC(dnnl_memory_create(&a->user, umd, G.engine, DNNL_MEMORY_NONE))) < 0)
+            goto out;
+        if (!as->own && !dnnl_memory_desc_equal(umd, pmd) && (rc = layout_reorder(a, umd, pmd)) < 0)
+            goto out;
     }
-    if (e->single)
-        omp_set_num_threads(prev_thr);
-    dnnl_primitive_attr_destroy(user_attr);
-    *out = e;
-    return 0;
-err:
+out:
     if (e->single)
         omp_set_num_threads(prev_thr);
     if (user_attr)
         dnnl_primitive_attr_destroy(user_attr);
-    entry_free(e);
+    if (rc < 0)
+        entry_free(e);
+    else
+        *out = e;
     return rc;
 }
 
@@ -351,31 +434,34 @@ static int entry_run(entry *e, void *const *ptrs)
     dnnl_exec_arg_t args[MAX_ARGS + 1];
     for (int i = 0; i < e->nargs; i++) {
         arg *a = &e->a[i];
-        DN(dnnl_memory_set_data_handle_v2(a->user, ptrs[i], G.stream));
-        if (a->reorder && !a->out) {
-            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->inner}};
-            DN(dnnl_primitive_execute(a->reorder, G.stream, 2, ra));
-        }
+        if ((rc = DN_RC(dnnl_memory_set_data_handle_v2(a->user, ptrs[i], G.stream))) < 0)
+            goto out;
+        if (a->reorder && !a->out && (rc = reorder_run(a->reorder, a->user, a->inner)) < 0)
+            goto out;
         args[i].arg = a->id;
         args[i].memory = a->inner ? a->inner : a->user;
     }
     int nargs = e->nargs;
     if (e->scratch)
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
-    DN(dnnl_primitive_execute(e->prim, G.stream, nargs, args));
+    if ((rc = DN_RC(dnnl_primitive_execute(e->prim, G.stream, nargs, args))) < 0)
+        goto out;
     for (int i = 0; i < e->nargs; i++) {
         arg *a = &e->a[i];
-        if (a->reorder && a->out) {
-            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, a->inner}, {DNNL_ARG_TO, a->user}};
-            DN(dnnl_primitive_execute(a->reorder, G.stream, 2, ra));
-        }
+        if (a->reorder && a->out && (rc = reorder_run(a->reorder, a->inner, a->user)) < 0)
+            goto out;
     }
-    DN(dnnl_stream_wait(G.stream));
-err:
+    rc = DN_RC(dnnl_stream_wait(G.stream));
+out:
     if (e->single)
         omp_set_num_threads(prev_thr);
     return rc;
 }
+
+/* Runs k's primitive (made on first use, then cached) with ptrs[i] as argument i's data. */
+static int run(const key *k, const void *p, void *const *ptrs);
+/* The workspace size of k's primitive. */
+static size_t ws_bytes(const key *k, const void *p);
 
 static dnnl_memory_desc_t md_tag_dt(int nd, const int64_t *dims, dnnl_format_tag_t tag,
                                     dnnl_data_type_t dt)
@@ -496,57 +582,92 @@ int ct__cpu_each_impl(void (*fn)(const char *op, const char *impl, void *arg), v
     return n;
 }
 
-int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
-                    float *dst, int dfmt)
+/* ---------------- the kinds: how each primitive is made ---------------- */
+
+/* Fills s for k's primitive. p: the kernel's parameters where the key does not hold them all
+ * (ct__conv_p, ct__bn_p, ct__pool_p), else NULL. */
+typedef int (*build_fn)(spec *s, const key *k, const void *p);
+static int cached(entry **out, const key *k, const void *p);
+static int build(spec *s, const key *k, const void *p);
+
+/* s->hint: the forward primitive desc of kind fwd_kind (k with that kind) that the backward
+ * one in s is made from; oneDNN only reads it, so it is not cached. */
+static int hint_make(spec *s, const key *k, int fwd_kind, const void *p)
 {
-    int rc = 0;
-    key k = {.kind = K_REORDER, .v = {n, c, h, w, sfmt, dfmt}};
-    uint64_t hh;
-    dnnl_primitive_desc_t rpd = NULL;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &hh);
-    if (!e) {
-        int64_t dims[4] = {n, c, h, w};
-        dnnl_memory_desc_t sm = md_act(dims, sfmt), dm = md_act(dims, dfmt);
-        e = calloc(1, sizeof(*e));
-        if (!e) {
-            rc = ct__error(CT_ENOMEM, "dnnl: out of memory");
-            goto err;
-        }
-        e->k = k;
-        e->hash = hh;
-        e->nargs = 2;
-        e->single = n * c * h * w < SMALL_WORK / 8 && omp_get_max_threads() > 1;
-        e->a[0].id = DNNL_ARG_FROM;
-        e->a[1].id = DNNL_ARG_TO;
-        e->a[1].out = 1;
-        if (dnnl_reorder_primitive_desc_create(&rpd, &sm, G.engine, &dm, G.engine, NULL) !=
-                dnnl_success ||
-            dnnl_primitive_create(&e->prim, rpd) != dnnl_success ||
-            dnnl_memory_create(&e->a[0].user, &sm, G.engine, DNNL_MEMORY_NONE) != dnnl_success ||
-            dnnl_memory_create(&e->a[1].user, &dm, G.engine, DNNL_MEMORY_NONE) != dnnl_success) {
-            entry_free(e);
-            rc = ct__error(CT_EDNNL, "dnnl: creating a reorder from layout %d to %d failed", sfmt,
-                           dfmt);
-            goto err;
-        }
-        e->pd = rpd;
-        e->impl = pd_impl(rpd);
-        rpd = NULL;
-        insert(e);
-    }
-    void *ptrs[2] = {(void *)src, dst};
-    rc = entry_run(e, ptrs);
-err:
-    if (rpd)
-        dnnl_primitive_desc_destroy(rpd);
-    pthread_mutex_unlock(&G.mu);
+    spec f;
+    key fk = *k;
+    fk.kind = fwd_kind;
+    memset(&f, 0, sizeof f);
+    int rc = build(&f, &fk, p);
+    if (rc == 0)
+        rc = DN_RC(dnnl_primitive_desc_create(&s->hint, &f.op, NULL, G.engine, NULL));
+    spec_fini(&f);
     return rc;
 }
 
+/* s->fwd: the pd of the cached forward entry of kind fwd_kind (k with that kind), made and
+ * cached first when missing: the backward pass runs after that forward one. */
+static int hint_cached(spec *s, const key *k, int fwd_kind, const void *p)
+{
+    entry *fwd;
+    key fk = *k;
+    fk.kind = fwd_kind;
+    int rc = cached(&fwd, &fk, p);
+    if (rc == 0)
+        s->fwd = fwd->pd;
+    return rc;
+}
+
+/* Key: (n, c, h, w, source layout, destination layout). */
+static int reorder_build(spec *s, const key *k, const void *unused)
+{
+    (void)unused;
+    const int64_t *dims = k->v;
+    int sfmt = (int)k->v[4], dfmt = (int)k->v[5];
+    dnnl_memory_desc_t sm = md_act(dims, sfmt), dm = md_act(dims, dfmt);
+    if (dnnl_reorder_primitive_desc_create(&s->pd, &sm, G.engine, &dm, G.engine, NULL) !=
+        dnnl_success)
+        return ct__error(CT_EDNNL, "dnnl: creating a reorder from layout %d to %d failed", sfmt,
+                         dfmt);
+    aspec as[2] = {{DNNL_ARG_FROM, &sm, 0}, {DNNL_ARG_TO, &dm, 1}};
+    spec_args(s, 2, as);
+    /* a copy: one thread below an eighth of the work of other primitives */
+    s->work = 8 * dims[0] * dims[1] * dims[2] * dims[3];
+    return 0;
+}
+
+int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src, int sfmt,
+                    float *dst, int dfmt)
+{
+    key k = {.kind = K_REORDER, .v = {n, c, h, w, sfmt, dfmt}};
+    void *ptrs[2] = {(void *)src, dst};
+    return run(&k, NULL, ptrs);
+}
+
 /* ---------------- convolution / deconvolution ---------------- */
+
+/* A convolution's or inner product's arguments for pass (0 forward, 1 data gradient, 2 weight
+ * gradient: its kind minus the forward kind), from the caller's mds, in the kernels' pointer
+ * order: the bias last, left out without one. */
+static void weighted_args(spec *s, int pass, bool bias, const dnnl_memory_desc_t *src,
+                          const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bia,
+                          const dnnl_memory_desc_t *dst)
+{
+    aspec fwd[4] = {{DNNL_ARG_SRC, src, 0},
+                    {DNNL_ARG_WEIGHTS, wei, 0},
+                    {DNNL_ARG_DST, dst, 1},
+                    {DNNL_ARG_BIAS, bia, 0}};
+    aspec bwd_d[3] = {
+        {DNNL_ARG_WEIGHTS, wei, 0}, {DNNL_ARG_DIFF_DST, dst, 0}, {DNNL_ARG_DIFF_SRC, src, 1}};
+    aspec bwd_w[4] = {{DNNL_ARG_SRC, src, 0},
+                      {DNNL_ARG_DIFF_DST, dst, 0},
+                      {DNNL_ARG_DIFF_WEIGHTS, wei, 1},
+                      {DNNL_ARG_DIFF_BIAS, bia, 1}};
+    if (pass == 1)
+        spec_args(s, 3, bwd_d);
+    else
+        spec_args(s, bias ? 4 : 3, pass == 0 ? fwd : bwd_w);
+}
 
 static int64_t conv_work(const ct__conv_p *p)
 {
@@ -615,169 +736,83 @@ static void conv_mds_init(conv_mds *m, const ct__conv_p *p, int role)
     }
 }
 
-static int conv_fwd_pd(dnnl_primitive_desc_t *pd, const ct__conv_p *p, conv_mds *m)
+/* s->op: the op descriptor of kind role (K_CONV_*) on p: a convolution, or a deconvolution when
+ * p is transposed. */
+static int conv_desc(spec *s, const ct__conv_p *p, const conv_mds *m, int role)
 {
-    int rc = 0;
-    dnnl_convolution_desc_t cd;
-    dnnl_deconvolution_desc_t dd;
-    if (!p->transposed) {
-        DN(dnnl_dilated_convolution_forward_desc_init(
-            &cd, dnnl_forward_training, dnnl_convolution_direct, &m->src_a, &m->wei_a,
-            p->bias ? &m->bia_a : NULL, &m->dst_a, m->strides, m->dil, m->padl, m->padr));
-        DN(dnnl_primitive_desc_create(pd, &cd, NULL, G.engine, NULL));
-    } else {
-        DN(dnnl_dilated_deconvolution_forward_desc_init(
-            &dd, dnnl_forward_training, dnnl_deconvolution_direct, &m->src_a, &m->wei_a,
-            p->bias ? &m->bia_a : NULL, &m->dst_a, m->strides, m->dil, m->padl, m->padr));
-        DN(dnnl_primitive_desc_create(pd, &dd, NULL, G.engine, NULL));
+    const dnnl_memory_desc_t *bia = p->bias ? &m->bia_a : NULL;
+    dnnl_convolution_desc_t *cd = &s->op.conv;
+    dnnl_deconvolution_desc_t *dd = &s->op.deconv;
+    const dnnl_alg_kind_t conv = dnnl_convolution_direct, deconv = dnnl_deconvolution_direct;
+    switch (role) {
+    case K_CONV_FWD:
+        if (!p->transposed)
+            return DN_RC(dnnl_dilated_convolution_forward_desc_init(
+                cd, dnnl_forward_training, conv, &m->src_a, &m->wei_a, bia, &m->dst_a, m->strides,
+                m->dil, m->padl, m->padr));
+        return DN_RC(dnnl_dilated_deconvolution_forward_desc_init(
+            dd, dnnl_forward_training, deconv, &m->src_a, &m->wei_a, bia, &m->dst_a, m->strides,
+            m->dil, m->padl, m->padr));
+    case K_CONV_BWD_D:
+        if (!p->transposed)
+            return DN_RC(dnnl_dilated_convolution_backward_data_desc_init(
+                cd, conv, &m->src_a, &m->wei_a, &m->dst_a, m->strides, m->dil, m->padl, m->padr));
+        return DN_RC(dnnl_dilated_deconvolution_backward_data_desc_init(
+            dd, deconv, &m->src_a, &m->wei_a, &m->dst_a, m->strides, m->dil, m->padl, m->padr));
+    default:
+        if (!p->transposed)
+            return DN_RC(dnnl_dilated_convolution_backward_weights_desc_init(
+                cd, conv, &m->src_a, &m->wei_a, bia, &m->dst_a, m->strides, m->dil, m->padl,
+                m->padr));
+        return DN_RC(dnnl_dilated_deconvolution_backward_weights_desc_init(
+            dd, deconv, &m->src_a, &m->wei_a, bia, &m->dst_a, m->strides, m->dil, m->padl,
+            m->padr));
     }
+}
+
+/* The three convolution kinds; the backward ones take the forward pd as their hint. */
+static int conv_build(spec *s, const key *k, const void *arg)
+{
+    const ct__conv_p *p = arg;
+    int role = k->kind, rc = 0;
+    conv_mds m;
+    conv_mds_init(&m, p, role);
+    if ((role != K_CONV_FWD && (rc = hint_make(s, k, K_CONV_FWD, p)) < 0) ||
+        (rc = conv_desc(s, p, &m, role)) < 0)
+        return rc;
+    weighted_args(s, role - K_CONV_FWD, p->bias, &m.src, &m.wei, &m.bia, &m.dst);
+    s->work = conv_work(p);
     return 0;
-err:
-    return rc;
+}
+
+/* Runs the convolution kind on p's shapes; op names it in a precision refusal. */
+static int conv_run(int kind, const char *op, const ct__conv_p *p, void *const *ptrs)
+{
+    int rc = ct__cpu_lp_check(p->dt, op);
+    if (rc < 0)
+        return rc;
+    key k;
+    conv_key(&k, kind, p);
+    return run(&k, p, ptrs);
 }
 
 int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y)
 {
-    int rc = 0;
-    key k;
-    uint64_t h;
-    conv_key(&k, K_CONV_FWD, p);
-    if ((rc = ct__cpu_lp_check(p->dt, "conv_fwd")) < 0)
-        return rc;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        conv_mds m;
-        conv_mds_init(&m, p, K_CONV_FWD);
-        dnnl_convolution_desc_t cd;
-        dnnl_deconvolution_desc_t dd;
-        const void *desc;
-        if (!p->transposed) {
-            DN(dnnl_dilated_convolution_forward_desc_init(
-                &cd, dnnl_forward_training, dnnl_convolution_direct, &m.src_a, &m.wei_a,
-                p->bias ? &m.bia_a : NULL, &m.dst_a, m.strides, m.dil, m.padl, m.padr));
-            desc = &cd;
-        } else {
-            DN(dnnl_dilated_deconvolution_forward_desc_init(
-                &dd, dnnl_forward_training, dnnl_deconvolution_direct, &m.src_a, &m.wei_a,
-                p->bias ? &m.bia_a : NULL, &m.dst_a, m.strides, m.dil, m.padl, m.padr));
-            desc = &dd;
-        }
-        aspec as[4] = {{DNNL_ARG_SRC, &m.src, 0},
-                       {DNNL_ARG_WEIGHTS, &m.wei, 0},
-                       {DNNL_ARG_DST, &m.dst, 1},
-                       {DNNL_ARG_BIAS, &m.bia, 0}};
-        if ((rc = entry_make(&e, &k, h, desc, NULL, NULL, p->bias ? 4 : 3, as, conv_work(p))) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[4] = {(void *)x, (void *)w, y, (void *)b};
-    rc = entry_run(e, ptrs);
-err:
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return conv_run(K_CONV_FWD, "conv_fwd", p, ptrs);
 }
 
 int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx)
 {
-    int rc = 0;
-    key k;
-    uint64_t h;
-    dnnl_primitive_desc_t hint = NULL;
-    conv_key(&k, K_CONV_BWD_D, p);
-    if ((rc = ct__cpu_lp_check(p->dt, "conv_bwd_data")) < 0)
-        return rc;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        conv_mds m, mf;
-        conv_mds_init(&m, p, K_CONV_BWD_D);
-        conv_mds_init(&mf, p, K_CONV_FWD);
-        if ((rc = conv_fwd_pd(&hint, p, &mf)) < 0)
-            goto err;
-        dnnl_convolution_desc_t cd;
-        dnnl_deconvolution_desc_t dd;
-        const void *desc;
-        if (!p->transposed) {
-            DN(dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
-                                                                &m.src_a, &m.wei_a, &m.dst_a,
-                                                                m.strides, m.dil, m.padl, m.padr));
-            desc = &cd;
-        } else {
-            DN(dnnl_dilated_deconvolution_backward_data_desc_init(
-                &dd, dnnl_deconvolution_direct, &m.src_a, &m.wei_a, &m.dst_a, m.strides, m.dil,
-                m.padl, m.padr));
-            desc = &dd;
-        }
-        aspec as[3] = {{DNNL_ARG_WEIGHTS, &m.wei, 0},
-                       {DNNL_ARG_DIFF_DST, &m.dst, 0},
-                       {DNNL_ARG_DIFF_SRC, &m.src, 1}};
-        if ((rc = entry_make(&e, &k, h, desc, NULL, hint, 3, as, conv_work(p))) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[3] = {(void *)w, (void *)dy, dx};
-    rc = entry_run(e, ptrs);
-err:
-    if (hint)
-        dnnl_primitive_desc_destroy(hint);
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return conv_run(K_CONV_BWD_D, "conv_bwd_data", p, ptrs);
 }
 
 int ct__cpu_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *dy, float *dw,
                              float *db)
 {
-    int rc = 0;
-    key k;
-    uint64_t h;
-    dnnl_primitive_desc_t hint = NULL;
-    conv_key(&k, K_CONV_BWD_W, p);
-    if ((rc = ct__cpu_lp_check(p->dt, "conv_bwd_weights")) < 0)
-        return rc;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        conv_mds m, mf;
-        conv_mds_init(&m, p, K_CONV_BWD_W);
-        conv_mds_init(&mf, p, K_CONV_FWD);
-        if ((rc = conv_fwd_pd(&hint, p, &mf)) < 0)
-            goto err;
-        dnnl_convolution_desc_t cd;
-        dnnl_deconvolution_desc_t dd;
-        const void *desc;
-        if (!p->transposed) {
-            DN(dnnl_dilated_convolution_backward_weights_desc_init(
-                &cd, dnnl_convolution_direct, &m.src_a, &m.wei_a, p->bias ? &m.bia_a : NULL,
-                &m.dst_a, m.strides, m.dil, m.padl, m.padr));
-            desc = &cd;
-        } else {
-            DN(dnnl_dilated_deconvolution_backward_weights_desc_init(
-                &dd, dnnl_deconvolution_direct, &m.src_a, &m.wei_a, p->bias ? &m.bia_a : NULL,
-                &m.dst_a, m.strides, m.dil, m.padl, m.padr));
-            desc = &dd;
-        }
-        aspec as[4] = {{DNNL_ARG_SRC, &m.src, 0},
-                       {DNNL_ARG_DIFF_DST, &m.dst, 0},
-                       {DNNL_ARG_DIFF_WEIGHTS, &m.wei, 1},
-                       {DNNL_ARG_DIFF_BIAS, &m.bia, 1}};
-        if ((rc = entry_make(&e, &k, h, desc, NULL, hint, p->bias ? 4 : 3, as, conv_work(p))) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[4] = {(void *)x, (void *)dy, dw, db};
-    rc = entry_run(e, ptrs);
-err:
-    if (hint)
-        dnnl_primitive_desc_destroy(hint);
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return conv_run(K_CONV_BWD_W, "conv_bwd_weights", p, ptrs);
 }
 
 /* ---------------- inner product ---------------- */
@@ -811,16 +846,33 @@ static void ip_mds_init(ip_mds *m, int64_t n, int64_t ic, int64_t oc)
     m->bia = md_plain(1, b);
 }
 
-static int ip_fwd_pd(dnnl_primitive_desc_t *pd, ip_mds *m, bool bias)
+/* The three inner-product kinds. Key: (n, ic, oc, bias; no bias for K_IP_BWD_D). The backward
+ * ones take a forward pd as their hint: with a bias for the data gradient, whether the layer
+ * has one or not. */
+static int ip_build(spec *s, const key *k, const void *unused)
 {
-    int rc = 0;
-    dnnl_inner_product_desc_t d;
-    DN(dnnl_inner_product_forward_desc_init(&d, dnnl_forward_training, &m->src, &m->wei,
-                                            bias ? &m->bia : NULL, &m->dst));
-    DN(dnnl_primitive_desc_create(pd, &d, NULL, G.engine, NULL));
+    int64_t n = k->v[0], ic = k->v[1], oc = k->v[2];
+    int role = k->kind, rc = 0;
+    ip_mds m;
+    ip_mds_init(&m, n, ic, oc);
+    const dnnl_memory_desc_t *bia = k->v[3] ? &m.bia : NULL;
+    key fk = *k;
+    fk.v[3] = role == K_IP_BWD_D ? 1 : k->v[3];
+    if (role != K_IP_FWD && (rc = hint_make(s, &fk, K_IP_FWD, unused)) < 0)
+        return rc;
+    if (role == K_IP_FWD)
+        rc = DN_RC(dnnl_inner_product_forward_desc_init(&s->op.ip, dnnl_forward_training, &m.src,
+                                                        &m.wei, bia, &m.dst));
+    else if (role == K_IP_BWD_D)
+        rc = DN_RC(dnnl_inner_product_backward_data_desc_init(&s->op.ip, &m.src, &m.wei, &m.dst));
+    else
+        rc = DN_RC(
+            dnnl_inner_product_backward_weights_desc_init(&s->op.ip, &m.src, &m.wei, bia, &m.dst));
+    if (rc < 0)
+        return rc;
+    weighted_args(s, role - K_IP_FWD, bia != NULL, &m.src, &m.wei, &m.bia, &m.dst);
+    s->work = n * ic * oc;
     return 0;
-err:
-    return rc;
 }
 
 int ct__cpu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
@@ -828,32 +880,9 @@ int ct__cpu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const floa
 {
     if (gemm_here(n, ic, oc, false, true)) /* y = x w^T + b */
         return ct__cpu_gemm(n, ic, oc, x, false, w, true, y, false, b);
-    int rc = 0;
     key k = {.kind = K_IP_FWD, .v = {n, ic, oc, b != NULL}};
-    uint64_t h;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        ip_mds m;
-        ip_mds_init(&m, n, ic, oc);
-        dnnl_inner_product_desc_t d;
-        DN(dnnl_inner_product_forward_desc_init(&d, dnnl_forward_training, &m.src, &m.wei,
-                                                b ? &m.bia : NULL, &m.dst));
-        aspec as[4] = {{DNNL_ARG_SRC, &m.src, 0},
-                       {DNNL_ARG_WEIGHTS, &m.wei, 0},
-                       {DNNL_ARG_DST, &m.dst, 1},
-                       {DNNL_ARG_BIAS, &m.bia, 0}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, b ? 4 : 3, as, n * ic * oc)) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[4] = {(void *)x, (void *)w, y, (void *)b};
-    rc = entry_run(e, ptrs);
-err:
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, NULL, ptrs);
 }
 
 int ct__cpu_ip_bwd_data(int64_t n, int64_t ic, int64_t oc, const float *w, const float *dy,
@@ -861,35 +890,9 @@ int ct__cpu_ip_bwd_data(int64_t n, int64_t ic, int64_t oc, const float *w, const
 {
     if (gemm_here(n, oc, ic, false, false)) /* dx = dy w */
         return ct__cpu_gemm(n, oc, ic, dy, false, w, false, dx, false, NULL);
-    int rc = 0;
     key k = {.kind = K_IP_BWD_D, .v = {n, ic, oc}};
-    uint64_t h;
-    dnnl_primitive_desc_t hint = NULL;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        ip_mds m;
-        ip_mds_init(&m, n, ic, oc);
-        if ((rc = ip_fwd_pd(&hint, &m, true)) < 0)
-            goto err;
-        dnnl_inner_product_desc_t d;
-        DN(dnnl_inner_product_backward_data_desc_init(&d, &m.src, &m.wei, &m.dst));
-        aspec as[3] = {{DNNL_ARG_WEIGHTS, &m.wei, 0},
-                       {DNNL_ARG_DIFF_DST, &m.dst, 0},
-                       {DNNL_ARG_DIFF_SRC, &m.src, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, 3, as, n * ic * oc)) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[3] = {(void *)w, (void *)dy, dx};
-    rc = entry_run(e, ptrs);
-err:
-    if (hint)
-        dnnl_primitive_desc_destroy(hint);
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, NULL, ptrs);
 }
 
 int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, const float *dy,
@@ -897,85 +900,48 @@ int ct__cpu_ip_bwd_weights(int64_t n, int64_t ic, int64_t oc, const float *x, co
 {
     if (gemm_here(oc, n, ic, true, false)) /* dw = dy^T x, db = dy's column sums */
         return ct__cpu_gemm_wgrad(oc, n, ic, dy, x, dw, db);
-    int rc = 0;
     key k = {.kind = K_IP_BWD_W, .v = {n, ic, oc, db != NULL}};
-    uint64_t h;
-    dnnl_primitive_desc_t hint = NULL;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        ip_mds m;
-        ip_mds_init(&m, n, ic, oc);
-        if ((rc = ip_fwd_pd(&hint, &m, db != NULL)) < 0)
-            goto err;
-        dnnl_inner_product_desc_t d;
-        DN(dnnl_inner_product_backward_weights_desc_init(&d, &m.src, &m.wei, db ? &m.bia : NULL,
-                                                         &m.dst));
-        aspec as[4] = {{DNNL_ARG_SRC, &m.src, 0},
-                       {DNNL_ARG_DIFF_DST, &m.dst, 0},
-                       {DNNL_ARG_DIFF_WEIGHTS, &m.wei, 1},
-                       {DNNL_ARG_DIFF_BIAS, &m.bia, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, db ? 4 : 3, as, n * ic * oc)) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[4] = {(void *)x, (void *)dy, dw, db};
-    rc = entry_run(e, ptrs);
-err:
-    if (hint)
-        dnnl_primitive_desc_destroy(hint);
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, NULL, ptrs);
 }
 
 /* ---------------- matmul ---------------- */
 
 /* c (m x n, f32) = op(a) op(b), or += with accumulate; the operands are the caller's f32,
- * multiplied in `in` (f32, or bf16/f16 for autocast: oneDNN reorders, that is rounds, them
- * when entry_make's arguments are f32 and the primitive's are not), accumulated in f32. */
-static int matmul_run(key k, dnnl_data_type_t in, int64_t m, int64_t kk, int64_t n, const float *a,
-                      bool ta, const float *b, bool tb, float *c, bool accumulate)
+ * multiplied in f32 (K_MATMUL) or in the key's autocast dtype (K_MATMUL_LP: oneDNN reorders,
+ * that is rounds, them, since entry_make's arguments are f32 and the primitive's are not),
+ * accumulated in f32. Key: (m, k, n, ta, tb, accumulate, dtype). */
+static int matmul_build(spec *s, const key *k, const void *unused)
 {
-    int rc = 0;
-    uint64_t h;
-    dnnl_primitive_attr_t attr = NULL;
+    (void)unused;
+    int64_t m = k->v[0], kk = k->v[1], n = k->v[2];
+    bool ta = k->v[3] != 0, tb = k->v[4] != 0, accumulate = k->v[5] != 0;
+    dnnl_data_type_t in = k->kind == K_MATMUL_LP ? lp_type((int)k->v[6]) : dnnl_f32;
+    int rc;
     dnnl_post_ops_t po = NULL;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        dnnl_memory_desc_t am, bm, cm, aim, bim;
-        dnnl_dims_t ad = {m, kk}, bd = {kk, n}, cd = {m, n};
-        dnnl_dims_t as_ = {ta ? 1 : kk, ta ? m : 1}, bs = {tb ? 1 : n, tb ? kk : 1}, cs = {n, 1};
-        DN(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_f32, as_));
-        DN(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_f32, bs));
-        DN(dnnl_memory_desc_init_by_strides(&aim, 2, ad, in, as_));
-        DN(dnnl_memory_desc_init_by_strides(&bim, 2, bd, in, bs));
-        DN(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs));
-        DN(dnnl_primitive_attr_create(&attr));
-        if (accumulate) {
-            DN(dnnl_post_ops_create(&po));
-            DN(dnnl_post_ops_append_sum(po, 1.0f));
-            DN(dnnl_primitive_attr_set_post_ops(attr, po));
-        }
-        dnnl_matmul_desc_t d;
-        DN(dnnl_matmul_desc_init(&d, &aim, &bim, NULL, &cm));
-        aspec as[3] = {{DNNL_ARG_SRC, &am, 0}, {DNNL_ARG_WEIGHTS, &bm, 0}, {DNNL_ARG_DST, &cm, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, attr, NULL, 3, as, m * kk * n)) < 0)
-            goto err;
-        insert(e);
-    }
-    void *ptrs[3] = {(void *)a, (void *)b, c};
-    rc = entry_run(e, ptrs);
-err:
+    dnnl_memory_desc_t am, bm, cm, aim, bim;
+    dnnl_dims_t ad = {m, kk}, bd = {kk, n}, cd = {m, n};
+    dnnl_dims_t as_ = {ta ? 1 : kk, ta ? m : 1}, bs = {tb ? 1 : n, tb ? kk : 1}, cs = {n, 1};
+    if ((rc = DN_RC(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_f32, as_))) < 0 ||
+        (rc = DN_RC(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_f32, bs))) < 0 ||
+        (rc = DN_RC(dnnl_memory_desc_init_by_strides(&aim, 2, ad, in, as_))) < 0 ||
+        (rc = DN_RC(dnnl_memory_desc_init_by_strides(&bim, 2, bd, in, bs))) < 0 ||
+        (rc = DN_RC(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs))) < 0 ||
+        (rc = DN_RC(dnnl_primitive_attr_create(&s->attr))) < 0)
+        goto out;
+    /* the attributes keep a copy of the post-ops */
+    if (accumulate && ((rc = DN_RC(dnnl_post_ops_create(&po))) < 0 ||
+                       (rc = DN_RC(dnnl_post_ops_append_sum(po, 1.0f))) < 0 ||
+                       (rc = DN_RC(dnnl_primitive_attr_set_post_ops(s->attr, po))) < 0))
+        goto out;
+    if ((rc = DN_RC(dnnl_matmul_desc_init(&s->op.mm, &aim, &bim, NULL, &cm))) < 0)
+        goto out;
+    aspec as[3] = {{DNNL_ARG_SRC, &am, 0}, {DNNL_ARG_WEIGHTS, &bm, 0}, {DNNL_ARG_DST, &cm, 1}};
+    spec_args(s, 3, as);
+    s->work = m * kk * n;
+out:
     if (po)
         dnnl_post_ops_destroy(po);
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
-    pthread_mutex_unlock(&G.mu);
     return rc;
 }
 
@@ -985,7 +951,8 @@ int ct__cpu_matmul(int64_t m, int64_t kk, int64_t n, const float *a, bool ta, co
     if (gemm_here(m, kk, n, ta, tb))
         return ct__cpu_gemm(m, kk, n, a, ta, b, tb, c, accumulate, NULL);
     key k = {.kind = K_MATMUL, .v = {m, kk, n, ta, tb, accumulate}};
-    return matmul_run(k, dnnl_f32, m, kk, n, a, ta, b, tb, c, accumulate);
+    void *ptrs[3] = {(void *)a, (void *)b, c};
+    return run(&k, NULL, ptrs);
 }
 
 /* Autocast matmul: a and b are the caller's f32, rounded to dt, the product accumulated in
@@ -997,7 +964,8 @@ int ct__cpu_matmul_lp(int dt, int64_t m, int64_t kk, int64_t n, const float *a, 
     if (rc < 0)
         return rc;
     key k = {.kind = K_MATMUL_LP, .v = {m, kk, n, ta, tb, accumulate, dt}};
-    return matmul_run(k, lp_type(dt), m, kk, n, a, ta, b, tb, c, accumulate);
+    void *ptrs[3] = {(void *)a, (void *)b, c};
+    return run(&k, NULL, ptrs);
 }
 
 /* ---------------- batch norm ---------------- */
@@ -1036,143 +1004,98 @@ static unsigned bn_flags(const ct__bn_p *p)
     return BN_FLAGS | (p->relu ? dnnl_fuse_norm_relu : 0);
 }
 
-static int bn_train_pd(dnnl_primitive_desc_t *pd, const ct__bn_p *p, dnnl_memory_desc_t *data)
+static int bn_train_build(spec *s, const key *k, const void *arg)
 {
-    int rc = 0;
-    dnnl_batch_normalization_desc_t d;
-    DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_training, data, p->eps,
-                                                  bn_flags(p)));
-    DN(dnnl_primitive_desc_create(pd, &d, NULL, G.engine, NULL));
+    (void)k;
+    const ct__bn_p *p = arg;
+    dnnl_memory_desc_t data, vec;
+    bn_mds(p, &data, &vec);
+    int rc = DN_RC(dnnl_batch_normalization_forward_desc_init(&s->op.bn, dnnl_forward_training,
+                                                              &data, p->eps, bn_flags(p)));
+    if (rc < 0)
+        return rc;
+    aspec as[7] = {{DNNL_ARG_SRC, &data, 0},     {DNNL_ARG_SCALE, &vec, 0},
+                   {DNNL_ARG_SHIFT, &vec, 0},    {DNNL_ARG_DST, &data, 1},
+                   {DNNL_ARG_MEAN, &vec, 1},     {DNNL_ARG_VARIANCE, &vec, 1},
+                   {DNNL_ARG_WORKSPACE, NULL, 1}};
+    spec_args(s, p->relu ? 7 : 6, as);
+    s->work = 4 * p->n * p->c * p->hw;
     return 0;
-err:
-    return rc;
 }
 
-static int bn_get_train(entry **out, const ct__bn_p *p)
+static int bn_infer_build(spec *s, const key *k, const void *arg)
 {
-    int rc = 0;
-    key k;
-    uint64_t h;
-    bn_key(&k, K_BN_FWD_TRAIN, p);
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        dnnl_memory_desc_t data, vec;
-        bn_mds(p, &data, &vec);
-        dnnl_batch_normalization_desc_t d;
-        DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_training, &data, p->eps,
-                                                      bn_flags(p)));
-        aspec as[7] = {{DNNL_ARG_SRC, &data, 0},     {DNNL_ARG_SCALE, &vec, 0},
-                       {DNNL_ARG_SHIFT, &vec, 0},    {DNNL_ARG_DST, &data, 1},
-                       {DNNL_ARG_MEAN, &vec, 1},     {DNNL_ARG_VARIANCE, &vec, 1},
-                       {DNNL_ARG_WORKSPACE, NULL, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, p->relu ? 7 : 6, as,
-                             4 * p->n * p->c * p->hw)) < 0)
-            goto err;
-        insert(e);
-    }
-    *out = e;
+    (void)k;
+    const ct__bn_p *p = arg;
+    dnnl_memory_desc_t data, vec;
+    bn_mds(p, &data, &vec);
+    int rc = DN_RC(dnnl_batch_normalization_forward_desc_init(
+        &s->op.bn, dnnl_forward_inference, &data, p->eps, bn_flags(p) | dnnl_use_global_stats));
+    if (rc < 0)
+        return rc;
+    aspec as[6] = {{DNNL_ARG_SRC, &data, 0},     {DNNL_ARG_SCALE, &vec, 0},
+                   {DNNL_ARG_SHIFT, &vec, 0},    {DNNL_ARG_MEAN, &vec, 0},
+                   {DNNL_ARG_VARIANCE, &vec, 0}, {DNNL_ARG_DST, &data, 1}};
+    spec_args(s, 6, as);
+    s->work = 4 * p->n * p->c * p->hw;
     return 0;
-err:
-    return rc;
+}
+
+static int bn_bwd_build(spec *s, const key *k, const void *arg)
+{
+    const ct__bn_p *p = arg;
+    dnnl_memory_desc_t data, vec;
+    bn_mds(p, &data, &vec);
+    int rc;
+    if ((rc = hint_make(s, k, K_BN_FWD_TRAIN, p)) < 0 ||
+        (rc = DN_RC(dnnl_batch_normalization_backward_desc_init(&s->op.bn, dnnl_backward, &data,
+                                                                &data, p->eps, bn_flags(p)))) < 0)
+        return rc;
+    aspec as[10] = {{DNNL_ARG_SRC, &data, 0},       {DNNL_ARG_DIFF_DST, &data, 0},
+                    {DNNL_ARG_SCALE, &vec, 0},      {DNNL_ARG_MEAN, &vec, 0},
+                    {DNNL_ARG_VARIANCE, &vec, 0},   {DNNL_ARG_DIFF_SRC, &data, 1},
+                    {DNNL_ARG_DIFF_SCALE, &vec, 1}, {DNNL_ARG_DIFF_SHIFT, &vec, 1},
+                    {DNNL_ARG_SHIFT, &vec, 0},      {DNNL_ARG_WORKSPACE, NULL, 0}};
+    spec_args(s, p->relu ? 10 : 9, as);
+    s->work = 6 * p->n * p->c * p->hw;
+    return 0;
 }
 
 size_t ct__cpu_bn_ws_bytes(const ct__bn_p *p)
 {
-    entry *e = NULL;
-    size_t n = 0;
-    pthread_mutex_lock(&G.mu);
-    if (ensure_engine() == 0 && bn_get_train(&e, p) == 0)
-        n = e->ws_bytes;
-    pthread_mutex_unlock(&G.mu);
-    return n;
+    key k;
+    bn_key(&k, K_BN_FWD_TRAIN, p);
+    return ws_bytes(&k, p);
 }
 
 int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
                          float *y, float *mean, float *var, void *ws)
 {
-    int rc = 0;
-    entry *e;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0 || (rc = bn_get_train(&e, p)) < 0)
-        goto err;
+    key k;
+    bn_key(&k, K_BN_FWD_TRAIN, p);
     void *ptrs[7] = {(void *)x, (void *)scale, (void *)shift, y, mean, var, ws};
-    rc = entry_run(e, ptrs);
-err:
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, p, ptrs);
 }
 
 int ct__cpu_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
                          const float *mean, const float *var, float *y)
 {
-    int rc = 0;
     key k;
-    uint64_t h;
     bn_key(&k, K_BN_FWD_INFER, p);
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        dnnl_memory_desc_t data, vec;
-        bn_mds(p, &data, &vec);
-        dnnl_batch_normalization_desc_t d;
-        DN(dnnl_batch_normalization_forward_desc_init(&d, dnnl_forward_inference, &data, p->eps,
-                                                      bn_flags(p) | dnnl_use_global_stats));
-        aspec as[6] = {{DNNL_ARG_SRC, &data, 0},     {DNNL_ARG_SCALE, &vec, 0},
-                       {DNNL_ARG_SHIFT, &vec, 0},    {DNNL_ARG_MEAN, &vec, 0},
-                       {DNNL_ARG_VARIANCE, &vec, 0}, {DNNL_ARG_DST, &data, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 6, as, 4 * p->n * p->c * p->hw)) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[6] = {(void *)x, (void *)scale, (void *)shift, (void *)mean, (void *)var, y};
-    rc = entry_run(e, ptrs);
-err:
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, p, ptrs);
 }
 
 int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const float *scale,
                    const float *mean, const float *var, const void *ws, float *dx, float *dscale,
                    float *dshift)
 {
-    int rc = 0;
     key k;
-    uint64_t h;
-    dnnl_primitive_desc_t hint = NULL;
     bn_key(&k, K_BN_BWD, p);
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        dnnl_memory_desc_t data, vec;
-        bn_mds(p, &data, &vec);
-        if ((rc = bn_train_pd(&hint, p, &data)) < 0)
-            goto err;
-        dnnl_batch_normalization_desc_t d;
-        DN(dnnl_batch_normalization_backward_desc_init(&d, dnnl_backward, &data, &data, p->eps,
-                                                       bn_flags(p)));
-        aspec as[10] = {{DNNL_ARG_SRC, &data, 0},       {DNNL_ARG_DIFF_DST, &data, 0},
-                        {DNNL_ARG_SCALE, &vec, 0},      {DNNL_ARG_MEAN, &vec, 0},
-                        {DNNL_ARG_VARIANCE, &vec, 0},   {DNNL_ARG_DIFF_SRC, &data, 1},
-                        {DNNL_ARG_DIFF_SCALE, &vec, 1}, {DNNL_ARG_DIFF_SHIFT, &vec, 1},
-                        {DNNL_ARG_SHIFT, &vec, 0},      {DNNL_ARG_WORKSPACE, NULL, 0}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, hint, p->relu ? 10 : 9, as,
-                             6 * p->n * p->c * p->hw)) < 0)
-            goto err;
-        insert(e);
-    }
     /* shift is not read by the backward pass, but oneDNN 2.6 wants the argument */
     void *ptrs[10] = {(void *)x, (void *)dy, (void *)scale, (void *)mean,  (void *)var,
                       dx,        dscale,     dshift,        (void *)scale, (void *)ws};
-    rc = entry_run(e, ptrs);
-err:
-    if (hint)
-        dnnl_primitive_desc_destroy(hint);
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, p, ptrs);
 }
 
 /* ---------------- pooling ---------------- */
@@ -1218,90 +1141,67 @@ static void pool_key(key *k, int kind, const ct__pool_p *p, bool training)
     k->f[0] = training ? 1.0f : 0.0f;
 }
 
-static int pool_get_fwd(entry **out, const ct__pool_p *p, bool training)
+/* Key: pool_key's, with f[0] 1 when training. */
+static int pool_fwd_build(spec *s, const key *k, const void *arg)
 {
-    int rc = 0;
-    key k;
-    uint64_t h;
-    pool_key(&k, K_POOL_FWD, p, training);
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        pool_mds m;
-        pool_mds_init(&m, p);
-        dnnl_pooling_v2_desc_t d;
-        DN(dnnl_pooling_v2_forward_desc_init(
-            &d, training ? dnnl_forward_training : dnnl_forward_inference, m.alg, &m.src, &m.dst,
-            m.strides, m.kernel, m.dil, m.padl, m.padr));
-        bool ws = training && p->alg == CT__POOL_MAX;
-        aspec as[3] = {
-            {DNNL_ARG_SRC, &m.src, 0}, {DNNL_ARG_DST, &m.dst, 1}, {DNNL_ARG_WORKSPACE, NULL, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, ws ? 3 : 2, as, pool_work(p))) < 0)
-            goto err;
-        insert(e);
-    }
-    *out = e;
+    const ct__pool_p *p = arg;
+    bool training = k->f[0] != 0.0f;
+    pool_mds m;
+    pool_mds_init(&m, p);
+    int rc = DN_RC(dnnl_pooling_v2_forward_desc_init(
+        &s->op.pool, training ? dnnl_forward_training : dnnl_forward_inference, m.alg, &m.src,
+        &m.dst, m.strides, m.kernel, m.dil, m.padl, m.padr));
+    if (rc < 0)
+        return rc;
+    bool ws = training && p->alg == CT__POOL_MAX;
+    aspec as[3] = {
+        {DNNL_ARG_SRC, &m.src, 0}, {DNNL_ARG_DST, &m.dst, 1}, {DNNL_ARG_WORKSPACE, NULL, 1}};
+    spec_args(s, ws ? 3 : 2, as);
+    s->work = pool_work(p);
     return 0;
-err:
-    return rc;
+}
+
+static int pool_bwd_build(spec *s, const key *k, const void *arg)
+{
+    const ct__pool_p *p = arg;
+    int rc = hint_cached(s, k, K_POOL_FWD, p);
+    if (rc < 0)
+        return rc;
+    pool_mds m;
+    pool_mds_init(&m, p);
+    if ((rc = DN_RC(dnnl_pooling_v2_backward_desc_init(
+             &s->op.pool, m.alg, &m.src, &m.dst, m.strides, m.kernel, m.dil, m.padl, m.padr))) < 0)
+        return rc;
+    bool w = p->alg == CT__POOL_MAX;
+    aspec as[3] = {{DNNL_ARG_DIFF_DST, &m.dst, 0},
+                   {DNNL_ARG_DIFF_SRC, &m.src, 1},
+                   {DNNL_ARG_WORKSPACE, NULL, 0}};
+    spec_args(s, w ? 3 : 2, as);
+    s->work = pool_work(p);
+    return 0;
 }
 
 size_t ct__cpu_pool_ws_bytes(const ct__pool_p *p)
 {
-    entry *e = NULL;
-    size_t n = 0;
-    pthread_mutex_lock(&G.mu);
-    if (ensure_engine() == 0 && pool_get_fwd(&e, p, true) == 0)
-        n = e->ws_bytes;
-    pthread_mutex_unlock(&G.mu);
-    return n;
+    key k;
+    pool_key(&k, K_POOL_FWD, p, true);
+    return ws_bytes(&k, p);
 }
 
 int ct__cpu_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *ws, bool training)
 {
-    int rc = 0;
-    entry *e;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0 || (rc = pool_get_fwd(&e, p, training)) < 0)
-        goto err;
+    key k;
+    pool_key(&k, K_POOL_FWD, p, training);
     void *ptrs[3] = {(void *)x, y, ws};
-    rc = entry_run(e, ptrs);
-err:
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, p, ptrs);
 }
 
 int ct__cpu_pool_bwd(const ct__pool_p *p, const float *dy, const void *ws, float *dx)
 {
-    int rc = 0;
     key k;
-    uint64_t h;
-    entry *fwd;
     pool_key(&k, K_POOL_BWD, p, true);
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        if ((rc = pool_get_fwd(&fwd, p, true)) < 0)
-            goto err;
-        pool_mds m;
-        pool_mds_init(&m, p);
-        dnnl_pooling_v2_desc_t d;
-        DN(dnnl_pooling_v2_backward_desc_init(&d, m.alg, &m.src, &m.dst, m.strides, m.kernel, m.dil,
-                                              m.padl, m.padr));
-        bool w = p->alg == CT__POOL_MAX;
-        aspec as[3] = {{DNNL_ARG_DIFF_DST, &m.dst, 0},
-                       {DNNL_ARG_DIFF_SRC, &m.src, 1},
-                       {DNNL_ARG_WORKSPACE, NULL, 0}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, w ? 3 : 2, as, pool_work(p))) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[3] = {(void *)dy, dx, (void *)ws};
-    rc = entry_run(e, ptrs);
-err:
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, p, ptrs);
 }
 
 /* ---------------- eltwise ---------------- */
@@ -1320,141 +1220,169 @@ static dnnl_alg_kind_t elt_alg(int alg)
     }
 }
 
-static int elt_get_fwd(entry **out, int alg, float alpha, int64_t n)
+/* Key: (alg, n), f[0] alpha. */
+static int elt_fwd_build(spec *s, const key *k, const void *unused)
 {
-    int rc = 0;
-    key k = {.kind = K_ELT_FWD, .v = {alg, n}, .f = {alpha}};
-    uint64_t h;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        dnnl_memory_desc_t md = md_plain(1, &n);
-        dnnl_eltwise_desc_t d;
-        DN(dnnl_eltwise_forward_desc_init(&d, dnnl_forward_training, elt_alg(alg), &md, alpha,
-                                          0.0f));
-        aspec as[2] = {{DNNL_ARG_SRC, &md, 0}, {DNNL_ARG_DST, &md, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 2, as, 8 * n)) < 0)
-            goto err;
-        insert(e);
-    }
-    *out = e;
+    (void)unused;
+    int64_t n = k->v[1];
+    dnnl_memory_desc_t md = md_plain(1, &n);
+    int rc = DN_RC(dnnl_eltwise_forward_desc_init(&s->op.elt, dnnl_forward_training,
+                                                  elt_alg((int)k->v[0]), &md, k->f[0], 0.0f));
+    if (rc < 0)
+        return rc;
+    aspec as[2] = {{DNNL_ARG_SRC, &md, 0}, {DNNL_ARG_DST, &md, 1}};
+    spec_args(s, 2, as);
+    s->work = 8 * n;
     return 0;
-err:
-    return rc;
+}
+
+static int elt_bwd_build(spec *s, const key *k, const void *unused)
+{
+    int64_t n = k->v[1];
+    dnnl_memory_desc_t md = md_plain(1, &n);
+    int rc;
+    if ((rc = hint_cached(s, k, K_ELT_FWD, unused)) < 0 ||
+        (rc = DN_RC(dnnl_eltwise_backward_desc_init(&s->op.elt, elt_alg((int)k->v[0]), &md, &md,
+                                                    k->f[0], 0.0f))) < 0)
+        return rc;
+    aspec as[3] = {
+        {DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0}, {DNNL_ARG_DIFF_SRC, &md, 1}};
+    spec_args(s, 3, as);
+    s->work = 8 * n;
+    return 0;
 }
 
 int ct__cpu_eltwise_fwd(int alg, float alpha, int64_t n, const float *x, float *y)
 {
-    int rc = 0;
-    entry *e;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0 || (rc = elt_get_fwd(&e, alg, alpha, n)) < 0)
-        goto err;
+    key k = {.kind = K_ELT_FWD, .v = {alg, n}, .f = {alpha}};
     void *ptrs[2] = {(void *)x, y};
-    rc = entry_run(e, ptrs);
-err:
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, NULL, ptrs);
 }
 
 int ct__cpu_eltwise_bwd(int alg, float alpha, int64_t n, const float *y, const float *dy, float *dx)
 {
-    int rc = 0;
     key k = {.kind = K_ELT_BWD, .v = {alg, n}, .f = {alpha}};
-    uint64_t h;
-    entry *fwd;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        if ((rc = elt_get_fwd(&fwd, alg, alpha, n)) < 0)
-            goto err;
-        dnnl_memory_desc_t md = md_plain(1, &n);
-        dnnl_eltwise_desc_t d;
-        DN(dnnl_eltwise_backward_desc_init(&d, elt_alg(alg), &md, &md, alpha, 0.0f));
-        aspec as[3] = {
-            {DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0}, {DNNL_ARG_DIFF_SRC, &md, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as, 8 * n)) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[3] = {(void *)y, (void *)dy, dx};
-    rc = entry_run(e, ptrs);
-err:
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, NULL, ptrs);
 }
 
 /* ---------------- softmax ---------------- */
 
-static int sm_get_fwd(entry **out, bool log, int64_t rows, int64_t cols)
+/* Key: (log, rows, cols). */
+static int sm_fwd_build(spec *s, const key *k, const void *unused)
 {
-    int rc = 0;
-    key k = {.kind = K_SM_FWD, .v = {log, rows, cols}};
-    uint64_t h;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        int64_t dims[2] = {rows, cols};
-        dnnl_memory_desc_t md = md_plain(2, dims);
-        dnnl_softmax_v2_desc_t d;
-        DN(dnnl_softmax_v2_forward_desc_init(&d, dnnl_forward_training,
-                                             log ? dnnl_softmax_log : dnnl_softmax_accurate, &md,
-                                             &md, 1));
-        aspec as[2] = {{DNNL_ARG_SRC, &md, 0}, {DNNL_ARG_DST, &md, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, NULL, 2, as, 8 * rows * cols)) < 0)
-            goto err;
-        insert(e);
-    }
-    *out = e;
+    (void)unused;
+    int64_t dims[2] = {k->v[1], k->v[2]};
+    dnnl_memory_desc_t md = md_plain(2, dims);
+    int rc = DN_RC(dnnl_softmax_v2_forward_desc_init(
+        &s->op.sm, dnnl_forward_training, k->v[0] ? dnnl_softmax_log : dnnl_softmax_accurate, &md,
+        &md, 1));
+    if (rc < 0)
+        return rc;
+    aspec as[2] = {{DNNL_ARG_SRC, &md, 0}, {DNNL_ARG_DST, &md, 1}};
+    spec_args(s, 2, as);
+    s->work = 8 * dims[0] * dims[1];
     return 0;
-err:
-    return rc;
+}
+
+static int sm_bwd_build(spec *s, const key *k, const void *unused)
+{
+    int64_t dims[2] = {k->v[1], k->v[2]};
+    dnnl_memory_desc_t md = md_plain(2, dims);
+    int rc;
+    if ((rc = hint_cached(s, k, K_SM_FWD, unused)) < 0 ||
+        (rc = DN_RC(dnnl_softmax_v2_backward_desc_init(
+             &s->op.sm, k->v[0] ? dnnl_softmax_log : dnnl_softmax_accurate, &md, &md, &md, 1))) < 0)
+        return rc;
+    aspec as[3] = {
+        {DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0}, {DNNL_ARG_DIFF_SRC, &md, 1}};
+    spec_args(s, 3, as);
+    s->work = 8 * dims[0] * dims[1];
+    return 0;
 }
 
 int ct__cpu_softmax_fwd(bool log, int64_t rows, int64_t cols, const float *x, float *y)
 {
-    int rc = 0;
-    entry *e;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0 || (rc = sm_get_fwd(&e, log, rows, cols)) < 0)
-        goto err;
+    key k = {.kind = K_SM_FWD, .v = {log, rows, cols}};
     void *ptrs[2] = {(void *)x, y};
-    rc = entry_run(e, ptrs);
-err:
-    pthread_mutex_unlock(&G.mu);
-    return rc;
+    return run(&k, NULL, ptrs);
 }
 
 int ct__cpu_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, const float *dy,
                         float *dx)
 {
-    int rc = 0;
     key k = {.kind = K_SM_BWD, .v = {log, rows, cols}};
-    uint64_t h;
-    entry *fwd;
-    pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0)
-        goto err;
-    entry *e = lookup(&k, &h);
-    if (!e) {
-        if ((rc = sm_get_fwd(&fwd, log, rows, cols)) < 0)
-            goto err;
-        int64_t dims[2] = {rows, cols};
-        dnnl_memory_desc_t md = md_plain(2, dims);
-        dnnl_softmax_v2_desc_t d;
-        DN(dnnl_softmax_v2_backward_desc_init(&d, log ? dnnl_softmax_log : dnnl_softmax_accurate,
-                                              &md, &md, &md, 1));
-        aspec as[3] = {
-            {DNNL_ARG_DST, &md, 0}, {DNNL_ARG_DIFF_DST, &md, 0}, {DNNL_ARG_DIFF_SRC, &md, 1}};
-        if ((rc = entry_make(&e, &k, h, &d, NULL, fwd->pd, 3, as, 8 * rows * cols)) < 0)
-            goto err;
-        insert(e);
-    }
     void *ptrs[3] = {(void *)y, (void *)dy, dx};
+    return run(&k, NULL, ptrs);
+}
+
+/* ---------------- the cache: a kind's build function, made once, run per call ---------------- */
+
+/* Each kind's build function: the only table of primitives. */
+static const build_fn BUILD[K_COUNT] = {
+    [K_CONV_FWD] = conv_build,         [K_CONV_BWD_D] = conv_build,
+    [K_CONV_BWD_W] = conv_build,       [K_IP_FWD] = ip_build,
+    [K_IP_BWD_D] = ip_build,           [K_IP_BWD_W] = ip_build,
+    [K_MATMUL] = matmul_build,         [K_MATMUL_LP] = matmul_build,
+    [K_BN_FWD_TRAIN] = bn_train_build, [K_BN_FWD_INFER] = bn_infer_build,
+    [K_BN_BWD] = bn_bwd_build,         [K_POOL_FWD] = pool_fwd_build,
+    [K_POOL_BWD] = pool_bwd_build,     [K_ELT_FWD] = elt_fwd_build,
+    [K_ELT_BWD] = elt_bwd_build,       [K_SM_FWD] = sm_fwd_build,
+    [K_SM_BWD] = sm_bwd_build,         [K_REORDER] = reorder_build,
+};
+
+static int build(spec *s, const key *k, const void *p)
+{
+    if (k->kind <= 0 || k->kind >= K_COUNT || !BUILD[k->kind])
+        return ct__error(CT_EINVAL, "dnnl: no build function for primitive kind %d", k->kind);
+    return BUILD[k->kind](s, k, p);
+}
+
+/* *out: k's entry, made by its kind's build function and cached on the first call. Caller
+ * holds G.mu, the engine made. */
+static int cached(entry **out, const key *k, const void *p)
+{
+    uint64_t h;
+    entry *e = lookup(k, &h);
+    if (e) {
+        *out = e;
+        return 0;
+    }
+    spec s;
+    memset(&s, 0, sizeof s);
+    int rc;
+    if ((rc = build(&s, k, p)) == 0 && (rc = entry_make(&e, k, h, &s)) == 0) {
+        insert(e);
+        *out = e;
+    }
+    spec_fini(&s);
+    return rc;
+}
+
+/* Runs k's primitive with ptrs[i] as the data of its argument i. */
+static int run(const key *k, const void *p, void *const *ptrs)
+{
+    entry *e;
+    int rc;
+    pthread_mutex_lock(&G.mu);
+    if ((rc = ensure_engine()) < 0 || (rc = cached(&e, k, p)) < 0)
+        goto out;
     rc = entry_run(e, ptrs);
-err:
+out:
     pthread_mutex_unlock(&G.mu);
     return rc;
+}
+
+/* The workspace size of k's primitive; 0 when it has none or cannot be made. */
+static size_t ws_bytes(const key *k, const void *p)
+{
+    entry *e;
+    size_t n = 0;
+    pthread_mutex_lock(&G.mu);
+    if (ensure_engine() == 0 && cached(&e, k, p) == 0)
+        n = e->ws_bytes;
+    pthread_mutex_unlock(&G.mu);
+    return n;
 }
 
 /* ---------------- misc ---------------- */

@@ -17,9 +17,12 @@
  * ifunc): the binary still runs anywhere. Where a file is compiled with -ffp-contract=off
  * (optim_cpu.c) every clone gives the same bits; elsewhere the v3 and v4 clones contract to FMA,
  * which changes the last bits against the baseline clone (the same on one machine).
- * Not under clang or ASan (no target_clones there). */
+ * Not under clang, nor under a sanitizer (the compiler defines __SANITIZE_ADDRESS__ or
+ * __SANITIZE_THREAD__; make sanitize, make tsan): the ifunc resolvers run while the dynamic
+ * linker relocates, before TSan's runtime is up, and an instrumented resolver then crashes the
+ * program before main. There the loops are built once, for the baseline ISA. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(__SANITIZE_ADDRESS__)
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define CT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CT_CLONES

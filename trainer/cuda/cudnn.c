@@ -78,12 +78,9 @@ static int dnn_status(cudnnStatus_t s, const char *fn, int line)
                      more[0] ? ": " : "", more);
 }
 
-/* DNN(cudnnFoo, args...): calls it; on failure sets rc and goes to `out`. */
-#define DNN(f, ...)                                                                                \
-    do {                                                                                           \
-        if ((rc = dnn_status(f(__VA_ARGS__), #f, __LINE__)) < 0)                                   \
-            goto out;                                                                              \
-    } while (0)
+/* DNN_RC(cudnnFoo, args...): calls it; 0, or the mapped code with the message set (the
+ * function's name and line). The caller decides where to go: `if ((rc = DNN_RC(...)) < 0)`. */
+#define DNN_RC(f, ...) dnn_status(f(__VA_ARGS__), #f, __LINE__)
 
 /* ---------------- the thread's handle ---------------- */
 
@@ -110,14 +107,16 @@ static int handle_get(cudnnHandle_t *h, void *stream)
         return ct__error(CT_ENOMEM, "cudnn: pthread_key_create: %s", strerror(handle_key_err));
     cudnnHandle_t mine = pthread_getspecific(handle_key);
     if (!mine) {
-        DNN(cudnnCreate, &mine);
+        if ((rc = DNN_RC(cudnnCreate, &mine)) < 0)
+            goto out;
         int e = pthread_setspecific(handle_key, mine);
         if (e) {
             cudnnDestroy(mine);
             return ct__error(CT_ENOMEM, "cudnn: pthread_setspecific: %s", strerror(e));
         }
     }
-    DNN(cudnnSetStream, mine, (cudaStream_t)stream);
+    if ((rc = DNN_RC(cudnnSetStream, mine, (cudaStream_t)stream)) < 0)
+        goto out;
     *h = mine;
 out:
     return rc;
@@ -151,8 +150,11 @@ static int tensor_new_dt(cudnnTensorDescriptor_t *d, const char *fn, cudnnDataTy
     *d = NULL;
     if (rc < 0)
         return rc;
-    DNN(cudnnCreateTensorDescriptor, d);
-    DNN(cudnnSetTensor4dDescriptor, *d, CUDNN_TENSOR_NCHW, dt, (int)n, (int)c, (int)h, (int)w);
+    if ((rc = DNN_RC(cudnnCreateTensorDescriptor, d)) < 0)
+        goto out;
+    if ((rc = DNN_RC(cudnnSetTensor4dDescriptor, *d, CUDNN_TENSOR_NCHW, dt, (int)n, (int)c, (int)h,
+                     (int)w)) < 0)
+        goto out;
     return 0;
 out:
     if (*d)
@@ -257,18 +259,24 @@ static int conv_descs_make(conv_descs *d, const ct__conv_p *p, const char *fn)
         (rc = tensor_new(&d->b, fn, 1, p->oc, 1, 1)) < 0 ||
         (lp && (rc = tensor_new(&d->yf, fn, p->n, p->oc, p->oh, p->ow)) < 0))
         goto out;
-    DNN(cudnnCreateFilterDescriptor, &d->w);
-    DNN(cudnnSetFilter4dDescriptor, d->w, dt, CUDNN_TENSOR_NCHW, (int)p->oc, (int)p->ic, (int)p->kh,
-        (int)p->kw);
-    DNN(cudnnCreateConvolutionDescriptor, &d->conv);
-    DNN(cudnnSetConvolution2dDescriptor, d->conv, (int)p->ph, (int)p->pw, (int)p->sh, (int)p->sw,
-        (int)p->dh, (int)p->dw, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+    if ((rc = DNN_RC(cudnnCreateFilterDescriptor, &d->w)) < 0)
+        goto out;
+    if ((rc = DNN_RC(cudnnSetFilter4dDescriptor, d->w, dt, CUDNN_TENSOR_NCHW, (int)p->oc,
+                     (int)p->ic, (int)p->kh, (int)p->kw)) < 0)
+        goto out;
+    if ((rc = DNN_RC(cudnnCreateConvolutionDescriptor, &d->conv)) < 0)
+        goto out;
+    if ((rc = DNN_RC(cudnnSetConvolution2dDescriptor, d->conv, (int)p->ph, (int)p->pw, (int)p->sh,
+                     (int)p->sw, (int)p->dh, (int)p->dw, CUDNN_CROSS_CORRELATION,
+                     CUDNN_DATA_FLOAT)) < 0)
+        goto out;
     /* plain f32: no TF32 unless ct_set_tf32(true) (the file's header says why); bf16 / f16 on
      * tensor cores */
-    DNN(cudnnSetConvolutionMathType, d->conv,
-        lp                   ? CUDNN_TENSOR_OP_MATH
-        : ct__tf32_allowed() ? CUDNN_DEFAULT_MATH
-                             : CUDNN_FMA_MATH);
+    if ((rc = DNN_RC(cudnnSetConvolutionMathType, d->conv,
+                     lp                   ? CUDNN_TENSOR_OP_MATH
+                     : ct__tf32_allowed() ? CUDNN_DEFAULT_MATH
+                                          : CUDNN_FMA_MATH)) < 0)
+        goto out;
     return 0;
 out:
     conv_descs_free(d);
@@ -351,22 +359,25 @@ static int algo_query(cudnnHandle_t h, const conv_descs *d, int dir, algo_perf *
     int rc = 0, got = 0;
     if (dir == ALGO_FWD) {
         cudnnConvolutionFwdAlgoPerf_t r[ALGO_MAX];
-        DNN(cudnnGetConvolutionForwardAlgorithm_v7, h, d->x, d->w, d->conv, d->y, ALGO_MAX, &got,
-            r);
+        if ((rc = DNN_RC(cudnnGetConvolutionForwardAlgorithm_v7, h, d->x, d->w, d->conv, d->y,
+                         ALGO_MAX, &got, r)) < 0)
+            goto out;
         for (int i = 0; i < got; i++)
             perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType,
                                   r[i].determinism};
     } else if (dir == ALGO_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t r[ALGO_MAX];
-        DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7, h, d->w, d->y, d->conv, d->x, ALGO_MAX,
-            &got, r);
+        if ((rc = DNN_RC(cudnnGetConvolutionBackwardDataAlgorithm_v7, h, d->w, d->y, d->conv, d->x,
+                         ALGO_MAX, &got, r)) < 0)
+            goto out;
         for (int i = 0; i < got; i++)
             perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType,
                                   r[i].determinism};
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t r[ALGO_MAX];
-        DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7, h, d->x, d->y, d->conv, d->w, ALGO_MAX,
-            &got, r);
+        if ((rc = DNN_RC(cudnnGetConvolutionBackwardFilterAlgorithm_v7, h, d->x, d->y, d->conv,
+                         d->w, ALGO_MAX, &got, r)) < 0)
+            goto out;
         for (int i = 0; i < got; i++)
             perf[i] = (algo_perf){(int)r[i].algo, r[i].status, r[i].memory, r[i].mathType,
                                   r[i].determinism};
@@ -382,15 +393,14 @@ static int algo_ws(cudnnHandle_t h, const conv_descs *d, int dir, int algo, size
     int rc = 0;
     *bytes = 0;
     if (dir == ALGO_FWD)
-        DNN(cudnnGetConvolutionForwardWorkspaceSize, h, d->x, d->w, d->conv, d->y,
-            (cudnnConvolutionFwdAlgo_t)algo, bytes);
+        rc = DNN_RC(cudnnGetConvolutionForwardWorkspaceSize, h, d->x, d->w, d->conv, d->y,
+                    (cudnnConvolutionFwdAlgo_t)algo, bytes);
     else if (dir == ALGO_BWD_DATA)
-        DNN(cudnnGetConvolutionBackwardDataWorkspaceSize, h, d->w, d->y, d->conv, d->x,
-            (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+        rc = DNN_RC(cudnnGetConvolutionBackwardDataWorkspaceSize, h, d->w, d->y, d->conv, d->x,
+                    (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
     else
-        DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize, h, d->x, d->y, d->conv, d->w,
-            (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
-out:
+        rc = DNN_RC(cudnnGetConvolutionBackwardFilterWorkspaceSize, h, d->x, d->y, d->conv, d->w,
+                    (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
     return rc;
 }
 
@@ -553,12 +563,15 @@ int ct__cuda_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const
                             (rc = lp_get(&l, p->dt, w, nw(p), &wl, stream)) < 0 ||
                             (rc = lp_get(&l, p->dt, NULL, ny(p), &yl, stream)) < 0))
         goto out;
-    DNN(cudnnConvolutionForward, c.h, &ONE, c.d.x, xl, c.d.w, wl, c.d.conv,
-        (cudnnConvolutionFwdAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.y, yl);
+    if ((rc = DNN_RC(cudnnConvolutionForward, c.h, &ONE, c.d.x, xl, c.d.w, wl, c.d.conv,
+                     (cudnnConvolutionFwdAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.y, yl)) < 0)
+        goto out;
     if (p->dt != CT_F32 && (rc = ct__cuda_from_lp(p->dt, yl, y, ny(p), stream)) < 0)
         goto out;
-    if (p->bias) /* y += b, broadcast over (n, oh, ow) */
-        DNN(cudnnAddTensor, c.h, &ONE, c.d.b, b, &ONE, c.d.yf ? c.d.yf : c.d.y, y);
+    /* y += b, broadcast over (n, oh, ow) */
+    if (p->bias &&
+        (rc = DNN_RC(cudnnAddTensor, c.h, &ONE, c.d.b, b, &ONE, c.d.yf ? c.d.yf : c.d.y, y)) < 0)
+        goto out;
 out:
     return conv_end(&c, lp_put(&l, rc));
 }
@@ -577,8 +590,10 @@ int ct__cuda_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy,
                             (rc = lp_get(&l, p->dt, dy, ny(p), &dyl, stream)) < 0 ||
                             (rc = lp_get(&l, p->dt, NULL, nx(p), &dxl, stream)) < 0))
         goto out;
-    DNN(cudnnConvolutionBackwardData, c.h, &ONE, c.d.w, wl, c.d.y, dyl, c.d.conv,
-        (cudnnConvolutionBwdDataAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.x, dxl);
+    if ((rc = DNN_RC(cudnnConvolutionBackwardData, c.h, &ONE, c.d.w, wl, c.d.y, dyl, c.d.conv,
+                     (cudnnConvolutionBwdDataAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.x, dxl)) <
+        0)
+        goto out;
     if (p->dt != CT_F32)
         rc = ct__cuda_from_lp(p->dt, dxl, dx, nx(p), stream);
 out:
@@ -601,12 +616,16 @@ int ct__cuda_conv_bwd_weights(const ct__conv_p *p, const float *x, const float *
                             (rc = lp_get(&l, p->dt, dy, ny(p), &dyl, stream)) < 0 ||
                             (rc = lp_get(&l, p->dt, NULL, nw(p), &dwl, stream)) < 0))
         goto out;
-    DNN(cudnnConvolutionBackwardFilter, c.h, &ONE, c.d.x, xl, c.d.y, dyl, c.d.conv,
-        (cudnnConvolutionBwdFilterAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.w, dwl);
+    if ((rc = DNN_RC(cudnnConvolutionBackwardFilter, c.h, &ONE, c.d.x, xl, c.d.y, dyl, c.d.conv,
+                     (cudnnConvolutionBwdFilterAlgo_t)c.algo, c.ws, c.ws_bytes, &ZERO, c.d.w,
+                     dwl)) < 0)
+        goto out;
     if (p->dt != CT_F32 && (rc = ct__cuda_from_lp(p->dt, dwl, dw, nw(p), stream)) < 0)
         goto out;
-    if (p->bias) /* db = dy (f32) summed over (n, oh, ow) */
-        DNN(cudnnConvolutionBackwardBias, c.h, &ONE, c.d.yf ? c.d.yf : c.d.y, dy, &ZERO, c.d.b, db);
+    /* db = dy (f32) summed over (n, oh, ow) */
+    if (p->bias && (rc = DNN_RC(cudnnConvolutionBackwardBias, c.h, &ONE, c.d.yf ? c.d.yf : c.d.y,
+                                dy, &ZERO, c.d.b, db)) < 0)
+        goto out;
 out:
     return conv_end(&c, lp_put(&l, rc));
 }
@@ -658,17 +677,23 @@ int ct__cuda_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale,
         return rc;
     /* factor 1 makes the running stats this batch's: running = 0 * old + 1 * batch. The old
      * values are zeroed first, or garbage (a NaN) in them would survive the 0 * old. */
-    DNN(cudnnSetTensor, d.h, d.v, mean, &ZERO);
-    DNN(cudnnSetTensor, d.h, d.v, var, &ZERO);
-    DNN(cudnnBatchNormalizationForwardTraining, d.h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, d.x, x,
-        d.x, y, d.v, scale, shift, 1.0, mean, var, (double)p->eps, NULL, NULL);
+    if ((rc = DNN_RC(cudnnSetTensor, d.h, d.v, mean, &ZERO)) < 0)
+        goto out;
+    if ((rc = DNN_RC(cudnnSetTensor, d.h, d.v, var, &ZERO)) < 0)
+        goto out;
+    if ((rc = DNN_RC(cudnnBatchNormalizationForwardTraining, d.h, CUDNN_BATCHNORM_SPATIAL, &ONE,
+                     &ZERO, d.x, x, d.x, y, d.v, scale, shift, 1.0, mean, var, (double)p->eps, NULL,
+                     NULL)) < 0)
+        goto out;
     /* cuDNN's running variance is the unbiased one (sum / (m-1)); the contract's is biased */
     int64_t m = p->n * p->hw;
     if (m > 1) {
         float f = (float)((double)(m - 1) / (double)m);
-        DNN(cudnnScaleTensor, d.h, d.v, var, &f);
+        if ((rc = DNN_RC(cudnnScaleTensor, d.h, d.v, var, &f)) < 0)
+            goto out;
     } else {
-        DNN(cudnnSetTensor, d.h, d.v, var, &ZERO); /* one value: its unbiased variance is 0/0 */
+        if ((rc = DNN_RC(cudnnSetTensor, d.h, d.v, var, &ZERO)) < 0)
+            goto out; /* one value: its unbiased variance is 0/0 */
     }
 out:
     bn_descs_free(&d);
@@ -685,8 +710,9 @@ int ct__cuda_bn_fwd_infer(const ct__bn_p *p, const float *x, const float *scale,
                  : 0;
     if (rc < 0 || (rc = bn_begin(&d, p, fn, stream)) < 0)
         return rc;
-    DNN(cudnnBatchNormalizationForwardInference, d.h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, d.x, x,
-        d.x, y, d.v, scale, shift, mean, var, (double)p->eps);
+    if ((rc = DNN_RC(cudnnBatchNormalizationForwardInference, d.h, CUDNN_BATCHNORM_SPATIAL, &ONE,
+                     &ZERO, d.x, x, d.x, y, d.v, scale, shift, mean, var, (double)p->eps)) < 0)
+        goto out;
 out:
     bn_descs_free(&d);
     return rc;
@@ -708,8 +734,10 @@ int ct__cuda_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const fl
     if ((rc = ct__cuda_malloc((void **)&inv_std, (size_t)p->c * sizeof(float), stream)) < 0 ||
         (rc = ct__cuda_inv_std(var, p->eps, inv_std, p->c, stream)) < 0)
         goto out;
-    DNN(cudnnBatchNormalizationBackward, d.h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO, &ONE, &ZERO,
-        d.x, x, d.x, dy, d.x, dx, d.v, scale, dscale, dshift, (double)p->eps, mean, inv_std);
+    if ((rc = DNN_RC(cudnnBatchNormalizationBackward, d.h, CUDNN_BATCHNORM_SPATIAL, &ONE, &ZERO,
+                     &ONE, &ZERO, d.x, x, d.x, dy, d.x, dx, d.v, scale, dscale, dshift,
+                     (double)p->eps, mean, inv_std)) < 0)
+        goto out;
 out:
     bn_descs_free(&d);
     return ws_put(rc, inv_std);
@@ -766,10 +794,12 @@ static int pool_descs_make(pool_descs *d, const ct__pool_p *p, const char *fn)
                               : p->alg == CT__POOL_AVG_INCL
                                   ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
                                   : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
-    DNN(cudnnCreatePoolingDescriptor, &d->pool);
+    if ((rc = DNN_RC(cudnnCreatePoolingDescriptor, &d->pool)) < 0)
+        goto out;
     /* a NaN in a window is the maximum, as in PyTorch: training should see it */
-    DNN(cudnnSetPooling2dDescriptor, d->pool, mode, CUDNN_PROPAGATE_NAN, (int)p->kh, (int)p->kw,
-        (int)p->ph, (int)p->pw, (int)p->sh, (int)p->sw);
+    if ((rc = DNN_RC(cudnnSetPooling2dDescriptor, d->pool, mode, CUDNN_PROPAGATE_NAN, (int)p->kh,
+                     (int)p->kw, (int)p->ph, (int)p->pw, (int)p->sh, (int)p->sw)) < 0)
+        goto out;
     return 0;
 out:
     pool_descs_free(d);
@@ -786,7 +816,8 @@ int ct__cuda_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *strea
         return rc;
     if ((rc = handle_get(&h, stream)) < 0)
         goto out;
-    DNN(cudnnPoolingForward, h, d.pool, &ONE, d.x, x, &ZERO, d.y, y);
+    if ((rc = DNN_RC(cudnnPoolingForward, h, d.pool, &ONE, d.x, x, &ZERO, d.y, y)) < 0)
+        goto out;
 out:
     pool_descs_free(&d);
     return rc;
@@ -803,7 +834,9 @@ int ct__cuda_pool_bwd(const ct__pool_p *p, const float *x, const float *y, const
         return rc;
     if ((rc = handle_get(&h, stream)) < 0)
         goto out;
-    DNN(cudnnPoolingBackward, h, d.pool, &ONE, d.y, y, d.y, dy, d.x, x, &ZERO, d.x, dx);
+    if ((rc = DNN_RC(cudnnPoolingBackward, h, d.pool, &ONE, d.y, y, d.y, dy, d.x, x, &ZERO, d.x,
+                     dx)) < 0)
+        goto out;
 out:
     pool_descs_free(&d);
     return rc;
@@ -852,10 +885,12 @@ static int act_descs_make(act_descs *d, int alg, float alpha, int64_t n, const c
     }
     if ((rc = tensor_new(&d->t, fn, 1, 1, 1, n)) < 0)
         return rc;
-    DNN(cudnnCreateActivationDescriptor, &d->act);
+    if ((rc = DNN_RC(cudnnCreateActivationDescriptor, &d->act)) < 0)
+        goto out;
     /* coef: ELU's alpha (the clipping bound of CLIPPED_RELU, unused otherwise); NaN in, NaN out */
-    DNN(cudnnSetActivationDescriptor, d->act, mode, CUDNN_PROPAGATE_NAN,
-        alg == CT__ELT_ELU ? (double)alpha : 0.0);
+    if ((rc = DNN_RC(cudnnSetActivationDescriptor, d->act, mode, CUDNN_PROPAGATE_NAN,
+                     alg == CT__ELT_ELU ? (double)alpha : 0.0)) < 0)
+        goto out;
     return 0;
 out:
     act_descs_free(d);
@@ -872,7 +907,8 @@ int ct__cuda_eltwise_fwd(int alg, float alpha, int64_t n, const float *x, float 
         return rc;
     if ((rc = handle_get(&h, stream)) < 0)
         goto out;
-    DNN(cudnnActivationForward, h, d.act, &ONE, d.t, x, &ZERO, d.t, y);
+    if ((rc = DNN_RC(cudnnActivationForward, h, d.act, &ONE, d.t, x, &ZERO, d.t, y)) < 0)
+        goto out;
 out:
     act_descs_free(&d);
     return rc;
@@ -889,7 +925,9 @@ int ct__cuda_eltwise_bwd(int alg, float alpha, int64_t n, const float *x, const 
         return rc;
     if ((rc = handle_get(&h, stream)) < 0)
         goto out;
-    DNN(cudnnActivationBackward, h, d.act, &ONE, d.t, y, d.t, dy, d.t, x, &ZERO, d.t, dx);
+    if ((rc = DNN_RC(cudnnActivationBackward, h, d.act, &ONE, d.t, y, d.t, dy, d.t, x, &ZERO, d.t,
+                     dx)) < 0)
+        goto out;
 out:
     act_descs_free(&d);
     return rc;
@@ -910,8 +948,9 @@ int ct__cuda_softmax_fwd(bool log, int64_t rows, int64_t cols, const float *x, f
     if ((rc = handle_get(&h, stream)) < 0)
         goto out;
     /* ACCURATE subtracts each row's maximum first, as the CPU does */
-    DNN(cudnnSoftmaxForward, h, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
-        CUDNN_SOFTMAX_MODE_INSTANCE, &ONE, t, x, &ZERO, t, y);
+    if ((rc = DNN_RC(cudnnSoftmaxForward, h, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
+                     CUDNN_SOFTMAX_MODE_INSTANCE, &ONE, t, x, &ZERO, t, y)) < 0)
+        goto out;
 out:
     tensor_free(&t);
     return rc;
@@ -928,8 +967,9 @@ int ct__cuda_softmax_bwd(bool log, int64_t rows, int64_t cols, const float *y, c
         return rc;
     if ((rc = handle_get(&h, stream)) < 0)
         goto out;
-    DNN(cudnnSoftmaxBackward, h, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
-        CUDNN_SOFTMAX_MODE_INSTANCE, &ONE, t, y, t, dy, &ZERO, t, dx);
+    if ((rc = DNN_RC(cudnnSoftmaxBackward, h, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
+                     CUDNN_SOFTMAX_MODE_INSTANCE, &ONE, t, y, t, dy, &ZERO, t, dx)) < 0)
+        goto out;
 out:
     tensor_free(&t);
     return rc;

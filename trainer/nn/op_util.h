@@ -140,10 +140,4 @@ static inline int mm_dt(const ct__backend *bk, int dt, int64_t m, int64_t k, int
     return CT__BK_CALL(bk, matmul_lp, dt, m, k, n, a, ta, b, tb, c, acc);
 }
 
-#define OUT_OR_FAIL(t)                                                                             \
-    do {                                                                                           \
-        if (!(t))                                                                                  \
-            goto err;                                                                              \
-    } while (0)
-
 #endif

@@ -154,7 +154,8 @@ ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b)
         return NULL;
     int64_t shape[2] = {c.n, c.oc};
     y = new_out(bk, 2, shape);
-    OUT_OR_FAIL(y);
+    if (!y)
+        goto err;
     if (c.dt != CT_F32) {
         /* autocast: y = x @ w^T in c.dt, then + b in f32 as a rank-1 product ones (n) b (oc),
          * exact */
@@ -229,7 +230,8 @@ ct_tensor *ct_nn_matmul(ct_tensor *a, ct_tensor *b)
         return NULL;
     int64_t shape[2] = {c.m, c.n};
     y = new_out(bk, 2, shape);
-    OUT_OR_FAIL(y);
+    if (!y)
+        goto err;
     if (mm_dt(bk, c.dt, c.m, c.k, c.n, ct__f32(a), false, ct__f32(b), false, ct__f32(y), false) < 0)
         goto err;
     if (record("matmul", matmul_bw, y, 2, in, &c, sizeof(c), NULL) < 0)
@@ -333,7 +335,8 @@ static ct_tensor *conv_common(const char *op, ct_tensor *x, ct_tensor *w, ct_ten
         return NULL;
     int64_t shape[4] = {p.n, p.oc, p.oh, p.ow};
     y = new_out(bk, 4, shape);
-    OUT_OR_FAIL(y);
+    if (!y)
+        goto err;
     y->fmt = p.yfmt;
     if (K(conv_fwd, &p, ct__f32(x), ct__f32(w), b ? ct__f32(b) : NULL, ct__f32(y)) < 0)
         goto err;
@@ -692,7 +695,8 @@ static ct_tensor *apool_plain(ct_tensor *x, int out_h, int out_w)
     int64_t shape[4] = {x->shape[0], x->shape[1], out_h, out_w};
     const ct__backend *bk = ct__bk(x);
     y = new_out(bk, 4, shape);
-    OUT_OR_FAIL(y);
+    if (!y)
+        goto err;
     if (K(adaptive_avg_fwd, c.nc, c.ih, c.iw, c.oh, c.ow, ct__f32(x), ct__f32(y)) < 0)
         goto err;
     if (record("adaptive_avg_pool2d", apool_bw, y, 1, &x, &c, sizeof(c), NULL) < 0)
@@ -731,7 +735,8 @@ static ct_tensor *elt(const char *op, ct_tensor *x, int alg, float alpha)
     elt_ctx c = {alg, alpha};
     const ct__backend *bk = ct__bk(x);
     y = new_out(bk, x->ndim, x->shape);
-    OUT_OR_FAIL(y);
+    if (!y)
+        goto err;
     y->fmt = x->fmt; /* elementwise: any layout */
     if (K(eltwise_fwd, alg, alpha, ct_tensor_numel(x), ct__f32(x), ct__f32(y)) < 0)
         goto err;
@@ -792,7 +797,8 @@ static ct_tensor *softmax_common(const char *op, ct_tensor *x, bool log)
     sm_ctx c = {log, ct_tensor_numel(x) / x->shape[x->ndim - 1], x->shape[x->ndim - 1]};
     const ct__backend *bk = ct__bk(x);
     y = new_out(bk, x->ndim, x->shape);
-    OUT_OR_FAIL(y);
+    if (!y)
+        goto err;
     if (K(softmax_fwd, log, c.rows, c.cols, ct__f32(x), ct__f32(y)) < 0)
         goto err;
     if (record(op, sm_bw, y, 1, &x, &c, sizeof(c), NULL) < 0)
@@ -877,7 +883,8 @@ static ct_tensor *add_same_fmt(ct_tensor *a, ct_tensor *b)
     if (!bk)
         return NULL;
     y = new_out(bk, a->ndim, a->shape);
-    OUT_OR_FAIL(y);
+    if (!y)
+        goto err;
     y->fmt = a->fmt;
     if (K(add, ct_tensor_numel(a), ct__f32(a), ct__f32(b), ct__f32(y)) < 0)
         goto err;
@@ -907,7 +914,8 @@ ct_tensor *ct_nn_sum(ct_tensor *x)
         return NULL;
     const ct__backend *bk = ct__bk(x);
     y = new_out(bk, 0, NULL);
-    OUT_OR_FAIL(y);
+    if (!y)
+        goto err;
     if (K(sum, ct_tensor_numel(x), ct__f32(x), ct__f32(y)) < 0)
         goto err;
     if (record("sum", sum_bw, y, 1, &x, NULL, 0, NULL) < 0)

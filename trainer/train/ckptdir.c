@@ -72,16 +72,8 @@ static int write_atomic(const char *dir, const char *name, const void *buf, size
     int rc = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return ct__error(CT_EIO, "checkpoint_dir: cannot create %s: %s", tmp, strerror(errno));
-    for (size_t off = 0; off < len && rc == 0;) {
-        ssize_t w = write(fd, (const char *)buf + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            rc = ct__error(CT_EIO, "checkpoint_dir: writing %s: %s", tmp,
-                           w < 0 ? strerror(errno) : "no progress");
-        else
-            off += (size_t)w;
-    }
+    if (ct__write_all(fd, buf, len) < 0)
+        rc = ct__error(CT_EIO, "checkpoint_dir: writing %s: %s", tmp, strerror(errno));
     if (rc == 0 && fsync(fd) != 0)
         rc = ct__error(CT_EIO, "checkpoint_dir: fsync %s: %s", tmp, strerror(errno));
     close(fd);

@@ -45,7 +45,7 @@ static int64_t kernel_id(void)
         boot[0] = 0;
     fclose(f);
     boot[strcspn(boot, "\n")] = 0;
-    return boot[0] ? (int64_t)(ct__trainer_hash(boot, strlen(boot)) >> 1) | 1 : 0;
+    return boot[0] ? (int64_t)(ct__fnv1a64(boot, strlen(boot)) >> 1) | 1 : 0;
 }
 
 /* Sets mask on every thread of this process. Threads created later inherit it from their

@@ -483,7 +483,6 @@ int ct__replica_bind_cpus(ct_comm *comm, int threads, bool enabled, int timeout_
 /* Registers the replica class (idempotent); the library does it from a constructor. */
 int ct__trainer_register_replica_class(void);
 
-uint64_t ct__trainer_hash(const void *p, size_t n);
 /* Prefixes the calling thread's ct_last_error() message with the formatted text ("<text>:
  * <old message>") and returns rc. (ct__error cannot take ct_last_error() as an argument:
  * both are the same buffer.) */

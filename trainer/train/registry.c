@@ -697,15 +697,6 @@ fail:
     return rc;
 }
 
-uint64_t ct__trainer_hash(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 int ct__trainer_error_prefix(int rc, const char *fmt, ...)
 {
     char old[700], prefix[400];

@@ -668,7 +668,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             free(host);
             return rc;
         }
-        uint64_t h = ct__trainer_hash(host, bytes);
+        uint64_t h = ct__fnv1a64(host, bytes);
         if (host != values)
             free(host);
         rep.weights_hash = m ? mix(rep.weights_hash ^ h) : h;

@@ -532,7 +532,7 @@ static void put_run(head *h, const dput *p, int ni)
     char hx[2 * IDLEN + 1];
     int rc = add_holder(D, p->id, p->size, ni);
     if (rc == CT_ENOSPC) {
-        hex(p->id, hx);
+        ct__hex(hx, p->id, IDLEN);
         REPLY_ERR(h, &p->rid, p->req, rc, "obj_put_done",
                   "obj_put_done: the directory lists %d objects, its limit (object %s)", D->no, hx);
         return;
@@ -646,7 +646,7 @@ void ct__objdir_on_put_done(head *h, const ct__rid *rid, Ct__Envelope *e, ct__he
     }
     D->pk[D->npk++] = p;
     char hx[2 * IDLEN + 1];
-    hex(p.id, hx);
+    ct__hex(hx, p.id, IDLEN);
     CT_LOG(CT_LOG_INFO, "objdir", "put of %s on %s waits for that node's store to register", hx,
            p.node);
 }

@@ -30,6 +30,7 @@
 #include "common/auth.h"
 #include "common/common.h"
 #include "head/head.h"
+#include "head/watch.h"
 #include "objectstore/store.h"
 #include "objectstore/transfer.h"
 #include "proto/msg.h"
@@ -132,8 +133,10 @@ static void *hb_main(void *arg)
             }
         }
     }
-    if (own >= 0)
+    if (own >= 0) { /* a leave, not a death (head/watch.h) */
+        send(own, (char[]){CT__WATCH_LEAVING}, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
         close(own);
+    }
     /* ct_shutdown: the last one says the driver leaves, so its job ends at once (its actors,
      * KV keys and the nodes' zygotes); a moment to deliver it */
     Ct__Envelope e;
@@ -397,6 +400,10 @@ void ct_shutdown(void)
     while (ct__client.actors)
         ct__actor_free(ct__client.actors);
     ct__objects_reset();
+    /* the death watch's close that follows is a leave: said on it, so that the head, which may
+     * see the close before the last heartbeat's "leaving", ends the job without a warning */
+    if (ct__client.inited && ct__client.death_fd >= 0)
+        send(ct__client.death_fd, (char[]){CT__WATCH_LEAVING}, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     stop_heartbeats();
     ct__client_close();
     ct__embedded_stop();

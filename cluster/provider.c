@@ -220,6 +220,15 @@ const ct_cluster_provider *ct__cluster_provider_find(const char *name)
     return NULL;
 }
 
+bool ct__cluster_provider_has_key(const char *key)
+{
+    for (size_t i = 0; key && i < CT_ARRAY_LEN(providers); i++)
+        for (int k = 0; providers[i]->keys && providers[i]->keys[k]; k++)
+            if (!strcmp(providers[i]->keys[k], key))
+                return true;
+    return key && !strcmp(key, "type");
+}
+
 const char *ct__cluster_provider_names(void)
 {
     return "local, ssh or slurm";

@@ -114,6 +114,8 @@ extern const ct_cluster_provider ct__provider_local, ct__provider_ssh, ct__provi
 /* The provider of that type name, or NULL. names: "local, ssh, slurm" for messages. */
 const ct_cluster_provider *ct__cluster_provider_find(const char *name);
 const char *ct__cluster_provider_names(void);
+/* Whether key belongs in some provider's `provider:` section ("type" included). */
+bool ct__cluster_provider_has_key(const char *key);
 
 /* Appends printf output to buf (cap; a command line, a script). 0, or CT_ERANGE. */
 int ct__cat(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -102,30 +102,6 @@ static const char *scalar(const yaml_node_t *n)
     return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
 }
 
-/* Edit distance (optimal string alignment) of two short strings (keys), capped at 99. */
-static int edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63)
-        return 99;
-    int d[64][64];
-    for (size_t i = 0; i <= la; i++)
-        d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++)
-        d[0][j] = (int)j;
-    for (size_t i = 1; i <= la; i++)
-        for (size_t j = 1; j <= lb; j++) {
-            int c = d[i - 1][j - 1] +
-                    (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
-            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
-            d[i][j] = c < del ? (c < ins ? c : ins) : (del < ins ? del : ins);
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < d[i][j])
-                d[i][j] = d[i - 2][j - 2] + 1; /* a transposition counts as one edit */
-        }
-    return d[la][lb];
-}
-
 /* Ray keys that have no meaning in ct: refused by name rather than as typos. */
 static const char *const ray_only[] = {"docker",
                                        "file_mounts",
@@ -139,6 +115,46 @@ static const char *const ray_only[] = {"docker",
                                        "head_start_ray_commands_extra",
                                        "min_workers",
                                        NULL};
+
+/* The keys of the `ct:` section, and of a node type (available_node_types.NAME). */
+static const char *const ct_keys[] = {"head_port",
+                                      "heartbeat_ms",
+                                      "dead_after_ms",
+                                      "store_memory",
+                                      "spill_dir",
+                                      "bin_dir",
+                                      "remote_dir",
+                                      "copy_binaries",
+                                      "head_runs_node",
+                                      "start_timeout_s",
+                                      "head_bind",
+                                      "head_grace_ms",
+                                      "dashboard_port",
+                                      NULL};
+static const char *const type_keys[] = {
+    "resources",    "min_workers", "max_workers",           "node_config",
+    "store_memory", "spill_dir",   "worker_setup_commands", NULL};
+
+static bool listed(const char *const *keys, const char *key)
+{
+    for (int i = 0; keys[i]; i++)
+        if (!strcmp(keys[i], key))
+            return true;
+    return false;
+}
+
+/* The section a key unknown at the top level belongs in ("provider:", "ct:", a node type's),
+ * or NULL when it is known nowhere. */
+static const char *home_of(const char *key)
+{
+    if (ct__cluster_provider_has_key(key))
+        return "provider:";
+    if (listed(ct_keys, key))
+        return "ct:";
+    if (listed(type_keys, key))
+        return "available_node_types.<type>:";
+    return NULL;
+}
 
 /* Checks that map is a mapping whose keys are scalars, unique, and in allowed (NULL-ended).
  * section names the mapping in messages ("" for the top level). */
@@ -168,15 +184,18 @@ static int check_keys(parser *p, yaml_node_t *map, const char *section, const ch
             for (int i = 0; ray_only[i]; i++)
                 if (!strcmp(ray_only[i], ks))
                     return perr(p, k, "key '%s' (Ray) is not supported by ctup", ks);
+        /* a key of another section at the top level: say where it goes, not a near name */
+        const char *home = !*section ? home_of(ks) : NULL;
+        if (home)
+            return perr(p, k, "key '%s' belongs in the %s section, not at the top level", ks, home);
         const char *best = NULL;
         int bd = 99;
         for (int i = 0; allowed[i]; i++) {
-            int d = edit_distance(ks, allowed[i]);
+            int d = ct__edit_distance(ks, allowed[i]);
             if (d < bd)
                 bd = d, best = allowed[i];
         }
-        int limit = strlen(ks) <= 4 ? 1 : (strlen(ks) <= 8 ? 2 : 3);
-        if (best && bd <= limit)
+        if (best && bd <= ct__edit_limit(ks))
             return perr(p, k, "unknown key '%s'%s%s (did you mean '%s'?)", ks, in, section, best);
         return perr(p, k, "unknown key '%s'%s%s", ks, in, section);
     }
@@ -522,7 +541,7 @@ static int parse_resources(parser *p, yaml_node_t *v, const char *type, ct_clust
             const char *near = NULL;
             int nd = 2;
             for (size_t i = 0; i < CT_ARRAY_LEN(builtin); i++) {
-                int d = strcmp(ks, builtin[i]) ? edit_distance(ks, builtin[i]) : 99;
+                int d = strcmp(ks, builtin[i]) ? ct__edit_distance(ks, builtin[i]) : 99;
                 if (d < nd)
                     nd = d, near = builtin[i];
             }
@@ -553,12 +572,9 @@ static void node_free(ct_cluster_node *n)
 
 static int parse_type(parser *p, node_type *t)
 {
-    static const char *const keys[] = {
-        "resources",    "min_workers", "max_workers",           "node_config",
-        "store_memory", "spill_dir",   "worker_setup_commands", NULL};
     char sect[160];
     snprintf(sect, sizeof sect, "available_node_types.%s", t->name);
-    int rc = check_keys(p, t->val, sect, keys);
+    int rc = check_keys(p, t->val, sect, type_keys);
     if (rc)
         return rc;
     t->res.cpus = t->res.gpus = -1;
@@ -631,13 +647,6 @@ static int parse_root(parser *p, yaml_node_t *root)
                                       "available_node_types",
                                       "ct",
                                       NULL};
-    static const char *const ct_keys[] = {"head_port",      "heartbeat_ms",
-                                          "dead_after_ms",  "store_memory",
-                                          "spill_dir",      "bin_dir",
-                                          "remote_dir",     "copy_binaries",
-                                          "head_runs_node", "start_timeout_s",
-                                          "head_bind",      "head_grace_ms",
-                                          "dashboard_port", NULL};
     const char *prov_keys[16] = {"type"};
     ct__cfg_workers w = {.n_workers = -1};
     node_type types[32];

@@ -184,6 +184,17 @@ int ct__auth_load(const char *path)
     if (rc == 0)
         ct__auth_set(s);
     sodium_memzero(s, sizeof s);
+    /* a path from the environment: name the variable too, which is what the user set */
+    const char *env = getenv("CT_SECRET_FILE");
+    if (rc && env && !strcmp(env, path)) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", ct_last_error());
+        rc = ct__error(rc,
+                       "environment variable CT_SECRET_FILE=%s: %s (set CT_SECRET_FILE to the "
+                       "cluster's secret file: `ctup up` writes one, `ctup secret FILE` makes "
+                       "one)",
+                       env, msg);
+    }
     return rc;
 }
 

@@ -50,6 +50,12 @@ void ct__log(int level, const char *component, const char *fmt, ...)
             ct__log((level), (component), __VA_ARGS__);                                            \
     } while (0)
 
+/* Edit distance (optimal string alignment, case-insensitive) of two short names, capped at 99
+ * (strdist.c); and the largest distance a "did you mean" suggestion for name accepts (1 for
+ * names of up to 4 characters, 2 up to 8, else 3). */
+int ct__edit_distance(const char *a, const char *b);
+int ct__edit_limit(const char *name);
+
 /* Monotonic clock in nanoseconds / milliseconds. */
 int64_t ct__now_ns(void);
 int64_t ct__now_ms(void);

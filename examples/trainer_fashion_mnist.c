@@ -9,16 +9,22 @@
  *                         [--accumulate K] [--sched steplr|warmup_cosine] [--warmup N]
  *                         [--optimizer adam|adamw] [--wd X] [--smoothing X] [--crop-pad N]
  *                         [--hflip P] [--stop-at X] [--validate 0|1] [--cpu-binding 0|1]
+ *                         [--storage-path DIR] [--name NAME]
  *
- * Prints a line per epoch and last `final: test_accuracy=<x> train_loss=<y> samples_per_s=<z>`;
- * exits 1 when the test accuracy is below --min-accuracy. With --stop-at X it stops after the
- * first epoch whose test accuracy reaches X and prints `reached: test_accuracy=<x> epochs=<e>
- * wall_s=<s>` (s: from trainer_train's start, the group's startup included). "tiny" is the MLP
- * 64-128-64-10 on the images downsampled to 8x8 (data "fmnist8", registered here). Not here: a
- * cluster file (with no CT_ADDRESS, ct_init(NULL) starts an embedded one on this machine). */
+ * --storage-path DIR (Ray's RunConfig.storage_path; `make run` gives results) saves the trained
+ * model as DIR/NAME/model.safetensors (NAME: --name, else trainer_fashion_mnist-<date>-<time>)
+ * and prints `model: <path>`. Prints a line per epoch and last `final: test_accuracy=<x>
+ * train_loss=<y> samples_per_s=<z>`; exits 1 when the test accuracy is below --min-accuracy. With
+ * --stop-at X it stops after the first epoch whose test accuracy reaches X and prints `reached:
+ * test_accuracy=<x> epochs=<e> wall_s=<s>` (s: from trainer_train's start, the group's startup
+ * included). "tiny" is the MLP 64-128-64-10 on the images downsampled to 8x8 (data "fmnist8",
+ * registered here). Not here: a cluster file (with no CT_ADDRESS, ct_init(NULL) starts an embedded
+ * one on this machine). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -131,10 +137,14 @@ static void usage(FILE *f)
                "(default 3)\n"
                "  --min-accuracy X   exit 1 when the final test accuracy is below X\n"
                "  --save FILE        save the trained model (safetensors)\n"
+               "  --storage-path DIR save it as DIR/NAME/model.safetensors and print the path\n"
+               "  --name NAME        the run's name under --storage-path (default: the program's "
+               "name, date and time)\n"
                "  --checkpoint-dir DIR  also write every checkpoint to DIR (on this host)\n"
                "  --checkpoint-every N  a checkpoint every N optimizer steps too (default: "
                "epochs' ends)\n"
-               "  --keep K           keep the newest K checkpoints in DIR (default: all)\n"
+               "  --keep K           keep the newest K checkpoints in DIR and the best (default 3; "
+               "-1: all)\n"
                "  --resume DIR|FILE  go on from the latest checkpoint in DIR, or from FILE (none\n"
                "                     there: start from the beginning)\n"
                "  --log-dir DIR      write DIR/metrics.jsonl and a TensorBoard event file\n"
@@ -166,6 +176,8 @@ int main(int argc, char **argv)
     long long limit = 0, batch = 64;
     double lr = 1e-3, gamma = 0.5, min_acc = 0, wd = -1, smoothing = 0, hflip = 0;
     const char *model = "cnn", *save = NULL, *ckpt_dir = NULL, *resume = NULL, *log_dir = NULL;
+    const char *storage = NULL, *run_name = NULL;
+    char saved[4200] = "";
     const char *sched = "steplr", *optimizer = "adam";
     run_state rs = {0};
     long long every = 0;
@@ -195,6 +207,10 @@ int main(int argc, char **argv)
             min_acc = atof(v);
         } else if (!strcmp(k, "--save")) {
             save = v;
+        } else if (!strcmp(k, "--storage-path")) {
+            storage = v;
+        } else if (!strcmp(k, "--name")) {
+            run_name = v;
         } else if (!strcmp(k, "--checkpoint-dir")) {
             ckpt_dir = v;
         } else if (!strcmp(k, "--checkpoint-every")) {
@@ -305,6 +321,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "trainer_fashion_mnist: %s\n", ct_last_error());
         goto out;
     }
+    if (storage) { /* DIR/NAME/model.safetensors, as Ray keeps a run under its storage_path */
+        char name[128], run_dir[4096];
+        time_t now = time(NULL);
+        struct tm tmv;
+        localtime_r(&now, &tmv);
+        strftime(name, sizeof name, "trainer_fashion_mnist-%Y%m%d-%H%M%S", &tmv);
+        snprintf(run_dir, sizeof run_dir, "%s/%s", storage, run_name ? run_name : name);
+        snprintf(saved, sizeof saved, "%s/model.safetensors", run_dir);
+        if ((mkdir(storage, 0755) != 0 && errno != EEXIST) ||
+            (mkdir(run_dir, 0755) != 0 && errno != EEXIST)) {
+            fprintf(stderr, "trainer_fashion_mnist: cannot make %s: %s\n", run_dir,
+                    strerror(errno));
+            goto out;
+        }
+        if (trainer_save(t, saved) < 0) {
+            fprintf(stderr, "trainer_fashion_mnist: %s\n", ct_last_error());
+            goto out;
+        }
+    }
     if (resume && st.complete_at_resume)
         printf("resumed: the run was complete already (epoch %lld, step %lld)\n",
                (long long)st.epoch, (long long)st.steps);
@@ -314,6 +349,8 @@ int main(int argc, char **argv)
         printf("resume: no checkpoint in %s: trained from the beginning\n", resume);
     printf("final: test_accuracy=%.4f train_loss=%.4f samples_per_s=%.1f\n", st.val_accuracy,
            st.train_loss, st.samples_per_s);
+    if (saved[0])
+        printf("model: %s\n", saved);
     status = st.val_accuracy >= min_acc ? 0 : 1;
     if (status)
         fprintf(stderr, "trainer_fashion_mnist: test accuracy %.4f below --min-accuracy %.4f\n",

@@ -308,7 +308,7 @@ int ct__head_find_node(head *h, const char *id); /* its slot, -1 */
 void ct__head_forget_node(head *h, int ni);
 void ct__head_check_heartbeats(head *h); /* silent hosts: the failure detector's timer */
 void ct__head_watch_hello(void *user, uint64_t conn, const char *ticket);
-void ct__head_watch_closed(void *user, uint64_t conn);
+void ct__head_watch_closed(void *user, uint64_t conn, bool left);
 ct__head_handler ct__head_on_register_node, ct__head_on_heartbeat;
 
 /* ---- actors.c ---- */

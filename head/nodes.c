@@ -598,8 +598,9 @@ void ct__head_watch_hello(void *user, uint64_t conn, const char *ticket)
     ct__watch_close(h->watch, conn, 0);
 }
 
-/* The connection of a node or driver ended: its kernel closed it, so its process is gone. */
-void ct__head_watch_closed(void *user, uint64_t conn)
+/* The connection of a node or driver ended: its kernel closed it, so its process is gone; left:
+ * it said so first (a driver's ct_shutdown: its job ends as a leave, without a warning). */
+void ct__head_watch_closed(void *user, uint64_t conn, bool left)
 {
     head *h = user;
     for (int i = 0; i < h->nnodes; i++)
@@ -611,7 +612,7 @@ void ct__head_watch_closed(void *user, uint64_t conn)
     for (int i = 0; i < h->ndrivers; i++)
         if (h->drivers[i].watch == conn) {
             h->drivers[i].watch = 0;
-            driver_gone(h, i, "its process ended");
+            driver_gone(h, i, left ? "left (ct_shutdown)" : "its process ended");
             return;
         }
 }

@@ -36,6 +36,7 @@ typedef struct wconn {
     uint64_t id;
     int64_t deadline; /* unbound: dropped at this time */
     size_t got;       /* bytes of the current step in buf */
+    bool leaving;     /* bound: it sent CT__WATCH_LEAVING (its close is on purpose) */
     uint8_t buf[CT__WATCH_HELLO_LEN > CT_AUTH_C1_LEN ? CT__WATCH_HELLO_LEN : CT_AUTH_C1_LEN];
     uint8_t auth[CT_AUTH_STATE_LEN];
 } wconn;
@@ -175,13 +176,18 @@ static void serve(ct__watch *w, int i, const ct__watch_cb *cb)
     wconn *c = &w->c[i];
     for (;;) {
         if (c->state == S_BOUND) {
-            char sink[64]; /* a bound client sends nothing more: whatever comes is dropped */
+            char sink[64]; /* a bound client sends only CT__WATCH_LEAVING; the rest is dropped */
             ssize_t r = recv(c->fd, sink, sizeof sink, MSG_DONTWAIT);
-            if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+            if (r > 0 && memchr(sink, CT__WATCH_LEAVING, (size_t)r))
+                c->leaving = true;
+            if (r > 0)
+                continue; /* the end may follow in the same wake-up */
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
                 return;
             uint64_t id = c->id;
+            bool left = c->leaving;
             drop(w, i);
-            cb->closed(cb->user, id);
+            cb->closed(cb->user, id, left);
             return;
         }
         size_t need = c->state == S_C1   ? CT_AUTH_C1_LEN

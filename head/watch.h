@@ -17,19 +17,23 @@
  *   client -> head   the raw-port challenge-response (common/auth.h; nothing when CT_AUTH=off)
  *   client -> head   "CTW1" and the 32-hex-digit ticket the head gave it over ZeroMQ
  *                    (RegisterNodeReply.watch_ticket, WatchTicket.ticket): 36 bytes
- *   then the client sends nothing more and keeps the connection open while it lives; the head
- *   sends nothing, except one byte 'D' ("you were declared dead: register again") right before
+ *   then the client keeps the connection open while it lives, sending nothing more but, right
+ *   before it closes it on purpose (ct_shutdown), one byte 'L': the close is a leave, not a
+ *   death (a driver's job then ends without a warning; TCP delivers the byte before the end); the
+ * head sends nothing, except one byte 'D' ("you were declared dead: register again") right before
  *   it closes the connection of a node it declared dead. A ticket is good for one connection.
  *
  * Not thread-safe: the head's thread only. */
 #ifndef CT_HEAD_WATCH_H
 #define CT_HEAD_WATCH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define CT__WATCH_MAGIC "CTW1"
 #define CT__WATCH_HELLO_LEN 36 /* magic + CT_TOKEN_LEN hex digits */
 #define CT__WATCH_DEAD 'D'     /* head -> node: declared dead, register again */
+#define CT__WATCH_LEAVING 'L'  /* client -> head: the close that follows is on purpose */
 
 typedef struct ct__watch ct__watch;
 
@@ -42,11 +46,12 @@ int ct__watch_fd(const ct__watch *w);
 
 /* What ct__watch_poll reports. hello: connection conn (ids from 1, never reused) presented
  * ticket (a NUL-terminated copy; the callee decides, and may ct__watch_close it). closed: a
- * connection that had said hello ended, by EOF or error: its owner's process is gone. The
- * connection is already forgotten when closed runs. */
+ * connection that had said hello ended, by EOF or error: its owner's process is gone; left:
+ * it sent CT__WATCH_LEAVING first (it left on purpose). The connection is already forgotten
+ * when closed runs. */
 typedef struct ct__watch_cb {
     void (*hello)(void *user, uint64_t conn, const char *ticket);
-    void (*closed)(void *user, uint64_t conn);
+    void (*closed)(void *user, uint64_t conn, bool left);
     void *user;
 } ct__watch_cb;
 

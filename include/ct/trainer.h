@@ -88,6 +88,9 @@ typedef struct trainer_data {
     int num_classes; /* for accuracy; 0: the model's output width */
     bool sharded;    /* train and val hold only this rank's shard (GUIDE.md section 2) */
     int prefetch;    /* batches built ahead by the loader's thread; 0: 2; negative: none */
+    /* the targets are token ids (a language model): validation reports perplexity
+     * (trainer_stats.val_perplexity), not accuracy */
+    bool tokens;
 } trainer_data;
 
 /* A loss: the batch mean of loss(output (N,C), target (N) i64 labels or f32 targets), shape
@@ -268,12 +271,15 @@ typedef struct trainer_stats {
     double epoch_seconds; /* last epoch, slowest replica */
     double val_loss;      /* last validation (trainer_validate, validate_every_*) */
     double val_accuracy;  /* top-1 (correct / samples: 0 for f32 targets) */
-    int64_t val_samples;  /* validation samples counted (all replicas) */
-    int64_t val_epoch;    /* a validation during training: the 0-based epoch it ran in */
-    int64_t val_step;     /* ... and the optimizer steps done before it */
-    int retries_used;     /* failures recovered so far (all trainer_train calls) */
-    int replicas;         /* replicas in the current group */
-    bool weights_agree;   /* the replicas' weight hashes were equal after the last epoch */
+    /* token targets (trainer_data.tokens: the built-in "text"): exp(val_loss), the mean
+     * per-token loss's perplexity; 0 for other data */
+    double val_perplexity;
+    int64_t val_samples; /* validation samples counted (all replicas) */
+    int64_t val_epoch;   /* a validation during training: the 0-based epoch it ran in */
+    int64_t val_step;    /* ... and the optimizer steps done before it */
+    int retries_used;    /* failures recovered so far (all trainer_train calls) */
+    int replicas;        /* replicas in the current group */
+    bool weights_agree;  /* the replicas' weight hashes were equal after the last epoch */
     /* timing, CLOCK_MONOTONIC ns (comparable across processes of one host): */
     int64_t train_start_ns;      /* trainer_train entered */
     int64_t group_start_ns;      /* the current group's creation began */
@@ -310,6 +316,10 @@ double trainer_stats_metric(const trainer_stats *st, bool val, const char *name,
 #define TRAINER_CHECKPOINT_AUTO 0 /* rank 0 writes one at the end of every epoch */
 #define TRAINER_CHECKPOINT_NONE 1 /* only after the last epoch */
 
+/* trainer_train_opts.checkpoint_num_to_keep: the default (0), and every checkpoint kept */
+#define TRAINER_KEEP_CHECKPOINTS 3
+#define TRAINER_KEEP_ALL (-1)
+
 /* trainer_train_opts.min_replicas_timeout_ms's default: 5 minutes */
 #define TRAINER_MIN_REPLICAS_TIMEOUT_MS 300000
 
@@ -339,7 +349,11 @@ typedef struct trainer_train_opts {
     trainer_epoch_fn on_epoch;
     void *user;
     int64_t validate_every_steps; /* 0: not by steps */
-    trainer_epoch_fn on_validate; /* after each validation during training (with user) */
+    /* after each validation during training (with user). With validate_every_steps, and
+     * on_validate, restore_best or checkpoint_dir, every validation ends a segment with a
+     * checkpoint of its step (scored by it): a negative return stops every replica at that
+     * step, and the driver's model is that step's */
+    trainer_epoch_fn on_validate;
     /* backoff before the k-th retry of a group that failed to start, and in the k-th wait for
      * min_replicas: base_ms * factor^(k-1), at most cap_ms, +- jitter fraction */
     int backoff_base_ms;   /* 0: 100 */
@@ -350,11 +364,17 @@ typedef struct trainer_train_opts {
     /* also a checkpoint whenever the optimizer step count reaches a multiple of N (0: epochs'
      * ends only; needs TRAINER_CHECKPOINT_AUTO) */
     int64_t checkpoint_every_steps;
-    /* a directory on the driver's host (made if missing) that gets every checkpoint too */
+    /* a directory on the driver's host (made if missing) that gets every checkpoint too; it
+     * keeps the newest checkpoint_num_to_keep files plus the checkpoint_num_best best-scoring
+     * ones and deletes the others (never the latest, never a best; after the index that no
+     * longer lists them is in place, so a resume always finds the latest) */
     const char *checkpoint_dir;
-    int checkpoint_num_to_keep;             /* newest kept, and best kept; 0: all */
-    const char *checkpoint_score_attribute; /* NULL: no best; else the score */
-    const char *checkpoint_score_order;     /* "min" (NULL) or "max": which score is best */
+    int checkpoint_num_to_keep; /* newest kept; 0: TRAINER_KEEP_CHECKPOINTS (3); TRAINER_KEEP_ALL */
+    int checkpoint_num_best;    /* best kept besides them by the score; 0: 1; negative: none */
+    /* the score: NULL: "val_loss" when validation runs during training (validate_every_*), else
+     * none; or "train_loss", "val_loss", "val_accuracy", "val_perplexity", a step's metric */
+    const char *checkpoint_score_attribute;
+    const char *checkpoint_score_order; /* "min" (NULL) or "max": which score is best */
     /* before training: trainer_restore of this checkpoint file, or of the latest checkpoint in
      * this directory; none there (a missing path, an empty directory): a fresh start; a missing
      * *.safetensors file: CT_ENOENT */
@@ -375,6 +395,11 @@ typedef struct trainer_train_opts {
      * empty (a GPU where no node has one) fails at once with CT_EINVAL instead. */
     int min_replicas_timeout_ms;
     trainer_world_size_fn on_world_size; /* may be NULL; with user */
+    /* at the end (the last epoch, or on_validate / on_epoch stopping), the driver's model
+     * (trainer_save, trainer_get_model) and the next group's start become the best-scoring
+     * checkpoint's (the score as checkpoint_score_attribute says; CT_EINVAL when there is none)
+     * of this call's, or of checkpoint_dir's when it holds a better one (a resumed job) */
+    bool restore_best;
 } trainer_train_opts;
 
 /* Trains from the current epoch up to the epoch count. Returns 0, CT_ERETRY when more than

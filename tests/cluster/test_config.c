@@ -77,6 +77,12 @@ int main(int argc, char **argv)
     bad("cluster_name: a\n" LOCAL2 "frobnicate: 1\n", "cluster.yaml:5:1: unknown key 'frobnicate'");
     bad("cluster_name: a\n" LOCAL2 "ct:\n  store_mem: 1G\n",
         "cluster.yaml:6:3: unknown key 'store_mem' in ct (did you mean 'store_memory'?)");
+    /* a key of another section at the top level: where it goes, not a near name */
+    bad("cluster_name: a\nnum_workers: 2\n" LOCAL2,
+        "cluster.yaml:2:1: key 'num_workers' belongs in the provider: section, not at the top "
+        "level");
+    bad("cluster_name: a\n" LOCAL2 "head_port: 7000\n",
+        "cluster.yaml:5:1: key 'head_port' belongs in the ct: section, not at the top level");
     bad("cluster_name: a\n" LOCAL2 "docker:\n  image: x\n",
         "cluster.yaml:5:1: key 'docker' (Ray) is not supported by ctup");
     bad("cluster_name: a\nmax_workers: two\n" LOCAL2,

@@ -389,7 +389,7 @@ static void test_from_checkpoint(const char *dir)
     /* from a checkpoint directory: its latest */
     tr_ckptdir *d = NULL;
     char name[TR_CKPT_NAME_MAX];
-    CHECK(ct__ckptdir_open(cdir, 0, NULL, false, &d) == 0 &&
+    CHECK(ct__ckptdir_open(cdir, 0, 0, NULL, false, &d) == 0 &&
               ct__ckptdir_add(d, bytes, len, 1, 0, 1, NAN, NULL, name, sizeof name) == 0,
           "checkpoint dir");
     ct__ckptdir_free(&d);

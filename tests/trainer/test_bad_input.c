@@ -106,6 +106,12 @@ int main(void)
     expect(OPTS(.data = NULL), CT_EINVAL, "opts.data is required", NULL);
     expect(OPTS(.optimizer = NULL), CT_EINVAL, "opts.optimizer is required", NULL);
     expect(OPTS(.config = "limit=256,lrr=0.1"), CT_EINVAL, "\"lrr\"", "not read");
+    /* a typo gets the nearest key a creator asked for (present or not) */
+    expect(OPTS(.config = "limit=256,val_limt=100"), CT_EINVAL, "\"val_limt\"",
+           "did you mean \"val_limit\"?");
+    expect(OPTS(.model = "gpt", .config = "limit=256,n_embed=32"), CT_EINVAL, "\"n_embed\"",
+           "did you mean \"n_embd\"?");
+    expect(OPTS(.config = "limit=256,frobnicate=1"), CT_EINVAL, "\"frobnicate\"", "a typo?");
     expect(OPTS(.config = "limit=256,lr=fast"), CT_EINVAL, "\"lr\"", "\"fast\" is not a number");
     expect(OPTS(.config = "limit=256,lr"), CT_EINVAL, "\"lr\"", "not key=value");
     expect(OPTS(.config = "lr=1,lr=2"), CT_EINVAL, "\"lr\"", "twice");

@@ -239,7 +239,8 @@ static float *run(const char *precision, const char *extra, int64_t epochs, cons
     if (!t)
         return NULL;
     CHECK_OK(trainer_train(t, .max_retries = 0, .checkpoint_dir = dir, .resume = resume,
-                           .checkpoint_every_steps = 5, .stats = st));
+                           .checkpoint_every_steps = 5, .checkpoint_num_to_keep = TRAINER_KEEP_ALL,
+                           .stats = st));
     CHECK_EQ_INT(st->epoch, epochs);
     CHECK(st->weights_agree);
     float *w = tt_weights(trainer_get_model(t), n);

@@ -124,7 +124,8 @@ int main(void)
         goto out;
     trainer_stats st = {0};
     CHECK_OK(trainer_train(t, .max_retries = 2, .checkpoint_every_steps = 4,
-                           .validate_every_steps = 4, .checkpoint_dir = dir, .on_epoch = on_epoch,
+                           .validate_every_steps = 4, .checkpoint_dir = dir,
+                           .checkpoint_num_to_keep = TRAINER_KEEP_ALL, .on_epoch = on_epoch,
                            .on_validate = on_validate, .user = &s, .stats = &st));
     CHECK(s.termed > 0);
     CHECK_EQ_INT(st.epoch, 3);

@@ -409,8 +409,8 @@ static void run_job(const char *sched, const char *cfg, const char *dir, const c
         return;
     CHECK_OK(trainer_train(t, .validate_every_steps = 3, .validate_every_epoch = true,
                            .checkpoint_every_steps = 4, .checkpoint_dir = dir, .resume = resume,
-                           .on_validate = on_validate, .on_epoch = on_epoch, .user = &out->rec,
-                           .stats = &st));
+                           .checkpoint_num_to_keep = TRAINER_KEEP_ALL, .on_validate = on_validate,
+                           .on_epoch = on_epoch, .user = &out->rec, .stats = &st));
     CHECK_EQ_INT(st.steps, 42);
     out->w = tt_weights(trainer_get_model(t), &out->n);
     out->lr = trainer_stats_metric(&st, false, "lr", NAN);

@@ -220,8 +220,9 @@ static void retention(const char *base, const char *order)
         return;
     trainer_stats st = {0};
     CHECK_OK(trainer_train(t, .checkpoint_every_steps = SEG, .checkpoint_dir = dir,
-                           .checkpoint_num_to_keep = 2, .checkpoint_score_attribute = "m",
-                           .checkpoint_score_order = order, .stats = &st));
+                           .checkpoint_num_to_keep = 2, .checkpoint_num_best = 2,
+                           .checkpoint_score_attribute = "m", .checkpoint_score_order = order,
+                           .stats = &st));
     CHECK_EQ_INT(st.steps, 48);
     trainer_shutdown(&t);
     bool max = !strcmp(order, "max");

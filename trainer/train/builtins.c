@@ -527,6 +527,7 @@ static int make_text(trainer_ctx *ctx, trainer_data *d)
         rc = open(path, &o, &d->val);
     }
     d->num_classes = info.vocab_size;
+    d->tokens = true; /* validation reports perplexity */
     return rc;
 }
 

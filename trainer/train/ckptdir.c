@@ -1,8 +1,9 @@
 /* trainer/train/ckptdir.c — the checkpoint directory on the driver's host
  * (trainer_train_opts.checkpoint_dir): every checkpoint the driver adopts is also written
- * there, so that a job outlives its cluster; the newest K files are kept plus the best K by a
- * score (Ray's CheckpointConfig: num_to_keep, checkpoint_score_attribute / _order), and a small
- * index says which file is the latest and which are the best. Also finds the checkpoint to
+ * there, so that a job outlives its cluster; the newest K files are kept plus the best B by a
+ * score (Ray's CheckpointConfig: num_to_keep, checkpoint_score_attribute / _order; trainer.c
+ * passes K = 3 and B = 1 by default), and a small index says which file is the latest and which
+ * are the best. Also finds the checkpoint to
  * resume from (trainer_train_opts.resume).
  *
  * Files: ckpt-epochEEEE-stepSSSSSS.safetensors (epochs completed, optimizer steps: name order is
@@ -43,7 +44,8 @@ typedef struct entry {
 
 struct tr_ckptdir {
     char dir[4096];
-    int keep; /* newest kept, and best kept; 0: all */
+    int keep;  /* newest kept; <= 0: all */
+    int nbest; /* best kept besides them (by score) */
     char attr[TR_NAME_MAX];
     bool maximize;
     entry *e; /* oldest first */
@@ -165,6 +167,8 @@ static void stats_json(ct__sbuf *b, const trainer_stats *st)
     json_num(b, st->val_loss);
     ct__sb_printf(b, ", \"val_accuracy\": ");
     json_num(b, st->val_accuracy);
+    ct__sb_printf(b, ", \"val_perplexity\": ");
+    json_num(b, st->val_perplexity);
     ct__sb_printf(b,
                   ", \"val_samples\": %lld, \"val_epoch\": %lld, \"val_step\": %lld, "
                   "\"replicas\": %d, \"weights_agree\": %s",
@@ -303,7 +307,8 @@ static int rank_best(const tr_ckptdir *d, int *best)
     return nb;
 }
 
-int ct__ckptdir_open(const char *dir, int keep, const char *attr, bool maximize, tr_ckptdir **out)
+int ct__ckptdir_open(const char *dir, int keep, int nbest, const char *attr, bool maximize,
+                     tr_ckptdir **out)
 {
     *out = NULL;
     if (!dir || !*dir || strlen(dir) >= 4000)
@@ -319,6 +324,7 @@ int ct__ckptdir_open(const char *dir, int keep, const char *attr, bool maximize,
         return ct__error(CT_ENOMEM, "checkpoint_dir: out of memory");
     snprintf(d->dir, sizeof d->dir, "%s", dir);
     d->keep = keep;
+    d->nbest = nbest > 0 ? nbest : 0;
     snprintf(d->attr, sizeof d->attr, "%s", attr ? attr : "");
     d->maximize = maximize;
     char path[4400];
@@ -371,7 +377,8 @@ int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, i
     d->stats.len = 0;
     if (st)
         stats_json(&d->stats, st);
-    /* kept: the newest keep, and the best keep by score (keep 0: every one) */
+    /* kept: the newest keep, and the best nbest by score (keep <= 0: every one); the latest is
+     * always among the newest, and the index lists every file kept before any is deleted */
     int *best = malloc(sizeof *best * (size_t)d->n);
     bool *kept = calloc((size_t)d->n, sizeof *kept);
     entry *gone = malloc(sizeof *gone * (size_t)d->n);
@@ -382,8 +389,8 @@ int ct__ckptdir_add(tr_ckptdir *d, const void *buf, size_t len, int64_t epoch, i
         goto out;
     }
     int nbest = d->attr[0] ? rank_best(d, best) : 0;
-    if (d->keep > 0 && nbest > d->keep)
-        nbest = d->keep;
+    if (d->keep > 0 && nbest > d->nbest)
+        nbest = d->nbest;
     for (int i = 0; i < d->n; i++)
         kept[i] = d->keep <= 0 || i >= d->n - d->keep;
     for (int i = 0; i < nbest; i++)
@@ -421,6 +428,20 @@ out:
     free(kept);
     free(gone);
     return rc;
+}
+
+int ct__ckptdir_best(const tr_ckptdir *d, char *path, size_t cap, double *score)
+{
+    int *best = malloc(sizeof *best * (size_t)(d->n ? d->n : 1));
+    if (!best)
+        return ct__error(CT_ENOMEM, "checkpoint_dir: out of memory");
+    int nb = d->attr[0] ? rank_best(d, best) : 0;
+    if (nb > 0) {
+        snprintf(path, cap, "%s/%s", d->dir, d->e[best[0]].file);
+        *score = d->e[best[0]].score;
+    }
+    free(best);
+    return nb > 0 ? 0 : 1;
 }
 
 int ct__ckptdir_latest(const char *dir, char *path, size_t cap)
@@ -493,6 +514,7 @@ int ct__ckptdir_stats(const char *ckpt, trainer_stats *st)
         NUM("epoch_seconds", epoch_seconds);
         NUM("val_loss", val_loss);
         NUM("val_accuracy", val_accuracy);
+        NUM("val_perplexity", val_perplexity);
         NUM("val_samples", val_samples);
         NUM("val_epoch", val_epoch);
         NUM("val_step", val_step);

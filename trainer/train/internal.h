@@ -82,6 +82,10 @@ struct trainer_ctx {
     char keys[TR_MAX_KEYS][TR_NAME_MAX];
     char *vals[TR_MAX_KEYS];
     bool used[TR_MAX_KEYS];
+    /* the keys the creators and steps asked for, present or not: a key nothing read is
+     * compared with them for a "did you mean" */
+    int nasked;
+    char asked[2 * TR_MAX_KEYS][TR_NAME_MAX];
     char err[512];      /* first error recorded (a bad value, a creator's message) */
     ct_dtype precision; /* key "precision" (f32, bf16, f16; default f32): trainer_ctx_precision */
 };
@@ -170,9 +174,12 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
 
 typedef struct tr_ckptdir tr_ckptdir;
 /* Opens (creates) dir and reads its index.json if there is one (a job going on in it keeps its
- * list). keep: newest kept, and best kept by the score attribute attr (NULL: no scores); 0
- * keeps all. CT_EINVAL for a bad index, CT_EIO when dir cannot be made. */
-int ct__ckptdir_open(const char *dir, int keep, const char *attr, bool maximize, tr_ckptdir **out);
+ * list). keep: newest kept (<= 0: all); nbest: best kept besides them by the score attribute
+ * attr (NULL: no scores). CT_EINVAL for a bad index, CT_EIO when dir cannot be made. */
+int ct__ckptdir_open(const char *dir, int keep, int nbest, const char *attr, bool maximize,
+                     tr_ckptdir **out);
+/* The path of the best-scoring checkpoint d lists, and its score: 0; 1 when none is scored. */
+int ct__ckptdir_best(const tr_ckptdir *d, char *path, size_t cap, double *score);
 void ct__ckptdir_free(tr_ckptdir **d);
 /* Writes the checkpoint bytes atomically as ckpt-epochEEEE-stepSSSSSS.safetensors (its name
  * into name), then the index (with st, the stats at this checkpoint; may be NULL), then
@@ -439,6 +446,9 @@ void ct__progress_epoch(tr_progress *p, const trainer_stats *st);
 /* A validation's record (st's val_* fields): one that ran in epoch (0-based) after step
  * optimizer steps (in-line during training, or trainer_validate's). */
 void ct__progress_val(tr_progress *p, const trainer_stats *st, int64_t epoch, int64_t step);
+/* A line of its own on stderr where the run log prints lines (inside trainer_train); false
+ * (nothing printed) otherwise. */
+bool ct__progress_note(tr_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- the head's view of the job (report.c): TrainReport for the head's metrics ----
  * The driver's last known step, epoch, loss, throughput, replicas alive and retries by reason,

@@ -469,22 +469,49 @@ void ct__progress_val(tr_progress *p, const trainer_stats *st, int64_t epoch, in
                 (long long)step);
         jnum(f, "wall_time", wall);
         jnum(f, "val_loss", st->val_loss);
-        jnum(f, "val_accuracy", st->val_accuracy);
+        if (st->val_perplexity > 0) /* token targets: perplexity, and accuracy only if counted */
+            jnum(f, "val_perplexity", st->val_perplexity);
+        if (st->val_perplexity <= 0 || st->val_accuracy > 0)
+            jnum(f, "val_accuracy", st->val_accuracy);
         fprintf(f, ",\"val_samples\":%lld", (long long)st->val_samples);
         jmetrics(f, st->val_metrics, st->val_nmetrics);
         fputs("}\n", f);
     }
     sc_clear(&p->sc);
     sc_add(&p->sc, st->val_loss, "val/loss");
-    sc_add(&p->sc, st->val_accuracy, "val/accuracy");
+    if (st->val_perplexity > 0)
+        sc_add(&p->sc, st->val_perplexity, "val/perplexity");
+    if (st->val_perplexity <= 0 || st->val_accuracy > 0)
+        sc_add(&p->sc, st->val_accuracy, "val/accuracy");
     for (int i = 0; i < st->val_nmetrics; i++)
         sc_add(&p->sc, st->val_metrics[i].value, "val/metrics/%s", st->val_metrics[i].name);
     sc_write(p, wall, step);
     flush_files(p);
     if (p->active && (p->live || p->every > 0)) {
         clear_line(p);
-        fprintf(stderr, "%svalidation: loss %.4f | accuracy %.4f (%lld samples)\n",
-                p->live ? "" : "trainer: ", st->val_loss, st->val_accuracy,
-                (long long)st->val_samples);
+        char acc[48] = "";
+        if (st->val_perplexity <= 0 || st->val_accuracy > 0)
+            snprintf(acc, sizeof acc, " | accuracy %.4f", st->val_accuracy);
+        if (st->val_perplexity > 0)
+            fprintf(stderr, "%svalidation: loss %.4f | perplexity %.4f%s (%lld samples)\n",
+                    p->live ? "" : "trainer: ", st->val_loss, st->val_perplexity, acc,
+                    (long long)st->val_samples);
+        else
+            fprintf(stderr, "%svalidation: loss %.4f%s (%lld samples)\n",
+                    p->live ? "" : "trainer: ", st->val_loss, acc, (long long)st->val_samples);
     }
+}
+
+bool ct__progress_note(tr_progress *p, const char *fmt, ...)
+{
+    if (!p || !p->active || !(p->live || p->every > 0))
+        return false;
+    va_list ap;
+    clear_line(p);
+    fputs(p->live ? "" : "trainer: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return true;
 }

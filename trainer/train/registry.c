@@ -291,13 +291,30 @@ int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused)
 {
     if (ctx->err[0])
         return ct__error(CT_EINVAL, "%s", ctx->err);
-    for (int i = 0; check_unused && i < ctx->nkeys; i++)
-        if (!ctx->used[i])
+    for (int i = 0; check_unused && i < ctx->nkeys; i++) {
+        if (ctx->used[i])
+            continue;
+        /* the nearest key something asked for: the likely intended one */
+        const char *near = NULL;
+        int bd = 99;
+        for (int k = 0; k < ctx->nasked; k++) {
+            int d = ct__edit_distance(ctx->keys[i], ctx->asked[k]);
+            if (d < bd) {
+                bd = d;
+                near = ctx->asked[k];
+            }
+        }
+        if (near && bd <= ct__edit_limit(ctx->keys[i]))
             return ct__error(CT_EINVAL,
                              "trainer config: key \"%s\" is not read by any creator or chosen "
-                             "step (a typo? a key a custom step reads is declared with "
-                             "trainer_register_step_keys)",
-                             ctx->keys[i]);
+                             "step: did you mean \"%s\"?",
+                             ctx->keys[i], near);
+        return ct__error(CT_EINVAL,
+                         "trainer config: key \"%s\" is not read by any creator or chosen step "
+                         "(a typo? a key a custom step reads is declared with "
+                         "trainer_register_step_keys)",
+                         ctx->keys[i]);
+    }
     return 0;
 }
 
@@ -327,6 +344,12 @@ void trainer_ctx_fail(trainer_ctx *ctx, const char *fmt, ...)
 
 static const char *find(trainer_ctx *ctx, const char *key)
 {
+    bool known = false; /* remembered as asked for (a "did you mean" candidate) */
+    for (int k = 0; ctx && key && k < ctx->nasked && !known; k++)
+        known = !strcmp(ctx->asked[k], key);
+    if (ctx && key && !known && ctx->nasked < (int)(sizeof ctx->asked / sizeof ctx->asked[0]) &&
+        strlen(key) < TR_NAME_MAX)
+        snprintf(ctx->asked[ctx->nasked++], TR_NAME_MAX, "%s", key);
     for (int i = 0; ctx && key && i < ctx->nkeys; i++)
         if (!strcmp(ctx->keys[i], key)) {
             ctx->used[i] = true;

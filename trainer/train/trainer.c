@@ -69,6 +69,13 @@ struct trainer {
     tr_progress *progress;   /* the run log (progress.c); NULL: none asked for */
     tr_head_report report;   /* what the head is told of the job (report.c) */
     const char *fail_reason; /* why the last group failed, for the retry counter (end_group) */
+    bool tokens;             /* the data's targets are tokens: validation reports perplexity */
+    /* restore_best: the best-scoring checkpoint of this trainer_train call, kept in the store
+     * (it may be ckpt itself) with its score and step */
+    bool has_best;
+    ct_object_id best;
+    double best_score;
+    int64_t best_step;
 };
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
@@ -402,6 +409,7 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if (t->local.data.sharded && max > 1 && (rc = check_shards(s, max, max > num)) < 0)
         goto fail;
     /* the driver keeps model, optimizer and scheduler, not the data */
+    t->tokens = t->local.data.tokens;
     ct__trainer_data_free(&t->local.data);
     t->local.has_data = false;
     ct__trainer_ctx_free(&ctx);
@@ -913,6 +921,22 @@ static void note_copies(trainer *t, const char *what, int copies, int asked)
     t->under_replicated = true;
 }
 
+/* Frees the current checkpoint from the store, unless restore_best keeps it as the best. */
+static void drop_ckpt(trainer *t)
+{
+    if (t->has_ckpt && !(t->has_best && !memcmp(&t->best, &t->ckpt, sizeof t->ckpt)))
+        ct_free(&t->ckpt);
+    t->has_ckpt = false;
+}
+
+/* Forgets the best checkpoint, freeing it unless it is the current one. */
+static void drop_best(trainer *t)
+{
+    if (t->has_best && !(t->has_ckpt && !memcmp(&t->best, &t->ckpt, sizeof t->ckpt)))
+        ct_free(&t->best);
+    t->has_best = false;
+}
+
 /* Makes the newest checkpoint id the current one: pulls it to the driver's node, loads it into
  * the driver's state, then frees the previous one (never before the new one is complete). */
 static int adopt_checkpoint(trainer *t, const ct_object_id *id)
@@ -925,8 +949,7 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
     ct_object_release(&v);
     if (rc < 0)
         return rc;
-    if (t->has_ckpt)
-        ct_free(&t->ckpt);
+    drop_ckpt(t);
     t->ckpt = *id;
     t->has_ckpt = true;
     t->ckpt_unsaved = true;
@@ -957,12 +980,15 @@ static int rewind_to_checkpoint(trainer *t)
 }
 
 /* Makes a validation's sums the val_* fields of st. */
-static void set_val_stats(trainer_stats *st, double loss, int64_t correct, int64_t total,
-                          const tr_metrics *m)
+static void set_val_stats(const trainer *t, trainer_stats *st, double loss, int64_t correct,
+                          int64_t total, const tr_metrics *m)
 {
     ct__trainer_metrics_out(m, st->val_metrics, &st->val_nmetrics);
     st->val_loss = total ? loss / (double)total : 0;
     st->val_accuracy = total ? (double)correct / (double)total : 0;
+    /* token targets: the built-in steps' loss is the mean over a window's tokens, so val_loss
+     * is the mean per-token loss (equal windows) and this its perplexity */
+    st->val_perplexity = t->tokens && total ? exp(st->val_loss) : 0;
     st->val_samples = total;
 }
 
@@ -971,7 +997,7 @@ static int deliver_validations(trainer *t, const trainer_train_opts *o)
 {
     for (int i = 0; i < t->nvals; i++) {
         const tr_val_result *v = &t->vals[i];
-        set_val_stats(&t->stats, v->loss_sum, v->correct, v->total, &v->metrics);
+        set_val_stats(t, &t->stats, v->loss_sum, v->correct, v->total, &v->metrics);
         t->stats.val_epoch = v->epoch;
         t->stats.val_step = v->step;
         int rc = o->on_validate ? o->on_validate(t, &t->stats, o->user) : 0;
@@ -1001,7 +1027,7 @@ static int run_validation(trainer *t, char *why, size_t cap)
             total += r->total;
             ct__trainer_metrics_add(&m, &r->metrics);
         }
-        set_val_stats(&t->stats, loss, correct, total, &m);
+        set_val_stats(t, &t->stats, loss, correct, total, &m);
         /* its place: mid-epoch the epoch it is in, else the last one done */
         ct__progress_val(t->progress, &t->stats,
                          t->local.batch > 0 ? t->local.epoch : t->local.epoch - 1, t->local.step);
@@ -1048,7 +1074,7 @@ static void segment_records(trainer *t, bool epoch_done)
     for (int i = 0; i < t->nvals; i++) {
         const tr_val_result *v = &t->vals[i];
         trainer_stats st = t->stats;
-        set_val_stats(&st, v->loss_sum, v->correct, v->total, &v->metrics);
+        set_val_stats(t, &st, v->loss_sum, v->correct, v->total, &v->metrics);
         ct__progress_val(t->progress, &st, v->epoch, v->step);
     }
     if (epoch_done)
@@ -1242,29 +1268,100 @@ static double score_of(const char *attr, const trainer_stats *st)
 {
     if (!strcmp(attr, "train_loss"))
         return st->train_loss;
-    if (!strcmp(attr, "val_loss") || !strcmp(attr, "val_accuracy"))
-        return st->val_samples == 0 ? NAN : attr[4] == 'l' ? st->val_loss : st->val_accuracy;
+    if (!strcmp(attr, "val_loss") || !strcmp(attr, "val_accuracy") ||
+        !strcmp(attr, "val_perplexity"))
+        return st->val_samples == 0 ? NAN
+               : attr[4] == 'l'     ? st->val_loss
+               : attr[4] == 'a'     ? st->val_accuracy
+                                    : st->val_perplexity;
     double v = trainer_stats_metric(st, false, attr, NAN);
     return isnan(v) ? trainer_stats_metric(st, true, attr, NAN) : v;
 }
 
-/* Writes the newly adopted checkpoint to the checkpoint directory, with its score from the
- * stats (an epoch's end: t->stats; within an epoch: the epoch's batches so far). */
-static int save_to_dir(trainer *t, tr_ckptdir *dir, const char *attr, bool epoch_end)
+/* The stats a checkpoint is scored and indexed with (an epoch's end: t->stats; within an
+ * epoch: the epoch's batches so far) into st; its score (NaN: none) returned. */
+static double ckpt_stats(const trainer *t, const char *attr, bool epoch_end, trainer_stats *st)
+{
+    *st = t->stats;
+    if (!epoch_end)
+        epoch_stats(t, st);
+    return attr ? score_of(attr, st) : NAN;
+}
+
+/* restore_best: the newly adopted checkpoint (score) becomes the best when it beats the best
+ * so far (ties: the newer); the one it replaces is freed from the store. */
+static void note_best(trainer *t, double score, bool maximize)
+{
+    if (isnan(score) || (t->has_best && (maximize ? score < t->best_score : score > t->best_score)))
+        return;
+    drop_best(t);
+    t->best = t->ckpt;
+    t->has_best = true;
+    t->best_score = score;
+    t->best_step = t->local.step;
+}
+
+/* restore_best at the end: the best checkpoint (this call's in the store, or dir's best file
+ * when it scores better: a resumed job's) becomes the driver's state and the next group's
+ * start. CT_EINVAL when no checkpoint has a score. */
+static int restore_best(trainer *t, tr_ckptdir *dir, const char *attr, bool maximize)
+{
+    char path[4400];
+    double ds = NAN;
+    bool file = dir && ct__ckptdir_best(dir, path, sizeof path, &ds) == 0 &&
+                (!t->has_best || (maximize ? ds > t->best_score : ds < t->best_score));
+    if (file) {
+        int rc = trainer_restore(t, path);
+        if (rc == 0)
+            CT_LOG(CT_LOG_INFO, "trainer", "restore_best: %s (%s %g) restored", path, attr, ds);
+        return rc;
+    }
+    if (!t->has_best)
+        return ct__error(CT_EINVAL,
+                         "trainer_train: restore_best: no checkpoint has a score \"%s\" (does "
+                         "validation run during training?)",
+                         attr);
+    if (t->has_ckpt && !memcmp(&t->best, &t->ckpt, sizeof t->ckpt))
+        return 0; /* the last one is the best */
+    ct_object_view v = {0};
+    int rc = ct_get(&t->best, 30000, &v);
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc,
+                                        "trainer_train: restore_best: fetching the best "
+                                        "checkpoint (step %lld)",
+                                        (long long)t->best_step);
+    rc = ct__ckpt_load(&t->local, &t->spec, v.data, v.size);
+    ct_object_release(&v);
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc, "trainer_train: restore_best");
+    end_group(t, NULL, 0, -1, 0, NULL); /* the replicas hold the last step's weights */
+    ct_object_id last = t->ckpt;
+    bool had = t->has_ckpt;
+    t->ckpt = t->best;
+    t->has_ckpt = true;
+    if (had)
+        ct_free(&last);
+    t->ckpt_unsaved = false;
+    t->lr_scale = 1;
+    t->acc = (epoch_sums){.agree = true};
+    local_stats(t);
+    CT_LOG(CT_LOG_INFO, "trainer", "restore_best: the checkpoint of step %lld (%s %g) restored",
+           (long long)t->best_step, attr, t->best_score);
+    return 0;
+}
+
+/* Writes the newly adopted checkpoint to the checkpoint directory with its score. */
+static int save_to_dir(trainer *t, tr_ckptdir *dir, double score, const trainer_stats *cst)
 {
     if (!dir || !t->has_ckpt || !t->ckpt_unsaved)
         return 0;
-    trainer_stats st = t->stats;
-    if (!epoch_end)
-        epoch_stats(t, &st);
-    double score = attr ? score_of(attr, &st) : NAN;
     ct_object_view v = {0};
     char name[TR_CKPT_NAME_MAX];
     int rc = ct_get(&t->ckpt, 30000, &v);
     if (rc < 0)
         return ct__trainer_error_prefix(rc, "trainer: reading the checkpoint for checkpoint_dir");
     rc = ct__ckptdir_add(dir, v.data, v.size, t->local.epoch, t->local.batch, t->local.step, score,
-                         &st, name, sizeof name);
+                         cst, name, sizeof name);
     ct_object_release(&v);
     if (rc < 0)
         return rc;
@@ -1487,10 +1584,13 @@ static int check_train_opts(const trainer_train_opts *o)
     if (o->validate_every_steps < 0)
         return ct__error(CT_EINVAL, "trainer_train: validate_every_steps %lld < 0",
                          (long long)o->validate_every_steps);
-    if (o->checkpoint_every_steps < 0 || o->checkpoint_num_to_keep < 0)
-        return ct__error(CT_EINVAL, "trainer_train: %s is negative",
-                         o->checkpoint_every_steps < 0 ? "checkpoint_every_steps"
-                                                       : "checkpoint_num_to_keep");
+    if (o->checkpoint_every_steps < 0)
+        return ct__error(CT_EINVAL, "trainer_train: checkpoint_every_steps is negative");
+    if (o->checkpoint_num_to_keep < 0 && o->checkpoint_num_to_keep != TRAINER_KEEP_ALL)
+        return ct__error(CT_EINVAL,
+                         "trainer_train: checkpoint_num_to_keep %d: not a count, 0 (the default, "
+                         "%d) or TRAINER_KEEP_ALL",
+                         o->checkpoint_num_to_keep, TRAINER_KEEP_CHECKPOINTS);
     if (o->checkpoint_every_steps > 0 && o->checkpoint != TRAINER_CHECKPOINT_AUTO)
         return ct__error(CT_EINVAL, "trainer_train: checkpoint_every_steps needs checkpoint = "
                                     "TRAINER_CHECKPOINT_AUTO");
@@ -1509,9 +1609,17 @@ static int check_train_opts(const trainer_train_opts *o)
                          o->log_every_steps < 0 ? "log_every_steps"
                          : o->report_ms < 0     ? "report_ms"
                                                 : "min_replicas_timeout_ms");
-    if (o->checkpoint_score_attribute && (!*o->checkpoint_score_attribute || !o->checkpoint_dir))
+    if (o->checkpoint_score_attribute &&
+        (!*o->checkpoint_score_attribute || (!o->checkpoint_dir && !o->restore_best)))
         return ct__error(CT_EINVAL, "trainer_train: checkpoint_score_attribute %s",
-                         !o->checkpoint_dir ? "without checkpoint_dir" : "is empty");
+                         *o->checkpoint_score_attribute ? "without checkpoint_dir or restore_best"
+                                                        : "is empty");
+    if (o->restore_best && !o->checkpoint_score_attribute && !o->validate_every_steps &&
+        !o->validate_every_epoch)
+        return ct__error(CT_EINVAL,
+                         "trainer_train: restore_best needs a score: set validate_every_steps or "
+                         "validate_every_epoch (the score is then val_loss), or "
+                         "checkpoint_score_attribute");
     return 0;
 }
 
@@ -1535,9 +1643,20 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     int64_t epochs = o->epochs > 0 ? o->epochs : t->spec.epochs;
     int max_retries = t->stats.retries_used + o->max_retries; /* per call */
     bool auto_ckpt = o->checkpoint == TRAINER_CHECKPOINT_AUTO;
-    int64_t every = o->checkpoint_every_steps;
-    const char *attr = o->checkpoint_score_attribute;
+    int64_t every = o->checkpoint_every_steps, vevery = o->validate_every_steps;
+    /* the score of checkpoints: by default the validation's loss when one runs in training */
+    bool validating = o->validate_every_steps > 0 || o->validate_every_epoch;
+    const char *attr = o->checkpoint_score_attribute ? o->checkpoint_score_attribute
+                       : validating                  ? "val_loss"
+                                                     : NULL;
+    bool maximize = o->checkpoint_score_order && !strcmp(o->checkpoint_score_order, "max");
+    /* a validation someone acts on (on_validate's stop, the best checkpoint) ends a segment
+     * with a checkpoint of its step: the stop is at that step on every replica, and the
+     * checkpoint scored by it holds that step's weights */
+    bool val_segments = vevery > 0 && (o->on_validate || o->restore_best || o->checkpoint_dir);
     tr_ckptdir *dir = NULL;
+    bool hook_stop = false;  /* on_validate or on_epoch stopped training */
+    char resumed[4600] = ""; /* the resume's line, for the run log */
     char why[600];
     t->stats.train_start_ns = ct__now_ns();
     t->stats.complete_at_resume = false;
@@ -1552,18 +1671,22 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
             if ((rc = trainer_restore(t, path)) < 0)
                 return rc;
             t->ckpt_unsaved = false; /* it is a file already */
-            CT_LOG(CT_LOG_INFO, "trainer", "resuming from %s: epoch %lld, batch %lld, step %lld",
-                   path, (long long)t->local.epoch, (long long)t->local.batch,
-                   (long long)t->local.step);
+            snprintf(resumed, sizeof resumed,
+                     "resuming from checkpoint %s: training goes on at step %lld (epoch %lld, "
+                     "batch %lld)",
+                     path, (long long)t->local.step, (long long)t->local.epoch + 1,
+                     (long long)t->local.batch);
             if (t->local.epoch >= epochs && t->local.batch == 0)
                 resumed_complete(t, o->resume, path, epochs);
         }
         rc = 0;
     }
+    drop_best(t); /* restore_best: this call's checkpoints */
     if (o->checkpoint_dir &&
         (rc = ct__ckptdir_open(
-             o->checkpoint_dir, o->checkpoint_num_to_keep, attr,
-             o->checkpoint_score_order && !strcmp(o->checkpoint_score_order, "max"), &dir)) < 0)
+             o->checkpoint_dir,
+             o->checkpoint_num_to_keep ? o->checkpoint_num_to_keep : TRAINER_KEEP_CHECKPOINTS,
+             o->checkpoint_num_best ? o->checkpoint_num_best : 1, attr, maximize, &dir)) < 0)
         return rc;
     /* the run log (a resumed job's records start at the checkpoint's step) */
     if ((rc = ct__progress_start(&t->progress, o, epochs)) < 0) {
@@ -1572,6 +1695,9 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     }
     ct__progress_set_report(t->progress, &t->report);
     t->report.done = false;
+    /* where a resume starts: on the run log's lines when it prints some, else in the log */
+    if (resumed[0] && !ct__progress_note(t->progress, "%s", resumed))
+        CT_LOG(CT_LOG_INFO, "trainer", "%s", resumed);
     while (t->local.epoch < epochs) {
         /* right after a checkpoint (within an epoch or at its end, after on_epoch): a bigger
          * group when more replicas fit now */
@@ -1585,8 +1711,11 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         int64_t epoch = t->local.epoch;
         /* with checkpoints off, still one after the last epoch: the driver's model and
          * trainer_save then hold the trained weights */
-        bool ckpt = auto_ckpt || epoch + 1 == epochs, done = false;
+        bool ckpt = auto_ckpt || epoch + 1 == epochs || val_segments, done = false;
         int64_t steps = auto_ckpt && every > 0 ? every - t->local.step % every : 0;
+        int64_t vsteps = val_segments ? vevery - t->local.step % vevery : 0;
+        if (vsteps > 0 && (steps == 0 || vsteps < steps))
+            steps = vsteps;
         rc = run_segment(t, epoch, steps, ckpt, o, &done, why, sizeof why);
         if (rc < 0) {
             if ((rc = spend_retry(t, max_retries, why, "other")) < 0)
@@ -1599,18 +1728,33 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
          * and on_validate; then the checkpoint to the directory, scored with the last of them
          * (or an earlier one), even when on_validate stops training */
         int vrc = deliver_validations(t, o);
-        if ((rc = save_to_dir(t, dir, attr, done)) < 0)
+        bool fresh = t->has_ckpt && t->ckpt_unsaved; /* adopted in this segment */
+        trainer_stats cst;
+        double score = ckpt_stats(t, attr, done, &cst);
+        if ((rc = save_to_dir(t, dir, score, &cst)) < 0)
             break;
-        if ((rc = vrc) < 0)
+        t->ckpt_unsaved = false;
+        if (fresh && o->restore_best)
+            note_best(t, score, maximize);
+        if ((rc = vrc) < 0) {
+            hook_stop = true;
             break;
+        }
         if (!done) /* a checkpoint within the epoch */
             continue;
         if (o->on_epoch && (rc = o->on_epoch(t, &t->stats, o->user)) < 0) {
+            hook_stop = true;
             rc = ct__error(rc, "trainer_train: on_epoch stopped training after epoch %lld",
                            (long long)t->stats.epoch);
             break;
         }
         rc = 0;
+    }
+    /* stopped by a hook (a negative code of its own) or done: the best is restored; not
+     * after a failure */
+    if (o->restore_best && (rc == 0 || hook_stop)) {
+        int brc = restore_best(t, dir, attr, maximize);
+        rc = brc < 0 ? brc : rc;
     }
     ct__ckptdir_free(&dir);
     t->stats.epoch = t->local.epoch;
@@ -1733,8 +1877,7 @@ int trainer_restore(trainer *t, const char *path)
         copies = 0;
     note_copies(t, "restored checkpoint", copies, asked);
     end_group(t, NULL, 0, -1, 0, NULL); /* its state is not the restored one */
-    if (t->has_ckpt)
-        ct_free(&t->ckpt);
+    drop_ckpt(t);
     t->ckpt = id;
     t->has_ckpt = true;
     t->ckpt_unsaved = false;
@@ -1801,8 +1944,8 @@ void trainer_shutdown(trainer **tp)
     trainer *t = *tp;
     end_group(t, NULL, 0, -1, 0, NULL);
     ct__progress_free(&t->progress);
-    if (t->has_ckpt)
-        ct_free(&t->ckpt);
+    drop_best(t);
+    drop_ckpt(t);
     ct__trainer_state_free(&t->local);
     free(t->vals);
     free(t);

@@ -118,7 +118,7 @@ int main(void)
              "cluster_name: %s\n"
              "provider: {type: local, num_workers: 1}\n"
              "available_node_types:\n  w: {resources: {CPU: 1}, store_memory: 64M}\n"
-             "ct: {spill_dir: %s, heartbeat_ms: 50, dead_after_ms: 500, start_timeout_s: 15}\n",
+             "ct: {spill_dir: %s, heartbeat_ms: 100, dead_after_ms: 3000, start_timeout_s: 15}\n",
              name, root);
     cfg = t_write("ok.yaml", yaml);
     struct stat sb;

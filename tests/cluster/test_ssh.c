@@ -78,7 +78,7 @@ int main(void)
              "       ssh_known_hosts: %s}\n"
              "setup_commands: ['echo setup-ran >> setup.txt']\n"
              "available_node_types:\n  w: {resources: {CPU: 1}, min_workers: 2}\n"
-             "ct: {head_port: 0, head_bind: 127.0.0.1, heartbeat_ms: 50, dead_after_ms: 500,\n"
+             "ct: {head_port: 0, head_bind: 127.0.0.1, heartbeat_ms: 100, dead_after_ms: 3000,\n"
              "     spill_dir: %s/spill}\n",
              name, key, known, t_dir);
     const char *cfg = t_write("s.yaml", yaml);
@@ -149,17 +149,17 @@ int main(void)
     /* the head and the nodes */
     expect_in(l,
               "nohup setsid sh -c 'exec \"$HOME\"/'\\''.ct/bin'\\''/ct-head --host 127.0.0.1 "
-              "--port 0 --heartbeat-ms 50 --dead-after-ms 500",
+              "--port 0 --heartbeat-ms 100 --dead-after-ms 3000",
               "head start");
     /* its state directory: the log directory's, a path the host's shell expands ("~" would not
      * be, in $CT_HEAD_ARGS) */
     snprintf(want, sizeof want,
-             "--dead-after-ms 500 --supervise --state-dir \"$HOME\"/'\\''.ct/logs/%s/head-state'"
+             "--dead-after-ms 3000 --supervise --state-dir \"$HOME\"/'\\''.ct/logs/%s/head-state'"
              "\\''\n' >\"$HOME\"/'.ct/logs/%s/head.log'",
              name, name);
     expect_in(l, want, "head start: --state-dir");
     snprintf(want, sizeof want,
-             "CT_HEAD_ARGS='--host 127.0.0.1 --port 0 --heartbeat-ms 50 --dead-after-ms 500 "
+             "CT_HEAD_ARGS='--host 127.0.0.1 --port 0 --heartbeat-ms 100 --dead-after-ms 3000 "
              "--supervise --state-dir '\"$HOME\"/'.ct/logs/%s/head-state' nohup setsid sh -c ",
              name);
     expect_in(l, want, "head start: CT_HEAD_ARGS");

@@ -117,20 +117,13 @@ static const char *const ray_only[] = {"docker",
                                        NULL};
 
 /* The keys of the `ct:` section, and of a node type (available_node_types.NAME). */
-static const char *const ct_keys[] = {"head_port",
-                                      "heartbeat_ms",
-                                      "dead_after_ms",
-                                      "store_memory",
-                                      "spill_dir",
-                                      "bin_dir",
-                                      "remote_dir",
-                                      "copy_binaries",
-                                      "head_runs_node",
-                                      "start_timeout_s",
-                                      "head_bind",
-                                      "head_grace_ms",
-                                      "dashboard_port",
-                                      NULL};
+static const char *const ct_keys[] = {"head_port",      "heartbeat_ms",
+                                      "dead_after_ms",  "store_memory",
+                                      "spill_dir",      "bin_dir",
+                                      "remote_dir",     "copy_binaries",
+                                      "head_runs_node", "start_timeout_s",
+                                      "head_bind",      "head_grace_ms",
+                                      "dashboard_port", NULL};
 static const char *const type_keys[] = {
     "resources",    "min_workers", "max_workers",           "node_config",
     "store_memory", "spill_dir",   "worker_setup_commands", NULL};

@@ -241,8 +241,7 @@ static void test_cpu(void)
                   strstr(err, "AVX512_BF16") && strstr(err, "AMX"),
               "linear bf16 on this CPU: %s", err);
         rc = run_op("conv", CT_CPU, CT_BF16, &o);
-        CHECK(rc < 0 &&
-                  strstr(ct_last_error(), "conv2d in bf16 is not available on device cpu") &&
+        CHECK(rc < 0 && strstr(ct_last_error(), "conv2d in bf16 is not available on device cpu") &&
                   strstr(ct_last_error(), "AVX512_BF16"),
               "conv bf16 on this CPU: %s", ct_last_error());
         op_out_free(&o);

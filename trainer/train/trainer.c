@@ -66,6 +66,8 @@ struct trainer {
     int logged_world;        /* the group size last logged (note_group_size; 0: none) */
     bool warned_world;       /* ... and it was below num_replicas (logged as a warning) */
     double lr_scale;         /* trainer_scale_lr's factor for groups from the current checkpoint */
+    bool live;               /* recovery "live" applies (trainer_create decided) */
+    double live_lr;          /* the next train_epoch's rates times this (a live recovery's) */
     tr_progress *progress;   /* the run log (progress.c); NULL: none asked for */
     tr_head_report report;   /* what the head is told of the job (report.c) */
     const char *fail_reason; /* why the last group failed, for the retry counter (end_group) */
@@ -385,6 +387,15 @@ int trainer_create(const trainer_opts *o, trainer **out)
                        s->zero);
         goto fail;
     }
+    /* recovery: opts.recovery, else config key "recovery"; live by default (where it applies:
+     * below, once the data is known) */
+    const char *recovery = o->recovery ? o->recovery : trainer_config_str(&ctx, "recovery", NULL);
+    if (recovery && strcmp(recovery, "live") && strcmp(recovery, "restart")) {
+        rc = ct__error(CT_EINVAL, "trainer_create: %s \"%s\": not \"live\" or \"restart\"",
+                       o->recovery ? "opts.recovery" : "config key \"recovery\" =", recovery);
+        goto fail;
+    }
+    bool asked_live = !recovery || !strcmp(recovery, "live"), default_live = !recovery;
     if (s->zero && ctx.precision == CT_F16) {
         rc = ct__error(CT_ENOSYS,
                        "trainer_create: ZeRO stage %d with config key \"precision\" = f16: the "
@@ -408,6 +419,20 @@ int trainer_create(const trainer_opts *o, trainer **out)
     /* every rank's shard, as the replicas of the largest group would read them */
     if (t->local.data.sharded && max > 1 && (rc = check_shards(s, max, max > num)) < 0)
         goto fail;
+    /* live recovery where it applies; else restart, and one line that says why */
+    const char *not_live = device != CT_CPU
+                               ? "the survivors' state would be on a device: live recovery runs "
+                                 "on the CPU ring only (opts.device)"
+                           : s->zero ? "ZeRO-1: the dead replica's optimizer shard exists nowhere "
+                                       "else (zero_stage)"
+                           : t->local.data.sharded ? "sharded data: the dead replica's shard is "
+                                                     "not on the survivors (trainer_data.sharded)"
+                                                   : NULL;
+    t->live = asked_live && !not_live;
+    if (asked_live && not_live)
+        CT_LOG(default_live ? CT_LOG_INFO : CT_LOG_WARN, "trainer",
+               "recovery: \"restart\" (from the last checkpoint), not \"live\": %s", not_live);
+    t->live_lr = 1;
     /* the driver keeps model, optimizer and scheduler, not the data */
     t->tokens = t->local.data.tokens;
     ct__trainer_data_free(&t->local.data);
@@ -748,10 +773,22 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
 
 /* Where in the epoch a group of n replicas starts from the checkpoint: its batch, or with
  * another group size the batch where as many samples of the epoch's order were seen (rounded
- * down, and to whole accumulation groups): a few samples seen twice, none skipped. */
-static int64_t start_batch(const trainer *t, int n)
+ * down, and to whole accumulation groups): a few samples seen twice, none skipped. A checkpoint
+ * of an epoch a live recovery re-sharded (an offset) starts a group of another size exactly at
+ * its samples seen (*offset; batch 0). */
+static int64_t start_batch(const trainer *t, int n, int64_t *offset)
 {
     int64_t b = t->local.batch;
+    *offset = t->local.offset;
+    if (t->local.offset > 0 && t->local.world > 0 && t->local.world != n) {
+        *offset = t->local.offset + b * t->spec.batch * t->local.world;
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "checkpoint at batch %lld after %lld samples of epoch %lld with %d replicas: %d "
+               "start after %lld samples",
+               (long long)b, (long long)t->local.offset, (long long)t->local.epoch, t->local.world,
+               n, (long long)*offset);
+        return 0;
+    }
     if (b > 0 && t->local.world > 0 && t->local.world != n) {
         b = b * t->local.world / n;
         b -= b % t->spec.accumulate;
@@ -854,7 +891,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap,
         sa[i].world = n;
         memcpy(sa[i].group, group, sizeof group);
         sa[i].start_epoch = t->local.epoch;
-        sa[i].start_batch = start_batch(t, n);
+        sa[i].start_batch = start_batch(t, n, &sa[i].start_offset);
         sa[i].has_ckpt = t->has_ckpt;
         sa[i].ckpt = t->ckpt;
         sa[i].lr_scale = t->lr_scale;
@@ -867,6 +904,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap,
     if ((rc = call_all(t, "setup", NULL, 0, 0, NULL, &failed, msg, sizeof msg)) < 0)
         goto fail;
     t->local.batch = sa[0].start_batch;
+    t->local.offset = sa[0].start_offset;
     t->local.world = n;
     free(sa);
     memcpy(t->group, group, sizeof group);
@@ -965,6 +1003,7 @@ static int rewind_to_checkpoint(trainer *t)
         t->local.epoch = 0;
         t->local.step = 0;
         t->local.batch = 0;
+        t->local.offset = 0;
         t->local.skipped = 0;
         if (t->local.scaler) /* never changed without a checkpoint; fresh, to be sure */
             ct_grad_scaler_load(t->local.scaler, (float)t->local.scaler_opts.init_scale, 0);
@@ -1081,6 +1120,142 @@ static void segment_records(trainer *t, bool epoch_done)
         ct__progress_epoch(t->progress, &t->stats);
 }
 
+/* ---- live recovery (recovery "live") ---- */
+
+#define LIVE_DEATH_WAIT_MS 5000 /* for the head's report of the death the survivors saw */
+
+static int tell_world_size(trainer *t, const trainer_train_opts *o, int n);
+static void note_group_size(trainer *t, int n);
+
+/* After a segment failed: when replicas died (their node's death watch reported them) and every
+ * survivor failed inside a step (its communicator broke), the survivors go on without them: a
+ * new group of the survivors (a new group id, the next generation; ranks in the old order)
+ * agrees on the last completed step, discards the one in flight and re-shards the rest of the
+ * epoch (replica.c, "regroup"); on_world_size is told, its lr factor goes with the next
+ * train_epoch. *done_steps: the optimizer steps the failed segment completed (of its budget
+ * `steps`). 0, or a negative code when the driver must restart the group instead (nothing
+ * died, fewer than min_replicas left, a survivor that failed otherwise: logged); then, when the
+ * dead were already let go (*why non-empty: what died), the group left is the survivors. */
+static int live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, int64_t *done_steps,
+                        char *why, size_t cap)
+{
+    int64_t t0 = ct__now_ns(), until = ct__now_ms() + LIVE_DEATH_WAIT_MS;
+    int n = 0, old = t->world, rc, failed = -1;
+    for (;;) { /* the survivors saw the death first: wait for the head's word on it */
+        n = 0;
+        for (int i = 0; i < old; i++)
+            n += !ct_actor_is_dead(t->actors[i]);
+        if (n < old || ct__now_ms() >= until)
+            break;
+        usleep(1000);
+    }
+    if (n == old) {
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "recovery: no replica died (a replica's own error, or a peer too slow for "
+               "comm_timeout_ms): restarting the group from the last checkpoint");
+        return CT_EINVAL;
+    }
+    if (n < t->min_replicas) {
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "recovery: %d of %d replicas survive, fewer than min_replicas %d: no live "
+               "recovery; restarting from the last checkpoint",
+               n, old, t->min_replicas);
+        return CT_EINVAL;
+    }
+    ct_actor **alive = calloc((size_t)n, sizeof *alive);
+    tr_regroup_args *ra = calloc((size_t)n, sizeof *ra);
+    void **res = calloc((size_t)n, sizeof *res);
+    char group[64], msg[600] = "";
+    if (!alive || !ra || !res) {
+        free(alive);
+        free(ra);
+        free(res);
+        return CT_ENOMEM;
+    }
+    snprintf(group, sizeof group, "g%d-%d-%lld", (int)getpid(), ++t->groups,
+             (long long)(ct__now_ns() / 1000));
+    for (int i = 0, k = 0; i < old; i++) {
+        if (ct_actor_is_dead(t->actors[i])) {
+            snprintf(why, cap, "replica %d (actor %s, pid %d, node %s) died", i,
+                     ct_actor_id(t->actors[i]), ct_actor_pid(t->actors[i]),
+                     ct_actor_node(t->actors[i]));
+            CT_LOG(CT_LOG_WARN, "trainer", "recovery: %s; %d survivors go on live (group %s)", why,
+                   n, group);
+            ct_actor_release(&t->actors[i]);
+            continue;
+        }
+        ra[k] = (tr_regroup_args){.rank = k, .world = n};
+        memcpy(ra[k].group, group, sizeof group);
+        alive[k++] = t->actors[i];
+    }
+    free(t->actors);
+    t->actors = alive;
+    t->world = n;
+    t->stats.replicas = n;
+    ct__report_replicas(&t->report, n);
+    rc = call_all(t, "regroup", ra, sizeof *ra, sizeof *ra, res, &failed, msg, sizeof msg);
+    tr_report *r0 = res[0];
+    for (int i = 0; rc == 0 && i < n; i++) {
+        tr_report *r = res[i];
+        if (r->steps != r0->steps || r->end_offset != r0->end_offset ||
+            r->weights_hash != r0->weights_hash || r->epoch != r0->epoch)
+            rc = ct__error(CT_EPROTO,
+                           "recovery: survivors disagree after regrouping (rank %d: step +%lld, "
+                           "offset %lld; rank 0: +%lld, %lld)",
+                           i, (long long)r->steps, (long long)r->end_offset, (long long)r0->steps,
+                           (long long)r0->end_offset);
+    }
+    if (rc == 0 && steps > 0 && r0->steps >= steps)
+        rc = ct__error(CT_EPROTO, "recovery: the segment's %lld steps were done already",
+                       (long long)steps);
+    if (rc < 0) {
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "recovery: the survivors could not go on live (%s): restarting from the last "
+               "checkpoint",
+               msg[0] ? msg : ct_last_error());
+        size_t l = strlen(why);
+        snprintf(why + l, cap - l, "; live recovery failed: %s", msg[0] ? msg : ct_last_error());
+        goto out;
+    }
+    /* the failed segment's sums up to its last completed step (the survivors'; the dead
+     * replicas' part of them is lost with them) */
+    for (int i = 0; i < n; i++) {
+        tr_report *r = res[i];
+        ct__trainer_metrics_add(&t->acc.m, &r->metrics);
+        t->acc.loss += r->loss_sum;
+        t->acc.samples += r->samples;
+    }
+    *done_steps = r0->steps;
+    t->local.step += r0->steps;
+    t->local.epoch = r0->epoch;
+    t->local.batch = 0;
+    t->local.offset = r0->end_offset;
+    memcpy(t->group, group, sizeof group);
+    t->group_fresh = true;
+    t->stats.live_recoveries++;
+    t->stats.group_start_step = t->local.step;
+    t->stats.group_start_ns = t0;
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "recovery: %d replicas go on live from step %lld (epoch %lld, after %lld samples of "
+           "it), in %.1f ms",
+           n, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.offset,
+           (ct__now_ns() - t0) / 1e6);
+    note_group_size(t, n);
+    /* on_world_size sees the new size; its factor applies to the survivors' current rates, and
+     * for a restart from the current checkpoint, to that one's on top of what was asked */
+    double keep = t->lr_scale;
+    t->lr_scale = 1;
+    rc = tell_world_size(t, o, n);
+    t->live_lr = t->lr_scale;
+    t->lr_scale = keep * t->live_lr;
+out:
+    for (int i = 0; i < n; i++)
+        free(res[i]);
+    free(res);
+    free(ra);
+    return rc;
+}
+
 static int drain_mid_epoch(trainer *t, void **res, int world, int d);
 
 /* A segment of epoch `epoch` on the group: from the driver's position (t->local.batch) until
@@ -1101,10 +1276,12 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         free(res);
         return CT_ENOMEM;
     }
-    if (t->local.batch == 0) /* a new epoch (or one started over) */
+    if (t->local.batch == 0 && t->local.offset == 0) /* a new epoch (or one started over) */
         t->acc = (epoch_sums){.agree = true};
     for (int i = 0; i < t->world; i++)
         ea[i] = (tr_epoch_args){.epoch = epoch,
+                                .offset = t->local.offset,
+                                .lr_scale = t->live_lr,
                                 .start_batch = t->local.batch,
                                 .steps = steps,
                                 .checkpoint = checkpoint,
@@ -1114,6 +1291,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     t->nvals = 0;
     ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
+    t->live_lr = 1;   /* the replicas applied it */
     int drained = -1; /* a replica whose node drains: the one with a checkpoint, if any */
     for (int i = 0; i < world; i++) {
         tr_report *r = res[i];
@@ -1127,7 +1305,21 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     }
     if (rc < 0) {
         t->stats.failure_seen_ns = ct__now_ns();
-        end_group(t, why, cap, failed, rc, msg);
+        int64_t d = 0;
+        why[0] = 0;
+        if (t->live && live_recover(t, o, steps, &d, why, cap) == 0) { /* the survivors go on */
+            for (int i = 0; i < world; i++)
+                free(res[i]);
+            free(res);
+            free(ea);
+            return run_segment(t, epoch, steps > 0 ? steps - d : 0, checkpoint, o, done, why, cap);
+        }
+        if (why[0]) { /* the group is the survivors now: what died is said already */
+            end_group(t, NULL, 0, -1, 0, NULL);
+            t->fail_reason = "replica_died";
+        } else {
+            end_group(t, why, cap, failed, rc, msg);
+        }
         goto out;
     }
     double slowest = 0;
@@ -1178,9 +1370,11 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         t->local.epoch = epoch + 1; /* the driver's model lags (no checkpoint) */
         t->local.step += r0->steps;
         t->local.batch = 0;
+        t->local.offset = 0;
     } else { /* defensive: segments end in a checkpoint, or at the epoch's end */
         t->local.step += r0->steps;
         t->local.batch = r0->end_batch;
+        t->local.offset = r0->end_offset;
     }
     if (*done) {
         epoch_stats(t, &t->stats);

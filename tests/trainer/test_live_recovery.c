@@ -1,0 +1,252 @@
+/* tests/trainer/test_live_recovery.c — recovery "live": when a replica dies, the survivors go on.
+ * A ct-head and ct-nodes (argv[1]: "shm": one node of 4 CPUs, the ring over shared memory;
+ * "tcp": 4 nodes of 1 CPU, the ring over TCP; "min": as shm with min_replicas 4). 4 replicas
+ * train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4 steps, 2
+ * epochs. The train step "logged" wraps the built-in one: after
+ * each completed step it appends (step, world, rank, epoch, time, sample indices) to a file per
+ * process; at step 3 (the fourth) of the group of 4, rank 2 writes the time and SIGKILLs itself
+ * before its backward, once per run (a marker file).
+ * shm and tcp, expected: the survivors discard step 3 and go on as 3 (live_recoveries 1, no
+ * retry) from the 97th sample of the epoch's order; at the checkpoint of step 4 the killed
+ * replica's CPU is free again and the group grows back to 4 (growths 1), from the 121st sample.
+ * Every step count 0 .. steps-1 is completed once, by 4 ranks but step 3 by 3, and never goes
+ * back in a process; every sample of epoch 0 is seen exactly once; 7 + 7 steps; equal weights.
+ * The time from the kill to the survivors' next step is printed, not asserted. shm runs twice:
+ * the two runs' final weights are bit-identical.
+ * min, expected: 3 survivors are fewer than min_replicas 4: the driver restarts the group from
+ * the checkpoint (one retry, live_recoveries 0), and the run still ends at 2 epochs. */
+#include "tt.h"
+
+#include <fcntl.h>
+#include <time.h>
+
+#define KILL_STEP 3
+#define KILL_RANK 2
+#define N_TRAIN 216 /* synthetic n = 270: 20% of it is the validation set */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The built-in step, logged; the kill at (KILL_STEP, KILL_RANK) of a group of 4, once. */
+static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+{
+    trainer_ctx *ctx = trainer_step_ctx(s);
+    const char *dir = trainer_config_str(ctx, "log_dir", "/tmp");
+    int rank = trainer_ctx_rank(ctx), world = trainer_ctx_world_size(ctx);
+    int64_t step = trainer_step_count(s);
+    char path[256], line[4096];
+    if (world == 4 && rank == KILL_RANK && step == KILL_STEP) {
+        snprintf(path, sizeof path, "%s/killed", dir);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd >= 0) { /* the first time only: a restarted group of 4 does not die again */
+            int n = snprintf(line, sizeof line, "%lld\n", (long long)now_ns());
+            if (write(fd, line, (size_t)n) != n)
+                fprintf(stderr, "short write\n");
+            close(fd);
+            raise(SIGKILL);
+        }
+    }
+    int rc = trainer_builtin_train_step(s, b, out);
+    if (rc < 0)
+        return rc;
+    int n = snprintf(line, sizeof line, "%lld %d %d %lld %lld", (long long)step, world, rank,
+                     (long long)trainer_step_epoch(s), (long long)now_ns());
+    for (int64_t i = 0; i < b->n && n < (int)sizeof line - 32; i++)
+        n += snprintf(line + n, sizeof line - (size_t)n, " %lld", (long long)b->index[i]);
+    line[n++] = '\n';
+    snprintf(path, sizeof path, "%s/steps-%d", dir, (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0 || write(fd, line, (size_t)n) != n)
+        rc = CT_EIO;
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+typedef struct run {
+    trainer_stats st;
+    float *w;
+    int64_t nw;
+} run;
+
+/* What the step files of dir say: one run's checks (live: the survivors went on). */
+static void check_steps(const char *dir, int64_t steps, bool live)
+{
+    enum { MAXS = 64 };
+    int count[MAXS][5] = {{0}}, world_of[MAXS] = {0};
+    int seen[N_TRAIN] = {0};
+    int64_t next_after_kill = 0, kill_ns = 0, back = 0;
+    char path[600];
+    snprintf(path, sizeof path, "%s/killed", dir);
+    char *k = tt_read_file(path, NULL);
+    CHECK(k != NULL);
+    if (k)
+        kill_ns = strtoll(k, NULL, 10);
+    free(k);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "steps-", 6))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char *buf = tt_read_file(path, NULL), *save = NULL;
+        long long last = -1;
+        for (char *l = buf ? strtok_r(buf, "\n", &save) : NULL; l;
+             l = strtok_r(NULL, "\n", &save)) {
+            long long step, epoch, t;
+            int world, rank, off = 0;
+            if (sscanf(l, "%lld %d %d %lld %lld%n", &step, &world, &rank, &epoch, &t, &off) != 5 ||
+                step < 0 || step >= MAXS || rank < 0 || rank >= 4) {
+                fprintf(stderr, "bad line in %s: %s\n", path, l);
+                h_failures++;
+                continue;
+            }
+            back += step <= last; /* the step counter never goes back in a process */
+            last = step;
+            count[step][rank]++;
+            if (world_of[step] && world_of[step] != world) {
+                fprintf(stderr, "step %lld ran with %d and %d ranks\n", step, world_of[step],
+                        world);
+                h_failures++;
+            }
+            world_of[step] = world;
+            if (step == KILL_STEP && (!next_after_kill || t < next_after_kill))
+                next_after_kill = t;
+            for (char *p = l + off; live && epoch == 0 && *p;) {
+                char *end;
+                long long idx = strtoll(p, &end, 10);
+                if (end == p)
+                    break;
+                if (idx >= 0 && idx < N_TRAIN)
+                    seen[idx]++;
+                p = end;
+            }
+        }
+        free(buf);
+    }
+    if (d)
+        closedir(d);
+    CHECK_EQ_INT(back, 0);
+    if (!live)
+        return;
+    int bad_steps = 0, once = 0;
+    for (int64_t s = 0; s < steps && s < MAXS; s++) {
+        /* 4 until the kill, 3 from the discarded step to the next checkpoint (step 4), then 4
+         * again: the group grew back there */
+        int want = s == KILL_STEP ? 3 : 4;
+        for (int r = 0; r < 4; r++)
+            if (count[s][r] != (r < want ? 1 : 0)) {
+                fprintf(stderr, "step %lld rank %d: completed %d times\n", (long long)s, r,
+                        count[s][r]);
+                bad_steps++;
+            }
+        if (world_of[s] != want) {
+            fprintf(stderr, "step %lld: world %d, not %d\n", (long long)s, world_of[s], want);
+            bad_steps++;
+        }
+    }
+    for (int64_t s = steps; s < MAXS; s++)
+        for (int r = 0; r < 4; r++)
+            bad_steps += count[s][r] != 0;
+    for (int i = 0; i < N_TRAIN; i++)
+        once += seen[i] == 1;
+    CHECK_EQ_INT(bad_steps, 0);
+    CHECK_EQ_INT(once, N_TRAIN);
+    CHECK(next_after_kill > kill_ns && kill_ns > 0);
+    printf("kill to the survivors' next step: %.1f ms\n", (next_after_kill - kill_ns) / 1e6);
+}
+
+/* One run of 4 replicas with the kill; its stats and final weights into *out. */
+static void one_run(const char *mode, run *out)
+{
+    char dir[64], cfg[200], cmd[160];
+    snprintf(dir, sizeof dir, "/tmp/ct-test-live.XXXXXX");
+    if (!mkdtemp(dir)) {
+        h_failures++;
+        return;
+    }
+    bool min = !strcmp(mode, "min");
+    snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s", dir);
+    trainer *t = NULL;
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                            .data = "synthetic",
+                                            .optimizer = "sgd",
+                                            .train_step = "logged",
+                                            .config = cfg,
+                                            .num_replicas = 4,
+                                            .min_replicas = min ? 4 : 0,
+                                            .batch_size = 8,
+                                            .cpus_per_replica = 1,
+                                            .no_cpu_binding = true,
+                                            .epochs = 2,
+                                            .seed = 11},
+                            &t));
+    if (t) {
+        CHECK_OK(trainer_train(t, .max_retries = 2, .checkpoint_every_steps = 4,
+                               .backoff_base_ms = 100, .backoff_cap_ms = 400, .stats = &out->st));
+        out->w = tt_weights(trainer_get_model(t), &out->nw);
+        printf("%s: epochs %lld, steps %lld, replicas %d, live recoveries %d, retries %d\n", mode,
+               (long long)out->st.epoch, (long long)out->st.steps, out->st.replicas,
+               out->st.live_recoveries, out->st.retries_used);
+        CHECK_EQ_INT(out->st.epoch, 2);
+        CHECK(out->st.weights_agree);
+        if (min) {
+            CHECK_EQ_INT(out->st.live_recoveries, 0);
+            CHECK_EQ_INT(out->st.retries_used, 1);
+            CHECK_EQ_INT(out->st.replicas, 4);
+            check_steps(dir, out->st.steps, false);
+        } else {
+            CHECK_EQ_INT(out->st.live_recoveries, 1);
+            CHECK_EQ_INT(out->st.retries_used, 0);
+            CHECK_EQ_INT(out->st.growths, 1);
+            CHECK_EQ_INT(out->st.replicas, 4);
+            /* epoch 0: 3 steps of 4 x 8, 1 of 3 x 8, then the 96 left as 3 steps of 4 x 8;
+             * epoch 1: 7 of 4 (216 / 32, the last padded) */
+            CHECK_EQ_INT(out->st.steps, 7 + 7);
+            check_steps(dir, out->st.steps, true);
+        }
+    }
+    trainer_shutdown(&t);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int main(int argc, char **argv)
+{
+    tt_register();
+    trainer_register_train_step("logged", logged_step);
+    trainer_register_step_keys("logged", "log_dir");
+    ct_serve_if_worker();
+    h_init();
+    const char *mode = argc > 1 ? argv[1] : "shm";
+    bool tcp = !strcmp(mode, "tcp");
+    char addr[128];
+    if (h_start_head(addr, sizeof addr, "100", "3000") < 0)
+        return 1;
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    for (int i = 0; i < (tcp ? 4 : 1); i++)
+        h_start_node(addr, "--cpus", tcp ? "1" : "4", "--store-memory", "256M", NULL, NULL);
+    if (!tt_wait_total_cpus(4, 10000)) {
+        h_failures++;
+        goto out;
+    }
+    run a = {0}, b = {0};
+    one_run(mode, &a);
+    if (!strcmp(mode, "shm")) { /* the same kill at the same step: the same weights */
+        one_run(mode, &b);
+        tt_same_weights(a.w, b.w, a.nw, b.nw, "two runs with the same kill");
+    }
+    free(a.w);
+    free(b.w);
+out:
+    ct_shutdown();
+    h_kill_all();
+    if (h_failures)
+        fprintf(stderr, "test_live_recovery %s: %d failure(s)\n", mode, h_failures);
+    return h_failures ? 1 : 0;
+}

@@ -317,8 +317,11 @@ typedef struct trainer_stats {
     /* bytes of optimizer state per replica (the largest replica's, last segment): with
      * zero_stage 1 about 1/N of what it is without */
     int64_t optim_state_bytes;
-    /* replicas lost that the survivors went on without (recovery "live"; no retry spent) */
+    /* replicas lost that the survivors went on without (recovery "live"; no retry spent), and
+     * the survivors' first completed step after the last such loss (slowest rank; CLOCK_MONOTONIC
+     * ns, as the timing fields above) */
     int live_recoveries;
+    int64_t live_first_step_ns;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */

@@ -71,6 +71,7 @@ struct replica {
      * broke (a peer died): what "regroup" goes on from (live recovery) */
     struct {
         bool ok;
+        bool clean; /* ... or the last segment ended well (or none ran): at its end */
         int64_t epoch, offset, index; /* the failed step's first batch, under offset */
         int64_t step0;                /* st.step when the segment began */
         tr_report rep;                /* the segment's sums up to the last completed step */
@@ -447,6 +448,7 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
         return rc;
     for (int m = 0; m < r->st.nmodels && rc == 0; m++)
         rc = bucketer_new(r, m);
+    r->live.clean = rc == 0;
     return rc;
 }
 
@@ -616,7 +618,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         rc = ct_loader_seek_offset(r->loader, ea.epoch, ea.offset, ea.start_batch);
     r->pos_valid = false; /* until this segment ends well */
     r->st.offset = ea.offset;
-    r->live.ok = false;
+    r->live.ok = r->live.clean = false;
     r->live.step0 = r->st.step;
     s.index = ea.start_batch;
     ct__rec_begin(&r->rec, &s, r->setup.group, r->setup.rank, ea.report_ms);
@@ -753,6 +755,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     if (vbytes)
         memcpy((char *)*res + sizeof rep, r->vals, vbytes);
     *rlen = sizeof rep + vbytes;
+    r->live.clean = !drained_mid; /* a peer's death before the next segment: go on from here */
     return 0;
 }
 
@@ -845,6 +848,14 @@ static int replica_regroup(void *state, const void *args, size_t len, void **res
     replica *r = state;
     if (len != sizeof(tr_regroup_args) || !r->comm)
         return ct__error(CT_EINVAL, "trainer replica: regroup before setup or bad args");
+    if (!r->live.ok && r->live.clean) { /* idle when the peer died: from where it stands */
+        r->live.epoch = r->st.epoch;
+        r->live.offset = r->st.offset;
+        r->live.index = r->st.batch;
+        r->live.step0 = r->st.step;
+        r->live.rep = (tr_report){.magic = TR_REPORT_MAGIC};
+        r->live.ok = true;
+    }
     if (!r->live.ok)
         return ct__error(CT_EINVAL,
                          "trainer replica %d: its segment did not fail inside a step (a peer's "
@@ -853,7 +864,7 @@ static int replica_regroup(void *state, const void *args, size_t len, void **res
     tr_regroup_args a;
     memcpy(&a, args, sizeof a);
     int old_world = r->setup.world, src = 0, rc;
-    r->live.ok = false;
+    r->live.ok = r->live.clean = false;
     for (int m = 0; m < r->st.nmodels; m++) {
         ct_module_on_grad_ready(r->st.models[m], NULL, NULL);
         ct_bucketer_destroy(&r->bucketers[m]); /* before the communicator it uses */
@@ -880,6 +891,7 @@ static int replica_regroup(void *state, const void *args, size_t len, void **res
         return rc;
     r->pos_valid = false;
     r->first_step_done = false;
+    r->live.clean = true; /* another death before the next segment: go on from here */
     tr_report rep = r->live.rep;
     rep.rank = a.rank;
     rep.world = a.world;

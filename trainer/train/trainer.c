@@ -68,6 +68,7 @@ struct trainer {
     double lr_scale;         /* trainer_scale_lr's factor for groups from the current checkpoint */
     bool live;               /* recovery "live" applies (trainer_create decided) */
     double live_lr;          /* the next train_epoch's rates times this (a live recovery's) */
+    bool live_fresh;         /* no step completed yet since the last live recovery */
     tr_progress *progress;   /* the run log (progress.c); NULL: none asked for */
     tr_head_report report;   /* what the head is told of the job (report.c) */
     const char *fail_reason; /* why the last group failed, for the retry counter (end_group) */
@@ -1122,7 +1123,7 @@ static void segment_records(trainer *t, bool epoch_done)
 
 /* ---- live recovery (recovery "live") ---- */
 
-#define LIVE_DEATH_WAIT_MS 5000 /* for the head's report of the death the survivors saw */
+#define LIVE_DEATH_WAIT_MS 1000 /* for the head's report of the death the survivors saw */
 
 static int tell_world_size(trainer *t, const trainer_train_opts *o, int n);
 static void note_group_size(trainer *t, int n);
@@ -1141,6 +1142,18 @@ static int live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, 
 {
     int64_t t0 = ct__now_ns(), until = ct__now_ms() + LIVE_DEATH_WAIT_MS;
     int n = 0, old = t->world, rc, failed = -1;
+    char key[128];
+    void *v = NULL;
+    size_t vlen = 0;
+    snprintf(key, sizeof key, "trainer/%s/error", t->group); /* replica.c, epoch_failed */
+    if (ct_kv_get(key, &v, &vlen, 0) == 0) { /* a replica failed by itself: no death */
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "recovery: a replica failed by itself (%.*s): restarting the group from the last "
+               "checkpoint",
+               (int)(vlen < 300 ? vlen : 300), v ? (const char *)v : "");
+        free(v);
+        return CT_EINVAL;
+    }
     for (;;) { /* the survivors saw the death first: wait for the head's word on it */
         n = 0;
         for (int i = 0; i < old; i++)
@@ -1233,6 +1246,7 @@ static int live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, 
     memcpy(t->group, group, sizeof group);
     t->group_fresh = true;
     t->stats.live_recoveries++;
+    t->live_fresh = true;
     t->stats.group_start_step = t->local.step;
     t->stats.group_start_ns = t0;
     CT_LOG(CT_LOG_INFO, "trainer",
@@ -1305,6 +1319,11 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     }
     if (rc < 0) {
         t->stats.failure_seen_ns = ct__now_ns();
+        for (int i = 0; i < world; i++) { /* a checkpoint of a replica that ended: not adopted */
+            tr_report *r = res[i];
+            if (r && r->has_ckpt)
+                ct_free(&r->ckpt);
+        }
         int64_t d = 0;
         why[0] = 0;
         if (t->live && live_recover(t, o, steps, &d, why, cap) == 0) { /* the survivors go on */
@@ -1349,6 +1368,9 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     }
     if (t->group_fresh)
         t->stats.group_first_step_ns = first_step;
+    if (t->live_fresh)
+        t->stats.live_first_step_ns = first_step;
+    t->live_fresh = false;
     t->group_fresh = false;
     *done = r0->epoch_done;
     /* rank 0's checkpoint; at an epoch's end a draining replica writes one when rank 0 does

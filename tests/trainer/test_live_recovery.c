@@ -4,8 +4,9 @@
  * train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4 steps, 2
  * epochs. The train step "logged" wraps the built-in one: after
  * each completed step it appends (step, world, rank, epoch, time, sample indices) to a file per
- * process; at step 3 (the fourth) of the group of 4, rank 2 writes the time and SIGKILLs itself
- * before its backward, once per run (a marker file).
+ * process; at step 3 (the fourth) of the group of 4, rank kill_rank (config; 2 on shm, 0, the
+ * one that writes checkpoints, on tcp) writes the time and SIGKILLs itself before its backward,
+ * once per run (a marker file).
  * shm and tcp, expected: the survivors discard step 3 and go on as 3 (live_recoveries 1, no
  * retry) from the 97th sample of the epoch's order; at the checkpoint of step 4 the killed
  * replica's CPU is free again and the group grows back to 4 (growths 1), from the 121st sample.
@@ -21,7 +22,6 @@
 #include <time.h>
 
 #define KILL_STEP 3
-#define KILL_RANK 2
 #define N_TRAIN 216 /* synthetic n = 270: 20% of it is the validation set */
 
 static int64_t now_ns(void)
@@ -31,15 +31,15 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The built-in step, logged; the kill at (KILL_STEP, KILL_RANK) of a group of 4, once. */
+/* The built-in step, logged; the kill at (KILL_STEP, kill_rank) of a group of 4, once. */
 static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
 {
     trainer_ctx *ctx = trainer_step_ctx(s);
     const char *dir = trainer_config_str(ctx, "log_dir", "/tmp");
     int rank = trainer_ctx_rank(ctx), world = trainer_ctx_world_size(ctx);
-    int64_t step = trainer_step_count(s);
+    int64_t step = trainer_step_count(s), kill_rank = trainer_config_int(ctx, "kill_rank", 2);
     char path[256], line[4096];
-    if (world == 4 && rank == KILL_RANK && step == KILL_STEP) {
+    if (world == 4 && rank == kill_rank && step == KILL_STEP) {
         snprintf(path, sizeof path, "%s/killed", dir);
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
         if (fd >= 0) { /* the first time only: a restarted group of 4 does not die again */
@@ -170,7 +170,8 @@ static void one_run(const char *mode, run *out)
         return;
     }
     bool min = !strcmp(mode, "min");
-    snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s", dir);
+    snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_rank=%d", dir,
+             !strcmp(mode, "tcp") ? 0 : 2);
     trainer *t = NULL;
     CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
                                             .data = "synthetic",
@@ -220,7 +221,7 @@ int main(int argc, char **argv)
 {
     tt_register();
     trainer_register_train_step("logged", logged_step);
-    trainer_register_step_keys("logged", "log_dir");
+    trainer_register_step_keys("logged", "log_dir,kill_rank");
     ct_serve_if_worker();
     h_init();
     const char *mode = argc > 1 ? argv[1] : "shm";

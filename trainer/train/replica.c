@@ -21,6 +21,8 @@
  * A sharded dataset (trainer_data.sharded) is read as it is, padded to the longest shard.
  * Several models: one bucketer per model, weights and buffers broadcast per model, one weight
  * hash over all.
+ * After a peer's death the driver may ask the survivors to "regroup" (live recovery): a new
+ * communicator under a new group id, the state agreed, the epoch's rest re-sharded.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,10 @@
 /* trainer/train/trainer.c — the trainer's driver side: trainer_create (options, a check-run of
  * every creator), the replica group (actors created where resources fit, a fresh rendezvous
  * group id per attempt), the epoch loop with checkpoints adopted from the object store, the
- * recovery protocol (end the group, wait for the head to report the deaths, start as many
- * replicas as fit from the last checkpoint, count retries; a failure no retry could fix ends
- * the job at once: no_retry), the elastic bounds (a request no node could ever hold fails at
+ * recovery protocols: live (the survivors of a death regroup under a new group id and go on
+ * from the step in flight: live_recover) and restart (end the group, wait for the head to
+ * report the deaths, start as many replicas as fit from the last checkpoint, count retries; a
+ * failure no retry could fix ends the job at once: no_retry), the elastic bounds (a request no node could ever hold fails at
  * once; wait with backoff while fewer than min_replicas fit, grow up to max_replicas at every
  * checkpoint, tell on_world_size), validation, save / restore. trainer_create makes the
  * built-in data creators' paths absolute and checks every rank's shard of sharded data. An epoch

@@ -799,8 +799,9 @@ static int share_state(replica *r, int src)
  * gathered; when they differ (a peer's death can let some ranks finish the step in flight and
  * not others), the lowest rank of the most steps gives its state to all. Then all go on from
  * the first batch after that step: the epoch's order from offset + index * batch * old_world
- * on, dealt over the new world (*src: the rank the position came from). */
-static int live_agree(replica *r, int old_world, int *src)
+ * on, dealt over the new world (*src: the rank the position came from; *hash: the weights' hash
+ * now, the same on every rank). */
+static int live_agree(replica *r, int old_world, int *src, uint64_t *hash)
 {
     int w = r->setup.world, k = r->setup.rank, rc;
     live_pos *all = calloc((size_t)w, sizeof *all);
@@ -822,8 +823,10 @@ static int live_agree(replica *r, int old_world, int *src)
                "replica %d: the survivors differ after the failure (step %lld here, %lld on "
                "rank %d): rank %d's state to all",
                k, (long long)all[k].step, (long long)all[*src].step, *src, *src);
-        if ((rc = share_state(r, *src)) < 0)
+        if ((rc = share_state(r, *src)) < 0 || (rc = weights_hash(r, hash)) < 0)
             goto out;
+    } else {
+        *hash = all[*src].hash;
     }
     const live_pos *p = &all[*src];
     int64_t n = ct_dataset_length(r->st.data.train);
@@ -866,6 +869,7 @@ static int replica_regroup(void *state, const void *args, size_t len, void **res
     tr_regroup_args a;
     memcpy(&a, args, sizeof a);
     int old_world = r->setup.world, src = 0, rc;
+    uint64_t hash = 0;
     r->live.ok = r->live.clean = false;
     for (int m = 0; m < r->st.nmodels; m++) {
         ct_module_on_grad_ready(r->st.models[m], NULL, NULL);
@@ -883,7 +887,7 @@ static int replica_regroup(void *state, const void *args, size_t len, void **res
                                           .node_id = ct_self_node_id(),
                                           .timeout_ms = r->spec.comm_timeout_ms},
                           &r->comm)) < 0 ||
-        (rc = live_agree(r, old_world, &src)) < 0 || (rc = loader_new(r)) < 0)
+        (rc = live_agree(r, old_world, &src, &hash)) < 0 || (rc = loader_new(r)) < 0)
         return rc;
     /* the replicas bound on this machine still are: one bucket stays one bucket */
     r->bound_here = r->bound_here == old_world ? a.world : 0;
@@ -905,8 +909,7 @@ static int replica_regroup(void *state, const void *args, size_t len, void **res
     rep.first_step_ns = 0;
     rep.skipped_total = r->st.skipped;
     rep.loss_scale = r->st.scaler ? ct_grad_scaler_scale(r->st.scaler) : 0;
-    if ((rc = weights_hash(r, &rep.weights_hash)) < 0)
-        return rc;
+    rep.weights_hash = hash;
     if (!(*res = malloc(sizeof rep)))
         return CT_ENOMEM;
     memcpy(*res, &rep, sizeof rep);

@@ -11,7 +11,8 @@
  * retry) from the 97th sample of the epoch's order; at the checkpoint of step 4 the killed
  * replica's CPU is free again and the group grows back to 4 (growths 1), from the 121st sample.
  * Every step count 0 .. steps-1 is completed once, by 4 ranks but step 3 by 3, and never goes
- * back in a process; every sample of epoch 0 is seen exactly once; 7 + 7 steps; equal weights.
+ * back in a process; every sample of epoch 0 is seen exactly once; 7 + 7 steps; equal weights;
+ * on_world_size scales the lr by new / old: every step's lr is 0.05 x world / 4.
  * The time from the kill to the survivors' next step is printed, not asserted. shm runs twice:
  * the two runs' final weights are bit-identical.
  * min, expected: 3 survivors are fewer than min_replicas 4: the driver restarts the group from
@@ -53,8 +54,9 @@ static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out
     int rc = trainer_builtin_train_step(s, b, out);
     if (rc < 0)
         return rc;
-    int n = snprintf(line, sizeof line, "%lld %d %d %lld %lld", (long long)step, world, rank,
-                     (long long)trainer_step_epoch(s), (long long)now_ns());
+    int n = snprintf(line, sizeof line, "%lld %d %d %lld %lld %.17g", (long long)step, world, rank,
+                     (long long)trainer_step_epoch(s), (long long)now_ns(),
+                     ct_optim_get_lr(trainer_step_optim(s), 0));
     for (int64_t i = 0; i < b->n && n < (int)sizeof line - 32; i++)
         n += snprintf(line + n, sizeof line - (size_t)n, " %lld", (long long)b->index[i]);
     line[n++] = '\n';
@@ -79,7 +81,7 @@ static void check_steps(const char *dir, int64_t steps, bool live)
     enum { MAXS = 64 };
     int count[MAXS][5] = {{0}}, world_of[MAXS] = {0};
     int seen[N_TRAIN] = {0};
-    int64_t next_after_kill = 0, kill_ns = 0, back = 0;
+    int64_t next_after_kill = 0, kill_ns = 0, back = 0, bad_lr = 0;
     char path[600];
     snprintf(path, sizeof path, "%s/killed", dir);
     char *k = tt_read_file(path, NULL);
@@ -99,13 +101,17 @@ static void check_steps(const char *dir, int64_t steps, bool live)
              l = strtok_r(NULL, "\n", &save)) {
             long long step, epoch, t;
             int world, rank, off = 0;
-            if (sscanf(l, "%lld %d %d %lld %lld%n", &step, &world, &rank, &epoch, &t, &off) != 5 ||
+            double lr = 0;
+            if (sscanf(l, "%lld %d %d %lld %lld %lf%n", &step, &world, &rank, &epoch, &t, &lr,
+                       &off) != 6 ||
                 step < 0 || step >= MAXS || rank < 0 || rank >= 4) {
                 fprintf(stderr, "bad line in %s: %s\n", path, l);
                 h_failures++;
                 continue;
             }
             back += step <= last; /* the step counter never goes back in a process */
+            /* on_world_size scales the rate by new / old: live, and at the growth */
+            bad_lr += fabs(lr - 0.05 * world / 4) > 1e-9;
             last = step;
             count[step][rank]++;
             if (world_of[step] && world_of[step] != world) {
@@ -131,6 +137,7 @@ static void check_steps(const char *dir, int64_t steps, bool live)
     if (d)
         closedir(d);
     CHECK_EQ_INT(back, 0);
+    CHECK_EQ_INT(bad_lr, 0);
     if (!live)
         return;
     int bad_steps = 0, once = 0;
@@ -158,6 +165,13 @@ static void check_steps(const char *dir, int64_t steps, bool live)
     CHECK_EQ_INT(once, N_TRAIN);
     CHECK(next_after_kill > kill_ns && kill_ns > 0);
     printf("kill to the survivors' next step: %.1f ms\n", (next_after_kill - kill_ns) / 1e6);
+}
+
+/* The linear scaling rule, as an elastic job would have it. */
+static int on_world_size(trainer *t, int old_size, int new_size, void *user)
+{
+    (void)user;
+    return old_size > 0 ? trainer_scale_lr(t, (double)new_size / old_size) : 0;
 }
 
 /* One run of 4 replicas with the kill; its stats and final weights into *out. */
@@ -188,7 +202,8 @@ static void one_run(const char *mode, run *out)
                             &t));
     if (t) {
         CHECK_OK(trainer_train(t, .max_retries = 2, .checkpoint_every_steps = 4,
-                               .backoff_base_ms = 100, .backoff_cap_ms = 400, .stats = &out->st));
+                               .backoff_base_ms = 100, .backoff_cap_ms = 400,
+                               .on_world_size = on_world_size, .stats = &out->st));
         out->w = tt_weights(trainer_get_model(t), &out->nw);
         printf("%s: epochs %lld, steps %lld, replicas %d, live recoveries %d, retries %d\n", mode,
                (long long)out->st.epoch, (long long)out->st.steps, out->st.replicas,

@@ -1,17 +1,20 @@
 /* tests/trainer/test_live_recovery.c — recovery "live": when a replica dies, the survivors go on.
  * A ct-head and ct-nodes (argv[1]: "shm": one node of 4 CPUs, the ring over shared memory;
- * "tcp": 4 nodes of 1 CPU, the ring over TCP; "min": as shm with min_replicas 4). 4 replicas
+ * "tcp": 4 nodes of 1 CPU, the ring over TCP; "min": as shm with min_replicas 4; "two": as shm
+ * with two replicas killed at once). 4 replicas
  * train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4 steps, 2
  * epochs. The train step "logged" wraps the built-in one: after
  * each completed step it appends (step, world, rank, epoch, time, sample indices) to a file per
- * process; at step 3 (the fourth) of the group of 4, rank kill_rank (config; 2 on shm, 0, the
- * one that writes checkpoints, on tcp) writes the time and SIGKILLs itself before its backward,
- * once per run (a marker file).
+ * process; at step 3 (the fourth) of the group of 4, the ranks in kill_mask (config; rank 2 on
+ * shm, rank 0, the one that writes checkpoints, on tcp, ranks 1 and 2 in "two": shm with two
+ * killed at once) write the time and SIGKILL themselves before their backward, once per run (a
+ * marker file per rank).
  * shm and tcp, expected: the survivors discard step 3 and go on as 3 (live_recoveries 1, no
  * retry) from the 97th sample of the epoch's order; at the checkpoint of step 4 the killed
  * replica's CPU is free again and the group grows back to 4 (growths 1), from the 121st sample.
  * Every step count 0 .. steps-1 is completed once, by 4 ranks but step 3 by 3, and never goes
- * back in a process; every sample of epoch 0 is seen exactly once; 7 + 7 steps; equal weights;
+ * back in a process; every sample of epoch 0 is seen exactly once; 7 + 7 steps (two: step 3 by
+ * 2 ranks, then the 104 samples left by 4: 8 + 7); equal weights;
  * on_world_size scales the lr by new / old: every step's lr is 0.05 x world / 4.
  * The time from the kill to the survivors' next step is printed, not asserted. shm runs twice:
  * the two runs' final weights are bit-identical.
@@ -32,16 +35,16 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The built-in step, logged; the kill at (KILL_STEP, kill_rank) of a group of 4, once. */
+/* The built-in step, logged; the kill at (KILL_STEP, kill_mask) of a group of 4, once. */
 static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
 {
     trainer_ctx *ctx = trainer_step_ctx(s);
     const char *dir = trainer_config_str(ctx, "log_dir", "/tmp");
     int rank = trainer_ctx_rank(ctx), world = trainer_ctx_world_size(ctx);
-    int64_t step = trainer_step_count(s), kill_rank = trainer_config_int(ctx, "kill_rank", 2);
+    int64_t step = trainer_step_count(s), kill_mask = trainer_config_int(ctx, "kill_mask", 4);
     char path[256], line[4096];
-    if (world == 4 && rank == kill_rank && step == KILL_STEP) {
-        snprintf(path, sizeof path, "%s/killed", dir);
+    if (world == 4 && (kill_mask >> rank & 1) && step == KILL_STEP) {
+        snprintf(path, sizeof path, "%s/killed-%d", dir, rank);
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
         if (fd >= 0) { /* the first time only: a restarted group of 4 does not die again */
             int n = snprintf(line, sizeof line, "%lld\n", (long long)now_ns());
@@ -75,22 +78,27 @@ typedef struct run {
     int64_t nw;
 } run;
 
-/* What the step files of dir say: one run's checks (live: the survivors went on). */
-static void check_steps(const char *dir, int64_t steps, bool live)
+/* What the step files of dir say: one run's checks (live: the survivors went on, survivors of
+ * them). */
+static void check_steps(const char *dir, int64_t steps, bool live, int survivors)
 {
     enum { MAXS = 64 };
     int count[MAXS][5] = {{0}}, world_of[MAXS] = {0};
     int seen[N_TRAIN] = {0};
     int64_t next_after_kill = 0, kill_ns = 0, back = 0, bad_lr = 0;
     char path[600];
-    snprintf(path, sizeof path, "%s/killed", dir);
-    char *k = tt_read_file(path, NULL);
-    CHECK(k != NULL);
-    if (k)
-        kill_ns = strtoll(k, NULL, 10);
-    free(k);
     DIR *d = opendir(dir);
     struct dirent *e;
+    while (d && (e = readdir(d))) { /* the first kill's time */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char *k = strncmp(e->d_name, "killed-", 7) ? NULL : tt_read_file(path, NULL);
+        int64_t ns = k ? strtoll(k, NULL, 10) : 0;
+        if (ns > 0 && (!kill_ns || ns < kill_ns))
+            kill_ns = ns;
+        free(k);
+    }
+    if (d)
+        rewinddir(d);
     while (d && (e = readdir(d))) {
         if (strncmp(e->d_name, "steps-", 6))
             continue;
@@ -144,7 +152,7 @@ static void check_steps(const char *dir, int64_t steps, bool live)
     for (int64_t s = 0; s < steps && s < MAXS; s++) {
         /* 4 until the kill, 3 from the discarded step to the next checkpoint (step 4), then 4
          * again: the group grew back there */
-        int want = s == KILL_STEP ? 3 : 4;
+        int want = s == KILL_STEP ? survivors : 4;
         for (int r = 0; r < 4; r++)
             if (count[s][r] != (r < want ? 1 : 0)) {
                 fprintf(stderr, "step %lld rank %d: completed %d times\n", (long long)s, r,
@@ -184,8 +192,11 @@ static void one_run(const char *mode, run *out)
         return;
     }
     bool min = !strcmp(mode, "min");
-    snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_rank=%d", dir,
-             !strcmp(mode, "tcp") ? 0 : 2);
+    bool two = !strcmp(mode, "two");
+    snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
+             !strcmp(mode, "tcp") ? 1
+             : two                ? 6
+                                  : 4);
     trainer *t = NULL;
     CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
                                             .data = "synthetic",
@@ -214,7 +225,7 @@ static void one_run(const char *mode, run *out)
             CHECK_EQ_INT(out->st.live_recoveries, 0);
             CHECK_EQ_INT(out->st.retries_used, 1);
             CHECK_EQ_INT(out->st.replicas, 4);
-            check_steps(dir, out->st.steps, false);
+            check_steps(dir, out->st.steps, false, 3);
         } else {
             CHECK_EQ_INT(out->st.live_recoveries, 1);
             CHECK_EQ_INT(out->st.retries_used, 0);
@@ -222,8 +233,8 @@ static void one_run(const char *mode, run *out)
             CHECK_EQ_INT(out->st.replicas, 4);
             /* epoch 0: 3 steps of 4 x 8, 1 of 3 x 8, then the 96 left as 3 steps of 4 x 8;
              * epoch 1: 7 of 4 (216 / 32, the last padded) */
-            CHECK_EQ_INT(out->st.steps, 7 + 7);
-            check_steps(dir, out->st.steps, true);
+            CHECK_EQ_INT(out->st.steps, (two ? 8 : 7) + 7);
+            check_steps(dir, out->st.steps, true, two ? 2 : 3);
         }
     }
     trainer_shutdown(&t);
@@ -236,7 +247,7 @@ int main(int argc, char **argv)
 {
     tt_register();
     trainer_register_train_step("logged", logged_step);
-    trainer_register_step_keys("logged", "log_dir,kill_rank");
+    trainer_register_step_keys("logged", "log_dir,kill_mask");
     ct_serve_if_worker();
     h_init();
     const char *mode = argc > 1 ? argv[1] : "shm";

@@ -4,12 +4,12 @@
  * recovery protocols: live (the survivors of a death regroup under a new group id and go on
  * from the step in flight: live_recover) and restart (end the group, wait for the head to
  * report the deaths, start as many replicas as fit from the last checkpoint, count retries; a
- * failure no retry could fix ends the job at once: no_retry), the elastic bounds (a request no node could ever hold fails at
- * once; wait with backoff while fewer than min_replicas fit, grow up to max_replicas at every
- * checkpoint, tell on_world_size), validation, save / restore. trainer_create makes the
- * built-in data creators' paths absolute and checks every rank's shard of sharded data. An epoch
- * runs as segments that end in a checkpoint every checkpoint_every_steps optimizer steps (or one
- * segment: the epoch); the driver sums the segments' statistics. Checkpoints also go to
+ * failure no retry could fix ends the job at once: no_retry), the elastic bounds (a request no node
+ * could ever hold fails at once; wait with backoff while fewer than min_replicas fit, grow up to
+ * max_replicas at every checkpoint, tell on_world_size), validation, save / restore. trainer_create
+ * makes the built-in data creators' paths absolute and checks every rank's shard of sharded data.
+ * An epoch runs as segments that end in a checkpoint every checkpoint_every_steps optimizer steps
+ * (or one segment: the epoch); the driver sums the segments' statistics. Checkpoints also go to
  * checkpoint_dir, and trainer_train can resume from one there. Not here: the replica's training
  * step (replica.c), the checkpoint bytes (ckpt.c), the checkpoint directory's files (ckptdir.c),
  * the run log (progress.c; called at a few points: start / stop, each segment, epoch and
@@ -62,14 +62,18 @@ struct trainer {
     /* the validations of the last segment (tr_report's tail), for on_validate */
     tr_val_result *vals;
     int nvals;
-    char group[64];          /* the running group's id */
-    int told_world;          /* the group size on_world_size was last told (0: none) */
-    int logged_world;        /* the group size last logged (note_group_size; 0: none) */
-    bool warned_world;       /* ... and it was below num_replicas (logged as a warning) */
-    double lr_scale;         /* trainer_scale_lr's factor for groups from the current checkpoint */
-    bool live;               /* recovery "live" applies (trainer_create decided) */
-    double live_lr;          /* the next train_epoch's rates times this (a live recovery's) */
-    bool live_fresh;         /* no step completed yet since the last live recovery */
+    char group[64];    /* the running group's id */
+    int told_world;    /* the group size on_world_size was last told (0: none) */
+    int logged_world;  /* the group size last logged (note_group_size; 0: none) */
+    bool warned_world; /* ... and it was below num_replicas (logged as a warning) */
+    double lr_scale;   /* trainer_scale_lr's factor for groups from the current checkpoint */
+    bool live;         /* recovery "live" applies (trainer_create decided) */
+    double live_lr;    /* the next train_epoch's rates times this (a live recovery's) */
+    bool live_fresh;   /* no step completed yet since the last live recovery */
+    /* call_all after a failure waits for every call (a survivor's error, a death's report),
+     * after the first death's report for LIVE_SETTLE_MS at most, not only for that death: live
+     * recovery must know every replica that died (two killed at once) */
+    bool wait_all;
     tr_progress *progress;   /* the run log (progress.c); NULL: none asked for */
     tr_head_report report;   /* what the head is told of the job (report.c) */
     const char *fail_reason; /* why the last group failed, for the retry counter (end_group) */
@@ -718,6 +722,10 @@ static int never_fits(const trainer *t, const fit *f)
  * call has failed the others get at most 3 s more (a replica that hangs outside a collective
  * must not hang the driver). */
 #define FAIL_GRACE_MS 1500
+/* live recovery: after a death's report, how long more for the other calls (deaths reported
+ * within it count: two replicas killed at once; a survivor slower than it gets its regroup
+ * call after its failed call returns) */
+#define LIVE_SETTLE_MS 20
 #define PROGRESS_POLL_MS 100 /* reads the replicas' step records this often (progress.c) */
 
 static int call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,
@@ -745,7 +753,10 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
             int64_t now = ct__now_ms();
             if (!grace_until)
                 grace_until = now + FAIL_GRACE_MS;
-            if (now >= grace_until || (*failed >= 0 && ct_actor_is_dead(t->actors[*failed])))
+            bool dead = *failed >= 0 && ct_actor_is_dead(t->actors[*failed]);
+            if (dead && t->wait_all && grace_until > now + LIVE_SETTLE_MS)
+                grace_until = now + LIVE_SETTLE_MS; /* other deaths of the same moment */
+            if (now >= grace_until || (dead && !t->wait_all))
                 break;
             wait_ms = (int)(grace_until - now);
         }
@@ -1305,7 +1316,9 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                                 .report_ms = ct__progress_report_ms(t->progress)};
     t->nvals = 0;
     ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
+    t->wait_all = t->live;
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
+    t->wait_all = false;
     t->live_lr = 1;   /* the replicas applied it */
     int drained = -1; /* a replica whose node drains: the one with a checkpoint, if any */
     for (int i = 0; i < world; i++) {

@@ -16,7 +16,8 @@
  * back in a process; every sample of epoch 0 is seen exactly once; 7 + 7 steps (two: step 3 by
  * 2 ranks, then the 104 samples left by 4: 8 + 7); equal weights;
  * on_world_size scales the lr by new / old: every step's lr is 0.05 x world / 4.
- * The time from the kill to the survivors' next step is printed, not asserted. shm runs twice:
+ * The time from the kill to the survivors' next step is printed, not asserted (it includes
+ * on_world_size's wait for the freed CPUs, normally none). shm runs twice:
  * the two runs' final weights are bit-identical.
  * min, expected: 3 survivors are fewer than min_replicas 4: the driver restarts the group from
  * the checkpoint (one retry, live_recoveries 0), and the run still ends at 2 epochs. */
@@ -175,10 +176,16 @@ static void check_steps(const char *dir, int64_t steps, bool live, int survivors
     printf("kill to the survivors' next step: %.1f ms\n", (next_after_kill - kill_ns) / 1e6);
 }
 
-/* The linear scaling rule, as an elastic job would have it. */
+/* The linear scaling rule, as an elastic job would have it. After the live shrink it also
+ * waits for the head to free the killed replicas' CPUs, so that the group grows back at the
+ * step-4 checkpoint on a loaded machine too (the same steps in every run). */
 static int on_world_size(trainer *t, int old_size, int new_size, void *user)
 {
     (void)user;
+    double total = 0, free_cpu = 0;
+    for (double until = h_now_ms() + 10000; new_size < old_size && h_now_ms() < until; usleep(2000))
+        if (ct_cluster_resources("CPU", &total, &free_cpu) == 0 && free_cpu >= old_size - new_size)
+            break;
     return old_size > 0 ? trainer_scale_lr(t, (double)new_size / old_size) : 0;
 }
 

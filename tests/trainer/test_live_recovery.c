@@ -1,8 +1,8 @@
 /* tests/trainer/test_live_recovery.c — recovery "live": when a replica dies, the survivors go on.
  * A ct-head and ct-nodes (argv[1]: "shm": one node of 4 CPUs, the ring over shared memory;
  * "tcp": 4 nodes of 1 CPU, the ring over TCP; "min": as shm with min_replicas 4; "two": as shm
- * with two replicas killed at once). 4 replicas
- * train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4 steps, 2
+ * with two replicas killed at once; "idle": replica 0 killed by the test between epochs). 4
+ * replicas train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4 steps, 2
  * epochs. The train step "logged" wraps the built-in one: after
  * each completed step it appends (step, world, rank, epoch, time, sample indices) to a file per
  * process; at step 3 (the fourth) of the group of 4, the ranks in kill_mask (config; rank 2 on
@@ -189,6 +189,20 @@ static int on_world_size(trainer *t, int old_size, int new_size, void *user)
     return old_size > 0 ? trainer_scale_lr(t, (double)new_size / old_size) : 0;
 }
 
+/* idle: after epoch 1, with every replica idle between two segments, replica 0 (the checkpoint
+ * writer) is killed; the others fail in the next segment's first step and go on from there. */
+static int kill_idle(trainer *t, const trainer_stats *st, void *user)
+{
+    (void)user;
+    trainer_replica_info info;
+    if (st->epoch != 1 || trainer_replica_info_get(t, 0, &info) < 0)
+        return 0;
+    kill(info.pid, SIGKILL);
+    for (double until = h_now_ms() + 5000; h_now_ms() < until && !h_gone(info.pid);)
+        usleep(1000);
+    return 0;
+}
+
 /* One run of 4 replicas with the kill; its stats and final weights into *out. */
 static void one_run(const char *mode, run *out)
 {
@@ -200,9 +214,11 @@ static void one_run(const char *mode, run *out)
     }
     bool min = !strcmp(mode, "min");
     bool two = !strcmp(mode, "two");
+    bool idle = !strcmp(mode, "idle");
     snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
              !strcmp(mode, "tcp") ? 1
              : two                ? 6
+             : idle               ? 0
                                   : 4);
     trainer *t = NULL;
     CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
@@ -221,14 +237,24 @@ static void one_run(const char *mode, run *out)
     if (t) {
         CHECK_OK(trainer_train(t, .max_retries = 2, .checkpoint_every_steps = 4,
                                .backoff_base_ms = 100, .backoff_cap_ms = 400,
-                               .on_world_size = on_world_size, .stats = &out->st));
+                               .on_world_size = on_world_size, .on_epoch = idle ? kill_idle : NULL,
+                               .stats = &out->st));
         out->w = tt_weights(trainer_get_model(t), &out->nw);
         printf("%s: epochs %lld, steps %lld, replicas %d, live recoveries %d, retries %d\n", mode,
                (long long)out->st.epoch, (long long)out->st.steps, out->st.replicas,
                out->st.live_recoveries, out->st.retries_used);
         CHECK_EQ_INT(out->st.epoch, 2);
         CHECK(out->st.weights_agree);
-        if (min) {
+        if (idle) {
+            /* epoch 0: 7 steps of 4; epoch 1: 1 step of 3 to the step-8 checkpoint, where the
+             * group grows back to 4 (batch 1 of 3 is batch 0 of 4: the elastic rounding down),
+             * then 7 */
+            CHECK_EQ_INT(out->st.live_recoveries, 1);
+            CHECK_EQ_INT(out->st.retries_used, 0);
+            CHECK_EQ_INT(out->st.growths, 1);
+            CHECK_EQ_INT(out->st.steps, 7 + 1 + 7);
+            check_steps(dir, out->st.steps, false, 3);
+        } else if (min) {
             CHECK_EQ_INT(out->st.live_recoveries, 0);
             CHECK_EQ_INT(out->st.retries_used, 1);
             CHECK_EQ_INT(out->st.replicas, 4);

@@ -322,6 +322,12 @@ typedef struct trainer_stats {
      * ns, as the timing fields above) */
     int live_recoveries;
     int64_t live_first_step_ns;
+    /* replacements that healed from a live peer and grew the group back within the epoch
+     * (recovery "live"), and of the last one: ns from the failure the driver saw to the group
+     * of the bigger world agreed, the snapshot's copy (the peer's put, the newcomer's fetch and
+     * load) and its bytes */
+    int heals;
+    int64_t heal_ns, heal_copy_ns, heal_bytes;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */

@@ -1,24 +1,27 @@
-/* tests/trainer/test_live_recovery.c — recovery "live": when a replica dies, the survivors go on.
+/* tests/trainer/test_live_recovery.c — recovery "live": when a replica dies, the survivors go on,
+ * and a replacement healed from a live peer grows the group back within the epoch.
  * A ct-head and ct-nodes (argv[1]: "shm": one node of 4 CPUs, the ring over shared memory;
  * "tcp": 4 nodes of 1 CPU, the ring over TCP; "min": as shm with min_replicas 4; "two": as shm
- * with two replicas killed at once; "idle": replica 0 killed by the test between epochs). 4
- * replicas train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4 steps, 2
- * epochs. The train step "logged" wraps the built-in one: after
- * each completed step it appends (step, world, rank, epoch, time, sample indices) to a file per
- * process; at step 3 (the fourth) of the group of 4, the ranks in kill_mask (config; rank 2 on
- * shm, rank 0, the one that writes checkpoints, on tcp, ranks 1 and 2 in "two": shm with two
- * killed at once) write the time and SIGKILL themselves before their backward, once per run (a
+ * with two replicas killed at once; "idle": replica 0 killed by the test between epochs;
+ * "newcomer": as shm, and the first replacement SIGKILLs itself while it joins, in its build).
+ * 4 replicas train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4
+ * steps, 2 epochs. The train step "logged" wraps the built-in one: after each completed step it
+ * appends (step, world, rank, epoch, time, lr, hash of the weights the step started from,
+ * sample indices) to a file per process; at step 3 (the fourth) of the group of 4, the ranks in
+ * kill_mask (config; rank 2 on shm, rank 0, the one that writes checkpoints, on tcp, ranks 1 and
+ * 2 in "two") write the time and SIGKILL themselves before their backward, once per run (a
  * marker file per rank).
- * shm and tcp, expected: the survivors discard step 3 and go on as 3 (live_recoveries 1, no
- * retry) from the 97th sample of the epoch's order; at the checkpoint of step 4 the killed
- * replica's CPU is free again and the group grows back to 4 (growths 1), from the 121st sample.
- * Every step count 0 .. steps-1 is completed once, by 4 ranks but step 3 by 3, and never goes
- * back in a process; every sample of epoch 0 is seen exactly once; 7 + 7 steps (two: step 3 by
- * 2 ranks, then the 104 samples left by 4: 8 + 7); equal weights;
- * on_world_size scales the lr by new / old: every step's lr is 0.05 x world / 4.
- * The time from the kill to the survivors' next step is printed, not asserted (it includes
- * on_world_size's wait for the freed CPUs, normally none). shm runs twice:
- * the two runs' final weights are bit-identical.
+ * Expected, but for min: the survivors discard the step in flight and go on at the smaller
+ * world (live_recoveries 1, no retry); at the next step boundary (a checkpoint, an epoch's end)
+ * a replacement is started on the freed CPU, loads a survivor's snapshot from the store and
+ * joins: the group is 4 again with no restart (heals 1, two: 2, one per boundary; growths 0),
+ * the rest of the epoch dealt over 4 from the exact offset. The world of every step is as the
+ * mode's table says; every step count is completed once by its world and never goes back in a
+ * process; every step starts from the same weights on every rank, the replacement's first one
+ * included (bit-identical, by hash); every sample of the epoch of the kill is seen exactly once;
+ * on_world_size scales the lr by new / old: every step's lr is 0.05 x world / 4. The times from
+ * the kill to the survivors' next step and to the first step of 4 again, and the heal's copy,
+ * are printed, not asserted. shm runs twice: the two runs' final weights are bit-identical.
  * min, expected: 3 survivors are fewer than min_replicas 4: the driver restarts the group from
  * the checkpoint (one retry, live_recoveries 0), and the run still ends at 2 epochs. */
 #include "tt.h"
@@ -55,12 +58,21 @@ static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out
             raise(SIGKILL);
         }
     }
+    /* the weights this step starts from: every rank's must be the same bits (a replacement
+     * healed from a peer too, at its first step) */
+    float *values, *grads;
+    int64_t numel;
+    uint64_t hash = 1469598103934665603ull;
+    if (ct_module_flat(trainer_step_model(s), &values, &grads, &numel) < 0)
+        return CT_EINVAL;
+    for (size_t i = 0; i < (size_t)numel * sizeof(float); i++)
+        hash = (hash ^ ((const unsigned char *)values)[i]) * 1099511628211ull;
     int rc = trainer_builtin_train_step(s, b, out);
     if (rc < 0)
         return rc;
-    int n = snprintf(line, sizeof line, "%lld %d %d %lld %lld %.17g", (long long)step, world, rank,
-                     (long long)trainer_step_epoch(s), (long long)now_ns(),
-                     ct_optim_get_lr(trainer_step_optim(s), 0));
+    int n = snprintf(line, sizeof line, "%lld %d %d %lld %lld %.17g %llx", (long long)step, world,
+                     rank, (long long)trainer_step_epoch(s), (long long)now_ns(),
+                     ct_optim_get_lr(trainer_step_optim(s), 0), (unsigned long long)hash);
     for (int64_t i = 0; i < b->n && n < (int)sizeof line - 32; i++)
         n += snprintf(line + n, sizeof line - (size_t)n, " %lld", (long long)b->index[i]);
     line[n++] = '\n';
@@ -73,20 +85,49 @@ static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out
     return rc;
 }
 
+/* The test's data: tt's synthetic blobs. With kill_mask bit 4 (16), a replica built after the
+ * first kill (the replacement) SIGKILLs itself there, once: it dies while it joins, before it
+ * fetches its peer's snapshot. */
+static int dying_data(trainer_ctx *ctx, trainer_data *d)
+{
+    const char *dir = trainer_config_str(ctx, "log_dir", "/tmp");
+    char path[256], line[32];
+    snprintf(path, sizeof path, "%s/killed-2", dir);
+    if ((trainer_config_int(ctx, "kill_mask", 4) & 16) && access(path, F_OK) == 0) {
+        snprintf(path, sizeof path, "%s/newcomer-killed", dir);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd >= 0) {
+            int n = snprintf(line, sizeof line, "%lld\n", (long long)now_ns());
+            if (write(fd, line, (size_t)n) != n)
+                fprintf(stderr, "short write\n");
+            close(fd);
+            raise(SIGKILL);
+        }
+    }
+    return tt_synthetic(ctx, d);
+}
+
 typedef struct run {
     trainer_stats st;
     float *w;
     int64_t nw;
 } run;
 
-/* What the step files of dir say: one run's checks (live: the survivors went on, survivors of
- * them). */
-static void check_steps(const char *dir, int64_t steps, bool live, int survivors)
+/* What the step files of dir say: one run's checks. worlds: the world each step must run with
+ * ("4443...": step 3 by 3 ranks; NULL: not checked, nor the samples); every sample of epoch
+ * kill_epoch seen once. Every step starts from the same weights on every rank. */
+static void check_steps(const char *dir, int64_t steps, const char *worlds, int64_t kill_epoch)
 {
     enum { MAXS = 64 };
     int count[MAXS][5] = {{0}}, world_of[MAXS] = {0};
-    int seen[N_TRAIN] = {0};
-    int64_t next_after_kill = 0, kill_ns = 0, back = 0, bad_lr = 0;
+    unsigned long long hash_of[MAXS] = {0};
+    int seen[N_TRAIN] = {0}, bad_hash = 0;
+    bool live = worlds != NULL;
+    int64_t short_step = -1; /* the first step of fewer than 4: the discarded one, done again */
+    for (int64_t s = 0; worlds && worlds[s] && short_step < 0; s++)
+        if (worlds[s] != '4')
+            short_step = s;
+    int64_t next_after_kill = 0, kill_ns = 0, back = 0, bad_lr = 0, back_ns = 0;
     char path[600];
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -109,10 +150,11 @@ static void check_steps(const char *dir, int64_t steps, bool live, int survivors
         for (char *l = buf ? strtok_r(buf, "\n", &save) : NULL; l;
              l = strtok_r(NULL, "\n", &save)) {
             long long step, epoch, t;
+            unsigned long long hash;
             int world, rank, off = 0;
             double lr = 0;
-            if (sscanf(l, "%lld %d %d %lld %lld %lf%n", &step, &world, &rank, &epoch, &t, &lr,
-                       &off) != 6 ||
+            if (sscanf(l, "%lld %d %d %lld %lld %lf %llx%n", &step, &world, &rank, &epoch, &t, &lr,
+                       &hash, &off) != 7 ||
                 step < 0 || step >= MAXS || rank < 0 || rank >= 4) {
                 fprintf(stderr, "bad line in %s: %s\n", path, l);
                 h_failures++;
@@ -129,9 +171,17 @@ static void check_steps(const char *dir, int64_t steps, bool live, int survivors
                 h_failures++;
             }
             world_of[step] = world;
-            if (step == KILL_STEP && (!next_after_kill || t < next_after_kill))
-                next_after_kill = t;
-            for (char *p = l + off; live && epoch == 0 && *p;) {
+            if (hash_of[step] && hash_of[step] != hash) {
+                fprintf(stderr, "step %lld: rank %d starts from weights %llx, another from %llx\n",
+                        step, rank, hash, hash_of[step]);
+                bad_hash++;
+            }
+            hash_of[step] = hash;
+            if (step == short_step && (!next_after_kill || t < next_after_kill))
+                next_after_kill = t; /* the survivors' first step */
+            if (step > short_step && world == 4 && short_step >= 0 && (!back_ns || t < back_ns))
+                back_ns = t; /* ... and the first of 4 again */
+            for (char *p = l + off; live && epoch == kill_epoch && *p;) {
                 char *end;
                 long long idx = strtoll(p, &end, 10);
                 if (end == p)
@@ -147,13 +197,15 @@ static void check_steps(const char *dir, int64_t steps, bool live, int survivors
         closedir(d);
     CHECK_EQ_INT(back, 0);
     CHECK_EQ_INT(bad_lr, 0);
+    CHECK_EQ_INT(bad_hash, 0);
     if (!live)
         return;
     int bad_steps = 0, once = 0;
+    CHECK_EQ_INT((int64_t)strlen(worlds), steps);
     for (int64_t s = 0; s < steps && s < MAXS; s++) {
-        /* 4 until the kill, 3 from the discarded step to the next checkpoint (step 4), then 4
-         * again: the group grew back there */
-        int want = s == KILL_STEP ? survivors : 4;
+        /* 4 until the kill, fewer from the discarded step on until replacements healed from
+         * the survivors joined at a step boundary, then 4 again */
+        int want = s < (int64_t)strlen(worlds) ? worlds[s] - '0' : 4;
         for (int r = 0; r < 4; r++)
             if (count[s][r] != (r < want ? 1 : 0)) {
                 fprintf(stderr, "step %lld rank %d: completed %d times\n", (long long)s, r,
@@ -173,7 +225,10 @@ static void check_steps(const char *dir, int64_t steps, bool live, int survivors
     CHECK_EQ_INT(bad_steps, 0);
     CHECK_EQ_INT(once, N_TRAIN);
     CHECK(next_after_kill > kill_ns && kill_ns > 0);
+    CHECK(back_ns > kill_ns);
     printf("kill to the survivors' next step: %.1f ms\n", (next_after_kill - kill_ns) / 1e6);
+    printf("kill to the first step of 4 again (a replacement healed from a peer): %.1f ms\n",
+           (back_ns - kill_ns) / 1e6);
 }
 
 /* The linear scaling rule, as an elastic job would have it. After the live shrink it also
@@ -193,10 +248,17 @@ static int on_world_size(trainer *t, int old_size, int new_size, void *user)
  * writer) is killed; the others fail in the next segment's first step and go on from there. */
 static int kill_idle(trainer *t, const trainer_stats *st, void *user)
 {
-    (void)user;
     trainer_replica_info info;
     if (st->epoch != 1 || trainer_replica_info_get(t, 0, &info) < 0)
         return 0;
+    char path[300], line[32];
+    snprintf(path, sizeof path, "%s/killed-0", (const char *)user);
+    FILE *f = fopen(path, "w");
+    snprintf(line, sizeof line, "%lld\n", (long long)now_ns());
+    if (f) {
+        fputs(line, f);
+        fclose(f);
+    }
     kill(info.pid, SIGKILL);
     for (double until = h_now_ms() + 5000; h_now_ms() < until && !h_gone(info.pid);)
         usleep(1000);
@@ -215,14 +277,16 @@ static void one_run(const char *mode, run *out)
     bool min = !strcmp(mode, "min");
     bool two = !strcmp(mode, "two");
     bool idle = !strcmp(mode, "idle");
+    bool newcomer = !strcmp(mode, "newcomer");
     snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
              !strcmp(mode, "tcp") ? 1
              : two                ? 6
              : idle               ? 0
+             : newcomer           ? 4 | 16
                                   : 4);
     trainer *t = NULL;
     CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
-                                            .data = "synthetic",
+                                            .data = "dying",
                                             .optimizer = "sgd",
                                             .train_step = "logged",
                                             .config = cfg,
@@ -238,37 +302,63 @@ static void one_run(const char *mode, run *out)
         CHECK_OK(trainer_train(t, .max_retries = 2, .checkpoint_every_steps = 4,
                                .backoff_base_ms = 100, .backoff_cap_ms = 400,
                                .on_world_size = on_world_size, .on_epoch = idle ? kill_idle : NULL,
-                               .stats = &out->st));
+                               .user = dir, .stats = &out->st));
         out->w = tt_weights(trainer_get_model(t), &out->nw);
-        printf("%s: epochs %lld, steps %lld, replicas %d, live recoveries %d, retries %d\n", mode,
-               (long long)out->st.epoch, (long long)out->st.steps, out->st.replicas,
-               out->st.live_recoveries, out->st.retries_used);
+        printf("%s: epochs %lld, steps %lld, replicas %d, live recoveries %d, heals %d, retries "
+               "%d\n",
+               mode, (long long)out->st.epoch, (long long)out->st.steps, out->st.replicas,
+               out->st.live_recoveries, out->st.heals, out->st.retries_used);
+        if (out->st.heals)
+            printf("%s: last heal: failure seen to the group of 4 agreed %.1f ms; snapshot of %lld "
+                   "bytes put, fetched and loaded in %.1f ms\n",
+                   mode, out->st.heal_ns / 1e6, (long long)out->st.heal_bytes,
+                   out->st.heal_copy_ns / 1e6);
         CHECK_EQ_INT(out->st.epoch, 2);
         CHECK(out->st.weights_agree);
+        /* the world each step ran with: a replacement heals from a survivor at the first step
+         * boundary after the loss (a checkpoint every 4 steps, an epoch's end), its weights
+         * the survivors' bit for bit, and the epoch's rest is dealt over 4 from where it is */
+        const char *worlds = NULL;
+        int64_t kill_epoch = 0;
         if (idle) {
-            /* epoch 0: 7 steps of 4; epoch 1: 1 step of 3 to the step-8 checkpoint, where the
-             * group grows back to 4 (batch 1 of 3 is batch 0 of 4: the elastic rounding down),
-             * then 7 */
-            CHECK_EQ_INT(out->st.live_recoveries, 1);
-            CHECK_EQ_INT(out->st.retries_used, 0);
-            CHECK_EQ_INT(out->st.growths, 1);
-            CHECK_EQ_INT(out->st.steps, 7 + 1 + 7);
-            check_steps(dir, out->st.steps, false, 3);
+            /* epoch 0: 7 steps of 4; epoch 1: its first step by 3 (24 samples), the replacement
+             * joins at the step-8 checkpoint, the 192 left by 4 */
+            worlds = "4444444"
+                     "3"
+                     "444444";
+            kill_epoch = 1;
         } else if (min) {
             CHECK_EQ_INT(out->st.live_recoveries, 0);
             CHECK_EQ_INT(out->st.retries_used, 1);
             CHECK_EQ_INT(out->st.replicas, 4);
-            check_steps(dir, out->st.steps, false, 3);
+        } else if (two) {
+            /* step 3 by 2 (16 samples), one replacement at the step-4 checkpoint: the 104 left
+             * by 3 to the step-8 checkpoint (96), the second: the last 8 by 4; epoch 1: 7 of 4 */
+            worlds = "4442"
+                     "3333"
+                     "4"
+                     "4444444";
+        } else if (newcomer) {
+            /* the replacement dies at the step-4 checkpoint: the 3 go on (steps 3..7, to the
+             * epoch's end); the next one joins there: epoch 1 by 4 */
+            worlds = "4443"
+                     "3333"
+                     "4444444";
         } else {
+            /* step 3 by 3, the replacement at the step-4 checkpoint: the 96 left by 4 */
+            worlds = "4443"
+                     "444"
+                     "4444444";
+        }
+        if (worlds) {
             CHECK_EQ_INT(out->st.live_recoveries, 1);
             CHECK_EQ_INT(out->st.retries_used, 0);
-            CHECK_EQ_INT(out->st.growths, 1);
+            CHECK_EQ_INT(out->st.growths, 0); /* no restart: the group healed */
+            CHECK_EQ_INT(out->st.heals, two ? 2 : 1);
             CHECK_EQ_INT(out->st.replicas, 4);
-            /* epoch 0: 3 steps of 4 x 8, 1 of 3 x 8, then the 96 left as 3 steps of 4 x 8;
-             * epoch 1: 7 of 4 (216 / 32, the last padded) */
-            CHECK_EQ_INT(out->st.steps, (two ? 8 : 7) + 7);
-            check_steps(dir, out->st.steps, true, two ? 2 : 3);
+            CHECK_EQ_INT(out->st.steps, (int64_t)strlen(worlds));
         }
+        check_steps(dir, out->st.steps, worlds, kill_epoch);
     }
     trainer_shutdown(&t);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -280,6 +370,7 @@ int main(int argc, char **argv)
 {
     tt_register();
     trainer_register_train_step("logged", logged_step);
+    trainer_register_data("dying", dying_data);
     trainer_register_step_keys("logged", "log_dir,kill_mask");
     ct_serve_if_worker();
     h_init();

@@ -251,6 +251,29 @@ typedef struct tr_regroup_args {
     char group[64];
 } tr_regroup_args;
 
+/* Healing a replacement from a live peer (trainer.c, heal_replacement): the "snapshot" call
+ * asks an idle serving peer to put its whole state into the store, sealed toward node (the
+ * newcomer's); it replies a tr_snapshot, which is the newcomer's "heal" call's args. */
+typedef struct tr_snapshot_args {
+    char node[32];
+} tr_snapshot_args;
+
+/* A serving peer's state in the store: the checkpoint bytes of its models, optimizers,
+ * scheduler, loss scaler and counters (id, size, their CRC-32C), the weights' hash, and its
+ * position: the data position (epoch, batch under offset) of a group of world replicas; RNG
+ * draws are a function of that position (replica.c, batch_seed). put_ns: serializing and
+ * sealing it. The "heal" reply is a tr_snapshot too: the newcomer's hash after loading it and
+ * get_ns, its fetch and load. */
+typedef struct tr_snapshot {
+    ct_object_id id;
+    uint64_t size;
+    uint32_t crc;
+    uint64_t hash;
+    int64_t step, epoch, batch, offset;
+    int world;
+    int64_t put_ns, get_ns;
+} tr_snapshot;
+
 /* The steps' named metrics of one replica: sums of value * batch size and of batch sizes. */
 typedef struct tr_metrics {
     int n;

@@ -32,6 +32,7 @@
 #include "ct/collective.h"
 #include "ct/metrics.h"
 #include "internal.h"
+#include "objectstore/crc32c.h"
 #include "trainer/backend/backend.h"
 
 typedef struct replica replica;
@@ -68,6 +69,8 @@ struct replica {
     const ct__backend *bk;  /* its backend; NULL on the CPU */
     tr_uploader up_x, up_y; /* batches to the device (upload.c) */
     bool draining;          /* this replica's node was told to stop (NODE_DRAINING, drain_heard) */
+    bool healed;            /* a newcomer that loaded a live peer's snapshot ("heal"): no
+                               communicator yet, it joins at the next "regroup" */
     int64_t pos_offset;     /* with pos_epoch / pos_batch: the loader's offset (tr_state.offset) */
     /* where the last segment failed, when it failed inside a step because the communicator
      * broke (a peer died): what "regroup" goes on from (live recovery) */
@@ -851,8 +854,9 @@ out:
 static int replica_regroup(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
-    if (len != sizeof(tr_regroup_args) || !r->comm)
+    if (len != sizeof(tr_regroup_args) || (!r->comm && !r->healed))
         return ct__error(CT_EINVAL, "trainer replica: regroup before setup or bad args");
+    r->healed = false;
     if (!r->live.ok && r->live.clean) { /* idle when the peer died: from where it stands */
         r->live.epoch = r->st.epoch;
         r->live.offset = r->st.offset;
@@ -914,6 +918,113 @@ static int replica_regroup(void *state, const void *args, size_t len, void **res
         return CT_ENOMEM;
     memcpy(*res, &rep, sizeof rep);
     *rlen = sizeof rep;
+    return 0;
+}
+
+/* The "snapshot" method (a serving peer, idle between two segments of a live group): its whole
+ * state (the checkpoint bytes of share_state) into the store, written in place and sealed toward
+ * the newcomer's node (its data port pulls it in checksummed chunks), with the bytes' CRC-32C,
+ * the weights' hash and the position (tr_snapshot). The driver frees the object. */
+static int replica_snapshot(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    if (len != sizeof(tr_snapshot_args) || !r->comm)
+        return ct__error(CT_EINVAL, "trainer replica: snapshot before setup or bad args");
+    if (!r->live.clean || r->live.ok)
+        return ct__error(CT_EINVAL, "trainer replica %d: snapshot while not at a step boundary",
+                         r->setup.rank);
+    tr_snapshot_args a;
+    memcpy(&a, args, sizeof a);
+    a.node[sizeof a.node - 1] = 0;
+    int64_t t0 = ct__now_ns();
+    tr_snapshot snap = {.step = r->st.step,
+                        .epoch = r->st.epoch,
+                        .batch = r->st.batch,
+                        .offset = r->st.offset,
+                        .world = r->setup.world};
+    tr_ckpt_plan *p = NULL;
+    void *dst = NULL;
+    int rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, NULL, &p);
+    if (rc == 0) {
+        snap.size = ct__ckpt_size(p);
+        rc = ct_object_create(snap.size, &snap.id, &dst);
+    }
+    if (rc == 0) {
+        ct__ckpt_write(p, dst);
+        snap.crc = ct__crc32c(0, dst, snap.size);
+        rc = ct_object_seal(&snap.id, &(ct_put_opts){.node = a.node[0] ? a.node : NULL});
+        if (rc < 0)
+            ct_object_abort(&snap.id);
+    }
+    ct__ckpt_plan_free(&p);
+    if (rc == 0)
+        rc = weights_hash(r, &snap.hash);
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc, "trainer replica %d: snapshot", r->setup.rank);
+    snap.put_ns = ct__now_ns() - t0;
+    if (!(*res = malloc(sizeof snap)))
+        return CT_ENOMEM;
+    memcpy(*res, &snap, sizeof snap);
+    *rlen = sizeof snap;
+    return 0;
+}
+
+/* The "heal" method (a newcomer, after "build", instead of "setup"): fetches a live peer's
+ * snapshot (args: its tr_snapshot), checks its size and CRC-32C, loads it and checks that the
+ * weights' hash is the peer's; then it stands where the peer stood (step, epoch, batch under
+ * offset, in a group of the peer's world), ready for the "regroup" that lets it in. Replies a
+ * tr_snapshot: the hash here and get_ns. CT_EPROTO when the bytes or the weights differ. */
+static int replica_heal(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    if (len != sizeof(tr_snapshot) || !r->st.nmodels || r->comm)
+        return ct__error(CT_EINVAL, "trainer replica: heal %s",
+                         len != sizeof(tr_snapshot) ? "with bad args"
+                         : !r->st.nmodels           ? "before build"
+                                                    : "of a replica in a group");
+    tr_snapshot snap, me = {0};
+    memcpy(&snap, args, sizeof snap);
+    int64_t t0 = ct__now_ns();
+    ct_object_view v = {0};
+    int rc = ct_get(&snap.id, 30000, &v);
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc, "trainer replica %d: fetching the peer's snapshot",
+                                        r->setup.rank);
+    uint32_t crc = v.size == snap.size ? ct__crc32c(0, v.data, v.size) : 0;
+    if (v.size != snap.size || crc != snap.crc)
+        rc = ct__error(CT_EPROTO,
+                       "trainer replica %d: the peer's snapshot has %llu bytes of CRC-32C %08x, "
+                       "expected %llu of %08x",
+                       r->setup.rank, (unsigned long long)v.size, crc,
+                       (unsigned long long)snap.size, snap.crc);
+    if (rc == 0)
+        rc = ct__ckpt_load(&r->st, &r->spec, v.data, v.size);
+    ct_object_release(&v);
+    if (rc == 0)
+        rc = weights_hash(r, &me.hash);
+    if (rc == 0 && me.hash != snap.hash)
+        rc = ct__error(CT_EPROTO,
+                       "trainer replica %d: weights hash %016llx after loading the peer's "
+                       "snapshot, the peer's is %016llx",
+                       r->setup.rank, (unsigned long long)me.hash, (unsigned long long)snap.hash);
+    if (rc == 0 && !r->rdv && !(r->rdv = ct_rendezvous_kv_new("trainer/")))
+        rc = CT_ENOMEM;
+    if (rc < 0)
+        return rc;
+    r->st.step = snap.step;
+    r->st.epoch = snap.epoch;
+    r->st.batch = snap.batch;
+    r->st.offset = snap.offset;
+    r->setup.world = r->ctx.world = snap.world; /* the group it enters from (live_agree) */
+    r->healed = true;
+    r->live.ok = false;
+    r->live.clean = true; /* "regroup" goes on from where it stands */
+    me.step = r->st.step;
+    me.get_ns = ct__now_ns() - t0;
+    if (!(*res = malloc(sizeof me)))
+        return CT_ENOMEM;
+    memcpy(*res, &me, sizeof me);
+    *rlen = sizeof me;
     return 0;
 }
 
@@ -1118,6 +1229,8 @@ int ct__trainer_register_replica_class(void)
                                                         {"setup", replica_setup},
                                                         {"train_epoch", replica_train_epoch},
                                                         {"regroup", replica_regroup},
+                                                        {"snapshot", replica_snapshot},
+                                                        {"heal", replica_heal},
                                                         {"validate", replica_validate}}});
     done = rc == 0;
     return rc;

@@ -70,6 +70,10 @@ struct trainer {
     bool live;         /* recovery "live" applies (trainer_create decided) */
     double live_lr;    /* the next train_epoch's rates times this (a live recovery's) */
     bool live_fresh;   /* no step completed yet since the last live recovery */
+    /* the group's size before its first live recovery: replacements heal from live peers
+     * until it is that size again (heal_replacement; 0: no live recovery since it started) */
+    int heal_to;
+    int heal_next; /* the next serving peer's rank, round-robin over the group */
     /* call_all after a failure waits for every call (a survivor's error, a death's report),
      * after the first death's report for LIVE_SETTLE_MS at most, not only for that death: live
      * recovery must know every replica that died (two killed at once) */
@@ -562,6 +566,7 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
     free(t->actors);
     t->actors = NULL;
     t->world = 0;
+    t->heal_to = 0; /* a group started from a checkpoint grows there (grow_at_checkpoint) */
     t->stats.replicas = 0;
     ct__report_replicas(&t->report, 0);
     free(dead_before);
@@ -1259,6 +1264,8 @@ static int live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, 
     t->group_fresh = true;
     t->stats.live_recoveries++;
     t->live_fresh = true;
+    if (!t->heal_to)
+        t->heal_to = old;
     t->stats.group_start_step = t->local.step;
     t->stats.group_start_ns = t0;
     CT_LOG(CT_LOG_INFO, "trainer",
@@ -1278,6 +1285,171 @@ out:
     for (int i = 0; i < n; i++)
         free(res[i]);
     free(res);
+    free(ra);
+    return rc;
+}
+
+#define HEAL_CALL_MS 60000 /* a replacement's build, a snapshot, its fetch and load */
+
+/* Kills and releases a newcomer that did not get in (its snapshot too); the group goes on. */
+static void drop_newcomer(ct_actor **a, tr_snapshot *snap, const char *what)
+{
+    CT_LOG(CT_LOG_WARN, "trainer",
+           "heal: the replacement did not get in (%s: %s); the group goes on without it", what,
+           ct_last_error());
+    ct_actor_kill(*a);
+    /* its resources are free again once the head reports the death: the next boundary's
+     * replacement fits */
+    for (int64_t until = ct__now_ms() + 10000; !ct_actor_is_dead(*a) && ct__now_ms() < until;)
+        usleep(2000);
+    ct_actor_release(a);
+    if (snap && snap->size)
+        ct_free(&snap->id);
+}
+
+/* At a step boundary between two segments (every replica idle), after a live recovery shrank
+ * the group: when a replica fits again, a replacement heals from a live peer and the group
+ * grows back by one without a restart. The newcomer is created and built; the serving peer
+ * (round-robin over the group) puts its state into the store sealed toward the newcomer's node
+ * ("snapshot"); the newcomer fetches and loads it, checked by CRC-32C and weights hash ("heal");
+ * then the survivors and the newcomer (last) "regroup" under a new group id at world n+1, agree
+ * (same steps and weights), and the epoch's rest is dealt over n+1 from the exact offset;
+ * on_world_size is told. A newcomer or serving peer that fails before the regroup is dropped
+ * and the group goes on as it was (a dead serving peer is the next segment's live recovery);
+ * returns 0 then too. A failed regroup: a negative code, why set, the group ended. */
+static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, size_t cap)
+{
+    int n = t->world, more = 0, rc, failed = -1;
+    if (!t->actors || !t->heal_to || n >= t->heal_to || t->group_fresh)
+        return 0;
+    if (replicas_that_fit(t, &more) < 0 || more < 1)
+        return 0;
+    int64_t t0 = ct__now_ns();
+    ct_actor *a = NULL;
+    tr_snapshot snap = {0}, *got = NULL;
+    void *res = NULL;
+    size_t rlen = 0;
+    char group[64], msg[600] = "";
+    ct_resources cres = {.cpu = t->cpus,
+                         .gpu = t->gpus,
+                         .strategy = t->placement,
+                         .timeout_ms = o->create_timeout_ms > 0 ? o->create_timeout_ms : 30000};
+    if ((rc = ct_actor_create(TR_REPLICA_CLASS, &cres, &t->spec, sizeof t->spec, &a)) < 0) {
+        CT_LOG(CT_LOG_INFO, "trainer", "heal: no replacement started: %s", ct_last_error());
+        return 0;
+    }
+    tr_setup_args sa = {.rank = n, .world = n + 1, .start_epoch = t->local.epoch};
+    snprintf(sa.driver_node, sizeof sa.driver_node, "%s", ct_object_node());
+    if ((rc = ct_actor_call(a, "build", &sa, sizeof sa, NULL, NULL, HEAL_CALL_MS)) < 0) {
+        drop_newcomer(&a, NULL, "build");
+        return 0;
+    }
+    int peer = t->heal_next++ % n;
+    tr_snapshot_args qa = {{0}};
+    snprintf(qa.node, sizeof qa.node, "%s", ct_actor_node(a) ? ct_actor_node(a) : "");
+    int64_t t1 = ct__now_ns();
+    if ((rc = ct_actor_call(t->actors[peer], "snapshot", &qa, sizeof qa, &res, &rlen,
+                            HEAL_CALL_MS)) < 0 ||
+        rlen != sizeof snap) {
+        free(res);
+        drop_newcomer(&a, NULL, "the serving peer's snapshot");
+        return 0;
+    }
+    memcpy(&snap, res, sizeof snap);
+    free(res);
+    res = NULL;
+    if (snap.step != t->local.step || snap.epoch != t->local.epoch) {
+        ct__error(CT_EPROTO, "serving peer %d at step %lld epoch %lld, the driver at %lld, %lld",
+                  peer, (long long)snap.step, (long long)snap.epoch, (long long)t->local.step,
+                  (long long)t->local.epoch);
+        drop_newcomer(&a, &snap, "position");
+        return 0;
+    }
+    rc = ct_actor_call(a, "heal", &snap, sizeof snap, &res, &rlen, HEAL_CALL_MS);
+    got = res;
+    if (rc < 0 || rlen != sizeof *got || got->hash != snap.hash) {
+        free(res);
+        drop_newcomer(&a, &snap, "heal");
+        return 0;
+    }
+    int64_t t2 = ct__now_ns();
+    t->stats.heal_copy_ns = snap.put_ns + got->get_ns;
+    t->stats.heal_bytes = (int64_t)snap.size;
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "heal: replacement %s (node %s) loaded replica %d's state at step %lld (%llu bytes, "
+           "CRC-32C %08x): put %.1f ms, fetch and load %.1f ms",
+           ct_actor_id(a), ct_actor_node(a), peer, (long long)snap.step,
+           (unsigned long long)snap.size, snap.crc, snap.put_ns / 1e6, got->get_ns / 1e6);
+    free(res);
+    res = NULL;
+    ct_free(&snap.id);
+    /* the quorum of the next step: the survivors and the newcomer, last */
+    ct_actor **all = realloc(t->actors, sizeof *all * (size_t)(n + 1));
+    tr_regroup_args *ra = calloc((size_t)n + 1, sizeof *ra);
+    void **rep = calloc((size_t)n + 1, sizeof *rep);
+    if (!all || !ra || !rep) {
+        if (all)
+            t->actors = all;
+        free(ra);
+        free(rep);
+        drop_newcomer(&a, NULL, "out of memory");
+        return 0;
+    }
+    t->actors = all;
+    t->actors[n] = a;
+    t->world = n + 1;
+    snprintf(group, sizeof group, "g%d-%d-%lld", (int)getpid(), ++t->groups,
+             (long long)(ct__now_ns() / 1000));
+    for (int i = 0; i <= n; i++) {
+        ra[i] = (tr_regroup_args){.rank = i, .world = n + 1};
+        memcpy(ra[i].group, group, sizeof group);
+    }
+    rc = call_all(t, "regroup", ra, sizeof *ra, sizeof *ra, rep, &failed, msg, sizeof msg);
+    tr_report *r0 = rep[0];
+    for (int i = 0; rc == 0 && i <= n; i++) {
+        tr_report *r = rep[i];
+        if (r->steps != 0 || r->end_offset != r0->end_offset || r->weights_hash != snap.hash ||
+            r->epoch != r0->epoch)
+            rc = ct__error(CT_EPROTO,
+                           "heal: rank %d differs at the quorum (steps +%lld, offset %lld, "
+                           "weights %016llx; the snapshot's %016llx)",
+                           i, (long long)r->steps, (long long)r->end_offset,
+                           (unsigned long long)r->weights_hash, (unsigned long long)snap.hash);
+    }
+    if (rc < 0) {
+        snprintf(why, cap, "heal: the group of %d with the replacement could not meet: %s", n + 1,
+                 msg[0] ? msg : ct_last_error());
+        CT_LOG(CT_LOG_WARN, "trainer", "%s: restarting from the last checkpoint", why);
+        end_group(t, NULL, 0, -1, 0, NULL);
+        t->fail_reason = "other";
+        goto out;
+    }
+    t->local.batch = 0;
+    t->local.offset = r0->end_offset;
+    memcpy(t->group, group, sizeof group);
+    t->group_fresh = true;
+    t->stats.replicas = n + 1;
+    t->stats.heals++;
+    if (t->world >= t->heal_to) /* back to its size: a checkpoint may grow it further */
+        t->heal_to = 0;
+    t->stats.heal_ns = ct__now_ns() - (t->stats.failure_seen_ns ? t->stats.failure_seen_ns : t0);
+    t->stats.group_start_step = t->local.step;
+    ct__report_replicas(&t->report, n + 1);
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "heal: %d replicas from step %lld (epoch %lld, after %lld samples of it): replacement "
+           "in %.1f ms (start and build %.1f, copy %.1f, quorum %.1f)",
+           n + 1, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.offset,
+           (ct__now_ns() - t0) / 1e6, (t1 - t0) / 1e6, (t2 - t1) / 1e6, (ct__now_ns() - t2) / 1e6);
+    note_group_size(t, n + 1);
+    double keep = t->lr_scale;
+    t->lr_scale = 1;
+    rc = tell_world_size(t, o, n + 1);
+    t->live_lr = t->lr_scale;
+    t->lr_scale = keep * t->live_lr;
+out:
+    for (int i = 0; i <= n; i++)
+        free(rep[i]);
+    free(rep);
     free(ra);
     return rc;
 }
@@ -1747,11 +1919,12 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
 }
 
 /* After a checkpoint was adopted: when more replicas fit now (up to max_replicas), ends the
- * group so that a bigger one starts from that checkpoint. */
+ * group so that a bigger one starts from that checkpoint. Not a group that shrank live: it
+ * grows back by replacements healed from its replicas (heal_replacement), with no restart. */
 static void grow_at_checkpoint(trainer *t)
 {
     int more = 0;
-    if (!t->actors || t->group_fresh || !t->at_ckpt || t->world >= t->max_replicas)
+    if (!t->actors || t->group_fresh || !t->at_ckpt || t->world >= t->max_replicas || t->heal_to)
         return;
     if (replicas_that_fit(t, &more) < 0 || more < 1)
         return;
@@ -1931,6 +2104,12 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     while (t->local.epoch < epochs) {
         /* right after a checkpoint (within an epoch or at its end, after on_epoch): a bigger
          * group when more replicas fit now */
+        if ((rc = heal_replacement(t, o, why, sizeof why)) < 0) {
+            if ((rc = spend_retry(t, max_retries, why, "other")) < 0 ||
+                (rc = rewind_to_checkpoint(t)) < 0)
+                break;
+            continue;
+        }
         grow_at_checkpoint(t);
         if (!t->actors && (rc = ensure_group(t, o, max_retries,
                                              o->min_replicas_timeout_ms > 0

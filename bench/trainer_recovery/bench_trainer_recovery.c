@@ -10,7 +10,11 @@
  *                the step the kill interrupted (no step lost)
  * Also printed, not counted: trainer_create's time (its check-run of the creators decodes the
  * data set once for the cluster: ~0.3 s in run 0, a KV lookup after).
- * Prints one line per run and `ct: startup_ms <median> recovery_ms <median> (<recovery>)` last.
+ *   live also: the replacement that heals from the survivor at the epoch's end (trainer_stats
+ *   heal_*): the snapshot's put, fetch and load (copy_ms) and its size; --hidden H trains a wide
+ *   MLP 784-H-H/4-10 instead (H 8192: 93 MB of weights, with Adam's state a 279 MB snapshot).
+ * Prints one line per run and `ct: startup_ms <median> recovery_ms <median> (<recovery>)` last,
+ * live then `ct heal: copy_ms <median> snapshot_mb <size>`.
  * Not here: the reference (ref_torch.py) and the comparison (run.sh). */
 #include <pthread.h>
 #include <signal.h>
@@ -34,10 +38,16 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* config hidden = H > 0: the wide MLP 784-H-H/4-10 (H 8192: 23.2 M parameters, 93 MB), for
+ * the heal's copy time of a big model; else Fashion-MNIST's MLP */
 static ct_module *make_mlp(trainer_ctx *ctx)
 {
-    (void)ctx;
-    return fmnist_make_model("mlp");
+    int64_t h = trainer_config_int(ctx, "hidden", 0);
+    if (h <= 0)
+        return fmnist_make_model("mlp");
+    return CT_SEQUENTIAL(ct_nn_flatten_new(), ct_nn_linear_new(784, h, true), ct_nn_relu_new(),
+                         ct_nn_linear_new(h, h / 4, true), ct_nn_relu_new(),
+                         ct_nn_linear_new(h / 4, 10, true));
 }
 
 /* Cross entropy; replica 1 of the first group parks at probe_step until it is killed. */
@@ -106,7 +116,7 @@ int main(int argc, char **argv)
     trainer_register_model("mlp", make_mlp);
     trainer_register_loss("probe", make_probe);
     int runs = 3;
-    long limit = 8192;
+    long limit = 8192, hidden = 0;
     const char *mode = "restart";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--recovery"))
@@ -115,20 +125,22 @@ int main(int argc, char **argv)
             runs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--limit"))
             limit = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--hidden"))
+            hidden = atol(argv[i + 1]);
     }
     bool live = !strcmp(mode, "live");
-    if (runs < 1 || runs > 20 || limit < 2048 || (!live && strcmp(mode, "restart")))
+    if (runs < 1 || runs > 20 || limit < 2048 || hidden < 0 || (!live && strcmp(mode, "restart")))
         return 2;
     if (ct_init(&(ct_init_opts){.cpus = 2}) < 0) {
         fprintf(stderr, "bench_trainer_recovery: ct_init: %s\n", ct_last_error());
         return 1;
     }
-    double startup[20], recovery[20];
+    double startup[20], recovery[20], heal[20], copy[20], mb = 0;
     int ok = 0, status = 0;
     for (int r = 0; r < runs; r++) {
         char cfg[200];
-        snprintf(cfg, sizeof cfg, "limit=%ld,val_limit=100,victim_step=%ld", limit,
-                 limit / 2 / 64 + 10);
+        snprintf(cfg, sizeof cfg, "limit=%ld,val_limit=100,victim_step=%ld,hidden=%ld", limit,
+                 limit / 2 / 64 + 10, hidden);
         trainer *t = NULL;
         run_state rs = {.run = r};
         trainer_stats st = {0};
@@ -166,6 +178,15 @@ int main(int argc, char **argv)
         printf("run %d: startup_ms %.1f recovery_ms %.1f (failure seen after %.1f ms; "
                "trainer_create before it: %.1f ms)\n",
                r, startup[ok], recovery[ok], (st.failure_seen_ns - rs.kill_ns) / 1e6, create_ms);
+        /* live: a replacement healed from the survivor at the epoch's end (its checkpoint) */
+        heal[ok] = st.heals ? st.heal_ns / 1e6 : 0;
+        copy[ok] = st.heals ? st.heal_copy_ns / 1e6 : 0;
+        mb = st.heal_bytes / 1e6;
+        if (live)
+            printf("run %d: heals %d: failure seen -> group of 2 again %.1f ms (the survivor "
+                   "trained to the epoch's end meanwhile); snapshot %.1f MB: put, fetch and load "
+                   "%.1f ms\n",
+                   r, st.heals, heal[ok], mb, copy[ok]);
         fflush(stdout);
         ok++;
         trainer_shutdown(&t);
@@ -175,6 +196,9 @@ int main(int argc, char **argv)
         qsort(recovery, (size_t)ok, sizeof(double), cmp);
         printf("ct: startup_ms %.1f recovery_ms %.1f (%s)\n", startup[ok / 2], recovery[ok / 2],
                live ? "live" : "restart");
+        qsort(copy, (size_t)ok, sizeof(double), cmp);
+        if (live)
+            printf("ct heal: copy_ms %.1f snapshot_mb %.1f\n", copy[ok / 2], mb);
     }
     ct_shutdown();
     return status;

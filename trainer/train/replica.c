@@ -893,8 +893,20 @@ static int replica_regroup(void *state, const void *args, size_t len, void **res
                           &r->comm)) < 0 ||
         (rc = live_agree(r, old_world, &src, &hash)) < 0 || (rc = loader_new(r)) < 0)
         return rc;
-    /* the replicas bound on this machine still are: one bucket stays one bucket */
-    r->bound_here = r->bound_here == old_world ? a.world : 0;
+    /* the replicas bound on this machine still are: one bucket stays one bucket, when every
+     * rank of the new group was bound with all of its old group (a replacement healed from a
+     * peer never bound its CPUs): the bucket layout must be the same on every rank */
+    int bound = r->bound_here > 0 && r->bound_here == old_world, *all = NULL;
+    if (!(all = calloc((size_t)a.world, sizeof *all)))
+        return CT_ENOMEM;
+    all[a.rank] = bound;
+    rc = ct_comm_allgather(r->comm, &all[a.rank], all, sizeof *all, CT_U8, 0);
+    for (int i = 0; i < a.world; i++)
+        bound &= all[i];
+    free(all);
+    if (rc < 0)
+        return rc;
+    r->bound_here = bound ? a.world : 0;
     for (int m = 0; m < r->st.nmodels && rc == 0; m++)
         rc = bucketer_new(r, m);
     if (rc < 0)

@@ -14,6 +14,12 @@ the same Fashion-MNIST MLP (784-256-128-10, Adam lr 1e-3, batch 64 per rank) as 
                              the other worker, restarts both, they re-rendezvous, load the
                              checkpoint from disk and step. Prints `recovery_ms <first step of
                              the restarted workers - kill>`.
+  ref_torch.py heal DIR H     the reference of a replacement's copy of a big model's state: the
+                             wide MLP 784-H-H/4-10 (ct's --hidden H) with Adam after one step;
+                             rank 0's checkpoint path of the recovery above, torch.save of model
+                             + optimizer to DIR, then torch.load and load_state_dict into a fresh
+                             model and optimizer (as a restarted worker does). Prints
+                             `heal_copy_ms <save + load> snapshot_mb <file size>`.
   ref_torch.py worker ...    (internal) the worker, under torchrun or spawn.
 Times are time.monotonic() (CLOCK_MONOTONIC), comparable across processes."""
 import gzip
@@ -159,11 +165,41 @@ def torchrun(argv):
     run.main(argv)
 
 
+def heal(outdir, hidden):
+    import torch
+    import torch.nn as nn
+
+    torch.set_num_threads(1)
+
+    def make():
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(),
+                          nn.Linear(hidden, hidden // 4), nn.ReLU(), nn.Linear(hidden // 4, 10))
+        return m, torch.optim.Adam(m.parameters(), lr=1e-3)
+
+    model, opt = make()
+    x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+    nn.CrossEntropyLoss()(model(x), y).backward()
+    opt.step()
+    fresh, fresh_opt = make()
+    path = os.path.join(outdir, "heal.pt")
+    t0 = time.monotonic()
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict()}, path)
+    state = torch.load(path)
+    fresh.load_state_dict(state["model"])
+    fresh_opt.load_state_dict(state["optim"])
+    t1 = time.monotonic()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+    print("heal_copy_ms %.1f snapshot_mb %.1f" % ((t1 - t0) * 1e3, os.path.getsize(path) / 1e6))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "torchrun":
         torchrun(sys.argv[2:])
     elif sys.argv[1] == "worker":
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), sys.argv[2], "recovery")
+    elif sys.argv[1] == "heal":
+        heal(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1] == "startup":
         startup(sys.argv[2])
     else:

@@ -11,7 +11,12 @@
 #        --monitor_interval 0.1 instead of the default 5 s: its best case), checkpoint saved by
 #        rank 0 with torch.save each epoch and loaded from disk by the restarted workers;
 #        startup = torch.multiprocessing.spawn of 2 workers -> init_process_group -> first step.
-# Medians of RUNS (default 3) runs each. Last line: recovery, ratio = ref / ct (> 1: ct faster).
+#   heal: ct's live run with --hidden 8192 (a 93 MB MLP, a 279 MB snapshot with Adam's state):
+#        a replacement's copy of the survivor's state through the object store (put, fetch and
+#        load, CRC-checked); ref: ref_torch.py heal, the same model and optimizer saved with
+#        torch.save and loaded into a fresh model and optimizer (a restart's checkpoint path).
+# Medians of RUNS (default 3) runs each (heal: one run). Last lines: ratio = ref / ct (> 1: ct
+# faster).
 set -eu
 BUILD=${CT_BUILD:-build}
 PY=${REF_PYTHON:-/usr/bin/python3}
@@ -24,6 +29,9 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$OUT" "$TMP"' EXIT
 "$BIN" --runs "$RUNS" --limit 8192 --recovery live 2>/dev/null | sed 's/^ct: /ct live: /' | tee -a "$OUT"
 "$BIN" --runs "$RUNS" --limit 8192 --recovery restart 2>/dev/null | tee -a "$OUT"
+"$BIN" --runs 1 --limit 2048 --recovery live --hidden 8192 2>/dev/null | grep '^ct heal:' | tee -a "$OUT"
+mkdir -p "$TMP/h"
+"$PY" "$HERE/ref_torch.py" heal "$TMP/h" 8192 2>/dev/null | sed 's/^/ref heal: /' | tee -a "$OUT"
 i=0
 while [ "$i" -lt "$RUNS" ]; do
     mkdir -p "$TMP/s$i" "$TMP/r$i"
@@ -38,11 +46,14 @@ function median(a, n,    i, j, t) {
 }
 /^ct: / { ct_s = $3; ct_r = $5 }
 /^ct live: / { ct_l = $6 }
+/^ct heal: / { ct_h = $4 }
+/^ref heal: / { ref_h = $4 }
 /^ref run .*startup_ms/ { s[++ns] = $5 }
 /^ref run .*recovery_ms/ { r[++nr] = $5 }
 END {
     ref_s = median(s, ns); ref_r = median(r, nr)
     printf "trainer_startup: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_s, ref_s, (ct_s > 0 ? ref_s / ct_s : 0)
     printf "trainer_recovery_live: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_l, ref_r, (ct_l > 0 ? ref_r / ct_l : 0)
+    printf "trainer_heal_copy_93mb: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_h, ref_h, (ct_h > 0 ? ref_h / ct_h : 0)
     printf "trainer_recovery: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_r, ref_r, (ct_r > 0 ? ref_r / ct_r : 0)
 }' "$OUT"

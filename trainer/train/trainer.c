@@ -2,7 +2,9 @@
  * every creator), the replica group (actors created where resources fit, a fresh rendezvous
  * group id per attempt), the epoch loop with checkpoints adopted from the object store, the
  * recovery protocols: live (the survivors of a death regroup under a new group id and go on
- * from the step in flight: live_recover) and restart (end the group, wait for the head to
+ * from the step in flight: live_recover; at the next step boundary between segments a
+ * replacement heals from a live peer's snapshot and the group grows back: heal_replacement) and
+ * restart (end the group, wait for the head to
  * report the deaths, start as many replicas as fit from the last checkpoint, count retries; a
  * failure no retry could fix ends the job at once: no_retry), the elastic bounds (a request no node
  * could ever hold fails at once; wait with backoff while fewer than min_replicas fit, grow up to
@@ -1307,6 +1309,38 @@ static void drop_newcomer(ct_actor **a, tr_snapshot *snap, const char *what)
         ct_free(&snap->id);
 }
 
+/* Replica i of the group died during a heal (the others were idle at the step boundary): they
+ * go on without it, a live recovery (the heal's regroup deals the epoch's rest over them and
+ * the newcomer). Returns the group's size now. */
+static int drop_dead_peer(trainer *t, int i, const char *who)
+{
+    int n = t->world;
+    t->stats.failure_seen_ns = ct__now_ns();
+    CT_LOG(CT_LOG_WARN, "trainer",
+           "heal: %s, replica %d (actor %s, pid %d, node %s), died during the heal; %d survivors "
+           "go on",
+           who, i, ct_actor_id(t->actors[i]), ct_actor_pid(t->actors[i]),
+           ct_actor_node(t->actors[i]), n - 1);
+    ct_actor_release(&t->actors[i]);
+    memmove(&t->actors[i], &t->actors[i + 1], sizeof *t->actors * (size_t)(n - 1 - i));
+    t->world = --n;
+    t->stats.replicas = n;
+    t->stats.live_recoveries++;
+    return n;
+}
+
+/* Fewer than min_replicas left during a heal: the newcomer is let go and the group ended (the
+ * driver restarts from the checkpoint). CT_EDEAD, why set. */
+static int too_few_left(trainer *t, ct_actor **newcomer, char *why, size_t cap)
+{
+    ct__error(CT_EDEAD, "%d replicas left", t->world);
+    drop_newcomer(newcomer, NULL, "no serving peer left");
+    snprintf(why, cap, "heal: replicas died; %d left, min_replicas %d", t->world, t->min_replicas);
+    end_group(t, NULL, 0, -1, 0, NULL);
+    t->fail_reason = "replica_died";
+    return CT_EDEAD;
+}
+
 /* At a step boundary between two segments (every replica idle), after a live recovery shrank
  * the group: when a replica fits again, a replacement heals from a live peer and the group
  * grows back by one without a restart. The newcomer is created and built; the serving peer
@@ -1362,28 +1396,10 @@ static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, 
             drop_newcomer(&a, NULL, "the serving peer's snapshot");
             return 0;
         }
-        /* the others were idle at this step boundary: they go on without it (a live recovery:
-         * the regroup below deals the epoch's rest over the survivors and the newcomer) */
-        t->stats.failure_seen_ns = ct__now_ns();
-        CT_LOG(CT_LOG_WARN, "trainer",
-               "heal: serving peer %d (actor %s, pid %d, node %s) died during the heal; %d "
-               "survivors go on, the replacement asks the next one",
-               peer, ct_actor_id(t->actors[peer]), ct_actor_pid(t->actors[peer]),
-               ct_actor_node(t->actors[peer]), n - 1);
-        ct_actor_release(&t->actors[peer]);
-        memmove(&t->actors[peer], &t->actors[peer + 1], sizeof *t->actors * (size_t)(n - 1 - peer));
-        t->world = --n;
-        t->stats.replicas = n;
-        t->stats.live_recoveries++;
+        n = drop_dead_peer(t, peer, "the serving peer");
         t->heal_next = peer;
-        if (n < 1 || n < t->min_replicas) {
-            drop_newcomer(&a, NULL, "no serving peer left");
-            snprintf(why, cap, "heal: the serving peer died; %d replicas left, min_replicas %d", n,
-                     t->min_replicas);
-            end_group(t, NULL, 0, -1, 0, NULL);
-            t->fail_reason = "replica_died";
-            return CT_EDEAD;
-        }
+        if (n < 1 || n < t->min_replicas)
+            return too_few_left(t, &a, why, cap);
     }
     memcpy(&snap, res, sizeof snap);
     free(res);
@@ -1413,6 +1429,13 @@ static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, 
     free(res);
     res = NULL;
     ct_free(&snap.id);
+    for (int i = 0; i < n;) /* a survivor that died meanwhile is not waited for */
+        if (ct_actor_is_dead(t->actors[i]))
+            n = drop_dead_peer(t, i, "a survivor");
+        else
+            i++;
+    if (n < 1 || n < t->min_replicas)
+        return too_few_left(t, &a, why, cap);
     /* the quorum of the next step: the survivors and the newcomer, last */
     ct_actor **all = realloc(t->actors, sizeof *all * (size_t)(n + 1));
     tr_regroup_args *ra = calloc((size_t)n + 1, sizeof *ra);

@@ -17,7 +17,8 @@
  * a replacement is started on the freed CPU, loads a survivor's snapshot from the store and
  * joins: the group is 4 again with no restart (heals 1, two: 2, one per boundary; growths 0;
  * peer: the serving peer's death is a second live recovery, the replacement heals from the next
- * survivor, the group is 3, then 4 at the epoch's end),
+ * survivor, the group is 3, then 4 at the next step; newcomer, two, peer: the last replacement
+ * joins at a step boundary inside a segment, not at a checkpoint),
  * the rest of the epoch dealt over 4 from the exact offset. The world of every step is as the
  * mode's table says; every step count is completed once by its world and never goes back in a
  * process; every step starts from the same weights on every rank, the replacement's first one
@@ -395,25 +396,20 @@ static void one_run(const char *mode, run *out)
             CHECK_EQ_INT(out->st.retries_used, 1);
             CHECK_EQ_INT(out->st.replicas, 4);
         } else if (two) {
-            /* step 3 by 2 (16 samples), one replacement at the step-4 checkpoint: the 104 left
-             * by 3 to the step-8 checkpoint (96), the second: the last 8 by 4; epoch 1: 7 of 4 */
-            worlds = "4442"
-                     "3333"
-                     "4"
-                     "4444444";
+            /* step 3 by 2 (16 samples), one replacement at the step-4 checkpoint, step 4 by 3
+             * (a group smaller than before its loss pauses after every step), the second
+             * replacement at the step boundary after it, inside the segment: the 80 left by 4;
+             * epoch 1: 7 of 4 */
+            worlds = "444234444444444";
         } else if (peer) {
             /* at the step-4 checkpoint the first serving peer dies: the 2 left and the
-             * replacement, healed from the next peer, go on as 3 (steps 4..7, to the epoch's
-             * end); the next replacement joins there: epoch 1 by 4 */
-            worlds = "4443"
-                     "3333"
-                     "4444444";
+             * replacement, healed from the next peer, go on as 3 for step 4; the next
+             * replacement joins at the step boundary after it: the 72 left by 4 */
+            worlds = "444334444444444";
         } else if (newcomer) {
-            /* the replacement dies at the step-4 checkpoint: the 3 go on (steps 3..7, to the
-             * epoch's end); the next one joins there: epoch 1 by 4 */
-            worlds = "4443"
-                     "3333"
-                     "4444444";
+            /* the replacement dies at the step-4 checkpoint: the 3 go on, step 4; the next one
+             * joins at the step boundary after it: the 72 left by 4 */
+            worlds = "444334444444444";
         } else {
             /* step 3 by 3, the replacement at the step-4 checkpoint: the 96 left by 4 */
             worlds = "4443"

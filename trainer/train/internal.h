@@ -242,6 +242,9 @@ typedef struct tr_epoch_args {
     int validate_end;       /* validate at the epoch's end (validate_every_epoch) */
     int report_ms;          /* > 0: send per-step records to the driver this often (records.c) */
     double lr_scale;        /* > 0 and not 1: the rates times this first (a live recovery's) */
+    /* > 0: end after this many optimizer steps too, with no checkpoint unless the epoch ended:
+     * a step boundary where the driver may let a replacement in (heal_replacement) */
+    int64_t pause_steps;
 } tr_epoch_args;
 
 /* The "regroup" call of live recovery: this survivor's rank in the new group of world ranks,

@@ -639,8 +639,11 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
      * this replica checkpoints there and leaves; its peers, blocked in the next step's
      * collective, fail, and the driver goes on from this checkpoint without them or it */
     bool drained_mid = false;
+    /* a pause before the budget's end: a step boundary for the driver, no checkpoint there */
+    bool pausing = ea.pause_steps > 0 && (ea.steps <= 0 || ea.pause_steps < ea.steps);
+    int64_t budget = pausing ? ea.pause_steps : ea.steps;
     ct_batch b;
-    while (rc == 0 && !drained_mid && (ea.steps <= 0 || steps < ea.steps) &&
+    while (rc == 0 && !drained_mid && (budget <= 0 || steps < budget) &&
            (rc = ct_loader_next(r->loader, &b)) > 0) {
         trainer_step_out so;
         int64_t g0 = s.index - s.index % k, left = nb - g0;
@@ -695,6 +698,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     }
     ct__rec_flush(&r->rec); /* in the KV before the reply: the driver reads them all */
     bool done = s.index >= nb;
+    ea.checkpoint = ea.checkpoint && (!pausing || done);
     if (rc == 0 && done && r->st.sched && !plateau && r->spec.sched_every == TR_SCHED_EPOCH)
         rc = ct_sched_step(r->st.sched);
     if (rc == 0 && done)

@@ -1147,6 +1147,11 @@ static void segment_records(trainer *t, bool epoch_done)
 static int tell_world_size(trainer *t, const trainer_train_opts *o, int n);
 static void note_group_size(trainer *t, int n);
 
+#define HEAL_CALL_MS 60000 /* a replacement's build, a snapshot, its fetch and load */
+/* a group smaller than before a live recovery: optimizer steps per segment, so that a
+ * replacement that fits joins at the next step boundary */
+#define HEAL_POLL_STEPS 1
+
 /* After a segment failed: when replicas died (their node's death watch reported them) and every
  * survivor failed inside a step (its communicator broke), the survivors go on without them: a
  * new group of the survivors (a new group id, the next generation; ranks in the old order)
@@ -1290,8 +1295,6 @@ out:
     free(ra);
     return rc;
 }
-
-#define HEAL_CALL_MS 60000 /* a replacement's build, a snapshot, its fetch and load */
 
 /* Kills and releases a newcomer that did not get in (its snapshot too); the group goes on. */
 static void drop_newcomer(ct_actor **a, tr_snapshot *snap, const char *what)
@@ -1529,6 +1532,9 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     }
     if (t->local.batch == 0 && t->local.offset == 0) /* a new epoch (or one started over) */
         t->acc = (epoch_sums){.agree = true};
+    /* a group that shrank live pauses after every step until it healed back: each is a step
+     * boundary where a replacement may join (heal_replacement) */
+    int64_t pause = t->heal_to && t->world < t->heal_to ? HEAL_POLL_STEPS : 0;
     for (int i = 0; i < t->world; i++)
         ea[i] = (tr_epoch_args){.epoch = epoch,
                                 .offset = t->local.offset,
@@ -1538,7 +1544,8 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                                 .checkpoint = checkpoint,
                                 .validate_every = o->validate_every_steps,
                                 .validate_end = o->validate_every_epoch,
-                                .report_ms = ct__progress_report_ms(t->progress)};
+                                .report_ms = ct__progress_report_ms(t->progress),
+                                .pause_steps = pause};
     t->nvals = 0;
     ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
     t->wait_all = t->live;

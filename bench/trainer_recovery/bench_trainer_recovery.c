@@ -10,12 +10,12 @@
  *                the step the kill interrupted (no step lost)
  * Also printed, not counted: trainer_create's time (its check-run of the creators decodes the
  * data set once for the cluster: ~0.3 s in run 0, a KV lookup after).
- *   live also: the replacement that heals from the survivor at the epoch's end (trainer_stats
- *   heal_*): the snapshot's put, fetch and load (copy_ms) and its size; --hidden H trains a wide
- *   MLP 784-H-H/4-10 instead (H 8192: 93 MB of weights, with Adam's state a 279 MB snapshot).
- * Prints one line per run and `ct: startup_ms <median> recovery_ms <median> (<recovery>)` last,
- * live then `ct heal: copy_ms <median> snapshot_mb <size>`.
- * Not here: the reference (ref_torch.py) and the comparison (run.sh). */
+ *   live also: the replacement that heals from the survivor at the next step boundary
+ * (trainer_stats heal_*): the snapshot's put, fetch and load (copy_ms) and its size; --hidden H
+ * trains a wide MLP 784-H-H/4-10 instead (H 8192: 93 MB of weights, with Adam's state a 279 MB
+ * snapshot). Prints one line per run and `ct: startup_ms <median> recovery_ms <median>
+ * (<recovery>)` last, live then `ct heal: copy_ms <median> snapshot_mb <size>`. Not here: the
+ * reference (ref_torch.py) and the comparison (run.sh). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -178,13 +178,13 @@ int main(int argc, char **argv)
         printf("run %d: startup_ms %.1f recovery_ms %.1f (failure seen after %.1f ms; "
                "trainer_create before it: %.1f ms)\n",
                r, startup[ok], recovery[ok], (st.failure_seen_ns - rs.kill_ns) / 1e6, create_ms);
-        /* live: a replacement healed from the survivor at the epoch's end (its checkpoint) */
+        /* live: a replacement healed from the survivor at the first step boundary where it fit */
         heal[ok] = st.heals ? st.heal_ns / 1e6 : 0;
         copy[ok] = st.heals ? st.heal_copy_ns / 1e6 : 0;
         mb = st.heal_bytes / 1e6;
         if (live)
             printf("run %d: heals %d: failure seen -> group of 2 again %.1f ms (the survivor "
-                   "trained to the epoch's end meanwhile); snapshot %.1f MB: put, fetch and load "
+                   "trained on until it fit); snapshot %.1f MB: put, fetch and load "
                    "%.1f ms\n",
                    r, st.heals, heal[ok], mb, copy[ok]);
         fflush(stdout);

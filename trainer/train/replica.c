@@ -25,8 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
+#include "common/fault.h"
 #include "ct/collective.h"
 #include "ct/metrics.h"
 #include "internal.h"
@@ -505,6 +507,25 @@ static bool drain_heard(replica *r)
     return r->draining;
 }
 
+/* The test fault train_hold=STEP:PATH (common/fault.h): with STEP optimizer steps done, the
+ * replica waits while the file PATH exists, so that a test lands a kill mid-training however
+ * loaded the machine is (tests/cluster/test_slurm.sh). */
+static void hold_if_asked(replica *r)
+{
+    char v[512];
+    if (!ct__fault(CT__FAULT_TRAIN_HOLD, v, sizeof v))
+        return;
+    const char *path = strchr(v, ':');
+    if (!path || strtoll(v, NULL, 10) != r->st.step)
+        return;
+    path++;
+    if (access(path, F_OK) == 0)
+        CT_LOG(CT_LOG_WARN, "trainer", "replica %d: held at step %lld while %s exists (test fault)",
+               r->setup.rank, (long long)r->st.step, path);
+    while (access(path, F_OK) == 0)
+        usleep(20 * 1000);
+}
+
 /* Wraps a loader batch as tensors (x: n × sample shape, f32; y: n, i64, or n × target shape,
  * f32; borrowed from the loader) and runs step fn on it. */
 static int run_batch(replica *r, trainer_step *s, trainer_step_fn fn, const ct_batch *b,
@@ -595,6 +616,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             s.accum_len = s.accum_pos + 1;
         for (int m = 0; m < r->st.nmodels && s.accum_pos == 0; m++)
             ct_module_zero_grad(r->st.models[m]);
+        hold_if_asked(r);
         ct_nn_manual_seed(batch_seed(r, ea.epoch, s.index));
         rc = run_batch(r, &s, r->train_step, &b, &so);
         s.index++;

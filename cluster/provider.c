@@ -229,9 +229,16 @@ bool ct__cluster_provider_has_key(const char *key)
     return key && !strcmp(key, "type");
 }
 
-const char *ct__cluster_provider_names(void)
+const char *ct__cluster_provider_names(char *buf, size_t cap)
 {
-    return "local, ssh or slurm";
+    size_t n = CT_ARRAY_LEN(providers), used = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n && used < cap; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+        int k = snprintf(buf + used, cap - used, "%s%s", sep, providers[i]->name);
+        used += k > 0 ? (size_t)k : 0;
+    }
+    return buf;
 }
 
 /* Runs script on host through the provider's transport; stdout into out (may be NULL: then

@@ -287,8 +287,9 @@ int main(int argc, char **argv)
         CHECK_STR(c->nodes[1].host, "node-3.example.com");
         CHECK_STR(c->head_bind, "0.0.0.0");
         CHECK_EQ_NUM(c->head_port, 6380);
-        CHECK_EQ_NUM(c->ssh_port, 2222);
-        CHECK_STR(c->ssh_user, "ubuntu");
+        const ct__ssh_conf *a = c->provider_conf;
+        CHECK_EQ_NUM(a->port, 2222);
+        CHECK_STR(a->user, "ubuntu");
         CHECK_STR(c->remote_dir, "~/.ct");
     }
     ct_cluster_config_destroy(&c);
@@ -297,8 +298,9 @@ int main(int argc, char **argv)
              "available_node_types:\n  w: {spill_dir: /data/ct_spill.v2, min_workers: 1}\n"
              "ct: {bin_dir: ~/ct/bin, remote_dir: /opt/ct, copy_binaries: false}\n");
     if (c) {
-        CHECK_STR(c->ssh_user, "_svc-ct2");
-        CHECK_STR(c->ssh_key, "/home/u/.ssh/id_ed25519");
+        const ct__ssh_conf *a = c->provider_conf;
+        CHECK_STR(a->user, "_svc-ct2");
+        CHECK_STR(a->key, "/home/u/.ssh/id_ed25519");
         CHECK_STR(c->nodes[0].spill_dir, "/data/ct_spill.v2/s-1");
         CHECK_STR(c->bin_dir, "~/ct/bin");
         CHECK_STR(c->remote_dir, "/opt/ct");
@@ -314,14 +316,15 @@ int main(int argc, char **argv)
     if (c) {
         CHECK_STR(c->provider->name, "slurm");
         CHECK_EQ_NUM(c->n_nodes, 4);
-        CHECK_EQ_NUM(c->slurm_nodes, 4);
-        CHECK_STR(c->slurm_partition, "gpu-a100");
-        CHECK_STR(c->slurm_time, "1-12:00:00");
-        CHECK_STR(c->slurm_account, "proj_7");
-        CHECK_EQ_NUM(c->slurm_cpus_per_node, 32);
-        CHECK_EQ_NUM(c->slurm_gpus_per_node, 8);
-        CHECK_EQ_NUM(c->n_slurm_sbatch_args, 3);
-        CHECK_STR(c->slurm_sbatch_args[2], "--mem=0");
+        const ct__slurm_conf *sc = c->provider_conf;
+        CHECK_EQ_NUM(sc->nodes, 4);
+        CHECK_STR(sc->partition, "gpu-a100");
+        CHECK_STR(sc->time, "1-12:00:00");
+        CHECK_STR(sc->account, "proj_7");
+        CHECK_EQ_NUM(sc->cpus_per_node, 32);
+        CHECK_EQ_NUM(sc->gpus_per_node, 8);
+        CHECK_EQ_NUM(sc->n_sbatch_args, 3);
+        CHECK_STR(sc->sbatch_args[2], "--mem=0");
         CHECK(c->head_ip == NULL);
         CHECK_STR(c->head_bind, "0.0.0.0");
         CHECK_EQ_NUM(c->head_port, 0);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include "actor/node_shared.h"
 #include "common/auth.h"
+#include "common/env.h"
 #include "common/fault.h"
 
 extern char **environ;
@@ -274,7 +275,7 @@ int ct__node_zygote_spawn(nodest *n, Ct__StartActor *s, const char *exe, int exe
         }
         snprintf(vars[nv++], sizeof vars[0], "CT_SECRET_FD=%d", secret_fd);
     }
-    if (!getenv("LD_BIND_NOW")) {
+    if (!ct__env(CT__ENV_LD_BIND_NOW)) {
         snprintf(vars[nv++], sizeof vars[0], "LD_BIND_NOW=1");
         snprintf(vars[nv++], sizeof vars[0], "CT_ZYGOTE_BIND_NOW=1");
     }

@@ -45,6 +45,7 @@
 #include "actor/runtime.h"
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/env.h"
 #include "objectstore/store.h"
 #include "objectstore/transfer.h"
 #include "proto/msg.h"
@@ -717,7 +718,7 @@ int ct__objnode_start(const ct__objnode_opts *o)
      * pages measured 2-2.5x slower than into reused ones (the kernel allocating and
      * zeroing them); a quarter of the shard, at most 256 MiB, is kept populated past use. */
     uint64_t ahead = cap / 4 < (256ull << 20) ? cap / 4 : (256ull << 20);
-    const char *ev = getenv("CT_STORE_POPULATE_AHEAD_MB"); /* override; 0 = off */
+    const char *ev = ct__env(CT__ENV_STORE_POPULATE_AHEAD_MB); /* override; 0 = off */
     if (ev && *ev)
         ahead = strtoull(ev, NULL, 10) << 20;
     ct_store_opts so = {.name = name,

@@ -29,6 +29,7 @@
 #include "cluster/provider.h"
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/env.h"
 #include "proto/msg.h"
 
 /* The commands: how each is called and what it does (for --help and usage errors). */
@@ -371,7 +372,7 @@ static int cmd_down(const char *path)
 
 static int cmd_status(int argc, char **argv)
 {
-    const char *addr = getenv("CT_ADDRESS"), *file = NULL;
+    const char *addr = ct__env(CT__ENV_ADDRESS), *file = NULL;
     int timeout = 3000;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

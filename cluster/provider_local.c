@@ -18,6 +18,7 @@
 #include "cluster/cluster.h"
 #include "cluster/provider.h"
 #include "common/common.h"
+#include "common/env.h"
 
 int ct__local_argv(const ct_cluster_config *cfg, const char *host, const char *script, char **argv,
                    int max_argv, char *store, size_t cap)
@@ -35,7 +36,7 @@ int ct__local_argv(const ct_cluster_config *cfg, const char *host, const char *s
 int ct__local_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap)
 {
     int n;
-    const char *home = getenv("HOME");
+    const char *home = ct__env(CT__ENV_HOME);
     if (cfg->bin_dir && !strncmp(cfg->bin_dir, "~/", 2) && home) {
         n = snprintf(out, cap, "%s/%s", home, cfg->bin_dir + 2); /* no shell to expand ~ here */
     } else if (cfg->bin_dir) {

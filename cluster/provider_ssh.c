@@ -27,6 +27,7 @@
 #include "cluster/cluster.h"
 #include "cluster/provider.h"
 #include "common/common.h"
+#include "common/env.h"
 
 /* Copies s into store at *used; returns the copy or NULL when store is full. */
 static char *keep(char *store, size_t cap, size_t *used, const char *fmt, ...)
@@ -47,7 +48,7 @@ static char *keep(char *store, size_t cap, size_t *used, const char *fmt, ...)
 /* ~/x -> $HOME/x for the local key path (ssh -i does not see a shell). */
 static void expand_home(char *out, size_t cap, const char *p)
 {
-    const char *home = getenv("HOME");
+    const char *home = ct__env(CT__ENV_HOME);
     if (p[0] == '~' && p[1] == '/' && home)
         snprintf(out, cap, "%s/%s", home, p + 2);
     else

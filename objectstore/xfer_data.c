@@ -37,6 +37,7 @@
 
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/env.h"
 #include "common/fault.h"
 #include "objectstore/crc32c.h"
 
@@ -466,7 +467,7 @@ ct__xdata_server *ct__xdata_server_new(ct_store *store, const char *zmq_endpoint
     xs->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
                                               : ((struct sockaddr_in *)&sa)->sin_port);
     xs->delay_ms = delay_ms;
-    xs->no_sendfile = getenv("CT_XFER_NO_SENDFILE") != NULL;
+    xs->no_sendfile = ct__env(CT__ENV_XFER_NO_SENDFILE) != NULL;
     xs->st = stats;
     snprintf(xs->sender, sizeof xs->sender, "%s", sender);
     pthread_mutex_init(&xs->mu, NULL);

@@ -69,6 +69,7 @@ static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char
 {
     static const char *const opts[] = {"BatchMode=yes", "StrictHostKeyChecking=accept-new",
                                        "ConnectTimeout=10"};
+    const ct__ssh_conf *a = auth(cfg);
     int n = 0;
     if (max < COMMON_OPTS_MAX)
         return ct__error(CT_EINVAL, "ssh: argv too small");
@@ -77,18 +78,18 @@ static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char
         argv[n++] = (char *)opts[i];
     }
     argv[n++] = (char *)port_flag;
-    if (!(argv[n++] = keep(store, cap, used, "%d", auth(cfg)->port)))
+    if (!(argv[n++] = keep(store, cap, used, "%d", a->port)))
         return ct__error(CT_ERANGE, "ssh command line too long");
-    if (auth(cfg)->known_hosts) {
+    if (a->known_hosts) {
         char k[4096];
-        expand_home(k, sizeof k, auth(cfg)->known_hosts);
+        expand_home(k, sizeof k, a->known_hosts);
         argv[n++] = "-o";
         if (!(argv[n++] = keep(store, cap, used, "UserKnownHostsFile=%s", k)))
             return ct__error(CT_ERANGE, "ssh command line too long");
     }
-    if (auth(cfg)->key) {
+    if (a->key) {
         char k[4096];
-        expand_home(k, sizeof k, auth(cfg)->key);
+        expand_home(k, sizeof k, a->key);
         /* only this key: an agent's or ~/.ssh's other keys would be offered first, and a
          * server stops after MaxAuthTries (6) failed ones */
         argv[n++] = "-o";
@@ -103,9 +104,9 @@ static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char
 /* USER@HOST must name a login and a host, nothing an ssh or scp could read otherwise. */
 static int check_login(const ct_cluster_config *cfg, const char *host)
 {
-    if (!auth(cfg)->user || !ct__shell_safe_word(auth(cfg)->user) || strchr(auth(cfg)->user, '@'))
-        return ct__error(CT_EINVAL, "ssh user '%s': not a user name",
-                         auth(cfg)->user ? auth(cfg)->user : "(none)");
+    const char *user = auth(cfg)->user;
+    if (!user || !ct__shell_safe_word(user) || strchr(user, '@'))
+        return ct__error(CT_EINVAL, "ssh user '%s': not a user name", user ? user : "(none)");
     if (!ct__shell_safe_word(host) || strpbrk(host, "@/"))
         return ct__error(CT_EINVAL, "ssh host '%s': not a host name or address", host);
     return 0;

@@ -21,15 +21,15 @@
 # scancelled: the job goes on from its checkpoint and finishes (the step starts again). The kill
 # lands mid-training however loaded the machine is: the replicas hold before step 12 of 20 (the
 # test fault train_hold, common/fault.h, armed through the nodes' environment) while a file
-# exists (the test waits until both say so), which it removes once the driver reported the node's
-# loss. `ctup
-# down`: no job in squeue, and no process left in the nodes' namespaces but slurmd. The secret
-# is in no process's command line or environment.
+# exists; the test scancels once both say they are held and removes the file once the driver
+# reported the node's loss. `ctup down`: no job in squeue, and no process left in the nodes'
+# namespaces but slurmd. The secret is in no process's command line or environment.
 #
-# Skips (exit 77) in a build without test faults (CT_FAULTS, the second argument), without root, namespaces, /dev/net/tun, a cgroup file system, or the Slurm and
-# munge binaries. The EXIT trap kills everything by pid; ct_test_guard kills what carries its CT_TEST_GUARD mark
-# (the job's processes inherit the environment of ctup through sbatch and srun) when ctest
-# kills the script at the timeout; the Slurm daemons die with the script (PR_SET_PDEATHSIG).
+# Skips (exit 77) in a build without test faults (CT_FAULTS, the second argument), without root,
+# namespaces, /dev/net/tun, a cgroup file system, or the Slurm and munge binaries. The EXIT trap
+# kills everything by pid; ct_test_guard kills what carries its CT_TEST_GUARD mark (the job's
+# processes inherit the environment of ctup through sbatch and srun) when ctest kills the script
+# at the timeout; the Slurm daemons die with the script (PR_SET_PDEATHSIG).
 set -euo pipefail
 bin=$(cd "$1" && pwd)
 skip() {

@@ -370,7 +370,8 @@ static int run_prometheus(void)
                                             .config = "limit=2048,val_limit=200",
                                             .num_replicas = 2,
                                             .epochs = 3,
-                                            .seed = 3},
+                                            .seed = 3,
+                                            .recovery = "restart"},
                             &t));
     if (!t)
         goto out;

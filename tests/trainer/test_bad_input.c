@@ -132,6 +132,10 @@ int main(void)
     expect(OPTS(.max_replicas = 2000), CT_EINVAL, "opts.max_replicas 2000", NULL);
     expect(OPTS(.use_gpu = true), CT_ENOSYS, "use_gpu", NULL);
     expect(OPTS(.device = "tpu"), CT_EINVAL, "opts.device \"tpu\"", "\"checkdev\"");
+    /* recovery: "live" or "restart", as an option or a config key */
+    expect(OPTS(.recovery = "fast"), CT_EINVAL, "opts.recovery \"fast\"", "\"restart\"");
+    expect(OPTS(.config = "limit=256,val_limit=10,recovery=later"), CT_EINVAL,
+           "config key \"recovery\" = \"later\"", "not \"live\" or \"restart\"");
     expect(OPTS(.use_gpu = true, .device = "checkdev"), CT_EINVAL, "use_gpu with opts.device",
            NULL);
     expect(OPTS(.config = "limit=256,data_dir=/nonexistent"), CT_ENOENT, "data creator",

@@ -118,6 +118,9 @@ typedef struct tr_state {
     ct_sched *sched;
     int64_t epoch, step, batch;
     int world;
+    /* positions of epoch `epoch`'s order seen before its batch 0 under this world: > 0 after a
+     * live recovery re-sharded the epoch's rest over the survivors (ct_loader_seek_offset) */
+    int64_t offset;
     /* a plateau scheduler's monitored value (config plateau_metric): "val_loss",
      * "val_accuracy", "train_loss" or a validate step's metric name; "" for other schedulers */
     char plateau_metric[TR_NAME_MAX];
@@ -219,7 +222,8 @@ typedef struct tr_setup_args {
     int rank, world;
     char group[64];
     int64_t start_epoch;
-    int64_t start_batch; /* the checkpoint's position within start_epoch (0: its start) */
+    int64_t start_batch;  /* the checkpoint's position within start_epoch (0: its start) */
+    int64_t start_offset; /* ... after this many positions of its order (tr_state.offset) */
     int has_ckpt;
     ct_object_id ckpt;
     char driver_node[32];
@@ -230,13 +234,45 @@ typedef struct tr_setup_args {
  * seek of its loader) until `steps` optimizer steps are done or the epoch ends. */
 typedef struct tr_epoch_args {
     int64_t epoch;
+    int64_t offset; /* tr_state.offset: the epoch's positions seen before its batch 0 */
     int64_t start_batch;
     int64_t steps;          /* 0: to the epoch's end */
     int checkpoint;         /* rank 0 writes one at the segment's end */
     int64_t validate_every; /* validate after every that many optimizer steps; 0: never */
     int validate_end;       /* validate at the epoch's end (validate_every_epoch) */
     int report_ms;          /* > 0: send per-step records to the driver this often (records.c) */
+    double lr_scale;        /* > 0 and not 1: the rates times this first (a live recovery's) */
 } tr_epoch_args;
+
+/* The "regroup" call of live recovery: this survivor's rank in the new group of world ranks,
+ * which meets under a new group id. */
+typedef struct tr_regroup_args {
+    int rank, world;
+    char group[64];
+} tr_regroup_args;
+
+/* Healing a replacement from a live peer (trainer.c, heal_replacement): the "snapshot" call
+ * asks an idle serving peer to put its whole state into the store, sealed toward node (the
+ * newcomer's); it replies a tr_snapshot, which is the newcomer's "heal" call's args. */
+typedef struct tr_snapshot_args {
+    char node[32];
+} tr_snapshot_args;
+
+/* A serving peer's state in the store: the checkpoint bytes of its models, optimizers,
+ * scheduler, loss scaler and counters (id, size, their CRC-32C), the weights' hash, and its
+ * position: the data position (epoch, batch under offset) of a group of world replicas; RNG
+ * draws are a function of that position (replica.c, batch_seed). put_ns: serializing and
+ * sealing it. The "heal" reply is a tr_snapshot too: the newcomer's hash after loading it and
+ * get_ns, its fetch and load. */
+typedef struct tr_snapshot {
+    ct_object_id id;
+    uint64_t size;
+    uint32_t crc;
+    uint64_t hash;
+    int64_t step, epoch, batch, offset;
+    int world;
+    int64_t put_ns, get_ns;
+} tr_snapshot;
 
 /* The steps' named metrics of one replica: sums of value * batch size and of batch sizes. */
 typedef struct tr_metrics {
@@ -269,8 +305,9 @@ typedef struct tr_report {
     double seconds;
     int64_t first_step_ns; /* CLOCK_MONOTONIC of this replica's first step in its group, or 0 */
     uint64_t weights_hash;
-    int64_t end_batch; /* the position reached: batches of the epoch done */
-    int epoch_done;    /* the epoch ended (scheduler stepped, buffers broadcast) */
+    int64_t end_batch;  /* the position reached: batches of the epoch done */
+    int64_t end_offset; /* ... after this many positions of its order (tr_state.offset) */
+    int epoch_done;     /* the epoch ended (scheduler stepped, buffers broadcast) */
     int has_ckpt;
     ct_object_id ckpt;
     int copies, copies_asked; /* of the checkpoint: nodes holding it after the seal, asked */

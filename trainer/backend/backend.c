@@ -1,6 +1,9 @@
 /* trainer/backend/backend.c — the one place a device's table is chosen (backend.h). */
 #include "common/common.h"
 #include "trainer/backend/cudalib.h"
+#ifdef CT_HAVE_CHECKDEV
+#include "trainer/checkdev/checkdev.h"
+#endif
 
 #ifdef CT_HAVE_CUDA
 /* Weak, both: a program of ct's build that trains on a GPU links the CUDA code (ct_link_cuda in
@@ -50,21 +53,30 @@ const ct__cuda_lib *ct__cuda_lib_get(void)
 
 const ct__backend *ct__backend_of(ct_device device)
 {
-    switch (device) {
+    char name[32];
+    if (ct_device_check(device) < 0)
+        return NULL;
+    switch (ct_device_kind(device)) {
     case CT_CPU:
         return &ct__backend_cpu;
     case CT_CHECKDEV:
 #ifdef CT_HAVE_CHECKDEV
-        return &ct__backend_checkdev;
+        return ct__checkdev_table(ct_device_index(device));
 #else
         ct__error(CT_ENOSYS, "device checkdev: not in this build");
         return NULL;
 #endif
     case CT_CUDA:
 #ifdef CT_HAVE_CUDA
+        if (ct_device_index(device) > 0) {
+            ct__error(CT_ENOSYS, "device %s: the CUDA backend runs on cuda:0 only so far",
+                      ct_device_name(device, name, sizeof name));
+            return NULL;
+        }
         return cuda_backend();
 #else
-        ct__error(CT_ENOSYS, "device cuda: this build of ct has no CUDA (CMake found none)");
+        ct__error(CT_ENOSYS, "device %s: this build of ct has no CUDA (CMake found none)",
+                  ct_device_name(device, name, sizeof name));
         return NULL;
 #endif
     }
@@ -74,7 +86,7 @@ const ct__backend *ct__backend_of(ct_device device)
 
 int ct__backend_linked(ct_device device)
 {
-    if (device != CT_CUDA)
+    if (ct_device_kind(device) != CT_CUDA)
         return ct__backend_of(device) ? 0 : CT_ENOSYS;
     return ct__cuda_lib_get() ? 0 : CT_ENOSYS;
 }

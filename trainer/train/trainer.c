@@ -246,16 +246,9 @@ int trainer_create(const trainer_opts *o, trainer **out)
         return ct__error(CT_EINVAL, "trainer_create: %s is NULL", !o ? "opts" : "out");
     ct__trainer_register_replica_class();
     ct_device device = CT_CPU;
-    if (o->device && !strcmp(o->device, "cuda"))
-        device = CT_CUDA;
-    else if (o->device && !strcmp(o->device, "checkdev"))
-        device = CT_CHECKDEV;
-    else if (o->device && strcmp(o->device, "cpu"))
-        return ct__error(CT_EINVAL,
-                         "trainer_create: opts.device \"%s\": not \"cpu\", \"cuda\" or "
-                         "\"checkdev\"",
-                         o->device);
-    if (o->use_gpu && o->device && device != CT_CUDA)
+    if (o->device && ct_device_parse(o->device, &device) < 0)
+        return ct__error(CT_EINVAL, "trainer_create: opts.%s", ct_last_error()); /* device "x": */
+    if (o->use_gpu && o->device && ct_device_kind(device) != CT_CUDA)
         return ct__error(CT_EINVAL, "trainer_create: opts.use_gpu with opts.device \"%s\"",
                          o->device);
     if (o->use_gpu)
@@ -345,7 +338,8 @@ int trainer_create(const trainer_opts *o, trainer **out)
     s->threads = (int)t->cpus > 0 ? (int)t->cpus : 1;
     s->device = device;
     /* CUDA replicas ask for GPUs; the checking device needs none */
-    t->gpus = device == CT_CUDA ? (o->gpus_per_replica > 0 ? o->gpus_per_replica : 1) : 0;
+    t->gpus =
+        ct_device_kind(device) == CT_CUDA ? (o->gpus_per_replica > 0 ? o->gpus_per_replica : 1) : 0;
     s->comm_timeout_ms = o->comm_timeout_ms ? o->comm_timeout_ms : 60000;
     s->accumulate = o->accumulate > 1 ? o->accumulate : 1;
     s->bind_cpus = !o->no_cpu_binding;

@@ -1,0 +1,471 @@
+/* tests/engine/test_model_parallel.c — one model across two devices (issue 40, items 1-3):
+ *
+ * - device names: "cpu", "cuda:1", "checkdev:1" parse; bad ones are refused with the valid forms;
+ * - the checking device's indices are separate memory spaces: a kernel on checkdev:1 given
+ *   memory of checkdev:0 is refused, an op on tensors of the two is refused naming both, and a
+ *   peer copy from checkdev:0 that no event wait ordered after checkdev:0's writes fails (with
+ *   the wait it copies the bytes);
+ * - the PyTorch tutorial's model-parallel ResNet-50 (torchvision's Bottleneck, [3, 4, 6, 3]):
+ *   seq1 = conv1, bn1, relu, maxpool, layer1, layer2 on checkdev:0; seq2 = layer3, layer4,
+ *   avgpool and fc on checkdev:1, x = fc(seq2(seq1(x).to(checkdev:1))). 20 SGD steps (momentum
+ *   0.9) on generated 3x64x64 data give losses and weights bit-identical to the same model on
+ *   checkdev:0 alone, and the same safetensors file; the forward with the copy done without the
+ *   cross-device wait fails, and without the copy fails too.
+ *
+ * WIDTH REDUCED: the stages are 8, 16, 32, 64 channels wide (torchvision's 64 .. 512 divided by
+ * 8; expansion 4 kept, so fc takes 256 features), batch 4, so that 2 x 20 steps on the checking
+ * device (whose every task waits 200 us on its worker) stay well under 60 s. The depth, the
+ * strides, the downsample projections and the split are the chapter's. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ct/nn.h"
+#include "ct/optim.h"
+#include "testutil.h"
+#include "trainer/backend/backend.h"
+
+#define WIDTH 8 /* torchvision: 64 */
+#define BATCH 4
+#define STEPS 20
+#define CLASSES 10
+
+/* ---- device names ---- */
+
+static void test_names(void)
+{
+    struct {
+        const char *s;
+        ct_device d;
+    } ok[] = {{"cpu", CT_CPU},
+              {"cuda", CT_CUDA},
+              {"cuda:0", CT_CUDA},
+              {"cuda:1", ct_device_make(CT_CUDA, 1)},
+              {"checkdev", CT_CHECKDEV},
+              {"checkdev:1", ct_device_make(CT_CHECKDEV, 1)},
+              {"checkdev:3", ct_device_make(CT_CHECKDEV, 3)}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        ct_device d = -1;
+        CHECK(ct_device_parse(ok[i].s, &d) == 0 && d == ok[i].d, "parse \"%s\": %d, want %d",
+              ok[i].s, d, ok[i].d);
+    }
+    CHECK(ct_device_kind(ct_device_make(CT_CHECKDEV, 1)) == CT_CHECKDEV &&
+              ct_device_index(ct_device_make(CT_CHECKDEV, 1)) == 1,
+          "kind and index of checkdev:1");
+    const char *bad[] = {"gpu",   "cuda:",       "cuda:x",    "cuda:4", "cuda:12",
+                         "cpu:1", "checkdev:-1", "checkdev1", "CUDA",   ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ct_device d = 0;
+        int rc = ct_device_parse(bad[i], &d);
+        char want[64];
+        snprintf(want, sizeof want, "device \"%s\"", bad[i]);
+        CHECK(rc == CT_EINVAL && strstr(ct_last_error(), want) &&
+                  strstr(ct_last_error(), "\"checkdev:N\""),
+              "parse \"%s\": rc %d, message: %s", bad[i], rc, ct_last_error());
+    }
+    char buf[32];
+    CHECK(!strcmp(ct_device_name(ct_device_make(CT_CHECKDEV, 2), buf, sizeof buf), "checkdev:2") &&
+              !strcmp(ct_device_name(CT_CUDA, buf, sizeof buf), "cuda") &&
+              !strcmp(ct_device_name(ct_device_make(CT_CPU, 1), buf, sizeof buf), "?"),
+          "names");
+}
+
+/* ---- two checking devices are two memory spaces with their own streams ---- */
+
+static void test_spaces(void)
+{
+    const ct_device c0 = CT_CHECKDEV, c1 = ct_device_make(CT_CHECKDEV, 1);
+    const ct__backend *d0 = ct__backend_of(c0), *d1 = ct__backend_of(c1);
+    CHECK(d0 && d1 && d0 != d1 && d1->device == c1 && !strcmp(d1->name, "checkdev:1"),
+          "two tables: %s", ct_last_error());
+    if (!d0 || !d1)
+        return;
+    enum { N = 4096 };
+    size_t bytes = N * sizeof(float);
+    float *a = NULL, *b = NULL, host[N];
+    CHECK(d0->alloc((void **)&a, bytes) == 0 && d1->alloc((void **)&b, bytes) == 0, "alloc");
+
+    /* a kernel on checkdev:1's memory given checkdev:0's: refused when queued */
+    int rc = d1->axpy(N, 1.0f, a, b);
+    CHECK(rc == CT_EINVAL && strstr(ct_last_error(), "memory of checkdev:0 and of checkdev:1"),
+          "axpy across devices: rc %d: %s", rc, ct_last_error());
+
+    /* a peer copy with no wait: checkdev:0's fill may not have run, and the copy fails */
+    CHECK(d0->fill(N, 1.0f, a) == 0 && d1->fill(N, 0.0f, b) == 0, "fill");
+    CHECK(d1->peer_copy(b, a, bytes, NULL) == 0, "peer_copy queued: %s", ct_last_error());
+    rc = d1->synchronize(NULL);
+    CHECK(rc == CT_EINVAL && strstr(ct_last_error(), "no event wait between the devices"),
+          "peer_copy without a wait: rc %d: %s", rc, ct_last_error());
+
+    /* with the wait: the bytes of the fill queued before it */
+    void *ev = NULL;
+    CHECK(d0->event_new(&ev) == 0, "event_new");
+    CHECK(d0->fill(N, 2.0f, a) == 0 && d0->event_record(ev, NULL) == 0 &&
+              d1->stream_wait(NULL, ev) == 0 && d1->peer_copy(b, a, bytes, NULL) == 0,
+          "peer_copy after a wait: %s", ct_last_error());
+    CHECK(d1->download(host, b, bytes) == 0, "download: %s", ct_last_error());
+    int wrong = 0;
+    for (int i = 0; i < N; i++)
+        wrong += host[i] != 2.0f;
+    CHECK(wrong == 0, "%d of %d floats not copied", wrong, N);
+    d0->event_free(ev);
+    d0->free(a);
+    d1->free(b);
+
+    /* an op on tensors of the two devices is refused naming both */
+    int64_t shape[1] = {8};
+    ct_tensor *h = ct_tensor_new(CT_F32, 1, shape);
+    ct_tensor *x0 = ct_tensor_to(h, c0), *x1 = ct_tensor_to(h, c1);
+    ct_tensor *y = x0 && x1 ? ct_nn_add(x0, x1) : NULL;
+    CHECK(x0 && x1 && !y && strstr(ct_last_error(), "checkdev:1"), "add across devices: %s",
+          ct_last_error());
+    /* ct_tensor_to between them: the bytes, on the other device */
+    ct_tensor_fill_f32(h, 3.0f);
+    ct_tensor *z0 = ct_tensor_to(h, c0), *z1 = z0 ? ct_tensor_to(z0, c1) : NULL;
+    CHECK(z1 && ct_tensor_device(z1) == c1 && ct_nn_sum(z1) != NULL, "to checkdev:1: %s",
+          ct_last_error());
+    ct_tensor *s = z1 ? ct_nn_sum(z1) : NULL;
+    CHECK(s && ct_tensor_item(s) == 24.0f, "sum on checkdev:1: %g", s ? ct_tensor_item(s) : -1);
+    ct_autograd_clear_tape();
+    ct_tensor_release(&s);
+    ct_tensor_release(&z0);
+    ct_tensor_release(&z1);
+    ct_tensor_release(&y);
+    ct_tensor_release(&x0);
+    ct_tensor_release(&x1);
+    ct_tensor_release(&h);
+}
+
+/* ---- the split ResNet-50 ---- */
+
+/* torchvision's Bottleneck: conv1x1-bn-relu, conv3x3 (stride)-bn-relu, conv1x1 (x4)-bn, plus
+ * the input (through downsample = conv1x1 (stride)-bn where the shape changes), then relu. The
+ * modules are children of one Sequential (for names, placement and parameters); the forward is
+ * written out here. */
+typedef struct block {
+    ct_module *conv1, *bn1, *conv2, *bn2, *conv3, *bn3, *down;
+} block;
+
+typedef struct resnet {
+    ct_module *root; /* owns everything: seq1, seq2, fc */
+    ct_module *seq1, *seq2, *fc;
+    ct_module *stem[4]; /* conv1, bn1, relu, maxpool */
+    block blocks[16];
+    int nblocks, split_after; /* blocks of seq1: layer1 and layer2 */
+    ct_module *avgpool;
+} resnet;
+
+static ct_module *named(ct_module *m, const char *name)
+{
+    return ct_module_set_name(m, name);
+}
+
+static ct_module *bottleneck(block *b, int64_t in, int64_t width, int stride)
+{
+    ct_conv_opts one = {0}, three = {.stride = {stride, stride}, .padding = {1, 1}};
+    ct_conv_opts down = {.stride = {stride, stride}};
+    b->conv1 = named(ct_nn_conv2d_new(in, width, 1, &one, false), "conv1");
+    b->bn1 = named(ct_nn_batchnorm2d_new(width), "bn1");
+    b->conv2 = named(ct_nn_conv2d_new(width, width, 3, &three, false), "conv2");
+    b->bn2 = named(ct_nn_batchnorm2d_new(width), "bn2");
+    b->conv3 = named(ct_nn_conv2d_new(width, 4 * width, 1, &one, false), "conv3");
+    b->bn3 = named(ct_nn_batchnorm2d_new(4 * width), "bn3");
+    b->down = NULL;
+    if (stride != 1 || in != 4 * width)
+        b->down = named(CT_SEQUENTIAL(ct_nn_conv2d_new(in, 4 * width, 1, &down, false),
+                                      ct_nn_batchnorm2d_new(4 * width)),
+                        "downsample");
+    ct_module *kids[7] = {b->conv1, b->bn1, b->conv2, b->bn2, b->conv3, b->bn3, b->down};
+    return ct_nn_sequential_new(b->down ? 7 : 6, kids);
+}
+
+/* layer of n blocks; *in: its input channels, then its output's */
+static ct_module *layer(resnet *r, const char *name, int64_t *in, int64_t width, int n, int stride)
+{
+    ct_module *kids[6];
+    for (int i = 0; i < n; i++) {
+        char bn[8];
+        snprintf(bn, sizeof bn, "%d", i);
+        kids[i] = named(bottleneck(&r->blocks[r->nblocks++], *in, width, i ? 1 : stride), bn);
+        *in = 4 * width;
+    }
+    return named(ct_nn_sequential_new(n, kids), name);
+}
+
+static void resnet_build(resnet *r)
+{
+    memset(r, 0, sizeof *r);
+    ct_conv_opts c1 = {.stride = {2, 2}, .padding = {3, 3}};
+    r->stem[0] = named(ct_nn_conv2d_new(3, WIDTH, 7, &c1, false), "conv1");
+    r->stem[1] = named(ct_nn_batchnorm2d_new(WIDTH), "bn1");
+    r->stem[2] = named(ct_nn_relu_new(), "relu");
+    r->stem[3] = named(ct_nn_maxpool2d_new(3, 2, 1), "maxpool");
+    int64_t in = WIDTH;
+    ct_module *l1 = layer(r, "layer1", &in, WIDTH, 3, 1);
+    ct_module *l2 = layer(r, "layer2", &in, 2 * WIDTH, 4, 2);
+    r->split_after = r->nblocks;
+    ct_module *l3 = layer(r, "layer3", &in, 4 * WIDTH, 6, 2);
+    ct_module *l4 = layer(r, "layer4", &in, 8 * WIDTH, 3, 2);
+    r->avgpool = named(ct_nn_adaptive_avgpool2d_new(1, 1), "avgpool");
+    r->seq1 = named(CT_SEQUENTIAL(r->stem[0], r->stem[1], r->stem[2], r->stem[3], l1, l2), "seq1");
+    r->seq2 = named(CT_SEQUENTIAL(l3, l4, r->avgpool), "seq2");
+    r->fc = named(ct_nn_linear_new(in, CLASSES, true), "fc");
+    r->root = CT_SEQUENTIAL(r->seq1, r->seq2, r->fc);
+}
+
+/* Takes x, returns one new reference: m(x). */
+static ct_tensor *fwd(ct_module *m, ct_tensor *x)
+{
+    ct_tensor *y = x ? ct_module_forward(m, x) : NULL;
+    ct_tensor_release(&x);
+    return y;
+}
+
+/* Takes x, returns relu(x). */
+static ct_tensor *relu_take(ct_tensor *x)
+{
+    ct_tensor *y = x ? ct_nn_relu(x) : NULL;
+    ct_tensor_release(&x);
+    return y;
+}
+
+static ct_tensor *flatten_take(ct_tensor *x)
+{
+    ct_tensor *y = x ? ct_nn_flatten(x) : NULL;
+    ct_tensor_release(&x);
+    return y;
+}
+
+static ct_tensor *block_forward(const block *b, ct_tensor *x)
+{
+    ct_tensor *id = b->down ? ct_module_forward(b->down, x) : ct_tensor_retain(x);
+    ct_tensor *y = fwd(b->bn1, ct_module_forward(b->conv1, x));
+    y = fwd(b->bn3, fwd(b->conv3, fwd(b->bn2, fwd(b->conv2, relu_take(y)))));
+    ct_tensor *s = y && id ? ct_nn_add(y, id) : NULL;
+    ct_tensor_release(&y);
+    ct_tensor_release(&id);
+    return relu_take(s);
+}
+
+/* How the activation crosses from seq1 to seq2. */
+typedef enum { CROSS_TO, CROSS_NO_WAIT, CROSS_NONE } cross;
+
+/* The host-free copy of ct_tensor_to without its event wait (what "removing the wait" means):
+ * queued on checkdev:1 at once. */
+static ct_tensor *copy_no_wait(ct_tensor *x, ct_device to)
+{
+    const ct__backend *bk = ct__backend_of(to);
+    ct_tensor *h = x ? ct_tensor_new(CT_F32, ct_tensor_ndim(x), ct_tensor_shape(x)) : NULL;
+    ct_tensor *c = h ? ct_tensor_to(h, to) : NULL;
+    if (c && bk->peer_copy(ct_tensor_data(c), ct_tensor_data(x),
+                           (size_t)ct_tensor_numel(x) * sizeof(float), NULL) < 0)
+        ct_tensor_release(&c);
+    ct_tensor_release(&h);
+    ct_tensor_release(&x);
+    return c;
+}
+
+/* logits of x (on seq1's device), on fc's device */
+static ct_tensor *resnet_forward(resnet *r, ct_tensor *x, ct_device second, cross how)
+{
+    ct_tensor *h = ct_tensor_retain(x);
+    for (int i = 0; i < 4; i++)
+        h = fwd(r->stem[i], h);
+    for (int i = 0; i < r->nblocks; i++) {
+        if (i == r->split_after && how == CROSS_TO) { /* seq1(x).to('cuda:1') */
+            ct_tensor *c = h ? ct_tensor_to(h, second) : NULL;
+            ct_tensor_release(&h);
+            h = c;
+        } else if (i == r->split_after && how == CROSS_NO_WAIT) {
+            h = copy_no_wait(h, second);
+        }
+        ct_tensor *y = h ? block_forward(&r->blocks[i], h) : NULL;
+        ct_tensor_release(&h);
+        h = y;
+    }
+    h = fwd(r->fc, flatten_take(fwd(r->avgpool, h)));
+    return h;
+}
+
+/* batch s of the generated data: x (BATCH, 3, 64, 64) in [-1, 1), labels (BATCH) */
+static void make_batch(int s, float *x, int64_t *y)
+{
+    uint64_t st = 0x9E3779B97F4A7C15ull * (uint64_t)(s + 1);
+    for (int i = 0; i < BATCH * 3 * 64 * 64; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((st >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
+    }
+    for (int i = 0; i < BATCH; i++)
+        y[i] = (int64_t)((s * 7 + i * 3) % CLASSES);
+}
+
+/* Trains r for STEPS steps with seq1 on checkdev:0 and seq2, fc on `second`; losses[s] */
+static int train(resnet *r, ct_device second, float *losses)
+{
+    const ct_device first = CT_CHECKDEV;
+    int rc = ct_module_to(r->root, first);
+    if (rc == 0 && second != first)
+        rc = ct_module_to(r->seq2, second) ? -1 : ct_module_to(r->fc, second);
+    const ct_param_ref *refs;
+    int n;
+    if (rc < 0 || (rc = ct_module_params(r->root, &refs, &n)) < 0)
+        return rc;
+    ct_optim *o = ct_optim_sgd_new(refs, n, &(ct_sgd_opts){.lr = 0.05, .momentum = 0.9});
+    if (!o)
+        return -1;
+    static float hx[BATCH * 3 * 64 * 64];
+    int64_t hy[BATCH], xs[4] = {BATCH, 3, 64, 64}, ys[1] = {BATCH};
+    for (int s = 0; s < STEPS && rc == 0; s++) {
+        make_batch(s, hx, hy);
+        ct_tensor *cx = ct_tensor_from_f32(4, xs, hx), *cy = ct_tensor_new(CT_I64, 1, ys);
+        ct_tensor_copy_from(cy, hy, sizeof hy);
+        ct_tensor *x = ct_tensor_to(cx, first), *y = ct_tensor_to(cy, second);
+        ct_module_zero_grad(r->root);
+        ct_tensor *logits = resnet_forward(r, x, second, second == first ? CROSS_NONE : CROSS_TO);
+        ct_tensor *loss = logits ? ct_nn_cross_entropy(logits, y, 0.0f) : NULL;
+        rc = !loss ? -1 : ct_tensor_backward(loss, NULL) < 0 ? -1 : ct_optim_step(o);
+        losses[s] = loss ? ct_tensor_item(loss) : NAN;
+        ct_tensor_release(&loss);
+        ct_tensor_release(&logits);
+        ct_tensor_release(&x);
+        ct_tensor_release(&y);
+        ct_tensor_release(&cx);
+        ct_tensor_release(&cy);
+    }
+    ct_optim_destroy(&o);
+    return rc;
+}
+
+/* every state-dict entry's bytes, host side, concatenated; *bytes */
+static char *state_bytes(ct_module *m, size_t *bytes)
+{
+    const ct_named_tensor *sd;
+    int n;
+    *bytes = 0;
+    if (ct_module_state_dict(m, &sd, &n) < 0)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        *bytes +=
+            (size_t)ct_tensor_numel(sd[i].tensor) * ct_dtype_size(ct_tensor_dtype(sd[i].tensor));
+    char *h = malloc(*bytes ? *bytes : 1), *p = h;
+    for (int i = 0; i < n && h; i++) {
+        size_t b =
+            (size_t)ct_tensor_numel(sd[i].tensor) * ct_dtype_size(ct_tensor_dtype(sd[i].tensor));
+        ct_tensor *c = ct_nn_to_plain(sd[i].tensor);
+        if (!c || ct_tensor_copy_to(c, p, b) < 0)
+            memset(p, 0xff, b);
+        ct_tensor_release(&c);
+        p += b;
+    }
+    return h;
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *b = NULL;
+    *n = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0) {
+        long len = ftell(f);
+        rewind(f);
+        b = malloc(len > 0 ? (size_t)len : 1);
+        *n = b ? fread(b, 1, (size_t)len, f) : 0;
+    }
+    if (f)
+        fclose(f);
+    return b;
+}
+
+static void test_split_resnet(void)
+{
+    const ct_device c1 = ct_device_make(CT_CHECKDEV, 1);
+    resnet one, two;
+    float l1[STEPS], l2[STEPS];
+    ct_nn_manual_seed(40);
+    resnet_build(&one);
+    ct_nn_manual_seed(40);
+    resnet_build(&two);
+    CHECK(one.root && two.root && one.nblocks == 16 && one.split_after == 7, "built");
+    CHECK(train(&one, CT_CHECKDEV, l1) == 0, "one device: %s", ct_last_error());
+    CHECK(train(&two, c1, l2) == 0, "two devices: %s", ct_last_error());
+
+    /* the parameters are where they were placed, one flat buffer per device */
+    const ct_param_ref *refs;
+    int n, on1 = 0;
+    ct_module_params(two.root, &refs, &n);
+    for (int i = 0; i < n; i++)
+        on1 += refs[i].device == c1;
+    CHECK(refs[0].device == CT_CHECKDEV && refs[n - 1].device == c1 && on1 > 0 && on1 < n,
+          "placement: %d of %d parameters on checkdev:1", on1, n);
+    float *fv;
+    CHECK(ct_module_flat(two.root, &fv, NULL, NULL) == CT_EINVAL, "flat of a split model");
+
+    CHECK(memcmp(l1, l2, sizeof l1) == 0, "losses differ: step 0 %.9g / %.9g, last %.9g / %.9g",
+          l1[0], l2[0], l1[STEPS - 1], l2[STEPS - 1]);
+    CHECK(l1[STEPS - 1] == l1[STEPS - 1] && l1[STEPS - 1] != l1[0], "the loss moved: %g -> %g",
+          l1[0], l1[STEPS - 1]);
+    size_t b1, b2;
+    char *s1 = state_bytes(one.root, &b1), *s2 = state_bytes(two.root, &b2);
+    CHECK(s1 && s2 && b1 == b2 && b1 > 0 && memcmp(s1, s2, b1) == 0,
+          "weights not bit-identical (%zu / %zu bytes)", b1, b2);
+    free(s1);
+    free(s2);
+
+    /* checkpoints: the same file whatever the placement; it loads into the other placement */
+    char p1[64], p2[64];
+    snprintf(p1, sizeof p1, "/tmp/ct_mp_one_%d.safetensors", (int)getpid());
+    snprintf(p2, sizeof p2, "/tmp/ct_mp_two_%d.safetensors", (int)getpid());
+    CHECK(ct_module_save(one.root, p1) == 0 && ct_module_save(two.root, p2) == 0, "save: %s",
+          ct_last_error());
+    size_t n1, n2;
+    char *f1 = slurp(p1, &n1), *f2 = slurp(p2, &n2);
+    CHECK(f1 && f2 && n1 == n2 && n1 > 0 && memcmp(f1, f2, n1) == 0, "checkpoint files differ");
+    free(f1);
+    free(f2);
+    resnet three;
+    ct_nn_manual_seed(41);
+    resnet_build(&three);
+    ct_module_to(three.root, CT_CHECKDEV);
+    ct_module_to(three.fc, c1);
+    CHECK(ct_module_load(three.root, p2) == 0, "load into a third placement: %s", ct_last_error());
+    s1 = state_bytes(one.root, &b1);
+    s2 = state_bytes(three.root, &b2);
+    CHECK(s1 && s2 && b1 == b2 && memcmp(s1, s2, b1) == 0, "loaded weights differ");
+    free(s1);
+    free(s2);
+    unlink(p1);
+    unlink(p2);
+
+    /* the cross-device wait removed: the copy fails; the copy removed: seq2 refuses its input */
+    int64_t xs[4] = {BATCH, 3, 64, 64};
+    ct_tensor *hx = ct_tensor_new(CT_F32, 4, xs), *x = ct_tensor_to(hx, CT_CHECKDEV);
+    ct_tensor *bad = resnet_forward(&two, x, c1, CROSS_NO_WAIT);
+    ct_tensor *sum = bad ? ct_nn_sum(bad) : NULL;
+    float v = sum ? ct_tensor_item(sum) : 0.0f;
+    ct_tensor_release(&sum);
+    ct_tensor_release(&bad);
+    CHECK(v != v && strstr(ct_last_error(), "no event wait between the devices"),
+          "without the wait: %g, %s", v, ct_last_error());
+    ct_tensor *none = resnet_forward(&two, x, c1, CROSS_NONE);
+    CHECK(!none && strstr(ct_last_error(), "checkdev:1"), "without the copy: %s", ct_last_error());
+    ct_autograd_clear_tape();
+    ct_tensor_release(&none);
+    ct_tensor_release(&x);
+    ct_tensor_release(&hx);
+    ct_module_destroy(&one.root);
+    ct_module_destroy(&two.root);
+    ct_module_destroy(&three.root);
+}
+
+int main(void)
+{
+    test_names();
+    test_spaces();
+    test_split_resnet();
+    if (g_fail)
+        fprintf(stderr, "test_model_parallel: %d failure(s)\n", g_fail);
+    else
+        printf("test_model_parallel: ok\n");
+    return g_fail ? 1 : 0;
+}

@@ -234,6 +234,33 @@ static int check_shards(const tr_spec *s, int world, bool elastic)
     return 0;
 }
 
+/* Config key devices_per_replica = k > 1 on device: CT_EINVAL where it cannot be (the CPU, or
+ * indices past the last); CUDA replicas ask for k GPUs at least. Then CT_ENOSYS: the replicas'
+ * gradient buckets are on one device so far. */
+static int devices_check(ct_device device, int k, trainer *t)
+{
+    char name[32];
+    ct_device_name(device, name, sizeof name);
+    if (ct_device_kind(device) == CT_CPU)
+        return ct__error(CT_EINVAL,
+                         "trainer_create: config key \"devices_per_replica\" = %d needs "
+                         "opts.device \"cuda\" or \"checkdev\" (not \"%s\")",
+                         k, name);
+    if (ct_device_index(device) + k > CT_MAX_DEVICE_INDEX)
+        return ct__error(CT_EINVAL,
+                         "trainer_create: config key \"devices_per_replica\" = %d from device "
+                         "%s: past the last index, %d",
+                         k, name, CT_MAX_DEVICE_INDEX - 1);
+    if (ct_device_kind(device) == CT_CUDA && t->gpus < k)
+        t->gpus = k;
+    return ct__error(CT_ENOSYS,
+                     "trainer_create: config key \"devices_per_replica\" = %d: a replica's "
+                     "model across devices is not trained by the trainer yet (its gradients "
+                     "would need a bucketer per device); the engine trains one "
+                     "(ct_module_to on children, ct_tensor_to in forward)",
+                     k);
+}
+
 int trainer_create(const trainer_opts *o, trainer **out)
 {
     trainer *t = NULL;
@@ -392,6 +419,8 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if (ctx.precision != CT_F32 && device == CT_CPU && (rc = lowp_cpu_check(ctx.precision)) < 0)
         goto fail;
     if ((rc = ct__trainer_state_build(s, &ctx, true, &t->local)) < 0)
+        goto fail;
+    if (ctx.ndevices > 1 && (rc = devices_check(device, ctx.ndevices, t)) < 0)
         goto fail;
     ct__trainer_ctx_use_step_keys(&ctx, s); /* steps run only in replicas */
     if ((rc = ct__trainer_ctx_check(&ctx, true)) < 0)

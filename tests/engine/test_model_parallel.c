@@ -1,6 +1,8 @@
 /* tests/engine/test_model_parallel.c — one model across two devices (issue 40, items 1-3):
  *
  * - device names: "cpu", "cuda:1", "checkdev:1" parse; bad ones are refused with the valid forms;
+ * - ct_tensor_to in a forward pass is differentiable (checkdev:0 to checkdev:1 and to the CPU;
+ *   the gradient copied back adds to one already there);
  * - the checking device's indices are separate memory spaces: a kernel on checkdev:1 given
  *   memory of checkdev:0 is refused, an op on tensors of the two is refused naming both, and a
  *   peer copy from checkdev:0 that no event wait ordered after checkdev:0's writes fails (with
@@ -135,6 +137,39 @@ static void test_spaces(void)
     ct_tensor_release(&x0);
     ct_tensor_release(&x1);
     ct_tensor_release(&h);
+}
+
+/* ---- ct_tensor_to in a forward pass is differentiable ---- */
+
+/* x (checkdev:0, requires grad) used on checkdev:1 (through ct_tensor_to), on the CPU, and on
+ * its own device: d/dx sum(2 to1(x) + to_cpu(x)^2 + x) = 2 + 2x + 1, gathered on checkdev:0
+ * (the second and third terms add into a gradient the first has written: the backward's copy
+ * then adds, not overwrites). */
+static void test_to_grad(void)
+{
+    const ct_device c1 = ct_device_make(CT_CHECKDEV, 1);
+    int64_t shape[1] = {5};
+    float hx[5] = {-2.0f, -0.5f, 0.0f, 1.5f, 3.0f}, g[5];
+    ct_tensor *h = ct_tensor_from_f32(1, shape, hx), *x = ct_tensor_to(h, CT_CHECKDEV);
+    ct_tensor_set_requires_grad(x, true);
+    ct_tensor *a = ct_tensor_to(x, c1), *b = ct_tensor_to(x, CT_CPU);
+    ct_tensor *a2 = a ? ct_nn_add(a, a) : NULL, *b2 = b ? ct_nn_mul(b, b) : NULL;
+    ct_tensor *sa = a2 ? ct_nn_sum(a2) : NULL, *sb = b2 ? ct_nn_sum(b2) : NULL;
+    ct_tensor *sx = ct_nn_sum(x);
+    ct_tensor *sa0 = sa ? ct_tensor_to(sa, CT_CHECKDEV) : NULL;
+    ct_tensor *sb0 = sb ? ct_tensor_to(sb, CT_CHECKDEV) : NULL;
+    ct_tensor *t1 = sa0 && sb0 ? ct_nn_add(sa0, sb0) : NULL;
+    ct_tensor *loss = t1 && sx ? ct_nn_add(t1, sx) : NULL;
+    CHECK(loss && ct_tensor_device(a) == c1 && ct_tensor_requires_grad(a), "forward: %s",
+          ct_last_error());
+    CHECK(loss && ct_tensor_backward(loss, NULL) == 0, "backward: %s", ct_last_error());
+    ct_tensor *gx = ct_tensor_grad(x);
+    CHECK(gx && ct_tensor_copy_to(gx, g, sizeof g) == 0, "grad of x: %s", ct_last_error());
+    for (int i = 0; gx && i < 5; i++)
+        CHECK(g[i] == 3.0f + 2.0f * hx[i], "d/dx[%d] = %g, want %g", i, g[i], 3.0f + 2.0f * hx[i]);
+    ct_tensor *ts[] = {loss, t1, sb0, sa0, sx, sb, sa, b2, a2, b, a, x, h};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        ct_tensor_release(&ts[i]);
 }
 
 /* ---- the split ResNet-50 ---- */
@@ -462,6 +497,7 @@ int main(void)
 {
     test_names();
     test_spaces();
+    test_to_grad();
     test_split_resnet();
     if (g_fail)
         fprintf(stderr, "test_model_parallel: %d failure(s)\n", g_fail);

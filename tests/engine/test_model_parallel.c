@@ -12,7 +12,8 @@
  *   avgpool and fc on checkdev:1, x = fc(seq2(seq1(x).to(checkdev:1))). 20 SGD steps (momentum
  *   0.9) on generated 3x64x64 data give losses and weights bit-identical to the same model on
  *   checkdev:0 alone, and the same safetensors file; the forward with the copy done without the
- *   cross-device wait fails, and without the copy fails too.
+ *   cross-device wait fails, and without the copy fails too. The model is
+ *   examples/resnet50_model.h.
  *
  * WIDTH REDUCED: the stages are 8, 16, 32, 64 channels wide (torchvision's 64 .. 512 divided by
  * 8; expansion 4 kept, so fc takes 256 features), batch 4, so that 2 x 20 steps on the checking
@@ -26,6 +27,7 @@
 #include "ct/nn.h"
 #include "ct/optim.h"
 #include "testutil.h"
+#include "examples/resnet50_model.h"
 #include "trainer/backend/backend.h"
 
 #define WIDTH 8 /* torchvision: 64 */
@@ -174,120 +176,8 @@ static void test_to_grad(void)
 
 /* ---- the split ResNet-50 ---- */
 
-/* torchvision's Bottleneck: conv1x1-bn-relu, conv3x3 (stride)-bn-relu, conv1x1 (x4)-bn, plus
- * the input (through downsample = conv1x1 (stride)-bn where the shape changes), then relu. The
- * modules are children of one Sequential (for names, placement and parameters); the forward is
- * written out here. */
-typedef struct block {
-    ct_module *conv1, *bn1, *conv2, *bn2, *conv3, *bn3, *down;
-} block;
-
-typedef struct resnet {
-    ct_module *root; /* owns everything: seq1, seq2, fc */
-    ct_module *seq1, *seq2, *fc;
-    ct_module *stem[4]; /* conv1, bn1, relu, maxpool */
-    block blocks[16];
-    int nblocks, split_after; /* blocks of seq1: layer1 and layer2 */
-    ct_module *avgpool;
-} resnet;
-
-static ct_module *named(ct_module *m, const char *name)
-{
-    return ct_module_set_name(m, name);
-}
-
-static ct_module *bottleneck(block *b, int64_t in, int64_t width, int stride)
-{
-    ct_conv_opts one = {0}, three = {.stride = {stride, stride}, .padding = {1, 1}};
-    ct_conv_opts down = {.stride = {stride, stride}};
-    b->conv1 = named(ct_nn_conv2d_new(in, width, 1, &one, false), "conv1");
-    b->bn1 = named(ct_nn_batchnorm2d_new(width), "bn1");
-    b->conv2 = named(ct_nn_conv2d_new(width, width, 3, &three, false), "conv2");
-    b->bn2 = named(ct_nn_batchnorm2d_new(width), "bn2");
-    b->conv3 = named(ct_nn_conv2d_new(width, 4 * width, 1, &one, false), "conv3");
-    b->bn3 = named(ct_nn_batchnorm2d_new(4 * width), "bn3");
-    b->down = NULL;
-    if (stride != 1 || in != 4 * width)
-        b->down = named(CT_SEQUENTIAL(ct_nn_conv2d_new(in, 4 * width, 1, &down, false),
-                                      ct_nn_batchnorm2d_new(4 * width)),
-                        "downsample");
-    ct_module *kids[7] = {b->conv1, b->bn1, b->conv2, b->bn2, b->conv3, b->bn3, b->down};
-    return ct_nn_sequential_new(b->down ? 7 : 6, kids);
-}
-
-/* layer of n blocks; *in: its input channels, then its output's */
-static ct_module *layer(resnet *r, const char *name, int64_t *in, int64_t width, int n, int stride)
-{
-    ct_module *kids[6];
-    for (int i = 0; i < n; i++) {
-        char bn[8];
-        snprintf(bn, sizeof bn, "%d", i);
-        kids[i] = named(bottleneck(&r->blocks[r->nblocks++], *in, width, i ? 1 : stride), bn);
-        *in = 4 * width;
-    }
-    return named(ct_nn_sequential_new(n, kids), name);
-}
-
-static void resnet_build(resnet *r)
-{
-    memset(r, 0, sizeof *r);
-    ct_conv_opts c1 = {.stride = {2, 2}, .padding = {3, 3}};
-    r->stem[0] = named(ct_nn_conv2d_new(3, WIDTH, 7, &c1, false), "conv1");
-    r->stem[1] = named(ct_nn_batchnorm2d_new(WIDTH), "bn1");
-    r->stem[2] = named(ct_nn_relu_new(), "relu");
-    r->stem[3] = named(ct_nn_maxpool2d_new(3, 2, 1), "maxpool");
-    int64_t in = WIDTH;
-    ct_module *l1 = layer(r, "layer1", &in, WIDTH, 3, 1);
-    ct_module *l2 = layer(r, "layer2", &in, 2 * WIDTH, 4, 2);
-    r->split_after = r->nblocks;
-    ct_module *l3 = layer(r, "layer3", &in, 4 * WIDTH, 6, 2);
-    ct_module *l4 = layer(r, "layer4", &in, 8 * WIDTH, 3, 2);
-    r->avgpool = named(ct_nn_adaptive_avgpool2d_new(1, 1), "avgpool");
-    r->seq1 = named(CT_SEQUENTIAL(r->stem[0], r->stem[1], r->stem[2], r->stem[3], l1, l2), "seq1");
-    r->seq2 = named(CT_SEQUENTIAL(l3, l4, r->avgpool), "seq2");
-    r->fc = named(ct_nn_linear_new(in, CLASSES, true), "fc");
-    r->root = CT_SEQUENTIAL(r->seq1, r->seq2, r->fc);
-}
-
-/* Takes x, returns one new reference: m(x). */
-static ct_tensor *fwd(ct_module *m, ct_tensor *x)
-{
-    ct_tensor *y = x ? ct_module_forward(m, x) : NULL;
-    ct_tensor_release(&x);
-    return y;
-}
-
-/* Takes x, returns relu(x). */
-static ct_tensor *relu_take(ct_tensor *x)
-{
-    ct_tensor *y = x ? ct_nn_relu(x) : NULL;
-    ct_tensor_release(&x);
-    return y;
-}
-
-static ct_tensor *flatten_take(ct_tensor *x)
-{
-    ct_tensor *y = x ? ct_nn_flatten(x) : NULL;
-    ct_tensor_release(&x);
-    return y;
-}
-
-static ct_tensor *block_forward(const block *b, ct_tensor *x)
-{
-    ct_tensor *id = b->down ? ct_module_forward(b->down, x) : ct_tensor_retain(x);
-    ct_tensor *y = fwd(b->bn1, ct_module_forward(b->conv1, x));
-    y = fwd(b->bn3, fwd(b->conv3, fwd(b->bn2, fwd(b->conv2, relu_take(y)))));
-    ct_tensor *s = y && id ? ct_nn_add(y, id) : NULL;
-    ct_tensor_release(&y);
-    ct_tensor_release(&id);
-    return relu_take(s);
-}
-
-/* How the activation crosses from seq1 to seq2. */
-typedef enum { CROSS_TO, CROSS_NO_WAIT, CROSS_NONE } cross;
-
 /* The host-free copy of ct_tensor_to without its event wait (what "removing the wait" means):
- * queued on checkdev:1 at once. */
+ * queued on `to` at once. */
 static ct_tensor *copy_no_wait(ct_tensor *x, ct_device to)
 {
     const ct__backend *bk = ct__backend_of(to);
@@ -299,28 +189,6 @@ static ct_tensor *copy_no_wait(ct_tensor *x, ct_device to)
     ct_tensor_release(&h);
     ct_tensor_release(&x);
     return c;
-}
-
-/* logits of x (on seq1's device), on fc's device */
-static ct_tensor *resnet_forward(resnet *r, ct_tensor *x, ct_device second, cross how)
-{
-    ct_tensor *h = ct_tensor_retain(x);
-    for (int i = 0; i < 4; i++)
-        h = fwd(r->stem[i], h);
-    for (int i = 0; i < r->nblocks; i++) {
-        if (i == r->split_after && how == CROSS_TO) { /* seq1(x).to('cuda:1') */
-            ct_tensor *c = h ? ct_tensor_to(h, second) : NULL;
-            ct_tensor_release(&h);
-            h = c;
-        } else if (i == r->split_after && how == CROSS_NO_WAIT) {
-            h = copy_no_wait(h, second);
-        }
-        ct_tensor *y = h ? block_forward(&r->blocks[i], h) : NULL;
-        ct_tensor_release(&h);
-        h = y;
-    }
-    h = fwd(r->fc, flatten_take(fwd(r->avgpool, h)));
-    return h;
 }
 
 /* batch s of the generated data: x (BATCH, 3, 64, 64) in [-1, 1), labels (BATCH) */
@@ -336,12 +204,10 @@ static void make_batch(int s, float *x, int64_t *y)
 }
 
 /* Trains r for STEPS steps with seq1 on checkdev:0 and seq2, fc on `second`; losses[s] */
-static int train(resnet *r, ct_device second, float *losses)
+static int train(rn50 *r, ct_device second, float *losses)
 {
     const ct_device first = CT_CHECKDEV;
-    int rc = ct_module_to(r->root, first);
-    if (rc == 0 && second != first)
-        rc = ct_module_to(r->seq2, second) ? -1 : ct_module_to(r->fc, second);
+    int rc = rn50_place(r, first, second);
     const ct_param_ref *refs;
     int n;
     if (rc < 0 || (rc = ct_module_params(r->root, &refs, &n)) < 0)
@@ -357,7 +223,7 @@ static int train(resnet *r, ct_device second, float *losses)
         ct_tensor_copy_from(cy, hy, sizeof hy);
         ct_tensor *x = ct_tensor_to(cx, first), *y = ct_tensor_to(cy, second);
         ct_module_zero_grad(r->root);
-        ct_tensor *logits = resnet_forward(r, x, second, second == first ? CROSS_NONE : CROSS_TO);
+        ct_tensor *logits = rn50_forward(r, x, second, second == first ? NULL : rn50_cross_to);
         ct_tensor *loss = logits ? ct_nn_cross_entropy(logits, y, 0.0f) : NULL;
         rc = !loss ? -1 : ct_tensor_backward(loss, NULL) < 0 ? -1 : ct_optim_step(o);
         losses[s] = loss ? ct_tensor_item(loss) : NAN;
@@ -415,12 +281,12 @@ static char *slurp(const char *path, size_t *n)
 static void test_split_resnet(void)
 {
     const ct_device c1 = ct_device_make(CT_CHECKDEV, 1);
-    resnet one, two;
+    rn50 one, two;
     float l1[STEPS], l2[STEPS];
     ct_nn_manual_seed(40);
-    resnet_build(&one);
+    rn50_build(&one, WIDTH, CLASSES);
     ct_nn_manual_seed(40);
-    resnet_build(&two);
+    rn50_build(&two, WIDTH, CLASSES);
     CHECK(one.root && two.root && one.nblocks == 16 && one.split_after == 7, "built");
     CHECK(train(&one, CT_CHECKDEV, l1) == 0, "one device: %s", ct_last_error());
     CHECK(train(&two, c1, l2) == 0, "two devices: %s", ct_last_error());
@@ -458,9 +324,9 @@ static void test_split_resnet(void)
     CHECK(f1 && f2 && n1 == n2 && n1 > 0 && memcmp(f1, f2, n1) == 0, "checkpoint files differ");
     free(f1);
     free(f2);
-    resnet three;
+    rn50 three;
     ct_nn_manual_seed(41);
-    resnet_build(&three);
+    rn50_build(&three, WIDTH, CLASSES);
     ct_module_to(three.root, CT_CHECKDEV);
     ct_module_to(three.fc, c1);
     CHECK(ct_module_load(three.root, p2) == 0, "load into a third placement: %s", ct_last_error());
@@ -475,14 +341,14 @@ static void test_split_resnet(void)
     /* the cross-device wait removed: the copy fails; the copy removed: seq2 refuses its input */
     int64_t xs[4] = {BATCH, 3, 64, 64};
     ct_tensor *hx = ct_tensor_new(CT_F32, 4, xs), *x = ct_tensor_to(hx, CT_CHECKDEV);
-    ct_tensor *bad = resnet_forward(&two, x, c1, CROSS_NO_WAIT);
+    ct_tensor *bad = rn50_forward(&two, x, c1, copy_no_wait);
     ct_tensor *sum = bad ? ct_nn_sum(bad) : NULL;
     float v = sum ? ct_tensor_item(sum) : 0.0f;
     ct_tensor_release(&sum);
     ct_tensor_release(&bad);
     CHECK(v != v && strstr(ct_last_error(), "no event wait between the devices"),
           "without the wait: %g, %s", v, ct_last_error());
-    ct_tensor *none = resnet_forward(&two, x, c1, CROSS_NONE);
+    ct_tensor *none = rn50_forward(&two, x, c1, NULL);
     CHECK(!none && strstr(ct_last_error(), "checkdev:1"), "without the copy: %s", ct_last_error());
     ct_autograd_clear_tape();
     ct_tensor_release(&none);

@@ -15,7 +15,7 @@
  *
  * After one untimed step of each (the CPU kernels' first calls build their primitives), prints
  * one line per run and last
- *   model_parallel: single=<s> split=<s> s per <steps> steps ratio=<single/split> same_weights=<0|1>
+ *   model_parallel: single=<s> split=<s> s per <N> steps ratio=<single/split> same_weights=<0|1>
  * (the mean of --repeat runs each). The tutorial's plot: model parallel is a little slower than
  * one device, as the two devices never work at once; pipelining is what wins the time back. On
  * the checking device the times are the emulator's, not a GPU's: each stream's worker sleeps

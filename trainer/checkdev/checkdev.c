@@ -135,6 +135,9 @@ static _Thread_local cd_stream *current; /* ct__checkdev_set_stream's; NULL: com
  * download): work queued after that is ordered after them */
 static pthread_mutex_t known_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t host_known[CT_MAX_DEVICE_INDEX];
+/* queued_here[d]: the place of the last task this thread queued on device d's compute stream:
+ * what a peer copy this thread queues next must be ordered after */
+static _Thread_local uint64_t queued_here[CT_MAX_DEVICE_INDEX];
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static long delay_us = 200;
@@ -308,6 +311,8 @@ static int submit(cd_stream *s, const task *tmpl, const char *op)
         s->head = t;
     s->tail = t;
     t->pos = ++s->queued;
+    if (s == &compute[s->dev])
+        queued_here[s->dev] = t->pos;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -420,18 +425,21 @@ static int cd_copy(void *dst, const void *src, size_t bytes)
     return submit(NULL, &(task){.run = run_copy, .p = {dst, src}, .i = {(int64_t)bytes}}, "copy");
 }
 
-/* A peer copy runs only when the tasks its source's compute stream had queued before it are
- * known done on its own stream (by an event of that stream it waited for) or were seen done by
- * the host before it was queued; else it fails, as reading the source then is a race. */
+/* A peer copy runs only when the tasks the calling thread had queued on its source's compute
+ * stream before it are known done on its own stream (by an event of that stream it waited for)
+ * or were seen done by the host before it was queued; else it fails, as reading the source then
+ * is a race. (Work other threads queue there is not ordered with the copy by this thread's
+ * program either way, so it is not counted.) */
 static int run_peer(task *t, cd_stream *s)
 {
     if (s->known[t->src_dev] < t->need)
-        return ct__error(CT_EINVAL,
-                         "peer_copy from checkdev:%d to checkdev:%d: %llu tasks were queued on "
-                         "checkdev:%d before the copy and only %llu are known done (no event wait "
-                         "between the devices' streams)",
-                         t->src_dev, s->dev, (unsigned long long)t->need, t->src_dev,
-                         (unsigned long long)s->known[t->src_dev]);
+        return ct__error(
+            CT_EINVAL,
+            "peer_copy from checkdev:%d to checkdev:%d: the work queued on checkdev:%d "
+            "before the copy (to task %llu) is not known done, only to task %llu "
+            "(no event wait between the devices' streams)",
+            t->src_dev, s->dev, t->src_dev, (unsigned long long)t->need,
+            (unsigned long long)s->known[t->src_dev]);
     memcpy(F(0), t->p[1], (size_t)t->i[0]);
     return 0;
 }
@@ -446,10 +454,7 @@ static int cd_peer_copy(void *dst, const void *src, size_t bytes, void *stream)
                          dev, src_dev);
     if (!bytes)
         return 0;
-    cd_stream *from = &compute[src_dev];
-    pthread_mutex_lock(&from->mu);
-    uint64_t need = from->queued;
-    pthread_mutex_unlock(&from->mu);
+    uint64_t need = queued_here[src_dev];
     pthread_mutex_lock(&known_mu);
     if (host_known[src_dev] >= need)
         need = 0;

@@ -12,7 +12,7 @@
 
 struct ct__nccl_ops; /* trainer/collective/internal.h */
 
-#define CT__CUDA_LIB_ABI 1 /* bumped when ct__cuda_lib or the tables it points to change */
+#define CT__CUDA_LIB_ABI 2 /* bumped when ct__cuda_lib or the tables it points to change */
 typedef struct ct__cuda_lib {
     int abi;             /* CT__CUDA_LIB_ABI of the build that made it */
     size_t backend_size; /* sizeof(ct__backend) there */

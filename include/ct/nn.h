@@ -239,8 +239,8 @@ bool ct_module_is_training(const ct_module *m);
  * packs every parameter of the tree into one flat value buffer and one flat gradient buffer
  * per device the parameters are on (module order, 64-byte aligned offsets) so they can be
  * all-reduced as byte ranges; each ref names its device. Place the tree (ct_module_to on it or
- * on its children) before: a move of a child after its ancestor packed leaves the ancestor's
- * refs stale. */
+ * on its children) first: after a child moved, the next call packs the tree again (new refs
+ * and buffers; refs taken before, and optimizers built on them, are stale). */
 int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n);
 /* The flat buffers (after packing): numel floats each, including alignment gaps (kept 0).
  * CT_EINVAL when the parameters are on more than one device. */

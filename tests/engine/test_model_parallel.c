@@ -3,6 +3,7 @@
  * - device names: "cpu", "cuda:1", "checkdev:1" parse; bad ones are refused with the valid forms;
  * - ct_tensor_to in a forward pass is differentiable (checkdev:0 to checkdev:1 and to the CPU;
  *   the gradient copied back adds to one already there);
+ * - ct_module_to on a child after the tree's parameters were packed packs them again;
  * - the checking device's indices are separate memory spaces: a kernel on checkdev:1 given
  *   memory of checkdev:0 is refused, an op on tensors of the two is refused naming both, and a
  *   peer copy from checkdev:0 that no event wait ordered after checkdev:0's writes fails (with
@@ -172,6 +173,41 @@ static void test_to_grad(void)
     ct_tensor *ts[] = {loss, t1, sb0, sa0, sx, sb, sa, b2, a2, b, a, x, h};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         ct_tensor_release(&ts[i]);
+}
+
+/* ---- placing a child after the tree was packed packs it again ---- */
+
+static void test_repack(void)
+{
+    const ct_device c1 = ct_device_make(CT_CHECKDEV, 1);
+    ct_nn_manual_seed(3);
+    ct_module *a = ct_nn_linear_new(4, 3, true), *b = ct_nn_linear_new(3, 2, true);
+    ct_module *net = CT_SEQUENTIAL(a, b);
+    const ct_param_ref *r;
+    int n = 0;
+    CHECK(ct_module_to(net, CT_CHECKDEV) == 0 && ct_module_params(net, &r, &n) == 0 && n == 4,
+          "packed on checkdev: %s", ct_last_error());
+    float before[6], after[6];
+    const ct_named_tensor *sd;
+    int nsd;
+    CHECK(ct_module_state_dict(b, &sd, &nsd) == 0 && nsd == 2 && !strcmp(sd[0].name, "weight"),
+          "b's state dict");
+    ct_tensor *wb = ct_tensor_to(sd[0].tensor, CT_CPU);
+    CHECK(wb && ct_tensor_copy_to(wb, before, sizeof before) == 0, "b's weight");
+    ct_tensor_release(&wb);
+    CHECK(ct_module_to(b, c1) == 0 && ct_module_params(net, &r, &n) == 0 && n == 4, "again: %s",
+          ct_last_error());
+    CHECK(r[0].device == CT_CHECKDEV && r[1].device == CT_CHECKDEV && r[2].device == c1 &&
+              r[3].device == c1,
+          "devices after the move: %d %d %d %d", r[0].device, r[1].device, r[2].device,
+          r[3].device);
+    CHECK(ct_module_state_dict(b, &sd, &nsd) == 0 && nsd == 2, "b's state dict after"); /* anew */
+    wb = ct_tensor_to(sd[0].tensor, CT_CPU);
+    CHECK(wb && ct_tensor_copy_to(wb, after, sizeof after) == 0 &&
+              !memcmp(before, after, sizeof after),
+          "b's weight moved with its values");
+    ct_tensor_release(&wb);
+    ct_module_destroy(&net);
 }
 
 /* ---- the split ResNet-50 ---- */
@@ -364,6 +400,7 @@ int main(void)
     test_names();
     test_spaces();
     test_to_grad();
+    test_repack();
     test_split_resnet();
     if (g_fail)
         fprintf(stderr, "test_model_parallel: %d failure(s)\n", g_fail);

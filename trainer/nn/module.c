@@ -64,6 +64,7 @@ struct ct_module {
     /* built on demand (owned) */
     ct_param_ref *refs;
     char **ref_names;
+    ct_tensor **ref_tensors; /* the parameter of each ref (borrowed: the tree's) */
     int nrefs;
     ct_named_tensor *sd;
     char **sd_names;
@@ -520,8 +521,10 @@ static void free_views(ct_module *m)
         free(m->ref_names[i]);
     free(m->ref_names);
     free(m->refs);
+    free(m->ref_tensors);
     m->refs = NULL;
     m->ref_names = NULL;
+    m->ref_tensors = NULL;
     m->nrefs = 0;
     for (int i = 0; i < m->nsd; i++)
         free(m->sd_names[i]);
@@ -896,6 +899,18 @@ static int walk_module(walk *w, ct_module *m, const char *prefix)
     return 0;
 }
 
+/* Whether a parameter of m's refs is no longer where its ref says (ct_module_to on a child
+ * after m packed). */
+static bool refs_moved(const ct_module *m)
+{
+    for (int i = 0; i < m->nrefs; i++) {
+        const ct_tensor *t = m->ref_tensors[i];
+        if (ct__f32(t) != m->refs[i].value || ct__bk(t)->device != m->refs[i].device)
+            return true;
+    }
+    return false;
+}
+
 int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
 {
     int rc = 0;
@@ -904,6 +919,10 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
     int *dev_of = NULL;
     if (!m || !refs || !n)
         return ct__error(CT_EINVAL, "module_params: NULL argument");
+    if (m->refs && refs_moved(m)) { /* a child placed since: pack again where they are now */
+        free_views(m);
+        drop_own_flat(m);
+    }
     if (m->refs) {
         *refs = m->refs;
         *n = m->nrefs;
@@ -952,7 +971,8 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
     }
     m->refs = calloc(w.n ? (size_t)w.n : 1, sizeof(*m->refs));
     m->ref_names = calloc(w.n ? (size_t)w.n : 1, sizeof(char *));
-    if (!m->refs || !m->ref_names) {
+    m->ref_tensors = calloc(w.n ? (size_t)w.n : 1, sizeof(ct_tensor *));
+    if (!m->refs || !m->ref_names || !m->ref_tensors) {
         rc = ct__error(CT_ENOMEM, "module_params: out of memory");
         goto out;
     }
@@ -977,6 +997,7 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
         }
         m->refs[i] =
             (ct_param_ref){m->ref_names[i], ct__f32(t), ct__f32(t->grad), numel, bk->device};
+        m->ref_tensors[i] = t;
         m->nrefs = i + 1;
         off[d] += numel;
     }

@@ -121,18 +121,23 @@ ct_tensor *ct_tensor_to_i64(const ct_tensor *t)
 
 /* bytes from src (from's memory) to dst (to's), two devices of one kind with peer copies:
  * queued on to's compute stream after an event of from's, and from's later work (its free of
- * src among it) after the copy, so neither device waits on the host. */
+ * src among it) after the copy, so neither device waits on the host. An event per device: CUDA
+ * records an event only on a stream of the device it was made on. */
 static int peer_copy(const ct__backend *from, const ct__backend *to, void *dst, const void *src,
                      size_t bytes)
 {
-    void *ev = NULL;
-    int rc = from->event_new(&ev);
-    if (rc == 0 && (rc = from->event_record(ev, NULL)) == 0 &&
-        (rc = to->stream_wait(NULL, ev)) == 0 && (rc = to->peer_copy(dst, src, bytes, NULL)) == 0 &&
-        (rc = to->event_record(ev, NULL)) == 0)
-        rc = from->stream_wait(NULL, ev);
-    if (ev)
-        from->event_free(ev);
+    void *written = NULL, *copied = NULL;
+    int rc = from->event_new(&written);
+    if (rc == 0 && (rc = to->event_new(&copied)) == 0 &&
+        (rc = from->event_record(written, NULL)) == 0 &&
+        (rc = to->stream_wait(NULL, written)) == 0 &&
+        (rc = to->peer_copy(dst, src, bytes, NULL)) == 0 &&
+        (rc = to->event_record(copied, NULL)) == 0)
+        rc = from->stream_wait(NULL, copied);
+    if (written)
+        from->event_free(written);
+    if (copied)
+        to->event_free(copied);
     return rc;
 }
 

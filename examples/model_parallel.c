@@ -9,9 +9,10 @@
  *                  [--repeat 3] [--classes 100]
  *
  * --device checkdev: checkdev:0 and checkdev:1 (the checking device, CPU kernels on worker
- * threads; no GPU needed). cuda: cuda:0 and cuda:1 (today ct's CUDA backend takes cuda:0 only,
- * and the program says so). The tutorial's model is --width 64 --size 224 --classes 1000 on two
- * GPUs; the defaults are smaller so that the CPU behind the checking device finishes in seconds.
+ * threads; no GPU needed). cuda: cuda:0 and cuda:1 (not yet run on two GPUs; without them the
+ * program says what is missing). The tutorial's model is --width 64 --size 224 --classes 1000 on
+ * two GPUs; the defaults are smaller so that the CPU behind the checking device finishes in
+ * seconds.
  *
  * After one untimed step of each (the CPU kernels' first calls build their primitives), prints
  * one line per run and last

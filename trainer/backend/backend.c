@@ -25,23 +25,28 @@ const ct__cuda_lib *ct__cuda_lib_get(void)
     return NULL;
 }
 
-/* the CUDA table, where a device can be used; decided once */
-static const ct__backend *cuda_backend(void)
+/* the table of cuda:index, where that device can be used; the device count is read once */
+static const ct__backend *cuda_backend(int index)
 {
-    static int usable = -1;
+    static int ndev = -1;
     static const char *why;
     const ct__cuda_lib *lib = ct__cuda_lib_get();
     if (!lib)
         return NULL;
-    if (usable < 0) {
-        int ndev = lib->backend->devices(&why);
-        usable = ndev > 0;
-    }
-    if (!usable) {
+    if (ndev < 0)
+        ndev = lib->backend->devices(&why);
+    if (ndev <= 0) {
         ct__error(CT_ENOSYS, "device cuda: %s", why ? why : "no CUDA device");
         return NULL;
     }
-    return lib->backend;
+    if (index >= ndev) {
+        ct__error(CT_ENOSYS,
+                  "device cuda:%d: this process sees %d CUDA device(s) (cuda:0 to "
+                  "cuda:%d; CUDA_VISIBLE_DEVICES, gpus_per_replica)",
+                  index, ndev, ndev - 1);
+        return NULL;
+    }
+    return index == 0 ? lib->backend : lib->table(index);
 }
 #else
 const ct__cuda_lib *ct__cuda_lib_get(void)
@@ -53,7 +58,6 @@ const ct__cuda_lib *ct__cuda_lib_get(void)
 
 const ct__backend *ct__backend_of(ct_device device)
 {
-    char name[32];
     if (ct_device_check(device) < 0)
         return NULL;
     switch (ct_device_kind(device)) {
@@ -68,16 +72,14 @@ const ct__backend *ct__backend_of(ct_device device)
 #endif
     case CT_CUDA:
 #ifdef CT_HAVE_CUDA
-        if (ct_device_index(device) > 0) {
-            ct__error(CT_ENOSYS, "device %s: the CUDA backend runs on cuda:0 only so far",
-                      ct_device_name(device, name, sizeof name));
-            return NULL;
-        }
-        return cuda_backend();
+        return cuda_backend(ct_device_index(device));
 #else
+    {
+        char name[32];
         ct__error(CT_ENOSYS, "device %s: this build of ct has no CUDA (CMake found none)",
                   ct_device_name(device, name, sizeof name));
         return NULL;
+    }
 #endif
     }
     ct__error(CT_EINVAL, "device %d unknown", (int)device);

@@ -347,7 +347,7 @@ extern const ct__backend ct__backend_checkdev;
 extern const ct__backend ct__backend_cuda;
 
 /* The table of a device: CT_CPU always; CT_CUDA where this build has CUDA and a device can be
- * used (index 0 only, for now); CT_CHECKDEV any index. NULL with a message naming the device
+ * used (an index the process sees); CT_CHECKDEV any index. NULL with a message naming the device
  * and why, otherwise. Tables of two indices of one kind are two tables, so comparing tables
  * compares devices. */
 const ct__backend *ct__backend_of(ct_device device);

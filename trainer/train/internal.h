@@ -88,6 +88,10 @@ struct trainer_ctx {
     char asked[2 * TR_MAX_KEYS][TR_NAME_MAX];
     char err[512];      /* first error recorded (a bad value, a creator's message) */
     ct_dtype precision; /* key "precision" (f32, bf16, f16; default f32): trainer_ctx_precision */
+    /* key "devices_per_replica" (1 .. CT_MAX_DEVICE_INDEX; default 1), and the first of them:
+     * the replica's device (ct__trainer_state_build sets it; CT_CPU in the driver) */
+    int ndevices;
+    ct_device device;
 };
 
 /* Parses config into ctx (other fields as given). CT_EINVAL naming the bad pair. */

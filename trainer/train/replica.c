@@ -359,8 +359,8 @@ static int replica_build(void *state, const void *args, size_t len, void **res, 
         /* the driver checked that the program has the device's backend: a replica that cannot
          * use it has a node without a usable device (CT_ECUDA, retried), not a wrong program */
         if (!(r->bk = ct__backend_of(r->device)))
-            return ct__error(r->device == CT_CUDA ? CT_ECUDA : CT_ENOSYS, "trainer replica %d: %s",
-                             a->rank, ct_last_error());
+            return ct__error(ct_device_kind(r->device) == CT_CUDA ? CT_ECUDA : CT_ENOSYS,
+                             "trainer replica %d: %s", a->rank, ct_last_error());
         if ((rc = ct__uploader_init(&r->up_x, r->device)) < 0 ||
             (rc = ct__uploader_init(&r->up_y, r->device)) < 0)
             return rc;
@@ -418,7 +418,7 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
      * device's go over the ring: bucket.c) */
     char ngroup[80];
     snprintf(ngroup, sizeof ngroup, "%s-nccl", a->group);
-    if (r->device == CT_CUDA &&
+    if (ct_device_kind(r->device) == CT_CUDA &&
         (rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
                                           .group_id = ngroup,
                                           .rank = a->rank,

@@ -246,6 +246,33 @@ static int check_shards(const tr_spec *s, int world, bool elastic)
     return 0;
 }
 
+/* Config key devices_per_replica = k > 1 on device: CT_EINVAL where it cannot be (the CPU, or
+ * indices past the last); CUDA replicas ask for k GPUs at least. Then CT_ENOSYS: the replicas'
+ * gradient buckets are on one device so far. */
+static int devices_check(ct_device device, int k, trainer *t)
+{
+    char name[32];
+    ct_device_name(device, name, sizeof name);
+    if (ct_device_kind(device) == CT_CPU)
+        return ct__error(CT_EINVAL,
+                         "trainer_create: config key \"devices_per_replica\" = %d needs "
+                         "opts.device \"cuda\" or \"checkdev\" (not \"%s\")",
+                         k, name);
+    if (ct_device_index(device) + k > CT_MAX_DEVICE_INDEX)
+        return ct__error(CT_EINVAL,
+                         "trainer_create: config key \"devices_per_replica\" = %d from device "
+                         "%s: past the last index, %d",
+                         k, name, CT_MAX_DEVICE_INDEX - 1);
+    if (ct_device_kind(device) == CT_CUDA && t->gpus < k)
+        t->gpus = k;
+    return ct__error(CT_ENOSYS,
+                     "trainer_create: config key \"devices_per_replica\" = %d: a replica's "
+                     "model across devices is not trained by the trainer yet (its gradients "
+                     "would need a bucketer per device); the engine trains one "
+                     "(ct_module_to on children, ct_tensor_to in forward)",
+                     k);
+}
+
 int trainer_create(const trainer_opts *o, trainer **out)
 {
     trainer *t = NULL;
@@ -258,16 +285,9 @@ int trainer_create(const trainer_opts *o, trainer **out)
         return ct__error(CT_EINVAL, "trainer_create: %s is NULL", !o ? "opts" : "out");
     ct__trainer_register_replica_class();
     ct_device device = CT_CPU;
-    if (o->device && !strcmp(o->device, "cuda"))
-        device = CT_CUDA;
-    else if (o->device && !strcmp(o->device, "checkdev"))
-        device = CT_CHECKDEV;
-    else if (o->device && strcmp(o->device, "cpu"))
-        return ct__error(CT_EINVAL,
-                         "trainer_create: opts.device \"%s\": not \"cpu\", \"cuda\" or "
-                         "\"checkdev\"",
-                         o->device);
-    if (o->use_gpu && o->device && device != CT_CUDA)
+    if (o->device && ct_device_parse(o->device, &device) < 0)
+        return ct__error(CT_EINVAL, "trainer_create: opts.%s", ct_last_error()); /* device "x": */
+    if (o->use_gpu && o->device && ct_device_kind(device) != CT_CUDA)
         return ct__error(CT_EINVAL, "trainer_create: opts.use_gpu with opts.device \"%s\"",
                          o->device);
     if (o->use_gpu)
@@ -357,7 +377,8 @@ int trainer_create(const trainer_opts *o, trainer **out)
     s->threads = (int)t->cpus > 0 ? (int)t->cpus : 1;
     s->device = device;
     /* CUDA replicas ask for GPUs; the checking device needs none */
-    t->gpus = device == CT_CUDA ? (o->gpus_per_replica > 0 ? o->gpus_per_replica : 1) : 0;
+    t->gpus =
+        ct_device_kind(device) == CT_CUDA ? (o->gpus_per_replica > 0 ? o->gpus_per_replica : 1) : 0;
     s->comm_timeout_ms = o->comm_timeout_ms ? o->comm_timeout_ms : 60000;
     s->accumulate = o->accumulate > 1 ? o->accumulate : 1;
     s->bind_cpus = !o->no_cpu_binding;
@@ -419,6 +440,8 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if (ctx.precision != CT_F32 && device == CT_CPU && (rc = lowp_cpu_check(ctx.precision)) < 0)
         goto fail;
     if ((rc = ct__trainer_state_build(s, &ctx, true, &t->local)) < 0)
+        goto fail;
+    if (ctx.ndevices > 1 && (rc = devices_check(device, ctx.ndevices, t)) < 0)
         goto fail;
     ct__trainer_ctx_use_step_keys(&ctx, s); /* steps run only in replicas */
     if ((rc = ct__trainer_ctx_check(&ctx, true)) < 0)

@@ -3,7 +3,8 @@
  * A ct-head and ct-nodes (argv[1]: "shm": one node of 4 CPUs, the ring over shared memory;
  * "tcp": 4 nodes of 1 CPU, the ring over TCP; "min": as shm with min_replicas 4; "two": as shm
  * with two replicas killed at once; "idle": replica 0 killed by the test between epochs;
- * "newcomer": as shm, and the first replacement SIGKILLs itself while it joins, in its build).
+ * "newcomer": as shm, and the first replacement SIGKILLs itself while it joins, in its build;
+ * "peer": as shm, and the first replacement, while it joins, SIGKILLs the first serving peer).
  * 4 replicas train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4
  * steps, 2 epochs. The train step "logged" wraps the built-in one: after each completed step it
  * appends (step, world, rank, epoch, time, lr, hash of the weights the step started from,
@@ -14,7 +15,9 @@
  * Expected, but for min: the survivors discard the step in flight and go on at the smaller
  * world (live_recoveries 1, no retry); at the next step boundary (a checkpoint, an epoch's end)
  * a replacement is started on the freed CPU, loads a survivor's snapshot from the store and
- * joins: the group is 4 again with no restart (heals 1, two: 2, one per boundary; growths 0),
+ * joins: the group is 4 again with no restart (heals 1, two: 2, one per boundary; growths 0;
+ * peer: the serving peer's death is a second live recovery, the replacement heals from the next
+ * survivor, the group is 3, then 4 at the epoch's end),
  * the rest of the epoch dealt over 4 from the exact offset. The world of every step is as the
  * mode's table says; every step count is completed once by its world and never goes back in a
  * process; every step starts from the same weights on every rank, the replacement's first one
@@ -88,10 +91,68 @@ static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out
 /* The test's data: tt's synthetic blobs. With kill_mask bit 4 (16), a replica built after the
  * first kill (the replacement) SIGKILLs itself there, once: it dies while it joins, before it
  * fetches its peer's snapshot. */
+/* The pid of the process whose step file has a step of world `world` by rank `rank`; 0: none. */
+static int pid_of(const char *dir, int world, int rank)
+{
+    char path[600];
+    int pid = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && !pid && (e = readdir(d));) {
+        if (strncmp(e->d_name, "steps-", 6))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char *buf = tt_read_file(path, NULL), *save = NULL;
+        for (char *l = buf ? strtok_r(buf, "\n", &save) : NULL; l && !pid;
+             l = strtok_r(NULL, "\n", &save)) {
+            long long step;
+            int w, r;
+            if (sscanf(l, "%lld %d %d", &step, &w, &r) == 3 && w == world && r == rank)
+                pid = atoi(e->d_name + 6);
+        }
+        free(buf);
+    }
+    if (d)
+        closedir(d);
+    return pid;
+}
+
+/* Writes the time now into dir/name, once (O_EXCL): 1 the first time, else 0. */
+static int mark_once(const char *dir, const char *name)
+{
+    char path[256], line[32];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return 0;
+    int n = snprintf(line, sizeof line, "%lld\n", (long long)now_ns());
+    if (write(fd, line, (size_t)n) != n)
+        fprintf(stderr, "short write\n");
+    close(fd);
+    return 1;
+}
+
+/* With kill_mask bit 5 (32), the replacement, while it joins (in its build, before the driver
+ * asks the serving peer for its snapshot), SIGKILLs the first serving peer (rank 0 of the group
+ * of 3) once and waits until it is gone: the driver must ask the next peer. */
+static void kill_serving_peer(trainer_ctx *ctx, const char *dir)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/killed-2", dir);
+    if (!(trainer_config_int(ctx, "kill_mask", 4) & 32) || access(path, F_OK) != 0)
+        return;
+    int pid = pid_of(dir, 3, 0);
+    if (pid <= 0 || !mark_once(dir, "peer-killed"))
+        return;
+    kill(pid, SIGKILL);
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && !h_gone(pid);)
+        usleep(1000);
+}
+
 static int dying_data(trainer_ctx *ctx, trainer_data *d)
 {
     const char *dir = trainer_config_str(ctx, "log_dir", "/tmp");
     char path[256], line[32];
+    kill_serving_peer(ctx, dir);
     snprintf(path, sizeof path, "%s/killed-2", dir);
     if ((trainer_config_int(ctx, "kill_mask", 4) & 16) && access(path, F_OK) == 0) {
         snprintf(path, sizeof path, "%s/newcomer-killed", dir);
@@ -278,11 +339,13 @@ static void one_run(const char *mode, run *out)
     bool two = !strcmp(mode, "two");
     bool idle = !strcmp(mode, "idle");
     bool newcomer = !strcmp(mode, "newcomer");
+    bool peer = !strcmp(mode, "peer");
     snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
              !strcmp(mode, "tcp") ? 1
              : two                ? 6
              : idle               ? 0
              : newcomer           ? 4 | 16
+             : peer               ? 4 | 32
                                   : 4);
     trainer *t = NULL;
     CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
@@ -338,6 +401,13 @@ static void one_run(const char *mode, run *out)
                      "3333"
                      "4"
                      "4444444";
+        } else if (peer) {
+            /* at the step-4 checkpoint the first serving peer dies: the 2 left and the
+             * replacement, healed from the next peer, go on as 3 (steps 4..7, to the epoch's
+             * end); the next replacement joins there: epoch 1 by 4 */
+            worlds = "4443"
+                     "3333"
+                     "4444444";
         } else if (newcomer) {
             /* the replacement dies at the step-4 checkpoint: the 3 go on (steps 3..7, to the
              * epoch's end); the next one joins there: epoch 1 by 4 */
@@ -351,10 +421,10 @@ static void one_run(const char *mode, run *out)
                      "4444444";
         }
         if (worlds) {
-            CHECK_EQ_INT(out->st.live_recoveries, 1);
+            CHECK_EQ_INT(out->st.live_recoveries, peer ? 2 : 1);
             CHECK_EQ_INT(out->st.retries_used, 0);
             CHECK_EQ_INT(out->st.growths, 0); /* no restart: the group healed */
-            CHECK_EQ_INT(out->st.heals, two ? 2 : 1);
+            CHECK_EQ_INT(out->st.heals, two || peer ? 2 : 1);
             CHECK_EQ_INT(out->st.replicas, 4);
             CHECK_EQ_INT(out->st.steps, (int64_t)strlen(worlds));
         }

@@ -1367,16 +1367,46 @@ static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, 
         drop_newcomer(&a, NULL, "build");
         return 0;
     }
-    int peer = t->heal_next++ % n;
     tr_snapshot_args qa = {{0}};
     snprintf(qa.node, sizeof qa.node, "%s", ct_actor_node(a) ? ct_actor_node(a) : "");
     int64_t t1 = ct__now_ns();
-    if ((rc = ct_actor_call(t->actors[peer], "snapshot", &qa, sizeof qa, &res, &rlen,
-                            HEAL_CALL_MS)) < 0 ||
-        rlen != sizeof snap) {
+    int peer;
+    for (;;) { /* a serving peer that dies: the newcomer asks the next one */
+        peer = t->heal_next++ % n;
+        rc = ct_actor_call(t->actors[peer], "snapshot", &qa, sizeof qa, &res, &rlen, HEAL_CALL_MS);
+        if (rc == 0 && rlen == sizeof snap)
+            break;
         free(res);
-        drop_newcomer(&a, NULL, "the serving peer's snapshot");
-        return 0;
+        res = NULL;
+        for (int64_t until = ct__now_ms() + LIVE_DEATH_WAIT_MS;
+             !ct_actor_is_dead(t->actors[peer]) && ct__now_ms() < until;)
+            usleep(1000);
+        if (!ct_actor_is_dead(t->actors[peer])) {
+            drop_newcomer(&a, NULL, "the serving peer's snapshot");
+            return 0;
+        }
+        /* the others were idle at this step boundary: they go on without it (a live recovery:
+         * the regroup below deals the epoch's rest over the survivors and the newcomer) */
+        t->stats.failure_seen_ns = ct__now_ns();
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "heal: serving peer %d (actor %s, pid %d, node %s) died during the heal; %d "
+               "survivors go on, the replacement asks the next one",
+               peer, ct_actor_id(t->actors[peer]), ct_actor_pid(t->actors[peer]),
+               ct_actor_node(t->actors[peer]), n - 1);
+        ct_actor_release(&t->actors[peer]);
+        memmove(&t->actors[peer], &t->actors[peer + 1], sizeof *t->actors * (size_t)(n - 1 - peer));
+        t->world = --n;
+        t->stats.replicas = n;
+        t->stats.live_recoveries++;
+        t->heal_next = peer;
+        if (n < 1 || n < t->min_replicas) {
+            drop_newcomer(&a, NULL, "no serving peer left");
+            snprintf(why, cap, "heal: the serving peer died; %d replicas left, min_replicas %d", n,
+                     t->min_replicas);
+            end_group(t, NULL, 0, -1, 0, NULL);
+            t->fail_reason = "replica_died";
+            return CT_EDEAD;
+        }
     }
     memcpy(&snap, res, sizeof snap);
     free(res);

@@ -329,8 +329,17 @@ int ct_cluster_resources(const char *name, double *total, double *free_amount)
 
 int ct__report_train(const ct__train_report *r)
 {
-    if (!r || r->nreasons < 0 || r->nreasons > CT_TRAIN_REASONS)
+    if (!r || r->nreasons < 0 || r->nreasons > CT_TRAIN_REASONS || r->npoints < 0 ||
+        r->npoints > CT_TRAIN_POINTS)
         return ct__error(CT_EINVAL, "train report: bad arguments");
+    Ct__TrainPoint pt[CT_TRAIN_POINTS], *pp[CT_TRAIN_POINTS];
+    for (int i = 0; i < r->npoints; i++) {
+        ct__train_point__init(&pt[i]);
+        pt[i].step = r->point_step[i];
+        pt[i].loss = r->point_loss[i];
+        pt[i].samples_per_second = r->point_sps[i];
+        pp[i] = &pt[i];
+    }
     Ct__TrainRetries rr[CT_TRAIN_REASONS], *rp[CT_TRAIN_REASONS];
     for (int i = 0; i < r->nreasons; i++) {
         ct__train_retries__init(&rr[i]);
@@ -349,6 +358,11 @@ int ct__report_train(const ct__train_report *r)
     p.done = r->done;
     p.n_retries = (size_t)r->nreasons;
     p.retries = rp;
+    p.n_points = (size_t)r->npoints;
+    p.points = pp;
+    p.val_loss = r->val_loss;
+    p.checkpoints = r->checkpoints;
+    p.checkpoint_step = r->checkpoint_step;
     LOCK();
     int rc = ct__client_ensure();
     if (!rc) {

@@ -170,6 +170,7 @@ typedef struct ct__zrep {
  * waiting for an answer (the head keeps the last one per job; it answers only a refusal).
  * The caller rate-limits. 0, or CT_E* when not connected or the send failed. Thread-safe. */
 #define CT_TRAIN_REASONS 8
+#define CT_TRAIN_POINTS 64
 typedef struct ct__train_report {
     const char *job; /* NULL or "": the driver's name */
     int64_t step, epoch;
@@ -179,6 +180,11 @@ typedef struct ct__train_report {
     int nreasons;
     const char *reason[CT_TRAIN_REASONS];
     uint64_t count[CT_TRAIN_REASONS];
+    double val_loss;                      /* NaN: no validation yet */
+    int64_t checkpoints, checkpoint_step; /* checkpoints taken, the newest one's steps */
+    int npoints;                          /* the steps since the last report (<= CT_TRAIN_POINTS) */
+    const int64_t *point_step;            /* npoints each */
+    const double *point_loss, *point_sps;
 } ct__train_report;
 int ct__report_train(const ct__train_report *r);
 

@@ -457,6 +457,7 @@ bool ct__progress_note(tr_progress *p, const char *fmt, ...) __attribute__((form
  * logged once and dropped. */
 #define TR_REPORT_MS 250
 #define TR_REASONS 8
+#define TR_POINTS 64 /* steps kept between sends (the newest) */
 typedef struct tr_head_report {
     int64_t sent_ms; /* last send */
     bool dirty;      /* something changed since */
@@ -468,6 +469,11 @@ typedef struct tr_head_report {
     int nreasons;
     char reason[TR_REASONS][32];
     uint64_t count[TR_REASONS];
+    double val_loss;          /* NaN: no validation yet */
+    int64_t ckpts, ckpt_step; /* checkpoints adopted, the newest one's steps */
+    int npts;                 /* steps since the last send, for the loss curve */
+    int64_t pt_step[TR_POINTS];
+    double pt_loss[TR_POINTS], pt_sps[TR_POINTS];
 } tr_head_report;
 void ct__report_init(tr_head_report *r);
 /* A merged step record (progress.c) with its MFU (< 0: unknown). */
@@ -477,6 +483,8 @@ void ct__report_replicas(tr_head_report *r, int n);
 /* A retry spent, by reason ("node_lost", "replica_killed", ...; [a-z_]). */
 void ct__report_retry(tr_head_report *r, const char *reason);
 void ct__report_done(tr_head_report *r);
+/* A checkpoint of the job's state was adopted at `step` optimizer steps. */
+void ct__report_checkpoint(tr_head_report *r, int64_t step);
 /* Sends when something changed and TR_REPORT_MS passed (or force). */
 void ct__report_send(tr_head_report *r, bool force);
 /* progress.c hands every merged record to r as well (NULL: none). */

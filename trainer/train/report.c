@@ -1,6 +1,7 @@
 /* trainer/train/report.c — the head's view of a training job (internal.h, "the head's view of
- * the job"): the driver keeps its last step, epoch, loss, throughput, MFU, replicas alive and
- * retries by reason, and sends them to the head (TrainReport, actor/runtime.h
+ * the job"): the driver keeps its last step, epoch, loss, throughput, MFU, replicas alive,
+ * retries by reason, validation loss, checkpoints and the steps since its last send (the
+ * dashboard's loss curve), and sends them to the head (TrainReport, actor/runtime.h
  * ct__report_train), which shows them as ct_train_* metrics and in /api/jobs (head/metrics.c).
  * At most one send per TR_REPORT_MS, fire-and-forget. Not here: the run log's files and lines
  * (progress.c), why a retry happened (trainer.c). */
@@ -16,6 +17,7 @@ void ct__report_init(tr_head_report *r)
 {
     memset(r, 0, sizeof *r);
     r->loss = NAN;
+    r->val_loss = NAN;
     r->mfu = -1;
 }
 
@@ -26,6 +28,15 @@ void ct__report_step(tr_head_report *r, const tr_step_record *rec, double mfu)
     r->loss = rec->loss;
     r->sps = isfinite(rec->samples_per_s) && rec->samples_per_s >= 0 ? rec->samples_per_s : 0;
     r->mfu = mfu;
+    if (r->npts == TR_POINTS) { /* the newest are kept */
+        memmove(r->pt_step, r->pt_step + 1, (TR_POINTS - 1) * sizeof r->pt_step[0]);
+        memmove(r->pt_loss, r->pt_loss + 1, (TR_POINTS - 1) * sizeof r->pt_loss[0]);
+        memmove(r->pt_sps, r->pt_sps + 1, (TR_POINTS - 1) * sizeof r->pt_sps[0]);
+        r->npts--;
+    }
+    r->pt_step[r->npts] = r->step;
+    r->pt_loss[r->npts] = isinf(r->loss) ? NAN : r->loss;
+    r->pt_sps[r->npts++] = r->sps;
     r->dirty = true;
 }
 
@@ -36,6 +47,15 @@ void ct__report_epoch(tr_head_report *r, const trainer_stats *st)
     r->loss = st->train_loss;
     if (isfinite(st->samples_per_s) && st->samples_per_s >= 0)
         r->sps = st->samples_per_s;
+    if (st->val_samples > 0 && isfinite(st->val_loss))
+        r->val_loss = st->val_loss;
+    r->dirty = true;
+}
+
+void ct__report_checkpoint(tr_head_report *r, int64_t step)
+{
+    r->ckpts++;
+    r->ckpt_step = step;
     r->dirty = true;
 }
 
@@ -79,13 +99,21 @@ void ct__report_send(tr_head_report *r, bool force)
                           .mfu_pct = r->mfu >= 0 ? r->mfu : NAN,
                           .replicas = r->replicas,
                           .done = r->done,
-                          .nreasons = r->nreasons};
+                          .nreasons = r->nreasons,
+                          .val_loss = r->val_loss,
+                          .checkpoints = r->ckpts,
+                          .checkpoint_step = r->ckpt_step,
+                          .npoints = r->npts,
+                          .point_step = r->pt_step,
+                          .point_loss = r->pt_loss,
+                          .point_sps = r->pt_sps};
     for (int i = 0; i < r->nreasons; i++) {
         m.reason[i] = r->reason[i];
         m.count[i] = r->count[i];
     }
     r->sent_ms = now;
     r->dirty = false;
+    r->npts = 0;
     if (ct__report_train(&m) < 0 && !r->warned) {
         r->warned = true;
         CT_LOG(CT_LOG_WARN, "trainer", "cannot tell the head the job's progress: %s",

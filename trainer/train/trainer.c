@@ -954,6 +954,7 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
     t->has_ckpt = true;
     t->ckpt_unsaved = true;
     t->lr_scale = 1; /* the new checkpoint holds the rates its group trained with */
+    ct__report_checkpoint(&t->report, t->local.step);
     return 0;
 }
 

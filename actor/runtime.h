@@ -171,6 +171,8 @@ typedef struct ct__zrep {
  * The caller rate-limits. 0, or CT_E* when not connected or the send failed. Thread-safe. */
 #define CT_TRAIN_REASONS 8
 #define CT_TRAIN_POINTS 64
+#define CT_TRAIN_HISTS 4
+#define CT_TRAIN_HIST_BOUNDS 32
 typedef struct ct__train_report {
     const char *job; /* NULL or "": the driver's name */
     int64_t step, epoch;
@@ -185,6 +187,15 @@ typedef struct ct__train_report {
     int npoints;                          /* the steps since the last report (<= CT_TRAIN_POINTS) */
     const int64_t *point_step;            /* npoints each */
     const double *point_loss, *point_sps;
+    int nhist; /* <= CT_TRAIN_HISTS cumulative histograms of seconds */
+    struct ct__train_hist {
+        const char *name; /* "step", "allreduce", "data_wait", "checkpoint" */
+        int nbounds;      /* <= CT_TRAIN_HIST_BOUNDS */
+        const double *bounds;
+        const uint64_t *counts; /* per bound, not cumulative */
+        uint64_t count;
+        double sum;
+    } hist[CT_TRAIN_HISTS];
 } ct__train_report;
 int ct__report_train(const ct__train_report *r);
 

@@ -63,6 +63,8 @@
 #define TRAIN_POINTS 512            /* a training job's loss curve: its newest steps kept */
 #define TRAIN_REPORT_POINTS 64      /* steps in one report (CT_TRAIN_POINTS, actor/runtime.h) */
 #define TRAIN_CKPTS 16              /* a training job's newest checkpoints listed */
+#define TRAIN_HISTS 4               /* histograms in one report (CT_TRAIN_HISTS) */
+#define TRAIN_HIST_BOUNDS 32        /* bounds of one (CT_TRAIN_HIST_BOUNDS) */
 #define HEAD_EVENTS 256             /* recent events kept for the dashboard (events.c) */
 #define PUBLISH_MS 500              /* the HTTP endpoint's pages are rendered this often */
 
@@ -185,6 +187,15 @@ typedef struct train_job {
     int64_t ckpts;    /* checkpoints taken */
     int nck;          /* the newest TRAIN_CKPTS of them: steps, wall-clock ms when heard of */
     int64_t ck_step[TRAIN_CKPTS], ck_ms[TRAIN_CKPTS];
+    int nh; /* histograms of seconds, as last reported (cumulative) */
+    struct train_hist {
+        char name[32];
+        int nb;
+        double bound[TRAIN_HIST_BOUNDS];
+        uint64_t counts[TRAIN_HIST_BOUNDS]; /* per bound, not cumulative */
+        uint64_t count;
+        double sum;
+    } hist[TRAIN_HISTS];
     train_point *pts; /* the loss curve: a ring of TRAIN_POINTS (NULL: none yet) */
     int npts, pts_next;
 } train_job;

@@ -13,7 +13,10 @@
  *            renames a target's to "exported_job"): ct_train_step, ct_train_epoch,
  *            ct_train_loss, ct_train_samples_per_second, ct_train_mfu_percent (when known),
  *            ct_train_retries_total{reason}, ct_train_replicas_alive, ct_train_done,
- *            ct_train_val_loss, ct_train_checkpoints_total, ct_train_last_checkpoint_step.
+ *            ct_train_val_loss, ct_train_checkpoints_total, ct_train_last_checkpoint_step;
+ *            histograms ct_train_step_seconds, ct_train_allreduce_seconds,
+ *            ct_train_data_wait_seconds, ct_train_checkpoint_seconds (_bucket{le}, _sum,
+ *            _count; the names the reports bring).
  * - /api/nodes, /api/actors, /api/jobs: the same tables as JSON arrays (a training job with its
  *   loss curve and newest checkpoints); /api/events: the recent events' ring (events.c).
  * Never shown: tokens (nodes' and jobs'), tickets, KV values. Jobs are named by their driver's
@@ -345,6 +348,56 @@ static void render_train(head *h, sbuf *b)
         }
 }
 
+/* ct_train_<name>_seconds_bucket{ct_job,le}, _sum, _count: Prometheus histograms, one family per
+ * name, the jobs that reported it. */
+static void render_train_hists(head *h, sbuf *b)
+{
+    const char *seen[TRAIN_HISTS * 4];
+    int nseen = 0;
+    for (int i = 0; i < h->ntrain; i++)
+        for (int k = 0; k < h->train[i].nh; k++) {
+            const char *name = h->train[i].hist[k].name;
+            bool dup = false;
+            for (int s = 0; s < nseen && !dup; s++)
+                dup = !strcmp(seen[s], name);
+            if (dup || nseen == (int)(sizeof seen / sizeof seen[0]))
+                continue;
+            seen[nseen++] = name;
+            char fam[80];
+            snprintf(fam, sizeof fam, "ct_train_%s_seconds", name);
+            put(b, "# HELP %s Seconds per %s, as the trainer's driver measured them.\n", fam,
+                !strcmp(name, "step")         ? "optimizer step (the slowest rank's)"
+                : !strcmp(name, "allreduce")  ? "step waiting for averaged gradients"
+                : !strcmp(name, "data_wait")  ? "step waiting for its batches"
+                : !strcmp(name, "checkpoint") ? "checkpoint written"
+                                              : name);
+            put(b, "# TYPE %s histogram\n", fam);
+            for (int j = 0; j < h->ntrain; j++)
+                for (int q = 0; q < h->train[j].nh; q++) {
+                    const struct train_hist *g = &h->train[j].hist[q];
+                    if (strcmp(g->name, name))
+                        continue;
+                    uint64_t cum = 0;
+                    for (int e = 0; e < g->nb; e++) {
+                        cum += g->counts[e];
+                        put(b, "%s_bucket{ct_job=\"", fam);
+                        put_label(b, h->train[j].label);
+                        put(b, "\",le=\"%.6g\"} %llu\n", g->bound[e], (unsigned long long)cum);
+                    }
+                    put(b, "%s_bucket{ct_job=\"", fam);
+                    put_label(b, h->train[j].label);
+                    put(b, "\",le=\"+Inf\"} %llu\n", (unsigned long long)g->count);
+                    put(b, "%s_sum{ct_job=\"", fam);
+                    put_label(b, h->train[j].label);
+                    put(b, "\"}");
+                    put_value(b, g->sum);
+                    put(b, "%s_count{ct_job=\"", fam);
+                    put_label(b, h->train[j].label);
+                    put(b, "\"} %llu\n", (unsigned long long)g->count);
+                }
+        }
+}
+
 static void json_res(sbuf *b, const char *key, const res *r)
 {
     put(b, ",\"%s\":{", key);
@@ -514,6 +567,7 @@ void ct__head_render(head *h, char **pages)
     render_cluster(h, &b);
     render_nodes(h, &b);
     render_train(h, &b);
+    render_train_hists(h, &b);
     pages[CT_PAGE_METRICS] = done(&b);
     pages[CT_PAGE_NODES] = json_nodes(h);
     pages[CT_PAGE_ACTORS] = json_actors(h);

@@ -112,6 +112,23 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         field = r->checkpoints < 0 ? "train_report.checkpoints" : "train_report.checkpoint_step";
     else if (r->n_points > TRAIN_REPORT_POINTS)
         field = "train_report.points";
+    else if (r->n_histograms > TRAIN_HISTS)
+        field = "train_report.histograms";
+    for (size_t i = 0; !field && i < r->n_histograms; i++) {
+        const Ct__TrainHistogram *g = r->histograms[i];
+        bool ok = reason_ok(g->name) && g->n_bounds <= TRAIN_HIST_BOUNDS &&
+                  g->n_counts == g->n_bounds && isfinite(g->sum) && g->sum >= 0;
+        uint64_t below = 0;
+        for (size_t k = 0; ok && k < g->n_bounds; k++) {
+            ok = isfinite(g->bounds[k]) && (k == 0 || g->bounds[k] > g->bounds[k - 1]) &&
+                 g->counts[k] <= g->count - below;
+            below += ok ? g->counts[k] : 0;
+        }
+        for (size_t k = 0; ok && k < i; k++)
+            ok = strcmp(r->histograms[k]->name, g->name) != 0;
+        if (!ok)
+            field = "train_report.histograms";
+    }
     for (size_t i = 0; !field && i < r->n_retries; i++)
         if (!reason_ok(r->retries[i]->reason))
             field = "train_report.retries.reason";
@@ -125,8 +142,10 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         return true;
     ct__head_refuse(h, rid, e, CT_EINVAL, field,
                     "%s: a job label is 1-63 printable bytes without quotes, a reason 1-31 of "
-                    "[a-z_], at most %d reasons and %d points, numbers finite and not negative",
-                    field, TRAIN_REASONS, TRAIN_REPORT_POINTS);
+                    "[a-z_], at most %d reasons and %d points, numbers finite and not negative; "
+                    "at most %d histograms, each a distinct [a-z_] name, at most %d ascending "
+                    "bounds, a count per bound, their sum at most the count",
+                    field, TRAIN_REASONS, TRAIN_REPORT_POINTS, TRAIN_HISTS, TRAIN_HIST_BOUNDS);
     return false;
 }
 
@@ -167,6 +186,16 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
         t->ck_ms[t->nck++] = wall_ms();
     }
     t->ckpts = r->checkpoints;
+    t->nh = (int)r->n_histograms;
+    for (int i = 0; i < t->nh; i++) {
+        const Ct__TrainHistogram *g = r->histograms[i];
+        snprintf(t->hist[i].name, sizeof t->hist[i].name, "%s", g->name);
+        t->hist[i].nb = (int)g->n_bounds;
+        memcpy(t->hist[i].bound, g->bounds, g->n_bounds * sizeof g->bounds[0]);
+        memcpy(t->hist[i].counts, g->counts, g->n_counts * sizeof g->counts[0]);
+        t->hist[i].count = g->count;
+        t->hist[i].sum = g->sum;
+    }
     t->val_loss = r->val_loss;
     t->step = r->step;
     t->epoch = r->epoch;

@@ -414,6 +414,33 @@ static int run_prometheus(void)
     CHECK(strstr(out, "\"reason\":\"node_lost\"") != NULL);
     v = prom_wait("max(ct_train_done)", eq, 1, out, sizeof out);
     CHECK_EQ_INT(v, 1);
+    /* the training job's label is ct_job: Prometheus keeps "job" for its scrape job and would
+     * have renamed ours to exported_job */
+    prom_query("ct_train_step", out, sizeof out);
+    CHECK(strstr(out, "\"ct_job\":") != NULL && strstr(out, "exported_job") == NULL);
+    CHECK(strstr(out, "\"job\":\"ct\"") != NULL);
+    /* the histograms: every step observed (step, allreduce, data wait), each checkpoint */
+    const char *hists[] = {"step", "allreduce", "data_wait", "checkpoint"};
+    for (int i = 0; i < 4; i++) {
+        char q[160];
+        double want = i < 3 ? 5 : 1;
+        snprintf(q, sizeof q, "sum(ct_train_%s_seconds_count)", hists[i]);
+        double n = prom_wait(q, gt, want - 1, out, sizeof out);
+        snprintf(q, sizeof q, "sum(ct_train_%s_seconds_bucket{le=\"+Inf\"})", hists[i]);
+        double inf = prom_query(q, out, sizeof out);
+        snprintf(q, sizeof q, "histogram_quantile(0.5, sum by (le) (ct_train_%s_seconds_bucket))",
+                 hists[i]);
+        double median = prom_query(q, out, sizeof out);
+        printf("Prometheus: ct_train_%s_seconds: %g observations, median %g s\n", hists[i], n,
+               median);
+        CHECK(n >= want);
+        CHECK(inf == n);
+        CHECK(median >= 0 && median <= 60);
+    }
+    v = prom_query("max(ct_train_last_checkpoint_step)", out, sizeof out);
+    printf("Prometheus: last checkpoint at step %g (trainer: %lld steps)\n", v,
+           (long long)st.steps);
+    CHECK(v > 0 && v <= (double)st.steps);
 out:
     trainer_shutdown(&t);
     ct_shutdown();

@@ -13,6 +13,39 @@
 #include "common/common.h"
 #include "internal.h"
 
+/* The histograms' upper bounds, seconds (+Inf implied). */
+static const double hist_bounds[TR_HIST_BOUNDS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const char *hist_name[TR_HISTS] = {
+    [TR_HIST_STEP] = "step",
+    [TR_HIST_ALLREDUCE] = "allreduce",
+    [TR_HIST_DATA_WAIT] = "data_wait",
+    [TR_HIST_CHECKPOINT] = "checkpoint",
+};
+
+static void observe(tr_hist *h, double s)
+{
+    if (!isfinite(s) || s < 0)
+        return;
+    int i = 0;
+    while (i < TR_HIST_BOUNDS && s > hist_bounds[i])
+        i++;
+    if (i < TR_HIST_BOUNDS)
+        h->counts[i]++;
+    h->count++;
+    h->sum += s;
+}
+
+/* The slowest rank's value of v (world entries; NULL: none). */
+static double slowest(const double *v, int world)
+{
+    double m = NAN;
+    for (int i = 0; v && i < world; i++)
+        if (isnan(m) || v[i] > m)
+            m = v[i];
+    return m;
+}
+
 void ct__report_init(tr_head_report *r)
 {
     memset(r, 0, sizeof *r);
@@ -28,6 +61,9 @@ void ct__report_step(tr_head_report *r, const tr_step_record *rec, double mfu)
     r->loss = rec->loss;
     r->sps = isfinite(rec->samples_per_s) && rec->samples_per_s >= 0 ? rec->samples_per_s : 0;
     r->mfu = mfu;
+    observe(&r->hist[TR_HIST_STEP], slowest(rec->step_s, rec->world));
+    observe(&r->hist[TR_HIST_ALLREDUCE], slowest(rec->wait_s, rec->world));
+    observe(&r->hist[TR_HIST_DATA_WAIT], slowest(rec->data_s, rec->world));
     if (r->npts == TR_POINTS) { /* the newest are kept */
         memmove(r->pt_step, r->pt_step + 1, (TR_POINTS - 1) * sizeof r->pt_step[0]);
         memmove(r->pt_loss, r->pt_loss + 1, (TR_POINTS - 1) * sizeof r->pt_loss[0]);
@@ -52,8 +88,9 @@ void ct__report_epoch(tr_head_report *r, const trainer_stats *st)
     r->dirty = true;
 }
 
-void ct__report_checkpoint(tr_head_report *r, int64_t step)
+void ct__report_checkpoint(tr_head_report *r, int64_t step, double write_s)
 {
+    observe(&r->hist[TR_HIST_CHECKPOINT], write_s);
     r->ckpts++;
     r->ckpt_step = step;
     r->dirty = true;
@@ -106,7 +143,15 @@ void ct__report_send(tr_head_report *r, bool force)
                           .npoints = r->npts,
                           .point_step = r->pt_step,
                           .point_loss = r->pt_loss,
-                          .point_sps = r->pt_sps};
+                          .point_sps = r->pt_sps,
+                          .nhist = TR_HISTS};
+    for (int i = 0; i < TR_HISTS; i++)
+        m.hist[i] = (struct ct__train_hist){.name = hist_name[i],
+                                            .nbounds = TR_HIST_BOUNDS,
+                                            .bounds = hist_bounds,
+                                            .counts = r->hist[i].counts,
+                                            .count = r->hist[i].count,
+                                            .sum = r->hist[i].sum};
     for (int i = 0; i < r->nreasons; i++) {
         m.reason[i] = r->reason[i];
         m.count[i] = r->count[i];

@@ -939,7 +939,7 @@ static void drop_best(trainer *t)
 
 /* Makes the newest checkpoint id the current one: pulls it to the driver's node, loads it into
  * the driver's state, then frees the previous one (never before the new one is complete). */
-static int adopt_checkpoint(trainer *t, const ct_object_id *id)
+static int adopt_checkpoint(trainer *t, const ct_object_id *id, double write_s)
 {
     ct_object_view v = {0};
     int rc = ct_get(id, 30000, &v);
@@ -954,7 +954,7 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
     t->has_ckpt = true;
     t->ckpt_unsaved = true;
     t->lr_scale = 1; /* the new checkpoint holds the rates its group trained with */
-    ct__report_checkpoint(&t->report, t->local.step);
+    ct__report_checkpoint(&t->report, t->local.step, write_s);
     return 0;
 }
 
@@ -1169,7 +1169,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         snprintf(what, sizeof what, "checkpoint at step %lld",
                  (long long)t->local.step + ck->steps);
         note_copies(t, what, ck->copies, ck->copies_asked);
-        if ((rc = adopt_checkpoint(t, &ck->ckpt)) < 0) {
+        if ((rc = adopt_checkpoint(t, &ck->ckpt, ck->ckpt_seconds)) < 0) {
             snprintf(why, cap, "adopting the checkpoint of epoch %lld: %s", (long long)epoch + 1,
                      ct_last_error());
             end_group(t, NULL, 0, -1, rc, NULL);
@@ -1236,7 +1236,7 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     const char *node = ct_actor_node(t->actors[d]);
     char node_id[32];
     snprintf(node_id, sizeof node_id, "%s", node ? node : "");
-    int rc = adopt_checkpoint(t, &r->ckpt);
+    int rc = adopt_checkpoint(t, &r->ckpt, r->ckpt_seconds);
     for (int i = 0; i < world; i++) { /* another replica of that node that wrote one too */
         tr_report *o = res[i];
         if (i != d && o && o->drained && o->has_ckpt && memcmp(&o->ckpt, &r->ckpt, sizeof r->ckpt))

@@ -19,6 +19,7 @@ typedef struct scenario {
     int64_t steps_per_epoch; /* from epoch 1 */
     int64_t term_step;       /* the optimizer step the SIGTERM came after */
     pid_t termed;
+    char termed_id[32]; /* its node id */
     int replicas[8], n;
 } scenario;
 
@@ -65,6 +66,7 @@ static int on_validate(trainer *t, const trainer_stats *st, void *user)
                        info.node_id, (int)s->node_pid[k], i, (long long)st->val_step, mine);
                 s->term_step = st->val_step;
                 s->termed = s->node_pid[k];
+                snprintf(s->termed_id, sizeof s->termed_id, "%s", s->node_id[k]);
                 kill(s->node_pid[k], SIGTERM);
             }
     }
@@ -123,10 +125,31 @@ int main(void)
     if (!t)
         goto out;
     trainer_stats st = {0};
+    /* the driver's log (this process's stderr) goes to a file meanwhile, read after */
+    char log_path[64];
+    snprintf(log_path, sizeof log_path, "%s/driver.log", dir);
+    fflush(stderr);
+    int saved_err = dup(2), log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (log_fd >= 0)
+        dup2(log_fd, 2);
     CHECK_OK(trainer_train(t, .max_retries = 2, .checkpoint_every_steps = 4,
                            .validate_every_steps = 4, .checkpoint_dir = dir,
                            .checkpoint_num_to_keep = TRAINER_KEEP_ALL, .on_epoch = on_epoch,
                            .on_validate = on_validate, .user = &s, .stats = &st));
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    if (log_fd >= 0)
+        close(log_fd);
+    char *log = tt_read_file(log_path, NULL);
+    fprintf(stderr, "%s", log ? log : "(no driver log)\n");
+    /* the user sees the drain in the driver's log, naming the node; a smaller group after it
+     * (none here: the other node fits both replicas) would say the node drained */
+    char drained[96];
+    snprintf(drained, sizeof drained, "node %s is draining", s.termed_id);
+    CHECK(log && strstr(log, drained) != NULL);
+    CHECK(log && strstr(log, "fit in the free CPUs") == NULL);
+    free(log);
     CHECK(s.termed > 0);
     CHECK_EQ_INT(st.epoch, 3);
     CHECK_EQ_INT(st.drains, 1);

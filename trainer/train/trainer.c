@@ -65,6 +65,8 @@ struct trainer {
     int told_world;          /* the group size on_world_size was last told (0: none) */
     int logged_world;        /* the group size last logged (note_group_size; 0: none) */
     bool warned_world;       /* ... and it was below num_replicas (logged as a warning) */
+    char shrink_why[96];     /* why the last group ended without a failure ("node X drained"),
+                                for note_group_size's reason when the next one is smaller */
     double lr_scale;         /* trainer_scale_lr's factor for groups from the current checkpoint */
     tr_progress *progress;   /* the run log (progress.c); NULL: none asked for */
     tr_head_report report;   /* what the head is told of the job (report.c) */
@@ -1207,7 +1209,10 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
             ct_free(&dr->ckpt);
         t->stats.drains++;
         t->stats.drain_step = t->local.step;
-        CT_LOG(CT_LOG_INFO, "trainer",
+        snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)",
+                 ct_actor_node(t->actors[drained]));
+        /* a warning: the user sees it in the driver's log, beside the smaller group's line */
+        CT_LOG(CT_LOG_WARN, "trainer",
                "node %s is draining: the group ends at the checkpoint of epoch %lld's end (step "
                "%lld)",
                ct_actor_node(t->actors[drained]), (long long)epoch + 1, (long long)t->local.step);
@@ -1256,7 +1261,8 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     t->stats.drains++;
     t->stats.drain_step = t->local.step;
     local_stats(t);
-    CT_LOG(CT_LOG_INFO, "trainer",
+    snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)", node_id);
+    CT_LOG(CT_LOG_WARN, "trainer",
            "node %s is draining: checkpoint at step %lld (epoch %lld batch %lld); the group "
            "ends and training goes on from there without that node",
            node_id, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.batch);
@@ -1431,12 +1437,21 @@ static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
  * when it is below num_replicas (or comes back from there), else at info level. */
 static void note_group_size(trainer *t, int n)
 {
-    if (n == t->logged_world)
+    if (n == t->logged_world) {
+        t->shrink_why[0] = 0;
         return;
+    }
     char was[32] = "";
     if (t->logged_world)
         snprintf(was, sizeof was, " (was %d)", t->logged_world);
-    if (n < t->num_replicas)
+    if (n < t->num_replicas && t->shrink_why[0])
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "training with %d replica%s of the %d asked (num_replicas)%s: %s, and %d fit in "
+               "the free CPUs (%.3g each) of the nodes left; set min_replicas = %d to wait for "
+               "all of them",
+               n, n == 1 ? "" : "s", t->num_replicas, was, t->shrink_why, n, t->cpus,
+               t->num_replicas);
+    else if (n < t->num_replicas)
         CT_LOG(CT_LOG_WARN, "trainer",
                "training with %d replica%s of the %d asked (num_replicas)%s: only %d fit in the "
                "free CPUs (%.3g each); set min_replicas = %d to wait for all of them",
@@ -1446,6 +1461,7 @@ static void note_group_size(trainer *t, int n)
                "training with %d replica%s%s", n, n == 1 ? "" : "s", was);
     t->warned_world = n < t->num_replicas;
     t->logged_world = n;
+    t->shrink_why[0] = 0;
 }
 
 /* Starts a group of as many replicas as fit (up to max_replicas). Before this trainer's first

@@ -375,6 +375,8 @@ int ct__report_train(const ct__train_report *r)
     p.val_loss = r->val_loss;
     p.checkpoints = r->checkpoints;
     p.checkpoint_step = r->checkpoint_step;
+    p.eta_seconds = r->eta_s;
+    p.epochs = r->epochs;
     p.n_histograms = (size_t)r->nhist;
     p.histograms = hp;
     LOCK();

@@ -183,6 +183,8 @@ typedef struct ct__train_report {
     const char *reason[CT_TRAIN_REASONS];
     uint64_t count[CT_TRAIN_REASONS];
     double val_loss;                      /* NaN: no validation yet */
+    double eta_s;                         /* NaN: unknown */
+    int64_t epochs;                       /* trainer_train's; 0: unknown */
     int64_t checkpoints, checkpoint_step; /* checkpoints taken, the newest one's steps */
     int npoints;                          /* the steps since the last report (<= CT_TRAIN_POINTS) */
     const int64_t *point_step;            /* npoints each */

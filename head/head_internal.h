@@ -184,6 +184,8 @@ typedef struct train_job {
     bool done;        /* its trainer_train returned */
     int64_t ended_at; /* when its driver was gone; 0: alive. Forgotten GONE_AFTER_MS later */
     double val_loss;  /* NaN: no validation yet */
+    double eta;       /* seconds left, as the driver estimates them; NaN: unknown */
+    int64_t epochs;   /* trainer_train's; 0: unknown */
     int64_t ckpts;    /* checkpoints taken */
     int nck;          /* the newest TRAIN_CKPTS of them: steps, wall-clock ms when heard of */
     int64_t ck_step[TRAIN_CKPTS], ck_ms[TRAIN_CKPTS];

@@ -108,6 +108,10 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         field = "train_report.retries";
     else if (isinf(r->val_loss))
         field = "train_report.val_loss";
+    else if (isinf(r->eta_seconds))
+        field = "train_report.eta_seconds";
+    else if (r->epochs < 0)
+        field = "train_report.epochs";
     else if (r->checkpoints < 0 || r->checkpoint_step < 0)
         field = r->checkpoints < 0 ? "train_report.checkpoints" : "train_report.checkpoint_step";
     else if (r->n_points > TRAIN_REPORT_POINTS)
@@ -197,6 +201,8 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
         t->hist[i].sum = g->sum;
     }
     t->val_loss = r->val_loss;
+    t->eta = r->eta_seconds >= 0 ? r->eta_seconds : NAN;
+    t->epochs = r->epochs;
     t->step = r->step;
     t->epoch = r->epoch;
     t->loss = r->loss;

@@ -556,9 +556,33 @@ static void row_text(const char *p, char *buf, size_t cap)
     snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), p ? p : "");
 }
 
+/* The ETA column of the job's row in `ctup status --address addr` into eta ("" when none). */
+static void ctup_eta(const char *addr, char *eta, size_t cap)
+{
+    char cmd[PATH_MAX + 200];
+    snprintf(cmd, sizeof cmd, "%s status --address %s", h_bin("ctup"), addr);
+    char *out = h_capture(cmd);
+    const char *row = out ? strstr(out, "\ndriver-") : NULL;
+    char e[32] = "";
+    if (row)
+        sscanf(row + 1, "%*s %*s %*s %*s %*s %*s %*s %31s", e);
+    snprintf(eta, cap, "%s", e);
+    free(out);
+}
+
 static int browser_on_epoch(trainer *t, const trainer_stats *st, void *user)
 {
     scenario *s = user;
+    if (st->epoch == 1 && !s->killed) { /* mid-run, ctup status estimates the time left */
+        char eta[32] = "";
+        for (double until = h_now_ms() + 10000; h_now_ms() < until; usleep(100000)) {
+            ctup_eta(s->addr, eta, sizeof eta);
+            if (eta[0] && strcmp(eta, "-"))
+                break;
+        }
+        printf("ctup status after epoch 1: ETA %s\n", eta);
+        CHECK(eta[0] && strcmp(eta, "-") && strcmp(eta, "done") && strchr(eta, 's'));
+    }
     if (st->epoch != 1 || s->killed)
         return 0;
     return kill_replica_node(t, st, s);
@@ -618,6 +642,27 @@ static int run_browser(void)
         ready = http_get("127.0.0.1", dport, "/api/jobs", NULL, body, sizeof body) == 200 &&
                 strstr(body, "\"done\":true") != NULL;
     CHECK(ready);
+    /* ctup status shows the job's progress: its row in the JOBS table */
+    char cmd[PATH_MAX + 200];
+    snprintf(cmd, sizeof cmd, "%s status --address %s", h_bin("ctup"), addr);
+    char *status = h_capture(cmd);
+    printf("%s", status ? status : "(no ctup status output)\n");
+    const char *jobs = status ? strstr(status, "\nJOB ") : NULL;
+    CHECK(jobs && strstr(jobs, "ETA") && strstr(jobs, "SAMPLES/S"));
+    const char *jrow = jobs ? strstr(jobs, "\ndriver-") : NULL;
+    long long jstep = -1;
+    char jname[64] = "", jepoch[32] = "", jloss[32] = "", jeta[32] = "", jretries[64] = "";
+    if (jrow)
+        sscanf(jrow + 1, "%63s %lld %31s %31s %*s %*s %*s %31s %63s", jname, &jstep, jepoch, jloss,
+               jeta, jretries);
+    printf("ctup status: job %s step %lld epoch %s loss %s eta %s retries %s\n", jname, jstep,
+           jepoch, jloss, jeta, jretries);
+    CHECK_EQ_INT(jstep, st.steps);
+    CHECK(!strcmp(jepoch, "3/3"));
+    CHECK(strtod(jloss, NULL) > 0);
+    CHECK(!strcmp(jeta, "done"));
+    CHECK(!strcmp(jretries, "node_lost=1"));
+    free(status);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", dport);
     printf("chromium %s --headless --dump-dom %s\n", bin, url);
     dom = chromium_dump(bin, url);

@@ -485,6 +485,11 @@ typedef struct tr_head_report {
     double val_loss;          /* NaN: no validation yet */
     int64_t ckpts, ckpt_step; /* checkpoints adopted, the newest one's steps */
     tr_hist hist[TR_HISTS];   /* seconds: TR_HIST_STEP, _ALLREDUCE, ... */
+    int64_t epochs;           /* trainer_train's (for the ETA); 0: unknown */
+    double eta;               /* seconds until the last epoch ends; NaN: unknown */
+    double spb;               /* seconds per batch, a moving average of the records' (0: none) */
+    int64_t last_batch;       /* epoch * batches + batch of the last record; -1: none */
+    double last_wall;         /* its wall_time */
     int npts;                 /* steps since the last send, for the loss curve */
     int64_t pt_step[TR_POINTS];
     double pt_loss[TR_POINTS], pt_sps[TR_POINTS];

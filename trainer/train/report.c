@@ -52,6 +52,25 @@ void ct__report_init(tr_head_report *r)
     r->loss = NAN;
     r->val_loss = NAN;
     r->mfu = -1;
+    r->eta = NAN;
+    r->last_batch = -1;
+}
+
+/* The ETA from a step record: the batches left to the last epoch's end at the recent pace (a
+ * moving average of seconds per batch; a jump back, a retry's rewind, restarts the pace). */
+static void update_eta(tr_head_report *r, const tr_step_record *rec)
+{
+    if (rec->batches <= 0 || r->epochs <= 0)
+        return;
+    int64_t at = rec->epoch * rec->batches + rec->batch;
+    if (r->last_batch >= 0 && at > r->last_batch && rec->wall_time > r->last_wall) {
+        double spb = (rec->wall_time - r->last_wall) / (double)(at - r->last_batch);
+        r->spb = r->spb > 0 ? 0.9 * r->spb + 0.1 * spb : spb;
+    }
+    r->last_batch = at;
+    r->last_wall = rec->wall_time;
+    int64_t left = r->epochs * rec->batches - at;
+    r->eta = r->spb > 0 ? (double)(left > 0 ? left : 0) * r->spb : NAN;
 }
 
 void ct__report_step(tr_head_report *r, const tr_step_record *rec, double mfu)
@@ -61,6 +80,7 @@ void ct__report_step(tr_head_report *r, const tr_step_record *rec, double mfu)
     r->loss = rec->loss;
     r->sps = isfinite(rec->samples_per_s) && rec->samples_per_s >= 0 ? rec->samples_per_s : 0;
     r->mfu = mfu;
+    update_eta(r, rec);
     observe(&r->hist[TR_HIST_STEP], slowest(rec->step_s, rec->world));
     observe(&r->hist[TR_HIST_ALLREDUCE], slowest(rec->wait_s, rec->world));
     observe(&r->hist[TR_HIST_DATA_WAIT], slowest(rec->data_s, rec->world));
@@ -85,6 +105,8 @@ void ct__report_epoch(tr_head_report *r, const trainer_stats *st)
         r->sps = st->samples_per_s;
     if (st->val_samples > 0 && isfinite(st->val_loss))
         r->val_loss = st->val_loss;
+    if (r->spb <= 0 && r->epochs > 0 && st->epoch_seconds > 0) /* no step records: by epochs */
+        r->eta = (double)(r->epochs > st->epoch ? r->epochs - st->epoch : 0) * st->epoch_seconds;
     r->dirty = true;
 }
 
@@ -120,6 +142,7 @@ void ct__report_retry(tr_head_report *r, const char *reason)
 void ct__report_done(tr_head_report *r)
 {
     r->done = true;
+    r->eta = 0;
     r->replicas = 0;
     r->dirty = true;
 }
@@ -138,6 +161,8 @@ void ct__report_send(tr_head_report *r, bool force)
                           .done = r->done,
                           .nreasons = r->nreasons,
                           .val_loss = r->val_loss,
+                          .eta_s = r->eta,
+                          .epochs = r->epochs,
                           .checkpoints = r->ckpts,
                           .checkpoint_step = r->ckpt_step,
                           .npoints = r->npts,

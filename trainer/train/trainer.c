@@ -1712,6 +1712,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     }
     ct__progress_set_report(t->progress, &t->report);
     t->report.done = false;
+    t->report.epochs = epochs;
     /* where a resume starts: on the run log's lines when it prints some, else in the log */
     if (resumed[0] && !ct__progress_note(t->progress, "%s", resumed))
         CT_LOG(CT_LOG_INFO, "trainer", "%s", resumed);

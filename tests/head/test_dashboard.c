@@ -21,7 +21,11 @@
  *               of a head with 2 nodes after a 2-replica job lost a node (SIGKILL) and
  *               retried: the DOM holds the job's row at its last step with its retry's reason
  *               and a loss curve of at least 5 points, the killed node's death event with a
- *               reason, and the retry event. Skips (77) without chromium.
+ *               reason, and the retry event; `ctup status` shows the job's row (step,
+ *               epochs, loss, ETA, retries). Skips (77) without chromium.
+ *   restart     a head under its supervisor (ct-head --supervise) with a node is killed
+ *               (SIGKILL): once it serves again on its ports, chromium finds the restart
+ *               event with its reason (the signal) and the node, registered again, alive.
  * No timing is asserted. */
 #include "tests/trainer/tt.h"
 
@@ -715,6 +719,108 @@ out:
     return h_failures ? 1 : 0;
 }
 
+/* ---- across a head restart ---- */
+
+/* The first child of pid (/proc/PID/task/PID/children), or -1. */
+static pid_t child_of(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    int c = -1;
+    if (f) {
+        if (fscanf(f, "%d", &c) != 1)
+            c = -1;
+        fclose(f);
+    }
+    return c;
+}
+
+static int run_restart(void)
+{
+    const char *bin = find_chromium();
+    if (!bin) {
+        printf("SKIP: no chromium (scripts/install-deps.sh installs Debian's)\n");
+        return 77;
+    }
+    h_init();
+    atexit(browser_cleanup);
+    snprintf(br_dir, sizeof br_dir, "/tmp/ct-test-chromium.XXXXXX");
+    if (!mkdtemp(br_dir)) {
+        br_dir[0] = 0;
+        return 1;
+    }
+    static char body[1 << 20];
+    char port[16], addr[160], line[160], url[96], id[32];
+    int dport = free_port();
+    snprintf(port, sizeof port, "%d", dport);
+    char *argv[] = {(char *)h_bin("ct-head"),
+                    "--supervise",
+                    "--port",
+                    "0",
+                    "--heartbeat-ms",
+                    "100",
+                    "--dead-after-ms",
+                    "10000",
+                    "--dashboard-port",
+                    port,
+                    NULL};
+    int fd = -1;
+    pid_t sup = h_spawn(argv, &fd);
+    if (sup < 0 || h_read_line(fd, line, sizeof line, 10000) || strncmp(line, "listening on ", 13))
+        return fprintf(stderr, "ct-head --supervise did not start\n"), 1;
+    close(fd);
+    snprintf(addr, sizeof addr, "%s", line + 13);
+    char *dom = NULL;
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
+    if (tt_start_node_joined(addr, id, sizeof id) < 0) {
+        h_failures++;
+        goto out;
+    }
+    int code = -1;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && code != 200; usleep(100000))
+        code = http_get("127.0.0.1", dport, "/api/nodes", NULL, body, sizeof body);
+    CHECK_EQ_INT(code, 200);
+    pid_t head = child_of(sup);
+    CHECK(head > 0);
+    if (head <= 0)
+        goto out;
+    printf("killing the head (pid %d; its supervisor %d)\n", (int)head, (int)sup);
+    kill(head, SIGKILL);
+    /* the supervisor starts it again on the same ports; the node registers again */
+    bool back = false;
+    for (double until = h_now_ms() + 30000; h_now_ms() < until && !back; usleep(200000))
+        back = http_get("127.0.0.1", dport, "/api/events", NULL, body, sizeof body) == 200 &&
+               strstr(body, "\"kind\":\"head_restarted\"") != NULL &&
+               http_get("127.0.0.1", dport, "/api/nodes", NULL, body, sizeof body) == 200 &&
+               strstr(body, id) != NULL;
+    CHECK(back);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", dport);
+    dom = chromium_dump(bin, url);
+    CHECK(dom != NULL);
+    if (!dom)
+        goto out;
+    char row[4096];
+    const char *ev = strstr(dom, "<tr class=\"event head_restarted\"");
+    CHECK(ev != NULL);
+    row_text(ev, row, sizeof row);
+    printf("restart event: %.600s\n", row);
+    /* its reason: how the head before ended */
+    CHECK(ev && strstr(row, "killed by signal 9") != NULL);
+    const char *nrow = strstr(dom, "<tr class=\"node ALIVE\"");
+    CHECK(nrow && (row_text(nrow, row, sizeof row), strstr(row, id) != NULL));
+    CHECK(strstr(dom, "connected") != NULL);
+out:
+    if (h_failures && dom)
+        fprintf(stderr, "the DOM chromium saw:\n%.20000s\n", dom);
+    free(dom);
+    ct_shutdown();
+    h_kill_all();
+    browser_cleanup();
+    return h_failures ? 1 : 0;
+}
+
 /* ---- access ---- */
 
 static char ns_name[32];
@@ -1047,6 +1153,8 @@ int main(int argc, char **argv)
         return run_hostile();
     if (!strcmp(mode, "browser"))
         return run_browser();
-    fprintf(stderr, "usage: %s prometheus|access|hostile|browser\n", argv[0]);
+    if (!strcmp(mode, "restart"))
+        return run_restart();
+    fprintf(stderr, "usage: %s prometheus|access|hostile|browser|restart\n", argv[0]);
     return 2;
 }

@@ -377,6 +377,7 @@ int ct__report_train(const ct__train_report *r)
     p.checkpoint_step = r->checkpoint_step;
     p.eta_seconds = r->eta_s;
     p.epochs = r->epochs;
+    p.drains = r->drains;
     p.n_histograms = (size_t)r->nhist;
     p.histograms = hp;
     LOCK();

@@ -185,6 +185,7 @@ typedef struct ct__train_report {
     double val_loss;                      /* NaN: no validation yet */
     double eta_s;                         /* NaN: unknown */
     int64_t epochs;                       /* trainer_train's; 0: unknown */
+    uint64_t drains;                      /* groups a node's drain ended */
     int64_t checkpoints, checkpoint_step; /* checkpoints taken, the newest one's steps */
     int npoints;                          /* the steps since the last report (<= CT_TRAIN_POINTS) */
     const int64_t *point_step;            /* npoints each */

@@ -181,12 +181,15 @@ static void print_jobs(const Ct__StatusReply *r)
                      (long long)t->epochs);
         else
             snprintf(epoch, sizeof epoch, "%lld", ep);
-        printf("%-24s %-8lld %-6s %-10s %-10s %-10.1f %-8d %-8s", t->job, (long long)t->step,
-               epoch, loss, val, t->samples_per_second, t->replicas_alive, eta);
+        printf("%-24s %-8lld %-6s %-10s %-10s %-10.1f %-8d %-8s", t->job, (long long)t->step, epoch,
+               loss, val, t->samples_per_second, t->replicas_alive, eta);
         for (size_t k = 0; k < t->n_retries; k++)
             printf("%s%s=%llu", k ? "," : "", t->retries[k]->reason,
                    (unsigned long long)t->retries[k]->count);
-        printf("%s\n", t->n_retries ? "" : "0");
+        printf("%s", t->n_retries ? "" : "0");
+        if (t->drains) /* groups a drain ended spend no retry: said apart */
+            printf(" (drains %llu)", (unsigned long long)t->drains);
+        printf("\n");
     }
 }
 

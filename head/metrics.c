@@ -13,7 +13,8 @@
  *            renames a target's to "exported_job"): ct_train_step, ct_train_epoch,
  *            ct_train_loss, ct_train_samples_per_second, ct_train_mfu_percent (when known),
  *            ct_train_retries_total{reason}, ct_train_replicas_alive, ct_train_done,
- *            ct_train_val_loss, ct_train_checkpoints_total, ct_train_last_checkpoint_step;
+ *            ct_train_val_loss, ct_train_checkpoints_total, ct_train_drains_total,
+ *            ct_train_last_checkpoint_step;
  *            histograms ct_train_step_seconds, ct_train_allreduce_seconds,
  *            ct_train_data_wait_seconds, ct_train_checkpoint_seconds (_bucket{le}, _sum,
  *            _count; the names the reports bring).
@@ -313,6 +314,8 @@ static void render_train(head *h, sbuf *b)
         {"ct_train_done", "gauge", "1 once trainer_train returned."},
         {"ct_train_val_loss", "gauge", "The last validation's loss (absent before one)."},
         {"ct_train_checkpoints_total", "counter", "Checkpoints the job took."},
+        {"ct_train_drains_total", "counter",
+         "Groups that ended at a checkpoint because a node drained (told to stop; no retry)."},
         {"ct_train_last_checkpoint_step", "gauge",
          "Optimizer steps of the job's newest checkpoint (absent before one)."},
     };
@@ -320,7 +323,8 @@ static void render_train(head *h, sbuf *b)
         family(b, fam[f].name, fam[f].type, fam[f].help);
         for (int i = 0; i < h->ntrain; i++) {
             const train_job *t = &h->train[i];
-            if ((f == 4 && !(t->mfu >= 0)) || (f == 7 && isnan(t->val_loss)) || (f == 9 && !t->nck))
+            if ((f == 4 && !(t->mfu >= 0)) || (f == 7 && isnan(t->val_loss)) ||
+                (f == 10 && !t->nck))
                 continue;
             double v = f == 0   ? (double)t->step
                        : f == 1 ? (double)t->epoch
@@ -331,6 +335,7 @@ static void render_train(head *h, sbuf *b)
                        : f == 6 ? (double)t->done
                        : f == 7 ? t->val_loss
                        : f == 8 ? (double)t->ckpts
+                       : f == 9 ? (double)t->drains
                                 : (double)t->ck_step[t->nck - 1];
             train_sample(b, fam[f].name, t, v);
         }
@@ -467,6 +472,8 @@ static char *json_actors(head *h)
 static void json_train_history(sbuf *b, const train_job *t)
 {
     put_jnum(b, "val_loss", t->val_loss);
+    put_jnum(b, "eta_seconds", t->eta);
+    put(b, ",\"epochs\":%lld,\"drains\":%llu", (long long)t->epochs, (unsigned long long)t->drains);
     put(b, ",\"checkpoints_total\":%lld,\"checkpoints\":[", (long long)t->ckpts);
     for (int i = 0; i < t->nck; i++)
         put(b, "%s{\"step\":%lld,\"time_ms\":%lld}", i ? "," : "", (long long)t->ck_step[i],

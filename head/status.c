@@ -105,6 +105,7 @@ void ct__head_on_status(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
         tr[i].step = t->step;
         tr[i].epoch = t->epoch;
         tr[i].epochs = t->epochs;
+        tr[i].drains = t->drains;
         tr[i].loss = t->loss;
         tr[i].samples_per_second = t->sps;
         tr[i].mfu_percent = t->mfu;

@@ -158,6 +158,7 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     const Ct__TrainReport *r = e->train_report;
     const char *label = r->job && *r->job ? r->job : e->sender;
     train_job *t = NULL;
+    bool fresh = false; /* a job new to this head: its retries and drains are from before */
     for (int i = 0; i < h->ntrain && !t; i++)
         if (!strcmp(h->train[i].label, label) && ct__token_eq(h->train[i].job, f->job))
             t = &h->train[i];
@@ -176,8 +177,9 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
         snprintf(t->job, sizeof t->job, "%s", f->job);
         snprintf(t->label, sizeof t->label, "%s", label);
         t->val_loss = NAN;
+        fresh = true;
     } else {
-        note_retries(h, t, r); /* a job new to this head: its retries are from before */
+        note_retries(h, t, r);
     }
     add_points(t, r);
     if (r->checkpoints > t->ckpts) {
@@ -203,6 +205,11 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     t->val_loss = r->val_loss;
     t->eta = r->eta_seconds >= 0 ? r->eta_seconds : NAN;
     t->epochs = r->epochs;
+    if (r->drains > t->drains && !fresh)
+        ct__head_note(h, "train_drain", t->label,
+                      "a group ended at a checkpoint: its node drained (told to stop); step %lld",
+                      (long long)r->step);
+    t->drains = r->drains;
     t->step = r->step;
     t->epoch = r->epoch;
     t->loss = r->loss;

@@ -150,6 +150,19 @@ int main(void)
     CHECK(log && strstr(log, drained) != NULL);
     CHECK(log && strstr(log, "fit in the free CPUs") == NULL);
     free(log);
+    /* the head heard of the drain: ctup status's job row counts it apart from the retries */
+    char status_cmd[PATH_MAX + 200];
+    snprintf(status_cmd, sizeof status_cmd, "%s status --address %s", h_bin("ctup"), addr);
+    bool seen = false;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && !seen; usleep(200000)) {
+        char *status = h_capture(status_cmd);
+        const char *row = status ? strstr(status, "\ndriver-") : NULL;
+        seen = row && strstr(row, " 0 (drains 1)\n") != NULL;
+        if (seen || h_now_ms() + 200 >= until)
+            printf("%s", status ? status : "(no ctup status output)\n");
+        free(status);
+    }
+    CHECK(seen);
     CHECK(s.termed > 0);
     CHECK_EQ_INT(st.epoch, 3);
     CHECK_EQ_INT(st.drains, 1);

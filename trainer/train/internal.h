@@ -486,6 +486,7 @@ typedef struct tr_head_report {
     int64_t ckpts, ckpt_step; /* checkpoints adopted, the newest one's steps */
     tr_hist hist[TR_HISTS];   /* seconds: TR_HIST_STEP, _ALLREDUCE, ... */
     int64_t epochs;           /* trainer_train's (for the ETA); 0: unknown */
+    uint64_t drains;          /* groups a node's drain ended */
     double eta;               /* seconds until the last epoch ends; NaN: unknown */
     double spb;               /* seconds per batch, a moving average of the records' (0: none) */
     int64_t last_batch;       /* epoch * batches + batch of the last record; -1: none */
@@ -502,6 +503,8 @@ void ct__report_replicas(tr_head_report *r, int n);
 /* A retry spent, by reason ("node_lost", "replica_killed", ...; [a-z_]). */
 void ct__report_retry(tr_head_report *r, const char *reason);
 void ct__report_done(tr_head_report *r);
+/* A group ended because its node drained (told to stop). */
+void ct__report_drain(tr_head_report *r);
 /* A checkpoint of the job's state was adopted at `step` optimizer steps; its replica took
  * write_s seconds to write it. */
 void ct__report_checkpoint(tr_head_report *r, int64_t step, double write_s);

@@ -139,6 +139,12 @@ void ct__report_retry(tr_head_report *r, const char *reason)
     r->dirty = true;
 }
 
+void ct__report_drain(tr_head_report *r)
+{
+    r->drains++;
+    r->dirty = true;
+}
+
 void ct__report_done(tr_head_report *r)
 {
     r->done = true;
@@ -163,6 +169,7 @@ void ct__report_send(tr_head_report *r, bool force)
                           .val_loss = r->val_loss,
                           .eta_s = r->eta,
                           .epochs = r->epochs,
+                          .drains = r->drains,
                           .checkpoints = r->ckpts,
                           .checkpoint_step = r->ckpt_step,
                           .npoints = r->npts,

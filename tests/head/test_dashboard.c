@@ -15,7 +15,10 @@
  *   hostile     while slowloris connections are held open, oversized headers, bad paths,
  *               other methods, garbage and more connections than the limit come in, the head
  *               keeps serving its node (an actor call, a KV round trip, the node alive) and a
- *               normal /metrics request succeeds (and /api/..., and the dashboard page at /).
+ *               normal /metrics request succeeds (and /api/..., and the dashboard page at /);
+ *               a TrainReport with a histogram is shown (cumulative buckets, +Inf, sum) and
+ *               malformed ones (bounds out of order, counts above the count, an infinite
+ *               ETA) are refused: no trace of them in /metrics.
  *   browser     Debian's chromium, headless (--dump-dom, its scripts given 10 s of virtual
  *               time; in a process group of its own, killed whole), loads the dashboard page
  *               of a head with 2 nodes after a 2-replica job lost a node (SIGKILL) and
@@ -39,6 +42,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include "actor/runtime.h"
 #include "common/auth.h"
 #include "tests/runtime/classes.h"
 
@@ -1126,6 +1130,45 @@ static int run_hostile(void)
     code = http_get("127.0.0.1", dport, "/", NULL, body, sizeof body);
     CHECK_EQ_INT(code, 200);
     CHECK(strstr(body, "<title>ct dashboard</title>") != NULL);
+    /* TrainReports: malformed ones are refused; a good one is shown, with its histogram */
+    static const double bounds[3] = {0.01, 0.1, 1}, bad_bounds[3] = {0.1, 0.01, 1};
+    static const uint64_t counts[3] = {2, 1, 0}, too_many[3] = {5, 5, 5};
+    struct ct__train_hist good_h = {"step", 3, bounds, counts, 4, 2.5};
+    ct__train_report good = {.job = "ok-job",
+                             .step = 7,
+                             .loss = 0.5,
+                             .mfu_pct = NAN,
+                             .val_loss = NAN,
+                             .eta_s = 12,
+                             .epochs = 2,
+                             .nhist = 1};
+    good.hist[0] = good_h;
+    /* the bad ones first: once the good one shows, the head (reading one connection in order)
+     * has handled them */
+    ct__train_report badr = good;
+    badr.job = "bad-bounds";
+    badr.hist[0].bounds = bad_bounds;
+    CHECK_OK(ct__report_train(&badr)); /* sent; the head refuses it */
+    badr = good;
+    badr.job = "bad-counts";
+    badr.hist[0].counts = too_many;
+    CHECK_OK(ct__report_train(&badr));
+    badr = good;
+    badr.job = "bad-eta";
+    badr.eta_s = INFINITY;
+    CHECK_OK(ct__report_train(&badr));
+    CHECK_OK(ct__report_train(&good));
+    seen = false;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && !seen; usleep(100000)) {
+        code = http_get("127.0.0.1", dport, "/metrics", NULL, body, sizeof body);
+        seen = code == 200 && metric(body, "ct_train_step{ct_job=\"ok-job\"}") == 7;
+    }
+    CHECK(seen);
+    CHECK_EQ_INT(metric(body, "ct_train_step_seconds_bucket{ct_job=\"ok-job\",le=\"0.1\"}"), 3);
+    CHECK_EQ_INT(metric(body, "ct_train_step_seconds_bucket{ct_job=\"ok-job\",le=\"+Inf\"}"), 4);
+    CHECK(metric(body, "ct_train_step_seconds_sum{ct_job=\"ok-job\"}") == 2.5);
+    CHECK(strstr(body, "# TYPE ct_train_step_seconds histogram") != NULL);
+    CHECK(strstr(body, "bad-") == NULL);
     atomic_store(&s.stop, 1);
     pthread_join(th, NULL);
     /* no node was declared dead meanwhile */

@@ -383,7 +383,10 @@ static void head_free(head *h)
     free(h->w);
     free(h->kv);
     free(h->subs);
+    for (int i = 0; i < h->ntrain; i++)
+        free(h->train[i].pts);
     free(h->train);
+    free(h->evlog);
     ct__http_destroy(&h->http);
     ct__watch_destroy(&h->watch);
     ct__objdir_free(&h->od);
@@ -486,6 +489,10 @@ int ct__head_run(const ct_head_opts *o)
         CT_LOG(CT_LOG_WARN, "head", "no death-watch port (deaths seen by heartbeats only): %s",
                ct_last_error());
     h.restarts = o->restarts;
+    if (h.restarts > 0)
+        ct__head_note(&h, "head_restarted", "head", "restart %d: %s", h.restarts,
+                      o->restart_reason && *o->restart_reason ? o->restart_reason
+                                                              : "started again by its supervisor");
     /* the read-only HTTP endpoint, on its own thread (head/http.h); pages published below */
     if (o->dashboard_port) {
         if ((rc = ct__http_new(o->dashboard_host, o->dashboard_port < 0 ? 0 : o->dashboard_port,

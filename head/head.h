@@ -23,6 +23,7 @@ typedef struct ct_head_opts {
                               port; 0: none; -1: a free one (logged) */
     const char *dashboard_host; /* its bind address; NULL: 127.0.0.1 */
     int restarts;               /* times a supervisor started the head again (the metrics) */
+    const char *restart_reason; /* why the supervisor started it again (the events); NULL */
 } ct_head_opts;
 
 struct ct__rid;

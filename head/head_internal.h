@@ -60,6 +60,12 @@
 #define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
 #define MAX_TRAIN 256               /* training jobs' reports kept (train.c) */
 #define TRAIN_REASONS 8             /* retry reasons in one report */
+#define TRAIN_POINTS 512            /* a training job's loss curve: its newest steps kept */
+#define TRAIN_REPORT_POINTS 64      /* steps in one report (CT_TRAIN_POINTS, actor/runtime.h) */
+#define TRAIN_CKPTS 16              /* a training job's newest checkpoints listed */
+#define TRAIN_HISTS 4               /* histograms in one report (CT_TRAIN_HISTS) */
+#define TRAIN_HIST_BOUNDS 32        /* bounds of one (CT_TRAIN_HIST_BOUNDS) */
+#define HEAD_EVENTS 256             /* recent events kept for the dashboard (events.c) */
 #define PUBLISH_MS 500              /* the HTTP endpoint's pages are rendered this often */
 
 /* A resource vector: name -> amount. */
@@ -160,6 +166,11 @@ typedef struct driver {
     uint64_t watch;        /* its death-watch connection; 0: none */
 } driver;
 
+typedef struct train_point {
+    int64_t step;
+    double loss, sps;
+} train_point;
+
 /* A training job's last report (TrainReport, train.c), for the metrics. */
 typedef struct train_job {
     char job[TOK_SIZE]; /* its job token (never shown) */
@@ -172,7 +183,34 @@ typedef struct train_job {
     uint64_t count[TRAIN_REASONS];
     bool done;        /* its trainer_train returned */
     int64_t ended_at; /* when its driver was gone; 0: alive. Forgotten GONE_AFTER_MS later */
+    double val_loss;  /* NaN: no validation yet */
+    double eta;       /* seconds left, as the driver estimates them; NaN: unknown */
+    int64_t epochs;   /* trainer_train's; 0: unknown */
+    uint64_t drains;  /* groups a node's drain ended */
+    int64_t ckpts;    /* checkpoints taken */
+    int nck;          /* the newest TRAIN_CKPTS of them: steps, wall-clock ms when heard of */
+    int64_t ck_step[TRAIN_CKPTS], ck_ms[TRAIN_CKPTS];
+    int nh; /* histograms of seconds, as last reported (cumulative) */
+    struct train_hist {
+        char name[32];
+        int nb;
+        double bound[TRAIN_HIST_BOUNDS];
+        uint64_t counts[TRAIN_HIST_BOUNDS]; /* per bound, not cumulative */
+        uint64_t count;
+        double sum;
+    } hist[TRAIN_HISTS];
+    train_point *pts; /* the loss curve: a ring of TRAIN_POINTS (NULL: none yet) */
+    int npts, pts_next;
 } train_job;
+
+/* A recent event for the dashboard (/api/events): deaths, drains, joins, retries, restarts. */
+typedef struct head_event {
+    uint64_t seq;     /* 1, 2, ... in this head's life */
+    int64_t wall_ms;  /* CLOCK_REALTIME, ms */
+    char kind[24];    /* "node_dead", "actor_dead", "node_draining", "retry", ... */
+    char subject[72]; /* the node, actor or training job it is about */
+    char reason[200];
+} head_event;
 
 typedef struct head {
     void *ctx, *sock;
@@ -214,6 +252,8 @@ typedef struct head {
     uint64_t jobs_ended;                /* drivers gone since this head started */
     train_job *train;                   /* training jobs' reports (train.c) */
     int ntrain;
+    head_event *evlog; /* a ring of HEAD_EVENTS recent events (events.c) */
+    uint64_t evseq;    /* events noted so far (the newest one's seq) */
 } head;
 
 /* Protobuf views of a res; pointers into r, valid while r lives. */
@@ -334,6 +374,12 @@ ct__head_handler ct__head_on_kv_put, ct__head_on_kv_get, ct__head_on_kv_del;
 void ct__head_free_removed_pgs(head *h);
 ct__head_check ct__head_check_pg_create;
 ct__head_handler ct__head_on_pg_create, ct__head_on_pg_wait, ct__head_on_pg_remove;
+
+/* ---- events.c: the recent events' ring, for the dashboard ---- */
+/* Notes an event (kind, what it is about, why) in the ring; the oldest goes when it is full.
+ * Never fails the caller (out of memory: not noted). */
+void ct__head_note(head *h, const char *kind, const char *subject, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* ---- train.c: training jobs' reports; metrics.c: the HTTP endpoint's pages ---- */
 ct__head_check ct__head_check_train_report;

@@ -110,6 +110,13 @@ int main(int argc, char **argv)
             if (parse_int(a, v, 0, 1 << 30, &o.restarts))
                 return 2;
             i++;
+        } else if (!strcmp(a, "--restart-reason")) { /* given by the supervisor too */
+            if (!v) {
+                fprintf(stderr, "ct-head: --restart-reason needs a value\n");
+                return 2;
+            }
+            o.restart_reason = v;
+            i++;
         } else if (!strcmp(a, "--state-dir")) {
             if (!v || !*v) {
                 fprintf(stderr, "ct-head: --state-dir needs a value\n");

@@ -578,6 +578,15 @@ static void hold_if_asked(replica *r)
 
 /* Wraps a loader batch as tensors (x: n × sample shape, f32; y: n, i64, or n × target shape,
  * f32; borrowed from the loader) and runs step fn on it. */
+/* The loader's next batch (ct_loader_next), its wait counted in the step record. */
+static int next_batch(replica *r, ct_batch *b)
+{
+    int64_t t0 = ct__now_ns();
+    int rc = ct_loader_next(r->loader, b);
+    r->rec.data_ns += ct__now_ns() - t0;
+    return rc;
+}
+
 static int run_batch(replica *r, trainer_step *s, trainer_step_fn fn, const ct_batch *b,
                      trainer_step_out *so)
 {
@@ -662,7 +671,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     bool drained_mid = false;
     ct_batch b;
     while (rc == 0 && !drained_mid && (ea.steps <= 0 || steps < ea.steps) &&
-           (rc = ct_loader_next(r->loader, &b)) > 0) {
+           (rc = next_batch(r, &b)) > 0) {
         trainer_step_out so;
         int64_t g0 = s.index - s.index % k, left = nb - g0;
         s.accum_pos = (int)(s.index - g0);
@@ -754,8 +763,10 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         rc = ct__zero_gather_state(r->comm, r->st.optims[m], &zs[m]);
     if (rc == 0 &&
         ((ea.checkpoint && r->setup.rank == 0) || drained_mid || (drained_end && !ea.checkpoint))) {
+        int64_t c0 = ct__now_ns();
         rc = write_checkpoint(r, gathered ? zs : NULL, &rep.ckpt, &rep.copies, &rep.copies_asked);
         rep.has_ckpt = rc == 0;
+        rep.ckpt_seconds = (double)(ct__now_ns() - c0) * 1e-9;
     }
     for (int m = 0; m < r->st.nmodels; m++)
         ct__zero_state_free(&zs[m]);

@@ -62,14 +62,16 @@ struct trainer {
     /* the validations of the last segment (tr_report's tail), for on_validate */
     tr_val_result *vals;
     int nvals;
-    char group[64];    /* the running group's id */
-    int told_world;    /* the group size on_world_size was last told (0: none) */
-    int logged_world;  /* the group size last logged (note_group_size; 0: none) */
-    bool warned_world; /* ... and it was below num_replicas (logged as a warning) */
-    double lr_scale;   /* trainer_scale_lr's factor for groups from the current checkpoint */
-    bool live;         /* recovery "live" applies (trainer_create decided) */
-    double live_lr;    /* the next train_epoch's rates times this (a live recovery's) */
-    bool live_fresh;   /* no step completed yet since the last live recovery */
+    char group[64];      /* the running group's id */
+    int told_world;      /* the group size on_world_size was last told (0: none) */
+    int logged_world;    /* the group size last logged (note_group_size; 0: none) */
+    bool warned_world;   /* ... and it was below num_replicas (logged as a warning) */
+    char shrink_why[96]; /* why the last group ended without a failure ("node X drained"),
+                            for note_group_size's reason when the next one is smaller */
+    double lr_scale;     /* trainer_scale_lr's factor for groups from the current checkpoint */
+    bool live;           /* recovery "live" applies (trainer_create decided) */
+    double live_lr;      /* the next train_epoch's rates times this (a live recovery's) */
+    bool live_fresh;     /* no step completed yet since the last live recovery */
     /* the group's size before its first live recovery: replacements heal from live peers
      * until it is that size again (heal_replacement; 0: no live recovery since it started) */
     int heal_to;
@@ -1018,7 +1020,7 @@ static void drop_best(trainer *t)
 
 /* Makes the newest checkpoint id the current one: pulls it to the driver's node, loads it into
  * the driver's state, then frees the previous one (never before the new one is complete). */
-static int adopt_checkpoint(trainer *t, const ct_object_id *id)
+static int adopt_checkpoint(trainer *t, const ct_object_id *id, double write_s)
 {
     ct_object_view v = {0};
     int rc = ct_get(id, 30000, &v);
@@ -1033,6 +1035,7 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
     t->has_ckpt = true;
     t->ckpt_unsaved = true;
     t->lr_scale = 1; /* the new checkpoint holds the rates its group trained with */
+    ct__report_checkpoint(&t->report, t->local.step, write_s);
     return 0;
 }
 
@@ -1621,7 +1624,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         snprintf(what, sizeof what, "checkpoint at step %lld",
                  (long long)t->local.step + ck->steps);
         note_copies(t, what, ck->copies, ck->copies_asked);
-        if ((rc = adopt_checkpoint(t, &ck->ckpt)) < 0) {
+        if ((rc = adopt_checkpoint(t, &ck->ckpt, ck->ckpt_seconds)) < 0) {
             snprintf(why, cap, "adopting the checkpoint of epoch %lld: %s", (long long)epoch + 1,
                      ct_last_error());
             end_group(t, NULL, 0, -1, rc, NULL);
@@ -1661,7 +1664,11 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
             ct_free(&dr->ckpt);
         t->stats.drains++;
         t->stats.drain_step = t->local.step;
-        CT_LOG(CT_LOG_INFO, "trainer",
+        snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)",
+                 ct_actor_node(t->actors[drained]));
+        ct__report_drain(&t->report);
+        /* a warning: the user sees it in the driver's log, beside the smaller group's line */
+        CT_LOG(CT_LOG_WARN, "trainer",
                "node %s is draining: the group ends at the checkpoint of epoch %lld's end (step "
                "%lld)",
                ct_actor_node(t->actors[drained]), (long long)epoch + 1, (long long)t->local.step);
@@ -1690,7 +1697,7 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     const char *node = ct_actor_node(t->actors[d]);
     char node_id[32];
     snprintf(node_id, sizeof node_id, "%s", node ? node : "");
-    int rc = adopt_checkpoint(t, &r->ckpt);
+    int rc = adopt_checkpoint(t, &r->ckpt, r->ckpt_seconds);
     for (int i = 0; i < world; i++) { /* another replica of that node that wrote one too */
         tr_report *o = res[i];
         if (i != d && o && o->drained && o->has_ckpt && memcmp(&o->ckpt, &r->ckpt, sizeof r->ckpt))
@@ -1710,7 +1717,9 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     t->stats.drains++;
     t->stats.drain_step = t->local.step;
     local_stats(t);
-    CT_LOG(CT_LOG_INFO, "trainer",
+    snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)", node_id);
+    ct__report_drain(&t->report);
+    CT_LOG(CT_LOG_WARN, "trainer",
            "node %s is draining: checkpoint at step %lld (epoch %lld batch %lld); the group "
            "ends and training goes on from there without that node",
            node_id, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.batch);
@@ -1885,12 +1894,21 @@ static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
  * when it is below num_replicas (or comes back from there), else at info level. */
 static void note_group_size(trainer *t, int n)
 {
-    if (n == t->logged_world)
+    if (n == t->logged_world) {
+        t->shrink_why[0] = 0;
         return;
+    }
     char was[32] = "";
     if (t->logged_world)
         snprintf(was, sizeof was, " (was %d)", t->logged_world);
-    if (n < t->num_replicas)
+    if (n < t->num_replicas && t->shrink_why[0])
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "training with %d replica%s of the %d asked (num_replicas)%s: %s, and %d fit in "
+               "the free CPUs (%.3g each) of the nodes left; set min_replicas = %d to wait for "
+               "all of them",
+               n, n == 1 ? "" : "s", t->num_replicas, was, t->shrink_why, n, t->cpus,
+               t->num_replicas);
+    else if (n < t->num_replicas)
         CT_LOG(CT_LOG_WARN, "trainer",
                "training with %d replica%s of the %d asked (num_replicas)%s: only %d fit in the "
                "free CPUs (%.3g each); set min_replicas = %d to wait for all of them",
@@ -1900,6 +1918,7 @@ static void note_group_size(trainer *t, int n)
                "training with %d replica%s%s", n, n == 1 ? "" : "s", was);
     t->warned_world = n < t->num_replicas;
     t->logged_world = n;
+    t->shrink_why[0] = 0;
 }
 
 /* Starts a group of as many replicas as fit (up to max_replicas). Before this trainer's first
@@ -2151,6 +2170,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     }
     ct__progress_set_report(t->progress, &t->report);
     t->report.done = false;
+    t->report.epochs = epochs;
     /* where a resume starts: on the run log's lines when it prints some, else in the log */
     if (resumed[0] && !ct__progress_note(t->progress, "%s", resumed))
         CT_LOG(CT_LOG_INFO, "trainer", "%s", resumed);

@@ -197,8 +197,10 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
         const Ct__TrainHistogram *g = r->histograms[i];
         snprintf(t->hist[i].name, sizeof t->hist[i].name, "%s", g->name);
         t->hist[i].nb = (int)g->n_bounds;
-        memcpy(t->hist[i].bound, g->bounds, g->n_bounds * sizeof g->bounds[0]);
-        memcpy(t->hist[i].counts, g->counts, g->n_counts * sizeof g->counts[0]);
+        if (g->n_bounds) /* (memcpy of NULL, 0 is undefined) */
+            memcpy(t->hist[i].bound, g->bounds, g->n_bounds * sizeof g->bounds[0]);
+        if (g->n_counts)
+            memcpy(t->hist[i].counts, g->counts, g->n_counts * sizeof g->counts[0]);
         t->hist[i].count = g->count;
         t->hist[i].sum = g->sum;
     }

@@ -632,7 +632,8 @@ static int run_browser(void)
                                             .config = "limit=2048,val_limit=200",
                                             .num_replicas = 2,
                                             .epochs = 3,
-                                            .seed = 3},
+                                            .seed = 3,
+                                            .recovery = "restart"}, /* a retry to show */
                             &t));
     if (!t)
         goto out;

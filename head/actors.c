@@ -263,7 +263,7 @@ void ct__head_schedule(head *h)
 {
     for (int i = 0; i < h->npgs; i++)
         ct__head_place_pg(h, &h->pgs[i]);
-    for (int i = 0; i < h->nactors; i++)
+    for (int i = 0; h->npending && i < h->nactors; i++) /* none waiting: no scan (a join) */
         if (h->actors[i].state == A_PENDING)
             place_actor(h, &h->actors[i]);
 }
@@ -363,16 +363,16 @@ void ct__head_on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
                         h->npending, h->pending_bytes);
         return;
     }
-    if (h->nactors == MAX_ACTORS)
+    if (h->nactors == h->lim.actors)
         ct__head_forget_dead(h, 0);
-    if (h->nactors == MAX_ACTORS) {
+    if (h->nactors == h->lim.actors) {
         ct__head_refuse(h, rid, e, CT_ENOSPC, "create_actor",
-                        "create_actor: the head has %d live actors, its limit", MAX_ACTORS);
+                        "create_actor: the head has %d live actors, its limit", h->lim.actors);
         return;
     }
     if (h->nactors == h->cap_actors) {
         int cap = h->cap_actors ? h->cap_actors * 2 : 256;
-        cap = cap < MAX_ACTORS ? cap : MAX_ACTORS;
+        cap = cap < h->lim.actors ? cap : h->lim.actors;
         actor *na = realloc(h->actors, cap * sizeof *na);
         if (!na) {
             REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
@@ -540,13 +540,13 @@ int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r)
                h->nodes[ni].id);
         return CT_EEXIST;
     }
-    if (h->nactors == MAX_ACTORS)
+    if (h->nactors == h->lim.actors)
         ct__head_forget_dead(h, 0);
-    if (h->nactors == MAX_ACTORS)
+    if (h->nactors == h->lim.actors)
         return CT_ENOSPC;
     if (h->nactors == h->cap_actors) {
         int cap = h->cap_actors ? h->cap_actors * 2 : 256;
-        cap = cap < MAX_ACTORS ? cap : MAX_ACTORS;
+        cap = cap < h->lim.actors ? cap : h->lim.actors;
         actor *na = realloc(h->actors, cap * sizeof *na);
         if (!na)
             return CT_ENOMEM;

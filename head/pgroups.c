@@ -11,21 +11,22 @@
 #include "proto/msg.h"
 
 /* A slot for a new group of nb bundles: a free one or a new one, after freeing removed groups
- * when MAX_PGS or MAX_BUNDLES_ALL would be passed. The slot, CT_ENOSPC or CT_ENOMEM. */
+ * when the head's limits would be passed (h->lim.pgs groups, 4 bundles a group in all). The slot,
+ * CT_ENOSPC or CT_ENOMEM. */
 int ct__head_pg_slot(head *h, int nb)
 {
-    if (h->nbundles + nb > MAX_BUNDLES_ALL || h->npgs == MAX_PGS)
+    if (h->nbundles + nb > 4 * h->lim.pgs || h->npgs == h->lim.pgs)
         ct__head_free_removed_pgs(h);
-    if (h->nbundles + nb > MAX_BUNDLES_ALL)
+    if (h->nbundles + nb > 4 * h->lim.pgs)
         return CT_ENOSPC;
     for (int i = 0; i < h->npgs; i++)
         if (h->pgs[i].state == PG_FREE)
             return i;
-    if (h->npgs == MAX_PGS)
+    if (h->npgs == h->lim.pgs)
         return CT_ENOSPC;
     if (h->npgs == h->cap_pgs) {
         int cap = h->cap_pgs ? 2 * h->cap_pgs : 16;
-        cap = cap < MAX_PGS ? cap : MAX_PGS;
+        cap = cap < h->lim.pgs ? cap : h->lim.pgs;
         pgroup *ng = realloc(h->pgs, cap * sizeof *ng);
         if (!ng)
             return CT_ENOMEM;
@@ -74,7 +75,7 @@ void ct__head_on_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
             ct__head_refuse(h, rid, e, CT_ENOSPC, "pg_create",
                             "pg_create: the head has %d groups and %d bundles (at most %d and "
                             "%d)",
-                            h->npgs, h->nbundles, MAX_PGS, MAX_BUNDLES_ALL);
+                            h->npgs, h->nbundles, h->lim.pgs, 4 * h->lim.pgs);
         else
             REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         return;

@@ -18,9 +18,13 @@
  * over the period (node i at phase i/N). Descriptors: two per node (its socket's mailbox and its
  * TCP connection), three with --watch; the process raises RLIMIT_NOFILE to its hard limit.
  *
+ * A head that does not know a node (restarted) refuses its heartbeat: the node registers again
+ * under its id and token with its actors, and announces its store again, as ct-node's resume.
+ *
  * Output (stdout, one line each): "registered N" once all are; at SIGTERM/SIGINT a last line
- * "simnodes nodes=N registered=R starts=S kills=K refused_heartbeats=F errors=E
- * rss_kb=X base_rss_kb=Y" (refused_heartbeats: the head did not know a node: a false death). */
+ * "simnodes nodes=N registered=R starts=S kills=K refused_heartbeats=F resumed=M errors=E
+ * rss_kb=X base_rss_kb=Y" (refused_heartbeats: the head did not know a node, a false death
+ * when the head did not restart; resumed: registrations again that the head answered). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -38,8 +42,13 @@
 #include "common/common.h"
 #include "proto/msg.h"
 
+/* What a re-registration tells a restarted head of an actor (RegisterNode.actors). */
 typedef struct simactor {
     char id[32];
+    char job[CT_TOKEN_LEN + 1];
+    char pg[32];
+    int bundle;
+    double cpu, gpu;
 } simactor;
 
 typedef struct simnode {
@@ -47,6 +56,8 @@ typedef struct simnode {
     char id[32], token[CT_TOKEN_LEN + 1];
     int watch_fd;
     bool registered;
+    bool forgotten;   /* a head that does not know it (restarted) refused its heartbeat: resume */
+    int64_t resuming; /* when its resume went out, until answered (no heartbeats meanwhile) */
     int64_t next_hb;
     simactor *a;
     int na, cap;
@@ -62,6 +73,7 @@ typedef struct sim {
     int hb_ms;
     int nregistered, nrefused; /* registrations answered: taken, refused */
     uint64_t starts, kills, refused_hb, errors;
+    uint64_t resumed; /* registrations again under the node's id, after a head restart */
     char host[64];
 } sim;
 
@@ -93,7 +105,7 @@ static void send_as(sim *s, int i, Ct__Envelope *e)
         s->errors++;
 }
 
-static void send_register(sim *s, int i)
+static void send_register(sim *s, int i, bool resume)
 {
     Ct__Resource r[2], *rp[2];
     const char *names[2] = {"CPU", "GPU"};
@@ -113,7 +125,49 @@ static void send_register(sim *s, int i)
     reg.pid = getpid();
     e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
     e.register_node = &reg;
+    simnode *n = &s->n[i];
+    Ct__ResumedActor *ra = NULL, **rap = NULL;
+    Ct__Resource *rr = NULL, **rrp = NULL;
+    char(*addrs)[48] = NULL;
+    if (resume) { /* again under its id and token, with its actors (as ct-node's resume) */
+        reg.node_id = n->id;
+        reg.node_token = n->token;
+        ra = calloc(n->na + 1, sizeof *ra);
+        rap = calloc(n->na + 1, sizeof *rap);
+        rr = calloc(2 * (n->na + 1), sizeof *rr);
+        rrp = calloc(2 * (n->na + 1), sizeof *rrp);
+        addrs = calloc(n->na + 1, sizeof *addrs);
+        for (int k = 0; ra && rap && rr && rrp && addrs && k < n->na; k++) {
+            simactor *a = &n->a[k];
+            ct__resumed_actor__init(&ra[k]);
+            ra[k].actor_id = a->id;
+            ra[k].class_name = "Sim";
+            ra[k].job_token = a->job;
+            ra[k].pid = getpid();
+            snprintf(addrs[k], sizeof addrs[k], "sim:%s", a->id);
+            ra[k].address = addrs[k];
+            ra[k].pg_id = a->pg;
+            ra[k].bundle_index = a->bundle;
+            double amt[2] = {a->cpu, a->gpu};
+            for (int q = 0; q < 2; q++) {
+                ct__resource__init(&rr[2 * k + q]);
+                rr[2 * k + q].name = (char *)names[q];
+                rr[2 * k + q].amount = amt[q];
+                rrp[2 * k + q] = &rr[2 * k + q];
+            }
+            ra[k].n_resources = 2;
+            ra[k].resources = &rrp[2 * k];
+            rap[k] = &ra[k];
+            reg.n_actors = k + 1;
+        }
+        reg.actors = rap;
+    }
     send_as(s, i, &e);
+    free(ra);
+    free(rap);
+    free(rr);
+    free(rrp);
+    free(addrs);
 }
 
 /* The store's announcements: ObjNodeInfo, then one ObjAdded per simulated object. */
@@ -170,8 +224,12 @@ static void on_register_reply(sim *s, int i, Ct__Envelope *e)
 {
     simnode *n = &s->n[i];
     Ct__RegisterNodeReply *r = e->register_node_reply;
-    if (n->registered)
+    if (n->registered) { /* a resume answered: same id, store announced again */
+        s->resumed++;
+        n->resuming = 0;
+        announce_store(s, i);
         return;
+    }
     snprintf(n->id, sizeof n->id, "%s", r->node_id);
     snprintf(n->token, sizeof n->token, "%s", r->token);
     n->registered = true;
@@ -204,7 +262,14 @@ static void on_start_actor(sim *s, int i, Ct__Envelope *e)
         n->a = a;
         n->cap = cap;
     }
-    snprintf(n->a[n->na++].id, sizeof n->a[0].id, "%s", id);
+    simactor *sa = &n->a[n->na++];
+    Ct__StartActor *st = e->start_actor;
+    snprintf(sa->id, sizeof sa->id, "%s", id);
+    snprintf(sa->job, sizeof sa->job, "%s", st->job_token ? st->job_token : "");
+    snprintf(sa->pg, sizeof sa->pg, "%s", st->pg_id ? st->pg_id : "");
+    sa->bundle = st->bundle_index;
+    sa->cpu = ct__res_get(st->resources, st->n_resources, "CPU");
+    sa->gpu = ct__res_get(st->resources, st->n_resources, "GPU");
     s->starts++;
     char addr[64];
     snprintf(addr, sizeof addr, "sim:%s", id);
@@ -246,9 +311,11 @@ static void on_error(sim *s, int i, Ct__Envelope *e)
     const char *field = e->error->field ? e->error->field : "";
     if (!s->n[i].registered && !strncmp(field, "register_node", 13))
         s->nrefused++; /* the head's node limit, say */
-    else if (!strcmp(field, "heartbeat.node_id"))
-        s->refused_hb++; /* the head does not know this node: it declared it dead */
-    else
+    else if (!strcmp(field, "heartbeat.node_id")) {
+        s->refused_hb++; /* the head does not know it: restarted, or it declared it dead */
+        s->n[i].forgotten = true;
+        return;
+    } else
         s->errors++;
     CT_LOG(CT_LOG_WARN, "simnodes", "node %d (%s): head: %s", i, s->n[i].id,
            e->error->message ? e->error->message : "");
@@ -334,9 +401,17 @@ static void turn(sim *s, int timeout_ms)
         simnode *n = &s->n[i];
         if (!n->registered || now < n->next_hb)
             continue;
-        send_heartbeat(s, i, false);
-        if (!s->one_heartbeat)
-            send_heartbeat(s, i, true);
+        if (n->resuming && now - n->resuming < 10000) {
+            /* its resume is not answered yet: ct-node waits for it too */
+        } else if (n->forgotten) {
+            n->forgotten = false;
+            n->resuming = now;
+            send_register(s, i, true);
+        } else {
+            send_heartbeat(s, i, false);
+            if (!s->one_heartbeat)
+                send_heartbeat(s, i, true);
+        }
         n->next_hb += s->hb_ms;
         if (n->next_hb <= now)
             n->next_hb = now + s->hb_ms;
@@ -436,7 +511,7 @@ int main(int argc, char **argv)
     /* a read that finds nothing arms the socket's ZMQ_FD (an unread pipe signals nothing) */
     for (int i = 0; i < s.nodes && !rc; i++)
         if (!(rc = open_node(&s, i))) {
-            send_register(&s, i);
+            send_register(&s, i, false);
             drain(&s, i);
         }
     if (rc) {
@@ -459,9 +534,10 @@ int main(int argc, char **argv)
         turn(&s, 2);
 out:
     printf("simnodes nodes=%d registered=%d starts=%llu kills=%llu refused_heartbeats=%llu "
-           "errors=%llu rss_kb=%ld base_rss_kb=%ld\n",
+           "resumed=%llu errors=%llu rss_kb=%ld base_rss_kb=%ld\n",
            s.nodes, s.nregistered, (unsigned long long)s.starts, (unsigned long long)s.kills,
-           (unsigned long long)s.refused_hb, (unsigned long long)s.errors, rss_kb(), base_kb);
+           (unsigned long long)s.refused_hb, (unsigned long long)s.resumed,
+           (unsigned long long)s.errors, rss_kb(), base_kb);
     fflush(stdout);
     for (int i = 0; i < s.nodes; i++) {
         if (s.n[i].sock)

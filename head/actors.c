@@ -79,27 +79,12 @@ void ct__head_actor_dead(head *h, actor *a, int pid, int status, int sig, const 
     CT_LOG(CT_LOG_INFO, "head", "actor %s dead: %s", a->id, reason);
 }
 
-/* ids are "actor-N" with N = seq, and the table is sorted by seq (appended in creation order,
- * forget_dead keeps the order): a binary search. */
+/* The id index (index.h): a table kept sorted by seq (a binary search) took an O(n) move for
+ * each actor a node gave back to a restarted head, O(n^2) for 50,000. */
 static actor *find_actor(head *h, const char *id)
 {
-    if (!id || strncmp(id, "actor-", 6) || id[6] < '1' || id[6] > '9')
-        return NULL;
-    char *end;
-    unsigned long long seq = strtoull(id + 6, &end, 10);
-    if (*end)
-        return NULL;
-    int lo = 0, hi = h->nactors - 1;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (h->actors[mid].seq == seq)
-            return !strcmp(h->actors[mid].id, id) ? &h->actors[mid] : NULL;
-        if (h->actors[mid].seq < seq)
-            lo = mid + 1;
-        else
-            hi = mid - 1;
-    }
-    return NULL;
+    int i = id ? ct__index_get(h->actor_ids, id, strlen(id)) : -1;
+    return i >= 0 && i < h->nactors && !strcmp(h->actors[i].id, id) ? &h->actors[i] : NULL;
 }
 
 /* Whether the message comes from the node hosting a (which alone reports its start and end):
@@ -381,10 +366,15 @@ void ct__head_on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
         h->actors = na;
         h->cap_actors = cap;
     }
-    actor *a = &h->actors[h->nactors++];
+    actor *a = &h->actors[h->nactors];
     memset(a, 0, sizeof *a);
     a->seq = ++h->actor_seq;
     snprintf(a->id, sizeof a->id, "actor-%llu", (unsigned long long)a->seq);
+    if (ct__index_put(&h->actor_ids, a->id, strlen(a->id), h->nactors)) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        return;
+    }
+    h->nactors++;
     snprintf(a->cls, sizeof a->cls, "%s", c->class_name);
     a->node = -1;
     a->pg = pg;
@@ -521,7 +511,7 @@ void ct__head_on_kill_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__he
 }
 
 /* An actor that a re-registering node runs (RegisterNode.actors, nodes.c's resume_node), put
- * back into the table (kept sorted by seq) as alive on node ni, holding its resources there.
+ * back into the table (appended; its id indexed) as alive on node ni, holding its resources there.
  * Its owner's connection is unknown (its create was answered by an earlier head) until its job
  * kills it (ct__head_on_kill_actor: the killer becomes its owner); until then its job's
  * subscriptions alone hear of its death. actor_seq moves past its id, so that
@@ -553,12 +543,9 @@ int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r)
         h->actors = na;
         h->cap_actors = cap;
     }
-    int at = h->nactors;
-    while (at > 0 && h->actors[at - 1].seq > seq)
-        at--;
-    memmove(&h->actors[at + 1], &h->actors[at], (h->nactors - at) * sizeof *h->actors);
-    h->nactors++;
-    actor *a = &h->actors[at];
+    if (ct__index_put(&h->actor_ids, id, strlen(id), h->nactors))
+        return CT_ENOMEM;
+    actor *a = &h->actors[h->nactors++];
     memset(a, 0, sizeof *a);
     a->seq = seq;
     snprintf(a->id, sizeof a->id, "%s", id);

@@ -313,10 +313,15 @@ void ct__head_forget_dead(head *h, int64_t max_age)
     int64_t now = ct__now_ms();
     int k = 0;
     for (int i = 0; i < h->nactors; i++) {
-        if (h->actors[i].state == A_DEAD && now - h->actors[i].dead_at >= max_age)
+        actor *a = &h->actors[i];
+        if (a->state == A_DEAD && now - a->dead_at >= max_age) {
+            ct__index_del(h->actor_ids, a->id, strlen(a->id));
             continue;
-        if (k != i)
-            h->actors[k] = h->actors[i];
+        }
+        if (k != i) { /* its index entry follows it (a key the index has: no allocation) */
+            h->actors[k] = *a;
+            ct__index_put(&h->actor_ids, h->actors[k].id, strlen(h->actors[k].id), k);
+        }
         k++;
     }
     h->nactors = k;
@@ -384,6 +389,7 @@ static void head_free(head *h)
     free(h->frees);
     free(h->load);
     free(h->actors);
+    ct__index_free(&h->actor_ids);
     free(h->pgs);
     free(h->w);
     free(h->kv);

@@ -34,9 +34,9 @@
  * Each is refused with an Error naming the field. The tables a cluster's size drives (nodes,
  * actors, placement groups, objects, KV keys, subscribers) are configuration (h->lim,
  * ct_head_limits in head.h, sized for 10,000 nodes by default); the rest are per message. */
-#define HEAD_MAX_MSG (2 << 20)      /* bytes in one message (ZMQ_MAXMSGSIZE: the peer is cut off) */
-#define HEAD_RCVHWM 100             /* messages queued per peer; then TCP pushes back (no loss) */
-#define HEAD_SNDHWM 100000          /* messages queued to one peer; then they are dropped */
+#define HEAD_MAX_MSG (2 << 20) /* bytes in one message (ZMQ_MAXMSGSIZE: the peer is cut off) */
+#define HEAD_RCVHWM 100        /* messages queued per peer; then TCP pushes back (no loss) */
+#define HEAD_SNDHWM 100000     /* messages queued to one peer; then they are dropped */
 /* connections waiting to be accepted (the kernel caps it at net.core.somaxconn): with ZeroMQ's
  * default of 100, 2,000 nodes connecting at once lost SYNs and took 7 s to register, retrying */
 #define HEAD_BACKLOG 4096
@@ -92,7 +92,7 @@ typedef struct node {
 
 typedef struct actor {
     char id[ID_LEN];
-    uint64_t seq; /* N of its id "actor-N"; the table is kept sorted by it */
+    uint64_t seq; /* N of its id "actor-N" */
     char cls[64];
     int node; /* -1 until placed */
     int pid;
@@ -189,8 +189,9 @@ typedef struct head {
     int node_free_hint;     /* no free slot below it (node_slot) */
     res *frees;             /* place_pg's scratch, cap_nodes each */
     int *load;
-    actor *actors;
+    actor *actors; /* in creation order (resumed ones appended as they come back) */
     int nactors, cap_actors;
+    ct__index *actor_ids; /* actors' slots by id (actors.c) */
     int npending;         /* actors waiting for room (holding their request) */
     size_t pending_bytes; /* those requests' memory */
     pgroup *pgs;

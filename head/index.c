@@ -81,6 +81,11 @@ int ct__index_put(ct__index **xp, const void *key, size_t len, int slot)
     if (len > CT__INDEX_KEY)
         return CT_EINVAL;
     ct__index *x = *xp;
+    entry *e = x ? find(x, key, len, NULL) : NULL;
+    if (e) { /* a key it has: its slot changes, nothing is allocated (cannot fail) */
+        e->slot = slot;
+        return 0;
+    }
     if (!x) {
         if (sodium_init() < 0 || !(x = calloc(1, sizeof *x)))
             return CT_ENOMEM;
@@ -94,11 +99,8 @@ int ct__index_put(ct__index **xp, const void *key, size_t len, int slot)
     if (2 * (x->used + x->gone + 1) > x->cap &&
         rehash(x, 2 * (x->used + 1) > x->cap / 2 ? 2 * x->cap : x->cap))
         return CT_ENOMEM;
-    entry *at = NULL, *e = find(x, key, len, &at);
-    if (e) {
-        e->slot = slot;
-        return 0;
-    }
+    entry *at = NULL;
+    find(x, key, len, &at);
     if (at->state == E_GONE)
         x->gone--;
     at->state = E_USED;

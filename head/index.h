@@ -14,7 +14,8 @@
 typedef struct ct__index ct__index;
 
 /* Sets key -> slot (replacing what key had), creating *x when NULL. 0, or CT_ENOMEM (then the
- * index is unchanged), or CT_EINVAL for a key longer than CT__INDEX_KEY. */
+ * index is unchanged), or CT_EINVAL for a key longer than CT__INDEX_KEY. Changing the slot of a
+ * key it has allocates nothing and cannot fail. */
 int ct__index_put(ct__index **x, const void *key, size_t len, int slot);
 /* key's slot, or -1 (also for a NULL index). */
 int ct__index_get(const ct__index *x, const void *key, size_t len);

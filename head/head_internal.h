@@ -188,8 +188,8 @@ typedef struct head {
     ct__index *node_tokens; /* used slots by node token (the token rules' lookup) */
     int node_free_hint;     /* no free slot below it (node_slot) */
     res *frees;             /* place_pg's scratch, cap_nodes each */
-    int *load;
-    actor *actors; /* in creation order (resumed ones appended as they come back) */
+    int *load;              /* its bundles per node; -1: node untouched (frees[i] not copied) */
+    actor *actors;          /* in creation order (resumed ones appended as they come back) */
     int nactors, cap_actors;
     ct__index *actor_ids; /* actors' slots by id (actors.c) */
     int npending;         /* actors waiting for room (holding their request) */

@@ -160,6 +160,8 @@ int node_slot(head *h)
             if (!nl)
                 return CT_ENOMEM;
             h->load = nl;
+            for (int i = h->cap_nodes; i < cap; i++)
+                h->load[i] = -1; /* place_pg's view: untouched */
             h->cap_nodes = cap;
         }
         memset(&h->nodes[h->nnodes], 0, sizeof h->nodes[0]);

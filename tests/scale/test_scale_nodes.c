@@ -25,6 +25,7 @@ typedef struct sizes {
     int pgs;
     int hold_ms; /* past the default dead-after time (10 s) */
     int sims;    /* ct-simnodes processes (descriptors: two a node, three with the watch) */
+    int cpus;    /* each node's CPUs */
     bool watch;
     bool restart; /* then kill -9 the head and start it again on its state file */
 } sizes;
@@ -195,10 +196,12 @@ static int parse_args(int argc, char **argv, sizes *z)
             z->hold_ms = atoi(argv[++i]);
         else if (!strcmp(a, "--sims") && atoi(v) > 0)
             z->sims = atoi(argv[++i]);
+        else if (!strcmp(a, "--cpus") && atoi(v) > 0)
+            z->cpus = atoi(argv[++i]);
         else {
             fprintf(stderr,
                     "test_scale_nodes: bad argument '%s' (--nodes N --actors A --pgs P "
-                    "--hold-ms H --sims K --watch|--no-watch --restart)\n",
+                    "--hold-ms H --sims K --cpus C --watch|--no-watch --restart)\n",
                     a);
             return -1;
         }
@@ -210,10 +213,16 @@ static int parse_args(int argc, char **argv, sizes *z)
 
 int main(int argc, char **argv)
 {
-    sizes z = {
-        .nodes = 2000, .actors = 4000, .pgs = 1000, .hold_ms = 12000, .sims = 1, .watch = true};
+    sizes z = {.nodes = 2000,
+               .actors = 4000,
+               .pgs = 1000,
+               .hold_ms = 12000,
+               .sims = 1,
+               .cpus = 4,
+               .watch = true};
     if (parse_args(argc, argv, &z) || z.sims > MAX_SIMS)
         return 2;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it comes (bench/scale reads them) */
     h_init();
     alarm(110 + z.nodes / 40 + z.actors / 200); /* the test's sizes: 110 s */
     struct rlimit rl; /* this process needs few; the head and ct-simnodes raise their own */
@@ -239,9 +248,10 @@ int main(int argc, char **argv)
     char line[512] = "";
     double t0 = h_now_ms();
     for (int k = 0; k < z.sims; k++) {
-        char n[16];
+        char n[16], cpus[16];
         snprintf(n, sizeof n, "%d", z.nodes / z.sims + (k < z.nodes % z.sims));
-        char *argv[] = {(char *)h_bin("ct-simnodes"), "--head", addr, "--nodes", n,
+        snprintf(cpus, sizeof cpus, "%d", z.cpus);
+        char *argv[] = {(char *)h_bin("ct-simnodes"), "--head", addr, "--nodes", n, "--cpus", cpus,
                         z.watch ? "--watch" : NULL,   NULL};
         fd[k] = -1;
         sim[k] = h_spawn(argv, &fd[k]);

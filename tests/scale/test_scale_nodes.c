@@ -26,6 +26,7 @@ typedef struct sizes {
     int hold_ms; /* past the default dead-after time (10 s) */
     int sims;    /* ct-simnodes processes (descriptors: two a node, three with the watch) */
     int cpus;    /* each node's CPUs */
+    int hb_ms;   /* the head's --heartbeat-ms (100: its default) */
     bool watch;
     bool restart; /* then kill -9 the head and start it again on its state file */
 } sizes;
@@ -198,11 +199,14 @@ static int parse_args(int argc, char **argv, sizes *z)
             z->sims = atoi(argv[++i]);
         else if (!strcmp(a, "--cpus") && atoi(v) > 0)
             z->cpus = atoi(argv[++i]);
+        else if (!strcmp(a, "--heartbeat-ms") && atoi(v) > 0)
+            z->hb_ms = atoi(argv[++i]);
         else {
-            fprintf(stderr,
-                    "test_scale_nodes: bad argument '%s' (--nodes N --actors A --pgs P "
-                    "--hold-ms H --sims K --cpus C --watch|--no-watch --restart)\n",
-                    a);
+            fprintf(
+                stderr,
+                "test_scale_nodes: bad argument '%s' (--nodes N --actors A --pgs P "
+                "--hold-ms H --sims K --cpus C --heartbeat-ms T --watch|--no-watch --restart)\n",
+                a);
             return -1;
         }
     }
@@ -219,6 +223,7 @@ int main(int argc, char **argv)
                .hold_ms = 12000,
                .sims = 1,
                .cpus = 4,
+               .hb_ms = 100,
                .watch = true};
     if (parse_args(argc, argv, &z) || z.sims > MAX_SIMS)
         return 2;
@@ -238,7 +243,9 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 1;
     }
-    pid_t head = h_start_head_on("0", addr, sizeof addr, "100", "10000", z.restart ? state : NULL);
+    char hb[16];
+    snprintf(hb, sizeof hb, "%d", z.hb_ms);
+    pid_t head = h_start_head_on("0", addr, sizeof addr, hb, "10000", z.restart ? state : NULL);
     CHECK(head > 0);
     if (head <= 0)
         return sec_finish("scale_nodes", -1);
@@ -317,7 +324,7 @@ int main(int argc, char **argv)
         /* the port may stay taken a moment by the dead head's closing connections */
         head = -1;
         for (int tries = 0; head < 0 && tries < 20; tries++)
-            if ((head = h_start_head_on(port, addr, sizeof addr, "100", "10000", state)) < 0)
+            if ((head = h_start_head_on(port, addr, sizeof addr, hb, "10000", state)) < 0)
                 usleep(250000);
         printf("metric replay_ms=%.0f\n", h_now_ms() - t0); /* the state loads before it listens */
         CHECK(head > 0);

@@ -338,9 +338,7 @@ void ct__head_on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     const char *job = f->job; /* RULE_JOB */
     int pg = -1;
     if (c->pg_id && *c->pg_id) {
-        for (int i = 0; i < h->npgs; i++)
-            if (h->pgs[i].state != PG_FREE && !strcmp(h->pgs[i].id, c->pg_id))
-                pg = i;
+        pg = ct__head_find_pg(h, c->pg_id, strlen(c->pg_id));
         if (pg < 0 || h->pgs[pg].state == PG_REMOVED) {
             REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "create_actor.pg_id",
                       "create_actor.pg_id: no placement group %s", c->pg_id);
@@ -580,11 +578,12 @@ int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r)
     a->state = a->addr[0] ? A_ALIVE : A_STARTING;
     /* inside its group's bundle when that is reserved on this node again (state.c), else
      * straight from the node */
-    for (int i = 0; r->pg_id && *r->pg_id && i < h->npgs; i++) {
-        pgroup *g = &h->pgs[i];
-        if ((g->state == PG_READY || g->state == PG_PENDING) && !strcmp(g->id, r->pg_id) &&
-            r->bundle_index >= 0 && r->bundle_index < g->nb && g->b[r->bundle_index].node == ni) {
-            a->pg = i;
+    int gi = r->pg_id && *r->pg_id ? ct__head_find_pg(h, r->pg_id, strlen(r->pg_id)) : -1;
+    if (gi >= 0) {
+        pgroup *g = &h->pgs[gi];
+        if ((g->state == PG_READY || g->state == PG_PENDING) && r->bundle_index >= 0 &&
+            r->bundle_index < g->nb && g->b[r->bundle_index].node == ni) {
+            a->pg = gi;
             a->bundle = a->want_bundle = r->bundle_index;
             ct__rv_sub(&g->b[a->bundle].free, &a->need, 1);
         }

@@ -390,6 +390,7 @@ static void head_free(head *h)
     free(h->load);
     free(h->actors);
     ct__index_free(&h->actor_ids);
+    ct__index_free(&h->pg_ids);
     free(h->pgs);
     free(h->w);
     free(h->kv);

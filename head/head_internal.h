@@ -196,7 +196,9 @@ typedef struct head {
     size_t pending_bytes; /* those requests' memory */
     pgroup *pgs;
     int npgs, cap_pgs;
-    int nbundles; /* in all group slots */
+    ct__index *pg_ids; /* slots not PG_FREE by group id (pgroups.c) */
+    int pg_free_hint;  /* no PG_FREE slot below it (ct__head_pg_slot) */
+    int nbundles;      /* in all group slots */
     waiter *w;
     int nw, cap_w;
     kv *kv;
@@ -293,6 +295,11 @@ void ct__head_kv_unset(head *h, const char *key);
  * (!attached) its driver is gone: its keys released */
 void ct__head_expect_job(head *h, const char *job, bool attached);
 int ct__head_pg_slot(head *h, int nb); /* pgroups.c: a group slot for nb bundles, or CT_E* */
+/* pgroups.c: the slot of the group (not PG_FREE) whose id is the n bytes at id, -1; a slot's id
+ * set (into the index: 0 or CT_ENOMEM); a slot freed (bundles, index entry; PG_FREE) */
+int ct__head_find_pg(head *h, const char *id, size_t n);
+int ct__head_pg_named(head *h, int gi);
+void ct__head_pg_freed(head *h, int gi);
 
 /* ---- actors.c (resumed actors) ---- */
 int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r);

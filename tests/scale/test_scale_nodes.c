@@ -31,6 +31,32 @@ typedef struct sizes {
     bool restart; /* then kill -9 the head and start it again on its state file */
 } sizes;
 
+/* A driver's heartbeat: the head follows the job (a restarted head ends a job whose driver does
+ * not heartbeat within its dead-after time, killing its actors). */
+static void driver_beat(peer *drv)
+{
+    Ct__Envelope e;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__envelope__init(&e);
+    hb.driver = 1;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    peer_send(drv, &e);
+}
+
+/* The next message within timeout_ms, heartbeating as the driver meanwhile (a wait longer than
+ * the head's dead-after time would end the job); NULL on timeout. */
+static Ct__Envelope *wait_beating(peer *drv, uint64_t req_id, int timeout_ms)
+{
+    for (double until = h_now_ms() + timeout_ms; h_now_ms() < until;) {
+        Ct__Envelope *r = peer_wait(drv, req_id, 0, 200);
+        if (r)
+            return r;
+        driver_beat(drv);
+    }
+    return NULL;
+}
+
 /* Sends n CreateActor (CPU=1) without waiting, then reads until every one is answered or
  * timeout_ms passed; the number answered CreateActorReply. */
 static int create_many(peer *drv, int n, int timeout_ms)
@@ -44,9 +70,11 @@ static int create_many(peer *drv, int n, int timeout_ms)
     }
     int ok = 0, other = 0;
     for (int got = 0; got < n; got++) {
-        Ct__Envelope *r = peer_wait(drv, 0, 0, timeout_ms);
+        Ct__Envelope *r = wait_beating(drv, 0, timeout_ms);
         if (!r)
             break;
+        if (got % 1000 == 0)
+            driver_beat(drv);
         if (r->body_case == CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY && r->req_id >= first)
             ok++;
         else if (other++ < 5)
@@ -77,7 +105,9 @@ static int pgs_many(peer *drv, int n, int timeout_ms)
         p.bundles = &bp;
         e.body_case = CT__ENVELOPE__BODY_PG_CREATE;
         e.pg_create = &p;
-        Ct__Envelope *rep = peer_call(drv, &e, timeout_ms);
+        Ct__Envelope *rep = wait_beating(drv, peer_send(drv, &e), timeout_ms);
+        if (i % 1000 == 0)
+            driver_beat(drv);
         if (rep && rep->body_case == CT__ENVELOPE__BODY_PG_CREATE_REPLY)
             snprintf(ids[made++], sizeof ids[0], "%s", rep->pg_create_reply->pg_id);
         ct__msg_free(rep);
@@ -90,7 +120,9 @@ static int pgs_many(peer *drv, int n, int timeout_ms)
         w.wait_ms = timeout_ms;
         e.body_case = CT__ENVELOPE__BODY_PG_WAIT;
         e.pg_wait = &w;
-        Ct__Envelope *rep = peer_call(drv, &e, timeout_ms);
+        Ct__Envelope *rep = wait_beating(drv, peer_send(drv, &e), timeout_ms);
+        if (i % 1000 == 0)
+            driver_beat(drv);
         ready += rep && rep->body_case == CT__ENVELOPE__BODY_OK;
         ct__msg_free(rep);
     }
@@ -137,19 +169,6 @@ static double cpu_ms_of(pid_t pid)
     if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
-}
-
-/* A driver's heartbeat: the head follows the job (a restarted head ends a job whose driver does
- * not heartbeat within its dead-after time, killing its actors). */
-static void driver_beat(peer *drv)
-{
-    Ct__Envelope e;
-    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
-    ct__envelope__init(&e);
-    hb.driver = 1;
-    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
-    e.heartbeat = &hb;
-    peer_send(drv, &e);
 }
 
 /* Sleeps ms, heartbeating as the driver every 100 ms. */

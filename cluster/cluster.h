@@ -78,6 +78,8 @@ typedef struct {
     int head_port, heartbeat_ms, dead_after_ms, start_timeout_s;
     int dashboard_port; /* ct-head --dashboard-port (its HTTP endpoint, head/http.h); 0: none */
     int head_grace_ms;  /* nodes keep their actors this long while the head is gone */
+    /* the head's table limits (ct-head --max-*, head/head.h ct_head_limits); 0: its default */
+    int max_nodes, max_actors, max_placement_groups, max_objects, max_kv_keys, max_subscribers;
     char *head_bind;    /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
     char *bin_dir;      /* where ct-head/ct-node are here (default: next to ctup) */
     char *remote_dir;   /* ssh: where binaries and logs go on a host (default ~/.ct) */

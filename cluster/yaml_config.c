@@ -117,13 +117,12 @@ static const char *const ray_only[] = {"docker",
                                        NULL};
 
 /* The keys of the `ct:` section, and of a node type (available_node_types.NAME). */
-static const char *const ct_keys[] = {"head_port",      "heartbeat_ms",
-                                      "dead_after_ms",  "store_memory",
-                                      "spill_dir",      "bin_dir",
-                                      "remote_dir",     "copy_binaries",
-                                      "head_runs_node", "start_timeout_s",
-                                      "head_bind",      "head_grace_ms",
-                                      "dashboard_port", NULL};
+static const char *const ct_keys[] = {
+    "head_port",      "heartbeat_ms",    "dead_after_ms",   "store_memory",
+    "spill_dir",      "bin_dir",         "remote_dir",      "copy_binaries",
+    "head_runs_node", "start_timeout_s", "head_bind",       "head_grace_ms",
+    "dashboard_port", "max_nodes",       "max_actors",      "max_placement_groups",
+    "max_objects",    "max_kv_keys",     "max_subscribers", NULL};
 static const char *const type_keys[] = {
     "resources",    "min_workers", "max_workers",           "node_config",
     "store_memory", "spill_dir",   "worker_setup_commands", NULL};
@@ -726,7 +725,13 @@ static int parse_root(parser *p, yaml_node_t *root)
                     {"dead_after_ms", &c->dead_after_ms, 1, 3600000},
                     {"head_grace_ms", &c->head_grace_ms, 1, 3600000},
                     {"start_timeout_s", &c->start_timeout_s, 1, 3600},
-                    {"dashboard_port", &c->dashboard_port, 0, 65535}};
+                    {"dashboard_port", &c->dashboard_port, 0, 65535},
+                    {"max_nodes", &c->max_nodes, 1, 1 << 24},
+                    {"max_actors", &c->max_actors, 1, 1 << 24},
+                    {"max_placement_groups", &c->max_placement_groups, 1, 1 << 24},
+                    {"max_objects", &c->max_objects, 1, 1 << 24},
+                    {"max_kv_keys", &c->max_kv_keys, 1, 1 << 24},
+                    {"max_subscribers", &c->max_subscribers, 1, 1 << 24}};
         for (size_t i = 0; i < CT_ARRAY_LEN(ints); i++) {
             char what[64];
             snprintf(what, sizeof what, "ct.%s", ints[i].key);

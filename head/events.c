@@ -80,9 +80,10 @@ void ct__head_on_subscribe(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
             ct__head_ok(h, rid, e->req_id);
             return;
         }
-    if (h->nsubs == MAX_SUBS) {
+    if (h->nsubs == h->lim.subscribers) {
         ct__head_refuse(h, rid, e, CT_ENOSPC, "subscribe",
-                        "subscribe: %d peers subscribe already, the head's limit", MAX_SUBS);
+                        "subscribe: %d peers subscribe already, the head's limit",
+                        h->lim.subscribers);
         return;
     }
     sub *ns = realloc(h->subs, (h->nsubs + 1) * sizeof *ns);

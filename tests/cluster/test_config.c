@@ -127,6 +127,10 @@ int main(int argc, char **argv)
         "cluster.yaml:4:15: the node types ask for 3 workers (min_workers), the provider gives 2");
     bad("cluster_name: a\n" LOCAL2 "head_node_type: hd\navailable_node_types:\n  w: {}\n",
         "cluster.yaml:5:17: head_node_type: 'hd' is not in available_node_types");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  max_nodes: 0\n",
+        "cluster.yaml:6:14: ct.max_nodes must be an integer in [1, 16777216], got '0'");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  max_node: 5\n",
+        "cluster.yaml:6:3: unknown key 'max_node' in ct (did you mean 'max_nodes'?)");
     bad("cluster_name: a\n" LOCAL2 "ct:\n  store_memory: 10K\n",
         "cluster.yaml:6:17: ct.store_memory must be a size of at least 1M (e.g. 512M), got '10K'");
     bad("cluster_name: a\n" LOCAL2 "ct:\n  head_runs_node: maybe\n",
@@ -227,6 +231,23 @@ int main(int argc, char **argv)
     }
     ct_cluster_config_destroy(&c);
     CHECK(c == NULL);
+    /* the head's table limits (ct-head --max-*): 0, the head's default, unless given */
+    c = good("cluster_name: t\n" LOCAL2 "ct:\n  max_nodes: 20000\n  max_actors: 200000\n"
+             "  max_placement_groups: 30000\n  max_objects: 5000000\n  max_kv_keys: 7\n"
+             "  max_subscribers: 9\n");
+    if (c) {
+        CHECK_EQ_NUM(c->max_nodes, 20000);
+        CHECK_EQ_NUM(c->max_actors, 200000);
+        CHECK_EQ_NUM(c->max_placement_groups, 30000);
+        CHECK_EQ_NUM(c->max_objects, 5000000);
+        CHECK_EQ_NUM(c->max_kv_keys, 7);
+        CHECK_EQ_NUM(c->max_subscribers, 9);
+    }
+    ct_cluster_config_destroy(&c);
+    c = good("cluster_name: t\n" LOCAL2);
+    if (c)
+        CHECK_EQ_NUM(c->max_nodes, 0);
+    ct_cluster_config_destroy(&c);
     /* types: min_workers first, the rest fill types in order up to their max_workers */
     c = good("cluster_name: t\nprovider: {type: local, num_workers: 4}\n"
              "head_node_type: hd\n"

@@ -237,12 +237,17 @@ bool ct_module_is_training(const ct_module *m);
 
 /* Parameters in PyTorch's named_parameters() order, as refs for ct/optim.h. The first call
  * packs every parameter of the tree into one flat value buffer and one flat gradient buffer
- * (module order, 64-byte aligned offsets) so they can be all-reduced as byte ranges. */
+ * per device the parameters are on (module order, 64-byte aligned offsets) so they can be
+ * all-reduced as byte ranges; each ref names its device. Place the tree (ct_module_to on it or
+ * on its children) first: after a child moved, the next call packs the tree again (new refs
+ * and buffers; refs taken before, and optimizers built on them, are stale). */
 int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n);
-/* The flat buffers (after packing): numel floats each, including alignment gaps (kept 0). */
+/* The flat buffers (after packing): numel floats each, including alignment gaps (kept 0).
+ * CT_EINVAL when the parameters are on more than one device. */
 int ct_module_flat(ct_module *m, float **values, float **grads, int64_t *numel);
 /* Moves every parameter and buffer of m (children too) to device (CT_CPU, CT_CUDA,
- * CT_CHECKDEV), as PyTorch's module.to(device): the tensors stay the same objects, their data
+ * CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1)), as PyTorch's module.to(device); on a child it
+ * places that child (model parallelism): the tensors stay the same objects, their data
  * moves; gradients are dropped. The parameter references and flat buffers of
  * ct_module_params / ct_module_flat are made again on the device at their next call, so get
  * them (and build optimizers) after the move. Nothing moves when it fails. */

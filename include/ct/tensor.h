@@ -42,11 +42,36 @@ extern "C" {
 
 #define CT_MAX_DIMS 5
 
-/* Where a tensor's storage lives. CT_CHECKDEV is the checking device: host memory that host
- * code cannot dereference (its pointers are tagged) and kernels that run late on worker
- * threads, one per stream, so code that misses a copy or a wait fails on any machine, as it
- * would on a GPU (trainer/checkdev/). */
-typedef enum ct_device { CT_CPU = 0, CT_CUDA = 1, CT_CHECKDEV = 2 } ct_device;
+/* Where a tensor's storage lives: a kind and an index (cuda:1 is the second GPU). The kinds
+ * CT_CPU, CT_CUDA and CT_CHECKDEV are themselves devices, of index 0. CT_CHECKDEV is the
+ * checking device: host memory that host code cannot dereference (its pointers are tagged) and
+ * kernels that run late on worker threads, one per stream, so code that misses a copy or a wait
+ * fails on any machine, as it would on a GPU (trainer/checkdev/); each index is a memory space
+ * of its own. A ct_device is kind | index << 8 (docs/ARCHITECTURE.md, "Devices"). */
+enum { CT_CPU = 0, CT_CUDA = 1, CT_CHECKDEV = 2 };
+typedef int ct_device;
+/* Indices 0 .. CT_MAX_DEVICE_INDEX - 1 per kind (the CPU has index 0 only). */
+#define CT_MAX_DEVICE_INDEX 4
+static inline int ct_device_kind(ct_device d)
+{
+    return d & 0xff;
+}
+static inline int ct_device_index(ct_device d)
+{
+    return d >> 8;
+}
+static inline ct_device ct_device_make(int kind, int index)
+{
+    return kind | index << 8;
+}
+/* Parses "cpu", "cuda", "cuda:N", "checkdev", "checkdev:N" (N < CT_MAX_DEVICE_INDEX) into *out.
+ * 0, or CT_EINVAL with a message quoting s and listing the valid forms. */
+int ct_device_parse(const char *s, ct_device *out);
+/* The name of d as ct_device_parse reads it ("cpu", "cuda:1"; index 0 without ":0") in buf;
+ * returns buf. "?" for a device that is not one. */
+const char *ct_device_name(ct_device d, char *buf, size_t size);
+/* 0 when d is a kind and index ct_device_parse would give; else CT_EINVAL naming it. */
+int ct_device_check(ct_device d);
 
 typedef struct ct_tensor ct_tensor;
 
@@ -68,7 +93,10 @@ ct_tensor *ct_tensor_view(ct_tensor *t, int ndim, const int64_t *shape);
 ct_tensor *ct_tensor_narrow0(ct_tensor *t, int64_t start, int64_t len);
 /* A contiguous copy (no autograd), on t's device. */
 ct_tensor *ct_tensor_clone(const ct_tensor *t);
-/* A copy of contiguous t on device (no autograd; a new tensor even when t is there already).
+/* A copy of contiguous t on device (a new tensor even when t is there already). Differentiable:
+ * with grad mode on and t requiring a gradient, it records a node whose backward copies the
+ * gradient back to t's device. Between two indices of one kind it is queued on the target's
+ * compute stream after an event of the source's (no host wait); otherwise through the host.
  * NULL with a message naming the device where it cannot be used (no CUDA device, a build
  * without CUDA). */
 ct_tensor *ct_tensor_to(const ct_tensor *t, ct_device device);

@@ -68,6 +68,16 @@ const char *trainer_ctx_config(const trainer_ctx *ctx);  /* the whole config str
  * for bf16, never f16 (oneDNN has no f16 CPU kernels): on CPU replicas trainer_create checks
  * the driver's CPU and fails with CT_ENOSYS naming the instruction set. */
 ct_dtype trainer_ctx_precision(const trainer_ctx *ctx);
+/* Config key "devices_per_replica" = k (1 .. 4; default 1): the devices a replica's model may
+ * span, device i (0 .. k-1) being the replica's device with its index plus i (device
+ * "checkdev": checkdev:0 .. checkdev:k-1; "cuda": the k GPUs the replica was given, see
+ * gpus_per_replica). A model creator places its parts with ct_module_to(child,
+ * trainer_ctx_device(ctx, i)); with k > 1 the trainer then leaves the placement as it is. In
+ * the driver's check-run (and for i out of range) every device is CT_CPU. trainer_create
+ * refuses k > 1 for now (CT_ENOSYS): replicas do not yet bucket gradients on several devices;
+ * the engine trains such a model (tests/engine/test_model_parallel.c). */
+int trainer_ctx_num_devices(const trainer_ctx *ctx);
+ct_device trainer_ctx_device(const trainer_ctx *ctx, int i);
 
 /* The config value of key ("key=value,..."), or def when absent. A value that does not parse,
  * and a key that nothing reads, fail the creation with an error naming the key. */

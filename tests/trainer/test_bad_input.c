@@ -1,7 +1,8 @@
 /* tests/trainer/test_bad_input.c — trainer_create refuses bad input with a message that names
  * it, and starts nothing: an unknown creator name (CT_ENOTREG, the registered names listed), a
  * missing required option, a config key no creator reads, a value that does not parse, a
- * malformed pair, a precision that is not f32/bf16/f16 or that this CPU has no kernels for, a
+ * malformed pair, a bad device name or devices_per_replica (more than 1: CT_ENOSYS for now), a
+ * precision that is not f32/bf16/f16 or that this CPU has no kernels for, a
  * creator that fails, use_gpu without a CUDA backend, elastic bounds out of order, a name
  * registered twice or after ct_init (refused at the registration, and named by trainer_create),
  * data whose samples the model does not take or an output the loss does not take (CT_ERANGE naming
@@ -136,6 +137,18 @@ int main(void)
     expect(OPTS(.recovery = "fast"), CT_EINVAL, "opts.recovery \"fast\"", "\"restart\"");
     expect(OPTS(.config = "limit=256,val_limit=10,recovery=later"), CT_EINVAL,
            "config key \"recovery\" = \"later\"", "not \"live\" or \"restart\"");
+    expect(OPTS(.device = "cuda:9"), CT_EINVAL, "opts.device \"cuda:9\"", "\"checkdev:N\"");
+    expect(OPTS(.device = "cpu:1"), CT_EINVAL, "opts.device \"cpu:1\"", "\"cuda:N\"");
+    expect(OPTS(.config = "limit=256,devices_per_replica=0"), CT_EINVAL,
+           "\"devices_per_replica\" = \"0\"", "from 1 to 4");
+    expect(OPTS(.config = "limit=256,devices_per_replica=two"), CT_EINVAL,
+           "\"devices_per_replica\" = \"two\"", NULL);
+    expect(OPTS(.config = "limit=256,devices_per_replica=2"), CT_EINVAL,
+           "\"devices_per_replica\" = 2 needs opts.device", NULL);
+    expect(OPTS(.device = "checkdev:3", .config = "limit=256,devices_per_replica=2"), CT_EINVAL,
+           "past the last index", NULL);
+    expect(OPTS(.device = "checkdev", .config = "limit=256,devices_per_replica=2"), CT_ENOSYS,
+           "\"devices_per_replica\" = 2", "bucketer per device");
     expect(OPTS(.use_gpu = true, .device = "checkdev"), CT_EINVAL, "use_gpu with opts.device",
            NULL);
     expect(OPTS(.config = "limit=256,data_dir=/nonexistent"), CT_ENOENT, "data creator",

@@ -88,30 +88,6 @@ static float *resume_from(const char *device, const char *ckpt, int64_t *n)
     return w;
 }
 
-typedef struct killer {
-    trainer *t;
-    int killed_pid, replica_pid;
-} killer;
-
-static void *kill_probe(void *arg)
-{
-    killer *k = arg;
-    void *v = NULL;
-    size_t n;
-    if (ct_kv_get("tt/probe", &v, &n, 60000) < 0) {
-        fprintf(stderr, "no probe pid in the KV: %s\n", ct_last_error());
-        return NULL;
-    }
-    int pid = atoi(v);
-    free(v);
-    trainer_replica_info info;
-    if (trainer_replica_info_get(k->t, 1, &info) == 0)
-        k->replica_pid = info.pid;
-    if (kill(pid, SIGKILL) == 0)
-        k->killed_pid = pid;
-    return NULL;
-}
-
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "same";
@@ -160,9 +136,9 @@ int main(int argc, char **argv)
         if (!t)
             goto out;
         ct_kv_put("tt/probe/armed", "1", 1);
-        killer k = {.t = t};
+        tt_killer k = {.t = t};
         pthread_t th;
-        pthread_create(&th, NULL, kill_probe, &k);
+        pthread_create(&th, NULL, tt_kill_probe, &k);
         CHECK_OK(trainer_train(t, .max_retries = 1, .stats = &s2));
         pthread_join(th, NULL);
         CHECK(k.killed_pid > 0);

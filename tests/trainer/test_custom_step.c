@@ -221,31 +221,6 @@ static int64_t differing(const float *a, const float *b, int64_t n)
     return a && b ? d : -1;
 }
 
-typedef struct killer {
-    trainer *t;
-    int killed_pid, replica_pid;
-} killer;
-
-static void *kill_probe(void *arg)
-{
-    killer *k = arg;
-    void *v = NULL;
-    size_t n;
-    if (ct_kv_get("tt/probe", &v, &n, 60000) < 0) {
-        fprintf(stderr, "no probe pid in the KV: %s\n", ct_last_error());
-        return NULL;
-    }
-    int pid = atoi(v);
-    free(v);
-    ct_kv_del("tt/probe");
-    trainer_replica_info info;
-    if (trainer_replica_info_get(k->t, 1, &info) == 0)
-        k->replica_pid = info.pid;
-    if (kill(pid, SIGKILL) == 0)
-        k->killed_pid = pid;
-    return NULL;
-}
-
 /* (c) on the driver: top-1 and top-2 hits of model over the first 500 test images. */
 static int driver_topk(ct_module *m, int64_t *top1, int64_t *top2, int64_t *total)
 {
@@ -470,9 +445,9 @@ int main(void)
     float *w_e = NULL;
     if (t) {
         ct_kv_put("tt/probe/armed", "1", 1);
-        killer k = {.t = t};
+        tt_killer k = {.t = t};
         pthread_t th;
-        pthread_create(&th, NULL, kill_probe, &k);
+        pthread_create(&th, NULL, tt_kill_probe, &k);
         CHECK_OK(trainer_train(t, .max_retries = 1, .stats = &st_e));
         pthread_join(th, NULL);
         CHECK(k.killed_pid > 0);

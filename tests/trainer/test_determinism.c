@@ -20,35 +20,6 @@ static trainer *make(int probe_step)
     return tt_make_probed(model, probe_step, 3, 11);
 }
 
-typedef struct killer {
-    trainer *t;
-    int killed_pid, replica_pid;
-    int64_t kill_ns;
-} killer;
-
-static void *kill_probe(void *arg)
-{
-    killer *k = arg;
-    void *v = NULL;
-    size_t n;
-    if (ct_kv_get("tt/probe", &v, &n, 60000) < 0) {
-        fprintf(stderr, "no probe pid in the KV: %s\n", ct_last_error());
-        return NULL;
-    }
-    int pid = atoi(v);
-    free(v);
-    ct_kv_del("tt/probe"); /* the next run's probe writes it anew */
-    trainer_replica_info info;
-    if (trainer_replica_info_get(k->t, 1, &info) == 0)
-        k->replica_pid = info.pid;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    k->kill_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    if (kill(pid, SIGKILL) == 0)
-        k->killed_pid = pid;
-    return NULL;
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -77,9 +48,9 @@ int main(int argc, char **argv)
     if (!t)
         goto out;
     ct_kv_put("tt/probe/armed", "1", 1);
-    killer k = {.t = t};
+    tt_killer k = {.t = t};
     pthread_t th;
-    pthread_create(&th, NULL, kill_probe, &k);
+    pthread_create(&th, NULL, tt_kill_probe, &k);
     CHECK_OK(trainer_train(t, .max_retries = 1, .stats = &st2));
     pthread_join(th, NULL);
     CHECK(k.killed_pid > 0);
@@ -119,9 +90,9 @@ int main(int argc, char **argv)
     if (!t)
         goto out;
     ct_kv_put("tt/probe/armed", "1", 1);
-    killer k2 = {.t = t};
+    tt_killer k2 = {.t = t};
     trainer_stats st3 = {0};
-    pthread_create(&th, NULL, kill_probe, &k2);
+    pthread_create(&th, NULL, tt_kill_probe, &k2);
     CHECK_OK(
         trainer_train(t, .max_retries = 1, .checkpoint = TRAINER_CHECKPOINT_NONE, .stats = &st3));
     pthread_join(th, NULL);

@@ -89,24 +89,6 @@ static long long rank_steps(const char *dir, int rank)
     return v;
 }
 
-/* The checkpoint files in dir, sorted, joined by spaces. */
-static void list_ckpts(const char *dir, char *out, size_t cap)
-{
-    char names[64][80];
-    int n = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) && n < 64)
-        if (!strncmp(e->d_name, "ckpt-", 5))
-            snprintf(names[n++], sizeof names[0], "%.79s", e->d_name);
-    if (d)
-        closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
-    out[0] = 0;
-    for (int i = 0; i < n; i++)
-        snprintf(out + strlen(out), cap - strlen(out), "%s%.79s", i ? " " : "", names[i]);
-}
-
 static trainer *make(const char *trace, int64_t epochs)
 {
     char cfg[700];
@@ -239,7 +221,7 @@ int main(void)
     CHECK_EQ_INT(rank_steps(trace, 0), 14); /* every replica stopped at that step */
     CHECK_EQ_INT(rank_steps(trace, 1), 14);
     CHECK_EQ_INT(st.steps, 6); /* the restored best's */
-    list_ckpts(dir, got, sizeof got);
+    tt_list_ckpts(dir, got, sizeof got);
     printf("kept: %s\n", got);
     CHECK_STR(got, "ckpt-epoch0000-step000006.safetensors ckpt-epoch0001-step000010.safetensors "
                    "ckpt-epoch0001-step000012.safetensors ckpt-epoch0001-step000014.safetensors");
@@ -295,7 +277,7 @@ int main(void)
     CHECK_EQ_INT(sv2.steps[0], 16);
     CHECK_EQ_INT(rank_steps(trace, 0), 16);
     CHECK_EQ_INT(rank_steps(trace, 1), 16);
-    list_ckpts(dir, got, sizeof got);
+    tt_list_ckpts(dir, got, sizeof got);
     printf("kept after the resume: %s\n", got);
     CHECK_STR(got, "ckpt-epoch0000-step000006.safetensors ckpt-epoch0001-step000012.safetensors "
                    "ckpt-epoch0001-step000014.safetensors ckpt-epoch0002-step000016.safetensors");
@@ -308,13 +290,13 @@ int main(void)
     CHECK_OK(trainer_train(t, .validate_every_steps = 2, .checkpoint_dir = all,
                            .checkpoint_num_to_keep = TRAINER_KEEP_ALL));
     trainer_shutdown(&t);
-    list_ckpts(all, got, sizeof got);
+    tt_list_ckpts(all, got, sizeof got);
     CHECK_STR(got, "ckpt-epoch0000-step000002.safetensors ckpt-epoch0000-step000004.safetensors "
                    "ckpt-epoch0000-step000006.safetensors ckpt-epoch0001-step000008.safetensors");
     t = make(trace, 2);
     CHECK_OK(trainer_train(t, .validate_every_steps = 2, .checkpoint_dir = nobest,
                            .checkpoint_num_best = -1));
-    list_ckpts(nobest, got, sizeof got);
+    tt_list_ckpts(nobest, got, sizeof got);
     CHECK_STR(got, "ckpt-epoch0001-step000012.safetensors ckpt-epoch0001-step000014.safetensors "
                    "ckpt-epoch0002-step000016.safetensors");
     rc = trainer_train(t, .epochs = 3, .restore_best = true);

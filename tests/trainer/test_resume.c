@@ -51,24 +51,6 @@ static int write_all(const char *path, const void *p, size_t n)
     return fclose(f) == 0 && w == n ? 0 : -1;
 }
 
-/* The checkpoint files in dir, sorted, joined by spaces ("" when none). */
-static void list_ckpts(const char *dir, char *out, size_t cap)
-{
-    char names[64][80];
-    int n = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) && n < 64)
-        if (!strncmp(e->d_name, "ckpt-", 5))
-            snprintf(names[n++], sizeof names[0], "%.79s", e->d_name);
-    if (d)
-        closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
-    out[0] = 0;
-    for (int i = 0; i < n; i++)
-        snprintf(out + strlen(out), cap - strlen(out), "%s%.79s", i ? " " : "", names[i]);
-}
-
 static void ckpt_name(char *buf, size_t cap, int epoch, int step)
 {
     snprintf(buf, cap, "ckpt-epoch%04d-step%06d.safetensors", epoch, step);
@@ -162,31 +144,6 @@ static int run_driver(const char *phase, const char *dir, const char *log)
 
 /* ---- this process ---- */
 
-typedef struct killer {
-    trainer *t;
-    int killed_pid, replica_pid;
-} killer;
-
-static void *kill_probe(void *arg)
-{
-    killer *k = arg;
-    void *v = NULL;
-    size_t n;
-    if (ct_kv_get("tt/probe", &v, &n, 60000) < 0) {
-        fprintf(stderr, "no probe pid in the KV: %s\n", ct_last_error());
-        return NULL;
-    }
-    int pid = atoi(v);
-    free(v);
-    ct_kv_del("tt/probe");
-    trainer_replica_info info;
-    if (trainer_replica_info_get(k->t, 1, &info) == 0)
-        k->replica_pid = info.pid;
-    if (kill(pid, SIGKILL) == 0)
-        k->killed_pid = pid;
-    return NULL;
-}
-
 /* A train step that reports metric "m" = G[segment] (segments of SEG optimizer steps). */
 #define SEG 8
 static const double G[6] = {6, 1, 4, 0, 7, 2};
@@ -248,7 +205,7 @@ static void retention(const char *base, const char *order)
             snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", want[0] ? " " : "",
                      name);
         }
-    list_ckpts(dir, got, sizeof got);
+    tt_list_ckpts(dir, got, sizeof got);
     printf("kept (%s): %s\n", order, got);
     CHECK_STR(got, want);
     /* min keeps 4 files (best: steps 32, 16), max 3 (best: steps 40, 8; 40 is also newest) */
@@ -380,7 +337,7 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/index.json", dir);
     idx = tt_read_file(path, &len);
     CHECK(idx && strstr(idx, "\"latest\": \"ckpt-epoch0001-step000020.safetensors\""));
-    list_ckpts(dir, got, sizeof got);
+    tt_list_ckpts(dir, got, sizeof got);
     printf("after the cluster died: %s\n", got);
     CHECK_STR(got, "ckpt-epoch0000-step000015.safetensors ckpt-epoch0001-step000016.safetensors "
                    "ckpt-epoch0001-step000020.safetensors");
@@ -404,7 +361,7 @@ int main(int argc, char **argv)
     res = tt_read_file(log, &len);
     /* no warning about copies */
     CHECK(res && !strstr(res, "under-replicated") && !strstr(res, "stored with"));
-    list_ckpts(dir, got, sizeof got);
+    tt_list_ckpts(dir, got, sizeof got);
     printf("after the resumed run: %s\n", got);
     CHECK_STR(got, "ckpt-epoch0001-step000025.safetensors ckpt-epoch0001-step000030.safetensors "
                    "ckpt-epoch0002-step000032.safetensors");
@@ -431,9 +388,9 @@ int main(int argc, char **argv)
     if (!t)
         goto out;
     ct_kv_put("tt/probe/armed", "1", 1);
-    killer k = {.t = t};
+    tt_killer k = {.t = t};
     pthread_t th;
-    pthread_create(&th, NULL, kill_probe, &k);
+    pthread_create(&th, NULL, tt_kill_probe, &k);
     snprintf(path, sizeof path, "%s/in-process", base);
     CHECK_OK(trainer_train(t, .max_retries = 1, .checkpoint_every_steps = EVERY,
                            .checkpoint_dir = path, .checkpoint_num_to_keep = 2, .stats = &st2));

@@ -321,4 +321,54 @@ __attribute__((unused)) static float *tt_weights(ct_module *m, int64_t *n)
     return c;
 }
 
+/* The checkpoint files ("ckpt-*") in dir, sorted, joined by spaces ("" when none). */
+__attribute__((unused)) static void tt_list_ckpts(const char *dir, char *out, size_t cap)
+{
+    char names[64][80];
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < 64)
+        if (!strncmp(e->d_name, "ckpt-", 5))
+            snprintf(names[n++], sizeof names[0], "%.79s", e->d_name);
+    if (d)
+        closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    out[0] = 0;
+    for (int i = 0; i < n; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%.79s", i ? " " : "", names[i]);
+}
+
+/* A thread that waits for the probe's pid (KV "tt/probe", put by probe_action "wait"), takes
+ * the key (so the next arming writes it anew), notes replica 1's pid and the time, and
+ * SIGKILLs the probe: run it with pthread_create(&th, NULL, tt_kill_probe, &killer). */
+typedef struct tt_killer {
+    trainer *t;
+    int killed_pid, replica_pid;
+    int64_t kill_ns; /* CLOCK_MONOTONIC at the kill */
+} tt_killer;
+
+__attribute__((unused)) static void *tt_kill_probe(void *arg)
+{
+    tt_killer *k = arg;
+    void *v = NULL;
+    size_t n;
+    if (ct_kv_get("tt/probe", &v, &n, 60000) < 0) {
+        fprintf(stderr, "no probe pid in the KV: %s\n", ct_last_error());
+        return NULL;
+    }
+    int pid = atoi(v);
+    free(v);
+    ct_kv_del("tt/probe");
+    trainer_replica_info info;
+    if (trainer_replica_info_get(k->t, 1, &info) == 0)
+        k->replica_pid = info.pid;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    k->kill_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    if (kill(pid, SIGKILL) == 0)
+        k->killed_pid = pid;
+    return NULL;
+}
+
 #endif

@@ -1,6 +1,9 @@
 /* trainer/backend/backend.c — the one place a device's table is chosen (backend.h). */
 #include "common/common.h"
 #include "trainer/backend/cudalib.h"
+#ifdef CT_HAVE_CHECKDEV
+#include "trainer/checkdev/checkdev.h"
+#endif
 
 #ifdef CT_HAVE_CUDA
 /* Weak, both: a program of ct's build that trains on a GPU links the CUDA code (ct_link_cuda in
@@ -22,23 +25,28 @@ const ct__cuda_lib *ct__cuda_lib_get(void)
     return NULL;
 }
 
-/* the CUDA table, where a device can be used; decided once */
-static const ct__backend *cuda_backend(void)
+/* the table of cuda:index, where that device can be used; the device count is read once */
+static const ct__backend *cuda_backend(int index)
 {
-    static int usable = -1;
+    static int ndev = -1;
     static const char *why;
     const ct__cuda_lib *lib = ct__cuda_lib_get();
     if (!lib)
         return NULL;
-    if (usable < 0) {
-        int ndev = lib->backend->devices(&why);
-        usable = ndev > 0;
-    }
-    if (!usable) {
+    if (ndev < 0)
+        ndev = lib->backend->devices(&why);
+    if (ndev <= 0) {
         ct__error(CT_ENOSYS, "device cuda: %s", why ? why : "no CUDA device");
         return NULL;
     }
-    return lib->backend;
+    if (index >= ndev) {
+        ct__error(CT_ENOSYS,
+                  "device cuda:%d: this process sees %d CUDA device(s) (cuda:0 to "
+                  "cuda:%d; CUDA_VISIBLE_DEVICES, gpus_per_replica)",
+                  index, ndev, ndev - 1);
+        return NULL;
+    }
+    return index == 0 ? lib->backend : lib->table(index);
 }
 #else
 const ct__cuda_lib *ct__cuda_lib_get(void)
@@ -50,22 +58,28 @@ const ct__cuda_lib *ct__cuda_lib_get(void)
 
 const ct__backend *ct__backend_of(ct_device device)
 {
-    switch (device) {
+    if (ct_device_check(device) < 0)
+        return NULL;
+    switch (ct_device_kind(device)) {
     case CT_CPU:
         return &ct__backend_cpu;
     case CT_CHECKDEV:
 #ifdef CT_HAVE_CHECKDEV
-        return &ct__backend_checkdev;
+        return ct__checkdev_table(ct_device_index(device));
 #else
         ct__error(CT_ENOSYS, "device checkdev: not in this build");
         return NULL;
 #endif
     case CT_CUDA:
 #ifdef CT_HAVE_CUDA
-        return cuda_backend();
+        return cuda_backend(ct_device_index(device));
 #else
-        ct__error(CT_ENOSYS, "device cuda: this build of ct has no CUDA (CMake found none)");
+    {
+        char name[32];
+        ct__error(CT_ENOSYS, "device %s: this build of ct has no CUDA (CMake found none)",
+                  ct_device_name(device, name, sizeof name));
         return NULL;
+    }
 #endif
     }
     ct__error(CT_EINVAL, "device %d unknown", (int)device);
@@ -74,7 +88,7 @@ const ct__backend *ct__backend_of(ct_device device)
 
 int ct__backend_linked(ct_device device)
 {
-    if (device != CT_CUDA)
+    if (ct_device_kind(device) != CT_CUDA)
         return ct__backend_of(device) ? 0 : CT_ENOSYS;
     return ct__cuda_lib_get() ? 0 : CT_ENOSYS;
 }

@@ -150,8 +150,8 @@ typedef struct ct__op_desc {
 /* ---- the table ---- */
 
 typedef struct ct__backend {
-    const char *name; /* "cpu", "cuda", "checkdev": errors name it */
-    ct_device device;
+    const char *name; /* "cpu", "cuda", "checkdev", "checkdev:1": errors name it */
+    ct_device device; /* kind and index: one table per device index (backend.c) */
     /* how many devices of this kind the process can use (0: none, and *why says why) */
     int (*devices)(const char **why);
     /* the dense FLOP/s this process can reach on its device in precision dt (CT_F32, CT_BF16,
@@ -180,6 +180,11 @@ typedef struct ct__backend {
      * (or an event recorded after the copy completes); host memory from host_alloc */
     int (*upload_async)(void *dst, const void *host_src, size_t bytes, void *stream);
     int (*download_async)(void *host_dst, const void *src, size_t bytes, void *stream);
+    /* dst (this device) = bytes of src, memory of another device of this kind (cuda:1 and
+     * cuda:0), queued on stream (NULL: the compute stream) and NOT waiting for src's device: the
+     * caller records an event on src's stream after the work that wrote src and has stream wait
+     * for it first. NULL: the kind has no peer copies (ct_tensor_to goes through the host). */
+    int (*peer_copy)(void *dst, const void *src, size_t bytes, void *stream);
 
     /* streams and events (stream NULL: the compute stream) */
     int (*stream_new)(void **stream);
@@ -342,7 +347,9 @@ extern const ct__backend ct__backend_checkdev;
 extern const ct__backend ct__backend_cuda;
 
 /* The table of a device: CT_CPU always; CT_CUDA where this build has CUDA and a device can be
- * used; CT_CHECKDEV always. NULL with a message naming the device and why, otherwise. */
+ * used (an index the process sees); CT_CHECKDEV any index. NULL with a message naming the device
+ * and why, otherwise. Tables of two indices of one kind are two tables, so comparing tables
+ * compares devices. */
 const ct__backend *ct__backend_of(ct_device device);
 /* 0 when this program has device's table (CUDA: linked in, or libct_cuda.so loaded: cudalib.h),
  * whether or not a device can be used here (a driver without a GPU checks for its replicas);

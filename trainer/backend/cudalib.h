@@ -12,12 +12,14 @@
 
 struct ct__nccl_ops; /* trainer/collective/internal.h */
 
-#define CT__CUDA_LIB_ABI 1 /* bumped when ct__cuda_lib or the tables it points to change */
+#define CT__CUDA_LIB_ABI 2 /* bumped when ct__cuda_lib or the tables it points to change */
 typedef struct ct__cuda_lib {
     int abi;             /* CT__CUDA_LIB_ABI of the build that made it */
     size_t backend_size; /* sizeof(ct__backend) there */
     const ct__backend *backend;
     const struct ct__nccl_ops *nccl;
+    /* the table of cuda:index (index 0: backend; NULL past CT_MAX_DEVICE_INDEX) */
+    const ct__backend *(*table)(int index);
 } ct__cuda_lib;
 
 /* The CUDA code, linked in or loaded once (backend.c); NULL with CT_ENOSYS naming what is
@@ -25,6 +27,8 @@ typedef struct ct__cuda_lib {
 const ct__cuda_lib *ct__cuda_lib_get(void);
 /* libct.so's loader (libct/cuda_load.c): dlopen()s libct_cuda.so once. Only libct.so has it. */
 const ct__cuda_lib *ct__cuda_lib_load(void);
+/* trainer/cuda/backend_cuda.c's tables per device index (ct__cuda_lib.table) */
+const ct__backend *ct__cuda_table(int index);
 /* libct_cuda.so's one export (trainer/cuda/cudalib.c): its ct__cuda_lib */
 const ct__cuda_lib *ct__cuda_lib_entry(void);
 

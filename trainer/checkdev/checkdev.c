@@ -33,11 +33,20 @@
 
 /* ---- tagged pointers ---- */
 
+/* bit 63: not the host's; bits 57:56: the index of the device (checkdev:N) the memory is of */
 #define TAG ((uintptr_t)1 << 63)
+#define DEV_SHIFT 56
+#define DEV_MASK ((uintptr_t)(CT_MAX_DEVICE_INDEX - 1) << DEV_SHIFT)
 
 static void *untag(const void *p)
 {
-    return (void *)((uintptr_t)p & ~TAG);
+    return (void *)((uintptr_t)p & ~(TAG | DEV_MASK));
+}
+
+/* the device index of tagged p; -1 for a host pointer (or NULL) */
+static int dev_of(const void *p)
+{
+    return (uintptr_t)p & TAG ? (int)(((uintptr_t)p & DEV_MASK) >> DEV_SHIFT) : -1;
 }
 
 /* ---- tasks, streams, events ---- */
@@ -70,6 +79,12 @@ struct task {
     cd_event *ev; /* markers and waits: the event (the task holds a reference) */
     uint64_t seq; /* its record the marker completes / the wait waits for */
     int nthreads; /* OpenMP threads of the thread that queued the task */
+    /* a copy from another device (peer_copy): p[1] is of device src_dev, whose compute stream
+     * had need tasks queued when the copy was; the copy may run only after them (run_peer) */
+    bool peer;
+    int src_dev;
+    uint64_t need;
+    uint64_t pos; /* its place on its stream: the stream's queued count with it */
 };
 #define F(k) ((float *)t->p[k])
 
@@ -82,6 +97,10 @@ struct cd_stream {
     int err; /* the first failure not yet reported, and its message */
     char msg[512];
     cd_stream *next; /* the list of live streams, drained at exit */
+    int dev;         /* the device index (checkdev:dev) the stream belongs to */
+    /* known[d]: how many tasks of device d's compute stream are done before this stream's
+     * next task, by the waits it ran (run_wait); the worker's own, no lock */
+    uint64_t known[CT_MAX_DEVICE_INDEX];
 };
 
 /* recorded: records made; completed: the highest whose marker ran. An event waited for is
@@ -91,24 +110,44 @@ struct cd_stream {
 struct cd_event {
     int refs; /* the host's and each queued task's naming it */
     uint64_t recorded, completed;
+    /* the last marker run: on the compute stream of done_dev (-1: another stream), after
+     * done_pos of its tasks */
+    int done_dev;
+    uint64_t done_pos;
     int err;
     char msg[512];
 };
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
 
-static cd_stream compute = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+/* one compute stream per device index, all on the list of live streams */
+#define COMPUTE(i)                                                                                 \
+    {                                                                                              \
+        .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .dev = i,                 \
+        .next = i + 1 < CT_MAX_DEVICE_INDEX ? &compute[i + 1] : NULL                               \
+    }
+static cd_stream compute[CT_MAX_DEVICE_INDEX] = {COMPUTE(0), COMPUTE(1), COMPUTE(2), COMPUTE(3)};
+_Static_assert(CT_MAX_DEVICE_INDEX == 4, "one COMPUTE(i) per device index");
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
-static cd_stream *streams = &compute;
+static cd_stream *streams = &compute[0];
 static _Thread_local cd_stream *current; /* ct__checkdev_set_stream's; NULL: compute */
+/* host_known[d]: tasks of device d's compute stream the host has seen done (synchronize,
+ * download): work queued after that is ordered after them */
+static pthread_mutex_t known_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t host_known[CT_MAX_DEVICE_INDEX];
+/* queued_here[d]: the place of the last task this thread queued on device d's compute stream:
+ * what a peer copy this thread queues next must be ordered after */
+static _Thread_local uint64_t queued_here[CT_MAX_DEVICE_INDEX];
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static long delay_us = 200;
 static pid_t owner; /* the process whose workers run the queues */
 
-/* A stream argument (NULL: the compute stream); CUR: the calling thread's stream. */
-#define STREAM(s) ((s) ? (cd_stream *)(s) : &compute)
-#define CUR STREAM(current)
+/* A stream argument (NULL: device dev's compute stream). */
+static cd_stream *stream_arg(void *s, int dev)
+{
+    return s ? (cd_stream *)s : &compute[dev];
+}
 
 void *ct__checkdev_set_stream(void *stream)
 {
@@ -208,10 +247,44 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* Queues a copy of *tmpl on s, starting s's worker at the first task. */
+/* The device of a task's device pointers (p[1] of a peer copy is another's): the first one's;
+ * -2 when they are of two devices (pair: those two); -1 when there are none. */
+static int task_dev(const task *t, bool peer, int pair[2])
+{
+    int dev = -1;
+    for (size_t k = 0; k < CT_ARRAY_LEN(t->p); k++) {
+        int d = peer && k == 1 ? -1 : dev_of(t->p[k]);
+        if (d >= 0 && dev >= 0 && d != dev) {
+            pair[0] = dev;
+            pair[1] = d;
+            return -2;
+        }
+        if (d >= 0)
+            dev = d;
+    }
+    return dev;
+}
+
+/* Queues a copy of *tmpl on s, starting s's worker at the first task. s NULL: the stream of the
+ * calling thread (ct__checkdev_set_stream) when it is of the task's device, else that device's
+ * compute stream. A task whose memory is of two devices, or of another device than s, is
+ * refused here: the caller missed a copy. */
 static int submit(cd_stream *s, const task *tmpl, const char *op)
 {
     pthread_once(&once, init_once);
+    int pair[2], dev = task_dev(tmpl, tmpl->peer, pair);
+    if (dev == -2)
+        return ct__error(CT_EINVAL,
+                         "checkdev %s: memory of checkdev:%d and of checkdev:%d in one "
+                         "call (a tensor not copied to the device it is used on)",
+                         op, pair[0], pair[1]);
+    if (!s)
+        s = current && (dev < 0 || current->dev == dev) ? current : &compute[dev < 0 ? 0 : dev];
+    if (dev >= 0 && dev != s->dev)
+        return ct__error(CT_EINVAL,
+                         "checkdev:%d %s: memory of checkdev:%d (a tensor not copied "
+                         "to the device it is used on)",
+                         s->dev, op, dev);
     task *t = malloc(sizeof *t);
     if (!t)
         return ct__error(CT_ENOMEM, "checkdev %s: out of memory", op);
@@ -237,7 +310,9 @@ static int submit(cd_stream *s, const task *tmpl, const char *op)
     else
         s->head = t;
     s->tail = t;
-    s->queued++;
+    t->pos = ++s->queued;
+    if (s == &compute[s->dev])
+        queued_here[s->dev] = t->pos;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -249,11 +324,23 @@ static int report(int err, const char *msg, const char *what)
     return err ? ct__error(err, "%s (reported by %s)", msg, what) : 0;
 }
 
+/* The host has seen device dev's compute stream do its first pos tasks. */
+static void host_learns(int dev, uint64_t pos)
+{
+    pthread_mutex_lock(&known_mu);
+    if (host_known[dev] < pos)
+        host_known[dev] = pos;
+    pthread_mutex_unlock(&known_mu);
+}
+
 static int sync_stream(cd_stream *s, const char *what)
 {
     char msg[sizeof s->msg];
     pthread_mutex_lock(&s->mu);
+    uint64_t target = s->queued;
     drain_locked(s);
+    if (s == &compute[s->dev])
+        host_learns(s->dev, target);
     int err = s->err;
     memcpy(msg, s->msg, sizeof msg);
     s->err = 0;
@@ -263,13 +350,13 @@ static int sync_stream(cd_stream *s, const char *what)
 
 /* ---- memory ---- */
 
-static int cd_alloc(void **p, size_t bytes)
+static int alloc_on(int dev, void **p, size_t bytes)
 {
     size_t sz = bytes ? (bytes + 63) / 64 * 64 : 64;
     void *m = sz >= bytes ? aligned_alloc(64, sz) : NULL;
     if (!m)
         return ct__error(CT_ENOMEM, "checkdev alloc: out of memory (%zu bytes)", bytes);
-    *p = (void *)((uintptr_t)m | TAG);
+    *p = (void *)((uintptr_t)m | TAG | (uintptr_t)dev << DEV_SHIFT);
     return 0;
 }
 
@@ -284,10 +371,11 @@ static void cd_free(void *p)
 {
     if (!p)
         return;
-    if (submit(&compute, &(task){.run = run_free, .p = {p}}, "free") < 0) {
-        pthread_mutex_lock(&compute.mu); /* out of memory: free it now, after the queue */
-        drain_locked(&compute);
-        pthread_mutex_unlock(&compute.mu);
+    cd_stream *s = &compute[dev_of(p) < 0 ? 0 : dev_of(p)];
+    if (submit(s, &(task){.run = run_free, .p = {p}}, "free") < 0) {
+        pthread_mutex_lock(&s->mu); /* out of memory: free it now, after the queue */
+        drain_locked(s);
+        pthread_mutex_unlock(&s->mu);
         free(untag(p));
     }
 }
@@ -307,8 +395,8 @@ static int cd_upload(void *dst, const void *host_src, size_t bytes)
     if (!copy)
         return ct__error(CT_ENOMEM, "checkdev upload: out of memory (%zu bytes)", bytes);
     memcpy(copy, host_src, bytes);
-    int rc = submit(&compute, &(task){.run = run_upload, .p = {dst, copy}, .i = {(int64_t)bytes}},
-                    "upload");
+    int rc =
+        submit(NULL, &(task){.run = run_upload, .p = {dst, copy}, .i = {(int64_t)bytes}}, "upload");
     if (rc < 0)
         free(copy);
     return rc;
@@ -316,7 +404,7 @@ static int cd_upload(void *dst, const void *host_src, size_t bytes)
 
 static int cd_download(void *host_dst, const void *src, size_t bytes)
 {
-    int rc = sync_stream(&compute, "download");
+    int rc = sync_stream(&compute[dev_of(src) < 0 ? 0 : dev_of(src)], "download");
     if (rc < 0)
         return rc;
     if (bytes)
@@ -334,7 +422,51 @@ static int cd_copy(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return 0;
-    return submit(CUR, &(task){.run = run_copy, .p = {dst, src}, .i = {(int64_t)bytes}}, "copy");
+    return submit(NULL, &(task){.run = run_copy, .p = {dst, src}, .i = {(int64_t)bytes}}, "copy");
+}
+
+/* A peer copy runs only when the tasks the calling thread had queued on its source's compute
+ * stream before it are known done on its own stream (by an event of that stream it waited for)
+ * or were seen done by the host before it was queued; else it fails, as reading the source then
+ * is a race. (Work other threads queue there is not ordered with the copy by this thread's
+ * program either way, so it is not counted.) */
+static int run_peer(task *t, cd_stream *s)
+{
+    if (s->known[t->src_dev] < t->need)
+        return ct__error(
+            CT_EINVAL,
+            "peer_copy from checkdev:%d to checkdev:%d: the work queued on checkdev:%d "
+            "before the copy (to task %llu) is not known done, only to task %llu "
+            "(no event wait between the devices' streams)",
+            t->src_dev, s->dev, t->src_dev, (unsigned long long)t->need,
+            (unsigned long long)s->known[t->src_dev]);
+    memcpy(F(0), t->p[1], (size_t)t->i[0]);
+    return 0;
+}
+
+static int cd_peer_copy(void *dst, const void *src, size_t bytes, void *stream)
+{
+    int dev = dev_of(dst), src_dev = dev_of(src);
+    if (dev < 0 || src_dev < 0 || dev == src_dev)
+        return ct__error(CT_EINVAL,
+                         "checkdev peer_copy: needs memory of two checking devices "
+                         "(checkdev:%d to checkdev:%d)",
+                         dev, src_dev);
+    if (!bytes)
+        return 0;
+    uint64_t need = queued_here[src_dev];
+    pthread_mutex_lock(&known_mu);
+    if (host_known[src_dev] >= need)
+        need = 0;
+    pthread_mutex_unlock(&known_mu);
+    return submit(stream_arg(stream, dev),
+                  &(task){.run = run_peer,
+                          .p = {dst, src},
+                          .i = {(int64_t)bytes},
+                          .peer = true,
+                          .src_dev = src_dev,
+                          .need = need},
+                  "peer_copy");
 }
 
 /* Queued on stream, waiting for nothing else: run_copy with the host side untagged already
@@ -344,7 +476,7 @@ static int cd_upload_async(void *dst, const void *host_src, size_t bytes, void *
 {
     if (!bytes)
         return 0;
-    return submit(STREAM(stream),
+    return submit(stream_arg(stream, dev_of(dst) < 0 ? 0 : dev_of(dst)),
                   &(task){.run = run_copy, .p = {dst, host_src}, .i = {(int64_t)bytes}},
                   "upload_async");
 }
@@ -353,7 +485,7 @@ static int cd_download_async(void *host_dst, const void *src, size_t bytes, void
 {
     if (!bytes)
         return 0;
-    return submit(STREAM(stream),
+    return submit(stream_arg(stream, dev_of(src) < 0 ? 0 : dev_of(src)),
                   &(task){.run = run_copy, .p = {host_dst, src}, .i = {(int64_t)bytes}},
                   "download_async");
 }
@@ -376,16 +508,17 @@ static int cd_zero(void *p, size_t bytes)
 {
     if (!bytes)
         return 0;
-    return submit(CUR, &(task){.run = run_zero, .p = {p}, .i = {(int64_t)bytes}}, "zero");
+    return submit(NULL, &(task){.run = run_zero, .p = {p}, .i = {(int64_t)bytes}}, "zero");
 }
 
 /* ---- streams and events ---- */
 
-static int cd_stream_new(void **stream)
+static int stream_new_on(int dev, void **stream)
 {
     cd_stream *s = calloc(1, sizeof *s);
     if (!s)
         return ct__error(CT_ENOMEM, "checkdev stream_new: out of memory");
+    s->dev = dev;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_lock(&streams_mu);
@@ -400,7 +533,7 @@ static int cd_stream_new(void **stream)
 static void cd_stream_free(void *stream)
 {
     cd_stream *s = stream;
-    if (!s || s == &compute)
+    if (!s || s == &compute[s->dev])
         return;
     pthread_mutex_lock(&streams_mu);
     for (cd_stream **pp = &streams; *pp; pp = &(*pp)->next) {
@@ -421,9 +554,9 @@ static void cd_stream_free(void *stream)
         stream_destroy(s);
 }
 
-static int cd_synchronize(void *stream)
+static int synchronize_on(int dev, void *stream)
 {
-    return sync_stream(STREAM(stream), "synchronize");
+    return sync_stream(stream_arg(stream, dev), "synchronize");
 }
 
 static int cd_event_new(void **ev)
@@ -432,12 +565,14 @@ static int cd_event_new(void **ev)
     if (!e)
         return ct__error(CT_ENOMEM, "checkdev event_new: out of memory");
     e->refs = 1;
+    e->done_dev = -1;
     *ev = e;
     return 0;
 }
 
-/* Record seq of e is complete, with s's pending failure (s NULL: none). */
-static void mark(cd_event *e, uint64_t seq, cd_stream *s)
+/* Record seq of e is complete, with s's pending failure (s NULL: none), at s's task pos (0:
+ * none ran). */
+static void mark(cd_event *e, uint64_t seq, cd_stream *s, uint64_t pos)
 {
     if (s)
         pthread_mutex_lock(&s->mu);
@@ -448,6 +583,10 @@ static void mark(cd_event *e, uint64_t seq, cd_stream *s)
     }
     if (e->completed < seq)
         e->completed = seq;
+    if (pos) {
+        e->done_dev = s == &compute[s->dev] ? s->dev : -1;
+        e->done_pos = pos;
+    }
     pthread_cond_broadcast(&ev_cv);
     pthread_mutex_unlock(&ev_mu);
     if (s)
@@ -456,20 +595,21 @@ static void mark(cd_event *e, uint64_t seq, cd_stream *s)
 
 static int run_mark(task *t, cd_stream *s)
 {
-    mark(t->ev, t->seq, s);
+    mark(t->ev, t->seq, s, t->pos);
     return 0;
 }
 
-static int cd_event_record(void *ev, void *stream)
+static int event_record_on(int dev, void *ev, void *stream)
 {
     cd_event *e = ev;
     pthread_mutex_lock(&ev_mu);
     uint64_t seq = ++e->recorded;
     e->refs++;
     pthread_mutex_unlock(&ev_mu);
-    int rc = submit(STREAM(stream), &(task){.run = run_mark, .ev = e, .seq = seq}, "event_record");
+    int rc = submit(stream_arg(stream, dev), &(task){.run = run_mark, .ev = e, .seq = seq},
+                    "event_record");
     if (rc < 0) { /* never to be marked: complete, so no one waits forever */
-        mark(e, seq, NULL);
+        mark(e, seq, NULL, 0);
         cd_event_free(e);
     }
     return rc;
@@ -483,14 +623,20 @@ static void wait_event(cd_event *e, uint64_t seq)
     pthread_mutex_unlock(&ev_mu);
 }
 
+/* s learns what the event's marker's stream had done (a compute stream's count) */
 static int run_wait(task *t, cd_stream *s)
 {
-    wait_event(t->ev, t->seq);
+    cd_event *e = t->ev;
+    wait_event(e, t->seq);
+    pthread_mutex_lock(&ev_mu);
+    if (e->done_dev >= 0 && s->known[e->done_dev] < e->done_pos)
+        s->known[e->done_dev] = e->done_pos;
+    pthread_mutex_unlock(&ev_mu);
     return 0;
 }
 
 /* The stream's later tasks wait for the record made last before this call (none: no wait). */
-static int cd_stream_wait(void *stream, void *ev)
+static int stream_wait_on(int dev, void *stream, void *ev)
 {
     cd_event *e = ev;
     pthread_mutex_lock(&ev_mu);
@@ -500,7 +646,8 @@ static int cd_stream_wait(void *stream, void *ev)
     pthread_mutex_unlock(&ev_mu);
     if (!seq)
         return 0;
-    int rc = submit(STREAM(stream), &(task){.run = run_wait, .ev = e, .seq = seq}, "stream_wait");
+    int rc = submit(stream_arg(stream, dev), &(task){.run = run_wait, .ev = e, .seq = seq},
+                    "stream_wait");
     if (rc < 0)
         cd_event_free(e);
     return rc;
@@ -515,6 +662,8 @@ static int cd_event_sync(void *ev)
     pthread_mutex_unlock(&ev_mu);
     wait_event(e, seq);
     pthread_mutex_lock(&ev_mu);
+    if (e->done_dev >= 0)
+        host_learns(e->done_dev, e->done_pos);
     int err = e->err;
     memcpy(msg, e->msg, sizeof msg);
     e->err = 0;
@@ -536,7 +685,7 @@ static int cd_event_sync(void *ev)
     }                                                                                              \
     static int cd_##name params                                                                    \
     {                                                                                              \
-        return submit(CUR, &(task){.run = run_##name, FIELDS fields}, #name);                      \
+        return submit(NULL, &(task){.run = run_##name, FIELDS fields}, #name);                     \
     }
 
 /* layouts: plain only, as a GPU (blocked_fmt says none); a plain reorder is a copy */
@@ -566,7 +715,7 @@ KERNEL(reorder,
 #define QUEUE(name, params, fields)                                                                \
     static int cd_##name params                                                                    \
     {                                                                                              \
-        return submit(CUR, &(task){.run = run_##name, FIELDS fields}, #name);                      \
+        return submit(NULL, &(task){.run = run_##name, FIELDS fields}, #name);                     \
     }
 
 /* Autocast reference (trainer/backend/lowp.h): an op in CT_BF16 / CT_F16 rounds its two
@@ -668,7 +817,7 @@ static int cd_matmul_lp(int dt, int64_t m, int64_t k, int64_t n, const float *a,
     if (dt != CT_BF16 && dt != CT_F16)
         return ct__error(CT_EINVAL, "matmul_lp: precision %d is not an autocast dtype", dt);
     return submit(
-        CUR,
+        NULL,
         &(task){
             .run = run_matmul_lp, .i = {m, k, n}, .p = {a, b, c}, .k = {ta, tb, accumulate, dt}},
         "matmul_lp");
@@ -841,12 +990,40 @@ static double cd_peak_flops(int dt, int threads)
     return ct__backend_cpu.peak_flops(dt, threads);
 }
 
+/* The entries that name no memory of their own, one set per device index: the index's table
+ * (ct__checkdev_table) holds them. */
+#define PER_DEVICE(i)                                                                              \
+    static int cd_alloc_##i(void **p, size_t bytes)                                                \
+    {                                                                                              \
+        return alloc_on(i, p, bytes);                                                              \
+    }                                                                                              \
+    static int cd_stream_new_##i(void **stream)                                                    \
+    {                                                                                              \
+        return stream_new_on(i, stream);                                                           \
+    }                                                                                              \
+    static int cd_synchronize_##i(void *stream)                                                    \
+    {                                                                                              \
+        return synchronize_on(i, stream);                                                          \
+    }                                                                                              \
+    static int cd_event_record_##i(void *ev, void *stream)                                         \
+    {                                                                                              \
+        return event_record_on(i, ev, stream);                                                     \
+    }                                                                                              \
+    static int cd_stream_wait_##i(void *stream, void *ev)                                          \
+    {                                                                                              \
+        return stream_wait_on(i, stream, ev);                                                      \
+    }
+PER_DEVICE(0)
+PER_DEVICE(1)
+PER_DEVICE(2)
+PER_DEVICE(3)
+
 const ct__backend ct__backend_checkdev = {
     .name = "checkdev",
     .device = CT_CHECKDEV,
     .devices = cd_devices,
     .peak_flops = cd_peak_flops,
-    .alloc = cd_alloc,
+    .alloc = cd_alloc_0,
     .free = cd_free,
     .upload = cd_upload,
     .download = cd_download,
@@ -856,13 +1033,14 @@ const ct__backend ct__backend_checkdev = {
     .host_free = free,
     .upload_async = cd_upload_async,
     .download_async = cd_download_async,
-    .stream_new = cd_stream_new,
+    .peer_copy = cd_peer_copy,
+    .stream_new = cd_stream_new_0,
     .stream_free = cd_stream_free,
-    .synchronize = cd_synchronize,
+    .synchronize = cd_synchronize_0,
     .event_new = cd_event_new,
     .event_free = cd_event_free,
-    .event_record = cd_event_record,
-    .stream_wait = cd_stream_wait,
+    .event_record = cd_event_record_0,
+    .stream_wait = cd_stream_wait_0,
     .event_sync = cd_event_sync,
     .blocked_fmt = cd_blocked_fmt,
     .reorder = cd_reorder,
@@ -917,3 +1095,47 @@ const ct__backend ct__backend_checkdev = {
     .add_i64 = cd_add_i64,
     .adam_step = cd_adam_step,
 };
+
+static ct__backend tables[CT_MAX_DEVICE_INDEX];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void tables_init(void)
+{
+    static const struct {
+        const char *name;
+        int (*alloc)(void **, size_t);
+        int (*stream_new)(void **);
+        int (*synchronize)(void *);
+        int (*event_record)(void *, void *);
+        int (*stream_wait)(void *, void *);
+    } per[CT_MAX_DEVICE_INDEX] = {
+        {"checkdev", cd_alloc_0, cd_stream_new_0, cd_synchronize_0, cd_event_record_0,
+         cd_stream_wait_0},
+        {"checkdev:1", cd_alloc_1, cd_stream_new_1, cd_synchronize_1, cd_event_record_1,
+         cd_stream_wait_1},
+        {"checkdev:2", cd_alloc_2, cd_stream_new_2, cd_synchronize_2, cd_event_record_2,
+         cd_stream_wait_2},
+        {"checkdev:3", cd_alloc_3, cd_stream_new_3, cd_synchronize_3, cd_event_record_3,
+         cd_stream_wait_3},
+    };
+    for (int i = 0; i < CT_MAX_DEVICE_INDEX; i++) {
+        tables[i] = ct__backend_checkdev;
+        tables[i].name = per[i].name;
+        tables[i].device = ct_device_make(CT_CHECKDEV, i);
+        tables[i].alloc = per[i].alloc;
+        tables[i].stream_new = per[i].stream_new;
+        tables[i].synchronize = per[i].synchronize;
+        tables[i].event_record = per[i].event_record;
+        tables[i].stream_wait = per[i].stream_wait;
+    }
+}
+
+const ct__backend *ct__checkdev_table(int index)
+{
+    if (index < 0 || index >= CT_MAX_DEVICE_INDEX)
+        return NULL;
+    if (index == 0)
+        return &ct__backend_checkdev;
+    pthread_once(&tables_once, tables_init);
+    return &tables[index];
+}

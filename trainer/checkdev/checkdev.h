@@ -12,4 +12,11 @@
  * stream_new; NULL: the compute stream). Returns the stream they went to before. */
 void *ct__checkdev_set_stream(void *stream);
 
+/* The table of checkdev:index (0 .. CT_MAX_DEVICE_INDEX - 1; index 0: ct__backend_checkdev),
+ * NULL for another index. Each index is a memory space of its own (its pointers carry it) with
+ * its own compute stream: a kernel given memory of another index is refused, and a peer_copy
+ * that reads another index's memory before an event wait ordered it after the writes fails. */
+struct ct__backend;
+const struct ct__backend *ct__checkdev_table(int index);
+
 #endif

@@ -11,6 +11,7 @@ const ct__cuda_lib ct__cuda_lib_linked = {
     .backend_size = sizeof(ct__backend),
     .backend = &ct__backend_cuda,
     .nccl = &ct__nccl_table,
+    .table = ct__cuda_table,
 };
 
 const ct__cuda_lib *ct__cuda_lib_entry(void)

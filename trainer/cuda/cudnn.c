@@ -84,7 +84,9 @@ static int dnn_status(cudnnStatus_t s, const char *fn, int line)
 
 /* ---------------- the thread's handle ---------------- */
 
-static pthread_key_t handle_key;
+/* one handle per thread and device index (cuda:N; a device past the last shares slot 0, as all
+ * did before indices): the backend made the device of the call's memory current */
+static pthread_key_t handle_key[CT_MAX_DEVICE_INDEX];
 static pthread_once_t handle_once = PTHREAD_ONCE_INIT;
 static int handle_key_err;
 
@@ -95,7 +97,8 @@ static void handle_destroy(void *h)
 
 static void handle_key_make(void)
 {
-    handle_key_err = pthread_key_create(&handle_key, handle_destroy);
+    for (int d = 0; d < CT_MAX_DEVICE_INDEX && !handle_key_err; d++)
+        handle_key_err = pthread_key_create(&handle_key[d], handle_destroy);
 }
 
 /* *h = this thread's handle, set to work on `stream`. */
@@ -105,11 +108,16 @@ static int handle_get(cudnnHandle_t *h, void *stream)
     pthread_once(&handle_once, handle_key_make);
     if (handle_key_err)
         return ct__error(CT_ENOMEM, "cudnn: pthread_key_create: %s", strerror(handle_key_err));
-    cudnnHandle_t mine = pthread_getspecific(handle_key);
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= CT_MAX_DEVICE_INDEX) {
+        (void)cudaGetLastError();
+        dev = 0;
+    }
+    cudnnHandle_t mine = pthread_getspecific(handle_key[dev]);
     if (!mine) {
         if ((rc = DNN_RC(cudnnCreate, &mine)) < 0)
             goto out;
-        int e = pthread_setspecific(handle_key, mine);
+        int e = pthread_setspecific(handle_key[dev], mine);
         if (e) {
             cudnnDestroy(mine);
             return ct__error(CT_ENOMEM, "cudnn: pthread_setspecific: %s", strerror(e));

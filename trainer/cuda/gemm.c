@@ -37,6 +37,7 @@
 typedef struct plan {
     int64_t m, k, n;
     bool ta, tb, bias, accumulate;
+    int dev;   /* the device slot (cur_dev) whose handle made it */
     int dt;    /* operand type: CT_F32, CT_BF16 or CT_F16 (c is f32) */
     bool tf32; /* f32 operands with TF32 math (ct_set_tf32) */
     uint32_t align_a, align_b, align_c, align_bias; /* ct's a, b, c = d, bias (0: none) */
@@ -47,7 +48,9 @@ typedef struct plan {
     size_t workspace;
 } plan;
 
-static __thread cublasLtHandle_t handle;
+/* per device index (cuda:N; a device past the last shares slot 0, as all did before indices):
+ * the backend made the device of the call's memory current (backend_cuda.c) */
+static __thread cublasLtHandle_t handles[CT_MAX_DEVICE_INDEX];
 static __thread plan plans[MAX_PLANS];
 static __thread int nplans;
 
@@ -140,8 +143,8 @@ static int algo_pick(plan *p, int *found)
                                                             sizeof al[i].bytes),
                        "cublasLtMatmulPreferenceSetAttribute (MIN_ALIGNMENT)");
     if (rc == 0) {
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->la, p->lb, p->lc,
-                                                           p->lc, pref, 1, &res, found);
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handles[p->dev], p->desc, p->la, p->lb,
+                                                           p->lc, p->lc, pref, 1, &res, found);
         /* cuBLASLt answers NOT_SUPPORTED, not an empty list, when nothing fits */
         if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
             (st == CUBLAS_STATUS_SUCCESS && *found >= 1 && res.state != CUBLAS_STATUS_SUCCESS))
@@ -199,10 +202,15 @@ static int plan_make(plan *p, const float *bias)
 static int plan_get(int dt, int64_t m, int64_t k, int64_t n, const void *a, bool ta, const void *b,
                     bool tb, const float *c, bool acc, const float *bias, plan **out)
 {
-    int rc;
-    if (!handle && (rc = lt_status(cublasLtCreate(&handle), "cublasLtCreate")) < 0)
+    int rc, dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= CT_MAX_DEVICE_INDEX) {
+        (void)cudaGetLastError();
+        dev = 0;
+    }
+    if (!handles[dev] && (rc = lt_status(cublasLtCreate(&handles[dev]), "cublasLtCreate")) < 0)
         return rc;
     plan key = {.m = m,
+                .dev = dev,
                 .k = k,
                 .n = n,
                 .ta = ta,
@@ -217,7 +225,7 @@ static int plan_get(int dt, int64_t m, int64_t k, int64_t n, const void *a, bool
                 .align_bias = bias ? align_of(bias) : 0};
     for (int i = 0; i < nplans; i++) {
         plan *p = &plans[i];
-        if (p->m == m && p->k == k && p->n == n && p->ta == ta && p->tb == tb &&
+        if (p->dev == dev && p->m == m && p->k == k && p->n == n && p->ta == ta && p->tb == tb &&
             p->bias == key.bias && p->accumulate == acc && p->dt == dt && p->tf32 == key.tf32 &&
             p->align_a == key.align_a && p->align_b == key.align_b && p->align_c == key.align_c &&
             p->align_bias == key.align_bias) {
@@ -265,9 +273,10 @@ static int product_dt(const char *fn, int dt, int64_t m, int64_t k, int64_t n, c
     if (p->workspace && (rc = ct__cuda_malloc(&ws, p->workspace, stream)) < 0)
         return rc;
     const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
-    rc = lt_status(cublasLtMatmul(handle, p->desc, &one, b, p->la, a, p->lb, &beta, c, p->lc, c,
-                                  p->lc, &p->algo, ws, p->workspace, (cudaStream_t)stream),
-                   fn);
+    rc =
+        lt_status(cublasLtMatmul(handles[p->dev], p->desc, &one, b, p->la, a, p->lb, &beta, c,
+                                 p->lc, c, p->lc, &p->algo, ws, p->workspace, (cudaStream_t)stream),
+                  fn);
     if (rc == 0 && bias && p->bias_apart)
         rc = ct__cuda_add_bias(c, bias, m, n, stream);
     int frc = ct__cuda_free(ws); /* stream-ordered: reused only after this product */

@@ -41,6 +41,8 @@ typedef enum kind {
     M_GPT,   /* children wte, wpe, drop, h, ln_f; the output layer is wte's weight */
 } kind;
 
+#define CT__MODULE_MAX_DEVICES 8
+
 struct ct_module {
     kind kind;
     char name[32];
@@ -62,12 +64,16 @@ struct ct_module {
     /* built on demand (owned) */
     ct_param_ref *refs;
     char **ref_names;
+    ct_tensor **ref_tensors; /* the parameter of each ref (borrowed: the tree's) */
     int nrefs;
     ct_named_tensor *sd;
     char **sd_names;
     int nsd;
-    ct__storage *flat_v, *flat_g;
-    int64_t flat_n;
+    /* one value and one gradient buffer per device of the tree's parameters, in the order the
+     * devices first appear in ct_module_params' (nflat of them; flat_n floats each) */
+    ct__storage *flat_v[CT__MODULE_MAX_DEVICES], *flat_g[CT__MODULE_MAX_DEVICES];
+    int64_t flat_n[CT__MODULE_MAX_DEVICES];
+    int nflat;
     struct param_hook *hooks; /* nhooks entries while gradient-ready hooks are set (owned) */
     int nhooks;
 };
@@ -515,8 +521,10 @@ static void free_views(ct_module *m)
         free(m->ref_names[i]);
     free(m->ref_names);
     free(m->refs);
+    free(m->ref_tensors);
     m->refs = NULL;
     m->ref_names = NULL;
+    m->ref_tensors = NULL;
     m->nrefs = 0;
     for (int i = 0; i < m->nsd; i++)
         free(m->sd_names[i]);
@@ -525,6 +533,17 @@ static void free_views(ct_module *m)
     m->sd = NULL;
     m->sd_names = NULL;
     m->nsd = 0;
+}
+
+/* Drops m's own flat buffers (not its children's). */
+static void drop_own_flat(ct_module *m)
+{
+    for (int d = 0; d < m->nflat; d++) {
+        ct__storage_release(&m->flat_v[d]);
+        ct__storage_release(&m->flat_g[d]);
+        m->flat_n[d] = 0;
+    }
+    m->nflat = 0;
 }
 
 void ct_module_destroy(ct_module **mp)
@@ -542,8 +561,7 @@ void ct_module_destroy(ct_module **mp)
     for (int i = 0; i < m->nbuffers; i++)
         ct_tensor_release(&m->buffers[i]);
     free_views(m);
-    ct__storage_release(&m->flat_v);
-    ct__storage_release(&m->flat_g);
+    drop_own_flat(m);
     free(m);
 }
 
@@ -881,12 +899,30 @@ static int walk_module(walk *w, ct_module *m, const char *prefix)
     return 0;
 }
 
+/* Whether a parameter of m's refs is no longer where its ref says (ct_module_to on a child
+ * after m packed). */
+static bool refs_moved(const ct_module *m)
+{
+    for (int i = 0; i < m->nrefs; i++) {
+        const ct_tensor *t = m->ref_tensors[i];
+        if (ct__f32(t) != m->refs[i].value || ct__bk(t)->device != m->refs[i].device)
+            return true;
+    }
+    return false;
+}
+
 int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
 {
     int rc = 0;
     walk w = {0};
+    ct__storage *sv[CT__MODULE_MAX_DEVICES] = {0}, *sg[CT__MODULE_MAX_DEVICES] = {0};
+    int *dev_of = NULL;
     if (!m || !refs || !n)
         return ct__error(CT_EINVAL, "module_params: NULL argument");
+    if (m->refs && refs_moved(m)) { /* a child placed since: pack again where they are now */
+        free_views(m);
+        drop_own_flat(m);
+    }
     if (m->refs) {
         *refs = m->refs;
         *n = m->nrefs;
@@ -894,40 +930,64 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
     }
     if ((rc = walk_module(&w, m, "")) < 0)
         goto out;
-    /* carve: 64-byte aligned offsets in one value and one gradient buffer */
-    int64_t total = 0;
-    for (int i = 0; i < w.n; i++)
-        total = ((total + 15) & ~(int64_t)15) + ct_tensor_numel(w.v[i].t);
-    total = (total + 15) & ~(int64_t)15;
-    /* on the parameters' device (ct_module_to), which they must share */
-    const ct__backend *bk = w.n ? ct__bk(w.v[0].t) : &ct__backend_cpu;
-    for (int i = 1; i < w.n; i++)
-        if (ct__bk(w.v[i].t) != bk) {
-            rc = ct__error(CT_EINVAL,
-                           "module_params: '%s' is on device %s, '%s' on %s (use "
-                           "ct_module_to)",
-                           w.v[0].name, bk->name, w.v[i].name, ct__bk(w.v[i].t)->name);
-            goto out;
-        }
-    ct__storage *sv = ct__storage_new_on(bk, (size_t)(total ? total : 16) * sizeof(float), true);
-    ct__storage *sg = ct__storage_new_on(bk, (size_t)(total ? total : 16) * sizeof(float), true);
-    m->refs = calloc(w.n ? (size_t)w.n : 1, sizeof(*m->refs));
-    m->ref_names = calloc(w.n ? (size_t)w.n : 1, sizeof(char *));
-    if (!sv || !sg || !m->refs || !m->ref_names) {
-        ct__storage_release(&sv);
-        ct__storage_release(&sg);
-        rc = ct__error(CT_ENOMEM, "module_params: out of memory for %lld floats", (long long)total);
+    /* carve: 64-byte aligned offsets in one value and one gradient buffer per device (the
+     * parameters' own, from ct_module_to on m or on its children) */
+    const ct__backend *bks[CT__MODULE_MAX_DEVICES];
+    int64_t total[CT__MODULE_MAX_DEVICES] = {0};
+    int ndev = 0;
+    if (!(dev_of = calloc(w.n ? (size_t)w.n : 1, sizeof *dev_of))) {
+        rc = ct__error(CT_ENOMEM, "module_params: out of memory");
         goto out;
     }
-    int64_t off = 0;
+    for (int i = 0; i < w.n; i++) {
+        const ct__backend *bk = ct__bk(w.v[i].t);
+        int d = 0;
+        while (d < ndev && bks[d] != bk)
+            d++;
+        if (d == ndev && ndev == CT__MODULE_MAX_DEVICES) {
+            rc = ct__error(CT_EINVAL,
+                           "module_params: '%s' is on a device after %d others (at most "
+                           "%d devices per module)",
+                           w.v[i].name, ndev, CT__MODULE_MAX_DEVICES);
+            goto out;
+        }
+        if (d == ndev)
+            bks[ndev++] = bk;
+        dev_of[i] = d;
+        total[d] = ((total[d] + 15) & ~(int64_t)15) + ct_tensor_numel(w.v[i].t);
+    }
+    if (ndev == 0) /* no parameters: one empty buffer on the CPU, as before devices */
+        bks[ndev++] = &ct__backend_cpu;
+    for (int d = 0; d < ndev; d++) {
+        total[d] = (total[d] + 15) & ~(int64_t)15;
+        size_t bytes = (size_t)(total[d] ? total[d] : 16) * sizeof(float);
+        sv[d] = ct__storage_new_on(bks[d], bytes, true);
+        sg[d] = ct__storage_new_on(bks[d], bytes, true);
+        if (!sv[d] || !sg[d]) {
+            rc = ct__error(CT_ENOMEM, "module_params: out of memory for %lld floats on %s",
+                           (long long)total[d], bks[d]->name);
+            goto out;
+        }
+    }
+    m->refs = calloc(w.n ? (size_t)w.n : 1, sizeof(*m->refs));
+    m->ref_names = calloc(w.n ? (size_t)w.n : 1, sizeof(char *));
+    m->ref_tensors = calloc(w.n ? (size_t)w.n : 1, sizeof(ct_tensor *));
+    if (!m->refs || !m->ref_names || !m->ref_tensors) {
+        rc = ct__error(CT_ENOMEM, "module_params: out of memory");
+        goto out;
+    }
+    int64_t off[CT__MODULE_MAX_DEVICES] = {0};
     for (int i = 0; i < w.n; i++) {
         ct_tensor *t = w.v[i].t;
+        int d = dev_of[i];
+        const ct__backend *bk = bks[d];
         int64_t numel = ct_tensor_numel(t);
-        off = (off + 15) & ~(int64_t)15;
-        if ((rc = bk->copy((float *)sv->data + off, ct__f32(t), (size_t)numel * sizeof(float))) < 0)
+        off[d] = (off[d] + 15) & ~(int64_t)15;
+        if ((rc = bk->copy((float *)sv[d]->data + off[d], ct__f32(t),
+                           (size_t)numel * sizeof(float))) < 0)
             goto out;
-        ct__tensor_rebind(t, sv, off);
-        if ((rc = ct__tensor_bind_grad(t, sg, off)) < 0)
+        ct__tensor_rebind(t, sv[d], off[d]);
+        if ((rc = ct__tensor_bind_grad(t, sg[d], off[d])) < 0)
             goto out;
         t->grad_empty = true;
         m->ref_names[i] = strdup(w.v[i].name);
@@ -937,17 +997,26 @@ int ct_module_params(ct_module *m, const ct_param_ref **refs, int *n)
         }
         m->refs[i] =
             (ct_param_ref){m->ref_names[i], ct__f32(t), ct__f32(t->grad), numel, bk->device};
+        m->ref_tensors[i] = t;
         m->nrefs = i + 1;
-        off += numel;
+        off[d] += numel;
     }
-    ct__storage_release(&m->flat_v);
-    ct__storage_release(&m->flat_g);
-    m->flat_v = sv;
-    m->flat_g = sg;
-    m->flat_n = total;
+    drop_own_flat(m);
+    for (int d = 0; d < ndev; d++) {
+        m->flat_v[d] = sv[d];
+        m->flat_g[d] = sg[d];
+        m->flat_n[d] = total[d];
+        sv[d] = sg[d] = NULL;
+    }
+    m->nflat = ndev;
     *refs = m->refs;
     *n = m->nrefs;
 out:
+    for (int d = 0; d < CT__MODULE_MAX_DEVICES; d++) {
+        ct__storage_release(&sv[d]);
+        ct__storage_release(&sg[d]);
+    }
+    free(dev_of);
     if (rc < 0)
         free_views(m);
     free(w.v);
@@ -958,9 +1027,7 @@ out:
 static void drop_flat(ct_module *m)
 {
     free_views(m);
-    ct__storage_release(&m->flat_v);
-    ct__storage_release(&m->flat_g);
-    m->flat_n = 0;
+    drop_own_flat(m);
     for (int i = 0; i < m->nchildren; i++)
         drop_flat(m->children[i]);
 }
@@ -982,9 +1049,11 @@ int ct_module_to(ct_module *m, ct_device device)
         rc = ct__error(CT_ENOMEM, "module_to: out of memory");
         goto out;
     }
+    bool grad_mode = ct_autograd_set_enabled(false); /* a move, not an op to differentiate */
     for (int i = 0; i < w.n && rc == 0; i++)
         if (!(moved[i] = ct_tensor_to(w.v[i].t, device)))
             rc = ct__error(CT_ENOMEM, "module_to: '%s' to device %s failed", w.v[i].name, bk->name);
+    ct_autograd_set_enabled(grad_mode);
     for (int i = 0; i < w.n && rc == 0; i++) {
         ct_tensor *t = w.v[i].t;
         ct__tensor_rebind(t, moved[i]->storage, moved[i]->offset);
@@ -1007,12 +1076,17 @@ int ct_module_flat(ct_module *m, float **values, float **grads, int64_t *numel)
     int n, rc = ct_module_params(m, &r, &n);
     if (rc < 0)
         return rc;
+    if (m->nflat != 1)
+        return ct__error(CT_EINVAL,
+                         "module_flat: the parameters are on %d devices, a flat buffer "
+                         "each (use ct_module_params)",
+                         m->nflat);
     if (values)
-        *values = m->flat_v->data;
+        *values = m->flat_v[0]->data;
     if (grads)
-        *grads = m->flat_g->data;
+        *grads = m->flat_g[0]->data;
     if (numel)
-        *numel = m->flat_n;
+        *numel = m->flat_n[0];
     return 0;
 }
 
@@ -1081,8 +1155,9 @@ void ct_module_zero_grad(ct_module *m)
 {
     if (!m)
         return;
-    if (m->flat_g) { /* one memset, then mark every parameter's gradient empty */
-        m->flat_g->bk->zero(m->flat_g->data, (size_t)m->flat_n * sizeof(float));
+    if (m->nflat) { /* one memset per device, then mark every parameter's gradient empty */
+        for (int d = 0; d < m->nflat; d++)
+            m->flat_g[d]->bk->zero(m->flat_g[d]->data, (size_t)m->flat_n[d] * sizeof(float));
         mark_empty(m);
         return;
     }
@@ -1202,7 +1277,9 @@ static int load_entries(ct_module *m, const ct_named_tensor *entries, int n, boo
         if (at[j] < 0)
             continue;
         /* through the host: the entry and the model may be on different devices */
+        bool grad_mode = ct_autograd_set_enabled(false);
         ct_tensor *c = ct_tensor_to(entries[j].tensor, CT_CPU);
+        ct_autograd_set_enabled(grad_mode);
         if (!c) {
             rc = CT_ENOMEM;
             goto out;
@@ -1259,7 +1336,9 @@ int ct_module_save(ct_module *m, const char *path)
     if (fwrite(&hl, 8, 1, f) != 1 || fwrite(hdr.s, 1, hdr.len, f) != hdr.len)
         goto ioerr;
     for (int i = 0; i < n; i++) {
+        bool grad_mode = ct_autograd_set_enabled(false);
         ct_tensor *c = ct_tensor_to(sd[i].tensor, CT_CPU); /* contiguous host bytes */
+        ct_autograd_set_enabled(grad_mode);
         if (!c) {
             rc = CT_ENOMEM;
             goto out;

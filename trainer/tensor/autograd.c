@@ -148,19 +148,21 @@ int ct__grad_add(const ct__backend *bk, float *dst, const float *src, int64_t n,
     return bk->copy(dst, src, (size_t)n * sizeof(float));
 }
 
-/* per thread, per device (ct_device: CPU, CUDA, checking device) and slot; kept for the
- * thread's life. reach: p with bit 63 cleared, which no user-space address has but the checking
- * device's pointers carry (trainer/checkdev/checkdev.c): LeakSanitizer, which scans this for
- * pointers into live blocks, then finds the block behind a checking device's p too. */
+/* per thread, per device (ct_device: CPU, CUDA, checking device; kind and index) and slot; kept
+ * for the thread's life. reach: p with bits 63:56 cleared, which no user-space address has but
+ * the checking device's pointers carry (its tag and index, trainer/checkdev/checkdev.c):
+ * LeakSanitizer, which scans this for pointers into live blocks, then finds the block behind a
+ * checking device's p too. */
 static __thread struct {
     float *p;
     int64_t n;
     volatile uintptr_t reach; /* never read here: a store the compiler must keep */
-} scratch[3][4];
+} scratch[3 * CT_MAX_DEVICE_INDEX][4];
 
 float *ct__scratch(const ct__backend *bk, int slot, int64_t n)
 {
-    unsigned d = (unsigned)bk->device;
+    unsigned d =
+        (unsigned)(ct_device_kind(bk->device) * CT_MAX_DEVICE_INDEX + ct_device_index(bk->device));
     if (d >= CT_ARRAY_LEN(scratch))
         return NULL;
     __typeof__(scratch[0][0]) *s = &scratch[d][slot];
@@ -168,7 +170,7 @@ float *ct__scratch(const ct__backend *bk, int slot, int64_t n)
         bk->free(s->p); /* one table per device: this slot's memory is bk's */
         s->p = NULL;
         s->n = bk->alloc((void **)&s->p, (size_t)n * sizeof(float)) < 0 ? 0 : n;
-        s->reach = (uintptr_t)s->p & ~((uintptr_t)1 << 63);
+        s->reach = (uintptr_t)s->p & (((uintptr_t)1 << 56) - 1);
     }
     return s->p;
 }

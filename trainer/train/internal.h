@@ -88,6 +88,10 @@ struct trainer_ctx {
     char asked[2 * TR_MAX_KEYS][TR_NAME_MAX];
     char err[512];      /* first error recorded (a bad value, a creator's message) */
     ct_dtype precision; /* key "precision" (f32, bf16, f16; default f32): trainer_ctx_precision */
+    /* key "devices_per_replica" (1 .. CT_MAX_DEVICE_INDEX; default 1), and the first of them:
+     * the replica's device (ct__trainer_state_build sets it; CT_CPU in the driver) */
+    int ndevices;
+    ct_device device;
 };
 
 /* Parses config into ctx (other fields as given). CT_EINVAL naming the bad pair. */
@@ -324,6 +328,7 @@ typedef struct tr_report {
     int64_t skipped, skipped_total;
     double loss_scale;
     int64_t optim_state_bytes; /* this replica's optimizer state (all its optimizers) */
+    double ckpt_seconds;       /* writing its checkpoint (has_ckpt) */
 } tr_report;
 
 typedef struct tr_val_report {
@@ -413,6 +418,7 @@ typedef struct tr_recorder {
     double peak_flops;         /* this replica's device's peak (MFU), set once by the replica */
     double loss_sum;           /* the record being built (an accumulation group) */
     int64_t samples, wait_ns;
+    int64_t data_ns; /* waiting for batches (the replica adds to it, the record resets it) */
     tr_metrics metrics;
 } tr_recorder;
 
@@ -447,6 +453,7 @@ typedef struct tr_step_record {
     int world;
     double *step_s, *wait_s; /* per rank: wall time of the step (since the previous record, data
                                 loading included), of which waiting for averaged gradients */
+    double *data_s;          /* per rank: of step_s, waiting for the batch (the loader) */
     int nmetrics;
     trainer_metric metrics[TRAINER_MAX_METRICS]; /* averaged over the ranks' samples */
 } tr_step_record;
@@ -497,6 +504,17 @@ bool ct__progress_note(tr_progress *p, const char *fmt, ...) __attribute__((form
  * logged once and dropped. */
 #define TR_REPORT_MS 250
 #define TR_REASONS 8
+#define TR_POINTS 64 /* steps kept between sends (the newest) */
+/* Histograms of seconds the head shows (ct_train_*_seconds): a step (the slowest rank's, data
+ * loading included), its wait for averaged gradients (the slowest rank's), its wait for the
+ * batch (the slowest rank's), and writing a checkpoint (the replica that wrote it). */
+enum { TR_HIST_STEP, TR_HIST_ALLREDUCE, TR_HIST_DATA_WAIT, TR_HIST_CHECKPOINT, TR_HISTS };
+#define TR_HIST_BOUNDS 15
+typedef struct tr_hist {
+    uint64_t counts[TR_HIST_BOUNDS]; /* <= each of report.c's bounds, not cumulative */
+    uint64_t count;
+    double sum;
+} tr_hist;
 typedef struct tr_head_report {
     int64_t sent_ms; /* last send */
     bool dirty;      /* something changed since */
@@ -508,6 +526,18 @@ typedef struct tr_head_report {
     int nreasons;
     char reason[TR_REASONS][32];
     uint64_t count[TR_REASONS];
+    double val_loss;          /* NaN: no validation yet */
+    int64_t ckpts, ckpt_step; /* checkpoints adopted, the newest one's steps */
+    tr_hist hist[TR_HISTS];   /* seconds: TR_HIST_STEP, _ALLREDUCE, ... */
+    int64_t epochs;           /* trainer_train's (for the ETA); 0: unknown */
+    uint64_t drains;          /* groups a node's drain ended */
+    double eta;               /* seconds until the last epoch ends; NaN: unknown */
+    double spb;               /* seconds per batch, a moving average of the records' (0: none) */
+    int64_t last_batch;       /* epoch * batches + batch of the last record; -1: none */
+    double last_wall;         /* its wall_time */
+    int npts;                 /* steps since the last send, for the loss curve */
+    int64_t pt_step[TR_POINTS];
+    double pt_loss[TR_POINTS], pt_sps[TR_POINTS];
 } tr_head_report;
 void ct__report_init(tr_head_report *r);
 /* A merged step record (progress.c) with its MFU (< 0: unknown). */
@@ -517,6 +547,11 @@ void ct__report_replicas(tr_head_report *r, int n);
 /* A retry spent, by reason ("node_lost", "replica_killed", ...; [a-z_]). */
 void ct__report_retry(tr_head_report *r, const char *reason);
 void ct__report_done(tr_head_report *r);
+/* A group ended because its node drained (told to stop). */
+void ct__report_drain(tr_head_report *r);
+/* A checkpoint of the job's state was adopted at `step` optimizer steps; its replica took
+ * write_s seconds to write it. */
+void ct__report_checkpoint(tr_head_report *r, int64_t step, double write_s);
 /* Sends when something changed and TR_REPORT_MS passed (or force). */
 void ct__report_send(tr_head_report *r, bool force);
 /* progress.c hands every merged record to r as well (NULL: none). */

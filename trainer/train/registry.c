@@ -264,6 +264,22 @@ int ct__trainer_ctx_init(trainer_ctx *ctx, const char *config, int rank, int wor
             goto out;
         }
     }
+    /* "devices_per_replica": how many devices each replica's model spans (trainer_ctx_device) */
+    ctx->ndevices = 1;
+    for (int i = 0; i < ctx->nkeys; i++)
+        if (!strcmp(ctx->keys[i], "devices_per_replica")) {
+            char *end;
+            long k = strtol(ctx->vals[i], &end, 10);
+            ctx->used[i] = true;
+            if (end == ctx->vals[i] || *end || k < 1 || k > CT_MAX_DEVICE_INDEX) {
+                rc = ct__error(CT_EINVAL,
+                               "trainer config: key \"devices_per_replica\" = \"%s\": not an "
+                               "integer from 1 to %d",
+                               ctx->vals[i], CT_MAX_DEVICE_INDEX);
+                goto out;
+            }
+            ctx->ndevices = (int)k;
+        }
     /* "precision": the engine's, read here so every ctx knows it (trainer_ctx_precision) */
     for (int i = 0; i < ctx->nkeys; i++)
         if (!strcmp(ctx->keys[i], "precision")) {
@@ -410,6 +426,18 @@ const char *trainer_config_str(trainer_ctx *ctx, const char *key, const char *de
 ct_dtype trainer_ctx_precision(const trainer_ctx *ctx)
 {
     return ctx->precision;
+}
+
+int trainer_ctx_num_devices(const trainer_ctx *ctx)
+{
+    return ctx->ndevices;
+}
+
+ct_device trainer_ctx_device(const trainer_ctx *ctx, int i)
+{
+    if (i < 0 || i >= ctx->ndevices || ct_device_kind(ctx->device) == CT_CPU)
+        return CT_CPU;
+    return ct_device_make(ct_device_kind(ctx->device), ct_device_index(ctx->device) + i);
 }
 
 int trainer_ctx_rank(const trainer_ctx *ctx)
@@ -569,6 +597,7 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
 {
     memset(st, 0, sizeof *st);
     int rc = 0;
+    ctx->device = ctx->driver ? CT_CPU : (ct_device)spec->device;
     if (spec->hook[0]) {
         trainer_hook h = (trainer_hook)lookup_here(ctx, TR_HOOK, spec->hook);
         if (!h) {
@@ -617,8 +646,9 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
             goto fail;
         }
         /* a replica's model on its device before the optimizer sees the parameters, so that
-         * its state is made there too */
-        if (!ctx->driver && spec->device != CT_CPU &&
+         * its state is made there too; across devices (devices_per_replica), the creator's
+         * placement stands */
+        if (!ctx->driver && spec->device != CT_CPU && ctx->ndevices == 1 &&
             (rc = ct_module_to(st->models[i], (ct_device)spec->device)) < 0) {
             rc = ct__error(rc, "trainer replica %d: model \"%s\" to device: %s", ctx->rank,
                            mnames[i], ct_last_error());

@@ -27,8 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
+#include "common/fault.h"
 #include "ct/collective.h"
 #include "ct/metrics.h"
 #include "internal.h"
@@ -357,8 +359,8 @@ static int replica_build(void *state, const void *args, size_t len, void **res, 
         /* the driver checked that the program has the device's backend: a replica that cannot
          * use it has a node without a usable device (CT_ECUDA, retried), not a wrong program */
         if (!(r->bk = ct__backend_of(r->device)))
-            return ct__error(r->device == CT_CUDA ? CT_ECUDA : CT_ENOSYS, "trainer replica %d: %s",
-                             a->rank, ct_last_error());
+            return ct__error(ct_device_kind(r->device) == CT_CUDA ? CT_ECUDA : CT_ENOSYS,
+                             "trainer replica %d: %s", a->rank, ct_last_error());
         if ((rc = ct__uploader_init(&r->up_x, r->device)) < 0 ||
             (rc = ct__uploader_init(&r->up_y, r->device)) < 0)
             return rc;
@@ -416,7 +418,7 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
      * device's go over the ring: bucket.c) */
     char ngroup[80];
     snprintf(ngroup, sizeof ngroup, "%s-nccl", a->group);
-    if (r->device == CT_CUDA &&
+    if (ct_device_kind(r->device) == CT_CUDA &&
         (rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
                                           .group_id = ngroup,
                                           .rank = a->rank,
@@ -555,8 +557,36 @@ static bool drain_heard(replica *r)
     return r->draining;
 }
 
+/* The test fault train_hold=STEP:PATH (common/fault.h): with STEP optimizer steps done, the
+ * replica waits while the file PATH exists, so that a test lands a kill mid-training however
+ * loaded the machine is (tests/cluster/test_slurm.sh). */
+static void hold_if_asked(replica *r)
+{
+    char v[512];
+    if (!ct__fault(CT__FAULT_TRAIN_HOLD, v, sizeof v))
+        return;
+    const char *path = strchr(v, ':');
+    if (!path || strtoll(v, NULL, 10) != r->st.step)
+        return;
+    path++;
+    if (access(path, F_OK) == 0)
+        CT_LOG(CT_LOG_WARN, "trainer", "replica %d: held at step %lld while %s exists (test fault)",
+               r->setup.rank, (long long)r->st.step, path);
+    while (access(path, F_OK) == 0)
+        usleep(20 * 1000);
+}
+
 /* Wraps a loader batch as tensors (x: n × sample shape, f32; y: n, i64, or n × target shape,
  * f32; borrowed from the loader) and runs step fn on it. */
+/* The loader's next batch (ct_loader_next), its wait counted in the step record. */
+static int next_batch(replica *r, ct_batch *b)
+{
+    int64_t t0 = ct__now_ns();
+    int rc = ct_loader_next(r->loader, b);
+    r->rec.data_ns += ct__now_ns() - t0;
+    return rc;
+}
+
 static int run_batch(replica *r, trainer_step *s, trainer_step_fn fn, const ct_batch *b,
                      trainer_step_out *so)
 {
@@ -644,7 +674,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     int64_t budget = pausing ? ea.pause_steps : ea.steps;
     ct_batch b;
     while (rc == 0 && !drained_mid && (budget <= 0 || steps < budget) &&
-           (rc = ct_loader_next(r->loader, &b)) > 0) {
+           (rc = next_batch(r, &b)) > 0) {
         trainer_step_out so;
         int64_t g0 = s.index - s.index % k, left = nb - g0;
         s.accum_pos = (int)(s.index - g0);
@@ -653,6 +683,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             s.accum_len = s.accum_pos + 1;
         for (int m = 0; m < r->st.nmodels && s.accum_pos == 0; m++)
             ct_module_zero_grad(r->st.models[m]);
+        hold_if_asked(r);
         ct_nn_manual_seed(batch_seed(r, ea.epoch, s.index));
         rc = run_batch(r, &s, r->train_step, &b, &so);
         if (rc < 0 && ct_comm_status(r->comm) != 0) {
@@ -736,8 +767,10 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         rc = ct__zero_gather_state(r->comm, r->st.optims[m], &zs[m]);
     if (rc == 0 &&
         ((ea.checkpoint && r->setup.rank == 0) || drained_mid || (drained_end && !ea.checkpoint))) {
+        int64_t c0 = ct__now_ns();
         rc = write_checkpoint(r, gathered ? zs : NULL, &rep.ckpt, &rep.copies, &rep.copies_asked);
         rep.has_ckpt = rc == 0;
+        rep.ckpt_seconds = (double)(ct__now_ns() - c0) * 1e-9;
     }
     for (int m = 0; m < r->st.nmodels; m++)
         ct__zero_state_free(&zs[m]);

@@ -64,14 +64,16 @@ struct trainer {
     /* the validations of the last segment (tr_report's tail), for on_validate */
     tr_val_result *vals;
     int nvals;
-    char group[64];    /* the running group's id */
-    int told_world;    /* the group size on_world_size was last told (0: none) */
-    int logged_world;  /* the group size last logged (note_group_size; 0: none) */
-    bool warned_world; /* ... and it was below num_replicas (logged as a warning) */
-    double lr_scale;   /* trainer_scale_lr's factor for groups from the current checkpoint */
-    bool live;         /* recovery "live" applies (trainer_create decided) */
-    double live_lr;    /* the next train_epoch's rates times this (a live recovery's) */
-    bool live_fresh;   /* no step completed yet since the last live recovery */
+    char group[64];      /* the running group's id */
+    int told_world;      /* the group size on_world_size was last told (0: none) */
+    int logged_world;    /* the group size last logged (note_group_size; 0: none) */
+    bool warned_world;   /* ... and it was below num_replicas (logged as a warning) */
+    char shrink_why[96]; /* why the last group ended without a failure ("node X drained"),
+                            for note_group_size's reason when the next one is smaller */
+    double lr_scale;     /* trainer_scale_lr's factor for groups from the current checkpoint */
+    bool live;           /* recovery "live" applies (trainer_create decided) */
+    double live_lr;      /* the next train_epoch's rates times this (a live recovery's) */
+    bool live_fresh;     /* no step completed yet since the last live recovery */
     /* the group's size before its first live recovery: replacements heal from live peers
      * until it is that size again (heal_replacement; 0: no live recovery since it started) */
     int heal_to;
@@ -248,6 +250,33 @@ static int check_shards(const tr_spec *s, int world, bool elastic)
     return 0;
 }
 
+/* Config key devices_per_replica = k > 1 on device: CT_EINVAL where it cannot be (the CPU, or
+ * indices past the last); CUDA replicas ask for k GPUs at least. Then CT_ENOSYS: the replicas'
+ * gradient buckets are on one device so far. */
+static int devices_check(ct_device device, int k, trainer *t)
+{
+    char name[32];
+    ct_device_name(device, name, sizeof name);
+    if (ct_device_kind(device) == CT_CPU)
+        return ct__error(CT_EINVAL,
+                         "trainer_create: config key \"devices_per_replica\" = %d needs "
+                         "opts.device \"cuda\" or \"checkdev\" (not \"%s\")",
+                         k, name);
+    if (ct_device_index(device) + k > CT_MAX_DEVICE_INDEX)
+        return ct__error(CT_EINVAL,
+                         "trainer_create: config key \"devices_per_replica\" = %d from device "
+                         "%s: past the last index, %d",
+                         k, name, CT_MAX_DEVICE_INDEX - 1);
+    if (ct_device_kind(device) == CT_CUDA && t->gpus < k)
+        t->gpus = k;
+    return ct__error(CT_ENOSYS,
+                     "trainer_create: config key \"devices_per_replica\" = %d: a replica's "
+                     "model across devices is not trained by the trainer yet (its gradients "
+                     "would need a bucketer per device); the engine trains one "
+                     "(ct_module_to on children, ct_tensor_to in forward)",
+                     k);
+}
+
 int trainer_create(const trainer_opts *o, trainer **out)
 {
     trainer *t = NULL;
@@ -260,16 +289,9 @@ int trainer_create(const trainer_opts *o, trainer **out)
         return ct__error(CT_EINVAL, "trainer_create: %s is NULL", !o ? "opts" : "out");
     ct__trainer_register_replica_class();
     ct_device device = CT_CPU;
-    if (o->device && !strcmp(o->device, "cuda"))
-        device = CT_CUDA;
-    else if (o->device && !strcmp(o->device, "checkdev"))
-        device = CT_CHECKDEV;
-    else if (o->device && strcmp(o->device, "cpu"))
-        return ct__error(CT_EINVAL,
-                         "trainer_create: opts.device \"%s\": not \"cpu\", \"cuda\" or "
-                         "\"checkdev\"",
-                         o->device);
-    if (o->use_gpu && o->device && device != CT_CUDA)
+    if (o->device && ct_device_parse(o->device, &device) < 0)
+        return ct__error(CT_EINVAL, "trainer_create: opts.%s", ct_last_error()); /* device "x": */
+    if (o->use_gpu && o->device && ct_device_kind(device) != CT_CUDA)
         return ct__error(CT_EINVAL, "trainer_create: opts.use_gpu with opts.device \"%s\"",
                          o->device);
     if (o->use_gpu)
@@ -359,7 +381,8 @@ int trainer_create(const trainer_opts *o, trainer **out)
     s->threads = (int)t->cpus > 0 ? (int)t->cpus : 1;
     s->device = device;
     /* CUDA replicas ask for GPUs; the checking device needs none */
-    t->gpus = device == CT_CUDA ? (o->gpus_per_replica > 0 ? o->gpus_per_replica : 1) : 0;
+    t->gpus =
+        ct_device_kind(device) == CT_CUDA ? (o->gpus_per_replica > 0 ? o->gpus_per_replica : 1) : 0;
     s->comm_timeout_ms = o->comm_timeout_ms ? o->comm_timeout_ms : 60000;
     s->accumulate = o->accumulate > 1 ? o->accumulate : 1;
     s->bind_cpus = !o->no_cpu_binding;
@@ -421,6 +444,8 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if (ctx.precision != CT_F32 && device == CT_CPU && (rc = lowp_cpu_check(ctx.precision)) < 0)
         goto fail;
     if ((rc = ct__trainer_state_build(s, &ctx, true, &t->local)) < 0)
+        goto fail;
+    if (ctx.ndevices > 1 && (rc = devices_check(device, ctx.ndevices, t)) < 0)
         goto fail;
     ct__trainer_ctx_use_step_keys(&ctx, s); /* steps run only in replicas */
     if ((rc = ct__trainer_ctx_check(&ctx, true)) < 0)
@@ -997,7 +1022,7 @@ static void drop_best(trainer *t)
 
 /* Makes the newest checkpoint id the current one: pulls it to the driver's node, loads it into
  * the driver's state, then frees the previous one (never before the new one is complete). */
-static int adopt_checkpoint(trainer *t, const ct_object_id *id)
+static int adopt_checkpoint(trainer *t, const ct_object_id *id, double write_s)
 {
     ct_object_view v = {0};
     int rc = ct_get(id, 30000, &v);
@@ -1012,6 +1037,7 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
     t->has_ckpt = true;
     t->ckpt_unsaved = true;
     t->lr_scale = 1; /* the new checkpoint holds the rates its group trained with */
+    ct__report_checkpoint(&t->report, t->local.step, write_s);
     return 0;
 }
 
@@ -1628,7 +1654,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         snprintf(what, sizeof what, "checkpoint at step %lld",
                  (long long)t->local.step + ck->steps);
         note_copies(t, what, ck->copies, ck->copies_asked);
-        if ((rc = adopt_checkpoint(t, &ck->ckpt)) < 0) {
+        if ((rc = adopt_checkpoint(t, &ck->ckpt, ck->ckpt_seconds)) < 0) {
             snprintf(why, cap, "adopting the checkpoint of epoch %lld: %s", (long long)epoch + 1,
                      ct_last_error());
             end_group(t, NULL, 0, -1, rc, NULL);
@@ -1668,7 +1694,11 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
             ct_free(&dr->ckpt);
         t->stats.drains++;
         t->stats.drain_step = t->local.step;
-        CT_LOG(CT_LOG_INFO, "trainer",
+        snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)",
+                 ct_actor_node(t->actors[drained]));
+        ct__report_drain(&t->report);
+        /* a warning: the user sees it in the driver's log, beside the smaller group's line */
+        CT_LOG(CT_LOG_WARN, "trainer",
                "node %s is draining: the group ends at the checkpoint of epoch %lld's end (step "
                "%lld)",
                ct_actor_node(t->actors[drained]), (long long)epoch + 1, (long long)t->local.step);
@@ -1697,7 +1727,7 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     const char *node = ct_actor_node(t->actors[d]);
     char node_id[32];
     snprintf(node_id, sizeof node_id, "%s", node ? node : "");
-    int rc = adopt_checkpoint(t, &r->ckpt);
+    int rc = adopt_checkpoint(t, &r->ckpt, r->ckpt_seconds);
     for (int i = 0; i < world; i++) { /* another replica of that node that wrote one too */
         tr_report *o = res[i];
         if (i != d && o && o->drained && o->has_ckpt && memcmp(&o->ckpt, &r->ckpt, sizeof r->ckpt))
@@ -1717,7 +1747,9 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     t->stats.drains++;
     t->stats.drain_step = t->local.step;
     local_stats(t);
-    CT_LOG(CT_LOG_INFO, "trainer",
+    snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)", node_id);
+    ct__report_drain(&t->report);
+    CT_LOG(CT_LOG_WARN, "trainer",
            "node %s is draining: checkpoint at step %lld (epoch %lld batch %lld); the group "
            "ends and training goes on from there without that node",
            node_id, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.batch);
@@ -1892,12 +1924,21 @@ static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
  * when it is below num_replicas (or comes back from there), else at info level. */
 static void note_group_size(trainer *t, int n)
 {
-    if (n == t->logged_world)
+    if (n == t->logged_world) {
+        t->shrink_why[0] = 0;
         return;
+    }
     char was[32] = "";
     if (t->logged_world)
         snprintf(was, sizeof was, " (was %d)", t->logged_world);
-    if (n < t->num_replicas)
+    if (n < t->num_replicas && t->shrink_why[0])
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "training with %d replica%s of the %d asked (num_replicas)%s: %s, and %d fit in "
+               "the free CPUs (%.3g each) of the nodes left; set min_replicas = %d to wait for "
+               "all of them",
+               n, n == 1 ? "" : "s", t->num_replicas, was, t->shrink_why, n, t->cpus,
+               t->num_replicas);
+    else if (n < t->num_replicas)
         CT_LOG(CT_LOG_WARN, "trainer",
                "training with %d replica%s of the %d asked (num_replicas)%s: only %d fit in the "
                "free CPUs (%.3g each); set min_replicas = %d to wait for all of them",
@@ -1907,6 +1948,7 @@ static void note_group_size(trainer *t, int n)
                "training with %d replica%s%s", n, n == 1 ? "" : "s", was);
     t->warned_world = n < t->num_replicas;
     t->logged_world = n;
+    t->shrink_why[0] = 0;
 }
 
 /* Starts a group of as many replicas as fit (up to max_replicas). Before this trainer's first
@@ -2158,6 +2200,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     }
     ct__progress_set_report(t->progress, &t->report);
     t->report.done = false;
+    t->report.epochs = epochs;
     /* where a resume starts: on the run log's lines when it prints some, else in the log */
     if (resumed[0] && !ct__progress_note(t->progress, "%s", resumed))
         CT_LOG(CT_LOG_INFO, "trainer", "%s", resumed);

@@ -1173,7 +1173,8 @@ static void segment_records(trainer *t, bool epoch_done)
 static int tell_world_size(trainer *t, const trainer_train_opts *o, int n);
 static void note_group_size(trainer *t, int n);
 
-#define HEAL_CALL_MS 60000 /* a replacement's build, a snapshot, its fetch and load */
+#define HEAL_CALL_MS 60000     /* a replacement's build, a snapshot, its fetch and load */
+#define HEAL_FREE_WAIT_MS 3000 /* for a failed replacement's resources to be free again */
 /* a group smaller than before a live recovery: optimizer steps per segment, so that a
  * replacement that fits joins at the next step boundary */
 #define HEAL_POLL_STEPS 1
@@ -1322,20 +1323,33 @@ out:
     return rc;
 }
 
-/* Kills and releases a newcomer that did not get in (its snapshot too); the group goes on. */
-static void drop_newcomer(ct_actor **a, tr_snapshot *snap, const char *what)
+/* Waits up to HEAL_FREE_WAIT_MS, while the group goes on, until a replica fits (the resources
+ * of one that died or was let go during a heal are free again: a death is seen by the call
+ * first, the head frees its resources after). */
+static void wait_for_room(trainer *t)
+{
+    int more = 0;
+    for (int64_t until = ct__now_ms() + HEAL_FREE_WAIT_MS;
+         t->actors && t->world >= t->min_replicas && ct__now_ms() < until &&
+         (replicas_that_fit(t, &more) < 0 || more < 1);)
+        usleep(2000);
+}
+
+/* Kills and releases a newcomer that did not get in (its snapshot too); the group goes on.
+ * Then waits for its resources (wait_for_room), so that the next step boundary's replacement
+ * fits where this one did; a node lost with it keeps them: the wait ends unmet. */
+static void drop_newcomer(trainer *t, ct_actor **a, tr_snapshot *snap, const char *what)
 {
     CT_LOG(CT_LOG_WARN, "trainer",
            "heal: the replacement did not get in (%s: %s); the group goes on without it", what,
            ct_last_error());
     ct_actor_kill(*a);
-    /* its resources are free again once the head reports the death: the next boundary's
-     * replacement fits */
     for (int64_t until = ct__now_ms() + 10000; !ct_actor_is_dead(*a) && ct__now_ms() < until;)
         usleep(2000);
     ct_actor_release(a);
     if (snap && snap->size)
         ct_free(&snap->id);
+    wait_for_room(t);
 }
 
 /* Replica i of the group died during a heal (the others were idle at the step boundary): they
@@ -1355,6 +1369,7 @@ static int drop_dead_peer(trainer *t, int i, const char *who)
     t->world = --n;
     t->stats.replicas = n;
     t->stats.live_recoveries++;
+    wait_for_room(t); /* for the next replacement, its own too */
     return n;
 }
 
@@ -1363,7 +1378,7 @@ static int drop_dead_peer(trainer *t, int i, const char *who)
 static int too_few_left(trainer *t, ct_actor **newcomer, char *why, size_t cap)
 {
     ct__error(CT_EDEAD, "%d replicas left", t->world);
-    drop_newcomer(newcomer, NULL, "no serving peer left");
+    drop_newcomer(t, newcomer, NULL, "no serving peer left");
     snprintf(why, cap, "heal: replicas died; %d left, min_replicas %d", t->world, t->min_replicas);
     end_group(t, NULL, 0, -1, 0, NULL);
     t->fail_reason = "replica_died";
@@ -1404,7 +1419,7 @@ static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, 
     tr_setup_args sa = {.rank = n, .world = n + 1, .start_epoch = t->local.epoch};
     snprintf(sa.driver_node, sizeof sa.driver_node, "%s", ct_object_node());
     if ((rc = ct_actor_call(a, "build", &sa, sizeof sa, NULL, NULL, HEAL_CALL_MS)) < 0) {
-        drop_newcomer(&a, NULL, "build");
+        drop_newcomer(t, &a, NULL, "build");
         return 0;
     }
     tr_snapshot_args qa = {{0}};
@@ -1422,7 +1437,7 @@ static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, 
              !ct_actor_is_dead(t->actors[peer]) && ct__now_ms() < until;)
             usleep(1000);
         if (!ct_actor_is_dead(t->actors[peer])) {
-            drop_newcomer(&a, NULL, "the serving peer's snapshot");
+            drop_newcomer(t, &a, NULL, "the serving peer's snapshot");
             return 0;
         }
         n = drop_dead_peer(t, peer, "the serving peer");
@@ -1437,14 +1452,14 @@ static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, 
         ct__error(CT_EPROTO, "serving peer %d at step %lld epoch %lld, the driver at %lld, %lld",
                   peer, (long long)snap.step, (long long)snap.epoch, (long long)t->local.step,
                   (long long)t->local.epoch);
-        drop_newcomer(&a, &snap, "position");
+        drop_newcomer(t, &a, &snap, "position");
         return 0;
     }
     rc = ct_actor_call(a, "heal", &snap, sizeof snap, &res, &rlen, HEAL_CALL_MS);
     got = res;
     if (rc < 0 || rlen != sizeof *got || got->hash != snap.hash) {
         free(res);
-        drop_newcomer(&a, &snap, "heal");
+        drop_newcomer(t, &a, &snap, "heal");
         return 0;
     }
     int64_t t2 = ct__now_ns();
@@ -1474,7 +1489,7 @@ static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, 
             t->actors = all;
         free(ra);
         free(rep);
-        drop_newcomer(&a, NULL, "out of memory");
+        drop_newcomer(t, &a, NULL, "out of memory");
         return 0;
     }
     t->actors = all;

@@ -756,8 +756,11 @@ static int never_fits(const trainer *t, const fit *f)
 #define FAIL_GRACE_MS 1500
 /* live recovery: after a death's report, how long more for the other calls (deaths reported
  * within it count: two replicas killed at once; a survivor slower than it gets its regroup
- * call after its failed call returns) */
-#define LIVE_SETTLE_MS 20
+ * call after its failed call returns). It costs nothing when every call returns sooner, as the
+ * survivors' do (their collective fails at once); at 20 ms, on a loaded machine, the second of
+ * two deaths was reported after it in 1 of 10 runs of trainer_live_recovery_two, whose regroup
+ * then failed and the group restarted */
+#define LIVE_SETTLE_MS 250
 #define PROGRESS_POLL_MS 100 /* reads the replicas' step records this often (progress.c) */
 
 static int call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,

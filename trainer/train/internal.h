@@ -573,4 +573,34 @@ int ct__trainer_register_replica_class(void);
  * both are the same buffer.) */
 int ct__trainer_error_prefix(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- what fits the cluster (fit.c) ---- */
+
+/* What each replica asks for, and how many the driver wants. */
+typedef struct tr_ask {
+    double cpus;
+    int gpus;
+    int min_replicas, max_replicas;
+} tr_ask;
+
+/* The live nodes (that take actors) as the group's replicas see them: how many replicas fit. */
+typedef struct tr_fit {
+    int now;                 /* in the free resources now, each on one node (no cap) */
+    int now_cpu, now_gpu;    /* ... were only CPUs, or only GPUs, asked for */
+    int empty;               /* were every node empty: 0 means never on these nodes */
+    int nodes;               /* live nodes */
+    double cpu_max, gpu_max; /* the most CPUs and GPUs one node has */
+    double cpu_free, gpu_free;
+    char desc[240]; /* the nodes by their totals: "2 x {CPU: 1}, 1 x {CPU: 8, GPU: 2}" */
+} tr_fit;
+
+/* Asks the head for its live nodes and counts the replicas of a that fit (*f). 0 or an error. */
+int ct__fit_count(const tr_ask *a, tr_fit *f);
+/* What a replica asks for: "1 CPU" or "2 CPUs and 1 GPU". */
+void ct__fit_replica_shape(const tr_ask *a, char *buf, size_t cap);
+/* What is short while fewer than min_replicas fit now: "free GPUs", "free CPUs", ... */
+const char *ct__fit_short(const tr_ask *a, const tr_fit *f);
+/* A request no live node could meet even when empty: CT_EINVAL naming the missing resource and
+ * the nodes there are; 0 when a node could hold a replica, or with no live node to judge by. */
+int ct__fit_never(const tr_ask *a, const tr_fit *f);
+
 #endif

@@ -187,6 +187,8 @@ typedef struct train_job {
     double eta;       /* seconds left, as the driver estimates them; NaN: unknown */
     int64_t epochs;   /* trainer_train's; 0: unknown */
     uint64_t drains;  /* groups a node's drain ended */
+    uint64_t live;    /* replicas lost that the survivors went on without (no retry) */
+    uint64_t heals;   /* replacements healed from a live peer */
     int64_t ckpts;    /* checkpoints taken */
     int nck;          /* the newest TRAIN_CKPTS of them: steps, wall-clock ms when heard of */
     int64_t ck_step[TRAIN_CKPTS], ck_ms[TRAIN_CKPTS];

@@ -26,6 +26,12 @@
  *               and a loss curve of at least 5 points, the killed node's death event with a
  *               reason, and the retry event; `ctup status` shows the job's row (step,
  *               epochs, loss, ETA, retries). Skips (77) without chromium.
+ *   browser_live  the same under the default recovery, "live", and a third node started
+ *               after the kill: no retry; a replacement heals there from the survivor; the
+ *               job's row says "live 1; healed 1", the live-recovery event names the killed
+ *               node and the survivor that went on, the heal event the new node, the serving
+ *               rank and the world 2 again; ctup status's retries column "0 live=1 healed=1";
+ *               /metrics ct_train_live_recoveries_total{ct_job} and ct_train_heals_total 1.
  *   restart     a head under its supervisor (ct-head --supervise) with a node is killed
  *               (SIGKILL): once it serves again on its ports, chromium finds the restart
  *               event with its reason (the signal) and the node, registered again, alive.
@@ -307,6 +313,9 @@ typedef struct scenario {
     int killed_k; /* node_pid/node_id index of the node killed */
     double step_seen[8];
     int nseen;
+    bool heal; /* a node joins after the kill: a replacement fits there and heals */
+    pid_t new_pid;
+    char new_id[32];
 } scenario;
 
 static int kill_replica_node(trainer *t, const trainer_stats *st, scenario *s);
@@ -594,10 +603,18 @@ static int browser_on_epoch(trainer *t, const trainer_stats *st, void *user)
     }
     if (st->epoch != 1 || s->killed)
         return 0;
-    return kill_replica_node(t, st, s);
+    int rc = kill_replica_node(t, st, s);
+    if (rc == 0 && s->heal) { /* a node comes back: at a later step boundary a replacement
+                               * fits there and heals from the survivor */
+        s->new_pid = tt_start_node_joined(s->addr, s->new_id, sizeof s->new_id);
+        CHECK(s->new_pid > 0);
+    }
+    return rc;
 }
 
-static int run_browser(void)
+/* live: the default recovery (the survivor goes on, a live recovery to show); else "restart"
+ * (a retry to show). */
+static int run_browser(bool live)
 {
     const char *bin = find_chromium();
     if (!bin) {
@@ -614,7 +631,7 @@ static int run_browser(void)
     }
     char addr[128], log_dir[128], url[96];
     int dport = free_port();
-    scenario s = {.addr = addr};
+    scenario s = {.addr = addr, .heal = live};
     trainer *t = NULL;
     char *dom = NULL;
     if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
@@ -633,7 +650,7 @@ static int run_browser(void)
                                             .num_replicas = 2,
                                             .epochs = 3,
                                             .seed = 3,
-                                            .recovery = "restart"}, /* a retry to show */
+                                            .recovery = live ? NULL : "restart"},
                             &t));
     if (!t)
         goto out;
@@ -642,7 +659,11 @@ static int run_browser(void)
     CHECK_OK(trainer_train(t, .max_retries = 2, .on_epoch = browser_on_epoch, .user = &s,
                            .stats = &st, .log_dir = log_dir, .progress = TRAINER_PROGRESS_OFF));
     CHECK(s.killed);
-    CHECK_EQ_INT(st.retries_used, 1);
+    printf("trainer: %d retries, %d live recoveries, %d heals, %lld steps\n", st.retries_used,
+           st.live_recoveries, st.heals, (long long)st.steps);
+    CHECK_EQ_INT(st.retries_used, live ? 0 : 1);
+    CHECK_EQ_INT(st.live_recoveries, live ? 1 : 0);
+    CHECK_EQ_INT(st.heals, live ? 1 : 0);
     if (!s.killed)
         goto out;
     /* the head's pages are rendered every PUBLISH_MS: wait until they show the end */
@@ -671,8 +692,23 @@ static int run_browser(void)
     CHECK(!strcmp(jepoch, "3/3"));
     CHECK(strtod(jloss, NULL) > 0);
     CHECK(!strcmp(jeta, "done"));
-    CHECK(!strcmp(jretries, "node_lost=1"));
+    CHECK(!strcmp(jretries, live ? "0" : "node_lost=1"));
+    if (live) { /* the retries column goes on: live=1 (and healed=N when a replacement fit) */
+        char line[512] = "";
+        sscanf(jrow ? jrow + 1 : "", "%511[^\n]", line);
+        CHECK(strstr(line, " live=1") != NULL);
+        CHECK(strstr(line, " healed=1") != NULL);
+    }
     free(status);
+    /* /metrics counts it: ct_train_live_recoveries_total (and heals) with the job's label */
+    CHECK_EQ_INT(http_get("127.0.0.1", dport, "/metrics", NULL, body, sizeof body), 200);
+    char series[160];
+    snprintf(series, sizeof series, "ct_train_live_recoveries_total{ct_job=\"%s\"}", jname);
+    printf("/metrics: %s %g\n", series, metric(body, series));
+    CHECK(metric(body, series) == (live ? 1 : 0));
+    snprintf(series, sizeof series, "ct_train_heals_total{ct_job=\"%s\"}", jname);
+    printf("/metrics: %s %g\n", series, metric(body, series));
+    CHECK(metric(body, series) == st.heals);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", dport);
     printf("chromium %s --headless --dump-dom %s\n", bin, url);
     dom = chromium_dump(bin, url);
@@ -691,7 +727,10 @@ static int run_browser(void)
            (long long)st.steps, points);
     CHECK_EQ_INT(step, st.steps);
     CHECK(points >= 5);
-    CHECK(job && strstr(row, "node_lost 1") != NULL); /* its retries, with the reason */
+    if (live) /* no retry; the live recovery and the heal said in the row */
+        CHECK(job && strstr(row, "live 1; healed 1") != NULL && strstr(row, "node_lost") == NULL);
+    else /* its retries, with the reason */
+        CHECK(job && strstr(row, "node_lost 1") != NULL);
     /* the node's death, with its reason, and the retry it cost */
     const char *dead = NULL;
     for (const char *p = dom; (p = strstr(p, "<tr class=\"event node_dead\"")); p++)
@@ -707,10 +746,29 @@ static int run_browser(void)
         CHECK(id && strstr(id, "</td><td>") && strstr(id, "</td><td>")[9] != '<');
     }
     const char *retry = strstr(dom, "<tr class=\"event retry\"");
-    CHECK(retry != NULL);
-    row_text(retry, row, sizeof row);
-    printf("retry event: %.600s\n", row);
-    CHECK(retry && strstr(row, "node_lost") != NULL);
+    CHECK(live ? retry == NULL : retry != NULL);
+    if (retry) {
+        row_text(retry, row, sizeof row);
+        printf("retry event: %.600s\n", row);
+        CHECK(strstr(row, "node_lost") != NULL);
+    }
+    /* the live recovery, in the driver's words: which replica, its node, the survivors */
+    const char *lr = strstr(dom, "<tr class=\"event live_recovery\"");
+    CHECK(live ? lr != NULL : lr == NULL);
+    if (lr) {
+        row_text(lr, row, sizeof row);
+        printf("live recovery event: %.600s\n", row);
+        CHECK(strstr(row, s.node_id[s.killed_k]) != NULL && strstr(row, " died; ") != NULL &&
+              strstr(row, "1 survivor goes on live from step ") != NULL);
+    }
+    const char *heal = strstr(dom, "<tr class=\"event heal\"");
+    CHECK(st.heals ? heal != NULL : heal == NULL);
+    if (heal) {
+        row_text(heal, row, sizeof row);
+        printf("heal event: %.600s\n", row);
+        CHECK(strstr(row, s.new_id) != NULL && strstr(row, "healed from rank 0 in ") != NULL &&
+              strstr(row, "; world 2 again") != NULL);
+    }
     /* the nodes: one alive, the killed one dead (listed for a while after) */
     CHECK(strstr(dom, "<tr class=\"node ALIVE\"") != NULL);
     CHECK(strstr(dom, "connected") != NULL);
@@ -1197,9 +1255,11 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "hostile"))
         return run_hostile();
     if (!strcmp(mode, "browser"))
-        return run_browser();
+        return run_browser(false);
+    if (!strcmp(mode, "browser_live"))
+        return run_browser(true);
     if (!strcmp(mode, "restart"))
         return run_restart();
-    fprintf(stderr, "usage: %s prometheus|access|hostile|browser|restart\n", argv[0]);
+    fprintf(stderr, "usage: %s prometheus|access|hostile|browser|browser_live|restart\n", argv[0]);
     return 2;
 }

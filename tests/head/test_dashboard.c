@@ -6,8 +6,10 @@
  *               2-replica job trains; the test asks Prometheus's HTTP API (/api/v1/query) that
  *               ct_train_step rises, that the alive node count is 2 and then 1 once the node of
  *               the replica that is not the driver's is killed (SIGKILL by pid), and that
- *               ct_train_retries_total counts that death as node_lost. Skips (77) without
- *               prometheus.
+ *               ct_train_retries_total counts that death as node_lost (recovery "restart").
+ *               Skips (77) without prometheus.
+ *   prometheus_live  the same under the default recovery, "live": the death is counted by
+ *               ct_train_live_recoveries_total, and no retry.
  *   access      the endpoint bound to 0.0.0.0: a loopback request is served without a token;
  *               one from another address (a network namespace with a veth pair when root can
  *               make one, else this host's own non-loopback address) is refused (403) without
@@ -18,7 +20,8 @@
  *               normal /metrics request succeeds (and /api/..., and the dashboard page at /);
  *               a TrainReport with a histogram is shown (cumulative buckets, +Inf, sum) and
  *               malformed ones (bounds out of order, counts above the count, an infinite
- *               ETA) are refused: no trace of them in /metrics.
+ *               ETA, a live recovery's words with a control byte, a heal's too long) are
+ *               refused: no trace of them in /metrics.
  *   browser     Debian's chromium, headless (--dump-dom, its scripts given 10 s of virtual
  *               time; in a process group of its own, killed whole), loads the dashboard page
  *               of a head with 2 nodes after a 2-replica job lost a node (SIGKILL) and
@@ -375,7 +378,9 @@ static int kill_replica_node(trainer *t, const trainer_stats *st, scenario *s)
     return 0;
 }
 
-static int run_prometheus(void)
+/* live: the default recovery (the death is a live recovery, counted as such); else
+ * "restart" (a retry, counted by reason). */
+static int run_prometheus(bool live)
 {
     const char *bin = find_prometheus();
     if (!bin) {
@@ -408,7 +413,7 @@ static int run_prometheus(void)
                                             .num_replicas = 2,
                                             .epochs = 3,
                                             .seed = 3,
-                                            .recovery = "restart"},
+                                            .recovery = live ? NULL : "restart"},
                             &t));
     if (!t)
         goto out;
@@ -418,18 +423,31 @@ static int run_prometheus(void)
     CHECK_OK(trainer_train(t, .max_retries = 2, .on_epoch = prom_on_epoch, .user = &s, .stats = &st,
                            .log_dir = log_dir, .progress = TRAINER_PROGRESS_OFF));
     CHECK(s.killed);
-    CHECK_EQ_INT(st.retries_used, 1);
+    CHECK_EQ_INT(st.retries_used, live ? 0 : 1);
+    CHECK_EQ_INT(st.live_recoveries, live ? 1 : 0);
     /* ct_train_step rose from epoch to epoch */
     CHECK(s.nseen >= 2);
     for (int i = 1; i < s.nseen; i++)
         CHECK(s.step_seen[i] > s.step_seen[i - 1]);
     static char out[1 << 16];
-    double v = prom_wait("sum(ct_train_retries_total)", eq, 1, out, sizeof out);
-    printf("Prometheus: retries %g\n", v);
-    CHECK_EQ_INT(v, 1);
-    v = prom_query("ct_train_retries_total", out, sizeof out);
-    printf("Prometheus: %s\n", out);
-    CHECK(strstr(out, "\"reason\":\"node_lost\"") != NULL);
+    double v;
+    if (live) { /* the death is a live recovery: counted, with no retry */
+        v = prom_wait("sum(ct_train_live_recoveries_total)", eq, 1, out, sizeof out);
+        printf("Prometheus: live recoveries %g\n", v);
+        CHECK_EQ_INT(v, 1);
+        prom_query("ct_train_retries_total", out, sizeof out);
+        printf("Prometheus: %s\n", out);
+        CHECK(strstr(out, "node_lost") == NULL);
+    } else {
+        v = prom_wait("sum(ct_train_retries_total)", eq, 1, out, sizeof out);
+        printf("Prometheus: retries %g\n", v);
+        CHECK_EQ_INT(v, 1);
+        v = prom_query("ct_train_retries_total", out, sizeof out);
+        printf("Prometheus: %s\n", out);
+        CHECK(strstr(out, "\"reason\":\"node_lost\"") != NULL);
+        v = prom_query("sum(ct_train_live_recoveries_total)", out, sizeof out);
+        CHECK_EQ_INT(v, 0);
+    }
     v = prom_wait("max(ct_train_done)", eq, 1, out, sizeof out);
     CHECK_EQ_INT(v, 1);
     /* the training job's label is ct_job: Prometheus keeps "job" for its scrape job and would
@@ -1217,6 +1235,19 @@ static int run_hostile(void)
     badr.job = "bad-eta";
     badr.eta_s = INFINITY;
     CHECK_OK(ct__report_train(&badr));
+    badr = good; /* a live recovery's words with a control byte (an escape sequence) */
+    badr.job = "bad-words";
+    badr.live_recoveries = 1;
+    badr.live_what = "replica 1 died\x1b[2J";
+    CHECK_OK(ct__report_train(&badr));
+    badr = good; /* a heal's words too long */
+    badr.job = "bad-heal";
+    badr.heals = 1;
+    char long_words[200];
+    memset(long_words, 'a', sizeof long_words - 1);
+    long_words[sizeof long_words - 1] = 0;
+    badr.heal_what = long_words;
+    CHECK_OK(ct__report_train(&badr));
     CHECK_OK(ct__report_train(&good));
     seen = false;
     for (double until = h_now_ms() + 10000; h_now_ms() < until && !seen; usleep(100000)) {
@@ -1249,7 +1280,9 @@ int main(int argc, char **argv)
     ct_serve_if_worker(); /* a replica or an actor: serves here and never returns */
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "prometheus"))
-        return run_prometheus();
+        return run_prometheus(false);
+    if (!strcmp(mode, "prometheus_live"))
+        return run_prometheus(true);
     if (!strcmp(mode, "access"))
         return run_access();
     if (!strcmp(mode, "hostile"))
@@ -1260,6 +1293,8 @@ int main(int argc, char **argv)
         return run_browser(true);
     if (!strcmp(mode, "restart"))
         return run_restart();
-    fprintf(stderr, "usage: %s prometheus|access|hostile|browser|browser_live|restart\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s prometheus|prometheus_live|access|hostile|browser|browser_live|restart\n",
+            argv[0]);
     return 2;
 }

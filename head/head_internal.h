@@ -209,7 +209,7 @@ typedef struct train_job {
 typedef struct head_event {
     uint64_t seq;     /* 1, 2, ... in this head's life */
     int64_t wall_ms;  /* CLOCK_REALTIME, ms */
-    char kind[24];    /* "node_dead", "actor_dead", "node_draining", "retry", ... */
+    char kind[24];    /* "node_dead", "actor_dead", "node_draining", "retry", "heal", ... */
     char subject[72]; /* the node, actor or training job it is about */
     char reason[200];
 } head_event;

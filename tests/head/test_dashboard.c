@@ -21,7 +21,9 @@
  *               a TrainReport with a histogram is shown (cumulative buckets, +Inf, sum) and
  *               malformed ones (bounds out of order, counts above the count, an infinite
  *               ETA, a live recovery's words with a control byte, a heal's too long) are
- *               refused: no trace of them in /metrics.
+ *               refused: no trace of them in /metrics; three live recoveries and a heal in
+ *               one report are an event each (the newest's words, "the newest of 3") and
+ *               counted in /metrics.
  *   browser     Debian's chromium, headless (--dump-dom, its scripts given 10 s of virtual
  *               time; in a process group of its own, killed whole), loads the dashboard page
  *               of a head with 2 nodes after a 2-replica job lost a node (SIGKILL) and
@@ -1260,6 +1262,28 @@ static int run_hostile(void)
     CHECK(metric(body, "ct_train_step_seconds_sum{ct_job=\"ok-job\"}") == 2.5);
     CHECK(strstr(body, "# TYPE ct_train_step_seconds histogram") != NULL);
     CHECK(strstr(body, "bad-") == NULL);
+    /* three live recoveries and a heal since the last report: an event each, the newest in
+     * the driver's words and how many came at once; the counters in /metrics */
+    ct__train_report more = good;
+    more.live_recoveries = 3;
+    more.live_what = "replica 2 (node n-x) died; 2 survivors go on live from step 7";
+    more.heals = 1;
+    more.heal_what = "a replacement (node n-y) healed from rank 1 in 9 ms; world 3";
+    CHECK_OK(ct__report_train(&more));
+    seen = false;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && !seen; usleep(100000)) {
+        code = http_get("127.0.0.1", dport, "/api/events", NULL, body, sizeof body);
+        seen = code == 200 && strstr(body, "\"kind\":\"heal\"") != NULL;
+    }
+    CHECK(seen);
+    CHECK(strstr(body, "\"kind\":\"live_recovery\",\"subject\":\"ok-job\",\"reason\":\"replica "
+                       "2 (node n-x) died; 2 survivors go on live from step 7 (the newest of 3 "
+                       "since the last report)\"") != NULL);
+    CHECK(strstr(body, "\"kind\":\"heal\",\"subject\":\"ok-job\",\"reason\":\"a replacement "
+                       "(node n-y) healed from rank 1 in 9 ms; world 3\"") != NULL);
+    code = http_get("127.0.0.1", dport, "/metrics", NULL, body, sizeof body);
+    CHECK_EQ_INT(metric(body, "ct_train_live_recoveries_total{ct_job=\"ok-job\"}"), 3);
+    CHECK_EQ_INT(metric(body, "ct_train_heals_total{ct_job=\"ok-job\"}"), 1);
     atomic_store(&s.stop, 1);
     pthread_join(th, NULL);
     /* no node was declared dead meanwhile */

@@ -378,6 +378,10 @@ int ct__report_train(const ct__train_report *r)
     p.eta_seconds = r->eta_s;
     p.epochs = r->epochs;
     p.drains = r->drains;
+    p.live_recoveries = r->live_recoveries;
+    p.heals = r->heals;
+    p.live_recovery_what = (char *)(r->live_what ? r->live_what : "");
+    p.heal_what = (char *)(r->heal_what ? r->heal_what : "");
     p.n_histograms = (size_t)r->nhist;
     p.histograms = hp;
     LOCK();

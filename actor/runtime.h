@@ -186,6 +186,8 @@ typedef struct ct__train_report {
     double eta_s;                         /* NaN: unknown */
     int64_t epochs;                       /* trainer_train's; 0: unknown */
     uint64_t drains;                      /* groups a node's drain ended */
+    uint64_t live_recoveries, heals;      /* replicas lost and gone on without; replacements */
+    const char *live_what, *heal_what;    /* the newest of each, in words (NULL: none) */
     int64_t checkpoints, checkpoint_step; /* checkpoints taken, the newest one's steps */
     int npoints;                          /* the steps since the last report (<= CT_TRAIN_POINTS) */
     const int64_t *point_step;            /* npoints each */

@@ -188,6 +188,10 @@ static void print_jobs(const Ct__StatusReply *r)
             printf("%s%s=%llu", k ? "," : "", t->retries[k]->reason,
                    (unsigned long long)t->retries[k]->count);
         printf("%s", t->n_retries ? "" : "0");
+        if (t->live_recoveries) /* replicas lost without a retry: the survivors went on */
+            printf(" live=%llu", (unsigned long long)t->live_recoveries);
+        if (t->heals)
+            printf(" healed=%llu", (unsigned long long)t->heals);
         if (t->drains) /* groups a drain ended spend no retry: said apart */
             printf(" (drains %llu)", (unsigned long long)t->drains);
         printf("\n");

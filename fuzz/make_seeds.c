@@ -130,8 +130,9 @@ int main(int argc, char **argv)
     add_record(buf, &n, sizeof buf, 3, &e);
     rc |= write_out(root, "fuzz_envelope/gen-driver", buf, n);
 
-    /* fuzz_envelope: a driver's training job reports its progress twice (a retry between:
-     * the head notes it as an event), then asks for the status (its jobs' rows) */
+    /* fuzz_envelope: a driver's training job reports its progress three times (a retry, then
+     * a live recovery and a heal between: the head notes them as events), then asks for the
+     * status (its jobs' rows) */
     n = 0;
     env(&e, 1);
     e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
@@ -175,6 +176,11 @@ int main(int argc, char **argv)
     tr.retries = retries;
     tr.step = 1; /* rewound to a checkpoint */
     tr.n_points = 1;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    tr.live_recoveries = 1; /* then a live recovery and a heal, in words */
+    tr.live_recovery_what = "replica 1 (node node-1) died; 1 survivor goes on live from step 1";
+    tr.heals = 1;
+    tr.heal_what = "a replacement (node node-2) healed from rank 0 in 35 ms; world 2 again";
     add_record(buf, &n, sizeof buf, 1, &e);
     env(&e, 2);
     e.body_case = CT__ENVELOPE__BODY_STATUS;

@@ -1,7 +1,8 @@
 /* head/events.c — event pushes (node joined, node dead, actor dead, node draining) to
  * subscribers, and an actor's death to its owner even when it did not subscribe; and the ring
  * of recent events the dashboard lists (/api/events, metrics.c): every pushed event, plus what
- * other files note (a training job's retries, train.c; the head's restart, head.c). */
+ * other files note (a training job's retries, drains, live recoveries and heals, train.c; the
+ * head's restart, head.c). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>

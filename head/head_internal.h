@@ -187,6 +187,8 @@ typedef struct train_job {
     double eta;       /* seconds left, as the driver estimates them; NaN: unknown */
     int64_t epochs;   /* trainer_train's; 0: unknown */
     uint64_t drains;  /* groups a node's drain ended */
+    uint64_t live;    /* replicas lost that the survivors went on without (no retry) */
+    uint64_t heals;   /* replacements healed from a live peer */
     int64_t ckpts;    /* checkpoints taken */
     int nck;          /* the newest TRAIN_CKPTS of them: steps, wall-clock ms when heard of */
     int64_t ck_step[TRAIN_CKPTS], ck_ms[TRAIN_CKPTS];
@@ -207,7 +209,7 @@ typedef struct train_job {
 typedef struct head_event {
     uint64_t seq;     /* 1, 2, ... in this head's life */
     int64_t wall_ms;  /* CLOCK_REALTIME, ms */
-    char kind[24];    /* "node_dead", "actor_dead", "node_draining", "retry", ... */
+    char kind[24];    /* "node_dead", "actor_dead", "node_draining", "retry", "heal", ... */
     char subject[72]; /* the node, actor or training job it is about */
     char reason[200];
 } head_event;

@@ -14,7 +14,8 @@
  *            ct_train_loss, ct_train_samples_per_second, ct_train_mfu_percent (when known),
  *            ct_train_retries_total{reason}, ct_train_replicas_alive, ct_train_done,
  *            ct_train_val_loss, ct_train_checkpoints_total, ct_train_drains_total,
- *            ct_train_last_checkpoint_step;
+ *            ct_train_last_checkpoint_step, ct_train_live_recoveries_total,
+ *            ct_train_heals_total;
  *            histograms ct_train_step_seconds, ct_train_allreduce_seconds,
  *            ct_train_data_wait_seconds, ct_train_checkpoint_seconds (_bucket{le}, _sum,
  *            _count; the names the reports bring).
@@ -318,6 +319,10 @@ static void render_train(head *h, sbuf *b)
          "Groups that ended at a checkpoint because a node drained (told to stop; no retry)."},
         {"ct_train_last_checkpoint_step", "gauge",
          "Optimizer steps of the job's newest checkpoint (absent before one)."},
+        {"ct_train_live_recoveries_total", "counter",
+         "Replicas lost that the survivors went on without, live (no retry, no step lost)."},
+        {"ct_train_heals_total", "counter",
+         "Replacements that healed from a live peer and joined the group."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         family(b, fam[f].name, fam[f].type, fam[f].help);
@@ -326,17 +331,19 @@ static void render_train(head *h, sbuf *b)
             if ((f == 4 && !(t->mfu >= 0)) || (f == 7 && isnan(t->val_loss)) ||
                 (f == 10 && !t->nck))
                 continue;
-            double v = f == 0   ? (double)t->step
-                       : f == 1 ? (double)t->epoch
-                       : f == 2 ? t->loss
-                       : f == 3 ? t->sps
-                       : f == 4 ? t->mfu
-                       : f == 5 ? (double)t->replicas
-                       : f == 6 ? (double)t->done
-                       : f == 7 ? t->val_loss
-                       : f == 8 ? (double)t->ckpts
-                       : f == 9 ? (double)t->drains
-                                : (double)t->ck_step[t->nck - 1];
+            double v = f == 0    ? (double)t->step
+                       : f == 1  ? (double)t->epoch
+                       : f == 2  ? t->loss
+                       : f == 3  ? t->sps
+                       : f == 4  ? t->mfu
+                       : f == 5  ? (double)t->replicas
+                       : f == 6  ? (double)t->done
+                       : f == 7  ? t->val_loss
+                       : f == 8  ? (double)t->ckpts
+                       : f == 9  ? (double)t->drains
+                       : f == 10 ? (double)t->ck_step[t->nck - 1]
+                       : f == 11 ? (double)t->live
+                                 : (double)t->heals;
             train_sample(b, fam[f].name, t, v);
         }
     }
@@ -474,6 +481,8 @@ static void json_train_history(sbuf *b, const train_job *t)
     put_jnum(b, "val_loss", t->val_loss);
     put_jnum(b, "eta_seconds", t->eta);
     put(b, ",\"epochs\":%lld,\"drains\":%llu", (long long)t->epochs, (unsigned long long)t->drains);
+    put(b, ",\"live_recoveries\":%llu,\"heals\":%llu", (unsigned long long)t->live,
+        (unsigned long long)t->heals);
     put(b, ",\"checkpoints_total\":%lld,\"checkpoints\":[", (long long)t->ckpts);
     for (int i = 0; i < t->nck; i++)
         put(b, "%s{\"step\":%lld,\"time_ms\":%lld}", i ? "," : "", (long long)t->ck_step[i],

@@ -106,6 +106,8 @@ void ct__head_on_status(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
         tr[i].epoch = t->epoch;
         tr[i].epochs = t->epochs;
         tr[i].drains = t->drains;
+        tr[i].live_recoveries = t->live;
+        tr[i].heals = t->heals;
         tr[i].loss = t->loss;
         tr[i].samples_per_second = t->sps;
         tr[i].mfu_percent = t->mfu;

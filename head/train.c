@@ -38,6 +38,19 @@ static bool reason_ok(const char *s)
     return true;
 }
 
+/* A line of words from the driver (TrainReport.live_recovery_what, heal_what): printable
+ * ASCII, 0..159 bytes. */
+static bool line_ok(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n > 159)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] > 0x7e)
+            return false;
+    return true;
+}
+
 static int64_t wall_ms(void)
 {
     struct timespec w;
@@ -57,6 +70,21 @@ static void note_retries(head *h, const train_job *t, const Ct__TrainReport *r)
             ct__head_note(h, "retry", t->label, "%s (retry %llu for that reason; step %lld)",
                           r->retries[i]->reason, (unsigned long long)c + 1, (long long)r->step);
     }
+}
+
+/* A counter that rose since t's last report (before: its value then; what: the newest one in
+ * the driver's words): one event, which says how many when more came at once. */
+static void note_count(head *h, const train_job *t, const char *kind, uint64_t before, uint64_t now,
+                       const char *what)
+{
+    if (now <= before)
+        return;
+    const char *w = what && *what ? what : "(no words given)";
+    if (now - before == 1)
+        ct__head_note(h, kind, t->label, "%s", w);
+    else
+        ct__head_note(h, kind, t->label, "%s (the newest of %llu since the last report)", w,
+                      (unsigned long long)(now - before));
 }
 
 /* The report's steps onto t's loss curve (a ring; steps not after the newest kept are
@@ -114,6 +142,10 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         field = "train_report.epochs";
     else if (r->checkpoints < 0 || r->checkpoint_step < 0)
         field = r->checkpoints < 0 ? "train_report.checkpoints" : "train_report.checkpoint_step";
+    else if (!line_ok(r->live_recovery_what))
+        field = "train_report.live_recovery_what";
+    else if (!line_ok(r->heal_what))
+        field = "train_report.heal_what";
     else if (r->n_points > TRAIN_REPORT_POINTS)
         field = "train_report.points";
     else if (r->n_histograms > TRAIN_HISTS)
@@ -146,7 +178,8 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         return true;
     ct__head_refuse(h, rid, e, CT_EINVAL, field,
                     "%s: a job label is 1-63 printable bytes without quotes, a reason 1-31 of "
-                    "[a-z_], at most %d reasons and %d points, numbers finite and not negative; "
+                    "[a-z_], at most %d reasons and %d points, numbers finite and not negative, "
+                    "a live recovery's or heal's words printable ASCII of at most 159 bytes; "
                     "at most %d histograms, each a distinct [a-z_] name, at most %d ascending "
                     "bounds, a count per bound, their sum at most the count",
                     field, TRAIN_REASONS, TRAIN_REPORT_POINTS, TRAIN_HISTS, TRAIN_HIST_BOUNDS);
@@ -212,6 +245,12 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
                       "a group ended at a checkpoint: its node drained (told to stop); step %lld",
                       (long long)r->step);
     t->drains = r->drains;
+    if (!fresh) {
+        note_count(h, t, "live_recovery", t->live, r->live_recoveries, r->live_recovery_what);
+        note_count(h, t, "heal", t->heals, r->heals, r->heal_what);
+    }
+    t->live = r->live_recoveries;
+    t->heals = r->heals;
     t->step = r->step;
     t->epoch = r->epoch;
     t->loss = r->loss;

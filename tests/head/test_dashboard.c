@@ -6,8 +6,10 @@
  *               2-replica job trains; the test asks Prometheus's HTTP API (/api/v1/query) that
  *               ct_train_step rises, that the alive node count is 2 and then 1 once the node of
  *               the replica that is not the driver's is killed (SIGKILL by pid), and that
- *               ct_train_retries_total counts that death as node_lost. Skips (77) without
- *               prometheus.
+ *               ct_train_retries_total counts that death as node_lost (recovery "restart").
+ *               Skips (77) without prometheus.
+ *   prometheus_live  the same under the default recovery, "live": the death is counted by
+ *               ct_train_live_recoveries_total, and no retry.
  *   access      the endpoint bound to 0.0.0.0: a loopback request is served without a token;
  *               one from another address (a network namespace with a veth pair when root can
  *               make one, else this host's own non-loopback address) is refused (403) without
@@ -18,7 +20,10 @@
  *               normal /metrics request succeeds (and /api/..., and the dashboard page at /);
  *               a TrainReport with a histogram is shown (cumulative buckets, +Inf, sum) and
  *               malformed ones (bounds out of order, counts above the count, an infinite
- *               ETA) are refused: no trace of them in /metrics.
+ *               ETA, a live recovery's words with a control byte, a heal's too long) are
+ *               refused: no trace of them in /metrics; three live recoveries and a heal in
+ *               one report are an event each (the newest's words, "the newest of 3") and
+ *               counted in /metrics.
  *   browser     Debian's chromium, headless (--dump-dom, its scripts given 10 s of virtual
  *               time; in a process group of its own, killed whole), loads the dashboard page
  *               of a head with 2 nodes after a 2-replica job lost a node (SIGKILL) and
@@ -26,6 +31,12 @@
  *               and a loss curve of at least 5 points, the killed node's death event with a
  *               reason, and the retry event; `ctup status` shows the job's row (step,
  *               epochs, loss, ETA, retries). Skips (77) without chromium.
+ *   browser_live  the same under the default recovery, "live", and a third node started
+ *               after the kill: no retry; a replacement heals there from the survivor; the
+ *               job's row says "live 1; healed 1", the live-recovery event names the killed
+ *               node and the survivor that went on, the heal event the new node, the serving
+ *               rank and the world 2 again; ctup status's retries column "0 live=1 healed=1";
+ *               /metrics ct_train_live_recoveries_total{ct_job} and ct_train_heals_total 1.
  *   restart     a head under its supervisor (ct-head --supervise) with a node is killed
  *               (SIGKILL): once it serves again on its ports, chromium finds the restart
  *               event with its reason (the signal) and the node, registered again, alive.
@@ -307,6 +318,9 @@ typedef struct scenario {
     int killed_k; /* node_pid/node_id index of the node killed */
     double step_seen[8];
     int nseen;
+    bool heal; /* a node joins after the kill: a replacement fits there and heals */
+    pid_t new_pid;
+    char new_id[32];
 } scenario;
 
 static int kill_replica_node(trainer *t, const trainer_stats *st, scenario *s);
@@ -366,7 +380,9 @@ static int kill_replica_node(trainer *t, const trainer_stats *st, scenario *s)
     return 0;
 }
 
-static int run_prometheus(void)
+/* live: the default recovery (the death is a live recovery, counted as such); else
+ * "restart" (a retry, counted by reason). */
+static int run_prometheus(bool live)
 {
     const char *bin = find_prometheus();
     if (!bin) {
@@ -399,7 +415,7 @@ static int run_prometheus(void)
                                             .num_replicas = 2,
                                             .epochs = 3,
                                             .seed = 3,
-                                            .recovery = "restart"},
+                                            .recovery = live ? NULL : "restart"},
                             &t));
     if (!t)
         goto out;
@@ -409,18 +425,31 @@ static int run_prometheus(void)
     CHECK_OK(trainer_train(t, .max_retries = 2, .on_epoch = prom_on_epoch, .user = &s, .stats = &st,
                            .log_dir = log_dir, .progress = TRAINER_PROGRESS_OFF));
     CHECK(s.killed);
-    CHECK_EQ_INT(st.retries_used, 1);
+    CHECK_EQ_INT(st.retries_used, live ? 0 : 1);
+    CHECK_EQ_INT(st.live_recoveries, live ? 1 : 0);
     /* ct_train_step rose from epoch to epoch */
     CHECK(s.nseen >= 2);
     for (int i = 1; i < s.nseen; i++)
         CHECK(s.step_seen[i] > s.step_seen[i - 1]);
     static char out[1 << 16];
-    double v = prom_wait("sum(ct_train_retries_total)", eq, 1, out, sizeof out);
-    printf("Prometheus: retries %g\n", v);
-    CHECK_EQ_INT(v, 1);
-    v = prom_query("ct_train_retries_total", out, sizeof out);
-    printf("Prometheus: %s\n", out);
-    CHECK(strstr(out, "\"reason\":\"node_lost\"") != NULL);
+    double v;
+    if (live) { /* the death is a live recovery: counted, with no retry */
+        v = prom_wait("sum(ct_train_live_recoveries_total)", eq, 1, out, sizeof out);
+        printf("Prometheus: live recoveries %g\n", v);
+        CHECK_EQ_INT(v, 1);
+        prom_query("ct_train_retries_total", out, sizeof out);
+        printf("Prometheus: %s\n", out);
+        CHECK(strstr(out, "node_lost") == NULL);
+    } else {
+        v = prom_wait("sum(ct_train_retries_total)", eq, 1, out, sizeof out);
+        printf("Prometheus: retries %g\n", v);
+        CHECK_EQ_INT(v, 1);
+        v = prom_query("ct_train_retries_total", out, sizeof out);
+        printf("Prometheus: %s\n", out);
+        CHECK(strstr(out, "\"reason\":\"node_lost\"") != NULL);
+        v = prom_query("sum(ct_train_live_recoveries_total)", out, sizeof out);
+        CHECK_EQ_INT(v, 0);
+    }
     v = prom_wait("max(ct_train_done)", eq, 1, out, sizeof out);
     CHECK_EQ_INT(v, 1);
     /* the training job's label is ct_job: Prometheus keeps "job" for its scrape job and would
@@ -594,10 +623,18 @@ static int browser_on_epoch(trainer *t, const trainer_stats *st, void *user)
     }
     if (st->epoch != 1 || s->killed)
         return 0;
-    return kill_replica_node(t, st, s);
+    int rc = kill_replica_node(t, st, s);
+    if (rc == 0 && s->heal) { /* a node comes back: at a later step boundary a replacement
+                               * fits there and heals from the survivor */
+        s->new_pid = tt_start_node_joined(s->addr, s->new_id, sizeof s->new_id);
+        CHECK(s->new_pid > 0);
+    }
+    return rc;
 }
 
-static int run_browser(void)
+/* live: the default recovery (the survivor goes on, a live recovery to show); else "restart"
+ * (a retry to show). */
+static int run_browser(bool live)
 {
     const char *bin = find_chromium();
     if (!bin) {
@@ -614,7 +651,7 @@ static int run_browser(void)
     }
     char addr[128], log_dir[128], url[96];
     int dport = free_port();
-    scenario s = {.addr = addr};
+    scenario s = {.addr = addr, .heal = live};
     trainer *t = NULL;
     char *dom = NULL;
     if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
@@ -633,7 +670,7 @@ static int run_browser(void)
                                             .num_replicas = 2,
                                             .epochs = 3,
                                             .seed = 3,
-                                            .recovery = "restart"}, /* a retry to show */
+                                            .recovery = live ? NULL : "restart"},
                             &t));
     if (!t)
         goto out;
@@ -642,7 +679,11 @@ static int run_browser(void)
     CHECK_OK(trainer_train(t, .max_retries = 2, .on_epoch = browser_on_epoch, .user = &s,
                            .stats = &st, .log_dir = log_dir, .progress = TRAINER_PROGRESS_OFF));
     CHECK(s.killed);
-    CHECK_EQ_INT(st.retries_used, 1);
+    printf("trainer: %d retries, %d live recoveries, %d heals, %lld steps\n", st.retries_used,
+           st.live_recoveries, st.heals, (long long)st.steps);
+    CHECK_EQ_INT(st.retries_used, live ? 0 : 1);
+    CHECK_EQ_INT(st.live_recoveries, live ? 1 : 0);
+    CHECK_EQ_INT(st.heals, live ? 1 : 0);
     if (!s.killed)
         goto out;
     /* the head's pages are rendered every PUBLISH_MS: wait until they show the end */
@@ -671,8 +712,23 @@ static int run_browser(void)
     CHECK(!strcmp(jepoch, "3/3"));
     CHECK(strtod(jloss, NULL) > 0);
     CHECK(!strcmp(jeta, "done"));
-    CHECK(!strcmp(jretries, "node_lost=1"));
+    CHECK(!strcmp(jretries, live ? "0" : "node_lost=1"));
+    if (live) { /* the retries column goes on: live=1 (and healed=N when a replacement fit) */
+        char line[512] = "";
+        sscanf(jrow ? jrow + 1 : "", "%511[^\n]", line);
+        CHECK(strstr(line, " live=1") != NULL);
+        CHECK(strstr(line, " healed=1") != NULL);
+    }
     free(status);
+    /* /metrics counts it: ct_train_live_recoveries_total (and heals) with the job's label */
+    CHECK_EQ_INT(http_get("127.0.0.1", dport, "/metrics", NULL, body, sizeof body), 200);
+    char series[160];
+    snprintf(series, sizeof series, "ct_train_live_recoveries_total{ct_job=\"%s\"}", jname);
+    printf("/metrics: %s %g\n", series, metric(body, series));
+    CHECK(metric(body, series) == (live ? 1 : 0));
+    snprintf(series, sizeof series, "ct_train_heals_total{ct_job=\"%s\"}", jname);
+    printf("/metrics: %s %g\n", series, metric(body, series));
+    CHECK(metric(body, series) == st.heals);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", dport);
     printf("chromium %s --headless --dump-dom %s\n", bin, url);
     dom = chromium_dump(bin, url);
@@ -691,7 +747,10 @@ static int run_browser(void)
            (long long)st.steps, points);
     CHECK_EQ_INT(step, st.steps);
     CHECK(points >= 5);
-    CHECK(job && strstr(row, "node_lost 1") != NULL); /* its retries, with the reason */
+    if (live) /* no retry; the live recovery and the heal said in the row */
+        CHECK(job && strstr(row, "live 1; healed 1") != NULL && strstr(row, "node_lost") == NULL);
+    else /* its retries, with the reason */
+        CHECK(job && strstr(row, "node_lost 1") != NULL);
     /* the node's death, with its reason, and the retry it cost */
     const char *dead = NULL;
     for (const char *p = dom; (p = strstr(p, "<tr class=\"event node_dead\"")); p++)
@@ -707,10 +766,29 @@ static int run_browser(void)
         CHECK(id && strstr(id, "</td><td>") && strstr(id, "</td><td>")[9] != '<');
     }
     const char *retry = strstr(dom, "<tr class=\"event retry\"");
-    CHECK(retry != NULL);
-    row_text(retry, row, sizeof row);
-    printf("retry event: %.600s\n", row);
-    CHECK(retry && strstr(row, "node_lost") != NULL);
+    CHECK(live ? retry == NULL : retry != NULL);
+    if (retry) {
+        row_text(retry, row, sizeof row);
+        printf("retry event: %.600s\n", row);
+        CHECK(strstr(row, "node_lost") != NULL);
+    }
+    /* the live recovery, in the driver's words: which replica, its node, the survivors */
+    const char *lr = strstr(dom, "<tr class=\"event live_recovery\"");
+    CHECK(live ? lr != NULL : lr == NULL);
+    if (lr) {
+        row_text(lr, row, sizeof row);
+        printf("live recovery event: %.600s\n", row);
+        CHECK(strstr(row, s.node_id[s.killed_k]) != NULL && strstr(row, " died; ") != NULL &&
+              strstr(row, "1 survivor goes on live from step ") != NULL);
+    }
+    const char *heal = strstr(dom, "<tr class=\"event heal\"");
+    CHECK(st.heals ? heal != NULL : heal == NULL);
+    if (heal) {
+        row_text(heal, row, sizeof row);
+        printf("heal event: %.600s\n", row);
+        CHECK(strstr(row, s.new_id) != NULL && strstr(row, "healed from rank 0 in ") != NULL &&
+              strstr(row, "; world 2 again") != NULL);
+    }
     /* the nodes: one alive, the killed one dead (listed for a while after) */
     CHECK(strstr(dom, "<tr class=\"node ALIVE\"") != NULL);
     CHECK(strstr(dom, "connected") != NULL);
@@ -1159,6 +1237,19 @@ static int run_hostile(void)
     badr.job = "bad-eta";
     badr.eta_s = INFINITY;
     CHECK_OK(ct__report_train(&badr));
+    badr = good; /* a live recovery's words with a control byte (an escape sequence) */
+    badr.job = "bad-words";
+    badr.live_recoveries = 1;
+    badr.live_what = "replica 1 died\x1b[2J";
+    CHECK_OK(ct__report_train(&badr));
+    badr = good; /* a heal's words too long */
+    badr.job = "bad-heal";
+    badr.heals = 1;
+    char long_words[200];
+    memset(long_words, 'a', sizeof long_words - 1);
+    long_words[sizeof long_words - 1] = 0;
+    badr.heal_what = long_words;
+    CHECK_OK(ct__report_train(&badr));
     CHECK_OK(ct__report_train(&good));
     seen = false;
     for (double until = h_now_ms() + 10000; h_now_ms() < until && !seen; usleep(100000)) {
@@ -1171,6 +1262,28 @@ static int run_hostile(void)
     CHECK(metric(body, "ct_train_step_seconds_sum{ct_job=\"ok-job\"}") == 2.5);
     CHECK(strstr(body, "# TYPE ct_train_step_seconds histogram") != NULL);
     CHECK(strstr(body, "bad-") == NULL);
+    /* three live recoveries and a heal since the last report: an event each, the newest in
+     * the driver's words and how many came at once; the counters in /metrics */
+    ct__train_report more = good;
+    more.live_recoveries = 3;
+    more.live_what = "replica 2 (node n-x) died; 2 survivors go on live from step 7";
+    more.heals = 1;
+    more.heal_what = "a replacement (node n-y) healed from rank 1 in 9 ms; world 3";
+    CHECK_OK(ct__report_train(&more));
+    seen = false;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && !seen; usleep(100000)) {
+        code = http_get("127.0.0.1", dport, "/api/events", NULL, body, sizeof body);
+        seen = code == 200 && strstr(body, "\"kind\":\"heal\"") != NULL;
+    }
+    CHECK(seen);
+    CHECK(strstr(body, "\"kind\":\"live_recovery\",\"subject\":\"ok-job\",\"reason\":\"replica "
+                       "2 (node n-x) died; 2 survivors go on live from step 7 (the newest of 3 "
+                       "since the last report)\"") != NULL);
+    CHECK(strstr(body, "\"kind\":\"heal\",\"subject\":\"ok-job\",\"reason\":\"a replacement "
+                       "(node n-y) healed from rank 1 in 9 ms; world 3\"") != NULL);
+    code = http_get("127.0.0.1", dport, "/metrics", NULL, body, sizeof body);
+    CHECK_EQ_INT(metric(body, "ct_train_live_recoveries_total{ct_job=\"ok-job\"}"), 3);
+    CHECK_EQ_INT(metric(body, "ct_train_heals_total{ct_job=\"ok-job\"}"), 1);
     atomic_store(&s.stop, 1);
     pthread_join(th, NULL);
     /* no node was declared dead meanwhile */
@@ -1191,15 +1304,21 @@ int main(int argc, char **argv)
     ct_serve_if_worker(); /* a replica or an actor: serves here and never returns */
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "prometheus"))
-        return run_prometheus();
+        return run_prometheus(false);
+    if (!strcmp(mode, "prometheus_live"))
+        return run_prometheus(true);
     if (!strcmp(mode, "access"))
         return run_access();
     if (!strcmp(mode, "hostile"))
         return run_hostile();
     if (!strcmp(mode, "browser"))
-        return run_browser();
+        return run_browser(false);
+    if (!strcmp(mode, "browser_live"))
+        return run_browser(true);
     if (!strcmp(mode, "restart"))
         return run_restart();
-    fprintf(stderr, "usage: %s prometheus|access|hostile|browser|restart\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s prometheus|prometheus_live|access|hostile|browser|browser_live|restart\n",
+            argv[0]);
     return 2;
 }

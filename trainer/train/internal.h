@@ -531,11 +531,14 @@ typedef struct tr_head_report {
     tr_hist hist[TR_HISTS];   /* seconds: TR_HIST_STEP, _ALLREDUCE, ... */
     int64_t epochs;           /* trainer_train's (for the ETA); 0: unknown */
     uint64_t drains;          /* groups a node's drain ended */
-    double eta;               /* seconds until the last epoch ends; NaN: unknown */
-    double spb;               /* seconds per batch, a moving average of the records' (0: none) */
-    int64_t last_batch;       /* epoch * batches + batch of the last record; -1: none */
-    double last_wall;         /* its wall_time */
-    int npts;                 /* steps since the last send, for the loss curve */
+    uint64_t live, heals;     /* live recoveries; replacements healed from a live peer */
+    char live_what[160];      /* the newest of each, in words ("": none) */
+    char heal_what[160];
+    double eta;         /* seconds until the last epoch ends; NaN: unknown */
+    double spb;         /* seconds per batch, a moving average of the records' (0: none) */
+    int64_t last_batch; /* epoch * batches + batch of the last record; -1: none */
+    double last_wall;   /* its wall_time */
+    int npts;           /* steps since the last send, for the loss curve */
     int64_t pt_step[TR_POINTS];
     double pt_loss[TR_POINTS], pt_sps[TR_POINTS];
 } tr_head_report;
@@ -549,6 +552,10 @@ void ct__report_retry(tr_head_report *r, const char *reason);
 void ct__report_done(tr_head_report *r);
 /* A group ended because its node drained (told to stop). */
 void ct__report_drain(tr_head_report *r);
+/* The survivors went on live without the dead (what: in words, printf style) ... */
+void ct__report_live(tr_head_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ... a replacement healed from a live peer and joined. */
+void ct__report_heal(tr_head_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A checkpoint of the job's state was adopted at `step` optimizer steps; its replica took
  * write_s seconds to write it. */
 void ct__report_checkpoint(tr_head_report *r, int64_t step, double write_s);

@@ -1,11 +1,12 @@
 /* trainer/train/report.c — the head's view of a training job (internal.h, "the head's view of
  * the job"): the driver keeps its last step, epoch, loss, throughput, MFU, replicas alive,
- * retries by reason, validation loss, checkpoints and the steps since its last send (the
- * dashboard's loss curve), and sends them to the head (TrainReport, actor/runtime.h
- * ct__report_train), which shows them as ct_train_* metrics and in /api/jobs (head/metrics.c).
- * At most one send per TR_REPORT_MS, fire-and-forget. Not here: the run log's files and lines
- * (progress.c), why a retry happened (trainer.c). */
+ * retries by reason, live recoveries and heals (each with its newest in words), validation loss,
+ * checkpoints and the steps since its last send (the dashboard's loss curve), and sends them to the
+ * head (TrainReport, actor/runtime.h ct__report_train), which shows them as ct_train_* metrics and
+ * in /api/jobs (head/metrics.c). At most one send per TR_REPORT_MS, fire-and-forget. Not here: the
+ * run log's files and lines (progress.c), why a retry happened (trainer.c). */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -145,6 +146,35 @@ void ct__report_drain(tr_head_report *r)
     r->dirty = true;
 }
 
+/* fmt's text into line (cap bytes), printable ASCII only (the head refuses others). */
+static void put_line(char *line, size_t cap, const char *fmt, va_list ap)
+{
+    vsnprintf(line, cap, fmt, ap);
+    for (char *c = line; *c; c++)
+        if (*c < 0x20 || *c > 0x7e)
+            *c = '?';
+}
+
+void ct__report_live(tr_head_report *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    put_line(r->live_what, sizeof r->live_what, fmt, ap);
+    va_end(ap);
+    r->live++;
+    r->dirty = true;
+}
+
+void ct__report_heal(tr_head_report *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    put_line(r->heal_what, sizeof r->heal_what, fmt, ap);
+    va_end(ap);
+    r->heals++;
+    r->dirty = true;
+}
+
 void ct__report_done(tr_head_report *r)
 {
     r->done = true;
@@ -170,6 +200,10 @@ void ct__report_send(tr_head_report *r, bool force)
                           .eta_s = r->eta,
                           .epochs = r->epochs,
                           .drains = r->drains,
+                          .live_recoveries = r->live,
+                          .heals = r->heals,
+                          .live_what = r->live_what,
+                          .heal_what = r->heal_what,
                           .checkpoints = r->ckpts,
                           .checkpoint_step = r->ckpt_step,
                           .npoints = r->npts,

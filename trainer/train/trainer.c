@@ -1115,8 +1115,12 @@ static int live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, 
     }
     snprintf(group, sizeof group, "g%d-%d-%lld", (int)getpid(), ++t->groups,
              (long long)(ct__now_ns() / 1000));
+    char dead[120] = ""; /* the first replica that died, in words, for the head's event */
     for (int i = 0, k = 0; i < old; i++) {
         if (ct_actor_is_dead(t->actors[i])) {
+            if (!dead[0])
+                snprintf(dead, sizeof dead, "replica %d (node %s) died", i,
+                         ct_actor_node(t->actors[i]));
             snprintf(why, cap, "replica %d (actor %s, pid %d, node %s) died", i,
                      ct_actor_id(t->actors[i]), ct_actor_pid(t->actors[i]),
                      ct_actor_node(t->actors[i]));
@@ -1184,6 +1188,11 @@ static int live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, 
            "it), in %.1f ms",
            n, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.offset,
            (ct__now_ns() - t0) / 1e6);
+    if (old - n > 1)
+        snprintf(dead + strlen(dead), sizeof dead - strlen(dead), ", and %d more", old - n - 1);
+    ct__report_live(&t->report, "%s; %d survivor%s go%s on live from step %lld", dead, n,
+                    n == 1 ? "" : "s", n == 1 ? "es" : "", (long long)t->local.step);
+    ct__report_send(&t->report, true);
     note_group_size(t, n);
     /* on_world_size sees the new size; its factor applies to the survivors' current rates, and
      * for a restart from the current checkpoint, to that one's on top of what was asked */
@@ -1241,11 +1250,19 @@ static int drop_dead_peer(trainer *t, int i, const char *who)
            "go on",
            who, i, ct_actor_id(t->actors[i]), ct_actor_pid(t->actors[i]),
            ct_actor_node(t->actors[i]), n - 1);
+    char node[64];
+    snprintf(node, sizeof node, "%s", ct_actor_node(t->actors[i]));
     ct_actor_release(&t->actors[i]);
     memmove(&t->actors[i], &t->actors[i + 1], sizeof *t->actors * (size_t)(n - 1 - i));
     t->world = --n;
     t->stats.replicas = n;
     t->stats.live_recoveries++;
+    ct__report_live(&t->report,
+                    "replica %d (node %s), %s of a heal, died; %d survivor%s go%s on live from "
+                    "step %lld",
+                    i, node, who, n, n == 1 ? "" : "s", n == 1 ? "es" : "",
+                    (long long)t->local.step);
+    ct__report_send(&t->report, true);
     wait_for_room(t); /* for the next replacement, its own too */
     return n;
 }
@@ -1404,11 +1421,16 @@ static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, 
     t->group_fresh = true;
     t->stats.replicas = n + 1;
     t->stats.heals++;
+    ct__report_heal(&t->report,
+                    "a replacement (node %s) healed from rank %d in %.0f ms; world %d%s",
+                    ct_actor_node(a), peer, (ct__now_ns() - t0) / 1e6, n + 1,
+                    t->world >= t->heal_to ? " again" : "");
     if (t->world >= t->heal_to) /* back to its size: a checkpoint may grow it further */
         t->heal_to = 0;
     t->stats.heal_ns = ct__now_ns() - (t->stats.failure_seen_ns ? t->stats.failure_seen_ns : t0);
     t->stats.group_start_step = t->local.step;
     ct__report_replicas(&t->report, n + 1);
+    ct__report_send(&t->report, true);
     CT_LOG(CT_LOG_INFO, "trainer",
            "heal: %d replicas from step %lld (epoch %lld, after %lld samples of it): replacement "
            "in %.1f ms (start and build %.1f, copy %.1f, quorum %.1f)",

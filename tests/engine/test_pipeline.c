@@ -1,0 +1,245 @@
+/* tests/engine/test_pipeline.c — pipelining within a replica (issue 40, item 4):
+ *
+ * - the schedules as action lists, for 1..4 stages and 1..8 micro-batches: every (stage,
+ *   micro-batch, forward | backward) exactly once, dependencies before their users, the ticks
+ *   in order and the unit-time makespan 2 (M + S - 1) (bubble (S-1)/(M+S-1)); GPipe keeps M
+ *   micro-batches in flight on every stage, 1F1B at most S - s on stage s (exactly min(S-s,M));
+ *   the two programs of S = 2, M = 4 written out;
+ * - GPipe and 1F1B with M = 4 over a BatchNorm-free model split into two stages on checkdev:0
+ *   and checkdev:1 give the loss and every parameter's gradient of the whole batch on one
+ *   device to 1e-6. The batch has 10 rows, so the micro-batches are 3, 3, 2, 2 rows and their
+ *   losses are weighted 3/10, 3/10, 2/10, 2/10 (a plain 1/M would fail);
+ * - bad schedule names and micro-batch counts are refused naming them. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct/nn.h"
+#include "ct/optim.h"
+#include "ct/pipeline.h"
+#include "testutil.h"
+
+#define N 10
+#define IN 12
+#define CLASSES 5
+#define MAXP 8
+
+/* ---- schedules ---- */
+
+static void check_schedule(ct_pipe_schedule k, int S, int M)
+{
+    ct_pipe_action *a = NULL;
+    int n = 0;
+    const char *nm = ct_pipe_schedule_name(k);
+    int rc = ct_pipe_schedule_actions(k, S, M, &a, &n);
+    CHECK(rc == 0 && n == 2 * S * M, "%s S=%d M=%d: rc %d, %d actions", nm, S, M, rc, n);
+    if (rc < 0)
+        return;
+    int *tick = malloc(sizeof(int) * 2 * S * M); /* [(s*M+m)*2+op] */
+    for (int i = 0; i < 2 * S * M; i++)
+        tick[i] = -1;
+    int last = 0, makespan = 0;
+    for (int i = 0; i < n; i++) {
+        int *t = &tick[(a[i].stage * M + a[i].micro_batch) * 2 + a[i].op];
+        CHECK(*t < 0, "%s S=%d M=%d: action %d repeated", nm, S, M, i);
+        *t = a[i].tick;
+        CHECK(a[i].tick >= last, "%s: ticks out of order at %d", nm, i);
+        last = a[i].tick;
+        makespan = a[i].tick + 1 > makespan ? a[i].tick + 1 : makespan;
+    }
+    for (int s = 0; s < S; s++)
+        for (int m = 0; m < M; m++) {
+            int f = tick[(s * M + m) * 2], b = tick[(s * M + m) * 2 + 1];
+            CHECK(f >= 0 && b > f, "%s S=%d M=%d: F/B(%d,%d) at %d/%d", nm, S, M, s, m, f, b);
+            if (s > 0)
+                CHECK(tick[((s - 1) * M + m) * 2] < f, "%s: F(%d,%d) before its input", nm, s, m);
+            if (s < S - 1)
+                CHECK(tick[((s + 1) * M + m) * 2 + 1] < b, "%s: B(%d,%d) before its gradient", nm,
+                      s, m);
+        }
+    CHECK(makespan == 2 * (M + S - 1), "%s S=%d M=%d: makespan %d, want %d", nm, S, M, makespan,
+          2 * (M + S - 1));
+    /* micro-batches in flight per stage (forward run, backward not yet), in each stage's order */
+    for (int s = 0; s < S; s++) {
+        int inflight = 0, peak = 0;
+        for (int i = 0; i < n; i++) {
+            if (a[i].stage != s)
+                continue;
+            inflight += a[i].op == CT_PIPE_FORWARD ? 1 : -1;
+            peak = inflight > peak ? inflight : peak;
+        }
+        int want = k == CT_PIPE_GPIPE ? M : (S - s < M ? S - s : M);
+        CHECK(peak == want, "%s S=%d M=%d stage %d: peak %d in flight, want %d", nm, S, M, s, peak,
+              want);
+        if (k == CT_PIPE_1F1B)
+            CHECK(peak <= S - s, "1f1b stage %d: peak %d > S - s", s, peak);
+    }
+    free(tick);
+    free(a);
+}
+
+/* stage s's program as "F0 F1 B0 ..." */
+static void program(ct_pipe_schedule k, int S, int M, int s, char *buf, size_t size)
+{
+    ct_pipe_action *a = NULL;
+    int n = 0;
+    buf[0] = 0;
+    if (ct_pipe_schedule_actions(k, S, M, &a, &n) < 0)
+        return;
+    size_t at = 0;
+    for (int i = 0; i < n; i++)
+        if (a[i].stage == s)
+            at += (size_t)snprintf(buf + at, size - at, "%s%c%d", at ? " " : "",
+                                   a[i].op == CT_PIPE_FORWARD ? 'F' : 'B', a[i].micro_batch);
+    free(a);
+}
+
+static void test_schedules(void)
+{
+    for (int k = 0; k < CT_PIPE_NSCHEDULES; k++)
+        for (int S = 1; S <= 4; S++)
+            for (int M = 1; M <= 8; M++)
+                check_schedule((ct_pipe_schedule)k, S, M);
+    char p[128];
+    const struct {
+        ct_pipe_schedule k;
+        int s;
+        const char *want;
+    } progs[] = {{CT_PIPE_GPIPE, 0, "F0 F1 F2 F3 B0 B1 B2 B3"},
+                 {CT_PIPE_GPIPE, 1, "F0 F1 F2 F3 B0 B1 B2 B3"},
+                 {CT_PIPE_1F1B, 0, "F0 F1 B0 F2 B1 F3 B2 B3"},
+                 {CT_PIPE_1F1B, 1, "F0 B0 F1 B1 F2 B2 F3 B3"}};
+    for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+        program(progs[i].k, 2, 4, progs[i].s, p, sizeof p);
+        CHECK(!strcmp(p, progs[i].want), "%s stage %d: \"%s\", want \"%s\"",
+              ct_pipe_schedule_name(progs[i].k), progs[i].s, p, progs[i].want);
+    }
+    ct_pipe_schedule k = CT_PIPE_GPIPE;
+    CHECK(ct_pipe_schedule_parse("1f1b", &k) == 0 && k == CT_PIPE_1F1B, "parse 1f1b");
+    CHECK(ct_pipe_schedule_parse("gpipe", &k) == 0 && k == CT_PIPE_GPIPE, "parse gpipe");
+    CHECK(ct_pipe_schedule_parse("GPipe", &k) == CT_EINVAL &&
+              strstr(ct_last_error(), "schedule \"GPipe\"") && strstr(ct_last_error(), "\"1f1b\""),
+          "GPipe refused: %s", ct_last_error());
+    ct_pipe_action *a = NULL;
+    int n = 0;
+    CHECK(ct_pipe_schedule_actions(CT_PIPE_1F1B, 2, 0, &a, &n) == CT_EINVAL && !a,
+          "0 micro-batches refused");
+}
+
+/* ---- gradients equal the whole batch's ---- */
+
+static ct_tensor *mean_ce(ct_tensor *out, ct_tensor *target, void *user)
+{
+    (void)user;
+    return ct_nn_cross_entropy(out, target, 0.0f);
+}
+
+/* every parameter's gradient (and count) of m, host side, in state-dict order */
+static int grads(ct_module *m, float *g, int cap)
+{
+    const ct_named_tensor *sd;
+    int n, at = 0;
+    if (ct_module_state_dict(m, &sd, &n) < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        ct_tensor *gr = ct_tensor_grad(sd[i].tensor);
+        ct_tensor *h = gr ? ct_tensor_to(gr, CT_CPU) : NULL;
+        int64_t k = h ? ct_tensor_numel(h) : 0;
+        if (!h || at + k > cap || ct_tensor_copy_to(h, g + at, (size_t)k * sizeof(float)) < 0) {
+            ct_tensor_release(&h);
+            return -1;
+        }
+        at += (int)k;
+        ct_tensor_release(&h);
+    }
+    return at;
+}
+
+static void test_gradients(void)
+{
+    const ct_device c0 = CT_CHECKDEV, c1 = ct_device_make(CT_CHECKDEV, 1);
+    ct_nn_manual_seed(7);
+    ct_module *a = CT_SEQUENTIAL(ct_nn_linear_new(IN, 32, true), ct_nn_tanh_new(),
+                                 ct_nn_linear_new(32, 24, true));
+    ct_module *b = CT_SEQUENTIAL(ct_nn_relu_new(), ct_nn_linear_new(24, 16, true), ct_nn_tanh_new(),
+                                 ct_nn_linear_new(16, CLASSES, true));
+    ct_module *root = CT_SEQUENTIAL(a, b);
+    CHECK(root && ct_module_to(root, c0) == 0, "model: %s", ct_last_error());
+
+    float hx[N * IN];
+    int64_t hy[N], xs[2] = {N, IN}, ys[1] = {N};
+    for (int i = 0; i < N * IN; i++)
+        hx[i] = sinf(0.37f * (float)i) * 1.5f;
+    for (int i = 0; i < N; i++)
+        hy[i] = (i * 3 + 1) % CLASSES;
+    ct_tensor *cx = ct_tensor_from_f32(2, xs, hx), *cy = ct_tensor_new(CT_I64, 1, ys);
+    ct_tensor_copy_from(cy, hy, sizeof hy);
+
+    /* the whole batch on one device */
+    static float ref[4096], got[4096];
+    ct_tensor *x = ct_tensor_to(cx, c0), *y = ct_tensor_to(cy, c0);
+    ct_module_zero_grad(root);
+    ct_tensor *logits = ct_module_forward(root, x);
+    ct_tensor *l = logits ? mean_ce(logits, y, NULL) : NULL;
+    CHECK(l && ct_tensor_backward(l, NULL) == 0, "whole batch: %s", ct_last_error());
+    float ref_loss = l ? ct_tensor_item(l) : NAN;
+    int np = grads(root, ref, 4096);
+    CHECK(np > 1000, "%d gradient values", np);
+    ct_tensor_release(&l);
+    ct_tensor_release(&logits);
+    ct_tensor_release(&x);
+    ct_tensor_release(&y);
+
+    ct_module *st[2] = {a, b};
+    ct_device dev[2] = {c0, c1};
+    ct_pipeline *p = ct_pipeline_new(st, dev, 2);
+    const ct_param_ref *refs;
+    int nr;
+    CHECK(p && ct_module_params(root, &refs, &nr) == 0 && refs[0].device == c0 &&
+              refs[nr - 1].device == c1,
+          "stages on checkdev:0 and checkdev:1: %s", ct_last_error());
+    for (int k = 0; k < CT_PIPE_NSCHEDULES && p; k++) {
+        ct_module_zero_grad(root);
+        float loss = NAN;
+        int rc =
+            ct_pipeline_forward_backward(p, cx, cy, mean_ce, NULL, 4, (ct_pipe_schedule)k, &loss);
+        CHECK(rc == 0, "%s: rc %d", ct_pipe_schedule_name((ct_pipe_schedule)k), rc);
+        CHECK(fabsf(loss - ref_loss) <= 1e-6f, "%s: loss %.9g, whole batch %.9g",
+              ct_pipe_schedule_name((ct_pipe_schedule)k), loss, ref_loss);
+        int ng = grads(root, got, 4096);
+        CHECK(ng == np, "%s: %d gradient values, want %d",
+              ct_pipe_schedule_name((ct_pipe_schedule)k), ng, np);
+        float worst = 0.0f;
+        int at = 0;
+        for (int i = 0; i < np && ng == np; i++)
+            if (!(fabsf(got[i] - ref[i]) <= worst)) {
+                worst = fabsf(got[i] - ref[i]);
+                at = i;
+            }
+        CHECK(worst <= 1e-6f, "%s: gradient %d is %.9g, whole batch %.9g",
+              ct_pipe_schedule_name((ct_pipe_schedule)k), at, got[at], ref[at]);
+        printf("%s M=4: loss %.7f (whole batch %.7f), max |grad - whole batch's| %.3g\n",
+               ct_pipe_schedule_name((ct_pipe_schedule)k), loss, ref_loss, worst);
+    }
+    /* refusals */
+    int rc =
+        p ? ct_pipeline_forward_backward(p, cx, cy, mean_ce, NULL, N + 1, CT_PIPE_1F1B, NULL) : -1;
+    CHECK(rc == CT_EINVAL && strstr(ct_last_error(), "11 micro-batches for a batch of 10"),
+          "too many micro-batches: %d %s", rc, ct_last_error());
+    ct_pipeline_destroy(&p);
+    ct_tensor_release(&cx);
+    ct_tensor_release(&cy);
+    ct_module_destroy(&root);
+}
+
+int main(void)
+{
+    test_schedules();
+    test_gradients();
+    if (g_fail)
+        fprintf(stderr, "test_pipeline: %d failure(s)\n", g_fail);
+    else
+        printf("test_pipeline: ok\n");
+    return g_fail ? 1 : 0;
+}

@@ -1,0 +1,242 @@
+/* trainer/pipeline/pipeline.c — runs a schedule's actions over stage modules on devices, from
+ * one thread (ct/pipeline.h).
+ *
+ * Each forward F(s, m) records into a tape of its own (ct_autograd_tape_detach), so forwards
+ * and backwards of different micro-batches can interleave as 1F1B does; B(s, m) attaches that
+ * tape again and walks it. Between stages the activation is copied to the next device out of
+ * autograd (a leaf there that requires a gradient); B(s, m) back-propagates the gradient that
+ * leaf received in B(s+1, m), so each stage's backward is its own walk, as it will be when the
+ * stages are actors apart. The copies are ct_tensor_to's, ordered by events between the two
+ * devices' streams: the host thread only queues work, and on devices with streams (CUDA, the
+ * checking device) stage s works on micro-batch m+1 while stage s+1 works on m. Not here: the
+ * order of the actions (schedule.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "ct/pipeline.h"
+
+struct ct_pipeline {
+    int n;
+    ct_module **stages; /* borrowed */
+    ct_device *devices;
+};
+
+ct_pipeline *ct_pipeline_new(ct_module *const *stages, const ct_device *devices, int n)
+{
+    ct_pipeline *p = NULL;
+    if (!stages || !devices || n < 1 || n > 1024) {
+        ct__error(CT_EINVAL, "pipeline: %d stages (want 1..1024, with modules and devices)", n);
+        return NULL;
+    }
+    for (int s = 0; s < n; s++) {
+        if (!stages[s]) {
+            ct__error(CT_EINVAL, "pipeline: stage %d has no module", s);
+            return NULL;
+        }
+        if (ct_module_to(stages[s], devices[s]) < 0)
+            return NULL; /* ct_module_to said why */
+    }
+    p = calloc(1, sizeof(*p));
+    if (!p || !(p->stages = malloc((size_t)n * sizeof(*p->stages))) ||
+        !(p->devices = malloc((size_t)n * sizeof(*p->devices)))) {
+        ct_pipeline_destroy(&p);
+        ct__error(CT_ENOMEM, "pipeline: out of memory");
+        return NULL;
+    }
+    p->n = n;
+    memcpy(p->stages, stages, (size_t)n * sizeof(*stages));
+    memcpy(p->devices, devices, (size_t)n * sizeof(*devices));
+    return p;
+}
+
+void ct_pipeline_destroy(ct_pipeline **p)
+{
+    if (!p || !*p)
+        return;
+    free((*p)->stages);
+    free((*p)->devices);
+    free(*p);
+    *p = NULL;
+}
+
+/* what one (stage, micro-batch) holds between its forward and its backward */
+typedef struct {
+    ct_tape *tape;  /* the forward's nodes */
+    ct_tensor *in;  /* the stage's input (a leaf requiring a gradient for stages > 0) */
+    ct_tensor *out; /* the stage's output; for the last stage, the micro-batch's loss */
+} cell;
+
+typedef struct {
+    ct_pipeline *p;
+    ct_tensor *input, *target;
+    ct_pipe_loss_fn loss_fn;
+    void *user;
+    int m;
+    int64_t *start, *len, total;
+    cell *cells; /* [s * m + mb] */
+} run;
+
+/* rows [start, start+len) of t as a new tensor on device d, out of autograd */
+static ct_tensor *rows_on(ct_tensor *t, int64_t start, int64_t len, ct_device d)
+{
+    ct_tensor *v = ct_tensor_narrow0(t, start, len);
+    ct_tensor *c = v ? ct_tensor_to(v, d) : NULL;
+    ct_tensor_release(&v);
+    return c;
+}
+
+static int forward(run *r, int s, int mb)
+{
+    ct_pipeline *p = r->p;
+    cell *c = &r->cells[(size_t)s * r->m + mb];
+    ct_tensor *y = NULL;
+    int rc = 0;
+    bool was = ct_autograd_set_enabled(false);
+    if (s == 0) {
+        c->in = rows_on(r->input, r->start[mb], r->len[mb], p->devices[0]);
+    } else {
+        /* plain layout first: a convolution's output may be blocked, and the copy (and the
+         * next stage's gradient) are row-major */
+        ct_tensor *prev = r->cells[(size_t)(s - 1) * r->m + mb].out;
+        ct_tensor *plain = ct_nn_to_plain(prev);
+        c->in = plain ? ct_tensor_to(plain, p->devices[s]) : NULL;
+        ct_tensor_release(&plain);
+        if (c->in)
+            ct_tensor_set_requires_grad(c->in, true);
+    }
+    ct_autograd_set_enabled(was);
+    if (!c->in)
+        return CT_EINVAL; /* the copy said why */
+    y = ct_module_forward(p->stages[s], c->in);
+    if (!y) {
+        rc = CT_EINVAL;
+        goto out;
+    }
+    if (s == p->n - 1) {
+        was = ct_autograd_set_enabled(false);
+        ct_tensor *t = rows_on(r->target, r->start[mb], r->len[mb], p->devices[s]);
+        ct_autograd_set_enabled(was);
+        c->out = t ? r->loss_fn(y, t, r->user) : NULL;
+        ct_tensor_release(&t);
+        if (!c->out) {
+            rc = ct__error(CT_EINVAL, "pipeline: the loss of micro-batch %d failed: %s", mb,
+                           ct_last_error());
+            goto out;
+        }
+    } else {
+        c->out = ct_tensor_retain(y);
+    }
+    if (!(c->tape = ct_autograd_tape_detach()))
+        rc = CT_ENOMEM;
+out:
+    ct_tensor_release(&y);
+    if (rc < 0)
+        ct_autograd_clear_tape();
+    return rc;
+}
+
+static int backward(run *r, int s, int mb)
+{
+    ct_pipeline *p = r->p;
+    cell *c = &r->cells[(size_t)s * r->m + mb];
+    int rc = ct_autograd_tape_attach(&c->tape);
+    if (rc < 0)
+        return rc;
+    if (s == p->n - 1) {
+        rc = ct_tensor_backward_scaled(c->out, (float)((double)r->len[mb] / (double)r->total));
+    } else {
+        cell *next = &r->cells[(size_t)(s + 1) * r->m + mb];
+        ct_tensor *g = ct_tensor_grad(next->in);
+        if (!g) {
+            ct_autograd_clear_tape();
+            return ct__error(CT_EINVAL, "pipeline: stage %d's input got no gradient", s + 1);
+        }
+        rc = ct_tensor_backward(c->out, g);
+        ct_tensor_release(&next->in);
+        ct_tensor_release(&c->out);
+    }
+    if (s == 0)
+        ct_tensor_release(&c->in);
+    return rc;
+}
+
+static void release_cells(run *r)
+{
+    for (size_t i = 0; r->cells && i < (size_t)r->p->n * r->m; i++) {
+        ct_tape_destroy(&r->cells[i].tape);
+        ct_tensor_release(&r->cells[i].in);
+        ct_tensor_release(&r->cells[i].out);
+    }
+}
+
+int ct_pipeline_forward_backward(ct_pipeline *p, ct_tensor *input, ct_tensor *target,
+                                 ct_pipe_loss_fn loss_fn, void *user, int micro_batches,
+                                 ct_pipe_schedule schedule, float *loss)
+{
+    if (!p || !input || !target || !loss_fn)
+        return ct__error(CT_EINVAL, "pipeline: NULL pipeline, input, target or loss");
+    int64_t n = ct_tensor_ndim(input) > 0 ? ct_tensor_dim(input, 0) : 0;
+    if (micro_batches < 1 || micro_batches > n)
+        return ct__error(CT_EINVAL, "pipeline: %d micro-batches for a batch of %lld", micro_batches,
+                         (long long)n);
+    if (ct_tensor_ndim(target) < 1 || ct_tensor_dim(target, 0) != n)
+        return ct__error(CT_EINVAL, "pipeline: target has %lld rows, input %lld",
+                         (long long)(ct_tensor_ndim(target) ? ct_tensor_dim(target, 0) : 0),
+                         (long long)n);
+    ct_pipe_action *acts = NULL;
+    int nact = 0, rc = ct_pipe_schedule_actions(schedule, p->n, micro_batches, &acts, &nact);
+    if (rc < 0)
+        return rc;
+    run r = {.p = p,
+             .input = input,
+             .target = target,
+             .loss_fn = loss_fn,
+             .user = user,
+             .m = micro_batches,
+             .total = n};
+    r.start = malloc((size_t)micro_batches * sizeof(*r.start));
+    r.len = malloc((size_t)micro_batches * sizeof(*r.len));
+    r.cells = calloc((size_t)p->n * micro_batches, sizeof(*r.cells));
+    ct_tensor **losses = calloc((size_t)micro_batches, sizeof(*losses));
+    ct_tape *outer = ct_autograd_tape_detach(); /* the caller's recorded nodes, kept aside */
+    if (!r.start || !r.len || !r.cells || !losses || !outer) {
+        rc = ct__error(CT_ENOMEM, "pipeline: out of memory");
+        goto out;
+    }
+    for (int i = 0, at = 0; i < micro_batches; i++) { /* torch.tensor_split's sizes */
+        r.start[i] = at;
+        r.len[i] = n / micro_batches + (i < n % micro_batches);
+        at += (int)r.len[i];
+    }
+    for (int i = 0; i < nact && rc == 0; i++) {
+        const ct_pipe_action *a = &acts[i];
+        if (a->op == CT_PIPE_FORWARD) {
+            rc = forward(&r, a->stage, a->micro_batch);
+            if (rc == 0 && a->stage == p->n - 1)
+                losses[a->micro_batch] =
+                    ct_tensor_retain(r.cells[(size_t)a->stage * r.m + a->micro_batch].out);
+        } else {
+            rc = backward(&r, a->stage, a->micro_batch);
+        }
+    }
+    if (rc == 0 && loss) {
+        double sum = 0.0;
+        for (int i = 0; i < micro_batches; i++)
+            sum += (double)ct_tensor_item(losses[i]) * (double)r.len[i] / (double)n;
+        *loss = (float)sum;
+    }
+out:
+    release_cells(&r);
+    for (int i = 0; losses && i < micro_batches; i++)
+        ct_tensor_release(&losses[i]);
+    ct_autograd_clear_tape();
+    if (outer)
+        ct_autograd_tape_attach(&outer);
+    free(losses);
+    free(r.start);
+    free(r.len);
+    free(r.cells);
+    free(acts);
+    return rc;
+}

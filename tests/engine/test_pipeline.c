@@ -9,6 +9,8 @@
  *   and checkdev:1 give the loss and every parameter's gradient of the whole batch on one
  *   device to 1e-6. The batch has 10 rows, so the micro-batches are 3, 3, 2, 2 rows and their
  *   losses are weighted 3/10, 3/10, 2/10, 2/10 (a plain 1/M would fail);
+ * - the same with each stage's program on a thread of its own (ct_pipeline_use_threads), on the
+ *   two checking devices and with both stages on the CPU;
  * - bad schedule names and micro-batch counts are refused naming them. */
 #include <math.h>
 #include <stdio.h>
@@ -156,9 +158,10 @@ static int grads(ct_module *m, float *g, int cap)
     return at;
 }
 
-static void test_gradients(void)
+/* the model's two stages on c0 and c1, driven from this thread (threads 0) or each stage from
+ * a thread of its own */
+static void test_gradients(ct_device c0, ct_device c1, int threads)
 {
-    const ct_device c0 = CT_CHECKDEV, c1 = ct_device_make(CT_CHECKDEV, 1);
     ct_nn_manual_seed(7);
     ct_module *a = CT_SEQUENTIAL(ct_nn_linear_new(IN, 32, true), ct_nn_tanh_new(),
                                  ct_nn_linear_new(32, 24, true));
@@ -194,6 +197,7 @@ static void test_gradients(void)
     ct_module *st[2] = {a, b};
     ct_device dev[2] = {c0, c1};
     ct_pipeline *p = ct_pipeline_new(st, dev, 2);
+    CHECK(p && ct_pipeline_use_threads(p, threads) == 0, "threads %d", threads);
     const ct_param_ref *refs;
     int nr;
     CHECK(p && ct_module_params(root, &refs, &nr) == 0 && refs[0].device == c0 &&
@@ -219,8 +223,12 @@ static void test_gradients(void)
             }
         CHECK(worst <= 1e-6f, "%s: gradient %d is %.9g, whole batch %.9g",
               ct_pipe_schedule_name((ct_pipe_schedule)k), at, got[at], ref[at]);
-        printf("%s M=4: loss %.7f (whole batch %.7f), max |grad - whole batch's| %.3g\n",
-               ct_pipe_schedule_name((ct_pipe_schedule)k), loss, ref_loss, worst);
+        char n0[16], n1[16];
+        printf("%s M=4 on %s/%s, %s: loss %.7f (whole batch %.7f), max |grad - whole batch's| "
+               "%.3g\n",
+               ct_pipe_schedule_name((ct_pipe_schedule)k), ct_device_name(c0, n0, sizeof n0),
+               ct_device_name(c1, n1, sizeof n1), threads ? "a thread a stage" : "one thread", loss,
+               ref_loss, worst);
     }
     /* refusals */
     int rc =
@@ -236,7 +244,9 @@ static void test_gradients(void)
 int main(void)
 {
     test_schedules();
-    test_gradients();
+    test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 0);
+    test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 1);
+    test_gradients(CT_CPU, CT_CPU, 1);
     if (g_fail)
         fprintf(stderr, "test_pipeline: %d failure(s)\n", g_fail);
     else

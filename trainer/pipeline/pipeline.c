@@ -8,8 +8,12 @@
  * leaf received in B(s+1, m), so each stage's backward is its own walk, as it will be when the
  * stages are actors apart. The copies are ct_tensor_to's, ordered by events between the two
  * devices' streams: the host thread only queues work, and on devices with streams (CUDA, the
- * checking device) stage s works on micro-batch m+1 while stage s+1 works on m. Not here: the
- * order of the actions (schedule.c). */
+ * checking device) stage s works on micro-batch m+1 while stage s+1 works on m. On the CPU the
+ * host does the work, so ct_pipeline_use_threads runs each stage's program (its actions, in
+ * list order) on a thread of its own instead, an action waiting for the ones it depends on
+ * (F(s-1, m) before F(s, m), B(s+1, m) before B(s, m)) under one mutex. Not here: the order of
+ * the actions (schedule.c). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +24,17 @@ struct ct_pipeline {
     int n;
     ct_module **stages; /* borrowed */
     ct_device *devices;
+    int stage_threads; /* 0: one thread drives all; else each stage a thread of that many */
 };
+
+int ct_pipeline_use_threads(ct_pipeline *p, int threads_per_stage)
+{
+    if (!p || threads_per_stage < 0)
+        return ct__error(CT_EINVAL, "pipeline: threads per stage %d (want 0 or more)",
+                         threads_per_stage);
+    p->stage_threads = threads_per_stage;
+    return 0;
+}
 
 ct_pipeline *ct_pipeline_new(ct_module *const *stages, const ct_device *devices, int n)
 {
@@ -75,6 +89,12 @@ typedef struct {
     int m;
     int64_t *start, *len, total;
     cell *cells; /* [s * m + mb] */
+    ct_tensor **losses;
+    /* stage threads: done[(s * m + mb) * 2 + op], guarded by mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *done;
+    int failed;
 } run;
 
 /* rows [start, start+len) of t as a new tensor on device d, out of autograd */
@@ -161,6 +181,102 @@ static int backward(run *r, int s, int mb)
     return rc;
 }
 
+/* one action, and the last stage's loss kept for the total */
+static int act(run *r, const ct_pipe_action *a)
+{
+    if (a->op == CT_PIPE_BACKWARD)
+        return backward(r, a->stage, a->micro_batch);
+    int rc = forward(r, a->stage, a->micro_batch);
+    if (rc == 0 && a->stage == r->p->n - 1)
+        r->losses[a->micro_batch] =
+            ct_tensor_retain(r->cells[(size_t)a->stage * r->m + a->micro_batch].out);
+    return rc;
+}
+
+typedef struct {
+    run *r;
+    int stage, nact, rc;
+    const ct_pipe_action *acts;
+} stage_thread;
+
+/* may a (of this stage) run: what it depends on is done */
+static bool deps_done(run *r, const ct_pipe_action *a)
+{
+    if (a->op == CT_PIPE_FORWARD)
+        return a->stage == 0 || r->done[((size_t)(a->stage - 1) * r->m + a->micro_batch) * 2];
+    return a->stage == r->p->n - 1 ||
+           r->done[((size_t)(a->stage + 1) * r->m + a->micro_batch) * 2 + 1];
+}
+
+static void *stage_main(void *arg)
+{
+    stage_thread *st = arg;
+    run *r = st->r;
+    ct_nn_set_threads(r->p->stage_threads);
+    for (int i = 0; i < st->nact && st->rc == 0; i++) {
+        const ct_pipe_action *a = &st->acts[i];
+        if (a->stage != st->stage)
+            continue;
+        pthread_mutex_lock(&r->mu);
+        while (!r->failed && !deps_done(r, a))
+            pthread_cond_wait(&r->cv, &r->mu);
+        bool failed = r->failed;
+        pthread_mutex_unlock(&r->mu);
+        if (failed)
+            break;
+        st->rc = act(r, a);
+        pthread_mutex_lock(&r->mu);
+        if (st->rc < 0)
+            r->failed = 1;
+        else
+            r->done[((size_t)a->stage * r->m + a->micro_batch) * 2 + a->op] = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return NULL;
+}
+
+/* every stage's program on a thread of its own; the first error */
+static int run_threads(run *r, const ct_pipe_action *acts, int nact)
+{
+    int n = r->p->n, rc = 0, started = 0;
+    stage_thread *st = calloc((size_t)n, sizeof(*st));
+    pthread_t *th = calloc((size_t)n, sizeof(*th));
+    r->done = calloc((size_t)n * r->m * 2, 1);
+    if (!st || !th || !r->done) {
+        rc = ct__error(CT_ENOMEM, "pipeline: out of memory");
+        goto out;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    for (int s = 0; s < n; s++) {
+        st[s] = (stage_thread){.r = r, .stage = s, .nact = nact, .acts = acts};
+        if (pthread_create(&th[s], NULL, stage_main, &st[s]) != 0) {
+            rc = ct__error(CT_ENOMEM, "pipeline: cannot start stage %d's thread", s);
+            pthread_mutex_lock(&r->mu);
+            r->failed = 1;
+            pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
+        started++;
+    }
+    for (int s = 0; s < started; s++) {
+        pthread_join(th[s], NULL);
+        if (rc == 0 && st[s].rc < 0)
+            rc = st[s].rc; /* its message is that thread's: say which stage */
+    }
+    if (rc < 0 && rc != CT_ENOMEM)
+        rc = ct__error(rc, "pipeline: a stage's thread failed (%s)", ct_strerror(rc));
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+out:
+    free(st);
+    free(th);
+    free(r->done);
+    return rc;
+}
+
 static void release_cells(run *r)
 {
     for (size_t i = 0; r->cells && i < (size_t)r->p->n * r->m; i++) {
@@ -198,7 +314,7 @@ int ct_pipeline_forward_backward(ct_pipeline *p, ct_tensor *input, ct_tensor *ta
     r.start = malloc((size_t)micro_batches * sizeof(*r.start));
     r.len = malloc((size_t)micro_batches * sizeof(*r.len));
     r.cells = calloc((size_t)p->n * micro_batches, sizeof(*r.cells));
-    ct_tensor **losses = calloc((size_t)micro_batches, sizeof(*losses));
+    ct_tensor **losses = r.losses = calloc((size_t)micro_batches, sizeof(*losses));
     ct_tape *outer = ct_autograd_tape_detach(); /* the caller's recorded nodes, kept aside */
     if (!r.start || !r.len || !r.cells || !losses || !outer) {
         rc = ct__error(CT_ENOMEM, "pipeline: out of memory");
@@ -209,17 +325,10 @@ int ct_pipeline_forward_backward(ct_pipeline *p, ct_tensor *input, ct_tensor *ta
         r.len[i] = n / micro_batches + (i < n % micro_batches);
         at += (int)r.len[i];
     }
-    for (int i = 0; i < nact && rc == 0; i++) {
-        const ct_pipe_action *a = &acts[i];
-        if (a->op == CT_PIPE_FORWARD) {
-            rc = forward(&r, a->stage, a->micro_batch);
-            if (rc == 0 && a->stage == p->n - 1)
-                losses[a->micro_batch] =
-                    ct_tensor_retain(r.cells[(size_t)a->stage * r.m + a->micro_batch].out);
-        } else {
-            rc = backward(&r, a->stage, a->micro_batch);
-        }
-    }
+    if (p->stage_threads > 0)
+        rc = run_threads(&r, acts, nact);
+    for (int i = 0; i < nact && rc == 0 && p->stage_threads == 0; i++)
+        rc = act(&r, &acts[i]);
     if (rc == 0 && loss) {
         double sum = 0.0;
         for (int i = 0; i < micro_batches; i++)

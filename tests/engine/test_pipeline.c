@@ -11,6 +11,9 @@
  *   losses are weighted 3/10, 3/10, 2/10, 2/10 (a plain 1/M would fail);
  * - the same with each stage's program on a thread of its own (ct_pipeline_use_threads), on the
  *   two checking devices and with both stages on the CPU;
+ * - batch norm per micro-batch (PyTorch's rule): with BatchNorm1d in stage 0, 1F1B with M = 2
+ *   gives the gradients, running statistics and num_batches_tracked of the two micro-batches
+ *   run one after another through the whole model (not the whole batch's gradients);
  * - bad schedule names and micro-batch counts are refused naming them. */
 #include <math.h>
 #include <stdio.h>
@@ -137,7 +140,8 @@ static ct_tensor *mean_ce(ct_tensor *out, ct_tensor *target, void *user)
     return ct_nn_cross_entropy(out, target, 0.0f);
 }
 
-/* every parameter's gradient (and count) of m, host side, in state-dict order */
+/* every parameter's gradient (and count) of m, host side, in state-dict order (buffers left
+ * out) */
 static int grads(ct_module *m, float *g, int cap)
 {
     const ct_named_tensor *sd;
@@ -145,6 +149,8 @@ static int grads(ct_module *m, float *g, int cap)
     if (ct_module_state_dict(m, &sd, &n) < 0)
         return -1;
     for (int i = 0; i < n; i++) {
+        if (!ct_tensor_requires_grad(sd[i].tensor))
+            continue; /* a buffer */
         ct_tensor *gr = ct_tensor_grad(sd[i].tensor);
         ct_tensor *h = gr ? ct_tensor_to(gr, CT_CPU) : NULL;
         int64_t k = h ? ct_tensor_numel(h) : 0;
@@ -241,12 +247,130 @@ static void test_gradients(ct_device c0, ct_device c1, int threads)
     ct_module_destroy(&root);
 }
 
+/* ---- batch norm: per micro-batch ---- */
+
+/* every state-dict entry of m (parameters and buffers, i64 ones as floats), host side */
+static int state(ct_module *m, float *v, int cap)
+{
+    const ct_named_tensor *sd;
+    int n, at = 0;
+    if (ct_module_state_dict(m, &sd, &n) < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        ct_tensor *h = ct_tensor_to(sd[i].tensor, CT_CPU);
+        int64_t k = h ? ct_tensor_numel(h) : 0;
+        if (!h || at + k > cap) {
+            ct_tensor_release(&h);
+            return -1;
+        }
+        if (ct_tensor_dtype(h) == CT_I64) {
+            int64_t tmp[16];
+            if (k > 16 || ct_tensor_copy_to(h, tmp, (size_t)k * sizeof(int64_t)) < 0)
+                k = -1;
+            for (int64_t j = 0; j < k; j++)
+                v[at + j] = (float)tmp[j];
+        } else if (ct_tensor_copy_to(h, v + at, (size_t)k * sizeof(float)) < 0) {
+            k = -1;
+        }
+        ct_tensor_release(&h);
+        if (k < 0)
+            return -1;
+        at += (int)k;
+    }
+    return at;
+}
+
+static void bn_model(ct_module **a, ct_module **b, ct_module **root)
+{
+    ct_nn_manual_seed(11);
+    *a = CT_SEQUENTIAL(ct_nn_linear_new(IN, 16, true), ct_nn_batchnorm1d_new(16), ct_nn_relu_new());
+    *b = CT_SEQUENTIAL(ct_nn_linear_new(16, CLASSES, true));
+    *root = CT_SEQUENTIAL(*a, *b);
+}
+
+/* BatchNorm in stage 0, 1F1B with M = 2 on checkdev:0/1: the gradients, running statistics and
+ * num_batches_tracked are those of running the micro-batches one after another through the
+ * whole model on one device (each loss scaled by 1/2), PyTorch's rule; and the gradients are
+ * not the whole batch's (batch statistics over 8 rows differ from two sets over 4). */
+static void test_batchnorm(void)
+{
+    const ct_device c0 = CT_CHECKDEV, c1 = ct_device_make(CT_CHECKDEV, 1);
+    float hx[8 * IN];
+    int64_t hy[8], xs[2] = {8, IN}, ys[1] = {8};
+    for (int i = 0; i < 8 * IN; i++)
+        hx[i] = cosf(0.23f * (float)i) * 2.0f + 0.1f * (float)(i % 7);
+    for (int i = 0; i < 8; i++)
+        hy[i] = (i * 2 + 1) % CLASSES;
+    ct_tensor *cx = ct_tensor_from_f32(2, xs, hx), *cy = ct_tensor_new(CT_I64, 1, ys);
+    ct_tensor_copy_from(cy, hy, sizeof hy);
+    static float gref[4096], sref[4096], got[4096], sgot[4096], gwhole[4096];
+
+    /* reference: the two micro-batches in turn, then the whole batch, on checkdev:0 */
+    ct_module *a, *b, *ref;
+    bn_model(&a, &b, &ref);
+    CHECK(ref && ct_module_to(ref, c0) == 0, "bn model: %s", ct_last_error());
+    ct_module_zero_grad(ref);
+    for (int m = 0; m < 2; m++) {
+        ct_tensor *xv = ct_tensor_narrow0(cx, 4 * m, 4), *yv = ct_tensor_narrow0(cy, 4 * m, 4);
+        ct_tensor *x = ct_tensor_to(xv, c0), *y = ct_tensor_to(yv, c0);
+        ct_tensor *o = ct_module_forward(ref, x), *l = o ? mean_ce(o, y, NULL) : NULL;
+        CHECK(l && ct_tensor_backward_scaled(l, 0.5f) == 0, "micro-batch %d: %s", m,
+              ct_last_error());
+        ct_tensor *ts[] = {l, o, x, y, xv, yv};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            ct_tensor_release(&ts[i]);
+    }
+    int ng = grads(ref, gref, 4096), ns = state(ref, sref, 4096);
+    ct_module_destroy(&ref);
+    bn_model(&a, &b, &ref);
+    ct_module_to(ref, c0);
+    ct_module_zero_grad(ref);
+    ct_tensor *x = ct_tensor_to(cx, c0), *y = ct_tensor_to(cy, c0);
+    ct_tensor *o = ct_module_forward(ref, x), *l = o ? mean_ce(o, y, NULL) : NULL;
+    CHECK(l && ct_tensor_backward(l, NULL) == 0, "whole batch: %s", ct_last_error());
+    int nw = grads(ref, gwhole, 4096);
+    ct_tensor *ts[] = {l, o, x, y};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        ct_tensor_release(&ts[i]);
+    ct_module_destroy(&ref);
+
+    /* the pipeline */
+    bn_model(&a, &b, &ref);
+    ct_module *st[2] = {a, b};
+    ct_device dev[2] = {c0, c1};
+    ct_pipeline *p = ct_pipeline_new(st, dev, 2);
+    ct_module_zero_grad(ref);
+    CHECK(p && ct_pipeline_forward_backward(p, cx, cy, mean_ce, NULL, 2, CT_PIPE_1F1B, NULL) == 0,
+          "bn pipeline: %s", ct_last_error());
+    int n2 = grads(ref, got, 4096), ns2 = state(ref, sgot, 4096);
+    CHECK(ng > 0 && ng == n2 && nw == ng && ns > 0 && ns == ns2, "sizes %d %d %d, %d %d", ng, n2,
+          nw, ns, ns2);
+    float worst = 0.0f, worst_s = 0.0f, whole = 0.0f;
+    for (int i = 0; i < ng && ng == n2 && nw == ng; i++) {
+        worst = fmaxf(worst, fabsf(got[i] - gref[i]));
+        whole = fmaxf(whole, fabsf(gwhole[i] - gref[i]));
+    }
+    for (int i = 0; i < ns && ns == ns2; i++)
+        worst_s = fmaxf(worst_s, fabsf(sgot[i] - sref[i]));
+    CHECK(worst <= 1e-6f && worst_s <= 1e-6f,
+          "batch norm per micro-batch: gradients %.3g, state %.3g off", worst, worst_s);
+    CHECK(whole > 1e-4f, "the whole batch's gradients differ by only %.3g", whole);
+    printf("batch norm, 1f1b M=2: max |grad - micro-batches in turn| %.3g, state %.3g; whole "
+           "batch differs by %.3g\n",
+           worst, worst_s, whole);
+    ct_pipeline_destroy(&p);
+    ct_module_destroy(&ref);
+    ct_tensor_release(&cx);
+    ct_tensor_release(&cy);
+}
+
 int main(void)
 {
     test_schedules();
     test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 0);
     test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 1);
     test_gradients(CT_CPU, CT_CPU, 1);
+    test_batchnorm();
     if (g_fail)
         fprintf(stderr, "test_pipeline: %d failure(s)\n", g_fail);
     else

@@ -9,7 +9,9 @@
  *   unpipelined: the same 2 stages and threads without micro-batches (M = 1: stage 1 waits for
  *                stage 0's whole batch, then stage 0 for stage 1's gradient);
  *   2 threads:   the whole model in this one thread with 2 engine threads (oneDNN's OpenMP
- *                splits each primitive), no pipeline.
+ *                splits each primitive), no pipeline;
+ *   1 thread:    the M micro-batches through both stages on this one thread (no overlap):
+ *                what splitting the batch costs by itself.
  *
  * Prints samples/s of each, the ideal bubble (S-1)/(M+S-1) and the one measured against the
  * unpipelined run (1 - (t_unpipelined / S) / t_1f1b: the share of the 1F1B step a perfectly
@@ -120,6 +122,9 @@ int main(int argc, char **argv)
     double t1f1b = time_pipeline(p, x, y, m, CT_PIPE_1F1B, steps);
     double tgpipe = time_pipeline(p, x, y, m, CT_PIPE_GPIPE, steps);
     double tflat = time_pipeline(p, x, y, 1, CT_PIPE_1F1B, steps);
+    ct_nn_set_threads(1); /* the micro-batches' own cost: M = 8, both stages on this thread */
+    ct_pipeline_use_threads(p, 0);
+    double tserial = time_pipeline(p, x, y, m, CT_PIPE_1F1B, steps);
     ct_nn_set_threads(2);
     double twhole = time_whole(st[0], st[1], x, y, steps);
 
@@ -133,6 +138,9 @@ int main(int argc, char **argv)
     printf("unpipelined: %8.1f samples/s (%.1f ms/step)\n", (double)n / tflat, 1e3 * tflat);
     printf("2 threads:   %8.1f samples/s (%.1f ms/step, one process, no pipeline)\n",
            (double)n / twhole, 1e3 * twhole);
+    printf("1 thread:    %8.1f samples/s (%.1f ms/step, the M micro-batches' stages one after "
+           "another on one thread: what micro-batches cost without overlap)\n",
+           (double)n / tserial, 1e3 * tserial);
     printf("bubble: ideal (S-1)/(M+S-1) = %.3f, measured 1 - (t_unpipelined/S)/t_1f1b = %.3f\n",
            ideal, measured);
     printf("pipeline: ct=%.1f ref=%.1f samples/s ratio=%.2f\n", (double)n / t1f1b,

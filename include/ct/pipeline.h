@@ -74,9 +74,11 @@ int ct_pipeline_forward_backward(ct_pipeline *p, ct_tensor *input, ct_tensor *ta
                                  ct_pipe_loss_fn loss_fn, void *user, int micro_batches,
                                  ct_pipe_schedule schedule, float *loss);
 /* threads_per_stage > 0: ct_pipeline_forward_backward runs each stage's program (its actions
- * in the schedule's order) on a thread of its own, started per call, with that many engine
- * threads (ct_nn_set_threads); for stages on the CPU, where the host does the work. 0 (the
- * default): the calling thread drives every stage. CT_EINVAL for a negative count. */
+ * in the schedule's order) on a thread of its own with that many engine threads
+ * (ct_nn_set_threads); for stages on the CPU, where the host does the work. The threads start
+ * here and stay (their per-thread engine state warm) until the next call or
+ * ct_pipeline_destroy. 0 (the default): the calling thread drives every stage. CT_EINVAL for a
+ * negative count, CT_ENOMEM when a thread cannot start. */
 int ct_pipeline_use_threads(ct_pipeline *p, int threads_per_stage);
 void ct_pipeline_destroy(ct_pipeline **p);
 

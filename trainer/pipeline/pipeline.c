@@ -10,8 +10,9 @@
  * devices' streams: the host thread only queues work, and on devices with streams (CUDA, the
  * checking device) stage s works on micro-batch m+1 while stage s+1 works on m. On the CPU the
  * host does the work, so ct_pipeline_use_threads runs each stage's program (its actions, in
- * list order) on a thread of its own instead, an action waiting for the ones it depends on
- * (F(s-1, m) before F(s, m), B(s+1, m) before B(s, m)) under one mutex. Not here: the order of
+ * list order) on a thread of its own instead (started once, kept between calls), an action
+ * waiting for the ones it depends on (F(s-1, m) before F(s, m), B(s+1, m) before B(s, m))
+ * under one mutex. Not here: the order of
  * the actions (schedule.c). */
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,20 +21,36 @@
 #include "common/common.h"
 #include "ct/pipeline.h"
 
+typedef struct run run;
+
 struct ct_pipeline {
     int n;
     ct_module **stages; /* borrowed */
     ct_device *devices;
-    int stage_threads; /* 0: one thread drives all; else each stage a thread of that many */
+    /* stage threads (ct_pipeline_use_threads): started once, kept between calls, so each keeps
+     * its engine's per-thread state (the CPU's buffer cache, scratch) warm */
+    int stage_threads; /* 0: the caller drives every stage */
+    pthread_t *th;
+    struct stage_thread *st;
+    int nth;
+    pthread_mutex_t mu; /* guards what follows and the current run's done and failed */
+    pthread_cond_t cv;
+    uint64_t gen; /* a call's number: a new one starts the threads' programs */
+    int finished, stop;
+    run *cur;
 };
+
+static void threads_stop(ct_pipeline *p);
+static int threads_start(ct_pipeline *p);
 
 int ct_pipeline_use_threads(ct_pipeline *p, int threads_per_stage)
 {
     if (!p || threads_per_stage < 0)
         return ct__error(CT_EINVAL, "pipeline: threads per stage %d (want 0 or more)",
                          threads_per_stage);
+    threads_stop(p);
     p->stage_threads = threads_per_stage;
-    return 0;
+    return threads_per_stage > 0 ? threads_start(p) : 0;
 }
 
 ct_pipeline *ct_pipeline_new(ct_module *const *stages, const ct_device *devices, int n)
@@ -52,6 +69,10 @@ ct_pipeline *ct_pipeline_new(ct_module *const *stages, const ct_device *devices,
             return NULL; /* ct_module_to said why */
     }
     p = calloc(1, sizeof(*p));
+    if (p) {
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->cv, NULL);
+    }
     if (!p || !(p->stages = malloc((size_t)n * sizeof(*p->stages))) ||
         !(p->devices = malloc((size_t)n * sizeof(*p->devices)))) {
         ct_pipeline_destroy(&p);
@@ -68,6 +89,9 @@ void ct_pipeline_destroy(ct_pipeline **p)
 {
     if (!p || !*p)
         return;
+    threads_stop(*p);
+    pthread_cond_destroy(&(*p)->cv);
+    pthread_mutex_destroy(&(*p)->mu);
     free((*p)->stages);
     free((*p)->devices);
     free(*p);
@@ -81,7 +105,7 @@ typedef struct {
     ct_tensor *out; /* the stage's output; for the last stage, the micro-batch's loss */
 } cell;
 
-typedef struct {
+struct run {
     ct_pipeline *p;
     ct_tensor *input, *target;
     ct_pipe_loss_fn loss_fn;
@@ -90,12 +114,12 @@ typedef struct {
     int64_t *start, *len, total;
     cell *cells; /* [s * m + mb] */
     ct_tensor **losses;
-    /* stage threads: done[(s * m + mb) * 2 + op], guarded by mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    const ct_pipe_action *acts;
+    int nact;
+    /* stage threads: done[(s * m + mb) * 2 + op], guarded by p->mu */
     char *done;
     int failed;
-} run;
+};
 
 /* rows [start, start+len) of t as a new tensor on device d, out of autograd */
 static ct_tensor *rows_on(ct_tensor *t, int64_t start, int64_t len, ct_device d)
@@ -193,11 +217,11 @@ static int act(run *r, const ct_pipe_action *a)
     return rc;
 }
 
-typedef struct {
-    run *r;
-    int stage, nact, rc;
-    const ct_pipe_action *acts;
-} stage_thread;
+struct stage_thread {
+    ct_pipeline *p;
+    int stage, rc;
+    uint64_t seen; /* the last call it ran (p->gen when it started) */
+};
 
 /* may a (of this stage) run: what it depends on is done */
 static bool deps_done(run *r, const ct_pipe_action *a)
@@ -208,72 +232,115 @@ static bool deps_done(run *r, const ct_pipe_action *a)
            r->done[((size_t)(a->stage + 1) * r->m + a->micro_batch) * 2 + 1];
 }
 
-static void *stage_main(void *arg)
+/* stage st->stage's actions of run r, in order; the first error */
+static int stage_program(ct_pipeline *p, run *r, int stage)
 {
-    stage_thread *st = arg;
-    run *r = st->r;
-    ct_nn_set_threads(r->p->stage_threads);
-    for (int i = 0; i < st->nact && st->rc == 0; i++) {
-        const ct_pipe_action *a = &st->acts[i];
-        if (a->stage != st->stage)
+    int rc = 0;
+    for (int i = 0; i < r->nact && rc == 0; i++) {
+        const ct_pipe_action *a = &r->acts[i];
+        if (a->stage != stage)
             continue;
-        pthread_mutex_lock(&r->mu);
+        pthread_mutex_lock(&p->mu);
         while (!r->failed && !deps_done(r, a))
-            pthread_cond_wait(&r->cv, &r->mu);
+            pthread_cond_wait(&p->cv, &p->mu);
         bool failed = r->failed;
-        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&p->mu);
         if (failed)
             break;
-        st->rc = act(r, a);
-        pthread_mutex_lock(&r->mu);
-        if (st->rc < 0)
+        rc = act(r, a);
+        pthread_mutex_lock(&p->mu);
+        if (rc < 0)
             r->failed = 1;
         else
             r->done[((size_t)a->stage * r->m + a->micro_batch) * 2 + a->op] = 1;
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
     }
+    return rc;
+}
+
+/* a stage thread: each new call's program, until stopped */
+static void *stage_main(void *arg)
+{
+    struct stage_thread *st = arg;
+    ct_pipeline *p = st->p;
+    ct_nn_set_threads(p->stage_threads);
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->gen == st->seen)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop)
+            break;
+        st->seen = p->gen;
+        run *r = p->cur;
+        pthread_mutex_unlock(&p->mu);
+        int rc = stage_program(p, r, st->stage);
+        pthread_mutex_lock(&p->mu);
+        st->rc = rc;
+        p->finished++;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
-/* every stage's program on a thread of its own; the first error */
-static int run_threads(run *r, const ct_pipe_action *acts, int nact)
+static void threads_stop(ct_pipeline *p)
 {
-    int n = r->p->n, rc = 0, started = 0;
-    stage_thread *st = calloc((size_t)n, sizeof(*st));
-    pthread_t *th = calloc((size_t)n, sizeof(*th));
-    r->done = calloc((size_t)n * r->m * 2, 1);
-    if (!st || !th || !r->done) {
-        rc = ct__error(CT_ENOMEM, "pipeline: out of memory");
-        goto out;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int s = 0; s < p->nth; s++)
+        pthread_join(p->th[s], NULL);
+    free(p->th);
+    free(p->st);
+    p->th = NULL;
+    p->st = NULL;
+    p->nth = 0;
+    p->stop = 0;
+}
+
+static int threads_start(ct_pipeline *p)
+{
+    p->th = calloc((size_t)p->n, sizeof(*p->th));
+    p->st = calloc((size_t)p->n, sizeof(*p->st));
+    if (!p->th || !p->st) {
+        threads_stop(p);
+        return ct__error(CT_ENOMEM, "pipeline: out of memory");
     }
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
-    for (int s = 0; s < n; s++) {
-        st[s] = (stage_thread){.r = r, .stage = s, .nact = nact, .acts = acts};
-        if (pthread_create(&th[s], NULL, stage_main, &st[s]) != 0) {
-            rc = ct__error(CT_ENOMEM, "pipeline: cannot start stage %d's thread", s);
-            pthread_mutex_lock(&r->mu);
-            r->failed = 1;
-            pthread_cond_broadcast(&r->cv);
-            pthread_mutex_unlock(&r->mu);
-            break;
+    for (int s = 0; s < p->n; s++) {
+        p->st[s] = (struct stage_thread){.p = p, .stage = s, .seen = p->gen};
+        if (pthread_create(&p->th[s], NULL, stage_main, &p->st[s]) != 0) {
+            threads_stop(p);
+            return ct__error(CT_ENOMEM, "pipeline: cannot start stage %d's thread", s);
         }
-        started++;
+        p->nth++;
     }
-    for (int s = 0; s < started; s++) {
-        pthread_join(th[s], NULL);
-        if (rc == 0 && st[s].rc < 0)
-            rc = st[s].rc; /* its message is that thread's: say which stage */
-    }
-    if (rc < 0 && rc != CT_ENOMEM)
-        rc = ct__error(rc, "pipeline: a stage's thread failed (%s)", ct_strerror(rc));
-    pthread_cond_destroy(&r->cv);
-    pthread_mutex_destroy(&r->mu);
-out:
-    free(st);
-    free(th);
+    return 0;
+}
+
+/* every stage's program on its thread; the first error */
+static int run_threads(run *r)
+{
+    ct_pipeline *p = r->p;
+    int rc = 0;
+    if (!(r->done = calloc((size_t)p->n * r->m * 2, 1)))
+        return ct__error(CT_ENOMEM, "pipeline: out of memory");
+    pthread_mutex_lock(&p->mu);
+    p->cur = r;
+    p->finished = 0;
+    p->gen++;
+    pthread_cond_broadcast(&p->cv);
+    while (p->finished < p->nth)
+        pthread_cond_wait(&p->cv, &p->mu);
+    p->cur = NULL;
+    for (int s = 0; s < p->nth && rc == 0; s++)
+        rc = p->st[s].rc;
+    pthread_mutex_unlock(&p->mu);
     free(r->done);
+    r->done = NULL;
+    if (rc < 0) /* the message is the stage thread's */
+        rc = ct__error(rc, "pipeline: a stage's thread failed (%s)", ct_strerror(rc));
     return rc;
 }
 
@@ -325,9 +392,11 @@ int ct_pipeline_forward_backward(ct_pipeline *p, ct_tensor *input, ct_tensor *ta
         r.len[i] = n / micro_batches + (i < n % micro_batches);
         at += (int)r.len[i];
     }
-    if (p->stage_threads > 0)
-        rc = run_threads(&r, acts, nact);
-    for (int i = 0; i < nact && rc == 0 && p->stage_threads == 0; i++)
+    r.acts = acts;
+    r.nact = nact;
+    if (p->nth > 0)
+        rc = run_threads(&r);
+    for (int i = 0; i < nact && rc == 0 && p->nth == 0; i++)
         rc = act(&r, &acts[i]);
     if (rc == 0 && loss) {
         double sum = 0.0;

@@ -14,6 +14,8 @@
  * - batch norm per micro-batch (PyTorch's rule): with BatchNorm1d in stage 0, 1F1B with M = 2
  *   gives the gradients, running statistics and num_batches_tracked of the two micro-batches
  *   run one after another through the whole model (not the whole batch's gradients);
+ * - a forward's tape detached, another pass run, then attached and walked
+ *   (ct_autograd_tape_detach / _attach; attaching over recorded nodes is refused);
  * - bad schedule names and micro-batch counts are refused naming them. */
 #include <math.h>
 #include <stdio.h>
@@ -130,6 +132,35 @@ static void test_schedules(void)
     int n = 0;
     CHECK(ct_pipe_schedule_actions(CT_PIPE_1F1B, 2, 0, &a, &n) == CT_EINVAL && !a,
           "0 micro-batches refused");
+}
+
+/* ---- a forward set aside and walked later ---- */
+
+/* y = relu(x) recorded and detached; z = 3x recorded meanwhile: attaching over it is refused
+ * (the tape kept); after z's backward, attaching y's tape and walking it gives x.grad =
+ * 3 + (x > 0), the two passes' sum */
+static void test_tapes(void)
+{
+    int64_t shape[1] = {4};
+    float hx[4] = {-1.0f, 2.0f, -0.5f, 3.0f}, g[4];
+    ct_tensor *x = ct_tensor_from_f32(1, shape, hx);
+    ct_tensor_set_requires_grad(x, true);
+    ct_tensor *y = ct_nn_relu(x), *sy = ct_nn_sum(y);
+    ct_tape *t = ct_autograd_tape_detach();
+    CHECK(t != NULL, "detach");
+    ct_tensor *z = ct_nn_add(x, x), *z3 = ct_nn_add(z, x), *sz = ct_nn_sum(z3);
+    CHECK(ct_autograd_tape_attach(&t) == CT_EINVAL && t != NULL, "attach over recorded nodes");
+    CHECK(ct_tensor_backward(sz, NULL) == 0, "z's backward: %s", ct_last_error());
+    CHECK(ct_autograd_tape_attach(&t) == 0 && t == NULL, "attach: %s", ct_last_error());
+    CHECK(ct_tensor_backward(sy, NULL) == 0, "y's backward: %s", ct_last_error());
+    ct_tensor *gx = ct_tensor_grad(x);
+    CHECK(gx && ct_tensor_copy_to(gx, g, sizeof g) == 0, "x.grad");
+    for (int i = 0; gx && i < 4; i++)
+        CHECK(g[i] == 3.0f + (hx[i] > 0.0f), "x.grad[%d] = %g", i, g[i]);
+    ct_tape_destroy(&t);
+    ct_tensor *ts[] = {sz, z3, z, sy, y, x};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        ct_tensor_release(&ts[i]);
 }
 
 /* ---- gradients equal the whole batch's ---- */
@@ -367,6 +398,7 @@ static void test_batchnorm(void)
 int main(void)
 {
     test_schedules();
+    test_tapes();
     test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 0);
     test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 1);
     test_gradients(CT_CPU, CT_CPU, 1);

@@ -101,6 +101,8 @@ int ct_pipe_schedule_actions(ct_pipe_schedule kind, int stages, int m, ct_pipe_a
     int rc = 0;
     ct_pipe_action *prog = NULL, *list = NULL;
     int *next = NULL, *done = NULL;
+    if (!out || !n)
+        return ct__error(CT_EINVAL, "schedule: NULL out or n");
     *out = NULL;
     *n = 0;
     if ((unsigned)kind >= CT_PIPE_NSCHEDULES)

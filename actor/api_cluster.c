@@ -329,8 +329,29 @@ int ct_cluster_resources(const char *name, double *total, double *free_amount)
 
 int ct__report_train(const ct__train_report *r)
 {
-    if (!r || r->nreasons < 0 || r->nreasons > CT_TRAIN_REASONS)
+    if (!r || r->nreasons < 0 || r->nreasons > CT_TRAIN_REASONS || r->npoints < 0 ||
+        r->npoints > CT_TRAIN_POINTS || r->nhist < 0 || r->nhist > CT_TRAIN_HISTS)
         return ct__error(CT_EINVAL, "train report: bad arguments");
+    Ct__TrainHistogram hs[CT_TRAIN_HISTS], *hp[CT_TRAIN_HISTS];
+    for (int i = 0; i < r->nhist; i++) {
+        ct__train_histogram__init(&hs[i]);
+        hs[i].name = (char *)r->hist[i].name;
+        hs[i].n_bounds = (size_t)r->hist[i].nbounds;
+        hs[i].bounds = (double *)r->hist[i].bounds;
+        hs[i].n_counts = (size_t)r->hist[i].nbounds;
+        hs[i].counts = (uint64_t *)r->hist[i].counts;
+        hs[i].count = r->hist[i].count;
+        hs[i].sum = r->hist[i].sum;
+        hp[i] = &hs[i];
+    }
+    Ct__TrainPoint pt[CT_TRAIN_POINTS], *pp[CT_TRAIN_POINTS];
+    for (int i = 0; i < r->npoints; i++) {
+        ct__train_point__init(&pt[i]);
+        pt[i].step = r->point_step[i];
+        pt[i].loss = r->point_loss[i];
+        pt[i].samples_per_second = r->point_sps[i];
+        pp[i] = &pt[i];
+    }
     Ct__TrainRetries rr[CT_TRAIN_REASONS], *rp[CT_TRAIN_REASONS];
     for (int i = 0; i < r->nreasons; i++) {
         ct__train_retries__init(&rr[i]);
@@ -349,6 +370,16 @@ int ct__report_train(const ct__train_report *r)
     p.done = r->done;
     p.n_retries = (size_t)r->nreasons;
     p.retries = rp;
+    p.n_points = (size_t)r->npoints;
+    p.points = pp;
+    p.val_loss = r->val_loss;
+    p.checkpoints = r->checkpoints;
+    p.checkpoint_step = r->checkpoint_step;
+    p.eta_seconds = r->eta_s;
+    p.epochs = r->epochs;
+    p.drains = r->drains;
+    p.n_histograms = (size_t)r->nhist;
+    p.histograms = hp;
     LOCK();
     int rc = ct__client_ensure();
     if (!rc) {

@@ -29,6 +29,7 @@
 #include "actor/zmtp.h"
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/env.h"
 #include "head/head.h"
 #include "head/watch.h"
 #include "objectstore/store.h"
@@ -270,9 +271,9 @@ int ct_init(const ct_init_opts *opts)
     signal(SIGPIPE, SIG_IGN);
     if ((rc = ct__client_read_self()))
         goto out;
-    const char *addr = o.address && *o.address ? o.address : getenv("CT_ADDRESS");
+    const char *addr = o.address && *o.address ? o.address : ct__env(CT__ENV_ADDRESS);
     const char *secret_file =
-        o.secret_file && *o.secret_file ? o.secret_file : getenv("CT_SECRET_FILE");
+        o.secret_file && *o.secret_file ? o.secret_file : ct__env(CT__ENV_SECRET_FILE);
     char buf[160];
     if (ct__auth_off()) {
         CT_LOG(CT_LOG_WARN, "driver", "CT_AUTH=off: connections are not authenticated");

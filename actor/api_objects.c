@@ -28,6 +28,7 @@
 #include "actor/zmtp.h"
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/env.h"
 #include "head/head.h"
 #include "objectstore/store.h"
 #include "objectstore/transfer.h"
@@ -79,7 +80,7 @@ static int ensure_store(void)
         return rc;
     char me[128];
     ct__host_id(me, sizeof me);
-    const char *ev = getenv("CT_REMOTE_DRIVER");
+    const char *ev = ct__env(CT__ENV_REMOTE_DRIVER);
     int64_t until = ct__now_ms() + STORE_WAIT_MS;
     for (;;) {
         Ct__Envelope *rep = NULL;

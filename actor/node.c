@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include "actor/node_shared.h"
 #include "common/auth.h"
+#include "common/env.h"
 
 /* ---- the handler table ---- */
 
@@ -130,11 +131,11 @@ int ct__node_run(const ct_node_opts *o)
         return rc;
     /* zygotes kept at once (one per executable, up to one per CPU each); CT_MAX_ZYGOTES lowers
      * it (tests) */
-    const char *mz = getenv("CT_MAX_ZYGOTES");
+    const char *mz = ct__env(CT__ENV_MAX_ZYGOTES);
     n.max_zyg = mz && atoi(mz) > 0 && atoi(mz) < MAX_ZYG ? atoi(mz) : MAX_ZYG;
     /* a zygote idle this long with no actor here ends (JobEnded ends most sooner); default
      * 10 min, CT_ZYGOTE_IDLE_MS sets it (tests) */
-    const char *zi_ms = getenv("CT_ZYGOTE_IDLE_MS");
+    const char *zi_ms = ct__env(CT__ENV_ZYGOTE_IDLE_MS);
     n.zyg_idle_ms = zi_ms && atoi(zi_ms) > 0 ? atoi(zi_ms) : 600000;
     if (o->host && *o->host)
         snprintf(n.host, sizeof n.host, "%s", o->host);

@@ -13,13 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include "actor/node_shared.h"
+#include "common/env.h"
 
 /* With the node's own CUDA_VISIBLE_DEVICES, index i is its i-th entry (an actor sees the device
  * the node was given) and there are no more indices than entries; NVML counts every GPU of the
  * machine, so a detected count is cut to the entries too. */
 double ct__node_gpu_setup(nodest *n, double gpus, bool detected)
 {
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    const char *vis = ct__env(CT__ENV_CUDA_VISIBLE_DEVICES);
     int listed = 0;
     char *copy = vis ? strdup(vis) : NULL, *save = NULL;
     for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t && listed < MAX_GPUS;

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "actor/node_shared.h"
+#include "common/fault.h"
 
 /* Drops the oldest queued request. */
 static void qreq_pop(nodest *n)
@@ -187,9 +188,9 @@ void ct__node_on_start_actor(nodest *n, Ct__Envelope *e)
     int exe_fd = -1; /* code shipping: the cached copy, checked, that the zygotes exec */
     /* Test hook: a main loop busy this long per start (as a slow code fetch would keep it);
      * the liveness thread must keep the node alive meanwhile. */
-    const char *stall = getenv("CT_NODE_TEST_STALL_MS");
-    if (stall && atoi(stall) > 0)
-        usleep((useconds_t)atoi(stall) * 1000);
+    long stall_ms = ct__fault_num(CT__FAULT_NODE_START_STALL_MS);
+    if (stall_ms > 0)
+        usleep((useconds_t)stall_ms * 1000);
     if (s->exe_object_id.len) {
         /* code shipping: run the node's cached copy of the driver's executable */
         rc = n->detached

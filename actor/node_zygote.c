@@ -22,6 +22,8 @@
 #include <unistd.h>
 #include "actor/node_shared.h"
 #include "common/auth.h"
+#include "common/env.h"
+#include "common/fault.h"
 
 extern char **environ;
 
@@ -242,7 +244,8 @@ int ct__node_zygote_spawn(nodest *n, Ct__StartActor *s, const char *exe, int exe
     }
     size_t k = 0;
     for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "CT_", 3) || !strncmp(environ[i], "CT_LOG_LEVEL=", 13))
+        if (strncmp(environ[i], "CT_", 3) || !strncmp(environ[i], "CT_LOG_LEVEL=", 13) ||
+            !strncmp(environ[i], CT__FAULT_ENV "=", sizeof CT__FAULT_ENV))
             env[k++] = environ[i];
     snprintf(vars[0], sizeof vars[0], "CT_MODE=zygote");
     snprintf(vars[1], sizeof vars[1], "CT_ZYGOTE_FD=%d", sv[1]);
@@ -272,7 +275,7 @@ int ct__node_zygote_spawn(nodest *n, Ct__StartActor *s, const char *exe, int exe
         }
         snprintf(vars[nv++], sizeof vars[0], "CT_SECRET_FD=%d", secret_fd);
     }
-    if (!getenv("LD_BIND_NOW")) {
+    if (!ct__env(CT__ENV_LD_BIND_NOW)) {
         snprintf(vars[nv++], sizeof vars[0], "LD_BIND_NOW=1");
         snprintf(vars[nv++], sizeof vars[0], "CT_ZYGOTE_BIND_NOW=1");
     }
@@ -305,10 +308,10 @@ int ct__node_zygote_spawn(nodest *n, Ct__StartActor *s, const char *exe, int exe
         argv[0] = (char *)exe;
     /* Test hook: a spare zygote (one that no start waits for) execs this much later, as it may
      * on a busy machine */
-    const char *late = may_evict ? NULL : getenv("CT_NODE_TEST_SPARE_EXEC_DELAY_MS");
+    long late = may_evict ? 0 : ct__fault_num(CT__FAULT_NODE_SPARE_EXEC_DELAY_MS);
     struct timespec late_ts = {0, 0};
-    if (late && atoi(late) > 0)
-        late_ts = (struct timespec){atoi(late) / 1000, (long)(atoi(late) % 1000) * 1000000};
+    if (late > 0)
+        late_ts = (struct timespec){late / 1000, (late % 1000) * 1000000};
     pid_t me = getpid();
     pid_t pid = fork();
     if (pid == 0) {

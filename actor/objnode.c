@@ -9,8 +9,11 @@
  * refused when it is a symlink, not the node's uid's, or group/other-writable. A node killed
  * with SIGKILL leaves both behind: the next node started on the host
  * (ct__objnode_purge_leftovers) or the driver that embedded it removes them, and only
- * directories of its own uid. A cached executable runs only when its SHA-1 is its id (checked
- * when pulled and again when its file changed since).
+ * directories of its own uid and of its own PID namespace: a node notes its namespace in
+ * <dir>/pidns, since a pid means nothing in another one (a container, or cluster_slurm's
+ * namespace, sharing /tmp would otherwise take every live node outside for dead). A cached
+ * executable runs only when its SHA-1 is its id (checked when pulled and again when its file
+ * changed since).
  *
  * Messages: ObjNodeInfo (with the host id, ct__host_id, by which a driver tells whether it can
  * map this shard) to the head once registered (on the node's own head socket, so the
@@ -42,6 +45,7 @@
 #include "actor/runtime.h"
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/env.h"
 #include "objectstore/store.h"
 #include "objectstore/transfer.h"
 #include "proto/msg.h"
@@ -164,8 +168,32 @@ static int nodedir_pid(const char *name)
     return 0;
 }
 
+/* This process's PID namespace ("pid:[4026531836]"), "" when /proc cannot say. */
+static void pidns_name(char *buf, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/ns/pid", buf, cap - 1);
+    buf[n > 0 ? n : 0] = 0;
+}
+
+/* Whether node directory path was made in this PID namespace: its pidns note says so, or it
+ * has none (a directory from before the note, or /proc unreadable when it was made). */
+static bool same_pidns(const char *path)
+{
+    char note[320], theirs[64] = "", ours[64];
+    snprintf(note, sizeof note, "%s/pidns", path);
+    FILE *f = fopen(note, "r");
+    if (!f)
+        return true;
+    bool read = fgets(theirs, sizeof theirs, f) != NULL;
+    fclose(f);
+    theirs[strcspn(theirs, "\n")] = 0;
+    pidns_name(ours, sizeof ours);
+    return !read || !ours[0] || !strcmp(theirs, ours);
+}
+
 /* Removes the node directories in /tmp of dead nodes (only of pid when pid > 0): only real
- * directories (lstat: no symlink) of this process's uid; another user's are left alone. */
+ * directories (lstat: no symlink) of this process's uid and PID namespace; another user's, or
+ * another namespace's, are left alone. */
 static void purge_dirs(int only_pid)
 {
     DIR *d = opendir("/tmp");
@@ -177,7 +205,8 @@ static void purge_dirs(int only_pid)
         char path[300];
         struct stat sb;
         snprintf(path, sizeof path, "/tmp/%s", de->d_name);
-        if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid())
+        if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid() ||
+            !same_pidns(path))
             continue;
         purge_spill_note(path, pid);
         rm_rf(path);
@@ -665,10 +694,18 @@ int ct__objnode_start(const ct__objnode_opts *o)
         O.dir[0] = 0;
         return rc;
     }
+    char ns[64], note[300];
+    pidns_name(ns, sizeof ns);
+    snprintf(note, sizeof note, "%s/pidns", O.dir);
+    FILE *nf = ns[0] ? fopen(note, "w") : NULL;
+    if (nf) {
+        fprintf(nf, "%s\n", ns);
+        fclose(nf);
+    }
     char name[64];
     snprintf(name, sizeof name, "node.%d", (int)getpid());
     if (spill_dir && *spill_dir) {
-        char note[300], abs[4096];
+        char abs[4096];
         snprintf(note, sizeof note, "%s/spill_dir", O.dir);
         FILE *f = fopen(note, "w");
         if (f && realpath(spill_dir, abs))
@@ -681,7 +718,7 @@ int ct__objnode_start(const ct__objnode_opts *o)
      * pages measured 2-2.5x slower than into reused ones (the kernel allocating and
      * zeroing them); a quarter of the shard, at most 256 MiB, is kept populated past use. */
     uint64_t ahead = cap / 4 < (256ull << 20) ? cap / 4 : (256ull << 20);
-    const char *ev = getenv("CT_STORE_POPULATE_AHEAD_MB"); /* override; 0 = off */
+    const char *ev = ct__env(CT__ENV_STORE_POPULATE_AHEAD_MB); /* override; 0 = off */
     if (ev && *ev)
         ahead = strtoull(ev, NULL, 10) << 20;
     ct_store_opts so = {.name = name,

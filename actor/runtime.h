@@ -170,6 +170,9 @@ typedef struct ct__zrep {
  * waiting for an answer (the head keeps the last one per job; it answers only a refusal).
  * The caller rate-limits. 0, or CT_E* when not connected or the send failed. Thread-safe. */
 #define CT_TRAIN_REASONS 8
+#define CT_TRAIN_POINTS 64
+#define CT_TRAIN_HISTS 4
+#define CT_TRAIN_HIST_BOUNDS 32
 typedef struct ct__train_report {
     const char *job; /* NULL or "": the driver's name */
     int64_t step, epoch;
@@ -179,6 +182,23 @@ typedef struct ct__train_report {
     int nreasons;
     const char *reason[CT_TRAIN_REASONS];
     uint64_t count[CT_TRAIN_REASONS];
+    double val_loss;                      /* NaN: no validation yet */
+    double eta_s;                         /* NaN: unknown */
+    int64_t epochs;                       /* trainer_train's; 0: unknown */
+    uint64_t drains;                      /* groups a node's drain ended */
+    int64_t checkpoints, checkpoint_step; /* checkpoints taken, the newest one's steps */
+    int npoints;                          /* the steps since the last report (<= CT_TRAIN_POINTS) */
+    const int64_t *point_step;            /* npoints each */
+    const double *point_loss, *point_sps;
+    int nhist; /* <= CT_TRAIN_HISTS cumulative histograms of seconds */
+    struct ct__train_hist {
+        const char *name; /* "step", "allreduce", "data_wait", "checkpoint" */
+        int nbounds;      /* <= CT_TRAIN_HIST_BOUNDS */
+        const double *bounds;
+        const uint64_t *counts; /* per bound, not cumulative */
+        uint64_t count;
+        double sum;
+    } hist[CT_TRAIN_HISTS];
 } ct__train_report;
 int ct__report_train(const ct__train_report *r);
 

@@ -68,9 +68,9 @@ typedef struct {
     const struct ct_cluster_provider *provider; /* the table of provider.type */
     char *head_ip;   /* NULL where the provider picks the head's host (slurm) */
     int max_workers; /* -1: unset */
-    char *ssh_user, *ssh_key;
-    char *ssh_known_hosts; /* ssh -o UserKnownHostsFile=, or NULL: ssh's default */
-    int ssh_port;
+    /* the provider's own fields (provider.h: ct__ssh_conf, ct__slurm_conf), which its parse
+     * makes and its free_conf frees; NULL: none */
+    void *provider_conf;
     char **setup, **head_setup, **worker_setup;
     int n_setup, n_head_setup, n_worker_setup;
     char **head_start, **worker_start; /* NULL: the default command */
@@ -78,6 +78,8 @@ typedef struct {
     int head_port, heartbeat_ms, dead_after_ms, start_timeout_s;
     int dashboard_port; /* ct-head --dashboard-port (its HTTP endpoint, head/http.h); 0: none */
     int head_grace_ms;  /* nodes keep their actors this long while the head is gone */
+    /* the head's table limits (ct-head --max-*, head/head.h ct_head_limits); 0: its default */
+    int max_nodes, max_actors, max_placement_groups, max_objects, max_kv_keys, max_subscribers;
     char *head_bind;    /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
     char *bin_dir;      /* where ct-head/ct-node are here (default: next to ctup) */
     char *remote_dir;   /* ssh: where binaries and logs go on a host (default ~/.ct) */
@@ -85,11 +87,6 @@ typedef struct {
     bool head_runs_node;
     ct_cluster_node nodes[CT_CLUSTER_MAX_NODES]; /* the worker nodes, then the head's if any */
     int n_nodes;
-    /* slurm: the allocation (NULL / 0 / -1: not given, Slurm's default) */
-    char *slurm_partition, *slurm_time, *slurm_account;
-    char **slurm_sbatch_args;
-    int n_slurm_sbatch_args;
-    int slurm_nodes, slurm_cpus_per_node, slurm_gpus_per_node;
     /* "file:line:col: ..." of what is accepted but likely a mistake (a resource name one edit
      * from a built-in one); each also logged as a warning */
     char *warnings[CT_CLUSTER_MAX_WARNINGS];

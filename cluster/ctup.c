@@ -7,6 +7,8 @@
  *   ctup down CLUSTER.yaml        stop every process `up` started (by recorded pid + start time)
  *   ctup status CLUSTER.yaml      the head's tables (nodes, stores, actors, placement groups)
  *   ctup status --address H:P     the same for any head
+ *   ctup dashboard CLUSTER.yaml [--file-sd FILE]   the dashboard's URL with its token (and a
+ *                                 Prometheus file_sd target list written to FILE)
  *   ctup submit CLUSTER.yaml PROGRAM [ARGS]   run a driver here with CT_ADDRESS and
  *                                             CT_SECRET_FILE set
  *   ctup exec CLUSTER.yaml CMD...             run a shell command on the head's host
@@ -18,6 +20,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,7 @@
 #include "cluster/provider.h"
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/env.h"
 #include "proto/msg.h"
 
 /* The commands: how each is called and what it does (for --help and usage errors). */
@@ -38,6 +42,9 @@ static const struct {
     {"status", "[CLUSTER.yaml | --address H:P] [--timeout-ms N]",
      "print the cluster's nodes, object stores, actors and placement groups\n"
      "           (--address: any head; default $CT_ADDRESS; --timeout-ms: default 3000)"},
+    {"dashboard", "CLUSTER.yaml [--file-sd FILE]",
+     "print the head's dashboard URL with its token (ct.dashboard_port must be set);\n"
+     "           --file-sd: also write a Prometheus file_sd target list to FILE"},
     {"up", "CLUSTER.yaml",
      "start the cluster the file describes (head, then one ct-node per worker),\n"
      "           wait until every node has registered, print its address"},
@@ -135,6 +142,58 @@ static bool cmd_args_done(const char *c, int argc, char **argv, int min_argc, in
     return false;
 }
 
+/* "1h02m", "3m05s", "12s"; "-" when unknown. */
+static void fmt_eta(char *buf, size_t cap, double s)
+{
+    if (!(s >= 0) || s > 1e9) {
+        snprintf(buf, cap, "-");
+        return;
+    }
+    long v = (long)(s + 0.5);
+    if (v >= 3600)
+        snprintf(buf, cap, "%ldh%02ldm", v / 3600, v / 60 % 60);
+    else if (v >= 60)
+        snprintf(buf, cap, "%ldm%02lds", v / 60, v % 60);
+    else
+        snprintf(buf, cap, "%lds", v);
+}
+
+/* The training jobs' progress (TrainReport rows of the status reply). */
+static void print_jobs(const Ct__StatusReply *r)
+{
+    printf("%-24s %-8s %-6s %-10s %-10s %-10s %-8s %-8s %s\n", "JOB", "STEP", "EPOCH", "LOSS",
+           "VAL LOSS", "SAMPLES/S", "REPLICAS", "ETA", "RETRIES");
+    for (size_t i = 0; i < r->n_train; i++) {
+        const Ct__TrainReport *t = r->train[i];
+        char loss[32] = "-", val[32] = "-", eta[48];
+        if (isfinite(t->loss))
+            snprintf(loss, sizeof loss, "%.4g", t->loss);
+        if (isfinite(t->val_loss))
+            snprintf(val, sizeof val, "%.4g", t->val_loss);
+        if (t->done)
+            snprintf(eta, sizeof eta, "done");
+        else
+            fmt_eta(eta, sizeof eta, t->eta_seconds);
+        /* the epoch a job trains is 0-based on the wire; people count from 1, of the epochs */
+        long long ep = (long long)t->epoch + 1;
+        char epoch[48];
+        if (t->epochs > 0)
+            snprintf(epoch, sizeof epoch, "%lld/%lld", ep < t->epochs ? ep : (long long)t->epochs,
+                     (long long)t->epochs);
+        else
+            snprintf(epoch, sizeof epoch, "%lld", ep);
+        printf("%-24s %-8lld %-6s %-10s %-10s %-10.1f %-8d %-8s", t->job, (long long)t->step, epoch,
+               loss, val, t->samples_per_second, t->replicas_alive, eta);
+        for (size_t k = 0; k < t->n_retries; k++)
+            printf("%s%s=%llu", k ? "," : "", t->retries[k]->reason,
+                   (unsigned long long)t->retries[k]->count);
+        printf("%s", t->n_retries ? "" : "0");
+        if (t->drains) /* groups a drain ended spend no retry: said apart */
+            printf(" (drains %llu)", (unsigned long long)t->drains);
+        printf("\n");
+    }
+}
+
 static void print_status(const char *addr, const Ct__StatusReply *r)
 {
     size_t alive = 0;
@@ -166,6 +225,8 @@ static void print_status(const char *addr, const Ct__StatusReply *r)
         printf("%-10s %-16s %-17s %-8d %s\n", a->actor_id, a->class_name,
                *a->node_id ? a->node_id : "-", a->pid, a->state);
     }
+    if (r->n_train)
+        print_jobs(r);
     if (r->n_pgs) {
         printf("%-10s %-8s %s\n", "GROUP", "STATE", "BUNDLE NODES");
         for (size_t i = 0; i < r->n_pgs; i++) {
@@ -371,7 +432,7 @@ static int cmd_down(const char *path)
 
 static int cmd_status(int argc, char **argv)
 {
-    const char *addr = getenv("CT_ADDRESS"), *file = NULL;
+    const char *addr = ct__env(CT__ENV_ADDRESS), *file = NULL;
     int timeout = 3000;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -431,6 +492,107 @@ static int cmd_status(int argc, char **argv)
         return 2;
     }
     return status_at(addr, timeout);
+}
+
+/* The head's host, from its address "H:P" ("[v6]:P"). */
+static void head_host(const char *addr, char *host, size_t cap)
+{
+    const char *colon = strrchr(addr, ':');
+    size_t n = colon ? (size_t)(colon - addr) : strlen(addr);
+    if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']') {
+        addr++;
+        n -= 2;
+    }
+    snprintf(host, cap, "%.*s", (int)(n < cap ? n : cap - 1), addr);
+}
+
+/* Writes a Prometheus file_sd target list for the head's /metrics (atomically: FILE.tmp, then
+ * rename, as file_sd wants). 0, or 1 with the reason printed. */
+static int write_file_sd(const char *path, const char *target, const char *cluster)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "ctup dashboard: --file-sd %s: %s\n", tmp, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "[\n  {\"targets\": [\"%s\"], \"labels\": {\"ct_cluster\": \"%s\"}}\n]\n", target,
+            cluster);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "ctup dashboard: --file-sd %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_dashboard(int argc, char **argv)
+{
+    const char *file = NULL, *sd = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_help(a)) {
+            cmd_usage("dashboard", stdout);
+            return 0;
+        } else if (!strcmp(a, "--file-sd")) {
+            if (i + 1 >= argc || !*argv[i + 1]) {
+                fprintf(stderr, "ctup dashboard: --file-sd needs a file name\n");
+                return 2;
+            }
+            sd = argv[++i];
+        } else if (a[0] == '-') {
+            fprintf(stderr, "ctup dashboard: unknown option '%s' (see ctup dashboard --help)\n", a);
+            return 2;
+        } else if (!file) {
+            file = a;
+        } else {
+            fprintf(stderr, "ctup dashboard: one CLUSTER.yaml only ('%s' and '%s')\n", file, a);
+            return 2;
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "ctup dashboard: ");
+        cmd_usage("dashboard", stderr);
+        return 2;
+    }
+    ct_cluster_config *cfg = NULL;
+    ct_cluster_state st;
+    int rc = load(file, &cfg, &st, true, NULL);
+    if (rc)
+        return rc;
+    if (cfg->dashboard_port <= 0) {
+        fprintf(stderr,
+                "ctup dashboard: %s: ct.dashboard_port is not set: the head serves no "
+                "dashboard (set it, then ctup down and up)\n",
+                file);
+        ct_cluster_config_destroy(&cfg);
+        return 2;
+    }
+    char tok[CT_DASH_TOKEN_LEN + 1], host[256], target[300];
+    if (cluster_secret(cfg->cluster_name) || ct__auth_dashboard_token(tok)) {
+        fprintf(stderr, "ctup dashboard: %s\n", ct_last_error());
+        ct_cluster_config_destroy(&cfg);
+        return 1;
+    }
+    head_host(st.address, host, sizeof host);
+    /* the head binds its endpoint to 127.0.0.1 (head/http.h): it is reached on the head's
+     * host, or through a tunnel to it */
+    snprintf(target, sizeof target, "127.0.0.1:%d", cfg->dashboard_port);
+    printf("http://%s/#token=%s\n", target, tok);
+    printf("  the head's dashboard (on the head's host, %s: it listens on 127.0.0.1 only; from\n"
+           "  another machine: ssh -N -L %d:127.0.0.1:%d %s, then open the URL there)\n",
+           host, cfg->dashboard_port, cfg->dashboard_port, host);
+    printf("  Prometheus: http://%s/metrics (from loopback no token is needed; from elsewhere\n"
+           "  the header Authorization: Bearer %s)\n",
+           target, tok);
+    if (sd) {
+        rc = write_file_sd(sd, target, cfg->cluster_name);
+        if (!rc)
+            printf("  file_sd targets written to %s\n", sd);
+    }
+    ct_cluster_config_destroy(&cfg);
+    return rc;
 }
 
 static int cmd_submit(int argc, char **argv)
@@ -576,6 +738,8 @@ int main(int argc, char **argv)
     int rc;
     if (!strcmp(c, "status"))
         return cmd_status(argc, argv);
+    if (!strcmp(c, "dashboard"))
+        return cmd_dashboard(argc, argv);
     if (!strcmp(c, "submit"))
         return cmd_submit(argc, argv);
     if (!strcmp(c, "exec"))
@@ -605,10 +769,11 @@ int main(int argc, char **argv)
     if (c[0] == '-')
         fprintf(stderr, "ctup: unknown option '%s' (see --help)\n", c);
     else
-        fprintf(stderr,
-                "ctup: unknown command '%s' (up, down, status, submit, exec, secret, or a "
-                "CLUSTER.yaml "
-                "to start; see --help)\n",
-                c);
+        fprintf(
+            stderr,
+            "ctup: unknown command '%s' (up, down, status, dashboard, submit, exec, secret, or a "
+            "CLUSTER.yaml "
+            "to start; see --help)\n",
+            c);
     return 2;
 }

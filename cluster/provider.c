@@ -57,6 +57,25 @@ bool ct__shell_safe_word(const char *s)
     return s && *s && *s != '-' && strspn(s, CT_CLUSTER_SAFE_CHARS) == strlen(s);
 }
 
+/* The head's table limits the YAML set (ct.max_*), as ct-head flags appended to buf. */
+static int head_limit_args(const ct_cluster_config *cfg, char *buf, size_t cap)
+{
+    const struct {
+        const char *flag;
+        int v;
+    } rows[] = {{"--max-nodes", cfg->max_nodes},
+                {"--max-actors", cfg->max_actors},
+                {"--max-placement-groups", cfg->max_placement_groups},
+                {"--max-objects", cfg->max_objects},
+                {"--max-kv-keys", cfg->max_kv_keys},
+                {"--max-subscribers", cfg->max_subscribers}};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0] && !rc; i++)
+        if (rows[i].v > 0)
+            rc = ct__cat(buf, cap, " %s %d", rows[i].flag, rows[i].v);
+    return rc;
+}
+
 /* Appends " flag value" to a ct-node/ct-head argument string, value checked to be one safe
  * word (see the file comment). Returns 0, CT_EINVAL or CT_ERANGE. */
 static int arg_word(char *buf, size_t cap, const char *flag, const char *value)
@@ -229,9 +248,16 @@ bool ct__cluster_provider_has_key(const char *key)
     return key && !strcmp(key, "type");
 }
 
-const char *ct__cluster_provider_names(void)
+const char *ct__cluster_provider_names(char *buf, size_t cap)
 {
-    return "local, ssh or slurm";
+    size_t n = CT_ARRAY_LEN(providers), used = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n && used < cap; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+        int k = snprintf(buf + used, cap - used, "%s%s", sep, providers[i]->name);
+        used += k > 0 ? (size_t)k : 0;
+    }
+    return buf;
 }
 
 /* Runs script on host through the provider's transport; stdout into out (may be NULL: then
@@ -459,6 +485,7 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
         /* the head's read-only HTTP endpoint, on 127.0.0.1 (an ssh tunnel reaches it) */
         (cfg->dashboard_port > 0 && (rc = ct__cat(head_args, sizeof head_args,
                                                   " --dashboard-port %d", cfg->dashboard_port))) ||
+        (rc = head_limit_args(cfg, head_args, sizeof head_args)) ||
         (rc = ct__cat(head_args, sizeof head_args, " --supervise --state-dir ")))
         return rc;
     env[0] = cmd[0] = 0;

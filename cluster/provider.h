@@ -41,9 +41,27 @@ int ct__cfg_host_list(ct__cfg_parser *p, yaml_node_t *v, const char *name, char 
 int ct__cfg_str_list(ct__cfg_parser *p, yaml_node_t *v, const char *name, char ***out, int *n);
 /* The i-th item of a sequence node (for a message about it). */
 yaml_node_t *ct__cfg_item(ct__cfg_parser *p, yaml_node_t *seq, int i);
-/* The `auth:` section (ssh_user, ssh_private_key, ssh_known_hosts, ssh_port); required: it
- * must be there with ssh_user. */
-int ct__cfg_auth(ct__cfg_parser *p, yaml_node_t *root, ct_cluster_config *c, bool required);
+
+/* ---- the providers' own fields: cfg->provider_conf, by cfg->provider ---- */
+/* ssh (provider_ssh.c): the `auth:` section */
+typedef struct {
+    char *user, *key;  /* ssh_user, ssh_private_key (NULL: ssh's default) */
+    char *known_hosts; /* ssh -o UserKnownHostsFile=, or NULL: ssh's default */
+    int port;          /* ssh_port, default 22 */
+} ct__ssh_conf;
+/* Reads the `auth:` section into a (zeroed by the caller; its strings owned, freed by
+ * ct__ssh_conf_free); required: it must be there with ssh_user (type names the provider in
+ * messages). The local provider checks the section with it too. */
+int ct__ssh_auth_parse(ct__cfg_parser *p, yaml_node_t *root, const char *type, bool required,
+                       ct__ssh_conf *a);
+void ct__ssh_conf_free(ct__ssh_conf *a);
+/* slurm (provider_slurm.c): the allocation (NULL / 0: not given, Slurm's default) */
+typedef struct {
+    char *partition, *time, *account;
+    char **sbatch_args;
+    int n_sbatch_args;
+    int nodes, cpus_per_node, gpus_per_node;
+} ct__slurm_conf;
 
 /* What a provider's parse gives back to the shared part of the file. */
 typedef struct {
@@ -59,10 +77,13 @@ typedef struct ct_cluster_provider {
     /* keys of `provider:` besides `type` (NULL-ended) */
     const char *const *keys;
     /* Reads the `provider:` section prov (and top-level keys that are its own, like auth) into
-     * c, sets the provider's defaults (head_ip, head_port, head_bind: ct.* may override
-     * them), and says which workers to start. */
+     * c and its own fields (c->provider_conf, made here: also on failure, so that free_conf
+     * frees it), sets the provider's defaults (head_ip, head_port, head_bind: ct.* may
+     * override them), and says which workers to start. */
     int (*parse)(ct__cfg_parser *p, yaml_node_t *prov, yaml_node_t *root, ct_cluster_config *c,
                  ct__cfg_workers *w);
+    /* Frees what parse put in c->provider_conf (NULL: parse puts nothing there). */
+    void (*free_conf)(void *conf);
     /* After the whole file is read: checks across sections (NULL: none). */
     int (*check)(ct__cfg_parser *p, yaml_node_t *root, const ct_cluster_config *c);
 
@@ -111,9 +132,10 @@ typedef struct ct_cluster_provider {
 
 extern const ct_cluster_provider ct__provider_local, ct__provider_ssh, ct__provider_slurm;
 
-/* The provider of that type name, or NULL. names: "local, ssh, slurm" for messages. */
+/* The provider of that type name, or NULL. */
 const ct_cluster_provider *ct__cluster_provider_find(const char *name);
-const char *ct__cluster_provider_names(void);
+/* The providers' names from the list, for messages ("local, ssh or slurm"), into buf; buf. */
+const char *ct__cluster_provider_names(char *buf, size_t cap);
 /* Whether key belongs in some provider's `provider:` section ("type" included). */
 bool ct__cluster_provider_has_key(const char *key);
 

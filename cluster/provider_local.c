@@ -18,6 +18,7 @@
 #include "cluster/cluster.h"
 #include "cluster/provider.h"
 #include "common/common.h"
+#include "common/env.h"
 
 int ct__local_argv(const ct_cluster_config *cfg, const char *host, const char *script, char **argv,
                    int max_argv, char *store, size_t cap)
@@ -35,7 +36,7 @@ int ct__local_argv(const ct_cluster_config *cfg, const char *host, const char *s
 int ct__local_bin_dir(const ct_cluster_config *cfg, char *out, size_t cap)
 {
     int n;
-    const char *home = getenv("HOME");
+    const char *home = ct__env(CT__ENV_HOME);
     if (cfg->bin_dir && !strncmp(cfg->bin_dir, "~/", 2) && home) {
         n = snprintf(out, cap, "%s/%s", home, cfg->bin_dir + 2); /* no shell to expand ~ here */
     } else if (cfg->bin_dir) {
@@ -99,7 +100,12 @@ static int parse(ct__cfg_parser *p, yaml_node_t *prov, yaml_node_t *root, ct_clu
     c->head_port = 0;
     if (!(c->head_bind = strdup(c->head_ip))) /* ct.head_bind may replace it */
         return ct__error(CT_ENOMEM, "out of memory");
-    return ct__cfg_auth(p, root, c, false);
+    /* an auth section (Ray's local provider has one) is checked, not used: this host needs
+     * no login */
+    ct__ssh_conf a = {0};
+    rc = ct__ssh_auth_parse(p, root, "local", false, &a);
+    ct__ssh_conf_free(&a);
+    return rc;
 }
 
 static const char *const keys[] = {"head_ip", "worker_ips", "num_workers", NULL};

@@ -284,6 +284,7 @@ static void job_out_tail(const ct_cluster_config *cfg, const char *job, char *ou
 
 static int slurm_start(const ct_cluster_config *cfg, ct_cluster_state *st)
 {
+    const ct__slurm_conf *sc = cfg->provider_conf;
     static char script[65536];
     char path[4200], output[4200], out[256] = "";
     int rc;
@@ -315,27 +316,26 @@ static int slurm_start(const ct_cluster_config *cfg, ct_cluster_state *st)
     ARG("sbatch");
     ARG("--parsable");
     ARG("--job-name=ct-%s", cfg->cluster_name);
-    ARG("--nodes=%d", cfg->slurm_nodes);
+    ARG("--nodes=%d", sc->nodes);
     ARG("--ntasks-per-node=1");
-    if (cfg->slurm_cpus_per_node > 0)
-        ARG("--cpus-per-task=%d", cfg->slurm_cpus_per_node);
-    if (cfg->slurm_gpus_per_node > 0)
-        ARG("--gpus-per-node=%d", cfg->slurm_gpus_per_node);
-    if (cfg->slurm_partition)
-        ARG("--partition=%s", cfg->slurm_partition);
-    if (cfg->slurm_time)
-        ARG("--time=%s", cfg->slurm_time);
-    if (cfg->slurm_account)
-        ARG("--account=%s", cfg->slurm_account);
-    for (int i = 0; i < cfg->n_slurm_sbatch_args; i++)
-        argv[n++] = cfg->slurm_sbatch_args[i];
+    if (sc->cpus_per_node > 0)
+        ARG("--cpus-per-task=%d", sc->cpus_per_node);
+    if (sc->gpus_per_node > 0)
+        ARG("--gpus-per-node=%d", sc->gpus_per_node);
+    if (sc->partition)
+        ARG("--partition=%s", sc->partition);
+    if (sc->time)
+        ARG("--time=%s", sc->time);
+    if (sc->account)
+        ARG("--account=%s", sc->account);
+    for (int i = 0; i < sc->n_sbatch_args; i++)
+        argv[n++] = sc->sbatch_args[i];
     argv[n++] = "--output";
     argv[n++] = output;
     argv[n++] = path;
     argv[n] = NULL;
 #undef ARG
-    fprintf(stderr, "ctup: sbatch of %s (%d node%s)\n", path, cfg->slurm_nodes,
-            cfg->slurm_nodes == 1 ? "" : "s");
+    fprintf(stderr, "ctup: sbatch of %s (%d node%s)\n", path, sc->nodes, sc->nodes == 1 ? "" : "s");
     rc = ct__cluster_run(argv, out, sizeof out);
     if (rc < 0)
         return rc;
@@ -619,11 +619,14 @@ static int parse(ct__cfg_parser *p, yaml_node_t *prov, yaml_node_t *root, ct_clu
 {
     yaml_node_t *v;
     int rc;
+    ct__slurm_conf *sc = calloc(1, sizeof *sc);
+    if (!(c->provider_conf = sc))
+        return ct__error(CT_ENOMEM, "out of memory");
     if (!(v = ct__cfg_get(p, prov, "nodes", NULL)))
         return ct__cfg_err(p, prov, "provider: missing required key 'nodes' (type slurm)");
-    if ((rc = ct__cfg_int(p, v, "provider.nodes", 1, CT_CLUSTER_MAX_NODES - 1, &c->slurm_nodes)))
+    if ((rc = ct__cfg_int(p, v, "provider.nodes", 1, CT_CLUSTER_MAX_NODES - 1, &sc->nodes)))
         return rc;
-    w->n_workers = c->slurm_nodes;
+    w->n_workers = sc->nodes;
     w->where = v;
     w->hint = "provider.nodes";
     struct {
@@ -632,9 +635,9 @@ static int parse(ct__cfg_parser *p, yaml_node_t *prov, yaml_node_t *root, ct_clu
         bool (*ok)(const char *);
         const char *rule;
     } words[] = {
-        {"partition", &c->slurm_partition, valid_word, "a name of letters, digits and _ . -"},
-        {"account", &c->slurm_account, valid_word, "a name of letters, digits and _ . -"},
-        {"time", &c->slurm_time, valid_time,
+        {"partition", &sc->partition, valid_word, "a name of letters, digits and _ . -"},
+        {"account", &sc->account, valid_word, "a name of letters, digits and _ . -"},
+        {"time", &sc->time, valid_time,
          "a Slurm time limit (MIN, H:M:S, D-H:M:S, ... or infinite)"},
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(words); i++) {
@@ -648,22 +651,22 @@ static int parse(ct__cfg_parser *p, yaml_node_t *prov, yaml_node_t *root, ct_clu
             return ct__cfg_err(p, v, "%s: '%s' is not %s", what, *words[i].dst, words[i].rule);
     }
     if ((v = ct__cfg_get(p, prov, "cpus_per_node", NULL)) &&
-        (rc = ct__cfg_int(p, v, "provider.cpus_per_node", 1, 100000, &c->slurm_cpus_per_node)))
+        (rc = ct__cfg_int(p, v, "provider.cpus_per_node", 1, 100000, &sc->cpus_per_node)))
         return rc;
     if ((v = ct__cfg_get(p, prov, "gpus_per_node", NULL)) &&
-        (rc = ct__cfg_int(p, v, "provider.gpus_per_node", 0, 1024, &c->slurm_gpus_per_node)))
+        (rc = ct__cfg_int(p, v, "provider.gpus_per_node", 0, 1024, &sc->gpus_per_node)))
         return rc;
     if ((v = ct__cfg_get(p, prov, "sbatch_args", NULL))) {
-        if ((rc = ct__cfg_str_list(p, v, "provider.sbatch_args", &c->slurm_sbatch_args,
-                                   &c->n_slurm_sbatch_args)))
+        if ((rc = ct__cfg_str_list(p, v, "provider.sbatch_args", &sc->sbatch_args,
+                                   &sc->n_sbatch_args)))
             return rc;
         /* options only (the script is ctup's), and none that ctup sets itself */
         static const char *const own[] = {"--nodes", "-N",         "--job-name", "-J", "--output",
                                           "-o",      "--parsable", "--ntasks",   "-n", "--wrap"};
-        if (c->n_slurm_sbatch_args > 256)
+        if (sc->n_sbatch_args > 256)
             return ct__cfg_err(p, v, "provider.sbatch_args: more than 256 entries");
-        for (int i = 0; i < c->n_slurm_sbatch_args; i++) {
-            const char *a = c->slurm_sbatch_args[i];
+        for (int i = 0; i < sc->n_sbatch_args; i++) {
+            const char *a = sc->sbatch_args[i];
             yaml_node_t *it = ct__cfg_item(p, v, i);
             if (a[0] != '-')
                 return ct__cfg_err(p, it,
@@ -687,6 +690,20 @@ static int parse(ct__cfg_parser *p, yaml_node_t *prov, yaml_node_t *root, ct_clu
     if (ct__cfg_get(p, root, "auth", &k))
         return ct__cfg_err(p, k, "auth: type slurm does not log in anywhere (no auth)");
     return 0;
+}
+
+static void free_conf(void *conf)
+{
+    ct__slurm_conf *sc = conf;
+    if (!sc)
+        return;
+    free(sc->partition);
+    free(sc->time);
+    free(sc->account);
+    for (int i = 0; sc->sbatch_args && sc->sbatch_args[i]; i++) /* NULL-ended */
+        free(sc->sbatch_args[i]);
+    free(sc->sbatch_args);
+    free(sc);
 }
 
 /* The keys that have no meaning for a Slurm job (where each node runs is Slurm's choice). */
@@ -717,6 +734,7 @@ const ct_cluster_provider ct__provider_slurm = {
     .name = "slurm",
     .keys = keys,
     .parse = parse,
+    .free_conf = free_conf,
     .check = check,
     .start = slurm_start,
     .wait = slurm_wait,

@@ -27,6 +27,7 @@
 #include "cluster/cluster.h"
 #include "cluster/provider.h"
 #include "common/common.h"
+#include "common/env.h"
 
 /* Copies s into store at *used; returns the copy or NULL when store is full. */
 static char *keep(char *store, size_t cap, size_t *used, const char *fmt, ...)
@@ -47,11 +48,17 @@ static char *keep(char *store, size_t cap, size_t *used, const char *fmt, ...)
 /* ~/x -> $HOME/x for the local key path (ssh -i does not see a shell). */
 static void expand_home(char *out, size_t cap, const char *p)
 {
-    const char *home = getenv("HOME");
+    const char *home = ct__env(CT__ENV_HOME);
     if (p[0] == '~' && p[1] == '/' && home)
         snprintf(out, cap, "%s/%s", home, p + 2);
     else
         snprintf(out, cap, "%s", p);
+}
+
+/* This provider's own fields (its parse made them). */
+static const ct__ssh_conf *auth(const ct_cluster_config *cfg)
+{
+    return cfg->provider_conf;
 }
 
 /* The common options of ssh (port_flag "-p") and scp ("-P"), at most COMMON_OPTS_MAX entries
@@ -62,6 +69,7 @@ static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char
 {
     static const char *const opts[] = {"BatchMode=yes", "StrictHostKeyChecking=accept-new",
                                        "ConnectTimeout=10"};
+    const ct__ssh_conf *a = auth(cfg);
     int n = 0;
     if (max < COMMON_OPTS_MAX)
         return ct__error(CT_EINVAL, "ssh: argv too small");
@@ -70,18 +78,18 @@ static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char
         argv[n++] = (char *)opts[i];
     }
     argv[n++] = (char *)port_flag;
-    if (!(argv[n++] = keep(store, cap, used, "%d", cfg->ssh_port)))
+    if (!(argv[n++] = keep(store, cap, used, "%d", a->port)))
         return ct__error(CT_ERANGE, "ssh command line too long");
-    if (cfg->ssh_known_hosts) {
+    if (a->known_hosts) {
         char k[4096];
-        expand_home(k, sizeof k, cfg->ssh_known_hosts);
+        expand_home(k, sizeof k, a->known_hosts);
         argv[n++] = "-o";
         if (!(argv[n++] = keep(store, cap, used, "UserKnownHostsFile=%s", k)))
             return ct__error(CT_ERANGE, "ssh command line too long");
     }
-    if (cfg->ssh_key) {
+    if (a->key) {
         char k[4096];
-        expand_home(k, sizeof k, cfg->ssh_key);
+        expand_home(k, sizeof k, a->key);
         /* only this key: an agent's or ~/.ssh's other keys would be offered first, and a
          * server stops after MaxAuthTries (6) failed ones */
         argv[n++] = "-o";
@@ -96,9 +104,9 @@ static int common_opts(const ct_cluster_config *cfg, const char *port_flag, char
 /* USER@HOST must name a login and a host, nothing an ssh or scp could read otherwise. */
 static int check_login(const ct_cluster_config *cfg, const char *host)
 {
-    if (!cfg->ssh_user || !ct__shell_safe_word(cfg->ssh_user) || strchr(cfg->ssh_user, '@'))
-        return ct__error(CT_EINVAL, "ssh user '%s': not a user name",
-                         cfg->ssh_user ? cfg->ssh_user : "(none)");
+    const char *user = auth(cfg)->user;
+    if (!user || !ct__shell_safe_word(user) || strchr(user, '@'))
+        return ct__error(CT_EINVAL, "ssh user '%s': not a user name", user ? user : "(none)");
     if (!ct__shell_safe_word(host) || strpbrk(host, "@/"))
         return ct__error(CT_EINVAL, "ssh host '%s': not a host name or address", host);
     return 0;
@@ -119,7 +127,7 @@ static int ssh_argv(const ct_cluster_config *cfg, const char *host, const char *
         return n;
     n++;
     argv[n++] = "--";
-    if (!(argv[n++] = keep(store, cap, &used, "%s@%s", cfg->ssh_user, host)))
+    if (!(argv[n++] = keep(store, cap, &used, "%s@%s", auth(cfg)->user, host)))
         return ct__error(CT_ERANGE, "ssh command line too long");
     argv[n++] = (char *)script;
     argv[n] = NULL;
@@ -178,7 +186,7 @@ static int copy_binaries(const ct_cluster_config *cfg, const char *const *hosts,
             !(argv[n++] =
                   keep(store, sizeof store, &used,
                        strchr(hosts[h], ':') ? "%s@[%s]:%s/.incoming/" : "%s@%s:%s/.incoming/",
-                       cfg->ssh_user, hosts[h], scp_dir)))
+                       auth(cfg)->user, hosts[h], scp_dir)))
             return ct__error(CT_ERANGE, "scp command line too long");
         argv[n] = NULL;
         if ((rc = ct__cluster_run(argv, NULL, 0)))
@@ -243,7 +251,7 @@ static int copy_secret(const ct_cluster_config *cfg, const char *const *hosts, i
         if (!(argv[k++] =
                   keep(store, sizeof store, &used,
                        strchr(hosts[h], ':') ? "%s@[%s]:%s/%s.secret" : "%s@%s:%s/%s.secret",
-                       cfg->ssh_user, hosts[h], scp_dir, cfg->cluster_name)))
+                       auth(cfg)->user, hosts[h], scp_dir, cfg->cluster_name)))
             return ct__error(CT_ERANGE, "scp command line too long");
         argv[k] = NULL;
         if ((rc = ct__cluster_run(argv, NULL, 0)))
@@ -301,7 +309,58 @@ static int parse(ct__cfg_parser *p, yaml_node_t *prov, yaml_node_t *root, ct_clu
     c->head_port = 6380;
     if (!(c->head_bind = strdup("0.0.0.0")))
         return ct__error(CT_ENOMEM, "out of memory");
-    return ct__cfg_auth(p, root, c, true);
+    ct__ssh_conf *a = calloc(1, sizeof *a);
+    if (!(c->provider_conf = a))
+        return ct__error(CT_ENOMEM, "out of memory");
+    return ct__ssh_auth_parse(p, root, "ssh", true, a);
+}
+
+int ct__ssh_auth_parse(ct__cfg_parser *p, yaml_node_t *root, const char *type, bool required,
+                       ct__ssh_conf *a)
+{
+    static const char *const auth_keys[] = {"ssh_user", "ssh_private_key", "ssh_known_hosts",
+                                            "ssh_port", NULL};
+    yaml_node_t *s = ct__cfg_get(p, root, "auth", NULL), *v;
+    int rc = 0;
+    a->port = 22;
+    if (!s)
+        return required
+                   ? ct__cfg_err(p, root,
+                                 "missing required key 'auth' (type %s needs auth.ssh_user)", type)
+                   : 0;
+    if ((rc = ct__cfg_keys(p, s, "auth", auth_keys)))
+        return rc;
+    if ((v = ct__cfg_get(p, s, "ssh_user", NULL)) &&
+        (rc = ct__cfg_user(p, v, "auth.ssh_user", &a->user)))
+        return rc;
+    if ((v = ct__cfg_get(p, s, "ssh_private_key", NULL)) &&
+        (rc = ct__cfg_path(p, v, "auth.ssh_private_key", true, &a->key)))
+        return rc;
+    if ((v = ct__cfg_get(p, s, "ssh_known_hosts", NULL)) &&
+        (rc = ct__cfg_path(p, v, "auth.ssh_known_hosts", true, &a->known_hosts)))
+        return rc;
+    if ((v = ct__cfg_get(p, s, "ssh_port", NULL)) &&
+        (rc = ct__cfg_int(p, v, "auth.ssh_port", 1, 65535, &a->port)))
+        return rc;
+    if (required && !a->user)
+        return ct__cfg_err(p, s, "auth: missing required key 'ssh_user' (type %s)", type);
+    return 0;
+}
+
+void ct__ssh_conf_free(ct__ssh_conf *a)
+{
+    if (!a)
+        return;
+    free(a->user);
+    free(a->key);
+    free(a->known_hosts);
+    memset(a, 0, sizeof *a);
+}
+
+static void free_conf(void *conf)
+{
+    ct__ssh_conf_free(conf);
+    free(conf);
 }
 
 static const char *const keys[] = {"head_ip", "worker_ips", "num_workers", NULL};
@@ -310,6 +369,7 @@ const ct_cluster_provider ct__provider_ssh = {
     .name = "ssh",
     .keys = keys,
     .parse = parse,
+    .free_conf = free_conf,
     .start = ct__hosts_start,
     .wait = ct__hosts_wait,
     .running = ct__hosts_running,

@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include "cluster/cluster.h"
 #include "common/common.h"
+#include "common/env.h"
 
 int ct__cluster_mkdir_p(const char *path)
 {
@@ -46,12 +47,12 @@ int ct__cluster_mkdir_p(const char *path)
 
 int ct_cluster_state_dir(char *out, size_t cap)
 {
-    const char *d = getenv("CT_STATE_DIR");
+    const char *d = ct__env(CT__ENV_STATE_DIR);
     int n;
     if (d && *d) {
         n = snprintf(out, cap, "%s", d);
     } else {
-        const char *home = getenv("HOME");
+        const char *home = ct__env(CT__ENV_HOME);
         if (!home || !*home)
             return ct__error(CT_EINVAL, "neither CT_STATE_DIR nor HOME is set: no place for the "
                                         "cluster state");

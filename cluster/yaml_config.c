@@ -117,13 +117,12 @@ static const char *const ray_only[] = {"docker",
                                        NULL};
 
 /* The keys of the `ct:` section, and of a node type (available_node_types.NAME). */
-static const char *const ct_keys[] = {"head_port",      "heartbeat_ms",
-                                      "dead_after_ms",  "store_memory",
-                                      "spill_dir",      "bin_dir",
-                                      "remote_dir",     "copy_binaries",
-                                      "head_runs_node", "start_timeout_s",
-                                      "head_bind",      "head_grace_ms",
-                                      "dashboard_port", NULL};
+static const char *const ct_keys[] = {
+    "head_port",      "heartbeat_ms",    "dead_after_ms",   "store_memory",
+    "spill_dir",      "bin_dir",         "remote_dir",      "copy_binaries",
+    "head_runs_node", "start_timeout_s", "head_bind",       "head_grace_ms",
+    "dashboard_port", "max_nodes",       "max_actors",      "max_placement_groups",
+    "max_objects",    "max_kv_keys",     "max_subscribers", NULL};
 static const char *const type_keys[] = {
     "resources",    "min_workers", "max_workers",           "node_config",
     "store_memory", "spill_dir",   "worker_setup_commands", NULL};
@@ -455,35 +454,6 @@ int ct__cfg_host_list(parser *p, yaml_node_t *v, const char *name, char ***out, 
     return rc;
 }
 
-int ct__cfg_auth(parser *p, yaml_node_t *root, ct_cluster_config *c, bool required)
-{
-    static const char *const auth_keys[] = {"ssh_user", "ssh_private_key", "ssh_known_hosts",
-                                            "ssh_port", NULL};
-    yaml_node_t *a = get(p, root, "auth", NULL), *v;
-    int rc = 0;
-    c->ssh_port = 22;
-    if (!a)
-        return required ? perr(p, root, "missing required key 'auth' (type %s needs auth.ssh_user)",
-                               c->provider->name)
-                        : 0;
-    if ((rc = check_keys(p, a, "auth", auth_keys)))
-        return rc;
-    if ((v = get(p, a, "ssh_user", NULL)) && (rc = get_user(p, v, "auth.ssh_user", &c->ssh_user)))
-        return rc;
-    if ((v = get(p, a, "ssh_private_key", NULL)) &&
-        (rc = get_path(p, v, "auth.ssh_private_key", true, &c->ssh_key)))
-        return rc;
-    if ((v = get(p, a, "ssh_known_hosts", NULL)) &&
-        (rc = get_path(p, v, "auth.ssh_known_hosts", true, &c->ssh_known_hosts)))
-        return rc;
-    if ((v = get(p, a, "ssh_port", NULL)) &&
-        (rc = get_int(p, v, "auth.ssh_port", 1, 65535, &c->ssh_port)))
-        return rc;
-    if (required && !c->ssh_user)
-        return perr(p, a, "auth: missing required key 'ssh_user' (type %s)", c->provider->name);
-    return 0;
-}
-
 /* ---- node types ---- */
 
 typedef struct {
@@ -646,6 +616,7 @@ static int parse_root(parser *p, yaml_node_t *root)
     int n_types = 0, rc = 0;
     char *store_memory = NULL, *spill_root = NULL, *head_type_name = NULL;
     yaml_node_t *v, *k, *prov, *max_node = NULL;
+    char names[256];
     memset(types, 0, sizeof types);
 
     if (root->type != YAML_MAPPING_NODE) {
@@ -685,13 +656,14 @@ static int parse_root(parser *p, yaml_node_t *root)
     }
     if (!(v = get(p, prov, "type", NULL))) {
         rc = perr(p, prov, "provider: missing required key 'type' (%s)",
-                  ct__cluster_provider_names());
+                  ct__cluster_provider_names(names, sizeof names));
         goto out;
     }
     const char *ty = scalar(v);
     if (!(c->provider = ct__cluster_provider_find(ty))) {
-        rc = perr(p, v, "provider.type must be %s, got %s%s%s", ct__cluster_provider_names(),
-                  ty ? "'" : "", ty ? ty : kind_name(v), ty ? "'" : "");
+        rc = perr(p, v, "provider.type must be %s, got %s%s%s",
+                  ct__cluster_provider_names(names, sizeof names), ty ? "'" : "",
+                  ty ? ty : kind_name(v), ty ? "'" : "");
         goto out;
     }
     for (int i = 0; c->provider->keys[i] && i < 14; i++)
@@ -753,7 +725,13 @@ static int parse_root(parser *p, yaml_node_t *root)
                     {"dead_after_ms", &c->dead_after_ms, 1, 3600000},
                     {"head_grace_ms", &c->head_grace_ms, 1, 3600000},
                     {"start_timeout_s", &c->start_timeout_s, 1, 3600},
-                    {"dashboard_port", &c->dashboard_port, 0, 65535}};
+                    {"dashboard_port", &c->dashboard_port, 0, 65535},
+                    {"max_nodes", &c->max_nodes, 1, 1 << 24},
+                    {"max_actors", &c->max_actors, 1, 1 << 24},
+                    {"max_placement_groups", &c->max_placement_groups, 1, 1 << 24},
+                    {"max_objects", &c->max_objects, 1, 1 << 24},
+                    {"max_kv_keys", &c->max_kv_keys, 1, 1 << 24},
+                    {"max_subscribers", &c->max_subscribers, 1, 1 << 24}};
         for (size_t i = 0; i < CT_ARRAY_LEN(ints); i++) {
             char what[64];
             snprintf(what, sizeof what, "ct.%s", ints[i].key);
@@ -1005,16 +983,11 @@ void ct_cluster_config_destroy(ct_cluster_config **cfg)
     free(c->path);
     free(c->cluster_name);
     free(c->head_ip);
-    free(c->ssh_user);
-    free(c->ssh_key);
-    free(c->ssh_known_hosts);
+    if (c->provider && c->provider->free_conf)
+        c->provider->free_conf(c->provider_conf);
     free(c->head_bind);
     free(c->bin_dir);
     free(c->remote_dir);
-    free(c->slurm_partition);
-    free(c->slurm_time);
-    free(c->slurm_account);
-    free_list(c->slurm_sbatch_args);
     for (int i = 0; i < c->n_warnings; i++)
         free(c->warnings[i]);
     free(c);

@@ -20,6 +20,7 @@
 #include <zmq.h>
 
 #include "common/common.h"
+#include "common/env.h"
 
 static const uint8_t MAGIC[4] = {'C', 'T', 'A', '1'};
 
@@ -43,7 +44,7 @@ static int sodium_ready(void)
 
 bool ct__auth_off(void)
 {
-    const char *v = getenv("CT_AUTH");
+    const char *v = ct__env(CT__ENV_AUTH);
     return v && !strcmp(v, "off");
 }
 
@@ -174,7 +175,7 @@ int ct__secret_file_read(const char *path, uint8_t out[CT_SECRET_LEN])
 int ct__auth_load(const char *path)
 {
     if (!path || !*path)
-        path = getenv("CT_SECRET_FILE");
+        path = ct__env(CT__ENV_SECRET_FILE);
     if (!path || !*path)
         return ct__error(CT_EACCES, "no cluster secret: give --secret-file FILE or set "
                                     "CT_SECRET_FILE (ctup up writes one; `ctup secret FILE` "
@@ -185,7 +186,7 @@ int ct__auth_load(const char *path)
         ct__auth_set(s);
     sodium_memzero(s, sizeof s);
     /* a path from the environment: name the variable too, which is what the user set */
-    const char *env = getenv("CT_SECRET_FILE");
+    const char *env = ct__env(CT__ENV_SECRET_FILE);
     if (rc && env && !strcmp(env, path)) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s", ct_last_error());

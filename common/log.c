@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "common/common.h"
+#include "common/env.h"
 
 int ct__log_level = CT_LOG_WARN;
 /* The process's "who" (node id, store name, ...): threads of an embedded cluster set it while
@@ -14,7 +15,7 @@ static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void ct__log_init(void)
 {
-    const char *s = getenv("CT_LOG_LEVEL");
+    const char *s = ct__env(CT__ENV_LOG_LEVEL);
     if (!s)
         return;
     if (!strcmp(s, "error"))

@@ -9,6 +9,7 @@
  *                         [--accumulate K] [--sched steplr|warmup_cosine] [--warmup N]
  *                         [--optimizer adam|adamw] [--wd X] [--smoothing X] [--crop-pad N]
  *                         [--hflip P] [--stop-at X] [--validate 0|1] [--cpu-binding 0|1]
+ *                         [--recovery live|restart]
  *                         [--storage-path DIR] [--name NAME]
  *
  * --storage-path DIR (Ray's RunConfig.storage_path; `make run` gives results) saves the trained
@@ -126,6 +127,7 @@ static void usage(FILE *f)
                "                             [--sched S] [--warmup N] [--optimizer O] [--wd X]\n"
                "                             [--smoothing X] [--crop-pad N] [--hflip P]\n"
                "                             [--stop-at X] [--validate 0|1] [--cpu-binding 0|1]\n"
+               "                             [--recovery live|restart]\n"
                "  --replicas N       replica actors (default 2)\n"
                "  --epochs N         epochs (default 3)\n"
                "  --limit N          use only the first N training samples (default: all)\n"
@@ -164,6 +166,8 @@ static void usage(FILE *f)
                "  --cpu-binding 0|1  replicas on this machine get CPUs of their own when they "
                "fit\n"
                "                     (default 1; 0: trainer_opts.no_cpu_binding)\n"
+               "  --recovery R       when a replica dies: live (default: the survivors go on)\n"
+               "                     or restart (all from the last checkpoint)\n"
                "Joins the cluster in $CT_ADDRESS, or starts an embedded one on this machine.\n");
 }
 
@@ -176,7 +180,7 @@ int main(int argc, char **argv)
     long long limit = 0, batch = 64;
     double lr = 1e-3, gamma = 0.5, min_acc = 0, wd = -1, smoothing = 0, hflip = 0;
     const char *model = "cnn", *save = NULL, *ckpt_dir = NULL, *resume = NULL, *log_dir = NULL;
-    const char *storage = NULL, *run_name = NULL;
+    const char *storage = NULL, *run_name = NULL, *recovery = NULL;
     char saved[4200] = "";
     const char *sched = "steplr", *optimizer = "adam";
     run_state rs = {0};
@@ -245,6 +249,8 @@ int main(int argc, char **argv)
             validate = atoi(v);
         } else if (!strcmp(k, "--cpu-binding")) {
             cpu_binding = atoi(v);
+        } else if (!strcmp(k, "--recovery")) {
+            recovery = v;
         } else {
             fprintf(stderr, "trainer_fashion_mnist: unknown option '%s' (see --help)\n", k);
             return 2;
@@ -292,7 +298,8 @@ int main(int argc, char **argv)
                                             .batch_size = batch,
                                             .epochs = epochs,
                                             .accumulate = accumulate,
-                                            .no_cpu_binding = !cpu_binding},
+                                            .no_cpu_binding = !cpu_binding,
+                                            .recovery = recovery},
                             &t);
     if (rc < 0) {
         fprintf(stderr, "trainer_fashion_mnist: %s\n", ct_last_error());

@@ -1,5 +1,6 @@
 /* fuzz/make_seeds.c — writes the generated part of the seed corpus (fuzz/corpus/): packed
- * envelopes of a few message kinds as fuzz_envelope records, a ZMTP stream carrying a Call for
+ * envelopes of a few message kinds as fuzz_envelope records (a driver's session, a training job's
+ * reports and status), a ZMTP stream carrying a Call for
  * fuzz_zmtp, a small safetensors file for fuzz_safetensors, a node's session (head envelopes
  * and zygote records) and object orders for fuzz_node, handshake streams for fuzz_auth, and
  * data-port and ZeroMQ chunk requests for fuzz_dataport. Run by hand when ct.proto changes:
@@ -128,6 +129,58 @@ int main(int argc, char **argv)
     e.status = &st;
     add_record(buf, &n, sizeof buf, 3, &e);
     rc |= write_out(root, "fuzz_envelope/gen-driver", buf, n);
+
+    /* fuzz_envelope: a driver's training job reports its progress twice (a retry between:
+     * the head notes it as an event), then asks for the status (its jobs' rows) */
+    n = 0;
+    env(&e, 1);
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    Ct__TrainPoint pt[2] = {CT__TRAIN_POINT__INIT, CT__TRAIN_POINT__INIT},
+                   *pts[2] = {&pt[0], &pt[1]};
+    pt[0].step = 1, pt[0].loss = 2.3, pt[0].samples_per_second = 100;
+    pt[1].step = 2, pt[1].loss = 2.1, pt[1].samples_per_second = 110;
+    double bounds[3] = {0.01, 0.1, 1};
+    uint64_t counts[3] = {1, 1, 0};
+    Ct__TrainHistogram hist = CT__TRAIN_HISTOGRAM__INIT, *hists[1] = {&hist};
+    hist.name = "step";
+    hist.n_bounds = hist.n_counts = 3;
+    hist.bounds = bounds;
+    hist.counts = counts;
+    hist.count = 2;
+    hist.sum = 0.06;
+    Ct__TrainRetries retry = CT__TRAIN_RETRIES__INIT, *retries[1] = {&retry};
+    retry.reason = "node_lost";
+    Ct__TrainReport tr = CT__TRAIN_REPORT__INIT;
+    tr.job = "seed-job";
+    tr.step = 2;
+    tr.loss = 2.1;
+    tr.samples_per_second = 110;
+    tr.replicas_alive = 2;
+    tr.n_points = 2;
+    tr.points = pts;
+    tr.n_histograms = 1;
+    tr.histograms = hists;
+    tr.epochs = 3;
+    tr.eta_seconds = 10;
+    tr.checkpoints = 1;
+    tr.checkpoint_step = 2;
+    env(&e, 0);
+    e.body_case = CT__ENVELOPE__BODY_TRAIN_REPORT;
+    e.train_report = &tr;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    retry.count = 1;
+    tr.n_retries = 1;
+    tr.retries = retries;
+    tr.step = 1; /* rewound to a checkpoint */
+    tr.n_points = 1;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    env(&e, 2);
+    e.body_case = CT__ENVELOPE__BODY_STATUS;
+    e.status = &st;
+    add_record(buf, &n, sizeof buf, 1, &e);
+    rc |= write_out(root, "fuzz_envelope/gen-train", buf, n);
 
     /* fuzz_envelope: a node registers, then object-directory messages */
     n = 0;

@@ -79,27 +79,12 @@ void ct__head_actor_dead(head *h, actor *a, int pid, int status, int sig, const 
     CT_LOG(CT_LOG_INFO, "head", "actor %s dead: %s", a->id, reason);
 }
 
-/* ids are "actor-N" with N = seq, and the table is sorted by seq (appended in creation order,
- * forget_dead keeps the order): a binary search. */
+/* The id index (index.h): a table kept sorted by seq (a binary search) took an O(n) move for
+ * each actor a node gave back to a restarted head, O(n^2) for 50,000. */
 static actor *find_actor(head *h, const char *id)
 {
-    if (!id || strncmp(id, "actor-", 6) || id[6] < '1' || id[6] > '9')
-        return NULL;
-    char *end;
-    unsigned long long seq = strtoull(id + 6, &end, 10);
-    if (*end)
-        return NULL;
-    int lo = 0, hi = h->nactors - 1;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (h->actors[mid].seq == seq)
-            return !strcmp(h->actors[mid].id, id) ? &h->actors[mid] : NULL;
-        if (h->actors[mid].seq < seq)
-            lo = mid + 1;
-        else
-            hi = mid - 1;
-    }
-    return NULL;
+    int i = id ? ct__index_get(h->actor_ids, id, strlen(id)) : -1;
+    return i >= 0 && i < h->nactors && !strcmp(h->actors[i].id, id) ? &h->actors[i] : NULL;
 }
 
 /* Whether the message comes from the node hosting a (which alone reports its start and end):
@@ -111,14 +96,16 @@ static bool from_host(const actor *a, const ct__head_from *f)
 
 /* Picks a node for need: PACK takes the fitting node with the least free capacity left,
  * SPREAD the one with the fewest actors (then the most free). frees / load: a tentative view
- * (place_pg), NULL for the nodes' own. -1 when none fits. */
+ * (place_pg: node i's entries where load[i] >= 0, else the node's own free and no load), NULL
+ * for the nodes' own. -1 when none fits. */
 static int pick_node(head *h, const res *need, int strategy, const res *frees, const int *load)
 {
     int best = -1, best_load = 0;
     double best_sum = 0;
     for (int i = 0; i < h->nnodes; i++) {
-        const res *f = frees ? &frees[i] : &h->nodes[i].free;
-        int l = load ? load[i] : h->nodes[i].nactors;
+        bool tentative = load && load[i] >= 0;
+        const res *f = tentative ? &frees[i] : &h->nodes[i].free;
+        int l = load ? (tentative ? load[i] : 0) : h->nodes[i].nactors;
         if (!h->nodes[i].alive || h->nodes[i].draining || !ct__rv_fits(f, need))
             continue;
         double sum = ct__rv_sum(f);
@@ -205,6 +192,16 @@ static bool place_actor(head *h, actor *a)
     return true;
 }
 
+/* Node i in place_pg's tentative view: its free resources copied there once. i. */
+static int touch(head *h, int i)
+{
+    if (h->load[i] < 0) {
+        h->frees[i] = h->nodes[i].free;
+        h->load[i] = 0;
+    }
+    return i;
+}
+
 /* Reserves every unplaced bundle or none of them (all of a new group; after a node died,
  * the bundles that were on it). */
 bool ct__head_place_pg(head *h, pgroup *g)
@@ -214,28 +211,37 @@ bool ct__head_place_pg(head *h, pgroup *g)
     for (int b = 0; b < g->nb; b++) /* loaded (state.c): waits for its node to come back */
         if (g->b[b].node < 0 && g->b[b].want[0])
             return false;
-    /* a tentative copy of the nodes' free resources (scratch sized with the node table: no
-     * stack arrays sized by what peers send) */
+    /* a tentative view of the nodes' free resources (scratch sized with the node table: no
+     * stack arrays sized by what peers send), copied only for the nodes this group touches
+     * (load[i] >= 0; -1 elsewhere, between calls too): a copy of every node's made each group
+     * cost 6 MB of copying at 10,000 nodes */
     res *frees = h->frees;
     int *load = h->load;
-    for (int i = 0; i < h->nnodes; i++) {
-        frees[i] = h->nodes[i].free;
-        load[i] = 0;
-    }
     for (int b = 0; b < g->nb; b++)
         if (g->b[b].node >= 0)
-            load[g->b[b].node]++;
+            load[touch(h, g->b[b].node)]++;
+    bool placed = true;
     for (int b = 0; b < g->nb; b++) {
         g->b[b].pick = g->b[b].node;
         if (g->b[b].pick >= 0)
             continue;
         int n = pick_node(h, &g->b[b].need, g->strategy, frees, load);
-        if (n < 0)
-            return false;
-        ct__rv_sub(&frees[n], &g->b[b].need, 1);
+        if (n < 0) {
+            placed = false;
+            break;
+        }
+        ct__rv_sub(&frees[touch(h, n)], &g->b[b].need, 1);
         load[n]++;
         g->b[b].pick = n;
     }
+    for (int b = 0; b < g->nb; b++) { /* the view back to untouched */
+        if (g->b[b].node >= 0)
+            load[g->b[b].node] = -1;
+        if (g->b[b].pick >= 0)
+            load[g->b[b].pick] = -1;
+    }
+    if (!placed)
+        return false;
     for (int b = 0; b < g->nb; b++) {
         if (g->b[b].node >= 0)
             continue;
@@ -263,7 +269,7 @@ void ct__head_schedule(head *h)
 {
     for (int i = 0; i < h->npgs; i++)
         ct__head_place_pg(h, &h->pgs[i]);
-    for (int i = 0; i < h->nactors; i++)
+    for (int i = 0; h->npending && i < h->nactors; i++) /* none waiting: no scan (a join) */
         if (h->actors[i].state == A_PENDING)
             place_actor(h, &h->actors[i]);
 }
@@ -332,9 +338,7 @@ void ct__head_on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     const char *job = f->job; /* RULE_JOB */
     int pg = -1;
     if (c->pg_id && *c->pg_id) {
-        for (int i = 0; i < h->npgs; i++)
-            if (h->pgs[i].state != PG_FREE && !strcmp(h->pgs[i].id, c->pg_id))
-                pg = i;
+        pg = ct__head_find_pg(h, c->pg_id, strlen(c->pg_id));
         if (pg < 0 || h->pgs[pg].state == PG_REMOVED) {
             REPLY_ERR(h, rid, e->req_id, CT_ENOENT, "create_actor.pg_id",
                       "create_actor.pg_id: no placement group %s", c->pg_id);
@@ -363,16 +367,16 @@ void ct__head_on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
                         h->npending, h->pending_bytes);
         return;
     }
-    if (h->nactors == MAX_ACTORS)
+    if (h->nactors == h->lim.actors)
         ct__head_forget_dead(h, 0);
-    if (h->nactors == MAX_ACTORS) {
+    if (h->nactors == h->lim.actors) {
         ct__head_refuse(h, rid, e, CT_ENOSPC, "create_actor",
-                        "create_actor: the head has %d live actors, its limit", MAX_ACTORS);
+                        "create_actor: the head has %d live actors, its limit", h->lim.actors);
         return;
     }
     if (h->nactors == h->cap_actors) {
         int cap = h->cap_actors ? h->cap_actors * 2 : 256;
-        cap = cap < MAX_ACTORS ? cap : MAX_ACTORS;
+        cap = cap < h->lim.actors ? cap : h->lim.actors;
         actor *na = realloc(h->actors, cap * sizeof *na);
         if (!na) {
             REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
@@ -381,10 +385,15 @@ void ct__head_on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
         h->actors = na;
         h->cap_actors = cap;
     }
-    actor *a = &h->actors[h->nactors++];
+    actor *a = &h->actors[h->nactors];
     memset(a, 0, sizeof *a);
     a->seq = ++h->actor_seq;
     snprintf(a->id, sizeof a->id, "actor-%llu", (unsigned long long)a->seq);
+    if (ct__index_put(&h->actor_ids, a->id, strlen(a->id), h->nactors)) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        return;
+    }
+    h->nactors++;
     snprintf(a->cls, sizeof a->cls, "%s", c->class_name);
     a->node = -1;
     a->pg = pg;
@@ -521,7 +530,7 @@ void ct__head_on_kill_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__he
 }
 
 /* An actor that a re-registering node runs (RegisterNode.actors, nodes.c's resume_node), put
- * back into the table (kept sorted by seq) as alive on node ni, holding its resources there.
+ * back into the table (appended; its id indexed) as alive on node ni, holding its resources there.
  * Its owner's connection is unknown (its create was answered by an earlier head) until its job
  * kills it (ct__head_on_kill_actor: the killer becomes its owner); until then its job's
  * subscriptions alone hear of its death. actor_seq moves past its id, so that
@@ -540,25 +549,22 @@ int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r)
                h->nodes[ni].id);
         return CT_EEXIST;
     }
-    if (h->nactors == MAX_ACTORS)
+    if (h->nactors == h->lim.actors)
         ct__head_forget_dead(h, 0);
-    if (h->nactors == MAX_ACTORS)
+    if (h->nactors == h->lim.actors)
         return CT_ENOSPC;
     if (h->nactors == h->cap_actors) {
         int cap = h->cap_actors ? h->cap_actors * 2 : 256;
-        cap = cap < MAX_ACTORS ? cap : MAX_ACTORS;
+        cap = cap < h->lim.actors ? cap : h->lim.actors;
         actor *na = realloc(h->actors, cap * sizeof *na);
         if (!na)
             return CT_ENOMEM;
         h->actors = na;
         h->cap_actors = cap;
     }
-    int at = h->nactors;
-    while (at > 0 && h->actors[at - 1].seq > seq)
-        at--;
-    memmove(&h->actors[at + 1], &h->actors[at], (h->nactors - at) * sizeof *h->actors);
-    h->nactors++;
-    actor *a = &h->actors[at];
+    if (ct__index_put(&h->actor_ids, id, strlen(id), h->nactors))
+        return CT_ENOMEM;
+    actor *a = &h->actors[h->nactors++];
     memset(a, 0, sizeof *a);
     a->seq = seq;
     snprintf(a->id, sizeof a->id, "%s", id);
@@ -572,11 +578,12 @@ int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r)
     a->state = a->addr[0] ? A_ALIVE : A_STARTING;
     /* inside its group's bundle when that is reserved on this node again (state.c), else
      * straight from the node */
-    for (int i = 0; r->pg_id && *r->pg_id && i < h->npgs; i++) {
-        pgroup *g = &h->pgs[i];
-        if ((g->state == PG_READY || g->state == PG_PENDING) && !strcmp(g->id, r->pg_id) &&
-            r->bundle_index >= 0 && r->bundle_index < g->nb && g->b[r->bundle_index].node == ni) {
-            a->pg = i;
+    int gi = r->pg_id && *r->pg_id ? ct__head_find_pg(h, r->pg_id, strlen(r->pg_id)) : -1;
+    if (gi >= 0) {
+        pgroup *g = &h->pgs[gi];
+        if ((g->state == PG_READY || g->state == PG_PENDING) && r->bundle_index >= 0 &&
+            r->bundle_index < g->nb && g->b[r->bundle_index].node == ni) {
+            a->pg = gi;
             a->bundle = a->want_bundle = r->bundle_index;
             ct__rv_sub(&g->b[a->bundle].free, &a->need, 1);
         }

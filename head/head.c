@@ -23,13 +23,16 @@
  * the rest (that the node is the one named, that the job owns what it changes).
  * Bounded input. A message is at most HEAD_MAX_MSG bytes and may cost at most DECODE_MAX
  * bytes when decoded (less when small); a peer has at most HEAD_RCVHWM messages queued;
- * every table has a limit (MAX_*); resource amounts are finite and in [0, MAX_AMOUNT]; dead
- * nodes and actors are forgotten GONE_AFTER_MS after they died. A refusal is an Error to the
- * sender naming the field, and a log line (ct__head_refuse: a flood is counted, not logged).
+ * every table has a limit (MAX_*, and h->lim's: ct-head --max-*); resource amounts are finite and
+ * in [0, MAX_AMOUNT]; dead nodes and actors are forgotten GONE_AFTER_MS after they died. A refusal
+ * is an Error to the sender naming the field, and a log line (ct__head_refuse: a flood is counted,
+ * not logged).
  *
  * Not in here: method calls (drivers talk to actors directly), process spawning
- * (actor/node_zygote.c), bulk data. Tables are plain arrays scanned linearly: clusters have tens
- * of nodes and thousands of actors, and every scan is O(n) in memory. */
+ * (actor/node_zygote.c), bulk data. Tables are plain arrays; what every message looks up (a node
+ * by id or token, an object by id, an actor by id) goes through an index (index.h) or a binary
+ * search, so that a message costs O(1) at 10,000 nodes; scans are left to timers and to events
+ * that change a whole table (a node's death, a placement). */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -200,10 +203,10 @@ static const struct {
 /* The slot of the live node whose token tok is, -1 when none. */
 static int node_of_token(head *h, const char *tok)
 {
-    for (int i = 0; tok && i < h->nnodes; i++)
-        if (h->nodes[i].used && h->nodes[i].alive && ct__token_eq(tok, h->nodes[i].token))
-            return i;
-    return -1;
+    int i = tok ? ct__index_get(h->node_tokens, tok, strlen(tok)) : -1;
+    return i >= 0 && h->nodes[i].used && h->nodes[i].alive && ct__token_eq(tok, h->nodes[i].token)
+               ? i
+               : -1;
 }
 
 /* Whether e passes rule (RULE_*); fills f. A refusal is sent when it does not. */
@@ -211,7 +214,7 @@ static bool rule_passes(head *h, const ct__rid *rid, const Ct__Envelope *e, int 
                         const char *field, ct__head_from *f)
 {
     f->job = ct__token_valid(e->token) ? e->token : NULL;
-    /* which node speaks: only where a rule or a handler asks (a scan of the node table) */
+    /* which node speaks: only where a rule or a handler asks (the token index, index.h) */
     f->node = f->job && (rule == RULE_NODE || rule == RULE_TOKEN) ? node_of_token(h, f->job) : -1;
     f->node_id = f->node >= 0 ? h->nodes[f->node].id : NULL;
     const char *what = ct__msg_body_name(e->body_case);
@@ -310,10 +313,15 @@ void ct__head_forget_dead(head *h, int64_t max_age)
     int64_t now = ct__now_ms();
     int k = 0;
     for (int i = 0; i < h->nactors; i++) {
-        if (h->actors[i].state == A_DEAD && now - h->actors[i].dead_at >= max_age)
+        actor *a = &h->actors[i];
+        if (a->state == A_DEAD && now - a->dead_at >= max_age) {
+            ct__index_del(h->actor_ids, a->id, strlen(a->id));
             continue;
-        if (k != i)
-            h->actors[k] = h->actors[i];
+        }
+        if (k != i) { /* its index entry follows it (a key the index has: no allocation) */
+            h->actors[k] = *a;
+            ct__index_put(&h->actor_ids, h->actors[k].id, strlen(h->actors[k].id), k);
+        }
         k++;
     }
     h->nactors = k;
@@ -376,14 +384,21 @@ static void head_free(head *h)
     }
     free(h->drivers);
     free(h->nodes);
+    ct__index_free(&h->node_ids);
+    ct__index_free(&h->node_tokens);
     free(h->frees);
     free(h->load);
     free(h->actors);
+    ct__index_free(&h->actor_ids);
+    ct__index_free(&h->pg_ids);
     free(h->pgs);
     free(h->w);
     free(h->kv);
     free(h->subs);
+    for (int i = 0; i < h->ntrain; i++)
+        free(h->train[i].pts);
     free(h->train);
+    free(h->evlog);
     ct__http_destroy(&h->http);
     ct__watch_destroy(&h->watch);
     ct__objdir_free(&h->od);
@@ -396,12 +411,24 @@ static void head_free(head *h)
         zmq_ctx_term(h->ctx);
 }
 
+ct_head_limits ct__head_limits_or_default(ct_head_limits lim)
+{
+    lim.nodes = lim.nodes > 0 ? lim.nodes : CT_HEAD_DEFAULT_NODES;
+    lim.actors = lim.actors > 0 ? lim.actors : CT_HEAD_DEFAULT_ACTORS;
+    lim.pgs = lim.pgs > 0 ? lim.pgs : CT_HEAD_DEFAULT_PGS;
+    lim.objects = lim.objects > 0 ? lim.objects : CT_HEAD_DEFAULT_OBJECTS;
+    lim.kv_keys = lim.kv_keys > 0 ? lim.kv_keys : CT_HEAD_DEFAULT_KV_KEYS;
+    lim.subscribers = lim.subscribers > 0 ? lim.subscribers : CT_HEAD_DEFAULT_SUBSCRIBERS;
+    return lim;
+}
+
 ct__head *ct__head_new_detached(void *sock)
 {
     head *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
-    if (!(h->od = ct__objdir_new())) {
+    h->lim = ct__head_limits_or_default((ct_head_limits){0});
+    if (!(h->od = ct__objdir_new(h->lim.objects))) {
         free(h);
         return NULL;
     }
@@ -437,6 +464,7 @@ int ct__head_run(const ct_head_opts *o)
     const char *host = o->host && *o->host ? o->host : "127.0.0.1";
     h.hb_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms : HEAD_HB_MS;
     h.dead_ms = o->dead_after_ms > 0 ? o->dead_after_ms : HEAD_DEAD_MS;
+    h.lim = ct__head_limits_or_default(o->limits);
     ct__log_set_who("head");
     /* "actor-N" and "pg-N" count from the wall clock in ms times 1000, not from 1: a restarted
      * head must not give out the id of an actor that outlived the head before it (its node
@@ -444,7 +472,7 @@ int ct__head_run(const ct_head_opts *o)
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     h.actor_seq = h.pg_seq = ((uint64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000) * 1000;
-    if (!(h.od = ct__objdir_new())) {
+    if (!(h.od = ct__objdir_new(h.lim.objects))) {
         rc = ct__error(CT_ENOMEM, "head: out of memory");
         goto out;
     }
@@ -471,6 +499,8 @@ int ct__head_run(const ct_head_opts *o)
     zmq_setsockopt(h.sock, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm);
     zmq_setsockopt(h.sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
     zmq_setsockopt(h.sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    int backlog = HEAD_BACKLOG;
+    zmq_setsockopt(h.sock, ZMQ_BACKLOG, &backlog, sizeof backlog);
     char ep[300];
     if (o->port)
         snprintf(ep, sizeof ep, "tcp://%s:%d", host, o->port);
@@ -486,6 +516,10 @@ int ct__head_run(const ct_head_opts *o)
         CT_LOG(CT_LOG_WARN, "head", "no death-watch port (deaths seen by heartbeats only): %s",
                ct_last_error());
     h.restarts = o->restarts;
+    if (h.restarts > 0)
+        ct__head_note(&h, "head_restarted", "head", "restart %d: %s", h.restarts,
+                      o->restart_reason && *o->restart_reason ? o->restart_reason
+                                                              : "started again by its supervisor");
     /* the read-only HTTP endpoint, on its own thread (head/http.h); pages published below */
     if (o->dashboard_port) {
         if ((rc = ct__http_new(o->dashboard_host, o->dashboard_port < 0 ? 0 : o->dashboard_port,

@@ -7,6 +7,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What peers can make the head hold: each table's limit, beyond which it refuses (an Error
+ * naming the field), so that no flood exhausts the head. 0: the default, sized for 10,000 nodes
+ * (docs/ARCHITECTURE.md, "The head at scale", gives what each entry costs). ct-head's
+ * --max-* flags and the cluster YAML's ct.max_* keys set them. */
+typedef struct ct_head_limits {
+    int nodes;       /* live nodes, and dead ones not yet forgotten (10000) */
+    int actors;      /* actors, dead ones not yet forgotten included (100000) */
+    int pgs;         /* placement groups (20000); bundles in all of them: 4 times as many */
+    int objects;     /* objects the directory lists (1048576) */
+    int kv_keys;     /* KV keys (262144; their bytes stay within MAX_KV_BYTES) */
+    int subscribers; /* event subscribers (16384) */
+} ct_head_limits;
+
+#define CT_HEAD_DEFAULT_NODES 10000
+#define CT_HEAD_DEFAULT_ACTORS 100000
+#define CT_HEAD_DEFAULT_PGS 20000
+#define CT_HEAD_DEFAULT_OBJECTS 1048576
+#define CT_HEAD_DEFAULT_KV_KEYS 262144
+#define CT_HEAD_DEFAULT_SUBSCRIBERS 16384
+
+/* lim with every 0 replaced by its default. */
+ct_head_limits ct__head_limits_or_default(ct_head_limits lim);
+
 typedef struct ct_head_opts {
     const char *host;      /* bind address; NULL: 127.0.0.1 */
     int port;              /* 0: ephemeral */
@@ -23,6 +46,8 @@ typedef struct ct_head_opts {
                               port; 0: none; -1: a free one (logged) */
     const char *dashboard_host; /* its bind address; NULL: 127.0.0.1 */
     int restarts;               /* times a supervisor started the head again (the metrics) */
+    const char *restart_reason; /* why the supervisor started it again (the events); NULL */
+    ct_head_limits limits;      /* the tables' limits (zeros: the defaults) */
 } ct_head_opts;
 
 struct ct__rid;

@@ -7,7 +7,8 @@
  * and the scheduler), pgroups.c (placement groups), kv.c (the KV store and waiting gets),
  * events.c (event pushes and subscriptions), status.c (the status reply), resources.c
  * (resource vectors), objdir.c (the object directory), train.c (training jobs' reports), metrics.c
- * (the HTTP endpoint's pages; http.c serves them on its own thread, reading no table). */
+ * (the HTTP endpoint's pages; http.c serves them on its own thread, reading no table), index.c
+ * (the key -> slot index of the nodes and objects, index.h). */
 #ifndef CT_HEAD_HEAD_INTERNAL_H
 #define CT_HEAD_HEAD_INTERNAL_H
 
@@ -18,6 +19,7 @@
 #include <string.h>
 #include "common/common.h"
 #include "head/head.h"
+#include "head/index.h"
 #include "head/watch.h"
 #include "proto/msg.h"
 
@@ -28,30 +30,28 @@
 /* "not yours": a negated errno like ct/error.h's codes (which has no CT_EPERM yet) */
 #define HEAD_EPERM (-EPERM)
 
-/* Limits on what peers can make the head hold, generous for real clusters (tens of nodes,
- * thousands of actors) and small enough that no flood exhausts the head: every table full
- * (objdir.c's included) takes about 500 MB. Each is refused with an Error naming the field. */
-#define HEAD_MAX_MSG (2 << 20)      /* bytes in one message (ZMQ_MAXMSGSIZE: the peer is cut off) */
-#define HEAD_RCVHWM 100             /* messages queued per peer; then TCP pushes back (no loss) */
-#define HEAD_SNDHWM 100000          /* messages queued to one peer; then they are dropped */
+/* Limits on what peers can make the head hold, small enough that no flood exhausts the head.
+ * Each is refused with an Error naming the field. The tables a cluster's size drives (nodes,
+ * actors, placement groups, objects, KV keys, subscribers) are configuration (h->lim,
+ * ct_head_limits in head.h, sized for 10,000 nodes by default); the rest are per message. */
+#define HEAD_MAX_MSG (2 << 20) /* bytes in one message (ZMQ_MAXMSGSIZE: the peer is cut off) */
+#define HEAD_RCVHWM 100        /* messages queued per peer; then TCP pushes back (no loss) */
+#define HEAD_SNDHWM 100000     /* messages queued to one peer; then they are dropped */
+/* connections waiting to be accepted (the kernel caps it at net.core.somaxconn): with ZeroMQ's
+ * default of 100, 2,000 nodes connecting at once lost SYNs and took 7 s to register, retrying */
+#define HEAD_BACKLOG 4096
 #define DECODE_FLOOR (256 << 10)    /* what decoding a message of n bytes may allocate: */
 #define DECODE_MULT 8               /* min(DECODE_MAX, DECODE_FLOOR + DECODE_MULT * n) bytes */
 #define DECODE_MAX (1 << 20)        /* (proto/msg.h); room for the largest KV value */
-#define MAX_NODES 1024              /* live, and dead ones not yet forgotten */
-#define MAX_ACTORS 65536            /* live, and dead ones not yet forgotten */
 #define MAX_PENDING 16384           /* creations waiting for room (each keeps its request) */
 #define MAX_PENDING_MEM (128 << 20) /* their requests' memory */
 #define MAX_ARGV 1024               /* create_actor.argv entries */
 #define MAX_PATH 4096               /* create_actor.exe_path bytes */
-#define MAX_PGS 4096                /* placement groups, removed ones included until freed */
-#define MAX_BUNDLES 4096            /* bundles in one group */
-#define MAX_BUNDLES_ALL 16384       /* bundles in all groups */
-#define MAX_KV 65536                /* keys */
+#define MAX_BUNDLES 4096            /* bundles in one group (in all: 4 * h->lim.pgs) */
 #define MAX_KV_KEY 4096             /* bytes in a key */
 #define MAX_KV_VALUE (512 << 10)    /* bytes in a value */
 #define MAX_KV_BYTES (128 << 20)    /* keys and values in all */
 #define MAX_WAITERS 16384           /* KV gets and placement group waits waiting */
-#define MAX_SUBS 4096               /* event subscribers */
 #define MAX_DRIVERS 4096            /* heartbeating drivers */
 #define MAX_AMOUNT 1e9              /* largest amount of one resource */
 #define GONE_AFTER_MS 60000         /* dead nodes and actors are listed this long */
@@ -60,6 +60,12 @@
 #define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
 #define MAX_TRAIN 256               /* training jobs' reports kept (train.c) */
 #define TRAIN_REASONS 8             /* retry reasons in one report */
+#define TRAIN_POINTS 512            /* a training job's loss curve: its newest steps kept */
+#define TRAIN_REPORT_POINTS 64      /* steps in one report (CT_TRAIN_POINTS, actor/runtime.h) */
+#define TRAIN_CKPTS 16              /* a training job's newest checkpoints listed */
+#define TRAIN_HISTS 4               /* histograms in one report (CT_TRAIN_HISTS) */
+#define TRAIN_HIST_BOUNDS 32        /* bounds of one (CT_TRAIN_HIST_BOUNDS) */
+#define HEAD_EVENTS 256             /* recent events kept for the dashboard (events.c) */
 #define PUBLISH_MS 500              /* the HTTP endpoint's pages are rendered this often */
 
 /* A resource vector: name -> amount. */
@@ -92,7 +98,7 @@ typedef struct node {
 
 typedef struct actor {
     char id[ID_LEN];
-    uint64_t seq; /* N of its id "actor-N"; the table is kept sorted by it */
+    uint64_t seq; /* N of its id "actor-N" */
     char cls[64];
     int node; /* -1 until placed */
     int pid;
@@ -160,6 +166,11 @@ typedef struct driver {
     uint64_t watch;        /* its death-watch connection; 0: none */
 } driver;
 
+typedef struct train_point {
+    int64_t step;
+    double loss, sps;
+} train_point;
+
 /* A training job's last report (TrainReport, train.c), for the metrics. */
 typedef struct train_job {
     char job[TOK_SIZE]; /* its job token (never shown) */
@@ -172,7 +183,34 @@ typedef struct train_job {
     uint64_t count[TRAIN_REASONS];
     bool done;        /* its trainer_train returned */
     int64_t ended_at; /* when its driver was gone; 0: alive. Forgotten GONE_AFTER_MS later */
+    double val_loss;  /* NaN: no validation yet */
+    double eta;       /* seconds left, as the driver estimates them; NaN: unknown */
+    int64_t epochs;   /* trainer_train's; 0: unknown */
+    uint64_t drains;  /* groups a node's drain ended */
+    int64_t ckpts;    /* checkpoints taken */
+    int nck;          /* the newest TRAIN_CKPTS of them: steps, wall-clock ms when heard of */
+    int64_t ck_step[TRAIN_CKPTS], ck_ms[TRAIN_CKPTS];
+    int nh; /* histograms of seconds, as last reported (cumulative) */
+    struct train_hist {
+        char name[32];
+        int nb;
+        double bound[TRAIN_HIST_BOUNDS];
+        uint64_t counts[TRAIN_HIST_BOUNDS]; /* per bound, not cumulative */
+        uint64_t count;
+        double sum;
+    } hist[TRAIN_HISTS];
+    train_point *pts; /* the loss curve: a ring of TRAIN_POINTS (NULL: none yet) */
+    int npts, pts_next;
 } train_job;
+
+/* A recent event for the dashboard (/api/events): deaths, drains, joins, retries, restarts. */
+typedef struct head_event {
+    uint64_t seq;     /* 1, 2, ... in this head's life */
+    int64_t wall_ms;  /* CLOCK_REALTIME, ms */
+    char kind[24];    /* "node_dead", "actor_dead", "node_draining", "retry", ... */
+    char subject[72]; /* the node, actor or training job it is about */
+    char reason[200];
+} head_event;
 
 typedef struct head {
     void *ctx, *sock;
@@ -183,16 +221,22 @@ typedef struct head {
     int hb_ms, dead_ms;
     int64_t last_check_ms; /* when check_heartbeats last ran */
     node *nodes;
-    int nnodes, cap_nodes; /* slots ever used (free ones: !used), allocated */
-    res *frees;            /* place_pg's scratch, cap_nodes each */
-    int *load;
-    actor *actors;
+    int nnodes, cap_nodes;  /* slots ever used (free ones: !used), allocated */
+    ct__index *node_ids;    /* used slots by node id (nodes.c) */
+    ct__index *node_tokens; /* used slots by node token (the token rules' lookup) */
+    int node_free_hint;     /* no free slot below it (node_slot) */
+    res *frees;             /* place_pg's scratch, cap_nodes each */
+    int *load;              /* its bundles per node; -1: node untouched (frees[i] not copied) */
+    actor *actors;          /* in creation order (resumed ones appended as they come back) */
     int nactors, cap_actors;
+    ct__index *actor_ids; /* actors' slots by id (actors.c) */
     int npending;         /* actors waiting for room (holding their request) */
     size_t pending_bytes; /* those requests' memory */
     pgroup *pgs;
     int npgs, cap_pgs;
-    int nbundles; /* in all group slots */
+    ct__index *pg_ids; /* slots not PG_FREE by group id (pgroups.c) */
+    int pg_free_hint;  /* no PG_FREE slot below it (ct__head_pg_slot) */
+    int nbundles;      /* in all group slots */
     waiter *w;
     int nw, cap_w;
     kv *kv;
@@ -214,6 +258,9 @@ typedef struct head {
     uint64_t jobs_ended;                /* drivers gone since this head started */
     train_job *train;                   /* training jobs' reports (train.c) */
     int ntrain;
+    head_event *evlog; /* a ring of HEAD_EVENTS recent events (events.c) */
+    uint64_t evseq;    /* events noted so far (the newest one's seq) */
+    ct_head_limits lim; /* the tables' limits (head.h), defaults filled in */
 } head;
 
 /* Protobuf views of a res; pointers into r, valid while r lives. */
@@ -288,6 +335,11 @@ void ct__head_kv_unset(head *h, const char *key);
  * (!attached) its driver is gone: its keys released */
 void ct__head_expect_job(head *h, const char *job, bool attached);
 int ct__head_pg_slot(head *h, int nb); /* pgroups.c: a group slot for nb bundles, or CT_E* */
+/* pgroups.c: the slot of the group (not PG_FREE) whose id is the n bytes at id, -1; a slot's id
+ * set (into the index: 0 or CT_ENOMEM); a slot freed (bundles, index entry; PG_FREE) */
+int ct__head_find_pg(head *h, const char *id, size_t n);
+int ct__head_pg_named(head *h, int gi);
+void ct__head_pg_freed(head *h, int gi);
 
 /* ---- actors.c (resumed actors) ---- */
 int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r);
@@ -335,6 +387,12 @@ void ct__head_free_removed_pgs(head *h);
 ct__head_check ct__head_check_pg_create;
 ct__head_handler ct__head_on_pg_create, ct__head_on_pg_wait, ct__head_on_pg_remove;
 
+/* ---- events.c: the recent events' ring, for the dashboard ---- */
+/* Notes an event (kind, what it is about, why) in the ring; the oldest goes when it is full.
+ * Never fails the caller (out of memory: not noted). */
+void ct__head_note(head *h, const char *kind, const char *subject, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* ---- train.c: training jobs' reports; metrics.c: the HTTP endpoint's pages ---- */
 ct__head_check ct__head_check_train_report;
 ct__head_handler ct__head_on_train_report;
@@ -349,7 +407,7 @@ void ct__head_push_event(head *h, Ct__Event *ev, const ct__rid *owner);
 ct__head_handler ct__head_on_subscribe, ct__head_on_status;
 
 /* ---- objdir.c: the object directory, h->od ---- */
-struct objdir *ct__objdir_new(void); /* NULL: out of memory */
+struct objdir *ct__objdir_new(int max_objects); /* NULL: out of memory */
 void ct__objdir_free(struct objdir **od);
 /* Up to cap transfer addresses of live nodes holding id (borrowed until the next message). */
 int ct__objdir_holders(head *h, const uint8_t *id, size_t len, char **addrs, int cap);

@@ -5,8 +5,11 @@
  *
  * Who may read: loopback peers (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104) always; any other
  * address only with "Authorization: Bearer <token>", the token derived from the cluster secret
- * (common/auth.h), compared in constant time; else 403. GET and HEAD only (405); unknown paths
- * 404. Not here: what the pages say (metrics.c), when they are rendered (head.c). */
+ * (common/auth.h), compared in constant time; else 403. The dashboard page (/) is served to
+ * anyone: it is static and holds no data; its script asks /api/... with the token from its URL's
+ * fragment (#token=..., never sent to the server in the request line). GET and HEAD only
+ * (405); unknown paths 404. Not here: what the pages say (metrics.c), when they are rendered
+ * (head.c). */
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -32,7 +35,33 @@ static const struct {
     [CT_PAGE_NODES] = {"/api/nodes", "application/json"},
     [CT_PAGE_ACTORS] = {"/api/actors", "application/json"},
     [CT_PAGE_JOBS] = {"/api/jobs", "application/json"},
+    [CT_PAGE_EVENTS] = {"/api/events", "application/json"},
 };
+
+/* The dashboard page (head/dashboard.html, built in by head/embed.cmake): static, no data. Its
+ * policy lets it reach this head only: no script, style or request from anywhere else. */
+extern const unsigned char ct__dashboard_html[];
+extern const size_t ct__dashboard_html_len;
+#define DASHBOARD_CSP                                                                              \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "                  \
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "              \
+    "frame-ancestors 'none'"
+
+static enum MHD_Result answer_dashboard(struct MHD_Connection *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        ct__dashboard_html_len, (void *)ct__dashboard_html, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "Content-Security-Policy", DASHBOARD_CSP);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
+}
 
 struct ct__http {
     struct MHD_Daemon *d;
@@ -104,6 +133,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
         return answer_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "read only: GET or HEAD\n");
+    if (!strcmp(url, "/") || !strcmp(url, "/index.html"))
+        return answer_dashboard(c); /* no data in it: no token needed (its requests need one) */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     if (!is_loopback(ci ? ci->client_addr : NULL) && !has_token(c))

@@ -8,16 +8,20 @@
 #include <stddef.h>
 
 /* The pages, each one path: /metrics (Prometheus text format 0.0.4), /api/nodes, /api/actors,
- * /api/jobs (JSON). Any other path is 404. */
-enum { CT_PAGE_METRICS, CT_PAGE_NODES, CT_PAGE_ACTORS, CT_PAGE_JOBS, CT_PAGES };
+ * /api/jobs, /api/events (JSON). Besides them the dashboard page itself, / (static HTML and
+ * JavaScript built into the binary, head/dashboard.html, which polls /api/...). Any other path is
+ * 404. */
+enum { CT_PAGE_METRICS, CT_PAGE_NODES, CT_PAGE_ACTORS, CT_PAGE_JOBS, CT_PAGE_EVENTS, CT_PAGES };
 
 typedef struct ct__http ct__http;
 
 /* Starts serving on host:port (a numeric IPv4 or IPv6 address; NULL: 127.0.0.1; port 0: a free
  * one). Requests from any address but loopback need "Authorization: Bearer <token>"
- * (common/auth.h ct__auth_dashboard_token). Bounded: 64 connections (32 per client address), 10
- * s per idle connection, 32 KiB per connection (longer headers are refused). Until the first
- * publish every page is 503. 0 and *out (caller owns), or a CT_E* code with the reason. */
+ * (common/auth.h ct__auth_dashboard_token), except for the static dashboard page, which holds
+ * no data (its script sends the token it finds in the URL's #token=...). Bounded: 64 connections
+ * (32 per client address), 10 s per idle connection, 32 KiB per connection (longer headers are
+ * refused). Until the first publish every page is 503. 0 and *out (caller owns), or a CT_E* code
+ * with the reason. */
 int ct__http_new(const char *host, int port, ct__http **out);
 /* The port it serves on. */
 int ct__http_port(const ct__http *s);

@@ -73,10 +73,10 @@ void ct__head_on_kv_put(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
     }
     size_t klen = strlen(p->key) + 1;
     size_t after = h->kv_bytes + p->value.len + (k ? 0 : klen) - (k ? k->len : 0);
-    if ((!k && h->nkv == MAX_KV) || after > MAX_KV_BYTES) {
+    if ((!k && h->nkv == h->lim.kv_keys) || after > MAX_KV_BYTES) {
         ct__head_refuse(h, rid, e, CT_ENOSPC, "kv_put",
                         "kv_put: the KV holds %d keys and %zu bytes (at most %d and %d)", h->nkv,
-                        h->kv_bytes, MAX_KV, MAX_KV_BYTES);
+                        h->kv_bytes, h->lim.kv_keys, MAX_KV_BYTES);
         return;
     }
     void *val = malloc(p->value.len ? p->value.len : 1);
@@ -207,9 +207,9 @@ void ct__head_kv_set(head *h, const char *key, const void *val, size_t len, cons
     if (len)
         memcpy(v, val, len);
     if (!k) {
-        if (h->nkv == MAX_KV || h->nkv == h->cap_kv) {
+        if (h->nkv == h->lim.kv_keys || h->nkv == h->cap_kv) {
             int cap = h->cap_kv ? 2 * h->cap_kv : 64;
-            kv *nk = h->nkv < MAX_KV ? realloc(h->kv, cap * sizeof *nk) : NULL;
+            kv *nk = h->nkv < h->lim.kv_keys ? realloc(h->kv, cap * sizeof *nk) : NULL;
             if (!nk) {
                 free(v);
                 return;

@@ -1,13 +1,16 @@
 /* head/main.c — ct-head: the command-line front of ct__head_run (head/head.c).
  * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
  * [--watch-port N] [--state-dir DIR] [--secret-file F] [--supervise] [--dashboard-port N
- * [--dashboard-host H]] prints exactly "listening on H:P" once it serves. ct-head
+ * [--dashboard-host H]] [--max-nodes N] [--max-actors N] [--max-placement-groups N]
+ * [--max-objects N] [--max-kv-keys N] [--max-subscribers N] prints exactly "listening on H:P" once
+ * it serves. ct-head
  * --dashboard-token prints the HTTP endpoint's bearer token of the secret and exits. The cluster
  * secret comes from --secret-file or CT_SECRET_FILE; without one it refuses to start. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include "common/auth.h"
 #include "common/common.h"
 #include "head/head.h"
@@ -34,6 +37,10 @@ static void usage(FILE *f)
                "  --dashboard-host H its address (default 127.0.0.1); other than loopback\n"
                "                     peers need \"Authorization: Bearer TOKEN\"\n"
                "  --dashboard-token  print TOKEN (derived from the secret) and exit\n"
+               "  --max-nodes N, --max-actors N, --max-placement-groups N, --max-objects N,\n"
+               "  --max-kv-keys N, --max-subscribers N\n"
+               "                     what peers may make the head hold; beyond it, refused\n"
+               "                     (defaults 10000, 100000, 20000, 1048576, 262144, 16384)\n"
                "prints \"listening on H:P\" once it serves.\n");
 }
 
@@ -51,6 +58,22 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
     }
     *out = (int)x;
     return 0;
+}
+
+/* The --max-* flags: one row each, {flag, its field in o->limits}. */
+static int *limit_of(ct_head_opts *o, const char *flag)
+{
+    const struct {
+        const char *flag;
+        int *field;
+    } rows[] = {
+        {"--max-nodes", &o->limits.nodes},          {"--max-actors", &o->limits.actors},
+        {"--max-placement-groups", &o->limits.pgs}, {"--max-objects", &o->limits.objects},
+        {"--max-kv-keys", &o->limits.kv_keys},      {"--max-subscribers", &o->limits.subscribers}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (!strcmp(rows[i].flag, flag))
+            return rows[i].field;
+    return NULL;
 }
 
 int main(int argc, char **argv)
@@ -110,12 +133,23 @@ int main(int argc, char **argv)
             if (parse_int(a, v, 0, 1 << 30, &o.restarts))
                 return 2;
             i++;
+        } else if (!strcmp(a, "--restart-reason")) { /* given by the supervisor too */
+            if (!v) {
+                fprintf(stderr, "ct-head: --restart-reason needs a value\n");
+                return 2;
+            }
+            o.restart_reason = v;
+            i++;
         } else if (!strcmp(a, "--state-dir")) {
             if (!v || !*v) {
                 fprintf(stderr, "ct-head: --state-dir needs a value\n");
                 return 2;
             }
             o.state_dir = v;
+            i++;
+        } else if (limit_of(&o, a)) {
+            if (parse_int(a, v, 1, 1 << 24, limit_of(&o, a)))
+                return 2;
             i++;
         } else if (!strcmp(a, "--dead-after-ms")) {
             if (parse_int(a, v, 1, 3600000, &o.dead_after_ms))
@@ -142,6 +176,13 @@ int main(int argc, char **argv)
     if (!ct__auth_off() && ct__auth_load(secret_file)) {
         fprintf(stderr, "ct-head: %s\n", ct_last_error());
         return 2;
+    }
+    /* a descriptor per node's connection and one per its death watch: the hard limit, not the
+     * soft one (often 1,024), bounds the cluster */
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
     }
     if (supervise)
         return ct__head_supervise(argc, argv);

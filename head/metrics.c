@@ -9,10 +9,17 @@
  *            ct_node_object_store_capacity_bytes, _used_bytes, _objects,
  *            ct_node_heartbeat_age_seconds (silence counted by the failure detector),
  *            ct_node_draining, ct_node_actors;
- *   per training job {job} (train.c): ct_train_step, ct_train_epoch, ct_train_loss,
- *            ct_train_samples_per_second, ct_train_mfu_percent (when known),
- *            ct_train_retries_total{reason}, ct_train_replicas_alive, ct_train_done.
- * - /api/nodes, /api/actors, /api/jobs: the same tables as JSON arrays.
+ *   per training job {ct_job} (train.c; not "job", which Prometheus gives the scrape job and
+ *            renames a target's to "exported_job"): ct_train_step, ct_train_epoch,
+ *            ct_train_loss, ct_train_samples_per_second, ct_train_mfu_percent (when known),
+ *            ct_train_retries_total{reason}, ct_train_replicas_alive, ct_train_done,
+ *            ct_train_val_loss, ct_train_checkpoints_total, ct_train_drains_total,
+ *            ct_train_last_checkpoint_step;
+ *            histograms ct_train_step_seconds, ct_train_allreduce_seconds,
+ *            ct_train_data_wait_seconds, ct_train_checkpoint_seconds (_bucket{le}, _sum,
+ *            _count; the names the reports bring).
+ * - /api/nodes, /api/actors, /api/jobs: the same tables as JSON arrays (a training job with its
+ *   loss curve and newest checkpoints); /api/events: the recent events' ring (events.c).
  * Never shown: tokens (nodes' and jobs'), tickets, KV values. Jobs are named by their driver's
  * name. Not here: serving (http.c), the reports' table (train.c). */
 #include <math.h>
@@ -287,7 +294,7 @@ static void render_nodes(head *h, sbuf *b)
 
 static void train_sample(sbuf *b, const char *name, const train_job *t, double v)
 {
-    put(b, "%s{job=\"", name);
+    put(b, "%s{ct_job=\"", name);
     put_label(b, t->label);
     put(b, "\"}");
     put_value(b, v);
@@ -305,12 +312,19 @@ static void render_train(head *h, sbuf *b)
         {"ct_train_mfu_percent", "gauge", "Model FLOPs utilization, when the trainer knows it."},
         {"ct_train_replicas_alive", "gauge", "Replicas of the running group (0 between groups)."},
         {"ct_train_done", "gauge", "1 once trainer_train returned."},
+        {"ct_train_val_loss", "gauge", "The last validation's loss (absent before one)."},
+        {"ct_train_checkpoints_total", "counter", "Checkpoints the job took."},
+        {"ct_train_drains_total", "counter",
+         "Groups that ended at a checkpoint because a node drained (told to stop; no retry)."},
+        {"ct_train_last_checkpoint_step", "gauge",
+         "Optimizer steps of the job's newest checkpoint (absent before one)."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         family(b, fam[f].name, fam[f].type, fam[f].help);
         for (int i = 0; i < h->ntrain; i++) {
             const train_job *t = &h->train[i];
-            if (f == 4 && !(t->mfu >= 0))
+            if ((f == 4 && !(t->mfu >= 0)) || (f == 7 && isnan(t->val_loss)) ||
+                (f == 10 && !t->nck))
                 continue;
             double v = f == 0   ? (double)t->step
                        : f == 1 ? (double)t->epoch
@@ -318,7 +332,11 @@ static void render_train(head *h, sbuf *b)
                        : f == 3 ? t->sps
                        : f == 4 ? t->mfu
                        : f == 5 ? (double)t->replicas
-                                : (double)t->done;
+                       : f == 6 ? (double)t->done
+                       : f == 7 ? t->val_loss
+                       : f == 8 ? (double)t->ckpts
+                       : f == 9 ? (double)t->drains
+                                : (double)t->ck_step[t->nck - 1];
             train_sample(b, fam[f].name, t, v);
         }
     }
@@ -327,11 +345,61 @@ static void render_train(head *h, sbuf *b)
            "replica_error, start_failed, other).");
     for (int i = 0; i < h->ntrain; i++)
         for (int k = 0; k < h->train[i].nr; k++) {
-            put(b, "ct_train_retries_total{job=\"");
+            put(b, "ct_train_retries_total{ct_job=\"");
             put_label(b, h->train[i].label);
             put(b, "\",reason=\"");
             put_label(b, h->train[i].reason[k]);
             put(b, "\"} %llu\n", (unsigned long long)h->train[i].count[k]);
+        }
+}
+
+/* ct_train_<name>_seconds_bucket{ct_job,le}, _sum, _count: Prometheus histograms, one family per
+ * name, the jobs that reported it. */
+static void render_train_hists(head *h, sbuf *b)
+{
+    const char *seen[TRAIN_HISTS * 4];
+    int nseen = 0;
+    for (int i = 0; i < h->ntrain; i++)
+        for (int k = 0; k < h->train[i].nh; k++) {
+            const char *name = h->train[i].hist[k].name;
+            bool dup = false;
+            for (int s = 0; s < nseen && !dup; s++)
+                dup = !strcmp(seen[s], name);
+            if (dup || nseen == (int)(sizeof seen / sizeof seen[0]))
+                continue;
+            seen[nseen++] = name;
+            char fam[80];
+            snprintf(fam, sizeof fam, "ct_train_%s_seconds", name);
+            put(b, "# HELP %s Seconds per %s, as the trainer's driver measured them.\n", fam,
+                !strcmp(name, "step")         ? "optimizer step (the slowest rank's)"
+                : !strcmp(name, "allreduce")  ? "step waiting for averaged gradients"
+                : !strcmp(name, "data_wait")  ? "step waiting for its batches"
+                : !strcmp(name, "checkpoint") ? "checkpoint written"
+                                              : name);
+            put(b, "# TYPE %s histogram\n", fam);
+            for (int j = 0; j < h->ntrain; j++)
+                for (int q = 0; q < h->train[j].nh; q++) {
+                    const struct train_hist *g = &h->train[j].hist[q];
+                    if (strcmp(g->name, name))
+                        continue;
+                    uint64_t cum = 0;
+                    for (int e = 0; e < g->nb; e++) {
+                        cum += g->counts[e];
+                        put(b, "%s_bucket{ct_job=\"", fam);
+                        put_label(b, h->train[j].label);
+                        put(b, "\",le=\"%.6g\"} %llu\n", g->bound[e], (unsigned long long)cum);
+                    }
+                    put(b, "%s_bucket{ct_job=\"", fam);
+                    put_label(b, h->train[j].label);
+                    put(b, "\",le=\"+Inf\"} %llu\n", (unsigned long long)g->count);
+                    put(b, "%s_sum{ct_job=\"", fam);
+                    put_label(b, h->train[j].label);
+                    put(b, "\"}");
+                    put_value(b, g->sum);
+                    put(b, "%s_count{ct_job=\"", fam);
+                    put_label(b, h->train[j].label);
+                    put(b, "\"} %llu\n", (unsigned long long)g->count);
+                }
         }
 }
 
@@ -399,6 +467,51 @@ static char *json_actors(head *h)
     return done(&b);
 }
 
+/* ,"val_loss":..,"checkpoints":[{"step":..,"time_ms":..}],"points":[[step,loss,sps],...]
+ * (the loss curve, oldest first; a loss unknown is null) */
+static void json_train_history(sbuf *b, const train_job *t)
+{
+    put_jnum(b, "val_loss", t->val_loss);
+    put_jnum(b, "eta_seconds", t->eta);
+    put(b, ",\"epochs\":%lld,\"drains\":%llu", (long long)t->epochs, (unsigned long long)t->drains);
+    put(b, ",\"checkpoints_total\":%lld,\"checkpoints\":[", (long long)t->ckpts);
+    for (int i = 0; i < t->nck; i++)
+        put(b, "%s{\"step\":%lld,\"time_ms\":%lld}", i ? "," : "", (long long)t->ck_step[i],
+            (long long)t->ck_ms[i]);
+    put(b, "],\"points\":[");
+    for (int i = 0; i < t->npts; i++) {
+        const train_point *p = &t->pts[(t->pts_next - t->npts + i + TRAIN_POINTS) % TRAIN_POINTS];
+        put(b, "%s[%lld,", i ? "," : "", (long long)p->step);
+        if (isfinite(p->loss))
+            put(b, "%.9g", p->loss);
+        else
+            put(b, "null");
+        put(b, ",%.6g]", p->sps);
+    }
+    put(b, "]");
+}
+
+/* The recent events, oldest first: {"seq","time_ms","kind","subject","reason"}. */
+static char *json_events(head *h)
+{
+    sbuf b = {0};
+    put(&b, "[");
+    uint64_t n = h->evseq < HEAD_EVENTS ? h->evseq : HEAD_EVENTS;
+    for (uint64_t i = 0; h->evlog && i < n; i++) {
+        const head_event *e = &h->evlog[(h->evseq - n + i) % HEAD_EVENTS];
+        put(&b, "%s{\"seq\":%llu,\"time_ms\":%lld,\"kind\":", i ? "," : "",
+            (unsigned long long)e->seq, (long long)e->wall_ms);
+        put_json(&b, e->kind);
+        put(&b, ",\"subject\":");
+        put_json(&b, e->subject);
+        put(&b, ",\"reason\":");
+        put_json(&b, e->reason);
+        put(&b, "}");
+    }
+    put(&b, "]\n");
+    return done(&b);
+}
+
 static char *json_jobs(head *h)
 {
     sbuf b = {0};
@@ -431,7 +544,9 @@ static char *json_jobs(head *h)
                 put_json(&b, t->reason[r]);
                 put(&b, ":%llu", (unsigned long long)t->count[r]);
             }
-            put(&b, "}}");
+            put(&b, "}");
+            json_train_history(&b, t);
+            put(&b, "}");
         }
         put(&b, "]}");
     }
@@ -445,7 +560,9 @@ static char *json_jobs(head *h)
         put_json(&b, t->label);
         put(&b, ",\"step\":%lld,\"epoch\":%lld", (long long)t->step, (long long)t->epoch);
         put_jnum(&b, "loss", t->loss);
-        put(&b, ",\"done\":%s}]}", t->done ? "true" : "false");
+        put(&b, ",\"done\":%s", t->done ? "true" : "false");
+        json_train_history(&b, t);
+        put(&b, "}]}");
     }
     put(&b, "]\n");
     return done(&b);
@@ -457,8 +574,10 @@ void ct__head_render(head *h, char **pages)
     render_cluster(h, &b);
     render_nodes(h, &b);
     render_train(h, &b);
+    render_train_hists(h, &b);
     pages[CT_PAGE_METRICS] = done(&b);
     pages[CT_PAGE_NODES] = json_nodes(h);
     pages[CT_PAGE_ACTORS] = json_actors(h);
     pages[CT_PAGE_JOBS] = json_jobs(h);
+    pages[CT_PAGE_EVENTS] = json_events(h);
 }

@@ -53,10 +53,21 @@ static void node_draining(head *h, int ni, const ct__rid *rid, uint64_t req)
 
 int ct__head_find_node(head *h, const char *id)
 {
-    for (int i = 0; id && i < h->nnodes; i++)
-        if (h->nodes[i].used && !strcmp(h->nodes[i].id, id))
-            return i;
-    return -1;
+    int i = id ? ct__index_get(h->node_ids, id, strlen(id)) : -1;
+    return i >= 0 && h->nodes[i].used && !strcmp(h->nodes[i].id, id) ? i : -1;
+}
+
+/* Node ni (its id and token set) into the indexes. 0 or CT_ENOMEM (then in neither). */
+static int node_index(head *h, int ni)
+{
+    node *n = &h->nodes[ni];
+    if (ct__index_put(&h->node_ids, n->id, strlen(n->id), ni))
+        return CT_ENOMEM;
+    if (ct__index_put(&h->node_tokens, n->token, strlen(n->token), ni)) {
+        ct__index_del(h->node_ids, n->id, strlen(n->id));
+        return CT_ENOMEM;
+    }
+    return 0;
 }
 
 static void node_dead(head *h, int ni, const char *reason)
@@ -118,20 +129,25 @@ void ct__head_forget_node(head *h, int ni)
                 h->pgs[i].b[b].node = -1;
     CT_LOG(CT_LOG_INFO, "head", "forgot dead node %s", h->nodes[ni].id);
     ct__watch_close(h->watch, h->nodes[ni].watch, 0);
+    ct__index_del(h->node_ids, h->nodes[ni].id, strlen(h->nodes[ni].id));
+    ct__index_del(h->node_tokens, h->nodes[ni].token, strlen(h->nodes[ni].token));
     memset(&h->nodes[ni], 0, sizeof h->nodes[ni]);
+    if (ni < h->node_free_hint)
+        h->node_free_hint = ni;
 }
 
-/* A slot for a new node: a free one, a new one, or (all MAX_NODES taken) the slot of the node
+/* A slot for a new node: a free one, a new one, or (all h->lim.nodes taken) the slot of the node
  * dead the longest, forgotten early. The slot index, or CT_ENOSPC (all alive) / CT_ENOMEM. */
 int node_slot(head *h)
 {
-    for (int i = 0; i < h->nnodes; i++)
+    for (int i = h->node_free_hint; i < h->nnodes; i++)
         if (!h->nodes[i].used)
             return i;
-    if (h->nnodes < MAX_NODES) {
+    h->node_free_hint = h->nnodes; /* none free below: registering N nodes is O(N), not O(N^2) */
+    if (h->nnodes < h->lim.nodes) {
         if (h->nnodes == h->cap_nodes) {
             int cap = h->cap_nodes ? 2 * h->cap_nodes : 16;
-            cap = cap < MAX_NODES ? cap : MAX_NODES;
+            cap = cap < h->lim.nodes ? cap : h->lim.nodes;
             node *nn = realloc(h->nodes, cap * sizeof *nn);
             if (!nn)
                 return CT_ENOMEM;
@@ -144,6 +160,8 @@ int node_slot(head *h)
             if (!nl)
                 return CT_ENOMEM;
             h->load = nl;
+            for (int i = h->cap_nodes; i < cap; i++)
+                h->load[i] = -1; /* place_pg's view: untouched */
             h->cap_nodes = cap;
         }
         memset(&h->nodes[h->nnodes], 0, sizeof h->nodes[0]);
@@ -361,6 +379,11 @@ static void resume_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     }
     snprintf(n->id, sizeof n->id, "%s", r->node_id);
     snprintf(n->token, sizeof n->token, "%s", r->node_token);
+    if (node_index(h, ni)) {
+        memset(n, 0, sizeof *n);
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        return;
+    }
     n->used = true;
     n->rid = *rid;
     snprintf(n->host, sizeof n->host, "%s", r->host);
@@ -418,13 +441,18 @@ void ct__head_on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e, ct_
         ct__head_refuse(h, rid, e, ni, "register_node",
                         ni == CT_ENOSPC ? "register_node: the head has %d live nodes, its limit"
                                         : "register_node: head out of memory (%d nodes)",
-                        MAX_NODES);
+                        h->lim.nodes);
         return;
     }
     node *n = &h->nodes[ni];
     memset(n, 0, sizeof *n);
     if (ct__token_new(n->token) || ct__token_new(n->ticket) || node_id_new(h, n->id)) {
         REPLY_ERR(h, rid, e->req_id, CT_EIO, "", "head: %s", ct_last_error());
+        return;
+    }
+    if (node_index(h, ni)) {
+        memset(n, 0, sizeof *n);
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         return;
     }
     n->used = true;

@@ -26,10 +26,9 @@
 #include "proto/msg.h"
 
 #define IDLEN 20
-#define MAX_OBJECTS 262144 /* objects listed */
-#define MAX_DPULLS 65536   /* pulls the head asked for and waits on */
-#define MAX_DWAITS 16384   /* fetches and replicated puts waiting */
-#define MAX_LOCATE 4096    /* ids in one ObjLocate */
+#define MAX_DPULLS 65536 /* pulls the head asked for and waits on */
+#define MAX_DWAITS 16384 /* fetches and replicated puts waiting */
+#define MAX_LOCATE 4096  /* ids in one ObjLocate */
 
 typedef struct dnode {
     char id[32];
@@ -41,6 +40,7 @@ typedef struct dnode {
     uint64_t cap;
     uint32_t data_port; /* its transfer server's raw TCP port, 0: none */
     bool alive;
+    uint64_t nobj, bytes; /* objects listed with it as a holder, their bytes (the status) */
 } dnode;
 
 typedef struct dobj {
@@ -105,23 +105,22 @@ struct objdir {
     int nlo, caplo;
     dput *pk; /* puts parked until their node lists its store (ct__objdir_on_put_done) */
     int npk, cappk;
+    int max_objects; /* objects listed (and owners loaded): the head's limit */
+    ct__index *nix;  /* n's slots by node id (head/index.h) */
+    ct__index *oix;  /* o's slots by object id */
 };
 typedef struct objdir objdir;
 
 static int find_node(objdir *D, const char *id)
 {
-    for (int i = 0; i < D->nn; i++)
-        if (id && !strcmp(D->n[i].id, id))
-            return i;
-    return -1;
+    int i = id ? ct__index_get(D->nix, id, strlen(id)) : -1;
+    return i >= 0 && !strcmp(D->n[i].id, id) ? i : -1;
 }
 
 static int find_obj(objdir *D, const uint8_t *id)
 {
-    for (int i = 0; i < D->no; i++)
-        if (!memcmp(D->o[i].id, id, IDLEN))
-            return i;
-    return -1;
+    int i = ct__index_get(D->oix, id, IDLEN);
+    return i >= 0 && !memcmp(D->o[i].id, id, IDLEN) ? i : -1;
 }
 
 static bool holds(const dobj *o, int ni)
@@ -132,22 +131,36 @@ static bool holds(const dobj *o, int ni)
     return false;
 }
 
+/* Node ni holds one object of size bytes fewer. */
+static void held_less(objdir *D, int ni, uint64_t size)
+{
+    if (ni < 0 || ni >= D->nn)
+        return;
+    D->n[ni].nobj--;
+    D->n[ni].bytes -= size;
+}
+
 /* Forgets object oi (freed, or no holder left); an owned one leaves the state file too. */
 static void drop_obj(head *h, int oi)
 {
     objdir *D = h->od;
     if (D->o[oi].job[0])
         ct__head_state_obj_gone(h, D->o[oi].id, IDLEN);
+    for (int i = 0; i < D->o[oi].nh; i++) /* freed while held: its holders' counts */
+        held_less(D, D->o[oi].h[i], D->o[oi].size);
     free(D->o[oi].h);
+    ct__index_del(D->oix, D->o[oi].id, IDLEN);
     D->o[oi] = D->o[--D->no];
+    if (oi < D->no) /* the last one moved into oi: its index entry follows (no allocation) */
+        ct__index_put(&D->oix, D->o[oi].id, IDLEN, oi);
 }
 
-/* 0, CT_ENOSPC (MAX_OBJECTS listed) or CT_ENOMEM. */
+/* 0, CT_ENOSPC (max_objects listed) or CT_ENOMEM. */
 static int add_holder(objdir *D, const uint8_t *id, uint64_t size, int ni)
 {
     int oi = find_obj(D, id);
     if (oi < 0) {
-        if (D->no == MAX_OBJECTS)
+        if (D->no == D->max_objects)
             return CT_ENOSPC;
         if (D->no == D->capo) {
             int cap = D->capo ? 2 * D->capo : 64;
@@ -157,6 +170,8 @@ static int add_holder(objdir *D, const uint8_t *id, uint64_t size, int ni)
             D->o = no;
             D->capo = cap;
         }
+        if (ct__index_put(&D->oix, id, IDLEN, D->no))
+            return CT_ENOMEM;
         oi = D->no++;
         memset(&D->o[oi], 0, sizeof D->o[oi]);
         memcpy(D->o[oi].id, id, IDLEN);
@@ -181,6 +196,10 @@ static int add_holder(objdir *D, const uint8_t *id, uint64_t size, int ni)
         o->caph = cap;
     }
     o->h[o->nh++] = ni;
+    if (ni >= 0 && ni < D->nn) {
+        D->n[ni].nobj++;
+        D->n[ni].bytes += o->size;
+    }
     return 0;
 }
 
@@ -189,6 +208,7 @@ static void remove_holder(head *h, int oi, int ni)
     dobj *o = &h->od->o[oi];
     for (int i = 0; i < o->nh; i++)
         if (o->h[i] == ni) {
+            held_less(h->od, ni, o->size);
             o->h[i--] = o->h[--o->nh];
         }
     if (!o->nh)
@@ -402,8 +422,17 @@ void ct__objdir_on_node_info(head *h, const ct__rid *rid, Ct__Envelope *e, ct__h
         ni = D->nn++;
     }
     dnode *n = &D->n[ni];
+    if (n->id[0]) /* a dead node's slot: its id leaves the index */
+        ct__index_del(D->nix, n->id, strlen(n->id));
+    uint64_t nobj = n->nobj, bytes = n->bytes; /* what it is a holder of (none when it died) */
     memset(n, 0, sizeof *n);
+    n->nobj = nobj;
+    n->bytes = bytes;
     snprintf(n->id, sizeof n->id, "%s", m->node_id);
+    if (ct__index_put(&D->nix, n->id, strlen(n->id), ni)) {
+        n->id[0] = 0; /* an unnamed dead slot: reused later */
+        return;
+    }
     snprintf(n->store, sizeof n->store, "%s", m->store_name ? m->store_name : "");
     snprintf(n->addr, sizeof n->addr, "%s", m->xfer_address ? m->xfer_address : "");
     snprintf(n->host, sizeof n->host, "%s", m->host ? m->host : "");
@@ -938,11 +967,8 @@ void ct__objdir_node_usage(head *h, const char *node_id, const char **xfer_addre
         return;
     *xfer_address = D->n[ni].addr;
     *capacity = D->n[ni].cap;
-    for (int i = 0; i < D->no; i++)
-        if (holds(&D->o[i], ni)) {
-            (*objects)++;
-            *bytes += D->o[i].size;
-        }
+    *objects = D->n[ni].nobj; /* counted as holders come and go: a status is O(nodes) */
+    *bytes = D->n[ni].bytes;
 }
 
 /* ---- owners across a head restart (state.c) ---- */
@@ -956,7 +982,7 @@ void ct__objdir_owner_loaded(head *h, const uint8_t *id, size_t len, const char 
     while (i < D->nlo && memcmp(D->lo[i].id, id, IDLEN))
         i++;
     if (i == D->nlo) {
-        if (D->nlo == MAX_OBJECTS)
+        if (D->nlo == D->max_objects)
             return;
         if (D->nlo == D->caplo) {
             int cap = D->caplo ? 2 * D->caplo : 64;
@@ -1007,9 +1033,12 @@ void ct__objdir_owners_give_up(head *h)
     D->nlo = 0;
 }
 
-objdir *ct__objdir_new(void)
+objdir *ct__objdir_new(int max_objects)
 {
-    return calloc(1, sizeof(objdir));
+    objdir *D = calloc(1, sizeof(objdir));
+    if (D)
+        D->max_objects = max_objects;
+    return D;
 }
 
 void ct__objdir_free(objdir **pd)
@@ -1025,6 +1054,8 @@ void ct__objdir_free(objdir **pd)
     free(D->w);
     free(D->lo);
     free(D->pk);
+    ct__index_free(&D->nix);
+    ct__index_free(&D->oix);
     free(D);
     *pd = NULL;
 }

@@ -11,21 +11,23 @@
 #include "proto/msg.h"
 
 /* A slot for a new group of nb bundles: a free one or a new one, after freeing removed groups
- * when MAX_PGS or MAX_BUNDLES_ALL would be passed. The slot, CT_ENOSPC or CT_ENOMEM. */
+ * when the head's limits would be passed (h->lim.pgs groups, 4 bundles a group in all). The slot,
+ * CT_ENOSPC or CT_ENOMEM. */
 int ct__head_pg_slot(head *h, int nb)
 {
-    if (h->nbundles + nb > MAX_BUNDLES_ALL || h->npgs == MAX_PGS)
+    if (h->nbundles + nb > 4 * h->lim.pgs || h->npgs == h->lim.pgs)
         ct__head_free_removed_pgs(h);
-    if (h->nbundles + nb > MAX_BUNDLES_ALL)
+    if (h->nbundles + nb > 4 * h->lim.pgs)
         return CT_ENOSPC;
-    for (int i = 0; i < h->npgs; i++)
+    for (int i = h->pg_free_hint; i < h->npgs; i++)
         if (h->pgs[i].state == PG_FREE)
-            return i;
-    if (h->npgs == MAX_PGS)
+            return h->pg_free_hint = i;
+    h->pg_free_hint = h->npgs; /* none free below: creating G groups is O(G), not O(G^2) */
+    if (h->npgs == h->lim.pgs)
         return CT_ENOSPC;
     if (h->npgs == h->cap_pgs) {
         int cap = h->cap_pgs ? 2 * h->cap_pgs : 16;
-        cap = cap < MAX_PGS ? cap : MAX_PGS;
+        cap = cap < h->lim.pgs ? cap : h->lim.pgs;
         pgroup *ng = realloc(h->pgs, cap * sizeof *ng);
         if (!ng)
             return CT_ENOMEM;
@@ -74,7 +76,7 @@ void ct__head_on_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
             ct__head_refuse(h, rid, e, CT_ENOSPC, "pg_create",
                             "pg_create: the head has %d groups and %d bundles (at most %d and "
                             "%d)",
-                            h->npgs, h->nbundles, MAX_PGS, MAX_BUNDLES_ALL);
+                            h->npgs, h->nbundles, h->lim.pgs, 4 * h->lim.pgs);
         else
             REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         return;
@@ -82,6 +84,12 @@ void ct__head_on_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
     pgroup *g = &h->pgs[gi];
     memset(g, 0, sizeof *g);
     snprintf(g->id, sizeof g->id, "pg-%llu", (unsigned long long)++h->pg_seq);
+    if (ct__head_pg_named(h, gi)) {
+        g->state = PG_FREE;
+        free(b);
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        return;
+    }
     snprintf(g->job, sizeof g->job, "%s", job);
     g->strategy = p->strategy;
     g->nb = (int)p->n_bundles;
@@ -104,13 +112,37 @@ void ct__head_on_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
         CT_LOG(CT_LOG_INFO, "head", "placement group %s pending", g->id);
 }
 
+int ct__head_find_pg(head *h, const char *id, size_t n)
+{
+    int i = id ? ct__index_get(h->pg_ids, id, n) : -1;
+    return i >= 0 && i < h->npgs && h->pgs[i].state != PG_FREE && strlen(h->pgs[i].id) == n &&
+                   !memcmp(h->pgs[i].id, id, n)
+               ? i
+               : -1;
+}
+
+int ct__head_pg_named(head *h, int gi)
+{
+    return ct__index_put(&h->pg_ids, h->pgs[gi].id, strlen(h->pgs[gi].id), gi);
+}
+
+void ct__head_pg_freed(head *h, int gi)
+{
+    pgroup *g = &h->pgs[gi];
+    h->nbundles -= g->nb;
+    free(g->b);
+    ct__index_del(h->pg_ids, g->id, strlen(g->id));
+    memset(g, 0, sizeof *g);
+    g->state = PG_FREE;
+    if (gi < h->pg_free_hint)
+        h->pg_free_hint = gi;
+}
+
+/* A live group's slot (pending or ready) by id, -1. */
 static int find_pg(head *h, const char *id)
 {
-    for (int i = 0; i < h->npgs; i++)
-        if (id && (h->pgs[i].state == PG_PENDING || h->pgs[i].state == PG_READY) &&
-            !strcmp(h->pgs[i].id, id))
-            return i;
-    return -1;
+    int i = id ? ct__head_find_pg(h, id, strlen(id)) : -1;
+    return i >= 0 && (h->pgs[i].state == PG_PENDING || h->pgs[i].state == PG_READY) ? i : -1;
 }
 
 void ct__head_on_pg_wait(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
@@ -202,10 +234,7 @@ void ct__head_free_removed_pgs(head *h)
         pgroup *g = &h->pgs[i];
         if (g->state != PG_REMOVED || used[i])
             continue;
-        h->nbundles -= g->nb;
-        free(g->b);
-        memset(g, 0, sizeof *g);
-        g->state = PG_FREE;
+        ct__head_pg_freed(h, i);
     }
     free(used);
 }

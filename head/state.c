@@ -160,14 +160,6 @@ void ct__head_state_pg(head *h, const pgroup *g)
 
 /* ---- loading ---- */
 
-static int find_pg_id(head *h, const char *id, size_t n)
-{
-    for (int i = 0; i < h->npgs; i++)
-        if (h->pgs[i].state != PG_FREE && strlen(h->pgs[i].id) == n && !memcmp(h->pgs[i].id, id, n))
-            return i;
-    return -1;
-}
-
 /* A copy of field f as a C string in out (cap bytes); false when it does not fit. */
 static bool str(const field *f, char *out, size_t cap)
 {
@@ -215,7 +207,7 @@ static bool load_pg(head *h, const field *f, int nf)
         b[i].need.n = nr;
         b[i].free = b[i].need;
     }
-    int gi = find_pg_id(h, f[0].p, f[0].n);
+    int gi = ct__head_find_pg(h, f[0].p, f[0].n);
     if (gi >= 0) { /* the newer record wins */
         h->nbundles -= h->pgs[gi].nb;
         free(h->pgs[gi].b);
@@ -226,6 +218,11 @@ static bool load_pg(head *h, const field *f, int nf)
     pgroup *g = &h->pgs[gi];
     memset(g, 0, sizeof *g);
     snprintf(g->id, sizeof g->id, "%s", id);
+    if (ct__head_pg_named(h, gi)) {
+        g->state = PG_FREE;
+        free(b);
+        return false;
+    }
     memcpy(g->job, f[1].p, f[1].n);
     g->job[f[1].n] = 0;
     str(&f[2], num, sizeof num);
@@ -283,13 +280,9 @@ static void apply(head *h, char tag, const field *f, int nf)
             ct__objdir_owner_forget(h, (const uint8_t *)f[0].p, f[0].n);
         break;
     case 'X': {
-        int gi = nf == 1 ? find_pg_id(h, f[0].p, f[0].n) : -1;
-        if (gi >= 0) {
-            h->nbundles -= h->pgs[gi].nb;
-            free(h->pgs[gi].b);
-            memset(&h->pgs[gi], 0, sizeof h->pgs[gi]);
-            h->pgs[gi].state = PG_FREE;
-        }
+        int gi = nf == 1 ? ct__head_find_pg(h, f[0].p, f[0].n) : -1;
+        if (gi >= 0)
+            ct__head_pg_freed(h, gi);
         break;
     }
     default:

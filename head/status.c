@@ -1,6 +1,8 @@
-/* head/status.c — the status reply: every node (with its object store's use, objdir.c), actor
- * and placement group, as ctup status and ct_cluster_resources read them. */
+/* head/status.c — the status reply: every node (with its object store's use, objdir.c), actor,
+ * placement group and training job's progress (train.c), as ctup status and
+ * ct_cluster_resources read them. */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,9 @@ void ct__head_on_status(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
     Ct__PgInfo **pip = calloc(np + 1, sizeof *pip);
     char **bn = NULL;
     size_t nbn = 0;
+    int nt = h->ntrain;
+    Ct__TrainReport *tr = NULL, **trp = NULL;
+    Ct__TrainRetries *rr = NULL, **rrp = NULL;
     for (int i = 0; i < np; i++)
         nbn += h->pgs[i].state != PG_FREE ? h->pgs[i].nb : 0;
     bn = calloc(nbn + 1, sizeof *bn);
@@ -84,6 +89,43 @@ void ct__head_on_status(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
         pi[i].n_bundle_nodes = g->nb;
         pip[i] = &pi[i];
     }
+    /* training jobs' progress (train.c): their last reports, without points or histograms */
+    tr = calloc(nt + 1, sizeof *tr);
+    trp = calloc(nt + 1, sizeof *trp);
+    rr = calloc((size_t)nt * TRAIN_REASONS + 1, sizeof *rr);
+    rrp = calloc((size_t)nt * TRAIN_REASONS + 1, sizeof *rrp);
+    if (!tr || !trp || !rr || !rrp) {
+        REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nt; i++) {
+        const train_job *t = &h->train[i];
+        ct__train_report__init(&tr[i]);
+        tr[i].job = (char *)t->label;
+        tr[i].step = t->step;
+        tr[i].epoch = t->epoch;
+        tr[i].epochs = t->epochs;
+        tr[i].drains = t->drains;
+        tr[i].loss = t->loss;
+        tr[i].samples_per_second = t->sps;
+        tr[i].mfu_percent = t->mfu;
+        tr[i].replicas_alive = t->replicas;
+        tr[i].done = t->done;
+        tr[i].val_loss = t->val_loss;
+        tr[i].eta_seconds = isnan(t->eta) ? -1 : t->eta;
+        tr[i].checkpoints = t->ckpts;
+        tr[i].checkpoint_step = t->nck ? t->ck_step[t->nck - 1] : 0;
+        tr[i].n_retries = (size_t)t->nr;
+        tr[i].retries = &rrp[i * TRAIN_REASONS];
+        for (int k = 0; k < t->nr; k++) {
+            Ct__TrainRetries *x = &rr[i * TRAIN_REASONS + k];
+            ct__train_retries__init(x);
+            x->reason = (char *)t->reason[k];
+            x->count = t->count[k];
+            rrp[i * TRAIN_REASONS + k] = x;
+        }
+        trp[i] = &tr[i];
+    }
     Ct__Envelope o;
     Ct__StatusReply sr = CT__STATUS_REPLY__INIT;
     ct__env_init(&o, e->req_id, "head", 0);
@@ -93,6 +135,8 @@ void ct__head_on_status(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
     sr.actors = aip;
     sr.n_pgs = kp;
     sr.pgs = pip;
+    sr.n_train = (size_t)nt;
+    sr.train = trp;
     o.body_case = CT__ENVELOPE__BODY_STATUS_REPLY;
     o.status_reply = &sr;
     ct__head_send(h, rid, &o);
@@ -106,4 +150,8 @@ out:
     free(pi);
     free(pip);
     free(bn);
+    free(tr);
+    free(trp);
+    free(rr);
+    free(rrp);
 }

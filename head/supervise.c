@@ -83,8 +83,8 @@ int ct__head_supervise(int argc, char **argv)
     prctl(PR_SET_NAME, "ct-head-super"); /* in ps beside its child, the ct-head */
     /* the child's argv: ours without --supervise; --port replaced once the first one serves;
      * --state-dir added when absent */
-    char **cargv = calloc((size_t)argc + 6, sizeof *cargv);
-    char port[16] = "", dir[64] = "", restarts[16] = "0";
+    char **cargv = calloc((size_t)argc + 8, sizeof *cargv);
+    char port[16] = "", dir[64] = "", restarts[16] = "0", why[96] = "";
     int nc = 0, port_i = -1;
     bool has_state = false;
     if (!cargv)
@@ -101,7 +101,7 @@ int ct__head_supervise(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--supervise"))
             continue;
-        if (!strcmp(argv[i], "--restarts")) { /* ours to give */
+        if (!strcmp(argv[i], "--restarts") || !strcmp(argv[i], "--restart-reason")) { /* ours */
             i++;
             continue;
         }
@@ -126,6 +126,7 @@ int ct__head_supervise(int argc, char **argv)
     /* how many times the head was started again, for its metrics (ct_head_restarts_total) */
     cargv[nc++] = "--restarts";
     cargv[nc++] = restarts;
+    int why_i = nc; /* "--restart-reason" and why, from the second start on (its events) */
     cargv[nc] = NULL;
     struct sigaction sa = {0};
     sa.sa_handler = on_stop; /* no SA_RESTART: a read in relay returns EINTR */
@@ -172,6 +173,12 @@ int ct__head_supervise(int argc, char **argv)
                 (int)pid, WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
                 port[0] ? " on port " : "", port);
+        snprintf(why, sizeof why, "the head before (pid %d) %s %d", (int)pid,
+                 WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        cargv[why_i] = "--restart-reason";
+        cargv[why_i + 1] = why;
+        cargv[why_i + 2] = NULL;
         if (now_s() - t0 < 1) /* a head that cannot start: not in a tight loop */
             sleep(1);
         else

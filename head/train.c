@@ -1,12 +1,15 @@
 /* head/train.c — training jobs' progress as their drivers report it (TrainReport, sent by
- * trainer/train/report.c at most a few times a second): the last report per job, kept while
- * the job's driver lives and GONE_AFTER_MS after, for the metrics (metrics.c). No reply: a
+ * trainer/train/report.c at most a few times a second): the last report per job, its loss
+ * curve (the newest TRAIN_POINTS steps) and newest checkpoints, kept while the job's driver
+ * lives and GONE_AFTER_MS after, for the metrics and the dashboard (metrics.c); a retry
+ * counter that rose becomes an event (events.c). No reply: a
  * report is fire-and-forget; a malformed one is refused (an Error naming the field).
  * Not here: rendering (metrics.c), the driver's side. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/common.h"
 #include "head/head_internal.h"
@@ -35,6 +38,55 @@ static bool reason_ok(const char *s)
     return true;
 }
 
+static int64_t wall_ms(void)
+{
+    struct timespec w;
+    clock_gettime(CLOCK_REALTIME, &w);
+    return (int64_t)w.tv_sec * 1000 + w.tv_nsec / 1000000;
+}
+
+/* A retry counter that rose since t's last report: one event per retry, with its reason. */
+static void note_retries(head *h, const train_job *t, const Ct__TrainReport *r)
+{
+    for (size_t i = 0; i < r->n_retries; i++) {
+        uint64_t before = 0;
+        for (int k = 0; k < t->nr; k++)
+            if (!strcmp(t->reason[k], r->retries[i]->reason))
+                before = t->count[k];
+        for (uint64_t c = before; c < r->retries[i]->count && c < before + 8; c++)
+            ct__head_note(h, "retry", t->label, "%s (retry %llu for that reason; step %lld)",
+                          r->retries[i]->reason, (unsigned long long)c + 1, (long long)r->step);
+    }
+}
+
+/* The report's steps onto t's loss curve (a ring; steps not after the newest kept are
+ * dropped, but for a step back after a retry, which restarts the curve from there). */
+static void add_points(train_job *t, const Ct__TrainReport *r)
+{
+    if (!r->n_points)
+        return;
+    if (!t->pts && !(t->pts = calloc(TRAIN_POINTS, sizeof *t->pts)))
+        return;
+    for (size_t i = 0; i < r->n_points; i++) {
+        const Ct__TrainPoint *p = r->points[i];
+        if (t->npts) {
+            const train_point *last = &t->pts[(t->pts_next + TRAIN_POINTS - 1) % TRAIN_POINTS];
+            if (p->step == last->step)
+                continue;
+            if (p->step < last->step) /* rewound to a checkpoint: drop the steps after it */
+                while (t->npts &&
+                       t->pts[(t->pts_next + TRAIN_POINTS - 1) % TRAIN_POINTS].step >= p->step) {
+                    t->pts_next = (t->pts_next + TRAIN_POINTS - 1) % TRAIN_POINTS;
+                    t->npts--;
+                }
+        }
+        t->pts[t->pts_next] = (train_point){p->step, p->loss, p->samples_per_second};
+        t->pts_next = (t->pts_next + 1) % TRAIN_POINTS;
+        if (t->npts < TRAIN_POINTS)
+            t->npts++;
+    }
+}
+
 bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
 {
     const Ct__TrainReport *r = e->train_report;
@@ -54,15 +106,50 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         field = "train_report.replicas_alive";
     else if (r->n_retries > TRAIN_REASONS)
         field = "train_report.retries";
+    else if (isinf(r->val_loss))
+        field = "train_report.val_loss";
+    else if (isinf(r->eta_seconds))
+        field = "train_report.eta_seconds";
+    else if (r->epochs < 0)
+        field = "train_report.epochs";
+    else if (r->checkpoints < 0 || r->checkpoint_step < 0)
+        field = r->checkpoints < 0 ? "train_report.checkpoints" : "train_report.checkpoint_step";
+    else if (r->n_points > TRAIN_REPORT_POINTS)
+        field = "train_report.points";
+    else if (r->n_histograms > TRAIN_HISTS)
+        field = "train_report.histograms";
+    for (size_t i = 0; !field && i < r->n_histograms; i++) {
+        const Ct__TrainHistogram *g = r->histograms[i];
+        bool ok = reason_ok(g->name) && g->n_bounds <= TRAIN_HIST_BOUNDS &&
+                  g->n_counts == g->n_bounds && isfinite(g->sum) && g->sum >= 0;
+        uint64_t below = 0;
+        for (size_t k = 0; ok && k < g->n_bounds; k++) {
+            ok = isfinite(g->bounds[k]) && (k == 0 || g->bounds[k] > g->bounds[k - 1]) &&
+                 g->counts[k] <= g->count - below;
+            below += ok ? g->counts[k] : 0;
+        }
+        for (size_t k = 0; ok && k < i; k++)
+            ok = strcmp(r->histograms[k]->name, g->name) != 0;
+        if (!ok)
+            field = "train_report.histograms";
+    }
     for (size_t i = 0; !field && i < r->n_retries; i++)
         if (!reason_ok(r->retries[i]->reason))
             field = "train_report.retries.reason";
+    for (size_t i = 0; !field && i < r->n_points; i++) {
+        const Ct__TrainPoint *p = r->points[i];
+        if (p->step < 0 || isinf(p->loss) || !isfinite(p->samples_per_second) ||
+            p->samples_per_second < 0)
+            field = "train_report.points";
+    }
     if (!field)
         return true;
     ct__head_refuse(h, rid, e, CT_EINVAL, field,
                     "%s: a job label is 1-63 printable bytes without quotes, a reason 1-31 of "
-                    "[a-z_], at most %d reasons, numbers finite and not negative",
-                    field, TRAIN_REASONS);
+                    "[a-z_], at most %d reasons and %d points, numbers finite and not negative; "
+                    "at most %d histograms, each a distinct [a-z_] name, at most %d ascending "
+                    "bounds, a count per bound, their sum at most the count",
+                    field, TRAIN_REASONS, TRAIN_REPORT_POINTS, TRAIN_HISTS, TRAIN_HIST_BOUNDS);
     return false;
 }
 
@@ -71,6 +158,7 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     const Ct__TrainReport *r = e->train_report;
     const char *label = r->job && *r->job ? r->job : e->sender;
     train_job *t = NULL;
+    bool fresh = false; /* a job new to this head: its retries and drains are from before */
     for (int i = 0; i < h->ntrain && !t; i++)
         if (!strcmp(h->train[i].label, label) && ct__token_eq(h->train[i].job, f->job))
             t = &h->train[i];
@@ -88,7 +176,42 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
         memset(t, 0, sizeof *t);
         snprintf(t->job, sizeof t->job, "%s", f->job);
         snprintf(t->label, sizeof t->label, "%s", label);
+        t->val_loss = NAN;
+        fresh = true;
+    } else {
+        note_retries(h, t, r);
     }
+    add_points(t, r);
+    if (r->checkpoints > t->ckpts) {
+        if (t->nck == TRAIN_CKPTS) {
+            memmove(t->ck_step, t->ck_step + 1, (TRAIN_CKPTS - 1) * sizeof t->ck_step[0]);
+            memmove(t->ck_ms, t->ck_ms + 1, (TRAIN_CKPTS - 1) * sizeof t->ck_ms[0]);
+            t->nck--;
+        }
+        t->ck_step[t->nck] = r->checkpoint_step;
+        t->ck_ms[t->nck++] = wall_ms();
+    }
+    t->ckpts = r->checkpoints;
+    t->nh = (int)r->n_histograms;
+    for (int i = 0; i < t->nh; i++) {
+        const Ct__TrainHistogram *g = r->histograms[i];
+        snprintf(t->hist[i].name, sizeof t->hist[i].name, "%s", g->name);
+        t->hist[i].nb = (int)g->n_bounds;
+        if (g->n_bounds) /* (memcpy of NULL, 0 is undefined) */
+            memcpy(t->hist[i].bound, g->bounds, g->n_bounds * sizeof g->bounds[0]);
+        if (g->n_counts)
+            memcpy(t->hist[i].counts, g->counts, g->n_counts * sizeof g->counts[0]);
+        t->hist[i].count = g->count;
+        t->hist[i].sum = g->sum;
+    }
+    t->val_loss = r->val_loss;
+    t->eta = r->eta_seconds >= 0 ? r->eta_seconds : NAN;
+    t->epochs = r->epochs;
+    if (r->drains > t->drains && !fresh)
+        ct__head_note(h, "train_drain", t->label,
+                      "a group ended at a checkpoint: its node drained (told to stop); step %lld",
+                      (long long)r->step);
+    t->drains = r->drains;
     t->step = r->step;
     t->epoch = r->epoch;
     t->loss = r->loss;
@@ -118,8 +241,10 @@ void ct__head_train_forget(head *h, int64_t max_age)
     int64_t now = ct__now_ms();
     int k = 0;
     for (int i = 0; i < h->ntrain; i++) {
-        if (h->train[i].ended_at && now - h->train[i].ended_at >= max_age)
+        if (h->train[i].ended_at && now - h->train[i].ended_at >= max_age) {
+            free(h->train[i].pts);
             continue;
+        }
         if (k != i)
             h->train[k] = h->train[i];
         k++;

@@ -27,6 +27,7 @@
 #define MAX_UNBOUND 256 /* connections that have not said hello yet */
 #define HELLO_MS 10000  /* the time a connection has to authenticate and say hello */
 #define BATCH 64        /* epoll events handled per ct__watch_poll */
+#define BACKLOG 4096    /* connections waiting for accept (a whole cluster registering at once) */
 
 enum { S_FREE, S_C1, S_C2, S_HELLO, S_BOUND };
 
@@ -83,7 +84,7 @@ ct__watch *ct__watch_new(const char *host, int port)
         setsockopt(w->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_storage sa;
     socklen_t salen = sizeof sa;
-    if (w->lfd < 0 || bind(w->lfd, ai->ai_addr, ai->ai_addrlen) || listen(w->lfd, 256) ||
+    if (w->lfd < 0 || bind(w->lfd, ai->ai_addr, ai->ai_addrlen) || listen(w->lfd, BACKLOG) ||
         getsockname(w->lfd, (struct sockaddr *)&sa, &salen)) {
         ct__error(-errno, "watch: cannot listen on %s:%d: %s", any ? "*" : host, port,
                   strerror(errno));

@@ -31,6 +31,7 @@
 
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/fault.h"
 #include "objectstore/crc32c.h"
 #include "objectstore/xfer_data.h"
 #include "proto/msg.h"
@@ -1029,8 +1030,8 @@ static int pull_any(ct_store *dst, void **mem, const ct_object_id *id, const cha
     p.max_retries = opts->max_retries > 0 ? opts->max_retries : 3;
     p.corrupt_chunk = opts->corrupt_chunk;
     p.zmq_only = opts->zmq_only;
-    if (!p.corrupt_chunk && getenv("CT_XFER_CORRUPT_CHUNK"))
-        p.corrupt_chunk = atoi(getenv("CT_XFER_CORRUPT_CHUNK"));
+    if (!p.corrupt_chunk)
+        p.corrupt_chunk = (int)ct__fault_num(CT__FAULT_XFER_CORRUPT_CHUNK);
     if (opts->total_timeout_ms > 0)
         p.deadline = ct__now_ms() + opts->total_timeout_ms;
     char hex[2 * CT_OBJECT_ID_LEN + 1];

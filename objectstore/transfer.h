@@ -89,7 +89,7 @@ typedef struct ct_xfer_pull_opts {
     int max_retries;     /* CRC failures of one chunk before giving up a holder; 0 = 3 */
     void *zmq_ctx;       /* ZeroMQ context (borrowed); NULL = a context for this call */
     /* Test hook: flip one byte of the corrupt_chunk-th chunk received (1-based) before it is
-     * checked. 0 = off; when 0, the environment variable CT_XFER_CORRUPT_CHUNK is used. */
+     * checked. 0 = off; when 0, the test fault xfer_corrupt_chunk is used (common/fault.h). */
     int corrupt_chunk;
     int total_timeout_ms; /* the whole pull, all holders; 0 = no limit (CT_ETIMEDOUT) */
     /* Called after each good chunk, on the calling thread (holder is an index in holders).
@@ -143,8 +143,8 @@ int ct_xfer_pull_mem(const ct_object_id *id, const char *const *holders, int nho
  * CT_EEXIST (the node holds that id already), CT_ENOSPC (over the node's limit: min(its shard
  * memory, CT_XFER_MAX_PUT); the message says both numbers), CT_EBUSY (being written there),
  * CT_EACCES (handshake failed), CT_EIO / CT_ETIMEDOUT / connect errors (timeout_ms per step;
- * 0 = 60 s). Test hook: CT_XFER_CORRUPT_PUT=N sends chunk N's checksum wrong on the first
- * try. Reentrant. */
+ * 0 = 60 s). Test hook: the fault xfer_corrupt_put=N (common/fault.h) sends chunk N's checksum
+ * wrong on the first try. Reentrant. */
 int ct_xfer_push(const char *holder, uint16_t data_port, const ct_object_id *id, const void *data,
                  uint64_t size, int timeout_ms);
 

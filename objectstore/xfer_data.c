@@ -37,6 +37,8 @@
 
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/env.h"
+#include "common/fault.h"
 #include "objectstore/crc32c.h"
 
 #define IDLE_MS 60000 /* a connection with no request for this long is closed */
@@ -465,7 +467,7 @@ ct__xdata_server *ct__xdata_server_new(ct_store *store, const char *zmq_endpoint
     xs->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
                                               : ((struct sockaddr_in *)&sa)->sin_port);
     xs->delay_ms = delay_ms;
-    xs->no_sendfile = getenv("CT_XFER_NO_SENDFILE") != NULL;
+    xs->no_sendfile = ct__env(CT__ENV_XFER_NO_SENDFILE) != NULL;
     xs->st = stats;
     snprintf(xs->sender, sizeof xs->sender, "%s", sender);
     pthread_mutex_init(&xs->mu, NULL);
@@ -633,8 +635,7 @@ int ct_xfer_push(const char *holder, uint16_t data_port, const ct_object_id *id,
                          !data_port ? "no data port" : "NULL argument");
     if (timeout_ms <= 0)
         timeout_ms = 60000;
-    const char *ev = getenv("CT_XFER_CORRUPT_PUT");
-    uint64_t corrupt = ev ? strtoull(ev, NULL, 10) : 0;
+    uint64_t corrupt = (uint64_t)ct__fault_num(CT__FAULT_XFER_CORRUPT_PUT);
     int rc = CT_EIO;
     for (int attempt = 0; attempt < 3; attempt++) {
         rc = push_once(holder, data_port, id, data, size, timeout_ms, attempt ? 0 : corrupt);

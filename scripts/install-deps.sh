@@ -14,11 +14,13 @@ set -eu
 # libomp-14-dev: clang's OpenMP, which the engine's CPU loops (trainer/cpu) build with.
 # libmicrohttpd-dev: the head's HTTP endpoint (head/http.c). prometheus: head_prometheus starts
 # its own (its binary only, its own config and data in a temporary directory), never the service.
+# chromium: head_dashboard_browser loads the dashboard page in it, headless (its own profile in a
+# temporary directory).
 # With the argument "bench", also what the benchmarks' reference systems need (PyTorch, OpenBLAS).
 pkgs=(build-essential cmake pkg-config libzmq3-dev libsodium-dev libprotobuf-c-dev
       protobuf-c-compiler libyaml-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist bible-kjv iproute2 procps
       python3 openssh-client openssh-server slurmctld slurmd slurm-client munge clang
-      libclang-rt-14-dev libomp-14-dev libmicrohttpd-dev prometheus)
+      libclang-rt-14-dev libomp-14-dev libmicrohttpd-dev prometheus chromium)
 if [ "${1:-}" = bench ]; then
     pkgs+=(python3-torch libopenblas0-pthread)
 fi

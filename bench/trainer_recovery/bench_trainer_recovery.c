@@ -4,14 +4,17 @@
  * In each run replica 1 parks at its step (limit / 2 / 64) + 10 (mid epoch 2) and publishes
  * its pid in the KV; this program kills it with SIGKILL. Measured per run, CLOCK_MONOTONIC:
  *   startup_ms:  trainer_train entered -> first completed step of the first group (slowest rank)
- *   recovery_ms: kill -> first completed step of the new group (restored from the epoch-1
- *                checkpoint in the object store)
+ *   recovery_ms: kill -> first completed step of the new group: --recovery restart (default):
+ *                a group restored from the epoch-1 checkpoint in the object store (the steps
+ *                since it trained again); --recovery live: the survivor going on at once from
+ *                the step the kill interrupted (no step lost)
  * Also printed, not counted: trainer_create's time (its check-run of the creators decodes the
  * data set once for the cluster: ~0.3 s in run 0, a KV lookup after).
- * Prints one line per run and `ct: startup_ms <median> recovery_ms <median>` last.
+ * Prints one line per run and `ct: startup_ms <median> recovery_ms <median> (<recovery>)` last.
  * Not here: the reference (ref_torch.py) and the comparison (run.sh). */
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,13 +107,17 @@ int main(int argc, char **argv)
     trainer_register_loss("probe", make_probe);
     int runs = 3;
     long limit = 8192;
+    const char *mode = "restart";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--runs"))
+        if (!strcmp(argv[i], "--recovery"))
+            mode = argv[i + 1];
+        else if (!strcmp(argv[i], "--runs"))
             runs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--limit"))
             limit = atol(argv[i + 1]);
     }
-    if (runs < 1 || runs > 20 || limit < 2048)
+    bool live = !strcmp(mode, "live");
+    if (runs < 1 || runs > 20 || limit < 2048 || (!live && strcmp(mode, "restart")))
         return 2;
     if (ct_init(&(ct_init_opts){.cpus = 2}) < 0) {
         fprintf(stderr, "bench_trainer_recovery: ct_init: %s\n", ct_last_error());
@@ -133,7 +140,8 @@ int main(int argc, char **argv)
                                            .config = cfg,
                                            .num_replicas = 2,
                                            .batch_size = 64,
-                                           .epochs = 3},
+                                           .epochs = 3,
+                                           .recovery = mode},
                            &t) < 0) {
             fprintf(stderr, "bench_trainer_recovery: %s\n", ct_last_error());
             status = 1;
@@ -145,15 +153,16 @@ int main(int argc, char **argv)
         int rc =
             trainer_train(t, .max_retries = 1, .on_epoch = on_epoch, .user = &rs, .stats = &st);
         pthread_join(th, NULL);
-        if (rc < 0 || st.retries_used != 1 || !rs.kill_ns) {
-            fprintf(stderr, "bench_trainer_recovery: run %d: rc %d retries %d: %s\n", r, rc,
-                    st.retries_used, ct_last_error());
+        if (rc < 0 || st.retries_used != (live ? 0 : 1) || st.live_recoveries != live ||
+            !rs.kill_ns) {
+            fprintf(stderr, "bench_trainer_recovery: run %d: rc %d retries %d live %d: %s\n", r, rc,
+                    st.retries_used, st.live_recoveries, ct_last_error());
             status = 1;
             trainer_shutdown(&t);
             break;
         }
         startup[ok] = rs.startup_ns / 1e6;
-        recovery[ok] = (st.group_first_step_ns - rs.kill_ns) / 1e6;
+        recovery[ok] = ((live ? st.live_first_step_ns : st.group_first_step_ns) - rs.kill_ns) / 1e6;
         printf("run %d: startup_ms %.1f recovery_ms %.1f (failure seen after %.1f ms; "
                "trainer_create before it: %.1f ms)\n",
                r, startup[ok], recovery[ok], (st.failure_seen_ns - rs.kill_ns) / 1e6, create_ms);
@@ -164,7 +173,8 @@ int main(int argc, char **argv)
     if (ok) {
         qsort(startup, (size_t)ok, sizeof(double), cmp);
         qsort(recovery, (size_t)ok, sizeof(double), cmp);
-        printf("ct: startup_ms %.1f recovery_ms %.1f\n", startup[ok / 2], recovery[ok / 2]);
+        printf("ct: startup_ms %.1f recovery_ms %.1f (%s)\n", startup[ok / 2], recovery[ok / 2],
+               live ? "live" : "restart");
     }
     ct_shutdown();
     return status;

@@ -4,7 +4,9 @@
 # batch (Fashion-MNIST, first 8192 samples, batch 64 per rank, Adam).
 #   ct:  bench_trainer_recovery: embedded cluster, 2 replicas through trainer_train; replica 1 is
 #        killed with SIGKILL mid epoch 2; recovery = kill -> first step of the new group (restored
-#        from the epoch-1 checkpoint in the object store); startup = trainer_train -> first step.
+#        from the epoch-1 checkpoint in the object store: recovery "restart"), and, as a row of
+#        its own, kill -> the survivor's next step (recovery "live": it goes on at once, no step
+#        lost); startup = trainer_train -> first step.
 #   ref: ref_torch.py: recovery under torchrun (the elastic agent, --max_restarts 1,
 #        --monitor_interval 0.1 instead of the default 5 s: its best case), checkpoint saved by
 #        rank 0 with torch.save each epoch and loaded from disk by the restarted workers;
@@ -20,7 +22,8 @@ BIN="$BUILD/bin/bench_trainer_recovery"
 OUT=$(mktemp)
 TMP=$(mktemp -d)
 trap 'rm -rf "$OUT" "$TMP"' EXIT
-"$BIN" --runs "$RUNS" --limit 8192 2>/dev/null | tee -a "$OUT"
+"$BIN" --runs "$RUNS" --limit 8192 --recovery live 2>/dev/null | sed 's/^ct: /ct live: /' | tee -a "$OUT"
+"$BIN" --runs "$RUNS" --limit 8192 --recovery restart 2>/dev/null | tee -a "$OUT"
 i=0
 while [ "$i" -lt "$RUNS" ]; do
     mkdir -p "$TMP/s$i" "$TMP/r$i"
@@ -34,10 +37,12 @@ function median(a, n,    i, j, t) {
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 /^ct: / { ct_s = $3; ct_r = $5 }
+/^ct live: / { ct_l = $6 }
 /^ref run .*startup_ms/ { s[++ns] = $5 }
 /^ref run .*recovery_ms/ { r[++nr] = $5 }
 END {
     ref_s = median(s, ns); ref_r = median(r, nr)
     printf "trainer_startup: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_s, ref_s, (ct_s > 0 ? ref_s / ct_s : 0)
+    printf "trainer_recovery_live: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_l, ref_r, (ct_l > 0 ? ref_r / ct_l : 0)
     printf "trainer_recovery: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_r, ref_r, (ct_r > 0 ? ref_r / ct_r : 0)
 }' "$OUT"

@@ -332,12 +332,21 @@ int ct_loader_set_epoch(ct_loader *ld, int64_t epoch);
  * the epoch empty): the batches then returned are exactly those a full pass returns from
  * there on (to resume an epoch part way through). CT_EINVAL out of range. */
 int ct_loader_seek(ct_loader *ld, int64_t epoch, int64_t batch);
+/* Re-sharding mid-epoch (a group that changed size, the trainer's live recovery): epoch
+ * `epoch` with the first `offset` positions of its whole order (the permutation from seed +
+ * epoch, before sharding) already seen; the rest is dealt over this loader's world from there
+ * (position offset + rank + i * world_size; past the end it wraps to the order's start, as the
+ * sampler pads), batches numbered from 0, then starts at batch `batch`. ct_loader_num_batches
+ * and _num_samples then count this epoch's; the next set_epoch / seek is a whole epoch again.
+ * offset 0 is ct_loader_seek. CT_EINVAL for an offset outside [0, dataset length] or with
+ * pad_to / sampler_drop_last, or a batch out of range. */
+int ct_loader_seek_offset(ct_loader *ld, int64_t epoch, int64_t offset, int64_t batch);
 /* Next batch of the current epoch: returns 1 and fills *b, 0 at the end of the epoch (call
  * ct_loader_set_epoch to go on), or a negative CT_E* (e.g. a dataset get failed). */
 int ct_loader_next(ct_loader *ld, ct_batch *b);
 
-int64_t ct_loader_num_batches(const ct_loader *ld); /* per epoch, on this rank */
-int64_t ct_loader_num_samples(const ct_loader *ld); /* per epoch, on this rank */
+int64_t ct_loader_num_batches(const ct_loader *ld); /* the current epoch's, on this rank */
+int64_t ct_loader_num_samples(const ct_loader *ld); /* the current epoch's, on this rank */
 /* Batch sample shape (after the crop) into shape[CT_DATA_MAX_DIMS]; returns ndim. */
 int ct_loader_shape(const ct_loader *ld, int64_t *shape);
 

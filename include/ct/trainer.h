@@ -138,6 +138,7 @@ int trainer_register_hook(const char *name, trainer_hook fn);
 typedef struct trainer_batch {
     ct_tensor *x, *y;
     int64_t n;
+    const int64_t *index; /* (N) each sample's index in its dataset (tests that count samples) */
 } trainer_batch;
 
 /* What a step reports for its batch; zeroed before the call. */
@@ -260,6 +261,14 @@ typedef struct trainer_opts {
      * moments for) only its 1/N of the elements, then the parameters are allgathered. Same
      * results and checkpoint format as without it. CPU replicas only (CT_ENOSYS else). */
     int zero_stage;
+    /* what the driver does when a replica dies (or config key "recovery" when NULL here):
+     * "live" (NULL: the default where it applies): the survivors discard the step in flight
+     * and go on at once with the smaller world, the epoch's rest re-sharded over them, no step
+     * lost or trained twice; "restart": every replica is ended and a new group starts from the
+     * last checkpoint (the steps since it are trained again). Live needs CPU replicas without
+     * ZeRO and unsharded data, and min_replicas survivors; otherwise the driver restarts, and
+     * logs why (GUIDE.md section 6). Anything else: CT_EINVAL. */
+    const char *recovery;
 } trainer_opts;
 
 /* Checks the options, runs every creator once in this process (with the built-in step, one
@@ -320,6 +329,17 @@ typedef struct trainer_stats {
     /* bytes of optimizer state per replica (the largest replica's, last segment): with
      * zero_stage 1 about 1/N of what it is without */
     int64_t optim_state_bytes;
+    /* replicas lost that the survivors went on without (recovery "live"; no retry spent), and
+     * the survivors' first completed step after the last such loss (slowest rank; CLOCK_MONOTONIC
+     * ns, as the timing fields above) */
+    int live_recoveries;
+    int64_t live_first_step_ns;
+    /* replacements that healed from a live peer and grew the group back within the epoch
+     * (recovery "live"), and of the last one: ns from the failure the driver saw to the group
+     * of the bigger world agreed, the snapshot's copy (the peer's put, the newcomer's fetch and
+     * load) and its bytes */
+    int heals;
+    int64_t heal_ns, heal_copy_ns, heal_bytes;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */

@@ -127,6 +127,10 @@ int main(int argc, char **argv)
         "cluster.yaml:4:15: the node types ask for 3 workers (min_workers), the provider gives 2");
     bad("cluster_name: a\n" LOCAL2 "head_node_type: hd\navailable_node_types:\n  w: {}\n",
         "cluster.yaml:5:17: head_node_type: 'hd' is not in available_node_types");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  max_nodes: 0\n",
+        "cluster.yaml:6:14: ct.max_nodes must be an integer in [1, 16777216], got '0'");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  max_node: 5\n",
+        "cluster.yaml:6:3: unknown key 'max_node' in ct (did you mean 'max_nodes'?)");
     bad("cluster_name: a\n" LOCAL2 "ct:\n  store_memory: 10K\n",
         "cluster.yaml:6:17: ct.store_memory must be a size of at least 1M (e.g. 512M), got '10K'");
     bad("cluster_name: a\n" LOCAL2 "ct:\n  head_runs_node: maybe\n",
@@ -227,6 +231,23 @@ int main(int argc, char **argv)
     }
     ct_cluster_config_destroy(&c);
     CHECK(c == NULL);
+    /* the head's table limits (ct-head --max-*): 0, the head's default, unless given */
+    c = good("cluster_name: t\n" LOCAL2 "ct:\n  max_nodes: 20000\n  max_actors: 200000\n"
+             "  max_placement_groups: 30000\n  max_objects: 5000000\n  max_kv_keys: 7\n"
+             "  max_subscribers: 9\n");
+    if (c) {
+        CHECK_EQ_NUM(c->max_nodes, 20000);
+        CHECK_EQ_NUM(c->max_actors, 200000);
+        CHECK_EQ_NUM(c->max_placement_groups, 30000);
+        CHECK_EQ_NUM(c->max_objects, 5000000);
+        CHECK_EQ_NUM(c->max_kv_keys, 7);
+        CHECK_EQ_NUM(c->max_subscribers, 9);
+    }
+    ct_cluster_config_destroy(&c);
+    c = good("cluster_name: t\n" LOCAL2);
+    if (c)
+        CHECK_EQ_NUM(c->max_nodes, 0);
+    ct_cluster_config_destroy(&c);
     /* types: min_workers first, the rest fill types in order up to their max_workers */
     c = good("cluster_name: t\nprovider: {type: local, num_workers: 4}\n"
              "head_node_type: hd\n"
@@ -287,8 +308,9 @@ int main(int argc, char **argv)
         CHECK_STR(c->nodes[1].host, "node-3.example.com");
         CHECK_STR(c->head_bind, "0.0.0.0");
         CHECK_EQ_NUM(c->head_port, 6380);
-        CHECK_EQ_NUM(c->ssh_port, 2222);
-        CHECK_STR(c->ssh_user, "ubuntu");
+        const ct__ssh_conf *a = c->provider_conf;
+        CHECK_EQ_NUM(a->port, 2222);
+        CHECK_STR(a->user, "ubuntu");
         CHECK_STR(c->remote_dir, "~/.ct");
     }
     ct_cluster_config_destroy(&c);
@@ -297,8 +319,9 @@ int main(int argc, char **argv)
              "available_node_types:\n  w: {spill_dir: /data/ct_spill.v2, min_workers: 1}\n"
              "ct: {bin_dir: ~/ct/bin, remote_dir: /opt/ct, copy_binaries: false}\n");
     if (c) {
-        CHECK_STR(c->ssh_user, "_svc-ct2");
-        CHECK_STR(c->ssh_key, "/home/u/.ssh/id_ed25519");
+        const ct__ssh_conf *a = c->provider_conf;
+        CHECK_STR(a->user, "_svc-ct2");
+        CHECK_STR(a->key, "/home/u/.ssh/id_ed25519");
         CHECK_STR(c->nodes[0].spill_dir, "/data/ct_spill.v2/s-1");
         CHECK_STR(c->bin_dir, "~/ct/bin");
         CHECK_STR(c->remote_dir, "/opt/ct");
@@ -314,14 +337,15 @@ int main(int argc, char **argv)
     if (c) {
         CHECK_STR(c->provider->name, "slurm");
         CHECK_EQ_NUM(c->n_nodes, 4);
-        CHECK_EQ_NUM(c->slurm_nodes, 4);
-        CHECK_STR(c->slurm_partition, "gpu-a100");
-        CHECK_STR(c->slurm_time, "1-12:00:00");
-        CHECK_STR(c->slurm_account, "proj_7");
-        CHECK_EQ_NUM(c->slurm_cpus_per_node, 32);
-        CHECK_EQ_NUM(c->slurm_gpus_per_node, 8);
-        CHECK_EQ_NUM(c->n_slurm_sbatch_args, 3);
-        CHECK_STR(c->slurm_sbatch_args[2], "--mem=0");
+        const ct__slurm_conf *sc = c->provider_conf;
+        CHECK_EQ_NUM(sc->nodes, 4);
+        CHECK_STR(sc->partition, "gpu-a100");
+        CHECK_STR(sc->time, "1-12:00:00");
+        CHECK_STR(sc->account, "proj_7");
+        CHECK_EQ_NUM(sc->cpus_per_node, 32);
+        CHECK_EQ_NUM(sc->gpus_per_node, 8);
+        CHECK_EQ_NUM(sc->n_sbatch_args, 3);
+        CHECK_STR(sc->sbatch_args[2], "--mem=0");
         CHECK(c->head_ip == NULL);
         CHECK_STR(c->head_bind, "0.0.0.0");
         CHECK_EQ_NUM(c->head_port, 0);

@@ -100,13 +100,16 @@ int main(void)
     t_init();
     char yaml[1024], name[64], *out = NULL;
     snprintf(name, sizeof name, "t-local-%d", (int)getpid());
+    int dash_fd = -1, dash_port = taken_port(&dash_fd); /* a free port for the dashboard */
+    close(dash_fd);
     snprintf(yaml, sizeof yaml,
              "cluster_name: %s\n"
              "provider:\n  type: local\n  worker_ips: [127.0.0.1, 127.0.0.1]\n"
              "available_node_types:\n  w:\n    resources: {CPU: 2, disk: 1}\n"
              "    store_memory: 64M\n"
-             "ct: {heartbeat_ms: 100, dead_after_ms: 3000, start_timeout_s: 15}\n",
-             name);
+             "ct: {heartbeat_ms: 100, dead_after_ms: 3000, start_timeout_s: 15,\n"
+             "     dashboard_port: %d}\n",
+             name, dash_port);
     const char *cfg = t_write("c.yaml", yaml);
 
     /* up */
@@ -173,6 +176,26 @@ int main(void)
              addr);
     setenv("CT_SECRET_FILE", secret, 1);
     T_EXPECT(0, NEEDLES("2 nodes (2 alive)"), "status --address %s", addr);
+
+    /* dashboard: the URL with the token, and a Prometheus file_sd target list */
+    char url[96], target[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/#token=", dash_port);
+    snprintf(target, sizeof target, "\"targets\": [\"127.0.0.1:%d\"]", dash_port);
+    const char *sd = t_write("sd.json", "");
+    T_EXPECT(0, NEEDLES(url, "ssh -N -L", "file_sd targets written to"),
+             "dashboard %s --file-sd %s", cfg, sd);
+    CHECK(file_has(sd, target));
+    CHECK(file_has(sd, name));
+    if (t_ctup(&out, "dashboard %s", cfg) == 0 && out && strstr(out, url)) {
+        const char *tok = strstr(out, url) + strlen(url);
+        size_t n = strspn(tok, "0123456789abcdef");
+        CHECK_EQ_INT(n, 64);
+    } else {
+        h_failures++;
+    }
+    free(out);
+    out = NULL;
+    T_EXPECT(2, NEEDLES("one CLUSTER.yaml only"), "dashboard %s %s", cfg, cfg);
 
     /* submit: a driver joins the cluster; exit codes are forwarded */
     snprintf(want, sizeof want, "head at %s", addr);

@@ -18,20 +18,25 @@
 # node, one ct-node step per node; `ctup status` shows the job RUNNING; `ctup submit` of
 # trainer_fashion_mnist (2 replicas: one per node) runs the driver in the allocation (srun
 # --overlap); mid-training the ct-node step of the node that does not run the head is
-# scancelled: the job goes on from its checkpoint and finishes (the step starts again). `ctup
-# down`: no job in squeue, and no process left in the nodes' namespaces but slurmd. The secret
-# is in no process's command line or environment.
+# scancelled: the job goes on from its checkpoint and finishes (the step starts again). The kill
+# lands mid-training however loaded the machine is: the replicas hold before step 12 of 20 (the
+# test fault train_hold, common/fault.h, armed through the nodes' environment) while a file
+# exists; the test scancels once both say they are held and removes the file once the driver
+# reported the node's loss. `ctup down`: no job in squeue, and no process left in the nodes'
+# namespaces but slurmd. The secret is in no process's command line or environment.
 #
-# Skips (exit 77) without root, namespaces, /dev/net/tun, a cgroup file system, or the Slurm and
-# munge binaries. The EXIT trap kills everything by pid; ct_test_guard kills what carries its CT_TEST_GUARD mark
-# (the job's processes inherit the environment of ctup through sbatch and srun) when ctest
-# kills the script at the timeout; the Slurm daemons die with the script (PR_SET_PDEATHSIG).
+# Skips (exit 77) in a build without test faults (CT_FAULTS, the second argument), without root,
+# namespaces, /dev/net/tun, a cgroup file system, or the Slurm and munge binaries. The EXIT trap
+# kills everything by pid; ct_test_guard kills what carries its CT_TEST_GUARD mark (the job's
+# processes inherit the environment of ctup through sbatch and srun) when ctest kills the script
+# at the timeout; the Slurm daemons die with the script (PR_SET_PDEATHSIG).
 set -euo pipefail
 bin=$(cd "$1" && pwd)
 skip() {
     echo "SKIP: $*"
     exit 77
 }
+[ "${2:-ON}" = ON ] || skip "a build without CT_FAULTS (the job is held through a test fault)"
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, slurmd)"
 for t in ip unshare nsenter setpriv; do
     command -v "$t" >/dev/null || skip "$t not found (scripts/install-deps.sh installs it)"
@@ -241,6 +246,11 @@ ct:
   start_timeout_s: 40
 YAML
 ctup() { in_ns ctl "$bin/ctup" "$@"; }
+# the replicas (actors of the nodes that up starts, which inherit its environment) hold before
+# optimizer step 12 of the job's 20 (2 epochs of 1280 samples, 64 per replica: 10 per epoch)
+# while $hold exists: after the checkpoints of steps 4, 8 and 10, before the job can end
+hold=$tmp/hold
+export CT_TEST_FAULTS="train_hold=12:$hold"
 
 # a job Slurm refuses: up says so, and leaves no state
 sed 's/partition: ct/partition: nosuch/' "$cfg" >"$tmp/refused.yaml"
@@ -285,14 +295,17 @@ job_run() {
     ctup submit "$cfg" "$bin/trainer_fashion_mnist" --replicas 2 --epochs 2 --limit 1280 \
         --max-retries 3 --checkpoint-dir "$tmp/ckpt" --checkpoint-every 4
 }
+touch "$hold"
 job_run >"$tmp/job.out" 2>&1 &
 driver=$!
-for _ in $(seq 600); do
-    [ -n "$(ls "$tmp/ckpt" 2>/dev/null)" ] && grep -q 'cluster at' "$tmp/job.out" && break
+held() { [ "$(cat "$CT_STATE_DIR/$name"/node-*.log | grep -c 'held at step 12 while')" -ge 2 ]; }
+for _ in $(seq 900); do
+    [ -n "$(ls "$tmp/ckpt" 2>/dev/null)" ] && grep -q 'cluster at' "$tmp/job.out" && held && break
     kill -0 "$driver" 2>/dev/null || break
     sleep 0.05
 done
 [ -n "$(ls "$tmp/ckpt" 2>/dev/null)" ] || { cat "$tmp/job.out"; fail "no checkpoint written"; }
+held || { cat "$tmp/job.out"; fail "the 2 replicas were not held at step 12 (test fault train_hold)"; }
 # the driver runs in the allocation, on the head's node
 in_ns ctl squeue -h -s -j "$job" -o '%j %N' | grep -q '^trainer_fashion_mnist n1$' ||
     { in_ns ctl squeue -s -j "$job"; fail "the driver is not a step of job $job on n1"; }
@@ -304,6 +317,13 @@ victim=$(in_ns ctl squeue -h -s -j "$job" -o '%i %j' | awk '$2 == "ct-node-n2" {
 [ -n "$victim" ] || fail "no ct-node step on n2"
 echo "scancel $victim (the ct-node step on n2) mid-training"
 in_ns ctl scancel "$victim"
+# the replicas go on once the driver saw the loss (the head declares n2 dead after 2 s)
+for _ in $(seq 600); do
+    grep -Eq "lost with its node|failure 1 of 3" "$tmp/job.out" && break
+    kill -0 "$driver" 2>/dev/null || break
+    sleep 0.05
+done
+rm -f "$hold"
 rc=0
 wait "$driver" || rc=$?
 driver=""

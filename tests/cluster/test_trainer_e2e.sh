@@ -29,7 +29,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$bin/ctup" up "$cfg" >"$tmp/up.out" 2>&1 || { cat "$tmp/up.out"; fail "ctup up"; }
 all_pids=$(pids)
 job() { "$bin/ctup" submit "$cfg" "$bin/trainer_fashion_mnist" --replicas 2 --epochs 3 \
-        --limit 12800 --max-retries 2; }
+        --limit 12800 --max-retries 2 --recovery restart; }
 
 job >"$tmp/run1.out" 2>&1 || { cat "$tmp/run1.out"; fail "undisturbed run"; }
 cat "$tmp/run1.out"

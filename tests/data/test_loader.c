@@ -211,6 +211,77 @@ static void seek_equals_full(ct_dataset *ds, ct_loader_opts o, int pf)
     ct_loader_destroy(&p);
 }
 
+/* Re-sharding mid-epoch (ct_loader_seek_offset): 4 ranks take k batches each, then 3 ranks deal
+ * the rest of the same epoch's order from offset = 4 k B: every position of the order is taken
+ * once, in order (rank r's i-th sample of the rest is position offset + r + 3 i), with and
+ * without prefetch; the next epoch is whole again, and bad offsets are refused. */
+static void reshard_offset(ct_dataset *ds, int pf)
+{
+    int64_t n = ct_dataset_length(ds), B = 5, k = 3, offset = 4 * k * B;
+    int64_t *perm = malloc(sizeof *perm * (size_t)n), *count = calloc((size_t)n, sizeof *count);
+    ct_sampler_permutation(n, 7 + 1, perm); /* seed 7, epoch 1 */
+    int64_t wrong = 0, taken = 0;
+    for (int r = 0; r < 4; r++) {
+        ct_loader *ld = NULL;
+        CHECK_OK(ct_loader_new(ds,
+                               &(ct_loader_opts){.batch_size = B,
+                                                 .shuffle = true,
+                                                 .seed = 7,
+                                                 .rank = r,
+                                                 .world_size = 4,
+                                                 .prefetch = pf},
+                               &ld));
+        CHECK_OK(ct_loader_set_epoch(ld, 1));
+        ct_batch b;
+        for (int64_t i = 0; ld && i < k && ct_loader_next(ld, &b) == 1; i++)
+            for (int64_t j = 0; j < b.n; j++, taken++) {
+                count[b.index[j]]++;
+                wrong += b.index[j] != perm[(i * B + j) * 4 + r];
+            }
+        ct_loader_destroy(&ld);
+    }
+    for (int r = 0; r < 3; r++) {
+        ct_loader *ld = NULL;
+        CHECK_OK(ct_loader_new(ds,
+                               &(ct_loader_opts){.batch_size = B,
+                                                 .shuffle = true,
+                                                 .seed = 7,
+                                                 .rank = r,
+                                                 .world_size = 3,
+                                                 .prefetch = pf},
+                               &ld));
+        if (!ld)
+            continue;
+        CHECK_OK(ct_loader_seek_offset(ld, 1, offset, 0));
+        CHECK_EQ(ct_loader_num_samples(ld), (n - offset + 2) / 3);
+        ct_batch b;
+        int64_t i = 0;
+        while (ct_loader_next(ld, &b) == 1)
+            for (int64_t j = 0; j < b.n; j++, i++) {
+                int64_t p = offset + r + 3 * i;
+                if (p < n) { /* past the end: padding from the order's start */
+                    count[b.index[j]]++;
+                    taken++;
+                }
+                wrong += b.index[j] != perm[p % n];
+            }
+        CHECK_EQ(i, (n - offset + 2) / 3);
+        CHECK_OK(ct_loader_set_epoch(ld, 2)); /* a whole epoch again */
+        CHECK_EQ(ct_loader_num_samples(ld), (n + 2) / 3);
+        CHECK_ERR(ct_loader_seek_offset(ld, 1, n + 1, 0), CT_EINVAL, "offset");
+        CHECK_ERR(ct_loader_seek_offset(ld, 1, offset, 1000), CT_EINVAL, "out of range");
+        ct_loader_destroy(&ld);
+    }
+    int64_t once = 0;
+    for (int64_t i = 0; i < n; i++)
+        once += count[i] == 1;
+    CHECK_EQ(wrong, 0);
+    CHECK_EQ(taken, n);
+    CHECK_EQ(once, n);
+    free(perm);
+    free(count);
+}
+
 /* Buffers are allocated once: batch pointers cycle through prefetch + 1 slots at most. */
 static void buffers_reused(ct_dataset *ds, int pf)
 {
@@ -469,6 +540,8 @@ int main(void)
     seek_equals_full(ds, dist, 0);
     seek_equals_full(ds, dist, 2);
     seek_equals_full(ds, aug, 3);
+    reshard_offset(ds, 0);
+    reshard_offset(ds, 2);
     buffers_reused(ds, 0);
     buffers_reused(ds, 3);
     start_stop(ds);

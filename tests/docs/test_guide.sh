@@ -87,7 +87,7 @@ awk -v a="$(num predict accuracy)" -v b="$(num ck2 val_accuracy)" \
 
 # section 6
 run failures ./failures
-expect failures '^epoch=3 retries_used=1 replicas=2 weights_agree=1$'
+expect failures '^epoch=3 retries_used=0 live_recoveries=1 weights_agree=1$'
 
 # section 3: the same first program on a ctup cluster
 ctup up "$yaml" >"$tmp/up.out" 2>&1 || { cat "$tmp/up.out"; fail "ctup up"; }

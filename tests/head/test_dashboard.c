@@ -15,7 +15,20 @@
  *   hostile     while slowloris connections are held open, oversized headers, bad paths,
  *               other methods, garbage and more connections than the limit come in, the head
  *               keeps serving its node (an actor call, a KV round trip, the node alive) and a
- *               normal /metrics request succeeds.
+ *               normal /metrics request succeeds (and /api/..., and the dashboard page at /);
+ *               a TrainReport with a histogram is shown (cumulative buckets, +Inf, sum) and
+ *               malformed ones (bounds out of order, counts above the count, an infinite
+ *               ETA) are refused: no trace of them in /metrics.
+ *   browser     Debian's chromium, headless (--dump-dom, its scripts given 10 s of virtual
+ *               time; in a process group of its own, killed whole), loads the dashboard page
+ *               of a head with 2 nodes after a 2-replica job lost a node (SIGKILL) and
+ *               retried: the DOM holds the job's row at its last step with its retry's reason
+ *               and a loss curve of at least 5 points, the killed node's death event with a
+ *               reason, and the retry event; `ctup status` shows the job's row (step,
+ *               epochs, loss, ETA, retries). Skips (77) without chromium.
+ *   restart     a head under its supervisor (ct-head --supervise) with a node is killed
+ *               (SIGKILL): once it serves again on its ports, chromium finds the restart
+ *               event with its reason (the signal) and the node, registered again, alive.
  * No timing is asserted. */
 #include "tests/trainer/tt.h"
 
@@ -29,6 +42,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include "actor/runtime.h"
 #include "common/auth.h"
 #include "tests/runtime/classes.h"
 
@@ -290,9 +304,12 @@ typedef struct scenario {
     char node_id[2][32];
     const char *addr;
     bool killed;
+    int killed_k; /* node_pid/node_id index of the node killed */
     double step_seen[8];
     int nseen;
 } scenario;
+
+static int kill_replica_node(trainer *t, const trainer_stats *st, scenario *s);
 
 static int prom_on_epoch(trainer *t, const trainer_stats *st, void *user)
 {
@@ -310,6 +327,19 @@ static int prom_on_epoch(trainer *t, const trainer_stats *st, void *user)
     v = prom_wait("ct_cluster_nodes{state=\"alive\"}", eq, 2, out, sizeof out);
     printf("Prometheus: alive nodes %g before the kill\n", v);
     CHECK_EQ_INT(v, 2);
+    int rc = kill_replica_node(t, st, s);
+    if (rc)
+        return rc;
+    v = prom_wait("ct_cluster_nodes{state=\"alive\"}", eq, 1, out, sizeof out);
+    printf("Prometheus: alive nodes %g after the kill\n", v);
+    CHECK_EQ_INT(v, 1);
+    return 0;
+}
+
+/* Kills (SIGKILL) the node of a replica that is not on the driver's node, and waits for the
+ * replica to go with it. 0, or CT_EINVAL when every replica is on the driver's node. */
+static int kill_replica_node(trainer *t, const trainer_stats *st, scenario *s)
+{
     const char *mine = ct_object_node();
     for (int i = 0; i < st->replicas && !s->killed; i++) {
         trainer_replica_info info;
@@ -321,6 +351,7 @@ static int prom_on_epoch(trainer *t, const trainer_stats *st, void *user)
                        (int)s->node_pid[k], i);
                 kill(s->node_pid[k], SIGKILL);
                 s->killed = true;
+                s->killed_k = k;
                 /* the replica goes with its node: wait for it, so the next epoch runs into
                  * the loss (as trainer_node_loss does) */
                 for (double until = h_now_ms() + 3000; h_now_ms() < until; usleep(2000))
@@ -332,9 +363,6 @@ static int prom_on_epoch(trainer *t, const trainer_stats *st, void *user)
         fprintf(stderr, "no replica on a node other than the driver's (%s)\n", mine);
         return CT_EINVAL;
     }
-    v = prom_wait("ct_cluster_nodes{state=\"alive\"}", eq, 1, out, sizeof out);
-    printf("Prometheus: alive nodes %g after the kill\n", v);
-    CHECK_EQ_INT(v, 1);
     return 0;
 }
 
@@ -370,7 +398,8 @@ static int run_prometheus(void)
                                             .config = "limit=2048,val_limit=200",
                                             .num_replicas = 2,
                                             .epochs = 3,
-                                            .seed = 3},
+                                            .seed = 3,
+                                            .recovery = "restart"},
                             &t));
     if (!t)
         goto out;
@@ -394,11 +423,407 @@ static int run_prometheus(void)
     CHECK(strstr(out, "\"reason\":\"node_lost\"") != NULL);
     v = prom_wait("max(ct_train_done)", eq, 1, out, sizeof out);
     CHECK_EQ_INT(v, 1);
+    /* the training job's label is ct_job: Prometheus keeps "job" for its scrape job and would
+     * have renamed ours to exported_job */
+    prom_query("ct_train_step", out, sizeof out);
+    CHECK(strstr(out, "\"ct_job\":") != NULL && strstr(out, "exported_job") == NULL);
+    CHECK(strstr(out, "\"job\":\"ct\"") != NULL);
+    /* the histograms: every step observed (step, allreduce, data wait), each checkpoint */
+    const char *hists[] = {"step", "allreduce", "data_wait", "checkpoint"};
+    for (int i = 0; i < 4; i++) {
+        char q[160];
+        double want = i < 3 ? 5 : 1;
+        snprintf(q, sizeof q, "sum(ct_train_%s_seconds_count)", hists[i]);
+        double n = prom_wait(q, gt, want - 1, out, sizeof out);
+        snprintf(q, sizeof q, "sum(ct_train_%s_seconds_bucket{le=\"+Inf\"})", hists[i]);
+        double inf = prom_query(q, out, sizeof out);
+        snprintf(q, sizeof q, "histogram_quantile(0.5, sum by (le) (ct_train_%s_seconds_bucket))",
+                 hists[i]);
+        double median = prom_query(q, out, sizeof out);
+        printf("Prometheus: ct_train_%s_seconds: %g observations, median %g s\n", hists[i], n,
+               median);
+        CHECK(n >= want);
+        CHECK(inf == n);
+        CHECK(median >= 0 && median <= 60);
+    }
+    v = prom_query("max(ct_train_last_checkpoint_step)", out, sizeof out);
+    printf("Prometheus: last checkpoint at step %g (trainer: %lld steps)\n", v,
+           (long long)st.steps);
+    CHECK(v > 0 && v <= (double)st.steps);
 out:
     trainer_shutdown(&t);
     ct_shutdown();
     h_kill_all();
     prom_cleanup();
+    return h_failures ? 1 : 0;
+}
+
+/* ---- a real browser ---- */
+
+static char br_dir[64];
+static pid_t br_pid = -1; /* chromium, leader of its own process group */
+
+static void browser_cleanup(void)
+{
+    if (getpid() != h_owner)
+        return;
+    if (br_pid > 0) {
+        kill(-br_pid, SIGKILL); /* chromium and every process it started (same group) */
+        waitpid(br_pid, NULL, 0);
+        br_pid = -1;
+    }
+    char cmd[128];
+    if (br_dir[0] && !strncmp(br_dir, "/tmp/ct-test-chromium.", 22)) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", br_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", br_dir);
+        br_dir[0] = 0;
+    }
+}
+
+static const char *find_chromium(void)
+{
+    static char path[PATH_MAX];
+    const char *names[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                           "/usr/local/bin/chromium"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (access(names[i], X_OK) == 0)
+            return snprintf(path, sizeof path, "%s", names[i]), path;
+    return NULL;
+}
+
+/* Loads url in headless chromium, letting its scripts run (10 s of virtual time), and reads
+ * the DOM it prints into a malloc'd string (NULL on failure). Chromium runs in a process group
+ * of its own, killed whole when it is done or after 90 s. */
+static char *chromium_dump(const char *bin, const char *url)
+{
+    char out[128], err[128], prof[128];
+    snprintf(out, sizeof out, "%s/dom.html", br_dir);
+    snprintf(err, sizeof err, "%s/chromium.log", br_dir);
+    snprintf(prof, sizeof prof, "--user-data-dir=%s/profile", br_dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open(err, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fo < 0 || fe < 0)
+            _exit(126);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        /* as root chromium refuses to start with its sandbox: a test browser on a page of
+         * our own goes without it */
+        execl(bin, bin, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+              "--disable-dev-shm-usage", "--disable-extensions", "--disable-background-networking",
+              "--disable-sync", "--metrics-recording-only", "--no-default-browser-check", prof,
+              "--virtual-time-budget=10000", "--dump-dom", url, (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0)
+        return NULL;
+    setpgid(pid, pid); /* both sides, so the group exists before either looks */
+    br_pid = pid;
+    int status = -1;
+    for (double until = h_now_ms() + 90000; h_now_ms() < until; usleep(100000))
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            br_pid = -1;
+            break;
+        }
+    kill(-pid, SIGKILL); /* what it left behind (its zygote, crashpad), or itself on timeout */
+    if (br_pid > 0) {
+        fprintf(stderr, "chromium did not finish in 90 s (log: %s)\n", err);
+        waitpid(pid, NULL, 0);
+        br_pid = -1;
+        return NULL;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+        fprintf(stderr, "chromium failed (status 0x%x; log: %s)\n", status, err);
+        char *log = tt_read_file(err, NULL);
+        if (log)
+            fprintf(stderr, "%.4000s\n", log);
+        free(log);
+        return NULL;
+    }
+    return tt_read_file(out, NULL);
+}
+
+/* The value of attribute attr="..." in the first tag at or after p that has one (before the
+ * tag closes): its digits as a number, -1 when none. */
+static long attr_num(const char *p, const char *attr)
+{
+    char key[64];
+    snprintf(key, sizeof key, "%s=\"", attr);
+    const char *a = p ? strstr(p, key) : NULL;
+    return a ? strtol(a + strlen(key), NULL, 10) : -1;
+}
+
+/* The text of the table row that starts at p (up to its </tr>) into buf. */
+static void row_text(const char *p, char *buf, size_t cap)
+{
+    const char *end = p ? strstr(p, "</tr>") : NULL;
+    size_t n = end ? (size_t)(end - p) : 0;
+    snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), p ? p : "");
+}
+
+/* The ETA column of the job's row in `ctup status --address addr` into eta ("" when none). */
+static void ctup_eta(const char *addr, char *eta, size_t cap)
+{
+    char cmd[PATH_MAX + 200];
+    snprintf(cmd, sizeof cmd, "%s status --address %s", h_bin("ctup"), addr);
+    char *out = h_capture(cmd);
+    const char *row = out ? strstr(out, "\ndriver-") : NULL;
+    char e[32] = "";
+    if (row)
+        sscanf(row + 1, "%*s %*s %*s %*s %*s %*s %*s %31s", e);
+    snprintf(eta, cap, "%s", e);
+    free(out);
+}
+
+static int browser_on_epoch(trainer *t, const trainer_stats *st, void *user)
+{
+    scenario *s = user;
+    if (st->epoch == 1 && !s->killed) { /* mid-run, ctup status estimates the time left */
+        char eta[32] = "";
+        for (double until = h_now_ms() + 10000; h_now_ms() < until; usleep(100000)) {
+            ctup_eta(s->addr, eta, sizeof eta);
+            if (eta[0] && strcmp(eta, "-"))
+                break;
+        }
+        printf("ctup status after epoch 1: ETA %s\n", eta);
+        CHECK(eta[0] && strcmp(eta, "-") && strcmp(eta, "done") && strchr(eta, 's'));
+    }
+    if (st->epoch != 1 || s->killed)
+        return 0;
+    return kill_replica_node(t, st, s);
+}
+
+static int run_browser(void)
+{
+    const char *bin = find_chromium();
+    if (!bin) {
+        printf("SKIP: no chromium (scripts/install-deps.sh installs Debian's)\n");
+        return 77;
+    }
+    h_init();
+    alarm(240);
+    atexit(browser_cleanup);
+    snprintf(br_dir, sizeof br_dir, "/tmp/ct-test-chromium.XXXXXX");
+    if (!mkdtemp(br_dir)) {
+        br_dir[0] = 0;
+        return 1;
+    }
+    char addr[128], log_dir[128], url[96];
+    int dport = free_port();
+    scenario s = {.addr = addr};
+    trainer *t = NULL;
+    char *dom = NULL;
+    if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
+        return 1;
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
+    for (int i = 0; i < 2; i++)
+        if ((s.node_pid[i] = tt_start_node_joined(addr, s.node_id[i], sizeof s.node_id[0])) < 0) {
+            h_failures++;
+            goto out;
+        }
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                            .data = "fashion_mnist",
+                                            .optimizer = "adam",
+                                            .config = "limit=2048,val_limit=200",
+                                            .num_replicas = 2,
+                                            .epochs = 3,
+                                            .seed = 3,
+                                            .recovery = "restart"}, /* a retry to show */
+                            &t));
+    if (!t)
+        goto out;
+    snprintf(log_dir, sizeof log_dir, "%s/run", br_dir); /* the head hears of every step */
+    trainer_stats st = {0};
+    CHECK_OK(trainer_train(t, .max_retries = 2, .on_epoch = browser_on_epoch, .user = &s,
+                           .stats = &st, .log_dir = log_dir, .progress = TRAINER_PROGRESS_OFF));
+    CHECK(s.killed);
+    CHECK_EQ_INT(st.retries_used, 1);
+    if (!s.killed)
+        goto out;
+    /* the head's pages are rendered every PUBLISH_MS: wait until they show the end */
+    static char body[1 << 20];
+    bool ready = false;
+    for (double until = h_now_ms() + 20000; h_now_ms() < until && !ready; usleep(200000))
+        ready = http_get("127.0.0.1", dport, "/api/jobs", NULL, body, sizeof body) == 200 &&
+                strstr(body, "\"done\":true") != NULL;
+    CHECK(ready);
+    /* ctup status shows the job's progress: its row in the JOBS table */
+    char cmd[PATH_MAX + 200];
+    snprintf(cmd, sizeof cmd, "%s status --address %s", h_bin("ctup"), addr);
+    char *status = h_capture(cmd);
+    printf("%s", status ? status : "(no ctup status output)\n");
+    const char *jobs = status ? strstr(status, "\nJOB ") : NULL;
+    CHECK(jobs && strstr(jobs, "ETA") && strstr(jobs, "SAMPLES/S"));
+    const char *jrow = jobs ? strstr(jobs, "\ndriver-") : NULL;
+    long long jstep = -1;
+    char jname[64] = "", jepoch[32] = "", jloss[32] = "", jeta[32] = "", jretries[64] = "";
+    if (jrow)
+        sscanf(jrow + 1, "%63s %lld %31s %31s %*s %*s %*s %31s %63s", jname, &jstep, jepoch, jloss,
+               jeta, jretries);
+    printf("ctup status: job %s step %lld epoch %s loss %s eta %s retries %s\n", jname, jstep,
+           jepoch, jloss, jeta, jretries);
+    CHECK_EQ_INT(jstep, st.steps);
+    CHECK(!strcmp(jepoch, "3/3"));
+    CHECK(strtod(jloss, NULL) > 0);
+    CHECK(!strcmp(jeta, "done"));
+    CHECK(!strcmp(jretries, "node_lost=1"));
+    free(status);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", dport);
+    printf("chromium %s --headless --dump-dom %s\n", bin, url);
+    dom = chromium_dump(bin, url);
+    CHECK(dom != NULL);
+    if (!dom)
+        goto out;
+    printf("DOM: %zu bytes\n", strlen(dom));
+    char row[4096];
+    /* the job's row, at its last step, with its loss curve */
+    const char *job = strstr(dom, "<tr class=\"job\"");
+    CHECK(job != NULL);
+    row_text(job, row, sizeof row);
+    printf("job row: %.600s\n", row);
+    long step = attr_num(job, "data-step"), points = attr_num(job, "data-points");
+    printf("job row: step %ld (trainer: %lld), loss curve of %ld points\n", step,
+           (long long)st.steps, points);
+    CHECK_EQ_INT(step, st.steps);
+    CHECK(points >= 5);
+    CHECK(job && strstr(row, "node_lost 1") != NULL); /* its retries, with the reason */
+    /* the node's death, with its reason, and the retry it cost */
+    const char *dead = NULL;
+    for (const char *p = dom; (p = strstr(p, "<tr class=\"event node_dead\"")); p++)
+        if (row_text(p, row, sizeof row), strstr(row, s.node_id[s.killed_k])) {
+            dead = p;
+            break;
+        }
+    CHECK(dead != NULL);
+    if (dead) {
+        printf("death event: %.600s\n", row);
+        /* a reason is given: the td after the node id is not empty */
+        const char *id = strstr(row, s.node_id[s.killed_k]);
+        CHECK(id && strstr(id, "</td><td>") && strstr(id, "</td><td>")[9] != '<');
+    }
+    const char *retry = strstr(dom, "<tr class=\"event retry\"");
+    CHECK(retry != NULL);
+    row_text(retry, row, sizeof row);
+    printf("retry event: %.600s\n", row);
+    CHECK(retry && strstr(row, "node_lost") != NULL);
+    /* the nodes: one alive, the killed one dead (listed for a while after) */
+    CHECK(strstr(dom, "<tr class=\"node ALIVE\"") != NULL);
+    CHECK(strstr(dom, "connected") != NULL);
+out:
+    if (h_failures && dom)
+        fprintf(stderr, "the DOM chromium saw:\n%.20000s\n", dom);
+    free(dom);
+    trainer_shutdown(&t);
+    ct_shutdown();
+    h_kill_all();
+    browser_cleanup();
+    return h_failures ? 1 : 0;
+}
+
+/* ---- across a head restart ---- */
+
+/* The first child of pid (/proc/PID/task/PID/children), or -1. */
+static pid_t child_of(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    int c = -1;
+    if (f) {
+        if (fscanf(f, "%d", &c) != 1)
+            c = -1;
+        fclose(f);
+    }
+    return c;
+}
+
+static int run_restart(void)
+{
+    const char *bin = find_chromium();
+    if (!bin) {
+        printf("SKIP: no chromium (scripts/install-deps.sh installs Debian's)\n");
+        return 77;
+    }
+    h_init();
+    atexit(browser_cleanup);
+    snprintf(br_dir, sizeof br_dir, "/tmp/ct-test-chromium.XXXXXX");
+    if (!mkdtemp(br_dir)) {
+        br_dir[0] = 0;
+        return 1;
+    }
+    static char body[1 << 20];
+    char port[16], addr[160], line[160], url[96], id[32];
+    int dport = free_port();
+    snprintf(port, sizeof port, "%d", dport);
+    char *argv[] = {(char *)h_bin("ct-head"),
+                    "--supervise",
+                    "--port",
+                    "0",
+                    "--heartbeat-ms",
+                    "100",
+                    "--dead-after-ms",
+                    "10000",
+                    "--dashboard-port",
+                    port,
+                    NULL};
+    int fd = -1;
+    pid_t sup = h_spawn(argv, &fd);
+    if (sup < 0 || h_read_line(fd, line, sizeof line, 10000) || strncmp(line, "listening on ", 13))
+        return fprintf(stderr, "ct-head --supervise did not start\n"), 1;
+    close(fd);
+    snprintf(addr, sizeof addr, "%s", line + 13);
+    char *dom = NULL;
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
+    if (tt_start_node_joined(addr, id, sizeof id) < 0) {
+        h_failures++;
+        goto out;
+    }
+    int code = -1;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && code != 200; usleep(100000))
+        code = http_get("127.0.0.1", dport, "/api/nodes", NULL, body, sizeof body);
+    CHECK_EQ_INT(code, 200);
+    pid_t head = child_of(sup);
+    CHECK(head > 0);
+    if (head <= 0)
+        goto out;
+    printf("killing the head (pid %d; its supervisor %d)\n", (int)head, (int)sup);
+    kill(head, SIGKILL);
+    /* the supervisor starts it again on the same ports; the node registers again */
+    bool back = false;
+    for (double until = h_now_ms() + 30000; h_now_ms() < until && !back; usleep(200000))
+        back = http_get("127.0.0.1", dport, "/api/events", NULL, body, sizeof body) == 200 &&
+               strstr(body, "\"kind\":\"head_restarted\"") != NULL &&
+               http_get("127.0.0.1", dport, "/api/nodes", NULL, body, sizeof body) == 200 &&
+               strstr(body, id) != NULL;
+    CHECK(back);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", dport);
+    dom = chromium_dump(bin, url);
+    CHECK(dom != NULL);
+    if (!dom)
+        goto out;
+    char row[4096];
+    const char *ev = strstr(dom, "<tr class=\"event head_restarted\"");
+    CHECK(ev != NULL);
+    row_text(ev, row, sizeof row);
+    printf("restart event: %.600s\n", row);
+    /* its reason: how the head before ended */
+    CHECK(ev && strstr(row, "killed by signal 9") != NULL);
+    const char *nrow = strstr(dom, "<tr class=\"node ALIVE\"");
+    CHECK(nrow && (row_text(nrow, row, sizeof row), strstr(row, id) != NULL));
+    CHECK(strstr(dom, "connected") != NULL);
+out:
+    if (h_failures && dom)
+        fprintf(stderr, "the DOM chromium saw:\n%.20000s\n", dom);
+    free(dom);
+    ct_shutdown();
+    h_kill_all();
+    browser_cleanup();
     return h_failures ? 1 : 0;
 }
 
@@ -645,7 +1070,7 @@ static int run_hostile(void)
     CHECK(code != 200);
     free(req);
     /* bad paths and methods */
-    const char *bad[] = {"/",
+    const char *bad[] = {"/index.htm",
                          "/metrics/",
                          "/api",
                          "/api/",
@@ -700,6 +1125,52 @@ static int run_hostile(void)
     code = http_get("127.0.0.1", dport, "/api/jobs", NULL, body, sizeof body);
     CHECK_EQ_INT(code, 200);
     CHECK(body[0] == '[' && strstr(body, "\"state\":\"RUNNING\"") != NULL);
+    code = http_get("127.0.0.1", dport, "/api/events", NULL, body, sizeof body);
+    CHECK_EQ_INT(code, 200);
+    CHECK(body[0] == '[' && strstr(body, "\"kind\":\"node_joined\"") != NULL);
+    CHECK(strstr(body, id) != NULL);
+    code = http_get("127.0.0.1", dport, "/", NULL, body, sizeof body);
+    CHECK_EQ_INT(code, 200);
+    CHECK(strstr(body, "<title>ct dashboard</title>") != NULL);
+    /* TrainReports: malformed ones are refused; a good one is shown, with its histogram */
+    static const double bounds[3] = {0.01, 0.1, 1}, bad_bounds[3] = {0.1, 0.01, 1};
+    static const uint64_t counts[3] = {2, 1, 0}, too_many[3] = {5, 5, 5};
+    struct ct__train_hist good_h = {"step", 3, bounds, counts, 4, 2.5};
+    ct__train_report good = {.job = "ok-job",
+                             .step = 7,
+                             .loss = 0.5,
+                             .mfu_pct = NAN,
+                             .val_loss = NAN,
+                             .eta_s = 12,
+                             .epochs = 2,
+                             .nhist = 1};
+    good.hist[0] = good_h;
+    /* the bad ones first: once the good one shows, the head (reading one connection in order)
+     * has handled them */
+    ct__train_report badr = good;
+    badr.job = "bad-bounds";
+    badr.hist[0].bounds = bad_bounds;
+    CHECK_OK(ct__report_train(&badr)); /* sent; the head refuses it */
+    badr = good;
+    badr.job = "bad-counts";
+    badr.hist[0].counts = too_many;
+    CHECK_OK(ct__report_train(&badr));
+    badr = good;
+    badr.job = "bad-eta";
+    badr.eta_s = INFINITY;
+    CHECK_OK(ct__report_train(&badr));
+    CHECK_OK(ct__report_train(&good));
+    seen = false;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && !seen; usleep(100000)) {
+        code = http_get("127.0.0.1", dport, "/metrics", NULL, body, sizeof body);
+        seen = code == 200 && metric(body, "ct_train_step{ct_job=\"ok-job\"}") == 7;
+    }
+    CHECK(seen);
+    CHECK_EQ_INT(metric(body, "ct_train_step_seconds_bucket{ct_job=\"ok-job\",le=\"0.1\"}"), 3);
+    CHECK_EQ_INT(metric(body, "ct_train_step_seconds_bucket{ct_job=\"ok-job\",le=\"+Inf\"}"), 4);
+    CHECK(metric(body, "ct_train_step_seconds_sum{ct_job=\"ok-job\"}") == 2.5);
+    CHECK(strstr(body, "# TYPE ct_train_step_seconds histogram") != NULL);
+    CHECK(strstr(body, "bad-") == NULL);
     atomic_store(&s.stop, 1);
     pthread_join(th, NULL);
     /* no node was declared dead meanwhile */
@@ -725,6 +1196,10 @@ int main(int argc, char **argv)
         return run_access();
     if (!strcmp(mode, "hostile"))
         return run_hostile();
-    fprintf(stderr, "usage: %s prometheus|access|hostile\n", argv[0]);
+    if (!strcmp(mode, "browser"))
+        return run_browser();
+    if (!strcmp(mode, "restart"))
+        return run_restart();
+    fprintf(stderr, "usage: %s prometheus|access|hostile|browser|restart\n", argv[0]);
     return 2;
 }

@@ -1,12 +1,16 @@
 /* tests/objectstore/test_corrupt.c — a chunk damaged in transit (the pull's test hook flips a
  * byte of the N-th chunk received) fails its CRC-32C, is fetched again, and the object arrives
- * identical; the same through the CT_XFER_CORRUPT_CHUNK environment variable. */
+ * identical; the same through the test fault xfer_corrupt_chunk (CT_TEST_FAULTS, common/fault.h).
+ */
 #include "tests/objectstore/os_node.h"
 
 #define MB (1ull << 20)
 
 int main(void)
 {
+#ifndef CT_FAULTS
+    return 77; /* it arms test faults (common/fault.h): a build with CT_FAULTS runs it */
+#endif
     os_purge_stale();
     os_node a = {0};
     ct_store *c = NULL;
@@ -34,9 +38,9 @@ int main(void)
 
     /* Same through the environment. */
     os_id(&id, 2);
-    setenv("CT_XFER_CORRUPT_CHUNK", "1", 1);
+    setenv("CT_TEST_FAULTS", "xfer_corrupt_chunk=1", 1);
     CHECK_EQ(ct_xfer_pull(c, &id, holders, 1, &(ct_xfer_pull_opts){.chunk_size = 1 * MB}, &st), 0);
-    unsetenv("CT_XFER_CORRUPT_CHUNK");
+    unsetenv("CT_TEST_FAULTS");
     CHECK_EQ(st.crc_failures, 1);
     CHECK_EQ(ct_store_get(c, &id, &v), 0);
     CHECK(os_verify(v.data, v.size, 10));

@@ -3,8 +3,8 @@
  * with no node on its host. A forked "node" (a shard of 32 MiB and its transfer server):
  *   - an upload of 5 MiB + 7 bytes comes back identical through ct_xfer_pull_mem;
  *   - the same id again: CT_EEXIST, saying so; 40 MiB: CT_ENOSPC naming the 32 MiB limit;
- *   - a chunk sent with a wrong checksum (CT_XFER_CORRUPT_PUT) is refused and the upload sent
- *     again, and the bytes stored are the right ones;
+ *   - a chunk sent with a wrong checksum (the test fault xfer_corrupt_put) is refused and the
+ * upload sent again, and the bytes stored are the right ones;
  *   - an upload cut after its first chunk leaves no object (sealed or not: the id uploads
  *     again), and one from a peer that fails the handshake stores nothing; the node keeps
  *     serving after both. */
@@ -32,6 +32,9 @@ static int node_has(const os_node *n, const ct_object_id *id, uint64_t want)
 
 int main(void)
 {
+#ifndef CT_FAULTS
+    return 77; /* it arms test faults (common/fault.h): a build with CT_FAULTS runs it */
+#endif
     os_purge_stale();
     os_node a = {0};
     unsigned char *buf = malloc(40 * MB);
@@ -68,9 +71,9 @@ int main(void)
     CHECK(!node_has(&a, &id2, 40 * MB));
 
     /* a damaged chunk: refused by the node, sent again */
-    setenv("CT_XFER_CORRUPT_PUT", "2", 1);
+    setenv("CT_TEST_FAULTS", "xfer_corrupt_put=2", 1);
     CHECK_EQ(ct_xfer_push(a.endpoint, a.data_port, &id2, buf + 7, 9 * MB, 5000), 0);
-    unsetenv("CT_XFER_CORRUPT_PUT");
+    unsetenv("CT_TEST_FAULTS");
     CHECK_EQ(ct_xfer_pull_mem(&id2, h, 1, NULL, &data, &size, NULL), 0);
     CHECK(data && size == 9 * MB && memcmp(data, buf + 7, 9 * MB) == 0);
     free(data);

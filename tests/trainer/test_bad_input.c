@@ -134,6 +134,10 @@ int main(void)
     expect(OPTS(.max_replicas = 2000), CT_EINVAL, "opts.max_replicas 2000", NULL);
     expect(OPTS(.use_gpu = true), CT_ENOSYS, "use_gpu", NULL);
     expect(OPTS(.device = "tpu"), CT_EINVAL, "opts.device \"tpu\"", "\"checkdev\"");
+    /* recovery: "live" or "restart", as an option or a config key */
+    expect(OPTS(.recovery = "fast"), CT_EINVAL, "opts.recovery \"fast\"", "\"restart\"");
+    expect(OPTS(.config = "limit=256,val_limit=10,recovery=later"), CT_EINVAL,
+           "config key \"recovery\" = \"later\"", "not \"live\" or \"restart\"");
     expect(OPTS(.device = "cuda:9"), CT_EINVAL, "opts.device \"cuda:9\"", "\"checkdev:N\"");
     expect(OPTS(.device = "cpu:1"), CT_EINVAL, "opts.device \"cpu:1\"", "\"cuda:N\"");
     expect(OPTS(.config = "limit=256,devices_per_replica=0"), CT_EINVAL,

@@ -186,7 +186,8 @@ static trainer *make(const char *train_step, const char *validate_step, const ch
                                        .num_replicas = 2,
                                        .batch_size = 64,
                                        .epochs = 2,
-                                       .seed = 7},
+                                       .seed = 7,
+                                       .recovery = "restart"},
                        &t) < 0)
         fprintf(stderr, "trainer_create: %s\n", ct_last_error());
     return t;

@@ -9,7 +9,11 @@
  * with status 0 once its replica is gone.
  * Expected: one drain, no retry; the drain's checkpoint (in checkpoint_dir, at the step
  * recorded) is after the SIGTERM's step and inside epoch 2; the job ends with exactly
- * epochs x steps-per-epoch optimizer steps (none lost, none trained twice). */
+ * epochs x steps-per-epoch optimizer steps (none lost, none trained twice). The driver's log
+ * names the draining node, and ctup status counts the drain apart from the retries.
+ * With the argument "shrink" the nodes have 1 CPU each: after the drain only 1 replica fits,
+ * and the driver's line about the smaller group gives the drain as its reason (not the free
+ * CPUs alone); epoch 3 trains with 1 replica. */
 #include "tt.h"
 #include <dirent.h>
 
@@ -19,13 +23,16 @@ typedef struct scenario {
     int64_t steps_per_epoch; /* from epoch 1 */
     int64_t term_step;       /* the optimizer step the SIGTERM came after */
     pid_t termed;
+    char termed_id[32]; /* its node id */
     int replicas[8], n;
 } scenario;
+
+static const char *node_cpus = "2"; /* "1" in the shrink run */
 
 static pid_t start_node(const char *addr, char *id, size_t idsize)
 {
     ct_event ev;
-    pid_t pid = h_start_node(addr, "--cpus", "2", "--store-memory", "256M", NULL, NULL);
+    pid_t pid = h_start_node(addr, "--cpus", node_cpus, "--store-memory", "256M", NULL, NULL);
     for (double until = h_now_ms() + 5000; pid > 0 && h_now_ms() < until;)
         if (ct_events_next(&ev, 200) == 0 && ev.type == CT_EVENT_NODE_JOINED && ev.pid == pid) {
             snprintf(id, idsize, "%s", ev.node_id);
@@ -65,6 +72,7 @@ static int on_validate(trainer *t, const trainer_stats *st, void *user)
                        info.node_id, (int)s->node_pid[k], i, (long long)st->val_step, mine);
                 s->term_step = st->val_step;
                 s->termed = s->node_pid[k];
+                snprintf(s->termed_id, sizeof s->termed_id, "%s", s->node_id[k]);
                 kill(s->node_pid[k], SIGTERM);
             }
     }
@@ -92,11 +100,14 @@ static bool has_ckpt_at(const char *dir, int64_t step)
     return found;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     tt_register();
     ct_serve_if_worker();
     h_init();
+    bool shrink = argc > 1 && !strcmp(argv[1], "shrink");
+    if (shrink)
+        node_cpus = "1";
     char addr[128], dir[] = "/tmp/ct-drain.XXXXXX";
     scenario s = {0};
     trainer *t = NULL;
@@ -123,14 +134,59 @@ int main(void)
     if (!t)
         goto out;
     trainer_stats st = {0};
+    /* the driver's log (this process's stderr) goes to a file meanwhile, read after */
+    char log_path[64];
+    snprintf(log_path, sizeof log_path, "%s/driver.log", dir);
+    fflush(stderr);
+    int saved_err = dup(2), log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (log_fd >= 0)
+        dup2(log_fd, 2);
     CHECK_OK(trainer_train(t, .max_retries = 2, .checkpoint_every_steps = 4,
                            .validate_every_steps = 4, .checkpoint_dir = dir,
                            .checkpoint_num_to_keep = TRAINER_KEEP_ALL, .on_epoch = on_epoch,
                            .on_validate = on_validate, .user = &s, .stats = &st));
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    if (log_fd >= 0)
+        close(log_fd);
+    char *log = tt_read_file(log_path, NULL);
+    fprintf(stderr, "%s", log ? log : "(no driver log)\n");
+    /* the user sees the drain in the driver's log, naming the node; the smaller group after it
+     * (shrink: the other node fits 1 replica) says the node drained */
+    char drained[96], why[128];
+    snprintf(drained, sizeof drained, "node %s is draining", s.termed_id);
+    snprintf(why, sizeof why, "(was 2): node %s drained (told to stop), and 1 fit in the free CPUs",
+             s.termed_id);
+    CHECK(log && strstr(log, drained) != NULL);
+    if (shrink)
+        CHECK(log && strstr(log, why) != NULL && strstr(log, ": only 1 fit") == NULL);
+    else
+        CHECK(log && strstr(log, "fit in the free CPUs") == NULL);
+    free(log);
+    /* the head heard of the drain: ctup status's job row counts it apart from the retries */
+    char status_cmd[PATH_MAX + 200];
+    snprintf(status_cmd, sizeof status_cmd, "%s status --address %s", h_bin("ctup"), addr);
+    bool seen = false;
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && !seen; usleep(200000)) {
+        char *status = h_capture(status_cmd);
+        const char *row = status ? strstr(status, "\ndriver-") : NULL;
+        seen = row && strstr(row, " 0 (drains 1)\n") != NULL;
+        if (seen || h_now_ms() + 200 >= until)
+            printf("%s", status ? status : "(no ctup status output)\n");
+        free(status);
+    }
+    CHECK(seen);
     CHECK(s.termed > 0);
     CHECK_EQ_INT(st.epoch, 3);
     CHECK_EQ_INT(st.drains, 1);
     CHECK_EQ_INT(st.retries_used, 0);
+    if (shrink) { /* 2 replicas, then 1 after the drain */
+        CHECK_EQ_INT(s.n, 3);
+        CHECK_EQ_INT(s.replicas[0], 2);
+        CHECK_EQ_INT(s.replicas[s.n - 1], 1);
+        goto reap;
+    }
     /* no step lost, none trained twice: the undisturbed count (2 replicas throughout) */
     CHECK(s.steps_per_epoch > 8);
     CHECK_EQ_INT(st.steps, 3 * s.steps_per_epoch);
@@ -143,6 +199,7 @@ int main(void)
     CHECK_EQ_INT(s.n, 3);
     for (int i = 0; i < s.n; i++)
         CHECK_EQ_INT(s.replicas[i], 2);
+reap:
     /* the drained node exited by itself, with status 0, once its replica was gone (not after
      * its 60 s drain bound: the job is over by then) */
     if (s.termed > 0) {

@@ -111,7 +111,8 @@ int main(void)
                                             .config = "limit=2048,val_limit=500,gamma=0.5",
                                             .num_replicas = 2,
                                             .epochs = 4,
-                                            .seed = 3},
+                                            .seed = 3,
+                                            .recovery = "restart"},
                             &t));
     if (!t)
         goto out;

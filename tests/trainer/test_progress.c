@@ -442,7 +442,8 @@ int main(void)
                                             .num_replicas = 2,
                                             .batch_size = 50,
                                             .epochs = 2,
-                                            .seed = 3},
+                                            .seed = 3,
+                                            .recovery = "restart"},
                             &t));
     trainer_stats sr = {0};
     if (t)

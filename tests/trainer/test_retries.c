@@ -20,7 +20,8 @@ static trainer *make(const char *cfg, int min_replicas)
                                        .config = cfg,
                                        .num_replicas = 2,
                                        .min_replicas = min_replicas,
-                                       .epochs = 2},
+                                       .epochs = 2,
+                                       .recovery = "restart"},
                        &t) < 0)
         fprintf(stderr, "trainer_create: %s\n", ct_last_error());
     return t;

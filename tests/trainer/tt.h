@@ -81,7 +81,8 @@ __attribute__((unused)) static trainer_loss_fn tt_probe_creator(trainer_ctx *ctx
 }
 
 /* The trainer of the probe tests: model on 2 replicas, 2048 Fashion-MNIST images (500 for
- * validation), Adam 2e-3, StepLR(1, 0.5), batch 64, the probe loss armed at probe_step (0: off).
+ * validation), Adam 2e-3, StepLR(1, 0.5), batch 64, the probe loss armed at probe_step (0: off),
+ * recovery "restart" (the group restarted from the checkpoint is what these tests check).
  * NULL (and the error printed) when trainer_create fails. */
 __attribute__((unused)) static trainer *tt_make_probed(const char *model, int probe_step,
                                                        int64_t epochs, uint64_t seed)
@@ -99,7 +100,8 @@ __attribute__((unused)) static trainer *tt_make_probed(const char *model, int pr
                                        .num_replicas = 2,
                                        .batch_size = 64,
                                        .epochs = epochs,
-                                       .seed = seed},
+                                       .seed = seed,
+                                       .recovery = "restart"}, /* what they test */
                        &t) < 0)
         fprintf(stderr, "trainer_create: %s\n", ct_last_error());
     return t;

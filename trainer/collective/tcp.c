@@ -33,6 +33,7 @@
 
 #include "common/auth.h"
 #include "common/common.h"
+#include "common/fault.h"
 #include "internal.h"
 
 #define HELLO_MAGIC 0x63745243u /* "ctRC" */
@@ -202,9 +203,9 @@ int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_
     if ((rc = rdv->put(rdv->ctx, key, addr, strlen(addr))) < 0)
         goto out;
 
-    const char *delay = getenv("CT_COLL_TEST_CONNECT_DELAY_MS"); /* fault injection (tests) */
-    if (delay && atoi(delay) > 0)
-        usleep((useconds_t)atoi(delay) * 1000);
+    long delay_ms = ct__fault_num(CT__FAULT_COLL_CONNECT_DELAY_MS);
+    if (delay_ms > 0)
+        usleep((useconds_t)delay_ms * 1000);
     snprintf(key, sizeof key, "%s/tcp/%d", c->group, next);
     if ((rc = ct__rdv_get_str(rdv, key, &peer, deadline)) < 0) {
         ct__error(rc, "collective: rank %d waiting for key %s: %s", c->rank, key, ct_strerror(rc));

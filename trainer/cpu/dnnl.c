@@ -28,6 +28,7 @@
 #include <oneapi/dnnl/dnnl_version.h>
 
 #include "common/common.h"
+#include "common/env.h"
 #include "trainer/cpu/cpu.h"
 
 enum {
@@ -156,7 +157,7 @@ static bool pd_is_fast(const void *op_desc, const_dnnl_primitive_desc_t hint,
 static int detect_blocked_fmt(void)
 {
     /* CT_DNNL_BLOCKED=0 keeps activations plain; =8 or =16 forces that block (to measure) */
-    const char *env = getenv("CT_DNNL_BLOCKED");
+    const char *env = ct__env(CT__ENV_DNNL_BLOCKED);
     if (env && (atoi(env) == 0 || atoi(env) == CT__FMT_BLK8 || atoi(env) == CT__FMT_BLK16))
         return atoi(env);
     int fmt = CT__FMT_PLAIN;
@@ -1390,7 +1391,7 @@ static size_t ws_bytes(const key *k, const void *p)
 void ct__cpu_set_threads(int n)
 {
     if (n <= 0) { /* the count OpenMP starts with: OMP_NUM_THREADS, or all cores */
-        const char *env = getenv("OMP_NUM_THREADS");
+        const char *env = ct__env(CT__ENV_OMP_NUM_THREADS);
         n = env && atoi(env) > 0 ? atoi(env) : omp_get_num_procs();
     }
     omp_set_num_threads(n);

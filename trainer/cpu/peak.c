@@ -14,11 +14,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/env.h"
 #include "trainer/cpu/cpu.h"
 
 static bool isa_capped_below_avx512(void)
 {
-    const char *isa = getenv("ONEDNN_MAX_CPU_ISA");
+    const char *isa = ct__env(CT__ENV_ONEDNN_MAX_CPU_ISA);
     if (!isa || !*isa)
         return false;
     return strncmp(isa, "AVX512", 6) != 0 && strncmp(isa, "AVX10", 5) != 0 &&

@@ -51,7 +51,9 @@ struct ct_loader {
     const int64_t *u8_labels; /* (length) with u8 */
     float *lut;               /* (max(n_norm, 1), 256): u8 -> converted and normalised float */
     int64_t n, batch_size, num_samples, num_batches;
-    int64_t *shard; /* (num_samples) this epoch's indices */
+    int64_t full_samples, full_batches; /* ... of a whole epoch (num_*: of the current one) */
+    int64_t offset; /* the current epoch's first positions already seen (ct_loader_seek_offset) */
+    int64_t *shard; /* (full_samples) this epoch's indices */
     int64_t *perm;  /* (n) scratch for the sampler */
     int64_t epoch;
     int64_t next_batch; /* consumer position */
@@ -173,15 +175,42 @@ static int start_thread(ct_loader *ld)
     return 0;
 }
 
-/* Stops the producer, computes the epoch's shard and resets the ring. */
-static int prepare_epoch(ct_loader *ld, int64_t epoch)
+/* This rank's part of the rest of the epoch's order after its first `offset` positions: positions
+ * offset + rank, offset + rank + world, ... (a position past the end wraps to the order's start,
+ * as the sampler's padding does) into ld->shard; the counts of the current epoch follow. */
+static void shard_from_offset(ct_loader *ld, int64_t epoch, int64_t offset)
+{
+    int64_t world = ld->o.world_size ? ld->o.world_size : 1, rest = ld->n - offset;
+    int64_t ns = rest > 0 ? (rest + world - 1) / world : 0;
+    if (ld->o.shuffle)
+        ct_sampler_permutation(ld->n, ld->o.seed + (uint64_t)epoch, ld->perm);
+    else
+        for (int64_t i = 0; i < ld->n; i++)
+            ld->perm[i] = i;
+    for (int64_t i = 0; i < ns; i++)
+        ld->shard[i] = ld->perm[(offset + ld->o.rank + i * world) % ld->n];
+    ld->num_samples = ns;
+    ld->num_batches =
+        ld->o.drop_last ? ns / ld->batch_size : (ns + ld->batch_size - 1) / ld->batch_size;
+}
+
+/* Stops the producer, computes the epoch's shard (from offset: shard_from_offset) and resets
+ * the ring. */
+static int prepare_epoch(ct_loader *ld, int64_t epoch, int64_t offset)
 {
     stop_thread(ld);
     ld->epoch = epoch;
     ld->next_batch = 0;
     ld->held = -1;
+    ld->offset = offset;
     for (int i = 0; i < ld->nslots; i++)
         ld->slots[i].state = SLOT_FREE;
+    if (offset > 0) {
+        shard_from_offset(ld, epoch, offset);
+        return 0;
+    }
+    ld->num_samples = ld->full_samples;
+    ld->num_batches = ld->full_batches;
     ct_sampler_opts so = {.rank = ld->o.rank,
                           .world_size = ld->o.world_size,
                           .shuffle = ld->o.shuffle,
@@ -284,6 +313,8 @@ int ct_loader_new(ct_dataset *ds, const ct_loader_opts *opts, ct_loader **out)
     ld->num_samples = ns;
     ld->num_batches =
         o.drop_last ? ns / ld->batch_size : (ns + ld->batch_size - 1) / ld->batch_size;
+    ld->full_samples = ld->num_samples;
+    ld->full_batches = ld->num_batches;
     ld->in_ndim = ld->out_ndim = in_ndim;
     memcpy(ld->in_shape, in_shape, sizeof in_shape);
     memcpy(ld->out_shape, in_shape, sizeof in_shape);
@@ -341,7 +372,7 @@ int ct_loader_new(ct_dataset *ds, const ct_loader_opts *opts, ct_loader **out)
         if (!s->x || !s->y || !s->index || (ld->tndim && !s->t))
             goto nomem;
     }
-    rc = prepare_epoch(ld, 0);
+    rc = prepare_epoch(ld, 0, 0);
     if (rc < 0)
         goto err;
     ld->pending = o.prefetch > 0;
@@ -387,7 +418,7 @@ int ct_loader_set_epoch(ct_loader *ld, int64_t epoch)
         return ct__error(CT_EINVAL, "ct_loader_set_epoch: loader is NULL");
     if (epoch < 0)
         return ct__error(CT_EINVAL, "ct_loader_set_epoch: epoch %lld < 0", (long long)epoch);
-    int rc = prepare_epoch(ld, epoch);
+    int rc = prepare_epoch(ld, epoch, 0);
     if (rc < 0)
         return rc;
     ld->pending = false;
@@ -398,16 +429,31 @@ int ct_loader_set_epoch(ct_loader *ld, int64_t epoch)
 
 int ct_loader_seek(ct_loader *ld, int64_t epoch, int64_t batch)
 {
+    return ct_loader_seek_offset(ld, epoch, 0, batch);
+}
+
+int ct_loader_seek_offset(ct_loader *ld, int64_t epoch, int64_t offset, int64_t batch)
+{
     if (!ld)
         return ct__error(CT_EINVAL, "ct_loader_seek: loader is NULL");
-    if (epoch < 0 || batch < 0 || batch > ld->num_batches)
-        return ct__error(CT_EINVAL, "ct_loader_seek: epoch %lld batch %lld (of %lld) out of range",
-                         (long long)epoch, (long long)batch, (long long)ld->num_batches);
-    int rc = prepare_epoch(ld, epoch);
+    if (offset < 0 || offset > ld->n ||
+        (offset > 0 && (ld->o.pad_to > 0 || ld->o.sampler_drop_last)))
+        return ct__error(CT_EINVAL,
+                         "ct_loader_seek_offset: offset %lld: must be in [0, %lld], and 0 with "
+                         "pad_to or sampler_drop_last",
+                         (long long)offset, (long long)ld->n);
+    if (epoch < 0 || batch < 0)
+        return ct__error(CT_EINVAL, "ct_loader_seek: epoch %lld batch %lld out of range",
+                         (long long)epoch, (long long)batch);
+    int rc = prepare_epoch(ld, epoch, offset);
     if (rc < 0)
         return rc;
-    /* the shard depends on the epoch only: batch b is the same samples as when reached in
-     * order; the producer starts at next_batch, whose slot is the one the consumer waits on */
+    if (batch > ld->num_batches)
+        return ct__error(CT_EINVAL, "ct_loader_seek: epoch %lld batch %lld (of %lld) out of range",
+                         (long long)epoch, (long long)batch, (long long)ld->num_batches);
+    /* the shard depends on the epoch (and offset) only: batch b is the same samples as when
+     * reached in order; the producer starts at next_batch, whose slot is the one the consumer
+     * waits on */
     ld->next_batch = batch;
     ld->pending = false;
     if (ld->o.prefetch > 0 && batch < ld->num_batches)

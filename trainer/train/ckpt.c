@@ -147,6 +147,10 @@ int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, const tr_z
     meta_kv(b, "step", num, false);
     snprintf(num, sizeof num, "%lld", (long long)st->batch);
     meta_kv(b, "batch", num, false);
+    if (st->offset > 0) { /* a live recovery re-sharded this epoch (tr_state.offset) */
+        snprintf(num, sizeof num, "%lld", (long long)st->offset);
+        meta_kv(b, "offset", num, false);
+    }
     snprintf(num, sizeof num, "%d", world);
     meta_kv(b, "world_size", num, false);
     if (st->epoch_samples > 0) { /* a train_loss plateau's sums within the epoch */
@@ -358,6 +362,12 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
         rc = ct__error(CT_EINVAL, "checkpoint: metadata \"batch\" is \"%s\"", bp);
         goto out;
     }
+    const char *offp = ct__json_get_str(meta, "offset");
+    int64_t offset = offp ? strtoll(offp, NULL, 10) : 0; /* absent: no live re-shard */
+    if (offset < 0) {
+        rc = ct__error(CT_EINVAL, "checkpoint: metadata \"offset\" is \"%s\"", offp);
+        goto out;
+    }
     model_in = calloc((size_t)root.n + 1, sizeof *model_in);
     part = calloc((size_t)root.n + 1, sizeof *part);
     model_of = calloc((size_t)root.n + 1, sizeof *model_of);
@@ -520,6 +530,7 @@ int ct__ckpt_load(tr_state *st, const tr_spec *spec, const void *buf, size_t len
     st->epoch = strtoll(ep, NULL, 10);
     st->step = strtoll(sp, NULL, 10);
     st->batch = batch;
+    st->offset = offset;
     st->world = wp ? atoi(wp) : 0;
     const char *pl = ct__json_get_str(meta, "plateau_loss_sum"),
                *pn = ct__json_get_str(meta, "plateau_samples");

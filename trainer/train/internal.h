@@ -122,6 +122,9 @@ typedef struct tr_state {
     ct_sched *sched;
     int64_t epoch, step, batch;
     int world;
+    /* positions of epoch `epoch`'s order seen before its batch 0 under this world: > 0 after a
+     * live recovery re-sharded the epoch's rest over the survivors (ct_loader_seek_offset) */
+    int64_t offset;
     /* a plateau scheduler's monitored value (config plateau_metric): "val_loss",
      * "val_accuracy", "train_loss" or a validate step's metric name; "" for other schedulers */
     char plateau_metric[TR_NAME_MAX];
@@ -223,7 +226,8 @@ typedef struct tr_setup_args {
     int rank, world;
     char group[64];
     int64_t start_epoch;
-    int64_t start_batch; /* the checkpoint's position within start_epoch (0: its start) */
+    int64_t start_batch;  /* the checkpoint's position within start_epoch (0: its start) */
+    int64_t start_offset; /* ... after this many positions of its order (tr_state.offset) */
     int has_ckpt;
     ct_object_id ckpt;
     char driver_node[32];
@@ -234,13 +238,45 @@ typedef struct tr_setup_args {
  * seek of its loader) until `steps` optimizer steps are done or the epoch ends. */
 typedef struct tr_epoch_args {
     int64_t epoch;
+    int64_t offset; /* tr_state.offset: the epoch's positions seen before its batch 0 */
     int64_t start_batch;
     int64_t steps;          /* 0: to the epoch's end */
     int checkpoint;         /* rank 0 writes one at the segment's end */
     int64_t validate_every; /* validate after every that many optimizer steps; 0: never */
     int validate_end;       /* validate at the epoch's end (validate_every_epoch) */
     int report_ms;          /* > 0: send per-step records to the driver this often (records.c) */
+    double lr_scale;        /* > 0 and not 1: the rates times this first (a live recovery's) */
 } tr_epoch_args;
+
+/* The "regroup" call of live recovery: this survivor's rank in the new group of world ranks,
+ * which meets under a new group id. */
+typedef struct tr_regroup_args {
+    int rank, world;
+    char group[64];
+} tr_regroup_args;
+
+/* Healing a replacement from a live peer (trainer.c, heal_replacement): the "snapshot" call
+ * asks an idle serving peer to put its whole state into the store, sealed toward node (the
+ * newcomer's); it replies a tr_snapshot, which is the newcomer's "heal" call's args. */
+typedef struct tr_snapshot_args {
+    char node[32];
+} tr_snapshot_args;
+
+/* A serving peer's state in the store: the checkpoint bytes of its models, optimizers,
+ * scheduler, loss scaler and counters (id, size, their CRC-32C), the weights' hash, and its
+ * position: the data position (epoch, batch under offset) of a group of world replicas; RNG
+ * draws are a function of that position (replica.c, batch_seed). put_ns: serializing and
+ * sealing it. The "heal" reply is a tr_snapshot too: the newcomer's hash after loading it and
+ * get_ns, its fetch and load. */
+typedef struct tr_snapshot {
+    ct_object_id id;
+    uint64_t size;
+    uint32_t crc;
+    uint64_t hash;
+    int64_t step, epoch, batch, offset;
+    int world;
+    int64_t put_ns, get_ns;
+} tr_snapshot;
 
 /* The steps' named metrics of one replica: sums of value * batch size and of batch sizes. */
 typedef struct tr_metrics {
@@ -273,8 +309,9 @@ typedef struct tr_report {
     double seconds;
     int64_t first_step_ns; /* CLOCK_MONOTONIC of this replica's first step in its group, or 0 */
     uint64_t weights_hash;
-    int64_t end_batch; /* the position reached: batches of the epoch done */
-    int epoch_done;    /* the epoch ended (scheduler stepped, buffers broadcast) */
+    int64_t end_batch;  /* the position reached: batches of the epoch done */
+    int64_t end_offset; /* ... after this many positions of its order (tr_state.offset) */
+    int epoch_done;     /* the epoch ended (scheduler stepped, buffers broadcast) */
     int has_ckpt;
     ct_object_id ckpt;
     int copies, copies_asked; /* of the checkpoint: nodes holding it after the seal, asked */
@@ -288,6 +325,7 @@ typedef struct tr_report {
     int64_t skipped, skipped_total;
     double loss_scale;
     int64_t optim_state_bytes; /* this replica's optimizer state (all its optimizers) */
+    double ckpt_seconds;       /* writing its checkpoint (has_ckpt) */
 } tr_report;
 
 typedef struct tr_val_report {
@@ -377,6 +415,7 @@ typedef struct tr_recorder {
     double peak_flops;         /* this replica's device's peak (MFU), set once by the replica */
     double loss_sum;           /* the record being built (an accumulation group) */
     int64_t samples, wait_ns;
+    int64_t data_ns; /* waiting for batches (the replica adds to it, the record resets it) */
     tr_metrics metrics;
 } tr_recorder;
 
@@ -411,6 +450,7 @@ typedef struct tr_step_record {
     int world;
     double *step_s, *wait_s; /* per rank: wall time of the step (since the previous record, data
                                 loading included), of which waiting for averaged gradients */
+    double *data_s;          /* per rank: of step_s, waiting for the batch (the loader) */
     int nmetrics;
     trainer_metric metrics[TRAINER_MAX_METRICS]; /* averaged over the ranks' samples */
 } tr_step_record;
@@ -461,6 +501,17 @@ bool ct__progress_note(tr_progress *p, const char *fmt, ...) __attribute__((form
  * logged once and dropped. */
 #define TR_REPORT_MS 250
 #define TR_REASONS 8
+#define TR_POINTS 64 /* steps kept between sends (the newest) */
+/* Histograms of seconds the head shows (ct_train_*_seconds): a step (the slowest rank's, data
+ * loading included), its wait for averaged gradients (the slowest rank's), its wait for the
+ * batch (the slowest rank's), and writing a checkpoint (the replica that wrote it). */
+enum { TR_HIST_STEP, TR_HIST_ALLREDUCE, TR_HIST_DATA_WAIT, TR_HIST_CHECKPOINT, TR_HISTS };
+#define TR_HIST_BOUNDS 15
+typedef struct tr_hist {
+    uint64_t counts[TR_HIST_BOUNDS]; /* <= each of report.c's bounds, not cumulative */
+    uint64_t count;
+    double sum;
+} tr_hist;
 typedef struct tr_head_report {
     int64_t sent_ms; /* last send */
     bool dirty;      /* something changed since */
@@ -472,6 +523,18 @@ typedef struct tr_head_report {
     int nreasons;
     char reason[TR_REASONS][32];
     uint64_t count[TR_REASONS];
+    double val_loss;          /* NaN: no validation yet */
+    int64_t ckpts, ckpt_step; /* checkpoints adopted, the newest one's steps */
+    tr_hist hist[TR_HISTS];   /* seconds: TR_HIST_STEP, _ALLREDUCE, ... */
+    int64_t epochs;           /* trainer_train's (for the ETA); 0: unknown */
+    uint64_t drains;          /* groups a node's drain ended */
+    double eta;               /* seconds until the last epoch ends; NaN: unknown */
+    double spb;               /* seconds per batch, a moving average of the records' (0: none) */
+    int64_t last_batch;       /* epoch * batches + batch of the last record; -1: none */
+    double last_wall;         /* its wall_time */
+    int npts;                 /* steps since the last send, for the loss curve */
+    int64_t pt_step[TR_POINTS];
+    double pt_loss[TR_POINTS], pt_sps[TR_POINTS];
 } tr_head_report;
 void ct__report_init(tr_head_report *r);
 /* A merged step record (progress.c) with its MFU (< 0: unknown). */
@@ -481,6 +544,11 @@ void ct__report_replicas(tr_head_report *r, int n);
 /* A retry spent, by reason ("node_lost", "replica_killed", ...; [a-z_]). */
 void ct__report_retry(tr_head_report *r, const char *reason);
 void ct__report_done(tr_head_report *r);
+/* A group ended because its node drained (told to stop). */
+void ct__report_drain(tr_head_report *r);
+/* A checkpoint of the job's state was adopted at `step` optimizer steps; its replica took
+ * write_s seconds to write it. */
+void ct__report_checkpoint(tr_head_report *r, int64_t step, double write_s);
 /* Sends when something changed and TR_REPORT_MS passed (or force). */
 void ct__report_send(tr_head_report *r, bool force);
 /* progress.c hands every merged record to r as well (NULL: none). */

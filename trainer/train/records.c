@@ -5,7 +5,8 @@
  * merges the ranks' records of each step).
  *
  * A line: "<epoch> <batch> <batches> <step> <wall_ns> <loss_sum> <samples> <lr> <grad_norm>
- * <step_ns> <wait_ns> <peak_flops> <nmetrics> [<name> <sum> <weight>]...\n"; grad_norm is "nan"
+ * <step_ns> <wait_ns> <data_ns> <peak_flops> <nmetrics> [<name> <sum> <weight>]...\n"; data_ns
+ * is the step's wait for its batches; grad_norm is "nan"
  * when the step measured none; peak_flops is the replica's device's (MFU's denominator, 0 when
  * unknown); doubles as %.17g (exact). Metric names have no blanks (step.c checks).
  * Not here: what the driver does with a record (progress.c). */
@@ -44,7 +45,7 @@ void ct__rec_begin(tr_recorder *rec, trainer_step *s, const char *group, int ran
     rec->len = 0;
     rec->flushed_ns = rec->t0_ns = ct__now_ns();
     rec->loss_sum = 0;
-    rec->samples = rec->wait_ns = 0;
+    rec->samples = rec->wait_ns = rec->data_ns = 0;
     memset(&rec->metrics, 0, sizeof rec->metrics);
     s->rec_metrics = &rec->metrics;
 }
@@ -104,12 +105,12 @@ void ct__rec_batch(tr_recorder *rec, const trainer_step *s, const trainer_step_o
     int64_t now = ct__now_ns();
     const tr_metrics *m = &rec->metrics;
     size_t len0 = rec->len;
-    bool ok =
-        append(rec, "%lld %lld %lld %lld %lld %.17g %lld %.17g %.17g %lld %lld %.17g %d",
-               (long long)s->epoch, (long long)s->index, (long long)batches, (long long)s->st->step,
-               (long long)realtime_ns(), rec->loss_sum, (long long)rec->samples,
-               ct_optim_get_lr(s->st->optims[0], 0), s->has_grad_norm ? s->grad_norm : NAN,
-               (long long)(now - rec->t0_ns), (long long)rec->wait_ns, rec->peak_flops, m->n);
+    bool ok = append(rec, "%lld %lld %lld %lld %lld %.17g %lld %.17g %.17g %lld %lld %lld %.17g %d",
+                     (long long)s->epoch, (long long)s->index, (long long)batches,
+                     (long long)s->st->step, (long long)realtime_ns(), rec->loss_sum,
+                     (long long)rec->samples, ct_optim_get_lr(s->st->optims[0], 0),
+                     s->has_grad_norm ? s->grad_norm : NAN, (long long)(now - rec->t0_ns),
+                     (long long)rec->wait_ns, (long long)rec->data_ns, rec->peak_flops, m->n);
     for (int i = 0; ok && i < m->n; i++)
         ok = append(rec, " %s %.17g %.17g", m->names[i], m->sum[i], m->weight[i]);
     ok = ok && append(rec, "\n");
@@ -117,7 +118,7 @@ void ct__rec_batch(tr_recorder *rec, const trainer_step *s, const trainer_step_o
         rec->len = len0;
     rec->t0_ns = now;
     rec->loss_sum = 0;
-    rec->samples = rec->wait_ns = 0;
+    rec->samples = rec->wait_ns = rec->data_ns = 0;
     memset(&rec->metrics, 0, sizeof rec->metrics);
     if (now - rec->flushed_ns >= (int64_t)rec->report_ms * 1000000 || rec->len >= CHUNK_MAX)
         ct__rec_flush(rec);
@@ -140,7 +141,7 @@ void ct__rec_free(tr_recorder *rec)
 
 /* One rank's record as sent. */
 typedef struct rank_rec {
-    int64_t epoch, batch, batches, step, wall_ns, samples, step_ns, wait_ns;
+    int64_t epoch, batch, batches, step, wall_ns, samples, step_ns, wait_ns, data_ns;
     double loss_sum, lr, grad_norm, peak_flops;
     tr_metrics metrics;
 } rank_rec;
@@ -175,7 +176,8 @@ tr_reader *ct__reader_new(const char *group, int world, tr_record_fn fn, void *u
     rd->ranks = calloc((size_t)world, sizeof *rd->ranks);
     rd->out.step_s = calloc((size_t)world, sizeof(double));
     rd->out.wait_s = calloc((size_t)world, sizeof(double));
-    if (!rd->ranks || !rd->out.step_s || !rd->out.wait_s) {
+    rd->out.data_s = calloc((size_t)world, sizeof(double));
+    if (!rd->ranks || !rd->out.step_s || !rd->out.wait_s || !rd->out.data_s) {
         ct__reader_free(&rd);
         return NULL;
     }
@@ -188,13 +190,13 @@ _Static_assert(TRAINER_METRIC_NAME_MAX == 48, "parse_line's %47s reads a metric 
 static bool parse_line(const char *line, rank_rec *r)
 {
     char *end;
-    long long v[13] = {0};
+    long long v[14] = {0};
     const char *p = line;
     int nm;
     /* integers and doubles in their order on the line */
-    static const char kinds[] = "iiiiididdiidi"; /* i: integer, d: double */
-    double d[13] = {0};
-    for (int k = 0; k < 13; k++) {
+    static const char kinds[] = "iiiiididdiiidi"; /* i: integer, d: double */
+    double d[14] = {0};
+    for (int k = 0; k < 14; k++) {
         if (kinds[k] == 'i')
             v[k] = strtoll(p, &end, 10);
         else
@@ -214,8 +216,9 @@ static bool parse_line(const char *line, rank_rec *r)
     r->grad_norm = d[8];
     r->step_ns = v[9];
     r->wait_ns = v[10];
-    r->peak_flops = d[11];
-    nm = (int)v[12];
+    r->data_ns = v[11];
+    r->peak_flops = d[12];
+    nm = (int)v[13];
     memset(&r->metrics, 0, sizeof r->metrics);
     for (int i = 0; i < nm; i++) {
         char name[TRAINER_METRIC_NAME_MAX];
@@ -317,6 +320,7 @@ static void merge(tr_reader *rd)
         samples += r->samples;
         o->step_s[i] = (double)r->step_ns * 1e-9;
         o->wait_s[i] = (double)r->wait_ns * 1e-9;
+        o->data_s[i] = (double)r->data_ns * 1e-9;
         slowest = o->step_s[i] > slowest ? o->step_s[i] : slowest;
         peak += r->peak_flops;
         peak_known = peak_known && r->peak_flops > 0;
@@ -402,6 +406,7 @@ void ct__reader_free(tr_reader **rdp)
     free(rd->ranks);
     free(rd->out.step_s);
     free(rd->out.wait_s);
+    free(rd->out.data_s);
     free(rd);
     *rdp = NULL;
 }

@@ -21,15 +21,20 @@
  * A sharded dataset (trainer_data.sharded) is read as it is, padded to the longest shard.
  * Several models: one bucketer per model, weights and buffers broadcast per model, one weight
  * hash over all.
+ * After a peer's death the driver may ask the survivors to "regroup" (live recovery): a new
+ * communicator under a new group id, the state agreed, the epoch's rest re-sharded.
  * Not here: deciding anything about failures (the driver does; a replica just fails its call). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
+#include "common/fault.h"
 #include "ct/collective.h"
 #include "ct/metrics.h"
 #include "internal.h"
+#include "objectstore/crc32c.h"
 #include "trainer/backend/backend.h"
 
 typedef struct replica replica;
@@ -66,6 +71,18 @@ struct replica {
     const ct__backend *bk;  /* its backend; NULL on the CPU */
     tr_uploader up_x, up_y; /* batches to the device (upload.c) */
     bool draining;          /* this replica's node was told to stop (NODE_DRAINING, drain_heard) */
+    bool healed;            /* a newcomer that loaded a live peer's snapshot ("heal"): no
+                               communicator yet, it joins at the next "regroup" */
+    int64_t pos_offset;     /* with pos_epoch / pos_batch: the loader's offset (tr_state.offset) */
+    /* where the last segment failed, when it failed inside a step because the communicator
+     * broke (a peer died): what "regroup" goes on from (live recovery) */
+    struct {
+        bool ok;
+        bool clean; /* ... or the last segment ended well (or none ran): at its end */
+        int64_t epoch, offset, index; /* the failed step's first batch, under offset */
+        int64_t step0;                /* st.step when the segment began */
+        tr_report rep;                /* the segment's sums up to the last completed step */
+    } live;
 };
 
 static void replica_free(void *state)
@@ -221,9 +238,9 @@ out:
     return rc;
 }
 
-/* Rank 0's bytes at p (the replica's device memory) to every rank: on a device through host
- * memory (once per setup and per epoch: parameters and buffers). */
-/* bytes at p, memory of device d (the CPU's or one of the replica's devices) */
+/* Rank 0's bytes at p, memory of device d (the CPU's or one of the replica's devices), to every
+ * rank: on a device through host memory (once per setup and per epoch: parameters and
+ * buffers). */
 static int broadcast_dev(replica *r, ct_device d, void *p, size_t bytes)
 {
     const ct__backend *bk = d == CT_CPU ? NULL : d == r->device ? r->bk : ct__backend_of(d);
@@ -269,7 +286,7 @@ static int broadcast_params(replica *r)
 
 /* FNV-1a of a model's weights: its flat buffer, or for a model across devices its parameters
  * one after another (each a hash of its own, mixed) */
-static int weights_hash(replica *r, ct_module *model, uint64_t *out)
+static int model_weights_hash(replica *r, ct_module *model, uint64_t *out)
 {
     float *values, *grads;
     int64_t numel;
@@ -328,8 +345,30 @@ static int broadcast_buffers(replica *r)
     return rc;
 }
 
-/* Builds everything, joins the group, restores the checkpoint. Blocks until every rank has
- * joined (the rendezvous). */
+/* Every optimizer's learning rates times factor (trainer_scale_lr; <= 0 or 1: unchanged). */
+static int scale_lrs(replica *r, double factor)
+{
+    int rc = 0;
+    for (int m = 0; factor > 0 && factor != 1 && m < r->st.nmodels; m++)
+        for (int g = 0; rc == 0 && g < ct_optim_num_groups(r->st.optims[m]); g++)
+            rc = ct_optim_set_lr(r->st.optims[m], g, ct_optim_get_lr(r->st.optims[m], g) * factor);
+    return rc;
+}
+
+/* The hash of all models' weights (one over all; on a device through host memory). */
+static int weights_hash(replica *r, uint64_t *out)
+{
+    *out = 0;
+    for (int m = 0; m < r->st.nmodels; m++) {
+        uint64_t h = 0;
+        int rc = model_weights_hash(r, r->st.models[m], &h);
+        if (rc < 0)
+            return rc;
+        *out = m ? mix(*out ^ h) : h;
+    }
+    return 0;
+}
+
 /* The first half of a replica's setup ("build"): what depends only on the program and the spec,
  * the same on every node: the config, the creators (hook, data, models on the device,
  * optimizers, losses, scheduler) and the steps. The driver ends the job at once on such a failure
@@ -446,18 +485,17 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
         if (rc < 0)
             return rc;
         /* the driver's on_world_size rescaled the rates for this group size (every optimizer's) */
-        for (int m = 0; a->lr_scale > 0 && a->lr_scale != 1 && m < r->st.nmodels; m++)
-            for (int g = 0; g < ct_optim_num_groups(r->st.optims[m]); g++)
-                if ((rc = ct_optim_set_lr(r->st.optims[m], g,
-                                          ct_optim_get_lr(r->st.optims[m], g) * a->lr_scale)) < 0)
-                    return rc;
+        if ((rc = scale_lrs(r, a->lr_scale)) < 0)
+            return rc;
     }
     r->st.epoch = a->start_epoch;
     r->st.batch = a->start_batch;
+    r->st.offset = a->start_offset;
     if ((rc = broadcast_params(r)) < 0 || (rc = broadcast_buffers(r)) < 0)
         return rc;
     for (int m = 0; m < r->st.nmodels && rc == 0; m++)
         rc = bucketer_new(r, m);
+    r->live.clean = rc == 0;
     return rc;
 }
 
@@ -466,7 +504,9 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
 static uint64_t batch_seed(const replica *r, int64_t epoch, int64_t batch)
 {
     uint64_t e = mix(r->spec.seed ^ mix((uint64_t)epoch * 1000003u + (uint64_t)r->setup.rank));
-    return mix(e + (uint64_t)batch);
+    /* after a live re-shard batches are numbered from the offset on (tr_state.offset) */
+    uint64_t off = r->st.offset ? mix((uint64_t)r->st.offset) : 0;
+    return mix(e + off + (uint64_t)batch);
 }
 
 /* Rank 0 writes the checkpoint straight into the store and seals it with TR_CKPT_COPIES
@@ -557,8 +597,36 @@ static bool drain_heard(replica *r)
     return r->draining;
 }
 
+/* The test fault train_hold=STEP:PATH (common/fault.h): with STEP optimizer steps done, the
+ * replica waits while the file PATH exists, so that a test lands a kill mid-training however
+ * loaded the machine is (tests/cluster/test_slurm.sh). */
+static void hold_if_asked(replica *r)
+{
+    char v[512];
+    if (!ct__fault(CT__FAULT_TRAIN_HOLD, v, sizeof v))
+        return;
+    const char *path = strchr(v, ':');
+    if (!path || strtoll(v, NULL, 10) != r->st.step)
+        return;
+    path++;
+    if (access(path, F_OK) == 0)
+        CT_LOG(CT_LOG_WARN, "trainer", "replica %d: held at step %lld while %s exists (test fault)",
+               r->setup.rank, (long long)r->st.step, path);
+    while (access(path, F_OK) == 0)
+        usleep(20 * 1000);
+}
+
 /* Wraps a loader batch as tensors (x: n × sample shape, f32; y: n, i64, or n × target shape,
  * f32; borrowed from the loader) and runs step fn on it. */
+/* The loader's next batch (ct_loader_next), its wait counted in the step record. */
+static int next_batch(replica *r, ct_batch *b)
+{
+    int64_t t0 = ct__now_ns();
+    int rc = ct_loader_next(r->loader, b);
+    r->rec.data_ns += ct__now_ns() - t0;
+    return rc;
+}
+
 static int run_batch(replica *r, trainer_step *s, trainer_step_fn fn, const ct_batch *b,
                      trainer_step_out *so)
 {
@@ -578,7 +646,8 @@ static int run_batch(replica *r, trainer_step *s, trainer_step_fn fn, const ct_b
                       : ct__uploader_put(&r->up_y, CT_I64, 1, ys, b->y, &y);
     }
     if (rc == 0)
-        rc = x && y ? ct__trainer_step_run(s, fn, &(trainer_batch){x, y, b->n}, so) : CT_ENOMEM;
+        rc = x && y ? ct__trainer_step_run(s, fn, &(trainer_batch){x, y, b->n, b->index}, so)
+                    : CT_ENOMEM;
     ct_tensor_release(&x);
     ct_tensor_release(&y);
     return rc;
@@ -618,10 +687,14 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                       .zero = r->spec.zero >= 1,
                       .epoch = ea.epoch,
                       .metrics = &rep.metrics};
-    int rc = 0;
-    if (!r->pos_valid || r->pos_epoch != ea.epoch || r->pos_batch != ea.start_batch)
-        rc = ct_loader_seek(r->loader, ea.epoch, ea.start_batch);
+    int rc = scale_lrs(r, ea.lr_scale); /* a live recovery's new world (trainer_scale_lr) */
+    if (rc == 0 && (!r->pos_valid || r->pos_epoch != ea.epoch || r->pos_batch != ea.start_batch ||
+                    r->pos_offset != ea.offset))
+        rc = ct_loader_seek_offset(r->loader, ea.epoch, ea.offset, ea.start_batch);
     r->pos_valid = false; /* until this segment ends well */
+    r->st.offset = ea.offset;
+    r->live.ok = r->live.clean = false;
+    r->live.step0 = r->st.step;
     s.index = ea.start_batch;
     ct__rec_begin(&r->rec, &s, r->setup.group, r->setup.rank, ea.report_ms);
     int64_t t0 = ct__now_ns(), steps = 0;
@@ -638,7 +711,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     bool drained_mid = false;
     ct_batch b;
     while (rc == 0 && !drained_mid && (ea.steps <= 0 || steps < ea.steps) &&
-           (rc = ct_loader_next(r->loader, &b)) > 0) {
+           (rc = next_batch(r, &b)) > 0) {
         trainer_step_out so;
         int64_t g0 = s.index - s.index % k, left = nb - g0;
         s.accum_pos = (int)(s.index - g0);
@@ -647,8 +720,19 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
             s.accum_len = s.accum_pos + 1;
         for (int m = 0; m < r->st.nmodels && s.accum_pos == 0; m++)
             ct_module_zero_grad(r->st.models[m]);
+        hold_if_asked(r);
         ct_nn_manual_seed(batch_seed(r, ea.epoch, s.index));
         rc = run_batch(r, &s, r->train_step, &b, &so);
+        if (rc < 0 && ct_comm_status(r->comm) != 0) {
+            /* the communicator broke inside the step (a peer died: not this rank's own error,
+             * which leaves it fine until epoch_failed): the step's gradients are discarded and
+             * the survivors may go on from its first batch ("regroup") */
+            r->live.ok = true;
+            r->live.epoch = ea.epoch;
+            r->live.offset = ea.offset;
+            r->live.index = g0;
+            r->live.rep = rep;
+        }
         s.index++;
         if (rc == 0) {
             rep.loss_sum += so.loss_sum;
@@ -701,18 +785,17 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     bool drained_end = !drained_mid && done && drain_heard(r);
     r->st.epoch = done ? ea.epoch + 1 : ea.epoch;
     r->st.batch = done ? 0 : s.index;
+    r->st.offset = done ? 0 : ea.offset;
     r->pos_valid = !done;
     r->pos_epoch = ea.epoch;
     r->pos_batch = s.index;
+    r->pos_offset = ea.offset;
     rep.end_batch = r->st.batch;
+    rep.end_offset = r->st.offset;
     rep.epoch_done = done;
     rep.seconds = (double)(ct__now_ns() - t0) * 1e-9;
-    for (int m = 0; m < r->st.nmodels; m++) { /* all models' weights in one hash */
-        uint64_t h = 0;
-        if ((rc = weights_hash(r, r->st.models[m], &h)) < 0)
-            return rc;
-        rep.weights_hash = m ? mix(rep.weights_hash ^ h) : h;
-    }
+    if ((rc = weights_hash(r, &rep.weights_hash)) < 0) /* all models' weights in one hash */
+        return rc;
     /* ZeRO: every rank gathers the optimizer's shards for rank 0's checkpoint */
     tr_zero_state zs[TR_MAX_MODELS] = {{0}};
     bool gathered = r->spec.zero && ea.checkpoint;
@@ -720,8 +803,10 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
         rc = ct__zero_gather_state(r->comm, r->st.optims[m], &zs[m]);
     if (rc == 0 &&
         ((ea.checkpoint && r->setup.rank == 0) || drained_mid || (drained_end && !ea.checkpoint))) {
+        int64_t c0 = ct__now_ns();
         rc = write_checkpoint(r, gathered ? zs : NULL, &rep.ckpt, &rep.copies, &rep.copies_asked);
         rep.has_ckpt = rc == 0;
+        rep.ckpt_seconds = (double)(ct__now_ns() - c0) * 1e-9;
     }
     for (int m = 0; m < r->st.nmodels; m++)
         ct__zero_state_free(&zs[m]);
@@ -748,6 +833,271 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     if (vbytes)
         memcpy((char *)*res + sizeof rep, r->vals, vbytes);
     *rlen = sizeof rep + vbytes;
+    r->live.clean = !drained_mid; /* a peer's death before the next segment: go on from here */
+    return 0;
+}
+
+/* ---- live recovery: the survivors of a group go on without the dead ---- */
+
+/* What each survivor says of itself when the new group meets. */
+typedef struct live_pos {
+    int64_t step, epoch, offset, index;
+    uint64_t hash;
+} live_pos;
+
+/* Rank src's whole state (models, optimizers, scheduler, loss scaler, counters: a checkpoint's
+ * bytes, in memory) to every rank of the new group. */
+static int share_state(replica *r, int src)
+{
+    tr_ckpt_plan *p = NULL;
+    uint64_t size = 0;
+    void *buf = NULL;
+    int rc = 0;
+    if (r->setup.rank == src &&
+        (rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, NULL, &p)) == 0)
+        size = ct__ckpt_size(p);
+    if (rc == 0)
+        rc = ct_comm_broadcast(r->comm, &size, 1, CT_I64, src, 0);
+    if (rc == 0 && !(buf = malloc(size ? size : 1)))
+        rc = CT_ENOMEM;
+    if (rc == 0 && p)
+        ct__ckpt_write(p, buf);
+    if (rc == 0)
+        rc = ct_comm_broadcast(r->comm, buf, size, CT_U8, src, 0);
+    if (rc == 0 && r->setup.rank != src)
+        rc = ct__ckpt_load(&r->st, &r->spec, buf, size);
+    free(buf);
+    ct__ckpt_plan_free(&p);
+    return rc;
+}
+
+/* The new group agrees where it stands: every survivor's last completed step and weights are
+ * gathered; when they differ (a peer's death can let some ranks finish the step in flight and
+ * not others), the lowest rank of the most steps gives its state to all. Then all go on from
+ * the first batch after that step: the epoch's order from offset + index * batch * old_world
+ * on, dealt over the new world (*src: the rank the position came from; *hash: the weights' hash
+ * now, the same on every rank). */
+static int live_agree(replica *r, int old_world, int *src, uint64_t *hash)
+{
+    int w = r->setup.world, k = r->setup.rank, rc;
+    live_pos *all = calloc((size_t)w, sizeof *all);
+    if (!all)
+        return CT_ENOMEM;
+    all[k] = (live_pos){r->st.step, r->live.epoch, r->live.offset, r->live.index, 0};
+    if ((rc = weights_hash(r, &all[k].hash)) < 0 ||
+        (rc = ct_comm_allgather(r->comm, &all[k], all, sizeof *all, CT_U8, 0)) < 0)
+        goto out;
+    *src = 0;
+    for (int i = 1; i < w; i++)
+        if (all[i].step > all[*src].step)
+            *src = i;
+    bool same = true;
+    for (int i = 0; i < w; i++)
+        same &= !memcmp(&all[i], &all[*src], sizeof *all);
+    if (!same) {
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "replica %d: the survivors differ after the failure (step %lld here, %lld on "
+               "rank %d): rank %d's state to all",
+               k, (long long)all[k].step, (long long)all[*src].step, *src, *src);
+        if ((rc = share_state(r, *src)) < 0 || (rc = weights_hash(r, hash)) < 0)
+            goto out;
+    } else {
+        *hash = all[*src].hash;
+    }
+    const live_pos *p = &all[*src];
+    int64_t n = ct_dataset_length(r->st.data.train);
+    int64_t offset = p->offset + p->index * r->spec.batch * old_world;
+    r->st.step = p->step;
+    r->st.epoch = p->epoch;
+    r->st.batch = 0;
+    r->st.offset = offset < n ? offset : n;
+out:
+    free(all);
+    return rc;
+}
+
+/* The "regroup" method (live recovery): after its segment failed inside a step because a peer
+ * died, this survivor leaves the old communicator, joins the new group (a new group id: the
+ * new membership's generation, so nothing of the old ring reaches it), agrees on the state and
+ * position with the other survivors (live_agree), deals the rest of the epoch over the new
+ * world (a new loader) and rebuilds its bucketers. Replies a tr_report: the failed segment's
+ * sums up to its last completed step, steps: the steps done in it, end_offset: where the epoch
+ * goes on (end_batch 0). A replica whose segment did not fail so refuses (CT_EINVAL): the
+ * driver restarts the group from the checkpoint instead. */
+static int replica_regroup(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    if (len != sizeof(tr_regroup_args) || (!r->comm && !r->healed))
+        return ct__error(CT_EINVAL, "trainer replica: regroup before setup or bad args");
+    r->healed = false;
+    if (!r->live.ok && r->live.clean) { /* idle when the peer died: from where it stands */
+        r->live.epoch = r->st.epoch;
+        r->live.offset = r->st.offset;
+        r->live.index = r->st.batch;
+        r->live.step0 = r->st.step;
+        r->live.rep = (tr_report){.magic = TR_REPORT_MAGIC};
+        r->live.ok = true;
+    }
+    if (!r->live.ok)
+        return ct__error(CT_EINVAL,
+                         "trainer replica %d: its segment did not fail inside a step (a peer's "
+                         "death): no live recovery",
+                         r->setup.rank);
+    tr_regroup_args a;
+    memcpy(&a, args, sizeof a);
+    int old_world = r->setup.world, src = 0, rc;
+    uint64_t hash = 0;
+    r->live.ok = r->live.clean = false;
+    for (int m = 0; m < r->st.nmodels; m++) {
+        ct_module_on_grad_ready(r->st.models[m], NULL, NULL);
+        ct_bucketer_destroy(&r->bucketers[m]); /* before the communicator it uses */
+    }
+    ct_comm_destroy(&r->comm);
+    ct_loader_destroy(&r->loader);
+    r->setup.rank = r->ctx.rank = a.rank;
+    r->setup.world = r->ctx.world = a.world;
+    memcpy(r->setup.group, a.group, sizeof r->setup.group);
+    if ((rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
+                                          .group_id = a.group,
+                                          .rank = a.rank,
+                                          .world_size = a.world,
+                                          .node_id = ct_self_node_id(),
+                                          .timeout_ms = r->spec.comm_timeout_ms},
+                          &r->comm)) < 0 ||
+        (rc = live_agree(r, old_world, &src, &hash)) < 0 || (rc = loader_new(r)) < 0)
+        return rc;
+    /* the replicas bound on this machine still are: one bucket stays one bucket */
+    r->bound_here = r->bound_here == old_world ? a.world : 0;
+    for (int m = 0; m < r->st.nmodels && rc == 0; m++)
+        rc = bucketer_new(r, m);
+    if (rc < 0)
+        return rc;
+    r->pos_valid = false;
+    r->first_step_done = false;
+    r->live.clean = true; /* another death before the next segment: go on from here */
+    tr_report rep = r->live.rep;
+    rep.rank = a.rank;
+    rep.world = a.world;
+    snprintf(rep.group, sizeof rep.group, "%s", a.group);
+    rep.epoch = r->st.epoch;
+    rep.steps = r->st.step - r->live.step0;
+    rep.end_batch = 0;
+    rep.end_offset = r->st.offset;
+    rep.first_step_ns = 0;
+    rep.skipped_total = r->st.skipped;
+    rep.loss_scale = r->st.scaler ? ct_grad_scaler_scale(r->st.scaler) : 0;
+    rep.weights_hash = hash;
+    if (!(*res = malloc(sizeof rep)))
+        return CT_ENOMEM;
+    memcpy(*res, &rep, sizeof rep);
+    *rlen = sizeof rep;
+    return 0;
+}
+
+/* The "snapshot" method (a serving peer, idle between two segments of a live group): its whole
+ * state (the checkpoint bytes of share_state) into the store, written in place and sealed toward
+ * the newcomer's node (its data port pulls it in checksummed chunks), with the bytes' CRC-32C,
+ * the weights' hash and the position (tr_snapshot). The driver frees the object. */
+static int replica_snapshot(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    if (len != sizeof(tr_snapshot_args) || !r->comm)
+        return ct__error(CT_EINVAL, "trainer replica: snapshot before setup or bad args");
+    if (!r->live.clean || r->live.ok)
+        return ct__error(CT_EINVAL, "trainer replica %d: snapshot while not at a step boundary",
+                         r->setup.rank);
+    tr_snapshot_args a;
+    memcpy(&a, args, sizeof a);
+    a.node[sizeof a.node - 1] = 0;
+    int64_t t0 = ct__now_ns();
+    tr_snapshot snap = {.step = r->st.step,
+                        .epoch = r->st.epoch,
+                        .batch = r->st.batch,
+                        .offset = r->st.offset,
+                        .world = r->setup.world};
+    tr_ckpt_plan *p = NULL;
+    void *dst = NULL;
+    int rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, NULL, &p);
+    if (rc == 0) {
+        snap.size = ct__ckpt_size(p);
+        rc = ct_object_create(snap.size, &snap.id, &dst);
+    }
+    if (rc == 0) {
+        ct__ckpt_write(p, dst);
+        snap.crc = ct__crc32c(0, dst, snap.size);
+        rc = ct_object_seal(&snap.id, &(ct_put_opts){.node = a.node[0] ? a.node : NULL});
+        if (rc < 0)
+            ct_object_abort(&snap.id);
+    }
+    ct__ckpt_plan_free(&p);
+    if (rc == 0)
+        rc = weights_hash(r, &snap.hash);
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc, "trainer replica %d: snapshot", r->setup.rank);
+    snap.put_ns = ct__now_ns() - t0;
+    if (!(*res = malloc(sizeof snap)))
+        return CT_ENOMEM;
+    memcpy(*res, &snap, sizeof snap);
+    *rlen = sizeof snap;
+    return 0;
+}
+
+/* The "heal" method (a newcomer, after "build", instead of "setup"): fetches a live peer's
+ * snapshot (args: its tr_snapshot), checks its size and CRC-32C, loads it and checks that the
+ * weights' hash is the peer's; then it stands where the peer stood (step, epoch, batch under
+ * offset, in a group of the peer's world), ready for the "regroup" that lets it in. Replies a
+ * tr_snapshot: the hash here and get_ns. CT_EPROTO when the bytes or the weights differ. */
+static int replica_heal(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    if (len != sizeof(tr_snapshot) || !r->st.nmodels || r->comm)
+        return ct__error(CT_EINVAL, "trainer replica: heal %s",
+                         len != sizeof(tr_snapshot) ? "with bad args"
+                         : !r->st.nmodels           ? "before build"
+                                                    : "of a replica in a group");
+    tr_snapshot snap, me = {0};
+    memcpy(&snap, args, sizeof snap);
+    int64_t t0 = ct__now_ns();
+    ct_object_view v = {0};
+    int rc = ct_get(&snap.id, 30000, &v);
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc, "trainer replica %d: fetching the peer's snapshot",
+                                        r->setup.rank);
+    uint32_t crc = v.size == snap.size ? ct__crc32c(0, v.data, v.size) : 0;
+    if (v.size != snap.size || crc != snap.crc)
+        rc = ct__error(CT_EPROTO,
+                       "trainer replica %d: the peer's snapshot has %llu bytes of CRC-32C %08x, "
+                       "expected %llu of %08x",
+                       r->setup.rank, (unsigned long long)v.size, crc,
+                       (unsigned long long)snap.size, snap.crc);
+    if (rc == 0)
+        rc = ct__ckpt_load(&r->st, &r->spec, v.data, v.size);
+    ct_object_release(&v);
+    if (rc == 0)
+        rc = weights_hash(r, &me.hash);
+    if (rc == 0 && me.hash != snap.hash)
+        rc = ct__error(CT_EPROTO,
+                       "trainer replica %d: weights hash %016llx after loading the peer's "
+                       "snapshot, the peer's is %016llx",
+                       r->setup.rank, (unsigned long long)me.hash, (unsigned long long)snap.hash);
+    if (rc == 0 && !r->rdv && !(r->rdv = ct_rendezvous_kv_new("trainer/")))
+        rc = CT_ENOMEM;
+    if (rc < 0)
+        return rc;
+    r->st.step = snap.step;
+    r->st.epoch = snap.epoch;
+    r->st.batch = snap.batch;
+    r->st.offset = snap.offset;
+    r->setup.world = r->ctx.world = snap.world; /* the group it enters from (live_agree) */
+    r->healed = true;
+    r->live.ok = false;
+    r->live.clean = true; /* "regroup" goes on from where it stands */
+    me.step = r->st.step;
+    me.get_ns = ct__now_ns() - t0;
+    if (!(*res = malloc(sizeof me)))
+        return CT_ENOMEM;
+    memcpy(*res, &me, sizeof me);
+    *rlen = sizeof me;
     return 0;
 }
 
@@ -951,6 +1301,9 @@ int ct__trainer_register_replica_class(void)
                                             .methods = {{"build", replica_build},
                                                         {"setup", replica_setup},
                                                         {"train_epoch", replica_train_epoch},
+                                                        {"regroup", replica_regroup},
+                                                        {"snapshot", replica_snapshot},
+                                                        {"heal", replica_heal},
                                                         {"validate", replica_validate}}});
     done = rc == 0;
     return rc;

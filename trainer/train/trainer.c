@@ -1,14 +1,15 @@
 /* trainer/train/trainer.c — the trainer's driver side: trainer_create (options, a check-run of
  * every creator), the replica group (actors created where resources fit, a fresh rendezvous
  * group id per attempt), the epoch loop with checkpoints adopted from the object store, the
- * recovery protocol (end the group, wait for the head to report the deaths, start as many
- * replicas as fit from the last checkpoint, count retries; a failure no retry could fix ends
- * the job at once: no_retry), the elastic bounds (a request no node could ever hold fails at
- * once; wait with backoff while fewer than min_replicas fit, grow up to max_replicas at every
- * checkpoint, tell on_world_size), validation, save / restore. trainer_create makes the
- * built-in data creators' paths absolute and checks every rank's shard of sharded data. An epoch
- * runs as segments that end in a checkpoint every checkpoint_every_steps optimizer steps (or one
- * segment: the epoch); the driver sums the segments' statistics. Checkpoints also go to
+ * recovery protocols: live (the survivors of a death regroup under a new group id and go on
+ * from the step in flight: live_recover) and restart (end the group, wait for the head to
+ * report the deaths, start as many replicas as fit from the last checkpoint, count retries; a
+ * failure no retry could fix ends the job at once: no_retry), the elastic bounds (a request no node
+ * could ever hold fails at once; wait with backoff while fewer than min_replicas fit, grow up to
+ * max_replicas at every checkpoint, tell on_world_size), validation, save / restore. trainer_create
+ * makes the built-in data creators' paths absolute and checks every rank's shard of sharded data.
+ * An epoch runs as segments that end in a checkpoint every checkpoint_every_steps optimizer steps
+ * (or one segment: the epoch); the driver sums the segments' statistics. Checkpoints also go to
  * checkpoint_dir, and trainer_train can resume from one there. Not here: the replica's training
  * step (replica.c), the checkpoint bytes (ckpt.c), the checkpoint directory's files (ckptdir.c),
  * the run log (progress.c; called at a few points: start / stop, each segment, epoch and
@@ -61,11 +62,24 @@ struct trainer {
     /* the validations of the last segment (tr_report's tail), for on_validate */
     tr_val_result *vals;
     int nvals;
-    char group[64];          /* the running group's id */
-    int told_world;          /* the group size on_world_size was last told (0: none) */
-    int logged_world;        /* the group size last logged (note_group_size; 0: none) */
-    bool warned_world;       /* ... and it was below num_replicas (logged as a warning) */
-    double lr_scale;         /* trainer_scale_lr's factor for groups from the current checkpoint */
+    char group[64];      /* the running group's id */
+    int told_world;      /* the group size on_world_size was last told (0: none) */
+    int logged_world;    /* the group size last logged (note_group_size; 0: none) */
+    bool warned_world;   /* ... and it was below num_replicas (logged as a warning) */
+    char shrink_why[96]; /* why the last group ended without a failure ("node X drained"),
+                            for note_group_size's reason when the next one is smaller */
+    double lr_scale;     /* trainer_scale_lr's factor for groups from the current checkpoint */
+    bool live;           /* recovery "live" applies (trainer_create decided) */
+    double live_lr;      /* the next train_epoch's rates times this (a live recovery's) */
+    bool live_fresh;     /* no step completed yet since the last live recovery */
+    /* the group's size before its first live recovery: replacements heal from live peers
+     * until it is that size again (heal_replacement; 0: no live recovery since it started) */
+    int heal_to;
+    int heal_next; /* the next serving peer's rank, round-robin over the group */
+    /* call_all after a failure waits for every call (a survivor's error, a death's report),
+     * after the first death's report for LIVE_SETTLE_MS at most, not only for that death: live
+     * recovery must know every replica that died (two killed at once) */
+    bool wait_all;
     tr_progress *progress;   /* the run log (progress.c); NULL: none asked for */
     tr_head_report report;   /* what the head is told of the job (report.c) */
     const char *fail_reason; /* why the last group failed, for the retry counter (end_group) */
@@ -409,6 +423,15 @@ int trainer_create(const trainer_opts *o, trainer **out)
                        s->zero);
         goto fail;
     }
+    /* recovery: opts.recovery, else config key "recovery"; live by default (where it applies:
+     * below, once the data is known) */
+    const char *recovery = o->recovery ? o->recovery : trainer_config_str(&ctx, "recovery", NULL);
+    if (recovery && strcmp(recovery, "live") && strcmp(recovery, "restart")) {
+        rc = ct__error(CT_EINVAL, "trainer_create: %s \"%s\": not \"live\" or \"restart\"",
+                       o->recovery ? "opts.recovery" : "config key \"recovery\" =", recovery);
+        goto fail;
+    }
+    bool asked_live = !recovery || !strcmp(recovery, "live"), default_live = !recovery;
     if (s->zero && ctx.precision == CT_F16) {
         rc = ct__error(CT_ENOSYS,
                        "trainer_create: ZeRO stage %d with config key \"precision\" = f16: the "
@@ -434,6 +457,20 @@ int trainer_create(const trainer_opts *o, trainer **out)
     /* every rank's shard, as the replicas of the largest group would read them */
     if (t->local.data.sharded && max > 1 && (rc = check_shards(s, max, max > num)) < 0)
         goto fail;
+    /* live recovery where it applies; else restart, and one line that says why */
+    const char *not_live = device != CT_CPU
+                               ? "the survivors' state would be on a device: live recovery runs "
+                                 "on the CPU ring only (opts.device)"
+                           : s->zero ? "ZeRO-1: the dead replica's optimizer shard exists nowhere "
+                                       "else (zero_stage)"
+                           : t->local.data.sharded ? "sharded data: the dead replica's shard is "
+                                                     "not on the survivors (trainer_data.sharded)"
+                                                   : NULL;
+    t->live = asked_live && !not_live;
+    if (asked_live && not_live)
+        CT_LOG(default_live ? CT_LOG_INFO : CT_LOG_WARN, "trainer",
+               "recovery: \"restart\" (from the last checkpoint), not \"live\": %s", not_live);
+    t->live_lr = 1;
     /* the driver keeps model, optimizer and scheduler, not the data */
     t->tokens = t->local.data.tokens;
     ct__trainer_data_free(&t->local.data);
@@ -557,6 +594,7 @@ static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int fa
     free(t->actors);
     t->actors = NULL;
     t->world = 0;
+    t->heal_to = 0; /* a group started from a checkpoint grows there (grow_at_checkpoint) */
     t->stats.replicas = 0;
     ct__report_replicas(&t->report, 0);
     free(dead_before);
@@ -717,6 +755,10 @@ static int never_fits(const trainer *t, const fit *f)
  * call has failed the others get at most 3 s more (a replica that hangs outside a collective
  * must not hang the driver). */
 #define FAIL_GRACE_MS 1500
+/* live recovery: after a death's report, how long more for the other calls (deaths reported
+ * within it count: two replicas killed at once; a survivor slower than it gets its regroup
+ * call after its failed call returns) */
+#define LIVE_SETTLE_MS 20
 #define PROGRESS_POLL_MS 100 /* reads the replicas' step records this often (progress.c) */
 
 static int call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,
@@ -744,7 +786,10 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
             int64_t now = ct__now_ms();
             if (!grace_until)
                 grace_until = now + FAIL_GRACE_MS;
-            if (now >= grace_until || (*failed >= 0 && ct_actor_is_dead(t->actors[*failed])))
+            bool dead = *failed >= 0 && ct_actor_is_dead(t->actors[*failed]);
+            if (dead && t->wait_all && grace_until > now + LIVE_SETTLE_MS)
+                grace_until = now + LIVE_SETTLE_MS; /* other deaths of the same moment */
+            if (now >= grace_until || (dead && !t->wait_all))
                 break;
             wait_ms = (int)(grace_until - now);
         }
@@ -774,10 +819,22 @@ static int call_all(trainer *t, const char *method, const void *args, size_t len
 
 /* Where in the epoch a group of n replicas starts from the checkpoint: its batch, or with
  * another group size the batch where as many samples of the epoch's order were seen (rounded
- * down, and to whole accumulation groups): a few samples seen twice, none skipped. */
-static int64_t start_batch(const trainer *t, int n)
+ * down, and to whole accumulation groups): a few samples seen twice, none skipped. A checkpoint
+ * of an epoch a live recovery re-sharded (an offset) starts a group of another size exactly at
+ * its samples seen (*offset; batch 0). */
+static int64_t start_batch(const trainer *t, int n, int64_t *offset)
 {
     int64_t b = t->local.batch;
+    *offset = t->local.offset;
+    if (t->local.offset > 0 && t->local.world > 0 && t->local.world != n) {
+        *offset = t->local.offset + b * t->spec.batch * t->local.world;
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "checkpoint at batch %lld after %lld samples of epoch %lld with %d replicas: %d "
+               "start after %lld samples",
+               (long long)b, (long long)t->local.offset, (long long)t->local.epoch, t->local.world,
+               n, (long long)*offset);
+        return 0;
+    }
     if (b > 0 && t->local.world > 0 && t->local.world != n) {
         b = b * t->local.world / n;
         b -= b % t->spec.accumulate;
@@ -880,7 +937,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap,
         sa[i].world = n;
         memcpy(sa[i].group, group, sizeof group);
         sa[i].start_epoch = t->local.epoch;
-        sa[i].start_batch = start_batch(t, n);
+        sa[i].start_batch = start_batch(t, n, &sa[i].start_offset);
         sa[i].has_ckpt = t->has_ckpt;
         sa[i].ckpt = t->ckpt;
         sa[i].lr_scale = t->lr_scale;
@@ -893,6 +950,7 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap,
     if ((rc = call_all(t, "setup", NULL, 0, 0, NULL, &failed, msg, sizeof msg)) < 0)
         goto fail;
     t->local.batch = sa[0].start_batch;
+    t->local.offset = sa[0].start_offset;
     t->local.world = n;
     free(sa);
     memcpy(t->group, group, sizeof group);
@@ -965,7 +1023,7 @@ static void drop_best(trainer *t)
 
 /* Makes the newest checkpoint id the current one: pulls it to the driver's node, loads it into
  * the driver's state, then frees the previous one (never before the new one is complete). */
-static int adopt_checkpoint(trainer *t, const ct_object_id *id)
+static int adopt_checkpoint(trainer *t, const ct_object_id *id, double write_s)
 {
     ct_object_view v = {0};
     int rc = ct_get(id, 30000, &v);
@@ -980,6 +1038,7 @@ static int adopt_checkpoint(trainer *t, const ct_object_id *id)
     t->has_ckpt = true;
     t->ckpt_unsaved = true;
     t->lr_scale = 1; /* the new checkpoint holds the rates its group trained with */
+    ct__report_checkpoint(&t->report, t->local.step, write_s);
     return 0;
 }
 
@@ -991,6 +1050,7 @@ static int rewind_to_checkpoint(trainer *t)
         t->local.epoch = 0;
         t->local.step = 0;
         t->local.batch = 0;
+        t->local.offset = 0;
         t->local.skipped = 0;
         if (t->local.scaler) /* never changed without a checkpoint; fresh, to be sure */
             ct_grad_scaler_load(t->local.scaler, (float)t->local.scaler_opts.init_scale, 0);
@@ -1107,6 +1167,352 @@ static void segment_records(trainer *t, bool epoch_done)
         ct__progress_epoch(t->progress, &t->stats);
 }
 
+/* ---- live recovery (recovery "live") ---- */
+
+#define LIVE_DEATH_WAIT_MS 1000 /* for the head's report of the death the survivors saw */
+
+static int tell_world_size(trainer *t, const trainer_train_opts *o, int n);
+static void note_group_size(trainer *t, int n);
+
+/* After a segment failed: when replicas died (their node's death watch reported them) and every
+ * survivor failed inside a step (its communicator broke), the survivors go on without them: a
+ * new group of the survivors (a new group id, the next generation; ranks in the old order)
+ * agrees on the last completed step, discards the one in flight and re-shards the rest of the
+ * epoch (replica.c, "regroup"); on_world_size is told, its lr factor goes with the next
+ * train_epoch. *done_steps: the optimizer steps the failed segment completed (of its budget
+ * `steps`). 0, or a negative code when the driver must restart the group instead (nothing
+ * died, fewer than min_replicas left, a survivor that failed otherwise: logged); then, when the
+ * dead were already let go (*why non-empty: what died), the group left is the survivors. */
+static int live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, int64_t *done_steps,
+                        char *why, size_t cap)
+{
+    int64_t t0 = ct__now_ns(), until = ct__now_ms() + LIVE_DEATH_WAIT_MS;
+    int n = 0, old = t->world, rc, failed = -1;
+    char key[128];
+    void *v = NULL;
+    size_t vlen = 0;
+    snprintf(key, sizeof key, "trainer/%s/error", t->group); /* replica.c, epoch_failed */
+    if (ct_kv_get(key, &v, &vlen, 0) == 0) { /* a replica failed by itself: no death */
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "recovery: a replica failed by itself (%.*s): restarting the group from the last "
+               "checkpoint",
+               (int)(vlen < 300 ? vlen : 300), v ? (const char *)v : "");
+        free(v);
+        return CT_EINVAL;
+    }
+    for (;;) { /* the survivors saw the death first: wait for the head's word on it */
+        n = 0;
+        for (int i = 0; i < old; i++)
+            n += !ct_actor_is_dead(t->actors[i]);
+        if (n < old || ct__now_ms() >= until)
+            break;
+        usleep(1000);
+    }
+    if (n == old) {
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "recovery: no replica died (a replica's own error, or a peer too slow for "
+               "comm_timeout_ms): restarting the group from the last checkpoint");
+        return CT_EINVAL;
+    }
+    if (n < t->min_replicas) {
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "recovery: %d of %d replicas survive, fewer than min_replicas %d: no live "
+               "recovery; restarting from the last checkpoint",
+               n, old, t->min_replicas);
+        return CT_EINVAL;
+    }
+    ct_actor **alive = calloc((size_t)n, sizeof *alive);
+    tr_regroup_args *ra = calloc((size_t)n, sizeof *ra);
+    void **res = calloc((size_t)n, sizeof *res);
+    char group[64], msg[600] = "";
+    if (!alive || !ra || !res) {
+        free(alive);
+        free(ra);
+        free(res);
+        return CT_ENOMEM;
+    }
+    snprintf(group, sizeof group, "g%d-%d-%lld", (int)getpid(), ++t->groups,
+             (long long)(ct__now_ns() / 1000));
+    for (int i = 0, k = 0; i < old; i++) {
+        if (ct_actor_is_dead(t->actors[i])) {
+            snprintf(why, cap, "replica %d (actor %s, pid %d, node %s) died", i,
+                     ct_actor_id(t->actors[i]), ct_actor_pid(t->actors[i]),
+                     ct_actor_node(t->actors[i]));
+            CT_LOG(CT_LOG_WARN, "trainer", "recovery: %s; %d survivors go on live (group %s)", why,
+                   n, group);
+            ct_actor_release(&t->actors[i]);
+            continue;
+        }
+        ra[k] = (tr_regroup_args){.rank = k, .world = n};
+        memcpy(ra[k].group, group, sizeof group);
+        alive[k++] = t->actors[i];
+    }
+    free(t->actors);
+    t->actors = alive;
+    t->world = n;
+    t->stats.replicas = n;
+    ct__report_replicas(&t->report, n);
+    rc = call_all(t, "regroup", ra, sizeof *ra, sizeof *ra, res, &failed, msg, sizeof msg);
+    tr_report *r0 = res[0];
+    for (int i = 0; rc == 0 && i < n; i++) {
+        tr_report *r = res[i];
+        if (r->steps != r0->steps || r->end_offset != r0->end_offset ||
+            r->weights_hash != r0->weights_hash || r->epoch != r0->epoch)
+            rc = ct__error(CT_EPROTO,
+                           "recovery: survivors disagree after regrouping (rank %d: step +%lld, "
+                           "offset %lld; rank 0: +%lld, %lld)",
+                           i, (long long)r->steps, (long long)r->end_offset, (long long)r0->steps,
+                           (long long)r0->end_offset);
+    }
+    if (rc == 0 && steps > 0 && r0->steps >= steps)
+        rc = ct__error(CT_EPROTO, "recovery: the segment's %lld steps were done already",
+                       (long long)steps);
+    if (rc < 0) {
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "recovery: the survivors could not go on live (%s): restarting from the last "
+               "checkpoint",
+               msg[0] ? msg : ct_last_error());
+        size_t l = strlen(why);
+        snprintf(why + l, cap - l, "; live recovery failed: %s", msg[0] ? msg : ct_last_error());
+        goto out;
+    }
+    /* the failed segment's sums up to its last completed step (the survivors'; the dead
+     * replicas' part of them is lost with them) */
+    for (int i = 0; i < n; i++) {
+        tr_report *r = res[i];
+        ct__trainer_metrics_add(&t->acc.m, &r->metrics);
+        t->acc.loss += r->loss_sum;
+        t->acc.samples += r->samples;
+    }
+    *done_steps = r0->steps;
+    t->local.step += r0->steps;
+    t->local.epoch = r0->epoch;
+    t->local.batch = 0;
+    t->local.offset = r0->end_offset;
+    memcpy(t->group, group, sizeof group);
+    t->group_fresh = true;
+    t->stats.live_recoveries++;
+    t->live_fresh = true;
+    if (!t->heal_to)
+        t->heal_to = old;
+    t->stats.group_start_step = t->local.step;
+    t->stats.group_start_ns = t0;
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "recovery: %d replicas go on live from step %lld (epoch %lld, after %lld samples of "
+           "it), in %.1f ms",
+           n, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.offset,
+           (ct__now_ns() - t0) / 1e6);
+    note_group_size(t, n);
+    /* on_world_size sees the new size; its factor applies to the survivors' current rates, and
+     * for a restart from the current checkpoint, to that one's on top of what was asked */
+    double keep = t->lr_scale;
+    t->lr_scale = 1;
+    rc = tell_world_size(t, o, n);
+    t->live_lr = t->lr_scale;
+    t->lr_scale = keep * t->live_lr;
+out:
+    for (int i = 0; i < n; i++)
+        free(res[i]);
+    free(res);
+    free(ra);
+    return rc;
+}
+
+#define HEAL_CALL_MS 60000 /* a replacement's build, a snapshot, its fetch and load */
+
+/* Kills and releases a newcomer that did not get in (its snapshot too); the group goes on. */
+static void drop_newcomer(ct_actor **a, tr_snapshot *snap, const char *what)
+{
+    CT_LOG(CT_LOG_WARN, "trainer",
+           "heal: the replacement did not get in (%s: %s); the group goes on without it", what,
+           ct_last_error());
+    ct_actor_kill(*a);
+    /* its resources are free again once the head reports the death: the next boundary's
+     * replacement fits */
+    for (int64_t until = ct__now_ms() + 10000; !ct_actor_is_dead(*a) && ct__now_ms() < until;)
+        usleep(2000);
+    ct_actor_release(a);
+    if (snap && snap->size)
+        ct_free(&snap->id);
+}
+
+/* At a step boundary between two segments (every replica idle), after a live recovery shrank
+ * the group: when a replica fits again, a replacement heals from a live peer and the group
+ * grows back by one without a restart. The newcomer is created and built; the serving peer
+ * (round-robin over the group) puts its state into the store sealed toward the newcomer's node
+ * ("snapshot"); the newcomer fetches and loads it, checked by CRC-32C and weights hash ("heal");
+ * then the survivors and the newcomer (last) "regroup" under a new group id at world n+1, agree
+ * (same steps and weights), and the epoch's rest is dealt over n+1 from the exact offset;
+ * on_world_size is told. A newcomer or serving peer that fails before the regroup is dropped
+ * and the group goes on as it was (a dead serving peer is the next segment's live recovery);
+ * returns 0 then too. A failed regroup: a negative code, why set, the group ended. */
+static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, size_t cap)
+{
+    int n = t->world, more = 0, rc, failed = -1;
+    if (!t->actors || !t->heal_to || n >= t->heal_to || t->group_fresh)
+        return 0;
+    if (replicas_that_fit(t, &more) < 0 || more < 1)
+        return 0;
+    int64_t t0 = ct__now_ns();
+    ct_actor *a = NULL;
+    tr_snapshot snap = {0}, *got = NULL;
+    void *res = NULL;
+    size_t rlen = 0;
+    char group[64], msg[600] = "";
+    ct_resources cres = {.cpu = t->cpus,
+                         .gpu = t->gpus,
+                         .strategy = t->placement,
+                         .timeout_ms = o->create_timeout_ms > 0 ? o->create_timeout_ms : 30000};
+    if ((rc = ct_actor_create(TR_REPLICA_CLASS, &cres, &t->spec, sizeof t->spec, &a)) < 0) {
+        CT_LOG(CT_LOG_INFO, "trainer", "heal: no replacement started: %s", ct_last_error());
+        return 0;
+    }
+    tr_setup_args sa = {.rank = n, .world = n + 1, .start_epoch = t->local.epoch};
+    snprintf(sa.driver_node, sizeof sa.driver_node, "%s", ct_object_node());
+    if ((rc = ct_actor_call(a, "build", &sa, sizeof sa, NULL, NULL, HEAL_CALL_MS)) < 0) {
+        drop_newcomer(&a, NULL, "build");
+        return 0;
+    }
+    tr_snapshot_args qa = {{0}};
+    snprintf(qa.node, sizeof qa.node, "%s", ct_actor_node(a) ? ct_actor_node(a) : "");
+    int64_t t1 = ct__now_ns();
+    int peer;
+    for (;;) { /* a serving peer that dies: the newcomer asks the next one */
+        peer = t->heal_next++ % n;
+        rc = ct_actor_call(t->actors[peer], "snapshot", &qa, sizeof qa, &res, &rlen, HEAL_CALL_MS);
+        if (rc == 0 && rlen == sizeof snap)
+            break;
+        free(res);
+        res = NULL;
+        for (int64_t until = ct__now_ms() + LIVE_DEATH_WAIT_MS;
+             !ct_actor_is_dead(t->actors[peer]) && ct__now_ms() < until;)
+            usleep(1000);
+        if (!ct_actor_is_dead(t->actors[peer])) {
+            drop_newcomer(&a, NULL, "the serving peer's snapshot");
+            return 0;
+        }
+        /* the others were idle at this step boundary: they go on without it (a live recovery:
+         * the regroup below deals the epoch's rest over the survivors and the newcomer) */
+        t->stats.failure_seen_ns = ct__now_ns();
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "heal: serving peer %d (actor %s, pid %d, node %s) died during the heal; %d "
+               "survivors go on, the replacement asks the next one",
+               peer, ct_actor_id(t->actors[peer]), ct_actor_pid(t->actors[peer]),
+               ct_actor_node(t->actors[peer]), n - 1);
+        ct_actor_release(&t->actors[peer]);
+        memmove(&t->actors[peer], &t->actors[peer + 1], sizeof *t->actors * (size_t)(n - 1 - peer));
+        t->world = --n;
+        t->stats.replicas = n;
+        t->stats.live_recoveries++;
+        t->heal_next = peer;
+        if (n < 1 || n < t->min_replicas) {
+            drop_newcomer(&a, NULL, "no serving peer left");
+            snprintf(why, cap, "heal: the serving peer died; %d replicas left, min_replicas %d", n,
+                     t->min_replicas);
+            end_group(t, NULL, 0, -1, 0, NULL);
+            t->fail_reason = "replica_died";
+            return CT_EDEAD;
+        }
+    }
+    memcpy(&snap, res, sizeof snap);
+    free(res);
+    res = NULL;
+    if (snap.step != t->local.step || snap.epoch != t->local.epoch) {
+        ct__error(CT_EPROTO, "serving peer %d at step %lld epoch %lld, the driver at %lld, %lld",
+                  peer, (long long)snap.step, (long long)snap.epoch, (long long)t->local.step,
+                  (long long)t->local.epoch);
+        drop_newcomer(&a, &snap, "position");
+        return 0;
+    }
+    rc = ct_actor_call(a, "heal", &snap, sizeof snap, &res, &rlen, HEAL_CALL_MS);
+    got = res;
+    if (rc < 0 || rlen != sizeof *got || got->hash != snap.hash) {
+        free(res);
+        drop_newcomer(&a, &snap, "heal");
+        return 0;
+    }
+    int64_t t2 = ct__now_ns();
+    t->stats.heal_copy_ns = snap.put_ns + got->get_ns;
+    t->stats.heal_bytes = (int64_t)snap.size;
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "heal: replacement %s (node %s) loaded replica %d's state at step %lld (%llu bytes, "
+           "CRC-32C %08x): put %.1f ms, fetch and load %.1f ms",
+           ct_actor_id(a), ct_actor_node(a), peer, (long long)snap.step,
+           (unsigned long long)snap.size, snap.crc, snap.put_ns / 1e6, got->get_ns / 1e6);
+    free(res);
+    res = NULL;
+    ct_free(&snap.id);
+    /* the quorum of the next step: the survivors and the newcomer, last */
+    ct_actor **all = realloc(t->actors, sizeof *all * (size_t)(n + 1));
+    tr_regroup_args *ra = calloc((size_t)n + 1, sizeof *ra);
+    void **rep = calloc((size_t)n + 1, sizeof *rep);
+    if (!all || !ra || !rep) {
+        if (all)
+            t->actors = all;
+        free(ra);
+        free(rep);
+        drop_newcomer(&a, NULL, "out of memory");
+        return 0;
+    }
+    t->actors = all;
+    t->actors[n] = a;
+    t->world = n + 1;
+    snprintf(group, sizeof group, "g%d-%d-%lld", (int)getpid(), ++t->groups,
+             (long long)(ct__now_ns() / 1000));
+    for (int i = 0; i <= n; i++) {
+        ra[i] = (tr_regroup_args){.rank = i, .world = n + 1};
+        memcpy(ra[i].group, group, sizeof group);
+    }
+    rc = call_all(t, "regroup", ra, sizeof *ra, sizeof *ra, rep, &failed, msg, sizeof msg);
+    tr_report *r0 = rep[0];
+    for (int i = 0; rc == 0 && i <= n; i++) {
+        tr_report *r = rep[i];
+        if (r->steps != 0 || r->end_offset != r0->end_offset || r->weights_hash != snap.hash ||
+            r->epoch != r0->epoch)
+            rc = ct__error(CT_EPROTO,
+                           "heal: rank %d differs at the quorum (steps +%lld, offset %lld, "
+                           "weights %016llx; the snapshot's %016llx)",
+                           i, (long long)r->steps, (long long)r->end_offset,
+                           (unsigned long long)r->weights_hash, (unsigned long long)snap.hash);
+    }
+    if (rc < 0) {
+        snprintf(why, cap, "heal: the group of %d with the replacement could not meet: %s", n + 1,
+                 msg[0] ? msg : ct_last_error());
+        CT_LOG(CT_LOG_WARN, "trainer", "%s: restarting from the last checkpoint", why);
+        end_group(t, NULL, 0, -1, 0, NULL);
+        t->fail_reason = "other";
+        goto out;
+    }
+    t->local.batch = 0;
+    t->local.offset = r0->end_offset;
+    memcpy(t->group, group, sizeof group);
+    t->group_fresh = true;
+    t->stats.replicas = n + 1;
+    t->stats.heals++;
+    if (t->world >= t->heal_to) /* back to its size: a checkpoint may grow it further */
+        t->heal_to = 0;
+    t->stats.heal_ns = ct__now_ns() - (t->stats.failure_seen_ns ? t->stats.failure_seen_ns : t0);
+    t->stats.group_start_step = t->local.step;
+    ct__report_replicas(&t->report, n + 1);
+    CT_LOG(CT_LOG_INFO, "trainer",
+           "heal: %d replicas from step %lld (epoch %lld, after %lld samples of it): replacement "
+           "in %.1f ms (start and build %.1f, copy %.1f, quorum %.1f)",
+           n + 1, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.offset,
+           (ct__now_ns() - t0) / 1e6, (t1 - t0) / 1e6, (t2 - t1) / 1e6, (ct__now_ns() - t2) / 1e6);
+    note_group_size(t, n + 1);
+    double keep = t->lr_scale;
+    t->lr_scale = 1;
+    rc = tell_world_size(t, o, n + 1);
+    t->live_lr = t->lr_scale;
+    t->lr_scale = keep * t->live_lr;
+out:
+    for (int i = 0; i <= n; i++)
+        free(rep[i]);
+    free(rep);
+    free(ra);
+    return rc;
+}
+
 static int drain_mid_epoch(trainer *t, void **res, int world, int d);
 
 /* A segment of epoch `epoch` on the group: from the driver's position (t->local.batch) until
@@ -1127,10 +1533,12 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         free(res);
         return CT_ENOMEM;
     }
-    if (t->local.batch == 0) /* a new epoch (or one started over) */
+    if (t->local.batch == 0 && t->local.offset == 0) /* a new epoch (or one started over) */
         t->acc = (epoch_sums){.agree = true};
     for (int i = 0; i < t->world; i++)
         ea[i] = (tr_epoch_args){.epoch = epoch,
+                                .offset = t->local.offset,
+                                .lr_scale = t->live_lr,
                                 .start_batch = t->local.batch,
                                 .steps = steps,
                                 .checkpoint = checkpoint,
@@ -1139,7 +1547,10 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                                 .report_ms = ct__progress_report_ms(t->progress)};
     t->nvals = 0;
     ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
+    t->wait_all = t->live;
     rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
+    t->wait_all = false;
+    t->live_lr = 1;   /* the replicas applied it */
     int drained = -1; /* a replica whose node drains: the one with a checkpoint, if any */
     for (int i = 0; i < world; i++) {
         tr_report *r = res[i];
@@ -1153,7 +1564,26 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     }
     if (rc < 0) {
         t->stats.failure_seen_ns = ct__now_ns();
-        end_group(t, why, cap, failed, rc, msg);
+        for (int i = 0; i < world; i++) { /* a checkpoint of a replica that ended: not adopted */
+            tr_report *r = res[i];
+            if (r && r->has_ckpt)
+                ct_free(&r->ckpt);
+        }
+        int64_t d = 0;
+        why[0] = 0;
+        if (t->live && live_recover(t, o, steps, &d, why, cap) == 0) { /* the survivors go on */
+            for (int i = 0; i < world; i++)
+                free(res[i]);
+            free(res);
+            free(ea);
+            return run_segment(t, epoch, steps > 0 ? steps - d : 0, checkpoint, o, done, why, cap);
+        }
+        if (why[0]) { /* the group is the survivors now: what died is said already */
+            end_group(t, NULL, 0, -1, 0, NULL);
+            t->fail_reason = "replica_died";
+        } else {
+            end_group(t, why, cap, failed, rc, msg);
+        }
         goto out;
     }
     double slowest = 0;
@@ -1183,6 +1613,9 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     }
     if (t->group_fresh)
         t->stats.group_first_step_ns = first_step;
+    if (t->live_fresh)
+        t->stats.live_first_step_ns = first_step;
+    t->live_fresh = false;
     t->group_fresh = false;
     *done = r0->epoch_done;
     /* rank 0's checkpoint; at an epoch's end a draining replica writes one when rank 0 does
@@ -1194,7 +1627,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         snprintf(what, sizeof what, "checkpoint at step %lld",
                  (long long)t->local.step + ck->steps);
         note_copies(t, what, ck->copies, ck->copies_asked);
-        if ((rc = adopt_checkpoint(t, &ck->ckpt)) < 0) {
+        if ((rc = adopt_checkpoint(t, &ck->ckpt, ck->ckpt_seconds)) < 0) {
             snprintf(why, cap, "adopting the checkpoint of epoch %lld: %s", (long long)epoch + 1,
                      ct_last_error());
             end_group(t, NULL, 0, -1, rc, NULL);
@@ -1204,9 +1637,11 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         t->local.epoch = epoch + 1; /* the driver's model lags (no checkpoint) */
         t->local.step += r0->steps;
         t->local.batch = 0;
+        t->local.offset = 0;
     } else { /* defensive: segments end in a checkpoint, or at the epoch's end */
         t->local.step += r0->steps;
         t->local.batch = r0->end_batch;
+        t->local.offset = r0->end_offset;
     }
     if (*done) {
         epoch_stats(t, &t->stats);
@@ -1232,7 +1667,11 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
             ct_free(&dr->ckpt);
         t->stats.drains++;
         t->stats.drain_step = t->local.step;
-        CT_LOG(CT_LOG_INFO, "trainer",
+        snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)",
+                 ct_actor_node(t->actors[drained]));
+        ct__report_drain(&t->report);
+        /* a warning: the user sees it in the driver's log, beside the smaller group's line */
+        CT_LOG(CT_LOG_WARN, "trainer",
                "node %s is draining: the group ends at the checkpoint of epoch %lld's end (step "
                "%lld)",
                ct_actor_node(t->actors[drained]), (long long)epoch + 1, (long long)t->local.step);
@@ -1261,7 +1700,7 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     const char *node = ct_actor_node(t->actors[d]);
     char node_id[32];
     snprintf(node_id, sizeof node_id, "%s", node ? node : "");
-    int rc = adopt_checkpoint(t, &r->ckpt);
+    int rc = adopt_checkpoint(t, &r->ckpt, r->ckpt_seconds);
     for (int i = 0; i < world; i++) { /* another replica of that node that wrote one too */
         tr_report *o = res[i];
         if (i != d && o && o->drained && o->has_ckpt && memcmp(&o->ckpt, &r->ckpt, sizeof r->ckpt))
@@ -1281,7 +1720,9 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     t->stats.drains++;
     t->stats.drain_step = t->local.step;
     local_stats(t);
-    CT_LOG(CT_LOG_INFO, "trainer",
+    snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)", node_id);
+    ct__report_drain(&t->report);
+    CT_LOG(CT_LOG_WARN, "trainer",
            "node %s is draining: checkpoint at step %lld (epoch %lld batch %lld); the group "
            "ends and training goes on from there without that node",
            node_id, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.batch);
@@ -1456,12 +1897,21 @@ static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
  * when it is below num_replicas (or comes back from there), else at info level. */
 static void note_group_size(trainer *t, int n)
 {
-    if (n == t->logged_world)
+    if (n == t->logged_world) {
+        t->shrink_why[0] = 0;
         return;
+    }
     char was[32] = "";
     if (t->logged_world)
         snprintf(was, sizeof was, " (was %d)", t->logged_world);
-    if (n < t->num_replicas)
+    if (n < t->num_replicas && t->shrink_why[0])
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "training with %d replica%s of the %d asked (num_replicas)%s: %s, and %d fit in "
+               "the free CPUs (%.3g each) of the nodes left; set min_replicas = %d to wait for "
+               "all of them",
+               n, n == 1 ? "" : "s", t->num_replicas, was, t->shrink_why, n, t->cpus,
+               t->num_replicas);
+    else if (n < t->num_replicas)
         CT_LOG(CT_LOG_WARN, "trainer",
                "training with %d replica%s of the %d asked (num_replicas)%s: only %d fit in the "
                "free CPUs (%.3g each); set min_replicas = %d to wait for all of them",
@@ -1471,6 +1921,7 @@ static void note_group_size(trainer *t, int n)
                "training with %d replica%s%s", n, n == 1 ? "" : "s", was);
     t->warned_world = n < t->num_replicas;
     t->logged_world = n;
+    t->shrink_why[0] = 0;
 }
 
 /* Starts a group of as many replicas as fit (up to max_replicas). Before this trainer's first
@@ -1543,11 +1994,12 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
 }
 
 /* After a checkpoint was adopted: when more replicas fit now (up to max_replicas), ends the
- * group so that a bigger one starts from that checkpoint. */
+ * group so that a bigger one starts from that checkpoint. Not a group that shrank live: it
+ * grows back by replacements healed from its replicas (heal_replacement), with no restart. */
 static void grow_at_checkpoint(trainer *t)
 {
     int more = 0;
-    if (!t->actors || t->group_fresh || !t->at_ckpt || t->world >= t->max_replicas)
+    if (!t->actors || t->group_fresh || !t->at_ckpt || t->world >= t->max_replicas || t->heal_to)
         return;
     if (replicas_that_fit(t, &more) < 0 || more < 1)
         return;
@@ -1721,12 +2173,19 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     }
     ct__progress_set_report(t->progress, &t->report);
     t->report.done = false;
+    t->report.epochs = epochs;
     /* where a resume starts: on the run log's lines when it prints some, else in the log */
     if (resumed[0] && !ct__progress_note(t->progress, "%s", resumed))
         CT_LOG(CT_LOG_INFO, "trainer", "%s", resumed);
     while (t->local.epoch < epochs) {
         /* right after a checkpoint (within an epoch or at its end, after on_epoch): a bigger
          * group when more replicas fit now */
+        if ((rc = heal_replacement(t, o, why, sizeof why)) < 0) {
+            if ((rc = spend_retry(t, max_retries, why, "other")) < 0 ||
+                (rc = rewind_to_checkpoint(t)) < 0)
+                break;
+            continue;
+        }
         grow_at_checkpoint(t);
         if (!t->actors && (rc = ensure_group(t, o, max_retries,
                                              o->min_replicas_timeout_ms > 0

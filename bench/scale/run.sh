@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bench/scale/run.sh — the head at N = 1k, 4k, 10k simulated nodes (ct-simnodes, each node its
+# own CURVE connection heartbeating twice a period as ct-node does; no death watch, whose extra
+# descriptor per node a 10k run cannot afford under a 20,000-descriptor limit). For each N it
+# runs tests/scale's program (test_scale_nodes) with 5 actors of CPU=1 a node (50,000 at 10k),
+# N single-bundle placement groups, nodes of 8 CPUs, the default heartbeat (100 ms) and
+# dead-after (10 s) times, a 12 s hold, then a head kill -9 and restart on its state file, and
+# prints what it measured: time to register N nodes, the head's CPU per second per 1,000 nodes
+# while only heartbeats arrive, actor creations/s, placement groups/s, a status's time, the
+# state file's size, the restart's replay (until it listens) and the time until every node
+# and actor is back, memory per node and per actor. A size whose run fails (a false death, a
+# placement unanswered) says so.
+#
+# The reference is Ray's published release-test envelope (not runnable here): many_actors
+# (ray 1.12.0 release log, release/release_logs/1.12.0/benchmarks/many_actors.json: 10,000
+# actors at 388.9 actors/s) and many_pgs (ray 2.6.1, release/release_logs/2.6.1/benchmarks/
+# many_pgs.json: 1,000 placement groups at 17.2 groups/s). Those ran on real multi-node
+# clusters (actors are processes there); ct's actors here are records on simulated nodes on one
+# 2-core machine, so the rows compare the control plane's scheduling throughput only.
+# Each heartbeat costs the head about 7 us of CPU (hb_cpu_ms_per_s_per_1k: 145 ms a second per
+# 1,000 nodes at two heartbeats per 100 ms), so 10,000 nodes at the default period need about
+# 1.5 cores for heartbeats alone, beside the simulator's; on a 2-core machine a size the CPU
+# cannot carry starves the creations (ZeroMQ queues fairly across peers: one driver gets 1/N of
+# a saturated head) and fails. SCALE_HEARTBEAT_MS (default 100) runs the sizes at another
+# period, to see the tables, the scheduler, the status and the restart at 10,000 nodes.
+# Env: SCALE_SIZES (default "1000 4000 10000"), SCALE_HEARTBEAT_MS.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${CT_BUILD:-$here/../../build}
+sizes=${SCALE_SIZES:-"1000 4000 10000"}
+ray_actors_per_s=388.9
+ray_pgs_per_s=17.2
+declare -A act pgs
+for n in $sizes; do
+    sims=$(((n + 3999) / 4000))
+    out=$("$build/bin/ct_test_guard" "$build/bin/test_scale_nodes" --nodes "$n" \
+        --actors $((5 * n)) --pgs "$n" --cpus 8 --sims "$sims" --no-watch --hold-ms 12000 \
+        --heartbeat-ms "${SCALE_HEARTBEAT_MS:-100}" \
+        --restart 2>/dev/null)
+    rc=$?
+    metrics=$(echo "$out" | sed -n 's/^metric //p' | tr '\n' ' ')
+    echo "scale N=$n: ${metrics}$([ $rc = 0 ] || echo "FAILED (exit $rc)")" >&2
+    echo "$out" | grep -E 'failed|refused_heartbeats' >&2
+    act[$n]=$(echo "$out" | sed -n 's/^metric actors_per_s=//p')
+    pgs[$n]=$(echo "$out" | sed -n 's/^metric pgs_per_s=//p')
+    [ $rc = 0 ] || { act[$n]=0; pgs[$n]=0; }
+done
+row() { awk -v n="$1" -v c="$2" -v r="$3" -v u="$4" 'BEGIN {
+    printf "%s: ct=%.0f ref=%.1f %s ratio=%.1f\n", n, c, r, u, (r > 0 ? c / r : 0) }'; }
+for n in $sizes; do
+    row "scale_pgs_${n}_nodes" "${pgs[$n]:-0}" "$ray_pgs_per_s" groups/s
+done
+for n in $sizes; do
+    row "scale_actors_${n}_nodes" "${act[$n]:-0}" "$ray_actors_per_s" actors/s
+done

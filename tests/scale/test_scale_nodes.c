@@ -1,0 +1,398 @@
+/* tests/scale/test_scale_nodes.c — the head holds 2,000 nodes. A real ct-head at its default
+ * heartbeat period (100 ms) and dead-after time (10 s), and 2,000 nodes simulated by one
+ * ct-simnodes process (actor/simnodes.c: each its own CURVE connection and death-watch
+ * connection, two heartbeats a period, its store announced). A raw driver peer (sec.h) then:
+ * 1. creates 4,000 actors of CPU=1 (pipelined: all sent, then every reply read) and asserts
+ *    every one answered CreateActorReply (the simulated node answered StartActor);
+ * 2. creates 1,000 single-bundle placement groups and waits on each: every one Ok (ready);
+ * 3. keeps the cluster heartbeating past the dead-after time, then asserts from the status
+ *    that all 2,000 nodes are alive and the actors ALIVE, and from ct-simnodes' counters that
+ *    the head refused no heartbeat (it declared no node dead) and sent no error.
+ * With --restart (bench/scale) the head keeps a state file, and after the hold is killed with
+ * SIGKILL and started again on it: the nodes register again with their actors (resume), and
+ * the status must show them all alive again. It prints what it measured, one "metric" line
+ * each, for bench/scale/run.sh.
+ * Nothing here asserts a time: on a loaded machine it takes longer, and the head counts only
+ * the silence of time it ran (head/nodes.c). */
+#include "../security/sec.h"
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+/* The test's sizes; bench/scale/run.sh runs this program with larger ones (--nodes ...). */
+typedef struct sizes {
+    int nodes;
+    int actors; /* nodes have CPU=4: half the cluster by default */
+    int pgs;
+    int hold_ms; /* past the default dead-after time (10 s) */
+    int sims;    /* ct-simnodes processes (descriptors: two a node, three with the watch) */
+    int cpus;    /* each node's CPUs */
+    int hb_ms;   /* the head's --heartbeat-ms (100: its default) */
+    bool watch;
+    bool restart; /* then kill -9 the head and start it again on its state file */
+} sizes;
+
+/* The driver's heartbeats go on a connection of their own (as libct's do): behind 50,000
+ * pipelined creations on the driver's, they waited past the dead-after time. */
+static peer beat;
+
+/* A driver's heartbeat: the head follows the job (a restarted head ends a job whose driver does
+ * not heartbeat within its dead-after time, killing its actors). */
+static void driver_beat(peer *drv)
+{
+    (void)drv;
+    Ct__Envelope e;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__envelope__init(&e);
+    hb.driver = 1;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    peer_send(&beat, &e);
+}
+
+/* The next message within timeout_ms, heartbeating as the driver meanwhile (a wait longer than
+ * the head's dead-after time would end the job); NULL on timeout. */
+static Ct__Envelope *wait_beating(peer *drv, uint64_t req_id, int timeout_ms)
+{
+    for (double until = h_now_ms() + timeout_ms; h_now_ms() < until;) {
+        Ct__Envelope *r = peer_wait(drv, req_id, 0, 200);
+        if (r)
+            return r;
+        driver_beat(drv);
+    }
+    return NULL;
+}
+
+/* Sends n CreateActor (CPU=1) without waiting, then reads until every one is answered or
+ * timeout_ms passed; the number answered CreateActorReply. */
+static int create_many(peer *drv, int n, int timeout_ms)
+{
+    uint64_t first = 0;
+    for (int i = 0; i < n; i++) {
+        create_msg m;
+        uint64_t id = peer_send(drv, create_actor_msg(&m, "Sim", "CPU", 1));
+        if (!first)
+            first = id;
+    }
+    int ok = 0, other = 0;
+    for (int got = 0; got < n; got++) {
+        Ct__Envelope *r = wait_beating(drv, 0, timeout_ms);
+        if (!r)
+            break;
+        if (got % 1000 == 0)
+            driver_beat(drv);
+        if (r->body_case == CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY && r->req_id >= first)
+            ok++;
+        else if (other++ < 5)
+            fprintf(stderr, "create: got %s (%s)\n", ct__msg_body_name(r->body_case),
+                    r->body_case == CT__ENVELOPE__BODY_ERROR ? r->error->message : "");
+        ct__msg_free(r);
+    }
+    return ok;
+}
+
+/* Creates n groups of one bundle (CPU=1), then waits on each; the number ready. */
+static int pgs_many(peer *drv, int n, int timeout_ms)
+{
+    char(*ids)[32] = calloc(n, sizeof *ids);
+    const char *cpu = "CPU";
+    double one = 1;
+    int made = 0, ready = 0;
+    for (int i = 0; ids && i < n; i++) {
+        Ct__Envelope e;
+        Ct__PgCreate p = CT__PG_CREATE__INIT;
+        Ct__Bundle b = CT__BUNDLE__INIT, *bp = &b;
+        Ct__Resource r, *rp;
+        res_list(&r, &rp, 1, &cpu, &one);
+        b.n_resources = 1;
+        b.resources = &rp;
+        ct__envelope__init(&e);
+        p.n_bundles = 1;
+        p.bundles = &bp;
+        e.body_case = CT__ENVELOPE__BODY_PG_CREATE;
+        e.pg_create = &p;
+        Ct__Envelope *rep = wait_beating(drv, peer_send(drv, &e), timeout_ms);
+        if (i % 1000 == 0)
+            driver_beat(drv);
+        if (rep && rep->body_case == CT__ENVELOPE__BODY_PG_CREATE_REPLY)
+            snprintf(ids[made++], sizeof ids[0], "%s", rep->pg_create_reply->pg_id);
+        ct__msg_free(rep);
+    }
+    for (int i = 0; i < made; i++) {
+        Ct__Envelope e;
+        Ct__PgWait w = CT__PG_WAIT__INIT;
+        ct__envelope__init(&e);
+        w.pg_id = ids[i];
+        w.wait_ms = timeout_ms;
+        e.body_case = CT__ENVELOPE__BODY_PG_WAIT;
+        e.pg_wait = &w;
+        Ct__Envelope *rep = wait_beating(drv, peer_send(drv, &e), timeout_ms);
+        if (i % 1000 == 0)
+            driver_beat(drv);
+        ready += rep && rep->body_case == CT__ENVELOPE__BODY_OK;
+        ct__msg_free(rep);
+    }
+    free(ids);
+    return ready;
+}
+
+/* A counter "name=N" of ct-simnodes' last line; -1 when absent. */
+static long counter(const char *line, const char *name)
+{
+    char key[48];
+    snprintf(key, sizeof key, " %s=", name);
+    const char *p = strstr(line, key);
+    return p ? atol(p + strlen(key)) : -1;
+}
+
+/* pid's resident memory (VmRSS) in kB, -1 unreadable. */
+static long rss_kb_of(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* pid's CPU time (user + system) in ms, -1 unreadable. */
+static double cpu_ms_of(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Sleeps ms, heartbeating as the driver every 100 ms. */
+static void hold(peer *drv, int ms)
+{
+    for (double until = h_now_ms() + ms; h_now_ms() < until; usleep(100000))
+        driver_beat(drv);
+}
+
+/* Polls the status until nodes are alive and actors ALIVE (or timeout_ms); the last counts. */
+static void wait_cluster(peer *drv, int nodes, int actors, int timeout_ms, int *alive,
+                         int *actors_alive, int *n_nodes)
+{
+    double until = h_now_ms() + timeout_ms;
+    do {
+        Ct__Envelope *st = status(drv);
+        *alive = *actors_alive = 0;
+        *n_nodes = st ? (int)st->status_reply->n_nodes : -1;
+        for (size_t i = 0; st && i < st->status_reply->n_nodes; i++)
+            *alive += st->status_reply->nodes[i]->alive;
+        for (size_t i = 0; st && i < st->status_reply->n_actors; i++)
+            *actors_alive += !strcmp(st->status_reply->actors[i]->state, "ALIVE");
+        ct__msg_free(st);
+        if (*alive == nodes && *actors_alive == actors)
+            return;
+        hold(drv, 300);
+    } while (h_now_ms() < until);
+}
+
+static int parse_args(int argc, char **argv, sizes *z)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (!strcmp(a, "--watch") || !strcmp(a, "--no-watch"))
+            z->watch = !strcmp(a, "--watch");
+        else if (!strcmp(a, "--restart"))
+            z->restart = true;
+        else if (!strcmp(a, "--nodes") && atoi(v) > 0)
+            z->nodes = atoi(argv[++i]);
+        else if (!strcmp(a, "--actors") && atoi(v) >= 0)
+            z->actors = atoi(argv[++i]);
+        else if (!strcmp(a, "--pgs") && atoi(v) >= 0)
+            z->pgs = atoi(argv[++i]);
+        else if (!strcmp(a, "--hold-ms") && atoi(v) >= 0)
+            z->hold_ms = atoi(argv[++i]);
+        else if (!strcmp(a, "--sims") && atoi(v) > 0)
+            z->sims = atoi(argv[++i]);
+        else if (!strcmp(a, "--cpus") && atoi(v) > 0)
+            z->cpus = atoi(argv[++i]);
+        else if (!strcmp(a, "--heartbeat-ms") && atoi(v) > 0)
+            z->hb_ms = atoi(argv[++i]);
+        else {
+            fprintf(
+                stderr,
+                "test_scale_nodes: bad argument '%s' (--nodes N --actors A --pgs P "
+                "--hold-ms H --sims K --cpus C --heartbeat-ms T --watch|--no-watch --restart)\n",
+                a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define MAX_SIMS 16
+
+int main(int argc, char **argv)
+{
+    sizes z = {.nodes = 2000,
+               .actors = 4000,
+               .pgs = 1000,
+               .hold_ms = 12000,
+               .sims = 1,
+               .cpus = 4,
+               .hb_ms = 100,
+               .watch = true};
+    if (parse_args(argc, argv, &z) || z.sims > MAX_SIMS)
+        return 2;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it comes (bench/scale reads them) */
+    h_init();
+    alarm(110 + z.nodes / 40 + z.actors / 200); /* the test's sizes: 110 s */
+    struct rlimit rl; /* this process needs few; the head and ct-simnodes raise their own */
+    int per_node = z.watch ? 3 : 2;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+        rl.rlim_max < (rlim_t)per_node * z.nodes / z.sims + 256) {
+        fprintf(stderr, "test_scale_nodes: needs %d file descriptors, the hard limit is %llu\n",
+                per_node * z.nodes / z.sims + 256, (unsigned long long)rl.rlim_max);
+        return 77;
+    }
+    char addr[128], state[] = "/tmp/ct_scale_XXXXXX";
+    if (z.restart && !mkdtemp(state)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char hb[16];
+    snprintf(hb, sizeof hb, "%d", z.hb_ms);
+    pid_t head = h_start_head_on("0", addr, sizeof addr, hb, "10000", z.restart ? state : NULL);
+    CHECK(head > 0);
+    if (head <= 0)
+        return sec_finish("scale_nodes", -1);
+    long head_rss0 = rss_kb_of(head);
+    pid_t sim[MAX_SIMS];
+    int fd[MAX_SIMS];
+    char line[512] = "";
+    double t0 = h_now_ms();
+    for (int k = 0; k < z.sims; k++) {
+        char n[16], cpus[16];
+        snprintf(n, sizeof n, "%d", z.nodes / z.sims + (k < z.nodes % z.sims));
+        snprintf(cpus, sizeof cpus, "%d", z.cpus);
+        char *argv[] = {(char *)h_bin("ct-simnodes"), "--head", addr, "--nodes", n, "--cpus", cpus,
+                        z.watch ? "--watch" : NULL,   NULL};
+        fd[k] = -1;
+        sim[k] = h_spawn(argv, &fd[k]);
+    }
+    int registered = 0;
+    for (int k = 0; k < z.sims; k++)
+        if (sim[k] > 0 && !h_read_line(fd[k], line, sizeof line, 120000) &&
+            !strncmp(line, "registered ", 11))
+            registered += atoi(line + 11);
+    CHECK_EQ_INT(registered, z.nodes);
+    double reg_ms = h_now_ms() - t0;
+    long head_rss_nodes = rss_kb_of(head);
+    printf("%d simulated nodes registered in %.0f ms\n", z.nodes, reg_ms);
+    printf("metric register_ms=%.0f\n", reg_ms);
+    peer drv;
+    CHECK_OK(peer_open(&drv, addr, "drv", "job"));
+    CHECK_OK(peer_open(&beat, addr, "drv", drv.token)); /* the same driver: name and job */
+    driver_beat(&drv);
+
+    t0 = h_now_ms();
+    int placed = create_many(&drv, z.actors, 60000 + z.actors);
+    double act_ms = h_now_ms() - t0;
+    printf("%d actors created (answered) in %.0f ms\n", placed, act_ms);
+    printf("metric actors_per_s=%.0f\n", placed * 1000.0 / (act_ms > 1 ? act_ms : 1));
+    CHECK_EQ_INT(placed, z.actors);
+    long head_rss_actors = rss_kb_of(head);
+    t0 = h_now_ms();
+    int ready = pgs_many(&drv, z.pgs, 30000 + z.pgs * 10);
+    double pg_ms = h_now_ms() - t0;
+    printf("%d placement groups ready in %.0f ms\n", ready, pg_ms);
+    printf("metric pgs_per_s=%.0f\n", ready * 1000.0 / (pg_ms > 1 ? pg_ms : 1));
+    CHECK_EQ_INT(ready, z.pgs);
+
+    double cpu0 = cpu_ms_of(head), w0 = h_now_ms();
+    hold(&drv, z.hold_ms);
+    double cpu1 = cpu_ms_of(head), w1 = h_now_ms();
+    /* the head's CPU while only heartbeats arrive: ms of CPU a second, per 1,000 nodes */
+    printf("metric hb_cpu_ms_per_s_per_1k=%.1f\n",
+           (cpu1 - cpu0) / ((w1 - w0) / 1000.0) / (z.nodes / 1000.0));
+    t0 = h_now_ms();
+    Ct__Envelope *st = status(&drv);
+    printf("metric status_ms=%.0f\n", h_now_ms() - t0);
+    ct__msg_free(st);
+    int alive = 0, actors_alive = 0, n_nodes = 0;
+    wait_cluster(&drv, z.nodes, z.actors, 0, &alive, &actors_alive, &n_nodes);
+    CHECK_EQ_INT(n_nodes, z.nodes);
+    CHECK_EQ_INT(alive, z.nodes);
+    CHECK_EQ_INT(actors_alive, z.actors);
+    printf("metric head_kb_per_node=%.1f\n", (double)(head_rss_nodes - head_rss0) / z.nodes);
+    if (z.actors)
+        printf("metric head_kb_per_actor=%.2f\n",
+               (double)(head_rss_actors - head_rss_nodes) / z.actors);
+    printf("metric head_rss_kb=%ld\n", rss_kb_of(head));
+
+    if (z.restart) { /* the head killed, started again on its state file on the same port */
+        char wal[300], port[16];
+        snprintf(wal, sizeof wal, "%s/head.wal", state);
+        struct stat sb;
+        printf("metric wal_bytes=%lld\n", stat(wal, &sb) ? -1LL : (long long)sb.st_size);
+        snprintf(port, sizeof port, "%s", strrchr(addr, ':') + 1);
+        kill(head, SIGKILL);
+        h_wait_gone(head, 10000);
+        t0 = h_now_ms();
+        /* the port may stay taken a moment by the dead head's closing connections */
+        head = -1;
+        for (int tries = 0; head < 0 && tries < 20; tries++)
+            if ((head = h_start_head_on(port, addr, sizeof addr, hb, "10000", state)) < 0)
+                usleep(250000);
+        printf("metric replay_ms=%.0f\n", h_now_ms() - t0); /* the state loads before it listens */
+        CHECK(head > 0);
+        wait_cluster(&drv, z.nodes, z.actors, 60000 + z.nodes * 10, &alive, &actors_alive,
+                     &n_nodes);
+        printf("metric back_ms=%.0f\n", h_now_ms() - t0);
+        CHECK_EQ_INT(alive, z.nodes);
+        CHECK_EQ_INT(actors_alive, z.actors);
+    }
+
+    /* ct-simnodes' counters: no heartbeat refused (no node declared dead, the head did not
+     * restart), no error */
+    long starts = 0, refused = 0, errors = 0, resumed = 0, rss = 0;
+    for (int k = 0; k < z.sims; k++) {
+        kill(sim[k], SIGTERM);
+        line[0] = 0;
+        while (!h_read_line(fd[k], line, sizeof line, 20000) && strncmp(line, "simnodes ", 9))
+            ;
+        printf("%s\n", line);
+        starts += counter(line, "starts");
+        refused += counter(line, "refused_heartbeats");
+        resumed += counter(line, "resumed");
+        errors += counter(line, "errors");
+        rss += counter(line, "rss_kb") - counter(line, "base_rss_kb");
+        close(fd[k]);
+    }
+    CHECK_EQ_INT((int)starts, z.actors);
+    CHECK_EQ_INT((int)errors, 0);
+    if (!z.restart)
+        CHECK_EQ_INT((int)refused, 0);
+    else
+        CHECK(resumed >= z.nodes);
+    printf("metric sim_kb_per_node=%.1f\n", (double)rss / z.nodes);
+    printf("ct-simnodes: %.1f kB per simulated node; ct-head peak %ld kB\n", (double)rss / z.nodes,
+           vm_hwm_kb(head));
+    peer_close(&drv);
+    peer_close(&beat);
+    int rc = sec_finish("scale_nodes", -1);
+    if (z.restart) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", state);
+        if (system(cmd))
+            fprintf(stderr, "cannot remove %s\n", state);
+    }
+    return rc;
+}

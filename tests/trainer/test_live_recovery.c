@@ -1,0 +1,473 @@
+/* tests/trainer/test_live_recovery.c — recovery "live": when a replica dies, the survivors go on,
+ * and a replacement healed from a live peer grows the group back within the epoch.
+ * A ct-head and ct-nodes (argv[1]: "shm": one node of 4 CPUs, the ring over shared memory;
+ * "tcp": 4 nodes of 1 CPU, the ring over TCP; "min": as shm with min_replicas 4; "two": as shm
+ * with two replicas killed at once; "idle": replica 0 killed by the test between epochs;
+ * "newcomer": as shm, and the first replacement SIGKILLs itself while it joins, in its build;
+ * "peer": as shm, and the first replacement, while it joins, SIGKILLs the first serving peer).
+ * 4 replicas train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4
+ * steps, 2 epochs. The train step "logged" wraps the built-in one: after each completed step it
+ * appends (step, world, rank, epoch, time, lr, hash of the weights the step started from,
+ * sample indices) to a file per process; at step 3 (the fourth) of the group of 4, the ranks in
+ * kill_mask (config; rank 2 on shm, rank 0, the one that writes checkpoints, on tcp, ranks 1 and
+ * 2 in "two") write the time and SIGKILL themselves before their backward, once per run (a
+ * marker file per rank).
+ * Expected, but for min: the survivors discard the step in flight and go on at the smaller
+ * world (live_recoveries 1, no retry); at the next step boundary (a checkpoint, an epoch's end)
+ * a replacement is started on the freed CPU, loads a survivor's snapshot from the store and
+ * joins: the group is 4 again with no restart (heals 1, two: 2, one per boundary; growths 0;
+ * peer: the serving peer's death is a second live recovery, the replacement heals from the next
+ * survivor, the group is 3, then 4 at the epoch's end),
+ * the rest of the epoch dealt over 4 from the exact offset. The world of every step is as the
+ * mode's table says; every step count is completed once by its world and never goes back in a
+ * process; every step starts from the same weights on every rank, the replacement's first one
+ * included (bit-identical, by hash); every sample of the epoch of the kill is seen exactly once;
+ * on_world_size scales the lr by new / old: every step's lr is 0.05 x world / 4. The times from
+ * the kill to the survivors' next step and to the first step of 4 again, and the heal's copy,
+ * are printed, not asserted. shm runs twice: the two runs' final weights are bit-identical.
+ * min, expected: 3 survivors are fewer than min_replicas 4: the driver restarts the group from
+ * the checkpoint (one retry, live_recoveries 0), and the run still ends at 2 epochs. */
+#include "tt.h"
+
+#include <fcntl.h>
+#include <time.h>
+
+#define KILL_STEP 3
+#define N_TRAIN 216 /* synthetic n = 270: 20% of it is the validation set */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The built-in step, logged; the kill at (KILL_STEP, kill_mask) of a group of 4, once. */
+static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
+{
+    trainer_ctx *ctx = trainer_step_ctx(s);
+    const char *dir = trainer_config_str(ctx, "log_dir", "/tmp");
+    int rank = trainer_ctx_rank(ctx), world = trainer_ctx_world_size(ctx);
+    int64_t step = trainer_step_count(s), kill_mask = trainer_config_int(ctx, "kill_mask", 4);
+    char path[256], line[4096];
+    if (world == 4 && (kill_mask >> rank & 1) && step == KILL_STEP) {
+        snprintf(path, sizeof path, "%s/killed-%d", dir, rank);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd >= 0) { /* the first time only: a restarted group of 4 does not die again */
+            int n = snprintf(line, sizeof line, "%lld\n", (long long)now_ns());
+            if (write(fd, line, (size_t)n) != n)
+                fprintf(stderr, "short write\n");
+            close(fd);
+            raise(SIGKILL);
+        }
+    }
+    /* the weights this step starts from: every rank's must be the same bits (a replacement
+     * healed from a peer too, at its first step) */
+    float *values, *grads;
+    int64_t numel;
+    uint64_t hash = 1469598103934665603ull;
+    if (ct_module_flat(trainer_step_model(s), &values, &grads, &numel) < 0)
+        return CT_EINVAL;
+    for (size_t i = 0; i < (size_t)numel * sizeof(float); i++)
+        hash = (hash ^ ((const unsigned char *)values)[i]) * 1099511628211ull;
+    int rc = trainer_builtin_train_step(s, b, out);
+    if (rc < 0)
+        return rc;
+    int n = snprintf(line, sizeof line, "%lld %d %d %lld %lld %.17g %llx", (long long)step, world,
+                     rank, (long long)trainer_step_epoch(s), (long long)now_ns(),
+                     ct_optim_get_lr(trainer_step_optim(s), 0), (unsigned long long)hash);
+    for (int64_t i = 0; i < b->n && n < (int)sizeof line - 32; i++)
+        n += snprintf(line + n, sizeof line - (size_t)n, " %lld", (long long)b->index[i]);
+    line[n++] = '\n';
+    snprintf(path, sizeof path, "%s/steps-%d", dir, (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0 || write(fd, line, (size_t)n) != n)
+        rc = CT_EIO;
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* The test's data: tt's synthetic blobs. With kill_mask bit 4 (16), a replica built after the
+ * first kill (the replacement) SIGKILLs itself there, once: it dies while it joins, before it
+ * fetches its peer's snapshot. */
+/* The pid of the process whose step file has a step of world `world` by rank `rank`; 0: none. */
+static int pid_of(const char *dir, int world, int rank)
+{
+    char path[600];
+    int pid = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && !pid && (e = readdir(d));) {
+        if (strncmp(e->d_name, "steps-", 6))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char *buf = tt_read_file(path, NULL), *save = NULL;
+        for (char *l = buf ? strtok_r(buf, "\n", &save) : NULL; l && !pid;
+             l = strtok_r(NULL, "\n", &save)) {
+            long long step;
+            int w, r;
+            if (sscanf(l, "%lld %d %d", &step, &w, &r) == 3 && w == world && r == rank)
+                pid = atoi(e->d_name + 6);
+        }
+        free(buf);
+    }
+    if (d)
+        closedir(d);
+    return pid;
+}
+
+/* Writes the time now into dir/name, once (O_EXCL): 1 the first time, else 0. */
+static int mark_once(const char *dir, const char *name)
+{
+    char path[256], line[32];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return 0;
+    int n = snprintf(line, sizeof line, "%lld\n", (long long)now_ns());
+    if (write(fd, line, (size_t)n) != n)
+        fprintf(stderr, "short write\n");
+    close(fd);
+    return 1;
+}
+
+/* With kill_mask bit 5 (32), the replacement, while it joins (in its build, before the driver
+ * asks the serving peer for its snapshot), SIGKILLs the first serving peer (rank 0 of the group
+ * of 3) once and waits until it is gone: the driver must ask the next peer. */
+static void kill_serving_peer(trainer_ctx *ctx, const char *dir)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/killed-2", dir);
+    if (!(trainer_config_int(ctx, "kill_mask", 4) & 32) || access(path, F_OK) != 0)
+        return;
+    int pid = pid_of(dir, 3, 0);
+    if (pid <= 0 || !mark_once(dir, "peer-killed"))
+        return;
+    kill(pid, SIGKILL);
+    for (double until = h_now_ms() + 10000; h_now_ms() < until && !h_gone(pid);)
+        usleep(1000);
+}
+
+static int dying_data(trainer_ctx *ctx, trainer_data *d)
+{
+    const char *dir = trainer_config_str(ctx, "log_dir", "/tmp");
+    char path[256], line[32];
+    kill_serving_peer(ctx, dir);
+    snprintf(path, sizeof path, "%s/killed-2", dir);
+    if ((trainer_config_int(ctx, "kill_mask", 4) & 16) && access(path, F_OK) == 0) {
+        snprintf(path, sizeof path, "%s/newcomer-killed", dir);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd >= 0) {
+            int n = snprintf(line, sizeof line, "%lld\n", (long long)now_ns());
+            if (write(fd, line, (size_t)n) != n)
+                fprintf(stderr, "short write\n");
+            close(fd);
+            raise(SIGKILL);
+        }
+    }
+    return tt_synthetic(ctx, d);
+}
+
+typedef struct run {
+    trainer_stats st;
+    float *w;
+    int64_t nw;
+} run;
+
+/* What the step files of dir say: one run's checks. worlds: the world each step must run with
+ * ("4443...": step 3 by 3 ranks; NULL: not checked, nor the samples); every sample of epoch
+ * kill_epoch seen once. Every step starts from the same weights on every rank. */
+static void check_steps(const char *dir, int64_t steps, const char *worlds, int64_t kill_epoch)
+{
+    enum { MAXS = 64 };
+    int count[MAXS][5] = {{0}}, world_of[MAXS] = {0};
+    unsigned long long hash_of[MAXS] = {0};
+    int seen[N_TRAIN] = {0}, bad_hash = 0;
+    bool live = worlds != NULL;
+    int64_t short_step = -1; /* the first step of fewer than 4: the discarded one, done again */
+    for (int64_t s = 0; worlds && worlds[s] && short_step < 0; s++)
+        if (worlds[s] != '4')
+            short_step = s;
+    int64_t next_after_kill = 0, kill_ns = 0, back = 0, bad_lr = 0, back_ns = 0;
+    char path[600];
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) { /* the first kill's time */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char *k = strncmp(e->d_name, "killed-", 7) ? NULL : tt_read_file(path, NULL);
+        int64_t ns = k ? strtoll(k, NULL, 10) : 0;
+        if (ns > 0 && (!kill_ns || ns < kill_ns))
+            kill_ns = ns;
+        free(k);
+    }
+    if (d)
+        rewinddir(d);
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "steps-", 6))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char *buf = tt_read_file(path, NULL), *save = NULL;
+        long long last = -1;
+        for (char *l = buf ? strtok_r(buf, "\n", &save) : NULL; l;
+             l = strtok_r(NULL, "\n", &save)) {
+            long long step, epoch, t;
+            unsigned long long hash;
+            int world, rank, off = 0;
+            double lr = 0;
+            if (sscanf(l, "%lld %d %d %lld %lld %lf %llx%n", &step, &world, &rank, &epoch, &t, &lr,
+                       &hash, &off) != 7 ||
+                step < 0 || step >= MAXS || rank < 0 || rank >= 4) {
+                fprintf(stderr, "bad line in %s: %s\n", path, l);
+                h_failures++;
+                continue;
+            }
+            back += step <= last; /* the step counter never goes back in a process */
+            /* on_world_size scales the rate by new / old: live, and at the growth */
+            bad_lr += fabs(lr - 0.05 * world / 4) > 1e-9;
+            last = step;
+            count[step][rank]++;
+            if (world_of[step] && world_of[step] != world) {
+                fprintf(stderr, "step %lld ran with %d and %d ranks\n", step, world_of[step],
+                        world);
+                h_failures++;
+            }
+            world_of[step] = world;
+            if (hash_of[step] && hash_of[step] != hash) {
+                fprintf(stderr, "step %lld: rank %d starts from weights %llx, another from %llx\n",
+                        step, rank, hash, hash_of[step]);
+                bad_hash++;
+            }
+            hash_of[step] = hash;
+            if (step == short_step && (!next_after_kill || t < next_after_kill))
+                next_after_kill = t; /* the survivors' first step */
+            if (step > short_step && world == 4 && short_step >= 0 && (!back_ns || t < back_ns))
+                back_ns = t; /* ... and the first of 4 again */
+            for (char *p = l + off; live && epoch == kill_epoch && *p;) {
+                char *end;
+                long long idx = strtoll(p, &end, 10);
+                if (end == p)
+                    break;
+                if (idx >= 0 && idx < N_TRAIN)
+                    seen[idx]++;
+                p = end;
+            }
+        }
+        free(buf);
+    }
+    if (d)
+        closedir(d);
+    CHECK_EQ_INT(back, 0);
+    CHECK_EQ_INT(bad_lr, 0);
+    CHECK_EQ_INT(bad_hash, 0);
+    if (!live)
+        return;
+    int bad_steps = 0, once = 0;
+    CHECK_EQ_INT((int64_t)strlen(worlds), steps);
+    for (int64_t s = 0; s < steps && s < MAXS; s++) {
+        /* 4 until the kill, fewer from the discarded step on until replacements healed from
+         * the survivors joined at a step boundary, then 4 again */
+        int want = s < (int64_t)strlen(worlds) ? worlds[s] - '0' : 4;
+        for (int r = 0; r < 4; r++)
+            if (count[s][r] != (r < want ? 1 : 0)) {
+                fprintf(stderr, "step %lld rank %d: completed %d times\n", (long long)s, r,
+                        count[s][r]);
+                bad_steps++;
+            }
+        if (world_of[s] != want) {
+            fprintf(stderr, "step %lld: world %d, not %d\n", (long long)s, world_of[s], want);
+            bad_steps++;
+        }
+    }
+    for (int64_t s = steps; s < MAXS; s++)
+        for (int r = 0; r < 4; r++)
+            bad_steps += count[s][r] != 0;
+    for (int i = 0; i < N_TRAIN; i++)
+        once += seen[i] == 1;
+    CHECK_EQ_INT(bad_steps, 0);
+    CHECK_EQ_INT(once, N_TRAIN);
+    CHECK(next_after_kill > kill_ns && kill_ns > 0);
+    CHECK(back_ns > kill_ns);
+    printf("kill to the survivors' next step: %.1f ms\n", (next_after_kill - kill_ns) / 1e6);
+    printf("kill to the first step of 4 again (a replacement healed from a peer): %.1f ms\n",
+           (back_ns - kill_ns) / 1e6);
+}
+
+/* The linear scaling rule, as an elastic job would have it. After the live shrink it also
+ * waits for the head to free the killed replicas' CPUs, so that the group grows back at the
+ * step-4 checkpoint on a loaded machine too (the same steps in every run). */
+static int on_world_size(trainer *t, int old_size, int new_size, void *user)
+{
+    (void)user;
+    double total = 0, free_cpu = 0;
+    for (double until = h_now_ms() + 10000; new_size < old_size && h_now_ms() < until; usleep(2000))
+        if (ct_cluster_resources("CPU", &total, &free_cpu) == 0 && free_cpu >= old_size - new_size)
+            break;
+    return old_size > 0 ? trainer_scale_lr(t, (double)new_size / old_size) : 0;
+}
+
+/* idle: after epoch 1, with every replica idle between two segments, replica 0 (the checkpoint
+ * writer) is killed; the others fail in the next segment's first step and go on from there. */
+static int kill_idle(trainer *t, const trainer_stats *st, void *user)
+{
+    trainer_replica_info info;
+    if (st->epoch != 1 || trainer_replica_info_get(t, 0, &info) < 0)
+        return 0;
+    char path[300], line[32];
+    snprintf(path, sizeof path, "%s/killed-0", (const char *)user);
+    FILE *f = fopen(path, "w");
+    snprintf(line, sizeof line, "%lld\n", (long long)now_ns());
+    if (f) {
+        fputs(line, f);
+        fclose(f);
+    }
+    kill(info.pid, SIGKILL);
+    for (double until = h_now_ms() + 5000; h_now_ms() < until && !h_gone(info.pid);)
+        usleep(1000);
+    return 0;
+}
+
+/* One run of 4 replicas with the kill; its stats and final weights into *out. */
+static void one_run(const char *mode, run *out)
+{
+    char dir[64], cfg[200], cmd[160];
+    snprintf(dir, sizeof dir, "/tmp/ct-test-live.XXXXXX");
+    if (!mkdtemp(dir)) {
+        h_failures++;
+        return;
+    }
+    bool min = !strcmp(mode, "min");
+    bool two = !strcmp(mode, "two");
+    bool idle = !strcmp(mode, "idle");
+    bool newcomer = !strcmp(mode, "newcomer");
+    bool peer = !strcmp(mode, "peer");
+    snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
+             !strcmp(mode, "tcp") ? 1
+             : two                ? 6
+             : idle               ? 0
+             : newcomer           ? 4 | 16
+             : peer               ? 4 | 32
+                                  : 4);
+    trainer *t = NULL;
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                            .data = "dying",
+                                            .optimizer = "sgd",
+                                            .train_step = "logged",
+                                            .config = cfg,
+                                            .num_replicas = 4,
+                                            .min_replicas = min ? 4 : 0,
+                                            .batch_size = 8,
+                                            .cpus_per_replica = 1,
+                                            .no_cpu_binding = true,
+                                            .epochs = 2,
+                                            .seed = 11},
+                            &t));
+    if (t) {
+        CHECK_OK(trainer_train(t, .max_retries = 2, .checkpoint_every_steps = 4,
+                               .backoff_base_ms = 100, .backoff_cap_ms = 400,
+                               .on_world_size = on_world_size, .on_epoch = idle ? kill_idle : NULL,
+                               .user = dir, .stats = &out->st));
+        out->w = tt_weights(trainer_get_model(t), &out->nw);
+        printf("%s: epochs %lld, steps %lld, replicas %d, live recoveries %d, heals %d, retries "
+               "%d\n",
+               mode, (long long)out->st.epoch, (long long)out->st.steps, out->st.replicas,
+               out->st.live_recoveries, out->st.heals, out->st.retries_used);
+        if (out->st.heals)
+            printf("%s: last heal: failure seen to the group of 4 agreed %.1f ms; snapshot of %lld "
+                   "bytes put, fetched and loaded in %.1f ms\n",
+                   mode, out->st.heal_ns / 1e6, (long long)out->st.heal_bytes,
+                   out->st.heal_copy_ns / 1e6);
+        CHECK_EQ_INT(out->st.epoch, 2);
+        CHECK(out->st.weights_agree);
+        /* the world each step ran with: a replacement heals from a survivor at the first step
+         * boundary after the loss (a checkpoint every 4 steps, an epoch's end), its weights
+         * the survivors' bit for bit, and the epoch's rest is dealt over 4 from where it is */
+        const char *worlds = NULL;
+        int64_t kill_epoch = 0;
+        if (idle) {
+            /* epoch 0: 7 steps of 4; epoch 1: its first step by 3 (24 samples), the replacement
+             * joins at the step-8 checkpoint, the 192 left by 4 */
+            worlds = "4444444"
+                     "3"
+                     "444444";
+            kill_epoch = 1;
+        } else if (min) {
+            CHECK_EQ_INT(out->st.live_recoveries, 0);
+            CHECK_EQ_INT(out->st.retries_used, 1);
+            CHECK_EQ_INT(out->st.replicas, 4);
+        } else if (two) {
+            /* step 3 by 2 (16 samples), one replacement at the step-4 checkpoint: the 104 left
+             * by 3 to the step-8 checkpoint (96), the second: the last 8 by 4; epoch 1: 7 of 4 */
+            worlds = "4442"
+                     "3333"
+                     "4"
+                     "4444444";
+        } else if (peer) {
+            /* at the step-4 checkpoint the first serving peer dies: the 2 left and the
+             * replacement, healed from the next peer, go on as 3 (steps 4..7, to the epoch's
+             * end); the next replacement joins there: epoch 1 by 4 */
+            worlds = "4443"
+                     "3333"
+                     "4444444";
+        } else if (newcomer) {
+            /* the replacement dies at the step-4 checkpoint: the 3 go on (steps 3..7, to the
+             * epoch's end); the next one joins there: epoch 1 by 4 */
+            worlds = "4443"
+                     "3333"
+                     "4444444";
+        } else {
+            /* step 3 by 3, the replacement at the step-4 checkpoint: the 96 left by 4 */
+            worlds = "4443"
+                     "444"
+                     "4444444";
+        }
+        if (worlds) {
+            CHECK_EQ_INT(out->st.live_recoveries, peer ? 2 : 1);
+            CHECK_EQ_INT(out->st.retries_used, 0);
+            CHECK_EQ_INT(out->st.growths, 0); /* no restart: the group healed */
+            CHECK_EQ_INT(out->st.heals, two || peer ? 2 : 1);
+            CHECK_EQ_INT(out->st.replicas, 4);
+            CHECK_EQ_INT(out->st.steps, (int64_t)strlen(worlds));
+        }
+        check_steps(dir, out->st.steps, worlds, kill_epoch);
+    }
+    trainer_shutdown(&t);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int main(int argc, char **argv)
+{
+    tt_register();
+    trainer_register_train_step("logged", logged_step);
+    trainer_register_data("dying", dying_data);
+    trainer_register_step_keys("logged", "log_dir,kill_mask");
+    ct_serve_if_worker();
+    h_init();
+    const char *mode = argc > 1 ? argv[1] : "shm";
+    bool tcp = !strcmp(mode, "tcp");
+    char addr[128];
+    if (h_start_head(addr, sizeof addr, "100", "3000") < 0)
+        return 1;
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    for (int i = 0; i < (tcp ? 4 : 1); i++)
+        h_start_node(addr, "--cpus", tcp ? "1" : "4", "--store-memory", "256M", NULL, NULL);
+    if (!tt_wait_total_cpus(4, 10000)) {
+        h_failures++;
+        goto out;
+    }
+    run a = {0}, b = {0};
+    one_run(mode, &a);
+    if (!strcmp(mode, "shm")) { /* the same kill at the same step: the same weights */
+        one_run(mode, &b);
+        tt_same_weights(a.w, b.w, a.nw, b.nw, "two runs with the same kill");
+    }
+    free(a.w);
+    free(b.w);
+out:
+    ct_shutdown();
+    h_kill_all();
+    if (h_failures)
+        fprintf(stderr, "test_live_recovery %s: %d failure(s)\n", mode, h_failures);
+    return h_failures ? 1 : 0;
+}

@@ -176,6 +176,10 @@ typedef struct ct_bucketer_opts {
     /* where the gradients live (ct/tensor.h): CT_CPU (0) host arrays; CT_CUDA or CT_CHECKDEV
      * device arrays, ordered with the compute stream by an event per bucket (bucket.c) */
     ct_device device;
+    /* gradients on several devices (a model across devices): devices[i] is where grads[i]
+     * lives (NULL: device for all); a bucket holds one device's gradients, reduced on that
+     * device's own communication stream. The ring backend only (CT_ENOSYS with nccl). */
+    const ct_device *devices;
     /* ZeRO-1: reduce-scatter (AVG) each bucket instead of allreducing it; this rank then holds
      * the averages only for its chunk of each bucket (ct_comm_chunk over the bucket's packed
      * gradients: ct_bucketer_shard says which part of each gradient), the rest of its gradients

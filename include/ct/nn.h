@@ -191,6 +191,10 @@ ct_module *ct_nn_avgpool2d_new(int kernel, int stride, int padding);
 ct_module *ct_nn_adaptive_avgpool2d_new(int out_h, int out_w);
 ct_module *ct_nn_dropout_new(float p);
 ct_module *ct_nn_flatten_new(void);
+/* x moved to device (ct_tensor_to, differentiable): the seam of a model across devices, as
+ * PyTorch's x.to('cuda:1') in forward. No parameters; ct_module_to leaves its device as is.
+ * NULL (CT_EINVAL) for a device that does not parse as one (ct_device_check). */
+ct_module *ct_nn_to_device_new(ct_device device);
 /* Containers; take ownership of children (all of them, also on failure; NULL children make
  * the constructor fail). Residual: y = x + sequential(children)(x). */
 /* Transformer modules (PyTorch's / nanoGPT's names and initialisation). Embedding: weight

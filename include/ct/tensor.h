@@ -173,6 +173,18 @@ bool ct_autograd_set_enabled(bool on);
 bool ct_autograd_enabled(void);
 /* Drops every recorded node of this thread (e.g. after a forward you will not back-prop). */
 void ct_autograd_clear_tape(void);
+/* A forward set aside (pipeline schedules, ct/pipeline.h): ct_autograd_tape_detach() takes
+ * every node this thread recorded since its tape was last empty and leaves the tape empty, so
+ * other forwards and backwards may run; ct_autograd_tape_attach() puts such a tape back as this
+ * thread's tape, to be walked by ct_tensor_backward() (which then frees it). detach: caller
+ * owns (an empty tape when nothing was recorded), NULL on out of memory. attach takes
+ * ownership of *t and clears the pointer; CT_EINVAL (t kept) if this thread's tape is not
+ * empty. A tape may be attached on another thread than the one that recorded it. */
+typedef struct ct_tape ct_tape;
+ct_tape *ct_autograd_tape_detach(void);
+int ct_autograd_tape_attach(ct_tape **t);
+/* Frees the nodes of a detached tape (accepts NULL; clears the pointer). */
+void ct_tape_destroy(ct_tape **t);
 
 /* ---- arenas: one allocation carved into many tensors ----
  * ct_arena_new(bytes) then ct_arena_alloc(a, dt, ndim, shape) returns views into it, each

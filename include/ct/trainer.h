@@ -73,9 +73,11 @@ ct_dtype trainer_ctx_precision(const trainer_ctx *ctx);
  * "checkdev": checkdev:0 .. checkdev:k-1; "cuda": the k GPUs the replica was given, see
  * gpus_per_replica). A model creator places its parts with ct_module_to(child,
  * trainer_ctx_device(ctx, i)); with k > 1 the trainer then leaves the placement as it is. In
- * the driver's check-run (and for i out of range) every device is CT_CPU. trainer_create
- * refuses k > 1 for now (CT_ENOSYS): replicas do not yet bucket gradients on several devices;
- * the engine trains such a model (tests/engine/test_model_parallel.c). */
+ * the driver's check-run (and for i out of range) every device is CT_CPU. Each device's
+ * gradients are averaged on that device. On "checkdev" k > 1 trains; on "cuda" trainer_create
+ * refuses k > 1 for now (CT_ENOSYS: NCCL averages one GPU's gradients a communicator). The
+ * seams between devices are the model's (ct_nn_to_device_new in a Sequential); its output
+ * must end on device 0, where the labels are. */
 int trainer_ctx_num_devices(const trainer_ctx *ctx);
 ct_device trainer_ctx_device(const trainer_ctx *ctx, int i);
 

@@ -24,7 +24,12 @@
  * communication backend) the bucketer's own stream waits, downloads the bucket into host staging
  * (pinned on CUDA), the ring reduces it on the host, and the averages are uploaded on that
  * stream. Either way an event recorded on the communication stream after the last bucket is
- * what finish makes the compute stream wait for, so the optimizer step reads the averages. */
+ * what finish makes the compute stream wait for, so the optimizer step reads the averages.
+ * Gradients on several devices (opts.devices: a model across devices, ring only): a bucket
+ * holds gradients of one device, and each device has its own communication stream and done
+ * event; the one communication thread reduces the buckets in order, so every rank issues the
+ * same allreduces in the same order, and finish makes each device's compute stream wait for
+ * its own last bucket. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,15 +46,24 @@ struct bucket {
     float *span;  /* opts.in_place: the gradients and the padding between them, one array */
     size_t span_count;
     size_t lo, len; /* shard mode: this rank's chunk of the packed bucket (ct_comm_chunk) */
+    int dev;        /* device gradients: index into the bucketer's devs */
 };
+
+/* One device's side of a bucketer of device gradients */
+struct dev_side {
+    ct_device device;
+    const ct__backend *bk;
+    void *stream;  /* ring: the bucketer's stream there; nccl: the NCCL stream */
+    void *done_ev; /* recorded on stream after each of its buckets */
+};
+#define MAX_DEVS 8
 
 struct ct_bucketer {
     ct_comm *comm;
-    const ct__backend *bk; /* NULL: host gradients */
-    void *stream;          /* device, ring: the bucketer's stream; nccl: the NCCL stream */
-    void **ready_ev;       /* device: per bucket, recorded on the compute stream */
-    void *done_ev;         /* device: recorded on stream after each bucket */
-    bool skip_waits;       /* tests only: ct__bucketer_test_skip_waits */
+    struct dev_side devs[MAX_DEVS]; /* device gradients: their devices; ndev 0: host */
+    int ndev;
+    void **ready_ev; /* device: per bucket, recorded on its device's compute stream */
+    bool skip_waits; /* tests only: ct__bucketer_test_skip_waits */
     float **grads;
     size_t *counts;
     int ngrads;
@@ -78,33 +92,34 @@ struct ct_bucketer {
 static int reduce_device(ct_bucketer *t, int k)
 {
     struct bucket *b = &t->b[k];
-    const ct__backend *bk = t->bk;
+    const struct dev_side *d = &t->devs[b->dev];
+    const ct__backend *bk = d->bk;
     int rc = 0;
-    if (!t->skip_waits && (rc = bk->stream_wait(t->stream, t->ready_ev[k])) < 0)
+    if (!t->skip_waits && (rc = bk->stream_wait(d->stream, t->ready_ev[k])) < 0)
         return rc;
     if (t->comm->backend == CT_COMM_NCCL) {
         rc = ct__comm_allreduce_many(t->comm, t->grads + b->first, t->counts + b->first, b->n,
                                      t->timeout_ms);
-        return rc < 0 ? rc : bk->event_record(t->done_ev, t->stream);
+        return rc < 0 ? rc : bk->event_record(d->done_ev, d->stream);
     }
     if (b->count == 0) /* empty parameters only: nothing to reduce */
-        return bk->event_record(t->done_ev, t->stream);
+        return bk->event_record(d->done_ev, d->stream);
     size_t off = 0;
     for (int i = b->first; rc == 0 && i < b->first + b->n; i++) {
         rc =
-            bk->download_async(b->pack + off, t->grads[i], t->counts[i] * sizeof(float), t->stream);
+            bk->download_async(b->pack + off, t->grads[i], t->counts[i] * sizeof(float), d->stream);
         off += t->counts[i];
     }
-    if (rc < 0 || (rc = bk->synchronize(t->stream)) < 0 ||
+    if (rc < 0 || (rc = bk->synchronize(d->stream)) < 0 ||
         (rc = ct_comm_allreduce(t->comm, b->pack, b->count, CT_F32, CT_COMM_AVG, t->timeout_ms)) <
             0)
         return rc;
     off = 0;
     for (int i = b->first; rc == 0 && i < b->first + b->n; i++) {
-        rc = bk->upload_async(t->grads[i], b->pack + off, t->counts[i] * sizeof(float), t->stream);
+        rc = bk->upload_async(t->grads[i], b->pack + off, t->counts[i] * sizeof(float), d->stream);
         off += t->counts[i];
     }
-    return rc < 0 ? rc : bk->event_record(t->done_ev, t->stream);
+    return rc < 0 ? rc : bk->event_record(d->done_ev, d->stream);
 }
 
 /* Shard mode: copies the owned parts of bucket b between the gradient-shaped arrays v and the
@@ -144,7 +159,7 @@ static int reduce_bucket(ct_bucketer *t, struct bucket *b)
 {
     if (t->shard)
         return scatter_bucket(t, b);
-    if (t->bk)
+    if (t->ndev)
         return reduce_device(t, (int)(b - t->b));
     if (t->comm->backend == CT_COMM_NCCL) /* device gradients: one NCCL group, no packing */
         return ct__comm_allreduce_many(t->comm, t->grads + b->first, t->counts + b->first, b->n,
@@ -228,28 +243,51 @@ static void reset_step(ct_bucketer *t)
     pthread_mutex_unlock(&t->mu);
 }
 
-/* The device side: the backend, the communication stream, the events. */
-static int device_setup(ct_bucketer *t, ct_device device)
+/* One device's side: the backend, the communication stream, the done event. */
+static int device_setup(ct_bucketer *t, struct dev_side *d)
 {
-    if (!(t->bk = ct__backend_of(device)))
+    if (!(d->bk = ct__backend_of(d->device)))
         return CT_ENOSYS; /* ct__backend_of said why */
-    const ct__backend *bk = t->bk;
+    const ct__backend *bk = d->bk;
     if (!bk->event_new || !bk->stream_wait || !bk->event_record || !bk->stream_new ||
         !bk->download_async || !bk->upload_async || !bk->host_alloc)
         return ct__backend_missing(bk, "streams, events or async copies");
     int rc = 0;
     if (t->comm->backend == CT_COMM_NCCL) {
-        if (!(t->stream = ct__comm_stream(t->comm)))
+        if (!(d->stream = ct__comm_stream(t->comm)))
             return ct__error(CT_EINVAL, "ct_bucketer_new: the nccl communicator has no stream");
-    } else if ((rc = bk->stream_new(&t->stream)) < 0) {
+    } else if ((rc = bk->stream_new(&d->stream)) < 0) {
         return rc;
     }
-    if (!(t->ready_ev = calloc((size_t)t->nb, sizeof *t->ready_ev)))
+    return bk->event_new(&d->done_ev);
+}
+
+/* The device sides (one per device of the gradients, in order of first use) and each bucket's
+ * ready event, on its device. */
+static int devices_setup(ct_bucketer *t, const ct_device *dev_of)
+{
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < t->nb; k++) {
+        ct_device dv = dev_of[t->b[k].first];
+        int j = 0;
+        while (j < t->ndev && t->devs[j].device != dv)
+            j++;
+        if (j == t->ndev) {
+            if (t->ndev == MAX_DEVS)
+                return ct__error(CT_EINVAL, "ct_bucketer_new: gradients on more than %d devices",
+                                 MAX_DEVS);
+            if (t->ndev == 1 && t->comm->backend == CT_COMM_NCCL)
+                return ct__error(CT_ENOSYS, "ct_bucketer_new: gradients on several devices need "
+                                            "the ring backend (an NCCL communicator has one GPU)");
+            t->devs[t->ndev].device = dv;
+            rc = device_setup(t, &t->devs[t->ndev++]);
+        }
+        t->b[k].dev = j;
+    }
+    if (rc == 0 && !(t->ready_ev = calloc((size_t)t->nb, sizeof *t->ready_ev)))
         return ct__error(CT_ENOMEM, "ct_bucketer_new: events");
     for (int k = 0; rc == 0 && k < t->nb; k++)
-        rc = bk->event_new(&t->ready_ev[k]);
-    if (rc == 0)
-        rc = bk->event_new(&t->done_ev);
+        rc = t->devs[t->b[k].dev].bk->event_new(&t->ready_ev[k]);
     return rc;
 }
 
@@ -263,6 +301,7 @@ int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, in
                     const ct_bucketer_opts *opts, ct_bucketer **out)
 {
     int rc = 0;
+    ct_device *dev_of = NULL;
     if (!out)
         return ct__error(CT_EINVAL, "ct_bucketer_new: out is NULL");
     *out = NULL;
@@ -297,6 +336,25 @@ int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, in
     }
     memcpy(t->grads, grads, sizeof *t->grads * (size_t)ngrads);
     memcpy(t->counts, counts, sizeof *t->counts * (size_t)ngrads);
+    /* each gradient's device (a bucket closes where the next gradient is on another device) */
+    dev_of = malloc(sizeof *dev_of * (size_t)ngrads);
+    if (!dev_of) {
+        rc = ct__error(CT_ENOMEM, "ct_bucketer_new: tables");
+        goto err;
+    }
+    bool on_device = false;
+    for (int i = 0; i < ngrads; i++) {
+        dev_of[i] = o.devices ? o.devices[i] : o.device;
+        on_device |= dev_of[i] != CT_CPU;
+    }
+    for (int i = 0; i < ngrads && on_device; i++)
+        if (dev_of[i] == CT_CPU) {
+            rc = ct__error(CT_EINVAL,
+                           "ct_bucketer_new: gradient %d is on the CPU, others on a "
+                           "device (all host, or all device gradients)",
+                           i);
+            goto err;
+        }
     size_t cap = first, bytes = 0;
     for (int i = 0; i < ngrads; i++) {
         struct bucket *b = &t->b[t->nb];
@@ -306,13 +364,13 @@ int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, in
         b->count += counts[i];
         t->bucket_of[i] = t->nb;
         bytes += counts[i] * sizeof(float);
-        if (bytes >= cap || i == ngrads - 1) {
+        if (bytes >= cap || i == ngrads - 1 || dev_of[i + 1] != dev_of[i]) {
             t->nb++;
             cap = rest;
             bytes = 0;
         }
     }
-    if (o.shard && (o.device != CT_CPU || comm->backend != CT_COMM_RING)) {
+    if (o.shard && (on_device || comm->backend != CT_COMM_RING)) {
         rc = ct__error(CT_ENOSYS,
                        "ct_bucketer_new: shard (ZeRO-1) needs host gradients and the ring backend");
         goto err;
@@ -340,18 +398,18 @@ int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, in
             }
         }
     }
-    if (o.device != CT_CPU && (rc = device_setup(t, o.device)) < 0)
+    if (on_device && (rc = devices_setup(t, dev_of)) < 0)
         goto err;
-    for (int k = 0; o.in_place && !t->shard && !t->bk && comm->backend == CT_COMM_RING && k < t->nb;
-         k++)
+    for (int k = 0;
+         o.in_place && !t->shard && !t->ndev && comm->backend == CT_COMM_RING && k < t->nb; k++)
         if (t->b[k].n > 1)
             find_span(t, &t->b[k]);
     for (int k = 0; k < t->nb; k++)
-        if ((t->b[k].n > 1 || t->bk) && !t->b[k].span && t->b[k].count > 0 &&
+        if ((t->b[k].n > 1 || t->ndev) && !t->b[k].span && t->b[k].count > 0 &&
             comm->backend == CT_COMM_RING) {
             size_t bytes = t->b[k].count * sizeof(float);
-            if (t->bk)
-                rc = t->bk->host_alloc((void **)&t->b[k].pack, bytes);
+            if (t->ndev)
+                rc = t->devs[t->b[k].dev].bk->host_alloc((void **)&t->b[k].pack, bytes);
             else if (!(t->b[k].pack = malloc(bytes)))
                 rc = CT_ENOMEM;
             if (rc < 0) {
@@ -366,8 +424,10 @@ int ct_bucketer_new(ct_comm *comm, float *const *grads, const size_t *counts, in
     }
     t->thread_up = 1;
     *out = t;
+    free(dev_of);
     return 0;
 err:
+    free(dev_of);
     ct_bucketer_destroy(&t);
     return rc;
 }
@@ -384,24 +444,28 @@ void ct_bucketer_destroy(ct_bucketer **pt)
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
     }
-    /* the stream's work done before its staging goes (a failed step may leave some) */
-    if (t->bk && t->stream && t->comm->backend != CT_COMM_NCCL)
-        t->bk->synchronize(t->stream);
+    /* the streams' work done before their staging goes (a failed step may leave some) */
+    for (int j = 0; j < t->ndev; j++)
+        if (t->devs[j].bk && t->devs[j].stream && t->comm->backend != CT_COMM_NCCL)
+            t->devs[j].bk->synchronize(t->devs[j].stream);
     for (int k = 0; t->b && k < t->nb; k++) {
-        if (t->bk)
-            t->bk->host_free(t->b[k].pack);
+        if (t->ndev)
+            t->devs[t->b[k].dev].bk->host_free(t->b[k].pack);
         else
             free(t->b[k].pack);
     }
-    if (t->bk) {
-        if (t->stream && t->comm->backend != CT_COMM_NCCL)
-            t->bk->stream_free(t->stream);
-        for (int k = 0; t->ready_ev && k < t->nb; k++)
-            if (t->ready_ev[k])
-                t->bk->event_free(t->ready_ev[k]);
-        free(t->ready_ev);
-        if (t->done_ev)
-            t->bk->event_free(t->done_ev);
+    for (int k = 0; t->ready_ev && k < t->nb; k++)
+        if (t->ready_ev[k])
+            t->devs[t->b[k].dev].bk->event_free(t->ready_ev[k]);
+    free(t->ready_ev);
+    for (int j = 0; j < t->ndev; j++) {
+        struct dev_side *d = &t->devs[j];
+        if (!d->bk)
+            continue;
+        if (d->stream && t->comm->backend != CT_COMM_NCCL)
+            d->bk->stream_free(d->stream);
+        if (d->done_ev)
+            d->bk->event_free(d->done_ev);
     }
     free(t->b);
     free(t->shard_lo);
@@ -425,8 +489,8 @@ static int launch(ct_bucketer *t)
     if (k == t->next_launch)
         return 0;
     /* device: the buckets' gradients are final once the compute stream's work so far is done */
-    for (int j = t->next_launch; t->bk && j < k; j++) {
-        int rc = t->bk->event_record(t->ready_ev[j], NULL);
+    for (int j = t->next_launch; t->ndev && j < k; j++) {
+        int rc = t->devs[t->b[j].dev].bk->event_record(t->ready_ev[j], NULL);
         if (rc < 0)
             return rc;
     }
@@ -480,9 +544,10 @@ int ct_bucketer_finish(ct_bucketer *t)
         pthread_cond_wait(&t->cv, &t->mu);
     int err = t->err ? t->err : lrc;
     pthread_mutex_unlock(&t->mu);
-    /* device: the optimizer's kernels (compute stream) wait for the last bucket's averages */
-    if (err == 0 && t->bk && !t->skip_waits)
-        err = t->bk->stream_wait(NULL, t->done_ev);
+    /* device: the optimizer's kernels (each device's compute stream) wait for the last
+     * bucket's averages there */
+    for (int j = 0; err == 0 && j < t->ndev && !t->skip_waits; j++)
+        err = t->devs[j].bk->stream_wait(NULL, t->devs[j].done_ev);
     reset_step(t);
     if (err < 0)
         return ct__error(err, "ct_bucketer_finish: a bucket's allreduce failed: %s",

@@ -39,6 +39,7 @@ typedef enum kind {
     M_ATTN,  /* causal self-attention: children c_attn, c_proj */
     M_BLOCK, /* GPT block: children ln_1, attn, ln_2, mlp */
     M_GPT,   /* children wte, wpe, drop, h, ln_f; the output layer is wte's weight */
+    M_TO,    /* ct_tensor_to(x, to): a model across devices */
 } kind;
 
 #define CT__MODULE_MAX_DEVICES 8
@@ -61,6 +62,7 @@ struct ct_module {
     float alpha, p, eps, momentum;
     int64_t padding_idx, block_size; /* Embedding; GPT */
     int heads;                       /* attention */
+    ct_device to;                    /* M_TO */
     /* built on demand (owned) */
     ct_param_ref *refs;
     char **ref_names;
@@ -310,6 +312,15 @@ ct_module *ct_nn_dropout_new(float p)
 ct_module *ct_nn_flatten_new(void)
 {
     return mod_new(M_FLATTEN);
+}
+ct_module *ct_nn_to_device_new(ct_device device)
+{
+    if (ct_device_check(device) < 0)
+        return NULL;
+    ct_module *m = mod_new(M_TO);
+    if (m)
+        m->to = device;
+    return m;
 }
 
 static ct_module *container_new(kind k, int n, ct_module *const *children)
@@ -761,6 +772,8 @@ ct_tensor *ct_module_forward(ct_module *m, ct_tensor *x)
         return block_forward(m, x);
     case M_GPT:
         return gpt_forward(m, x);
+    case M_TO:
+        return ct_tensor_to(x, m->to);
     }
     ct__error(CT_EINVAL, "module_forward: unknown module kind %d", (int)m->kind);
     return NULL;

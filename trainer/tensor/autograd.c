@@ -109,6 +109,50 @@ void ct_autograd_clear_tape(void)
     }
 }
 
+struct ct_tape {
+    ct__node **nodes;
+    int n;
+};
+
+ct_tape *ct_autograd_tape_detach(void)
+{
+    ct_tape *t = calloc(1, sizeof(*t));
+    if (!t) {
+        ct__error(CT_ENOMEM, "tape detach: out of memory");
+        return NULL;
+    }
+    t->nodes = tape.nodes; /* the thread's array goes with its nodes; a new one grows later */
+    t->n = tape.n;
+    tape.nodes = NULL;
+    tape.n = tape.cap = 0;
+    return t;
+}
+
+int ct_autograd_tape_attach(ct_tape **t)
+{
+    if (!t || !*t)
+        return ct__error(CT_EINVAL, "tape attach: NULL tape");
+    if (tape.n > 0)
+        return ct__error(CT_EINVAL, "tape attach: this thread has %d recorded nodes", tape.n);
+    free(tape.nodes);
+    tape.nodes = (*t)->nodes;
+    tape.n = tape.cap = (*t)->n;
+    free(*t);
+    *t = NULL;
+    return 0;
+}
+
+void ct_tape_destroy(ct_tape **t)
+{
+    if (!t || !*t)
+        return;
+    for (int i = (*t)->n - 1; i >= 0; i--)
+        node_free((*t)->nodes[i]);
+    free((*t)->nodes);
+    free(*t);
+    *t = NULL;
+}
+
 float *ct__grad_dst(ct_tensor *t, bool *acc)
 {
     if (!t->grad) {

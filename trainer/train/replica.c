@@ -184,13 +184,17 @@ static int bucketer_new(replica *r, int m)
         return rc;
     float **grads = malloc(sizeof *grads * (size_t)(np ? np : 1));
     size_t *counts = malloc(sizeof *counts * (size_t)(np ? np : 1));
-    if (!grads || !counts) {
+    ct_device *devices = malloc(sizeof *devices * (size_t)(np ? np : 1));
+    if (!grads || !counts || !devices) {
         rc = CT_ENOMEM;
         goto out;
     }
     for (int k = 0; k < np; k++) {
         grads[k] = ps[np - 1 - k].grad;
         counts[k] = (size_t)ps[np - 1 - k].numel;
+        /* a model across devices (devices_per_replica): each device's gradients in buckets
+         * of their own, reduced there */
+        devices[k] = r->device == CT_CPU ? CT_CPU : ps[np - 1 - k].device;
     }
     size_t bucket = (size_t)((r->spec.bucket_mb > 0 ? r->spec.bucket_mb : 25) * 1024 * 1024);
     size_t first = bucket < (1u << 20) ? bucket : (1u << 20);
@@ -216,6 +220,7 @@ static int bucketer_new(replica *r, int m)
                               &(ct_bucketer_opts){.first_bucket_bytes = first,
                                                   .bucket_bytes = bucket,
                                                   .device = r->device,
+                                                  .devices = devices,
                                                   .shard = r->spec.zero >= 1,
                                                   .in_place = true},
                               &r->bucketers[m])) < 0)
@@ -229,36 +234,83 @@ static int bucketer_new(replica *r, int m)
 out:
     free(grads);
     free(counts);
+    free(devices);
     return rc;
 }
 
-/* Rank 0's bytes at p (the replica's device memory) to every rank: on a device through host
- * memory (once per setup and per epoch: parameters and buffers). */
-static int broadcast_dev(replica *r, void *p, size_t bytes)
+/* Rank 0's bytes at p, memory of device d (the CPU's or one of the replica's devices), to every
+ * rank: on a device through host memory (once per setup and per epoch: parameters and
+ * buffers). */
+static int broadcast_dev(replica *r, ct_device d, void *p, size_t bytes)
 {
-    if (!r->bk)
+    const ct__backend *bk = d == CT_CPU ? NULL : d == r->device ? r->bk : ct__backend_of(d);
+    if (d == CT_CPU)
         return ct_comm_broadcast(r->comm, p, bytes, CT_U8, 0, 0);
+    if (!bk)
+        return CT_ENOSYS; /* ct__backend_of said why */
     void *h = malloc(bytes ? bytes : 1);
     if (!h)
         return CT_ENOMEM;
-    int rc = r->setup.rank == 0 ? r->bk->download(h, p, bytes) : 0;
+    int rc = r->setup.rank == 0 ? bk->download(h, p, bytes) : 0;
     if (rc == 0)
         rc = ct_comm_broadcast(r->comm, h, bytes, CT_U8, 0, 0);
     if (rc == 0 && r->setup.rank != 0)
-        rc = r->bk->upload(p, h, bytes);
+        rc = bk->upload(p, h, bytes);
     free(h);
     return rc;
 }
 
-/* Rank 0's parameters (each model's flat buffer) or buffers to every rank. */
+/* Rank 0's parameters to every rank: each model's flat buffer, or for a model across devices
+ * each parameter on its device. */
 static int broadcast_params(replica *r)
 {
     for (int m = 0; m < r->st.nmodels; m++) {
         float *values, *grads;
         int64_t numel;
-        int rc = ct_module_flat(r->st.models[m], &values, &grads, &numel);
-        if (rc < 0 || (rc = broadcast_dev(r, values, (size_t)numel * sizeof(float))) < 0)
+        const ct_param_ref *ps;
+        int np, rc = ct_module_params(r->st.models[m], &ps, &np);
+        if (rc < 0)
             return rc;
+        if (ct_module_flat(r->st.models[m], &values, &grads, &numel) == 0) {
+            rc = broadcast_dev(r, r->device, values, (size_t)numel * sizeof(float));
+        } else {
+            for (int k = 0; k < np && rc == 0; k++)
+                rc = broadcast_dev(r, ps[k].device, ps[k].value,
+                                   (size_t)ps[k].numel * sizeof(float));
+        }
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* FNV-1a of a model's weights: its flat buffer, or for a model across devices its parameters
+ * one after another (each a hash of its own, mixed) */
+static int model_weights_hash(replica *r, ct_module *model, uint64_t *out)
+{
+    float *values, *grads;
+    int64_t numel;
+    const ct_param_ref *ps;
+    int np = 1, rc = 0;
+    bool flat = ct_module_flat(model, &values, &grads, &numel) == 0;
+    if (!flat && (rc = ct_module_params(model, &ps, &np)) < 0)
+        return rc;
+    for (int k = 0; k < np; k++) {
+        float *v = flat ? values : ps[k].value;
+        ct_device d = flat ? r->device : ps[k].device;
+        size_t bytes = (size_t)(flat ? numel : ps[k].numel) * sizeof(float);
+        const ct__backend *bk = d == CT_CPU ? NULL : ct__backend_of(d);
+        float *host = v;
+        if (d != CT_CPU && (!bk || !(host = malloc(bytes ? bytes : 1))))
+            return bk ? CT_ENOMEM : CT_ENOSYS;
+        if (bk && (rc = bk->download(host, v, bytes)) < 0) {
+            free(host);
+            return rc;
+        }
+        uint64_t h = ct__fnv1a64(host, bytes);
+        if (host != v)
+            free(host);
+        *out = k ? mix(*out ^ h) : h;
     }
     return 0;
 }
@@ -279,7 +331,7 @@ static int broadcast_model_buffers(replica *r, ct_module *model)
             continue;
         ct_tensor *t = sd[i].tensor;
         size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(ct_tensor_dtype(t));
-        if ((rc = broadcast_dev(r, ct_tensor_data(t), bytes)) < 0)
+        if ((rc = broadcast_dev(r, ct_tensor_device(t), ct_tensor_data(t), bytes)) < 0)
             return rc;
     }
     return 0;
@@ -308,22 +360,10 @@ static int weights_hash(replica *r, uint64_t *out)
 {
     *out = 0;
     for (int m = 0; m < r->st.nmodels; m++) {
-        float *values, *grads;
-        int64_t numel;
-        int rc = ct_module_flat(r->st.models[m], &values, &grads, &numel);
+        uint64_t h = 0;
+        int rc = model_weights_hash(r, r->st.models[m], &h);
         if (rc < 0)
             return rc;
-        size_t bytes = (size_t)numel * sizeof(float);
-        float *host = values;
-        if (r->bk && !(host = malloc(bytes ? bytes : 1)))
-            return CT_ENOMEM;
-        if (r->bk && (rc = r->bk->download(host, values, bytes)) < 0) {
-            free(host);
-            return rc;
-        }
-        uint64_t h = ct__fnv1a64(host, bytes);
-        if (host != values)
-            free(host);
         *out = m ? mix(*out ^ h) : h;
     }
     return 0;

@@ -251,8 +251,9 @@ static int check_shards(const tr_spec *s, int world, bool elastic)
 }
 
 /* Config key devices_per_replica = k > 1 on device: CT_EINVAL where it cannot be (the CPU, or
- * indices past the last); CUDA replicas ask for k GPUs at least. Then CT_ENOSYS: the replicas'
- * gradient buckets are on one device so far. */
+ * indices past the last); CUDA replicas ask for k GPUs at least, then CT_ENOSYS: their
+ * gradients are averaged over NCCL, one GPU a communicator. On the checking device each
+ * device's gradients are bucketed and averaged on that device (ct_bucketer_opts.devices). */
 static int devices_check(ct_device device, int k, trainer *t)
 {
     char name[32];
@@ -267,13 +268,15 @@ static int devices_check(ct_device device, int k, trainer *t)
                          "trainer_create: config key \"devices_per_replica\" = %d from device "
                          "%s: past the last index, %d",
                          k, name, CT_MAX_DEVICE_INDEX - 1);
-    if (ct_device_kind(device) == CT_CUDA && t->gpus < k)
+    if (ct_device_kind(device) != CT_CUDA)
+        return 0;
+    if (t->gpus < k)
         t->gpus = k;
     return ct__error(CT_ENOSYS,
-                     "trainer_create: config key \"devices_per_replica\" = %d: a replica's "
-                     "model across devices is not trained by the trainer yet (its gradients "
-                     "would need a bucketer per device); the engine trains one "
-                     "(ct_module_to on children, ct_tensor_to in forward)",
+                     "trainer_create: config key \"devices_per_replica\" = %d on CUDA: a "
+                     "replica's model across GPUs is not trained by the trainer yet (NCCL "
+                     "averages one GPU's gradients a communicator); \"checkdev\" trains one, "
+                     "and the engine does (ct_module_to on children, ct_tensor_to in forward)",
                      k);
 }
 

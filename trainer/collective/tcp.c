@@ -41,7 +41,6 @@
 #define REDUCE_GRAIN (64 * 1024) /* bytes received before adding them in */
 #define STAGE (256 * 1024)       /* receive staging for reductions: stays in cache */
 #define MAX_IOV 64
-#define SMALL_BYTES (64 * 1024) /* allgather + local sum while (N-1) * bytes stays under this */
 
 struct hello {
     uint32_t magic;
@@ -431,6 +430,14 @@ static int run_xfer(ct_comm *c, const struct xfer *x, int64_t deadline)
     return 0;
 }
 
+int ct__tcp_step(ct_comm *c, const void *send, size_t sbytes, void *recv, size_t rbytes,
+                 int64_t deadline)
+{
+    struct iovec sv = {(void *)send, sbytes}, rv = {recv, rbytes};
+    struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1};
+    return run_xfer(c, &x, deadline);
+}
+
 static int ensure_tmp(ct_comm *c, size_t n)
 {
     if (c->tmp_cap >= n)
@@ -501,7 +508,8 @@ int ct__tcp_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int6
 {
     int n = c->nnodes, j = c->node, rc;
     size_t so, sl, ro, rl;
-    if (count * sizeof(float) * (size_t)(n - 1) <= SMALL_BYTES) /* as the allreduce decides */
+    if (count * sizeof(float) * (size_t)(n - 1) <=
+        CT__TCP_SMALL_BYTES) /* as the allreduce decides */
         return small_allreduce(c, buf, count, div, deadline);
     if ((rc = ring_reduce_scatter(c, buf, count, div, deadline)) < 0)
         return rc;
@@ -516,7 +524,7 @@ int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t d
 {
     int n = c->nnodes, j = c->node, rc;
     size_t so, sl, ro, rl;
-    if (count * sizeof(float) * (size_t)(n - 1) <= SMALL_BYTES) /* bytes sent per leader */
+    if (count * sizeof(float) * (size_t)(n - 1) <= CT__TCP_SMALL_BYTES) /* bytes sent per leader */
         return small_allreduce(c, buf, count, div, deadline);
     if ((rc = ring_reduce_scatter(c, buf, count, div, deadline)) < 0)
         return rc;

@@ -1,0 +1,270 @@
+/* tests/collective/test_hier.c — the hierarchical allreduce across 4 network namespaces x 2 ranks
+ * (a bridge joins one veth per namespace, each namespace its own address: the ranks of a
+ * "host" share memory, the hosts only TCP). Each rank opens two communicators, hierarchical and
+ * flat (opts.topology), and for lengths 1, 7, 2339 (the small-message path), 2341, 100003 and
+ * 1000003 (odd, the large path) checks, with values of mixed magnitudes so that the summation
+ * order shows in the bits:
+ *   - SUM and AVG allreduce: hierarchical == flat, bit for bit, and both == this test's own model
+ *     of the flat ring's order (a chain from the chunk's owner rank up the ranks), which differs
+ *     from a plain sum in rank order on some element of the large lengths (so the check can fail);
+ *   - reduce-scatter on both: this rank's chunk has the allreduce's bits;
+ *   - broadcast from a rank that is not a leader, and allgather, on the hierarchical one.
+ * And that topology hierarchical with a node's ranks not consecutive is refused (CT_EINVAL).
+ * Needs root (network namespaces, ip(8)): exits 77 saying why otherwise. Every process started
+ * (namespace holders, ranks) is killed by pid at the end, also on failure. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <stdint.h>
+
+#include "harness.h"
+#include "trainer/collective/internal.h" /* ct_comm's hier flag: the layout the test expects */
+
+#define HOSTS 4
+#define PER_HOST 2
+#define WORLD (HOSTS * PER_HOST)
+
+static pid_t holders[HOSTS];
+
+/* value of rank r at element i: magnitudes from 1e-3 to 1e3, so that sums round */
+static float value(int r, size_t i)
+{
+    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + 17u);
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    static const float scale[4] = {1e-3f, 1.0f, 1e3f, 0.37f};
+    return ((float)(h & 0xffffff) / 16777216.0f - 0.5f) * scale[(r + (int)(i % 3)) % 4];
+}
+
+/* The flat ring's sum of element i (tcp.c): large messages chain from the owner of i's chunk
+ * up the ranks, wrapping; small ones add ranks 0, 1, ... Then / div. */
+static float model(size_t count, size_t i, float div)
+{
+    int start = 0;
+    if (count * sizeof(float) * (WORLD - 1) > 64 * 1024)
+        for (int r = 0; r < WORLD; r++) {
+            size_t off, len;
+            ct_comm_chunk(count, WORLD, r, &off, &len);
+            if (i >= off && i < off + len)
+                start = r;
+        }
+    float s = value(start, i);
+    for (int k = 1; k < WORLD; k++)
+        s = s + value((start + k) % WORLD, i);
+    return s / div;
+}
+
+static float rank_order(size_t i)
+{
+    float s = value(0, i);
+    for (int r = 1; r < WORLD; r++)
+        s += value(r, i);
+    return s;
+}
+
+static int check_len(ct_comm *h, ct_comm *f, int rank, size_t len)
+{
+    float *a = malloc(len * sizeof(float)), *b = malloc(len * sizeof(float));
+    CHECK(a && b);
+    for (int op = 0; op < 2; op++) {
+        float div = op ? (float)WORLD : 1.0f;
+        for (size_t i = 0; i < len; i++)
+            a[i] = b[i] = value(rank, i);
+        CHECK_RC(ct_comm_allreduce(h, a, len, CT_F32, op ? CT_COMM_AVG : CT_COMM_SUM, 0));
+        CHECK_RC(ct_comm_allreduce(f, b, len, CT_F32, op ? CT_COMM_AVG : CT_COMM_SUM, 0));
+        size_t order_differs = 0;
+        for (size_t i = 0; i < len; i++) {
+            float m = model(len, i, div);
+            if (memcmp(&a[i], &b[i], sizeof(float)) || memcmp(&a[i], &m, sizeof(float))) {
+                uint32_t ba, bb, bm;
+                memcpy(&ba, &a[i], 4);
+                memcpy(&bb, &b[i], 4);
+                memcpy(&bm, &m, 4);
+                fprintf(stderr,
+                        "len %zu %s rank %d [%zu]: hierarchical %.9g flat %.9g model %.9g "
+                        "(bits %08x %08x %08x)\n",
+                        len, op ? "avg" : "sum", rank, i, a[i], b[i], m, ba, bb, bm);
+                return 1;
+            }
+            float p = rank_order(i) / div;
+            order_differs += memcmp(&p, &m, sizeof(float)) != 0;
+        }
+        if (len >= 100000 && order_differs == 0) {
+            fprintf(stderr, "len %zu: the chain order never differs from rank order\n", len);
+            return 1;
+        }
+        /* reduce-scatter: this rank's chunk has the allreduce's bits, on both layouts */
+        size_t lo, n;
+        ct_comm_chunk(len, WORLD, rank, &lo, &n);
+        for (int k = 0; k < 2; k++) {
+            for (size_t i = 0; i < len; i++)
+                b[i] = value(rank, i);
+            CHECK_RC(ct_comm_reduce_scatter(k ? f : h, b, len, op ? CT_COMM_AVG : CT_COMM_SUM, 0));
+            for (size_t i = lo; i < lo + n; i++)
+                if (memcmp(&a[i], &b[i], sizeof(float))) {
+                    fprintf(stderr,
+                            "len %zu %s rank %d: %s reduce_scatter[%zu] = %.9g, want %.9g\n", len,
+                            op ? "avg" : "sum", rank, k ? "flat" : "hierarchical", i, b[i], a[i]);
+                    return 1;
+                }
+        }
+    }
+    /* broadcast from rank 3 (host 1's second rank) and allgather, hierarchical */
+    for (size_t i = 0; i < len; i++)
+        a[i] = rank == 3 ? (float)(i % 1000) : -1.0f;
+    CHECK_RC(ct_comm_broadcast(h, a, len, CT_F32, 3, 0));
+    for (size_t i = 0; i < len; i++)
+        CHECK(a[i] == (float)(i % 1000));
+    if (len <= 100003) {
+        float *all = malloc(len * WORLD * sizeof(float));
+        CHECK(all);
+        for (size_t i = 0; i < len; i++)
+            a[i] = (float)(rank * 7 + (int)(i % 5));
+        CHECK_RC(ct_comm_allgather(h, a, all, len, CT_F32, 0));
+        for (int r = 0; r < WORLD; r++)
+            for (size_t i = 0; i < len; i++)
+                CHECK(all[(size_t)r * len + i] == (float)(r * 7 + (int)(i % 5)));
+        free(all);
+    }
+    free(a);
+    free(b);
+    return 0;
+}
+
+static int join_host(int host)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/net", (int)holders[host]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET)) {
+        fprintf(stderr, "setns %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    close(fd);
+    return 0;
+}
+
+static int rank_main(int rank, int world, void *arg)
+{
+    (void)arg;
+    int host = rank / PER_HOST;
+    char node[16], addr[32];
+    snprintf(node, sizeof node, "host%d", host);
+    snprintf(addr, sizeof addr, "10.79.0.%d", host + 1);
+    if (join_host(host))
+        return 1;
+    ct_rendezvous *rdv = ct_rendezvous_file_new(t_rdv_dir);
+    CHECK(rdv);
+    ct_comm *h = NULL, *f = NULL, *bad = NULL;
+    ct_comm_opts o = {.rendezvous = rdv,
+                      .group_id = "hier",
+                      .rank = rank,
+                      .world_size = world,
+                      .node_id = node,
+                      .host = addr,
+                      .timeout_ms = 40000,
+                      .topology = CT_COMM_TOPO_AUTO};
+    CHECK_RC(ct_comm_new(&o, &h));
+    CHECK(h->hier && h->nnodes == HOSTS && h->local_size == PER_HOST);
+    o.group_id = "flat";
+    o.topology = CT_COMM_TOPO_FLAT;
+    CHECK_RC(ct_comm_new(&o, &f));
+    CHECK(!f->hier && f->nnodes == WORLD && f->local_size == 1);
+    size_t lens[] = {1, 7, 2339, 2341, 100003, 1000003};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        if (check_len(h, f, rank, lens[k]))
+            return 1;
+        if (rank == 0)
+            fprintf(stderr, "len %zu: hierarchical == flat == model\n", lens[k]);
+    }
+    /* hierarchical with a node's ranks apart (ranks 0 and 2 on one node id) is refused */
+    snprintf(node, sizeof node, "alt%d", rank % 2);
+    o.group_id = "apart";
+    o.topology = CT_COMM_TOPO_HIER;
+    CHECK(ct_comm_new(&o, &bad) == CT_EINVAL && !bad);
+    CHECK(strstr(ct_last_error(), "opts.topology"));
+    ct_comm_destroy(&h);
+    ct_comm_destroy(&f);
+    ct_rendezvous_file_destroy(&rdv);
+    return 0;
+}
+
+/* a namespace holder: sleeps in its own network namespace with eth0 at 10.79.0.<host + 1> */
+static int make_hosts(void)
+{
+    char cmd[256], b;
+    if (system("ip link add ctbr0 type bridge && ip link set ctbr0 up && ip link set lo up"))
+        return -1;
+    for (int k = 0; k < HOSTS; k++) {
+        int go[2], ready[2];
+        if (pipe(go) || pipe(ready))
+            return -1;
+        pid_t pid = fork();
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (unshare(CLONE_NEWNET) || write(ready[1], "u", 1) != 1 || read(go[0], &b, 1) != 1)
+                _exit(1);
+            snprintf(cmd, sizeof cmd,
+                     "ip link set lo up && ip addr add 10.79.0.%d/24 dev eth0 && "
+                     "ip link set eth0 up",
+                     k + 1);
+            int rc = system(cmd);
+            if (write(ready[1], rc ? "n" : "y", 1) != 1)
+                _exit(1);
+            for (;;)
+                pause();
+        }
+        if (pid < 0)
+            return -1;
+        holders[k] = pid;
+        int rc = -1;
+        if (read(ready[0], &b, 1) == 1 && b == 'u') {
+            snprintf(cmd, sizeof cmd,
+                     "ip link add ctv%d type veth peer name eth0 netns %d && "
+                     "ip link set ctv%d master ctbr0 && ip link set ctv%d up",
+                     k, (int)pid, k, k);
+            rc = system(cmd);
+            if (write(go[1], "g", 1) != 1 || read(ready[0], &b, 1) != 1 || b != 'y')
+                rc = -1;
+        }
+        close(go[0]);
+        close(go[1]);
+        close(ready[0]);
+        close(ready[1]);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "SKIP: needs root (network namespaces for 4 simulated hosts)\n");
+        return 77;
+    }
+    if (system("command -v ip >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "SKIP: no ip(8) to make the hosts' network namespaces\n");
+        return 77;
+    }
+    /* the bridge and the veths live in a namespace of this test's own: gone when it exits */
+    if (unshare(CLONE_NEWNET)) {
+        fprintf(stderr, "SKIP: unshare(CLONE_NEWNET): %s\n", strerror(errno));
+        return 77;
+    }
+    int bad = 0;
+    if (make_hosts() < 0) {
+        fprintf(stderr, "SKIP: could not make 4 namespaces joined by a bridge (ip link)\n");
+        bad = 77;
+    } else if (t_rdv_init() < 0) {
+        bad = 1;
+    } else {
+        long long t0 = t_now_ms();
+        bad = t_run(WORLD, rank_main, NULL, 55000, "hier 4x2");
+        fprintf(stderr, "hier 4x2: %s in %lld ms\n", bad ? "FAILED" : "ok", t_now_ms() - t0);
+        t_rdv_cleanup();
+    }
+    t_kill_all(HOSTS, holders);
+    return bad;
+}

@@ -12,19 +12,16 @@
  * And that topology hierarchical with a node's ranks not consecutive is refused (CT_EINVAL).
  * Needs root (network namespaces, ip(8)): exits 77 saying why otherwise. Every process started
  * (namespace holders, ranks) is killed by pid at the end, also on failure. */
-#define _GNU_SOURCE
-#include <fcntl.h>
-#include <sched.h>
+#define _GNU_SOURCE /* setns, unshare (netns_hosts.h) */
 #include <stdint.h>
 
 #include "harness.h"
+#include "netns_hosts.h"
 #include "trainer/collective/internal.h" /* ct_comm's hier flag: the layout the test expects */
 
-#define HOSTS 4
+#define HOSTS NETNS_HOSTS
 #define PER_HOST 2
 #define WORLD (HOSTS * PER_HOST)
-
-static pid_t holders[HOSTS];
 
 /* value of rank r at element i: magnitudes from 1e-3 to 1e3, so that sums round */
 static float value(int r, size_t i)
@@ -132,19 +129,6 @@ static int check_len(ct_comm *h, ct_comm *f, int rank, size_t len)
     return 0;
 }
 
-static int join_host(int host)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/ns/net", (int)holders[host]);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || setns(fd, CLONE_NEWNET)) {
-        fprintf(stderr, "setns %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    close(fd);
-    return 0;
-}
-
 static int rank_main(int rank, int world, void *arg)
 {
     (void)arg;
@@ -152,7 +136,7 @@ static int rank_main(int rank, int world, void *arg)
     char node[16], addr[32];
     snprintf(node, sizeof node, "host%d", host);
     snprintf(addr, sizeof addr, "10.79.0.%d", host + 1);
-    if (join_host(host))
+    if (netns_join_host(host))
         return 1;
     ct_rendezvous *rdv = ct_rendezvous_file_new(t_rdv_dir);
     CHECK(rdv);
@@ -190,54 +174,6 @@ static int rank_main(int rank, int world, void *arg)
     return 0;
 }
 
-/* a namespace holder: sleeps in its own network namespace with eth0 at 10.79.0.<host + 1> */
-static int make_hosts(void)
-{
-    char cmd[256], b;
-    if (system("ip link add ctbr0 type bridge && ip link set ctbr0 up && ip link set lo up"))
-        return -1;
-    for (int k = 0; k < HOSTS; k++) {
-        int go[2], ready[2];
-        if (pipe(go) || pipe(ready))
-            return -1;
-        pid_t pid = fork();
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (unshare(CLONE_NEWNET) || write(ready[1], "u", 1) != 1 || read(go[0], &b, 1) != 1)
-                _exit(1);
-            snprintf(cmd, sizeof cmd,
-                     "ip link set lo up && ip addr add 10.79.0.%d/24 dev eth0 && "
-                     "ip link set eth0 up",
-                     k + 1);
-            int rc = system(cmd);
-            if (write(ready[1], rc ? "n" : "y", 1) != 1)
-                _exit(1);
-            for (;;)
-                pause();
-        }
-        if (pid < 0)
-            return -1;
-        holders[k] = pid;
-        int rc = -1;
-        if (read(ready[0], &b, 1) == 1 && b == 'u') {
-            snprintf(cmd, sizeof cmd,
-                     "ip link add ctv%d type veth peer name eth0 netns %d && "
-                     "ip link set ctv%d master ctbr0 && ip link set ctv%d up",
-                     k, (int)pid, k, k);
-            rc = system(cmd);
-            if (write(go[1], "g", 1) != 1 || read(ready[0], &b, 1) != 1 || b != 'y')
-                rc = -1;
-        }
-        close(go[0]);
-        close(go[1]);
-        close(ready[0]);
-        close(ready[1]);
-        if (rc)
-            return -1;
-    }
-    return 0;
-}
-
 int main(void)
 {
     if (geteuid() != 0) {
@@ -254,7 +190,7 @@ int main(void)
         return 77;
     }
     int bad = 0;
-    if (make_hosts() < 0) {
+    if (netns_make_hosts() < 0) {
         fprintf(stderr, "SKIP: could not make 4 namespaces joined by a bridge (ip link)\n");
         bad = 77;
     } else if (t_rdv_init() < 0) {
@@ -265,6 +201,6 @@ int main(void)
         fprintf(stderr, "hier 4x2: %s in %lld ms\n", bad ? "FAILED" : "ok", t_now_ms() - t0);
         t_rdv_cleanup();
     }
-    t_kill_all(HOSTS, holders);
+    t_kill_all(HOSTS, netns_holders);
     return bad;
 }

@@ -1,4 +1,5 @@
-/* trainer/collective/tcp.c — the TCP ring among node leaders (one rank per node).
+/* trainer/collective/tcp.c — the TCP ring among node leaders (every rank in the flat layout;
+ * hier.c drives the leaders for the hierarchical allreduce through ct__tcp_step).
  *
  * Each leader listens on an ephemeral port, publishes "host:port" under <group>/tcp/<node>,
  * connects to the next node's leader and accepts the previous one (a hello carrying the group

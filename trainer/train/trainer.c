@@ -385,6 +385,19 @@ int trainer_create(const trainer_opts *o, trainer **out)
                        s->zero);
         goto fail;
     }
+    /* the ring communicator's layout across nodes: config key "comm_topology" */
+    const char *topo = trainer_config_str(&ctx, "comm_topology", "auto");
+    s->topology = !strcmp(topo, "auto")           ? CT_COMM_TOPO_AUTO
+                  : !strcmp(topo, "flat")         ? CT_COMM_TOPO_FLAT
+                  : !strcmp(topo, "hierarchical") ? CT_COMM_TOPO_HIER
+                                                  : -1;
+    if (s->topology < 0) {
+        rc = ct__error(CT_EINVAL,
+                       "trainer_create: config key \"comm_topology\" = \"%s\": not \"auto\", "
+                       "\"flat\" or \"hierarchical\"",
+                       topo);
+        goto fail;
+    }
     if (s->zero && ctx.precision == CT_F16) {
         rc = ct__error(CT_ENOSYS,
                        "trainer_create: ZeRO stage %d with config key \"precision\" = f16: the "

@@ -81,16 +81,16 @@ typedef enum { CT_COMM_SUM = 0, CT_COMM_AVG = 1 } ct_comm_op;
 
 /* How the ring backend lays out a group that spans several nodes (opts.topology). Every rank of
  * a group must pass the same value. Across nodes both layouts give bit-identical results: each
- * element's sum is the flat ring's, a chain over the ranks in rank order that starts at the rank
- * whose chunk (ct_comm_chunk) holds the element (when (world - 1) * bytes <= 64 KiB: ranks 0, 1,
- * ... in order). On one node AUTO and HIER use shared memory alone (ranks 0, 1, ... in order),
- * FLAT the TCP ring (its chain order). */
+ * element's sum is the flat ring's, a chain over the ranks in node order (node 0's ranks
+ * ascending, then node 1's, ...; nodes numbered by their lowest rank) that starts at the rank
+ * whose chunk (ct_comm_chunk) holds the element (when (world - 1) * bytes <= 64 KiB: all ranks
+ * in node order). On one node AUTO and HIER use shared memory alone (ranks in order), FLAT the
+ * TCP ring (its chain order). */
 typedef enum {
-    CT_COMM_TOPO_AUTO = 0, /* hierarchical where it applies (several nodes, several ranks on some,
-                              each node's ranks consecutive), else flat */
-    CT_COMM_TOPO_FLAT,     /* every rank in one TCP ring, node ids ignored (no shared memory) */
+    CT_COMM_TOPO_AUTO = 0, /* hierarchical (the only layout AUTO picks today) */
+    CT_COMM_TOPO_FLAT,     /* every rank in one TCP ring, in node order (no shared memory) */
     CT_COMM_TOPO_HIER,     /* shared memory inside each node, a TCP ring among one leader per
-                              node; CT_EINVAL when a node's ranks are not consecutive */
+                              node */
 } ct_comm_topology;
 
 typedef struct ct_comm_opts {

@@ -4,9 +4,9 @@
  * ring backend across 2, 3, 4 and 8 forked ranks, lengths 1, 7, 1000 and 10^6 (10^6 only up to
  * 4 ranks, 10^5 for 8: 8 ranks on 2 cores is slow), with integer-valued floats so sums are exact.
  * argv[1] picks the placement: shm (one node id), tcp (a node id per rank), mixed (two nodes,
- * interleaved ranks: node blocks are not contiguous, so the layout is the flat ring of all ranks),
- * blocks (two nodes of consecutive ranks, of unequal sizes for odd worlds: the hierarchical
- * layout, hier.c; some roots are not leaders). */
+ * interleaved ranks, so node blocks are not contiguous and some roots are not leaders), blocks
+ * (two nodes of consecutive ranks, of unequal sizes but for W=2, one node). Both are the
+ * hierarchical layout (hier.c). */
 #include <math.h>
 #include <stdatomic.h>
 #include <sys/mman.h>

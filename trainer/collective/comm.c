@@ -3,7 +3,7 @@
  *
  *   one node: shm; one rank per node, or flat (opts.topology): the TCP ring of all ranks;
  *   several ranks on some of several nodes: hier.c (shm gather to each node's leader -> TCP
- *   ring among the leaders -> shm broadcast), with the flat ring's bits
+ *   ring among the leaders -> shm broadcast; flat with opts.topology), with the flat ring's bits
  *
  * and broadcast, allgather as shm inside each node around a TCP step among the leaders. Failure
  * bookkeeping (status, abort) lives here too. It is not a transport: bytes move in shm.c and tcp.c
@@ -127,25 +127,32 @@ out:
     return rc;
 }
 
-/* Flat or hierarchical (opts.topology, ct/collective.h). Flat: every rank its own node for the
- * transports (one TCP ring of all ranks, no shared memory). Hierarchical needs each node's ranks
- * consecutive (the chain of the flat ring's sums then runs through a node's ranks in a row). */
+/* Flat or hierarchical (opts.topology, ct/collective.h). Both order the ranks by node (node 0's
+ * ranks ascending, then node 1's, ...: by_pos). Flat: every rank its own node for the transports,
+ * in that order (one TCP ring of all ranks, no shared memory). */
 static int choose_layout(ct_comm *c, ct_comm_topology topo)
 {
-    int several = c->nnodes > 1 && c->nnodes < c->world, apart = -1;
-    for (int r = 1; r < c->world && apart < 0; r++)
-        if (c->node_of[r] < c->node_of[r - 1])
-            apart = r;
-    if (topo == CT_COMM_TOPO_HIER && several && apart >= 0)
-        return ct__error(CT_EINVAL,
-                         "ct_comm_new: opts.topology hierarchical needs each node's ranks to "
-                         "be consecutive: rank %d shares a node with a rank before rank %d",
-                         apart, apart - 1);
-    if (topo == CT_COMM_TOPO_FLAT || (several && apart >= 0)) {
+    int p = 0;
+    c->by_pos = malloc(sizeof(int) * (size_t)c->world);
+    c->node_first = malloc(sizeof(int) * (size_t)(c->world + 1));
+    if (!c->by_pos || !c->node_first)
+        return ct__error(CT_ENOMEM, "collective: topology tables");
+    for (int g = 0; g < c->nnodes; g++) {
+        c->node_first[g] = p;
         for (int r = 0; r < c->world; r++)
-            c->node_of[r] = c->leader_of[r] = r;
+            if (c->node_of[r] == g)
+                c->by_pos[p++] = r;
+    }
+    c->node_first[c->nnodes] = p;
+    if (topo == CT_COMM_TOPO_FLAT) {
+        for (p = 0; p < c->world; p++) {
+            c->node_of[c->by_pos[p]] = p;
+            c->leader_of[p] = c->by_pos[p];
+            c->node_first[p] = p;
+        }
+        c->node_first[c->world] = c->world;
         c->nnodes = c->world;
-        c->node = c->rank;
+        c->node = c->node_of[c->rank];
         c->local_rank = 0;
         c->local_size = 1;
         c->local_ranks[0] = c->rank;
@@ -249,6 +256,8 @@ void ct_comm_destroy(ct_comm **pc)
         close(c->abort_fd);
     free(c->tmp);
     free(c->hbuf);
+    free(c->by_pos);
+    free(c->node_first);
     free(c->node_of);
     free(c->leader_of);
     free(c->local_ranks);

@@ -1,12 +1,12 @@
 /* trainer/collective/hier.c — the hierarchical allreduce and reduce-scatter: shared memory inside
  * each node, a TCP ring among one leader per node, with the flat ring's bits.
  *
- * The flat ring (every rank a member, tcp.c) sums element e of chunk s (ct_comm_chunk over the
- * world) as a chain that starts at rank s and goes up the ranks, wrapping: ((x_s + x_s+1) + ...)
- * + x_s-1, then divides. Here each node's ranks are consecutive (comm.c picks this layout only
- * then), so that chain passes through the ranks of one node in a row, and a node leader that
- * holds its ranks' buffers can add them in the chain's order itself. Group g is the chunks of
- * node g's ranks, one range of the buffer.
+ * The flat ring (every rank a member, in node order: comm.c's by_pos, tcp.c) sums element e of
+ * rank s's chunk (ct_comm_chunk) as a chain that starts at rank s and goes up the node order,
+ * wrapping: ((x_s + x_next) + ...), then divides. In node order a node's ranks are in a row, so
+ * the chain passes through them in a row, and a node leader that holds its ranks' buffers can
+ * add them in the chain's order itself. Group g is the chunks of node g's ranks (pieces of the
+ * buffer: apart when a node's ranks are not consecutive).
  *
  *   1. local rank 0 gathers its node's buffers over shared memory (x_0 .. x_L-1 of the node);
  *   2. each leader starts its own group: chunk of local rank i = x_i + ... + x_L-1;
@@ -15,38 +15,41 @@
  *   4. one more step brings group g back to leader g, which adds the chain's head x_0 .. x_i-1
  *      for the chunks of its ranks i > 0 (chunk 0's chain was complete) and divides: leader g
  *      now holds its group's final values (the reduce-scatter stops here, and hands each rank
- *      its group over shared memory);
+ *      its chunk over shared memory);
  *   5. the allreduce's ring allgather of the groups among the leaders (tcp.c), then a shared
  *      memory broadcast from each leader.
  *
  * Small messages ((world - 1) * bytes <= CT__TCP_SMALL_BYTES, as the flat ring decides): the
- * leaders gather every rank's buffer and sum ranks 0, 1, ... in order, as the flat ring does.
+ * leaders gather every rank's buffer and sum them in node order, as the flat ring does.
  * The TCP traffic is the leader ring's: 2N - 1 steps of about L / world of the buffer each, against
  * the flat ring's 2W - 2 steps of 1 / world with W ranks on the network. Memory: a leader holds
  * L + 1 copies of the buffer (its ranks' and a receive stage), W copies for small messages. */
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
 
 #include "common/common.h"
 #include "internal.h"
 
-/* the ranks of node g: [first, first + n) */
+/* node g's ranks: by_pos[first .. first + n) */
 static void node_ranks(const ct_comm *c, int g, int *first, int *n)
 {
-    *first = c->leader_of[g];
-    *n = (g + 1 < c->nnodes ? c->leader_of[g + 1] : c->world) - *first;
+    *first = c->node_first[g];
+    *n = c->node_first[g + 1] - *first;
 }
 
-/* the elements of group g (the chunks of node g's ranks): [off, off + len) */
-static void group_range(const ct_comm *c, size_t count, int g, size_t *off, size_t *len)
+/* group g (the chunks of node g's ranks, in node order) as pieces of buf; its element count */
+static size_t group_iov(const ct_comm *c, float *buf, size_t count, int g, struct iovec *iov)
 {
     int first, n;
-    size_t lo, l, hi;
+    size_t off, len, total = 0;
     node_ranks(c, g, &first, &n);
-    ct_comm_chunk(count, c->world, first, off, &l);
-    ct_comm_chunk(count, c->world, first + n - 1, &lo, &l);
-    hi = lo + l;
-    *len = hi - *off;
+    for (int i = 0; i < n; i++) {
+        ct_comm_chunk(count, c->world, c->by_pos[first + i], &off, &len);
+        iov[i] = (struct iovec){buf + off, len * sizeof(float)};
+        total += len;
+    }
+    return total;
 }
 
 static int ensure_hbuf(ct_comm *c, size_t n)
@@ -75,47 +78,63 @@ static void fold(float *dst, const float *head, const float *xs, size_t count, i
     ct__reduce_sum(dst, srcs, k, n, div);
 }
 
-/* Small messages, at a leader: every rank's buffer, summed in rank order into buf. */
+/* Small messages, at a leader: every rank's buffer, summed in node order into buf. */
 static int leader_small(ct_comm *c, float *buf, size_t count, float div, int64_t dl)
 {
-    float *all = c->hbuf; /* [world][count]; this node's ranks gathered at their place */
+    float *all = c->hbuf; /* [world][count] by rank; this node's ranks gathered already */
+    const float *srcs[c->world];
     int rc = ct__tcp_allgather(c, all, count * sizeof(float), dl);
     if (rc < 0)
         return rc;
-    fold(buf, NULL, all, count, 0, c->world, 0, count, div);
+    for (int p = 0; p < c->world; p++)
+        srcs[p] = all + (size_t)c->by_pos[p] * count;
+    ct__reduce_sum(buf, srcs, c->world, count, div);
     return 0;
 }
 
 /* Steps 2-4 at a leader: on return buf holds this node's group, final. xs: the node's ranks'
- * buffers, stage: room for the largest group. */
+ * buffers, stage: room for the largest group, iov: room for a node's ranks. */
 static int leader_reduce(ct_comm *c, float *buf, size_t count, float div, const float *xs,
-                         float *stage, int64_t dl)
+                         float *stage, struct iovec *iov, int64_t dl)
 {
     int n = c->nnodes, m = c->node, first, nl, rc;
-    size_t so, sl, ro, rl;
+    size_t off, len, rl, at;
     node_ranks(c, m, &first, &nl);
     for (int i = 0; i < nl; i++) { /* step 2: chunk of local rank i starts with x_i */
-        ct_comm_chunk(count, c->world, first + i, &so, &sl);
-        fold(buf + so, NULL, xs, count, i, nl - i, so, sl, 1.0f);
+        ct_comm_chunk(count, c->world, c->by_pos[first + i], &off, &len);
+        fold(buf + off, NULL, xs, count, i, nl - i, off, len, 1.0f);
     }
     for (int t = 0; t < n - 1; t++) { /* step 3 */
-        group_range(c, count, (m - t + n) % n, &so, &sl);
-        group_range(c, count, (m - t - 1 + n) % n, &ro, &rl);
-        rc = ct__tcp_step(c, buf + so, sl * sizeof(float), stage, rl * sizeof(float), dl);
+        int sg = (m - t + n) % n, rg = (m - t - 1 + n) % n, sn, rn;
+        node_ranks(c, sg, &first, &sn);
+        group_iov(c, buf, count, sg, iov);
+        node_ranks(c, rg, &first, &rn);
+        rl = group_iov(c, buf, count, rg, iov + sn);
+        rc = ct__tcp_step(c, iov, sn, stage, rl * sizeof(float), dl);
         if (rc < 0)
             return rc;
-        fold(buf + ro, stage, xs, count, 0, nl, ro, rl, 1.0f);
+        at = 0;
+        for (int i = 0; i < rn; i++) { /* the stage holds group rg's chunks one after another */
+            float *d = iov[sn + i].iov_base;
+            len = iov[sn + i].iov_len / sizeof(float);
+            fold(d, stage + at, xs, count, 0, nl, (size_t)(d - buf), len, 1.0f);
+            at += len;
+        }
     }
     /* step 4: group m + 1 goes home, group m comes back */
-    group_range(c, count, (m + 1) % n, &so, &sl);
-    group_range(c, count, m, &ro, &rl);
-    rc = ct__tcp_step(c, buf + so, sl * sizeof(float), stage, rl * sizeof(float), dl);
+    int sn;
+    node_ranks(c, (m + 1) % n, &first, &sn);
+    group_iov(c, buf, count, (m + 1) % n, iov);
+    rl = group_iov(c, buf, count, m, iov + sn);
+    rc = ct__tcp_step(c, iov, sn, stage, rl * sizeof(float), dl);
     if (rc < 0)
         return rc;
+    at = 0;
     for (int i = 0; i < nl; i++) {
-        size_t co, cl;
-        ct_comm_chunk(count, c->world, first + i, &co, &cl);
-        fold(buf + co, stage + (co - ro), xs, count, 0, i, co, cl, div);
+        float *d = iov[sn + i].iov_base;
+        len = iov[sn + i].iov_len / sizeof(float);
+        fold(d, stage + at, xs, count, 0, i, (size_t)(d - buf), len, div);
+        at += len;
     }
     return 0;
 }
@@ -124,31 +143,41 @@ static int leader_reduce(ct_comm *c, float *buf, size_t count, float div, const 
 static int reduce_to_leaders(ct_comm *c, float *buf, size_t count, float div, int *small,
                              int64_t dl)
 {
-    size_t bytes = count * sizeof(float), most = 0, off, len;
-    int rc = 0, first, nl;
+    size_t bytes = count * sizeof(float), most = 0, len;
+    int rc = 0, first, nl, wide = 0;
+    struct iovec *iov = NULL;
     node_ranks(c, c->node, &first, &nl);
     *small = bytes * (size_t)(c->world - 1) <= CT__TCP_SMALL_BYTES;
+    if (c->local_rank != 0) /* gives its buffer to the leader */
+        return ct__shm_gather(c, buf, NULL, bytes, *small, dl);
     for (int g = 0; g < c->nnodes; g++) {
-        group_range(c, count, g, &off, &len);
+        int f, k;
+        node_ranks(c, g, &f, &k);
+        wide = k > wide ? k : wide;
+        len = 0;
+        for (int i = 0; i < k; i++) {
+            size_t o, l;
+            ct_comm_chunk(count, c->world, c->by_pos[f + i], &o, &l);
+            len += l;
+        }
         most = len > most ? len : most;
     }
-    if (c->local_rank == 0) {
-        size_t need = *small ? count * (size_t)c->world : count * (size_t)nl + most;
-        if ((rc = ensure_hbuf(c, need)) < 0)
-            return rc;
-    }
-    if (c->local_rank != 0) /* gives its buffer to the leader */
-        return ct__shm_gather(c, buf, NULL, bytes, dl);
-    float *xs = c->hbuf + (*small ? (size_t)first * count : 0);
+    size_t need = *small ? count * (size_t)c->world : count * (size_t)nl + most;
+    if ((rc = ensure_hbuf(c, need)) < 0)
+        return rc;
     if (c->local_size > 1)
-        rc = ct__shm_gather(c, buf, xs, bytes, dl);
+        rc = ct__shm_gather(c, buf, c->hbuf, bytes, *small, dl);
     else
-        memcpy(xs, buf, bytes);
+        memcpy(c->hbuf + (*small ? (size_t)c->rank * count : 0), buf, bytes);
     if (rc < 0)
         return rc;
     if (*small)
         return leader_small(c, buf, count, div, dl);
-    return leader_reduce(c, buf, count, div, xs, c->hbuf + (size_t)nl * count, dl);
+    if (!(iov = malloc(sizeof *iov * 2 * (size_t)wide)))
+        return ct__error(CT_ENOMEM, "collective: %d pieces", 2 * wide);
+    rc = leader_reduce(c, buf, count, div, c->hbuf, c->hbuf + (size_t)nl * count, iov, dl);
+    free(iov);
+    return rc;
 }
 
 int ct__hier_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t dl)
@@ -181,8 +210,12 @@ int ct__hier_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int
     int small, rc = reduce_to_leaders(c, buf, count, div, &small, dl);
     if (rc < 0 || c->local_size == 1)
         return rc;
-    size_t off = 0, len = count; /* small: the leader has everything; else its group */
-    if (!small)
-        group_range(c, count, c->node, &off, &len);
-    return ct__shm_broadcast(c, buf + off, len * sizeof(float), 0, dl);
+    if (small) /* the leader has everything */
+        return ct__shm_broadcast(c, buf, count * sizeof(float), 0, dl);
+    for (int i = 0; i < c->local_size && rc == 0; i++) { /* each chunk of the node's group */
+        size_t off, len;
+        ct_comm_chunk(count, c->world, c->local_ranks[i], &off, &len);
+        rc = ct__shm_broadcast(c, buf + off, len * sizeof(float), 0, dl);
+    }
+    return rc;
 }

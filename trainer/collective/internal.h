@@ -30,6 +30,9 @@ struct ct_comm {
     int *leader_of;   /* [nnodes] lowest rank of each node */
     int local_rank, local_size;
     int *local_ranks; /* [local_size] ranks on this node, ascending */
+    /* node order: node 0's ranks ascending, then node 1's, ... (the flat ring's order) */
+    int *by_pos;     /* [world] the rank at each place */
+    int *node_first; /* [nnodes + 1] node g's ranks are by_pos[node_first[g] .. node_first[g+1]) */
 
     struct ct__shm *shm;  /* NULL when local_size == 1 */
     int fd_next, fd_prev; /* leaders only, nnodes > 1: TCP links to next/prev node leader */
@@ -68,8 +71,10 @@ int ct__shm_broadcast(ct_comm *c, void *buf, size_t bytes, int root_local, int64
 /* each local rank's block (bytes) goes to recv + rank * bytes on every local rank */
 int ct__shm_allgather(ct_comm *c, const void *send, void *recv, size_t bytes, int64_t deadline);
 int ct__shm_barrier(ct_comm *c, int64_t deadline);
-/* local rank i's bytes of send go to recv + i * bytes on local rank 0 (the others' recv unused) */
-int ct__shm_gather(ct_comm *c, const void *send, void *recv, size_t bytes, int64_t deadline);
+/* local rank i's bytes of send go to recv + i * bytes on local rank 0 (by_rank: recv + its rank
+ * * bytes); the others' recv is unused */
+int ct__shm_gather(ct_comm *c, const void *send, void *recv, size_t bytes, bool by_rank,
+                   int64_t deadline);
 /* reduce-scatter among local ranks (one node): every rank copies buf in, then reduces only
  * [lo, lo + len) of it (its chunk) from all slots, as ct__shm_allreduce sums (same bits) */
 int ct__shm_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, size_t lo, size_t len,
@@ -97,9 +102,10 @@ int ct__tcp_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int6
 int ct__tcp_allgatherv(ct_comm *c, void *buf, const size_t *off, const size_t *len,
                        int64_t deadline);
 
-/* one ring step: sbytes of send to the next leader while rbytes from the previous one land in
- * recv (send and recv may not overlap) */
-int ct__tcp_step(ct_comm *c, const void *send, size_t sbytes, void *recv, size_t rbytes,
+/* one ring step: the sn pieces of send to the next leader while rbytes from the previous one
+ * land in recv (send and recv may not overlap) */
+struct iovec;
+int ct__tcp_step(ct_comm *c, const struct iovec *send, int sn, void *recv, size_t rbytes,
                  int64_t deadline);
 
 /* ---- hier.c: the hierarchical allreduce and reduce-scatter (c->hier) --------------------- */

@@ -427,14 +427,15 @@ int ct__shm_allgather(ct_comm *c, const void *send, void *recv, size_t bytes, in
     return 0;
 }
 
-int ct__shm_gather(ct_comm *c, const void *send, void *recv, size_t bytes, int64_t deadline)
+int ct__shm_gather(ct_comm *c, const void *send, void *recv, size_t bytes, bool by_rank,
+                   int64_t deadline)
 {
     struct ct__shm *s = c->shm;
     const char *in = send;
     char *outp = recv;
     size_t rb = round_bytes(s, bytes);
     if (s->me == 0)
-        memcpy(outp, in, bytes);
+        memcpy(outp + (by_rank ? (size_t)c->rank * bytes : 0), in, bytes);
     /* a rank writes this round's buffer again two rounds on, after its next sync: that waits
      * for local rank 0, which reads this round before it syncs again */
     for (size_t off = 0; off < bytes; off += rb) {
@@ -447,7 +448,8 @@ int ct__shm_gather(ct_comm *c, const void *send, void *recv, size_t bytes, int64
             return rc;
         if (s->me == 0)
             for (int i = 1; i < s->n; i++)
-                memcpy(outp + (size_t)i * bytes + off, slot(s, r, i), n);
+                memcpy(outp + (size_t)(by_rank ? c->local_ranks[i] : i) * bytes + off,
+                       slot(s, r, i), n);
     }
     return 0;
 }

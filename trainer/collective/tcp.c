@@ -431,11 +431,11 @@ static int run_xfer(ct_comm *c, const struct xfer *x, int64_t deadline)
     return 0;
 }
 
-int ct__tcp_step(ct_comm *c, const void *send, size_t sbytes, void *recv, size_t rbytes,
+int ct__tcp_step(ct_comm *c, const struct iovec *send, int sn, void *recv, size_t rbytes,
                  int64_t deadline)
 {
-    struct iovec sv = {(void *)send, sbytes}, rv = {recv, rbytes};
-    struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1};
+    struct iovec rv = {recv, rbytes};
+    struct xfer x = {.siov = send, .sn = sn, .riov = &rv, .rn = 1};
     return run_xfer(c, &x, deadline);
 }
 
@@ -451,11 +451,12 @@ static int ensure_tmp(ct_comm *c, size_t n)
     return 0;
 }
 
-static void seg(size_t count, int n, int i, size_t *off, size_t *len)
+/* segment i of the ring: the chunk (ct_comm_chunk) of member i's rank. The allreduce and the
+ * reduce-scatter run here only when every node has one rank (one rank per node, or flat), so
+ * the ring's members are ranks, in node order (comm.c's choose_layout). */
+static void seg(const ct_comm *c, size_t count, int i, size_t *off, size_t *len)
 {
-    size_t base = count / (size_t)n, rem = count % (size_t)n;
-    *off = (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
-    *len = base + ((size_t)i < rem);
+    ct_comm_chunk(count, c->world, c->leader_of[i], off, len);
 }
 
 /* Small messages: a ring allgather of the whole buffers (N-1 steps instead of 2(N-1): one
@@ -491,15 +492,15 @@ static int ring_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, 
     if ((rc = ensure_tmp(c, STAGE / sizeof(float))) < 0)
         return rc;
     for (int s = 0; s < n - 1; s++) {
-        seg(count, n, (j - s + n) % n, &so, &sl);
-        seg(count, n, (j - s - 1 + 2 * n) % n, &ro, &rl);
+        seg(c, count, (j - s + n) % n, &so, &sl);
+        seg(c, count, (j - s - 1 + 2 * n) % n, &ro, &rl);
         struct iovec sv = {buf + so, sl * sizeof(float)};
         struct xfer x = {.siov = &sv, .sn = 1, .red = buf + ro, .red_len = rl * sizeof(float)};
         if ((rc = run_xfer(c, &x, deadline)) < 0)
             return rc;
     }
     if (div != 1.0f) {
-        seg(count, n, (j + 1) % n, &so, &sl);
+        seg(c, count, (j + 1) % n, &so, &sl);
         ct__divide(buf + so, sl, div);
     }
     return 0;
@@ -514,8 +515,8 @@ int ct__tcp_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int6
         return small_allreduce(c, buf, count, div, deadline);
     if ((rc = ring_reduce_scatter(c, buf, count, div, deadline)) < 0)
         return rc;
-    seg(count, n, (j + 1) % n, &so, &sl); /* mine is at node j - 1: one more step */
-    seg(count, n, j, &ro, &rl);
+    seg(c, count, (j + 1) % n, &so, &sl); /* mine is at node j - 1: one more step */
+    seg(c, count, j, &ro, &rl);
     struct iovec sv = {buf + so, sl * sizeof(float)}, rv = {buf + ro, rl * sizeof(float)};
     struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1};
     return run_xfer(c, &x, deadline);
@@ -530,8 +531,8 @@ int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t d
     if ((rc = ring_reduce_scatter(c, buf, count, div, deadline)) < 0)
         return rc;
     for (int s = 0; s < n - 1; s++) {
-        seg(count, n, (j + 1 - s + n) % n, &so, &sl);
-        seg(count, n, (j - s + n) % n, &ro, &rl);
+        seg(c, count, (j + 1 - s + n) % n, &so, &sl);
+        seg(c, count, (j - s + n) % n, &ro, &rl);
         struct iovec sv = {buf + so, sl * sizeof(float)}, rv = {buf + ro, rl * sizeof(float)};
         struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1};
         if ((rc = run_xfer(c, &x, deadline)) < 0)

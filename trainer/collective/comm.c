@@ -443,7 +443,7 @@ int ct_comm_reduce_scatter(ct_comm *c, float *buf, size_t count, ct_comm_op op, 
     int64_t dl = ct__comm_deadline(c, timeout_ms);
     if (c->nnodes == 1) /* one node */
         return finish(c, ct__shm_reduce_scatter(c, buf, count, div, lo, len, dl));
-    if (c->nnodes == c->world) /* one rank per node: node j is rank j */
+    if (c->nnodes == c->world) /* one rank per node, or flat */
         return finish(c, ct__tcp_reduce_scatter(c, buf, count, div, dl));
     return finish(c, ct__hier_reduce_scatter(c, buf, count, div, dl));
 }

@@ -11,7 +11,8 @@
  *   1. local rank 0 gathers its node's buffers over shared memory (x_0 .. x_L-1 of the node);
  *   2. each leader starts its own group: chunk of local rank i = x_i + ... + x_L-1;
  *   3. N-1 ring steps: a leader receives group g's partial from the previous leader and adds
- *      all its ranks in order (p + x_0) + x_1 ...; then sends it on;
+ *      all its ranks in order (p + x_0) + x_1 ...; then sends it on (each step in 1 MiB parts,
+ *      each added in as it arrives while the next one fills the socket buffers);
  *   4. one more step brings group g back to leader g, which adds the chain's head x_0 .. x_i-1
  *      for the chunks of its ranks i > 0 (chunk 0's chain was complete) and divides: leader g
  *      now holds its group's final values (the reduce-scatter stops here, and hands each rank
@@ -30,6 +31,8 @@
 
 #include "common/common.h"
 #include "internal.h"
+
+#define PIECE_BYTES (1024 * 1024) /* a step's parts: added in while the next part arrives */
 
 /* node g's ranks: by_pos[first .. first + n) */
 static void node_ranks(const ct_comm *c, int g, int *first, int *n)
@@ -92,51 +95,82 @@ static int leader_small(ct_comm *c, float *buf, size_t count, float div, int64_t
     return 0;
 }
 
-/* Steps 2-4 at a leader: on return buf holds this node's group, final. xs: the node's ranks'
- * buffers, stage: room for the largest group, iov: room for a node's ranks. */
-static int leader_reduce(ct_comm *c, float *buf, size_t count, float div, const float *xs,
-                         float *stage, struct iovec *iov, int64_t dl)
+/* the elements [a, b) of v[0..n) read one after another, as at most n pieces in out */
+static int window(const struct iovec *v, int n, size_t a, size_t b, struct iovec *out)
 {
-    int n = c->nnodes, m = c->node, first, nl, rc;
-    size_t off, len, rl, at;
-    node_ranks(c, m, &first, &nl);
-    for (int i = 0; i < nl; i++) { /* step 2: chunk of local rank i starts with x_i */
-        ct_comm_chunk(count, c->world, c->by_pos[first + i], &off, &len);
-        fold(buf + off, NULL, xs, count, i, nl - i, off, len, 1.0f);
+    int k = 0;
+    size_t pos = 0;
+    for (int i = 0; i < n; i++) {
+        size_t l = v[i].iov_len / sizeof(float);
+        size_t s = a > pos ? a : pos, e = b < pos + l ? b : pos + l;
+        if (s < e)
+            out[k++] = (struct iovec){(float *)v[i].iov_base + (s - pos), (e - s) * sizeof(float)};
+        pos += l;
     }
-    for (int t = 0; t < n - 1; t++) { /* step 3 */
-        int sg = (m - t + n) % n, rg = (m - t - 1 + n) % n, sn, rn;
-        node_ranks(c, sg, &first, &sn);
-        group_iov(c, buf, count, sg, iov);
-        node_ranks(c, rg, &first, &rn);
-        rl = group_iov(c, buf, count, rg, iov + sn);
-        rc = ct__tcp_step(c, iov, sn, stage, rl * sizeof(float), dl);
+    return k;
+}
+
+/* A leader's work for one step. */
+struct pass {
+    float *buf;
+    size_t count;
+    const float *xs;         /* the node's ranks' buffers */
+    int nl;                  /* how many */
+    float *stage;            /* room for the largest group */
+    struct iovec *iov, *win; /* room for two groups' pieces, and for one */
+    int pieces;              /* every leader cuts a group into this many parts */
+};
+
+/* One ring step: group sg's chunks go to the next leader while group rg's come from the
+ * previous one, in P->pieces parts (both ends cut a group alike); each part received is added in
+ * at once while the next fills the socket buffers. home (rg is this node's group, step 4): chunk
+ * i gets the chain's head x_0 .. x_i-1 and is divided; else every rank of the node is added. */
+static int step(ct_comm *c, const struct pass *P, int sg, int rg, int home, float div, int64_t dl)
+{
+    int first, sn, rn;
+    node_ranks(c, sg, &first, &sn);
+    node_ranks(c, rg, &first, &rn);
+    struct iovec *sv = P->iov, *rv = P->iov + sn;
+    size_t sl = group_iov(c, P->buf, P->count, sg, sv);
+    size_t rl = group_iov(c, P->buf, P->count, rg, rv);
+    for (int j = 0; j < P->pieces; j++) {
+        size_t sa = sl * (size_t)j / (size_t)P->pieces,
+               sb = sl * (size_t)(j + 1) / (size_t)P->pieces;
+        size_t ra = rl * (size_t)j / (size_t)P->pieces,
+               rb = rl * (size_t)(j + 1) / (size_t)P->pieces;
+        int k = window(sv, sn, sa, sb, P->win);
+        int rc = ct__tcp_step(c, P->win, k, P->stage + ra, (rb - ra) * sizeof(float), dl);
         if (rc < 0)
             return rc;
-        at = 0;
-        for (int i = 0; i < rn; i++) { /* the stage holds group rg's chunks one after another */
-            float *d = iov[sn + i].iov_base;
-            len = iov[sn + i].iov_len / sizeof(float);
-            fold(d, stage + at, xs, count, 0, nl, (size_t)(d - buf), len, 1.0f);
-            at += len;
+        size_t pos = 0; /* the stage holds group rg's chunks one after another */
+        for (int i = 0; i < rn; i++) {
+            size_t l = rv[i].iov_len / sizeof(float);
+            size_t s = ra > pos ? ra : pos, e = rb < pos + l ? rb : pos + l;
+            if (s < e) {
+                float *d = (float *)rv[i].iov_base + (s - pos);
+                fold(d, P->stage + s, P->xs, P->count, 0, home ? i : P->nl, (size_t)(d - P->buf),
+                     e - s, home ? div : 1.0f);
+            }
+            pos += l;
         }
     }
-    /* step 4: group m + 1 goes home, group m comes back */
-    int sn;
-    node_ranks(c, (m + 1) % n, &first, &sn);
-    group_iov(c, buf, count, (m + 1) % n, iov);
-    rl = group_iov(c, buf, count, m, iov + sn);
-    rc = ct__tcp_step(c, iov, sn, stage, rl * sizeof(float), dl);
-    if (rc < 0)
-        return rc;
-    at = 0;
-    for (int i = 0; i < nl; i++) {
-        float *d = iov[sn + i].iov_base;
-        len = iov[sn + i].iov_len / sizeof(float);
-        fold(d, stage + at, xs, count, 0, i, (size_t)(d - buf), len, div);
-        at += len;
-    }
     return 0;
+}
+
+/* Steps 2-4 at a leader: on return buf holds this node's group, final. */
+static int leader_reduce(ct_comm *c, const struct pass *P, float div, int64_t dl)
+{
+    int n = c->nnodes, m = c->node, first, nl, rc;
+    size_t off, len;
+    node_ranks(c, m, &first, &nl);
+    for (int i = 0; i < nl; i++) { /* step 2: chunk of local rank i starts with x_i */
+        ct_comm_chunk(P->count, c->world, c->by_pos[first + i], &off, &len);
+        fold(P->buf + off, NULL, P->xs, P->count, i, nl - i, off, len, 1.0f);
+    }
+    for (int t = 0; t < n - 1; t++) /* step 3 */
+        if ((rc = step(c, P, (m - t + n) % n, (m - t - 1 + n) % n, 0, 1.0f, dl)) < 0)
+            return rc;
+    return step(c, P, (m + 1) % n, m, 1, div, dl); /* step 4: group m + 1 goes home, m comes */
 }
 
 /* Steps 1-4; on return a leader's buf holds its group (or, small, everything) final. */
@@ -173,9 +207,17 @@ static int reduce_to_leaders(ct_comm *c, float *buf, size_t count, float div, in
         return rc;
     if (*small)
         return leader_small(c, buf, count, div, dl);
-    if (!(iov = malloc(sizeof *iov * 2 * (size_t)wide)))
-        return ct__error(CT_ENOMEM, "collective: %d pieces", 2 * wide);
-    rc = leader_reduce(c, buf, count, div, c->hbuf, c->hbuf + (size_t)nl * count, iov, dl);
+    if (!(iov = malloc(sizeof *iov * 3 * (size_t)wide)))
+        return ct__error(CT_ENOMEM, "collective: %d pieces", 3 * wide);
+    struct pass P = {.buf = buf,
+                     .count = count,
+                     .xs = c->hbuf,
+                     .nl = nl,
+                     .stage = c->hbuf + (size_t)nl * count,
+                     .iov = iov,
+                     .win = iov + 2 * wide,
+                     .pieces = (int)(most * sizeof(float) / PIECE_BYTES) + 1};
+    rc = leader_reduce(c, &P, div, dl);
     free(iov);
     return rc;
 }

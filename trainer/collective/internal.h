@@ -90,11 +90,12 @@ int ct__shm_allgatherv(ct_comm *c, void *buf, const size_t *off, const size_t *l
 #define CT__TCP_SMALL_BYTES (64 * 1024)
 int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_t deadline);
 void ct__tcp_destroy(ct_comm *c);
+/* one rank per node (or flat): the ring's segment j is the chunk of node j's rank */
 int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t deadline);
 int ct__tcp_broadcast(ct_comm *c, void *buf, size_t bytes, int root_node, int64_t deadline);
 /* node blocks: recv + r * bytes for every rank r; this node's blocks are filled already */
 int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline);
-/* one rank per node (node == rank): reduce-scatter of buf's node segments (ct_comm_chunk), with
+/* one rank per node (or flat): reduce-scatter of the ranks' chunks (ct_comm_chunk), with
  * ct__tcp_allreduce's arithmetic: its reduce-scatter phase, then one step hands segment j to node
  * j (a small buffer: the allreduce itself) */
 int ct__tcp_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int64_t deadline);

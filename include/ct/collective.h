@@ -141,8 +141,8 @@ void ct_comm_chunk(size_t count, int world_size, int rank, size_t *off, size_t *
  * elements (the same summation order). The rest of buf is unspecified. One node: each rank sums
  * only its chunk (shared memory); one rank per node (or flat): the TCP ring's reduce-scatter
  * plus one step that hands each chunk to its owner; hierarchical (several ranks on some of
- * several nodes): the leaders' reduce-scatter of node blocks, then each node's block goes to its
- * ranks over shared memory (no allgather among the leaders). */
+ * several nodes): the leaders' reduce-scatter of the nodes' chunks, then each rank gets its chunk
+ * from its leader over shared memory (no allgather among the leaders). */
 int ct_comm_reduce_scatter(ct_comm *comm, float *buf, size_t count, ct_comm_op op, int timeout_ms);
 
 /* In-place allgather of chunks: every rank's chunk of buf (ct_comm_chunk) goes to every rank. */

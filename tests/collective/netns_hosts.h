@@ -1,5 +1,5 @@
 /* tests/collective/netns_hosts.h — simulated hosts for the collective's namespace test and
- * bench/allreduce/bench_hier: network namespaces joined by a bridge, one address each. Needs root
+ * bench/allreduce_hier: network namespaces joined by a bridge, one address each. Needs root
  * and ip(8). Header-only, test and benchmark code only. */
 #ifndef CT_TEST_NETNS_HOSTS_H
 #define CT_TEST_NETNS_HOSTS_H

@@ -1,6 +1,6 @@
-/* bench/allreduce/bench_hier.c — hierarchical allreduce against the flat TCP ring, 4 simulated
- * hosts (network namespaces joined by a bridge, tests/collective/netns_hosts.h) x 2 ranks, f32
- * SUM of 64 MiB (argv[1]: another size in MiB). Each rank opens both communicators
+/* bench/allreduce_hier/bench_hier.c — hierarchical allreduce against the flat TCP ring, 4
+ * simulated hosts (network namespaces joined by a bridge, tests/collective/netns_hosts.h) x 2
+ * ranks, f32 SUM of 64 MiB (argv[1]: another size in MiB). Each rank opens both communicators
  * (opts.topology HIER and FLAT); the timed calls alternate between them (after a barrier each),
  * so the machine's load falls on both alike. Before timing, one call on each checks that they
  * give the same bits. Rank 0 prints per layout

@@ -79,18 +79,33 @@ typedef struct ct_comm ct_comm;
 typedef enum { CT_COMM_RING = 0, CT_COMM_NCCL = 1 } ct_comm_backend;
 typedef enum { CT_COMM_SUM = 0, CT_COMM_AVG = 1 } ct_comm_op;
 
+/* How the ring backend lays out a group that spans several nodes (opts.topology). Every rank of
+ * a group must pass the same value. Across nodes both layouts give bit-identical results: each
+ * element's sum is the flat ring's, a chain over the ranks in node order (node 0's ranks
+ * ascending, then node 1's, ...; nodes numbered by their lowest rank) that starts at the rank
+ * whose chunk (ct_comm_chunk) holds the element (when (world - 1) * bytes <= 64 KiB: all ranks
+ * in node order). On one node AUTO and HIER use shared memory alone (ranks in order), FLAT the
+ * TCP ring (its chain order). */
+typedef enum {
+    CT_COMM_TOPO_AUTO = 0, /* hierarchical (the only layout AUTO picks today) */
+    CT_COMM_TOPO_FLAT,     /* every rank in one TCP ring, in node order (no shared memory) */
+    CT_COMM_TOPO_HIER,     /* shared memory inside each node, a TCP ring among one leader per
+                              node */
+} ct_comm_topology;
+
 typedef struct ct_comm_opts {
     const ct_rendezvous *rendezvous; /* required; borrowed during ct_comm_new() only */
-    const char *group_id;    /* required; unique per communicator incarnation (e.g. "job-try3") */
-    int rank;                /* 0 .. world_size-1 */
-    int world_size;          /* >= 1 */
-    const char *node_id;     /* ranks with equal node ids use shared memory; NULL: own node */
-    ct_comm_backend backend; /* default CT_COMM_RING */
-    int timeout_ms;          /* default for calls given timeout 0, and for setup; 0: 60000 */
-    const char *host;        /* ring: address peers reach this rank at; NULL: $CT_COMM_HOST, else
-                                the first non-loopback IPv4 address, else 127.0.0.1 */
-    int device;              /* nccl: CUDA device ordinal */
-    void *stream;            /* nccl: cudaStream_t to run on; NULL: the communicator's own */
+    const char *group_id;      /* required; unique per communicator incarnation (e.g. "job-try3") */
+    int rank;                  /* 0 .. world_size-1 */
+    int world_size;            /* >= 1 */
+    const char *node_id;       /* ranks with equal node ids use shared memory; NULL: own node */
+    ct_comm_backend backend;   /* default CT_COMM_RING */
+    int timeout_ms;            /* default for calls given timeout 0, and for setup; 0: 60000 */
+    const char *host;          /* ring: address peers reach this rank at; NULL: $CT_COMM_HOST, else
+                                  the first non-loopback IPv4 address, else 127.0.0.1 */
+    int device;                /* nccl: CUDA device ordinal */
+    void *stream;              /* nccl: cudaStream_t to run on; NULL: the communicator's own */
+    ct_comm_topology topology; /* ring: flat or hierarchical across nodes; default AUTO */
 } ct_comm_opts;
 
 /* Joins the group; blocks until all world_size ranks have joined or opts->timeout_ms passes.
@@ -124,9 +139,10 @@ void ct_comm_chunk(size_t count, int world_size, int rank, size_t *off, size_t *
 /* In-place reduce-scatter of f32 buf: on return this rank's chunk holds the reduction (SUM, or
  * AVG: the sum divided by world_size), with the very bits ct_comm_allreduce gives for those
  * elements (the same summation order). The rest of buf is unspecified. One node: each rank sums
- * only its chunk (shared memory); one rank per node: the TCP ring's reduce-scatter plus one
- * step that hands each chunk to its owner; ranks spread over nodes with several per node: a
- * full allreduce (correct, not cheaper). */
+ * only its chunk (shared memory); one rank per node (or flat): the TCP ring's reduce-scatter
+ * plus one step that hands each chunk to its owner; hierarchical (several ranks on some of
+ * several nodes): the leaders' reduce-scatter of the nodes' chunks, then each rank gets its chunk
+ * from its leader over shared memory (no allgather among the leaders). */
 int ct_comm_reduce_scatter(ct_comm *comm, float *buf, size_t count, ct_comm_op op, int timeout_ms);
 
 /* In-place allgather of chunks: every rank's chunk of buf (ct_comm_chunk) goes to every rank. */

@@ -4,7 +4,9 @@
  * ring backend across 2, 3, 4 and 8 forked ranks, lengths 1, 7, 1000 and 10^6 (10^6 only up to
  * 4 ranks, 10^5 for 8: 8 ranks on 2 cores is slow), with integer-valued floats so sums are exact.
  * argv[1] picks the placement: shm (one node id), tcp (a node id per rank), mixed (two nodes,
- * interleaved ranks, so node blocks are not contiguous and some roots are not leaders). */
+ * interleaved ranks, so node blocks are not contiguous and some roots are not leaders), blocks
+ * (two nodes of consecutive ranks, of unequal sizes but for W=2, one node). Both are the
+ * hierarchical layout (hier.c). */
 #include <math.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -13,6 +15,7 @@
 
 static const char *mode = "shm";
 static _Atomic long long *barrier_entry_ms; /* shared with the ranks: [world] */
+static int barrier_world;                   /* the world being run (blocks' split) */
 
 static const char *node_of(int rank, char *buf)
 {
@@ -20,6 +23,8 @@ static const char *node_of(int rank, char *buf)
         return "n0";
     if (strcmp(mode, "tcp") == 0)
         sprintf(buf, "n%d", rank);
+    else if (strcmp(mode, "blocks") == 0)
+        sprintf(buf, "%s", rank < 1 + barrier_world / 2 ? "a" : "b");
     else
         sprintf(buf, "%s", rank % 3 == 0 ? "a" : "b");
     return buf;
@@ -156,6 +161,7 @@ static int rank_main(int rank, int world, void *arg)
     snprintf(group, sizeof group, "ops-%s-%d", mode, world);
     /* mixed: the default address (the first non-loopback IPv4 address) */
     const char *host = strcmp(mode, "mixed") ? "127.0.0.1" : NULL;
+    barrier_world = world;
     ct_comm *c = NULL;
     CHECK_RC(ct_comm_new(&(ct_comm_opts){.rendezvous = rdv,
                                          .group_id = group,
@@ -200,8 +206,9 @@ int main(int argc, char **argv)
 {
     if (argc > 1)
         mode = argv[1];
-    if (strcmp(mode, "shm") && strcmp(mode, "tcp") && strcmp(mode, "mixed")) {
-        fprintf(stderr, "usage: %s shm|tcp|mixed\n", argv[0]);
+    if (strcmp(mode, "shm") && strcmp(mode, "tcp") && strcmp(mode, "mixed") &&
+        strcmp(mode, "blocks")) {
+        fprintf(stderr, "usage: %s shm|tcp|mixed|blocks\n", argv[0]);
         return 2;
     }
     barrier_entry_ms = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -118,6 +118,8 @@ int main(void)
     expect(OPTS(.config = "limit=256,lr"), CT_EINVAL, "\"lr\"", "not key=value");
     expect(OPTS(.config = "lr=1,lr=2"), CT_EINVAL, "\"lr\"", "twice");
     expect(OPTS(.config = "limit=256,precision=half"), CT_EINVAL, "\"precision\"", "\"half\"");
+    expect(OPTS(.config = "limit=256,comm_topology=tree"), CT_EINVAL, "\"comm_topology\"",
+           "\"tree\"");
     /* f16 on CPU replicas: this CPU's oneDNN has no f16 kernels (none has, in oneDNN 2.x) */
     expect(OPTS(.config = "limit=256,precision=f16"), CT_ENOSYS, "\"precision\" = f16",
            "AVX512_FP16");

@@ -1,10 +1,13 @@
 /* trainer/collective/comm.c — the communicator: argument checks, topology (which ranks share
  * a node), and the hierarchical composition of the ring backend's transports:
  *
- *   allreduce = shm reduce inside each node -> TCP ring across node leaders -> shm broadcast
+ *   one node: shm; one rank per node, or flat (opts.topology): the TCP ring of all ranks;
+ *   several ranks on some of several nodes: hier.c (shm gather to each node's leader -> TCP
+ *   ring among the leaders -> shm broadcast; flat with opts.topology), with the flat ring's bits
  *
- * with each stage skipped when it has one participant. Failure bookkeeping (status, abort)
- * lives here too. It is not a transport: bytes move in shm.c and tcp.c (and nccl.c). */
+ * and broadcast, allgather as shm inside each node around a TCP step among the leaders. Failure
+ * bookkeeping (status, abort) lives here too. It is not a transport: bytes move in shm.c and tcp.c
+ * (and nccl.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +127,40 @@ out:
     return rc;
 }
 
+/* Flat or hierarchical (opts.topology, ct/collective.h). Both order the ranks by node (node 0's
+ * ranks ascending, then node 1's, ...: by_pos). Flat: every rank its own node for the transports,
+ * in that order (one TCP ring of all ranks, no shared memory). */
+static int choose_layout(ct_comm *c, ct_comm_topology topo)
+{
+    int p = 0;
+    c->by_pos = malloc(sizeof(int) * (size_t)c->world);
+    c->node_first = malloc(sizeof(int) * (size_t)(c->world + 1));
+    if (!c->by_pos || !c->node_first)
+        return ct__error(CT_ENOMEM, "collective: topology tables");
+    for (int g = 0; g < c->nnodes; g++) {
+        c->node_first[g] = p;
+        for (int r = 0; r < c->world; r++)
+            if (c->node_of[r] == g)
+                c->by_pos[p++] = r;
+    }
+    c->node_first[c->nnodes] = p;
+    if (topo == CT_COMM_TOPO_FLAT) {
+        for (p = 0; p < c->world; p++) {
+            c->node_of[c->by_pos[p]] = p;
+            c->leader_of[p] = c->by_pos[p];
+            c->node_first[p] = p;
+        }
+        c->node_first[c->world] = c->world;
+        c->nnodes = c->world;
+        c->node = c->node_of[c->rank];
+        c->local_rank = 0;
+        c->local_size = 1;
+        c->local_ranks[0] = c->rank;
+    }
+    c->hier = c->nnodes > 1 && c->nnodes < c->world;
+    return 0;
+}
+
 int ct_comm_new(const ct_comm_opts *o, ct_comm **out)
 {
     int rc = 0;
@@ -142,6 +179,9 @@ int ct_comm_new(const ct_comm_opts *o, ct_comm **out)
         return ct__error(CT_EINVAL, "ct_comm_new: opts.backend %d unknown", (int)o->backend);
     if (o->timeout_ms < 0)
         return ct__error(CT_EINVAL, "ct_comm_new: opts.timeout_ms %d < 0", o->timeout_ms);
+    if (o->topology != CT_COMM_TOPO_AUTO && o->topology != CT_COMM_TOPO_FLAT &&
+        o->topology != CT_COMM_TOPO_HIER)
+        return ct__error(CT_EINVAL, "ct_comm_new: opts.topology %d unknown", (int)o->topology);
     if (o->node_id && strlen(o->node_id) > 200)
         return ct__error(CT_EINVAL, "ct_comm_new: opts.node_id longer than 200 characters");
 
@@ -179,6 +219,8 @@ int ct_comm_new(const ct_comm_opts *o, ct_comm **out)
             goto err;
     } else {
         rc = exchange_nodes(c, o, deadline);
+        if (rc == 0)
+            rc = choose_layout(c, o->topology);
         if (rc < 0)
             goto err;
         if (c->local_size > 1) {
@@ -192,8 +234,8 @@ int ct_comm_new(const ct_comm_opts *o, ct_comm **out)
                 goto err;
         }
     }
-    CT_LOG(CT_LOG_DEBUG, "collective", "rank %d/%d: group %s up: %d node(s), %d local", c->rank,
-           c->world, c->group, c->nnodes, c->local_size);
+    CT_LOG(CT_LOG_DEBUG, "collective", "rank %d/%d: group %s up: %d node(s), %d local%s", c->rank,
+           c->world, c->group, c->nnodes, c->local_size, c->hier ? ", hierarchical" : "");
     *out = c;
     return 0;
 err:
@@ -213,6 +255,9 @@ void ct_comm_destroy(ct_comm **pc)
     if (c->abort_fd >= 0)
         close(c->abort_fd);
     free(c->tmp);
+    free(c->hbuf);
+    free(c->by_pos);
+    free(c->node_first);
     free(c->node_of);
     free(c->leader_of);
     free(c->local_ranks);
@@ -250,22 +295,11 @@ int ct_comm_status(const ct_comm *c)
 
 static int ring_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t dl)
 {
-    int rc = 0;
     if (c->nnodes == 1)
         return ct__shm_allreduce(c, buf, count, div, 0, dl);
-    if (c->local_size > 1) {
-        rc = ct__shm_allreduce(c, buf, count, 1.0f, 1, dl);
-        if (rc < 0)
-            return rc;
-    }
-    if (c->local_rank == 0) {
-        rc = ct__tcp_allreduce(c, buf, count, div, dl);
-        if (rc < 0)
-            return rc;
-    }
-    if (c->local_size > 1)
-        rc = ct__shm_broadcast(c, buf, count * sizeof(float), 0, dl);
-    return rc;
+    if (c->hier)
+        return ct__hier_allreduce(c, buf, count, div, dl);
+    return ct__tcp_allreduce(c, buf, count, div, dl); /* one rank per node */
 }
 
 int ct_comm_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, ct_comm_op op,
@@ -409,11 +443,9 @@ int ct_comm_reduce_scatter(ct_comm *c, float *buf, size_t count, ct_comm_op op, 
     int64_t dl = ct__comm_deadline(c, timeout_ms);
     if (c->nnodes == 1) /* one node */
         return finish(c, ct__shm_reduce_scatter(c, buf, count, div, lo, len, dl));
-    if (c->nnodes == c->world) /* one rank per node: node j is rank j */
+    if (c->nnodes == c->world) /* one rank per node, or flat */
         return finish(c, ct__tcp_reduce_scatter(c, buf, count, div, dl));
-    /* several nodes with several ranks on some: the chunks of a node's ranks are not one
-     * segment of the ring's; the whole allreduce is correct and has the same bits */
-    return finish(c, ring_allreduce(c, buf, count, div, dl));
+    return finish(c, ct__hier_reduce_scatter(c, buf, count, div, dl));
 }
 
 int ct_comm_allgatherv(ct_comm *c, void *buf, const size_t *counts, ct_dtype dt, int timeout_ms)

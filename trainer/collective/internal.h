@@ -30,12 +30,18 @@ struct ct_comm {
     int *leader_of;   /* [nnodes] lowest rank of each node */
     int local_rank, local_size;
     int *local_ranks; /* [local_size] ranks on this node, ascending */
+    /* node order: node 0's ranks ascending, then node 1's, ... (the flat ring's order) */
+    int *by_pos;     /* [world] the rank at each place */
+    int *node_first; /* [nnodes + 1] node g's ranks are by_pos[node_first[g] .. node_first[g+1]) */
 
     struct ct__shm *shm;  /* NULL when local_size == 1 */
     int fd_next, fd_prev; /* leaders only, nnodes > 1: TCP links to next/prev node leader */
 
+    bool hier;  /* several nodes, several ranks on some: hier.c's allreduce and reduce-scatter */
     float *tmp; /* receive staging for reductions */
     size_t tmp_cap;
+    float *hbuf; /* hier.c, node leaders: the node's ranks' buffers and a receive stage */
+    size_t hbuf_cap;
 
     struct ct__nccl *nccl;
     const struct ct__nccl_ops *nops; /* the nccl backend's calls (nccl.c), NULL for the ring */
@@ -65,6 +71,10 @@ int ct__shm_broadcast(ct_comm *c, void *buf, size_t bytes, int root_local, int64
 /* each local rank's block (bytes) goes to recv + rank * bytes on every local rank */
 int ct__shm_allgather(ct_comm *c, const void *send, void *recv, size_t bytes, int64_t deadline);
 int ct__shm_barrier(ct_comm *c, int64_t deadline);
+/* local rank i's bytes of send go to recv + i * bytes on local rank 0 (by_rank: recv + its rank
+ * * bytes); the others' recv is unused */
+int ct__shm_gather(ct_comm *c, const void *send, void *recv, size_t bytes, bool by_rank,
+                   int64_t deadline);
 /* reduce-scatter among local ranks (one node): every rank copies buf in, then reduces only
  * [lo, lo + len) of it (its chunk) from all slots, as ct__shm_allreduce sums (same bits) */
 int ct__shm_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, size_t lo, size_t len,
@@ -75,19 +85,35 @@ int ct__shm_allgatherv(ct_comm *c, void *buf, const size_t *off, const size_t *l
                        int64_t deadline);
 
 /* ---- tcp.c: ring among node leaders -------------------------------------------------- */
+/* the allreduce gathers whole buffers and sums them in rank order while (world - 1) * bytes stays
+ * under this (the flat ring's rule; hier.c follows it so both give the same bits) */
+#define CT__TCP_SMALL_BYTES (64 * 1024)
 int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_t deadline);
 void ct__tcp_destroy(ct_comm *c);
+/* one rank per node (or flat): the ring's segment j is the chunk of node j's rank */
 int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t deadline);
 int ct__tcp_broadcast(ct_comm *c, void *buf, size_t bytes, int root_node, int64_t deadline);
 /* node blocks: recv + r * bytes for every rank r; this node's blocks are filled already */
 int ct__tcp_allgather(ct_comm *c, void *recv, size_t bytes, int64_t deadline);
-/* one rank per node (node == rank): reduce-scatter of buf's node segments (ct_comm_chunk), with
+/* one rank per node (or flat): reduce-scatter of the ranks' chunks (ct_comm_chunk), with
  * ct__tcp_allreduce's arithmetic: its reduce-scatter phase, then one step hands segment j to node
  * j (a small buffer: the allreduce itself) */
 int ct__tcp_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int64_t deadline);
 /* in place: rank r's block is bytes [off[r], off[r] + len[r]) of buf; this node's are filled */
 int ct__tcp_allgatherv(ct_comm *c, void *buf, const size_t *off, const size_t *len,
                        int64_t deadline);
+
+/* one ring step: the sn pieces of send to the next leader while rbytes from the previous one
+ * land in recv (send and recv may not overlap) */
+struct iovec;
+int ct__tcp_step(ct_comm *c, const struct iovec *send, int sn, void *recv, size_t rbytes,
+                 int64_t deadline);
+
+/* ---- hier.c: the hierarchical allreduce and reduce-scatter (c->hier) --------------------- */
+/* every rank of the group calls these; the bits are the flat ring's (ct/collective.h) */
+int ct__hier_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t deadline);
+/* on return this rank's chunk (ct_comm_chunk) of buf holds its sum; the rest is unspecified */
+int ct__hier_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int64_t deadline);
 
 /* ---- reduce.c ----------------------------------------------------------------------------- */
 /* dst[i] = (sum_k srcs[k][i]) / div in the order of srcs (dst may alias srcs[k]) */

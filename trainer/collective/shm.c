@@ -15,7 +15,8 @@
  * slice out. Small messages (<= 16 KiB): copy in, sync, every rank sums all slots itself: one
  * sync, no syscall when the peers are running. Reduce-scatter (ZeRO): copy in, sync, each rank
  * sums only its own chunk (the same sums, in the same order, as the allreduce's); allgatherv:
- * each round every rank copies the next piece of its block in, sync, copies the others' out.
+ * each round every rank copies the next piece of its block in, sync, copies the others' out;
+ * gather (hier.c): the same rounds, only local rank 0 copies out.
  *
  * Waiting spins, then yields, then sleeps on the futex with a short timeout; while waiting it
  * checks the deadline, the abort flag, the peer's failed flag and (every 10 ms) whether the
@@ -422,6 +423,33 @@ int ct__shm_allgather(ct_comm *c, const void *send, void *recv, size_t bytes, in
             return rc;
         for (int i = 0; i < s->n; i++)
             memcpy(outp + (size_t)c->local_ranks[i] * bytes + off, slot(s, r, i), n);
+    }
+    return 0;
+}
+
+int ct__shm_gather(ct_comm *c, const void *send, void *recv, size_t bytes, bool by_rank,
+                   int64_t deadline)
+{
+    struct ct__shm *s = c->shm;
+    const char *in = send;
+    char *outp = recv;
+    size_t rb = round_bytes(s, bytes);
+    if (s->me == 0)
+        memcpy(outp + (by_rank ? (size_t)c->rank * bytes : 0), in, bytes);
+    /* a rank writes this round's buffer again two rounds on, after its next sync: that waits
+     * for local rank 0, which reads this round before it syncs again */
+    for (size_t off = 0; off < bytes; off += rb) {
+        size_t n = bytes - off < rb ? bytes - off : rb;
+        uint32_t r = s->round++;
+        if (s->me != 0)
+            memcpy(slot(s, r, s->me), in + off, n);
+        int rc = sync_all(c, deadline);
+        if (rc < 0)
+            return rc;
+        if (s->me == 0)
+            for (int i = 1; i < s->n; i++)
+                memcpy(outp + (size_t)(by_rank ? c->local_ranks[i] : i) * bytes + off,
+                       slot(s, r, i), n);
     }
     return 0;
 }

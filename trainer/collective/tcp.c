@@ -1,4 +1,5 @@
-/* trainer/collective/tcp.c — the TCP ring among node leaders (one rank per node).
+/* trainer/collective/tcp.c — the TCP ring among node leaders (every rank in the flat layout;
+ * hier.c drives the leaders for the hierarchical allreduce through ct__tcp_step).
  *
  * Each leader listens on an ephemeral port, publishes "host:port" under <group>/tcp/<node>,
  * connects to the next node's leader and accepts the previous one (a hello carrying the group
@@ -41,7 +42,6 @@
 #define REDUCE_GRAIN (64 * 1024) /* bytes received before adding them in */
 #define STAGE (256 * 1024)       /* receive staging for reductions: stays in cache */
 #define MAX_IOV 64
-#define SMALL_BYTES (64 * 1024) /* allgather + local sum while (N-1) * bytes stays under this */
 
 struct hello {
     uint32_t magic;
@@ -431,6 +431,14 @@ static int run_xfer(ct_comm *c, const struct xfer *x, int64_t deadline)
     return 0;
 }
 
+int ct__tcp_step(ct_comm *c, const struct iovec *send, int sn, void *recv, size_t rbytes,
+                 int64_t deadline)
+{
+    struct iovec rv = {recv, rbytes};
+    struct xfer x = {.siov = send, .sn = sn, .riov = &rv, .rn = 1};
+    return run_xfer(c, &x, deadline);
+}
+
 static int ensure_tmp(ct_comm *c, size_t n)
 {
     if (c->tmp_cap >= n)
@@ -443,11 +451,12 @@ static int ensure_tmp(ct_comm *c, size_t n)
     return 0;
 }
 
-static void seg(size_t count, int n, int i, size_t *off, size_t *len)
+/* segment i of the ring: the chunk (ct_comm_chunk) of member i's rank. The allreduce and the
+ * reduce-scatter run here only when every node has one rank (one rank per node, or flat), so
+ * the ring's members are ranks, in node order (comm.c's choose_layout). */
+static void seg(const ct_comm *c, size_t count, int i, size_t *off, size_t *len)
 {
-    size_t base = count / (size_t)n, rem = count % (size_t)n;
-    *off = (size_t)i * base + ((size_t)i < rem ? (size_t)i : rem);
-    *len = base + ((size_t)i < rem);
+    ct_comm_chunk(count, c->world, c->leader_of[i], off, len);
 }
 
 /* Small messages: a ring allgather of the whole buffers (N-1 steps instead of 2(N-1): one
@@ -483,15 +492,15 @@ static int ring_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, 
     if ((rc = ensure_tmp(c, STAGE / sizeof(float))) < 0)
         return rc;
     for (int s = 0; s < n - 1; s++) {
-        seg(count, n, (j - s + n) % n, &so, &sl);
-        seg(count, n, (j - s - 1 + 2 * n) % n, &ro, &rl);
+        seg(c, count, (j - s + n) % n, &so, &sl);
+        seg(c, count, (j - s - 1 + 2 * n) % n, &ro, &rl);
         struct iovec sv = {buf + so, sl * sizeof(float)};
         struct xfer x = {.siov = &sv, .sn = 1, .red = buf + ro, .red_len = rl * sizeof(float)};
         if ((rc = run_xfer(c, &x, deadline)) < 0)
             return rc;
     }
     if (div != 1.0f) {
-        seg(count, n, (j + 1) % n, &so, &sl);
+        seg(c, count, (j + 1) % n, &so, &sl);
         ct__divide(buf + so, sl, div);
     }
     return 0;
@@ -501,12 +510,13 @@ int ct__tcp_reduce_scatter(ct_comm *c, float *buf, size_t count, float div, int6
 {
     int n = c->nnodes, j = c->node, rc;
     size_t so, sl, ro, rl;
-    if (count * sizeof(float) * (size_t)(n - 1) <= SMALL_BYTES) /* as the allreduce decides */
+    if (count * sizeof(float) * (size_t)(n - 1) <=
+        CT__TCP_SMALL_BYTES) /* as the allreduce decides */
         return small_allreduce(c, buf, count, div, deadline);
     if ((rc = ring_reduce_scatter(c, buf, count, div, deadline)) < 0)
         return rc;
-    seg(count, n, (j + 1) % n, &so, &sl); /* mine is at node j - 1: one more step */
-    seg(count, n, j, &ro, &rl);
+    seg(c, count, (j + 1) % n, &so, &sl); /* mine is at node j - 1: one more step */
+    seg(c, count, j, &ro, &rl);
     struct iovec sv = {buf + so, sl * sizeof(float)}, rv = {buf + ro, rl * sizeof(float)};
     struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1};
     return run_xfer(c, &x, deadline);
@@ -516,13 +526,13 @@ int ct__tcp_allreduce(ct_comm *c, float *buf, size_t count, float div, int64_t d
 {
     int n = c->nnodes, j = c->node, rc;
     size_t so, sl, ro, rl;
-    if (count * sizeof(float) * (size_t)(n - 1) <= SMALL_BYTES) /* bytes sent per leader */
+    if (count * sizeof(float) * (size_t)(n - 1) <= CT__TCP_SMALL_BYTES) /* bytes sent per leader */
         return small_allreduce(c, buf, count, div, deadline);
     if ((rc = ring_reduce_scatter(c, buf, count, div, deadline)) < 0)
         return rc;
     for (int s = 0; s < n - 1; s++) {
-        seg(count, n, (j + 1 - s + n) % n, &so, &sl);
-        seg(count, n, (j - s + n) % n, &ro, &rl);
+        seg(c, count, (j + 1 - s + n) % n, &so, &sl);
+        seg(c, count, (j - s + n) % n, &ro, &rl);
         struct iovec sv = {buf + so, sl * sizeof(float)}, rv = {buf + ro, rl * sizeof(float)};
         struct xfer x = {.siov = &sv, .sn = 1, .riov = &rv, .rn = 1};
         if ((rc = run_xfer(c, &x, deadline)) < 0)

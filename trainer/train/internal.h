@@ -68,6 +68,7 @@ typedef struct tr_spec {
     bool bind_cpus;  /* replicas of one machine get CPUs of their own (cpu_binding.c) */
     int device;      /* ct_device the replicas train on (the driver's model stays on the CPU) */
     int zero;        /* ZeRO stage: 0 off, 1 optimizer state sharded over replicas (zero.c) */
+    int topology;    /* ct_comm_topology of the ring communicator (config key comm_topology) */
 } tr_spec;
 
 enum { TR_SCHED_EPOCH, TR_SCHED_BATCH, TR_SCHED_MANUAL };

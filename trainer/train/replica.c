@@ -451,7 +451,8 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
                                           .rank = a->rank,
                                           .world_size = a->world,
                                           .node_id = ct_self_node_id(),
-                                          .timeout_ms = r->spec.comm_timeout_ms},
+                                          .timeout_ms = r->spec.comm_timeout_ms,
+                                          .topology = (ct_comm_topology)r->spec.topology},
                           &r->comm)) < 0)
         return rc;
     /* CUDA: the gradients over NCCL on the GPU CUDA_VISIBLE_DEVICES gives (the checking

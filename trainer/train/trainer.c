@@ -411,6 +411,19 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if ((rc = ct__trainer_ctx_init(&ctx, s->config, 0, 1, s->seed, 0, s->epochs, true)) < 0)
         goto fail;
     ctx_ok = true;
+    /* the ring communicator's layout across nodes: config key "comm_topology" */
+    const char *topo = trainer_config_str(&ctx, "comm_topology", "auto");
+    s->topology = !strcmp(topo, "auto")           ? CT_COMM_TOPO_AUTO
+                  : !strcmp(topo, "flat")         ? CT_COMM_TOPO_FLAT
+                  : !strcmp(topo, "hierarchical") ? CT_COMM_TOPO_HIER
+                                                  : -1;
+    if (s->topology < 0) {
+        rc = ct__error(CT_EINVAL,
+                       "trainer_create: config key \"comm_topology\" = \"%s\": not \"auto\", "
+                       "\"flat\" or \"hierarchical\"",
+                       topo);
+        goto fail;
+    }
     /* ZeRO: opts.zero_stage, else config key "zero" */
     s->zero = o->zero_stage ? o->zero_stage : (int)trainer_config_int(&ctx, "zero", 0);
     if (s->zero < 0 || s->zero > 1) {

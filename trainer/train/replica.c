@@ -428,6 +428,20 @@ static int replica_build(void *state, const void *args, size_t len, void **res, 
     return 0;
 }
 
+/* The group's ring communicator (r->comm) for r->setup's group, rank and world: at setup and
+ * at a live recovery's regroup alike. */
+static int open_ring(replica *r)
+{
+    return ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
+                                       .group_id = r->setup.group,
+                                       .rank = r->setup.rank,
+                                       .world_size = r->setup.world,
+                                       .node_id = ct_self_node_id(),
+                                       .timeout_ms = r->spec.comm_timeout_ms,
+                                       .topology = (ct_comm_topology)r->spec.topology},
+                       &r->comm);
+}
+
 /* The second half ("setup", after every replica's build): what involves the node and the peers:
  * the communicator, CPU binding, the loader, the checkpoint, the first broadcasts. Its failures
  * are retried. */
@@ -446,14 +460,7 @@ static int replica_setup(void *state, const void *args, size_t len, void **res, 
     int rc;
     if (!(r->rdv = ct_rendezvous_kv_new("trainer/")))
         return CT_ENOMEM;
-    if ((rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
-                                          .group_id = a->group,
-                                          .rank = a->rank,
-                                          .world_size = a->world,
-                                          .node_id = ct_self_node_id(),
-                                          .timeout_ms = r->spec.comm_timeout_ms,
-                                          .topology = (ct_comm_topology)r->spec.topology},
-                          &r->comm)) < 0)
+    if ((rc = open_ring(r)) < 0)
         return rc;
     /* CUDA: the gradients over NCCL on the GPU CUDA_VISIBLE_DEVICES gives (the checking
      * device's go over the ring: bucket.c) */
@@ -962,14 +969,8 @@ static int replica_regroup(void *state, const void *args, size_t len, void **res
     r->setup.rank = r->ctx.rank = a.rank;
     r->setup.world = r->ctx.world = a.world;
     memcpy(r->setup.group, a.group, sizeof r->setup.group);
-    if ((rc = ct_comm_new(&(ct_comm_opts){.rendezvous = r->rdv,
-                                          .group_id = a.group,
-                                          .rank = a.rank,
-                                          .world_size = a.world,
-                                          .node_id = ct_self_node_id(),
-                                          .timeout_ms = r->spec.comm_timeout_ms},
-                          &r->comm)) < 0 ||
-        (rc = live_agree(r, old_world, &src, &hash)) < 0 || (rc = loader_new(r)) < 0)
+    if ((rc = open_ring(r)) < 0 || (rc = live_agree(r, old_world, &src, &hash)) < 0 ||
+        (rc = loader_new(r)) < 0)
         return rc;
     /* the replicas bound on this machine still are: one bucket stays one bucket, when every
      * rank of the new group was bound with all of its old group (a replacement healed from a

@@ -22,6 +22,12 @@ static const char *const names[CT__ENV_COUNT] = {
     [CT__ENV_ONEDNN_MAX_CPU_ISA] = "ONEDNN_MAX_CPU_ISA",
     [CT__ENV_CUDA_VISIBLE_DEVICES] = "CUDA_VISIBLE_DEVICES", /* the GPUs a node offers */
     [CT__ENV_LD_BIND_NOW] = "LD_BIND_NOW",                   /* left as set for a node's zygotes */
+    [CT__ENV_COLL_TCP_BUF_KB] = "CT_COLL_TCP_BUF_KB",        /* TCP ring socket buffers */
+    [CT__ENV_COMM_HOST] = "CT_COMM_HOST",                    /* the address a rank listens on */
+    [CT__ENV_COLL_SHM_SPIN_US] = "CT_COLL_SHM_SPIN_US",      /* shm collective: spin before sleep */
+    [CT__ENV_COLL_SHM_SLOT_KB] = "CT_COLL_SHM_SLOT_KB",      /* ... its slot size */
+    [CT__ENV_COLL_SHM_CHUNK_KB] = "CT_COLL_SHM_CHUNK_KB",    /* ... its chunk size */
+    [CT__ENV_CHECKDEV_DELAY_US] = "CT_CHECKDEV_DELAY_US",    /* checking device: delay per task */
 };
 
 const char *ct__env(ct__env_id v)

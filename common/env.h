@@ -24,6 +24,12 @@ typedef enum ct__env_id {
     CT__ENV_ONEDNN_MAX_CPU_ISA,      /* ONEDNN_MAX_CPU_ISA */
     CT__ENV_CUDA_VISIBLE_DEVICES,    /* CUDA_VISIBLE_DEVICES */
     CT__ENV_LD_BIND_NOW,             /* LD_BIND_NOW */
+    CT__ENV_COLL_TCP_BUF_KB,         /* CT_COLL_TCP_BUF_KB */
+    CT__ENV_COMM_HOST,               /* CT_COMM_HOST */
+    CT__ENV_COLL_SHM_SPIN_US,        /* CT_COLL_SHM_SPIN_US */
+    CT__ENV_COLL_SHM_SLOT_KB,        /* CT_COLL_SHM_SLOT_KB */
+    CT__ENV_COLL_SHM_CHUNK_KB,       /* CT_COLL_SHM_CHUNK_KB */
+    CT__ENV_CHECKDEV_DELAY_US,       /* CT_CHECKDEV_DELAY_US */
     CT__ENV_COUNT
 } ct__env_id;
 

@@ -2,9 +2,8 @@
 # tests/common/test_getenv.sh SRC_DIR — ct's code reads the environment in one place: every
 # getenv of the library, daemons and ctup is in common/env.c (configuration, one table) or
 # common/fault.c (test faults), but for the listed exceptions: the variables a node hands to the
-# zygote it execs (actor/worker.c, actor/api_init.c) and the collective's and checking device's
-# own knobs, still read where they are used (to move into env.c's table). A new getenv anywhere
-# else fails this test with its file and line. Tests, benchmarks, examples and fuzz targets are
+# zygote it execs (actor/worker.c, actor/api_init.c). A new getenv anywhere else fails this test
+# with its file and line. Tests, benchmarks, examples and fuzz targets are
 # not looked at.
 set -euo pipefail
 src=$1
@@ -14,9 +13,6 @@ allowed=(
     actor/worker.c:CT_NODE_PID actor/worker.c:CT_ZYGOTE_BIND_NOW actor/worker.c:CT_SECRET_FD
     actor/worker.c:CT_STDERR_FD actor/api_init.c:CT_MODE actor/api_init.c:CT_ZYGOTE_FD
     actor/api_init.c:CT_JOB_TOKEN
-    trainer/collective/tcp.c:CT_COLL_TCP_BUF_KB trainer/collective/tcp.c:CT_COMM_HOST
-    trainer/collective/shm.c:CT_COLL_SHM_SPIN_US trainer/collective/shm.c:CT_COLL_SHM_SLOT_KB
-    trainer/collective/shm.c:CT_COLL_SHM_CHUNK_KB trainer/checkdev/checkdev.c:CT_CHECKDEV_DELAY_US
 )
 cd "$src"
 bad=0 seen=0

@@ -30,6 +30,7 @@
 #include "trainer/backend/lowp.h"
 #include "trainer/cpu/cpu.h"
 #include "trainer/checkdev/checkdev.h"
+#include "common/env.h"
 
 /* ---- tagged pointers ---- */
 
@@ -194,7 +195,7 @@ static void drain_all(void)
 
 static void init_once(void)
 {
-    const char *e = getenv("CT_CHECKDEV_DELAY_US");
+    const char *e = ct__env(CT__ENV_CHECKDEV_DELAY_US);
     if (e && *e)
         delay_us = strtol(e, NULL, 10);
     owner = getpid();

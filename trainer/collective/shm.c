@@ -37,6 +37,7 @@
 
 #include "common/common.h"
 #include "internal.h"
+#include "common/env.h"
 
 #define SHM_MAGIC 0x6374636f6c6c3031ull /* "ctcoll01" */
 #define CTL_BYTES 128
@@ -208,9 +209,9 @@ int ct__shm_setup(ct_comm *c, const ct_rendezvous *rdv, int64_t deadline)
     for (int i = 0; i < s->n; i++)
         s->pidfd[i] = -1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *spin = getenv("CT_COLL_SHM_SPIN_US");
+    const char *spin = ct__env(CT__ENV_COLL_SHM_SPIN_US);
     s->spin_ns = spin ? atoll(spin) * 1000 : s->n <= ncpu ? 50000 : 2000;
-    const char *env = getenv("CT_COLL_SHM_SLOT_KB");
+    const char *env = ct__env(CT__ENV_COLL_SHM_SLOT_KB);
     s->slot = env && atoi(env) > 0 ? (size_t)atoi(env) * 1024 : DEFAULT_SLOT;
     size_t data_off = ((size_t)CTL_BYTES * (size_t)(s->n + 1) + 4095) & ~(size_t)4095;
     s->size = data_off + 2 * (size_t)s->n * s->slot;
@@ -328,7 +329,7 @@ static size_t round_bytes(const struct ct__shm *s, size_t bytes)
 {
     static size_t fixed = (size_t)-1;
     if (fixed == (size_t)-1) {
-        const char *env = getenv("CT_COLL_SHM_CHUNK_KB");
+        const char *env = ct__env(CT__ENV_COLL_SHM_CHUNK_KB);
         fixed = env && atoi(env) > 0 ? (size_t)atoi(env) * 1024 : 0;
     }
     size_t r = fixed ? fixed : (bytes / MAX_ROUNDS + 4095) & ~(size_t)4095;

@@ -36,6 +36,7 @@
 #include "common/common.h"
 #include "common/fault.h"
 #include "internal.h"
+#include "common/env.h"
 
 #define HELLO_MAGIC 0x63745243u /* "ctRC" */
 #define SOCK_BUF (4 * 1024 * 1024)
@@ -52,7 +53,7 @@ struct hello {
 static void tune(int fd)
 {
     int one = 1, sz = SOCK_BUF;
-    const char *env = getenv("CT_COLL_TCP_BUF_KB"); /* 0: leave the kernel's autotuning */
+    const char *env = ct__env(CT__ENV_COLL_TCP_BUF_KB); /* 0: leave the kernel's autotuning */
     if (env)
         sz = atoi(env) * 1024;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -94,7 +95,7 @@ static int io_all(int fd, void *p, size_t n, int writing, int64_t deadline)
 
 static void default_host(char *out, size_t cap)
 {
-    const char *env = getenv("CT_COMM_HOST");
+    const char *env = ct__env(CT__ENV_COMM_HOST);
     snprintf(out, cap, "127.0.0.1");
     if (env && *env) {
         snprintf(out, cap, "%s", env);

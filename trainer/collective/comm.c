@@ -405,17 +405,6 @@ int ct_comm_allgather(ct_comm *c, const void *send, void *recv, size_t count, ct
 
 /* ---- sharded collectives (ZeRO) ------------------------------------------------------- */
 
-void ct_comm_chunk(size_t count, int world, int rank, size_t *off, size_t *len)
-{
-    if (world < 1 || rank < 0 || rank >= world) {
-        *off = *len = 0;
-        return;
-    }
-    size_t base = count / (size_t)world, rem = count % (size_t)world;
-    *off = (size_t)rank * base + ((size_t)rank < rem ? (size_t)rank : rem);
-    *len = base + ((size_t)rank < rem);
-}
-
 static int sharded_check(ct_comm *c, const void *buf, size_t count, const char *fn)
 {
     if (!c || (!buf && count))

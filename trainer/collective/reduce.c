@@ -1,5 +1,6 @@
 /* trainer/collective/reduce.c — the arithmetic of the CPU collectives: elementwise sums of
- * f32 arrays, written so the compiler vectorizes them (built with -O3).
+ * f32 arrays, written so the compiler vectorizes them (built with -O3), and which chunk of an
+ * array each rank owns (ct_comm_chunk: the ring's, the hierarchical path's and ZeRO's shards).
  *
  * Summation order is fixed (srcs[0] + srcs[1] + ... then / div) so every rank that computes
  * the same element gets the same bits. Not a general BLAS. */
@@ -45,4 +46,16 @@ void ct__divide(float *dst, size_t n, float div)
 {
     for (size_t i = 0; i < n; i++)
         dst[i] /= div;
+}
+
+/* ct/collective.h: rank's chunk of count elements, the first count % world ranks one longer. */
+void ct_comm_chunk(size_t count, int world, int rank, size_t *off, size_t *len)
+{
+    if (world < 1 || rank < 0 || rank >= world) {
+        *off = *len = 0;
+        return;
+    }
+    size_t base = count / (size_t)world, rem = count % (size_t)world;
+    *off = (size_t)rank * base + ((size_t)rank < rem ? (size_t)rank : rem);
+    *len = base + ((size_t)rank < rem);
 }

@@ -338,9 +338,9 @@ static int backward(ct_tensor *t, const ct_tensor *grad_out, float scale)
     if (grad_out) {
         /* on t's device and in t's layout (e.g. a plain upstream gradient for a blocked
          * output) */
-        ct_tensor *c = ct_tensor_to(grad_out, bk->device);
+        ct_tensor *c = ct__tensor_copy_on(grad_out, bk->device);
         if (!c) {
-            rc = CT_EINVAL; /* ct_tensor_to said why */
+            rc = CT_EINVAL; /* ct__tensor_copy_on said why */
             goto out;
         }
         if (c->fmt != t->fmt) {

@@ -1,8 +1,9 @@
 /* trainer/tensor/tensor.c — tensors, ref-counted storage on a device (its memory comes from the
- * device's backend table, trainer/backend/backend.h), views, copies and arenas.
+ * device's backend table, trainer/backend/backend.h), views, copies (also between devices:
+ * ct__tensor_copy_on) and arenas.
  *
- * Not here: autograd (autograd.c), copies between devices (tensor_to.c) and any math (the
- * backends, trainer/nn/). */
+ * Not here: autograd (autograd.c), ct_tensor_to's place on the tape (tensor_to.c) and any math
+ * (the backends, trainer/nn/). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,71 @@ ct_tensor *ct_tensor_to_i64(const ct_tensor *t)
     ct_tensor *c = tensor_alloc_on(bk, CT_I64, t->ndim, t->shape, false);
     if (c && CT__BK_CALL(bk, f32_to_i64, ct_tensor_numel(t), ct__f32(t), ct_tensor_data(c)) < 0)
         ct_tensor_release(&c);
+    return c;
+}
+
+/* bytes from src (from's memory) to dst (to's), two devices of one kind with peer copies:
+ * queued on to's compute stream after an event of from's, and from's later work (its free of
+ * src among it) after the copy, so neither device waits on the host. An event per device: CUDA
+ * records an event only on a stream of the device it was made on. */
+static int peer_copy(const ct__backend *from, const ct__backend *to, void *dst, const void *src,
+                     size_t bytes)
+{
+    void *written = NULL, *copied = NULL;
+    int rc = from->event_new(&written);
+    if (rc == 0 && (rc = to->event_new(&copied)) == 0 &&
+        (rc = from->event_record(written, NULL)) == 0 &&
+        (rc = to->stream_wait(NULL, written)) == 0 &&
+        (rc = to->peer_copy(dst, src, bytes, NULL)) == 0 &&
+        (rc = to->event_record(copied, NULL)) == 0)
+        rc = from->stream_wait(NULL, copied);
+    if (written)
+        from->event_free(written);
+    if (copied)
+        to->event_free(copied);
+    return rc;
+}
+
+/* bytes from src on from's device to dst on to's (two tables) */
+int ct__copy_between(const ct__backend *from, const ct__backend *to, void *dst, const void *src,
+                     size_t bytes)
+{
+    if (from == to)
+        return to->copy(dst, src, bytes);
+    if (from->device == CT_CPU)
+        return to->upload(dst, src, bytes);
+    if (to->device == CT_CPU)
+        return from->download(dst, src, bytes);
+    if (ct_device_kind(from->device) == ct_device_kind(to->device) && to->peer_copy)
+        return peer_copy(from, to, dst, src, bytes);
+    void *h = malloc(bytes ? bytes : 1); /* between two devices: through the host */
+    int rc = !h ? ct__error(CT_ENOMEM, "tensor_to: out of memory") : from->download(h, src, bytes);
+    if (rc == 0)
+        rc = to->upload(dst, h, bytes);
+    free(h);
+    return rc;
+}
+
+/* (tensor_impl.h) t's copy on device, or t's clone on its own; not on the autograd tape. */
+ct_tensor *ct__tensor_copy_on(const ct_tensor *t, ct_device device)
+{
+    const ct__backend *to = ct__backend_of(device), *from = ct__bk(t);
+    if (!to)
+        return NULL;
+    ct_tensor *c;
+    if (from == to) {
+        c = ct_tensor_clone(t);
+    } else if (!ct_tensor_is_contiguous(t)) {
+        ct__error(CT_EINVAL, "tensor_to: the tensor must be contiguous");
+        return NULL;
+    } else {
+        if (!(c = tensor_alloc_on(to, t->dtype, t->ndim, t->shape, false)))
+            return NULL;
+        c->fmt = t->fmt;
+        size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
+        if (ct__copy_between(from, to, ct_tensor_data(c), ct_tensor_data(t), bytes) < 0)
+            ct_tensor_release(&c);
+    }
     return c;
 }
 

@@ -96,6 +96,13 @@ static inline const ct__backend *ct__bk(const ct_tensor *t)
 
 /* uninitialised, on bk's device */
 ct_tensor *ct__tensor_empty_on(const ct__backend *bk, ct_dtype dt, int ndim, const int64_t *shape);
+/* t's copy on device (a clone on its own device), not on the autograd tape; NULL with the
+ * error set (tensor.c). ct_tensor_to is this plus the tape node. */
+ct_tensor *ct__tensor_copy_on(const ct_tensor *t, ct_device device);
+/* bytes from src in from's memory to dst in to's (tensor.c): a copy, upload, download, peer
+ * copy ordered by events, or through the host. */
+int ct__copy_between(const struct ct__backend *from, const struct ct__backend *to, void *dst,
+                     const void *src, size_t bytes);
 ct_tensor *ct__tensor_empty_like(const ct_tensor *t); /* on t's device */
 /* Re-points t at (storage, offset), dropping its old storage. Used to carve flat buffers. */
 void ct__tensor_rebind(ct_tensor *t, ct__storage *s, int64_t offset);

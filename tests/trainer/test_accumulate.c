@@ -39,14 +39,6 @@ static float *train(int64_t batch, int accumulate, int64_t *n, int64_t *steps)
     return w;
 }
 
-static double max_abs_diff(const float *a, const float *b, int64_t n)
-{
-    double m = 0;
-    for (int64_t i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - (double)b[i]));
-    return m;
-}
-
 int main(void)
 {
     tt_register();
@@ -73,7 +65,7 @@ int main(void)
     CHECK_EQ_INT(s16, 6);
     CHECK_EQ_INT(s16p, 20);
     if (w64 && w16 && w16p && n64 == n16 && n64 == n16p) {
-        double d = max_abs_diff(w64, w16, n64), dp = max_abs_diff(w64, w16p, n64);
+        double d = tt_max_abs_diff(w64, w16, n64), dp = tt_max_abs_diff(w64, w16p, n64);
         printf("max |w(batch 64) - w(batch 16, accumulate 4)| = %.3g; without accumulation "
                "%.3g\n",
                d, dp);

@@ -71,14 +71,6 @@ static float *train(const char *device, const char *cfg, int replicas, int64_t b
     return w;
 }
 
-static double max_abs_diff(const float *a, const float *b, int64_t n)
-{
-    double m = 0;
-    for (int64_t i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - (double)b[i]));
-    return m;
-}
-
 int main(void)
 {
     tt_register();
@@ -95,7 +87,7 @@ int main(void)
     CHECK_EQ_INT(sb, 8);
     CHECK_EQ_INT(sc, 16);
     if (wa && wb && wc && na == nb && na == nc) {
-        double d = max_abs_diff(wa, wb, na), dc = max_abs_diff(wc, wb, na);
+        double d = tt_max_abs_diff(wa, wb, na), dc = tt_max_abs_diff(wc, wb, na);
         printf("max |w(2 replicas x 2 checkdevs, batch 32) - w(1 replica, batch 64)| = %.3g; "
                "1 replica batch 32: %.3g\n",
                d, dc);

@@ -321,6 +321,15 @@ __attribute__((unused)) static float *tt_weights(ct_module *m, int64_t *n)
     return c;
 }
 
+/* The largest |a[i] - b[i]| over n floats. */
+__attribute__((unused)) static double tt_max_abs_diff(const float *a, const float *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)a[i] - (double)b[i]));
+    return m;
+}
+
 /* The checkpoint files ("ckpt-*") in dir, sorted, joined by spaces ("" when none). */
 __attribute__((unused)) static void tt_list_ckpts(const char *dir, char *out, size_t cap)
 {

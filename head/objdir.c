@@ -420,6 +420,7 @@ void ct__objdir_on_node_info(head *h, const ct__rid *rid, Ct__Envelope *e, ct__h
             return;
         D->n = nn;
         ni = D->nn++;
+        memset(&D->n[ni], 0, sizeof D->n[ni]); /* (realloc's bytes: not a count to keep below) */
     }
     dnode *n = &D->n[ni];
     if (n->id[0]) /* a dead node's slot: its id leaves the index */

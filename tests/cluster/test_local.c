@@ -169,6 +169,24 @@ int main(void)
             usleep(100 * 1000);
     }
     T_EXPECT(0, NEEDLES("2 nodes (2 alive)", "CPU=2/2 disk=1/1", "64.0"), "status %s", cfg);
+    /* each store's objects and bytes as the head counts them: none yet (a node's counts once
+     * came from realloc'd memory, garbage: "USED MiB 8812736036925.6") */
+    {
+        char *o = NULL;
+        int rows = 0;
+        if (t_ctup(&o, "status %s", cfg) == 0)
+            for (char *l = o; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+                unsigned long long objs = 0;
+                double used = -1, cap = -1;
+                if (!strncmp(l, "node-", 5) && strstr(l, " tcp://") &&
+                    sscanf(l, "%*s %*s %llu %lf %lf", &objs, &used, &cap) == 3) {
+                    rows++;
+                    CHECK(objs == 0 && used == 0.0 && cap == 64.0);
+                }
+            }
+        CHECK_EQ_INT(rows, 2);
+        free(o);
+    }
     /* the cluster's secret: this user's alone; a head asked with another secret is silent */
     struct stat sst;
     CHECK(stat(secret, &sst) == 0 && (sst.st_mode & 0777) == 0600 && sst.st_uid == getuid());

@@ -25,8 +25,10 @@
 # socket must be on its host's own address), `ctup submit` of trainer_fashion_mnist (2
 # replicas, 1 CPU per node: on two hosts, the gradients' ring over TCP between them), and after
 # epoch 1 every ct process of a worker host that runs a replica is SIGKILLed (found by network
-# namespace, sshd spared). The job must finish all epochs after >= 1 retry with an accuracy
-# above a bar fit for the data limit; `ctup down` must then leave no process in any test
+# namespace, sshd spared). The job must go on live (recovery "live", the default: the survivor
+# regroups over TCP without a retry, and a replacement heals from it onto h1's free CPU, so
+# epoch 3 runs with 2 replicas again) and finish all epochs with an accuracy above a bar fit
+# for the data limit; `ctup down` must then leave no process in any test
 # namespace (only sshd), no shard in /dev/shm, node directory or spill file of the run's nodes.
 #
 # Namespaces are held by `unshare --net sleep` processes rather than named with `ip netns add`:
@@ -306,8 +308,12 @@ wait "$driver" || rc=$?
 driver=""
 cat "$tmp/job.out"
 [ "$rc" -eq 0 ] || fail "the job exited $rc"
-grep -q "lost with its node" "$tmp/job.out" || fail "no node loss reported"
-grep -Eq '^epoch 3: .*retries=[1-9]' "$tmp/job.out" || fail "epoch 3 not reached after a retry"
+grep -Eq "recovery: replica .* died; 1 survivors? go(es)? on live" "$tmp/job.out" ||
+    fail "no live recovery reported"
+grep -Eq "training with 1 replica of the 2 asked .*: replica .* died; the survivors go on" \
+    "$tmp/job.out" || fail "the smaller group's reason is not the death"
+grep -Eq '^epoch 3: .*replicas=2 retries=0' "$tmp/job.out" ||
+    fail "epoch 3 not reached with 2 replicas (healed) and no retry"
 grep -q '^final: test_accuracy=' "$tmp/job.out" || fail "no final line"
 
 # ---- down: nothing of the cluster is left ----

@@ -68,6 +68,7 @@ struct trainer {
     int told_world;      /* the group size on_world_size was last told (0: none) */
     int logged_world;    /* the group size last logged (note_group_size; 0: none) */
     bool warned_world;   /* ... and it was below num_replicas (logged as a warning) */
+    bool shrink_live;    /* ... it shrank in a live recovery (shrink_why: what died) */
     char shrink_why[96]; /* why the last group ended without a failure ("node X drained"),
                             for note_group_size's reason when the next one is smaller */
     double lr_scale;     /* trainer_scale_lr's factor for groups from the current checkpoint */
@@ -1209,6 +1210,8 @@ static int live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, 
     ct__report_live(&t->report, "%s; %d survivor%s go%s on live from step %lld", dead, n,
                     n == 1 ? "" : "s", n == 1 ? "es" : "", (long long)t->local.step);
     ct__report_send(&t->report, true);
+    snprintf(t->shrink_why, sizeof t->shrink_why, "%s", dead);
+    t->shrink_live = true;
     note_group_size(t, n);
     /* on_world_size sees the new size; its factor applies to the survivors' current rates, and
      * for a restart from the current checkpoint, to that one's on top of what was asked */
@@ -1856,12 +1859,18 @@ static void note_group_size(trainer *t, int n)
 {
     if (n == t->logged_world) {
         t->shrink_why[0] = 0;
+        t->shrink_live = false;
         return;
     }
     char was[32] = "";
     if (t->logged_world)
         snprintf(was, sizeof was, " (was %d)", t->logged_world);
-    if (n < t->num_replicas && t->shrink_why[0])
+    if (n < t->num_replicas && t->shrink_live)
+        CT_LOG(CT_LOG_WARN, "trainer",
+               "training with %d replica%s of the %d asked (num_replicas)%s: %s; the survivors "
+               "go on, and a replacement heals from them when one fits",
+               n, n == 1 ? "" : "s", t->num_replicas, was, t->shrink_why);
+    else if (n < t->num_replicas && t->shrink_why[0])
         CT_LOG(CT_LOG_WARN, "trainer",
                "training with %d replica%s of the %d asked (num_replicas)%s: %s, and %d fit in "
                "the free CPUs (%.3g each) of the nodes left; set min_replicas = %d to wait for "
@@ -1879,6 +1888,7 @@ static void note_group_size(trainer *t, int n)
     t->warned_world = n < t->num_replicas;
     t->logged_world = n;
     t->shrink_why[0] = 0;
+    t->shrink_live = false;
 }
 
 /* Starts a group of as many replicas as fit (up to max_replicas). Before this trainer's first

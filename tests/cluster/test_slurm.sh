@@ -291,9 +291,11 @@ grep -q "^slurm job $job: RUNNING" "$tmp/status.out" ||
     { cat "$tmp/status.out"; fail "status does not show the Slurm job RUNNING"; }
 
 # ---- a job in the allocation; one node's step cancelled mid-training ----
+# recovery "restart": this test is of the slurm provider (the lost node's step started again,
+# the job retried from its checkpoint); live recovery across hosts is cluster_ssh_netns's
 job_run() {
     ctup submit "$cfg" "$bin/trainer_fashion_mnist" --replicas 2 --epochs 2 --limit 1280 \
-        --max-retries 3 --checkpoint-dir "$tmp/ckpt" --checkpoint-every 4
+        --max-retries 3 --checkpoint-dir "$tmp/ckpt" --checkpoint-every 4 --recovery restart
 }
 touch "$hold"
 job_run >"$tmp/job.out" 2>&1 &

@@ -1531,7 +1531,21 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         }
         int64_t d = 0;
         why[0] = 0;
-        if (t->live && live_recover(t, o, steps, &d, why, cap) == 0) { /* the survivors go on */
+        /* a survivor whose call returned had finished the segment as the peer died: the driver
+         * would not count those steps (the reports are dropped with the failure), so the group
+         * restarts from the checkpoint instead of going on live from a position the driver does
+         * not know (cluster_ssh_netns beside load: the driver 50 steps behind its replicas) */
+        int finished = -1;
+        for (int i = 0; i < world && finished < 0; i++)
+            if (res[i] && !ct_actor_is_dead(t->actors[i]))
+                finished = i;
+        if (t->live && finished >= 0)
+            CT_LOG(CT_LOG_INFO, "trainer",
+                   "recovery: replica %d had finished the segment when a peer died: restarting "
+                   "from the last checkpoint, not live",
+                   finished);
+        if (t->live && finished < 0 &&
+            live_recover(t, o, steps, &d, why, cap) == 0) { /* the survivors go on */
             for (int i = 0; i < world; i++)
                 free(res[i]);
             free(res);

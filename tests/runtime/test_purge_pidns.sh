@@ -15,20 +15,21 @@ ours=$(readlink /proc/self/ns/pid) || { echo "SKIP: no /proc/self/ns/pid"; exit 
 made=()
 trap 'rm -rf "${made[@]}"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-nodedir() { # nodedir PID SUFFIX NOTE ("" for none): makes /tmp/ct-node.PID.SUFFIX
+nodedir() { # nodedir PID SUFFIX NOTE ("" for none): makes /tmp/ct-node.PID.SUFFIX (in this
+    # shell, not a $(...) subshell: the EXIT trap removes what made lists)
     local d=/tmp/ct-node.$1.$2
     mkdir -m 700 "$d" || fail "mkdir $d"
     made+=("$d")
-    [ -n "$3" ] && echo "$3" > "$d/pidns"
+    if [ -n "$3" ]; then echo "$3" >"$d/pidns"; fi
     touch "$d/marker"
-    echo "$d"
 }
 
 sleep 0 & dead=$!
 wait $dead
-other=$(nodedir $dead OtherN "pid:[1]")
-same=$(nodedir $dead SameNs "$ours")
-legacy=$(nodedir $dead Legacy "")
+other=/tmp/ct-node.$dead.OtherN same=/tmp/ct-node.$dead.SameNs legacy=/tmp/ct-node.$dead.Legacy
+nodedir $dead OtherN "pid:[1]"
+nodedir $dead SameNs "$ours"
+nodedir $dead Legacy ""
 "$bin/ct-node" --purge $dead || fail "ct-node --purge $dead: exit $?"
 [ -e "$other/marker" ] || fail "purged $other, noted with another PID namespace"
 [ -e "$same" ] && fail "kept $same, a dead node's of this namespace"
@@ -36,7 +37,8 @@ legacy=$(nodedir $dead Legacy "")
 echo "ok: --purge $dead kept the other namespace's directory, removed this one's and the unnoted"
 
 if [ "$(id -u)" -eq 0 ] && unshare --pid --fork --mount-proc true 2>/dev/null; then
-    live=$(nodedir $$ LiveSh "$ours")
+    live=/tmp/ct-node.$$.LiveSh
+    nodedir $$ LiveSh "$ours"
     unshare --pid --fork --mount-proc "$bin/ct-node" --purge $$ ||
         fail "ct-node --purge $$ in a new PID namespace: exit $?"
     [ -e "$live/marker" ] || fail "a node in another PID namespace purged live $live"

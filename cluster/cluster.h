@@ -80,9 +80,9 @@ typedef struct {
     int head_grace_ms;  /* nodes keep their actors this long while the head is gone */
     /* the head's table limits (ct-head --max-*, head/head.h ct_head_limits); 0: its default */
     int max_nodes, max_actors, max_placement_groups, max_objects, max_kv_keys, max_subscribers;
-    char *head_bind;    /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
-    char *bin_dir;      /* where ct-head/ct-node are here (default: next to ctup) */
-    char *remote_dir;   /* ssh: where binaries and logs go on a host (default ~/.ct) */
+    char *head_bind;  /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
+    char *bin_dir;    /* where ct-head/ct-node are here (default: next to ctup) */
+    char *remote_dir; /* ssh: where binaries and logs go on a host (default ~/.ct) */
     bool copy_binaries;
     bool head_runs_node;
     ct_cluster_node nodes[CT_CLUSTER_MAX_NODES]; /* the worker nodes, then the head's if any */

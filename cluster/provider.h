@@ -49,8 +49,8 @@ typedef struct {
     char *known_hosts; /* ssh -o UserKnownHostsFile=, or NULL: ssh's default */
     int port;          /* ssh_port, default 22 */
 } ct__ssh_conf;
-/* (auth_section.c) Reads the `auth:` section into a (zeroed by the caller; its strings owned, freed by
- * ct__ssh_conf_free); required: it must be there with ssh_user (type names the provider in
+/* (auth_section.c) Reads the `auth:` section into a (zeroed by the caller; its strings owned, freed
+ * by ct__ssh_conf_free); required: it must be there with ssh_user (type names the provider in
  * messages). The local provider checks the section with it too. */
 int ct__ssh_auth_parse(ct__cfg_parser *p, yaml_node_t *root, const char *type, bool required,
                        ct__ssh_conf *a);

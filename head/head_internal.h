@@ -260,8 +260,8 @@ typedef struct head {
     uint64_t jobs_ended;                /* drivers gone since this head started */
     train_job *train;                   /* training jobs' reports (train.c) */
     int ntrain;
-    head_event *evlog; /* a ring of HEAD_EVENTS recent events (events.c) */
-    uint64_t evseq;    /* events noted so far (the newest one's seq) */
+    head_event *evlog;  /* a ring of HEAD_EVENTS recent events (events.c) */
+    uint64_t evseq;     /* events noted so far (the newest one's seq) */
     ct_head_limits lim; /* the tables' limits (head.h), defaults filled in */
 } head;
 

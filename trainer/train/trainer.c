@@ -1,9 +1,8 @@
 /* trainer/train/trainer.c — the trainer's driver side: trainer_create (options, a check-run of
  * every creator), the replica group (actors created where resources fit, a fresh rendezvous
  * group id per attempt), the epoch loop with checkpoints adopted from the object store, the
- * recovery protocols: live (the survivors of a death regroup under a new group id and go on
- * from the step in flight: live_recover; at the next step boundary between segments a
- * replacement heals from a live peer's snapshot and the group grows back: heal_replacement) and
+ * recovery protocols: live (the survivors of a death go on: live.c; at the next step boundary
+ * between segments a replacement heals from a live peer: heal.c; this file calls them) and
  * restart (end the group, wait for the head to
  * report the deaths, start as many replicas as fit from the last checkpoint, count retries; a
  * failure no retry could fix ends the job at once: no_retry), the elastic bounds (a request no node
@@ -12,7 +11,8 @@
  * makes the built-in data creators' paths absolute and checks every rank's shard of sharded data.
  * An epoch runs as segments that end in a checkpoint every checkpoint_every_steps optimizer steps
  * (or one segment: the epoch); the driver sums the segments' statistics. Checkpoints also go to
- * checkpoint_dir, and trainer_train can resume from one there. Not here: the replica's training
+ * checkpoint_dir, and trainer_train can resume from one there. The driver's state (struct
+ * trainer) is in driver.h. Not here: the replica's training
  * step (replica.c), the checkpoint bytes (ckpt.c), the checkpoint directory's files (ckptdir.c),
  * the run log (progress.c; called at a few points: start / stop, each segment, epoch and
  * validation, polls while a segment runs). */
@@ -26,74 +26,8 @@
 #include <unistd.h>
 
 #include "common/common.h"
-#include "internal.h"
+#include "driver.h"
 #include "trainer/backend/backend.h"
-
-/* What the driver sums over the segments of an epoch. */
-typedef struct epoch_sums {
-    double loss, seconds;
-    int64_t samples;
-    tr_metrics m;
-    bool agree;
-    int64_t skipped; /* steps the loss scaler skipped (rank 0's: all ranks skip alike) */
-} epoch_sums;
-
-struct trainer {
-    tr_spec spec;
-    int num_replicas;
-    int min_replicas, max_replicas; /* elastic bounds: 1 <= min <= num_replicas <= max */
-    double cpus;
-    int gpus; /* per replica (CUDA replicas) */
-    ct_strategy placement;
-    tr_state local; /* the driver's model, optimizer, scheduler: the last checkpoint's state */
-    /* the running group */
-    ct_actor **actors;
-    int world;
-    int groups;       /* groups started so far (group ids) */
-    bool group_fresh; /* no epoch completed yet by this group */
-    bool at_ckpt;     /* the group's state is the newest checkpoint's (its last segment wrote it) */
-    /* the newest complete checkpoint */
-    bool has_ckpt;
-    ct_object_id ckpt;
-    bool ckpt_unsaved;     /* adopted, not yet written to the checkpoint directory */
-    bool under_replicated; /* the last checkpoint stored had fewer copies than asked */
-    int copies_kept;       /* the most copies a checkpoint was asked for so far (note_copies) */
-    epoch_sums acc;        /* the epoch being trained: its segments' sums so far */
-    trainer_stats stats;
-    char last_failure[600];
-    /* the validations of the last segment (tr_report's tail), for on_validate */
-    tr_val_result *vals;
-    int nvals;
-    char group[64];      /* the running group's id */
-    int told_world;      /* the group size on_world_size was last told (0: none) */
-    int logged_world;    /* the group size last logged (note_group_size; 0: none) */
-    bool warned_world;   /* ... and it was below num_replicas (logged as a warning) */
-    bool shrink_live;    /* ... it shrank in a live recovery (shrink_why: what died) */
-    char shrink_why[96]; /* why the last group ended without a failure ("node X drained"),
-                            for note_group_size's reason when the next one is smaller */
-    double lr_scale;     /* trainer_scale_lr's factor for groups from the current checkpoint */
-    bool live;           /* recovery "live" applies (trainer_create decided) */
-    double live_lr;      /* the next train_epoch's rates times this (a live recovery's) */
-    bool live_fresh;     /* no step completed yet since the last live recovery */
-    /* the group's size before its first live recovery: replacements heal from live peers
-     * until it is that size again (heal_replacement; 0: no live recovery since it started) */
-    int heal_to;
-    int heal_next; /* the next serving peer's rank, round-robin over the group */
-    /* call_all after a failure waits for every call (a survivor's error, a death's report),
-     * after the first death's report for LIVE_SETTLE_MS at most, not only for that death: live
-     * recovery must know every replica that died (two killed at once) */
-    bool wait_all;
-    tr_progress *progress;   /* the run log (progress.c); NULL: none asked for */
-    tr_head_report report;   /* what the head is told of the job (report.c) */
-    const char *fail_reason; /* why the last group failed, for the retry counter (end_group) */
-    bool tokens;             /* the data's targets are tokens: validation reports perplexity */
-    /* restore_best: the best-scoring checkpoint of this trainer_train call, kept in the store
-     * (it may be ckpt itself) with its score and step */
-    bool has_best;
-    ct_object_id best;
-    double best_score;
-    int64_t best_step;
-};
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
 {
@@ -553,8 +487,8 @@ static void wait_deaths(trainer *t, ct_event *evs, bool *got, int timeout_ms)
 /* Ends the group: kills every replica, waits for the head to report them dead (resources free
  * again), releases the handles. With why != NULL, writes what failed: the first replica that
  * died by itself, else failed_rank's error (msg). */
-static void end_group(trainer *t, char *why, size_t cap, int failed_rank, int failed_rc,
-                      const char *msg)
+void ct__driver_end_group(trainer *t, char *why, size_t cap, int failed_rank, int failed_rc,
+                          const char *msg)
 {
     if (!t->actors)
         return;
@@ -629,7 +563,7 @@ static tr_ask ask_of(const trainer *t)
 
 /* How many replicas fit in the free resources now, besides the running group's (at most
  * max_replicas in all). */
-static int replicas_that_fit(trainer *t, int *out)
+int ct__driver_replicas_that_fit(trainer *t, int *out)
 {
     tr_fit f;
     tr_ask ask = ask_of(t);
@@ -654,8 +588,8 @@ static int replicas_that_fit(trainer *t, int *out)
 #define LIVE_SETTLE_MS 250
 #define PROGRESS_POLL_MS 100 /* reads the replicas' step records this often (progress.c) */
 
-static int call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,
-                    void **results, int *failed, char *msg, size_t msgcap)
+int ct__driver_call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,
+                        void **results, int *failed, char *msg, size_t msgcap)
 {
     ct_future **f = calloc((size_t)t->world, sizeof *f);
     int rc = f ? 0 : CT_ENOMEM;
@@ -837,10 +771,11 @@ static int start_group(trainer *t, int n, int timeout_ms, char *why, size_t cap,
         snprintf(sa[i].driver_node, sizeof sa[i].driver_node, "%s", ct_object_node());
     }
     stage = TR_STAGE_BUILD;
-    if ((rc = call_all(t, "build", sa, sizeof *sa, sizeof *sa, NULL, &failed, msg, sizeof msg)) < 0)
+    if ((rc = ct__driver_call_all(t, "build", sa, sizeof *sa, sizeof *sa, NULL, &failed, msg,
+                                  sizeof msg)) < 0)
         goto fail;
     stage = TR_STAGE_SETUP;
-    if ((rc = call_all(t, "setup", NULL, 0, 0, NULL, &failed, msg, sizeof msg)) < 0)
+    if ((rc = ct__driver_call_all(t, "setup", NULL, 0, 0, NULL, &failed, msg, sizeof msg)) < 0)
         goto fail;
     t->local.batch = sa[0].start_batch;
     t->local.offset = sa[0].start_offset;
@@ -861,7 +796,7 @@ fail:
     free(sa);
     *fatal = no_retry(stage, rc, t->actors && any_dead(t));
     if (t->actors) {
-        end_group(t, why, cap, failed, rc, msg);
+        ct__driver_end_group(t, why, cap, failed, rc, msg);
     }
     if (why && !why[0])
         snprintf(why, cap, "%s", msg);
@@ -994,7 +929,7 @@ static int run_validation(trainer *t, char *why, size_t cap)
     char msg[600] = "";
     if (!res)
         return CT_ENOMEM;
-    rc = call_all(t, "validate", NULL, 0, 0, res, &failed, msg, sizeof msg);
+    rc = ct__driver_call_all(t, "validate", NULL, 0, 0, res, &failed, msg, sizeof msg);
     if (rc == 0) {
         double loss = 0;
         int64_t correct = 0, total = 0;
@@ -1011,7 +946,7 @@ static int run_validation(trainer *t, char *why, size_t cap)
         ct__progress_val(t->progress, &t->stats,
                          t->local.batch > 0 ? t->local.epoch : t->local.epoch - 1, t->local.step);
     } else {
-        end_group(t, why, cap, failed, rc, msg);
+        ct__driver_end_group(t, why, cap, failed, rc, msg);
     }
     for (int i = 0; i < world; i++)
         free(res[i]);
@@ -1060,415 +995,6 @@ static void segment_records(trainer *t, bool epoch_done)
         ct__progress_epoch(t->progress, &t->stats);
 }
 
-/* ---- live recovery (recovery "live") ---- */
-
-#define LIVE_DEATH_WAIT_MS 1000 /* for the head's report of the death the survivors saw */
-
-static int tell_world_size(trainer *t, const trainer_train_opts *o, int n);
-static void note_group_size(trainer *t, int n);
-
-#define HEAL_CALL_MS 60000     /* a replacement's build, a snapshot, its fetch and load */
-#define HEAL_FREE_WAIT_MS 3000 /* for a failed replacement's resources to be free again */
-/* a group smaller than before a live recovery: optimizer steps per segment, so that a
- * replacement that fits joins at the next step boundary */
-#define HEAL_POLL_STEPS 1
-
-/* After a segment failed: when replicas died (their node's death watch reported them) and every
- * survivor failed inside a step (its communicator broke), the survivors go on without them: a
- * new group of the survivors (a new group id, the next generation; ranks in the old order)
- * agrees on the last completed step, discards the one in flight and re-shards the rest of the
- * epoch (replica.c, "regroup"); on_world_size is told, its lr factor goes with the next
- * train_epoch. *done_steps: the optimizer steps the failed segment completed (of its budget
- * `steps`). 0, or a negative code when the driver must restart the group instead (nothing
- * died, fewer than min_replicas left, a survivor that failed otherwise: logged); then, when the
- * dead were already let go (*why non-empty: what died), the group left is the survivors. */
-static int live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, int64_t *done_steps,
-                        char *why, size_t cap)
-{
-    int64_t t0 = ct__now_ns(), until = ct__now_ms() + LIVE_DEATH_WAIT_MS;
-    int n = 0, old = t->world, rc, failed = -1;
-    char key[128];
-    void *v = NULL;
-    size_t vlen = 0;
-    snprintf(key, sizeof key, "trainer/%s/error", t->group); /* replica.c, epoch_failed */
-    if (ct_kv_get(key, &v, &vlen, 0) == 0) { /* a replica failed by itself: no death */
-        CT_LOG(CT_LOG_INFO, "trainer",
-               "recovery: a replica failed by itself (%.*s): restarting the group from the last "
-               "checkpoint",
-               (int)(vlen < 300 ? vlen : 300), v ? (const char *)v : "");
-        free(v);
-        return CT_EINVAL;
-    }
-    for (;;) { /* the survivors saw the death first: wait for the head's word on it */
-        n = 0;
-        for (int i = 0; i < old; i++)
-            n += !ct_actor_is_dead(t->actors[i]);
-        if (n < old || ct__now_ms() >= until)
-            break;
-        usleep(1000);
-    }
-    if (n == old) {
-        CT_LOG(CT_LOG_INFO, "trainer",
-               "recovery: no replica died (a replica's own error, or a peer too slow for "
-               "comm_timeout_ms): restarting the group from the last checkpoint");
-        return CT_EINVAL;
-    }
-    if (n < t->min_replicas) {
-        CT_LOG(CT_LOG_WARN, "trainer",
-               "recovery: %d of %d replicas survive, fewer than min_replicas %d: no live "
-               "recovery; restarting from the last checkpoint",
-               n, old, t->min_replicas);
-        return CT_EINVAL;
-    }
-    ct_actor **alive = calloc((size_t)n, sizeof *alive);
-    tr_regroup_args *ra = calloc((size_t)n, sizeof *ra);
-    void **res = calloc((size_t)n, sizeof *res);
-    char group[64], msg[600] = "";
-    if (!alive || !ra || !res) {
-        free(alive);
-        free(ra);
-        free(res);
-        return CT_ENOMEM;
-    }
-    snprintf(group, sizeof group, "g%d-%d-%lld", (int)getpid(), ++t->groups,
-             (long long)(ct__now_ns() / 1000));
-    char dead[120] = ""; /* the first replica that died, in words, for the head's event */
-    for (int i = 0, k = 0; i < old; i++) {
-        if (ct_actor_is_dead(t->actors[i])) {
-            if (!dead[0])
-                snprintf(dead, sizeof dead, "replica %d (node %s) died", i,
-                         ct_actor_node(t->actors[i]));
-            snprintf(why, cap, "replica %d (actor %s, pid %d, node %s) died", i,
-                     ct_actor_id(t->actors[i]), ct_actor_pid(t->actors[i]),
-                     ct_actor_node(t->actors[i]));
-            CT_LOG(CT_LOG_WARN, "trainer", "recovery: %s; %d survivors go on live (group %s)", why,
-                   n, group);
-            ct_actor_release(&t->actors[i]);
-            continue;
-        }
-        ra[k] = (tr_regroup_args){.rank = k, .world = n};
-        memcpy(ra[k].group, group, sizeof group);
-        alive[k++] = t->actors[i];
-    }
-    free(t->actors);
-    t->actors = alive;
-    t->world = n;
-    t->stats.replicas = n;
-    ct__report_replicas(&t->report, n);
-    rc = call_all(t, "regroup", ra, sizeof *ra, sizeof *ra, res, &failed, msg, sizeof msg);
-    tr_report *r0 = res[0];
-    for (int i = 0; rc == 0 && i < n; i++) {
-        tr_report *r = res[i];
-        if (r->steps != r0->steps || r->end_offset != r0->end_offset ||
-            r->weights_hash != r0->weights_hash || r->epoch != r0->epoch)
-            rc = ct__error(CT_EPROTO,
-                           "recovery: survivors disagree after regrouping (rank %d: step +%lld, "
-                           "offset %lld; rank 0: +%lld, %lld)",
-                           i, (long long)r->steps, (long long)r->end_offset, (long long)r0->steps,
-                           (long long)r0->end_offset);
-    }
-    if (rc == 0 && steps > 0 && r0->steps >= steps)
-        rc = ct__error(CT_EPROTO, "recovery: the segment's %lld steps were done already",
-                       (long long)steps);
-    if (rc < 0) {
-        CT_LOG(CT_LOG_WARN, "trainer",
-               "recovery: the survivors could not go on live (%s): restarting from the last "
-               "checkpoint",
-               msg[0] ? msg : ct_last_error());
-        size_t l = strlen(why);
-        snprintf(why + l, cap - l, "; live recovery failed: %s", msg[0] ? msg : ct_last_error());
-        goto out;
-    }
-    /* the failed segment's sums up to its last completed step (the survivors'; the dead
-     * replicas' part of them is lost with them) */
-    for (int i = 0; i < n; i++) {
-        tr_report *r = res[i];
-        ct__trainer_metrics_add(&t->acc.m, &r->metrics);
-        t->acc.loss += r->loss_sum;
-        t->acc.samples += r->samples;
-    }
-    *done_steps = r0->steps;
-    t->local.step += r0->steps;
-    t->local.epoch = r0->epoch;
-    t->local.batch = 0;
-    t->local.offset = r0->end_offset;
-    memcpy(t->group, group, sizeof group);
-    t->group_fresh = true;
-    t->stats.live_recoveries++;
-    t->live_fresh = true;
-    if (!t->heal_to)
-        t->heal_to = old;
-    t->stats.group_start_step = t->local.step;
-    t->stats.group_start_ns = t0;
-    CT_LOG(CT_LOG_INFO, "trainer",
-           "recovery: %d replicas go on live from step %lld (epoch %lld, after %lld samples of "
-           "it), in %.1f ms",
-           n, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.offset,
-           (ct__now_ns() - t0) / 1e6);
-    if (old - n > 1)
-        snprintf(dead + strlen(dead), sizeof dead - strlen(dead), ", and %d more", old - n - 1);
-    ct__report_live(&t->report, "%s; %d survivor%s go%s on live from step %lld", dead, n,
-                    n == 1 ? "" : "s", n == 1 ? "es" : "", (long long)t->local.step);
-    ct__report_send(&t->report, true);
-    snprintf(t->shrink_why, sizeof t->shrink_why, "%s", dead);
-    t->shrink_live = true;
-    note_group_size(t, n);
-    /* on_world_size sees the new size; its factor applies to the survivors' current rates, and
-     * for a restart from the current checkpoint, to that one's on top of what was asked */
-    double keep = t->lr_scale;
-    t->lr_scale = 1;
-    rc = tell_world_size(t, o, n);
-    t->live_lr = t->lr_scale;
-    t->lr_scale = keep * t->live_lr;
-out:
-    for (int i = 0; i < n; i++)
-        free(res[i]);
-    free(res);
-    free(ra);
-    return rc;
-}
-
-/* Waits up to HEAL_FREE_WAIT_MS, while the group goes on, until a replica fits (the resources
- * of one that died or was let go during a heal are free again: a death is seen by the call
- * first, the head frees its resources after). */
-static void wait_for_room(trainer *t)
-{
-    int more = 0;
-    for (int64_t until = ct__now_ms() + HEAL_FREE_WAIT_MS;
-         t->actors && t->world >= t->min_replicas && ct__now_ms() < until &&
-         (replicas_that_fit(t, &more) < 0 || more < 1);)
-        usleep(2000);
-}
-
-/* Kills and releases a newcomer that did not get in (its snapshot too); the group goes on.
- * Then waits for its resources (wait_for_room), so that the next step boundary's replacement
- * fits where this one did; a node lost with it keeps them: the wait ends unmet. */
-static void drop_newcomer(trainer *t, ct_actor **a, tr_snapshot *snap, const char *what)
-{
-    CT_LOG(CT_LOG_WARN, "trainer",
-           "heal: the replacement did not get in (%s: %s); the group goes on without it", what,
-           ct_last_error());
-    ct_actor_kill(*a);
-    for (int64_t until = ct__now_ms() + 10000; !ct_actor_is_dead(*a) && ct__now_ms() < until;)
-        usleep(2000);
-    ct_actor_release(a);
-    if (snap && snap->size)
-        ct_free(&snap->id);
-    wait_for_room(t);
-}
-
-/* Replica i of the group died during a heal (the others were idle at the step boundary): they
- * go on without it, a live recovery (the heal's regroup deals the epoch's rest over them and
- * the newcomer). Returns the group's size now. */
-static int drop_dead_peer(trainer *t, int i, const char *who)
-{
-    int n = t->world;
-    t->stats.failure_seen_ns = ct__now_ns();
-    CT_LOG(CT_LOG_WARN, "trainer",
-           "heal: %s, replica %d (actor %s, pid %d, node %s), died during the heal; %d survivors "
-           "go on",
-           who, i, ct_actor_id(t->actors[i]), ct_actor_pid(t->actors[i]),
-           ct_actor_node(t->actors[i]), n - 1);
-    char node[64];
-    snprintf(node, sizeof node, "%s", ct_actor_node(t->actors[i]));
-    ct_actor_release(&t->actors[i]);
-    memmove(&t->actors[i], &t->actors[i + 1], sizeof *t->actors * (size_t)(n - 1 - i));
-    t->world = --n;
-    t->stats.replicas = n;
-    t->stats.live_recoveries++;
-    ct__report_live(&t->report,
-                    "replica %d (node %s), %s of a heal, died; %d survivor%s go%s on live from "
-                    "step %lld",
-                    i, node, who, n, n == 1 ? "" : "s", n == 1 ? "es" : "",
-                    (long long)t->local.step);
-    ct__report_send(&t->report, true);
-    wait_for_room(t); /* for the next replacement, its own too */
-    return n;
-}
-
-/* Fewer than min_replicas left during a heal: the newcomer is let go and the group ended (the
- * driver restarts from the checkpoint). CT_EDEAD, why set. */
-static int too_few_left(trainer *t, ct_actor **newcomer, char *why, size_t cap)
-{
-    ct__error(CT_EDEAD, "%d replicas left", t->world);
-    drop_newcomer(t, newcomer, NULL, "no serving peer left");
-    snprintf(why, cap, "heal: replicas died; %d left, min_replicas %d", t->world, t->min_replicas);
-    end_group(t, NULL, 0, -1, 0, NULL);
-    t->fail_reason = "replica_died";
-    return CT_EDEAD;
-}
-
-/* At a step boundary between two segments (every replica idle), after a live recovery shrank
- * the group: when a replica fits again, a replacement heals from a live peer and the group
- * grows back by one without a restart. The newcomer is created and built; the serving peer
- * (round-robin over the group) puts its state into the store sealed toward the newcomer's node
- * ("snapshot"); the newcomer fetches and loads it, checked by CRC-32C and weights hash ("heal");
- * then the survivors and the newcomer (last) "regroup" under a new group id at world n+1, agree
- * (same steps and weights), and the epoch's rest is dealt over n+1 from the exact offset;
- * on_world_size is told. A newcomer or serving peer that fails before the regroup is dropped
- * and the group goes on as it was (a dead serving peer is the next segment's live recovery);
- * returns 0 then too. A failed regroup: a negative code, why set, the group ended. */
-static int heal_replacement(trainer *t, const trainer_train_opts *o, char *why, size_t cap)
-{
-    int n = t->world, more = 0, rc, failed = -1;
-    if (!t->actors || !t->heal_to || n >= t->heal_to || t->group_fresh)
-        return 0;
-    if (replicas_that_fit(t, &more) < 0 || more < 1)
-        return 0;
-    int64_t t0 = ct__now_ns();
-    ct_actor *a = NULL;
-    tr_snapshot snap = {0}, *got = NULL;
-    void *res = NULL;
-    size_t rlen = 0;
-    char group[64], msg[600] = "";
-    ct_resources cres = {.cpu = t->cpus,
-                         .gpu = t->gpus,
-                         .strategy = t->placement,
-                         .timeout_ms = o->create_timeout_ms > 0 ? o->create_timeout_ms : 30000};
-    if ((rc = ct_actor_create(TR_REPLICA_CLASS, &cres, &t->spec, sizeof t->spec, &a)) < 0) {
-        CT_LOG(CT_LOG_INFO, "trainer", "heal: no replacement started: %s", ct_last_error());
-        return 0;
-    }
-    tr_setup_args sa = {.rank = n, .world = n + 1, .start_epoch = t->local.epoch};
-    snprintf(sa.driver_node, sizeof sa.driver_node, "%s", ct_object_node());
-    if ((rc = ct_actor_call(a, "build", &sa, sizeof sa, NULL, NULL, HEAL_CALL_MS)) < 0) {
-        drop_newcomer(t, &a, NULL, "build");
-        return 0;
-    }
-    tr_snapshot_args qa = {{0}};
-    snprintf(qa.node, sizeof qa.node, "%s", ct_actor_node(a) ? ct_actor_node(a) : "");
-    int64_t t1 = ct__now_ns();
-    int peer;
-    for (;;) { /* a serving peer that dies: the newcomer asks the next one */
-        peer = t->heal_next++ % n;
-        rc = ct_actor_call(t->actors[peer], "snapshot", &qa, sizeof qa, &res, &rlen, HEAL_CALL_MS);
-        if (rc == 0 && rlen == sizeof snap)
-            break;
-        free(res);
-        res = NULL;
-        for (int64_t until = ct__now_ms() + LIVE_DEATH_WAIT_MS;
-             !ct_actor_is_dead(t->actors[peer]) && ct__now_ms() < until;)
-            usleep(1000);
-        if (!ct_actor_is_dead(t->actors[peer])) {
-            drop_newcomer(t, &a, NULL, "the serving peer's snapshot");
-            return 0;
-        }
-        n = drop_dead_peer(t, peer, "the serving peer");
-        t->heal_next = peer;
-        if (n < 1 || n < t->min_replicas)
-            return too_few_left(t, &a, why, cap);
-    }
-    memcpy(&snap, res, sizeof snap);
-    free(res);
-    res = NULL;
-    if (snap.step != t->local.step || snap.epoch != t->local.epoch) {
-        ct__error(CT_EPROTO, "serving peer %d at step %lld epoch %lld, the driver at %lld, %lld",
-                  peer, (long long)snap.step, (long long)snap.epoch, (long long)t->local.step,
-                  (long long)t->local.epoch);
-        drop_newcomer(t, &a, &snap, "position");
-        return 0;
-    }
-    rc = ct_actor_call(a, "heal", &snap, sizeof snap, &res, &rlen, HEAL_CALL_MS);
-    got = res;
-    if (rc < 0 || rlen != sizeof *got || got->hash != snap.hash) {
-        free(res);
-        drop_newcomer(t, &a, &snap, "heal");
-        return 0;
-    }
-    int64_t t2 = ct__now_ns();
-    t->stats.heal_copy_ns = snap.put_ns + got->get_ns;
-    t->stats.heal_bytes = (int64_t)snap.size;
-    CT_LOG(CT_LOG_INFO, "trainer",
-           "heal: replacement %s (node %s) loaded replica %d's state at step %lld (%llu bytes, "
-           "CRC-32C %08x): put %.1f ms, fetch and load %.1f ms",
-           ct_actor_id(a), ct_actor_node(a), peer, (long long)snap.step,
-           (unsigned long long)snap.size, snap.crc, snap.put_ns / 1e6, got->get_ns / 1e6);
-    free(res);
-    res = NULL;
-    ct_free(&snap.id);
-    for (int i = 0; i < n;) /* a survivor that died meanwhile is not waited for */
-        if (ct_actor_is_dead(t->actors[i]))
-            n = drop_dead_peer(t, i, "a survivor");
-        else
-            i++;
-    if (n < 1 || n < t->min_replicas)
-        return too_few_left(t, &a, why, cap);
-    /* the quorum of the next step: the survivors and the newcomer, last */
-    ct_actor **all = realloc(t->actors, sizeof *all * (size_t)(n + 1));
-    tr_regroup_args *ra = calloc((size_t)n + 1, sizeof *ra);
-    void **rep = calloc((size_t)n + 1, sizeof *rep);
-    if (!all || !ra || !rep) {
-        if (all)
-            t->actors = all;
-        free(ra);
-        free(rep);
-        drop_newcomer(t, &a, NULL, "out of memory");
-        return 0;
-    }
-    t->actors = all;
-    t->actors[n] = a;
-    t->world = n + 1;
-    snprintf(group, sizeof group, "g%d-%d-%lld", (int)getpid(), ++t->groups,
-             (long long)(ct__now_ns() / 1000));
-    for (int i = 0; i <= n; i++) {
-        ra[i] = (tr_regroup_args){.rank = i, .world = n + 1};
-        memcpy(ra[i].group, group, sizeof group);
-    }
-    rc = call_all(t, "regroup", ra, sizeof *ra, sizeof *ra, rep, &failed, msg, sizeof msg);
-    tr_report *r0 = rep[0];
-    for (int i = 0; rc == 0 && i <= n; i++) {
-        tr_report *r = rep[i];
-        if (r->steps != 0 || r->end_offset != r0->end_offset || r->weights_hash != snap.hash ||
-            r->epoch != r0->epoch)
-            rc = ct__error(CT_EPROTO,
-                           "heal: rank %d differs at the quorum (steps +%lld, offset %lld, "
-                           "weights %016llx; the snapshot's %016llx)",
-                           i, (long long)r->steps, (long long)r->end_offset,
-                           (unsigned long long)r->weights_hash, (unsigned long long)snap.hash);
-    }
-    if (rc < 0) {
-        snprintf(why, cap, "heal: the group of %d with the replacement could not meet: %s", n + 1,
-                 msg[0] ? msg : ct_last_error());
-        CT_LOG(CT_LOG_WARN, "trainer", "%s: restarting from the last checkpoint", why);
-        end_group(t, NULL, 0, -1, 0, NULL);
-        t->fail_reason = "other";
-        goto out;
-    }
-    t->local.batch = 0;
-    t->local.offset = r0->end_offset;
-    memcpy(t->group, group, sizeof group);
-    t->group_fresh = true;
-    t->stats.replicas = n + 1;
-    t->stats.heals++;
-    ct__report_heal(&t->report,
-                    "a replacement (node %s) healed from rank %d in %.0f ms; world %d%s",
-                    ct_actor_node(a), peer, (ct__now_ns() - t0) / 1e6, n + 1,
-                    t->world >= t->heal_to ? " again" : "");
-    if (t->world >= t->heal_to) /* back to its size: a checkpoint may grow it further */
-        t->heal_to = 0;
-    t->stats.heal_ns = ct__now_ns() - (t->stats.failure_seen_ns ? t->stats.failure_seen_ns : t0);
-    t->stats.group_start_step = t->local.step;
-    ct__report_replicas(&t->report, n + 1);
-    ct__report_send(&t->report, true);
-    CT_LOG(CT_LOG_INFO, "trainer",
-           "heal: %d replicas from step %lld (epoch %lld, after %lld samples of it): replacement "
-           "in %.1f ms (start and build %.1f, copy %.1f, quorum %.1f)",
-           n + 1, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.offset,
-           (ct__now_ns() - t0) / 1e6, (t1 - t0) / 1e6, (t2 - t1) / 1e6, (ct__now_ns() - t2) / 1e6);
-    note_group_size(t, n + 1);
-    double keep = t->lr_scale;
-    t->lr_scale = 1;
-    rc = tell_world_size(t, o, n + 1);
-    t->live_lr = t->lr_scale;
-    t->lr_scale = keep * t->live_lr;
-out:
-    for (int i = 0; i <= n; i++)
-        free(rep[i]);
-    free(rep);
-    free(ra);
-    return rc;
-}
-
 static int drain_mid_epoch(trainer *t, void **res, int world, int d);
 
 /* A segment of epoch `epoch` on the group: from the driver's position (t->local.batch) until
@@ -1492,7 +1018,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     if (t->local.batch == 0 && t->local.offset == 0) /* a new epoch (or one started over) */
         t->acc = (epoch_sums){.agree = true};
     /* a group that shrank live pauses after every step until it healed back: each is a step
-     * boundary where a replacement may join (heal_replacement) */
+     * boundary where a replacement may join (ct__heal_replacement) */
     int64_t pause = t->heal_to && t->world < t->heal_to ? HEAL_POLL_STEPS : 0;
     for (int i = 0; i < t->world; i++)
         ea[i] = (tr_epoch_args){.epoch = epoch,
@@ -1508,7 +1034,8 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
     t->nvals = 0;
     ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
     t->wait_all = t->live;
-    rc = call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg, sizeof msg);
+    rc = ct__driver_call_all(t, "train_epoch", ea, sizeof *ea, sizeof *ea, res, &failed, msg,
+                             sizeof msg);
     t->wait_all = false;
     t->live_lr = 1;   /* the replicas applied it */
     int drained = -1; /* a replica whose node drains: the one with a checkpoint, if any */
@@ -1545,7 +1072,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                    "from the last checkpoint, not live",
                    finished);
         if (t->live && finished < 0 &&
-            live_recover(t, o, steps, &d, why, cap) == 0) { /* the survivors go on */
+            ct__live_recover(t, o, steps, &d, why, cap) == 0) { /* the survivors go on */
             for (int i = 0; i < world; i++)
                 free(res[i]);
             free(res);
@@ -1553,10 +1080,10 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
             return run_segment(t, epoch, steps > 0 ? steps - d : 0, checkpoint, o, done, why, cap);
         }
         if (why[0]) { /* the group is the survivors now: what died is said already */
-            end_group(t, NULL, 0, -1, 0, NULL);
+            ct__driver_end_group(t, NULL, 0, -1, 0, NULL);
             t->fail_reason = "replica_died";
         } else {
-            end_group(t, why, cap, failed, rc, msg);
+            ct__driver_end_group(t, why, cap, failed, rc, msg);
         }
         goto out;
     }
@@ -1604,7 +1131,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         if ((rc = adopt_checkpoint(t, &ck->ckpt, ck->ckpt_seconds)) < 0) {
             snprintf(why, cap, "adopting the checkpoint of epoch %lld: %s", (long long)epoch + 1,
                      ct_last_error());
-            end_group(t, NULL, 0, -1, rc, NULL);
+            ct__driver_end_group(t, NULL, 0, -1, rc, NULL);
             goto out;
         }
     } else if (*done) {
@@ -1649,7 +1176,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                "node %s is draining: the group ends at the checkpoint of epoch %lld's end (step "
                "%lld)",
                ct_actor_node(t->actors[drained]), (long long)epoch + 1, (long long)t->local.step);
-        end_group(t, NULL, 0, -1, 0, NULL);
+        ct__driver_end_group(t, NULL, 0, -1, 0, NULL);
     }
 out:
     for (int i = 0; i < world; i++)
@@ -1681,7 +1208,7 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
             ct_free(&o->ckpt);
     }
     if (rc < 0) {
-        end_group(t, NULL, 0, -1, 0, NULL);
+        ct__driver_end_group(t, NULL, 0, -1, 0, NULL);
         return rc;
     }
     /* the segment's sums, as far as the replica that finished it counted them */
@@ -1700,7 +1227,7 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
            "node %s is draining: checkpoint at step %lld (epoch %lld batch %lld); the group "
            "ends and training goes on from there without that node",
            node_id, (long long)t->local.step, (long long)t->local.epoch, (long long)t->local.batch);
-    end_group(t, NULL, 0, -1, 0, NULL);
+    ct__driver_end_group(t, NULL, 0, -1, 0, NULL);
     return 0;
 }
 
@@ -1775,7 +1302,7 @@ static int restore_best(trainer *t, tr_ckptdir *dir, const char *attr, bool maxi
     ct_object_release(&v);
     if (rc < 0)
         return ct__trainer_error_prefix(rc, "trainer_train: restore_best");
-    end_group(t, NULL, 0, -1, 0, NULL); /* the replicas hold the last step's weights */
+    ct__driver_end_group(t, NULL, 0, -1, 0, NULL); /* the replicas hold the last step's weights */
     ct_object_id last = t->ckpt;
     bool had = t->has_ckpt;
     t->ckpt = t->best;
@@ -1852,7 +1379,7 @@ static int spend_retry(trainer *t, int max_retries, const char *why, const char 
 
 /* Tells on_world_size that a group of n replicas is about to start, when n is another size
  * than the one last told. Returns its error, if any. */
-static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
+int ct__driver_tell_world_size(trainer *t, const trainer_train_opts *o, int n)
 {
     if (n == t->told_world)
         return 0;
@@ -1869,7 +1396,7 @@ static int tell_world_size(trainer *t, const trainer_train_opts *o, int n)
 
 /* Logs the size of a group that started when it differs from the last one logged: a warning
  * when it is below num_replicas (or comes back from there), else at info level. */
-static void note_group_size(trainer *t, int n)
+void ct__driver_note_group_size(trainer *t, int n)
 {
     if (n == t->logged_world) {
         t->shrink_why[0] = 0;
@@ -1951,13 +1478,13 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
         }
         waits = 0;
         wait_start = 0;
-        if ((rc = tell_world_size(t, o, n)) < 0)
+        if ((rc = ct__driver_tell_world_size(t, o, n)) < 0)
             return rc;
         bool fatal = false;
         rc = start_group(t, n, o->create_timeout_ms > 0 ? o->create_timeout_ms : 30000, why,
                          sizeof why, &fatal);
         if (rc == 0) {
-            note_group_size(t, n);
+            ct__driver_note_group_size(t, n);
             ct__report_replicas(&t->report, n);
             ct__report_send(&t->report, true);
             return 0;
@@ -1978,13 +1505,13 @@ static int ensure_group(trainer *t, const trainer_train_opts *o, int max_retries
 
 /* After a checkpoint was adopted: when more replicas fit now (up to max_replicas), ends the
  * group so that a bigger one starts from that checkpoint. Not a group that shrank live: it
- * grows back by replacements healed from its replicas (heal_replacement), with no restart. */
+ * grows back by replacements healed from its replicas (ct__heal_replacement), with no restart. */
 static void grow_at_checkpoint(trainer *t)
 {
     int more = 0;
     if (!t->actors || t->group_fresh || !t->at_ckpt || t->world >= t->max_replicas || t->heal_to)
         return;
-    if (replicas_that_fit(t, &more) < 0 || more < 1)
+    if (ct__driver_replicas_that_fit(t, &more) < 0 || more < 1)
         return;
     t->stats.growths++;
     CT_LOG(CT_LOG_INFO, "trainer",
@@ -1992,7 +1519,7 @@ static void grow_at_checkpoint(trainer *t)
            "at epoch %lld batch %lld (step %lld)",
            t->world, more, t->max_replicas, (long long)t->local.epoch, (long long)t->local.batch,
            (long long)t->local.step);
-    end_group(t, NULL, 0, -1, 0, NULL);
+    ct__driver_end_group(t, NULL, 0, -1, 0, NULL);
 }
 
 /* The checkpoint file o->resume names: itself, or the latest one of a directory. 1 when there
@@ -2163,7 +1690,7 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     while (t->local.epoch < epochs) {
         /* right after a checkpoint (within an epoch or at its end, after on_epoch): a bigger
          * group when more replicas fit now */
-        if ((rc = heal_replacement(t, o, why, sizeof why)) < 0) {
+        if ((rc = ct__heal_replacement(t, o, why, sizeof why)) < 0) {
             if ((rc = spend_retry(t, max_retries, why, "other")) < 0 ||
                 (rc = rewind_to_checkpoint(t)) < 0)
                 break;
@@ -2344,7 +1871,7 @@ int trainer_restore(trainer *t, const char *path)
     if (ct_object_nodes(&id, nodes, 8, &copies, NULL) < 0)
         copies = 0;
     note_copies(t, "restored checkpoint", copies, asked);
-    end_group(t, NULL, 0, -1, 0, NULL); /* its state is not the restored one */
+    ct__driver_end_group(t, NULL, 0, -1, 0, NULL); /* its state is not the restored one */
     drop_ckpt(t);
     t->ckpt = id;
     t->has_ckpt = true;
@@ -2410,7 +1937,7 @@ void trainer_shutdown(trainer **tp)
     if (!tp || !*tp)
         return;
     trainer *t = *tp;
-    end_group(t, NULL, 0, -1, 0, NULL);
+    ct__driver_end_group(t, NULL, 0, -1, 0, NULL);
     ct__progress_free(&t->progress);
     drop_best(t);
     drop_ckpt(t);

@@ -1,0 +1,282 @@
+/* trainer/train/replica_live.c — live recovery, the replicas' side: "regroup" (after a peer's
+ * death, a survivor leaves the broken communicator, joins the new group, agrees with the others
+ * on the last completed step and weights, and deals the epoch's rest over the new world), and
+ * healing a replacement: "snapshot" (a serving peer's state into the object store, checksummed)
+ * and "heal" (a newcomer loads and checks it, then enters at the next "regroup"). Not here:
+ * deciding who regroups or heals (the driver: live.c, heal.c), training (replica.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "ct/collective.h"
+#include "objectstore/crc32c.h"
+#include "replica.h"
+
+/* What each survivor says of itself when the new group meets. */
+typedef struct live_pos {
+    int64_t step, epoch, offset, index;
+    uint64_t hash;
+} live_pos;
+
+/* Rank src's whole state (models, optimizers, scheduler, loss scaler, counters: a checkpoint's
+ * bytes, in memory) to every rank of the new group. */
+static int share_state(replica *r, int src)
+{
+    tr_ckpt_plan *p = NULL;
+    uint64_t size = 0;
+    void *buf = NULL;
+    int rc = 0;
+    if (r->setup.rank == src &&
+        (rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, NULL, &p)) == 0)
+        size = ct__ckpt_size(p);
+    if (rc == 0)
+        rc = ct_comm_broadcast(r->comm, &size, 1, CT_I64, src, 0);
+    if (rc == 0 && !(buf = malloc(size ? size : 1)))
+        rc = CT_ENOMEM;
+    if (rc == 0 && p)
+        ct__ckpt_write(p, buf);
+    if (rc == 0)
+        rc = ct_comm_broadcast(r->comm, buf, size, CT_U8, src, 0);
+    if (rc == 0 && r->setup.rank != src)
+        rc = ct__ckpt_load(&r->st, &r->spec, buf, size);
+    free(buf);
+    ct__ckpt_plan_free(&p);
+    return rc;
+}
+
+/* The new group agrees where it stands: every survivor's last completed step and weights are
+ * gathered; when they differ (a peer's death can let some ranks finish the step in flight and
+ * not others), the lowest rank of the most steps gives its state to all. Then all go on from
+ * the first batch after that step: the epoch's order from offset + index * batch * old_world
+ * on, dealt over the new world (*src: the rank the position came from; *hash: the weights' hash
+ * now, the same on every rank). */
+static int live_agree(replica *r, int old_world, int *src, uint64_t *hash)
+{
+    int w = r->setup.world, k = r->setup.rank, rc;
+    live_pos *all = calloc((size_t)w, sizeof *all);
+    if (!all)
+        return CT_ENOMEM;
+    all[k] = (live_pos){r->st.step, r->live.epoch, r->live.offset, r->live.index, 0};
+    if ((rc = ct__replica_weights_hash(r, &all[k].hash)) < 0 ||
+        (rc = ct_comm_allgather(r->comm, &all[k], all, sizeof *all, CT_U8, 0)) < 0)
+        goto out;
+    *src = 0;
+    for (int i = 1; i < w; i++)
+        if (all[i].step > all[*src].step)
+            *src = i;
+    bool same = true;
+    for (int i = 0; i < w; i++)
+        same &= !memcmp(&all[i], &all[*src], sizeof *all);
+    if (!same) {
+        CT_LOG(CT_LOG_INFO, "trainer",
+               "replica %d: the survivors differ after the failure (step %lld here, %lld on "
+               "rank %d): rank %d's state to all",
+               k, (long long)all[k].step, (long long)all[*src].step, *src, *src);
+        if ((rc = share_state(r, *src)) < 0 || (rc = ct__replica_weights_hash(r, hash)) < 0)
+            goto out;
+    } else {
+        *hash = all[*src].hash;
+    }
+    const live_pos *p = &all[*src];
+    int64_t n = ct_dataset_length(r->st.data.train);
+    int64_t offset = p->offset + p->index * r->spec.batch * old_world;
+    r->st.step = p->step;
+    r->st.epoch = p->epoch;
+    r->st.batch = 0;
+    r->st.offset = offset < n ? offset : n;
+out:
+    free(all);
+    return rc;
+}
+
+/* The "regroup" method (live recovery): after its segment failed inside a step because a peer
+ * died, this survivor leaves the old communicator, joins the new group (a new group id: the
+ * new membership's generation, so nothing of the old ring reaches it), agrees on the state and
+ * position with the other survivors (live_agree), deals the rest of the epoch over the new
+ * world (a new loader) and rebuilds its bucketers. Replies a tr_report: the failed segment's
+ * sums up to its last completed step, steps: the steps done in it, end_offset: where the epoch
+ * goes on (end_batch 0). A replica whose segment did not fail so refuses (CT_EINVAL): the
+ * driver restarts the group from the checkpoint instead. */
+int ct__replica_regroup(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    if (len != sizeof(tr_regroup_args) || (!r->comm && !r->healed))
+        return ct__error(CT_EINVAL, "trainer replica: regroup before setup or bad args");
+    r->healed = false;
+    if (!r->live.ok && r->live.clean) { /* idle when the peer died: from where it stands */
+        r->live.epoch = r->st.epoch;
+        r->live.offset = r->st.offset;
+        r->live.index = r->st.batch;
+        r->live.step0 = r->st.step;
+        r->live.rep = (tr_report){.magic = TR_REPORT_MAGIC};
+        r->live.ok = true;
+    }
+    if (!r->live.ok)
+        return ct__error(CT_EINVAL,
+                         "trainer replica %d: its segment did not fail inside a step (a peer's "
+                         "death): no live recovery",
+                         r->setup.rank);
+    tr_regroup_args a;
+    memcpy(&a, args, sizeof a);
+    int old_world = r->setup.world, src = 0, rc;
+    uint64_t hash = 0;
+    r->live.ok = r->live.clean = false;
+    for (int m = 0; m < r->st.nmodels; m++) {
+        ct_module_on_grad_ready(r->st.models[m], NULL, NULL);
+        ct_bucketer_destroy(&r->bucketers[m]); /* before the communicator it uses */
+    }
+    ct_comm_destroy(&r->comm);
+    ct_loader_destroy(&r->loader);
+    r->setup.rank = r->ctx.rank = a.rank;
+    r->setup.world = r->ctx.world = a.world;
+    memcpy(r->setup.group, a.group, sizeof r->setup.group);
+    if ((rc = ct__replica_open_ring(r)) < 0 || (rc = live_agree(r, old_world, &src, &hash)) < 0 ||
+        (rc = ct__replica_loader_new(r)) < 0)
+        return rc;
+    /* the replicas bound on this machine still are: one bucket stays one bucket, when every
+     * rank of the new group was bound with all of its old group (a replacement healed from a
+     * peer never bound its CPUs): the bucket layout must be the same on every rank */
+    int bound = r->bound_here > 0 && r->bound_here == old_world, *all = NULL;
+    if (!(all = calloc((size_t)a.world, sizeof *all)))
+        return CT_ENOMEM;
+    all[a.rank] = bound;
+    rc = ct_comm_allgather(r->comm, &all[a.rank], all, sizeof *all, CT_U8, 0);
+    for (int i = 0; i < a.world; i++)
+        bound &= all[i];
+    free(all);
+    if (rc < 0)
+        return rc;
+    r->bound_here = bound ? a.world : 0;
+    for (int m = 0; m < r->st.nmodels && rc == 0; m++)
+        rc = ct__replica_bucketer_new(r, m);
+    if (rc < 0)
+        return rc;
+    r->pos_valid = false;
+    r->first_step_done = false;
+    r->live.clean = true; /* another death before the next segment: go on from here */
+    tr_report rep = r->live.rep;
+    rep.rank = a.rank;
+    rep.world = a.world;
+    snprintf(rep.group, sizeof rep.group, "%s", a.group);
+    rep.epoch = r->st.epoch;
+    rep.steps = r->st.step - r->live.step0;
+    rep.end_batch = 0;
+    rep.end_offset = r->st.offset;
+    rep.first_step_ns = 0;
+    rep.skipped_total = r->st.skipped;
+    rep.loss_scale = r->st.scaler ? ct_grad_scaler_scale(r->st.scaler) : 0;
+    rep.weights_hash = hash;
+    if (!(*res = malloc(sizeof rep)))
+        return CT_ENOMEM;
+    memcpy(*res, &rep, sizeof rep);
+    *rlen = sizeof rep;
+    return 0;
+}
+
+/* The "snapshot" method (a serving peer, idle between two segments of a live group): its whole
+ * state (the checkpoint bytes of share_state) into the store, written in place and sealed toward
+ * the newcomer's node (its data port pulls it in checksummed chunks), with the bytes' CRC-32C,
+ * the weights' hash and the position (tr_snapshot). The driver frees the object. */
+int ct__replica_snapshot(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    if (len != sizeof(tr_snapshot_args) || !r->comm)
+        return ct__error(CT_EINVAL, "trainer replica: snapshot before setup or bad args");
+    if (!r->live.clean || r->live.ok)
+        return ct__error(CT_EINVAL, "trainer replica %d: snapshot while not at a step boundary",
+                         r->setup.rank);
+    tr_snapshot_args a;
+    memcpy(&a, args, sizeof a);
+    a.node[sizeof a.node - 1] = 0;
+    int64_t t0 = ct__now_ns();
+    tr_snapshot snap = {.step = r->st.step,
+                        .epoch = r->st.epoch,
+                        .batch = r->st.batch,
+                        .offset = r->st.offset,
+                        .world = r->setup.world};
+    tr_ckpt_plan *p = NULL;
+    void *dst = NULL;
+    int rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, NULL, &p);
+    if (rc == 0) {
+        snap.size = ct__ckpt_size(p);
+        rc = ct_object_create(snap.size, &snap.id, &dst);
+    }
+    if (rc == 0) {
+        ct__ckpt_write(p, dst);
+        snap.crc = ct__crc32c(0, dst, snap.size);
+        rc = ct_object_seal(&snap.id, &(ct_put_opts){.node = a.node[0] ? a.node : NULL});
+        if (rc < 0)
+            ct_object_abort(&snap.id);
+    }
+    ct__ckpt_plan_free(&p);
+    if (rc == 0)
+        rc = ct__replica_weights_hash(r, &snap.hash);
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc, "trainer replica %d: snapshot", r->setup.rank);
+    snap.put_ns = ct__now_ns() - t0;
+    if (!(*res = malloc(sizeof snap)))
+        return CT_ENOMEM;
+    memcpy(*res, &snap, sizeof snap);
+    *rlen = sizeof snap;
+    return 0;
+}
+
+/* The "heal" method (a newcomer, after "build", instead of "setup"): fetches a live peer's
+ * snapshot (args: its tr_snapshot), checks its size and CRC-32C, loads it and checks that the
+ * weights' hash is the peer's; then it stands where the peer stood (step, epoch, batch under
+ * offset, in a group of the peer's world), ready for the "regroup" that lets it in. Replies a
+ * tr_snapshot: the hash here and get_ns. CT_EPROTO when the bytes or the weights differ. */
+int ct__replica_heal(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    replica *r = state;
+    if (len != sizeof(tr_snapshot) || !r->st.nmodels || r->comm)
+        return ct__error(CT_EINVAL, "trainer replica: heal %s",
+                         len != sizeof(tr_snapshot) ? "with bad args"
+                         : !r->st.nmodels           ? "before build"
+                                                    : "of a replica in a group");
+    tr_snapshot snap, me = {0};
+    memcpy(&snap, args, sizeof snap);
+    int64_t t0 = ct__now_ns();
+    ct_object_view v = {0};
+    int rc = ct_get(&snap.id, 30000, &v);
+    if (rc < 0)
+        return ct__trainer_error_prefix(rc, "trainer replica %d: fetching the peer's snapshot",
+                                        r->setup.rank);
+    uint32_t crc = v.size == snap.size ? ct__crc32c(0, v.data, v.size) : 0;
+    if (v.size != snap.size || crc != snap.crc)
+        rc = ct__error(CT_EPROTO,
+                       "trainer replica %d: the peer's snapshot has %llu bytes of CRC-32C %08x, "
+                       "expected %llu of %08x",
+                       r->setup.rank, (unsigned long long)v.size, crc,
+                       (unsigned long long)snap.size, snap.crc);
+    if (rc == 0)
+        rc = ct__ckpt_load(&r->st, &r->spec, v.data, v.size);
+    ct_object_release(&v);
+    if (rc == 0)
+        rc = ct__replica_weights_hash(r, &me.hash);
+    if (rc == 0 && me.hash != snap.hash)
+        rc = ct__error(CT_EPROTO,
+                       "trainer replica %d: weights hash %016llx after loading the peer's "
+                       "snapshot, the peer's is %016llx",
+                       r->setup.rank, (unsigned long long)me.hash, (unsigned long long)snap.hash);
+    if (rc == 0 && !r->rdv && !(r->rdv = ct_rendezvous_kv_new("trainer/")))
+        rc = CT_ENOMEM;
+    if (rc < 0)
+        return rc;
+    r->st.step = snap.step;
+    r->st.epoch = snap.epoch;
+    r->st.batch = snap.batch;
+    r->st.offset = snap.offset;
+    r->setup.world = r->ctx.world = snap.world; /* the group it enters from (live_agree) */
+    r->healed = true;
+    r->live.ok = false;
+    r->live.clean = true; /* "regroup" goes on from where it stands */
+    me.step = r->st.step;
+    me.get_ns = ct__now_ns() - t0;
+    if (!(*res = malloc(sizeof me)))
+        return CT_ENOMEM;
+    memcpy(*res, &me, sizeof me);
+    *rlen = sizeof me;
+    return 0;
+}

@@ -27,10 +27,18 @@
  * the kill to the survivors' next step and to the first step of 4 again, and the heal's copy,
  * are printed, not asserted. shm runs twice: the two runs' final weights are bit-identical.
  * min, expected: 3 survivors are fewer than min_replicas 4: the driver restarts the group from
- * the checkpoint (one retry, live_recoveries 0), and the run still ends at 2 epochs. */
+ * the checkpoint (one retry, live_recoveries 0), and the run still ends at 2 epochs.
+ * durable: as shm, with every checkpoint also in a checkpoint directory (all kept: the one the
+ * 3 survivors wrote at step 4 before the replacement healed, and the healed group's at steps 7
+ * and 12); then a new trainer with recovery "restart" resumes from each one (no kill) and must
+ * end at 2 epochs and 14 steps with the live run's final weights, bit for bit (the survivors'
+ * step-4 checkpoint resumes at world 4 after its 120 samples, as the heal dealt them, and
+ * on_world_size is told 3 -> 4, the checkpoint's world to the new one, and scales its rates as
+ * the live group's were when it grew back). */
 #include "tt.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define KILL_STEP 3
@@ -224,7 +232,9 @@ static void check_steps(const char *dir, int64_t steps, const char *worlds, int6
             }
             back += step <= last; /* the step counter never goes back in a process */
             /* on_world_size scales the rate by new / old: live, and at the growth */
-            bad_lr += fabs(lr - 0.05 * world / 4) > 1e-9;
+            if (fabs(lr - 0.05 * world / 4) > 1e-9 && !bad_lr++)
+                fprintf(stderr, "step %lld rank %d: lr %.17g, not %.17g\n", step, rank, lr,
+                        0.05 * world / 4);
             last = step;
             count[step][rank]++;
             if (world_of[step] && world_of[step] != world) {
@@ -327,6 +337,68 @@ static int kill_idle(trainer *t, const trainer_stats *st, void *user)
     return 0;
 }
 
+/* durable: a new trainer with recovery "restart" resumes from each checkpoint the live run
+ * wrote to ckdir and trains to the end with no kill: it ends where the live run ended, its
+ * final weights the same bits (live: the live run's stats and weights). */
+static void resume_each(const char *dir, const char *ckdir, const run *live)
+{
+    static const struct {
+        int64_t epoch, step;
+        int world; /* the group that wrote it */
+    } want[] = {{0, 4, 3}, {1, 7, 4}, {1, 12, 4}};
+    for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+        char file[400], cfg[300], logs[200];
+        snprintf(file, sizeof file, "%s/ckpt-epoch%04lld-step%06lld.safetensors", ckdir,
+                 (long long)want[k].epoch, (long long)want[k].step);
+        snprintf(logs, sizeof logs, "%s/resume-%zu", dir, k);
+        if (access(file, F_OK) != 0 || mkdir(logs, 0755) != 0) {
+            fprintf(stderr, "durable: no checkpoint %s in the checkpoint directory\n", file);
+            h_failures++;
+            continue;
+        }
+        snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=0", logs);
+        trainer *t = NULL;
+        trainer_stats st = {0};
+        CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                                .data = "dying",
+                                                .optimizer = "sgd",
+                                                .train_step = "logged",
+                                                .config = cfg,
+                                                .num_replicas = 4,
+                                                .batch_size = 8,
+                                                .cpus_per_replica = 1,
+                                                .no_cpu_binding = true,
+                                                .epochs = 2,
+                                                .seed = 11,
+                                                .recovery = "restart"},
+                                &t));
+        if (!t)
+            continue;
+        CHECK_OK(trainer_train(t, .resume = file, .checkpoint_every_steps = 4,
+                               .on_world_size = on_world_size, .stats = &st));
+        int64_t nw = 0;
+        float *w = tt_weights(trainer_get_model(t), &nw);
+        printf("durable: resumed from step %lld (written by %d replicas): epochs %lld, steps "
+               "%lld, replicas %d, retries %d\n",
+               (long long)want[k].step, want[k].world, (long long)st.epoch, (long long)st.steps,
+               st.replicas, st.retries_used);
+        CHECK_EQ_INT(st.epoch, 2);
+        CHECK_EQ_INT(st.steps, live->st.steps);
+        CHECK_EQ_INT(st.retries_used, 0);
+        CHECK_EQ_INT(st.live_recoveries, 0);
+        CHECK(st.weights_agree);
+        char what[160];
+        snprintf(what, sizeof what,
+                 "the live run and a restart resumed from its step-%lld checkpoint",
+                 (long long)want[k].step);
+        tt_same_weights(live->w, w, live->nw, nw, what);
+        /* the resumed steps: from the checkpoint's step on, each once, never back */
+        check_steps(logs, st.steps, NULL, 0);
+        free(w);
+        trainer_shutdown(&t);
+    }
+}
+
 /* One run of 4 replicas with the kill; its stats and final weights into *out. */
 static void one_run(const char *mode, run *out)
 {
@@ -341,6 +413,9 @@ static void one_run(const char *mode, run *out)
     bool idle = !strcmp(mode, "idle");
     bool newcomer = !strcmp(mode, "newcomer");
     bool peer = !strcmp(mode, "peer");
+    bool durable = !strcmp(mode, "durable");
+    char ckdir[128];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
              !strcmp(mode, "tcp") ? 1
              : two                ? 6
@@ -363,10 +438,11 @@ static void one_run(const char *mode, run *out)
                                             .seed = 11},
                             &t));
     if (t) {
-        CHECK_OK(trainer_train(t, .max_retries = 2, .checkpoint_every_steps = 4,
-                               .backoff_base_ms = 100, .backoff_cap_ms = 400,
-                               .on_world_size = on_world_size, .on_epoch = idle ? kill_idle : NULL,
-                               .user = dir, .stats = &out->st));
+        CHECK_OK(trainer_train(
+            t, .max_retries = 2, .checkpoint_every_steps = 4, .backoff_base_ms = 100,
+            .backoff_cap_ms = 400, .on_world_size = on_world_size,
+            .on_epoch = idle ? kill_idle : NULL, .user = dir, .stats = &out->st,
+            .checkpoint_dir = durable ? ckdir : NULL, .checkpoint_num_to_keep = TRAINER_KEEP_ALL));
         out->w = tt_weights(trainer_get_model(t), &out->nw);
         printf("%s: epochs %lld, steps %lld, replicas %d, live recoveries %d, heals %d, retries "
                "%d\n",
@@ -427,6 +503,8 @@ static void one_run(const char *mode, run *out)
         check_steps(dir, out->st.steps, worlds, kill_epoch);
     }
     trainer_shutdown(&t);
+    if (durable && out->w)
+        resume_each(dir, ckdir, out);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);

@@ -35,6 +35,7 @@
 #include "common/fault.h"
 #include "ct/collective.h"
 #include "ct/metrics.h"
+#include "objectstore/crc32c.h"
 #include "replica.h"
 #include "trainer/backend/backend.h"
 
@@ -237,8 +238,18 @@ static int broadcast_params(replica *r)
     return 0;
 }
 
-/* FNV-1a of a model's weights: its flat buffer, or for a model across devices its parameters
- * one after another (each a hash of its own, mixed) */
+/* 64 bits of n bytes: the CRC-32C of each half. Hardware CRC-32C runs at memory speed; the
+ * byte-wise FNV-1a this replaced took 0.56 s for a 93 MB model, and a heal hashes the weights
+ * three times (snapshot, heal, the quorum). Every rank uses this one, so equal weights give
+ * equal hashes; a difference confined to one half changes that half's CRC. */
+static uint64_t bytes_hash(const void *p, size_t n)
+{
+    size_t half = n / 2;
+    return (uint64_t)ct__crc32c(0, p, half) << 32 | ct__crc32c(0, (const char *)p + half, n - half);
+}
+
+/* The hash of a model's weights (bytes_hash): its flat buffer, or for a model across devices
+ * its parameters one after another (each a hash of its own, mixed) */
 static int model_weights_hash(replica *r, ct_module *model, uint64_t *out)
 {
     float *values, *grads;
@@ -260,7 +271,7 @@ static int model_weights_hash(replica *r, ct_module *model, uint64_t *out)
             free(host);
             return rc;
         }
-        uint64_t h = ct__fnv1a64(host, bytes);
+        uint64_t h = bytes_hash(host, bytes);
         if (host != v)
             free(host);
         *out = k ? mix(*out ^ h) : h;

@@ -8,14 +8,18 @@
  *                a group restored from the epoch-1 checkpoint in the object store (the steps
  *                since it trained again); --recovery live: the survivor going on at once from
  *                the step the kill interrupted (no step lost)
+ *   steps_lost:  optimizer steps the failure cost, trained again: the steps the group had
+ *                completed at the kill (the victim parks in the loss of the batch after them)
+ *                less the step the group after the failure started from (restart: the
+ *                checkpoint's; live: the survivor's, from on_world_size as it shrinks)
  * Also printed, not counted: trainer_create's time (its check-run of the creators decodes the
  * data set once for the cluster: ~0.3 s in run 0, a KV lookup after).
  *   live also: the replacement that heals from the survivor at the next step boundary
  * (trainer_stats heal_*): the snapshot's put, fetch and load (copy_ms) and its size; --hidden H
  * trains a wide MLP 784-H-H/4-10 instead (H 8192: 93 MB of weights, with Adam's state a 279 MB
  * snapshot). Prints one line per run and `ct: startup_ms <median> recovery_ms <median>
- * (<recovery>)` last, live then `ct heal: copy_ms <median> snapshot_mb <size>`. Not here: the
- * reference (ref_torch.py) and the comparison (run.sh). */
+ * steps_lost <median> (<recovery>)` last, live then `ct heal: copy_ms <median> snapshot_mb <size>`.
+ * Not here: the reference (ref_torch.py) and the comparison (run.sh). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -55,7 +59,8 @@ static ct_tensor *probe_loss(ct_tensor *out, ct_tensor *target)
 {
     if (probe_step > 0 && ++calls == probe_step) {
         char pid[32];
-        snprintf(pid, sizeof pid, "%d", (int)getpid());
+        /* its pid and the steps the group completed: this is the loss of the next batch */
+        snprintf(pid, sizeof pid, "%d %lld", (int)getpid(), (long long)(probe_step - 1));
         ct_kv_put("bench/victim", pid, strlen(pid) + 1);
         for (int i = 0; i < 600; i++)
             usleep(100000);
@@ -76,6 +81,8 @@ static trainer_loss_fn make_probe(trainer_ctx *ctx)
 
 typedef struct run_state {
     int64_t kill_ns, startup_ns;
+    int64_t kill_step;  /* optimizer steps the group had completed at the kill */
+    int64_t live_start; /* live: the step the survivor went on from (-1: none yet) */
     int run;
 } run_state;
 
@@ -89,8 +96,14 @@ static void *killer(void *arg)
     if (ct_kv_get(key, &v, &n, 120000) < 0)
         return NULL;
     ct_kv_del(key);
-    int pid = atoi(v);
+    int pid = 0;
+    long long step = -1;
+    if (sscanf(v, "%d %lld", &pid, &step) != 2 || pid <= 0) {
+        free(v);
+        return NULL;
+    }
     free(v);
+    rs->kill_step = step;
     rs->kill_ns = now_ns();
     kill(pid, SIGKILL);
     return NULL;
@@ -102,6 +115,16 @@ static int on_epoch(trainer *t, const trainer_stats *st, void *user)
     run_state *rs = user;
     if (st->epoch == 1 && st->retries_used == 0)
         rs->startup_ns = st->group_first_step_ns - st->train_start_ns;
+    return 0;
+}
+
+/* live: the survivor's group is about to go on smaller; the step it goes on from. */
+static int on_world_size(trainer *t, int old_size, int new_size, void *user)
+{
+    run_state *rs = user;
+    trainer_stats st;
+    if (new_size < old_size && old_size > 0 && rs->live_start < 0 && trainer_get_stats(t, &st) == 0)
+        rs->live_start = st.group_start_step;
     return 0;
 }
 
@@ -135,14 +158,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_trainer_recovery: ct_init: %s\n", ct_last_error());
         return 1;
     }
-    double startup[20], recovery[20], heal[20], copy[20], mb = 0;
+    double startup[20], recovery[20], heal[20], copy[20], lost[20], mb = 0;
     int ok = 0, status = 0;
     for (int r = 0; r < runs; r++) {
         char cfg[200];
         snprintf(cfg, sizeof cfg, "limit=%ld,val_limit=100,victim_step=%ld,hidden=%ld", limit,
                  limit / 2 / 64 + 10, hidden);
         trainer *t = NULL;
-        run_state rs = {.run = r};
+        run_state rs = {.run = r, .kill_step = -1, .live_start = -1};
         trainer_stats st = {0};
         int64_t c0 = now_ns();
         if (trainer_create(&(trainer_opts){.model = "mlp",
@@ -162,11 +185,11 @@ int main(int argc, char **argv)
         double create_ms = (now_ns() - c0) / 1e6;
         pthread_t th;
         pthread_create(&th, NULL, killer, &rs);
-        int rc =
-            trainer_train(t, .max_retries = 1, .on_epoch = on_epoch, .user = &rs, .stats = &st);
+        int rc = trainer_train(t, .max_retries = 1, .on_epoch = on_epoch,
+                               .on_world_size = on_world_size, .user = &rs, .stats = &st);
         pthread_join(th, NULL);
         if (rc < 0 || st.retries_used != (live ? 0 : 1) || st.live_recoveries != live ||
-            !rs.kill_ns) {
+            !rs.kill_ns || rs.kill_step < 0 || (live && rs.live_start < 0)) {
             fprintf(stderr, "bench_trainer_recovery: run %d: rc %d retries %d live %d: %s\n", r, rc,
                     st.retries_used, st.live_recoveries, ct_last_error());
             status = 1;
@@ -175,9 +198,11 @@ int main(int argc, char **argv)
         }
         startup[ok] = rs.startup_ns / 1e6;
         recovery[ok] = ((live ? st.live_first_step_ns : st.group_first_step_ns) - rs.kill_ns) / 1e6;
-        printf("run %d: startup_ms %.1f recovery_ms %.1f (failure seen after %.1f ms; "
-               "trainer_create before it: %.1f ms)\n",
-               r, startup[ok], recovery[ok], (st.failure_seen_ns - rs.kill_ns) / 1e6, create_ms);
+        lost[ok] = (double)(rs.kill_step - (live ? rs.live_start : st.group_start_step));
+        printf("run %d: startup_ms %.1f recovery_ms %.1f steps_lost %.0f (killed after step %lld; "
+               "failure seen after %.1f ms; trainer_create before it: %.1f ms)\n",
+               r, startup[ok], recovery[ok], lost[ok], (long long)rs.kill_step,
+               (st.failure_seen_ns - rs.kill_ns) / 1e6, create_ms);
         /* live: a replacement healed from the survivor at the first step boundary where it fit */
         heal[ok] = st.heals ? st.heal_ns / 1e6 : 0;
         copy[ok] = st.heals ? st.heal_copy_ns / 1e6 : 0;
@@ -194,8 +219,9 @@ int main(int argc, char **argv)
     if (ok) {
         qsort(startup, (size_t)ok, sizeof(double), cmp);
         qsort(recovery, (size_t)ok, sizeof(double), cmp);
-        printf("ct: startup_ms %.1f recovery_ms %.1f (%s)\n", startup[ok / 2], recovery[ok / 2],
-               live ? "live" : "restart");
+        qsort(lost, (size_t)ok, sizeof(double), cmp);
+        printf("ct: startup_ms %.1f recovery_ms %.1f steps_lost %.0f (%s)\n", startup[ok / 2],
+               recovery[ok / 2], lost[ok / 2], live ? "live" : "restart");
         qsort(copy, (size_t)ok, sizeof(double), cmp);
         if (live)
             printf("ct heal: copy_ms %.1f snapshot_mb %.1f\n", copy[ok / 2], mb);

@@ -13,7 +13,8 @@ the same Fashion-MNIST MLP (784-256-128-10, Adam lr 1e-3, batch 64 per rank) as 
                              this script kills it with SIGKILL. The agent sees the death, stops
                              the other worker, restarts both, they re-rendezvous, load the
                              checkpoint from disk and step. Prints `recovery_ms <first step of
-                             the restarted workers - kill>`.
+                             the restarted workers - kill>` and `steps_lost <VICTIM_STEP - the
+                             step the restarted workers start from>` (steps trained again).
   ref_torch.py heal DIR H     the reference of a replacement's copy of a big model's state: the
                              wide MLP 784-H-H/4-10 (ct's --hidden H) with Adam after one step;
                              rank 0's checkpoint path of the recovery above, torch.save of model
@@ -71,6 +72,9 @@ def worker(rank, world, outdir, mode, epochs=3):
         torch.utils.data.TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=0)
     loss_fn = nn.CrossEntropyLoss()
     steps = 0
+    if mode == "recovery" and restart > 0 and rank == 0:  # where the restarted group starts
+        with open(os.path.join(outdir, "start_step.%d" % restart), "w") as f:
+            f.write("%d\n" % (start_epoch * ((len(x) // world + 63) // 64)))
     for epoch in range(start_epoch, epochs):
         sampler.set_epoch(epoch)
         idx = torch.tensor(list(iter(sampler)))
@@ -147,6 +151,9 @@ def recovery(outdir):
             p.kill()
             p.wait()
     print("recovery_ms %.1f" % ((first_step(outdir, 1) - t_kill) * 1e3))
+    # the victim parked after VICTIM_STEP completed steps; the restart trains again from its start
+    with open(os.path.join(outdir, "start_step.1")) as f:
+        print("steps_lost %d" % (VICTIM_STEP - int(f.read())))
 
 
 def torchrun(argv):

@@ -15,8 +15,11 @@
 #        a replacement's copy of the survivor's state through the object store (put, fetch and
 #        load, CRC-checked); ref: ref_torch.py heal, the same model and optimizer saved with
 #        torch.save and loaded into a fresh model and optimizer (a restart's checkpoint path).
+#   steps lost per failure: the optimizer steps trained again after the kill (the steps done
+#        at the kill less the step the next group starts from): ct live (0: the survivor goes on
+#        from the step it stood at), ct restart and torchrun (from the epoch-1 checkpoint).
 # Medians of RUNS (default 3) runs each (heal: one run). Last lines: ratio = ref / ct (> 1: ct
-# faster).
+# faster, or fewer steps lost; "inf" when ct lost none).
 set -eu
 BUILD=${CT_BUILD:-build}
 PY=${REF_PYTHON:-/usr/bin/python3}
@@ -44,16 +47,19 @@ function median(a, n,    i, j, t) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
-/^ct: / { ct_s = $3; ct_r = $5 }
-/^ct live: / { ct_l = $6 }
+/^ct: / { ct_s = $3; ct_r = $5; ct_rl = $7 }
+/^ct live: / { ct_l = $6; ct_ll = $8 }
 /^ct heal: / { ct_h = $4 }
 /^ref heal: / { ref_h = $4 }
 /^ref run .*startup_ms/ { s[++ns] = $5 }
 /^ref run .*recovery_ms/ { r[++nr] = $5 }
+/^ref run .*steps_lost/ { l[++nl] = $5 }
 END {
-    ref_s = median(s, ns); ref_r = median(r, nr)
+    ref_s = median(s, ns); ref_r = median(r, nr); ref_l = median(l, nl)
     printf "trainer_startup: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_s, ref_s, (ct_s > 0 ? ref_s / ct_s : 0)
     printf "trainer_recovery_live: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_l, ref_r, (ct_l > 0 ? ref_r / ct_l : 0)
     printf "trainer_heal_copy_93mb: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_h, ref_h, (ct_h > 0 ? ref_h / ct_h : 0)
+    printf "trainer_steps_lost_live: ct=%d ref=%d steps ratio=%s\n", ct_ll, ref_l, (ct_ll > 0 ? sprintf("%.2f", ref_l / ct_ll) : "inf")
+    printf "trainer_steps_lost_restart: ct=%d ref=%d steps ratio=%s\n", ct_rl, ref_l, (ct_rl > 0 ? sprintf("%.2f", ref_l / ct_rl) : "inf")
     printf "trainer_recovery: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_r, ref_r, (ct_r > 0 ? ref_r / ct_r : 0)
 }' "$OUT"

@@ -4,7 +4,8 @@
  * "tcp": 4 nodes of 1 CPU, the ring over TCP; "min": as shm with min_replicas 4; "two": as shm
  * with two replicas killed at once; "idle": replica 0 killed by the test between epochs;
  * "newcomer": as shm, and the first replacement SIGKILLs itself while it joins, in its build;
- * "peer": as shm, and the first replacement, while it joins, SIGKILLs the first serving peer).
+ * "peer": as shm, and the first replacement, while it joins, SIGKILLs the first serving peer;
+ * "refuse": as shm, and the first 3 replacements fail their build, the later ones build).
  * 4 replicas train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4
  * steps, 2 epochs. The train step "logged" wraps the built-in one: after each completed step it
  * appends (step, world, rank, epoch, time, lr, hash of the weights the step started from,
@@ -28,6 +29,9 @@
  * are printed, not asserted. shm runs twice: the two runs' final weights are bit-identical.
  * min, expected: 3 survivors are fewer than min_replicas 4: the driver restarts the group from
  * the checkpoint (one retry, live_recoveries 0), and the run still ends at 2 epochs.
+ * refuse, expected: 3 replacements in a row refused end the heals of the group (no 4th try,
+ * heals 0, though a 4th would build); the 3 go on to the epoch's end, whose checkpoint grows
+ * the group back to 4 by a restart from it (growths 1, no retry).
  * durable: as shm, with every checkpoint also in a checkpoint directory (all kept: the one the
  * 3 survivors wrote at step 4 before the replacement healed, and the healed group's at steps 7
  * and 12); then a new trainer with recovery "restart" resumes from each one (no kill) and must
@@ -157,11 +161,32 @@ static void kill_serving_peer(trainer_ctx *ctx, const char *dir)
         usleep(1000);
 }
 
+/* With kill_mask bit 6 (64), the first 3 replicas built after the first kill (replacements)
+ * fail their build, each marking refused-K; the later ones build. */
+static int refuse_build(trainer_ctx *ctx, const char *dir)
+{
+    char path[256], name[32];
+    snprintf(path, sizeof path, "%s/killed-2", dir);
+    if (!(trainer_config_int(ctx, "kill_mask", 4) & 64) || access(path, F_OK) != 0)
+        return 0;
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "refused-%d", k);
+        if (mark_once(dir, name)) {
+            fprintf(stderr, "test: replacement %d refused (kill_mask 64)\n", k);
+            return CT_EINVAL;
+        }
+    }
+    return 0;
+}
+
 static int dying_data(trainer_ctx *ctx, trainer_data *d)
 {
     const char *dir = trainer_config_str(ctx, "log_dir", "/tmp");
     char path[256], line[32];
     kill_serving_peer(ctx, dir);
+    int rc = refuse_build(ctx, dir);
+    if (rc < 0)
+        return rc;
     snprintf(path, sizeof path, "%s/killed-2", dir);
     if ((trainer_config_int(ctx, "kill_mask", 4) & 16) && access(path, F_OK) == 0) {
         snprintf(path, sizeof path, "%s/newcomer-killed", dir);
@@ -414,6 +439,7 @@ static void one_run(const char *mode, run *out)
     bool newcomer = !strcmp(mode, "newcomer");
     bool peer = !strcmp(mode, "peer");
     bool durable = !strcmp(mode, "durable");
+    bool refuse = !strcmp(mode, "refuse");
     char ckdir[128];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
@@ -422,6 +448,7 @@ static void one_run(const char *mode, run *out)
              : idle               ? 0
              : newcomer           ? 4 | 16
              : peer               ? 4 | 32
+             : refuse             ? 4 | 64
                                   : 4);
     trainer *t = NULL;
     CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
@@ -467,6 +494,19 @@ static void one_run(const char *mode, run *out)
                      "3"
                      "444444";
             kill_epoch = 1;
+        } else if (refuse) {
+            char path[300];
+            int refused = 0;
+            for (int k = 0; k < 4; k++) {
+                snprintf(path, sizeof path, "%s/refused-%d", dir, k);
+                refused += access(path, F_OK) == 0;
+            }
+            CHECK_EQ_INT(refused, 3);
+            CHECK_EQ_INT(out->st.live_recoveries, 1);
+            CHECK_EQ_INT(out->st.heals, 0); /* a 4th replacement would have built */
+            CHECK_EQ_INT(out->st.growths, 1);
+            CHECK_EQ_INT(out->st.retries_used, 0);
+            CHECK_EQ_INT(out->st.replicas, 4);
         } else if (min) {
             CHECK_EQ_INT(out->st.live_recoveries, 0);
             CHECK_EQ_INT(out->st.retries_used, 1);

@@ -67,6 +67,9 @@ struct trainer {
      * until it is that size again (ct__heal_replacement; 0: no live recovery since it started) */
     int heal_to;
     int heal_next; /* the next serving peer's rank, round-robin over the group */
+    /* replacements in a row that did not get in (drop_newcomer); at HEAL_MAX_REFUSED the
+     * driver stops healing this group (heal_to 0: a checkpoint grows it by a restart) */
+    int heal_refused;
     /* ct__driver_call_all after a failure waits for every call (a survivor's error, a death's
      * report), after the first death's report for LIVE_SETTLE_MS at most, not only for that death:
      * live recovery must know every replica that died (two killed at once) */

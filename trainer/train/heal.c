@@ -15,6 +15,10 @@
 
 #define HEAL_CALL_MS 60000     /* a replacement's build, a snapshot, its fetch and load */
 #define HEAL_FREE_WAIT_MS 3000 /* for a failed replacement's resources to be free again */
+/* replacements in a row that may fail to get in before the driver stops healing the group:
+ * a refusal that repeats (a build that fails on the free node, a snapshot the newcomer keeps
+ * refusing) would otherwise start and kill a replica at every step boundary, for ever */
+#define HEAL_MAX_REFUSED 3
 
 /* Waits up to HEAL_FREE_WAIT_MS, while the group goes on, until a replica fits (the resources
  * of one that died or was let go during a heal are free again: a death is seen by the call
@@ -30,12 +34,24 @@ static void wait_for_room(trainer *t)
 
 /* Kills and releases a newcomer that did not get in (its snapshot too); the group goes on.
  * Then waits for its resources (wait_for_room), so that the next step boundary's replacement
- * fits where this one did; a node lost with it keeps them: the wait ends unmet. */
+ * fits where this one did; a node lost with it keeps them: the wait ends unmet. The
+ * HEAL_MAX_REFUSED-th in a row ends the heals of this group, with an error line saying why. */
 static void drop_newcomer(trainer *t, ct_actor **a, tr_snapshot *snap, const char *what)
 {
+    char err[400];
+    snprintf(err, sizeof err, "%s", ct_last_error());
     CT_LOG(CT_LOG_WARN, "trainer",
            "heal: the replacement did not get in (%s: %s); the group goes on without it", what,
-           ct_last_error());
+           err);
+    if (++t->heal_refused >= HEAL_MAX_REFUSED) {
+        CT_LOG(CT_LOG_ERROR, "trainer",
+               "heal: %d replacements in a row did not get in (the last: %s: %s); no more "
+               "heals: the group of %d goes on, and grows back at its next checkpoint by a "
+               "restart from it when replicas fit",
+               t->heal_refused, what, err, t->world);
+        t->heal_to = 0;
+        t->heal_refused = 0;
+    }
     ct_actor_kill(*a);
     for (int64_t until = ct__now_ms() + 10000; !ct_actor_is_dead(*a) && ct__now_ms() < until;)
         usleep(2000);
@@ -233,6 +249,7 @@ int ct__heal_replacement(trainer *t, const trainer_train_opts *o, char *why, siz
                     "a replacement (node %s) healed from rank %d in %.0f ms; world %d%s",
                     ct_actor_node(a), peer, (ct__now_ns() - t0) / 1e6, n + 1,
                     t->world >= t->heal_to ? " again" : "");
+    t->heal_refused = 0;
     if (t->world >= t->heal_to) /* back to its size: a checkpoint may grow it further */
         t->heal_to = 0;
     t->stats.heal_ns = ct__now_ns() - (t->stats.failure_seen_ns ? t->stats.failure_seen_ns : t0);

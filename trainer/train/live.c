@@ -135,8 +135,10 @@ int ct__live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, int
     t->group_fresh = true;
     t->stats.live_recoveries++;
     t->live_fresh = true;
-    if (!t->heal_to)
+    if (!t->heal_to) {
         t->heal_to = old;
+        t->heal_refused = 0;
+    }
     t->stats.group_start_step = t->local.step;
     t->stats.group_start_ns = t0;
     CT_LOG(CT_LOG_INFO, "trainer",

@@ -13,8 +13,10 @@
 #        startup = torch.multiprocessing.spawn of 2 workers -> init_process_group -> first step.
 #   heal: ct's live run with --hidden 8192 (a 93 MB MLP, a 279 MB snapshot with Adam's state):
 #        a replacement's copy of the survivor's state through the object store (put, fetch and
-#        load, CRC-checked); ref: ref_torch.py heal, the same model and optimizer saved with
-#        torch.save and loaded into a fresh model and optimizer (a restart's checkpoint path).
+#        load, CRC-checked), on the embedded node and (2 nodes) between two ct-node processes of
+#        1 CPU on loopback, where the snapshot crosses the data port; ref: ref_torch.py heal,
+#        the same model and optimizer saved with torch.save and loaded into a fresh model and
+#        optimizer (a restart's checkpoint path).
 #   steps lost per failure: the optimizer steps trained again after the kill (the steps done
 #        at the kill less the step the next group starts from): ct live (0: the survivor goes on
 #        from the step it stood at), ct restart and torchrun (from the epoch-1 checkpoint).
@@ -33,6 +35,8 @@ trap 'rm -rf "$OUT" "$TMP"' EXIT
 "$BIN" --runs "$RUNS" --limit 8192 --recovery live 2>/dev/null | sed 's/^ct: /ct live: /' | tee -a "$OUT"
 "$BIN" --runs "$RUNS" --limit 8192 --recovery restart 2>/dev/null | tee -a "$OUT"
 "$BIN" --runs 1 --limit 2048 --recovery live --hidden 8192 2>/dev/null | grep '^ct heal:' | tee -a "$OUT"
+"$BIN" --runs 1 --limit 2048 --recovery live --hidden 8192 --nodes 2 2>/dev/null | grep '^ct heal:' |
+    sed 's/^ct heal:/ct heal 2 nodes:/' | tee -a "$OUT"
 mkdir -p "$TMP/h"
 "$PY" "$HERE/ref_torch.py" heal "$TMP/h" 8192 2>/dev/null | sed 's/^/ref heal: /' | tee -a "$OUT"
 i=0
@@ -50,6 +54,7 @@ function median(a, n,    i, j, t) {
 /^ct: / { ct_s = $3; ct_r = $5; ct_rl = $7 }
 /^ct live: / { ct_l = $6; ct_ll = $8 }
 /^ct heal: / { ct_h = $4 }
+/^ct heal 2 nodes: / { ct_h2 = $6 }
 /^ref heal: / { ref_h = $4 }
 /^ref run .*startup_ms/ { s[++ns] = $5 }
 /^ref run .*recovery_ms/ { r[++nr] = $5 }
@@ -59,6 +64,7 @@ END {
     printf "trainer_startup: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_s, ref_s, (ct_s > 0 ? ref_s / ct_s : 0)
     printf "trainer_recovery_live: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_l, ref_r, (ct_l > 0 ? ref_r / ct_l : 0)
     printf "trainer_heal_copy_93mb: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_h, ref_h, (ct_h > 0 ? ref_h / ct_h : 0)
+    printf "trainer_heal_copy_93mb_2nodes: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_h2, ref_h, (ct_h2 > 0 ? ref_h / ct_h2 : 0)
     printf "trainer_steps_lost_live: ct=%d ref=%d steps ratio=%s\n", ct_ll, ref_l, (ct_ll > 0 ? sprintf("%.2f", ref_l / ct_ll) : "inf")
     printf "trainer_steps_lost_restart: ct=%d ref=%d steps ratio=%s\n", ct_rl, ref_l, (ct_rl > 0 ? sprintf("%.2f", ref_l / ct_rl) : "inf")
     printf "trainer_recovery: ct=%.1f ref=%.1f ms ratio=%.2f\n", ct_r, ref_r, (ct_r > 0 ? ref_r / ct_r : 0)

@@ -21,6 +21,7 @@
 
 #include "common/common.h"
 #include "internal.h"
+#include "objectstore/crc32c.h"
 #include "trainer/backend/backend.h"
 #include "trainer/nn/safetensors.h"
 
@@ -244,17 +245,18 @@ size_t ct__ckpt_size(const tr_ckpt_plan *p)
     return 8 + p->hdr.len + p->data_bytes;
 }
 
-void ct__ckpt_write(const tr_ckpt_plan *p, void *dst)
+uint32_t ct__ckpt_write(const tr_ckpt_plan *p, void *dst)
 {
     uint64_t hl = p->hdr.len; /* little-endian host (x86-64, aarch64) */
     char *d = dst;
-    memcpy(d, &hl, 8);
-    memcpy(d + 8, p->hdr.s, p->hdr.len);
+    uint32_t crc = ct__crc32c_copy(0, d, &hl, 8);
+    crc = ct__crc32c_copy(crc, d + 8, p->hdr.s, p->hdr.len);
     d += 8 + p->hdr.len;
-    for (int i = 0; i < p->npieces; i++) {
-        memcpy(d, p->pieces[i].data, p->pieces[i].bytes);
+    for (int i = 0; i < p->npieces; i++) { /* the CRC rides along with the copy, memory bound */
+        crc = ct__crc32c_copy(crc, d, p->pieces[i].data, p->pieces[i].bytes);
         d += p->pieces[i].bytes;
     }
+    return crc;
 }
 
 void ct__ckpt_plan_free(tr_ckpt_plan **pp)

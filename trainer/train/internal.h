@@ -168,7 +168,8 @@ typedef struct tr_zero_state {
 int ct__ckpt_plan(const tr_state *st, const tr_spec *spec, int world, const tr_zero_state *full,
                   tr_ckpt_plan **out);
 size_t ct__ckpt_size(const tr_ckpt_plan *p);
-void ct__ckpt_write(const tr_ckpt_plan *p, void *dst);
+/* Writes the ct__ckpt_size bytes to dst; returns their CRC-32C, computed in the same pass. */
+uint32_t ct__ckpt_write(const tr_ckpt_plan *p, void *dst);
 void ct__ckpt_plan_free(tr_ckpt_plan **p);
 /* Loads checkpoint bytes into st (models, optimizers, scheduler, epoch, step), after checking
  * the format, the creator names and every entry. CT_EINVAL naming what is wrong; st unchanged

@@ -203,8 +203,7 @@ int ct__replica_snapshot(void *state, const void *args, size_t len, void **res, 
         rc = ct_object_create(snap.size, &snap.id, &dst);
     }
     if (rc == 0) {
-        ct__ckpt_write(p, dst);
-        snap.crc = ct__crc32c(0, dst, snap.size);
+        snap.crc = ct__ckpt_write(p, dst);
         rc = ct_object_seal(&snap.id, &(ct_put_opts){.node = a.node[0] ? a.node : NULL});
         if (rc < 0)
             ct_object_abort(&snap.id);

@@ -742,14 +742,14 @@ static ct_tensor *forward(const op_case *c, ct_tensor **in, bool autocast)
     return y;
 }
 
-/* The backend refuses c (ct__supports): the op itself must refuse it too, at its call, naming
- * the op and the device. */
-static void check_refusal(const op_case *c, ct_tensor **din, const char *why)
+/* The backend refuses c: the op itself must refuse it too, at its call, with an error naming
+ * the device and what (the op, or the layout) */
+static void check_refusal(const op_case *c, ct_tensor **din, const char *what, const char *why)
 {
     ct_tensor *y = forward(c, din, c->autocast != 0);
     const char *e = ct_last_error();
-    case_check(y == NULL && strstr(e, c->need.name) && strstr(e, bkrow->name), c,
-               "refused by supports (%s), but the op said: %s", why, y ? "ok" : e);
+    case_check(y == NULL && strstr(e, what) && strstr(e, bkrow->name), c,
+               "refused (%s), but the op said: %s", why, y ? "ok" : e);
     ct_autograd_clear_tape();
     ct_tensor_release(&y);
     printf("  %-28s %-40s refused: %s\n", c->op, c->variant, why);
@@ -781,7 +781,16 @@ static int run_case(const op_case *c)
     if (need.name && ct__supports(&counted, &need) < 0) {
         char why[512];
         snprintf(why, sizeof why, "%s", ct_last_error());
-        check_refusal(c, din, why);
+        check_refusal(c, din, need.name, why);
+        goto out;
+    }
+    /* a blocked tensor (from the CPU, by ct_tensor_to) on a backend without blocked layouts (no
+     * blocked_fmt: CUDA) is refused by its reorder, not read as plain */
+    bool blocked = false;
+    for (int i = 0; i < n; i++)
+        blocked = blocked || c->in[i].blocked;
+    if (blocked && !under->blocked_fmt) {
+        check_refusal(c, din, "blocked", "a blocked layout on a backend without blocked layouts");
         goto out;
     }
     /* the CPU in the case's precision where it has it (else f32: within tol of it) */

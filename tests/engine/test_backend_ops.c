@@ -2,29 +2,36 @@
  * tests/test-backend-ops.cpp: one table of op cases (cases[] below), each a public op with
  * inputs whose shapes reach tails and several blocks, run forward and backward on CPU tensors
  * and on copies of them on the backend; the outputs and every input's gradient must agree
- * within the case's tolerance, relative to the CPU's largest value. argv[1] names the backend
- * (backends[]): "checkdev" (the checking device: CPU kernels run late on worker threads with
- * memory the host cannot read, so a missing copy or wait fails here) or "cuda" (exit 77 without
- * a GPU; scripts/gpu-check.sh runs it on one). The other arguments are the public headers
- * whose ops must each have a case.
+ * within the case's tolerance, relative to the CPU's largest value. A few cases (entry_cases[])
+ * call the entries only the optimizer and the tensor API reach, against the CPU's. argv[1]
+ * names the backend (backends[]): "checkdev" (the checking device: CPU kernels run late on
+ * worker threads with memory the host cannot read, so a missing copy or wait fails here),
+ * "cuda" (exit 77 without a GPU; scripts/gpu-check.sh runs it on one) or "cudaemu" (the CUDA
+ * backend over the emulator, trainer/cudaemu/backend_cudaemu.c, in test_engine_backend_ops_emu
+ * only). --headers: the public headers whose ops must each have a case.
  *
  * Nothing here is a silent pass:
  * - every `ct_tensor *ct_nn_...(` op declared in the headers must be the op of some case, and
- *   every case's op must be declared there (the names are read from the headers at run time);
+ *   every case's ct_nn_ op must be declared there (the names are read from the headers);
  * - the backend's table is run through a counting copy (counted below: each op entry counts its
  *   calls, then calls the backend's own), and every entry the backend has must be called by
- *   some case. A new entry in backend.h without a row in ENTRIES fails the build
+ *   some case. A new op entry in backend.h without a row in ENTRIES fails the build
  *   (_Static_assert);
  * - a case the backend refuses (ct__supports, as ggml's supports_op) must be refused by the op
- *   itself as well, with an error naming the op and the device.
+ *   itself as well, at its call, with an error naming the op and the device;
+ * - a case is "not run" (printed) only where it needs an entry the backend's own table lacks
+ *   (NULL: CT__BK_CALL's "E is not implemented on device D"), or, for ct_tensor_to, where the
+ *   backend is no device of the engine (cudaemu).
  * `--without ENTRY OP` runs every case against the counting copy with ENTRY removed (as a
- * backend that lacks the kernel) and passes only when the run fails and its failures name OP and
- * ENTRY: removing one entry fails the test with the op's name (ctest engine_backend_ops_without).
+ * backend that lacks the kernel) and passes only when the run fails, every failure naming ENTRY
+ * and one of them OP: removing one entry fails the test with the op's name (ctest
+ * engine_backend_ops_without). ENTRY must be one the engine calls through CT__BK_CALL (not
+ * fill, axpy or the *_ws_bytes / blocked_fmt queries, which it calls directly).
  *
- * Also: inputs on two devices are refused with a message naming both; a small CNN moved with
- * ct_module_to trains (SGD, AdamW) to the CPU's losses, parameters and optimizer state
- * (the optimizer's entries are also cases of their own, since an optimizer finds its table by
- * device, not through the counting copy). */
+ * Backward runs through sum(y * g) with g on y's device, so that no tensor crosses devices.
+ * Also, on a device of the engine: inputs on two devices are refused with a message naming
+ * both; a small CNN moved with ct_module_to trains (SGD, AdamW) to the CPU's losses, parameters
+ * and optimizer state. */
 #include <stdarg.h>
 #include <stddef.h>
 
@@ -1347,14 +1354,12 @@ out:
 
 static int usage(const char *argv0)
 {
-    fprintf(
-        stderr,
-        "usage: %s BACKEND [STEPS] [--without ENTRY OP] [--headers HEADER...]\n"
-        "  BACKEND: checkdev, cuda or cudaemu; STEPS: of the training check (10); --without: the "
-        "run\n"
-        "  without the op entry ENTRY must fail naming OP; HEADER: public headers whose ct_nn_\n"
-        "  ops must each have a case\n",
-        argv0);
+    fprintf(stderr,
+            "usage: %s BACKEND [STEPS] [--without ENTRY OP] [--headers HEADER...]\n"
+            "  BACKEND: checkdev, cuda or cudaemu; STEPS: of the training check (10)\n"
+            "  --without: the run without the op entry ENTRY must fail naming OP\n"
+            "  HEADER: public headers whose ct_nn_ ops must each have a case\n",
+            argv0);
     return 2;
 }
 

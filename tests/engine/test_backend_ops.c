@@ -695,7 +695,7 @@ static const op_case cases[] = {
 static int case_fails; /* checks failed in the current case */
 /* --without: the ops of the failed cases whose message names the removed entry, and the
  * failures that do not */
-static const char *named_ops[64];
+static const char *named_ops[256]; /* more than the cases */
 static int n_named, unrelated;
 
 static void case_check(bool ok, const op_case *c, const char *fmt, ...)
@@ -1117,6 +1117,9 @@ static const entry_case entry_cases[] = {
     {"ct_nn_batch_norm's running statistics (bn_update_running)", e_bn_running},
     {"ct_nn_batch_norm_relu's eval backward (bn_bwd_frozen)", e_bn_frozen},
 };
+
+_Static_assert(CT_ARRAY_LEN(named_ops) >= CT_ARRAY_LEN(cases) + CT_ARRAY_LEN(entry_cases),
+               "named_ops holds every case's op");
 
 /* the same bits on every backend (update.h's operations; the sums in double) */
 static int run_entry_case(const entry_case *e)

@@ -20,7 +20,7 @@
 #     /usr/lib), each asked for its version by gpu_libversions and compared with the headers'
 #     (a major version that differs fails; a lower minor is a warning); `ldd` of every program
 #     with its library path (a library "not found" fails); the GPU unit tests without sanitizers
-#     (collective_nccl, cuda_kernels, cuda_cudnn, cuda_streams, test_engine_device cuda 200:
+#     (collective_nccl, cuda_kernels, cuda_cudnn, cuda_streams, test_engine_backend_ops cuda 200:
 #     every op and 200 training steps against the CPU, test_engine_amp on cuda) and one trainer
 #     test (test_trainer_gpu).
 #   bash scripts/gpu-check.sh bench
@@ -28,13 +28,13 @@
 #     fail on a failing program and on a cudaMalloc after step 2), within BUDGET_S of the stage.
 #   bash scripts/gpu-check.sh sanitize
 #     compute-sanitizer's memcheck (PATH's, else the wheel's from .gpu/wheels) on the programs
-#     that run ct's own kernels: cuda_kernels and test_engine_device cuda (built with -lineinfo,
-#     so its reports name source lines). API errors are not reported: cuda_kernels asks for
+#     that run ct's own kernels: cuda_kernels and test_engine_backend_ops cuda (built with
+#     -lineinfo, so its reports name source lines). API errors are not reported: cuda_kernels asks for
 #     2^50 bytes on purpose.
 #   bash scripts/gpu-check.sh cpu
 #     CPU programs on the lent machine's processor (its oneDNN kernels differ from an AVX2
-#     machine's): test_engine_ops_ref, test_engine_train, checkdev_selftest, test_engine_device
-#     checkdev 50.
+#     machine's): test_engine_ops_ref, test_engine_train, checkdev_selftest,
+#     test_engine_backend_ops checkdev 50.
 # A stage writes a log per program and summary.txt (a line per row: `NAME exit RC SECONDSs`)
 # into $OUT/gpu-check/STAGE/ when OUT is set, else into a new temporary folder; it prints the
 # same lines, a failing row's log tail, and its verdict. Each row runs under its own `timeout`.
@@ -64,19 +64,19 @@ collective_nccl      30
 cuda_kernels         45
 cuda_cudnn           45
 cuda_streams         30
-test_engine_device   70 cuda 200
+test_engine_backend_ops 70 cuda 200
 test_engine_amp      45 @ref@ cuda
 test_trainer_gpu     70
 "
 sanitize_programs="
 cuda_kernels        170
-test_engine_device  170 cuda
+test_engine_backend_ops 170 cuda
 "
 cpu_programs="
 test_engine_ops_ref  60 @ref@
 test_engine_train   120 @ref@
 checkdev_selftest    30
-test_engine_device  120 checkdev 50
+test_engine_backend_ops 120 checkdev 50
 "
 bench_limit=360       # bench/gpu_train as a whole (its BUDGET_S: 10 s less)
 gpu_limit=10          # nvidia-smi -L
@@ -84,7 +84,7 @@ versions_limit=15     # gpu_libversions
 ldd_limit=2           # ldd of one program
 sanitizer_limit=30    # unpacking compute-sanitizer's wheel
 # every program any stage runs, and the version reader: `ldd` in quick, copied by prepare
-all_programs="collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_device
+all_programs="collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_backend_ops
               test_engine_amp test_trainer_gpu gpu_bench test_engine_ops_ref test_engine_train
               checkdev_selftest gpu_libversions"
 debs="libzmq5 libprotobuf-c1 libyaml-0-2 libdnnl2 libsodium23 libpgm-5.3-0 libnorm1 libbsd0

@@ -1,7 +1,8 @@
 /* tests/cuda/test_supports.c — the CUDA table's supports() (trainer/cuda/backend_cuda.c), which
  * needs no GPU: cross entropy without smoothing is supported; the other losses and smoothing
  * are refused with CT_ENOSYS naming the op, its shape and the device; autocast products are
- * supported. And the CPU's: every loss; f16 products refused naming the op. */
+ * supported, and every activation. And the CPU's: every loss and activation; f16 products refused
+ * naming the op. */
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +37,11 @@ int main(void)
     CHECK(ct__supports(cpu, &(ct__op_desc){.kind = CT__OP_LOWP, .name = "linear", .dt = CT_F16}) ==
           CT_ENOSYS);
     CHECK(strstr(ct_last_error(), "linear in f16") && strstr(ct_last_error(), "device cpu"));
+    /* every activation on both (on cuda, all but ReLU are cuDNN's) */
+    for (int alg = CT__ELT_RELU; alg <= CT__ELT_SIGMOID; alg++) {
+        ct__op_desc act = {.kind = CT__OP_ACT, .name = "an activation", .alg = alg};
+        CHECK(ct__supports(cu, &act) == 0 && ct__supports(cpu, &act) == 0);
+    }
     printf("%s\n", failures ? "supports: failed" : "supports: cuda and cpu refuse what they lack");
     return failures ? 1 : 0;
 }

@@ -110,8 +110,8 @@ EOF
 rm -f "$tmp/ghost/libghost.so.1" # now nowhere: ldd says "not found"
 
 b=$tmp/gpu/bin
-for p in collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_device test_engine_amp \
-         test_trainer_gpu test_engine_ops_ref test_engine_train checkdev_selftest; do
+for p in collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_backend_ops \
+         test_engine_amp test_trainer_gpu test_engine_ops_ref test_engine_train checkdev_selftest; do
     cp "$tmp/shim" "$b/$p"
     cat >"$b/$p.sh" <<'EOF'
 #!/bin/sh
@@ -194,15 +194,15 @@ rc=$?
 cat "$tmp/stdout"
 expect "quick passes when everything passes (exit $rc)" test "$rc" -eq 0
 expect "quick's summary.txt has a row per check and program" test "$(rows quick)" = \
-    "gpu libs versions ldd collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_device test_engine_amp test_trainer_gpu "
+    "gpu libs versions ldd collective_nccl cuda_kernels cuda_cudnn cuda_streams test_engine_backend_ops test_engine_amp test_trainer_gpu "
 expect "summary rows read NAME exit RC SECONDSs" \
     awk '!/^[a-z_0-9]+ +exit +[0-9]+ +[0-9]+s$/ {exit 1}' "$tmp/out/gpu-check/quick/summary.txt"
 expect "a log per program" test -s "$tmp/out/gpu-check/quick/ldd.log" -a \
     -e "$tmp/out/gpu-check/quick/test_trainer_gpu.log"
 expect "the versions log warns of cuDNN older than its headers" \
     has "$tmp/out/gpu-check/quick/versions.log" "cudnn: 9.10.2 here, built against 9.19.0: WARNING"
-expect "test_engine_device runs with cuda 200" \
-    test "$(traced test_engine_device | cut -d' ' -f2-3)" = "cuda 200"
+expect "test_engine_backend_ops runs with cuda 200" \
+    test "$(traced test_engine_backend_ops | cut -d' ' -f2-3)" = "cuda 200"
 expect "test_engine_amp gets the reference folder" \
     test "$(traced test_engine_amp | cut -d' ' -f2-3)" = "$root/tests/engine/ref cuda"
 expect "each program gets the CUDA libraries' folders" libdirs_in "$(traced cuda_kernels)"
@@ -317,17 +317,17 @@ rc=$?
 cat "$tmp/stdout"
 expect "sanitize passes when memcheck finds nothing (exit $rc)" test "$rc" -eq 0
 expect "sanitize's rows" test "$(rows sanitize)" = \
-    "gpu libs ldd sanitizer cuda_kernels test_engine_device "
+    "gpu libs ldd sanitizer cuda_kernels test_engine_backend_ops "
 expect "memcheck runs cuda_kernels" has "$tmp/trace" "^compute-sanitizer --tool memcheck .*$b/cuda_kernels "
-expect "memcheck runs test_engine_device cuda" \
-    test "$(traced test_engine_device | cut -d' ' -f2)" = cuda
+expect "memcheck runs test_engine_backend_ops cuda" \
+    test "$(traced test_engine_backend_ops | cut -d' ' -f2)" = cuda
 expect "through compute-sanitizer with the library path" \
     libdirs_in "$(grep '^compute-sanitizer' "$tmp/trace" | head -1)"
 echo 99 >"$b/cuda_kernels.rc" # memcheck's --error-exitcode
 gpu sanitize
 rc=$?
 expect "a memcheck error fails sanitize (exit $rc), which goes on" test "$rc" -eq 1 -a \
-    "$(row_exit sanitize cuda_kernels)" = 99 -a "$(row_exit sanitize test_engine_device)" = 0
+    "$(row_exit sanitize cuda_kernels)" = 99 -a "$(row_exit sanitize test_engine_backend_ops)" = 0
 rm -f "$b/cuda_kernels.rc"
 
 # ---- without OUT: a temporary folder ----

@@ -139,12 +139,14 @@ typedef struct ct__adam_h {
 typedef enum ct__op_kind {
     CT__OP_LOSS, /* loss_fwd / loss_bwd with *loss */
     CT__OP_LOWP, /* a matrix product or convolution in autocast precision dt (not CT_F32) */
+    CT__OP_ACT,  /* the activation alg (CT__ELT_*): eltwise_fwd / eltwise_bwd */
 } ct__op_kind;
 typedef struct ct__op_desc {
     ct__op_kind kind;
     const char *name;
     const ct__loss_p *loss;
     int dt;
+    int alg;
 } ct__op_desc;
 
 /* ---- the table ---- */

@@ -445,6 +445,11 @@ cudaError_t cudaGetDevice(int *dev)
     return cudaSuccess;
 }
 
+cudaError_t cudaSetDevice(int dev)
+{
+    return dev == 0 ? cudaSuccess : (last_error = cudaErrorInvalidValue);
+}
+
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev)
 {
     if (dev != 0)
@@ -509,6 +514,20 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s)
 {
     (void)s;
     memset(p, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src_dev, size_t bytes,
+                                cudaStream_t s)
+{
+    if (dst_dev != 0 || src_dev != 0)
+        return last_error = cudaErrorInvalidValue;
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s);
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+    *a = cudaPointerAttributes{2 /* device memory */, 0, const_cast<void *>(p), nullptr};
     return cudaSuccess;
 }
 

@@ -734,6 +734,8 @@ static ct_tensor *elt(const char *op, ct_tensor *x, int alg, float alpha)
         return NULL;
     elt_ctx c = {alg, alpha};
     const ct__backend *bk = ct__bk(x);
+    if (ct__supports(bk, &(ct__op_desc){.kind = CT__OP_ACT, .name = op, .alg = alg}) < 0)
+        return NULL;
     y = new_out(bk, x->ndim, x->shape);
     if (!y)
         goto err;

@@ -52,6 +52,8 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaDeviceSynchronize(void);
 /* the emulated device describes itself as an H100 SXM's shape: sm_90, 132 SMs, 1.98 GHz */
 cudaError_t cudaGetDevice(int *dev);
+/* one device: 0 (another is cudaErrorInvalidValue) */
+cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev);
 
 cudaError_t cudaMalloc(void **p, size_t bytes);
@@ -61,6 +63,17 @@ cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t s);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);
+/* between devices: there is one, so a copy within it */
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src_dev, size_t bytes,
+                                cudaStream_t s);
+/* the device of p: 0 for every pointer */
+struct cudaPointerAttributes {
+    int type;
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+};
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p);
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);

@@ -39,13 +39,12 @@ static void hold_in_copy(const replica *r, const char *role)
     snprintf(pid, sizeof pid, "%d\n", (int)getpid());
     bool ok = fputs(pid, f) >= 0;
     ok &= fclose(f) == 0;
-    ok &= ok && link(tmp, held) == 0; /* the first one holds */
+    ok = ok && link(tmp, held) == 0; /* the first one holds */
     unlink(tmp);
     if (!ok)
         return;
     CT_LOG(CT_LOG_WARN, "trainer",
-           "replica %d: held in the heal's copy as the %s while %s exists "
-           "(test fault)",
+           "replica %d: held in the heal's copy as the %s while %s exists (test fault)",
            r->setup.rank, role, path);
     while (access(path, F_OK) == 0)
         usleep(20 * 1000);

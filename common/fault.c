@@ -15,6 +15,7 @@ static const char *const names[CT__FAULT_COUNT] = {
     [CT__FAULT_NODE_START_STALL_MS] = "node_start_stall_ms",
     [CT__FAULT_NODE_SPARE_EXEC_DELAY_MS] = "node_spare_exec_delay_ms",
     [CT__FAULT_TRAIN_HOLD] = "train_hold",
+    [CT__FAULT_HEAL_HOLD] = "heal_hold",
 };
 
 /* The fault named by the n bytes at s, or CT__FAULT_COUNT. */

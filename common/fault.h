@@ -23,6 +23,9 @@ typedef enum ct__fault_id {
     CT__FAULT_NODE_SPARE_EXEC_DELAY_MS, /* node_spare_exec_delay_ms=MS: a spare zygote execs late */
     CT__FAULT_TRAIN_HOLD,               /* train_hold=STEP:PATH: a replica waits at STEP while
                                          * PATH exists */
+    CT__FAULT_HEAL_HOLD,                /* heal_hold=ROLE:PATH: the heal's copy waits, once,
+                                         * in the newcomer or the serving peer (ROLE "newcomer"
+                                         * or "peer") while PATH exists */
     CT__FAULT_COUNT
 } ct__fault_id;
 

@@ -5,7 +5,11 @@
  * with two replicas killed at once; "idle": replica 0 killed by the test between epochs;
  * "newcomer": as shm, and the first replacement SIGKILLs itself while it joins, in its build;
  * "peer": as shm, and the first replacement, while it joins, SIGKILLs the first serving peer;
- * "refuse": as shm, and the first 3 replacements fail their build, the later ones build).
+ * "refuse": as shm, and the first 3 replacements fail their build, the later ones build;
+ * "copy": as shm, and the first replacement is SIGKILLed by the test inside its heal's copy, the
+ * peer's snapshot fetched, not yet checked nor loaded; "peer_copy": as shm, and the first
+ * serving peer is SIGKILLed by the test inside its snapshot, the bytes written, not yet sealed
+ * toward the newcomer's node: both held there by the test fault heal_hold, common/fault.h).
  * 4 replicas train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4
  * steps, 2 epochs. The train step "logged" wraps the built-in one: after each completed step it
  * appends (step, world, rank, epoch, time, lr, hash of the weights the step started from,
@@ -27,6 +31,10 @@
  * on_world_size scales the lr by new / old: every step's lr is 0.05 x world / 4. The times from
  * the kill to the survivors' next step and to the first step of 4 again, and the heal's copy,
  * are printed, not asserted. shm runs twice: the two runs' final weights are bit-identical.
+ * copy, expected: as newcomer (the survivors unharmed, the next replacement heals at the next
+ * step boundary), and then the final weights are bit for bit those of a newcomer run (its
+ * replacement killed in its build, at the same boundary). peer_copy, expected: as peer, and its
+ * final weights are those of a peer run (the serving peer killed before its snapshot).
  * min, expected: 3 survivors are fewer than min_replicas 4: the driver restarts the group from
  * the checkpoint (one retry, live_recoveries 0), and the run still ends at 2 epochs.
  * refuse, expected: 3 replacements in a row refused end the heals of the group (no 4th try,
@@ -42,6 +50,7 @@
 #include "tt.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -104,8 +113,9 @@ static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out
 /* The test's data: tt's synthetic blobs. With kill_mask bit 4 (16), a replica built after the
  * first kill (the replacement) SIGKILLs itself there, once: it dies while it joins, before it
  * fetches its peer's snapshot. */
-/* The pid of the process whose step file has a step of world `world` by rank `rank`; 0: none. */
-static int pid_of(const char *dir, int world, int rank)
+/* The pid of the process whose step file has a step (`at`; -1: any) of world `world` by rank
+ * `rank`; 0: none. */
+static int pid_of(const char *dir, int64_t at, int world, int rank)
 {
     char path[600];
     int pid = 0;
@@ -119,7 +129,8 @@ static int pid_of(const char *dir, int world, int rank)
              l = strtok_r(NULL, "\n", &save)) {
             long long step;
             int w, r;
-            if (sscanf(l, "%lld %d %d", &step, &w, &r) == 3 && w == world && r == rank)
+            if (sscanf(l, "%lld %d %d", &step, &w, &r) == 3 && w == world && r == rank &&
+                (at < 0 || step == at))
                 pid = atoi(e->d_name + 6);
         }
         free(buf);
@@ -153,7 +164,7 @@ static void kill_serving_peer(trainer_ctx *ctx, const char *dir)
     snprintf(path, sizeof path, "%s/killed-2", dir);
     if (!(trainer_config_int(ctx, "kill_mask", 4) & 32) || access(path, F_OK) != 0)
         return;
-    int pid = pid_of(dir, 3, 0);
+    int pid = pid_of(dir, -1, 3, 0);
     if (pid <= 0 || !mark_once(dir, "peer-killed"))
         return;
     kill(pid, SIGKILL);
@@ -200,6 +211,44 @@ static int dying_data(trainer_ctx *ctx, trainer_data *d)
         }
     }
     return tt_synthetic(ctx, d);
+}
+
+/* copy, peer_copy: the file that arms heal_hold (CT_TEST_FAULTS is set before the nodes start,
+ * so every replica has it); it exists during the run, and the first replica held in the heal's
+ * copy writes its pid into it + ".held". */
+static char hold_path[128];
+
+/* What the copy killer saw: the pid it killed (0: none held) and whether it was gone. */
+typedef struct copy_kill {
+    const char *dir;
+    volatile int stop;
+    int pid;
+    bool gone;
+} copy_kill;
+
+/* Waits for a replica held in the heal's copy (hold_path.held), SIGKILLs it there, waits until
+ * it is gone, marks copy-killed in dir, then lets the copy fault go (removes hold_path). */
+static void *copy_killer(void *arg)
+{
+    copy_kill *k = arg;
+    char held[160];
+    snprintf(held, sizeof held, "%s.held", hold_path);
+    for (double until = h_now_ms() + 120000; !k->stop && h_now_ms() < until; usleep(2000)) {
+        char *v = tt_read_file(held, NULL);
+        int pid = v ? atoi(v) : 0;
+        free(v);
+        if (pid <= 0)
+            continue;
+        mark_once(k->dir, "copy-killed");
+        kill(pid, SIGKILL);
+        for (double gone = h_now_ms() + 10000; h_now_ms() < gone && !h_gone(pid);)
+            usleep(1000);
+        k->gone = h_gone(pid);
+        k->pid = pid;
+        break;
+    }
+    unlink(hold_path);
+    return NULL;
 }
 
 typedef struct run {
@@ -440,6 +489,7 @@ static void one_run(const char *mode, run *out)
     bool peer = !strcmp(mode, "peer");
     bool durable = !strcmp(mode, "durable");
     bool refuse = !strcmp(mode, "refuse");
+    bool copy = !strcmp(mode, "copy"), peer_copy = !strcmp(mode, "peer_copy");
     char ckdir[128];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
@@ -450,6 +500,17 @@ static void one_run(const char *mode, run *out)
              : peer               ? 4 | 32
              : refuse             ? 4 | 64
                                   : 4);
+    copy_kill ck = {.dir = dir};
+    pthread_t killer;
+    bool killing = false;
+    if (copy || peer_copy) { /* arm heal_hold: the file exists until the killer struck */
+        FILE *f = fopen(hold_path, "w");
+        CHECK(f != NULL);
+        if (f)
+            fclose(f);
+        killing = f && pthread_create(&killer, NULL, copy_killer, &ck) == 0;
+        CHECK(killing);
+    }
     trainer *t = NULL;
     CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
                                             .data = "dying",
@@ -470,6 +531,21 @@ static void one_run(const char *mode, run *out)
             .backoff_cap_ms = 400, .on_world_size = on_world_size,
             .on_epoch = idle ? kill_idle : NULL, .user = dir, .stats = &out->st,
             .checkpoint_dir = durable ? ckdir : NULL, .checkpoint_num_to_keep = TRAINER_KEEP_ALL));
+        if (killing) {
+            ck.stop = 1;
+            pthread_join(killer, NULL);
+            killing = false;
+            /* the replica held in the copy was killed there: for copy a newcomer that never
+             * trained a step, for peer_copy the first serving peer, rank 0 of the group of 3 */
+            CHECK(ck.pid > 0 && ck.gone);
+            if (peer_copy)
+                CHECK_EQ_INT(pid_of(dir, KILL_STEP, 3, 0), ck.pid);
+            char steps[128];
+            snprintf(steps, sizeof steps, "%s/steps-%d", dir, ck.pid);
+            if (copy)
+                CHECK(access(steps, F_OK) != 0);
+            printf("%s: killed pid %d inside the heal's copy\n", mode, ck.pid);
+        }
         out->w = tt_weights(trainer_get_model(t), &out->nw);
         printf("%s: epochs %lld, steps %lld, replicas %d, live recoveries %d, heals %d, retries "
                "%d\n",
@@ -517,12 +593,12 @@ static void one_run(const char *mode, run *out)
              * replacement at the step boundary after it, inside the segment: the 80 left by 4;
              * epoch 1: 7 of 4 */
             worlds = "444234444444444";
-        } else if (peer) {
+        } else if (peer || peer_copy) {
             /* at the step-4 checkpoint the first serving peer dies: the 2 left and the
              * replacement, healed from the next peer, go on as 3 for step 4; the next
              * replacement joins at the step boundary after it: the 72 left by 4 */
             worlds = "444334444444444";
-        } else if (newcomer) {
+        } else if (newcomer || copy) {
             /* the replacement dies at the step-4 checkpoint: the 3 go on, step 4; the next one
              * joins at the step boundary after it: the 72 left by 4 */
             worlds = "444334444444444";
@@ -533,16 +609,26 @@ static void one_run(const char *mode, run *out)
                      "4444444";
         }
         if (worlds) {
-            CHECK_EQ_INT(out->st.live_recoveries, peer ? 2 : 1);
+            CHECK_EQ_INT(out->st.live_recoveries, peer || peer_copy ? 2 : 1);
             CHECK_EQ_INT(out->st.retries_used, 0);
             CHECK_EQ_INT(out->st.growths, 0); /* no restart: the group healed */
-            CHECK_EQ_INT(out->st.heals, two || peer ? 2 : 1);
+            CHECK_EQ_INT(out->st.heals, two || peer || peer_copy ? 2 : 1);
             CHECK_EQ_INT(out->st.replicas, 4);
             CHECK_EQ_INT(out->st.steps, (int64_t)strlen(worlds));
         }
         check_steps(dir, out->st.steps, worlds, kill_epoch);
     }
+    if (killing) { /* trainer_create failed: the killer never strikes */
+        ck.stop = 1;
+        pthread_join(killer, NULL);
+    }
     trainer_shutdown(&t);
+    if (copy || peer_copy) {
+        char held[160];
+        snprintf(held, sizeof held, "%s.held", hold_path);
+        unlink(hold_path);
+        unlink(held);
+    }
     if (durable && out->w)
         resume_each(dir, ckdir, out);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -560,7 +646,14 @@ int main(int argc, char **argv)
     h_init();
     const char *mode = argc > 1 ? argv[1] : "shm";
     bool tcp = !strcmp(mode, "tcp");
+    bool copy = !strcmp(mode, "copy"), peer_copy = !strcmp(mode, "peer_copy");
     char addr[128];
+    if (copy || peer_copy) { /* before the nodes start: they pass it on to every replica */
+        char faults[200];
+        snprintf(hold_path, sizeof hold_path, "/tmp/ct-test-live-hold.%d", (int)getpid());
+        snprintf(faults, sizeof faults, "heal_hold=%s:%s", copy ? "newcomer" : "peer", hold_path);
+        setenv("CT_TEST_FAULTS", faults, 1);
+    }
     if (h_start_head(addr, sizeof addr, "100", "3000") < 0)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
@@ -575,6 +668,14 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "shm")) { /* the same kill at the same step: the same weights */
         one_run(mode, &b);
         tt_same_weights(a.w, b.w, a.nw, b.nw, "two runs with the same kill");
+    }
+    if (copy || peer_copy) { /* the same as a replica killed at the same boundary before it */
+        hold_path[0] = 0;
+        unsetenv("CT_TEST_FAULTS");
+        one_run(copy ? "newcomer" : "peer", &b);
+        tt_same_weights(a.w, b.w, a.nw, b.nw,
+                        copy ? "a newcomer killed in its copy and one killed in its build"
+                             : "a serving peer killed in its snapshot and one killed before it");
     }
     free(a.w);
     free(b.w);

@@ -7,11 +7,48 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
+#include "common/fault.h"
 #include "ct/collective.h"
 #include "objectstore/crc32c.h"
 #include "replica.h"
+
+/* The test fault heal_hold=ROLE:PATH (common/fault.h): in the heal's copy, the replica of that
+ * role ("newcomer": its fetched snapshot in hand, before the check and load; "peer": the bytes
+ * written, before the seal sends them) writes its pid into PATH.held and waits while PATH
+ * exists, so that a test lands a kill inside the copy however loaded the machine is. Once per
+ * PATH: PATH.held, made by link(), is the token; a later heal does not wait. */
+static void hold_in_copy(const replica *r, const char *role)
+{
+    char v[400], tmp[480], held[480], pid[24];
+    if (!ct__fault(CT__FAULT_HEAL_HOLD, v, sizeof v))
+        return;
+    char *path = strchr(v, ':');
+    if (!path || (size_t)(path - v) != strlen(role) || strncmp(v, role, strlen(role)))
+        return;
+    *path++ = 0;
+    if (access(path, F_OK) != 0)
+        return;
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    snprintf(held, sizeof held, "%s.held", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    bool ok = fputs(pid, f) >= 0;
+    ok &= fclose(f) == 0;
+    ok = ok && link(tmp, held) == 0; /* the first one holds */
+    unlink(tmp);
+    if (!ok)
+        return;
+    CT_LOG(CT_LOG_WARN, "trainer",
+           "replica %d: held in the heal's copy as the %s while %s exists (test fault)",
+           r->setup.rank, role, path);
+    while (access(path, F_OK) == 0)
+        usleep(20 * 1000);
+}
 
 /* What each survivor says of itself when the new group meets. */
 typedef struct live_pos {
@@ -204,6 +241,7 @@ int ct__replica_snapshot(void *state, const void *args, size_t len, void **res, 
     }
     if (rc == 0) {
         snap.crc = ct__ckpt_write(p, dst);
+        hold_in_copy(r, "peer");
         rc = ct_object_seal(&snap.id, &(ct_put_opts){.node = a.node[0] ? a.node : NULL});
         if (rc < 0)
             ct_object_abort(&snap.id);
@@ -242,6 +280,7 @@ int ct__replica_heal(void *state, const void *args, size_t len, void **res, size
     if (rc < 0)
         return ct__trainer_error_prefix(rc, "trainer replica %d: fetching the peer's snapshot",
                                         r->setup.rank);
+    hold_in_copy(r, "newcomer");
     uint32_t crc = v.size == snap.size ? ct__crc32c(0, v.data, v.size) : 0;
     if (v.size != snap.size || crc != snap.crc)
         rc = ct__error(CT_EPROTO,

@@ -79,6 +79,21 @@ enum { A_PENDING, A_STARTING, A_ALIVE, A_DEAD };
 /* PG_FREE: an unused slot (a removed group no actor refers to any more) */
 enum { PG_PENDING, PG_READY, PG_REMOVED, PG_FREE };
 
+/* A node's last NodeStats (nodes.c keeps it, metrics.c shows it); known: one came. */
+#define NODE_GPUS 16
+typedef struct node_stats {
+    bool known;
+    double cpu;                    /* the host's busy fraction, 0..1; NaN: not yet */
+    uint64_t mem_total, mem_avail; /* bytes; 0: not read */
+    uint64_t store_used, spilled_bytes, spilled_objects;
+    int ngpu;
+    struct node_gpu {
+        unsigned index;
+        uint64_t used, total;
+        double util; /* percent; NaN: not reported */
+    } gpu[NODE_GPUS];
+} node_stats;
+
 typedef struct node {
     char id[ID_LEN];
     char token[TOK_SIZE]; /* its secret: a message that speaks for it carries it */
@@ -94,6 +109,7 @@ typedef struct node {
     bool alive;
     bool draining; /* told to stop (Heartbeat.draining): nothing more is placed there */
     int nactors;
+    node_stats stats; /* what it last measured of its host and shard (Heartbeat.stats) */
 } node;
 
 typedef struct actor {

@@ -3,7 +3,8 @@
  * the host's CPU busy fraction since the previous sample (/proc/stat: all CPUs, busy = not idle
  * nor iowait), its memory (/proc/meminfo: MemTotal, MemAvailable), the shard's arena bytes in
  * use and what is spilled to disk, and each GPU's memory and utilisation where NVML is there
- * (gpu_detect.c; none otherwise). Several nodes on one host report the same host.
+ * and counted the node's GPUs (gpu_detect.c; none otherwise, nor with --gpus, which keeps a
+ * node from asking NVML anything). Several nodes on one host report the same host.
  * Not here: sending (node_head.c), rendering (head/metrics.c). */
 #include <inttypes.h>
 #include <math.h>
@@ -79,7 +80,9 @@ bool ct__node_stats_sample(nodest *n, node_stats_msg *m)
     }
     if (!s->nvml_tried) { /* once: a host without the driver does not look again */
         s->nvml_tried = true;
-        s->nvml = ct__nvml_open();
+        /* only where NVML counted the node's GPUs: a node given --gpus never asks NVML */
+        if (n->o && n->o->gpus < 0 && n->ngpu > 0)
+            s->nvml = ct__nvml_open();
     }
     ct__gpu_sample g[NODE_STATS_GPUS];
     int ng = ct__nvml_sample(s->nvml, g, NODE_STATS_GPUS);

@@ -16,7 +16,9 @@
  *               Prometheus sees ct_node_object_store_spilled_bytes/_objects and
  *               _arena_used_bytes in range, ct_node_object_store_used_bytes all of it, the CPU
  *               fraction, ct_node_memory_total_bytes equal to this host's MemTotal (used plus
- *               available), the GPU metrics absent without NVML (present with), and
+ *               available), the GPU metrics absent without NVML (present with); a second
+ *               node with a stand-in NVML (fake_nvml.c, by LD_LIBRARY_PATH) shows its 2 GPUs'
+ *               memory and the one utilisation reported; and
  *               ct_node_draining 0, then 1 after a SIGTERM while an actor of this job runs
  *               there (and ct_cluster_nodes{state="draining"} 1).
  *   access      the endpoint bound to 0.0.0.0: a loopback request is served without a token;
@@ -536,7 +538,8 @@ static double host_mem_total(void)
 /* One node with a 64 MiB shard and a spill directory, objects put past that, and an actor:
  * Prometheus sees what the node measured of itself (CPU, memory, its shard's bytes in use and
  * spilled), its heartbeat age, and draining 0, then 1 after a SIGTERM while its actor runs.
- * GPU metrics are absent where this process finds no NVML, present otherwise. */
+ * GPU metrics are absent where this process finds no NVML, present otherwise; a second node
+ * with tests/head/fake_nvml.c as its NVML shows its GPUs as that library answers. */
 static int run_prometheus_nodes(void)
 {
     alarm(170);
@@ -607,23 +610,56 @@ static int run_prometheus_nodes(void)
     CHECK(v >= 0 && v < 10);
     /* GPUs: only where NVML is there */
     void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    v = prom_query("count(ct_node_gpu_memory_total_bytes)", out, sizeof out);
+    char q[256];
+    snprintf(q, sizeof q, "count(ct_node_gpu_memory_total_bytes{node=\"%s\"})", id);
+    v = prom_query(q, out, sizeof out);
     printf("Prometheus: GPUs with memory shown: %g (NVML %s here)\n", v, nvml ? "is" : "is not");
     CHECK(nvml ? v >= 1 : isnan(v));
     if (nvml)
         dlclose(nvml);
+    /* a second node whose NVML is tests/head/fake_nvml.c (2 GPUs, fixed numbers): its GPUs
+     * reach Prometheus, utilisation absent where the GPU does not report it */
+    char fid[32] = "";
+    const char *old_path = getenv("LD_LIBRARY_PATH");
+    char *saved = old_path ? strdup(old_path) : NULL;
+    setenv("LD_LIBRARY_PATH", CT_FAKE_NVML_DIR, 1);
+    pid_t fnode = h_start_node(addr, "--cpus", "1", "--store-memory", "64M", NULL, NULL);
+    if (saved)
+        setenv("LD_LIBRARY_PATH", saved, 1);
+    else
+        unsetenv("LD_LIBRARY_PATH");
+    free(saved);
+    for (double until = h_now_ms() + 10000; fnode > 0 && !fid[0] && h_now_ms() < until;)
+        if (ct_events_next(&ev, 200) == 0 && ev.type == CT_EVENT_NODE_JOINED)
+            snprintf(fid, sizeof fid, "%s", ev.node_id);
+    CHECK(fid[0]);
+    snprintf(q, sizeof q, "count(ct_node_gpu_memory_total_bytes{node=\"%s\"})", fid);
+    v = prom_wait(q, eq, 2, out, sizeof out);
+    CHECK_EQ_INT(v, 2);
+    snprintf(q, sizeof q, "ct_node_gpu_memory_used_bytes{node=\"%s\",gpu=\"1\"}", fid);
+    v = prom_query(q, out, sizeof out);
+    printf("Prometheus (fake NVML): GPU 1 uses %.0f bytes\n", v);
+    CHECK_EQ_INT(v, (double)(1ull << 30) + 123);
+    snprintf(q, sizeof q, "ct_node_gpu_memory_total_bytes{node=\"%s\",gpu=\"0\"}", fid);
+    CHECK_EQ_INT(prom_query(q, out, sizeof out), (double)(80ull << 30));
+    snprintf(q, sizeof q, "ct_node_gpu_utilization_percent{node=\"%s\"}", fid);
+    prom_query(q, out, sizeof out);
+    printf("Prometheus (fake NVML): %s\n", out);
+    CHECK(strstr(out, "\"gpu\":\"0\"") && strstr(out, "\"42\"") && !strstr(out, "\"gpu\":\"1\""));
     /* draining: 0, then 1 once SIGTERM asked it to drain while an actor of this job (which
      * listens to drains) runs there */
     v = prom_query("sum(ct_node_draining)", out, sizeof out);
     CHECK_EQ_INT(v, 0);
-    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 1, .bundle = -1}, NULL, 0, &a));
+    /* the actor goes to the first node: only it has 2 CPUs */
+    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 2, .bundle = -1}, NULL, 0, &a));
     void *r = NULL;
     size_t rn = 0;
     long one = 1;
     CHECK_OK(ct_actor_call(a, "add", &one, sizeof one, &r, &rn, 30000)); /* it runs */
     free(r);
     kill(node, SIGTERM);
-    v = prom_wait("sum(ct_node_draining)", eq, 1, out, sizeof out);
+    snprintf(q, sizeof q, "ct_node_draining{node=\"%s\"}", id);
+    v = prom_wait(q, eq, 1, out, sizeof out);
     printf("Prometheus: draining %g after SIGTERM\n", v);
     CHECK_EQ_INT(v, 1);
     v = prom_query("ct_cluster_nodes{state=\"draining\"}", out, sizeof out);

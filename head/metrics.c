@@ -72,6 +72,28 @@ static void put(sbuf *b, const char *fmt, ...)
     }
 }
 
+/* n bytes of s as they are. */
+static void put_n(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom || !n)
+        return;
+    if (b->len + n >= b->cap) {
+        size_t cap = b->cap ? b->cap : 16384;
+        while (cap <= b->len + n)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
 /* The buffer as a page (NULL when out of memory). */
 static char *done(sbuf *b)
 {
@@ -82,16 +104,18 @@ static char *done(sbuf *b)
     return b->p;
 }
 
-/* A Prometheus label value: backslash, quote and newline escaped. */
+/* A Prometheus label value: backslash, quote and newline escaped (the runs between them copied
+ * whole: labels are most of a page's bytes). */
 static void put_label(sbuf *b, const char *s)
 {
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            put(b, "\\%c", *s);
-        else if (*s == '\n')
-            put(b, "\\n");
-        else
-            put(b, "%c", *s);
+    while (*s) {
+        size_t run = strcspn(s, "\\\"\n");
+        put_n(b, s, run);
+        s += run;
+        if (*s) {
+            put_n(b, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
+            s++;
+        }
     }
 }
 
@@ -99,17 +123,24 @@ static void put_label(sbuf *b, const char *s)
  * strings are not checked for UTF-8). */
 static void put_json(sbuf *b, const char *s)
 {
-    put(b, "\"");
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    put_n(b, "\"", 1);
+    while (s && *s) {
+        size_t run = 0; /* printable ASCII but quote and backslash: copied whole */
+        while (s[run] >= 0x20 && s[run] < 0x7f && s[run] != '"' && s[run] != '\\')
+            run++;
+        put_n(b, s, run);
+        s += run;
+        if (!*s)
+            break;
+        unsigned char c = (unsigned char)*s++;
         if (c == '"' || c == '\\')
             put(b, "\\%c", c);
         else if (c < 0x20)
             put(b, "\\u%04x", c);
         else
-            put(b, "%c", c < 0x7f ? c : '?');
+            put_n(b, "?", 1);
     }
-    put(b, "\"");
+    put_n(b, "\"", 1);
 }
 
 /* A sample value: Prometheus spells the non-finite ones NaN, +Inf, -Inf. */

@@ -6,7 +6,8 @@
 # BENCH_SECONDS (default 30) each time, alternately
 #   off     its head without --dashboard-port (the test as ctest runs it)
 #   scrape  its head with --dashboard-port (CT_LOAD_DASHBOARD_PORT), /metrics and /api/jobs
-#           fetched every second (curl) through the load's window
+#           fetched every second through the load's window (scrape.py: one process, on a 1 s
+#           schedule)
 # BENCH_ROUNDS times (default 2). The head's CPU time (user + system) over the load's window
 # (the test's "load: window starts/ends" lines) is read from /proc/PID/stat (10 ms clock ticks)
 # and, for a finer clock, summed over /proc/PID/task/*/schedstat (ns on CPU, the head's threads).
@@ -49,17 +50,19 @@ window() {
     hp=$(sed -n 's/.*load: window starts (head pid \([0-9]*\)).*/\1/p' "$err")
     t0=$(cpu_ticks "$hp")
     n0=$(cpu_ns "$hp")
-    while ! grep -q "load: window ends" "$err"; do
-        if [ "$mode" = scrape ] &&
-            curl -sf -o /dev/null "http://127.0.0.1:$port/metrics" &&
-            curl -sf -o /dev/null "http://127.0.0.1:$port/api/jobs"; then
-            scrapes=$((scrapes + 1))
-        fi
-        # a second between scrapes, looking for the window's end meanwhile
-        for _ in $(seq 20); do grep -q "load: window ends" "$err" && break; sleep 0.05; done
-    done
+    local scraper=
+    if [ "$mode" = scrape ]; then # one process, on a 1 s schedule however long a fetch takes
+        python3 "$here/scrape.py" "$port" >"$work/scrapes" 2>/dev/null &
+        scraper=$!
+    fi
+    until grep -q "load: window ends" "$err"; do sleep 0.05; done
     t1=$(cpu_ticks "$hp")
     n1=$(cpu_ns "$hp")
+    if [ -n "$scraper" ]; then
+        kill "$scraper"
+        wait "$scraper" 2>/dev/null || true
+        scrapes=$(grep -c . "$work/scrapes" || true)
+    fi
     wait "$run_pid" || { cat "$err" >&2; echo "test_runtime_load failed ($mode)" >&2; exit 1; }
     run_pid=
     objects=$(sed -n 's/.*load: \([0-9]*\) objects of 256 MiB.*/\1/p' "$err")

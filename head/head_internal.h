@@ -67,6 +67,7 @@
 #define TRAIN_HIST_BOUNDS 32        /* bounds of one (CT_TRAIN_HIST_BOUNDS) */
 #define HEAD_EVENTS 256             /* recent events kept for the dashboard (events.c) */
 #define PUBLISH_MS 500              /* the HTTP endpoint's pages are rendered this often */
+#define PUBLISH_IDLE_MS 5000        /* ... when asked for since the last time, else this often */
 
 /* A resource vector: name -> amount. */
 typedef struct res {

@@ -12,9 +12,10 @@
 # (the test's "load: window starts/ends" lines) is read from /proc/PID/stat (10 ms clock ticks)
 # and, for a finer clock, summed over /proc/PID/task/*/schedstat (ns on CPU, the head's threads).
 # The head's work depends on how many objects the load moved in its window (fewer on a busier
-# machine): each window's count is printed, and the CPU per object moved too. "ref" is off:
-# ratio = off / scrape of the medians of CPU seconds per object moved (lower is better), so 1
-# means free and the goal is >= 0.95. Each run must pass as the test (its exit status 0).
+# machine): each window's count is printed, and the CPU per object moved too (a few objects a
+# window on a loaded 2-core machine: too coarse to rank by). "ref" is off: ratio = off / scrape
+# of the medians of the head's CPU seconds (schedstat; lower is better), so 1 means free and
+# the goal ("at most 5%") is >= 0.952. Each run must pass as the test (its exit status 0).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${CT_BUILD:-$here/../../build}
@@ -43,11 +44,12 @@ window() {
             >/dev/null 2>"$err" &
     fi
     run_pid=$!
-    until grep -q "load: window starts" "$err" 2>/dev/null; do
+    hp=
+    until [ -n "$hp" ]; do # the whole line, its pid included
         kill -0 "$run_pid" 2>/dev/null || { cat "$err" >&2; echo "test_runtime_load ended early" >&2; exit 1; }
         sleep 0.05
+        hp=$(sed -n 's/.*load: window starts (head pid \([0-9][0-9]*\)).*/\1/p' "$err" 2>/dev/null)
     done
-    hp=$(sed -n 's/.*load: window starts (head pid \([0-9]*\)).*/\1/p' "$err")
     t0=$(cpu_ticks "$hp")
     n0=$(cpu_ns "$hp")
     local scraper=
@@ -85,5 +87,5 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR
 echo "medians: head CPU (schedstat) off $(median "${off[@]}") s, scrape $(median "${scrape[@]}") s;" \
     "(ticks) off $(median "${off_ticks[@]}") s, scrape $(median "${scrape_ticks[@]}") s;" \
     "per object moved off $(median "${off_per[@]}") s, scrape $(median "${scrape_per[@]}") s"
-awk -v c="$(median "${scrape_per[@]}")" -v r="$(median "${off_per[@]}")" 'BEGIN {
-    printf "dashboard_overhead: ct=%.5f ref=%.5f head-CPU-s-per-object ratio=%.3f\n", c, r, (c > 0 ? r / c : 0) }'
+awk -v c="$(median "${scrape[@]}")" -v r="$(median "${off[@]}")" -v s="$secs" 'BEGIN {
+    printf "dashboard_overhead: ct=%.4f ref=%.4f head-CPU-s/%ds ratio=%.3f\n", c, r, s, (c > 0 ? r / c : 0) }'

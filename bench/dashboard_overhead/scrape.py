@@ -1,6 +1,6 @@
 """bench/dashboard_overhead/scrape.py PORT — fetches /metrics and /api/jobs of the head's HTTP
 endpoint on 127.0.0.1:PORT once a second, on a fixed schedule (a slow fetch does not push the
-next one later), until killed; prints a line per round whose fetches both answered 200."""
+next one later; a round missed is skipped), until killed; prints a line per round whose fetches both answered 200."""
 import sys
 import time
 import urllib.request
@@ -18,5 +18,10 @@ while True:
             ok = False
     if ok:
         print("ok", flush=True)
+    # the next whole second of the schedule; rounds missed while the machine was busy are
+    # skipped, not caught up in a burst
     t += 1.0
-    time.sleep(max(0.0, t - time.monotonic()))
+    now = time.monotonic()
+    if t < now:
+        t += float(int(now - t) + 1)
+    time.sleep(t - now)

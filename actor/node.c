@@ -309,6 +309,7 @@ out:;
     while (waitpid(-1, NULL, WNOHANG) > 0)
         ;
     ct__objnode_stop();
+    ct__node_stats_close(&n);
     free_tables(&n);
     if (sfd >= 0)
         close(sfd);

@@ -287,6 +287,9 @@ static int send_heartbeat(nodest *n, uint64_t req, bool draining)
     ct__env_init(&e, req, n->id, 0);
     hb.node_id = n->id;
     hb.draining = draining;
+    node_stats_msg st;
+    if (!req && ct__node_stats_sample(n, &st)) /* the periodic ones, at most once a second */
+        hb.stats = &st.stats;
     e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
     e.heartbeat = &hb;
     return ct__node_send_head(n, &e);

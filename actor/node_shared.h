@@ -100,6 +100,14 @@ typedef struct liveness {
     bool on;
 } liveness;
 
+/* What node_stats.c keeps between samples: the host's CPU ticks then, when, and NVML. */
+typedef struct node_sampler {
+    uint64_t cpu_busy, cpu_total;
+    int64_t at;
+    bool nvml_tried;
+    ct__nvml *nvml;
+} node_sampler;
+
 typedef struct nodest {
     const ct_node_opts *o;
     void *ctx, *sock;
@@ -137,6 +145,7 @@ typedef struct nodest {
     /* drain (a first SIGTERM): 0 none, 1 asked the head, 2 waits for its actors to exit, 3 stop */
     int drain;
     int64_t drain_asked, drain_until;
+    node_sampler sampler; /* node_stats.c */
 } nodest;
 
 /* Sends e to the head on the node's main connection, with the node's token; never blocks. 0 or
@@ -194,6 +203,18 @@ int ct__node_resume(nodest *n); /* the head forgot this node; 0 or a failed rejo
 int ct__node_rejoin(nodest *n); /* the head declared this node dead; 0 or the error */
 bool ct__node_drain_step(nodest *n, int drain_ms); /* true: stop now */
 ct__node_handler ct__node_on_drain_reply, ct__node_on_error;
+
+/* ---- node_stats.c: the host's and shard's numbers for the head's metrics ---- */
+#define NODE_STATS_GPUS 16 /* head/head_internal.h NODE_GPUS */
+/* A NodeStats and the storage its GPUs point into. */
+typedef struct node_stats_msg {
+    Ct__NodeStats stats;
+    Ct__GpuStats gpu[NODE_STATS_GPUS];
+    Ct__GpuStats *gpus[NODE_STATS_GPUS];
+} node_stats_msg;
+/* Fills m when SAMPLE_MS (1 s) passed since the last sample (true); false, m untouched, else. */
+bool ct__node_stats_sample(nodest *n, node_stats_msg *m);
+void ct__node_stats_close(nodest *n); /* NVML closed */
 
 /* ---- node_start.c: StartActor, the start queue, the zygotes' records ---- */
 ct__node_check ct__node_check_start_actor;

@@ -833,3 +833,11 @@ const char *ct__objnode_store_name(void)
 {
     return O.store ? ct_store_name(O.store) : "";
 }
+
+bool ct__objnode_stats(ct_store_stats *st)
+{
+    if (!O.on || !O.store)
+        return false;
+    ct_store_get_stats(O.store, st);
+    return true;
+}

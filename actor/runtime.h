@@ -40,6 +40,18 @@ int ct__node_run(const ct_node_opts *opts);
 /* The NVIDIA GPUs NVML counts on this machine (gpu_detect.c, loaded by dlopen); 0 when there is
  * no driver or NVML fails (one info line says why). */
 int ct__gpu_count(void);
+/* NVML kept open for sampling (gpu_detect.c): NULL when there is none or it fails to start.
+ * ct__nvml_sample fills out with each GPU's memory and utilisation (NaN when the GPU does not
+ * report it), at most cap; the count filled. ct__nvml_close accepts NULL and clears it. */
+typedef struct ct__nvml ct__nvml;
+typedef struct ct__gpu_sample {
+    unsigned int index;
+    unsigned long long memory_used, memory_total;
+    double utilization; /* percent */
+} ct__gpu_sample;
+ct__nvml *ct__nvml_open(void);
+int ct__nvml_sample(ct__nvml *m, ct__gpu_sample *out, int cap);
+void ct__nvml_close(ct__nvml **m);
 
 /* The node (node_shared.h). */
 typedef struct nodest ct__node;
@@ -86,6 +98,9 @@ typedef struct ct__objnode_opts {
 } ct__objnode_opts;
 int ct__objnode_start(const ct__objnode_opts *o);
 void ct__objnode_stop(void);
+/* The shard's stats (ct_store_get_stats); false while there is no shard. */
+struct ct_store_stats;
+bool ct__objnode_stats(struct ct_store_stats *st);
 /* After the node registered again with a restarted head: tells it the shard (ObjNodeInfo) and
  * every object it holds (ObjAdded), through the node's main connection (node thread only). */
 void ct__objnode_resume(void);

@@ -592,7 +592,8 @@ int ct__head_run(const ct_head_opts *o)
                 h.last_gc = ct__now_ms();
             }
             ct__objdir_tick(&h);
-            if (h.http && ct__now_ms() - h.last_publish >= PUBLISH_MS)
+            if (h.http && ct__now_ms() - h.last_publish >= PUBLISH_MS &&
+                (ct__http_asked(h.http) || ct__now_ms() - h.last_publish >= PUBLISH_IDLE_MS))
                 publish(&h);
             next_tick = ct__now_ms() + tick;
         }

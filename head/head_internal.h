@@ -67,6 +67,7 @@
 #define TRAIN_HIST_BOUNDS 32        /* bounds of one (CT_TRAIN_HIST_BOUNDS) */
 #define HEAD_EVENTS 256             /* recent events kept for the dashboard (events.c) */
 #define PUBLISH_MS 500              /* the HTTP endpoint's pages are rendered this often */
+#define PUBLISH_IDLE_MS 5000        /* ... when asked for since the last time, else this often */
 
 /* A resource vector: name -> amount. */
 typedef struct res {
@@ -78,6 +79,21 @@ typedef struct res {
 enum { A_PENDING, A_STARTING, A_ALIVE, A_DEAD };
 /* PG_FREE: an unused slot (a removed group no actor refers to any more) */
 enum { PG_PENDING, PG_READY, PG_REMOVED, PG_FREE };
+
+/* A node's last NodeStats (nodes.c keeps it, metrics.c shows it); known: one came. */
+#define NODE_GPUS 16
+typedef struct node_stats {
+    bool known;
+    double cpu;                    /* the host's busy fraction, 0..1; NaN: not yet */
+    uint64_t mem_total, mem_avail; /* bytes; 0: not read */
+    uint64_t store_used, spilled_bytes, spilled_objects;
+    int ngpu;
+    struct node_gpu {
+        unsigned index;
+        uint64_t used, total;
+        double util; /* percent; NaN: not reported */
+    } gpu[NODE_GPUS];
+} node_stats;
 
 typedef struct node {
     char id[ID_LEN];
@@ -94,6 +110,7 @@ typedef struct node {
     bool alive;
     bool draining; /* told to stop (Heartbeat.draining): nothing more is placed there */
     int nactors;
+    node_stats stats; /* what it last measured of its host and shard (Heartbeat.stats) */
 } node;
 
 typedef struct actor {

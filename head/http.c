@@ -69,6 +69,7 @@ struct ct__http {
     pthread_mutex_t mu;
     char *page[CT_PAGES]; /* under mu */
     size_t len[CT_PAGES];
+    bool asked; /* under mu: a page was asked for since the last publish */
 };
 
 static bool is_loopback(const struct sockaddr *sa)
@@ -147,6 +148,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (p == CT_PAGES)
         return answer_text(c, MHD_HTTP_NOT_FOUND, "not found\n");
     pthread_mutex_lock(&s->mu);
+    s->asked = true;
     size_t n = s->len[p];
     char *copy = s->page[p] ? malloc(n ? n : 1) : NULL;
     if (copy)
@@ -228,9 +230,18 @@ void ct__http_publish(ct__http *s, char *pg[CT_PAGES])
             s->page[i] = pg[i];
             s->len[i] = len[i];
         }
+    s->asked = false;
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < CT_PAGES; i++)
         free(old[i]);
+}
+
+bool ct__http_asked(ct__http *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool asked = s->asked;
+    pthread_mutex_unlock(&s->mu);
+    return asked;
 }
 
 void ct__http_destroy(ct__http **sp)

@@ -5,6 +5,7 @@
 #ifndef CT_HEAD_HTTP_H
 #define CT_HEAD_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The pages, each one path: /metrics (Prometheus text format 0.0.4), /api/nodes, /api/actors,
@@ -28,6 +29,9 @@ int ct__http_port(const ct__http *s);
 /* Replaces the pages: takes ownership of pages[i] (malloc'd, NUL-terminated; NULL: keeps the
  * old one). Thread-safe; the previous pages are freed here, on the caller's thread. */
 void ct__http_publish(ct__http *s, char *pages[CT_PAGES]);
+/* Whether a page was asked for since the last publish (the loop renders when one was, and
+ * otherwise seldom). Thread-safe. */
+bool ct__http_asked(ct__http *s);
 /* Stops serving (waits for the HTTP thread) and frees; accepts NULL, clears *s. */
 void ct__http_destroy(ct__http **s);
 

@@ -1,5 +1,6 @@
 /* head/metrics.c — the HTTP endpoint's pages, rendered on the head's thread from its tables
- * (head.c calls ct__head_render every PUBLISH_MS and hands them to http.c):
+ * (head.c calls ct__head_render every PUBLISH_MS when a page was asked for since, else every
+ * PUBLISH_IDLE_MS, and hands them to http.c):
  * - /metrics, Prometheus text format 0.0.4, Ray's naming style with ct_ names:
  *   cluster  ct_cluster_nodes{state}, ct_actors{state,class}, ct_jobs{state},
  *            ct_jobs_ended_total, ct_placement_groups{state}, ct_head_restarts_total,
@@ -8,7 +9,11 @@
  *            ct_node_resource_total/_free{resource} (every resource, "memory" when registered),
  *            ct_node_object_store_capacity_bytes, _used_bytes, _objects,
  *            ct_node_heartbeat_age_seconds (silence counted by the failure detector),
- *            ct_node_draining, ct_node_actors;
+ *            ct_node_draining, ct_node_actors; what the node measured (Heartbeat.stats, once
+ *            a second, absent before): ct_node_cpu_utilization, ct_node_memory_total_bytes,
+ *            _available_bytes, _used_bytes, ct_node_object_store_arena_used_bytes,
+ *            _spilled_bytes, _spilled_objects, and where NVML is there, by {gpu} index,
+ *            ct_node_gpu_memory_used_bytes, _total_bytes, ct_node_gpu_utilization_percent;
  *   per training job {ct_job} (train.c; not "job", which Prometheus gives the scrape job and
  *            renames a target's to "exported_job"): ct_train_step, ct_train_epoch,
  *            ct_train_loss, ct_train_samples_per_second, ct_train_mfu_percent (when known),
@@ -68,6 +73,28 @@ static void put(sbuf *b, const char *fmt, ...)
     }
 }
 
+/* n bytes of s as they are. */
+static void put_n(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom || !n)
+        return;
+    if (b->len + n >= b->cap) {
+        size_t cap = b->cap ? b->cap : 16384;
+        while (cap <= b->len + n)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
 /* The buffer as a page (NULL when out of memory). */
 static char *done(sbuf *b)
 {
@@ -78,16 +105,18 @@ static char *done(sbuf *b)
     return b->p;
 }
 
-/* A Prometheus label value: backslash, quote and newline escaped. */
+/* A Prometheus label value: backslash, quote and newline escaped (the runs between them copied
+ * whole: labels are most of a page's bytes). */
 static void put_label(sbuf *b, const char *s)
 {
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            put(b, "\\%c", *s);
-        else if (*s == '\n')
-            put(b, "\\n");
-        else
-            put(b, "%c", *s);
+    while (*s) {
+        size_t run = strcspn(s, "\\\"\n");
+        put_n(b, s, run);
+        s += run;
+        if (*s) {
+            put_n(b, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
+            s++;
+        }
     }
 }
 
@@ -95,17 +124,24 @@ static void put_label(sbuf *b, const char *s)
  * strings are not checked for UTF-8). */
 static void put_json(sbuf *b, const char *s)
 {
-    put(b, "\"");
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    put_n(b, "\"", 1);
+    while (s && *s) {
+        size_t run = 0; /* printable ASCII but quote and backslash: copied whole */
+        while (s[run] >= 0x20 && s[run] < 0x7f && s[run] != '"' && s[run] != '\\')
+            run++;
+        put_n(b, s, run);
+        s += run;
+        if (!*s)
+            break;
+        unsigned char c = (unsigned char)*s++;
         if (c == '"' || c == '\\')
             put(b, "\\%c", c);
         else if (c < 0x20)
             put(b, "\\u%04x", c);
         else
-            put(b, "%c", c < 0x7f ? c : '?');
+            put_n(b, "?", 1);
     }
-    put(b, "\"");
+    put_n(b, "\"", 1);
 }
 
 /* A sample value: Prometheus spells the non-finite ones NaN, +Inf, -Inf. */
@@ -293,6 +329,68 @@ static void render_nodes(head *h, sbuf *b)
     }
 }
 
+/* What live nodes measured of their hosts and shards (Heartbeat.stats, once a second): absent
+ * for a node until it reported, the CPU fraction until it had two samples, the GPUs without
+ * NVML. */
+static void render_node_stats(head *h, sbuf *b)
+{
+    static const struct {
+        const char *name, *help;
+    } fam[] = {
+        {"ct_node_cpu_utilization", "The node's host: busy fraction of all its CPUs, 0..1."},
+        {"ct_node_memory_total_bytes", "The node's host: memory (MemTotal)."},
+        {"ct_node_memory_available_bytes", "The node's host: memory available (MemAvailable)."},
+        {"ct_node_memory_used_bytes", "The node's host: memory total less available."},
+        {"ct_node_object_store_arena_used_bytes",
+         "Bytes of the shard's shared-memory arena in use, as the node measured it."},
+        {"ct_node_object_store_spilled_bytes", "Bytes of objects spilled to the node's disk."},
+        {"ct_node_object_store_spilled_objects", "Objects spilled to the node's disk."},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        family(b, fam[f].name, "gauge", fam[f].help);
+        for (int i = 0; i < h->nnodes; i++) {
+            const node *n = &h->nodes[i];
+            const node_stats *s = &n->stats;
+            if (!n->used || !n->alive || !s->known || (f == 0 && isnan(s->cpu)) ||
+                (f >= 1 && f <= 3 && !s->mem_total))
+                continue;
+            double v = f == 0   ? s->cpu
+                       : f == 1 ? (double)s->mem_total
+                       : f == 2 ? (double)s->mem_avail
+                       : f == 3 ? (double)(s->mem_total - s->mem_avail)
+                       : f == 4 ? (double)s->store_used
+                       : f == 5 ? (double)s->spilled_bytes
+                                : (double)s->spilled_objects;
+            node_sample(b, fam[f].name, n, v);
+        }
+    }
+    static const struct {
+        const char *name, *help;
+    } gfam[] = {
+        {"ct_node_gpu_memory_used_bytes", "GPU memory in use (NVML), by GPU index."},
+        {"ct_node_gpu_memory_total_bytes", "GPU memory (NVML), by GPU index."},
+        {"ct_node_gpu_utilization_percent",
+         "GPU busy percent of NVML's last sample period, by GPU index."},
+    };
+    for (size_t f = 0; f < sizeof gfam / sizeof gfam[0]; f++) {
+        family(b, gfam[f].name, "gauge", gfam[f].help);
+        for (int i = 0; i < h->nnodes; i++) {
+            const node *n = &h->nodes[i];
+            for (int g = 0; n->used && n->alive && g < n->stats.ngpu; g++) {
+                const struct node_gpu *x = &n->stats.gpu[g];
+                if (f == 2 && isnan(x->util))
+                    continue;
+                put(b, "%s{node=\"", gfam[f].name);
+                put_label(b, n->id);
+                put(b, "\",host=\"");
+                put_label(b, n->host);
+                put(b, "\",gpu=\"%u\"}", x->index);
+                put_value(b, f == 0 ? (double)x->used : f == 1 ? (double)x->total : x->util);
+            }
+        }
+    }
+}
+
 static void train_sample(sbuf *b, const char *name, const train_job *t, double v)
 {
     put(b, "%s{ct_job=\"", name);
@@ -421,6 +519,35 @@ static void json_res(sbuf *b, const char *key, const res *r)
     put(b, "}");
 }
 
+/* ,"stats":{...} of a node that reported them: cpu_utilization (null before 2 samples), memory,
+ * the shard's arena and spill, gpus [{index, memory_used_bytes, memory_total_bytes,
+ * utilization_percent}] */
+static void json_node_stats(sbuf *b, const node_stats *s)
+{
+    if (!s->known)
+        return;
+    put(b, ",\"stats\":{\"cpu_utilization\":");
+    if (isfinite(s->cpu))
+        put(b, "%.4f", s->cpu);
+    else
+        put(b, "null");
+    put(b,
+        ",\"memory_total_bytes\":%llu,\"memory_available_bytes\":%llu,"
+        "\"object_store_arena_used_bytes\":%llu,\"object_store_spilled_bytes\":%llu,"
+        "\"object_store_spilled_objects\":%llu,\"gpus\":[",
+        (unsigned long long)s->mem_total, (unsigned long long)s->mem_avail,
+        (unsigned long long)s->store_used, (unsigned long long)s->spilled_bytes,
+        (unsigned long long)s->spilled_objects);
+    for (int g = 0; g < s->ngpu; g++) {
+        put(b, "%s{\"index\":%u,\"memory_used_bytes\":%llu,\"memory_total_bytes\":%llu",
+            g ? "," : "", s->gpu[g].index, (unsigned long long)s->gpu[g].used,
+            (unsigned long long)s->gpu[g].total);
+        put_jnum(b, "utilization_percent", s->gpu[g].util);
+        put(b, "}");
+    }
+    put(b, "]}");
+}
+
 static char *json_nodes(head *h)
 {
     sbuf b = {0};
@@ -446,9 +573,11 @@ static char *json_nodes(head *h)
         json_res(&b, "resources_free", &n->free);
         put(&b,
             ",\"object_store_capacity_bytes\":%llu,\"object_store_used_bytes\":%llu,"
-            "\"object_store_objects\":%llu,\"heartbeat_age_seconds\":%.3f}",
+            "\"object_store_objects\":%llu,\"heartbeat_age_seconds\":%.3f",
             (unsigned long long)cap, (unsigned long long)bytes, (unsigned long long)objs,
             n->alive ? n->silent / 1000.0 : 0.0);
+        json_node_stats(&b, &n->stats);
+        put(&b, "}");
     }
     put(&b, "]\n");
     return done(&b);
@@ -582,6 +711,7 @@ void ct__head_render(head *h, char **pages)
     sbuf b = {0};
     render_cluster(h, &b);
     render_nodes(h, &b);
+    render_node_stats(h, &b);
     render_train(h, &b);
     render_train_hists(h, &b);
     pages[CT_PAGE_METRICS] = done(&b);

@@ -7,6 +7,7 @@
 #include <sodium.h>
 #include <zmq.h>
 #include <stdbool.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -645,6 +646,48 @@ void ct__head_watch_closed(void *user, uint64_t conn, bool left)
         }
 }
 
+/* A heartbeat's NodeStats into n->stats; a malformed one (a fraction or percent out of range, a
+ * GPU's used above its total, too many GPUs) is refused, naming the field, and n keeps the
+ * stats it had: the heartbeat still counts. */
+static void keep_stats(head *h, const ct__rid *rid, const Ct__Envelope *e, node *n)
+{
+    const Ct__NodeStats *s = e->heartbeat->stats;
+    const char *field = NULL;
+    if (!isnan(s->cpu_utilization) && !(s->cpu_utilization >= 0 && s->cpu_utilization <= 1))
+        field = "heartbeat.stats.cpu_utilization";
+    else if (s->memory_available_bytes > s->memory_total_bytes)
+        field = "heartbeat.stats.memory_available_bytes";
+    else if (s->n_gpus > NODE_GPUS)
+        field = "heartbeat.stats.gpus";
+    for (size_t g = 0; !field && g < s->n_gpus; g++) {
+        const Ct__GpuStats *x = s->gpus[g];
+        if (x->memory_used_bytes > x->memory_total_bytes ||
+            (!isnan(x->utilization_percent) &&
+             !(x->utilization_percent >= 0 && x->utilization_percent <= 100)))
+            field = "heartbeat.stats.gpus";
+    }
+    if (field) {
+        ct__head_refuse(h, rid, e, CT_EINVAL, field,
+                        "%s: a CPU fraction is 0..1 or NaN, available memory at most the total, "
+                        "at most %d GPUs, each using at most its memory, utilisation 0..100 or NaN",
+                        field, NODE_GPUS);
+        return;
+    }
+    node_stats *k = &n->stats;
+    k->known = true;
+    k->cpu = s->cpu_utilization;
+    k->mem_total = s->memory_total_bytes;
+    k->mem_avail = s->memory_available_bytes;
+    k->store_used = s->store_used_bytes;
+    k->spilled_bytes = s->store_spilled_bytes;
+    k->spilled_objects = s->store_spilled_objects;
+    k->ngpu = (int)s->n_gpus;
+    for (int g = 0; g < k->ngpu; g++)
+        k->gpu[g] =
+            (struct node_gpu){s->gpus[g]->index, s->gpus[g]->memory_used_bytes,
+                              s->gpus[g]->memory_total_bytes, s->gpus[g]->utilization_percent};
+}
+
 void ct__head_on_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
     if (e->heartbeat->driver) {
@@ -669,6 +712,8 @@ void ct__head_on_heartbeat(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
         n->rid = *rid; /* the node's main socket reconnected: its orders go there now */
         CT_LOG(CT_LOG_INFO, "head", "node %s: new connection", n->id);
     }
+    if (e->heartbeat->stats)
+        keep_stats(h, rid, e, n);
     if (e->heartbeat->draining)
         node_draining(h, i, rid, e->req_id);
 }

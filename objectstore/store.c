@@ -859,9 +859,13 @@ void ct_store_get_stats(ct_store *s, ct_store_stats *st)
     st->memory_used = s->used;
     st->objects = s->nobj;
     st->spilled = 0;
+    st->spilled_bytes = 0;
     for (size_t i = 0; i < s->nbuckets; i++)
         for (obj *o = s->buckets[i]; o; o = o->hnext)
-            st->spilled += o->sealed && !o->in_mem;
+            if (o->sealed && !o->in_mem) {
+                st->spilled++;
+                st->spilled_bytes += o->size;
+            }
     pthread_mutex_unlock(&s->mu);
 }
 

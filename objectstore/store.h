@@ -101,6 +101,7 @@ typedef struct ct_store_stats {
     uint64_t memory_used;   /* bytes of the arena in use (objects rounded up to 4 KiB) */
     uint64_t objects;       /* sealed + unsealed objects indexed */
     uint64_t spilled;       /* of which on disk */
+    uint64_t spilled_bytes; /* their bytes */
     uint64_t spill_count;   /* evictions to disk so far */
     uint64_t restore_count; /* copies back from disk so far */
     uint64_t spill_bytes;   /* bytes written to spill_dir so far */

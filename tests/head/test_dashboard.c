@@ -10,6 +10,17 @@
  *               Skips (77) without prometheus.
  *   prometheus_live  the same under the default recovery, "live": the death is counted by
  *               ct_train_live_recoveries_total, and no retry.
+ *               Both: ct_train_val_loss is the trainer's last validation loss, and the surviving
+ *               node's ct_node_cpu_utilization (0..1), memory, heartbeat age and draining 0.
+ *   prometheus_nodes  one node with a 64 MiB shard and a spill directory: 96 MiB put there;
+ *               Prometheus sees ct_node_object_store_spilled_bytes/_objects and
+ *               _arena_used_bytes in range, ct_node_object_store_used_bytes all of it, the CPU
+ *               fraction, ct_node_memory_total_bytes equal to this host's MemTotal (used plus
+ *               available), the GPU metrics absent without NVML (present with); a second
+ *               node with a stand-in NVML (fake_nvml.c, by LD_LIBRARY_PATH) shows its 2 GPUs'
+ *               memory and the one utilisation reported; and
+ *               ct_node_draining 0, then 1 after a SIGTERM while an actor of this job runs
+ *               there (and ct_cluster_nodes{state="draining"} 1).
  *   access      the endpoint bound to 0.0.0.0: a loopback request is served without a token;
  *               one from another address (a network namespace with a veth pair when root can
  *               make one, else this host's own non-loopback address) is refused (403) without
@@ -40,10 +51,18 @@
  *   restart     a head under its supervisor (ct-head --supervise) with a node is killed
  *               (SIGKILL): once it serves again on its ports, chromium finds the restart
  *               event with its reason (the signal) and the node, registered again, alive.
+ *   restart_live  a dashboard page stays open in chromium (the DevTools protocol: a WebSocket,
+ *               Runtime.evaluate) while a supervised head is stopped (SIGSTOP: the page says
+ *               it is away), killed (SIGKILL) in a 1-replica job's epoch 2 and started again;
+ *               never reloaded, the page shows the restart event, says it is connected again,
+ *               and the job's row and loss curve reach the job's last step, past the step of
+ *               the kill, with more points.
+ *               Skips (77) without chromium.
  * No timing is asserted. */
 #include "tests/trainer/tt.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -423,7 +442,8 @@ static int run_prometheus(bool live)
     snprintf(log_dir, sizeof log_dir, "%s/run", tmp_dir);
     trainer_stats st = {0};
     CHECK_OK(trainer_train(t, .max_retries = 2, .on_epoch = prom_on_epoch, .user = &s, .stats = &st,
-                           .log_dir = log_dir, .progress = TRAINER_PROGRESS_OFF));
+                           .log_dir = log_dir, .progress = TRAINER_PROGRESS_OFF,
+                           .validate_every_epoch = true));
     CHECK(s.killed);
     CHECK_EQ_INT(st.retries_used, live ? 0 : 1);
     CHECK_EQ_INT(st.live_recoveries, live ? 1 : 0);
@@ -479,8 +499,175 @@ static int run_prometheus(bool live)
     printf("Prometheus: last checkpoint at step %g (trainer: %lld steps)\n", v,
            (long long)st.steps);
     CHECK(v > 0 && v <= (double)st.steps);
+    /* the validation loss the trainer ended with */
+    v = prom_wait("max(ct_train_val_loss)", eq, st.val_loss, out, sizeof out);
+    printf("Prometheus: ct_train_val_loss %.17g (trainer: %.17g)\n", v, st.val_loss);
+    CHECK(isfinite(v) && v > 0 && fabs(v - st.val_loss) <= 1e-9 * fabs(st.val_loss));
+    /* the surviving node, as it measured itself: CPU, memory, heartbeat, not draining */
+    v = prom_query("count(ct_node_cpu_utilization >= 0 <= 1)", out, sizeof out);
+    printf("Prometheus: nodes with a CPU fraction in 0..1: %g\n", v);
+    CHECK_EQ_INT(v, 1);
+    v = prom_query("count(ct_node_memory_used_bytes > 0)", out, sizeof out);
+    CHECK_EQ_INT(v, 1);
+    v = prom_query("max(ct_node_heartbeat_age_seconds)", out, sizeof out);
+    printf("Prometheus: heartbeat age %g s\n", v);
+    CHECK(v >= 0 && v < 10); /* under --dead-after-ms: it is alive */
+    v = prom_query("sum(ct_node_draining)", out, sizeof out);
+    CHECK_EQ_INT(v, 0);
 out:
     trainer_shutdown(&t);
+    ct_shutdown();
+    h_kill_all();
+    prom_cleanup();
+    return h_failures ? 1 : 0;
+}
+
+/* MemTotal of this host in bytes (/proc/meminfo), 0 when unread. */
+static double host_mem_total(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f) && sscanf(line, "MemTotal: %llu kB", &kb) != 1)
+        ;
+    if (f)
+        fclose(f);
+    return (double)kb * 1024;
+}
+
+/* One node with a 64 MiB shard and a spill directory, objects put past that, and an actor:
+ * Prometheus sees what the node measured of itself (CPU, memory, its shard's bytes in use and
+ * spilled), its heartbeat age, and draining 0, then 1 after a SIGTERM while its actor runs.
+ * GPU metrics are absent where this process finds no NVML, present otherwise; a second node
+ * with tests/head/fake_nvml.c as its NVML shows its GPUs as that library answers. */
+static int run_prometheus_nodes(void)
+{
+    alarm(170);
+    const char *bin = find_prometheus();
+    if (!bin) {
+        printf("SKIP: no prometheus binary (scripts/install-deps.sh installs Debian's)\n");
+        return 77;
+    }
+    h_init();
+    atexit(prom_cleanup);
+    char addr[128], id[32] = "", spill[160];
+    static char out[1 << 16];
+    enum { NOBJ = 6, OBJ_BYTES = 16 << 20 };
+    ct_object_id ids[NOBJ];
+    int nput = 0;
+    ct_actor *a = NULL;
+    char *buf = NULL;
+    int dport = free_port();
+    if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
+        return 1;
+    if (start_prometheus(bin, dport) < 0) {
+        h_failures++;
+        goto out;
+    }
+    snprintf(spill, sizeof spill, "%s/spill", tmp_dir);
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED | 1u << CT_EVENT_NODE_DRAINING));
+    pid_t node = h_start_node(addr, "--cpus", "2", "--store-memory", "64M", "--spill-dir", spill);
+    ct_event ev;
+    for (double until = h_now_ms() + 10000; node > 0 && !id[0] && h_now_ms() < until;)
+        if (ct_events_next(&ev, 200) == 0 && ev.type == CT_EVENT_NODE_JOINED)
+            snprintf(id, sizeof id, "%s", ev.node_id);
+    CHECK(id[0]);
+    if (!id[0])
+        goto out;
+    /* 96 MiB into a 64 MiB shard: the oldest go to its spill directory */
+    buf = malloc(OBJ_BYTES);
+    CHECK(buf != NULL);
+    for (int i = 0; buf && i < NOBJ; i++) {
+        memset(buf, 'a' + i, OBJ_BYTES);
+        int rc = ct_put(buf, OBJ_BYTES, &(ct_put_opts){.node = id}, &ids[i]);
+        CHECK_OK(rc);
+        if (rc)
+            break;
+        nput++;
+    }
+    double v = prom_wait("max(ct_node_object_store_spilled_bytes)", gt, 0, out, sizeof out);
+    printf("Prometheus: spilled %g bytes of %d put\n", v, nput * OBJ_BYTES);
+    CHECK(v >= OBJ_BYTES && v <= (double)nput * OBJ_BYTES);
+    v = prom_query("max(ct_node_object_store_spilled_objects)", out, sizeof out);
+    CHECK(v >= 1 && v < nput);
+    v = prom_query("max(ct_node_object_store_arena_used_bytes)", out, sizeof out);
+    printf("Prometheus: arena in use %g bytes\n", v);
+    CHECK(v >= OBJ_BYTES && v <= 64 << 20);
+    v = prom_query("max(ct_node_object_store_used_bytes)", out, sizeof out);
+    CHECK_EQ_INT(v, (double)nput * OBJ_BYTES); /* the directory counts spilled ones too */
+    /* the host's CPU (after two samples) and memory */
+    v = prom_wait("count(ct_node_cpu_utilization >= 0 <= 1)", eq, 1, out, sizeof out);
+    printf("Prometheus: %s\n", (prom_query("ct_node_cpu_utilization", out, sizeof out), out));
+    CHECK_EQ_INT(v, 1);
+    v = prom_query("max(ct_node_memory_total_bytes)", out, sizeof out);
+    printf("Prometheus: memory total %g (this host's MemTotal %g)\n", v, host_mem_total());
+    CHECK(v > 0 && v == host_mem_total());
+    double used = prom_query("max(ct_node_memory_used_bytes)", out, sizeof out);
+    double avail = prom_query("max(ct_node_memory_available_bytes)", out, sizeof out);
+    CHECK(used > 0 && avail > 0 && used + avail == v);
+    v = prom_query("max(ct_node_heartbeat_age_seconds)", out, sizeof out);
+    CHECK(v >= 0 && v < 10);
+    /* GPUs: only where NVML is there */
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    char q[256];
+    snprintf(q, sizeof q, "count(ct_node_gpu_memory_total_bytes{node=\"%s\"})", id);
+    v = prom_query(q, out, sizeof out);
+    printf("Prometheus: GPUs with memory shown: %g (NVML %s here)\n", v, nvml ? "is" : "is not");
+    CHECK(nvml ? v >= 1 : isnan(v));
+    if (nvml)
+        dlclose(nvml);
+    /* a second node whose NVML is tests/head/fake_nvml.c (2 GPUs, fixed numbers): its GPUs
+     * reach Prometheus, utilisation absent where the GPU does not report it */
+    char fid[32] = "";
+    const char *old_path = getenv("LD_LIBRARY_PATH");
+    char *saved = old_path ? strdup(old_path) : NULL;
+    setenv("LD_LIBRARY_PATH", CT_FAKE_NVML_DIR, 1);
+    pid_t fnode = h_start_node(addr, "--cpus", "1", "--store-memory", "64M", NULL, NULL);
+    if (saved)
+        setenv("LD_LIBRARY_PATH", saved, 1);
+    else
+        unsetenv("LD_LIBRARY_PATH");
+    free(saved);
+    for (double until = h_now_ms() + 10000; fnode > 0 && !fid[0] && h_now_ms() < until;)
+        if (ct_events_next(&ev, 200) == 0 && ev.type == CT_EVENT_NODE_JOINED)
+            snprintf(fid, sizeof fid, "%s", ev.node_id);
+    CHECK(fid[0]);
+    snprintf(q, sizeof q, "count(ct_node_gpu_memory_total_bytes{node=\"%s\"})", fid);
+    v = prom_wait(q, eq, 2, out, sizeof out);
+    CHECK_EQ_INT(v, 2);
+    snprintf(q, sizeof q, "ct_node_gpu_memory_used_bytes{node=\"%s\",gpu=\"1\"}", fid);
+    v = prom_query(q, out, sizeof out);
+    printf("Prometheus (fake NVML): GPU 1 uses %.0f bytes\n", v);
+    CHECK_EQ_INT(v, (double)(1ull << 30) + 123);
+    snprintf(q, sizeof q, "ct_node_gpu_memory_total_bytes{node=\"%s\",gpu=\"0\"}", fid);
+    CHECK_EQ_INT(prom_query(q, out, sizeof out), (double)(80ull << 30));
+    snprintf(q, sizeof q, "ct_node_gpu_utilization_percent{node=\"%s\"}", fid);
+    prom_query(q, out, sizeof out);
+    printf("Prometheus (fake NVML): %s\n", out);
+    CHECK(strstr(out, "\"gpu\":\"0\"") && strstr(out, "\"42\"") && !strstr(out, "\"gpu\":\"1\""));
+    /* draining: 0, then 1 once SIGTERM asked it to drain while an actor of this job (which
+     * listens to drains) runs there */
+    v = prom_query("sum(ct_node_draining)", out, sizeof out);
+    CHECK_EQ_INT(v, 0);
+    /* the actor goes to the first node: only it has 2 CPUs */
+    CHECK_OK(ct_actor_create("Counter", &(ct_resources){.cpu = 2, .bundle = -1}, NULL, 0, &a));
+    void *r = NULL;
+    size_t rn = 0;
+    long one = 1;
+    CHECK_OK(ct_actor_call(a, "add", &one, sizeof one, &r, &rn, 30000)); /* it runs */
+    free(r);
+    kill(node, SIGTERM);
+    snprintf(q, sizeof q, "ct_node_draining{node=\"%s\"}", id);
+    v = prom_wait(q, eq, 1, out, sizeof out);
+    printf("Prometheus: draining %g after SIGTERM\n", v);
+    CHECK_EQ_INT(v, 1);
+    v = prom_query("ct_cluster_nodes{state=\"draining\"}", out, sizeof out);
+    CHECK_EQ_INT(v, 1);
+out:
+    for (int i = 0; i < nput; i++)
+        ct_free(&ids[i]);
+    free(buf);
     ct_shutdown();
     h_kill_all();
     prom_cleanup();
@@ -905,6 +1092,342 @@ out:
     return h_failures ? 1 : 0;
 }
 
+/* ---- a page left open across a head restart (the DevTools protocol) ---- */
+
+/* Chromium, headless, with its DevTools port open on url; the port (from DevToolsActivePort in
+ * its profile), or -1. Its process group is killed by browser_cleanup. */
+static int chromium_open(const char *bin, const char *url)
+{
+    char err[128], prof[128], portfile[160];
+    snprintf(err, sizeof err, "%s/chromium.log", br_dir);
+    snprintf(prof, sizeof prof, "--user-data-dir=%s/profile", br_dir);
+    snprintf(portfile, sizeof portfile, "%s/profile/DevToolsActivePort", br_dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fe = open(err, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        int fn = open("/dev/null", O_WRONLY);
+        if (fe < 0 || fn < 0)
+            _exit(126);
+        dup2(fn, 1);
+        dup2(fe, 2);
+        execl(bin, bin, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+              "--disable-dev-shm-usage", "--disable-extensions", "--disable-background-networking",
+              "--disable-sync", "--metrics-recording-only", "--no-default-browser-check",
+              "--disable-background-timer-throttling", "--disable-renderer-backgrounding", prof,
+              "--remote-debugging-port=0", url, (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0)
+        return -1;
+    setpgid(pid, pid);
+    br_pid = pid;
+    for (double until = h_now_ms() + 60000; h_now_ms() < until; usleep(200000)) {
+        int port = -1;
+        FILE *f = fopen(portfile, "r");
+        if (f) {
+            if (fscanf(f, "%d", &port) != 1)
+                port = -1;
+            fclose(f);
+        }
+        if (port > 0)
+            return port;
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            br_pid = -1;
+            break;
+        }
+    }
+    fprintf(stderr, "chromium gave no DevTools port (log: %s)\n", err);
+    return -1;
+}
+
+/* A WebSocket (RFC 6455) to the page's DevTools endpoint: the socket, or -1. */
+static int devtools_connect(int port)
+{
+    static char list[1 << 16];
+    char path[256] = "";
+    for (double until = h_now_ms() + 30000; h_now_ms() < until && !path[0]; usleep(200000)) {
+        if (http_get("127.0.0.1", port, "/json/list", NULL, list, sizeof list) != 200)
+            continue;
+        /* the page's entry (its type, then its debugger URL, whose host is what we sent) */
+        const char *p = strstr(list, "\"type\": \"page\"");
+        const char *w = p ? strstr(p, "\"webSocketDebuggerUrl\"") : NULL;
+        const char *slash = w ? strstr(w, "/devtools/page/") : NULL;
+        if (slash)
+            sscanf(slash, "%255[^\"]", path);
+    }
+    if (!path[0]) {
+        fprintf(stderr, "DevTools lists no page: %.2000s\n", list);
+        return -1;
+    }
+    int fd = dial("127.0.0.1", port);
+    char req[512], resp[1024];
+    int n = snprintf(req, sizeof req,
+                     "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n"
+                     "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                     "Sec-WebSocket-Version: 13\r\n\r\n",
+                     path, port);
+    if (fd < 0 || !send_all(fd, req, (size_t)n))
+        goto fail;
+    size_t got = 0; /* the answer's headers, byte by byte: the frames follow them */
+    while (got + 1 < sizeof resp && (got < 4 || memcmp(resp + got - 4, "\r\n\r\n", 4)))
+        if (recv(fd, resp + got++, 1, 0) != 1)
+            goto fail;
+    resp[got] = 0;
+    if (strncmp(resp, "HTTP/1.1 101", 12)) {
+        fprintf(stderr, "DevTools refused the WebSocket: %s\n", resp);
+        goto fail;
+    }
+    return fd;
+fail:
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+static bool recv_all(int fd, void *p, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = recv(fd, (char *)p + got, n - got, 0);
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+/* Runs expression js in the page (Runtime.evaluate) and copies the string it returns into out
+ * (JSON escapes left as they are); false when no answer came. */
+static bool devtools_eval(int fd, const char *js, char *out, size_t cap)
+{
+    static int next_id = 1;
+    int id = next_id++;
+    static char msg[8192];
+    size_t n = (size_t)snprintf(msg, sizeof msg,
+                                "{\"id\":%d,\"method\":\"Runtime.evaluate\",\"params\":{"
+                                "\"expression\":\"%s\",\"returnByValue\":true}}",
+                                id, js);
+    /* a client frame: FIN + text, masked (key 0: the payload as it is), 16-bit length */
+    unsigned char hdr[8] = {0x81, 0x80 | 126, (unsigned char)(n >> 8), (unsigned char)n, 0, 0,
+                            0,    0};
+    if (!send_all(fd, (const char *)hdr, sizeof hdr) || !send_all(fd, msg, n))
+        return false;
+    static char frame[1 << 20];
+    char want[32];
+    snprintf(want, sizeof want, "{\"id\":%d,", id);
+    for (int frames = 0; frames < 10000; frames++) { /* events may come first: skip them */
+        unsigned char h2[2];
+        uint64_t len;
+        if (!recv_all(fd, h2, 2))
+            return false;
+        len = h2[1] & 0x7f;
+        if (len == 126) {
+            unsigned char l[2];
+            if (!recv_all(fd, l, 2))
+                return false;
+            len = (uint64_t)l[0] << 8 | l[1];
+        } else if (len == 127) {
+            unsigned char l[8];
+            if (!recv_all(fd, l, 8))
+                return false;
+            len = 0;
+            for (int i = 0; i < 8; i++)
+                len = len << 8 | l[i];
+        }
+        if (len >= sizeof frame)
+            return false;
+        if (!recv_all(fd, frame, (size_t)len))
+            return false;
+        frame[len] = 0;
+        if (strncmp(frame, want, strlen(want)))
+            continue;
+        const char *v = strstr(frame, "\"value\":\"");
+        if (!v)
+            fprintf(stderr, "DevTools: %.2000s\n", frame);
+        snprintf(out, cap, "%s", v ? v + 9 : "");
+        char *q = strchr(out, '"');
+        if (q)
+            *q = 0;
+        return v != NULL;
+    }
+    return false;
+}
+
+/* What the open page shows, as one string (no quotes in the expression: it travels inside a
+ * JSON string): "class of #status|job row's data-step|its loss curve's points|the newest step
+ * of its curve|head_restarted events|whether #status says the head is back" */
+#define PAGE_STATE_JS                                                                              \
+    "(function(){var r=document.querySelector('tr.job');"                                          \
+    "var sv=r?r.querySelector('svg.loss'):null;var k=r?r.getAttribute('data-job'):'';"             \
+    "var c=curves[k];var top=c&&c.size?Math.max.apply(null,Array.from(c.keys())):-1;"              \
+    "var s=document.getElementById('status');"                                                     \
+    "return [s.className,r?r.getAttribute('data-step'):-1,sv?sv.getAttribute('data-points'):-1,"   \
+    "top,document.querySelectorAll('tr.event.head_restarted').length,"                             \
+    "s.textContent.indexOf('head is back after')===0?1:0].join('|');})()"
+
+typedef struct page_state {
+    char status[16];
+    long step, points, top, restarts, back;
+} page_state;
+
+static bool page_state_get(int fd, page_state *ps)
+{
+    char out[256];
+    memset(ps, 0, sizeof *ps);
+    if (!devtools_eval(fd, PAGE_STATE_JS, out, sizeof out))
+        return false;
+    return sscanf(out, "%15[^|]|%ld|%ld|%ld|%ld|%ld", ps->status, &ps->step, &ps->points, &ps->top,
+                  &ps->restarts, &ps->back) == 6;
+}
+
+typedef struct restart_live {
+    pid_t sup;
+    int devtools;
+    bool killed;
+    page_state before;
+    bool saw_away; /* the page said the head was away while it was */
+} restart_live;
+
+/* After epoch 2: the open page shows the job; the head is stopped (SIGSTOP), the page says it
+ * is away (it is not reloaded), and the head is killed. */
+static int restart_on_epoch(trainer *t, const trainer_stats *st, void *user)
+{
+    (void)t;
+    restart_live *r = user;
+    if (st->epoch != 2 || r->killed)
+        return 0;
+    /* (the steps' points of the epoch that just ended come with the next reports, sent while
+     * training goes on: the earlier epochs' are there) */
+    page_state ps = {0};
+    for (double until = h_now_ms() + 30000; h_now_ms() < until; usleep(250000))
+        if (page_state_get(r->devtools, &ps) && ps.step >= st->steps && ps.points >= 2)
+            break;
+    printf("page before the kill: status %s, step %ld (trainer: %lld), %ld points\n", ps.status,
+           ps.step, (long long)st->steps, ps.points);
+    CHECK(!strcmp(ps.status, "ok") && ps.step >= st->steps && ps.points >= 2);
+    r->before = ps;
+    pid_t head = child_of(r->sup);
+    CHECK(head > 0);
+    if (head <= 0)
+        return CT_EINVAL;
+    /* stopped first, so that the page sees it away (its poll gets no answer in 5 s) however
+     * quick the supervisor's restart is; then killed (SIGKILL) */
+    printf("stopping, then killing the head (pid %d; its supervisor %d)\n", (int)head, (int)r->sup);
+    kill(head, SIGSTOP);
+    for (double until = h_now_ms() + 30000; h_now_ms() < until && !r->saw_away; usleep(200000))
+        r->saw_away = page_state_get(r->devtools, &ps) && !strcmp(ps.status, "away");
+    kill(head, SIGKILL);
+    r->killed = true;
+    printf("page while the head was stopped: %s\n", r->saw_away ? "away" : ps.status);
+    CHECK(r->saw_away);
+    return 0;
+}
+
+/* A dashboard page stays open in chromium while a supervised head is killed (SIGKILL) during a
+ * training job and started again: without a reload the page shows the restart event, says the
+ * head is back, and the job's row and loss curve go on past the step of the kill to the
+ * job's last step. */
+static int run_restart_live(void)
+{
+    const char *bin = find_chromium();
+    if (!bin) {
+        printf("SKIP: no chromium (scripts/install-deps.sh installs Debian's)\n");
+        return 77;
+    }
+    h_init();
+    alarm(230);
+    atexit(browser_cleanup);
+    snprintf(br_dir, sizeof br_dir, "/tmp/ct-test-chromium.XXXXXX");
+    if (!mkdtemp(br_dir)) {
+        br_dir[0] = 0;
+        return 1;
+    }
+    char port[16], addr[160], line[160], url[96], id[32], log_dir[160];
+    int dport = free_port();
+    snprintf(port, sizeof port, "%d", dport);
+    char *argv[] = {(char *)h_bin("ct-head"),
+                    "--supervise",
+                    "--port",
+                    "0",
+                    "--heartbeat-ms",
+                    "100",
+                    "--dead-after-ms",
+                    "10000",
+                    "--dashboard-port",
+                    port,
+                    NULL};
+    int fd = -1;
+    restart_live r = {.devtools = -1};
+    trainer *t = NULL;
+    r.sup = h_spawn(argv, &fd);
+    if (r.sup < 0 || h_read_line(fd, line, sizeof line, 10000) ||
+        strncmp(line, "listening on ", 13))
+        return fprintf(stderr, "ct-head --supervise did not start\n"), 1;
+    close(fd);
+    snprintf(addr, sizeof addr, "%s", line + 13);
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
+    if (tt_start_node_joined(addr, id, sizeof id) < 0) {
+        h_failures++;
+        goto out;
+    }
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", dport);
+    int dt = chromium_open(bin, url);
+    CHECK(dt > 0);
+    if (dt <= 0 || (r.devtools = devtools_connect(dt)) < 0) {
+        h_failures++;
+        goto out;
+    }
+    page_state ps;
+    CHECK(page_state_get(r.devtools, &ps));
+    printf("page opened: status %s\n", ps.status);
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                            .data = "fashion_mnist",
+                                            .optimizer = "adam",
+                                            .config = "limit=2048,val_limit=200",
+                                            .num_replicas = 1,
+                                            .epochs = 5,
+                                            .seed = 3},
+                            &t));
+    if (!t)
+        goto out;
+    snprintf(log_dir, sizeof log_dir, "%s/run", br_dir); /* the head hears of every step */
+    trainer_stats st = {0};
+    CHECK_OK(trainer_train(t, .max_retries = 2, .on_epoch = restart_on_epoch, .user = &r,
+                           .stats = &st, .log_dir = log_dir, .progress = TRAINER_PROGRESS_OFF));
+    CHECK(r.killed);
+    printf("trainer: %lld steps, %d retries\n", (long long)st.steps, st.retries_used);
+    /* the same page, never reloaded: the job's last step, its curve past the kill */
+    bool said_back = false; /* "head is back after X s" stands until the next poll: seen or not */
+    for (double until = h_now_ms() + 30000; h_now_ms() < until; usleep(250000)) {
+        bool got = page_state_get(r.devtools, &ps);
+        said_back |= got && ps.back;
+        if (got && ps.step == st.steps && ps.top == st.steps && ps.restarts >= 1 &&
+            !strcmp(ps.status, "ok"))
+            break;
+    }
+    printf("page after the restart: status %s (\"head is back\" seen: %d), step %ld, curve to step "
+           "%ld of %ld "
+           "points (before the kill: step %ld, %ld points), %ld restart events\n",
+           ps.status, said_back, ps.step, ps.top, ps.points, r.before.step, r.before.points,
+           ps.restarts);
+    CHECK(!strcmp(ps.status, "ok"));
+    CHECK_EQ_INT(ps.step, st.steps);
+    CHECK(ps.step > r.before.step);
+    CHECK_EQ_INT(ps.top, st.steps);
+    CHECK(ps.points > r.before.points);
+    CHECK(ps.restarts >= 1);
+out:
+    if (r.devtools >= 0)
+        close(r.devtools);
+    trainer_shutdown(&t);
+    ct_shutdown();
+    h_kill_all();
+    browser_cleanup();
+    return h_failures ? 1 : 0;
+}
+
 /* ---- access ---- */
 
 static char ns_name[32];
@@ -1307,6 +1830,8 @@ int main(int argc, char **argv)
         return run_prometheus(false);
     if (!strcmp(mode, "prometheus_live"))
         return run_prometheus(true);
+    if (!strcmp(mode, "prometheus_nodes"))
+        return run_prometheus_nodes();
     if (!strcmp(mode, "access"))
         return run_access();
     if (!strcmp(mode, "hostile"))
@@ -1317,8 +1842,11 @@ int main(int argc, char **argv)
         return run_browser(true);
     if (!strcmp(mode, "restart"))
         return run_restart();
+    if (!strcmp(mode, "restart_live"))
+        return run_restart_live();
     fprintf(stderr,
-            "usage: %s prometheus|prometheus_live|access|hostile|browser|browser_live|restart\n",
+            "usage: %s prometheus|prometheus_live|prometheus_nodes|access|hostile|browser|"
+            "browser_live|restart|restart_live\n",
             argv[0]);
     return 2;
 }

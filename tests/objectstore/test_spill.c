@@ -72,6 +72,13 @@ int main(void)
     CHECK_EQ(entry_spilled(s, &id[0]), 1);  /* oldest went first */
     CHECK_EQ(entry_spilled(s, &id[19]), 0); /* newest stays */
     CHECK_EQ(count_files(sub), (int)st.spilled);
+    /* spilled_bytes: the sizes of the objects on disk (object i is MB - 7 i bytes) */
+    uint64_t on_disk = 0;
+    for (int i = 0; i < 20; i++)
+        if (entry_spilled(s, &id[i]) == 1)
+            on_disk += MB - 7 * i;
+    CHECK_EQ(st.spilled_bytes, on_disk);
+    CHECK(st.spilled_bytes > 0);
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < 20; i++) {
             CHECK_EQ(ct_store_get(s, &id[i], &v), 0);

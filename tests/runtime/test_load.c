@@ -4,7 +4,9 @@
  * and get 256 MiB objects across the nodes (every byte checked against its pattern), and the
  * driver puts some of its own. Asserted: no node is declared dead (no NODE_DEAD event, no
  * "dead:" line in the head's log), every object arrives whole, every call answers in order,
- * both nodes are alive at the end. Nothing this test started is left running. */
+ * both nodes are alive at the end. Nothing this test started is left running.
+ * CT_LOAD_DASHBOARD_PORT=N starts the head with its HTTP endpoint on port N; the lines "load:
+ * window starts/ends (head pid P)" bound the load (bench/dashboard_overhead uses both). */
 #include "harness.h"
 #include "classes.h"
 #include "objclasses.h"
@@ -13,8 +15,9 @@
 #define OBJ_SIZE (256ull << 20)
 #define MAX_HOGS 48
 
-/* ct-head with its stderr (its log) in path. */
-static pid_t start_head_logged(char *addr, size_t cap, const char *path)
+/* ct-head with its stderr (its log) in path; with the HTTP endpoint on dashboard_port when that
+ * is not NULL (bench/dashboard_overhead scrapes it). */
+static pid_t start_head_logged(char *addr, size_t cap, const char *path, const char *dashboard_port)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC))
@@ -29,7 +32,11 @@ static pid_t start_head_logged(char *addr, size_t cap, const char *path)
         dup2(fd, 2);
         dup2(p[1], 1);
         /* the default failure detector (heartbeat 100 ms, silent nodes dead after 10 s) */
-        char *argv[] = {(char *)h_bin("ct-head"), "--port", "0", NULL};
+        char *argv[] = {(char *)h_bin("ct-head"), "--port", "0", NULL, NULL, NULL};
+        if (dashboard_port) {
+            argv[3] = "--dashboard-port";
+            argv[4] = (char *)dashboard_port;
+        }
         execv(argv[0], argv);
         _exit(127);
     }
@@ -118,7 +125,8 @@ int main(void)
 
     char addr[128], log[96];
     snprintf(log, sizeof log, "/tmp/ct-test-load.%d.head.log", (int)getpid());
-    pid_t head = start_head_logged(addr, sizeof addr, log);
+    /* bench/dashboard_overhead: the head with its HTTP endpoint on this port */
+    pid_t head = start_head_logged(addr, sizeof addr, log, getenv("CT_LOAD_DASHBOARD_PORT"));
     CHECK(head > 0);
     if (head < 0)
         return 1;
@@ -142,6 +150,8 @@ int main(void)
     uint8_t *mine = malloc(OBJ_SIZE);
     CHECK(mine != NULL);
     double until = h_now_ms() + secs * 1000.0;
+    /* the load's window, for bench/dashboard_overhead (which measures the head's CPU in it) */
+    fprintf(stderr, "load: window starts (head pid %d)\n", (int)head);
     while (h_now_ms() < until && !h_failures) {
         uint32_t seed = (uint32_t)rounds + 100;
         ct_actor *from = rounds % 2 ? ob : oa, *to = rounds % 2 ? oa : ob;
@@ -185,6 +195,7 @@ int main(void)
         objects++;
         rounds++;
     }
+    fprintf(stderr, "load: window ends (head pid %d)\n", (int)head);
     free(mine);
     fprintf(stderr,
             "load: %d objects of 256 MiB moved and checked, %d calls, slowest get %.0f ms\n",

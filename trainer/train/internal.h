@@ -548,6 +548,8 @@ void ct__report_init(tr_head_report *r);
 /* A merged step record (progress.c) with its MFU (< 0: unknown). */
 void ct__report_step(tr_head_report *r, const tr_step_record *rec, double mfu);
 void ct__report_epoch(tr_head_report *r, const trainer_stats *st);
+/* A validation's result (st's val_* as set_val_stats made them): its loss, when it had samples. */
+void ct__report_val(tr_head_report *r, const trainer_stats *st);
 void ct__report_replicas(tr_head_report *r, int n);
 /* A retry spent, by reason ("node_lost", "replica_killed", ...; [a-z_]). */
 void ct__report_retry(tr_head_report *r, const char *reason);

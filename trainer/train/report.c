@@ -111,6 +111,14 @@ void ct__report_epoch(tr_head_report *r, const trainer_stats *st)
     r->dirty = true;
 }
 
+void ct__report_val(tr_head_report *r, const trainer_stats *st)
+{
+    if (st->val_samples > 0 && isfinite(st->val_loss)) {
+        r->val_loss = st->val_loss;
+        r->dirty = true;
+    }
+}
+
 void ct__report_checkpoint(tr_head_report *r, int64_t step, double write_s)
 {
     observe(&r->hist[TR_HIST_CHECKPOINT], write_s);

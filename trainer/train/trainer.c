@@ -912,6 +912,7 @@ static int deliver_validations(trainer *t, const trainer_train_opts *o)
     for (int i = 0; i < t->nvals; i++) {
         const tr_val_result *v = &t->vals[i];
         set_val_stats(t, &t->stats, v->loss_sum, v->correct, v->total, &v->metrics);
+        ct__report_val(&t->report, &t->stats); /* the head's, sent with the next report */
         t->stats.val_epoch = v->epoch;
         t->stats.val_step = v->step;
         int rc = o->on_validate ? o->on_validate(t, &t->stats, o->user) : 0;
@@ -942,6 +943,7 @@ static int run_validation(trainer *t, char *why, size_t cap)
             ct__trainer_metrics_add(&m, &r->metrics);
         }
         set_val_stats(t, &t->stats, loss, correct, total, &m);
+        ct__report_val(&t->report, &t->stats);
         /* its place: mid-epoch the epoch it is in, else the last one done */
         ct__progress_val(t->progress, &t->stats,
                          t->local.batch > 0 ? t->local.epoch : t->local.epoch - 1, t->local.step);

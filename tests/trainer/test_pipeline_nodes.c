@@ -1,0 +1,246 @@
+/* tests/trainer/test_pipeline_nodes.c — pipeline stages as actors on different nodes (issue 40
+ * item 5, trainer/pipeline/stage.h). A ct-head and ct-node processes of 1 CPU each; a small GPT
+ * (2 layers, 2 heads, n_embd 32, block 16, vocab 64, no dropout) on synthetic token data, Adam.
+ *
+ *   two: 2 stages on 2 nodes (embedding + layer 0 | layer 1 + ln_f + the tied output layer),
+ *        M = 4 micro-batches, 1F1B, batch 8, STEPS steps: every step's loss equals the
+ *        single-process run's (the whole GPT, ct_nn_gpt_new, the same micro-batches accumulated)
+ *        to 1e-5, the loss falls, the stages ran on two different nodes, and the stages'
+ *        parameters gathered into one file (ct__pipe_job_save) load into a whole GPT and equal
+ *        the single process's weights to 1e-4.
+ *   dp:  2 pipelines x 2 stages on 4 nodes, batch 4 each, GPipe, M = 2: every step's loss equals
+ *        one process's with the batch of 8 (the pipelines' rows together) to 1e-5, and the
+ *        gathered weights too (1e-4).
+ *   kill: 2 stages on 2 nodes; at step 10 stage 1 is killed with SIGKILL mid-run: the step fails
+ *        with CT_EDEAD (not a hang), a new job starts from the file saved at step 8 and trains
+ *        on to STEPS; its losses from step 9 on equal the single process's to 1e-5. */
+#include "tt.h"
+
+#include "trainer/pipeline/stage.h"
+
+#define STEPS 50
+
+static const ct_gpt_config GPT = {
+    .n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 16, .vocab_size = 64, .dropout = 0};
+
+/* one process: the whole GPT (seeded, or init_file's weights), steps [from, steps) of the global
+ * batch of `rows` rows split into m micro-batches whose scaled losses are back-propagated in
+ * order, a new Adam; losses[from..steps) */
+static ct_module *reference(uint64_t seed, int rows, int m, int from, int steps,
+                            const char *init_file, double *losses)
+{
+    ct_nn_set_threads(1);
+    ct_nn_manual_seed(seed);
+    ct_module *g = ct_nn_gpt_new(&GPT);
+    if (g && init_file)
+        CHECK_OK(ct_module_load(g, init_file));
+    const ct_param_ref *refs = NULL;
+    int np = 0;
+    CHECK_OK(g ? ct_module_params(g, &refs, &np) : CT_EINVAL);
+    ct_optim *opt = ct_optim_adam_new(refs, np, &(ct_adam_opts){.lr = 3e-3});
+    CHECK(opt != NULL);
+    for (int step = from; step < steps && opt; step++) {
+        ct_tensor *x = NULL, *y = NULL;
+        CHECK_OK(ct__pipe_gpt_batch(seed, step, 0, rows, GPT.block_size, GPT.vocab_size, &x, &y));
+        ct_module_zero_grad(g);
+        double loss = 0;
+        for (int i = 0, at = 0; i < m && x; i++) {
+            int len = rows / m + (i < rows % m);
+            ct_tensor *xi = ct_tensor_narrow0(x, at, len);
+            ct_tensor *yi =
+                ct_tensor_narrow0(y, (int64_t)at * GPT.block_size, (int64_t)len * GPT.block_size);
+            ct_tensor *out = ct_module_forward(g, xi);
+            ct_tensor *l = out ? ct_nn_cross_entropy(out, yi, 0.0f) : NULL;
+            CHECK(l != NULL);
+            if (l) {
+                loss += ct_tensor_item(l) * len;
+                CHECK_OK(ct_tensor_backward_scaled(l, (float)len / (float)rows));
+            }
+            ct_tensor_release(&l);
+            ct_tensor_release(&out);
+            ct_tensor_release(&xi);
+            ct_tensor_release(&yi);
+            at += len;
+        }
+        CHECK_OK(ct_optim_step(opt));
+        losses[step] = loss / rows;
+        ct_tensor_release(&x);
+        ct_tensor_release(&y);
+    }
+    ct_optim_destroy(&opt);
+    return g;
+}
+
+/* the gathered file's weights against the reference model's, within tol */
+static void same_file(const char *path, ct_module *ref, double tol)
+{
+    ct_module *g = ct_nn_gpt_new(&GPT);
+    CHECK_OK(g ? ct_module_load(g, path) : CT_EINVAL);
+    int64_t n = 0, nr = 0;
+    float *w = tt_weights(g, &n), *wr = tt_weights(ref, &nr);
+    CHECK(w && wr && n == nr && n > 0);
+    double worst = 0;
+    for (int64_t i = 0; w && wr && n == nr && i < n; i++) {
+        double d = fabs((double)w[i] - (double)wr[i]);
+        worst = d > worst ? d : worst;
+    }
+    printf("gathered file %s: %lld weights, largest difference from one process %.3g\n", path,
+           (long long)n, worst);
+    CHECK(worst <= tol);
+    free(w);
+    free(wr);
+    ct_module_destroy(&g);
+}
+
+static void compare_losses(const double *got, const double *want, int from, int to)
+{
+    double worst = 0;
+    for (int s = from; s < to; s++) {
+        double d = fabs(got[s] - want[s]);
+        worst = d > worst ? d : worst;
+        if (d > 1e-5)
+            fprintf(stderr, "step %d: loss %.8f, one process %.8f\n", s, got[s], want[s]);
+    }
+    printf("steps %d..%d: losses %.5f -> %.5f, largest difference from one process %.3g\n", from,
+           to - 1, got[from], got[to - 1], worst);
+    CHECK(worst <= 1e-5);
+    CHECK(got[to - 1] < got[from] - 0.3); /* it learns */
+}
+
+static void run_two(const char *dir, bool kill_one)
+{
+    ct__pipe_job_opts o = {.gpt = GPT,
+                           .stages = 2,
+                           .pipelines = 1,
+                           .micro_batches = 4,
+                           .schedule = CT_PIPE_1F1B,
+                           .batch = 8,
+                           .seed = 11,
+                           .lr = 3e-3f,
+                           .timeout_ms = 60000};
+    double want[STEPS] = {0}, got[STEPS] = {0};
+    ct_module *ref = reference(o.seed, o.batch, o.micro_batches, 0, STEPS, NULL, want);
+    ct__pipe_job *j = NULL;
+    CHECK_OK(ct__pipe_job_start(&o, "pn-two", &j));
+    if (!j)
+        goto out;
+    const char *n0 = ct_actor_node(ct__pipe_job_actor(j, 0, 0)),
+               *n1 = ct_actor_node(ct__pipe_job_actor(j, 0, 1));
+    printf("stage 0 on node %s (pid %d), stage 1 on node %s (pid %d)\n", n0,
+           ct_actor_pid(ct__pipe_job_actor(j, 0, 0)), n1,
+           ct_actor_pid(ct__pipe_job_actor(j, 0, 1)));
+    CHECK(strcmp(n0, n1) != 0);
+    char ckpt[300], final[300];
+    snprintf(ckpt, sizeof ckpt, "%s/step8.safetensors", dir);
+    snprintf(final, sizeof final, "%s/final.safetensors", dir);
+    int step = 0, tries = 0;
+    while (step < STEPS) {
+        if (kill_one && tries == 0 && step == 10) { /* a stage dies mid-run */
+            pid_t pid = ct_actor_pid(ct__pipe_job_actor(j, 0, 1));
+            CHECK(pid > 0);
+            if (pid > 0)
+                kill(pid, SIGKILL);
+        }
+        int rc = ct__pipe_job_step(j, step, &got[step]);
+        if (rc < 0 && kill_one && tries == 0) {
+            printf("step %d failed after the kill: %s (%s)\n", step, ct_strerror(rc),
+                   ct_last_error());
+            CHECK_EQ_INT(rc, CT_EDEAD);
+            tries++;
+            ct__pipe_job_end(&j);
+            o.init_file = ckpt; /* the last checkpoint: after step 8, so step 9 on again */
+            CHECK_OK(ct__pipe_job_start(&o, "pn-two-retry", &j));
+            if (!j)
+                goto out;
+            /* Adam's moments restart from zero in the retry: the reference does the same */
+            step = 9;
+            continue;
+        }
+        CHECK_OK(rc);
+        if (rc < 0)
+            break;
+        if (step == 8 && kill_one)
+            CHECK_OK(ct__pipe_job_save(j, ckpt));
+        step++;
+    }
+    if (kill_one) { /* the retry against one process from the same file and a new Adam */
+        CHECK_EQ_INT(tries, 1);
+        ct_module_destroy(&ref);
+        ref = reference(o.seed, o.batch, o.micro_batches, 9, STEPS, ckpt, want);
+        compare_losses(got, want, 9, STEPS);
+        CHECK_OK(ct__pipe_job_save(j, final));
+        same_file(final, ref, 1e-4);
+    } else {
+        compare_losses(got, want, 0, STEPS);
+        CHECK_OK(ct__pipe_job_save(j, final));
+        same_file(final, ref, 1e-4);
+    }
+out:
+    ct__pipe_job_end(&j);
+    ct_module_destroy(&ref);
+}
+
+static void run_dp(const char *dir)
+{
+    ct__pipe_job_opts o = {.gpt = GPT,
+                           .stages = 2,
+                           .pipelines = 2,
+                           .micro_batches = 2,
+                           .schedule = CT_PIPE_GPIPE,
+                           .batch = 4,
+                           .seed = 13,
+                           .lr = 3e-3f,
+                           .timeout_ms = 60000};
+    double want[STEPS] = {0}, got[STEPS] = {0};
+    /* one process, the 8 rows at once in the pipelines' micro-batches' sizes (4 of 2) */
+    ct_module *ref = reference(o.seed, 2 * o.batch, 4, 0, STEPS, NULL, want);
+    ct__pipe_job *j = NULL;
+    CHECK_OK(ct__pipe_job_start(&o, "pn-dp", &j));
+    for (int a = 0; j && a < 4; a++) /* the placement group spread them: one per node */
+        for (int b = a + 1; b < 4; b++)
+            CHECK(strcmp(ct_actor_node(ct__pipe_job_actor(j, a / 2, a % 2)),
+                         ct_actor_node(ct__pipe_job_actor(j, b / 2, b % 2))) != 0);
+    for (int step = 0; j && step < STEPS; step++)
+        CHECK_OK(ct__pipe_job_step(j, step, &got[step]));
+    if (j) {
+        compare_losses(got, want, 0, STEPS);
+        char final[300];
+        snprintf(final, sizeof final, "%s/dp.safetensors", dir);
+        CHECK_OK(ct__pipe_job_save(j, final));
+        same_file(final, ref, 1e-4);
+    }
+    ct__pipe_job_end(&j);
+    ct_module_destroy(&ref);
+}
+
+int main(int argc, char **argv)
+{
+    ct_serve_if_worker();
+    h_init();
+    const char *mode = argc > 1 ? argv[1] : "two";
+    int nodes = !strcmp(mode, "dp") ? 4 : 2;
+    char addr[128], dir[] = "/tmp/ct-pipeline-nodes.XXXXXX", cmd[200];
+    CHECK(mkdtemp(dir) != NULL);
+    if (h_start_head(addr, sizeof addr, "100", "3000") < 0)
+        return 1;
+    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
+    for (int i = 0; i < nodes; i++)
+        h_start_node(addr, "--cpus", "1", "--store-memory", "64M", NULL, NULL);
+    if (!tt_wait_total_cpus(nodes, 20000)) {
+        h_failures++;
+        goto out;
+    }
+    if (!strcmp(mode, "dp"))
+        run_dp(dir);
+    else
+        run_two(dir, !strcmp(mode, "kill"));
+out:
+    ct_shutdown();
+    h_kill_all();
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    if (h_failures)
+        fprintf(stderr, "test_pipeline_nodes %s: %d failure(s)\n", mode, h_failures);
+    return h_failures ? 1 : 0;
+}

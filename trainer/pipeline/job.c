@@ -1,0 +1,232 @@
+/* trainer/pipeline/job.c — the driver's side of a job of pipelines of stage actors (stage.h):
+ * one placement group of P x S bundles (SPREAD), the actors in it (bundle p * S + s is pipeline
+ * p's stage s), their setup calls at once (the links and communicators meet in the rendezvous, so
+ * every stage must be in setup together), then per step one "step" call on every actor, waited on
+ * all at once so that the first failure (a dead stage) ends the step without waiting for the
+ * stages blocked on it. ct__pipe_job_save gathers pipeline 0's stages into a whole GPT's file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "ct/ct.h"
+#include "stage.h"
+
+struct ct__pipe_job {
+    ct__pipe_job_opts o;
+    ct_placement_group *pg;
+    ct_actor **actors; /* [p * S + s] */
+    int n;
+};
+
+ct_actor *ct__pipe_job_actor(ct__pipe_job *j, int p, int s)
+{
+    return j && p >= 0 && p < j->o.pipelines && s >= 0 && s < j->o.stages
+               ? j->actors[p * j->o.stages + s]
+               : NULL;
+}
+
+void ct__pipe_job_end(ct__pipe_job **jp)
+{
+    if (!jp || !*jp)
+        return;
+    ct__pipe_job *j = *jp;
+    for (int i = 0; i < j->n; i++) {
+        if (j->actors[i]) {
+            ct_actor_kill(j->actors[i]);
+            ct_actor_release(&j->actors[i]);
+        }
+    }
+    if (j->pg)
+        ct_placement_group_remove(&j->pg);
+    free(j->actors);
+    free(j);
+    *jp = NULL;
+}
+
+/* calls method on every actor with the same args at once; the first failure (its index into
+ * *failed, may be NULL); results (may be NULL) get each reply's double */
+static int call_all(ct__pipe_job *j, const char *method, const void *args, size_t len,
+                    double *results, int timeout_ms)
+{
+    ct_future **fs = calloc((size_t)j->n, sizeof *fs);
+    int rc = fs ? 0 : ct__error(CT_ENOMEM, "pipeline job: out of memory"), left = 0;
+    for (int i = 0; i < j->n && rc == 0; i++, left++)
+        rc = ct_actor_call_async(j->actors[i], method, args, len, &fs[i]);
+    while (rc == 0 && left > 0) {
+        int i = ct_future_wait_any(fs, j->n, timeout_ms);
+        if (i < 0) {
+            rc = ct__error(i, "pipeline job: %s: no reply within %d ms", method, timeout_ms);
+            break;
+        }
+        void *r = NULL;
+        size_t rl = 0;
+        rc = ct_future_wait(fs[i], 0, &r, &rl);
+        if (rc < 0)
+            ct__error(rc, "pipeline job: %s on pipeline %d stage %d: %s", method, i / j->o.stages,
+                      i % j->o.stages, ct_last_error());
+        else if (results && rl == sizeof(double))
+            memcpy(&results[i], r, sizeof(double));
+        free(r);
+        ct_future_destroy(&fs[i]);
+        left--;
+    }
+    for (int i = 0; fs && i < j->n; i++)
+        ct_future_destroy(&fs[i]);
+    free(fs);
+    return rc;
+}
+
+static int check_opts(const ct__pipe_job_opts *o)
+{
+    if (o->stages < 1 || o->stages > o->gpt.n_layer || o->pipelines < 1 || o->micro_batches < 1 ||
+        o->micro_batches > o->batch || o->batch < 1)
+        return ct__error(CT_EINVAL,
+                         "pipeline job: %d stages (1..n_layer %d), %d pipelines, %d micro-batches "
+                         "of a batch of %d (1..batch)",
+                         o->stages, o->gpt.n_layer, o->pipelines, o->micro_batches, o->batch);
+    if ((unsigned)o->schedule >= CT_PIPE_NSCHEDULES)
+        return ct__error(CT_EINVAL, "pipeline job: schedule %d", (int)o->schedule);
+    return 0;
+}
+
+int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pipe_job **out)
+{
+    if (!opts || !group || !out || strlen(group) >= sizeof(((ct__pipe_setup_args *)0)->group))
+        return ct__error(CT_EINVAL, "pipeline job: NULL options, or a group name too long");
+    *out = NULL;
+    int rc = ct__pipe_register_stage_class(); /* links stage_actor.c into the program */
+    if (rc == 0)
+        rc = check_opts(opts);
+    if (rc < 0)
+        return rc;
+    ct__pipe_job *j = calloc(1, sizeof *j);
+    int n = opts->stages * opts->pipelines;
+    if (!j || !(j->actors = calloc((size_t)n, sizeof *j->actors))) {
+        free(j);
+        return ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    }
+    j->o = *opts;
+    j->o.init_file = NULL;
+    j->n = n;
+    int timeout = opts->timeout_ms > 0 ? opts->timeout_ms : 120000;
+    double cpus = opts->cpus_per_stage > 0 ? opts->cpus_per_stage : 1;
+    ct_bundle *b = calloc((size_t)n, sizeof *b);
+    if (!b) {
+        ct__pipe_job_end(&j);
+        return ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        b[i] = (ct_bundle){.cpu = cpus};
+    rc = ct_placement_group_create(b, n, CT_SPREAD, &j->pg);
+    free(b);
+    if (rc == 0 && (rc = ct_placement_group_wait(j->pg, timeout)) < 0)
+        ct__error(rc, "pipeline job: %d bundles of %g CPU did not fit within %d ms", n, cpus,
+                  timeout);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = ct_actor_create(
+            CT__PIPE_STAGE_CLASS,
+            &(ct_resources){.cpu = cpus, .pg = j->pg, .bundle = i, .timeout_ms = timeout}, NULL, 0,
+            &j->actors[i]);
+    /* setup: every actor at once (they meet each other); each its own stage and pipeline */
+    size_t flen = opts->init_file ? strlen(opts->init_file) + 1 : 0;
+    size_t alen = sizeof(ct__pipe_setup_args) + flen;
+    ct__pipe_setup_args *a = rc == 0 ? calloc(1, alen) : NULL;
+    ct_future **fs = rc == 0 ? calloc((size_t)n, sizeof *fs) : NULL;
+    if (rc == 0 && (!a || !fs))
+        rc = ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    for (int i = 0; i < n && rc == 0; i++) {
+        a->o = j->o;
+        a->stage = i % opts->stages;
+        a->pipeline = i / opts->stages;
+        snprintf(a->group, sizeof a->group, "%s", group);
+        if (flen)
+            memcpy(a + 1, opts->init_file, flen);
+        rc = ct_actor_call_async(j->actors[i], "setup", a, alen, &fs[i]);
+    }
+    for (int left = n; rc == 0 && left > 0; left--) {
+        int i = ct_future_wait_any(fs, n, timeout + 10000);
+        if (i < 0) {
+            rc = ct__error(i, "pipeline job: setup: no reply");
+            break;
+        }
+        if ((rc = ct_future_wait(fs[i], 0, NULL, NULL)) < 0)
+            ct__error(rc, "pipeline job: setup of pipeline %d stage %d: %s", i / opts->stages,
+                      i % opts->stages, ct_last_error());
+        ct_future_destroy(&fs[i]);
+    }
+    for (int i = 0; fs && i < n; i++)
+        ct_future_destroy(&fs[i]);
+    free(fs);
+    free(a);
+    if (rc < 0) {
+        ct__pipe_job_end(&j);
+        return rc;
+    }
+    *out = j;
+    return 0;
+}
+
+int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss)
+{
+    if (!j)
+        return ct__error(CT_EINVAL, "pipeline job: NULL job");
+    double *r = calloc((size_t)j->n, sizeof *r);
+    if (!r)
+        return ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    int timeout = j->o.timeout_ms > 0 ? j->o.timeout_ms : 120000;
+    int rc = call_all(j, "step", &step, sizeof step, r, timeout + 10000);
+    if (rc == 0 && loss) {
+        double sum = 0;
+        for (int p = 0; p < j->o.pipelines; p++)
+            sum += r[p * j->o.stages + j->o.stages - 1];
+        *loss = sum / j->o.pipelines;
+    }
+    free(r);
+    return rc;
+}
+
+/* one stage's reply to "weights" into the whole model (names it lacks are an error) */
+static int gather(ct_module *whole, const char *buf, size_t len, int s)
+{
+    const ct_named_tensor *sd = NULL;
+    int n = 0, rc = ct_module_state_dict(whole, &sd, &n);
+    for (size_t at = 0; rc == 0 && at < len;) {
+        uint32_t nl;
+        uint64_t numel;
+        if (len - at < 12 || (memcpy(&nl, buf + at, 4), len - at - 12 < nl))
+            return ct__error(CT_EPROTO, "pipeline job: stage %d's weights are cut short", s);
+        memcpy(&numel, buf + at + 4 + nl, 8);
+        if ((len - at - 12 - nl) / 4 < numel)
+            return ct__error(CT_EPROTO, "pipeline job: stage %d's weights are cut short", s);
+        int k = 0;
+        while (k < n && (strlen(sd[k].name) != nl || memcmp(sd[k].name, buf + at + 4, nl)))
+            k++;
+        if (k == n || (uint64_t)ct_tensor_numel(sd[k].tensor) != numel)
+            return ct__error(CT_EPROTO, "pipeline job: stage %d's \"%.*s\" is not the GPT's", s,
+                             (int)nl, buf + at + 4);
+        memcpy(ct_tensor_data(sd[k].tensor), buf + at + 12 + nl, numel * 4);
+        at += 12 + nl + numel * 4;
+    }
+    return rc;
+}
+
+int ct__pipe_job_save(ct__pipe_job *j, const char *path)
+{
+    if (!j || !path)
+        return ct__error(CT_EINVAL, "pipeline job: NULL job or path");
+    ct_module *whole = ct_nn_gpt_new(&j->o.gpt); /* every value is overwritten below */
+    int rc = whole ? 0 : CT_EINVAL;
+    for (int s = 0; s < j->o.stages && rc == 0; s++) {
+        void *r = NULL;
+        size_t rl = 0;
+        rc = ct_actor_call(j->actors[s], "weights", NULL, 0, &r, &rl, 60000);
+        if (rc == 0)
+            rc = gather(whole, r, rl, s);
+        free(r);
+    }
+    if (rc == 0)
+        rc = ct_module_save(whole, path);
+    ct_module_destroy(&whole);
+    return rc;
+}

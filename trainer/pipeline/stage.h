@@ -1,0 +1,91 @@
+/* trainer/pipeline/stage.h — pipeline stages as actors on different nodes (issue 40 item 5), with
+ * the GPT as the model: stage 0 holds the embeddings and the first layers, the last stage the last
+ * layers, ln_f and the output layer (the token embedding's weight, tied: the first and the last
+ * stage each hold a copy and add their gradients before every step, as Megatron does).
+ *
+ * A job is P pipelines x S stages: P x S actors of class "ct.pipeline.Stage", placed by one
+ * placement group (SPREAD, one bundle per actor). Stage s of pipeline p runs the schedule's
+ * actions of stage s (ct_pipe_schedule_actions, the list order) for its micro-batches; the
+ * activations and their gradients go stage to stage over p2p.h's links, never through the head
+ * or the driver. With P > 1, stage s of every pipeline averages its gradients (one allreduce of
+ * its flat gradient buffer over a ring communicator of the P stages s) before the optimizer
+ * steps. The driver (ct__pipe_job_*) only starts the actors and calls "step" on each; the last
+ * stages reply their losses. A dead stage fails the step (its neighbours' receives fail at once
+ * with CT_EDEAD, the driver's call on it too); the job is then over: the caller starts a new one
+ * (from ct__pipe_job_save's file, ct__pipe_job_opts.init_file).
+ *
+ * Internal (ct__): the trainer's pipeline_stages config keys are not wired to it yet. */
+#ifndef CT_PIPELINE_STAGE_H
+#define CT_PIPELINE_STAGE_H
+
+#include <stdint.h>
+
+#include "ct/nn.h"
+#include "ct/pipeline.h"
+
+#define CT__PIPE_STAGE_CLASS "ct.pipeline.Stage"
+
+typedef struct ct__pipe_job_opts {
+    ct_gpt_config gpt; /* dropout must be 0 for runs equal to one process's */
+    int stages;        /* S >= 1, <= gpt.n_layer */
+    int pipelines;     /* P >= 1 (data parallel over pipelines) */
+    int micro_batches; /* M, 1 .. batch */
+    ct_pipe_schedule schedule;
+    int batch;             /* rows per pipeline per step (the global batch is P x batch) */
+    uint64_t seed;         /* weights (ct_nn_manual_seed before ct_nn_gpt_new) and data */
+    float lr;              /* Adam's */
+    int threads;           /* engine threads per stage (ct_nn_set_threads); 0: 1 */
+    int timeout_ms;        /* p2p and collective waits; 0: 120000 */
+    double cpus_per_stage; /* 0: 1 */
+    const char *init_file; /* NULL, or a GPT safetensors file (ct__pipe_job_save's) to start from */
+} ct__pipe_job_opts;
+
+/* The synthetic token data both ends of a pipeline draw the same batch from: rows
+ * [row0, row0 + n) of step `step`'s global batch, x (n, T) and y (n * T) i64 (y: x shifted by
+ * one, the next token). Learnable: each row walks a fixed random sequence over the vocabulary
+ * from a position drawn from (seed, step, row). */
+int ct__pipe_gpt_batch(uint64_t seed, int64_t step, int64_t row0, int64_t n, int64_t T,
+                       int64_t vocab, ct_tensor **x, ct_tensor **y);
+/* Layers [*first, *first + *n) of n_layer belong to stage s of S (the first stages one more when
+ * S does not divide n_layer). */
+void ct__pipe_gpt_layers(int n_layer, int stages, int s, int *first, int *n);
+
+typedef struct ct__pipe_job ct__pipe_job;
+/* Starts the P x S stage actors (a placement group of SPREAD bundles) and sets them up (their
+ * links, communicators, models from opts.seed or init_file); group names this try (unique). */
+int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pipe_job **out);
+/* One optimizer step on every pipeline; *loss (may be NULL): the mean over the pipelines of each
+ * pipeline's batch loss. CT_EDEAD when a stage died (the job cannot go on). */
+int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss);
+/* Every stage's parameters of pipeline 0 gathered into one GPT safetensors file (the names and
+ * file of ct_nn_gpt_new's model, ct_module_save). */
+int ct__pipe_job_save(ct__pipe_job *j, const char *path);
+/* The actor of pipeline p, stage s (borrowed), e.g. to kill it in a test. */
+struct ct_actor *ct__pipe_job_actor(ct__pipe_job *j, int p, int s);
+/* Kills the actors, removes the placement group, frees j. */
+void ct__pipe_job_end(ct__pipe_job **j);
+
+/* ---- one stage of the GPT (gpt_stage.c) ---- */
+typedef struct ct__gpt_stage ct__gpt_stage;
+/* Stage s of S of the GPT cfg, its weights those of ct_nn_gpt_new(cfg) after
+ * ct_nn_manual_seed(seed) (or of init_file when not NULL), named as there. NULL on error. */
+ct__gpt_stage *ct__gpt_stage_new(const ct_gpt_config *cfg, int s, int stages, uint64_t seed,
+                                 const char *init_file);
+/* Stage 0: x (B, T) i64 token ids -> the activations (B, T, C); a middle stage (B, T, C) ->
+ * (B, T, C); the last: -> logits (B*T, vocab). Recorded on this thread's tape. */
+ct_tensor *ct__gpt_stage_forward(ct__gpt_stage *g, ct_tensor *x);
+/* The stage's modules as one (parameters, state dict, optimizer). Borrowed. */
+ct_module *ct__gpt_stage_module(ct__gpt_stage *g);
+/* The token embedding's weight on the first and the last stage (tied), else NULL. Borrowed. */
+ct_tensor *ct__gpt_stage_tied(ct__gpt_stage *g);
+void ct__gpt_stage_destroy(ct__gpt_stage **g);
+
+/* ---- what the driver and the actors share (stage_actor.c, job.c) ---- */
+typedef struct ct__pipe_setup_args {
+    ct__pipe_job_opts o; /* init_file: the path follows the struct, NUL-terminated */
+    int stage, pipeline;
+    char group[96];
+} ct__pipe_setup_args;
+int ct__pipe_register_stage_class(void);
+
+#endif

@@ -1,0 +1,325 @@
+/* trainer/pipeline/stage_actor.c — the stage actor (class "ct.pipeline.Stage", stage.h): one
+ * stage of one pipeline, in its own process on its node.
+ *
+ * setup: its part of the GPT (gpt_stage.c), Adam over it, its p2p links (to the stages before
+ * and after it, and between the first and the last for the tied embedding), and with P > 1
+ * pipelines a ring communicator with stage s of the other pipelines. step: the schedule's
+ * actions of this stage in list order (pipeline.c's executor, apart): F(m) takes micro-batch m's
+ * activation from the stage before (stage 0: its rows of the batch), records the forward on a
+ * tape of its own (ct_autograd_tape_detach) and sends the output on (the last stage: the loss);
+ * B(m) waits for the gradient of that output from the stage after (the last stage: the loss
+ * scaled by n_m / N), walks the tape and sends its input's gradient back. Then the tied weight's
+ * gradients are added (first + last, the same bits on both), the pipelines' gradients averaged,
+ * and Adam steps. weights: the stage's state dict by name, for the driver's gathered file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "ct/collective.h"
+#include "ct/ct.h"
+#include "ct/optim.h"
+#include "p2p.h"
+#include "stage.h"
+
+enum { KIND_ACT = 0, KIND_GRAD = 1, KIND_TIED = 2 };
+
+typedef struct {
+    ct_tape *tape;
+    ct_tensor *in, *out; /* out: the last stage's loss */
+} cell;
+
+typedef struct stage {
+    ct__pipe_setup_args a;
+    ct__gpt_stage *g;
+    ct_optim *opt;
+    ct_rendezvous *rdv;
+    ct__p2p *p2p;
+    ct_comm *dp; /* stage s of every pipeline (P > 1) */
+    ct_pipe_action *acts;
+    int nact;
+    cell *cells;
+} stage;
+
+static int stage_new(const void *args, size_t len, void **state)
+{
+    (void)args, (void)len;
+    *state = calloc(1, sizeof(stage));
+    return *state ? 0 : ct__error(CT_ENOMEM, "pipeline stage: out of memory");
+}
+
+static void stage_free(void *state)
+{
+    stage *st = state;
+    if (!st)
+        return;
+    ct__p2p_close(&st->p2p);
+    ct_comm_destroy(&st->dp);
+    ct_rendezvous_kv_destroy(&st->rdv);
+    ct_optim_destroy(&st->opt);
+    ct__gpt_stage_destroy(&st->g);
+    free(st->acts);
+    free(st->cells);
+    free(st);
+}
+
+static int timeout_of(const stage *st)
+{
+    return st->a.o.timeout_ms > 0 ? st->a.o.timeout_ms : 120000;
+}
+
+static int stage_setup(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    stage *st = state;
+    (void)res, (void)rlen;
+    if (len < sizeof(ct__pipe_setup_args) || st->g)
+        return ct__error(CT_EINVAL, "pipeline stage: bad setup call");
+    memcpy(&st->a, args, sizeof st->a);
+    const ct__pipe_job_opts *o = &st->a.o;
+    const char *init = len > sizeof st->a ? (const char *)args + sizeof st->a : NULL;
+    if (init && (memchr(init, 0, len - sizeof st->a) == NULL || !*init))
+        init = NULL;
+    int s = st->a.stage, S = o->stages, rc = 0;
+    ct_nn_set_threads(o->threads > 0 ? o->threads : 1);
+    if (!(st->g = ct__gpt_stage_new(&o->gpt, s, S, o->seed, init)))
+        return CT_EINVAL;
+    const ct_param_ref *refs = NULL;
+    int np = 0;
+    if ((rc = ct_module_params(ct__gpt_stage_module(st->g), &refs, &np)) < 0)
+        return rc;
+    if (!(st->opt = ct_optim_adam_new(refs, np, &(ct_adam_opts){.lr = o->lr})))
+        return CT_EINVAL;
+    if ((rc = ct_pipe_schedule_actions(o->schedule, S, o->micro_batches, &st->acts, &st->nact)) < 0)
+        return rc;
+    if (!(st->cells = calloc((size_t)o->micro_batches, sizeof *st->cells)))
+        return ct__error(CT_ENOMEM, "pipeline stage: out of memory");
+    if (!(st->rdv = ct_rendezvous_kv_new("pipeline/")))
+        return CT_ENOMEM;
+    int peers[3], n = 0;
+    if (s > 0)
+        peers[n++] = s - 1;
+    if (s < S - 1)
+        peers[n++] = s + 1;
+    if (S > 2 && (s == 0 || s == S - 1)) /* the tied embedding's link */
+        peers[n++] = s == 0 ? S - 1 : 0;
+    char group[160];
+    snprintf(group, sizeof group, "%s/pipe%d", st->a.group, st->a.pipeline);
+    if ((rc = ct__p2p_open(st->rdv, group, s, peers, n, timeout_of(st), &st->p2p)) < 0)
+        return rc;
+    if (o->pipelines > 1) {
+        snprintf(group, sizeof group, "%s/stage%d", st->a.group, s);
+        rc = ct_comm_new(&(ct_comm_opts){.rendezvous = st->rdv,
+                                         .group_id = group,
+                                         .rank = st->a.pipeline,
+                                         .world_size = o->pipelines,
+                                         .node_id = ct_self_node_id(),
+                                         .timeout_ms = timeout_of(st)},
+                         &st->dp);
+    }
+    return rc;
+}
+
+static int forward(stage *st, int64_t step, int mb, const int64_t *start, const int64_t *len,
+                   ct_tensor *x, ct_tensor *y, double *loss)
+{
+    int s = st->a.stage, S = st->a.o.stages, rc = 0;
+    cell *c = &st->cells[mb];
+    if (s == 0) {
+        c->in = ct_tensor_narrow0(x, start[mb], len[mb]);
+    } else if ((rc = ct__p2p_recv(st->p2p, s - 1, ct__p2p_tag(step, KIND_ACT, mb), timeout_of(st),
+                                  &c->in)) == 0) {
+        ct_tensor_set_requires_grad(c->in, true);
+    }
+    if (!c->in)
+        return rc < 0 ? rc : CT_ENOMEM;
+    ct_tensor *out = ct__gpt_stage_forward(st->g, c->in);
+    if (out && s == S - 1) {
+        int64_t T = st->a.o.gpt.block_size;
+        ct_tensor *t = ct_tensor_narrow0(y, start[mb] * T, len[mb] * T);
+        c->out = t ? ct_nn_cross_entropy(out, t, 0.0f) : NULL;
+        ct_tensor_release(&t);
+        if (c->out)
+            *loss += (double)ct_tensor_item(c->out) * (double)len[mb];
+    } else {
+        c->out = ct_tensor_retain(out);
+    }
+    ct_tensor_release(&out);
+    if (!c->out || !(c->tape = ct_autograd_tape_detach())) {
+        ct_autograd_clear_tape();
+        return CT_EINVAL;
+    }
+    if (s < S - 1) {
+        bool was = ct_autograd_set_enabled(false);
+        rc = ct__p2p_send(st->p2p, s + 1, ct__p2p_tag(step, KIND_ACT, mb), c->out);
+        ct_autograd_set_enabled(was);
+    }
+    return rc;
+}
+
+static int backward(stage *st, int64_t step, int mb, const int64_t *len, int64_t total)
+{
+    int s = st->a.stage, S = st->a.o.stages;
+    cell *c = &st->cells[mb];
+    int rc = ct_autograd_tape_attach(&c->tape);
+    if (rc < 0)
+        return rc;
+    if (s == S - 1) {
+        rc = ct_tensor_backward_scaled(c->out, (float)((double)len[mb] / (double)total));
+    } else {
+        ct_tensor *g = NULL;
+        rc = ct__p2p_recv(st->p2p, s + 1, ct__p2p_tag(step, KIND_GRAD, mb), timeout_of(st), &g);
+        if (rc == 0)
+            rc = ct_tensor_backward(c->out, g);
+        else
+            ct_autograd_clear_tape();
+        ct_tensor_release(&g);
+    }
+    if (rc == 0 && s > 0) {
+        ct_tensor *g = ct_tensor_grad(c->in);
+        rc = g ? ct__p2p_send(st->p2p, s - 1, ct__p2p_tag(step, KIND_GRAD, mb), g)
+               : ct__error(CT_EINVAL, "pipeline stage %d: its input got no gradient", s);
+    }
+    ct_tensor_release(&c->in);
+    ct_tensor_release(&c->out);
+    return rc;
+}
+
+/* the tied embedding's gradient: first's + last's, in that order on both */
+static int add_tied(stage *st, int64_t step)
+{
+    int s = st->a.stage, S = st->a.o.stages;
+    if (S == 1 || (s != 0 && s != S - 1))
+        return 0;
+    ct_tensor *w = ct__gpt_stage_tied(st->g), *g = w ? ct_tensor_grad(w) : NULL, *other = NULL;
+    if (!g)
+        return ct__error(CT_EINVAL, "pipeline stage %d: the tied embedding has no gradient", s);
+    int peer = s == 0 ? S - 1 : 0;
+    int rc = ct__p2p_send(st->p2p, peer, ct__p2p_tag(step, KIND_TIED, 0), g);
+    if (rc == 0)
+        rc = ct__p2p_recv(st->p2p, peer, ct__p2p_tag(step, KIND_TIED, 0), timeout_of(st), &other);
+    if (rc == 0 && ct_tensor_numel(other) != ct_tensor_numel(g))
+        rc = ct__error(CT_EPROTO, "pipeline stage %d: the tied gradient's size differs", s);
+    if (rc == 0) {
+        float *a = ct_tensor_data(g);
+        const float *b = ct_tensor_data(other);
+        for (int64_t i = 0; i < ct_tensor_numel(g); i++)
+            a[i] = s == 0 ? a[i] + b[i] : b[i] + a[i];
+    }
+    ct_tensor_release(&other);
+    return rc;
+}
+
+static int stage_step(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    stage *st = state;
+    if (len != sizeof(int64_t) || !st->g)
+        return ct__error(CT_EINVAL, "pipeline stage: step before setup, or bad arguments");
+    int64_t step;
+    memcpy(&step, args, sizeof step);
+    const ct__pipe_job_opts *o = &st->a.o;
+    int s = st->a.stage, M = o->micro_batches, rc = 0;
+    int64_t N = o->batch, start[M], lens[M];
+    for (int i = 0, at = 0; i < M; i++) { /* torch.tensor_split's sizes, as pipeline.c */
+        start[i] = at;
+        lens[i] = N / M + (i < N % M);
+        at += (int)lens[i];
+    }
+    ct_tensor *x = NULL, *y = NULL;
+    if ((s == 0 || s == o->stages - 1) &&
+        (rc = ct__pipe_gpt_batch(o->seed, step, (int64_t)st->a.pipeline * N, N, o->gpt.block_size,
+                                 o->gpt.vocab_size, &x, &y)) < 0)
+        return rc;
+    ct_module *m = ct__gpt_stage_module(st->g);
+    ct_module_zero_grad(m);
+    double loss = 0.0;
+    for (int i = 0; i < st->nact && rc == 0; i++) {
+        const ct_pipe_action *a = &st->acts[i];
+        if (a->stage != s)
+            continue;
+        rc = a->op == CT_PIPE_FORWARD ? forward(st, step, a->micro_batch, start, lens, x, y, &loss)
+                                      : backward(st, step, a->micro_batch, lens, N);
+    }
+    ct_tensor_release(&x);
+    ct_tensor_release(&y);
+    for (int i = 0; i < M; i++) { /* after a failure: what is left */
+        ct_tape_destroy(&st->cells[i].tape);
+        ct_tensor_release(&st->cells[i].in);
+        ct_tensor_release(&st->cells[i].out);
+    }
+    if (rc == 0)
+        rc = add_tied(st, step);
+    if (rc == 0 && st->dp) {
+        float *v = NULL, *g = NULL;
+        int64_t n = 0;
+        if ((rc = ct_module_flat(m, &v, &g, &n)) == 0)
+            rc = ct_comm_allreduce(st->dp, g, (size_t)n, CT_F32, CT_COMM_AVG, 0);
+    }
+    if (rc == 0)
+        rc = ct_optim_step(st->opt);
+    if (rc < 0)
+        return rc;
+    loss /= (double)N;
+    if (!(*res = malloc(sizeof loss)))
+        return ct__error(CT_ENOMEM, "pipeline stage: out of memory");
+    memcpy(*res, &loss, sizeof loss);
+    *rlen = sizeof loss;
+    return 0;
+}
+
+/* the state dict: per entry u32 name length, the name, u64 numel, numel f32 */
+static int stage_weights(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    stage *st = state;
+    (void)args, (void)len;
+    if (!st->g)
+        return ct__error(CT_EINVAL, "pipeline stage: weights before setup");
+    const ct_named_tensor *sd = NULL;
+    int n = 0, rc = ct_module_state_dict(ct__gpt_stage_module(st->g), &sd, &n);
+    if (rc < 0)
+        return rc;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++)
+        bytes += 4 + strlen(sd[i].name) + 8 + (size_t)ct_tensor_numel(sd[i].tensor) * 4;
+    char *out = malloc(bytes ? bytes : 1), *p = out;
+    if (!out)
+        return ct__error(CT_ENOMEM, "pipeline stage: out of memory");
+    for (int i = 0; i < n; i++) {
+        uint32_t nl = (uint32_t)strlen(sd[i].name);
+        uint64_t numel = (uint64_t)ct_tensor_numel(sd[i].tensor);
+        ct_tensor *host = ct_tensor_to(sd[i].tensor, CT_CPU);
+        if (!host) {
+            free(out);
+            return CT_ENOMEM;
+        }
+        memcpy(p, &nl, 4);
+        memcpy(p + 4, sd[i].name, nl);
+        memcpy(p + 4 + nl, &numel, 8);
+        memcpy(p + 12 + nl, ct_tensor_data(host), numel * 4);
+        p += 12 + nl + numel * 4;
+        ct_tensor_release(&host);
+    }
+    *res = out;
+    *rlen = bytes;
+    return 0;
+}
+
+int ct__pipe_register_stage_class(void)
+{
+    static int done;
+    if (done)
+        return 0;
+    int rc = ct_actor_class_register(
+        CT__PIPE_STAGE_CLASS,
+        &(ct_actor_class){
+            .create = stage_new,
+            .destroy = stage_free,
+            .methods = {{"setup", stage_setup}, {"step", stage_step}, {"weights", stage_weights}}});
+    done = rc == 0;
+    return rc;
+}
+
+/* every process that links the stage actor registers its class before main (replica.c's way) */
+__attribute__((constructor)) static void register_at_load(void)
+{
+    ct__pipe_register_stage_class();
+}

@@ -101,6 +101,9 @@ int ct__trainer_ctx_init(trainer_ctx *ctx, const char *config, int rank, int wor
 void ct__trainer_ctx_free(trainer_ctx *ctx);
 /* 0, or CT_EINVAL for a recorded error or (check_unused) a key no creator read. */
 int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
+/* pipeline_keys.c: the config keys pipeline_stages, micro_batches and schedule, read and checked
+ * (CT_EINVAL naming the key; CT_ENOSYS for a pipeline, which trainer_train does not run yet) */
+int ct__trainer_pipeline_keys(trainer_ctx *ctx, int64_t batch_size);
 /* Marks the keys declared for spec's steps (trainer_register_step_keys) as read. */
 void ct__trainer_ctx_use_step_keys(trainer_ctx *ctx, const tr_spec *spec);
 /* config with the values of the comma-separated keys made absolute (relative to this process's

@@ -464,6 +464,8 @@ int trainer_create(const trainer_opts *o, trainer **out)
         goto fail;
     if (ctx.ndevices > 1 && (rc = devices_check(device, ctx.ndevices, t)) < 0)
         goto fail;
+    if ((rc = ct__trainer_pipeline_keys(&ctx, s->batch)) < 0)
+        goto fail;
     ct__trainer_ctx_use_step_keys(&ctx, s); /* steps run only in replicas */
     if ((rc = ct__trainer_ctx_check(&ctx, true)) < 0)
         goto fail;

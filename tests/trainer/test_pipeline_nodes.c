@@ -6,14 +6,14 @@
  *        M = 4 micro-batches, 1F1B, batch 8, STEPS steps: every step's loss equals the
  *        single-process run's (the whole GPT, ct_nn_gpt_new, the same micro-batches accumulated)
  *        to 1e-5, the loss falls, the stages ran on two different nodes, and the stages'
- *        parameters gathered into one file (ct__pipe_job_save) load into a whole GPT and equal
- *        the single process's weights to 1e-4.
+ *        parameters gathered into one checkpoint (ct__pipe_job_save: the trainer's format) load
+ *        into a whole GPT (ct_module_load) and equal the single process's weights to 1e-4.
  *   dp:  2 pipelines x 2 stages on 4 nodes, batch 4 each, GPipe, M = 2: every step's loss equals
  *        one process's with the batch of 8 (the pipelines' rows together) to 1e-5, and the
  *        gathered weights too (1e-4).
- *   kill: 2 stages on 2 nodes; at step 10 stage 1 is killed with SIGKILL mid-run: the step fails
- *        with CT_EDEAD (not a hang), a new job starts from the file saved at step 8 and trains
- *        on to STEPS; its losses from step 9 on equal the single process's to 1e-5. */
+ *   kill: the same through ct__pipe_job_train with a checkpoint every 4 steps; stage 1 is killed
+ *        with SIGKILL before step 10: one retry, from step 8's checkpoint (weights and Adam
+ *        state), and every step's loss equals the uninterrupted single process's to 1e-5. */
 #include "tt.h"
 
 #include "trainer/pipeline/stage.h"
@@ -107,76 +107,74 @@ static void compare_losses(const double *got, const double *want, int from, int 
     CHECK(got[to - 1] < got[from] - 0.3); /* it learns */
 }
 
-static void run_two(const char *dir, bool kill_one)
+static ct__pipe_job_opts two_opts(void)
 {
-    ct__pipe_job_opts o = {.gpt = GPT,
-                           .stages = 2,
-                           .pipelines = 1,
-                           .micro_batches = 4,
-                           .schedule = CT_PIPE_1F1B,
-                           .batch = 8,
-                           .seed = 11,
-                           .lr = 3e-3f,
-                           .timeout_ms = 60000};
+    return (ct__pipe_job_opts){.gpt = GPT,
+                               .stages = 2,
+                               .pipelines = 1,
+                               .micro_batches = 4,
+                               .schedule = CT_PIPE_1F1B,
+                               .batch = 8,
+                               .seed = 11,
+                               .lr = 3e-3f,
+                               .timeout_ms = 60000};
+}
+
+static void run_two(const char *dir)
+{
+    ct__pipe_job_opts o = two_opts();
     double want[STEPS] = {0}, got[STEPS] = {0};
     ct_module *ref = reference(o.seed, o.batch, o.micro_batches, 0, STEPS, NULL, want);
     ct__pipe_job *j = NULL;
     CHECK_OK(ct__pipe_job_start(&o, "pn-two", &j));
-    if (!j)
-        goto out;
-    const char *n0 = ct_actor_node(ct__pipe_job_actor(j, 0, 0)),
-               *n1 = ct_actor_node(ct__pipe_job_actor(j, 0, 1));
-    printf("stage 0 on node %s (pid %d), stage 1 on node %s (pid %d)\n", n0,
-           ct_actor_pid(ct__pipe_job_actor(j, 0, 0)), n1,
-           ct_actor_pid(ct__pipe_job_actor(j, 0, 1)));
-    CHECK(strcmp(n0, n1) != 0);
-    char ckpt[300], final[300];
-    snprintf(ckpt, sizeof ckpt, "%s/step8.safetensors", dir);
-    snprintf(final, sizeof final, "%s/final.safetensors", dir);
-    int step = 0, tries = 0;
-    while (step < STEPS) {
-        if (kill_one && tries == 0 && step == 10) { /* a stage dies mid-run */
-            pid_t pid = ct_actor_pid(ct__pipe_job_actor(j, 0, 1));
-            CHECK(pid > 0);
-            if (pid > 0)
-                kill(pid, SIGKILL);
-        }
-        int rc = ct__pipe_job_step(j, step, &got[step]);
-        if (rc < 0 && kill_one && tries == 0) {
-            printf("step %d failed after the kill: %s (%s)\n", step, ct_strerror(rc),
-                   ct_last_error());
-            CHECK_EQ_INT(rc, CT_EDEAD);
-            tries++;
-            ct__pipe_job_end(&j);
-            o.init_file = ckpt; /* the last checkpoint: after step 8, so step 9 on again */
-            CHECK_OK(ct__pipe_job_start(&o, "pn-two-retry", &j));
-            if (!j)
-                goto out;
-            /* Adam's moments restart from zero in the retry: the reference does the same */
-            step = 9;
-            continue;
-        }
-        CHECK_OK(rc);
-        if (rc < 0)
-            break;
-        if (step == 8 && kill_one)
-            CHECK_OK(ct__pipe_job_save(j, ckpt));
-        step++;
+    if (j) {
+        const char *n0 = ct_actor_node(ct__pipe_job_actor(j, 0, 0)),
+                   *n1 = ct_actor_node(ct__pipe_job_actor(j, 0, 1));
+        printf("stage 0 on node %s, stage 1 on node %s\n", n0, n1);
+        CHECK(strcmp(n0, n1) != 0);
     }
-    if (kill_one) { /* the retry against one process from the same file and a new Adam */
-        CHECK_EQ_INT(tries, 1);
-        ct_module_destroy(&ref);
-        ref = reference(o.seed, o.batch, o.micro_batches, 9, STEPS, ckpt, want);
-        compare_losses(got, want, 9, STEPS);
-        CHECK_OK(ct__pipe_job_save(j, final));
-        same_file(final, ref, 1e-4);
-    } else {
+    for (int step = 0; j && step < STEPS; step++)
+        CHECK_OK(ct__pipe_job_step(j, step, &got[step]));
+    if (j) {
         compare_losses(got, want, 0, STEPS);
-        CHECK_OK(ct__pipe_job_save(j, final));
+        char final[300];
+        snprintf(final, sizeof final, "%s/two.safetensors", dir);
+        CHECK_OK(ct__pipe_job_save(j, STEPS, final));
         same_file(final, ref, 1e-4);
     }
-out:
     ct__pipe_job_end(&j);
+    ct_module_destroy(&ref);
+}
+
+/* kill: SIGKILL of stage 1 before step 10 of the first try */
+static int killed;
+static void kill_stage(ct__pipe_job *j, int64_t step, int try_, void *user)
+{
+    (void)user;
+    if (try_ == 0 && step == 10) {
+        pid_t pid = ct_actor_pid(ct__pipe_job_actor(j, 0, 1));
+        CHECK(pid > 0);
+        if (pid > 0 && kill(pid, SIGKILL) == 0)
+            killed++;
+    }
+}
+
+static void run_kill(const char *dir)
+{
+    ct__pipe_job_opts o = two_opts();
+    double want[STEPS] = {0}, got[STEPS] = {0};
+    ct_module *ref = reference(o.seed, o.batch, o.micro_batches, 0, STEPS, NULL, want);
+    char ckpt[300];
+    snprintf(ckpt, sizeof ckpt, "%s/kill.safetensors", dir);
+    int retries = -1;
+    /* checkpoints every 4 steps: the kill before step 10 goes back to step 8 */
+    CHECK_OK(ct__pipe_job_train(&o, "pn-kill", STEPS, 4, ckpt, 2, kill_stage, NULL, got, &retries));
+    printf("killed %d stage(s), %d retry\n", killed, retries);
+    CHECK_EQ_INT(killed, 1);
+    CHECK_EQ_INT(retries, 1);
+    /* the retry resumed the weights and Adam's state: the run is the uninterrupted one's */
+    compare_losses(got, want, 0, STEPS);
+    same_file(ckpt, ref, 1e-4);
     ct_module_destroy(&ref);
 }
 
@@ -206,7 +204,7 @@ static void run_dp(const char *dir)
         compare_losses(got, want, 0, STEPS);
         char final[300];
         snprintf(final, sizeof final, "%s/dp.safetensors", dir);
-        CHECK_OK(ct__pipe_job_save(j, final));
+        CHECK_OK(ct__pipe_job_save(j, STEPS, final));
         same_file(final, ref, 1e-4);
     }
     ct__pipe_job_end(&j);
@@ -232,8 +230,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "dp"))
         run_dp(dir);
+    else if (!strcmp(mode, "kill"))
+        run_kill(dir);
     else
-        run_two(dir, !strcmp(mode, "kill"));
+        run_two(dir);
 out:
     ct_shutdown();
     h_kill_all();

@@ -3,10 +3,9 @@
  *
  * A stage is a Sequential of the GPT's own modules named as ct_nn_gpt_new names them
  * ("transformer.wte", "transformer.h.3", "transformer.ln_f"), so its state dict is a part of the
- * whole model's; its weights are copied from a whole model built with the same seed (or loaded
- * from a file of one), which is what makes a pipelined run start where one process does. Its
- * forward is this file's, not the Sequential's: gpt_forward's (trainer/nn/module.c) steps, cut
- * at the stage's layers. */
+ * whole model's; its weights are copied from a whole model built with the same seed, which is what
+ * makes a pipelined run start where one process does. Its forward is this file's, not the
+ * Sequential's: gpt_forward's (trainer/nn/module.c) steps, cut at the stage's layers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,12 +89,9 @@ void ct__gpt_stage_destroy(ct__gpt_stage **g)
     *g = NULL;
 }
 
-/* the stage's weights: the whole model's (seeded) or the file's */
-static int load_weights(ct__gpt_stage *g, const ct_gpt_config *cfg, uint64_t seed,
-                        const char *init_file)
+/* the stage's weights: the whole model's, seeded */
+static int load_weights(ct__gpt_stage *g, const ct_gpt_config *cfg, uint64_t seed)
 {
-    if (init_file)
-        return ct_module_load_file(g->seq, init_file, false);
     ct_nn_manual_seed(seed);
     ct_module *whole = ct_nn_gpt_new(cfg);
     const ct_named_tensor *sd = NULL;
@@ -106,8 +102,7 @@ static int load_weights(ct__gpt_stage *g, const ct_gpt_config *cfg, uint64_t see
     return rc;
 }
 
-ct__gpt_stage *ct__gpt_stage_new(const ct_gpt_config *cfg, int s, int stages, uint64_t seed,
-                                 const char *init_file)
+ct__gpt_stage *ct__gpt_stage_new(const ct_gpt_config *cfg, int s, int stages, uint64_t seed)
 {
     if (!cfg || stages < 1 || s < 0 || s >= stages || stages > cfg->n_layer) {
         ct__error(CT_EINVAL, "gpt stage %d of %d: want 1 <= stages <= n_layer (%d)", s, stages,
@@ -147,7 +142,7 @@ ct__gpt_stage *ct__gpt_stage_new(const ct_gpt_config *cfg, int s, int stages, ui
         c[k++] = g->ln_f = named(ct_nn_layernorm_new(cfg->n_embd, 1e-5f), "transformer.ln_f");
     g->seq = ct_nn_sequential_new(k, c); /* owns the children, also when it fails */
     free(c);
-    if (!g->seq || load_weights(g, cfg, seed, init_file) < 0) {
+    if (!g->seq || load_weights(g, cfg, seed) < 0) {
         ct__error(CT_EINVAL, "gpt stage %d of %d: %s", s, stages, ct_last_error());
         ct__gpt_stage_destroy(&g);
         return NULL;

@@ -3,7 +3,9 @@
  * p's stage s), their setup calls at once (the links and communicators meet in the rendezvous, so
  * every stage must be in setup together), then per step one "step" call on every actor, waited on
  * all at once so that the first failure (a dead stage) ends the step without waiting for the
- * stages blocked on it. ct__pipe_job_save gathers pipeline 0's stages into a whole GPT's file. */
+ * stages blocked on it. ct__pipe_job_save gathers pipeline 0's stages' states into one checkpoint
+ * (pipe_ckpt.c); ct__pipe_job_train is the loop of steps, checkpoints and retries (a dead stage
+ * ends the whole job; the next starts from the last checkpoint). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +19,13 @@ struct ct__pipe_job {
     ct_placement_group *pg;
     ct_actor **actors; /* [p * S + s] */
     int n;
+    int64_t start_step; /* the checkpoint's steps done */
 };
+
+int64_t ct__pipe_job_start_step(const ct__pipe_job *j)
+{
+    return j ? j->start_step : 0;
+}
 
 ct_actor *ct__pipe_job_actor(ct__pipe_job *j, int p, int s)
 {
@@ -150,9 +158,14 @@ int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pip
             rc = ct__error(i, "pipeline job: setup: no reply");
             break;
         }
-        if ((rc = ct_future_wait(fs[i], 0, NULL, NULL)) < 0)
+        void *r = NULL;
+        size_t rl = 0;
+        if ((rc = ct_future_wait(fs[i], 0, &r, &rl)) < 0)
             ct__error(rc, "pipeline job: setup of pipeline %d stage %d: %s", i / opts->stages,
                       i % opts->stages, ct_last_error());
+        else if (i == 0 && rl == sizeof j->start_step)
+            memcpy(&j->start_step, r, sizeof j->start_step);
+        free(r);
         ct_future_destroy(&fs[i]);
     }
     for (int i = 0; fs && i < n; i++)
@@ -186,47 +199,76 @@ int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss)
     return rc;
 }
 
-/* one stage's reply to "weights" into the whole model (names it lacks are an error) */
-static int gather(ct_module *whole, const char *buf, size_t len, int s)
-{
-    const ct_named_tensor *sd = NULL;
-    int n = 0, rc = ct_module_state_dict(whole, &sd, &n);
-    for (size_t at = 0; rc == 0 && at < len;) {
-        uint32_t nl;
-        uint64_t numel;
-        if (len - at < 12 || (memcpy(&nl, buf + at, 4), len - at - 12 < nl))
-            return ct__error(CT_EPROTO, "pipeline job: stage %d's weights are cut short", s);
-        memcpy(&numel, buf + at + 4 + nl, 8);
-        if ((len - at - 12 - nl) / 4 < numel)
-            return ct__error(CT_EPROTO, "pipeline job: stage %d's weights are cut short", s);
-        int k = 0;
-        while (k < n && (strlen(sd[k].name) != nl || memcmp(sd[k].name, buf + at + 4, nl)))
-            k++;
-        if (k == n || (uint64_t)ct_tensor_numel(sd[k].tensor) != numel)
-            return ct__error(CT_EPROTO, "pipeline job: stage %d's \"%.*s\" is not the GPT's", s,
-                             (int)nl, buf + at + 4);
-        memcpy(ct_tensor_data(sd[k].tensor), buf + at + 12 + nl, numel * 4);
-        at += 12 + nl + numel * 4;
-    }
-    return rc;
-}
-
-int ct__pipe_job_save(ct__pipe_job *j, const char *path)
+int ct__pipe_job_save(ct__pipe_job *j, int64_t step, const char *path)
 {
     if (!j || !path)
         return ct__error(CT_EINVAL, "pipeline job: NULL job or path");
-    ct_module *whole = ct_nn_gpt_new(&j->o.gpt); /* every value is overwritten below */
-    int rc = whole ? 0 : CT_EINVAL;
-    for (int s = 0; s < j->o.stages && rc == 0; s++) {
-        void *r = NULL;
-        size_t rl = 0;
-        rc = ct_actor_call(j->actors[s], "weights", NULL, 0, &r, &rl, 60000);
-        if (rc == 0)
-            rc = gather(whole, r, rl, s);
-        free(r);
-    }
+    int S = j->o.stages, rc = 0;
+    void **r = calloc((size_t)S, sizeof *r);
+    size_t *rl = calloc((size_t)S, sizeof *rl);
+    if (!r || !rl)
+        rc = ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    for (int s = 0; s < S && rc == 0; s++) /* pipeline 0's: the pipelines' are the same */
+        if ((rc = ct_actor_call(j->actors[s], "state", NULL, 0, &r[s], &rl[s], 60000)) < 0)
+            ct__error(rc, "pipeline job: the state of stage %d: %s", s, ct_last_error());
     if (rc == 0)
-        rc = ct_module_save(whole, path);
-    ct_module_destroy(&whole);
+        rc = ct__pipe_ckpt_save(&j->o, r, rl, step, path);
+    for (int s = 0; r && s < S; s++)
+        free(r[s]);
+    free(r);
+    free(rl);
+    return rc;
+}
+
+int ct__pipe_job_train(const ct__pipe_job_opts *opts, const char *group, int64_t steps,
+                       int64_t ckpt_every, const char *ckpt_path, int max_retries,
+                       ct__pipe_step_hook before_step, void *user, double *losses, int *retries)
+{
+    if (!opts || !group || !ckpt_path || ckpt_every < 1 || steps < 0 || !losses)
+        return ct__error(CT_EINVAL, "pipeline train: bad arguments");
+    ct__pipe_job_opts o = *opts;
+    ct__pipe_job *j = NULL;
+    bool have_ckpt = false;
+    int rc = 0, tries = 0;
+    int64_t step = 0;
+    while (step < steps) {
+        if (!j) { /* a new job: from the last checkpoint, or opts' start */
+            char g[96];
+            snprintf(g, sizeof g, "%s-try%d", group, tries);
+            o.init_file = have_ckpt ? ckpt_path : opts->init_file;
+            if ((rc = ct__pipe_job_start(&o, g, &j)) == 0) {
+                step = ct__pipe_job_start_step(j);
+                continue;
+            }
+        } else {
+            if (before_step)
+                before_step(j, step, tries, user);
+            if ((rc = ct__pipe_job_step(j, step, &losses[step])) == 0) {
+                step++;
+                bool due = step % ckpt_every == 0 || step == steps;
+                if (due && (rc = ct__pipe_job_save(j, step, ckpt_path)) == 0)
+                    have_ckpt = true;
+                if (rc == 0)
+                    continue;
+            }
+        }
+        /* a failure: a dead stage is a dead pipeline, all of its stages go */
+        char why[512];
+        snprintf(why, sizeof why, "%s", ct_last_error());
+        ct__pipe_job_end(&j);
+        if (tries == max_retries) {
+            rc = ct__error(rc, "pipeline train: %d retries spent; the last failure: %s",
+                           max_retries, why);
+            break;
+        }
+        ct__log(CT_LOG_WARN, "pipeline", "step %lld failed (%s: %s); retry %d from %s",
+                (long long)step, ct_strerror(rc), why, tries + 1,
+                have_ckpt ? ckpt_path : "the start");
+        tries++;
+        rc = 0;
+    }
+    ct__pipe_job_end(&j);
+    if (retries)
+        *retries = tries;
     return rc;
 }

@@ -11,8 +11,9 @@
  * its flat gradient buffer over a ring communicator of the P stages s) before the optimizer
  * steps. The driver (ct__pipe_job_*) only starts the actors and calls "step" on each; the last
  * stages reply their losses. A dead stage fails the step (its neighbours' receives fail at once
- * with CT_EDEAD, the driver's call on it too); the job is then over: the caller starts a new one
- * (from ct__pipe_job_save's file, ct__pipe_job_opts.init_file).
+ * with CT_EDEAD, the driver's call on it too); the job is then over, and ct__pipe_job_train
+ * starts a new one from the last checkpoint (ct__pipe_job_save's file: the trainer's checkpoint
+ * format with every stage's parameters and Adam state), which goes on exactly where it was.
  *
  * Internal (ct__): the trainer's pipeline_stages config keys are not wired to it yet. */
 #ifndef CT_PIPELINE_STAGE_H
@@ -21,6 +22,7 @@
 #include <stdint.h>
 
 #include "ct/nn.h"
+#include "ct/optim.h"
 #include "ct/pipeline.h"
 
 #define CT__PIPE_STAGE_CLASS "ct.pipeline.Stage"
@@ -37,7 +39,7 @@ typedef struct ct__pipe_job_opts {
     int threads;           /* engine threads per stage (ct_nn_set_threads); 0: 1 */
     int timeout_ms;        /* p2p and collective waits; 0: 120000 */
     double cpus_per_stage; /* 0: 1 */
-    const char *init_file; /* NULL, or a GPT safetensors file (ct__pipe_job_save's) to start from */
+    const char *init_file; /* NULL, or a checkpoint (ct__pipe_job_save's) to start from */
 } ct__pipe_job_opts;
 
 /* The synthetic token data both ends of a pipeline draw the same batch from: rows
@@ -54,12 +56,25 @@ typedef struct ct__pipe_job ct__pipe_job;
 /* Starts the P x S stage actors (a placement group of SPREAD bundles) and sets them up (their
  * links, communicators, models from opts.seed or init_file); group names this try (unique). */
 int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pipe_job **out);
+/* The steps done when the job started (init_file's; 0 without). */
+int64_t ct__pipe_job_start_step(const ct__pipe_job *j);
 /* One optimizer step on every pipeline; *loss (may be NULL): the mean over the pipelines of each
  * pipeline's batch loss. CT_EDEAD when a stage died (the job cannot go on). */
 int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss);
-/* Every stage's parameters of pipeline 0 gathered into one GPT safetensors file (the names and
- * file of ct_nn_gpt_new's model, ct_module_save). */
-int ct__pipe_job_save(ct__pipe_job *j, const char *path);
+/* Every stage's parameters and Adam state of pipeline 0 gathered into one checkpoint at path,
+ * with `step` steps done (ct__pipe_ckpt_save). */
+int ct__pipe_job_save(ct__pipe_job *j, int64_t step, const char *path);
+
+/* A run of `steps` steps with retries: a job from opts (group: group-try<k>), a checkpoint at
+ * ckpt_path every ckpt_every steps (> 0), and when a step fails (a stage died: CT_EDEAD, or
+ * anything else) the job ends and a new one starts from the last checkpoint (from the start
+ * when there is none yet), up to max_retries times. before_step (may be NULL) runs before each
+ * step's call (a test kills a stage there). losses[0..steps) get each step's loss (a retried
+ * step's latest); *retries the retries spent. */
+typedef void (*ct__pipe_step_hook)(ct__pipe_job *j, int64_t step, int try_, void *user);
+int ct__pipe_job_train(const ct__pipe_job_opts *opts, const char *group, int64_t steps,
+                       int64_t ckpt_every, const char *ckpt_path, int max_retries,
+                       ct__pipe_step_hook before_step, void *user, double *losses, int *retries);
 /* The actor of pipeline p, stage s (borrowed), e.g. to kill it in a test. */
 struct ct_actor *ct__pipe_job_actor(ct__pipe_job *j, int p, int s);
 /* Kills the actors, removes the placement group, frees j. */
@@ -68,9 +83,8 @@ void ct__pipe_job_end(ct__pipe_job **j);
 /* ---- one stage of the GPT (gpt_stage.c) ---- */
 typedef struct ct__gpt_stage ct__gpt_stage;
 /* Stage s of S of the GPT cfg, its weights those of ct_nn_gpt_new(cfg) after
- * ct_nn_manual_seed(seed) (or of init_file when not NULL), named as there. NULL on error. */
-ct__gpt_stage *ct__gpt_stage_new(const ct_gpt_config *cfg, int s, int stages, uint64_t seed,
-                                 const char *init_file);
+ * ct_nn_manual_seed(seed), named as there. NULL on error. */
+ct__gpt_stage *ct__gpt_stage_new(const ct_gpt_config *cfg, int s, int stages, uint64_t seed);
 /* Stage 0: x (B, T) i64 token ids -> the activations (B, T, C); a middle stage (B, T, C) ->
  * (B, T, C); the last: -> logits (B*T, vocab). Recorded on this thread's tape. */
 ct_tensor *ct__gpt_stage_forward(ct__gpt_stage *g, ct_tensor *x);
@@ -79,6 +93,18 @@ ct_module *ct__gpt_stage_module(ct__gpt_stage *g);
 /* The token embedding's weight on the first and the last stage (tied), else NULL. Borrowed. */
 ct_tensor *ct__gpt_stage_tied(ct__gpt_stage *g);
 void ct__gpt_stage_destroy(ct__gpt_stage **g);
+
+/* ---- checkpoints (pipe_ckpt.c): the trainer's format (trainer/train/ckpt.c), model "gpt" ---- */
+/* A stage's parameters and Adam state, for ct__pipe_ckpt_save (*out malloc'd). */
+int ct__pipe_stage_state(ct_module *stage, ct_optim *opt, void **out, size_t *out_len);
+/* The stages' states (replies[s] of lens[s] bytes, s < o->stages) gathered into a whole GPT and
+ * its Adam, written to path (a temporary file, fsync, rename) with `step` steps done. */
+int ct__pipe_ckpt_save(const ct__pipe_job_opts *o, void *const *replies, const size_t *lens,
+                       int64_t step, const char *path);
+/* A stage's part of path's weights and Adam state into stage and opt; *step (may be NULL): the
+ * steps done. */
+int ct__pipe_ckpt_load_stage(const ct__pipe_job_opts *o, const char *path, ct_module *stage,
+                             ct_optim *opt, int64_t *step);
 
 /* ---- what the driver and the actors share (stage_actor.c, job.c) ---- */
 typedef struct ct__pipe_setup_args {

@@ -10,7 +10,8 @@
  * B(m) waits for the gradient of that output from the stage after (the last stage: the loss
  * scaled by n_m / N), walks the tape and sends its input's gradient back. Then the tied weight's
  * gradients are added (first + last, the same bits on both), the pipelines' gradients averaged,
- * and Adam steps. weights: the stage's state dict by name, for the driver's gathered file. */
+ * and Adam steps. state: the stage's parameters and Adam state, for the driver's checkpoint; a
+ * setup given a checkpoint starts from its part of it (pipe_ckpt.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,6 @@ static int timeout_of(const stage *st)
 static int stage_setup(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     stage *st = state;
-    (void)res, (void)rlen;
     if (len < sizeof(ct__pipe_setup_args) || st->g)
         return ct__error(CT_EINVAL, "pipeline stage: bad setup call");
     memcpy(&st->a, args, sizeof st->a);
@@ -81,14 +81,18 @@ static int stage_setup(void *state, const void *args, size_t len, void **res, si
         init = NULL;
     int s = st->a.stage, S = o->stages, rc = 0;
     ct_nn_set_threads(o->threads > 0 ? o->threads : 1);
-    if (!(st->g = ct__gpt_stage_new(&o->gpt, s, S, o->seed, init)))
+    if (!(st->g = ct__gpt_stage_new(&o->gpt, s, S, o->seed)))
         return CT_EINVAL;
     const ct_param_ref *refs = NULL;
     int np = 0;
+    int64_t step0 = 0;
     if ((rc = ct_module_params(ct__gpt_stage_module(st->g), &refs, &np)) < 0)
         return rc;
     if (!(st->opt = ct_optim_adam_new(refs, np, &(ct_adam_opts){.lr = o->lr})))
         return CT_EINVAL;
+    if (init &&
+        (rc = ct__pipe_ckpt_load_stage(o, init, ct__gpt_stage_module(st->g), st->opt, &step0)) < 0)
+        return rc;
     if ((rc = ct_pipe_schedule_actions(o->schedule, S, o->micro_batches, &st->acts, &st->nact)) < 0)
         return rc;
     if (!(st->cells = calloc((size_t)o->micro_batches, sizeof *st->cells)))
@@ -115,6 +119,12 @@ static int stage_setup(void *state, const void *args, size_t len, void **res, si
                                          .node_id = ct_self_node_id(),
                                          .timeout_ms = timeout_of(st)},
                          &st->dp);
+    }
+    if (rc == 0 && !(*res = malloc(sizeof step0)))
+        rc = ct__error(CT_ENOMEM, "pipeline stage: out of memory");
+    if (rc == 0) { /* the steps done: the checkpoint's */
+        memcpy(*res, &step0, sizeof step0);
+        *rlen = sizeof step0;
     }
     return rc;
 }
@@ -266,41 +276,14 @@ static int stage_step(void *state, const void *args, size_t len, void **res, siz
     return 0;
 }
 
-/* the state dict: per entry u32 name length, the name, u64 numel, numel f32 */
-static int stage_weights(void *state, const void *args, size_t len, void **res, size_t *rlen)
+/* the stage's parameters and Adam state (pipe_ckpt.c's format), for the driver's checkpoint */
+static int stage_state(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     stage *st = state;
     (void)args, (void)len;
     if (!st->g)
-        return ct__error(CT_EINVAL, "pipeline stage: weights before setup");
-    const ct_named_tensor *sd = NULL;
-    int n = 0, rc = ct_module_state_dict(ct__gpt_stage_module(st->g), &sd, &n);
-    if (rc < 0)
-        return rc;
-    size_t bytes = 0;
-    for (int i = 0; i < n; i++)
-        bytes += 4 + strlen(sd[i].name) + 8 + (size_t)ct_tensor_numel(sd[i].tensor) * 4;
-    char *out = malloc(bytes ? bytes : 1), *p = out;
-    if (!out)
-        return ct__error(CT_ENOMEM, "pipeline stage: out of memory");
-    for (int i = 0; i < n; i++) {
-        uint32_t nl = (uint32_t)strlen(sd[i].name);
-        uint64_t numel = (uint64_t)ct_tensor_numel(sd[i].tensor);
-        ct_tensor *host = ct_tensor_to(sd[i].tensor, CT_CPU);
-        if (!host) {
-            free(out);
-            return CT_ENOMEM;
-        }
-        memcpy(p, &nl, 4);
-        memcpy(p + 4, sd[i].name, nl);
-        memcpy(p + 4 + nl, &numel, 8);
-        memcpy(p + 12 + nl, ct_tensor_data(host), numel * 4);
-        p += 12 + nl + numel * 4;
-        ct_tensor_release(&host);
-    }
-    *res = out;
-    *rlen = bytes;
-    return 0;
+        return ct__error(CT_EINVAL, "pipeline stage: state before setup");
+    return ct__pipe_stage_state(ct__gpt_stage_module(st->g), st->opt, res, rlen);
 }
 
 int ct__pipe_register_stage_class(void)
@@ -313,7 +296,7 @@ int ct__pipe_register_stage_class(void)
         &(ct_actor_class){
             .create = stage_new,
             .destroy = stage_free,
-            .methods = {{"setup", stage_setup}, {"step", stage_step}, {"weights", stage_weights}}});
+            .methods = {{"setup", stage_setup}, {"step", stage_step}, {"state", stage_state}}});
     done = rc == 0;
     return rc;
 }

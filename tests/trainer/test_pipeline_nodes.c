@@ -11,17 +11,20 @@
  *   dp:  2 pipelines x 2 stages on 4 nodes, batch 4 each, GPipe, M = 2: every step's loss equals
  *        one process's with the batch of 8 (the pipelines' rows together) to 1e-5, and the
  *        gathered weights too (1e-4).
- *   kill: the same through ct__pipe_job_train with a checkpoint every 4 steps; stage 1 is killed
- *        with SIGKILL before step 10: one retry, from step 8's checkpoint (weights and Adam
- *        state), and every step's loss equals the uninterrupted single process's to 1e-5. */
+ *   four: 4 stages of one layer each on 2 nodes of 2 CPUs (middle stages; the tied embedding's
+ *        own link between stages 0 and 3), 1F1B, M = 4: the same checks as two.
+ *   kill: the same as two through ct__pipe_job_train with a checkpoint every 4 steps; stage 1 is
+ * killed with SIGKILL before step 10: one retry, from step 8's checkpoint (weights and Adam state),
+ * and every step's loss equals the uninterrupted single process's to 1e-5. */
 #include "tt.h"
 
 #include "trainer/pipeline/stage.h"
 
 #define STEPS 50
 
-static const ct_gpt_config GPT = {
-    .n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 16, .vocab_size = 64, .dropout = 0};
+static ct_gpt_config GPT = {/* "four": 4 layers */
+                            .n_layer = 2,     .n_head = 2,      .n_embd = 32,
+                            .block_size = 16, .vocab_size = 64, .dropout = 0};
 
 /* one process: the whole GPT (seeded, or init_file's weights), steps [from, steps) of the global
  * batch of `rows` rows split into m micro-batches whose scaled losses are back-propagated in
@@ -178,6 +181,29 @@ static void run_kill(const char *dir)
     ct_module_destroy(&ref);
 }
 
+/* four: 4 stages (each one layer; stages 1 and 2 have neither embedding nor head, the tied
+ * embedding has a link of its own between stages 0 and 3) on 2 nodes of 2 CPUs, 1F1B */
+static void run_four(const char *dir)
+{
+    ct__pipe_job_opts o = two_opts();
+    o.stages = 4;
+    double want[STEPS] = {0}, got[STEPS] = {0};
+    ct_module *ref = reference(o.seed, o.batch, o.micro_batches, 0, STEPS, NULL, want);
+    ct__pipe_job *j = NULL;
+    CHECK_OK(ct__pipe_job_start(&o, "pn-four", &j));
+    for (int step = 0; j && step < STEPS; step++)
+        CHECK_OK(ct__pipe_job_step(j, step, &got[step]));
+    if (j) {
+        compare_losses(got, want, 0, STEPS);
+        char final[300];
+        snprintf(final, sizeof final, "%s/four.safetensors", dir);
+        CHECK_OK(ct__pipe_job_save(j, STEPS, final));
+        same_file(final, ref, 1e-4);
+    }
+    ct__pipe_job_end(&j);
+    ct_module_destroy(&ref);
+}
+
 static void run_dp(const char *dir)
 {
     ct__pipe_job_opts o = {.gpt = GPT,
@@ -217,14 +243,17 @@ int main(int argc, char **argv)
     h_init();
     const char *mode = argc > 1 ? argv[1] : "two";
     int nodes = !strcmp(mode, "dp") ? 4 : 2;
+    const char *cpus = !strcmp(mode, "four") ? "2" : "1";
+    if (!strcmp(mode, "four"))
+        GPT.n_layer = 4;
     char addr[128], dir[] = "/tmp/ct-pipeline-nodes.XXXXXX", cmd[200];
     CHECK(mkdtemp(dir) != NULL);
     if (h_start_head(addr, sizeof addr, "100", "3000") < 0)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
     for (int i = 0; i < nodes; i++)
-        h_start_node(addr, "--cpus", "1", "--store-memory", "64M", NULL, NULL);
-    if (!tt_wait_total_cpus(nodes, 20000)) {
+        h_start_node(addr, "--cpus", cpus, "--store-memory", "64M", NULL, NULL);
+    if (!tt_wait_total_cpus(nodes * atoi(cpus), 20000)) {
         h_failures++;
         goto out;
     }
@@ -232,6 +261,8 @@ int main(int argc, char **argv)
         run_dp(dir);
     else if (!strcmp(mode, "kill"))
         run_kill(dir);
+    else if (!strcmp(mode, "four"))
+        run_four(dir);
     else
         run_two(dir);
 out:

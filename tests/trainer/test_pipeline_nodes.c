@@ -5,18 +5,21 @@
  *   two: 2 stages on 2 nodes (embedding + layer 0 | layer 1 + ln_f + the tied output layer),
  *        M = 4 micro-batches, 1F1B, batch 8, STEPS steps: every step's loss equals the
  *        single-process run's (the whole GPT, ct_nn_gpt_new, the same micro-batches accumulated)
- *        to 1e-5, the loss falls, the stages ran on two different nodes, and the stages'
- *        parameters gathered into one checkpoint (ct__pipe_job_save: the trainer's format) load
- *        into a whole GPT (ct_module_load) and equal the single process's weights to 1e-4.
+ *        to 1e-5, the loss falls, the stages ran on two different nodes, the p2p links carried
+ *        exactly the activations, their gradients and the tied embedding's gradients, and the
+ *        stages' parameters gathered into one checkpoint (ct__pipe_job_save: the trainer's
+ *        format) load into a whole GPT (ct_module_load) and equal the single process's weights
+ *        to 1e-4 (5.6e-5 measured, at a weight near 0: see dp).
  *   dp:  2 pipelines x 2 stages on 4 nodes, batch 4 each, GPipe, M = 2: every step's loss equals
  *        one process's with the batch of 8 (the pipelines' rows together) to 1e-5; the gathered
  *        weights equal that process's and one pipeline's with the batch of 8 to 1e-4 (not 1e-5:
  *        after 50 Adam steps, weights near 0 whose gradients are rounding noise differ by ~3e-5).
  *   four: 4 stages of one layer each on 2 nodes of 2 CPUs (middle stages; the tied embedding's
- *        own link between stages 0 and 3), 1F1B, M = 4: the same checks as two.
- *   kill: the same as two through ct__pipe_job_train with a checkpoint every 4 steps; stage 1 is
- * killed with SIGKILL before step 10: one retry, from step 8's checkpoint (weights and Adam state),
- * and every step's loss equals the uninterrupted single process's to 1e-5. */
+ *        own link between stages 0 and 3), 1F1B, M = 4: the losses and weights as in two.
+ *   kill: two's run through ct__pipe_job_train with a checkpoint every 4 steps; stage 1 is
+ *        killed with SIGKILL before step 10: one retry, from step 8's checkpoint (weights and
+ *        Adam state), and every step's loss equals the uninterrupted single process's to 1e-5.
+ */
 #include "tt.h"
 
 #include "trainer/pipeline/stage.h"
@@ -147,6 +150,15 @@ static void run_two(const char *dir)
         CHECK_OK(ct__pipe_job_step(j, step, &got[step]));
     if (j) {
         compare_losses(got, want, 0, STEPS);
+        /* what crossed the links: per step M activations forward and M gradients back, each
+         * (2 rows, T, C) f32 with an 88-byte header, and the tied embedding's gradient (V, C)
+         * both ways; nothing else */
+        uint64_t sent = 0, received = 0, act = 88 + 2 * 16 * 32 * 4, tied = 88 + 64 * 32 * 4;
+        uint64_t want_bytes = (uint64_t)STEPS * (2 * 4 * act + 2 * tied);
+        ct__pipe_job_p2p_bytes(j, &sent, &received);
+        printf("p2p: %llu bytes sent, %llu received (expected %llu)\n", (unsigned long long)sent,
+               (unsigned long long)received, (unsigned long long)want_bytes);
+        CHECK(sent == want_bytes && received == want_bytes);
         char final[300];
         snprintf(final, sizeof final, "%s/two.safetensors", dir);
         CHECK_OK(ct__pipe_job_save(j, STEPS, final));

@@ -19,8 +19,15 @@ struct ct__pipe_job {
     ct_placement_group *pg;
     ct_actor **actors; /* [p * S + s] */
     int n;
-    int64_t start_step; /* the checkpoint's steps done */
+    int64_t start_step;      /* the checkpoint's steps done */
+    uint64_t sent, received; /* p2p bytes, all stages, as of the last step */
 };
+
+void ct__pipe_job_p2p_bytes(const ct__pipe_job *j, uint64_t *sent, uint64_t *received)
+{
+    *sent = j ? j->sent : 0;
+    *received = j ? j->received : 0;
+}
 
 int64_t ct__pipe_job_start_step(const ct__pipe_job *j)
 {
@@ -52,10 +59,10 @@ void ct__pipe_job_end(ct__pipe_job **jp)
     *jp = NULL;
 }
 
-/* calls method on every actor with the same args at once; the first failure (its index into
- * *failed, may be NULL); results (may be NULL) get each reply's double */
+/* calls method on every actor with the same args at once; the first failure; results (may be
+ * NULL) get each reply of size bytes */
 static int call_all(ct__pipe_job *j, const char *method, const void *args, size_t len,
-                    double *results, int timeout_ms)
+                    void *results, size_t size, int timeout_ms)
 {
     ct_future **fs = calloc((size_t)j->n, sizeof *fs);
     int rc = fs ? 0 : ct__error(CT_ENOMEM, "pipeline job: out of memory"), left = 0;
@@ -73,8 +80,13 @@ static int call_all(ct__pipe_job *j, const char *method, const void *args, size_
         if (rc < 0)
             ct__error(rc, "pipeline job: %s on pipeline %d stage %d: %s", method, i / j->o.stages,
                       i % j->o.stages, ct_last_error());
-        else if (results && rl == sizeof(double))
-            memcpy(&results[i], r, sizeof(double));
+        else if (results && rl == size)
+            memcpy((char *)results + (size_t)i * size, r, size);
+        else if (results)
+            rc = ct__error(CT_EPROTO,
+                           "pipeline job: %s on pipeline %d stage %d: a reply of %zu "
+                           "bytes, not %zu",
+                           method, i / j->o.stages, i % j->o.stages, rl, size);
         free(r);
         ct_future_destroy(&fs[i]);
         left--;
@@ -184,16 +196,22 @@ int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss)
 {
     if (!j)
         return ct__error(CT_EINVAL, "pipeline job: NULL job");
-    double *r = calloc((size_t)j->n, sizeof *r);
+    ct__pipe_step_reply *r = calloc((size_t)j->n, sizeof *r);
     if (!r)
         return ct__error(CT_ENOMEM, "pipeline job: out of memory");
     int timeout = j->o.timeout_ms > 0 ? j->o.timeout_ms : 120000;
-    int rc = call_all(j, "step", &step, sizeof step, r, timeout + 10000);
-    if (rc == 0 && loss) {
+    int rc = call_all(j, "step", &step, sizeof step, r, sizeof *r, timeout + 10000);
+    if (rc == 0) {
         double sum = 0;
         for (int p = 0; p < j->o.pipelines; p++)
-            sum += r[p * j->o.stages + j->o.stages - 1];
-        *loss = sum / j->o.pipelines;
+            sum += r[p * j->o.stages + j->o.stages - 1].loss;
+        if (loss)
+            *loss = sum / j->o.pipelines;
+        j->sent = j->received = 0;
+        for (int i = 0; i < j->n; i++) {
+            j->sent += r[i].sent;
+            j->received += r[i].received;
+        }
     }
     free(r);
     return rc;

@@ -61,6 +61,9 @@ int64_t ct__pipe_job_start_step(const ct__pipe_job *j);
 /* One optimizer step on every pipeline; *loss (may be NULL): the mean over the pipelines of each
  * pipeline's batch loss. CT_EDEAD when a stage died (the job cannot go on). */
 int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss);
+/* The bytes all stages sent and received over their p2p links since the job started (as of the
+ * last step): the activations and gradients, their headers, the tied gradients. */
+void ct__pipe_job_p2p_bytes(const ct__pipe_job *j, uint64_t *sent, uint64_t *received);
 /* Every stage's parameters and Adam state of pipeline 0 gathered into one checkpoint at path,
  * with `step` steps done (ct__pipe_ckpt_save). */
 int ct__pipe_job_save(ct__pipe_job *j, int64_t step, const char *path);
@@ -107,6 +110,12 @@ int ct__pipe_ckpt_load_stage(const ct__pipe_job_opts *o, const char *path, ct_mo
                              ct_optim *opt, int64_t *step);
 
 /* ---- what the driver and the actors share (stage_actor.c, job.c) ---- */
+/* a stage's reply to "step": its pipeline's loss (the last stage's; 0 elsewhere) and its p2p
+ * byte counts so far */
+typedef struct ct__pipe_step_reply {
+    double loss;
+    uint64_t sent, received;
+} ct__pipe_step_reply;
 typedef struct ct__pipe_setup_args {
     ct__pipe_job_opts o; /* init_file: the path follows the struct, NUL-terminated */
     int stage, pipeline;

@@ -268,11 +268,12 @@ static int stage_step(void *state, const void *args, size_t len, void **res, siz
         rc = ct_optim_step(st->opt);
     if (rc < 0)
         return rc;
-    loss /= (double)N;
-    if (!(*res = malloc(sizeof loss)))
+    ct__pipe_step_reply rep = {.loss = loss / (double)N};
+    ct__p2p_bytes(st->p2p, &rep.sent, &rep.received);
+    if (!(*res = malloc(sizeof rep)))
         return ct__error(CT_ENOMEM, "pipeline stage: out of memory");
-    memcpy(*res, &loss, sizeof loss);
-    *rlen = sizeof loss;
+    memcpy(*res, &rep, sizeof rep);
+    *rlen = sizeof rep;
     return 0;
 }
 

@@ -29,7 +29,7 @@ void ct__pipe_gpt_layers(int n_layer, int stages, int s, int *first, int *n)
     *first = s * base + (s < extra ? s : extra);
 }
 
-static uint64_t mix(uint64_t x)
+uint64_t ct__pipe_mix(uint64_t x)
 {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -56,14 +56,15 @@ int ct__pipe_gpt_batch(uint64_t seed, int64_t step, int64_t row0, int64_t n, int
         return ct__error(CT_ENOMEM, "pipeline data: out of memory");
     }
     /* a walk where the next token is mostly a function of the last one: learnable */
-    seq[0] = (int64_t)(mix(seed) % (uint64_t)vocab);
+    seq[0] = (int64_t)(ct__pipe_mix(seed) % (uint64_t)vocab);
     for (int i = 1; i < SEQ_LEN; i++) {
-        uint64_t r = mix(seed ^ (uint64_t)i * 0x632be59bd9b4e019ull);
+        uint64_t r = ct__pipe_mix(seed ^ (uint64_t)i * 0x632be59bd9b4e019ull);
         seq[i] = (seq[i - 1] * 5 + 1 + (int64_t)(r % 4 == 0 ? r % 3 : 0)) % vocab;
     }
     int64_t *xd = ct_tensor_data(*x), *yd = ct_tensor_data(*y);
     for (int64_t r = 0; r < n; r++) {
-        uint64_t h = mix(seed ^ mix((uint64_t)step * 1000003ull + (uint64_t)(row0 + r)));
+        uint64_t h =
+            ct__pipe_mix(seed ^ ct__pipe_mix((uint64_t)step * 1000003ull + (uint64_t)(row0 + r)));
         int64_t at = (int64_t)(h % (uint64_t)(SEQ_LEN - T - 1));
         for (int64_t t = 0; t < T; t++) {
             xd[r * T + t] = seq[at + t];
@@ -89,20 +90,28 @@ void ct__gpt_stage_destroy(ct__gpt_stage **g)
     *g = NULL;
 }
 
-/* the stage's weights: the whole model's, seeded */
-static int load_weights(ct__gpt_stage *g, const ct_gpt_config *cfg, uint64_t seed)
+/* the stage's weights: whole's */
+static int load_weights(ct__gpt_stage *g, ct_module *whole)
 {
-    ct_nn_manual_seed(seed);
-    ct_module *whole = ct_nn_gpt_new(cfg);
     const ct_named_tensor *sd = NULL;
     int n = 0, rc = whole ? ct_module_state_dict(whole, &sd, &n) : CT_EINVAL;
     if (rc == 0)
         rc = ct_module_load_state_dict(g->seq, sd, n, false);
-    ct_module_destroy(&whole);
     return rc;
 }
 
 ct__gpt_stage *ct__gpt_stage_new(const ct_gpt_config *cfg, int s, int stages, uint64_t seed)
+{
+    if (!cfg)
+        return ct__gpt_stage_from(cfg, s, stages, NULL);
+    ct_nn_manual_seed(seed);
+    ct_module *whole = ct_nn_gpt_new(cfg);
+    ct__gpt_stage *g = whole ? ct__gpt_stage_from(cfg, s, stages, whole) : NULL;
+    ct_module_destroy(&whole);
+    return g;
+}
+
+ct__gpt_stage *ct__gpt_stage_from(const ct_gpt_config *cfg, int s, int stages, ct_module *whole)
 {
     if (!cfg || stages < 1 || s < 0 || s >= stages || stages > cfg->n_layer) {
         ct__error(CT_EINVAL, "gpt stage %d of %d: want 1 <= stages <= n_layer (%d)", s, stages,
@@ -142,7 +151,7 @@ ct__gpt_stage *ct__gpt_stage_new(const ct_gpt_config *cfg, int s, int stages, ui
         c[k++] = g->ln_f = named(ct_nn_layernorm_new(cfg->n_embd, 1e-5f), "transformer.ln_f");
     g->seq = ct_nn_sequential_new(k, c); /* owns the children, also when it fails */
     free(c);
-    if (!g->seq || load_weights(g, cfg, seed) < 0) {
+    if (!g->seq || load_weights(g, whole) < 0) {
         ct__error(CT_EINVAL, "gpt stage %d of %d: %s", s, stages, ct_last_error());
         ct__gpt_stage_destroy(&g);
         return NULL;
@@ -170,6 +179,12 @@ ct_tensor *ct__gpt_stage_tied(ct__gpt_stage *g)
 /* token and position embeddings, dropout */
 static ct_tensor *embed(ct__gpt_stage *g, ct_tensor *idx)
 {
+    if (ct_tensor_dtype(idx) == CT_F32) { /* token ids carried as floats (a dataset's samples) */
+        ct_tensor *i64 = ct_tensor_to_i64(idx);
+        ct_tensor *y = i64 ? embed(g, i64) : NULL;
+        ct_tensor_release(&i64);
+        return y;
+    }
     if (ct_tensor_dtype(idx) != CT_I64 || ct_tensor_ndim(idx) != 2) {
         ct__error(CT_EINVAL, "gpt stage 0: input must be (B, T) i64 token ids");
         return NULL;

@@ -20,6 +20,7 @@ struct ct__pipe_job {
     ct_actor **actors; /* [p * S + s] */
     int n;
     int64_t start_step;      /* the checkpoint's steps done */
+    int64_t epoch_batches;   /* trainer mode: stage 0's loader's batches an epoch */
     uint64_t sent, received; /* p2p bytes, all stages, as of the last step */
 };
 
@@ -32,6 +33,11 @@ void ct__pipe_job_p2p_bytes(const ct__pipe_job *j, uint64_t *sent, uint64_t *rec
 int64_t ct__pipe_job_start_step(const ct__pipe_job *j)
 {
     return j ? j->start_step : 0;
+}
+
+int64_t ct__pipe_job_epoch_batches(const ct__pipe_job *j)
+{
+    return j ? j->epoch_batches : 0;
 }
 
 ct_actor *ct__pipe_job_actor(ct__pipe_job *j, int p, int s)
@@ -157,6 +163,10 @@ int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pip
         rc = ct__error(CT_ENOMEM, "pipeline job: out of memory");
     for (int i = 0; i < n && rc == 0; i++) {
         a->o = j->o;
+        a->o.spec = NULL;
+        a->trainer = opts->spec != NULL;
+        if (opts->spec)
+            a->spec = *opts->spec;
         a->stage = i % opts->stages;
         a->pipeline = i / opts->stages;
         snprintf(a->group, sizeof a->group, "%s", group);
@@ -175,8 +185,10 @@ int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pip
         if ((rc = ct_future_wait(fs[i], 0, &r, &rl)) < 0)
             ct__error(rc, "pipeline job: setup of pipeline %d stage %d: %s", i / opts->stages,
                       i % opts->stages, ct_last_error());
-        else if (i == 0 && rl == sizeof j->start_step)
+        else if (i == 0 && rl == 2 * sizeof(int64_t)) { /* stage 0 of pipeline 0 */
             memcpy(&j->start_step, r, sizeof j->start_step);
+            memcpy(&j->epoch_batches, (char *)r + sizeof(int64_t), sizeof j->epoch_batches);
+        }
         free(r);
         ct_future_destroy(&fs[i]);
     }
@@ -184,9 +196,11 @@ int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pip
         ct_future_destroy(&fs[i]);
     free(fs);
     free(a);
-    if (rc < 0) {
+    if (rc < 0) { /* ending the job (kills) must not take the failure's message */
+        char why[600];
+        snprintf(why, sizeof why, "%s", ct_last_error());
         ct__pipe_job_end(&j);
-        return rc;
+        return ct__error(rc, "%s", why);
     }
     *out = j;
     return 0;
@@ -217,6 +231,67 @@ int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss)
     return rc;
 }
 
+int ct__pipe_job_epoch(ct__pipe_job *j, int64_t epoch, int64_t nbatches, double *loss_sum,
+                       int64_t *samples)
+{
+    if (!j)
+        return ct__error(CT_EINVAL, "pipeline job: NULL job");
+    ct__pipe_epoch_reply *r = calloc((size_t)j->n, sizeof *r);
+    if (!r)
+        return ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    ct__pipe_epoch_args ea = {.epoch = epoch, .nbatches = nbatches};
+    /* no limit on the whole epoch: each of its receives waits at most opts.timeout_ms on a
+     * peer, and a dead stage's links close at once */
+    int rc = call_all(j, "epoch", &ea, sizeof ea, r, sizeof *r, -1);
+    if (rc == 0) {
+        double sum = 0;
+        int64_t n = 0;
+        for (int p = 0; p < j->o.pipelines; p++) {
+            sum += r[p * j->o.stages + j->o.stages - 1].loss_sum;
+            n += r[p * j->o.stages + j->o.stages - 1].samples;
+        }
+        if (loss_sum)
+            *loss_sum = sum;
+        if (samples)
+            *samples = n;
+        j->sent = j->received = 0;
+        for (int i = 0; i < j->n; i++) {
+            j->sent += r[i].sent;
+            j->received += r[i].received;
+        }
+    }
+    free(r);
+    return rc;
+}
+
+/* pipeline 0's stages' "state" replies into r[0..S), rl[0..S) */
+static int states(ct__pipe_job *j, void **r, size_t *rl)
+{
+    int rc = 0;
+    for (int s = 0; s < j->o.stages && rc == 0; s++) /* pipeline 0's: the pipelines' agree */
+        if ((rc = ct_actor_call(j->actors[s], "state", NULL, 0, &r[s], &rl[s], 60000)) < 0)
+            ct__error(rc, "pipeline job: the state of stage %d: %s", s, ct_last_error());
+    return rc;
+}
+
+int ct__pipe_job_gather(ct__pipe_job *j, ct_module *whole, ct_optim *opt)
+{
+    if (!j || !whole || !opt)
+        return ct__error(CT_EINVAL, "pipeline job: NULL job, model or optimizer");
+    int S = j->o.stages, rc = 0;
+    void **r = calloc((size_t)S, sizeof *r);
+    size_t *rl = calloc((size_t)S, sizeof *rl);
+    if (!r || !rl)
+        rc = ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    if (rc == 0 && (rc = states(j, r, rl)) == 0)
+        rc = ct__pipe_gather(whole, opt, r, rl, S);
+    for (int s = 0; r && s < S; s++)
+        free(r[s]);
+    free(r);
+    free(rl);
+    return rc;
+}
+
 int ct__pipe_job_save(ct__pipe_job *j, int64_t step, const char *path)
 {
     if (!j || !path)
@@ -226,10 +301,7 @@ int ct__pipe_job_save(ct__pipe_job *j, int64_t step, const char *path)
     size_t *rl = calloc((size_t)S, sizeof *rl);
     if (!r || !rl)
         rc = ct__error(CT_ENOMEM, "pipeline job: out of memory");
-    for (int s = 0; s < S && rc == 0; s++) /* pipeline 0's: the pipelines' are the same */
-        if ((rc = ct_actor_call(j->actors[s], "state", NULL, 0, &r[s], &rl[s], 60000)) < 0)
-            ct__error(rc, "pipeline job: the state of stage %d: %s", s, ct_last_error());
-    if (rc == 0)
+    if (rc == 0 && (rc = states(j, r, rl)) == 0)
         rc = ct__pipe_ckpt_save(&j->o, r, rl, step, path);
     for (int s = 0; r && s < S; s++)
         free(r[s]);

@@ -147,13 +147,14 @@ static int next_entry(const char *buf, size_t len, size_t *at, entry *e)
 
 /* the stages' replies into the whole model and the optimizer entries oe (names point into the
  * replies; the first stage's entry of a name wins: the tied embedding's copies are equal) */
-static int merge(ct_module *whole, void *const *replies, const size_t *lens, int stages,
-                 ct_state_entry *oe, char (*names)[160], float **copies, int cap, int *noe)
+static int merge(ct_module *whole, const char *kind, void *const *replies, const size_t *lens,
+                 int stages, ct_state_entry *oe, char (*names)[160], float **copies, int cap,
+                 int *noe)
 {
     const ct_named_tensor *sd = NULL;
     int nsd = 0, rc = ct_module_state_dict(whole, &sd, &nsd);
     *noe = 0;
-    oe[(*noe)++] = (ct_state_entry){.name = "type", .kind = CT_STATE_STRING, .str = "adam"};
+    oe[(*noe)++] = (ct_state_entry){.name = "type", .kind = CT_STATE_STRING, .str = kind};
     for (int s = 0; s < stages && rc == 0; s++) {
         const char *buf = replies[s];
         for (size_t at = 0; rc == 0 && at < lens[s];) {
@@ -221,24 +222,37 @@ static int write_file(const char *path, const void *buf, size_t len)
     return 0;
 }
 
+int ct__pipe_gather(ct_module *whole, ct_optim *opt, void *const *replies, const size_t *lens,
+                    int stages)
+{
+    enum { CAP = 4096 };
+    ct_state_entry *oe = calloc(CAP, sizeof *oe);
+    char(*names)[160] = calloc(CAP, sizeof *names);
+    float **copies = calloc(CAP, sizeof *copies);
+    int noe = 0, rc = oe && names && copies
+                          ? merge(whole, ct_optim_kind(opt), replies, lens, stages, oe, names,
+                                  copies, CAP, &noe)
+                          : ct__error(CT_ENOMEM, "pipeline checkpoint: out of memory");
+    if (rc == 0 && (rc = ct_optim_load_state_dict(opt, oe, noe)) < 0)
+        ct__error(rc, "pipeline checkpoint: the stages' optimizer state: %s", ct_last_error());
+    for (int i = 0; copies && i < CAP; i++)
+        free(copies[i]);
+    free(copies);
+    free(oe);
+    free(names);
+    return rc;
+}
+
 int ct__pipe_ckpt_save(const ct__pipe_job_opts *o, void *const *replies, const size_t *lens,
                        int64_t step, const char *path)
 {
     ct_module *whole = NULL;
     ct_optim *adam = NULL;
-    enum { CAP = 4096 };
-    ct_state_entry *oe = calloc(CAP, sizeof *oe);
-    char(*names)[160] = calloc(CAP, sizeof *names);
-    float **copies = calloc(CAP, sizeof *copies);
     tr_ckpt_plan *plan = NULL;
     void *buf = NULL;
-    int noe = 0, rc = oe && names && copies
-                          ? whole_new(o, &whole, &adam)
-                          : ct__error(CT_ENOMEM, "pipeline checkpoint: out of memory");
+    int rc = whole_new(o, &whole, &adam);
     if (rc == 0)
-        rc = merge(whole, replies, lens, o->stages, oe, names, copies, CAP, &noe);
-    if (rc == 0 && (rc = ct_optim_load_state_dict(adam, oe, noe)) < 0)
-        ct__error(rc, "pipeline checkpoint: the stages' Adam state: %s", ct_last_error());
+        rc = ct__pipe_gather(whole, adam, replies, lens, o->stages);
     tr_spec spec;
     job_spec(o, &spec);
     tr_state st = {.nmodels = 1, .models = {whole}, .optims = {adam}, .step = step, .world = 1};
@@ -255,11 +269,6 @@ int ct__pipe_ckpt_save(const ct__pipe_job_opts *o, void *const *replies, const s
     ct__ckpt_plan_free(&plan);
     ct_optim_destroy(&adam);
     ct_module_destroy(&whole);
-    for (int i = 0; copies && i < CAP; i++)
-        free(copies[i]);
-    free(copies);
-    free(oe);
-    free(names);
     return rc;
 }
 

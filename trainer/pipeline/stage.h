@@ -24,6 +24,7 @@
 #include "ct/nn.h"
 #include "ct/optim.h"
 #include "ct/pipeline.h"
+#include "trainer/train/internal.h"
 
 #define CT__PIPE_STAGE_CLASS "ct.pipeline.Stage"
 
@@ -40,6 +41,11 @@ typedef struct ct__pipe_job_opts {
     int timeout_ms;        /* p2p and collective waits; 0: 120000 */
     double cpus_per_stage; /* 0: 1 */
     const char *init_file; /* NULL, or a checkpoint (ct__pipe_job_save's) to start from */
+    /* NULL: the GPT gpt and the synthetic data above. Else a trainer_train pipeline: the stages
+     * run spec's creators (the model a GPT: gpt, seed, lr and batch then come from spec), read
+     * its data with the replicas' loader (pipeline p as rank p of P) and are driven by
+     * ct__pipe_job_epoch; no init_file. */
+    const tr_spec *spec;
 } ct__pipe_job_opts;
 
 /* The synthetic token data both ends of a pipeline draw the same batch from: rows
@@ -48,6 +54,8 @@ typedef struct ct__pipe_job_opts {
  * from a position drawn from (seed, step, row). */
 int ct__pipe_gpt_batch(uint64_t seed, int64_t step, int64_t row0, int64_t n, int64_t T,
                        int64_t vocab, ct_tensor **x, ct_tensor **y);
+/* splitmix64's finaliser (the replicas' seed mixing, trainer/train/replica.c) */
+uint64_t ct__pipe_mix(uint64_t x);
 /* Layers [*first, *first + *n) of n_layer belong to stage s of S (the first stages one more when
  * S does not divide n_layer). */
 void ct__pipe_gpt_layers(int n_layer, int stages, int s, int *first, int *n);
@@ -64,6 +72,15 @@ int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss);
 /* The bytes all stages sent and received over their p2p links since the job started (as of the
  * last step): the activations and gradients, their headers, the tied gradients. */
 void ct__pipe_job_p2p_bytes(const ct__pipe_job *j, uint64_t *sent, uint64_t *received);
+/* Trainer mode: the batches of an epoch (stage 0's loader's, rank 0 of P). */
+int64_t ct__pipe_job_epoch_batches(const ct__pipe_job *j);
+/* Trainer mode: epoch `epoch` of nbatches batches on every pipeline; *loss_sum and *samples
+ * (may be NULL): over the pipelines' last stages. */
+int ct__pipe_job_epoch(ct__pipe_job *j, int64_t epoch, int64_t nbatches, double *loss_sum,
+                       int64_t *samples);
+/* Pipeline 0's stages' parameters and optimizer state into whole (a model of the GPT's names)
+ * and opt (an optimizer over it of the stages' kind). */
+int ct__pipe_job_gather(ct__pipe_job *j, ct_module *whole, ct_optim *opt);
 /* Every stage's parameters and Adam state of pipeline 0 gathered into one checkpoint at path,
  * with `step` steps done (ct__pipe_ckpt_save). */
 int ct__pipe_job_save(ct__pipe_job *j, int64_t step, const char *path);
@@ -88,6 +105,8 @@ typedef struct ct__gpt_stage ct__gpt_stage;
 /* Stage s of S of the GPT cfg, its weights those of ct_nn_gpt_new(cfg) after
  * ct_nn_manual_seed(seed), named as there. NULL on error. */
 ct__gpt_stage *ct__gpt_stage_new(const ct_gpt_config *cfg, int s, int stages, uint64_t seed);
+/* The same with whole's weights (a GPT of cfg: ct_nn_gpt_new's names). */
+ct__gpt_stage *ct__gpt_stage_from(const ct_gpt_config *cfg, int s, int stages, ct_module *whole);
 /* Stage 0: x (B, T) i64 token ids -> the activations (B, T, C); a middle stage (B, T, C) ->
  * (B, T, C); the last: -> logits (B*T, vocab). Recorded on this thread's tape. */
 ct_tensor *ct__gpt_stage_forward(ct__gpt_stage *g, ct_tensor *x);
@@ -100,6 +119,9 @@ void ct__gpt_stage_destroy(ct__gpt_stage **g);
 /* ---- checkpoints (pipe_ckpt.c): the trainer's format (trainer/train/ckpt.c), model "gpt" ---- */
 /* A stage's parameters and Adam state, for ct__pipe_ckpt_save (*out malloc'd). */
 int ct__pipe_stage_state(ct_module *stage, ct_optim *opt, void **out, size_t *out_len);
+/* The stages' states (replies[s] of lens[s] bytes, s < stages) into whole and opt. */
+int ct__pipe_gather(ct_module *whole, ct_optim *opt, void *const *replies, const size_t *lens,
+                    int stages);
 /* The stages' states (replies[s] of lens[s] bytes, s < o->stages) gathered into a whole GPT and
  * its Adam, written to path (a temporary file, fsync, rename) with `step` steps done. */
 int ct__pipe_ckpt_save(const ct__pipe_job_opts *o, void *const *replies, const size_t *lens,
@@ -116,8 +138,18 @@ typedef struct ct__pipe_step_reply {
     double loss;
     uint64_t sent, received;
 } ct__pipe_step_reply;
+typedef struct ct__pipe_epoch_args {
+    int64_t epoch, nbatches;
+} ct__pipe_epoch_args;
+typedef struct ct__pipe_epoch_reply {
+    double loss_sum; /* the last stage's: sum over samples of the loss */
+    int64_t samples, steps;
+    uint64_t sent, received;
+} ct__pipe_epoch_reply;
 typedef struct ct__pipe_setup_args {
-    ct__pipe_job_opts o; /* init_file: the path follows the struct, NUL-terminated */
+    ct__pipe_job_opts o; /* init_file: the path follows the struct, NUL-terminated; spec NULL */
+    bool trainer;        /* trainer mode: spec below */
+    tr_spec spec;
     int stage, pipeline;
     char group[96];
 } ct__pipe_setup_args;

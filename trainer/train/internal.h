@@ -101,9 +101,6 @@ int ct__trainer_ctx_init(trainer_ctx *ctx, const char *config, int rank, int wor
 void ct__trainer_ctx_free(trainer_ctx *ctx);
 /* 0, or CT_EINVAL for a recorded error or (check_unused) a key no creator read. */
 int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
-/* pipeline_keys.c: the config keys pipeline_stages, micro_batches and schedule, read and checked
- * (CT_EINVAL naming the key; CT_ENOSYS for a pipeline, which trainer_train does not run yet) */
-int ct__trainer_pipeline_keys(trainer_ctx *ctx, int64_t batch_size);
 /* Marks the keys declared for spec's steps (trainer_register_step_keys) as read. */
 void ct__trainer_ctx_use_step_keys(trainer_ctx *ctx, const tr_spec *spec);
 /* config with the values of the comma-separated keys made absolute (relative to this process's
@@ -154,6 +151,23 @@ int ct__trainer_state_build(const tr_spec *spec, trainer_ctx *ctx, bool with_dat
 int ct__trainer_data_build(const tr_spec *spec, trainer_ctx *ctx, trainer_data *d);
 void ct__trainer_data_free(trainer_data *d);
 void ct__trainer_state_free(tr_state *st);
+
+/* ---- pipelines of stage actors (pipeline_keys.c, pipeline_train.c; trainer/pipeline/) ---- */
+
+/* config keys pipeline_stages, micro_batches, schedule; stages 1 and micro_batches 1: none */
+typedef struct tr_pipeline {
+    int stages, micro_batches;
+    int schedule; /* ct_pipe_schedule */
+} tr_pipeline;
+/* Reads and checks the keys (CT_EINVAL naming the key) and, for a pipeline, what it needs of
+ * the rest (CT_ENOSYS naming what it cannot run yet): local is the driver's check-run state. */
+int ct__trainer_pipeline_keys(trainer_ctx *ctx, const tr_spec *spec, const tr_state *local,
+                              tr_pipeline *out);
+/* trainer_train for a pipeline: num_replicas pipelines of pp->stages stage actors; the epochs'
+ * losses into stats, the trained model and optimizer into local at the end. */
+int ct__trainer_pipeline_train(const tr_spec *spec, const tr_pipeline *pp, int pipelines,
+                               tr_state *local, trainer_stats *stats, const trainer_train_opts *o,
+                               trainer *t);
 
 /* ---- checkpoint codec (ckpt.c) ---- */
 

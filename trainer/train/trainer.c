@@ -93,6 +93,7 @@ struct trainer {
     ct_object_id best;
     double best_score;
     int64_t best_step;
+    tr_pipeline pipe; /* config keys pipeline_stages, micro_batches, schedule */
 };
 
 static int copy_name(char *dst, const char *src, const char *field, tr_kind kind, bool required)
@@ -464,7 +465,7 @@ int trainer_create(const trainer_opts *o, trainer **out)
         goto fail;
     if (ctx.ndevices > 1 && (rc = devices_check(device, ctx.ndevices, t)) < 0)
         goto fail;
-    if ((rc = ct__trainer_pipeline_keys(&ctx, s->batch)) < 0)
+    if ((rc = ct__trainer_pipeline_keys(&ctx, s, &t->local, &t->pipe)) < 0)
         goto fail;
     ct__trainer_ctx_use_step_keys(&ctx, s); /* steps run only in replicas */
     if ((rc = ct__trainer_ctx_check(&ctx, true)) < 0)
@@ -2096,6 +2097,9 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     int rc = check_train_opts(o);
     if (rc < 0)
         return rc;
+    if (t->pipe.stages > 1 || t->pipe.micro_batches > 1) /* stage actors (pipeline_train.c) */
+        return ct__trainer_pipeline_train(&t->spec, &t->pipe, t->num_replicas, &t->local,
+                                          &t->stats, o, t);
     const char *pm = t->local.plateau_metric;
     if (pm[0] && strcmp(pm, "train_loss") && t->spec.sched_every != TR_SCHED_MANUAL &&
         !o->validate_every_epoch && !o->validate_every_steps)

@@ -18,7 +18,9 @@
  *        own link between stages 0 and 3), 1F1B, M = 4: the losses and weights as in two.
  *   trainer: trainer_train with config keys pipeline_stages=2, micro_batches=4, schedule=1f1b
  *        (model "gpt", data "text" of a generated text, SGD, 2 epochs) against 1 replica: the
- *        epochs' losses equal to 1e-5, the driver's weights after training to 1e-5.
+ *        epochs' losses equal to 1e-5, the driver's weights after training to 1e-5; then the
+ *        last stage kills itself (SIGKILL) in epoch 2: one retry (max_retries 1) from epoch 1's
+ *        checkpoint, and epoch 2's loss and the final weights equal the uninterrupted run's.
  *   kill: two's run through ct__pipe_job_train with a checkpoint every 4 steps; stage 1 is
  *        killed with SIGKILL before step 10: one retry, from step 8's checkpoint (weights and
  *        Adam state), and every step's loss equals the uninterrupted single process's to 1e-5.
@@ -287,28 +289,34 @@ static void run_dp(const char *dir)
  * attention's key biases, whose true gradient is 0 (softmax ignores a constant added to every
  * key), by rounding noise scaled up to lr per step, 1e-3 apart after 80 steps, while every
  * other weight agrees to 7e-6. */
-static double trainer_losses[2][3];
+static double trainer_losses[3][3];
+static int64_t epoch1_steps;
 static int record_epoch(trainer *t, const trainer_stats *st, void *user)
 {
     (void)t;
     if (st->epoch >= 1 && st->epoch <= 2)
         trainer_losses[*(int *)user][st->epoch] = st->train_loss;
+    if (st->epoch == 1)
+        epoch1_steps = st->steps;
     return 0;
 }
 
-static float *train_once(const char *text, bool pipeline, int which, int64_t *n)
+/* one trainer_train run of the GPT on text; pipeline: 2 stages, M = 4, 1F1B; extra: more
+ * config (the probe's keys, with loss "probe"); the retries it used into *retries */
+static float *train_once(const char *text, bool pipeline, int which, const char *extra,
+                         int max_retries, int *retries, int64_t *n)
 {
-    char config[600];
+    char config[800];
     snprintf(config, sizeof config,
              "text_file=%s,val_fraction=0.1,n_layer=2,n_head=2,n_embd=32,block_size=16,lr=0.3,"
-             "momentum=0.9%s",
-             text, pipeline ? ",pipeline_stages=2,micro_batches=4,schedule=1f1b" : "");
+             "momentum=0.9%s%s",
+             text, pipeline ? ",pipeline_stages=2,micro_batches=4,schedule=1f1b" : "", extra);
     trainer *t = NULL;
     float *w = NULL;
     CHECK_OK(trainer_create(&(trainer_opts){.model = "gpt",
                                             .data = "text",
                                             .optimizer = "sgd",
-                                            .loss = "cross_entropy",
+                                            .loss = extra[0] ? "probe" : "cross_entropy",
                                             .config = config,
                                             .num_replicas = 1,
                                             .batch_size = 8,
@@ -317,11 +325,22 @@ static float *train_once(const char *text, bool pipeline, int which, int64_t *n)
                             &t));
     trainer_stats st = {0};
     if (t)
-        CHECK_OK(trainer_train(t, .stats = &st, .on_epoch = record_epoch, .user = &which));
+        CHECK_OK(trainer_train(t, .stats = &st, .on_epoch = record_epoch, .user = &which,
+                               .max_retries = max_retries));
     CHECK_EQ_INT(st.epoch, 2);
+    *retries = st.retries_used;
     w = tt_weights(t ? trainer_get_model(t) : NULL, n);
     trainer_shutdown(&t);
     return w;
+}
+
+static double largest_difference(const float *a, const float *b, int64_t na, int64_t nb)
+{
+    CHECK(a && b && na == nb && na > 0);
+    double worst = 0;
+    for (int64_t i = 0; a && b && na == nb && i < na; i++)
+        worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
+    return a && b && na == nb ? worst : INFINITY;
 }
 
 static void run_trainer(const char *dir)
@@ -340,25 +359,43 @@ static void run_trainer(const char *dir)
     }
     if (f)
         fclose(f);
-    int64_t n1 = 0, n2 = 0;
-    float *w1 = train_once(text, false, 0, &n1), *w2 = train_once(text, true, 1, &n2);
+    int64_t n1 = 0, n2 = 0, n3 = 0;
+    int r1 = -1, r2 = -1, r3 = -1;
+    float *w1 = train_once(text, false, 0, "", 0, &r1, &n1),
+          *w2 = train_once(text, true, 1, "", 0, &r2, &n2);
     printf("trainer_train: epoch losses %.6f %.6f (1 replica), %.6f %.6f (2 stages)\n",
            trainer_losses[0][1], trainer_losses[0][2], trainer_losses[1][1], trainer_losses[1][2]);
     for (int e = 1; e <= 2; e++)
         CHECK(fabs(trainer_losses[0][e] - trainer_losses[1][e]) <= 1e-5);
     CHECK(trainer_losses[1][2] > 0 && trainer_losses[1][2] < trainer_losses[1][1]);
-    CHECK(w1 && w2 && n1 == n2 && n1 > 0);
-    double worst = 0;
-    for (int64_t i = 0; w1 && w2 && n1 == n2 && i < n1; i++)
-        worst = fmax(worst, fabs((double)w1[i] - (double)w2[i]));
+    double worst = largest_difference(w1, w2, n1, n2);
     printf("trainer_train: driver's weights, largest difference %.3g\n", worst);
+    CHECK(worst <= 1e-5);
+    CHECK_EQ_INT(r2, 0);
+    /* the last stage SIGKILLs itself in epoch 2 (its probe loss, called once a micro-batch: 4 a
+     * batch) in the first job only (probe_epoch0: a job that starts at epoch 0); one retry from
+     * epoch 1's checkpoint, and the run ends as the uninterrupted one */
+    char probe[160];
+    snprintf(probe, sizeof probe, ",probe_step=%lld,probe_action=die,probe_rank=0",
+             (long long)(epoch1_steps * 4 + 9));
+    float *w3 = train_once(text, true, 2, probe, 1, &r3, &n3);
+    printf("trainer_train with a stage killed in epoch 2 (after %lld steps of epoch 1): %d "
+           "retry, epoch 2's loss %.6f\n",
+           (long long)epoch1_steps, r3, trainer_losses[2][2]);
+    CHECK_EQ_INT(r3, 1);
+    CHECK(fabs(trainer_losses[2][2] - trainer_losses[1][2]) <= 1e-5);
+    worst = largest_difference(w3, w2, n3, n2);
+    printf("... its driver's weights against the uninterrupted run's, largest difference %.3g\n",
+           worst);
     CHECK(worst <= 1e-5);
     free(w1);
     free(w2);
+    free(w3);
 }
 
 int main(int argc, char **argv)
 {
+    tt_register(); /* the probe loss */
     ct_serve_if_worker();
     h_init();
     const char *mode = argc > 1 ? argv[1] : "two";

@@ -164,9 +164,13 @@ int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pip
     for (int i = 0; i < n && rc == 0; i++) {
         a->o = j->o;
         a->o.spec = NULL;
+        a->o.ckpt = NULL;
         a->trainer = opts->spec != NULL;
         if (opts->spec)
             a->spec = *opts->spec;
+        a->has_ckpt = opts->ckpt != NULL;
+        if (opts->ckpt)
+            a->ckpt = *opts->ckpt;
         a->stage = i % opts->stages;
         a->pipeline = i / opts->stages;
         snprintf(a->group, sizeof a->group, "%s", group);

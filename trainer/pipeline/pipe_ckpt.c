@@ -285,6 +285,29 @@ static bool mine(const char *name, const ct_param_ref *refs, int np)
     return false;
 }
 
+int ct__pipe_take_part(ct_module *whole, ct_optim *whole_opt, ct_module *stage, ct_optim *opt)
+{
+    const ct_named_tensor *sd = NULL;
+    const ct_state_entry *oe = NULL;
+    const ct_param_ref *refs = NULL;
+    int nsd = 0, noe = 0, np = 0, rc = ct_module_state_dict(whole, &sd, &nsd);
+    if (rc == 0)
+        rc = ct_module_load_state_dict(stage, sd, nsd, false);
+    if (rc == 0 && (rc = ct_optim_state_dict(whole_opt, &oe, &noe)) == 0)
+        rc = ct_module_params(stage, &refs, &np);
+    ct_state_entry *keep = rc == 0 ? calloc((size_t)noe + 1, sizeof *keep) : NULL;
+    int nk = 0;
+    if (rc == 0 && !keep)
+        rc = ct__error(CT_ENOMEM, "pipeline checkpoint: out of memory");
+    for (int i = 0; rc == 0 && i < noe; i++)
+        if (mine(oe[i].name, refs, np))
+            keep[nk++] = oe[i];
+    if (rc == 0 && (rc = ct_optim_load_state_dict(opt, keep, nk)) < 0)
+        ct__error(rc, "pipeline checkpoint: a stage's optimizer state: %s", ct_last_error());
+    free(keep);
+    return rc;
+}
+
 int ct__pipe_ckpt_load_stage(const ct__pipe_job_opts *o, const char *path, ct_module *stage,
                              ct_optim *opt, int64_t *step)
 {
@@ -309,26 +332,10 @@ int ct__pipe_ckpt_load_stage(const ct__pipe_job_opts *o, const char *path, ct_mo
     tr_state st = {.nmodels = 1, .models = {whole}, .optims = {adam}, .world = 1};
     if (rc == 0 && (rc = ct__ckpt_load(&st, &spec, buf, len)) < 0)
         ct__error(rc, "pipeline checkpoint %s: %s", path, ct_last_error());
-    const ct_named_tensor *sd = NULL;
-    const ct_state_entry *oe = NULL;
-    const ct_param_ref *refs = NULL;
-    int nsd = 0, noe = 0, np = 0;
-    if (rc == 0 && (rc = ct_module_state_dict(whole, &sd, &nsd)) == 0)
-        rc = ct_module_load_state_dict(stage, sd, nsd, false);
-    if (rc == 0 && (rc = ct_optim_state_dict(adam, &oe, &noe)) == 0)
-        rc = ct_module_params(stage, &refs, &np);
-    ct_state_entry *keep = rc == 0 ? calloc((size_t)noe + 1, sizeof *keep) : NULL;
-    int nk = 0;
-    if (rc == 0 && !keep)
-        rc = ct__error(CT_ENOMEM, "pipeline checkpoint: out of memory");
-    for (int i = 0; rc == 0 && i < noe; i++)
-        if (mine(oe[i].name, refs, np))
-            keep[nk++] = oe[i];
-    if (rc == 0 && (rc = ct_optim_load_state_dict(opt, keep, nk)) < 0)
-        ct__error(rc, "pipeline checkpoint %s: a stage's Adam state: %s", path, ct_last_error());
+    if (rc == 0)
+        rc = ct__pipe_take_part(whole, adam, stage, opt);
     if (rc == 0 && step)
         *step = st.step;
-    free(keep);
     free(buf);
     ct_optim_destroy(&adam);
     ct_module_destroy(&whole);

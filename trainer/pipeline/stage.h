@@ -15,12 +15,14 @@
  * starts a new one from the last checkpoint (ct__pipe_job_save's file: the trainer's checkpoint
  * format with every stage's parameters and Adam state), which goes on exactly where it was.
  *
- * Internal (ct__): the trainer's pipeline_stages config keys are not wired to it yet. */
+ * Internal (ct__): trainer_train drives it through the config key pipeline_stages
+ * (trainer/train/pipeline_train.c, trainer mode: ct__pipe_job_opts.spec). */
 #ifndef CT_PIPELINE_STAGE_H
 #define CT_PIPELINE_STAGE_H
 
 #include <stdint.h>
 
+#include "ct/ct.h"
 #include "ct/nn.h"
 #include "ct/optim.h"
 #include "ct/pipeline.h"
@@ -46,6 +48,9 @@ typedef struct ct__pipe_job_opts {
      * its data with the replicas' loader (pipeline p as rank p of P) and are driven by
      * ct__pipe_job_epoch; no init_file. */
     const tr_spec *spec;
+    int64_t start_epoch;      /* trainer mode: the epoch the run is at (the creators' ctx) */
+    const ct_object_id *ckpt; /* trainer mode: NULL, or the checkpoint (trainer format, in the
+                                 store) the stages start from */
 } ct__pipe_job_opts;
 
 /* The synthetic token data both ends of a pipeline draw the same batch from: rows
@@ -126,6 +131,9 @@ int ct__pipe_gather(ct_module *whole, ct_optim *opt, void *const *replies, const
  * its Adam, written to path (a temporary file, fsync, rename) with `step` steps done. */
 int ct__pipe_ckpt_save(const ct__pipe_job_opts *o, void *const *replies, const size_t *lens,
                        int64_t step, const char *path);
+/* whole's weights into stage (by name), and whole_opt's state of stage's parameters (and its
+ * hyper-parameters) into opt. */
+int ct__pipe_take_part(ct_module *whole, ct_optim *whole_opt, ct_module *stage, ct_optim *opt);
 /* A stage's part of path's weights and Adam state into stage and opt; *step (may be NULL): the
  * steps done. */
 int ct__pipe_ckpt_load_stage(const ct__pipe_job_opts *o, const char *path, ct_module *stage,
@@ -150,6 +158,8 @@ typedef struct ct__pipe_setup_args {
     ct__pipe_job_opts o; /* init_file: the path follows the struct, NUL-terminated; spec NULL */
     bool trainer;        /* trainer mode: spec below */
     tr_spec spec;
+    bool has_ckpt; /* trainer mode: start from ckpt (ct__pipe_job_opts.ckpt) */
+    ct_object_id ckpt;
     int stage, pipeline;
     char group[96];
 } ct__pipe_setup_args;

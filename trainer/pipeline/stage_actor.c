@@ -97,8 +97,8 @@ static int trainer_build(stage *st)
     const tr_spec *spec = &st->a.spec;
     int s = st->a.stage, S = o->stages, p = st->a.pipeline, rc;
     bool data = s == 0 || s == S - 1;
-    if ((rc = ct__trainer_ctx_init(&st->ctx, spec->config, p, o->pipelines, spec->seed, 0,
-                                   spec->epochs, false)) < 0)
+    if ((rc = ct__trainer_ctx_init(&st->ctx, spec->config, p, o->pipelines, spec->seed,
+                                   o->start_epoch, spec->epochs, false)) < 0)
         return rc;
     st->trainer = true;
     if ((rc = ct__trainer_state_build(spec, &st->ctx, data, &st->whole)) < 0)
@@ -113,6 +113,18 @@ static int trainer_build(stage *st)
     if (!oc || !(st->opt = oc(&st->ctx, ct__gpt_stage_module(st->g))) || st->ctx.err[0])
         return ct__error(CT_EINVAL, "pipeline stage %d: optimizer \"%s\": %s", s, spec->optimizer,
                          st->ctx.err[0] ? st->ctx.err : ct_last_error());
+    if (st->a.has_ckpt) { /* a retry: the checkpoint's weights and optimizer state */
+        ct_object_view v = {0};
+        if ((rc = ct_get(&st->a.ckpt, 60000, &v)) < 0)
+            return ct__error(rc, "pipeline stage %d: the checkpoint: %s", s, ct_last_error());
+        rc = ct__ckpt_load(&st->whole, spec, v.data, v.size);
+        ct_object_release(&v);
+        if (rc == 0)
+            rc = ct__pipe_take_part(st->whole.models[0], st->whole.optims[0],
+                                    ct__gpt_stage_module(st->g), st->opt);
+        if (rc < 0)
+            return rc;
+    }
     st->loss = st->whole.losses[0];
     st->target_rows = 1;
     for (int i = 0; i < st->whole.nmodels; i++) { /* only the data and the loss stay */

@@ -99,6 +99,7 @@ int ct__trainer_pipeline_train(const tr_spec *spec, const tr_pipeline *pp, int p
                             .batch = (int)spec->batch,
                             .seed = spec->seed,
                             .threads = spec->threads,
+                            .cpus_per_stage = spec->threads, /* cpus_per_replica, whole CPUs */
                             .timeout_ms = spec->comm_timeout_ms,
                             .spec = spec};
     ct_object_id ckpt;

@@ -1,7 +1,7 @@
-/* trainer/pipeline/stage.h — pipeline stages as actors on different nodes (issue 40 item 5), with
- * the GPT as the model: stage 0 holds the embeddings and the first layers, the last stage the last
- * layers, ln_f and the output layer (the token embedding's weight, tied: the first and the last
- * stage each hold a copy and add their gradients before every step, as Megatron does).
+/* trainer/pipeline/stage.h — pipeline stages as actors on different nodes (issue 40 items 5-7),
+ * with the GPT as the model: stage 0 holds the embeddings and the first layers, the last stage the
+ * last layers, ln_f and the output layer (the token embedding's weight, tied: the first and the
+ * last stage each hold a copy and add their gradients before every step, as Megatron does).
  *
  * A job is P pipelines x S stages: P x S actors of class "ct.pipeline.Stage", placed by one
  * placement group (SPREAD, one bundle per actor). Stage s of pipeline p runs the schedule's
@@ -9,8 +9,9 @@
  * activations and their gradients go stage to stage over p2p.h's links, never through the head
  * or the driver. With P > 1, stage s of every pipeline averages its gradients (one allreduce of
  * its flat gradient buffer over a ring communicator of the P stages s) before the optimizer
- * steps. The driver (ct__pipe_job_*) only starts the actors and calls "step" on each; the last
- * stages reply their losses. A dead stage fails the step (its neighbours' receives fail at once
+ * steps. The driver (ct__pipe_job_*) only starts the actors and calls "step" (synthetic data) or
+ * "epoch" (trainer mode: the trainer's creators and data) on each; the last stages reply their
+ * losses. A dead stage fails the step (its neighbours' receives fail at once
  * with CT_EDEAD, the driver's call on it too); the job is then over, and ct__pipe_job_train
  * starts a new one from the last checkpoint (ct__pipe_job_save's file: the trainer's checkpoint
  * format with every stage's parameters and Adam state), which goes on exactly where it was.
@@ -42,7 +43,10 @@ typedef struct ct__pipe_job_opts {
     int threads;           /* engine threads per stage (ct_nn_set_threads); 0: 1 */
     int timeout_ms;        /* p2p and collective waits; 0: 120000 */
     double cpus_per_stage; /* 0: 1 */
-    const char *init_file; /* NULL, or a checkpoint (ct__pipe_job_save's) to start from */
+    /* NULL, or a checkpoint (ct__pipe_job_save's) to start from: a path every stage's node can
+     * read (one machine, or a shared file system; trainer mode passes its checkpoint through
+     * the object store instead: ckpt below) */
+    const char *init_file;
     /* NULL: the GPT gpt and the synthetic data above. Else a trainer_train pipeline: the stages
      * run spec's creators (the model a GPT: gpt, seed, lr and batch then come from spec), read
      * its data with the replicas' loader (pipeline p as rank p of P) and are driven by
@@ -67,7 +71,8 @@ void ct__pipe_gpt_layers(int n_layer, int stages, int s, int *first, int *n);
 
 typedef struct ct__pipe_job ct__pipe_job;
 /* Starts the P x S stage actors (a placement group of SPREAD bundles) and sets them up (their
- * links, communicators, models from opts.seed or init_file); group names this try (unique). */
+ * links, communicators, models from opts.seed or init_file, or in trainer mode from the
+ * creators or ckpt); group names this try (unique). */
 int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pipe_job **out);
 /* The steps done when the job started (init_file's; 0 without). */
 int64_t ct__pipe_job_start_step(const ct__pipe_job *j);
@@ -122,7 +127,7 @@ ct_tensor *ct__gpt_stage_tied(ct__gpt_stage *g);
 void ct__gpt_stage_destroy(ct__gpt_stage **g);
 
 /* ---- checkpoints (pipe_ckpt.c): the trainer's format (trainer/train/ckpt.c), model "gpt" ---- */
-/* A stage's parameters and Adam state, for ct__pipe_ckpt_save (*out malloc'd). */
+/* A stage's parameters and optimizer state, for ct__pipe_gather (*out malloc'd). */
 int ct__pipe_stage_state(ct_module *stage, ct_optim *opt, void **out, size_t *out_len);
 /* The stages' states (replies[s] of lens[s] bytes, s < stages) into whole and opt. */
 int ct__pipe_gather(ct_module *whole, ct_optim *opt, void *const *replies, const size_t *lens,

@@ -17,10 +17,11 @@
  *   four: 4 stages of one layer each on 2 nodes of 2 CPUs (middle stages; the tied embedding's
  *        own link between stages 0 and 3), 1F1B, M = 4: the losses and weights as in two.
  *   trainer: trainer_train with config keys pipeline_stages=2, micro_batches=4, schedule=1f1b
- *        (model "gpt", data "text" of a generated text, SGD, 2 epochs) against 1 replica: the
- *        epochs' losses equal to 1e-5, the driver's weights after training to 1e-5; then the
- *        last stage kills itself (SIGKILL) in epoch 2: one retry (max_retries 1) from epoch 1's
- *        checkpoint, and epoch 2's loss and the final weights equal the uninterrupted run's.
+ *        (model "gpt", data "text" of a generated text, SGD, StepLR, 3 epochs) against 1
+ *        replica: the epochs' losses equal to 1e-5, the driver's weights after training to
+ *        1e-5; then the last stage kills itself (SIGKILL) in epoch 2: one retry (max_retries 1)
+ *        from epoch 1's checkpoint (weights, optimizer and scheduler state), and epochs 2 and
+ *        3's losses and the final weights equal the uninterrupted run's.
  *   trainer_dp: trainer_train with num_replicas 2 and pipeline_stages 2 (2 pipelines x 2 stages
  *        on 4 nodes, a test data creator that is not sharded), batch 8 each, against one
  *        pipeline with batch 16: the epochs' losses and the weights to 1e-5.
@@ -286,18 +287,18 @@ static void run_dp(const char *dir)
 }
 
 /* trainer: the same GPT through trainer_train (model "gpt", data "text" of a generated text,
- * SGD with momentum, 2 epochs), once as 1 replica and once with config keys pipeline_stages=2,
- * micro_batches=4, schedule=1f1b: the epochs' losses equal to 1e-5, the driver's models after
- * training (the pipeline's gathered from its stages) to 1e-5. SGD, not Adam: Adam moves the
- * attention's key biases, whose true gradient is 0 (softmax ignores a constant added to every
- * key), by rounding noise scaled up to lr per step, 1e-3 apart after 80 steps, while every
- * other weight agrees to 7e-6. */
-static double trainer_losses[3][3];
+ * SGD with momentum, StepLR halving the rate after epoch 2, 3 epochs), once as 1 replica and once
+ * with config keys pipeline_stages=2, micro_batches=4, schedule=1f1b: the epochs' losses equal to
+ * 1e-5, the driver's models after training (the pipeline's gathered from its stages) to 1e-5. SGD,
+ * not Adam: Adam moves the attention's key biases, whose true gradient is 0 (softmax ignores a
+ * constant added to every key), by rounding noise scaled up to lr per step, 1e-3 apart after 80
+ * steps, while every other weight agrees to 7e-6. */
+static double trainer_losses[3][4];
 static int64_t epoch1_steps;
 static int record_epoch(trainer *t, const trainer_stats *st, void *user)
 {
     (void)t;
-    if (st->epoch >= 1 && st->epoch <= 2)
+    if (st->epoch >= 1 && st->epoch <= 3)
         trainer_losses[*(int *)user][st->epoch] = st->train_loss;
     if (st->epoch == 1)
         epoch1_steps = st->steps;
@@ -312,7 +313,7 @@ static float *train_once(const char *text, bool pipeline, int which, const char 
     char config[800];
     snprintf(config, sizeof config,
              "text_file=%s,val_fraction=0.1,n_layer=2,n_head=2,n_embd=32,block_size=16,lr=0.3,"
-             "momentum=0.9%s%s",
+             "momentum=0.9,step_size=2,gamma=0.5%s%s",
              text, pipeline ? ",pipeline_stages=2,micro_batches=4,schedule=1f1b" : "", extra);
     trainer *t = NULL;
     float *w = NULL;
@@ -320,17 +321,18 @@ static float *train_once(const char *text, bool pipeline, int which, const char 
                                             .data = "text",
                                             .optimizer = "sgd",
                                             .loss = extra[0] ? "probe" : "cross_entropy",
+                                            .scheduler = "steplr",
                                             .config = config,
                                             .num_replicas = 1,
                                             .batch_size = 8,
-                                            .epochs = 2,
+                                            .epochs = 3,
                                             .seed = 5},
                             &t));
     trainer_stats st = {0};
     if (t)
         CHECK_OK(trainer_train(t, .stats = &st, .on_epoch = record_epoch, .user = &which,
                                .max_retries = max_retries));
-    CHECK_EQ_INT(st.epoch, 2);
+    CHECK_EQ_INT(st.epoch, 3);
     *retries = st.retries_used;
     w = tt_weights(t ? trainer_get_model(t) : NULL, n);
     trainer_shutdown(&t);
@@ -366,11 +368,12 @@ static void run_trainer(const char *dir)
     int r1 = -1, r2 = -1, r3 = -1;
     float *w1 = train_once(text, false, 0, "", 0, &r1, &n1),
           *w2 = train_once(text, true, 1, "", 0, &r2, &n2);
-    printf("trainer_train: epoch losses %.6f %.6f (1 replica), %.6f %.6f (2 stages)\n",
-           trainer_losses[0][1], trainer_losses[0][2], trainer_losses[1][1], trainer_losses[1][2]);
-    for (int e = 1; e <= 2; e++)
+    printf("trainer_train: epoch losses %.6f %.6f %.6f (1 replica), %.6f %.6f %.6f (2 stages)\n",
+           trainer_losses[0][1], trainer_losses[0][2], trainer_losses[0][3], trainer_losses[1][1],
+           trainer_losses[1][2], trainer_losses[1][3]);
+    for (int e = 1; e <= 3; e++)
         CHECK(fabs(trainer_losses[0][e] - trainer_losses[1][e]) <= 1e-5);
-    CHECK(trainer_losses[1][2] > 0 && trainer_losses[1][2] < trainer_losses[1][1]);
+    CHECK(trainer_losses[1][3] > 0 && trainer_losses[1][3] < trainer_losses[1][1]);
     double worst = largest_difference(w1, w2, n1, n2);
     printf("trainer_train: driver's weights, largest difference %.3g\n", worst);
     CHECK(worst <= 1e-5);
@@ -383,10 +386,11 @@ static void run_trainer(const char *dir)
              (long long)(epoch1_steps * 4 + 9));
     float *w3 = train_once(text, true, 2, probe, 1, &r3, &n3);
     printf("trainer_train with a stage killed in epoch 2 (after %lld steps of epoch 1): %d "
-           "retry, epoch 2's loss %.6f\n",
-           (long long)epoch1_steps, r3, trainer_losses[2][2]);
+           "retry, epoch 2's and 3's losses %.6f %.6f\n",
+           (long long)epoch1_steps, r3, trainer_losses[2][2], trainer_losses[2][3]);
     CHECK_EQ_INT(r3, 1);
-    CHECK(fabs(trainer_losses[2][2] - trainer_losses[1][2]) <= 1e-5);
+    for (int e = 2; e <= 3; e++) /* epoch 3's learning rate: the scheduler's, restored */
+        CHECK(fabs(trainer_losses[2][e] - trainer_losses[1][e]) <= 1e-5);
     worst = largest_difference(w3, w2, n3, n2);
     printf("... its driver's weights against the uninterrupted run's, largest difference %.3g\n",
            worst);

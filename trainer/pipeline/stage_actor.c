@@ -49,6 +49,7 @@ typedef struct stage {
     trainer_ctx ctx;
     tr_state whole; /* its data (the first and the last stage) and loss; no model kept */
     ct_loader *loader;
+    ct_sched *sched; /* the trainer's scheduler over opt, or NULL */
 } stage;
 
 static ct_tensor *cross_entropy(ct_tensor *out, ct_tensor *target)
@@ -74,6 +75,7 @@ static void stage_free(void *state)
     ct_optim_destroy(&st->opt);
     ct__gpt_stage_destroy(&st->g);
     ct_loader_destroy(&st->loader);
+    ct_sched_destroy(&st->sched);
     if (st->trainer) {
         ct__trainer_state_free(&st->whole);
         ct__trainer_ctx_free(&st->ctx);
@@ -113,6 +115,13 @@ static int trainer_build(stage *st)
     if (!oc || !(st->opt = oc(&st->ctx, ct__gpt_stage_module(st->g))) || st->ctx.err[0])
         return ct__error(CT_EINVAL, "pipeline stage %d: optimizer \"%s\": %s", s, spec->optimizer,
                          st->ctx.err[0] ? st->ctx.err : ct_last_error());
+    if (spec->scheduler[0]) { /* over the stage's optimizer, as the replicas' over theirs */
+        trainer_scheduler_creator sc =
+            (trainer_scheduler_creator)ct__trainer_lookup(TR_SCHED, spec->scheduler);
+        if (!sc || !(st->sched = sc(&st->ctx, st->opt)) || st->ctx.err[0])
+            return ct__error(CT_EINVAL, "pipeline stage %d: scheduler \"%s\": %s", s,
+                             spec->scheduler, st->ctx.err[0] ? st->ctx.err : ct_last_error());
+    }
     if (st->a.has_ckpt) { /* a retry: the checkpoint's weights and optimizer state */
         ct_object_view v = {0};
         if ((rc = ct_get(&st->a.ckpt, 60000, &v)) < 0)
@@ -122,6 +131,11 @@ static int trainer_build(stage *st)
         if (rc == 0)
             rc = ct__pipe_take_part(st->whole.models[0], st->whole.optims[0],
                                     ct__gpt_stage_module(st->g), st->opt);
+        const ct_state_entry *se = NULL;
+        int nse = 0;
+        if (rc == 0 && st->sched && st->whole.sched &&
+            (rc = ct_sched_state_dict(st->whole.sched, &se, &nse)) == 0)
+            rc = ct_sched_load_state_dict(st->sched, se, nse);
         if (rc < 0)
             return rc;
     }
@@ -394,6 +408,8 @@ static int run_step(stage *st, int64_t step, ct_tensor *x, ct_tensor *y, int64_t
     }
     if (rc == 0)
         rc = ct_optim_step(st->opt);
+    if (rc == 0 && st->sched && st->a.spec.sched_every == TR_SCHED_BATCH)
+        rc = ct_sched_step(st->sched);
     st->steps++;
     *loss = N > 0 ? sum / (double)N : 0.0;
     return rc;
@@ -473,6 +489,8 @@ static int stage_epoch(void *state, const void *args, size_t len, void **res, si
         rep.samples += n;
         rep.steps++;
     }
+    if (rc == 0 && st->sched && st->a.spec.sched_every == TR_SCHED_EPOCH)
+        rc = ct_sched_step(st->sched);
     if (rc < 0)
         return rc;
     ct__p2p_bytes(st->p2p, &rep.sent, &rep.received);

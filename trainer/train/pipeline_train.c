@@ -60,6 +60,20 @@ static int put_checkpoint(const tr_spec *spec, tr_state *local, int pipelines,
     return rc;
 }
 
+/* the driver's scheduler where the stages' are after an epoch of nbatches (for the
+ * checkpoint; the learning rates then come from the stages' optimizers) */
+static int step_sched(const tr_spec *spec, tr_state *local, int64_t nbatches)
+{
+    int64_t k = !local->sched                         ? 0
+                : spec->sched_every == TR_SCHED_EPOCH ? 1
+                : spec->sched_every == TR_SCHED_BATCH ? nbatches
+                                                      : 0;
+    int rc = 0;
+    for (int64_t i = 0; i < k && rc == 0; i++)
+        rc = ct_sched_step(local->sched);
+    return rc;
+}
+
 /* the driver's state back to the checkpoint's (id), or left as it is without one (nothing was
  * gathered into it yet) */
 static int rewind_local(const tr_spec *spec, tr_state *local, const ct_object_id *id)
@@ -128,6 +142,7 @@ int ct__trainer_pipeline_train(const tr_spec *spec, const tr_pipeline *pp, int p
         }
         /* an epoch, then the driver's model and optimizer from the stages: the checkpoint */
         if (rc == 0 && (rc = ct__pipe_job_epoch(j, e, nbatches, &sum, &n)) == 0 &&
+            (rc = step_sched(spec, local, nbatches)) == 0 &&
             (rc = ct__pipe_job_gather(j, local->models[0], local->optims[0])) == 0) {
             local->epoch = e + 1;
             local->step += nbatches;

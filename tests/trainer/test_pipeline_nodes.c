@@ -332,6 +332,8 @@ static float *train_once(const char *text, bool pipeline, int which, const char 
     if (t)
         CHECK_OK(trainer_train(t, .stats = &st, .on_epoch = record_epoch, .user = &which,
                                .max_retries = max_retries));
+    if (t && pipeline) /* replicas would validate the whole model: refused, not wrong */
+        CHECK_EQ_INT(trainer_validate(t, NULL), CT_ENOSYS);
     CHECK_EQ_INT(st.epoch, 3);
     *retries = st.retries_used;
     w = tt_weights(t ? trainer_get_model(t) : NULL, n);

@@ -3,9 +3,9 @@
  * actors (trainer/pipeline/stage.h in trainer mode), each stage running the trainer's creators
  * and cutting its part of the GPT, the first and the last reading the replicas' batches (the
  * pipeline p as rank p of num_replicas). Per epoch one "epoch" call on every stage; the epoch's
- * mean training loss goes to the stats and on_epoch; at the end the stages' parameters and
- * optimizer state are gathered into the driver's model and optimizer (trainer_get_model,
- * trainer_save), and after every epoch they are the trainer's checkpoint, put in the store. A
+ * mean training loss goes to the stats and on_epoch; after every epoch the stages' parameters
+ * and optimizer state are gathered into the driver's model and optimizer (trainer_get_model,
+ * trainer_save) and put in the store as the trainer's checkpoint. A
  * failure (a dead stage is a dead pipeline) ends the whole job; up to max_retries times a new
  * one starts from the last checkpoint (its stages load their parts of it), at that epoch's
  * start. A first slice: the options it does not run yet are CT_ENOSYS naming them. */

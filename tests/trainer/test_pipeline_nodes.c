@@ -21,7 +21,8 @@
  *        replica: the epochs' losses equal to 1e-5, the driver's weights after training to
  *        1e-5; then the last stage kills itself (SIGKILL) in epoch 2: one retry (max_retries 1)
  *        from epoch 1's checkpoint (weights, optimizer and scheduler state), and epochs 2 and
- *        3's losses and the final weights equal the uninterrupted run's.
+ *        3's losses and the final weights equal the uninterrupted run's; and the same run in two
+ *        trainer_train calls (epochs 1-2, then 3) ends with the same weights.
  *   trainer_dp: trainer_train with num_replicas 2 and pipeline_stages 2 (2 pipelines x 2 stages
  *        on 4 nodes, a test data creator that is not sharded), batch 8 each, against one
  *        pipeline with batch 16: the epochs' losses and the weights to 1e-5.
@@ -341,6 +342,38 @@ static float *train_once(const char *text, bool pipeline, int which, const char 
     return w;
 }
 
+/* the pipeline run of train_once in two trainer_train calls: epochs 1-2, then epoch 3 */
+static float *train_twice(const char *text, int64_t *n)
+{
+    char config[800];
+    snprintf(config, sizeof config,
+             "text_file=%s,val_fraction=0.1,n_layer=2,n_head=2,n_embd=32,block_size=16,lr=0.3,"
+             "momentum=0.9,step_size=2,gamma=0.5,pipeline_stages=2,micro_batches=4,schedule=1f1b",
+             text);
+    trainer *t = NULL;
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "gpt",
+                                            .data = "text",
+                                            .optimizer = "sgd",
+                                            .loss = "cross_entropy",
+                                            .scheduler = "steplr",
+                                            .config = config,
+                                            .num_replicas = 1,
+                                            .batch_size = 8,
+                                            .epochs = 3,
+                                            .seed = 5},
+                            &t));
+    trainer_stats st = {0};
+    if (t)
+        CHECK_OK(trainer_train(t, .stats = &st, .epochs = 2));
+    CHECK_EQ_INT(st.epoch, 2);
+    if (t)
+        CHECK_OK(trainer_train(t, .stats = &st));
+    CHECK_EQ_INT(st.epoch, 3);
+    float *w = tt_weights(t ? trainer_get_model(t) : NULL, n);
+    trainer_shutdown(&t);
+    return w;
+}
+
 static double largest_difference(const float *a, const float *b, int64_t na, int64_t nb)
 {
     CHECK(a && b && na == nb && na > 0);
@@ -397,9 +430,16 @@ static void run_trainer(const char *dir)
     printf("... its driver's weights against the uninterrupted run's, largest difference %.3g\n",
            worst);
     CHECK(worst <= 1e-5);
+    /* two trainer_train calls (epochs 1-2, then 3): the second starts where the first ended */
+    int64_t n4 = 0;
+    float *w4 = train_twice(text, &n4);
+    worst = largest_difference(w4, w2, n4, n2);
+    printf("... trained in two trainer_train calls, against one, largest difference %.3g\n", worst);
+    CHECK(worst <= 1e-5);
     free(w1);
     free(w2);
     free(w3);
+    free(w4);
 }
 
 /* data "pn_tokens" (not sharded, so pipelines split it as replicas do): 480 windows of 16 tokens

@@ -119,6 +119,13 @@ int ct__trainer_pipeline_train(const tr_spec *spec, const tr_pipeline *pp, int p
     ct_object_id ckpt;
     bool have_ckpt = false;
     int retries = 0;
+    /* trained before (an earlier trainer_train, trainer_restore): the stages start from the
+     * driver's state, not from the creators' */
+    if (local->step > 0 || local->epoch > 0) {
+        if ((rc = put_checkpoint(spec, local, pipelines, NULL, &ckpt)) < 0)
+            return rc;
+        have_ckpt = true;
+    }
     ct__pipe_job *j = NULL;
     while (local->epoch < epochs) {
         int64_t e = local->epoch;

@@ -2,7 +2,8 @@
  * it, and starts nothing: an unknown creator name (CT_ENOTREG, the registered names listed), a
  * missing required option, a config key no creator reads, a value that does not parse, a
  * malformed pair, a bad device name or devices_per_replica (more than 1 on the CPU, or past the
- * last index), a
+ * last index), a bad pipeline_stages, micro_batches or schedule (and a pipeline of a model
+ * other than a GPT: CT_ENOSYS), a
  * precision that is not f32/bf16/f16 or that this CPU has no kernels for, a
  * creator that fails, use_gpu without a CUDA backend, elastic bounds out of order, a name
  * registered twice or after ct_init (refused at the registration, and named by trainer_create),
@@ -152,6 +153,27 @@ int main(void)
            "past the last index", NULL);
     expect(OPTS(.use_gpu = true, .device = "checkdev"), CT_EINVAL, "use_gpu with opts.device",
            NULL);
+    /* the pipeline keys, checked by name; a pipeline of a model it cannot split: CT_ENOSYS */
+    expect(OPTS(.config = "limit=256,val_limit=10,pipeline_stages=0"), CT_EINVAL,
+           "\"pipeline_stages\" = 0", "from 1 to 1024");
+    expect(OPTS(.config = "limit=256,val_limit=10,pipeline_stages=two"), CT_EINVAL,
+           "\"pipeline_stages\": \"two\" is not an integer", NULL);
+    expect(OPTS(.batch_size = 64, .config = "limit=256,val_limit=10,micro_batches=65"), CT_EINVAL,
+           "\"micro_batches\" = 65", "batch size, 64");
+    expect(OPTS(.config = "limit=256,val_limit=10,schedule=zb"), CT_EINVAL, "\"schedule\" = \"zb\"",
+           "\"gpipe\", \"1f1b\"");
+    expect(OPTS(.config = "limit=256,val_limit=10,pipeline_stage=2"), CT_EINVAL,
+           "did you mean \"pipeline_stages\"", NULL);
+    expect(OPTS(.config = "limit=256,val_limit=10,pipeline_stages=2,micro_batches=4"), CT_ENOSYS,
+           "\"pipeline_stages\" = 2", "a model other than one GPT");
+    {
+        trainer *t = NULL;
+        CHECK_OK(trainer_create(OPTS(.config =
+                                         "limit=256,val_limit=10,pipeline_stages=1,micro_batches=1,"
+                                         "schedule=gpipe"),
+                                &t));
+        trainer_shutdown(&t);
+    }
     expect(OPTS(.config = "limit=256,data_dir=/nonexistent"), CT_ENOENT, "data creator",
            "/nonexistent");
     expect(NULL, CT_EINVAL, "opts", NULL);

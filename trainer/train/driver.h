@@ -85,6 +85,7 @@ struct trainer {
     ct_object_id best;
     double best_score;
     int64_t best_step;
+    tr_pipeline pipe; /* config keys pipeline_stages, micro_batches, schedule */
 };
 
 /* ---- trainer.c: the group ---- */

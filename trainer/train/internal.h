@@ -152,6 +152,23 @@ int ct__trainer_data_build(const tr_spec *spec, trainer_ctx *ctx, trainer_data *
 void ct__trainer_data_free(trainer_data *d);
 void ct__trainer_state_free(tr_state *st);
 
+/* ---- pipelines of stage actors (pipeline_keys.c, pipeline_train.c; trainer/pipeline/) ---- */
+
+/* config keys pipeline_stages, micro_batches, schedule; stages 1 and micro_batches 1: none */
+typedef struct tr_pipeline {
+    int stages, micro_batches;
+    int schedule; /* ct_pipe_schedule */
+} tr_pipeline;
+/* Reads and checks the keys (CT_EINVAL naming the key) and, for a pipeline, what it needs of
+ * the rest (CT_ENOSYS naming what it cannot run yet): local is the driver's check-run state. */
+int ct__trainer_pipeline_keys(trainer_ctx *ctx, const tr_spec *spec, const tr_state *local,
+                              tr_pipeline *out);
+/* trainer_train for a pipeline: num_replicas pipelines of pp->stages stage actors; the epochs'
+ * losses into stats, the trained model and optimizer into local at the end. */
+int ct__trainer_pipeline_train(const tr_spec *spec, const tr_pipeline *pp, int pipelines,
+                               tr_state *local, trainer_stats *stats, const trainer_train_opts *o,
+                               trainer *t);
+
 /* ---- checkpoint codec (ckpt.c) ---- */
 
 /* A checkpoint being written: the header is built first, then the bytes are copied into a

@@ -398,6 +398,8 @@ int trainer_create(const trainer_opts *o, trainer **out)
         goto fail;
     if (ctx.ndevices > 1 && (rc = devices_check(device, ctx.ndevices, t)) < 0)
         goto fail;
+    if ((rc = ct__trainer_pipeline_keys(&ctx, s, &t->local, &t->pipe)) < 0)
+        goto fail;
     ct__trainer_ctx_use_step_keys(&ctx, s); /* steps run only in replicas */
     if ((rc = ct__trainer_ctx_check(&ctx, true)) < 0)
         goto fail;
@@ -1623,6 +1625,9 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     int rc = check_train_opts(o);
     if (rc < 0)
         return rc;
+    if (t->pipe.stages > 1 || t->pipe.micro_batches > 1) /* stage actors (pipeline_train.c) */
+        return ct__trainer_pipeline_train(&t->spec, &t->pipe, t->num_replicas, &t->local, &t->stats,
+                                          o, t);
     const char *pm = t->local.plateau_metric;
     if (pm[0] && strcmp(pm, "train_loss") && t->spec.sched_every != TR_SCHED_MANUAL &&
         !o->validate_every_epoch && !o->validate_every_steps)
@@ -1773,6 +1778,11 @@ int trainer_validate(trainer *t, trainer_stats *st)
 {
     if (!t)
         return ct__error(CT_EINVAL, "trainer_validate: t is NULL");
+    if (t->pipe.stages > 1 || t->pipe.micro_batches > 1) /* replicas would hold the whole model */
+        return ct__error(CT_ENOSYS,
+                         "trainer_validate: a pipeline (config key pipeline_stages = "
+                         "%d) is not validated yet",
+                         t->pipe.stages);
     char why[600] = "";
     int rc;
     if (!t->actors &&

@@ -351,11 +351,13 @@ cat "$tmp/status3.out"
 [ "$rc" -ne 0 ] || fail "status of a cancelled job exited 0"
 grep -q "the Slurm job has ended (CANCELLED): the cluster is down" "$tmp/status3.out" ||
     fail "status does not say that the job ended"
-# the batch script's trap writes these after Slurm already shows the job CANCELLED: wait for them
+# the batch script writes this after Slurm already shows the job CANCELLED: wait for it. Slurm
+# signals every process of the batch step, the head too, so either the script's trap stops the
+# head ("the job ends (SIGTERM)" first) or the head ends first and the script's wait returns:
+# which of the two SIGTERMs lands first is Slurm's order, not ct's
 stopped=0
-for _ in $(seq 150); do
-    grep -q "ctup: the job ends (SIGTERM)" "$CT_STATE_DIR/$name/job-$job.out" &&
-        grep -q "ct-head exited with status" "$CT_STATE_DIR/$name/job-$job.out" && { stopped=1; break; }
+for _ in $(seq 300); do
+    grep -q "ct-head exited with status" "$CT_STATE_DIR/$name/job-$job.out" && { stopped=1; break; }
     sleep 0.1
 done
 [ $stopped = 1 ] || fail "the head did not stop with the job"

@@ -82,6 +82,10 @@ char *ct__hex(char *out, const void *bytes, size_t n);
 int ct__write_all(int fd, const void *buf, size_t n);
 int ct__send_all(int fd, const void *buf, size_t n, int flags, int wait_ms);
 
+/* The address this host's links listen on, for peers to dial (host.c): $CT_COMM_HOST, else the
+ * first non-loopback IPv4 address that is up, else 127.0.0.1. */
+void ct__listen_host(char *out, size_t cap);
+
 /* Secrets (token.c): 128-bit random tokens as CT_TOKEN_LEN lower-case hex digits + NUL.
  * new: 0, or a negative errno when getrandom fails (message set). valid: exactly that format.
  * eq: both valid and equal, compared in constant time (a token is a credential). */

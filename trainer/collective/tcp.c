@@ -19,8 +19,6 @@
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -93,26 +91,6 @@ static int io_all(int fd, void *p, size_t n, int writing, int64_t deadline)
     return 0;
 }
 
-static void default_host(char *out, size_t cap)
-{
-    const char *env = ct__env(CT__ENV_COMM_HOST);
-    snprintf(out, cap, "127.0.0.1");
-    if (env && *env) {
-        snprintf(out, cap, "%s", env);
-        return;
-    }
-    struct ifaddrs *ifs = NULL;
-    if (getifaddrs(&ifs) < 0)
-        return;
-    for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
-            !(i->ifa_flags & IFF_LOOPBACK)) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)cap);
-            break;
-        }
-    freeifaddrs(ifs);
-}
-
 static int connect_to(const char *hostport, int64_t deadline, int *out)
 {
     char host[256];
@@ -181,7 +159,7 @@ int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_
     if (host && *host)
         snprintf(myhost, sizeof myhost, "%s", host);
     else
-        default_host(myhost, sizeof myhost);
+        ct__listen_host(myhost, sizeof myhost);
     /* listen on the address peers are told, not on every interface */
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     if (getaddrinfo(myhost, NULL, &hints, &ai) || !ai)

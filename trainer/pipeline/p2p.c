@@ -11,8 +11,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -71,28 +69,6 @@ struct ct__p2p {
     pthread_cond_t cv;
     _Atomic uint64_t sent, received;
 };
-
-/* the ring's rule (trainer/collective/tcp.c): $CT_COMM_HOST, the first non-loopback IPv4
- * address, else 127.0.0.1 */
-static void default_host(char *out, size_t cap)
-{
-    const char *env = ct__env(CT__ENV_COMM_HOST);
-    snprintf(out, cap, "127.0.0.1");
-    if (env && *env) {
-        snprintf(out, cap, "%s", env);
-        return;
-    }
-    struct ifaddrs *ifs = NULL;
-    if (getifaddrs(&ifs) < 0)
-        return;
-    for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
-            !(i->ifa_flags & IFF_LOOPBACK)) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)cap);
-            break;
-        }
-    freeifaddrs(ifs);
-}
 
 static void set_timeout(int fd, int opt, int timeout_ms)
 {
@@ -235,7 +211,7 @@ static int ms_until(int64_t deadline)
 static int listen_here(char *addr, size_t cap, int *out)
 {
     char myhost[256];
-    default_host(myhost, sizeof myhost);
+    ct__listen_host(myhost, sizeof myhost);
     struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t sl = sizeof sa;
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;

@@ -95,18 +95,19 @@ struct trainer_ctx {
     ct_device device;
 };
 
+/* ---- the creator context and its config (config.c) ---- */
 /* Parses config into ctx (other fields as given). CT_EINVAL naming the bad pair. */
 int ct__trainer_ctx_init(trainer_ctx *ctx, const char *config, int rank, int world, uint64_t seed,
                          int64_t start_epoch, int64_t epochs, bool driver);
 void ct__trainer_ctx_free(trainer_ctx *ctx);
 /* 0, or CT_EINVAL for a recorded error or (check_unused) a key no creator read. */
 int ct__trainer_ctx_check(trainer_ctx *ctx, bool check_unused);
-/* Marks the keys declared for spec's steps (trainer_register_step_keys) as read. */
-void ct__trainer_ctx_use_step_keys(trainer_ctx *ctx, const tr_spec *spec);
 /* config with the values of the comma-separated keys made absolute (relative to this process's
  * working directory; "./" dropped) into out (cap bytes); other pairs as they were. CT_EINVAL
  * when it does not fit, CT_EIO when the working directory is unknown. */
 int ct__trainer_absolute_paths(const char *config, const char *keys, char *out, size_t cap);
+/* Marks the keys declared for spec's steps (trainer_register_step_keys) as read (registry.c). */
+void ct__trainer_ctx_use_step_keys(trainer_ctx *ctx, const tr_spec *spec);
 
 /* The objects built from the creators. models[i] has its own optimizer optims[i] and loss
  * losses[i] (one loss creator may serve all: the same function); the scheduler drives

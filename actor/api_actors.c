@@ -1,7 +1,8 @@
 /* actor/api_actors.c — actors as the driver sees them: the class registry (written before
- * ct_init, read-only after), creating actors (one or many at once, through the head), their
- * handles, direct calls over ZMTP (zmtp.c) and futures. Not in here: the actor's own serve loop
- * (worker.c), placement groups (api_cluster.c). */
+ * ct_init, read-only after; registration closes at ct_serve_if_worker), this program's
+ * executable and command line (what CreateActor carries), creating actors (one or many at once,
+ * through the head), their handles, direct calls over ZMTP (zmtp.c) and futures. Not in here: the
+ * actor's own serve loop (worker.c), placement groups (api_cluster.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +42,19 @@ static struct {
     ct_actor_class cls;
 } classes[MAX_CLASSES];
 static int nclasses;
+/* Set once ct_serve_if_worker (ct_init calls it) returned in this process: an actor stops
+ * there, so registrations after it are not seen by this program's actors. Main thread only. */
+static bool registration_closed;
+
+void ct__registration_close(void)
+{
+    registration_closed = true;
+}
+
+bool ct__registration_closed(void)
+{
+    return registration_closed;
+}
 
 int ct_actor_class_register(const char *name, const ct_actor_class *cls)
 {
@@ -74,6 +88,37 @@ const ct_actor_class *ct__class_find(const char *name)
 }
 
 /* ---- actors ---- */
+
+int ct__client_read_self(void)
+{
+    ssize_t n = readlink("/proc/self/exe", ct__client.exe, sizeof ct__client.exe - 1);
+    if (n <= 0)
+        return ct__error(CT_EIO, "ct_init: readlink /proc/self/exe: %s", strerror(errno));
+    ct__client.exe[n] = 0;
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f)
+        return ct__error(CT_EIO, "ct_init: /proc/self/cmdline: %s", strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += r;
+        if (len == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return ct__error(CT_ENOMEM, "ct_init: out of memory");
+    ct__client.cmdline = buf;
+    ct__client.cmdline_len = len;
+    return 0;
+}
 
 void ct__actor_free(ct_actor *a)
 {

@@ -1,8 +1,8 @@
 /* actor/api_init.c — ct_init and ct_shutdown: the cluster's secret, the head's address (or an
  * embedded cluster), the job token, the first ping; the driver's liveness (a heartbeat thread
- * with a socket of its own, and its death-watch connection, head/watch.h); ct_serve_if_worker,
- * where an actor process turns into its node's zygote. Not in here: the transport
- * (api_transport.c), the embedded cluster (api_embedded.c). */
+ * with a socket of its own, and its death-watch connection, head/watch.h). Not in here: the
+ * transport and an actor's lazy attach to the head (api_transport.c), the embedded cluster
+ * (api_embedded.c), ct_serve_if_worker (worker.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -206,57 +206,6 @@ static void stop_heartbeats(void)
     ct__client.hb_running = false;
 }
 
-/* Set once ct_serve_if_worker (ct_init calls it) returned in this process: an actor stops
- * there, so registrations after it are not seen by this program's actors. Main thread only. */
-static bool registration_closed;
-
-bool ct__registration_closed(void)
-{
-    return registration_closed;
-}
-
-void ct_serve_if_worker(void)
-{
-    const char *mode = getenv("CT_MODE");
-    if (!mode || strcmp(mode, "zygote")) {
-        registration_closed = true;
-        return;
-    }
-    const char *fd = getenv("CT_ZYGOTE_FD");
-    ct__zygote_main(fd ? atoi(fd) : -1);
-}
-
-int ct__client_read_self(void)
-{
-    ssize_t n = readlink("/proc/self/exe", ct__client.exe, sizeof ct__client.exe - 1);
-    if (n <= 0)
-        return ct__error(CT_EIO, "ct_init: readlink /proc/self/exe: %s", strerror(errno));
-    ct__client.exe[n] = 0;
-    FILE *f = fopen("/proc/self/cmdline", "rb");
-    if (!f)
-        return ct__error(CT_EIO, "ct_init: /proc/self/cmdline: %s", strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += r;
-        if (len == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = nb;
-        }
-    }
-    fclose(f);
-    if (!buf)
-        return ct__error(CT_ENOMEM, "ct_init: out of memory");
-    ct__client.cmdline = buf;
-    ct__client.cmdline_len = len;
-    return 0;
-}
-
 int ct_init(const ct_init_opts *opts)
 {
     ct_serve_if_worker();
@@ -332,23 +281,6 @@ fail:
 out:
     UNLOCK();
     return rc;
-}
-
-void ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
-                       const char *node_id)
-{
-    LOCK();
-    snprintf(ct__client.self_actor, sizeof ct__client.self_actor, "%s", actor_id ? actor_id : "");
-    snprintf(ct__client.self_node, sizeof ct__client.self_node, "%s", node_id ? node_id : "");
-    snprintf(ct__client.addr, sizeof ct__client.addr, "%s", head_addr);
-    snprintf(ct__client.sender, sizeof ct__client.sender, "%s", sender);
-    /* the job token, from the zygote's environment (node.c); not passed on to children */
-    const char *job = getenv("CT_JOB_TOKEN");
-    snprintf(ct__client.job, sizeof ct__client.job, "%s", ct__token_valid(job) ? job : "");
-    unsetenv("CT_JOB_TOKEN");
-    ct__client.lazy = true;
-    ct__client.inited = true;
-    UNLOCK();
 }
 
 const char *ct_head_address(void)

@@ -6,8 +6,9 @@
  * The files: api_transport.c (the head connection: requests, replies by request id, events,
  * sleeping without the lock), api_embedded.c (the embedded cluster of ct_init(NULL)),
  * api_init.c (ct_init, ct_shutdown, the driver's heartbeats and death watch), api_actors.c (the
- * class registry, actor handles, calls and futures), api_cluster.c (events, KV, placement
- * groups, cluster resources), api_objects.c (ct_put / ct_get and code shipping). */
+ * class registry, the program's own command line, actor handles, calls and futures), api_cluster.c
+ * (events, KV, placement groups, cluster resources), api_objects.c (ct_put / ct_get and code
+ * shipping). */
 #ifndef CT_ACTOR_API_INTERNAL_H
 #define CT_ACTOR_API_INTERNAL_H
 
@@ -145,10 +146,8 @@ void ct__actor_drain(ct_actor *a); /* reads a's replies into its futures */
 int ct__embedded_start(const ct_init_opts *o, int timeout_ms, char *addr, size_t cap);
 void ct__embedded_stop(void);
 
-/* ---- api_init.c ---- */
-int ct__client_read_self(void); /* ct__client.exe and .cmdline */
-
 /* ---- api_actors.c ---- */
+int ct__client_read_self(void);   /* ct__client.exe and .cmdline: what CreateActor carries */
 void ct__actor_free(ct_actor *a); /* its futures cancelled, its connection closed */
 /* Resource list of a request: CPU, GPU and custom into r / rp; their count. */
 int ct__client_fill_res(Ct__Resource *r, Ct__Resource **rp, double cpu, double gpu,

@@ -4,8 +4,8 @@
  * socket, so a death event reaches a pending call at once. One mutex serializes the API's
  * state, but waiting calls release it while they sleep (ct__client_sleep), and head replies are
  * filed by request id into whichever thread waits for them (hwait): several threads may wait
- * at once. Not in here: what the messages say (api_init.c, api_actors.c, api_cluster.c,
- * api_objects.c). */
+ * at once. An actor attaches (ct__client_attach) and connects on first use. Not in here: what the
+ * messages say (api_init.c, api_actors.c, api_cluster.c, api_objects.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -473,4 +473,21 @@ int ct__client_request(Ct__Envelope *req, Ct__Envelope **rep, int timeout_ms)
     }
     ct__client_wait_remove(&w);
     return rc;
+}
+
+void ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
+                       const char *node_id)
+{
+    LOCK();
+    snprintf(ct__client.self_actor, sizeof ct__client.self_actor, "%s", actor_id ? actor_id : "");
+    snprintf(ct__client.self_node, sizeof ct__client.self_node, "%s", node_id ? node_id : "");
+    snprintf(ct__client.addr, sizeof ct__client.addr, "%s", head_addr);
+    snprintf(ct__client.sender, sizeof ct__client.sender, "%s", sender);
+    /* the job token, from the zygote's environment (node.c); not passed on to children */
+    const char *job = getenv("CT_JOB_TOKEN");
+    snprintf(ct__client.job, sizeof ct__client.job, "%s", ct__token_valid(job) ? job : "");
+    unsetenv("CT_JOB_TOKEN");
+    ct__client.lazy = true;
+    ct__client.inited = true;
+    UNLOCK();
 }

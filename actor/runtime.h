@@ -143,17 +143,16 @@ void ct__sha1(const void *p, size_t len, uint8_t out[20]);
  * Returns 0 or CT_EINVAL naming the bad entry. */
 int ct__parse_resources(const char *s, ct_resource *out, int cap, int *n, char **store);
 
-/* The zygote: reads start requests from fd, forks one actor per request; never returns. */
-void ct__zygote_main(int fd) __attribute__((noreturn));
-
 /* Class registry (api_actors.c). NULL when unknown. */
 const ct_actor_class *ct__class_find(const char *name);
 /* True once ct_serve_if_worker / ct_init ran in this (non-actor) process: what is registered
- * from then on (actor classes, trainer creators) exists in no actor of this program. */
+ * from then on (actor classes, trainer creators) exists in no actor of this program
+ * (api_actors.c). ct_serve_if_worker (worker.c) closes it. */
 bool ct__registration_closed(void);
+void ct__registration_close(void);
 
-/* Client side inside an actor process (api_init.c): records the head's address and self ids; the
- * ZeroMQ context and head connection are made on first use (ct_kv_*, creating actors from an
+/* Client side inside an actor process (api_transport.c): records the head's address and self ids;
+ * the ZeroMQ context and head connection are made on first use (ct_kv_*, creating actors from an
  * actor), so an actor that never needs them costs no threads. */
 void ct__client_attach(const char *head_addr, const char *sender, const char *actor_id,
                        const char *node_id);

@@ -1,7 +1,8 @@
 /* actor/worker.c — the zygote and the actor process.
  *
  * The zygote is the driver's executable exec'd by a node with CT_MODE=zygote: main() runs up to
- * ct_init()/ct_serve_if_worker() (so every class is registered), then it loops here reading
+ * ct_init()/ct_serve_if_worker() (so every class is registered; ct_serve_if_worker is at the
+ * end of this file, and closes registration in every other process), then it loops here reading
  * start requests and creating one actor per request with clone(CLONE_PARENT), so the actor is
  * the node's child: the node reaps it and sees its exit status. The zygote stays single-threaded
  * and never touches ZeroMQ, so fork is safe and cheap.
@@ -250,7 +251,8 @@ static int send_rep(int fd, const ct__zrep *rep, int efd)
     return (int)sendmsg(fd, &m, MSG_NOSIGNAL);
 }
 
-void ct__zygote_main(int fd)
+/* The zygote: reads start requests from fd, forks one actor per request; never returns. */
+static __attribute__((noreturn)) void zygote_main(int fd)
 {
     actor_env env = {.keep_err = -1};
     const char *s;
@@ -369,4 +371,15 @@ void ct__zygote_main(int fd)
         if (sent < 0)
             _exit(0);
     }
+}
+
+void ct_serve_if_worker(void)
+{
+    const char *mode = getenv("CT_MODE");
+    if (!mode || strcmp(mode, "zygote")) {
+        ct__registration_close();
+        return;
+    }
+    const char *fd = getenv("CT_ZYGOTE_FD");
+    zygote_main(fd ? atoi(fd) : -1);
 }

@@ -2,7 +2,7 @@
 # tests/common/test_getenv.sh SRC_DIR — ct's code reads the environment in one place: every
 # getenv of the library, daemons and ctup is in common/env.c (configuration, one table) or
 # common/fault.c (test faults), but for the listed exceptions: the variables a node hands to the
-# zygote it execs (actor/worker.c, actor/api_init.c). A new getenv anywhere else fails this test
+# zygote it execs (actor/worker.c, actor/api_transport.c). A new getenv anywhere else fails this test
 # with its file and line. Tests, benchmarks, examples and fuzz targets are
 # not looked at.
 set -euo pipefail
@@ -11,8 +11,8 @@ allowed=(
     common/env.c:names common/fault.c:CT__FAULT_ENV
     actor/worker.c:CT_HEAD actor/worker.c:CT_NODE_ID actor/worker.c:CT_NODE_HOST
     actor/worker.c:CT_NODE_PID actor/worker.c:CT_ZYGOTE_BIND_NOW actor/worker.c:CT_SECRET_FD
-    actor/worker.c:CT_STDERR_FD actor/api_init.c:CT_MODE actor/api_init.c:CT_ZYGOTE_FD
-    actor/api_init.c:CT_JOB_TOKEN
+    actor/worker.c:CT_STDERR_FD actor/worker.c:CT_MODE actor/worker.c:CT_ZYGOTE_FD
+    actor/api_transport.c:CT_JOB_TOKEN
 )
 cd "$src"
 bad=0 seen=0

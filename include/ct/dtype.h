@@ -1,5 +1,6 @@
-/* ct/dtype.h — the element types shared by tensors, collectives and checkpoints.
- * One definition for every module, so a buffer's dtype means the same everywhere. */
+/* ct/dtype.h — the element types, and the most dimensions of a tensor, shared by tensors, the
+ * engine's backends, collectives and checkpoints. One definition for every module, so a
+ * buffer's dtype and shape mean the same everywhere. */
 #ifndef CT_DTYPE_H
 #define CT_DTYPE_H
 
@@ -8,6 +9,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The most dimensions a tensor (and an op descriptor's shape, a checkpoint's tensor) has. */
+#define CT_MAX_DIMS 5
 
 typedef enum ct_dtype { CT_F32 = 0, CT_F16, CT_BF16, CT_I32, CT_I64, CT_U8 } ct_dtype;
 

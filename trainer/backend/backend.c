@@ -1,5 +1,8 @@
-/* trainer/backend/backend.c — the one place a device's table is chosen (backend.h). */
+/* trainer/backend/backend.c — the one place a device's table is chosen (backend.h): a static
+ * table of one lookup per device kind, each giving the table (table.h) of an index of its kind.
+ * Nothing registers at run time. */
 #include "common/common.h"
+#include "trainer/backend/backend.h"
 #include "trainer/backend/cudalib.h"
 #ifdef CT_HAVE_CHECKDEV
 #include "trainer/checkdev/checkdev.h"
@@ -56,34 +59,45 @@ const ct__cuda_lib *ct__cuda_lib_get(void)
 }
 #endif
 
+static const ct__backend *cpu_backend(int index)
+{
+    (void)index; /* ct_device_check let only index 0 of the CPU through */
+    return &ct__backend_cpu;
+}
+
+static const ct__backend *checkdev_backend(int index)
+{
+#ifdef CT_HAVE_CHECKDEV
+    return ct__checkdev_table(index);
+#else
+    (void)index;
+    ct__error(CT_ENOSYS, "device checkdev: not in this build");
+    return NULL;
+#endif
+}
+
+#ifndef CT_HAVE_CUDA
+static const ct__backend *cuda_backend(int index)
+{
+    char name[32];
+    ct__error(CT_ENOSYS, "device %s: this build of ct has no CUDA (CMake found none)",
+              ct_device_name(ct_device_make(CT_CUDA, index), name, sizeof name));
+    return NULL;
+}
+#endif
+
+/* The table of an index of each device kind, or NULL with a message. */
+static const ct__backend *(*const table_of_kind[])(int index) = {
+    [CT_CPU] = cpu_backend,
+    [CT_CUDA] = cuda_backend,
+    [CT_CHECKDEV] = checkdev_backend,
+};
+
 const ct__backend *ct__backend_of(ct_device device)
 {
     if (ct_device_check(device) < 0)
         return NULL;
-    switch (ct_device_kind(device)) {
-    case CT_CPU:
-        return &ct__backend_cpu;
-    case CT_CHECKDEV:
-#ifdef CT_HAVE_CHECKDEV
-        return ct__checkdev_table(ct_device_index(device));
-#else
-        ct__error(CT_ENOSYS, "device checkdev: not in this build");
-        return NULL;
-#endif
-    case CT_CUDA:
-#ifdef CT_HAVE_CUDA
-        return cuda_backend(ct_device_index(device));
-#else
-    {
-        char name[32];
-        ct__error(CT_ENOSYS, "device %s: this build of ct has no CUDA (CMake found none)",
-                  ct_device_name(device, name, sizeof name));
-        return NULL;
-    }
-#endif
-    }
-    ct__error(CT_EINVAL, "device %d unknown", (int)device);
-    return NULL;
+    return table_of_kind[ct_device_kind(device)](ct_device_index(device));
 }
 
 int ct__backend_linked(ct_device device)

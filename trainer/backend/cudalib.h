@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "trainer/backend/backend.h"
+#include "trainer/backend/table.h"
 
 struct ct__nccl_ops; /* trainer/collective/internal.h */
 

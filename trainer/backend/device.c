@@ -1,11 +1,11 @@
 /* trainer/backend/device.c — device names: "cpu", "cuda:1", "checkdev" to a ct_device and back
- * (ct/tensor.h). Not where a device's table is chosen: that is trainer/backend/backend.c. */
+ * (ct/device.h). Not where a device's table is chosen: that is trainer/backend/backend.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
-#include "ct/tensor.h"
+#include "ct/device.h"
 
 static const char *const kind_names[] = {
     [CT_CPU] = "cpu", [CT_CUDA] = "cuda", [CT_CHECKDEV] = "checkdev"};

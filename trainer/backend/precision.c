@@ -7,7 +7,7 @@
 
 #include "common/common.h"
 #include "ct/nn.h"
-#include "trainer/backend/backend.h"
+#include "trainer/backend/table.h"
 
 #define AUTOCAST_DEPTH 16
 

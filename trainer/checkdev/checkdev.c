@@ -26,7 +26,7 @@
 
 #include "common/common.h"
 #include "ct/error.h"
-#include "trainer/backend/backend.h"
+#include "trainer/backend/table.h"
 #include "trainer/backend/lowp.h"
 #include "trainer/cpu/cpu.h"
 #include "trainer/checkdev/checkdev.h"

@@ -1,5 +1,5 @@
 /* trainer/checkdev/checkdev.h — what the checking device (checkdev.c, table ct__backend_checkdev
- * in trainer/backend/backend.h) offers beyond its table: the stream a host thread queues on.
+ * in trainer/backend/table.h) offers beyond its table: the stream a host thread queues on.
  *
  * The table's kernel entries and copy take no stream; on checkdev they go to the calling
  * thread's current stream, which is the compute stream unless the thread set another (as a

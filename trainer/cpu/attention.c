@@ -20,7 +20,7 @@
  *     7.5% off the backward (in one process, alternating with the old code, 4 runs). 64 rows
  *     beat 32 and 48 with the bands.
  *
- * Shapes: q, k, v, o, dout, dq, dk, dv: bh slices of (t, hs), laid out as backend.h's
+ * Shapes: q, k, v, o, dout, dq, dk, dv: bh slices of (t, hs), laid out as table.h's
  * ct__attn_p says (the products take rows at any stride: q, k and v as thirds of one (B, T, 3C)
  * tensor are read in place); lse, delta (bh, t). Not here: the op and its autograd
  * (trainer/nn/attention.c). */
@@ -36,7 +36,7 @@
 
 #define BQ 64 /* query rows a block takes (the file comment) */
 
-/* whether p asks for low-precision products (backend.h's dt), and x rounded to that precision */
+/* whether p asks for low-precision products (table.h's dt), and x rounded to that precision */
 static inline bool low(const ct__attn_p *p)
 {
     return p->dt == CT_BF16 || p->dt == CT_F16;

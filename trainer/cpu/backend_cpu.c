@@ -1,4 +1,4 @@
-/* trainer/cpu/backend_cpu.c — the CPU's backend table (trainer/backend/backend.h): host memory,
+/* trainer/cpu/backend_cpu.c — the CPU's backend table (trainer/backend/table.h): host memory,
  * no streams (every kernel is done when it returns, so events and waits are no-ops), the
  * kernels of dnnl.c, gemm.c and loops.c, the losses of ct/loss.h, and the few loops the
  * engine's ops needed beside them (batch norm's frozen backward and running statistics,

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/backend/backend.h"
+#include "trainer/backend/table.h"
 
 /* The blocked layout ops produce on this CPU: the one oneDNN's convolution picks for its ISA
  * (nChw16c with AVX-512, nChw8c with AVX2), provided batch norm and pooling have JIT kernels
@@ -35,7 +35,7 @@ int ct__cpu_reorder(int64_t n, int64_t c, int64_t h, int64_t w, const float *src
  * unknown. */
 double ct__cpu_peak_flops_per_core(void);
 
-/* Convolution / transposed convolution, 2-D (ct__conv_p in backend.h). */
+/* Convolution / transposed convolution, 2-D (ct__conv_p in table.h). */
 int ct__cpu_conv_fwd(const ct__conv_p *p, const float *x, const float *w, const float *b, float *y);
 int ct__cpu_conv_bwd_data(const ct__conv_p *p, const float *w, const float *dy, float *dx);
 /* db may be NULL when p->bias is 0. */
@@ -95,11 +95,11 @@ int ct__cpu_gemm_packed(int64_t m, int64_t k, int64_t n, const float *a, int64_t
  * AVX512_BF16 or AMX; CT_F16 never with oneDNN 2.x), else CT_ENOSYS naming op, the device
  * and the missing ISA. The conv kernels above check their p->dt with it. */
 int ct__cpu_lp_check(int dt, const char *op);
-/* matmul with a and b rounded to dt, f32 accumulation and c (backend.h's matmul_lp) */
+/* matmul with a and b rounded to dt, f32 accumulation and c (table.h's matmul_lp) */
 int ct__cpu_matmul_lp(int dt, int64_t m, int64_t k, int64_t n, const float *a, bool ta,
                       const float *b, bool tb, float *c, bool accumulate);
 
-/* Batch norm (ct__bn_p in backend.h). */
+/* Batch norm (ct__bn_p in table.h). */
 /* Bytes of the fused-ReLU workspace written by training forward, read by backward (0 if !relu). */
 size_t ct__cpu_bn_ws_bytes(const ct__bn_p *p);
 int ct__cpu_bn_fwd_train(const ct__bn_p *p, const float *x, const float *scale, const float *shift,
@@ -110,7 +110,7 @@ int ct__cpu_bn_bwd(const ct__bn_p *p, const float *x, const float *dy, const flo
                    const float *mean, const float *var, const void *ws, float *dx, float *dscale,
                    float *dshift);
 
-/* Pooling 2-D (ct__pool_p in backend.h). Max pooling keeps a workspace for backward
+/* Pooling 2-D (ct__pool_p in table.h). Max pooling keeps a workspace for backward
  * (ct__cpu_pool_ws_bytes bytes; 0 for average pooling). */
 size_t ct__cpu_pool_ws_bytes(const ct__pool_p *p);
 int ct__cpu_pool_fwd(const ct__pool_p *p, const float *x, float *y, void *ws, bool training);

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
-#include "trainer/backend/backend.h"
+#include "trainer/backend/table.h"
 #include "trainer/cpu/vecmath.h" /* CT_CLONES */
 #include "trainer/optim/update.h"
 

@@ -3,7 +3,7 @@
  * take a query row each, with an online softmax over the keys (flash attention's rescaling),
  * the dk / dv pass a key row each, so every output has one writer and sums run in a fixed
  * order (the same bits every run, no atomics). Head sizes up to 256 (8 values a lane). Rows of
- * q, k, v, dq, dk, dv are p.in_rs apart, of o and dout p.out_rs (backend.h's layout).
+ * q, k, v, dq, dk, dv are p.in_rs apart, of o and dout p.out_rs (table.h's layout).
  * ct__cuda_attn_fwd / _bwd send what flash_attention.cu takes (head sizes 32, 64, 128: tiled,
  * tensor cores in bf16 and f16) there; these kernels run the rest, in f32 whatever p.dt asks. */
 #include "common/common.h"

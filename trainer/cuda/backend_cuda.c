@@ -1,4 +1,4 @@
-/* trainer/cuda/backend_cuda.c — the GPU's backend table (trainer/backend/backend.h) over the
+/* trainer/cuda/backend_cuda.c — the GPU's backend table (trainer/backend/table.h) over the
  * functions of cuda.h. One compute stream per process (non-blocking, made at first use) takes
  * every kernel; memory comes from the caching allocator for that stream.
  *
@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 
 #include "common/common.h"
-#include "trainer/backend/backend.h"
+#include "trainer/backend/table.h"
 #include "trainer/cuda/cuda_internal.h"
 
 /* Device indices (cuda:N). Until a table of an index above 0 is asked for (ct__cuda_table),

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/backend/backend.h"
+#include "trainer/backend/table.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -156,7 +156,7 @@ int ct__cuda_cross_entropy_bwd(const float *logits, const int64_t *target, int64
  * stored (m,k), or (k,m) when ta; op(b) is (k,n): b stored (k,n), or (n,k) when tb. Linear: x
  * (n,ic), w (oc,ic), b (oc) or NULL, y (n,oc); db may be NULL. Pointers need only a float's
  * alignment (4 bytes): a view into a larger buffer is fine. */
-/* Autocast (backend.h's matmul_lp): y (n elements of dt, CT_BF16 or CT_F16) = x rounded to
+/* Autocast (table.h's matmul_lp): y (n elements of dt, CT_BF16 or CT_F16) = x rounded to
  * nearest even; the product with a and b so rounded (bf16 / f16 operands on cuBLASLt), f32
  * accumulation (CUBLAS_COMPUTE_32F) and c. */
 int ct__cuda_to_lp(int dt, const float *x, void *y, int64_t n, void *stream);

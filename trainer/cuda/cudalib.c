@@ -1,4 +1,4 @@
-/* trainer/cuda/cudalib.c — ct's CUDA code as one unit (ct__cuda_lib in trainer/backend/backend.h):
+/* trainer/cuda/cudalib.c — ct's CUDA code as one unit (ct__cuda_lib in trainer/backend/cudalib.h):
  * the backend table and NCCL's communicator. A program of ct's build links it with ct_link_cuda
  * (ct__cuda_lib_linked); libct_cuda.so exports only ct__cuda_lib_entry, which libct.so looks
  * up after dlopen() (libct/cuda_load.c). Not the loader, and no code of its own. */

@@ -30,7 +30,7 @@
  * shared memory): f32 key tiles are 32 rows (16 in the dk / dv kernel at head size 128).
  *
  * Shapes: q, k, v, dq, dk, dv: bh slices of (t, hs), rows p.in_rs apart; o, dout: rows p.out_rs
- * apart (backend.h's ct__attn_p; heads read in place by ct__attn_slice); lse, delta (bh, t).
+ * apart (table.h's ct__attn_p; heads read in place by ct__attn_slice); lse, delta (bh, t).
  * Registers (nvcc 13, sm_80 and sm_90): 114-250 a thread, no spills; a 16-byte local array in
  * Philox's call (as attention.cu).
  *

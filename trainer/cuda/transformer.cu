@@ -1,6 +1,6 @@
 /* trainer/cuda/transformer.cu — the transformer ops' kernels on the GPU: layer norm (a warp per
  * row), GELU, casts, strided copies and the causal softmax. The contracts are the backend
- * table's (trainer/backend/backend.h); trainer/cpu/transformer.c is the reference. Every sum
+ * table's (trainer/backend/table.h); trainer/cpu/transformer.c is the reference. Every sum
  * runs in a fixed order (warp shuffles over fixed lanes, rows in order per column), so a run
  * gives the same bits every time. Not here: the embedding (embedding.cu), attention
  * (attention.cu), the GEMMs (gemm.c). */

@@ -5,7 +5,7 @@
  *
  * Two forms of one op: ct_nn_attention takes q, k, v (..., T, hs), e.g. (B, H, T, hs);
  * ct_nn_attention_qkv takes them packed in one (B, T, 3C) tensor and gives (B, T, C), the
- * kernels reading and writing the heads in place (backend.h's layout), where the first form
+ * kernels reading and writing the heads in place (table.h's layout), where the first form
  * needs a slice and two permutes each way. Under autocast to bf16 or f16 the products' operands
  * are rounded to it (ct__attn_p.dt; inputs, output and softmax stay f32). Not here: the kernels
  * (trainer/cpu, trainer/cuda), multi-head projections (the modules). */
@@ -86,7 +86,7 @@ static ct_tensor *attn_run(attn_ctx *c, int nin, ct_tensor **in, const float *q,
     ct_tensor *o = NULL;
     c->p.scale = c->p.hs ? 1.0f / sqrtf((float)c->p.hs) : 1.0f;
     c->p.dropout = training ? dropout : 0.0f;
-    /* autocast's precision, kept in the node for backward: bf16 or f16 products (backend.h's
+    /* autocast's precision, kept in the node for backward: bf16 or f16 products (table.h's
      * dt) */
     ct_dtype dt = ct_autocast_dtype();
     c->p.dt = dt == CT_BF16 || dt == CT_F16 ? (int)dt : CT_F32;

@@ -14,7 +14,7 @@
 typedef struct ct__storage {
     int refcount;
     ct_device device;
-    const ct__backend *bk; /* the device's table (backend.h): every kernel on data goes here */
+    const ct__backend *bk; /* the device's table (table.h): every kernel on data goes here */
     void *data;            /* the device's memory */
     size_t nbytes;
     bool owned; /* bk->free(data) when the last reference goes */

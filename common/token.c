@@ -4,7 +4,7 @@
  *
  * The head gives each node one when it registers (only that node may then speak for it); a
  * driver draws one per ct_init as its job's token, and the actors it creates inherit it.
- * Not in here: who holds which token and what it allows (head/head.c). */
+ * Not in here: who holds which token and what it allows (head/loop.c). */
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>

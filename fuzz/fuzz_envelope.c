@@ -1,5 +1,5 @@
 /* fuzz/fuzz_envelope.c — libFuzzer target: the control envelope (proto/msg.c, with its capped
- * allocator) and the head's handling of what decodes (head/head.c dispatch and every handler,
+ * allocator) and the head's handling of what decodes (head/loop.c dispatch and every handler,
  * the object directory's included), on a fresh head per input.
  *
  * Input: records, each [peer: 1 byte][n: 2 bytes little-endian][n bytes: one message], the

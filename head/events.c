@@ -2,7 +2,7 @@
  * subscribers, and an actor's death to its owner even when it did not subscribe; and the ring
  * of recent events the dashboard lists (/api/events, metrics.c): every pushed event, plus what
  * other files note (a training job's retries, drains, live recoveries and heals, train.c; the
- * head's restart, head.c). */
+ * head's restart, loop.c). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>

@@ -2,9 +2,10 @@
  * handler table's types, and the functions one file offers the others. Everything runs on the
  * head's one thread. Not for outside head/ (head.h is the head's entry point).
  *
- * The files: head.c (the loop, the handler table and its token rules, replies and refusals,
- * timers), nodes.c (nodes, drivers, heartbeats, the death watch's verdicts), actors.c (actors
- * and the scheduler), pgroups.c (placement groups), kv.c (the KV store and waiting gets),
+ * The files: loop.c (the loop, the handler table and its token rules, timers), reply.c
+ * (replies and refusals), slots.c (the tables' slots: lookups by id, new and freed slots, the
+ * dead forgotten), nodes.c (nodes, drivers, heartbeats, the death watch's verdicts), actors.c
+ * (actors and the scheduler), pgroups.c (placement groups), kv.c (the KV store and waiting gets),
  * events.c (event pushes and subscriptions), status.c (the status reply), resources.c
  * (resource vectors), objdir.c (the object directory), train.c (training jobs' reports), metrics.c
  * (the HTTP endpoint's pages; http.c serves them on its own thread, reading no table), index.c
@@ -288,7 +289,7 @@ typedef struct res_pb {
     Ct__Resource *p[MAX_RES];
 } res_pb;
 
-/* ---- the handler table (head.c) ----
+/* ---- the handler table (loop.c) ----
  * Each message kind is one row: {body case, check, token rule, field, handler}. The loop runs
  * the row's check (the message's own fields, where a row has one: a malformed request is told
  * what is malformed before who may send it), then the token rule, and refuses the message (an
@@ -315,7 +316,7 @@ typedef void ct__head_handler(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
 /* A check: whether e's own fields are valid; it refuses e, naming the field, when not. */
 typedef bool ct__head_check(head *h, const ct__rid *rid, Ct__Envelope *e);
 
-/* ---- head.c: replies, refusals, the loop's parts ---- */
+/* ---- reply.c: replies, refusals ---- */
 #define REPLY_ERR(h, rid, req, code, field, ...)                                                   \
     ct__msg_send_error((h)->sock, (rid), (req), "head", (code), (field), __VA_ARGS__)
 void ct__head_ok(head *h, const ct__rid *rid, uint64_t req);
@@ -325,9 +326,24 @@ int ct__head_send(head *h, const ct__rid *rid, Ct__Envelope *e);
  * flood is counted, not logged line by line); rid and e may be NULL. */
 void ct__head_refuse(head *h, const ct__rid *rid, const Ct__Envelope *e, int code,
                      const char *field, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Logs how many refusals the last second did not log (the loop's timer, every second). */
+void ct__head_flush_refusals(head *h);
 bool ct__head_may_change(const char *owner, const char *job); /* "" owner: anyone */
+
+/* ---- loop.c ---- */
 /* Handles what waits on the head socket, at most 1000 messages. */
 void ct__head_drain(head *h);
+
+/* ---- slots.c: the tables' slots ---- */
+int ct__head_find_node(head *h, const char *id); /* its slot, -1 */
+void ct__head_forget_node(head *h, int ni);
+int ct__head_pg_slot(head *h, int nb); /* a group slot for nb bundles, or CT_E* */
+/* the slot of the group (not PG_FREE) whose id is the n bytes at id, -1; a slot's id set (into
+ * the index: 0 or CT_ENOMEM); a slot freed (bundles, index entry; PG_FREE) */
+int ct__head_find_pg(head *h, const char *id, size_t n);
+int ct__head_pg_named(head *h, int gi);
+void ct__head_pg_freed(head *h, int gi);
+void ct__head_free_removed_pgs(head *h);
 /* Forgets the actors and nodes dead for max_age ms or longer, then freed groups' slots. */
 void ct__head_forget_dead(head *h, int64_t max_age);
 
@@ -337,15 +353,15 @@ static inline bool ct__rid_eq(const ct__rid *a, const ct__rid *b)
 }
 
 /* ---- state.c: the write-ahead file of what only the head knows (KV, jobs, groups) ---- */
-int ct__head_state_open(head *h, const char *dir); /* loads DIR/head.wal; NULL dir: none */
-void ct__head_state_close(head *h);
 void ct__head_state_kv_put(head *h, const char *key, const void *val, size_t len, const char *job);
 void ct__head_state_kv_del(head *h, const char *key);
 void ct__head_state_job(head *h, const char *job, bool attached);
 void ct__head_state_pg(head *h, const pgroup *g); /* as it is now (removed: its X record) */
 void ct__head_state_obj(head *h, const uint8_t *id, size_t len, const char *job, int want);
 void ct__head_state_obj_gone(head *h, const uint8_t *id, size_t len);
-void ct__head_state_node_back(head *h, int ni);
+/* ---- restore.c: the write-ahead file read back at start ---- */
+int ct__head_state_open(head *h, const char *dir); /* loads DIR/head.wal; NULL dir: none */
+void ct__head_state_close(head *h);
 void ct__head_state_give_up_waits(head *h);
 /* kv.c, for the replay: set (taking over ownership) and remove a key */
 void ct__head_kv_set(head *h, const char *key, const void *val, size_t len, const char *job);
@@ -353,12 +369,8 @@ void ct__head_kv_unset(head *h, const char *key);
 /* nodes.c: follow a job (attached) as a driver without a name until its driver heartbeats; or
  * (!attached) its driver is gone: its keys released */
 void ct__head_expect_job(head *h, const char *job, bool attached);
-int ct__head_pg_slot(head *h, int nb); /* pgroups.c: a group slot for nb bundles, or CT_E* */
-/* pgroups.c: the slot of the group (not PG_FREE) whose id is the n bytes at id, -1; a slot's id
- * set (into the index: 0 or CT_ENOMEM); a slot freed (bundles, index entry; PG_FREE) */
-int ct__head_find_pg(head *h, const char *id, size_t n);
-int ct__head_pg_named(head *h, int gi);
-void ct__head_pg_freed(head *h, int gi);
+/* pgroups.c: node ni registered again: loaded groups' bundles that wait for it are reserved */
+void ct__head_pg_node_back(head *h, int ni);
 
 /* ---- actors.c (resumed actors) ---- */
 int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r);
@@ -375,9 +387,11 @@ void ct__rv_fmt(const res *r, char *buf, size_t cap);
 void ct__rv_to_pb(res *r, res_pb *o);
 
 /* ---- nodes.c ---- */
-int ct__head_find_node(head *h, const char *id); /* its slot, -1 */
-void ct__head_forget_node(head *h, int ni);
-void ct__head_check_heartbeats(head *h); /* silent hosts: the failure detector's timer */
+/* silent hosts, the failure detector (the loop's timer): silence since the last check counted,
+ * whether someone is overdue; after the loop's wait for heartbeats on their way (waited ms),
+ * that wait counted and the silent declared gone */
+bool ct__head_count_silence(head *h, int64_t now);
+void ct__head_end_silent(head *h, int64_t waited);
 void ct__head_watch_hello(void *user, uint64_t conn, const char *ticket);
 void ct__head_watch_closed(void *user, uint64_t conn, bool left);
 ct__head_handler ct__head_on_register_node, ct__head_on_heartbeat;
@@ -402,7 +416,6 @@ ct__head_check ct__head_check_kv_put;
 ct__head_handler ct__head_on_kv_put, ct__head_on_kv_get, ct__head_on_kv_del;
 
 /* ---- pgroups.c ---- */
-void ct__head_free_removed_pgs(head *h);
 ct__head_check ct__head_check_pg_create;
 ct__head_handler ct__head_on_pg_create, ct__head_on_pg_wait, ct__head_on_pg_remove;
 

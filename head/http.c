@@ -9,7 +9,7 @@
  * anyone: it is static and holds no data; its script asks /api/... with the token from its URL's
  * fragment (#token=..., never sent to the server in the request line). GET and HEAD only
  * (405); unknown paths 404. Not here: what the pages say (metrics.c), when they are rendered
- * (head.c). */
+ * (loop.c). */
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-/* head/main.c — ct-head: the command-line front of ct__head_run (head/head.c).
+/* head/main.c — ct-head: the command-line front of ct__head_run (head/loop.c).
  * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
  * [--watch-port N] [--state-dir DIR] [--secret-file F] [--supervise] [--dashboard-port N
  * [--dashboard-host H]] [--max-nodes N] [--max-actors N] [--max-placement-groups N]

@@ -1,5 +1,5 @@
 /* head/metrics.c — the HTTP endpoint's pages, rendered on the head's thread from its tables
- * (head.c calls ct__head_render every PUBLISH_MS when a page was asked for since, else every
+ * (loop.c calls ct__head_render every PUBLISH_MS when a page was asked for since, else every
  * PUBLISH_IDLE_MS, and hands them to http.c):
  * - /metrics, Prometheus text format 0.0.4, Ray's naming style with ct_ names:
  *   cluster  ct_cluster_nodes{state}, ct_actors{state,class}, ct_jobs{state},

@@ -5,7 +5,6 @@
  * keys released). Not in here: what runs on the nodes (actors.c), their objects (objdir.c). */
 #include <errno.h>
 #include <sodium.h>
-#include <zmq.h>
 #include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
@@ -50,12 +49,6 @@ static void node_draining(head *h, int ni, const ct__rid *rid, uint64_t req)
     o.body_case = CT__ENVELOPE__BODY_DRAIN_REPLY;
     o.drain_reply = &dr;
     ct__head_send(h, rid, &o);
-}
-
-int ct__head_find_node(head *h, const char *id)
-{
-    int i = id ? ct__index_get(h->node_ids, id, strlen(id)) : -1;
-    return i >= 0 && h->nodes[i].used && !strcmp(h->nodes[i].id, id) ? i : -1;
 }
 
 /* Node ni (its id and token set) into the indexes. 0 or CT_ENOMEM (then in neither). */
@@ -116,25 +109,6 @@ static void node_dead(head *h, int ni, const char *reason)
     ev.reason = (char *)reason;
     ct__head_push_event(h, &ev, NULL);
     ct__head_schedule(h);
-}
-
-/* Forgets dead node ni (its slot serves a new node): dead actors it hosted keep no node. */
-void ct__head_forget_node(head *h, int ni)
-{
-    for (int i = 0; i < h->nactors; i++)
-        if (h->actors[i].node == ni)
-            h->actors[i].node = -1;
-    for (int i = 0; i < h->npgs; i++)
-        for (int b = 0; b < h->pgs[i].nb; b++)
-            if (h->pgs[i].b[b].node == ni)
-                h->pgs[i].b[b].node = -1;
-    CT_LOG(CT_LOG_INFO, "head", "forgot dead node %s", h->nodes[ni].id);
-    ct__watch_close(h->watch, h->nodes[ni].watch, 0);
-    ct__index_del(h->node_ids, h->nodes[ni].id, strlen(h->nodes[ni].id));
-    ct__index_del(h->node_tokens, h->nodes[ni].token, strlen(h->nodes[ni].token));
-    memset(&h->nodes[ni], 0, sizeof h->nodes[ni]);
-    if (ni < h->node_free_hint)
-        h->node_free_hint = ni;
 }
 
 /* A slot for a new node: a free one, a new one, or (all h->lim.nodes taken) the slot of the node
@@ -210,26 +184,23 @@ static void count_silence(head *h, int64_t ms)
  * declared dead, the head waits up to one more heartbeat period for heartbeats already on their
  * way (ZeroMQ's I/O thread may still hold them after such a gap). Measured need: on a 2-core
  * machine under full load, live nodes were declared dead with their heartbeats queued at the
- * head, and a fixed 1 s bound was crossed by nodes starved for CPU. */
-void ct__head_check_heartbeats(head *h)
+ * head, and a fixed 1 s bound was crossed by nodes starved for CPU.
+ * count_silence counts the time since the previous check and says whether someone is overdue;
+ * the loop then reads the socket for up to one period (loop.c) and end_silent counts that wait
+ * and declares the silent gone. */
+bool ct__head_count_silence(head *h, int64_t now)
 {
-    int64_t now = ct__now_ms();
     int64_t gap = h->last_check_ms ? now - h->last_check_ms : 0;
     h->last_check_ms = now;
     if (gap > 3 * (int64_t)h->hb_ms)
         CT_LOG(CT_LOG_INFO, "head", "head loop stalled %lld ms: %d ms of it counted as silence",
                (long long)gap, h->hb_ms);
     count_silence(h, gap < h->hb_ms ? gap : h->hb_ms);
-    if (!any_overdue(h))
-        return;
-    zmq_pollitem_t it = {h->sock, 0, ZMQ_POLLIN, 0};
-    int64_t until = now + h->hb_ms;
-    for (int64_t left = h->hb_ms; left > 0; left = until - ct__now_ms()) {
-        if (zmq_poll(&it, 1, left) <= 0)
-            break;
-        ct__head_drain(h);
-    }
-    int64_t waited = ct__now_ms() - now;
+    return any_overdue(h);
+}
+
+void ct__head_end_silent(head *h, int64_t waited)
+{
     h->last_check_ms = ct__now_ms();
     count_silence(h, waited < h->hb_ms ? waited : h->hb_ms);
     for (int i = h->ndrivers - 1; i >= 0; i--)
@@ -392,7 +363,7 @@ static void resume_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     ct__rv_from_pb(&n->total, r->resources, r->n_resources);
     n->free = n->total;
     n->alive = true;
-    ct__head_state_node_back(h, ni); /* its groups' bundles, before the actors inside them */
+    ct__head_pg_node_back(h, ni); /* its groups' bundles, before the actors inside them */
     int kept = 0;
     for (size_t i = 0; i < r->n_actors; i++)
         if (ct__head_resume_actor(h, ni, r->actors[i]) == 0) {

@@ -8,7 +8,7 @@
  * with no holder left is forgotten. The head never touches object bytes: it only tells a node
  * to pull (ObjPull with the holders' transfer addresses) or to delete (ObjDelete).
  *
- * Authority (head.c's header; the handler table's rules): a node's reports (ObjNodeInfo, ObjAdded,
+ * Authority (loop.c's header; the handler table's rules): a node's reports (ObjNodeInfo, ObjAdded,
  * ObjRemoved, ObjPullDone) must carry that node's token, so a node reports only its own shard; an
  * object belongs to the job whose ObjPutDone registered it first, and only that job may free it.
  * Locations and fetches are open to every peer. Tables are bounded (MAX_*), like the head's.

@@ -1,6 +1,7 @@
 /* head/pgroups.c — placement groups: all-or-nothing bundles a job reserves (placed by the
- * scheduler, actors.c), waits for them, their removal (their actors with them), and freeing the
- * slots of removed groups. */
+ * scheduler, actors.c), waits for them, their removal (their actors with them), and loaded
+ * groups' bundles reserved again when their node comes back. Not here: the groups' slots
+ * (slots.c). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -9,34 +10,6 @@
 #include "common/common.h"
 #include "head/head_internal.h"
 #include "proto/msg.h"
-
-/* A slot for a new group of nb bundles: a free one or a new one, after freeing removed groups
- * when the head's limits would be passed (h->lim.pgs groups, 4 bundles a group in all). The slot,
- * CT_ENOSPC or CT_ENOMEM. */
-int ct__head_pg_slot(head *h, int nb)
-{
-    if (h->nbundles + nb > 4 * h->lim.pgs || h->npgs == h->lim.pgs)
-        ct__head_free_removed_pgs(h);
-    if (h->nbundles + nb > 4 * h->lim.pgs)
-        return CT_ENOSPC;
-    for (int i = h->pg_free_hint; i < h->npgs; i++)
-        if (h->pgs[i].state == PG_FREE)
-            return h->pg_free_hint = i;
-    h->pg_free_hint = h->npgs; /* none free below: creating G groups is O(G), not O(G^2) */
-    if (h->npgs == h->lim.pgs)
-        return CT_ENOSPC;
-    if (h->npgs == h->cap_pgs) {
-        int cap = h->cap_pgs ? 2 * h->cap_pgs : 16;
-        cap = cap < h->lim.pgs ? cap : h->lim.pgs;
-        pgroup *ng = realloc(h->pgs, cap * sizeof *ng);
-        if (!ng)
-            return CT_ENOMEM;
-        h->pgs = ng;
-        h->cap_pgs = cap;
-    }
-    h->pgs[h->npgs].state = PG_FREE;
-    return h->npgs++;
-}
 
 /* pg_create's own fields: the bundles, the strategy (run before the token rule) */
 bool ct__head_check_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e)
@@ -110,32 +83,6 @@ void ct__head_on_pg_create(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
     ct__head_send(h, rid, &o);
     if (!ct__head_place_pg(h, g))
         CT_LOG(CT_LOG_INFO, "head", "placement group %s pending", g->id);
-}
-
-int ct__head_find_pg(head *h, const char *id, size_t n)
-{
-    int i = id ? ct__index_get(h->pg_ids, id, n) : -1;
-    return i >= 0 && i < h->npgs && h->pgs[i].state != PG_FREE && strlen(h->pgs[i].id) == n &&
-                   !memcmp(h->pgs[i].id, id, n)
-               ? i
-               : -1;
-}
-
-int ct__head_pg_named(head *h, int gi)
-{
-    return ct__index_put(&h->pg_ids, h->pgs[gi].id, strlen(h->pgs[gi].id), gi);
-}
-
-void ct__head_pg_freed(head *h, int gi)
-{
-    pgroup *g = &h->pgs[gi];
-    h->nbundles -= g->nb;
-    free(g->b);
-    ct__index_del(h->pg_ids, g->id, strlen(g->id));
-    memset(g, 0, sizeof *g);
-    g->state = PG_FREE;
-    if (gi < h->pg_free_hint)
-        h->pg_free_hint = gi;
 }
 
 /* A live group's slot (pending or ready) by id, -1. */
@@ -221,20 +168,28 @@ void ct__head_on_pg_remove(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
     ct__head_schedule(h);
 }
 
-/* Frees the slots of removed placement groups no actor refers to any more. */
-void ct__head_free_removed_pgs(head *h)
+/* Node ni registered again: the loaded groups' bundles that wait for it are reserved there
+ * again (before its actors are taken back, which may hold them). */
+void ct__head_pg_node_back(head *h, int ni)
 {
-    unsigned char *used = calloc(h->npgs ? h->npgs : 1, 1);
-    if (!used)
-        return;
-    for (int i = 0; i < h->nactors; i++)
-        if (h->actors[i].pg >= 0)
-            used[h->actors[i].pg] = 1;
     for (int i = 0; i < h->npgs; i++) {
         pgroup *g = &h->pgs[i];
-        if (g->state != PG_REMOVED || used[i])
+        if (g->state != PG_PENDING)
             continue;
-        ct__head_pg_freed(h, i);
+        bool waits = false;
+        for (int b = 0; b < g->nb; b++) {
+            bundle *x = &g->b[b];
+            if (x->node < 0 && x->want[0] && !strcmp(x->want, h->nodes[ni].id)) {
+                x->node = ni;
+                x->want[0] = 0;
+                x->free = x->need;
+                ct__rv_sub(&h->nodes[ni].free, &x->need, 1);
+            }
+            waits |= x->node < 0;
+        }
+        if (!waits) {
+            g->state = PG_READY;
+            CT_LOG(CT_LOG_INFO, "head", "placement group %s ready again", g->id);
+        }
     }
-    free(used);
 }

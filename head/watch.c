@@ -6,7 +6,7 @@
  * Bounded: at most MAX_UNBOUND connections between accept and hello (each for at most
  * HELLO_MS), at most MAX_CONNS in all; past that new connections are closed at once.
  *
- * Not in here: what a ticket names, and what a death means (head.c). */
+ * Not in here: what a ticket names, and what a death means (loop.c). */
 #define _GNU_SOURCE
 #include "head/watch.h"
 #include <errno.h>
@@ -23,7 +23,7 @@
 #include "common/auth.h"
 #include "common/common.h"
 
-#define MAX_CONNS 8192  /* nodes and drivers of a head (head.c: 1024 + 4096) and some room */
+#define MAX_CONNS 8192  /* a head's nodes and drivers (head_internal.h: 1024 + 4096), and room */
 #define MAX_UNBOUND 256 /* connections that have not said hello yet */
 #define HELLO_MS 10000  /* the time a connection has to authenticate and say hello */
 #define BATCH 64        /* epoll events handled per ct__watch_poll */

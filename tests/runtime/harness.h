@@ -73,7 +73,7 @@ __attribute__((unused)) static double h_now_ms(void)
 }
 
 /* Whether id has the form of the ids the head gives nodes: "node-" and 12 lower-case hex
- * digits (random, head.c's node_id_new). */
+ * digits (random, nodes.c's node_id_new). */
 __attribute__((unused)) static bool h_is_node_id(const char *id)
 {
     if (!id || strncmp(id, "node-", 5) || strlen(id) != 5 + 12)

@@ -1,8 +1,9 @@
-/* head/head.c — the control plane's loop: one single-threaded ZeroMQ ROUTER, one handler table
+/* head/loop.c — the control plane's loop: one single-threaded ZeroMQ ROUTER, one handler table
  * (each message kind: its handler and its token rule, checked here before the handler runs),
- * replies and refusals, and the timers (heartbeats, waits past their deadline, forgetting the
- * dead). The tables and handlers live by subject: nodes.c, actors.c, pgroups.c, kv.c,
- * events.c, status.c, objdir.c (head_internal.h lists them).
+ * and the timers (heartbeats, waits past their deadline, forgetting the dead). The loop calls
+ * down into the files by subject (nodes.c, actors.c, pgroups.c, kv.c, events.c, status.c,
+ * objdir.c, train.c; head_internal.h lists them), which answer through reply.c and never call
+ * back up into the loop.
  *
  * Authority. Only holders of the cluster secret get through the port (CURVE, common/auth.h);
  * among them, what a message may do rests on the token it carries (Envelope.token):
@@ -59,77 +60,6 @@ static void on_term(int sig)
 {
     (void)sig;
     head_stop = 1;
-}
-
-/* ---- replies and refusals ---- */
-
-int ct__head_send(head *h, const ct__rid *rid, Ct__Envelope *e)
-{
-    int rc = ct__msg_send(h->sock, rid, e, ZMQ_DONTWAIT);
-    if (rc)
-        CT_LOG(CT_LOG_WARN, "head", "send %s: %s", ct__msg_body_name(e->body_case),
-               ct_last_error());
-    return rc;
-}
-
-void ct__head_ok(head *h, const ct__rid *rid, uint64_t req)
-{
-    Ct__Envelope e;
-    Ct__Ok ok = CT__OK__INIT;
-    ct__env_init(&e, req, "head", 0);
-    e.body_case = CT__ENVELOPE__BODY_OK;
-    e.ok = &ok;
-    ct__head_send(h, rid, &e);
-}
-
-/* A peer's string made fit for a log line: printable ASCII, at most cap - 1 bytes. */
-static const char *printable(const char *s, char *buf, size_t cap)
-{
-    size_t i = 0;
-    for (; s && s[i] && i + 1 < cap; i++)
-        buf[i] = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f ? s[i] : '?';
-    buf[i] = 0;
-    return buf;
-}
-
-/* Logs how many refusals the last second did not log. */
-static void flush_refusals(head *h)
-{
-    if (h->refuse_unlogged)
-        CT_LOG(CT_LOG_WARN, "head", "refused %d more messages (not logged one by one)",
-               h->refuse_unlogged);
-    h->refuse_window = ct__now_ms();
-    h->refuse_logged = h->refuse_unlogged = 0;
-}
-
-void ct__head_refuse(ct__head *h, const ct__rid *rid, const Ct__Envelope *e, int code,
-                     const char *field, const char *fmt, ...)
-{
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (rid && rid->len)
-        ct__msg_send_error(h->sock, rid, e ? e->req_id : 0, "head", code, field ? field : "", "%s",
-                           msg);
-    if (ct__now_ms() - h->refuse_window >= 1000)
-        flush_refusals(h);
-    if (h->refuse_logged == REFUSALS_LOGGED) {
-        h->refuse_unlogged++;
-        return;
-    }
-    h->refuse_logged++;
-    char who[80], text[600];
-    CT_LOG(CT_LOG_WARN, "head", "refused %s from %s: %s",
-           e ? ct__msg_body_name(e->body_case) : "a message",
-           printable(e && e->sender && *e->sender ? e->sender : "(unnamed peer)", who, sizeof who),
-           printable(msg, text, sizeof text));
-}
-
-bool ct__head_may_change(const char *owner, const char *job)
-{
-    return !owner[0] || ct__token_eq(owner, job);
 }
 
 /* ---- the handler table ---- */
@@ -306,29 +236,22 @@ void ct__head_drain(head *h)
     }
 }
 
-/* Forgets the actors and nodes dead for max_age ms or longer (GONE_AFTER_MS each second; 0
- * when the actor table is full), then frees what only they kept: removed groups. */
-void ct__head_forget_dead(head *h, int64_t max_age)
+/* Heartbeats (nodes.c has the failure detector): silence is counted; before anyone is declared
+ * dead, the loop reads what waits on the socket for up to one heartbeat period (heartbeats
+ * already on their way), then the silent are declared gone. */
+static void check_heartbeats(head *h)
 {
     int64_t now = ct__now_ms();
-    int k = 0;
-    for (int i = 0; i < h->nactors; i++) {
-        actor *a = &h->actors[i];
-        if (a->state == A_DEAD && now - a->dead_at >= max_age) {
-            ct__index_del(h->actor_ids, a->id, strlen(a->id));
-            continue;
-        }
-        if (k != i) { /* its index entry follows it (a key the index has: no allocation) */
-            h->actors[k] = *a;
-            ct__index_put(&h->actor_ids, h->actors[k].id, strlen(h->actors[k].id), k);
-        }
-        k++;
+    if (!ct__head_count_silence(h, now))
+        return;
+    zmq_pollitem_t it = {h->sock, 0, ZMQ_POLLIN, 0};
+    int64_t until = now + h->hb_ms;
+    for (int64_t left = h->hb_ms; left > 0; left = until - ct__now_ms()) {
+        if (zmq_poll(&it, 1, left) <= 0)
+            break;
+        ct__head_drain(h);
     }
-    h->nactors = k;
-    for (int i = 0; i < h->nnodes; i++)
-        if (h->nodes[i].used && !h->nodes[i].alive && now - h->nodes[i].dead_at >= max_age)
-            ct__head_forget_node(h, i);
-    ct__head_free_removed_pgs(h);
+    ct__head_end_silent(h, ct__now_ms() - now);
 }
 
 static void expire(head *h)
@@ -577,7 +500,7 @@ int ct__head_run(const ct_head_opts *o)
         if (it[1].revents)
             ct__watch_poll(h.watch, &wcb);
         if (ct__now_ms() >= next_tick) {
-            ct__head_check_heartbeats(&h);
+            check_heartbeats(&h);
             expire(&h);
             if (!h.waits_over && ct__now_ms() - h.started_ms >= h.dead_ms) {
                 /* nodes that did not come back by now are gone: loaded groups place anew */
@@ -588,7 +511,7 @@ int ct__head_run(const ct_head_opts *o)
             if (ct__now_ms() - h.last_gc >= 1000) {
                 ct__head_forget_dead(&h, GONE_AFTER_MS);
                 ct__head_train_forget(&h, GONE_AFTER_MS);
-                flush_refusals(&h);
+                ct__head_flush_refusals(&h);
                 h.last_gc = ct__now_ms();
             }
             ct__objdir_tick(&h);

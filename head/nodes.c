@@ -113,7 +113,7 @@ static void node_dead(head *h, int ni, const char *reason)
 
 /* A slot for a new node: a free one, a new one, or (all h->lim.nodes taken) the slot of the node
  * dead the longest, forgotten early. The slot index, or CT_ENOSPC (all alive) / CT_ENOMEM. */
-int node_slot(head *h)
+static int node_slot(head *h)
 {
     for (int i = h->node_free_hint; i < h->nnodes; i++)
         if (!h->nodes[i].used)

@@ -57,6 +57,9 @@
 #define GONE_AFTER_MS 60000         /* dead nodes and actors are listed this long */
 #define HEAD_HB_MS 100              /* default heartbeat period */
 #define HEAD_DEAD_MS 10000          /* default silence before a node or driver is dead */
+#define HEAD_HB_RATE 20000          /* node heartbeats a second the period is sized for */
+#define HEAD_HB_MSGS 2              /* heartbeats a node sends a period (main loop, liveness) */
+#define HEAD_DEAD_PERIODS 10        /* the dead-after time is at least this many periods */
 #define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
 #define MAX_TRAIN 256               /* training jobs' reports kept (train.c) */
 #define TRAIN_REASONS 8             /* retry reasons in one report */
@@ -111,6 +114,7 @@ typedef struct node {
     bool draining; /* told to stop (Heartbeat.draining): nothing more is placed there */
     int nactors;
     node_stats stats; /* what it last measured of its host and shard (Heartbeat.stats) */
+    int hb_told; /* the heartbeat period it was last given (ct__head_scale_heartbeat) */
 } node;
 
 typedef struct actor {
@@ -237,7 +241,10 @@ typedef struct head {
     ct__watch *watch; /* the death-watch port (NULL: none, heartbeats only) */
     driver *drivers;
     int ndrivers;
+    /* the heartbeat period and dead-after time in force (ct__head_scale_heartbeat), and the
+     * configured ones (--heartbeat-ms, --dead-after-ms): their floor */
     int hb_ms, dead_ms;
+    int hb_floor_ms, dead_floor_ms;
     int64_t last_check_ms; /* when check_heartbeats last ran */
     node *nodes;
     int nnodes, cap_nodes;  /* slots ever used (free ones: !used), allocated */
@@ -378,6 +385,8 @@ void ct__rv_to_pb(res *r, res_pb *o);
 int ct__head_find_node(head *h, const char *id); /* its slot, -1 */
 void ct__head_forget_node(head *h, int ni);
 void ct__head_check_heartbeats(head *h); /* silent hosts: the failure detector's timer */
+/* The heartbeat period for the live nodes (grown or shrunk) and the nodes told a new one. */
+void ct__head_scale_heartbeat(head *h);
 void ct__head_watch_hello(void *user, uint64_t conn, const char *ticket);
 void ct__head_watch_closed(void *user, uint64_t conn, bool left);
 ct__head_handler ct__head_on_register_node, ct__head_on_heartbeat;

@@ -255,6 +255,7 @@ sent:
             n->hb_ms = rep->register_node_reply->heartbeat_ms > 0
                            ? rep->register_node_reply->heartbeat_ms
                            : 100;
+            atomic_store(&n->live.hb_ms, n->hb_ms); /* a resume: its thread runs already */
             watch_open(n, rep->register_node_reply->watch_port,
                        rep->register_node_reply->watch_ticket);
         }

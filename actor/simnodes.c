@@ -234,6 +234,8 @@ static void on_register_reply(sim *s, int i, Ct__Envelope *e)
     if (n->registered) { /* a resume answered: same id, store announced again */
         s->resumed++;
         n->resuming = 0;
+        if (r->heartbeat_ms > 0) /* the restarted head's period */
+            n->hb_ms = r->heartbeat_ms;
         announce_store(s, i);
         return;
     }

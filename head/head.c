@@ -350,6 +350,12 @@ static void expire(head *h)
         h->w[i] = h->w[--h->nw];
         i--;
     }
+    /* creations past their deadline: a scan of the actor table, so only while some wait and at
+     * most every DEADLINE_SCAN_MS (every 20 ms tick, over 50,000 actors of which 10,000 waited,
+     * it took a quarter of a head's samples at 10,000 nodes) */
+    if (!h->npending || now - h->last_deadline_scan < DEADLINE_SCAN_MS)
+        return;
+    h->last_deadline_scan = now;
     for (int i = 0; i < h->nactors; i++) {
         actor *a = &h->actors[i];
         if (a->state == A_PENDING && a->create_deadline &&

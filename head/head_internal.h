@@ -71,6 +71,7 @@
 #define HEAD_EVENTS 256             /* recent events kept for the dashboard (events.c) */
 #define PUBLISH_MS 500              /* the HTTP endpoint's pages are rendered this often */
 #define PUBLISH_IDLE_MS 5000        /* ... when asked for since the last time, else this often */
+#define DEADLINE_SCAN_MS 200        /* pending creations' deadlines are checked this often */
 
 /* A resource vector: name -> amount. */
 typedef struct res {
@@ -245,7 +246,8 @@ typedef struct head {
      * configured ones (--heartbeat-ms, --dead-after-ms): their floor */
     int hb_ms, dead_ms;
     int hb_floor_ms, dead_floor_ms;
-    int64_t last_check_ms; /* when check_heartbeats last ran */
+    int64_t last_check_ms;      /* when check_heartbeats last ran */
+    int64_t last_deadline_scan; /* when expire last read the actor table (head.c) */
     node *nodes;
     int nnodes, cap_nodes;  /* slots ever used (free ones: !used), allocated */
     ct__index *node_ids;    /* used slots by node id (nodes.c) */

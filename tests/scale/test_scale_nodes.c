@@ -177,6 +177,24 @@ static double cpu_ms_of(pid_t pid)
     return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* Whether file path holds text, waiting up to timeout_ms for it. */
+static bool file_has(const char *path, const char *text, int timeout_ms)
+{
+    double until = h_now_ms() + timeout_ms;
+    do {
+        char buf[1 << 16];
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = 0;
+        if (strstr(buf, text))
+            return true;
+        usleep(100000);
+    } while (h_now_ms() < until);
+    return false;
+}
+
 /* Sleeps ms, heartbeating as the driver every 100 ms. */
 static void hold(peer *drv, int ms)
 {
@@ -275,6 +293,23 @@ int main(int argc, char **argv)
     if (head <= 0)
         return sec_finish("scale_nodes", -1);
     long head_rss0 = rss_kb_of(head);
+    /* one real ct-node first (no CPUs: nothing is placed there), given the configured period:
+     * it must follow the period the head sizes for the whole cluster (HeartbeatPeriod), which
+     * it logs; not with --restart, whose counts are the simulated nodes', nor where it would
+     * take the last place in the head's node table (10,000 nodes: a simulated node refused) */
+    char node_log[] = "/tmp/ct_scale_node_XXXXXX";
+    int real = 0;
+    if (!z.restart && z.nodes < 10000) {
+        int lf = mkstemp(node_log);
+        CHECK(lf >= 0);
+        close(lf);
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "CT_LOG_LEVEL=info exec '%s' --head %s --cpus 0 2>'%s'",
+                 h_bin("ct-node"), addr, node_log);
+        char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+        real = h_spawn(argv, NULL) > 0;
+        CHECK(real && file_has(node_log, "registered as node-", 30000));
+    }
     pid_t sim[MAX_SIMS];
     int fd[MAX_SIMS];
     char line[512] = "";
@@ -328,9 +363,9 @@ int main(int argc, char **argv)
     printf("metric status_ms=%.0f\n", h_now_ms() - t0);
     ct__msg_free(st);
     int alive = 0, actors_alive = 0, n_nodes = 0;
-    wait_cluster(&drv, z.nodes, z.actors, 0, &alive, &actors_alive, &n_nodes);
-    CHECK_EQ_INT(n_nodes, z.nodes);
-    CHECK_EQ_INT(alive, z.nodes);
+    wait_cluster(&drv, z.nodes + real, z.actors, 0, &alive, &actors_alive, &n_nodes);
+    CHECK_EQ_INT(n_nodes, z.nodes + real);
+    CHECK_EQ_INT(alive, z.nodes + real);
     CHECK_EQ_INT(actors_alive, z.actors);
     printf("metric head_kb_per_node=%.1f\n", (double)(head_rss_nodes - head_rss0) / z.nodes);
     if (z.actors)
@@ -385,13 +420,17 @@ int main(int argc, char **argv)
     /* the period the head sized for the nodes (head/nodes.c): the configured one doubled while
      * two heartbeats a node a period exceed 20,000 a second; every node was told it */
     int period = z.hb_ms;
-    while ((long long)z.nodes * 2 * 1000 > 20000LL * period)
+    while ((long long)(z.nodes + real) * 2 * 1000 > 20000LL * period)
         period *= 2;
     printf("metric heartbeat_ms=%ld\n", hb_max);
     if (!z.restart) {
         CHECK_EQ_INT((int)refused, 0);
         CHECK_EQ_INT((int)hb_max, period);
         CHECK_EQ_INT((int)hb_min, period);
+        char told[64];
+        snprintf(told, sizeof told, "heartbeat period %d ms", period);
+        CHECK(period == z.hb_ms || file_has(node_log, told, 10000));
+        unlink(node_log);
     } else {
         CHECK(resumed >= z.nodes);
     }

@@ -1,6 +1,7 @@
 /* tests/scale/test_scale_nodes.c — the head holds 2,000 nodes. A real ct-head at its default
- * heartbeat period (100 ms, which the head sizes to 200 ms for 2,000 nodes: asserted from the
- * period the nodes were given) and dead-after time (10 s), and 2,000 nodes simulated by one
+ * heartbeat period (100 ms, which the head sizes to 400 ms for 2,001 nodes: asserted from the
+ * period the nodes were given, and from the log of one real ct-node started first, with no
+ * CPUs) and dead-after time (10 s), and 2,000 nodes simulated by one
  * ct-simnodes process (actor/simnodes.c: each its own CURVE connection and death-watch
  * connection, two heartbeats a period, its store announced). A raw driver peer (sec.h) then:
  * 1. creates 4,000 actors of CPU=1 (pipelined: all sent, then every reply read) and asserts

@@ -52,6 +52,7 @@ static const struct {
     {CT__ENVELOPE__BODY_JOB_ENDED, ct__node_check_job_ended, ct__node_on_job_ended},
     /* the head's answers (node_head.c) */
     {CT__ENVELOPE__BODY_DRAIN_REPLY, NULL, ct__node_on_drain_reply},
+    {CT__ENVELOPE__BODY_HEARTBEAT_PERIOD, NULL, ct__node_on_heartbeat_period},
     {CT__ENVELOPE__BODY_ERROR, NULL, ct__node_on_error},
     /* the object store's orders (objnode.c) */
     {CT__ENVELOPE__BODY_OBJ_PULL, ct__objnode_check_pull, ct__objnode_on_pull},

@@ -255,6 +255,7 @@ sent:
             n->hb_ms = rep->register_node_reply->heartbeat_ms > 0
                            ? rep->register_node_reply->heartbeat_ms
                            : 100;
+            atomic_store(&n->live.hb_ms, n->hb_ms); /* a resume: its thread runs already */
             watch_open(n, rep->register_node_reply->watch_port,
                        rep->register_node_reply->watch_ticket);
         }
@@ -392,7 +393,7 @@ static void *liveness_main(void *arg)
             ;
         zmq_msg_close(&m);
         struct pollfd p = {l->stop_fd, POLLIN, 0};
-        if (poll(&p, 1, l->hb_ms) != 0)
+        if (poll(&p, 1, atomic_load(&l->hb_ms)) != 0)
             break;
     }
     zmq_close(s);
@@ -523,6 +524,21 @@ void ct__node_on_error(nodest *n, Ct__Envelope *e)
     CT_LOG(CT_LOG_WARN, "node", "head: %s", e->error->message);
     if (e->error->field && !strcmp(e->error->field, "heartbeat.node_id"))
         n->forgotten = true;
+}
+
+/* The head sized its heartbeat period for the cluster anew (head/nodes.c): the main loop's
+ * next heartbeat and the liveness thread's next one keep to it. */
+void ct__node_on_heartbeat_period(nodest *n, Ct__Envelope *e)
+{
+    int ms = e->heartbeat_period->heartbeat_ms;
+    if (ms < 1 || ms > 60000) {
+        CT_LOG(CT_LOG_WARN, "node", "head: heartbeat_period.heartbeat_ms %d not in [1, 60000]", ms);
+        return;
+    }
+    if (ms != n->hb_ms)
+        CT_LOG(CT_LOG_INFO, "node", "heartbeat period %d ms (was %d)", ms, n->hb_ms);
+    n->hb_ms = ms;
+    atomic_store(&n->live.hb_ms, ms);
 }
 
 void ct__node_on_drain_reply(nodest *n, Ct__Envelope *e)

@@ -16,6 +16,7 @@
 #define CT_ACTOR_NODE_SHARED_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -93,7 +94,7 @@ typedef struct qreq {
 typedef struct liveness {
     void *ctx;
     char head[128], id[32], token[CT_TOKEN_LEN + 1];
-    int hb_ms;
+    atomic_int hb_ms; /* the main loop changes it (HeartbeatPeriod) */
     int stop_fd;
     int stop[2]; /* ct__node_live_start / _stop: the pipe whose close ends the thread */
     pthread_t th;
@@ -202,7 +203,7 @@ void ct__node_live_stop(nodest *n);
 int ct__node_resume(nodest *n); /* the head forgot this node; 0 or a failed rejoin's error */
 int ct__node_rejoin(nodest *n); /* the head declared this node dead; 0 or the error */
 bool ct__node_drain_step(nodest *n, int drain_ms); /* true: stop now */
-ct__node_handler ct__node_on_drain_reply, ct__node_on_error;
+ct__node_handler ct__node_on_drain_reply, ct__node_on_error, ct__node_on_heartbeat_period;
 
 /* ---- node_stats.c: the host's and shard's numbers for the head's metrics ---- */
 #define NODE_STATS_GPUS 16 /* head/head_internal.h NODE_GPUS */

@@ -2,8 +2,9 @@
  * the head at scale (tests/scale, bench/scale). Each simulated node is a real node to the head:
  * its own ZeroMQ DEALER with the cluster's CURVE keys (common/auth.h, the handshake and ZAP
  * check of every ct-node), a RegisterNode with its resources, heartbeats at the period the head
- * gives (by default the main socket's and the liveness thread's, both on its one socket, as
- * many messages as a ct-node sends), its store announced (ObjNodeInfo and ObjAdded of
+ * gives and later changes (HeartbeatPeriod; by default the main socket's and the liveness
+ * thread's, both on its one socket, as many messages as a ct-node sends), its store announced
+ * (ObjNodeInfo and ObjAdded of
  * --objects ids), optionally its death-watch connection (--watch: one more descriptor a node).
  * It answers StartActor with ActorReady at once, and KillActor with ActorExited: an actor is a
  * record (id, job), no process is started and its address ("sim:ID") takes no calls.
@@ -23,8 +24,10 @@
  *
  * Output (stdout, one line each): "registered N" once all are; at SIGTERM/SIGINT a last line
  * "simnodes nodes=N registered=R starts=S kills=K refused_heartbeats=F resumed=M errors=E
- * rss_kb=X base_rss_kb=Y" (refused_heartbeats: the head did not know a node, a false death
- * when the head did not restart; resumed: registrations again that the head answered). */
+ * rss_kb=X base_rss_kb=Y heartbeat_ms=P heartbeat_ms_min=Q period_changes=C" (P, Q: the
+ * longest and shortest period the registered nodes hold; refused_heartbeats: the head did not know
+ * a node, a false death when the head did not restart; resumed: registrations again that the head
+ * answered). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -59,6 +62,7 @@ typedef struct simnode {
     bool forgotten;   /* a head that does not know it (restarted) refused its heartbeat: resume */
     int64_t resuming; /* when its resume went out, until answered (no heartbeats meanwhile) */
     int64_t next_hb;
+    int hb_ms; /* the period the head gave it (RegisterNodeReply, HeartbeatPeriod) */
     simactor *a;
     int na, cap;
 } simnode;
@@ -70,12 +74,15 @@ typedef struct sim {
     void *ctx;
     int ep;
     simnode *n;
-    int hb_ms;
+    int hb_ms;                 /* the period a node takes when the head gives none */
     int nregistered, nrefused; /* registrations answered: taken, refused */
     uint64_t starts, kills, refused_hb, errors;
-    uint64_t resumed; /* registrations again under the node's id, after a head restart */
+    uint64_t resumed;        /* registrations again under the node's id, after a head restart */
+    uint64_t period_changes; /* HeartbeatPeriod messages that changed a node's period */
     char host[64];
 } sim;
+
+#define JOINING 256 /* registrations unanswered at a time */
 
 static volatile sig_atomic_t stop;
 static void on_term(int sig)
@@ -227,6 +234,8 @@ static void on_register_reply(sim *s, int i, Ct__Envelope *e)
     if (n->registered) { /* a resume answered: same id, store announced again */
         s->resumed++;
         n->resuming = 0;
+        if (r->heartbeat_ms > 0) /* the restarted head's period */
+            n->hb_ms = r->heartbeat_ms;
         announce_store(s, i);
         return;
     }
@@ -234,10 +243,9 @@ static void on_register_reply(sim *s, int i, Ct__Envelope *e)
     snprintf(n->token, sizeof n->token, "%s", r->token);
     n->registered = true;
     s->nregistered++;
-    if (r->heartbeat_ms > 0)
-        s->hb_ms = r->heartbeat_ms;
+    n->hb_ms = r->heartbeat_ms > 0 ? r->heartbeat_ms : s->hb_ms;
     /* spread over the period: node i at phase i/N */
-    n->next_hb = ct__now_ms() + (int64_t)s->hb_ms * i / s->nodes;
+    n->next_hb = ct__now_ms() + (int64_t)n->hb_ms * i / s->nodes;
     if (s->watch && r->watch_port && r->watch_ticket && *r->watch_ticket) {
         n->watch_fd = ct__watch_dial(s->head, r->watch_port, r->watch_ticket, 10000);
         if (n->watch_fd < 0) {
@@ -246,6 +254,23 @@ static void on_register_reply(sim *s, int i, Ct__Envelope *e)
         }
     }
     announce_store(s, i);
+}
+
+/* The head sized its period anew for the cluster: the node's next heartbeats keep to it, at the
+ * same phase of the new period (node i at i/N). */
+static void on_heartbeat_period(sim *s, int i, Ct__Envelope *e)
+{
+    int ms = e->heartbeat_period->heartbeat_ms;
+    simnode *n = &s->n[i];
+    if (ms < 1 || ms > 60000) {
+        s->errors++;
+        return;
+    }
+    if (ms != n->hb_ms) {
+        n->hb_ms = ms;
+        n->next_hb = ct__now_ms() + (int64_t)ms * i / s->nodes;
+        s->period_changes++;
+    }
 }
 
 static void on_start_actor(sim *s, int i, Ct__Envelope *e)
@@ -326,6 +351,7 @@ static const struct {
     sim_handler *fn;
 } handlers[] = {
     {CT__ENVELOPE__BODY_REGISTER_NODE_REPLY, on_register_reply},
+    {CT__ENVELOPE__BODY_HEARTBEAT_PERIOD, on_heartbeat_period},
     {CT__ENVELOPE__BODY_START_ACTOR, on_start_actor},
     {CT__ENVELOPE__BODY_KILL_ACTOR, on_kill_actor},
     {CT__ENVELOPE__BODY_ERROR, on_error},
@@ -335,7 +361,7 @@ static const struct {
 /* Reads everything queued on node i's socket. */
 static void drain(sim *s, int i)
 {
-    for (;;) {
+    while (s->n[i].sock) { /* none yet: not opened (the first turns run while nodes open) */
         Ct__Envelope *e = NULL;
         int rc = ct__msg_recv(s->n[i].sock, NULL, &e, ZMQ_DONTWAIT, "node");
         if (rc == CT_ETIMEDOUT)
@@ -412,9 +438,9 @@ static void turn(sim *s, int timeout_ms)
             if (!s->one_heartbeat)
                 send_heartbeat(s, i, true);
         }
-        n->next_hb += s->hb_ms;
+        n->next_hb += n->hb_ms;
         if (n->next_hb <= now)
-            n->next_hb = now + s->hb_ms;
+            n->next_hb = now + n->hb_ms;
         drain(s, i); /* a send may have taken the socket's readiness signal */
     }
 }
@@ -509,19 +535,25 @@ int main(int argc, char **argv)
     }
     zmq_ctx_set(s.ctx, ZMQ_MAX_SOCKETS, s.nodes + 16);
     /* a read that finds nothing arms the socket's ZMQ_FD (an unread pipe signals nothing) */
-    for (int i = 0; i < s.nodes && !rc; i++)
-        if (!(rc = open_node(&s, i))) {
-            send_register(&s, i, false);
-            drain(&s, i);
-        }
+    /* registrations: at most JOINING unanswered at a time, the nodes registered so far
+     * heartbeating meanwhile, as real ones do; every reply within 120 s and 30 ms a node.
+     * Opening all at once queued the registered nodes' heartbeats behind thousands of CURVE
+     * handshakes in this process's one I/O thread: at 10,000 nodes on a loaded 2-core machine
+     * the first nodes went silent for 10 s and were declared dead. */
+    int64_t until = ct__now_ms() + 120000 + 30LL * s.nodes;
+    int opened = 0;
+    while (!stop && !rc && s.nregistered + s.nrefused < s.nodes && ct__now_ms() < until) {
+        while (!rc && opened < s.nodes && opened - s.nregistered - s.nrefused < JOINING)
+            if (!(rc = open_node(&s, opened))) {
+                send_register(&s, opened, false);
+                drain(&s, opened++);
+            }
+        turn(&s, 10);
+    }
     if (rc) {
         fprintf(stderr, "ct-simnodes: %s\n", ct_last_error());
         goto out;
     }
-    /* registrations: every reply within 120 s (CURVE handshakes of thousands of sockets) */
-    int64_t until = ct__now_ms() + 120000;
-    while (!stop && s.nregistered + s.nrefused < s.nodes && ct__now_ms() < until)
-        turn(&s, 10);
     if (s.nregistered < s.nodes) {
         fprintf(stderr, "ct-simnodes: %d of %d nodes registered (%d refused)\n", s.nregistered,
                 s.nodes, s.nrefused);
@@ -533,11 +565,19 @@ int main(int argc, char **argv)
     while (!stop)
         turn(&s, 2);
 out:
+    int hb_max = 0, hb_min = 0;
+    for (int i = 0; i < s.nodes; i++) {
+        hb_max = s.n[i].hb_ms > hb_max ? s.n[i].hb_ms : hb_max;
+        if (s.n[i].registered && (!hb_min || s.n[i].hb_ms < hb_min))
+            hb_min = s.n[i].hb_ms;
+    }
     printf("simnodes nodes=%d registered=%d starts=%llu kills=%llu refused_heartbeats=%llu "
-           "resumed=%llu errors=%llu rss_kb=%ld base_rss_kb=%ld\n",
+           "resumed=%llu errors=%llu rss_kb=%ld base_rss_kb=%ld heartbeat_ms=%d "
+           "heartbeat_ms_min=%d period_changes=%llu\n",
            s.nodes, s.nregistered, (unsigned long long)s.starts, (unsigned long long)s.kills,
            (unsigned long long)s.refused_hb, (unsigned long long)s.resumed,
-           (unsigned long long)s.errors, rss_kb(), base_kb);
+           (unsigned long long)s.errors, rss_kb(), base_kb, hb_max, hb_min,
+           (unsigned long long)s.period_changes);
     fflush(stdout);
     for (int i = 0; i < s.nodes; i++) {
         if (s.n[i].sock)

@@ -58,6 +58,9 @@
 #define GONE_AFTER_MS 60000         /* dead nodes and actors are listed this long */
 #define HEAD_HB_MS 100              /* default heartbeat period */
 #define HEAD_DEAD_MS 10000          /* default silence before a node or driver is dead */
+#define HEAD_HB_RATE 20000          /* node heartbeats a second the period is sized for */
+#define HEAD_HB_MSGS 2              /* heartbeats a node sends a period (main loop, liveness) */
+#define HEAD_DEAD_PERIODS 10        /* the dead-after time is at least this many periods */
 #define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
 #define MAX_TRAIN 256               /* training jobs' reports kept (train.c) */
 #define TRAIN_REASONS 8             /* retry reasons in one report */
@@ -69,6 +72,7 @@
 #define HEAD_EVENTS 256             /* recent events kept for the dashboard (events.c) */
 #define PUBLISH_MS 500              /* the HTTP endpoint's pages are rendered this often */
 #define PUBLISH_IDLE_MS 5000        /* ... when asked for since the last time, else this often */
+#define DEADLINE_SCAN_MS 200        /* pending creations' deadlines are checked this often */
 
 /* A resource vector: name -> amount. */
 typedef struct res {
@@ -112,6 +116,7 @@ typedef struct node {
     bool draining; /* told to stop (Heartbeat.draining): nothing more is placed there */
     int nactors;
     node_stats stats; /* what it last measured of its host and shard (Heartbeat.stats) */
+    int hb_told; /* the heartbeat period it was last given (ct__head_scale_heartbeat) */
 } node;
 
 typedef struct actor {
@@ -238,8 +243,12 @@ typedef struct head {
     ct__watch *watch; /* the death-watch port (NULL: none, heartbeats only) */
     driver *drivers;
     int ndrivers;
+    /* the heartbeat period and dead-after time in force (ct__head_scale_heartbeat), and the
+     * configured ones (--heartbeat-ms, --dead-after-ms): their floor */
     int hb_ms, dead_ms;
-    int64_t last_check_ms; /* when check_heartbeats last ran */
+    int hb_floor_ms, dead_floor_ms;
+    int64_t last_check_ms;      /* when check_heartbeats last ran */
+    int64_t last_deadline_scan; /* when expire last read the actor table (head.c) */
     node *nodes;
     int nnodes, cap_nodes;  /* slots ever used (free ones: !used), allocated */
     ct__index *node_ids;    /* used slots by node id (nodes.c) */
@@ -392,6 +401,8 @@ void ct__rv_to_pb(res *r, res_pb *o);
  * that wait counted and the silent declared gone */
 bool ct__head_count_silence(head *h, int64_t now);
 void ct__head_end_silent(head *h, int64_t waited);
+/* The heartbeat period for the live nodes (grown or shrunk) and the nodes told a new one. */
+void ct__head_scale_heartbeat(head *h);
 void ct__head_watch_hello(void *user, uint64_t conn, const char *ticket);
 void ct__head_watch_closed(void *user, uint64_t conn, bool left);
 ct__head_handler ct__head_on_register_node, ct__head_on_heartbeat;

@@ -4,7 +4,8 @@
 # descriptor per node a 10k run cannot afford under a 20,000-descriptor limit). For each N it
 # runs tests/scale's program (test_scale_nodes) with 5 actors of CPU=1 a node (50,000 at 10k),
 # N single-bundle placement groups, nodes of 8 CPUs, the default heartbeat (100 ms) and
-# dead-after (10 s) times, a 12 s hold, then a head kill -9 and restart on its state file, and
+# dead-after (10 s) times (floors: the head sizes the period for N, 1.6 s and 16 s at 10,000
+# nodes), a 60 s hold (SCALE_HOLD_MS), then a head kill -9 and restart on its state file, and
 # prints what it measured: time to register N nodes, the head's CPU per second per 1,000 nodes
 # while only heartbeats arrive, actor creations/s, placement groups/s, a status's time, the
 # state file's size, the restart's replay (until it listens) and the time until every node
@@ -17,13 +18,12 @@
 # many_pgs.json: 1,000 placement groups at 17.2 groups/s). Those ran on real multi-node
 # clusters (actors are processes there); ct's actors here are records on simulated nodes on one
 # 2-core machine, so the rows compare the control plane's scheduling throughput only.
-# Each heartbeat costs the head about 7 us of CPU (hb_cpu_ms_per_s_per_1k: 145 ms a second per
-# 1,000 nodes at two heartbeats per 100 ms), so 10,000 nodes at the default period need about
-# 1.5 cores for heartbeats alone, beside the simulator's; on a 2-core machine a size the CPU
-# cannot carry starves the creations (ZeroMQ queues fairly across peers: one driver gets 1/N of
-# a saturated head) and fails. SCALE_HEARTBEAT_MS (default 100) runs the sizes at another
-# period, to see the tables, the scheduler, the status and the restart at 10,000 nodes.
-# Env: SCALE_SIZES (default "1000 4000 10000"), SCALE_HEARTBEAT_MS.
+# Each heartbeat costs the head about 5 to 7 us of CPU (most of it libzmq, the kernel and
+# CURVE), so 10,000 nodes at a fixed 100 ms would need over a core for heartbeats alone; the
+# head therefore doubles the period while the nodes would send over 20,000 a second
+# (head/nodes.c, ct__head_scale_heartbeat), and hb_cpu_ms_per_s_per_1k falls as N grows
+# (heartbeat_ms: the period the nodes were given). SCALE_HEARTBEAT_MS (default 100) sets the
+# floor. Env: SCALE_SIZES (default "1000 4000 10000"), SCALE_HEARTBEAT_MS, SCALE_HOLD_MS.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${CT_BUILD:-$here/../../build}
@@ -34,7 +34,7 @@ declare -A act pgs
 for n in $sizes; do
     sims=$(((n + 3999) / 4000))
     out=$("$build/bin/ct_test_guard" "$build/bin/test_scale_nodes" --nodes "$n" \
-        --actors $((5 * n)) --pgs "$n" --cpus 8 --sims "$sims" --no-watch --hold-ms 12000 \
+        --actors $((5 * n)) --pgs "$n" --cpus 8 --sims "$sims" --no-watch --hold-ms "${SCALE_HOLD_MS:-60000}" \
         --heartbeat-ms "${SCALE_HEARTBEAT_MS:-100}" \
         --restart 2>/dev/null)
     rc=$?

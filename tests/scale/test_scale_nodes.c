@@ -1,5 +1,7 @@
 /* tests/scale/test_scale_nodes.c — the head holds 2,000 nodes. A real ct-head at its default
- * heartbeat period (100 ms) and dead-after time (10 s), and 2,000 nodes simulated by one
+ * heartbeat period (100 ms, which the head sizes to 400 ms for 2,001 nodes: asserted from the
+ * period the nodes were given, and from the log of one real ct-node started first, with no
+ * CPUs) and dead-after time (10 s), and 2,000 nodes simulated by one
  * ct-simnodes process (actor/simnodes.c: each its own CURVE connection and death-watch
  * connection, two heartbeats a period, its store announced). A raw driver peer (sec.h) then:
  * 1. creates 4,000 actors of CPU=1 (pipelined: all sent, then every reply read) and asserts
@@ -176,6 +178,24 @@ static double cpu_ms_of(pid_t pid)
     return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* Whether file path holds text, waiting up to timeout_ms for it. */
+static bool file_has(const char *path, const char *text, int timeout_ms)
+{
+    double until = h_now_ms() + timeout_ms;
+    do {
+        char buf[1 << 16];
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = 0;
+        if (strstr(buf, text))
+            return true;
+        usleep(100000);
+    } while (h_now_ms() < until);
+    return false;
+}
+
 /* Sleeps ms, heartbeating as the driver every 100 ms. */
 static void hold(peer *drv, int ms)
 {
@@ -253,7 +273,7 @@ int main(int argc, char **argv)
         return 2;
     setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it comes (bench/scale reads them) */
     h_init();
-    alarm(110 + z.nodes / 40 + z.actors / 200); /* the test's sizes: 110 s */
+    alarm(110 + z.hold_ms / 1000 + z.nodes / 40 + z.actors / 200); /* the test's sizes: 192 s */
     struct rlimit rl; /* this process needs few; the head and ct-simnodes raise their own */
     int per_node = z.watch ? 3 : 2;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
@@ -274,6 +294,23 @@ int main(int argc, char **argv)
     if (head <= 0)
         return sec_finish("scale_nodes", -1);
     long head_rss0 = rss_kb_of(head);
+    /* one real ct-node first (no CPUs: nothing is placed there), given the configured period:
+     * it must follow the period the head sizes for the whole cluster (HeartbeatPeriod), which
+     * it logs; not with --restart, whose counts are the simulated nodes', nor where it would
+     * take the last place in the head's node table (10,000 nodes: a simulated node refused) */
+    char node_log[] = "/tmp/ct_scale_node_XXXXXX";
+    int real = 0;
+    if (!z.restart && z.nodes < 10000) {
+        int lf = mkstemp(node_log);
+        CHECK(lf >= 0);
+        close(lf);
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "CT_LOG_LEVEL=info exec '%s' --head %s --cpus 0 2>'%s'",
+                 h_bin("ct-node"), addr, node_log);
+        char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+        real = h_spawn(argv, NULL) > 0;
+        CHECK(real && file_has(node_log, "registered as node-", 30000));
+    }
     pid_t sim[MAX_SIMS];
     int fd[MAX_SIMS];
     char line[512] = "";
@@ -289,7 +326,7 @@ int main(int argc, char **argv)
     }
     int registered = 0;
     for (int k = 0; k < z.sims; k++)
-        if (sim[k] > 0 && !h_read_line(fd[k], line, sizeof line, 120000) &&
+        if (sim[k] > 0 && !h_read_line(fd[k], line, sizeof line, 120000 + 30 * z.nodes) &&
             !strncmp(line, "registered ", 11))
             registered += atoi(line + 11);
     CHECK_EQ_INT(registered, z.nodes);
@@ -327,9 +364,9 @@ int main(int argc, char **argv)
     printf("metric status_ms=%.0f\n", h_now_ms() - t0);
     ct__msg_free(st);
     int alive = 0, actors_alive = 0, n_nodes = 0;
-    wait_cluster(&drv, z.nodes, z.actors, 0, &alive, &actors_alive, &n_nodes);
-    CHECK_EQ_INT(n_nodes, z.nodes);
-    CHECK_EQ_INT(alive, z.nodes);
+    wait_cluster(&drv, z.nodes + real, z.actors, 0, &alive, &actors_alive, &n_nodes);
+    CHECK_EQ_INT(n_nodes, z.nodes + real);
+    CHECK_EQ_INT(alive, z.nodes + real);
     CHECK_EQ_INT(actors_alive, z.actors);
     printf("metric head_kb_per_node=%.1f\n", (double)(head_rss_nodes - head_rss0) / z.nodes);
     if (z.actors)
@@ -362,7 +399,7 @@ int main(int argc, char **argv)
 
     /* ct-simnodes' counters: no heartbeat refused (no node declared dead, the head did not
      * restart), no error */
-    long starts = 0, refused = 0, errors = 0, resumed = 0, rss = 0;
+    long starts = 0, refused = 0, errors = 0, resumed = 0, rss = 0, hb_max = 0, hb_min = 0;
     for (int k = 0; k < z.sims; k++) {
         kill(sim[k], SIGTERM);
         line[0] = 0;
@@ -374,14 +411,30 @@ int main(int argc, char **argv)
         resumed += counter(line, "resumed");
         errors += counter(line, "errors");
         rss += counter(line, "rss_kb") - counter(line, "base_rss_kb");
+        long hb = counter(line, "heartbeat_ms"), lo = counter(line, "heartbeat_ms_min");
+        hb_max = hb > hb_max ? hb : hb_max;
+        hb_min = !hb_min || lo < hb_min ? lo : hb_min;
         close(fd[k]);
     }
     CHECK_EQ_INT((int)starts, z.actors);
     CHECK_EQ_INT((int)errors, 0);
-    if (!z.restart)
+    /* the period the head sized for the nodes (head/nodes.c): the configured one doubled while
+     * two heartbeats a node a period exceed 20,000 a second; every node was told it */
+    int period = z.hb_ms;
+    while ((long long)(z.nodes + real) * 2 * 1000 > 20000LL * period)
+        period *= 2;
+    printf("metric heartbeat_ms=%ld\n", hb_max);
+    if (!z.restart) {
         CHECK_EQ_INT((int)refused, 0);
-    else
+        CHECK_EQ_INT((int)hb_max, period);
+        CHECK_EQ_INT((int)hb_min, period);
+        char told[64];
+        snprintf(told, sizeof told, "heartbeat period %d ms", period);
+        CHECK(period == z.hb_ms || file_has(node_log, told, 10000));
+        unlink(node_log);
+    } else {
         CHECK(resumed >= z.nodes);
+    }
     printf("metric sim_kb_per_node=%.1f\n", (double)rss / z.nodes);
     printf("ct-simnodes: %.1f kB per simulated node; ct-head peak %ld kB\n", (double)rss / z.nodes,
            vm_hwm_kb(head));

@@ -88,7 +88,7 @@ struct trainer {
     tr_pipeline pipe; /* config keys pipeline_stages, micro_batches, schedule */
 };
 
-/* ---- trainer.c: the group ---- */
+/* ---- group.c: the running group ---- */
 
 /* Calls method on every replica at once with per-rank args (args + i * stride); results[i]
  * get the replies (malloc'd). On failure returns the first error and *failed its rank, msg its
@@ -105,6 +105,10 @@ int ct__driver_replicas_that_fit(trainer *t, int *out);
 int ct__driver_tell_world_size(trainer *t, const trainer_train_opts *o, int n);
 /* Logs the size of a group that started when it differs from the last one logged. */
 void ct__driver_note_group_size(trainer *t, int n);
+/* What each replica asks for and the group's bounds, as fit.c takes them. */
+tr_ask ct__driver_ask(const trainer *t);
+/* The stats of the driver's state (a checkpoint's): steps, the loss scaler's. */
+void ct__driver_local_stats(trainer *t);
 
 /* ---- live.c, heal.c: recovery "live" ---- */
 

@@ -7,7 +7,17 @@
  * (ObjNodeInfo and ObjAdded of
  * --objects ids), optionally its death-watch connection (--watch: one more descriptor a node).
  * It answers StartActor with ActorReady at once, and KillActor with ActorExited: an actor is a
- * record (id, job), no process is started and its address ("sim:ID") takes no calls.
+ * record (id, job), no process is started.
+ *
+ * Calls: every simulated actor's address is the one ZMTP listener of this process (actor/zmtp.c,
+ * the server a real actor runs, with the cluster secret's challenge-response), served by one
+ * thread of its own, so a driver reaches a simulated actor as a real one (ct_actor_call: one
+ * connection per handle to the address ActorReady gave). It answers Call "echo" with its
+ * arguments, any other method with an Error (CT_ENOENT, "call.method: ... has no method 'M'"),
+ * any other body with an Error (CT_EPROTO), as worker.c's actor does. A Call names no actor and
+ * every simulated actor shares the address, so they are one class with no state: a call cannot
+ * tell which one it reached, and a killed one's address still answers (the driver learns the
+ * death from the head).
  *
  * Why a program of its own and not ct-node --simulate: the node daemon is one node per process
  * around its zygotes, signalfd, liveness thread and store shard; a simulated node shares none of
@@ -24,13 +34,17 @@
  *
  * Output (stdout, one line each): "registered N" once all are; at SIGTERM/SIGINT a last line
  * "simnodes nodes=N registered=R starts=S kills=K refused_heartbeats=F resumed=M errors=E
- * rss_kb=X base_rss_kb=Y heartbeat_ms=P heartbeat_ms_min=Q period_changes=C" (P, Q: the
+ * rss_kb=X base_rss_kb=Y heartbeat_ms=P heartbeat_ms_min=Q period_changes=C calls=L
+ * call_errors=U" (calls: Calls answered with their arguments; call_errors: calls refused, an
+ * unknown method or not a Call; P, Q: the
  * longest and shortest period the registered nodes hold; refused_heartbeats: the head did not know
  * a node, a false death when the head did not restart; resumed: registrations again that the head
  * answered). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +55,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "actor/runtime.h"
+#include "actor/zmtp.h"
 #include "common/auth.h"
 #include "common/common.h"
 #include "proto/msg.h"
@@ -80,11 +95,19 @@ typedef struct sim {
     uint64_t resumed;        /* registrations again under the node's id, after a head restart */
     uint64_t period_changes; /* HeartbeatPeriod messages that changed a node's period */
     char host[64];
+    char call_ep[64]; /* every simulated actor's address: the calls thread's listener */
 } sim;
+
+/* The calls thread's: the listener and what it answered (read by main at the end). */
+typedef struct sim_calls {
+    ct__zmtp *z;
+    atomic_ullong answered, refused;
+} sim_calls;
 
 #define JOINING 256 /* registrations unanswered at a time */
 
 static volatile sig_atomic_t stop;
+static sim_calls calls;
 static void on_term(int sig)
 {
     (void)sig;
@@ -135,7 +158,6 @@ static void send_register(sim *s, int i, bool resume)
     simnode *n = &s->n[i];
     Ct__ResumedActor *ra = NULL, **rap = NULL;
     Ct__Resource *rr = NULL, **rrp = NULL;
-    char(*addrs)[48] = NULL;
     if (resume) { /* again under its id and token, with its actors (as ct-node's resume) */
         reg.node_id = n->id;
         reg.node_token = n->token;
@@ -143,16 +165,14 @@ static void send_register(sim *s, int i, bool resume)
         rap = calloc(n->na + 1, sizeof *rap);
         rr = calloc(2 * (n->na + 1), sizeof *rr);
         rrp = calloc(2 * (n->na + 1), sizeof *rrp);
-        addrs = calloc(n->na + 1, sizeof *addrs);
-        for (int k = 0; ra && rap && rr && rrp && addrs && k < n->na; k++) {
+        for (int k = 0; ra && rap && rr && rrp && k < n->na; k++) {
             simactor *a = &n->a[k];
             ct__resumed_actor__init(&ra[k]);
             ra[k].actor_id = a->id;
             ra[k].class_name = "Sim";
             ra[k].job_token = a->job;
             ra[k].pid = getpid();
-            snprintf(addrs[k], sizeof addrs[k], "sim:%s", a->id);
-            ra[k].address = addrs[k];
+            ra[k].address = s->call_ep;
             ra[k].pg_id = a->pg;
             ra[k].bundle_index = a->bundle;
             double amt[2] = {a->cpu, a->gpu};
@@ -174,7 +194,6 @@ static void send_register(sim *s, int i, bool resume)
     free(rap);
     free(rr);
     free(rrp);
-    free(addrs);
 }
 
 /* The store's announcements: ObjNodeInfo, then one ObjAdded per simulated object. */
@@ -296,13 +315,11 @@ static void on_start_actor(sim *s, int i, Ct__Envelope *e)
     sa->cpu = ct__res_get(st->resources, st->n_resources, "CPU");
     sa->gpu = ct__res_get(st->resources, st->n_resources, "GPU");
     s->starts++;
-    char addr[64];
-    snprintf(addr, sizeof addr, "sim:%s", id);
     Ct__Envelope o;
     Ct__ActorReady r = CT__ACTOR_READY__INIT;
     ct__env_init(&o, 0, n->id, 0);
     r.actor_id = (char *)id;
-    r.address = addr;
+    r.address = s->call_ep;
     r.pid = getpid();
     o.body_case = CT__ENVELOPE__BODY_ACTOR_READY;
     o.actor_ready = &r;
@@ -357,6 +374,93 @@ static const struct {
     {CT__ENVELOPE__BODY_ERROR, on_error},
     /* JobEnded (no zygotes here), ObjPull / ObjDelete (no store data), Ok: dropped */
 };
+
+/* ---- the calls thread: what every simulated actor answers ---- */
+
+static void call_send(ct__zmtp *z, int conn, const Ct__Envelope *e)
+{
+    size_t n = ct__envelope__get_packed_size(e);
+    uint8_t stack[4096];
+    uint8_t *buf = n <= sizeof stack ? stack : malloc(n);
+    if (!buf)
+        return;
+    ct__envelope__pack(e, buf);
+    ct__zmtp_send(z, conn, buf, n);
+    if (buf != stack)
+        free(buf);
+}
+
+static void call_refuse(ct__zmtp *z, int conn, uint64_t req, int code, const char *msg)
+{
+    Ct__Envelope e;
+    Ct__Error er = CT__ERROR__INIT;
+    ct__env_init(&e, req, "simactor", 0);
+    er.code = code;
+    er.message = (char *)msg;
+    er.field = "";
+    e.body_case = CT__ENVELOPE__BODY_ERROR;
+    e.error = &er;
+    call_send(z, conn, &e);
+    atomic_fetch_add(&calls.refused, 1);
+}
+
+/* One message from a caller: a Call "echo" answered with its arguments, anything else refused
+ * with the error a real actor gives (worker.c's actor_main). */
+static void call_answer(ct__zmtp *z, int conn, const uint8_t *data, size_t len)
+{
+    Ct__Envelope *in;
+    int rc = ct__msg_decode(data, len, &in, "actor");
+    if (rc) {
+        call_refuse(z, conn, in ? in->req_id : 0, rc, ct_last_error());
+        ct__msg_free(in);
+        return;
+    }
+    char msg[200];
+    const char *m =
+        in->body_case == CT__ENVELOPE__BODY_CALL && in->call->method ? in->call->method : "";
+    if (in->body_case != CT__ENVELOPE__BODY_CALL) {
+        snprintf(msg, sizeof msg, "an actor does not handle %s", ct__msg_body_name(in->body_case));
+        call_refuse(z, conn, in->req_id, CT_EPROTO, msg);
+    } else if (strcmp(m, "echo")) {
+        snprintf(msg, sizeof msg,
+                 "call.method: Sim has no method '%s' (a simulated actor answers 'echo')", m);
+        call_refuse(z, conn, in->req_id, CT_ENOENT, msg);
+    } else {
+        Ct__Envelope o;
+        Ct__CallReply cr = CT__CALL_REPLY__INIT;
+        ct__env_init(&o, in->req_id, "simactor", 0);
+        cr.result = in->call->args;
+        o.body_case = CT__ENVELOPE__BODY_CALL_REPLY;
+        o.call_reply = &cr;
+        call_send(z, conn, &o);
+        atomic_fetch_add(&calls.answered, 1);
+    }
+    ct__msg_free(in);
+}
+
+/* Serves every simulated actor's calls until stop (looked at every 200 ms). */
+static void *calls_main(void *arg)
+{
+    (void)arg;
+    while (!stop) {
+        int conn;
+        const uint8_t *data;
+        size_t len;
+        int rc = ct__zmtp_next_within(calls.z, &conn, &data, &len, 200);
+        if (rc == CT_ETIMEDOUT)
+            continue;
+        if (rc == CT_EPROTO) {
+            call_refuse(calls.z, conn, 0, CT_EPROTO, "an actor takes one-frame messages");
+            continue;
+        }
+        if (rc) {
+            CT_LOG(CT_LOG_ERROR, "simnodes", "calls: %s", ct_last_error());
+            break;
+        }
+        call_answer(calls.z, conn, data, len);
+    }
+    return NULL;
+}
 
 /* Reads everything queued on node i's socket. */
 static void drain(sim *s, int i)
@@ -526,6 +630,23 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     long base_kb = rss_kb();
     int rc = 0;
+    /* the calls thread, its signals blocked so SIGTERM reaches the main loop */
+    pthread_t calls_thread;
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigaddset(&term, SIGINT);
+    if (ct__zmtp_listen(s.host, s.call_ep, sizeof s.call_ep, &calls.z)) {
+        fprintf(stderr, "ct-simnodes: the actors' call listener: %s\n", ct_last_error());
+        return 1;
+    }
+    pthread_sigmask(SIG_BLOCK, &term, &old);
+    int thread_rc = pthread_create(&calls_thread, NULL, calls_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (thread_rc) {
+        fprintf(stderr, "ct-simnodes: the calls thread: %s\n", strerror(thread_rc));
+        return 1;
+    }
     s.n = calloc(s.nodes, sizeof *s.n);
     s.ctx = zmq_ctx_new();
     s.ep = epoll_create1(EPOLL_CLOEXEC);
@@ -573,12 +694,16 @@ out:
     }
     printf("simnodes nodes=%d registered=%d starts=%llu kills=%llu refused_heartbeats=%llu "
            "resumed=%llu errors=%llu rss_kb=%ld base_rss_kb=%ld heartbeat_ms=%d "
-           "heartbeat_ms_min=%d period_changes=%llu\n",
+           "heartbeat_ms_min=%d period_changes=%llu calls=%llu call_errors=%llu\n",
            s.nodes, s.nregistered, (unsigned long long)s.starts, (unsigned long long)s.kills,
            (unsigned long long)s.refused_hb, (unsigned long long)s.resumed,
            (unsigned long long)s.errors, rss_kb(), base_kb, hb_max, hb_min,
-           (unsigned long long)s.period_changes);
+           (unsigned long long)s.period_changes, (unsigned long long)atomic_load(&calls.answered),
+           (unsigned long long)atomic_load(&calls.refused));
     fflush(stdout);
+    stop = 1;
+    pthread_join(calls_thread, NULL);
+    ct__zmtp_destroy(&calls.z);
     for (int i = 0; i < s.nodes; i++) {
         if (s.n[i].sock)
             zmq_close(s.n[i].sock);

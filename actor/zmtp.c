@@ -392,6 +392,11 @@ static void accept_all(ct__zmtp *s)
 
 int ct__zmtp_next(ct__zmtp *s, int *connp, const uint8_t **data, size_t *len)
 {
+    return ct__zmtp_next_within(s, connp, data, len, -1);
+}
+
+int ct__zmtp_next_within(ct__zmtp *s, int *connp, const uint8_t **data, size_t *len, int timeout_ms)
+{
     for (;;) {
         /* complete messages already buffered, fairly across connections */
         for (int k = 0; k < s->nc; k++) {
@@ -418,11 +423,13 @@ int ct__zmtp_next(ct__zmtp *s, int *connp, const uint8_t **data, size_t *len)
         for (int i = 0; i < s->nc; i++)
             pf[1 + i] = (struct pollfd){s->c[i].fd, POLLIN, 0};
         int nfd = 1 + s->nc;
-        if (poll(pf, nfd, -1) < 0) {
-            if (errno == EINTR)
-                continue;
+        int ready = poll(pf, nfd, timeout_ms);
+        if (ready < 0 && errno != EINTR)
             return ct__error(CT_EIO, "zmtp: poll: %s", strerror(errno));
-        }
+        if (ready < 0 && timeout_ms < 0)
+            continue;
+        if (ready <= 0) /* a wait of timeout_ms without a message (or a signal meanwhile) */
+            return CT_ETIMEDOUT;
         for (int i = nfd - 2; i >= 0; i--)
             if (pf[1 + i].revents && ct__zconn_fill(&s->c[i]))
                 drop(s, i);

@@ -62,6 +62,10 @@ int ct__zmtp_listen(const char *host, char *endpoint, size_t cap, ct__zmtp **out
  * message (answer it with an error). A peer that breaks the protocol is disconnected. CT_EIO
  * when polling itself fails. Queued replies are written before it waits. */
 int ct__zmtp_next(ct__zmtp *s, int *conn, const uint8_t **data, size_t *len);
+/* ct__zmtp_next, waiting at most timeout_ms (-1: no limit) when nothing is buffered:
+ * CT_ETIMEDOUT when that wait (or a signal) ended with no message. A server whose thread must
+ * also notice a stop (ct-simnodes' calls thread). */
+int ct__zmtp_next_within(ct__zmtp *s, int *conn, const uint8_t **data, size_t *len, int timeout_ms);
 
 /* Queues one single-frame message for conn (written before the next wait, or at once past
  * 64 KiB). A vanished peer is ignored. */

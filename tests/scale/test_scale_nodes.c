@@ -6,6 +6,11 @@
  * connection, two heartbeats a period, its store announced). A raw driver peer (sec.h) then:
  * 1. creates 4,000 actors of CPU=1 (pipelined: all sent, then every reply read) and asserts
  *    every one answered CreateActorReply (the simulated node answered StartActor);
+ * 1b. calls 300 of them once each over the driver's actor transport (actor/zmtp.c's client, as
+ *    ct_actor_call: a connection per actor to the address its CreateActorReply gave, the
+ *    cluster secret's challenge-response, a Call envelope) and asserts every reply's bytes are
+ *    the arguments sent ("echo"), then 10 more rounds on the open connections (calls_per_s for
+ *    bench/scale), and that a method the actor lacks is refused with CT_ENOENT naming it;
  * 2. creates 1,000 single-bundle placement groups and waits on each: every one Ok (ready);
  * 3. keeps the cluster heartbeating past the dead-after time, then asserts from the status
  *    that all 2,000 nodes are alive and the actors ALIVE, and from ct-simnodes' counters that
@@ -17,6 +22,8 @@
  * Nothing here asserts a time: on a loaded machine it takes longer, and the head counts only
  * the silence of time it ran (head/nodes.c). */
 #include "../security/sec.h"
+#include "actor/zmtp.h"
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -25,6 +32,7 @@ typedef struct sizes {
     int nodes;
     int actors; /* nodes have CPU=4: half the cluster by default */
     int pgs;
+    int calls;   /* actors called (each its own connection: a descriptor each) */
     int hold_ms; /* past the default dead-after time (10 s) */
     int sims;    /* ct-simnodes processes (descriptors: two a node, three with the watch) */
     int cpus;    /* each node's CPUs */
@@ -64,9 +72,17 @@ static Ct__Envelope *wait_beating(peer *drv, uint64_t req_id, int timeout_ms)
     return NULL;
 }
 
+/* An actor the test calls: its id and the address its CreateActorReply gave. */
+typedef struct called {
+    char id[32];
+    char addr[64];
+    ct__zconn zc;
+} called;
+
 /* Sends n CreateActor (CPU=1) without waiting, then reads until every one is answered or
- * timeout_ms passed; the number answered CreateActorReply. */
-static int create_many(peer *drv, int n, int timeout_ms)
+ * timeout_ms passed; the number answered CreateActorReply. The first ncall answered go to
+ * call[]. */
+static int create_many(peer *drv, int n, int timeout_ms, called *call, int ncall)
 {
     uint64_t first = 0;
     for (int i = 0; i < n; i++) {
@@ -82,13 +98,100 @@ static int create_many(peer *drv, int n, int timeout_ms)
             break;
         if (got % 1000 == 0)
             driver_beat(drv);
-        if (r->body_case == CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY && r->req_id >= first)
+        if (r->body_case == CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY && r->req_id >= first) {
+            if (ok < ncall) {
+                snprintf(call[ok].id, sizeof call[ok].id, "%s", r->create_actor_reply->actor_id);
+                snprintf(call[ok].addr, sizeof call[ok].addr, "%s", r->create_actor_reply->address);
+            }
             ok++;
-        else if (other++ < 5)
+        } else if (other++ < 5)
             fprintf(stderr, "create: got %s (%s)\n", ct__msg_body_name(r->body_case),
                     r->body_case == CT__ENVELOPE__BODY_ERROR ? r->error->message : "");
         ct__msg_free(r);
     }
+    return ok;
+}
+
+/* Sends one Call of method with args on c (flushed; held back until the actor's side of the
+ * challenge-response arrived, as the driver's first call); 0 or a CT_E* code. */
+static int call_send(ct__zconn *c, uint64_t req, const char *method, const char *args)
+{
+    Ct__Envelope e;
+    Ct__Call call = CT__CALL__INIT;
+    ct__env_init(&e, req, "drv", 0);
+    call.method = (char *)method;
+    call.args.data = (uint8_t *)args;
+    call.args.len = strlen(args);
+    e.body_case = CT__ENVELOPE__BODY_CALL;
+    e.call = &call;
+    uint8_t buf[512];
+    size_t n = ct__envelope__get_packed_size(&e);
+    if (n > sizeof buf)
+        return CT_EINVAL;
+    ct__envelope__pack(&e, buf);
+    return ct__zconn_send(c, buf, n, true);
+}
+
+/* The next envelope on c within timeout_ms (the handshake completed on the way); NULL when
+ * none came or the connection broke. */
+static Ct__Envelope *call_reply(ct__zconn *c, int timeout_ms)
+{
+    for (double until = h_now_ms() + timeout_ms; h_now_ms() < until;) {
+        const uint8_t *data;
+        size_t len;
+        int r = ct__zconn_parse(c, &data, &len);
+        if (r < 0)
+            return NULL;
+        if (r == 1) {
+            Ct__Envelope *e = NULL;
+            int rc = ct__msg_decode(data, len, &e, "driver");
+            ct__zconn_compact(c);
+            if (rc) {
+                ct__msg_free(e);
+                return NULL;
+            }
+            return e;
+        }
+        ct__zconn_compact(c);
+        struct pollfd p = {c->fd, POLLIN, 0};
+        poll(&p, 1, 100);
+        if (p.revents && ct__zconn_fill(c))
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Calls each of the n actors "echo" once (all sent, then every reply read), then rounds more on
+ * the open connections; the replies whose bytes were the arguments sent. *rounds_ms: the time
+ * of the rounds after the first. */
+static int call_many(called *a, int n, int rounds, double *rounds_ms)
+{
+    int ok = 0, bad = 0;
+    double t0 = 0;
+    for (int round = 0; round <= rounds; round++) {
+        if (round == 1)
+            t0 = h_now_ms();
+        char args[128];
+        for (int i = 0; i < n; i++) {
+            snprintf(args, sizeof args, "echo %d of round %d to %s", i, round, a[i].id);
+            if (a[i].zc.fd >= 0 && call_send(&a[i].zc, 1 + round, "echo", args))
+                ct__zconn_close(&a[i].zc);
+        }
+        for (int i = 0; i < n; i++) {
+            snprintf(args, sizeof args, "echo %d of round %d to %s", i, round, a[i].id);
+            Ct__Envelope *r = a[i].zc.fd >= 0 ? call_reply(&a[i].zc, 30000) : NULL;
+            bool same = r && r->body_case == CT__ENVELOPE__BODY_CALL_REPLY &&
+                        r->req_id == (uint64_t)(1 + round) &&
+                        r->call_reply->result.len == strlen(args) &&
+                        !memcmp(r->call_reply->result.data, args, strlen(args));
+            if (!same && bad++ < 5)
+                fprintf(stderr, "call %d of round %d (%s at %s): %s\n", i, round, a[i].id,
+                        a[i].addr, r ? ct__msg_body_name(r->body_case) : "no reply");
+            ok += same;
+            ct__msg_free(r);
+        }
+    }
+    *rounds_ms = h_now_ms() - t0;
     return ok;
 }
 
@@ -237,6 +340,8 @@ static int parse_args(int argc, char **argv, sizes *z)
             z->actors = atoi(argv[++i]);
         else if (!strcmp(a, "--pgs") && atoi(v) >= 0)
             z->pgs = atoi(argv[++i]);
+        else if (!strcmp(a, "--calls") && atoi(v) >= 0)
+            z->calls = atoi(argv[++i]);
         else if (!strcmp(a, "--hold-ms") && atoi(v) >= 0)
             z->hold_ms = atoi(argv[++i]);
         else if (!strcmp(a, "--sims") && atoi(v) > 0)
@@ -246,11 +351,11 @@ static int parse_args(int argc, char **argv, sizes *z)
         else if (!strcmp(a, "--heartbeat-ms") && atoi(v) > 0)
             z->hb_ms = atoi(argv[++i]);
         else {
-            fprintf(
-                stderr,
-                "test_scale_nodes: bad argument '%s' (--nodes N --actors A --pgs P "
-                "--hold-ms H --sims K --cpus C --heartbeat-ms T --watch|--no-watch --restart)\n",
-                a);
+            fprintf(stderr,
+                    "test_scale_nodes: bad argument '%s' (--nodes N --actors A --pgs P "
+                    "--calls C --hold-ms H --sims K --cpus C --heartbeat-ms T --watch|--no-watch "
+                    "--restart)\n",
+                    a);
             return -1;
         }
     }
@@ -264,6 +369,7 @@ int main(int argc, char **argv)
     sizes z = {.nodes = 2000,
                .actors = 4000,
                .pgs = 1000,
+               .calls = 300,
                .hold_ms = 12000,
                .sims = 1,
                .cpus = 4,
@@ -340,12 +446,49 @@ int main(int argc, char **argv)
     driver_beat(&drv);
 
     t0 = h_now_ms();
-    int placed = create_many(&drv, z.actors, 60000 + z.actors);
+    if (z.calls > z.actors)
+        z.calls = z.actors;
+    called *call = calloc(z.calls + 1, sizeof *call);
+    CHECK(call != NULL);
+    if (!call)
+        return sec_finish("scale_nodes", -1);
+    int placed = create_many(&drv, z.actors, 60000 + z.actors, call, z.calls);
     double act_ms = h_now_ms() - t0;
     printf("%d actors created (answered) in %.0f ms\n", placed, act_ms);
     printf("metric actors_per_s=%.0f\n", placed * 1000.0 / (act_ms > 1 ? act_ms : 1));
     CHECK_EQ_INT(placed, z.actors);
     long head_rss_actors = rss_kb_of(head);
+
+    /* calls to simulated actors, as a driver makes them: a connection each, echo's bytes back */
+    int connected = 0, ncall = z.calls < placed ? z.calls : placed;
+    for (int i = 0; i < z.calls; i++)
+        call[i].zc.fd = -1;
+    for (int i = 0; i < ncall; i++) {
+        if (!ct__zconn_connect(&call[i].zc, call[i].addr))
+            connected++;
+        else
+            fprintf(stderr, "actor %s at '%s': %s\n", call[i].id, call[i].addr, ct_last_error());
+    }
+    CHECK_EQ_INT(connected, z.calls);
+    int rounds = 10;
+    double calls_ms = 0;
+    driver_beat(&drv);
+    int echoed = call_many(call, ncall, rounds, &calls_ms);
+    driver_beat(&drv);
+    printf("%d calls to %d simulated actors answered with their arguments\n", echoed, connected);
+    CHECK_EQ_INT(echoed, z.calls * (rounds + 1));
+    printf("metric calls_per_s=%.0f\n", ncall * rounds * 1000.0 / (calls_ms > 1 ? calls_ms : 1));
+    if (ncall && call[0].zc.fd >= 0) { /* a method the actor lacks: refused with the method named */
+        CHECK_OK(call_send(&call[0].zc, 99, "nosuch", "x"));
+        Ct__Envelope *r = call_reply(&call[0].zc, 30000);
+        CHECK(r && r->body_case == CT__ENVELOPE__BODY_ERROR);
+        CHECK(r && r->body_case == CT__ENVELOPE__BODY_ERROR && r->error->code == CT_ENOENT &&
+              r->req_id == 99 && strstr(r->error->message, "no method 'nosuch'"));
+        ct__msg_free(r);
+    }
+    for (int i = 0; i < z.calls; i++)
+        ct__zconn_close(&call[i].zc);
+    free(call);
     t0 = h_now_ms();
     int ready = pgs_many(&drv, z.pgs, 30000 + z.pgs * 10);
     double pg_ms = h_now_ms() - t0;
@@ -399,6 +542,7 @@ int main(int argc, char **argv)
 
     /* ct-simnodes' counters: no heartbeat refused (no node declared dead, the head did not
      * restart), no error */
+    long calls_answered = 0, calls_refused = 0;
     long starts = 0, refused = 0, errors = 0, resumed = 0, rss = 0, hb_max = 0, hb_min = 0;
     for (int k = 0; k < z.sims; k++) {
         kill(sim[k], SIGTERM);
@@ -407,6 +551,8 @@ int main(int argc, char **argv)
             ;
         printf("%s\n", line);
         starts += counter(line, "starts");
+        calls_answered += counter(line, "calls");
+        calls_refused += counter(line, "call_errors");
         refused += counter(line, "refused_heartbeats");
         resumed += counter(line, "resumed");
         errors += counter(line, "errors");
@@ -418,6 +564,8 @@ int main(int argc, char **argv)
     }
     CHECK_EQ_INT((int)starts, z.actors);
     CHECK_EQ_INT((int)errors, 0);
+    CHECK_EQ_INT((int)calls_answered, z.calls * 11);   /* the first call and 10 rounds each */
+    CHECK_EQ_INT((int)calls_refused, z.calls ? 1 : 0); /* "nosuch" */
     /* the period the head sized for the nodes (head/nodes.c): the configured one doubled while
      * two heartbeats a node a period exceed 20,000 a second; every node was told it */
     int period = z.hb_ms;

@@ -9,13 +9,18 @@
 # prints what it measured: time to register N nodes, the head's CPU per second per 1,000 nodes
 # while only heartbeats arrive, actor creations/s, placement groups/s, a status's time, the
 # state file's size, the restart's replay (until it listens) and the time until every node
-# and actor is back, memory per node and per actor. A size whose run fails (a false death, a
+# and actor is back, memory per node and per actor, and calls per second to simulated actors
+# (300 of them, each on its own connection as a driver's handle, 10 rounds of "echo" all sent
+# then all read, over actor/zmtp.c's client, the transport of ct_actor_call; ct-simnodes
+# answers every simulated actor on one listener and one thread). A size whose run fails (a false death, a
 # placement unanswered) says so.
 #
 # The reference is Ray's published release-test envelope (not runnable here): many_actors
 # (ray 1.12.0 release log, release/release_logs/1.12.0/benchmarks/many_actors.json: 10,000
 # actors at 388.9 actors/s) and many_pgs (ray 2.6.1, release/release_logs/2.6.1/benchmarks/
-# many_pgs.json: 1,000 placement groups at 17.2 groups/s). Those ran on real multi-node
+# many_pgs.json: 1,000 placement groups at 17.2 groups/s) and, for calls, its microbenchmark
+# (ray 1.12.0, release/release_logs/1.12.0/microbenchmark.json: 1_n_actor_calls_async, one
+# driver calling n actors, 13,864.9 calls/s). Those ran on real multi-node
 # clusters (actors are processes there); ct's actors here are records on simulated nodes on one
 # 2-core machine, so the rows compare the control plane's scheduling throughput only.
 # Each heartbeat costs the head about 5 to 7 us of CPU (most of it libzmq, the kernel and
@@ -30,7 +35,8 @@ build=${CT_BUILD:-$here/../../build}
 sizes=${SCALE_SIZES:-"1000 4000 10000"}
 ray_actors_per_s=388.9
 ray_pgs_per_s=17.2
-declare -A act pgs
+ray_calls_per_s=13864.9
+declare -A act pgs calls
 for n in $sizes; do
     sims=$(((n + 3999) / 4000))
     out=$("$build/bin/ct_test_guard" "$build/bin/test_scale_nodes" --nodes "$n" \
@@ -43,12 +49,16 @@ for n in $sizes; do
     echo "$out" | grep -E 'failed|refused_heartbeats' >&2
     act[$n]=$(echo "$out" | sed -n 's/^metric actors_per_s=//p')
     pgs[$n]=$(echo "$out" | sed -n 's/^metric pgs_per_s=//p')
-    [ $rc = 0 ] || { act[$n]=0; pgs[$n]=0; }
+    calls[$n]=$(echo "$out" | sed -n 's/^metric calls_per_s=//p')
+    [ $rc = 0 ] || { act[$n]=0; pgs[$n]=0; calls[$n]=0; }
 done
 row() { awk -v n="$1" -v c="$2" -v r="$3" -v u="$4" 'BEGIN {
     printf "%s: ct=%.0f ref=%.1f %s ratio=%.1f\n", n, c, r, u, (r > 0 ? c / r : 0) }'; }
 for n in $sizes; do
     row "scale_pgs_${n}_nodes" "${pgs[$n]:-0}" "$ray_pgs_per_s" groups/s
+done
+for n in $sizes; do
+    row "scale_calls_${n}_nodes" "${calls[$n]:-0}" "$ray_calls_per_s" calls/s
 done
 for n in $sizes; do
     row "scale_actors_${n}_nodes" "${act[$n]:-0}" "$ray_actors_per_s" actors/s

@@ -13,11 +13,11 @@
  * the server a real actor runs, with the cluster secret's challenge-response), served by one
  * thread of its own, so a driver reaches a simulated actor as a real one (ct_actor_call: one
  * connection per handle to the address ActorReady gave). It answers Call "echo" with its
- * arguments, any other method with an Error (CT_ENOENT, "call.method: ... has no method 'M'"),
- * any other body with an Error (CT_EPROTO), as worker.c's actor does. A Call names no actor and
- * every simulated actor shares the address, so they are one class with no state: a call cannot
- * tell which one it reached, and a killed one's address still answers (the driver learns the
- * death from the head).
+ * arguments, any other method with an Error (CT_ENOENT, "call.method: a simulated actor has no
+ * method 'M'"), any other body with an Error (CT_EPROTO), as worker.c's actor does. A Call names
+ * no actor and every simulated actor shares the address, so they are one class with no state: a
+ * call cannot tell which one it reached, and a killed one's address still answers (the driver
+ * learns the death from the head).
  *
  * Why a program of its own and not ct-node --simulate: the node daemon is one node per process
  * around its zygotes, signalfd, liveness thread and store shard; a simulated node shares none of
@@ -423,7 +423,7 @@ static void call_answer(ct__zmtp *z, int conn, const uint8_t *data, size_t len)
         call_refuse(z, conn, in->req_id, CT_EPROTO, msg);
     } else if (strcmp(m, "echo")) {
         snprintf(msg, sizeof msg,
-                 "call.method: Sim has no method '%s' (a simulated actor answers 'echo')", m);
+                 "call.method: a simulated actor has no method '%s' (it answers 'echo')", m);
         call_refuse(z, conn, in->req_id, CT_ENOENT, msg);
     } else {
         Ct__Envelope o;

@@ -7,7 +7,9 @@
  *    asserts every result's bytes are the arguments sent, then 5 more such rounds;
  * 2. calls a method the actor lacks: ct_actor_call fails with CT_ENOENT and the message names
  *    the method;
- * 3. from ct-simnodes' counters at SIGTERM: every call answered there, one refused, no error.
+ * 3. kills one: once the head reported it dead, a call to it fails CT_EDEAD;
+ * 4. from ct-simnodes' counters at SIGTERM: every call answered there, one refused, one kill,
+ *    no error.
  * The class is registered here only because the driver checks the name; its method never runs
  * (no actor process is started). Nothing here asserts a time. */
 #include "../runtime/harness.h"
@@ -121,13 +123,27 @@ int main(void)
     CHECK(strstr(ct_last_error(), "no method 'nosuch'") != NULL);
     free(res);
 
-    /* 3: ct-simnodes' count of what it answered */
+    /* 3: a killed actor: its node answers KillActor (ActorExited), the head tells the driver,
+     * whose calls then fail CT_EDEAD, as a real actor's (the shared address itself would still
+     * answer) */
+    if (a[1]) {
+        CHECK_OK(ct_actor_kill(a[1]));
+        for (double until = h_now_ms() + 30000; !ct_actor_is_dead(a[1]) && h_now_ms() < until;)
+            usleep(10000);
+        CHECK(ct_actor_is_dead(a[1]));
+        res = NULL;
+        CHECK_EQ_INT(ct_actor_call(a[1], "echo", "x", 1, &res, &len, 30000), CT_EDEAD);
+        free(res);
+    }
+
+    /* 4: ct-simnodes' count of what it answered */
     kill(sim, SIGTERM);
     line[0] = 0;
     while (!h_read_line(fd, line, sizeof line, 20000) && strncmp(line, "simnodes ", 9))
         ;
     printf("%s\n", line);
     CHECK_EQ_INT((int)counter(line, "starts"), ACTORS);
+    CHECK_EQ_INT((int)counter(line, "kills"), 1);
     CHECK_EQ_INT((int)counter(line, "calls"), ROUNDS * ACTORS);
     CHECK_EQ_INT((int)counter(line, "call_errors"), 1);
     CHECK_EQ_INT((int)counter(line, "errors"), 0);

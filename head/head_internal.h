@@ -116,7 +116,7 @@ typedef struct node {
     bool draining; /* told to stop (Heartbeat.draining): nothing more is placed there */
     int nactors;
     node_stats stats; /* what it last measured of its host and shard (Heartbeat.stats) */
-    int hb_told; /* the heartbeat period it was last given (ct__head_scale_heartbeat) */
+    int hb_told;      /* the heartbeat period it was last given (ct__head_scale_heartbeat) */
 } node;
 
 typedef struct actor {

@@ -193,7 +193,8 @@ bool ct__head_count_silence(head *h, int64_t now)
 {
     int64_t gap = h->last_check_ms ? now - h->last_check_ms : 0;
     if (h->last_check_ms && gap < h->hb_ms / 4)
-        return false; /* each check reads every node: at 10,000 nodes, every 20 ms cost 15% of the head */
+        return false; /* each check reads every node: at 10,000 nodes, every 20 ms cost 15% of the
+                         head */
     h->last_check_ms = now;
     if (gap > 3 * (int64_t)h->hb_ms)
         CT_LOG(CT_LOG_INFO, "head", "head loop stalled %lld ms: %d ms of it counted as silence",

@@ -18,8 +18,9 @@
  * JobEnded, ActorExited.stderr_tail, Heartbeat.leaving, death-watch tickets
  * (RegisterNodeReply.watch_*, Heartbeat.watch, WatchTicket); 1.3: draining nodes
  * (Heartbeat.draining, DrainReply, NODE_DRAINING events, NodeInfo.draining); 1.4: nodes that
- * outlive their head re-register (RegisterNode.node_id/node_token/actors, StartActor.resources); 1.5: HeartbeatPeriod (the head lengthens the heartbeat period
- * as the cluster grows) */
+ * outlive their head re-register (RegisterNode.node_id/node_token/actors,
+ * StartActor.resources); 1.5: HeartbeatPeriod (the head lengthens the heartbeat period as the
+ * cluster grows) */
 #define CT_PROTO_MINOR 5
 
 /* The routing id a ROUTER prefixes to each message (ZeroMQ allows up to 255 bytes). */

@@ -14,6 +14,7 @@
  * (no actor process is started). Nothing here asserts a time. */
 #include "../runtime/harness.h"
 #include "ct/ct.h"
+#include "simnodes_out.h"
 
 #define NODES "100"
 #define ACTORS 300
@@ -23,30 +24,6 @@ static int never_called(void *state, const void *args, size_t len, void **out, s
 {
     (void)state, (void)args, (void)len, (void)out, (void)out_len;
     return CT_EINVAL;
-}
-
-/* A counter "name=N" of ct-simnodes' last line; -1 when absent. */
-static long counter(const char *line, const char *name)
-{
-    char key[48];
-    snprintf(key, sizeof key, " %s=", name);
-    const char *p = strstr(line, key);
-    return p ? atol(p + strlen(key)) : -1;
-}
-
-/* pid's resident memory (VmRSS) in kB, -1 unreadable. */
-static long rss_kb_of(pid_t pid)
-{
-    char path[64], text[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(text, sizeof text, f))
-        if (sscanf(text, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb;
 }
 
 int main(void)

@@ -23,6 +23,7 @@
  * the silence of time it ran (head/nodes.c). */
 #include "../security/sec.h"
 #include "actor/zmtp.h"
+#include "simnodes_out.h"
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -238,30 +239,6 @@ static int pgs_many(peer *drv, int n, int timeout_ms)
     }
     free(ids);
     return ready;
-}
-
-/* A counter "name=N" of ct-simnodes' last line; -1 when absent. */
-static long counter(const char *line, const char *name)
-{
-    char key[48];
-    snprintf(key, sizeof key, " %s=", name);
-    const char *p = strstr(line, key);
-    return p ? atol(p + strlen(key)) : -1;
-}
-
-/* pid's resident memory (VmRSS) in kB, -1 unreadable. */
-static long rss_kb_of(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb;
 }
 
 /* pid's CPU time (user + system) in ms, -1 unreadable. */

@@ -86,6 +86,12 @@ int ct__send_all(int fd, const void *buf, size_t n, int flags, int wait_ms);
  * first non-loopback IPv4 address that is up, else 127.0.0.1. */
 void ct__listen_host(char *out, size_t cap);
 
+/* Dials "host:port" (IPv4) over TCP, retrying while it is refused (the peer's listener may not be
+ * up yet) until deadline (ct__now_ns). TCP_NODELAY; bufsize > 0 sets both socket buffers before
+ * the handshake. The socket is blocking. who prefixes the messages. 0 and *out (-1 on failure),
+ * or CT_ETIMEDOUT, CT_EIO (resolve), CT_EPROTO (no port), a negative errno. */
+int ct__tcp_connect(const char *hostport, int bufsize, int64_t deadline, const char *who, int *out);
+
 /* Secrets (token.c): 128-bit random tokens as CT_TOKEN_LEN lower-case hex digits + NUL.
  * new: 0, or a negative errno when getrandom fails (message set). valid: exactly that format.
  * eq: both valid and equal, compared in constant time (a token is a credential). */

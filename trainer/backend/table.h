@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/common.h"
 #include "ct/device.h"
@@ -370,5 +371,72 @@ static inline int ct__supports(const ct__backend *b, const ct__op_desc *op)
 /* TF32 for f32 GEMMs and convolutions where the device has it (CUDA's cuBLASLt compute type
  * and cuDNN math type): off unless ct_set_tf32(true) (trainer/nn/autocast.c). */
 bool ct__tf32_allowed(void);
+
+/* ---- device indices: one table per index of a kind (cuda:1, checkdev:2, ...) ----
+ * A kind's tables differ only in their name and device and in the entries that are given no
+ * memory or stream of the device, so cannot find it from their arguments: alloc, stream_new,
+ * event_new, synchronize, event_record and stream_wait. A backend defines those once with the
+ * index first (static alloc_on(int dev, ...), stream_new_on, event_new_on, synchronize_on,
+ * event_record_on, stream_wait_on), CT__INDEX_ENTRIES(i) makes index i's entries from them,
+ * and ct__index_tables fills the tables of indices 1 .. CT_MAX_DEVICE_INDEX - 1 from its
+ * index-0 table. */
+typedef struct {
+    int (*alloc)(void **p, size_t bytes);
+    int (*stream_new)(void **stream);
+    int (*event_new)(void **ev);
+    int (*synchronize)(void *stream);
+    int (*event_record)(void *ev, void *stream);
+    int (*stream_wait)(void *stream, void *ev);
+} ct__index_entries;
+
+#define CT__INDEX_ENTRIES(i)                                                                       \
+    static int alloc_##i(void **p, size_t bytes)                                                   \
+    {                                                                                              \
+        return alloc_on(i, p, bytes);                                                              \
+    }                                                                                              \
+    static int stream_new_##i(void **stream)                                                       \
+    {                                                                                              \
+        return stream_new_on(i, stream);                                                           \
+    }                                                                                              \
+    static int event_new_##i(void **ev)                                                            \
+    {                                                                                              \
+        return event_new_on(i, ev);                                                                \
+    }                                                                                              \
+    static int synchronize_##i(void *stream)                                                       \
+    {                                                                                              \
+        return synchronize_on(i, stream);                                                          \
+    }                                                                                              \
+    static int event_record_##i(void *ev, void *stream)                                            \
+    {                                                                                              \
+        return event_record_on(i, ev, stream);                                                     \
+    }                                                                                              \
+    static int stream_wait_##i(void *stream, void *ev)                                             \
+    {                                                                                              \
+        return stream_wait_on(i, stream, ev);                                                      \
+    }                                                                                              \
+    static const ct__index_entries index_entries_##i = {                                           \
+        alloc_##i,       stream_new_##i,   event_new_##i,                                          \
+        synchronize_##i, event_record_##i, stream_wait_##i,                                        \
+    };
+
+/* tables[i] = base with index i's entries, device and name ("KIND:i"; names holds them), for
+ * i = 1 .. CT_MAX_DEVICE_INDEX - 1 (tables[0] is left alone: base itself is index 0's). */
+static inline void ct__index_tables(ct__backend tables[CT_MAX_DEVICE_INDEX],
+                                    char names[CT_MAX_DEVICE_INDEX][16], const ct__backend *base,
+                                    const ct__index_entries *const per[CT_MAX_DEVICE_INDEX])
+{
+    for (int i = 1; i < CT_MAX_DEVICE_INDEX; i++) {
+        tables[i] = *base;
+        snprintf(names[i], 16, "%s:%d", base->name, i);
+        tables[i].name = names[i];
+        tables[i].device = ct_device_make(ct_device_kind(base->device), i);
+        tables[i].alloc = per[i]->alloc;
+        tables[i].stream_new = per[i]->stream_new;
+        tables[i].event_new = per[i]->event_new;
+        tables[i].synchronize = per[i]->synchronize;
+        tables[i].event_record = per[i]->event_record;
+        tables[i].stream_wait = per[i]->stream_wait;
+    }
+}
 
 #endif

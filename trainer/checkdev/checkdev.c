@@ -560,8 +560,10 @@ static int synchronize_on(int dev, void *stream)
     return sync_stream(stream_arg(stream, dev), "synchronize");
 }
 
-static int cd_event_new(void **ev)
+/* events belong to no device until recorded (done_dev) */
+static int event_new_on(int dev, void **ev)
 {
+    (void)dev;
     cd_event *e = calloc(1, sizeof *e);
     if (!e)
         return ct__error(CT_ENOMEM, "checkdev event_new: out of memory");
@@ -991,40 +993,19 @@ static double cd_peak_flops(int dt, int threads)
     return ct__backend_cpu.peak_flops(dt, threads);
 }
 
-/* The entries that name no memory of their own, one set per device index: the index's table
- * (ct__checkdev_table) holds them. */
-#define PER_DEVICE(i)                                                                              \
-    static int cd_alloc_##i(void **p, size_t bytes)                                                \
-    {                                                                                              \
-        return alloc_on(i, p, bytes);                                                              \
-    }                                                                                              \
-    static int cd_stream_new_##i(void **stream)                                                    \
-    {                                                                                              \
-        return stream_new_on(i, stream);                                                           \
-    }                                                                                              \
-    static int cd_synchronize_##i(void *stream)                                                    \
-    {                                                                                              \
-        return synchronize_on(i, stream);                                                          \
-    }                                                                                              \
-    static int cd_event_record_##i(void *ev, void *stream)                                         \
-    {                                                                                              \
-        return event_record_on(i, ev, stream);                                                     \
-    }                                                                                              \
-    static int cd_stream_wait_##i(void *stream, void *ev)                                          \
-    {                                                                                              \
-        return stream_wait_on(i, stream, ev);                                                      \
-    }
-PER_DEVICE(0)
-PER_DEVICE(1)
-PER_DEVICE(2)
-PER_DEVICE(3)
+/* The entries that name no memory of their own, one set per device index (table.h) */
+CT__INDEX_ENTRIES(0)
+CT__INDEX_ENTRIES(1)
+CT__INDEX_ENTRIES(2)
+CT__INDEX_ENTRIES(3)
+_Static_assert(CT_MAX_DEVICE_INDEX == 4, "one CT__INDEX_ENTRIES(i) per device index");
 
 const ct__backend ct__backend_checkdev = {
     .name = "checkdev",
     .device = CT_CHECKDEV,
     .devices = cd_devices,
     .peak_flops = cd_peak_flops,
-    .alloc = cd_alloc_0,
+    .alloc = alloc_0,
     .free = cd_free,
     .upload = cd_upload,
     .download = cd_download,
@@ -1035,13 +1016,13 @@ const ct__backend ct__backend_checkdev = {
     .upload_async = cd_upload_async,
     .download_async = cd_download_async,
     .peer_copy = cd_peer_copy,
-    .stream_new = cd_stream_new_0,
+    .stream_new = stream_new_0,
     .stream_free = cd_stream_free,
-    .synchronize = cd_synchronize_0,
-    .event_new = cd_event_new,
+    .synchronize = synchronize_0,
+    .event_new = event_new_0,
     .event_free = cd_event_free,
-    .event_record = cd_event_record_0,
-    .stream_wait = cd_stream_wait_0,
+    .event_record = event_record_0,
+    .stream_wait = stream_wait_0,
     .event_sync = cd_event_sync,
     .blocked_fmt = cd_blocked_fmt,
     .reorder = cd_reorder,
@@ -1098,37 +1079,14 @@ const ct__backend ct__backend_checkdev = {
 };
 
 static ct__backend tables[CT_MAX_DEVICE_INDEX];
+static char table_names[CT_MAX_DEVICE_INDEX][16];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void tables_init(void)
 {
-    static const struct {
-        const char *name;
-        int (*alloc)(void **, size_t);
-        int (*stream_new)(void **);
-        int (*synchronize)(void *);
-        int (*event_record)(void *, void *);
-        int (*stream_wait)(void *, void *);
-    } per[CT_MAX_DEVICE_INDEX] = {
-        {"checkdev", cd_alloc_0, cd_stream_new_0, cd_synchronize_0, cd_event_record_0,
-         cd_stream_wait_0},
-        {"checkdev:1", cd_alloc_1, cd_stream_new_1, cd_synchronize_1, cd_event_record_1,
-         cd_stream_wait_1},
-        {"checkdev:2", cd_alloc_2, cd_stream_new_2, cd_synchronize_2, cd_event_record_2,
-         cd_stream_wait_2},
-        {"checkdev:3", cd_alloc_3, cd_stream_new_3, cd_synchronize_3, cd_event_record_3,
-         cd_stream_wait_3},
-    };
-    for (int i = 0; i < CT_MAX_DEVICE_INDEX; i++) {
-        tables[i] = ct__backend_checkdev;
-        tables[i].name = per[i].name;
-        tables[i].device = ct_device_make(CT_CHECKDEV, i);
-        tables[i].alloc = per[i].alloc;
-        tables[i].stream_new = per[i].stream_new;
-        tables[i].synchronize = per[i].synchronize;
-        tables[i].event_record = per[i].event_record;
-        tables[i].stream_wait = per[i].stream_wait;
-    }
+    static const ct__index_entries *const per[CT_MAX_DEVICE_INDEX] = {
+        &index_entries_0, &index_entries_1, &index_entries_2, &index_entries_3};
+    ct__index_tables(tables, table_names, &ct__backend_checkdev, per);
 }
 
 const ct__backend *ct__checkdev_table(int index)

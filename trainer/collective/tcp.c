@@ -48,12 +48,17 @@ struct hello {
     uint64_t group_hash;
 };
 
+/* the ring's socket buffers: SOCK_BUF, or $CT_COLL_TCP_BUF_KB (0: the kernel's autotuning) */
+static int sock_buf(void)
+{
+    const char *env = ct__env(CT__ENV_COLL_TCP_BUF_KB);
+    return env ? atoi(env) * 1024 : SOCK_BUF;
+}
+
+/* an accepted link: as ct__tcp_connect sets a dialled one, and non-blocking (io_all polls) */
 static void tune(int fd)
 {
-    int one = 1, sz = SOCK_BUF;
-    const char *env = ct__env(CT__ENV_COLL_TCP_BUF_KB); /* 0: leave the kernel's autotuning */
-    if (env)
-        sz = atoi(env) * 1024;
+    int one = 1, sz = sock_buf();
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (sz > 0) {
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
@@ -89,53 +94,6 @@ static int io_all(int fd, void *p, size_t n, int writing, int64_t deadline)
         poll(&pf, 1, ms_left(deadline));
     }
     return 0;
-}
-
-static int connect_to(const char *hostport, int64_t deadline, int *out)
-{
-    char host[256];
-    snprintf(host, sizeof host, "%s", hostport);
-    char *colon = strrchr(host, ':');
-    if (!colon)
-        return ct__error(CT_EPROTO, "collective: bad address '%s'", hostport);
-    *colon = 0;
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int g = getaddrinfo(host, colon + 1, &hints, &ai);
-    if (g != 0)
-        return ct__error(CT_EIO, "collective: resolve %s: %s", hostport, gai_strerror(g));
-    int rc = 0, fd = -1;
-    for (;;) {
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            rc = ct__error(-errno, "collective: socket: %s", strerror(errno));
-            break;
-        }
-        tune(fd);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-            break;
-        if (errno == EINPROGRESS) {
-            struct pollfd pf = {.fd = fd, .events = POLLOUT};
-            int err = 0;
-            socklen_t el = sizeof err;
-            while (poll(&pf, 1, ms_left(deadline)) == 0 && ct__now_ns() < deadline)
-                ;
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-            if (pf.revents && err == 0)
-                break;
-            errno = err ? err : ETIMEDOUT;
-        }
-        int e = errno;
-        close(fd);
-        fd = -1;
-        if (ct__now_ns() >= deadline) {
-            rc = ct__error(CT_ETIMEDOUT, "collective: connect %s: %s", hostport, strerror(e));
-            break;
-        }
-        usleep(2000); /* refused: the listener may not be up yet */
-    }
-    freeaddrinfo(ai);
-    *out = fd;
-    return rc;
 }
 
 /* The ring's own hello to next: which node and group this connection is. */
@@ -190,8 +148,9 @@ int ct__tcp_setup(ct_comm *c, const ct_rendezvous *rdv, const char *host, int64_
         ct__error(rc, "collective: rank %d waiting for key %s: %s", c->rank, key, ct_strerror(rc));
         goto out;
     }
-    if ((rc = connect_to(peer, deadline, &c->fd_next)) < 0)
+    if ((rc = ct__tcp_connect(peer, sock_buf(), deadline, "collective", &c->fd_next)) < 0)
         goto out;
+    fcntl(c->fd_next, F_SETFL, fcntl(c->fd_next, F_GETFL) | O_NONBLOCK);
     /* Both ends of each link prove that they hold the cluster secret (common/auth.h). Every
      * rank is the client of next and the server of prev, and the ring is a circle: so each step
      * only waits for what a peer sends without waiting itself. C1 to next now; then, per

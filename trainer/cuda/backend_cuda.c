@@ -19,7 +19,7 @@
  * the first of CUDA_VISIBLE_DEVICES) and its one compute stream, as before indices. After, an
  * entry finds the device of the memory it is given (cudaPointerGetAttributes), makes it current
  * on the calling thread and queues on that device's compute stream; the entries that are given
- * no memory are the index's own (PER_DEVICE below). Not yet: the caching allocator's streams
+ * no memory are the index's own (CT__INDEX_ENTRIES below). Not yet: the caching allocator's streams
  * of other use (ct__cuda_record_stream) across devices. */
 static atomic_bool multi;
 static pthread_mutex_t compute_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -141,7 +141,7 @@ static int cu_peer_copy(void *dst, const void *src, size_t bytes, void *stream)
                            "cudaMemcpyPeerAsync");
 }
 
-/* ---- streams and events (the device's own: PER_DEVICE) ---- */
+/* ---- streams and events (the device's own: CT__INDEX_ENTRIES) ---- */
 static int stream_new_on(int dev, void **stream)
 {
     if (atomic_load(&multi) && !cs_on(dev)) /* makes dev current */
@@ -156,7 +156,7 @@ static int event_new_on(int dev, void **ev)
     return ct__cuda_event_new(ev);
 }
 
-static int sync_on(int dev, void *stream)
+static int synchronize_on(int dev, void *stream)
 {
     return ct__cuda_sync(stream ? stream : cs_on(dev));
 }
@@ -497,37 +497,12 @@ static int cu_adam_step(float *param, const float *grad, float *m, float *v, flo
     return ct__cuda_adam_step(param, grad, m, v, mx, n, h, cs_of(param));
 }
 
-/* The entries that are given no memory, one set per device index. */
-#define PER_DEVICE(i)                                                                              \
-    static int cu_alloc_##i(void **p, size_t bytes)                                                \
-    {                                                                                              \
-        return alloc_on(i, p, bytes);                                                              \
-    }                                                                                              \
-    static int cu_stream_new_##i(void **stream)                                                    \
-    {                                                                                              \
-        return stream_new_on(i, stream);                                                           \
-    }                                                                                              \
-    static int cu_event_new_##i(void **ev)                                                         \
-    {                                                                                              \
-        return event_new_on(i, ev);                                                                \
-    }                                                                                              \
-    static int cu_sync_##i(void *stream)                                                           \
-    {                                                                                              \
-        return sync_on(i, stream);                                                                 \
-    }                                                                                              \
-    static int cu_event_record_##i(void *ev, void *stream)                                         \
-    {                                                                                              \
-        return event_record_on(i, ev, stream);                                                     \
-    }                                                                                              \
-    static int cu_stream_wait_##i(void *stream, void *ev)                                          \
-    {                                                                                              \
-        return stream_wait_on(i, stream, ev);                                                      \
-    }
-PER_DEVICE(0)
-PER_DEVICE(1)
-PER_DEVICE(2)
-PER_DEVICE(3)
-_Static_assert(CT_MAX_DEVICE_INDEX == 4, "one PER_DEVICE(i) per device index");
+/* The entries that are given no memory, one set per device index (table.h) */
+CT__INDEX_ENTRIES(0)
+CT__INDEX_ENTRIES(1)
+CT__INDEX_ENTRIES(2)
+CT__INDEX_ENTRIES(3)
+_Static_assert(CT_MAX_DEVICE_INDEX == 4, "one CT__INDEX_ENTRIES(i) per device index");
 
 const ct__backend ct__backend_cuda = {
     .name = "cuda",
@@ -535,7 +510,7 @@ const ct__backend ct__backend_cuda = {
     .devices = ct__cuda_device_count,
     .peak_flops = ct__cuda_peak_flops,
     .supports = cu_supports,
-    .alloc = cu_alloc_0,
+    .alloc = alloc_0,
     .free = cu_free,
     .upload = cu_upload,
     .download = cu_download,
@@ -546,13 +521,13 @@ const ct__backend ct__backend_cuda = {
     .upload_async = cu_upload_async,
     .download_async = cu_download_async,
     .peer_copy = cu_peer_copy,
-    .stream_new = cu_stream_new_0,
+    .stream_new = stream_new_0,
     .stream_free = ct__cuda_stream_free,
-    .synchronize = cu_sync_0,
-    .event_new = cu_event_new_0,
+    .synchronize = synchronize_0,
+    .event_new = event_new_0,
     .event_free = ct__cuda_event_free,
-    .event_record = cu_event_record_0,
-    .stream_wait = cu_stream_wait_0,
+    .event_record = event_record_0,
+    .stream_wait = stream_wait_0,
     .event_sync = ct__cuda_event_sync,
     .reorder = cu_reorder,
     .conv_fwd = cu_conv_fwd,
@@ -606,39 +581,14 @@ const ct__backend ct__backend_cuda = {
 };
 
 static ct__backend tables[CT_MAX_DEVICE_INDEX];
+static char table_names[CT_MAX_DEVICE_INDEX][16];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void tables_init(void)
 {
-    static const struct {
-        const char *name;
-        int (*alloc)(void **, size_t);
-        int (*stream_new)(void **);
-        int (*event_new)(void **);
-        int (*synchronize)(void *);
-        int (*event_record)(void *, void *);
-        int (*stream_wait)(void *, void *);
-    } per[CT_MAX_DEVICE_INDEX] = {
-        {"cuda", cu_alloc_0, cu_stream_new_0, cu_event_new_0, cu_sync_0, cu_event_record_0,
-         cu_stream_wait_0},
-        {"cuda:1", cu_alloc_1, cu_stream_new_1, cu_event_new_1, cu_sync_1, cu_event_record_1,
-         cu_stream_wait_1},
-        {"cuda:2", cu_alloc_2, cu_stream_new_2, cu_event_new_2, cu_sync_2, cu_event_record_2,
-         cu_stream_wait_2},
-        {"cuda:3", cu_alloc_3, cu_stream_new_3, cu_event_new_3, cu_sync_3, cu_event_record_3,
-         cu_stream_wait_3},
-    };
-    for (int i = 0; i < CT_MAX_DEVICE_INDEX; i++) {
-        tables[i] = ct__backend_cuda;
-        tables[i].name = per[i].name;
-        tables[i].device = ct_device_make(CT_CUDA, i);
-        tables[i].alloc = per[i].alloc;
-        tables[i].stream_new = per[i].stream_new;
-        tables[i].event_new = per[i].event_new;
-        tables[i].synchronize = per[i].synchronize;
-        tables[i].event_record = per[i].event_record;
-        tables[i].stream_wait = per[i].stream_wait;
-    }
+    static const ct__index_entries *const per[CT_MAX_DEVICE_INDEX] = {
+        &index_entries_0, &index_entries_1, &index_entries_2, &index_entries_3};
+    ct__index_tables(tables, table_names, &ct__backend_cuda, per);
 }
 
 const ct__backend *ct__cuda_table(int index)

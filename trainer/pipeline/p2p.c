@@ -165,42 +165,6 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
-static int connect_to(const char *hostport, int64_t deadline, int timeout_ms, int *out)
-{
-    char host[320];
-    snprintf(host, sizeof host, "%s", hostport);
-    char *colon = strrchr(host, ':');
-    if (!colon)
-        return ct__error(CT_EPROTO, "pipeline p2p: bad address '%s'", hostport);
-    *colon = 0;
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int g = getaddrinfo(host, colon + 1, &hints, &ai);
-    if (g != 0)
-        return ct__error(CT_EIO, "pipeline p2p: resolve %s: %s", hostport, gai_strerror(g));
-    int rc = 0;
-    for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            rc = ct__error(-errno, "pipeline p2p: socket: %s", strerror(errno));
-            break;
-        }
-        tune(fd, timeout_ms);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-            *out = fd;
-            break;
-        }
-        int e = errno;
-        close(fd);
-        if (ct__now_ns() >= deadline) {
-            rc = ct__error(CT_ETIMEDOUT, "pipeline p2p: connect %s: %s", hostport, strerror(e));
-            break;
-        }
-        usleep(5000); /* refused: not listening yet */
-    }
-    freeaddrinfo(ai);
-    return rc;
-}
-
 static int ms_until(int64_t deadline)
 {
     int64_t ms = (deadline - ct__now_ns()) / 1000000;
@@ -319,8 +283,10 @@ int ct__p2p_open(const ct_rendezvous *rdv, const char *group, int me, const int 
         snprintf(peer_addr, sizeof peer_addr, "%.*s", (int)len, (char *)v);
         free(v);
         struct hello h = {HELLO_MAGIC, me, ghash};
-        if ((rc = connect_to(peer_addr, deadline, timeout_ms, &l->fd)) == 0 &&
-            (rc = ct__auth_connect(l->fd, ms_until(deadline))) == 0 &&
+        if ((rc = ct__tcp_connect(peer_addr, SOCK_BUF, deadline, "pipeline p2p", &l->fd)) < 0)
+            break;
+        set_timeout(l->fd, SO_SNDTIMEO, timeout_ms);
+        if ((rc = ct__auth_connect(l->fd, ms_until(deadline))) == 0 &&
             (rc = io_all(l->fd, &h, sizeof h, true)) < 0)
             ct__error(rc, "pipeline p2p: hello to stage %d at %s: %s", l->peer, peer_addr,
                       ct_strerror(rc));

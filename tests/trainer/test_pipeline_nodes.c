@@ -782,6 +782,14 @@ static void run_validate(const char *dir)
     CHECK(after[1].val_samples == after[0].val_samples && after[1].val_samples > 0);
     CHECK(fabs(after[0].val_loss - after[1].val_loss) <= 1e-5);
     CHECK(fabs(after[1].val_loss - vals[1].loss[vals[1].n - 1]) <= 1e-6);
+    /* still refused, named, before anything starts: restore_best */
+    trainer *rb = make_trainer(text, true, "", 2, 1);
+    int rrc =
+        rb ? trainer_train(rb, .restore_best = true, .validate_every_epoch = true) : CT_EINVAL;
+    printf("restore_best: %s: %s\n", ct_strerror(rrc), ct_last_error());
+    CHECK_EQ_INT(rrc, CT_ENOSYS);
+    CHECK(strstr(ct_last_error(), "opts.restore_best") != NULL);
+    trainer_shutdown(&rb);
     /* the stages validate as the built-in step: a custom one is refused, named */
     char config[400];
     snprintf(config, sizeof config, "text_file=%s,n_layer=2,n_head=2,n_embd=32,pipeline_stages=2",

@@ -169,6 +169,9 @@ int ct__trainer_pipeline_keys(trainer_ctx *ctx, const tr_spec *spec, const tr_st
  * checkpoints are scored by attr (may be NULL), the run log): the stats, the validations and
  * on_validate, on_epoch, the checkpoints; the trained model and optimizer in t's local. */
 struct tr_ckptdir;
+/* What trainer_train cannot run with a pipeline yet (CT_ENOSYS naming it), before anything
+ * starts. */
+int ct__trainer_pipeline_check(const trainer *t, const trainer_train_opts *o);
 int ct__trainer_pipeline_train(trainer *t, const trainer_train_opts *o, struct tr_ckptdir *dir,
                                const char *attr);
 /* trainer_validate for a pipeline: a job from the driver's state validates; *loss_sum, *correct

@@ -121,11 +121,8 @@ static int start_job(trainer *t, ct__pipe_job_opts *jo, const ct_object_id *ckpt
     int rc = ct__pipe_job_start(jo, group, j);
     if (rc < 0)
         return rc;
-    *nbatches = ct__pipe_job_epoch_batches(*j); /* its loader's: the replicas' */
-    snprintf(t->group, sizeof t->group, "%s", group);
-    t->stats.group_start_step = t->local.step;
-    t->stats.group_start_ns = ct__now_ns();
-    t->stats.replicas = t->num_replicas;
+    *nbatches = ct__pipe_job_epoch_batches(*j);       /* its loader's: the replicas' */
+    snprintf(t->group, sizeof t->group, "%s", group); /* the step records' */
     CT_LOG(CT_LOG_INFO, "trainer",
            "pipeline: %d x %d stage actors, %d micro-batches, %s, %lld batches an epoch, from "
            "epoch %lld batch %lld (step %lld)",
@@ -162,21 +159,26 @@ static int64_t segment_steps(const tr_state *local, int64_t nbatches, int64_t ev
     return n;
 }
 
+int ct__trainer_pipeline_check(const trainer *t, const trainer_train_opts *o)
+{
+    const char *no = NULL;
+    if (o->restore_best)
+        no = "opts.restore_best";
+    else if (t->local.data.sharded && t->num_replicas > 1)
+        no = "num_replicas > 1 (pipelines) over sharded data";
+    if (no)
+        return ct__error(CT_ENOSYS,
+                         "trainer_train: %s with a pipeline (config key pipeline_stages = %d, "
+                         "micro_batches = %d) is not run yet",
+                         no, t->pipe.stages, t->pipe.micro_batches);
+    return 0;
+}
+
 int ct__trainer_pipeline_train(trainer *t, const trainer_train_opts *o, tr_ckptdir *dir,
                                const char *attr)
 {
-    if (o->restore_best)
-        return ct__error(CT_ENOSYS,
-                         "trainer_train: opts.restore_best with a pipeline (config key "
-                         "pipeline_stages = %d, micro_batches = %d) is not run yet",
-                         t->pipe.stages, t->pipe.micro_batches);
     tr_state *local = &t->local;
     const tr_spec *spec = &t->spec;
-    if (local->data.sharded && t->num_replicas > 1)
-        return ct__error(CT_ENOSYS,
-                         "trainer_train: num_replicas > 1 (pipelines) over sharded data with a "
-                         "pipeline (config key pipeline_stages = %d) is not run yet",
-                         t->pipe.stages);
     int64_t epochs = o->epochs > 0 ? o->epochs : spec->epochs, nbatches = 0;
     int64_t every = o->checkpoint_every_steps, vevery = o->validate_every_steps;
     ct__pipe_job_opts jo;
@@ -201,8 +203,11 @@ int ct__trainer_pipeline_train(trainer *t, const trainer_train_opts *o, tr_ckptd
         int64_t e = local->epoch, b0 = local->batch, seg = 0, n = 0, t0 = ct__now_ns();
         double sum = 0;
         bool end = false;
-        if (!j)
-            rc = start_job(t, &jo, have_ckpt ? &ckpt : NULL, &j, &nbatches);
+        if (!j && (rc = start_job(t, &jo, have_ckpt ? &ckpt : NULL, &j, &nbatches)) == 0) {
+            t->stats.group_start_step = local->step;
+            t->stats.group_start_ns = ct__now_ns();
+            t->stats.replicas = t->num_replicas;
+        }
         if (rc == 0 && b0 == 0)
             t->acc = (epoch_sums){.agree = true};
         if (rc == 0) {

@@ -1358,6 +1358,8 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     if (rc < 0)
         return rc;
     bool pipeline = t->pipe.stages > 1 || t->pipe.micro_batches > 1; /* pipeline_train.c */
+    if (pipeline && (rc = ct__trainer_pipeline_check(t, o)) < 0)
+        return rc;
     const char *pm = t->local.plateau_metric;
     if (!pipeline && pm[0] && strcmp(pm, "train_loss") && t->spec.sched_every != TR_SCHED_MANUAL &&
         !o->validate_every_epoch && !o->validate_every_steps)

@@ -477,11 +477,32 @@ static int pn_tokens(trainer_ctx *ctx, trainer_data *d)
     return rc;
 }
 
+/* each run's validations (on_validate): [which] */
+static struct {
+    int n;
+    int64_t epoch[64], step[64], samples[64];
+    double loss[64];
+} vals[2];
+static int record_val(trainer *t, const trainer_stats *st, void *user)
+{
+    (void)t;
+    int which = *(int *)user, k = vals[which].n;
+    if (k < 64) {
+        vals[which].epoch[k] = st->val_epoch;
+        vals[which].step[k] = st->val_step;
+        vals[which].samples[k] = st->val_samples;
+        vals[which].loss[k] = st->val_loss;
+        vals[which].n++;
+    }
+    return 0;
+}
+
 /* trainer_dp: 2 pipelines x 2 stages (num_replicas 2, pipeline_stages 2) on 4 nodes of 1 CPU,
  * batch 8 each, against 1 pipeline with batch 16 (the pipelines' loaders take alternate samples
  * of the same order, so their two batches are its one): epoch losses and weights to 1e-5
  * (2.2e-7 with lr 0.05; with lr 0.3 this run is unstable enough to magnify the averaging's
- * rounding to 2e-3 by epoch 2, while epoch 1's losses still agree to 6 digits) */
+ * rounding to 2e-3 by epoch 2, while epoch 1's losses still agree to 6 digits); and each
+ * epoch's validation (each pipeline its slice, the sums added) the same to 1e-5 */
 static float *train_tokens(int replicas, int batch, int which, int64_t *n)
 {
     trainer *t = NULL;
@@ -500,7 +521,8 @@ static float *train_tokens(int replicas, int batch, int which, int64_t *n)
         &t));
     trainer_stats st = {0};
     if (t)
-        CHECK_OK(trainer_train(t, .stats = &st, .on_epoch = record_epoch, .user = &which));
+        CHECK_OK(trainer_train(t, .stats = &st, .on_epoch = record_epoch, .on_validate = record_val,
+                               .user = &which, .validate_every_epoch = true));
     CHECK_EQ_INT(st.epoch, 2);
     w = tt_weights(t ? trainer_get_model(t) : NULL, n);
     trainer_shutdown(&t);
@@ -521,6 +543,15 @@ static void run_trainer_dp(const char *dir)
     double worst = largest_difference(w1, w2, n1, n2);
     printf("trainer_train: driver's weights, largest difference %.3g\n", worst);
     CHECK(worst <= 1e-5);
+    /* the validations: each pipeline its half of the 80 windows, the sums added */
+    CHECK(vals[0].n == 2 && vals[1].n == 2);
+    for (int k = 0; k < 2 && vals[0].n == 2 && vals[1].n == 2; k++) {
+        printf("epoch %d: val_loss %.6f (%lld samples; 2 x 2 stages), %.6f (%lld; 1 x 2)\n", k + 1,
+               vals[1].loss[k], (long long)vals[1].samples[k], vals[0].loss[k],
+               (long long)vals[0].samples[k]);
+        CHECK(vals[1].samples[k] == 80 && vals[0].samples[k] == 80);
+        CHECK(fabs(vals[1].loss[k] - vals[0].loss[k]) <= 1e-5);
+    }
     free(w1);
     free(w2);
 }
@@ -726,25 +757,6 @@ static void run_resume(const char *dir)
  * replica and on 2 stages: the same validations (epoch, step) with the same val_loss (1e-5)
  * and samples, handed to on_validate; then trainer_validate on each trained trainer: the same. */
 #define VAL_EVERY 10
-static struct {
-    int n;
-    int64_t epoch[64], step[64], samples[64];
-    double loss[64];
-} vals[2];
-static int record_val(trainer *t, const trainer_stats *st, void *user)
-{
-    (void)t;
-    int which = *(int *)user, k = vals[which].n;
-    if (k < 64) {
-        vals[which].epoch[k] = st->val_epoch;
-        vals[which].step[k] = st->val_step;
-        vals[which].samples[k] = st->val_samples;
-        vals[which].loss[k] = st->val_loss;
-        vals[which].n++;
-    }
-    return 0;
-}
-
 static void run_validate(const char *dir)
 {
     char text[300];

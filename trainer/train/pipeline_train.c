@@ -73,12 +73,9 @@ static int step_sched(const tr_spec *spec, tr_state *local, int64_t nbatches, bo
     return rc;
 }
 
-/* the driver's state back to the checkpoint's (id), or left as it is without one (nothing was
- * gathered into it yet) */
+/* the driver's state back to the checkpoint's (id) */
 static int rewind_local(const tr_spec *spec, tr_state *local, const ct_object_id *id)
 {
-    if (!id)
-        return 0;
     ct_object_view v = {0};
     int rc = ct_get(id, 30000, &v);
     if (rc == 0)
@@ -186,15 +183,13 @@ int ct__trainer_pipeline_train(trainer *t, const trainer_train_opts *o, tr_ckptd
     if (rc < 0)
         return rc;
     ct_object_id ckpt;
-    bool have_ckpt = false;
     int retries = 0;
-    /* trained before (an earlier trainer_train, trainer_restore, a resume): the stages start
-     * from the driver's state, not from the creators' */
-    if (local->step > 0 || local->epoch > 0 || local->batch > 0) {
-        if ((rc = put_checkpoint(t, NULL, &ckpt, NULL, 0, NULL)) < 0)
-            return rc;
-        have_ckpt = true;
-    }
+    /* the driver's state now: what a failure before the first checkpoint rewinds it to; when
+     * trained before (an earlier trainer_train, trainer_restore, a resume) the stages start
+     * from it, else from the creators (the same weights: the driver's check-run made them) */
+    bool from_ckpt = local->step > 0 || local->epoch > 0 || local->batch > 0;
+    if ((rc = put_checkpoint(t, NULL, &ckpt, NULL, 0, NULL)) < 0)
+        return rc;
     if (local->batch == 0) /* (a resume within an epoch counts from its checkpoint) */
         t->acc = (epoch_sums){.agree = true};
     epoch_sums at_ckpt = t->acc; /* the epoch's sums as of the last checkpoint */
@@ -203,7 +198,7 @@ int ct__trainer_pipeline_train(trainer *t, const trainer_train_opts *o, tr_ckptd
         int64_t e = local->epoch, b0 = local->batch, seg = 0, n = 0, t0 = ct__now_ns();
         double sum = 0;
         bool end = false;
-        if (!j && (rc = start_job(t, &jo, have_ckpt ? &ckpt : NULL, &j, &nbatches)) == 0) {
+        if (!j && (rc = start_job(t, &jo, from_ckpt ? &ckpt : NULL, &j, &nbatches)) == 0) {
             t->stats.group_start_step = local->step;
             t->stats.group_start_ns = ct__now_ns();
             t->stats.replicas = t->num_replicas;
@@ -246,9 +241,9 @@ int ct__trainer_pipeline_train(trainer *t, const trainer_train_opts *o, tr_ckptd
             }
             int vrc = ct__driver_deliver_validations(t, o); /* the stats and on_validate */
             double score = ct__driver_ckpt_stats(t, attr, end, &cst);
-            if ((rc = put_checkpoint(t, have_ckpt ? &ckpt : NULL, &ckpt, dir, score, &cst)) < 0)
+            if ((rc = put_checkpoint(t, &ckpt, &ckpt, dir, score, &cst)) < 0)
                 break;
-            have_ckpt = true;
+            from_ckpt = true;
             at_ckpt = t->acc;
             ct__driver_segment_records(t, end);
             if ((rc = vrc) < 0)
@@ -272,14 +267,13 @@ int ct__trainer_pipeline_train(trainer *t, const trainer_train_opts *o, tr_ckptd
         CT_LOG(CT_LOG_WARN, "trainer",
                "pipeline: epoch %lld batch %lld failed (%s); retry %d of %d from %s",
                (long long)e + 1, (long long)b0, why, retries, o->max_retries,
-               have_ckpt ? "the last checkpoint" : "the start");
-        if ((rc = rewind_local(spec, local, have_ckpt ? &ckpt : NULL)) < 0)
+               from_ckpt ? "the last checkpoint" : "the start");
+        if ((rc = rewind_local(spec, local, &ckpt)) < 0)
             break;
         t->acc = at_ckpt;
     }
     ct__pipe_job_end(&j);
-    if (have_ckpt)
-        ct_free(&ckpt);
+    ct_free(&ckpt);
     return rc;
 }
 

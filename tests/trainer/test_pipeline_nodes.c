@@ -36,6 +36,7 @@
 #include "tt.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include "trainer/pipeline/stage.h"
@@ -300,7 +301,7 @@ static void run_dp(const char *dir)
  * not Adam: Adam moves the attention's key biases, whose true gradient is 0 (softmax ignores a
  * constant added to every key), by rounding noise scaled up to lr per step, 1e-3 apart after 80
  * steps, while every other weight agrees to 7e-6. */
-static double trainer_losses[3][4];
+static double trainer_losses[4][4];
 static int64_t epoch1_steps;
 static int record_epoch(trainer *t, const trainer_stats *st, void *user)
 {
@@ -629,30 +630,44 @@ static void kill_after_ckpt(int64_t nbatches, char *probe, size_t cap, int64_t *
  * with the same weights (every stage's parameters gathered), some within an epoch; the epoch
  * losses and the final weights equal. Then the pipeline with its last stage killed 2 steps after
  * the first checkpoint within epoch 2: one retry, its job starts at that checkpoint's step (only
- * the steps after it trained again), and the losses and weights are the run's without the kill. */
+ * the steps after it trained again), and the losses and weights are the run's without the kill;
+ * and killed in step 3, before any checkpoint: one retry from the start, the same. */
 static void run_ckpt_steps(const char *dir)
 {
     char text[300], d0[300], d1[300], probe[160];
     write_text(dir, text, sizeof text);
     CHECK_OK(mkdir_in(dir, "replica", d0, sizeof d0));
     CHECK_OK(mkdir_in(dir, "pipeline", d1, sizeof d1));
-    int64_t n0 = 0, n1 = 0, n2 = 0;
-    float *w[3] = {0};
-    trainer_stats st[3] = {0};
-    const char *dirs[3] = {d0, d1, NULL};
-    int64_t nbatches = 0, ckpt = 0;
-    for (int which = 0; which < 3; which++) {
+    int64_t n[4] = {0}, nbatches = 0, ckpt = 0;
+    float *w[4] = {0};
+    trainer_stats st[4] = {0};
+    const char *dirs[4] = {d0, d1, NULL, NULL};
+    /* 0: 1 replica, 1: 2 stages, 2: killed after a checkpoint within epoch 2, 3: killed in the
+     * forward of step 3 (no checkpoint yet: the retry starts from the beginning; the probe
+     * waits to be killed once per arming, as the retry starts at epoch 0 too) */
+    tt_killer killer = {0};
+    pthread_t th;
+    for (int which = 0; which < 4; which++) {
         if (which == 2)
             kill_after_ckpt(nbatches, probe, sizeof probe, &ckpt);
-        trainer *t = make_trainer(text, which > 0, which == 2 ? probe : "", 2, 1);
+        if (which == 3)
+            snprintf(probe, sizeof probe, ",probe_step=9,probe_action=wait,probe_rank=0");
+        trainer *t = make_trainer(text, which > 0, which >= 2 ? probe : "", 2, 1);
+        if (which == 3) {
+            killer.t = t;
+            CHECK_OK(ct_kv_put("tt/probe/armed", "1", 2));
+            pthread_create(&th, NULL, tt_kill_probe, &killer);
+        }
         if (t)
             CHECK_OK(trainer_train(t, .stats = &st[which], .on_epoch = record_epoch, .user = &which,
                                    .checkpoint_every_steps = EVERY, .checkpoint_dir = dirs[which],
                                    .checkpoint_num_to_keep = TRAINER_KEEP_ALL,
-                                   .max_retries = which == 2));
+                                   .max_retries = which >= 2));
+        if (which == 3)
+            pthread_join(th, NULL);
         if (which == 0)
             nbatches = epoch1_steps;
-        w[which] = weights_of(&t, which == 0 ? &n0 : which == 1 ? &n1 : &n2);
+        w[which] = weights_of(&t, &n[which]);
         CHECK_EQ_INT(st[which].epoch, 2);
     }
     printf("epoch losses: %.6f %.6f (1 replica), %.6f %.6f (2 stages), %.6f %.6f (2 stages, "
@@ -663,7 +678,7 @@ static void run_ckpt_steps(const char *dir)
         CHECK(fabs(trainer_losses[0][e] - trainer_losses[1][e]) <= 1e-5);
         CHECK(fabs(trainer_losses[2][e] - trainer_losses[1][e]) <= 1e-5);
     }
-    double worst = largest_difference(w[0], w[1], n0, n1);
+    double worst = largest_difference(w[0], w[1], n[0], n[1]);
     printf("weights, 2 stages against 1 replica: largest difference %.3g\n", worst);
     CHECK(worst <= 1e-5);
     trainer *reader = make_trainer(text, false, "", 2, 1);
@@ -677,10 +692,21 @@ static void run_ckpt_steps(const char *dir)
            (long long)st[2].group_start_step);
     CHECK_EQ_INT(st[2].retries_used, 1);
     CHECK_EQ_INT((int)st[2].group_start_step, (int)ckpt);
-    worst = largest_difference(w[2], w[1], n2, n1);
+    worst = largest_difference(w[2], w[1], n[2], n[1]);
     printf("weights, killed against not: largest difference %.3g\n", worst);
     CHECK(worst <= 1e-5);
-    for (int i = 0; i < 3; i++)
+    /* killed before any checkpoint: one retry from the start */
+    worst = largest_difference(w[3], w[1], n[3], n[1]);
+    printf("killed at step 3: %d retry, the last job from step %lld; weights against not "
+           "killed: largest difference %.3g\n",
+           st[3].retries_used, (long long)st[3].group_start_step, worst);
+    CHECK(killer.killed_pid > 0);
+    CHECK_EQ_INT(st[3].retries_used, 1);
+    CHECK_EQ_INT((int)st[3].group_start_step, 0);
+    CHECK(worst <= 1e-5);
+    for (int e = 1; e <= 2; e++)
+        CHECK(fabs(trainer_losses[3][e] - trainer_losses[1][e]) <= 1e-5);
+    for (int i = 0; i < 4; i++)
         free(w[i]);
 }
 

@@ -210,89 +210,117 @@ int ct__pipe_job_start(const ct__pipe_job_opts *opts, const char *group, ct__pip
     return 0;
 }
 
+/* method on every stage (args alike, timeout_ms as call_all's); last[0..P) gets each pipeline's
+ * last stage's reply, j the p2p byte counts of all stages */
+static int call_stages(ct__pipe_job *j, const char *method, const void *args, size_t len,
+                       int timeout_ms, ct__pipe_reply *last)
+{
+    if (!j)
+        return ct__error(CT_EINVAL, "pipeline job: NULL job");
+    ct__pipe_reply *r = calloc((size_t)j->n, sizeof *r);
+    if (!r)
+        return ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    int rc = call_all(j, method, args, len, r, sizeof *r, timeout_ms);
+    if (rc == 0) {
+        j->sent = j->received = 0;
+        for (int i = 0; i < j->n; i++) {
+            j->sent += r[i].sent;
+            j->received += r[i].received;
+        }
+        for (int p = 0; p < j->o.pipelines; p++)
+            last[p] = r[p * j->o.stages + j->o.stages - 1];
+    }
+    free(r);
+    return rc;
+}
+
+/* a call on every stage with the pipelines' sums: loss_sum, samples, correct (each may be
+ * NULL) */
+static int call_summed(ct__pipe_job *j, const char *method, const void *args, size_t len,
+                       int timeout_ms, double *loss_sum, int64_t *samples, int64_t *correct)
+{
+    ct__pipe_reply *last = j ? calloc((size_t)j->o.pipelines, sizeof *last) : NULL;
+    if (j && !last)
+        return ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    int rc = call_stages(j, method, args, len, timeout_ms, last);
+    ct__pipe_reply sum = {0};
+    for (int p = 0; rc == 0 && p < j->o.pipelines; p++) {
+        sum.loss_sum += last[p].loss_sum;
+        sum.samples += last[p].samples;
+        sum.correct += last[p].correct;
+    }
+    if (rc == 0 && loss_sum)
+        *loss_sum = sum.loss_sum;
+    if (rc == 0 && samples)
+        *samples = sum.samples;
+    if (rc == 0 && correct)
+        *correct = sum.correct;
+    free(last);
+    return rc;
+}
+
 int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss)
 {
-    if (!j)
-        return ct__error(CT_EINVAL, "pipeline job: NULL job");
-    ct__pipe_step_reply *r = calloc((size_t)j->n, sizeof *r);
-    if (!r)
+    ct__pipe_reply *last = j ? calloc((size_t)j->o.pipelines, sizeof *last) : NULL;
+    if (j && !last)
         return ct__error(CT_ENOMEM, "pipeline job: out of memory");
-    int timeout = j->o.timeout_ms > 0 ? j->o.timeout_ms : 120000;
-    int rc = call_all(j, "step", &step, sizeof step, r, sizeof *r, timeout + 10000);
-    if (rc == 0) {
-        double sum = 0;
-        for (int p = 0; p < j->o.pipelines; p++)
-            sum += r[p * j->o.stages + j->o.stages - 1].loss;
-        if (loss)
-            *loss = sum / j->o.pipelines;
-        j->sent = j->received = 0;
-        for (int i = 0; i < j->n; i++) {
-            j->sent += r[i].sent;
-            j->received += r[i].received;
-        }
-    }
-    free(r);
+    int timeout = j && j->o.timeout_ms > 0 ? j->o.timeout_ms : 120000;
+    int rc = call_stages(j, "step", &step, sizeof step, timeout + 10000, last);
+    double sum = 0; /* the mean over the pipelines of each one's batch loss */
+    for (int p = 0; rc == 0 && p < j->o.pipelines; p++)
+        sum += last[p].samples > 0 ? last[p].loss_sum / (double)last[p].samples : 0.0;
+    if (rc == 0 && loss)
+        *loss = sum / j->o.pipelines;
+    free(last);
     return rc;
 }
 
-int ct__pipe_job_epoch(ct__pipe_job *j, int64_t epoch, int64_t nbatches, double *loss_sum,
+int ct__pipe_job_epoch(ct__pipe_job *j, const ct__pipe_epoch_args *ea, double *loss_sum,
                        int64_t *samples)
 {
-    if (!j)
-        return ct__error(CT_EINVAL, "pipeline job: NULL job");
-    ct__pipe_epoch_reply *r = calloc((size_t)j->n, sizeof *r);
-    if (!r)
-        return ct__error(CT_ENOMEM, "pipeline job: out of memory");
-    ct__pipe_epoch_args ea = {.epoch = epoch, .nbatches = nbatches};
-    /* no limit on the whole epoch: each of its receives waits at most opts.timeout_ms on a
+    /* no limit on the whole segment: each of its receives waits at most opts.timeout_ms on a
      * peer, and a dead stage's links close at once */
-    int rc = call_all(j, "epoch", &ea, sizeof ea, r, sizeof *r, -1);
-    if (rc == 0) {
-        double sum = 0;
-        int64_t n = 0;
-        for (int p = 0; p < j->o.pipelines; p++) {
-            sum += r[p * j->o.stages + j->o.stages - 1].loss_sum;
-            n += r[p * j->o.stages + j->o.stages - 1].samples;
-        }
-        if (loss_sum)
-            *loss_sum = sum;
-        if (samples)
-            *samples = n;
-        j->sent = j->received = 0;
-        for (int i = 0; i < j->n; i++) {
-            j->sent += r[i].sent;
-            j->received += r[i].received;
-        }
-    }
-    free(r);
+    return call_summed(j, "epoch", ea, sizeof *ea, -1, loss_sum, samples, NULL);
+}
+
+int ct__pipe_job_validate(ct__pipe_job *j, double *loss_sum, int64_t *correct, int64_t *total)
+{
+    return call_summed(j, "validate", NULL, 0, -1, loss_sum, total, correct);
+}
+
+/* pipeline 0's stages' "state" replies into (*r)[0..S), (*rl)[0..S) (the pipelines' agree);
+ * free them with free_states */
+static int states(ct__pipe_job *j, void ***r, size_t **rl)
+{
+    int S = j->o.stages, rc = 0;
+    *r = calloc((size_t)S, sizeof **r);
+    *rl = calloc((size_t)S, sizeof **rl);
+    if (!*r || !*rl)
+        rc = ct__error(CT_ENOMEM, "pipeline job: out of memory");
+    for (int s = 0; s < S && rc == 0; s++)
+        if ((rc = ct_actor_call(j->actors[s], "state", NULL, 0, &(*r)[s], &(*rl)[s], 60000)) < 0)
+            ct__error(rc, "pipeline job: the state of stage %d: %s", s, ct_last_error());
     return rc;
 }
 
-/* pipeline 0's stages' "state" replies into r[0..S), rl[0..S) */
-static int states(ct__pipe_job *j, void **r, size_t *rl)
+static void free_states(ct__pipe_job *j, void **r, size_t *rl)
 {
-    int rc = 0;
-    for (int s = 0; s < j->o.stages && rc == 0; s++) /* pipeline 0's: the pipelines' agree */
-        if ((rc = ct_actor_call(j->actors[s], "state", NULL, 0, &r[s], &rl[s], 60000)) < 0)
-            ct__error(rc, "pipeline job: the state of stage %d: %s", s, ct_last_error());
-    return rc;
+    for (int s = 0; r && s < j->o.stages; s++)
+        free(r[s]);
+    free(r);
+    free(rl);
 }
 
 int ct__pipe_job_gather(ct__pipe_job *j, ct_module *whole, ct_optim *opt)
 {
     if (!j || !whole || !opt)
         return ct__error(CT_EINVAL, "pipeline job: NULL job, model or optimizer");
-    int S = j->o.stages, rc = 0;
-    void **r = calloc((size_t)S, sizeof *r);
-    size_t *rl = calloc((size_t)S, sizeof *rl);
-    if (!r || !rl)
-        rc = ct__error(CT_ENOMEM, "pipeline job: out of memory");
-    if (rc == 0 && (rc = states(j, r, rl)) == 0)
-        rc = ct__pipe_gather(whole, opt, r, rl, S);
-    for (int s = 0; r && s < S; s++)
-        free(r[s]);
-    free(r);
-    free(rl);
+    void **r = NULL;
+    size_t *rl = NULL;
+    int rc = states(j, &r, &rl);
+    if (rc == 0)
+        rc = ct__pipe_gather(whole, opt, r, rl, j->o.stages);
+    free_states(j, r, rl);
     return rc;
 }
 
@@ -300,17 +328,12 @@ int ct__pipe_job_save(ct__pipe_job *j, int64_t step, const char *path)
 {
     if (!j || !path)
         return ct__error(CT_EINVAL, "pipeline job: NULL job or path");
-    int S = j->o.stages, rc = 0;
-    void **r = calloc((size_t)S, sizeof *r);
-    size_t *rl = calloc((size_t)S, sizeof *rl);
-    if (!r || !rl)
-        rc = ct__error(CT_ENOMEM, "pipeline job: out of memory");
-    if (rc == 0 && (rc = states(j, r, rl)) == 0)
+    void **r = NULL;
+    size_t *rl = NULL;
+    int rc = states(j, &r, &rl);
+    if (rc == 0)
         rc = ct__pipe_ckpt_save(&j->o, r, rl, step, path);
-    for (int s = 0; r && s < S; s++)
-        free(r[s]);
-    free(r);
-    free(rl);
+    free_states(j, r, rl);
     return rc;
 }
 

@@ -10,11 +10,12 @@
  * or the driver. With P > 1, stage s of every pipeline averages its gradients (one allreduce of
  * its flat gradient buffer over a ring communicator of the P stages s) before the optimizer
  * steps. The driver (ct__pipe_job_*) only starts the actors and calls "step" (synthetic data) or
- * "epoch" (trainer mode: the trainer's creators and data) on each; the last stages reply their
- * losses. A dead stage fails the step (its neighbours' receives fail at once
- * with CT_EDEAD, the driver's call on it too); the job is then over, and ct__pipe_job_train
- * starts a new one from the last checkpoint (ct__pipe_job_save's file: the trainer's checkpoint
- * format with every stage's parameters and Adam state), which goes on exactly where it was.
+ * "epoch" (trainer mode: the trainer's creators and data; a segment of an epoch) and "validate"
+ * on each; the last stages reply their losses. A dead stage fails the step (its neighbours'
+ * receives fail at once with CT_EDEAD, the driver's call on it too); the job is then over, and
+ * ct__pipe_job_train starts a new one from the last checkpoint (ct__pipe_job_save's file: the
+ * trainer's checkpoint format with every stage's parameters and Adam state), which goes on exactly
+ * where it was.
  *
  * Internal (ct__): trainer_train drives it through the config key pipeline_stages
  * (trainer/train/pipeline_train.c, trainer mode: ct__pipe_job_opts.spec). */
@@ -84,10 +85,14 @@ int ct__pipe_job_step(ct__pipe_job *j, int64_t step, double *loss);
 void ct__pipe_job_p2p_bytes(const ct__pipe_job *j, uint64_t *sent, uint64_t *received);
 /* Trainer mode: the batches of an epoch (stage 0's loader's, rank 0 of P). */
 int64_t ct__pipe_job_epoch_batches(const ct__pipe_job *j);
-/* Trainer mode: epoch `epoch` of nbatches batches on every pipeline; *loss_sum and *samples
- * (may be NULL): over the pipelines' last stages. */
-int ct__pipe_job_epoch(ct__pipe_job *j, int64_t epoch, int64_t nbatches, double *loss_sum,
+/* Trainer mode: a segment of an epoch on every pipeline (ea: which, below); *loss_sum and
+ * *samples (may be NULL): over the pipelines' last stages. */
+struct ct__pipe_epoch_args;
+int ct__pipe_job_epoch(ct__pipe_job *j, const struct ct__pipe_epoch_args *ea, double *loss_sum,
                        int64_t *samples);
+/* Trainer mode: every pipeline's forward passes over its slice of the validation set (the
+ * replicas' slices: pipeline p as rank p of P); *v the sums over the pipelines. */
+int ct__pipe_job_validate(ct__pipe_job *j, double *loss_sum, int64_t *correct, int64_t *total);
 /* Pipeline 0's stages' parameters and optimizer state into whole (a model of the GPT's names)
  * and opt (an optimizer over it of the stages' kind). */
 int ct__pipe_job_gather(ct__pipe_job *j, ct_module *whole, ct_optim *opt);
@@ -145,20 +150,22 @@ int ct__pipe_ckpt_load_stage(const ct__pipe_job_opts *o, const char *path, ct_mo
                              ct_optim *opt, int64_t *step);
 
 /* ---- what the driver and the actors share (stage_actor.c, job.c) ---- */
-/* a stage's reply to "step": its pipeline's loss (the last stage's; 0 elsewhere) and its p2p
- * byte counts so far */
-typedef struct ct__pipe_step_reply {
-    double loss;
+/* a stage's reply to "step", "epoch" and "validate": the last stage's sums over its pipeline's
+ * samples (0 elsewhere: loss_sum, the loss times the rows; correct, top-1 hits of a validation
+ * with i64 labels), the steps run, and the stage's p2p byte counts so far */
+typedef struct ct__pipe_reply {
+    double loss_sum;
+    int64_t samples, correct, steps;
     uint64_t sent, received;
-} ct__pipe_step_reply;
+} ct__pipe_reply;
+/* a segment of an epoch: nbatches batches from batch start_batch, step optimizer steps done
+ * before it; end: it ends the epoch (an epoch's scheduler steps then); report_ms > 0: the last
+ * stages put their step records for the driver's run log every report_ms (records.c, as rank
+ * `pipeline` of the job's group) */
 typedef struct ct__pipe_epoch_args {
-    int64_t epoch, nbatches;
+    int64_t epoch, start_batch, nbatches, step;
+    int32_t end, report_ms;
 } ct__pipe_epoch_args;
-typedef struct ct__pipe_epoch_reply {
-    double loss_sum; /* the last stage's: sum over samples of the loss */
-    int64_t samples, steps;
-    uint64_t sent, received;
-} ct__pipe_epoch_reply;
 typedef struct ct__pipe_setup_args {
     ct__pipe_job_opts o; /* init_file: the path follows the struct, NUL-terminated; spec NULL */
     bool trainer;        /* trainer mode: spec below */

@@ -11,7 +11,9 @@
  * scaled by n_m / N), walks the tape and sends its input's gradient back. Then the tied weight's
  * gradients are added (first + last, the same bits on both), the pipelines' gradients averaged,
  * and Adam steps. state: the stage's parameters and Adam state, for the driver's checkpoint; a
- * setup given a checkpoint starts from its part of it (pipe_ckpt.c). */
+ * setup given a checkpoint starts from its part of it (pipe_ckpt.c). Trainer mode: epoch runs a
+ * segment of an epoch from the replicas' loader (the last stage records its steps for the run
+ * log); validate runs the pipeline's slice of the validation set forward, stage to stage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +22,14 @@
 #include "ct/collective.h"
 #include "ct/ct.h"
 #include "ct/data.h"
+#include "ct/metrics.h"
 #include "ct/optim.h"
 #include "p2p.h"
 #include "stage.h"
 
-enum { KIND_ACT = 0, KIND_GRAD = 1, KIND_TIED = 2, KIND_ROWS = 3 };
+/* what a tag carries: a step's activations, gradients, tied gradient and rows; a validation's
+ * activations (its batch as the micro-batch) and its batches' count */
+enum { KIND_ACT = 0, KIND_GRAD = 1, KIND_TIED = 2, KIND_ROWS = 3, KIND_VAL = 4, KIND_VBATCHES = 5 };
 
 typedef struct {
     ct_tape *tape;
@@ -50,6 +55,7 @@ typedef struct stage {
     tr_state whole; /* its data (the first and the last stage) and loss; no model kept */
     ct_loader *loader;
     ct_sched *sched; /* the trainer's scheduler over opt, or NULL */
+    tr_recorder rec; /* the last stage's step records (records.c) */
 } stage;
 
 static ct_tensor *cross_entropy(ct_tensor *out, ct_tensor *target)
@@ -76,6 +82,7 @@ static void stage_free(void *state)
     ct__gpt_stage_destroy(&st->g);
     ct_loader_destroy(&st->loader);
     ct_sched_destroy(&st->sched);
+    ct__rec_free(&st->rec);
     if (st->trainer) {
         ct__trainer_state_free(&st->whole);
         ct__trainer_ctx_free(&st->ctx);
@@ -329,20 +336,16 @@ static int add_tied(stage *st, int64_t step)
     return rc;
 }
 
-/* one optimizer step over a batch of N rows (x on the first stage, y on the last; NULL
- * elsewhere, where N may be 0: only the last stage scales by it); *loss: the batch's mean loss
- * on the last stage */
-/* the batch's rows on a middle stage, which reads no data: stage 0 sends them down the middle
- * stages (S > 2) before the step's activations */
-static int share_rows(stage *st, int64_t step, int64_t *N)
+/* a count stage 0 knows (a batch's rows, a validation's batches) on a middle stage, which reads
+ * no data: stage 0 sends it down the middle stages (S > 2) under tag (step, kind) */
+static int share_count(stage *st, int64_t step, int kind, int64_t *N)
 {
     int s = st->a.stage, S = st->a.o.stages, rc = 0;
     if (S <= 2)
         return 0;
     if (s > 0 && s < S - 1) {
         ct_tensor *t = NULL;
-        if ((rc = ct__p2p_recv(st->p2p, s - 1, ct__p2p_tag(step, KIND_ROWS, 0), timeout_of(st),
-                               &t)) < 0)
+        if ((rc = ct__p2p_recv(st->p2p, s - 1, ct__p2p_tag(step, kind, 0), timeout_of(st), &t)) < 0)
             return rc;
         *N = (int64_t)ct_tensor_item(t);
         ct_tensor_release(&t);
@@ -350,19 +353,20 @@ static int share_rows(stage *st, int64_t step, int64_t *N)
     if (s < S - 2) {
         float v = (float)*N; /* exact below 2^24 rows */
         ct_tensor *t = ct_tensor_from_f32(1, (int64_t[]){1}, &v);
-        rc = t ? ct__p2p_send(st->p2p, s + 1, ct__p2p_tag(step, KIND_ROWS, 0), t) : CT_ENOMEM;
+        rc = t ? ct__p2p_send(st->p2p, s + 1, ct__p2p_tag(step, kind, 0), t) : CT_ENOMEM;
         ct_tensor_release(&t);
     }
     return rc;
 }
 
 /* one optimizer step over a batch of N rows (x on the first stage, y on the last; NULL and N
- * unknown (0) on the middle stages, which learn N from share_rows); *loss: the batch's mean
- * loss on the last stage. A batch of fewer rows than micro-batches (an epoch's last) runs in
- * as many micro-batches as rows. */
-static int run_step(stage *st, int64_t step, ct_tensor *x, ct_tensor *y, int64_t N, double *loss)
+ * unknown (0) on the middle stages, which learn N from share_count); *loss_sum: the sum over
+ * the batch's rows of the loss on the last stage. A batch of fewer rows than micro-batches (an
+ * epoch's last) runs in as many micro-batches as rows. */
+static int run_step(stage *st, int64_t step, ct_tensor *x, ct_tensor *y, int64_t N,
+                    double *loss_sum)
 {
-    int s = st->a.stage, rc = share_rows(st, step, &N);
+    int s = st->a.stage, rc = share_count(st, step, KIND_ROWS, &N);
     if (rc < 0)
         return rc;
     if (N < 1)
@@ -408,11 +412,20 @@ static int run_step(stage *st, int64_t step, ct_tensor *x, ct_tensor *y, int64_t
     }
     if (rc == 0)
         rc = ct_optim_step(st->opt);
-    if (rc == 0 && st->sched && st->a.spec.sched_every == TR_SCHED_BATCH)
-        rc = ct_sched_step(st->sched);
     st->steps++;
-    *loss = N > 0 ? sum / (double)N : 0.0;
+    *loss_sum = sum;
     return rc;
+}
+
+/* rep, with the stage's p2p byte counts so far, as a call's reply */
+static int reply(stage *st, ct__pipe_reply *rep, void **res, size_t *rlen)
+{
+    ct__p2p_bytes(st->p2p, &rep->sent, &rep->received);
+    if (!(*res = malloc(sizeof *rep)))
+        return ct__error(CT_ENOMEM, "pipeline stage: out of memory");
+    memcpy(*res, rep, sizeof *rep);
+    *rlen = sizeof *rep;
+    return 0;
 }
 
 static int stage_step(void *state, const void *args, size_t len, void **res, size_t *rlen)
@@ -429,22 +442,37 @@ static int stage_step(void *state, const void *args, size_t len, void **res, siz
         (rc = ct__pipe_gpt_batch(o->seed, step, (int64_t)st->a.pipeline * o->batch, o->batch,
                                  o->gpt.block_size, o->gpt.vocab_size, &x, &y)) < 0)
         return rc;
-    ct__pipe_step_reply rep = {0};
-    rc = run_step(st, step, x, y, o->batch, &rep.loss);
+    ct__pipe_reply rep = {.samples = o->batch, .steps = 1};
+    rc = run_step(st, step, x, y, o->batch, &rep.loss_sum);
     ct_tensor_release(&x);
     ct_tensor_release(&y);
-    if (rc < 0)
-        return rc;
-    ct__p2p_bytes(st->p2p, &rep.sent, &rep.received);
-    if (!(*res = malloc(sizeof rep)))
-        return ct__error(CT_ENOMEM, "pipeline stage: out of memory");
-    memcpy(*res, &rep, sizeof rep);
-    *rlen = sizeof rep;
-    return 0;
+    return rc < 0 ? rc : reply(st, &rep, res, rlen);
 }
 
-/* trainer mode: one epoch of `nbatches` batches from the replica's loader (the first and the
- * last stage read the same batches), wrapped as the replica wraps them */
+/* the next batch of ld as tensors x (N, ...) and y (N, ...) f32 targets or (N) i64 labels,
+ * wrapping the batch's buffers (valid until the next ct_loader_next); 0 at the end, 1 with a
+ * batch, or a negative code */
+static int next_batch(ct_loader *ld, ct_tensor **x, ct_tensor **y, int64_t *n)
+{
+    ct_batch b = {0};
+    int got = ct_loader_next(ld, &b);
+    if (got <= 0)
+        return got;
+    int64_t xs[CT_DATA_MAX_DIMS + 1] = {b.n}, ys[CT_DATA_MAX_DIMS + 1] = {b.n};
+    for (int d = 0; d < b.ndim; d++)
+        xs[d + 1] = b.shape[d];
+    for (int d = 0; d < b.tndim; d++)
+        ys[d + 1] = b.tshape[d];
+    *x = ct_tensor_wrap(CT_F32, b.ndim + 1, xs, (void *)b.x);
+    *y = b.tndim ? ct_tensor_wrap(CT_F32, b.tndim + 1, ys, (void *)b.target)
+                 : ct_tensor_wrap(CT_I64, 1, ys, (void *)b.y);
+    *n = b.n;
+    return *x && *y ? 1 : CT_ENOMEM;
+}
+
+/* trainer mode: a segment of an epoch, nbatches batches from batch start_batch of the
+ * replica's loader (the first and the last stage read the same batches); the last stage records
+ * each step for the driver's run log as a replica of rank `pipeline` does */
 static int stage_epoch(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     stage *st = state;
@@ -452,53 +480,144 @@ static int stage_epoch(void *state, const void *args, size_t len, void **res, si
     if (len != sizeof ea || !st->g || !st->trainer)
         return ct__error(CT_EINVAL, "pipeline stage: epoch before a trainer setup, or bad args");
     memcpy(&ea, args, sizeof ea);
-    ct__pipe_epoch_reply rep = {0};
-    int rc = st->loader ? ct_loader_seek(st->loader, ea.epoch, 0) : 0;
+    bool last = st->a.stage == st->a.o.stages - 1;
+    tr_state rs = {.nmodels = 1, .optims = {st->opt}, .step = ea.step}; /* for the records */
+    trainer_step ts = {.ctx = &st->ctx,
+                       .st = &rs,
+                       .training = true,
+                       .epoch = ea.epoch,
+                       .index = ea.start_batch,
+                       .accum_len = 1};
+    int64_t batches = st->loader ? ct_loader_num_batches(st->loader) : 0;
+    if (last)
+        ct__rec_begin(&st->rec, &ts, st->a.group, st->a.pipeline, ea.report_ms);
+    ct__pipe_reply rep = {0};
+    int rc = st->loader ? ct_loader_seek(st->loader, ea.epoch, ea.start_batch) : 0;
     for (int64_t b = 0; rc == 0 && b < ea.nbatches; b++) {
-        ct_batch batch = {0};
         ct_tensor *x = NULL, *y = NULL;
         int64_t n = 0;
-        if (st->loader) {
-            int got = ct_loader_next(st->loader, &batch);
-            if (got <= 0) {
-                rc = got < 0 ? got
-                             : ct__error(CT_EINVAL,
-                                         "pipeline stage %d: the epoch ended after %lld "
-                                         "of %lld batches",
-                                         st->a.stage, (long long)b, (long long)ea.nbatches);
-                break;
-            }
-            int64_t xs[CT_DATA_MAX_DIMS + 1] = {batch.n}, ys[CT_DATA_MAX_DIMS + 1] = {batch.n};
-            for (int d = 0; d < batch.ndim; d++)
-                xs[d + 1] = batch.shape[d];
-            for (int d = 0; d < batch.tndim; d++)
-                ys[d + 1] = batch.tshape[d];
-            x = ct_tensor_wrap(CT_F32, batch.ndim + 1, xs, (void *)batch.x);
-            y = batch.tndim ? ct_tensor_wrap(CT_F32, batch.tndim + 1, ys, (void *)batch.target)
-                            : ct_tensor_wrap(CT_I64, 1, ys, (void *)batch.y);
-            n = batch.n;
-            if (!x || !y)
-                rc = CT_ENOMEM;
-        }
-        double loss = 0;
-        if (rc == 0)
-            rc = run_step(st, st->steps, x, y, n, &loss);
+        int got = st->loader ? next_batch(st->loader, &x, &y, &n) : 1;
+        if (got == 0)
+            rc = ct__error(CT_EINVAL,
+                           "pipeline stage %d: the epoch ended after %lld of %lld batches",
+                           st->a.stage, (long long)(ea.start_batch + b),
+                           (long long)(ea.start_batch + ea.nbatches));
+        double sum = 0;
+        if (got == 1)
+            rc = run_step(st, st->steps, x, y, n, &sum);
+        else if (got < 0)
+            rc = got;
         ct_tensor_release(&x);
         ct_tensor_release(&y);
-        rep.loss_sum += loss * (double)n;
+        rep.loss_sum += sum;
         rep.samples += n;
         rep.steps++;
+        rs.step++;
+        ts.index++;
+        if (rc == 0 && last) /* before the scheduler: the lr the step used */
+            ct__rec_batch(&st->rec, &ts, &(trainer_step_out){.loss_sum = sum, .samples = n},
+                          batches);
+        if (rc == 0 && st->sched && st->a.spec.sched_every == TR_SCHED_BATCH)
+            rc = ct_sched_step(st->sched);
     }
-    if (rc == 0 && st->sched && st->a.spec.sched_every == TR_SCHED_EPOCH)
+    if (last)
+        ct__rec_flush(&st->rec); /* in the KV before the reply: the driver reads them all */
+    if (rc == 0 && ea.end && st->sched && st->a.spec.sched_every == TR_SCHED_EPOCH)
         rc = ct_sched_step(st->sched);
-    if (rc < 0)
+    return rc < 0 ? rc : reply(st, &rep, res, rlen);
+}
+
+/* the first and the last stage: a loader over this pipeline's slice of the validation set, as
+ * a replica of rank p of P slices it (trainer/train/replica.c validate_local), in batches of the
+ * training's size, the images as they are (normalised, never cropped or flipped) */
+static int val_loader(stage *st, ct_dataset **slice, ct_loader **ld)
+{
+    const trainer_data *d = &st->whole.data;
+    int64_t n = ct_dataset_length(d->val), w = st->a.o.pipelines, k = st->a.pipeline;
+    int64_t lo = d->sharded ? 0 : n * k / w, hi = d->sharded ? n : n * (k + 1) / w;
+    const ct_transform_opts *tt = &d->transform;
+    ct_transform_opts vt = {.mean = tt->mean, .std = tt->std, .n_mean = tt->n_mean};
+    int rc = ct_dataset_subset(d->val, lo, hi - lo, slice);
+    if (rc == 0)
+        rc = ct_loader_new(
+            *slice,
+            &(ct_loader_opts){.batch_size = st->a.spec.batch, .prefetch = 2, .transform = vt}, ld);
+    return rc;
+}
+
+/* one validation batch through the stage, forward only: stage 0 embeds x, a middle stage takes
+ * the activation from the stage before, every stage but the last sends its output on; the last
+ * adds the loss times the rows and (i64 labels) the top-1 hits to rep, as the built-in validate
+ * step counts them */
+static int val_batch(stage *st, int64_t b, ct_tensor *x, ct_tensor *y, int64_t n,
+                     ct_tensor *(*loss_fn)(ct_tensor *, ct_tensor *), ct__pipe_reply *rep)
+{
+    int s = st->a.stage, S = st->a.o.stages, rc = 0;
+    uint64_t tag = ct__p2p_tag(st->steps, KIND_VAL, (int)(b & 0xffff));
+    ct_tensor *in = s == 0 ? ct_tensor_retain(x) : NULL, *out = NULL, *loss = NULL;
+    if (s > 0 && (rc = ct__p2p_recv(st->p2p, s - 1, tag, timeout_of(st), &in)) < 0)
         return rc;
-    ct__p2p_bytes(st->p2p, &rep.sent, &rep.received);
-    if (!(*res = malloc(sizeof rep)))
-        return ct__error(CT_ENOMEM, "pipeline stage: out of memory");
-    memcpy(*res, &rep, sizeof rep);
-    *rlen = sizeof rep;
-    return 0;
+    if (!in || !(out = ct__gpt_stage_forward(st->g, in)))
+        rc = CT_EINVAL;
+    if (rc == 0 && s < S - 1)
+        rc = ct__p2p_send(st->p2p, s + 1, tag, out);
+    if (rc == 0 && s == S - 1) {
+        int64_t hits = 0;
+        if (!(loss = loss_fn(out, y)))
+            rc = CT_EINVAL;
+        else if (ct_tensor_dtype(y) == CT_I64)
+            rc = ct_metrics_topk_correct(ct_tensor_f32(out), ct_tensor_data(y), n,
+                                         ct_tensor_dim(out, 1), 1, &hits);
+        if (rc == 0) {
+            rep->loss_sum += (double)ct_tensor_item(loss) * (double)n;
+            rep->correct += hits;
+            rep->samples += n;
+        }
+    }
+    ct_tensor_release(&loss);
+    ct_tensor_release(&out);
+    ct_tensor_release(&in);
+    return rc;
+}
+
+/* trainer mode: the pipeline's forward passes over its slice of the validation set (no tape,
+ * no gradients, the modules in eval mode); the last stage replies the sums. Stage 0 tells the
+ * middle stages how many batches there are; the last stage reads the same slice. */
+static int stage_validate(void *state, const void *args, size_t len, void **res, size_t *rlen)
+{
+    stage *st = state;
+    (void)args, (void)len;
+    if (!st->g || !st->trainer)
+        return ct__error(CT_EINVAL, "pipeline stage: validate before a trainer setup");
+    int s = st->a.stage, S = st->a.o.stages, rc = 0;
+    bool data = s == 0 || s == S - 1;
+    ct__pipe_reply rep = {0};
+    ct_dataset *slice = NULL;
+    ct_loader *ld = NULL;
+    int64_t nb = 0;
+    if (data && st->whole.data.val && (rc = val_loader(st, &slice, &ld)) == 0)
+        nb = ct_loader_num_batches(ld);
+    if (rc == 0)
+        rc = share_count(st, st->steps, KIND_VBATCHES, &nb);
+    ct_module *m = ct__gpt_stage_module(st->g);
+    ct_module_train(m, false);
+    bool was = ct_autograd_set_enabled(false);
+    for (int64_t b = 0; rc == 0 && b < nb; b++) {
+        ct_tensor *x = NULL, *y = NULL;
+        int64_t n = 0;
+        int got = ld ? next_batch(ld, &x, &y, &n) : 1;
+        if (got == 0)
+            rc = ct__error(CT_EINVAL, "pipeline stage %d: the validation set ended early", s);
+        else
+            rc = got < 0 ? got : val_batch(st, b, x, y, n, st->loss, &rep);
+        ct_tensor_release(&x);
+        ct_tensor_release(&y);
+    }
+    ct_autograd_set_enabled(was);
+    ct_module_train(m, true);
+    ct_loader_destroy(&ld);
+    ct_dataset_destroy(&slice);
+    return rc < 0 ? rc : reply(st, &rep, res, rlen);
 }
 
 /* the stage's parameters and Adam state (pipe_ckpt.c's format), for the driver's checkpoint */
@@ -522,6 +641,7 @@ int ct__pipe_register_stage_class(void)
                                                        .methods = {{"setup", stage_setup},
                                                                    {"step", stage_step},
                                                                    {"epoch", stage_epoch},
+                                                                   {"validate", stage_validate},
                                                                    {"state", stage_state}}});
     done = rc == 0;
     return rc;

@@ -110,6 +110,21 @@ tr_ask ct__driver_ask(const trainer *t);
 /* The stats of the driver's state (a checkpoint's): steps, the loss scaler's. */
 void ct__driver_local_stats(trainer *t);
 
+/* ---- trainer.c: what the pipeline's loop (pipeline_train.c) shares with the replicas' ---- */
+
+/* A validation's sums as the val_* fields of st. */
+void ct__driver_set_val_stats(const trainer *t, trainer_stats *st, double loss, int64_t correct,
+                              int64_t total, const tr_metrics *m);
+/* The last segment's validations (t->vals) into the stats, one by one, each handed to
+ * on_validate; its stop as an error. */
+int ct__driver_deliver_validations(trainer *t, const trainer_train_opts *o);
+/* The epoch's statistics so far (t->acc) into st. */
+void ct__driver_epoch_stats(const trainer *t, trainer_stats *st);
+/* The run log and the head's report of a segment that ended well (epoch_done: its epoch). */
+void ct__driver_segment_records(trainer *t, bool epoch_done);
+/* The stats a checkpoint is indexed with into st; its score by attr (NaN: none). */
+double ct__driver_ckpt_stats(const trainer *t, const char *attr, bool epoch_end, trainer_stats *st);
+
 /* ---- live.c, heal.c: recovery "live" ---- */
 
 /* After a segment failed by a death: the survivors go on without the dead (live.c). 0, or a

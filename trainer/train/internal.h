@@ -164,11 +164,19 @@ typedef struct tr_pipeline {
  * the rest (CT_ENOSYS naming what it cannot run yet): local is the driver's check-run state. */
 int ct__trainer_pipeline_keys(trainer_ctx *ctx, const tr_spec *spec, const tr_state *local,
                               tr_pipeline *out);
-/* trainer_train for a pipeline: num_replicas pipelines of pp->stages stage actors; the epochs'
- * losses into stats, the trained model and optimizer into local at the end. */
-int ct__trainer_pipeline_train(const tr_spec *spec, const tr_pipeline *pp, int pipelines,
-                               tr_state *local, trainer_stats *stats, const trainer_train_opts *o,
-                               trainer *t);
+/* trainer_train for a pipeline (pipeline_train.c; t's pipe, num_replicas pipelines of stage
+ * actors) after trainer.c's start (resume, the checkpoint directory dir (may be NULL) whose
+ * checkpoints are scored by attr (may be NULL), the run log): the stats, the validations and
+ * on_validate, on_epoch, the checkpoints; the trained model and optimizer in t's local. */
+struct tr_ckptdir;
+/* What trainer_train cannot run with a pipeline yet (CT_ENOSYS naming it), before anything
+ * starts. */
+int ct__trainer_pipeline_check(const trainer *t, const trainer_train_opts *o);
+int ct__trainer_pipeline_train(trainer *t, const trainer_train_opts *o, struct tr_ckptdir *dir,
+                               const char *attr);
+/* trainer_validate for a pipeline: a job from the driver's state validates; *loss_sum, *correct
+ * and *total over the pipelines' slices of the validation set. */
+int ct__trainer_pipeline_validate(trainer *t, double *loss_sum, int64_t *correct, int64_t *total);
 
 /* ---- checkpoint codec (ckpt.c) ---- */
 

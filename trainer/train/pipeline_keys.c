@@ -5,9 +5,9 @@
  *   schedule         ("1f1b") "gpipe" or "1f1b" (ct_pipe_schedule_parse)
  * A bad value is CT_EINVAL naming the key. A pipeline (stages or micro-batches above 1) runs
  * what pipeline_train.c can: one GPT (the model splits as trainer/pipeline/gpt_stage.c cuts
- * it), the built-in train step, on the CPU, without dropout, a plateau scheduler, accumulation,
- * ZeRO or precisions below f32 (sharded data: one pipeline only, pipeline_train.c); anything else
- * is CT_ENOSYS naming it. Not here: running pipelines. */
+ * it), the built-in train and validate steps, on the CPU, without dropout, a plateau scheduler,
+ * accumulation, ZeRO or precisions below f32 (sharded data: one pipeline only, pipeline_train.c);
+ * anything else is CT_ENOSYS naming it. Not here: running pipelines. */
 #include "common/common.h"
 #include "ct/pipeline.h"
 #include "internal.h"
@@ -22,6 +22,8 @@ static const char *unsupported(const tr_spec *spec, const tr_state *local, const
         return "dropout (the stages do not reseed it per batch as replicas do)";
     if (spec->train_step[0])
         return "a custom train step";
+    if (spec->validate_step[0]) /* the stages validate as the built-in step does */
+        return "a custom validate step";
     if (local->sched && local->plateau_metric[0])
         return "a plateau scheduler";
     if (local->sched && spec->sched_every == TR_SCHED_MANUAL)

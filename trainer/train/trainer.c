@@ -691,8 +691,8 @@ static int rewind_to_checkpoint(trainer *t)
 }
 
 /* Makes a validation's sums the val_* fields of st. */
-static void set_val_stats(const trainer *t, trainer_stats *st, double loss, int64_t correct,
-                          int64_t total, const tr_metrics *m)
+void ct__driver_set_val_stats(const trainer *t, trainer_stats *st, double loss, int64_t correct,
+                              int64_t total, const tr_metrics *m)
 {
     ct__trainer_metrics_out(m, st->val_metrics, &st->val_nmetrics);
     st->val_loss = total ? loss / (double)total : 0;
@@ -704,11 +704,11 @@ static void set_val_stats(const trainer *t, trainer_stats *st, double loss, int6
 }
 
 /* The last epoch's validations into the stats, one by one, each handed to on_validate. */
-static int deliver_validations(trainer *t, const trainer_train_opts *o)
+int ct__driver_deliver_validations(trainer *t, const trainer_train_opts *o)
 {
     for (int i = 0; i < t->nvals; i++) {
         const tr_val_result *v = &t->vals[i];
-        set_val_stats(t, &t->stats, v->loss_sum, v->correct, v->total, &v->metrics);
+        ct__driver_set_val_stats(t, &t->stats, v->loss_sum, v->correct, v->total, &v->metrics);
         ct__report_val(&t->report, &t->stats); /* the head's, sent with the next report */
         t->stats.val_epoch = v->epoch;
         t->stats.val_step = v->step;
@@ -739,7 +739,7 @@ static int run_validation(trainer *t, char *why, size_t cap)
             total += r->total;
             ct__trainer_metrics_add(&m, &r->metrics);
         }
-        set_val_stats(t, &t->stats, loss, correct, total, &m);
+        ct__driver_set_val_stats(t, &t->stats, loss, correct, total, &m);
         ct__report_val(&t->report, &t->stats);
         /* its place: mid-epoch the epoch it is in, else the last one done */
         ct__progress_val(t->progress, &t->stats,
@@ -755,7 +755,7 @@ static int run_validation(trainer *t, char *why, size_t cap)
 
 /* The epoch's statistics so far (its segments' sums) into st. */
 
-static void epoch_stats(const trainer *t, trainer_stats *st)
+void ct__driver_epoch_stats(const trainer *t, trainer_stats *st)
 {
     st->train_loss = t->acc.samples ? t->acc.loss / (double)t->acc.samples : 0;
     st->samples_per_s = t->acc.seconds > 0 ? (double)t->acc.samples / t->acc.seconds : 0;
@@ -767,7 +767,7 @@ static void epoch_stats(const trainer *t, trainer_stats *st)
 /* The run log of a segment that ended well: its last step records (in the KV before the
  * replies), a record per validation it ran (in order; in-line, after their steps), and at the
  * epoch's end the epoch's record (the stats are the epoch's then). */
-static void segment_records(trainer *t, bool epoch_done)
+void ct__driver_segment_records(trainer *t, bool epoch_done)
 {
     if (epoch_done) {
         ct__report_epoch(&t->report, &t->stats);
@@ -779,7 +779,7 @@ static void segment_records(trainer *t, bool epoch_done)
     for (int i = 0; i < t->nvals; i++) {
         const tr_val_result *v = &t->vals[i];
         trainer_stats st = t->stats;
-        set_val_stats(t, &st, v->loss_sum, v->correct, v->total, &v->metrics);
+        ct__driver_set_val_stats(t, &st, v->loss_sum, v->correct, v->total, &v->metrics);
         ct__progress_val(t->progress, &st, v->epoch, v->step);
     }
     if (epoch_done)
@@ -936,7 +936,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         t->local.offset = r0->end_offset;
     }
     if (*done) {
-        epoch_stats(t, &t->stats);
+        ct__driver_epoch_stats(t, &t->stats);
         t->stats.epoch = epoch + 1;
         if (!t->acc.agree)
             CT_LOG(CT_LOG_WARN, "trainer", "replicas' weights differ after epoch %lld",
@@ -952,7 +952,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                "scale %g, %lld skipped so far",
                (long long)epoch + 1, (long long)t->acc.skipped, t->acc.skipped == 1 ? "" : "s",
                r0->loss_scale, (long long)r0->skipped_total);
-    segment_records(t, *done);
+    ct__driver_segment_records(t, *done);
     if (drained >= 0 && t->actors) { /* a drain heard at the segment's end: the group ends */
         tr_report *dr = res[drained];
         if (dr != ck && dr->has_ckpt) /* rank 0's was adopted: the same step */
@@ -1039,11 +1039,11 @@ static double score_of(const char *attr, const trainer_stats *st)
 
 /* The stats a checkpoint is scored and indexed with (an epoch's end: t->stats; within an
  * epoch: the epoch's batches so far) into st; its score (NaN: none) returned. */
-static double ckpt_stats(const trainer *t, const char *attr, bool epoch_end, trainer_stats *st)
+double ct__driver_ckpt_stats(const trainer *t, const char *attr, bool epoch_end, trainer_stats *st)
 {
     *st = t->stats;
     if (!epoch_end)
-        epoch_stats(t, st);
+        ct__driver_epoch_stats(t, st);
     return attr ? score_of(attr, st) : NAN;
 }
 
@@ -1357,11 +1357,11 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     int rc = check_train_opts(o);
     if (rc < 0)
         return rc;
-    if (t->pipe.stages > 1 || t->pipe.micro_batches > 1) /* stage actors (pipeline_train.c) */
-        return ct__trainer_pipeline_train(&t->spec, &t->pipe, t->num_replicas, &t->local, &t->stats,
-                                          o, t);
+    bool pipeline = t->pipe.stages > 1 || t->pipe.micro_batches > 1; /* pipeline_train.c */
+    if (pipeline && (rc = ct__trainer_pipeline_check(t, o)) < 0)
+        return rc;
     const char *pm = t->local.plateau_metric;
-    if (pm[0] && strcmp(pm, "train_loss") && t->spec.sched_every != TR_SCHED_MANUAL &&
+    if (!pipeline && pm[0] && strcmp(pm, "train_loss") && t->spec.sched_every != TR_SCHED_MANUAL &&
         !o->validate_every_epoch && !o->validate_every_steps)
         return ct__error(CT_EINVAL,
                          "trainer_train: the plateau scheduler monitors \"%s\" (config "
@@ -1426,7 +1426,9 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
     /* where a resume starts: on the run log's lines when it prints some, else in the log */
     if (resumed[0] && !ct__progress_note(t->progress, "%s", resumed))
         CT_LOG(CT_LOG_INFO, "trainer", "%s", resumed);
-    while (t->local.epoch < epochs) {
+    if (pipeline) /* stage actors: its own loop of segments, the same start and end */
+        rc = ct__trainer_pipeline_train(t, o, dir, attr);
+    while (!pipeline && t->local.epoch < epochs) {
         /* right after a checkpoint (within an epoch or at its end, after on_epoch): a bigger
          * group when more replicas fit now */
         if ((rc = ct__heal_replacement(t, o, why, sizeof why)) < 0) {
@@ -1461,10 +1463,10 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         /* the segment's validations (in-line, before its checkpoint was written) to the stats
          * and on_validate; then the checkpoint to the directory, scored with the last of them
          * (or an earlier one), even when on_validate stops training */
-        int vrc = deliver_validations(t, o);
+        int vrc = ct__driver_deliver_validations(t, o);
         bool fresh = t->has_ckpt && t->ckpt_unsaved; /* adopted in this segment */
         trainer_stats cst;
-        double score = ckpt_stats(t, attr, done, &cst);
+        double score = ct__driver_ckpt_stats(t, attr, done, &cst);
         if ((rc = save_to_dir(t, dir, score, &cst)) < 0)
             break;
         t->ckpt_unsaved = false;
@@ -1510,13 +1512,20 @@ int trainer_validate(trainer *t, trainer_stats *st)
 {
     if (!t)
         return ct__error(CT_EINVAL, "trainer_validate: t is NULL");
-    if (t->pipe.stages > 1 || t->pipe.micro_batches > 1) /* replicas would hold the whole model */
-        return ct__error(CT_ENOSYS,
-                         "trainer_validate: a pipeline (config key pipeline_stages = "
-                         "%d) is not validated yet",
-                         t->pipe.stages);
     char why[600] = "";
     int rc;
+    if (t->pipe.stages > 1 || t->pipe.micro_batches > 1) { /* on stage actors */
+        double loss = 0;
+        int64_t correct = 0, total = 0;
+        if ((rc = ct__trainer_pipeline_validate(t, &loss, &correct, &total)) < 0)
+            return ct__error(rc, "trainer_validate: %s", ct_last_error());
+        tr_metrics m = {0};
+        ct__driver_set_val_stats(t, &t->stats, loss, correct, total, &m);
+        ct__report_val(&t->report, &t->stats);
+        if (st)
+            *st = t->stats;
+        return 0;
+    }
     if (!t->actors &&
         (rc = ensure_group(t, &(trainer_train_opts){0}, t->stats.retries_used, 30000)) < 0)
         return rc;

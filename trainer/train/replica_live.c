@@ -82,13 +82,54 @@ static int share_state(replica *r, int src)
     return rc;
 }
 
+/* A replacement that healed from a snapshot older than the group's step (heal overlap): rank
+ * src broadcasts its log of the averaged gradients since the snapshot (tr_grad_log), and each
+ * rank that stands at the log's first step replays it (gradlog.c) and takes src's position;
+ * *replayed: the steps replayed here. A local replay failure is logged, not returned: the
+ * rank then differs, and live_agree gives it the whole state. */
+static int replay_log(replica *r, live_pos *all, int src, int64_t *replayed)
+{
+    int k = r->setup.rank;
+    int64_t hdr[2] = {0, 0}; /* the log's bytes and first step */
+    if (k == src && r->log.on) {
+        hdr[0] = (int64_t)r->log.len;
+        hdr[1] = r->log.step0;
+    }
+    int rc = ct_comm_broadcast(r->comm, hdr, 2, CT_I64, src, 0);
+    if (rc < 0 || hdr[0] == 0)
+        return rc;
+    unsigned char *buf = k == src ? r->log.buf : malloc((size_t)hdr[0]);
+    if (!buf)
+        return CT_ENOMEM;
+    rc = ct_comm_broadcast(r->comm, buf, (size_t)hdr[0], CT_U8, src, 0);
+    bool behind = all[k].step == hdr[1] && all[k].step < all[src].step;
+    if (rc == 0 && behind) {
+        int lrc = ct__gradlog_replay(&r->st, &r->spec, buf, (size_t)hdr[0], replayed);
+        if (lrc == 0 && (lrc = ct__replica_weights_hash(r, &all[k].hash)) == 0) {
+            all[k].step = r->st.step;
+            all[k].epoch = all[src].epoch;
+            all[k].offset = all[src].offset;
+            all[k].index = all[src].index;
+        }
+        if (lrc < 0)
+            CT_LOG(CT_LOG_WARN, "trainer",
+                   "replica %d: replaying the survivors' gradients since step %lld failed (%s): "
+                   "it takes the whole state",
+                   k, (long long)hdr[1], ct_last_error());
+    }
+    if (k != src)
+        free(buf);
+    return rc;
+}
+
 /* The new group agrees where it stands: every survivor's last completed step and weights are
  * gathered; when they differ (a peer's death can let some ranks finish the step in flight and
  * not others), the lowest rank of the most steps gives its state to all. Then all go on from
  * the first batch after that step: the epoch's order from offset + index * batch * old_world
  * on, dealt over the new world (*src: the rank the position came from; *hash: the weights' hash
  * now, the same on every rank). */
-static int live_agree(replica *r, int old_world, int *src, uint64_t *hash)
+static int live_agree(replica *r, int old_world, int log_from, int *src, uint64_t *hash,
+                      int64_t *replayed)
 {
     int w = r->setup.world, k = r->setup.rank, rc;
     live_pos *all = calloc((size_t)w, sizeof *all);
@@ -105,6 +146,22 @@ static int live_agree(replica *r, int old_world, int *src, uint64_t *hash)
     bool same = true;
     for (int i = 0; i < w; i++)
         same &= !memcmp(&all[i], &all[*src], sizeof *all);
+    if (!same && log_from > 0 && log_from <= w) { /* a replacement behind: the replay first */
+        if ((rc = replay_log(r, all, log_from - 1, replayed)) < 0 ||
+            (rc = ct_comm_allgather(r->comm, &all[k], all, sizeof *all, CT_U8, 0)) < 0)
+            goto out;
+        same = true;
+        for (int i = 0; i < w; i++)
+            same &= !memcmp(&all[i], &all[*src], sizeof *all);
+        if (!same)
+            *replayed = 0; /* not what it stands on: the whole state below */
+        if (!same && k == *src)
+            CT_LOG(CT_LOG_WARN, "trainer",
+                   "replica %d: the replay of the survivors' gradients did not give their "
+                   "weights (a train step that changes more than its optimizer steps?): rank "
+                   "%d's whole state to all",
+                   k, *src);
+    }
     if (!same) {
         CT_LOG(CT_LOG_INFO, "trainer",
                "replica %d: the survivors differ after the failure (step %lld here, %lld on "
@@ -158,6 +215,7 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
     memcpy(&a, args, sizeof a);
     int old_world = r->setup.world, src = 0, rc;
     uint64_t hash = 0;
+    int64_t replayed = 0;
     r->live.ok = r->live.clean = false;
     for (int m = 0; m < r->st.nmodels; m++) {
         ct_module_on_grad_ready(r->st.models[m], NULL, NULL);
@@ -168,8 +226,13 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
     r->setup.rank = r->ctx.rank = a.rank;
     r->setup.world = r->ctx.world = a.world;
     memcpy(r->setup.group, a.group, sizeof r->setup.group);
-    if ((rc = ct__replica_open_ring(r)) < 0 || (rc = live_agree(r, old_world, &src, &hash)) < 0 ||
-        (rc = ct__replica_loader_new(r)) < 0)
+    rc = ct__replica_open_ring(r);
+    if (rc == 0)
+        rc = live_agree(r, old_world, a.log_from, &src, &hash, &replayed);
+    ct__gradlog_reset(&r->log); /* sent, or of a heal that did not get in */
+    if (rc == 0)
+        rc = ct__replica_loader_new(r);
+    if (rc < 0)
         return rc;
     /* the replicas bound on this machine still are: one bucket stays one bucket, when every
      * rank of the new group was bound with all of its old group (a replacement healed from a
@@ -204,11 +267,24 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
     rep.skipped_total = r->st.skipped;
     rep.loss_scale = r->st.scaler ? ct_grad_scaler_scale(r->st.scaler) : 0;
     rep.weights_hash = hash;
+    rep.replayed = replayed;
     if (!(*res = malloc(sizeof rep)))
         return CT_ENOMEM;
     memcpy(*res, &rep, sizeof rep);
     *rlen = sizeof rep;
     return 0;
+}
+
+/* Why this replica's optimizer steps cannot be replayed from its averaged gradients alone
+ * (gradlog.c), or NULL: the f16 loss scaler (its skips and scale), a plateau scheduler (it
+ * steps on a metric), ZeRO-1 (a shard's step), a device (the log reads host memory). */
+static const char *replay_refusal(const replica *r)
+{
+    return r->st.scaler              ? "the f16 loss scaler"
+           : r->st.plateau_metric[0] ? "a plateau scheduler"
+           : r->spec.zero            ? "ZeRO-1"
+           : r->device != CT_CPU     ? "a device's weights"
+                                     : NULL;
 }
 
 /* The "snapshot" method (a serving peer, idle between two segments of a live group): its whole
@@ -232,6 +308,12 @@ int ct__replica_snapshot(void *state, const void *args, size_t len, void **res, 
                         .batch = r->st.batch,
                         .offset = r->st.offset,
                         .world = r->setup.world};
+    int64_t k = r->spec.accumulate > 1 ? r->spec.accumulate : 1;
+    int64_t nb = r->loader ? ct_loader_num_batches(r->loader) : 0;
+    snap.steps_left = nb > r->st.batch ? (nb - r->st.batch) / k : 0;
+    const char *why = replay_refusal(r);
+    snap.replay_ok = !why;
+    snprintf(snap.replay_why, sizeof snap.replay_why, "%s", why ? why : "");
     tr_ckpt_plan *p = NULL;
     void *dst = NULL;
     int rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, NULL, &p);

@@ -531,6 +531,8 @@ static void one_run(const char *mode, run *out)
     bool refuse = !strcmp(mode, "refuse");
     bool copy = !strcmp(mode, "copy"), peer_copy = !strcmp(mode, "peer_copy");
     bool overlap = !strcmp(mode, "overlap");
+    bool quorum = !strcmp(mode, "quorum"); /* as copy, the kill in the quorum's rendezvous */
+    copy |= quorum;
     char ckdir[128];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
@@ -668,9 +670,11 @@ static void one_run(const char *mode, run *out)
                      "4444444";
         } else if (newcomer || copy) {
             /* the replacement dies at the step-4 checkpoint (copy: while the 3 go on, steps 4
-             * and 5; it is dropped at step 6, where it would have entered): the 3 go on; the
-             * next one copies while they go on (newcomer: steps 5 and 6) or heals while they wait
-             * (copy, at step 7: one step left); it enters at step 7: the 24 left by 4 */
+             * and 5; it is dropped at step 6, where it would have entered; quorum: it dies in
+             * the quorum of step 6, and the 3 give it up and meet again at once, no restart):
+             * the 3 go on; the next one copies while they go on (newcomer: steps 5 and 6) or
+             * heals while they wait (copy, at step 7: one step left); it enters at step 7: the
+             * 24 left by 4 */
             worlds = "44433334"
                      "4444444";
         } else {
@@ -728,12 +732,16 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "shm";
     bool tcp = !strcmp(mode, "tcp");
     bool copy = !strcmp(mode, "copy"), peer_copy = !strcmp(mode, "peer_copy");
-    bool overlap = !strcmp(mode, "overlap");
+    bool overlap = !strcmp(mode, "overlap"), quorum = !strcmp(mode, "quorum");
+    copy |= quorum;
     char addr[128];
     if (copy || peer_copy || overlap) { /* before the nodes start: they pass it on to all */
         char faults[200];
         snprintf(hold_path, sizeof hold_path, "/tmp/ct-test-live-hold.%d", (int)getpid());
-        snprintf(faults, sizeof faults, "heal_hold=%s:%s", peer_copy ? "peer" : "newcomer",
+        snprintf(faults, sizeof faults, "heal_hold=%s:%s",
+                 peer_copy ? "peer"
+                 : quorum  ? "quorum"
+                           : "newcomer",
                  hold_path);
         setenv("CT_TEST_FAULTS", faults, 1);
     }
@@ -757,8 +765,9 @@ int main(int argc, char **argv)
         unsetenv("CT_TEST_FAULTS");
         one_run(copy ? "newcomer" : "peer", &b);
         tt_same_weights(a.w, b.w, a.nw, b.nw,
-                        copy ? "a newcomer killed in its copy and one killed in its build"
-                             : "a serving peer killed in its snapshot and one killed before it");
+                        quorum ? "a newcomer killed in its quorum and one killed in its build"
+                        : copy ? "a newcomer killed in its copy and one killed in its build"
+                               : "a serving peer killed in its snapshot and one killed before it");
     }
     if (overlap) { /* the same as a run whose replacement's copy was not held */
         hold_path[0] = 0;

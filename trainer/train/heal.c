@@ -102,6 +102,57 @@ static int too_few_left(trainer *t, ct_actor **newcomer, char *why, size_t cap)
     return CT_EDEAD;
 }
 
+/* The newcomer, last of the t->world actors, died in the quorum: the survivors, waiting for it
+ * in the new group's rendezvous (group), are told to give it up (trainer/<group>/abandon:
+ * replica_live.c's rendezvous of a regroup), stand where they stood, and meet again at once
+ * without it under another group id, as in a live recovery of survivors idle at a step
+ * boundary. 0 (the group of the survivors goes on), or a negative code. */
+static int meet_without_newcomer(trainer *t, const char *group)
+{
+    int n = t->world - 1, failed = -1, rc;
+    char key[128], msg[600] = "", g[64];
+    snprintf(key, sizeof key, "trainer/%s/abandon", group);
+    if ((rc = ct_kv_put(key, "1", 1)) < 0)
+        return rc;
+    tr_regroup_args *ra = calloc((size_t)n, sizeof *ra);
+    void **rep = calloc((size_t)n, sizeof *rep);
+    if (!ra || !rep) {
+        free(ra);
+        free(rep);
+        return CT_ENOMEM;
+    }
+    t->world = n;
+    snprintf(g, sizeof g, "g%d-%d-%lld", (int)getpid(), ++t->groups,
+             (long long)(ct__now_ns() / 1000));
+    for (int i = 0; i < n; i++) {
+        ra[i] = (tr_regroup_args){.rank = i, .world = n};
+        memcpy(ra[i].group, g, sizeof g);
+    }
+    rc = ct__driver_call_all(t, "regroup", ra, sizeof *ra, sizeof *ra, rep, &failed, msg,
+                             sizeof msg);
+    tr_report *r0 = rep[0];
+    for (int i = 0; rc == 0 && i < n; i++) {
+        tr_report *r = rep[i];
+        if (r->steps != 0 || r->end_offset != r0->end_offset ||
+            r->weights_hash != r0->weights_hash || r->epoch != r0->epoch)
+            rc = ct__error(CT_EPROTO, "heal: survivor %d differs when they meet again", i);
+    }
+    if (rc == 0) {
+        t->local.batch = 0;
+        t->local.offset = r0->end_offset;
+        memcpy(t->group, g, sizeof g);
+        t->group_fresh = true;
+    } else if (msg[0]) {
+        ct__error(rc, "%s", msg);
+    }
+    for (int i = 0; i < n; i++)
+        free(rep[i]);
+    free(rep);
+    free(ra);
+    ct_kv_del(key);
+    return rc;
+}
+
 /* The newcomer a, whose "heal" call (of snap, from replica peer) returned rc with res: when
  * its copy checked out, the survivors and it (last) "regroup" under a new group id at world
  * n+1; when the group went on since the snapshot (heal overlap), the serving peer's log of
@@ -165,6 +216,28 @@ static int heal_in(trainer *t, const trainer_train_opts *o, ct_actor *a, tr_snap
     }
     rc = ct__driver_call_all(t, "regroup", ra, sizeof *ra, sizeof *ra, rep, &failed, msg,
                              sizeof msg);
+    if (rc < 0 && failed == n) { /* the newcomer's call failed first: did it die? */
+        for (int64_t until = ct__now_ms() + LIVE_DEATH_WAIT_MS;
+             !ct_actor_is_dead(a) && ct__now_ms() < until;)
+            usleep(1000);
+        bool others = true;
+        for (int i = 0; i < n; i++)
+            others &= !ct_actor_is_dead(t->actors[i]);
+        if (ct_actor_is_dead(a) && others) {
+            CT_LOG(CT_LOG_WARN, "trainer",
+                   "heal: the replacement died in the quorum (%s); the %d survivors give it up "
+                   "and meet again without it",
+                   msg, n);
+            if ((rc = meet_without_newcomer(t, group)) == 0) {
+                t->actors[n] = NULL;
+                ct__error(CT_EDEAD, "it died in the quorum's rendezvous");
+                drop_newcomer(t, &a, NULL, "the quorum");
+                goto out;
+            }
+            snprintf(msg, sizeof msg, "%s", ct_last_error());
+            t->world = n + 1; /* ended below with the newcomer */
+        }
+    }
     tr_report *r0 = rep[0];
     for (int i = 0; rc == 0 && i <= n; i++) {
         tr_report *r = rep[i];

@@ -17,7 +17,8 @@
 
 /* The test fault heal_hold=ROLE:PATH (common/fault.h): in the heal's copy, the replica of that
  * role ("newcomer": its fetched snapshot in hand, before the check and load; "peer": the bytes
- * written, before the seal sends them) writes its pid into PATH.held and waits while PATH
+ * written, before the seal sends them; "quorum": the healed newcomer in its "regroup", before it
+ * joins the new group's rendezvous) writes its pid into PATH.held and waits while PATH
  * exists, so that a test lands a kill inside the copy however loaded the machine is. Once per
  * PATH: PATH.held, made by link(), is the token; a later heal does not wait. */
 static void hold_in_copy(const replica *r, const char *role)
@@ -48,6 +49,44 @@ static void hold_in_copy(const replica *r, const char *role)
            r->setup.rank, role, path);
     while (access(path, F_OK) == 0)
         usleep(20 * 1000);
+}
+
+/* How often a rank waiting in the new group's rendezvous looks for the driver's word that the
+ * group will not meet (abandon_key) */
+#define ABANDON_POLL_MS 20
+
+/* The rendezvous of a regroup: the replica's KV one, whose waits give up (CT_ECANCELED) once
+ * the driver put trainer/<group>/abandon: a newcomer died in the quorum, and the others go on
+ * without it at once instead of after comm_timeout_ms (heal.c). */
+typedef struct abandonable {
+    ct_rendezvous r; /* first: what the communicator gets */
+    const ct_rendezvous *kv;
+    char key[128];
+} abandonable;
+
+static int abandonable_put(void *ctx, const char *key, const void *value, size_t len)
+{
+    const abandonable *a = ctx;
+    return a->kv->put(a->kv->ctx, key, value, len);
+}
+
+static int abandonable_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+{
+    const abandonable *a = ctx;
+    for (int64_t until = ct__now_ms() + timeout_ms;;) {
+        int64_t left = until - ct__now_ms();
+        int slice = left < ABANDON_POLL_MS ? (left > 0 ? (int)left : 1) : ABANDON_POLL_MS;
+        int rc = a->kv->get(a->kv->ctx, key, value, len, slice);
+        if (rc != CT_ETIMEDOUT || ct__now_ms() >= until)
+            return rc;
+        void *v = NULL;
+        size_t n = 0;
+        if (ct_kv_get(a->key, &v, &n, 0) == 0) {
+            free(v);
+            return ct__error(CT_ECANCELED, "the driver gave up the group (%s): a member died",
+                             a->key);
+        }
+    }
 }
 
 /* What each survivor says of itself when the new group meets. */
@@ -129,7 +168,7 @@ static int replay_log(replica *r, live_pos *all, int src, int64_t *replayed)
  * on, dealt over the new world (*src: the rank the position came from; *hash: the weights' hash
  * now, the same on every rank). */
 static int live_agree(replica *r, int old_world, int log_from, int *src, uint64_t *hash,
-                      int64_t *replayed)
+                      int64_t *replayed, bool *moved)
 {
     int w = r->setup.world, k = r->setup.rank, rc;
     live_pos *all = calloc((size_t)w, sizeof *all);
@@ -167,6 +206,7 @@ static int live_agree(replica *r, int old_world, int log_from, int *src, uint64_
                "replica %d: the survivors differ after the failure (step %lld here, %lld on "
                "rank %d): rank %d's state to all",
                k, (long long)all[k].step, (long long)all[*src].step, *src, *src);
+        *moved = *moved || k != *src;
         if ((rc = share_state(r, *src)) < 0 || (rc = ct__replica_weights_hash(r, hash)) < 0)
             goto out;
     } else {
@@ -195,8 +235,10 @@ out:
 int ct__replica_regroup(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
-    if (len != sizeof(tr_regroup_args) || (!r->comm && !r->healed))
+    /* (no communicator but live.ok: a regroup before failed in its rendezvous, state intact) */
+    if (len != sizeof(tr_regroup_args) || (!r->comm && !r->healed && !r->live.ok))
         return ct__error(CT_EINVAL, "trainer replica: regroup before setup or bad args");
+    bool newcomer = r->healed;
     r->healed = false;
     if (!r->live.ok && r->live.clean) { /* idle when the peer died: from where it stands */
         r->live.epoch = r->st.epoch;
@@ -213,9 +255,13 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
                          r->setup.rank);
     tr_regroup_args a;
     memcpy(&a, args, sizeof a);
-    int old_world = r->setup.world, src = 0, rc;
+    int old_world = r->setup.world, old_rank = r->setup.rank, src = 0, rc;
+    char old_group[sizeof r->setup.group];
+    memcpy(old_group, r->setup.group, sizeof old_group);
     uint64_t hash = 0;
     int64_t replayed = 0;
+    if (newcomer)
+        hold_in_copy(r, "quorum");
     r->live.ok = r->live.clean = false;
     for (int m = 0; m < r->st.nmodels; m++) {
         ct_module_on_grad_ready(r->st.models[m], NULL, NULL);
@@ -226,10 +272,27 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
     r->setup.rank = r->ctx.rank = a.rank;
     r->setup.world = r->ctx.world = a.world;
     memcpy(r->setup.group, a.group, sizeof r->setup.group);
+    abandonable ab = {.r = {.put = abandonable_put, .get = abandonable_get, .ctx = &ab},
+                      .kv = r->rdv};
+    snprintf(ab.key, sizeof ab.key, "trainer/%s/abandon", a.group);
+    ct_rendezvous *kv = r->rdv;
+    r->rdv = &ab.r;
     rc = ct__replica_open_ring(r);
+    r->rdv = kv;
+    bool moved = false; /* this rank's state changed (the whole state, or a replay) */
     if (rc == 0)
-        rc = live_agree(r, old_world, a.log_from, &src, &hash, &replayed);
+        rc = live_agree(r, old_world, a.log_from, &src, &hash, &replayed, &moved);
     ct__gradlog_reset(&r->log); /* sent, or of a heal that did not get in */
+    if (rc < 0 && !newcomer && !moved) {
+        /* the group did not meet (a member died in it): this survivor stands where it stood,
+         * for the driver's next "regroup" without the dead */
+        ct_comm_destroy(&r->comm);
+        r->setup.rank = r->ctx.rank = old_rank;
+        r->setup.world = r->ctx.world = old_world;
+        memcpy(r->setup.group, old_group, sizeof r->setup.group);
+        r->live.ok = true;
+        return rc;
+    }
     if (rc == 0)
         rc = ct__replica_loader_new(r);
     if (rc < 0)

@@ -386,7 +386,7 @@ int ct__heal_replacement(trainer *t, const trainer_train_opts *o, char *why, siz
         t->heal_job.t1 = t1;
         CT_LOG(CT_LOG_INFO, "trainer",
                "heal: replacement %s (node %s) copies replica %d's state of step %lld while the "
-               "%d survivors go on; it enters at step %lld",
+               "group of %d goes on; it enters at step %lld",
                ct_actor_id(a), ct_actor_node(a), peer, (long long)snap.step, n,
                (long long)t->heal_job.enter_step);
         return 0;

@@ -73,7 +73,7 @@ static int abandonable_put(void *ctx, const char *key, const void *value, size_t
 static int abandonable_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
 {
     const abandonable *a = ctx;
-    for (int64_t until = ct__now_ms() + timeout_ms;;) {
+    for (int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;;) {
         int64_t left = until - ct__now_ms();
         int slice = left < ABANDON_POLL_MS ? (left > 0 ? (int)left : 1) : ABANDON_POLL_MS;
         int rc = a->kv->get(a->kv->ctx, key, value, len, slice);

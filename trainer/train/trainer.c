@@ -1485,6 +1485,8 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         }
         rc = 0;
     }
+    /* a replacement still copying (training stopped inside its overlap) does not get in */
+    ct__heal_abort(t, "training ended");
     /* stopped by a hook (a negative code of its own) or done: the best is restored; not
      * after a failure */
     if (o->restore_best && (rc == 0 || hook_stop)) {

@@ -133,8 +133,9 @@ void ct__driver_local_stats(trainer *t);
 int ct__live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, int64_t *done_steps,
                      char *why, size_t cap);
 /* At a step boundary after a live recovery shrank the group: a replacement heals from a live
- * peer and the group grows back by one (heal.c). 0 (also when none got in), or a negative code
- * with why set and the group ended. */
+ * peer and the group grows back by one (heal.c), at once or, while it copies and the group
+ * trains on, at the step t->heal_job says. 0 (also when none got in), or a negative code with
+ * why set and the group ended. */
 int ct__heal_replacement(trainer *t, const trainer_train_opts *o, char *why, size_t cap);
 /* A replacement copying while the survivors go on (t->heal_job), if any, is killed and let go:
  * the group changed under it (a death, a restart, the run's end). */

@@ -1,9 +1,12 @@
 /* trainer/train/heal.c — healing a replacement from a live peer, the driver's side: at a step
  * boundary after a live recovery shrank the group, a new replica is created and built, a
  * serving peer (round-robin) snapshots its state into the object store toward the newcomer's
- * node, the newcomer loads and checks it, and the group regroups one larger. A serving peer or
- * survivor that dies meanwhile is dropped (a live recovery of its own); fewer than min_replicas
- * left ends the group. Not here: the replicas' "snapshot" and "heal" methods (replica_live.c),
+ * node, the newcomer loads and checks it, and the group regroups one larger. Where the steps
+ * can be replayed, the survivors train on while the newcomer copies (the overlap: it enters
+ * HEAL_OVERLAP_STEPS later and replays the serving peer's averaged gradients of those steps). A
+ * serving peer or survivor that dies meanwhile is dropped (a live recovery of its own); a
+ * newcomer that dies in the quorum is given up at once; fewer than min_replicas left ends the
+ * group. Not here: the replicas' "snapshot" and "heal" methods (replica_live.c),
  * the survivors going on after a death (live.c). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,8 +305,10 @@ static int heal_enter(trainer *t, const trainer_train_opts *o, char *why, size_t
  * the group: when a replica fits again, a replacement heals from a live peer and the group
  * grows back by one without a restart. The newcomer is created and built; the serving peer
  * (round-robin over the group) puts its state into the store sealed toward the newcomer's node
- * ("snapshot"); the newcomer fetches and loads it, checked by CRC-32C and weights hash ("heal");
- * then the survivors and the newcomer (last) "regroup" under a new group id at world n+1, agree
+ * ("snapshot"); the newcomer fetches and loads it, checked by CRC-32C and weights hash ("heal"),
+ * while the survivors train HEAL_OVERLAP_STEPS more steps when the snapshot allows it (returns
+ * 0 then; the boundary of its step calls heal_enter); then the survivors and the newcomer
+ * (last) "regroup" under a new group id at world n+1 (the newcomer replaying the steps), agree
  * (same steps and weights), and the epoch's rest is dealt over n+1 from the exact offset;
  * on_world_size is told. A newcomer or serving peer that fails before the regroup is dropped
  * and the group goes on as it was (a dead serving peer is the next segment's live recovery);

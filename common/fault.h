@@ -25,7 +25,8 @@ typedef enum ct__fault_id {
                                          * PATH exists */
     CT__FAULT_HEAL_HOLD,                /* heal_hold=ROLE:PATH: the heal's copy waits, once,
                                          * in the newcomer or the serving peer (ROLE "newcomer"
-                                         * or "peer") while PATH exists */
+                                         * or "peer"), or the newcomer's quorum ("quorum")
+                                         * while PATH exists */
     CT__FAULT_COUNT
 } ct__fault_id;
 

@@ -314,8 +314,9 @@ int main(int argc, char **argv)
         if (live)
             printf("run %d: heals %d: failure seen -> group of 2 again %.1f ms (the survivor "
                    "trained on until it fit); snapshot %.1f MB: put, fetch and load "
-                   "%.1f ms\n",
-                   r, st.heals, heal[ok], mb, copy[ok]);
+                   "%.1f ms; steps the survivor trained during the copy, replayed by the "
+                   "replacement: %lld\n",
+                   r, st.heals, heal[ok], mb, copy[ok], (long long)st.heal_replayed_steps);
         fflush(stdout);
         ok++;
         trainer_shutdown(&t);

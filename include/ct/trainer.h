@@ -340,6 +340,9 @@ typedef struct trainer_stats {
      * load) and its bytes */
     int heals;
     int64_t heal_ns, heal_copy_ns, heal_bytes;
+    /* of the last heal: the steps the survivors trained while the replacement copied, which
+     * it replayed from the serving peer's averaged gradients as it entered (0: they waited) */
+    int64_t heal_replayed_steps;
 } trainer_stats;
 
 /* The value of the named metric in metrics (val: val_metrics) of st, or def when absent. */

@@ -251,6 +251,44 @@ static void *copy_killer(void *arg)
     return NULL;
 }
 
+/* overlap: waits for the replacement held in its heal's copy (hold_path.held), then, while it
+ * is held there, for the survivors to complete steps 4 and 5 of the group of 3 (the steps after
+ * its snapshot of step 4); then lets the copy go (removes hold_path). advanced: they did; pid:
+ * the held replacement; gone: it had died meanwhile (it must not have). */
+typedef struct overlap_watch {
+    const char *dir;
+    volatile int stop;
+    int pid;
+    bool advanced, gone;
+} overlap_watch;
+
+static void *watch_overlap(void *arg)
+{
+    overlap_watch *k = arg;
+    char held[160];
+    snprintf(held, sizeof held, "%s.held", hold_path);
+    for (double until = h_now_ms() + 120000; !k->stop && h_now_ms() < until; usleep(2000)) {
+        char *v = tt_read_file(held, NULL);
+        int pid = v ? atoi(v) : 0;
+        free(v);
+        if (pid <= 0)
+            continue;
+        k->pid = pid;
+        for (double wait = h_now_ms() + 120000; !k->stop && h_now_ms() < wait; usleep(5000))
+            if (pid_of(k->dir, 4, 3, 0) > 0 && pid_of(k->dir, 5, 3, 0) > 0) {
+                k->advanced = true;
+                break;
+            }
+        k->gone = h_gone(pid);
+        printf("overlap: the replacement (pid %d) held in its copy while the 3 did steps 4 and "
+               "5: %s\n",
+               pid, k->advanced ? "yes" : "no");
+        break;
+    }
+    unlink(hold_path);
+    return NULL;
+}
+
 typedef struct run {
     trainer_stats st;
     float *w;
@@ -418,8 +456,9 @@ static void resume_each(const char *dir, const char *ckdir, const run *live)
 {
     static const struct {
         int64_t epoch, step;
-        int world; /* the group that wrote it */
-    } want[] = {{0, 4, 3}, {1, 7, 4}, {1, 12, 4}};
+        int world;     /* the group that wrote it */
+        int64_t steps; /* the resumed run's; -1: the live run's, and its weights too */
+    } want[] = {{0, 4, 3, 14}, {1, 8, 4, -1}, {1, 12, 4, -1}};
     for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
         char file[400], cfg[300], logs[200];
         snprintf(file, sizeof file, "%s/ckpt-epoch%04lld-step%06lld.safetensors", ckdir,
@@ -457,7 +496,7 @@ static void resume_each(const char *dir, const char *ckdir, const run *live)
                (long long)want[k].step, want[k].world, (long long)st.epoch, (long long)st.steps,
                st.replicas, st.retries_used);
         CHECK_EQ_INT(st.epoch, 2);
-        CHECK_EQ_INT(st.steps, live->st.steps);
+        CHECK_EQ_INT(st.steps, want[k].steps < 0 ? live->st.steps : want[k].steps);
         CHECK_EQ_INT(st.retries_used, 0);
         CHECK_EQ_INT(st.live_recoveries, 0);
         CHECK(st.weights_agree);
@@ -465,7 +504,8 @@ static void resume_each(const char *dir, const char *ckdir, const run *live)
         snprintf(what, sizeof what,
                  "the live run and a restart resumed from its step-%lld checkpoint",
                  (long long)want[k].step);
-        tt_same_weights(live->w, w, live->nw, nw, what);
+        if (want[k].steps < 0)
+            tt_same_weights(live->w, w, live->nw, nw, what);
         /* the resumed steps: from the checkpoint's step on, each once, never back */
         check_steps(logs, st.steps, NULL, 0);
         free(w);
@@ -490,6 +530,9 @@ static void one_run(const char *mode, run *out)
     bool durable = !strcmp(mode, "durable");
     bool refuse = !strcmp(mode, "refuse");
     bool copy = !strcmp(mode, "copy"), peer_copy = !strcmp(mode, "peer_copy");
+    bool overlap = !strcmp(mode, "overlap");
+    bool quorum = !strcmp(mode, "quorum"); /* as copy, the kill in the quorum's rendezvous */
+    copy |= quorum;
     char ckdir[128];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
@@ -501,8 +544,9 @@ static void one_run(const char *mode, run *out)
              : refuse             ? 4 | 64
                                   : 4);
     copy_kill ck = {.dir = dir};
-    pthread_t killer;
-    bool killing = false;
+    overlap_watch ow = {.dir = dir};
+    pthread_t killer, watcher;
+    bool killing = false, watching = false;
     if (copy || peer_copy) { /* arm heal_hold: the file exists until the killer struck */
         FILE *f = fopen(hold_path, "w");
         CHECK(f != NULL);
@@ -510,6 +554,14 @@ static void one_run(const char *mode, run *out)
             fclose(f);
         killing = f && pthread_create(&killer, NULL, copy_killer, &ck) == 0;
         CHECK(killing);
+    }
+    if (overlap) { /* arm heal_hold: the file exists until the survivors went on */
+        FILE *f = fopen(hold_path, "w");
+        CHECK(f != NULL);
+        if (f)
+            fclose(f);
+        watching = f && pthread_create(&watcher, NULL, watch_overlap, &ow) == 0;
+        CHECK(watching);
     }
     trainer *t = NULL;
     CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
@@ -546,6 +598,18 @@ static void one_run(const char *mode, run *out)
                 CHECK(access(steps, F_OK) != 0);
             printf("%s: killed pid %d inside the heal's copy\n", mode, ck.pid);
         }
+        if (watching) {
+            ow.stop = 1;
+            pthread_join(watcher, NULL);
+            watching = false;
+            /* the survivors trained on while the replacement was held inside its copy, and
+             * that replacement, alive there, then entered and trained at world 4 */
+            CHECK(ow.advanced);
+            CHECK(ow.pid > 0 && !ow.gone);
+            char steps[128];
+            snprintf(steps, sizeof steps, "%s/steps-%d", dir, ow.pid);
+            CHECK(access(steps, F_OK) == 0);
+        }
         out->w = tt_weights(trainer_get_model(t), &out->nw);
         printf("%s: epochs %lld, steps %lld, replicas %d, live recoveries %d, heals %d, retries "
                "%d\n",
@@ -564,11 +628,13 @@ static void one_run(const char *mode, run *out)
         const char *worlds = NULL;
         int64_t kill_epoch = 0;
         if (idle) {
-            /* epoch 0: 7 steps of 4; epoch 1: its first step by 3 (24 samples), the replacement
-             * joins at the step-8 checkpoint, the 192 left by 4 */
+            /* epoch 0: 7 steps of 4; epoch 1: its first step by 3 (24 samples); at the step-8
+             * checkpoint the replacement copies while the 3 go on, steps 8 and 9; it enters at
+             * step 10: the 144 left by 4 */
             worlds = "4444444"
                      "3"
-                     "444444";
+                     "33"
+                     "44444";
             kill_epoch = 1;
         } else if (refuse) {
             char path[300];
@@ -588,24 +654,36 @@ static void one_run(const char *mode, run *out)
             CHECK_EQ_INT(out->st.retries_used, 1);
             CHECK_EQ_INT(out->st.replicas, 4);
         } else if (two) {
-            /* step 3 by 2 (16 samples), one replacement at the step-4 checkpoint, step 4 by 3
-             * (a group smaller than before its loss pauses after every step), the second
-             * replacement at the step boundary after it, inside the segment: the 80 left by 4;
-             * epoch 1: 7 of 4 */
-            worlds = "444234444444444";
+            /* step 3 by 2 (16 samples); at the step-4 checkpoint one replacement copies while
+             * the 2 go on, steps 4 and 5 (a group smaller than before its loss pauses after
+             * every step); it enters at step 6, done by 3; at the boundary after it, 2 steps
+             * left in the epoch, too few to overlap, the second replacement heals while the 3
+             * wait: the 48 left by 4; epoch 1: 7 of 4 */
+            worlds = "444222344"
+                     "4444444";
         } else if (peer || peer_copy) {
             /* at the step-4 checkpoint the first serving peer dies: the 2 left and the
-             * replacement, healed from the next peer, go on as 3 for step 4; the next
-             * replacement joins at the step boundary after it: the 72 left by 4 */
-            worlds = "444334444444444";
+             * replacement, healed from the next peer while they wait (the ring of 3 they were in
+             * is broken: they meet again at once), go on as 3 for step 4; the next replacement
+             * copies while they go on, steps 5 and 6, and enters at step 7: the 24 left by 4 */
+            worlds = "44433334"
+                     "4444444";
         } else if (newcomer || copy) {
-            /* the replacement dies at the step-4 checkpoint: the 3 go on, step 4; the next one
-             * joins at the step boundary after it: the 72 left by 4 */
-            worlds = "444334444444444";
+            /* the replacement dies at the step-4 checkpoint (copy: while the 3 go on, steps 4
+             * and 5; it is dropped at step 6, where it would have entered; quorum: it dies in
+             * the quorum of step 6, and the 3 give it up and meet again at once, no restart):
+             * the 3 go on; the next one copies while they go on (newcomer: steps 5 and 6) or
+             * heals while they wait (copy, at step 7: one step left); it enters at step 7: the
+             * 24 left by 4 */
+            worlds = "44433334"
+                     "4444444";
         } else {
-            /* step 3 by 3, the replacement at the step-4 checkpoint: the 96 left by 4 */
+            /* step 3 by 3; at the step-4 checkpoint the replacement copies while the 3 go on,
+             * steps 4 and 5 (48 samples); it replays them and enters at step 6: the 48 left by 4
+             * (overlap: the same, its copy held until the 3 did steps 4 and 5) */
             worlds = "4443"
-                     "444"
+                     "33"
+                     "44"
                      "4444444";
         }
         if (worlds) {
@@ -615,6 +693,9 @@ static void one_run(const char *mode, run *out)
             CHECK_EQ_INT(out->st.heals, two || peer || peer_copy ? 2 : 1);
             CHECK_EQ_INT(out->st.replicas, 4);
             CHECK_EQ_INT(out->st.steps, (int64_t)strlen(worlds));
+            /* the last replacement replayed the survivors' 2 steps since its snapshot (none
+             * where it healed while they waited: two's and copy's second) */
+            CHECK_EQ_INT(out->st.heal_replayed_steps, two || copy ? 0 : 2);
         }
         check_steps(dir, out->st.steps, worlds, kill_epoch);
     }
@@ -622,8 +703,12 @@ static void one_run(const char *mode, run *out)
         ck.stop = 1;
         pthread_join(killer, NULL);
     }
+    if (watching) {
+        ow.stop = 1;
+        pthread_join(watcher, NULL);
+    }
     trainer_shutdown(&t);
-    if (copy || peer_copy) {
+    if (copy || peer_copy || overlap) {
         char held[160];
         snprintf(held, sizeof held, "%s.held", hold_path);
         unlink(hold_path);
@@ -647,11 +732,17 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "shm";
     bool tcp = !strcmp(mode, "tcp");
     bool copy = !strcmp(mode, "copy"), peer_copy = !strcmp(mode, "peer_copy");
+    bool overlap = !strcmp(mode, "overlap"), quorum = !strcmp(mode, "quorum");
+    copy |= quorum;
     char addr[128];
-    if (copy || peer_copy) { /* before the nodes start: they pass it on to every replica */
+    if (copy || peer_copy || overlap) { /* before the nodes start: they pass it on to all */
         char faults[200];
         snprintf(hold_path, sizeof hold_path, "/tmp/ct-test-live-hold.%d", (int)getpid());
-        snprintf(faults, sizeof faults, "heal_hold=%s:%s", copy ? "newcomer" : "peer", hold_path);
+        snprintf(faults, sizeof faults, "heal_hold=%s:%s",
+                 peer_copy ? "peer"
+                 : quorum  ? "quorum"
+                           : "newcomer",
+                 hold_path);
         setenv("CT_TEST_FAULTS", faults, 1);
     }
     if (h_start_head(addr, sizeof addr, "100", "3000") < 0)
@@ -674,8 +765,17 @@ int main(int argc, char **argv)
         unsetenv("CT_TEST_FAULTS");
         one_run(copy ? "newcomer" : "peer", &b);
         tt_same_weights(a.w, b.w, a.nw, b.nw,
-                        copy ? "a newcomer killed in its copy and one killed in its build"
-                             : "a serving peer killed in its snapshot and one killed before it");
+                        quorum ? "a newcomer killed in its quorum and one killed in its build"
+                        : copy ? "a newcomer killed in its copy and one killed in its build"
+                               : "a serving peer killed in its snapshot and one killed before it");
+    }
+    if (overlap) { /* the same as a run whose replacement's copy was not held */
+        hold_path[0] = 0;
+        unsetenv("CT_TEST_FAULTS");
+        one_run("shm", &b);
+        tt_same_weights(a.w, b.w, a.nw, b.nw,
+                        "a replacement whose copy was held while the survivors went on and one "
+                        "not held");
     }
     free(a.w);
     free(b.w);

@@ -16,6 +16,11 @@
 /* a group smaller than before a live recovery: optimizer steps per segment, so that a
  * replacement that fits joins at the next step boundary (trainer.c's run_segment, heal.c) */
 #define HEAL_POLL_STEPS 1
+/* a replacement copies a serving peer's snapshot of step S while the survivors train steps S ..
+ * S+HEAL_OVERLAP_STEPS-1; it enters at step S+HEAL_OVERLAP_STEPS, always there (the survivors
+ * wait there for the rest of its copy), so that where it enters is a function of the step, not
+ * of the machine's speed: the same kill gives the same weights (heal.c) */
+#define HEAL_OVERLAP_STEPS 2
 
 /* What the driver sums over the segments of an epoch. */
 typedef struct epoch_sums {
@@ -70,6 +75,17 @@ struct trainer {
     /* replacements in a row that did not get in (drop_newcomer); at HEAL_MAX_REFUSED the
      * driver stops healing this group (heal_to 0: a checkpoint grows it by a restart) */
     int heal_refused;
+    /* a replacement copying while the survivors go on (heal overlap): its "heal" call in flight,
+     * the snapshot, the serving peer's rank (it records its averaged gradients) and the step at
+     * which it enters; a NULL actor: none */
+    struct {
+        ct_actor *a;
+        ct_future *f;
+        tr_snapshot snap;
+        int peer;
+        int64_t enter_step;
+        int64_t t0, t1; /* its start; its copy's start */
+    } heal_job;
     /* ct__driver_call_all after a failure waits for every call (a survivor's error, a death's
      * report), after the first death's report for LIVE_SETTLE_MS at most, not only for that death:
      * live recovery must know every replica that died (two killed at once) */
@@ -132,8 +148,12 @@ double ct__driver_ckpt_stats(const trainer *t, const char *attr, bool epoch_end,
 int ct__live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, int64_t *done_steps,
                      char *why, size_t cap);
 /* At a step boundary after a live recovery shrank the group: a replacement heals from a live
- * peer and the group grows back by one (heal.c). 0 (also when none got in), or a negative code
- * with why set and the group ended. */
+ * peer and the group grows back by one (heal.c), at once or, while it copies and the group
+ * trains on, at the step t->heal_job says. 0 (also when none got in), or a negative code with
+ * why set and the group ended. */
 int ct__heal_replacement(trainer *t, const trainer_train_opts *o, char *why, size_t cap);
+/* A replacement copying while the survivors go on (t->heal_job), if any, is killed and let go:
+ * the group changed under it (a death, a restart, the run's end). */
+void ct__heal_abort(trainer *t, const char *why);
 
 #endif

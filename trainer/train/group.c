@@ -63,6 +63,7 @@ static void wait_deaths(trainer *t, ct_event *evs, bool *got, int timeout_ms)
 void ct__driver_end_group(trainer *t, char *why, size_t cap, int failed_rank, int failed_rc,
                           const char *msg)
 {
+    ct__heal_abort(t, "the group ended");
     if (!t->actors)
         return;
     bool *dead_before = calloc((size_t)t->world, sizeof *dead_before);

@@ -277,6 +277,10 @@ typedef struct tr_epoch_args {
     /* > 0: end after this many optimizer steps too, with no checkpoint unless the epoch ended:
      * a step boundary where the driver may let a replacement in (heal_replacement) */
     int64_t pause_steps;
+    /* this rank records the averaged gradients of every optimizer step of the segment
+     * (tr_grad_log): it served a replacement's snapshot, which replays them when it enters;
+     * 0: it drops any it recorded */
+    int record_grads;
 } tr_epoch_args;
 
 /* The "regroup" call of live recovery: this survivor's rank in the new group of world ranks,
@@ -284,6 +288,9 @@ typedef struct tr_epoch_args {
 typedef struct tr_regroup_args {
     int rank, world;
     char group[64];
+    /* a replacement healed from a snapshot older than the group's step: 1 + the rank whose
+     * tr_grad_log holds the averaged gradients since then (0: none) */
+    int log_from;
 } tr_regroup_args;
 
 /* Healing a replacement from a live peer (trainer.c, heal_replacement): the "snapshot" call
@@ -307,6 +314,12 @@ typedef struct tr_snapshot {
     int64_t step, epoch, batch, offset;
     int world;
     int64_t put_ns, get_ns;
+    /* full optimizer steps left in the epoch after it (the serving peer's loader), and whether
+     * this replica can record its averaged gradients for a replay (replica_live.c,
+     * replay_refusal: 0 and why when not), for the driver's overlap */
+    int64_t steps_left;
+    int replay_ok;
+    char replay_why[80];
 } tr_snapshot;
 
 /* The steps' named metrics of one replica: sums of value * batch size and of batch sizes. */
@@ -357,6 +370,7 @@ typedef struct tr_report {
     double loss_scale;
     int64_t optim_state_bytes; /* this replica's optimizer state (all its optimizers) */
     double ckpt_seconds;       /* writing its checkpoint (has_ckpt) */
+    int64_t replayed;          /* "regroup": the steps this rank replayed from a tr_grad_log */
 } tr_report;
 
 typedef struct tr_val_report {
@@ -372,6 +386,29 @@ typedef struct tr_val_report {
 /* ---- steps (step.c) ---- */
 
 /* What a step call works with; a trainer_step is this struct (step.c's accessors read it). */
+/* The averaged gradients of the optimizer steps a serving peer took since a replacement's
+ * snapshot (gradlog.c): entries of (model, its first group's lr, its gradients) and step ends,
+ * which the replacement replays in order to reach the group's step with the same weights and
+ * optimizer state (heal overlap; recovery "live"). */
+typedef struct tr_grad_log {
+    bool on;
+    int64_t step0; /* tr_state.step when it began */
+    unsigned char *buf;
+    size_t len, cap;
+} tr_grad_log;
+
+/* Appends model m's averaged gradients (before its optimizer step) to log. 0 or CT_ENOMEM. */
+int ct__gradlog_opt(tr_grad_log *log, tr_state *st, int m);
+/* Appends the end of an optimizer step (tr_state.step goes on, a per-batch scheduler steps). */
+int ct__gradlog_step(tr_grad_log *log);
+/* Empties log and frees its memory; off until begun again. */
+void ct__gradlog_reset(tr_grad_log *log);
+/* Replays len bytes of a log on st (spec: when its scheduler steps): each model's optimizer
+ * steps on the recorded gradients, with the recorded rate (CT_EPROTO when the optimizer's rate
+ * differs, or an entry is malformed); *steps: the optimizer steps replayed. */
+int ct__gradlog_replay(tr_state *st, const tr_spec *spec, const void *buf, size_t len,
+                       int64_t *steps);
+
 struct trainer_step {
     trainer_ctx *ctx;
     tr_state *st;
@@ -394,6 +431,7 @@ struct trainer_step {
     int64_t wait_ns;    /* spent in this step waiting for the averaged gradients */
     ct_comm *comm;      /* the replica's host communicator (ZeRO's clipping) */
     bool zero;          /* ZeRO-1: optimizers step their shards, then parameters are gathered */
+    tr_grad_log *log;   /* not NULL: each optimizer step's averaged gradients go here too */
 };
 
 /* ---- ZeRO-1 (zero.c) ---- */

@@ -58,6 +58,7 @@ static void replica_free(void *state)
     ct__trainer_ctx_free(&r->ctx);
     free(r->vals);
     ct__rec_free(&r->rec);
+    ct__gradlog_reset(&r->log);
     free(r);
 }
 
@@ -668,6 +669,13 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
     r->live.ok = r->live.clean = false;
     r->live.step0 = r->st.step;
     s.index = ea.start_batch;
+    if (!ea.record_grads) { /* not (or no longer) a heal's serving peer */
+        ct__gradlog_reset(&r->log);
+    } else if (!r->log.on) { /* the snapshot's step: the replacement replays from here */
+        r->log.on = true;
+        r->log.step0 = r->st.step;
+    }
+    s.log = r->log.on ? &r->log : NULL;
     ct__rec_begin(&r->rec, &s, r->setup.group, r->setup.rank, ea.report_ms);
     int64_t t0 = ct__now_ns(), steps = 0;
     /* accumulation groups of k batches (the epoch's last one may be shorter; every rank has as
@@ -721,6 +729,10 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                 steps++;
                 rep.steps++;
                 r->st.step++;
+                if (s.log && ct__gradlog_step(s.log) < 0) { /* the whole state instead */
+                    ct__gradlog_reset(s.log);
+                    s.log = NULL;
+                }
             }
             ct__rec_batch(&r->rec, &s, &so, nb); /* before the scheduler: the lr it used */
             if (stepped && r->st.sched && !plateau && r->spec.sched_every == TR_SCHED_BATCH)

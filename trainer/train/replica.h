@@ -50,6 +50,7 @@ struct replica {
     bool healed;            /* a newcomer that loaded a live peer's snapshot ("heal"): no
                                communicator yet, it joins at the next "regroup" */
     int64_t pos_offset;     /* with pos_epoch / pos_batch: the loader's offset (tr_state.offset) */
+    tr_grad_log log;        /* a heal's serving peer: its averaged gradients since the snapshot */
     /* where the last segment failed, when it failed inside a step because the communicator
      * broke (a peer died): what "regroup" goes on from (live recovery) */
     struct {

@@ -17,7 +17,8 @@
 
 /* The test fault heal_hold=ROLE:PATH (common/fault.h): in the heal's copy, the replica of that
  * role ("newcomer": its fetched snapshot in hand, before the check and load; "peer": the bytes
- * written, before the seal sends them) writes its pid into PATH.held and waits while PATH
+ * written, before the seal sends them; "quorum": the healed newcomer in its "regroup", before it
+ * joins the new group's rendezvous) writes its pid into PATH.held and waits while PATH
  * exists, so that a test lands a kill inside the copy however loaded the machine is. Once per
  * PATH: PATH.held, made by link(), is the token; a later heal does not wait. */
 static void hold_in_copy(const replica *r, const char *role)
@@ -48,6 +49,44 @@ static void hold_in_copy(const replica *r, const char *role)
            r->setup.rank, role, path);
     while (access(path, F_OK) == 0)
         usleep(20 * 1000);
+}
+
+/* How often a rank waiting in the new group's rendezvous looks for the driver's word that the
+ * group will not meet (abandon_key) */
+#define ABANDON_POLL_MS 20
+
+/* The rendezvous of a regroup: the replica's KV one, whose waits give up (CT_ECANCELED) once
+ * the driver put trainer/<group>/abandon: a newcomer died in the quorum, and the others go on
+ * without it at once instead of after comm_timeout_ms (heal.c). */
+typedef struct abandonable {
+    ct_rendezvous r; /* first: what the communicator gets */
+    const ct_rendezvous *kv;
+    char key[128];
+} abandonable;
+
+static int abandonable_put(void *ctx, const char *key, const void *value, size_t len)
+{
+    const abandonable *a = ctx;
+    return a->kv->put(a->kv->ctx, key, value, len);
+}
+
+static int abandonable_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+{
+    const abandonable *a = ctx;
+    for (int64_t until = timeout_ms > 0 ? ct__now_ms() + timeout_ms : INT64_MAX;;) {
+        int64_t left = until - ct__now_ms();
+        int slice = left < ABANDON_POLL_MS ? (left > 0 ? (int)left : 1) : ABANDON_POLL_MS;
+        int rc = a->kv->get(a->kv->ctx, key, value, len, slice);
+        if (rc != CT_ETIMEDOUT || ct__now_ms() >= until)
+            return rc;
+        void *v = NULL;
+        size_t n = 0;
+        if (ct_kv_get(a->key, &v, &n, 0) == 0) {
+            free(v);
+            return ct__error(CT_ECANCELED, "the driver gave up the group (%s): a member died",
+                             a->key);
+        }
+    }
 }
 
 /* What each survivor says of itself when the new group meets. */
@@ -82,13 +121,54 @@ static int share_state(replica *r, int src)
     return rc;
 }
 
+/* A replacement that healed from a snapshot older than the group's step (heal overlap): rank
+ * src broadcasts its log of the averaged gradients since the snapshot (tr_grad_log), and each
+ * rank that stands at the log's first step replays it (gradlog.c) and takes src's position;
+ * *replayed: the steps replayed here. A local replay failure is logged, not returned: the
+ * rank then differs, and live_agree gives it the whole state. */
+static int replay_log(replica *r, live_pos *all, int src, int64_t *replayed)
+{
+    int k = r->setup.rank;
+    int64_t hdr[2] = {0, 0}; /* the log's bytes and first step */
+    if (k == src && r->log.on) {
+        hdr[0] = (int64_t)r->log.len;
+        hdr[1] = r->log.step0;
+    }
+    int rc = ct_comm_broadcast(r->comm, hdr, 2, CT_I64, src, 0);
+    if (rc < 0 || hdr[0] == 0)
+        return rc;
+    unsigned char *buf = k == src ? r->log.buf : malloc((size_t)hdr[0]);
+    if (!buf)
+        return CT_ENOMEM;
+    rc = ct_comm_broadcast(r->comm, buf, (size_t)hdr[0], CT_U8, src, 0);
+    bool behind = all[k].step == hdr[1] && all[k].step < all[src].step;
+    if (rc == 0 && behind) {
+        int lrc = ct__gradlog_replay(&r->st, &r->spec, buf, (size_t)hdr[0], replayed);
+        if (lrc == 0 && (lrc = ct__replica_weights_hash(r, &all[k].hash)) == 0) {
+            all[k].step = r->st.step;
+            all[k].epoch = all[src].epoch;
+            all[k].offset = all[src].offset;
+            all[k].index = all[src].index;
+        }
+        if (lrc < 0)
+            CT_LOG(CT_LOG_WARN, "trainer",
+                   "replica %d: replaying the survivors' gradients since step %lld failed (%s): "
+                   "it takes the whole state",
+                   k, (long long)hdr[1], ct_last_error());
+    }
+    if (k != src)
+        free(buf);
+    return rc;
+}
+
 /* The new group agrees where it stands: every survivor's last completed step and weights are
  * gathered; when they differ (a peer's death can let some ranks finish the step in flight and
  * not others), the lowest rank of the most steps gives its state to all. Then all go on from
  * the first batch after that step: the epoch's order from offset + index * batch * old_world
  * on, dealt over the new world (*src: the rank the position came from; *hash: the weights' hash
  * now, the same on every rank). */
-static int live_agree(replica *r, int old_world, int *src, uint64_t *hash)
+static int live_agree(replica *r, int old_world, int log_from, int *src, uint64_t *hash,
+                      int64_t *replayed, bool *moved)
 {
     int w = r->setup.world, k = r->setup.rank, rc;
     live_pos *all = calloc((size_t)w, sizeof *all);
@@ -105,11 +185,28 @@ static int live_agree(replica *r, int old_world, int *src, uint64_t *hash)
     bool same = true;
     for (int i = 0; i < w; i++)
         same &= !memcmp(&all[i], &all[*src], sizeof *all);
+    if (!same && log_from > 0 && log_from <= w) { /* a replacement behind: the replay first */
+        if ((rc = replay_log(r, all, log_from - 1, replayed)) < 0 ||
+            (rc = ct_comm_allgather(r->comm, &all[k], all, sizeof *all, CT_U8, 0)) < 0)
+            goto out;
+        same = true;
+        for (int i = 0; i < w; i++)
+            same &= !memcmp(&all[i], &all[*src], sizeof *all);
+        if (!same)
+            *replayed = 0; /* not what it stands on: the whole state below */
+        if (!same && k == *src)
+            CT_LOG(CT_LOG_WARN, "trainer",
+                   "replica %d: the replay of the survivors' gradients did not give their "
+                   "weights (a train step that changes more than its optimizer steps?): rank "
+                   "%d's whole state to all",
+                   k, *src);
+    }
     if (!same) {
         CT_LOG(CT_LOG_INFO, "trainer",
                "replica %d: the survivors differ after the failure (step %lld here, %lld on "
                "rank %d): rank %d's state to all",
                k, (long long)all[k].step, (long long)all[*src].step, *src, *src);
+        *moved = *moved || k != *src;
         if ((rc = share_state(r, *src)) < 0 || (rc = ct__replica_weights_hash(r, hash)) < 0)
             goto out;
     } else {
@@ -138,8 +235,10 @@ out:
 int ct__replica_regroup(void *state, const void *args, size_t len, void **res, size_t *rlen)
 {
     replica *r = state;
-    if (len != sizeof(tr_regroup_args) || (!r->comm && !r->healed))
+    /* (no communicator but live.ok: a regroup before failed in its rendezvous, state intact) */
+    if (len != sizeof(tr_regroup_args) || (!r->comm && !r->healed && !r->live.ok))
         return ct__error(CT_EINVAL, "trainer replica: regroup before setup or bad args");
+    bool newcomer = r->healed;
     r->healed = false;
     if (!r->live.ok && r->live.clean) { /* idle when the peer died: from where it stands */
         r->live.epoch = r->st.epoch;
@@ -156,8 +255,13 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
                          r->setup.rank);
     tr_regroup_args a;
     memcpy(&a, args, sizeof a);
-    int old_world = r->setup.world, src = 0, rc;
+    int old_world = r->setup.world, old_rank = r->setup.rank, src = 0, rc;
+    char old_group[sizeof r->setup.group];
+    memcpy(old_group, r->setup.group, sizeof old_group);
     uint64_t hash = 0;
+    int64_t replayed = 0;
+    if (newcomer)
+        hold_in_copy(r, "quorum");
     r->live.ok = r->live.clean = false;
     for (int m = 0; m < r->st.nmodels; m++) {
         ct_module_on_grad_ready(r->st.models[m], NULL, NULL);
@@ -168,8 +272,30 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
     r->setup.rank = r->ctx.rank = a.rank;
     r->setup.world = r->ctx.world = a.world;
     memcpy(r->setup.group, a.group, sizeof r->setup.group);
-    if ((rc = ct__replica_open_ring(r)) < 0 || (rc = live_agree(r, old_world, &src, &hash)) < 0 ||
-        (rc = ct__replica_loader_new(r)) < 0)
+    abandonable ab = {.r = {.put = abandonable_put, .get = abandonable_get, .ctx = &ab},
+                      .kv = r->rdv};
+    snprintf(ab.key, sizeof ab.key, "trainer/%s/abandon", a.group);
+    ct_rendezvous *kv = r->rdv;
+    r->rdv = &ab.r;
+    rc = ct__replica_open_ring(r);
+    r->rdv = kv;
+    bool moved = false; /* this rank's state changed (the whole state, or a replay) */
+    if (rc == 0)
+        rc = live_agree(r, old_world, a.log_from, &src, &hash, &replayed, &moved);
+    ct__gradlog_reset(&r->log); /* sent, or of a heal that did not get in */
+    if (rc < 0 && !newcomer && !moved) {
+        /* the group did not meet (a member died in it): this survivor stands where it stood,
+         * for the driver's next "regroup" without the dead */
+        ct_comm_destroy(&r->comm);
+        r->setup.rank = r->ctx.rank = old_rank;
+        r->setup.world = r->ctx.world = old_world;
+        memcpy(r->setup.group, old_group, sizeof r->setup.group);
+        r->live.ok = true;
+        return rc;
+    }
+    if (rc == 0)
+        rc = ct__replica_loader_new(r);
+    if (rc < 0)
         return rc;
     /* the replicas bound on this machine still are: one bucket stays one bucket, when every
      * rank of the new group was bound with all of its old group (a replacement healed from a
@@ -204,11 +330,24 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
     rep.skipped_total = r->st.skipped;
     rep.loss_scale = r->st.scaler ? ct_grad_scaler_scale(r->st.scaler) : 0;
     rep.weights_hash = hash;
+    rep.replayed = replayed;
     if (!(*res = malloc(sizeof rep)))
         return CT_ENOMEM;
     memcpy(*res, &rep, sizeof rep);
     *rlen = sizeof rep;
     return 0;
+}
+
+/* Why this replica's optimizer steps cannot be replayed from its averaged gradients alone
+ * (gradlog.c), or NULL: the f16 loss scaler (its skips and scale), a plateau scheduler (it
+ * steps on a metric), ZeRO-1 (a shard's step), a device (the log reads host memory). */
+static const char *replay_refusal(const replica *r)
+{
+    return r->st.scaler              ? "the f16 loss scaler"
+           : r->st.plateau_metric[0] ? "a plateau scheduler"
+           : r->spec.zero            ? "ZeRO-1"
+           : r->device != CT_CPU     ? "a device's weights"
+                                     : NULL;
 }
 
 /* The "snapshot" method (a serving peer, idle between two segments of a live group): its whole
@@ -232,6 +371,12 @@ int ct__replica_snapshot(void *state, const void *args, size_t len, void **res, 
                         .batch = r->st.batch,
                         .offset = r->st.offset,
                         .world = r->setup.world};
+    int64_t k = r->spec.accumulate > 1 ? r->spec.accumulate : 1;
+    int64_t nb = r->loader ? ct_loader_num_batches(r->loader) : 0;
+    snap.steps_left = nb > r->st.batch ? (nb - r->st.batch) / k : 0;
+    const char *why = replay_refusal(r);
+    snap.replay_ok = !why;
+    snprintf(snap.replay_why, sizeof snap.replay_why, "%s", why ? why : "");
     tr_ckpt_plan *p = NULL;
     void *dst = NULL;
     int rc = ct__ckpt_plan(&r->st, &r->spec, r->setup.world, NULL, &p);

@@ -162,6 +162,12 @@ int trainer_step_optimizer_at(trainer_step *s, int i)
     s->optimizer_steps[i]++;
     if (!trainer_step_sync(s))
         return 0; /* accumulating: the group's last batch steps */
+    /* a serving peer of a heal: the averaged gradients, for the replacement's replay (out of
+     * memory: the log is dropped, and the replacement gets the whole state instead) */
+    if (s->log && ct__gradlog_opt(s->log, s->st, i) < 0) {
+        ct__gradlog_reset(s->log);
+        s->log = NULL;
+    }
     ct_grad_scaler *sc = s->st->scaler;
     if (sc) { /* f16: unscale (unless clipping did), step only when all are finite, update */
         bool stepped = false;

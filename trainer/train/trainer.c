@@ -821,7 +821,8 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                                 .validate_every = o->validate_every_steps,
                                 .validate_end = o->validate_every_epoch,
                                 .report_ms = ct__progress_report_ms(t->progress),
-                                .pause_steps = pause};
+                                .pause_steps = pause,
+                                .record_grads = t->heal_job.a && i == t->heal_job.peer};
     t->nvals = 0;
     ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
     t->wait_all = t->live;
@@ -1486,6 +1487,8 @@ int trainer_train_with(trainer *t, const trainer_train_opts *o)
         }
         rc = 0;
     }
+    /* a replacement still copying (training stopped inside its overlap) does not get in */
+    ct__heal_abort(t, "training ended");
     /* stopped by a hook (a negative code of its own) or done: the best is restored; not
      * after a failure */
     if (o->restore_best && (rc == 0 || hook_stop)) {

@@ -452,8 +452,8 @@ static void check_steps(const char *dir, int64_t steps, const char *worlds, int6
     CHECK(next_after_kill > kill_ns && kill_ns > 0);
     CHECK(back_ns > kill_ns);
     printf("kill to the survivors' next step: %.1f ms\n", (next_after_kill - kill_ns) / 1e6);
-    printf("kill to the first step of 4 again (a replacement healed from a peer): %.1f ms\n",
-           (back_ns - kill_ns) / 1e6);
+    printf("kill to the first step of %d again (a replacement healed from a peer): %.1f ms\n",
+           group, (back_ns - kill_ns) / 1e6);
 }
 
 /* The linear scaling rule, as an elastic job would have it. After the live shrink it also
@@ -660,9 +660,9 @@ static void one_run(const char *mode, run *out)
                mode, (long long)out->st.epoch, (long long)out->st.steps, out->st.replicas,
                out->st.live_recoveries, out->st.heals, out->st.retries_used);
         if (out->st.heals)
-            printf("%s: last heal: failure seen to the group of 4 agreed %.1f ms; snapshot of %lld "
-                   "bytes put, fetched and loaded in %.1f ms\n",
-                   mode, out->st.heal_ns / 1e6, (long long)out->st.heal_bytes,
+            printf("%s: last heal: failure seen to the group of %d agreed %.1f ms; snapshot of "
+                   "%lld bytes put, fetched and loaded in %.1f ms\n",
+                   mode, group, out->st.heal_ns / 1e6, (long long)out->st.heal_bytes,
                    out->st.heal_copy_ns / 1e6);
         CHECK_EQ_INT(out->st.epoch, 2);
         CHECK(out->st.weights_agree);

@@ -414,6 +414,9 @@ int trainer_create(const trainer_opts *o, trainer **out)
                                ? "CUDA replicas: NCCL would need an abort and a new communicator "
                                  "(live recovery runs on the CPU ring: the CPU and the checking "
                                  "device) (opts.device)"
+                           : ctx.ndevices > 1
+                               ? "a model across devices: a survivor's regroup drains one device "
+                                 "(devices_per_replica)"
                            : s->zero ? "ZeRO-1: the dead replica's optimizer shard exists nowhere "
                                        "else (zero_stage)"
                            : t->local.data.sharded ? "sharded data: the dead replica's shard is "

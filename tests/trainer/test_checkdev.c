@@ -9,11 +9,11 @@
  * and the checkpoint files the two runs wrote are the same bytes. Then each run's epoch-1
  * checkpoint is resumed on the other device (the CPU's on the checking device, the checking
  * device's on the CPU) and trained to epoch 2: both end with the CPU run's weights. "kill": on the
- * checking device, replica 1 is parked in epoch 2 and killed by pid (SIGKILL); the group restarts
- * from the epoch-1 checkpoint in the store and ends with the CPU run's weights, one retry used.
- * "bf16": the built-in steps with precision=bf16 on the checking device (autocast's reference
- * there: operands rounded to bf16, f32 kernels) against f32: the losses differ (it was applied)
- * by under 5%, and the replicas' weights agree. */
+ * checking device with recovery "restart", replica 1 is parked in epoch 2 and killed by pid
+ * (SIGKILL); the group restarts from the epoch-1 checkpoint in the store and ends with the CPU
+ * run's weights, one retry used. "bf16": the built-in steps with precision=bf16 on the checking
+ * device (autocast's reference there: operands rounded to bf16, f32 kernels) against f32: the
+ * losses differ (it was applied) by under 5%, and the replicas' weights agree. */
 #include "tt.h"
 
 #include <dirent.h>
@@ -43,7 +43,10 @@ static trainer *make(const char *device, int probe_step)
                                        .bucket_mb = 0.001, /* 2 buckets a step */
                                        .epochs = 2,
                                        .seed = 5,
-                                       .device = device},
+                                       .device = device,
+                                       /* kill: the restart's path on the device (live
+                                        * recovery's: test_live_recovery checkdev) */
+                                       .recovery = probe_step ? "restart" : NULL},
                        &t) < 0)
         fprintf(stderr, "trainer_create (%s): %s\n", device, ct_last_error());
     return t;

@@ -9,7 +9,9 @@
  * "copy": as shm, and the first replacement is SIGKILLed by the test inside its heal's copy, the
  * peer's snapshot fetched, not yet checked nor loaded; "peer_copy": as shm, and the first
  * serving peer is SIGKILLed by the test inside its snapshot, the bytes written, not yet sealed
- * toward the newcomer's node: both held there by the test fault heal_hold, common/fault.h).
+ * toward the newcomer's node: both held there by the test fault heal_hold, common/fault.h;
+ * "checkdev": as shm with 2 replicas on the checking device, rank 1 killed: the one survivor
+ * goes on alone, a replacement heals from its device's state and replays its 2 steps).
  * 4 replicas train the tt MLP on 216 synthetic samples (batch 8), SGD, a checkpoint every 4
  * steps, 2 epochs. The train step "logged" wraps the built-in one: after each completed step it
  * appends (step, world, rank, epoch, time, lr, hash of the weights the step started from,
@@ -55,6 +57,9 @@
 #include <time.h>
 
 #define KILL_STEP 3
+
+/* The group's size (checkdev: 2, else 4): config key "group" in the replicas */
+static int group = 4;
 #define N_TRAIN 216 /* synthetic n = 270: 20% of it is the validation set */
 
 static int64_t now_ns(void)
@@ -64,7 +69,45 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The built-in step, logged; the kill at (KILL_STEP, kill_mask) of a group of 4, once. */
+static void fnv1a(uint64_t *hash, const void *p, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i++)
+        *hash = (*hash ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+}
+
+/* The FNV-1a hash of m's weights: its flat buffer on the CPU; on a device (the checking
+ * device) each tensor copied to the host. */
+static int start_hash(ct_module *m, uint64_t *out)
+{
+    const ct_named_tensor *sd;
+    float *values, *grads;
+    int64_t numel;
+    int n, rc;
+    *out = 1469598103934665603ull;
+    if ((rc = ct_module_state_dict(m, &sd, &n)) < 0)
+        return rc;
+    if (n == 0 || ct_tensor_device(sd[0].tensor) == CT_CPU) {
+        if ((rc = ct_module_flat(m, &values, &grads, &numel)) < 0)
+            return rc;
+        fnv1a(out, values, (size_t)numel * sizeof(float));
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const ct_tensor *t = sd[i].tensor;
+        size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(ct_tensor_dtype(t));
+        void *host = malloc(bytes ? bytes : 1);
+        if (!host)
+            return CT_ENOMEM;
+        if ((rc = ct_tensor_copy_to(t, host, bytes)) == 0)
+            fnv1a(out, host, bytes);
+        free(host);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The built-in step, logged; the kill at (KILL_STEP, kill_mask) of the whole group, once. */
 static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out *out)
 {
     trainer_ctx *ctx = trainer_step_ctx(s);
@@ -72,7 +115,8 @@ static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out
     int rank = trainer_ctx_rank(ctx), world = trainer_ctx_world_size(ctx);
     int64_t step = trainer_step_count(s), kill_mask = trainer_config_int(ctx, "kill_mask", 4);
     char path[256], line[4096];
-    if (world == 4 && (kill_mask >> rank & 1) && step == KILL_STEP) {
+    if (world == trainer_config_int(ctx, "group", 4) && (kill_mask >> rank & 1) &&
+        step == KILL_STEP) {
         snprintf(path, sizeof path, "%s/killed-%d", dir, rank);
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
         if (fd >= 0) { /* the first time only: a restarted group of 4 does not die again */
@@ -85,14 +129,11 @@ static int logged_step(trainer_step *s, const trainer_batch *b, trainer_step_out
     }
     /* the weights this step starts from: every rank's must be the same bits (a replacement
      * healed from a peer too, at its first step) */
-    float *values, *grads;
-    int64_t numel;
-    uint64_t hash = 1469598103934665603ull;
-    if (ct_module_flat(trainer_step_model(s), &values, &grads, &numel) < 0)
-        return CT_EINVAL;
-    for (size_t i = 0; i < (size_t)numel * sizeof(float); i++)
-        hash = (hash ^ ((const unsigned char *)values)[i]) * 1099511628211ull;
-    int rc = trainer_builtin_train_step(s, b, out);
+    uint64_t hash = 0;
+    int rc = start_hash(trainer_step_model(s), &hash);
+    if (rc < 0)
+        return rc;
+    rc = trainer_builtin_train_step(s, b, out);
     if (rc < 0)
         return rc;
     int n = snprintf(line, sizeof line, "%lld %d %d %lld %lld %.17g %llx", (long long)step, world,
@@ -307,7 +348,7 @@ static void check_steps(const char *dir, int64_t steps, const char *worlds, int6
     bool live = worlds != NULL;
     int64_t short_step = -1; /* the first step of fewer than 4: the discarded one, done again */
     for (int64_t s = 0; worlds && worlds[s] && short_step < 0; s++)
-        if (worlds[s] != '4')
+        if (worlds[s] != '0' + group)
             short_step = s;
     int64_t next_after_kill = 0, kill_ns = 0, back = 0, bad_lr = 0, back_ns = 0;
     char path[600];
@@ -344,9 +385,9 @@ static void check_steps(const char *dir, int64_t steps, const char *worlds, int6
             }
             back += step <= last; /* the step counter never goes back in a process */
             /* on_world_size scales the rate by new / old: live, and at the growth */
-            if (fabs(lr - 0.05 * world / 4) > 1e-9 && !bad_lr++)
+            if (fabs(lr - 0.05 * world / group) > 1e-9 && !bad_lr++)
                 fprintf(stderr, "step %lld rank %d: lr %.17g, not %.17g\n", step, rank, lr,
-                        0.05 * world / 4);
+                        0.05 * world / group);
             last = step;
             count[step][rank]++;
             if (world_of[step] && world_of[step] != world) {
@@ -363,7 +404,7 @@ static void check_steps(const char *dir, int64_t steps, const char *worlds, int6
             hash_of[step] = hash;
             if (step == short_step && (!next_after_kill || t < next_after_kill))
                 next_after_kill = t; /* the survivors' first step */
-            if (step > short_step && world == 4 && short_step >= 0 && (!back_ns || t < back_ns))
+            if (step > short_step && world == group && short_step >= 0 && (!back_ns || t < back_ns))
                 back_ns = t; /* ... and the first of 4 again */
             for (char *p = l + off; live && epoch == kill_epoch && *p;) {
                 char *end;
@@ -389,7 +430,7 @@ static void check_steps(const char *dir, int64_t steps, const char *worlds, int6
     for (int64_t s = 0; s < steps && s < MAXS; s++) {
         /* 4 until the kill, fewer from the discarded step on until replacements healed from
          * the survivors joined at a step boundary, then 4 again */
-        int want = s < (int64_t)strlen(worlds) ? worlds[s] - '0' : 4;
+        int want = s < (int64_t)strlen(worlds) ? worlds[s] - '0' : group;
         for (int r = 0; r < 4; r++)
             if (count[s][r] != (r < want ? 1 : 0)) {
                 fprintf(stderr, "step %lld rank %d: completed %d times\n", (long long)s, r,
@@ -411,8 +452,8 @@ static void check_steps(const char *dir, int64_t steps, const char *worlds, int6
     CHECK(next_after_kill > kill_ns && kill_ns > 0);
     CHECK(back_ns > kill_ns);
     printf("kill to the survivors' next step: %.1f ms\n", (next_after_kill - kill_ns) / 1e6);
-    printf("kill to the first step of 4 again (a replacement healed from a peer): %.1f ms\n",
-           (back_ns - kill_ns) / 1e6);
+    printf("kill to the first step of %d again (a replacement healed from a peer): %.1f ms\n",
+           group, (back_ns - kill_ns) / 1e6);
 }
 
 /* The linear scaling rule, as an elastic job would have it. After the live shrink it also
@@ -532,11 +573,13 @@ static void one_run(const char *mode, run *out)
     bool copy = !strcmp(mode, "copy"), peer_copy = !strcmp(mode, "peer_copy");
     bool overlap = !strcmp(mode, "overlap");
     bool quorum = !strcmp(mode, "quorum"); /* as copy, the kill in the quorum's rendezvous */
+    bool checkdev = !strcmp(mode, "checkdev");
     copy |= quorum;
     char ckdir[128];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
-    snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,kill_mask=%d", dir,
+    snprintf(cfg, sizeof cfg, "n=270,lr=0.05,log_dir=%s,group=%d,kill_mask=%d", dir, group,
              !strcmp(mode, "tcp") ? 1
+             : checkdev           ? 2
              : two                ? 6
              : idle               ? 0
              : newcomer           ? 4 | 16
@@ -569,13 +612,14 @@ static void one_run(const char *mode, run *out)
                                             .optimizer = "sgd",
                                             .train_step = "logged",
                                             .config = cfg,
-                                            .num_replicas = 4,
+                                            .num_replicas = group,
                                             .min_replicas = min ? 4 : 0,
                                             .batch_size = 8,
                                             .cpus_per_replica = 1,
                                             .no_cpu_binding = true,
                                             .epochs = 2,
-                                            .seed = 11},
+                                            .seed = 11,
+                                            .device = checkdev ? "checkdev" : NULL},
                             &t));
     if (t) {
         CHECK_OK(trainer_train(
@@ -616,9 +660,9 @@ static void one_run(const char *mode, run *out)
                mode, (long long)out->st.epoch, (long long)out->st.steps, out->st.replicas,
                out->st.live_recoveries, out->st.heals, out->st.retries_used);
         if (out->st.heals)
-            printf("%s: last heal: failure seen to the group of 4 agreed %.1f ms; snapshot of %lld "
-                   "bytes put, fetched and loaded in %.1f ms\n",
-                   mode, out->st.heal_ns / 1e6, (long long)out->st.heal_bytes,
+            printf("%s: last heal: failure seen to the group of %d agreed %.1f ms; snapshot of "
+                   "%lld bytes put, fetched and loaded in %.1f ms\n",
+                   mode, group, out->st.heal_ns / 1e6, (long long)out->st.heal_bytes,
                    out->st.heal_copy_ns / 1e6);
         CHECK_EQ_INT(out->st.epoch, 2);
         CHECK(out->st.weights_agree);
@@ -668,6 +712,15 @@ static void one_run(const char *mode, run *out)
              * copies while they go on, steps 5 and 6, and enters at step 7: the 24 left by 4 */
             worlds = "44433334"
                      "4444444";
+        } else if (checkdev) {
+            /* step 3 by the one survivor (8 samples); at the step-4 checkpoint the replacement
+             * copies its device's state while it goes on alone, steps 4 and 5 (16 samples); it
+             * replays them on its device and enters at step 6: the 144 left by 2; epoch 1: 14
+             * of 2 */
+            worlds = "2221"
+                     "11"
+                     "222222222"
+                     "22222222222222";
         } else if (newcomer || copy) {
             /* the replacement dies at the step-4 checkpoint (copy: while the 3 go on, steps 4
              * and 5; it is dropped at step 6, where it would have entered; quorum: it dies in
@@ -691,7 +744,7 @@ static void one_run(const char *mode, run *out)
             CHECK_EQ_INT(out->st.retries_used, 0);
             CHECK_EQ_INT(out->st.growths, 0); /* no restart: the group healed */
             CHECK_EQ_INT(out->st.heals, two || peer || peer_copy ? 2 : 1);
-            CHECK_EQ_INT(out->st.replicas, 4);
+            CHECK_EQ_INT(out->st.replicas, group);
             CHECK_EQ_INT(out->st.steps, (int64_t)strlen(worlds));
             /* the last replacement replayed the survivors' 2 steps since its snapshot (none
              * where it healed while they waited: two's and copy's second) */
@@ -726,11 +779,13 @@ int main(int argc, char **argv)
     tt_register();
     trainer_register_train_step("logged", logged_step);
     trainer_register_data("dying", dying_data);
-    trainer_register_step_keys("logged", "log_dir,kill_mask");
+    trainer_register_step_keys("logged", "log_dir,kill_mask,group");
     ct_serve_if_worker();
     h_init();
     const char *mode = argc > 1 ? argv[1] : "shm";
     bool tcp = !strcmp(mode, "tcp");
+    if (!strcmp(mode, "checkdev"))
+        group = 2;
     bool copy = !strcmp(mode, "copy"), peer_copy = !strcmp(mode, "peer_copy");
     bool overlap = !strcmp(mode, "overlap"), quorum = !strcmp(mode, "quorum");
     copy |= quorum;
@@ -756,7 +811,7 @@ int main(int argc, char **argv)
     }
     run a = {0}, b = {0};
     one_run(mode, &a);
-    if (!strcmp(mode, "shm")) { /* the same kill at the same step: the same weights */
+    if (!strcmp(mode, "shm") || group == 2) { /* the same kill at the same step: the same weights */
         one_run(mode, &b);
         tt_same_weights(a.w, b.w, a.nw, b.nw, "two runs with the same kill");
     }

@@ -4,13 +4,16 @@
  * step) and step ends; when the replacement enters, it replays them on the snapshot's state and
  * stands where the group stands. An optimizer step is a function of the weights, the optimizer's
  * state and rate, and the averaged gradients, so the replay gives the same bits; the regroup
- * checks the weights' hash (replica_live.c). Not here: when to record (the driver, heal.c), the
+ * checks the weights' hash (replica_live.c). Gradients on a device (the checking device) are
+ * downloaded into the log (the download waits for the step's allreduce on the compute stream)
+ * and uploaded by the replay. Not here: when to record (the driver, heal.c), the
  * regroup that sends and checks the log (replica_live.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "internal.h"
+#include "trainer/backend/backend.h"
 
 enum { LOG_OPT = 1, LOG_STEP = 2 };
 
@@ -21,34 +24,62 @@ typedef struct log_entry {
     double lr; /* the optimizer's first group's rate at the step */
 } log_entry;
 
-static int append(tr_grad_log *log, const void *p, size_t n)
+/* Room for n more bytes at the log's end; NULL when out of memory. */
+static unsigned char *reserve(tr_grad_log *log, size_t n)
 {
     if (log->len + n > log->cap) {
         size_t cap = log->cap ? log->cap : 1 << 16;
         while (cap < log->len + n)
             cap *= 2;
         unsigned char *b = realloc(log->buf, cap);
-        if (!b)
-            return ct__error(CT_ENOMEM, "trainer: the heal's gradient log: %zu bytes", cap);
+        if (!b) {
+            ct__error(CT_ENOMEM, "trainer: the heal's gradient log: %zu bytes", cap);
+            return NULL;
+        }
         log->buf = b;
         log->cap = cap;
     }
-    memcpy(log->buf + log->len, p, n);
+    return log->buf + log->len;
+}
+
+static int append(tr_grad_log *log, const void *p, size_t n)
+{
+    unsigned char *dst = reserve(log, n);
+    if (!dst)
+        return CT_ENOMEM;
+    memcpy(dst, p, n);
     log->len += n;
     return 0;
 }
 
-int ct__gradlog_opt(tr_grad_log *log, tr_state *st, int m)
+/* The backend of a device, NULL for the CPU; CT_ENOSYS when the program lacks it. */
+static int backend_for(ct_device device, const ct__backend **bk)
+{
+    *bk = device == CT_CPU ? NULL : ct__backend_of(device);
+    return device == CT_CPU || *bk ? 0 : ct__error(CT_ENOSYS, "trainer: no backend for a device");
+}
+
+int ct__gradlog_opt(tr_grad_log *log, tr_state *st, int m, ct_device device)
 {
     float *values = NULL, *grads = NULL;
     int64_t numel = 0;
+    const ct__backend *bk = NULL;
     int rc = ct_module_flat(st->models[m], &values, &grads, &numel);
-    if (rc < 0)
+    if (rc < 0 || (rc = backend_for(device, &bk)) < 0)
         return rc;
     log_entry e = {LOG_OPT, m, numel, ct_optim_get_lr(st->optims[m], 0)};
-    if ((rc = append(log, &e, sizeof e)) == 0)
-        rc = append(log, grads, sizeof *grads * (size_t)numel);
-    return rc;
+    size_t bytes = sizeof *grads * (size_t)numel;
+    if ((rc = append(log, &e, sizeof e)) < 0)
+        return rc;
+    unsigned char *dst = reserve(log, bytes);
+    if (!dst)
+        return CT_ENOMEM;
+    if (bk && (rc = bk->download(dst, grads, bytes)) < 0)
+        return rc;
+    if (!bk)
+        memcpy(dst, grads, bytes);
+    log->len += bytes;
+    return 0;
 }
 
 int ct__gradlog_step(tr_grad_log *log)
@@ -67,7 +98,11 @@ int ct__gradlog_replay(tr_state *st, const tr_spec *spec, const void *buf, size_
                        int64_t *steps)
 {
     const unsigned char *p = buf, *end = p + len;
+    const ct__backend *bk = NULL;
     *steps = 0;
+    int brc = backend_for((ct_device)spec->device, &bk);
+    if (brc < 0)
+        return brc;
     while (p < end) {
         log_entry e;
         if ((size_t)(end - p) < sizeof e)
@@ -102,8 +137,12 @@ int ct__gradlog_replay(tr_state *st, const tr_spec *spec, const void *buf, size_
                              "trainer: the heal's gradient log: model %d's rate %.17g here, "
                              "%.17g at the recorded step",
                              e.model, lr, e.lr);
-        memcpy(grads, p, sizeof *grads * (size_t)numel);
-        p += sizeof *grads * (size_t)numel;
+        size_t bytes = sizeof *grads * (size_t)numel;
+        if (bk && (rc = bk->upload(grads, p, bytes)) < 0) /* queued before the step's kernels */
+            return rc;
+        if (!bk)
+            memcpy(grads, p, bytes);
+        p += bytes;
         if ((rc = ct_optim_step(st->optims[e.model])) < 0)
             return rc;
         ct_module_zero_grad(st->models[e.model]);

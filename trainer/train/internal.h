@@ -397,13 +397,15 @@ typedef struct tr_grad_log {
     size_t len, cap;
 } tr_grad_log;
 
-/* Appends model m's averaged gradients (before its optimizer step) to log. 0 or CT_ENOMEM. */
-int ct__gradlog_opt(tr_grad_log *log, tr_state *st, int m);
+/* Appends model m's averaged gradients (before its optimizer step) to log; on a device (the
+ * model's, CT_CPU: host memory) downloaded. 0, CT_ENOMEM or the download's error. */
+int ct__gradlog_opt(tr_grad_log *log, tr_state *st, int m, ct_device device);
 /* Appends the end of an optimizer step (tr_state.step goes on, a per-batch scheduler steps). */
 int ct__gradlog_step(tr_grad_log *log);
 /* Empties log and frees its memory; off until begun again. */
 void ct__gradlog_reset(tr_grad_log *log);
-/* Replays len bytes of a log on st (spec: when its scheduler steps): each model's optimizer
+/* Replays len bytes of a log on st (spec: when its scheduler steps, and its device, where the
+ * gradients are uploaded): each model's optimizer
  * steps on the recorded gradients, with the recorded rate (CT_EPROTO when the optimizer's rate
  * differs, or an entry is malformed); *steps: the optimizer steps replayed. */
 int ct__gradlog_replay(tr_state *st, const tr_spec *spec, const void *buf, size_t len,

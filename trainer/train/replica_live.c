@@ -263,6 +263,12 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
     if (newcomer)
         hold_in_copy(r, "quorum");
     r->live.ok = r->live.clean = false;
+    /* a device: the failed step's queued work (its backward, its batch's uploads) done before
+     * the bucketers go (their destroy waits for their own streams); its gradients are
+     * discarded (zeroed at the next step's start), the weights stay where they are */
+    if (r->bk && (rc = r->bk->synchronize(NULL)) < 0)
+        return ct__trainer_error_prefix(rc, "trainer replica %d: draining its device",
+                                        r->setup.rank);
     for (int m = 0; m < r->st.nmodels; m++) {
         ct_module_on_grad_ready(r->st.models[m], NULL, NULL);
         ct_bucketer_destroy(&r->bucketers[m]); /* before the communicator it uses */
@@ -340,13 +346,13 @@ int ct__replica_regroup(void *state, const void *args, size_t len, void **res, s
 
 /* Why this replica's optimizer steps cannot be replayed from its averaged gradients alone
  * (gradlog.c), or NULL: the f16 loss scaler (its skips and scale), a plateau scheduler (it
- * steps on a metric), ZeRO-1 (a shard's step), a device (the log reads host memory). */
+ * steps on a metric), ZeRO-1 (a shard's step). A device's gradients are downloaded into the
+ * log and uploaded by the replay (gradlog.c). */
 static const char *replay_refusal(const replica *r)
 {
     return r->st.scaler              ? "the f16 loss scaler"
            : r->st.plateau_metric[0] ? "a plateau scheduler"
            : r->spec.zero            ? "ZeRO-1"
-           : r->device != CT_CPU     ? "a device's weights"
                                      : NULL;
 }
 

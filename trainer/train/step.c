@@ -164,7 +164,7 @@ int trainer_step_optimizer_at(trainer_step *s, int i)
         return 0; /* accumulating: the group's last batch steps */
     /* a serving peer of a heal: the averaged gradients, for the replacement's replay (out of
      * memory: the log is dropped, and the replacement gets the whole state instead) */
-    if (s->log && ct__gradlog_opt(s->log, s->st, i) < 0) {
+    if (s->log && ct__gradlog_opt(s->log, s->st, i, s->ctx->device) < 0) {
         ct__gradlog_reset(s->log);
         s->log = NULL;
     }

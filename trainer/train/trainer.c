@@ -410,9 +410,13 @@ int trainer_create(const trainer_opts *o, trainer **out)
     if (t->local.data.sharded && max > 1 && (rc = check_shards(s, max, max > num)) < 0)
         goto fail;
     /* live recovery where it applies; else restart, and one line that says why */
-    const char *not_live = device != CT_CPU
-                               ? "the survivors' state would be on a device: live recovery runs "
-                                 "on the CPU ring only (opts.device)"
+    const char *not_live = ct_device_kind(device) == CT_CUDA
+                               ? "CUDA replicas: NCCL would need an abort and a new communicator "
+                                 "(live recovery runs on the CPU ring: the CPU and the checking "
+                                 "device) (opts.device)"
+                           : ctx.ndevices > 1
+                               ? "a model across devices: a survivor's regroup drains one device "
+                                 "(devices_per_replica)"
                            : s->zero ? "ZeRO-1: the dead replica's optimizer shard exists nowhere "
                                        "else (zero_stage)"
                            : t->local.data.sharded ? "sharded data: the dead replica's shard is "

@@ -8,7 +8,8 @@
  * the small matrix products that dnnl.c's Linear and matmul functions hand to it.
  *
  * Return 0 or a negative CT_E* code (CT_EDNNL with the failing call in ct_last_error()).
- * Thread-safety: the primitive cache is locked; executing from several threads is allowed. */
+ * Thread-safety: the primitive cache is locked; threads execute primitives concurrently (each
+ * runs an entry of its own, dnnl.c). */
 #ifndef CT_CPU_H
 #define CT_CPU_H
 

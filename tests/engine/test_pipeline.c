@@ -10,7 +10,11 @@
  *   device to 1e-6. The batch has 10 rows, so the micro-batches are 3, 3, 2, 2 rows and their
  *   losses are weighted 3/10, 3/10, 2/10, 2/10 (a plain 1/M would fail);
  * - the same with each stage's program on a thread of its own (ct_pipeline_use_threads), on the
- *   two checking devices and with both stages on the CPU;
+ *   two checking devices and with both stages on the CPU, and with both stages on the CPU driven
+ *   from one thread (on the CPU the Linear weight gradients are deferred to one product over
+ *   every micro-batch's rows, trainer/nn/wgrad_defer.c); two calls without zeroing the
+ *   gradients give twice the whole batch's (the deferred product adds to what the gradient
+ *   holds);
  * - batch norm per micro-batch (PyTorch's rule): with BatchNorm1d in stage 0, 1F1B with M = 2
  *   gives the gradients, running statistics and num_batches_tracked of the two micro-batches
  *   run one after another through the whole model (not the whole batch's gradients);
@@ -267,6 +271,20 @@ static void test_gradients(ct_device c0, ct_device c1, int threads)
                ct_device_name(c1, n1, sizeof n1), threads ? "a thread a stage" : "one thread", loss,
                ref_loss, worst);
     }
+    /* two calls add up */
+    if (p) {
+        ct_module_zero_grad(root);
+        int rc = 0;
+        for (int i = 0; i < 2 && rc == 0; i++)
+            rc = ct_pipeline_forward_backward(p, cx, cy, mean_ce, NULL, 4, CT_PIPE_1F1B, NULL);
+        int ng = grads(root, got, 4096);
+        float worst = 0.0f;
+        for (int i = 0; i < np && ng == np; i++)
+            worst = fmaxf(worst, fabsf(got[i] - 2.0f * ref[i]));
+        CHECK(rc == 0 && ng == np && worst <= 2e-6f,
+              "two calls: rc %d, %d gradient values, max |grad - 2 x whole batch's| %.3g", rc, ng,
+              worst);
+    }
     /* refusals */
     int rc =
         p ? ct_pipeline_forward_backward(p, cx, cy, mean_ce, NULL, N + 1, CT_PIPE_1F1B, NULL) : -1;
@@ -402,6 +420,7 @@ int main(void)
     test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 0);
     test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 1);
     test_gradients(CT_CPU, CT_CPU, 1);
+    test_gradients(CT_CPU, CT_CPU, 0);
     test_batchnorm();
     if (g_fail)
         fprintf(stderr, "test_pipeline: %d failure(s)\n", g_fail);

@@ -849,6 +849,19 @@ static bool gemm_here(int64_t m, int64_t k, int64_t n, bool ta, bool tb)
            ((unsigned)dnnl_get_effective_cpu_isa() & avx512) != avx512;
 }
 
+/* Whether a Linear's forward for n rows (k and m the other sizes) runs in gemm_rows.c: at most
+ * CT__CPU_ROWS_MAX rows, past gemm.c's small products, on one thread where oneDNN's kernels have
+ * AVX-512 (its inner product copies the whole weight on every call, which a micro-batch of 32 rows
+ * does not pay for; gemm_rows.c's header has the figures). */
+static bool rows_here(int64_t n, int64_t k, int64_t m)
+{
+    if (n < 1 || n > CT__CPU_ROWS_MAX || n * k * m <= SMALL_WORK || omp_get_max_threads() != 1 ||
+        !ct__cpu_rows_runs())
+        return false;
+    unsigned avx512 = (unsigned)dnnl_cpu_isa_avx512_core;
+    return ((unsigned)dnnl_get_effective_cpu_isa() & avx512) == avx512;
+}
+
 typedef struct ip_mds {
     dnnl_memory_desc_t src, wei, bia, dst;
 } ip_mds;
@@ -896,6 +909,8 @@ int ct__cpu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const floa
 {
     if (gemm_here(n, ic, oc, false, true)) /* y = x w^T + b */
         return ct__cpu_gemm(n, ic, oc, x, false, w, true, y, false, b);
+    if (rows_here(n, ic, oc))
+        return ct__cpu_rows_fwd(n, ic, oc, x, w, b, y);
     key k = {.kind = K_IP_FWD, .v = {n, ic, oc, b != NULL}};
     void *ptrs[4] = {(void *)x, (void *)w, y, (void *)b};
     return run(&k, NULL, ptrs);

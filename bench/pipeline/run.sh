@@ -2,8 +2,10 @@
 # bench/pipeline/run.sh — pipelining within a replica on the CPU (pipeline_bench.c): an MLP split
 # into 2 stages, each on a thread of 1 engine thread, M = 8 micro-batches in 1F1B's order,
 # against the same 2 stages without micro-batches (ref) and against one process with 2 threads;
-# samples/s and the bubble. The reference is ct's own unpipelined run (the issue's baseline;
-# there is no PyTorch side). Needs 2 free cores to mean anything. Last line:
+# samples/s, CPU time per step and the bubble, and CPU-time ratios (micro-batches against the
+# whole batch on one thread; 1F1B against unpipelined). The reference is ct's own unpipelined run
+# (the issue's baseline; there is no PyTorch side). Its wall times need 2 free cores to mean
+# anything; its CPU times hold on a loaded machine. Last line:
 #   pipeline: ct=<1F1B samples/s> ref=<unpipelined samples/s> samples/s ratio=<r>
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)

@@ -12,4 +12,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${CT_BUILD:-$here/../../build}
 bin=$build/bin/pipeline_bench
 [ -x "$bin" ] || { echo "pipeline: $bin not built" >&2; exit 1; }
+# the nodes rows first (2 GPT stage actors on 2 nodes of 1 CPU: pipeline_nodes_bench.c), so that
+# pipeline_bench's line is the last; NODES=0 skips them
+nodes=$build/bin/pipeline_nodes_bench
+if [ "${NODES:-1}" != 0 ]; then
+    if [ -x "$nodes" ]; then
+        "$nodes" "${NODE_STEPS:-5}" "${M:-8}" || echo "pipeline: the nodes rows failed" >&2
+    else
+        echo "pipeline: $nodes not built (no ct_trainer): no nodes rows" >&2
+    fi
+fi
 "$bin" "${STEPS:-10}" "${M:-8}" "${N:-256}" "${W:-1024}" "${LAYERS:-8}"

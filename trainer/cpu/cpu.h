@@ -163,7 +163,8 @@ int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const 
  * cores, as ct_nn_set_threads says). */
 void ct__cpu_set_threads(int n);
 int ct__cpu_threads(void);
-/* Drops every cached primitive (tests, shutdown). */
+/* Drops every cached primitive (tests, shutdown); no thread may be running a kernel (an entry
+ * runs outside the cache's lock). */
 void ct__cpu_cache_clear(void);
 /* Number of primitives created so far (tests check caching). */
 int64_t ct__cpu_primitives_created(void);

@@ -11,7 +11,12 @@
  *   2 threads:   the whole model in this one thread with 2 engine threads (oneDNN's OpenMP
  *                splits each primitive), no pipeline;
  *   1 thread:    the M micro-batches through both stages on this one thread (no overlap):
- *                what splitting the batch costs by itself.
+ *                what splitting the batch costs by itself;
+ *   1 thread M=1: the whole batch through both stages on this one thread: the 1 thread row's
+ *                reference (their CPU times' ratio is printed).
+ *
+ * Each row also gives the CPU time per step (every thread of the process): on shared, loaded
+ * cores wall time says little about overlap, CPU time says what the work cost.
  *
  * Prints samples/s of each, the ideal bubble (S-1)/(M+S-1) and the one measured against the
  * unpipelined run (1 - (t_unpipelined / S) / t_1f1b: the share of the 1F1B step a perfectly
@@ -20,7 +25,9 @@
  * Usage: pipeline_bench [STEPS [M [N [W [LAYERS]]]]] (defaults 10 8 256 1024 8). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ct/error.h"
 #include "ct/nn.h"
@@ -32,6 +39,21 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* CPU seconds of the whole process (every thread), which a loaded machine distorts far less
+ * than wall time */
+static double cpu_s(void)
+{
+    struct rusage r;
+    getrusage(RUSAGE_SELF, &r);
+    return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           1e-6 * (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
+
+/* a variant's seconds per step: wall and CPU */
+typedef struct {
+    double wall, cpu;
+} per_step;
 
 static ct_tensor *mean_ce(ct_tensor *out, ct_tensor *target, void *user)
 {
@@ -54,28 +76,32 @@ static ct_module *stage_new(int64_t w, int layers, bool head)
 }
 
 /* seconds per step of the pipeline (M micro-batches, schedule k), STEPS steps after one */
-static double time_pipeline(ct_pipeline *p, ct_tensor *x, ct_tensor *y, int m, ct_pipe_schedule k,
-                            int steps)
+static per_step time_pipeline(ct_pipeline *p, ct_tensor *x, ct_tensor *y, int m, ct_pipe_schedule k,
+                              int steps)
 {
-    double t0 = 0;
+    double t0 = 0, c0 = 0;
     for (int s = 0; s <= steps; s++) {
-        if (s == 1)
+        if (s == 1) {
             t0 = now_s();
+            c0 = cpu_s();
+        }
         if (ct_pipeline_forward_backward(p, x, y, mean_ce, NULL, m, k, NULL) < 0) {
             fprintf(stderr, "pipeline_bench: %s\n", ct_last_error());
             exit(1);
         }
     }
-    return (now_s() - t0) / steps;
+    return (per_step){(now_s() - t0) / steps, (cpu_s() - c0) / steps};
 }
 
 /* seconds per step of the whole model on this thread */
-static double time_whole(ct_module *s0, ct_module *s1, ct_tensor *x, ct_tensor *y, int steps)
+static per_step time_whole(ct_module *s0, ct_module *s1, ct_tensor *x, ct_tensor *y, int steps)
 {
-    double t0 = 0;
+    double t0 = 0, c0 = 0;
     for (int s = 0; s <= steps; s++) {
-        if (s == 1)
+        if (s == 1) {
             t0 = now_s();
+            c0 = cpu_s();
+        }
         ct_tensor *h = ct_module_forward(s0, x);
         ct_tensor *o = h ? ct_module_forward(s1, h) : NULL;
         ct_tensor *l = o ? mean_ce(o, y, NULL) : NULL;
@@ -87,7 +113,13 @@ static double time_whole(ct_module *s0, ct_module *s1, ct_tensor *x, ct_tensor *
         ct_tensor_release(&o);
         ct_tensor_release(&h);
     }
-    return (now_s() - t0) / steps;
+    return (per_step){(now_s() - t0) / steps, (cpu_s() - c0) / steps};
+}
+
+static void row(const char *name, int64_t n, per_step t, const char *note)
+{
+    printf("%-12s %8.1f samples/s (%.1f ms/step, CPU %.1f ms/step%s)\n", name, (double)n / t.wall,
+           1e3 * t.wall, 1e3 * t.cpu, note);
 }
 
 int main(int argc, char **argv)
@@ -119,32 +151,40 @@ int main(int argc, char **argv)
     ct_tensor_copy_from(x, hx, (size_t)(n * w) * sizeof(float));
     ct_tensor_copy_from(y, hy, (size_t)n * sizeof(int64_t));
 
-    double t1f1b = time_pipeline(p, x, y, m, CT_PIPE_1F1B, steps);
-    double tgpipe = time_pipeline(p, x, y, m, CT_PIPE_GPIPE, steps);
-    double tflat = time_pipeline(p, x, y, 1, CT_PIPE_1F1B, steps);
+    per_step t1f1b = time_pipeline(p, x, y, m, CT_PIPE_1F1B, steps);
+    per_step tgpipe = time_pipeline(p, x, y, m, CT_PIPE_GPIPE, steps);
+    per_step tflat = time_pipeline(p, x, y, 1, CT_PIPE_1F1B, steps);
     ct_nn_set_threads(1); /* the micro-batches' own cost: M = 8, both stages on this thread */
     ct_pipeline_use_threads(p, 0);
-    double tserial = time_pipeline(p, x, y, m, CT_PIPE_1F1B, steps);
+    per_step tserial = time_pipeline(p, x, y, m, CT_PIPE_1F1B, steps);
+    per_step tone = time_whole(st[0], st[1], x, y, steps);
     ct_nn_set_threads(2);
-    double twhole = time_whole(st[0], st[1], x, y, steps);
+    per_step twhole = time_whole(st[0], st[1], x, y, steps);
 
     double ideal = (double)(S - 1) / (double)(m + S - 1);
-    double measured = 1.0 - (tflat / S) / t1f1b;
+    double measured = 1.0 - (tflat.wall / S) / t1f1b.wall;
+    double load[1] = {0};
+    getloadavg(load, 1);
     printf("pipeline_bench: %d stages x 1 thread, M=%d, batch %lld, %d x Linear(%lld) + ReLU, "
-           "%d steps\n",
-           S, m, (long long)n, layers, (long long)w, steps);
-    printf("1f1b:        %8.1f samples/s (%.1f ms/step)\n", (double)n / t1f1b, 1e3 * t1f1b);
-    printf("gpipe:       %8.1f samples/s (%.1f ms/step)\n", (double)n / tgpipe, 1e3 * tgpipe);
-    printf("unpipelined: %8.1f samples/s (%.1f ms/step)\n", (double)n / tflat, 1e3 * tflat);
-    printf("2 threads:   %8.1f samples/s (%.1f ms/step, one process, no pipeline)\n",
-           (double)n / twhole, 1e3 * twhole);
-    printf("1 thread:    %8.1f samples/s (%.1f ms/step, the M micro-batches' stages one after "
-           "another on one thread: what micro-batches cost without overlap)\n",
-           (double)n / tserial, 1e3 * tserial);
+           "%d steps, load average %.1f on %ld cores\n",
+           S, m, (long long)n, layers, (long long)w, steps, load[0], sysconf(_SC_NPROCESSORS_ONLN));
+    row("1f1b:", n, t1f1b, "");
+    row("gpipe:", n, tgpipe, "");
+    row("unpipelined:", n, tflat, "");
+    row("2 threads:", n, twhole, ", one process, no pipeline");
+    row("1 thread:", n, tserial,
+        ", the M micro-batches' stages one after another on one thread: what micro-batches cost "
+        "without overlap");
+    row("1 thread M=1:", n, tone, ", the whole batch through both stages on one thread");
+    printf("micro-batches' CPU time per sample against the whole batch's (1 thread): %.2f\n",
+           tserial.cpu / tone.cpu);
     printf("bubble: ideal (S-1)/(M+S-1) = %.3f, measured 1 - (t_unpipelined/S)/t_1f1b = %.3f\n",
            ideal, measured);
-    printf("pipeline: ct=%.1f ref=%.1f samples/s ratio=%.2f\n", (double)n / t1f1b,
-           (double)n / tflat, tflat / t1f1b);
+    printf("CPU time per step, 1f1b against unpipelined: %.2f (what overlap cannot hide: on "
+           "shared, loaded cores the wall-time ratio below says little)\n",
+           t1f1b.cpu / tflat.cpu);
+    printf("pipeline: ct=%.1f ref=%.1f samples/s ratio=%.2f\n", (double)n / t1f1b.wall,
+           (double)n / tflat.wall, tflat.wall / t1f1b.wall);
     free(hx);
     free(hy);
     ct_tensor_release(&x);

@@ -151,6 +151,10 @@ def ops(path):
     # k cut into blocks of 256 (the weight gradient's k = 270 = 256 + 14), a transposed a
     # (dy^T x) packed in panels of 6 rows (67 = 11 * 6 + 1), a column edge (61 = 3 * 16 + 13)
     op_case(w, "linear_big", F.linear, [r(270, 61), r(67, 61), r(67)])
+    # a micro-batch's few rows past 2^20 multiply-adds (30 x 190 x 191), where one thread on an
+    # AVX-512 CPU sends the forward to trainer/cpu/gemm_rows.c: 30 of its 32 rows (the rest
+    # zero), 191 outputs = 15 blocks of 12 and one of 11
+    op_case(w, "linear_rows", F.linear, [r(30, 190), r(191, 190), r(191)])
     w.close()
 
 

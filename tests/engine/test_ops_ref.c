@@ -220,8 +220,10 @@ int main(int argc, char **argv)
     run_case("linear_shared", f_linear_shared);
     ct_nn_set_threads(2); /* oneDNN's kernels (where it has AVX-512: on every thread count) */
     run_case("linear_big", f_linear);
+    run_case("linear_rows", f_linear);
     ct_nn_set_threads(1); /* gemm.c's (dnnl.c's gemm_here) */
     run_case("linear_big", f_linear);
+    run_case("linear_rows", f_linear); /* the forward in gemm_rows.c where the CPU has AVX-512 */
     ct_nn_set_threads(0);
     run_case("conv", f_conv);
     run_case("conv_dil", f_conv_dil);

@@ -10,7 +10,12 @@
  *   device to 1e-6. The batch has 10 rows, so the micro-batches are 3, 3, 2, 2 rows and their
  *   losses are weighted 3/10, 3/10, 2/10, 2/10 (a plain 1/M would fail);
  * - the same with each stage's program on a thread of its own (ct_pipeline_use_threads), on the
- *   two checking devices and with both stages on the CPU;
+ *   two checking devices and with both stages on the CPU, and with both stages on the CPU driven
+ *   from one thread (on the CPU the Linear weight gradients are deferred to one product over
+ *   every micro-batch's rows, trainer/nn/wgrad_defer.c); two calls without zeroing the
+ *   gradients give twice the whole batch's (the deferred product adds to what the gradient
+ *   holds); a weight with a gradient-ready hook is not deferred (its hook runs once per
+ *   micro-batch and last sees the whole gradient);
  * - batch norm per micro-batch (PyTorch's rule): with BatchNorm1d in stage 0, 1F1B with M = 2
  *   gives the gradients, running statistics and num_batches_tracked of the two micro-batches
  *   run one after another through the whole model (not the whole batch's gradients);
@@ -195,6 +200,25 @@ static int grads(ct_module *m, float *g, int cap)
     return at;
 }
 
+/* a gradient-ready hook's record: how often it ran, and the gradient it saw last */
+typedef struct hook_seen {
+    int calls;
+    float last[4096];
+    int64_t n;
+} hook_seen;
+
+static int see_grad(ct_tensor *t, void *user)
+{
+    hook_seen *h = user;
+    ct_tensor *g = ct_tensor_grad(t), *c = g ? ct_tensor_to(g, CT_CPU) : NULL;
+    h->calls++;
+    h->n = c ? ct_tensor_numel(c) : 0;
+    if (!c || h->n > 4096 || ct_tensor_copy_to(c, h->last, (size_t)h->n * sizeof(float)) < 0)
+        h->n = -1;
+    ct_tensor_release(&c);
+    return 0;
+}
+
 /* the model's two stages on c0 and c1, driven from this thread (threads 0) or each stage from
  * a thread of its own */
 static void test_gradients(ct_device c0, ct_device c1, int threads)
@@ -266,6 +290,53 @@ static void test_gradients(ct_device c0, ct_device c1, int threads)
                ct_pipe_schedule_name((ct_pipe_schedule)k), ct_device_name(c0, n0, sizeof n0),
                ct_device_name(c1, n1, sizeof n1), threads ? "a thread a stage" : "one thread", loss,
                ref_loss, worst);
+    }
+    /* two calls add up */
+    if (p) {
+        ct_module_zero_grad(root);
+        int rc = 0;
+        for (int i = 0; i < 2 && rc == 0; i++)
+            rc = ct_pipeline_forward_backward(p, cx, cy, mean_ce, NULL, 4, CT_PIPE_1F1B, NULL);
+        int ng = grads(root, got, 4096);
+        float worst = 0.0f;
+        for (int i = 0; i < np && ng == np; i++)
+            worst = fmaxf(worst, fabsf(got[i] - 2.0f * ref[i]));
+        CHECK(rc == 0 && ng == np && worst <= 2e-6f,
+              "two calls: rc %d, %d gradient values, max |grad - 2 x whole batch's| %.3g", rc, ng,
+              worst);
+    }
+    /* a weight with a gradient-ready hook (stage 1's first Linear) is not deferred: the hook
+     * runs once per micro-batch and the last time sees the whole gradient (deferred, it would
+     * run before the gradient is complete) */
+    const ct_named_tensor *sd = NULL;
+    int nsd = 0;
+    ct_tensor *hw = NULL;
+    if (ct_module_state_dict(b, &sd, &nsd) == 0)
+        for (int i = 0; i < nsd && !hw; i++)
+            if (ct_tensor_ndim(sd[i].tensor) == 2)
+                hw = sd[i].tensor;
+    static hook_seen seen;
+    memset(&seen, 0, sizeof seen);
+    if (p && hw && ct_tensor_on_grad_ready(hw, see_grad, &seen) == 0) {
+        ct_module_zero_grad(root);
+        int rc = ct_pipeline_forward_backward(p, cx, cy, mean_ce, NULL, 4, CT_PIPE_1F1B, NULL);
+        ct_tensor *g = ct_tensor_grad(hw), *c = g ? ct_tensor_to(g, CT_CPU) : NULL;
+        static float final[4096];
+        int64_t k = c ? ct_tensor_numel(c) : 0;
+        CHECK(rc == 0 && c && k == seen.n &&
+                  ct_tensor_copy_to(c, final, (size_t)k * sizeof(float)) == 0,
+              "hooked weight: rc %d, %lld values, the hook saw %lld", rc, (long long)k,
+              (long long)seen.n);
+        float worst = 0.0f;
+        for (int64_t i = 0; c && i < k && k == seen.n; i++)
+            worst = fmaxf(worst, fabsf(final[i] - seen.last[i]));
+        CHECK(seen.calls == 4 && worst == 0.0f,
+              "hooked weight: the hook ran %d times (want 4), its last view differs by %.3g",
+              seen.calls, worst);
+        ct_tensor_release(&c);
+        ct_tensor_on_grad_ready(hw, NULL, NULL);
+    } else {
+        CHECK(0, "no weight to hook: %s", ct_last_error());
     }
     /* refusals */
     int rc =
@@ -402,6 +473,7 @@ int main(void)
     test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 0);
     test_gradients(CT_CHECKDEV, ct_device_make(CT_CHECKDEV, 1), 1);
     test_gradients(CT_CPU, CT_CPU, 1);
+    test_gradients(CT_CPU, CT_CPU, 0);
     test_batchnorm();
     if (g_fail)
         fprintf(stderr, "test_pipeline: %d failure(s)\n", g_fail);

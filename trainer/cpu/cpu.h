@@ -8,7 +8,8 @@
  * the small matrix products that dnnl.c's Linear and matmul functions hand to it.
  *
  * Return 0 or a negative CT_E* code (CT_EDNNL with the failing call in ct_last_error()).
- * Thread-safety: the primitive cache is locked; executing from several threads is allowed. */
+ * Thread-safety: the primitive cache is locked; threads execute primitives concurrently (each
+ * runs an entry of its own, dnnl.c). */
 #ifndef CT_CPU_H
 #define CT_CPU_H
 
@@ -61,6 +62,14 @@ int ct__cpu_matmul(int64_t m, int64_t k, int64_t n, const float *a, bool ta, con
  * the attention's blocks (cpu/attention.c) call it directly. Only where ct__cpu_gemm_runs():
  * the CPU has AVX2 and FMA. */
 bool ct__cpu_gemm_runs(void);
+/* A Linear's forward (y = x w^T + b) for n <= CT__CPU_ROWS_MAX rows in gemm_rows.c's AVX-512
+ * kernel, on the calling thread, the weight read in place. dnnl.c's ct__cpu_ip_fwd chooses it
+ * (its rows_here(): one thread, AVX-512, past gemm.c's small products). Only where
+ * ct__cpu_rows_runs(): the CPU has AVX-512F. */
+#define CT__CPU_ROWS_MAX 32
+bool ct__cpu_rows_runs(void);
+int ct__cpu_rows_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const float *w,
+                     const float *b, float *y);
 int ct__cpu_gemm(int64_t m, int64_t k, int64_t n, const float *a, bool ta, const float *b, bool tb,
                  float *c, bool accumulate, const float *bias);
 /* The part of a product's c that is needed, and of op(a) that is not zero (the causal blocks of
@@ -154,7 +163,8 @@ int ct__cpu_attn_bwd(const ct__attn_p *p, const float *q, const float *k, const 
  * cores, as ct_nn_set_threads says). */
 void ct__cpu_set_threads(int n);
 int ct__cpu_threads(void);
-/* Drops every cached primitive (tests, shutdown). */
+/* Drops every cached primitive (tests, shutdown); no thread may be running a kernel (an entry
+ * runs outside the cache's lock). */
 void ct__cpu_cache_clear(void);
 /* Number of primitives created so far (tests check caching). */
 int64_t ct__cpu_primitives_created(void);

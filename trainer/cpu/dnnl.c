@@ -7,7 +7,11 @@
  * and one dnnl_memory per argument (created with no data; pointers are set per call). Convolutions
  * let oneDNN choose their layouts (format_tag_any): the entry then owns an internal buffer and a
  * reorder for each argument whose layout differs from the caller's, and reorders in/out around the
- * primitive.
+ * primitive. The cache's lock is held to find an entry, not while it runs: an entry (its
+ * memories, buffers, scratchpad, stream) serves one thread at a time, and a thread that finds
+ * every entry of its key busy makes another, so threads (a pipeline's stage threads) run
+ * primitives at the same time. (Held while running, it made 2 stage threads of 1 core each run
+ * one after the other: bench/pipeline's 1F1B could not beat the unpipelined run.)
  *
  * Activation layout. The blocked layout a convolution picks depends on the ISA (nChw16c with
  * AVX-512, nChw8c with AVX2), and oneDNN has JIT batch norm and pooling kernels only for the
@@ -83,6 +87,11 @@ typedef struct entry {
      * thread and sized in the thread that created the primitive: one created on one thread
      * and run on another (the checking device's workers run the CPU's kernels) read past it. */
     dnnl_memory_t scratch;
+    /* Its own stream, and whether a thread runs it now (guarded by G.mu): entries are run
+     * outside the lock, each by one thread at a time; a thread that finds every entry of its
+     * key busy makes another (run()). */
+    dnnl_stream_t stream;
+    int busy;
     struct entry *next;
 } entry;
 
@@ -93,7 +102,6 @@ typedef struct entry {
 static struct {
     pthread_mutex_t mu;
     dnnl_engine_t engine;
-    dnnl_stream_t stream;
     entry *buckets[NBUCKETS];
     int64_t created;
     int blocked_fmt; /* CT__FMT_*, -1 before detect_blocked_fmt */
@@ -219,8 +227,7 @@ static int ensure_engine(void)
     int rc = 0;
     if (G.engine)
         return 0;
-    if ((rc = DN_RC(dnnl_engine_create(&G.engine, dnnl_cpu, 0))) < 0 ||
-        (rc = DN_RC(dnnl_stream_create(&G.stream, G.engine, dnnl_stream_default_flags))) < 0)
+    if ((rc = DN_RC(dnnl_engine_create(&G.engine, dnnl_cpu, 0))) < 0)
         return rc;
     if (G.blocked_fmt < 0)
         G.blocked_fmt = detect_blocked_fmt();
@@ -243,17 +250,20 @@ static void entry_free(entry *e)
         dnnl_memory_destroy(e->scratch);
     if (e->prim)
         dnnl_primitive_destroy(e->prim);
+    if (e->stream)
+        dnnl_stream_destroy(e->stream);
     if (e->pd)
         dnnl_primitive_desc_destroy(e->pd);
     free(e);
 }
 
-static entry *lookup(const key *k, uint64_t *hash)
+/* An entry of key k (idle_only: one no thread runs now), or NULL. */
+static entry *lookup(const key *k, uint64_t *hash, bool idle_only)
 {
     uint64_t h = key_hash(k);
     *hash = h;
     for (entry *e = G.buckets[h % NBUCKETS]; e; e = e->next)
-        if (e->hash == h && memcmp(&e->k, k, sizeof(*k)) == 0)
+        if (e->hash == h && memcmp(&e->k, k, sizeof(*k)) == 0 && !(idle_only && e->busy))
             return e;
     return NULL;
 }
@@ -350,10 +360,10 @@ static int layout_reorder(arg *a, const dnnl_memory_desc_t *umd, const dnnl_memo
     return rc;
 }
 
-static int reorder_run(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
+static int reorder_run(dnnl_stream_t st, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
 {
     dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-    return DN_RC(dnnl_primitive_execute(r, G.stream, 2, ra));
+    return DN_RC(dnnl_primitive_execute(r, st, 2, ra));
 }
 
 /* Creates an entry from s: the primitive desc (unless s carries one, which the entry then
@@ -384,7 +394,8 @@ static int entry_make(entry **out, const key *k, uint64_t hash, spec *s)
             (rc = DN_RC(dnnl_primitive_desc_create(&e->pd, &s->op, user_attr, G.engine, hint))) < 0)
             goto out;
     }
-    if ((rc = DN_RC(dnnl_primitive_create(&e->prim, e->pd))) < 0)
+    if ((rc = DN_RC(dnnl_primitive_create(&e->prim, e->pd))) < 0 ||
+        (rc = DN_RC(dnnl_stream_create(&e->stream, G.engine, dnnl_stream_default_flags))) < 0)
         goto out;
     const dnnl_memory_desc_t *smd =
         dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
@@ -424,7 +435,8 @@ out:
     return rc;
 }
 
-/* Runs e with ptrs[i] as the data of argument i. Caller holds G.mu. */
+/* Runs e with ptrs[i] as the data of argument i. The caller has marked e busy (G.mu is not
+ * held: other threads run other entries meanwhile). */
 static int entry_run(entry *e, void *const *ptrs)
 {
     int rc = 0, prev_thr = 0;
@@ -435,9 +447,10 @@ static int entry_run(entry *e, void *const *ptrs)
     dnnl_exec_arg_t args[MAX_ARGS + 1];
     for (int i = 0; i < e->nargs; i++) {
         arg *a = &e->a[i];
-        if ((rc = DN_RC(dnnl_memory_set_data_handle_v2(a->user, ptrs[i], G.stream))) < 0)
+        if ((rc = DN_RC(dnnl_memory_set_data_handle_v2(a->user, ptrs[i], e->stream))) < 0)
             goto out;
-        if (a->reorder && !a->out && (rc = reorder_run(a->reorder, a->user, a->inner)) < 0)
+        if (a->reorder && !a->out &&
+            (rc = reorder_run(e->stream, a->reorder, a->user, a->inner)) < 0)
             goto out;
         args[i].arg = a->id;
         args[i].memory = a->inner ? a->inner : a->user;
@@ -445,14 +458,15 @@ static int entry_run(entry *e, void *const *ptrs)
     int nargs = e->nargs;
     if (e->scratch)
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
-    if ((rc = DN_RC(dnnl_primitive_execute(e->prim, G.stream, nargs, args))) < 0)
+    if ((rc = DN_RC(dnnl_primitive_execute(e->prim, e->stream, nargs, args))) < 0)
         goto out;
     for (int i = 0; i < e->nargs; i++) {
         arg *a = &e->a[i];
-        if (a->reorder && a->out && (rc = reorder_run(a->reorder, a->inner, a->user)) < 0)
+        if (a->reorder && a->out &&
+            (rc = reorder_run(e->stream, a->reorder, a->inner, a->user)) < 0)
             goto out;
     }
-    rc = DN_RC(dnnl_stream_wait(G.stream));
+    rc = DN_RC(dnnl_stream_wait(e->stream));
 out:
     if (e->single)
         omp_set_num_threads(prev_thr);
@@ -589,6 +603,7 @@ int ct__cpu_each_impl(void (*fn)(const char *op, const char *impl, void *arg), v
  * (ct__conv_p, ct__bn_p, ct__pool_p), else NULL. */
 typedef int (*build_fn)(spec *s, const key *k, const void *p);
 static int cached(entry **out, const key *k, const void *p);
+static int cached_entry(entry **out, const key *k, const void *p, bool idle_only);
 static int build(spec *s, const key *k, const void *p);
 
 /* s->hint: the forward primitive desc of kind fwd_kind (k with that kind) that the backward
@@ -834,6 +849,19 @@ static bool gemm_here(int64_t m, int64_t k, int64_t n, bool ta, bool tb)
            ((unsigned)dnnl_get_effective_cpu_isa() & avx512) != avx512;
 }
 
+/* Whether a Linear's forward for n rows (k and m the other sizes) runs in gemm_rows.c: at most
+ * CT__CPU_ROWS_MAX rows, past gemm.c's small products, on one thread where oneDNN's kernels have
+ * AVX-512 (its inner product copies the whole weight on every call, which a micro-batch of 32 rows
+ * does not pay for; gemm_rows.c's header has the figures). */
+static bool rows_here(int64_t n, int64_t k, int64_t m)
+{
+    if (n < 1 || n > CT__CPU_ROWS_MAX || n * k * m <= SMALL_WORK || omp_get_max_threads() != 1 ||
+        !ct__cpu_rows_runs())
+        return false;
+    unsigned avx512 = (unsigned)dnnl_cpu_isa_avx512_core;
+    return ((unsigned)dnnl_get_effective_cpu_isa() & avx512) == avx512;
+}
+
 typedef struct ip_mds {
     dnnl_memory_desc_t src, wei, bia, dst;
 } ip_mds;
@@ -881,6 +909,8 @@ int ct__cpu_ip_fwd(int64_t n, int64_t ic, int64_t oc, const float *x, const floa
 {
     if (gemm_here(n, ic, oc, false, true)) /* y = x w^T + b */
         return ct__cpu_gemm(n, ic, oc, x, false, w, true, y, false, b);
+    if (rows_here(n, ic, oc))
+        return ct__cpu_rows_fwd(n, ic, oc, x, w, b, y);
     key k = {.kind = K_IP_FWD, .v = {n, ic, oc, b != NULL}};
     void *ptrs[4] = {(void *)x, (void *)w, y, (void *)b};
     return run(&k, NULL, ptrs);
@@ -1343,8 +1373,14 @@ static int build(spec *s, const key *k, const void *p)
  * holds G.mu, the engine made. */
 static int cached(entry **out, const key *k, const void *p)
 {
+    return cached_entry(out, k, p, false);
+}
+
+/* An entry of k (idle_only: one no thread runs now), made and cached when there is none. */
+static int cached_entry(entry **out, const key *k, const void *p, bool idle_only)
+{
     uint64_t h;
-    entry *e = lookup(k, &h);
+    entry *e = lookup(k, &h, idle_only);
     if (e) {
         *out = e;
         return 0;
@@ -1360,16 +1396,23 @@ static int cached(entry **out, const key *k, const void *p)
     return rc;
 }
 
-/* Runs k's primitive with ptrs[i] as the data of its argument i. */
+/* Runs k's primitive with ptrs[i] as the data of its argument i: G.mu is held to find (or
+ * make) an idle entry of k and mark it busy, not while it runs, so that threads (the stage
+ * threads of a pipeline) run their primitives at the same time; two threads with the same
+ * shape each get an entry of their own. */
 static int run(const key *k, const void *p, void *const *ptrs)
 {
     entry *e;
     int rc;
     pthread_mutex_lock(&G.mu);
-    if ((rc = ensure_engine()) < 0 || (rc = cached(&e, k, p)) < 0)
-        goto out;
+    if ((rc = ensure_engine()) == 0 && (rc = cached_entry(&e, k, p, true)) == 0)
+        e->busy = 1;
+    pthread_mutex_unlock(&G.mu);
+    if (rc < 0)
+        return rc;
     rc = entry_run(e, ptrs);
-out:
+    pthread_mutex_lock(&G.mu);
+    e->busy = 0;
     pthread_mutex_unlock(&G.mu);
     return rc;
 }
@@ -1414,11 +1457,8 @@ void ct__cpu_cache_clear(void)
         }
         G.buckets[i] = NULL;
     }
-    if (G.stream)
-        dnnl_stream_destroy(G.stream);
     if (G.engine)
         dnnl_engine_destroy(G.engine);
-    G.stream = NULL;
     G.engine = NULL;
     pthread_mutex_unlock(&G.mu);
 }

@@ -88,13 +88,49 @@ static int linear_bw_lp(ct__node *nd, const lin_ctx *c)
     return 0;
 }
 
+/* w's gradient (and b's, where b wants one) from n rows: dw += dy^T x, db += dy's column sums;
+ * x (n, ic) and dy (n, oc) f32 on w's device. Linear's backward calls it for its rows, or
+ * wgrad_defer.c once for the rows of several micro-batches (nn_impl.h). */
+int ct__linear_wgrad(ct_tensor *w, ct_tensor *b, int64_t n, int64_t ic, int64_t oc, const float *x,
+                     const float *dy)
+{
+    const ct__backend *bk = ct__bk(w);
+    gslot sw, sb;
+    int rc = 0;
+    bool bw_ = wants(w), bb = b && wants(b);
+    if (bw_ && accumulates(w) && (!bb || accumulates(b))) {
+        /* adding to gradients that hold earlier batches' (gradient accumulation): dw += dy^T x
+         * in one matmul with oneDNN's sum post-op, db += dy's column sums, in place; the
+         * inner product below would need scratch and a pass to add it for each */
+        bool acc;
+        if ((rc = K(matmul, oc, n, ic, dy, true, x, false, ct__grad_dst(w, &acc), true)) < 0)
+            return rc;
+        if (bb && (rc = K(add_col_sums, n, oc, dy, ct__grad_dst(b, &acc))) < 0)
+            return rc;
+    } else if (bw_ || bb) {
+        /* oneDNN computes both; a bias that needs no grad still gets a scratch target */
+        float *dw, *db = NULL;
+        if (bw_ && (rc = gbegin(&sw, w, 1)) < 0)
+            return rc;
+        if (bb && (rc = gbegin(&sb, b, 2)) < 0)
+            return rc;
+        dw = bw_ ? sw.dst : ct__scratch(bk, 1, oc * ic);
+        if (b)
+            db = bb ? sb.dst : ct__scratch(bk, 2, oc);
+        if ((rc = K(ip_bwd_weights, n, ic, oc, x, dy, dw, db)) < 0 ||
+            (bw_ && (rc = gend(&sw)) < 0) || (bb && (rc = gend(&sb)) < 0))
+            return rc;
+    }
+    return 0;
+}
+
 static int linear_bw(ct__node *nd)
 {
     lin_ctx *c = nd->ctx;
     ct_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->nin > 2 ? nd->in[2] : NULL;
     const ct__backend *bk = ct__bk(x);
     const float *dy = ct__f32(nd->out->grad);
-    gslot sx, sw, sb;
+    gslot sx;
     int rc = 0;
     if (c->dt != CT_F32)
         return linear_bw_lp(nd, c);
@@ -104,32 +140,12 @@ static int linear_bw(ct__node *nd)
             (rc = gend(&sx)) < 0)
             return rc;
     }
-    bool bw_ = wants(w), bb = b && wants(b);
-    if (bw_ && accumulates(w) && (!bb || accumulates(b))) {
-        /* adding to gradients that hold earlier batches' (gradient accumulation): dw += dy^T x
-         * in one matmul with oneDNN's sum post-op, db += dy's column sums, in place; the
-         * inner product below would need scratch and a pass to add it for each */
-        bool acc;
-        if ((rc = K(matmul, c->oc, c->n, c->ic, dy, true, ct__f32(x), false, ct__grad_dst(w, &acc),
-                    true)) < 0)
-            return rc;
-        if (bb && (rc = K(add_col_sums, c->n, c->oc, dy, ct__grad_dst(b, &acc))) < 0)
-            return rc;
-    } else if (bw_ || bb) {
-        /* oneDNN computes both; a bias that needs no grad still gets a scratch target */
-        float *dw, *db = NULL;
-        if (bw_ && (rc = gbegin(&sw, w, 1)) < 0)
-            return rc;
-        if (bb && (rc = gbegin(&sb, b, 2)) < 0)
-            return rc;
-        dw = bw_ ? sw.dst : ct__scratch(bk, 1, c->oc * c->ic);
-        if (b)
-            db = bb ? sb.dst : ct__scratch(bk, 2, c->oc);
-        if ((rc = K(ip_bwd_weights, c->n, c->ic, c->oc, ct__f32(x), dy, dw, db)) < 0 ||
-            (bw_ && (rc = gend(&sw)) < 0) || (bb && (rc = gend(&sb)) < 0))
-            return rc;
-    }
-    return 0;
+    if (!wants(w) && !(b && wants(b)))
+        return 0;
+    /* 1: kept for one product over every micro-batch's rows (a pipeline's stage runs) */
+    if ((rc = ct__wgrad_defer(w, b, c->n, c->ic, c->oc, ct__f32(x), dy)) != 0)
+        return rc < 0 ? rc : 0;
+    return ct__linear_wgrad(w, b, c->n, c->ic, c->oc, ct__f32(x), dy);
 }
 
 ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b)

@@ -12,14 +12,17 @@
  * host does the work, so ct_pipeline_use_threads runs each stage's program (its actions, in
  * list order) on a thread of its own instead (started once, kept between calls), an action
  * waiting for the ones it depends on (F(s-1, m) before F(s, m), B(s+1, m) before B(s, m))
- * under one mutex. Not here: the order of
- * the actions (schedule.c). */
+ * under one mutex. A stage's Linear weight gradients are deferred while it runs its actions
+ * (trainer/nn/wgrad_defer.c): each backward computes the input's gradient the previous stage
+ * waits for, and each weight's gradient is computed once, over all micro-batches' rows, after
+ * the stage's last action. Not here: the order of the actions (schedule.c). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "ct/pipeline.h"
+#include "trainer/nn/nn_impl.h"
 
 typedef struct run run;
 
@@ -236,6 +239,7 @@ static bool deps_done(run *r, const ct_pipe_action *a)
 static int stage_program(ct_pipeline *p, run *r, int stage)
 {
     int rc = 0;
+    ct__wgrad_defer_begin();
     for (int i = 0; i < r->nact && rc == 0; i++) {
         const ct_pipe_action *a = &r->acts[i];
         if (a->stage != stage)
@@ -256,7 +260,11 @@ static int stage_program(ct_pipeline *p, run *r, int stage)
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
-    return rc;
+    pthread_mutex_lock(&p->mu);
+    bool failed = r->failed;
+    pthread_mutex_unlock(&p->mu);
+    int wrc = ct__wgrad_defer_end(rc == 0 && !failed);
+    return rc < 0 ? rc : wrc;
 }
 
 /* a stage thread: each new call's program, until stopped */
@@ -281,6 +289,7 @@ static void *stage_main(void *arg)
         pthread_cond_broadcast(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
+    ct__wgrad_defer_free();
     return NULL;
 }
 
@@ -394,10 +403,15 @@ int ct_pipeline_forward_backward(ct_pipeline *p, ct_tensor *input, ct_tensor *ta
     }
     r.acts = acts;
     r.nact = nact;
-    if (p->nth > 0)
+    if (p->nth > 0) {
         rc = run_threads(&r);
-    for (int i = 0; i < nact && rc == 0 && p->nth == 0; i++)
-        rc = act(&r, &acts[i]);
+    } else {
+        ct__wgrad_defer_begin();
+        for (int i = 0; i < nact && rc == 0; i++)
+            rc = act(&r, &acts[i]);
+        int wrc = ct__wgrad_defer_end(rc == 0);
+        rc = rc < 0 ? rc : wrc;
+    }
     if (rc == 0 && loss) {
         double sum = 0.0;
         for (int i = 0; i < micro_batches; i++)

@@ -26,6 +26,7 @@
 #include "ct/optim.h"
 #include "p2p.h"
 #include "stage.h"
+#include "trainer/nn/nn_impl.h"
 
 /* what a tag carries: a step's activations, gradients, tied gradient and rows; a validation's
  * activations (its batch as the micro-batch) and its batches' count */
@@ -389,6 +390,8 @@ static int run_step(stage *st, int64_t step, ct_tensor *x, ct_tensor *y, int64_t
     ct_module *m = ct__gpt_stage_module(st->g);
     ct_module_zero_grad(m);
     double sum = 0.0;
+    /* Linear weight gradients once over every micro-batch's rows, as pipeline.c's stages */
+    ct__wgrad_defer_begin();
     for (int i = 0; i < nact && rc == 0; i++) {
         const ct_pipe_action *a = &acts[i];
         if (a->stage != s)
@@ -396,6 +399,8 @@ static int run_step(stage *st, int64_t step, ct_tensor *x, ct_tensor *y, int64_t
         rc = a->op == CT_PIPE_FORWARD ? forward(st, step, a->micro_batch, start, lens, x, y, &sum)
                                       : backward(st, step, a->micro_batch, lens, N);
     }
+    int wrc = ct__wgrad_defer_end(rc == 0);
+    rc = rc < 0 ? rc : wrc;
     free(fewer);
     for (int i = 0; i < M; i++) { /* after a failure: what is left */
         ct_tape_destroy(&st->cells[i].tape);

@@ -6,7 +6,9 @@
  * stream) after it; rank 0 says so through the rendezvous. A finish that waited on the host for
  * the allreduces would wait for rank 1, who waits for it: the step would time out. Both ranks
  * then download the copies and must see the exact averages, so the compute stream waited for
- * the communication stream's last bucket.
+ * the communication stream's last bucket. Between the two, each rank's main thread allreduces
+ * one float while its buckets' allreduces may still be queued on the stream: it must wait for
+ * them (the communicator keeps one order of collectives per rank) and get the sum.
  *
  * skipped: the same with the bucketer's stream waits removed (ct__bucketer_test_skip_waits).
  * Rank 0 synchronizes its compute stream before it lets rank 1 start, which it can only do
@@ -162,6 +164,11 @@ static int ordered(int rank, int world, bool skip, const char *group)
         }
         if (rank == 0)
             CHECK_RC(signal_key(&r, group, "go", s));
+        /* a collective of the host's while the buckets' allreduces may still be queued: it
+         * waits for them (one order on every rank), so it meets the peer's own */
+        float x = (float)(rank + 1);
+        CHECK_RC(ct_comm_allreduce(r.c, &x, 1, CT_F32, CT_COMM_SUM, 0));
+        CHECK(x == 3.0f);
         if (!skip) {
             int wrong = count_wrong(&r, s, -1);
             if (wrong)

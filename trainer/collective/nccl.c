@@ -289,6 +289,14 @@ static int dtype_of(ct_dtype dt, ncclDataType_t *out)
     return ct__error(CT_EINVAL, "collective: dtype %d unknown", (int)dt);
 }
 
+static struct nccl_op *free_op(struct ct__nccl *g)
+{
+    for (int i = 0; i < OPS; i++)
+        if (!g->ops[i].busy)
+            return &g->ops[i];
+    return NULL;
+}
+
 /* After an op's enqueue (r, g->mu held, released here): waits until NCCL has it on the stream,
  * records a free op event after it and hands it to the watchdog; wait: the host then waits for
  * the watchdog's verdict (the blocking calls), else returns (allreduce_many_async). */
@@ -304,11 +312,18 @@ static int issued(ct_comm *c, ncclResult_t r, int64_t deadline, const char *what
         g->comm = NULL;
         rc = nccl_err(r, what);
     } else if ((rc = enqueued(c, deadline, what)) == 0) {
-        for (int i = 0; i < OPS && !op; i++)
-            if (!g->ops[i].busy)
-                op = &g->ops[i];
+        /* all OPS events in flight: the watchdog frees one as it sees its op done (it takes
+         * g->mu for that, so the wait lets go of it) */
+        while (!(op = free_op(g)) && g->comm && !ct__comm_aborted(c) && ct__now_ns() < deadline) {
+            pthread_mutex_unlock(&g->mu);
+            usleep(100);
+            pthread_mutex_lock(&g->mu);
+        }
         if (!op) {
-            rc = ct__error(CT_EBUSY, "collective: %s: %d NCCL ops in flight", what, OPS);
+            rc = ct__error(g->comm ? CT_ETIMEDOUT : CT_ENCCL,
+                           "collective: %s: %d NCCL ops still in flight (or the communicator "
+                           "aborted) at its deadline",
+                           what, OPS);
         } else {
             cudaError_t ce = cudaEventRecord(op->ev, g->stream);
             if (ce != cudaSuccess) {

@@ -218,9 +218,20 @@ void ct_bucketer_destroy(ct_bucketer **b);
  * repeated index, or the error of an earlier failed bucket. No-op in no_sync mode. */
 int ct_bucketer_mark_ready(ct_bucketer *b, int i);
 
-/* Waits until every bucket of this step is reduced and written back (gradients not marked
- * ready are marked now), then resets for the next step. Returns 0 or the first error. */
+/* Host gradients: waits until every bucket of this step is reduced and written back
+ * (gradients not marked ready are marked now), then resets for the next step. Device gradients
+ * (opts.device): does not block the host for the reductions: makes the compute stream wait for
+ * the last bucket's averages (an event on the communication stream) and returns, so the
+ * optimizer step queued next runs after them (with nccl it waits only until NCCL has every
+ * bucket enqueued). Returns 0 or the first error; a failure of the communication side that comes
+ * after its return (a hung allreduce the communicator's watchdog aborted, named in the message)
+ * is returned by the next mark_ready, finish or ct_bucketer_wait. */
 int ct_bucketer_finish(ct_bucketer *b);
+
+/* The host waits until the communication of every finished step is done (device gradients: the
+ * communication streams' done events; host gradients: nothing to wait for) and returns 0 or the
+ * failure not yet reported (see ct_bucketer_finish). */
+int ct_bucketer_wait(ct_bucketer *b);
 
 /* no_sync on: gradients just accumulate locally (mark_ready and finish do nothing), as in
  * DDP's no_sync() for gradient accumulation; the next synced step reduces the accumulated

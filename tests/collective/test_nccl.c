@@ -1,7 +1,10 @@
 /* tests/collective/test_nccl.c — the NCCL backend on one GPU (world size 1: NCCL refuses two
  * ranks on one device): allreduce f32 (sum, avg), f16 and bf16 sums, broadcast, allgather,
- * barriers (five in a row) on device buffers; the bucketer on device gradients; abort makes the
- * next call return CT_ECANCELED; a communicator rebuilt from a new group id (new unique id) works.
+ * barriers (five in a row) on device buffers; the bucketer over device buffers without
+ * opts.device (a blocking grouped allreduce per bucket), and on device gradients (opts.device:
+ * finish returns once the allreduces are enqueued, the compute stream waits for them; values
+ * read back after it); abort makes the next call return CT_ECANCELED; a communicator rebuilt
+ * from a new group id (new unique id) works.
  * Exits 77 without a GPU, and checks that a CPU-only build refuses the backend with CT_ENOSYS. */
 #include <stdint.h>
 
@@ -9,6 +12,8 @@
 
 #ifdef CT_TEST_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "trainer/backend/backend.h"
 
 static uint16_t to_half(float f) /* exact for small integers */
 {
@@ -100,6 +105,40 @@ static int gpu_main(ct_rendezvous *rdv)
         ct_bucketer_destroy(&b);
         CHECK(cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost) == cudaSuccess);
         CHECK(memcmp(back, h, sizeof h) == 0); /* world size 1: the average is the value */
+    }
+    /* the bucketer on device gradients (opts.device): gradients written by kernels queued just
+     * before mark_ready; finish only makes the compute stream wait for the NCCL stream's done
+     * event (the watchdog polls the ops' completion), so the copy queued after it, and the
+     * download after that, see the reduced values */
+    {
+        const ct__backend *bk = ct__backend_of(CT_CUDA);
+        CHECK(bk);
+        float *g0 = NULL, *g1 = NULL, *o1 = NULL;
+        CHECK_RC(bk->alloc((void **)&g0, N * sizeof(float)));
+        CHECK_RC(bk->alloc((void **)&g1, N * sizeof(float)));
+        CHECK_RC(bk->alloc((void **)&o1, N * sizeof(float)));
+        float *gr[2] = {g0, g1};
+        size_t cnt[2] = {N, N};
+        ct_bucketer *b = NULL;
+        CHECK_RC(ct_bucketer_new(
+            c, gr, cnt, 2, &(ct_bucketer_opts){.first_bucket_bytes = 1, .device = CT_CUDA}, &b));
+        for (int s = 0; s < 3; s++) {
+            CHECK_RC(bk->fill(N, (float)(s + 1), g0));
+            CHECK_RC(ct_bucketer_mark_ready(b, 0));
+            CHECK_RC(bk->fill(N, (float)(s + 2), g1));
+            CHECK_RC(ct_bucketer_mark_ready(b, 1));
+            CHECK_RC(ct_bucketer_finish(b));
+            CHECK_RC(bk->copy(o1, g1, N * sizeof(float)));
+            CHECK_RC(bk->download(back, o1, sizeof back));
+            for (int i = 0; i < N; i++)
+                CHECK(back[i] == (float)(s + 2)); /* world size 1: the average is the value */
+        }
+        CHECK_RC(ct_bucketer_wait(b));
+        ct_bucketer_destroy(&b);
+        bk->free(g0);
+        bk->free(g1);
+        bk->free(o1);
+        CHECK_RC(bk->synchronize(NULL));
     }
     ct_comm_abort(c);
     CHECK(ct_comm_allreduce(c, d, N, CT_F32, CT_COMM_SUM, 0) == CT_ECANCELED);

@@ -201,6 +201,11 @@ typedef struct ct__backend {
                                                     has */
     int (*stream_wait)(void *stream, void *ev);  /* the stream's later work waits for ev */
     int (*event_sync)(void *ev);                 /* the host waits for ev */
+    /* fn(arg) runs on the host when stream (not NULL) reaches it, in order with the stream's
+     * work, whose later work waits for it to return (CUDA: cudaLaunchHostFunc, so fn makes no
+     * CUDA call; the checking device: a task of the stream's worker). fn has no way to fail the
+     * stream: it keeps its failure where its caller looks. NULL: the backend has none. */
+    int (*host_fn)(void *stream, void (*fn)(void *arg), void *arg);
 
     /* layouts: the blocked layout convolutions should produce here (CT__FMT_PLAIN: none) */
     int (*blocked_fmt)(void);

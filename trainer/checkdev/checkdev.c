@@ -674,6 +674,23 @@ static int cd_event_sync(void *ev)
     return report(err, msg, "event_sync");
 }
 
+/* a host function: the task's u[0], u[1] are fn and arg */
+static int run_host_fn(task *t, cd_stream *s)
+{
+    (void)s;
+    void (*fn)(void *) = (void (*)(void *))(uintptr_t)t->u[0];
+    fn((void *)(uintptr_t)t->u[1]);
+    return 0;
+}
+
+static int cd_host_fn(void *stream, void (*fn)(void *arg), void *arg)
+{
+    if (!stream || !fn)
+        return ct__error(CT_EINVAL, "checkdev host_fn: needs a stream and a function");
+    return submit(stream, &(task){.run = run_host_fn, .u = {(uintptr_t)fn, (uintptr_t)arg}},
+                  "host_fn");
+}
+
 /* ---- kernels ---- */
 
 /* KERNEL(name, (params), (task fields), (args)) defines the entry cd_<name>(params), which
@@ -1024,6 +1041,7 @@ const ct__backend ct__backend_checkdev = {
     .event_record = event_record_0,
     .stream_wait = stream_wait_0,
     .event_sync = cd_event_sync,
+    .host_fn = cd_host_fn,
     .blocked_fmt = cd_blocked_fmt,
     .reorder = cd_reorder,
     .conv_fwd = cd_conv_fwd,

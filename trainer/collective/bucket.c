@@ -16,21 +16,29 @@
  * the averages is copied back, and ct_bucketer_allgather later gathers the parameters' chunks
  * with the same layout. Not a tensor library: plain pointers.
  *
- * Gradients on a device (opts.device: CUDA, the checking device). The hook fires when backward's
- * kernels are QUEUED, not done: so when a bucket completes, the caller's thread records the
- * bucket's event on the compute stream, and the communication side waits for it before it reads
- * the bucket. With nccl the NCCL stream waits for the event (cudaStreamWaitEvent) and the grouped
- * allreduce is queued after it. With the ring (the CPU ring as the checking device's
- * communication backend) the bucketer's own stream waits, downloads the bucket into host staging
- * (pinned on CUDA), the ring reduces it on the host, and the averages are uploaded on that
- * stream. Either way an event recorded on the communication stream after the last bucket is
- * what finish makes the compute stream wait for, so the optimizer step reads the averages.
+ * Gradients on a device (opts.device: CUDA, the checking device): nothing in a step blocks the
+ * host for a bucket's reduction; it is ordered on streams. The hook fires when backward's kernels
+ * are QUEUED, not done: so when a bucket completes, the caller's thread records the bucket's
+ * event on the compute stream, and the communication stream waits for it before it reads the
+ * bucket. With nccl the communication thread has the NCCL stream wait for the event
+ * (cudaStreamWaitEvent), enqueues the grouped allreduce after it and records the done event:
+ * the communicator's watchdog (watchdog.c) polls the op's completion and enforces its deadline,
+ * and finish waits only until every bucket is enqueued. With the ring (the CPU ring as the
+ * checking device's communication backend) the caller's thread queues on the bucketer's own
+ * stream: the wait, the download into host staging (pinned on CUDA), a host function that runs
+ * the ring's allreduce of the staging when the stream reaches it (watched by the watchdog, in
+ * bucket order across devices), the upload of the averages, and the done event. Either way
+ * finish makes the compute stream wait for the done event recorded after the last bucket and
+ * returns: the optimizer step is queued behind the averages. A failure on the communication
+ * side (a hung allreduce the watchdog aborted, naming it) is reported by the next mark_ready or
+ * finish, or by ct_bucketer_wait, which blocks the host until the communication is done.
  * Gradients on several devices (opts.devices: a model across devices, ring only): a bucket
  * holds gradients of one device, and each device has its own communication stream and done
- * event; the one communication thread reduces the buckets in order, so every rank issues the
- * same allreduces in the same order, and finish makes each device's compute stream wait for
- * its own last bucket. */
+ * event; the host functions reduce the buckets in order (each waits for the one before), so
+ * every rank issues the same allreduces in the same order, and finish makes each device's
+ * compute stream wait for its own last bucket. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,11 +93,117 @@ struct ct_bucketer {
     int queued, done; /* buckets [0, queued) handed to the thread, [0, done) finished */
     int err;
     int stop;
+    /* device gradients on the ring: host functions queued and run, over all steps (each runs
+     * when ring_ran reaches its number), and the first failure of one not yet reported */
+    uint64_t ring_queued, ring_ran;
+    int async_err;
+    char async_msg[512];
 };
 
-/* A bucket of device gradients: the communication stream waits for the bucket's event, then
- * reduces (see the file's head). */
+/* one bucket's allreduce as a stream's host function (the ring's device path) */
+struct ring_job {
+    ct_bucketer *t;
+    int k;
+    uint64_t seq;
+};
+
+/* Names bucket k's allreduce in the watchdog's messages. */
+static void bucket_name(const ct_bucketer *t, int k, char *buf, size_t n)
+{
+    snprintf(buf, n, "the allreduce of gradient bucket %d of %d (%zu floats)", k, t->nb,
+             t->b[k].count);
+}
+
+/* nccl, a bucket of device gradients (the communication thread): the NCCL stream waits for the
+ * bucket's event, the grouped allreduce is enqueued after it (the watchdog sees it complete),
+ * and the done event is recorded after it. */
 static int reduce_device(ct_bucketer *t, int k)
+{
+    struct bucket *b = &t->b[k];
+    const struct dev_side *d = &t->devs[b->dev];
+    const ct__backend *bk = d->bk;
+    char what[160];
+    int rc = 0;
+    if (!t->skip_waits && (rc = bk->stream_wait(d->stream, t->ready_ev[k])) < 0)
+        return rc;
+    bucket_name(t, k, what, sizeof what);
+    rc = ct__comm_allreduce_many_async(t->comm, t->grads + b->first, t->counts + b->first, b->n,
+                                       t->timeout_ms, what);
+    return rc < 0 ? rc : bk->event_record(d->done_ev, d->stream);
+}
+
+/* Keeps the first failure of the communication side for the next call to report. */
+static void async_fail(ct_bucketer *t, int rc, const char *msg)
+{
+    pthread_mutex_lock(&t->mu);
+    if (!t->async_err) {
+        t->async_err = rc;
+        snprintf(t->async_msg, sizeof t->async_msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* The failure kept by async_fail or the watchdog (nccl), once: 0 or the code, with its message
+ * prefixed by who reports it. */
+static int take_async(ct_bucketer *t, const char *who)
+{
+    pthread_mutex_lock(&t->mu);
+    int err = t->async_err;
+    char msg[sizeof t->async_msg];
+    memcpy(msg, t->async_msg, sizeof msg);
+    t->async_err = 0;
+    pthread_mutex_unlock(&t->mu);
+    if (!err && t->ndev && t->comm->backend == CT_COMM_NCCL && ct__watch_error(t->comm) < 0) {
+        err = ct__comm_aborted(t->comm) ? ct__comm_aborted(t->comm) : CT_ENCCL;
+        snprintf(msg, sizeof msg, "%s", ct_last_error());
+    }
+    return err ? ct__error(err, "%s: %s", who, msg) : 0;
+}
+
+/* The ring's device path: bucket k's allreduce of its host staging, run on its device's
+ * communication stream after the download and before the upload. Buckets run in the order they
+ * were queued (across devices' streams too), so every rank issues the same allreduces in the
+ * same order; the watchdog aborts one that outlives the bucketer's timeout and names it. */
+static void ring_bucket(void *arg)
+{
+    struct ring_job *j = arg;
+    ct_bucketer *t = j->t;
+    struct bucket *b = &t->b[j->k];
+    pthread_mutex_lock(&t->mu);
+    while (t->ring_ran != j->seq)
+        pthread_cond_wait(&t->cv, &t->mu);
+    int failed = t->async_err;
+    pthread_mutex_unlock(&t->mu);
+    int rc = 0;
+    if (!failed) {
+        char what[160];
+        bucket_name(t, j->k, what, sizeof what);
+        int ms = t->timeout_ms > 0 ? t->timeout_ms : t->comm->timeout_ms;
+        int ticket =
+            ct__watch_begin(t->comm, what, ct__comm_deadline(t->comm, ms), NULL, NULL, true);
+        rc = ticket;
+        if (ticket >= 0) {
+            /* the ring's own deadline after the watchdog's: the watchdog names the op */
+            ct__comm_async_thread(true);
+            rc = ct_comm_allreduce(t->comm, b->pack, b->count, CT_F32, CT_COMM_AVG,
+                                   ms < 1000000000 ? 2 * ms : ms);
+            ct__comm_async_thread(false);
+            rc = ct__watch_end(t->comm, ticket, rc);
+        }
+        if (rc < 0)
+            async_fail(t, rc, ct_last_error());
+    }
+    pthread_mutex_lock(&t->mu);
+    t->ring_ran++;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    ct__comm_async_ran(t->comm);
+    free(j);
+}
+
+/* The ring's device path, the caller's thread: queues bucket k's wait, download, allreduce
+ * (ring_bucket), upload and done event on its device's communication stream. */
+static int queue_ring_bucket(ct_bucketer *t, int k)
 {
     struct bucket *b = &t->b[k];
     const struct dev_side *d = &t->devs[b->dev];
@@ -97,11 +211,6 @@ static int reduce_device(ct_bucketer *t, int k)
     int rc = 0;
     if (!t->skip_waits && (rc = bk->stream_wait(d->stream, t->ready_ev[k])) < 0)
         return rc;
-    if (t->comm->backend == CT_COMM_NCCL) {
-        rc = ct__comm_allreduce_many(t->comm, t->grads + b->first, t->counts + b->first, b->n,
-                                     t->timeout_ms);
-        return rc < 0 ? rc : bk->event_record(d->done_ev, d->stream);
-    }
     if (b->count == 0) /* empty parameters only: nothing to reduce */
         return bk->event_record(d->done_ev, d->stream);
     size_t off = 0;
@@ -110,10 +219,19 @@ static int reduce_device(ct_bucketer *t, int k)
             bk->download_async(b->pack + off, t->grads[i], t->counts[i] * sizeof(float), d->stream);
         off += t->counts[i];
     }
-    if (rc < 0 || (rc = bk->synchronize(d->stream)) < 0 ||
-        (rc = ct_comm_allreduce(t->comm, b->pack, b->count, CT_F32, CT_COMM_AVG, t->timeout_ms)) <
-            0)
+    if (rc < 0)
         return rc;
+    struct ring_job *j = malloc(sizeof *j);
+    if (!j)
+        return ct__error(CT_ENOMEM, "ct_bucketer: bucket %d's host function", k);
+    *j = (struct ring_job){.t = t, .k = k, .seq = t->ring_queued};
+    ct__comm_async_queued(t->comm); /* the comm's other callers wait for it */
+    if ((rc = bk->host_fn(d->stream, ring_bucket, j)) < 0) {
+        ct__comm_async_ran(t->comm);
+        free(j);
+        return rc;
+    }
+    t->ring_queued++;
     off = 0;
     for (int i = b->first; rc == 0 && i < b->first + b->n; i++) {
         rc = bk->upload_async(t->grads[i], b->pack + off, t->counts[i] * sizeof(float), d->stream);
@@ -250,8 +368,9 @@ static int device_setup(ct_bucketer *t, struct dev_side *d)
         return CT_ENOSYS; /* ct__backend_of said why */
     const ct__backend *bk = d->bk;
     if (!bk->event_new || !bk->stream_wait || !bk->event_record || !bk->stream_new ||
-        !bk->download_async || !bk->upload_async || !bk->host_alloc)
-        return ct__backend_missing(bk, "streams, events or async copies");
+        !bk->download_async || !bk->upload_async || !bk->host_alloc ||
+        (t->comm->backend != CT_COMM_NCCL && !bk->host_fn))
+        return ct__backend_missing(bk, "streams, events, async copies or host functions");
     int rc = 0;
     if (t->comm->backend == CT_COMM_NCCL) {
         if (!(d->stream = ct__comm_stream(t->comm)))
@@ -494,6 +613,15 @@ static int launch(ct_bucketer *t)
         if (rc < 0)
             return rc;
     }
+    if (t->ndev && t->comm->backend != CT_COMM_NCCL) { /* queued on streams here: see the head */
+        for (int j = t->next_launch; j < k; j++) {
+            int rc = queue_ring_bucket(t, j);
+            if (rc < 0)
+                return rc;
+        }
+        t->next_launch = k;
+        return 0;
+    }
     t->next_launch = k;
     pthread_mutex_lock(&t->mu);
     t->queued = k;
@@ -524,7 +652,7 @@ int ct_bucketer_mark_ready(ct_bucketer *t, int i)
     if (err < 0)
         return ct__error(err, "ct_bucketer_mark_ready: an earlier bucket's allreduce failed: %s",
                          ct_strerror(err));
-    return 0;
+    return take_async(t, "ct_bucketer_mark_ready: an earlier bucket's allreduce failed");
 }
 
 int ct_bucketer_finish(ct_bucketer *t)
@@ -539,20 +667,36 @@ int ct_bucketer_finish(ct_bucketer *t)
             t->b[t->bucket_of[i]].pending--;
         }
     int lrc = launch(t);
+    /* host gradients: every bucket reduced; nccl: every bucket enqueued; the ring's device
+     * path: nothing (it queued its buckets itself) */
     pthread_mutex_lock(&t->mu);
     while (t->done < t->queued)
         pthread_cond_wait(&t->cv, &t->mu);
     int err = t->err ? t->err : lrc;
     pthread_mutex_unlock(&t->mu);
     /* device: the optimizer's kernels (each device's compute stream) wait for the last
-     * bucket's averages there */
+     * bucket's averages there; the host does not */
     for (int j = 0; err == 0 && j < t->ndev && !t->skip_waits; j++)
         err = t->devs[j].bk->stream_wait(NULL, t->devs[j].done_ev);
     reset_step(t);
     if (err < 0)
         return ct__error(err, "ct_bucketer_finish: a bucket's allreduce failed: %s",
                          ct_strerror(err));
-    return 0;
+    return take_async(t, "ct_bucketer_finish: a bucket's allreduce failed");
+}
+
+int ct_bucketer_wait(ct_bucketer *t)
+{
+    if (!t)
+        return ct__error(CT_EINVAL, "ct_bucketer_wait: bucketer is NULL");
+    int rc = 0;
+    for (int j = 0; j < t->ndev; j++) {
+        int r = t->devs[j].bk->event_sync(t->devs[j].done_ev);
+        if (r < 0 && rc == 0)
+            rc = r;
+    }
+    int err = take_async(t, "ct_bucketer_wait: a bucket's allreduce failed");
+    return err < 0 ? err : rc;
 }
 
 void ct_bucketer_set_no_sync(ct_bucketer *t, bool no_sync)

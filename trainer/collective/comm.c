@@ -57,8 +57,37 @@ static int finish(ct_comm *c, int rc)
     return st;
 }
 
+static _Thread_local bool runs_async; /* ct__comm_async_thread */
+
+void ct__comm_async_thread(bool on)
+{
+    runs_async = on;
+}
+
+void ct__comm_async_queued(ct_comm *c)
+{
+    pthread_mutex_lock(&c->async_mu);
+    c->async_pending++;
+    pthread_mutex_unlock(&c->async_mu);
+}
+
+void ct__comm_async_ran(ct_comm *c)
+{
+    pthread_mutex_lock(&c->async_mu);
+    c->async_pending--;
+    pthread_cond_broadcast(&c->async_cv);
+    pthread_mutex_unlock(&c->async_mu);
+}
+
+/* A call waits for the ops queued before it (their own deadlines and the watchdog end them). */
 static int check_usable(ct_comm *c)
 {
+    if (!runs_async) {
+        pthread_mutex_lock(&c->async_mu);
+        while (c->async_pending > 0)
+            pthread_cond_wait(&c->async_cv, &c->async_mu);
+        pthread_mutex_unlock(&c->async_mu);
+    }
     int st = ct__comm_aborted(c);
     if (st)
         return ct__error(st, "collective: communicator %s is %s", c->group,
@@ -193,6 +222,9 @@ int ct_comm_new(const ct_comm_opts *o, ct_comm **out)
     c->backend = o->backend;
     c->timeout_ms = o->timeout_ms ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
     c->fd_next = c->fd_prev = c->abort_fd = -1;
+    pthread_mutex_init(&c->watch_mu, NULL);
+    pthread_mutex_init(&c->async_mu, NULL);
+    pthread_cond_init(&c->async_cv, NULL);
     c->group = strdup(o->group_id);
     if (!c->group) {
         rc = ct__error(CT_ENOMEM, "ct_comm_new: group id");
@@ -248,6 +280,7 @@ void ct_comm_destroy(ct_comm **pc)
     if (!pc || !*pc)
         return;
     ct_comm *c = *pc;
+    ct__watch_stop(c); /* before the backend it may poll or abort goes */
     if (c->nccl)
         c->nops->destroy(c);
     ct__tcp_destroy(c);
@@ -262,18 +295,25 @@ void ct_comm_destroy(ct_comm **pc)
     free(c->leader_of);
     free(c->local_ranks);
     free(c->group);
+    pthread_mutex_destroy(&c->watch_mu);
+    pthread_mutex_destroy(&c->async_mu);
+    pthread_cond_destroy(&c->async_cv);
     free(c);
     *pc = NULL;
 }
 
-void ct_comm_abort(ct_comm *c)
+void ct__comm_break(ct_comm *c, int err)
 {
-    if (!c)
-        return;
-    ct__comm_fail(c, CT_ECANCELED);
+    ct__comm_fail(c, err);
     uint64_t one = 1;
     ssize_t n = write(c->abort_fd, &one, sizeof one); /* wakes a poll() in progress */
     (void)n;
+}
+
+void ct_comm_abort(ct_comm *c)
+{
+    if (c)
+        ct__comm_break(c, CT_ECANCELED);
 }
 
 int ct_comm_rank(const ct_comm *c)
@@ -515,6 +555,18 @@ int ct__comm_allreduce_many(ct_comm *c, float *const *bufs, const size_t *counts
     if (c->nops)
         return finish(
             c, c->nops->allreduce_many(c, bufs, counts, n, ct__comm_deadline(c, timeout_ms)));
+    return ct__error(CT_ENOSYS, "collective: grouped allreduce needs the nccl backend");
+}
+
+int ct__comm_allreduce_many_async(ct_comm *c, float *const *bufs, const size_t *counts, int n,
+                                  int timeout_ms, const char *what)
+{
+    int rc = check_usable(c);
+    if (rc < 0)
+        return rc;
+    if (c->nops)
+        return finish(c, c->nops->allreduce_many_async(c, bufs, counts, n,
+                                                       ct__comm_deadline(c, timeout_ms), what));
     return ct__error(CT_ENOSYS, "collective: grouped allreduce needs the nccl backend");
 }
 

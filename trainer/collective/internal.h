@@ -5,14 +5,16 @@
 #ifndef CT_COLLECTIVE_INTERNAL_H
 #define CT_COLLECTIVE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include "ct/collective.h"
 
-struct ct__shm;  /* shm.c: one node's shared segment, mapped by each of its ranks */
-struct ct__nccl; /* nccl.c */
+struct ct__shm;      /* shm.c: one node's shared segment, mapped by each of its ranks */
+struct ct__nccl;     /* nccl.c */
+struct ct__watchdog; /* watchdog.c */
 
 struct ct_comm {
     int rank, world;
@@ -45,6 +47,16 @@ struct ct_comm {
 
     struct ct__nccl *nccl;
     const struct ct__nccl_ops *nops; /* the nccl backend's calls (nccl.c), NULL for the ring */
+
+    /* ops queued to run later on another thread (the bucketer's device buckets on the ring, as
+     * host functions of a stream): a call from any other thread waits until they have run, so
+     * every rank issues its collectives in the order they were queued, as on an NCCL stream */
+    pthread_mutex_t async_mu;
+    pthread_cond_t async_cv;
+    int async_pending;
+
+    pthread_mutex_t watch_mu;      /* guards starting the watchdog */
+    struct ct__watchdog *watchdog; /* watchdog.c: NULL until the first watched op */
 };
 
 /* deadline in ct__now_ns() time for a call with timeout_ms (0: the comm's default) */
@@ -52,6 +64,15 @@ int64_t ct__comm_deadline(const ct_comm *c, int timeout_ms);
 
 /* Marks the comm broken with err (first error wins) and returns the stored status. */
 int ct__comm_fail(ct_comm *c, int err);
+
+/* An op was queued to run later (async_pending); ran: it has run. */
+void ct__comm_async_queued(ct_comm *c);
+void ct__comm_async_ran(ct_comm *c);
+/* the calling thread runs queued ops now: its calls do not wait for async_pending */
+void ct__comm_async_thread(bool on);
+
+/* Breaks the comm with err as ct_comm_abort does with CT_ECANCELED: calls in progress return. */
+void ct__comm_break(ct_comm *c, int err);
 
 static inline int ct__comm_aborted(const ct_comm *c)
 {
@@ -137,6 +158,12 @@ typedef struct ct__nccl_ops {
                      int64_t deadline);
     int (*barrier)(ct_comm *c, int64_t deadline);
     void *(*stream)(ct_comm *c);
+    /* enqueues what allreduce_many does and returns once NCCL has it on the stream: completion
+     * is the watchdog's (the bucketer's device path: its stream's later work waits for it) */
+    int (*allreduce_many_async)(ct_comm *c, float *const *bufs, const size_t *counts, int n,
+                                int64_t deadline, const char *what);
+    /* the watchdog's: ncclCommAbort of a communicator whose op hung (from the watchdog thread) */
+    void (*abort_hung)(ct_comm *c);
 } ct__nccl_ops;
 extern const ct__nccl_ops ct__nccl_table;
 
@@ -157,6 +184,11 @@ int ct__nccl_barrier(ct_comm *c, int64_t deadline);
 int ct__comm_allreduce_many(ct_comm *c, float *const *bufs, const size_t *counts, int n,
                             int timeout_ms);
 
+/* comm.c: allreduce_many's enqueue only (see ct__nccl_ops.allreduce_many_async); what names
+ * the op in the watchdog's message */
+int ct__comm_allreduce_many_async(ct_comm *c, float *const *bufs, const size_t *counts, int n,
+                                  int timeout_ms, const char *what);
+
 /* comm.c: the stream the nccl backend's collectives run on (a cudaStream_t); NULL for the ring */
 void *ct__comm_stream(ct_comm *c);
 void *ct__nccl_stream(ct_comm *c);
@@ -165,6 +197,23 @@ void *ct__nccl_stream(ct_comm *c);
  * bucket's event, and the compute stream's for the averages), so that a test shows the checking
  * device catching their absence. */
 void ct__bucketer_test_skip_waits(ct_bucketer *t, bool skip);
+
+/* ---- watchdog.c: the communicator's watchdog thread (see the file's head) ---------------- */
+/* Watches an op until deadline (ct__now_ns time); what names it in the failure. poll NULL: the
+ * op ends with ct__watch_end from the thread that runs it; else the watchdog asks poll(ctx) (1
+ * done, 0 not yet, < 0 failed with a message), never blocking. waited: someone will
+ * ct__watch_end or ct__watch_wait the ticket; else its failure is kept for ct__watch_error.
+ * Returns the ticket (>= 0) or a CT_E* code. */
+int ct__watch_begin(ct_comm *c, const char *what, int64_t deadline, int (*poll)(void *ctx),
+                    void *ctx, bool waited);
+/* the op ended with rc; returns rc, or the watchdog's failure naming the op when it hung */
+int ct__watch_end(ct_comm *c, int ticket, int rc);
+/* the host waits for a polled op: 0, its failure, or the watchdog's naming it */
+int ct__watch_wait(ct_comm *c, int ticket);
+/* the first failure of an op nobody waits for (0: none), with its message */
+int ct__watch_error(ct_comm *c);
+/* stops the thread (ct_comm_destroy) */
+void ct__watch_stop(ct_comm *c);
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 /* rendezvous get of a NUL-terminated string value; caller frees *out */

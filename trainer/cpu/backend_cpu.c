@@ -126,6 +126,14 @@ static int cpu_event_new(void **ev)
     *ev = NULL;
     return 0;
 }
+/* the CPU's streams have done their work when a call returns: fn runs now */
+static int cpu_host_fn(void *stream, void (*fn)(void *arg), void *arg)
+{
+    (void)stream;
+    fn(arg);
+    return 0;
+}
+
 static int cpu_two(void *a, void *b)
 {
     (void)a, (void)b;
@@ -404,6 +412,7 @@ const ct__backend ct__backend_cpu = {
     .event_record = cpu_two,
     .stream_wait = cpu_two,
     .event_sync = cpu_sync,
+    .host_fn = cpu_host_fn,
     .blocked_fmt = ct__cpu_blocked_fmt,
     .reorder = ct__cpu_reorder,
     .conv_fwd = ct__cpu_conv_fwd,

@@ -529,6 +529,7 @@ const ct__backend ct__backend_cuda = {
     .event_record = event_record_0,
     .stream_wait = stream_wait_0,
     .event_sync = ct__cuda_event_sync,
+    .host_fn = ct__cuda_host_fn,
     .reorder = cu_reorder,
     .conv_fwd = cu_conv_fwd,
     .conv_bwd_data = cu_conv_bwd_data,

@@ -53,6 +53,8 @@ int ct__cuda_event_sync(void *ev);
 /* 1 when ev's last recorded point is reached (or it was never recorded), 0 while work before it
  * still runs, or a negative CT_E* code. Does not block. */
 int ct__cuda_event_done(void *ev);
+/* fn(arg) on the host when stream reaches it (cudaLaunchHostFunc): the backend's host_fn */
+int ct__cuda_host_fn(void *stream, void (*fn)(void *arg), void *arg);
 /* Host <-> device copies of `bytes`, ordered on the stream; async when the host side is pinned. */
 int ct__cuda_to_device(void *dst, const void *src, size_t bytes, void *stream);
 int ct__cuda_to_host(void *dst, const void *src, size_t bytes, void *stream);

@@ -123,6 +123,13 @@ int ct__cuda_event_sync(void *ev)
     return ct__cuda_status(cudaEventSynchronize((cudaEvent_t)ev), "cudaEventSynchronize");
 }
 
+int ct__cuda_host_fn(void *stream, void (*fn)(void *arg), void *arg)
+{
+    if (!stream || !fn)
+        return ct__error(CT_EINVAL, "cuda_host_fn: needs a stream and a function");
+    return ct__cuda_status(cudaLaunchHostFunc((cudaStream_t)stream, fn, arg), "cudaLaunchHostFunc");
+}
+
 int ct__cuda_event_done(void *ev)
 {
     if (!ev)

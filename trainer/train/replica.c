@@ -751,6 +751,11 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                 drained_mid = true;
         }
     }
+    /* device gradients: the last step's allreduces may run after its finish returned (the
+     * compute stream waits for them, the host did not): their failure is this segment's */
+    for (int m = 0; rc == 0 && m < r->st.nmodels; m++)
+        if (r->bucketers[m])
+            rc = ct_bucketer_wait(r->bucketers[m]);
     ct__rec_flush(&r->rec); /* in the KV before the reply: the driver reads them all */
     bool done = s.index >= nb;
     ea.checkpoint = ea.checkpoint && (!pausing || done);

@@ -58,7 +58,7 @@
 #define GONE_AFTER_MS 60000         /* dead nodes and actors are listed this long */
 #define HEAD_HB_MS 100              /* default heartbeat period */
 #define HEAD_DEAD_MS 10000          /* default silence before a node or driver is dead */
-#define HEAD_HB_RATE 20000          /* node heartbeats a second the period is sized for */
+#define HEAD_HB_RATE 20000          /* default --heartbeat-rate: heartbeats a second, sized for */
 #define HEAD_HB_MSGS 2              /* heartbeats a node sends a period (main loop, liveness) */
 #define HEAD_DEAD_PERIODS 10        /* the dead-after time is at least this many periods */
 #define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
@@ -247,7 +247,8 @@ typedef struct head {
      * configured ones (--heartbeat-ms, --dead-after-ms): their floor */
     int hb_ms, dead_ms;
     int hb_floor_ms, dead_floor_ms;
-    int64_t last_check_ms;      /* when check_heartbeats last ran */
+    int hb_rate;           /* node heartbeats a second the period is sized for (--heartbeat-rate) */
+    int64_t last_check_ms; /* when check_heartbeats last ran */
     int64_t last_deadline_scan; /* when expire last read the actor table (head.c) */
     node *nodes;
     int nnodes, cap_nodes;  /* slots ever used (free ones: !used), allocated */

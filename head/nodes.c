@@ -241,11 +241,13 @@ static int node_id_new(head *h, char out[ID_LEN])
  * liveness thread's), and each costs the head a CURVE decryption, a decode and a lookup (about
  * 2 to 7 us on this project's 2-core machines, mostly libzmq, libsodium and the kernel). The
  * period in force is therefore the configured one (--heartbeat-ms: the floor) doubled until the
- * live nodes send at most HEAD_HB_RATE heartbeats a second: 100 ms up to 1,000 nodes, 200 ms up
- * to 2,000, 1.6 s at 10,000. The dead-after time follows: the configured one, and at least
- * HEAD_DEAD_PERIODS periods once the period grew. A new node is given the period in force when
- * it registers (grown for it at once); the others are told a new one (HeartbeatPeriod) within a
- * second. The period shrinks again, with hysteresis, when the nodes would fit half of it twice
+ * live nodes send at most h->hb_rate heartbeats a second (--heartbeat-rate, YAML
+ * ct.heartbeat_rate; default HEAD_HB_RATE, 20,000): 100 ms up to 1,000 nodes, 200 ms up to 2,000,
+ * 1.6 s at 10,000. A head with more CPU to spare takes a higher rate (hung hosts found sooner),
+ * a busier or slower one a lower rate. The dead-after time follows: the configured one, and at
+ * least HEAD_DEAD_PERIODS periods once the period grew. A new node is given the period in force
+ * when it registers (grown for it at once); the others are told a new one (HeartbeatPeriod) within
+ * a second. The period shrinks again, with hysteresis, when the nodes would fit half of it twice
  * over. Deaths of processes are still seen at once by the death watch (head/watch.h): the
  * period bounds only how soon a hung or cut-off host is found. */
 
@@ -253,7 +255,7 @@ static int node_id_new(head *h, char out[ID_LEN])
 static int period_for(const head *h, int nlive)
 {
     int64_t p = h->hb_floor_ms;
-    while ((int64_t)nlive * HEAD_HB_MSGS * 1000 > (int64_t)HEAD_HB_RATE * p && 2 * p <= 60000)
+    while ((int64_t)nlive * HEAD_HB_MSGS * 1000 > (int64_t)h->hb_rate * p && 2 * p <= 60000)
         p *= 2;
     return (int)p;
 }

@@ -7,7 +7,8 @@
  * dead forgotten), nodes.c (nodes, drivers, heartbeats, the death watch's verdicts), actors.c
  * (actors and the scheduler), pgroups.c (placement groups), kv.c (the KV store and waiting gets),
  * events.c (event pushes and subscriptions), status.c (the status reply), resources.c
- * (resource vectors), objdir.c (the object directory), train.c (training jobs' reports), metrics.c
+ * (resource vectors), objdir.c (the object directory's messages; objdir_table.c its tables,
+ * objdir_internal.h), train.c (training jobs' reports), metrics.c
  * (the HTTP endpoint's pages; http.c serves them on its own thread, reading no table), index.c
  * (the key -> slot index of the nodes and objects, index.h). */
 #ifndef CT_HEAD_HEAD_INTERNAL_H

@@ -38,6 +38,7 @@ typedef struct sizes {
     int hold_ms; /* past the default dead-after time (10 s) */
     int sims;    /* ct-simnodes processes (descriptors: two a node, three with the watch) */
     int cpus;    /* each node's CPUs */
+    int objects; /* objects each simulated node announces (ct-simnodes --objects) */
     int hb_ms;   /* the head's --heartbeat-ms (100: its default) */
     bool watch;
     bool restart; /* then kill -9 the head and start it again on its state file */
@@ -421,6 +422,8 @@ static int parse_args(int argc, char **argv, sizes *z)
             z->cpus = atoi(argv[++i]);
         else if (!strcmp(a, "--heartbeat-ms") && atoi(v) > 0)
             z->hb_ms = atoi(argv[++i]);
+        else if (!strcmp(a, "--objects") && atoi(v) >= 0)
+            z->objects = atoi(argv[++i]);
         else if (!strcmp(a, "--kill") && atoi(v) > 0)
             z->kill = atoi(argv[++i]);
         else if (!strcmp(a, "--waiting") && atoi(v) > 0)
@@ -429,7 +432,7 @@ static int parse_args(int argc, char **argv, sizes *z)
             fprintf(stderr,
                     "test_scale_nodes: bad argument '%s' (--nodes N --actors A --pgs P "
                     "--calls C --hold-ms H --sims K --cpus C --heartbeat-ms T --watch|--no-watch "
-                    "--restart --kill K --waiting W)\n",
+                    "--restart --kill K --waiting W --objects O)\n",
                     a);
             return -1;
         }
@@ -455,6 +458,7 @@ int main(int argc, char **argv)
                .hold_ms = 12000,
                .sims = 1,
                .cpus = 4,
+               .objects = 1,
                .hb_ms = 100,
                .watch = true};
     if (parse_args(argc, argv, &z) || z.sims > MAX_SIMS)
@@ -505,11 +509,21 @@ int main(int argc, char **argv)
     double t0 = h_now_ms();
     int spread = z.nodes - z.kill; /* --kill: the doomed nodes in a process of their own */
     for (int k = 0; k < z.sims; k++) {
-        char n[16], cpus[16];
+        char n[16], cpus[16], objs[16];
         snprintf(n, sizeof n, "%d", spread / z.sims + (k < spread % z.sims));
         snprintf(cpus, sizeof cpus, "%d", z.cpus);
-        char *argv[] = {(char *)h_bin("ct-simnodes"), "--head", addr, "--nodes", n, "--cpus", cpus,
-                        z.watch ? "--watch" : NULL,   NULL};
+        snprintf(objs, sizeof objs, "%d", z.objects);
+        char *argv[] = {(char *)h_bin("ct-simnodes"),
+                        "--head",
+                        addr,
+                        "--nodes",
+                        n,
+                        "--cpus",
+                        cpus,
+                        "--objects",
+                        objs,
+                        z.watch ? "--watch" : NULL,
+                        NULL};
         fd[k] = -1;
         sim[k] = h_spawn(argv, &fd[k]);
     }
@@ -521,9 +535,10 @@ int main(int argc, char **argv)
     pid_t doomed = -1, fresh = -1;
     int doomed_fd = -1, fresh_fd = -1;
     if (z.kill) { /* last, with death watches: their SIGKILL is seen at once */
-        char n[16], cpus[16];
+        char n[16], cpus[16], objs[16];
         snprintf(n, sizeof n, "%d", z.kill);
         snprintf(cpus, sizeof cpus, "%d", z.cpus);
+        snprintf(objs, sizeof objs, "%d", z.objects);
         char *argv[] = {(char *)h_bin("ct-simnodes"),
                         "--head",
                         addr,
@@ -531,6 +546,8 @@ int main(int argc, char **argv)
                         n,
                         "--cpus",
                         cpus,
+                        "--objects",
+                        objs,
                         "--watch",
                         NULL};
         doomed = h_spawn(argv, &doomed_fd);

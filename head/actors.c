@@ -23,6 +23,67 @@ void ct__head_drop_req(head *h, actor *a)
     h->pending_bytes -= a->req_bytes;
 }
 
+/* ---- each node's list of its live actors (node.first_actor, actor.node_prev/next) ---- */
+
+/* Actor slot ai (placed: a->node set) onto its node's list. */
+static void actor_link(head *h, int ai)
+{
+    actor *a = &h->actors[ai];
+    node *n = &h->nodes[a->node];
+    a->node_prev = 0;
+    a->node_next = n->first_actor;
+    if (n->first_actor)
+        h->actors[n->first_actor - 1].node_prev = ai + 1;
+    n->first_actor = ai + 1;
+}
+
+/* Actor a off its node's list (no-op when not on one: pending, dead). */
+static void actor_unlink(head *h, actor *a)
+{
+    if (a->node < 0 || (a->state != A_STARTING && a->state != A_ALIVE))
+        return;
+    if (a->node_prev)
+        h->actors[a->node_prev - 1].node_next = a->node_next;
+    else
+        h->nodes[a->node].first_actor = a->node_next;
+    if (a->node_next)
+        h->actors[a->node_next - 1].node_prev = a->node_prev;
+    a->node_prev = a->node_next = 0;
+}
+
+void ct__head_actor_moved(head *h, int from, int ai)
+{
+    actor *a = &h->actors[ai];
+    if (a->node < 0 || (a->state != A_STARTING && a->state != A_ALIVE) || from == ai)
+        return;
+    if (a->node_prev)
+        h->actors[a->node_prev - 1].node_next = ai + 1;
+    else
+        h->nodes[a->node].first_actor = ai + 1;
+    if (a->node_next)
+        h->actors[a->node_next - 1].node_prev = ai + 1;
+}
+
+static int by_slot(const void *x, const void *y)
+{
+    return *(const int *)x - *(const int *)y;
+}
+
+int ct__head_node_actors(head *h, int ni, int **out)
+{
+    int k = 0;
+    *out = NULL;
+    for (int s = h->nodes[ni].first_actor; s; s = h->actors[s - 1].node_next)
+        k++;
+    if (!k || !(*out = malloc(k * sizeof **out)))
+        return 0;
+    k = 0;
+    for (int s = h->nodes[ni].first_actor; s; s = h->actors[s - 1].node_next)
+        (*out)[k++] = s - 1;
+    qsort(*out, k, sizeof **out, by_slot);
+    return k;
+}
+
 static void release_actor_resources(head *h, actor *a)
 {
     if (a->node < 0 || a->state == A_PENDING)
@@ -58,6 +119,7 @@ void ct__head_actor_dead(head *h, actor *a, int pid, int status, int sig, const 
     if (a->state == A_DEAD)
         return;
     release_actor_resources(h, a);
+    actor_unlink(h, a);
     a->state = A_DEAD;
     a->exit_status = status;
     a->term_signal = sig;
@@ -222,6 +284,7 @@ static void start_on_node(head *h, actor *a)
     e.start_actor = &s;
     ct__head_send(h, &n->rid, &e);
     a->state = A_STARTING;
+    actor_link(h, (int)(a - h->actors));
     n->nactors++;
     ct__head_drop_req(h, a);
 }
@@ -675,6 +738,7 @@ int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r)
     if (a->pg < 0)
         ct__rv_sub(&h->nodes[ni].free, &a->need, 1);
     h->nodes[ni].nactors++;
+    actor_link(h, (int)(a - h->actors));
     if (h->actor_seq < seq)
         h->actor_seq = seq;
     return 0;

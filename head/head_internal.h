@@ -116,6 +116,7 @@ typedef struct node {
     bool alive;
     bool draining; /* told to stop (Heartbeat.draining): nothing more is placed there */
     int nactors;
+    int first_actor;  /* its live actors' list (actor.node_prev/next): a slot + 1; 0: none */
     node_stats stats; /* what it last measured of its host and shard (Heartbeat.stats) */
     int hb_told;      /* the heartbeat period it was last given (ct__head_scale_heartbeat) */
 } node;
@@ -125,6 +126,9 @@ typedef struct actor {
     uint64_t seq; /* N of its id "actor-N" */
     char cls[64];
     int node; /* -1 until placed */
+    /* its node's list of live (STARTING, ALIVE) actors, node.first_actor: slots + 1; 0: none
+     * (actor_link, actor_unlink; ct__head_forget_dead moves them with the actor) */
+    int node_prev, node_next;
     int pid;
     int state;
     char addr[128];
@@ -411,6 +415,11 @@ ct__head_handler ct__head_on_register_node, ct__head_on_heartbeat;
 
 /* ---- actors.c ---- */
 void ct__head_drop_req(head *h, actor *a);
+/* Actor slot ai, moved from slot from (ct__head_forget_dead): its node list's links follow. */
+void ct__head_actor_moved(head *h, int from, int ai);
+/* The slots of node ni's live actors, ascending (creation order), into *out (malloc'd; NULL
+ * when none or out of memory); their number. */
+int ct__head_node_actors(head *h, int ni, int **out);
 void ct__head_create_error(head *h, actor *a, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void ct__head_actor_dead(head *h, actor *a, int pid, int status, int sig, const char *reason);

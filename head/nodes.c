@@ -35,10 +35,8 @@ static void node_draining(head *h, int ni, const ct__rid *rid, uint64_t req)
         ct__head_push_event(h, &ev, NULL);
     }
     bool wait = false;
-    for (int i = 0; i < h->nactors && !wait; i++) {
-        const actor *a = &h->actors[i];
-        if (a->node != ni || (a->state != A_STARTING && a->state != A_ALIVE))
-            continue;
+    for (int q = h->nodes[ni].first_actor; q && !wait; q = h->actors[q - 1].node_next) {
+        const actor *a = &h->actors[q - 1]; /* its live actors (its list) */
         for (int s = 0; s < h->nsubs && !wait; s++)
             wait = (h->subs[s].mask & (1u << CT__EVENT_TYPE__NODE_DRAINING)) &&
                    ct__token_eq(h->subs[s].job, a->job);
@@ -78,13 +76,18 @@ static void node_dead(head *h, int ni, const char *reason)
      * its ticket stays, so that a hello still on its way gets the same answer */
     ct__watch_close(h->watch, n->watch, CT__WATCH_DEAD);
     n->watch = 0;
-    for (int i = 0; i < h->nactors; i++) {
+    /* its live actors (its list: what it held, not the whole table), in creation order */
+    int *held, nheld = ct__head_node_actors(h, ni, &held);
+    char why[96];
+    snprintf(why, sizeof why, "node %s dead", n->id);
+    for (int k = 0; k < nheld; k++)
+        ct__head_actor_dead(h, &h->actors[held[k]], 0, 0, 0, why);
+    free(held);
+    /* out of memory for the list's copy: the table read instead */
+    for (int i = 0; h->nodes[ni].first_actor && i < h->nactors; i++) {
         actor *a = &h->actors[i];
-        if (a->node == ni && a->state != A_DEAD && a->state != A_PENDING) {
-            char why[96];
-            snprintf(why, sizeof why, "node %s dead", n->id);
+        if (a->node == ni && a->state != A_DEAD && a->state != A_PENDING)
             ct__head_actor_dead(h, a, 0, 0, 0, why);
-        }
     }
     /* bundles reserved there are lost: their groups go back to pending and get those bundles
      * re-placed (all together) when room appears; the other bundles stay where they are */

@@ -501,7 +501,14 @@ int main(int argc, char **argv)
                  h_bin("ct-node"), addr, node_log);
         char *argv[] = {"/bin/sh", "-c", cmd, NULL};
         real = h_spawn(argv, NULL) > 0;
-        CHECK(real && file_has(node_log, "registered as node-", 30000));
+        bool joined = real && file_has(node_log, "registered as node-", 30000);
+        CHECK(joined);
+        if (!joined) { /* what it said instead */
+            char cmd[300];
+            snprintf(cmd, sizeof cmd, "tail -n 20 '%s' >&2", node_log);
+            if (system(cmd))
+                fprintf(stderr, "cannot read %s\n", node_log);
+        }
     }
     pid_t sim[MAX_SIMS + 1]; /* and --kill's fresh nodes last */
     int fd[MAX_SIMS + 1];

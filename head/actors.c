@@ -88,6 +88,8 @@ static void release_actor_resources(head *h, actor *a)
 {
     if (a->node < 0 || a->state == A_PENDING)
         return;
+    if (h->nodes[a->node].alive) /* a dead node's room (its death) places nothing */
+        h->room = true;
     if (a->pg >= 0 && a->bundle >= 0) {
         /* back into its bundle, if the bundle is still reserved where the actor ran */
         pgroup *g = &h->pgs[a->pg];
@@ -388,7 +390,8 @@ static bool place_pg(head *h, pgroup *g, sched_pass *p)
         g->b[b].free = g->b[b].need;
         ct__rv_sub(&h->nodes[g->b[b].node].free, &g->b[b].need, 1);
     }
-    if (p) /* nodes changed: the pass's kept pick no longer holds */
+    h->room = true; /* its bundles: actors of the group may fit now */
+    if (p)          /* nodes changed: the pass's kept pick no longer holds */
         p->last = -1;
     g->state = PG_READY;
     ct__head_state_pg(h, g);
@@ -410,12 +413,16 @@ bool ct__head_place_pg(head *h, pgroup *g)
 }
 
 /* Runs the scheduler: pending placement groups first (they were asked for first as a whole),
- * then pending actors in creation order, in one pass (sched_pass). */
+ * then pending actors in creation order, in one pass (sched_pass); the actors only when room
+ * may have come since the last pass (h->room: a death, which frees nothing, reads no actor). */
 void ct__head_schedule(head *h)
 {
     sched_pass p = {.nmiss = 0, .last = -1};
     for (int i = 0; i < h->npgs; i++)
         place_pg(h, &h->pgs[i], &p);
+    if (!h->room)
+        return;
+    h->room = false; /* placing only takes: nothing below sets it again */
     for (int i = 0; h->npending && i < h->nactors; i++) /* none waiting: no scan (a join) */
         if (h->actors[i].state == A_PENDING)
             place_actor(h, &h->actors[i], &p);

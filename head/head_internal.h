@@ -266,6 +266,11 @@ typedef struct head {
     int nactors, cap_actors;
     ct__index *actor_ids; /* actors' slots by id (actors.c) */
     int npending;         /* actors waiting for room (holding their request) */
+    /* room may have come since the scheduler last tried the waiting actors: resources freed on
+     * a node or in a bundle, a node joined, a bundle reserved, a group removed (each sets it;
+     * ct__head_schedule clears it once it tried them). While false no waiting actor can fit:
+     * each was tried, and since then resources were only taken. */
+    bool room;
     size_t pending_bytes; /* those requests' memory */
     pgroup *pgs;
     int npgs, cap_pgs;

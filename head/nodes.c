@@ -436,6 +436,7 @@ static void resume_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     ct__rv_from_pb(&n->total, r->resources, r->n_resources);
     n->free = n->total;
     n->alive = true;
+    h->room = true;
     ct__head_pg_node_back(h, ni); /* its groups' bundles, before the actors inside them */
     int kept = 0;
     for (size_t i = 0; i < r->n_actors; i++)
@@ -507,6 +508,7 @@ void ct__head_on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e, ct_
     ct__rv_from_pb(&n->total, r->resources, r->n_resources);
     n->free = n->total;
     n->alive = true;
+    h->room = true;
     register_reply(h, rid, e->req_id, n);
     char buf[256];
     ct__rv_fmt(&n->total, buf, sizeof buf);

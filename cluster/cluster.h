@@ -29,8 +29,9 @@
  *   ct: {head_port: 0, heartbeat_ms: 100, dead_after_ms: 10000, store_memory: 256M,
  *        spill_dir: DIR, bin_dir: DIR, remote_dir: ~/.ct, copy_binaries: true,
  *        head_runs_node: false, start_timeout_s: 30, head_bind: 127.0.0.1,
- *        head_grace_ms: 60000, dashboard_port: 0}   # the head's /metrics port (0: none;
+ *        head_grace_ms: 60000, dashboard_port: 0,   # the head's /metrics port (0: none;
  *                                                   local and ssh providers)
+ *        heartbeat_rate: 20000, max_nodes: 10000, ...}   # ct-head --heartbeat-rate, --max-*
  *
  * Values that reach a script or an argv are data and are checked at parse time: hosts are IPs
  * or DNS names, ssh_user is [a-z_][a-z0-9_-]*, paths are absolute (key, known_hosts, bin_dir,
@@ -80,9 +81,10 @@ typedef struct {
     int head_grace_ms;  /* nodes keep their actors this long while the head is gone */
     /* the head's table limits (ct-head --max-*, head/head.h ct_head_limits); 0: its default */
     int max_nodes, max_actors, max_placement_groups, max_objects, max_kv_keys, max_subscribers;
-    char *head_bind;  /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
-    char *bin_dir;    /* where ct-head/ct-node are here (default: next to ctup) */
-    char *remote_dir; /* ssh: where binaries and logs go on a host (default ~/.ct) */
+    int heartbeat_rate; /* ct-head --heartbeat-rate (heartbeats a second); 0: its default */
+    char *head_bind;    /* the head's --host (default: 127.0.0.1 local, 0.0.0.0 ssh) */
+    char *bin_dir;      /* where ct-head/ct-node are here (default: next to ctup) */
+    char *remote_dir;   /* ssh: where binaries and logs go on a host (default ~/.ct) */
     bool copy_binaries;
     bool head_runs_node;
     ct_cluster_node nodes[CT_CLUSTER_MAX_NODES]; /* the worker nodes, then the head's if any */

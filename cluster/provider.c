@@ -57,19 +57,21 @@ bool ct__shell_safe_word(const char *s)
     return s && *s && *s != '-' && strspn(s, CT_CLUSTER_SAFE_CHARS) == strlen(s);
 }
 
-/* The head's table limits the YAML set (ct.max_*), as ct-head flags appended to buf. */
-static int head_limit_args(const ct_cluster_config *cfg, char *buf, size_t cap)
+int ct__cluster_head_flags(const ct_cluster_config *cfg, char *buf, size_t cap)
 {
+    /* the optional ones: a row each, {flag, value}, passed when set (> 0) */
     const struct {
         const char *flag;
         int v;
-    } rows[] = {{"--max-nodes", cfg->max_nodes},
+    } rows[] = {{"--heartbeat-rate", cfg->heartbeat_rate},
+                {"--max-nodes", cfg->max_nodes},
                 {"--max-actors", cfg->max_actors},
                 {"--max-placement-groups", cfg->max_placement_groups},
                 {"--max-objects", cfg->max_objects},
                 {"--max-kv-keys", cfg->max_kv_keys},
                 {"--max-subscribers", cfg->max_subscribers}};
-    int rc = 0;
+    int rc = ct__cat(buf, cap, " --port %d --heartbeat-ms %d --dead-after-ms %d", cfg->head_port,
+                     cfg->heartbeat_ms, cfg->dead_after_ms);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0] && !rc; i++)
         if (rows[i].v > 0)
             rc = ct__cat(buf, cap, " %s %d", rows[i].flag, rows[i].v);
@@ -479,13 +481,10 @@ int ct__hosts_start(const ct_cluster_config *cfg, ct_cluster_state *st)
      * and to CT_HEAD_ARGS each after head_args, so that a user's start command that changes
      * directory first gets an absolute path too */
     if ((rc = arg_word(head_args, sizeof head_args, "--host", cfg->head_bind)) ||
-        (rc =
-             ct__cat(head_args, sizeof head_args, " --port %d --heartbeat-ms %d --dead-after-ms %d",
-                     cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms)) ||
+        (rc = ct__cluster_head_flags(cfg, head_args, sizeof head_args)) ||
         /* the head's read-only HTTP endpoint, on 127.0.0.1 (an ssh tunnel reaches it) */
         (cfg->dashboard_port > 0 && (rc = ct__cat(head_args, sizeof head_args,
                                                   " --dashboard-port %d", cfg->dashboard_port))) ||
-        (rc = head_limit_args(cfg, head_args, sizeof head_args)) ||
         (rc = ct__cat(head_args, sizeof head_args, " --supervise --state-dir ")))
         return rc;
     env[0] = cmd[0] = 0;

@@ -139,6 +139,16 @@ const char *ct__cluster_provider_names(char *buf, size_t cap);
 /* Whether key belongs in some provider's `provider:` section ("type" included). */
 bool ct__cluster_provider_has_key(const char *key);
 
+/* The ct-head flags of the YAML's ct section, appended to buf (" --port P --heartbeat-ms N
+ * --dead-after-ms N", then --heartbeat-rate and --max-* where set): every provider starts its
+ * head with these (local and ssh: ct__hosts_start; slurm: its batch script). Words of digits
+ * and flags only (no quoting needed). 0, or CT_ERANGE. */
+int ct__cluster_head_flags(const ct_cluster_config *cfg, char *buf, size_t cap);
+
+/* The slurm provider's batch script for cfg into buf (provider_slurm.c; `ctup up` writes it to
+ * LOGDIR/job.sh and submits it). 0 or a CT_E* code. */
+int ct__slurm_batch_script(const ct_cluster_config *cfg, char *buf, size_t cap);
+
 /* Appends printf output to buf (cap; a command line, a script). 0, or CT_ERANGE. */
 int ct__cat(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -131,11 +131,12 @@ static int log_file(const ct_cluster_config *cfg, const char *name, char *out, s
 
 /* ---- the batch script ---- */
 
-static int batch_script(const ct_cluster_config *cfg, char *buf, size_t cap)
+int ct__slurm_batch_script(const ct_cluster_config *cfg, char *buf, size_t cap)
 {
-    char logs[4096], secret[4096], bin[4096];
+    char logs[4096], secret[4096], bin[4096], head_flags[512] = "";
     int rc;
     if ((rc = ct_cluster_log_dir(cfg->cluster_name, logs, sizeof logs)) ||
+        (rc = ct__cluster_head_flags(cfg, head_flags, sizeof head_flags)) ||
         (rc = ct_cluster_secret_path(cfg->cluster_name, secret, sizeof secret)) ||
         (rc = ct__local_bin_dir(cfg, bin, sizeof bin)))
         return rc;
@@ -205,8 +206,7 @@ static int batch_script(const ct_cluster_config *cfg, char *buf, size_t cap)
         "sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')\n"
         "[ -n \"$host\" ] || host=$(hostname)\n"
         "mv -f \"$logs/head.log\" \"$logs/head.log.1\" 2>/dev/null\n"
-        "\"$bin/ct-head\" --host \"$bind\" --port %d --heartbeat-ms %d --dead-after-ms %d "
-        ">\"$logs/head.log\" 2>&1 &\n"
+        "\"$bin/ct-head\" --host \"$bind\"%s >\"$logs/head.log\" 2>&1 &\n"
         "head=$!\n"
         "until grep -q '^listening on ' \"$logs/head.log\" 2>/dev/null; do\n"
         "  if ! kill -0 \"$head\" 2>/dev/null; then wait \"$head\"; rc=$?\n"
@@ -245,7 +245,7 @@ static int batch_script(const ct_cluster_config *cfg, char *buf, size_t cap)
         ": >\"$stop\"\n"
         "echo \"ctup: ct-head exited with status $rc\" >&2\n"
         "exit $rc\n",
-        cfg->head_port, cfg->heartbeat_ms, cfg->dead_after_ms);
+        head_flags);
 }
 
 /* ---- the table's functions ---- */
@@ -288,7 +288,7 @@ static int slurm_start(const ct_cluster_config *cfg, ct_cluster_state *st)
     static char script[65536];
     char path[4200], output[4200], out[256] = "";
     int rc;
-    if ((rc = batch_script(cfg, script, sizeof script)) ||
+    if ((rc = ct__slurm_batch_script(cfg, script, sizeof script)) ||
         (rc = log_file(cfg, "job.sh", path, sizeof path)) ||
         (rc = log_file(cfg, "job-%j.out", output, sizeof output)))
         return rc;

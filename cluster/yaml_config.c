@@ -117,12 +117,13 @@ static const char *const ray_only[] = {"docker",
                                        NULL};
 
 /* The keys of the `ct:` section, and of a node type (available_node_types.NAME). */
-static const char *const ct_keys[] = {
-    "head_port",      "heartbeat_ms",    "dead_after_ms",   "store_memory",
-    "spill_dir",      "bin_dir",         "remote_dir",      "copy_binaries",
-    "head_runs_node", "start_timeout_s", "head_bind",       "head_grace_ms",
-    "dashboard_port", "max_nodes",       "max_actors",      "max_placement_groups",
-    "max_objects",    "max_kv_keys",     "max_subscribers", NULL};
+static const char *const ct_keys[] = {"head_port",      "heartbeat_ms",         "heartbeat_rate",
+                                      "dead_after_ms",  "store_memory",         "spill_dir",
+                                      "bin_dir",        "remote_dir",           "copy_binaries",
+                                      "head_runs_node", "start_timeout_s",      "head_bind",
+                                      "head_grace_ms",  "dashboard_port",       "max_nodes",
+                                      "max_actors",     "max_placement_groups", "max_objects",
+                                      "max_kv_keys",    "max_subscribers",      NULL};
 static const char *const type_keys[] = {
     "resources",    "min_workers", "max_workers",           "node_config",
     "store_memory", "spill_dir",   "worker_setup_commands", NULL};
@@ -722,6 +723,7 @@ static int parse_root(parser *p, yaml_node_t *root)
             long lo, hi;
         } ints[] = {{"head_port", &c->head_port, 0, 65535},
                     {"heartbeat_ms", &c->heartbeat_ms, 1, 60000},
+                    {"heartbeat_rate", &c->heartbeat_rate, 1, 10000000},
                     {"dead_after_ms", &c->dead_after_ms, 1, 3600000},
                     {"head_grace_ms", &c->head_grace_ms, 1, 3600000},
                     {"start_timeout_s", &c->start_timeout_s, 1, 3600},

@@ -23,10 +23,73 @@ void ct__head_drop_req(head *h, actor *a)
     h->pending_bytes -= a->req_bytes;
 }
 
+/* ---- each node's list of its live actors (node.first_actor, actor.node_prev/next) ---- */
+
+/* Actor slot ai (placed: a->node set) onto its node's list. */
+static void actor_link(head *h, int ai)
+{
+    actor *a = &h->actors[ai];
+    node *n = &h->nodes[a->node];
+    a->node_prev = 0;
+    a->node_next = n->first_actor;
+    if (n->first_actor)
+        h->actors[n->first_actor - 1].node_prev = ai + 1;
+    n->first_actor = ai + 1;
+}
+
+/* Actor a off its node's list (no-op when not on one: pending, dead). */
+static void actor_unlink(head *h, actor *a)
+{
+    if (a->node < 0 || (a->state != A_STARTING && a->state != A_ALIVE))
+        return;
+    if (a->node_prev)
+        h->actors[a->node_prev - 1].node_next = a->node_next;
+    else
+        h->nodes[a->node].first_actor = a->node_next;
+    if (a->node_next)
+        h->actors[a->node_next - 1].node_prev = a->node_prev;
+    a->node_prev = a->node_next = 0;
+}
+
+void ct__head_actor_moved(head *h, int from, int ai)
+{
+    actor *a = &h->actors[ai];
+    if (a->node < 0 || (a->state != A_STARTING && a->state != A_ALIVE) || from == ai)
+        return;
+    if (a->node_prev)
+        h->actors[a->node_prev - 1].node_next = ai + 1;
+    else
+        h->nodes[a->node].first_actor = ai + 1;
+    if (a->node_next)
+        h->actors[a->node_next - 1].node_prev = ai + 1;
+}
+
+static int by_slot(const void *x, const void *y)
+{
+    return *(const int *)x - *(const int *)y;
+}
+
+int ct__head_node_actors(head *h, int ni, int **out)
+{
+    int k = 0;
+    *out = NULL;
+    for (int s = h->nodes[ni].first_actor; s; s = h->actors[s - 1].node_next)
+        k++;
+    if (!k || !(*out = malloc(k * sizeof **out)))
+        return 0;
+    k = 0;
+    for (int s = h->nodes[ni].first_actor; s; s = h->actors[s - 1].node_next)
+        (*out)[k++] = s - 1;
+    qsort(*out, k, sizeof **out, by_slot);
+    return k;
+}
+
 static void release_actor_resources(head *h, actor *a)
 {
     if (a->node < 0 || a->state == A_PENDING)
         return;
+    if (h->nodes[a->node].alive) /* a dead node's room (its death) places nothing */
+        h->room = true;
     if (a->pg >= 0 && a->bundle >= 0) {
         /* back into its bundle, if the bundle is still reserved where the actor ran */
         pgroup *g = &h->pgs[a->pg];
@@ -58,6 +121,7 @@ void ct__head_actor_dead(head *h, actor *a, int pid, int status, int sig, const 
     if (a->state == A_DEAD)
         return;
     release_actor_resources(h, a);
+    actor_unlink(h, a);
     a->state = A_DEAD;
     a->exit_status = status;
     a->term_signal = sig;
@@ -121,6 +185,74 @@ static int pick_node(head *h, const res *need, int strategy, const res *frees, c
     return best;
 }
 
+/* ---- one scheduler pass (ct__head_schedule): what it learned, so that waiting actors do not
+ * each scan every node ----
+ * A pass only takes resources (placements; nothing is freed, no node joins, dies or drains
+ * until it ends), which makes two facts hold until its end:
+ * - a need that fitted no node (a miss) still fits none, nor does any need at least as large in
+ *   each of the miss's resources: such an actor or bundle is not looked for;
+ * - PACK's pick for a need stays the same node while that node still fits the need and no other
+ *   node changed: it only lost free capacity (its sum fell), so it stays the smallest fitting.
+ *   The pass's last pick is kept (need, node); any other placement on a node replaces it.
+ * Both give the pick that pick_node's full scan would give (behaviour unchanged). Measured need:
+ * with 10,000 actors waiting on 2,000 full nodes, each node's death cost the head 150 ms of CPU
+ * (each waiting actor scanned every node), and each node that joined as much again. */
+#define PASS_MISSES 8
+typedef struct sched_pass {
+    int nmiss;
+    res miss[PASS_MISSES]; /* needs that fitted no node in this pass */
+    int last;              /* the node of the pass's last PACK pick (for last_need); -1 none */
+    res last_need;
+} sched_pass;
+
+/* Whether need is at least one of the pass's misses in every resource of that miss (fits none). */
+static bool pass_missed(const sched_pass *p, const res *need)
+{
+    for (int i = 0; p && i < p->nmiss; i++) {
+        bool covers = true;
+        for (int r = 0; r < p->miss[i].n && covers; r++)
+            covers = ct__rv_get(need, p->miss[i].name[r]) >= p->miss[i].amt[r];
+        if (covers)
+            return true;
+    }
+    return false;
+}
+
+static void pass_miss(sched_pass *p, const res *need)
+{
+    if (p && p->nmiss < PASS_MISSES)
+        p->miss[p->nmiss++] = *need;
+}
+
+static bool rv_same(const res *a, const res *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (int i = 0; i < a->n; i++)
+        if (strcmp(a->name[i], b->name[i]) || a->amt[i] != b->amt[i])
+            return false;
+    return true;
+}
+
+/* A node for actor a (not in a group) in pass p (NULL: outside a pass): the pass's last PACK
+ * pick when that still holds (see above), else pick_node's. -1 when none fits. */
+static int pick_in_pass(head *h, sched_pass *p, const actor *a)
+{
+    if (p && pass_missed(p, &a->need))
+        return -1;
+    if (p && p->last >= 0 && a->strategy == CT__STRATEGY__PACK &&
+        rv_same(&p->last_need, &a->need) && ct__rv_fits(&h->nodes[p->last].free, &a->need))
+        return p->last;
+    int n = pick_node(h, &a->need, a->strategy, NULL, NULL);
+    if (n < 0)
+        pass_miss(p, &a->need);
+    else if (p) { /* the pick's node is about to change: a kept pick elsewhere no longer holds */
+        p->last = a->strategy == CT__STRATEGY__PACK ? n : -1;
+        p->last_need = a->need;
+    }
+    return n;
+}
+
 static void start_on_node(head *h, actor *a)
 {
     node *n = &h->nodes[a->node];
@@ -154,12 +286,14 @@ static void start_on_node(head *h, actor *a)
     e.start_actor = &s;
     ct__head_send(h, &n->rid, &e);
     a->state = A_STARTING;
+    actor_link(h, (int)(a - h->actors));
     n->nactors++;
     ct__head_drop_req(h, a);
 }
 
-/* Tries to place one pending actor. Returns true when placed. */
-static bool place_actor(head *h, actor *a)
+/* Tries to place one pending actor (in scheduler pass p; NULL: outside one). Returns true when
+ * placed. */
+static bool place_actor(head *h, actor *a, sched_pass *p)
 {
     if (a->pg >= 0) {
         pgroup *g = &h->pgs[a->pg];
@@ -183,7 +317,7 @@ static bool place_actor(head *h, actor *a)
         }
         return false;
     }
-    int n = pick_node(h, &a->need, a->strategy, NULL, NULL);
+    int n = pick_in_pass(h, p, a);
     if (n < 0)
         return false;
     ct__rv_sub(&h->nodes[n].free, &a->need, 1);
@@ -203,8 +337,10 @@ static int touch(head *h, int i)
 }
 
 /* Reserves every unplaced bundle or none of them (all of a new group; after a node died,
- * the bundles that were on it). */
-bool ct__head_place_pg(head *h, pgroup *g)
+ * the bundles that were on it), in scheduler pass p (NULL: outside one). The tentative view
+ * holds no less than the nodes' own free resources, and before the first pick exactly them: a
+ * bundle whose need the pass missed fits nowhere, and the first unplaced bundle's miss is one. */
+static bool place_pg(head *h, pgroup *g, sched_pass *p)
 {
     if (g->state != PG_PENDING || !h->nnodes)
         return false;
@@ -220,16 +356,21 @@ bool ct__head_place_pg(head *h, pgroup *g)
     for (int b = 0; b < g->nb; b++)
         if (g->b[b].node >= 0)
             load[touch(h, g->b[b].node)]++;
-    bool placed = true;
+    bool placed = true, picked = false;
     for (int b = 0; b < g->nb; b++) {
         g->b[b].pick = g->b[b].node;
         if (g->b[b].pick >= 0)
             continue;
-        int n = pick_node(h, &g->b[b].need, g->strategy, frees, load);
+        int n = pass_missed(p, &g->b[b].need)
+                    ? -1
+                    : pick_node(h, &g->b[b].need, g->strategy, frees, load);
         if (n < 0) {
+            if (!picked && !pass_missed(p, &g->b[b].need))
+                pass_miss(p, &g->b[b].need);
             placed = false;
             break;
         }
+        picked = true;
         ct__rv_sub(&frees[touch(h, n)], &g->b[b].need, 1);
         load[n]++;
         g->b[b].pick = n;
@@ -249,6 +390,9 @@ bool ct__head_place_pg(head *h, pgroup *g)
         g->b[b].free = g->b[b].need;
         ct__rv_sub(&h->nodes[g->b[b].node].free, &g->b[b].need, 1);
     }
+    h->room = true; /* its bundles: actors of the group may fit now */
+    if (p)          /* nodes changed: the pass's kept pick no longer holds */
+        p->last = -1;
     g->state = PG_READY;
     ct__head_state_pg(h, g);
     CT_LOG(CT_LOG_INFO, "head", "placement group %s ready", g->id);
@@ -263,15 +407,25 @@ bool ct__head_place_pg(head *h, pgroup *g)
     return true;
 }
 
+bool ct__head_place_pg(head *h, pgroup *g)
+{
+    return place_pg(h, g, NULL);
+}
+
 /* Runs the scheduler: pending placement groups first (they were asked for first as a whole),
- * then pending actors in creation order. */
+ * then pending actors in creation order, in one pass (sched_pass); the actors only when room
+ * may have come since the last pass (h->room: a death, which frees nothing, reads no actor). */
 void ct__head_schedule(head *h)
 {
+    sched_pass p = {.nmiss = 0, .last = -1};
     for (int i = 0; i < h->npgs; i++)
-        ct__head_place_pg(h, &h->pgs[i]);
+        place_pg(h, &h->pgs[i], &p);
+    if (!h->room)
+        return;
+    h->room = false; /* placing only takes: nothing below sets it again */
     for (int i = 0; h->npending && i < h->nactors; i++) /* none waiting: no scan (a join) */
         if (h->actors[i].state == A_PENDING)
-            place_actor(h, &h->actors[i]);
+            place_actor(h, &h->actors[i], &p);
 }
 
 void ct__head_kill_on_node(head *h, actor *a)
@@ -412,7 +566,7 @@ void ct__head_on_create_actor(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     h->pending_bytes += bytes;
     f->keep = true;
     a->state = A_PENDING;
-    if (!place_actor(h, a)) {
+    if (!place_actor(h, a, NULL)) {
         char buf[256];
         ct__rv_fmt(&a->need, buf, sizeof buf);
         CT_LOG(CT_LOG_INFO, "head", "actor %s (%s) queued: no node has %s free", a->id, a->cls,
@@ -591,6 +745,7 @@ int ct__head_resume_actor(head *h, int ni, const Ct__ResumedActor *r)
     if (a->pg < 0)
         ct__rv_sub(&h->nodes[ni].free, &a->need, 1);
     h->nodes[ni].nactors++;
+    actor_link(h, (int)(a - h->actors));
     if (h->actor_seq < seq)
         h->actor_seq = seq;
     return 0;

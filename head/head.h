@@ -34,6 +34,8 @@ typedef struct ct_head_opts {
     const char *host;      /* bind address; NULL: 127.0.0.1 */
     int port;              /* 0: ephemeral */
     int heartbeat_ms;      /* period nodes heartbeat at; 0: 100 */
+    int heartbeat_rate;    /* node heartbeats a second the period is sized for (head/nodes.c:
+                              the period doubles while the live nodes would send more); 0: 20000 */
     int dead_after_ms;     /* a silent node or driver is dead after this long without a heartbeat
                               (only time the head itself ran counts); 0: 10000. A process that
                               ends is seen at once by the death watch (head/watch.h) */

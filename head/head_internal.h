@@ -7,7 +7,8 @@
  * dead forgotten), nodes.c (nodes, drivers, heartbeats, the death watch's verdicts), actors.c
  * (actors and the scheduler), pgroups.c (placement groups), kv.c (the KV store and waiting gets),
  * events.c (event pushes and subscriptions), status.c (the status reply), resources.c
- * (resource vectors), objdir.c (the object directory), train.c (training jobs' reports), metrics.c
+ * (resource vectors), objdir.c (the object directory's messages; objdir_table.c its tables,
+ * objdir_internal.h), train.c (training jobs' reports), metrics.c
  * (the HTTP endpoint's pages; http.c serves them on its own thread, reading no table), index.c
  * (the key -> slot index of the nodes and objects, index.h). */
 #ifndef CT_HEAD_HEAD_INTERNAL_H
@@ -58,7 +59,7 @@
 #define GONE_AFTER_MS 60000         /* dead nodes and actors are listed this long */
 #define HEAD_HB_MS 100              /* default heartbeat period */
 #define HEAD_DEAD_MS 10000          /* default silence before a node or driver is dead */
-#define HEAD_HB_RATE 20000          /* node heartbeats a second the period is sized for */
+#define HEAD_HB_RATE 20000          /* default --heartbeat-rate: heartbeats a second, sized for */
 #define HEAD_HB_MSGS 2              /* heartbeats a node sends a period (main loop, liveness) */
 #define HEAD_DEAD_PERIODS 10        /* the dead-after time is at least this many periods */
 #define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
@@ -115,6 +116,7 @@ typedef struct node {
     bool alive;
     bool draining; /* told to stop (Heartbeat.draining): nothing more is placed there */
     int nactors;
+    int first_actor;  /* its live actors' list (actor.node_prev/next): a slot + 1; 0: none */
     node_stats stats; /* what it last measured of its host and shard (Heartbeat.stats) */
     int hb_told;      /* the heartbeat period it was last given (ct__head_scale_heartbeat) */
 } node;
@@ -124,6 +126,9 @@ typedef struct actor {
     uint64_t seq; /* N of its id "actor-N" */
     char cls[64];
     int node; /* -1 until placed */
+    /* its node's list of live (STARTING, ALIVE) actors, node.first_actor: slots + 1; 0: none
+     * (actor_link, actor_unlink; ct__head_forget_dead moves them with the actor) */
+    int node_prev, node_next;
     int pid;
     int state;
     char addr[128];
@@ -247,7 +252,8 @@ typedef struct head {
      * configured ones (--heartbeat-ms, --dead-after-ms): their floor */
     int hb_ms, dead_ms;
     int hb_floor_ms, dead_floor_ms;
-    int64_t last_check_ms;      /* when check_heartbeats last ran */
+    int hb_rate;           /* node heartbeats a second the period is sized for (--heartbeat-rate) */
+    int64_t last_check_ms; /* when check_heartbeats last ran */
     int64_t last_deadline_scan; /* when expire last read the actor table (head.c) */
     node *nodes;
     int nnodes, cap_nodes;  /* slots ever used (free ones: !used), allocated */
@@ -260,6 +266,11 @@ typedef struct head {
     int nactors, cap_actors;
     ct__index *actor_ids; /* actors' slots by id (actors.c) */
     int npending;         /* actors waiting for room (holding their request) */
+    /* room may have come since the scheduler last tried the waiting actors: resources freed on
+     * a node or in a bundle, a node joined, a bundle reserved, a group removed (each sets it;
+     * ct__head_schedule clears it once it tried them). While false no waiting actor can fit:
+     * each was tried, and since then resources were only taken. */
+    bool room;
     size_t pending_bytes; /* those requests' memory */
     pgroup *pgs;
     int npgs, cap_pgs;
@@ -409,6 +420,11 @@ ct__head_handler ct__head_on_register_node, ct__head_on_heartbeat;
 
 /* ---- actors.c ---- */
 void ct__head_drop_req(head *h, actor *a);
+/* Actor slot ai, moved from slot from (ct__head_forget_dead): its node list's links follow. */
+void ct__head_actor_moved(head *h, int from, int ai);
+/* The slots of node ni's live actors, ascending (creation order), into *out (malloc'd; NULL
+ * when none or out of memory); their number. */
+int ct__head_node_actors(head *h, int ni, int **out);
 void ct__head_create_error(head *h, actor *a, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void ct__head_actor_dead(head *h, actor *a, int pid, int status, int sig, const char *reason);

@@ -368,6 +368,8 @@ ct__head *ct__head_new_detached(void *sock)
     h->state_fd = -1;
     h->hb_ms = h->hb_floor_ms = HEAD_HB_MS;
     h->dead_ms = h->dead_floor_ms = HEAD_DEAD_MS;
+    h->hb_rate = HEAD_HB_RATE;
+    h->room = true;
     return h;
 }
 
@@ -396,6 +398,8 @@ int ct__head_run(const ct_head_opts *o)
     const char *host = o->host && *o->host ? o->host : "127.0.0.1";
     h.hb_ms = h.hb_floor_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms : HEAD_HB_MS;
     h.dead_ms = h.dead_floor_ms = o->dead_after_ms > 0 ? o->dead_after_ms : HEAD_DEAD_MS;
+    h.hb_rate = o->heartbeat_rate > 0 ? o->heartbeat_rate : HEAD_HB_RATE;
+    h.room = true;
     h.lim = ct__head_limits_or_default(o->limits);
     ct__log_set_who("head");
     /* "actor-N" and "pg-N" count from the wall clock in ms times 1000, not from 1: a restarted

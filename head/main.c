@@ -1,6 +1,7 @@
 /* head/main.c — ct-head: the command-line front of ct__head_run (head/loop.c).
  * Contract (stable): ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]
- * [--watch-port N] [--state-dir DIR] [--secret-file F] [--supervise] [--dashboard-port N
+ * [--heartbeat-rate N] [--watch-port N] [--state-dir DIR] [--secret-file F] [--supervise]
+ * [--dashboard-port N
  * [--dashboard-host H]] [--max-nodes N] [--max-actors N] [--max-placement-groups N]
  * [--max-objects N] [--max-kv-keys N] [--max-subscribers N] prints exactly "listening on H:P" once
  * it serves. ct-head
@@ -18,13 +19,16 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ct-head --port P [--host H] [--heartbeat-ms N] [--dead-after-ms N]\n"
-               "               [--watch-port N] [--state-dir DIR] [--secret-file F]\n"
+               "               [--heartbeat-rate N] [--watch-port N] [--state-dir DIR]\n"
+               "               [--secret-file F]\n"
                "               [--supervise] [--dashboard-port N [--dashboard-host H]]\n"
                "       ct-head --dashboard-token [--secret-file F]\n"
                "  --port P           port to listen on (0: pick a free one)\n"
                "  --host H           address to bind (default 127.0.0.1; 0.0.0.0 for all)\n"
                "  --heartbeat-ms N   period nodes heartbeat at (default 100); a floor: doubled\n"
-               "                     while the nodes would send over 20,000 a second\n"
+               "                     while the nodes would send over the heartbeat rate\n"
+               "  --heartbeat-rate N node heartbeats a second the head sizes the period for\n"
+               "                     (default 20000; each costs it a few us of CPU)\n"
                "  --dead-after-ms N  a silent node is dead after N ms without heartbeat\n"
                "                     (default 10000, and 10 periods once the period grew;\n"
                "                     a process that ends is seen at once)\n"
@@ -108,6 +112,10 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--heartbeat-ms")) {
             if (parse_int(a, v, 1, 60000, &o.heartbeat_ms))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--heartbeat-rate")) {
+            if (parse_int(a, v, 1, 10000000, &o.heartbeat_rate))
                 return 2;
             i++;
         } else if (!strcmp(a, "--watch-port")) {

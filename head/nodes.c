@@ -35,10 +35,8 @@ static void node_draining(head *h, int ni, const ct__rid *rid, uint64_t req)
         ct__head_push_event(h, &ev, NULL);
     }
     bool wait = false;
-    for (int i = 0; i < h->nactors && !wait; i++) {
-        const actor *a = &h->actors[i];
-        if (a->node != ni || (a->state != A_STARTING && a->state != A_ALIVE))
-            continue;
+    for (int q = h->nodes[ni].first_actor; q && !wait; q = h->actors[q - 1].node_next) {
+        const actor *a = &h->actors[q - 1]; /* its live actors (its list) */
         for (int s = 0; s < h->nsubs && !wait; s++)
             wait = (h->subs[s].mask & (1u << CT__EVENT_TYPE__NODE_DRAINING)) &&
                    ct__token_eq(h->subs[s].job, a->job);
@@ -78,13 +76,18 @@ static void node_dead(head *h, int ni, const char *reason)
      * its ticket stays, so that a hello still on its way gets the same answer */
     ct__watch_close(h->watch, n->watch, CT__WATCH_DEAD);
     n->watch = 0;
-    for (int i = 0; i < h->nactors; i++) {
+    /* its live actors (its list: what it held, not the whole table), in creation order */
+    int *held, nheld = ct__head_node_actors(h, ni, &held);
+    char why[96];
+    snprintf(why, sizeof why, "node %s dead", n->id);
+    for (int k = 0; k < nheld; k++)
+        ct__head_actor_dead(h, &h->actors[held[k]], 0, 0, 0, why);
+    free(held);
+    /* out of memory for the list's copy: the table read instead */
+    for (int i = 0; h->nodes[ni].first_actor && i < h->nactors; i++) {
         actor *a = &h->actors[i];
-        if (a->node == ni && a->state != A_DEAD && a->state != A_PENDING) {
-            char why[96];
-            snprintf(why, sizeof why, "node %s dead", n->id);
+        if (a->node == ni && a->state != A_DEAD && a->state != A_PENDING)
             ct__head_actor_dead(h, a, 0, 0, 0, why);
-        }
     }
     /* bundles reserved there are lost: their groups go back to pending and get those bundles
      * re-placed (all together) when room appears; the other bundles stay where they are */
@@ -241,11 +244,13 @@ static int node_id_new(head *h, char out[ID_LEN])
  * liveness thread's), and each costs the head a CURVE decryption, a decode and a lookup (about
  * 2 to 7 us on this project's 2-core machines, mostly libzmq, libsodium and the kernel). The
  * period in force is therefore the configured one (--heartbeat-ms: the floor) doubled until the
- * live nodes send at most HEAD_HB_RATE heartbeats a second: 100 ms up to 1,000 nodes, 200 ms up
- * to 2,000, 1.6 s at 10,000. The dead-after time follows: the configured one, and at least
- * HEAD_DEAD_PERIODS periods once the period grew. A new node is given the period in force when
- * it registers (grown for it at once); the others are told a new one (HeartbeatPeriod) within a
- * second. The period shrinks again, with hysteresis, when the nodes would fit half of it twice
+ * live nodes send at most h->hb_rate heartbeats a second (--heartbeat-rate, YAML
+ * ct.heartbeat_rate; default HEAD_HB_RATE, 20,000): 100 ms up to 1,000 nodes, 200 ms up to 2,000,
+ * 1.6 s at 10,000. A head with more CPU to spare takes a higher rate (hung hosts found sooner),
+ * a busier or slower one a lower rate. The dead-after time follows: the configured one, and at
+ * least HEAD_DEAD_PERIODS periods once the period grew. A new node is given the period in force
+ * when it registers (grown for it at once); the others are told a new one (HeartbeatPeriod) within
+ * a second. The period shrinks again, with hysteresis, when the nodes would fit half of it twice
  * over. Deaths of processes are still seen at once by the death watch (head/watch.h): the
  * period bounds only how soon a hung or cut-off host is found. */
 
@@ -253,7 +258,7 @@ static int node_id_new(head *h, char out[ID_LEN])
 static int period_for(const head *h, int nlive)
 {
     int64_t p = h->hb_floor_ms;
-    while ((int64_t)nlive * HEAD_HB_MSGS * 1000 > (int64_t)HEAD_HB_RATE * p && 2 * p <= 60000)
+    while ((int64_t)nlive * HEAD_HB_MSGS * 1000 > (int64_t)h->hb_rate * p && 2 * p <= 60000)
         p *= 2;
     return (int)p;
 }
@@ -431,6 +436,7 @@ static void resume_node(head *h, const ct__rid *rid, Ct__Envelope *e)
     ct__rv_from_pb(&n->total, r->resources, r->n_resources);
     n->free = n->total;
     n->alive = true;
+    h->room = true;
     ct__head_pg_node_back(h, ni); /* its groups' bundles, before the actors inside them */
     int kept = 0;
     for (size_t i = 0; i < r->n_actors; i++)
@@ -502,6 +508,7 @@ void ct__head_on_register_node(head *h, const ct__rid *rid, Ct__Envelope *e, ct_
     ct__rv_from_pb(&n->total, r->resources, r->n_resources);
     n->free = n->total;
     n->alive = true;
+    h->room = true;
     register_reply(h, rid, e->req_id, n);
     char buf[256];
     ct__rv_fmt(&n->total, buf, sizeof buf);

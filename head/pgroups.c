@@ -156,6 +156,7 @@ void ct__head_on_pg_remove(head *h, const ct__rid *rid, Ct__Envelope *e, ct__hea
         if (g->b[b].node >= 0)
             ct__rv_sub(&h->nodes[g->b[b].node].free, &g->b[b].need, -1);
     g->state = PG_REMOVED;
+    h->room = true; /* and its waiting actors are refused by the next pass */
     ct__head_state_pg(h, g);
     for (int j = 0; j < h->nw; j++)
         if (h->w[j].kind == W_PG && h->w[j].pg == i) {
@@ -184,6 +185,7 @@ void ct__head_pg_node_back(head *h, int ni)
                 x->want[0] = 0;
                 x->free = x->need;
                 ct__rv_sub(&h->nodes[ni].free, &x->need, 1);
+                h->room = true;
             }
             waits |= x->node < 0;
         }

@@ -123,9 +123,11 @@ void ct__head_forget_dead(head *h, int64_t max_age)
             ct__index_del(h->actor_ids, a->id, strlen(a->id));
             continue;
         }
-        if (k != i) { /* its index entry follows it (a key the index has: no allocation) */
+        if (k != i) { /* its index entry follows it (a key the index has: no allocation), and
+                         its node list's links */
             h->actors[k] = *a;
             ct__index_put(&h->actor_ids, h->actors[k].id, strlen(h->actors[k].id), k);
+            ct__head_actor_moved(h, i, k);
         }
         k++;
     }

@@ -69,6 +69,13 @@ static ct_cluster_config *good(const char *yaml)
 
 int main(int argc, char **argv)
 {
+    /* the slurm batch script names the cluster's log directory, made under CT_STATE_DIR */
+    char state[] = "/tmp/ct_config_XXXXXX", rm[64];
+    if (!mkdtemp(state)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    setenv("CT_STATE_DIR", state, 1);
     /* ---- mistakes, each at its place ---- */
     bad("cluster_name: a\nprovdier:\n  type: local\n",
         "cluster.yaml:2:1: unknown key 'provdier' (did you mean 'provider'?)");
@@ -129,6 +136,10 @@ int main(int argc, char **argv)
         "cluster.yaml:5:17: head_node_type: 'hd' is not in available_node_types");
     bad("cluster_name: a\n" LOCAL2 "ct:\n  max_nodes: 0\n",
         "cluster.yaml:6:14: ct.max_nodes must be an integer in [1, 16777216], got '0'");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  heartbeat_rate: 0\n",
+        "cluster.yaml:6:19: ct.heartbeat_rate must be an integer in [1, 10000000], got '0'");
+    bad("cluster_name: a\n" LOCAL2 "ct:\n  heartbeat_rate: 2x\n",
+        "cluster.yaml:6:19: ct.heartbeat_rate must be an integer in [1, 10000000], got '2x'");
     bad("cluster_name: a\n" LOCAL2 "ct:\n  max_node: 5\n",
         "cluster.yaml:6:3: unknown key 'max_node' in ct (did you mean 'max_nodes'?)");
     bad("cluster_name: a\n" LOCAL2 "ct:\n  store_memory: 10K\n",
@@ -352,6 +363,24 @@ int main(int argc, char **argv)
         CHECK_STR(c->nodes[3].spill_dir, "/scratch/ct/a-4");
     }
     ct_cluster_config_destroy(&c);
+    /* every provider starts its head with the YAML's ct flags (ct__cluster_head_flags: local
+     * and ssh through ct__hosts_start, slurm in its batch script, which passed no ct.max_*
+     * before) */
+    c = good(SLURM "  nodes: 2\nct: {heartbeat_ms: 200, heartbeat_rate: 777, max_nodes: 64,\n"
+                   "     max_actors: 500, max_subscribers: 9}\n");
+    if (c) {
+        char flags[512] = "", line[700];
+        CHECK_EQ_NUM(ct__cluster_head_flags(c, flags, sizeof flags), 0);
+        CHECK_STR(flags, " --port 0 --heartbeat-ms 200 --dead-after-ms 10000 --heartbeat-rate 777 "
+                         "--max-nodes 64 --max-actors 500 --max-subscribers 9");
+        static char script[65536];
+        CHECK_EQ_NUM(ct__slurm_batch_script(c, script, sizeof script), 0);
+        snprintf(line, sizeof line, "\"$bin/ct-head\" --host \"$bind\"%s >", flags);
+        if (!strstr(script, line))
+            fprintf(stderr, "no line '%s' in the batch script:\n%s\n", line, script);
+        CHECK(strstr(script, line) != NULL);
+    }
+    ct_cluster_config_destroy(&c);
     bad(SLURM "  partition: gpu\n",
         "cluster.yaml:3:3: provider: missing required key 'nodes' (type slurm)");
     bad(SLURM "  nodes: 0\n",
@@ -399,6 +428,9 @@ int main(int argc, char **argv)
     }
     CHECK(ct_cluster_config_load("/nonexistent/c.yaml", &c) == CT_ENOENT && c == NULL);
     CHECK_STR(ct_last_error(), "/nonexistent/c.yaml: cannot open: No such file or directory");
+    snprintf(rm, sizeof rm, "rm -rf '%s'", state);
+    if (system(rm))
+        fprintf(stderr, "cannot remove %s\n", state);
     if (failures)
         fprintf(stderr, "test_config: %d failure(s)\n", failures);
     return failures ? 1 : 0;

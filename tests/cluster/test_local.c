@@ -108,7 +108,7 @@ int main(void)
              "available_node_types:\n  w:\n    resources: {CPU: 2, disk: 1}\n"
              "    store_memory: 64M\n"
              "ct: {heartbeat_ms: 100, dead_after_ms: 3000, start_timeout_s: 15,\n"
-             "     dashboard_port: %d}\n",
+             "     dashboard_port: %d, heartbeat_rate: 5000, max_nodes: 64}\n",
              name, dash_port);
     const char *cfg = t_write("c.yaml", yaml);
 
@@ -150,6 +150,23 @@ int main(void)
         CHECK_EQ_INT(getsid(st.procs[i].pid), st.procs[i].pid); /* detached: own session */
     }
     CHECK_STR(st.procs[1].role, "node-1");
+    /* the head got the YAML's ct flags (ct__cluster_head_flags, every provider's): its
+     * supervisor's argv, which it hands its head */
+    {
+        char path[64], argv[4096] = "";
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)st.procs[0].pid);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(argv, 1, sizeof argv - 1, f) : 0;
+        if (f)
+            fclose(f);
+        for (size_t i = 0; i < n; i++)
+            argv[i] = argv[i] ? argv[i] : ' ';
+        argv[n] = 0;
+        if (!strstr(argv, " --heartbeat-rate 5000 --max-nodes 64 "))
+            fprintf(stderr, "the head's argv: %s\n", argv);
+        CHECK(strstr(argv, " --heartbeat-ms 100 --dead-after-ms 3000 ") != NULL);
+        CHECK(strstr(argv, " --heartbeat-rate 5000 --max-nodes 64 ") != NULL);
+    }
     /* the head keeps its state (--state-dir) in the cluster's log directory, not in a directory
      * of its supervisor's in /tmp that a supervisor killed outright would leave behind */
     CHECK(access(head_state(name, "head.wal"), F_OK) == 0);

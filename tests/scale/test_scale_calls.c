@@ -10,6 +10,9 @@
  * 3. kills one: once the head reported it dead, a call to it fails CT_EDEAD;
  * 4. from ct-simnodes' counters at SIGTERM: every call answered there, one refused, one kill,
  *    no error.
+ * The head runs with --heartbeat-rate 500: the period it gives the 100 nodes (two heartbeats a
+ * node a period) is the configured 100 ms doubled until they send at most 500 a second, 400 ms,
+ * which every simulated node must hold; --heartbeat-rate 0 is refused, naming the flag.
  * The class is registered here only because the driver checks the name; its method never runs
  * (no actor process is started). Nothing here asserts a time. */
 #include "../runtime/harness.h"
@@ -26,13 +29,59 @@ static int never_called(void *state, const void *args, size_t len, void **out, s
     return CT_EINVAL;
 }
 
+/* ct-head on a free port with --heartbeat-rate rate; its pid, addr filled ("127.0.0.1:P"). */
+static pid_t start_head_rate(char *addr, size_t cap, const char *rate)
+{
+    char *argv[] = {(char *)h_bin("ct-head"),
+                    "--port",
+                    "0",
+                    "--heartbeat-ms",
+                    "100",
+                    "--dead-after-ms",
+                    "10000",
+                    "--heartbeat-rate",
+                    (char *)rate,
+                    NULL};
+    int fd = -1;
+    pid_t pid = h_spawn(argv, &fd);
+    char line[120];
+    if (pid < 0 || h_read_line(fd, line, sizeof line, 10000) ||
+        strncmp(line, "listening on ", 13)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    snprintf(addr, cap, "%s", line + 13);
+    return pid;
+}
+
+/* ct-head's refusal of a bad --heartbeat-rate: exit status 2 and a message naming the flag. */
+static void bad_rate(const char *rate)
+{
+    char cmd[1200], out[512] = "";
+    snprintf(cmd, sizeof cmd, "'%s' --port 0 --heartbeat-rate '%s' 2>&1", h_bin("ct-head"), rate);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    int st = p ? pclose(p) : -1;
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    char want[120];
+    snprintf(want, sizeof want, "--heartbeat-rate: '%s' is not an integer in [1, 10000000]", rate);
+    if (!strstr(out, want))
+        fprintf(stderr, "ct-head --heartbeat-rate %s said: %s\n", rate, out);
+    CHECK(strstr(out, want) != NULL);
+}
+
 int main(void)
 {
     ct_actor_class_register("Sim", &(ct_actor_class){.methods = {{"echo", never_called}}});
     ct_serve_if_worker();
     h_init();
     char addr[128];
-    pid_t head = h_start_head(addr, sizeof addr, "100", "10000");
+    bad_rate("0");
+    bad_rate("10000001");
+    pid_t head = start_head_rate(addr, sizeof addr, "500");
     CHECK(head > 0);
     if (head <= 0)
         return 1;
@@ -124,6 +173,8 @@ int main(void)
     CHECK_EQ_INT((int)counter(line, "calls"), ROUNDS * ACTORS);
     CHECK_EQ_INT((int)counter(line, "call_errors"), 1);
     CHECK_EQ_INT((int)counter(line, "errors"), 0);
+    CHECK_EQ_INT((int)counter(line, "heartbeat_ms"), 400); /* --heartbeat-rate 500 */
+    CHECK_EQ_INT((int)counter(line, "heartbeat_ms_min"), 400);
     close(fd);
     for (int i = 0; i < ACTORS; i++)
         ct_actor_release(&a[i]);

@@ -23,6 +23,7 @@
  * the silence of time it ran (head/nodes.c). */
 #include "../security/sec.h"
 #include "actor/zmtp.h"
+#include "head/head.h"
 #include "simnodes_out.h"
 #include <poll.h>
 #include <sys/resource.h>
@@ -37,9 +38,12 @@ typedef struct sizes {
     int hold_ms; /* past the default dead-after time (10 s) */
     int sims;    /* ct-simnodes processes (descriptors: two a node, three with the watch) */
     int cpus;    /* each node's CPUs */
+    int objects; /* objects each simulated node announces (ct-simnodes --objects) */
     int hb_ms;   /* the head's --heartbeat-ms (100: its default) */
     bool watch;
     bool restart; /* then kill -9 the head and start it again on its state file */
+    int kill;     /* nodes that die at once (deaths_step); 0: none */
+    int waiting;  /* creations that wait for room meanwhile */
 } sizes;
 
 /* The driver's heartbeats go on a connection of their own (as libct's do): behind 50,000
@@ -303,6 +307,134 @@ static void wait_cluster(peer *drv, int nodes, int actors, int timeout_ms, int *
     } while (h_now_ms() < until);
 }
 
+/* The machine's load average over the last minute (printed beside wall times); -1 unknown. */
+static double h_load1(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%lf", &l) != 1)
+        l = -1;
+    if (f)
+        fclose(f);
+    return l;
+}
+
+/* A round trip to the head that costs it little (a status at 10,000 nodes and 50,000 actors
+ * costs it much): a KvGet of a key nobody put. Whatever this driver sent before is handled once
+ * the answer comes (one connection, in order). */
+static void head_sync(peer *drv)
+{
+    Ct__Envelope e;
+    Ct__KvGet g = CT__KV_GET__INIT;
+    ct__envelope__init(&e);
+    g.key = "scale/sync";
+    e.body_case = CT__ENVELOPE__BODY_KV_GET;
+    e.kv_get = &g;
+    ct__msg_free(wait_beating(drv, peer_send(drv, &e), 60000));
+}
+
+/* --kill K: the K nodes of the ct-simnodes process `doomed` (the last to register, full like
+ * every node: --actors is N * cpus) die at once (SIGKILL: their death-watch connections close)
+ * while z->waiting creations wait for room; then one live actor is killed, and the first
+ * waiting creation alone takes its CPU; then K fresh nodes with room for the rest join.
+ * Asserts every actor of the dead nodes reported dead to its owner (this driver), no waiting
+ * creation answered before room came, one once the kill freed a CPU, and every one in the end.
+ * Prints the head's CPU and the time from the kill until the deaths were handled, and until every
+ * waiting actor was placed. The fresh process into *fresh, *fresh_fd. */
+static void deaths_step(peer *drv, const sizes *z, const char *addr, pid_t head, pid_t doomed,
+                        pid_t *fresh, int *fresh_fd)
+{
+    uint64_t first = 0;
+    for (int i = 0; i < z->waiting; i++) {
+        create_msg m;
+        uint64_t id = peer_send(drv, create_actor_msg(&m, "Sim", "CPU", 1));
+        if (!first)
+            first = id;
+    }
+    head_sync(drv); /* all queued: no node has room */
+    int lost = z->kill * z->cpus, dead = 0, placed = 0;
+    double cpu0 = cpu_ms_of(head), t0 = h_now_ms();
+    kill(doomed, SIGKILL);
+    while (dead < lost) {
+        Ct__Envelope *r = wait_beating(drv, 0, 120000);
+        if (!r)
+            break;
+        dead += r->body_case == CT__ENVELOPE__BODY_EVENT &&
+                r->event->type == CT__EVENT_TYPE__ACTOR_DEAD;
+        placed += r->body_case == CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY && r->req_id >= first;
+        ct__msg_free(r);
+    }
+    head_sync(drv); /* the last death's scheduling is done */
+    double cpu1 = cpu_ms_of(head), t1 = h_now_ms();
+    printf("%d nodes died at once with %d creations waiting: %d actors reported dead, head CPU "
+           "%.0f ms, %.0f ms (load %.1f)\n",
+           z->kill, z->waiting, dead, cpu1 - cpu0, t1 - t0, h_load1());
+    printf("metric deaths_cpu_ms=%.0f\n", cpu1 - cpu0);
+    printf("metric deaths_ms=%.0f\n", t1 - t0);
+    CHECK_EQ_INT(dead, lost);
+    CHECK_EQ_INT(placed, 0);
+    /* a live actor killed: its CPU goes to the first waiting creation (the scheduler runs on
+     * what its exit freed), and to no other */
+    Ct__Envelope *st = status(drv);
+    const char *victim = NULL;
+    for (size_t i = 0; st && !victim && i < st->status_reply->n_actors; i++)
+        if (!strcmp(st->status_reply->actors[i]->state, "ALIVE"))
+            victim = st->status_reply->actors[i]->actor_id;
+    CHECK(victim != NULL);
+    if (victim) {
+        Ct__Envelope e;
+        Ct__KillActor k = CT__KILL_ACTOR__INIT;
+        ct__envelope__init(&e);
+        k.actor_id = (char *)victim;
+        e.body_case = CT__ENVELOPE__BODY_KILL_ACTOR;
+        e.kill_actor = &k;
+        peer_send(drv, &e);
+    }
+    ct__msg_free(st);
+    bool victim_dead = false;
+    while (victim && (!victim_dead || placed < 1)) {
+        Ct__Envelope *r = wait_beating(drv, 0, 60000);
+        if (!r)
+            break;
+        victim_dead |= r->body_case == CT__ENVELOPE__BODY_EVENT &&
+                       r->event->type == CT__EVENT_TYPE__ACTOR_DEAD;
+        if (r->body_case == CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY && r->req_id >= first) {
+            CHECK(r->req_id == first); /* the first waiting one, in creation order */
+            placed++;
+        }
+        ct__msg_free(r);
+    }
+    head_sync(drv);
+    CHECK(victim_dead);
+    CHECK_EQ_INT(placed, 1);
+    char n[16], cpus[16], line[256] = "";
+    snprintf(n, sizeof n, "%d", z->kill);
+    snprintf(cpus, sizeof cpus, "%d", (z->waiting + z->kill - 1) / z->kill);
+    char *argv[] = {
+        (char *)h_bin("ct-simnodes"), "--head", (char *)addr, "--nodes", n, "--cpus", cpus, NULL};
+    *fresh_fd = -1;
+    cpu1 = cpu_ms_of(head); /* the fresh nodes' window: from their start */
+    t1 = h_now_ms();
+    *fresh = h_spawn(argv, fresh_fd);
+    CHECK(*fresh > 0);
+    while (placed < z->waiting) {
+        Ct__Envelope *r = wait_beating(drv, 0, 120000 + 30 * z->kill);
+        if (!r)
+            break;
+        placed += r->body_case == CT__ENVELOPE__BODY_CREATE_ACTOR_REPLY && r->req_id >= first;
+        ct__msg_free(r);
+    }
+    double cpu2 = cpu_ms_of(head), t2 = h_now_ms();
+    CHECK(*fresh > 0 && !h_read_line(*fresh_fd, line, sizeof line, 120000 + 30 * z->kill) &&
+          atoi(line + 11) == z->kill);
+    printf("%d waiting actors placed (1 on a killed actor's CPU, the rest on %d fresh nodes): "
+           "head CPU %.0f ms and %.0f ms from the fresh nodes' start (load %.1f)\n",
+           placed, z->kill, cpu2 - cpu1, t2 - t1, h_load1());
+    printf("metric placed_cpu_ms=%.0f\n", cpu2 - cpu1);
+    printf("metric placed_ms=%.0f\n", t2 - t1);
+    CHECK_EQ_INT(placed, z->waiting);
+}
+
 static int parse_args(int argc, char **argv, sizes *z)
 {
     for (int i = 1; i < argc; i++) {
@@ -327,14 +459,27 @@ static int parse_args(int argc, char **argv, sizes *z)
             z->cpus = atoi(argv[++i]);
         else if (!strcmp(a, "--heartbeat-ms") && atoi(v) > 0)
             z->hb_ms = atoi(argv[++i]);
+        else if (!strcmp(a, "--objects") && atoi(v) >= 0)
+            z->objects = atoi(argv[++i]);
+        else if (!strcmp(a, "--kill") && atoi(v) > 0)
+            z->kill = atoi(argv[++i]);
+        else if (!strcmp(a, "--waiting") && atoi(v) > 0)
+            z->waiting = atoi(argv[++i]);
         else {
             fprintf(stderr,
                     "test_scale_nodes: bad argument '%s' (--nodes N --actors A --pgs P "
                     "--calls C --hold-ms H --sims K --cpus C --heartbeat-ms T --watch|--no-watch "
-                    "--restart)\n",
+                    "--restart --kill K --waiting W --objects O)\n",
                     a);
             return -1;
         }
+    }
+    /* deaths_step's counts assume a full cluster: every node's CPUs taken by an actor */
+    if (z->kill && (z->kill >= z->nodes || z->actors != z->nodes * z->cpus || z->pgs ||
+                    z->restart || !z->waiting)) {
+        fprintf(stderr, "test_scale_nodes: --kill K needs K < N, --actors N*cpus, --pgs 0, "
+                        "--waiting W > 0 and no --restart\n");
+        return -1;
     }
     return 0;
 }
@@ -350,13 +495,14 @@ int main(int argc, char **argv)
                .hold_ms = 12000,
                .sims = 1,
                .cpus = 4,
+               .objects = 1,
                .hb_ms = 100,
                .watch = true};
     if (parse_args(argc, argv, &z) || z.sims > MAX_SIMS)
         return 2;
     setvbuf(stdout, NULL, _IOLBF, 0); /* each line as it comes (bench/scale reads them) */
     h_init();
-    alarm(110 + z.hold_ms / 1000 + z.nodes / 40 + z.actors / 200); /* the test's sizes: 192 s */
+    alarm(110 + z.hold_ms / 1000 + z.nodes / 40 + z.actors / 200 + z.waiting / 100 + z.kill);
     struct rlimit rl; /* this process needs few; the head and ct-simnodes raise their own */
     int per_node = z.watch ? 3 : 2;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
@@ -392,18 +538,36 @@ int main(int argc, char **argv)
                  h_bin("ct-node"), addr, node_log);
         char *argv[] = {"/bin/sh", "-c", cmd, NULL};
         real = h_spawn(argv, NULL) > 0;
-        CHECK(real && file_has(node_log, "registered as node-", 30000));
+        bool joined = real && file_has(node_log, "registered as node-", 30000);
+        CHECK(joined);
+        if (!joined) { /* what it said instead */
+            char cmd[300];
+            snprintf(cmd, sizeof cmd, "tail -n 20 '%s' >&2", node_log);
+            if (system(cmd))
+                fprintf(stderr, "cannot read %s\n", node_log);
+        }
     }
-    pid_t sim[MAX_SIMS];
-    int fd[MAX_SIMS];
+    pid_t sim[MAX_SIMS + 1]; /* and --kill's fresh nodes last */
+    int fd[MAX_SIMS + 1];
     char line[512] = "";
     double t0 = h_now_ms();
+    int spread = z.nodes - z.kill; /* --kill: the doomed nodes in a process of their own */
     for (int k = 0; k < z.sims; k++) {
-        char n[16], cpus[16];
-        snprintf(n, sizeof n, "%d", z.nodes / z.sims + (k < z.nodes % z.sims));
+        char n[16], cpus[16], objs[16];
+        snprintf(n, sizeof n, "%d", spread / z.sims + (k < spread % z.sims));
         snprintf(cpus, sizeof cpus, "%d", z.cpus);
-        char *argv[] = {(char *)h_bin("ct-simnodes"), "--head", addr, "--nodes", n, "--cpus", cpus,
-                        z.watch ? "--watch" : NULL,   NULL};
+        snprintf(objs, sizeof objs, "%d", z.objects);
+        char *argv[] = {(char *)h_bin("ct-simnodes"),
+                        "--head",
+                        addr,
+                        "--nodes",
+                        n,
+                        "--cpus",
+                        cpus,
+                        "--objects",
+                        objs,
+                        z.watch ? "--watch" : NULL,
+                        NULL};
         fd[k] = -1;
         sim[k] = h_spawn(argv, &fd[k]);
     }
@@ -412,6 +576,29 @@ int main(int argc, char **argv)
         if (sim[k] > 0 && !h_read_line(fd[k], line, sizeof line, 120000 + 30 * z.nodes) &&
             !strncmp(line, "registered ", 11))
             registered += atoi(line + 11);
+    pid_t doomed = -1, fresh = -1;
+    int doomed_fd = -1, fresh_fd = -1;
+    if (z.kill) { /* last, with death watches: their SIGKILL is seen at once */
+        char n[16], cpus[16], objs[16];
+        snprintf(n, sizeof n, "%d", z.kill);
+        snprintf(cpus, sizeof cpus, "%d", z.cpus);
+        snprintf(objs, sizeof objs, "%d", z.objects);
+        char *argv[] = {(char *)h_bin("ct-simnodes"),
+                        "--head",
+                        addr,
+                        "--nodes",
+                        n,
+                        "--cpus",
+                        cpus,
+                        "--objects",
+                        objs,
+                        "--watch",
+                        NULL};
+        doomed = h_spawn(argv, &doomed_fd);
+        if (doomed > 0 && !h_read_line(doomed_fd, line, sizeof line, 120000 + 30 * z.kill) &&
+            !strncmp(line, "registered ", 11))
+            registered += atoi(line + 11);
+    }
     CHECK_EQ_INT(registered, z.nodes);
     double reg_ms = h_now_ms() - t0;
     long head_rss_nodes = rss_kb_of(head);
@@ -429,8 +616,11 @@ int main(int argc, char **argv)
     CHECK(call != NULL);
     if (!call)
         return sec_finish("scale_nodes", -1);
+    double create_cpu0 = cpu_ms_of(head);
     int placed = create_many(&drv, z.actors, 60000 + z.actors, call, z.calls);
     double act_ms = h_now_ms() - t0;
+    /* the head's CPU for them (a loaded machine stretches the wall time, not this much) */
+    printf("metric create_cpu_ms=%.0f\n", cpu_ms_of(head) - create_cpu0);
     printf("%d actors created (answered) in %.0f ms\n", placed, act_ms);
     printf("metric actors_per_s=%.0f\n", placed * 1000.0 / (act_ms > 1 ? act_ms : 1));
     CHECK_EQ_INT(placed, z.actors);
@@ -472,6 +662,11 @@ int main(int argc, char **argv)
     printf("%d placement groups ready in %.0f ms\n", ready, pg_ms);
     printf("metric pgs_per_s=%.0f\n", ready * 1000.0 / (pg_ms > 1 ? pg_ms : 1));
     CHECK_EQ_INT(ready, z.pgs);
+    if (z.kill) {
+        deaths_step(&drv, &z, addr, head, doomed, &fresh, &fresh_fd);
+        h_wait_gone(doomed, 10000);
+        close(doomed_fd);
+    }
 
     double cpu0 = cpu_ms_of(head), w0 = h_now_ms();
     hold(&drv, z.hold_ms);
@@ -484,10 +679,14 @@ int main(int argc, char **argv)
     printf("metric status_ms=%.0f\n", h_now_ms() - t0);
     ct__msg_free(st);
     int alive = 0, actors_alive = 0, n_nodes = 0;
-    wait_cluster(&drv, z.nodes + real, z.actors, 0, &alive, &actors_alive, &n_nodes);
-    CHECK_EQ_INT(n_nodes, z.nodes + real);
+    /* --kill: the dead nodes listed (for GONE_AFTER_MS), their actors dead, the fresh nodes
+     * alive with the actors that waited */
+    int live_actors = z.actors - z.kill * z.cpus + (z.kill ? z.waiting - 1 : 0); /* 1 killed */
+    wait_cluster(&drv, z.nodes + real, live_actors, 0, &alive, &actors_alive, &n_nodes);
+    int listed = z.nodes + real + z.kill; /* the head's table full: fresh nodes take dead slots */
+    CHECK_EQ_INT(n_nodes, listed < CT_HEAD_DEFAULT_NODES ? listed : CT_HEAD_DEFAULT_NODES);
     CHECK_EQ_INT(alive, z.nodes + real);
-    CHECK_EQ_INT(actors_alive, z.actors);
+    CHECK_EQ_INT(actors_alive, live_actors);
     printf("metric head_kb_per_node=%.1f\n", (double)(head_rss_nodes - head_rss0) / z.nodes);
     if (z.actors)
         printf("metric head_kb_per_actor=%.2f\n",
@@ -521,7 +720,12 @@ int main(int argc, char **argv)
      * restart), no error */
     long calls_answered = 0, calls_refused = 0;
     long starts = 0, refused = 0, errors = 0, resumed = 0, rss = 0, hb_max = 0, hb_min = 0;
-    for (int k = 0; k < z.sims; k++) {
+    int nsims = z.sims;
+    if (fresh > 0) {
+        sim[nsims] = fresh;
+        fd[nsims++] = fresh_fd;
+    }
+    for (int k = 0; k < nsims; k++) {
         kill(sim[k], SIGTERM);
         line[0] = 0;
         while (!h_read_line(fd[k], line, sizeof line, 20000) && strncmp(line, "simnodes ", 9))
@@ -539,7 +743,8 @@ int main(int argc, char **argv)
         hb_min = !hb_min || lo < hb_min ? lo : hb_min;
         close(fd[k]);
     }
-    CHECK_EQ_INT((int)starts, z.actors);
+    /* the dead nodes' process told nothing; --kill killed one actor */
+    CHECK_EQ_INT((int)starts, live_actors + (z.kill ? 1 : 0));
     CHECK_EQ_INT((int)errors, 0);
     CHECK_EQ_INT((int)calls_answered, z.calls * 11);   /* the first call and 10 rounds each */
     CHECK_EQ_INT((int)calls_refused, z.calls ? 1 : 0); /* "nosuch" */
@@ -549,17 +754,20 @@ int main(int argc, char **argv)
     while ((long long)(z.nodes + real) * 2 * 1000 > 20000LL * period)
         period *= 2;
     printf("metric heartbeat_ms=%ld\n", hb_max);
-    if (!z.restart) {
+    if (z.restart) {
+        CHECK(resumed >= z.nodes);
+    } else {
         CHECK_EQ_INT((int)refused, 0);
+    }
+    if (!z.restart && !z.kill) { /* --kill: the fresh nodes joined a table holding the dead */
         CHECK_EQ_INT((int)hb_max, period);
         CHECK_EQ_INT((int)hb_min, period);
         char told[64];
         snprintf(told, sizeof told, "heartbeat period %d ms", period);
         CHECK(period == z.hb_ms || file_has(node_log, told, 10000));
-        unlink(node_log);
-    } else {
-        CHECK(resumed >= z.nodes);
     }
+    if (real)
+        unlink(node_log);
     printf("metric sim_kb_per_node=%.1f\n", (double)rss / z.nodes);
     printf("ct-simnodes: %.1f kB per simulated node; ct-head peak %ld kB\n", (double)rss / z.nodes,
            vm_hwm_kb(head));

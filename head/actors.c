@@ -51,19 +51,6 @@ static void actor_unlink(head *h, actor *a)
     a->node_prev = a->node_next = 0;
 }
 
-void ct__head_actor_moved(head *h, int from, int ai)
-{
-    actor *a = &h->actors[ai];
-    if (a->node < 0 || (a->state != A_STARTING && a->state != A_ALIVE) || from == ai)
-        return;
-    if (a->node_prev)
-        h->actors[a->node_prev - 1].node_next = ai + 1;
-    else
-        h->nodes[a->node].first_actor = ai + 1;
-    if (a->node_next)
-        h->actors[a->node_next - 1].node_prev = ai + 1;
-}
-
 static int by_slot(const void *x, const void *y)
 {
     return *(const int *)x - *(const int *)y;

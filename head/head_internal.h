@@ -420,8 +420,6 @@ ct__head_handler ct__head_on_register_node, ct__head_on_heartbeat;
 
 /* ---- actors.c ---- */
 void ct__head_drop_req(head *h, actor *a);
-/* Actor slot ai, moved from slot from (ct__head_forget_dead): its node list's links follow. */
-void ct__head_actor_moved(head *h, int from, int ai);
 /* The slots of node ni's live actors, ascending (creation order), into *out (malloc'd; NULL
  * when none or out of memory); their number. */
 int ct__head_node_actors(head *h, int ni, int **out);

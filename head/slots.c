@@ -111,6 +111,21 @@ void ct__head_free_removed_pgs(head *h)
 
 /* ---- the dead ---- */
 
+/* The actor at slot from now stands at slot ai: its neighbours on its node's list (actors.c
+ * keeps the list) point at its new slot. */
+static void actor_moved(head *h, int from, int ai)
+{
+    actor *a = &h->actors[ai];
+    if (a->node < 0 || (a->state != A_STARTING && a->state != A_ALIVE) || from == ai)
+        return;
+    if (a->node_prev)
+        h->actors[a->node_prev - 1].node_next = ai + 1;
+    else
+        h->nodes[a->node].first_actor = ai + 1;
+    if (a->node_next)
+        h->actors[a->node_next - 1].node_prev = ai + 1;
+}
+
 /* Forgets the actors and nodes dead for max_age ms or longer (GONE_AFTER_MS each second; 0
  * when the actor table is full), then frees what only they kept: removed groups. */
 void ct__head_forget_dead(head *h, int64_t max_age)
@@ -127,7 +142,7 @@ void ct__head_forget_dead(head *h, int64_t max_age)
                          its node list's links */
             h->actors[k] = *a;
             ct__index_put(&h->actor_ids, h->actors[k].id, strlen(h->actors[k].id), k);
-            ct__head_actor_moved(h, i, k);
+            actor_moved(h, i, k);
         }
         k++;
     }

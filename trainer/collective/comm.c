@@ -5,9 +5,9 @@
  *   several ranks on some of several nodes: hier.c (shm gather to each node's leader -> TCP
  *   ring among the leaders -> shm broadcast; flat with opts.topology), with the flat ring's bits
  *
- * and broadcast, allgather as shm inside each node around a TCP step among the leaders. Failure
- * bookkeeping (status, abort) lives here too. It is not a transport: bytes move in shm.c and tcp.c
- * (and nccl.c). */
+ * and broadcast, allgather as shm inside each node around a TCP step among the leaders. A
+ * failure's bookkeeping (status, abort) is comm_fail.c's. It is not a transport: bytes move in
+ * shm.c and tcp.c (and nccl.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,24 +25,6 @@ int64_t ct__comm_deadline(const ct_comm *c, int timeout_ms)
 {
     int t = timeout_ms > 0 ? timeout_ms : c->timeout_ms;
     return ct__now_ns() + (int64_t)t * 1000000;
-}
-
-int ct__comm_fail(ct_comm *c, int err)
-{
-    int expected = 0;
-    if (atomic_compare_exchange_strong(&c->status, &expected, err)) {
-        /* first failure: make peers notice at once instead of at their deadline */
-        if (c->shm)
-            ct__shm_mark_failed(c);
-        if (c->fd_next >= 0)
-            shutdown(c->fd_next, SHUT_RDWR);
-        if (c->fd_prev >= 0)
-            shutdown(c->fd_prev, SHUT_RDWR);
-        CT_LOG(CT_LOG_INFO, "collective", "rank %d: group %s broken: %s", c->rank, c->group,
-               ct_strerror(err));
-        return err;
-    }
-    return expected;
 }
 
 /* Finishes a call: a failure breaks the communicator; the returned code is the first error
@@ -302,20 +284,6 @@ void ct_comm_destroy(ct_comm **pc)
     *pc = NULL;
 }
 
-void ct__comm_break(ct_comm *c, int err)
-{
-    ct__comm_fail(c, err);
-    uint64_t one = 1;
-    ssize_t n = write(c->abort_fd, &one, sizeof one); /* wakes a poll() in progress */
-    (void)n;
-}
-
-void ct_comm_abort(ct_comm *c)
-{
-    if (c)
-        ct__comm_break(c, CT_ECANCELED);
-}
-
 int ct_comm_rank(const ct_comm *c)
 {
     return c ? c->rank : -1;
@@ -324,11 +292,6 @@ int ct_comm_rank(const ct_comm *c)
 int ct_comm_world_size(const ct_comm *c)
 {
     return c ? c->world : 0;
-}
-
-int ct_comm_status(const ct_comm *c)
-{
-    return c ? ct__comm_aborted(c) : CT_EINVAL;
 }
 
 /* ---- collectives ----------------------------------------------------------------------- */

@@ -38,16 +38,15 @@ int ct__infer_threads(int64_t work);
 /* Deferred Linear weight gradients (wgrad_defer.c), per thread: after ct__wgrad_defer_begin, a
  * Linear's backward keeps the rows of x and dy for its weight's gradient (ct__wgrad_defer
  * returns 1; 0 when it does not defer: off, not on the CPU, a hook; or a CT_E* code), and
- * ct__wgrad_defer_end computes each weight's gradient once over all its rows (apply; false
- * drops them, after a failure) and stops deferring. ct__wgrad_defer_free also frees the
- * buffers kept for the next call (a thread that ends). ct__linear_wgrad (ops.c): dw += dy^T x,
- * db += dy's column sums over n rows. */
+ * ct__wgrad_defer_end computes each weight's gradient once over all its rows with the wgrad
+ * function its backward gave (apply; false drops them, after a failure) and stops deferring.
+ * ct__wgrad_defer_free also frees the buffers kept for the next call (a thread that ends). */
+typedef int ct__wgrad_fn(ct_tensor *w, ct_tensor *b, int64_t n, int64_t ic, int64_t oc,
+                         const float *x, const float *dy); /* dw += dy^T x, db += dy's sums */
 void ct__wgrad_defer_begin(void);
 int ct__wgrad_defer(ct_tensor *w, ct_tensor *b, int64_t n, int64_t ic, int64_t oc, const float *x,
-                    const float *dy);
+                    const float *dy, ct__wgrad_fn *wgrad);
 int ct__wgrad_defer_end(bool apply);
 void ct__wgrad_defer_free(void);
-int ct__linear_wgrad(ct_tensor *w, ct_tensor *b, int64_t n, int64_t ic, int64_t oc, const float *x,
-                     const float *dy);
 
 #endif

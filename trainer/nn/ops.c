@@ -90,9 +90,10 @@ static int linear_bw_lp(ct__node *nd, const lin_ctx *c)
 
 /* w's gradient (and b's, where b wants one) from n rows: dw += dy^T x, db += dy's column sums;
  * x (n, ic) and dy (n, oc) f32 on w's device. Linear's backward calls it for its rows, or
- * wgrad_defer.c once for the rows of several micro-batches (nn_impl.h). */
-int ct__linear_wgrad(ct_tensor *w, ct_tensor *b, int64_t n, int64_t ic, int64_t oc, const float *x,
-                     const float *dy)
+ * wgrad_defer.c once for the rows of several micro-batches (nn_impl.h), through the pointer
+ * the backward gives it. */
+static int linear_wgrad(ct_tensor *w, ct_tensor *b, int64_t n, int64_t ic, int64_t oc,
+                        const float *x, const float *dy)
 {
     const ct__backend *bk = ct__bk(w);
     gslot sw, sb;
@@ -143,9 +144,9 @@ static int linear_bw(ct__node *nd)
     if (!wants(w) && !(b && wants(b)))
         return 0;
     /* 1: kept for one product over every micro-batch's rows (a pipeline's stage runs) */
-    if ((rc = ct__wgrad_defer(w, b, c->n, c->ic, c->oc, ct__f32(x), dy)) != 0)
+    if ((rc = ct__wgrad_defer(w, b, c->n, c->ic, c->oc, ct__f32(x), dy, linear_wgrad)) != 0)
         return rc < 0 ? rc : 0;
-    return ct__linear_wgrad(w, b, c->n, c->ic, c->oc, ct__f32(x), dy);
+    return linear_wgrad(w, b, c->n, c->ic, c->oc, ct__f32(x), dy);
 }
 
 ct_tensor *ct_nn_linear(ct_tensor *x, ct_tensor *w, ct_tensor *b)

@@ -23,6 +23,7 @@
 /* one weight's rows gathered so far */
 typedef struct pending {
     ct_tensor *w, *b; /* retained; b may be NULL */
+    ct__wgrad_fn *wgrad;
     int64_t ic, oc, rows;
     int64_t cap;   /* rows the buffers hold */
     float *x, *dy; /* (cap, ic) and (cap, oc), 64-byte aligned */
@@ -94,7 +95,7 @@ static pending *entry_of(ct_tensor *w, ct_tensor *b, int64_t ic, int64_t oc)
 }
 
 int ct__wgrad_defer(ct_tensor *w, ct_tensor *b, int64_t n, int64_t ic, int64_t oc, const float *x,
-                    const float *dy)
+                    const float *dy, ct__wgrad_fn *wgrad)
 {
     if (!D.on || ct_tensor_device(w) != CT_CPU || w->hook_fn || (b && b->hook_fn))
         return 0;
@@ -104,6 +105,7 @@ int ct__wgrad_defer(ct_tensor *w, ct_tensor *b, int64_t n, int64_t ic, int64_t o
     int rc = reserve(p, p->rows + n);
     if (rc < 0)
         return rc;
+    p->wgrad = wgrad;
     memcpy(p->x + p->rows * ic, x, (size_t)(n * ic) * sizeof(float));
     memcpy(p->dy + p->rows * oc, dy, (size_t)(n * oc) * sizeof(float));
     p->rows += n;
@@ -116,7 +118,7 @@ int ct__wgrad_defer_end(bool apply)
     for (int i = 0; i < D.n; i++) {
         pending *p = &D.p[i];
         if (apply && rc == 0)
-            rc = ct__linear_wgrad(p->w, p->b, p->rows, p->ic, p->oc, p->x, p->dy);
+            rc = p->wgrad(p->w, p->b, p->rows, p->ic, p->oc, p->x, p->dy);
         ct_tensor_release(&p->w);
         ct_tensor_release(&p->b);
         p->rows = 0;

@@ -111,6 +111,9 @@ struct trainer {
  * message. */
 int ct__driver_call_all(trainer *t, const char *method, const void *args, size_t len, size_t stride,
                         void **results, int *failed, char *msg, size_t msgcap);
+/* A replacement copying while the survivors go on (t->heal_job, heal.c), if any, is killed and
+ * let go: the group changed under it (a death, a restart, the run's end). */
+void ct__driver_abort_heal(trainer *t, const char *why);
 /* Ends the group: kills every replica and waits for the head's reports of their deaths; why
  * (may be NULL) gets what failed. */
 void ct__driver_end_group(trainer *t, char *why, size_t cap, int failed_rank, int failed_rc,
@@ -126,7 +129,8 @@ tr_ask ct__driver_ask(const trainer *t);
 /* The stats of the driver's state (a checkpoint's): steps, the loss scaler's. */
 void ct__driver_local_stats(trainer *t);
 
-/* ---- trainer.c: what the pipeline's loop (pipeline_train.c) shares with the replicas' ---- */
+/* ---- driver_stats.c: what the pipeline's loop (pipeline_train.c) shares with the replicas' ----
+ */
 
 /* A validation's sums as the val_* fields of st. */
 void ct__driver_set_val_stats(const trainer *t, trainer_stats *st, double loss, int64_t correct,
@@ -152,8 +156,5 @@ int ct__live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, int
  * trains on, at the step t->heal_job says. 0 (also when none got in), or a negative code with
  * why set and the group ended. */
 int ct__heal_replacement(trainer *t, const trainer_train_opts *o, char *why, size_t cap);
-/* A replacement copying while the survivors go on (t->heal_job), if any, is killed and let go:
- * the group changed under it (a death, a restart, the run's end). */
-void ct__heal_abort(trainer *t, const char *why);
 
 #endif

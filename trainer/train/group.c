@@ -3,11 +3,13 @@
  * replica at once (ct__driver_call_all: the first failure ends the wait, with a grace for the
  * deaths of the same moment), the group's end (every replica killed, the head's death reports
  * awaited, what failed described for the retry counter), how many more replicas fit, what
- * on_world_size is told and the log line of a group's size. The driver's state (struct trainer)
+ * on_world_size is told, the log line of a group's size, and a replacement still copying let go
+ * (ct__driver_abort_heal). The driver's state (struct trainer)
  * is in driver.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
 #include "driver.h"
@@ -57,13 +59,32 @@ static void wait_deaths(trainer *t, ct_event *evs, bool *got, int timeout_ms)
     }
 }
 
+void ct__driver_abort_heal(trainer *t, const char *why)
+{
+    if (!t->heal_job.a)
+        return;
+    CT_LOG(CT_LOG_WARN, "trainer",
+           "heal: the replacement copying step %lld is let go (%s); the next one starts at a "
+           "later step boundary",
+           (long long)t->heal_job.snap.step, why);
+    ct_future_destroy(&t->heal_job.f);
+    ct_actor_kill(t->heal_job.a);
+    for (int64_t until = ct__now_ms() + 10000;
+         !ct_actor_is_dead(t->heal_job.a) && ct__now_ms() < until;)
+        usleep(2000);
+    ct_actor_release(&t->heal_job.a);
+    if (t->heal_job.snap.size)
+        ct_free(&t->heal_job.snap.id);
+    memset(&t->heal_job, 0, sizeof t->heal_job);
+}
+
 /* Ends the group: kills every replica, waits for the head to report them dead (resources free
  * again), releases the handles. With why != NULL, writes what failed: the first replica that
  * died by itself, else failed_rank's error (msg). */
 void ct__driver_end_group(trainer *t, char *why, size_t cap, int failed_rank, int failed_rc,
                           const char *msg)
 {
-    ct__heal_abort(t, "the group ended");
+    ct__driver_abort_heal(t, "the group ended");
     if (!t->actors)
         return;
     bool *dead_before = calloc((size_t)t->world, sizeof *dead_before);

@@ -425,22 +425,3 @@ static int heal_enter(trainer *t, const trainer_train_opts *o, char *why, size_t
            (ct__now_ns() - w0) / 1e6);
     return heal_in(t, o, a, &snap, peer, rc, res, rlen, t0, t1, why, cap);
 }
-
-void ct__heal_abort(trainer *t, const char *why)
-{
-    if (!t->heal_job.a)
-        return;
-    CT_LOG(CT_LOG_WARN, "trainer",
-           "heal: the replacement copying step %lld is let go (%s); the next one starts at a "
-           "later step boundary",
-           (long long)t->heal_job.snap.step, why);
-    ct_future_destroy(&t->heal_job.f);
-    ct_actor_kill(t->heal_job.a);
-    for (int64_t until = ct__now_ms() + 10000;
-         !ct_actor_is_dead(t->heal_job.a) && ct__now_ms() < until;)
-        usleep(2000);
-    ct_actor_release(&t->heal_job.a);
-    if (t->heal_job.snap.size)
-        ct_free(&t->heal_job.snap.id);
-    memset(&t->heal_job, 0, sizeof t->heal_job);
-}

@@ -28,7 +28,7 @@ int ct__live_recover(trainer *t, const trainer_train_opts *o, int64_t steps, int
     char key[128];
     void *v = NULL;
     size_t vlen = 0;
-    ct__heal_abort(t, "a replica of the group died");        /* its copy's log died with the step */
+    ct__driver_abort_heal(t, "a replica of the group died"); /* its copy's log died with the step */
     snprintf(key, sizeof key, "trainer/%s/error", t->group); /* replica.c, epoch_failed */
     if (ct_kv_get(key, &v, &vlen, 0) == 0) { /* a replica failed by itself: no death */
         CT_LOG(CT_LOG_INFO, "trainer",

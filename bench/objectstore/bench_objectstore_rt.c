@@ -24,47 +24,9 @@
  * Usage: bench_objectstore_rt [sizes in MiB, default "1 64"]. Medians; one "key=value" line per
  * figure. Not a test: no assertions beyond failing on errors. Kills what it starts. */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
-#include <limits.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#include "common/auth.h"
-#include "common/common.h"
-#include "ct/ct.h"
+#include "bench/bench_cluster.h"
 
 #define MB (1ull << 20)
-
-static pid_t procs[3];
-static int nprocs;
-
-void ct__objnode_purge_leftovers(void);
-
-/* The cluster's secret, for the head and nodes this starts (CT_SECRET_FILE, inherited). */
-static char secret_dir[] = "/tmp/ct-bench-secret.XXXXXX", secret_file[64];
-
-static void kill_all(void)
-{
-    for (int i = 0; i < nprocs; i++)
-        if (procs[i] > 0) {
-            kill(procs[i], SIGTERM);
-            waitpid(procs[i], NULL, 0);
-        }
-    nprocs = 0;
-    ct__objnode_purge_leftovers();
-    if (secret_file[0]) {
-        unlink(secret_file);
-        rmdir(secret_dir);
-        secret_file[0] = 0;
-    }
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -114,30 +76,6 @@ static int fetch(void *state, const void *args, size_t len, void **res, size_t *
     return 0;
 }
 
-static pid_t spawn(char *const argv[], int *out)
-{
-    int p[2] = {-1, -1};
-    if (out && pipe(p))
-        return -1;
-    pid_t me = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != me)
-            _exit(1);
-        if (out)
-            dup2(p[1], 1);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (out) {
-        close(p[1]);
-        *out = p[0];
-    }
-    procs[nprocs++] = pid;
-    return pid;
-}
-
 int main(int argc, char **argv)
 {
     ct_actor_class cls = {.methods = {{"fetch", fetch}}};
@@ -150,41 +88,9 @@ int main(int argc, char **argv)
         for (int i = 1; i < argc && nsizes < 8; i++)
             sizes[nsizes++] = strtoull(argv[i], NULL, 10) * MB;
     }
-    char self[PATH_MAX], bin[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[n > 0 ? n : 0] = 0;
-    snprintf(bin, sizeof bin, "%s", dirname(self));
-    char headp[PATH_MAX + 16], nodep[PATH_MAX + 16];
-    snprintf(headp, sizeof headp, "%s/ct-head", bin);
-    snprintf(nodep, sizeof nodep, "%s/ct-node", bin);
-    atexit(kill_all);
-    if (!ct__auth_off()) {
-        if (!mkdtemp(secret_dir))
-            return fprintf(stderr, "mkdtemp: %s\n", strerror(errno)), 1;
-        snprintf(secret_file, sizeof secret_file, "%s/secret", secret_dir);
-        if (ct__secret_file_create(secret_file))
-            return fprintf(stderr, "%s\n", ct_last_error()), 1;
-        setenv("CT_SECRET_FILE", secret_file, 1);
-    }
-    char *hargv[] = {headp, "--port", "0", NULL};
-    int fd;
-    if (spawn(hargv, &fd) < 0)
-        return 1;
-    char line[160] = "";
-    size_t k = 0;
-    struct pollfd pfd = {fd, POLLIN, 0};
-    while (k + 1 < sizeof line && poll(&pfd, 1, 5000) > 0 && read(fd, line + k, 1) == 1 &&
-           line[k] != '\n')
-        k++;
-    line[k] = 0;
-    close(fd);
-    if (strncmp(line, "listening on ", 13))
-        return fprintf(stderr, "ct-head did not start\n"), 1;
     char addr[128];
-    snprintf(addr, sizeof addr, "%.127s", line + 13);
-    if (ct_init(&(ct_init_opts){.address = addr}))
-        return fprintf(stderr, "ct_init: %s\n", ct_last_error()), 1;
-    ct_events_subscribe(1u << CT_EVENT_NODE_JOINED);
+    if (bc_start_head("bench_objectstore_rt", addr, sizeof addr) < 0)
+        return 1;
     const char *tags[2] = {"first=1", "second=1"};
     for (int i = 0; i < 2; i++) {
         /* BENCH_NODE_CPUSETS="0:1": node i runs on the i-th CPU list (ct-node --cpuset), as
@@ -197,13 +103,9 @@ int main(int argc, char **argv)
             for (int k = 0; k < i && set; k++)
                 set = strtok(NULL, ":");
         }
-        char *nargv[] = {
-            nodep, "--head", addr, "--resources", (char *)tags[i], set ? "--cpuset" : NULL,
-            set,   NULL};
-        spawn(nargv, NULL);
-        ct_event ev;
-        if (ct_events_next(&ev, 5000))
-            return fprintf(stderr, "node %d did not join\n", i), 1;
+        char *nargs[] = {"--resources", (char *)tags[i], set ? "--cpuset" : NULL, set, NULL};
+        if (bc_start_node("bench_objectstore_rt", addr, nargs, 5000) < 0)
+            return 1;
     }
     /* The driver's puts go to the first shard the head lists, which need not be the node
      * started first: bind it with a tiny put, then place the fetcher on the other node. */
@@ -299,6 +201,6 @@ int main(int argc, char **argv)
     free(dst);
     ct_actor_release(&a);
     ct_shutdown();
-    kill_all();
+    bc_kill_all();
     return 0;
 }

@@ -13,73 +13,10 @@
  * cores wall time cannot judge the overlap. Run before pipeline_bench by run.sh (whose line is
  * the bench's last). Usage: pipeline_nodes_bench [STEPS [M [B [C [T [LAYERS]]]]]] (defaults
  * 5 8 32 256 64 4). */
-#include <errno.h>
-#include <libgen.h>
-#include <limits.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "common/auth.h"
-#include "common/common.h"
-#include "ct/ct.h"
+#include "bench/bench_cluster.h"
 #include "trainer/pipeline/stage.h"
-
-void ct__objnode_purge_leftovers(void);
-
-static pid_t procs[3];
-static int nprocs;
-/* the cluster's secret, for the head and nodes this starts (CT_SECRET_FILE, inherited) */
-static char secret_dir[] = "/tmp/ct-bench-secret.XXXXXX", secret_file[64];
-
-/* the nodes first, then the head (a node whose head went first logs that it drains) */
-static void kill_all(void)
-{
-    fflush(stdout);
-    for (int i = nprocs - 1; i >= 0; i--)
-        if (procs[i] > 0) {
-            kill(procs[i], SIGTERM);
-            waitpid(procs[i], NULL, 0);
-        }
-    nprocs = 0;
-    ct__objnode_purge_leftovers();
-    if (secret_file[0]) {
-        unlink(secret_file);
-        rmdir(secret_dir);
-        secret_file[0] = 0;
-    }
-}
-
-static pid_t spawn(char *const argv[], int *out)
-{
-    int p[2] = {-1, -1};
-    if (out && pipe(p))
-        return -1;
-    pid_t me = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != me)
-            _exit(1);
-        if (out)
-            dup2(p[1], 1);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (out) {
-        close(p[1]);
-        *out = p[0];
-    }
-    if (pid > 0)
-        procs[nprocs++] = pid;
-    return pid;
-}
 
 static double now_s(void)
 {
@@ -155,46 +92,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: pipeline_nodes_bench [STEPS [M [B [C [T [LAYERS]]]]]]\n");
         return 2;
     }
-    char self[PATH_MAX], bin[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[n > 0 ? n : 0] = 0;
-    snprintf(bin, sizeof bin, "%s", dirname(self));
-    char headp[PATH_MAX + 16], nodep[PATH_MAX + 16];
-    snprintf(headp, sizeof headp, "%s/ct-head", bin);
-    snprintf(nodep, sizeof nodep, "%s/ct-node", bin);
-    atexit(kill_all);
-    signal(SIGPIPE, SIG_IGN);
-    if (!ct__auth_off()) {
-        if (!mkdtemp(secret_dir))
-            return fprintf(stderr, "pipeline_nodes_bench: mkdtemp: %s\n", strerror(errno)), 1;
-        snprintf(secret_file, sizeof secret_file, "%s/secret", secret_dir);
-        if (ct__secret_file_create(secret_file))
-            return fprintf(stderr, "pipeline_nodes_bench: %s\n", ct_last_error()), 1;
-        setenv("CT_SECRET_FILE", secret_file, 1);
-    }
-    char *hargv[] = {headp, "--port", "0", NULL};
-    int fd = -1;
-    if (spawn(hargv, &fd) < 0)
-        return 1;
-    char line[160] = "";
-    size_t k = 0;
-    struct pollfd pfd = {fd, POLLIN, 0};
-    while (k + 1 < sizeof line && poll(&pfd, 1, 10000) > 0 && read(fd, line + k, 1) == 1 &&
-           line[k] != '\n')
-        k++;
-    line[k] = 0;
-    close(fd);
-    if (strncmp(line, "listening on ", 13))
-        return fprintf(stderr, "pipeline_nodes_bench: ct-head did not start\n"), 1;
     char addr[128];
-    snprintf(addr, sizeof addr, "%.127s", line + 13);
-    if (ct_init(&(ct_init_opts){.address = addr}))
-        return fprintf(stderr, "pipeline_nodes_bench: ct_init: %s\n", ct_last_error()), 1;
-    for (int i = 0; i < 2; i++) {
-        char *nargv[] = {nodep, "--head", addr, "--cpus", "1", "--store-memory", "256M", NULL};
-        if (spawn(nargv, NULL) < 0)
+    if (bc_start_head("pipeline_nodes_bench", addr, sizeof addr) < 0)
+        return 1;
+    char *nargs[] = {"--cpus", "1", "--store-memory", "256M", NULL};
+    for (int i = 0; i < 2; i++)
+        if (bc_start_node("pipeline_nodes_bench", addr, nargs, 60000) < 0)
             return 1;
-    }
     double total = 0, free_cpu = 0;
     for (double until = now_s() + 60; now_s() < until && total != 2; usleep(50000))
         if (ct_cluster_resources("CPU", &total, &free_cpu) != 0)

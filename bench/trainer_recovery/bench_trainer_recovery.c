@@ -25,22 +25,15 @@
  * crosses from the survivor's node over the data port, as a heal between two machines would.
  * Not here: the reference (ref_torch.py) and the comparison (run.sh). */
 #define _GNU_SOURCE
-#include <libgen.h>
-#include <limits.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "common/auth.h"
-#include "ct/ct.h"
+#include "bench/bench_cluster.h"
 #include "ct/trainer.h"
 #include "examples/fashion_mnist_model.h"
 
@@ -139,92 +132,17 @@ static int on_world_size(trainer *t, int old_size, int new_size, void *user)
     return 0;
 }
 
-/* --nodes: the head and nodes this program started (killed at exit), and the cluster's secret
- * they inherit (CT_SECRET_FILE). */
-static pid_t procs[9];
-static int nprocs;
-static char secret_dir[] = "/tmp/ct-bench-secret.XXXXXX", secret_file[64];
-
-static void kill_all(void)
-{
-    for (int i = nprocs - 1; i >= 0; i--) { /* the nodes, then the head */
-        kill(procs[i], SIGTERM);
-        waitpid(procs[i], NULL, 0);
-    }
-    nprocs = 0;
-    if (secret_file[0]) {
-        unlink(secret_file);
-        rmdir(secret_dir);
-        secret_file[0] = 0;
-    }
-}
-
-/* Starts argv (dies with this process); with out, its stdout is a pipe read from *out. */
-static pid_t spawn(char *const argv[], int *out)
-{
-    int p[2] = {-1, -1};
-    if (out && pipe(p))
-        return -1;
-    pid_t me = getpid(), pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != me)
-            _exit(1);
-        if (out)
-            dup2(p[1], 1);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (out) {
-        close(p[1]);
-        *out = p[0];
-    }
-    if (pid > 0)
-        procs[nprocs++] = pid;
-    return pid;
-}
-
-/* A ct-head and n ct-nodes of 1 CPU on loopback, and this driver connected to them. 0 or -1. */
+/* --nodes: a ct-head and n ct-nodes of 1 CPU on loopback (bench_cluster.h), and this driver
+ * connected to them. 0 or -1. */
 static int start_cluster(int n)
 {
-    char self[PATH_MAX], headp[PATH_MAX + 16], nodep[PATH_MAX + 16], line[160] = "", addr[128];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[len > 0 ? len : 0] = 0;
-    const char *bin = dirname(self);
-    snprintf(headp, sizeof headp, "%s/ct-head", bin);
-    snprintf(nodep, sizeof nodep, "%s/ct-node", bin);
-    atexit(kill_all);
-    if (!ct__auth_off()) {
-        if (!mkdtemp(secret_dir))
-            return -1;
-        snprintf(secret_file, sizeof secret_file, "%s/secret", secret_dir);
-        if (ct__secret_file_create(secret_file))
-            return -1;
-        setenv("CT_SECRET_FILE", secret_file, 1);
-    }
-    char *hargv[] = {headp, "--port", "0", NULL};
-    int fd;
-    if (spawn(hargv, &fd) < 0)
+    char addr[128];
+    if (bc_start_head("bench_trainer_recovery", addr, sizeof addr) < 0)
         return -1;
-    size_t k = 0;
-    struct pollfd pfd = {fd, POLLIN, 0};
-    while (k + 1 < sizeof line && poll(&pfd, 1, 10000) > 0 && read(fd, line + k, 1) == 1 &&
-           line[k] != '\n')
-        k++;
-    line[k] = 0;
-    close(fd);
-    if (strncmp(line, "listening on ", 13))
-        return fprintf(stderr, "bench_trainer_recovery: ct-head did not start\n"), -1;
-    snprintf(addr, sizeof addr, "%.127s", line + 13);
-    if (ct_init(&(ct_init_opts){.address = addr}) < 0)
-        return -1;
-    ct_events_subscribe(1u << CT_EVENT_NODE_JOINED);
-    for (int i = 0; i < n; i++) {
-        char *nargv[] = {nodep, "--head", addr, "--cpus", "1", "--store-memory", "1G", NULL};
-        ct_event ev;
-        if (spawn(nargv, NULL) < 0 || ct_events_next(&ev, 10000))
-            return fprintf(stderr, "bench_trainer_recovery: node %d did not join\n", i), -1;
-    }
+    char *nargs[] = {"--cpus", "1", "--store-memory", "1G", NULL};
+    for (int i = 0; i < n; i++)
+        if (bc_start_node("bench_trainer_recovery", addr, nargs, 10000) < 0)
+            return -1;
     return 0;
 }
 

@@ -192,6 +192,22 @@ __attribute__((unused)) static Ct__Envelope *create_actor_msg(create_msg *m, con
     return &m->e;
 }
 
+/* Sends a Heartbeat of node node_id from p (liveness_only as the liveness thread's; stats: what
+ * the node measured, NULL none); the request id. */
+__attribute__((unused)) static uint64_t send_heartbeat(peer *p, const char *node_id,
+                                                       int liveness_only, Ct__NodeStats *stats)
+{
+    Ct__Envelope e;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__envelope__init(&e);
+    hb.node_id = (char *)node_id;
+    hb.liveness_only = liveness_only;
+    hb.stats = stats;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    return peer_send(p, &e);
+}
+
 /* Sends RegisterNode (one resource name=amount) and returns the reply. */
 __attribute__((unused)) static Ct__Envelope *register_node(peer *p, const char *name, double amount)
 {

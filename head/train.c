@@ -223,6 +223,31 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
     return false;
 }
 
+/* Whether a new job may take label: no other job's report holds it (its metric series would be
+ * two of one name and labels, which makes /metrics invalid for every reader), or the job that
+ * held it ended, and is forgotten now. Refused, naming the field, when a running job holds it. */
+static bool label_free(head *h, const ct__rid *rid, const Ct__Envelope *e, const char *label)
+{
+    int i = 0;
+    while (i < h->ntrain && strcmp(h->train[i].label, label))
+        i++;
+    if (i == h->ntrain)
+        return true;
+    if (!h->train[i].ended_at) {
+        const Ct__TrainReport *r = e->train_report;
+        const char *field = r->job && *r->job ? "train_report.job" : "sender";
+        ct__head_refuse(h, rid, e, CT_EEXIST, field,
+                        "%s: %s is the label of another running job's training (one label, one "
+                        "job's metrics)",
+                        field, label);
+        return false;
+    }
+    free(h->train[i].pts);
+    memmove(&h->train[i], &h->train[i + 1], (size_t)(h->ntrain - i - 1) * sizeof h->train[0]);
+    h->ntrain--;
+    return true;
+}
+
 void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
     const Ct__TrainReport *r = e->train_report;
@@ -232,6 +257,8 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     for (int i = 0; i < h->ntrain && !t; i++)
         if (!strcmp(h->train[i].label, label) && ct__token_eq(h->train[i].job, f->job))
             t = &h->train[i];
+    if (!t && !label_free(h, rid, e, label))
+        return;
     if (!t) {
         if (h->ntrain == MAX_TRAIN) {
             ct__head_refuse(h, rid, e, CT_ENOSPC, "train_report",

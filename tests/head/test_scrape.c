@@ -17,7 +17,9 @@
  *   grafana PATH  cluster/grafana-dashboard.json parses as JSON, and every metric family of a
  *              live scrape (a node with 2 GPUs' stats, a training job's report with every field,
  *              its 4 histograms, retries and drains) is named by some panel's expression. The
- *              names come from the scrape's # TYPE lines, not from a list kept here.
+ *              names come from the scrape's # TYPE lines, not from a list kept here. Also the
+ *              reports' own checks: drains by reason summing to the drains, each reason once,
+ *              and a label another running job's report holds refused (train_report.job).
  * No timing is asserted. */
 #include "tests/security/sec.h"
 
@@ -747,7 +749,16 @@ static int run_grafana(const char *json_path)
     CHECK_ERR(peer_call(&drv, &m.e, 5000), CT_EINVAL, "train_report.drains_by_reason.reason", NULL);
     peer_send(&drv, full_report(&m, 1));
     CHECK(metrics_until(dport, "ct_train_step{ct_job=\"g\"}", 10));
+    /* another job's report under the same label: refused (two series of one name and labels
+     * would make the page invalid), and the page still shows the first job's */
+    peer drv2;
+    CHECK_OK(peer_open(&drv2, addr, "drv2", "job"));
+    full_report(&m, 1);
+    m.r.step = 99;
+    CHECK_ERR(peer_call(&drv2, &m.e, 5000), CT_EEXIST, "train_report.job", "another running job");
+    peer_close(&drv2);
     CHECK(metrics_until(dport, node_series(s, sizeof s, "ct_node_cpu_utilization", a, NULL), 0.25));
+    CHECK(metric(page, "ct_train_step{ct_job=\"g\"}") == 10); /* not drv2's 99 */
     CHECK(metric(page, "ct_train_drains_total{ct_job=\"g\",reason=\"mid_epoch\"}") == 1);
     CHECK(metric(page, "ct_train_retries_total{ct_job=\"g\",reason=\"node_lost\"}") == 1);
     CHECK(metric(page, "ct_train_step_seconds_bucket{ct_job=\"g\",le=\"+Inf\"}") == 1);

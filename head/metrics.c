@@ -106,18 +106,50 @@ static char *done(sbuf *b)
     return b->p;
 }
 
-/* A Prometheus label value: backslash, quote and newline escaped (the runs between them copied
- * whole: labels are most of a page's bytes). */
+/* The length of the valid UTF-8 sequence at s (1 to 4 bytes), 0 when none starts there
+ * (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
+static int utf8_len(const unsigned char *s)
+{
+    if (s[0] < 0x80)
+        return 1;
+    int n = s[0] >= 0xc2 && s[0] <= 0xdf   ? 2
+            : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+            : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                           : 0;
+    /* the second byte's range narrows for these leads */
+    unsigned char lo = s[0] == 0xe0 ? 0xa0 : s[0] == 0xf0 ? 0x90 : 0x80;
+    unsigned char hi = s[0] == 0xed ? 0x9f : s[0] == 0xf4 ? 0x8f : 0xbf;
+    if (n && !(s[1] >= lo && s[1] <= hi))
+        return 0;
+    for (int i = 2; i < n; i++)
+        if (!(s[i] >= 0x80 && s[i] <= 0xbf))
+            return 0;
+    return n;
+}
+
+/* A Prometheus label value: backslash, quote and newline escaped, and a byte that starts no
+ * valid UTF-8 sequence written '?' (peer strings are not checked for UTF-8, and Prometheus
+ * refuses a page with one such label whole); the runs between them copied whole: labels are
+ * most of a page's bytes. */
 static void put_label(sbuf *b, const char *s)
 {
     while (*s) {
-        size_t run = strcspn(s, "\\\"\n");
+        size_t run = 0;
+        while (s[run] && (unsigned char)s[run] < 0x80 && s[run] != '\\' && s[run] != '"' &&
+               s[run] != '\n')
+            run++;
         put_n(b, s, run);
         s += run;
-        if (*s) {
+        if (!*s)
+            break;
+        int n = utf8_len((const unsigned char *)s);
+        if (*s == '\\' || *s == '"' || *s == '\n')
             put_n(b, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
-            s++;
-        }
+        else if (n)
+            put_n(b, s, (size_t)n);
+        else
+            put_n(b, "?", 1);
+        s += n > 1 ? n : 1;
     }
 }
 

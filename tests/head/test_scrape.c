@@ -10,9 +10,11 @@
  *              alive, a heartbeat naming a 100 kB node id is refused with a bounded message, and
  *              after each refusal node B's new stats show: the head goes on serving its nodes.
  *              NaN (not known) for the CPU and a GPU's utilisation is taken and shown as absent.
+ *              A third node registers with a host that is not UTF-8: its label shows each bad
+ *              byte as '?' (Prometheus refuses a page with one such label whole).
  *              Every /metrics page read is checked as Prometheus text format 0.0.4 (prom_check:
- *              names, labels and their escapes, values, one TYPE per family before its samples,
- *              families not interleaved, no series twice, histograms' +Inf bucket equal to their
+ *              names, labels, their escapes and UTF-8, values, one TYPE per family before its
+ * samples, families not interleaved, no series twice, histograms' +Inf bucket equal to their
  *              count), and by Debian's promtool where it is installed.
  *   grafana PATH  cluster/grafana-dashboard.json parses as JSON, and every metric family of a
  *              live scrape (a node with 2 GPUs' stats, a training job's report with every field,
@@ -35,6 +37,27 @@ static bool name_char(char c, bool first)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
            (!first && c >= '0' && c <= '9');
+}
+
+/* The length of the valid UTF-8 sequence at p (RFC 3629: no overlong forms, no surrogates,
+ * nothing past U+10FFFF), 0 when none starts there. */
+static int utf8_seq(const char *p)
+{
+    const unsigned char *u = (const unsigned char *)p;
+    if (u[0] < 0x80)
+        return 1;
+    uint32_t c = 0;
+    int n = (u[0] & 0xe0) == 0xc0 ? 2 : (u[0] & 0xf0) == 0xe0 ? 3 : (u[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (!n)
+        return 0;
+    c = u[0] & (0x7f >> n);
+    for (int i = 1; i < n; i++) {
+        if ((u[i] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (u[i] & 0x3f);
+    }
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    return c >= least[n] && c <= 0x10ffff && !(c >= 0xd800 && c <= 0xdfff) ? n : 0;
 }
 
 /* The length of a metric name at p (0: none). */
@@ -164,11 +187,16 @@ static int prom_check(const char *page, char *err, size_t cap)
                         snprintf(err, cap, "line %d: a label value does not end", line);
                         goto out;
                     }
+                    if (!utf8_seq(q)) {
+                        snprintf(err, cap, "line %d: a label value not UTF-8 at byte %ld", line,
+                                 (long)(q - p));
+                        goto out;
+                    }
                     if (*q == '\\' && q[1] != '\\' && q[1] != '"' && q[1] != 'n') {
                         snprintf(err, cap, "line %d: escape \\%c in a label value", line, q[1]);
                         goto out;
                     }
-                    q += *q == '\\' ? 2 : 1;
+                    q += *q == '\\' ? 2 : utf8_seq(q);
                 }
                 q++;
                 if (*q == ',')
@@ -574,6 +602,28 @@ static int run_bad_stats(void)
         ct__msg_free(r);
         free(long_name);
     }
+    /* a node whose host is not UTF-8 (a byte 0xff, a lead byte without its continuation; a
+     * valid euro sign after): the page stays valid, each bad byte shown as '?' */
+    peer nc;
+    CHECK_OK(peer_open(&nc, addr, "node-c", NULL));
+    Ct__Envelope re;
+    Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
+    Ct__Resource cpu, *cpu_p;
+    res_list(&cpu, &cpu_p, 1, (const char *[]){"CPU"}, (const double[]){1});
+    ct__envelope__init(&re);
+    rn.host = "bad\xff\xc3(host\xe2\x82\xac";
+    rn.n_resources = 1;
+    rn.resources = &cpu_p;
+    rn.pid = 1;
+    re.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
+    re.register_node = &rn;
+    Ct__Envelope *rr = peer_call(&nc, &re, 5000);
+    CHECK(rr && rr->body_case == CT__ENVELOPE__BODY_REGISTER_NODE_REPLY);
+    ct__msg_free(rr);
+    CHECK(metrics_until(dport, "ct_cluster_nodes{state=\"alive\"}", 3));
+    CHECK(strstr(page, "host=\"bad?"
+                       "?(host\xe2\x82\xac\"") != NULL);
+    peer_close(&nc);
     /* NaN is "not known": taken, and shown as absent rather than as NaN */
     stats_msg m;
     good_stats(&m, 2);

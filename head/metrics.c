@@ -5,8 +5,9 @@
  *   cluster  ct_cluster_nodes{state}, ct_actors{state,class}, ct_jobs{state},
  *            ct_jobs_ended_total, ct_placement_groups{state}, ct_head_restarts_total,
  *            ct_head_uptime_seconds;
- *   per live node {node,host}: ct_node_cpus_total/_free, ct_node_gpus_total/_free,
- *            ct_node_resource_total/_free{resource} (every resource, "memory" when registered),
+ *   per live node {node,host}: ct_node_cpus, ct_node_cpus_free, ct_node_gpus, _gpus_free,
+ *            ct_node_resource{resource}, _resource_free{resource} (every resource, "memory"
+ *            when registered; the totals not named _total, which Prometheus keeps for counters),
  *            ct_node_object_store_capacity_bytes, _used_bytes, _objects,
  *            ct_node_heartbeat_age_seconds (silence counted by the failure detector),
  *            ct_node_draining, ct_node_actors; what the node measured (Heartbeat.stats, once
@@ -314,9 +315,9 @@ static void render_nodes(head *h, sbuf *b)
     static const struct {
         const char *name, *help;
     } fam[] = {
-        {"ct_node_cpus_total", "CPUs the node registered."},
+        {"ct_node_cpus", "CPUs the node registered."},
         {"ct_node_cpus_free", "CPUs not held by actors or bundles."},
-        {"ct_node_gpus_total", "GPUs the node registered."},
+        {"ct_node_gpus", "GPUs the node registered."},
         {"ct_node_gpus_free", "GPUs not held by actors or bundles."},
         {"ct_node_object_store_capacity_bytes", "Memory of the node's object-store shard."},
         {"ct_node_object_store_used_bytes", "Bytes of the objects the directory lists on it."},
@@ -350,7 +351,7 @@ static void render_nodes(head *h, sbuf *b)
         }
     }
     for (int free_ = 0; free_ < 2; free_++) {
-        const char *name = free_ ? "ct_node_resource_free" : "ct_node_resource_total";
+        const char *name = free_ ? "ct_node_resource_free" : "ct_node_resource";
         family(b, name, "gauge",
                free_ ? "Each resource's amount not held, by resource."
                      : "Each resource the node registered (CPU, GPU, memory, custom).");

@@ -212,7 +212,9 @@ static void sample(sbuf *b, const char *name, const char *const *kv, int n, doub
 {
     put_n(b, name, strlen(name));
     for (int i = 0; i < n; i++) {
-        put(b, "%c%s=\"", i ? ',' : '{', kv[2 * i]);
+        put_n(b, i ? "," : "{", 1);
+        put_n(b, kv[2 * i], strlen(kv[2 * i]));
+        put_n(b, "=\"", 2);
         put_label(b, kv[2 * i + 1]);
         put_n(b, "\"", 1);
     }

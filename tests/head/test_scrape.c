@@ -606,18 +606,7 @@ static int run_bad_stats(void)
      * valid euro sign after): the page stays valid, each bad byte shown as '?' */
     peer nc;
     CHECK_OK(peer_open(&nc, addr, "node-c", NULL));
-    Ct__Envelope re;
-    Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
-    Ct__Resource cpu, *cpu_p;
-    res_list(&cpu, &cpu_p, 1, (const char *[]){"CPU"}, (const double[]){1});
-    ct__envelope__init(&re);
-    rn.host = "bad\xff\xc3(host\xe2\x82\xac";
-    rn.n_resources = 1;
-    rn.resources = &cpu_p;
-    rn.pid = 1;
-    re.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
-    re.register_node = &rn;
-    Ct__Envelope *rr = peer_call(&nc, &re, 5000);
+    Ct__Envelope *rr = register_node_on(&nc, "bad\xff\xc3(host\xe2\x82\xac", "CPU", 1);
     CHECK(rr && rr->body_case == CT__ENVELOPE__BODY_REGISTER_NODE_REPLY);
     ct__msg_free(rr);
     CHECK(metrics_until(dport, "ct_cluster_nodes{state=\"alive\"}", 3));

@@ -208,21 +208,28 @@ __attribute__((unused)) static uint64_t send_heartbeat(peer *p, const char *node
     return peer_send(p, &e);
 }
 
-/* Sends RegisterNode (one resource name=amount) and returns the reply. */
-__attribute__((unused)) static Ct__Envelope *register_node(peer *p, const char *name, double amount)
+/* Sends RegisterNode of a node on host (one resource name=amount) and returns the reply. */
+__attribute__((unused)) static Ct__Envelope *register_node_on(peer *p, const char *host,
+                                                              const char *name, double amount)
 {
     Ct__Envelope e;
     Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
     Ct__Resource r, *rp;
     res_list(&r, &rp, 1, &name, &amount);
     ct__envelope__init(&e);
-    rn.host = "127.0.0.1";
+    rn.host = (char *)host;
     rn.n_resources = 1;
     rn.resources = &rp;
     rn.pid = 1;
     e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
     e.register_node = &rn;
     return peer_call(p, &e, 5000);
+}
+
+/* ... on 127.0.0.1 */
+__attribute__((unused)) static Ct__Envelope *register_node(peer *p, const char *name, double amount)
+{
+    return register_node_on(p, "127.0.0.1", name, amount);
 }
 
 /* Makes p a (fake) node with cpus CPUs: fills id, and p's token becomes the node's. 0 or -1. */

@@ -327,10 +327,22 @@ int ct_cluster_resources(const char *name, double *total, double *free_amount)
     return rc;
 }
 
+/* rs's counts as TrainRetries entries in m, pointed at by mp. */
+static void reasons_msg(const ct__train_reasons *rs, Ct__TrainRetries *m, Ct__TrainRetries **mp)
+{
+    for (int i = 0; i < rs->n; i++) {
+        ct__train_retries__init(&m[i]);
+        m[i].reason = (char *)rs->reason[i];
+        m[i].count = rs->count[i];
+        mp[i] = &m[i];
+    }
+}
+
 int ct__report_train(const ct__train_report *r)
 {
-    if (!r || r->nreasons < 0 || r->nreasons > CT_TRAIN_REASONS || r->npoints < 0 ||
-        r->npoints > CT_TRAIN_POINTS || r->nhist < 0 || r->nhist > CT_TRAIN_HISTS)
+    if (!r || r->retries.n < 0 || r->retries.n > CT_TRAIN_REASONS || r->drains_by.n < 0 ||
+        r->drains_by.n > CT_TRAIN_REASONS || r->npoints < 0 || r->npoints > CT_TRAIN_POINTS ||
+        r->nhist < 0 || r->nhist > CT_TRAIN_HISTS)
         return ct__error(CT_EINVAL, "train report: bad arguments");
     Ct__TrainHistogram hs[CT_TRAIN_HISTS], *hp[CT_TRAIN_HISTS];
     for (int i = 0; i < r->nhist; i++) {
@@ -353,12 +365,9 @@ int ct__report_train(const ct__train_report *r)
         pp[i] = &pt[i];
     }
     Ct__TrainRetries rr[CT_TRAIN_REASONS], *rp[CT_TRAIN_REASONS];
-    for (int i = 0; i < r->nreasons; i++) {
-        ct__train_retries__init(&rr[i]);
-        rr[i].reason = (char *)r->reason[i];
-        rr[i].count = r->count[i];
-        rp[i] = &rr[i];
-    }
+    Ct__TrainRetries dr[CT_TRAIN_REASONS], *dp[CT_TRAIN_REASONS];
+    reasons_msg(&r->retries, rr, rp);
+    reasons_msg(&r->drains_by, dr, dp);
     Ct__TrainReport p = CT__TRAIN_REPORT__INIT;
     p.job = (char *)(r->job ? r->job : "");
     p.step = r->step;
@@ -368,8 +377,10 @@ int ct__report_train(const ct__train_report *r)
     p.mfu_percent = r->mfu_pct;
     p.replicas_alive = r->replicas;
     p.done = r->done;
-    p.n_retries = (size_t)r->nreasons;
+    p.n_retries = (size_t)r->retries.n;
     p.retries = rp;
+    p.n_drains_by_reason = (size_t)r->drains_by.n;
+    p.drains_by_reason = dp;
     p.n_points = (size_t)r->npoints;
     p.points = pp;
     p.val_loss = r->val_loss;

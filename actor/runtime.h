@@ -187,19 +187,24 @@ typedef struct ct__zrep {
 #define CT_TRAIN_POINTS 64
 #define CT_TRAIN_HISTS 4
 #define CT_TRAIN_HIST_BOUNDS 32
+/* counts by reason ([a-z_], 1-31 bytes): a report's retries, and its drains */
+typedef struct ct__train_reasons {
+    int n; /* <= CT_TRAIN_REASONS */
+    const char *reason[CT_TRAIN_REASONS];
+    uint64_t count[CT_TRAIN_REASONS];
+} ct__train_reasons;
 typedef struct ct__train_report {
     const char *job; /* NULL or "": the driver's name */
     int64_t step, epoch;
     double loss, samples_per_s, mfu_pct; /* NaN / mfu_pct < 0: unknown */
     int replicas;
     bool done;
-    int nreasons;
-    const char *reason[CT_TRAIN_REASONS];
-    uint64_t count[CT_TRAIN_REASONS];
+    ct__train_reasons retries;            /* retries spent, by reason */
     double val_loss;                      /* NaN: no validation yet */
     double eta_s;                         /* NaN: unknown */
     int64_t epochs;                       /* trainer_train's; 0: unknown */
-    uint64_t drains;                      /* groups a node's drain ended */
+    uint64_t drains;                      /* groups a node's drain ended ... */
+    ct__train_reasons drains_by;          /* ... by reason ("mid_epoch", "segment_end") */
     uint64_t live_recoveries, heals;      /* replicas lost and gone on without; replacements */
     const char *live_what, *heal_what;    /* the newest of each, in words (NULL: none) */
     int64_t checkpoints, checkpoint_step; /* checkpoints taken, the newest one's steps */

@@ -158,6 +158,13 @@ static void fmt_eta(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%lds", v);
 }
 
+/* "reason=count,..." of a job's retries or drains. */
+static void print_reasons(Ct__TrainRetries *const *l, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        printf("%s%s=%llu", k ? "," : "", l[k]->reason, (unsigned long long)l[k]->count);
+}
+
 /* The training jobs' progress (TrainReport rows of the status reply). */
 static void print_jobs(const Ct__StatusReply *r)
 {
@@ -184,16 +191,19 @@ static void print_jobs(const Ct__StatusReply *r)
             snprintf(epoch, sizeof epoch, "%lld", ep);
         printf("%-24s %-8lld %-6s %-10s %-10s %-10.1f %-8d %-8s", t->job, (long long)t->step, epoch,
                loss, val, t->samples_per_second, t->replicas_alive, eta);
-        for (size_t k = 0; k < t->n_retries; k++)
-            printf("%s%s=%llu", k ? "," : "", t->retries[k]->reason,
-                   (unsigned long long)t->retries[k]->count);
+        print_reasons(t->retries, t->n_retries);
         printf("%s", t->n_retries ? "" : "0");
         if (t->live_recoveries) /* replicas lost without a retry: the survivors went on */
             printf(" live=%llu", (unsigned long long)t->live_recoveries);
         if (t->heals)
             printf(" healed=%llu", (unsigned long long)t->heals);
-        if (t->drains) /* groups a drain ended spend no retry: said apart */
+        if (t->drains && t->n_drains_by_reason) { /* groups a drain ended: no retry spent */
+            printf(" (drains ");
+            print_reasons(t->drains_by_reason, t->n_drains_by_reason);
+            printf(")");
+        } else if (t->drains) {
             printf(" (drains %llu)", (unsigned long long)t->drains);
+        }
         printf("\n");
     }
 }

@@ -64,7 +64,7 @@
 #define HEAD_DEAD_PERIODS 10        /* the dead-after time is at least this many periods */
 #define REFUSALS_LOGGED 20          /* refusals logged per second; the rest are counted */
 #define MAX_TRAIN 256               /* training jobs' reports kept (train.c) */
-#define TRAIN_REASONS 8             /* retry reasons in one report */
+#define TRAIN_REASONS 8             /* retry (or drain) reasons in one report */
 #define TRAIN_POINTS 512            /* a training job's loss curve: its newest steps kept */
 #define TRAIN_REPORT_POINTS 64      /* steps in one report (CT_TRAIN_POINTS, actor/runtime.h) */
 #define TRAIN_CKPTS 16              /* a training job's newest checkpoints listed */
@@ -199,6 +199,13 @@ typedef struct train_point {
     double loss, sps;
 } train_point;
 
+/* Counts by reason ([a-z_], 1-31 bytes), as a TrainReport brings its retries and drains. */
+typedef struct train_reasons {
+    int n;
+    char reason[TRAIN_REASONS][32];
+    uint64_t count[TRAIN_REASONS];
+} train_reasons;
+
 /* A training job's last report (TrainReport, train.c), for the metrics. */
 typedef struct train_job {
     char job[TOK_SIZE]; /* its job token (never shown) */
@@ -206,19 +213,18 @@ typedef struct train_job {
     int64_t step, epoch;
     double loss, sps, mfu; /* mfu < 0: unknown */
     int replicas;
-    int nr;
-    char reason[TRAIN_REASONS][32];
-    uint64_t count[TRAIN_REASONS];
-    bool done;        /* its trainer_train returned */
-    int64_t ended_at; /* when its driver was gone; 0: alive. Forgotten GONE_AFTER_MS later */
-    double val_loss;  /* NaN: no validation yet */
-    double eta;       /* seconds left, as the driver estimates them; NaN: unknown */
-    int64_t epochs;   /* trainer_train's; 0: unknown */
-    uint64_t drains;  /* groups a node's drain ended */
-    uint64_t live;    /* replicas lost that the survivors went on without (no retry) */
-    uint64_t heals;   /* replacements healed from a live peer */
-    int64_t ckpts;    /* checkpoints taken */
-    int nck;          /* the newest TRAIN_CKPTS of them: steps, wall-clock ms when heard of */
+    train_reasons retries;   /* retries spent, by reason */
+    bool done;               /* its trainer_train returned */
+    int64_t ended_at;        /* when its driver was gone; 0: alive. Forgotten GONE_AFTER_MS later */
+    double val_loss;         /* NaN: no validation yet */
+    double eta;              /* seconds left, as the driver estimates them; NaN: unknown */
+    int64_t epochs;          /* trainer_train's; 0: unknown */
+    uint64_t drains;         /* groups a node's drain ended ... */
+    train_reasons drains_by; /* ... by reason (mid_epoch, segment_end) */
+    uint64_t live;           /* replicas lost that the survivors went on without (no retry) */
+    uint64_t heals;          /* replacements healed from a live peer */
+    int64_t ckpts;           /* checkpoints taken */
+    int nck; /* the newest TRAIN_CKPTS of them: steps, wall-clock ms when heard of */
     int64_t ck_step[TRAIN_CKPTS], ck_ms[TRAIN_CKPTS];
     int nh; /* histograms of seconds, as last reported (cumulative) */
     struct train_hist {

@@ -5,8 +5,9 @@
  *   cluster  ct_cluster_nodes{state}, ct_actors{state,class}, ct_jobs{state},
  *            ct_jobs_ended_total, ct_placement_groups{state}, ct_head_restarts_total,
  *            ct_head_uptime_seconds;
- *   per live node {node,host}: ct_node_cpus_total/_free, ct_node_gpus_total/_free,
- *            ct_node_resource_total/_free{resource} (every resource, "memory" when registered),
+ *   per live node {node,host}: ct_node_cpus, ct_node_cpus_free, ct_node_gpus, _gpus_free,
+ *            ct_node_resource{resource}, _resource_free{resource} (every resource, "memory"
+ *            when registered; the totals not named _total, which Prometheus keeps for counters),
  *            ct_node_object_store_capacity_bytes, _used_bytes, _objects,
  *            ct_node_heartbeat_age_seconds (silence counted by the failure detector),
  *            ct_node_draining, ct_node_actors; what the node measured (Heartbeat.stats, once
@@ -18,7 +19,8 @@
  *            renames a target's to "exported_job"): ct_train_step, ct_train_epoch,
  *            ct_train_loss, ct_train_samples_per_second, ct_train_mfu_percent (when known),
  *            ct_train_retries_total{reason}, ct_train_replicas_alive, ct_train_done,
- *            ct_train_val_loss, ct_train_checkpoints_total, ct_train_drains_total,
+ *            ct_train_val_loss, ct_train_checkpoints_total,
+ *            ct_train_drains_total{reason} (mid_epoch, segment_end),
  *            ct_train_last_checkpoint_step, ct_train_live_recoveries_total,
  *            ct_train_heals_total;
  *            histograms ct_train_step_seconds, ct_train_allreduce_seconds,
@@ -105,18 +107,50 @@ static char *done(sbuf *b)
     return b->p;
 }
 
-/* A Prometheus label value: backslash, quote and newline escaped (the runs between them copied
- * whole: labels are most of a page's bytes). */
+/* The length of the valid UTF-8 sequence at s (1 to 4 bytes), 0 when none starts there
+ * (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
+static int utf8_len(const unsigned char *s)
+{
+    if (s[0] < 0x80)
+        return 1;
+    int n = s[0] >= 0xc2 && s[0] <= 0xdf   ? 2
+            : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+            : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                           : 0;
+    /* the second byte's range narrows for these leads */
+    unsigned char lo = s[0] == 0xe0 ? 0xa0 : s[0] == 0xf0 ? 0x90 : 0x80;
+    unsigned char hi = s[0] == 0xed ? 0x9f : s[0] == 0xf4 ? 0x8f : 0xbf;
+    if (n && !(s[1] >= lo && s[1] <= hi))
+        return 0;
+    for (int i = 2; i < n; i++)
+        if (!(s[i] >= 0x80 && s[i] <= 0xbf))
+            return 0;
+    return n;
+}
+
+/* A Prometheus label value: backslash, quote and newline escaped, and a byte that starts no
+ * valid UTF-8 sequence written '?' (peer strings are not checked for UTF-8, and Prometheus
+ * refuses a page with one such label whole); the runs between them copied whole: labels are
+ * most of a page's bytes. */
 static void put_label(sbuf *b, const char *s)
 {
     while (*s) {
-        size_t run = strcspn(s, "\\\"\n");
+        size_t run = 0;
+        while (s[run] && (unsigned char)s[run] < 0x80 && s[run] != '\\' && s[run] != '"' &&
+               s[run] != '\n')
+            run++;
         put_n(b, s, run);
         s += run;
-        if (*s) {
+        if (!*s)
+            break;
+        int n = utf8_len((const unsigned char *)s);
+        if (*s == '\\' || *s == '"' || *s == '\n')
             put_n(b, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\", 2);
-            s++;
-        }
+        else if (n)
+            put_n(b, s, (size_t)n);
+        else
+            put_n(b, "?", 1);
+        s += n > 1 ? n : 1;
     }
 }
 
@@ -172,15 +206,26 @@ static void family(sbuf *b, const char *name, const char *type, const char *help
 static const char *actor_state[] = {"PENDING", "STARTING", "ALIVE", "DEAD"};
 static const char *pg_state[] = {"PENDING", "READY", "REMOVED"};
 
+/* name{k0="v0",k1="v1",..} value: the sample of n labels, kv their keys and values in turn
+ * (the values escaped); every labelled sample of the page is written here. */
+static void sample(sbuf *b, const char *name, const char *const *kv, int n, double v)
+{
+    put_n(b, name, strlen(name));
+    for (int i = 0; i < n; i++) {
+        put_n(b, i ? "," : "{", 1);
+        put_n(b, kv[2 * i], strlen(kv[2 * i]));
+        put_n(b, "=\"", 2);
+        put_label(b, kv[2 * i + 1]);
+        put_n(b, "\"", 1);
+    }
+    put_n(b, "}", n > 0);
+    put_value(b, v);
+}
+
 /* name{node="..",host=".."} value, for a live node */
 static void node_sample(sbuf *b, const char *name, const node *n, double v)
 {
-    put(b, "%s{node=\"", name);
-    put_label(b, n->id);
-    put(b, "\",host=\"");
-    put_label(b, n->host);
-    put(b, "\"}");
-    put_value(b, v);
+    sample(b, name, (const char *[]){"node", n->id, "host", n->host}, 2, v);
 }
 
 static void render_cluster(head *h, sbuf *b)
@@ -272,9 +317,9 @@ static void render_nodes(head *h, sbuf *b)
     static const struct {
         const char *name, *help;
     } fam[] = {
-        {"ct_node_cpus_total", "CPUs the node registered."},
+        {"ct_node_cpus", "CPUs the node registered."},
         {"ct_node_cpus_free", "CPUs not held by actors or bundles."},
-        {"ct_node_gpus_total", "GPUs the node registered."},
+        {"ct_node_gpus", "GPUs the node registered."},
         {"ct_node_gpus_free", "GPUs not held by actors or bundles."},
         {"ct_node_object_store_capacity_bytes", "Memory of the node's object-store shard."},
         {"ct_node_object_store_used_bytes", "Bytes of the objects the directory lists on it."},
@@ -308,23 +353,17 @@ static void render_nodes(head *h, sbuf *b)
         }
     }
     for (int free_ = 0; free_ < 2; free_++) {
-        const char *name = free_ ? "ct_node_resource_free" : "ct_node_resource_total";
+        const char *name = free_ ? "ct_node_resource_free" : "ct_node_resource";
         family(b, name, "gauge",
                free_ ? "Each resource's amount not held, by resource."
                      : "Each resource the node registered (CPU, GPU, memory, custom).");
         for (int i = 0; i < h->nnodes; i++) {
             const node *n = &h->nodes[i];
             const res *r = free_ ? &n->free : &n->total;
-            for (int k = 0; n->used && n->alive && k < r->n; k++) {
-                put(b, "%s{node=\"", name);
-                put_label(b, n->id);
-                put(b, "\",host=\"");
-                put_label(b, n->host);
-                put(b, "\",resource=\"");
-                put_label(b, r->name[k]);
-                put(b, "\"}");
-                put_value(b, r->amt[k]);
-            }
+            for (int k = 0; n->used && n->alive && k < r->n; k++)
+                sample(b, name,
+                       (const char *[]){"node", n->id, "host", n->host, "resource", r->name[k]}, 3,
+                       r->amt[k]);
         }
     }
 }
@@ -380,12 +419,13 @@ static void render_node_stats(head *h, sbuf *b)
                 const struct node_gpu *x = &n->stats.gpu[g];
                 if (f == 2 && isnan(x->util))
                     continue;
-                put(b, "%s{node=\"", gfam[f].name);
-                put_label(b, n->id);
-                put(b, "\",host=\"");
-                put_label(b, n->host);
-                put(b, "\",gpu=\"%u\"}", x->index);
-                put_value(b, f == 0 ? (double)x->used : f == 1 ? (double)x->total : x->util);
+                char gpu[16];
+                snprintf(gpu, sizeof gpu, "%u", x->index);
+                sample(b, gfam[f].name,
+                       (const char *[]){"node", n->id, "host", n->host, "gpu", gpu}, 3,
+                       f == 0   ? (double)x->used
+                       : f == 1 ? (double)x->total
+                                : x->util);
             }
         }
     }
@@ -393,10 +433,20 @@ static void render_node_stats(head *h, sbuf *b)
 
 static void train_sample(sbuf *b, const char *name, const train_job *t, double v)
 {
-    put(b, "%s{ct_job=\"", name);
-    put_label(b, t->label);
-    put(b, "\"}");
-    put_value(b, v);
+    sample(b, name, (const char *[]){"ct_job", t->label}, 1, v);
+}
+
+/* A counter family by {ct_job, reason}: each job's retries, or its drains. */
+static void render_reasons(head *h, sbuf *b, const char *name, const char *help, bool drains)
+{
+    family(b, name, "counter", help);
+    for (int i = 0; i < h->ntrain; i++) {
+        const train_job *t = &h->train[i];
+        const train_reasons *rs = drains ? &t->drains_by : &t->retries;
+        for (int k = 0; k < rs->n; k++)
+            sample(b, name, (const char *[]){"ct_job", t->label, "reason", rs->reason[k]}, 2,
+                   (double)rs->count[k]);
+    }
 }
 
 static void render_train(head *h, sbuf *b)
@@ -413,8 +463,6 @@ static void render_train(head *h, sbuf *b)
         {"ct_train_done", "gauge", "1 once trainer_train returned."},
         {"ct_train_val_loss", "gauge", "The last validation's loss (absent before one)."},
         {"ct_train_checkpoints_total", "counter", "Checkpoints the job took."},
-        {"ct_train_drains_total", "counter",
-         "Groups that ended at a checkpoint because a node drained (told to stop; no retry)."},
         {"ct_train_last_checkpoint_step", "gauge",
          "Optimizer steps of the job's newest checkpoint (absent before one)."},
         {"ct_train_live_recoveries_total", "counter",
@@ -426,8 +474,7 @@ static void render_train(head *h, sbuf *b)
         family(b, fam[f].name, fam[f].type, fam[f].help);
         for (int i = 0; i < h->ntrain; i++) {
             const train_job *t = &h->train[i];
-            if ((f == 4 && !(t->mfu >= 0)) || (f == 7 && isnan(t->val_loss)) ||
-                (f == 10 && !t->nck))
+            if ((f == 4 && !(t->mfu >= 0)) || (f == 7 && isnan(t->val_loss)) || (f == 9 && !t->nck))
                 continue;
             double v = f == 0    ? (double)t->step
                        : f == 1  ? (double)t->epoch
@@ -438,24 +485,22 @@ static void render_train(head *h, sbuf *b)
                        : f == 6  ? (double)t->done
                        : f == 7  ? t->val_loss
                        : f == 8  ? (double)t->ckpts
-                       : f == 9  ? (double)t->drains
-                       : f == 10 ? (double)t->ck_step[t->nck - 1]
-                       : f == 11 ? (double)t->live
+                       : f == 9  ? (double)t->ck_step[t->nck - 1]
+                       : f == 10 ? (double)t->live
                                  : (double)t->heals;
             train_sample(b, fam[f].name, t, v);
         }
     }
-    family(b, "ct_train_retries_total", "counter",
-           "Retries the trainer spent, by reason (node_lost, replica_killed, replica_exited, "
-           "replica_error, start_failed, other).");
-    for (int i = 0; i < h->ntrain; i++)
-        for (int k = 0; k < h->train[i].nr; k++) {
-            put(b, "ct_train_retries_total{ct_job=\"");
-            put_label(b, h->train[i].label);
-            put(b, "\",reason=\"");
-            put_label(b, h->train[i].reason[k]);
-            put(b, "\"} %llu\n", (unsigned long long)h->train[i].count[k]);
-        }
+    render_reasons(h, b, "ct_train_retries_total",
+                   "Retries the trainer spent, by reason (node_lost, replica_killed, "
+                   "replica_exited, replica_error, start_failed, other).",
+                   false);
+    render_reasons(h, b, "ct_train_drains_total",
+                   "Groups that ended at a checkpoint because a node drained (its ct-node was "
+                   "told to stop; no retry), by where the drain caught the group: mid_epoch (the "
+                   "replica there checkpointed at its next step and left), segment_end (heard as "
+                   "the segment ended).",
+                   true);
 }
 
 /* ct_train_<name>_seconds_bucket{ct_job,le}, _sum, _count: Prometheus histograms, one family per
@@ -473,8 +518,11 @@ static void render_train_hists(head *h, sbuf *b)
             if (dup || nseen == (int)(sizeof seen / sizeof seen[0]))
                 continue;
             seen[nseen++] = name;
-            char fam[80];
+            char fam[80], bucket[96], sum[96], count[96];
             snprintf(fam, sizeof fam, "ct_train_%s_seconds", name);
+            snprintf(bucket, sizeof bucket, "%s_bucket", fam);
+            snprintf(sum, sizeof sum, "%s_sum", fam);
+            snprintf(count, sizeof count, "%s_count", fam);
             put(b, "# HELP %s Seconds per %s, as the trainer's driver measured them.\n", fam,
                 !strcmp(name, "step")         ? "optimizer step (the slowest rank's)"
                 : !strcmp(name, "allreduce")  ? "step waiting for averaged gradients"
@@ -487,23 +535,18 @@ static void render_train_hists(head *h, sbuf *b)
                     const struct train_hist *g = &h->train[j].hist[q];
                     if (strcmp(g->name, name))
                         continue;
+                    const char *job = h->train[j].label;
                     uint64_t cum = 0;
-                    for (int e = 0; e < g->nb; e++) {
-                        cum += g->counts[e];
-                        put(b, "%s_bucket{ct_job=\"", fam);
-                        put_label(b, h->train[j].label);
-                        put(b, "\",le=\"%.6g\"} %llu\n", g->bound[e], (unsigned long long)cum);
+                    char le[32];
+                    for (int e = 0; e <= g->nb; e++) {
+                        cum += e < g->nb ? g->counts[e] : 0;
+                        snprintf(le, sizeof le, "%.6g", g->bound[e < g->nb ? e : 0]);
+                        sample(b, bucket,
+                               (const char *[]){"ct_job", job, "le", e < g->nb ? le : "+Inf"}, 2,
+                               (double)(e < g->nb ? cum : g->count));
                     }
-                    put(b, "%s_bucket{ct_job=\"", fam);
-                    put_label(b, h->train[j].label);
-                    put(b, "\",le=\"+Inf\"} %llu\n", (unsigned long long)g->count);
-                    put(b, "%s_sum{ct_job=\"", fam);
-                    put_label(b, h->train[j].label);
-                    put(b, "\"}");
-                    put_value(b, g->sum);
-                    put(b, "%s_count{ct_job=\"", fam);
-                    put_label(b, h->train[j].label);
-                    put(b, "\"} %llu\n", (unsigned long long)g->count);
+                    sample(b, sum, (const char *[]){"ct_job", job}, 1, g->sum);
+                    sample(b, count, (const char *[]){"ct_job", job}, 1, (double)g->count);
                 }
         }
 }
@@ -603,6 +646,18 @@ static char *json_actors(head *h)
     return done(&b);
 }
 
+/* ,"key":{"reason":count,...} */
+static void json_reasons(sbuf *b, const char *key, const train_reasons *rs)
+{
+    put(b, ",\"%s\":{", key);
+    for (int r = 0; r < rs->n; r++) {
+        put(b, "%s", r ? "," : "");
+        put_json(b, rs->reason[r]);
+        put(b, ":%llu", (unsigned long long)rs->count[r]);
+    }
+    put(b, "}");
+}
+
 /* ,"val_loss":..,"checkpoints":[{"step":..,"time_ms":..}],"points":[[step,loss,sps],...]
  * (the loss curve, oldest first; a loss unknown is null) */
 static void json_train_history(sbuf *b, const train_job *t)
@@ -610,6 +665,7 @@ static void json_train_history(sbuf *b, const train_job *t)
     put_jnum(b, "val_loss", t->val_loss);
     put_jnum(b, "eta_seconds", t->eta);
     put(b, ",\"epochs\":%lld,\"drains\":%llu", (long long)t->epochs, (unsigned long long)t->drains);
+    json_reasons(b, "drains_by_reason", &t->drains_by);
     put(b, ",\"live_recoveries\":%llu,\"heals\":%llu", (unsigned long long)t->live,
         (unsigned long long)t->heals);
     put(b, ",\"checkpoints_total\":%lld,\"checkpoints\":[", (long long)t->ckpts);
@@ -675,14 +731,8 @@ static char *json_jobs(head *h)
             put_jnum(&b, "loss", t->loss);
             put_jnum(&b, "samples_per_second", t->sps);
             put_jnum(&b, "mfu_percent", t->mfu >= 0 ? t->mfu : NAN);
-            put(&b, ",\"replicas_alive\":%d,\"done\":%s,\"retries\":{", t->replicas,
-                t->done ? "true" : "false");
-            for (int r = 0; r < t->nr; r++) {
-                put(&b, "%s", r ? "," : "");
-                put_json(&b, t->reason[r]);
-                put(&b, ":%llu", (unsigned long long)t->count[r]);
-            }
-            put(&b, "}");
+            put(&b, ",\"replicas_alive\":%d,\"done\":%s", t->replicas, t->done ? "true" : "false");
+            json_reasons(&b, "retries", &t->retries);
             json_train_history(&b, t);
             put(&b, "}");
         }

@@ -692,31 +692,92 @@ void ct__head_watch_closed(void *user, uint64_t conn, bool left)
         }
 }
 
-/* A heartbeat's NodeStats into n->stats; a malformed one (a fraction or percent out of range, a
- * GPU's used above its total, too many GPUs) is refused, naming the field, and n keeps the
- * stats it had: the heartbeat still counts. */
+#define STATS_MAX_COUNT (1ULL << 60) /* bytes or objects: more is no measurement (1 EiB) */
+
+/* Whether NodeStats s is malformed: then the field (heartbeat.stats.X, cap bytes) and what is
+ * wrong with it (why, cap bytes). Refused: a CPU fraction outside 0..1 (NaN: not known yet),
+ * a count over STATS_MAX_COUNT, available memory above the total, more than NODE_GPUS GPUs, a
+ * GPU index outside 0..NODE_GPUS-1 or repeated (two series of one name and labels would make
+ * /metrics invalid), a GPU using more memory than it has, a utilisation outside 0..100 (NaN:
+ * not sampled). */
+static bool stats_bad(const Ct__NodeStats *s, char *field, char *why, size_t cap)
+{
+    const struct {
+        const char *name;
+        uint64_t v;
+    } counts[] = {
+        {"memory_total_bytes", s->memory_total_bytes},
+        {"memory_available_bytes", s->memory_available_bytes},
+        {"store_used_bytes", s->store_used_bytes},
+        {"store_spilled_bytes", s->store_spilled_bytes},
+        {"store_spilled_objects", s->store_spilled_objects},
+    };
+    if (!isnan(s->cpu_utilization) && !(s->cpu_utilization >= 0 && s->cpu_utilization <= 1)) {
+        snprintf(field, cap, "heartbeat.stats.cpu_utilization");
+        snprintf(why, cap, "%g is not a fraction 0..1 (NaN: not known yet)", s->cpu_utilization);
+        return true;
+    }
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+        if (counts[c].v > STATS_MAX_COUNT) {
+            snprintf(field, cap, "heartbeat.stats.%s", counts[c].name);
+            snprintf(why, cap, "%llu is over 2^60", (unsigned long long)counts[c].v);
+            return true;
+        }
+    if (s->memory_available_bytes > s->memory_total_bytes) {
+        snprintf(field, cap, "heartbeat.stats.memory_available_bytes");
+        snprintf(why, cap, "%llu is above memory_total_bytes %llu",
+                 (unsigned long long)s->memory_available_bytes,
+                 (unsigned long long)s->memory_total_bytes);
+        return true;
+    }
+    if (s->n_gpus > NODE_GPUS) {
+        snprintf(field, cap, "heartbeat.stats.gpus");
+        snprintf(why, cap, "%zu GPUs, more than %d", s->n_gpus, NODE_GPUS);
+        return true;
+    }
+    for (size_t g = 0; g < s->n_gpus; g++) {
+        const Ct__GpuStats *x = s->gpus[g];
+        size_t same = 0;
+        while (same < g && s->gpus[same]->index != x->index)
+            same++;
+        const char *bad = x->index >= NODE_GPUS                          ? "index"
+                          : same < g                                     ? "index"
+                          : x->memory_total_bytes > STATS_MAX_COUNT      ? "memory_total_bytes"
+                          : x->memory_used_bytes > x->memory_total_bytes ? "memory_used_bytes"
+                          : !isnan(x->utilization_percent) &&
+                                  !(x->utilization_percent >= 0 && x->utilization_percent <= 100)
+                              ? "utilization_percent"
+                              : NULL;
+        if (!bad)
+            continue;
+        snprintf(field, cap, "heartbeat.stats.gpus[%zu].%s", g, bad);
+        if (x->index >= NODE_GPUS)
+            snprintf(why, cap, "%u is not a GPU index 0..%d", x->index, NODE_GPUS - 1);
+        else if (same < g)
+            snprintf(why, cap, "%u repeats gpus[%zu]'s", x->index, same);
+        else if (x->memory_total_bytes > STATS_MAX_COUNT)
+            snprintf(why, cap, "%llu is over 2^60", (unsigned long long)x->memory_total_bytes);
+        else if (x->memory_used_bytes > x->memory_total_bytes)
+            snprintf(why, cap, "%llu is above memory_total_bytes %llu",
+                     (unsigned long long)x->memory_used_bytes,
+                     (unsigned long long)x->memory_total_bytes);
+        else
+            snprintf(why, cap, "%g is not a percent 0..100 (NaN: not sampled)",
+                     x->utilization_percent);
+        return true;
+    }
+    return false;
+}
+
+/* A heartbeat's NodeStats into n->stats; a malformed one (stats_bad) is refused, naming the
+ * field, and n keeps the stats it had: the heartbeat still counts. */
 static void keep_stats(head *h, const ct__rid *rid, const Ct__Envelope *e, node *n)
 {
     const Ct__NodeStats *s = e->heartbeat->stats;
-    const char *field = NULL;
-    if (!isnan(s->cpu_utilization) && !(s->cpu_utilization >= 0 && s->cpu_utilization <= 1))
-        field = "heartbeat.stats.cpu_utilization";
-    else if (s->memory_available_bytes > s->memory_total_bytes)
-        field = "heartbeat.stats.memory_available_bytes";
-    else if (s->n_gpus > NODE_GPUS)
-        field = "heartbeat.stats.gpus";
-    for (size_t g = 0; !field && g < s->n_gpus; g++) {
-        const Ct__GpuStats *x = s->gpus[g];
-        if (x->memory_used_bytes > x->memory_total_bytes ||
-            (!isnan(x->utilization_percent) &&
-             !(x->utilization_percent >= 0 && x->utilization_percent <= 100)))
-            field = "heartbeat.stats.gpus";
-    }
-    if (field) {
+    char field[160], why[160];
+    if (stats_bad(s, field, why, sizeof why)) {
         ct__head_refuse(h, rid, e, CT_EINVAL, field,
-                        "%s: a CPU fraction is 0..1 or NaN, available memory at most the total, "
-                        "at most %d GPUs, each using at most its memory, utilisation 0..100 or NaN",
-                        field, NODE_GPUS);
+                        "%s: %s; node %s keeps the stats it reported before", field, why, n->id);
         return;
     }
     node_stats *k = &n->stats;

@@ -13,6 +13,17 @@
 
 static const char *actor_state_names[] = {"PENDING", "STARTING", "ALIVE", "DEAD"};
 
+/* rs as TrainRetries entries in m, pointed at by mp (borrowed while rs lives). */
+static void reasons_msg(const train_reasons *rs, Ct__TrainRetries *m, Ct__TrainRetries **mp)
+{
+    for (int k = 0; k < rs->n; k++) {
+        ct__train_retries__init(&m[k]);
+        m[k].reason = (char *)rs->reason[k];
+        m[k].count = rs->count[k];
+        mp[k] = &m[k];
+    }
+}
+
 void ct__head_on_status(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
 {
     int nn = h->nnodes, na = h->nactors, np = h->npgs;
@@ -92,8 +103,8 @@ void ct__head_on_status(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
     /* training jobs' progress (train.c): their last reports, without points or histograms */
     tr = calloc(nt + 1, sizeof *tr);
     trp = calloc(nt + 1, sizeof *trp);
-    rr = calloc((size_t)nt * TRAIN_REASONS + 1, sizeof *rr);
-    rrp = calloc((size_t)nt * TRAIN_REASONS + 1, sizeof *rrp);
+    rr = calloc((size_t)nt * 2 * TRAIN_REASONS + 1, sizeof *rr); /* retries, drains */
+    rrp = calloc((size_t)nt * 2 * TRAIN_REASONS + 1, sizeof *rrp);
     if (!tr || !trp || !rr || !rrp) {
         REPLY_ERR(h, rid, e->req_id, CT_ENOMEM, "", "head out of memory");
         goto out;
@@ -117,15 +128,12 @@ void ct__head_on_status(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_f
         tr[i].eta_seconds = isnan(t->eta) ? -1 : t->eta;
         tr[i].checkpoints = t->ckpts;
         tr[i].checkpoint_step = t->nck ? t->ck_step[t->nck - 1] : 0;
-        tr[i].n_retries = (size_t)t->nr;
-        tr[i].retries = &rrp[i * TRAIN_REASONS];
-        for (int k = 0; k < t->nr; k++) {
-            Ct__TrainRetries *x = &rr[i * TRAIN_REASONS + k];
-            ct__train_retries__init(x);
-            x->reason = (char *)t->reason[k];
-            x->count = t->count[k];
-            rrp[i * TRAIN_REASONS + k] = x;
-        }
+        tr[i].n_retries = (size_t)t->retries.n;
+        tr[i].retries = &rrp[2 * i * TRAIN_REASONS];
+        reasons_msg(&t->retries, &rr[2 * i * TRAIN_REASONS], tr[i].retries);
+        tr[i].n_drains_by_reason = (size_t)t->drains_by.n;
+        tr[i].drains_by_reason = &rrp[(2 * i + 1) * TRAIN_REASONS];
+        reasons_msg(&t->drains_by, &rr[(2 * i + 1) * TRAIN_REASONS], tr[i].drains_by_reason);
         trp[i] = &tr[i];
     }
     Ct__Envelope o;

@@ -58,18 +58,49 @@ static int64_t wall_ms(void)
     return (int64_t)w.tv_sec * 1000 + w.tv_nsec / 1000000;
 }
 
-/* A retry counter that rose since t's last report: one event per retry, with its reason. */
-static void note_retries(head *h, const train_job *t, const Ct__TrainReport *r)
+/* Counts by reason that rose since t's last report (was: t's; now: the report's, n of them):
+ * one event of kind per count (8 at most at once), with its reason; after: words that follow. */
+static void note_reasons(head *h, const train_job *t, const char *kind, const train_reasons *was,
+                         Ct__TrainRetries *const *now, size_t n, int64_t step, const char *after)
 {
-    for (size_t i = 0; i < r->n_retries; i++) {
+    for (size_t i = 0; i < n; i++) {
         uint64_t before = 0;
-        for (int k = 0; k < t->nr; k++)
-            if (!strcmp(t->reason[k], r->retries[i]->reason))
-                before = t->count[k];
-        for (uint64_t c = before; c < r->retries[i]->count && c < before + 8; c++)
-            ct__head_note(h, "retry", t->label, "%s (retry %llu for that reason; step %lld)",
-                          r->retries[i]->reason, (unsigned long long)c + 1, (long long)r->step);
+        for (int k = 0; k < was->n; k++)
+            if (!strcmp(was->reason[k], now[i]->reason))
+                before = was->count[k];
+        for (uint64_t c = before; c < now[i]->count && c < before + 8; c++)
+            ct__head_note(h, kind, t->label, "%s (%s %llu for that reason; step %lld)%s",
+                          now[i]->reason, !strcmp(kind, "retry") ? "retry" : "drain",
+                          (unsigned long long)c + 1, (long long)step, after);
     }
+}
+
+/* A report's counts by reason into k (checked: at most TRAIN_REASONS). */
+static void keep_reasons(train_reasons *k, Ct__TrainRetries *const *l, size_t n)
+{
+    k->n = (int)n;
+    for (int i = 0; i < k->n; i++) {
+        snprintf(k->reason[i], sizeof k->reason[i], "%s", l[i]->reason);
+        k->count[i] = l[i]->count;
+    }
+}
+
+/* The field of counts by reason l (n of them) that is malformed, or NULL; sum: their total. */
+static const char *reasons_bad(Ct__TrainRetries *const *l, size_t n, const char *field,
+                               const char *reason_field, uint64_t *sum)
+{
+    *sum = 0;
+    if (n > TRAIN_REASONS)
+        return field;
+    for (size_t i = 0; i < n; i++) {
+        if (!reason_ok(l[i]->reason))
+            return reason_field;
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(l[k]->reason, l[i]->reason))
+                return reason_field;
+        *sum += l[i]->count;
+    }
+    return NULL;
 }
 
 /* A counter that rose since t's last report (before: its value then; what: the newest one in
@@ -132,8 +163,6 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         field = "train_report.mfu_percent";
     else if (r->replicas_alive < 0 || r->replicas_alive > 1000000)
         field = "train_report.replicas_alive";
-    else if (r->n_retries > TRAIN_REASONS)
-        field = "train_report.retries";
     else if (isinf(r->val_loss))
         field = "train_report.val_loss";
     else if (isinf(r->eta_seconds))
@@ -165,9 +194,16 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         if (!ok)
             field = "train_report.histograms";
     }
-    for (size_t i = 0; !field && i < r->n_retries; i++)
-        if (!reason_ok(r->retries[i]->reason))
-            field = "train_report.retries.reason";
+    uint64_t sum = 0;
+    if (!field)
+        field = reasons_bad(r->retries, r->n_retries, "train_report.retries",
+                            "train_report.retries.reason", &sum);
+    if (!field)
+        field =
+            reasons_bad(r->drains_by_reason, r->n_drains_by_reason, "train_report.drains_by_reason",
+                        "train_report.drains_by_reason.reason", &sum);
+    if (!field && sum != r->drains)
+        field = "train_report.drains_by_reason";
     for (size_t i = 0; !field && i < r->n_points; i++) {
         const Ct__TrainPoint *p = r->points[i];
         if (p->step < 0 || isinf(p->loss) || !isfinite(p->samples_per_second) ||
@@ -178,12 +214,38 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         return true;
     ct__head_refuse(h, rid, e, CT_EINVAL, field,
                     "%s: a job label is 1-63 printable bytes without quotes, a reason 1-31 of "
-                    "[a-z_], at most %d reasons and %d points, numbers finite and not negative, "
+                    "[a-z_], at most %d distinct reasons (the drains' summing to drains) and %d "
+                    "points, numbers finite and not negative, "
                     "a live recovery's or heal's words printable ASCII of at most 159 bytes; "
                     "at most %d histograms, each a distinct [a-z_] name, at most %d ascending "
                     "bounds, a count per bound, their sum at most the count",
                     field, TRAIN_REASONS, TRAIN_REPORT_POINTS, TRAIN_HISTS, TRAIN_HIST_BOUNDS);
     return false;
+}
+
+/* Whether a new job may take label: no other job's report holds it (its metric series would be
+ * two of one name and labels, which makes /metrics invalid for every reader), or the job that
+ * held it ended, and is forgotten now. Refused, naming the field, when a running job holds it. */
+static bool label_free(head *h, const ct__rid *rid, const Ct__Envelope *e, const char *label)
+{
+    int i = 0;
+    while (i < h->ntrain && strcmp(h->train[i].label, label))
+        i++;
+    if (i == h->ntrain)
+        return true;
+    if (!h->train[i].ended_at) {
+        const Ct__TrainReport *r = e->train_report;
+        const char *field = r->job && *r->job ? "train_report.job" : "sender";
+        ct__head_refuse(h, rid, e, CT_EEXIST, field,
+                        "%s: %s is the label of another running job's training (one label, one "
+                        "job's metrics)",
+                        field, label);
+        return false;
+    }
+    free(h->train[i].pts);
+    memmove(&h->train[i], &h->train[i + 1], (size_t)(h->ntrain - i - 1) * sizeof h->train[0]);
+    h->ntrain--;
+    return true;
 }
 
 void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__head_from *f)
@@ -195,6 +257,8 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     for (int i = 0; i < h->ntrain && !t; i++)
         if (!strcmp(h->train[i].label, label) && ct__token_eq(h->train[i].job, f->job))
             t = &h->train[i];
+    if (!t && !label_free(h, rid, e, label))
+        return;
     if (!t) {
         if (h->ntrain == MAX_TRAIN) {
             ct__head_refuse(h, rid, e, CT_ENOSPC, "train_report",
@@ -212,7 +276,9 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
         t->val_loss = NAN;
         fresh = true;
     } else {
-        note_retries(h, t, r);
+        note_reasons(h, t, "retry", &t->retries, r->retries, r->n_retries, r->step, "");
+        note_reasons(h, t, "train_drain", &t->drains_by, r->drains_by_reason, r->n_drains_by_reason,
+                     r->step, ": a group ended at a checkpoint, its node drained (told to stop)");
     }
     add_points(t, r);
     if (r->checkpoints > t->ckpts) {
@@ -240,11 +306,8 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     t->val_loss = r->val_loss;
     t->eta = r->eta_seconds >= 0 ? r->eta_seconds : NAN;
     t->epochs = r->epochs;
-    if (r->drains > t->drains && !fresh)
-        ct__head_note(h, "train_drain", t->label,
-                      "a group ended at a checkpoint: its node drained (told to stop); step %lld",
-                      (long long)r->step);
     t->drains = r->drains;
+    keep_reasons(&t->drains_by, r->drains_by_reason, r->n_drains_by_reason);
     if (!fresh) {
         note_count(h, t, "live_recovery", t->live, r->live_recoveries, r->live_recovery_what);
         note_count(h, t, "heal", t->heals, r->heals, r->heal_what);
@@ -259,11 +322,7 @@ void ct__head_on_train_report(head *h, const ct__rid *rid, Ct__Envelope *e, ct__
     t->replicas = r->replicas_alive;
     t->done = r->done;
     t->ended_at = 0;
-    t->nr = (int)r->n_retries;
-    for (int i = 0; i < t->nr; i++) {
-        snprintf(t->reason[i], sizeof t->reason[i], "%s", r->retries[i]->reason);
-        t->count[i] = r->retries[i]->count;
-    }
+    keep_reasons(&t->retries, r->retries, r->n_retries);
 }
 
 void ct__head_train_job_gone(head *h, const char *job)

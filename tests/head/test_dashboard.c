@@ -74,133 +74,8 @@
 
 #include "actor/runtime.h"
 #include "common/auth.h"
+#include "tests/head/endpoint.h"
 #include "tests/runtime/classes.h"
-
-/* ---- a small HTTP client (the test's side only) ---- */
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
-static int dial(const char *ip, int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, ip, &a.sin_addr);
-    struct timeval tv = {10, 0};
-    if (fd >= 0) {
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    }
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static bool send_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return false;
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-/* Sends req (raw bytes) and reads the answer to EOF into body (its body after the headers,
- * NUL-terminated, cap bytes at most). The status code, or -1 when no answer came. */
-static int http_raw(const char *ip, int port, const char *req, size_t reqlen, char *body,
-                    size_t cap)
-{
-    int fd = dial(ip, port);
-    if (fd < 0)
-        return -1;
-    size_t bufcap = 1 << 22, n = 0;
-    char *buf = malloc(bufcap);
-    int code = -1;
-    if (buf && send_all(fd, req, reqlen)) {
-        ssize_t r;
-        while (n + 1 < bufcap && (r = recv(fd, buf + n, bufcap - n - 1, 0)) > 0)
-            n += (size_t)r;
-        buf[n] = 0;
-        if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
-            code = -1;
-        const char *b = strstr(buf, "\r\n\r\n");
-        if (body && cap)
-            snprintf(body, cap, "%s", b ? b + 4 : "");
-    }
-    free(buf);
-    close(fd);
-    return code;
-}
-
-/* GET path with an optional extra header line ("Name: value", or NULL). */
-static int http_get(const char *ip, int port, const char *path, const char *header, char *body,
-                    size_t cap)
-{
-    char req[1024];
-    int n =
-        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s%s\r\n",
-                 path, ip, header ? header : "", header ? "\r\n" : "");
-    return http_raw(ip, port, req, (size_t)n, body, cap);
-}
-
-/* ---- the head ---- */
-
-static pid_t start_head(const char *dash_host, int dash_port, char *addr, size_t cap)
-{
-    char port[16];
-    snprintf(port, sizeof port, "%d", dash_port);
-    char *argv[] = {(char *)h_bin("ct-head"),
-                    "--port",
-                    "0",
-                    "--heartbeat-ms",
-                    "100",
-                    "--dead-after-ms",
-                    "10000",
-                    "--dashboard-port",
-                    port,
-                    "--dashboard-host",
-                    (char *)dash_host,
-                    NULL};
-    int fd = -1;
-    pid_t pid = h_spawn(argv, &fd);
-    char line[120];
-    if (pid < 0 || h_read_line(fd, line, sizeof line, 10000) ||
-        strncmp(line, "listening on ", 13)) {
-        fprintf(stderr, "ct-head did not start (dashboard %s:%d)\n", dash_host, dash_port);
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    close(fd);
-    snprintf(addr, cap, "%s", line + 13);
-    return pid;
-}
-
-/* The value of line "name value" in a /metrics page (labels included in name); NAN if absent. */
-static double metric(const char *page, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = page; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (!strncmp(p, name, n) && p[n] == ' ')
-            return strtod(p + n + 1, NULL);
-    return NAN;
-}
 
 /* ---- prometheus ---- */
 
@@ -342,6 +217,31 @@ typedef struct scenario {
     char new_id[32];
 } scenario;
 
+/* Connects to the head at s->addr, starts 2 nodes there (s->node_pid, node_id) and creates a
+ * 2-replica job of 3 epochs in *t: recovery "restart" (a death is a retry), or the default,
+ * live. 0, or -1 (a failure counted). */
+static int start_job(scenario *s, bool live, trainer **t)
+{
+    CHECK_OK(ct_init(&(ct_init_opts){.address = s->addr}));
+    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
+    for (int i = 0; i < 2; i++)
+        if ((s->node_pid[i] = tt_start_node_joined(s->addr, s->node_id[i], sizeof s->node_id[0])) <
+            0) {
+            h_failures++;
+            return -1;
+        }
+    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
+                                            .data = "fashion_mnist",
+                                            .optimizer = "adam",
+                                            .config = "limit=2048,val_limit=200",
+                                            .num_replicas = 2,
+                                            .epochs = 3,
+                                            .seed = 3,
+                                            .recovery = live ? NULL : "restart"},
+                            t));
+    return *t ? 0 : -1;
+}
+
 static int kill_replica_node(trainer *t, const trainer_stats *st, scenario *s);
 
 static int prom_on_epoch(trainer *t, const trainer_stats *st, void *user)
@@ -414,29 +314,13 @@ static int run_prometheus(bool live)
     int dport = free_port();
     scenario s = {.addr = addr};
     trainer *t = NULL;
-    if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
+    if (start_dash_head((dash_head){.port = dport}, addr, sizeof addr) < 0)
         return 1;
     if (start_prometheus(bin, dport) < 0) {
         h_failures++;
         goto out;
     }
-    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
-    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
-    for (int i = 0; i < 2; i++)
-        if ((s.node_pid[i] = tt_start_node_joined(addr, s.node_id[i], sizeof s.node_id[0])) < 0) {
-            h_failures++;
-            goto out;
-        }
-    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
-                                            .data = "fashion_mnist",
-                                            .optimizer = "adam",
-                                            .config = "limit=2048,val_limit=200",
-                                            .num_replicas = 2,
-                                            .epochs = 3,
-                                            .seed = 3,
-                                            .recovery = live ? NULL : "restart"},
-                            &t));
-    if (!t)
+    if (start_job(&s, live, &t))
         goto out;
     /* the run log is on (a log_dir): the head hears of every step, not only of epochs */
     snprintf(log_dir, sizeof log_dir, "%s/run", tmp_dir);
@@ -558,7 +442,7 @@ static int run_prometheus_nodes(void)
     ct_actor *a = NULL;
     char *buf = NULL;
     int dport = free_port();
-    if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
+    if (start_dash_head((dash_head){.port = dport}, addr, sizeof addr) < 0)
         return 1;
     if (start_prometheus(bin, dport) < 0) {
         h_failures++;
@@ -841,25 +725,9 @@ static int run_browser(bool live)
     scenario s = {.addr = addr, .heal = live};
     trainer *t = NULL;
     char *dom = NULL;
-    if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
+    if (start_dash_head((dash_head){.port = dport}, addr, sizeof addr) < 0)
         return 1;
-    CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
-    CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
-    for (int i = 0; i < 2; i++)
-        if ((s.node_pid[i] = tt_start_node_joined(addr, s.node_id[i], sizeof s.node_id[0])) < 0) {
-            h_failures++;
-            goto out;
-        }
-    CHECK_OK(trainer_create(&(trainer_opts){.model = "mlp",
-                                            .data = "fashion_mnist",
-                                            .optimizer = "adam",
-                                            .config = "limit=2048,val_limit=200",
-                                            .num_replicas = 2,
-                                            .epochs = 3,
-                                            .seed = 3,
-                                            .recovery = live ? NULL : "restart"},
-                            &t));
-    if (!t)
+    if (start_job(&s, live, &t))
         goto out;
     snprintf(log_dir, sizeof log_dir, "%s/run", br_dir); /* the head hears of every step */
     trainer_stats st = {0};
@@ -1022,26 +890,11 @@ static int run_restart(void)
         return 1;
     }
     static char body[1 << 20];
-    char port[16], addr[160], line[160], url[96], id[32];
+    char addr[160], url[96], id[32];
     int dport = free_port();
-    snprintf(port, sizeof port, "%d", dport);
-    char *argv[] = {(char *)h_bin("ct-head"),
-                    "--supervise",
-                    "--port",
-                    "0",
-                    "--heartbeat-ms",
-                    "100",
-                    "--dead-after-ms",
-                    "10000",
-                    "--dashboard-port",
-                    port,
-                    NULL};
-    int fd = -1;
-    pid_t sup = h_spawn(argv, &fd);
-    if (sup < 0 || h_read_line(fd, line, sizeof line, 10000) || strncmp(line, "listening on ", 13))
-        return fprintf(stderr, "ct-head --supervise did not start\n"), 1;
-    close(fd);
-    snprintf(addr, sizeof addr, "%s", line + 13);
+    pid_t sup = start_dash_head((dash_head){.port = dport, .supervise = true}, addr, sizeof addr);
+    if (sup < 0)
+        return 1;
     char *dom = NULL;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
     CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
@@ -1343,29 +1196,13 @@ static int run_restart_live(void)
         br_dir[0] = 0;
         return 1;
     }
-    char port[16], addr[160], line[160], url[96], id[32], log_dir[160];
+    char addr[160], url[96], id[32], log_dir[160];
     int dport = free_port();
-    snprintf(port, sizeof port, "%d", dport);
-    char *argv[] = {(char *)h_bin("ct-head"),
-                    "--supervise",
-                    "--port",
-                    "0",
-                    "--heartbeat-ms",
-                    "100",
-                    "--dead-after-ms",
-                    "10000",
-                    "--dashboard-port",
-                    port,
-                    NULL};
-    int fd = -1;
     restart_live r = {.devtools = -1};
     trainer *t = NULL;
-    r.sup = h_spawn(argv, &fd);
-    if (r.sup < 0 || h_read_line(fd, line, sizeof line, 10000) ||
-        strncmp(line, "listening on ", 13))
-        return fprintf(stderr, "ct-head --supervise did not start\n"), 1;
-    close(fd);
-    snprintf(addr, sizeof addr, "%s", line + 13);
+    r.sup = start_dash_head((dash_head){.port = dport, .supervise = true}, addr, sizeof addr);
+    if (r.sup < 0)
+        return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
     CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED));
     if (tt_start_node_joined(addr, id, sizeof id) < 0) {
@@ -1530,7 +1367,7 @@ static int run_access(void)
     printf("non-loopback peer: %s\n",
            netns ? "a network namespace (veth pair)" : "this host's own non-loopback address");
     int dport = free_port();
-    if (start_head("0.0.0.0", dport, addr, sizeof addr) < 0)
+    if (start_dash_head((dash_head){.port = dport, .host = "0.0.0.0"}, addr, sizeof addr) < 0)
         return 1;
     char tok[CT_DASH_TOKEN_LEN + 1], bearer[128], wrong[128], body[1 << 16];
     CHECK_OK(ct__auth_dashboard_token(tok));
@@ -1631,7 +1468,7 @@ static int run_hostile(void)
     char addr[128], id[32];
     static char body[1 << 20];
     int dport = free_port();
-    if (start_head("127.0.0.1", dport, addr, sizeof addr) < 0)
+    if (start_dash_head((dash_head){.port = dport}, addr, sizeof addr) < 0)
         return 1;
     CHECK_OK(ct_init(&(ct_init_opts){.address = addr}));
     CHECK_OK(ct_events_subscribe(1u << CT_EVENT_NODE_JOINED | 1u << CT_EVENT_NODE_DEAD));

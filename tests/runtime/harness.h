@@ -248,6 +248,28 @@ __attribute__((unused)) static int h_read_line(int fd, char *buf, size_t cap, in
     return 0;
 }
 
+/* Starts ct-head with argv (argv[0] its path) and reads its first line, "listening on ADDR",
+ * into addr. Its pid, -1 when it did not start (said on stderr). */
+__attribute__((unused)) static pid_t h_spawn_head(char *const argv[], char *addr, size_t cap)
+{
+    int fd = -1;
+    pid_t pid = h_spawn(argv, &fd);
+    char line[120];
+    if (pid < 0 || h_read_line(fd, line, sizeof line, 10000) ||
+        strncmp(line, "listening on ", 13)) {
+        fprintf(stderr, "ct-head did not start:");
+        for (int i = 0; argv[i]; i++)
+            fprintf(stderr, " %s", argv[i]);
+        fprintf(stderr, "\n");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    snprintf(addr, cap, "%s", line + 13);
+    return pid;
+}
+
 /* Starts ct-head on port ("0": any) with heartbeat and dead-after times (ms, as strings) and,
  * when state_dir is not NULL, --state-dir state_dir; fills addr ("127.0.0.1:P"). Its pid, -1
  * when it did not start. */
@@ -260,19 +282,7 @@ __attribute__((unused)) static pid_t h_start_head_on(const char *port, char *add
         "--dead-after-ms",        (char *)dead, "--state-dir", (char *)state_dir, NULL};
     if (!state_dir)
         argv[7] = NULL;
-    int fd = -1;
-    pid_t pid = h_spawn(argv, &fd);
-    char line[120];
-    if (pid < 0 || h_read_line(fd, line, sizeof line, 10000) ||
-        strncmp(line, "listening on ", 13)) {
-        fprintf(stderr, "ct-head did not start on port %s\n", port);
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    close(fd);
-    snprintf(addr, cap, "%s", line + 13);
-    return pid;
+    return h_spawn_head(argv, addr, cap);
 }
 
 /* Starts ct-head on an ephemeral port; fills addr ("127.0.0.1:P"). */

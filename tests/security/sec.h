@@ -192,21 +192,44 @@ __attribute__((unused)) static Ct__Envelope *create_actor_msg(create_msg *m, con
     return &m->e;
 }
 
-/* Sends RegisterNode (one resource name=amount) and returns the reply. */
-__attribute__((unused)) static Ct__Envelope *register_node(peer *p, const char *name, double amount)
+/* Sends a Heartbeat of node node_id from p (liveness_only as the liveness thread's; stats: what
+ * the node measured, NULL none); the request id. */
+__attribute__((unused)) static uint64_t send_heartbeat(peer *p, const char *node_id,
+                                                       int liveness_only, Ct__NodeStats *stats)
+{
+    Ct__Envelope e;
+    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
+    ct__envelope__init(&e);
+    hb.node_id = (char *)node_id;
+    hb.liveness_only = liveness_only;
+    hb.stats = stats;
+    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
+    e.heartbeat = &hb;
+    return peer_send(p, &e);
+}
+
+/* Sends RegisterNode of a node on host (one resource name=amount) and returns the reply. */
+__attribute__((unused)) static Ct__Envelope *register_node_on(peer *p, const char *host,
+                                                              const char *name, double amount)
 {
     Ct__Envelope e;
     Ct__RegisterNode rn = CT__REGISTER_NODE__INIT;
     Ct__Resource r, *rp;
     res_list(&r, &rp, 1, &name, &amount);
     ct__envelope__init(&e);
-    rn.host = "127.0.0.1";
+    rn.host = (char *)host;
     rn.n_resources = 1;
     rn.resources = &rp;
     rn.pid = 1;
     e.body_case = CT__ENVELOPE__BODY_REGISTER_NODE;
     e.register_node = &rn;
     return peer_call(p, &e, 5000);
+}
+
+/* ... on 127.0.0.1 */
+__attribute__((unused)) static Ct__Envelope *register_node(peer *p, const char *name, double amount)
+{
+    return register_node_on(p, "127.0.0.1", name, amount);
 }
 
 /* Makes p a (fake) node with cpus CPUs: fills id, and p's token becomes the node's. 0 or -1. */

@@ -19,14 +19,7 @@ static uint64_t create(peer *drv)
 
 static Ct__Envelope *heartbeat(peer *p, const char *node_id, int liveness_only)
 {
-    Ct__Envelope e;
-    Ct__Heartbeat hb = CT__HEARTBEAT__INIT;
-    ct__envelope__init(&e);
-    hb.node_id = (char *)node_id;
-    hb.liveness_only = liveness_only;
-    e.body_case = CT__ENVELOPE__BODY_HEARTBEAT;
-    e.heartbeat = &hb;
-    return peer_call(p, &e, 2000);
+    return peer_wait(p, send_heartbeat(p, node_id, liveness_only, NULL), 0, 2000);
 }
 
 static void actor_ready(peer *p, const char *actor_id, const char *address)

@@ -583,6 +583,12 @@ typedef struct tr_hist {
     uint64_t count;
     double sum;
 } tr_hist;
+/* counts by reason ([a-z_]; the last slot sums what does not fit) */
+typedef struct tr_reasons {
+    int n;
+    char reason[TR_REASONS][32];
+    uint64_t count[TR_REASONS];
+} tr_reasons;
 typedef struct tr_head_report {
     int64_t sent_ms; /* last send */
     bool dirty;      /* something changed since */
@@ -591,14 +597,13 @@ typedef struct tr_head_report {
     double loss, sps, mfu; /* mfu < 0: unknown */
     int replicas;
     bool done;
-    int nreasons;
-    char reason[TR_REASONS][32];
-    uint64_t count[TR_REASONS];
+    tr_reasons retries;
     double val_loss;          /* NaN: no validation yet */
     int64_t ckpts, ckpt_step; /* checkpoints adopted, the newest one's steps */
     tr_hist hist[TR_HISTS];   /* seconds: TR_HIST_STEP, _ALLREDUCE, ... */
     int64_t epochs;           /* trainer_train's (for the ETA); 0: unknown */
-    uint64_t drains;          /* groups a node's drain ended */
+    uint64_t drains;          /* groups a node's drain ended ... */
+    tr_reasons drains_by;     /* ... by reason: "mid_epoch", "segment_end" */
     uint64_t live, heals;     /* live recoveries; replacements healed from a live peer */
     char live_what[160];      /* the newest of each, in words ("": none) */
     char heal_what[160];
@@ -620,8 +625,10 @@ void ct__report_replicas(tr_head_report *r, int n);
 /* A retry spent, by reason ("node_lost", "replica_killed", ...; [a-z_]). */
 void ct__report_retry(tr_head_report *r, const char *reason);
 void ct__report_done(tr_head_report *r);
-/* A group ended because its node drained (told to stop). */
-void ct__report_drain(tr_head_report *r);
+/* A group ended because its node drained (told to stop), by where the drain caught it:
+ * "mid_epoch" (its replica checkpointed at the next step and left) or "segment_end" (heard as
+ * the segment ended). */
+void ct__report_drain(tr_head_report *r, const char *reason);
 /* The survivors went on live without the dead (what: in words, printf style) ... */
 void ct__report_live(tr_head_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* ... a replacement healed from a live peer and joined. */

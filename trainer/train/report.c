@@ -133,23 +133,30 @@ void ct__report_replicas(tr_head_report *r, int n)
     r->dirty = true;
 }
 
-void ct__report_retry(tr_head_report *r, const char *reason)
+/* One more of reason in rs. */
+static void count_reason(tr_reasons *rs, const char *reason)
 {
     int i = 0;
-    while (i < r->nreasons && strcmp(r->reason[i], reason))
+    while (i < rs->n && strcmp(rs->reason[i], reason))
         i++;
-    if (i == r->nreasons) {
-        if (r->nreasons == TR_REASONS)
+    if (i == rs->n) {
+        if (rs->n == TR_REASONS)
             i = TR_REASONS - 1; /* the last slot sums what does not fit */
         else
-            snprintf(r->reason[r->nreasons++], sizeof r->reason[0], "%s", reason);
+            snprintf(rs->reason[rs->n++], sizeof rs->reason[0], "%s", reason);
     }
-    r->count[i]++;
+    rs->count[i]++;
+}
+
+void ct__report_retry(tr_head_report *r, const char *reason)
+{
+    count_reason(&r->retries, reason);
     r->dirty = true;
 }
 
-void ct__report_drain(tr_head_report *r)
+void ct__report_drain(tr_head_report *r, const char *reason)
 {
+    count_reason(&r->drains_by, reason);
     r->drains++;
     r->dirty = true;
 }
@@ -191,6 +198,16 @@ void ct__report_done(tr_head_report *r)
     r->dirty = true;
 }
 
+/* rs as the report's (borrowed while rs lives). */
+static void reasons_out(const tr_reasons *rs, ct__train_reasons *out)
+{
+    out->n = rs->n;
+    for (int i = 0; i < rs->n; i++) {
+        out->reason[i] = rs->reason[i];
+        out->count[i] = rs->count[i];
+    }
+}
+
 void ct__report_send(tr_head_report *r, bool force)
 {
     int64_t now = ct__now_ms();
@@ -203,7 +220,6 @@ void ct__report_send(tr_head_report *r, bool force)
                           .mfu_pct = r->mfu >= 0 ? r->mfu : NAN,
                           .replicas = r->replicas,
                           .done = r->done,
-                          .nreasons = r->nreasons,
                           .val_loss = r->val_loss,
                           .eta_s = r->eta,
                           .epochs = r->epochs,
@@ -226,10 +242,8 @@ void ct__report_send(tr_head_report *r, bool force)
                                             .counts = r->hist[i].counts,
                                             .count = r->hist[i].count,
                                             .sum = r->hist[i].sum};
-    for (int i = 0; i < r->nreasons; i++) {
-        m.reason[i] = r->reason[i];
-        m.count[i] = r->count[i];
-    }
+    reasons_out(&r->retries, &m.retries);
+    reasons_out(&r->drains_by, &m.drains_by);
     r->sent_ms = now;
     r->dirty = false;
     r->npts = 0;

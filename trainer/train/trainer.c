@@ -903,7 +903,7 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
         t->stats.drain_step = t->local.step;
         snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)",
                  ct_actor_node(t->actors[drained]));
-        ct__report_drain(&t->report);
+        ct__report_drain(&t->report, "segment_end");
         /* a warning: the user sees it in the driver's log, beside the smaller group's line */
         CT_LOG(CT_LOG_WARN, "trainer",
                "node %s is draining: the group ends at the checkpoint of epoch %lld's end (step "
@@ -955,7 +955,7 @@ static int drain_mid_epoch(trainer *t, void **res, int world, int d)
     t->stats.drain_step = t->local.step;
     ct__driver_local_stats(t);
     snprintf(t->shrink_why, sizeof t->shrink_why, "node %s drained (told to stop)", node_id);
-    ct__report_drain(&t->report);
+    ct__report_drain(&t->report, "mid_epoch");
     CT_LOG(CT_LOG_WARN, "trainer",
            "node %s is draining: checkpoint at step %lld (epoch %lld batch %lld); the group "
            "ends and training goes on from there without that node",

@@ -202,7 +202,8 @@ bool ct__head_check_train_report(head *h, const ct__rid *rid, Ct__Envelope *e)
         field =
             reasons_bad(r->drains_by_reason, r->n_drains_by_reason, "train_report.drains_by_reason",
                         "train_report.drains_by_reason.reason", &sum);
-    if (!field && sum != r->drains)
+    /* a driver that names no reasons (before protocol 1.6) is taken at its total */
+    if (!field && r->n_drains_by_reason && sum != r->drains)
         field = "train_report.drains_by_reason";
     for (size_t i = 0; !field && i < r->n_points; i++) {
         const Ct__TrainPoint *p = r->points[i];

@@ -20,8 +20,9 @@
  * (Heartbeat.draining, DrainReply, NODE_DRAINING events, NodeInfo.draining); 1.4: nodes that
  * outlive their head re-register (RegisterNode.node_id/node_token/actors,
  * StartActor.resources); 1.5: HeartbeatPeriod (the head lengthens the heartbeat period as the
- * cluster grows) */
-#define CT_PROTO_MINOR 5
+ * cluster grows); 1.6: TrainReport.drains_by_reason (a report without it is taken at its
+ * total) */
+#define CT_PROTO_MINOR 6
 
 /* The routing id a ROUTER prefixes to each message (ZeroMQ allows up to 255 bytes). */
 typedef struct ct__rid {

@@ -281,6 +281,10 @@ typedef struct tr_epoch_args {
      * (tr_grad_log): it served a replacement's snapshot, which replays them when it enters;
      * 0: it drops any it recorded */
     int record_grads;
+    /* recovery "live" applies: a device's averaged gradients are waited for inside their step
+     * (step.c), so a peer's death is seen in the step that lost it, before its optimizer step
+     * changed the weights, and the survivors go on from those weights */
+    int live;
 } tr_epoch_args;
 
 /* The "regroup" call of live recovery: this survivor's rank in the new group of world ranks,
@@ -434,6 +438,7 @@ struct trainer_step {
     ct_comm *comm;      /* the replica's host communicator (ZeRO's clipping) */
     bool zero;          /* ZeRO-1: optimizers step their shards, then parameters are gathered */
     tr_grad_log *log;   /* not NULL: each optimizer step's averaged gradients go here too */
+    bool live;          /* tr_epoch_args.live: the host waits for each step's allreduces */
 };
 
 /* ---- ZeRO-1 (zero.c) ---- */

@@ -659,6 +659,7 @@ static int train_epoch(replica *r, const tr_epoch_args *a, void **res, size_t *r
                       .comm = r->comm,
                       .zero = r->spec.zero >= 1,
                       .epoch = ea.epoch,
+                      .live = ea.live,
                       .metrics = &rep.metrics};
     int rc = scale_lrs(r, ea.lr_scale); /* a live recovery's new world (trainer_scale_lr) */
     if (rc == 0 && (!r->pos_valid || r->pos_epoch != ea.epoch || r->pos_batch != ea.start_batch ||

@@ -121,8 +121,10 @@ static int backward_model(trainer_step *s, int i, ct_tensor *loss, const char *f
     int src = ct_bucketer_finish(s->bucketers[i]);
     /* device gradients: finish returned before the allreduces ran (the compute stream waits
      * for them); with several models the next model's bucketer must not talk on the
-     * communicator before this one is done, so the host waits here */
-    if (n > 1 && src == 0)
+     * communicator before this one is done, and under live recovery a peer's death must fail
+     * this step before its optimizer step runs on gradients that were not averaged (the
+     * survivors go on from the weights before it), so the host waits here */
+    if ((n > 1 || s->live) && src == 0)
         src = ct_bucketer_wait(s->bucketers[i]);
     s->wait_ns += ct__now_ns() - w0; /* a straggler waits least: its step record shows it */
     for (int k = 0; k < n; k++)

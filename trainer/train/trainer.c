@@ -763,7 +763,8 @@ static int run_segment(trainer *t, int64_t epoch, int64_t steps, bool checkpoint
                                 .validate_end = o->validate_every_epoch,
                                 .report_ms = ct__progress_report_ms(t->progress),
                                 .pause_steps = pause,
-                                .record_grads = t->heal_job.a && i == t->heal_job.peer};
+                                .record_grads = t->heal_job.a && i == t->heal_job.peer,
+                                .live = t->live};
     t->nvals = 0;
     ct__progress_segment_start(t->progress, t->group, t->world, epoch, t->local.batch);
     t->wait_all = t->live;

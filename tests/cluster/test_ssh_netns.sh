@@ -308,10 +308,15 @@ driver=""
 cat "$tmp/job.out"
 [ "$rc" -eq 0 ] || fail "the job exited $rc"
 # recovery "live" (the default): the survivor regroups over TCP without a retry, and a
-# replacement heals from it onto h1's free CPU. A kill that lands in an epoch's validation or
-# checkpoint rather than a step restarts from the checkpoint instead (a retry): either is a
+# replacement heals from it onto h1's free CPU. A kill that lands in an epoch's end, validation
+# or checkpoint rather than a step restarts from the checkpoint instead (a retry): the live
+# attempt is refused ("could not go on live"), or none is made ("lost with its node"). Each is a
 # recovery, and the job must reach its last epoch with 2 replicas
-if grep -Eq "recovery: replica .* died; 1 survivors? go(es)? on live" "$tmp/job.out"; then
+if grep -q "recovery: the survivors could not go on live" "$tmp/job.out"; then
+    grep -Eq "failure 1 of 2 allowed: replica .* died; live recovery failed" "$tmp/job.out" ||
+        fail "a refused live recovery without its retry's reason"
+    grep -Eq '^epoch 4: .*retries=[1-9]' "$tmp/job.out" || fail "epoch 4 not reached after a retry"
+elif grep -Eq "recovery: replica .* died; 1 survivors? go(es)? on live" "$tmp/job.out"; then
     grep -Eq "training with 1 replica of the 2 asked .*: replica .* died; the survivors go on" \
         "$tmp/job.out" || fail "the smaller group's reason is not the death"
     grep -Eq '^epoch 4: .*replicas=2 retries=0' "$tmp/job.out" ||

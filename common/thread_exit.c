@@ -1,7 +1,7 @@
 /* common/thread_exit.c — work a thread's caches ask to have done when the thread ends: the
  * engine keeps per-thread buffers (autograd's tape and scratch, the CPU's freed-buffer cache,
  * gemm's packing buffer) for the thread's life, and a thread that ends (a pipeline's stage
- * threads, a collective's helpers) must hand them back, or each thread started leaks its own.
+ * threads, any thread a program starts and ends) must hand them back, or each leaks its own.
  *
  * One pthread key whose destructor runs, in the ending thread, the functions that thread
  * registered, last registered first (as atexit). The process's main thread runs none: exit()

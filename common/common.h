@@ -82,6 +82,11 @@ char *ct__hex(char *out, const void *bytes, size_t n);
 int ct__write_all(int fd, const void *buf, size_t n);
 int ct__send_all(int fd, const void *buf, size_t n, int flags, int wait_ms);
 
+/* Runs fn in the calling thread when it ends (thread_exit.c), last registered first; each fn
+ * once however often registered (a per-thread cache registers its release at its first use).
+ * Not at the main thread's exit. 0, or CT_ENOMEM (message set). */
+int ct__at_thread_exit(void (*fn)(void));
+
 /* The address this host's links listen on, for peers to dial (host.c): $CT_COMM_HOST, else the
  * first non-loopback IPv4 address that is up, else 127.0.0.1. */
 void ct__listen_host(char *out, size_t cap);

@@ -170,14 +170,16 @@ static ct_module *run(const args *a, ct_device first, ct_device second, double *
     return r.root;
 }
 
-/* whether a and b have the same state-dict bytes */
+/* whether a and b have the same state-dict bytes. The copies to the host are read, not
+ * differentiated: in no-grad mode, else each would record a node on the tape that holds its
+ * parameter (and so the module's buffers) until the next backward, here never. */
 static bool same_weights(ct_module *a, ct_module *b)
 {
     const ct_named_tensor *sa, *sb;
     int na, nb;
     if (ct_module_state_dict(a, &sa, &na) < 0 || ct_module_state_dict(b, &sb, &nb) < 0 || na != nb)
         return false;
-    bool same = true;
+    bool same = true, grad_mode = ct_autograd_set_enabled(false);
     for (int i = 0; i < na && same; i++) {
         ct_tensor *ha = ct_tensor_to(sa[i].tensor, CT_CPU),
                   *hb = ct_tensor_to(sb[i].tensor, CT_CPU);
@@ -187,6 +189,7 @@ static bool same_weights(ct_module *a, ct_module *b)
         ct_tensor_release(&ha);
         ct_tensor_release(&hb);
     }
+    ct_autograd_set_enabled(grad_mode);
     return same;
 }
 

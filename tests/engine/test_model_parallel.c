@@ -128,8 +128,7 @@ static void test_spaces(void)
     /* ct_tensor_to between them: the bytes, on the other device */
     ct_tensor_fill_f32(h, 3.0f);
     ct_tensor *z0 = ct_tensor_to(h, c0), *z1 = z0 ? ct_tensor_to(z0, c1) : NULL;
-    CHECK(z1 && ct_tensor_device(z1) == c1 && ct_nn_sum(z1) != NULL, "to checkdev:1: %s",
-          ct_last_error());
+    CHECK(z1 && ct_tensor_device(z1) == c1, "to checkdev:1: %s", ct_last_error());
     ct_tensor *s = z1 ? ct_nn_sum(z1) : NULL;
     CHECK(s && ct_tensor_item(s) == 24.0f, "sum on checkdev:1: %g", s ? ct_tensor_item(s) : -1);
     ct_autograd_clear_tape();

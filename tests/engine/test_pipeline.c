@@ -351,34 +351,33 @@ static void test_gradients(ct_device c0, ct_device c1, int threads)
 
 /* ---- batch norm: per micro-batch ---- */
 
-/* every state-dict entry of m (parameters and buffers, i64 ones as floats), host side */
+/* every state-dict entry of m (parameters and buffers, i64 ones as floats), host side; the
+ * copies in no-grad mode (a copy of a parameter recorded on the tape would hold it) */
 static int state(ct_module *m, float *v, int cap)
 {
     const ct_named_tensor *sd;
     int n, at = 0;
     if (ct_module_state_dict(m, &sd, &n) < 0)
         return -1;
-    for (int i = 0; i < n; i++) {
+    bool grad_mode = ct_autograd_set_enabled(false);
+    for (int i = 0; i < n && at >= 0; i++) {
         ct_tensor *h = ct_tensor_to(sd[i].tensor, CT_CPU);
-        int64_t k = h ? ct_tensor_numel(h) : 0;
-        if (!h || at + k > cap) {
-            ct_tensor_release(&h);
-            return -1;
-        }
-        if (ct_tensor_dtype(h) == CT_I64) {
+        int64_t k = h ? ct_tensor_numel(h) : -1;
+        if (k >= 0 && at + k > cap) {
+            k = -1;
+        } else if (k >= 0 && ct_tensor_dtype(h) == CT_I64) {
             int64_t tmp[16];
             if (k > 16 || ct_tensor_copy_to(h, tmp, (size_t)k * sizeof(int64_t)) < 0)
                 k = -1;
             for (int64_t j = 0; j < k; j++)
                 v[at + j] = (float)tmp[j];
-        } else if (ct_tensor_copy_to(h, v + at, (size_t)k * sizeof(float)) < 0) {
+        } else if (k >= 0 && ct_tensor_copy_to(h, v + at, (size_t)k * sizeof(float)) < 0) {
             k = -1;
         }
         ct_tensor_release(&h);
-        if (k < 0)
-            return -1;
-        at += (int)k;
+        at = k < 0 ? -1 : at + (int)k;
     }
+    ct_autograd_set_enabled(grad_mode);
     return at;
 }
 

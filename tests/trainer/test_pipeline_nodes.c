@@ -961,6 +961,9 @@ int main(int argc, char **argv)
     trainer_register_validate_step("pn_validate", trainer_builtin_validate_step);
     ct_serve_if_worker();
     h_init();
+    /* within ctest's 300 s: h_init's 120 is short for trainer's four trainer_train runs in a
+     * sanitized build beside other tests (26 s alone, more than 120 s under make sanitize) */
+    alarm(290);
     const char *name = argc > 1 ? argv[1] : "two";
     const test_mode *mode = NULL;
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)

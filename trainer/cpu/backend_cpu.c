@@ -9,7 +9,7 @@
  * activation sizes every step, and reusing them avoids glibc handing the memory back to the
  * kernel and the page faults of taking it again (with 64 slots a GPT step at block 128 took
  * 440k faults in 10 steps, and 80k with 1024; `perf stat -e page-faults build/bin/gpt_bench 10
- * 1 4 4 128 128 16`). */
+ * 1 4 4 128 128 16`). A thread's cache is freed when the thread ends (ct__at_thread_exit). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +31,7 @@ static __thread struct {
 } cache[CACHE_SLOTS]; /* cache[0..ncache) */
 static __thread int ncache;
 static __thread size_t cache_bytes;
+static __thread bool cache_release_set; /* cache_release is registered for the thread's end */
 
 /* the block size of a request: buffers are handed back by size, and free gets no size */
 typedef struct hdr {
@@ -45,6 +46,14 @@ static void *cache_take(int i)
     cache_bytes -= cache[i].n;
     cache[i] = cache[--ncache];
     return p;
+}
+
+/* At the thread's end (a stage thread's): its cached buffers go back. */
+static void cache_release(void)
+{
+    while (ncache)
+        free(cache_take(ncache - 1));
+    cache_release_set = false;
 }
 
 static int cpu_alloc(void **out, size_t n)
@@ -74,7 +83,9 @@ static void cpu_free(void *p)
         return;
     hdr *h = (hdr *)p - 1;
     size_t n = h->n;
-    if (n < CACHE_MIN_BYTES || n > CACHE_MAX_BYTES) {
+    if (!cache_release_set)
+        cache_release_set = ct__at_thread_exit(cache_release) == 0;
+    if (n < CACHE_MIN_BYTES || n > CACHE_MAX_BYTES || !cache_release_set) {
         free(h);
         return;
     }

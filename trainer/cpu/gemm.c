@@ -58,18 +58,30 @@ static AVX2_FMA INLINE __m256i lane_mask(int64_t lanes)
 /* ---- packing b into panels ---- */
 
 /* The packing buffer of this thread, 64-byte aligned (kept between calls, as autograd's
- * scratch is). */
+ * scratch is, and freed when the thread ends). */
+static __thread float *pack_buf;
+static __thread int64_t pack_cap;
+
+static void pack_release(void)
+{
+    free(pack_buf);
+    pack_buf = NULL;
+    pack_cap = 0;
+}
+
 static float *pack_buffer(int64_t floats)
 {
-    static __thread float *buf;
-    static __thread int64_t cap;
-    if (cap < floats) {
+    if (pack_cap < floats) {
         int64_t lines = (floats + 15) / 16; /* aligned_alloc takes whole multiples of 64 bytes */
-        free(buf);
-        buf = aligned_alloc(64, (size_t)lines * 64);
-        cap = buf ? lines * 16 : 0;
+        free(pack_buf);
+        pack_buf = NULL;
+        pack_cap = 0;
+        if (ct__at_thread_exit(pack_release) < 0)
+            return NULL;
+        pack_buf = aligned_alloc(64, (size_t)lines * 64);
+        pack_cap = pack_buf ? lines * 16 : 0;
     }
-    return buf;
+    return pack_buf;
 }
 
 /* out (8x8, row stride lo) = in (8x8, row stride li) transposed. */

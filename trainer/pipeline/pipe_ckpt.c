@@ -74,7 +74,10 @@ int ct__pipe_stage_state(ct_module *m, ct_optim *opt, void **out, size_t *out_le
     if (!buf)
         return ct__error(CT_ENOMEM, "pipeline checkpoint: out of memory");
     for (int i = 0; i < nsd; i++) {
+        /* a read, not an op: on the tape the copy would hold its parameter to the next backward */
+        bool grad_mode = ct_autograd_set_enabled(false);
         ct_tensor *host = ct_tensor_to(sd[i].tensor, CT_CPU);
+        ct_autograd_set_enabled(grad_mode);
         if (!host) {
             free(buf);
             return CT_ENOMEM;

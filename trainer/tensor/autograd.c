@@ -17,6 +17,16 @@ static __thread struct {
     int n, cap;
 } tape;
 static __thread bool grad_disabled;
+static __thread bool release_set; /* thread_release is registered for this thread's end */
+static void thread_release(void);
+
+/* The thread holds a tape array or scratch: hand them back when it ends (a stage thread's). */
+static int thread_state_kept(void)
+{
+    if (!release_set)
+        release_set = ct__at_thread_exit(thread_release) == 0;
+    return release_set ? 0 : CT_ENOMEM;
+}
 /* set once any gradient-ready hook is registered: until then backward skips the hook pass */
 static atomic_bool hooks_used;
 
@@ -68,6 +78,8 @@ ct__node *ct__node_record(const char *name, int (*backward)(ct__node *), ct_tens
         goto drop;
     if (tape.n == tape.cap) {
         int cap = tape.cap ? tape.cap * 2 : 64;
+        if (thread_state_kept() < 0)
+            goto drop;
         ct__node **nn = realloc(tape.nodes, (size_t)cap * sizeof(*nn));
         if (!nn)
             goto drop;
@@ -134,6 +146,8 @@ int ct_autograd_tape_attach(ct_tape **t)
         return ct__error(CT_EINVAL, "tape attach: NULL tape");
     if (tape.n > 0)
         return ct__error(CT_EINVAL, "tape attach: this thread has %d recorded nodes", tape.n);
+    if (thread_state_kept() < 0)
+        return CT_ENOMEM; /* said why */
     free(tape.nodes);
     tape.nodes = (*t)->nodes;
     tape.n = tape.cap = (*t)->n;
@@ -200,8 +214,26 @@ int ct__grad_add(const ct__backend *bk, float *dst, const float *src, int64_t n,
 static __thread struct {
     float *p;
     int64_t n;
+    const ct__backend *bk;    /* p's device's table */
     volatile uintptr_t reach; /* never read here: a store the compiler must keep */
 } scratch[3 * CT_MAX_DEVICE_INDEX][4];
+
+/* At the thread's end: its tape (nodes and array) and its scratch. */
+static void thread_release(void)
+{
+    ct_autograd_clear_tape();
+    free(tape.nodes);
+    tape.nodes = NULL;
+    tape.cap = 0;
+    for (size_t d = 0; d < CT_ARRAY_LEN(scratch); d++)
+        for (size_t k = 0; k < CT_ARRAY_LEN(scratch[d]); k++)
+            if (scratch[d][k].p) {
+                scratch[d][k].bk->free(scratch[d][k].p);
+                scratch[d][k].p = NULL;
+                scratch[d][k].n = 0;
+            }
+    release_set = false;
+}
 
 float *ct__scratch(const ct__backend *bk, int slot, int64_t n)
 {
@@ -213,7 +245,10 @@ float *ct__scratch(const ct__backend *bk, int slot, int64_t n)
     if (s->n < n) {
         bk->free(s->p); /* one table per device: this slot's memory is bk's */
         s->p = NULL;
-        s->n = bk->alloc((void **)&s->p, (size_t)n * sizeof(float)) < 0 ? 0 : n;
+        s->bk = bk;
+        s->n = thread_state_kept() < 0 || bk->alloc((void **)&s->p, (size_t)n * sizeof(float)) < 0
+                   ? 0
+                   : n;
         s->reach = (uintptr_t)s->p & (((uintptr_t)1 << 56) - 1);
     }
     return s->p;

@@ -259,6 +259,22 @@ static int dying_data(trainer_ctx *ctx, trainer_data *d)
  * copy writes its pid into it + ".held". */
 static char hold_path[128];
 
+/* The pid of the replica held by the heal_hold fault (it writes hold_path.held), waited for
+ * up to 120 s or until *stop; 0 when none was held. */
+static int held_pid(volatile int *stop)
+{
+    char held[160];
+    snprintf(held, sizeof held, "%s.held", hold_path);
+    for (double until = h_now_ms() + 120000; !*stop && h_now_ms() < until; usleep(2000)) {
+        char *v = tt_read_file(held, NULL);
+        int pid = v ? atoi(v) : 0;
+        free(v);
+        if (pid > 0)
+            return pid;
+    }
+    return 0;
+}
+
 /* What the copy killer saw: the pid it killed (0: none held) and whether it was gone. */
 typedef struct copy_kill {
     const char *dir;
@@ -272,21 +288,14 @@ typedef struct copy_kill {
 static void *copy_killer(void *arg)
 {
     copy_kill *k = arg;
-    char held[160];
-    snprintf(held, sizeof held, "%s.held", hold_path);
-    for (double until = h_now_ms() + 120000; !k->stop && h_now_ms() < until; usleep(2000)) {
-        char *v = tt_read_file(held, NULL);
-        int pid = v ? atoi(v) : 0;
-        free(v);
-        if (pid <= 0)
-            continue;
+    int pid = held_pid(&k->stop);
+    if (pid > 0) {
         mark_once(k->dir, "copy-killed");
         kill(pid, SIGKILL);
         for (double gone = h_now_ms() + 10000; h_now_ms() < gone && !h_gone(pid);)
             usleep(1000);
         k->gone = h_gone(pid);
         k->pid = pid;
-        break;
     }
     unlink(hold_path);
     return NULL;
@@ -306,14 +315,8 @@ typedef struct overlap_watch {
 static void *watch_overlap(void *arg)
 {
     overlap_watch *k = arg;
-    char held[160];
-    snprintf(held, sizeof held, "%s.held", hold_path);
-    for (double until = h_now_ms() + 120000; !k->stop && h_now_ms() < until; usleep(2000)) {
-        char *v = tt_read_file(held, NULL);
-        int pid = v ? atoi(v) : 0;
-        free(v);
-        if (pid <= 0)
-            continue;
+    int pid = held_pid(&k->stop);
+    if (pid > 0) {
         k->pid = pid;
         for (double wait = h_now_ms() + 120000; !k->stop && h_now_ms() < wait; usleep(5000))
             if (pid_of(k->dir, 4, 3, 0) > 0 && pid_of(k->dir, 5, 3, 0) > 0) {
@@ -324,7 +327,6 @@ static void *watch_overlap(void *arg)
         printf("overlap: the replacement (pid %d) held in its copy while the 3 did steps 4 and "
                "5: %s\n",
                pid, k->advanced ? "yes" : "no");
-        break;
     }
     unlink(hold_path);
     return NULL;
